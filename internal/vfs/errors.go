@@ -1,0 +1,18 @@
+package vfs
+
+import "errors"
+
+// Errors of taking a lock.
+var (
+	// ErrLocked is wrapped by the error Lock returns when another holder (another process for
+	// Default, another Lock call on the same FaultFS) already holds the lock.
+	ErrLocked = errors.New("vfs: locked by another holder")
+)
+
+// Errors of FaultFS only: the real operating system never returns them.
+var (
+	// ErrCrashed is wrapped by every operation on a File opened before FaultFS.Crash or
+	// FaultFS.CrashKeepAll, and by every operation after a crash point set with
+	// FaultFS.SetCrashPoint has been passed: the simulated process is dead.
+	ErrCrashed = errors.New("vfs: crashed")
+)
