@@ -1,0 +1,378 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// lockFileName is the file in the WAL directory that Open locks, so that a second WAL (in
+// this process or another) cannot write the same log.
+const lockFileName = "LOCK"
+
+// WAL is an open write-ahead log. Its methods may be called from any goroutine, except that
+// the done callbacks of AppendAsync, which run on the writer goroutine, must not call Append,
+// Sync, DropBefore or Close (they would wait for the writer that runs them).
+type WAL struct {
+	// Invariants (mu guards the fields it names):
+	//   - LSNs are consecutive: the queue holds nextLSN-len(queue) .. nextLSN-1 in order,
+	//     and queueBuf holds their encoded records back to back, at queued.off.
+	//   - syncedThrough <= writtenLSN <= nextLSN-1; records up to syncedThrough are durable.
+	//   - Only the writer goroutine touches file, fileFirst, fileOff, writtenLSN, failed and
+	//     the group buffers; it calls every done callback, in LSN order, exactly once.
+	//   - Once err is set it never changes, nothing is queued again and no record is
+	//     acknowledged after it.
+
+	fs   vfs.FS
+	dir  string
+	opts Options
+	lock io.Closer
+
+	mu         sync.Mutex
+	nextLSN    uint64        // guarded by mu: the LSN of the next queued record
+	queue      []queued      // guarded by mu: records waiting for the writer, in LSN order
+	queueBuf   []byte        // guarded by mu: their encoded records
+	syncWanted bool          // guarded by mu: a Sync call waits for a sync
+	closing    bool          // guarded by mu: Close has begun; nothing is queued any more
+	err        error         // guarded by mu: the sticky fail-stop error
+	segs       []uint64      // guarded by mu: first LSNs of the segment files; last is active
+	spaceFreed chan struct{} // guarded by mu: closed when the writer takes the queue, if watched
+	// spaceWatched (guarded by mu) says someone waits on spaceFreed (ErrBusy, Room), so the
+	// writer closes and replaces it; a group nobody waits for allocates no channel.
+	spaceWatched bool
+	synced       sync.Cond // on mu: broadcast after every group, on failure and on exit
+
+	wake   chan struct{} // capacity 1: the queue became non-empty, or Sync or Close asks
+	exited chan struct{} // closed when the writer goroutine returns
+	dropMu sync.Mutex    // serialises DropBefore
+
+	lastLSN       atomic.Uint64 // nextLSN-1, readable without mu
+	syncedThrough atomic.Uint64 // written by the writer only
+
+	// Owned by the writer goroutine.
+	file       vfs.File
+	fileFirst  uint64
+	fileOff    int64
+	writtenLSN uint64
+	failed     bool
+	group      []queued
+	groupBuf   []byte
+
+	records, bytes, groups, syncs atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// queued is a record waiting for the writer.
+type queued struct {
+	lsn   uint64
+	off   int // offset of the encoded record in the queue buffer
+	force bool
+	done  func(lsn uint64, err error)
+}
+
+// Open locks the directory dir (creating it), recovers the log in it and starts the writer.
+//
+// Recovery reads the segments in order and hands every good record with LSN > opts.After to
+// replay (nil: no replay), in LSN order, on the calling goroutine. At the first bad record it
+// decides between a torn tail (a crash cut the unsynced end: the log is truncated there and
+// appends continue after the last good record) and corruption (a later valid record says the
+// bad one had been synced: Open fails with an error wrapping corrupt.ErrCorruption that names
+// the file and offset, and changes nothing). If Open fails, the caller must discard whatever
+// replay received. An error from replay stops Open and is returned wrapped.
+func Open(fsys vfs.FS, dir string, opts Options, replay func(Record) error) (*WAL, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	// The directory's own entry (and its parents', if MkdirAll made them, now or in a run
+	// that crashed) must be durable before anything in it is.
+	for d := dir; ; {
+		parent := path.Dir(d)
+		if err := fsys.SyncDir(parent); err != nil {
+			return nil, fmt.Errorf("wal: open %s: sync dir %s: %w", dir, parent, err)
+		}
+		if parent == d || parent == "." || parent == "/" {
+			break
+		}
+		d = parent
+	}
+	lock, err := fsys.Lock(path.Join(dir, lockFileName))
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	w := &WAL{
+		fs:         fsys,
+		dir:        dir,
+		opts:       opts,
+		lock:       lock,
+		spaceFreed: make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		exited:     make(chan struct{}),
+	}
+	w.synced.L = &w.mu
+	if err := w.recover(replay); err != nil {
+		if w.file != nil {
+			_ = w.file.Close()
+		}
+		_ = lock.Close()
+		return nil, err
+	}
+	go w.run()
+	return w, nil
+}
+
+// AppendAsync queues a record of the given kind whose payload is the concatenation of the
+// slices of payload, and returns at once. The payload is copied during the call: the caller
+// may reuse its slices when AppendAsync returns.
+//
+// When AppendAsync returns nil, done is called exactly once, on the writer goroutine, with
+// the record's LSN and nil after the record was written (and synced, with SyncAlways or
+// force), or with an error wrapping ErrFailStop if it could not be: then the record is not
+// acknowledged and may or may not be found after a reopen. Callbacks are called in LSN
+// order; they must be quick and must not call Append, Sync, DropBefore or Close (AppendAsync
+// is allowed). force=true syncs the record in every sync mode (id grants).
+//
+// When AppendAsync returns an error, the record was not queued and done is not called:
+// ErrTooLarge, ErrBusy (the queue holds MaxQueueBytes: take Room() before the call and wait
+// on it, or use Append, which waits), ErrClosed, or the sticky fail-stop error. LSNs of
+// records that failed are not reused before a reopen.
+func (w *WAL) AppendAsync(kind byte, payload [][]byte, force bool, done func(lsn uint64, err error)) error {
+	assert.That(done != nil, "wal: AppendAsync without done")
+	_, err := w.enqueue(kind, payload, force, done)
+	return err
+}
+
+// Append appends a record like AppendAsync and waits until it is written (and synced, with
+// SyncAlways or force), returning its LSN. It waits for room in the queue rather than
+// return ErrBusy. If ctx has ended before the call or ends while waiting for room, Append
+// returns ctx.Err() and the record was not appended; if ctx ends after the record was queued, Append returns an error
+// wrapping ErrUnknownOutcome and ctx.Err(): the record may still become durable.
+func (w *WAL) Append(ctx context.Context, kind byte, payload [][]byte, force bool) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	wt := waiterPool.Get().(*waiter)
+	for {
+		spaceFreed, err := w.enqueue(kind, payload, force, wt.done)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrBusy) {
+			waiterPool.Put(wt)
+			return 0, err
+		}
+		select {
+		case <-spaceFreed:
+		case <-ctx.Done():
+			waiterPool.Put(wt)
+			return 0, ctx.Err()
+		}
+	}
+	select {
+	case r := <-wt.ch:
+		waiterPool.Put(wt)
+		return r.lsn, r.err
+	case <-ctx.Done():
+		// wt stays with the writer, which will send to it: it is not reused.
+		return 0, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// waiter carries the outcome of one blocking Append from the writer goroutine.
+type waiter struct {
+	ch   chan waitResult // capacity 1, so the writer never blocks on it
+	done func(lsn uint64, err error)
+}
+
+type waitResult struct {
+	lsn uint64
+	err error
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	wt := &waiter{ch: make(chan waitResult, 1)}
+	wt.done = func(lsn uint64, err error) { wt.ch <- waitResult{lsn, err} }
+	return wt
+}}
+
+// enqueue encodes the record into the queue. With ErrBusy it returns the channel that is
+// closed when the writer next takes the queue.
+func (w *WAL) enqueue(kind byte, payload [][]byte, force bool, done func(uint64, error)) (chan struct{}, error) {
+	n := 0
+	for _, p := range payload {
+		n += len(p)
+	}
+	if n > w.opts.MaxRecordBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, w.opts.MaxRecordBytes)
+	}
+	size := recordSize(n)
+	w.mu.Lock()
+	switch {
+	case w.closing:
+		w.mu.Unlock()
+		return nil, ErrClosed
+	case w.err != nil:
+		err := w.err
+		w.mu.Unlock()
+		return nil, err
+	case len(w.queueBuf) > 0 && len(w.queueBuf)+size > w.opts.MaxQueueBytes:
+		ch := w.spaceFreed
+		w.spaceWatched = true
+		w.mu.Unlock()
+		return ch, ErrBusy
+	}
+	lsn := w.nextLSN
+	w.nextLSN++
+	off := len(w.queueBuf)
+	w.queueBuf = slices.Grow(w.queueBuf, size)[:off+size]
+	rec := w.queueBuf[off:]
+	putRecordHeader(rec, n, lsn, kind)
+	rest := rec[recordHeaderSize:]
+	for _, p := range payload {
+		rest = rest[copy(rest, p):]
+	}
+	clear(rest) // padding
+	wasEmpty := len(w.queue) == 0
+	w.queue = append(w.queue, queued{lsn: lsn, off: off, force: force, done: done})
+	assert.That(w.queue[0].lsn+uint64(len(w.queue))-1 == lsn, "wal: queue LSNs not consecutive")
+	assert.That(len(w.queueBuf) <= w.opts.MaxQueueBytes || len(w.queue) == 1, "wal: queue over its bound")
+	w.lastLSN.Store(lsn)
+	w.mu.Unlock()
+	if wasEmpty {
+		w.signal()
+	}
+	return nil, nil
+}
+
+// signal wakes the writer goroutine if it waits.
+func (w *WAL) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Sync makes every record appended before the call durable, in every sync mode, and
+// returns nil once it is (the checkpoint calls it before publishing). It returns the sticky
+// fail-stop error if the WAL has failed, ErrClosed after Close has begun.
+func (w *WAL) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	target := w.nextLSN - 1
+	for {
+		switch {
+		case w.err != nil:
+			return w.err
+		case w.closing:
+			return ErrClosed
+		case w.syncedThrough.Load() >= target:
+			return nil
+		}
+		w.syncWanted = true
+		w.signal()
+		w.synced.Wait()
+	}
+}
+
+// SyncedThrough returns the highest LSN known durable: every record up to it survives power
+// loss.
+func (w *WAL) SyncedThrough() uint64 { return w.syncedThrough.Load() }
+
+// LastLSN returns the LSN of the last record appended (queued), written or not: the next
+// record gets LastLSN()+1. After Open it is the last recovered LSN (0 for a new log).
+func (w *WAL) LastLSN() uint64 { return w.lastLSN.Load() }
+
+// DropBefore deletes the segment files whose records all have LSNs below lsn (never the
+// active one) and syncs the directory. Records with LSN >= lsn stay. The checkpoint calls
+// DropBefore(checkpointLSN+1) after it has published. Segments are removed oldest first, so
+// a crash in between leaves a contiguous log.
+func (w *WAL) DropBefore(lsn uint64) error {
+	w.dropMu.Lock()
+	defer w.dropMu.Unlock()
+	w.mu.Lock()
+	segs := slices.Clone(w.segs)
+	w.mu.Unlock()
+	n := 0
+	for n+1 < len(segs) && segs[n+1] <= lsn {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	var err error
+	removed := 0
+	for ; removed < n; removed++ {
+		if err = w.fs.Remove(path.Join(w.dir, segmentName(segs[removed]))); err != nil {
+			err = fmt.Errorf("wal: drop segment %s: %w", segmentName(segs[removed]), err)
+			break
+		}
+	}
+	if removed > 0 {
+		w.mu.Lock()
+		assert.That(w.segs[0] == segs[0], "wal: segment list changed under DropBefore")
+		w.segs = w.segs[removed:]
+		w.mu.Unlock()
+		if errSync := w.fs.SyncDir(w.dir); errSync != nil && err == nil {
+			err = fmt.Errorf("wal: drop segments: sync dir %s: %w", w.dir, errSync)
+		}
+	}
+	return err
+}
+
+// Stats returns the counters since Open.
+func (w *WAL) Stats() Stats {
+	s := Stats{
+		Records: w.records.Load(),
+		Bytes:   w.bytes.Load(),
+		Groups:  w.groups.Load(),
+		Syncs:   w.syncs.Load(),
+	}
+	if s.Syncs > 0 {
+		s.RecordsPerSync = float64(s.Records) / float64(s.Syncs)
+	}
+	return s
+}
+
+// Close writes the records already queued, syncs them, closes the files and releases the
+// directory lock. Appends after Close has begun fail with ErrClosed. Close is idempotent:
+// every call returns the same result, the sticky fail-stop error if the WAL failed (so a
+// caller learns that unsynced records may be lost), else the first error of closing.
+func (w *WAL) Close() error {
+	w.closeOnce.Do(func() {
+		w.mu.Lock()
+		w.closing = true
+		w.mu.Unlock()
+		w.signal()
+		<-w.exited
+		var errFile error
+		if w.file != nil {
+			errFile = w.file.Close()
+		}
+		errLock := w.lock.Close()
+		w.mu.Lock()
+		sticky := w.err
+		w.mu.Unlock()
+		switch {
+		case sticky != nil:
+			w.closeErr = sticky
+		case errFile != nil:
+			w.closeErr = fmt.Errorf("wal: close: %w", errFile)
+		case errLock != nil:
+			w.closeErr = fmt.Errorf("wal: close: unlock: %w", errLock)
+		}
+	})
+	return w.closeErr
+}

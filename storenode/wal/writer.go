@@ -1,0 +1,202 @@
+package wal
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"runtime"
+
+	"github.com/weftdb/weft/internal/assert"
+)
+
+// The writer goroutine: it takes every record queued while the previous group was written
+// and synced, writes them with one WriteAt, syncs once if the sync mode or any record asks,
+// then calls the done callbacks in LSN order. Everything here runs on that goroutine.
+
+// groupBufKeepBytes is the capacity of a group buffer kept for reuse after a group that used
+// less than a quarter of it; a larger buffer (after a burst of big records) is released.
+const groupBufKeepBytes = 4 << 20
+
+// run is the writer goroutine's loop.
+func (w *WAL) run() {
+	defer close(w.exited)
+	for {
+		w.mu.Lock()
+		for len(w.queue) == 0 && !w.syncWanted && !w.closing {
+			w.mu.Unlock()
+			<-w.wake
+			w.mu.Lock()
+		}
+		if len(w.queue) > 0 && !w.opts.noYield && !w.closing {
+			// Let the batch build: appenders that are about to queue get one scheduling
+			// round before the group is cut, which raises records per write and sync
+			// when the previous group finished quickly (SyncNone, a fast disk).
+			w.mu.Unlock()
+			runtime.Gosched()
+			w.mu.Lock()
+		}
+		group, buf := w.queue, w.queueBuf
+		w.queue, w.queueBuf = w.group[:0], w.groupBuf[:0]
+		syncWanted, closing := w.syncWanted, w.closing
+		w.syncWanted = false
+		if len(group) > 0 && w.spaceWatched {
+			close(w.spaceFreed)
+			w.spaceFreed = make(chan struct{})
+			w.spaceWatched = false
+		}
+		w.mu.Unlock()
+
+		w.writeGroup(group, buf, syncWanted || closing)
+
+		clear(group) // drop the callbacks
+		if cap(buf) > groupBufKeepBytes && len(buf) < cap(buf)/4 {
+			buf = nil
+		}
+		w.group, w.groupBuf = group[:0], buf[:0]
+		w.mu.Lock()
+		w.synced.Broadcast()
+		done := closing && len(w.queue) == 0
+		w.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// writeGroup writes the encoded records buf of group (possibly none), syncs if wantSync or
+// the sync mode or a forced record asks, and calls the callbacks.
+func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
+	if w.failed {
+		assert.That(len(group) == 0, "wal: records queued after fail-stop")
+		return
+	}
+	needSync := wantSync || (len(group) > 0 && w.opts.Sync == SyncAlways)
+	if len(group) > 0 {
+		if group[0].lsn != w.writtenLSN+1 { // checked before assert.That boxes its arguments
+			assert.That(false, "wal: group starts at LSN %d after %d", group[0].lsn, w.writtenLSN)
+		}
+		if w.fileOff >= w.opts.SegmentBytes && w.fileOff > segmentHeaderSize {
+			if err := w.roll(group[0].lsn); err != nil {
+				w.fail(err, group)
+				return
+			}
+		}
+		st := w.syncedThrough.Load()
+		for i, q := range group {
+			end := len(buf)
+			if i+1 < len(group) {
+				end = group[i+1].off
+			}
+			finishRecord(buf[q.off:end], st)
+			needSync = needSync || q.force
+			if invariants {
+				h, _, size, err := decodeRecord(buf[q.off:end], w.opts.MaxRecordBytes)
+				assert.That(err == nil && h.lsn == q.lsn && size == end-q.off, "wal: record LSN %d encodes badly: %v", q.lsn, err)
+			}
+		}
+		n, err := w.file.WriteAt(buf, w.fileOff)
+		if err == nil && n != len(buf) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			w.fail(fmt.Errorf("write %s at offset %d: %w", w.fileName(), w.fileOff, err), group)
+			return
+		}
+		w.fileOff += int64(len(buf))
+		w.writtenLSN = group[len(group)-1].lsn
+		w.records.Add(uint64(len(group)))
+		w.bytes.Add(uint64(len(buf)))
+		w.groups.Add(1)
+	}
+	if needSync && w.writtenLSN > w.syncedThrough.Load() {
+		if err := w.syncFile(); err != nil {
+			w.fail(err, group)
+			return
+		}
+	}
+	for _, q := range group {
+		q.done(q.lsn, nil)
+	}
+}
+
+// syncFile fdatasyncs the active segment and advances syncedThrough.
+func (w *WAL) syncFile() error {
+	if err := w.file.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", w.fileName(), err)
+	}
+	w.syncs.Add(1)
+	w.syncedThrough.Store(w.writtenLSN)
+	return nil
+}
+
+// roll syncs the active segment (so only the newest segment can have a torn tail), closes it
+// and starts the segment whose first record has LSN first.
+func (w *WAL) roll(first uint64) error {
+	if w.writtenLSN > w.syncedThrough.Load() {
+		if err := w.syncFile(); err != nil {
+			return err
+		}
+	}
+	if err := w.file.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", w.fileName(), err)
+	}
+	w.file = nil
+	return w.createSegment(first)
+}
+
+// createSegment creates the segment file whose first record has LSN first, writes its
+// header and makes its directory entry durable before any record in it can be acknowledged
+// (fdatasync of the file does not persist the entry). Also called by Open, before the writer
+// starts.
+func (w *WAL) createSegment(first uint64) error {
+	name := segmentName(first)
+	f, err := w.fs.Create(path.Join(w.dir, name))
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	var hdr [segmentHeaderSize]byte
+	encodeSegmentHeader(hdr[:], first)
+	if _, err := f.WriteAt(hdr[:], 0); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s header: %w", name, err)
+	}
+	if !w.opts.noPreallocate {
+		// Advisory: a failure (a full disk) shows up again on the write that needs the space.
+		_ = f.Allocate(segmentHeaderSize, w.opts.SegmentBytes)
+	}
+	if err := w.fs.SyncDir(w.dir); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("create %s: sync dir: %w", name, err)
+	}
+	w.file, w.fileFirst, w.fileOff = f, first, segmentHeaderSize
+	w.bytes.Add(segmentHeaderSize)
+	w.mu.Lock()
+	w.segs = append(w.segs, first)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *WAL) fileName() string { return segmentName(w.fileFirst) }
+
+// fail makes the WAL fail-stop with cause: the records of group and every queued record get
+// the sticky error, in LSN order, and no record is written or synced again.
+func (w *WAL) fail(cause error, group []queued) {
+	w.failed = true
+	err := fmt.Errorf("%w: %w", ErrFailStop, cause)
+	w.mu.Lock()
+	w.err = err
+	rest := w.queue
+	w.queue = nil
+	w.queueBuf = nil
+	close(w.spaceFreed)
+	w.spaceFreed = make(chan struct{})
+	w.spaceWatched = false
+	w.synced.Broadcast()
+	w.mu.Unlock()
+	for _, q := range group {
+		q.done(q.lsn, err)
+	}
+	for _, q := range rest {
+		q.done(q.lsn, err)
+	}
+}
