@@ -1,0 +1,144 @@
+package sgio
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/weftdb/weft/internal/corrupt"
+)
+
+// Code is an error code carried by an Error reply. Each code maps to one sentinel error that
+// both sides use (Code.Err), so errors.Is works across TCP.
+type Code uint16
+
+// Error codes. Part of the format; do not change. 0 is not a code.
+const (
+	CodeCorruption     Code = 1  // corrupt.ErrCorruption: bad bytes on disk or on the wire
+	CodeMalformed      Code = 2  // ErrMalformed: a request breaks the format's rules
+	CodeUnsupported    Code = 3  // ErrUnsupported: unknown protocol version or message type
+	CodeAuthFailed     Code = 4  // ErrAuthFailed
+	CodeTableNotFound  Code = 5  // ErrTableNotFound
+	CodeTableExists    Code = 6  // ErrTableExists
+	CodeBadName        Code = 7  // ErrBadName
+	CodeBadRowSize     Code = 8  // ErrBadRowSize
+	CodeOwned          Code = 9  // ErrOwned: another owner's lease is live
+	CodeFenced         Code = 10 // ErrFenced: stale epoch or not the owner
+	CodeSeqGap         Code = 11 // ErrSeqGap
+	CodeNoSpace        Code = 12 // ErrNoSpace (syscall.ENOSPC)
+	CodeFailStop       Code = 13 // ErrFailStop
+	CodeFrameTooLarge  Code = 14 // ErrFrameTooLarge
+	CodeBusy           Code = 15 // ErrBusy: a limit was reached
+	CodeShuttingDown   Code = 16 // ErrShuttingDown
+	CodeUnknownOutcome Code = 17 // ErrUnknownOutcome
+	CodeConnClosed     Code = 18 // ErrConnClosed
+	CodeInternal       Code = 19 // ErrInternal: anything else
+)
+
+// codeTable maps codes to sentinels. CodeOf walks it in order, so a code whose sentinel wraps
+// another's (ErrMalformed wraps corrupt.ErrCorruption) comes before it, and the catch-alls come
+// last.
+var codeTable = [...]struct {
+	code Code
+	err  error
+}{
+	{CodeAuthFailed, ErrAuthFailed},
+	{CodeTableNotFound, ErrTableNotFound},
+	{CodeTableExists, ErrTableExists},
+	{CodeBadName, ErrBadName},
+	{CodeBadRowSize, ErrBadRowSize},
+	{CodeOwned, ErrOwned},
+	{CodeFenced, ErrFenced},
+	{CodeSeqGap, ErrSeqGap},
+	{CodeNoSpace, ErrNoSpace},
+	{CodeFailStop, ErrFailStop},
+	{CodeFrameTooLarge, ErrFrameTooLarge},
+	{CodeBusy, ErrBusy},
+	{CodeShuttingDown, ErrShuttingDown},
+	{CodeUnknownOutcome, ErrUnknownOutcome},
+	{CodeConnClosed, ErrConnClosed},
+	{CodeUnsupported, ErrUnsupported},
+	{CodeMalformed, ErrMalformed},
+	{CodeCorruption, corrupt.ErrCorruption},
+	{CodeInternal, ErrInternal},
+}
+
+// Err reports the sentinel of c; a code this side does not know maps to ErrInternal.
+func (c Code) Err() error {
+	for _, e := range codeTable {
+		if e.code == c {
+			return e.err
+		}
+	}
+	return ErrInternal
+}
+
+// String reports the sentinel's message, or the number of a code this side does not know.
+func (c Code) String() string {
+	for _, e := range codeTable {
+		if e.code == c {
+			return e.err.Error()
+		}
+	}
+	return fmt.Sprintf("sgio: error code %d", uint16(c))
+}
+
+// CodeOf reports the code that carries err across the wire: the first code whose sentinel err
+// matches under errors.Is, CodeNoSpace for any error matching syscall.ENOSPC, CodeInternal for
+// anything else (nil included: a caller sends an Error reply only for a failure).
+func CodeOf(err error) Code {
+	if err == nil {
+		return CodeInternal
+	}
+	for _, e := range codeTable {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return CodeNoSpace
+	}
+	return CodeInternal
+}
+
+// RemoteError is the error a receiver of an Error reply gets (ErrorFromWire): it matches the
+// code's sentinel under errors.Is and reads as the sender's message.
+type RemoteError struct {
+	// Code is the code as received, even one this side does not know.
+	Code Code
+	// Message is the sender's message text, at most ErrorMessageMax bytes.
+	Message string
+}
+
+// Error reports the sender's message, or the sentinel's when the message is empty.
+func (e *RemoteError) Error() string {
+	if e.Message == "" {
+		return e.Code.String()
+	}
+	return e.Message
+}
+
+// Unwrap reports the code's sentinel, so errors.Is(err, sgio.ErrTableNotFound) holds.
+func (e *RemoteError) Unwrap() error { return e.Code.Err() }
+
+// ErrorFromWire reports the error an Error reply {code, msg} stands for: a *RemoteError that
+// matches code's sentinel (ErrInternal for an unknown code) and reads as msg.
+func ErrorFromWire(code Code, msg string) error { return &RemoteError{Code: code, Message: msg} }
+
+// NewErrorReply reports the Error reply that carries err: CodeOf(err) and err's text, cut to
+// ErrorMessageMax bytes on a UTF-8 boundary. A server calls it for a failed request.
+func NewErrorReply(err error) *ErrorReply {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if len(msg) > ErrorMessageMax {
+		cut := ErrorMessageMax
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
+	}
+	return &ErrorReply{Code: CodeOf(err), Message: msg}
+}

@@ -1,0 +1,320 @@
+package sgio
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+)
+
+// NewFrameReader returns a bufio.Reader over rd whose buffer holds one whole frame of up to
+// maxBody body bytes (clamped to MaxBodyLimit), for ReadFrame.
+func NewFrameReader(rd io.Reader, maxBody uint32) *bufio.Reader {
+	if maxBody > MaxBodyLimit {
+		maxBody = MaxBodyLimit
+	}
+	return bufio.NewReaderSize(rd, HeaderSize+int(maxBody))
+}
+
+// ReadFrame reads the next frame from r without consuming it: it peeks the header, checks it
+// (Decode) before waiting for the body, then peeks the whole frame. The Frame aliases r's
+// buffer and is valid until the next read from r; the caller calls r.Discard(n) when done with
+// it. r's buffer must hold HeaderSize+maxBody bytes (NewFrameReader), else a frame that fits
+// maxBody but not the buffer fails with ErrFrameTooLarge.
+//
+// At a clean end of stream (no byte of a next frame) it returns io.EOF; a stream that ends
+// inside a frame returns io.ErrUnexpectedEOF; other errors are Decode's or r's. Only one
+// goroutine may read r at a time.
+func ReadFrame(r *bufio.Reader, maxBody uint32) (f Frame, n int, err error) {
+	buf, err := r.Peek(HeaderSize)
+	if err != nil {
+		return Frame{}, 0, peekErr(buf, err)
+	}
+	f, n, err = Decode(buf, maxBody)
+	if err != ErrNeedMore {
+		return f, n, err
+	}
+	if n > r.Size() {
+		return Frame{}, 0, fmt.Errorf("sgio: frame of %d bytes exceeds the read buffer of %d: %w", n, r.Size(), ErrFrameTooLarge)
+	}
+	if buf, err = r.Peek(n); err != nil {
+		return Frame{}, 0, peekErr(buf, err)
+	}
+	return Decode(buf, maxBody)
+}
+
+func peekErr(buf []byte, err error) error {
+	if errors.Is(err, io.EOF) {
+		if len(buf) == 0 {
+			return io.EOF
+		}
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// bodyReader decodes a body field by field with bounds checks. Its first failure sticks: later
+// reads return zero values, so a parser reads every field and checks err once, at done.
+type bodyReader struct {
+	t   Type
+	b   []byte
+	off int
+	err error
+}
+
+// fail records a format failure at offset off.
+func (r *bodyReader) fail(off int, format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("sgio: %v body at offset %d: %s: %w", r.t, off, fmt.Sprintf(format, args...), ErrMalformed)
+	}
+}
+
+// check records err, a rule failure of a parsed field, so that it also wraps ErrMalformed.
+func (r *bodyReader) check(err error) {
+	if err == nil || r.err != nil {
+		return
+	}
+	if errors.Is(err, ErrMalformed) {
+		r.err = fmt.Errorf("sgio: %v body at offset %d: %w", r.t, r.off, err)
+	} else {
+		r.err = fmt.Errorf("sgio: %v body at offset %d: %w: %w", r.t, r.off, err, ErrMalformed)
+	}
+}
+
+// truncated records that n bytes were wanted beyond the body's end.
+func (r *bodyReader) truncated(n int) {
+	r.err = fmt.Errorf("sgio: %v body of %d bytes: %d bytes wanted at offset %d: %w", r.t, len(r.b), n, r.off, ErrTruncated)
+}
+
+// take returns the next n bytes (aliasing the body), or nil after a failure.
+func (r *bodyReader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b)-r.off {
+		r.truncated(n)
+		return nil
+	}
+	s := r.b[r.off : r.off+n : r.off+n]
+	r.off += n
+	return s
+}
+
+func (r *bodyReader) u8() uint8 {
+	if b := r.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *bodyReader) u16() uint16 {
+	if b := r.take(2); b != nil {
+		return binary.LittleEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (r *bodyReader) u32() uint32 {
+	if b := r.take(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *bodyReader) u64() uint64 {
+	if b := r.take(8); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (r *bodyReader) bytes32() (a [32]byte) {
+	if b := r.take(32); b != nil {
+		copy(a[:], b)
+	}
+	return a
+}
+
+func (r *bodyReader) reserved8() {
+	if off := r.off; r.u8() != 0 {
+		r.fail(off, "reserved field not zero")
+	}
+}
+
+func (r *bodyReader) reserved16() {
+	if off := r.off; r.u16() != 0 {
+		r.fail(off, "reserved field not zero")
+	}
+}
+
+func (r *bodyReader) reserved32() {
+	if off := r.off; r.u32() != 0 {
+		r.fail(off, "reserved field not zero")
+	}
+}
+
+// count reads a u32 element count and checks it against the bytes left, at least elemMin
+// each, before anything is allocated for the elements.
+func (r *bodyReader) count(elemMin int) int {
+	off := r.off
+	n := r.u32()
+	if r.err != nil {
+		return 0
+	}
+	if left := len(r.b) - r.off; uint64(n)*uint64(elemMin) > uint64(left) {
+		r.err = fmt.Errorf("sgio: %v body at offset %d: count %d of elements of at least %d bytes, %d bytes left: %w",
+			r.t, off, n, elemMin, left, ErrTruncated)
+		return 0
+	}
+	return int(n)
+}
+
+// str reads a u16-length-prefixed string of at most maxLen bytes; it copies.
+func (r *bodyReader) str(maxLen int) string {
+	off := r.off
+	n := int(r.u16())
+	if r.err == nil && n > maxLen {
+		r.fail(off, "string of %d bytes, limit %d", n, maxLen)
+	}
+	return string(r.take(n))
+}
+
+// name reads a string that must pass CheckName.
+func (r *bodyReader) name() string {
+	s := r.str(NameMax)
+	if r.err == nil {
+		r.check(CheckName(s))
+	}
+	return s
+}
+
+// align skips the zero padding up to the next multiple of BodyAlign.
+func (r *bodyReader) align() {
+	off := r.off
+	for _, c := range r.take(pad8(r.off) - r.off) {
+		if c != 0 {
+			r.fail(off, "padding not zero")
+			return
+		}
+	}
+}
+
+// done checks the body's end: zero padding to a multiple of BodyAlign and nothing after it.
+func (r *bodyReader) done() error {
+	r.align()
+	if r.err == nil && r.off != len(r.b) {
+		r.fail(r.off, "%d trailing bytes", len(r.b)-r.off)
+	}
+	return r.err
+}
+
+// SegmentIter walks the segments of a body that ViewSegments or ViewCommit validated, without
+// allocating. The segments' Rows alias the body. The zero SegmentIter is empty. An iterator
+// may be used by one goroutine at a time; copies iterate independently.
+type SegmentIter struct {
+	b    []byte // the segments, back to back
+	off  int    // of the next segment in b
+	left int
+}
+
+// Len reports the number of segments not yet returned by Next.
+func (it *SegmentIter) Len() int { return it.left }
+
+// Next fills s with the next segment and reports true, or reports false when none is left.
+// Filling the caller's Segment, rather than returning one, keeps the loop free of large
+// struct copies. Declare the iterator before the loop (it := v.Segments(); for it.Next(&s)
+// {...}): as a for-clause variable it would be copied every iteration.
+func (it *SegmentIter) Next(s *Segment) bool {
+	if it.left == 0 {
+		return false
+	}
+	h := it.b[it.off : it.off+SegmentHeaderSize : it.off+SegmentHeaderSize]
+	s.Table = binary.LittleEndian.Uint32(h[0:])
+	s.RowBytes = binary.LittleEndian.Uint16(h[4:])
+	s.Page = binary.LittleEndian.Uint64(h[8:])
+	s.Data = binary.LittleEndian.Uint64(h[16:])
+	s.Clear = binary.LittleEndian.Uint64(h[24:])
+	start := it.off + SegmentHeaderSize
+	end := start + bits.OnesCount64(s.Data)*int(s.RowBytes)
+	s.Rows = it.b[start:end:end]
+	it.off = end
+	it.left--
+	return true
+}
+
+// walkSegments validates n segments at r's offset and returns an iterator over them.
+func walkSegments(r *bodyReader, n int) SegmentIter {
+	start := r.off
+	var s Segment
+	for i := 0; i < n && r.err == nil; i++ {
+		parseSegment(r, &s)
+	}
+	if r.err != nil {
+		return SegmentIter{}
+	}
+	return SegmentIter{b: r.b[start:r.off], left: n}
+}
+
+// ViewSegments validates a Segments body, as Segments.Parse does, and returns an iterator over
+// its segments. It allocates nothing (except on failure); the segments alias body.
+func ViewSegments(body []byte) (SegmentIter, error) {
+	r := bodyReader{t: TypeSegments, b: body}
+	n := r.count(SegmentHeaderSize)
+	r.reserved32()
+	it := walkSegments(&r, n)
+	if err := r.done(); err != nil {
+		return SegmentIter{}, err
+	}
+	return it, nil
+}
+
+// CommitView is a validated, allocation-free view of a Commit body. Its fences and segments
+// alias the body: valid until the frame's buffer is discarded.
+type CommitView struct {
+	Owner  uint64
+	Seq    uint64
+	fences []byte
+	segs   SegmentIter
+}
+
+// ViewCommit validates a Commit body, as Commit.Parse does, and returns a view of it. It
+// allocates nothing (except on failure).
+func ViewCommit(body []byte) (CommitView, error) {
+	r := bodyReader{t: TypeCommit, b: body}
+	var v CommitView
+	v.Owner = r.u64()
+	v.Seq = r.u64()
+	nf := r.count(fenceSize)
+	ns := r.count(SegmentHeaderSize)
+	start := r.off
+	for i := 0; i < nf && r.err == nil; i++ {
+		r.u32()
+		r.reserved32()
+		r.u64()
+	}
+	if r.err == nil {
+		v.fences = body[start:r.off]
+	}
+	v.segs = walkSegments(&r, ns)
+	if err := r.done(); err != nil {
+		return CommitView{}, err
+	}
+	return v, nil
+}
+
+// FenceCount reports the number of fences.
+func (v *CommitView) FenceCount() int { return len(v.fences) / fenceSize }
+
+// Fence reports fence i, 0 <= i < FenceCount.
+func (v *CommitView) Fence(i int) Fence {
+	b := v.fences[i*fenceSize : (i+1)*fenceSize]
+	return Fence{Table: binary.LittleEndian.Uint32(b), Epoch: binary.LittleEndian.Uint64(b[8:])}
+}
+
+// SegmentCount reports the number of segments.
+func (v *CommitView) SegmentCount() int { return v.segs.Len() }
+
+// Segments returns a new iterator over the segments, from the first.
+func (v *CommitView) Segments() SegmentIter { return v.segs }

@@ -1,0 +1,113 @@
+package sgio
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/weftdb/weft/internal/corrupt"
+)
+
+// Errors of the protocol, grouped by when they occur. Each one that can cross the wire has one
+// Code (codes.go), and both sides use the same sentinel, so errors.Is holds for an error that
+// came over TCP. Format and checksum failures wrap corrupt.ErrCorruption.
+var (
+	// Decoding a frame.
+
+	// ErrNeedMore is returned by Decode, unwrapped, while the buffer holds less than a whole
+	// frame; Decode's n says how many bytes it needs. It is not a failure.
+	ErrNeedMore = errors.New("sgio: need more bytes for a whole frame")
+	// ErrBadMagic is returned for a frame that does not start with Magic.
+	ErrBadMagic = newSentinel("sgio: bad frame magic", corrupt.ErrCorruption)
+	// ErrChecksum is returned for a frame whose CRC32C does not match its bytes.
+	ErrChecksum = newSentinel("sgio: frame checksum mismatch", corrupt.ErrCorruption)
+	// ErrFrameTooLarge is returned for a frame whose body exceeds the receiver's limit, and by
+	// the client, before sending, for a request larger than the server accepts.
+	ErrFrameTooLarge = errors.New("sgio: frame too large")
+	// ErrUnsupported is returned for a protocol version or message type this side does not
+	// speak.
+	ErrUnsupported = errors.New("sgio: unsupported protocol version or message type")
+	// ErrBadVersion is returned for a frame or Hello of another protocol version.
+	ErrBadVersion = newSentinel("sgio: unsupported protocol version", ErrUnsupported)
+	// ErrUnknownType is returned for a frame whose message type this side does not know.
+	ErrUnknownType = newSentinel("sgio: unknown message type", ErrUnsupported)
+
+	// Parsing a body, and checking a message before it is sent.
+
+	// ErrMalformed is returned for a frame or body that breaks the format's rules (reserved
+	// fields not zero, counts beyond the body, overlapping masks, trailing bytes).
+	ErrMalformed = newSentinel("sgio: malformed message", corrupt.ErrCorruption)
+	// ErrTruncated is returned for a body shorter than its own fields say.
+	ErrTruncated = newSentinel("sgio: truncated message", ErrMalformed)
+	// ErrBadName is returned for a table or stat name outside 1..NameMax bytes of
+	// [A-Za-z0-9_.-], or a client name that is neither empty nor such a name.
+	ErrBadName = errors.New("sgio: bad name")
+	// ErrBadRowSize is returned for a row size outside RowBytesMin..RowBytesMax or not a
+	// multiple of 8, and for rows whose size does not match their table's.
+	ErrBadRowSize = errors.New("sgio: bad row size")
+
+	// Handshake.
+
+	// ErrAuthFailed is returned when either side fails to prove knowledge of the shared
+	// secret.
+	ErrAuthFailed = errors.New("sgio: authentication failed")
+
+	// Catalog.
+
+	// ErrTableNotFound is returned for a table name or id that does not exist.
+	ErrTableNotFound = errors.New("sgio: table not found")
+	// ErrTableExists is returned by CreateTable for a name already in use.
+	ErrTableExists = errors.New("sgio: table exists")
+
+	// Ownership and ordering.
+
+	// ErrOwned is returned by Acquire while another owner holds a live lease on the table.
+	ErrOwned = errors.New("sgio: table owned by another transaction node")
+	// ErrFenced is returned for a commit or id grant whose owner or epoch is not the table's
+	// current grant.
+	ErrFenced = errors.New("sgio: fenced: stale epoch or not the owner")
+	// ErrSeqGap is returned when an owner's batch waited too long for the batches before it in
+	// seq order.
+	ErrSeqGap = errors.New("sgio: gap in owner's batch sequence")
+
+	// Storage node state.
+
+	// ErrNoSpace is returned when the storage node's disk is full; it also matches
+	// syscall.ENOSPC.
+	ErrNoSpace = newSentinel("sgio: no space left on the storage node", syscall.ENOSPC)
+	// ErrFailStop is returned once the storage node stopped accepting commits after an IO
+	// error; it accepts them again only after a restart.
+	ErrFailStop = errors.New("sgio: storage node stopped after an IO failure")
+	// ErrBusy is returned when a limit is reached: the in-flight bound of a connection (the
+	// wait for a free slot ended with the caller's context), or a server-side bound.
+	ErrBusy = errors.New("sgio: busy")
+	// ErrShuttingDown is returned by a server that is closing.
+	ErrShuttingDown = errors.New("sgio: shutting down")
+	// ErrInternal is returned for a failure with no more specific code, and for error codes
+	// this side does not know.
+	ErrInternal = errors.New("sgio: internal error")
+
+	// Connection.
+
+	// ErrUnknownOutcome is wrapped by the error of a request whose context ended, or whose
+	// connection failed, after the request was handed to the socket: the server may or may not
+	// have executed it. Retrying is safe: commits carry (owner, seq) and are applied once.
+	ErrUnknownOutcome = errors.New("sgio: request sent, outcome unknown")
+	// ErrConnClosed is wrapped, together with the cause, by the error of every request on a
+	// connection that broke or was closed.
+	ErrConnClosed = errors.New("sgio: connection closed")
+)
+
+// sentinel is an error with a fixed message that also matches its parents under errors.Is: a
+// corruption sentinel matches corrupt.ErrCorruption, ErrNoSpace matches syscall.ENOSPC.
+type sentinel struct {
+	msg     string
+	parents []error
+}
+
+func newSentinel(msg string, parents ...error) error { return &sentinel{msg: msg, parents: parents} }
+
+// Error reports the sentinel's message.
+func (e *sentinel) Error() string { return e.msg }
+
+// Unwrap reports the parents, so errors.Is finds them.
+func (e *sentinel) Unwrap() []error { return e.parents }

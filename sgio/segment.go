@@ -1,0 +1,483 @@
+package sgio
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+)
+
+// Segment is a sparse segment of one logical page: the unit of IO in both directions. Data has
+// a bit for each slot whose row follows in Rows; Clear has a bit for each slot that is (or
+// becomes) absent and carries no bytes.
+//
+// On the wire:
+//
+//	off size field
+//	0   4    table id
+//	4   2    row bytes (RowBytesMin..RowBytesMax, a multiple of 8)
+//	6   2    reserved, 0
+//	8   8    page number (<= PageMax)
+//	16  8    data mask
+//	24  8    clear mask (data & clear == 0)
+//	32  ...  popcount(data) * row bytes: the rows of the data mask, in slot order
+type Segment struct {
+	Table    uint32
+	RowBytes uint16
+	Page     uint64
+	Data     uint64
+	Clear    uint64
+	// Rows holds popcount(Data)*RowBytes bytes. A decoded segment's Rows aliases the frame
+	// body: valid until the frame's buffer is discarded. An encoded segment's Rows is sent by
+	// reference: it must not change until the write has completed.
+	Rows []byte
+}
+
+// RowsSize reports the number of row bytes the segment carries: popcount(Data)*RowBytes.
+func (s *Segment) RowsSize() int { return bits.OnesCount64(s.Data) * int(s.RowBytes) }
+
+// Size reports the segment's encoded size: header and rows.
+func (s *Segment) Size() int { return SegmentHeaderSize + s.RowsSize() }
+
+// checkHeader checks the rules of a segment's header fields.
+func (s *Segment) checkHeader() error {
+	if !s.headerOK() {
+		return s.headerError()
+	}
+	return nil
+}
+
+// headerOK is checkHeader's test, small enough to inline into the decoders' loops.
+func (s *Segment) headerOK() bool {
+	return s.RowBytes-RowBytesMin <= RowBytesMax-RowBytesMin && s.RowBytes&7 == 0 && s.Page <= PageMax && s.Data&s.Clear == 0
+}
+
+func (s *Segment) headerError() error {
+	if err := CheckRowBytes(int(s.RowBytes)); err != nil {
+		return err
+	}
+	if s.Page > PageMax {
+		return fmt.Errorf("sgio: segment of table %d: page %d beyond the last page %d: %w", s.Table, s.Page, uint64(PageMax), ErrMalformed)
+	}
+	both := s.Data & s.Clear
+	return fmt.Errorf("sgio: segment of table %d page %d: data mask %#016x and clear mask %#016x share slots %#016x: %w",
+		s.Table, s.Page, s.Data, s.Clear, both, ErrMalformed)
+}
+
+// Validate reports whether s may be encoded: its header rules, and Rows of RowsSize bytes.
+// Its errors wrap ErrBadRowSize or ErrMalformed.
+func (s *Segment) Validate() error { return s.validate(len(s.Rows)) }
+
+// validate checks the header rules and a row byte count of rowsLen.
+func (s *Segment) validate(rowsLen int) error {
+	if err := s.checkHeader(); err != nil {
+		return err
+	}
+	if want := s.RowsSize(); rowsLen != want {
+		return fmt.Errorf("sgio: segment of table %d page %d: %d row bytes for %d rows of %d bytes, want %d: %w",
+			s.Table, s.Page, rowsLen, bits.OnesCount64(s.Data), s.RowBytes, want, ErrBadRowSize)
+	}
+	return nil
+}
+
+// putSegmentHeader writes s's header into b[:SegmentHeaderSize].
+func putSegmentHeader(b []byte, s *Segment) {
+	_ = b[SegmentHeaderSize-1]
+	binary.LittleEndian.PutUint32(b[0:], s.Table)
+	binary.LittleEndian.PutUint16(b[4:], s.RowBytes)
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint64(b[8:], s.Page)
+	binary.LittleEndian.PutUint64(b[16:], s.Data)
+	binary.LittleEndian.PutUint64(b[24:], s.Clear)
+}
+
+// AppendSegment appends s, header and rows (copied), to dst and returns the extended slice.
+func AppendSegment(dst []byte, s *Segment) []byte {
+	var h [SegmentHeaderSize]byte
+	putSegmentHeader(h[:], s)
+	return append(append(dst, h[:]...), s.Rows...)
+}
+
+// parseSegment decodes one segment at r's offset; Rows aliases r's body.
+func parseSegment(r *bodyReader, s *Segment) {
+	if r.err != nil {
+		return
+	}
+	off := r.off
+	if len(r.b)-off < SegmentHeaderSize {
+		r.truncated(SegmentHeaderSize)
+		return
+	}
+	h := r.b[off : off+SegmentHeaderSize : off+SegmentHeaderSize]
+	s.Table = binary.LittleEndian.Uint32(h[0:])
+	s.RowBytes = binary.LittleEndian.Uint16(h[4:])
+	s.Page = binary.LittleEndian.Uint64(h[8:])
+	s.Data = binary.LittleEndian.Uint64(h[16:])
+	s.Clear = binary.LittleEndian.Uint64(h[24:])
+	if binary.LittleEndian.Uint16(h[6:]) != 0 {
+		r.fail(off+6, "segment reserved field not zero")
+		return
+	}
+	if !s.headerOK() {
+		r.check(s.headerError())
+		return
+	}
+	r.off = off + SegmentHeaderSize
+	s.Rows = r.take(s.RowsSize())
+}
+
+// validateSegments checks segs, with optional per-segment runs.
+func validateSegments(segs []Segment, runs [][][]byte) error {
+	if runs != nil && len(runs) != len(segs) {
+		return fmt.Errorf("sgio: %d segments but %d row-run lists: %w", len(segs), len(runs), ErrMalformed)
+	}
+	for i := range segs {
+		n := len(segs[i].Rows)
+		if runs != nil {
+			n = runsSize(runs[i])
+		}
+		if err := segs[i].validate(n); err != nil {
+			return fmt.Errorf("sgio: segment %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func runsSize(runs [][]byte) int {
+	n := 0
+	for _, r := range runs {
+		n += len(r)
+	}
+	return n
+}
+
+func segmentsSize(segs []Segment) int {
+	n := 0
+	for i := range segs {
+		n += segs[i].Size()
+	}
+	return n
+}
+
+// appendSegmentsCopy appends segs, copying rows from Rows or from runs.
+func appendSegmentsCopy(dst []byte, segs []Segment, runs [][][]byte) []byte {
+	for i := range segs {
+		if runs == nil {
+			dst = AppendSegment(dst, &segs[i])
+			continue
+		}
+		var h [SegmentHeaderSize]byte
+		putSegmentHeader(h[:], &segs[i])
+		dst = append(dst, h[:]...)
+		for _, r := range runs[i] {
+			dst = append(dst, r...)
+		}
+	}
+	return dst
+}
+
+// PageWant is one page of a ReadPages request: the slots the reader wants.
+type PageWant struct {
+	Table uint32
+	Page  uint64
+	Want  uint64
+}
+
+// pageWantSize is the encoded size of a PageWant: table u32, reserved u32, page, want.
+const pageWantSize = 24
+
+// ReadPages asks for rows: for each PageWant, the server answers with one Segment (in the same
+// order) whose Data is Want&present and whose Clear is Want&^present.
+type ReadPages struct {
+	Wants []PageWant
+}
+
+// Type reports TypeReadPages.
+func (*ReadPages) Type() Type { return TypeReadPages }
+
+// BodySize reports the encoded body length.
+func (m *ReadPages) BodySize() int { return 8 + pageWantSize*len(m.Wants) }
+
+// AppendBody appends the encoded body.
+func (m *ReadPages) AppendBody(dst []byte) []byte {
+	dst = le32(dst, uint32(len(m.Wants)))
+	dst = le32(dst, 0)
+	for _, w := range m.Wants {
+		dst = le32(dst, w.Table)
+		dst = le32(dst, 0)
+		dst = le64(dst, w.Page)
+		dst = le64(dst, w.Want)
+	}
+	return dst
+}
+
+// Parse decodes body.
+func (m *ReadPages) Parse(body []byte) error {
+	r := bodyReader{t: TypeReadPages, b: body}
+	n := r.count(pageWantSize)
+	r.reserved32()
+	m.Wants = m.Wants[:0]
+	for i := 0; i < n && r.err == nil; i++ {
+		var w PageWant
+		w.Table = r.u32()
+		r.reserved32()
+		w.Page = r.u64()
+		w.Want = r.u64()
+		if w.Page > PageMax && r.err == nil {
+			r.fail(r.off-16, "page %d beyond the last page", w.Page)
+		}
+		m.Wants = append(m.Wants, w)
+	}
+	return r.done()
+}
+
+// Validate checks the page numbers.
+func (m *ReadPages) Validate() error {
+	for i, w := range m.Wants {
+		if w.Page > PageMax {
+			return fmt.Errorf("sgio: ReadPages entry %d: page %d beyond the last page: %w", i, w.Page, ErrMalformed)
+		}
+	}
+	return nil
+}
+
+// Segments answers ReadPages, and carries pages of rows in general.
+//
+// Body: count u32, reserved u32, then count segments.
+type Segments struct {
+	Segments []Segment
+	// Runs, when not nil, gives segment i's rows as Runs[i], a gather list of row runs (for
+	// example from a page frame), and Segments[i].Rows is ignored. Only for encoding: Parse
+	// sets it to nil.
+	Runs [][][]byte
+}
+
+// Type reports TypeSegments.
+func (*Segments) Type() Type { return TypeSegments }
+
+// BodySize reports the encoded body length.
+func (m *Segments) BodySize() int { return 8 + segmentsSize(m.Segments) }
+
+// AppendBody appends the encoded body, copying the rows.
+func (m *Segments) AppendBody(dst []byte) []byte {
+	dst = le32(dst, uint32(len(m.Segments)))
+	dst = le32(dst, 0)
+	return appendSegmentsCopy(dst, m.Segments, m.Runs)
+}
+
+// Parse decodes body. The segments' Rows alias body. To walk a body without filling a slice,
+// use ViewSegments.
+func (m *Segments) Parse(body []byte) error {
+	r := bodyReader{t: TypeSegments, b: body}
+	n := r.count(SegmentHeaderSize)
+	r.reserved32()
+	m.Segments = m.Segments[:0]
+	m.Runs = nil
+	for i := 0; i < n && r.err == nil; i++ {
+		var s Segment
+		parseSegment(&r, &s)
+		m.Segments = append(m.Segments, s)
+	}
+	return r.done()
+}
+
+// Validate checks every segment.
+func (m *Segments) Validate() error { return validateSegments(m.Segments, m.Runs) }
+
+// Fence is the ownership epoch a commit batch claims for one table it touches.
+type Fence struct {
+	Table uint32
+	Epoch uint64
+}
+
+// fenceSize is the encoded size of a Fence: table u32, reserved u32, epoch.
+const fenceSize = 16
+
+// commitFixed is the size of a Commit body before its fences: owner, seq, two counts.
+const commitFixed = 24
+
+// Commit is a commit batch: the segments of one or more transactions of one owner, applied
+// atomically, with the owner's seq and one Fence per table the segments touch.
+//
+// Body:
+//
+//	off size field
+//	0   8    owner id
+//	8   8    seq
+//	16  4    fence count
+//	20  4    segment count
+//	24  16*n fences {table u32, reserved u32, epoch u64}
+//	... segments (Segment), back to back
+type Commit struct {
+	Owner    uint64
+	Seq      uint64
+	Fences   []Fence
+	Segments []Segment
+	// Runs, when not nil, gives segment i's rows as Runs[i], a gather list of row runs, and
+	// Segments[i].Rows is ignored. Only for encoding: Parse sets it to nil.
+	Runs [][][]byte
+}
+
+// Type reports TypeCommit.
+func (*Commit) Type() Type { return TypeCommit }
+
+// BodySize reports the encoded body length.
+func (m *Commit) BodySize() int {
+	return commitFixed + fenceSize*len(m.Fences) + segmentsSize(m.Segments)
+}
+
+func (m *Commit) appendFixed(dst []byte) []byte {
+	dst = le64(dst, m.Owner)
+	dst = le64(dst, m.Seq)
+	dst = le32(dst, uint32(len(m.Fences)))
+	dst = le32(dst, uint32(len(m.Segments)))
+	for _, f := range m.Fences {
+		dst = le32(dst, f.Table)
+		dst = le32(dst, 0)
+		dst = le64(dst, f.Epoch)
+	}
+	return dst
+}
+
+// AppendBody appends the encoded body, copying the rows.
+func (m *Commit) AppendBody(dst []byte) []byte {
+	return appendSegmentsCopy(m.appendFixed(dst), m.Segments, m.Runs)
+}
+
+// Parse decodes body. The segments' Rows alias body. To walk a body without filling slices,
+// use ViewCommit.
+func (m *Commit) Parse(body []byte) error {
+	r := bodyReader{t: TypeCommit, b: body}
+	m.Owner = r.u64()
+	m.Seq = r.u64()
+	nf := r.count(fenceSize)
+	ns := r.count(SegmentHeaderSize)
+	m.Fences = m.Fences[:0]
+	m.Segments = m.Segments[:0]
+	m.Runs = nil
+	if r.err == nil && uint64(nf)*fenceSize+uint64(ns)*SegmentHeaderSize > uint64(len(body)-r.off) {
+		r.fail(r.off, "%d fences and %d segments do not fit in %d bytes", nf, ns, len(body)-r.off)
+	}
+	for i := 0; i < nf && r.err == nil; i++ {
+		var f Fence
+		f.Table = r.u32()
+		r.reserved32()
+		f.Epoch = r.u64()
+		m.Fences = append(m.Fences, f)
+	}
+	for i := 0; i < ns && r.err == nil; i++ {
+		var s Segment
+		parseSegment(&r, &s)
+		m.Segments = append(m.Segments, s)
+	}
+	return r.done()
+}
+
+// Validate checks every segment.
+func (m *Commit) Validate() error { return validateSegments(m.Segments, m.Runs) }
+
+// PageDir asks which pages of [Lo, Hi) of a table hold rows, at most MaxEntries of them.
+type PageDir struct {
+	Table      uint32
+	MaxEntries uint32
+	Lo         uint64
+	Hi         uint64
+}
+
+// Type reports TypePageDir.
+func (*PageDir) Type() Type { return TypePageDir }
+
+// BodySize reports the encoded body length.
+func (*PageDir) BodySize() int { return 24 }
+
+// AppendBody appends the encoded body.
+func (m *PageDir) AppendBody(dst []byte) []byte {
+	dst = le32(dst, m.Table)
+	dst = le32(dst, m.MaxEntries)
+	dst = le64(dst, m.Lo)
+	return le64(dst, m.Hi)
+}
+
+// Parse decodes body.
+func (m *PageDir) Parse(body []byte) error {
+	r := bodyReader{t: TypePageDir, b: body}
+	m.Table = r.u32()
+	m.MaxEntries = r.u32()
+	m.Lo = r.u64()
+	m.Hi = r.u64()
+	return r.done()
+}
+
+// Validate accepts every PageDir; the server judges the range.
+func (*PageDir) Validate() error { return nil }
+
+// PageEntry is one page of a PageDirReply and the mask of its present rows.
+type PageEntry struct {
+	Page    uint64
+	Present uint64
+}
+
+// PageDirReply answers PageDir: the pages that hold rows, in ascending order, and the cursor
+// to resume from (Next == the request's Hi when the range is done).
+type PageDirReply struct {
+	Next    uint64
+	Entries []PageEntry
+}
+
+// Type reports TypePageDirReply.
+func (*PageDirReply) Type() Type { return TypePageDirReply }
+
+// BodySize reports the encoded body length.
+func (m *PageDirReply) BodySize() int { return 16 + 16*len(m.Entries) }
+
+// AppendBody appends the encoded body.
+func (m *PageDirReply) AppendBody(dst []byte) []byte {
+	dst = le64(dst, m.Next)
+	dst = le32(dst, uint32(len(m.Entries)))
+	dst = le32(dst, 0)
+	for _, e := range m.Entries {
+		dst = le64(le64(dst, e.Page), e.Present)
+	}
+	return dst
+}
+
+// Parse decodes body.
+func (m *PageDirReply) Parse(body []byte) error {
+	r := bodyReader{t: TypePageDirReply, b: body}
+	m.Next = r.u64()
+	n := r.count(16)
+	r.reserved32()
+	m.Entries = m.Entries[:0]
+	for i := 0; i < n && r.err == nil; i++ {
+		m.Entries = append(m.Entries, PageEntry{Page: r.u64(), Present: r.u64()})
+	}
+	return r.done()
+}
+
+// Validate accepts every PageDirReply.
+func (*PageDirReply) Validate() error { return nil }
+
+// CommitAck answers Commit: the batch is in the WAL (synced per the sync mode) at LSN.
+type CommitAck struct {
+	LSN uint64
+	Seq uint64
+}
+
+// Type reports TypeCommitAck.
+func (*CommitAck) Type() Type { return TypeCommitAck }
+
+// BodySize reports the encoded body length.
+func (*CommitAck) BodySize() int { return 16 }
+
+// AppendBody appends the encoded body.
+func (m *CommitAck) AppendBody(dst []byte) []byte { return le64(le64(dst, m.LSN), m.Seq) }
+
+// Parse decodes body.
+func (m *CommitAck) Parse(body []byte) error {
+	r := bodyReader{t: TypeCommitAck, b: body}
+	m.LSN = r.u64()
+	m.Seq = r.u64()
+	return r.done()
+}
+
+// Validate accepts every CommitAck.
+func (*CommitAck) Validate() error { return nil }
