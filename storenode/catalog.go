@@ -1,0 +1,128 @@
+package storenode
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/weftdb/weft/bitmaptree"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// The catalog: tables by id and name. Ids are never reused, not even after a drop. A table's
+// creation and drop are WAL records synced before the call returns, and every checkpoint
+// writes the whole catalog into the meta file.
+
+// CreateTable creates a table of rows of rowBytes bytes (8..4096, a multiple of 8).
+func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
+	if err := checkName(name); err != nil {
+		return TableInfo{}, fmt.Errorf("%w: %q", err, name)
+	}
+	geo, err := logicpage.NewGeometry(rowBytes)
+	if err != nil {
+		return TableInfo{}, fmt.Errorf("%w: %w", ErrRowSize, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return TableInfo{}, err
+	}
+	if _, ok := e.byName[name]; ok {
+		return TableInfo{}, fmt.Errorf("%w: %q", ErrTableExists, name)
+	}
+	id := e.nextTable
+	e.scratch = appendCreateRecord(e.scratch[:0], id, rowBytes, name)
+	ch := make(chan error, 1)
+	if _, err := e.appendRecord(kindCreateTable, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
+		return TableInfo{}, err
+	}
+	e.nextTable++
+	t, err := e.addTable(id, name, geo)
+	if err != nil {
+		// The record is logged; without its data file the store cannot go on consistently.
+		return TableInfo{}, e.fail(err)
+	}
+	e.mu.Unlock()
+	err = <-ch
+	e.mu.Lock()
+	if err != nil {
+		return TableInfo{}, err
+	}
+	return t.info(), nil
+}
+
+// addTable registers a table and creates its data file. Caller holds mu.
+func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry) (*table, error) {
+	f, err := e.fs.Create(dataFileName(e.dir, id))
+	if err != nil {
+		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
+	}
+	t := &table{id: id, name: name, geo: geo, rows: bitmaptree.New(), used: bitmaptree.New(), data: f}
+	e.tables[id] = t
+	e.byName[name] = t
+	return t, nil
+}
+
+// OpenTable returns the table's description.
+func (e *Engine) OpenTable(name string) (TableInfo, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return TableInfo{}, ErrClosed
+	}
+	t, ok := e.byName[name]
+	if !ok {
+		return TableInfo{}, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	return t.info(), nil
+}
+
+// Tables lists every table, by id.
+func (e *Engine) Tables() []TableInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]TableInfo, 0, len(e.tables))
+	for _, t := range e.tables {
+		out = append(out, t.info())
+	}
+	slices.SortFunc(out, func(a, b TableInfo) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+// DropTable deletes a table and all its rows. Its id is not reused; its data file is removed
+// once a checkpoint no longer lists it.
+func (e *Engine) DropTable(name string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	t, ok := e.byName[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	e.scratch = appendDropRecord(e.scratch[:0], t.id)
+	ch := make(chan error, 1)
+	lsn, err := e.appendRecord(kindDropTable, e.scratch, true, func(_ uint64, err error) { ch <- err })
+	if err != nil {
+		return err
+	}
+	e.removeTable(t)
+	t.dropLSN = lsn
+	e.mu.Unlock()
+	err = <-ch
+	e.mu.Lock()
+	return err
+}
+
+// removeTable unlinks a table from the catalog and the cache. Caller holds mu.
+func (e *Engine) removeTable(t *table) {
+	delete(e.tables, t.id)
+	delete(e.byName, t.name)
+	t.dropped = true
+	for key, id := range e.cache.index {
+		if uint32(key>>32) == t.id {
+			e.cache.drop(id)
+		}
+	}
+	e.dropped = append(e.dropped, t)
+}

@@ -1,0 +1,318 @@
+package storenode
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/weftdb/weft/internal/checksum"
+)
+
+// Checkpoint. The checkpoint LSN is taken when the snapshot starts, with the catalog, grants
+// and dedup table as of that LSN. Each dirty page is then copied with its LSN under mu (commits
+// keep flowing between pages; a partial frame is first merged with its disk copy) and written
+// to a FREE disk page, never over the page's only durable copy. Then: fsync the data files and
+// the directory, sync the WAL through everything copied (a copied page may hold batches after
+// the checkpoint LSN; recovery replays them whole from the WAL), publish the new page map and
+// LSN in the meta file atomically, and only then free the old disk pages, mark the copied
+// frames clean (unless written again since) and drop WAL segments wholly below the LSN.
+//
+// Any IO error in a checkpoint makes the engine fail-stop: nothing was published, the WAL still
+// holds everything, and a reopen recovers.
+
+type ckptWrite struct {
+	t     *table
+	page  uint64
+	frame int32
+	key   uint64
+	ent   mapEntry
+}
+
+// Checkpoint writes every dirty page and publishes a new checkpoint now. Background
+// checkpoints run by WAL growth, time and cache pressure (Options).
+func (e *Engine) Checkpoint() error {
+	e.mu.Lock()
+	err := e.usable()
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return e.checkpoint(false)
+}
+
+func (e *Engine) checkpointLoop() {
+	defer e.bg.Done()
+	var tick <-chan time.Time
+	if e.opts.CheckpointInterval > 0 {
+		t := time.NewTicker(e.opts.CheckpointInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.ckptReq:
+		case <-tick:
+		}
+		if err := e.checkpoint(false); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFailStop) {
+			e.opts.Logger.Error("storenode: checkpoint", "err", err)
+		}
+	}
+}
+
+// requestCheckpoint asks the background loop for a checkpoint; it never blocks.
+func (e *Engine) requestCheckpoint() {
+	select {
+	case e.ckptReq <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) walPressure() bool {
+	return e.opts.CheckpointWALBytes > 0 && int64(e.stats.walBytes.Load()-e.walBytesAtCkpt) > e.opts.CheckpointWALBytes
+}
+
+// checkpoint runs one checkpoint. In replay (inside recovery, before the WAL is open for
+// appends) it syncs the WAL's files directly and leaves the WAL's segments alone.
+func (e *Engine) checkpoint(replay bool) (err error) {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
+	start := time.Now()
+
+	e.mu.Lock()
+	if err := e.failure(); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	if e.lastLSN == e.ckptLSN {
+		e.ckptGen++
+		e.cond.Broadcast()
+		e.mu.Unlock()
+		return nil
+	}
+	snap := e.snapshotMeta()
+	e.walBytesAtCkpt = e.stats.walBytes.Load()
+	var todo []ckptWrite
+	for key, id := range e.cache.index {
+		if e.cache.frames[id].dirty {
+			t := e.tables[uint32(key>>32)]
+			todo = append(todo, ckptWrite{t: t, page: key & (1<<32 - 1), frame: id, key: key})
+		}
+	}
+	e.mu.Unlock()
+
+	defer func() {
+		if err != nil {
+			err = e.fail(err)
+			e.broadcastFailure()
+		}
+	}()
+
+	written := todo[:0]
+	touched := make(map[*table]bool)
+	for _, w := range todo {
+		ok, err := e.copyAndWrite(&w)
+		if err != nil {
+			return err
+		}
+		if ok {
+			written = append(written, w)
+			touched[w.t] = true
+		}
+	}
+	for t := range touched {
+		if err := t.data.Sync(); err != nil {
+			return fmt.Errorf("storenode: checkpoint: sync %s: %w", dataFileName(e.dir, t.id), err)
+		}
+	}
+	if err := e.fs.SyncDir(e.dir); err != nil {
+		return fmt.Errorf("storenode: checkpoint: sync dir: %w", err)
+	}
+	if replay {
+		err = e.syncWALFiles()
+	} else {
+		err = e.log.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("storenode: checkpoint: sync WAL: %w", err)
+	}
+
+	// The new page maps: the published ones with the written entries patched in.
+	newPages := make(map[uint32][]mapEntry)
+	e.mu.Lock()
+	for _, w := range written {
+		pm, ok := newPages[w.t.id]
+		if !ok {
+			pm = append([]mapEntry(nil), w.t.pages...)
+		}
+		if w.page >= uint64(len(pm)) {
+			pm = append(pm, make([]mapEntry, w.page+1-uint64(len(pm)))...)
+		}
+		pm[w.page] = w.ent
+		newPages[w.t.id] = pm
+	}
+	for i := range snap.tables {
+		st := &snap.tables[i]
+		if pm, ok := newPages[st.id]; ok {
+			st.pages = pm
+		}
+	}
+	e.mu.Unlock()
+	if err := publishMeta(e.fs, e.dir, snap); err != nil {
+		return err
+	}
+
+	e.mu.Lock()
+	for id, pm := range newPages {
+		t := e.tablesByIDAll(id)
+		if t == nil {
+			continue
+		}
+		t.io.Lock()
+		for page, ent := range t.pages {
+			if ent.disk != 0 && pm[page].disk != ent.disk {
+				t.used.Clear(uint64(ent.disk - 1))
+			}
+		}
+		t.pages = pm
+		t.io.Unlock()
+	}
+	for _, w := range written {
+		if id, ok := e.cache.lookup(w.key); ok && id == w.frame {
+			if f := &e.cache.frames[id]; f.lsn == f.copied {
+				e.cache.markClean(id)
+			}
+		}
+	}
+	e.ckptLSN = snap.ckptLSN
+	e.ckptGen++
+	var gone []*table
+	keep := e.dropped[:0]
+	for _, t := range e.dropped {
+		if t.dropLSN <= snap.ckptLSN {
+			gone = append(gone, t)
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	e.dropped = keep
+	e.cond.Broadcast()
+	e.mu.Unlock()
+
+	for _, t := range gone {
+		t.data.Close()
+		if err := e.fs.Remove(dataFileName(e.dir, t.id)); err != nil && !isNotExist(err) {
+			e.opts.Logger.Warn("storenode: remove data file of dropped table", "table", t.name, "err", err)
+		}
+	}
+	if !replay {
+		if err := e.log.DropBefore(snap.ckptLSN + 1); err != nil {
+			return fmt.Errorf("storenode: checkpoint: drop WAL segments: %w", err)
+		}
+	}
+	e.stats.noteCheckpoint(time.Since(start), len(written))
+	e.opts.Logger.Debug("storenode: checkpoint", "lsn", snap.ckptLSN, "pages", len(written), "took", time.Since(start))
+	return nil
+}
+
+// tablesByIDAll finds a table, live or dropped but not yet removed. Caller holds mu.
+func (e *Engine) tablesByIDAll(id uint32) *table {
+	if t, ok := e.tables[id]; ok {
+		return t
+	}
+	for _, t := range e.dropped {
+		if t.id == id {
+			return t
+		}
+	}
+	return nil
+}
+
+// copyAndWrite copies one dirty page (merging a partial frame with its disk copy first) and
+// writes it to a free disk page. It reports false when the page no longer needs writing (its
+// table was dropped).
+func (e *Engine) copyAndWrite(w *ckptWrite) (bool, error) {
+	e.mu.Lock()
+	id, ok := e.cache.lookup(w.key)
+	if !ok || id != w.frame || w.t.dropped {
+		e.mu.Unlock()
+		return false, nil
+	}
+	if e.cache.frames[id].valid != ^uint64(0) {
+		if err := e.loadFrame(w.t, w.page, id); err != nil {
+			e.mu.Unlock()
+			if w.t.dropped {
+				return false, nil
+			}
+			return false, err
+		}
+	}
+	size := w.t.geo.DiskPageBytes()
+	buf := getDiskPage(size)
+	n := copy(*buf, e.cache.rows(id))
+	clear((*buf)[n:])
+	f := &e.cache.frames[id]
+	f.copied = f.lsn
+	w.ent.lsn = f.lsn
+	w.ent.present = w.t.presentWord(w.page)
+	d, _ := w.t.used.NextClear(0)
+	w.t.used.Set(d)
+	w.ent.disk = uint32(d + 1)
+	e.mu.Unlock()
+
+	w.ent.crc = checksum.Of(*buf)
+	_, err := w.t.data.WriteAt(*buf, int64(d)*int64(size))
+	diskPagePool.Put(buf)
+	if err != nil {
+		return false, fmt.Errorf("storenode: checkpoint: write %s disk page %d: %w", dataFileName(e.dir, w.t.id), d, err)
+	}
+	e.stats.diskWrites.Add(1)
+	return true, nil
+}
+
+// snapshotMeta captures the catalog, grants and dedup table at e.lastLSN. Caller holds mu.
+func (e *Engine) snapshotMeta() *metaState {
+	m := &metaState{ckptLSN: e.lastLSN, nextTable: e.nextTable, owners: make(map[uint64]ownerState, len(e.owners))}
+	for _, id := range sortedTableIDs(e.tables) {
+		t := e.tables[id]
+		m.tables = append(m.tables, metaTable{
+			id: t.id, rowBytes: t.geo.RowBytes(), name: t.name, nextID: t.nextID,
+			holder: t.holder, epoch: t.epoch, pages: t.pages,
+		})
+	}
+	for id, o := range e.owners {
+		m.owners[id] = *o
+	}
+	return m
+}
+
+// syncWALFiles fsyncs every WAL segment: a checkpoint taken during replay must not publish
+// records that a power loss could still take away from the WAL.
+func (e *Engine) syncWALFiles() error {
+	dir := walDir(e.dir)
+	names, err := e.fs.List(dir)
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		f, err := e.fs.Open(path.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

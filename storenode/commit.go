@@ -1,0 +1,252 @@
+package storenode
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// The commit path. Under mu, in one critical section per batch: check the owner's seq order
+// and fences, reserve a cache frame for every page the batch touches (partial frames, no read
+// before write), apply the rows, update the bitmap-trees, take the next LSN and hand the record
+// to the WAL, which copies it. The WAL acknowledges in LSN order once the record is written
+// (and synced, per the sync mode); only then does done report success.
+//
+// Rows reach the cache before their record is durable. That is safe: the owner that sent them
+// is the only writer and reader of the table, a failed WAL write makes the engine fail-stop
+// (reads stop too), and a checkpoint syncs the WAL through everything it copied before it
+// publishes, so no checkpoint can hold half of a batch that recovery does not replay whole.
+
+// Commit applies a batch and calls done once, with the batch's LSN when it is durable or with
+// the error that stopped it. done may run on the calling goroutine (errors, retried batches) or
+// on the WAL's goroutine; it must be quick and must not call back into the engine's blocking
+// methods. Commit may block: while a batch waits for the batches before it in its owner's seq
+// order (at most Options.SeqGapWait), and while the cache waits for a checkpoint to make room.
+// Commit does not retain b or its rows after it returns.
+//
+// A batch whose seq the owner already applied is not applied again: done reports the LSN
+// of the owner's last batch once that is durable.
+func (e *Engine) Commit(b *Batch, done func(lsn uint64, err error)) {
+	if err := e.commit(b, done); err != nil {
+		done(0, err)
+	}
+}
+
+// CommitWait is Commit that waits for the outcome.
+func (e *Engine) CommitWait(b *Batch) (uint64, error) {
+	type result struct {
+		lsn uint64
+		err error
+	}
+	ch := make(chan result, 1)
+	e.Commit(b, func(lsn uint64, err error) { ch <- result{lsn, err} })
+	r := <-ch
+	return r.lsn, r.err
+}
+
+func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
+	if b.Owner == 0 || b.Seq == 0 {
+		return fmt.Errorf("%w: batch with owner %d seq %d", ErrMalformed, b.Owner, b.Seq)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var gapDeadline time.Time
+	var stallStart time.Time
+	for {
+		if err := e.usable(); err != nil {
+			return err
+		}
+		o := e.owner(b.Owner)
+		if b.Seq <= o.lastSeq {
+			lsn := o.lastLSN
+			e.stats.retried.Add(1)
+			e.mu.Unlock()
+			e.ackWhenDurable(lsn, done)
+			e.mu.Lock()
+			return nil
+		}
+		if b.Seq > o.lastSeq+1 {
+			if gapDeadline.IsZero() {
+				gapDeadline = time.Now().Add(e.opts.SeqGapWait)
+				timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
+				defer timer.Stop()
+			}
+			if !time.Now().Before(gapDeadline) {
+				return fmt.Errorf("%w: owner %d sent seq %d, last applied %d", ErrSeqGap, b.Owner, b.Seq, o.lastSeq)
+			}
+			e.cond.Wait()
+			continue
+		}
+		if err := e.checkBatch(b); err != nil {
+			return err
+		}
+		room, err := e.reserveFrames(b)
+		if err != nil {
+			return err
+		}
+		if room {
+			break
+		}
+		// The cache is full of dirty pages: wait for a checkpoint to clean some.
+		if stallStart.IsZero() {
+			stallStart = time.Now()
+		}
+		gen := e.ckptGen
+		e.requestCheckpoint()
+		for e.ckptGen == gen && e.usable() == nil {
+			e.cond.Wait()
+		}
+	}
+	if !stallStart.IsZero() {
+		e.stats.noteStall(time.Since(stallStart))
+	}
+	e.scratch = appendCommitRecord(e.scratch[:0], b, func(id uint32) int { return e.tables[id].geo.RowBytes() })
+	lsn, err := e.appendRecord(kindCommit, e.scratch, false, done)
+	if err != nil {
+		e.unpinFrames(b, len(b.Segments))
+		return err
+	}
+	e.applyBatch(b, lsn)
+	e.unpinFrames(b, len(b.Segments))
+	o := e.owner(b.Owner)
+	o.lastSeq, o.lastLSN = b.Seq, lsn
+	e.stats.commits.Add(1)
+	e.cond.Broadcast() // the owner's next seq may be waiting
+	if e.cache.dirtyBytes*2 > e.cache.budgetBytes || e.walPressure() {
+		e.requestCheckpoint()
+	}
+	return nil
+}
+
+// wake broadcasts the engine's condition (timers use it to end bounded waits).
+func (e *Engine) wake() {
+	e.mu.Lock()
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+func (e *Engine) owner(id uint64) *ownerState {
+	o := e.owners[id]
+	if o == nil {
+		o = &ownerState{}
+		e.owners[id] = o
+	}
+	return o
+}
+
+// checkBatch validates a batch against the catalog and the fences. Caller holds mu.
+func (e *Engine) checkBatch(b *Batch) error {
+	if len(b.Segments) == 0 {
+		return fmt.Errorf("%w: batch without segments", ErrMalformed)
+	}
+	now := e.opts.Now()
+	for _, f := range b.Fences {
+		t, err := e.table(f.Table)
+		if err != nil {
+			return err
+		}
+		if err := e.checkFence(t, b.Owner, f.Epoch); err != nil {
+			return err
+		}
+		t.leaseUntil = now.Add(e.opts.LeaseDuration)
+	}
+	for i := range b.Segments {
+		s := &b.Segments[i]
+		t, err := e.table(s.Table)
+		if err != nil {
+			return err
+		}
+		if !fenced(b.Fences, s.Table) {
+			return fmt.Errorf("%w: segment of table %d without a fence", ErrMalformed, s.Table)
+		}
+		if s.Page >= maxPages {
+			return fmt.Errorf("%w: page %d of table %q beyond the last page", ErrMalformed, s.Page, t.name)
+		}
+		if err := t.geo.CheckSegment(s.Segment); err != nil {
+			return fmt.Errorf("%w: table %q: %w", ErrMalformed, t.name, err)
+		}
+	}
+	return nil
+}
+
+func fenced(fences []Fence, table uint32) bool {
+	for _, f := range fences {
+		if f.Table == table {
+			return true
+		}
+	}
+	return false
+}
+
+// reserveFrames makes sure every page of b has a frame. It reports false when the cache has no
+// clean frame left to evict (the caller waits for a checkpoint), and lets a batch exceed the
+// budget only when nothing is dirty, i.e. the batch alone is larger than the cache.
+//
+// The reserved frames are pinned: a frame reserved for an earlier segment is clean (and, when
+// new, empty) until the batch is applied, so without the pin the eviction that makes room for
+// a later segment could take it, and the batch would be applied to a frame that is gone. On
+// success the caller unpins them (unpinFrames) once the batch is applied or abandoned; on
+// failure they are unpinned here.
+func (e *Engine) reserveFrames(b *Batch) (bool, error) {
+	for i := range b.Segments {
+		s := &b.Segments[i]
+		key := frameKey(s.Table, s.Page)
+		if id, ok := e.cache.lookup(key); ok {
+			e.cache.frames[id].ref = true
+			e.cache.frames[id].pins++
+			continue
+		}
+		t := e.tables[s.Table]
+		force := e.cache.dirtyFrames == 0
+		if force && len(b.Segments) > 1<<16 {
+			e.unpinFrames(b, i)
+			return false, fmt.Errorf("%w: %d segments", ErrBatchTooLarge, len(b.Segments))
+		}
+		id, ok := e.cache.alloc(key, t.geo.PageBytes(), force)
+		if !ok {
+			e.unpinFrames(b, i)
+			return false, nil
+		}
+		e.cache.frames[id].pins++
+	}
+	return true, nil
+}
+
+// unpinFrames unpins the frames reserveFrames pinned for the first n segments of b.
+func (e *Engine) unpinFrames(b *Batch, n int) {
+	for i := range b.Segments[:n] {
+		s := &b.Segments[i]
+		id, ok := e.cache.lookup(frameKey(s.Table, s.Page))
+		assert.That(ok && e.cache.frames[id].pins > 0, "storenode: pinned frame of table %d page %d is gone", s.Table, s.Page)
+		e.cache.frames[id].pins--
+	}
+}
+
+// applyBatch writes b's rows into the cache and the bitmap-trees. Caller holds mu and has
+// reserved the frames.
+func (e *Engine) applyBatch(b *Batch, lsn uint64) {
+	for i := range b.Segments {
+		e.applySegment(&b.Segments[i], lsn)
+	}
+}
+
+func (e *Engine) applySegment(s *Segment, lsn uint64) {
+	t := e.tables[s.Table]
+	id, _ := e.cache.lookup(frameKey(s.Table, s.Page))
+	var m logicpage.Masks
+	t.geo.Frame(e.cache.rows(id), &m).Apply(s.Segment)
+	f := &e.cache.frames[id]
+	f.valid |= s.Data | s.Clear
+	e.cache.markDirty(id, lsn)
+	base := s.Page * logicpage.RowsPerPage
+	for m := s.Data; m != 0; m &= m - 1 {
+		t.rows.Set(base + uint64(bits.TrailingZeros64(m)))
+	}
+	for m := s.Clear; m != 0; m &= m - 1 {
+		t.rows.Clear(base + uint64(bits.TrailingZeros64(m)))
+	}
+	e.stats.rowsWritten.Add(uint64(bits.OnesCount64(s.Data | s.Clear)))
+}

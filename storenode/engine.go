@@ -1,0 +1,374 @@
+package storenode
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/weftdb/weft/bitmaptree"
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode/wal"
+)
+
+// Limits of the engine.
+const (
+	// maxPages bounds a table's logical pages, so (table, page) packs into one uint64 and
+	// row ids stay below 2^36.
+	maxPages = 1 << 30
+	// MaxRowID is one past the largest row id a table can hold.
+	MaxRowID = maxPages * logicpage.RowsPerPage
+	// maxIDPagesPerGrant bounds one AllocIDs call.
+	maxIDPagesPerGrant = 1 << 16
+)
+
+// Engine is an open store: the durable copy of a set of tables. Its methods may be called from
+// any goroutine. Calls that wait for durability (Commit's done callback, CreateTable,
+// AllocIDs, Acquire) never hold the engine's lock while they wait.
+type Engine struct {
+	opts  Options
+	fs    vfs.FS
+	dir   string
+	lock  io.Closer
+	log   *wal.WAL
+	start time.Time
+
+	ckptMu sync.Mutex // one checkpoint at a time
+
+	// mu guards everything below it, the page cache and every table's mutable fields.
+	mu        sync.Mutex
+	cond      *sync.Cond // frames loaded, seqs advanced, checkpoints finished, failure
+	tables    map[uint32]*table
+	byName    map[string]*table
+	dropped   []*table // dropped, data file not yet removed
+	nextTable uint32
+	owners    map[uint64]*ownerState
+	cache     *pageCache
+	lastLSN   uint64 // last LSN handed to the WAL
+	ckptLSN   uint64 // last published checkpoint LSN
+	ckptGen   uint64 // bumped when a checkpoint ends
+	// walBytesAtCkpt is stats.walBytes when the last checkpoint started.
+	walBytesAtCkpt uint64
+	closed         bool
+	replaying      bool
+	scratch        []byte // WAL payload under construction
+
+	ackMu      sync.Mutex
+	durableLSN uint64 // every record <= it is acknowledged by the WAL
+	dupAcks    []dupAck
+
+	failMu  sync.Mutex
+	failErr error
+
+	ckptReq chan struct{}
+	stop    chan struct{}
+	bg      sync.WaitGroup
+
+	stats engineCounters
+}
+
+// table is one table's state. Fields other than io are guarded by Engine.mu; pages is also
+// read under io.RLock (its writers hold both).
+type table struct {
+	id     uint32
+	name   string
+	geo    logicpage.Geometry
+	nextID uint64
+
+	holder     uint64
+	epoch      uint64
+	leaseUntil time.Time
+
+	rows  *bitmaptree.Tree // row id -> present; the authority on which rows exist
+	used  *bitmaptree.Tree // disk page -> referenced by the published map or being written
+	pages []mapEntry       // published page map, indexed by logical page
+	data  vfs.File
+
+	io      sync.RWMutex // disk page reads (R) against publishing the page map and freeing pages (W)
+	dropped bool
+	dropLSN uint64
+}
+
+type dupAck struct {
+	lsn  uint64
+	done func(uint64, error)
+}
+
+// TableInfo describes a table.
+type TableInfo struct {
+	ID       uint32
+	Name     string
+	RowBytes int
+	// NextID is the id high-water mark: every id below it has been granted.
+	NextID uint64
+	// Rows is the number of rows present.
+	Rows uint64
+}
+
+// Grant is a table's write ownership: Owner may commit to Table while it presents Epoch, and
+// should renew (by traffic or Acquire with its epoch) within Lease.
+type Grant struct {
+	Table   uint32
+	Owner   uint64
+	Epoch   uint64
+	Lease   time.Duration
+	LastSeq uint64 // the owner's last applied batch seq
+}
+
+// PageInfo is one page of a page directory: a page that holds rows, and which.
+type PageInfo struct {
+	Page    uint64
+	Present uint64
+}
+
+func dataFileName(dir string, id uint32) string {
+	return path.Join(dir, fmt.Sprintf("table-%08d.dat", id))
+}
+
+func walDir(dir string) string { return path.Join(dir, "wal") }
+
+// Open opens (creating if needed) the store in opts.Dir and recovers it: catalog, published
+// page map, WAL replay after the checkpoint LSN, bitmap-trees, dedup table. It fails with an
+// error wrapping corrupt.ErrCorruption, naming the file and offset, when durable data is bad.
+func Open(opts Options) (*Engine, error) {
+	opts = opts.withDefaults()
+	if opts.Dir == "" {
+		return nil, errors.New("storenode: Options.Dir is empty")
+	}
+	e := &Engine{
+		opts:    opts,
+		fs:      opts.FS,
+		dir:     opts.Dir,
+		tables:  make(map[uint32]*table),
+		byName:  make(map[string]*table),
+		owners:  make(map[uint64]*ownerState),
+		cache:   newPageCache(opts.CacheBytes),
+		ckptReq: make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		start:   time.Now(),
+	}
+	e.cond = sync.NewCond(&e.mu)
+	if err := e.recover(); err != nil {
+		// Recovery may fail after the WAL was opened (syncing the directory, removing
+		// orphans): close it too, or its writer and its lock outlive the failed Open and
+		// the store cannot be opened again in this process.
+		if e.log != nil {
+			e.log.Close()
+		}
+		e.closeFiles()
+		return nil, err
+	}
+	e.bg.Add(1)
+	go e.checkpointLoop()
+	return e, nil
+}
+
+// SyncMode returns the engine's WAL sync mode.
+func (e *Engine) SyncMode() SyncMode { return e.opts.Sync }
+
+// LeaseDuration returns how long an ownership grant lives without renewal.
+func (e *Engine) LeaseDuration() time.Duration { return e.opts.LeaseDuration }
+
+// Close stops accepting work, waits for queued WAL appends, writes a final checkpoint and
+// releases the directory. It is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.cond.Broadcast()
+	e.mu.Unlock()
+	close(e.stop)
+	e.bg.Wait()
+
+	var err error
+	if e.failure() == nil {
+		err = e.checkpoint(false)
+	}
+	if e.log != nil {
+		if cerr := e.log.Close(); err == nil && cerr != nil && e.failure() == nil {
+			err = cerr
+		}
+	}
+	e.closeFiles()
+	return err
+}
+
+func (e *Engine) closeFiles() {
+	for _, t := range e.tables {
+		if t.data != nil {
+			t.data.Close()
+		}
+	}
+	for _, t := range e.dropped {
+		if t.data != nil {
+			t.data.Close()
+		}
+	}
+	if e.lock != nil {
+		e.lock.Close()
+		e.lock = nil
+	}
+}
+
+// usable reports why the engine cannot take work, if it cannot. Caller holds mu.
+func (e *Engine) usable() error {
+	if e.closed {
+		return ErrClosed
+	}
+	return e.failure()
+}
+
+func (e *Engine) failure() error {
+	e.failMu.Lock()
+	defer e.failMu.Unlock()
+	return e.failErr
+}
+
+// fail makes the engine fail-stop: every later commit, grant and read returns ErrFailStop
+// wrapping cause.
+func (e *Engine) fail(cause error) error {
+	e.failMu.Lock()
+	if e.failErr == nil {
+		e.failErr = fmt.Errorf("%w: %w", ErrFailStop, cause)
+		e.opts.Logger.Error("storenode: fail-stop", "err", cause)
+	}
+	err := e.failErr
+	e.failMu.Unlock()
+	return err
+}
+
+// broadcastFailure wakes waiters after fail; it takes mu, so it must not be called with mu held.
+func (e *Engine) broadcastFailure() {
+	e.mu.Lock()
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+func (e *Engine) table(id uint32) (*table, error) {
+	t, ok := e.tables[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: id %d", ErrTableNotFound, id)
+	}
+	return t, nil
+}
+
+func (t *table) info() TableInfo {
+	return TableInfo{ID: t.id, Name: t.name, RowBytes: t.geo.RowBytes(), NextID: t.nextID, Rows: t.rows.Count()}
+}
+
+// presentWord returns the present mask of a page from the table's bitmap-tree.
+func (t *table) presentWord(page uint64) uint64 { return t.rows.Word(page * logicpage.RowsPerPage) }
+
+func (t *table) entry(page uint64) mapEntry {
+	if page < uint64(len(t.pages)) {
+		return t.pages[page]
+	}
+	return mapEntry{}
+}
+
+// appendRecord hands a record to the WAL, which copies it, and returns its LSN. Caller holds
+// mu, which keeps LSNs in the order of e.lastLSN; when the WAL's queue is full it waits under
+// mu, which holds back every other writer too (backpressure; the WAL's goroutine never takes
+// mu). done runs on the WAL's goroutine in LSN order and must not take mu. On error nothing
+// was appended and done will not be called.
+func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(uint64, error)) (uint64, error) {
+	lsn := e.lastLSN + 1
+	cb := func(got uint64, err error) {
+		if err != nil {
+			err = e.fail(err)
+		} else {
+			assert.That(got == lsn, "storenode: WAL assigned LSN %d, engine expected %d", got, lsn)
+			e.acknowledged(got)
+		}
+		done(got, err)
+		if err != nil {
+			go e.broadcastFailure()
+		}
+	}
+	for {
+		room := e.log.Room()
+		err := e.log.AppendAsync(kind, [][]byte{payload}, force, cb)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, wal.ErrBusy) {
+			if errors.Is(err, wal.ErrFailStop) {
+				err = e.fail(err)
+			}
+			return 0, err
+		}
+		<-room
+	}
+	e.lastLSN = lsn
+	e.stats.walBytes.Add(uint64(len(payload)) + walRecordOverheadBytes)
+	return lsn, nil
+}
+
+// walRecordOverheadBytes approximates a WAL record's header and padding, for the checkpoint
+// trigger's count of WAL growth.
+const walRecordOverheadBytes = 32
+
+// acknowledged records that every LSN <= lsn is durable and answers retried batches that
+// waited for it. Runs on the WAL's goroutine.
+func (e *Engine) acknowledged(lsn uint64) {
+	e.ackMu.Lock()
+	e.durableLSN = lsn
+	var ready []dupAck
+	keep := e.dupAcks[:0]
+	for _, a := range e.dupAcks {
+		if a.lsn <= lsn {
+			ready = append(ready, a)
+		} else {
+			keep = append(keep, a)
+		}
+	}
+	e.dupAcks = keep
+	e.ackMu.Unlock()
+	for _, a := range ready {
+		a.done(a.lsn, nil)
+	}
+}
+
+// ackWhenDurable calls done once lsn is durable: the reply to a retried batch.
+func (e *Engine) ackWhenDurable(lsn uint64, done func(uint64, error)) {
+	e.ackMu.Lock()
+	if lsn <= e.durableLSN {
+		e.ackMu.Unlock()
+		done(lsn, nil)
+		return
+	}
+	e.dupAcks = append(e.dupAcks, dupAck{lsn: lsn, done: done})
+	e.ackMu.Unlock()
+}
+
+// appendAndWait appends a record that must be durable before the caller continues (catalog
+// changes, grants, in every sync mode) and waits for it, releasing mu meanwhile. Caller holds
+// mu; it is held again on return.
+func (e *Engine) appendAndWait(kind byte, payload []byte) error {
+	ch := make(chan error, 1)
+	if _, err := e.appendRecord(kind, payload, true, func(_ uint64, err error) { ch <- err }); err != nil {
+		return err
+	}
+	e.mu.Unlock()
+	err := <-ch
+	e.mu.Lock()
+	return err
+}
+
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, os.ErrNotExist)
+}
+
+func corruptTable(t *table, format string, args ...any) error {
+	return corrupt.Errorf("storenode: table %d (%s): "+format, append([]any{t.id, t.name}, args...)...)
+}

@@ -1,0 +1,170 @@
+package storenode
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+)
+
+const testOwner = 7
+
+// openTest opens an engine in a fresh temporary directory on the OS file system.
+func openTest(t testing.TB, opts Options) *Engine {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// row64 builds a 64-byte row whose words are v, v+1, ...
+func row64(v uint64) []byte {
+	b := make([]byte, 64)
+	for i := range 8 {
+		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
+	}
+	return b
+}
+
+func oneRow(table uint32, id uint64, row []byte) Segment {
+	page, slot := logicpage.PageOf(id)
+	return Segment{Table: table, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: row}}
+}
+
+func deleteRow(table uint32, id uint64) Segment {
+	page, slot := logicpage.PageOf(id)
+	return Segment{Table: table, Segment: logicpage.Segment{Page: page, Clear: 1 << slot}}
+}
+
+func readRow(t testing.TB, e *Engine, table uint32, id uint64) ([]byte, bool) {
+	t.Helper()
+	page, slot := logicpage.PageOf(id)
+	data, clr, out, err := e.ReadRows(table, page, 1<<slot, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1<<slot), data|clr)
+	return out, data != 0
+}
+
+func TestCommitReadCheckpointReopen(t *testing.T) {
+	dir := t.TempDir()
+	e := openTest(t, Options{Dir: dir})
+	info, err := e.CreateTable("items", 64)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), info.ID)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), g.Epoch)
+	first, n, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
+	require.NoError(t, err)
+	require.Equal(t, uint64(0), first)
+	require.Equal(t, uint64(128), n)
+
+	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	for seq := uint64(1); seq <= 100; seq++ {
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
+			Segments: []Segment{oneRow(info.ID, seq, row64(seq*100))}})
+		require.NoError(t, err)
+	}
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{deleteRow(info.ID, 50)}})
+	require.NoError(t, err)
+
+	check := func(e *Engine) {
+		for id := uint64(1); id <= 100; id++ {
+			row, ok := readRow(t, e, info.ID, id)
+			if id == 50 {
+				require.False(t, ok)
+				continue
+			}
+			require.True(t, ok, "row %d", id)
+			require.Equal(t, row64(id*100), row, "row %d", id)
+		}
+		_, ok := readRow(t, e, info.ID, 0)
+		require.False(t, ok)
+	}
+	check(e)
+	require.NoError(t, e.Checkpoint())
+	check(e)
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+
+	e2 := openTest(t, Options{Dir: dir})
+	check(e2)
+	tabs := e2.Tables()
+	require.Len(t, tabs, 1)
+	require.Equal(t, uint64(128), tabs[0].NextID)
+	require.Equal(t, uint64(99), tabs[0].Rows)
+	// The owner's seq survived: a retried batch is acknowledged, not applied.
+	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{oneRow(info.ID, 1, row64(0))}})
+	require.NoError(t, err)
+	require.NotZero(t, lsn)
+	row, _ := readRow(t, e2, info.ID, 1)
+	require.Equal(t, row64(100), row)
+}
+
+func TestTinyCacheManyPages(t *testing.T) {
+	dir := t.TempDir()
+	e := openTest(t, Options{Dir: dir, CacheBytes: MinCacheBytes})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	const n = 2000
+	for seq := uint64(1); seq <= n; seq++ {
+		id := seq * 37 % (n * 64)
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
+		require.NoError(t, err)
+	}
+	verify := func(e *Engine) {
+		for seq := uint64(1); seq <= n; seq++ {
+			id := seq * 37 % (n * 64)
+			row, ok := readRow(t, e, info.ID, id)
+			require.True(t, ok)
+			require.Equal(t, row64(id), row)
+		}
+	}
+	verify(e)
+	st := e.Stats()
+	require.LessOrEqual(t, st.CacheBytes, int64(MinCacheBytes))
+	require.NotZero(t, st.Checkpoints)
+	require.NoError(t, e.Close())
+	e2 := openTest(t, Options{Dir: dir, CacheBytes: MinCacheBytes})
+	verify(e2)
+}
+
+func TestFencing(t *testing.T) {
+	now := fakeClock{}
+	e := openTest(t, Options{Now: now.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	g1, err := e.Acquire(info.ID, 1, 0)
+	require.NoError(t, err)
+	_, err = e.Acquire(info.ID, 2, 0)
+	require.ErrorIs(t, err, ErrTableOwned)
+	now.advance(DefaultLeaseDuration + 1)
+	g2, err := e.Acquire(info.ID, 2, 0)
+	require.NoError(t, err)
+	require.Greater(t, g2.Epoch, g1.Epoch)
+	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g1.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	require.ErrorIs(t, err, ErrFenced)
+	_, err = e.Acquire(info.ID, 1, g1.Epoch)
+	require.ErrorIs(t, err, ErrFenced)
+	_, err = e.CommitWait(&Batch{Owner: 2, Seq: 1, Fences: []Fence{{info.ID, g2.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	require.NoError(t, err)
+}
+
+func TestLockedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	openTest(t, Options{Dir: dir})
+	_, err := Open(Options{Dir: dir})
+	require.ErrorIs(t, err, ErrLocked)
+}
+
+var _ = vfs.Default

@@ -1,0 +1,272 @@
+package storenode
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+
+	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// The meta file is what a checkpoint publishes: the checkpoint LSN, the catalog, the ownership
+// grants, the owners' last applied seqs (the dedup table) and every table's page map, in one
+// checksummed file replaced atomically (write meta.tmp, fsync, rename to meta, fsync the
+// directory). Recovery loads it, then replays the WAL after its LSN. All integers little-endian.
+//
+//	+---------------------------------------------------------------+
+//	| magic "WEFTMETA" 8 | version u32 | reserved u32                |  header, 40 bytes
+//	| checkpoint LSN u64 | next table id u32 | table count u32       |
+//	| owner count u32 | reserved u32                                 |
+//	+---------------------------------------------------------------+
+//	| per table: id u32 | row bytes u16 | name len u16 | next id u64 |
+//	|   holder u64 | epoch u64 | page count u64 | name, zero-padded   |
+//	|   to 8 bytes | page count page-map entries                      |
+//	| page-map entry (24 bytes): disk page+1 u32 (0: none) |          |
+//	|   crc32c of the disk page u32 | page LSN u64 | present u64      |
+//	+---------------------------------------------------------------+
+//	| per owner: owner u64 | last seq u64 | last LSN u64             |
+//	+---------------------------------------------------------------+
+//	| crc32c u32 over everything before it | reserved u32            |
+//	+---------------------------------------------------------------+
+//
+// The whole page map is rewritten by every checkpoint: 24 bytes a logical page (11 MiB for 30M
+// rows of 64 bytes). See docs/storage.md for the cost and the incremental alternative.
+//
+// Part of the format; do not change.
+const (
+	metaMagic        = "WEFTMETA"
+	metaVersion      = 1
+	metaHeaderBytes  = 40
+	metaTableBytes   = 40
+	metaEntryBytes   = 24
+	metaOwnerBytes   = 24
+	metaTrailerBytes = 8
+	metaName         = "meta"
+	metaTempName     = "meta.tmp"
+)
+
+// mapEntry is one page-map entry: where the page's durable copy lives and how to check it.
+// The checksum is kept here, away from the data, so a page written to the wrong place is caught.
+type mapEntry struct {
+	disk    uint32 // disk page index + 1; 0 = no durable copy
+	crc     uint32 // CRC32C of the whole disk page
+	lsn     uint64 // page LSN when it was copied
+	present uint64 // present mask at the copy
+}
+
+type metaTable struct {
+	id       uint32
+	rowBytes int
+	name     string
+	nextID   uint64
+	holder   uint64
+	epoch    uint64
+	pages    []mapEntry
+}
+
+type ownerState struct {
+	lastSeq uint64
+	lastLSN uint64
+}
+
+type metaState struct {
+	ckptLSN   uint64
+	nextTable uint32
+	tables    []metaTable
+	owners    map[uint64]ownerState
+}
+
+func encodeMeta(m *metaState) []byte {
+	size := metaHeaderBytes + metaTrailerBytes + len(m.owners)*metaOwnerBytes
+	for _, t := range m.tables {
+		size += metaTableBytes + pad8(len(t.name)) + len(t.pages)*metaEntryBytes
+	}
+	b := make([]byte, 0, size)
+	b = append(b, metaMagic...)
+	b = binary.LittleEndian.AppendUint32(b, metaVersion)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, m.ckptLSN)
+	b = binary.LittleEndian.AppendUint32(b, m.nextTable)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.tables)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.owners)))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	for _, t := range m.tables {
+		b = binary.LittleEndian.AppendUint32(b, t.id)
+		b = binary.LittleEndian.AppendUint16(b, uint16(t.rowBytes))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(t.name)))
+		b = binary.LittleEndian.AppendUint64(b, t.nextID)
+		b = binary.LittleEndian.AppendUint64(b, t.holder)
+		b = binary.LittleEndian.AppendUint64(b, t.epoch)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(t.pages)))
+		b = append(b, t.name...)
+		b = append(b, make([]byte, pad8(len(t.name))-len(t.name))...)
+		for _, e := range t.pages {
+			b = binary.LittleEndian.AppendUint32(b, e.disk)
+			b = binary.LittleEndian.AppendUint32(b, e.crc)
+			b = binary.LittleEndian.AppendUint64(b, e.lsn)
+			b = binary.LittleEndian.AppendUint64(b, e.present)
+		}
+	}
+	for _, o := range sortedOwners(m.owners) {
+		s := m.owners[o]
+		b = binary.LittleEndian.AppendUint64(b, o)
+		b = binary.LittleEndian.AppendUint64(b, s.lastSeq)
+		b = binary.LittleEndian.AppendUint64(b, s.lastLSN)
+	}
+	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	return b
+}
+
+func decodeMeta(b []byte) (*metaState, error) {
+	if len(b) < metaHeaderBytes+metaTrailerBytes {
+		return nil, corrupt.Errorf("storenode: meta: %d bytes", len(b))
+	}
+	body := b[:len(b)-metaTrailerBytes]
+	if got, want := checksum.Of(body), binary.LittleEndian.Uint32(b[len(body):]); got != want {
+		return nil, corrupt.Errorf("storenode: meta: checksum %#08x, want %#08x", got, want)
+	}
+	if string(b[:8]) != metaMagic {
+		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != metaVersion {
+		return nil, corrupt.Errorf("storenode: meta: version %d, want %d", v, metaVersion)
+	}
+	m := &metaState{
+		ckptLSN:   binary.LittleEndian.Uint64(b[16:]),
+		nextTable: binary.LittleEndian.Uint32(b[24:]),
+		owners:    make(map[uint64]ownerState),
+	}
+	nTables := binary.LittleEndian.Uint32(b[28:])
+	nOwners := binary.LittleEndian.Uint32(b[32:])
+	p := body[metaHeaderBytes:]
+	if uint64(nTables)*metaTableBytes+uint64(nOwners)*metaOwnerBytes > uint64(len(p)) {
+		return nil, corrupt.Errorf("storenode: meta: %d tables and %d owners in %d bytes", nTables, nOwners, len(p))
+	}
+	seen := make(map[uint32]bool, nTables)
+	for range nTables {
+		if len(p) < metaTableBytes {
+			return nil, corrupt.Errorf("storenode: meta: truncated table header")
+		}
+		t := metaTable{
+			id:       binary.LittleEndian.Uint32(p),
+			rowBytes: int(binary.LittleEndian.Uint16(p[4:])),
+			nextID:   binary.LittleEndian.Uint64(p[8:]),
+			holder:   binary.LittleEndian.Uint64(p[16:]),
+			epoch:    binary.LittleEndian.Uint64(p[24:]),
+		}
+		nameLen := int(binary.LittleEndian.Uint16(p[6:]))
+		nPages := binary.LittleEndian.Uint64(p[32:])
+		p = p[metaTableBytes:]
+		if pad8(nameLen) > len(p) || nPages > uint64(len(p)-pad8(nameLen))/metaEntryBytes {
+			return nil, corrupt.Errorf("storenode: meta: table %d: name of %d bytes and %d pages in %d bytes",
+				t.id, nameLen, nPages, len(p))
+		}
+		t.name = string(p[:nameLen])
+		p = p[pad8(nameLen):]
+		if _, err := logicpage.NewGeometry(t.rowBytes); err != nil || checkName(t.name) != nil || t.id == 0 ||
+			t.id >= m.nextTable || seen[t.id] || nPages > maxPages {
+			return nil, corrupt.Errorf("storenode: meta: bad table %d %q row size %d", t.id, t.name, t.rowBytes)
+		}
+		seen[t.id] = true
+		t.pages = make([]mapEntry, nPages)
+		for i := range t.pages {
+			t.pages[i] = mapEntry{
+				disk:    binary.LittleEndian.Uint32(p),
+				crc:     binary.LittleEndian.Uint32(p[4:]),
+				lsn:     binary.LittleEndian.Uint64(p[8:]),
+				present: binary.LittleEndian.Uint64(p[16:]),
+			}
+			p = p[metaEntryBytes:]
+		}
+		m.tables = append(m.tables, t)
+	}
+	if uint64(len(p)) != uint64(nOwners)*metaOwnerBytes {
+		return nil, corrupt.Errorf("storenode: meta: %d bytes for %d owners", len(p), nOwners)
+	}
+	for range nOwners {
+		m.owners[binary.LittleEndian.Uint64(p)] = ownerState{
+			lastSeq: binary.LittleEndian.Uint64(p[8:]),
+			lastLSN: binary.LittleEndian.Uint64(p[16:]),
+		}
+		p = p[metaOwnerBytes:]
+	}
+	return m, nil
+}
+
+// publishMeta makes m the store's durable state: write a temporary file, fsync it, rename it
+// over the meta file, fsync the directory. A crash at any point leaves the old meta or the new.
+func publishMeta(fs vfs.FS, dir string, m *metaState) error {
+	b := encodeMeta(m)
+	tmp := path.Join(dir, metaTempName)
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("storenode: publish checkpoint: %w", err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("storenode: publish checkpoint: write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("storenode: publish checkpoint: sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("storenode: publish checkpoint: close %s: %w", tmp, err)
+	}
+	if err := fs.Rename(tmp, path.Join(dir, metaName)); err != nil {
+		return fmt.Errorf("storenode: publish checkpoint: %w", err)
+	}
+	if err := fs.SyncDir(dir); err != nil {
+		return fmt.Errorf("storenode: publish checkpoint: sync dir: %w", err)
+	}
+	return nil
+}
+
+// loadMeta reads the published meta; ok is false when there is none (a new store).
+func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
+	name := path.Join(dir, metaName)
+	f, err := fs.Open(name)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("storenode: open %s: %w", name, err)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, false, fmt.Errorf("storenode: size of %s: %w", name, err)
+	}
+	if size > 1<<40 {
+		return nil, false, corrupt.Errorf("storenode: %s: size %d", name, size)
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, false, fmt.Errorf("storenode: read %s: %w", name, err)
+	}
+	m, err = decodeMeta(b)
+	if err != nil {
+		return nil, false, fmt.Errorf("storenode: %s: %w", name, err)
+	}
+	return m, true, nil
+}
+
+func pad8(n int) int { return (n + 7) &^ 7 }
+
+func sortedOwners(m map[uint64]ownerState) []uint64 {
+	ids := slices.Collect(maps.Keys(m))
+	slices.Sort(ids)
+	return ids
+}
+
+func sortedTableIDs(m map[uint32]*table) []uint32 {
+	ids := slices.Collect(maps.Keys(m))
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,120 @@
+package storenode
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// SyncMode says when a commit batch counts as durable.
+type SyncMode uint8
+
+const (
+	// SyncAlways (the default) acknowledges a batch only after an fdatasync of the WAL covered
+	// it: it survives power loss. One fdatasync covers every batch that arrived while the
+	// previous one ran (group commit).
+	SyncAlways SyncMode = iota
+	// SyncNone acknowledges a batch once the WAL's write returned: the OS page cache survives
+	// kill -9 of the storage node, but not power loss. Id and ownership grants are still synced.
+	SyncNone
+)
+
+// String returns "always" or "none".
+func (m SyncMode) String() string {
+	if m == SyncNone {
+		return "none"
+	}
+	return "always"
+}
+
+// ParseSyncMode parses "always" or "none".
+func ParseSyncMode(s string) (SyncMode, bool) {
+	switch s {
+	case "always":
+		return SyncAlways, true
+	case "none":
+		return SyncNone, true
+	}
+	return SyncAlways, false
+}
+
+// Defaults of Options, applied where a field is zero.
+const (
+	DefaultCacheBytes         = 1 << 30
+	DefaultCheckpointWALBytes = 256 << 20
+	DefaultCheckpointInterval = 5 * time.Minute
+	DefaultLeaseDuration      = 10 * time.Second
+	DefaultSeqGapWait         = 5 * time.Second
+	DefaultWALSegmentBytes    = 64 << 20
+	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
+	// wait for checkpoints to make room), but not fewer than one batch can touch.
+	MinCacheBytes = 16 << 10
+)
+
+// Options configure Open. The zero value of every field means its default.
+type Options struct {
+	// Dir is the store's directory; it is created if missing.
+	Dir string
+	// FS is the file system; vfs.Default when nil. Tests pass a vfs.FaultFS.
+	FS vfs.FS
+	// Sync is the WAL's sync mode (SyncAlways by default).
+	Sync SyncMode
+	// CacheBytes bounds the disk page cache: page frames plus per-frame metadata.
+	CacheBytes int64
+	// CheckpointWALBytes starts a background checkpoint when the WAL has grown by this many
+	// bytes since the last one. Negative disables the trigger.
+	CheckpointWALBytes int64
+	// CheckpointInterval starts a background checkpoint this long after the last one when
+	// anything is dirty. Negative disables the timer.
+	CheckpointInterval time.Duration
+	// LeaseDuration is how long an ownership grant lives without traffic from its owner.
+	LeaseDuration time.Duration
+	// SeqGapWait bounds how long a batch waits for the batches before it in its owner's seq
+	// order before failing with ErrSeqGap.
+	SeqGapWait time.Duration
+	// WALSegmentBytes is the size at which the WAL rolls to a new segment file.
+	WALSegmentBytes int64
+	// ExpireLeasesAtOpen ends, at Open, the leases of the owners recorded in the store, instead
+	// of giving them a fresh lease. Right for an embedded engine: the directory lock proves the
+	// process that held them is gone. Wrong for a storage node, whose owners outlive it.
+	ExpireLeasesAtOpen bool
+	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
+	Now func() time.Time
+	// Logger receives checkpoint and recovery events; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.CacheBytes < MinCacheBytes {
+		o.CacheBytes = MinCacheBytes
+	}
+	if o.CheckpointWALBytes == 0 {
+		o.CheckpointWALBytes = DefaultCheckpointWALBytes
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.SeqGapWait == 0 {
+		o.SeqGapWait = DefaultSeqGapWait
+	}
+	if o.WALSegmentBytes == 0 {
+		o.WALSegmentBytes = DefaultWALSegmentBytes
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}

@@ -1,0 +1,186 @@
+package storenode
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Reads. The bitmap-tree says which rows exist; the cache frame holds their bytes when it has
+// them; otherwise the page's durable copy is read from its data file (outside mu, with the
+// frame marked loading so nobody evicts it or loads it twice), checked against the checksum in
+// its page-map entry, and merged into the frame: only slots that are still not valid take the
+// disk bytes, so rows committed meanwhile are never overwritten by older ones.
+
+var diskPagePool sync.Pool // *[]byte of varying sizes
+
+func getDiskPage(n int) *[]byte {
+	if p, ok := diskPagePool.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := logicpage.AlignedBytes(n)
+	return &b
+}
+
+// ReadRows answers a sparse read of one page: data is want's present rows, clear want's absent
+// ones, and the rows of data are appended to dst in slot order. It returns the extended dst.
+func (e *Engine) ReadRows(tableID uint32, page, want uint64, dst []byte) (data, clear uint64, out []byte, err error) {
+	if page >= maxPages {
+		return 0, 0, dst, fmt.Errorf("%w: page %d beyond the last page", ErrMalformed, page)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		if err := e.usable(); err != nil {
+			return 0, 0, dst, err
+		}
+		t, err := e.table(tableID)
+		if err != nil {
+			return 0, 0, dst, err
+		}
+		present := t.presentWord(page)
+		data, clear = want&present, want&^present
+		if data == 0 {
+			return data, clear, dst, nil
+		}
+		key := frameKey(t.id, page)
+		id, cached := e.cache.lookup(key)
+		if cached {
+			f := &e.cache.frames[id]
+			if f.loading {
+				e.cond.Wait()
+				continue
+			}
+			if f.valid&data == data {
+				f.ref = true
+				e.cache.hits++
+				return data, clear, gatherRows(dst, e.cache.rows(id), t.geo, data), nil
+			}
+		}
+		e.cache.misses++
+		if !cached {
+			var ok bool
+			if id, ok = e.cache.alloc(key, t.geo.PageBytes(), false); !ok {
+				// Nothing evictable: answer from the disk copy without caching it.
+				buf, err := e.readDiskPage(t, page)
+				if err != nil {
+					return 0, 0, dst, err
+				}
+				dst = gatherRows(dst, (*buf)[:t.geo.PageBytes()], t.geo, data)
+				diskPagePool.Put(buf)
+				return data, clear, dst, nil
+			}
+		}
+		if err := e.loadFrame(t, page, id); err != nil {
+			return 0, 0, dst, err
+		}
+	}
+}
+
+// loadFrame merges the page's durable copy into frame id: every slot not yet valid takes the
+// disk bytes. Caller holds mu; it is released during the read and held again on return.
+// On return the frame is full (valid = all slots) or err says why not.
+func (e *Engine) loadFrame(t *table, page uint64, id int32) error {
+	key := e.cache.frames[id].key
+	e.cache.frames[id].loading = true
+	buf, err := e.readDiskPage(t, page)
+	f := &e.cache.frames[id] // frames may have grown while mu was released
+	if f.key != key || t.dropped {
+		// DropTable removed the frame while it loaded (and it may have been reused).
+		if buf != nil {
+			diskPagePool.Put(buf)
+		}
+		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
+	}
+	f.loading = false
+	e.cond.Broadcast()
+	if err != nil {
+		if !f.dirty && f.valid == 0 {
+			e.cache.drop(id)
+		}
+		return err
+	}
+	rows := e.cache.rows(id)
+	r := t.geo.RowBytes()
+	for m := ^f.valid; m != 0; m &= m - 1 {
+		s := bits.TrailingZeros64(m)
+		copy(rows[s*r:(s+1)*r], (*buf)[s*r:(s+1)*r])
+	}
+	f.valid = ^uint64(0)
+	diskPagePool.Put(buf)
+	return nil
+}
+
+// readDiskPage reads and checks the durable copy of a page. A page without one reads as zeros.
+// Caller holds mu; it is released during the read and held again on return.
+func (e *Engine) readDiskPage(t *table, page uint64) (*[]byte, error) {
+	size := t.geo.DiskPageBytes()
+	buf := getDiskPage(size)
+	e.mu.Unlock()
+	t.io.RLock()
+	ent := t.entry(page)
+	var err error
+	if ent.disk != 0 {
+		_, err = t.data.ReadAt(*buf, int64(ent.disk-1)*int64(size))
+	} else {
+		clear(*buf)
+	}
+	t.io.RUnlock()
+	e.mu.Lock()
+	if err != nil {
+		diskPagePool.Put(buf)
+		return nil, fmt.Errorf("storenode: table %q: read page %d from disk page %d: %w", t.name, page, ent.disk-1, err)
+	}
+	if ent.disk != 0 {
+		e.stats.diskReads.Add(1)
+		if got := checksum.Of(*buf); got != ent.crc {
+			diskPagePool.Put(buf)
+			return nil, corruptTable(t, "page %d: disk page %d of %s has checksum %#08x, page map says %#08x",
+				page, ent.disk-1, dataFileName(e.dir, t.id), got, ent.crc)
+		}
+	}
+	return buf, nil
+}
+
+func gatherRows(dst, rows []byte, g logicpage.Geometry, mask uint64) []byte {
+	r := g.RowBytes()
+	for m := mask; m != 0; m &= m - 1 {
+		s := bits.TrailingZeros64(m)
+		dst = append(dst, rows[s*r:(s+1)*r]...)
+	}
+	return dst
+}
+
+// pageDirMax bounds the entries of one page directory answer.
+const pageDirMax = 1 << 16
+
+// PageDir lists the pages of [lo, hi) that hold rows, with their present masks, at most max of
+// them, in page order. next is where to continue: hi when the range is done.
+func (e *Engine) PageDir(tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
+	hi = min(hi, maxPages)
+	if max <= 0 || max > pageDirMax {
+		max = pageDirMax
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return dst, 0, err
+	}
+	t, err := e.table(tableID)
+	if err != nil {
+		return dst, 0, err
+	}
+	n := 0
+	for first, present := range t.rows.Words(lo*logicpage.RowsPerPage, hi*logicpage.RowsPerPage) {
+		page := first / logicpage.RowsPerPage
+		dst = append(dst, PageInfo{Page: page, Present: present})
+		if n++; n == max {
+			return dst, page + 1, nil
+		}
+	}
+	return dst, hi, nil
+}

@@ -1,0 +1,270 @@
+package storenode
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/weftdb/weft/bitmaptree"
+	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode/wal"
+)
+
+// Recovery, in the order DESIGN.md gives: lock the directory; load the published meta
+// (catalog, grants, dedup table, page maps, checkpoint LSN); open the data files and rebuild
+// the bitmap-trees (rows present, disk pages in use) from the page maps; replay the WAL after
+// the checkpoint LSN (table creations and drops, id and ownership grants, commit batches into
+// partial cache frames, owners' seqs); remove data files no table owns.
+//
+// Replay may produce more dirty pages than the cache holds; then it checkpoints in the middle,
+// after syncing the WAL files, so recovery keeps the cache's memory bound.
+
+func (e *Engine) recover() error {
+	if err := e.fs.MkdirAll(e.dir); err != nil {
+		return fmt.Errorf("storenode: open %s: %w", e.dir, err)
+	}
+	lock, err := e.fs.Lock(path.Join(e.dir, "LOCK"))
+	if err != nil {
+		if errors.Is(err, vfs.ErrLocked) {
+			return fmt.Errorf("%w: %s: %w", ErrLocked, e.dir, err)
+		}
+		return fmt.Errorf("storenode: lock %s: %w", e.dir, err)
+	}
+	e.lock = lock
+
+	m, ok, err := loadMeta(e.fs, e.dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if names, _ := e.fs.List(walDir(e.dir)); hasWALSegments(names) {
+			return corrupt.Errorf("storenode: %s: the meta file is missing but the WAL holds records", e.dir)
+		}
+		m = &metaState{nextTable: 1, owners: make(map[uint64]ownerState)}
+		if err := publishMeta(e.fs, e.dir, m); err != nil {
+			return err
+		}
+	}
+	e.ckptLSN, e.lastLSN, e.nextTable = m.ckptLSN, m.ckptLSN, m.nextTable
+	for _, mt := range m.tables {
+		if err := e.loadTable(&mt); err != nil {
+			return err
+		}
+	}
+	for id, o := range m.owners {
+		e.owners[id] = &ownerState{lastSeq: o.lastSeq, lastLSN: o.lastLSN}
+	}
+
+	e.replaying = true
+	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
+		Sync:          wal.SyncMode(e.opts.Sync),
+		SegmentBytes:  e.opts.WALSegmentBytes,
+		MaxQueueBytes: 64 << 20,
+		After:         e.ckptLSN,
+	}, e.replayRecord)
+	e.replaying = false
+	if err != nil {
+		return fmt.Errorf("storenode: open %s: %w", e.dir, err)
+	}
+	e.log = log
+	// The WAL directory (and the store's own, if Open made it) are entries of their parents:
+	// make them durable before the first record is acknowledged.
+	if err := e.fs.SyncDir(e.dir); err != nil {
+		return fmt.Errorf("storenode: open %s: sync dir: %w", e.dir, err)
+	}
+	if err := e.fs.SyncDir(path.Dir(path.Clean(e.dir))); err != nil {
+		return fmt.Errorf("storenode: open %s: sync parent dir: %w", e.dir, err)
+	}
+	if got := log.LastLSN(); got != e.lastLSN {
+		return corrupt.Errorf("storenode: %s: WAL ends at LSN %d, replay reached %d", e.dir, got, e.lastLSN)
+	}
+	e.durableLSN = e.lastLSN
+	return e.removeOrphans()
+}
+
+func hasWALSegments(names []string) bool {
+	for _, n := range names {
+		if strings.HasSuffix(n, ".log") {
+			return true
+		}
+	}
+	return false
+}
+
+// loadTable rebuilds a table from its meta entry: data file, rows tree, used disk pages.
+func (e *Engine) loadTable(mt *metaTable) error {
+	geo, err := logicpage.NewGeometry(mt.rowBytes)
+	if err != nil {
+		return corrupt.Errorf("storenode: meta: table %d: %w", mt.id, err)
+	}
+	name := dataFileName(e.dir, mt.id)
+	f, err := e.fs.Open(name)
+	if err != nil {
+		if !isNotExist(err) {
+			return fmt.Errorf("storenode: open %s: %w", name, err)
+		}
+		for _, ent := range mt.pages {
+			if ent.disk != 0 {
+				return corrupt.Errorf("storenode: %s is missing but the page map refers to it", name)
+			}
+		}
+		if f, err = e.fs.Create(name); err != nil {
+			return fmt.Errorf("storenode: create %s: %w", name, err)
+		}
+	}
+	t := &table{id: mt.id, name: mt.name, geo: geo, nextID: mt.nextID, holder: mt.holder, epoch: mt.epoch, data: f}
+	t.rows, t.used = bitmaptree.New(), bitmaptree.New()
+	t.pages = mt.pages
+	if t.holder != 0 && !e.opts.ExpireLeasesAtOpen {
+		t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+	}
+	e.tables[t.id] = t
+	e.byName[t.name] = t
+	for page, ent := range mt.pages {
+		if ent.disk == 0 {
+			if ent.present != 0 {
+				return corrupt.Errorf("storenode: meta: table %d page %d has rows but no disk page", t.id, page)
+			}
+			continue
+		}
+		if t.used.Test(uint64(ent.disk - 1)) {
+			return corrupt.Errorf("storenode: meta: table %d: disk page %d mapped twice", t.id, ent.disk-1)
+		}
+		t.used.Set(uint64(ent.disk - 1))
+		base := uint64(page) * logicpage.RowsPerPage
+		for m := ent.present; m != 0; m &= m - 1 {
+			t.rows.Set(base + uint64(bits.TrailingZeros64(m)))
+		}
+	}
+	return nil
+}
+
+// replayRecord applies one WAL record during recovery.
+func (e *Engine) replayRecord(rec wal.Record) error {
+	if rec.LSN != e.lastLSN+1 {
+		return corrupt.Errorf("storenode: replay: record %d after %d", rec.LSN, e.lastLSN)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch rec.Kind {
+	case kindCreateTable:
+		id, rowBytes, name, err := decodeCreateRecord(rec.Payload)
+		if err != nil {
+			return err
+		}
+		if _, ok := e.tables[id]; ok || id < e.nextTable && e.tablesByIDAll(id) != nil {
+			return corrupt.Errorf("storenode: replay: table %d created twice", id)
+		}
+		geo, _ := logicpage.NewGeometry(rowBytes)
+		if _, err := e.addTable(id, name, geo); err != nil {
+			return err
+		}
+		e.nextTable = max(e.nextTable, id+1)
+	case kindDropTable:
+		id, err := decodeDropRecord(rec.Payload)
+		if err != nil {
+			return err
+		}
+		t, ok := e.tables[id]
+		if !ok {
+			return corrupt.Errorf("storenode: replay: drop of unknown table %d", id)
+		}
+		e.removeTable(t)
+		t.dropLSN = rec.LSN
+	case kindGrantIDs:
+		id, next, err := decodeGrantIDsRecord(rec.Payload)
+		if err != nil {
+			return err
+		}
+		t, ok := e.tables[id]
+		if !ok {
+			return corrupt.Errorf("storenode: replay: id grant for unknown table %d", id)
+		}
+		t.nextID = max(t.nextID, next)
+	case kindGrantOwner:
+		id, owner, epoch, err := decodeGrantOwnerRecord(rec.Payload)
+		if err != nil {
+			return err
+		}
+		t, ok := e.tables[id]
+		if !ok {
+			return corrupt.Errorf("storenode: replay: ownership grant for unknown table %d", id)
+		}
+		t.holder, t.epoch = owner, epoch
+		if !e.opts.ExpireLeasesAtOpen {
+			t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+		}
+	case kindCommit:
+		if err := e.replayCommit(rec); err != nil {
+			return err
+		}
+	default:
+		return corrupt.Errorf("storenode: replay: record %d of unknown kind %d", rec.LSN, rec.Kind)
+	}
+	e.lastLSN = rec.LSN
+	return nil
+}
+
+// replayCommit applies a commit record into the cache. Caller holds mu.
+func (e *Engine) replayCommit(rec wal.Record) error {
+	var c commitRecord
+	if err := decodeCommitRecord(rec.Payload, &c); err != nil {
+		return fmt.Errorf("storenode: replay: record %d: %w", rec.LSN, err)
+	}
+	for i := range c.segments {
+		s := &c.segments[i]
+		t, ok := e.tables[s.Table]
+		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= maxPages {
+			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
+				rec.LSN, s.Table, c.rowBytes[i], s.Page)
+		}
+		key := frameKey(s.Table, s.Page)
+		if _, ok := e.cache.lookup(key); !ok {
+			if _, ok := e.cache.alloc(key, t.geo.PageBytes(), false); !ok {
+				// Full of dirty pages: write them out before going on.
+				e.mu.Unlock()
+				err := e.checkpoint(true)
+				e.mu.Lock()
+				if err != nil {
+					return err
+				}
+				e.cache.alloc(key, t.geo.PageBytes(), true)
+			}
+		}
+		e.applySegment(s, rec.LSN)
+	}
+	o := e.owner(c.owner)
+	if c.seq > o.lastSeq {
+		o.lastSeq, o.lastLSN = c.seq, rec.LSN
+	}
+	return nil
+}
+
+// removeOrphans deletes data files that no table owns (a table dropped and checkpointed, or
+// created and lost with an unsynced WAL tail).
+func (e *Engine) removeOrphans() error {
+	names, err := e.fs.List(e.dir)
+	if err != nil {
+		return fmt.Errorf("storenode: list %s: %w", e.dir, err)
+	}
+	for _, n := range names {
+		idText, ok := strings.CutPrefix(n, "table-")
+		if !ok {
+			continue
+		}
+		idText, ok = strings.CutSuffix(idText, ".dat")
+		id, err := strconv.ParseUint(idText, 10, 32)
+		if !ok || err != nil || e.tablesByIDAll(uint32(id)) != nil {
+			continue
+		}
+		if err := e.fs.Remove(path.Join(e.dir, n)); err != nil {
+			return fmt.Errorf("storenode: remove orphan %s: %w", n, err)
+		}
+	}
+	return nil
+}
