@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weftdb/weft/storenode"
+)
+
+// runEnv is what run takes from the process: tests pass their own.
+type runEnv struct {
+	args   []string
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+	// ready, when set, is called once the storage node (and the metrics server, nil when
+	// off) listen: tests learn port-0 addresses from it.
+	ready func(server, metrics net.Addr)
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the storage node failed while running, or at shutdown
+	exitUsage   = 2 // bad flags or configuration; nothing was started
+)
+
+// config is the parsed command line (flags, then WEFT_* environment variables for the flags
+// not given).
+type config struct {
+	listen          string
+	dir             string
+	cache           byteSize
+	sync            string
+	checkpointEvery time.Duration
+	checkpointWAL   byteSize
+	lease           time.Duration
+	secretFile      string
+	maxConns        int
+	maxInflight     int
+	maxBody         byteSize
+	authTimeout     time.Duration
+	idleTimeout     time.Duration
+	shutdownTimeout time.Duration
+	metricsListen   string
+	tlsCert         string
+	tlsKey          string
+	logLevel        string
+	logFormat       string
+	version         bool
+}
+
+// envPrefix prefixes every flag's environment variable: --max-conns is WEFT_MAX_CONNS.
+const envPrefix = "WEFT_"
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("storenode", flag.ContinueOnError)
+	fs.SetOutput(output)
+	cfg.cache = storenode.DefaultCacheBytes
+	cfg.checkpointWAL = storenode.DefaultCheckpointWALBytes
+	cfg.maxBody = storenode.DefaultMaxBody
+	fs.StringVar(&cfg.listen, "listen", storenode.DefaultListen, "TCP address to serve on, host:port (a non-loopback address needs --secret-file)")
+	fs.StringVar(&cfg.dir, "dir", "", "store directory, created if missing (required)")
+	fs.Var(&cfg.cache, "cache", "disk page cache size, e.g. 512MiB, 4GiB")
+	fs.StringVar(&cfg.sync, "sync", "always", "WAL sync mode: always (fdatasync before each ack; survives power loss) or none (survives kill -9 only)")
+	fs.DurationVar(&cfg.checkpointEvery, "checkpoint-every", storenode.DefaultCheckpointInterval, "checkpoint this long after the last one when anything is dirty (0: never by time)")
+	fs.Var(&cfg.checkpointWAL, "checkpoint-wal", "checkpoint when the WAL has grown this much since the last one (0: never by size)")
+	fs.DurationVar(&cfg.lease, "lease", storenode.DefaultLeaseDuration, "ownership lease: how long a transaction node keeps a table without traffic")
+	fs.StringVar(&cfg.secretFile, "secret-file", "", "file holding the shared secret (must not be readable by group or others)")
+	fs.IntVar(&cfg.maxConns, "max-conns", storenode.DefaultMaxConns, "most connections held at once")
+	fs.IntVar(&cfg.maxInflight, "max-inflight", storenode.DefaultMaxInflight, "most requests in flight per connection")
+	fs.Var(&cfg.maxBody, "max-body", "largest request frame body (at most 64MiB)")
+	fs.DurationVar(&cfg.authTimeout, "auth-timeout", storenode.DefaultAuthTimeout, "time from connecting to a completed handshake")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", storenode.DefaultIdleTimeout, "close sessions idle this long (0: never)")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", storenode.DefaultShutdownTimeout, "bound of the graceful shutdown on SIGINT/SIGTERM")
+	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /debug/pprof/ on this address (host defaults to 127.0.0.1; off when empty)")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve over TLS")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: storenode -dir DIR [flags]\n\nRuns a Weft storage node. Every flag can also be set by an environment variable,\nWEFT_ and the flag's name in capitals with _ for - (WEFT_MAX_CONNS); a flag on the\ncommand line wins.\n\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseConfig parses the command line, then fills each flag not given from its environment
+// variable.
+func parseConfig(args []string, getenv func(string) string, output io.Writer) (*config, error) {
+	cfg := &config{}
+	fs := newFlagSet(cfg, output)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil || f.Name == "version" {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, serr)
+			}
+		}
+	})
+	return cfg, err
+}
+
+// serverConfig turns the command line into the storage node's configuration.
+func (cfg *config) serverConfig(logger *slog.Logger) (storenode.ServerConfig, error) {
+	var sc storenode.ServerConfig
+	if cfg.dir == "" {
+		return sc, errors.New("--dir (or WEFT_DIR) is required")
+	}
+	mode, ok := storenode.ParseSyncMode(cfg.sync)
+	if !ok {
+		return sc, fmt.Errorf("--sync %q: want always or none", cfg.sync)
+	}
+	if cfg.maxBody > byteSize(64<<20) {
+		return sc, fmt.Errorf("--max-body %v: at most 64MiB", cfg.maxBody)
+	}
+	sc = storenode.ServerConfig{
+		Listen:          cfg.listen,
+		MaxConns:        cfg.maxConns,
+		MaxInflight:     cfg.maxInflight,
+		MaxBody:         uint32(cfg.maxBody),
+		AuthTimeout:     cfg.authTimeout,
+		IdleTimeout:     cfg.idleTimeout,
+		ShutdownTimeout: cfg.shutdownTimeout,
+		Logger:          logger,
+		Options: storenode.Options{
+			Dir:                cfg.dir,
+			Sync:               mode,
+			CacheBytes:         int64(cfg.cache),
+			CheckpointInterval: cfg.checkpointEvery,
+			CheckpointWALBytes: int64(cfg.checkpointWAL),
+			LeaseDuration:      cfg.lease,
+			Logger:             logger,
+		},
+	}
+	// Zero means "never" on the command line, but "the default" in Options.
+	if cfg.checkpointEvery == 0 {
+		sc.Options.CheckpointInterval = -1
+	}
+	if cfg.checkpointWAL == 0 {
+		sc.Options.CheckpointWALBytes = -1
+	}
+	if cfg.idleTimeout == 0 {
+		sc.IdleTimeout = -1
+	}
+	if cfg.secretFile != "" {
+		secret, err := readSecretFile(cfg.secretFile)
+		if err != nil {
+			return sc, err
+		}
+		sc.Secret = secret
+	}
+	switch {
+	case cfg.tlsCert != "" && cfg.tlsKey != "":
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return sc, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		sc.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	case cfg.tlsCert != "" || cfg.tlsKey != "":
+		return sc, errors.New("--tls-cert and --tls-key go together")
+	}
+	return sc, nil
+}
+
+// readSecretFile reads the shared secret, refusing a file that group or others may read or
+// write: a secret anyone on the machine can read protects nothing. Surrounding white space
+// (the newline an editor adds) is not part of the secret.
+func readSecretFile(name string) ([]byte, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("--secret-file %s: mode %04o lets group or others read or write it; chmod 600 it", name, perm)
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("--secret-file %s: empty", name)
+	}
+	return b, nil
+}
+
+// newLogger builds the process's slog logger.
+func newLogger(cfg *config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", cfg.logLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", cfg.logFormat)
+}
+
+// version describes the build, from the module's build info.
+func version() string {
+	v := "(devel)"
+	var rev, when string
+	dirty := false
+	goVersion := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	out := "storenode " + v
+	if rev != "" {
+		out += " " + rev
+		if dirty {
+			out += "-dirty"
+		}
+		if when != "" {
+			out += " " + when
+		}
+	}
+	return out + " " + goVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// run is the whole program but for the signals: it serves until ctx ends, then shuts down
+// gracefully, and returns the exit code.
+func run(ctx context.Context, env runEnv) int {
+	cfg, err := parseConfig(env.args, env.getenv, env.stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(env.stderr, "storenode:", err)
+		return exitUsage
+	}
+	if cfg.version {
+		fmt.Fprintln(env.stdout, version())
+		return exitOK
+	}
+	logger, err := newLogger(cfg, env.stderr)
+	if err != nil {
+		fmt.Fprintln(env.stderr, "storenode:", err)
+		return exitUsage
+	}
+	sc, err := cfg.serverConfig(logger)
+	if err == nil {
+		cfg.metricsListen, err = metricsAddr(cfg.metricsListen)
+	}
+	if err != nil {
+		logger.Error("storenode: bad configuration", "err", err)
+		return exitUsage
+	}
+	srv, err := storenode.NewServer(sc)
+	if err != nil {
+		logger.Error("storenode: bad configuration", "err", err)
+		return exitUsage
+	}
+	logger.Info("storenode: starting", "version", version(), "dir", cfg.dir, "sync", cfg.sync, "cache", cfg.cache.String())
+	if err := srv.Start(); err != nil {
+		logger.Error("storenode: start", "err", err)
+		return exitFailure
+	}
+	var metrics *metricsServer
+	if cfg.metricsListen != "" {
+		metrics, err = startMetrics(cfg.metricsListen, srv, logger)
+		if err != nil {
+			logger.Error("storenode: metrics", "err", err)
+			shutdown(srv, cfg.shutdownTimeout, logger)
+			return exitFailure
+		}
+	}
+	if env.ready != nil {
+		var maddr net.Addr
+		if metrics != nil {
+			maddr = metrics.addr
+		}
+		env.ready(srv.Addr(), maddr)
+	}
+	select {
+	case <-ctx.Done():
+		logger.Info("storenode: signal received, shutting down")
+	case <-srv.Done():
+	}
+	code := shutdown(srv, cfg.shutdownTimeout, logger)
+	if metrics != nil {
+		metrics.close()
+	}
+	return code
+}
+
+// shutdown stops the server within timeout and returns the exit code.
+func shutdown(srv *storenode.Server, timeout time.Duration, logger *slog.Logger) int {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		logger.Error("storenode: shutdown", "err", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// metricsAddr completes a --metrics-listen address: a missing host means loopback.
+func metricsAddr(addr string) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	if _, err := strconv.Atoi(addr); err == nil {
+		addr = ":" + addr // a bare port
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-listen %q: %w", addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// byteSize is a flag of a byte count with an optional binary unit: 65536, 64KiB, 512MiB, 4GiB
+// (K, M, G, T and KB, MB... mean the same powers of 1024).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	t := strings.TrimSpace(s)
+	num := strings.TrimRightFunc(t, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.ToUpper(strings.TrimSpace(t[len(num):]))
+	shift := map[string]uint{"": 0, "B": 0, "K": 10, "KB": 10, "KIB": 10, "M": 20, "MB": 20, "MIB": 20,
+		"G": 30, "GB": 30, "GIB": 30, "T": 40, "TB": 40, "TIB": 40}
+	sh, ok := shift[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n < 0 || (sh > 0 && n > (1<<63-1)>>sh) {
+		return fmt.Errorf("size %q: want a number of bytes with an optional unit (KiB, MiB, GiB, TiB)", s)
+	}
+	*b = byteSize(n << sh)
+	return nil
+}

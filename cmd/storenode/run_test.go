@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+const testTimeout = 20 * time.Second
+
+// syncBuffer collects a run's output, safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// running is a run in a goroutine.
+type running struct {
+	cancel          context.CancelFunc
+	code            chan int
+	server, metrics net.Addr
+	stderr          *syncBuffer
+}
+
+// startRun runs the program with args and env until stopped; it fails the test if the
+// program does not get ready.
+func startRun(t *testing.T, args []string, env map[string]string) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, code: make(chan int, 1), stderr: &syncBuffer{}}
+	ready := make(chan struct{})
+	go func() {
+		r.code <- run(ctx, runEnv{
+			args:   args,
+			getenv: func(k string) string { return env[k] },
+			stdout: io.Discard,
+			stderr: r.stderr,
+			ready: func(server, metrics net.Addr) {
+				r.server, r.metrics = server, metrics
+				close(ready)
+			},
+		})
+	}()
+	select {
+	case <-ready:
+	case code := <-r.code:
+		t.Fatalf("run exited with %d before it was ready: %s", code, r.stderr.String())
+	case <-time.After(testTimeout):
+		t.Fatalf("run not ready: %s", r.stderr.String())
+	}
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop ends the run as a signal would and returns its exit code.
+func (r *running) stop(t *testing.T) int {
+	r.cancel()
+	select {
+	case code, ok := <-r.code:
+		if ok {
+			close(r.code)
+			return code
+		}
+		return -1
+	case <-time.After(testTimeout):
+		t.Fatalf("run did not stop: %s", r.stderr.String())
+		return -1
+	}
+}
+
+func runOnce(args []string, env map[string]string) (code int, stdout, stderr string) {
+	var out, errb syncBuffer
+	code = run(context.Background(), runEnv{args: args, getenv: func(k string) string { return env[k] }, stdout: &out, stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+func dial(t *testing.T, addr string, secret []byte, tlsCfg *tls.Config) *sgio.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: secret, OwnerID: 1, TLS: tlsCfg})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: testTimeout}
+	resp, err := client.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func TestRunServesCommitsMetricsAndStops(t *testing.T) {
+	dir := t.TempDir()
+	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--sync", "none", "--cache", "64MiB"}, nil)
+	c := dial(t, r.server.String(), nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	require.Equal(t, sgio.SyncNone, c.Hello().SyncMode)
+	var ti sgio.TableInfo
+	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "t", RowBytes: 64}, &ti))
+	var g sgio.Grant
+	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 1}, &g))
+	row := make([]byte, 64)
+	commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: 1, Rows: row}}}
+	require.NoError(t, c.CallInto(ctx, commit, &sgio.CommitAck{}))
+
+	base := "http://" + r.metrics.String()
+	code, body := httpGet(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		"weft_commits_total 1", "weft_rows_written_total 1", "weft_connections 1", "weft_wal_bytes_total",
+		"weft_wal_syncs_total", "weft_rows_per_sync", "weft_cache_hits_total", "weft_cache_misses_total",
+		"weft_dirty_pages 1", "weft_checkpoint_last_duration_seconds", "weft_rejected_frames_total 0",
+		"go_goroutines", "process_resident_memory_bytes",
+	} {
+		require.Contains(t, body, want)
+	}
+	code, body = httpGet(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+	code, body = httpGet(t, base+"/debug/pprof/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "goroutine")
+
+	require.Equal(t, exitOK, r.stop(t))
+	require.Contains(t, r.stderr.String(), "storenode: stopped")
+}
+
+func TestRunFlagsFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"WEFT_DIR": dir, "WEFT_LISTEN": "127.0.0.1:0", "WEFT_SYNC": "none", "WEFT_MAX_INFLIGHT": "7",
+		"WEFT_MAX_BODY": "1MiB", "WEFT_LEASE": "3s"}
+	// A flag on the command line wins over its variable.
+	r := startRun(t, []string{"--max-inflight", "9"}, env)
+	c := dial(t, r.server.String(), nil, nil)
+	h := c.Hello()
+	require.Equal(t, sgio.SyncNone, h.SyncMode)
+	require.Equal(t, uint32(9), h.MaxInflight)
+	require.Equal(t, uint32(1<<20), h.MaxBody)
+	require.Equal(t, uint32(3000), h.LeaseMillis)
+
+	code, _, stderr := runOnce(nil, map[string]string{"WEFT_DIR": dir, "WEFT_CACHE": "lots"})
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "WEFT_CACHE")
+}
+
+func TestRunUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--dir"},
+		{[]string{"--dir", dir, "--sync", "sometimes"}, "--sync"},
+		{[]string{"--dir", dir, "--listen", "0.0.0.0:0"}, "non-loopback"},
+		{[]string{"--dir", dir, "--tls-cert", "x.pem"}, "go together"},
+		{[]string{"--dir", dir, "--max-body", "1GiB"}, "64MiB"},
+		{[]string{"--dir", dir, "--log-level", "loud"}, "--log-level"},
+		{[]string{"--dir", dir, "stray"}, "unexpected arguments"},
+		{[]string{"--nope"}, "flag provided but not defined"},
+	} {
+		code, _, stderr := runOnce(tc.args, nil)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+	}
+	code, _, _ := runOnce([]string{"-h"}, nil)
+	require.Equal(t, exitOK, code)
+}
+
+func TestRunVersion(t *testing.T) {
+	code, stdout, _ := runOnce([]string{"-version"}, nil)
+	require.Equal(t, exitOK, code)
+	require.True(t, strings.HasPrefix(stdout, "storenode "), stdout)
+	require.Contains(t, stdout, "go1.")
+}
+
+func TestRunSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("s3cret\n"), 0o640))
+	code, _, stderr := runOnce([]string{"--dir", dir, "--secret-file", secret}, nil)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "chmod 600")
+	require.NoError(t, os.Chmod(secret, 0o604))
+	code, _, _ = runOnce([]string{"--dir", dir, "--secret-file", secret}, nil)
+	require.Equal(t, exitUsage, code)
+
+	require.NoError(t, os.Chmod(secret, 0o600))
+	// With a secret, a non-loopback address is allowed; the newline is not part of it.
+	r := startRun(t, []string{"--dir", dir, "--listen", "0.0.0.0:0", "--secret-file", secret}, nil)
+	port := r.server.(*net.TCPAddr).Port
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	dial(t, addr, []byte("s3cret"), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: []byte("wrong"), OwnerID: 2})
+	require.ErrorIs(t, err, sgio.ErrAuthFailed)
+}
+
+func TestRunTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := writeCert(t)
+	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--sync", "none"}, nil)
+	c := dial(t, r.server.String(), nil, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	require.NoError(t, c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}))
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 and its key as PEM files.
+func writeCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "storenode test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	leaf, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(leaf)
+	return certFile, keyFile, pool
+}
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "4096": 4096, "64KiB": 64 << 10, "512MiB": 512 << 20, "4GiB": 4 << 30,
+		"2g": 2 << 30, "1T": 1 << 40, "8 MB": 8 << 20} {
+		var b byteSize
+		require.NoError(t, b.Set(in), in)
+		require.Equal(t, want, int64(b), in)
+	}
+	for _, in := range []string{"", "lots", "-1", "1.5GiB", "1PiB", "99999999999TiB"} {
+		var b byteSize
+		require.Error(t, b.Set(in), in)
+	}
+	b := byteSize(3 << 30)
+	require.Equal(t, "3GiB", b.String())
+}
+
+// TestMainSIGTERM runs the real main in a child process (this test binary, re-executed) and
+// stops it with SIGTERM: it checkpoints and exits 0.
+func TestMainSIGTERM(t *testing.T) {
+	if os.Getenv("WEFT_STORENODE_MAIN") != "" {
+		os.Args = append([]string{"storenode"}, strings.Fields(os.Getenv("WEFT_STORENODE_MAIN"))...)
+		main()
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMainSIGTERM$")
+	cmd.Env = append(os.Environ(), "WEFT_STORENODE_MAIN=--dir "+dir+" --listen 127.0.0.1:0 --log-format json")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitLine := func(want string) {
+		t.Helper()
+		timer := time.NewTimer(testTimeout)
+		defer timer.Stop()
+		for {
+			select {
+			case l, ok := <-lines:
+				require.True(t, ok, "child exited before logging %q", want)
+				if strings.Contains(l, want) {
+					return
+				}
+			case <-timer.C:
+				t.Fatalf("no %q in the child's log", want)
+			}
+		}
+	}
+	waitLine("storenode: listening")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	waitLine("storenode: stopped")
+	for range lines {
+	}
+	require.NoError(t, cmd.Wait(), "exit status")
+	require.FileExists(t, filepath.Join(dir, "meta"), "checkpointed at shutdown")
+}

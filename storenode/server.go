@@ -1,0 +1,630 @@
+// Package storenode is Weft's storage node: the durable copy of a set of tables (Engine: the
+// catalog, a WAL with group commit, data files with page maps, a disk page cache, checkpoints,
+// recovery, bitmap-trees and ownership) and the server that puts it on the network (Server,
+// Serve), so binaries stay thin. docs/storage.md describes the engine's files and contract,
+// docs/operations.md how to run the storage node.
+//
+// # Server
+//
+// The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
+// net.Conns when ServerConfig.TLS is set (gnet has no TLS); both run the same session code.
+// Per connection: the handshake (Hello, mutual HMAC proof, Auth; nothing else is served
+// before it), then pipelined requests answered by request id. The event loop decodes frames,
+// answers Ping and reads of cached pages inline (server_read.go: it takes the engine's lock
+// only if it is free at that instant) and hands everything that may block or touch the disk
+// to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
+// each to their own (so replies may come out of order), commits to one commit goroutine per
+// connection that submits them to the engine in arrival order (the engine orders an owner's
+// batches by seq). Replies are gathered with sgio.Writer and written with one writev per
+// burst: by the event loop at the end of its turn, or with gnet's AsyncWritev from the
+// goroutines. docs/operations.md has the flags, metrics and measurements.
+//
+// # Buffer lifetimes
+//
+// The bytes of a frame belong to gnet's inbound buffer (or the TLS reader's buffer) and are
+// valid only during the event-loop turn that decoded them: gnet reuses them after Discard. So
+// nothing that outlives the turn aliases them. A request handed to a goroutine is parsed
+// first (the parsed message owns its fields), and a Commit's body is copied once into a
+// pooled buffer that the commit goroutine owns; the engine's Commit copies the rows into the
+// WAL record and its cache and does not retain the batch, so the buffer goes back to the pool
+// as soon as Commit returns, before the batch is durable. Replies go the other way: the rows
+// of a Segments reply live in a buffer owned by the reply until the write that carries it
+// has completed (gnet has written or copied the bytes, which it does before its AsyncWritev
+// callback runs); only then is the Writer reset.
+//
+// # Limits
+//
+// Frames are length-checked before anything is allocated or waited for (a 4 GiB length header
+// is answered with an Error and a close), connections are bounded (MaxConns; over it, an
+// Error reply and a close), so are requests in flight per connection (MaxInflight; over it,
+// ErrBusy), the time to authenticate (AuthTimeout, counted from the connection's start, not
+// reset by traffic) and the time a session may sit idle (IdleTimeout).
+package storenode
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// Defaults of ServerConfig, applied where a field is zero.
+const (
+	// DefaultListen is the storage node's default address: loopback only.
+	DefaultListen = "127.0.0.1:7070"
+	// DefaultMaxConns bounds the connections a server holds at once.
+	DefaultMaxConns = 1024
+	// DefaultMaxInflight bounds the requests in flight on one connection.
+	DefaultMaxInflight = 1024
+	// DefaultMaxBody is the largest request body the server accepts.
+	DefaultMaxBody = 16 << 20
+	// DefaultAuthTimeout bounds the time from connecting to a completed handshake.
+	DefaultAuthTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes a session that sent nothing and had nothing in flight this
+	// long.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultWriteTimeout bounds one write to a TLS connection.
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultShutdownTimeout bounds Serve's graceful shutdown.
+	DefaultShutdownTimeout = 30 * time.Second
+
+	// minReplyBody is the smallest reply body limit a client may announce in Hello: every
+	// Error reply fits.
+	minReplyBody = 2 * sgio.ErrorMessageMax
+	// rejectLingerMax bounds the connections kept open past MaxConns only to be told why they
+	// are refused; beyond it, a connection is closed at once.
+	rejectLingerMax = 64
+	// outboundMaxBytes bounds what a connection may have queued in gnet's outbound buffer: a
+	// client that does not read its replies is closed.
+	outboundMaxBytes = 64 << 20
+	// pageDirMaxEntries bounds one PageDir reply.
+	pageDirMaxEntries = 1 << 16
+)
+
+// ServerConfig configures a Server. The zero value of a field means its default.
+type ServerConfig struct {
+	// Engine is an open engine to serve. It stays the caller's: Shutdown checkpoints it but
+	// does not close it. When nil, Start opens one with Options and Shutdown closes it.
+	Engine *Engine
+	// Options opens the engine when Engine is nil (Dir, Sync, CacheBytes, checkpoint
+	// triggers, LeaseDuration, Now...).
+	Options Options
+
+	// Listen is the TCP address, host:port; DefaultListen when empty. A port of 0 picks a
+	// free one (Addr reports it). A non-loopback address is refused unless Secret is set.
+	Listen string
+	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs. Empty is
+	// allowed on loopback only: the proofs then only show that both sides speak Weft.
+	Secret []byte
+	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
+	TLS *tls.Config
+
+	// MaxConns bounds the connections held at once (DefaultMaxConns).
+	MaxConns int
+	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
+	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
+	MaxInflight int
+	// MaxBody is the largest request body accepted, at most sgio.MaxBodyLimit
+	// (DefaultMaxBody); announced in HelloReply.
+	MaxBody uint32
+	// AuthTimeout bounds the time from connecting to a completed handshake
+	// (DefaultAuthTimeout). It is not extended by traffic: a client that sends one byte a
+	// second is closed at the deadline all the same.
+	AuthTimeout time.Duration
+	// IdleTimeout closes a session that sent nothing and had nothing in flight for this long
+	// (DefaultIdleTimeout); negative disables it.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds one write to a TLS connection (DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero.
+	EventLoops int
+
+	// Logger receives connection and lifecycle events; Options.Logger, else slog.Default().
+	Logger *slog.Logger
+	// OnListen, when set, is called once with the address the server listens on, before
+	// Start returns (Serve's way of telling a port-0 address).
+	OnListen func(addr net.Addr)
+	// ShutdownTimeout bounds Serve's graceful shutdown (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	c.MaxInflight = min(c.MaxInflight, sgio.MaxInflightLimit)
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.AuthTimeout <= 0 {
+		c.AuthTimeout = DefaultAuthTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.EventLoops <= 0 {
+		c.EventLoops = runtime.GOMAXPROCS(0)
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = c.Options.Logger
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// checkListen refuses a non-loopback address without a secret.
+func (c ServerConfig) checkListen() error {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("storenode: listen address %q: %w", c.Listen, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("storenode: listen address %q: bad port", c.Listen)
+	}
+	if c.MaxBody > sgio.MaxBodyLimit {
+		return fmt.Errorf("storenode: MaxBody %d above the protocol's %d", c.MaxBody, sgio.MaxBodyLimit)
+	}
+	if len(c.Secret) == 0 && !IsLoopback(host) {
+		return fmt.Errorf("storenode: refusing to listen on non-loopback address %q without a secret "+
+			"(configure one, and TLS across an untrusted network)", c.Listen)
+	}
+	return nil
+}
+
+// IsLoopback reports whether host (an IP literal or "localhost") names only the loopback
+// interface. An empty host, a wildcard address or any other name is not loopback.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Server is a storage node: an engine behind the sgio protocol. Create it with NewServer,
+// start it with Start, stop it with Shutdown; or run Serve. Its methods may be called from any
+// goroutine.
+type Server struct {
+	cfg        ServerConfig
+	log        *slog.Logger
+	eng        *Engine
+	ownsEngine bool
+	hello      sgio.HelloReply // limits and mode; nonce and proof are per session
+	leaseNanos int64
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	addr     net.Addr
+	sessions map[*session]struct{}
+	gnetEng  gnet.Engine
+	runDone  chan error // gnet.Run's result
+	tlsLn    net.Listener
+	connWG   sync.WaitGroup // TLS accept loop and connection goroutines
+	done     chan struct{}  // closed when Shutdown finished
+	stopErr  error
+
+	conns     atomic.Int64 // sessions held, rejected ones included
+	nextConn  atomic.Uint64
+	requests  inflightTracker
+	workers   sync.WaitGroup // goroutines that call the engine for requests
+	rowBytes  sync.Map       // table id -> row size (ids are never reused)
+	counters  serverCounters
+	closeHook func(*session) // tests: runs after a session's connection closed
+}
+
+// NewServer checks cfg and returns a server that is not yet listening. It opens nothing:
+// Start does.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.checkListen(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		eng:      cfg.Engine,
+		sessions: make(map[*session]struct{}),
+		done:     make(chan struct{}),
+	}
+	if s.eng != nil {
+		s.configure()
+	}
+	return s, nil
+}
+
+// configure derives the HelloReply template from the engine.
+func (s *Server) configure() {
+	mode := sgio.SyncAlways
+	if s.eng.SyncMode() == SyncNone {
+		mode = sgio.SyncNone
+	}
+	lease := s.eng.LeaseDuration()
+	s.leaseNanos = int64(lease)
+	s.hello = sgio.HelloReply{
+		Version:     sgio.Version,
+		SyncMode:    mode,
+		MaxBody:     s.cfg.MaxBody,
+		MaxInflight: uint32(s.cfg.MaxInflight),
+		LeaseMillis: uint32(min(lease.Milliseconds(), 1<<32-1)),
+	}
+}
+
+// Start opens the engine (unless ServerConfig.Engine was given) and starts listening. It
+// returns once connections are accepted; Addr then reports the address. On failure nothing
+// is left open.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("storenode: server already started")
+	}
+	s.started = true
+	if s.eng == nil {
+		e, err := Open(s.cfg.Options)
+		if err != nil {
+			return err
+		}
+		s.eng, s.ownsEngine = e, true
+		s.configure()
+	}
+	var err error
+	if s.cfg.TLS != nil {
+		err = s.startTLS()
+	} else {
+		err = s.startGnet()
+	}
+	if err != nil {
+		if s.ownsEngine {
+			_ = s.eng.Close()
+		}
+		s.stopped = true
+		close(s.done)
+		return err
+	}
+	s.log.Info("storenode: listening", "addr", s.addr.String(), "tls", s.cfg.TLS != nil,
+		"sync", s.eng.SyncMode().String(), "max_conns", s.cfg.MaxConns, "max_inflight", s.cfg.MaxInflight,
+		"max_body", s.cfg.MaxBody, "secret", len(s.cfg.Secret) > 0)
+	if s.cfg.OnListen != nil {
+		s.cfg.OnListen(s.addr)
+	}
+	return nil
+}
+
+// Addr reports the address the server listens on, or nil before Start.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Engine reports the engine the server serves (nil before Start when it opens its own).
+func (s *Server) Engine() *Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.eng
+}
+
+// Healthy reports nil while the server serves: started, not shutting down, and its engine
+// not stopped by an IO failure (ErrFailStop, wrapping the cause).
+func (s *Server) Healthy() error {
+	s.mu.Lock()
+	started, stopped, e := s.started, s.stopped, s.eng
+	s.mu.Unlock()
+	switch {
+	case !started:
+		return errors.New("storenode: server not started")
+	case stopped || s.requests.isDraining():
+		return fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
+	}
+	return e.failure()
+}
+
+// Done returns a channel closed when Shutdown has finished.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Shutdown stops the server gracefully: it stops taking connections and requests (both are
+// answered with ErrShuttingDown), waits for the requests in flight to be answered (commits
+// included: every batch it accepted is durable or failed, and its reply written), closes the
+// connections, then checkpoints and closes the engine (or only checkpoints an engine given in
+// ServerConfig.Engine). When ctx ends first, connections are closed with requests still in
+// flight and the engine is closed at once; the error then wraps ctx's. Shutdown is
+// idempotent: later calls wait for the first and return its result.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopped || !s.started {
+		first := !s.started && !s.stopped
+		s.stopped = true
+		s.mu.Unlock()
+		if first {
+			close(s.done)
+			return nil
+		}
+		<-s.done
+		return s.stopErr
+	}
+	s.stopped = true
+	s.mu.Unlock()
+
+	start := time.Now()
+	s.log.Info("storenode: shutting down", "requests_in_flight", s.requests.count())
+	drainErr := s.requests.drain(ctx)
+	if drainErr != nil {
+		s.log.Warn("storenode: shutdown deadline: closing connections with requests in flight",
+			"requests_in_flight", s.requests.count(), "err", drainErr)
+	}
+	s.stopTransport()
+	var err error
+	if drainErr == nil {
+		s.workers.Wait()
+		if s.ownsEngine {
+			err = s.eng.Close()
+		} else {
+			err = s.eng.Checkpoint()
+		}
+	} else {
+		// Wake commits that wait (for a seq gap, for cache room) before waiting for them.
+		if s.ownsEngine {
+			err = s.eng.Close()
+		}
+		s.workers.Wait()
+		err = errors.Join(fmt.Errorf("storenode: shutdown: %w", drainErr), err)
+	}
+	if err != nil {
+		s.log.Error("storenode: shutdown", "err", err)
+	} else {
+		s.log.Info("storenode: stopped", "took", time.Since(start))
+	}
+	s.stopErr = err
+	close(s.done)
+	return err
+}
+
+// Serve runs a storage node until ctx ends, then shuts it down gracefully within
+// cfg.ShutdownTimeout: it stops accepting, finishes the batches in flight, checkpoints and
+// closes the engine. It returns nil after a clean shutdown.
+func Serve(ctx context.Context, cfg ServerConfig) error {
+	s, err := NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+// ServerStats are a server's counters, beside its engine's Stats.
+type ServerStats struct {
+	// Conns is the number of connections open now; ConnsAccepted those accepted since Start;
+	// ConnsRejected those refused (over MaxConns, or while shutting down).
+	Conns, ConnsAccepted, ConnsRejected uint64
+	// AuthFailures counts wrong proofs and requests before authentication; AuthTimeouts
+	// connections closed at the auth deadline; IdleCloses sessions closed for idleness.
+	AuthFailures, AuthTimeouts, IdleCloses uint64
+	// RejectedFrames counts frames that broke the protocol (bad magic, checksum, length,
+	// version, unknown type, malformed body); BusyReplies requests refused with ErrBusy.
+	RejectedFrames, BusyReplies uint64
+	// Requests counts requests received; Writes the writes (writev calls) that carried their
+	// replies; BytesIn and BytesOut the frame bytes received and sent.
+	Requests, Writes, BytesIn, BytesOut uint64
+	// InFlight is the number of requests received and not yet answered.
+	InFlight int64
+}
+
+type serverCounters struct {
+	accepted, rejected          atomic.Uint64
+	authFailures, authTimeouts  atomic.Uint64
+	idleCloses                  atomic.Uint64
+	rejectedFrames, busyReplies atomic.Uint64
+	requests, writes            atomic.Uint64
+	bytesIn, bytesOut           atomic.Uint64
+}
+
+// Stats reports the server's counters.
+func (s *Server) Stats() ServerStats {
+	c := &s.counters
+	return ServerStats{
+		Conns:          uint64(max(s.conns.Load(), 0)),
+		ConnsAccepted:  c.accepted.Load(),
+		ConnsRejected:  c.rejected.Load(),
+		AuthFailures:   c.authFailures.Load(),
+		AuthTimeouts:   c.authTimeouts.Load(),
+		IdleCloses:     c.idleCloses.Load(),
+		RejectedFrames: c.rejectedFrames.Load(),
+		BusyReplies:    c.busyReplies.Load(),
+		Requests:       c.requests.Load(),
+		Writes:         c.writes.Load(),
+		BytesIn:        c.bytesIn.Load(),
+		BytesOut:       c.bytesOut.Load(),
+		InFlight:       s.requests.count(),
+	}
+}
+
+// statsReply is the StatsReply of a Stats request: the engine's counters and the server's.
+func (s *Server) statsReply() *sgio.StatsReply {
+	es := s.eng.Stats()
+	ss := s.Stats()
+	return &sgio.StatsReply{Stats: []sgio.Stat{
+		{Name: "commits", Value: es.Commits},
+		{Name: "retried_batches", Value: es.RetriedBatches},
+		{Name: "rows_written", Value: es.RowsWritten},
+		{Name: "cache_hits", Value: es.CacheHits},
+		{Name: "cache_misses", Value: es.CacheMisses},
+		{Name: "cache_pages", Value: uint64(es.CachePages)},
+		{Name: "dirty_pages", Value: uint64(es.DirtyPages)},
+		{Name: "cache_bytes", Value: uint64(es.CacheBytes)},
+		{Name: "disk_reads", Value: es.DiskReads},
+		{Name: "disk_writes", Value: es.DiskWrites},
+		{Name: "wal_bytes", Value: es.WALBytes},
+		{Name: "wal_records", Value: es.WALRecords},
+		{Name: "wal_syncs", Value: es.WALSyncs},
+		{Name: "checkpoints", Value: es.Checkpoints},
+		{Name: "checkpoint_pages", Value: es.CheckpointPages},
+		{Name: "checkpoint_last_ns", Value: uint64(es.LastCheckpoint)},
+		{Name: "checkpoint_lsn", Value: es.CheckpointLSN},
+		{Name: "longest_stall_ns", Value: uint64(es.LongestStall)},
+		{Name: "last_lsn", Value: es.LastLSN},
+		{Name: "conns", Value: ss.Conns},
+		{Name: "conns_accepted", Value: ss.ConnsAccepted},
+		{Name: "conns_rejected", Value: ss.ConnsRejected},
+		{Name: "auth_failures", Value: ss.AuthFailures},
+		{Name: "auth_timeouts", Value: ss.AuthTimeouts},
+		{Name: "idle_closes", Value: ss.IdleCloses},
+		{Name: "rejected_frames", Value: ss.RejectedFrames},
+		{Name: "busy_replies", Value: ss.BusyReplies},
+		{Name: "requests", Value: ss.Requests},
+		{Name: "writes", Value: ss.Writes},
+		{Name: "bytes_in", Value: ss.BytesIn},
+		{Name: "bytes_out", Value: ss.BytesOut},
+	}}
+}
+
+// tableRowBytes reports a table's row size. Table ids are never reused, so the answer is
+// cached for good.
+func (s *Server) tableRowBytes(id uint32) (int, error) {
+	if v, ok := s.rowBytes.Load(id); ok {
+		return v.(int), nil
+	}
+	e := s.eng
+	e.mu.Lock()
+	t, err := e.table(id)
+	var n int
+	if err == nil {
+		n = t.geo.RowBytes()
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	s.rowBytes.Store(id, n)
+	return n, nil
+}
+
+// admit registers a new connection's session, or reports why it is refused. A refused
+// session is still registered (it answers the client's Hello with the reason, then closes);
+// linger says whether there is room for that, else the connection closes at once.
+func (s *Server) admit(sess *session) (refusal error, linger bool) {
+	n := s.conns.Add(1)
+	s.mu.Lock()
+	s.sessions[sess] = struct{}{}
+	s.mu.Unlock()
+	switch {
+	case s.requests.isDraining():
+		refusal = fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
+	case n > int64(s.cfg.MaxConns):
+		refusal = fmt.Errorf("storenode: %d connections open, the limit: %w", s.cfg.MaxConns, sgio.ErrBusy)
+	default:
+		s.counters.accepted.Add(1)
+		return nil, false
+	}
+	s.counters.rejected.Add(1)
+	s.log.Warn("storenode: connection refused", "conn", sess.id, "remote", sess.remote, "reason", refusal)
+	return refusal, n <= int64(s.cfg.MaxConns+rejectLingerMax)
+}
+
+// forget unregisters a closed session.
+func (s *Server) forget(sess *session) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	hook := s.closeHook
+	s.mu.Unlock()
+	s.conns.Add(-1)
+	if hook != nil {
+		hook(sess)
+	}
+}
+
+// stopTransport stops listening and closes every connection.
+func (s *Server) stopTransport() {
+	if s.cfg.TLS != nil {
+		s.stopTLS()
+		return
+	}
+	s.stopGnet()
+}
+
+// inflightTracker counts requests received and not yet answered across the server, so that
+// Shutdown can wait for them. begin fails once draining has begun.
+//
+// The order of operations makes the wait exact without a lock: begin adds, then checks
+// draining; drain sets draining, then checks the count; end subtracts, then checks draining.
+// With sequentially consistent atomics, either drain sees a begin's count or the begin sees
+// draining (and takes its count back), and whoever takes the count to zero after draining
+// began signals.
+type inflightTracker struct {
+	n        atomic.Int64
+	draining atomic.Bool
+	zero     chan struct{} // cap 1: the count reached zero while draining
+	once     sync.Once
+}
+
+func (t *inflightTracker) init() { t.once.Do(func() { t.zero = make(chan struct{}, 1) }) }
+
+func (t *inflightTracker) begin() bool {
+	t.n.Add(1)
+	if t.draining.Load() {
+		t.end(1)
+		return false
+	}
+	return true
+}
+
+func (t *inflightTracker) end(k int) {
+	if k == 0 {
+		return
+	}
+	if t.n.Add(int64(-k)) == 0 && t.draining.Load() {
+		t.init()
+		select {
+		case t.zero <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (t *inflightTracker) count() int64 { return t.n.Load() }
+
+func (t *inflightTracker) isDraining() bool { return t.draining.Load() }
+
+// drain stops new requests and waits until none is in flight or ctx ends.
+func (t *inflightTracker) drain(ctx context.Context) error {
+	t.init()
+	t.draining.Store(true)
+	for t.n.Load() != 0 {
+		select {
+		case <-t.zero:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package storenode
+
+import (
+	"math/bits"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// Reads on the server. A ReadPages whose rows are all in the disk page cache is answered on
+// the event loop itself, when the engine's lock is free at that instant (readCached; it never
+// waits, for the lock or the disk): no goroutine, no hand-off, and the reply leaves in the
+// event loop's own write at the end of its turn. Every other read of a turn (a miss, a busy
+// engine, a PageDir) goes, with the turn's other reads, to one goroutine that runs them in
+// order and replies to each as it finishes: a slow read delays the reads of its own turn only,
+// never commits (they have their own goroutine) nor later turns.
+
+// readCached answers a ReadPages from the disk page cache alone, appending the rows to rows:
+// every wanted row present must be in a cached frame. ok is false, and nothing is answered,
+// when it cannot (the engine's lock is taken, a row needs the disk, an error needs reporting):
+// the caller takes the slow path, which also reports errors. It is the event loop's way into
+// the engine and never blocks.
+func (e *Engine) readCached(m *sgio.ReadPages, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
+	if !e.mu.TryLock() {
+		return rows, false
+	}
+	defer e.mu.Unlock()
+	if e.closed || e.failure() != nil {
+		return rows, false
+	}
+	size, hits := 0, uint64(0)
+	for _, w := range m.Wants {
+		t, found := e.tables[w.Table]
+		if !found || w.Page >= maxPages {
+			return rows, false
+		}
+		size += bits.OnesCount64(w.Want) * t.geo.RowBytes()
+	}
+	if cap(rows)-len(rows) < size {
+		rows = append(make([]byte, 0, len(rows)+size), rows...)
+	}
+	for i, w := range m.Wants {
+		t := e.tables[w.Table]
+		present := t.presentWord(w.Page)
+		data, clear := w.Want&present, w.Want&^present
+		start := len(rows)
+		if data != 0 {
+			id, cached := e.cache.lookup(frameKey(t.id, w.Page))
+			if !cached {
+				return rows, false
+			}
+			f := &e.cache.frames[id]
+			if f.loading || f.valid&data != data {
+				return rows, false
+			}
+			f.ref = true
+			hits++
+			rows = gatherRows(rows, e.cache.rows(id), t.geo, data)
+		}
+		segs[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(t.geo.RowBytes()), Page: w.Page, Data: data, Clear: clear}
+		segs[i].Rows = rows[start:len(rows):len(rows)]
+	}
+	e.cache.hits += hits // counted as ReadRows does: pages whose rows came from the cache
+	return rows, true
+}
+
+// readInline answers a ReadPages on the loop if the cache holds it; it reports false when the
+// request must take the slow path.
+func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
+	size := 8
+	for _, w := range m.Wants {
+		// The rows a reply may carry, at the largest row size; a read that could exceed the
+		// client's limit takes the slow path, which computes it exactly.
+		size += sgio.SegmentHeaderSize + bits.OnesCount64(w.Want)*sgio.RowBytesMax
+		if size > int(s.replyMax) {
+			return false
+		}
+	}
+	segs := make([]sgio.Segment, len(m.Wants))
+	rows, ok := s.srv.eng.readCached(m, segs, nil)
+	if !ok {
+		return false
+	}
+	s.reply(id, &sgio.Segments{Segments: segs}, rows, false)
+	return true
+}
+
+// readRequest is a read of the slow path, counted in flight.
+type readRequest struct {
+	id uint64
+	m  sgio.Message
+}
+
+// runReads runs a turn's slow reads in order on one goroutine, replying to each.
+func (s *session) runReads(reads []readRequest) {
+	defer s.srv.workers.Done()
+	s.renew()
+	for _, r := range reads {
+		reply, keep, err := s.exec(r.m)
+		if err != nil {
+			s.replyError(r.id, err, true)
+			continue
+		}
+		s.reply(r.id, reply, keep, true)
+	}
+}

@@ -1,0 +1,182 @@
+package storenode
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// The TLS transport. gnet has no TLS, so with ServerConfig.TLS the server accepts crypto/tls
+// connections on a net.Listener and gives each two goroutines: a reader, which is the
+// session's loop (it feeds inbound bytes to the same session code as gnet's event loop and
+// writes the replies produced meanwhile), and a writer, which carries the writes started by
+// request goroutines (writeAsync). The session's busy flag keeps the two from writing at once.
+
+func (s *Server) startTLS() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+	}
+	s.tlsLn = ln
+	s.addr = ln.Addr()
+	s.connWG.Add(1)
+	go s.acceptTLS(ln)
+	return nil
+}
+
+// stopTLS closes the listener and every connection, and waits for their goroutines.
+func (s *Server) stopTLS() {
+	_ = s.tlsLn.Close()
+	s.mu.Lock()
+	for sess := range s.sessions {
+		sess.closeWith("server stopped", slog.LevelDebug)
+	}
+	s.mu.Unlock()
+	s.connWG.Wait()
+}
+
+func (s *Server) acceptTLS(ln net.Listener) {
+	defer s.connWG.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Error("storenode: accept", "err", err)
+			}
+			return
+		}
+		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
+		sess := s.newSession(t, c.RemoteAddr().String())
+		refusal, linger := s.admit(sess)
+		s.connWG.Add(2)
+		go t.writer(s)
+		go s.serveTLS(sess, t, refusal, linger)
+	}
+}
+
+// serveTLS runs the TLS handshake (within the auth deadline), then the connection's reader
+// loop: read, hand whole frames to the session, keep the rest.
+func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error, linger bool) {
+	defer s.connWG.Done()
+	var err error
+	defer func() {
+		sess.closed(err) // first: no write starts once the session is closed
+		t.close()
+	}()
+	if refusal == nil || linger {
+		if refusal != nil {
+			sess.refuse()
+		} else {
+			sess.armAuthTimer()
+		}
+	}
+	tc := t.conn.(*tls.Conn)
+	_ = tc.SetDeadline(time.Now().Add(s.cfg.AuthTimeout))
+	if err = tc.Handshake(); err != nil {
+		sess.logger().Warn("storenode: closing connection: TLS handshake failed", "err", err)
+		return
+	}
+	_ = tc.SetDeadline(time.Time{})
+	if refusal != nil {
+		out := sgio.AppendFrame(nil, 0, sgio.NewErrorReply(refusal))
+		_, _ = tc.Write(out)
+		if !linger {
+			return
+		}
+	}
+	buf := make([]byte, 0, 64<<10)
+	for {
+		if len(buf) == cap(buf) {
+			need := max(sess.needBytes, 2*cap(buf))
+			grown := make([]byte, len(buf), min(need, sgio.HeaderSize+int(s.cfg.MaxBody)))
+			copy(grown, buf)
+			buf = grown
+		}
+		var n int
+		n, err = tc.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return
+		}
+		if sess.needBytes > 0 && len(buf) < sess.needBytes {
+			continue
+		}
+		used, closeNow := sess.inbound(buf)
+		buf = buf[:copy(buf, buf[used:])]
+		if closeNow {
+			return
+		}
+	}
+}
+
+// tlsTransport is a session's TLS connection.
+type tlsTransport struct {
+	conn    net.Conn // the tls.Conn
+	raw     net.Conn // the TCP connection under it
+	timeout time.Duration
+	writes  chan tlsWrite // cap 1: the session starts one write at a time
+	stop    chan struct{}
+	once    sync.Once
+	flat    []byte // the flattened write; used by whoever holds the session's busy flag
+}
+
+type tlsWrite struct {
+	bufs [][]byte
+	done func(error)
+}
+
+// writeLoop writes bufs as one TLS write (one record run, not one per slice).
+func (t *tlsTransport) writeLoop(bufs [][]byte) error {
+	t.flat = t.flat[:0]
+	for _, b := range bufs {
+		t.flat = append(t.flat, b...)
+	}
+	_ = t.conn.SetWriteDeadline(time.Now().Add(t.timeout))
+	_, err := t.conn.Write(t.flat)
+	if cap(t.flat) > 1<<20 {
+		t.flat = nil
+	}
+	return err
+}
+
+func (t *tlsTransport) writeAsync(bufs [][]byte, done func(error)) error {
+	select {
+	case t.writes <- tlsWrite{bufs, done}:
+		return nil
+	default:
+		return errors.New("storenode: TLS write queue full") // the session's busy flag prevents this
+	}
+}
+
+// close closes the TCP connection under the TLS one: at once, without the close_notify
+// alert that tls.Conn.Close would write (and could wait up to its write deadline for).
+func (t *tlsTransport) close() {
+	t.once.Do(func() {
+		close(t.stop)
+		_ = t.raw.Close()
+	})
+}
+
+// writer carries writeAsync's writes; once the connection is closed it fails the one left.
+func (t *tlsTransport) writer(s *Server) {
+	defer s.connWG.Done()
+	for {
+		select {
+		case w := <-t.writes:
+			w.done(t.writeLoop(w.bufs))
+		case <-t.stop:
+			select {
+			case w := <-t.writes:
+				w.done(net.ErrClosed)
+			default:
+			}
+			return
+		}
+	}
+}

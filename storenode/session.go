@@ -1,0 +1,665 @@
+package storenode
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// A session is one connection's protocol state: the handshake, the requests in flight and the
+// replies waiting to be written. The same code serves gnet connections and TLS net.Conns
+// (transport).
+//
+// Invariants:
+//   - Inbound bytes are handled by one goroutine at a time, the connection's "loop" (a gnet
+//     event loop, or the TLS connection's reader): state, owner, nonces and needBytes belong
+//     to it.
+//   - A request counts as in flight (inflight here, Server.requests there) from its
+//     dispatch until its reply has been handed to the transport (written, or copied into its
+//     outbound buffer); an Error reply to a request that was refused (ErrBusy, ErrShuttingDown,
+//     malformed) is not counted. So a client that respects HelloReply.MaxInflight never meets
+//     ErrBusy: its in-flight count is never below ours.
+//   - At most one write is in progress (busy). Replies accumulate in pending meanwhile and go
+//     out in the next write; sending is what the write in progress carries, untouched until
+//     it is done.
+//   - Once closed, nothing is written and no method of the transport is called again (after
+//     gnet stops, a late call could reach a reused file descriptor); replies that arrive
+//     later are dropped, their requests ended.
+type session struct {
+	srv    *Server
+	tr     transport
+	id     uint64
+	remote string
+
+	// The loop's own fields.
+	state       sessionState
+	owner       uint64
+	name        string
+	clientNonce [sgio.NonceSize]byte
+	serverNonce [sgio.NonceSize]byte
+	replyMax    uint32        // the largest reply body the client accepts
+	needBytes   int           // a frame of this many bytes is incomplete: wait until they are buffered
+	turnReads   []readRequest // the slow-path reads of the current turn, for one goroutine
+	turnNow     int64         // the engine's clock in this turn, UnixNano; 0 until read
+
+	ownerSeen  atomic.Uint64 // owner, for the logs of timers
+	authed     atomic.Bool
+	inflight   atomic.Int64
+	lastActive atomic.Int64 // time.Now().UnixNano() of the last inbound bytes
+	lastRenew  atomic.Int64 // engine clock, UnixNano, of the last lease renewal
+
+	mu             sync.Mutex
+	pending        sgio.Writer // replies not yet handed to the transport
+	sending        sgio.Writer // the write in progress
+	pendingCounted int         // in-flight requests answered in pending
+	pendingKeep    [][]byte    // reply buffers to release once pending is written
+	sendingKeep    [][]byte
+	busy           bool // a write is in progress
+	inLoop         bool // the loop is handling inbound bytes and will write when it is done
+	isClosed       bool
+	commits        []commitRequest // waiting for the commit goroutine, in arrival order
+	committing     bool            // the commit goroutine runs
+	authTimer      *time.Timer
+	idleTimer      *time.Timer
+}
+
+type sessionState uint8
+
+const (
+	stateHello   sessionState = iota // waiting for Hello
+	stateAuth                        // HelloReply sent, waiting for Auth
+	stateOpen                        // authenticated
+	stateRefused                     // refused at connect: close on the first frame
+)
+
+// transport is a session's connection.
+type transport interface {
+	// writeLoop writes bufs synchronously. Only the connection's loop calls it (gnet: the
+	// event loop, TLS: the reader or the writer goroutine), without the session's lock, and
+	// only while the session holds busy; bufs may be reused once it returns.
+	writeLoop(bufs [][]byte) error
+	// writeAsync starts writing bufs and returns; done runs once, later and on the loop,
+	// when the bytes are written (or have failed). Called with the session's lock held and
+	// busy set; it must not call done before returning. A non-nil error means done will not
+	// run.
+	writeAsync(bufs [][]byte, done func(error)) error
+	// close closes the connection; any goroutine, idempotent.
+	close()
+}
+
+func (s *Server) newSession(tr transport, remote string) *session {
+	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote}
+	sess.lastActive.Store(time.Now().UnixNano())
+	return sess
+}
+
+// logger is the server's logger with the session's identity; any goroutine may call it.
+func (s *session) logger() *slog.Logger {
+	return s.srv.log.With("conn", s.id, "remote", s.remote, "owner", s.ownerSeen.Load())
+}
+
+// armAuthTimer starts the auth deadline, counted from the connection's start.
+func (s *session) armAuthTimer() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.isClosed {
+		s.authTimer = time.AfterFunc(s.srv.cfg.AuthTimeout, s.authExpired)
+	}
+}
+
+// refuse marks a session refused at connect: its first frame closes it, and so does the auth
+// deadline.
+func (s *session) refuse() {
+	s.state = stateRefused
+	s.armAuthTimer()
+}
+
+func (s *session) authExpired() {
+	if s.authed.Load() {
+		return
+	}
+	s.srv.counters.authTimeouts.Add(1)
+	s.closeWith(fmt.Sprintf("no authentication within %v", s.srv.cfg.AuthTimeout), slog.LevelWarn)
+}
+
+// idleCheck runs when the idle timer fires: it closes an idle session or re-arms the timer.
+func (s *session) idleCheck() {
+	idle := s.srv.cfg.IdleTimeout
+	since := time.Duration(time.Now().UnixNano() - s.lastActive.Load())
+	if s.inflight.Load() == 0 && since >= idle {
+		s.srv.counters.idleCloses.Add(1)
+		s.closeWith(fmt.Sprintf("idle for %v", idle.Round(time.Millisecond)), slog.LevelInfo)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.isClosed {
+		s.idleTimer.Reset(max(idle-since, idle/4))
+	}
+}
+
+// closeWith closes the connection from any goroutine, logging why.
+func (s *session) closeWith(reason string, level slog.Level) {
+	s.mu.Lock()
+	if s.isClosed {
+		s.mu.Unlock()
+		return
+	}
+	// Log first: the peer may act on the close at once.
+	s.logger().Log(context.Background(), level, "storenode: closing connection", "reason", reason)
+	s.markClosedLocked()
+	s.tr.close()
+	s.mu.Unlock()
+}
+
+// markClosedLocked stops the session's writes and timers and drops its pending replies.
+// Caller holds mu.
+func (s *session) markClosedLocked() {
+	s.isClosed = true
+	if s.authTimer != nil {
+		s.authTimer.Stop()
+	}
+	if s.idleTimer != nil {
+		s.idleTimer.Stop()
+	}
+	s.pending.Reset()
+	s.endRequests(s.pendingCounted)
+	s.pendingCounted = 0
+	s.pendingKeep = nil
+}
+
+// closed is called once the transport has closed the connection.
+func (s *session) closed(err error) {
+	s.mu.Lock()
+	if !s.isClosed {
+		s.markClosedLocked()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.logger().Debug("storenode: connection closed", "err", err)
+	} else {
+		s.logger().Debug("storenode: connection closed")
+	}
+	s.srv.forget(s)
+}
+
+// endRequests ends k in-flight requests.
+func (s *session) endRequests(k int) {
+	if k > 0 {
+		s.inflight.Add(int64(-k))
+		s.srv.requests.end(k)
+	}
+}
+
+// inbound consumes the whole frames at the start of buf, the connection's unread inbound
+// bytes, and reports how many bytes it consumed and whether the connection must be closed
+// (the caller closes it: gnet.Close, or the TLS reader's return). Only the connection's loop
+// calls it. buf is read only during the call: whatever a request needs later is parsed or
+// copied out of it first (see the package doc's buffer lifetimes). The replies it produces
+// are written with one write before it returns (when no write is in progress; else right
+// after that write), an Error reply before a close included.
+func (s *session) inbound(buf []byte) (n int, closeNow bool) {
+	s.lastActive.Store(time.Now().UnixNano())
+	s.mu.Lock()
+	s.inLoop = true
+	s.mu.Unlock()
+	defer func() {
+		if len(s.turnReads) > 0 {
+			reads := s.turnReads
+			s.turnReads = nil
+			s.srv.workers.Add(1)
+			go s.runReads(reads)
+		}
+		s.mu.Lock()
+		s.inLoop = false
+		s.mu.Unlock()
+		s.flushLoop()
+		if closeNow {
+			s.mu.Lock()
+			if !s.isClosed {
+				s.markClosedLocked()
+			}
+			s.mu.Unlock()
+		}
+	}()
+	s.needBytes, s.turnNow = 0, 0
+	for n < len(buf) {
+		f, size, err := sgio.Decode(buf[n:], s.srv.cfg.MaxBody)
+		switch {
+		case err == sgio.ErrNeedMore:
+			if size > sgio.HeaderSize {
+				s.needBytes = size
+			}
+			return n, false
+		case errors.Is(err, sgio.ErrUnknownType) && s.state == stateOpen:
+			// The frame is intact: refuse it and go on.
+			s.srv.counters.rejectedFrames.Add(1)
+			s.srv.counters.bytesIn.Add(uint64(size))
+			s.replyError(f.ID, err, false)
+			n += size
+			continue
+		case err != nil:
+			s.srv.counters.rejectedFrames.Add(1)
+			return n, s.reject(rawID(buf[n:]), err, "bad frame")
+		}
+		n += size
+		s.srv.counters.bytesIn.Add(uint64(size))
+		if !s.handle(f) {
+			return n, true
+		}
+	}
+	return n, false
+}
+
+// rawID reads the request id of a frame header that failed to decode, or 0.
+func rawID(b []byte) uint64 {
+	if len(b) < 16 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[8:16])
+}
+
+// reject answers a frame that breaks the protocol with an Error reply and reports true: the
+// connection is closed once the reply is written.
+func (s *session) reject(id uint64, err error, what string) bool {
+	s.logger().Warn("storenode: closing connection: "+what, "err", err)
+	s.replyError(id, err, false)
+	return true
+}
+
+// handle runs one decoded frame on the loop and reports false when the connection must close.
+// f.Body aliases the inbound buffer: valid during this call only.
+func (s *session) handle(f sgio.Frame) bool {
+	switch s.state {
+	case stateRefused:
+		return false // the refusal went out at connect
+	case stateHello:
+		if f.Type != sgio.TypeHello {
+			s.srv.counters.authFailures.Add(1)
+			return !s.reject(f.ID, fmt.Errorf("storenode: %v before Hello: %w", f.Type, sgio.ErrAuthFailed), "request before authentication")
+		}
+		return s.hello(f)
+	case stateAuth:
+		if f.Type != sgio.TypeAuth {
+			s.srv.counters.authFailures.Add(1)
+			return !s.reject(f.ID, fmt.Errorf("storenode: %v before Auth: %w", f.Type, sgio.ErrAuthFailed), "request before authentication")
+		}
+		return s.auth(f)
+	}
+	if !f.Type.IsRequest() || f.Type == sgio.TypeHello || f.Type == sgio.TypeAuth {
+		s.srv.counters.rejectedFrames.Add(1)
+		return !s.reject(f.ID, fmt.Errorf("storenode: %v is not a request of an open session: %w", f.Type, sgio.ErrMalformed), "protocol violation")
+	}
+	s.srv.counters.requests.Add(1)
+	if f.Type == sgio.TypeCommit {
+		s.commit(f)
+		return true
+	}
+	m := sgio.NewMessage(f.Type)
+	if err := m.Parse(f.Body); err != nil {
+		s.srv.counters.rejectedFrames.Add(1)
+		s.replyError(f.ID, err, false)
+		return true
+	}
+	switch f.Type {
+	case sgio.TypePing:
+		if !s.renewDue() {
+			s.replyLoop(f.ID, &sgio.Pong{})
+			return true
+		}
+	case sgio.TypeReadPages, sgio.TypePageDir:
+		if f.Type == sgio.TypeReadPages && !s.renewDue() && s.readInline(f.ID, m.(*sgio.ReadPages)) {
+			return true
+		}
+		if s.begin(f.ID) {
+			s.turnReads = append(s.turnReads, readRequest{f.ID, m})
+		}
+		return true
+	}
+	if !s.begin(f.ID) {
+		return true
+	}
+	s.srv.workers.Add(1)
+	go s.run(f.ID, m)
+	return true
+}
+
+// hello answers Hello with the server's limits, its challenge and its proof.
+func (s *session) hello(f sgio.Frame) bool {
+	var h sgio.Hello
+	if err := h.Parse(f.Body); err != nil {
+		s.srv.counters.rejectedFrames.Add(1)
+		return !s.reject(f.ID, err, "bad Hello")
+	}
+	if h.Version != sgio.Version {
+		return !s.reject(f.ID, fmt.Errorf("storenode: client speaks protocol version %d, this server %d: %w",
+			h.Version, sgio.Version, sgio.ErrBadVersion), "protocol version")
+	}
+	if h.MaxBody < minReplyBody {
+		return !s.reject(f.ID, fmt.Errorf("storenode: client accepts reply bodies of %d bytes, at least %d needed: %w",
+			h.MaxBody, minReplyBody, sgio.ErrMalformed), "bad Hello")
+	}
+	s.owner, s.name, s.clientNonce = h.OwnerID, h.Name, h.Nonce
+	s.ownerSeen.Store(h.OwnerID)
+	s.replyMax = min(h.MaxBody, sgio.MaxBodyLimit)
+	s.serverNonce = sgio.NewNonce()
+	r := s.srv.hello
+	r.Nonce = s.serverNonce
+	r.Proof = sgio.ServerProof(s.srv.cfg.Secret, s.clientNonce, s.serverNonce)
+	s.state = stateAuth
+	s.replyLoop(f.ID, &r)
+	return true
+}
+
+// auth checks the client's proof: AuthOK opens the session; a wrong proof is answered with
+// ErrAuthFailed and a close.
+func (s *session) auth(f sgio.Frame) bool {
+	var a sgio.Auth
+	if err := a.Parse(f.Body); err != nil {
+		s.srv.counters.rejectedFrames.Add(1)
+		return !s.reject(f.ID, err, "bad Auth")
+	}
+	if err := sgio.CheckClientProof(s.srv.cfg.Secret, s.serverNonce, s.clientNonce, a.Proof); err != nil {
+		s.srv.counters.authFailures.Add(1)
+		return !s.reject(f.ID, fmt.Errorf("storenode: %w", err), "authentication failed")
+	}
+	s.state = stateOpen
+	s.authed.Store(true)
+	s.mu.Lock()
+	if s.authTimer != nil {
+		s.authTimer.Stop()
+	}
+	if idle := s.srv.cfg.IdleTimeout; idle > 0 && !s.isClosed {
+		s.idleTimer = time.AfterFunc(idle, s.idleCheck)
+	}
+	s.mu.Unlock()
+	s.logger().Debug("storenode: session open", "name", s.name)
+	s.replyLoop(f.ID, &sgio.AuthOK{})
+	return true
+}
+
+// begin counts a request in flight, or answers it with ErrBusy or ErrShuttingDown and
+// reports false.
+func (s *session) begin(id uint64) bool {
+	if s.inflight.Load() >= int64(s.srv.cfg.MaxInflight) {
+		s.srv.counters.busyReplies.Add(1)
+		s.replyError(id, fmt.Errorf("storenode: %d requests in flight on this connection, the limit: %w",
+			s.srv.cfg.MaxInflight, sgio.ErrBusy), false)
+		return false
+	}
+	if !s.srv.requests.begin() {
+		s.replyError(id, fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown), false)
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// renewDue reports, on the loop, whether the owner's leases are due for renewal: traffic
+// renews them at most every eighth of a lease. The engine's clock is read once per turn.
+func (s *session) renewDue() bool {
+	if s.owner == 0 {
+		return false
+	}
+	if s.turnNow == 0 {
+		s.turnNow = s.srv.eng.opts.Now().UnixNano()
+	}
+	return s.turnNow-s.lastRenew.Load() >= s.srv.leaseNanos/8
+}
+
+// renew extends the owner's leases if due: any traffic from the owner counts. It runs on a
+// request's goroutine, before the request, since Engine.Renew takes the engine's lock.
+func (s *session) renew() {
+	if s.owner == 0 {
+		return
+	}
+	now := s.srv.eng.opts.Now().UnixNano()
+	last := s.lastRenew.Load()
+	if now-last < s.srv.leaseNanos/8 || !s.lastRenew.CompareAndSwap(last, now) {
+		return
+	}
+	s.srv.eng.Renew(s.owner)
+}
+
+// checkOwner refuses a request made for another owner than the session's.
+func (s *session) checkOwner(owner uint64) error {
+	if owner != s.owner {
+		return fmt.Errorf("storenode: session of owner %d sent a request for owner %d: %w", s.owner, owner, sgio.ErrFenced)
+	}
+	return nil
+}
+
+// run executes one request on its own goroutine and replies.
+func (s *session) run(id uint64, m sgio.Message) {
+	defer s.srv.workers.Done()
+	s.renew()
+	reply, keep, err := s.exec(m)
+	if err != nil {
+		s.replyError(id, err, true)
+		return
+	}
+	s.reply(id, reply, keep, true)
+}
+
+// exec executes a request other than Commit. keep is a buffer the reply's rows live in.
+func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err error) {
+	e := s.srv.eng
+	switch m := m.(type) {
+	case *sgio.Ping:
+		return &sgio.Pong{}, nil, nil
+	case *sgio.CreateTable:
+		ti, err := e.CreateTable(m.Name, int(m.RowBytes))
+		if err != nil {
+			return nil, nil, err
+		}
+		return wireTableInfo(ti), nil, nil
+	case *sgio.OpenTable:
+		ti, err := e.OpenTable(m.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		return wireTableInfo(ti), nil, nil
+	case *sgio.ListTables:
+		r := &sgio.TableList{}
+		for _, ti := range e.Tables() {
+			r.Tables = append(r.Tables, *wireTableInfo(ti))
+		}
+		return s.fits(r)
+	case *sgio.DropTable:
+		if err := e.DropTable(m.Name); err != nil {
+			return nil, nil, err
+		}
+		return &sgio.OK{}, nil, nil
+	case *sgio.Acquire:
+		if err := s.checkOwner(m.Owner); err != nil {
+			return nil, nil, err
+		}
+		g, err := e.Acquire(m.Table, m.Owner, m.Epoch)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &sgio.Grant{Table: g.Table, LeaseMillis: uint32(min(g.Lease.Milliseconds(), 1<<32-1)),
+			Owner: g.Owner, Epoch: g.Epoch, LastSeq: g.LastSeq}, nil, nil
+	case *sgio.AllocIDs:
+		if err := s.checkOwner(m.Owner); err != nil {
+			return nil, nil, err
+		}
+		first, count, err := e.AllocIDs(m.Table, m.Owner, m.Epoch, int(m.Pages))
+		if err != nil {
+			return nil, nil, err
+		}
+		return &sgio.IDRange{First: first, Count: count}, nil, nil
+	case *sgio.ReadPages:
+		return s.readPages(m)
+	case *sgio.PageDir:
+		limit := min(int((s.replyMax-16)/16), pageDirMaxEntries)
+		if m.MaxEntries > 0 {
+			limit = min(limit, int(m.MaxEntries))
+		}
+		if m.Hi < m.Lo {
+			return nil, nil, fmt.Errorf("storenode: page directory of [%d, %d): %w", m.Lo, m.Hi, sgio.ErrMalformed)
+		}
+		pages, next, err := e.PageDir(m.Table, m.Lo, m.Hi, limit, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		r := &sgio.PageDirReply{Next: next, Entries: make([]sgio.PageEntry, len(pages))}
+		if next >= min(m.Hi, maxPages) {
+			r.Next = m.Hi // the range is done, even beyond the engine's last page
+		}
+		for i, p := range pages {
+			r.Entries[i] = sgio.PageEntry{Page: p.Page, Present: p.Present}
+		}
+		return r, nil, nil
+	case *sgio.Stats:
+		return s.fits(s.srv.statsReply())
+	}
+	return nil, nil, fmt.Errorf("storenode: %v: %w", m.Type(), sgio.ErrUnsupported)
+}
+
+// fits checks that a reply fits the client's body limit.
+func (s *session) fits(m sgio.Message) (sgio.Message, []byte, error) {
+	if size := m.BodySize(); size > int(s.replyMax) {
+		return nil, nil, fmt.Errorf("storenode: %v reply of %d bytes, the client accepts %d: %w", m.Type(), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	return m, nil, nil
+}
+
+func wireTableInfo(ti TableInfo) *sgio.TableInfo {
+	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name}
+}
+
+// readPages answers a ReadPages request: one segment per wanted page, in order, with only the
+// wanted rows that exist. The rows are gathered into one buffer that the reply keeps until it
+// is written.
+func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
+	size := 8
+	for _, w := range m.Wants {
+		rb, err := s.srv.tableRowBytes(w.Table)
+		if err != nil {
+			return nil, nil, err
+		}
+		size += sgio.SegmentHeaderSize + bits.OnesCount64(w.Want)*rb
+	}
+	if size > int(s.replyMax) {
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages could answer %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
+	rows := make([]byte, 0, size)
+	for i, w := range m.Wants {
+		rb, _ := s.srv.tableRowBytes(w.Table)
+		start := len(rows)
+		data, clear, out, err := s.srv.eng.ReadRows(w.Table, w.Page, w.Want, rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = out
+		reply.Segments[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
+			Rows: rows[start:len(rows):len(rows)]}
+	}
+	return reply, rows, nil
+}
+
+// Replies.
+
+// replyLoop queues a reply produced on the loop for a request that was not counted in
+// flight (the handshake, an inline Pong). The loop writes it before inbound returns.
+func (s *session) replyLoop(id uint64, m sgio.Message) { s.reply(id, m, nil, false) }
+
+// replyError queues the Error reply carrying err (sgio.NewErrorReply: its code maps back to
+// the same sentinel at the client).
+func (s *session) replyError(id uint64, err error, counted bool) {
+	s.reply(id, sgio.NewErrorReply(err), nil, counted)
+}
+
+// reply queues a reply and starts a write unless one is in progress or the loop will write
+// at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
+// the reply's rows live in, kept until the write is done. Any goroutine may call it.
+func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
+	s.mu.Lock()
+	if s.isClosed {
+		s.mu.Unlock()
+		if counted {
+			s.endRequests(1)
+		}
+		return
+	}
+	s.pending.Append(id, m)
+	if counted {
+		s.pendingCounted++
+	}
+	if keep != nil {
+		s.pendingKeep = append(s.pendingKeep, keep)
+	}
+	if s.busy || s.inLoop {
+		s.mu.Unlock()
+		return
+	}
+	bufs, counted2 := s.takePendingLocked()
+	err := s.tr.writeAsync(bufs, func(err error) { s.writeDone(counted2, err, true) })
+	s.mu.Unlock()
+	if err != nil {
+		s.writeDone(counted2, err, false)
+	}
+}
+
+// takePendingLocked moves pending to sending and marks a write in progress. Caller holds mu.
+func (s *session) takePendingLocked() (bufs [][]byte, counted int) {
+	s.busy = true
+	s.pending, s.sending = s.sending, s.pending
+	s.pendingKeep, s.sendingKeep = s.sendingKeep, s.pendingKeep
+	counted, s.pendingCounted = s.pendingCounted, 0
+	s.srv.counters.writes.Add(1)
+	s.srv.counters.bytesOut.Add(uint64(s.sending.Len()))
+	return s.sending.Buffers(), counted
+}
+
+// writeDone ends the write in progress: its replies' requests are answered. onLoop says the
+// caller is the connection's loop, which then writes what has piled up meanwhile.
+func (s *session) writeDone(counted int, err error, onLoop bool) {
+	s.mu.Lock()
+	s.sending.Reset()
+	clear(s.sendingKeep)
+	s.sendingKeep = s.sendingKeep[:0]
+	s.busy = false
+	s.endRequests(counted)
+	if err != nil && !s.isClosed {
+		s.markClosedLocked()
+		s.tr.close()
+		s.mu.Unlock()
+		s.logger().Info("storenode: closing connection: write failed", "err", err)
+		return
+	}
+	s.mu.Unlock()
+	if onLoop {
+		s.flushLoop()
+	}
+}
+
+// flushLoop writes the pending replies, synchronously, on the loop; a write in progress will
+// write them when it is done instead.
+func (s *session) flushLoop() {
+	for {
+		s.mu.Lock()
+		if s.busy || s.isClosed || s.pending.Len() == 0 {
+			s.mu.Unlock()
+			return
+		}
+		bufs, counted := s.takePendingLocked()
+		s.mu.Unlock()
+		err := s.tr.writeLoop(bufs)
+		s.writeDone(counted, err, false)
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package storenode
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/sgio"
+)
+
+// The commit path of a session. The event loop copies a Commit's body out of gnet's buffer
+// into a pooled buffer and queues it; one commit goroutine per connection (started when the
+// queue gets its first commit, gone when it is empty) submits the queue to the engine in
+// arrival order. The engine logs and applies an owner's batches in seq order (holding back a
+// gap), acknowledges in LSN order and does not retain a batch once Commit returns, so the
+// body goes back to the pool before the batch is durable; the reply goes out when the engine
+// reports the outcome, from the WAL's goroutine.
+
+// commitRequest is a Commit waiting for the connection's commit goroutine; body is a pooled
+// copy of the frame's body.
+type commitRequest struct {
+	id   uint64
+	body *[]byte
+}
+
+// commit queues a Commit for the connection's commit goroutine, which submits the
+// connection's batches to the engine in arrival order. The body is copied: the frame's bytes
+// are gnet's.
+func (s *session) commit(f sgio.Frame) {
+	if !s.begin(f.ID) {
+		return
+	}
+	body := getCommitBody(len(f.Body))
+	copy(*body, f.Body)
+	s.mu.Lock()
+	s.commits = append(s.commits, commitRequest{id: f.ID, body: body})
+	start := !s.committing
+	s.committing = true
+	s.mu.Unlock()
+	if start {
+		s.srv.workers.Add(1)
+		go s.commitLoop()
+	}
+}
+
+// commitLoop is the connection's commit goroutine: it runs while commits are queued.
+func (s *session) commitLoop() {
+	defer s.srv.workers.Done()
+	var b Batch
+	var queue []commitRequest
+	for {
+		s.mu.Lock()
+		if len(s.commits) == 0 {
+			s.committing = false
+			s.commits = queue[:0] // reuse the drained slice
+			s.mu.Unlock()
+			return
+		}
+		queue, s.commits = s.commits, queue[:0]
+		s.mu.Unlock()
+		s.renew()
+		for i := range queue {
+			s.commitOne(&b, queue[i])
+			queue[i] = commitRequest{}
+		}
+	}
+}
+
+// commitOne submits one batch. The engine does not retain the batch or its rows once Commit
+// returns, so the body goes back to the pool then; the reply is sent when the engine reports
+// the outcome.
+func (s *session) commitOne(b *Batch, req commitRequest) {
+	defer putCommitBody(req.body)
+	v, err := sgio.ViewCommit(*req.body)
+	if err == nil {
+		err = s.checkOwner(v.Owner)
+	}
+	if err != nil {
+		s.replyError(req.id, err, true)
+		return
+	}
+	b.Owner, b.Seq = v.Owner, v.Seq
+	b.Fences = b.Fences[:0]
+	for i := range v.FenceCount() {
+		f := v.Fence(i)
+		b.Fences = append(b.Fences, Fence{Table: f.Table, Epoch: f.Epoch})
+	}
+	b.Segments = b.Segments[:0]
+	var seg sgio.Segment
+	for it := v.Segments(); it.Next(&seg); {
+		b.Segments = append(b.Segments, Segment{Table: seg.Table,
+			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
+	}
+	if err := s.checkRowSizes(b); err != nil {
+		s.replyError(req.id, err, true)
+		return
+	}
+	id, seq := req.id, v.Seq
+	s.srv.eng.Commit(b, func(lsn uint64, err error) {
+		if err != nil {
+			s.replyError(id, err, true)
+			return
+		}
+		s.reply(id, &sgio.CommitAck{LSN: lsn, Seq: seq}, nil, true)
+	})
+	clear(b.Segments) // drop the references to the body's rows
+}
+
+// checkRowSizes checks that each segment's row size is its table's: the engine knows a
+// table's row size and checks row counts against it, but the segment header's own claim is
+// checked here.
+func (s *session) checkRowSizes(b *Batch) error {
+	for i := range b.Segments {
+		seg := &b.Segments[i]
+		rb, err := s.srv.tableRowBytes(seg.Table)
+		if err != nil {
+			return err
+		}
+		if n := bits.OnesCount64(seg.Data); n > 0 && len(seg.Rows) != n*rb {
+			return fmt.Errorf("storenode: segment of table %d page %d: %d row bytes for %d rows of %d bytes: %w",
+				seg.Table, seg.Page, len(seg.Rows), n, rb, sgio.ErrBadRowSize)
+		}
+	}
+	return nil
+}
+
+// commitBodies pools the copies of Commit bodies.
+var commitBodies sync.Pool // *[]byte
+
+// commitBodyKeepMax bounds the bodies kept in the pool.
+const commitBodyKeepMax = 1 << 20
+
+func getCommitBody(n int) *[]byte {
+	if p, ok := commitBodies.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	// Allocated 8-aligned (as every Go allocation of 8 bytes or more), so rows at 8-aligned
+	// offsets of the body are 8-aligned, as the engine's row stores need.
+	b := make([]byte, n, max(n, 512))
+	return &b
+}
+
+func putCommitBody(p *[]byte) {
+	if cap(*p) <= commitBodyKeepMax {
+		commitBodies.Put(p)
+	}
+}
