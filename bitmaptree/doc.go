@@ -104,5 +104,30 @@
 //
 // # Measured
 //
-// To be filled in by the benchmark run.
+// 30M ids, 1% (sparse) or 99% (dense) set at random; Set, Test, NextSet and NextClear at
+// random ids, Append sets the ids after 30M in order, Iterate is a full pass (ns per id
+// reported). Roaring is github.com/RoaringBitmap/roaring/v2 v2.30.0 on the same ids (after
+// RunOptimize): Add, Contains, NextValue, NextAbsentValue and Iterator. Medians of 5, ns/op,
+// on the 2-core dev machine (AMD EPYC, go1.26.8), 2026-11-30, with
+//
+//	go test ./bitmaptree -run '^$' -bench . -count 5 -benchtime 500ms
+//
+// The machine was shared with other engineers' test suites the whole time (load average 6 to
+// 9 on 2 cores), so absolute numbers are inflated and spread: the same code measured 4.7 to
+// 6.8 ns for Test, 9 to 17 ns for Set, 8 to 17 ns for NextSet and 7 to 15 ns for NextClear in
+// the calmest runs (load average 4). Each pair below ran back to back, so the ratios hold
+// better than the absolute numbers.
+//
+//	op           sparse: bitmaptree  roaring   dense: bitmaptree  roaring
+//	Set                        50.7    574.8              20.2     1413.0
+//	Append                     13.8     19.2               8.2       30.0
+//	Test                       20.0    250.5              15.6      335.1
+//	NextSet                   101.7    372.5              28.0      545.9
+//	NextClear                  20.3    310.7              81.2      392.0
+//	Iterate (ns/id)            12.7      8.2               8.6       14.1
+//
+// Random Set, Test, NextSet and NextClear are bound by one cache miss on the 3.75 MB of
+// leaves: in the calmer runs a flat []uint64 bitmap measured 3 ns for Test and 13 to 20 ns
+// for Set at 1% density. Serialising the 30M-id trees took 16 to 18 ms (0.4 MB out), loading
+// them 11 to 20 ms.
 package bitmaptree

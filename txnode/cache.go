@@ -1,0 +1,374 @@
+package txnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// The logical page cache: 64-row page frames under a hard byte budget.
+//
+// Each frame owns one []uint64 allocation: 64 row version words, then the page's rows. Its
+// metadata (key, masks, page version, pins, in-flight batches) are atomics in a frameMeta, in
+// chunks that never move, so lock-free readers can hold a frame id while frames are added.
+// The only Go pointer per frame is its memory's; the rows themselves are pointer-free, so the
+// garbage collector scans one word per page.
+//
+// Invariants:
+//   - usedBytes = sum of frameCost over frames holding memory <= budgetBytes, always (the
+//     cost counts rows, versions and metadata).
+//   - A frame with pins > 0 (a running transaction, a pin set, a fetch), inflight > 0 (rows in
+//     a commit batch not yet acknowledged) or dirty != 0 (WriteBack rows not yet flushed) is
+//     never evicted. Only a pinned frame becomes dirty or in flight (the flusher marks a frame
+//     in flight before it clears its dirty bits), so the evictor checks again after it cleared
+//     the key: a pin that got in before then has committed and unpinned by the time it looks.
+//   - A new frame's valid slots are only those known to hold no row anywhere: a page of newly
+//     granted ids may already hold rows that reached the store and whose frame was evicted.
+//   - A transaction that holds pinned frames never waits for another (it fails with
+//     errCacheBusy and waits again with nothing pinned), so waiting transactions cannot pin
+//     the whole cache between them.
+//   - A frame's key is set before it is published in the page table and cleared before it is
+//     removed, so a lock-free reader that finds a frame id checks the frame's key afterwards.
+//   - A slot's bytes are meaningful only while its valid bit is set; a fill writes only slots
+//     still invalid (a commit that landed while the miss was in flight is never overwritten).
+//   - Row version words: bit 63 is the row's lock; the rest is the version, taken from the
+//     node's monotonic commit counter and never reset (a fill uses the durable version, which
+//     only grows).
+
+const (
+	versionLock  = uint64(1) << 63
+	metaChunk    = 1024
+	frameMetaCap = 1 << 22 // frames at most: 4M pages (16 GiB of 64-byte rows)
+)
+
+type frameMeta struct {
+	key      atomic.Uint64 // table<<32 | page; 0 when free
+	present  atomic.Uint64
+	valid    atomic.Uint64
+	dirty    atomic.Uint64 // WriteBack: rows changed and not yet flushed
+	pageVer  atomic.Uint64 // commit version of the last change to present
+	pins     atomic.Int32
+	inflight atomic.Int32
+	ref      atomic.Uint32
+	rowBytes int32 // set under mu while free
+	mem      atomic.Pointer[[]uint64]
+}
+
+func pageKey(table uint32, page uint64) uint64 { return uint64(table)<<32 | page }
+
+// clean reports whether the frame holds no row the store lacks: none dirty, none in flight.
+// Dirty is loaded first: the flusher marks a frame in flight before it clears its dirty bits.
+func (m *frameMeta) clean() bool { return m.dirty.Load() == 0 && m.inflight.Load() == 0 }
+
+type pageCache struct {
+	budgetBytes int64
+	waitMax     time.Duration
+	pt          *pageTable
+	chunks      []atomic.Pointer[[metaChunk]frameMeta]
+
+	mu        sync.Mutex
+	roomMade  *sync.Cond
+	usedBytes int64
+	nFrames   int32   // frame ids handed out so far
+	free      []int32 // frame ids without memory
+	hand      int32
+	waiters   atomic.Int32
+	// waitersHeldBytes is what the frames pinned by goroutines waiting for another frame
+	// cost (as many frames of the row size they wait for); capped, see pin.
+	waitersHeldBytes int64
+	zombies          []int32 // unpublished frames of dropped tables, freed when unpinned
+	// needFlush is called (without mu) when dirty WriteBack frames block eviction.
+	needFlush func()
+
+	hits, misses, evictions atomic.Uint64
+}
+
+func newPageCache(budgetBytes int64, waitMax time.Duration) *pageCache {
+	c := &pageCache{budgetBytes: budgetBytes, waitMax: waitMax, pt: newPageTable(),
+		chunks: make([]atomic.Pointer[[metaChunk]frameMeta], frameMetaCap/metaChunk)}
+	c.roomMade = sync.NewCond(&c.mu)
+	return c
+}
+
+// frameCost is what one frame of this row size costs against the budget.
+func frameCost(rowBytes int) int64 {
+	return int64(logicpage.RowsPerPage*rowBytes+logicpage.RowsPerPage*8) + int64(unsafe.Sizeof(frameMeta{})) + 16
+}
+
+func (c *pageCache) meta(id int32) *frameMeta {
+	return &c.chunks[id/metaChunk].Load()[id%metaChunk]
+}
+
+// frameWords returns the frame's 64 version words and its rows (as bytes) of a frame that
+// holds memory (pinned or in flight).
+func frameWords(m *frameMeta) (versions []uint64, rows []byte) {
+	return wordsOf(m.mem.Load())
+}
+
+// wordsOf splits a frame's memory. Lock-free readers load m.mem themselves, check it for nil
+// (a frame evicted to make room for another row size) and check the key afterwards.
+func wordsOf(mem *[]uint64) (versions []uint64, rows []byte) {
+	w := *mem
+	v := w[:logicpage.RowsPerPage:logicpage.RowsPerPage]
+	r := w[logicpage.RowsPerPage:]
+	return v, unsafe.Slice((*byte)(unsafe.Pointer(&r[0])), len(r)*8)
+}
+
+// lookup finds the frame of key without a lock; -1 when absent.
+func (c *pageCache) lookup(key uint64) (int32, *frameMeta) {
+	id := c.pt.lookup(key)
+	if id < 0 {
+		return -1, nil
+	}
+	m := c.meta(id)
+	if m.key.Load() != key {
+		return -1, nil
+	}
+	return id, m
+}
+
+// pin returns the frame of key pinned (never evicted until unpin), creating one if absent:
+// present 0 and valid = fresh, the slots known to hold no row anywhere (ids of this node's
+// grant not yet handed out), 0 for any other page. When no frame can be had it waits up to
+// waitMax for room and then fails with ErrCacheFull.
+//
+// held is how many frames the caller holds pinned already. Waiting while holding frames can
+// deadlock: goroutines that each hold frames and wait for one more can pin the whole cache
+// between them. So the frames held by waiters are capped below the budget, by an eighth of
+// it and at least one frame; a caller that would pass the cap fails at once with
+// errCacheBusy, to release its frames and wait with none (Tx.retryBusy). Then some frames
+// are always held by goroutines that are not waiting for the cache, or in flight, or dirty,
+// and those become free. (The cap is high because every transaction sent back to wait with
+// nothing loses the pages it had, which others then evict: a thrash.)
+func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int) (int32, *frameMeta, error) {
+	if id, m := c.lookup(key); m != nil {
+		m.pins.Add(1)
+		if m.key.Load() == key {
+			m.ref.Store(1)
+			return id, m, nil
+		}
+		m.pins.Add(-1) // evicted between lookup and pin; go the slow way
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var deadline time.Time
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if id := c.pt.lookup(key); id >= 0 {
+			m := c.meta(id)
+			assert.That(m.key.Load() == key, "txnode: page table and frame disagree")
+			m.pins.Add(1)
+			m.ref.Store(1)
+			return id, m, nil
+		}
+		id, ok := c.allocLocked(rowBytes)
+		if ok {
+			m := c.meta(id)
+			m.present.Store(0)
+			m.valid.Store(fresh)
+			m.dirty.Store(0)
+			m.pageVer.Store(0)
+			// Add, not Store: a pin that found this frame under its old key may still be
+			// backing off (Add(1), key check, Add(-1)); a Store would lose our pin to its -1.
+			m.pins.Add(1)
+			m.inflight.Store(0)
+			m.ref.Store(1)
+			m.key.Store(key)
+			c.pt.insert(key, id)
+			return id, m, nil
+		}
+		// Nothing evictable: wait for an unpin, an ack or a flush, a bounded time.
+		if held > 0 && deadline.IsZero() {
+			heldBytes := int64(held) * frameCost(rowBytes)
+			if c.waitersHeldBytes+heldBytes > c.budgetBytes-max(c.budgetBytes/8, frameCost(rowBytes)) {
+				if c.needFlush != nil {
+					go c.needFlush()
+				}
+				return -1, nil, errCacheBusy
+			}
+			c.waitersHeldBytes += heldBytes
+			defer func() { c.waitersHeldBytes -= heldBytes }() // under mu: the deferred Unlock runs after
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(c.waitMax)
+			timer = time.AfterFunc(c.waitMax, func() {
+				c.mu.Lock()
+				c.roomMade.Broadcast()
+				c.mu.Unlock()
+			})
+		}
+		if err := ctx.Err(); err != nil {
+			return -1, nil, err
+		}
+		if !time.Now().Before(deadline) {
+			return -1, nil, fmt.Errorf("%w: %d bytes of %d in frames that are pinned, dirty or in flight",
+				ErrCacheFull, c.usedBytes, c.budgetBytes)
+		}
+		if c.needFlush != nil {
+			go c.needFlush()
+		}
+		c.waiters.Add(1)
+		c.roomMade.Wait()
+		c.waiters.Add(-1)
+	}
+}
+
+// unpin releases a pin taken by pin.
+func (c *pageCache) unpin(m *frameMeta) {
+	if m.pins.Add(-1) == 0 && c.waiters.Load() > 0 {
+		// One frame, one waiter: waking them all would have them queue on mu for it.
+		c.mu.Lock()
+		c.roomMade.Signal()
+		c.mu.Unlock()
+	}
+}
+
+// signalRoom wakes every goroutine waiting for a frame (acknowledged batches free many).
+// Cheap when nobody waits.
+func (c *pageCache) signalRoom() {
+	if c.waiters.Load() > 0 {
+		c.mu.Lock()
+		c.roomMade.Broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// allocLocked returns a free frame with memory for rowBytes, evicting as needed. Caller
+// holds mu. The frame's key is 0 and it is not in the page table.
+func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
+	cost := frameCost(rowBytes)
+	c.reapZombiesLocked()
+	for c.usedBytes+cost > c.budgetBytes {
+		victim, ok := c.evictLocked()
+		if !ok {
+			return -1, false
+		}
+		vm := c.meta(victim)
+		if int(vm.rowBytes) == rowBytes {
+			return victim, true // reuse its memory as it is
+		}
+		vm.mem.Store(nil)
+		c.usedBytes -= frameCost(int(vm.rowBytes))
+		c.free = append(c.free, victim)
+	}
+	var id int32
+	if n := len(c.free); n > 0 {
+		id = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		if int(c.nFrames) >= frameMetaCap {
+			return -1, false
+		}
+		id = c.nFrames
+		c.nFrames++
+		if id%metaChunk == 0 {
+			c.chunks[id/metaChunk].Store(new([metaChunk]frameMeta))
+		}
+	}
+	m := c.meta(id)
+	m.rowBytes = int32(rowBytes)
+	mem := make([]uint64, logicpage.RowsPerPage+logicpage.RowsPerPage*rowBytes/8)
+	m.mem.Store(&mem)
+	c.usedBytes += cost
+	return id, true
+}
+
+// evictLocked unpublishes one evictable frame by CLOCK and returns its id (memory kept).
+func (c *pageCache) evictLocked() (int32, bool) {
+	n := c.nFrames
+	for range 2*n + 1 {
+		if c.hand >= n {
+			c.hand = 0
+		}
+		id := c.hand
+		c.hand++
+		m := c.meta(id)
+		key := m.key.Load()
+		if key == 0 || m.pins.Load() > 0 || !m.clean() {
+			continue
+		}
+		if m.ref.Load() != 0 {
+			m.ref.Store(0)
+			continue
+		}
+		m.key.Store(0)
+		// A pin that raced with us re-checks the key and backs off. One that got in before
+		// may have committed to the frame (dirty, in flight) and unpinned since the check
+		// above: look again, and undo.
+		if m.pins.Load() > 0 || !m.clean() {
+			m.key.Store(key)
+			continue
+		}
+		c.pt.remove(key)
+		m.valid.Store(0)
+		m.present.Store(0)
+		c.evictions.Add(1)
+		return id, true
+	}
+	return -1, false
+}
+
+// drop removes a page's frame whatever its validity, e.g. after a failed batch; pinned or
+// in-flight frames are only invalidated (their rows will be fetched again).
+func (c *pageCache) invalidate(key uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := c.pt.lookup(key)
+	if id < 0 {
+		return
+	}
+	m := c.meta(id)
+	m.dirty.Store(0)
+	m.valid.Store(0)
+}
+
+// dropTable removes every frame of a dropped table. Frames still pinned are only unpublished.
+func (c *pageCache) dropTable(table uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.nFrames {
+		m := c.meta(id)
+		key := m.key.Load()
+		if key != 0 && uint32(key>>32) == table {
+			m.key.Store(0)
+			c.pt.remove(key)
+			m.valid.Store(0)
+			m.dirty.Store(0)
+			c.zombies = append(c.zombies, id)
+		}
+	}
+}
+
+// reapZombiesLocked frees the frames of dropped tables that nobody holds any more.
+func (c *pageCache) reapZombiesLocked() {
+	keep := c.zombies[:0]
+	for _, id := range c.zombies {
+		m := c.meta(id)
+		if m.pins.Load() > 0 || m.inflight.Load() > 0 {
+			keep = append(keep, id)
+			continue
+		}
+		m.mem.Store(nil)
+		c.usedBytes -= frameCost(int(m.rowBytes))
+		c.free = append(c.free, id)
+	}
+	c.zombies = keep
+}
+
+// bytesUsed reports the cache's accounted memory.
+func (c *pageCache) bytesUsed() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.usedBytes
+}

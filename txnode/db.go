@@ -1,0 +1,387 @@
+package txnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode"
+)
+
+// DB is an open transaction node: a CRUD and transaction API over fixed-size rows, served from
+// a logical page cache, backed by a Store. Its methods may be called from any goroutine.
+type DB struct {
+	opts  Options
+	store Store
+	info  StoreInfo
+	owner uint64
+	cache *pageCache
+	pipe  *pipeline
+
+	// commitVer is the monotonic commit counter: row and page versions come from it.
+	commitVer atomic.Uint64
+	// durableVer: every commit with a version <= it is acknowledged by the store.
+	durableVer atomic.Uint64
+	durableMu  sync.Mutex
+	// durableWaiters wait for durableVer to reach their version. durableFailVer: no version
+	// from it on will become durable (a batch holding it failed); max when none.
+	durableWaiters []*durableWaiter
+	durableFailVer uint64
+
+	mu     sync.Mutex
+	tables map[string]*tableState
+	byID   map[uint32]*tableState
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	stop      chan struct{}
+	bg        sync.WaitGroup
+
+	txPool sync.Pool
+	stats  dbCounters
+}
+
+// tableState is what the node knows of a table. Immutable fields first.
+type tableState struct {
+	id       uint32
+	name     string
+	geo      logicpage.Geometry
+	rowBytes int
+
+	epoch      atomic.Uint64
+	leaseUntil atomic.Int64 // unix nanoseconds; 0 = never expires
+	dropped    atomic.Bool
+
+	// insertEpoch is bumped by every commit that inserts rows: a scan reaching into ids this
+	// node may still insert records it, so an insert there is a phantom (validation fails).
+	insertEpoch atomic.Uint64
+	// grantLo is the first id granted to this node in this run; max when none.
+	grantLo atomic.Uint64
+	// lastMiss is the page of the last cache miss of a single-row read (run detection).
+	lastMiss atomic.Uint64
+	// idHigh is one past the highest id that can hold a row: the store's high-water mark
+	// at open, raised by every grant.
+	idHigh atomic.Uint64
+
+	ids idAllocator
+}
+
+// Open opens a transaction node over the store Options name: the embedded store in Dir, a
+// storage node at StoreAddr, or Options.Store.
+func Open(ctx context.Context, opts Options) (*DB, error) {
+	opts = opts.withDefaults()
+	for opts.OwnerID == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		opts.OwnerID = binary.LittleEndian.Uint64(b[:])
+	}
+	store := opts.Store
+	switch {
+	case store != nil && (opts.Dir != "" || opts.StoreAddr != ""),
+		opts.Dir != "" && opts.StoreAddr != "",
+		store == nil && opts.Dir == "" && opts.StoreAddr == "":
+		return nil, errors.New("txnode: set exactly one of Options.Dir, Options.StoreAddr and Options.Store")
+	case opts.Dir != "":
+		sync, ok := storenode.ParseSyncMode(opts.SyncMode)
+		if !ok {
+			return nil, fmt.Errorf("txnode: sync mode %q: want always or none", opts.SyncMode)
+		}
+		s, err := OpenLocalStore(storenode.Options{Dir: opts.Dir, Sync: sync, CacheBytes: opts.StoreCacheBytes,
+			Logger: opts.Logger, ExpireLeasesAtOpen: true})
+		if err != nil {
+			return nil, err
+		}
+		store = s
+	case opts.StoreAddr != "":
+		s, err := dialStore(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		store = s
+	}
+	db := &DB{
+		opts:   opts,
+		store:  store,
+		info:   store.Info(),
+		owner:  opts.OwnerID,
+		cache:  newPageCache(opts.CacheBytes, opts.CacheWait),
+		tables: make(map[string]*tableState),
+		byID:   make(map[uint32]*tableState),
+		stop:   make(chan struct{}),
+
+		durableFailVer: math.MaxUint64,
+	}
+	db.pipe = newPipeline(db)
+	db.cache.needFlush = db.pipe.flushSoon
+	db.txPool.New = func() any { return &Tx{db: db} }
+	if db.info.Lease > 0 {
+		db.bg.Add(1)
+		go db.renewLeases()
+	}
+	return db, nil
+}
+
+// Close flushes and waits for every commit, then closes the store. It is idempotent.
+func (db *DB) Close(ctx context.Context) error {
+	db.closeOnce.Do(func() {
+		err := db.pipe.close(ctx)
+		db.closed.Store(true)
+		close(db.stop)
+		db.bg.Wait()
+		if cerr := db.store.Close(); err == nil {
+			err = cerr
+		}
+		db.closeErr = err
+	})
+	return db.closeErr
+}
+
+// Owner returns this node's owner id.
+func (db *DB) Owner() uint64 { return db.owner }
+
+// CreateTable creates a table of rowBytes-byte rows (8..4096, a multiple of 8) and takes its
+// write ownership.
+func (db *DB) CreateTable(ctx context.Context, name string, rowBytes int) (*Table, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	st, err := db.store.CreateTable(ctx, name, rowBytes)
+	if err != nil {
+		return nil, err
+	}
+	return db.adopt(ctx, st)
+}
+
+// Table opens an existing table and takes its write ownership (waiting for no one: if another
+// node holds a live lease it fails with ErrTableOwned).
+func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	db.mu.Lock()
+	t := db.tables[name]
+	db.mu.Unlock()
+	if t != nil {
+		return &Table{db: db, t: t}, nil
+	}
+	st, err := db.store.OpenTable(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return db.adopt(ctx, st)
+}
+
+// adopt acquires a table's ownership and registers it.
+func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
+	geo, err := logicpage.NewGeometry(st.RowBytes)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	g, err := db.store.Acquire(ctx, st.ID, db.owner, 0)
+	if err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if t := db.tables[st.Name]; t != nil {
+		return &Table{db: db, t: t}, nil
+	}
+	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes}
+	t.epoch.Store(g.Epoch)
+	if g.Lease > 0 {
+		t.leaseUntil.Store(start.Add(leaseUsable(g.Lease)).UnixNano())
+	}
+	t.grantLo.Store(^uint64(0))
+	t.idHigh.Store(st.NextID)
+	t.lastMiss.Store(^uint64(0))
+	t.ids.table = t
+	db.pipe.noteLastSeq(g.LastSeq)
+	db.tables[st.Name] = t
+	db.byID[st.ID] = t
+	return &Table{db: db, t: t}, nil
+}
+
+// leaseUsable is how long after a grant request this node trusts its lease: a margin below
+// the lease for clock drift and delays, so it stops serving before the storage node could
+// grant the table to someone else.
+func leaseUsable(lease time.Duration) time.Duration { return lease * 3 / 4 }
+
+// Tables lists the store's tables.
+func (db *DB) Tables(ctx context.Context) ([]StoreTable, error) {
+	ts, err := db.store.ListTables(ctx)
+	slices.SortFunc(ts, func(a, b StoreTable) int { return int(a.ID) - int(b.ID) })
+	return ts, err
+}
+
+// DropTable deletes a table and all its rows.
+func (db *DB) DropTable(ctx context.Context, name string) error {
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	if err := db.pipe.flush(ctx); err != nil {
+		return err
+	}
+	if err := db.store.DropTable(ctx, name); err != nil {
+		return err
+	}
+	db.mu.Lock()
+	t := db.tables[name]
+	delete(db.tables, name)
+	if t != nil {
+		delete(db.byID, t.id)
+		t.dropped.Store(true)
+	}
+	db.mu.Unlock()
+	if t != nil {
+		db.cache.dropTable(t.id)
+	}
+	return nil
+}
+
+// renewLeases keeps every owned table's lease alive (remote stores only).
+func (db *DB) renewLeases() {
+	defer db.bg.Done()
+	period := db.info.Lease / 4
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-db.stop:
+			return
+		case <-tick.C:
+		}
+		db.mu.Lock()
+		ts := make([]*tableState, 0, len(db.byID))
+		for _, t := range db.byID {
+			ts = append(ts, t)
+		}
+		db.mu.Unlock()
+		for _, t := range ts {
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), period)
+			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load())
+			cancel()
+			if err != nil {
+				db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
+				continue
+			}
+			t.leaseUntil.Store(start.Add(leaseUsable(g.Lease)).UnixNano())
+		}
+	}
+}
+
+// serving reports whether this node may serve t: not dropped, lease live.
+func (t *tableState) serving() error {
+	if t.dropped.Load() {
+		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
+	}
+	if lu := t.leaseUntil.Load(); lu != 0 && time.Now().UnixNano() > lu {
+		return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
+	}
+	return nil
+}
+
+// durableWaiter is a goroutine in waitDurable. Waiters come from a pool and their channels
+// are reused, so waiting allocates nothing: a waiter is woken (one send; the channel holds
+// one) only after it was registered, and registered again only after it took the wake-up.
+type durableWaiter struct {
+	ver uint64
+	ch  chan struct{}
+}
+
+var durableWaiterPool = sync.Pool{New: func() any { return &durableWaiter{ch: make(chan struct{}, 1)} }}
+
+// waitDurable waits until every commit with version <= ver is acknowledged, or returns the
+// pipeline's failure, or ctx.Err().
+func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
+	if db.durableVer.Load() >= ver {
+		return nil
+	}
+	w := durableWaiterPool.Get().(*durableWaiter)
+	defer durableWaiterPool.Put(w)
+	w.ver = ver
+	for {
+		db.durableMu.Lock()
+		if db.durableVer.Load() >= ver {
+			db.durableMu.Unlock()
+			return nil
+		}
+		if ver >= db.durableFailVer {
+			db.durableMu.Unlock()
+			return db.pipe.failure()
+		}
+		db.durableWaiters = append(db.durableWaiters, w)
+		db.durableMu.Unlock()
+		db.pipe.kickNow()
+		select {
+		case <-w.ch:
+		case <-ctx.Done():
+			db.durableMu.Lock()
+			if i := slices.Index(db.durableWaiters, w); i >= 0 {
+				db.durableWaiters = slices.Delete(db.durableWaiters, i, i+1)
+			} else {
+				<-w.ch // woken meanwhile: take the wake-up, so the channel is empty for reuse
+			}
+			db.durableMu.Unlock()
+			return ctx.Err()
+		}
+	}
+}
+
+// wakeLocked wakes w, which is registered and so has not been woken yet. Caller holds
+// durableMu.
+func (w *durableWaiter) wakeLocked() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+		assert.That(false, "txnode: durable waiter woken twice")
+	}
+}
+
+// advanceDurable raises durableVer and wakes the waiters it satisfies.
+func (db *DB) advanceDurable(ver uint64) {
+	db.durableMu.Lock()
+	if ver > db.durableVer.Load() {
+		db.durableVer.Store(ver)
+		keep := db.durableWaiters[:0]
+		for _, w := range db.durableWaiters {
+			if w.ver <= ver {
+				w.wakeLocked()
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		clear(db.durableWaiters[len(keep):])
+		db.durableWaiters = keep
+	}
+	db.durableMu.Unlock()
+}
+
+// failDurable records that no version from fromVer on will become durable (a batch failed)
+// and wakes the waiters for them, which return the pipeline's failure.
+func (db *DB) failDurable(fromVer uint64) {
+	db.durableMu.Lock()
+	db.durableFailVer = min(db.durableFailVer, fromVer)
+	keep := db.durableWaiters[:0]
+	for _, w := range db.durableWaiters {
+		if w.ver >= db.durableFailVer {
+			w.wakeLocked()
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(db.durableWaiters[len(keep):])
+	db.durableWaiters = keep
+	db.durableMu.Unlock()
+}

@@ -1,0 +1,155 @@
+package txnode
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func openEmbedded(t testing.TB, dir string, opts Options) *DB {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	opts.Dir = dir
+	if opts.SyncMode == "" {
+		opts.SyncMode = "none"
+	}
+	db, err := Open(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close(context.Background()) })
+	return db
+}
+
+func row(v uint64) []byte {
+	b := make([]byte, 64)
+	binary.LittleEndian.PutUint64(b, v)
+	binary.LittleEndian.PutUint64(b[56:], ^v)
+	return b
+}
+
+func TestCRUDAndReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := openEmbedded(t, dir, Options{})
+	items, err := db.CreateTable(ctx, "items", 64)
+	require.NoError(t, err)
+
+	var ids []uint64
+	for i := range 300 {
+		id, err := items.Insert(ctx, row(uint64(i)))
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	got := make([]byte, 64)
+	for i, id := range ids {
+		require.NoError(t, items.Get(ctx, id, got))
+		require.Equal(t, row(uint64(i)), got)
+	}
+	require.NoError(t, items.Put(ctx, ids[5], row(500)))
+	require.NoError(t, items.Update(ctx, ids[6], func(r []byte) error {
+		binary.LittleEndian.PutUint64(r, 600)
+		return nil
+	}))
+	require.NoError(t, items.Delete(ctx, ids[7]))
+	require.ErrorIs(t, items.Get(ctx, ids[7], got), ErrNotFound)
+	require.ErrorIs(t, items.Delete(ctx, ids[7]), ErrNotFound)
+	require.ErrorIs(t, items.Put(ctx, ids[7], row(1)), ErrNotFound)
+	boom := errors.New("boom")
+	require.ErrorIs(t, items.Update(ctx, ids[8], func([]byte) error { return boom }), boom)
+
+	require.NoError(t, db.Close(ctx))
+
+	db2 := openEmbedded(t, dir, Options{})
+	items2, err := db2.Table(ctx, "items")
+	require.NoError(t, err)
+	for i, id := range ids {
+		err := items2.Get(ctx, id, got)
+		switch i {
+		case 5:
+			require.Equal(t, row(500), got)
+		case 6:
+			require.Equal(t, uint64(600), binary.LittleEndian.Uint64(got))
+		case 7:
+			require.ErrorIs(t, err, ErrNotFound)
+		default:
+			require.NoError(t, err)
+			require.Equal(t, row(uint64(i)), got)
+		}
+	}
+	// New ids never reuse old ones.
+	id, err := items2.Insert(ctx, row(9999))
+	require.NoError(t, err)
+	require.Greater(t, id, ids[len(ids)-1])
+}
+
+func TestTransferConserves(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []Durability{Durable, WriteBack} {
+		db := openEmbedded(t, "", Options{Durability: mode, CacheBytes: 256 << 10})
+		acct, err := db.CreateTable(ctx, "acct", 64)
+		require.NoError(t, err)
+		const n = 2000
+		ids := make([]uint64, n)
+		for i := range ids {
+			ids[i], err = acct.Insert(ctx, row(100))
+			require.NoError(t, err)
+		}
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a, b := make([]byte, 64), make([]byte, 64)
+				for i := range 200 {
+					from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
+					if from == to {
+						continue
+					}
+					err := db.Update(ctx, func(tx *Tx) error {
+						if err := tx.Get(acct, from, a); err != nil {
+							return err
+						}
+						if err := tx.Get(acct, to, b); err != nil {
+							return err
+						}
+						va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
+						if va == 0 {
+							return nil
+						}
+						if err := tx.Put(acct, from, row(va-1)); err != nil {
+							return err
+						}
+						return tx.Put(acct, to, row(vb+1))
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		var total uint64
+		err = db.View(ctx, func(tx *Tx) error {
+			total = 0
+			buf := make([]byte, 64)
+			for _, id := range ids {
+				if err := tx.Get(acct, id, buf); err != nil {
+					return err
+				}
+				total += binary.LittleEndian.Uint64(buf)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, uint64(100*n), total, "mode %d", mode)
+		st := db.Stats()
+		require.LessOrEqual(t, st.CacheBytes, int64(256<<10))
+		t.Logf("mode %d: %+v", mode, st)
+	}
+}

@@ -1,0 +1,47 @@
+package txnode
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weftdb/weft/storenode"
+)
+
+// Errors of the transaction node. Errors of the storage node arrive as its own sentinels
+// (storenode.ErrTableNotFound, ErrFenced, corrupt.ErrCorruption, ...), for the embedded and the
+// remote store alike; the ones a game server meets most are re-exported here.
+var (
+	// ErrNotFound is returned for a row id that holds no row.
+	ErrNotFound = errors.New("txnode: row not found")
+	// ErrConflict is returned when a transaction kept conflicting with concurrent ones after
+	// Options.MaxRetries attempts (or at once, for a manual Tx).
+	ErrConflict = errors.New("txnode: transaction conflict")
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("txnode: closed")
+	// ErrRowSize is returned for a row whose length is not its table's row size.
+	ErrRowSize = errors.New("txnode: row size does not match the table")
+	// ErrTableOwned is returned by Open or CreateTable when another transaction node holds
+	// the table's write ownership.
+	ErrTableOwned = storenode.ErrTableOwned
+	// ErrTableNotFound is returned for a table name that does not exist.
+	ErrTableNotFound = storenode.ErrTableNotFound
+	// ErrCacheFull is returned when the page cache has no evictable frame within
+	// Options.CacheWait: every frame is pinned, dirty or in flight.
+	ErrCacheFull = errors.New("txnode: page cache full")
+	// ErrUnknownOutcome is returned when the context ended after the commit batch was sent:
+	// the transaction may or may not be durable. Retrying it is safe only if it is
+	// idempotent for the game (e.g. Put of the same row).
+	ErrUnknownOutcome = errors.New("txnode: commit outcome unknown")
+	// ErrLeaseExpired is returned when this node could not renew its ownership of a table in
+	// time: it stops serving the table, reads included, until it is granted again.
+	ErrLeaseExpired = errors.New("txnode: table ownership lease expired")
+	// ErrReadOnly is returned for a write inside View.
+	ErrReadOnly = errors.New("txnode: write in a read-only transaction")
+	// ErrTxDone is returned for a call on a committed or rolled back Tx.
+	ErrTxDone = errors.New("txnode: transaction already finished")
+)
+
+// errCacheBusy stops a transaction that needs a frame while the cache is full and it holds
+// others (it must not wait holding them); its retry loop rolls it back and waits for room.
+// It is ErrCacheFull to a caller that sees it.
+var errCacheBusy = fmt.Errorf("%w: a transaction holding pages found no frame", ErrCacheFull)

@@ -1,0 +1,200 @@
+package txnode
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/storenode"
+)
+
+// The test harness: the configurations every behavioural test runs against, and Store wrappers
+// that count or delay what the transaction node asks of its store.
+//
+// A configuration is a store deployment and a durability mode. Tests open a DB through
+// openConfig.opener, which binds a fresh store; every DB the opener returns (the first one and
+// every reopen) sees the same data. The remote store is added here as one more entry: a
+// storeSetup that starts a storage node and sets Options.StoreAddr.
+
+// openConfig is one way to run the transaction node.
+type openConfig struct {
+	name       string
+	durability Durability
+	// store binds a fresh store for one test and returns what sets an Options to use it.
+	store func(t testing.TB) func(*Options)
+}
+
+// embeddedStore is the embedded deployment: a directory, WAL sync mode none (durable against
+// a crash of the process, fast enough for tests; the sync mode is the store's business).
+func embeddedStore(t testing.TB) func(*Options) {
+	dir := t.TempDir()
+	return func(o *Options) {
+		o.Dir = dir
+		if o.SyncMode == "" {
+			o.SyncMode = "none"
+		}
+	}
+}
+
+// openConfigs returns the configurations tests run against: the embedded store in Durable and
+// in WriteBack mode.
+func openConfigs(t testing.TB) []openConfig {
+	t.Helper()
+	return []openConfig{
+		{name: "embedded/durable", durability: Durable, store: embeddedStore},
+		{name: "embedded/writeback", durability: WriteBack, store: embeddedStore},
+	}
+}
+
+// opener binds a fresh store and returns a function that opens a DB on it with opts (plus the
+// configuration's durability and store); the DB is closed at the end of the test.
+func (c openConfig) opener(t testing.TB) func(opts Options) *DB {
+	t.Helper()
+	setStore := c.store(t)
+	return func(opts Options) *DB {
+		t.Helper()
+		opts.Durability = c.durability
+		setStore(&opts)
+		db, err := Open(context.Background(), opts)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close(context.Background()) })
+		return db
+	}
+}
+
+// newLocalStore opens an embedded store in a fresh directory, for tests that wrap it.
+func newLocalStore(t testing.TB, dir string) Store {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	s, err := OpenLocalStore(storenode.Options{Dir: dir, Sync: storenode.SyncNone, ExpireLeasesAtOpen: true})
+	require.NoError(t, err)
+	return s
+}
+
+// countingStore counts the store calls the transaction node makes.
+type countingStore struct {
+	Store
+	pageDirs, reads, readPages, commits atomic.Int64
+}
+
+func (s *countingStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+	s.reads.Add(1)
+	s.readPages.Add(int64(len(reqs)))
+	return s.Store.Read(ctx, reqs, fill)
+}
+
+func (s *countingStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+	s.pageDirs.Add(1)
+	return s.Store.PageDir(ctx, table, lo, hi, max, dst)
+}
+
+func (s *countingStore) Commit(b *CommitBatch, done func(uint64, error)) {
+	s.commits.Add(1)
+	s.Store.Commit(b, done)
+}
+
+func (s *countingStore) reset() {
+	s.pageDirs.Store(0)
+	s.reads.Store(0)
+	s.readPages.Store(0)
+	s.commits.Store(0)
+}
+
+// heldReadStore holds back the answer of one armed Read: it reads from the store at once
+// (so the answer is what the store held then), reports that on entered, waits for release,
+// and only then hands the answer to the transaction node. Other Reads pass through.
+type heldReadStore struct {
+	Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newHeldReadStore(s Store) *heldReadStore {
+	return &heldReadStore{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *heldReadStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+	if !s.armed.CompareAndSwap(true, false) {
+		return s.Store.Read(ctx, reqs, fill)
+	}
+	type answer struct {
+		i           int
+		data, clear uint64
+		rows        []byte
+	}
+	var answers []answer
+	err := s.Store.Read(ctx, reqs, func(i int, data, clear uint64, rows []byte) {
+		answers = append(answers, answer{i, data, clear, append([]byte(nil), rows...)})
+	})
+	close(s.entered)
+	<-s.release
+	for _, a := range answers {
+		fill(a.i, a.data, a.clear, a.rows)
+	}
+	return err
+}
+
+// ackStore acknowledges every commit batch at once, on the calling goroutine, without
+// writing it anywhere; every other call goes to the store it wraps. With it the allocation
+// tests measure the transaction node's own commit path, not the store's.
+type ackStore struct {
+	Store
+	mu  sync.Mutex
+	lsn uint64
+}
+
+func (s *ackStore) Commit(_ *CommitBatch, done func(uint64, error)) {
+	s.mu.Lock()
+	s.lsn++
+	lsn := s.lsn
+	s.mu.Unlock()
+	done(lsn, nil)
+}
+
+// u64Row returns a row of rowBytes bytes whose first word is v and whose other words are
+// derived from v and their position, so a torn or misplaced row is caught.
+func u64Row(rowBytes int, v uint64) []byte {
+	b := make([]byte, rowBytes)
+	fillRow(b, v)
+	return b
+}
+
+func fillRow(b []byte, v uint64) {
+	binary.LittleEndian.PutUint64(b, v)
+	for off := 8; off+8 <= len(b); off += 8 {
+		binary.LittleEndian.PutUint64(b[off:], v*0x9E3779B97F4A7C15^uint64(off))
+	}
+}
+
+// checkRow asserts that b is a row fillRow wrote and returns its value.
+func checkRow(t testing.TB, b []byte) uint64 {
+	t.Helper()
+	v := binary.LittleEndian.Uint64(b)
+	for off := 8; off+8 <= len(b); off += 8 {
+		if got := binary.LittleEndian.Uint64(b[off:]); got != v*0x9E3779B97F4A7C15^uint64(off) {
+			require.Failf(t, "torn row", "row of value %d has word %d = %#x", v, off/8, got)
+		}
+	}
+	return v
+}
+
+// recvWithin receives from ch, failing the test if nothing comes for a long time: a
+// watchdog, so a hang fails the test instead of stalling the run (no timing depends on it).
+func recvWithin[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "timed out waiting for "+what)
+		var zero T
+		return zero
+	}
+}

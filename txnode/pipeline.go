@@ -1,0 +1,507 @@
+package txnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// The commit pipeline turns committed transactions into commit batches.
+//
+// Durable: a committing transaction copies its rows, once, into the open batch's own buffer
+// (under mu, where it also takes its commit version, so batches cover increasing ranges of
+// versions) and marks the frames it touched in flight. One sender goroutine takes the open
+// batch whenever it wakes, after yielding once so that concurrent commits can join (group
+// commit), numbers it with the owner's next seq and sends it; up to maxInflight batches are in
+// flight. The store acknowledges batches; they complete in seq order, which advances the
+// node's durable version and releases their frames.
+//
+// WriteBack: commits only mark rows dirty in their frames. A flusher takes, every FlushInterval
+// or when the cache needs room, a consistent cut (it excludes installs for the time of the cut)
+// of all dirty rows into one batch: repeated writes to a row and rows of a page coalesce.
+//
+// Failure: a batch that fails makes the pipeline fail-stop; every later batch fails too, the
+// frames they touched are invalidated (their rows are fetched from the store again) and every
+// later commit returns the error wrapped. Reopen the DB to go on.
+//
+// A batch's buffer is never written after the batch is handed to the store, until it is
+// acknowledged or failed (the store's gather encoder sends straight from it).
+//
+// Batches are reused, so a commit allocates nothing. Nothing outside the pipeline holds a
+// batch: a committer waits for the node's durable version to reach its commit version
+// (DB.waitDurable), which batches retired in seq order advance. A batch is reused only when
+// it is retired and the store is done with it: done was called and Commit has returned (a
+// store may call done before its Commit returns).
+
+const (
+	maxBatchBytes = 1 << 20
+	maxInflight   = 8
+	// batchFreeMax bounds the retired batches kept for reuse; batchKeepBytes and
+	// batchKeepSegs bound what a kept batch may hold on to, so a burst of large batches does
+	// not keep their memory.
+	batchFreeMax   = maxInflight + 1
+	batchKeepBytes = 256 << 10
+	batchKeepSegs  = 4096
+)
+
+type batch struct {
+	seq      uint64
+	firstVer uint64
+	lastVer  uint64
+	nTx      int
+	buf      []byte
+	segs     []BatchSegment // Rows are set at send time (buf may move while it fills)
+	segOff   []int
+	tables   []*tableState
+	frames   []*frameMeta
+	commit   CommitBatch
+	// done is the store's callback for this batch, made once with the batch.
+	done func(lsn uint64, err error)
+
+	completed bool // done was called
+	returned  bool // the store's Commit returned
+	retired   bool // completed and taken off inflight, in seq order
+	err       error
+	lsn       uint64
+}
+
+type pipeline struct {
+	db *DB
+
+	mu       sync.Mutex
+	room     *sync.Cond
+	open     *batch
+	inflight []*batch
+	free     []*batch // retired batches to reuse, at most batchFreeMax
+	nextSeq  uint64
+	failErr  error
+	failVer  uint64 // firstVer of the earliest failed batch; max when none
+	closing  bool
+	stopped  atomic.Bool // failErr != nil || closing, for WriteBack's lock-free admission
+
+	kick     chan struct{}
+	flushReq chan struct{}
+	stop     chan struct{}
+	bg       sync.WaitGroup
+
+	// WriteBack.
+	wbMu       sync.RWMutex // installs (R) against the flusher's cut (W)
+	dirtyMu    sync.Mutex
+	dirty      []*frameMeta
+	dirtySpare []*frameMeta // the last cut's slice, reused (under wbMu)
+	cutVer     uint64       // the last cut's commit version (under wbMu)
+	dirtyRows  atomic.Int64
+	// dirtyBytes is what the frames made dirty since the last cut cost in the cache: a
+	// flush starts when they fill a quarter of it (a few rows dirty each of many pages
+	// block eviction as much as full pages).
+	dirtyBytes atomic.Int64
+}
+
+func newPipeline(db *DB) *pipeline {
+	p := &pipeline{db: db, nextSeq: 1, failVer: math.MaxUint64,
+		kick: make(chan struct{}, 1), flushReq: make(chan struct{}, 1), stop: make(chan struct{})}
+	p.room = sync.NewCond(&p.mu)
+	p.open = p.newBatchLocked()
+	p.bg.Add(1)
+	go p.sender()
+	if db.opts.Durability == WriteBack {
+		p.bg.Add(1)
+		go p.flusher()
+	}
+	return p
+}
+
+func (p *pipeline) noteLastSeq(seq uint64) {
+	p.mu.Lock()
+	p.nextSeq = max(p.nextSeq, seq+1)
+	p.mu.Unlock()
+}
+
+func (p *pipeline) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failErr
+}
+
+// admitErr is why no commit may be added now: the pipeline failed or is closing. Caller
+// holds mu.
+func (p *pipeline) admitErr() error {
+	if p.failErr != nil {
+		return p.failErr
+	}
+	if p.closing {
+		return ErrClosed
+	}
+	return nil
+}
+
+// newBatchLocked returns an empty batch, a reused one when there is one. Caller holds mu.
+func (p *pipeline) newBatchLocked() *batch {
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return b
+	}
+	b := &batch{}
+	b.done = func(lsn uint64, err error) { p.complete(b, lsn, err) }
+	return b
+}
+
+// recycleLocked keeps b for reuse once nothing refers to it any more: it is retired and the
+// store is done with it. Caller holds mu.
+func (p *pipeline) recycleLocked(b *batch) {
+	if !b.retired || !b.returned {
+		return
+	}
+	if len(p.free) >= batchFreeMax || cap(b.buf) > batchKeepBytes || cap(b.segs) > batchKeepSegs {
+		return
+	}
+	clear(b.segs)
+	clear(b.tables)
+	clear(b.frames)
+	*b = batch{buf: b.buf[:0], segs: b.segs[:0], segOff: b.segOff[:0], tables: b.tables[:0],
+		frames: b.frames[:0], commit: CommitBatch{Fences: b.commit.Fences[:0]}, done: b.done}
+	p.free = append(p.free, b)
+}
+
+func (p *pipeline) kickNow() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pipeline) flushSoon() {
+	select {
+	case p.flushReq <- struct{}{}:
+	default:
+	}
+}
+
+// add gives a validated, locked transaction its commit version and (Durable) copies its rows
+// into the open batch. In WriteBack it returns holding wbMu for reading; addDone releases it.
+func (p *pipeline) add(tx *Tx) (uint64, error) {
+	db := p.db
+	if db.opts.Durability == WriteBack {
+		p.wbMu.RLock()
+		// Closing: close's last cut may be past, so nothing would flush this commit. close
+		// sets stopped before that cut takes wbMu, which waits for this install.
+		if p.stopped.Load() {
+			p.mu.Lock()
+			err := p.admitErr()
+			p.mu.Unlock()
+			p.wbMu.RUnlock()
+			return 0, err
+		}
+		return db.commitVer.Add(1), nil
+	}
+	p.mu.Lock()
+	for p.admitErr() == nil && len(p.open.buf) >= maxBatchBytes {
+		p.kickNow()
+		p.room.Wait()
+	}
+	if err := p.admitErr(); err != nil {
+		p.mu.Unlock()
+		return 0, err
+	}
+	ver := db.commitVer.Add(1)
+	b := p.open
+	if b.nTx == 0 {
+		b.firstVer = ver
+	}
+	b.lastVer = ver
+	b.nTx++
+	p.appendTx(b, tx)
+	p.mu.Unlock()
+	p.kickNow()
+	return ver, nil
+}
+
+// addDone ends the install of a transaction that add admitted.
+func (p *pipeline) addDone() {
+	if p.db.opts.Durability == WriteBack {
+		p.wbMu.RUnlock()
+		if p.dirtyBytes.Load() > p.db.opts.CacheBytes/4 {
+			p.flushSoon()
+		}
+	}
+}
+
+// appendTx copies the transaction's writes (sorted by table and id) into b as one segment per
+// page. Caller holds mu.
+func (p *pipeline) appendTx(b *batch, tx *Tx) {
+	var lastFrame *frameMeta
+	seg := -1
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		page, slot := logicpage.PageOf(w.id)
+		bit := uint64(1) << slot
+		if seg < 0 || b.segs[seg].Table != w.t.id || b.segs[seg].Page != page {
+			b.segs = append(b.segs, BatchSegment{Table: w.t.id, RowBytes: w.t.rowBytes, Page: page})
+			b.segOff = append(b.segOff, len(b.buf))
+			seg = len(b.segs) - 1
+			if !hasTable(b.tables, w.t) {
+				b.tables = append(b.tables, w.t)
+			}
+		}
+		s := &b.segs[seg]
+		if w.off >= 0 {
+			s.Data |= bit
+			b.buf = append(b.buf, tx.buf[w.off:int(w.off)+w.t.rowBytes]...)
+		} else {
+			s.Clear |= bit
+		}
+		if w.m != lastFrame {
+			w.m.inflight.Add(1)
+			b.frames = append(b.frames, w.m)
+			lastFrame = w.m
+		}
+	}
+}
+
+func hasTable(ts []*tableState, t *tableState) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// sender sends the open batch whenever it has transactions and a slot is free.
+func (p *pipeline) sender() {
+	defer p.bg.Done()
+	for {
+		select {
+		case <-p.kick:
+		case <-p.stop:
+			return
+		}
+		runtime.Gosched() // let concurrent commits join the batch
+		p.mu.Lock()
+		for p.open.nTx > 0 && len(p.inflight) < maxInflight && p.failErr == nil {
+			b := p.open
+			p.open = p.newBatchLocked()
+			p.launchLocked(b)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// launchLocked numbers b and sends it. Caller holds mu; it is released during the send.
+func (p *pipeline) launchLocked(b *batch) {
+	b.seq = p.nextSeq
+	p.nextSeq++
+	p.inflight = append(p.inflight, b)
+	b.commit = CommitBatch{Owner: p.db.owner, Seq: b.seq, Segments: b.segs, Fences: b.commit.Fences[:0]}
+	for i := range b.segs {
+		end := len(b.buf)
+		if i+1 < len(b.segs) {
+			end = b.segOff[i+1]
+		}
+		b.segs[i].Rows = b.buf[b.segOff[i]:end:end]
+	}
+	for _, t := range b.tables {
+		b.commit.Fences = append(b.commit.Fences, BatchFence{Table: t.id, Epoch: t.epoch.Load()})
+	}
+	p.room.Broadcast()
+	p.mu.Unlock()
+	p.db.stats.batches.Add(1)
+	p.db.stats.batchTx.Add(uint64(b.nTx))
+	p.db.store.Commit(&b.commit, b.done)
+	p.mu.Lock()
+	b.returned = true
+	p.recycleLocked(b)
+}
+
+// complete records a batch's outcome and retires completed batches in seq order.
+func (p *pipeline) complete(b *batch, lsn uint64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.lsn, b.err, b.completed = lsn, err, true
+	if err != nil {
+		if p.failErr == nil {
+			p.failErr = fmt.Errorf("txnode: commit batch %d: %w", b.seq, err)
+			p.stopped.Store(true)
+			p.db.opts.Logger.Error("txnode: commit batch failed; the node stops committing", "seq", b.seq, "err", err)
+		}
+		p.failVer = min(p.failVer, b.firstVer)
+		p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
+	}
+	for len(p.inflight) > 0 && p.inflight[0].completed {
+		x := p.inflight[0]
+		n := copy(p.inflight, p.inflight[1:]) // shift, not reslice: append would reallocate
+		p.inflight[n] = nil
+		p.inflight = p.inflight[:n]
+		if x.err == nil && x.firstVer >= p.failVer {
+			// Acknowledged, but an earlier batch failed: the store applied it (it applies an
+			// owner's batches in seq order), yet this node can no longer vouch for what came
+			// before it. Report the first failure. (A batch before the failed one that is
+			// acknowledged is durable: it succeeds.)
+			x.err = p.failErr
+		}
+		if x.err == nil {
+			// Before the frames leave flight: a frame evicted and refilled gets a version no
+			// higher than the durable one.
+			p.db.advanceDurable(x.lastVer)
+		}
+		for _, m := range x.frames {
+			if x.err != nil {
+				m.valid.Store(0)
+				m.dirty.Store(0)
+			}
+			m.inflight.Add(-1)
+		}
+		x.retired = true
+		p.recycleLocked(x)
+	}
+	p.room.Broadcast()
+	p.db.cache.signalRoom()
+	if len(p.inflight) < maxInflight && p.open.nTx > 0 {
+		p.kickNow()
+	}
+}
+
+// noteDirty records a frame that became dirty (WriteBack).
+func (p *pipeline) noteDirty(m *frameMeta) {
+	p.dirtyMu.Lock()
+	p.dirty = append(p.dirty, m)
+	p.dirtyMu.Unlock()
+	p.dirtyBytes.Add(frameCost(int(m.rowBytes)))
+}
+
+func (p *pipeline) flusher() {
+	defer p.bg.Done()
+	tick := time.NewTicker(p.db.opts.FlushInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		case <-p.flushReq:
+		}
+		p.flushEpoch()
+	}
+}
+
+// flushEpoch takes a consistent cut of every dirty row into one batch and sends it.
+func (p *pipeline) flushEpoch() {
+	p.mu.Lock()
+	b := p.newBatchLocked()
+	p.mu.Unlock()
+	p.wbMu.Lock()
+	cut := p.db.commitVer.Load()
+	// The batch holds the commits after the last cut: a failure fails those and later ones.
+	firstVer := p.cutVer + 1
+	p.cutVer = cut
+	p.dirtyMu.Lock()
+	frames := p.dirty
+	p.dirty, p.dirtySpare = p.dirtySpare, nil
+	p.dirtyBytes.Store(0)
+	p.dirtyMu.Unlock()
+	for _, m := range frames {
+		// Installs are excluded, so only this cut clears dirty bits (and dropTable). A frame
+		// with dirty rows is not evicted; mark it in flight before clearing them, so it never
+		// looks clean to the evictor in between (frameMeta.clean).
+		if m.dirty.Load() == 0 {
+			continue // listed twice, or its table dropped
+		}
+		m.inflight.Add(1)
+		d := m.dirty.Swap(0)
+		key := m.key.Load()
+		var t *tableState
+		if key != 0 && d != 0 {
+			p.db.mu.Lock()
+			t = p.db.byID[uint32(key>>32)]
+			p.db.mu.Unlock()
+		}
+		if t == nil {
+			m.inflight.Add(-1)
+			continue
+		}
+		present := m.present.Load()
+		s := BatchSegment{Table: t.id, RowBytes: t.rowBytes, Page: key & (1<<32 - 1), Data: d & present, Clear: d &^ present}
+		b.segOff = append(b.segOff, len(b.buf))
+		_, rows := frameWords(m)
+		b.buf = appendRows(b.buf, rows, t.rowBytes, s.Data)
+		b.segs = append(b.segs, s)
+		if !hasTable(b.tables, t) {
+			b.tables = append(b.tables, t)
+		}
+		b.frames = append(b.frames, m)
+	}
+	clear(frames)
+	p.dirtySpare = frames[:0]
+	p.dirtyRows.Store(0)
+	p.wbMu.Unlock()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(b.segs) == 0 {
+		if len(p.inflight) == 0 && p.failErr == nil {
+			p.db.advanceDurable(cut)
+		}
+		b.retired, b.returned = true, true
+		p.recycleLocked(b)
+		return
+	}
+	for len(p.inflight) >= maxInflight && p.failErr == nil {
+		p.room.Wait()
+	}
+	if p.failErr != nil {
+		for _, m := range b.frames {
+			m.inflight.Add(-1)
+		}
+		b.retired, b.returned = true, true
+		p.recycleLocked(b)
+		return
+	}
+	b.firstVer, b.lastVer, b.nTx = firstVer, cut, 1
+	p.launchLocked(b)
+}
+
+// flush makes every commit so far durable: WriteBack flushes an epoch; both wait for the
+// batches in flight.
+func (p *pipeline) flush(ctx context.Context) error {
+	if err := p.failure(); err != nil {
+		return err
+	}
+	if p.db.opts.Durability == WriteBack {
+		p.flushEpoch()
+	}
+	p.kickNow()
+	return p.db.waitDurable(ctx, p.db.commitVer.Load())
+}
+
+// close stops admitting commits, flushes, waits for every batch, and stops the goroutines.
+// Commits are refused first: one admitted after the last flush would be acknowledged
+// (WriteBack) and never written.
+func (p *pipeline) close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	p.stopped.Store(true)
+	p.mu.Unlock()
+	err := p.flush(ctx)
+	p.mu.Lock()
+	for len(p.inflight) > 0 || (p.open.nTx > 0 && p.failErr == nil) {
+		p.kickNow()
+		p.room.Wait()
+	}
+	p.room.Broadcast()
+	p.mu.Unlock()
+	close(p.stop)
+	p.bg.Wait()
+	if errors.Is(err, ErrClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,90 @@
+package txnode
+
+import (
+	"context"
+	"math/bits"
+	"runtime"
+	"slices"
+	"sync/atomic"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Cache misses. A random miss fetches only the missing rows of its page (64 bytes for a
+// 64-byte row); a run of misses on consecutive pages, and scans, fetch whole pages. Requests of
+// many goroutines share frames on the wire (the remote store batches them). A fill writes only
+// slots that are still invalid, so a commit that landed while the miss was in flight is never
+// overwritten by the older bytes from the store.
+
+// fetch makes the slots of want in the pinned frame m valid.
+func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want uint64) error {
+	valid := m.valid.Load()
+	if last := t.lastMiss.Swap(page); last == page-1 || last == page {
+		want = ^valid // a sequential run: take the whole page
+	}
+	missing := want &^ valid
+	if missing == 0 {
+		return nil
+	}
+	db.cache.misses.Add(1)
+	db.stats.rowsFetched.Add(uint64(bits.OnesCount64(missing)))
+	reqs := []ReadRequest{{Table: t.id, Page: page, Want: missing}}
+	return db.store.Read(ctx, reqs, func(_ int, data, clear uint64, rows []byte) {
+		db.fill(t, m, data, clear, rows)
+	})
+}
+
+// fill writes a store's answer into frame m, only into slots still invalid.
+func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte) {
+	versions, frameRows := frameWords(m)
+	r := t.rowBytes
+	ver := db.durableVer.Load()
+	k := 0
+	for mask := data | clear; mask != 0; mask &= mask - 1 {
+		slot := bits.TrailingZeros64(mask)
+		bit := uint64(1) << slot
+		var src []byte
+		if data&bit != 0 {
+			src = rows[k*r : (k+1)*r]
+			k++
+		}
+		if m.valid.Load()&bit != 0 {
+			continue
+		}
+		word := &versions[slot]
+		var v uint64
+		for {
+			v = atomic.LoadUint64(word)
+			if v&versionLock == 0 && atomic.CompareAndSwapUint64(word, v, v|versionLock) {
+				break
+			}
+			runtime.Gosched()
+		}
+		if m.valid.Load()&bit != 0 {
+			atomic.StoreUint64(word, v) // filled meanwhile: leave it as it is
+			continue
+		}
+		{
+			dst := frameRows[slot*r : (slot+1)*r]
+			if src != nil {
+				logicpage.StoreRow(dst, src)
+				m.present.Or(bit)
+			} else {
+				m.present.And(^bit)
+			}
+			m.valid.Or(bit)
+		}
+		atomic.StoreUint64(word, ver)
+	}
+}
+
+// appendRows appends the rows of mask from a frame's rows to dst, copying with atomic loads.
+func appendRows(dst, rows []byte, r int, mask uint64) []byte {
+	for ; mask != 0; mask &= mask - 1 {
+		slot := bits.TrailingZeros64(mask)
+		n := len(dst)
+		dst = slices.Grow(dst, r)[:n+r]
+		logicpage.LoadRow(dst[n:], rows[slot*r:(slot+1)*r])
+	}
+	return dst
+}

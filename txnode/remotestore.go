@@ -1,0 +1,423 @@
+package txnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// remoteStore talks to a storage node over one pipelined sgio connection: requests of every
+// goroutine share the connection, and the client writes all that is queued with one writev.
+// Replies to reads are consumed in place (zero copy into the page cache).
+//
+// Reconnection. When the connection breaks (the storage node restarted, say), the store dials
+// again, with backoff, for up to RequestTimeout; meanwhile calls wait. Commit batches that were
+// in flight are sent again on the new connection, in seq order, with the same (owner, epoch,
+// seq): the storage node applies each at most once and acknowledges a retried one again.
+// Reads, page directories, ownership renewals and id grants are retried once they fail with a
+// broken connection (an id grant retried may skip ids, never repeat them); catalog changes are
+// not retried. If no connection can be made in time, every waiting call and batch fails with
+// the error.
+type remoteStore struct {
+	opts Options
+	info StoreInfo
+
+	mu      sync.Mutex
+	changed *sync.Cond
+	conn    *sgio.Client
+	gen     uint64 // bumped per connection
+	dialing bool
+	dead    error // set when reconnecting gave up, or at Close
+	commits []*remoteCommit
+	closed  bool
+}
+
+// remoteCommit is a batch in flight, kept until acknowledged so it can be sent again.
+type remoteCommit struct {
+	msg  sgio.Commit
+	done func(uint64, error)
+	gen  uint64 // connection it was last sent on
+	fin  bool
+}
+
+func dialStore(ctx context.Context, opts Options) (Store, error) {
+	s := &remoteStore{opts: opts}
+	s.changed = sync.NewCond(&s.mu)
+	c, err := s.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := c.Hello()
+	mode := "always"
+	if h.SyncMode == sgio.SyncNone {
+		mode = "none"
+	}
+	s.info = StoreInfo{SyncMode: mode, Lease: time.Duration(h.LeaseMillis) * time.Millisecond, MaxBatchBytes: int(h.MaxBody)}
+	s.conn, s.gen = c, 1
+	go s.watch(c, 1)
+	return s, nil
+}
+
+func (s *remoteStore) dial(ctx context.Context) (*sgio.Client, error) {
+	return sgio.Dial(ctx, sgio.ClientConfig{
+		Addr:        s.opts.StoreAddr,
+		Secret:      s.opts.Secret,
+		OwnerID:     s.opts.OwnerID,
+		Name:        "txnode",
+		DialTimeout: s.opts.DialTimeout,
+		MaxBody:     sgio.MaxBodyLimit,
+	})
+}
+
+func (s *remoteStore) Info() StoreInfo { return s.info }
+
+// watch waits for connection gen to break, then reconnects and resends batches in flight.
+func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
+	<-c.Done()
+	s.mu.Lock()
+	if s.closed || s.gen != gen {
+		s.mu.Unlock()
+		return
+	}
+	s.dialing = true
+	s.mu.Unlock()
+	deadline := time.Now().Add(s.opts.RequestTimeout)
+	backoff := 10 * time.Millisecond
+	var err error
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		var nc *sgio.Client
+		nc, err = s.dial(ctx)
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				nc.Close()
+				return
+			}
+			s.gen++
+			s.conn, s.dialing = nc, false
+			resend := s.pendingLocked()
+			g := s.gen
+			s.changed.Broadcast()
+			s.mu.Unlock()
+			s.opts.Logger.Info("txnode: reconnected to the storage node", "addr", s.opts.StoreAddr, "resent batches", len(resend))
+			for _, rc := range resend {
+				s.send(nc, g, rc)
+			}
+			go s.watch(nc, g)
+			return
+		}
+		if !time.Now().Add(backoff).Before(deadline) {
+			break
+		}
+		time.Sleep(backoff) // backoff between dials, not synchronisation
+		if s.isClosed() {
+			return
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	s.mu.Lock()
+	s.dead = fmt.Errorf("txnode: storage node at %s unreachable: %w", s.opts.StoreAddr, err)
+	s.dialing = false
+	failed := s.pendingLocked()
+	s.commits = nil
+	s.changed.Broadcast()
+	dead := s.dead
+	s.mu.Unlock()
+	for _, rc := range failed {
+		rc.done(0, fmt.Errorf("%w: %w", ErrUnknownOutcome, dead))
+	}
+}
+
+func (s *remoteStore) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *remoteStore) pendingLocked() []*remoteCommit {
+	var out []*remoteCommit
+	for _, rc := range s.commits {
+		if !rc.fin {
+			out = append(out, rc)
+		}
+	}
+	return out
+}
+
+// client returns the current connection, waiting while a reconnect is in progress.
+func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.dialing && s.dead == nil && !s.closed {
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		s.changed.Wait()
+	}
+	if s.closed {
+		return nil, 0, ErrClosed
+	}
+	if s.dead != nil {
+		return nil, 0, s.dead
+	}
+	return s.conn, s.gen, nil
+}
+
+// call runs one request, retrying it on a new connection when retry and the connection broke.
+func (s *remoteStore) call(ctx context.Context, m, reply sgio.Message, retry bool) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+	}
+	for {
+		c, gen, err := s.client(ctx)
+		if err != nil {
+			return err
+		}
+		err = c.CallInto(ctx, m, reply)
+		if err == nil || !retry || !retryable(err) {
+			return err
+		}
+		s.awaitNewConn(ctx, gen)
+	}
+}
+
+// awaitNewConn waits until the connection after gen is up (or reconnecting gave up).
+func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.changed.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.gen == gen && s.dead == nil && !s.closed && ctx.Err() == nil {
+		if !s.dialing && s.conn != nil && s.conn.Err() == nil {
+			return
+		}
+		s.changed.Wait()
+	}
+}
+
+func tableFrom(t sgio.TableInfo) StoreTable {
+	return StoreTable{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID}
+}
+
+func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (StoreTable, error) {
+	var r sgio.TableInfo
+	err := s.call(ctx, &sgio.CreateTable{RowBytes: uint16(rowBytes), Name: name}, &r, false)
+	return tableFrom(r), err
+}
+
+func (s *remoteStore) OpenTable(ctx context.Context, name string) (StoreTable, error) {
+	var r sgio.TableInfo
+	err := s.call(ctx, &sgio.OpenTable{Name: name}, &r, true)
+	return tableFrom(r), err
+}
+
+func (s *remoteStore) ListTables(ctx context.Context) ([]StoreTable, error) {
+	var r sgio.TableList
+	if err := s.call(ctx, &sgio.ListTables{}, &r, true); err != nil {
+		return nil, err
+	}
+	out := make([]StoreTable, len(r.Tables))
+	for i, t := range r.Tables {
+		out[i] = tableFrom(t)
+	}
+	return out, nil
+}
+
+func (s *remoteStore) DropTable(ctx context.Context, name string) error {
+	return s.call(ctx, &sgio.DropTable{Name: name}, &sgio.OK{}, false)
+}
+
+func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (StoreGrant, error) {
+	var r sgio.Grant
+	err := s.call(ctx, &sgio.Acquire{Table: table, Owner: owner, Epoch: epoch}, &r, epoch != 0)
+	return StoreGrant{Table: r.Table, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
+}
+
+func (s *remoteStore) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
+	var r sgio.IDRange
+	err := s.call(ctx, &sgio.AllocIDs{Table: table, Owner: owner, Epoch: epoch, Pages: uint32(pages)}, &r, true)
+	return r.First, r.Count, err
+}
+
+func (s *remoteStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+	var r sgio.PageDirReply
+	err := s.call(ctx, &sgio.PageDir{Table: table, Lo: lo, Hi: hi, MaxEntries: uint32(max)}, &r, true)
+	if err != nil {
+		return dst, 0, err
+	}
+	for _, e := range r.Entries {
+		dst = append(dst, PageInfo{Page: e.Page, Present: e.Present})
+	}
+	return dst, r.Next, nil
+}
+
+// Read sends one ReadPages frame and fills from the reply in place, on the connection's
+// receiver goroutine.
+func (s *remoteStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+	wants := make([]sgio.PageWant, len(reqs))
+	for i, r := range reqs {
+		wants[i] = sgio.PageWant{Table: r.Table, Page: r.Page, Want: r.Want}
+	}
+	msg := &sgio.ReadPages{Wants: wants}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+	}
+	for {
+		c, gen, err := s.client(ctx)
+		if err != nil {
+			return err
+		}
+		ch := make(chan error, 1)
+		var fillMu sync.Mutex
+		abandoned := false
+		err = c.Send(ctx, msg, func(f sgio.Frame, err error) {
+			fillMu.Lock()
+			defer fillMu.Unlock()
+			if abandoned {
+				return // the caller gave up and may have released its frames
+			}
+			if err == nil {
+				err = fillFromSegments(f.Body, len(reqs), fill)
+			}
+			ch <- err
+		})
+		if err == nil {
+			select {
+			case err = <-ch:
+			case <-ctx.Done():
+				fillMu.Lock()
+				select {
+				case err = <-ch: // it finished just now
+				default:
+					abandoned, err = true, ctx.Err()
+				}
+				fillMu.Unlock()
+			}
+		}
+		if err == nil || !retryable(err) {
+			return err
+		}
+		s.awaitNewConn(ctx, gen)
+	}
+}
+
+func fillFromSegments(body []byte, n int, fill func(int, uint64, uint64, []byte)) error {
+	it, err := sgio.ViewSegments(body)
+	if err != nil {
+		return err
+	}
+	if it.Len() != n {
+		return fmt.Errorf("txnode: %d segments answer %d page requests: %w", it.Len(), n, sgio.ErrMalformed)
+	}
+	var seg sgio.Segment
+	for i := 0; it.Next(&seg); i++ {
+		fill(i, seg.Data, seg.Clear, seg.Rows)
+	}
+	return nil
+}
+
+// Commit sends a batch; the rows are gathered into the write by reference.
+func (s *remoteStore) Commit(b *CommitBatch, done func(uint64, error)) {
+	rc := &remoteCommit{done: done, msg: sgio.Commit{Owner: b.Owner, Seq: b.Seq,
+		Fences: make([]sgio.Fence, len(b.Fences)), Segments: make([]sgio.Segment, len(b.Segments))}}
+	for i, f := range b.Fences {
+		rc.msg.Fences[i] = sgio.Fence{Table: f.Table, Epoch: f.Epoch}
+	}
+	for i, g := range b.Segments {
+		rc.msg.Segments[i] = sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows}
+	}
+	s.mu.Lock()
+	if s.closed || s.dead != nil {
+		err := s.dead
+		s.mu.Unlock()
+		if err == nil {
+			err = ErrClosed
+		}
+		done(0, err)
+		return
+	}
+	s.commits = append(s.commits, rc)
+	c, gen, dialing := s.conn, s.gen, s.dialing
+	s.mu.Unlock()
+	if !dialing {
+		s.send(c, gen, rc) // otherwise the reconnect resends it
+	}
+}
+
+// send writes rc on connection gen; a broken connection leaves it for the reconnect.
+func (s *remoteStore) send(c *sgio.Client, gen uint64, rc *remoteCommit) {
+	rc.gen = gen
+	err := c.Send(context.Background(), &rc.msg, func(f sgio.Frame, err error) {
+		var ack sgio.CommitAck
+		if err == nil {
+			err = ack.Parse(f.Body)
+		}
+		if err != nil && retryable(err) {
+			return // the reconnect sends it again, or fails it
+		}
+		s.finish(rc, ack.LSN, err)
+	})
+	if err != nil && !retryable(err) {
+		s.finish(rc, 0, err)
+	}
+}
+
+// retryable reports whether a request may be sent again on the next connection: the
+// connection broke, or the storage node refused it because it is shutting down (then it did
+// not apply it; a batch sent again is applied at most once anyway).
+func retryable(err error) bool {
+	return errors.Is(err, sgio.ErrConnClosed) || errors.Is(err, sgio.ErrShuttingDown)
+}
+
+func (s *remoteStore) finish(rc *remoteCommit, lsn uint64, err error) {
+	s.mu.Lock()
+	if rc.fin {
+		s.mu.Unlock()
+		return
+	}
+	rc.fin = true
+	i := 0
+	for i < len(s.commits) && s.commits[i].fin {
+		s.commits[i] = nil
+		i++
+	}
+	s.commits = s.commits[i:]
+	s.mu.Unlock()
+	rc.done(lsn, err)
+}
+
+func (s *remoteStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	c := s.conn
+	failed := s.pendingLocked()
+	s.commits = nil
+	s.changed.Broadcast()
+	s.mu.Unlock()
+	for _, rc := range failed {
+		rc.done(0, fmt.Errorf("%w: store closed", ErrUnknownOutcome))
+	}
+	if c != nil {
+		return c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package txnode
+
+import (
+	"context"
+	"iter"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Scans walk present rows in id order. Below the first id granted to this node in this run,
+// only the store can know which pages hold rows, so the scan asks it for a page directory and
+// skips empty ranges without page IO; from there on (ids this node inserts, which may not have
+// reached the store yet) it walks every page up to the table's id high-water mark. Pages that
+// are not fully cached are fetched whole, scanDirBatch at a time in one request.
+
+const scanDirBatch = 32
+
+// Row is one row of a scan. Data is valid until the next iteration.
+type Row struct {
+	ID   uint64
+	Data []byte
+}
+
+// Scan returns the rows of ids in [lo, hi) in id order, in a read-only pass that is not a
+// transaction: each row is read consistently, the scan as a whole is not a snapshot. Use
+// Tx.Scan for a serializable scan. An error ends the sequence as its last element.
+func (t *Table) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, error] {
+	return func(yield func(Row, error) bool) {
+		tx, err := t.db.beginTx(ctx, false)
+		if err != nil {
+			yield(Row{}, err)
+			return
+		}
+		defer tx.release()
+		tx.scan(t.t, lo, hi, false, yield)
+	}
+}
+
+// Scan returns the rows of table with ids in [lo, hi) in id order, as part of the
+// transaction: the transaction's own writes are seen, and a concurrent commit that changes,
+// inserts or deletes a row of the range makes the transaction fail validation (no phantoms).
+// An error ends the sequence as its last element.
+func (tx *Tx) Scan(table *Table, lo, hi uint64) iter.Seq2[Row, error] {
+	return func(yield func(Row, error) bool) {
+		if tx.done {
+			yield(Row{}, ErrTxDone)
+			return
+		}
+		tx.scan(table.t, lo, hi, true, yield)
+	}
+}
+
+func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, error) bool) {
+	if err := t.serving(); err != nil {
+		yield(Row{}, err)
+		return
+	}
+	// A range that reaches ids this node may still insert (its grant, or past the high-water
+	// mark, where its next grant lands) records the table's insert epoch: any insert there
+	// before commit is a phantom. The loads go in the reverse order of an insert's stores
+	// (take raises idHigh after grantLo, install bumps the epoch later), so an insert whose
+	// epoch bump this scan saw has its id below the idHigh it reads, and its row is scanned.
+	epoch := t.insertEpoch.Load()
+	idHigh := t.idHigh.Load()
+	grantLo := t.grantLo.Load()
+	if record && hi > min(grantLo, idHigh) {
+		tx.insReads = append(tx.insReads, insRec{t: t, epoch: epoch})
+	}
+	hi = min(hi, idHigh)
+	if lo >= hi {
+		return
+	}
+	loPage, hiPage := lo/logicpage.RowsPerPage, (hi+logicpage.RowsPerPage-1)/logicpage.RowsPerPage
+	freshPage := grantLo / logicpage.RowsPerPage // pages from here may hold rows the store lacks
+	var dir []PageInfo
+	for page := loPage; page < hiPage; {
+		var pages []uint64
+		if page < freshPage {
+			var next uint64
+			var err error
+			dir, next, err = tx.db.store.PageDir(tx.ctx, t.id, page, min(hiPage, freshPage), scanDirBatch, dir[:0])
+			if err != nil {
+				yield(Row{}, err)
+				return
+			}
+			for _, p := range dir {
+				pages = append(pages, p.Page)
+			}
+			page = next
+		} else {
+			for ; page < hiPage && len(pages) < scanDirBatch; page++ {
+				pages = append(pages, page)
+			}
+		}
+		for len(pages) > 0 {
+			n, ok := tx.scanPages(t, pages, lo, hi, record, yield)
+			if !ok {
+				return
+			}
+			pages = pages[n:]
+		}
+	}
+}
+
+// scanPages pins and fetches a group of pages, then yields their rows in [lo, hi). It returns
+// how many of the pages it did: a plain scan does fewer when the cache cannot hold them all.
+func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record bool, yield func(Row, error) bool) (int, bool) {
+	frames := make([]*frameMeta, len(pages))
+	var reqs []ReadRequest
+	var reqFrames []*frameMeta
+	for i, page := range pages {
+		m, err := tx.pinPage(t, page, 0)
+		if err == errCacheBusy && !record && i > 0 {
+			tx.busy = busyPage{} // read what is pinned, unpin, go on
+			pages, frames = pages[:i], frames[:i]
+			break
+		}
+		if err != nil {
+			return 0, yield(Row{}, err) && false
+		}
+		frames[i] = m
+		if v := m.valid.Load(); v != ^uint64(0) {
+			reqs = append(reqs, ReadRequest{Table: t.id, Page: page, Want: ^v})
+			reqFrames = append(reqFrames, m)
+		}
+	}
+	if len(reqs) > 0 {
+		tx.db.cache.misses.Add(uint64(len(reqs)))
+		err := tx.db.store.Read(tx.ctx, reqs, func(i int, data, clear uint64, rows []byte) {
+			tx.db.fill(t, reqFrames[i], data, clear, rows)
+		})
+		if err != nil {
+			return 0, yield(Row{}, err) && false
+		}
+	}
+	r := t.rowBytes
+	if cap(tx.scratch) < r {
+		tx.scratch = make([]byte, r)
+	}
+	out := tx.scratch[:r]
+	for i, page := range pages {
+		m := frames[i]
+		if record {
+			tx.pageReads = append(tx.pageReads, pageRec{m: m, ver: m.pageVer.Load()})
+		}
+		versions, rows := frameWords(m)
+		for slot := range logicpage.RowsPerPage {
+			id := logicpage.RowID(page, slot)
+			if id < lo || id >= hi {
+				continue
+			}
+			bit := uint64(1) << slot
+			if j := tx.findWrite(t.id, id); j >= 0 {
+				w := &tx.writes[j]
+				if w.off < 0 {
+					continue
+				}
+				copy(out, tx.buf[w.off:int(w.off)+r])
+				if !yield(Row{ID: id, Data: out}, nil) {
+					return 0, false
+				}
+				continue
+			}
+			present, ver, ok := readSlot(m, versions, rows, slot, bit, r, out)
+			if !ok {
+				// Invalidated by a failed batch while we read: fetch and read it again.
+				if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+					return 0, yield(Row{}, err) && false
+				}
+				if present, ver, ok = readSlot(m, versions, rows, slot, bit, r, out); !ok {
+					return 0, yield(Row{}, ErrConflict) && false
+				}
+			}
+			if record {
+				tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: ver})
+			}
+			tx.maxRead = max(tx.maxRead, ver)
+			if tx.db.opts.Durability == Durable && ver > tx.db.durableVer.Load() {
+				if err := tx.db.waitDurable(tx.ctx, ver); err != nil {
+					return 0, yield(Row{}, err) && false
+				}
+			}
+			if present && !yield(Row{ID: id, Data: out}, nil) {
+				return 0, false
+			}
+		}
+	}
+	if !record {
+		// A plain scan keeps only the group it is reading pinned.
+		tx.unpinAll()
+	}
+	return len(pages), true
+}
+
+// readSlot copies a slot consistently; ok is false when the slot is not valid.
+func readSlot(m *frameMeta, versions []uint64, rows []byte, slot int, bit uint64, r int, out []byte) (present bool, ver uint64, ok bool) {
+	for {
+		v1 := atomic.LoadUint64(&versions[slot])
+		if v1&versionLock != 0 {
+			runtime.Gosched()
+			continue
+		}
+		if m.valid.Load()&bit == 0 {
+			return false, 0, false
+		}
+		present = m.present.Load()&bit != 0
+		if present {
+			logicpage.LoadRow(out, rows[slot*r:(slot+1)*r])
+		}
+		if atomic.LoadUint64(&versions[slot]) == v1 {
+			return present, v1, true
+		}
+	}
+}

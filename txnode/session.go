@@ -1,0 +1,126 @@
+package txnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Asynchronous commit, for game ticks: one goroutine keeps many transactions in flight. Go runs
+// a transaction and commits it in memory (validated, installed, visible to other
+// transactions) and returns at once; its Pending reports when it is durable.
+
+// Session is one goroutine's handle for asynchronous commits. It is not safe for concurrent
+// use: give each goroutine its own.
+type Session struct {
+	db *DB
+	// lastVer is the highest commit version the session's transactions have waited for:
+	// a later pending resolves no earlier, and Flush waits for it.
+	lastVer uint64
+}
+
+// Session returns a new session.
+func (db *DB) Session() *Session { return &Session{db: db} }
+
+// Pending is an asynchronously committed transaction.
+type Pending struct {
+	db   *DB
+	wait commitWait
+	err  error
+	done chan struct{}
+}
+
+// Go runs fn in a read-write transaction and commits it in memory, retrying conflicts like
+// DB.Update (fn may run more than once), and returns at once. The transaction's effects are
+// visible to every later transaction; Pending.Wait reports when it is durable. A session's
+// pendings resolve in the order it issued them.
+func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
+	p := &Pending{db: s.db}
+	var busySince time.Time
+	for attempt := 0; ; {
+		tx, err := s.db.beginTx(ctx, true)
+		if err != nil {
+			p.err = err
+			break
+		}
+		err = fn(tx)
+		if tx.busy.t != nil {
+			if err := tx.retryBusy(&busySince); err != nil {
+				p.err = err
+				break
+			}
+			continue
+		}
+		if err != nil {
+			err = tx.abort(err)
+			if err == ErrConflict && attempt < s.db.opts.MaxRetries {
+				attempt++
+				s.db.stats.retries.Add(1)
+				continue
+			}
+			p.err = err
+			break
+		}
+		cw, err := tx.commit()
+		tx.release()
+		if errors.Is(err, ErrConflict) && attempt < s.db.opts.MaxRetries {
+			attempt++
+			s.db.stats.retries.Add(1)
+			continue
+		}
+		p.err = err
+		p.wait = cw
+		break
+	}
+	// A read-only transaction resolves after the session's earlier writes (a pending that
+	// failed holds no version: the ones before it still count).
+	if p.err == nil {
+		p.wait.ver = max(p.wait.ver, s.lastVer)
+		s.lastVer = p.wait.ver
+	}
+	return p
+}
+
+// Wait returns nil once the transaction is durable (in WriteBack: flushed), or its error.
+// If ctx ends first it returns an error wrapping ErrUnknownOutcome.
+func (p *Pending) Wait(ctx context.Context) error {
+	if p.err != nil {
+		return p.err
+	}
+	err := p.wait.waitDurable(p.db, ctx)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrUnknownOutcome) {
+		err = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	return err
+}
+
+// Done returns a channel closed when the transaction is durable or failed; then Wait returns
+// at once.
+func (p *Pending) Done() <-chan struct{} {
+	if p.done == nil {
+		p.done = make(chan struct{})
+		if p.err != nil || p.wait.ver <= p.db.durableVer.Load() {
+			close(p.done)
+		} else {
+			go func() {
+				_ = p.db.waitDurable(context.Background(), p.wait.ver)
+				close(p.done)
+			}()
+		}
+	}
+	return p.done
+}
+
+// Flush waits until every transaction the session committed is durable. It returns the
+// error that keeps them from it (a failed batch) or one wrapping ErrUnknownOutcome if ctx
+// ends first; a closure's error stays with its own Pending.
+func (s *Session) Flush(ctx context.Context) error {
+	if s.db.opts.Durability == WriteBack {
+		s.db.pipe.flushSoon()
+	} else {
+		s.db.pipe.kickNow()
+	}
+	p := Pending{db: s.db, wait: commitWait{ver: s.lastVer, write: true}}
+	return p.Wait(ctx)
+}

@@ -1,0 +1,249 @@
+package txnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Table is a handle on one table, for single-row operations and scans. Each single-row call is
+// a transaction of its own; Get on a cached row takes a lock-free fast path (no syscall, no
+// allocation, no lock). Handles are cheap and safe for concurrent use.
+type Table struct {
+	db *DB
+	t  *tableState
+}
+
+// Name returns the table's name.
+func (t *Table) Name() string { return t.t.name }
+
+// RowBytes returns the table's row size.
+func (t *Table) RowBytes() int { return t.t.rowBytes }
+
+// ID returns the table's id in the store.
+func (t *Table) ID() uint32 { return t.t.id }
+
+// Get copies row id into dst, whose length must be the row size. It returns ErrNotFound when
+// the row does not exist. In Durable mode a row written by a commit not yet durable is
+// returned only once that commit is durable.
+func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
+	st := t.t
+	if len(dst) != st.rowBytes {
+		return fmt.Errorf("%w: buffer of %d bytes, table %q has %d-byte rows", ErrRowSize, len(dst), st.name, st.rowBytes)
+	}
+	db := t.db
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	if err := st.serving(); err != nil {
+		return err
+	}
+	if id >= st.idHigh.Load() {
+		return ErrNotFound // never granted (and its page would not fit a page key)
+	}
+	page, slot := logicpage.PageOf(id)
+	key := pageKey(st.id, page)
+	bit := uint64(1) << slot
+	for {
+		_, m := db.cache.lookup(key)
+		if m == nil {
+			break
+		}
+		mem := m.mem.Load()
+		if mem == nil {
+			break
+		}
+		versions, rows := wordsOf(mem)
+		v1 := atomic.LoadUint64(&versions[slot])
+		if v1&versionLock != 0 {
+			runtime.Gosched()
+			continue
+		}
+		if m.valid.Load()&bit == 0 {
+			break
+		}
+		present := m.present.Load()&bit != 0
+		if present {
+			off := slot * st.rowBytes
+			logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
+		}
+		if atomic.LoadUint64(&versions[slot]) != v1 || m.key.Load() != key {
+			continue
+		}
+		if m.ref.Load() == 0 {
+			m.ref.Store(1) // CLOCK's bit; not stored on every hit: cores reading one page share its line
+		}
+		db.stats.hit(id)
+		if db.opts.Durability == Durable && v1 > db.durableVer.Load() {
+			if err := db.waitDurable(ctx, v1); err != nil {
+				return err
+			}
+		}
+		if !present {
+			return ErrNotFound
+		}
+		return nil
+	}
+	return t.getSlow(ctx, id, dst)
+}
+
+func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte) error {
+	tx, err := t.db.beginTx(ctx, false)
+	if err != nil {
+		return err
+	}
+	err = tx.Get(t, id, dst)
+	// One row, copied consistently: nothing to validate (a commit to the row since would
+	// only fail it with ErrConflict). In Durable mode it waits until what it read is durable.
+	p := commitWait{ver: tx.maxRead}
+	tx.release()
+	if err != nil {
+		return err
+	}
+	return p.wait(t.db, ctx)
+}
+
+// Put replaces row id with row. It returns ErrNotFound when the row does not exist.
+func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
+	if len(row) != t.t.rowBytes {
+		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.t.name, t.t.rowBytes)
+	}
+	return t.db.retry(ctx, nil, t, id, nil, row)
+}
+
+// Update calls fn with a copy of row id and writes what fn leaves in it. fn may run more than
+// once (the transaction is retried on conflict): it must not have other effects. If fn returns
+// an error nothing is written and Update returns it.
+func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error) error {
+	return t.db.retry(ctx, nil, t, id, fn, nil)
+}
+
+// Delete deletes row id. It returns ErrNotFound when the row does not exist.
+func (t *Table) Delete(ctx context.Context, id uint64) error {
+	return t.db.Update(ctx, func(tx *Tx) error { return tx.Delete(t, id) })
+}
+
+// Insert adds a row under a new id and returns the id.
+func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		tx, err := t.db.beginTx(ctx, true)
+		if err != nil {
+			return 0, err
+		}
+		id, err := tx.Insert(t, row)
+		if err != nil {
+			tx.Rollback()
+			return 0, err
+		}
+		if err := tx.Commit(); err != nil {
+			if errors.Is(err, ErrConflict) && attempt < t.db.opts.MaxRetries {
+				continue
+			}
+			return 0, err
+		}
+		return id, nil
+	}
+}
+
+// retry runs one single-row write transaction, retrying conflicts: either fn(tx), or, without
+// allocating a closure, the update of row id by ufn or put.
+func (db *DB) retry(ctx context.Context, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
+	var busySince time.Time
+	for attempt := 0; ; {
+		tx, err := db.beginTx(ctx, true)
+		if err != nil {
+			return err
+		}
+		if fn != nil {
+			err = fn(tx)
+		} else {
+			err = tx.update(t.t, id, ufn, put)
+		}
+		if tx.busy.t != nil {
+			if err := tx.retryBusy(&busySince); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			err = tx.abort(err)
+			if err == ErrConflict && attempt < db.opts.MaxRetries {
+				attempt++
+				db.stats.retries.Add(1)
+				continue
+			}
+			return err
+		}
+		err = tx.Commit()
+		if errors.Is(err, ErrConflict) && attempt < db.opts.MaxRetries {
+			attempt++
+			db.stats.retries.Add(1)
+			continue
+		}
+		return err
+	}
+}
+
+// Update runs fn in a read-write transaction and commits it, retrying on conflict up to
+// Options.MaxRetries times: fn may run more than once and must not have effects outside the
+// transaction. If fn returns an error the transaction is rolled back and Update returns it
+// (unless a concurrent commit changed what fn had read: fn's reads are not a snapshot, so it
+// may have seen the state before and after that commit, and the error may come from that;
+// then fn runs again, as for a conflict). A transaction that needs a page while the cache is full and it holds others is retried
+// too, after waiting for room with nothing held, for at most Options.CacheWait in all;
+// then Update returns ErrCacheFull.
+func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	return db.retry(ctx, fn, nil, 0, nil, nil)
+}
+
+// View runs fn in a read-only transaction, retrying on conflict like Update.
+func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
+	var busySince time.Time
+	for attempt := 0; ; {
+		tx, err := db.beginTx(ctx, false)
+		if err != nil {
+			return err
+		}
+		err = fn(tx)
+		if tx.busy.t != nil {
+			if err := tx.retryBusy(&busySince); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			err = tx.abort(err)
+			if err == ErrConflict && attempt < db.opts.MaxRetries {
+				attempt++
+				db.stats.retries.Add(1)
+				continue
+			}
+			return err
+		}
+		err = tx.Commit()
+		if errors.Is(err, ErrConflict) && attempt < db.opts.MaxRetries {
+			attempt++
+			db.stats.retries.Add(1)
+			continue
+		}
+		return err
+	}
+}
+
+// Begin starts a transaction to run by hand: Commit or Rollback it. A conflict at Commit is
+// returned as ErrConflict, not retried; so is ErrCacheFull, when the transaction needs a page
+// while the cache is full and it holds others. An error a call returns may come from reads
+// that a concurrent commit has since changed (they are no snapshot): then Commit fails with
+// ErrConflict. The Tx must be used by one goroutine.
+func (db *DB) Begin(ctx context.Context, writable bool) (*Tx, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	// Not from the pool: the caller keeps the pointer after Commit.
+	return &Tx{db: db, ctx: ctx, writable: writable, manual: true}, nil
+}

@@ -1,0 +1,649 @@
+package txnode
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Concurrency control is optimistic and serializable, in the style of Silo: a transaction
+// reads rows without locks, recording each row's version word (and, for scans, each page's
+// version and the table's insert epoch); at commit it locks the rows it writes in a global
+// order, checks that nothing it read has changed, takes the next value of the commit counter,
+// hands its rows to the commit pipeline, installs them and unlocks. Pages a transaction
+// touches are pinned until it ends, so no frame it depends on is evicted under it.
+
+// Tx is a transaction. It is not safe for concurrent use: one goroutine runs it. Row slices
+// it returns are valid until the transaction ends.
+type Tx struct {
+	db       *DB
+	ctx      context.Context
+	writable bool
+	done     bool
+	manual   bool // from Begin: never returned to the pool
+
+	pins      []*frameMeta
+	pinIndex  map[uint64]*frameMeta // by page key, once pins is long
+	reads     []readRec
+	pageReads []pageRec
+	insReads  []insRec
+	writes    []writeRec
+	wIndex    map[rowKey]int32
+	buf       []byte // images of written rows
+	scratch   []byte
+	maxRead   uint64 // highest version read
+	readsFrom bool   // read any row (for the durability wait)
+	// busy is the page the transaction could not pin, the cache being full while it held
+	// others (errCacheBusy): its retry loop rolls it back and waits for that page.
+	busy busyPage
+}
+
+type busyPage struct {
+	t    *tableState
+	page uint64
+}
+
+type rowKey struct {
+	table uint32
+	id    uint64
+}
+
+type readRec struct {
+	m    *frameMeta
+	slot uint8
+	ver  uint64
+}
+
+type pageRec struct {
+	m   *frameMeta
+	ver uint64
+}
+
+type insRec struct {
+	t     *tableState
+	epoch uint64
+}
+
+type writeRec struct {
+	t      *tableState
+	id     uint64
+	m      *frameMeta
+	off    int32 // offset of the row image in buf; -1 for a delete
+	insert bool
+	locked bool
+	prev   uint64 // the row's version word when we locked it
+}
+
+const wIndexMin = 16 // below this many writes a linear search beats a map
+
+func (db *DB) beginTx(ctx context.Context, writable bool) (*Tx, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	tx := db.txPool.Get().(*Tx)
+	tx.ctx, tx.writable, tx.done = ctx, writable, false
+	return tx, nil
+}
+
+// unpinAll releases every pinned frame.
+func (tx *Tx) unpinAll() {
+	for _, m := range tx.pins {
+		tx.db.cache.unpin(m)
+	}
+	clear(tx.pins)
+	tx.pins = tx.pins[:0]
+	if tx.pinIndex != nil {
+		clear(tx.pinIndex)
+	}
+}
+
+// release unpins everything and returns the Tx to the pool.
+func (tx *Tx) release() {
+	tx.unpinAll()
+	clear(tx.reads)
+	tx.reads = tx.reads[:0]
+	clear(tx.pageReads)
+	tx.pageReads = tx.pageReads[:0]
+	clear(tx.insReads)
+	tx.insReads = tx.insReads[:0]
+	clear(tx.writes)
+	tx.writes = tx.writes[:0]
+	if tx.wIndex != nil {
+		clear(tx.wIndex)
+	}
+	tx.buf = tx.buf[:0]
+	tx.maxRead, tx.readsFrom = 0, false
+	tx.busy = busyPage{}
+	tx.done = true
+	if !tx.manual {
+		tx.ctx = nil
+		tx.db.txPool.Put(tx)
+	}
+}
+
+func (tx *Tx) findWrite(table uint32, id uint64) int {
+	if tx.wIndex != nil {
+		if i, ok := tx.wIndex[rowKey{table, id}]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range tx.writes {
+		if tx.writes[i].id == id && tx.writes[i].t.id == table {
+			return i
+		}
+	}
+	return -1
+}
+
+func (tx *Tx) addWrite(w writeRec) {
+	tx.writes = append(tx.writes, w)
+	n := len(tx.writes)
+	switch {
+	case tx.wIndex != nil:
+		tx.wIndex[rowKey{w.t.id, w.id}] = int32(n - 1)
+	case n >= wIndexMin:
+		tx.wIndex = make(map[rowKey]int32, 2*n)
+		for i, w := range tx.writes {
+			tx.wIndex[rowKey{w.t.id, w.id}] = int32(i)
+		}
+	}
+}
+
+// pinPage pins the frame of (t, page) for the rest of the transaction; fresh is as for
+// pageCache.pin.
+func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, error) {
+	key := pageKey(t.id, page)
+	if tx.pinIndex != nil {
+		if m := tx.pinIndex[key]; m != nil {
+			return m, nil
+		}
+	} else {
+		for _, m := range tx.pins {
+			if m.key.Load() == key {
+				return m, nil
+			}
+		}
+	}
+	// With the cache full, a transaction holding pins may be told to let go (errCacheBusy):
+	// its retry loop rolls it back and waits with nothing pinned (retryBusy). A manual
+	// transaction has no loop: Commit then fails with ErrCacheFull.
+	_, m, err := tx.db.cache.pin(tx.ctx, key, t.rowBytes, fresh, len(tx.pins))
+	if err != nil {
+		if err == errCacheBusy {
+			tx.busy = busyPage{t: t, page: page}
+		}
+		return nil, err
+	}
+	tx.pins = append(tx.pins, m)
+	switch {
+	case tx.pinIndex != nil:
+		tx.pinIndex[key] = m
+	case len(tx.pins) >= wIndexMin:
+		tx.pinIndex = make(map[uint64]*frameMeta, 2*len(tx.pins))
+		for _, m := range tx.pins {
+			tx.pinIndex[m.key.Load()] = m
+		}
+	}
+	return m, nil
+}
+
+// readRow copies row id of t into dst (when present) and records its version. It reports
+// whether the row exists.
+func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
+	if err := t.serving(); err != nil {
+		return false, err
+	}
+	if id >= t.idHigh.Load() {
+		// Never granted: no row, and no page to pin (its number would not fit a page key).
+		// An insert of it before commit is a phantom, as for a scan past the high-water mark
+		// (see scan for the order of the loads).
+		epoch := t.insertEpoch.Load()
+		if id >= t.idHigh.Load() {
+			tx.insReads = append(tx.insReads, insRec{t: t, epoch: epoch})
+			return false, nil
+		}
+	}
+	page, slot := logicpage.PageOf(id)
+	m, err := tx.pinPage(t, page, 0)
+	if err != nil {
+		return false, err
+	}
+	bit := uint64(1) << slot
+	for {
+		if m.valid.Load()&bit == 0 {
+			if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+				return false, err
+			}
+			continue
+		}
+		versions, rows := frameWords(m)
+		v1 := atomic.LoadUint64(&versions[slot])
+		if v1&versionLock != 0 {
+			runtime.Gosched()
+			continue
+		}
+		present := m.present.Load()&bit != 0
+		if present && dst != nil {
+			off := slot * t.rowBytes
+			logicpage.LoadRow(dst, rows[off:off+t.rowBytes])
+		}
+		if atomic.LoadUint64(&versions[slot]) != v1 || m.valid.Load()&bit == 0 {
+			continue
+		}
+		tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: v1})
+		tx.maxRead = max(tx.maxRead, v1)
+		tx.readsFrom = true
+		return present, nil
+	}
+}
+
+func (tx *Tx) checkWrite(t *tableState, row []byte) error {
+	if tx.done {
+		return ErrTxDone
+	}
+	if !tx.writable {
+		return ErrReadOnly
+	}
+	if row != nil && len(row) != t.rowBytes {
+		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.name, t.rowBytes)
+	}
+	return t.serving()
+}
+
+// Get copies row id of table into dst (len(dst) must be the row size). It returns ErrNotFound
+// when the row does not exist. It sees the transaction's own writes.
+func (tx *Tx) Get(table *Table, id uint64, dst []byte) error {
+	if tx.done {
+		return ErrTxDone
+	}
+	t := table.t
+	if len(dst) != t.rowBytes {
+		return fmt.Errorf("%w: buffer of %d bytes, table %q has %d-byte rows", ErrRowSize, len(dst), t.name, t.rowBytes)
+	}
+	if i := tx.findWrite(t.id, id); i >= 0 {
+		w := &tx.writes[i]
+		if w.off < 0 {
+			return ErrNotFound
+		}
+		copy(dst, tx.buf[w.off:int(w.off)+t.rowBytes])
+		return nil
+	}
+	ok, err := tx.readRow(t, id, dst)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Put replaces row id of table with row. It returns ErrNotFound when the row does not exist.
+func (tx *Tx) Put(table *Table, id uint64, row []byte) error {
+	return tx.update(table.t, id, nil, row)
+}
+
+// Update calls fn with a copy of row id of table; what fn leaves in the slice is written at
+// commit. If fn returns an error nothing is written and Update returns it. It returns
+// ErrNotFound when the row does not exist.
+func (tx *Tx) Update(table *Table, id uint64, fn func(row []byte) error) error {
+	return tx.update(table.t, id, fn, nil)
+}
+
+// apply runs fn on row, or copies put into it when fn is nil (Put, without a closure).
+func apply(row []byte, fn func([]byte) error, put []byte) error {
+	if fn == nil {
+		copy(row, put)
+		return nil
+	}
+	return fn(row)
+}
+
+// update is Update with fn, or Put of put (fn nil).
+func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []byte) error {
+	if err := tx.checkWrite(t, put); err != nil {
+		return err
+	}
+	r := t.rowBytes
+	if i := tx.findWrite(t.id, id); i >= 0 {
+		w := &tx.writes[i]
+		if w.off < 0 {
+			return ErrNotFound
+		}
+		tx.scratch = append(tx.scratch[:0], tx.buf[w.off:int(w.off)+r]...)
+		if err := apply(tx.scratch, fn, put); err != nil {
+			return err
+		}
+		copy(tx.buf[w.off:], tx.scratch)
+		return nil
+	}
+	off := len(tx.buf)
+	tx.buf = slices.Grow(tx.buf, r)[:off+r]
+	row := tx.buf[off : off+r : off+r]
+	ok, err := tx.readRow(t, id, row)
+	if err == nil && !ok {
+		err = ErrNotFound
+	}
+	if err == nil {
+		err = apply(row, fn, put)
+	}
+	if err != nil {
+		tx.buf = tx.buf[:off]
+		return err
+	}
+	page, _ := logicpage.PageOf(id)
+	m, _ := tx.pinPage(t, page, 0)
+	tx.addWrite(writeRec{t: t, id: id, m: m, off: int32(off)})
+	return nil
+}
+
+// Delete deletes row id of table. It returns ErrNotFound when the row does not exist.
+func (tx *Tx) Delete(table *Table, id uint64) error {
+	t := table.t
+	if err := tx.checkWrite(t, nil); err != nil {
+		return err
+	}
+	if i := tx.findWrite(t.id, id); i >= 0 {
+		w := &tx.writes[i]
+		if w.off < 0 {
+			return ErrNotFound
+		}
+		w.off = -1
+		return nil
+	}
+	ok, err := tx.readRow(t, id, nil)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	page, _ := logicpage.PageOf(id)
+	m, _ := tx.pinPage(t, page, 0)
+	tx.addWrite(writeRec{t: t, id: id, m: m, off: -1})
+	return nil
+}
+
+// Insert adds row to table under a new id, which it returns. Ids come from whole pages granted
+// to this node, so they are unique for ever; an insert that is rolled back leaves its id unused.
+func (tx *Tx) Insert(table *Table, row []byte) (uint64, error) {
+	t := table.t
+	if err := tx.checkWrite(t, row); err != nil {
+		return 0, err
+	}
+	id, fresh, err := t.ids.take(tx.ctx, tx.db)
+	if err != nil {
+		return 0, err
+	}
+	page, _ := logicpage.PageOf(id)
+	m, err := tx.pinPage(t, page, fresh)
+	if err != nil {
+		return 0, err
+	}
+	off := len(tx.buf)
+	tx.buf = append(tx.buf, row...)
+	tx.addWrite(writeRec{t: t, id: id, m: m, off: int32(off), insert: true})
+	return id, nil
+}
+
+// Commit commits the transaction: it returns nil once the transaction is durable (Durable) or
+// installed (WriteBack), ErrConflict if a concurrent commit changed what it read, or the
+// store's error. The Tx is finished either way.
+func (tx *Tx) Commit() error {
+	if tx.done {
+		return ErrTxDone
+	}
+	db, ctx := tx.db, tx.ctx
+	p, err := tx.commit()
+	tx.release()
+	if err != nil {
+		return err
+	}
+	return p.wait(db, ctx)
+}
+
+// abort rolls back a transaction whose closure returned err, and returns err, or ErrConflict
+// (for the retry loop) when a concurrent commit changed what the transaction read: optimistic
+// reads are no snapshot, so err may come from seeing the state both before and after it.
+func (tx *Tx) abort(err error) error {
+	if !tx.validate() {
+		tx.db.stats.aborts.Add(1)
+		err = ErrConflict
+	}
+	tx.Rollback()
+	return err
+}
+
+// Rollback abandons the transaction. Calling it after Commit is a no-op.
+func (tx *Tx) Rollback() {
+	if !tx.done {
+		tx.release()
+	}
+}
+
+// retryBusy ends tx, which stopped at a page it could not pin while holding others (see
+// pinPage), and waits with nothing pinned until that page can be had. It returns nil when the
+// transaction should run again, ErrCacheFull when the retry loop has been busy for longer
+// than Options.CacheWait since *since (set at its first call).
+func (tx *Tx) retryBusy(since *time.Time) error {
+	db, ctx, b := tx.db, tx.ctx, tx.busy
+	tx.Rollback()
+	if since.IsZero() {
+		*since = time.Now()
+	} else if d := time.Since(*since); d > db.opts.CacheWait {
+		return fmt.Errorf("%w (for %v)", errCacheBusy, d.Round(time.Millisecond))
+	}
+	db.stats.retries.Add(1)
+	_, m, err := db.cache.pin(ctx, pageKey(b.t.id, b.page), b.t.rowBytes, 0, 0)
+	if err != nil {
+		return err
+	}
+	db.cache.unpin(m)
+	return nil
+}
+
+// commitWait describes what a committed transaction still waits for to be durable. Batches
+// are acknowledged in order, so that is the node's durable version reaching ver.
+type commitWait struct {
+	ver   uint64 // the commit version, or the highest version read (read-only)
+	write bool   // a write: an ended context leaves its outcome unknown
+}
+
+// wait returns once the transaction is durable in Durable mode; in WriteBack at once.
+func (p commitWait) wait(db *DB, ctx context.Context) error {
+	if db.opts.Durability == WriteBack {
+		return nil
+	}
+	return p.waitDurable(db, ctx)
+}
+
+// waitDurable returns once the transaction is durable, in either mode.
+func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
+	if p.ver <= db.durableVer.Load() {
+		return nil
+	}
+	err := db.waitDurable(ctx, p.ver)
+	if err != nil && p.write && err == ctx.Err() {
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	return err
+}
+
+// commit validates and installs; the returned commitWait says what to wait for.
+func (tx *Tx) commit() (commitWait, error) {
+	db := tx.db
+	if tx.busy.t != nil {
+		return commitWait{}, errCacheBusy
+	}
+	if len(tx.writes) == 0 {
+		if !tx.validate() {
+			db.stats.aborts.Add(1)
+			return commitWait{}, ErrConflict
+		}
+		return commitWait{ver: tx.maxRead}, nil
+	}
+	slices.SortFunc(tx.writes, func(a, b writeRec) int {
+		if a.t.id != b.t.id {
+			return int(a.t.id) - int(b.t.id)
+		}
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	if tx.wIndex != nil {
+		for i, w := range tx.writes {
+			tx.wIndex[rowKey{w.t.id, w.id}] = int32(i)
+		}
+	}
+	for i := range tx.writes {
+		if err := tx.writes[i].t.serving(); err != nil {
+			tx.unlockAll()
+			return commitWait{}, err
+		}
+		tx.lockRow(&tx.writes[i])
+	}
+	if !tx.validate() {
+		tx.unlockAll()
+		db.stats.aborts.Add(1)
+		return commitWait{}, ErrConflict
+	}
+	ver, err := db.pipe.add(tx)
+	if err != nil {
+		tx.unlockAll()
+		return commitWait{}, err
+	}
+	tx.install(ver)
+	db.pipe.addDone()
+	db.stats.commits.Add(1)
+	return commitWait{ver: ver, write: true}, nil
+}
+
+func (tx *Tx) lockRow(w *writeRec) {
+	_, slot := logicpage.PageOf(w.id)
+	versions, _ := frameWords(w.m)
+	word := &versions[slot]
+	for spins := 0; ; spins++ {
+		v := atomic.LoadUint64(word)
+		if v&versionLock == 0 && atomic.CompareAndSwapUint64(word, v, v|versionLock) {
+			w.prev, w.locked = v, true
+			return
+		}
+		if spins > 4 {
+			runtime.Gosched()
+		}
+	}
+}
+
+func (tx *Tx) unlockAll() {
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		if w.locked {
+			_, slot := logicpage.PageOf(w.id)
+			versions, _ := frameWords(w.m)
+			atomic.StoreUint64(&versions[slot], w.prev)
+			w.locked = false
+		}
+	}
+}
+
+// validate checks that everything read is unchanged (and not locked by another committer).
+func (tx *Tx) validate() bool {
+	for _, r := range tx.reads {
+		versions, _ := frameWords(r.m)
+		cur := atomic.LoadUint64(&versions[r.slot])
+		if cur&^versionLock != r.ver {
+			return false
+		}
+		if cur&versionLock != 0 && !tx.lockedByMe(r.m, r.slot) {
+			return false
+		}
+	}
+	for _, p := range tx.pageReads {
+		if p.m.pageVer.Load() != p.ver {
+			return false
+		}
+	}
+	for _, r := range tx.insReads {
+		if r.t.insertEpoch.Load() != r.epoch {
+			return false
+		}
+	}
+	return true
+}
+
+func (tx *Tx) lockedByMe(m *frameMeta, slot uint8) bool {
+	key := m.key.Load()
+	id := logicpage.RowID(key&(1<<32-1), int(slot))
+	i := tx.findWrite(uint32(key>>32), id)
+	return i >= 0 && tx.writes[i].locked
+}
+
+// install writes the rows into the cache with version ver and unlocks them.
+func (tx *Tx) install(ver uint64) {
+	wb := tx.db.opts.Durability == WriteBack
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		_, slot := logicpage.PageOf(w.id)
+		bit := uint64(1) << slot
+		versions, rows := frameWords(w.m)
+		r := w.t.rowBytes
+		dst := rows[slot*r : (slot+1)*r]
+		wasPresent := w.m.present.Load()&bit != 0
+		if w.off >= 0 {
+			logicpage.StoreRow(dst, tx.buf[w.off:int(w.off)+r])
+			if !wasPresent {
+				w.m.present.Or(bit)
+				w.m.pageVer.Store(ver)
+			}
+		} else {
+			zeroRow(dst)
+			if wasPresent {
+				w.m.present.And(^bit)
+				w.m.pageVer.Store(ver)
+			}
+		}
+		w.m.valid.Or(bit)
+		if wb {
+			old := w.m.dirty.Or(bit)
+			if old == 0 {
+				tx.db.pipe.noteDirty(w.m)
+			}
+			if old&bit == 0 {
+				tx.db.pipe.dirtyRows.Add(1)
+			}
+		}
+		if w.insert {
+			w.t.insertEpoch.Add(1)
+		}
+		atomic.StoreUint64(&versions[slot], ver)
+		w.locked = false
+	}
+}
+
+var zeroWords [512]uint64
+
+func zeroRow(dst []byte) {
+	for len(dst) > 0 {
+		n := min(len(dst), len(zeroWords)*8)
+		logicpage.StoreRow(dst[:n], wordsAsBytes(zeroWords[:n/8]))
+		dst = dst[n:]
+	}
+}
+
+func wordsAsBytes(w []uint64) []byte {
+	if len(w) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), len(w)*8)
+}
