@@ -105,29 +105,27 @@
 // # Measured
 //
 // 30M ids, 1% (sparse) or 99% (dense) set at random; Set, Test, NextSet and NextClear at
-// random ids, Append sets the ids after 30M in order, Iterate is a full pass (ns per id
-// reported). Roaring is github.com/RoaringBitmap/roaring/v2 v2.30.0 on the same ids (after
-// RunOptimize): Add, Contains, NextValue, NextAbsentValue and Iterator. Medians of 5, ns/op,
-// on the 2-core dev machine (AMD EPYC, go1.26.8), 2026-11-30, with
+// random ids, Append sets the ids after 30M in order (the row-id allocator's pattern),
+// Iterate is a full pass, reported per id. Roaring is github.com/RoaringBitmap/roaring/v2
+// v2.30.0 on the same ids after RunOptimize: Add, Contains, NextValue (its next-set; an
+// Iterator's AdvanceIfNeeded only moves forward), NextAbsentValue (its next-clear) and
+// Iterator. Medians of 5, ns/op, on the 2-core dev machine (AMD EPYC, go1.26.8), 2026-11-30:
 //
 //	go test ./bitmaptree -run '^$' -bench . -count 5 -benchtime 500ms
 //
-// The machine was shared with other engineers' test suites the whole time (load average 6 to
-// 9 on 2 cores), so absolute numbers are inflated and spread: the same code measured 4.7 to
-// 6.8 ns for Test, 9 to 17 ns for Set, 8 to 17 ns for NextSet and 7 to 15 ns for NextClear in
-// the calmest runs (load average 4). Each pair below ran back to back, so the ratios hold
-// better than the absolute numbers.
+//	op              sparse: bitmaptree  roaring    dense: bitmaptree  roaring
+//	Set                           17.3    148.9                  8.4    558.5
+//	Append                         6.0      8.1                  5.4     13.0
+//	Test                           4.7     94.9                  5.2    122.6
+//	NextSet                       14.5    107.1                  7.2    126.4
+//	NextClear                      7.3    106.1                 15.1    123.4
+//	Iterate (ns/id)                6.3      4.4                  2.8      5.5
 //
-//	op           sparse: bitmaptree  roaring   dense: bitmaptree  roaring
-//	Set                        50.7    574.8              20.2     1413.0
-//	Append                     13.8     19.2               8.2       30.0
-//	Test                       20.0    250.5              15.6      335.1
-//	NextSet                   101.7    372.5              28.0      545.9
-//	NextClear                  20.3    310.7              81.2      392.0
-//	Iterate (ns/id)            12.7      8.2               8.6       14.1
-//
-// Random Set, Test, NextSet and NextClear are bound by one cache miss on the 3.75 MB of
-// leaves: in the calmer runs a flat []uint64 bitmap measured 3 ns for Test and 13 to 20 ns
-// for Set at 1% density. Serialising the 30M-id trees took 16 to 18 ms (0.4 MB out), loading
-// them 11 to 20 ms.
+// The suite takes 85 s. The machine is shared with other engineers' test runs; this run had
+// it nearly to itself (load average 2 to 3, spread within 10%), while runs under load average
+// 6 to 9 came out 2 to 5 times slower for both implementations alike. Random Set, Test, NextSet
+// and NextClear are bound by a cache miss on the 3.75 MB of leaves: a flat []uint64 bitmap
+// measured 3 ns for Test and 13 to 20 ns for Set at 1% density, where 99% of random Sets write
+// a new bit (at 99% density they mostly find it set). Serialising a 30M-id tree takes 6 ms
+// (0.4 MB out), loading it 10 ms (sparse) to 18 ms (dense).
 package bitmaptree

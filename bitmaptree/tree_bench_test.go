@@ -3,7 +3,7 @@ package bitmaptree
 // Benchmarks of the tree against github.com/RoaringBitmap/roaring/v2 on the same 30M-id
 // fixtures, in the same run:
 //
-//	go test ./bitmaptree -run '^$' -bench . -count 5 -benchtime 300ms
+//	go test ./bitmaptree -run '^$' -bench . -count 5 -benchtime 500ms
 //
 // Sub-benchmarks are named impl=.../density=.../op=...: Set, Test, NextSet and NextClear at
 // random ids of [0, 30M); Append sets the ids after 30M in order (the row-id allocator's
