@@ -14,10 +14,12 @@ import (
 // function that stops it.
 func startStorageNode(t testing.TB, dir string) (string, func()) {
 	t.Helper()
-	srv, err := storenode.NewServer(storenode.ServerConfig{
-		Listen:  "127.0.0.1:0",
-		Options: storenode.Options{Dir: dir, Sync: storenode.SyncNone},
-	})
+	return startStorageNodeWith(t, storenode.Options{Dir: dir, Sync: storenode.SyncNone})
+}
+
+func startStorageNodeWith(t testing.TB, opts storenode.Options) (string, func()) {
+	t.Helper()
+	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0", Options: opts})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
 	var once sync.Once
