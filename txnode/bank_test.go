@@ -47,7 +47,10 @@ func TestBank(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			open := cfg.opener(t)
-			opts := Options{CacheBytes: 1 << 20}
+			// 128 transactions of up to five pages each want more than the cache holds: they
+			// queue for frames. A long CacheWait keeps a slow (-race, loaded) run from
+			// reporting that queueing as ErrCacheFull.
+			opts := Options{CacheBytes: 1 << 20, CacheWait: 10 * time.Second}
 			db := open(opts)
 			bankRun(t, db, accounts, workers, run)
 			require.NoError(t, db.Close(context.Background()))

@@ -158,7 +158,7 @@ func TestCacheFullFailsInTime(t *testing.T) {
 				took := time.Since(start)
 				require.ErrorIs(t, err, ErrCacheFull, what)
 				require.GreaterOrEqual(t, took, wait, what)
-				require.Less(t, took, 20*wait+time.Second, what)
+				require.Less(t, took, 10*time.Second, what) // bounded, however slow the machine
 			}
 			expectFull("Get", func() error { return tb.Get(ctx, lastRow, buf) })
 			expectFull("Put", func() error { return tb.Put(ctx, lastRow, buf) })

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -574,7 +575,7 @@ func TestModelConcurrent(t *testing.T) {
 			t.Logf("seed %d", seed)
 			ctx := context.Background()
 			open := cfg.opener(t)
-			opts := Options{CacheBytes: 128 << 10} // ~27 frames: pages come and go
+			opts := Options{CacheBytes: 128 << 10, CacheWait: 10 * time.Second} // ~27 frames: pages come and go
 			db := open(opts)
 			tb, err := db.CreateTable(ctx, "shared", 64)
 			require.NoError(t, err)

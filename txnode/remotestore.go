@@ -101,15 +101,36 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 				return
 			}
 			s.gen++
-			s.conn, s.dialing = nc, false
-			resend := s.pendingLocked()
+			s.conn = nc
 			g := s.gen
-			s.changed.Broadcast()
 			s.mu.Unlock()
-			s.opts.Logger.Info("txnode: reconnected to the storage node", "addr", s.opts.StoreAddr, "resent batches", len(resend))
-			for _, rc := range resend {
-				s.send(nc, g, rc)
+			// Resend the batches in flight, in seq order, before any new batch goes out on this
+			// connection: the storage node applies a connection's commits in arrival order and
+			// holds a later seq back until the earlier ones arrive. Commit only queues while
+			// dialing is set, so batches committed meanwhile are taken by the next round.
+			resent := 0
+			for {
+				s.mu.Lock()
+				var round []*remoteCommit
+				for _, rc := range s.commits {
+					if !rc.fin && rc.gen != g {
+						rc.gen = g
+						round = append(round, rc)
+					}
+				}
+				if len(round) == 0 {
+					s.dialing = false
+					s.changed.Broadcast()
+					s.mu.Unlock()
+					break
+				}
+				s.mu.Unlock()
+				for _, rc := range round {
+					s.send(nc, g, rc)
+				}
+				resent += len(round)
 			}
+			s.opts.Logger.Info("txnode: reconnected to the storage node", "addr", s.opts.StoreAddr, "resent batches", resent)
 			go s.watch(nc, g)
 			return
 		}
@@ -126,6 +147,9 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	s.dead = fmt.Errorf("txnode: storage node at %s unreachable: %w", s.opts.StoreAddr, err)
 	s.dialing = false
 	failed := s.pendingLocked()
+	for _, rc := range failed {
+		rc.fin = true
+	}
 	s.commits = nil
 	s.changed.Broadcast()
 	dead := s.dead
@@ -353,15 +377,17 @@ func (s *remoteStore) Commit(b *CommitBatch, done func(uint64, error)) {
 	}
 	s.commits = append(s.commits, rc)
 	c, gen, dialing := s.conn, s.gen, s.dialing
+	if !dialing {
+		rc.gen = gen
+	}
 	s.mu.Unlock()
 	if !dialing {
-		s.send(c, gen, rc) // otherwise the reconnect resends it
+		s.send(c, gen, rc) // otherwise the reconnect sends it, after the older ones
 	}
 }
 
 // send writes rc on connection gen; a broken connection leaves it for the reconnect.
 func (s *remoteStore) send(c *sgio.Client, gen uint64, rc *remoteCommit) {
-	rc.gen = gen
 	err := c.Send(context.Background(), &rc.msg, func(f sgio.Frame, err error) {
 		var ack sgio.CommitAck
 		if err == nil {
@@ -410,6 +436,9 @@ func (s *remoteStore) Close() error {
 	s.closed = true
 	c := s.conn
 	failed := s.pendingLocked()
+	for _, rc := range failed {
+		rc.fin = true
+	}
 	s.commits = nil
 	s.changed.Broadcast()
 	s.mu.Unlock()

@@ -114,7 +114,7 @@ func TestSparseIO(t *testing.T) {
 	require.NoError(t, err)
 
 	// One random single-row miss.
-	const readPagesRequest = sgio.HeaderSize + 8 + 24                   // one PageWant
+	const readPagesRequest = sgio.HeaderSize + 8 + 24                     // one PageWant
 	const oneRowReply = sgio.HeaderSize + 8 + sgio.SegmentHeaderSize + 64 // one segment, one row
 	up0, down0 := proxy.snapshot()
 	buf := make([]byte, 64)
