@@ -40,13 +40,28 @@ func embeddedStore(t testing.TB) func(*Options) {
 	}
 }
 
-// openConfigs returns the configurations tests run against: the embedded store in Durable and
-// in WriteBack mode.
+// remoteStore is the two-process deployment, in one process: a storage node on 127.0.0.1:0
+// over a fresh directory, reached over TCP. Every DB opened on it uses the same owner id, so a
+// reopened node takes its tables back at once (as a restarted game server would).
+func remoteStoreConfig(t testing.TB) func(*Options) {
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	return func(o *Options) {
+		o.StoreAddr = addr
+		if o.OwnerID == 0 {
+			o.OwnerID = 1000
+		}
+	}
+}
+
+// openConfigs returns the configurations tests run against: the embedded store and a storage
+// node over TCP, each in Durable and in WriteBack mode.
 func openConfigs(t testing.TB) []openConfig {
 	t.Helper()
 	return []openConfig{
 		{name: "embedded/durable", durability: Durable, store: embeddedStore},
 		{name: "embedded/writeback", durability: WriteBack, store: embeddedStore},
+		{name: "remote/durable", durability: Durable, store: remoteStoreConfig},
+		{name: "remote/writeback", durability: WriteBack, store: remoteStoreConfig},
 	}
 }
 
