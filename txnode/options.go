@@ -58,6 +58,10 @@ type Options struct {
 	// restarts with the same id continues its batch sequence.
 	OwnerID uint64
 
+	// FullPageIO makes the node fetch and ship whole pages instead of sparse rows: an
+	// ablation that shows what sparse IO saves (crudbench --full-page-io). Not for production.
+	FullPageIO bool
+
 	// Secret is the storage node's shared secret (remote store).
 	Secret []byte
 	// DialTimeout and RequestTimeout bound the remote store's dial and each request.

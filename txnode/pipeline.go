@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -238,6 +239,10 @@ func (p *pipeline) addDone() {
 // appendTx copies the transaction's writes (sorted by table and id) into b as one segment per
 // page. Caller holds mu.
 func (p *pipeline) appendTx(b *batch, tx *Tx) {
+	if p.db.opts.FullPageIO {
+		p.appendTxFullPages(b, tx)
+		return
+	}
 	var lastFrame *frameMeta
 	seg := -1
 	for i := range tx.writes {
@@ -264,6 +269,53 @@ func (p *pipeline) appendTx(b *batch, tx *Tx) {
 			b.frames = append(b.frames, w.m)
 			lastFrame = w.m
 		}
+	}
+}
+
+// appendTxFullPages is the Options.FullPageIO ablation: every page a transaction writes is
+// shipped whole, its other present (cached) rows included, as a page-based store would.
+func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
+	for i := 0; i < len(tx.writes); {
+		w0 := &tx.writes[i]
+		page, _ := logicpage.PageOf(w0.id)
+		j := i
+		var data, clr uint64
+		for ; j < len(tx.writes); j++ {
+			w := &tx.writes[j]
+			pg, slot := logicpage.PageOf(w.id)
+			if w.t != w0.t || pg != page {
+				break
+			}
+			if w.off >= 0 {
+				data |= 1 << slot
+			} else {
+				clr |= 1 << slot
+			}
+		}
+		m, r := w0.m, w0.t.rowBytes
+		others := m.present.Load() & m.valid.Load() &^ (data | clr)
+		b.segs = append(b.segs, BatchSegment{Table: w0.t.id, RowBytes: r, Page: page, Data: data | others, Clear: clr})
+		b.segOff = append(b.segOff, len(b.buf))
+		if !hasTable(b.tables, w0.t) {
+			b.tables = append(b.tables, w0.t)
+		}
+		_, rows := frameWords(m)
+		k := i
+		for mask := data | others; mask != 0; mask &= mask - 1 {
+			slot := bits.TrailingZeros64(mask)
+			for k < j && logicpage.RowID(page, slot) > tx.writes[k].id {
+				k++
+			}
+			if k < j && tx.writes[k].id == logicpage.RowID(page, slot) {
+				w := &tx.writes[k]
+				b.buf = append(b.buf, tx.buf[w.off:int(w.off)+r]...)
+			} else {
+				b.buf = appendRows(b.buf, rows, r, 1<<slot)
+			}
+		}
+		m.inflight.Add(1)
+		b.frames = append(b.frames, m)
+		i = j
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 // fetch makes the slots of want in the pinned frame m valid.
 func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want uint64) error {
 	valid := m.valid.Load()
-	if last := t.lastMiss.Swap(page); last == page-1 || last == page {
-		want = ^valid // a sequential run: take the whole page
+	if last := t.lastMiss.Swap(page); last == page-1 || last == page || db.opts.FullPageIO {
+		want = ^valid // a sequential run (or the full-page ablation): take the whole page
 	}
 	missing := want &^ valid
 	if missing == 0 {
