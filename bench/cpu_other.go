@@ -1,0 +1,11 @@
+//go:build !linux
+
+package bench
+
+import "time"
+
+// processCPU is not measured off Linux; reports show 0.
+func processCPU() time.Duration { return 0 }
+
+// ProcessCPU is not measured off Linux; reports show 0.
+func ProcessCPU(pid int) time.Duration { return 0 }

@@ -1,0 +1,14 @@
+// Package bench is Weft's CRUD throughput benchmark: the workloads of the source article's
+// table (insert, update and query with random and sequential ids, plus delete and a zipfian
+// mixed workload), run by one suite of code against any store behind the Backend interface, so
+// Weft and its baselines (bench/peers) are measured by the same code in the same run.
+//
+// A run is a list of engines times a list of txn-node cache sizes. For each pair the table of
+// Config.Records rows is loaded once, then every selected workload runs for Config.Duration
+// with Config.Workers goroutines, each operation one transaction. Latencies go into one HDR
+// histogram per worker, merged at the end of the workload. Results print as the source's table
+// (workload x cache size), as Go benchmark lines for benchstat, and optionally as JSON.
+//
+// cmd/crudbench is a thin main over Main; bench/peers (its own module) calls Main with the
+// peer engines added.
+package bench
