@@ -103,6 +103,18 @@ type pipeline struct {
 	// flush starts when they fill a quarter of it (a few rows dirty each of many pages
 	// block eviction as much as full pages).
 	dirtyBytes atomic.Int64
+	// dirtyRowBytes is the row bytes made dirty since the last cut, about what the next epoch
+	// ships: commits wait while it exceeds epochBytesMax, so an epoch stays within what the
+	// store takes in one batch even when the flusher is slow to run.
+	dirtyRowBytes atomic.Int64
+}
+
+// epochBytesMax bounds the rows of one WriteBack epoch: half the store's batch limit.
+func (p *pipeline) epochBytesMax() int64 {
+	if n := p.db.info.MaxBatchBytes; n > 0 {
+		return int64(n) / 2
+	}
+	return 8 << 20
 }
 
 func newPipeline(db *DB) *pipeline {
@@ -192,6 +204,14 @@ func (p *pipeline) flushSoon() {
 func (p *pipeline) add(tx *Tx) (uint64, error) {
 	db := p.db
 	if db.opts.Durability == WriteBack {
+		if p.dirtyRowBytes.Load() > p.epochBytesMax() {
+			p.mu.Lock()
+			for p.dirtyRowBytes.Load() > p.epochBytesMax() && p.admitErr() == nil {
+				p.flushSoon()
+				p.room.Wait()
+			}
+			p.mu.Unlock()
+		}
 		p.wbMu.RLock()
 		// Closing: close's last cut may be past, so nothing would flush this commit. close
 		// sets stopped before that cut takes wbMu, which waits for this install.
@@ -494,7 +514,11 @@ func (p *pipeline) flushEpoch() {
 	clear(frames)
 	p.dirtySpare = frames[:0]
 	p.dirtyRows.Store(0)
+	p.dirtyRowBytes.Store(0)
 	p.wbMu.Unlock()
+	p.mu.Lock()
+	p.room.Broadcast() // commits waiting for the epoch bound
+	p.mu.Unlock()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -621,6 +621,7 @@ func (tx *Tx) install(ver uint64) {
 			}
 			if old&bit == 0 {
 				tx.db.pipe.dirtyRows.Add(1)
+				tx.db.pipe.dirtyRowBytes.Add(int64(w.t.rowBytes))
 			}
 		}
 		if w.insert {
