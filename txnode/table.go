@@ -113,14 +113,14 @@ func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
 	if len(row) != t.t.rowBytes {
 		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.t.name, t.t.rowBytes)
 	}
-	return t.db.retry(ctx, nil, t, id, nil, row)
+	return t.db.retry(ctx, true, nil, t, id, nil, row)
 }
 
 // Update calls fn with a copy of row id and writes what fn leaves in it. fn may run more than
 // once (the transaction is retried on conflict): it must not have other effects. If fn returns
 // an error nothing is written and Update returns it.
 func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error) error {
-	return t.db.retry(ctx, nil, t, id, fn, nil)
+	return t.db.retry(ctx, true, nil, t, id, fn, nil)
 }
 
 // Delete deletes row id. It returns ErrNotFound when the row does not exist.
@@ -150,12 +150,12 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	}
 }
 
-// retry runs one single-row write transaction, retrying conflicts: either fn(tx), or, without
-// allocating a closure, the update of row id by ufn or put.
-func (db *DB) retry(ctx context.Context, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
+// retry runs one transaction (read-write when writable), retrying conflicts: either fn(tx), or,
+// without allocating a closure, the update of row id by ufn or put.
+func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
 	var busySince time.Time
 	for attempt := 0; ; {
-		tx, err := db.beginTx(ctx, true)
+		tx, err := db.beginTx(ctx, writable)
 		if err != nil {
 			return err
 		}
@@ -194,45 +194,16 @@ func (db *DB) retry(ctx context.Context, fn func(*Tx) error, t *Table, id uint64
 // transaction. If fn returns an error the transaction is rolled back and Update returns it
 // (unless a concurrent commit changed what fn had read: fn's reads are not a snapshot, so it
 // may have seen the state before and after that commit, and the error may come from that;
-// then fn runs again, as for a conflict). A transaction that needs a page while the cache is full and it holds others is retried
-// too, after waiting for room with nothing held, for at most Options.CacheWait in all;
-// then Update returns ErrCacheFull.
+// then fn runs again, as for a conflict). A transaction that needs a page while the cache is
+// full and it holds others is retried too, after waiting for room with nothing held, for at
+// most Options.CacheWait in all; then Update returns ErrCacheFull.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, fn, nil, 0, nil, nil)
+	return db.retry(ctx, true, fn, nil, 0, nil, nil)
 }
 
 // View runs fn in a read-only transaction, retrying on conflict like Update.
 func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
-	var busySince time.Time
-	for attempt := 0; ; {
-		tx, err := db.beginTx(ctx, false)
-		if err != nil {
-			return err
-		}
-		err = fn(tx)
-		if tx.busy.t != nil {
-			if err := tx.retryBusy(&busySince); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			err = tx.abort(err)
-			if err == ErrConflict && attempt < db.opts.MaxRetries {
-				attempt++
-				db.stats.retries.Add(1)
-				continue
-			}
-			return err
-		}
-		err = tx.Commit()
-		if errors.Is(err, ErrConflict) && attempt < db.opts.MaxRetries {
-			attempt++
-			db.stats.retries.Add(1)
-			continue
-		}
-		return err
-	}
+	return db.retry(ctx, false, fn, nil, 0, nil, nil)
 }
 
 // Begin starts a transaction to run by hand: Commit or Rollback it. A conflict at Commit is
