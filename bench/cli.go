@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -236,7 +235,8 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 	if storeCache == 0 {
 		storeCache = max(256<<20, int64(cfg.Records)*int64(cfg.RowBytes)*5/4)
 	}
-	dep := weftDeploy{storeAddr: cfg.StoreAddr, secret: []byte(cfg.Secret), storeCacheBytes: storeCache, fullPageIO: cfg.FullPageIO}
+	dep := weftDeploy{storeAddr: cfg.StoreAddr, secret: []byte(cfg.Secret), storeCacheBytes: storeCache, fullPageIO: cfg.FullPageIO,
+		syncNone: cfg.Sync == "none"}
 	deployment, syncShown := "embedded", cfg.Sync
 	switch {
 	case cfg.SpawnStore && !weftSelected:
@@ -264,6 +264,7 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 		}
 		if cfg.StoreAddr != "" {
 			syncShown = mode // --sync does not reach a node we did not start
+			dep.syncNone = mode == "none"
 		}
 		deployment += " (sync " + mode + ")"
 	}
@@ -286,13 +287,14 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 	for i := range r.hists {
 		r.hists[i] = newLatencyHistogram()
 	}
-	meta := Meta{Program: r.prog.Name, Args: args, Date: time.Now().UTC().Format(time.RFC3339), Commit: gitCommit(),
+	meta := Meta{Program: r.prog.Name, Args: args, Date: time.Now().UTC().Format(time.RFC3339), Commit: sourceCommit(),
 		GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPU: cpuModel(), CPUs: runtime.NumCPU(),
 		Records: cfg.Records, Workers: cfg.Workers, RowBytes: cfg.RowBytes, Duration: cfg.Duration.String(),
-		Durability: cfg.Durability, Sync: syncShown, Deployment: deployment, Async: cfg.Async}
+		Durability: cfg.Durability, Sync: syncShown, Deployment: deployment, Async: cfg.Async, LoadAvgStart: loadAverage()}
 	fmt.Fprintf(r.stdout, "%s: records=%d workers=%d row=%dB duration=%v durability=%s sync=%s async=%d deployment=%s\n",
 		r.prog.Name, cfg.Records, cfg.Workers, cfg.RowBytes, cfg.Duration, cfg.Durability, syncShown, cfg.Async, deployment)
-	fmt.Fprintf(r.stdout, "%s %s/%s, %d CPUs (%s), commit %s, %s\n\n", meta.GoVersion, meta.GOOS, meta.GOARCH, meta.CPUs, meta.CPU, meta.Commit, meta.Date)
+	fmt.Fprintf(r.stdout, "%s %s/%s, %d CPUs (%s), commit %s, %s, load average %s\n\n", meta.GoVersion, meta.GOOS, meta.GOARCH,
+		meta.CPUs, meta.CPU, meta.Commit, meta.Date, orDash(meta.LoadAvgStart))
 
 	var results []Result
 	for _, f := range engines {
@@ -327,7 +329,9 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 		}
 	}
 	meta.Notes = r.notes
+	meta.LoadAvgEnd = loadAverage()
 	r.report(results)
+	fmt.Fprintf(r.stdout, "load average at start %s, at end %s\n", orDash(meta.LoadAvgStart), orDash(meta.LoadAvgEnd))
 	if cfg.JSON != "" {
 		if err := writeJSON(cfg.JSON, Report{Meta: meta, Results: results}); err != nil {
 			return err
@@ -456,20 +460,25 @@ func (r *runner) load(ctx context.Context, b Backend, desc string) (uint64, erro
 	if !r.bar {
 		return b.Load(ctx, spec)
 	}
+	// The bar's own rate is measured from its creation and shown in rows/hr while it is below
+	// 1/s (and absurd after the first tick): we show our own rate, from the first row on.
 	bar := progressbar.NewOptions64(int64(r.cfg.Records), progressbar.OptionSetWriter(r.stderr),
-		progressbar.OptionSetDescription(desc), progressbar.OptionShowCount(), progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("rows"), progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSetDescription(desc), progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(true))
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
+		var rate loadRate
 		for {
 			select {
 			case <-done:
 				return
-			case <-t.C:
-				bar.Set64(loaded.Load())
+			case now := <-t.C:
+				n := loaded.Load()
+				bar.Describe(desc + rate.describe(now, n))
+				bar.Set64(n)
 			}
 		}
 	}()
@@ -495,18 +504,36 @@ func storeSyncMode(ctx context.Context, addr string, secret []byte) (string, err
 	return "always", nil
 }
 
-// gitCommit returns the short commit of the working tree, with "-dirty" (and "uncommitted"
-// when git or the repository is missing).
-func gitCommit() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "uncommitted"
+// loadRate is the progress bar's rate: rows per second since the first row was seen, shown
+// once at least loadRateMinElapsed has passed (a rate over a few milliseconds means nothing).
+type loadRate struct {
+	start time.Time // when the first row was seen; zero before
+	rows0 int64     // rows loaded at start
+}
+
+const loadRateMinElapsed = 500 * time.Millisecond
+
+// describe returns ", N rows/s" for the bar's description, or "" while there is no honest
+// rate yet. Only the bar's ticker goroutine calls it.
+func (l *loadRate) describe(now time.Time, rows int64) string {
+	if l.start.IsZero() {
+		if rows > 0 {
+			l.start, l.rows0 = now, rows
+		}
+		return ""
 	}
-	commit := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {
-		commit += "-dirty"
+	elapsed := now.Sub(l.start)
+	if elapsed < loadRateMinElapsed {
+		return ""
 	}
-	return commit
+	return ", " + humanRate(float64(rows-l.rows0)/elapsed.Seconds()) + " rows/s"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func goos() string   { return runtime.GOOS }

@@ -78,3 +78,12 @@ func TestParseFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"weft", "map"}, c.Engines)
 }
+
+func TestLoadRateWaitsForAnHonestRate(t *testing.T) {
+	var l loadRate
+	t0 := time.Unix(1000, 0)
+	require.Empty(t, l.describe(t0, 0), "no rate before the first row")
+	require.Empty(t, l.describe(t0.Add(100*time.Millisecond), 5), "first row seen: the clock starts")
+	require.Empty(t, l.describe(t0.Add(200*time.Millisecond), 1_000_000), "a rate over 100 ms is not shown")
+	require.Equal(t, ", 2.0K rows/s", l.describe(t0.Add(1100*time.Millisecond), 2005))
+}

@@ -49,3 +49,17 @@ func procStatCPU(s string) time.Duration {
 	}
 	return time.Duration(utime+stime) * time.Second / userHz
 }
+
+// loadAverage returns the 1, 5 and 15 minute load averages from /proc/loadavg ("0.52 0.61
+// 0.70"), or "" when it cannot be read.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -60,7 +60,11 @@ type Meta struct {
 	Sync       string   `json:"sync"`
 	Deployment string   `json:"deployment"`
 	Async      int      `json:"async"`
-	Notes      []string `json:"notes,omitempty"`
+	// LoadAvgStart and LoadAvgEnd are the machine's 1/5/15-minute load averages when the run
+	// started and ended: figures measured beside other work are not comparable.
+	LoadAvgStart string   `json:"load_avg_start,omitempty"`
+	LoadAvgEnd   string   `json:"load_avg_end,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
 }
 
 // Report is the content of --json.

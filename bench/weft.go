@@ -34,6 +34,10 @@ type weftDeploy struct {
 	fullPageIO bool
 	// storePID is the spawned storage node's process id (its CPU time counts), or 0.
 	storePID int
+	// syncNone is set when the store does not fsync commits (sync mode none). The log's
+	// fsyncs are then id grants and checkpoints, not group commits, so ops per sync is not
+	// reported: it would be a large number that means nothing.
+	syncNone bool
 }
 
 func weftFactory(d weftDeploy) Factory {
@@ -223,12 +227,15 @@ func (w *weftBackend) Stats() Stats {
 	st := Stats{HasCache: true, CacheMisses: s.PageMisses}
 	if w.fs != nil {
 		st.WALBytes, st.WALSyncs = w.fs.walBytes.Load(), w.fs.walSyncs.Load()
-		return st
+	} else {
+		st.NetBytes = TCPBytes(w.dep.storeAddr) // before the stats connection opens
+		st.WALBytes, st.WALSyncs = w.remoteWAL()
+		if w.dep.storePID != 0 {
+			st.ServerCPU = ProcessCPU(w.dep.storePID)
+		}
 	}
-	st.NetBytes = TCPBytes(w.dep.storeAddr) // before the stats connection opens
-	st.WALBytes, st.WALSyncs = w.remoteWAL()
-	if w.dep.storePID != 0 {
-		st.ServerCPU = ProcessCPU(w.dep.storePID)
+	if w.dep.syncNone {
+		st.WALSyncs = 0
 	}
 	return st
 }

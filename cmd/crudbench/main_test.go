@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,17 @@ func TestSmokeEmbedded(t *testing.T) {
 func TestSmokeAsync(t *testing.T) {
 	rep, stdout := runCrudbench(t, "--async", "8", "--cache", "1MiB", "--sync", "none")
 	checkReport(t, rep, stdout, []string{"1MiB"})
+	for _, r := range rep.Results {
+		// With sync none the log's fsyncs are id grants and checkpoints: no ops/sync figure.
+		require.Zero(t, r.OpsPerWALSync, "%s: ops/sync under sync none", r.Workload)
+	}
+	require.NotContains(t, rep.Meta.Commit, "uncommitted")
+	require.NotEmpty(t, rep.Meta.Commit)
+	require.Contains(t, stdout, "load average at start ")
+	if runtime.GOOS == "linux" {
+		require.NotEmpty(t, rep.Meta.LoadAvgStart)
+		require.NotEmpty(t, rep.Meta.LoadAvgEnd)
+	}
 }
 
 func TestSmokeSpawnStore(t *testing.T) {
