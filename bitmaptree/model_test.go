@@ -7,6 +7,7 @@ package bitmaptree
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -111,11 +112,13 @@ const (
 	opCheck
 	opWords // groups of [a, a+b)
 	opWord
+	opSetWord // word a>>6 |= b
+	opRebuild // a new tree from Words through SetWord, last word first
 	opKinds
 )
 
 var opNames = [...]string{"Set", "Clear", "SetRun", "ClearRun", "Test", "NextSet", "NextClear",
-	"Range", "Reload", "Clone", "Reset", "Check", "Words", "Word"}
+	"Range", "Reload", "Clone", "Reset", "Check", "Words", "Word", "SetWord", "Rebuild"}
 
 type op struct {
 	kind opKind
@@ -228,6 +231,26 @@ func (h *harness) apply(o op) {
 		if !slices.Equal(want, got) {
 			require.Equal(t, want, got, "%v", o)
 		}
+	case opSetWord:
+		if o.b != 0 && o.a>>6 > MaxID>>6 {
+			require.Panics(t, func() { h.tree.SetWord(o.a>>6, o.b) }, "%v", o)
+			break
+		}
+		h.tree.SetWord(o.a>>6, o.b)
+		for w := o.b; w != 0; w &= w - 1 {
+			h.m.set(o.a&^63 + uint64(bits.TrailingZeros64(w)))
+		}
+	case opRebuild:
+		var words [][2]uint64
+		for first, w := range h.tree.Words(0, MaxID+1) {
+			words = append(words, [2]uint64{first, w})
+		}
+		n := New()
+		for _, fw := range slices.Backward(words) { // any order must do: a loader's map order
+			n.SetWord(fw[0]>>6, fw[1])
+		}
+		require.NoError(t, n.verify(), "%v", o)
+		h.tree = n
 	case opWord:
 		var want uint64
 		for _, x := range h.m.rangeIDs(o.a&^63, o.a&^63+64) {
@@ -309,8 +332,12 @@ func randomOp(r *rand.Rand, s shape, m *model) op {
 		return op{opWords, id(), r.Uint64N(10000)}
 	case p < 900:
 		return op{opWord, id(), 0}
-	case p < 930:
+	case p < 915:
 		return op{opReload, 0, 0}
+	case p < 925:
+		return op{opSetWord, id(), r.Uint64() & r.Uint64()}
+	case p < 930:
+		return op{opRebuild, 0, 0}
 	case p < 945:
 		return op{opClone, 0, 0}
 	case p < 950:
@@ -393,6 +420,8 @@ func TestModelRapid(t *testing.T) {
 			"Words":     func(rt *rapid.T) { h.apply(op{opWords, idGen.Draw(rt, "id"), rapid.Uint64Range(0, 500).Draw(rt, "n")}) },
 			"Word":      func(rt *rapid.T) { h.apply(op{opWord, idGen.Draw(rt, "id"), 0}) },
 			"Reload":    func(rt *rapid.T) { h.apply(op{opReload, 0, 0}) },
+			"SetWord":   func(rt *rapid.T) { h.apply(op{opSetWord, idGen.Draw(rt, "id"), rapid.Uint64().Draw(rt, "word")}) },
+			"Rebuild":   func(rt *rapid.T) { h.apply(op{opRebuild, 0, 0}) },
 			"":          func(rt *rapid.T) { h.checkAll() },
 		})
 	})

@@ -253,6 +253,56 @@ func (t *Tree) mutate(i uint64, set bool) {
 	}
 }
 
+// SetWord sets every id 64*wi+b for which bit b of w is set: the 64 ids of leaf word wi at
+// once, as a loader that knows whole words (a logical page's present mask) wants; Set per bit
+// costs 64 times as many walks. It panics if an id it sets is above MaxID.
+func (t *Tree) SetWord(wi, w uint64) {
+	if w == 0 {
+		return
+	}
+	i := wi << 6
+	if i > MaxID || wi > MaxID>>6 {
+		panicAboveMax(i)
+	}
+	for i >= t.Cap() {
+		t.grow()
+	}
+	if t.root == fullRef {
+		return
+	}
+	if t.root == emptyRef {
+		t.root = t.allocAt(t.h, emptyRef, i)
+	}
+	var path [maxHeight + 1]uint32
+	ref := t.root
+	for l := t.h; l > 1; l-- {
+		path[l] = ref
+		ci := int(ref)<<6 | int(digit(i, l))
+		c := t.lv[l].child[ci]
+		if c < sharedRefs {
+			if c == fullRef {
+				return
+			}
+			c = t.allocAt(l-1, c, i)
+			t.lv[l].child[ci] = c
+		}
+		ref = c
+	}
+	path[1] = ref
+	li := int(ref)<<6 | int(digit(i, 1))
+	old := t.leaf[li]
+	nw := old | w
+	if nw == old {
+		return
+	}
+	t.leaf[li] = nw
+	t.mods++
+	t.count += uint64(bits.OnesCount64(nw &^ old))
+	if old == 0 || nw == ^uint64(0) {
+		t.fixUp(&path, i, true, nw != ^uint64(0))
+	}
+}
+
 // fixUp records that the child holding id i (a leaf word at level 1) now has some set id
 // (someSet) and some clear id (someClear), starting at level 1 of path and going up while a
 // node's own state changes.

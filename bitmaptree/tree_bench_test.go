@@ -11,6 +11,7 @@ package bitmaptree
 // ids come from one cheap generator, the same for both.
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -243,6 +244,49 @@ func BenchmarkMarshal(b *testing.B) {
 		b.Run("density="+density.name+"/op=Unmarshal", func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(enc)))
+			for b.Loop() {
+				if _, err := Unmarshal(enc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRebuild measures building a 30M-id tree from its leaf words, as the storage node
+// does at Open from a table's page map (a logical page's present mask is one leaf word):
+// op=SetEach sets one id at a time, op=SetWord one word at a time, op=Unmarshal decodes the
+// serialised form, for comparison.
+func BenchmarkRebuild(b *testing.B) {
+	for d, density := range benchDensities {
+		f := fixture(d)
+		var words [][2]uint64
+		for first, w := range f.tree.Words(0, MaxID+1) {
+			words = append(words, [2]uint64{first, w})
+		}
+		enc, err := f.tree.MarshalBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("density="+density.name+"/op=SetEach", func(b *testing.B) {
+			for b.Loop() {
+				t := New()
+				for _, fw := range words {
+					for w := fw[1]; w != 0; w &= w - 1 {
+						t.Set(fw[0] + uint64(bits.TrailingZeros64(w)))
+					}
+				}
+			}
+		})
+		b.Run("density="+density.name+"/op=SetWord", func(b *testing.B) {
+			for b.Loop() {
+				t := New()
+				for _, fw := range words {
+					t.SetWord(fw[0]>>6, fw[1])
+				}
+			}
+		})
+		b.Run("density="+density.name+"/op=Unmarshal", func(b *testing.B) {
 			for b.Loop() {
 				if _, err := Unmarshal(enc); err != nil {
 					b.Fatal(err)

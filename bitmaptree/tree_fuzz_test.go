@@ -25,6 +25,8 @@ func FuzzOps(f *testing.F) {
 	f.Add([]byte{3, byte(opSet), 255, 255, 0, byte(opNextSet), 0, 0, 0, byte(opTest), 0, 0, 0})
 	f.Add([]byte{4, byte(opSetRun), 0, 0, 255, byte(opSetRun), 0, 254, 255, byte(opReload), 0, 0, 0,
 		byte(opNextClear), 0, 0, 0, byte(opClearRun), 7, 255, 3, byte(opCheck), 0, 0, 0})
+	f.Add([]byte{0, byte(opSetWord), 64, 0, 3, byte(opSet), 3, 0, 0, byte(opRebuild), 0, 0, 0, byte(opSetWord), 0, 2, 255, byte(opCheck), 0, 0, 0})
+	f.Add([]byte{4, byte(opSetWord), 255, 255, 1, byte(opSetWord), 0, 255, 9, byte(opRebuild), 0, 0, 0, byte(opNextSet), 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
