@@ -1,0 +1,359 @@
+// Command weft is Weft's command-line tool, like redis-cli or the bbolt CLI: it lists tables,
+// reads rows and counters of a running storage node (--store) or of a stopped store's
+// directory (--dir).
+//
+//	weft --store 127.0.0.1:7070 tables
+//	weft --dir data get items 42 --layout 'kind:u32,owner:u64,name:str16'
+//	weft --store 127.0.0.1:7070 scan items 0 1000
+//	weft --store 127.0.0.1:7070 stats
+//
+// It reads as a client that owns no table: a storage node serves it durable rows only (a
+// transaction node's cache may hold newer ones) and no game server loses ownership to it.
+// A directory is opened in this process, which recovers it as a storage node's start would
+// and fails while another process has it open. Rows print as hex, or as named fields with
+// --layout (see layout.go for the types). Exit status: 0, 1 on an error, 2 on bad usage.
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one sub-command: its usage line and what it does.
+type command struct {
+	name, args, help string
+	run              func(ctx context.Context, g *globals, args []string, stdout io.Writer) error
+}
+
+var commands = []command{
+	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables},
+	{"get", "TABLE ID [--layout L]", "print one row", cmdGet},
+	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
+	{"stats", "", "print the store's counters", cmdStats},
+}
+
+// globals are the flags before the command.
+type globals struct {
+	store      string
+	dir        string
+	secretFile string
+	timeout    time.Duration
+}
+
+// errUsage marks a command line that cannot be run; run prints the usage and exits 2.
+var errUsage = errors.New("usage")
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "usage: weft (--store ADDR | --dir DIR) COMMAND [ARGS]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-7s %-42s %s\n", c.name, c.args, c.help)
+	}
+	fmt.Fprintln(w, "\nflags:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nThe secret comes from --secret-file or $WEFT_SECRET; the store from --store or $WEFT_STORE.")
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{}
+	fs := flag.NewFlagSet("weft", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&g.store, "store", os.Getenv("WEFT_STORE"), "storage node address, host:port (default $WEFT_STORE)")
+	fs.StringVar(&g.dir, "dir", "", "a stopped store's directory, read in this process")
+	fs.StringVar(&g.secretFile, "secret-file", "", "file holding the storage node's shared secret (default: $WEFT_SECRET)")
+	fs.DurationVar(&g.timeout, "timeout", time.Minute, "give up a command after this long")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return 0
+		}
+		fmt.Fprintf(stderr, "weft: %v\n", err)
+		usage(stderr, fs)
+		return 2
+	}
+	if fs.NArg() == 0 || fs.Arg(0) == "help" {
+		usage(stdout, fs)
+		if fs.NArg() == 0 {
+			return 2
+		}
+		return 0
+	}
+	name := fs.Arg(0)
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+		err := c.run(ctx, g, fs.Args()[1:], stdout)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "weft %s: %v\nusage: weft %s %s\n", name, err, name, c.args)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "weft %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "weft: unknown command %q\n", name)
+	usage(stderr, fs)
+	return 2
+}
+
+// open returns the source the globals name.
+func (g *globals) open(ctx context.Context) (source, error) {
+	switch {
+	case g.store != "" && g.dir != "":
+		return nil, fmt.Errorf("%w: --store and --dir are exclusive", errUsage)
+	case g.dir != "":
+		return openLocalSource(g.dir)
+	case g.store != "":
+		secret, err := g.secret()
+		if err != nil {
+			return nil, err
+		}
+		return dialSource(ctx, g.store, secret)
+	}
+	return nil, fmt.Errorf("%w: say where the store is: --store ADDR (or $WEFT_STORE), or --dir DIR", errUsage)
+}
+
+// secret reads the shared secret from --secret-file, else $WEFT_SECRET; none is no secret.
+func (g *globals) secret() ([]byte, error) {
+	if g.secretFile == "" {
+		if s := os.Getenv("WEFT_SECRET"); s != "" {
+			return []byte(s), nil
+		}
+		return nil, nil
+	}
+	b, err := os.ReadFile(g.secretFile)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return nil, fmt.Errorf("--secret-file %s: empty", g.secretFile)
+	}
+	return []byte(s), nil
+}
+
+// parseArgs parses fs's flags wherever they stand among args and returns the positional
+// arguments, so that `weft get items 42 --layout ...` works as well as flags first.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func parseID(s, what string) (uint64, error) {
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %q: want a row id", errUsage, what, s)
+	}
+	return v, nil
+}
+
+func cmdTables(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tables", flag.ContinueOnError)
+	count := fs.Bool("count", false, "count the rows of each table (a storage node does not report them: one page-directory pass per table)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: tables takes no arguments", errUsage)
+	}
+	src, err := g.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	ts, err := src.Tables(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%-6s %-24s %6s %14s %14s\n", "id", "name", "row", "next id", "rows")
+	for _, t := range ts {
+		if t.Rows == rowsUnknown && *count {
+			if t.Rows, err = countRows(ctx, src, t); err != nil {
+				return fmt.Errorf("count %q: %w", t.Name, err)
+			}
+		}
+		rows := "-"
+		if t.Rows != rowsUnknown {
+			rows = strconv.FormatUint(t.Rows, 10)
+		}
+		fmt.Fprintf(stdout, "%-6d %-24s %6d %14d %14s\n", t.ID, t.Name, t.RowBytes, t.NextID, rows)
+	}
+	return nil
+}
+
+// rowPrinter prints rows as "id<TAB>hex" or "id<TAB>fields".
+type rowPrinter struct {
+	w      io.Writer
+	layout *layout
+	line   []byte
+}
+
+func newRowPrinter(w io.Writer, spec string, rowBytes int) (*rowPrinter, error) {
+	p := &rowPrinter{w: w}
+	if spec != "" {
+		l, err := parseLayout(spec, rowBytes)
+		if err != nil {
+			return nil, err
+		}
+		p.layout = l
+	}
+	return p, nil
+}
+
+func (p *rowPrinter) print(id uint64, row []byte) error {
+	p.line = strconv.AppendUint(p.line[:0], id, 10)
+	p.line = append(p.line, '\t')
+	if p.layout != nil {
+		p.line = p.layout.format(p.line, row)
+	} else {
+		p.line = hex.AppendEncode(p.line, row)
+	}
+	p.line = append(p.line, '\n')
+	_, err := p.w.Write(p.line)
+	return err
+}
+
+func cmdGet(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	spec := fs.String("layout", "", "decode the row into fields (see weft's doc), instead of hex")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return fmt.Errorf("%w: get takes a table and an id", errUsage)
+	}
+	id, err := parseID(pos[1], "id")
+	if err != nil {
+		return err
+	}
+	src, err := g.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	t, err := findTable(ctx, src, pos[0])
+	if err != nil {
+		return err
+	}
+	p, err := newRowPrinter(stdout, *spec, t.RowBytes)
+	if err != nil {
+		return err
+	}
+	row, err := getRow(ctx, src, t, id)
+	if err != nil {
+		return err
+	}
+	return p.print(id, row)
+}
+
+// errLimit stops a scan at --limit rows.
+var errLimit = errors.New("limit reached")
+
+func cmdScan(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
+	spec := fs.String("layout", "", "decode each row into fields (see weft's doc), instead of hex")
+	limit := fs.Uint64("limit", 0, "stop after this many rows (0: no limit)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 3 {
+		return fmt.Errorf("%w: scan takes a table and an optional id range", errUsage)
+	}
+	lo, hi := uint64(0), ^uint64(0)
+	if len(pos) > 1 {
+		if lo, err = parseID(pos[1], "LO"); err != nil {
+			return err
+		}
+	}
+	if len(pos) > 2 {
+		if hi, err = parseID(pos[2], "HI"); err != nil {
+			return err
+		}
+	}
+	src, err := g.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	t, err := findTable(ctx, src, pos[0])
+	if err != nil {
+		return err
+	}
+	hi = min(hi, t.NextID) // no row lives at or above the high-water mark
+	p, err := newRowPrinter(stdout, *spec, t.RowBytes)
+	if err != nil {
+		return err
+	}
+	var n uint64
+	err = scanRows(ctx, src, t, lo, hi, func(id uint64, row []byte) error {
+		if *limit > 0 && n == *limit {
+			return errLimit
+		}
+		n++
+		return p.print(id, row)
+	})
+	if errors.Is(err, errLimit) {
+		return nil
+	}
+	return err
+}
+
+func cmdStats(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: stats takes no arguments", errUsage)
+	}
+	src, err := g.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	stats, err := src.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range stats {
+		fmt.Fprintf(stdout, "%-24s %d\n", s.Name, s.Value)
+	}
+	return nil
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode"
+)
+
+// weft runs the command line and returns its exit code, stdout and stderr.
+func weft(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// itemRow is a 64-byte row: kind u32, owner u64, name str16, rest zero.
+func itemRow(kind uint32, owner uint64, name string) []byte {
+	r := make([]byte, 64)
+	binary.LittleEndian.PutUint32(r[0:], kind)
+	binary.LittleEndian.PutUint64(r[4:], owner)
+	copy(r[12:28], name)
+	return r
+}
+
+// fill writes a table "items" of n rows through db, deletes every tenth from id 5, and
+// returns the ids in order with the rows they hold.
+func fill(t *testing.T, db *txnode.DB, n int) (ids []uint64, rows map[uint64][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	items, err := db.CreateTable(ctx, "items", 64)
+	require.NoError(t, err)
+	_, err = db.CreateTable(ctx, "empty", 128)
+	require.NoError(t, err)
+	rows = map[uint64][]byte{}
+	for i := range n {
+		r := itemRow(uint32(i), uint64(1000+i), fmt.Sprintf("item-%d", i))
+		id, err := items.Insert(ctx, r)
+		require.NoError(t, err)
+		ids = append(ids, id)
+		rows[id] = r
+	}
+	for i := 5; i < n; i += 10 {
+		require.NoError(t, items.Delete(ctx, ids[i]))
+		delete(rows, ids[i])
+	}
+	return ids, rows
+}
+
+func checkCommands(t *testing.T, where []string, ids []uint64, rows map[uint64][]byte) {
+	code, out, errOut := weft(t, append(where, "tables", "--count")...)
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `(?m)^\d+\s+items\s+64\s+\d+\s+`+fmt.Sprint(len(rows))+`$`, out)
+	require.Regexp(t, `(?m)^\d+\s+empty\s+128\s+0\s+0$`, out)
+
+	id := ids[3]
+	code, out, errOut = weft(t, append(where, "get", "items", fmt.Sprint(id))...)
+	require.Zero(t, code, errOut)
+	require.Equal(t, fmt.Sprintf("%d\t%s\n", id, hex.EncodeToString(rows[id])), out)
+
+	code, out, errOut = weft(t, append(where, "get", "items", fmt.Sprint(id), "--layout", "kind:u32,owner:u64,name:str16,_:pad4,v:i16x2")...)
+	require.Zero(t, code, errOut)
+	require.Equal(t, fmt.Sprintf("%d\tkind=3 owner=1003 name=\"item-3\" v=[0 0]\n", id), out)
+
+	code, _, errOut = weft(t, append(where, "get", "items", fmt.Sprint(ids[5]))...)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "no such row")
+
+	code, _, errOut = weft(t, append(where, "get", "nosuch", "1")...)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "table not found")
+
+	// The whole table, in id order, without the deleted rows.
+	code, out, errOut = weft(t, append(where, "scan", "items")...)
+	require.Zero(t, code, errOut)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, len(rows))
+	k := 0
+	for _, id := range ids {
+		if r, ok := rows[id]; ok {
+			require.Equal(t, fmt.Sprintf("%d\t%s", id, hex.EncodeToString(r)), lines[k])
+			k++
+		}
+	}
+
+	// A range across a page boundary, and a limit.
+	lo, hi := ids[60], ids[70]
+	code, out, errOut = weft(t, append(where, "scan", "items", fmt.Sprint(lo), fmt.Sprint(hi), "--layout", "kind:u32")...)
+	require.Zero(t, code, errOut)
+	var want strings.Builder
+	for _, id := range ids {
+		if _, ok := rows[id]; ok && id >= lo && id < hi {
+			fmt.Fprintf(&want, "%d\tkind=%d\n", id, binary.LittleEndian.Uint32(rows[id]))
+		}
+	}
+	require.Equal(t, want.String(), out)
+	code, out, errOut = weft(t, append(where, "scan", "--limit", "3", "items")...)
+	require.Zero(t, code, errOut)
+	require.Len(t, strings.Split(strings.TrimSuffix(out, "\n"), "\n"), 3)
+
+	code, out, errOut = weft(t, append(where, "scan", "empty")...)
+	require.Zero(t, code, errOut)
+	require.Empty(t, out)
+
+	code, out, errOut = weft(t, append(where, "stats")...)
+	require.Zero(t, code, errOut)
+	require.Regexp(t, `(?m)^last_lsn\s+\d+$`, out)
+}
+
+func TestEmbeddedDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := txnode.Open(ctx, txnode.Options{Dir: dir, SyncMode: "none"})
+	require.NoError(t, err)
+	ids, rows := fill(t, db, 300)
+	require.NoError(t, db.Close(ctx))
+	checkCommands(t, []string{"--dir", dir}, ids, rows)
+
+	// A directory in use is refused, not read behind its owner's back.
+	db, err = txnode.Open(ctx, txnode.Options{Dir: dir, SyncMode: "none"})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	code, _, errOut := weft(t, "--dir", dir, "tables")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "lock")
+}
+
+func TestStorageNode(t *testing.T) {
+	ctx := context.Background()
+	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0",
+		Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone}})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	defer srv.Shutdown(ctx)
+	addr := srv.Addr().String()
+	db, err := txnode.Open(ctx, txnode.Options{StoreAddr: addr})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	ids, rows := fill(t, db, 300)
+	// The game server keeps running (and owning its tables) while the tool reads.
+	checkCommands(t, []string{"--store", addr}, ids, rows)
+	t.Setenv("WEFT_STORE", addr)
+	code, out, errOut := weft(t, "tables")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, "items")
+}
+
+func TestUsage(t *testing.T) {
+	code, out, _ := weft(t, "--help")
+	require.Zero(t, code)
+	for _, c := range commands {
+		require.Contains(t, out, "  "+c.name+" ")
+	}
+	code, _, errOut := weft(t, "frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown command "frobnicate"`)
+	code, _, errOut = weft(t, "tables")
+	require.Equal(t, 2, code, "no store named")
+	require.Contains(t, errOut, "--store ADDR")
+	code, _, errOut = weft(t, "--dir", "x", "get", "items")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "usage: weft get TABLE ID")
+	code, _, errOut = weft(t, "--dir", "x", "get", "items", "twelve")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `id "twelve"`)
+}
+
+func TestMissingDirectoryIsNotCreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nothing-here")
+	code, _, errOut := weft(t, "--dir", dir, "tables")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not a Weft store")
+	_, err := os.Stat(dir)
+	require.True(t, os.IsNotExist(err), "the tool made %s", dir)
+}
