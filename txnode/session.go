@@ -38,13 +38,21 @@ type Pending struct {
 func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	p := &Pending{db: s.db}
 	var busySince time.Time
+	var running *Tx // the transaction a panic in fn would leave behind
+	defer func() {
+		if running != nil {
+			running.Rollback()
+		}
+	}()
 	for attempt := 0; ; {
 		tx, err := s.db.beginTx(ctx, true)
 		if err != nil {
 			p.err = err
 			break
 		}
+		running, tx.exposed = tx, true
 		err = fn(tx)
+		running = nil
 		if tx.busy.t != nil {
 			if err := tx.retryBusy(&busySince); err != nil {
 				p.err = err

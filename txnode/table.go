@@ -152,18 +152,30 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 
 // retry runs one transaction (read-write when writable), retrying conflicts: either fn(tx), or,
 // without allocating a closure, the update of row id by ufn or put.
+//
+// A panic in fn (or ufn) rolls the running transaction back (its pins and buffers released,
+// nothing written) and goes on up the caller's goroutine unchanged.
 func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
 	var busySince time.Time
+	var running *Tx // the transaction a panic in fn would leave behind
+	defer func() {
+		if running != nil {
+			running.Rollback()
+		}
+	}()
 	for attempt := 0; ; {
 		tx, err := db.beginTx(ctx, writable)
 		if err != nil {
 			return err
 		}
+		running = tx
 		if fn != nil {
+			tx.exposed = true
 			err = fn(tx)
 		} else {
 			err = tx.update(t.t, id, ufn, put)
 		}
+		running = nil
 		if tx.busy.t != nil {
 			if err := tx.retryBusy(&busySince); err != nil {
 				return err

@@ -1,0 +1,233 @@
+package txnode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Regression tests of the API rules a game developer relies on (package doc, "Rules"): what
+// a context, a wrong row, a panic, a kept Tx, a scan's Row, the lease clock and FullPageIO do.
+
+// tableValues returns every row of tb by id, read through a plain scan.
+func tableValues(t *testing.T, tb *Table) map[uint64]uint64 {
+	t.Helper()
+	got := map[uint64]uint64{}
+	for r, err := range tb.Scan(context.Background(), 0, math.MaxUint64) {
+		require.NoError(t, err)
+		got[r.ID] = checkRow(t, r.Data)
+	}
+	return got
+}
+
+// TestRowSizeChecked: every row given to be written whose length is not the row size, nil
+// included, is ErrRowSize, and the DB goes on working (with 4 KiB rows a nil insert used to
+// panic inside the commit pipeline, holding its lock).
+func TestRowSizeChecked(t *testing.T) {
+	ctx := context.Background()
+	for _, rowBytes := range []int{64, 4096} {
+		for _, wb := range []Durability{Durable, WriteBack} {
+			t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb]+"/"+map[int]string{64: "64", 4096: "4096"}[rowBytes], func(t *testing.T) {
+				db := openEmbedded(t, "", Options{Durability: wb})
+				tb, err := db.CreateTable(ctx, "r", rowBytes)
+				require.NoError(t, err)
+				id, err := tb.Insert(ctx, u64Row(rowBytes, 7))
+				require.NoError(t, err)
+				for _, bad := range [][]byte{nil, {}, make([]byte, rowBytes-8), make([]byte, rowBytes+8)} {
+					_, err := tb.Insert(ctx, bad)
+					require.ErrorIs(t, err, ErrRowSize, "Insert of %d bytes", len(bad))
+					require.ErrorIs(t, tb.Put(ctx, id, bad), ErrRowSize)
+					require.ErrorIs(t, db.Update(ctx, func(tx *Tx) error {
+						_, err := tx.Insert(tb, bad)
+						return err
+					}), ErrRowSize)
+					require.ErrorIs(t, db.Update(ctx, func(tx *Tx) error { return tx.Put(tb, id, bad) }), ErrRowSize)
+					p := db.Session().Go(ctx, func(tx *Tx) error {
+						_, err := tx.Insert(tb, bad)
+						return err
+					})
+					require.ErrorIs(t, p.Wait(ctx), ErrRowSize)
+				}
+				// The DB still works: an insert, and Close, complete.
+				done := make(chan error, 1)
+				go func() {
+					id2, err := tb.Insert(ctx, u64Row(rowBytes, 8))
+					if err == nil {
+						buf := make([]byte, rowBytes)
+						if err = tb.Get(ctx, id2, buf); err == nil && !bytes.Equal(buf, u64Row(rowBytes, 8)) {
+							err = errors.New("inserted row reads back wrong")
+						}
+					}
+					if err == nil {
+						err = db.Close(ctx)
+					}
+					done <- err
+				}()
+				require.NoError(t, recvWithin(t, done, "an insert and Close after bad rows"))
+				got := tableValues(t, reopenTable(t, db, tb))
+				require.Len(t, got, 2, "only the two good rows exist")
+			})
+		}
+	}
+}
+
+// reopenTable reopens db's embedded directory and returns the table named like tb.
+func reopenTable(t *testing.T, db *DB, tb *Table) *Table {
+	t.Helper()
+	db2 := openEmbedded(t, db.opts.Dir, Options{})
+	tb2, err := db2.Table(context.Background(), tb.Name())
+	require.NoError(t, err)
+	return tb2
+}
+
+// pinnedFrames counts the cache's frames pinned now.
+func pinnedFrames(db *DB) int {
+	db.cache.mu.Lock()
+	defer db.cache.mu.Unlock()
+	n := 0
+	for id := range db.cache.nFrames {
+		if db.cache.meta(id).pins.Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClosurePanicRollsBack: a panic in a user's closure goes on up the caller's goroutine
+// with its own value, rolls the transaction back (nothing written, nothing left pinned) and
+// leaves the DB usable: in a cache that the panicking transactions had filled, the next
+// transactions, Insert and Close complete.
+func TestClosurePanicRollsBack(t *testing.T) {
+	ctx := context.Background()
+	for _, wb := range []Durability{Durable, WriteBack} {
+		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb], func(t *testing.T) {
+			// 64 KiB: 13 frames of 64-byte rows. Rows on 40 pages.
+			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: MinCacheBytes, CacheWait: 500 * time.Millisecond})
+			tb, err := db.CreateTable(ctx, "p", 64)
+			require.NoError(t, err)
+			ids := insertRows(t, db, tb, 40*64)
+			require.NoError(t, db.pipe.flush(ctx))
+			before := tableValues(t, tb)
+			buf := make([]byte, 64)
+			touch := func(tx *Tx, firstPage int) {
+				for p := firstPage; p < firstPage+8; p++ {
+					require.NoError(t, tx.Get(tb, ids[p*64], buf))
+				}
+				require.NoError(t, tx.Put(tb, ids[firstPage*64+1], u64Row(64, 999)))
+			}
+			for round := range 4 {
+				first := round * 8 // other pages each round: leaked pins would fill the cache
+				require.PanicsWithValue(t, "closure", func() {
+					_ = db.Update(ctx, func(tx *Tx) error {
+						touch(tx, first)
+						panic("closure")
+					})
+				})
+				require.Zero(t, pinnedFrames(db), "a panicking Update left pages pinned")
+			}
+			require.PanicsWithValue(t, "update fn", func() {
+				_ = tb.Update(ctx, ids[5], func([]byte) error { panic("update fn") })
+			})
+			require.PanicsWithValue(t, "session", func() {
+				db.Session().Go(ctx, func(tx *Tx) error {
+					touch(tx, 32)
+					panic("session")
+				})
+			})
+			require.PanicsWithValue(t, "scan body", func() {
+				_ = db.View(ctx, func(tx *Tx) error {
+					for range tx.Scan(tb, 0, math.MaxUint64) {
+						panic("scan body")
+					}
+					return nil
+				})
+			})
+			require.PanicsWithValue(t, "plain scan body", func() {
+				for range tb.Scan(ctx, 0, math.MaxUint64) {
+					panic("plain scan body")
+				}
+			})
+			require.Zero(t, pinnedFrames(db), "a panic left pages pinned")
+			require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+				for p := 24; p < 32; p++ {
+					if err := tx.Get(tb, ids[p*64], buf); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+			done := make(chan error, 1)
+			go func() {
+				_, err := tb.Insert(ctx, u64Row(64, 12345))
+				if err == nil {
+					err = db.Close(ctx)
+				}
+				done <- err
+			}()
+			require.NoError(t, recvWithin(t, done, "Insert and Close after panics"))
+			after := tableValues(t, reopenTable(t, db, tb))
+			require.Len(t, after, len(before)+1)
+			for id, v := range before {
+				require.Equal(t, v, after[id], "row %d changed by a panicking transaction", id)
+			}
+		})
+	}
+}
+
+// TestKeptTxIsDone: a *Tx kept after its closure returned (DB.Update, View, Session.Go) or
+// after Commit (Begin) fails every call with ErrTxDone, for ever: it never writes into a
+// later transaction, which the pool may have given the same memory.
+func TestKeptTxIsDone(t *testing.T) {
+	ctx := context.Background()
+	db := openEmbedded(t, "", Options{})
+	tb, err := db.CreateTable(ctx, "k", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 4)
+	var kept []*Tx
+	require.NoError(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return tx.Put(tb, ids[0], u64Row(64, 10)) }))
+	require.NoError(t, db.View(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }))
+	require.ErrorIs(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return ErrNotFound }), ErrNotFound)
+	require.NoError(t, db.Session().Go(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }).Wait(ctx))
+	manual, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, manual.Commit())
+	kept = append(kept, manual)
+
+	buf := make([]byte, 64)
+	checkDone := func(stale *Tx) {
+		t.Helper()
+		require.ErrorIs(t, stale.Put(tb, ids[1], u64Row(64, 666)), ErrTxDone)
+		require.ErrorIs(t, stale.Update(tb, ids[1], func(r []byte) error { fillRow(r, 667); return nil }), ErrTxDone)
+		require.ErrorIs(t, stale.Delete(tb, ids[1]), ErrTxDone)
+		_, err := stale.Insert(tb, u64Row(64, 668))
+		require.ErrorIs(t, err, ErrTxDone)
+		require.ErrorIs(t, stale.Get(tb, ids[1], buf), ErrTxDone)
+		for _, err := range stale.Scan(tb, 0, math.MaxUint64) {
+			require.ErrorIs(t, err, ErrTxDone)
+		}
+		require.ErrorIs(t, stale.Commit(), ErrTxDone)
+		stale.Rollback()
+	}
+	for round := range 50 {
+		// Inside later transactions, which may run in the kept ones' memory.
+		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+			for _, stale := range kept {
+				require.NotSame(t, stale, tx, "a kept Tx was handed out again")
+				checkDone(stale)
+			}
+			return tx.Put(tb, ids[2], u64Row(64, uint64(round)))
+		}))
+		for _, stale := range kept {
+			checkDone(stale)
+		}
+	}
+	got := tableValues(t, tb)
+	require.Equal(t, uint64(1), got[ids[1]], "a kept Tx wrote")
+	require.Equal(t, uint64(49), got[ids[2]])
+	require.Len(t, got, 4)
+}
