@@ -25,6 +25,110 @@ func tableValues(t *testing.T, tb *Table) map[uint64]uint64 {
 	return got
 }
 
+// TestEndedContextAppliesNothing: a context that is done before a write is installed aborts
+// it with ctx.Err(): nothing applied, not ErrUnknownOutcome, and Insert returns no id.
+func TestEndedContextAppliesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range openConfigs(t) {
+		t.Run(cfg.name, func(t *testing.T) {
+			db := cfg.opener(t)(Options{})
+			tb, err := db.CreateTable(ctx, "c", 64)
+			require.NoError(t, err)
+			ids := insertRows(t, db, tb, 3)
+			before := tableValues(t, tb)
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			check := func(what string, err error) {
+				t.Helper()
+				require.ErrorIs(t, err, context.Canceled, what)
+				require.NotErrorIs(t, err, ErrUnknownOutcome, what)
+			}
+			id, err := tb.Insert(ended, u64Row(64, 100))
+			check("Insert", err)
+			require.Zero(t, id, "an Insert that did not happen has no id")
+			check("Put", tb.Put(ended, ids[0], u64Row(64, 101)))
+			check("Update", tb.Update(ended, ids[1], func(r []byte) error { fillRow(r, 102); return nil }))
+			check("Delete", tb.Delete(ended, ids[2]))
+			check("DB.Update", db.Update(ended, func(tx *Tx) error {
+				if err := tx.Put(tb, ids[0], u64Row(64, 103)); err != nil {
+					return err
+				}
+				_, err := tx.Insert(tb, u64Row(64, 104))
+				return err
+			}))
+			check("Session.Go", db.Session().Go(ended, func(tx *Tx) error {
+				return tx.Put(tb, ids[1], u64Row(64, 105))
+			}).Wait(ctx))
+			tx, err := db.Begin(ended, true)
+			require.NoError(t, err)
+			require.NoError(t, tx.Put(tb, ids[2], u64Row(64, 106)))
+			check("Tx.Commit", tx.Commit())
+			require.NoError(t, db.pipe.flush(ctx))
+			require.Equal(t, before, tableValues(t, tb), "nothing may be applied")
+		})
+	}
+}
+
+// sentCommitStore reports every commit batch handed to it on sent (held acknowledgements
+// keep the writers waiting for durability).
+type sentCommitStore struct {
+	*heldCommitStore
+	sent chan struct{}
+}
+
+func (s *sentCommitStore) Commit(b *CommitBatch, done func(uint64, error)) {
+	s.heldCommitStore.Commit(b, done)
+	select {
+	case s.sent <- struct{}{}:
+	default:
+	}
+}
+
+// TestInsertUnknownOutcomeKeepsID: a context that ends once the insert is installed (its batch
+// is on its way to the store) gives ErrUnknownOutcome, and Insert still returns the id it used,
+// under which the row is found once the batch is acknowledged.
+func TestInsertUnknownOutcomeKeepsID(t *testing.T) {
+	ctx := context.Background()
+	hs := &sentCommitStore{heldCommitStore: &heldCommitStore{Store: newLocalStore(t, ""), released: true},
+		sent: make(chan struct{}, 1)}
+	db, err := Open(ctx, Options{Store: hs})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	defer hs.release() // first: a failed assertion must not leave Close waiting for acks
+	tb, err := db.CreateTable(ctx, "u", 64)
+	require.NoError(t, err)
+	first, err := tb.Insert(ctx, u64Row(64, 1))
+	require.NoError(t, err)
+	hs.mu.Lock()
+	hs.released = false
+	hs.mu.Unlock()
+	select {
+	case <-hs.sent: // the first insert's batch
+	default:
+	}
+
+	type result struct {
+		id  uint64
+		err error
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	got := make(chan result, 1)
+	go func() {
+		id, err := tb.Insert(ictx, u64Row(64, 2))
+		got <- result{id, err}
+	}()
+	recvWithin(t, hs.sent, "the insert's batch reaching the store")
+	cancel()
+	r := recvWithin(t, got, "the insert")
+	require.ErrorIs(t, r.err, ErrUnknownOutcome)
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.Greater(t, r.id, first, "the id the insert used, not 0 (another row's id)")
+	hs.release()
+	buf := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, r.id, buf))
+	require.Equal(t, uint64(2), checkRow(t, buf))
+}
+
 // TestRowSizeChecked: every row given to be written whose length is not the row size, nil
 // included, is ErrRowSize, and the DB goes on working (with 4 KiB rows a nil insert used to
 // panic inside the commit pipeline, holding its lock).

@@ -49,6 +49,10 @@ type DB struct {
 
 	txPool sync.Pool
 	stats  dbCounters
+
+	// testHookAdded, when set (by a test, before any commit), runs in a committing
+	// goroutine between the pipeline's add and the install.
+	testHookAdded func(tx *Tx)
 }
 
 // tableState is what the node knows of a table. Immutable fields first.

@@ -201,6 +201,7 @@ func (p *pipeline) flushSoon() {
 
 // add gives a validated, locked transaction its commit version and (Durable) copies its rows
 // into the open batch. In WriteBack it returns holding wbMu for reading; addDone releases it.
+// A transaction whose context is done by then is refused with ctx.Err(): nothing applied.
 func (p *pipeline) add(tx *Tx) (uint64, error) {
 	db := p.db
 	if db.opts.Durability == WriteBack {
@@ -222,6 +223,11 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 			p.wbMu.RUnlock()
 			return 0, err
 		}
+		// The last moment to give up: from here on the transaction is installed.
+		if err := tx.ctx.Err(); err != nil {
+			p.wbMu.RUnlock()
+			return 0, err
+		}
 		return db.commitVer.Add(1), nil
 	}
 	p.mu.Lock()
@@ -230,6 +236,11 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		p.room.Wait()
 	}
 	if err := p.admitErr(); err != nil {
+		p.mu.Unlock()
+		return 0, err
+	}
+	// The last moment to give up: from here on the transaction is in a batch, and installed.
+	if err := tx.ctx.Err(); err != nil {
 		p.mu.Unlock()
 		return 0, err
 	}

@@ -128,7 +128,10 @@ func (t *Table) Delete(ctx context.Context, id uint64) error {
 	return t.db.Update(ctx, func(tx *Tx) error { return tx.Delete(t, id) })
 }
 
-// Insert adds a row under a new id and returns the id.
+// Insert adds a row under a new id and returns the id. A context done before the row is
+// installed returns ctx.Err() with nothing inserted (and id 0); once it is installed the id is
+// returned even with an error: ErrUnknownOutcome (the context ended while it was being made
+// durable) or the commit batch's failure leave the row possibly durable under that id.
 func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		tx, err := t.db.beginTx(ctx, true)
@@ -140,13 +143,15 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			tx.Rollback()
 			return 0, err
 		}
-		if err := tx.Commit(); err != nil {
+		p, err := tx.commit()
+		tx.release()
+		if err != nil {
 			if errors.Is(err, ErrConflict) && attempt < t.db.opts.MaxRetries {
 				continue
 			}
 			return 0, err
 		}
-		return id, nil
+		return id, p.wait(t.db, ctx)
 	}
 }
 

@@ -551,6 +551,9 @@ func (tx *Tx) commit() (commitWait, error) {
 		tx.unlockAll()
 		return commitWait{}, err
 	}
+	if db.testHookAdded != nil {
+		db.testHookAdded(tx)
+	}
 	tx.install(ver)
 	db.pipe.addDone()
 	db.stats.commits.Add(1)
