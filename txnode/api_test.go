@@ -335,3 +335,41 @@ func TestKeptTxIsDone(t *testing.T) {
 	require.Equal(t, uint64(49), got[ids[2]])
 	require.Len(t, got, 4)
 }
+
+// TestScanRowDataStable: a Tx.Scan's Row.Data stays as it was yielded until the next
+// iteration while the loop body updates other rows (twice, the second time through the
+// transaction's own write) and runs another scan.
+func TestScanRowDataStable(t *testing.T) {
+	ctx := context.Background()
+	db := openEmbedded(t, "", Options{})
+	tb, err := db.CreateTable(ctx, "d", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 20)
+	other := ids[19]
+	bump := func(r []byte) error { fillRow(r, checkRow(t, r)+1000); return nil }
+	require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+		n := 0
+		for r, err := range tx.Scan(tb, ids[0], ids[10]) {
+			require.NoError(t, err)
+			want := u64Row(64, uint64(n))
+			require.Equal(t, want, r.Data)
+			require.NoError(t, tx.Update(tb, other, bump))
+			require.NoError(t, tx.Update(tb, other, bump))
+			require.NoError(t, tx.Put(tb, ids[18], u64Row(64, 5000+uint64(n))))
+			for range tx.Scan(tb, ids[15], ids[19]) {
+			}
+			require.Equal(t, want, r.Data, "Row.Data of id %d changed inside the loop", r.ID)
+			n++
+		}
+		require.Equal(t, 10, n)
+		return nil
+	}))
+	for r, err := range tb.Scan(ctx, ids[0], ids[5]) {
+		require.NoError(t, err)
+		want := append([]byte(nil), r.Data...)
+		require.NoError(t, tb.Update(ctx, other, bump))
+		for range tb.Scan(ctx, ids[15], ids[19]) {
+		}
+		require.Equal(t, want, r.Data)
+	}
+}
