@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Regression tests of the API rules a game developer relies on (package doc, "Rules"): what
@@ -372,4 +374,41 @@ func TestScanRowDataStable(t *testing.T) {
 		}
 		require.Equal(t, want, r.Data)
 	}
+}
+
+// fakeLeaseClock is a lease clock the test moves, forwards and back.
+type fakeLeaseClock struct{ n atomic.Int64 }
+
+func (c *fakeLeaseClock) nanos() int64 { return c.n.Load() }
+
+// TestLeaseClockSteppedBack: the lease runs on the injected (monotonic) clock, and once this
+// node saw its lease run out, a clock that goes back does not let it serve again: on 767c454
+// the lease was wall-clock UnixNano, so a wall clock stepped back revived an expired lease.
+func TestLeaseClockSteppedBack(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
+	clock := &fakeLeaseClock{}
+	clock.n.Store(int64(1000 * time.Hour))
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "l", 64)
+	require.NoError(t, err)
+	id, err := tb.Insert(ctx, u64Row(64, 1))
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	clock.n.Add(int64(44 * time.Minute)) // within three quarters of the hour
+	require.NoError(t, tb.Get(ctx, id, buf))
+	clock.n.Add(int64(2 * time.Minute))
+	require.ErrorIs(t, tb.Get(ctx, id, buf), ErrLeaseExpired)
+	clock.n.Add(-int64(3 * time.Hour)) // stepped back
+	require.ErrorIs(t, tb.Get(ctx, id, buf), ErrLeaseExpired)
+	require.ErrorIs(t, tb.Put(ctx, id, u64Row(64, 2)), ErrLeaseExpired)
+	require.ErrorIs(t, db.View(ctx, func(tx *Tx) error { return tx.Get(tb, id, buf) }), ErrLeaseExpired)
+
+	// The default clock is Go's monotonic one: a reading that carries it.
+	mc := monoClock{origin: time.Now()}
+	a := mc.nanos()
+	require.GreaterOrEqual(t, mc.nanos(), a)
+	require.NotEqual(t, mc.origin, mc.origin.Round(0), "the origin carries a monotonic reading")
 }

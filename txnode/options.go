@@ -74,6 +74,9 @@ type Options struct {
 
 	// Logger receives lease and failure events; slog.Default() when nil.
 	Logger *slog.Logger
+
+	// clock is the lease clock (monotonic); tests inject one.
+	clock leaseClock
 }
 
 func (o Options) withDefaults() Options {
@@ -104,6 +107,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.clock == nil {
+		o.clock = monoClock{origin: time.Now()}
 	}
 	return o
 }
