@@ -412,3 +412,37 @@ func TestLeaseClockSteppedBack(t *testing.T) {
 	require.GreaterOrEqual(t, mc.nanos(), a)
 	require.NotEqual(t, mc.origin, mc.origin.Round(0), "the origin carries a monotonic reading")
 }
+
+// TestFullPageIOKeepsEarlierWrite: with FullPageIO, a transaction that ships a whole page
+// while an earlier transaction of the same batch has written a row of it but not installed
+// it yet must not ship that row's older image (which the store would apply after the write).
+func TestFullPageIOKeepsEarlierWrite(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := openEmbedded(t, dir, Options{FullPageIO: true})
+	tb, err := db.CreateTable(ctx, "f", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 64)
+	x, y := ids[3], ids[4]
+	var armed atomic.Bool
+	inA, goA := make(chan struct{}), make(chan struct{})
+	db.testHookAdded = func(tx *Tx) {
+		if len(tx.writes) == 1 && tx.writes[0].id == x && armed.CompareAndSwap(true, false) {
+			close(inA) // A's rows are in the batch, X still locked and not installed
+			<-goA
+		}
+	}
+	armed.Store(true)
+	aDone := make(chan error, 1)
+	go func() { aDone <- tb.Put(ctx, x, u64Row(64, 111)) }()
+	recvWithin(t, inA, "A between add and install")
+	require.NoError(t, tb.Put(ctx, y, u64Row(64, 222))) // B ships the whole page, X included
+	close(goA)
+	require.NoError(t, recvWithin(t, aDone, "A's commit"))
+	require.NoError(t, db.Close(ctx))
+
+	got := tableValues(t, reopenTable(t, db, tb))
+	require.Equal(t, uint64(111), got[x], "the store has an older image of X than A wrote")
+	require.Equal(t, uint64(222), got[y])
+	require.Equal(t, uint64(5), got[ids[5]])
+}
