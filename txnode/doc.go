@@ -7,6 +7,7 @@
 // # Using it
 //
 //	db, err := txnode.Open(ctx, txnode.Options{Dir: "data"})
+//	defer db.Close(ctx)                         // flushes and waits (see Options.Durability)
 //	items, err := db.CreateTable(ctx, "items", 64)
 //	id, err := items.Insert(ctx, row)
 //	err = items.Get(ctx, id, buf)
