@@ -19,8 +19,11 @@ import (
 // hands its rows to the commit pipeline, installs them and unlocks. Pages a transaction
 // touches are pinned until it ends, so no frame it depends on is evicted under it.
 
-// Tx is a transaction. It is not safe for concurrent use: one goroutine runs it. Row slices
-// it returns are valid until the transaction ends.
+// Tx is a transaction. It is not safe for concurrent use: one goroutine runs it. It is valid
+// only inside the closure it was handed to (DB.Update, View, Session.Go) or, from Begin,
+// until Commit or Rollback; after that every method returns ErrTxDone, for ever. Row slices
+// it hands out (a scan's Row.Data, the row an Update's fn gets) are valid as their own docs
+// say, never after the transaction ends.
 type Tx struct {
 	db       *DB
 	ctx      context.Context
