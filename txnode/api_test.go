@@ -213,7 +213,7 @@ func TestClosurePanicRollsBack(t *testing.T) {
 	for _, wb := range []Durability{Durable, WriteBack} {
 		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb], func(t *testing.T) {
 			// 64 KiB: 13 frames of 64-byte rows. Rows on 40 pages.
-			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: MinCacheBytes, CacheWait: 500 * time.Millisecond})
+			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: MinCacheBytes, CacheWait: 10 * time.Second})
 			tb, err := db.CreateTable(ctx, "p", 64)
 			require.NoError(t, err)
 			ids := insertRows(t, db, tb, 40*64)

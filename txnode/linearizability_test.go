@@ -287,7 +287,7 @@ func TestLinearizabilityEmbedded(t *testing.T) {
 			dir := t.TempDir()
 			ctx := context.Background()
 			db, err := Open(ctx, Options{Dir: dir, SyncMode: "none", Durability: mode, FlushInterval: time.Millisecond,
-				CacheBytes: MinCacheBytes})
+				CacheBytes: MinCacheBytes, CacheWait: 10 * time.Second})
 			require.NoError(t, err)
 			tb, keys, filler := linSetUp(t, db)
 			rec := &linRecorder{}
@@ -332,7 +332,8 @@ func TestLinearizabilityKilledStore(t *testing.T) {
 	node := startNodeProc(t, dir, addr)
 	defer func() { node.kill() }()
 	const owner = 4242
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: MinCacheBytes, RequestTimeout: 30 * time.Second})
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: MinCacheBytes,
+		CacheWait: 10 * time.Second, RequestTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	tb, keys, filler := linSetUp(t, db)
 	var noise sync.WaitGroup
