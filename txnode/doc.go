@@ -69,7 +69,8 @@
 // have no effects outside the transaction; an error it returns is returned only if what it
 // read was still current at the end (otherwise it runs again). A panic in a closure, or in a
 // scan's loop body, rolls the transaction back (nothing written, nothing left pinned) and goes
-// on up the caller's goroutine with its own value and stack; the DB stays usable.
+// on up the caller's goroutine with its own value and stack; the DB stays usable. A
+// transaction from Begin is its caller's to end: defer tx.Rollback() (a no-op after Commit).
 //
 // Rows: a row given to Put or Insert must be exactly the table's row size (nil and empty rows
 // are ErrRowSize too); it is copied before the call returns, so the caller may reuse it. Get

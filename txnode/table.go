@@ -213,7 +213,9 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 // may have seen the state before and after that commit, and the error may come from that;
 // then fn runs again, as for a conflict). A transaction that needs a page while the cache is
 // full and it holds others is retried too, after waiting for room with nothing held, for at
-// most Options.CacheWait in all; then Update returns ErrCacheFull.
+// most Options.CacheWait in all; then Update returns ErrCacheFull. A panic in fn rolls the
+// transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
+// kept, it returns ErrTxDone for ever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.retry(ctx, true, fn, nil, 0, nil, nil)
 }
@@ -227,7 +229,8 @@ func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
 // returned as ErrConflict, not retried; so is ErrCacheFull, when the transaction needs a page
 // while the cache is full and it holds others. An error a call returns may come from reads
 // that a concurrent commit has since changed (they are no snapshot): then Commit fails with
-// ErrConflict. The Tx must be used by one goroutine.
+// ErrConflict. The Tx must be used by one goroutine; defer tx.Rollback() (a no-op after
+// Commit) so that an early return or a panic does not leave its pages pinned.
 func (db *DB) Begin(ctx context.Context, writable bool) (*Tx, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
