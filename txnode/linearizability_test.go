@@ -18,7 +18,8 @@ import (
 )
 
 // Linearizability through the public API, checked with porcupine: concurrent clients Put, Get
-// and read-modify-write a few rows (each on its own page), embedded (Durable and WriteBack)
+// and read-modify-write a few rows (each on its own page; Table, DB.Update/View and Session.Go
+// calls at random), embedded (Durable and WriteBack)
 // and against a storage node process that is killed (-9) and restarted under them. Every
 // operation is recorded with a logical call and return time (one atomic counter, so real-time
 // order is kept); a write that fails has an unknown outcome: it is recorded as returning
@@ -142,10 +143,14 @@ func linClient(t *testing.T, rec *linRecorder, db *DB, tb *Table, keys []uint64,
 				out.val = checkRow(t, buf)
 			}
 		case opPut:
-			if rng.IntN(2) == 0 {
+			put := func(tx *Tx) error { return tx.Put(tb, keys[k], u64Row(tb.RowBytes(), in.val)) }
+			switch rng.IntN(3) {
+			case 0:
 				err = tb.Put(ctx, keys[k], u64Row(tb.RowBytes(), in.val))
-			} else {
-				err = db.Update(ctx, func(tx *Tx) error { return tx.Put(tb, keys[k], u64Row(tb.RowBytes(), in.val)) })
+			case 1:
+				err = db.Update(ctx, put)
+			default:
+				err = db.Session().Go(ctx, put).Wait(ctx) // visible at Go, returns when durable
 			}
 		case opRMW:
 			if rng.IntN(2) == 0 {
@@ -186,7 +191,9 @@ func linClient(t *testing.T, rec *linRecorder, db *DB, tb *Table, keys []uint64,
 // linCheck checks the history, writing a visualization where it is not linearizable.
 func linCheck(t *testing.T, ops []porcupine.Operation) {
 	t.Helper()
+	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(linModel, ops, time.Minute)
+	t.Logf("porcupine: %v in %v", res, time.Since(start).Round(time.Millisecond))
 	if res != porcupine.Ok {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("weft-linearizability-%d.html", time.Now().UnixNano()))
 		if err := porcupine.VisualizePath(linModel, info, path); err == nil {
