@@ -325,10 +325,18 @@ func TestLinearizabilityEmbedded(t *testing.T) {
 }
 
 // TestLinearizabilityKilledStore: the same against a storage node process killed with -9
-// and restarted while the clients run (Durable, sync none: the WAL survives a kill of the
-// process). The node reconnects and resends its batches; the final reads come from a fresh
-// node after the last restart.
+// and restarted while the clients run (sync none: the WAL survives a kill of the process),
+// Durable and WriteBack. The node reconnects and resends its batches; the final reads come
+// from a fresh node after the last restart.
 func TestLinearizabilityKilledStore(t *testing.T) {
+	for _, mode := range []Durability{Durable, WriteBack} {
+		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[mode], func(t *testing.T) {
+			linKilledStore(t, mode)
+		})
+	}
+}
+
+func linKilledStore(t *testing.T, mode Durability) {
 	clients, ops := linSize(6000)
 	kills := 3
 	if testing.Short() {
@@ -339,8 +347,8 @@ func TestLinearizabilityKilledStore(t *testing.T) {
 	node := startNodeProc(t, dir, addr)
 	defer func() { node.kill() }()
 	const owner = 4242
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: MinCacheBytes,
-		CacheWait: 10 * time.Second, RequestTimeout: 30 * time.Second})
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: MinCacheBytes, Durability: mode,
+		FlushInterval: time.Millisecond, CacheWait: 10 * time.Second, RequestTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	tb, keys, filler := linSetUp(t, db)
 	var noise sync.WaitGroup
