@@ -79,11 +79,13 @@ type sentCommitStore struct {
 }
 
 func (s *sentCommitStore) Commit(b *CommitBatch, done func(uint64, error)) {
-	s.heldCommitStore.Commit(b, done)
+	// Before the batch goes on: the acknowledgement (and so the committer's return) comes
+	// after the report, so a committer that returned has its report in sent.
 	select {
 	case s.sent <- struct{}{}:
 	default:
 	}
+	s.heldCommitStore.Commit(b, done)
 }
 
 // TestInsertUnknownOutcomeKeepsID: a context that ends once the insert is installed (its batch
