@@ -157,6 +157,17 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A pin that found no frame registers as a waiter and looks once more before it sleeps:
+	// an unpin (or an ack) that made room after that look sees the waiter and signals under
+	// mu, which it can take only once we sleep; one before it, the look sees. (Registered
+	// only before sleeping, an unpin between the look and the sleep saw no waiter, and the
+	// pin slept until waitMax.)
+	registered := false
+	defer func() {
+		if registered {
+			c.waiters.Add(-1) // under mu: the deferred Unlock runs after
+		}
+	}()
 	var deadline time.Time
 	var timer *time.Timer
 	defer func() {
@@ -188,6 +199,11 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 			c.pt.insert(key, id)
 			return id, m, nil
 		}
+		if !registered {
+			c.waiters.Add(1)
+			registered = true
+			continue
+		}
 		// Nothing evictable: wait for an unpin, an ack or a flush, a bounded time.
 		if held > 0 && deadline.IsZero() {
 			heldBytes := int64(held) * frameCost(rowBytes)
@@ -218,9 +234,7 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 		if c.needFlush != nil {
 			go c.needFlush()
 		}
-		c.waiters.Add(1)
 		c.roomMade.Wait()
-		c.waiters.Add(-1)
 	}
 }
 

@@ -49,6 +49,10 @@ type DB struct {
 
 	txPool sync.Pool
 	stats  dbCounters
+
+	// testHookAdded, when set (by a test, before any commit), runs in a committing
+	// goroutine between the pipeline's add and the install.
+	testHookAdded func(tx *Tx)
 }
 
 // tableState is what the node knows of a table. Immutable fields first.
@@ -58,8 +62,12 @@ type tableState struct {
 	geo      logicpage.Geometry
 	rowBytes int
 
-	epoch      atomic.Uint64
-	leaseUntil atomic.Int64 // unix nanoseconds; 0 = never expires
+	epoch atomic.Uint64
+	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
+	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
+	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
+	leaseUntil atomic.Int64
+	clock      leaseClock
 	dropped    atomic.Bool
 
 	// insertEpoch is bumped by every commit that inserts rows: a scan reaching into ids this
@@ -187,7 +195,7 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	start := db.opts.clock.nanos()
 	g, err := db.store.Acquire(ctx, st.ID, db.owner, 0)
 	if err != nil {
 		return nil, err
@@ -197,10 +205,10 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
 	}
-	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes}
+	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock}
 	t.epoch.Store(g.Epoch)
 	if g.Lease > 0 {
-		t.leaseUntil.Store(start.Add(leaseUsable(g.Lease)).UnixNano())
+		t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
 	}
 	t.grantLo.Store(^uint64(0))
 	t.idHigh.Store(st.NextID)
@@ -268,7 +276,7 @@ func (db *DB) renewLeases() {
 		}
 		db.mu.Unlock()
 		for _, t := range ts {
-			start := time.Now()
+			start := db.opts.clock.nanos()
 			ctx, cancel := context.WithTimeout(context.Background(), period)
 			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load())
 			cancel()
@@ -276,7 +284,7 @@ func (db *DB) renewLeases() {
 				db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
 				continue
 			}
-			t.leaseUntil.Store(start.Add(leaseUsable(g.Lease)).UnixNano())
+			t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
 		}
 	}
 }
@@ -286,11 +294,26 @@ func (t *tableState) serving() error {
 	if t.dropped.Load() {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
 	}
-	if lu := t.leaseUntil.Load(); lu != 0 && time.Now().UnixNano() > lu {
+	if lu := t.leaseUntil.Load(); lu != 0 && (lu == leaseLapsed || t.clock.nanos() > lu) {
+		// Latch it: a clock that went back (only an injected one can) does not revive it.
+		t.leaseUntil.CompareAndSwap(lu, leaseLapsed)
 		return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
 	}
 	return nil
 }
+
+// leaseLapsed marks a lease that serving saw run out; only a renewal replaces it.
+const leaseLapsed = math.MinInt64
+
+// leaseClock is the clock of ownership leases: nanoseconds on a monotonic clock, from an
+// arbitrary origin. Any goroutine may call it.
+type leaseClock interface{ nanos() int64 }
+
+// monoClock is the default leaseClock: Go's monotonic clock (time.Since of a reading that
+// carries one), which a change of the wall clock does not move.
+type monoClock struct{ origin time.Time }
+
+func (c monoClock) nanos() int64 { return int64(time.Since(c.origin)) }
 
 // durableWaiter is a goroutine in waitDurable. Waiters come from a pool and their channels
 // are reused, so waiting allocates nothing: a waiter is woken (one send; the channel holds

@@ -7,6 +7,7 @@
 // # Using it
 //
 //	db, err := txnode.Open(ctx, txnode.Options{Dir: "data"})
+//	defer db.Close(ctx)                         // flushes and waits (see Options.Durability)
 //	items, err := db.CreateTable(ctx, "items", 64)
 //	id, err := items.Insert(ctx, row)
 //	err = items.Get(ctx, id, buf)
@@ -58,6 +59,47 @@
 // touched are invalidated, and the DB must be reopened. The remote store reconnects on its own
 // after a broken connection and resends the batches in flight with the same (owner, epoch,
 // seq), which the storage node applies at most once.
+//
+// # Rules: what a Tx, a Row and an error guarantee
+//
+// A Tx belongs to one goroutine and to the call that handed it out: the closure of
+// DB.Update, DB.View or Session.Go while it runs, or Begin's caller until Commit or Rollback.
+// After that every method of it returns ErrTxDone, for ever: a kept *Tx never acts inside
+// another transaction. A closure may run more than once (conflicts are retried), so it must
+// have no effects outside the transaction; an error it returns is returned only if what it
+// read was still current at the end (otherwise it runs again). A panic in a closure, or in a
+// scan's loop body, rolls the transaction back (nothing written, nothing left pinned) and goes
+// on up the caller's goroutine with its own value and stack; the DB stays usable. A
+// transaction from Begin is its caller's to end: defer tx.Rollback() (a no-op after Commit).
+//
+// Rows: a row given to Put or Insert must be exactly the table's row size (nil and empty rows
+// are ErrRowSize too); it is copied before the call returns, so the caller may reuse it. Get
+// fills the caller's buffer (of the row size) before it returns. The slice Update passes to
+// its fn is valid only during fn. A scan's Row.Data is the scan's own copy: it stays valid
+// until the loop asks for the next row, whatever the loop body does (Update other rows, run
+// another scan); copy it to keep it longer.
+//
+// Errors are this package's sentinels (errors.go) or the storage node's, wrapped with %w,
+// for errors.Is, which works across TCP too. What a write's error says about its outcome:
+//
+//   - nil: committed. Durable: durable. WriteBack: installed, visible, durable at the next
+//     flush (see Durability for what a crash loses).
+//   - the context's own error (context.Canceled, context.DeadlineExceeded, not wrapped in
+//     ErrUnknownOutcome), ErrConflict, ErrRowSize, ErrReadOnly, ErrTxDone, ErrNotFound,
+//     ErrTableNotFound, ErrLeaseExpired, ErrCacheFull, ErrClosed, or the closure's own error:
+//     nothing was applied. A context done before the transaction is installed (its rows
+//     visible to others) always ends here.
+//   - ErrUnknownOutcome (wrapping the context's error): the context ended after the
+//     transaction was installed, while it was being made durable. It is visible to this
+//     node and may or may not survive a crash; Table.Insert still returns the id it used.
+//     Retry only what is idempotent for the game.
+//   - a commit batch's failure (the store's write or fsync failed, the node was fenced, the
+//     connection could not be re-established): the batch may survive a restart of the
+//     storage node; this node stops committing and must be reopened (see Contracts).
+//
+// Waits: a call blocks only its own goroutine: on a cache miss (the store's round trip), on a
+// full cache (up to CacheWait), on a commit (Durable: until durable) and on a row whose commit
+// is not yet durable (Durable). Each such wait ends when the call's context does.
 //
 // # Measured
 //

@@ -75,8 +75,10 @@ func (ItemCodec) UnmarshalRow(src []byte, v *Item) {
 	}
 }
 
-// openExample opens an embedded node in a fresh directory; close removes the directory.
-func openExample() (db *txnode.DB, close func()) {
+// openExample opens an embedded node in a fresh directory; removeDir removes the directory.
+// Every example then defers db.Close(ctx), as a game server must: in WriteBack mode a
+// missing Close loses the commits not yet flushed (Options.Durability).
+func openExample() (db *txnode.DB, removeDir func()) {
 	dir, err := os.MkdirTemp("", "weft-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -85,18 +87,14 @@ func openExample() (db *txnode.DB, close func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return db, func() {
-		if err := db.Close(context.Background()); err != nil {
-			log.Fatal(err)
-		}
-		os.RemoveAll(dir)
-	}
+	return db, func() { os.RemoveAll(dir) }
 }
 
 func ExampleDB_Update() {
 	ctx := context.Background()
-	db, closeDB := openExample()
-	defer closeDB()
+	db, removeDir := openExample()
+	defer removeDir()
+	defer db.Close(ctx)
 
 	// Accounts: a balance in the first 8 bytes of a 64-byte row.
 	accounts, err := db.CreateTable(ctx, "accounts", 64)
@@ -149,8 +147,9 @@ func ExampleDB_Update() {
 
 func ExampleTable_Get() {
 	ctx := context.Background()
-	db, closeDB := openExample()
-	defer closeDB()
+	db, removeDir := openExample()
+	defer removeDir()
+	defer db.Close(ctx)
 
 	players, err := db.CreateTable(ctx, "players", 64)
 	if err != nil {
@@ -183,8 +182,9 @@ func ExampleTable_Get() {
 
 func ExampleSession_Go() {
 	ctx := context.Background()
-	db, closeDB := openExample()
-	defer closeDB()
+	db, removeDir := openExample()
+	defer removeDir()
+	defer db.Close(ctx)
 
 	events, err := db.CreateTable(ctx, "events", 64)
 	if err != nil {
@@ -223,8 +223,9 @@ func ExampleSession_Go() {
 
 func ExampleTyped() {
 	ctx := context.Background()
-	db, closeDB := openExample()
-	defer closeDB()
+	db, removeDir := openExample()
+	defer removeDir()
+	defer db.Close(ctx)
 
 	table, err := db.CreateTable(ctx, "items", ItemBytes)
 	if err != nil {

@@ -5,7 +5,26 @@ import (
 	"time"
 )
 
-// Durability says when a commit returns.
+// Durability says when a commit returns, and so what a crash loses.
+//
+// What is lost, by mode, when this process crashes or exits without DB.Close (returning from
+// main without it, os.Exit, log.Fatal and a panic that ends the process are all crashes here:
+// nothing flushes on the way out, so always `defer db.Close(ctx)` right after Open):
+//
+//   - Durable: nothing that returned nil. A commit returns only once the storage node has its
+//     batch in the WAL (synced per the node's sync mode); what was still committing (no
+//     return yet, or ErrUnknownOutcome) may or may not survive, whole. Session.Go returns
+//     before durability: a Pending not yet resolved is in that state too.
+//   - WriteBack: every commit not yet flushed, silently: the epochs of about the last
+//     FlushInterval (more when the store is slow), and the epochs in flight. Each epoch
+//     survives whole or not at all, and in order: what survives is the state after some
+//     prefix of the commits. Session.Flush, Pending.Wait and Close wait for the flush.
+//
+// Close in both modes flushes, waits for every batch to be acknowledged and releases the
+// store (the embedded store checkpoints; a remote store's tables become free for another
+// node at once, while after a crash another node waits out the lease). The storage node's
+// sync mode decides the rest: "always" survives power loss, "none" only a crash of either
+// process (not of the machine or the OS).
 type Durability uint8
 
 const (
@@ -15,8 +34,9 @@ const (
 	Durable Durability = iota
 	// WriteBack: a commit returns once it is installed in the cache. Dirty rows are flushed in
 	// epochs, each one atomic commit batch, every FlushInterval and when the cache needs room;
-	// repeated writes to a row and rows of one page coalesce. A crash of this process loses
-	// at most the unflushed epochs, never part of one.
+	// repeated writes to a row and rows of one page coalesce. A crash of this process, or an
+	// exit without Close, loses the unflushed epochs (about the last FlushInterval of
+	// commits), never part of one.
 	WriteBack
 )
 
@@ -48,7 +68,8 @@ type Options struct {
 	// CacheWait bounds how long a request waits for a frame when every frame is pinned,
 	// dirty or in flight, before it fails with ErrCacheFull.
 	CacheWait time.Duration
-	// Durability is Durable (default) or WriteBack.
+	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
+	// missing Close loses in each.
 	Durability Durability
 	// FlushInterval is WriteBack's flush period.
 	FlushInterval time.Duration
@@ -74,6 +95,9 @@ type Options struct {
 
 	// Logger receives lease and failure events; slog.Default() when nil.
 	Logger *slog.Logger
+
+	// clock is the lease clock (monotonic); tests inject one.
+	clock leaseClock
 }
 
 func (o Options) withDefaults() Options {
@@ -104,6 +128,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.clock == nil {
+		o.clock = monoClock{origin: time.Now()}
 	}
 	return o
 }

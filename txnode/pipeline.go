@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,6 +202,7 @@ func (p *pipeline) flushSoon() {
 
 // add gives a validated, locked transaction its commit version and (Durable) copies its rows
 // into the open batch. In WriteBack it returns holding wbMu for reading; addDone releases it.
+// A transaction whose context is done by then is refused with ctx.Err(): nothing applied.
 func (p *pipeline) add(tx *Tx) (uint64, error) {
 	db := p.db
 	if db.opts.Durability == WriteBack {
@@ -222,6 +224,11 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 			p.wbMu.RUnlock()
 			return 0, err
 		}
+		// The last moment to give up: from here on the transaction is installed.
+		if err := tx.ctx.Err(); err != nil {
+			p.wbMu.RUnlock()
+			return 0, err
+		}
 		return db.commitVer.Add(1), nil
 	}
 	p.mu.Lock()
@@ -230,6 +237,11 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		p.room.Wait()
 	}
 	if err := p.admitErr(); err != nil {
+		p.mu.Unlock()
+		return 0, err
+	}
+	// The last moment to give up: from here on the transaction is in a batch, and installed.
+	if err := tx.ctx.Err(); err != nil {
 		p.mu.Unlock()
 		return 0, err
 	}
@@ -294,6 +306,14 @@ func (p *pipeline) appendTx(b *batch, tx *Tx) {
 
 // appendTxFullPages is the Options.FullPageIO ablation: every page a transaction writes is
 // shipped whole, its other present (cached) rows included, as a page-based store would.
+//
+// The other rows are copied under their version words, as a reader would: a row locked by
+// another committer, or changed during the copy, is left out. Its locker ships it in its own
+// segment, and that segment comes after this one, or it is an earlier transaction of this
+// batch that has not installed yet, so the frame still holds the image before its write:
+// shipping that image would undo the write at the store. An unlocked row's bytes are the
+// newest installed image, which is at least as new as any segment already in a batch (a
+// commit installs, and unlocks, only after its segment is in).
 func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
 	for i := 0; i < len(tx.writes); {
 		w0 := &tx.writes[i]
@@ -313,30 +333,51 @@ func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
 			}
 		}
 		m, r := w0.m, w0.t.rowBytes
-		others := m.present.Load() & m.valid.Load() &^ (data | clr)
-		b.segs = append(b.segs, BatchSegment{Table: w0.t.id, RowBytes: r, Page: page, Data: data | others, Clear: clr})
-		b.segOff = append(b.segOff, len(b.buf))
-		if !hasTable(b.tables, w0.t) {
-			b.tables = append(b.tables, w0.t)
-		}
-		_, rows := frameWords(m)
+		candidates := m.present.Load() & m.valid.Load() &^ (data | clr)
+		segOff := len(b.buf)
+		versions, rows := frameWords(m)
+		var others uint64
 		k := i
-		for mask := data | others; mask != 0; mask &= mask - 1 {
+		for mask := data | candidates; mask != 0; mask &= mask - 1 {
 			slot := bits.TrailingZeros64(mask)
-			for k < j && logicpage.RowID(page, slot) > tx.writes[k].id {
-				k++
-			}
-			if k < j && tx.writes[k].id == logicpage.RowID(page, slot) {
+			bit := uint64(1) << slot
+			if data&bit != 0 {
+				for tx.writes[k].id != logicpage.RowID(page, slot) {
+					k++
+				}
 				w := &tx.writes[k]
 				b.buf = append(b.buf, tx.buf[w.off:int(w.off)+r]...)
-			} else {
-				b.buf = appendRows(b.buf, rows, r, 1<<slot)
+				continue
 			}
+			n := len(b.buf)
+			b.buf = slices.Grow(b.buf, r)[:n+r]
+			if copyUnlockedRow(m, versions, rows, slot, r, b.buf[n:]) {
+				others |= bit
+			} else {
+				b.buf = b.buf[:n]
+			}
+		}
+		b.segs = append(b.segs, BatchSegment{Table: w0.t.id, RowBytes: r, Page: page, Data: data | others, Clear: clr})
+		b.segOff = append(b.segOff, segOff)
+		if !hasTable(b.tables, w0.t) {
+			b.tables = append(b.tables, w0.t)
 		}
 		m.inflight.Add(1)
 		b.frames = append(b.frames, m)
 		i = j
 	}
+}
+
+// copyUnlockedRow copies the present row of slot into dst if it is valid and not locked, and
+// stays so for the copy; it reports whether it did.
+func copyUnlockedRow(m *frameMeta, versions []uint64, rows []byte, slot, r int, dst []byte) bool {
+	bit := uint64(1) << slot
+	v1 := atomic.LoadUint64(&versions[slot])
+	if v1&versionLock != 0 || m.valid.Load()&m.present.Load()&bit == 0 {
+		return false
+	}
+	logicpage.LoadRow(dst, rows[slot*r:(slot+1)*r])
+	return atomic.LoadUint64(&versions[slot]) == v1
 }
 
 func hasTable(ts []*tableState, t *tableState) bool {

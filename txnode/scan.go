@@ -17,7 +17,9 @@ import (
 
 const scanDirBatch = 32
 
-// Row is one row of a scan. Data is valid until the next iteration.
+// Row is one row of a scan. Data is the scan's own copy of the row: it stays valid until the
+// loop asks for the next row, whatever the loop body does meanwhile (Update other rows, run
+// another Scan); keep it longer by copying it.
 type Row struct {
 	ID   uint64
 	Data []byte
@@ -72,6 +74,9 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 	if lo >= hi {
 		return
 	}
+	// The scan's own row buffer: Row.Data stays valid until the next iteration whatever the
+	// loop body does with the transaction (an Update uses tx.scratch, a nested Scan its own).
+	out := make([]byte, t.rowBytes)
 	loPage, hiPage := lo/logicpage.RowsPerPage, (hi+logicpage.RowsPerPage-1)/logicpage.RowsPerPage
 	freshPage := grantLo / logicpage.RowsPerPage // pages from here may hold rows the store lacks
 	var dir []PageInfo
@@ -95,7 +100,7 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 			}
 		}
 		for len(pages) > 0 {
-			n, ok := tx.scanPages(t, pages, lo, hi, record, yield)
+			n, ok := tx.scanPages(t, pages, lo, hi, record, out, yield)
 			if !ok {
 				return
 			}
@@ -106,7 +111,7 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 
 // scanPages pins and fetches a group of pages, then yields their rows in [lo, hi). It returns
 // how many of the pages it did: a plain scan does fewer when the cache cannot hold them all.
-func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record bool, yield func(Row, error) bool) (int, bool) {
+func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record bool, out []byte, yield func(Row, error) bool) (int, bool) {
 	frames := make([]*frameMeta, len(pages))
 	var reqs []ReadRequest
 	var reqFrames []*frameMeta
@@ -136,10 +141,6 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 		}
 	}
 	r := t.rowBytes
-	if cap(tx.scratch) < r {
-		tx.scratch = make([]byte, r)
-	}
-	out := tx.scratch[:r]
 	for i, page := range pages {
 		m := frames[i]
 		if record {

@@ -34,17 +34,26 @@ type Pending struct {
 // Go runs fn in a read-write transaction and commits it in memory, retrying conflicts like
 // DB.Update (fn may run more than once), and returns at once. The transaction's effects are
 // visible to every later transaction; Pending.Wait reports when it is durable. A session's
-// pendings resolve in the order it issued them.
+// pendings resolve in the order it issued them. As in DB.Update, a panic in fn rolls the
+// transaction back and goes on up the caller's goroutine, and tx is valid only while fn runs.
 func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	p := &Pending{db: s.db}
 	var busySince time.Time
+	var running *Tx // the transaction a panic in fn would leave behind
+	defer func() {
+		if running != nil {
+			running.Rollback()
+		}
+	}()
 	for attempt := 0; ; {
 		tx, err := s.db.beginTx(ctx, true)
 		if err != nil {
 			p.err = err
 			break
 		}
+		running, tx.exposed = tx, true
 		err = fn(tx)
+		running = nil
 		if tx.busy.t != nil {
 			if err := tx.retryBusy(&busySince); err != nil {
 				p.err = err

@@ -247,8 +247,20 @@ func TestPendingContext(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, p.Wait(ended), ErrUnknownOutcome)
 	require.ErrorIs(t, s.Flush(ended), ErrUnknownOutcome)
-	// A synchronous commit with an ended context: installed, outcome unknown.
-	require.ErrorIs(t, tb.Put(ended, ids[1], u64Row(64, 6)), ErrUnknownOutcome)
+	// A synchronous commit with a context ended before it is installed: nothing applied.
+	err = tb.Put(ended, ids[1], u64Row(64, 6))
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrUnknownOutcome)
+	// One whose context ends once it is installed: outcome unknown.
+	added := make(chan struct{})
+	var once sync.Once
+	db.testHookAdded = func(*Tx) { once.Do(func() { close(added) }) }
+	pctx, pcancel := context.WithCancel(ctx)
+	putErr := make(chan error, 1)
+	go func() { putErr <- tb.Put(pctx, ids[1], u64Row(64, 6)) }()
+	recvWithin(t, added, "the Put reaching its install")
+	pcancel()
+	require.ErrorIs(t, recvWithin(t, putErr, "the Put"), ErrUnknownOutcome)
 	// Another goroutine reads the committed row: it waits for durability like the writer.
 	got := make(chan error, 1)
 	go func() {

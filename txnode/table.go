@@ -128,7 +128,10 @@ func (t *Table) Delete(ctx context.Context, id uint64) error {
 	return t.db.Update(ctx, func(tx *Tx) error { return tx.Delete(t, id) })
 }
 
-// Insert adds a row under a new id and returns the id.
+// Insert adds a row under a new id and returns the id. A context done before the row is
+// installed returns ctx.Err() with nothing inserted (and id 0); once it is installed the id is
+// returned even with an error: ErrUnknownOutcome (the context ended while it was being made
+// durable) or the commit batch's failure leave the row possibly durable under that id.
 func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		tx, err := t.db.beginTx(ctx, true)
@@ -140,30 +143,44 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			tx.Rollback()
 			return 0, err
 		}
-		if err := tx.Commit(); err != nil {
+		p, err := tx.commit()
+		tx.release()
+		if err != nil {
 			if errors.Is(err, ErrConflict) && attempt < t.db.opts.MaxRetries {
 				continue
 			}
 			return 0, err
 		}
-		return id, nil
+		return id, p.wait(t.db, ctx)
 	}
 }
 
 // retry runs one transaction (read-write when writable), retrying conflicts: either fn(tx), or,
 // without allocating a closure, the update of row id by ufn or put.
+//
+// A panic in fn (or ufn) rolls the running transaction back (its pins and buffers released,
+// nothing written) and goes on up the caller's goroutine unchanged.
 func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
 	var busySince time.Time
+	var running *Tx // the transaction a panic in fn would leave behind
+	defer func() {
+		if running != nil {
+			running.Rollback()
+		}
+	}()
 	for attempt := 0; ; {
 		tx, err := db.beginTx(ctx, writable)
 		if err != nil {
 			return err
 		}
+		running = tx
 		if fn != nil {
+			tx.exposed = true
 			err = fn(tx)
 		} else {
 			err = tx.update(t.t, id, ufn, put)
 		}
+		running = nil
 		if tx.busy.t != nil {
 			if err := tx.retryBusy(&busySince); err != nil {
 				return err
@@ -196,7 +213,9 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 // may have seen the state before and after that commit, and the error may come from that;
 // then fn runs again, as for a conflict). A transaction that needs a page while the cache is
 // full and it holds others is retried too, after waiting for room with nothing held, for at
-// most Options.CacheWait in all; then Update returns ErrCacheFull.
+// most Options.CacheWait in all; then Update returns ErrCacheFull. A panic in fn rolls the
+// transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
+// kept, it returns ErrTxDone for ever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.retry(ctx, true, fn, nil, 0, nil, nil)
 }
@@ -210,7 +229,8 @@ func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
 // returned as ErrConflict, not retried; so is ErrCacheFull, when the transaction needs a page
 // while the cache is full and it holds others. An error a call returns may come from reads
 // that a concurrent commit has since changed (they are no snapshot): then Commit fails with
-// ErrConflict. The Tx must be used by one goroutine.
+// ErrConflict. The Tx must be used by one goroutine; defer tx.Rollback() (a no-op after
+// Commit) so that an early return or a panic does not leave its pages pinned.
 func (db *DB) Begin(ctx context.Context, writable bool) (*Tx, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed

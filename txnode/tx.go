@@ -19,14 +19,20 @@ import (
 // hands its rows to the commit pipeline, installs them and unlocks. Pages a transaction
 // touches are pinned until it ends, so no frame it depends on is evicted under it.
 
-// Tx is a transaction. It is not safe for concurrent use: one goroutine runs it. Row slices
-// it returns are valid until the transaction ends.
+// Tx is a transaction. It is not safe for concurrent use: one goroutine runs it. It is valid
+// only inside the closure it was handed to (DB.Update, View, Session.Go) or, from Begin,
+// until Commit or Rollback; after that every method returns ErrTxDone, for ever. Row slices
+// it hands out (a scan's Row.Data, the row an Update's fn gets) are valid as their own docs
+// say, never after the transaction ends.
 type Tx struct {
 	db       *DB
 	ctx      context.Context
 	writable bool
 	done     bool
 	manual   bool // from Begin: never returned to the pool
+	// exposed: handed to a user's closure (DB.Update, View, Session.Go), which may keep the
+	// pointer: release retires this Tx for ever (done) and pools a fresh one with its buffers.
+	exposed bool
 
 	pins      []*frameMeta
 	pinIndex  map[uint64]*frameMeta // by page key, once pins is long
@@ -121,10 +127,20 @@ func (tx *Tx) release() {
 	tx.maxRead, tx.readsFrom = 0, false
 	tx.busy = busyPage{}
 	tx.done = true
-	if !tx.manual {
-		tx.ctx = nil
-		tx.db.txPool.Put(tx)
+	tx.ctx = nil
+	if tx.manual {
+		return
 	}
+	if tx.exposed {
+		// The closure's caller may still hold tx: it stays done for ever, and its buffers
+		// move to a new Tx for the pool (one small allocation per exposed transaction).
+		fresh := new(Tx)
+		*fresh = *tx
+		fresh.exposed = false
+		*tx = Tx{db: tx.db, done: true, manual: true}
+		tx = fresh
+	}
+	tx.db.txPool.Put(tx)
 }
 
 func (tx *Tx) findWrite(table uint32, id uint64) int {
@@ -244,17 +260,24 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 	}
 }
 
-func (tx *Tx) checkWrite(t *tableState, row []byte) error {
+// checkWrite checks that the transaction may write t.
+func (tx *Tx) checkWrite(t *tableState) error {
 	if tx.done {
 		return ErrTxDone
 	}
 	if !tx.writable {
 		return ErrReadOnly
 	}
-	if row != nil && len(row) != t.rowBytes {
+	return t.serving()
+}
+
+// checkRowSize checks a row the caller gives to be written: any length but the row size (nil
+// included) is ErrRowSize.
+func checkRowSize(t *tableState, row []byte) error {
+	if len(row) != t.rowBytes {
 		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.name, t.rowBytes)
 	}
-	return t.serving()
+	return nil
 }
 
 // Get copies row id of table into dst (len(dst) must be the row size). It returns ErrNotFound
@@ -308,8 +331,13 @@ func apply(row []byte, fn func([]byte) error, put []byte) error {
 
 // update is Update with fn, or Put of put (fn nil).
 func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []byte) error {
-	if err := tx.checkWrite(t, put); err != nil {
+	if err := tx.checkWrite(t); err != nil {
 		return err
+	}
+	if fn == nil {
+		if err := checkRowSize(t, put); err != nil {
+			return err
+		}
 	}
 	r := t.rowBytes
 	if i := tx.findWrite(t.id, id); i >= 0 {
@@ -347,7 +375,7 @@ func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []
 // Delete deletes row id of table. It returns ErrNotFound when the row does not exist.
 func (tx *Tx) Delete(table *Table, id uint64) error {
 	t := table.t
-	if err := tx.checkWrite(t, nil); err != nil {
+	if err := tx.checkWrite(t); err != nil {
 		return err
 	}
 	if i := tx.findWrite(t.id, id); i >= 0 {
@@ -375,7 +403,10 @@ func (tx *Tx) Delete(table *Table, id uint64) error {
 // to this node, so they are unique for ever; an insert that is rolled back leaves its id unused.
 func (tx *Tx) Insert(table *Table, row []byte) (uint64, error) {
 	t := table.t
-	if err := tx.checkWrite(t, row); err != nil {
+	if err := tx.checkWrite(t); err != nil {
+		return 0, err
+	}
+	if err := checkRowSize(t, row); err != nil {
 		return 0, err
 	}
 	id, fresh, err := t.ids.take(tx.ctx, tx.db)
@@ -522,6 +553,9 @@ func (tx *Tx) commit() (commitWait, error) {
 	if err != nil {
 		tx.unlockAll()
 		return commitWait{}, err
+	}
+	if db.testHookAdded != nil {
+		db.testHookAdded(tx)
 	}
 	tx.install(ver)
 	db.pipe.addDone()
