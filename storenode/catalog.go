@@ -88,9 +88,10 @@ func (e *Engine) Tables() []TableInfo {
 	return out
 }
 
-// DropTable deletes a table and all its rows. Its id is not reused; its data file is removed
-// once a checkpoint no longer lists it.
-func (e *Engine) DropTable(name string) error {
+// DropTable deletes a table and all its rows on behalf of owner: the table's holder, or anyone
+// when no other owner's lease is live (ErrTableOwned otherwise). Its id is not reused; its
+// data file is removed once a checkpoint no longer lists it.
+func (e *Engine) DropTable(name string, owner uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
@@ -99,6 +100,9 @@ func (e *Engine) DropTable(name string) error {
 	t, ok := e.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	if e.liveHolder(t, owner) {
+		return fmt.Errorf("%w: table %q: drop it from the node that holds it, or after its lease ends", ErrTableOwned, name)
 	}
 	e.scratch = appendDropRecord(e.scratch[:0], t.id)
 	ch := make(chan error, 1)

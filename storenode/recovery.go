@@ -56,16 +56,19 @@ func (e *Engine) recover() error {
 			return err
 		}
 	}
+	now := e.opts.Now()
 	for id, o := range m.owners {
-		e.owners[id] = &ownerState{lastSeq: o.lastSeq, lastLSN: o.lastLSN}
+		o.active = now
+		e.owners[id] = &o
 	}
 
 	e.replaying = true
 	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
-		Sync:          wal.SyncMode(e.opts.Sync),
-		SegmentBytes:  e.opts.WALSegmentBytes,
-		MaxQueueBytes: 64 << 20,
-		After:         e.ckptLSN,
+		Sync:           wal.SyncMode(e.opts.Sync),
+		SegmentBytes:   e.opts.WALSegmentBytes,
+		MaxQueueBytes:  64 << 20,
+		After:          e.ckptLSN,
+		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
 	e.replaying = false
 	if err != nil {
@@ -238,9 +241,8 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 		}
 		e.applySegment(s, rec.LSN)
 	}
-	o := e.owner(c.owner)
-	if c.seq > o.lastSeq {
-		o.lastSeq, o.lastLSN = c.seq, rec.LSN
+	if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
+		e.owner(c.owner).applied(c.seq, rec.LSN, c.hash)
 	}
 	return nil
 }

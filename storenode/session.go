@@ -474,7 +474,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return s.fits(r)
 	case *sgio.DropTable:
-		if err := e.DropTable(m.Name); err != nil {
+		if err := e.DropTable(m.Name, s.owner); err != nil {
 			return nil, nil, err
 		}
 		return &sgio.OK{}, nil, nil
@@ -507,7 +507,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		if m.Hi < m.Lo {
 			return nil, nil, fmt.Errorf("storenode: page directory of [%d, %d): %w", m.Lo, m.Hi, sgio.ErrMalformed)
 		}
-		pages, next, err := e.PageDir(m.Table, m.Lo, m.Hi, limit, nil)
+		pages, next, err := e.PageDirAs(s.owner, m.Table, m.Lo, m.Hi, limit, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -558,7 +558,7 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 	for i, w := range m.Wants {
 		rb, _ := s.srv.tableRowBytes(w.Table)
 		start := len(rows)
-		data, clear, out, err := s.srv.eng.ReadRows(w.Table, w.Page, w.Want, rows)
+		data, clear, out, err := s.srv.eng.ReadRowsAs(s.owner, w.Table, w.Page, w.Want, rows)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -80,6 +80,10 @@ func (w *WAL) recover(replay func(Record) error) error {
 		if expected-1 < after {
 			return corrupt.Errorf("wal: %s: log ends at LSN %d, before the checkpoint LSN %d", w.dir, expected-1, after)
 		}
+		if expected-1 < w.opts.DurableThrough {
+			return corrupt.Errorf("wal: %s: log ends at LSN %d, before LSN %d, which was durable when the last checkpoint was published",
+				w.dir, expected-1, w.opts.DurableThrough)
+		}
 		return r.keepTail(i, off, expected, false)
 	}
 	panic("unreachable")
@@ -204,6 +208,10 @@ func (r *recovery) badRecord(i int, off int64, expected uint64, cause error) err
 	if expected <= r.w.opts.After {
 		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d, at or below the checkpoint LSN %d): %w",
 			r.path(i), off, expected, r.w.opts.After, cause)
+	}
+	if expected <= r.w.opts.DurableThrough {
+		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d, at or below LSN %d, which was durable when the last checkpoint was published): %w",
+			r.path(i), off, expected, r.w.opts.DurableThrough, cause)
 	}
 	found, err := r.findCovering(i, off, expected)
 	if err != nil {
