@@ -50,7 +50,6 @@ type Engine struct {
 	dropped   []*table // dropped, data file not yet removed
 	nextTable uint32
 	owners    map[uint64]*ownerState // the owners table (owners.go)
-	idents    map[uint64]*ownerIdent // live owner identities (identity.go)
 	cache     *pageCache
 	lastLSN   uint64 // last LSN handed to the WAL
 	ckptLSN   uint64 // last published checkpoint LSN
@@ -60,6 +59,9 @@ type Engine struct {
 	closed         bool
 	replaying      bool
 	scratch        []byte // WAL payload under construction
+
+	identMu sync.Mutex             // guards idents; taken alone or inside mu
+	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
 
 	ackMu      sync.Mutex
 	durableLSN uint64 // every record <= it is acknowledged by the WAL

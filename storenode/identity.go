@@ -5,6 +5,15 @@ import (
 	"time"
 )
 
+// hasIdent reports whether owner has a live identity (a connection, or silence shorter than a
+// lease). Caller holds mu.
+func (e *Engine) hasIdent(owner uint64, now time.Time) bool {
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	return id != nil && (id.conn != 0 || !id.released && now.Sub(id.lastSeen) < e.opts.LeaseDuration)
+}
+
 // Owner identity. An owner id belongs to one live incarnation at a time: a transaction node
 // picks a random 128-bit incarnation at Open and sends it in every Hello. The storage node's
 // handshake claims the owner id for the connection (Connect):
@@ -26,7 +35,9 @@ import (
 // Incarnation is a transaction node's random 128-bit instance id, chosen at Open.
 type Incarnation [16]byte
 
-// ownerIdent is the live identity of an owner id. Guarded by Engine.mu.
+// ownerIdent is the live identity of an owner id. Guarded by Engine.identMu, which is taken
+// alone or inside mu (never the other way round) and held only for map updates, so the
+// handshake may claim an identity on a connection's event loop.
 type ownerIdent struct {
 	inc      Incarnation
 	conn     uint64 // the connection holding it; 0 when none
@@ -43,7 +54,7 @@ func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func(
 	if owner == 0 || conn == 0 {
 		return fmt.Errorf("%w: owner id 0 or connection 0", ErrMalformed)
 	}
-	e.mu.Lock()
+	e.identMu.Lock()
 	now := e.opts.Now()
 	lease := e.opts.LeaseDuration
 	id := e.idents[owner]
@@ -56,13 +67,13 @@ func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func(
 		}
 	default:
 		wait := lease - now.Sub(id.lastSeen)
-		e.mu.Unlock()
+		e.identMu.Unlock()
 		return fmt.Errorf("%w: another incarnation of this owner id is live; retry once it closes or after %v of silence",
 			ErrOwnerInUse, wait.Round(time.Millisecond))
 	}
 	e.idents[owner] = &ownerIdent{inc: inc, conn: conn, evict: evict, lastSeen: now}
 	e.pruneIdents(now)
-	e.mu.Unlock()
+	e.identMu.Unlock()
 	if old != nil {
 		old()
 	}
@@ -70,7 +81,7 @@ func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func(
 }
 
 // pruneIdents drops identities without a connection that have been silent for a lease (a
-// claim would succeed anyway). Caller holds mu.
+// claim would succeed anyway). Caller holds identMu.
 func (e *Engine) pruneIdents(now time.Time) {
 	if len(e.idents) < 64 {
 		return
@@ -85,8 +96,8 @@ func (e *Engine) pruneIdents(now time.Time) {
 // Disconnect ends conn's claim of owner (the connection closed). The owner id stays with its
 // incarnation until a lease of silence passes, unless it was released.
 func (e *Engine) Disconnect(owner uint64, conn uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
 	if id := e.idents[owner]; id != nil && id.conn == conn {
 		id.conn, id.evict = 0, nil
 		id.lastSeen = e.opts.Now()
@@ -105,6 +116,8 @@ func (e *Engine) ReleaseOwner(owner uint64, conn uint64) error {
 	if err := e.usable(); err != nil {
 		return err
 	}
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
 	id := e.idents[owner]
 	if id == nil || id.conn != conn {
 		return fmt.Errorf("%w: this connection no longer holds its owner id", ErrFenced)

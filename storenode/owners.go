@@ -122,7 +122,7 @@ func (e *Engine) expireOwners() {
 		}
 	}
 	for id, o := range e.owners {
-		if holders[id] || e.idents[id] != nil || now.Sub(o.active) < e.opts.OwnerExpiry {
+		if holders[id] || now.Sub(o.active) < e.opts.OwnerExpiry || e.hasIdent(id, now) {
 			continue
 		}
 		delete(e.owners, id)

@@ -86,9 +86,11 @@ func (e *Engine) Renew(owner uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.opts.Now()
+	e.identMu.Lock()
 	if id := e.idents[owner]; id != nil {
 		id.lastSeen = now
 	}
+	e.identMu.Unlock()
 	until := now.Add(e.opts.LeaseDuration)
 	for _, t := range e.tables {
 		if t.holder == owner {

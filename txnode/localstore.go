@@ -54,7 +54,9 @@ func (s *localStore) ListTables(context.Context) ([]StoreTable, error) {
 	return out, nil
 }
 
-func (s *localStore) DropTable(_ context.Context, name string) error { return s.e.DropTable(name, s.owner) }
+func (s *localStore) DropTable(_ context.Context, name string) error {
+	return s.e.DropTable(name, s.owner)
+}
 
 func (s *localStore) Acquire(_ context.Context, table uint32, owner, epoch uint64) (StoreGrant, error) {
 	g, err := s.e.Acquire(table, owner, epoch)

@@ -3,6 +3,8 @@ package txnode
 import (
 	"log/slog"
 	"time"
+
+	"github.com/weftdb/weft/storenode"
 )
 
 // Durability says when a commit returns.
@@ -22,12 +24,15 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultCacheBytes      = 64 << 20
-	DefaultFlushInterval   = 20 * time.Millisecond
-	DefaultMaxRetries      = 64
-	DefaultCacheWait       = 2 * time.Second
-	DefaultRequestTimeout  = 10 * time.Second
-	DefaultDialTimeout     = 5 * time.Second
+	DefaultCacheBytes     = 64 << 20
+	DefaultFlushInterval  = 20 * time.Millisecond
+	DefaultMaxRetries     = 64
+	DefaultCacheWait      = 2 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultDialTimeout    = 5 * time.Second
+	// OwnerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
+	// measures the holder's silence on its own clock, from its last renewal.
+	OwnerInUseMargin       = 2 * time.Second
 	DefaultStoreCacheBytes = 256 << 20
 	// MinCacheBytes is the smallest logical page cache.
 	MinCacheBytes = 64 << 10
@@ -66,6 +71,11 @@ type Options struct {
 	Secret []byte
 	// DialTimeout and RequestTimeout bound the remote store's dial and each request.
 	DialTimeout, RequestTimeout time.Duration
+	// OwnerInUseWait is how long Open keeps dialing while the storage node answers
+	// ErrOwnerInUse (another live incarnation holds OwnerID: it must close, or be silent for
+	// a lease). Default: storenode.DefaultLeaseDuration plus OwnerInUseMargin; reconnects use
+	// the storage node's lease plus the margin.
+	OwnerInUseWait time.Duration
 
 	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
 	SyncMode string
@@ -95,6 +105,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.OwnerInUseWait == 0 {
+		o.OwnerInUseWait = storenode.DefaultLeaseDuration + OwnerInUseMargin
 	}
 	if o.SyncMode == "" {
 		o.SyncMode = "always"
