@@ -110,8 +110,11 @@ type ServerConfig struct {
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
 	TLS *tls.Config
 
-	// MaxConns bounds the connections held at once (DefaultMaxConns).
+	// MaxConns bounds the connections held at once (DefaultMaxConns). Start refuses to run
+	// (ErrFileLimit) when MaxConns, the tables and a margin exceed RLIMIT_NOFILE.
 	MaxConns int
+	// fileLimit replaces RLIMIT_NOFILE in the start-up check (tests).
+	fileLimit uint64
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int
@@ -293,10 +296,10 @@ func (s *Server) Start() error {
 		s.eng, s.ownsEngine = e, true
 		s.configure()
 	}
-	var err error
-	if s.cfg.TLS != nil {
+	err := s.checkFileLimit()
+	if err == nil && s.cfg.TLS != nil {
 		err = s.startTLS()
-	} else {
+	} else if err == nil {
 		err = s.startGnet()
 	}
 	if err != nil {
@@ -314,6 +317,19 @@ func (s *Server) Start() error {
 		s.cfg.OnListen(s.addr)
 	}
 	return nil
+}
+
+// checkFileLimit refuses to start when the connections and tables cannot have their file
+// descriptors (limits.go).
+func (s *Server) checkFileLimit() error {
+	limit := s.cfg.fileLimit
+	if limit == 0 {
+		var err error
+		if limit, err = fileLimit(); err != nil {
+			return err
+		}
+	}
+	return s.eng.checkFileLimit(s.cfg.MaxConns+rejectLingerMax, limit)
 }
 
 // Addr reports the address the server listens on, or nil before Start.
