@@ -149,6 +149,9 @@ func decodeMeta(b []byte) (*metaState, error) {
 	if got, want := checksum.Of(body), binary.LittleEndian.Uint32(b[len(body):]); got != want {
 		return nil, corrupt.Errorf("storenode: meta: checksum %#08x, want %#08x", got, want)
 	}
+	if binary.LittleEndian.Uint32(b[len(b)-4:]) != 0 {
+		return nil, corrupt.Errorf("storenode: meta: reserved trailer field not zero")
+	}
 	if string(b[:8]) != metaMagic {
 		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
 	}
