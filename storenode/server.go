@@ -9,7 +9,9 @@
 // The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
 // net.Conns when ServerConfig.TLS is set (gnet has no TLS); both run the same session code.
 // Per connection: the handshake (Hello, mutual HMAC proof, Auth; nothing else is served
-// before it), then pipelined requests answered by request id. The event loop decodes frames,
+// before it; once the client is authenticated its owner id is claimed by the Hello's
+// incarnation, identity.go, or refused with ErrOwnerInUse), then pipelined requests answered
+// by request id. Readers other than a table's holder are served only durable rows. The event loop decodes frames,
 // answers Ping and reads of cached pages inline (server_read.go: it takes the engine's lock
 // only if it is free at that instant) and hands everything that may block or touch the disk
 // to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests

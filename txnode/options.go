@@ -60,7 +60,8 @@ type Options struct {
 	// MaxRetries bounds how often DB.Update runs its closure on conflicts.
 	MaxRetries int
 	// OwnerID identifies this node to the storage node; a random one when zero. A node that
-	// restarts with the same id continues its batch sequence.
+	// restarts with the same id continues its batch sequence. Two live nodes must not share
+	// one: the second is refused with ErrOwnerInUse (see OwnerInUseWait).
 	OwnerID uint64
 
 	// FullPageIO makes the node fetch and ship whole pages instead of sparse rows: an
