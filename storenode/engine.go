@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/bitmaptree"
@@ -64,7 +65,8 @@ type Engine struct {
 	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
 
 	ackMu      sync.Mutex
-	durableLSN uint64 // every record <= it is acknowledged by the WAL
+	durableLSN uint64        // every record <= it is acknowledged by the WAL
+	durableAt  atomic.Uint64 // durableLSN, for readers that must not wait for ackMu (the event loop)
 	dupAcks    []dupAck
 	ackErr     error         // set when the WAL failed: waiters for durability get it
 	durableCh  chan struct{} // closed (and cleared) when durableLSN advances or ackErr is set
@@ -337,6 +339,7 @@ const walRecordOverheadBytes = 32
 func (e *Engine) acknowledged(lsn uint64) {
 	e.ackMu.Lock()
 	e.durableLSN = lsn
+	e.durableAt.Store(lsn)
 	var ready []dupAck
 	keep := e.dupAcks[:0]
 	for _, a := range e.dupAcks {
@@ -424,12 +427,8 @@ func (e *Engine) waitDurable(lsn uint64) error {
 	}
 }
 
-// durableThrough reports the durable LSN.
-func (e *Engine) durableThrough() uint64 {
-	e.ackMu.Lock()
-	defer e.ackMu.Unlock()
-	return e.durableLSN
-}
+// durableThrough reports the durable LSN; it takes no lock.
+func (e *Engine) durableThrough() uint64 { return e.durableAt.Load() }
 
 // appendAndWait appends a record that must be durable before the caller continues (catalog
 // changes, grants, in every sync mode) and waits for it, releasing mu meanwhile. Caller holds

@@ -387,3 +387,30 @@ func TestNonOwnerReadsDurableOnly(t *testing.T) {
 		})
 	}
 }
+
+// After ReleaseOwner, a late request of the released node (its traffic renews leases) does not
+// take the tables back; a new claim of the id renews again.
+func TestReleaseSurvivesLateTraffic(t *testing.T) {
+	clock := &fakeClock{}
+	e := openTest(t, Options{Now: clock.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	inc := Incarnation{1}
+	require.NoError(t, e.Connect(9, inc, 100, func() {}))
+	_, err = e.Acquire(info.ID, 9, 0)
+	require.NoError(t, err)
+	require.ErrorIs(t, e.Connect(9, Incarnation{2}, 101, func() {}), ErrOwnerInUse)
+	require.NoError(t, e.ReleaseOwner(9, 100))
+	require.ErrorIs(t, e.ReleaseOwner(9, 555), ErrFenced, "only the holding connection releases")
+	e.Renew(9)
+	_, err = e.Acquire(info.ID, 10, 0)
+	require.NoError(t, err, "released: another owner gets the table at once")
+	evicted := make(chan struct{})
+	require.NoError(t, e.Connect(9, Incarnation{2}, 102, func() { close(evicted) }), "released: another incarnation at once")
+	require.NoError(t, e.Connect(9, Incarnation{2}, 103, func() {}))
+	select {
+	case <-evicted:
+	default:
+		t.Fatal("a reconnect of the same incarnation closes its old connection")
+	}
+}

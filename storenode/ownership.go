@@ -87,10 +87,15 @@ func (e *Engine) Renew(owner uint64) {
 	defer e.mu.Unlock()
 	now := e.opts.Now()
 	e.identMu.Lock()
-	if id := e.idents[owner]; id != nil {
+	id := e.idents[owner]
+	released := id != nil && id.released
+	if id != nil {
 		id.lastSeen = now
 	}
 	e.identMu.Unlock()
+	if released {
+		return // a late request of a node that released its tables does not take them back
+	}
 	until := now.Add(e.opts.LeaseDuration)
 	for _, t := range e.tables {
 		if t.holder == owner {

@@ -90,6 +90,7 @@ func (e *Engine) recover() error {
 		return corrupt.Errorf("storenode: %s: WAL ends at LSN %d, replay reached %d", e.dir, got, e.lastLSN)
 	}
 	e.durableLSN = e.lastLSN
+	e.durableAt.Store(e.lastLSN)
 	return e.removeOrphans()
 }
 
