@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -295,4 +298,44 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	g, err := srv.Engine().Acquire(tb.t.id, 0x77, 0)
 	require.NoError(t, err)
 	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+}
+
+// How an fsync error reaches the caller: the storage node's WAL fsync fails for a commit
+// batch; the commit returns ErrUnknownOutcome (it may survive a restart), embedded and over
+// TCP alike, never a plain failure. Fails on 767c454 (a fail-stop error).
+func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		name := map[bool]string{false: "embedded", true: "remote"}[remote]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fs := vfs.NewFaultFS()
+			opts := storenode.Options{Dir: "db", FS: fs, Sync: storenode.SyncAlways, ExpireLeasesAtOpen: !remote}
+			var db *DB
+			var err error
+			if remote {
+				addr, _ := startIdentityNode(t, opts)
+				db, err = Open(ctx, Options{StoreAddr: addr})
+			} else {
+				var s Store
+				s, err = OpenLocalStore(opts)
+				require.NoError(t, err)
+				db, err = Open(ctx, Options{Store: s})
+			}
+			require.NoError(t, err)
+			defer db.Close(ctx)
+			tb, err := db.CreateTable(ctx, "t", 64)
+			require.NoError(t, err)
+			id, err := tb.Insert(ctx, row(1))
+			require.NoError(t, err)
+			fs.Inject(func(op vfs.Op) error {
+				if op.Kind == vfs.OpSync && strings.Contains(op.Name, "wal/") {
+					return syscall.EIO
+				}
+				return nil
+			})
+			err = tb.Put(ctx, id, row(2))
+			require.ErrorIs(t, err, ErrUnknownOutcome)
+			fs.Inject(nil)
+		})
+	}
 }
