@@ -96,3 +96,47 @@ func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
 	defer cancel()
 	require.NoError(t, env.srv.Shutdown(ctx))
 }
+
+// A session that does not hold the table reads only durable rows over TCP, on the cached fast
+// path as on the slow one: its ReadPages waits for the fsync of the row's batch. Fails on
+// 767c454, which answered from the cache while the fsync ran.
+func TestServerNonOwnerReadWaitsForSync(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, SyncAlways
+	})
+	owner := env.dial(5)
+	ti, g := srvTable(t, owner, "t", 5)
+	block := newBlockSyncs(fs)
+	acked := make(chan error, 1)
+	go func() {
+		acked <- owner.CallInto(srvCtx(t), srvCommit(ti.Table, 5, g.Epoch, 1, []uint64{3}, 33), &sgio.CommitAck{})
+	}()
+	block.waitBlocked(t)
+	row, ok := srvReadRow(t, owner, ti.Table, 3) // the owner sees its own write
+	require.True(t, ok)
+	require.Equal(t, srvRow(33), row)
+
+	reader := env.dial(6)
+	type result struct {
+		present bool
+		err     error
+	}
+	got := make(chan result, 1)
+	go func() {
+		var r sgio.Segments
+		err := reader.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
+		if err == nil {
+			got <- result{present: r.Segments[0].Data != 0}
+			return
+		}
+		got <- result{err: err}
+	}()
+	waitDurableWaiter(t, env.srv.Engine(), func() bool { return len(got) > 0 })
+	require.Empty(t, got, "answered before the row was durable")
+	block.release(false)
+	require.NoError(t, <-acked)
+	r := <-got
+	require.NoError(t, r.err)
+	require.True(t, r.present)
+}
