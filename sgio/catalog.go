@@ -255,6 +255,33 @@ func (m *Acquire) Parse(body []byte) error {
 // Validate accepts every Acquire.
 func (*Acquire) Validate() error { return nil }
 
+// Release ends, at once, every ownership lease of Owner (the session's own owner id) and its
+// hold on the owner id, so another owner may acquire its tables and another incarnation may
+// connect with the id without waiting for a lease. A transaction node sends it from Close,
+// after its last batch is durable. Answered with OK.
+type Release struct {
+	Owner uint64
+}
+
+// Type reports TypeRelease.
+func (*Release) Type() Type { return TypeRelease }
+
+// BodySize reports the encoded body length.
+func (*Release) BodySize() int { return 8 }
+
+// AppendBody appends the encoded body.
+func (m *Release) AppendBody(dst []byte) []byte { return le64(dst, m.Owner) }
+
+// Parse decodes body.
+func (m *Release) Parse(body []byte) error {
+	r := bodyReader{t: TypeRelease, b: body}
+	m.Owner = r.u64()
+	return r.done()
+}
+
+// Validate accepts every Release.
+func (*Release) Validate() error { return nil }
+
 // Grant answers Acquire: the ownership grant and the owner's last applied commit seq, so a
 // restarted owner continues from it.
 type Grant struct {

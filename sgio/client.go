@@ -101,6 +101,9 @@ type ClientConfig struct {
 	Secret []byte
 	// OwnerID identifies this transaction node.
 	OwnerID uint64
+	// Incarnation identifies this Open of the transaction node (random, the same for every
+	// connection of one Open): see Hello.Incarnation.
+	Incarnation [IncarnationSize]byte
 	// Name names the client in the server's logs: empty or a valid name (CheckName).
 	Name string
 	// DialTimeout bounds dialing, TLS and the handshake together (and ctx bounds them too);
@@ -223,7 +226,8 @@ func handshake(ctx context.Context, conn net.Conn, cfg ClientConfig) (net.Conn, 
 	}
 	br := NewFrameReader(conn, cfg.MaxBody)
 	nonce := NewNonce()
-	hello := Hello{Version: Version, MaxBody: cfg.MaxBody, OwnerID: cfg.OwnerID, Nonce: nonce, Name: cfg.Name}
+	hello := Hello{Version: Version, MaxBody: cfg.MaxBody, OwnerID: cfg.OwnerID, Nonce: nonce,
+		Incarnation: cfg.Incarnation, Name: cfg.Name}
 	if err := roundTrip(conn, br, cfg.MaxBody, 0, &hello, &hr); err != nil {
 		return conn, hr, nil, err
 	}

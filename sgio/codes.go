@@ -34,6 +34,7 @@ const (
 	CodeUnknownOutcome Code = 17 // ErrUnknownOutcome
 	CodeConnClosed     Code = 18 // ErrConnClosed
 	CodeInternal       Code = 19 // ErrInternal: anything else
+	CodeOwnerInUse     Code = 20 // ErrOwnerInUse: another incarnation holds the owner id
 )
 
 // codeTable maps codes to sentinels. CodeOf walks it in order, so a code whose sentinel wraps
@@ -49,14 +50,15 @@ var codeTable = [...]struct {
 	{CodeBadName, ErrBadName},
 	{CodeBadRowSize, ErrBadRowSize},
 	{CodeOwned, ErrOwned},
+	{CodeOwnerInUse, ErrOwnerInUse},
 	{CodeFenced, ErrFenced},
 	{CodeSeqGap, ErrSeqGap},
+	{CodeUnknownOutcome, ErrUnknownOutcome}, // before the causes it may wrap (fail-stop, ENOSPC)
 	{CodeNoSpace, ErrNoSpace},
 	{CodeFailStop, ErrFailStop},
 	{CodeFrameTooLarge, ErrFrameTooLarge},
 	{CodeBusy, ErrBusy},
 	{CodeShuttingDown, ErrShuttingDown},
-	{CodeUnknownOutcome, ErrUnknownOutcome},
 	{CodeConnClosed, ErrConnClosed},
 	{CodeUnsupported, ErrUnsupported},
 	{CodeMalformed, ErrMalformed},

@@ -65,6 +65,10 @@ var (
 	// ErrFenced is returned for a commit or id grant whose owner or epoch is not the table's
 	// current grant.
 	ErrFenced = errors.New("sgio: fenced: stale epoch or not the owner")
+	// ErrOwnerInUse is returned by the handshake for an owner id that another live
+	// incarnation (another process, or an earlier Open) holds: it has not released it and has
+	// not been silent for a lease.
+	ErrOwnerInUse = errors.New("sgio: owner id in use by another live incarnation")
 	// ErrSeqGap is returned when an owner's batch waited too long for the batches before it in
 	// seq order.
 	ErrSeqGap = errors.New("sgio: gap in owner's batch sequence")

@@ -34,6 +34,7 @@ const (
 	// Ownership and ids.
 	TypeAcquire  Type = 0x20 // Acquire -> Grant
 	TypeAllocIDs Type = 0x21 // AllocIDs -> IDRange
+	TypeRelease  Type = 0x22 // Release -> OK
 	TypeGrant    Type = 0xa0
 	TypeIDRange  Type = 0xa1
 
@@ -86,6 +87,7 @@ var types = [256]typeInfo{
 	TypeOK:           {"OK", 0, func() Message { return new(OK) }},
 	TypeAcquire:      {"Acquire", TypeGrant, func() Message { return new(Acquire) }},
 	TypeAllocIDs:     {"AllocIDs", TypeIDRange, func() Message { return new(AllocIDs) }},
+	TypeRelease:      {"Release", TypeOK, func() Message { return new(Release) }},
 	TypeGrant:        {"Grant", 0, func() Message { return new(Grant) }},
 	TypeIDRange:      {"IDRange", 0, func() Message { return new(IDRange) }},
 	TypeReadPages:    {"ReadPages", TypeSegments, func() Message { return new(ReadPages) }},
@@ -221,14 +223,22 @@ type Hello struct {
 	MaxBody uint32          // the largest reply body the client accepts
 	OwnerID uint64          // the transaction node's owner id
 	Nonce   [NonceSize]byte // fresh random challenge for the server (NewNonce)
-	Name    string          // the client's name for logs: empty or a valid name (CheckName)
+	// Incarnation is the transaction node's random 128-bit instance id, chosen once per
+	// Open and sent in every Hello of that Open: the storage node lets one incarnation hold
+	// an owner id at a time (a reconnect of the same incarnation replaces its old
+	// connection; another incarnation gets ErrOwnerInUse while the holder is live).
+	Incarnation [IncarnationSize]byte
+	Name        string // the client's name for logs: empty or a valid name (CheckName)
 }
+
+// IncarnationSize is the length of Hello.Incarnation. Part of the format; do not change.
+const IncarnationSize = 16
 
 // Type reports TypeHello.
 func (*Hello) Type() Type { return TypeHello }
 
 // BodySize reports the encoded body length.
-func (m *Hello) BodySize() int { return pad8(48 + strSize(m.Name)) }
+func (m *Hello) BodySize() int { return pad8(64 + strSize(m.Name)) }
 
 // AppendBody appends the encoded body.
 func (m *Hello) AppendBody(dst []byte) []byte {
@@ -238,6 +248,7 @@ func (m *Hello) AppendBody(dst []byte) []byte {
 	dst = le32(dst, m.MaxBody)
 	dst = le64(dst, m.OwnerID)
 	dst = append(dst, m.Nonce[:]...)
+	dst = append(dst, m.Incarnation[:]...)
 	dst = appendStr(dst, m.Name)
 	return appendPad(dst, start)
 }
@@ -250,6 +261,7 @@ func (m *Hello) Parse(body []byte) error {
 	m.MaxBody = r.u32()
 	m.OwnerID = r.u64()
 	m.Nonce = r.bytes32()
+	copy(m.Incarnation[:], r.take(IncarnationSize))
 	m.Name = r.str(NameMax)
 	if m.Name != "" {
 		r.check(CheckName(m.Name))

@@ -33,7 +33,7 @@ func nonce(seed byte) (n [NonceSize]byte) {
 func sampleMessages() []Message {
 	return []Message{
 		&Hello{Version: Version, MaxBody: 1 << 20, OwnerID: 0x0102030405060708, Nonce: nonce(1), Name: "zone-3.eu"},
-		&Hello{Version: Version, OwnerID: 9, Nonce: nonce(2)},
+		&Hello{Version: Version, OwnerID: 9, Nonce: nonce(2), Incarnation: [IncarnationSize]byte{1, 2, 3, 15: 0xff}},
 		&HelloReply{Version: Version, SyncMode: SyncAlways, MaxBody: MaxBodyLimit, MaxInflight: 1024, LeaseMillis: 3000, Nonce: nonce(3), Proof: nonce(4)},
 		&Auth{Proof: nonce(5)},
 		&AuthOK{},
@@ -48,6 +48,7 @@ func sampleMessages() []Message {
 		&TableList{},
 		&OK{},
 		&Acquire{Table: 3, Owner: 11, Epoch: 0},
+		&Release{Owner: 11},
 		&Grant{Table: 3, LeaseMillis: 5000, Owner: 11, Epoch: 12, LastSeq: 13},
 		&AllocIDs{Table: 3, Pages: 4, Owner: 11, Epoch: 12},
 		&IDRange{First: 640, Count: 256},

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/weftdb/weft/bitmaptree"
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -29,18 +30,29 @@ func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
 	if _, ok := e.byName[name]; ok {
 		return TableInfo{}, fmt.Errorf("%w: %q", ErrTableExists, name)
 	}
+	if n := len(e.tables) + len(e.dropped); n >= e.opts.MaxTables {
+		return TableInfo{}, fmt.Errorf("%w: %d tables (dropped ones count until a checkpoint removes their files), the limit is %d",
+			ErrTooManyTables, n, e.opts.MaxTables)
+	}
 	id := e.nextTable
+	// The data file first: if it cannot be made (no file descriptor left, say) the request
+	// fails and nothing was logged. A file left by a record that then fails is an orphan,
+	// removed by the next Open.
+	f, err := e.fs.Create(dataFileName(e.dir, id))
+	if err != nil {
+		if isFileLimit(err) {
+			return TableInfo{}, fmt.Errorf("%w: create table %q: %w", ErrTooManyTables, name, err)
+		}
+		return TableInfo{}, fmt.Errorf("storenode: create table %q: %w", name, err)
+	}
 	e.scratch = appendCreateRecord(e.scratch[:0], id, rowBytes, name)
 	ch := make(chan error, 1)
 	if _, err := e.appendRecord(kindCreateTable, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
+		f.Close()
 		return TableInfo{}, err
 	}
 	e.nextTable++
-	t, err := e.addTable(id, name, geo)
-	if err != nil {
-		// The record is logged; without its data file the store cannot go on consistently.
-		return TableInfo{}, e.fail(err)
-	}
+	t := e.registerTable(id, name, geo, f)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()
@@ -56,10 +68,15 @@ func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry) (*tabl
 	if err != nil {
 		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
 	}
+	return e.registerTable(id, name, geo, f), nil
+}
+
+// registerTable adds a table whose data file f is open. Caller holds mu.
+func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File) *table {
 	t := &table{id: id, name: name, geo: geo, rows: bitmaptree.New(), used: bitmaptree.New(), data: f}
 	e.tables[id] = t
 	e.byName[name] = t
-	return t, nil
+	return t
 }
 
 // OpenTable returns the table's description.
@@ -88,9 +105,10 @@ func (e *Engine) Tables() []TableInfo {
 	return out
 }
 
-// DropTable deletes a table and all its rows. Its id is not reused; its data file is removed
-// once a checkpoint no longer lists it.
-func (e *Engine) DropTable(name string) error {
+// DropTable deletes a table and all its rows on behalf of owner: the table's holder, or anyone
+// when no other owner's lease is live (ErrTableOwned otherwise). Its id is not reused; its
+// data file is removed once a checkpoint no longer lists it.
+func (e *Engine) DropTable(name string, owner uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
@@ -99,6 +117,9 @@ func (e *Engine) DropTable(name string) error {
 	t, ok := e.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	if e.liveHolder(t, owner) {
+		return fmt.Errorf("%w: table %q: drop it from the node that holds it, or after its lease ends", ErrTableOwned, name)
 	}
 	e.scratch = appendDropRecord(e.scratch[:0], t.id)
 	ch := make(chan error, 1)

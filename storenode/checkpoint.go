@@ -131,9 +131,13 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err := e.fs.SyncDir(e.dir); err != nil {
 		return fmt.Errorf("storenode: checkpoint: sync dir: %w", err)
 	}
+	// Every record acknowledged before the WAL sync below was written (SyncNone) or synced;
+	// after the sync all of them are durable.
+	acked := snap.ckptLSN
 	if replay {
 		err = e.syncWALFiles()
 	} else {
+		acked = max(acked, e.durableThrough())
 		err = e.log.Sync()
 	}
 	if err != nil {
@@ -161,6 +165,9 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		}
 	}
 	e.mu.Unlock()
+	// Everything the WAL acknowledged is durable, and it has been synced through every record
+	// the snapshot copied: a bad record up to here is corruption at the next recovery.
+	snap.syncedLSN = acked
 	if err := publishMeta(e.fs, e.dir, snap); err != nil {
 		return err
 	}
@@ -283,8 +290,9 @@ func (e *Engine) snapshotMeta() *metaState {
 			holder: t.holder, epoch: t.epoch, pages: t.pages,
 		})
 	}
+	e.expireOwners()
 	for id, o := range e.owners {
-		m.owners[id] = *o
+		m.owners[id] = o.clone()
 	}
 	return m
 }

@@ -16,9 +16,11 @@ import (
 // (and synced, per the sync mode); only then does done report success.
 //
 // Rows reach the cache before their record is durable. That is safe: the owner that sent them
-// is the only writer and reader of the table, a failed WAL write makes the engine fail-stop
-// (reads stop too), and a checkpoint syncs the WAL through everything it copied before it
-// publishes, so no checkpoint can hold half of a batch that recovery does not replay whole.
+// is the only writer of the table and may read its own writes; every other reader waits until
+// the table's last write is durable (ReadRowsAs, PageDirAs); a failed WAL write makes the
+// engine fail-stop (reads stop too); and a checkpoint syncs the WAL through everything it
+// copied before it publishes, so no checkpoint can hold half of a batch that recovery does not
+// replay whole.
 
 // Commit applies a batch and calls done once, with the batch's LSN when it is durable or with
 // the error that stopped it. done may run on the calling goroutine (errors, retried batches) or
@@ -27,8 +29,11 @@ import (
 // order (at most Options.SeqGapWait), and while the cache waits for a checkpoint to make room.
 // Commit does not retain b or its rows after it returns.
 //
-// A batch whose seq the owner already applied is not applied again: done reports the LSN
-// of the owner's last batch once that is durable.
+// A batch whose seq the owner already applied is not applied again (see owners.go): if it is
+// the same batch (same hash) done reports its own LSN once that is durable; if not, it fails
+// with ErrSeqReused; a seq older than the dedup window fails with ErrUnknownOutcome. A batch
+// whose WAL write or fsync failed gets an error wrapping ErrUnknownOutcome and ErrFailStop:
+// it may be found after a restart.
 func (e *Engine) Commit(b *Batch, done func(lsn uint64, err error)) {
 	if err := e.commit(b, done); err != nil {
 		done(0, err)
@@ -51,6 +56,7 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	if b.Owner == 0 || b.Seq == 0 {
 		return fmt.Errorf("%w: batch with owner %d seq %d", ErrMalformed, b.Owner, b.Seq)
 	}
+	hash := batchHash(b) // outside mu: it reads every row
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var gapDeadline time.Time
@@ -59,29 +65,34 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 		if err := e.usable(); err != nil {
 			return err
 		}
-		o := e.owner(b.Owner)
-		if b.Seq <= o.lastSeq {
-			lsn := o.lastLSN
+		o := e.owners[b.Owner] // nil until the owner's first applied batch
+		if o != nil && b.Seq <= o.lastSeq {
+			lsn, err := o.retried(b, hash)
+			if err != nil {
+				return err
+			}
 			e.stats.retried.Add(1)
 			e.mu.Unlock()
 			e.ackWhenDurable(lsn, done)
 			e.mu.Lock()
 			return nil
 		}
-		if b.Seq > o.lastSeq+1 {
+		// Fences before any wait: a stale owner is rejected at once, never held back.
+		if err := e.checkBatch(b); err != nil {
+			return err
+		}
+		// An owner the table does not know (new, or expired) starts its window at any seq.
+		if o != nil && b.Seq > o.lastSeq+1 {
 			if gapDeadline.IsZero() {
 				gapDeadline = time.Now().Add(e.opts.SeqGapWait)
 				timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
 				defer timer.Stop()
 			}
 			if !time.Now().Before(gapDeadline) {
-				return fmt.Errorf("%w: owner %d sent seq %d, last applied %d", ErrSeqGap, b.Owner, b.Seq, o.lastSeq)
+				return fmt.Errorf("%w: batch seq %d, last applied %d", ErrSeqGap, b.Seq, o.lastSeq)
 			}
 			e.cond.Wait()
 			continue
-		}
-		if err := e.checkBatch(b); err != nil {
-			return err
 		}
 		room, err := e.reserveFrames(b)
 		if err != nil {
@@ -103,7 +114,7 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	if !stallStart.IsZero() {
 		e.stats.noteStall(time.Since(stallStart))
 	}
-	e.scratch = appendCommitRecord(e.scratch[:0], b, func(id uint32) int { return e.tables[id].geo.RowBytes() })
+	e.scratch = appendCommitRecord(e.scratch[:0], b, hash, func(id uint32) int { return e.tables[id].geo.RowBytes() })
 	lsn, err := e.appendRecord(kindCommit, e.scratch, false, done)
 	if err != nil {
 		e.unpinFrames(b, len(b.Segments))
@@ -111,8 +122,7 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	}
 	e.applyBatch(b, lsn)
 	e.unpinFrames(b, len(b.Segments))
-	o := e.owner(b.Owner)
-	o.lastSeq, o.lastLSN = b.Seq, lsn
+	e.owner(b.Owner).applied(b.Seq, lsn, hash)
 	e.stats.commits.Add(1)
 	e.cond.Broadcast() // the owner's next seq may be waiting
 	if e.cache.dirtyBytes*2 > e.cache.budgetBytes || e.walPressure() {
@@ -128,12 +138,15 @@ func (e *Engine) wake() {
 	e.mu.Unlock()
 }
 
+// owner returns owner id's entry of the owners table, creating it: only for an applied batch.
+// It marks the owner active. Caller holds mu.
 func (e *Engine) owner(id uint64) *ownerState {
 	o := e.owners[id]
 	if o == nil {
 		o = &ownerState{}
 		e.owners[id] = o
 	}
+	o.active = e.opts.Now()
 	return o
 }
 
@@ -240,6 +253,7 @@ func (e *Engine) applySegment(s *Segment, lsn uint64) {
 	t.geo.Frame(e.cache.rows(id), &m).Apply(s.Segment)
 	f := &e.cache.frames[id]
 	f.valid |= s.Data | s.Clear
+	t.writeLSN = max(t.writeLSN, lsn)
 	e.cache.markDirty(id, lsn)
 	base := s.Page * logicpage.RowsPerPage
 	for m := s.Data; m != 0; m &= m - 1 {

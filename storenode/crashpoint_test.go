@@ -113,7 +113,7 @@ func (r *crashPointRun) createTable(name string, rowBytes int) error {
 func (r *crashPointRun) dropTable(name string) error {
 	mt := r.tables[len(r.tables)-1]
 	r.dropping = mt.id
-	if err := r.e.DropTable(name); err != nil {
+	if err := r.e.DropTable(name, crashPointOwner); err != nil {
 		return err
 	}
 	r.dropping = 0

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/bitmaptree"
@@ -49,7 +50,7 @@ type Engine struct {
 	byName    map[string]*table
 	dropped   []*table // dropped, data file not yet removed
 	nextTable uint32
-	owners    map[uint64]*ownerState
+	owners    map[uint64]*ownerState // the owners table (owners.go)
 	cache     *pageCache
 	lastLSN   uint64 // last LSN handed to the WAL
 	ckptLSN   uint64 // last published checkpoint LSN
@@ -60,9 +61,15 @@ type Engine struct {
 	replaying      bool
 	scratch        []byte // WAL payload under construction
 
+	identMu sync.Mutex             // guards idents; taken alone or inside mu
+	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
+
 	ackMu      sync.Mutex
-	durableLSN uint64 // every record <= it is acknowledged by the WAL
+	durableLSN uint64        // every record <= it is acknowledged by the WAL
+	durableAt  atomic.Uint64 // durableLSN, for readers that must not wait for ackMu (the event loop)
 	dupAcks    []dupAck
+	ackErr     error         // set when the WAL failed: waiters for durability get it
+	durableCh  chan struct{} // closed (and cleared) when durableLSN advances or ackErr is set
 
 	failMu  sync.Mutex
 	failErr error
@@ -85,6 +92,7 @@ type table struct {
 	holder     uint64
 	epoch      uint64
 	leaseUntil time.Time
+	writeLSN   uint64 // the last LSN that wrote the table: readers other than its holder wait for it
 
 	rows  *bitmaptree.Tree // row id -> present; the authority on which rows exist
 	used  *bitmaptree.Tree // disk page -> referenced by the published map or being written
@@ -149,6 +157,7 @@ func Open(opts Options) (*Engine, error) {
 		tables:  make(map[uint32]*table),
 		byName:  make(map[string]*table),
 		owners:  make(map[uint64]*ownerState),
+		idents:  make(map[uint64]*ownerIdent),
 		cache:   newPageCache(opts.CacheBytes),
 		ckptReq: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -285,7 +294,14 @@ func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(u
 	lsn := e.lastLSN + 1
 	cb := func(got uint64, err error) {
 		if err != nil {
+			unknown := errors.Is(err, wal.ErrUnknownOutcome)
 			err = e.fail(err)
+			if unknown {
+				// Written, or partly, then the write or fsync failed: the record may be
+				// found after a restart, so the caller must not take it as a failure.
+				err = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+			}
+			e.failDurable(err)
 		} else {
 			assert.That(got == lsn, "storenode: WAL assigned LSN %d, engine expected %d", got, lsn)
 			e.acknowledged(got)
@@ -323,6 +339,7 @@ const walRecordOverheadBytes = 32
 func (e *Engine) acknowledged(lsn uint64) {
 	e.ackMu.Lock()
 	e.durableLSN = lsn
+	e.durableAt.Store(lsn)
 	var ready []dupAck
 	keep := e.dupAcks[:0]
 	for _, a := range e.dupAcks {
@@ -333,13 +350,19 @@ func (e *Engine) acknowledged(lsn uint64) {
 		}
 	}
 	e.dupAcks = keep
+	if e.durableCh != nil {
+		close(e.durableCh)
+		e.durableCh = nil
+	}
 	e.ackMu.Unlock()
 	for _, a := range ready {
 		a.done(a.lsn, nil)
 	}
 }
 
-// ackWhenDurable calls done once lsn is durable: the reply to a retried batch.
+// ackWhenDurable calls done once lsn is durable: the reply to a retried batch, with the
+// batch's own LSN. If the WAL fails first, done gets the failure as an unknown outcome (the
+// original may have reached the disk).
 func (e *Engine) ackWhenDurable(lsn uint64, done func(uint64, error)) {
 	e.ackMu.Lock()
 	if lsn <= e.durableLSN {
@@ -347,9 +370,65 @@ func (e *Engine) ackWhenDurable(lsn uint64, done func(uint64, error)) {
 		done(lsn, nil)
 		return
 	}
+	if err := e.ackErr; err != nil {
+		e.ackMu.Unlock()
+		done(0, retriedFailure(err))
+		return
+	}
 	e.dupAcks = append(e.dupAcks, dupAck{lsn: lsn, done: done})
 	e.ackMu.Unlock()
 }
+
+func retriedFailure(err error) error {
+	if errors.Is(err, ErrUnknownOutcome) {
+		return err
+	}
+	return fmt.Errorf("%w: the retried batch's write failed: %w", ErrUnknownOutcome, err)
+}
+
+// failDurable ends every wait for durability with err: retried batches (dupAcks) and
+// WaitDurable. Runs on the WAL's goroutine, or wherever the failure is seen.
+func (e *Engine) failDurable(err error) {
+	e.ackMu.Lock()
+	if e.ackErr == nil {
+		e.ackErr = err
+	}
+	waiting := e.dupAcks
+	e.dupAcks = nil
+	if e.durableCh != nil {
+		close(e.durableCh)
+		e.durableCh = nil
+	}
+	e.ackMu.Unlock()
+	for _, a := range waiting {
+		a.done(0, retriedFailure(err))
+	}
+}
+
+// waitDurable waits until every record <= lsn is durable, or the WAL failed. It must not be
+// called with mu held.
+func (e *Engine) waitDurable(lsn uint64) error {
+	for {
+		e.ackMu.Lock()
+		if lsn <= e.durableLSN {
+			e.ackMu.Unlock()
+			return nil
+		}
+		if err := e.ackErr; err != nil {
+			e.ackMu.Unlock()
+			return err
+		}
+		if e.durableCh == nil {
+			e.durableCh = make(chan struct{})
+		}
+		ch := e.durableCh
+		e.ackMu.Unlock()
+		<-ch
+	}
+}
+
+// durableThrough reports the durable LSN; it takes no lock.
+func (e *Engine) durableThrough() uint64 { return e.durableAt.Load() }
 
 // appendAndWait appends a record that must be durable before the caller continues (catalog
 // changes, grants, in every sync mode) and waits for it, releasing mu meanwhile. Caller holds

@@ -90,7 +90,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	check(e)
 	require.NoError(t, e.Checkpoint())
 	check(e)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
+	lsn102, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
 
@@ -100,10 +100,14 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	require.Len(t, tabs, 1)
 	require.Equal(t, uint64(128), tabs[0].NextID)
 	require.Equal(t, uint64(99), tabs[0].Rows)
-	// The owner's seq survived: a retried batch is acknowledged, not applied.
-	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{oneRow(info.ID, 1, row64(0))}})
+	// The owner's seq survived: a different batch under an applied seq is rejected, not
+	// applied; the identical one is acknowledged again with its own LSN.
+	_, err = e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{oneRow(info.ID, 1, row64(0))}})
+	require.ErrorIs(t, err, ErrSeqReused)
+	require.ErrorIs(t, err, ErrFenced, "on the wire: fenced")
+	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, err)
-	require.NotZero(t, lsn)
+	require.Equal(t, lsn102, lsn)
 	row, _ := readRow(t, e2, info.ID, 1)
 	require.Equal(t, row64(100), row)
 }

@@ -19,9 +19,9 @@ import (
 // directory). Recovery loads it, then replays the WAL after its LSN. All integers little-endian.
 //
 //	+---------------------------------------------------------------+
-//	| magic "WEFTMETA" 8 | version u32 | reserved u32                |  header, 40 bytes
+//	| magic "WEFTMETA" 8 | version u32 (2) | reserved u32            |  header, 48 bytes
 //	| checkpoint LSN u64 | next table id u32 | table count u32       |
-//	| owner count u32 | reserved u32                                 |
+//	| owner count u32 | reserved u32 | synced LSN u64                |
 //	+---------------------------------------------------------------+
 //	| per table: id u32 | row bytes u16 | name len u16 | next id u64 |
 //	|   holder u64 | epoch u64 | page count u64 | name, zero-padded   |
@@ -29,10 +29,19 @@ import (
 //	| page-map entry (24 bytes): disk page+1 u32 (0: none) |          |
 //	|   crc32c of the disk page u32 | page LSN u64 | present u64      |
 //	+---------------------------------------------------------------+
-//	| per owner: owner u64 | last seq u64 | last LSN u64             |
+//	| per owner (ascending id): owner u64 | last seq u64 |            |
+//	|   last LSN u64 | window count u32 | reserved u32 |              |
+//	|   window count entries, oldest first:                          |
+//	|   seq u64 | LSN u64 | batch hash u64                           |
 //	+---------------------------------------------------------------+
 //	| crc32c u32 over everything before it | reserved u32            |
 //	+---------------------------------------------------------------+
+//
+// The synced LSN is the WAL's synced-through LSN when the checkpoint was published (>= the
+// checkpoint LSN): recovery treats a bad WAL record at or below it as corruption, never as a
+// torn tail. The owner windows are the dedup table (owners.go); a window's seqs are
+// consecutive and end at the owner's last seq. Version 1 (no windows, no batch hash in commit
+// records) is refused with ErrOldFormat.
 //
 // The whole page map is rewritten by every checkpoint: 24 bytes a logical page (11 MiB for 30M
 // rows of 64 bytes). See docs/storage.md for the cost and the incremental alternative.
@@ -40,11 +49,12 @@ import (
 // Part of the format; do not change.
 const (
 	metaMagic        = "WEFTMETA"
-	metaVersion      = 1
-	metaHeaderBytes  = 40
+	metaVersion      = 2
+	metaHeaderBytes  = 48
 	metaTableBytes   = 40
 	metaEntryBytes   = 24
-	metaOwnerBytes   = 24
+	metaOwnerBytes   = 32
+	metaDedupBytes   = 24
 	metaTrailerBytes = 8
 	metaName         = "meta"
 	metaTempName     = "meta.tmp"
@@ -69,20 +79,19 @@ type metaTable struct {
 	pages    []mapEntry
 }
 
-type ownerState struct {
-	lastSeq uint64
-	lastLSN uint64
-}
-
 type metaState struct {
 	ckptLSN   uint64
+	syncedLSN uint64
 	nextTable uint32
 	tables    []metaTable
 	owners    map[uint64]ownerState
 }
 
 func encodeMeta(m *metaState) []byte {
-	size := metaHeaderBytes + metaTrailerBytes + len(m.owners)*metaOwnerBytes
+	size := metaHeaderBytes + metaTrailerBytes
+	for _, o := range m.owners {
+		size += metaOwnerBytes + o.n*metaDedupBytes
+	}
 	for _, t := range m.tables {
 		size += metaTableBytes + pad8(len(t.name)) + len(t.pages)*metaEntryBytes
 	}
@@ -95,6 +104,7 @@ func encodeMeta(m *metaState) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.tables)))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.owners)))
 	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, m.syncedLSN)
 	for _, t := range m.tables {
 		b = binary.LittleEndian.AppendUint32(b, t.id)
 		b = binary.LittleEndian.AppendUint16(b, uint16(t.rowBytes))
@@ -117,6 +127,14 @@ func encodeMeta(m *metaState) []byte {
 		b = binary.LittleEndian.AppendUint64(b, o)
 		b = binary.LittleEndian.AppendUint64(b, s.lastSeq)
 		b = binary.LittleEndian.AppendUint64(b, s.lastLSN)
+		ents := s.entries()
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(ents)))
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		for _, d := range ents {
+			b = binary.LittleEndian.AppendUint64(b, d.seq)
+			b = binary.LittleEndian.AppendUint64(b, d.lsn)
+			b = binary.LittleEndian.AppendUint64(b, d.hash)
+		}
 	}
 	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
 	b = binary.LittleEndian.AppendUint32(b, 0)
@@ -131,19 +149,30 @@ func decodeMeta(b []byte) (*metaState, error) {
 	if got, want := checksum.Of(body), binary.LittleEndian.Uint32(b[len(body):]); got != want {
 		return nil, corrupt.Errorf("storenode: meta: checksum %#08x, want %#08x", got, want)
 	}
+	if binary.LittleEndian.Uint32(b[len(b)-4:]) != 0 {
+		return nil, corrupt.Errorf("storenode: meta: reserved trailer field not zero")
+	}
 	if string(b[:8]) != metaMagic {
 		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
 	}
 	if v := binary.LittleEndian.Uint32(b[8:]); v != metaVersion {
+		if v < metaVersion {
+			return nil, fmt.Errorf("%w: meta file format version %d, this build reads version %d only "+
+				"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersion)
+		}
 		return nil, corrupt.Errorf("storenode: meta: version %d, want %d", v, metaVersion)
 	}
 	m := &metaState{
 		ckptLSN:   binary.LittleEndian.Uint64(b[16:]),
+		syncedLSN: binary.LittleEndian.Uint64(b[40:]),
 		nextTable: binary.LittleEndian.Uint32(b[24:]),
 		owners:    make(map[uint64]ownerState),
 	}
 	nTables := binary.LittleEndian.Uint32(b[28:])
 	nOwners := binary.LittleEndian.Uint32(b[32:])
+	if binary.LittleEndian.Uint32(b[12:]) != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 || m.syncedLSN < m.ckptLSN {
+		return nil, corrupt.Errorf("storenode: meta: bad header")
+	}
 	p := body[metaHeaderBytes:]
 	if uint64(nTables)*metaTableBytes+uint64(nOwners)*metaOwnerBytes > uint64(len(p)) {
 		return nil, corrupt.Errorf("storenode: meta: %d tables and %d owners in %d bytes", nTables, nOwners, len(p))
@@ -186,15 +215,43 @@ func decodeMeta(b []byte) (*metaState, error) {
 		}
 		m.tables = append(m.tables, t)
 	}
-	if uint64(len(p)) != uint64(nOwners)*metaOwnerBytes {
+	if uint64(len(p)) < uint64(nOwners)*metaOwnerBytes {
 		return nil, corrupt.Errorf("storenode: meta: %d bytes for %d owners", len(p), nOwners)
 	}
-	for range nOwners {
-		m.owners[binary.LittleEndian.Uint64(p)] = ownerState{
-			lastSeq: binary.LittleEndian.Uint64(p[8:]),
-			lastLSN: binary.LittleEndian.Uint64(p[16:]),
+	prev := uint64(0)
+	for i := range nOwners {
+		if len(p) < metaOwnerBytes {
+			return nil, corrupt.Errorf("storenode: meta: truncated owner %d", i)
 		}
+		id := binary.LittleEndian.Uint64(p)
+		o := ownerState{lastSeq: binary.LittleEndian.Uint64(p[8:]), lastLSN: binary.LittleEndian.Uint64(p[16:])}
+		n := binary.LittleEndian.Uint32(p[24:])
+		if id == 0 || id <= prev && i > 0 || n > dedupWindow || binary.LittleEndian.Uint32(p[28:]) != 0 ||
+			uint64(n) > o.lastSeq || o.lastLSN > m.ckptLSN {
+			return nil, corrupt.Errorf("storenode: meta: bad owner entry %d", i)
+		}
+		prev = id
 		p = p[metaOwnerBytes:]
+		if uint64(len(p)) < uint64(n)*metaDedupBytes {
+			return nil, corrupt.Errorf("storenode: meta: owner entry %d: window of %d in %d bytes", i, n, len(p))
+		}
+		if n > 0 {
+			o.window = make([]dedupEntry, dedupWindow)
+			o.n = int(n)
+			for k := range uint64(n) {
+				d := dedupEntry{seq: binary.LittleEndian.Uint64(p), lsn: binary.LittleEndian.Uint64(p[8:]),
+					hash: binary.LittleEndian.Uint64(p[16:])}
+				if d.seq != o.lastSeq-uint64(n)+1+k || d.lsn > o.lastLSN || d.lsn == 0 {
+					return nil, corrupt.Errorf("storenode: meta: owner entry %d: bad window entry %d", i, k)
+				}
+				o.window[d.seq%dedupWindow] = d
+				p = p[metaDedupBytes:]
+			}
+		}
+		m.owners[id] = o
+	}
+	if len(p) != 0 {
+		return nil, corrupt.Errorf("storenode: meta: %d trailing bytes", len(p))
 	}
 	return m, nil
 }

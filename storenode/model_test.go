@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -52,6 +53,8 @@ type modelRun struct {
 	epochs map[uint32]uint64
 	idsHi  map[uint32]uint64 // id high-water mark per table: every id below was granted
 	seq    uint64
+	sent   map[uint64]*Batch // the last batches applied, by seq, for identical retries
+	lsns   map[uint64]uint64 // their LSNs
 	gen    batchGen
 	names  int      // scratch tables created, for their names
 	trail  []string // the last steps, for the failure message
@@ -169,22 +172,43 @@ func (r *modelRun) commit() {
 	require.NoError(r.t, err)
 	require.NotZero(r.t, lsn)
 	r.m.apply(b)
+	if r.sent == nil {
+		r.sent, r.lsns = make(map[uint64]*Batch), make(map[uint64]uint64)
+	}
+	r.sent[r.seq], r.lsns[r.seq] = b, lsn
+	delete(r.sent, r.seq-4)
+	delete(r.lsns, r.seq-4)
 	// The budget holds, except that one batch may overrun it by its own pages while
 	// nothing else is dirty (a page of the 512-byte table alone is twice the tiny budget).
 	overrun := int64(r.gen.segsMax) * (512*logicpage.RowsPerPage + frameOverheadBytes)
 	require.LessOrEqual(r.t, r.e.Stats().CacheBytes, r.opts.CacheBytes+overrun, "cache budget")
 }
 
-// retry sends again the seq of the last batch, with other rows: it must be acknowledged and
-// not applied.
+// retry sends again one of the last batches: the identical batch is acknowledged with its own
+// LSN and not applied; a different batch under its seq is rejected (ErrSeqReused) and not
+// applied either.
 func (r *modelRun) retry() {
 	if r.seq == 0 {
 		return
 	}
-	b := r.gen.next(modelOwner, r.seq-uint64(r.rng.IntN(int(min(r.seq, 3)))), r.tables, r.epochs)
-	r.note("retry seq %d", b.Seq)
+	seq := r.seq - uint64(r.rng.IntN(int(min(r.seq, 3))))
+	if b, ok := r.sent[seq]; ok && r.rng.IntN(3) != 0 {
+		r.note("retry seq %d (identical)", seq)
+		lsn, err := r.e.CommitWait(b)
+		require.NoError(r.t, err)
+		require.Equal(r.t, r.lsns[seq], lsn, "a retried batch is acknowledged with its own LSN")
+		return
+	}
+	b := r.gen.next(modelOwner, seq, r.tables, r.epochs)
+	r.note("retry seq %d (other bytes)", b.Seq)
 	_, err := r.e.CommitWait(b)
-	require.NoError(r.t, err)
+	require.Error(r.t, err)
+	if _, ok := r.sent[seq]; ok {
+		require.ErrorIs(r.t, err, ErrSeqReused)
+	} else {
+		// Applied before this run's window of kept batches: rejected either way.
+		require.True(r.t, errors.Is(err, ErrSeqReused) || errors.Is(err, ErrUnknownOutcome), "%v", err)
+	}
 }
 
 func (r *modelRun) read() {
@@ -313,7 +337,7 @@ func (r *modelRun) createOrDrop() {
 		mt := r.tables[2]
 		name := fmt.Sprintf("scratch%d", r.names%2)
 		r.note("drop table %d %s", mt.id, name)
-		require.NoError(r.t, r.e.DropTable(name))
+		require.NoError(r.t, r.e.DropTable(name, modelOwner))
 		r.tables = r.tables[:2]
 		delete(r.m.tables, mt.id)
 		delete(r.epochs, mt.id)

@@ -47,6 +47,8 @@ const (
 	DefaultLeaseDuration      = 10 * time.Second
 	DefaultSeqGapWait         = 5 * time.Second
 	DefaultWALSegmentBytes    = 64 << 20
+	DefaultOwnerExpiry        = 24 * time.Hour
+	DefaultMaxTables          = 4096
 	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
 	// wait for checkpoints to make room), but not fewer than one batch can touch.
 	MinCacheBytes = 16 << 10
@@ -73,6 +75,13 @@ type Options struct {
 	// SeqGapWait bounds how long a batch waits for the batches before it in its owner's seq
 	// order before failing with ErrSeqGap.
 	SeqGapWait time.Duration
+	// OwnerExpiry is how long an owner that holds no table and has no connection keeps its
+	// entry in the owners table (its dedup window) after its last applied batch; the count
+	// restarts at Open. Negative keeps every owner for ever.
+	OwnerExpiry time.Duration
+	// MaxTables bounds the live tables (each keeps its data file open); CreateTable fails
+	// with ErrTooManyTables beyond it.
+	MaxTables int
 	// WALSegmentBytes is the size at which the WAL rolls to a new segment file.
 	WALSegmentBytes int64
 	// ExpireLeasesAtOpen ends, at Open, the leases of the owners recorded in the store, instead
@@ -106,6 +115,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SeqGapWait == 0 {
 		o.SeqGapWait = DefaultSeqGapWait
+	}
+	if o.OwnerExpiry == 0 {
+		o.OwnerExpiry = DefaultOwnerExpiry
+	}
+	if o.MaxTables <= 0 {
+		o.MaxTables = DefaultMaxTables
 	}
 	if o.WALSegmentBytes == 0 {
 		o.WALSegmentBytes = DefaultWALSegmentBytes

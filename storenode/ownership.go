@@ -31,15 +31,14 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	now := e.opts.Now()
 	if epoch != 0 {
 		if t.holder != owner || t.epoch != epoch {
-			return Grant{}, fmt.Errorf("%w: table %q epoch %d is held by owner %d with epoch %d",
-				ErrFenced, t.name, epoch, t.holder, t.epoch)
+			return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
 		}
 		t.leaseUntil = now.Add(e.opts.LeaseDuration)
 		return e.grant(t, owner), nil
 	}
-	if t.holder != 0 && t.holder != owner && now.Before(t.leaseUntil) {
-		return Grant{}, fmt.Errorf("%w: table %q is held by owner %d for another %v",
-			ErrTableOwned, t.name, t.holder, t.leaseUntil.Sub(now))
+	if e.liveHolder(t, owner) {
+		return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
+			ErrTableOwned, t.name, t.leaseUntil.Sub(now))
 	}
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch+1)
 	ch := make(chan error, 1)
@@ -81,11 +80,23 @@ func (e *Engine) Release(tableID uint32, owner, epoch uint64) error {
 	return nil
 }
 
-// Renew extends the leases of every table owner holds: any traffic from the owner counts.
+// Renew extends the leases of every table owner holds, and its identity's: any traffic from
+// the owner counts.
 func (e *Engine) Renew(owner uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	until := e.opts.Now().Add(e.opts.LeaseDuration)
+	now := e.opts.Now()
+	e.identMu.Lock()
+	id := e.idents[owner]
+	released := id != nil && id.released
+	if id != nil {
+		id.lastSeen = now
+	}
+	e.identMu.Unlock()
+	if released {
+		return // a late request of a node that released its tables does not take them back
+	}
+	until := now.Add(e.opts.LeaseDuration)
 	for _, t := range e.tables {
 		if t.holder == owner {
 			t.leaseUntil = until
@@ -96,8 +107,8 @@ func (e *Engine) Renew(owner uint64) {
 // checkFence reports whether owner may write t with epoch. Caller holds mu.
 func (e *Engine) checkFence(t *table, owner, epoch uint64) error {
 	if t.holder != owner || t.epoch != epoch {
-		return fmt.Errorf("%w: table %q: batch of owner %d epoch %d, table held by owner %d epoch %d",
-			ErrFenced, t.name, owner, epoch, t.holder, t.epoch)
+		// Never name the holder or its epoch: the caller may be another owner.
+		return fmt.Errorf("%w: table %q: epoch %d is not this owner's current grant", ErrFenced, t.name, epoch)
 	}
 	return nil
 }

@@ -26,9 +26,23 @@ func getDiskPage(n int) *[]byte {
 	return &b
 }
 
-// ReadRows answers a sparse read of one page: data is want's present rows, clear want's absent
-// ones, and the rows of data are appended to dst in slot order. It returns the extended dst.
+// ReadRows answers a sparse read of one page for the table's owner: data is want's present
+// rows, clear want's absent ones, and the rows of data are appended to dst in slot order. It
+// returns the extended dst. The owner sees its own writes before they are durable; every other
+// reader must use ReadRowsAs.
 func (e *Engine) ReadRows(tableID uint32, page, want uint64, dst []byte) (data, clear uint64, out []byte, err error) {
+	return e.readRows(0, true, tableID, page, want, dst)
+}
+
+// ReadRowsAs is ReadRows on behalf of reader (an owner id; 0 for a session without one): a
+// reader that is not the table's holder is served only durable rows: it waits until every
+// write to the page (the frame's LSN) is durable, which after a WAL failure ends with the
+// failure. Under writes to the same page that never pause, it may wait for several WAL syncs.
+func (e *Engine) ReadRowsAs(reader uint64, tableID uint32, page, want uint64, dst []byte) (data, clear uint64, out []byte, err error) {
+	return e.readRows(reader, false, tableID, page, want, dst)
+}
+
+func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, want uint64, dst []byte) (data, clear uint64, out []byte, err error) {
 	if page >= maxPages {
 		return 0, 0, dst, fmt.Errorf("%w: page %d beyond the last page", ErrMalformed, page)
 	}
@@ -42,13 +56,23 @@ func (e *Engine) ReadRows(tableID uint32, page, want uint64, dst []byte) (data, 
 		if err != nil {
 			return 0, 0, dst, err
 		}
+		key := frameKey(t.id, page)
+		id, cached := e.cache.lookup(key)
+		// A page without a frame has no write that is not durable (a dirty frame stays
+		// until a checkpoint, which syncs the WAL first).
+		if cached && !trusted && !t.heldBy(reader) {
+			if lsn := e.cache.frames[id].lsn; lsn > e.durableThrough() {
+				if err := e.waitDurableUnlocked(lsn); err != nil {
+					return 0, 0, dst, err
+				}
+				continue
+			}
+		}
 		present := t.presentWord(page)
 		data, clear = want&present, want&^present
 		if data == 0 {
 			return data, clear, dst, nil
 		}
-		key := frameKey(t.id, page)
-		id, cached := e.cache.lookup(key)
 		if cached {
 			f := &e.cache.frames[id]
 			if f.loading {
@@ -146,6 +170,18 @@ func (e *Engine) readDiskPage(t *table, page uint64) (*[]byte, error) {
 	return buf, nil
 }
 
+// heldBy reports whether owner (nonzero) is t's holder. Caller holds mu.
+func (t *table) heldBy(owner uint64) bool { return owner != 0 && t.holder == owner }
+
+// waitDurableUnlocked waits, with mu released, until lsn is durable. Caller holds mu; it is
+// held again on return.
+func (e *Engine) waitDurableUnlocked(lsn uint64) error {
+	e.mu.Unlock()
+	err := e.waitDurable(lsn)
+	e.mu.Lock()
+	return err
+}
+
 func gatherRows(dst, rows []byte, g logicpage.Geometry, mask uint64) []byte {
 	r := g.RowBytes()
 	for m := mask; m != 0; m &= m - 1 {
@@ -165,14 +201,38 @@ func (e *Engine) PageDir(tableID uint32, lo, hi uint64, max int, dst []PageInfo)
 	if max <= 0 || max > pageDirMax {
 		max = pageDirMax
 	}
+	return e.pageDir(0, true, tableID, lo, hi, max, dst)
+}
+
+// PageDirAs is PageDir on behalf of reader (see ReadRowsAs): a reader that is not the table's
+// holder waits until the table's writes are durable (its last write's LSN), so it never lists
+// a row, or misses one, that a crash could take back. Under writes to the table that never
+// pause it may wait for several WAL syncs.
+func (e *Engine) PageDirAs(reader uint64, tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
+	return e.pageDir(reader, false, tableID, lo, hi, max, dst)
+}
+
+func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
+	hi = min(hi, maxPages)
+	if max <= 0 || max > pageDirMax {
+		max = pageDirMax
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.usable(); err != nil {
-		return dst, 0, err
-	}
-	t, err := e.table(tableID)
-	if err != nil {
-		return dst, 0, err
+	var t *table
+	for {
+		if err := e.usable(); err != nil {
+			return dst, 0, err
+		}
+		if t, err = e.table(tableID); err != nil {
+			return dst, 0, err
+		}
+		if trusted || t.heldBy(reader) || t.writeLSN <= e.durableThrough() {
+			break
+		}
+		if err := e.waitDurableUnlocked(t.writeLSN); err != nil {
+			return dst, 0, err
+		}
 	}
 	n := 0
 	for first, present := range t.rows.Words(lo*logicpage.RowsPerPage, hi*logicpage.RowsPerPage) {

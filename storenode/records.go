@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/bits"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -15,9 +17,14 @@ import (
 //	kindDropTable    table u32
 //	kindGrantIDs     table u32 | reserved u32 | next id u64        (the new high-water mark)
 //	kindGrantOwner   table u32 | reserved u32 | owner u64 | epoch u64
-//	kindCommit       owner u64 | seq u64 | segment count u32 | reserved u32 | segments
+//	kindCommit       owner u64 | seq u64 | batch hash u64 | segment count u32 | reserved u32
+//	                 | segments
 //	segment          table u32 | row bytes u16 | reserved u16 | page u64 | data u64 | clear u64
 //	                 | popcount(data) * row bytes of rows, in slot order
+//
+// The batch hash (batchHash: xxhash64 of the fences and the segments as the owner sent them) is
+// what the dedup window remembers of an applied batch, so a retry after a restart is told apart
+// from a different batch under the same seq. It entered the format with meta version 2.
 //
 // Every record holds full row images, so replaying a record twice leaves the same state:
 // recovery may replay records that a checkpoint already covers.
@@ -31,7 +38,7 @@ const (
 	kindCommit      byte = 5
 
 	segmentHeaderBytes = 32
-	commitHeaderBytes  = 24
+	commitHeaderBytes  = 32
 )
 
 // Segment is one sparse segment of a commit batch: a logical page of one table, the rows of its
@@ -57,9 +64,39 @@ type Batch struct {
 	Segments []Segment
 }
 
-func appendCommitRecord(dst []byte, b *Batch, rowBytes func(table uint32) int) []byte {
+// batchHash is the identity of a batch's bytes for the dedup window: xxhash64 over its fences
+// and segments (table, page, masks, rows) in order. A retry of an applied seq is acknowledged
+// again only if its hash is the applied batch's. It reads b only; any goroutine may call it.
+func batchHash(b *Batch) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var hdr [40]byte
+	binary.LittleEndian.PutUint32(hdr[0:], uint32(len(b.Fences)))
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(b.Segments)))
+	d.Write(hdr[:8])
+	for _, f := range b.Fences {
+		binary.LittleEndian.PutUint32(hdr[0:], f.Table)
+		binary.LittleEndian.PutUint32(hdr[4:], 0)
+		binary.LittleEndian.PutUint64(hdr[8:], f.Epoch)
+		d.Write(hdr[:16])
+	}
+	for i := range b.Segments {
+		s := &b.Segments[i]
+		binary.LittleEndian.PutUint32(hdr[0:], s.Table)
+		binary.LittleEndian.PutUint32(hdr[4:], uint32(len(s.Rows)))
+		binary.LittleEndian.PutUint64(hdr[8:], s.Page)
+		binary.LittleEndian.PutUint64(hdr[16:], s.Data)
+		binary.LittleEndian.PutUint64(hdr[24:], s.Clear)
+		d.Write(hdr[:32])
+		d.Write(s.Rows)
+	}
+	return d.Sum64()
+}
+
+func appendCommitRecord(dst []byte, b *Batch, hash uint64, rowBytes func(table uint32) int) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, b.Owner)
 	dst = binary.LittleEndian.AppendUint64(dst, b.Seq)
+	dst = binary.LittleEndian.AppendUint64(dst, hash)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(b.Segments)))
 	dst = binary.LittleEndian.AppendUint32(dst, 0)
 	for i := range b.Segments {
@@ -78,6 +115,7 @@ func appendCommitRecord(dst []byte, b *Batch, rowBytes func(table uint32) int) [
 // commitRecord is a decoded kindCommit payload. Segment rows alias the payload.
 type commitRecord struct {
 	owner, seq uint64
+	hash       uint64
 	segments   []Segment
 	rowBytes   []int
 }
@@ -88,7 +126,11 @@ func decodeCommitRecord(p []byte, rec *commitRecord) error {
 	}
 	rec.owner = binary.LittleEndian.Uint64(p[0:])
 	rec.seq = binary.LittleEndian.Uint64(p[8:])
-	n := binary.LittleEndian.Uint32(p[16:])
+	rec.hash = binary.LittleEndian.Uint64(p[16:])
+	n := binary.LittleEndian.Uint32(p[24:])
+	if binary.LittleEndian.Uint32(p[28:]) != 0 {
+		return corrupt.Errorf("storenode: commit record: reserved field not zero")
+	}
 	p = p[commitHeaderBytes:]
 	if uint64(n)*segmentHeaderBytes > uint64(len(p)) {
 		return corrupt.Errorf("storenode: commit record claims %d segments in %d bytes", n, len(p))

@@ -21,8 +21,11 @@ import (
 // the checkpoint LSN (table creations and drops, id and ownership grants, commit batches into
 // partial cache frames, owners' seqs); remove data files no table owns.
 //
-// Replay may produce more dirty pages than the cache holds; then it checkpoints in the middle,
-// after syncing the WAL files, so recovery keeps the cache's memory bound.
+// Replay may produce more dirty pages than the cache holds; then it checkpoints between two
+// records (never inside one), so recovery keeps the cache's memory bound. The WAL replays only
+// after its own recovery made the log durable as read (it rewrites and syncs the records that
+// may be in the OS page cache only, e.g. after a failed fsync), so such a checkpoint never
+// publishes a record that a power loss could still take back.
 
 func (e *Engine) recover() error {
 	if err := e.fs.MkdirAll(e.dir); err != nil {
@@ -56,16 +59,19 @@ func (e *Engine) recover() error {
 			return err
 		}
 	}
+	now := e.opts.Now()
 	for id, o := range m.owners {
-		e.owners[id] = &ownerState{lastSeq: o.lastSeq, lastLSN: o.lastLSN}
+		o.active = now
+		e.owners[id] = &o
 	}
 
 	e.replaying = true
 	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
-		Sync:          wal.SyncMode(e.opts.Sync),
-		SegmentBytes:  e.opts.WALSegmentBytes,
-		MaxQueueBytes: 64 << 20,
-		After:         e.ckptLSN,
+		Sync:           wal.SyncMode(e.opts.Sync),
+		SegmentBytes:   e.opts.WALSegmentBytes,
+		MaxQueueBytes:  64 << 20,
+		After:          e.ckptLSN,
+		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
 	e.replaying = false
 	if err != nil {
@@ -84,6 +90,7 @@ func (e *Engine) recover() error {
 		return corrupt.Errorf("storenode: %s: WAL ends at LSN %d, replay reached %d", e.dir, got, e.lastLSN)
 	}
 	e.durableLSN = e.lastLSN
+	e.durableAt.Store(e.lastLSN)
 	return e.removeOrphans()
 }
 
@@ -210,7 +217,10 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 	return nil
 }
 
-// replayCommit applies a commit record into the cache. Caller holds mu.
+// replayCommit applies a commit record into the cache. Caller holds mu. It reserves a frame
+// for every page of the record before it applies any: when the cache has no room, it
+// checkpoints first, with the record not applied at all, so a checkpoint never holds part of
+// a record while its LSN is before it (a checkpoint LSN is never inside a record).
 func (e *Engine) replayCommit(rec wal.Record) error {
 	var c commitRecord
 	if err := decodeCommitRecord(rec.Payload, &c); err != nil {
@@ -223,24 +233,30 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
 				rec.LSN, s.Table, c.rowBytes[i], s.Page)
 		}
-		key := frameKey(s.Table, s.Page)
-		if _, ok := e.cache.lookup(key); !ok {
-			if _, ok := e.cache.alloc(key, t.geo.PageBytes(), false); !ok {
-				// Full of dirty pages: write them out before going on.
-				e.mu.Unlock()
-				err := e.checkpoint(true)
-				e.mu.Lock()
-				if err != nil {
-					return err
-				}
-				e.cache.alloc(key, t.geo.PageBytes(), true)
-			}
-		}
-		e.applySegment(s, rec.LSN)
 	}
-	o := e.owner(c.owner)
-	if c.seq > o.lastSeq {
-		o.lastSeq, o.lastLSN = c.seq, rec.LSN
+	b := &Batch{Segments: c.segments}
+	for {
+		room, err := e.reserveFrames(b)
+		if err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", rec.LSN, err)
+		}
+		if room {
+			break
+		}
+		// Full of dirty pages: write them out before this record.
+		e.mu.Unlock()
+		err = e.checkpoint(true)
+		e.mu.Lock()
+		if err != nil {
+			return err
+		}
+	}
+	for i := range c.segments {
+		e.applySegment(&c.segments[i], rec.LSN)
+	}
+	e.unpinFrames(b, len(c.segments))
+	if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
+		e.owner(c.owner).applied(c.seq, rec.LSN, c.hash)
 	}
 	return nil
 }

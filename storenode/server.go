@@ -9,7 +9,9 @@
 // The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
 // net.Conns when ServerConfig.TLS is set (gnet has no TLS); both run the same session code.
 // Per connection: the handshake (Hello, mutual HMAC proof, Auth; nothing else is served
-// before it), then pipelined requests answered by request id. The event loop decodes frames,
+// before it; once the client is authenticated its owner id is claimed by the Hello's
+// incarnation, identity.go, or refused with ErrOwnerInUse), then pipelined requests answered
+// by request id. Readers other than a table's holder are served only durable rows. The event loop decodes frames,
 // answers Ping and reads of cached pages inline (server_read.go: it takes the engine's lock
 // only if it is free at that instant) and hands everything that may block or touch the disk
 // to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
@@ -110,8 +112,11 @@ type ServerConfig struct {
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
 	TLS *tls.Config
 
-	// MaxConns bounds the connections held at once (DefaultMaxConns).
+	// MaxConns bounds the connections held at once (DefaultMaxConns). Start refuses to run
+	// (ErrFileLimit) when MaxConns, the tables and a margin exceed RLIMIT_NOFILE.
 	MaxConns int
+	// fileLimit replaces RLIMIT_NOFILE in the start-up check (tests).
+	fileLimit uint64
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int
@@ -293,10 +298,10 @@ func (s *Server) Start() error {
 		s.eng, s.ownsEngine = e, true
 		s.configure()
 	}
-	var err error
-	if s.cfg.TLS != nil {
+	err := s.checkFileLimit()
+	if err == nil && s.cfg.TLS != nil {
 		err = s.startTLS()
-	} else {
+	} else if err == nil {
 		err = s.startGnet()
 	}
 	if err != nil {
@@ -314,6 +319,19 @@ func (s *Server) Start() error {
 		s.cfg.OnListen(s.addr)
 	}
 	return nil
+}
+
+// checkFileLimit refuses to start when the connections and tables cannot have their file
+// descriptors (limits.go).
+func (s *Server) checkFileLimit() error {
+	limit := s.cfg.fileLimit
+	if limit == 0 {
+		var err error
+		if limit, err = fileLimit(); err != nil {
+			return err
+		}
+	}
+	return s.eng.checkFileLimit(s.cfg.MaxConns+rejectLingerMax, limit)
 }
 
 // Addr reports the address the server listens on, or nil before Start.

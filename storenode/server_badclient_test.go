@@ -236,6 +236,10 @@ func TestServerBadClients(t *testing.T) {
 		c := env.dial(7)
 		ti, g := srvTable(t, c, "cut", 7)
 		full := sgio.AppendFrame(nil, 5, srvCommit(ti.Table, 7, g.Epoch, 1, []uint64{1}, 1))
+		// The raw connections below are the same incarnation (all zero) as c: each one's
+		// handshake replaces the connection before it, so c goes first and comes back last.
+		require.NoError(t, c.Close())
+		env.waitClosed(1)
 
 		// Half a frame, then gone.
 		r := dialRaw(t, env.addr)
@@ -261,6 +265,7 @@ func TestServerBadClients(t *testing.T) {
 
 		// The owner goes on from where the store is: batch 1 applied once; batch 3 applied
 		// in seq order once batch 2 fills the gap, before batch 4 (whose ack proves it).
+		c = env.dial(7)
 		var again sgio.Grant
 		require.NoError(t, c.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 7, Epoch: g.Epoch}, &again))
 		require.Equal(t, uint64(1), again.LastSeq)

@@ -19,7 +19,10 @@ import (
 // when it cannot (the engine's lock is taken, a row needs the disk, an error needs reporting):
 // the caller takes the slow path, which also reports errors. It is the event loop's way into
 // the engine and never blocks.
-func (e *Engine) readCached(m *sgio.ReadPages, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
+//
+// reader is the session's owner: a read of a table it does not hold takes the slow path when
+// the page has a write that is not durable yet (ReadRowsAs waits for it there).
+func (e *Engine) readCached(reader uint64, m *sgio.ReadPages, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
 	if !e.mu.TryLock() {
 		return rows, false
 	}
@@ -28,10 +31,16 @@ func (e *Engine) readCached(m *sgio.ReadPages, segs []sgio.Segment, rows []byte)
 		return rows, false
 	}
 	size, hits := 0, uint64(0)
+	durable := e.durableThrough()
 	for _, w := range m.Wants {
 		t, found := e.tables[w.Table]
 		if !found || w.Page >= maxPages {
 			return rows, false
+		}
+		if !t.heldBy(reader) {
+			if id, cached := e.cache.lookup(frameKey(t.id, w.Page)); cached && e.cache.frames[id].lsn > durable {
+				return rows, false
+			}
 		}
 		size += bits.OnesCount64(w.Want) * t.geo.RowBytes()
 	}
@@ -76,7 +85,7 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 		}
 	}
 	segs := make([]sgio.Segment, len(m.Wants))
-	rows, ok := s.srv.eng.readCached(m, segs, nil)
+	rows, ok := s.srv.eng.readCached(s.owner, m, segs, nil)
 	if !ok {
 		return false
 	}

@@ -42,6 +42,7 @@ type session struct {
 	// The loop's own fields.
 	state       sessionState
 	owner       uint64
+	incarnation Incarnation // the Hello's; the owner id is claimed with it once authenticated
 	name        string
 	clientNonce [sgio.NonceSize]byte
 	serverNonce [sgio.NonceSize]byte
@@ -52,6 +53,7 @@ type session struct {
 
 	ownerSeen  atomic.Uint64 // owner, for the logs of timers
 	authed     atomic.Bool
+	claimed    atomic.Bool // the owner id is claimed for this connection (Engine.Connect)
 	inflight   atomic.Int64
 	lastActive atomic.Int64 // time.Now().UnixNano() of the last inbound bytes
 	lastRenew  atomic.Int64 // engine clock, UnixNano, of the last lease renewal
@@ -188,7 +190,27 @@ func (s *session) closed(err error) {
 	} else {
 		s.logger().Debug("storenode: connection closed")
 	}
+	if s.claimed.Load() {
+		s.srv.eng.Disconnect(s.owner, s.id)
+	}
 	s.srv.forget(s)
+}
+
+// claimOwner claims the session's owner id for this connection, by its incarnation
+// (Engine.Connect), once the client is authenticated; a session without an owner id claims
+// nothing. A later claim by the same incarnation closes this connection. On the loop; it takes
+// the engine's lock briefly and never waits.
+func (s *session) claimOwner() error {
+	if s.owner == 0 {
+		return nil
+	}
+	if err := s.srv.eng.Connect(s.owner, s.incarnation, s.id, func() {
+		s.closeWith("replaced by a new connection of the same incarnation", slog.LevelInfo)
+	}); err != nil {
+		return err
+	}
+	s.claimed.Store(true)
+	return nil
 }
 
 // endRequests ends k in-flight requests.
@@ -347,7 +369,7 @@ func (s *session) hello(f sgio.Frame) bool {
 		return !s.reject(f.ID, fmt.Errorf("storenode: client accepts reply bodies of %d bytes, at least %d needed: %w",
 			h.MaxBody, minReplyBody, sgio.ErrMalformed), "bad Hello")
 	}
-	s.owner, s.name, s.clientNonce = h.OwnerID, h.Name, h.Nonce
+	s.owner, s.name, s.clientNonce, s.incarnation = h.OwnerID, h.Name, h.Nonce, h.Incarnation
 	s.ownerSeen.Store(h.OwnerID)
 	s.replyMax = min(h.MaxBody, sgio.MaxBodyLimit)
 	s.serverNonce = sgio.NewNonce()
@@ -370,6 +392,9 @@ func (s *session) auth(f sgio.Frame) bool {
 	if err := sgio.CheckClientProof(s.srv.cfg.Secret, s.serverNonce, s.clientNonce, a.Proof); err != nil {
 		s.srv.counters.authFailures.Add(1)
 		return !s.reject(f.ID, fmt.Errorf("storenode: %w", err), "authentication failed")
+	}
+	if err := s.claimOwner(); err != nil {
+		return !s.reject(f.ID, err, "owner id in use")
 	}
 	s.state = stateOpen
 	s.authed.Store(true)
@@ -474,7 +499,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return s.fits(r)
 	case *sgio.DropTable:
-		if err := e.DropTable(m.Name); err != nil {
+		if err := e.DropTable(m.Name, s.owner); err != nil {
 			return nil, nil, err
 		}
 		return &sgio.OK{}, nil, nil
@@ -488,6 +513,14 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return &sgio.Grant{Table: g.Table, LeaseMillis: uint32(min(g.Lease.Milliseconds(), 1<<32-1)),
 			Owner: g.Owner, Epoch: g.Epoch, LastSeq: g.LastSeq}, nil, nil
+	case *sgio.Release:
+		if err := s.checkOwner(m.Owner); err != nil {
+			return nil, nil, err
+		}
+		if err := e.ReleaseOwner(m.Owner, s.id); err != nil {
+			return nil, nil, err
+		}
+		return &sgio.OK{}, nil, nil
 	case *sgio.AllocIDs:
 		if err := s.checkOwner(m.Owner); err != nil {
 			return nil, nil, err
@@ -507,7 +540,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		if m.Hi < m.Lo {
 			return nil, nil, fmt.Errorf("storenode: page directory of [%d, %d): %w", m.Lo, m.Hi, sgio.ErrMalformed)
 		}
-		pages, next, err := e.PageDir(m.Table, m.Lo, m.Hi, limit, nil)
+		pages, next, err := e.PageDirAs(s.owner, m.Table, m.Lo, m.Hi, limit, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -558,7 +591,7 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 	for i, w := range m.Wants {
 		rb, _ := s.srv.tableRowBytes(w.Table)
 		start := len(rows)
-		data, clear, out, err := s.srv.eng.ReadRows(w.Table, w.Page, w.Want, rows)
+		data, clear, out, err := s.srv.eng.ReadRowsAs(s.owner, w.Table, w.Page, w.Want, rows)
 		if err != nil {
 			return nil, nil, err
 		}

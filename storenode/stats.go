@@ -17,6 +17,8 @@ type engineCounters struct {
 	ckptPages   atomic.Uint64
 	ckptLastNs  atomic.Int64
 	stallMaxNs  atomic.Int64
+
+	ownersExpired atomic.Uint64
 }
 
 func (c *engineCounters) noteCheckpoint(d time.Duration, pages int) {
@@ -60,6 +62,10 @@ type Stats struct {
 	LongestStall time.Duration
 	// LastLSN is the last LSN handed to the WAL.
 	LastLSN uint64
+	// Owners is the size of the owners table (owners with a dedup window); OwnersExpired
+	// counts the entries expired since Open.
+	Owners        int
+	OwnersExpired uint64
 }
 
 // Stats returns the engine's counters.
@@ -73,6 +79,7 @@ func (e *Engine) Stats() Stats {
 		CacheBytes:    e.cache.usedBytes,
 		CheckpointLSN: e.ckptLSN,
 		LastLSN:       e.lastLSN,
+		Owners:        len(e.owners),
 	}
 	e.mu.Unlock()
 	c := &e.stats
@@ -81,6 +88,7 @@ func (e *Engine) Stats() Stats {
 	s.Checkpoints, s.CheckpointPages = c.checkpoints.Load(), c.ckptPages.Load()
 	s.LastCheckpoint = time.Duration(c.ckptLastNs.Load())
 	s.LongestStall = time.Duration(c.stallMaxNs.Load())
+	s.OwnersExpired = c.ownersExpired.Load()
 	if e.log != nil {
 		ws := e.log.Stats()
 		s.WALBytes, s.WALRecords, s.WALSyncs = ws.Bytes, ws.Records, ws.Syncs

@@ -117,6 +117,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		}
 		store = s
 	}
+	if ls, ok := store.(*localStore); ok {
+		ls.owner = opts.OwnerID
+	}
 	db := &DB{
 		opts:   opts,
 		store:  store,

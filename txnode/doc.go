@@ -50,13 +50,22 @@
 // A node owns the tables it opens: the storage node grants (owner, epoch) and a lease the node
 // renews every quarter lease; the node stops serving a table (reads included) at three
 // quarters of a lease without renewal. Another node is granted the table only after the lease
-// has expired. A node that restarts with the same Options.OwnerID takes its tables back at once
-// and continues its batch sequence; with a random owner id it waits out the old lease.
+// has expired or been released: Close releases (after its last batch is durable), so the next
+// node, with any owner id, gets the tables at once. Each Open picks a random incarnation, sent
+// in every Hello: a reconnect of the same Open replaces its old connection at once, while
+// another Open with the same Options.OwnerID is refused with ErrOwnerInUse until the first one
+// closed or was silent for a lease (Open retries for Options.OwnerInUseWait). So a restart
+// after a crash with a fixed owner id waits up to a lease, then continues the batch sequence;
+// with a random owner id it waits out the old tables' leases (ErrTableOwned meanwhile). Two
+// live nodes never share an owner id. docs/operations.md, "Restarting or replacing a
+// transaction node".
 //
 // After a commit batch fails (the storage node is fail-stop, the node was fenced, or the
 // connection could not be re-established within RequestTimeout), the node stops committing:
 // the failed batch's and every later batch's transactions return the error, the frames they
-// touched are invalidated, and the DB must be reopened. The remote store reconnects on its own
+// touched are invalidated, and the DB must be reopened. A batch whose WAL write or fsync failed
+// at the storage node returns ErrUnknownOutcome (it may survive a restart), never a plain
+// failure. The remote store reconnects on its own
 // after a broken connection and resends the batches in flight with the same (owner, epoch,
 // seq), which the storage node applies at most once.
 //

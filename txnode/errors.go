@@ -23,14 +23,20 @@ var (
 	// ErrTableOwned is returned by Open or CreateTable when another transaction node holds
 	// the table's write ownership.
 	ErrTableOwned = storenode.ErrTableOwned
+	// ErrOwnerInUse is returned by Open when another live transaction node (another
+	// incarnation) holds Options.OwnerID at the storage node for longer than
+	// Options.OwnerInUseWait.
+	ErrOwnerInUse = storenode.ErrOwnerInUse
 	// ErrTableNotFound is returned for a table name that does not exist.
 	ErrTableNotFound = storenode.ErrTableNotFound
 	// ErrCacheFull is returned when the page cache has no evictable frame within
 	// Options.CacheWait: every frame is pinned, dirty or in flight.
 	ErrCacheFull = errors.New("txnode: page cache full")
-	// ErrUnknownOutcome is returned when the context ended after the commit batch was sent:
-	// the transaction may or may not be durable. Retrying it is safe only if it is
-	// idempotent for the game (e.g. Put of the same row).
+	// ErrUnknownOutcome is returned when the context ended after the commit batch was sent,
+	// when the storage node's WAL write or fsync failed for the batch (it may survive a
+	// restart), or when a resent batch was older than the storage node's dedup window: the
+	// transaction may or may not be durable. Retrying it is safe only if it is idempotent for
+	// the game (e.g. Put of the same row).
 	ErrUnknownOutcome = errors.New("txnode: commit outcome unknown")
 	// ErrLeaseExpired is returned when this node could not renew its ownership of a table in
 	// time: it stops serving the table, reads included, until it is granted again.
@@ -40,6 +46,15 @@ var (
 	// ErrTxDone is returned for a call on a committed or rolled back Tx.
 	ErrTxDone = errors.New("txnode: transaction already finished")
 )
+
+// commitError maps a store's commit error: an unknown outcome at the storage node (a failed
+// WAL write or fsync, a seq beyond the dedup window) is this package's ErrUnknownOutcome.
+func commitError(err error) error {
+	if err != nil && errors.Is(err, storenode.ErrUnknownOutcome) && !errors.Is(err, ErrUnknownOutcome) {
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+	return err
+}
 
 // errCacheBusy stops a transaction that needs a frame while the cache is full and it holds
 // others (it must not wait holding them); its retry loop rolls it back and waits for room.

@@ -13,7 +13,8 @@ import (
 // between the transaction node's types and the engine's; rows are never copied on the way in
 // (the engine copies them into its WAL and cache).
 type localStore struct {
-	e *storenode.Engine
+	e     *storenode.Engine
+	owner uint64 // the DB's owner id: DropTable drops on its behalf
 
 	segPool sync.Pool // *[]storenode.Segment
 }
@@ -53,7 +54,9 @@ func (s *localStore) ListTables(context.Context) ([]StoreTable, error) {
 	return out, nil
 }
 
-func (s *localStore) DropTable(_ context.Context, name string) error { return s.e.DropTable(name) }
+func (s *localStore) DropTable(_ context.Context, name string) error {
+	return s.e.DropTable(name, s.owner)
+}
 
 func (s *localStore) Acquire(_ context.Context, table uint32, owner, epoch uint64) (StoreGrant, error) {
 	g, err := s.e.Acquire(table, owner, epoch)

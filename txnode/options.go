@@ -3,6 +3,8 @@ package txnode
 import (
 	"log/slog"
 	"time"
+
+	"github.com/weftdb/weft/storenode"
 )
 
 // Durability says when a commit returns, and so what a crash loses.
@@ -42,12 +44,15 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultCacheBytes      = 64 << 20
-	DefaultFlushInterval   = 20 * time.Millisecond
-	DefaultMaxRetries      = 64
-	DefaultCacheWait       = 2 * time.Second
-	DefaultRequestTimeout  = 10 * time.Second
-	DefaultDialTimeout     = 5 * time.Second
+	DefaultCacheBytes     = 64 << 20
+	DefaultFlushInterval  = 20 * time.Millisecond
+	DefaultMaxRetries     = 64
+	DefaultCacheWait      = 2 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultDialTimeout    = 5 * time.Second
+	// OwnerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
+	// measures the holder's silence on its own clock, from its last renewal.
+	OwnerInUseMargin       = 2 * time.Second
 	DefaultStoreCacheBytes = 256 << 20
 	// MinCacheBytes is the smallest logical page cache.
 	MinCacheBytes = 64 << 10
@@ -76,7 +81,8 @@ type Options struct {
 	// MaxRetries bounds how often DB.Update runs its closure on conflicts.
 	MaxRetries int
 	// OwnerID identifies this node to the storage node; a random one when zero. A node that
-	// restarts with the same id continues its batch sequence.
+	// restarts with the same id continues its batch sequence. Two live nodes must not share
+	// one: the second is refused with ErrOwnerInUse (see OwnerInUseWait).
 	OwnerID uint64
 
 	// FullPageIO makes the node fetch and ship whole pages instead of sparse rows: an
@@ -87,6 +93,11 @@ type Options struct {
 	Secret []byte
 	// DialTimeout and RequestTimeout bound the remote store's dial and each request.
 	DialTimeout, RequestTimeout time.Duration
+	// OwnerInUseWait is how long Open keeps dialing while the storage node answers
+	// ErrOwnerInUse (another live incarnation holds OwnerID: it must close, or be silent for
+	// a lease). Default: storenode.DefaultLeaseDuration plus OwnerInUseMargin; reconnects use
+	// the storage node's lease plus the margin.
+	OwnerInUseWait time.Duration
 
 	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
 	SyncMode string
@@ -119,6 +130,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.OwnerInUseWait == 0 {
+		o.OwnerInUseWait = storenode.DefaultLeaseDuration + OwnerInUseMargin
 	}
 	if o.SyncMode == "" {
 		o.SyncMode = "always"

@@ -165,7 +165,7 @@ func (p *pipeline) newBatchLocked() *batch {
 		return b
 	}
 	b := &batch{}
-	b.done = func(lsn uint64, err error) { p.complete(b, lsn, err) }
+	b.done = func(lsn uint64, err error) { p.complete(b, lsn, commitError(err)) }
 	return b
 }
 

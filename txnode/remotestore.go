@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -25,6 +26,9 @@ import (
 type remoteStore struct {
 	opts Options
 	info StoreInfo
+	// incarnation is this Open's random instance id, sent in every Hello: the storage node
+	// lets a reconnect of the same incarnation replace its old connection at once.
+	incarnation [sgio.IncarnationSize]byte
 
 	mu      sync.Mutex
 	changed *sync.Cond
@@ -46,8 +50,9 @@ type remoteCommit struct {
 
 func dialStore(ctx context.Context, opts Options) (Store, error) {
 	s := &remoteStore{opts: opts}
+	rand.Read(s.incarnation[:])
 	s.changed = sync.NewCond(&s.mu)
-	c, err := s.dial(ctx)
+	c, err := s.dialOwner(ctx, opts.OwnerInUseWait)
 	if err != nil {
 		return nil, err
 	}
@@ -67,10 +72,32 @@ func (s *remoteStore) dial(ctx context.Context) (*sgio.Client, error) {
 		Addr:        s.opts.StoreAddr,
 		Secret:      s.opts.Secret,
 		OwnerID:     s.opts.OwnerID,
+		Incarnation: s.incarnation,
 		Name:        "txnode",
 		DialTimeout: s.opts.DialTimeout,
 		MaxBody:     sgio.MaxBodyLimit,
 	})
+}
+
+// dialOwner dials, and dials again while the storage node answers ErrOwnerInUse (another
+// incarnation holds the owner id until it closes or is silent for a lease), for up to wait.
+func (s *remoteStore) dialOwner(ctx context.Context, wait time.Duration) (*sgio.Client, error) {
+	deadline := time.Now().Add(wait)
+	backoff := 20 * time.Millisecond
+	for {
+		c, err := s.dial(ctx)
+		if err == nil || !errors.Is(err, sgio.ErrOwnerInUse) || !time.Now().Add(backoff).Before(deadline) {
+			return c, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("txnode: %w (waiting for the owner id: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
 }
 
 func (s *remoteStore) Info() StoreInfo { return s.info }
@@ -85,7 +112,9 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	}
 	s.dialing = true
 	s.mu.Unlock()
-	deadline := time.Now().Add(s.opts.RequestTimeout)
+	// An ErrOwnerInUse (another incarnation took the id after a lease of silence) is worth
+	// waiting out for a lease plus a margin, like Open does.
+	deadline := time.Now().Add(max(s.opts.RequestTimeout, s.info.Lease+OwnerInUseMargin))
 	backoff := 10 * time.Millisecond
 	var err error
 	for {
@@ -427,11 +456,27 @@ func (s *remoteStore) finish(rc *remoteCommit, lsn uint64, err error) {
 	rc.done(lsn, err)
 }
 
+// releaseWaitMax bounds Close's Release request.
+const releaseWaitMax = 2 * time.Second
+
+// Close releases this node's tables and owner id at the storage node (Release) when every
+// batch is acknowledged, so a new owner or incarnation need not wait for a lease, fails the
+// batches still in flight with ErrUnknownOutcome, and closes the connection.
 func (s *remoteStore) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil
+	}
+	if len(s.pendingLocked()) == 0 && !s.dialing && s.dead == nil && s.conn != nil && s.conn.Err() == nil {
+		c := s.conn
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.RequestTimeout, releaseWaitMax))
+		if err := c.CallInto(ctx, &sgio.Release{Owner: s.opts.OwnerID}, &sgio.OK{}); err != nil {
+			s.opts.Logger.Warn("txnode: releasing the owner id at the storage node", "err", err)
+		}
+		cancel()
+		s.mu.Lock()
 	}
 	s.closed = true
 	c := s.conn

@@ -114,7 +114,9 @@ type faults struct {
 // SetFailAt makes the k-th operation of kind from now on (k = 1: the next one) fail with err,
 // once; a nil err means syscall.EIO. A failed operation changes nothing, except a failed OpSync:
 // the writes it should have made durable are dropped from the disk (reads still return them,
-// later Syncs do not persist them, a crash loses them), as Linux does after an fsync error.
+// also after CrashKeepAll, a process restart; later Syncs do not persist them unless they are
+// written again; a Crash, a power loss, loses them), as Linux does after an fsync error
+// ("fsyncgate").
 // Rules set by several calls count independently. Any goroutine may call it.
 func (fs *FaultFS) SetFailAt(kind OpKind, k int, err error) {
 	assert.That(k >= 1, "vfs: SetFailAt k %d < 1", k)

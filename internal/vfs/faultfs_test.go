@@ -444,6 +444,38 @@ func TestFaultFSFailedSyncLosesData(t *testing.T) {
 	}
 }
 
+// TestFaultFSFsyncgateRestart checks the model across a process restart: after a failed Sync
+// the dropped pages stay readable (the OS page cache survives kill -9) until the next power
+// loss, which takes them; only writing them again makes a later Sync persist them.
+func TestFaultFSFsyncgateRestart(t *testing.T) {
+	for _, rewrite := range []bool{false, true} {
+		f := NewFaultFS()
+		file := setupFile(t, f, "f", sectorOf('o'))
+		_, err := file.WriteAt(sectorOf('n'), 0)
+		require.NoError(t, err)
+		f.SetFailAt(OpSync, 1, nil)
+		require.ErrorIs(t, file.Sync(), syscall.EIO)
+		f.CrashKeepAll()
+		file, err = f.Open("f")
+		require.NoError(t, err)
+		require.Equal(t, sectorOf('n'), readAll(t, file), "readable after the restart")
+		if rewrite {
+			_, err = file.WriteAt(readAll(t, file), 0)
+			require.NoError(t, err)
+		}
+		require.NoError(t, file.Sync())
+		requireConsistent(t, f)
+		f.Crash(nil)
+		got, err := f.ReadFile("f")
+		require.NoError(t, err)
+		want := sectorOf('o')
+		if rewrite {
+			want = sectorOf('n')
+		}
+		require.Equal(t, want, got, "rewrite %v", rewrite)
+	}
+}
+
 func TestFaultFSInject(t *testing.T) {
 	f := NewFaultFS()
 	var seen []string

@@ -18,7 +18,10 @@ var (
 	// ErrTooLarge is returned for a payload longer than Options.MaxRecordBytes.
 	ErrTooLarge = errors.New("wal: record too large")
 	// ErrUnknownOutcome is wrapped (with the context's error) by Append when its context ends
-	// after the record was queued: the record may or may not become durable.
+	// after the record was queued, and (with ErrFailStop) by the error of every record of a
+	// group whose write or fsync failed: the record may or may not become durable (after an
+	// fsync error the pages may reach the disk later, or a restart may read them from the OS
+	// page cache).
 	ErrUnknownOutcome = errors.New("wal: outcome unknown")
 )
 

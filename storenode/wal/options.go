@@ -59,6 +59,10 @@ type Options struct {
 	// After must have been durable (at most a SyncedThrough value of an earlier run):
 	// recovery reports a bad or missing record at or below After as corruption.
 	After uint64
+	// DurableThrough (>= After, or 0) is an LSN known to have been durable, e.g. the WAL's
+	// synced-through LSN when the caller's last checkpoint was published: a bad record at or
+	// below it is corruption, never a torn tail, even when no later record proves it.
+	DurableThrough uint64
 
 	// noPreallocate turns off File.Allocate of new segments; benchmarks compare both.
 	noPreallocate bool

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
@@ -54,8 +55,26 @@ func (w *WAL) recover(replay func(Record) error) error {
 		return corrupt.Errorf("wal: %s: first segment %s starts after LSN %d: records %d..%d missing",
 			w.dir, segmentName(firsts[s]), after+1, after+1, firsts[s]-1)
 	}
-	r := &recovery{w: w, firsts: firsts, replay: replay}
+	// Pass 1 checks every record and settles the tail (torn or corrupt) without replaying:
+	// keepTail then rewrites and syncs the records that may live in the page cache only, so
+	// pass 2 replays from a log that is durable as read. Replaying first would let the
+	// caller act (checkpoint) on records that a power loss can still take away: after a
+	// failed fsync, Linux keeps the dropped pages readable but never writes them (fsyncgate).
+	r := &recovery{w: w, firsts: firsts}
 	defer r.closeFile()
+	if err := r.check(s); err != nil {
+		return err
+	}
+	if replay == nil {
+		return nil
+	}
+	return r.replayAll(s, w.nextLSN, replay)
+}
+
+// check is recovery's first pass, from segment s on: it checks the records and keeps the
+// tail (keepTail), or fails.
+func (r *recovery) check(s int) error {
+	w, firsts, after := r.w, r.firsts, r.w.opts.After
 	expected := firsts[s]
 	for i := s; i < len(firsts); i++ {
 		if firsts[i] != expected {
@@ -80,9 +99,43 @@ func (w *WAL) recover(replay func(Record) error) error {
 		if expected-1 < after {
 			return corrupt.Errorf("wal: %s: log ends at LSN %d, before the checkpoint LSN %d", w.dir, expected-1, after)
 		}
+		if expected-1 < w.opts.DurableThrough {
+			return corrupt.Errorf("wal: %s: log ends at LSN %d, before LSN %d, which was durable when the last checkpoint was published",
+				w.dir, expected-1, w.opts.DurableThrough)
+		}
 		return r.keepTail(i, off, expected, false)
 	}
 	panic("unreachable")
+}
+
+// replayAll is recovery's second pass: it hands every record after After and before next to
+// replay, in LSN order, reading the segments from s on again (they are durable now). A record
+// that pass 1 accepted and that does not read back the same is corruption.
+func (r *recovery) replayAll(s int, next uint64, replay func(Record) error) error {
+	w := r.w
+	w.mu.Lock()
+	segs := slices.Clone(w.segs)
+	w.mu.Unlock()
+	r.replay = replay
+	expected := r.firsts[s]
+	for i := s; i < len(segs) && expected < next; i++ {
+		r.firsts = segs
+		if err := r.openSegment(i); err != nil {
+			return err
+		}
+		_, badCause, err := r.readSegmentUntil(i, &expected, next)
+		r.closeFile()
+		if err != nil {
+			return err
+		}
+		if badCause != nil {
+			return corrupt.Errorf("wal: %s: record LSN %d changed between the two passes of recovery: %w", r.path(i), expected, badCause)
+		}
+	}
+	if expected != next {
+		return corrupt.Errorf("wal: %s: replay reached LSN %d, the log ends at %d", w.dir, expected-1, next-1)
+	}
+	return nil
 }
 
 // openFresh starts a log with no surviving records from LSN next on: it creates the segment
@@ -140,6 +193,11 @@ func (r *recovery) closeFile() {
 // stopped at a bad record (then off is the bad record's offset); err is an IO, replay or
 // corruption error that ends recovery.
 func (r *recovery) readSegment(i int, expected *uint64) (off int64, badCause, err error) {
+	return r.readSegmentUntil(i, expected, 0)
+}
+
+// readSegmentUntil is readSegment that stops before LSN until (0: at the end of the segment).
+func (r *recovery) readSegmentUntil(i int, expected *uint64, until uint64) (off int64, badCause, err error) {
 	hdr, err := r.reader.window(0, segmentHeaderSize)
 	if err != nil {
 		return 0, nil, err
@@ -152,7 +210,7 @@ func (r *recovery) readSegment(i int, expected *uint64) (off int64, badCause, er
 		return 0, corrupt.Errorf("wal: segment header says first LSN %d", first), nil
 	}
 	off = segmentHeaderSize
-	for off < r.reader.size {
+	for off < r.reader.size && (until == 0 || *expected < until) {
 		h, payload, size, err := r.recordAt(off)
 		if err != nil {
 			if errors.Is(err, corrupt.ErrCorruption) {
@@ -204,6 +262,10 @@ func (r *recovery) badRecord(i int, off int64, expected uint64, cause error) err
 	if expected <= r.w.opts.After {
 		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d, at or below the checkpoint LSN %d): %w",
 			r.path(i), off, expected, r.w.opts.After, cause)
+	}
+	if expected <= r.w.opts.DurableThrough {
+		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d, at or below LSN %d, which was durable when the last checkpoint was published): %w",
+			r.path(i), off, expected, r.w.opts.DurableThrough, cause)
 	}
 	found, err := r.findCovering(i, off, expected)
 	if err != nil {

@@ -256,3 +256,28 @@ func TestRecoverLongRecords(t *testing.T) {
 	require.Equal(t, uint64(2), w.LastLSN())
 	require.NoError(t, w.Close())
 }
+
+// TestDurableThroughDetectsLastGroup: a bad last record is a torn tail, unless the caller
+// knows it had been durable (Options.DurableThrough, the synced LSN its last checkpoint
+// recorded): then it is corruption, for a bit flip and for a lost write alike.
+func TestDurableThroughDetectsLastGroup(t *testing.T) {
+	const n = 6
+	snap := buildLog(t, n, DefaultSegmentBytes)
+	name := segmentName(1)
+	data := snap[name]
+	start, end := lastRecordSpan(data, n)
+	flipped := bytes.Clone(data)
+	flipped[start+40] ^= 1
+	for what, b := range map[string][]byte{"bit flip": flipped, "lost write": data[:start], "cut": data[:end-3]} {
+		requireTornTail(t, snapshot{name: b}.restore(t), n-1, what)
+		w, _, err := openCollect(t, snapshot{name: b}.restore(t), Options{After: 2, DurableThrough: n})
+		require.ErrorIs(t, err, corrupt.ErrCorruption, what)
+		require.ErrorContains(t, err, "durable when the last checkpoint was published", what)
+		require.Nil(t, w)
+	}
+	// Up to the known-durable LSN, the log is fine.
+	w, got, err := openCollect(t, snapshot{name: data}.restore(t), Options{After: 2, DurableThrough: n})
+	require.NoError(t, err)
+	requireRecords(t, got, 3, n)
+	require.NoError(t, w.Close())
+}

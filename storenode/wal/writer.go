@@ -77,7 +77,7 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 		}
 		if w.fileOff >= w.opts.SegmentBytes && w.fileOff > segmentHeaderSize {
 			if err := w.roll(group[0].lsn); err != nil {
-				w.fail(err, group)
+				w.fail(err, group, false)
 				return
 			}
 		}
@@ -99,7 +99,7 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 			err = io.ErrShortWrite
 		}
 		if err != nil {
-			w.fail(fmt.Errorf("write %s at offset %d: %w", w.fileName(), w.fileOff, err), group)
+			w.fail(fmt.Errorf("write %s at offset %d: %w", w.fileName(), w.fileOff, err), group, true)
 			return
 		}
 		w.fileOff += int64(len(buf))
@@ -110,7 +110,7 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 	}
 	if needSync && w.writtenLSN > w.syncedThrough.Load() {
 		if err := w.syncFile(); err != nil {
-			w.fail(err, group)
+			w.fail(err, group, true)
 			return
 		}
 	}
@@ -179,8 +179,11 @@ func (w *WAL) createSegment(first uint64) error {
 func (w *WAL) fileName() string { return segmentName(w.fileFirst) }
 
 // fail makes the WAL fail-stop with cause: the records of group and every queued record get
-// the sticky error, in LSN order, and no record is written or synced again.
-func (w *WAL) fail(cause error, group []queued) {
+// the sticky error, in LSN order, and no record is written or synced again. written says the
+// group's bytes went to the file (all or some: a write or its fsync failed): its records then
+// get an error that also wraps ErrUnknownOutcome, since a restart may find them; queued
+// records were never written and get the sticky error alone.
+func (w *WAL) fail(cause error, group []queued, written bool) {
 	w.failed = true
 	err := fmt.Errorf("%w: %w", ErrFailStop, cause)
 	w.mu.Lock()
@@ -193,8 +196,12 @@ func (w *WAL) fail(cause error, group []queued) {
 	w.spaceWatched = false
 	w.synced.Broadcast()
 	w.mu.Unlock()
+	groupErr := err
+	if written {
+		groupErr = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
 	for _, q := range group {
-		q.done(q.lsn, err)
+		q.done(q.lsn, groupErr)
 	}
 	for _, q := range rest {
 		q.done(q.lsn, err)

@@ -1,0 +1,151 @@
+package storenode
+
+import (
+	"fmt"
+	"time"
+)
+
+// hasIdent reports whether owner has a live identity (a connection, or silence shorter than a
+// lease). Caller holds mu.
+func (e *Engine) hasIdent(owner uint64, now time.Time) bool {
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	return id != nil && (id.conn != 0 || !id.released && now.Sub(id.lastSeen) < e.opts.LeaseDuration)
+}
+
+// Owner identity. An owner id belongs to one live incarnation at a time: a transaction node
+// picks a random 128-bit incarnation at Open and sends it in every Hello. The storage node's
+// handshake claims the owner id for the connection (Connect):
+//
+//   - no identity known (first contact since this engine opened): the claim succeeds;
+//   - the same incarnation: the claim succeeds at once and the holder's old connection, if
+//     any, is closed (a reconnect, even before the server noticed the old connection close);
+//   - another incarnation: the claim succeeds only if the holder released the owner id
+//     (ReleaseOwner: the Release request of Close) or has been silent for a lease (no
+//     traffic, no connection, measured on the engine's clock); otherwise ErrOwnerInUse.
+//
+// A dropped connection does not release the owner id: the process may be alive and may still
+// serve reads for the rest of its lease, so another incarnation waits for a lease of silence.
+// Identities live in memory only: after a storage node restart the first incarnation to
+// connect claims the id (the other is then refused; fences keep its old batches out).
+// The map holds an entry per owner with a connection or one silent for less than a lease
+// (claims prune the rest), so it is bounded by the connections of the last lease.
+
+// Incarnation is a transaction node's random 128-bit instance id, chosen at Open.
+type Incarnation [16]byte
+
+// ownerIdent is the live identity of an owner id. Guarded by Engine.identMu, which is taken
+// alone or inside mu (never the other way round) and held only for map updates, so the
+// handshake may claim an identity on a connection's event loop.
+type ownerIdent struct {
+	inc      Incarnation
+	conn     uint64 // the connection holding it; 0 when none
+	evict    func() // closes conn
+	lastSeen time.Time
+	released bool
+}
+
+// Connect claims owner for connection conn (a token unique per connection, nonzero) of
+// incarnation inc; evict closes the connection if a later claim replaces it (it is called
+// without the engine's lock, on the claiming goroutine). It fails with ErrOwnerInUse while
+// another incarnation holds the owner id. The error does not name the holder.
+func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func()) error {
+	if owner == 0 || conn == 0 {
+		return fmt.Errorf("%w: owner id 0 or connection 0", ErrMalformed)
+	}
+	e.identMu.Lock()
+	now := e.opts.Now()
+	lease := e.opts.LeaseDuration
+	id := e.idents[owner]
+	var old func()
+	switch {
+	case id == nil:
+	case id.inc == inc, id.released, now.Sub(id.lastSeen) >= lease:
+		if id.conn != conn {
+			old = id.evict
+		}
+	default:
+		wait := lease - now.Sub(id.lastSeen)
+		e.identMu.Unlock()
+		return fmt.Errorf("%w: another incarnation of this owner id is live; retry once it closes or after %v of silence",
+			ErrOwnerInUse, wait.Round(time.Millisecond))
+	}
+	e.idents[owner] = &ownerIdent{inc: inc, conn: conn, evict: evict, lastSeen: now}
+	e.pruneIdents(now)
+	e.identMu.Unlock()
+	if old != nil {
+		old()
+	}
+	return nil
+}
+
+// pruneIdents drops identities without a connection that have been silent for a lease (a
+// claim would succeed anyway). Caller holds identMu.
+func (e *Engine) pruneIdents(now time.Time) {
+	if len(e.idents) < 64 {
+		return
+	}
+	for owner, id := range e.idents {
+		if id.conn == 0 && (id.released || now.Sub(id.lastSeen) >= e.opts.LeaseDuration) {
+			delete(e.idents, owner)
+		}
+	}
+}
+
+// Disconnect ends conn's claim of owner (the connection closed). The owner id stays with its
+// incarnation until a lease of silence passes, unless it was released.
+func (e *Engine) Disconnect(owner uint64, conn uint64) {
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	if id := e.idents[owner]; id != nil && id.conn == conn {
+		id.conn, id.evict = 0, nil
+		id.lastSeen = e.opts.Now()
+	}
+}
+
+// ReleaseOwner ends, at once, every lease owner holds and its identity, so that another owner
+// may acquire its tables and another incarnation may take its id without waiting. Only the
+// identity's own connection (conn) may release it; a conn that no longer holds the id (it was
+// replaced) releases nothing. Epochs stay: the released owner is fenced as soon as another is
+// granted. A transaction node calls it (the Release request) from Close, after its last batch
+// is durable.
+func (e *Engine) ReleaseOwner(owner uint64, conn uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	if id == nil || id.conn != conn {
+		return fmt.Errorf("%w: this connection no longer holds its owner id", ErrFenced)
+	}
+	e.releaseTables(owner)
+	id.released = true
+	return nil
+}
+
+// ReleaseTables ends, at once, every lease owner holds (the embedded engine's Close path,
+// which has no connection). Caller must be the owner.
+func (e *Engine) ReleaseTables(owner uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.releaseTables(owner)
+}
+
+func (e *Engine) releaseTables(owner uint64) {
+	now := e.opts.Now()
+	for _, t := range e.tables {
+		if t.holder == owner && t.leaseUntil.After(now) {
+			t.leaseUntil = now
+		}
+	}
+}
+
+// liveHolder reports whether t has a holder other than owner whose lease is live. Caller
+// holds mu.
+func (e *Engine) liveHolder(t *table, owner uint64) bool {
+	return t.holder != 0 && t.holder != owner && e.opts.Now().Before(t.leaseUntil)
+}

@@ -1,0 +1,51 @@
+package storenode
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// File descriptors. Each live table (and each dropped one until a checkpoint removes it) keeps
+// its data file open; every connection holds a socket; the WAL, the meta file, directory
+// syncs, the listener and the event loops need a few more (fileMargin). Go raises the soft
+// RLIMIT_NOFILE to the hard limit at start, so that is the budget.
+//
+//   - At start a server refuses to run, with ErrFileLimit and the numbers, when its
+//     connections (MaxConns plus the refused ones it lingers on), its tables and the margin do
+//     not fit the limit.
+//   - CreateTable refuses a table beyond Options.MaxTables (ErrTooManyTables), and a data
+//     file open that fails with EMFILE or ENFILE fails that CreateTable only, with
+//     ErrTooManyTables; the engine goes on. (Accepting a connection for want of descriptors is
+//     the server's accept loop's concern.)
+
+// fileMargin is the descriptors a storage node needs beside its tables and connections.
+const fileMargin = 64
+
+// fileLimit reports RLIMIT_NOFILE's soft limit.
+func fileLimit() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("storenode: read RLIMIT_NOFILE: %w", err)
+	}
+	return lim.Cur, nil
+}
+
+// checkFileLimit reports ErrFileLimit when conns connections, the engine's tables and the
+// margin do not fit limit descriptors.
+func (e *Engine) checkFileLimit(conns int, limit uint64) error {
+	e.mu.Lock()
+	tables := len(e.tables) + len(e.dropped)
+	e.mu.Unlock()
+	need := uint64(conns) + uint64(tables) + fileMargin
+	if need > limit {
+		return fmt.Errorf("%w: %d connections + %d tables + %d spare need %d file descriptors, RLIMIT_NOFILE is %d: "+
+			"raise the limit (ulimit -n, LimitNOFILE=) or lower --max-conns", ErrFileLimit, conns, tables, fileMargin, need, limit)
+	}
+	return nil
+}
+
+// isFileLimit reports whether err is a failed open for want of file descriptors.
+func isFileLimit(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}

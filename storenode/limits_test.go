@@ -1,0 +1,62 @@
+package storenode
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// Out of file descriptors, a table's data file cannot be created: that CreateTable fails, the
+// engine goes on. Fails on 767c454, which fail-stopped.
+func TestCreateTableOutOfFiles(t *testing.T) {
+	e, fs, info, g := openFault(t, Options{}, testOwner)
+	fs.Inject(func(op vfs.Op) error {
+		if op.Kind == vfs.OpCreate && strings.Contains(op.Name, "table-") {
+			return syscall.EMFILE
+		}
+		return nil
+	})
+	_, err := e.CreateTable("more", 64)
+	require.ErrorIs(t, err, ErrTooManyTables)
+	require.ErrorIs(t, err, syscall.EMFILE)
+	fs.Inject(nil)
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	require.NoError(t, err, "the engine goes on")
+	_, err = e.CreateTable("more", 64)
+	require.NoError(t, err)
+	require.NoError(t, e.Checkpoint())
+}
+
+func TestMaxTables(t *testing.T) {
+	e := openTest(t, Options{MaxTables: 2})
+	_, err := e.CreateTable("a", 64)
+	require.NoError(t, err)
+	_, err = e.CreateTable("b", 64)
+	require.NoError(t, err)
+	_, err = e.CreateTable("c", 64)
+	require.ErrorIs(t, err, ErrTooManyTables)
+	require.NoError(t, e.DropTable("b", testOwner))
+	_, err = e.CreateTable("c", 64)
+	require.ErrorIs(t, err, ErrTooManyTables, "a dropped table's file stays open until a checkpoint")
+	require.NoError(t, e.Checkpoint())
+	_, err = e.CreateTable("c", 64)
+	require.NoError(t, err)
+}
+
+// A server whose connections and tables cannot have their file descriptors refuses to start,
+// saying which numbers do not fit.
+func TestServerFileLimit(t *testing.T) {
+	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", MaxConns: 1000, fileLimit: 1000,
+		Options: Options{Dir: t.TempDir(), Logger: quietLogger}})
+	require.NoError(t, err)
+	err = srv.Start()
+	require.ErrorIs(t, err, ErrFileLimit)
+	require.ErrorContains(t, err, "1064 connections")
+	require.ErrorContains(t, err, "RLIMIT_NOFILE is 1000")
+
+	// Exactly enough: it starts.
+	startServer(t, func(cfg *ServerConfig) { cfg.MaxConns, cfg.fileLimit = 100, 100+rejectLingerMax+fileMargin })
+}

@@ -1,0 +1,131 @@
+package storenode
+
+import (
+	"fmt"
+	"time"
+)
+
+// The owners table: per owner id, the last applied batch seq and a window of the most recent
+// applied batches (seq, LSN, batch hash), saved in every checkpoint's meta file and rebuilt
+// by replay. It is what makes a retried batch safe:
+//
+//   - a batch whose seq is in the window is acknowledged again, with its own LSN once that is
+//     durable, only if its hash is the applied batch's (even if its fences moved since: its
+//     acknowledgement may have been lost); a different batch under an applied seq is
+//     rejected with ErrSeqReused, never acknowledged;
+//   - an applied seq older than the window gets ErrUnknownOutcome: it was applied once, but
+//     whether it is this batch cannot be told any more;
+//   - a batch not yet applied is fence-checked before it waits for a seq gap.
+//
+// Invariants: an entry exists only for an owner with at least one applied batch (a rejected
+// batch creates none); the window holds the seqs lastSeq-n+1 .. lastSeq, consecutive, since an
+// owner's batches are applied in seq order; n <= dedupWindow.
+//
+// Expiry: an owner that holds no table, has no connection and has not had a batch applied
+// for Options.OwnerExpiry (engine clock; the count restarts at Open) is dropped, window and
+// all, by the next checkpoint. Its later batches are fenced (it holds nothing), so nothing it
+// retries can be applied twice.
+
+// dedupWindow is how many recent applied batches each owner's window remembers. A transaction
+// node keeps at most 8 batches in flight, so every retry of an in-flight batch is in it.
+//
+// Part of the format (meta); do not change.
+const dedupWindow = 64
+
+// dedupEntry is one applied batch in an owner's window.
+type dedupEntry struct {
+	seq  uint64
+	lsn  uint64
+	hash uint64
+}
+
+// ownerState is one owner's entry of the owners table. Guarded by Engine.mu.
+type ownerState struct {
+	lastSeq uint64
+	lastLSN uint64
+	// window is a ring of the last n applied batches, the batch of seq s at s % dedupWindow;
+	// nil until the first batch is applied in this run.
+	window []dedupEntry
+	n      int
+	// active is when the owner's last batch was applied (or the engine opened): the start of
+	// its idle time for expiry. Memory only.
+	active time.Time
+}
+
+// applied records the applied batch (seq, lsn, hash): seq must be lastSeq+1, or any seq for
+// an owner with no window yet (replay after a checkpoint that expired nothing).
+func (o *ownerState) applied(seq, lsn, hash uint64) {
+	if o.window == nil {
+		o.window = make([]dedupEntry, dedupWindow)
+	}
+	if seq != o.lastSeq+1 {
+		o.n = 0 // not consecutive: the window restarts (only replay of an upgraded store)
+	}
+	o.window[seq%dedupWindow] = dedupEntry{seq: seq, lsn: lsn, hash: hash}
+	o.n = min(o.n+1, dedupWindow)
+	o.lastSeq, o.lastLSN = seq, lsn
+}
+
+// lookup finds the applied batch of seq <= lastSeq in the window.
+func (o *ownerState) lookup(seq uint64) (dedupEntry, bool) {
+	if o.n == 0 || seq > o.lastSeq || o.lastSeq-seq >= uint64(o.n) {
+		return dedupEntry{}, false
+	}
+	ent := o.window[seq%dedupWindow]
+	return ent, ent.seq == seq
+}
+
+// entries returns the window's entries, oldest first.
+func (o *ownerState) entries() []dedupEntry {
+	out := make([]dedupEntry, 0, o.n)
+	for s := o.lastSeq - uint64(o.n) + 1; o.n > 0 && s <= o.lastSeq; s++ {
+		out = append(out, o.window[s%dedupWindow])
+	}
+	return out
+}
+
+// clone copies o for a meta snapshot.
+func (o *ownerState) clone() ownerState {
+	c := *o
+	if o.window != nil {
+		c.window = append([]dedupEntry(nil), o.window...)
+	}
+	return c
+}
+
+// retried answers a batch whose seq the owner already applied (b.Seq <= o.lastSeq). Caller
+// holds mu. It returns the LSN to acknowledge the batch with once durable, or the error that
+// rejects it.
+func (o *ownerState) retried(b *Batch, hash uint64) (uint64, error) {
+	ent, ok := o.lookup(b.Seq)
+	if !ok {
+		return 0, fmt.Errorf("%w: batch seq %d was applied before the %d batches the storage node remembers (last applied %d)",
+			ErrUnknownOutcome, b.Seq, dedupWindow, o.lastSeq)
+	}
+	if ent.hash != hash {
+		return 0, fmt.Errorf("%w: batch seq %d differs from the batch applied under that seq", ErrSeqReused, b.Seq)
+	}
+	return ent.lsn, nil
+}
+
+// expireOwners drops owners that hold no table, have no live identity and have been idle for
+// Options.OwnerExpiry. Caller holds mu.
+func (e *Engine) expireOwners() {
+	if e.opts.OwnerExpiry < 0 || len(e.owners) == 0 {
+		return
+	}
+	now := e.opts.Now()
+	holders := make(map[uint64]bool, len(e.tables))
+	for _, t := range e.tables {
+		if t.holder != 0 {
+			holders[t.holder] = true
+		}
+	}
+	for id, o := range e.owners {
+		if holders[id] || now.Sub(o.active) < e.opts.OwnerExpiry || e.hasIdent(id, now) {
+			continue
+		}
+		delete(e.owners, id)
+		e.stats.ownersExpired.Add(1)
+	}
+}

@@ -1,0 +1,142 @@
+package storenode
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/sgio"
+)
+
+// Owner identity over TCP: the handshake's claim by incarnation, ErrOwnerInUse across the
+// wire, Release, and unknown outcomes of failed WAL writes.
+
+func withIncarnation(b byte) func(*sgio.ClientConfig) {
+	return func(c *sgio.ClientConfig) { c.Incarnation = [sgio.IncarnationSize]byte{b, 1, 2, 3} }
+}
+
+func TestServerOwnerIncarnation(t *testing.T) {
+	var clock *fakeClock
+	env := startServer(t, withClock(&clock))
+	a1 := env.dial(9, withIncarnation(0xa))
+	ti, g := srvTable(t, a1, "t", 9)
+
+	// Another incarnation while A is live: refused, mapped across TCP, naming nobody.
+	_, err := env.tryDial(9, withIncarnation(0xb))
+	require.ErrorIs(t, err, sgio.ErrOwnerInUse)
+	require.ErrorIs(t, err, ErrOwnerInUse)
+	require.NotContains(t, err.Error(), "epoch")
+
+	// A reconnects (the same incarnation) while its old connection is still open: it
+	// replaces it at once, and the old connection is closed.
+	a2 := env.dial(9, withIncarnation(0xa))
+	select {
+	case <-a1.Done():
+	case <-time.After(srvTestTimeout):
+		t.Fatal("the replaced connection stays open")
+	}
+	require.NoError(t, a2.CallInto(srvCtx(t), srvCommit(ti.Table, 9, g.Epoch, 1, []uint64{1}, 1), &sgio.CommitAck{}))
+
+	// Silent for less than a lease: still refused; after a lease of silence: B gets in, and
+	// A's connection is closed.
+	clock.advance(DefaultLeaseDuration / 2)
+	_, err = env.tryDial(9, withIncarnation(0xb))
+	require.ErrorIs(t, err, sgio.ErrOwnerInUse)
+	clock.advance(DefaultLeaseDuration)
+	b := env.dial(9, withIncarnation(0xb))
+	select {
+	case <-a2.Done():
+	case <-time.After(srvTestTimeout):
+		t.Fatal("the silent holder's connection stays open")
+	}
+
+	// B releases: C gets the id, and another owner the table, at once.
+	var gb sgio.Grant
+	require.NoError(t, b.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 9}, &gb))
+	require.NoError(t, b.CallInto(srvCtx(t), &sgio.Release{Owner: 9}, &sgio.OK{}))
+	c := env.dial(9, withIncarnation(0xc))
+	_ = c
+	o := env.dial(10, withIncarnation(0xd))
+	var go2 sgio.Grant
+	require.NoError(t, o.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 10}, &go2), "released: no lease wait")
+	// A Release for another owner id is refused.
+	err = o.CallInto(srvCtx(t), &sgio.Release{Owner: 9}, &sgio.OK{})
+	require.ErrorIs(t, err, sgio.ErrFenced)
+	// DropTable from a session that does not hold the table.
+	err = c.CallInto(srvCtx(t), &sgio.DropTable{Name: "t"}, &sgio.OK{})
+	require.ErrorIs(t, err, sgio.ErrOwned)
+	require.NoError(t, o.CallInto(srvCtx(t), &sgio.DropTable{Name: "t"}, &sgio.OK{}))
+}
+
+// A commit whose WAL fsync fails is an unknown outcome across TCP (code 17), not a definite
+// failure; later ones fail definitely with FailStop. Fails on 767c454 (FailStop for both).
+func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, SyncAlways
+	})
+	c := env.dial(5)
+	ti, g := srvTable(t, c, "t", 5)
+	fs.Inject(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSync && strings.Contains(op.Name, "wal/") {
+			return errEIO
+		}
+		return nil
+	})
+	err := c.CallInto(srvCtx(t), srvCommit(ti.Table, 5, g.Epoch, 1, []uint64{1}, 1), &sgio.CommitAck{})
+	require.ErrorIs(t, err, sgio.ErrUnknownOutcome)
+	err = c.CallInto(srvCtx(t), srvCommit(ti.Table, 5, g.Epoch, 2, []uint64{2}, 2), &sgio.CommitAck{})
+	require.ErrorIs(t, err, sgio.ErrFailStop)
+	require.NotErrorIs(t, err, sgio.ErrUnknownOutcome)
+	fs.Inject(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), srvTestTimeout)
+	defer cancel()
+	require.NoError(t, env.srv.Shutdown(ctx))
+}
+
+// A session that does not hold the table reads only durable rows over TCP, on the cached fast
+// path as on the slow one: its ReadPages waits for the fsync of the row's batch. Fails on
+// 767c454, which answered from the cache while the fsync ran.
+func TestServerNonOwnerReadWaitsForSync(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, SyncAlways
+	})
+	owner := env.dial(5)
+	ti, g := srvTable(t, owner, "t", 5)
+	block := newBlockSyncs(fs)
+	acked := make(chan error, 1)
+	go func() {
+		acked <- owner.CallInto(srvCtx(t), srvCommit(ti.Table, 5, g.Epoch, 1, []uint64{3}, 33), &sgio.CommitAck{})
+	}()
+	block.waitBlocked(t)
+	row, ok := srvReadRow(t, owner, ti.Table, 3) // the owner sees its own write
+	require.True(t, ok)
+	require.Equal(t, srvRow(33), row)
+
+	reader := env.dial(6)
+	type result struct {
+		present bool
+		err     error
+	}
+	got := make(chan result, 1)
+	go func() {
+		var r sgio.Segments
+		err := reader.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
+		if err == nil {
+			got <- result{present: r.Segments[0].Data != 0}
+			return
+		}
+		got <- result{err: err}
+	}()
+	waitDurableWaiter(t, env.srv.Engine(), func() bool { return len(got) > 0 })
+	require.Empty(t, got, "answered before the row was durable")
+	block.release(false)
+	require.NoError(t, <-acked)
+	r := <-got
+	require.NoError(t, r.err)
+	require.True(t, r.present)
+}

@@ -1,0 +1,341 @@
+package txnode
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/storenode"
+)
+
+// Owner identity and retries through the public API over TCP: Release on Close, two live
+// nodes with one owner id, and a connection dropped on the client side only.
+
+// startIdentityNode runs a storage node and returns its address and server.
+func startIdentityNode(t *testing.T, opts storenode.Options) (string, *storenode.Server) {
+	t.Helper()
+	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0", Options: opts})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	t.Cleanup(func() { require.NoError(t, srv.Shutdown(context.Background())) })
+	return srv.Addr().String(), srv
+}
+
+// Close releases the node's tables: another node (another owner id) takes them at once, and
+// so does the next run of the same program. Fails on 767c454, where the second node got
+// ErrTableOwned for the rest of the 10 s lease.
+func TestCloseReleasesTables(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	for run := range 3 {
+		db, err := Open(ctx, Options{StoreAddr: addr}) // a random owner id per run
+		require.NoError(t, err)
+		var tb *Table
+		if run == 0 {
+			tb, err = db.CreateTable(ctx, "loot", 64)
+		} else {
+			tb, err = db.Table(ctx, "loot")
+		}
+		require.NoError(t, err, "run %d", run)
+		_, err = tb.Insert(ctx, row(uint64(run)))
+		require.NoError(t, err)
+		n := 0
+		for _, err := range tb.Scan(ctx, 0, ^uint64(0)) {
+			require.NoError(t, err)
+			n++
+		}
+		require.Equal(t, run+1, n, "every run's row is there")
+		require.NoError(t, db.Close(ctx))
+	}
+}
+
+// Two live nodes with one owner id (a copied config, a rolling deploy): the second is refused
+// with ErrOwnerInUse while the first lives, under a mixed write load; it gets in once the
+// first closes, and no write the first had acknowledged is lost.
+func TestTwoLiveNodesOneOwnerID(t *testing.T) {
+	ctx := context.Background()
+	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	const owner = 0x5151
+	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner})
+	require.NoError(t, err)
+	ta, err := a.CreateTable(ctx, "acct", 64)
+	require.NoError(t, err)
+
+	writers, per := 8, 200
+	if testing.Short() {
+		writers, per = 4, 60
+	}
+	type acked struct {
+		id, v uint64
+	}
+	var mu sync.Mutex
+	var done []acked
+	var deleted []uint64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				v := uint64(w)<<32 | uint64(i) + 1
+				id, err := ta.Insert(ctx, row(v))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				k := len(done)
+				done = append(done, acked{id, v})
+				mu.Unlock()
+				if i%5 == 4 { // updates and deletes too
+					err = a.Update(ctx, func(tx *Tx) error { return tx.Put(ta, id, row(v+1000)) })
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					done[k].v = v + 1000
+					mu.Unlock()
+				}
+				if i%7 == 6 {
+					if err := ta.Delete(ctx, id); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					deleted = append(deleted, id)
+					mu.Unlock()
+				}
+				if i == per/2 && w == 0 {
+					close(stop)
+				}
+			}
+		}()
+	}
+	<-stop
+	// B, with A's owner id, while A writes: refused, never let in to take A's tables.
+	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
+	require.ErrorIs(t, err, ErrOwnerInUse)
+	require.NotContains(t, err.Error(), "epoch")
+	wg.Wait()
+	require.False(t, t.Failed())
+
+	// A closes (Release): B gets in at once, with its tables and its batch sequence.
+	require.NoError(t, a.Close(ctx))
+	b, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
+	require.NoError(t, err)
+	defer b.Close(ctx)
+	tb, err := b.Table(ctx, "acct")
+	require.NoError(t, err)
+	gone := make(map[uint64]bool)
+	for _, id := range deleted {
+		gone[id] = true
+	}
+	got := make([]byte, 64)
+	for _, r := range done {
+		err := tb.Get(ctx, r.id, got)
+		if gone[r.id] {
+			require.ErrorIs(t, err, ErrNotFound, "row %d was deleted", r.id)
+			continue
+		}
+		require.NoError(t, err, "acknowledged row %d", r.id)
+		require.Equal(t, r.v, binary.LittleEndian.Uint64(got), "row %d", r.id)
+	}
+	_, err = tb.Insert(ctx, row(7))
+	require.NoError(t, err, "B continues A's seqs")
+	st := srv.Engine().Stats()
+	require.Zero(t, st.RetriedBatches)
+}
+
+// halfProxy forwards TCP connections to a storage node and can cut the client side of every
+// connection while leaving the storage node's side open and silent, as a NAT timeout or a
+// client-side network reset does: the storage node still sees the old connection open.
+type halfProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	pairs  [][2]net.Conn // client side, node side
+	cuts   atomic.Int64
+}
+
+func startHalfProxy(t *testing.T, target string) *halfProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &halfProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.pairs = append(p.pairs, [2]net.Conn{c, s})
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go p.pipe(s, c)
+			go p.pipe(c, s)
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+// pipe copies src to dst until either fails; it never closes the node's side.
+func (p *halfProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// cutClients closes the client side of every connection so far.
+func (p *halfProxy) cutClients() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pair := range p.pairs {
+		pair[0].Close()
+	}
+	p.cuts.Add(1)
+}
+
+func (p *halfProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, pair := range p.pairs {
+		pair[0].Close()
+		pair[1].Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// The client side of the connection drops mid-load while the storage node still sees it
+// open: the node reconnects with the same incarnation (replacing the old connection at once)
+// and resends its batches in flight; every one is acknowledged exactly once and applied once.
+func TestClientSideDropMidLoad(t *testing.T) {
+	ctx := context.Background()
+	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startHalfProxy(t, addr)
+	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x77})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "ctr", 64)
+	require.NoError(t, err)
+
+	workers, per := 16, 150
+	if testing.Short() {
+		workers, per = 6, 60
+	}
+	ids := make([]uint64, workers)
+	for w := range ids {
+		ids[w], err = tb.Insert(ctx, row(0))
+		require.NoError(t, err)
+	}
+	var total atomic.Int64
+	cutAt := int64(workers * per / 3)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := make([]byte, 64)
+			for range per {
+				err := db.Update(ctx, func(tx *Tx) error {
+					if err := tx.Get(tb, ids[w], got); err != nil {
+						return err
+					}
+					return tx.Put(tb, ids[w], row(binary.LittleEndian.Uint64(got)+1))
+				})
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				if total.Add(1) == cutAt {
+					proxy.cutClients()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, t.Failed())
+	require.Equal(t, int64(1), proxy.cuts.Load())
+
+	// Every increment acknowledged once is there once: each counter is exactly per.
+	got := make([]byte, 64)
+	for w, id := range ids {
+		require.NoError(t, tb.Get(ctx, id, got))
+		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "worker %d", w)
+	}
+	// And the storage node applied each batch once: its applied commits are the seqs 1..n.
+	require.NoError(t, db.Close(ctx))
+	st := srv.Engine().Stats()
+	g, err := srv.Engine().Acquire(tb.t.id, 0x77, 0)
+	require.NoError(t, err)
+	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+}
+
+// How an fsync error reaches the caller: the storage node's WAL fsync fails for a commit
+// batch; the commit returns ErrUnknownOutcome (it may survive a restart), embedded and over
+// TCP alike, never a plain failure. Fails on 767c454 (a fail-stop error).
+func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		name := map[bool]string{false: "embedded", true: "remote"}[remote]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fs := vfs.NewFaultFS()
+			opts := storenode.Options{Dir: "db", FS: fs, Sync: storenode.SyncAlways, ExpireLeasesAtOpen: !remote}
+			var db *DB
+			var err error
+			if remote {
+				addr, _ := startIdentityNode(t, opts)
+				db, err = Open(ctx, Options{StoreAddr: addr})
+			} else {
+				var s Store
+				s, err = OpenLocalStore(opts)
+				require.NoError(t, err)
+				db, err = Open(ctx, Options{Store: s})
+			}
+			require.NoError(t, err)
+			defer db.Close(ctx)
+			tb, err := db.CreateTable(ctx, "t", 64)
+			require.NoError(t, err)
+			id, err := tb.Insert(ctx, row(1))
+			require.NoError(t, err)
+			fs.Inject(func(op vfs.Op) error {
+				if op.Kind == vfs.OpSync && strings.Contains(op.Name, "wal/") {
+					return syscall.EIO
+				}
+				return nil
+			})
+			err = tb.Put(ctx, id, row(2))
+			require.ErrorIs(t, err, ErrUnknownOutcome)
+			fs.Inject(nil)
+		})
+	}
+}
