@@ -9,3 +9,11 @@ func (ix *Index) EntriesForTest(ctx context.Context) (Stats, map[string][]uint64
 
 // KeyHashForTest exposes the format's hash.
 var KeyHashForTest = keyHash
+
+// SetSaltForTest makes Create take its salt from salt (so a seeded test replays) until the
+// test ends.
+func SetSaltForTest(t interface{ Cleanup(func()) }, salt func() uint64) {
+	old := newSalt
+	newSalt = func() (uint64, error) { return salt(), nil }
+	t.Cleanup(func() { newSalt = old })
+}

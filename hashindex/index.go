@@ -85,15 +85,15 @@ func Create(ctx context.Context, db *txnode.DB, name string, opts Options) (*Ind
 	if opts.Buckets > 1 {
 		level = uint8(bits.Len64(uint64(opts.Buckets - 1)))
 	}
-	var salt [8]byte
-	if _, err := rand.Read(salt[:]); err != nil {
+	salt, err := newSalt()
+	if err != nil {
 		return nil, err
 	}
 	table, err := db.CreateTable(ctx, name, opts.RowBytes)
 	if err != nil {
 		return nil, err
 	}
-	ix := newIndex(db, table, header{keyBytes: opts.KeyBytes, unique: opts.Unique, salt: binary.LittleEndian.Uint64(salt[:])})
+	ix := newIndex(db, table, header{keyBytes: opts.KeyBytes, unique: opts.Unique, salt: salt})
 	err = db.Update(ctx, func(tx *txnode.Tx) error { return ix.create(tx, uint64(1)<<level, level) })
 	if err != nil {
 		// Nothing uses the table yet; an index without a header would only fail Open.
@@ -103,6 +103,13 @@ func Create(ctx context.Context, db *txnode.DB, name string, opts Options) (*Ind
 		return nil, err
 	}
 	return ix, nil
+}
+
+// newSalt draws an index's hash salt; tests replace it to replay a seed.
+var newSalt = func() (uint64, error) {
+	var b [8]byte
+	_, err := rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]), err
 }
 
 // create writes the header first (so it is the table's lowest row id), then n buckets at
