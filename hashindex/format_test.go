@@ -88,8 +88,13 @@ func TestRowRoundTripAndRejects(t *testing.T) {
 		"count":             func(row []byte) { row[6] = 5; resum(row) }, // capacity (128-24)/16 = 6: 5 fits, but bytes after 3 are zero... so use tail
 		"bytes after":       func(row []byte) { row[127] = 1; resum(row) },
 		"over capacity":     func(row []byte) { binary.LittleEndian.PutUint16(row[6:], 7); resum(row) },
-		"empty overflow":    func(row []byte) { row[4], row[5] = kindOverflow, 0; binary.LittleEndian.PutUint16(row[6:], 0); clear(row[rowHeaderBytes:]); resum(row) },
-		"dir with level":    func(row []byte) { row[4] = kindDirectory; resum(row) },
+		"empty overflow": func(row []byte) {
+			row[4], row[5] = kindOverflow, 0
+			binary.LittleEndian.PutUint16(row[6:], 0)
+			clear(row[rowHeaderBytes:])
+			resum(row)
+		},
+		"dir with level": func(row []byte) { row[4] = kindDirectory; resum(row) },
 	}
 	for name, damage := range cases {
 		r := bytes.Clone(row)
