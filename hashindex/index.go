@@ -183,7 +183,7 @@ func newIndex(db *txnode.DB, table *txnode.Table, h header) *Index {
 	rb := table.RowBytes()
 	ix := &Index{
 		db: db, t: table, unique: h.unique,
-		fmt:     rowFormat{rowBytes: rb, keyBytes: h.keyBytes, salt: h.salt},
+		fmt:     newRowFormat(rb, h.keyBytes, h.salt),
 		entries: entriesPerRow(rb, h.keyBytes),
 		dirCap:  dirEntriesPerRow(rb),
 	}
@@ -452,9 +452,10 @@ func (ix *Index) chainFrom(s src, id uint64, v rowView, row []byte, fn func(id u
 
 // Lookup returns the id of key: on a unique index its only one, on a non-unique one the
 // first in bucket order (IDs gives them all). It returns ErrNotFound when the key has none.
-// Outside a transaction: a key whose bucket is one row (the common case) is read with one
-// lock-free row Get, linearizably; a bucket with overflow rows is read in a read-only
-// transaction. No allocation on a cache hit.
+// Outside a transaction it is linearizable: a key in its bucket's primary row, or absent
+// from a bucket without overflow rows (the common cases), is read with one lock-free row
+// Get and no allocation on a cache hit; otherwise the chain is read in a read-only
+// transaction.
 func (ix *Index) Lookup(ctx context.Context, key []byte) (uint64, error) {
 	if err := ix.checkKey(key); err != nil {
 		return 0, err
@@ -466,21 +467,33 @@ func (ix *Index) Lookup(ctx context.Context, key []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if v.next == noRow {
-		for i := range v.count {
-			if k, id := ix.entry(v.body, i); bytes.Equal(k, key) {
-				return id, nil
-			}
+	// The home row is one committed state of the bucket: a key found in it was indexed at
+	// that moment, and so was a key missing from a bucket without overflow rows.
+	for i := range v.count {
+		if k, id := ix.entry(v.body, i); bytes.Equal(k, key) {
+			return id, nil
 		}
+	}
+	if v.next == noRow {
 		return 0, ErrNotFound
 	}
-	var id uint64
-	err = ix.db.View(ctx, func(tx *txnode.Tx) error {
-		var err error
-		id, err = ix.TxLookup(tx, key)
-		return err
-	})
-	return id, err
+	// A chain of rows: read it in a read-only transaction, retried on conflict like View
+	// (without View's closure, which would allocate).
+	for attempt := 0; ; attempt++ {
+		tx, err := ix.db.Begin(ctx, false)
+		if err != nil {
+			return 0, err
+		}
+		id, err := ix.TxLookup(tx, key)
+		cerr := tx.Commit()
+		if errors.Is(cerr, txnode.ErrConflict) && attempt < txnode.DefaultMaxRetries {
+			continue // what it read changed under it, an error from it included
+		}
+		if err == nil {
+			err = cerr
+		}
+		return id, err
+	}
 }
 
 // TxLookup returns the id of key inside tx, like Lookup: the bucket rows it reads are part

@@ -23,8 +23,9 @@ import (
 // TxInsert adds (key, id) inside tx. On a unique index a key that already has an id fails
 // with ErrUniqueViolation; on a non-unique one an (key, id) already held fails with
 // ErrEntryExists. The insert reads the key's whole bucket chain (one row in the common
-// case) and writes one row; when the chain is full it adds an overflow row and splits the
-// next bucket in linear-hashing order, in the same transaction.
+// case) and writes one row; an entry that does not fit the bucket's primary row goes to an
+// overflow row (a new one when the chain is full) and splits the next bucket in
+// linear-hashing order, in the same transaction.
 func (ix *Index) TxInsert(tx *txnode.Tx, key []byte, id uint64) error {
 	if err := ix.checkKey(key); err != nil {
 		return err
@@ -68,7 +69,10 @@ func (ix *Index) TxInsert(tx *txnode.Tx, key []byte, id uint64) error {
 		return dup
 	}
 	if freeID != noRow {
-		return ix.addEntry(s, freeID, row, key, id)
+		if err := ix.addEntry(s, freeID, row, key, id); err != nil || freeID == homeID {
+			return err
+		}
+		return ix.splitIfWanted(tx, h, row)
 	}
 	// The chain is full: a new overflow row goes first in the chain, after the primary.
 	clear(row)
@@ -90,7 +94,15 @@ func (ix *Index) TxInsert(tx *txnode.Tx, key []byte, id uint64) error {
 	if err := tx.Put(ix.t, homeID, row); err != nil {
 		return err
 	}
-	split, err := ix.splitWanted(s, h, row)
+	return ix.splitIfWanted(tx, h, row)
+}
+
+// splitIfWanted splits the next bucket after an insert that went to an overflow row, when
+// splitWanted says so. Splitting on every such insert (not only when an overflow row is
+// added) keeps the load near 0.65 of the primary rows' capacity, at which most buckets
+// (about 85% for 8 entries a row) have no overflow row and a lookup reads one row.
+func (ix *Index) splitIfWanted(tx *txnode.Tx, h uint64, row []byte) error {
+	split, err := ix.splitWanted(src{tx: tx}, h, row)
 	if err != nil || !split {
 		return err
 	}
