@@ -27,9 +27,16 @@ type Options struct {
 	// at least one entry. Zero picks DefaultRowBytes(KeyBytes).
 	RowBytes int
 	// Buckets presizes the index to at least this many buckets (rounded up to a power of
-	// two), for a table whose size is known; zero starts with one bucket.
+	// two), for a table whose size is known; zero starts with one bucket. Create writes
+	// them in one transaction, so Buckets*RowBytes is at most 4 MiB (its commit batch, and
+	// the pages it pins, must fit the store's batch limit and the cache).
+	//
+	// Growth needs no presizing: each split adds one bucket.
 	Buckets int
 }
+
+// createBytesMax bounds the rows Create writes in its one transaction.
+const createBytesMax = 4 << 20
 
 // DefaultRowBytes is the bucket row size Create picks for keys of keyBytes: the smallest
 // multiple of 64 bytes (a CPU cache line) holding 8 entries, at most RowBytesMax. Eight
@@ -53,7 +60,7 @@ type Index struct {
 	dirCap   int // bucket row ids per directory row
 
 	dir   atomic.Pointer[dirCache] // committed directory, append-only
-	dirMu sync.Mutex               // serialises refreshes of dir
+	dirMu chan struct{}            // of one: serialises refreshes of dir, a wait that honours ctx
 	bufs  sync.Pool                // *[]byte of the row size
 }
 
@@ -78,8 +85,8 @@ func Create(ctx context.Context, db *txnode.DB, name string, opts Options) (*Ind
 	if opts.RowBytes < headerBytes || opts.RowBytes > RowBytesMax || opts.RowBytes%8 != 0 || entriesPerRow(opts.RowBytes, opts.KeyBytes) < 1 {
 		return nil, fmt.Errorf("%w: row size %d for %d-byte keys", ErrOptions, opts.RowBytes, opts.KeyBytes)
 	}
-	if opts.Buckets < 0 || opts.Buckets > 1<<24 {
-		return nil, fmt.Errorf("%w: %d initial buckets, want 0..%d", ErrOptions, opts.Buckets, 1<<24)
+	if most := createBytesMax / opts.RowBytes; opts.Buckets < 0 || opts.Buckets > most {
+		return nil, fmt.Errorf("%w: %d initial buckets of %d bytes, want 0..%d (one transaction writes them)", ErrOptions, opts.Buckets, opts.RowBytes, most)
 	}
 	level := uint8(0)
 	if opts.Buckets > 1 {
@@ -188,6 +195,7 @@ func newIndex(db *txnode.DB, table *txnode.Table, h header) *Index {
 		dirCap:  dirEntriesPerRow(rb),
 	}
 	ix.dir.Store(&dirCache{})
+	ix.dirMu = make(chan struct{}, 1)
 	ix.bufs.New = func() any { b := make([]byte, rb); return &b }
 	return ix
 }
@@ -248,8 +256,12 @@ func (ix *Index) readHeader(s src, row []byte) (header, error) {
 // (committed) rows one at a time: entries already cached never change, so only the last
 // cached directory row and the ones after it are read.
 func (ix *Index) refresh(ctx context.Context) error {
-	ix.dirMu.Lock()
-	defer ix.dirMu.Unlock()
+	select {
+	case ix.dirMu <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-ix.dirMu }()
 	c := ix.dir.Load()
 	bp := ix.buf()
 	defer ix.bufs.Put(bp)
@@ -429,15 +441,21 @@ func (ix *Index) chain(s src, h uint64, row []byte, fn func(id uint64, v rowView
 // row of its overflow chain, like chain.
 func (ix *Index) chainFrom(s src, id uint64, v rowView, row []byte, fn func(id uint64, v rowView) (bool, error)) error {
 	bucket := v.number
-	for rows := 0; ; rows++ {
+	// Brent's cycle detection: a damaged chain that loops is reported after at most about
+	// three times its length in steps, with no memory.
+	saved, power, steps := id, 1, 0
+	for {
 		more, err := fn(id, v)
 		if err != nil || !more || v.next == noRow {
 			return err
 		}
-		if rows > 1<<40 {
-			return corrupt.Errorf("hashindex: table %q: bucket %d: overflow chain loops", ix.t.Name(), bucket)
-		}
 		id = v.next
+		if id == saved {
+			return corrupt.Errorf("hashindex: table %q: bucket %d: overflow chain loops at row %d", ix.t.Name(), bucket, id)
+		}
+		if steps++; steps == power {
+			saved, power, steps = id, power*2, 0
+		}
 		if err := ix.get(s, id, row); err != nil {
 			return err
 		}

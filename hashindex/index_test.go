@@ -181,7 +181,7 @@ func TestOptionsAndKeySize(t *testing.T) {
 	defer db.Close(ctx)
 	for _, o := range []hashindex.Options{
 		{KeyBytes: 0}, {KeyBytes: 300}, {KeyBytes: 8, RowBytes: 60}, {KeyBytes: 8, RowBytes: 72 + 4},
-		{KeyBytes: 256, RowBytes: 256}, {KeyBytes: 8, Buckets: -1}, {KeyBytes: 8, RowBytes: 8192},
+		{KeyBytes: 256, RowBytes: 256}, {KeyBytes: 8, Buckets: -1}, {KeyBytes: 8, RowBytes: 8192}, {KeyBytes: 8, Buckets: 1 << 16},
 	} {
 		_, err := hashindex.Create(ctx, db, "x", o)
 		require.ErrorIs(t, err, hashindex.ErrOptions, "%+v", o)
