@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -121,6 +122,7 @@ func TestKill9(t *testing.T) {
 
 	inserted := map[int]uint64{}
 	deleted := map[int]bool{}
+	maybeDeleted := map[int]bool{} // by the transaction in flight at a kill
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	rounds, most := 3, 400
 	if testing.Short() {
@@ -168,6 +170,13 @@ func TestKill9(t *testing.T) {
 		}
 		cmd.Wait()
 		require.GreaterOrEqual(t, acks, killAt, "round %d: the writer died before it was killed", round)
+		// The transaction after the last acknowledged one may have committed unacknowledged:
+		// its insert is not checked (it has no ack), but its delete of player i-5 would hide
+		// an acknowledged player.
+		last := round*1_000_000 + acks - 1
+		if next := last + 1; next%3 == 0 {
+			maybeDeleted[next-5] = true
+		}
 	}
 
 	db = openDB(t, dir)
@@ -178,6 +187,10 @@ func TestKill9(t *testing.T) {
 	require.NoError(t, err)
 	for i, id := range inserted {
 		got, err := names.Lookup(ctx, playerName(i))
+		if maybeDeleted[i] && errors.Is(err, hashindex.ErrNotFound) {
+			require.ErrorIs(t, players.Get(ctx, id, make([]byte, 64)), txnode.ErrNotFound, "player %d is in the table, not the index", i)
+			continue
+		}
 		if deleted[i] {
 			require.ErrorIs(t, err, hashindex.ErrNotFound, "deleted player %d", i)
 			require.ErrorIs(t, players.Get(ctx, id, make([]byte, 64)), txnode.ErrNotFound)
