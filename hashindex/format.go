@@ -133,12 +133,16 @@ type rowFormat struct {
 	rowBytes, keyBytes int
 	salt               uint64
 	saltSum            uint32 // CRC32C of the salt, little-endian: where every row sum starts
+	// Precomputed, as they are needed on every read: a division costs more than the rest
+	// of a row's checks.
+	entryBytes, entries, dirEntries int
 }
 
 func newRowFormat(rowBytes, keyBytes int, salt uint64) rowFormat {
 	var s [8]byte
 	binary.LittleEndian.PutUint64(s[:], salt)
-	return rowFormat{rowBytes: rowBytes, keyBytes: keyBytes, salt: salt, saltSum: checksum.Of(s[:])}
+	return rowFormat{rowBytes: rowBytes, keyBytes: keyBytes, salt: salt, saltSum: checksum.Of(s[:]),
+		entryBytes: keyBytes + entryIDBytes, entries: entriesPerRow(rowBytes, keyBytes), dirEntries: dirEntriesPerRow(rowBytes)}
 }
 
 // rowSum is the checksum of a non-header row: CRC32C of the salt, then of the row from
@@ -147,7 +151,7 @@ func newRowFormat(rowBytes, keyBytes int, salt uint64) rowFormat {
 // bytes after the entries are written as zero and never read, so they are not summed (a
 // lookup sums a third of a typical row instead of all of it).
 func (f rowFormat) rowSum(row []byte) uint32 {
-	entryBytes := f.keyBytes + entryIDBytes
+	entryBytes := f.entryBytes
 	if row[4] == kindDirectory {
 		entryBytes = 8
 	}
@@ -180,7 +184,7 @@ func (f rowFormat) decodeRow(row []byte) (rowView, error) {
 	v.count = int(binary.LittleEndian.Uint16(row[6:]))
 	v.number = binary.LittleEndian.Uint64(row[8:])
 	v.next = binary.LittleEndian.Uint64(row[16:])
-	entryBytes, capacity := f.keyBytes+entryIDBytes, entriesPerRow(f.rowBytes, f.keyBytes)
+	entryBytes, capacity := f.entryBytes, f.entries
 	switch v.kind {
 	case kindBucket:
 		if v.level > levelMax || v.number >= 1<<v.level {
@@ -191,7 +195,7 @@ func (f rowFormat) decodeRow(row []byte) (rowView, error) {
 			return v, corrupt.Errorf("hashindex: overflow row of bucket %d, level %d", v.number, v.level)
 		}
 	case kindDirectory:
-		entryBytes, capacity = 8, dirEntriesPerRow(f.rowBytes)
+		entryBytes, capacity = 8, f.dirEntries
 		if v.level != 0 {
 			return v, corrupt.Errorf("hashindex: directory row %d, level %d", v.number, v.level)
 		}

@@ -80,12 +80,13 @@ func BenchmarkLookup(b *testing.B) {
 		copy(flat[16*i:], playerName(i))
 	}
 	// Rows picked by an inline generator (an array of random picks would add its own cache
-	// misses), among the first set of them: a hot set that fits the CPU caches, and all.
+	// misses), among the first set of them: hot sets whose bucket rows fit the L2 cache (512)
+	// or not (4096 rows of 256 bytes), and all.
 	next := func(x *uint64, set int) int {
 		*x = *x*6364136223846793005 + 1442695040888963407
 		return int((*x >> 33) % uint64(set))
 	}
-	for _, set := range []int{4096, rows} {
+	for _, set := range []int{512, 4096, rows} {
 		b.Run(fmt.Sprintf("rows=%d/op=Get", set), func(b *testing.B) {
 			row := make([]byte, 64)
 			b.ReportAllocs()
