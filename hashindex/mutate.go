@@ -248,10 +248,18 @@ func (ix *Index) split(tx *txnode.Tx) error {
 		return corrupt.Errorf("hashindex: table %q: row %d (kind %d, bucket %d, level %d) is not bucket %d at level %d", ix.t.Name(), sid, v.kind, v.number, v.level, sb, level)
 	}
 	e := ix.fmt.keyBytes + entryIDBytes
-	var chainIDs []uint64
-	var stay, move []byte
+	// Partition each row of the chain in place: a row none of whose entries move is left
+	// as it is (unless its next row goes), so a split of a bucket whose keys mostly stay
+	// (a non-unique key with many ids, say) writes a few rows, not its whole chain.
+	type chainRow struct {
+		id      uint64
+		stay    []byte // entries that stay, packed
+		changed bool
+	}
+	var rows []chainRow
+	var move []byte
 	err = ix.chainFrom(s, sid, v, row, func(rid uint64, v rowView) (bool, error) {
-		chainIDs = append(chainIDs, rid)
+		cr := chainRow{id: rid, changed: v.kind == kindBucket} // the primary's level changes
 		for i := range v.count {
 			ent := v.body[i*e : (i+1)*e]
 			hk := keyHash(ix.fmt.salt, ent[:ix.fmt.keyBytes])
@@ -259,18 +267,47 @@ func (ix *Index) split(tx *txnode.Tx) error {
 				return false, corrupt.Errorf("hashindex: table %q: bucket %d holds a key of bucket %d", ix.t.Name(), sb, mask(hk, level))
 			}
 			if hk>>level&1 == 0 {
-				stay = append(stay, ent...)
+				cr.stay = append(cr.stay, ent...)
 			} else {
 				move = append(move, ent...)
+				cr.changed = true
 			}
 		}
+		rows = append(rows, cr)
 		return true, nil
 	})
 	if err != nil {
 		return err
 	}
-	if _, err := ix.writeBucket(tx, row, chainIDs, sb, level+1, stay); err != nil {
-		return err
+	// Overflow rows left empty go; the row before each gone run links past it.
+	kept := rows[:1]
+	for _, cr := range rows[1:] {
+		if len(cr.stay) == 0 {
+			if err := tx.Delete(ix.t, cr.id); err != nil {
+				return err
+			}
+			kept[len(kept)-1].changed = true
+			continue
+		}
+		kept = append(kept, cr)
+	}
+	for k, cr := range kept {
+		if !cr.changed {
+			continue
+		}
+		clear(row)
+		copy(row[rowHeaderBytes:], cr.stay)
+		v := rowView{kind: kindOverflow, count: len(cr.stay) / e, number: sb}
+		if k == 0 {
+			v.kind, v.level = kindBucket, level+1
+		}
+		if k+1 < len(kept) {
+			v.next = kept[k+1].id
+		}
+		ix.fmt.encodeRow(row, &v)
+		if err := tx.Put(ix.t, cr.id, row); err != nil {
+			return err
+		}
 	}
 	nid, err := ix.writeBucket(tx, row, nil, n, level+1, move)
 	if err != nil {
@@ -320,7 +357,7 @@ func (ix *Index) split(tx *txnode.Tx) error {
 
 // writeBucket writes bucket b at level with entries (packed, keyBytes+8 each) into the rows
 // of ids (primary first, reused in order; extra ones deleted), inserting the rows it lacks,
-// and returns the primary row's id.
+// and returns the primary row's id. A split writes its new bucket with it (ids nil).
 func (ix *Index) writeBucket(tx *txnode.Tx, row []byte, ids []uint64, b uint64, level uint8, entries []byte) (uint64, error) {
 	e := ix.fmt.keyBytes + entryIDBytes
 	perRow := ix.entries * e
