@@ -17,3 +17,18 @@ func SetSaltForTest(t interface{ Cleanup(func()) }, salt func() uint64) {
 	newSalt = func() (uint64, error) { return salt(), nil }
 	t.Cleanup(func() { newSalt = old })
 }
+
+// InPrimaryForTest reports whether key is in its bucket's primary row (Lookup's fast path).
+func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error) {
+	row := make([]byte, ix.fmt.rowBytes)
+	_, v, err := ix.home(src{ctx: ctx}, keyHash(ix.fmt.salt, key), row)
+	if err != nil {
+		return false, err
+	}
+	for i := range v.count {
+		if k, _ := ix.entry(v.body, i); string(k) == string(key) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
