@@ -33,6 +33,20 @@
 // are exactly KeyBytes long (ErrKeySize otherwise) and are not retained. An Index is safe
 // for concurrent use.
 //
+// A transaction keeps the pages it read in the cache until it ends, so an operation on a
+// chain longer than the cache holds (a non-unique key with very many ids), and Verify
+// (which reads the whole index in one transaction), fail with txnode.ErrCacheFull: size
+// the cache for them.
+//
+// # Files
+//
+//	doc.go      this overview and the format
+//	errors.go   the sentinels
+//	format.go   the layout's constants, header and row codecs, the hash, addressing
+//	index.go    Index: Create, Open, the directory cache, lookups
+//	mutate.go   TxInsert, TxDelete, splits
+//	verify.go   Verify: every invariant of the format, for tests and tools
+//
 // # Design: linear hashing over rows that cannot be placed
 //
 // Row ids are allocated by the table and never reused, so a bucket cannot live at an id
