@@ -138,3 +138,105 @@ func TestConcurrentInsertLookup(t *testing.T) {
 	}
 	t.Logf("%+v", st)
 }
+
+// TestConcurrentMixed: writers insert and delete their own entries of a non-unique index
+// whose keys they share (so their entries share buckets, and splits and overflow unlinks
+// race), each keeping a model of its own entries; at the end the index holds exactly the
+// union, and Verify passes.
+func TestConcurrentMixed(t *testing.T) {
+	ctx := context.Background()
+	ops, writers := 1500, 4
+	if testing.Short() {
+		ops, writers = 300, 3
+	}
+	db := openDB(t, t.TempDir())
+	defer db.Close(ctx)
+	ix, err := hashindex.Create(ctx, db, "kinds", hashindex.Options{KeyBytes: 8, RowBytes: 64})
+	require.NoError(t, err)
+	models := make([]map[[2]uint64]bool, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		models[w] = map[[2]uint64]bool{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 11))
+			m := models[w]
+			for range ops {
+				k := uint64(r.IntN(200))
+				id := uint64(w)<<32 | uint64(r.IntN(8)) // ids of writer w only
+				var err error
+				if m[[2]uint64{k, id}] {
+					if err = ix.Delete(ctx, key8(int(k)), id); err == nil {
+						delete(m, [2]uint64{k, id})
+					}
+				} else if err = ix.Insert(ctx, key8(int(k)), id); err == nil {
+					m[[2]uint64{k, id}] = true
+				}
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st, got, err := ix.EntriesForTest(ctx)
+	require.NoError(t, err)
+	want := map[string][]uint64{}
+	n := 0
+	for _, m := range models {
+		for e := range m {
+			want[string(key8(int(e[0])))] = append(want[string(key8(int(e[0])))], e[1])
+			n++
+		}
+	}
+	require.Equal(t, n, st.Entries)
+	require.Len(t, got, len(want))
+	for k, ids := range want {
+		require.ElementsMatch(t, ids, got[k])
+	}
+	t.Logf("%+v", st)
+}
+
+// TestHotKeyGrowsNoBuckets: on a non-unique index a key with many ids (an item kind) fills
+// a chain of its own; it does not make the index split buckets that would not help it.
+func TestHotKeyGrowsNoBuckets(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, t.TempDir())
+	defer db.Close(ctx)
+	ix, err := hashindex.Create(ctx, db, "kinds", hashindex.Options{KeyBytes: 4})
+	require.NoError(t, err)
+	sword := []byte("swrd")
+	for lo := 0; lo < 2000; lo += 250 {
+		require.NoError(t, db.Update(ctx, func(tx *txnode.Tx) error {
+			for id := lo; id < lo+250; id++ {
+				if err := ix.TxInsert(tx, sword, uint64(id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	for i := range 40 { // a few other kinds
+		require.NoError(t, ix.Insert(ctx, []byte{'k', byte(i), 0, 0}, uint64(i)))
+	}
+	st, err := ix.Verify(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2040, st.Entries)
+	require.LessOrEqual(t, st.Buckets, 16, "%+v", st)
+	var ids []uint64
+	for id, err := range ix.IDs(ctx, sword) {
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	require.Len(t, ids, 2000)
+	// Delete half: emptied overflow rows go.
+	for id := 0; id < 2000; id += 2 {
+		require.NoError(t, ix.Delete(ctx, sword, uint64(id)))
+	}
+	st2, err := ix.Verify(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1040, st2.Entries)
+	t.Logf("after inserts %+v, after deletes %+v", st, st2)
+}
