@@ -116,6 +116,7 @@ func TestKill9(t *testing.T) {
 	dir := t.TempDir()
 	// Create the tables first, so a kill during creation is not part of the test.
 	db := openDB(t, dir)
+	defer db.Close(ctx) // idempotent: closed below, before the writer opens the directory
 	_, _, err := openPlayers(ctx, db)
 	require.NoError(t, err)
 	require.NoError(t, db.Close(ctx))
