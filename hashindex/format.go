@@ -150,7 +150,7 @@ func newRowFormat(rowBytes, keyBytes int, salt uint64) rowFormat {
 // most what fits). The salt makes a row of another index (or of any other table) fail it;
 // bytes after the entries are written as zero and never read, so they are not summed (a
 // lookup sums a third of a typical row instead of all of it).
-func (f rowFormat) rowSum(row []byte) uint32 {
+func (f *rowFormat) rowSum(row []byte) uint32 {
 	entryBytes := f.entryBytes
 	if row[4] == kindDirectory {
 		entryBytes = 8
@@ -161,7 +161,7 @@ func (f rowFormat) rowSum(row []byte) uint32 {
 
 // encodeRow writes v's header fields and checksum into row, whose entries (from
 // rowHeaderBytes) the caller has already written; bytes after them should be zero.
-func (f rowFormat) encodeRow(row []byte, v *rowView) {
+func (f *rowFormat) encodeRow(row []byte, v *rowView) {
 	row[4] = v.kind
 	row[5] = v.level
 	binary.LittleEndian.PutUint16(row[6:], uint16(v.count))
@@ -172,7 +172,7 @@ func (f rowFormat) encodeRow(row []byte, v *rowView) {
 
 // decodeRow checks and decodes a bucket, overflow or directory row. Every failure wraps
 // corrupt.ErrCorruption; it never panics, whatever the bytes.
-func (f rowFormat) decodeRow(row []byte) (rowView, error) {
+func (f *rowFormat) decodeRow(row []byte) (rowView, error) {
 	var v rowView
 	if len(row) != f.rowBytes || len(row) < rowHeaderBytes {
 		return v, corrupt.Errorf("hashindex: row of %d bytes, index rows have %d", len(row), f.rowBytes)
