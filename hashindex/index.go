@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -168,20 +169,31 @@ func Open(ctx context.Context, db *txnode.DB, name string) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	for r, err := range table.ScanAll(ctx) { // the header is the lowest row id
-		if err != nil {
-			return nil, fmt.Errorf("hashindex: open %q: %w", name, err)
+	// The header is the table's lowest row id: in the first page for an index Create made,
+	// so scan windows of doubling size from id 0 rather than the whole table (a scan
+	// fetches its pages in batches, which a small cache may not hold).
+	for lo, hi := uint64(0), uint64(64); ; lo, hi = hi, 2*hi {
+		if hi > math.MaxUint64/2 {
+			hi = math.MaxUint64
 		}
-		h, err := decodeHeader(r.Data)
-		if err != nil {
-			return nil, fmt.Errorf("hashindex: open %q: row %d: %w", name, r.ID, err)
+		for r, err := range table.Scan(ctx, lo, hi) {
+			if err != nil {
+				return nil, fmt.Errorf("hashindex: open %q: %w", name, err)
+			}
+			h, err := decodeHeader(r.Data)
+			if err != nil {
+				return nil, fmt.Errorf("hashindex: open %q: row %d: %w", name, r.ID, err)
+			}
+			ix := newIndex(db, table, h)
+			ix.headerID = r.ID
+			if err := ix.refresh(ctx); err != nil {
+				return nil, fmt.Errorf("hashindex: open %q: %w", name, err)
+			}
+			return ix, nil
 		}
-		ix := newIndex(db, table, h)
-		ix.headerID = r.ID
-		if err := ix.refresh(ctx); err != nil {
-			return nil, fmt.Errorf("hashindex: open %q: %w", name, err)
+		if hi == math.MaxUint64 {
+			break
 		}
-		return ix, nil
 	}
 	return nil, corrupt.Errorf("hashindex: open %q: the table is empty, not an index", name)
 }
