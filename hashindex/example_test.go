@@ -28,7 +28,13 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	name := func(s string) []byte { k := make([]byte, 16); copy(k, s); return k }
+	name := func(s string) []byte {
+		k, err := names.Key(s) // zero-padded to the key size; a longer name is ErrKeySize
+		if err != nil {
+			panic(err)
+		}
+		return k
+	}
 
 	register := func(player string) (uint64, error) {
 		var id uint64

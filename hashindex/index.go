@@ -218,6 +218,18 @@ func (ix *Index) Table() *txnode.Table { return ix.t }
 // KeyBytes returns the index's key size.
 func (ix *Index) KeyBytes() int { return ix.fmt.keyBytes }
 
+// Key returns s as a key of the index: its bytes, zero-padded to KeyBytes, in a new slice
+// (a player name for a 16-byte key). A longer s fails with ErrKeySize, since a truncated
+// name would collide with others; so s must not end in zero bytes of its own.
+func (ix *Index) Key(s string) ([]byte, error) {
+	if len(s) > ix.fmt.keyBytes {
+		return nil, fmt.Errorf("%w: %q is %d bytes, index %q has %d-byte keys", ErrKeySize, s, len(s), ix.t.Name(), ix.fmt.keyBytes)
+	}
+	k := make([]byte, ix.fmt.keyBytes)
+	copy(k, s)
+	return k, nil
+}
+
 // Unique reports whether the index is unique.
 func (ix *Index) Unique() bool { return ix.unique }
 

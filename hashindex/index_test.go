@@ -197,6 +197,11 @@ func TestOptionsAndKeySize(t *testing.T) {
 	require.Equal(t, 9, st.EntriesPerRow) // (256-24)/24
 	_, err = hashindex.Create(ctx, db, "x", hashindex.Options{KeyBytes: 16})
 	require.ErrorIs(t, err, storenode.ErrTableExists)
+	k, err := ix.Key("alice")
+	require.NoError(t, err)
+	require.Equal(t, append([]byte("alice"), make([]byte, 11)...), k)
+	_, err = ix.Key("a name of seventeen")
+	require.ErrorIs(t, err, hashindex.ErrKeySize)
 	_, err = ix.Lookup(ctx, []byte("short"))
 	require.ErrorIs(t, err, hashindex.ErrKeySize)
 	require.ErrorIs(t, ix.Insert(ctx, make([]byte, 17), 1), hashindex.ErrKeySize)
