@@ -34,7 +34,7 @@ func TestRemoteStore(t *testing.T) {
 	defer func() { db.Close(ctx) }()
 	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 16, Unique: true})
 	require.NoError(t, err)
-	n := 3000 // -short too: fewer keys would fit the small cache
+	n := 3000          // -short too: fewer keys would fit the small cache
 	for i := range n { // one transaction each: a split touches up to five pages
 		require.NoError(t, ix.Insert(ctx, playerName(i), uint64(i)))
 	}
