@@ -100,7 +100,7 @@ func (ix *Index) TxInsert(tx *txnode.Tx, key []byte, id uint64) error {
 // splitIfWanted splits the next bucket after an insert that went to an overflow row, when
 // splitWanted says so. Splitting on every such insert (not only when an overflow row is
 // added) keeps the load near 0.65 of the primary rows' capacity, at which most buckets
-// (about 85% for 8 entries a row) have no overflow row and a lookup reads one row.
+// (about 90% at 9 entries a row) have no overflow row and a lookup reads one row.
 func (ix *Index) splitIfWanted(tx *txnode.Tx, h uint64, row []byte) error {
 	split, err := ix.splitWanted(src{tx: tx}, h, row)
 	if err != nil || !split {
