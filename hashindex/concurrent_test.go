@@ -56,12 +56,21 @@ func TestUniqueRaceNeverBothCommit(t *testing.T) {
 // grows from one bucket, and readers look up keys already claimed with the lock-free
 // Lookup, which must always find the winner's id even while its bucket is split under it.
 func TestConcurrentInsertLookup(t *testing.T) {
+	for _, mode := range []txnode.Durability{txnode.Durable, txnode.WriteBack} {
+		t.Run(map[txnode.Durability]string{txnode.Durable: "durable", txnode.WriteBack: "writeback"}[mode], func(t *testing.T) {
+			concurrentInsertLookup(t, mode)
+		})
+	}
+}
+
+func concurrentInsertLookup(t *testing.T, mode txnode.Durability) {
 	ctx := context.Background()
 	keys, writers, readers := 3000, 4, 2
 	if testing.Short() {
 		keys, writers, readers = 600, 3, 2
 	}
-	db := openDB(t, t.TempDir())
+	db, err := txnode.Open(ctx, txnode.Options{Dir: t.TempDir(), SyncMode: "none", Durability: mode})
+	require.NoError(t, err)
 	defer db.Close(ctx)
 	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
 	require.NoError(t, err)
