@@ -29,10 +29,15 @@ func TestModel(t *testing.T) {
 		unique := rapid.Bool().Draw(rt, "unique")
 		rowBytes := rapid.SampledFrom([]int{64, 64, 96}).Draw(rt, "rowBytes")
 		buckets := rapid.SampledFrom([]int{0, 1, 3, 8}).Draw(rt, "buckets")
+		opts := txnode.Options{SyncMode: "none"}
+		if rapid.Bool().Draw(rt, "writeBack") {
+			opts.Durability = txnode.WriteBack
+		}
 		dir, err := os.MkdirTemp("", "hashindex-model")
 		require.NoError(rt, err)
 		defer os.RemoveAll(dir)
-		db, err := txnode.Open(ctx, txnode.Options{Dir: dir, SyncMode: "none"})
+		opts.Dir = dir
+		db, err := txnode.Open(ctx, opts)
 		require.NoError(rt, err)
 		defer func() { db.Close(ctx) }()
 		ix, err := hashindex.Create(ctx, db, "ix", hashindex.Options{KeyBytes: keyBytes, Unique: unique, RowBytes: rowBytes, Buckets: buckets})
@@ -178,7 +183,7 @@ func TestModel(t *testing.T) {
 			},
 			"reopen": func(rt *rapid.T) {
 				require.NoError(rt, db.Close(ctx))
-				db, err = txnode.Open(ctx, txnode.Options{Dir: dir, SyncMode: "none"})
+				db, err = txnode.Open(ctx, opts)
 				require.NoError(rt, err)
 				ix, err = hashindex.Open(ctx, db, "ix")
 				require.NoError(rt, err)
