@@ -28,8 +28,9 @@
 // caller's transaction by the goroutine running it, and a convenience form (Lookup,
 // Insert, Delete, IDs) that runs its own: Insert and Delete use DB.Update (retried on
 // conflict); Lookup is linearizable and reads one row without a transaction when it can
-// (see Lookup); IDs reads in a read-only transaction that ends with the sequence, each row
-// consistent but the sequence, like txnode's Table.Scan, not a snapshot (TxIDs is). Keys
+// (see Lookup); IDs reads a one-row bucket the same way, a longer chain in a read-only
+// transaction that ends with the sequence, each row consistent but the sequence, like
+// txnode's Table.Scan, not a snapshot (TxIDs is). Keys
 // are exactly KeyBytes long (ErrKeySize otherwise) and are not retained. An Index is safe
 // for concurrent use.
 //

@@ -562,11 +562,33 @@ func (ix *Index) TxLookup(tx *txnode.Tx, key []byte) (uint64, error) {
 	return id, err
 }
 
-// IDs returns the ids of key in bucket order, in a read-only transaction of its own that
-// ends with the sequence: each bucket row is read consistently, but like txnode's
-// Table.Scan the sequence as a whole is not a snapshot. An error ends it as its last element.
+// IDs returns the ids of key in bucket order. A bucket of one row (the common case) is read
+// with one lock-free row Get, so the ids are one committed state; a longer chain is read in
+// a read-only transaction of its own that ends with the sequence, each row consistent but,
+// like txnode's Table.Scan, the sequence as a whole not a snapshot (TxIDs is). An error
+// ends the sequence as its last element.
 func (ix *Index) IDs(ctx context.Context, key []byte) iter.Seq2[uint64, error] {
 	return func(yield func(uint64, error) bool) {
+		if err := ix.checkKey(key); err != nil {
+			yield(0, err)
+			return
+		}
+		bp := ix.buf()
+		_, v, err := ix.home(src{ctx: ctx}, keyHash(ix.fmt.salt, key), *bp)
+		if err != nil || v.next == noRow {
+			defer ix.bufs.Put(bp)
+			if err != nil {
+				yield(0, err)
+				return
+			}
+			for i := range v.count {
+				if k, id := ix.entry(v.body, i); bytes.Equal(k, key) && !yield(id, nil) {
+					return
+				}
+			}
+			return
+		}
+		ix.bufs.Put(bp)
 		tx, err := ix.db.Begin(ctx, false)
 		if err != nil {
 			yield(0, err)
