@@ -3,6 +3,7 @@ package txnode
 import (
 	"context"
 	"iter"
+	"math"
 	"runtime"
 	"sync/atomic"
 
@@ -214,4 +215,17 @@ func readSlot(m *frameMeta, versions []uint64, rows []byte, slot int, bit uint64
 			return present, v1, true
 		}
 	}
+}
+
+// ScanAll returns every row of the table in id order: Scan over the whole id space, [0,
+// math.MaxUint64), with no bound to pick. Like Scan it is not a snapshot.
+func (t *Table) ScanAll(ctx context.Context) iter.Seq2[Row, error] {
+	return t.Scan(ctx, 0, math.MaxUint64)
+}
+
+// ScanAll returns every row of table in id order as part of the transaction, like Scan over
+// [0, math.MaxUint64): a concurrent insert anywhere in the table makes the transaction fail
+// validation.
+func (tx *Tx) ScanAll(table *Table) iter.Seq2[Row, error] {
+	return tx.Scan(table, 0, math.MaxUint64)
 }

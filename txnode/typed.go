@@ -3,6 +3,7 @@ package txnode
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 )
 
@@ -65,6 +66,64 @@ func (tt *TypedTable[T]) Put(ctx context.Context, id uint64, v *T) error {
 // Delete deletes row id.
 func (tt *TypedTable[T]) Delete(ctx context.Context, id uint64) error { return tt.t.Delete(ctx, id) }
 
+// Update reads row id into a T, calls fn, and writes what fn leaves in it, as a transaction of
+// its own (Table.Update): fn may run more than once (the transaction is retried on conflict),
+// so it must not have other effects. If fn returns an error nothing is written and Update
+// returns it; ErrNotFound when the row does not exist.
+func (tt *TypedTable[T]) Update(ctx context.Context, id uint64, fn func(v *T) error) error {
+	return tt.t.Update(ctx, id, func(row []byte) error { return tt.update(row, fn) })
+}
+
+// TypedRow is one row of a typed scan: its id and its value, decoded by the table's codec
+// (a copy: it stays valid after the iteration moves on).
+type TypedRow[T any] struct {
+	ID    uint64
+	Value T
+}
+
+// Scan returns the rows of ids in [lo, hi) in id order, decoded, like Table.Scan: each row is
+// read consistently, the scan as a whole is not a snapshot (use TxScan for that). An error
+// ends the sequence as its last element. Call it from any goroutine; the sequence is used by
+// one.
+func (tt *TypedTable[T]) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[TypedRow[T], error] {
+	return typedRows(tt.codec, tt.t.Scan(ctx, lo, hi))
+}
+
+// ScanAll returns every row of the table in id order, decoded: Scan over the whole id space
+// (Table.ScanAll), with no bound to pick.
+func (tt *TypedTable[T]) ScanAll(ctx context.Context) iter.Seq2[TypedRow[T], error] {
+	return typedRows(tt.codec, tt.t.ScanAll(ctx))
+}
+
+// TxScan returns the rows of ids in [lo, hi) in id order, decoded, as part of tx (Tx.Scan):
+// serializable, the transaction's own writes seen, phantoms caught at commit.
+func (tt *TypedTable[T]) TxScan(tx *Tx, lo, hi uint64) iter.Seq2[TypedRow[T], error] {
+	return typedRows(tt.codec, tx.Scan(tt.t, lo, hi))
+}
+
+// TxScanAll returns every row of the table in id order, decoded, as part of tx (Tx.ScanAll).
+func (tt *TypedTable[T]) TxScanAll(tx *Tx) iter.Seq2[TypedRow[T], error] {
+	return typedRows(tt.codec, tx.ScanAll(tt.t))
+}
+
+// typedRows decodes a scan's rows; Row.Data is only valid during its iteration, so each value
+// is decoded before the next.
+func typedRows[T any](codec RowCodec[T], rows iter.Seq2[Row, error]) iter.Seq2[TypedRow[T], error] {
+	return func(yield func(TypedRow[T], error) bool) {
+		for r, err := range rows {
+			if err != nil {
+				yield(TypedRow[T]{}, err)
+				return
+			}
+			tr := TypedRow[T]{ID: r.ID}
+			codec.UnmarshalRow(r.Data, &tr.Value)
+			if !yield(tr, nil) {
+				return
+			}
+		}
+	}
+}
+
 // TxGet reads row id into v inside tx.
 func (tt *TypedTable[T]) TxGet(tx *Tx, id uint64, v *T) error {
 	b := tt.bufs.Get().(*[]byte)
@@ -94,13 +153,16 @@ func (tt *TypedTable[T]) TxInsert(tx *Tx, v *T) (uint64, error) {
 
 // TxUpdate reads row id into a T, calls fn, and writes the result inside tx.
 func (tt *TypedTable[T]) TxUpdate(tx *Tx, id uint64, fn func(v *T) error) error {
-	return tx.Update(tt.t, id, func(row []byte) error {
-		var v T
-		tt.codec.UnmarshalRow(row, &v)
-		if err := fn(&v); err != nil {
-			return err
-		}
-		tt.codec.MarshalRow(row, &v)
-		return nil
-	})
+	return tx.Update(tt.t, id, func(row []byte) error { return tt.update(row, fn) })
+}
+
+// update decodes row, calls fn and encodes the result back into row.
+func (tt *TypedTable[T]) update(row []byte, fn func(v *T) error) error {
+	var v T
+	tt.codec.UnmarshalRow(row, &v)
+	if err := fn(&v); err != nil {
+		return err
+	}
+	tt.codec.MarshalRow(row, &v)
+	return nil
 }
