@@ -15,7 +15,7 @@ const (
 	// uint32.
 	Magic uint32 = 'W' | 'E'<<8 | 'F'<<16 | 'T'<<24
 	// Version is the protocol version this package speaks, in every frame header and in Hello.
-	Version = 1
+	Version = 2
 	// HeaderSize is the size of a frame header; the body follows it.
 	HeaderSize = 24
 	// BodyAlign is the alignment of every body length: bodies are zero-padded to a multiple of

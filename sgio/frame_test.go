@@ -63,7 +63,7 @@ func TestDecodeRejects(t *testing.T) {
 		corrupt bool
 	}{
 		{"magic", func() []byte { b := good(); b[0] = 'w'; return b }(), MaxBodyLimit, ErrBadMagic, true},
-		{"version", func() []byte { b := good(); b[offVersion] = 2; return b }(), MaxBodyLimit, ErrBadVersion, false},
+		{"version", func() []byte { b := good(); b[offVersion] = Version + 1; return b }(), MaxBodyLimit, ErrBadVersion, false},
 		{"flags", func() []byte { b := good(); b[offFlags+1] = 1; return b }(), MaxBodyLimit, ErrMalformed, true},
 		{"too large", good(), 8, ErrFrameTooLarge, false},
 		{"too large for protocol", func() []byte {

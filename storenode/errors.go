@@ -55,6 +55,9 @@ var (
 	// or of a checkpoint failed: the engine stops rather than retry and pretend (an fsync error
 	// may have dropped dirty pages from the OS cache). Reopening recovers from the durable state.
 	ErrFailStop = sgio.ErrFailStop
+	// ErrTransportStopped is reported by Server.Healthy (and returned by Serve) once the
+	// server's network transport stopped on its own: it no longer serves.
+	ErrTransportStopped = fmt.Errorf("storenode: network transport stopped: %w", sgio.ErrShuttingDown)
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = fmt.Errorf("storenode: engine closed: %w", sgio.ErrShuttingDown)
 )

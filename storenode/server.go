@@ -42,6 +42,7 @@
 package storenode
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -78,6 +79,18 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 	// DefaultShutdownTimeout bounds Serve's graceful shutdown.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultMaxHandshakes bounds the connections in the handshake at once (at most half of
+	// MaxConns when MaxConns is smaller).
+	DefaultMaxHandshakes = 128
+	// DefaultMaxHandshakesPerSource bounds one source address's connections in the
+	// handshake.
+	DefaultMaxHandshakesPerSource = 32
+	// DefaultAuthFailDelay delays the answer to a wrong proof.
+	DefaultAuthFailDelay = time.Second
+	// DefaultMaxQueuedBytes bounds the commit bytes queued on one connection.
+	DefaultMaxQueuedBytes = 64 << 20
+	// DefaultMaxQueuedBytesTotal bounds the commit bytes queued on all connections.
+	DefaultMaxQueuedBytesTotal = 512 << 20
 
 	// minReplyBody is the smallest reply body limit a client may announce in Hello: every
 	// Error reply fits.
@@ -88,6 +101,12 @@ const (
 	// outboundMaxBytes bounds what a connection may have queued in gnet's outbound buffer: a
 	// client that does not read its replies is closed.
 	outboundMaxBytes = 64 << 20
+	// turnReplyMaxBytes bounds the replies one event-loop turn holds: a turn that reaches it
+	// writes them and takes the rest of its inbound bytes in another turn.
+	turnReplyMaxBytes = 4 << 20
+	// connReplyMaxBytes bounds the replies a connection holds (produced, not yet handed to
+	// the transport) before its read goroutine waits for a write to finish.
+	connReplyMaxBytes = 16 << 20
 	// pageDirMaxEntries bounds one PageDir reply.
 	pageDirMaxEntries = 1 << 16
 )
@@ -104,8 +123,10 @@ type ServerConfig struct {
 	// Listen is the TCP address, host:port; DefaultListen when empty. A port of 0 picks a
 	// free one (Addr reports it). A non-loopback address is refused unless Secret is set.
 	Listen string
-	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs. Empty is
-	// allowed on loopback only: the proofs then only show that both sides speak Weft.
+	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs, as
+	// configured: hex or base64 of at least sgio.SecretBytesMin random bytes (sgio.ParseSecret;
+	// NewServer refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback
+	// only: the proofs then only show that both sides speak Weft.
 	Secret []byte
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
 	TLS *tls.Config
@@ -129,6 +150,20 @@ type ServerConfig struct {
 	WriteTimeout time.Duration
 	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero.
 	EventLoops int
+
+	// MaxHandshakes bounds the connections still in the handshake (DefaultMaxHandshakes, at
+	// most MaxConns/2); MaxHandshakesPerSource those of one source address
+	// (DefaultMaxHandshakesPerSource). A connection over either evicts the oldest
+	// handshaking connection (server_accept.go).
+	MaxHandshakes, MaxHandshakesPerSource int
+	// AuthFailDelay delays the answer (and the close) to a wrong proof (DefaultAuthFailDelay);
+	// failed attempts are delayed, never locked out.
+	AuthFailDelay time.Duration
+	// MaxQueuedBytes bounds the Commit bodies a connection has queued and not yet submitted
+	// to the engine (DefaultMaxQueuedBytes); MaxQueuedBytesTotal bounds them on all
+	// connections (DefaultMaxQueuedBytesTotal). A Commit over either is answered with
+	// ErrBusy before its body is copied.
+	MaxQueuedBytes, MaxQueuedBytesTotal int64
 
 	// Logger receives connection and lifecycle events; Options.Logger, else slog.Default().
 	Logger *slog.Logger
@@ -168,6 +203,21 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.MaxHandshakes <= 0 {
+		c.MaxHandshakes = min(DefaultMaxHandshakes, max(c.MaxConns/2, 1))
+	}
+	if c.MaxHandshakesPerSource <= 0 {
+		c.MaxHandshakesPerSource = DefaultMaxHandshakesPerSource
+	}
+	if c.AuthFailDelay <= 0 {
+		c.AuthFailDelay = DefaultAuthFailDelay
+	}
+	if c.MaxQueuedBytes <= 0 {
+		c.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+	if c.MaxQueuedBytesTotal <= 0 {
+		c.MaxQueuedBytesTotal = DefaultMaxQueuedBytesTotal
+	}
 	if c.Logger == nil {
 		c.Logger = c.Options.Logger
 	}
@@ -189,7 +239,7 @@ func (c ServerConfig) checkListen() error {
 	if c.MaxBody > sgio.MaxBodyLimit {
 		return fmt.Errorf("storenode: MaxBody %d above the protocol's %d", c.MaxBody, sgio.MaxBodyLimit)
 	}
-	if len(c.Secret) == 0 && !IsLoopback(host) {
+	if len(bytes.TrimSpace(c.Secret)) == 0 && !IsLoopback(host) {
 		return fmt.Errorf("storenode: refusing to listen on non-loopback address %q without a secret "+
 			"(configure one, and TLS across an untrusted network)", c.Listen)
 	}
@@ -214,20 +264,30 @@ type Server struct {
 	log        *slog.Logger
 	eng        *Engine
 	ownsEngine bool
-	hello      sgio.HelloReply // limits and mode; nonce and proof are per session
+	hello      sgio.HelloReply // limits and mode; the nonce is per session
+	key        []byte          // the HMAC key: the decoded secret
 	leaseNanos int64
+	adm        admission    // guarded by mu
+	logLimit   logLimiter   // rate of refusal logs
+	fatal      fatalFlag    // the transport stopped on its own
+	queued     atomic.Int64 // commit bytes queued on all connections
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	addr     net.Addr
-	sessions map[*session]struct{}
-	gnetEng  gnet.Engine
-	runDone  chan error // gnet.Run's result
-	tlsLn    net.Listener
-	connWG   sync.WaitGroup // TLS accept loop and connection goroutines
-	done     chan struct{}  // closed when Shutdown finished
-	stopErr  error
+	mu           sync.Mutex
+	started      bool
+	stopped      bool
+	addr         net.Addr
+	sessions     map[*session]struct{}
+	gnetEng      gnet.Engine
+	runDone      chan error    // gnet.Run's result
+	gnetDone     chan struct{} // closed once watchGnet saw gnet.Run return
+	gnetStopping atomic.Bool   // stopGnet began: gnet.Run returning is expected
+	ln           net.Listener  // the accept loop's listener (gnet and TLS)
+	stopAcc      chan struct{} // closed to stop the accept loop's back-off
+	accDone      chan struct{} // closed when the accept loop returned
+	tlsLn        net.Listener
+	connWG       sync.WaitGroup // TLS accept loop and connection goroutines
+	done         chan struct{}  // closed when Shutdown finished
+	stopErr      error
 
 	conns     atomic.Int64 // sessions held, rejected ones included
 	nextConn  atomic.Uint64
@@ -245,8 +305,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.checkListen(); err != nil {
 		return nil, err
 	}
+	key, err := sgio.ParseSecret(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("storenode: ServerConfig.Secret: %w", err)
+	}
 	s := &Server{
 		cfg:      cfg,
+		key:      key,
 		log:      cfg.Logger,
 		eng:      cfg.Engine,
 		sessions: make(map[*session]struct{}),
@@ -330,12 +395,16 @@ func (s *Server) Engine() *Engine {
 	return s.eng
 }
 
-// Healthy reports nil while the server serves: started, not shutting down, and its engine
-// not stopped by an IO failure (ErrFailStop, wrapping the cause).
+// Healthy reports nil while the server serves: started, not shutting down, its network
+// transport running (ErrTransportStopped once it stopped on its own) and its engine not
+// stopped by an IO failure (ErrFailStop, wrapping the cause).
 func (s *Server) Healthy() error {
 	s.mu.Lock()
 	started, stopped, e := s.started, s.stopped, s.eng
 	s.mu.Unlock()
+	if err := s.fatal.get(); err != nil {
+		return err
+	}
 	switch {
 	case !started:
 		return errors.New("storenode: server not started")
@@ -343,6 +412,14 @@ func (s *Server) Healthy() error {
 		return fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
 	}
 	return e.failure()
+}
+
+// Failed returns a channel closed when the server's network transport stopped on its own
+// (Healthy then reports why): the server no longer serves and the process should exit with
+// a failure once it has shut the server down.
+func (s *Server) Failed() <-chan struct{} {
+	s.fatal.init()
+	return s.fatal.ch
 }
 
 // Done returns a channel closed when Shutdown has finished.
@@ -407,7 +484,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Serve runs a storage node until ctx ends, then shuts it down gracefully within
 // cfg.ShutdownTimeout: it stops accepting, finishes the batches in flight, checkpoints and
-// closes the engine. It returns nil after a clean shutdown.
+// closes the engine. It returns nil after a clean shutdown; when the transport stops on its
+// own, it shuts down at once and returns an error wrapping ErrTransportStopped.
 func Serve(ctx context.Context, cfg ServerConfig) error {
 	s, err := NewServer(cfg)
 	if err != nil {
@@ -416,10 +494,13 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if err := s.Start(); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-s.Failed():
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	return s.Shutdown(sctx)
+	return errors.Join(s.fatal.get(), s.Shutdown(sctx))
 }
 
 // ServerStats are a server's counters, beside its engine's Stats.
@@ -438,6 +519,12 @@ type ServerStats struct {
 	Requests, Writes, BytesIn, BytesOut uint64
 	// InFlight is the number of requests received and not yet answered.
 	InFlight int64
+	// Handshaking and Authenticated are the connections in the handshake and the
+	// authenticated sessions now; Evictions the handshaking connections closed to make room;
+	// AcceptErrors the failed accepts (EMFILE...), each retried after a back-off.
+	Handshaking, Authenticated, Evictions, AcceptErrors uint64
+	// QueuedBytes is the commit bytes queued on all connections now.
+	QueuedBytes int64
 }
 
 type serverCounters struct {
@@ -447,11 +534,13 @@ type serverCounters struct {
 	rejectedFrames, busyReplies atomic.Uint64
 	requests, writes            atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
+	evictions, acceptErrors     atomic.Uint64
 }
 
 // Stats reports the server's counters.
 func (s *Server) Stats() ServerStats {
 	c := &s.counters
+	hs, au := s.admissionStats()
 	return ServerStats{
 		Conns:          uint64(max(s.conns.Load(), 0)),
 		ConnsAccepted:  c.accepted.Load(),
@@ -466,6 +555,11 @@ func (s *Server) Stats() ServerStats {
 		BytesIn:        c.bytesIn.Load(),
 		BytesOut:       c.bytesOut.Load(),
 		InFlight:       s.requests.count(),
+		Handshaking:    uint64(hs),
+		Authenticated:  uint64(au),
+		Evictions:      c.evictions.Load(),
+		AcceptErrors:   c.acceptErrors.Load(),
+		QueuedBytes:    s.queued.Load(),
 	}
 }
 
@@ -505,6 +599,11 @@ func (s *Server) statsReply() *sgio.StatsReply {
 		{Name: "writes", Value: ss.Writes},
 		{Name: "bytes_in", Value: ss.BytesIn},
 		{Name: "bytes_out", Value: ss.BytesOut},
+		{Name: "handshaking", Value: ss.Handshaking},
+		{Name: "authenticated", Value: ss.Authenticated},
+		{Name: "evictions", Value: ss.Evictions},
+		{Name: "accept_errors", Value: ss.AcceptErrors},
+		{Name: "queued_bytes", Value: uint64(max(ss.QueuedBytes, 0))},
 	}}
 }
 
@@ -527,40 +626,6 @@ func (s *Server) tableRowBytes(id uint32) (int, error) {
 	}
 	s.rowBytes.Store(id, n)
 	return n, nil
-}
-
-// admit registers a new connection's session, or reports why it is refused. A refused
-// session is still registered (it answers the client's Hello with the reason, then closes);
-// linger says whether there is room for that, else the connection closes at once.
-func (s *Server) admit(sess *session) (refusal error, linger bool) {
-	n := s.conns.Add(1)
-	s.mu.Lock()
-	s.sessions[sess] = struct{}{}
-	s.mu.Unlock()
-	switch {
-	case s.requests.isDraining():
-		refusal = fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
-	case n > int64(s.cfg.MaxConns):
-		refusal = fmt.Errorf("storenode: %d connections open, the limit: %w", s.cfg.MaxConns, sgio.ErrBusy)
-	default:
-		s.counters.accepted.Add(1)
-		return nil, false
-	}
-	s.counters.rejected.Add(1)
-	s.log.Warn("storenode: connection refused", "conn", sess.id, "remote", sess.remote, "reason", refusal)
-	return refusal, n <= int64(s.cfg.MaxConns+rejectLingerMax)
-}
-
-// forget unregisters a closed session.
-func (s *Server) forget(sess *session) {
-	s.mu.Lock()
-	delete(s.sessions, sess)
-	hook := s.closeHook
-	s.mu.Unlock()
-	s.conns.Add(-1)
-	if hook != nil {
-		hook(sess)
-	}
 }
 
 // stopTransport stops listening and closes every connection.

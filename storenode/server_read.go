@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"fmt"
 	"math/bits"
 
 	"github.com/weftdb/weft/sgio"
@@ -33,7 +34,7 @@ func (e *Engine) readCached(m *sgio.ReadPages, segs []sgio.Segment, rows []byte)
 		if !found || w.Page >= maxPages {
 			return rows, false
 		}
-		size += bits.OnesCount64(w.Want) * t.geo.RowBytes()
+		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
 	}
 	if cap(rows)-len(rows) < size {
 		rows = append(make([]byte, 0, len(rows)+size), rows...)
@@ -90,11 +91,16 @@ type readRequest struct {
 	m  sgio.Message
 }
 
-// runReads runs a turn's slow reads in order on one goroutine, replying to each.
+// runReads runs a turn's slow reads in order on one goroutine, replying to each. Before each
+// read it waits for room (waitRoom): a connection holds a bounded amount of replies.
 func (s *session) runReads(reads []readRequest) {
 	defer s.srv.workers.Done()
 	s.renew()
 	for _, r := range reads {
+		if !s.waitRoom() {
+			s.endRequests(1) // closed: no reply will go out
+			continue
+		}
 		reply, keep, err := s.exec(r.m)
 		if err != nil {
 			s.replyError(r.id, err, true)
@@ -102,4 +108,23 @@ func (s *session) runReads(reads []readRequest) {
 		}
 		s.reply(r.id, reply, keep, true)
 	}
+}
+
+// presentRowsSize reports the bytes of the rows a ReadPages would return: the wanted rows that
+// exist. It takes the engine's lock; request goroutines only.
+func (e *Engine) presentRowsSize(m *sgio.ReadPages) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	size := 0
+	for _, w := range m.Wants {
+		t, err := e.table(w.Table)
+		if err != nil {
+			return 0, err
+		}
+		if w.Page >= maxPages {
+			return 0, fmt.Errorf("%w: page %d beyond the last page", ErrMalformed, w.Page)
+		}
+		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
+	}
+	return size, nil
 }

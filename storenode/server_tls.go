@@ -25,6 +25,7 @@ func (s *Server) startTLS() error {
 	}
 	s.tlsLn = ln
 	s.addr = ln.Addr()
+	s.stopAcc = make(chan struct{})
 	s.connWG.Add(1)
 	go s.acceptTLS(ln)
 	return nil
@@ -32,6 +33,7 @@ func (s *Server) startTLS() error {
 
 // stopTLS closes the listener and every connection, and waits for their goroutines.
 func (s *Server) stopTLS() {
+	close(s.stopAcc)
 	_ = s.tlsLn.Close()
 	s.mu.Lock()
 	for sess := range s.sessions {
@@ -43,21 +45,14 @@ func (s *Server) stopTLS() {
 
 func (s *Server) acceptTLS(ln net.Listener) {
 	defer s.connWG.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("storenode: accept", "err", err)
-			}
-			return
-		}
+	s.acceptLoop(ln, s.stopAcc, func(c net.Conn) {
 		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
 		sess := s.newSession(t, c.RemoteAddr().String())
 		refusal, linger := s.admit(sess)
 		s.connWG.Add(2)
 		go t.writer(s)
 		go s.serveTLS(sess, t, refusal, linger)
-	}
+	})
 }
 
 // serveTLS runs the TLS handshake (within the auth deadline), then the connection's reader
@@ -90,30 +85,43 @@ func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error, linger 
 			return
 		}
 	}
-	buf := make([]byte, 0, 64<<10)
+	// The buffer starts small and grows to the frame being read: before authentication
+	// frames are handshake-sized (session.inbound), so a stranger cannot grow it.
+	buf := make([]byte, 0, tlsReadBufMin)
 	for {
-		if len(buf) == cap(buf) {
-			need := max(sess.needBytes, 2*cap(buf))
-			grown := make([]byte, len(buf), min(need, sgio.HeaderSize+int(s.cfg.MaxBody)))
-			copy(grown, buf)
-			buf = grown
-		}
-		var n int
-		n, err = tc.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			return
-		}
-		if sess.needBytes > 0 && len(buf) < sess.needBytes {
-			continue
+		if !sess.paused {
+			if len(buf) == cap(buf) {
+				need := max(sess.needBytes, 2*cap(buf))
+				grown := make([]byte, len(buf), min(need, sgio.HeaderSize+int(s.cfg.MaxBody)))
+				copy(grown, buf)
+				buf = grown
+			}
+			var n int
+			n, err = tc.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err != nil {
+				return
+			}
+			if sess.needBytes > 0 && len(buf) < sess.needBytes {
+				continue
+			}
 		}
 		used, closeNow := sess.inbound(buf)
 		buf = buf[:copy(buf, buf[used:])]
 		if closeNow {
 			return
 		}
+		if len(buf) == 0 && cap(buf) > tlsReadBufKeep {
+			buf = make([]byte, 0, tlsReadBufMin) // a large frame is done: give its buffer back
+		}
 	}
 }
+
+// The TLS reader's buffer: its first size, and the most it keeps once empty.
+const (
+	tlsReadBufMin  = 4 << 10
+	tlsReadBufKeep = 1 << 20
+)
 
 // tlsTransport is a session's TLS connection.
 type tlsTransport struct {
@@ -153,6 +161,9 @@ func (t *tlsTransport) writeAsync(bufs [][]byte, done func(error)) error {
 		return errors.New("storenode: TLS write queue full") // the session's busy flag prevents this
 	}
 }
+
+// wake does nothing: the reader calls inbound again at once when a turn stopped early.
+func (t *tlsTransport) wake() {}
 
 // close closes the TCP connection under the TLS one: at once, without the close_notify
 // alert that tls.Conn.Close would write (and could wait up to its write deadline for).

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +37,13 @@ type session struct {
 	tr     transport
 	id     uint64
 	remote string
+	source string // remote's host: the per-source handshake limit's key
+
+	// Admission, guarded by srv.mu.
+	hsPrev, hsNext *session
+	inHandshake    bool // counted among the handshaking connections
+	countedAuthed  bool // counted among the authenticated sessions
+	lingering      bool // counted among the refused connections kept open
 
 	// The loop's own fields.
 	state       sessionState
@@ -47,8 +53,11 @@ type session struct {
 	serverNonce [sgio.NonceSize]byte
 	replyMax    uint32        // the largest reply body the client accepts
 	needBytes   int           // a frame of this many bytes is incomplete: wait until they are buffered
+	paused      bool          // the last turn stopped early (turnReplyMaxBytes); bytes remain
 	turnReads   []readRequest // the slow-path reads of the current turn, for one goroutine
 	turnNow     int64         // the engine's clock in this turn, UnixNano; 0 until read
+	refusal     error         // why admission refused the connection, nil when admitted
+	linger      bool          // a refused connection is kept open to be told why
 
 	ownerSeen  atomic.Uint64 // owner, for the logs of timers
 	authed     atomic.Bool
@@ -56,19 +65,22 @@ type session struct {
 	lastActive atomic.Int64 // time.Now().UnixNano() of the last inbound bytes
 	lastRenew  atomic.Int64 // engine clock, UnixNano, of the last lease renewal
 
-	mu             sync.Mutex
-	pending        sgio.Writer // replies not yet handed to the transport
-	sending        sgio.Writer // the write in progress
-	pendingCounted int         // in-flight requests answered in pending
-	pendingKeep    [][]byte    // reply buffers to release once pending is written
-	sendingKeep    [][]byte
-	busy           bool // a write is in progress
-	inLoop         bool // the loop is handling inbound bytes and will write when it is done
-	isClosed       bool
-	commits        []commitRequest // waiting for the commit goroutine, in arrival order
-	committing     bool            // the commit goroutine runs
-	authTimer      *time.Timer
-	idleTimer      *time.Timer
+	mu              sync.Mutex
+	pending         sgio.Writer // replies not yet handed to the transport
+	sending         sgio.Writer // the write in progress
+	pendingCounted  int         // in-flight requests answered in pending
+	pendingKeep     [][]byte    // reply buffers to release once pending is written
+	sendingKeep     [][]byte
+	busy            bool          // a write is in progress
+	wantWake        bool          // the loop paused for the write in progress: wake it when done
+	room            chan struct{} // cap 1: a write finished, or the session closed (waitRoom)
+	inLoop          bool          // the loop is handling inbound bytes and will write when it is done
+	isClosed        bool
+	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
+	commits         []commitRequest // waiting for the commit goroutine, in arrival order
+	committing      bool            // the commit goroutine runs
+	authTimer       *time.Timer
+	idleTimer       *time.Timer
 }
 
 type sessionState uint8
@@ -78,6 +90,7 @@ const (
 	stateAuth                        // HelloReply sent, waiting for Auth
 	stateOpen                        // authenticated
 	stateRefused                     // refused at connect: close on the first frame
+	stateFailed                      // a wrong proof: answered and closed after AuthFailDelay
 )
 
 // transport is a session's connection.
@@ -93,10 +106,29 @@ type transport interface {
 	writeAsync(bufs [][]byte, done func(error)) error
 	// close closes the connection; any goroutine, idempotent.
 	close()
+	// wake asks the loop for another turn on the inbound bytes already buffered (the turn
+	// that called it stopped early: turnReplyMaxBytes); only the loop calls it.
+	wake()
+}
+
+// attach gives a session accepted before its transport existed its transport; false when it
+// was closed (evicted) meanwhile.
+func (s *session) attach(tr transport) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tr = tr
+	return !s.isClosed
+}
+
+// isClosedNow reports whether the session is closed; any goroutine.
+func (s *session) isClosedNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.isClosed
 }
 
 func (s *Server) newSession(tr transport, remote string) *session {
-	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote}
+	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote, room: make(chan struct{}, 1)}
 	sess.lastActive.Store(time.Now().UnixNano())
 	return sess
 }
@@ -156,7 +188,9 @@ func (s *session) closeWith(reason string, level slog.Level) {
 	// Log first: the peer may act on the close at once.
 	s.logger().Log(context.Background(), level, "storenode: closing connection", "reason", reason)
 	s.markClosedLocked()
-	s.tr.close()
+	if s.tr != nil { // nil: accepted, not yet on its loop; OnOpen will close it
+		s.tr.close()
+	}
 	s.mu.Unlock()
 }
 
@@ -164,6 +198,10 @@ func (s *session) closeWith(reason string, level slog.Level) {
 // Caller holds mu.
 func (s *session) markClosedLocked() {
 	s.isClosed = true
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
 	if s.authTimer != nil {
 		s.authTimer.Stop()
 	}
@@ -230,9 +268,24 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 			s.mu.Unlock()
 		}
 	}()
-	s.needBytes, s.turnNow = 0, 0
+	s.needBytes, s.turnNow, s.paused = 0, 0, false
+	s.mu.Lock()
+	if s.busy && s.pending.Len() >= turnReplyMaxBytes {
+		// The replies of earlier turns wait for the write in progress: read nothing more
+		// until it is done (writeDone wakes the loop).
+		s.wantWake, s.paused = true, true
+		s.mu.Unlock()
+		return 0, false
+	}
+	s.mu.Unlock()
 	for n < len(buf) {
-		f, size, err := sgio.Decode(buf[n:], s.srv.cfg.MaxBody)
+		// Before authentication only handshake-sized frames are read: a stranger's frame
+		// header that claims more is refused before its body is waited for (or buffered).
+		limit := s.srv.cfg.MaxBody
+		if s.state != stateOpen {
+			limit = sgio.HandshakeBodyMax()
+		}
+		f, size, err := sgio.Decode(buf[n:], limit)
 		switch {
 		case err == sgio.ErrNeedMore:
 			if size > sgio.HeaderSize {
@@ -255,8 +308,22 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 		if !s.handle(f) {
 			return n, true
 		}
+		if n < len(buf) && s.pendingBytes() >= turnReplyMaxBytes {
+			// The turn holds its bound of replies: write them, and take the rest of the
+			// inbound bytes in another turn.
+			s.paused = true
+			s.tr.wake()
+			return n, false
+		}
 	}
 	return n, false
+}
+
+// pendingBytes reports the bytes of the replies not yet handed to the transport.
+func (s *session) pendingBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending.Len()
 }
 
 // rawID reads the request id of a frame header that failed to decode, or 0.
@@ -281,6 +348,8 @@ func (s *session) handle(f sgio.Frame) bool {
 	switch s.state {
 	case stateRefused:
 		return false // the refusal went out at connect
+	case stateFailed:
+		return true // the failure is answered after the delay; frames meanwhile are dropped
 	case stateHello:
 		if f.Type != sgio.TypeHello {
 			s.srv.counters.authFailures.Add(1)
@@ -332,7 +401,8 @@ func (s *session) handle(f sgio.Frame) bool {
 	return true
 }
 
-// hello answers Hello with the server's limits, its challenge and its proof.
+// hello answers Hello with the server's limits and its challenge; the server's proof waits
+// for the client's (auth).
 func (s *session) hello(f sgio.Frame) bool {
 	var h sgio.Hello
 	if err := h.Parse(f.Body); err != nil {
@@ -353,26 +423,40 @@ func (s *session) hello(f sgio.Frame) bool {
 	s.serverNonce = sgio.NewNonce()
 	r := s.srv.hello
 	r.Nonce = s.serverNonce
-	r.Proof = sgio.ServerProof(s.srv.cfg.Secret, s.clientNonce, s.serverNonce)
 	s.state = stateAuth
 	s.replyLoop(f.ID, &r)
 	return true
 }
 
-// auth checks the client's proof: AuthOK opens the session; a wrong proof is answered with
-// ErrAuthFailed and a close.
+// auth checks the client's proof: AuthOK, carrying the server's proof, opens the session; a
+// wrong proof is answered with ErrAuthFailed and a close, after AuthFailDelay (never a lock
+// out: each guess costs a connection and the delay).
 func (s *session) auth(f sgio.Frame) bool {
 	var a sgio.Auth
 	if err := a.Parse(f.Body); err != nil {
 		s.srv.counters.rejectedFrames.Add(1)
 		return !s.reject(f.ID, err, "bad Auth")
 	}
-	if err := sgio.CheckClientProof(s.srv.cfg.Secret, s.serverNonce, s.clientNonce, a.Proof); err != nil {
+	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, a.Proof); err != nil {
 		s.srv.counters.authFailures.Add(1)
-		return !s.reject(f.ID, fmt.Errorf("storenode: %w", err), "authentication failed")
+		s.state = stateFailed
+		s.srv.refusalLog(s, "storenode: authentication failed", err)
+		id := f.ID
+		s.mu.Lock()
+		if !s.isClosed {
+			if s.authTimer != nil {
+				s.authTimer.Stop()
+			}
+			s.authTimer = time.AfterFunc(s.srv.cfg.AuthFailDelay, func() {
+				s.replyAndClose(id, fmt.Errorf("storenode: %w", err))
+			})
+		}
+		s.mu.Unlock()
+		return true
 	}
 	s.state = stateOpen
 	s.authed.Store(true)
+	s.srv.authenticated(s)
 	s.mu.Lock()
 	if s.authTimer != nil {
 		s.authTimer.Stop()
@@ -382,8 +466,17 @@ func (s *session) auth(f sgio.Frame) bool {
 	}
 	s.mu.Unlock()
 	s.logger().Debug("storenode: session open", "name", s.name)
-	s.replyLoop(f.ID, &sgio.AuthOK{})
+	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.srv.key, s.clientNonce, s.serverNonce)})
 	return true
+}
+
+// replyAndClose sends an Error reply from any goroutine and closes the connection once it is
+// written.
+func (s *session) replyAndClose(id uint64, err error) {
+	s.mu.Lock()
+	s.closeAfterWrite = true
+	s.mu.Unlock()
+	s.replyError(id, err, false)
 }
 
 // begin counts a request in flight, or answers it with ErrBusy or ErrShuttingDown and
@@ -539,24 +632,25 @@ func wireTableInfo(ti TableInfo) *sgio.TableInfo {
 
 // readPages answers a ReadPages request: one segment per wanted page, in order, with only the
 // wanted rows that exist. The rows are gathered into one buffer that the reply keeps until it
-// is written.
+// is written; it is sized by the rows that exist, not the rows asked for, so a request for an
+// empty range costs its segment headers only.
 func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
-	size := 8
-	for _, w := range m.Wants {
+	rowsSize, err := s.srv.eng.presentRowsSize(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + rowsSize
+	if size > int(s.replyMax) {
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
+	rows := make([]byte, 0, rowsSize)
+	for i, w := range m.Wants {
 		rb, err := s.srv.tableRowBytes(w.Table)
 		if err != nil {
 			return nil, nil, err
 		}
-		size += sgio.SegmentHeaderSize + bits.OnesCount64(w.Want)*rb
-	}
-	if size > int(s.replyMax) {
-		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages could answer %d bytes, the client accepts %d: %w",
-			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
-	}
-	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
-	rows := make([]byte, 0, size)
-	for i, w := range m.Wants {
-		rb, _ := s.srv.tableRowBytes(w.Table)
 		start := len(rows)
 		data, clear, out, err := s.srv.eng.ReadRows(w.Table, w.Page, w.Want, rows)
 		if err != nil {
@@ -566,7 +660,31 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 		reply.Segments[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
 			Rows: rows[start:len(rows):len(rows)]}
 	}
+	if size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + len(rows); size > int(s.replyMax) {
+		// Rows were inserted since they were counted.
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
 	return reply, rows, nil
+}
+
+// waitRoom waits, on a request goroutine, until the session holds fewer than
+// connReplyMaxBytes of replies not yet handed to the transport, or is closed (false). A reply
+// larger than the bound still goes when nothing else is held, so the bytes a connection holds
+// stay below connReplyMaxBytes plus one reply.
+func (s *session) waitRoom() bool {
+	for {
+		s.mu.Lock()
+		closed, held := s.isClosed, s.pending.Len()+s.sending.Len()
+		s.mu.Unlock()
+		if closed {
+			return false
+		}
+		if held < connReplyMaxBytes {
+			return true
+		}
+		<-s.room
+	}
 }
 
 // Replies.
@@ -632,6 +750,21 @@ func (s *session) writeDone(counted int, err error, onLoop bool) {
 	s.sendingKeep = s.sendingKeep[:0]
 	s.busy = false
 	s.endRequests(counted)
+	wake := s.wantWake && !s.isClosed
+	s.wantWake = false
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
+	if wake {
+		s.tr.wake()
+	}
+	if err == nil && s.closeAfterWrite && s.pending.Len() == 0 && !s.isClosed {
+		s.markClosedLocked()
+		s.tr.close()
+		s.mu.Unlock()
+		return
+	}
 	if err != nil && !s.isClosed {
 		s.markClosedLocked()
 		s.tr.close()
