@@ -162,6 +162,9 @@ const pageDirMax = 1 << 16
 // them, in page order. next is where to continue: hi when the range is done.
 func (e *Engine) PageDir(tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
 	hi = min(hi, maxPages)
+	if lo >= hi {
+		return dst, hi, nil // also keeps lo*RowsPerPage from wrapping for lo near 2^58
+	}
 	if max <= 0 || max > pageDirMax {
 		max = pageDirMax
 	}

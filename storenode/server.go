@@ -49,8 +49,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -692,4 +695,36 @@ func (t *inflightTracker) drain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// absPath matches an absolute path in an error text: a "/" at the start or after a space,
+// quote, parenthesis or "=", up to the next space, quote, colon, comma or parenthesis.
+var absPath = regexp.MustCompile(`(^|[\s"'(=])(/[^\s"':,()]+)`)
+
+// scrubPaths removes the machine's paths from an error text sent to a client: paths in the
+// data directory become relative to it, any other absolute path becomes its last element.
+// The server's own log keeps the full text.
+func (s *Server) scrubPaths(msg string) string {
+	if !strings.Contains(msg, "/") {
+		return msg
+	}
+	if dir := s.dataDir(); dir != "" {
+		msg = strings.ReplaceAll(msg, dir+string(filepath.Separator), "")
+		msg = strings.ReplaceAll(msg, dir, ".")
+	}
+	return absPath.ReplaceAllStringFunc(msg, func(m string) string {
+		i := strings.IndexByte(m, '/')
+		return m[:i] + filepath.Base(m[i:])
+	})
+}
+
+// dataDir reports the engine's directory, absolute, or "".
+func (s *Server) dataDir() string {
+	if s.eng == nil || s.eng.opts.Dir == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(s.eng.opts.Dir); err == nil {
+		return abs
+	}
+	return s.eng.opts.Dir
 }

@@ -585,6 +585,8 @@ type rawClient struct {
 	conn  net.Conn
 	br    *bytesReader
 	nonce [sgio.NonceSize]byte
+	// maxBody is the reply limit announced in Hello (1 MiB unless set).
+	maxBody uint32
 }
 
 func dialRaw(t testing.TB, addr string) *rawClient {
@@ -599,7 +601,11 @@ func dialRaw(t testing.TB, addr string) *rawClient {
 // hello sends Hello as owner and returns the server's HelloReply.
 func (r *rawClient) hello(owner uint64) sgio.HelloReply {
 	r.t.Helper()
-	r.send(0, &sgio.Hello{Version: sgio.Version, MaxBody: 1 << 20, OwnerID: owner, Nonce: r.nonce})
+	maxBody := r.maxBody
+	if maxBody == 0 {
+		maxBody = 1 << 20
+	}
+	r.send(0, &sgio.Hello{Version: sgio.Version, MaxBody: maxBody, OwnerID: owner, Nonce: r.nonce})
 	f := r.read()
 	require.Equal(r.t, sgio.TypeHelloReply, f.Type)
 	var hr sgio.HelloReply

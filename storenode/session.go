@@ -73,11 +73,12 @@ type session struct {
 	sendingKeep     [][]byte
 	busy            bool          // a write is in progress
 	wantWake        bool          // the loop paused for the write in progress: wake it when done
-	room            chan struct{} // cap 1: a write finished, or the session closed (waitRoom)
+	room            chan struct{} // closed (and dropped) when a write finished or the session closed: waitRoom's wake-up; nil when nobody waits
 	inLoop          bool          // the loop is handling inbound bytes and will write when it is done
 	isClosed        bool
 	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
 	commits         []commitRequest // waiting for the commit goroutine, in arrival order
+	queuedBytes     int64           // bytes of the bodies in commits and being submitted
 	committing      bool            // the commit goroutine runs
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
@@ -128,7 +129,7 @@ func (s *session) isClosedNow() bool {
 }
 
 func (s *Server) newSession(tr transport, remote string) *session {
-	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote, room: make(chan struct{}, 1)}
+	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote}
 	sess.lastActive.Store(time.Now().UnixNano())
 	return sess
 }
@@ -198,10 +199,7 @@ func (s *session) closeWith(reason string, level slog.Level) {
 // Caller holds mu.
 func (s *session) markClosedLocked() {
 	s.isClosed = true
-	select {
-	case s.room <- struct{}{}:
-	default:
-	}
+	s.signalRoomLocked()
 	if s.authTimer != nil {
 		s.authTimer.Stop()
 	}
@@ -675,15 +673,28 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 func (s *session) waitRoom() bool {
 	for {
 		s.mu.Lock()
-		closed, held := s.isClosed, s.pending.Len()+s.sending.Len()
-		s.mu.Unlock()
-		if closed {
+		if s.isClosed {
+			s.mu.Unlock()
 			return false
 		}
-		if held < connReplyMaxBytes {
+		if s.pending.Len()+s.sending.Len() < connReplyMaxBytes {
+			s.mu.Unlock()
 			return true
 		}
-		<-s.room
+		if s.room == nil {
+			s.room = make(chan struct{})
+		}
+		ch := s.room
+		s.mu.Unlock()
+		<-ch
+	}
+}
+
+// signalRoomLocked wakes every waitRoom. Caller holds mu.
+func (s *session) signalRoomLocked() {
+	if s.room != nil {
+		close(s.room)
+		s.room = nil
 	}
 }
 
@@ -696,7 +707,9 @@ func (s *session) replyLoop(id uint64, m sgio.Message) { s.reply(id, m, nil, fal
 // replyError queues the Error reply carrying err (sgio.NewErrorReply: its code maps back to
 // the same sentinel at the client).
 func (s *session) replyError(id uint64, err error, counted bool) {
-	s.reply(id, sgio.NewErrorReply(err), nil, counted)
+	r := sgio.NewErrorReply(err)
+	r.Message = s.srv.scrubPaths(r.Message)
+	s.reply(id, r, nil, counted)
 }
 
 // reply queues a reply and starts a write unless one is in progress or the loop will write
@@ -752,10 +765,7 @@ func (s *session) writeDone(counted int, err error, onLoop bool) {
 	s.endRequests(counted)
 	wake := s.wantWake && !s.isClosed
 	s.wantWake = false
-	select {
-	case s.room <- struct{}{}:
-	default:
-	}
+	s.signalRoomLocked()
 	if wake {
 		s.tr.wake()
 	}
