@@ -8,8 +8,12 @@
 //
 // The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
 // net.Conns when ServerConfig.TLS is set (gnet has no TLS); both run the same session code.
-// Per connection: the handshake (Hello, mutual HMAC proof, Auth; nothing else is served
-// before it), then pipelined requests answered by request id. The event loop decodes frames,
+// The server accepts connections on a listener of its own (server_accept.go: accept errors
+// such as EMFILE are retried after a back-off, never fatal) and hands them to gnet's event
+// loops. Per connection: the handshake (Hello; HelloReply with the server's challenge; Auth
+// with the client's proof; AuthOK with the server's: the client proves first, and a wrong
+// proof is answered after AuthFailDelay; nothing else is served before it), then pipelined
+// requests answered by request id. The event loop decodes frames,
 // answers Ping and reads of cached pages inline (server_read.go: it takes the engine's lock
 // only if it is free at that instant) and hands everything that may block or touch the disk
 // to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
@@ -35,10 +39,18 @@
 // # Limits
 //
 // Frames are length-checked before anything is allocated or waited for (a 4 GiB length header
-// is answered with an Error and a close), connections are bounded (MaxConns; over it, an
-// Error reply and a close), so are requests in flight per connection (MaxInflight; over it,
-// ErrBusy), the time to authenticate (AuthTimeout, counted from the connection's start, not
-// reset by traffic) and the time a session may sit idle (IdleTimeout).
+// is answered with an Error and a close; before authentication only handshake-sized frames,
+// sgio.HandshakeBodyMax), connections are bounded (MaxConns, and MaxHandshakes and
+// MaxHandshakesPerSource for those still in the handshake: over them the oldest handshaking
+// connection is evicted; when every slot is an authenticated session, an Error reply and a
+// close), so are requests in flight per connection (MaxInflight; over it, ErrBusy), the commit
+// bytes queued per connection and in total (MaxQueuedBytes, MaxQueuedBytesTotal: checked
+// before the body is copied), the replies one event-loop turn holds (turnReplyMaxBytes) and a
+// connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
+// (outboundMaxBytes, checked before queueing), the slices of one writev (IOV_MAX), the time
+// to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
+// the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
+// its flag and the peak measured under attack.
 package storenode
 
 import (
