@@ -3,6 +3,7 @@ package storenode
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -211,8 +212,24 @@ func fillPages(t *testing.T, c *sgio.Client, table uint32, owner, epoch uint64, 
 // ReadPages of 5,000 full pages is a reply of 10,000 pieces (a segment header, then its rows
 // by reference); 40 pipelined reads of 130 pages go out in one burst of 10,400.
 func TestHostileRepliesOverIOVMax(t *testing.T) {
-	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.CacheBytes = 64 << 20 })
-	c := env.dial(5, func(cfg *sgio.ClientConfig) { cfg.MaxBody = 32 << 20 })
+	for _, tlsOn := range []bool{false, true} {
+		name := "gnet"
+		if tlsOn {
+			name = "tls"
+		}
+		t.Run(name, func(t *testing.T) { testRepliesOverIOVMax(t, tlsOn) })
+	}
+}
+
+func testRepliesOverIOVMax(t *testing.T, tlsOn bool) {
+	var clientTLS *tls.Config
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.Options.CacheBytes = 64 << 20
+		if tlsOn {
+			cfg.TLS, clientTLS = srvTLSConfigs(t)
+		}
+	})
+	c := env.dial(5, func(cfg *sgio.ClientConfig) { cfg.MaxBody = 32 << 20; cfg.TLS = clientTLS })
 	ti, g := srvTable(t, c, "wide", 5)
 	const pages = 5000
 	seq := g.LastSeq

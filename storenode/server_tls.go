@@ -46,7 +46,7 @@ func (s *Server) stopTLS() {
 func (s *Server) acceptTLS(ln net.Listener) {
 	defer s.connWG.Done()
 	s.acceptLoop(ln, s.stopAcc, func(c net.Conn) {
-		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
+		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), resume: make(chan struct{}, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
 		sess := s.newSession(t, c.RemoteAddr().String())
 		refusal, linger := s.admit(sess)
 		s.connWG.Add(2)
@@ -111,6 +111,13 @@ func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error, linger 
 		if closeNow {
 			return
 		}
+		if sess.paused && used == 0 {
+			select { // the replies of earlier turns wait for the writer: so does the reader
+			case <-t.resume:
+			case <-t.stop:
+				return
+			}
+		}
 		if len(buf) == 0 && cap(buf) > tlsReadBufKeep {
 			buf = make([]byte, 0, tlsReadBufMin) // a large frame is done: give its buffer back
 		}
@@ -129,6 +136,7 @@ type tlsTransport struct {
 	raw     net.Conn // the TCP connection under it
 	timeout time.Duration
 	writes  chan tlsWrite // cap 1: the session starts one write at a time
+	resume  chan struct{} // cap 1: wake's signal to a paused reader
 	stop    chan struct{}
 	once    sync.Once
 	flat    []byte // the flattened write; used by whoever holds the session's busy flag
@@ -162,8 +170,14 @@ func (t *tlsTransport) writeAsync(bufs [][]byte, done func(error)) error {
 	}
 }
 
-// wake does nothing: the reader calls inbound again at once when a turn stopped early.
-func (t *tlsTransport) wake() {}
+// wake lets the reader run another turn: at once when it stopped early with bytes left, or
+// when it paused for the write in progress (the writer calls wake when it is done).
+func (t *tlsTransport) wake() {
+	select {
+	case t.resume <- struct{}{}:
+	default:
+	}
+}
 
 // close closes the TCP connection under the TLS one: at once, without the close_notify
 // alert that tls.Conn.Close would write (and could wait up to its write deadline for).

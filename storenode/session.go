@@ -160,7 +160,9 @@ func (s *session) authExpired() {
 		return
 	}
 	s.srv.counters.authTimeouts.Add(1)
-	s.closeWith(fmt.Sprintf("no authentication within %v", s.srv.cfg.AuthTimeout), slog.LevelWarn)
+	reason := fmt.Sprintf("no authentication within %v", s.srv.cfg.AuthTimeout)
+	s.srv.limitedLog("storenode: closing connection", "conn", s.id, "remote", s.remote, "reason", reason)
+	s.closeWith(reason, slog.LevelDebug)
 }
 
 // idleCheck runs when the idle timer fires: it closes an idle session or re-arms the timer.
@@ -218,6 +220,13 @@ func (s *session) closed(err error) {
 	if !s.isClosed {
 		s.markClosedLocked()
 	}
+	// Release the reply buffers now, not when the last reference goes (a write in progress
+	// keeps its own until it is done).
+	s.pending = sgio.Writer{}
+	if !s.busy {
+		s.sending = sgio.Writer{}
+	}
+	s.turnReads = nil
 	s.mu.Unlock()
 	if err != nil {
 		s.logger().Debug("storenode: connection closed", "err", err)
@@ -335,7 +344,12 @@ func rawID(b []byte) uint64 {
 // reject answers a frame that breaks the protocol with an Error reply and reports true: the
 // connection is closed once the reply is written.
 func (s *session) reject(id uint64, err error, what string) bool {
-	s.logger().Warn("storenode: closing connection: "+what, "err", err)
+	if s.state == stateOpen {
+		s.logger().Warn("storenode: closing connection: "+what, "err", err)
+	} else {
+		// Anyone can connect: what strangers do is logged at a bounded rate.
+		s.srv.limitedLog("storenode: closing connection: "+what, "conn", s.id, "remote", s.remote, "err", err)
+	}
 	s.replyError(id, err, false)
 	return true
 }
