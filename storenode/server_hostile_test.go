@@ -320,7 +320,7 @@ func TestHostileCommitQueueBounded(t *testing.T) {
 	env := startServer(t, func(cfg *ServerConfig) {
 		cfg.MaxQueuedBytes = queueMax
 		cfg.MaxQueuedBytesTotal = 3 * queueMax
-		cfg.Options.SeqGapWait = 3 * time.Second
+		cfg.Options.SeqGapWait = 1500 * time.Millisecond
 	})
 	c := env.dial(8)
 	ti, g := srvTable(t, c, "queue", 8)
@@ -598,3 +598,27 @@ func TestHostileSmallOnes(t *testing.T) {
 }
 
 func (env *srvEnv) dataDirForTest() string { return env.srv.dataDir() }
+
+// Finding 6: batches that arrive together are submitted in seq order, so a valid batch is not
+// held up by the gap batches sent before it on the same connection (each waited SeqGapWait).
+func TestHostileGapBatchesDoNotDelayTheirFill(t *testing.T) {
+	const gapWait = 10 * time.Second
+	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.SeqGapWait = gapWait })
+	c := env.dial(12)
+	ti, g := srvTable(t, c, "gaps", 12)
+	r := dialRaw(t, env.addr)
+	r.handshake(12)
+	var burst []byte
+	for i, seq := range []uint64{g.LastSeq + 2, g.LastSeq + 3, g.LastSeq + 4, g.LastSeq + 1} {
+		burst = sgio.AppendFrame(burst, uint64(10+i), srvCommit(ti.Table, 12, g.Epoch, seq, []uint64{uint64(i)}, uint64(i)))
+	}
+	start := time.Now()
+	r.write(burst)
+	for range 4 {
+		f := r.read()
+		require.Equal(t, sgio.TypeCommitAck, f.Type, "%v", f)
+	}
+	took := time.Since(start)
+	t.Logf("three gap batches and the batch that fills the gap, sent together: all acknowledged in %v", took)
+	require.Less(t, took, gapWait/2, "the filling batch went first")
+}

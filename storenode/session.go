@@ -54,6 +54,7 @@ type session struct {
 	replyMax    uint32        // the largest reply body the client accepts
 	needBytes   int           // a frame of this many bytes is incomplete: wait until they are buffered
 	paused      bool          // the last turn stopped early (turnReplyMaxBytes); bytes remain
+	commitStart bool          // a commit of this turn needs the commit goroutine started
 	turnReads   []readRequest // the slow-path reads of the current turn, for one goroutine
 	turnNow     int64         // the engine's clock in this turn, UnixNano; 0 until read
 	refusal     error         // why admission refused the connection, nil when admitted
@@ -257,6 +258,7 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 	s.inLoop = true
 	s.mu.Unlock()
 	defer func() {
+		s.startCommits()
 		if len(s.turnReads) > 0 {
 			reads := s.turnReads
 			s.turnReads = nil

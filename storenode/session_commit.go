@@ -1,7 +1,9 @@
 package storenode
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/weftdb/weft/logicpage"
@@ -20,6 +22,7 @@ import (
 // copy of the frame's body.
 type commitRequest struct {
 	id   uint64
+	seq  uint64
 	body *[]byte
 }
 
@@ -64,11 +67,21 @@ func (s *session) commit(f sgio.Frame) {
 	copy(*body, f.Body)
 	s.mu.Lock()
 	s.queuedBytes += n
-	s.commits = append(s.commits, commitRequest{id: f.ID, body: body})
-	start := !s.committing
-	s.committing = true
+	s.commits = append(s.commits, commitRequest{id: f.ID, seq: v.Seq, body: body})
+	if !s.committing {
+		// Started at the end of the turn (startCommits), so that the goroutine takes all of
+		// the turn's commits at once.
+		s.committing = true
+		s.commitStart = true
+	}
 	s.mu.Unlock()
-	if start {
+}
+
+// startCommits starts the commit goroutine if a commit of this turn asked for it; the loop
+// calls it at the end of each turn.
+func (s *session) startCommits() {
+	if s.commitStart {
+		s.commitStart = false
 		s.srv.workers.Add(1)
 		go s.commitLoop()
 	}
@@ -89,6 +102,10 @@ func (s *session) commitLoop() {
 		}
 		queue, s.commits = s.commits, queue[:0]
 		s.mu.Unlock()
+		// One connection's batches are one owner's (checkOwner): submitted in seq order, a
+		// batch that arrived after a gap it fills goes first, instead of waiting behind the
+		// gap (Engine.Commit blocks on a gap for up to SeqGapWait).
+		slices.SortStableFunc(queue, func(a, b commitRequest) int { return cmp.Compare(a.seq, b.seq) })
 		s.renew()
 		for i := range queue {
 			s.commitOne(&b, queue[i])
