@@ -573,11 +573,13 @@ func TestHostileSmallOnes(t *testing.T) {
 	var ack sgio.CommitAck
 	require.NoError(t, c.CallInto(srvCtx(t), srvCommit(ti.Table, 11, g.Epoch, g.LastSeq+1, []uint64{0, 1, 2}, 7), &ack))
 
-	for _, lo := range []uint64{sgio.PageMax - 1, sgio.PageMax - 3, 1 << 57, 1 << 31} {
+	for _, q := range []struct{ lo, hi uint64 }{
+		{1 << 58, ^uint64(0)}, {1<<58 + 1, ^uint64(0)}, {1 << 62, ^uint64(0)}, {sgio.PageMax - 1, sgio.PageMax},
+	} {
 		var r sgio.PageDirReply
-		require.NoError(t, c.CallInto(srvCtx(t), &sgio.PageDir{Table: ti.Table, Lo: lo, Hi: sgio.PageMax}, &r))
-		require.Empty(t, r.Entries, "lo %d: nothing there (page 0 is not)", lo)
-		require.Equal(t, uint64(sgio.PageMax), r.Next)
+		require.NoError(t, c.CallInto(srvCtx(t), &sgio.PageDir{Table: ti.Table, Lo: q.lo, Hi: q.hi}, &r))
+		require.Empty(t, r.Entries, "[%d, %d): nothing there (page 0 is not)", q.lo, q.hi)
+		require.Equal(t, q.hi, r.Next)
 	}
 
 	clearOnly := &sgio.Commit{Owner: 11, Seq: g.LastSeq + 2, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
