@@ -487,10 +487,9 @@ func (s *session) auth(f sgio.Frame) bool {
 // replyAndClose sends an Error reply from any goroutine and closes the connection once it is
 // written.
 func (s *session) replyAndClose(id uint64, err error) {
-	s.mu.Lock()
-	s.closeAfterWrite = true
-	s.mu.Unlock()
-	s.replyError(id, err, false)
+	r := sgio.NewErrorReply(err)
+	r.Message = s.srv.scrubPaths(r.Message)
+	s.replyThen(id, r, nil, false, true)
 }
 
 // begin counts a request in flight, or answers it with ErrBusy or ErrShuttingDown and
@@ -732,7 +731,16 @@ func (s *session) replyError(id uint64, err error, counted bool) {
 // at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
 // the reply's rows live in, kept until the write is done. Any goroutine may call it.
 func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
+	s.replyThen(id, m, keep, counted, false)
+}
+
+// replyThen is reply; closeAfter closes the connection once the reply is written (set with
+// the reply, under one lock, so no other write's completion can close first).
+func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool) {
 	s.mu.Lock()
+	if closeAfter {
+		s.closeAfterWrite = true
+	}
 	if s.isClosed {
 		s.mu.Unlock()
 		if counted {
