@@ -624,3 +624,49 @@ func TestHostileGapBatchesDoNotDelayTheirFill(t *testing.T) {
 	t.Logf("three gap batches and the batch that fills the gap, sent together: all acknowledged in %v", took)
 	require.Less(t, took, gapWait/2, "the filling batch went first")
 }
+
+// Finding 5: the replies a connection holds are bounded however many read goroutines build
+// them at once: each reserves its reply's size first (reserveRoom), and at most
+// connReplyMaxBytes plus one reply is ever reserved or held.
+func TestHostileReplyReservationsBounded(t *testing.T) {
+	s := &session{}
+	const size = 10 << 20
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for range scaledN(32, 8) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !s.reserveRoom(size) {
+				t.Error("open session refused")
+				return
+			}
+			now := held.Add(size)
+			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+			}
+			held.Add(-size)
+			s.releaseRoom(size)
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, peak.Load(), int64(connReplyMaxBytes+size))
+	require.Equal(t, int64(0), s.reserved)
+
+	// A closed session refuses at once, waking whoever waits.
+	require.True(t, s.reserveRoom(connReplyMaxBytes))
+	refused := make(chan bool)
+	go func() { refused <- s.reserveRoom(size) }()
+	s.mu.Lock()
+	s.isClosed = true
+	s.signalRoomLocked()
+	s.mu.Unlock()
+	require.False(t, <-refused)
+}
+
+// scaledN is n, or short under -short.
+func scaledN(n, short int) int {
+	if testing.Short() {
+		return short
+	}
+	return n
+}

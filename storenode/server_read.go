@@ -92,22 +92,41 @@ type readRequest struct {
 }
 
 // runReads runs a turn's slow reads in order on one goroutine, replying to each. Before each
-// read it waits for room (waitRoom): a connection holds a bounded amount of replies.
+// read it reserves room for its reply (reserveRoom): a connection holds a bounded amount of
+// replies, whatever number of turns' goroutines build them at once.
 func (s *session) runReads(reads []readRequest) {
 	defer s.srv.workers.Done()
 	s.renew()
 	for _, r := range reads {
-		if !s.waitRoom() {
+		size := s.replySizeBound(r.m)
+		if !s.reserveRoom(size) {
 			s.endRequests(1) // closed: no reply will go out
 			continue
 		}
 		reply, keep, err := s.exec(r.m)
 		if err != nil {
 			s.replyError(r.id, err, true)
-			continue
+		} else {
+			s.reply(r.id, reply, keep, true)
 		}
-		s.reply(r.id, reply, keep, true)
+		s.releaseRoom(size)
 	}
+}
+
+// replySizeBound bounds the reply to a slow-path read: a ReadPages's rows that exist now (more
+// rows inserted meanwhile are few, and the reply limit still holds), a PageDir's entries.
+func (s *session) replySizeBound(m sgio.Message) int64 {
+	switch m := m.(type) {
+	case *sgio.ReadPages:
+		rows, err := s.srv.eng.presentRowsSize(m)
+		if err != nil {
+			return 0 // answered with the error
+		}
+		return int64(8 + len(m.Wants)*sgio.SegmentHeaderSize + rows)
+	case *sgio.PageDir:
+		return int64(16 + 16*min(int((s.replyMax-16)/16), pageDirMaxEntries))
+	}
+	return 0
 }
 
 // presentRowsSize reports the bytes of the rows a ReadPages would return: the wanted rows that

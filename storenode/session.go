@@ -80,6 +80,7 @@ type session struct {
 	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
 	commits         []commitRequest // waiting for the commit goroutine, in arrival order
 	queuedBytes     int64           // bytes of the bodies in commits and being submitted
+	reserved        int64           // reply bytes reserved by reads being built (reserveRoom)
 	committing      bool            // the commit goroutine runs
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
@@ -681,18 +682,23 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 	return reply, rows, nil
 }
 
-// waitRoom waits, on a request goroutine, until the session holds fewer than
-// connReplyMaxBytes of replies not yet handed to the transport, or is closed (false). A reply
-// larger than the bound still goes when nothing else is held, so the bytes a connection holds
-// stay below connReplyMaxBytes plus one reply.
-func (s *session) waitRoom() bool {
+// reserveRoom waits, on a request goroutine, until the session's replies held (produced,
+// not yet handed to the transport) plus those reserved by reads being built leave room for
+// size more bytes under connReplyMaxBytes, then reserves them; false when the session closed
+// meanwhile. A reply larger than the bound still goes once nothing else is held or reserved,
+// so what a connection holds stays below connReplyMaxBytes plus one reply, however many read
+// goroutines it has. The caller releases the reservation (releaseRoom) once its reply is
+// queued.
+func (s *session) reserveRoom(size int64) bool {
 	for {
 		s.mu.Lock()
 		if s.isClosed {
 			s.mu.Unlock()
 			return false
 		}
-		if s.pending.Len()+s.sending.Len() < connReplyMaxBytes {
+		held := s.pending.Len() + s.sending.Len() + s.reserved
+		if held == 0 || held+size <= connReplyMaxBytes {
+			s.reserved += size
 			s.mu.Unlock()
 			return true
 		}
@@ -703,6 +709,14 @@ func (s *session) waitRoom() bool {
 		s.mu.Unlock()
 		<-ch
 	}
+}
+
+// releaseRoom gives back a reservation of reserveRoom.
+func (s *session) releaseRoom(size int64) {
+	s.mu.Lock()
+	s.reserved -= size
+	s.signalRoomLocked()
+	s.mu.Unlock()
 }
 
 // signalRoomLocked wakes every waitRoom. Caller holds mu.
