@@ -147,3 +147,78 @@ func (e *Engine) presentRowsSize(m *sgio.ReadPages) (int, error) {
 	}
 	return size, nil
 }
+
+// readPages answers a ReadPages request: one segment per wanted page, in order, with only the
+// wanted rows that exist. The rows are gathered into one buffer that the reply keeps until it
+// is written; it is sized by the rows that exist, not the rows asked for, so a request for an
+// empty range costs its segment headers only.
+func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
+	rowsSize, err := s.srv.eng.presentRowsSize(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + rowsSize
+	if size > int(s.replyMax) {
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
+	rows := make([]byte, 0, rowsSize)
+	for i, w := range m.Wants {
+		rb, err := s.srv.tableRowBytes(w.Table)
+		if err != nil {
+			return nil, nil, err
+		}
+		start := len(rows)
+		data, clear, out, err := s.srv.eng.ReadRows(w.Table, w.Page, w.Want, rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = out
+		reply.Segments[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
+			Rows: rows[start:len(rows):len(rows)]}
+	}
+	if size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + len(rows); size > int(s.replyMax) {
+		// Rows were inserted since they were counted.
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	return reply, rows, nil
+}
+
+// reserveRoom waits, on a request goroutine, until the session's replies held (produced,
+// not yet handed to the transport) plus those reserved by reads being built leave room for
+// size more bytes under connReplyMaxBytes, then reserves them; false when the session closed
+// meanwhile. A reply larger than the bound still goes once nothing else is held or reserved,
+// so what a connection holds stays below connReplyMaxBytes plus one reply, however many read
+// goroutines it has. The caller releases the reservation (releaseRoom) once its reply is
+// queued.
+func (s *session) reserveRoom(size int64) bool {
+	for {
+		s.mu.Lock()
+		if s.isClosed {
+			s.mu.Unlock()
+			return false
+		}
+		held := s.pending.Len() + s.sending.Len() + s.reserved
+		if held == 0 || held+size <= connReplyMaxBytes {
+			s.reserved += size
+			s.mu.Unlock()
+			return true
+		}
+		if s.room == nil {
+			s.room = make(chan struct{})
+		}
+		ch := s.room
+		s.mu.Unlock()
+		<-ch
+	}
+}
+
+// releaseRoom gives back a reservation of reserveRoom.
+func (s *session) releaseRoom(size int64) {
+	s.mu.Lock()
+	s.reserved -= size
+	s.signalRoomLocked()
+	s.mu.Unlock()
+}
