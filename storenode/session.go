@@ -74,7 +74,7 @@ type session struct {
 	sendingKeep     [][]byte
 	busy            bool          // a write is in progress
 	wantWake        bool          // the loop paused for the write in progress: wake it when done
-	room            chan struct{} // closed (and dropped) when a write finished or the session closed: waitRoom's wake-up; nil when nobody waits
+	room            chan struct{} // closed (and dropped) when a write finished or the session closed: reserveRoom's wake-up; nil when nobody waits
 	inLoop          bool          // the loop is handling inbound bytes and will write when it is done
 	isClosed        bool
 	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
