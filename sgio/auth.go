@@ -7,19 +7,25 @@ import (
 	"fmt"
 )
 
-// The handshake: mutual HMAC-SHA256 challenge-response over fresh nonces.
+// The handshake: mutual HMAC-SHA256 challenge-response over fresh nonces, the client first.
 //
 //	client -> Hello{version, max body, owner, client nonce, name}
-//	server -> HelloReply{..., server nonce, ServerProof(secret, client nonce, server nonce)}
-//	          (the client checks the proof: a server that does not know the secret fails here)
+//	server -> HelloReply{version, sync mode, limits, server nonce}   (no proof: nothing proven yet)
 //	client -> Auth{ClientProof(secret, server nonce, client nonce)}
-//	server -> AuthOK{}, or Error{CodeAuthFailed} and close
+//	server -> AuthOK{ServerProof(secret, client nonce, server nonce)}, or, after a delay,
+//	          Error{CodeAuthFailed} and close
+//	          (the client checks the proof: a server that does not know the secret fails here)
 //
-// The labels differ and each party's proof covers the other's fresh nonce first, so a proof
-// can be neither replayed nor reflected. Without a configured secret both sides use an empty
-// key (loopback-only deployments): the exchange still runs, and proves only that both speak
-// Weft. The handshake authenticates the peers, not the frames after it: across an untrusted
-// network, run the protocol over TLS.
+// The client proves first, so a server never hands its proof to a peer that has not proven
+// anything: a stranger who connects gets nothing to guess the secret against offline, and its
+// online guesses are delayed (storenode's AuthFailDelay), one per connection. An endpoint a
+// client connects to still sees the client's proof, so the secret's entropy is what stops
+// offline guessing: ParseSecret accepts only hex or base64 of at least SecretBytesMin random
+// bytes. The labels differ and each party's proof covers the other's fresh nonce first, so a
+// proof can be neither replayed nor reflected. Without a configured secret both sides use an
+// empty key (loopback-only deployments): the exchange still runs, and proves only that both
+// speak Weft. The handshake authenticates the peers, not the frames after it: across an
+// untrusted network, run the protocol over TLS.
 
 // Proof labels. Part of the format; do not change.
 const (
@@ -60,7 +66,7 @@ func proof(secret []byte, label string, first, second [NonceSize]byte) [ProofSiz
 }
 
 // CheckServerProof reports nil when got is the server's proof for these nonces, else an error
-// wrapping ErrAuthFailed. The client calls it on HelloReply.
+// wrapping ErrAuthFailed. The client calls it on AuthOK.
 func CheckServerProof(secret []byte, clientNonce, serverNonce [NonceSize]byte, got [ProofSize]byte) error {
 	if !ProofEqual(ServerProof(secret, clientNonce, serverNonce), got) {
 		return fmt.Errorf("sgio: server proof mismatch (wrong secret, or not a Weft storage node): %w", ErrAuthFailed)

@@ -2,6 +2,7 @@ package sgio
 
 import (
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,4 +34,46 @@ func TestProofs(t *testing.T) {
 	require.ErrorIs(t, CheckClientProof(secret, sn, cn, ServerProof(secret, cn, sn)), ErrAuthFailed)
 	require.ErrorIs(t, CheckClientProof(secret, cn, sn, ClientProof(secret, sn, cn)), ErrAuthFailed)
 	require.True(t, ProofEqual(ServerProof(nil, cn, sn), ServerProof([]byte{}, cn, sn)), "nil and empty secret agree")
+}
+
+func TestParseSecret(t *testing.T) {
+	gen := GenerateSecret()
+	key, err := ParseSecret([]byte(" " + gen + "\n"))
+	require.NoError(t, err)
+	require.Len(t, key, 32)
+	require.NotEqual(t, gen, GenerateSecret(), "fresh")
+
+	hexKey, err := ParseSecret([]byte("8f1c2be04d6a39e7a5b2c47d10fe6e93"))
+	require.NoError(t, err)
+	b64Key, err := ParseSecret([]byte("jxwr4E1qOeelssR9EP5ukw=="))
+	require.NoError(t, err)
+	require.Equal(t, hexKey, b64Key, "hex and base64 of one key agree")
+	raw, err := ParseSecret([]byte("jxwr4E1qOeelssR9EP5ukw"))
+	require.NoError(t, err)
+	require.Equal(t, hexKey, raw, "unpadded base64")
+
+	none, err := ParseSecret([]byte("  \n"))
+	require.NoError(t, err)
+	require.Nil(t, none, "empty: no secret")
+
+	for _, weak := range []string{
+		"topsecret-123",                    // neither hex nor base64
+		"s",                                // too short
+		"8f1c2be04d6a39e7a5b2c47d10fe6e",   // 15 bytes of hex
+		"00000000000000000000000000000000", // 16 bytes, all zero
+		"abababababababababababababababab", // a repeated byte pair
+		"aGVsbG9oZWxsb2hlbGxvaGVsbG8=",     // base64 of "hellohellohellohello"
+	} {
+		_, err := ParseSecret([]byte(weak))
+		require.ErrorIs(t, err, ErrWeakSecret, "secret %q", weak)
+	}
+}
+
+// The server's proof comes only in AuthOK: HelloReply has no room for one.
+func TestHelloReplyCarriesNoProof(t *testing.T) {
+	require.Equal(t, 48, (&HelloReply{}).BodySize())
+	require.Equal(t, ProofSize, (&AuthOK{}).BodySize())
+	require.GreaterOrEqual(t, int(HandshakeBodyMax()), (&Hello{Name: strings.Repeat("n", NameMax)}).BodySize())
+	require.GreaterOrEqual(t, int(HandshakeBodyMax()), (&Auth{}).BodySize())
+	require.Less(t, int(HandshakeBodyMax()), 256, "a handshake frame is small")
 }

@@ -96,8 +96,9 @@ type slot struct {
 type ClientConfig struct {
 	// Addr is the storage node's host:port.
 	Addr string
-	// Secret is the shared secret of the handshake; empty for a loopback deployment without
-	// one (both sides must agree).
+	// Secret is the shared secret of the handshake as configured: hex or base64 of at least
+	// SecretBytesMin random bytes (ParseSecret; anything else fails Dial with ErrWeakSecret),
+	// or empty for a loopback deployment without one (both sides must agree).
 	Secret []byte
 	// OwnerID identifies this transaction node.
 	OwnerID uint64
@@ -126,7 +127,8 @@ type ClientConfig struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error) // tests wrap the conn
 }
 
-// Dial connects to a storage node, runs the handshake (Hello, mutual proof of the secret) and
+// Dial connects to a storage node, runs the handshake (Hello, the client's proof of the
+// secret, then the server's) and
 // starts the connection's sender and receiver goroutines. It fails with an error wrapping
 // ErrAuthFailed on a wrong secret or a server proof mismatch, a RemoteError for an Error reply
 // (ErrBusy, ErrBadVersion...), and one wrapping ctx's error when ctx or DialTimeout ends first.
@@ -148,6 +150,10 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 			return nil, fmt.Errorf("sgio: ClientConfig.Name: %w", err)
 		}
 	}
+	key, err := ParseSecret(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("sgio: ClientConfig.Secret: %w", err)
+	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	dial := cfg.dial
@@ -161,7 +167,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	// The handshake is bounded by dctx (its deadline and its cancellation): when dctx ends,
 	// a deadline in the past fails the pending read or write, and dctx.Err() says why.
 	stop := context.AfterFunc(dctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	conn, hello, br, err := handshake(dctx, conn, cfg)
+	conn, hello, br, err := handshake(dctx, conn, cfg, key)
 	if !stop() || dctx.Err() != nil {
 		if err == nil {
 			err = dctx.Err()
@@ -206,7 +212,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 
 // handshake runs Hello/HelloReply/Auth/AuthOK on conn (TLS first when configured) and returns
 // the connection to use and the reader whose buffer already holds what followed.
-func handshake(ctx context.Context, conn net.Conn, cfg ClientConfig) (net.Conn, HelloReply, *bufio.Reader, error) {
+func handshake(ctx context.Context, conn net.Conn, cfg ClientConfig, key []byte) (net.Conn, HelloReply, *bufio.Reader, error) {
 	var hr HelloReply
 	if cfg.TLS != nil {
 		tc := cfg.TLS
@@ -234,11 +240,13 @@ func handshake(ctx context.Context, conn net.Conn, cfg ClientConfig) (net.Conn, 
 	if hr.Version != Version {
 		return conn, hr, nil, fmt.Errorf("server speaks version %d, this client %d: %w", hr.Version, Version, ErrBadVersion)
 	}
-	if err := CheckServerProof(cfg.Secret, nonce, hr.Nonce, hr.Proof); err != nil {
+	// The client proves first; the server proves itself in AuthOK.
+	auth := Auth{Proof: ClientProof(key, hr.Nonce, nonce)}
+	var ok AuthOK
+	if err := roundTrip(conn, br, cfg.MaxBody, 1, &auth, &ok); err != nil {
 		return conn, hr, nil, err
 	}
-	auth := Auth{Proof: ClientProof(cfg.Secret, hr.Nonce, nonce)}
-	if err := roundTrip(conn, br, cfg.MaxBody, 1, &auth, &AuthOK{}); err != nil {
+	if err := CheckServerProof(key, nonce, hr.Nonce, ok.Proof); err != nil {
 		return conn, hr, nil, err
 	}
 	return conn, hr, br, nil

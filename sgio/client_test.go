@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 func TestClientHandshake(t *testing.T) {
 	t.Run("right secret", func(t *testing.T) {
-		s := newTestServer(t, []byte("s3cret"))
+		s := newTestServer(t, testSecret)
 		c := dialTest(t, s)
 		require.Equal(t, SyncAlways, c.Hello().SyncMode)
 		require.Equal(t, uint32(1<<20), c.Hello().MaxBody)
@@ -41,16 +42,16 @@ func TestClientHandshake(t *testing.T) {
 		return err
 	}
 	t.Run("wrong secret", func(t *testing.T) {
-		err := dial(newTestServer(t, []byte("s3cret")), ClientConfig{Secret: []byte("guess")})
+		err := dial(newTestServer(t, testSecret), ClientConfig{Secret: otherSecret})
 		require.ErrorIs(t, err, ErrAuthFailed)
-		require.ErrorContains(t, err, "server proof mismatch")
+		require.ErrorContains(t, err, "client proof mismatch", "the client proves first: the server refuses it")
 	})
 	t.Run("client without the server's secret", func(t *testing.T) {
-		require.ErrorIs(t, dial(newTestServer(t, []byte("s3cret")), ClientConfig{}), ErrAuthFailed)
+		require.ErrorIs(t, dial(newTestServer(t, testSecret), ClientConfig{}), ErrAuthFailed)
 	})
 	t.Run("server that does not know the secret", func(t *testing.T) {
-		s := newTestServer(t, []byte("s3cret"), func(s *testServer) { s.forgeProof = true })
-		err := dial(s, ClientConfig{Secret: []byte("s3cret")})
+		s := newTestServer(t, testSecret, func(s *testServer) { s.forgeProof = true })
+		err := dial(s, ClientConfig{Secret: testSecret})
 		require.ErrorIs(t, err, ErrAuthFailed)
 		require.ErrorContains(t, err, "server proof mismatch")
 	})
@@ -60,6 +61,12 @@ func TestClientHandshake(t *testing.T) {
 		require.ErrorIs(t, err, ErrAuthFailed)
 		var re *RemoteError
 		require.ErrorAs(t, err, &re)
+	})
+	t.Run("weak secrets are refused before dialing", func(t *testing.T) {
+		for _, weak := range []string{"topsecret-123", "s", "0011223344556677", strings.Repeat("ab", 16), "not base64 or hex!"} {
+			err := dial(newTestServer(t, nil), ClientConfig{Secret: []byte(weak)})
+			require.ErrorIs(t, err, ErrWeakSecret, "secret %q", weak)
+		}
 	})
 	t.Run("server busy", func(t *testing.T) {
 		s := newTestServer(t, nil, func(s *testServer) { s.helloError = ErrBusy })
@@ -108,16 +115,22 @@ func TestClientHandshake(t *testing.T) {
 	})
 }
 
+// testSecret and otherSecret are valid secrets (hex of 16 random bytes, base64 of 16).
+var (
+	testSecret  = []byte("8f1c2be04d6a39e7a5b2c47d10fe6e93")
+	otherSecret = []byte("q2Zb0Xv1Jt6w+kLmN3s8Yg==")
+)
+
 func TestClientTLS(t *testing.T) {
 	serverCfg, clientCfg := tlsConfigs(t)
-	s := newTestServer(t, []byte("s3cret"), withTLS(serverCfg))
+	s := newTestServer(t, testSecret, withTLS(serverCfg))
 	c := dialTest(t, s, func(cfg *ClientConfig) { cfg.TLS = clientCfg })
 	var g Grant
 	require.NoError(t, c.CallInto(testCtx(t), &Acquire{Table: 2, Owner: 3}, &g))
 	require.Equal(t, uint64(3), g.Owner)
 
 	// A client that does not trust the certificate fails in the TLS handshake.
-	_, err := Dial(testCtx(t), ClientConfig{Addr: s.addr(), Secret: []byte("s3cret"), TLS: &tls.Config{MinVersion: tls.VersionTLS13}})
+	_, err := Dial(testCtx(t), ClientConfig{Addr: s.addr(), Secret: testSecret, TLS: &tls.Config{MinVersion: tls.VersionTLS13}})
 	require.Error(t, err)
 	require.ErrorContains(t, err, "tls")
 }

@@ -50,6 +50,9 @@ var (
 	// ErrAuthFailed is returned when either side fails to prove knowledge of the shared
 	// secret.
 	ErrAuthFailed = errors.New("sgio: authentication failed")
+	// ErrWeakSecret is returned, before anything is sent, for a configured secret that is not
+	// hex or base64 of at least SecretBytesMin random bytes (ParseSecret).
+	ErrWeakSecret = errors.New("sgio: weak or malformed secret")
 
 	// Catalog.
 

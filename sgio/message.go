@@ -3,6 +3,7 @@ package sgio
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // Type is a frame's message type.
@@ -277,8 +278,8 @@ func (m *Hello) Validate() error {
 	return nil
 }
 
-// HelloReply answers Hello: the server's version, sync mode, limits, its challenge for the
-// client and its proof of the secret (ServerProof).
+// HelloReply answers Hello: the server's version, sync mode, limits and its challenge for the
+// client. It carries no proof: the server proves itself in AuthOK, once the client has.
 type HelloReply struct {
 	Version     uint16          // the server's protocol version
 	SyncMode    SyncMode        // SyncNone or SyncAlways
@@ -286,14 +287,13 @@ type HelloReply struct {
 	MaxInflight uint32          // the most requests a connection may have in flight, >= 1
 	LeaseMillis uint32          // ownership lease length
 	Nonce       [NonceSize]byte // fresh random challenge for the client
-	Proof       [ProofSize]byte // ServerProof(secret, client nonce, Nonce)
 }
 
 // Type reports TypeHelloReply.
 func (*HelloReply) Type() Type { return TypeHelloReply }
 
 // BodySize reports the encoded body length.
-func (*HelloReply) BodySize() int { return 80 }
+func (*HelloReply) BodySize() int { return 48 }
 
 // AppendBody appends the encoded body.
 func (m *HelloReply) AppendBody(dst []byte) []byte {
@@ -302,8 +302,7 @@ func (m *HelloReply) AppendBody(dst []byte) []byte {
 	dst = le32(dst, m.MaxBody)
 	dst = le32(dst, m.MaxInflight)
 	dst = le32(dst, m.LeaseMillis)
-	dst = append(dst, m.Nonce[:]...)
-	return append(dst, m.Proof[:]...)
+	return append(dst, m.Nonce[:]...)
 }
 
 // Parse decodes body.
@@ -316,7 +315,6 @@ func (m *HelloReply) Parse(body []byte) error {
 	m.MaxInflight = r.u32()
 	m.LeaseMillis = r.u32()
 	m.Nonce = r.bytes32()
-	m.Proof = r.bytes32()
 	if r.err == nil {
 		r.check(m.Validate())
 	}
@@ -360,14 +358,39 @@ func (m *Auth) Parse(body []byte) error {
 // Validate accepts every Auth.
 func (*Auth) Validate() error { return nil }
 
-// AuthOK answers Auth when the client's proof held; the session is then open.
-type AuthOK struct{ empty }
+// AuthOK answers Auth when the client's proof held; the session is then open. It carries the
+// server's proof of the secret, which the client checks (CheckServerProof) before it trusts
+// the session.
+type AuthOK struct {
+	Proof [ProofSize]byte // ServerProof(secret, client nonce, server nonce)
+}
 
 // Type reports TypeAuthOK.
 func (*AuthOK) Type() Type { return TypeAuthOK }
 
-// Parse decodes body, which must be empty.
-func (*AuthOK) Parse(body []byte) error { return parseEmpty(TypeAuthOK, body) }
+// BodySize reports the encoded body length.
+func (*AuthOK) BodySize() int { return ProofSize }
+
+// AppendBody appends the encoded body.
+func (m *AuthOK) AppendBody(dst []byte) []byte { return append(dst, m.Proof[:]...) }
+
+// Parse decodes body.
+func (m *AuthOK) Parse(body []byte) error {
+	r := bodyReader{t: TypeAuthOK, b: body}
+	m.Proof = r.bytes32()
+	return r.done()
+}
+
+// Validate accepts every AuthOK.
+func (*AuthOK) Validate() error { return nil }
+
+// HandshakeBodyMax reports the largest body of a frame a client may send before it is
+// authenticated: a Hello with the longest name (Auth is smaller). A server decodes
+// unauthenticated connections with this limit, not its session limit, so a stranger cannot
+// make it buffer more than a handshake.
+func HandshakeBodyMax() uint32 { return handshakeBodyMax }
+
+var handshakeBodyMax = uint32(max((&Hello{Name: strings.Repeat("n", NameMax)}).BodySize(), (&Auth{}).BodySize()))
 
 // Ping asks for a Pong: keepalive and lease traffic.
 type Ping struct{ empty }

@@ -34,9 +34,9 @@ func sampleMessages() []Message {
 	return []Message{
 		&Hello{Version: Version, MaxBody: 1 << 20, OwnerID: 0x0102030405060708, Nonce: nonce(1), Name: "zone-3.eu"},
 		&Hello{Version: Version, OwnerID: 9, Nonce: nonce(2), Incarnation: [IncarnationSize]byte{1, 2, 3, 15: 0xff}},
-		&HelloReply{Version: Version, SyncMode: SyncAlways, MaxBody: MaxBodyLimit, MaxInflight: 1024, LeaseMillis: 3000, Nonce: nonce(3), Proof: nonce(4)},
+		&HelloReply{Version: Version, SyncMode: SyncAlways, MaxBody: MaxBodyLimit, MaxInflight: 1024, LeaseMillis: 3000, Nonce: nonce(3)},
 		&Auth{Proof: nonce(5)},
-		&AuthOK{},
+		&AuthOK{Proof: nonce(4)},
 		&Ping{},
 		&Pong{},
 		&CreateTable{RowBytes: 64, Name: "players"},

@@ -146,10 +146,6 @@ func (s *testServer) serve(sc *serverConn) {
 	}
 	hr := s.hello
 	hr.Nonce = NewNonce()
-	hr.Proof = ServerProof(s.secret, hello.Nonce, hr.Nonce)
-	if s.forgeProof {
-		hr.Proof = ServerProof([]byte("a guess"), hello.Nonce, hr.Nonce)
-	}
 	sc.reply(f.ID, &hr)
 	if f, ok = next(TypeAuth); !ok {
 		return
@@ -158,7 +154,13 @@ func (s *testServer) serve(sc *serverConn) {
 	if auth.Parse(f.Body) != nil {
 		return
 	}
-	err := CheckClientProof(s.secret, hr.Nonce, hello.Nonce, auth.Proof)
+	key, err := ParseSecret(s.secret)
+	if err == nil {
+		err = CheckClientProof(key, hr.Nonce, hello.Nonce, auth.Proof)
+	}
+	if s.forgeProof { // it takes any proof, and cannot compute its own
+		err, key = nil, []byte("a guess that is not the key")
+	}
 	if s.rejectAuth {
 		err = ErrAuthFailed
 	}
@@ -166,7 +168,7 @@ func (s *testServer) serve(sc *serverConn) {
 		sc.reply(f.ID, NewErrorReply(err))
 		return
 	}
-	sc.reply(f.ID, &AuthOK{})
+	sc.reply(f.ID, &AuthOK{Proof: ServerProof(key, hello.Nonce, hr.Nonce)})
 	for {
 		f, ok := next(0)
 		if !ok {

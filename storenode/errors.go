@@ -78,6 +78,9 @@ var (
 	// fsync failed (it may still be found after a restart), a retry of it waited for an LSN
 	// whose write failed, or it is a retry of a seq applied before the dedup window.
 	ErrUnknownOutcome = sgio.ErrUnknownOutcome
+	// ErrTransportStopped is reported by Server.Healthy (and returned by Serve) once the
+	// server's network transport stopped on its own: it no longer serves.
+	ErrTransportStopped = fmt.Errorf("storenode: network transport stopped: %w", sgio.ErrShuttingDown)
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = fmt.Errorf("storenode: engine closed: %w", sgio.ErrShuttingDown)
 )

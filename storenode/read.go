@@ -197,10 +197,6 @@ const pageDirMax = 1 << 16
 // PageDir lists the pages of [lo, hi) that hold rows, with their present masks, at most max of
 // them, in page order. next is where to continue: hi when the range is done.
 func (e *Engine) PageDir(tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
-	hi = min(hi, maxPages)
-	if max <= 0 || max > pageDirMax {
-		max = pageDirMax
-	}
 	return e.pageDir(0, true, tableID, lo, hi, max, dst)
 }
 
@@ -214,6 +210,9 @@ func (e *Engine) PageDirAs(reader uint64, tableID uint32, lo, hi uint64, max int
 
 func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
 	hi = min(hi, maxPages)
+	if lo >= hi {
+		return dst, hi, nil // also keeps lo*RowsPerPage from wrapping for lo near 2^58
+	}
 	if max <= 0 || max > pageDirMax {
 		max = pageDirMax
 	}

@@ -8,10 +8,14 @@
 //
 // The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
 // net.Conns when ServerConfig.TLS is set (gnet has no TLS); both run the same session code.
-// Per connection: the handshake (Hello, mutual HMAC proof, Auth; nothing else is served
-// before it; once the client is authenticated its owner id is claimed by the Hello's
-// incarnation, identity.go, or refused with ErrOwnerInUse), then pipelined requests answered
-// by request id. Readers other than a table's holder are served only durable rows. The event loop decodes frames,
+// The server accepts connections on a listener of its own (server_accept.go: accept errors
+// such as EMFILE are retried after a back-off, never fatal) and hands them to gnet's event
+// loops. Per connection: the handshake (Hello; HelloReply with the server's challenge; Auth
+// with the client's proof; AuthOK with the server's: the client proves first, and a wrong
+// proof is answered after AuthFailDelay; nothing else is served before it; once the client
+// is authenticated its owner id is claimed by the Hello's incarnation, identity.go, or
+// refused with ErrOwnerInUse), then pipelined requests answered by request id. Readers other
+// than a table's holder are served only durable rows. The event loop decodes frames,
 // answers Ping and reads of cached pages inline (server_read.go: it takes the engine's lock
 // only if it is free at that instant) and hands everything that may block or touch the disk
 // to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
@@ -37,21 +41,33 @@
 // # Limits
 //
 // Frames are length-checked before anything is allocated or waited for (a 4 GiB length header
-// is answered with an Error and a close), connections are bounded (MaxConns; over it, an
-// Error reply and a close), so are requests in flight per connection (MaxInflight; over it,
-// ErrBusy), the time to authenticate (AuthTimeout, counted from the connection's start, not
-// reset by traffic) and the time a session may sit idle (IdleTimeout).
+// is answered with an Error and a close; before authentication only handshake-sized frames,
+// sgio.HandshakeBodyMax), connections are bounded (MaxConns, and MaxHandshakes and
+// MaxHandshakesPerSource for those still in the handshake: over them the oldest handshaking
+// connection is evicted; when every slot is an authenticated session, an Error reply and a
+// close), so are requests in flight per connection (MaxInflight; over it, ErrBusy), the commit
+// bytes queued per connection and in total (MaxQueuedBytes, MaxQueuedBytesTotal: checked
+// before the body is copied), the replies one event-loop turn holds (turnReplyMaxBytes) and a
+// connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
+// (outboundMaxBytes, checked before queueing), the slices of one writev (IOV_MAX), the time
+// to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
+// the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
+// its flag and the peak measured under attack.
 package storenode
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +96,18 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 	// DefaultShutdownTimeout bounds Serve's graceful shutdown.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultMaxHandshakes bounds the connections in the handshake at once (at most half of
+	// MaxConns when MaxConns is smaller).
+	DefaultMaxHandshakes = 128
+	// DefaultMaxHandshakesPerSource bounds one source address's connections in the
+	// handshake.
+	DefaultMaxHandshakesPerSource = 32
+	// DefaultAuthFailDelay delays the answer to a wrong proof.
+	DefaultAuthFailDelay = time.Second
+	// DefaultMaxQueuedBytes bounds the commit bytes queued on one connection.
+	DefaultMaxQueuedBytes = 64 << 20
+	// DefaultMaxQueuedBytesTotal bounds the commit bytes queued on all connections.
+	DefaultMaxQueuedBytesTotal = 512 << 20
 
 	// minReplyBody is the smallest reply body limit a client may announce in Hello: every
 	// Error reply fits.
@@ -90,6 +118,12 @@ const (
 	// outboundMaxBytes bounds what a connection may have queued in gnet's outbound buffer: a
 	// client that does not read its replies is closed.
 	outboundMaxBytes = 64 << 20
+	// turnReplyMaxBytes bounds the replies one event-loop turn holds: a turn that reaches it
+	// writes them and takes the rest of its inbound bytes in another turn.
+	turnReplyMaxBytes = 4 << 20
+	// connReplyMaxBytes bounds the replies a connection holds (produced, not yet handed to
+	// the transport) before its read goroutine waits for a write to finish.
+	connReplyMaxBytes = 16 << 20
 	// pageDirMaxEntries bounds one PageDir reply.
 	pageDirMaxEntries = 1 << 16
 )
@@ -106,8 +140,10 @@ type ServerConfig struct {
 	// Listen is the TCP address, host:port; DefaultListen when empty. A port of 0 picks a
 	// free one (Addr reports it). A non-loopback address is refused unless Secret is set.
 	Listen string
-	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs. Empty is
-	// allowed on loopback only: the proofs then only show that both sides speak Weft.
+	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs, as
+	// configured: hex or base64 of at least sgio.SecretBytesMin random bytes (sgio.ParseSecret;
+	// NewServer refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback
+	// only: the proofs then only show that both sides speak Weft.
 	Secret []byte
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
 	TLS *tls.Config
@@ -134,6 +170,20 @@ type ServerConfig struct {
 	WriteTimeout time.Duration
 	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero.
 	EventLoops int
+
+	// MaxHandshakes bounds the connections still in the handshake (DefaultMaxHandshakes, at
+	// most MaxConns/2); MaxHandshakesPerSource those of one source address
+	// (DefaultMaxHandshakesPerSource). A connection over either evicts the oldest
+	// handshaking connection (server_accept.go).
+	MaxHandshakes, MaxHandshakesPerSource int
+	// AuthFailDelay delays the answer (and the close) to a wrong proof (DefaultAuthFailDelay);
+	// failed attempts are delayed, never locked out.
+	AuthFailDelay time.Duration
+	// MaxQueuedBytes bounds the Commit bodies a connection has queued and not yet submitted
+	// to the engine (DefaultMaxQueuedBytes); MaxQueuedBytesTotal bounds them on all
+	// connections (DefaultMaxQueuedBytesTotal). A Commit over either is answered with
+	// ErrBusy before its body is copied.
+	MaxQueuedBytes, MaxQueuedBytesTotal int64
 
 	// Logger receives connection and lifecycle events; Options.Logger, else slog.Default().
 	Logger *slog.Logger
@@ -173,6 +223,21 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.MaxHandshakes <= 0 {
+		c.MaxHandshakes = min(DefaultMaxHandshakes, max(c.MaxConns/2, 1))
+	}
+	if c.MaxHandshakesPerSource <= 0 {
+		c.MaxHandshakesPerSource = DefaultMaxHandshakesPerSource
+	}
+	if c.AuthFailDelay <= 0 {
+		c.AuthFailDelay = DefaultAuthFailDelay
+	}
+	if c.MaxQueuedBytes <= 0 {
+		c.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+	if c.MaxQueuedBytesTotal <= 0 {
+		c.MaxQueuedBytesTotal = DefaultMaxQueuedBytesTotal
+	}
 	if c.Logger == nil {
 		c.Logger = c.Options.Logger
 	}
@@ -194,7 +259,7 @@ func (c ServerConfig) checkListen() error {
 	if c.MaxBody > sgio.MaxBodyLimit {
 		return fmt.Errorf("storenode: MaxBody %d above the protocol's %d", c.MaxBody, sgio.MaxBodyLimit)
 	}
-	if len(c.Secret) == 0 && !IsLoopback(host) {
+	if len(bytes.TrimSpace(c.Secret)) == 0 && !IsLoopback(host) {
 		return fmt.Errorf("storenode: refusing to listen on non-loopback address %q without a secret "+
 			"(configure one, and TLS across an untrusted network)", c.Listen)
 	}
@@ -219,20 +284,30 @@ type Server struct {
 	log        *slog.Logger
 	eng        *Engine
 	ownsEngine bool
-	hello      sgio.HelloReply // limits and mode; nonce and proof are per session
+	hello      sgio.HelloReply // limits and mode; the nonce is per session
+	key        []byte          // the HMAC key: the decoded secret
 	leaseNanos int64
+	adm        admission    // guarded by mu
+	logLimit   logLimiter   // rate of refusal logs
+	fatal      fatalFlag    // the transport stopped on its own
+	queued     atomic.Int64 // commit bytes queued on all connections
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	addr     net.Addr
-	sessions map[*session]struct{}
-	gnetEng  gnet.Engine
-	runDone  chan error // gnet.Run's result
-	tlsLn    net.Listener
-	connWG   sync.WaitGroup // TLS accept loop and connection goroutines
-	done     chan struct{}  // closed when Shutdown finished
-	stopErr  error
+	mu           sync.Mutex
+	started      bool
+	stopped      bool
+	addr         net.Addr
+	sessions     map[*session]struct{}
+	gnetEng      gnet.Engine
+	runDone      chan error    // gnet.Run's result
+	gnetDone     chan struct{} // closed once watchGnet saw gnet.Run return
+	gnetStopping atomic.Bool   // stopGnet began: gnet.Run returning is expected
+	ln           net.Listener  // the accept loop's listener (gnet and TLS)
+	stopAcc      chan struct{} // closed to stop the accept loop's back-off
+	accDone      chan struct{} // closed when the accept loop returned
+	tlsLn        net.Listener
+	connWG       sync.WaitGroup // TLS accept loop and connection goroutines
+	done         chan struct{}  // closed when Shutdown finished
+	stopErr      error
 
 	conns     atomic.Int64 // sessions held, rejected ones included
 	nextConn  atomic.Uint64
@@ -250,8 +325,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.checkListen(); err != nil {
 		return nil, err
 	}
+	key, err := sgio.ParseSecret(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("storenode: ServerConfig.Secret: %w", err)
+	}
 	s := &Server{
 		cfg:      cfg,
+		key:      key,
 		log:      cfg.Logger,
 		eng:      cfg.Engine,
 		sessions: make(map[*session]struct{}),
@@ -348,12 +428,16 @@ func (s *Server) Engine() *Engine {
 	return s.eng
 }
 
-// Healthy reports nil while the server serves: started, not shutting down, and its engine
-// not stopped by an IO failure (ErrFailStop, wrapping the cause).
+// Healthy reports nil while the server serves: started, not shutting down, its network
+// transport running (ErrTransportStopped once it stopped on its own) and its engine not
+// stopped by an IO failure (ErrFailStop, wrapping the cause).
 func (s *Server) Healthy() error {
 	s.mu.Lock()
 	started, stopped, e := s.started, s.stopped, s.eng
 	s.mu.Unlock()
+	if err := s.fatal.get(); err != nil {
+		return err
+	}
 	switch {
 	case !started:
 		return errors.New("storenode: server not started")
@@ -361,6 +445,14 @@ func (s *Server) Healthy() error {
 		return fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
 	}
 	return e.failure()
+}
+
+// Failed returns a channel closed when the server's network transport stopped on its own
+// (Healthy then reports why): the server no longer serves and the process should exit with
+// a failure once it has shut the server down.
+func (s *Server) Failed() <-chan struct{} {
+	s.fatal.init()
+	return s.fatal.ch
 }
 
 // Done returns a channel closed when Shutdown has finished.
@@ -425,7 +517,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Serve runs a storage node until ctx ends, then shuts it down gracefully within
 // cfg.ShutdownTimeout: it stops accepting, finishes the batches in flight, checkpoints and
-// closes the engine. It returns nil after a clean shutdown.
+// closes the engine. It returns nil after a clean shutdown; when the transport stops on its
+// own, it shuts down at once and returns an error wrapping ErrTransportStopped.
 func Serve(ctx context.Context, cfg ServerConfig) error {
 	s, err := NewServer(cfg)
 	if err != nil {
@@ -434,10 +527,13 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if err := s.Start(); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-s.Failed():
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	return s.Shutdown(sctx)
+	return errors.Join(s.fatal.get(), s.Shutdown(sctx))
 }
 
 // ServerStats are a server's counters, beside its engine's Stats.
@@ -456,6 +552,12 @@ type ServerStats struct {
 	Requests, Writes, BytesIn, BytesOut uint64
 	// InFlight is the number of requests received and not yet answered.
 	InFlight int64
+	// Handshaking and Authenticated are the connections in the handshake and the
+	// authenticated sessions now; Evictions the handshaking connections closed to make room;
+	// AcceptErrors the failed accepts (EMFILE...), each retried after a back-off.
+	Handshaking, Authenticated, Evictions, AcceptErrors uint64
+	// QueuedBytes is the commit bytes queued on all connections now.
+	QueuedBytes int64
 }
 
 type serverCounters struct {
@@ -465,11 +567,13 @@ type serverCounters struct {
 	rejectedFrames, busyReplies atomic.Uint64
 	requests, writes            atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
+	evictions, acceptErrors     atomic.Uint64
 }
 
 // Stats reports the server's counters.
 func (s *Server) Stats() ServerStats {
 	c := &s.counters
+	hs, au := s.admissionStats()
 	return ServerStats{
 		Conns:          uint64(max(s.conns.Load(), 0)),
 		ConnsAccepted:  c.accepted.Load(),
@@ -484,6 +588,11 @@ func (s *Server) Stats() ServerStats {
 		BytesIn:        c.bytesIn.Load(),
 		BytesOut:       c.bytesOut.Load(),
 		InFlight:       s.requests.count(),
+		Handshaking:    uint64(hs),
+		Authenticated:  uint64(au),
+		Evictions:      c.evictions.Load(),
+		AcceptErrors:   c.acceptErrors.Load(),
+		QueuedBytes:    s.queued.Load(),
 	}
 }
 
@@ -523,6 +632,11 @@ func (s *Server) statsReply() *sgio.StatsReply {
 		{Name: "writes", Value: ss.Writes},
 		{Name: "bytes_in", Value: ss.BytesIn},
 		{Name: "bytes_out", Value: ss.BytesOut},
+		{Name: "handshaking", Value: ss.Handshaking},
+		{Name: "authenticated", Value: ss.Authenticated},
+		{Name: "evictions", Value: ss.Evictions},
+		{Name: "accept_errors", Value: ss.AcceptErrors},
+		{Name: "queued_bytes", Value: uint64(max(ss.QueuedBytes, 0))},
 	}}
 }
 
@@ -545,40 +659,6 @@ func (s *Server) tableRowBytes(id uint32) (int, error) {
 	}
 	s.rowBytes.Store(id, n)
 	return n, nil
-}
-
-// admit registers a new connection's session, or reports why it is refused. A refused
-// session is still registered (it answers the client's Hello with the reason, then closes);
-// linger says whether there is room for that, else the connection closes at once.
-func (s *Server) admit(sess *session) (refusal error, linger bool) {
-	n := s.conns.Add(1)
-	s.mu.Lock()
-	s.sessions[sess] = struct{}{}
-	s.mu.Unlock()
-	switch {
-	case s.requests.isDraining():
-		refusal = fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
-	case n > int64(s.cfg.MaxConns):
-		refusal = fmt.Errorf("storenode: %d connections open, the limit: %w", s.cfg.MaxConns, sgio.ErrBusy)
-	default:
-		s.counters.accepted.Add(1)
-		return nil, false
-	}
-	s.counters.rejected.Add(1)
-	s.log.Warn("storenode: connection refused", "conn", sess.id, "remote", sess.remote, "reason", refusal)
-	return refusal, n <= int64(s.cfg.MaxConns+rejectLingerMax)
-}
-
-// forget unregisters a closed session.
-func (s *Server) forget(sess *session) {
-	s.mu.Lock()
-	delete(s.sessions, sess)
-	hook := s.closeHook
-	s.mu.Unlock()
-	s.conns.Add(-1)
-	if hook != nil {
-		hook(sess)
-	}
 }
 
 // stopTransport stops listening and closes every connection.
@@ -645,4 +725,36 @@ func (t *inflightTracker) drain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// absPath matches an absolute path in an error text: a "/" at the start or after a space,
+// quote, parenthesis or "=", up to the next space, quote, colon, comma or parenthesis.
+var absPath = regexp.MustCompile(`(^|[\s"'(=])(/[^\s"':,()]+)`)
+
+// scrubPaths removes the machine's paths from an error text sent to a client: paths in the
+// data directory become relative to it, any other absolute path becomes its last element.
+// The server's own log keeps the full text.
+func (s *Server) scrubPaths(msg string) string {
+	if !strings.Contains(msg, "/") {
+		return msg
+	}
+	if dir := s.dataDir(); dir != "" {
+		msg = strings.ReplaceAll(msg, dir+string(filepath.Separator), "")
+		msg = strings.ReplaceAll(msg, dir, ".")
+	}
+	return absPath.ReplaceAllStringFunc(msg, func(m string) string {
+		i := strings.IndexByte(m, '/')
+		return m[:i] + filepath.Base(m[i:])
+	})
+}
+
+// dataDir reports the engine's directory, absolute, or "".
+func (s *Server) dataDir() string {
+	if s.eng == nil || s.eng.opts.Dir == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(s.eng.opts.Dir); err == nil {
+		return abs
+	}
+	return s.eng.opts.Dir
 }

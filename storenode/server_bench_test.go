@@ -137,7 +137,6 @@ var echoReplies = func() map[sgio.Type][]byte {
 		sgio.TypeAcquire:     &sgio.Grant{Table: 1, Owner: 1, Epoch: 1},
 		sgio.TypeCommit:      &sgio.CommitAck{LSN: 1, Seq: 1},
 		sgio.TypeReadPages:   &sgio.Segments{Segments: []sgio.Segment{{Table: 1, RowBytes: 64, Data: 1 << 1, Rows: make([]byte, 64)}}},
-		sgio.TypeAuth:        &sgio.AuthOK{},
 	}
 	out := map[sgio.Type][]byte{}
 	for t, msg := range m {
@@ -153,6 +152,7 @@ func echoConn(c net.Conn) {
 	defer c.Close()
 	br := sgio.NewFrameReader(c, sgio.MaxBodyLimit)
 	bw := bufio.NewWriterSize(c, 64<<10)
+	var clientNonce, serverNonce [sgio.NonceSize]byte
 	for {
 		f, n, err := sgio.ReadFrame(br, sgio.MaxBodyLimit)
 		if err != nil {
@@ -166,8 +166,10 @@ func echoConn(c net.Conn) {
 			}
 			hr := sgio.HelloReply{Version: sgio.Version, MaxBody: sgio.MaxBodyLimit, MaxInflight: 4096, LeaseMillis: 1000,
 				Nonce: sgio.NewNonce()}
-			hr.Proof = sgio.ServerProof(nil, hello.Nonce, hr.Nonce)
+			clientNonce, serverNonce = hello.Nonce, hr.Nonce
 			out = sgio.AppendFrame(nil, f.ID, &hr)
+		} else if f.Type == sgio.TypeAuth {
+			out = sgio.AppendFrame(nil, f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(nil, clientNonce, serverNonce)})
 		} else if tmpl := echoReplies[f.Type]; tmpl != nil {
 			out = bw.AvailableBuffer()[:0]
 			out = append(out, tmpl...)

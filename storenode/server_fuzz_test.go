@@ -182,6 +182,8 @@ func (f *fuzzTransport) writeAsync(bufs [][]byte, done func(error)) error {
 
 func (f *fuzzTransport) close() {}
 
+func (f *fuzzTransport) wake() {}
+
 // frames decodes everything written so far.
 func (f *fuzzTransport) frames() ([]sgio.Frame, error) {
 	f.mu.Lock()

@@ -6,19 +6,28 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
+	errorx "github.com/panjf2000/gnet/v2/pkg/errors"
 
 	"github.com/weftdb/weft/sgio"
 )
 
-// The gnet transport: event loops over epoll, one per core (ServerConfig.EventLoops). gnet
-// calls OnTraffic on a connection's event loop with the bytes read; the session consumes the
-// whole frames (session.inbound) and gnet keeps the rest. Replies produced on the event loop
-// are written with Conn.Writev at the end of its turn; replies of goroutines with
-// Conn.AsyncWritev, whose callback runs on the event loop once the bytes are written or
-// copied into gnet's outbound buffer.
+// The gnet transport: event loops over epoll, one per core (ServerConfig.EventLoops). The
+// server accepts connections itself (server_accept.go) and hands each to an event loop with
+// Engine.Register; gnet calls OnTraffic on a connection's event loop with the bytes read; the
+// session consumes the whole frames (session.inbound) and gnet keeps the rest. Replies
+// produced on the event loop are written with Conn.Writev at the end of its turn; replies of
+// goroutines with Conn.AsyncWritev, whose callback runs on the event loop once the bytes are
+// written or copied into gnet's outbound buffer. Every writev carries at most iovMax slices
+// (Linux refuses more with EINVAL, and gnet then closes the connection).
+
+// iovMax is the kernel's limit on the slices of one writev (IOV_MAX, UIO_MAXIOV on Linux).
+const iovMax = 1024
 
 // gnetHandler is the gnet event handler: it feeds each connection's inbound bytes to its
 // session.
@@ -26,66 +35,142 @@ type gnetHandler struct {
 	gnet.BuiltinEventEngine
 	srv    *Server
 	booted chan gnet.Engine
+	ready  chan struct{} // closed when the readiness probe reached OnOpen
+	once   sync.Once
 }
 
+// startGnet starts the event loops and the accept loop. gnet itself listens only on a unix
+// socket in a private temporary directory that nobody connects to (gnet.Run needs a listener,
+// and its return is the signal that the engine stopped); the TCP address is the server's own
+// listener, served by acceptLoop.
 func (s *Server) startGnet() error {
-	h := &gnetHandler{srv: s, booted: make(chan gnet.Engine, 1)}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+	}
+	dir, err := os.MkdirTemp("", "storenode-gnet-")
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("storenode: gnet's private socket: %w", err)
+	}
+	h := &gnetHandler{srv: s, booted: make(chan gnet.Engine, 1), ready: make(chan struct{})}
+	sock := filepath.Join(dir, "gnet.sock")
 	s.runDone = make(chan error, 1)
-	proto := "tcp://" + s.cfg.Listen
+	s.gnetDone = make(chan struct{})
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithNumEventLoop(s.cfg.EventLoops),
-		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-		gnet.WithReuseAddr(true),
+		gnet.WithLoadBalancing(gnet.LeastConnections),
 		gnet.WithLogger(gnetLogger{s.log}),
 	}
-	go func() { s.runDone <- gnet.Run(h, proto, opts...) }()
+	go func() {
+		err := gnet.Run(h, "unix://"+sock, opts...)
+		_ = os.RemoveAll(dir)
+		s.runDone <- err
+	}()
 	select {
 	case eng := <-h.booted:
 		s.gnetEng = eng
 	case err := <-s.runDone:
+		_ = ln.Close()
 		if err == nil {
 			err = errors.New("gnet stopped at boot")
 		}
-		return fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+		return fmt.Errorf("storenode: start gnet: %w", err)
 	}
-	addr, err := gnetAddr(s.gnetEng)
+	// OnBoot runs before the event loops exist (Register would fail): a connection to the
+	// private socket reaching OnOpen proves they run.
+	probe, err := net.Dial("unix", sock)
+	if err == nil {
+		select {
+		case <-h.ready:
+		case err = <-s.runDone:
+			if err == nil {
+				err = errors.New("gnet stopped at boot")
+			}
+		}
+		_ = probe.Close()
+	}
 	if err != nil {
-		s.stopGnet()
-		return fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+		_ = ln.Close()
+		s.stopGnetEngine()
+		return fmt.Errorf("storenode: start gnet: %w", err)
 	}
-	s.addr = addr
+	s.ln, s.addr = ln, ln.Addr()
+	s.stopAcc, s.accDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.accDone)
+		s.acceptLoop(ln, s.stopAcc, s.registerGnet)
+	}()
+	go s.watchGnet()
 	return nil
 }
 
-// gnetAddr reports the address of the engine's listener (the port a port-0 listen got).
-func gnetAddr(eng gnet.Engine) (net.Addr, error) {
-	fd, err := eng.Dup()
-	if err != nil {
-		return nil, err
+// watchGnet waits for gnet.Run to return; when it returns before Shutdown asked it to, the
+// engine stopped on its own, and the server is failed (Healthy, Failed).
+func (s *Server) watchGnet() {
+	err := <-s.runDone
+	if !s.gnetStopping.Load() {
+		if err == nil {
+			err = errors.New("gnet.Run returned")
+		}
+		s.log.Error("storenode: the network engine stopped; no longer serving", "err", err)
+		s.fatal.set(fmt.Errorf("%w: %w", ErrTransportStopped, err))
 	}
-	defer unix.Close(fd)
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return nil, err
-	}
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(sa.Addr[:]).To16(), Port: sa.Port}, nil
-	case *unix.SockaddrInet6:
-		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port}, nil
-	}
-	return nil, fmt.Errorf("listener address of type %T", sa)
+	close(s.gnetDone)
 }
 
-// stopGnet stops the gnet engine, which closes every connection (OnClose runs for each), and
-// waits for gnet.Run to return. Engine.Stop polls every 500ms for the end, so it is given an
-// ended context (it still starts the shutdown) and the end is awaited on Run instead.
+// registerGnet admits an accepted connection and hands it to an event loop; the session
+// travels in the connection's context to OnOpen. Only the accept loop calls it.
+func (s *Server) registerGnet(c net.Conn) {
+	sess := s.newSession(nil, c.RemoteAddr().String())
+	sess.refusal, sess.linger = s.admit(sess)
+	ctx := gnet.NewNetConnContext(gnet.NewContext(context.Background(), sess), c)
+	res, err := s.gnetEng.Register(ctx) // dups the socket and closes c
+	if err == nil {
+		if r, ok := <-res; !ok {
+			err = errors.New("gnet did not register the connection")
+		} else {
+			err = r.Err
+		}
+	} else {
+		_ = c.Close()
+	}
+	if err == nil {
+		return
+	}
+	s.limitedLog("storenode: could not hand a connection to an event loop", "remote", sess.remote, "err", err)
+	sess.closed(err)
+	if errors.Is(err, errorx.ErrEngineInShutdown) && !s.gnetStopping.Load() {
+		s.fatal.set(fmt.Errorf("%w: %w", ErrTransportStopped, err))
+	}
+}
+
+// stopGnet stops accepting, then stops the gnet engine, which closes every connection
+// (OnClose runs for each), and waits for gnet.Run to return. Engine.Stop polls every 500ms
+// for the end, so it is given an ended context (it still starts the shutdown) and the end is
+// awaited on Run instead.
 func (s *Server) stopGnet() {
+	s.gnetStopping.Store(true)
+	close(s.stopAcc)
+	_ = s.ln.Close()
+	<-s.accDone
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = s.gnetEng.Stop(ctx)
-	<-s.runDone
+	<-s.gnetDone
+}
+
+// stopGnetEngine stops an engine that failed to start up (no accept loop, no watcher yet).
+func (s *Server) stopGnetEngine() {
+	s.gnetStopping.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = s.gnetEng.Stop(ctx)
+	select {
+	case <-s.runDone:
+	case <-time.After(10 * time.Second): // Run has already returned and its result was taken
+	}
 }
 
 func (h *gnetHandler) OnBoot(eng gnet.Engine) gnet.Action {
@@ -94,13 +179,15 @@ func (h *gnetHandler) OnBoot(eng gnet.Engine) gnet.Action {
 }
 
 func (h *gnetHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	remote := "?"
-	if a := c.RemoteAddr(); a != nil {
-		remote = a.String()
+	sess, _ := c.Context().(*session)
+	if sess == nil { // the readiness probe on gnet's private socket
+		h.once.Do(func() { close(h.ready) })
+		return nil, gnet.Close
 	}
-	sess := h.srv.newSession(&gnetTransport{c: c}, remote)
-	c.SetContext(sess)
-	refusal, linger := h.srv.admit(sess)
+	if !sess.attach(&gnetTransport{c: c, sess: sess}) {
+		return nil, gnet.Close // evicted before it reached the loop
+	}
+	refusal, linger := sess.refusal, sess.linger
 	if refusal == nil {
 		sess.armAuthTimer()
 		return nil, gnet.None
@@ -143,28 +230,53 @@ func (h *gnetHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 }
 
 // gnetTransport is a session's gnet connection.
-type gnetTransport struct{ c gnet.Conn }
+type gnetTransport struct {
+	c    gnet.Conn
+	sess *session
+}
 
 // writeLoop writes on the event loop: synchronous, the bytes are written or copied into gnet's
-// outbound buffer when it returns. A client that lets more than outboundMaxBytes pile up
-// unread is cut off.
+// outbound buffer when it returns, at most iovMax slices per writev. A client that lets more
+// than outboundMaxBytes pile up unread is cut off, checked before its bytes are queued: a
+// write that finds the outbound buffer non-empty and would take it past the bound fails
+// instead (an empty buffer always takes a write: it may go straight to the socket).
 func (t *gnetTransport) writeLoop(bufs [][]byte) error {
-	if _, err := t.c.Writev(bufs); err != nil {
-		return err
+	if queued := t.c.OutboundBuffered(); queued > 0 {
+		total := 0
+		for _, b := range bufs {
+			total += len(b)
+		}
+		if queued+total > outboundMaxBytes {
+			return fmt.Errorf("storenode: client does not read its replies: %d bytes queued, %d more to send: %w",
+				queued, total, sgio.ErrBusy)
+		}
 	}
-	if n := t.c.OutboundBuffered(); n > outboundMaxBytes {
-		return fmt.Errorf("storenode: client does not read its replies: %d bytes queued: %w", n, sgio.ErrBusy)
+	for len(bufs) > 0 {
+		n := min(len(bufs), iovMax)
+		if _, err := t.c.Writev(bufs[:n]); err != nil {
+			return err
+		}
+		bufs = bufs[n:]
 	}
 	return nil
 }
 
-// writeAsync hands bufs to the event loop; done runs there once they are written or copied.
+// writeAsync hands bufs to the event loop, which writes them as writeLoop does (the bound is
+// checked there, before the bytes are queued); done runs there once they are written or
+// copied.
 func (t *gnetTransport) writeAsync(bufs [][]byte, done func(error)) error {
-	return t.c.AsyncWritev(bufs, func(_ gnet.Conn, err error) error {
-		done(err)
+	return t.c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		if t.sess.isClosedNow() {
+			done(net.ErrClosed) // OnClose ran: the connection (and maybe its fd) is gone
+			return nil
+		}
+		done(t.writeLoop(bufs))
 		return nil
-	})
+	}))
 }
+
+// wake asks the event loop for another OnTraffic turn on the bytes already buffered.
+func (t *gnetTransport) wake() { _ = t.c.Wake(nil) }
 
 // close closes the connection from any goroutine.
 func (t *gnetTransport) close() { _ = t.c.Close() }

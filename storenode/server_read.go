@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"fmt"
 	"math/bits"
 
 	"github.com/weftdb/weft/sgio"
@@ -42,7 +43,7 @@ func (e *Engine) readCached(reader uint64, m *sgio.ReadPages, segs []sgio.Segmen
 				return rows, false
 			}
 		}
-		size += bits.OnesCount64(w.Want) * t.geo.RowBytes()
+		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
 	}
 	if cap(rows)-len(rows) < size {
 		rows = append(make([]byte, 0, len(rows)+size), rows...)
@@ -99,16 +100,134 @@ type readRequest struct {
 	m  sgio.Message
 }
 
-// runReads runs a turn's slow reads in order on one goroutine, replying to each.
+// runReads runs a turn's slow reads in order on one goroutine, replying to each. Before each
+// read it reserves room for its reply (reserveRoom): a connection holds a bounded amount of
+// replies, whatever number of turns' goroutines build them at once.
 func (s *session) runReads(reads []readRequest) {
 	defer s.srv.workers.Done()
 	s.renew()
 	for _, r := range reads {
+		size := s.replySizeBound(r.m)
+		if !s.reserveRoom(size) {
+			s.endRequests(1) // closed: no reply will go out
+			continue
+		}
 		reply, keep, err := s.exec(r.m)
 		if err != nil {
 			s.replyError(r.id, err, true)
-			continue
+		} else {
+			s.reply(r.id, reply, keep, true)
 		}
-		s.reply(r.id, reply, keep, true)
+		s.releaseRoom(size)
 	}
+}
+
+// replySizeBound bounds the reply to a slow-path read: a ReadPages's rows that exist now (more
+// rows inserted meanwhile are few, and the reply limit still holds), a PageDir's entries.
+func (s *session) replySizeBound(m sgio.Message) int64 {
+	switch m := m.(type) {
+	case *sgio.ReadPages:
+		rows, err := s.srv.eng.presentRowsSize(m)
+		if err != nil {
+			return 0 // answered with the error
+		}
+		return int64(8 + len(m.Wants)*sgio.SegmentHeaderSize + rows)
+	case *sgio.PageDir:
+		return int64(16 + 16*min(int((s.replyMax-16)/16), pageDirMaxEntries))
+	}
+	return 0
+}
+
+// presentRowsSize reports the bytes of the rows a ReadPages would return: the wanted rows that
+// exist. It takes the engine's lock; request goroutines only.
+func (e *Engine) presentRowsSize(m *sgio.ReadPages) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	size := 0
+	for _, w := range m.Wants {
+		t, err := e.table(w.Table)
+		if err != nil {
+			return 0, err
+		}
+		if w.Page >= maxPages {
+			return 0, fmt.Errorf("%w: page %d beyond the last page", ErrMalformed, w.Page)
+		}
+		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
+	}
+	return size, nil
+}
+
+// readPages answers a ReadPages request: one segment per wanted page, in order, with only the
+// wanted rows that exist. The rows are gathered into one buffer that the reply keeps until it
+// is written; it is sized by the rows that exist, not the rows asked for, so a request for an
+// empty range costs its segment headers only.
+func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
+	rowsSize, err := s.srv.eng.presentRowsSize(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + rowsSize
+	if size > int(s.replyMax) {
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
+	rows := make([]byte, 0, rowsSize)
+	for i, w := range m.Wants {
+		rb, err := s.srv.tableRowBytes(w.Table)
+		if err != nil {
+			return nil, nil, err
+		}
+		start := len(rows)
+		data, clear, out, err := s.srv.eng.ReadRowsAs(s.owner, w.Table, w.Page, w.Want, rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = out
+		reply.Segments[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
+			Rows: rows[start:len(rows):len(rows)]}
+	}
+	if size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + len(rows); size > int(s.replyMax) {
+		// Rows were inserted since they were counted.
+		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
+			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
+	}
+	return reply, rows, nil
+}
+
+// reserveRoom waits, on a request goroutine, until the session's replies held (produced,
+// not yet handed to the transport) plus those reserved by reads being built leave room for
+// size more bytes under connReplyMaxBytes, then reserves them; false when the session closed
+// meanwhile. A reply larger than the bound still goes once nothing else is held or reserved,
+// so what a connection holds stays below connReplyMaxBytes plus one reply, however many read
+// goroutines it has. The caller releases the reservation (releaseRoom) once its reply is
+// queued.
+func (s *session) reserveRoom(size int64) bool {
+	for {
+		s.mu.Lock()
+		if s.isClosed {
+			s.mu.Unlock()
+			return false
+		}
+		held := s.pending.Len() + s.sending.Len() + s.reserved
+		if held == 0 || held+size <= connReplyMaxBytes {
+			s.reserved += size
+			s.mu.Unlock()
+			return true
+		}
+		if s.room == nil {
+			s.room = make(chan struct{})
+		}
+		ch := s.room
+		s.mu.Unlock()
+		<-ch
+	}
+}
+
+// releaseRoom gives back a reservation of reserveRoom.
+func (s *session) releaseRoom(size int64) {
+	s.mu.Lock()
+	s.reserved -= size
+	s.signalRoomLocked()
+	s.mu.Unlock()
 }

@@ -34,7 +34,10 @@ import (
 
 const srvTestTimeout = 20 * time.Second
 
-var srvSecret = []byte("server test secret")
+var srvSecret = []byte("5c8e1f0a9b2d47e6a3f1c0d8b7e69a42")
+
+// srvOtherSecret is a valid secret that is not the server's.
+var srvOtherSecret = []byte("d0c3a9b8e7f61524a3b2c1d0e9f8a7b6")
 
 // srvEnv is one running server of a test.
 type srvEnv struct {
@@ -57,7 +60,9 @@ type srvOpts func(*ServerConfig)
 func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 	t.Helper()
 	if tt, ok := t.(*testing.T); ok {
-		opts := []goleak.Option{goleak.IgnoreCurrent()}
+		// gnet hands registered connections over through its ants worker pool, whose idle
+		// workers live on for a while: a pool, not a leak.
+		opts := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 		tt.Cleanup(func() { goleak.VerifyNone(tt, opts...) })
 	}
 	env := &srvEnv{t: t, logs: &syncBuffer{}}
@@ -68,6 +73,9 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 		EventLoops:  2,
 		Logger:      logger,
 		AuthTimeout: 5 * time.Second,
+		// Short, so that tests of wrong proofs take little time; the delay itself is
+		// tested with its own value.
+		AuthFailDelay: 20 * time.Millisecond,
 		Options: Options{
 			Sync:               SyncNone,
 			CacheBytes:         8 << 20,
@@ -228,9 +236,8 @@ func TestServerHandshake(t *testing.T) {
 	require.Equal(t, uint32(DefaultMaxInflight), h.MaxInflight)
 	require.Equal(t, uint32(DefaultLeaseDuration.Milliseconds()), h.LeaseMillis)
 
-	// A wrong secret fails on both sides: the client sees the server's proof fail, and a
-	// client that knows nothing fails the server's check.
-	_, err := env.tryDial(2, func(cfg *sgio.ClientConfig) { cfg.Secret = []byte("wrong") })
+	// A wrong secret fails: the client proves first, and the server refuses its proof.
+	_, err := env.tryDial(2, func(cfg *sgio.ClientConfig) { cfg.Secret = srvOtherSecret })
 	require.ErrorIs(t, err, sgio.ErrAuthFailed)
 	raw := dialRaw(t, env.addr)
 	hr := raw.hello(3)
@@ -248,8 +255,10 @@ func TestServerRefusesNonLoopbackWithoutSecret(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:7070", ":7070", "[::]:0", "10.1.2.3:7070", "example.com:7070"} {
 		_, err := NewServer(ServerConfig{Listen: addr, Options: Options{Dir: t.TempDir()}})
 		require.ErrorContains(t, err, "non-loopback", addr)
-		_, err = NewServer(ServerConfig{Listen: addr, Secret: []byte("s"), Options: Options{Dir: t.TempDir()}})
+		_, err = NewServer(ServerConfig{Listen: addr, Secret: srvSecret, Options: Options{Dir: t.TempDir()}})
 		require.NoError(t, err, addr)
+		_, err = NewServer(ServerConfig{Listen: addr, Secret: []byte("topsecret-123"), Options: Options{Dir: t.TempDir()}})
+		require.ErrorIs(t, err, sgio.ErrWeakSecret, addr)
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:7070", "[::1]:7070"} {
 		_, err := NewServer(ServerConfig{Listen: addr, Options: Options{Dir: t.TempDir()}})
@@ -462,7 +471,7 @@ func TestServerTLS(t *testing.T) {
 	require.ErrorContains(t, err, "certificate")
 	_, err = env.tryDial(2, func(cfg *sgio.ClientConfig) { cfg.DialTimeout = 2 * time.Second })
 	require.Error(t, err)
-	_, err = env.tryDial(2, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS; cfg.Secret = []byte("wrong") })
+	_, err = env.tryDial(2, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS; cfg.Secret = srvOtherSecret })
 	require.ErrorIs(t, err, sgio.ErrAuthFailed)
 	require.NoError(t, c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}))
 }
@@ -576,6 +585,8 @@ type rawClient struct {
 	conn  net.Conn
 	br    *bytesReader
 	nonce [sgio.NonceSize]byte
+	// maxBody is the reply limit announced in Hello (1 MiB unless set).
+	maxBody uint32
 }
 
 func dialRaw(t testing.TB, addr string) *rawClient {
@@ -587,25 +598,39 @@ func dialRaw(t testing.TB, addr string) *rawClient {
 	return &rawClient{t: t, conn: conn, br: newBytesReader(conn), nonce: sgio.NewNonce()}
 }
 
-// hello sends Hello as owner and returns the server's HelloReply (its proof checked).
+// hello sends Hello as owner and returns the server's HelloReply.
 func (r *rawClient) hello(owner uint64) sgio.HelloReply {
 	r.t.Helper()
-	r.send(0, &sgio.Hello{Version: sgio.Version, MaxBody: 1 << 20, OwnerID: owner, Nonce: r.nonce})
+	maxBody := r.maxBody
+	if maxBody == 0 {
+		maxBody = 1 << 20
+	}
+	r.send(0, &sgio.Hello{Version: sgio.Version, MaxBody: maxBody, OwnerID: owner, Nonce: r.nonce})
 	f := r.read()
 	require.Equal(r.t, sgio.TypeHelloReply, f.Type)
 	var hr sgio.HelloReply
 	require.NoError(r.t, hr.Parse(f.Body))
-	require.NoError(r.t, sgio.CheckServerProof(srvSecret, r.nonce, hr.Nonce, hr.Proof))
 	return hr
 }
 
-// handshake runs the whole handshake as owner.
+// srvKey is srvSecret's HMAC key.
+func srvKey(t testing.TB) []byte {
+	k, err := sgio.ParseSecret(srvSecret)
+	require.NoError(t, err)
+	return k
+}
+
+// handshake runs the whole handshake as owner, checking the server's proof in AuthOK.
 func (r *rawClient) handshake(owner uint64) sgio.HelloReply {
 	r.t.Helper()
 	hr := r.hello(owner)
-	r.send(1, &sgio.Auth{Proof: sgio.ClientProof(srvSecret, hr.Nonce, r.nonce)})
+	key := srvKey(r.t)
+	r.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, r.nonce)})
 	f := r.read()
 	require.Equal(r.t, sgio.TypeAuthOK, f.Type, "%v", f)
+	var ok sgio.AuthOK
+	require.NoError(r.t, ok.Parse(f.Body))
+	require.NoError(r.t, sgio.CheckServerProof(key, r.nonce, hr.Nonce, ok.Proof))
 	return hr
 }
 

@@ -25,6 +25,7 @@ func (s *Server) startTLS() error {
 	}
 	s.tlsLn = ln
 	s.addr = ln.Addr()
+	s.stopAcc = make(chan struct{})
 	s.connWG.Add(1)
 	go s.acceptTLS(ln)
 	return nil
@@ -32,6 +33,7 @@ func (s *Server) startTLS() error {
 
 // stopTLS closes the listener and every connection, and waits for their goroutines.
 func (s *Server) stopTLS() {
+	close(s.stopAcc)
 	_ = s.tlsLn.Close()
 	s.mu.Lock()
 	for sess := range s.sessions {
@@ -43,21 +45,14 @@ func (s *Server) stopTLS() {
 
 func (s *Server) acceptTLS(ln net.Listener) {
 	defer s.connWG.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("storenode: accept", "err", err)
-			}
-			return
-		}
-		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
+	s.acceptLoop(ln, s.stopAcc, func(c net.Conn) {
+		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), resume: make(chan struct{}, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
 		sess := s.newSession(t, c.RemoteAddr().String())
 		refusal, linger := s.admit(sess)
 		s.connWG.Add(2)
 		go t.writer(s)
 		go s.serveTLS(sess, t, refusal, linger)
-	}
+	})
 }
 
 // serveTLS runs the TLS handshake (within the auth deadline), then the connection's reader
@@ -90,30 +85,50 @@ func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error, linger 
 			return
 		}
 	}
-	buf := make([]byte, 0, 64<<10)
+	// The buffer starts small and grows to the frame being read: before authentication
+	// frames are handshake-sized (session.inbound), so a stranger cannot grow it.
+	buf := make([]byte, 0, tlsReadBufMin)
 	for {
-		if len(buf) == cap(buf) {
-			need := max(sess.needBytes, 2*cap(buf))
-			grown := make([]byte, len(buf), min(need, sgio.HeaderSize+int(s.cfg.MaxBody)))
-			copy(grown, buf)
-			buf = grown
-		}
-		var n int
-		n, err = tc.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			return
-		}
-		if sess.needBytes > 0 && len(buf) < sess.needBytes {
-			continue
+		if !sess.paused {
+			if len(buf) == cap(buf) {
+				need := max(sess.needBytes, 2*cap(buf))
+				grown := make([]byte, len(buf), min(need, sgio.HeaderSize+int(s.cfg.MaxBody)))
+				copy(grown, buf)
+				buf = grown
+			}
+			var n int
+			n, err = tc.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err != nil {
+				return
+			}
+			if sess.needBytes > 0 && len(buf) < sess.needBytes {
+				continue
+			}
 		}
 		used, closeNow := sess.inbound(buf)
 		buf = buf[:copy(buf, buf[used:])]
 		if closeNow {
 			return
 		}
+		if sess.paused && used == 0 {
+			select { // the replies of earlier turns wait for the writer: so does the reader
+			case <-t.resume:
+			case <-t.stop:
+				return
+			}
+		}
+		if len(buf) == 0 && cap(buf) > tlsReadBufKeep {
+			buf = make([]byte, 0, tlsReadBufMin) // a large frame is done: give its buffer back
+		}
 	}
 }
+
+// The TLS reader's buffer: its first size, and the most it keeps once empty.
+const (
+	tlsReadBufMin  = 4 << 10
+	tlsReadBufKeep = 1 << 20
+)
 
 // tlsTransport is a session's TLS connection.
 type tlsTransport struct {
@@ -121,6 +136,7 @@ type tlsTransport struct {
 	raw     net.Conn // the TCP connection under it
 	timeout time.Duration
 	writes  chan tlsWrite // cap 1: the session starts one write at a time
+	resume  chan struct{} // cap 1: wake's signal to a paused reader
 	stop    chan struct{}
 	once    sync.Once
 	flat    []byte // the flattened write; used by whoever holds the session's busy flag
@@ -151,6 +167,15 @@ func (t *tlsTransport) writeAsync(bufs [][]byte, done func(error)) error {
 		return nil
 	default:
 		return errors.New("storenode: TLS write queue full") // the session's busy flag prevents this
+	}
+}
+
+// wake lets the reader run another turn: at once when it stopped early with bytes left, or
+// when it paused for the write in progress (the writer calls wake when it is done).
+func (t *tlsTransport) wake() {
+	select {
+	case t.resume <- struct{}{}:
+	default:
 	}
 }
 

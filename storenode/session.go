@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +37,13 @@ type session struct {
 	tr     transport
 	id     uint64
 	remote string
+	source string // remote's host: the per-source handshake limit's key
+
+	// Admission, guarded by srv.mu.
+	hsPrev, hsNext *session
+	inHandshake    bool // counted among the handshaking connections
+	countedAuthed  bool // counted among the authenticated sessions
+	lingering      bool // counted among the refused connections kept open
 
 	// The loop's own fields.
 	state       sessionState
@@ -48,8 +54,12 @@ type session struct {
 	serverNonce [sgio.NonceSize]byte
 	replyMax    uint32        // the largest reply body the client accepts
 	needBytes   int           // a frame of this many bytes is incomplete: wait until they are buffered
+	paused      bool          // the last turn stopped early (turnReplyMaxBytes); bytes remain
+	commitStart bool          // a commit of this turn needs the commit goroutine started
 	turnReads   []readRequest // the slow-path reads of the current turn, for one goroutine
 	turnNow     int64         // the engine's clock in this turn, UnixNano; 0 until read
+	refusal     error         // why admission refused the connection, nil when admitted
+	linger      bool          // a refused connection is kept open to be told why
 
 	ownerSeen  atomic.Uint64 // owner, for the logs of timers
 	authed     atomic.Bool
@@ -58,19 +68,24 @@ type session struct {
 	lastActive atomic.Int64 // time.Now().UnixNano() of the last inbound bytes
 	lastRenew  atomic.Int64 // engine clock, UnixNano, of the last lease renewal
 
-	mu             sync.Mutex
-	pending        sgio.Writer // replies not yet handed to the transport
-	sending        sgio.Writer // the write in progress
-	pendingCounted int         // in-flight requests answered in pending
-	pendingKeep    [][]byte    // reply buffers to release once pending is written
-	sendingKeep    [][]byte
-	busy           bool // a write is in progress
-	inLoop         bool // the loop is handling inbound bytes and will write when it is done
-	isClosed       bool
-	commits        []commitRequest // waiting for the commit goroutine, in arrival order
-	committing     bool            // the commit goroutine runs
-	authTimer      *time.Timer
-	idleTimer      *time.Timer
+	mu              sync.Mutex
+	pending         sgio.Writer // replies not yet handed to the transport
+	sending         sgio.Writer // the write in progress
+	pendingCounted  int         // in-flight requests answered in pending
+	pendingKeep     [][]byte    // reply buffers to release once pending is written
+	sendingKeep     [][]byte
+	busy            bool          // a write is in progress
+	wantWake        bool          // the loop paused for the write in progress: wake it when done
+	room            chan struct{} // closed (and dropped) when a write finished or the session closed: reserveRoom's wake-up; nil when nobody waits
+	inLoop          bool          // the loop is handling inbound bytes and will write when it is done
+	isClosed        bool
+	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
+	commits         []commitRequest // waiting for the commit goroutine, in arrival order
+	queuedBytes     int64           // bytes of the bodies in commits and being submitted
+	reserved        int64           // reply bytes reserved by reads being built (reserveRoom)
+	committing      bool            // the commit goroutine runs
+	authTimer       *time.Timer
+	idleTimer       *time.Timer
 }
 
 type sessionState uint8
@@ -80,6 +95,7 @@ const (
 	stateAuth                        // HelloReply sent, waiting for Auth
 	stateOpen                        // authenticated
 	stateRefused                     // refused at connect: close on the first frame
+	stateFailed                      // a wrong proof: answered and closed after AuthFailDelay
 )
 
 // transport is a session's connection.
@@ -95,6 +111,25 @@ type transport interface {
 	writeAsync(bufs [][]byte, done func(error)) error
 	// close closes the connection; any goroutine, idempotent.
 	close()
+	// wake asks the loop for another turn on the inbound bytes already buffered (the turn
+	// that called it stopped early: turnReplyMaxBytes); only the loop calls it.
+	wake()
+}
+
+// attach gives a session accepted before its transport existed its transport; false when it
+// was closed (evicted) meanwhile.
+func (s *session) attach(tr transport) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tr = tr
+	return !s.isClosed
+}
+
+// isClosedNow reports whether the session is closed; any goroutine.
+func (s *session) isClosedNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.isClosed
 }
 
 func (s *Server) newSession(tr transport, remote string) *session {
@@ -129,7 +164,9 @@ func (s *session) authExpired() {
 		return
 	}
 	s.srv.counters.authTimeouts.Add(1)
-	s.closeWith(fmt.Sprintf("no authentication within %v", s.srv.cfg.AuthTimeout), slog.LevelWarn)
+	reason := fmt.Sprintf("no authentication within %v", s.srv.cfg.AuthTimeout)
+	s.srv.limitedLog("storenode: closing connection", "conn", s.id, "remote", s.remote, "reason", reason)
+	s.closeWith(reason, slog.LevelDebug)
 }
 
 // idleCheck runs when the idle timer fires: it closes an idle session or re-arms the timer.
@@ -158,7 +195,9 @@ func (s *session) closeWith(reason string, level slog.Level) {
 	// Log first: the peer may act on the close at once.
 	s.logger().Log(context.Background(), level, "storenode: closing connection", "reason", reason)
 	s.markClosedLocked()
-	s.tr.close()
+	if s.tr != nil { // nil: accepted, not yet on its loop; OnOpen will close it
+		s.tr.close()
+	}
 	s.mu.Unlock()
 }
 
@@ -166,6 +205,7 @@ func (s *session) closeWith(reason string, level slog.Level) {
 // Caller holds mu.
 func (s *session) markClosedLocked() {
 	s.isClosed = true
+	s.signalRoomLocked()
 	if s.authTimer != nil {
 		s.authTimer.Stop()
 	}
@@ -184,6 +224,13 @@ func (s *session) closed(err error) {
 	if !s.isClosed {
 		s.markClosedLocked()
 	}
+	// Release the reply buffers now, not when the last reference goes (a write in progress
+	// keeps its own until it is done).
+	s.pending = sgio.Writer{}
+	if !s.busy {
+		s.sending = sgio.Writer{}
+	}
+	s.turnReads = nil
 	s.mu.Unlock()
 	if err != nil {
 		s.logger().Debug("storenode: connection closed", "err", err)
@@ -234,6 +281,7 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 	s.inLoop = true
 	s.mu.Unlock()
 	defer func() {
+		s.startCommits()
 		if len(s.turnReads) > 0 {
 			reads := s.turnReads
 			s.turnReads = nil
@@ -252,9 +300,24 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 			s.mu.Unlock()
 		}
 	}()
-	s.needBytes, s.turnNow = 0, 0
+	s.needBytes, s.turnNow, s.paused = 0, 0, false
+	s.mu.Lock()
+	if s.busy && s.pending.Len() >= turnReplyMaxBytes {
+		// The replies of earlier turns wait for the write in progress: read nothing more
+		// until it is done (writeDone wakes the loop).
+		s.wantWake, s.paused = true, true
+		s.mu.Unlock()
+		return 0, false
+	}
+	s.mu.Unlock()
 	for n < len(buf) {
-		f, size, err := sgio.Decode(buf[n:], s.srv.cfg.MaxBody)
+		// Before authentication only handshake-sized frames are read: a stranger's frame
+		// header that claims more is refused before its body is waited for (or buffered).
+		limit := s.srv.cfg.MaxBody
+		if s.state != stateOpen {
+			limit = sgio.HandshakeBodyMax()
+		}
+		f, size, err := sgio.Decode(buf[n:], limit)
 		switch {
 		case err == sgio.ErrNeedMore:
 			if size > sgio.HeaderSize {
@@ -277,8 +340,22 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 		if !s.handle(f) {
 			return n, true
 		}
+		if n < len(buf) && s.pendingBytes() >= turnReplyMaxBytes {
+			// The turn holds its bound of replies: write them, and take the rest of the
+			// inbound bytes in another turn.
+			s.paused = true
+			s.tr.wake()
+			return n, false
+		}
 	}
 	return n, false
+}
+
+// pendingBytes reports the bytes of the replies not yet handed to the transport.
+func (s *session) pendingBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending.Len()
 }
 
 // rawID reads the request id of a frame header that failed to decode, or 0.
@@ -292,7 +369,12 @@ func rawID(b []byte) uint64 {
 // reject answers a frame that breaks the protocol with an Error reply and reports true: the
 // connection is closed once the reply is written.
 func (s *session) reject(id uint64, err error, what string) bool {
-	s.logger().Warn("storenode: closing connection: "+what, "err", err)
+	if s.state == stateOpen {
+		s.logger().Warn("storenode: closing connection: "+what, "err", err)
+	} else {
+		// Anyone can connect: what strangers do is logged at a bounded rate.
+		s.srv.limitedLog("storenode: closing connection: "+what, "conn", s.id, "remote", s.remote, "err", err)
+	}
 	s.replyError(id, err, false)
 	return true
 }
@@ -303,6 +385,8 @@ func (s *session) handle(f sgio.Frame) bool {
 	switch s.state {
 	case stateRefused:
 		return false // the refusal went out at connect
+	case stateFailed:
+		return true // the failure is answered after the delay; frames meanwhile are dropped
 	case stateHello:
 		if f.Type != sgio.TypeHello {
 			s.srv.counters.authFailures.Add(1)
@@ -354,7 +438,8 @@ func (s *session) handle(f sgio.Frame) bool {
 	return true
 }
 
-// hello answers Hello with the server's limits, its challenge and its proof.
+// hello answers Hello with the server's limits and its challenge; the server's proof waits
+// for the client's (auth).
 func (s *session) hello(f sgio.Frame) bool {
 	var h sgio.Hello
 	if err := h.Parse(f.Body); err != nil {
@@ -375,29 +460,43 @@ func (s *session) hello(f sgio.Frame) bool {
 	s.serverNonce = sgio.NewNonce()
 	r := s.srv.hello
 	r.Nonce = s.serverNonce
-	r.Proof = sgio.ServerProof(s.srv.cfg.Secret, s.clientNonce, s.serverNonce)
 	s.state = stateAuth
 	s.replyLoop(f.ID, &r)
 	return true
 }
 
-// auth checks the client's proof: AuthOK opens the session; a wrong proof is answered with
-// ErrAuthFailed and a close.
+// auth checks the client's proof: AuthOK, carrying the server's proof, opens the session; a
+// wrong proof is answered with ErrAuthFailed and a close, after AuthFailDelay (never a lock
+// out: each guess costs a connection and the delay).
 func (s *session) auth(f sgio.Frame) bool {
 	var a sgio.Auth
 	if err := a.Parse(f.Body); err != nil {
 		s.srv.counters.rejectedFrames.Add(1)
 		return !s.reject(f.ID, err, "bad Auth")
 	}
-	if err := sgio.CheckClientProof(s.srv.cfg.Secret, s.serverNonce, s.clientNonce, a.Proof); err != nil {
+	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, a.Proof); err != nil {
 		s.srv.counters.authFailures.Add(1)
-		return !s.reject(f.ID, fmt.Errorf("storenode: %w", err), "authentication failed")
+		s.state = stateFailed
+		s.srv.refusalLog(s, "storenode: authentication failed", err)
+		id := f.ID
+		s.mu.Lock()
+		if !s.isClosed {
+			if s.authTimer != nil {
+				s.authTimer.Stop()
+			}
+			s.authTimer = time.AfterFunc(s.srv.cfg.AuthFailDelay, func() {
+				s.replyAndClose(id, fmt.Errorf("storenode: %w", err))
+			})
+		}
+		s.mu.Unlock()
+		return true
 	}
 	if err := s.claimOwner(); err != nil {
 		return !s.reject(f.ID, err, "owner id in use")
 	}
 	s.state = stateOpen
 	s.authed.Store(true)
+	s.srv.authenticated(s)
 	s.mu.Lock()
 	if s.authTimer != nil {
 		s.authTimer.Stop()
@@ -407,8 +506,16 @@ func (s *session) auth(f sgio.Frame) bool {
 	}
 	s.mu.Unlock()
 	s.logger().Debug("storenode: session open", "name", s.name)
-	s.replyLoop(f.ID, &sgio.AuthOK{})
+	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.srv.key, s.clientNonce, s.serverNonce)})
 	return true
+}
+
+// replyAndClose sends an Error reply from any goroutine and closes the connection once it is
+// written.
+func (s *session) replyAndClose(id uint64, err error) {
+	r := sgio.NewErrorReply(err)
+	r.Message = s.srv.scrubPaths(r.Message)
+	s.replyThen(id, r, nil, false, true)
 }
 
 // begin counts a request in flight, or answers it with ErrBusy or ErrShuttingDown and
@@ -570,36 +677,12 @@ func wireTableInfo(ti TableInfo) *sgio.TableInfo {
 	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name}
 }
 
-// readPages answers a ReadPages request: one segment per wanted page, in order, with only the
-// wanted rows that exist. The rows are gathered into one buffer that the reply keeps until it
-// is written.
-func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
-	size := 8
-	for _, w := range m.Wants {
-		rb, err := s.srv.tableRowBytes(w.Table)
-		if err != nil {
-			return nil, nil, err
-		}
-		size += sgio.SegmentHeaderSize + bits.OnesCount64(w.Want)*rb
+// signalRoomLocked wakes every reserveRoom. Caller holds mu.
+func (s *session) signalRoomLocked() {
+	if s.room != nil {
+		close(s.room)
+		s.room = nil
 	}
-	if size > int(s.replyMax) {
-		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages could answer %d bytes, the client accepts %d: %w",
-			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
-	}
-	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
-	rows := make([]byte, 0, size)
-	for i, w := range m.Wants {
-		rb, _ := s.srv.tableRowBytes(w.Table)
-		start := len(rows)
-		data, clear, out, err := s.srv.eng.ReadRowsAs(s.owner, w.Table, w.Page, w.Want, rows)
-		if err != nil {
-			return nil, nil, err
-		}
-		rows = out
-		reply.Segments[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
-			Rows: rows[start:len(rows):len(rows)]}
-	}
-	return reply, rows, nil
 }
 
 // Replies.
@@ -611,14 +694,25 @@ func (s *session) replyLoop(id uint64, m sgio.Message) { s.reply(id, m, nil, fal
 // replyError queues the Error reply carrying err (sgio.NewErrorReply: its code maps back to
 // the same sentinel at the client).
 func (s *session) replyError(id uint64, err error, counted bool) {
-	s.reply(id, sgio.NewErrorReply(err), nil, counted)
+	r := sgio.NewErrorReply(err)
+	r.Message = s.srv.scrubPaths(r.Message)
+	s.reply(id, r, nil, counted)
 }
 
 // reply queues a reply and starts a write unless one is in progress or the loop will write
 // at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
 // the reply's rows live in, kept until the write is done. Any goroutine may call it.
 func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
+	s.replyThen(id, m, keep, counted, false)
+}
+
+// replyThen is reply; closeAfter closes the connection once the reply is written (set with
+// the reply, under one lock, so no other write's completion can close first).
+func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool) {
 	s.mu.Lock()
+	if closeAfter {
+		s.closeAfterWrite = true
+	}
 	if s.isClosed {
 		s.mu.Unlock()
 		if counted {
@@ -665,6 +759,18 @@ func (s *session) writeDone(counted int, err error, onLoop bool) {
 	s.sendingKeep = s.sendingKeep[:0]
 	s.busy = false
 	s.endRequests(counted)
+	wake := s.wantWake && !s.isClosed
+	s.wantWake = false
+	s.signalRoomLocked()
+	if wake {
+		s.tr.wake()
+	}
+	if err == nil && s.closeAfterWrite && s.pending.Len() == 0 && !s.isClosed {
+		s.markClosedLocked()
+		s.tr.close()
+		s.mu.Unlock()
+		return
+	}
 	if err != nil && !s.isClosed {
 		s.markClosedLocked()
 		s.tr.close()

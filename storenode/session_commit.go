@@ -1,16 +1,17 @@
 package storenode
 
 import (
+	"cmp"
 	"fmt"
-	"math/bits"
+	"slices"
 	"sync"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 )
 
-// The commit path of a session. The event loop copies a Commit's body out of gnet's buffer
-// into a pooled buffer and queues it; one commit goroutine per connection (started when the
+// The commit path of a session. The event loop validates a Commit's body, checks the queue's
+// byte bounds, then copies the body out of gnet's buffer into a pooled buffer and queues it; one commit goroutine per connection (started when the
 // queue gets its first commit, gone when it is empty) submits the queue to the engine in
 // arrival order. The engine logs and applies an owner's batches in seq order (holding back a
 // gap), acknowledges in LSN order and does not retain a batch once Commit returns, so the
@@ -21,24 +22,66 @@ import (
 // copy of the frame's body.
 type commitRequest struct {
 	id   uint64
+	seq  uint64
 	body *[]byte
 }
 
 // commit queues a Commit for the connection's commit goroutine, which submits the
-// connection's batches to the engine in arrival order. The body is copied: the frame's bytes
-// are gnet's.
+// connection's batches to the engine in arrival order. Before anything is copied the body is
+// validated (its structure and its owner; a bad one is answered at once) and its size is
+// checked against the queue's bounds (MaxQueuedBytes on this connection, MaxQueuedBytesTotal
+// on all: over either, ErrBusy); only then is it copied out of the frame, whose bytes are
+// gnet's.
 func (s *session) commit(f sgio.Frame) {
+	v, err := sgio.ViewCommit(f.Body)
+	if err == nil {
+		err = s.checkOwner(v.Owner)
+	}
+	if err != nil {
+		s.srv.counters.rejectedFrames.Add(1)
+		s.replyError(f.ID, err, false)
+		return
+	}
+	n := int64(len(f.Body))
+	s.mu.Lock()
+	connQueued := s.queuedBytes
+	s.mu.Unlock()
+	if connQueued+n > s.srv.cfg.MaxQueuedBytes {
+		s.srv.counters.busyReplies.Add(1)
+		s.replyError(f.ID, fmt.Errorf("storenode: %d commit bytes queued on this connection, %d more would pass the limit %d: %w",
+			connQueued, n, s.srv.cfg.MaxQueuedBytes, sgio.ErrBusy), false)
+		return
+	}
+	if total := s.srv.queued.Add(n); total > s.srv.cfg.MaxQueuedBytesTotal {
+		s.srv.queued.Add(-n)
+		s.srv.counters.busyReplies.Add(1)
+		s.replyError(f.ID, fmt.Errorf("storenode: %d commit bytes queued on all connections, the limit %d: %w",
+			total-n, s.srv.cfg.MaxQueuedBytesTotal, sgio.ErrBusy), false)
+		return
+	}
 	if !s.begin(f.ID) {
+		s.srv.queued.Add(-n)
 		return
 	}
 	body := getCommitBody(len(f.Body))
 	copy(*body, f.Body)
 	s.mu.Lock()
-	s.commits = append(s.commits, commitRequest{id: f.ID, body: body})
-	start := !s.committing
-	s.committing = true
+	s.queuedBytes += n
+	s.commits = append(s.commits, commitRequest{id: f.ID, seq: v.Seq, body: body})
+	if !s.committing {
+		// Started at the end of the turn (startCommits), so that the goroutine takes all of
+		// the turn's commits at once.
+		s.committing = true
+		s.commitStart = true
+	}
 	s.mu.Unlock()
-	if start {
+}
+
+// startCommits starts the commit goroutine if a commit of this turn asked for it; the loop
+// calls it at the end of each turn.
+func (s *session) startCommits() {
+	if s.commitStart {
+		s.commitStart = false
 		s.srv.workers.Add(1)
 		go s.commitLoop()
 	}
@@ -59,6 +102,10 @@ func (s *session) commitLoop() {
 		}
 		queue, s.commits = s.commits, queue[:0]
 		s.mu.Unlock()
+		// One connection's batches are one owner's (checkOwner): submitted in seq order, a
+		// batch that arrived after a gap it fills goes first, instead of waiting behind the
+		// gap (Engine.Commit blocks on a gap for up to SeqGapWait).
+		slices.SortStableFunc(queue, func(a, b commitRequest) int { return cmp.Compare(a.seq, b.seq) })
 		s.renew()
 		for i := range queue {
 			s.commitOne(&b, queue[i])
@@ -71,7 +118,14 @@ func (s *session) commitLoop() {
 // returns, so the body goes back to the pool then; the reply is sent when the engine reports
 // the outcome.
 func (s *session) commitOne(b *Batch, req commitRequest) {
-	defer putCommitBody(req.body)
+	defer func() {
+		n := int64(len(*req.body))
+		s.mu.Lock()
+		s.queuedBytes -= n
+		s.mu.Unlock()
+		s.srv.queued.Add(-n)
+		putCommitBody(req.body)
+	}()
 	v, err := sgio.ViewCommit(*req.body)
 	if err == nil {
 		err = s.checkOwner(v.Owner)
@@ -89,12 +143,13 @@ func (s *session) commitOne(b *Batch, req commitRequest) {
 	b.Segments = b.Segments[:0]
 	var seg sgio.Segment
 	for it := v.Segments(); it.Next(&seg); {
+		if err := s.checkRowSize(&seg); err != nil {
+			clear(b.Segments)
+			s.replyError(req.id, err, true)
+			return
+		}
 		b.Segments = append(b.Segments, Segment{Table: seg.Table,
 			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
-	}
-	if err := s.checkRowSizes(b); err != nil {
-		s.replyError(req.id, err, true)
-		return
 	}
 	id, seq := req.id, v.Seq
 	s.srv.eng.Commit(b, func(lsn uint64, err error) {
@@ -107,20 +162,17 @@ func (s *session) commitOne(b *Batch, req commitRequest) {
 	clear(b.Segments) // drop the references to the body's rows
 }
 
-// checkRowSizes checks that each segment's row size is its table's: the engine knows a
-// table's row size and checks row counts against it, but the segment header's own claim is
-// checked here.
-func (s *session) checkRowSizes(b *Batch) error {
-	for i := range b.Segments {
-		seg := &b.Segments[i]
-		rb, err := s.srv.tableRowBytes(seg.Table)
-		if err != nil {
-			return err
-		}
-		if n := bits.OnesCount64(seg.Data); n > 0 && len(seg.Rows) != n*rb {
-			return fmt.Errorf("storenode: segment of table %d page %d: %d row bytes for %d rows of %d bytes: %w",
-				seg.Table, seg.Page, len(seg.Rows), n, rb, sgio.ErrBadRowSize)
-		}
+// checkRowSize checks that a segment's row size is its table's, clear-only segments
+// included: the engine knows a table's row size and checks row counts against it, but the
+// segment header's own claim is checked here.
+func (s *session) checkRowSize(seg *sgio.Segment) error {
+	rb, err := s.srv.tableRowBytes(seg.Table)
+	if err != nil {
+		return err
+	}
+	if int(seg.RowBytes) != rb {
+		return fmt.Errorf("storenode: segment of table %d page %d: rows of %d bytes, the table's are %d: %w",
+			seg.Table, seg.Page, seg.RowBytes, rb, sgio.ErrBadRowSize)
 	}
 	return nil
 }

@@ -89,7 +89,9 @@ type Options struct {
 	// ablation that shows what sparse IO saves (crudbench --full-page-io). Not for production.
 	FullPageIO bool
 
-	// Secret is the storage node's shared secret (remote store).
+	// Secret is the storage node's shared secret (remote store), as configured there: hex or
+	// base64 of at least 16 random bytes (sgio.ParseSecret; anything else fails Open with
+	// sgio.ErrWeakSecret), or empty for a loopback node without one.
 	Secret []byte
 	// DialTimeout and RequestTimeout bound the remote store's dial and each request.
 	DialTimeout, RequestTimeout time.Duration

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,17 +30,30 @@ type metricsServer struct {
 	done chan struct{}
 }
 
-func startMetrics(addr string, node *storenode.Server, logger *slog.Logger) (*metricsServer, error) {
+// Bounds of the metrics server's handlers: a profile or trace runs at most
+// profileSecondsMax, and every response must be written within metricsWriteTimeout.
+const (
+	profileSecondsMax   = 30
+	metricsWriteTimeout = (profileSecondsMax + 15) * time.Second
+)
+
+func startMetrics(addr string, pprofPublic bool, node *storenode.Server, logger *slog.Logger) (*metricsServer, error) {
 	host, _, _ := net.SplitHostPort(addr)
-	if !storenode.IsLoopback(host) {
-		logger.Warn("storenode: metrics and pprof served on a non-loopback address", "addr", addr)
+	withPprof := storenode.IsLoopback(host) || pprofPublic
+	switch {
+	case !storenode.IsLoopback(host) && pprofPublic:
+		logger.Warn("storenode: metrics and pprof served on a non-loopback address (--pprof-non-loopback)", "addr", addr)
+	case !storenode.IsLoopback(host):
+		logger.Warn("storenode: metrics served on a non-loopback address; pprof off (--pprof-non-loopback turns it on)", "addr", addr)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	m := &metricsServer{
-		srv:  &http.Server{Handler: metricsMux(node), ReadHeaderTimeout: 10 * time.Second},
+		srv: &http.Server{Handler: metricsMux(node, withPprof), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 10 * time.Second, WriteTimeout: metricsWriteTimeout, IdleTimeout: time.Minute,
+			MaxHeaderBytes: 16 << 10},
 		addr: ln.Addr(),
 		done: make(chan struct{}),
 	}
@@ -60,8 +74,9 @@ func (m *metricsServer) close() {
 	<-m.done
 }
 
-// metricsMux routes /metrics, /healthz and /debug/pprof/.
-func metricsMux(node *storenode.Server) *http.ServeMux {
+// metricsMux routes /metrics, /healthz and, withPprof, /debug/pprof/ (profile and trace
+// bounded to profileSecondsMax).
+func metricsMux(node *storenode.Server, withPprof bool) *http.ServeMux {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -77,12 +92,29 @@ func metricsMux(node *storenode.Server) *http.ServeMux {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if !withPprof {
+		return mux
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/profile", boundedSeconds(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/trace", boundedSeconds(pprof.Trace))
 	return mux
+}
+
+// boundedSeconds refuses a ?seconds= beyond profileSecondsMax (or not a number).
+func boundedSeconds(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.FormValue("seconds"); v != "" {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil || n < 0 || n > profileSecondsMax {
+				http.Error(w, fmt.Sprintf("seconds=%q: want 0..%d", v, profileSecondsMax), http.StatusBadRequest)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // metric is one exported series: its description, its kind and how to read it.
@@ -167,6 +199,15 @@ func newNodeCollector(node *storenode.Server) *nodeCollector {
 		func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.Writes) })
 	add("received_bytes_total", "Frame bytes received.", counter, func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.BytesIn) })
 	add("sent_bytes_total", "Frame bytes sent.", counter, func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.BytesOut) })
+	add("connections_handshaking", "Connections in the handshake now (bounded by --max-handshakes).", gauge,
+		func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.Handshaking) })
+	add("sessions_authenticated", "Authenticated sessions now.", gauge, func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.Authenticated) })
+	add("handshake_evictions_total", "Handshaking connections closed to make room for newer ones.", counter,
+		func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.Evictions) })
+	add("accept_errors_total", "Failed accepts (EMFILE...), each retried after a back-off.", counter,
+		func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.AcceptErrors) })
+	add("commit_queued_bytes", "Commit bytes queued on all connections (bounded by --max-queued-bytes-total).", gauge,
+		func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return float64(s.QueuedBytes) })
 	return c
 }
 

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -61,6 +62,14 @@ type config struct {
 	logLevel        string
 	logFormat       string
 	version         bool
+	genSecret       bool
+	seqGapWait      time.Duration
+	maxHandshakes   int
+	maxHsPerSource  int
+	authFailDelay   time.Duration
+	maxQueued       byteSize
+	maxQueuedTotal  byteSize
+	pprofPublic     bool
 }
 
 // envPrefix prefixes every flag's environment variable: --max-conns is WEFT_MAX_CONNS.
@@ -97,6 +106,16 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
+	fs.BoolVar(&cfg.genSecret, "gen-secret", false, "print a new secret (hex of 32 random bytes) for --secret-file and exit")
+	cfg.maxQueued = storenode.DefaultMaxQueuedBytes
+	cfg.maxQueuedTotal = storenode.DefaultMaxQueuedBytesTotal
+	fs.DurationVar(&cfg.seqGapWait, "seq-gap-wait", storenode.DefaultSeqGapWait, "how long a commit batch waits for the batches before it in its owner's seq order")
+	fs.IntVar(&cfg.maxHandshakes, "max-handshakes", storenode.DefaultMaxHandshakes, "most connections in the handshake at once (at most half of --max-conns); over it the oldest is closed")
+	fs.IntVar(&cfg.maxHsPerSource, "max-handshakes-per-source", storenode.DefaultMaxHandshakesPerSource, "most connections in the handshake from one source address")
+	fs.DurationVar(&cfg.authFailDelay, "auth-fail-delay", storenode.DefaultAuthFailDelay, "delay before a wrong proof is answered and its connection closed")
+	fs.Var(&cfg.maxQueued, "max-queued-bytes", "most commit bytes queued on one connection")
+	fs.Var(&cfg.maxQueuedTotal, "max-queued-bytes-total", "most commit bytes queued on all connections")
+	fs.BoolVar(&cfg.pprofPublic, "pprof-non-loopback", false, "serve /debug/pprof/ even when --metrics-listen is not a loopback address (it shows the command line)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: storenode -dir DIR [flags]\n\nRuns a Weft storage node. Every flag can also be set by an environment variable,\nWEFT_ and the flag's name in capitals with _ for - (WEFT_MAX_CONNS); a flag on the\ncommand line wins.\n\n")
 		fs.PrintDefaults()
@@ -119,7 +138,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (*
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil || f.Name == "version" {
+		if given[f.Name] || err != nil || f.Name == "version" || f.Name == "gen-secret" {
 			return
 		}
 		if v := getenv(envName(f.Name)); v != "" {
@@ -153,6 +172,12 @@ func (cfg *config) serverConfig(logger *slog.Logger) (storenode.ServerConfig, er
 		IdleTimeout:     cfg.idleTimeout,
 		ShutdownTimeout: cfg.shutdownTimeout,
 		Logger:          logger,
+
+		MaxHandshakes:          cfg.maxHandshakes,
+		MaxHandshakesPerSource: cfg.maxHsPerSource,
+		AuthFailDelay:          cfg.authFailDelay,
+		MaxQueuedBytes:         int64(cfg.maxQueued),
+		MaxQueuedBytesTotal:    int64(cfg.maxQueuedTotal),
 		Options: storenode.Options{
 			Dir:                cfg.dir,
 			Sync:               mode,
@@ -160,6 +185,7 @@ func (cfg *config) serverConfig(logger *slog.Logger) (storenode.ServerConfig, er
 			CheckpointInterval: cfg.checkpointEvery,
 			CheckpointWALBytes: int64(cfg.checkpointWAL),
 			LeaseDuration:      cfg.lease,
+			SeqGapWait:         cfg.seqGapWait,
 			Logger:             logger,
 		},
 	}
@@ -211,6 +237,9 @@ func readSecretFile(name string) ([]byte, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return nil, fmt.Errorf("--secret-file %s: empty", name)
+	}
+	if _, err := sgio.ParseSecret(b); err != nil {
+		return nil, fmt.Errorf("--secret-file %s: %w (storenode -gen-secret makes one)", name, err)
 	}
 	return b, nil
 }
@@ -281,6 +310,10 @@ func run(ctx context.Context, env runEnv) int {
 		fmt.Fprintln(env.stdout, version())
 		return exitOK
 	}
+	if cfg.genSecret {
+		fmt.Fprintln(env.stdout, sgio.GenerateSecret())
+		return exitOK
+	}
 	logger, err := newLogger(cfg, env.stderr)
 	if err != nil {
 		fmt.Fprintln(env.stderr, "storenode:", err)
@@ -306,7 +339,7 @@ func run(ctx context.Context, env runEnv) int {
 	}
 	var metrics *metricsServer
 	if cfg.metricsListen != "" {
-		metrics, err = startMetrics(cfg.metricsListen, srv, logger)
+		metrics, err = startMetrics(cfg.metricsListen, cfg.pprofPublic, srv, logger)
 		if err != nil {
 			logger.Error("storenode: metrics", "err", err)
 			shutdown(srv, cfg.shutdownTimeout, logger)
@@ -320,12 +353,22 @@ func run(ctx context.Context, env runEnv) int {
 		}
 		env.ready(srv.Addr(), maddr)
 	}
+	failed := false
 	select {
 	case <-ctx.Done():
 		logger.Info("storenode: signal received, shutting down")
 	case <-srv.Done():
+	case <-srv.Failed():
+		// The network transport stopped on its own: no longer serving. Exit with a failure
+		// (after a shutdown that makes what was committed durable), so a supervisor restarts
+		// the node rather than keep a process that serves nobody.
+		logger.Error("storenode: no longer serving; exiting", "err", srv.Healthy())
+		failed = true
 	}
 	code := shutdown(srv, cfg.shutdownTimeout, logger)
+	if failed {
+		code = exitFailure
+	}
 	if metrics != nil {
 		metrics.close()
 	}

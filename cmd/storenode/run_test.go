@@ -220,7 +220,7 @@ func TestRunVersion(t *testing.T) {
 func TestRunSecretFile(t *testing.T) {
 	dir := t.TempDir()
 	secret := filepath.Join(t.TempDir(), "secret")
-	require.NoError(t, os.WriteFile(secret, []byte("s3cret\n"), 0o640))
+	require.NoError(t, os.WriteFile(secret, []byte(runSecret+"\n"), 0o640))
 	code, _, stderr := runOnce([]string{"--dir", dir, "--secret-file", secret}, nil)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, "chmod 600")
@@ -233,11 +233,31 @@ func TestRunSecretFile(t *testing.T) {
 	r := startRun(t, []string{"--dir", dir, "--listen", "0.0.0.0:0", "--secret-file", secret}, nil)
 	port := r.server.(*net.TCPAddr).Port
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	dial(t, addr, []byte("s3cret"), nil)
+	dial(t, addr, []byte(runSecret), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	_, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: []byte("wrong"), OwnerID: 2})
+	_, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: []byte(sgio.GenerateSecret()), OwnerID: 2})
 	require.ErrorIs(t, err, sgio.ErrAuthFailed)
+
+	// A weak secret is refused at start-up, with a pointer to -gen-secret.
+	weak := filepath.Join(t.TempDir(), "weak")
+	require.NoError(t, os.WriteFile(weak, []byte("topsecret-123\n"), 0o600))
+	code, _, stderr = runOnce([]string{"--dir", t.TempDir(), "--secret-file", weak}, nil)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "gen-secret")
+}
+
+// runSecret is a valid secret (hex of 16 random bytes).
+const runSecret = "7d2f9c0b8e1a4536b2c9d0e1f2a3b4c5"
+
+func TestRunGenSecret(t *testing.T) {
+	code, stdout, _ := runOnce([]string{"-gen-secret"}, nil)
+	require.Equal(t, exitOK, code)
+	key, err := sgio.ParseSecret([]byte(stdout))
+	require.NoError(t, err)
+	require.Len(t, key, 32)
+	_, again, _ := runOnce([]string{"-gen-secret"}, nil)
+	require.NotEqual(t, stdout, again)
 }
 
 func TestRunTLS(t *testing.T) {

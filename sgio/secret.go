@@ -1,0 +1,71 @@
+package sgio
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+)
+
+// Secrets. The handshake's proofs can be attacked offline by whoever sees one (an endpoint
+// that accepts a client's connection sees the client's proof), so the secret's entropy is the
+// real defence: both sides accept only a secret written as hex or base64 of at least
+// SecretBytesMin random bytes (GenerateSecret makes one; `storenode -gen-secret` prints one).
+// The HMAC key is the decoded bytes, so the hex and the base64 spelling of one key agree.
+
+// SecretBytesMin is the least number of random bytes a secret must encode.
+const SecretBytesMin = 16
+
+// secretDistinctMin is the least number of distinct byte values among the first
+// SecretBytesMin bytes of a key: 16 random bytes have fewer than 8 distinct values with a
+// probability below 1e-12, while "aaaa..." or a repeated short word is refused.
+const secretDistinctMin = 8
+
+// ParseSecret decodes a configured secret: surrounding white space is ignored, then hex is
+// tried, then base64 (standard or URL alphabet, padded or not). It returns the HMAC key, or an
+// error wrapping ErrWeakSecret for anything but hex or base64 of at least SecretBytesMin bytes
+// that look random. An empty text returns a nil key and no error: no secret (loopback
+// deployments only; the caller decides where that is allowed). Safe for concurrent use.
+func ParseSecret(text []byte) ([]byte, error) {
+	t := bytes.TrimSpace(text)
+	if len(t) == 0 {
+		return nil, nil
+	}
+	key, err := hex.DecodeString(string(t))
+	if err != nil {
+		key = nil
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			if k, err := enc.DecodeString(string(t)); err == nil {
+				key = k
+				break
+			}
+		}
+	}
+	if key == nil {
+		return nil, fmt.Errorf("sgio: secret of %d characters is neither hex nor base64: %w", len(t), ErrWeakSecret)
+	}
+	if len(key) < SecretBytesMin {
+		return nil, fmt.Errorf("sgio: secret encodes %d bytes, at least %d needed: %w", len(key), SecretBytesMin, ErrWeakSecret)
+	}
+	var seen [256]bool
+	distinct := 0
+	for _, b := range key[:SecretBytesMin] {
+		if !seen[b] {
+			seen[b] = true
+			distinct++
+		}
+	}
+	if distinct < secretDistinctMin {
+		return nil, fmt.Errorf("sgio: secret's first %d bytes hold %d distinct values: not random: %w",
+			SecretBytesMin, distinct, ErrWeakSecret)
+	}
+	return key, nil
+}
+
+// GenerateSecret returns a new secret: hex of 32 bytes from crypto/rand.
+func GenerateSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails; it crashes the program instead
+	return hex.EncodeToString(b[:])
+}
