@@ -62,8 +62,9 @@ type tableState struct {
 	leaseUntil atomic.Int64 // unix nanoseconds; 0 = never expires
 	dropped    atomic.Bool
 
-	// insertEpoch is bumped by every commit that inserts rows: a scan reaching into ids this
-	// node may still insert records it, so an insert there is a phantom (validation fails).
+	// insertEpoch is bumped by every commit that inserts rows, with its write set locked and
+	// before it validates (Silo): a scan or Get reaching into ids this node may still insert
+	// records it, so an insert there before it commits is a phantom (validation fails).
 	insertEpoch atomic.Uint64
 	// grantLo is the first id granted to this node in this run; max when none.
 	grantLo atomic.Uint64

@@ -60,7 +60,8 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 	// A range that reaches ids this node may still insert (its grant, or past the high-water
 	// mark, where its next grant lands) records the table's insert epoch: any insert there
 	// before commit is a phantom. The loads go in the reverse order of an insert's stores
-	// (take raises idHigh after grantLo, install bumps the epoch later), so an insert whose
+	// (take raises idHigh after grantLo; the commit bumps the epoch later, with its write set
+	// locked, before it validates), so an insert whose
 	// epoch bump this scan saw has its id below the idHigh it reads, and its row is scanned.
 	epoch := t.insertEpoch.Load()
 	idHigh := t.idHigh.Load()

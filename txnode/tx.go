@@ -39,6 +39,9 @@ type Tx struct {
 	scratch   []byte
 	maxRead   uint64 // highest version read
 	readsFrom bool   // read any row (for the durability wait)
+	// bumped lists the tables whose insert epoch this transaction's commit bumped (once
+	// each, with its write set locked): validation discounts its own bumps.
+	bumped []*tableState
 	// busy is the page the transaction could not pin, the cache being full while it held
 	// others (errCacheBusy): its retry loop rolls it back and waits for that page.
 	busy busyPage
@@ -118,6 +121,8 @@ func (tx *Tx) release() {
 		clear(tx.wIndex)
 	}
 	tx.buf = tx.buf[:0]
+	clear(tx.bumped)
+	tx.bumped = tx.bumped[:0]
 	tx.maxRead, tx.readsFrom = 0, false
 	tx.busy = busyPage{}
 	tx.done = true
@@ -513,6 +518,20 @@ func (tx *Tx) commit() (commitWait, error) {
 		}
 		tx.lockRow(&tx.writes[i])
 	}
+	// Silo's insert rule: with the write set locked and before validation, bump the insert
+	// epoch of every table this transaction inserts into. A scan or Get that found no row
+	// (past idHigh, or in a range of this node's grants) recorded the epoch; if it validates
+	// after this bump it fails, and if it validated before, it is serialized before this
+	// transaction (it held its own write set locked while validating). Bumping at install,
+	// after validation and after add may have waited, left a gap in which two "insert if
+	// absent" transactions both committed.
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		if w.insert && (len(tx.bumped) == 0 || tx.bumped[len(tx.bumped)-1] != w.t) {
+			w.t.insertEpoch.Add(1)
+			tx.bumped = append(tx.bumped, w.t)
+		}
+	}
 	if !tx.validate() {
 		tx.unlockAll()
 		db.stats.aborts.Add(1)
@@ -575,7 +594,13 @@ func (tx *Tx) validate() bool {
 		}
 	}
 	for _, r := range tx.insReads {
-		if r.t.insertEpoch.Load() != r.epoch {
+		cur := r.t.insertEpoch.Load()
+		for _, t := range tx.bumped {
+			if t == r.t {
+				cur-- // our own bump (writes are sorted by table: at most one per table)
+			}
+		}
+		if cur != r.epoch {
 			return false
 		}
 	}
@@ -623,9 +648,6 @@ func (tx *Tx) install(ver uint64) {
 				tx.db.pipe.dirtyRows.Add(1)
 				tx.db.pipe.dirtyRowBytes.Add(int64(w.t.rowBytes))
 			}
-		}
-		if w.insert {
-			w.t.insertEpoch.Add(1)
 		}
 		atomic.StoreUint64(&versions[slot], ver)
 		w.locked = false
