@@ -85,6 +85,10 @@ type pageCache struct {
 	zombies          []int32 // unpublished frames of dropped tables, freed when unpinned
 	// needFlush is called (without mu) when dirty WriteBack frames block eviction.
 	needFlush func()
+	// freshNow reports the slots of a page (by key) whose ids are not handed out yet, at
+	// the time it is called (idAllocator.freshOf). Called under mu when pin creates a frame
+	// with a fresh mask; it must not take the cache's mutex or wait.
+	freshNow func(key uint64) uint64
 
 	hits, misses, evictions atomic.Uint64
 }
@@ -175,6 +179,11 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 		id, ok := c.allocLocked(rowBytes)
 		if ok {
 			m := c.meta(id)
+			if fresh != 0 && c.freshNow != nil {
+				// fresh was computed when the id was taken; this pin may have waited since,
+				// and ids taken meanwhile may hold committed rows the store has.
+				fresh &= c.freshNow(key)
+			}
 			m.present.Store(0)
 			m.valid.Store(fresh)
 			m.dirty.Store(0)

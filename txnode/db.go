@@ -124,6 +124,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.pipe = newPipeline(db)
 	db.cache.needFlush = db.pipe.flushSoon
+	db.cache.freshNow = db.freshNow
 	db.txPool.New = func() any { return &Tx{db: db} }
 	if db.info.Lease > 0 {
 		db.bg.Add(1)
@@ -211,6 +212,18 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	db.tables[st.Name] = t
 	db.byID[st.ID] = t
 	return &Table{db: db, t: t}, nil
+}
+
+// freshNow is the cache's pageCache.freshNow: the slots of a page whose ids this node has
+// not handed out yet.
+func (db *DB) freshNow(key uint64) uint64 {
+	db.mu.Lock()
+	t := db.byID[uint32(key>>32)]
+	db.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	return t.ids.freshOf(key & (1<<32 - 1))
 }
 
 // leaseUsable is how long after a grant request this node trusts its lease: a margin below
