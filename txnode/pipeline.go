@@ -93,6 +93,10 @@ type pipeline struct {
 	bg       sync.WaitGroup
 
 	// WriteBack.
+	// flushMu makes flushEpoch one at a time, from its cut to the store's Commit: the
+	// flusher, flush (DropTable, Close) and the cache's requests may all call it, and an
+	// epoch must get its seq, and reach the store, in the order of its cut.
+	flushMu    sync.Mutex
 	wbMu       sync.RWMutex // installs (R) against the flusher's cut (W)
 	dirtyMu    sync.Mutex
 	dirty      []*frameMeta
@@ -465,8 +469,13 @@ func (p *pipeline) flusher() {
 	}
 }
 
-// flushEpoch takes a consistent cut of every dirty row into one batch and sends it.
+// flushEpoch takes a consistent cut of every dirty row into one batch and sends it. Epochs
+// are cut, numbered and sent one at a time (flushMu): were two cuts in progress at once, the
+// older could get the higher seq, so older row images would overwrite newer ones at the
+// store, and an empty cut could advance the durable version past an epoch not yet sent.
 func (p *pipeline) flushEpoch() {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
 	p.mu.Lock()
 	b := p.newBatchLocked()
 	p.mu.Unlock()
