@@ -61,6 +61,9 @@ type tableState struct {
 	epoch      atomic.Uint64
 	leaseUntil atomic.Int64 // unix nanoseconds; 0 = never expires
 	dropped    atomic.Bool
+	// dropping closes the table to new commits while DropTable flushes what was admitted
+	// before; set under the pipeline's mu (see pipeline.add), reads keep working.
+	dropping atomic.Bool
 
 	// insertEpoch is bumped by every commit that inserts rows, with its write set locked and
 	// before it validates (Silo): a scan or Get reaching into ids this node may still insert
@@ -238,28 +241,39 @@ func (db *DB) Tables(ctx context.Context) ([]StoreTable, error) {
 	return ts, err
 }
 
-// DropTable deletes a table and all its rows.
+// DropTable deletes a table and all its rows. It first closes the table to new commits
+// (they fail with ErrTableNotFound, alone: other tables keep working), then flushes and waits
+// for the commits admitted before, so none reaches the store after the drop, then drops it
+// at the store. A name this node has not opened is dropped at the store directly (nothing
+// of it can be in flight here): ErrTableNotFound if it does not exist. If the drop fails
+// (ctx, the store) the table stays usable.
 func (db *DB) DropTable(ctx context.Context, name string) error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
+	db.mu.Lock()
+	t := db.tables[name]
+	db.mu.Unlock()
+	if t == nil {
+		return db.store.DropTable(ctx, name)
+	}
+	db.pipe.closeTable(t, true)
 	if err := db.pipe.flush(ctx); err != nil {
+		db.pipe.closeTable(t, false)
 		return err
 	}
-	if err := db.store.DropTable(ctx, name); err != nil {
+	if err := db.store.DropTable(ctx, name); err != nil && !errors.Is(err, ErrTableNotFound) {
+		db.pipe.closeTable(t, false)
 		return err
 	}
 	db.mu.Lock()
-	t := db.tables[name]
-	delete(db.tables, name)
-	if t != nil {
+	if db.tables[name] == t {
+		delete(db.tables, name)
 		delete(db.byID, t.id)
-		t.dropped.Store(true)
 	}
+	t.dropped.Store(true)
 	db.mu.Unlock()
-	if t != nil {
-		db.cache.dropTable(t.id)
-	}
+	db.cache.dropTable(t.id)
 	return nil
 }
 

@@ -203,6 +203,30 @@ func (p *pipeline) flushSoon() {
 	}
 }
 
+// closeTable closes t to new commits (or opens it again): add refuses a transaction that
+// writes t once closeTable returns. Durable: add checks under mu, where it also takes its
+// version, so a flush after this waits for every commit admitted before. WriteBack: add
+// checks under wbMu (read), so the next cut waits for every install admitted before.
+func (p *pipeline) closeTable(t *tableState, closed bool) {
+	p.mu.Lock()
+	t.dropping.Store(closed)
+	p.mu.Unlock()
+}
+
+// droppingErr is ErrTableNotFound for a transaction that writes a table being dropped.
+func droppingErr(tx *Tx) error {
+	var last *tableState
+	for i := range tx.writes {
+		if t := tx.writes[i].t; t != last {
+			if t.dropping.Load() {
+				return fmt.Errorf("%w: %q is being dropped", ErrTableNotFound, t.name)
+			}
+			last = t
+		}
+	}
+	return nil
+}
+
 // add gives a validated, locked transaction its commit version and (Durable) copies its rows
 // into the open batch. In WriteBack it returns holding wbMu for reading; addDone releases it.
 func (p *pipeline) add(tx *Tx) (uint64, error) {
@@ -226,6 +250,10 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 			p.wbMu.RUnlock()
 			return 0, err
 		}
+		if err := droppingErr(tx); err != nil {
+			p.wbMu.RUnlock()
+			return 0, err
+		}
 		return db.commitVer.Add(1), nil
 	}
 	p.mu.Lock()
@@ -233,7 +261,11 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		p.kickNow()
 		p.room.Wait()
 	}
-	if err := p.admitErr(); err != nil {
+	err := p.admitErr()
+	if err == nil {
+		err = droppingErr(tx)
+	}
+	if err != nil {
 		p.mu.Unlock()
 		return 0, err
 	}
@@ -473,14 +505,14 @@ func (p *pipeline) flusher() {
 // are cut, numbered and sent one at a time (flushMu): were two cuts in progress at once, the
 // older could get the higher seq, so older row images would overwrite newer ones at the
 // store, and an empty cut could advance the durable version past an epoch not yet sent.
-func (p *pipeline) flushEpoch() {
+func (p *pipeline) flushEpoch() (cut uint64) {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
 	p.mu.Lock()
 	b := p.newBatchLocked()
 	p.mu.Unlock()
 	p.wbMu.Lock()
-	cut := p.db.commitVer.Load()
+	cut = p.db.commitVer.Load()
 	// The batch holds the commits after the last cut: a failure fails those and later ones.
 	firstVer := p.cutVer + 1
 	p.cutVer = cut
@@ -537,7 +569,7 @@ func (p *pipeline) flushEpoch() {
 		}
 		b.retired, b.returned = true, true
 		p.recycleLocked(b)
-		return
+		return cut
 	}
 	for len(p.inflight) >= maxInflight && p.failErr == nil {
 		p.room.Wait()
@@ -548,23 +580,27 @@ func (p *pipeline) flushEpoch() {
 		}
 		b.retired, b.returned = true, true
 		p.recycleLocked(b)
-		return
+		return cut
 	}
 	b.firstVer, b.lastVer, b.nTx = firstVer, cut, 1
 	p.launchLocked(b)
+	return cut
 }
 
 // flush makes every commit so far durable: WriteBack flushes an epoch; both wait for the
-// batches in flight.
+// batches in flight. WriteBack waits for its own cut, not for the commit counter read after
+// it: commits made since are in no epoch yet (with a long FlushInterval it waited for the
+// next one).
 func (p *pipeline) flush(ctx context.Context) error {
 	if err := p.failure(); err != nil {
 		return err
 	}
+	ver := p.db.commitVer.Load()
 	if p.db.opts.Durability == WriteBack {
-		p.flushEpoch()
+		ver = p.flushEpoch()
 	}
 	p.kickNow()
-	return p.db.waitDurable(ctx, p.db.commitVer.Load())
+	return p.db.waitDurable(ctx, ver)
 }
 
 // close stops admitting commits, flushes, waits for every batch, and stops the goroutines.
