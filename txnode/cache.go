@@ -83,6 +83,8 @@ type pageCache struct {
 	// cost (as many frames of the row size they wait for); capped, see pin.
 	waitersHeldBytes int64
 	zombies          []int32 // unpublished frames of dropped tables, freed when unpinned
+	// rows parks goroutines waiting for a locked row (rowwait.go).
+	rows rowWaits
 	// needFlush is called (without mu) when dirty WriteBack frames block eviction.
 	needFlush func()
 	// freshNow reports the slots of a page (by key) whose ids are not handed out yet, at
@@ -209,16 +211,21 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 			c.waitersHeldBytes += heldBytes
 			defer func() { c.waitersHeldBytes -= heldBytes }() // under mu: the deferred Unlock runs after
 		}
+		if err := ctx.Err(); err != nil {
+			return -1, nil, err
+		}
 		if deadline.IsZero() {
+			// Woken by room made, by the CacheWait timer and by the end of ctx: every wait
+			// honours its context (a 50 ms deadline must not wait a whole CacheWait).
 			deadline = time.Now().Add(c.waitMax)
-			timer = time.AfterFunc(c.waitMax, func() {
+			wake := func() {
 				c.mu.Lock()
 				c.roomMade.Broadcast()
 				c.mu.Unlock()
-			})
-		}
-		if err := ctx.Err(); err != nil {
-			return -1, nil, err
+			}
+			timer = time.AfterFunc(c.waitMax, wake)
+			stopCtx := context.AfterFunc(ctx, wake)
+			defer stopCtx()
 		}
 		if !time.Now().Before(deadline) {
 			return -1, nil, fmt.Errorf("%w: %d bytes of %d in frames that are pinned, dirty or in flight",

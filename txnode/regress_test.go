@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Regression tests of issue 9 (transaction node correctness), one per defect: each failed on
@@ -378,4 +380,271 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 			require.NoError(t, db.Close(ctx))
 		})
 	}
+}
+
+// waitUntil polls cond, yielding, until it holds; a watchdog fails the test after 30 s. For
+// states no channel reports (a goroutine parked inside the node), never for timing.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNow(t, "timed out waiting for "+what)
+		}
+		runtime.Gosched()
+	}
+}
+
+// rowLocked reports whether row id of tb is locked in the cache (a committer holds it).
+func rowLocked(db *DB, tb *Table, id uint64) bool {
+	_, m := db.cache.lookup(pageKey(tb.t.id, id/64))
+	if m == nil {
+		return false
+	}
+	mem := m.mem.Load()
+	if mem == nil {
+		return false
+	}
+	versions, _ := wordsOf(mem)
+	return atomic.LoadUint64(&versions[id%64])&versionLock != 0
+}
+
+// holdInsert holds the flusher in store.Commit and dirties enough rows of x that the next
+// WriteBack commit waits in add; then it inserts a row of x in a transaction whose Commit
+// waits there, holding the row locked. It returns the row's id and the Commit's outcome.
+func holdInsert(t *testing.T, db *DB, store *gatedCommitStore, x *Table, ids []uint64) (uint64, chan error) {
+	t.Helper()
+	ctx := context.Background()
+	store.armed.Store(true)
+	db.pipe.flushSoon()
+	recvWithin(t, store.entered, "the flusher in Commit")
+	for i := range 3 {
+		require.NoError(t, x.Put(ctx, ids[i], u64Row(64, uint64(100+i))))
+	}
+	tx, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	id, err := tx.Insert(x, u64Row(64, 4242))
+	require.NoError(t, err)
+	res := make(chan error, 1)
+	go func() { res <- tx.Commit() }()
+	waitUntil(t, "the insert to lock its row", func() bool { return rowLocked(db, x, id) })
+	return id, res
+}
+
+// Item 5: a fill from the remote store runs on the connection's receiver goroutine. Before
+// the fix it spun on a row locked by a committer (an insert into an invalid slot of a cached
+// page); the locker may wait for acknowledgements only that receiver delivers: commits,
+// scans and lease renewals hung for ever. Here the locker waits in add (WriteBack epoch
+// bound); while it does, a read of its row must not stop the receiver: another request on
+// the connection is answered.
+func TestRemoteFillSkipsLockedRow(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	remote, err := dialStore(ctx, Options{StoreAddr: addr, OwnerID: 1000}.withDefaults())
+	require.NoError(t, err)
+	store := newGatedCommitStore(&fillSignalStore{Store: remote, entered: make(chan struct{})}, 256)
+	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour, OwnerID: 1000})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release)
+		}
+		db.Close(ctx)
+	}()
+	x, err := db.CreateTable(ctx, "x", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, x, 65) // page 0, and id 64 of a two-page grant (pages 1 and 2)
+	require.Equal(t, uint64(64), ids[64])
+	require.Equal(t, uint64(192), x.t.idHigh.Load())
+	// Page 2 cached by a read, so its other slots are invalid (not fresh).
+	require.NoError(t, db.View(ctx, func(tx *Tx) error {
+		require.ErrorIs(t, tx.Get(x, 128, make([]byte, 64)), ErrNotFound)
+		return nil
+	}))
+	ids = append(ids, insertRows(t, db, x, 64)...) // ids 65..128: the next insert is 129
+	require.Equal(t, uint64(128), ids[len(ids)-1])
+	id, res := holdInsert(t, db, store, x, ids)
+	require.Equal(t, uint64(129), id)
+
+	// A read of the locked, invalid row: the code before the fix fetched it, and its fill
+	// spun on the receiver; the fixed one parks until the row is unlocked (a fetch that
+	// started before the lock was taken has its fill skip the slot: TestFillSkipsLockedSlot).
+	fs := store.Store.(*fillSignalStore)
+	fs.armed.Store(true)
+	read := make(chan error, 1)
+	go func() {
+		read <- db.View(ctx, func(tx *Tx) error { return tx.Get(x, id, make([]byte, 64)) })
+	}()
+	select {
+	case <-fs.entered:
+	case <-time.After(2 * time.Second): // the fixed node does not fetch a locked row
+	}
+	// The receiver must still answer other requests.
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second) // a watchdog: the fixed node answers at once
+	defer cancel()
+	_, err = db.Tables(callCtx)
+	require.NoError(t, err, "a request on the connection while a fill met a locked row")
+
+	close(store.release)
+	released = true
+	require.NoError(t, recvWithin(t, res, "the insert"))
+	require.NoError(t, recvWithin(t, read, "the read"))
+}
+
+// Item 5, directly: a fill that meets a locked slot skips it (before the fix it spun until
+// the lock was released, on the receiver goroutine) and leaves it invalid.
+func TestFillSkipsLockedSlot(t *testing.T) {
+	ctx := context.Background()
+	db := openConfigs(t)[0].opener(t)(Options{})
+	x, err := db.CreateTable(ctx, "x", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, x, 2)
+	_, m, err := db.cache.pin(ctx, pageKey(x.t.id, 0), 64, 0, 0)
+	require.NoError(t, err)
+	defer db.cache.unpin(m)
+	versions, _ := frameWords(m)
+	m.valid.And(^uint64(3)) // both rows as if evicted
+	atomic.StoreUint64(&versions[1], atomic.LoadUint64(&versions[1])|versionLock)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		db.fill(x.t, m, 3, 0, append(u64Row(64, 7), u64Row(64, 8)...))
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // a watchdog: the fixed fill never waits
+		atomic.StoreUint64(&versions[1], atomic.LoadUint64(&versions[1])&^versionLock)
+		<-done
+		require.FailNow(t, "fill waited for a locked slot")
+	}
+	require.Equal(t, uint64(1), m.valid.Load()&3, "slot 0 filled, the locked slot 1 skipped")
+	atomic.StoreUint64(&versions[1], atomic.LoadUint64(&versions[1])&^versionLock)
+	buf := make([]byte, 64)
+	require.NoError(t, x.Get(ctx, ids[1], buf)) // fetched again
+	require.Equal(t, uint64(1), checkRow(t, buf))
+}
+
+// fillSignalStore reports, once armed, that a fill of Read is being called.
+type fillSignalStore struct {
+	Store
+	armed   atomic.Bool
+	entered chan struct{}
+}
+
+func (s *fillSignalStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+	if !s.armed.CompareAndSwap(true, false) {
+		return s.Store.Read(ctx, reqs, fill)
+	}
+	return s.Store.Read(ctx, reqs, func(i int, data, clear uint64, rows []byte) {
+		close(s.entered)
+		fill(i, data, clear, rows)
+	})
+}
+
+// Item 7, a locked row: a read of a row whose committer waits in add spun in a Gosched loop
+// for as long as the writer waited, ignoring its context. It must park and give up when its
+// context ends.
+func TestLockedRowReadHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	store := newGatedCommitStore(newLocalStore(t, ""), 256)
+	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release)
+		}
+		db.Close(ctx)
+	}()
+	x, err := db.CreateTable(ctx, "x", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, x, 8)
+	id, res := holdInsert(t, db, store, x, ids)
+
+	read := make(chan error, 2)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		read <- x.Get(c, id, make([]byte, 64)) // the lock-free path
+	}()
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		read <- db.View(c, func(tx *Tx) error { return tx.Get(x, id, make([]byte, 64)) })
+	}()
+	var errs []error
+	for range 2 {
+		select {
+		case err := <-read:
+			errs = append(errs, err)
+		case <-time.After(10 * time.Second): // a watchdog: the fixed reads end after 50 ms
+		}
+	}
+	close(store.release)
+	released = true
+	require.NoError(t, recvWithin(t, res, "the insert"))
+	require.Len(t, errs, 2, "reads of a locked row returned after their context ended")
+	for _, err := range errs {
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+}
+
+// Item 7, a cache frame: with every frame pinned, a request waited the whole CacheWait
+// (here an hour) although its context ended long before.
+func TestCacheWaitHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Hour})
+	x, err := db.CreateTable(ctx, "x", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, x, 64*40)
+	var sets []*PinSet
+	defer func() {
+		for _, ps := range sets {
+			ps.Release()
+		}
+	}()
+	res := make(chan error, 1)
+	go func() {
+		// Pin pages until the cache is full: the pin that finds no frame ends with its
+		// context.
+		for page := uint64(0); page < 40; page++ {
+			c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			ps, err := db.Pin(c, x, page*64, page*64+64)
+			cancel()
+			if err != nil {
+				break
+			}
+			sets = append(sets, ps)
+		}
+		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		res <- x.Get(c, ids[len(ids)-1], make([]byte, 64))
+	}()
+	require.ErrorIs(t, recvWithin(t, res, "the Get (a CacheWait of an hour)"), context.DeadlineExceeded)
+	require.Less(t, len(sets), 40)
+}
+
+// Item 7, the remote store's reconnect: while it dials a storage node that is gone, a call
+// waited out the whole reconnect (RequestTimeout) past its own deadline.
+func TestRemoteReconnectHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	addr, stop := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second,
+		DialTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	_, err = db.CreateTable(ctx, "x", 64)
+	require.NoError(t, err)
+	stop()
+	rs := db.store.(*remoteStore)
+	waitUntil(t, "the reconnect", func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		return rs.dialing
+	})
+	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = db.Tables(c)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 }

@@ -3,7 +3,6 @@ package txnode
 import (
 	"context"
 	"iter"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
@@ -164,15 +163,20 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 				}
 				continue
 			}
-			present, ver, ok := readSlot(m, versions, rows, slot, bit, r, out)
-			if !ok {
-				// Invalidated by a failed batch while we read: fetch and read it again.
-				if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
-					return 0, yield(Row{}, err) && false
+			present, ver, ok, err := readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, r, out)
+			for attempt := 0; err == nil && !ok; attempt++ {
+				// Invalid: the fill skipped it (a committer held it and then rolled back), or a
+				// failed batch invalidated it while we read. Fetch it and read it again.
+				if attempt == scanRefetchMax {
+					err = ErrConflict
+					break
 				}
-				if present, ver, ok = readSlot(m, versions, rows, slot, bit, r, out); !ok {
-					return 0, yield(Row{}, ErrConflict) && false
+				if err = tx.db.fetch(tx.ctx, t, m, page, bit); err == nil {
+					present, ver, ok, err = readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, r, out)
 				}
+			}
+			if err != nil {
+				return 0, yield(Row{}, err) && false
 			}
 			if record {
 				tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: ver})
@@ -195,23 +199,29 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 	return len(pages), true
 }
 
-// readSlot copies a slot consistently; ok is false when the slot is not valid.
-func readSlot(m *frameMeta, versions []uint64, rows []byte, slot int, bit uint64, r int, out []byte) (present bool, ver uint64, ok bool) {
+// scanRefetchMax bounds how often a scan fetches a slot that keeps being invalid.
+const scanRefetchMax = 8
+
+// readSlot copies a slot consistently, parked (within ctx) while it is locked; ok is false
+// when the slot is not valid.
+func readSlot(ctx context.Context, db *DB, m *frameMeta, versions []uint64, rows []byte, slot int, bit uint64, r int, out []byte) (present bool, ver uint64, ok bool, err error) {
 	for {
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
-			runtime.Gosched()
+			if err := db.cache.rows.wait(ctx, m, slot, &versions[slot]); err != nil {
+				return false, 0, false, err
+			}
 			continue
 		}
 		if m.valid.Load()&bit == 0 {
-			return false, 0, false
+			return false, 0, false, nil
 		}
 		present = m.present.Load()&bit != 0
 		if present {
 			logicpage.LoadRow(out, rows[slot*r:(slot+1)*r])
 		}
 		if atomic.LoadUint64(&versions[slot]) == v1 {
-			return present, v1, true
+			return present, v1, true, nil
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -61,7 +60,11 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		versions, rows := wordsOf(mem)
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
-			runtime.Gosched()
+			// Parked, not spinning: the locker may wait for acknowledgements. The frame is
+			// not pinned here: the loop checks its key again after the wait.
+			if err := db.cache.rows.wait(ctx, m, slot, &versions[slot]); err != nil {
+				return err
+			}
 			continue
 		}
 		if m.valid.Load()&bit == 0 {

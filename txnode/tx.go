@@ -3,7 +3,6 @@ package txnode
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -221,17 +220,21 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 		return false, err
 	}
 	bit := uint64(1) << slot
+	versions, rows := frameWords(m)
 	for {
-		if m.valid.Load()&bit == 0 {
-			if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+		v1 := atomic.LoadUint64(&versions[slot])
+		if v1&versionLock != 0 {
+			// A committer installs it (or a fill writes it): park, do not spin, and do not
+			// fetch a slot that is being written (the fill would skip it).
+			if err := tx.db.cache.rows.wait(tx.ctx, m, slot, &versions[slot]); err != nil {
 				return false, err
 			}
 			continue
 		}
-		versions, rows := frameWords(m)
-		v1 := atomic.LoadUint64(&versions[slot])
-		if v1&versionLock != 0 {
-			runtime.Gosched()
+		if m.valid.Load()&bit == 0 {
+			if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+				return false, err
+			}
 			continue
 		}
 		present := m.present.Load()&bit != 0
@@ -516,7 +519,10 @@ func (tx *Tx) commit() (commitWait, error) {
 			tx.unlockAll()
 			return commitWait{}, err
 		}
-		tx.lockRow(&tx.writes[i])
+		if err := tx.lockRow(&tx.writes[i]); err != nil {
+			tx.unlockAll()
+			return commitWait{}, err
+		}
 	}
 	// Silo's insert rule: with the write set locked and before validation, bump the insert
 	// epoch of every table this transaction inserts into. A scan or Get that found no row
@@ -548,18 +554,24 @@ func (tx *Tx) commit() (commitWait, error) {
 	return commitWait{ver: ver, write: true}, nil
 }
 
-func (tx *Tx) lockRow(w *writeRec) {
+// lockRow locks w's row. A row locked by another committer (who may wait in the pipeline's
+// add for acknowledgements) is waited for parked, for as long as tx's context allows: then
+// the commit fails with the context's error, nothing applied.
+func (tx *Tx) lockRow(w *writeRec) error {
 	_, slot := logicpage.PageOf(w.id)
 	versions, _ := frameWords(w.m)
 	word := &versions[slot]
-	for spins := 0; ; spins++ {
+	for {
 		v := atomic.LoadUint64(word)
-		if v&versionLock == 0 && atomic.CompareAndSwapUint64(word, v, v|versionLock) {
-			w.prev, w.locked = v, true
-			return
+		if v&versionLock == 0 {
+			if atomic.CompareAndSwapUint64(word, v, v|versionLock) {
+				w.prev, w.locked = v, true
+				return nil
+			}
+			continue
 		}
-		if spins > 4 {
-			runtime.Gosched()
+		if err := tx.db.cache.rows.wait(tx.ctx, w.m, slot, word); err != nil {
+			return err
 		}
 	}
 }
@@ -571,6 +583,7 @@ func (tx *Tx) unlockAll() {
 			_, slot := logicpage.PageOf(w.id)
 			versions, _ := frameWords(w.m)
 			atomic.StoreUint64(&versions[slot], w.prev)
+			tx.db.cache.rows.wake(w.m, slot)
 			w.locked = false
 		}
 	}
@@ -650,6 +663,7 @@ func (tx *Tx) install(ver uint64) {
 			}
 		}
 		atomic.StoreUint64(&versions[slot], ver)
+		tx.db.cache.rows.wake(w.m, slot)
 		w.locked = false
 	}
 }
