@@ -648,3 +648,74 @@ func TestRemoteReconnectHonoursContext(t *testing.T) {
 	_, err = db.Tables(c)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// heldFailStore fails the first commit batch after arm: it reports entered, waits for
+// release, then calls done with errInjected without passing the batch on.
+type heldFailStore struct {
+	Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldFailStore) Commit(b *CommitBatch, done func(uint64, error)) {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		go func() {
+			<-s.release
+			done(0, errInjected)
+		}()
+		return
+	}
+	s.Store.Commit(b, done)
+}
+
+// Item 3: a closure's error escaped before what the closure read was durable. A closure read
+// a balance written by a commit whose batch then failed, returned "insufficient funds", and
+// Update returned that at once, although the balance it rested on never became durable. Now
+// Update waits for the durability of what the closure read, and runs it again when the batch
+// failed: it then reads the durable balance and succeeds.
+func TestClosureErrorWaitsForReadDurability(t *testing.T) {
+	ctx := context.Background()
+	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: store})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	acct, err := db.CreateTable(ctx, "acct", 64)
+	require.NoError(t, err)
+	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
+	require.NoError(t, err)
+
+	store.armed.Store(true)
+	drained := make(chan error, 1)
+	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
+	recvWithin(t, store.entered, "the batch")
+	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+
+	errInsufficient := errors.New("insufficient funds")
+	var runs atomic.Int32
+	read := make(chan struct{})
+	res := make(chan error, 1)
+	go func() {
+		res <- db.Update(ctx, func(tx *Tx) error {
+			buf := make([]byte, 64)
+			if err := tx.Get(acct, id, buf); err != nil {
+				return err
+			}
+			if runs.Add(1) == 1 {
+				close(read)
+			}
+			if checkRow(t, buf) < 10 {
+				return errInsufficient
+			}
+			return tx.Put(acct, id, u64Row(64, checkRow(t, buf)-10))
+		})
+	}()
+	<-read // the closure saw the balance of 0, not durable yet
+	close(store.release)
+	require.ErrorIs(t, recvWithin(t, drained, "the drain"), errInjected)
+	err = recvWithin(t, res, "the Update")
+	require.NotErrorIs(t, err, errInsufficient, "the closure's error rested on a commit that failed")
+	require.ErrorIs(t, err, errInjected, "run again, the closure read 100 and its commit met the failed node")
+	require.GreaterOrEqual(t, runs.Load(), int32(2))
+}

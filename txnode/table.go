@@ -174,22 +174,45 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 			continue
 		}
 		if err != nil {
+			readVer := tx.maxRead
 			err = tx.abort(err)
 			if err == ErrConflict && attempt < db.opts.MaxRetries {
 				attempt++
 				db.stats.retries.Add(1)
 				continue
 			}
+			if err != ErrConflict {
+				// The closure's own error: it may rest on rows of a commit not yet durable (a
+				// balance it found too low). Return it only once what the closure read is
+				// durable, as Get does; if that commit's batch failed, what it read never
+				// happened: run the closure again (it reads what the store holds).
+				if werr := (commitWait{ver: readVer}).wait(db, ctx); werr != nil {
+					if db.readFailed(werr) && attempt < db.opts.MaxRetries {
+						attempt++
+						db.stats.retries.Add(1)
+						continue
+					}
+					return werr
+				}
+			}
 			return err
 		}
+		readOnly := len(tx.writes) == 0
 		err = tx.Commit()
-		if errors.Is(err, ErrConflict) && attempt < db.opts.MaxRetries {
+		if (errors.Is(err, ErrConflict) || readOnly && db.readFailed(err)) && attempt < db.opts.MaxRetries {
+			// A read-only transaction whose reads came from a failed batch runs again too.
 			attempt++
 			db.stats.retries.Add(1)
 			continue
 		}
 		return err
 	}
+}
+
+// readFailed reports whether err, from waiting for the durability of rows a transaction read,
+// says that a batch holding them failed (the pipeline's failure), not that the wait ended.
+func (db *DB) readFailed(err error) bool {
+	return err != nil && err == db.pipe.failure()
 }
 
 // Update runs fn in a read-write transaction and commits it, retrying on conflict up to
