@@ -630,8 +630,7 @@ func TestCacheWaitHonoursContext(t *testing.T) {
 func TestRemoteReconnectHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	addr, stop := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second,
-		DialTimeout: 100 * time.Millisecond})
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer db.Close(ctx)
 	_, err = db.CreateTable(ctx, "x", 64)

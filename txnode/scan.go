@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"sync/atomic"
 
@@ -112,7 +113,7 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 	var reqFrames []*frameMeta
 	for i, page := range pages {
 		m, err := tx.pinPage(t, page, 0)
-		if err == errCacheBusy && !record && i > 0 {
+		if (err == errCacheBusy || errors.Is(err, errWorkingSet)) && !record && i > 0 {
 			tx.busy = busyPage{} // read what is pinned, unpin, go on
 			pages, frames = pages[:i], frames[:i]
 			break

@@ -38,15 +38,22 @@ type Pending struct {
 func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	p := &Pending{db: s.db}
 	var busySince time.Time
+	turn := false // holds the cache turn (retryBusy)
+	defer func() {
+		if turn {
+			s.db.cache.giveTurn()
+		}
+	}()
 	for attempt := 0; ; {
 		tx, err := s.db.beginTx(ctx, true)
 		if err != nil {
 			p.err = err
 			break
 		}
+		tx.turn = turn
 		err = fn(tx)
 		if tx.busy.t != nil {
-			if err := tx.retryBusy(&busySince); err != nil {
+			if err := tx.retryBusy(&busySince, &turn); err != nil {
 				p.err = err
 				break
 			}

@@ -157,18 +157,25 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 // without allocating a closure, the update of row id by ufn or put.
 func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
 	var busySince time.Time
+	turn := false // holds the cache turn (retryBusy)
+	defer func() {
+		if turn {
+			db.cache.giveTurn()
+		}
+	}()
 	for attempt := 0; ; {
 		tx, err := db.beginTx(ctx, writable)
 		if err != nil {
 			return err
 		}
+		tx.turn = turn
 		if fn != nil {
 			err = fn(tx)
 		} else {
 			err = tx.update(t.t, id, ufn, put)
 		}
 		if tx.busy.t != nil {
-			if err := tx.retryBusy(&busySince); err != nil {
+			if err := tx.retryBusy(&busySince, &turn); err != nil {
 				return err
 			}
 			continue

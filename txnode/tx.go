@@ -42,8 +42,10 @@ type Tx struct {
 	// each, with its write set locked): validation discounts its own bumps.
 	bumped []*tableState
 	// busy is the page the transaction could not pin, the cache being full while it held
-	// others (errCacheBusy): its retry loop rolls it back and waits for that page.
+	// others (errCacheBusy): its retry loop rolls it back and parks for the cache turn.
 	busy busyPage
+	// turn: this attempt holds the cache turn (it may wait for frames while holding some).
+	turn bool
 }
 
 type busyPage struct {
@@ -124,6 +126,7 @@ func (tx *Tx) release() {
 	tx.bumped = tx.bumped[:0]
 	tx.maxRead, tx.readsFrom = 0, false
 	tx.busy = busyPage{}
+	tx.turn = false
 	tx.done = true
 	if !tx.manual {
 		tx.ctx = nil
@@ -178,7 +181,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	// With the cache full, a transaction holding pins may be told to let go (errCacheBusy):
 	// its retry loop rolls it back and waits with nothing pinned (retryBusy). A manual
 	// transaction has no loop: Commit then fails with ErrCacheFull.
-	_, m, err := tx.db.cache.pin(tx.ctx, key, t.rowBytes, fresh, len(tx.pins))
+	_, m, err := tx.db.cache.pinAs(tx.ctx, key, t.rowBytes, fresh, len(tx.pins), tx.turn)
 	if err != nil {
 		if err == errCacheBusy {
 			tx.busy = busyPage{t: t, page: page}
@@ -437,11 +440,14 @@ func (tx *Tx) Rollback() {
 }
 
 // retryBusy ends tx, which stopped at a page it could not pin while holding others (see
-// pinPage), and waits with nothing pinned until that page can be had. It returns nil when the
-// transaction should run again, ErrCacheFull when the retry loop has been busy for longer
-// than Options.CacheWait since *since (set at its first call).
-func (tx *Tx) retryBusy(since *time.Time) error {
-	db, ctx, b := tx.db, tx.ctx, tx.busy
+// pinPage), and parks, with nothing pinned, until it holds the cache turn (*turn is then
+// true; the retry loop gives it back when it ends): its next attempt may wait for frames
+// while holding some, and the others yield to it. Retrying at once instead thrashed: in a
+// tiny cache the transactions took each other's pages for ever. It returns nil when the
+// transaction should run again; ErrCacheFull when the retry loop has been busy for longer
+// than Options.CacheWait since *since (set at its first call); ctx's error if it ends first.
+func (tx *Tx) retryBusy(since *time.Time, turn *bool) error {
+	db, ctx := tx.db, tx.ctx
 	tx.Rollback()
 	if since.IsZero() {
 		*since = time.Now()
@@ -449,11 +455,13 @@ func (tx *Tx) retryBusy(since *time.Time) error {
 		return fmt.Errorf("%w (for %v)", errCacheBusy, d.Round(time.Millisecond))
 	}
 	db.stats.retries.Add(1)
-	_, m, err := db.cache.pin(ctx, pageKey(b.t.id, b.page), b.t.rowBytes, 0, 0)
-	if err != nil {
+	if *turn {
+		return nil
+	}
+	if err := db.cache.takeTurn(ctx, since.Add(db.opts.CacheWait)); err != nil {
 		return err
 	}
-	db.cache.unpin(m)
+	*turn = true
 	return nil
 }
 
