@@ -245,7 +245,12 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 		}
 	}()
 	if turn {
-		defer c.turnWaiting.Store(false)
+		defer func() { // under mu (deferred after the Unlock, so it runs before)
+			if c.turnWaiting.Load() {
+				c.turnWaiting.Store(false)
+				c.roomMade.Broadcast() // those who yielded to the turn may take frames again
+			}
+		}()
 	}
 	for {
 		if id := c.pt.lookup(key); id >= 0 {

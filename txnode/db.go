@@ -262,10 +262,12 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 		db.pipe.closeTable(t, false)
 		return err
 	}
-	if err := db.store.DropTable(ctx, name); err != nil && !errors.Is(err, ErrTableNotFound) {
+	err := db.store.DropTable(ctx, name)
+	if err != nil && !errors.Is(err, ErrTableNotFound) {
 		db.pipe.closeTable(t, false)
 		return err
 	}
+	// Dropped (by this call, or already: then ErrTableNotFound, after the cleanup).
 	db.mu.Lock()
 	if db.tables[name] == t {
 		delete(db.tables, name)
@@ -274,7 +276,7 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	t.dropped.Store(true)
 	db.mu.Unlock()
 	db.cache.dropTable(t.id)
-	return nil
+	return err
 }
 
 // renewLeases keeps every owned table's lease alive (remote stores only).

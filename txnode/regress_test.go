@@ -305,9 +305,9 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 
 			var wg sync.WaitGroup
 			stop := make(chan struct{})
-			// signal closes ch once n reaches 100.
-			signal := func(n *atomic.Int64, ch chan struct{}) {
-				if n.Add(1) == 100 {
+			// signal closes ch once n reaches at.
+			signal := func(n *atomic.Int64, at int64, ch chan struct{}) {
+				if n.Add(1) == at {
 					close(ch)
 				}
 			}
@@ -333,10 +333,10 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 								t.Errorf("write to the dropped table: %v", err)
 								return
 							}
-							signal(&aGone, aRefused)
-							continue
+							signal(&aGone, int64(workers), aRefused)
+							return // refused: this writer is done
 						}
-						signal(&aWrites, aGoing)
+						signal(&aWrites, 100, aGoing)
 					}
 				})
 				wg.Go(func() { // writes to b: always succeed
@@ -352,7 +352,7 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 						}
 						select {
 						case <-dropped:
-							signal(&bAfter, bGoing)
+							signal(&bAfter, 100, bGoing)
 						default:
 						}
 					}

@@ -227,9 +227,11 @@ func (db *DB) readFailed(err error) bool {
 // transaction. If fn returns an error the transaction is rolled back and Update returns it
 // (unless a concurrent commit changed what fn had read: fn's reads are not a snapshot, so it
 // may have seen the state before and after that commit, and the error may come from that;
-// then fn runs again, as for a conflict). A transaction that needs a page while the cache is
-// full and it holds others is retried too, after waiting for room with nothing held, for at
-// most Options.CacheWait in all; then Update returns ErrCacheFull.
+// then fn runs again, as for a conflict). In Durable mode fn's error is returned only once
+// what fn read is durable; if a batch it read from failed, fn runs again (if ctx ends first,
+// Update returns ctx's error instead). A transaction that needs a page while the cache is full
+// and it holds others is retried too, after parking for the cache turn with nothing held,
+// for at most Options.CacheWait in all; then Update returns ErrCacheFull.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.retry(ctx, true, fn, nil, 0, nil, nil)
 }
