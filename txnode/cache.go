@@ -237,6 +237,12 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Counted as a waiter before looking for a frame: an unpin or an acknowledgement checks
+	// the count without mu after it made a frame evictable, so either it sees us (and wakes
+	// us once we wait) or we see the frame. Counting only just before Wait lost that wake-up
+	// (with a long CacheWait, a wait of the whole CacheWait).
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
 	var deadline time.Time
 	var timer *time.Timer
 	defer func() {
@@ -336,9 +342,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 		if c.needFlush != nil {
 			go c.needFlush()
 		}
-		c.waiters.Add(1)
 		c.roomMade.Wait()
-		c.waiters.Add(-1)
 	}
 }
 
