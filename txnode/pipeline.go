@@ -234,11 +234,17 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	if db.opts.Durability == WriteBack {
 		if p.dirtyRowBytes.Load() > p.epochBytesMax() {
 			p.mu.Lock()
-			for p.dirtyRowBytes.Load() > p.epochBytesMax() && p.admitErr() == nil {
+			err := p.waitRoomLocked(tx.ctx, func() bool {
+				if p.dirtyRowBytes.Load() <= p.epochBytesMax() || p.admitErr() != nil {
+					return true
+				}
 				p.flushSoon()
-				p.room.Wait()
-			}
+				return false
+			})
 			p.mu.Unlock()
+			if err != nil {
+				return 0, err
+			}
 		}
 		p.wbMu.RLock()
 		// Closing: close's last cut may be past, so nothing would flush this commit. close
@@ -257,11 +263,16 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		return db.commitVer.Add(1), nil
 	}
 	p.mu.Lock()
-	for p.admitErr() == nil && len(p.open.buf) >= maxBatchBytes {
+	err := p.waitRoomLocked(tx.ctx, func() bool {
+		if p.admitErr() != nil || len(p.open.buf) < maxBatchBytes {
+			return true
+		}
 		p.kickNow()
-		p.room.Wait()
+		return false
+	})
+	if err == nil {
+		err = p.admitErr()
 	}
-	err := p.admitErr()
 	if err == nil {
 		err = droppingErr(tx)
 	}
@@ -280,6 +291,28 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	p.mu.Unlock()
 	p.kickNow()
 	return ver, nil
+}
+
+// waitRoomLocked waits on room until ready reports true, or ctx ends (its error: the
+// transaction is not installed, nothing is applied). Caller holds mu; ready is called under
+// it.
+func (p *pipeline) waitRoomLocked(ctx context.Context, ready func() bool) error {
+	if ready() {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.room.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	for !ready() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p.room.Wait()
+	}
+	return nil
 }
 
 // addDone ends the install of a transaction that add admitted.

@@ -718,3 +718,46 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	require.ErrorIs(t, err, errInjected, "run again, the closure read 100 and its commit met the failed node")
 	require.GreaterOrEqual(t, runs.Load(), int32(2))
 }
+
+// Item 7, the pipeline's add: a commit waiting there for the WriteBack epoch bound (or, in
+// Durable mode, for room in a full open batch) ignored its context. It must give up when the
+// context ends, before it is installed: nothing applied.
+func TestAddWaitHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	store := newGatedCommitStore(newLocalStore(t, ""), 256)
+	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release)
+		}
+		db.Close(ctx)
+	}()
+	x, err := db.CreateTable(ctx, "x", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, x, 4)
+	store.armed.Store(true)
+	db.pipe.flushSoon()
+	recvWithin(t, store.entered, "the flusher in Commit")
+	for i := range 3 {
+		require.NoError(t, x.Put(ctx, ids[i], u64Row(64, uint64(100+i))))
+	}
+	res := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		res <- x.Put(c, ids[3], u64Row(64, 999))
+	}()
+	var got error
+	select {
+	case got = <-res:
+	case <-time.After(10 * time.Second): // a watchdog: the fixed commit ends after 50 ms
+	}
+	close(store.release)
+	released = true
+	require.ErrorIs(t, got, context.DeadlineExceeded)
+	buf := make([]byte, 64)
+	require.NoError(t, x.Get(ctx, ids[3], buf))
+	require.Equal(t, uint64(3), checkRow(t, buf), "nothing applied")
+}
