@@ -82,25 +82,33 @@ func TestTinyCacheProgress(t *testing.T) {
 func TestCacheBytesCountsMetadata(t *testing.T) {
 	ctx := context.Background()
 	for _, budget := range []int64{MinCacheBytes, 256 << 10, 1 << 20} {
-		runtime.GC()
-		runtime.GC() // pools' victim caches too
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		c := newPageCache(budget, time.Second)
-		frames := int(budget / frameCost(64) * 2)
-		for i := range frames {
-			_, m, err := c.pin(ctx, pageKey(1, uint64(i)), 64, 0, 0)
-			require.NoError(t, err)
-			c.unpin(m)
+		// The least of three measures: other goroutines (a test's leftovers) may allocate
+		// meanwhile, never free what the cache holds.
+		var held, used int64
+		frames := 0
+		for try := range 3 {
+			runtime.GC()
+			runtime.GC() // pools' victim caches too
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			c := newPageCache(budget, time.Second)
+			for i := range int(budget / frameCost(64) * 2) {
+				_, m, err := c.pin(ctx, pageKey(1, uint64(i)), 64, 0, 0)
+				require.NoError(t, err)
+				c.unpin(m)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			h := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			if try == 0 || h < held {
+				held = h
+			}
+			used, frames = c.bytesUsed(), c.pt.cur.Load().n
+			runtime.KeepAlive(c)
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-		used := c.bytesUsed()
-		t.Logf("budget %d: accounted %d, heap held %d, %d frames fit", budget, used, held, c.pt.cur.Load().n)
+		t.Logf("budget %d: accounted %d, heap held %d, %d frames fit", budget, used, held, frames)
 		require.LessOrEqual(t, used, budget)
 		require.LessOrEqual(t, held, budget+16<<10, "heap the cache holds beyond its budget")
-		runtime.KeepAlive(c)
 	}
 }
 
