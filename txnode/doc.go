@@ -71,7 +71,8 @@
 //
 // Who may block where. A goroutine that calls the API may block, always within its context:
 // waiting for a cache frame (pin: also CacheWait), for a locked row (rowwait.go: a few
-// yields, then parked until the row is unlocked), for the cache turn, for durability
+// yields, then parked until the row is unlocked), for the cache turn, for room in the commit
+// pipeline (add: a commit whose context ends there is not installed), for durability
 // (waitDurable) and for the remote store's reconnect. Nothing spins for longer than a few
 // yields. A committer holds its rows locked from lockRow to install and may wait in the
 // pipeline's add meanwhile (a full open batch, the WriteBack epoch bound): so nobody may wait
