@@ -21,8 +21,12 @@ import (
 // garbage collector scans one word per page.
 //
 // Invariants:
-//   - usedBytes = sum of frameCost over frames holding memory <= budgetBytes, always (the
-//     cost counts rows, versions and metadata).
+//   - usedBytes <= budgetBytes, always. usedBytes counts every byte the cache allocates
+//     that scales with it: frames' memory (frameCost: rows, versions, the slice header),
+//     the metadata chunks made so far (metaChunk frameMetas each), the page table's arrays
+//     and the fixed part (the chunk directory, sized from the budget, and the row-wait
+//     shards). Not counted: the pageCache struct itself and its slices of free and zombie
+//     frame ids (4 bytes per frame id).
 //   - A frame with pins > 0 (a running transaction, a pin set, a fetch), inflight > 0 (rows in
 //     a commit batch not yet acknowledged) or dirty != 0 (WriteBack rows not yet flushed) is
 //     never evicted. Only a pinned frame becomes dirty or in flight (the flusher marks a frame
@@ -30,9 +34,11 @@ import (
 //     the key: a pin that got in before then has committed and unpinned by the time it looks.
 //   - A new frame's valid slots are only those known to hold no row anywhere: a page of newly
 //     granted ids may already hold rows that reached the store and whose frame was evicted.
-//   - A transaction that holds pinned frames never waits for another (it fails with
-//     errCacheBusy and waits again with nothing pinned), so waiting transactions cannot pin
-//     the whole cache between them.
+//   - A transaction that holds pinned frames waits for another only within a cap (see pin),
+//     or when it holds the cache turn (pageCache.turn): one transaction at a time, chosen
+//     among those sent back with errCacheBusy. While the turn holder waits, no other caller
+//     takes a new frame and waiters holding frames give theirs up (errCacheBusy), so waiting
+//     transactions cannot pin the whole cache between them, and the turn holder progresses.
 //   - A frame's key is set before it is published in the page table and cleared before it is
 //     removed, so a lock-free reader that finds a frame id checks the frame's key afterwards.
 //   - A slot's bytes are meaningful only while its valid bit is set; a fill writes only slots
@@ -43,7 +49,7 @@ import (
 
 const (
 	versionLock  = uint64(1) << 63
-	metaChunk    = 1024
+	metaChunk    = 64      // frameMetas per chunk: 4 KiB, so a tiny cache does not pay for 1024
 	frameMetaCap = 1 << 22 // frames at most: 4M pages (16 GiB of 64-byte rows)
 )
 
@@ -83,22 +89,88 @@ type pageCache struct {
 	// cost (as many frames of the row size they wait for); capped, see pin.
 	waitersHeldBytes int64
 	zombies          []int32 // unpublished frames of dropped tables, freed when unpinned
+	// rows parks goroutines waiting for a locked row (rowwait.go).
+	rows rowWaits
 	// needFlush is called (without mu) when dirty WriteBack frames block eviction.
 	needFlush func()
+	// freshNow reports the slots of a page (by key) whose ids are not handed out yet, at
+	// the time it is called (idAllocator.freshOf). Called under mu when pin creates a frame
+	// with a fresh mask; it must not take the cache's mutex or wait.
+	freshNow func(key uint64) uint64
+
+	// turn is the cache turn: held (one token) by the transaction that may wait for frames
+	// while holding others, without the cap (Tx.retryBusy takes it). turnWaiting: its holder
+	// waits for a frame now; others then take no new frame and give up held ones.
+	turn        chan struct{}
+	turnWaiting atomic.Bool
 
 	hits, misses, evictions atomic.Uint64
 }
 
 func newPageCache(budgetBytes int64, waitMax time.Duration) *pageCache {
+	// Enough chunk pointers for as many frames as the budget could hold of the smallest row.
+	maxFrames := min(budgetBytes/frameCost(8)+1, frameMetaCap)
 	c := &pageCache{budgetBytes: budgetBytes, waitMax: waitMax, pt: newPageTable(),
-		chunks: make([]atomic.Pointer[[metaChunk]frameMeta], frameMetaCap/metaChunk)}
+		chunks: make([]atomic.Pointer[[metaChunk]frameMeta], (maxFrames+metaChunk-1)/metaChunk),
+		turn:   make(chan struct{}, 1)}
 	c.roomMade = sync.NewCond(&c.mu)
+	c.usedBytes = c.fixedBytes() + c.pt.bytes()
 	return c
 }
 
-// frameCost is what one frame of this row size costs against the budget.
+// fixedBytes is the cache's memory that does not grow: the chunk directory and the row-wait
+// shards.
+func (c *pageCache) fixedBytes() int64 {
+	return int64(len(c.chunks))*int64(unsafe.Sizeof(c.chunks[0])) + int64(unsafe.Sizeof(rowWaits{}))
+}
+
+// chunkBytes is one metadata chunk.
+const chunkBytes = int64(metaChunk * unsafe.Sizeof(frameMeta{}))
+
+// frameCost is what one frame of this row size costs against the budget: its memory (rows
+// and version words, rounded up to the allocator's size class, as the heap holds it) and the
+// slice header its pointer holds. (Its frameMeta is counted with its chunk, its page table
+// slots with the table.)
 func frameCost(rowBytes int) int64 {
-	return int64(logicpage.RowsPerPage*rowBytes+logicpage.RowsPerPage*8) + int64(unsafe.Sizeof(frameMeta{})) + 16
+	return int64(frameMemWords(rowBytes))*8 + int64(unsafe.Sizeof([]uint64(nil)))
+}
+
+// frameMemWordsBy caches frameMemWords per row size (rowBytes/8; row sizes are multiples of 8
+// up to 4096).
+var frameMemWordsBy [4096/8 + 1]atomic.Int32
+
+// frameMemWords is the length of a frame's memory: 64 version words and the rows, up to the
+// capacity the allocator gives such a slice anyway (its size class).
+func frameMemWords(rowBytes int) int {
+	if n := frameMemWordsBy[rowBytes/8].Load(); n != 0 {
+		return int(n)
+	}
+	n := logicpage.RowsPerPage + logicpage.RowsPerPage*rowBytes/8
+	n = cap(append([]uint64(nil), make([]uint64, n)...)) // append rounds up to the size class
+	frameMemWordsBy[rowBytes/8].Store(int32(n))
+	return n
+}
+
+// framesMax is how many frames of this row size the budget holds at most (with their chunks
+// and page table): a working set of more pages can never be pinned at once.
+func (c *pageCache) framesMax(rowBytes int) int {
+	bytesFor := func(n int64) int64 {
+		slots := int64(16)
+		for n*4 > slots*3 {
+			slots *= 2
+		}
+		return c.fixedBytes() + (n+metaChunk-1)/metaChunk*chunkBytes + n*frameCost(rowBytes) + slots*ptSlotBytes
+	}
+	lo, hi := int64(0), min(c.budgetBytes/frameCost(rowBytes)+1, int64(len(c.chunks)*metaChunk)) // bytesFor(lo) fits
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if bytesFor(mid) <= c.budgetBytes {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return int(lo)
 }
 
 func (c *pageCache) meta(id int32) *frameMeta {
@@ -117,6 +189,8 @@ func wordsOf(mem *[]uint64) (versions []uint64, rows []byte) {
 	w := *mem
 	v := w[:logicpage.RowsPerPage:logicpage.RowsPerPage]
 	r := w[logicpage.RowsPerPage:]
+	// rows: the page's 64 rows, then, the memory being rounded up to its size class
+	// (frameMemWords), words that are never used.
 	return v, unsafe.Slice((*byte)(unsafe.Pointer(&r[0])), len(r)*8)
 }
 
@@ -147,6 +221,12 @@ func (c *pageCache) lookup(key uint64) (int32, *frameMeta) {
 // and those become free. (The cap is high because every transaction sent back to wait with
 // nothing loses the pages it had, which others then evict: a thrash.)
 func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int) (int32, *frameMeta, error) {
+	return c.pinAs(ctx, key, rowBytes, fresh, held, false)
+}
+
+// pinAs is pin; turn says the caller holds the cache turn: with frames held it waits without
+// the cap (up to waitMax), and while it waits the others yield to it.
+func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int, turn bool) (int32, *frameMeta, error) {
 	if id, m := c.lookup(key); m != nil {
 		m.pins.Add(1)
 		if m.key.Load() == key {
@@ -157,17 +237,12 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// A pin that found no frame registers as a waiter and looks once more before it sleeps:
-	// an unpin (or an ack) that made room after that look sees the waiter and signals under
-	// mu, which it can take only once we sleep; one before it, the look sees. (Registered
-	// only before sleeping, an unpin between the look and the sleep saw no waiter, and the
-	// pin slept until waitMax.)
-	registered := false
-	defer func() {
-		if registered {
-			c.waiters.Add(-1) // under mu: the deferred Unlock runs after
-		}
-	}()
+	// Counted as a waiter before looking for a frame: an unpin or an acknowledgement checks
+	// the count without mu after it made a frame evictable, so either it sees us (and wakes
+	// us once we wait) or we see the frame. Counting only just before Wait lost that wake-up
+	// (with a long CacheWait, a wait of the whole CacheWait).
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
 	var deadline time.Time
 	var timer *time.Timer
 	defer func() {
@@ -175,6 +250,14 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 			timer.Stop()
 		}
 	}()
+	if turn {
+		defer func() { // under mu (deferred after the Unlock, so it runs before)
+			if c.turnWaiting.Load() {
+				c.turnWaiting.Store(false)
+				c.roomMade.Broadcast() // those who yielded to the turn may take frames again
+			}
+		}()
+	}
 	for {
 		if id := c.pt.lookup(key); id >= 0 {
 			m := c.meta(id)
@@ -183,9 +266,23 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 			m.ref.Store(1)
 			return id, m, nil
 		}
-		id, ok := c.allocLocked(rowBytes)
+		// While the turn holder waits for a frame, nobody else takes one: frames that free
+		// up go to it, and a waiter holding frames gives them up.
+		yield := !turn && c.turnWaiting.Load()
+		if yield && held > 0 {
+			return -1, nil, errCacheBusy
+		}
+		id, ok := int32(-1), false
+		if !yield {
+			id, ok = c.allocLocked(rowBytes)
+		}
 		if ok {
 			m := c.meta(id)
+			if fresh != 0 && c.freshNow != nil {
+				// fresh was computed when the id was taken; this pin may have waited since,
+				// and ids taken meanwhile may hold committed rows the store has.
+				fresh &= c.freshNow(key)
+			}
 			m.present.Store(0)
 			m.valid.Store(fresh)
 			m.dirty.Store(0)
@@ -196,16 +293,22 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 			m.inflight.Store(0)
 			m.ref.Store(1)
 			m.key.Store(key)
+			ptBefore := c.pt.bytes()
 			c.pt.insert(key, id)
+			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
 			return id, m, nil
 		}
-		if !registered {
-			c.waiters.Add(1)
-			registered = true
-			continue
+		if held > 0 && held >= c.framesMax(rowBytes) {
+			// One more page than the cache can ever hold at once: waiting cannot help.
+			return -1, nil, fmt.Errorf("%w: more than %d pages of %d-byte rows in %d bytes",
+				errWorkingSet, held, rowBytes, c.budgetBytes)
 		}
 		// Nothing evictable: wait for an unpin, an ack or a flush, a bounded time.
-		if held > 0 && deadline.IsZero() {
+		if turn && !c.turnWaiting.Load() {
+			c.turnWaiting.Store(true)
+			c.roomMade.Broadcast() // waiters holding frames give them up
+		}
+		if held > 0 && !turn && deadline.IsZero() {
 			heldBytes := int64(held) * frameCost(rowBytes)
 			if c.waitersHeldBytes+heldBytes > c.budgetBytes-max(c.budgetBytes/8, frameCost(rowBytes)) {
 				if c.needFlush != nil {
@@ -216,16 +319,21 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 			c.waitersHeldBytes += heldBytes
 			defer func() { c.waitersHeldBytes -= heldBytes }() // under mu: the deferred Unlock runs after
 		}
+		if err := ctx.Err(); err != nil {
+			return -1, nil, err
+		}
 		if deadline.IsZero() {
+			// Woken by room made, by the CacheWait timer and by the end of ctx: every wait
+			// honours its context (a 50 ms deadline must not wait a whole CacheWait).
 			deadline = time.Now().Add(c.waitMax)
-			timer = time.AfterFunc(c.waitMax, func() {
+			wake := func() {
 				c.mu.Lock()
 				c.roomMade.Broadcast()
 				c.mu.Unlock()
-			})
-		}
-		if err := ctx.Err(); err != nil {
-			return -1, nil, err
+			}
+			timer = time.AfterFunc(c.waitMax, wake)
+			stopCtx := context.AfterFunc(ctx, wake)
+			defer stopCtx()
 		}
 		if !time.Now().Before(deadline) {
 			return -1, nil, fmt.Errorf("%w: %d bytes of %d in frames that are pinned, dirty or in flight",
@@ -241,9 +349,14 @@ func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uin
 // unpin releases a pin taken by pin.
 func (c *pageCache) unpin(m *frameMeta) {
 	if m.pins.Add(-1) == 0 && c.waiters.Load() > 0 {
-		// One frame, one waiter: waking them all would have them queue on mu for it.
+		// One frame, one waiter: waking them all would have them queue on mu for it. But
+		// when the turn holder waits, it must be the one to get it.
 		c.mu.Lock()
-		c.roomMade.Signal()
+		if c.turnWaiting.Load() {
+			c.roomMade.Broadcast()
+		} else {
+			c.roomMade.Signal()
+		}
 		c.mu.Unlock()
 	}
 }
@@ -263,7 +376,16 @@ func (c *pageCache) signalRoom() {
 func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 	cost := frameCost(rowBytes)
 	c.reapZombiesLocked()
-	for c.usedBytes+cost > c.budgetBytes {
+	for {
+		// What a new frame adds: its memory, a new chunk if it needs a new frame id, and
+		// the page table's growth if its insert grows it.
+		need := cost + c.pt.growBytes()
+		if len(c.free) == 0 && c.nFrames%metaChunk == 0 {
+			need += chunkBytes
+		}
+		if c.usedBytes+need <= c.budgetBytes {
+			break
+		}
 		victim, ok := c.evictLocked()
 		if !ok {
 			return -1, false
@@ -281,18 +403,19 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 		id = c.free[n-1]
 		c.free = c.free[:n-1]
 	} else {
-		if int(c.nFrames) >= frameMetaCap {
+		if int(c.nFrames) >= len(c.chunks)*metaChunk {
 			return -1, false
 		}
 		id = c.nFrames
 		c.nFrames++
 		if id%metaChunk == 0 {
 			c.chunks[id/metaChunk].Store(new([metaChunk]frameMeta))
+			c.usedBytes += chunkBytes
 		}
 	}
 	m := c.meta(id)
 	m.rowBytes = int32(rowBytes)
-	mem := make([]uint64, logicpage.RowsPerPage+logicpage.RowsPerPage*rowBytes/8)
+	mem := make([]uint64, frameMemWords(rowBytes))
 	m.mem.Store(&mem)
 	c.usedBytes += cost
 	return id, true
@@ -386,3 +509,26 @@ func (c *pageCache) bytesUsed() int64 {
 	defer c.mu.Unlock()
 	return c.usedBytes
 }
+
+// takeTurn takes the cache turn (see pageCache.turn), parked until it is free, ctx ends
+// (its error) or until (ErrCacheFull).
+func (c *pageCache) takeTurn(ctx context.Context, until time.Time) error {
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return fmt.Errorf("%w: waited %v for the cache turn", ErrCacheFull, c.waitMax)
+	}
+}
+
+// giveTurn gives the cache turn back.
+func (c *pageCache) giveTurn() { <-c.turn }

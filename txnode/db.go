@@ -69,9 +69,13 @@ type tableState struct {
 	leaseUntil atomic.Int64
 	clock      leaseClock
 	dropped    atomic.Bool
+	// dropping closes the table to new commits while DropTable flushes what was admitted
+	// before; set under the pipeline's mu (see pipeline.add), reads keep working.
+	dropping atomic.Bool
 
-	// insertEpoch is bumped by every commit that inserts rows: a scan reaching into ids this
-	// node may still insert records it, so an insert there is a phantom (validation fails).
+	// insertEpoch is bumped by every commit that inserts rows, with its write set locked and
+	// before it validates (Silo): a scan or Get reaching into ids this node may still insert
+	// records it, so an insert there before it commits is a phantom (validation fails).
 	insertEpoch atomic.Uint64
 	// grantLo is the first id granted to this node in this run; max when none.
 	grantLo atomic.Uint64
@@ -134,6 +138,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.pipe = newPipeline(db)
 	db.cache.needFlush = db.pipe.flushSoon
+	db.cache.freshNow = db.freshNow
 	db.txPool.New = func() any { return &Tx{db: db} }
 	if db.info.Lease > 0 {
 		db.bg.Add(1)
@@ -223,6 +228,18 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	return &Table{db: db, t: t}, nil
 }
 
+// freshNow is the cache's pageCache.freshNow: the slots of a page whose ids this node has
+// not handed out yet.
+func (db *DB) freshNow(key uint64) uint64 {
+	db.mu.Lock()
+	t := db.byID[uint32(key>>32)]
+	db.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	return t.ids.freshOf(key & (1<<32 - 1))
+}
+
 // leaseUsable is how long after a grant request this node trusts its lease: a margin below
 // the lease for clock drift and delays, so it stops serving before the storage node could
 // grant the table to someone else.
@@ -235,29 +252,42 @@ func (db *DB) Tables(ctx context.Context) ([]StoreTable, error) {
 	return ts, err
 }
 
-// DropTable deletes a table and all its rows.
+// DropTable deletes a table and all its rows. It first closes the table to new commits
+// (they fail with ErrTableNotFound, alone: other tables keep working), then flushes and waits
+// for the commits admitted before, so none reaches the store after the drop, then drops it
+// at the store. A name this node has not opened is dropped at the store directly (nothing
+// of it can be in flight here): ErrTableNotFound if it does not exist. If the drop fails
+// (ctx, the store) the table stays usable.
 func (db *DB) DropTable(ctx context.Context, name string) error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
-	if err := db.pipe.flush(ctx); err != nil {
-		return err
-	}
-	if err := db.store.DropTable(ctx, name); err != nil {
-		return err
-	}
 	db.mu.Lock()
 	t := db.tables[name]
-	delete(db.tables, name)
-	if t != nil {
-		delete(db.byID, t.id)
-		t.dropped.Store(true)
-	}
 	db.mu.Unlock()
-	if t != nil {
-		db.cache.dropTable(t.id)
+	if t == nil {
+		return db.store.DropTable(ctx, name)
 	}
-	return nil
+	db.pipe.closeTable(t, true)
+	if err := db.pipe.flush(ctx); err != nil {
+		db.pipe.closeTable(t, false)
+		return err
+	}
+	err := db.store.DropTable(ctx, name)
+	if err != nil && !errors.Is(err, ErrTableNotFound) {
+		db.pipe.closeTable(t, false)
+		return err
+	}
+	// Dropped (by this call, or already: then ErrTableNotFound, after the cleanup).
+	db.mu.Lock()
+	if db.tables[name] == t {
+		delete(db.tables, name)
+		delete(db.byID, t.id)
+	}
+	t.dropped.Store(true)
+	db.mu.Unlock()
+	db.cache.dropTable(t.id)
+	return err
 }
 
 // renewLeases keeps every owned table's lease alive (remote stores only).

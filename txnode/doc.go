@@ -42,10 +42,16 @@
 // may run more than once. Table.Scan outside a transaction reads each row consistently but is
 // not a snapshot.
 //
-// The cache never holds more than CacheBytes (frames, version words and metadata). Pages pinned
-// by running transactions or pin sets, and pages holding rows not yet acknowledged, are never
-// evicted; when nothing can be evicted a request waits up to CacheWait, then fails with
-// ErrCacheFull.
+// The cache never holds more than CacheBytes: frames (rows and version words, as the
+// allocator rounds them), metadata chunks, the page table and the chunk directory all count
+// (a 64 KiB cache holds 11 pages of 64-byte rows). Pages pinned by running transactions or
+// pin sets, and pages holding rows not yet acknowledged, are never evicted; when nothing can
+// be evicted a request waits up to CacheWait (or its context), then fails with ErrCacheFull;
+// a transaction whose working set can never fit fails with ErrCacheFull at once.
+//
+// DropTable closes the table to new commits first (they fail with ErrTableNotFound; other
+// tables keep working), flushes and waits for the commits admitted before, then drops it at
+// the store; DropTable of a name this node has not opened flushes nothing.
 //
 // A node owns the tables it opens: the storage node grants (owner, epoch) and a lease the node
 // renews every quarter lease; the node stops serving a table (reads included) at three
@@ -109,6 +115,45 @@
 // Waits: a call blocks only its own goroutine: on a cache miss (the store's round trip), on a
 // full cache (up to CacheWait), on a commit (Durable: until durable) and on a row whose commit
 // is not yet durable (Durable). Each such wait ends when the call's context does.
+//
+// # Concurrency rules
+//
+// These are the rules the implementation relies on; docs/txnode-concurrency.md explains them.
+//
+// Who may block where. A goroutine that calls the API may block, always within its context:
+// waiting for a cache frame (pin: also CacheWait), for a locked row (rowwait.go: a few
+// yields, then parked until the row is unlocked), for the cache turn, for room in the commit
+// pipeline (add: a commit whose context ends there is not installed), for durability
+// (waitDurable) and for the remote store's reconnect. Nothing spins for longer than a few
+// yields. A committer holds its rows locked from lockRow to install and may wait in the
+// pipeline's add meanwhile (a full open batch, the WriteBack epoch bound): so nobody may wait
+// for a row lock on a goroutine those waits depend on. No callback on a connection's
+// receiver goroutine blocks or spins: Read's fill skips slots that are locked (the locker
+// makes them valid, or its abort leaves them invalid to fetch again) and Commit's done only
+// records the outcome. The WriteBack flusher and the Durable sender call the store's Commit
+// themselves.
+//
+// The insert epoch (Silo). A commit that inserts into a table bumps the table's insert epoch
+// once, with its write set locked and before it validates. A Tx.Scan whose range reaches ids
+// this node may still insert (its grants, or past the high-water mark idHigh) and a Tx.Get of
+// an id past idHigh record the epoch; validation fails if it moved, discounting the
+// transaction's own bumps. A reader that validates after the bump aborts; one that validated
+// before is serialized before the inserter.
+//
+// Fresh slots. A page's slots whose ids this node has not handed out yet hold no row
+// anywhere, so a frame may be created with them valid and absent; the mask is computed
+// when the frame is created (idAllocator.freshOf), not when the inserting id was taken.
+//
+// What a closure's error means. DB.Update and DB.View return a closure's own error only once
+// what the closure read is durable (Durable mode, as Get); if a batch it read from failed,
+// the closure runs again.
+//
+// WriteBack epochs are cut, numbered and handed to the store one at a time, in cut order.
+//
+// The cache turn. A transaction sent back because the cache was full while it held frames
+// (errCacheBusy) parks for the cache turn (one holder at a time); its next attempt may wait
+// for frames while holding some, and while it waits nobody else takes a new frame. So a tiny
+// cache serializes transactions instead of thrashing.
 //
 // # Measured
 //

@@ -60,3 +60,7 @@ func commitError(err error) error {
 // others (it must not wait holding them); its retry loop rolls it back and waits for room.
 // It is ErrCacheFull to a caller that sees it.
 var errCacheBusy = fmt.Errorf("%w: a transaction holding pages found no frame", ErrCacheFull)
+
+// errWorkingSet is ErrCacheFull for a transaction that holds as many frames as the cache can
+// ever hold and needs one more: returned at once, since waiting cannot help.
+var errWorkingSet = fmt.Errorf("%w: the working set does not fit", ErrCacheFull)

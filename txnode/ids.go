@@ -14,9 +14,12 @@ import (
 type idAllocator struct {
 	table *tableState
 
-	mu         sync.Mutex
-	next, end  uint64
+	mu         sync.Mutex // serializes take, across the store's AllocIDs
 	grantPages int
+	// stateMu guards next and end (written by take, under mu): freshOf reads them from the
+	// cache's frame creation, which holds the cache's mutex and must not wait for a grant.
+	stateMu   sync.Mutex
+	next, end uint64
 }
 
 const idGrantPagesMax = 256
@@ -36,16 +39,41 @@ func (a *idAllocator) take(ctx context.Context, db *DB) (id, fresh uint64, err e
 		if first < a.table.grantLo.Load() {
 			a.table.grantLo.Store(first)
 		}
+		a.stateMu.Lock()
 		a.next, a.end = first, first+count
+		a.stateMu.Unlock()
 		if a.end > a.table.idHigh.Load() {
 			a.table.idHigh.Store(a.end)
 		}
 		db.stats.idGrants.Add(1)
 	}
+	a.stateMu.Lock()
 	id = a.next
 	a.next++
+	a.stateMu.Unlock()
 	if _, slot := logicpage.PageOf(a.next); slot != 0 && a.next < a.end {
 		fresh = ^uint64(0) << slot
 	}
 	return id, fresh, nil
+}
+
+// freshOf returns the slots of page whose ids are not handed out yet (so hold no row
+// anywhere): those of the current grant at or past next. The fresh mask take returns is
+// only what was true then; the frame is created later (pin may wait for room, meanwhile
+// another insert may take, commit and lose to eviction the next id of the page), so the
+// cache intersects it with freshOf when it creates the frame. Any goroutine may call it; it
+// never waits for more than stateMu.
+func (a *idAllocator) freshOf(page uint64) uint64 {
+	pageLo := page * logicpage.RowsPerPage
+	a.stateMu.Lock()
+	lo, hi := max(a.next, pageLo), min(a.end, pageLo+logicpage.RowsPerPage)
+	a.stateMu.Unlock()
+	if lo >= hi {
+		return 0
+	}
+	mask := ^uint64(0) << (lo - pageLo)
+	if n := hi - pageLo; n < logicpage.RowsPerPage {
+		mask &= 1<<n - 1
+	}
+	return mask
 }

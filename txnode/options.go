@@ -68,10 +68,17 @@ type Options struct {
 	// Store is a Store to use as it is (tests, custom deployments); Close closes it.
 	Store Store
 
-	// CacheBytes is the hard budget of the logical page cache: frames plus metadata.
+	// CacheBytes is the hard budget of the logical page cache. It counts the frames (64 rows
+	// and 64 version words each, rounded up to the allocator's size class), the per-frame
+	// metadata (allocated 64 frames at a time, 4 KiB), the page table and a fixed part (the
+	// chunk directory, 8 bytes per 64 frames the budget could hold, and 4 KiB of row-wait
+	// shards). Not counted: a few hundred bytes of structs and 4 bytes per frame id in
+	// free lists. At MinCacheBytes it holds 11 pages of 64-byte rows.
 	CacheBytes int64
 	// CacheWait bounds how long a request waits for a frame when every frame is pinned,
-	// dirty or in flight, before it fails with ErrCacheFull.
+	// dirty or in flight, before it fails with ErrCacheFull (a context that ends sooner ends
+	// the wait sooner). It also bounds how long DB.Update keeps retrying a transaction that
+	// found the cache full while it held pages (it parks for the cache turn meanwhile).
 	CacheWait time.Duration
 	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
 	// missing Close loses in each.

@@ -37,8 +37,25 @@ func (a *ptArray) home(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >>
 
 func newPageTable() *pageTable {
 	t := &pageTable{}
-	t.cur.Store(newPTArray(1024))
+	t.cur.Store(newPTArray(16)) // grows with the cache; its bytes count against the budget
 	return t
+}
+
+// ptSlotBytes is what one slot costs: a key and a frame id.
+const ptSlotBytes = 8 + 4
+
+// bytes is the table's current array memory. Caller holds the cache mutex (or is its
+// constructor).
+func (t *pageTable) bytes() int64 { return int64(len(t.cur.Load().keys)) * ptSlotBytes }
+
+// growBytes is what the next insert adds to bytes (0 unless it grows the table). Caller holds
+// the cache mutex.
+func (t *pageTable) growBytes() int64 {
+	a := t.cur.Load()
+	if (a.n+1)*4 > len(a.keys)*3 {
+		return int64(len(a.keys)) * ptSlotBytes // doubles
+	}
+	return 0
 }
 
 // lookup returns the frame id of key, or -1. Any goroutine may call it.

@@ -94,6 +94,10 @@ type pipeline struct {
 	bg       sync.WaitGroup
 
 	// WriteBack.
+	// flushMu makes flushEpoch one at a time, from its cut to the store's Commit: the
+	// flusher, flush (DropTable, Close) and the cache's requests may all call it, and an
+	// epoch must get its seq, and reach the store, in the order of its cut.
+	flushMu    sync.Mutex
 	wbMu       sync.RWMutex // installs (R) against the flusher's cut (W)
 	dirtyMu    sync.Mutex
 	dirty      []*frameMeta
@@ -200,6 +204,30 @@ func (p *pipeline) flushSoon() {
 	}
 }
 
+// closeTable closes t to new commits (or opens it again): add refuses a transaction that
+// writes t once closeTable returns. Durable: add checks under mu, where it also takes its
+// version, so a flush after this waits for every commit admitted before. WriteBack: add
+// checks under wbMu (read), so the next cut waits for every install admitted before.
+func (p *pipeline) closeTable(t *tableState, closed bool) {
+	p.mu.Lock()
+	t.dropping.Store(closed)
+	p.mu.Unlock()
+}
+
+// droppingErr is ErrTableNotFound for a transaction that writes a table being dropped.
+func droppingErr(tx *Tx) error {
+	var last *tableState
+	for i := range tx.writes {
+		if t := tx.writes[i].t; t != last {
+			if t.dropping.Load() {
+				return fmt.Errorf("%w: %q is being dropped", ErrTableNotFound, t.name)
+			}
+			last = t
+		}
+	}
+	return nil
+}
+
 // add gives a validated, locked transaction its commit version and (Durable) copies its rows
 // into the open batch. In WriteBack it returns holding wbMu for reading; addDone releases it.
 // A transaction whose context is done by then is refused with ctx.Err(): nothing applied.
@@ -208,11 +236,17 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	if db.opts.Durability == WriteBack {
 		if p.dirtyRowBytes.Load() > p.epochBytesMax() {
 			p.mu.Lock()
-			for p.dirtyRowBytes.Load() > p.epochBytesMax() && p.admitErr() == nil {
+			err := p.waitRoomLocked(tx.ctx, func() bool {
+				if p.dirtyRowBytes.Load() <= p.epochBytesMax() || p.admitErr() != nil {
+					return true
+				}
 				p.flushSoon()
-				p.room.Wait()
-			}
+				return false
+			})
 			p.mu.Unlock()
+			if err != nil {
+				return 0, err
+			}
 		}
 		p.wbMu.RLock()
 		// Closing: close's last cut may be past, so nothing would flush this commit. close
@@ -224,6 +258,10 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 			p.wbMu.RUnlock()
 			return 0, err
 		}
+		if err := droppingErr(tx); err != nil {
+			p.wbMu.RUnlock()
+			return 0, err
+		}
 		// The last moment to give up: from here on the transaction is installed.
 		if err := tx.ctx.Err(); err != nil {
 			p.wbMu.RUnlock()
@@ -232,11 +270,20 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		return db.commitVer.Add(1), nil
 	}
 	p.mu.Lock()
-	for p.admitErr() == nil && len(p.open.buf) >= maxBatchBytes {
+	err := p.waitRoomLocked(tx.ctx, func() bool {
+		if p.admitErr() != nil || len(p.open.buf) < maxBatchBytes {
+			return true
+		}
 		p.kickNow()
-		p.room.Wait()
+		return false
+	})
+	if err == nil {
+		err = p.admitErr()
 	}
-	if err := p.admitErr(); err != nil {
+	if err == nil {
+		err = droppingErr(tx)
+	}
+	if err != nil {
 		p.mu.Unlock()
 		return 0, err
 	}
@@ -256,6 +303,28 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	p.mu.Unlock()
 	p.kickNow()
 	return ver, nil
+}
+
+// waitRoomLocked waits on room until ready reports true, or ctx ends (its error: the
+// transaction is not installed, nothing is applied). Caller holds mu; ready is called under
+// it.
+func (p *pipeline) waitRoomLocked(ctx context.Context, ready func() bool) error {
+	if ready() {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.room.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	for !ready() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p.room.Wait()
+	}
+	return nil
 }
 
 // addDone ends the install of a transaction that add admitted.
@@ -506,13 +575,18 @@ func (p *pipeline) flusher() {
 	}
 }
 
-// flushEpoch takes a consistent cut of every dirty row into one batch and sends it.
-func (p *pipeline) flushEpoch() {
+// flushEpoch takes a consistent cut of every dirty row into one batch and sends it. Epochs
+// are cut, numbered and sent one at a time (flushMu): were two cuts in progress at once, the
+// older could get the higher seq, so older row images would overwrite newer ones at the
+// store, and an empty cut could advance the durable version past an epoch not yet sent.
+func (p *pipeline) flushEpoch() (cut uint64) {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
 	p.mu.Lock()
 	b := p.newBatchLocked()
 	p.mu.Unlock()
 	p.wbMu.Lock()
-	cut := p.db.commitVer.Load()
+	cut = p.db.commitVer.Load()
 	// The batch holds the commits after the last cut: a failure fails those and later ones.
 	firstVer := p.cutVer + 1
 	p.cutVer = cut
@@ -569,7 +643,7 @@ func (p *pipeline) flushEpoch() {
 		}
 		b.retired, b.returned = true, true
 		p.recycleLocked(b)
-		return
+		return cut
 	}
 	for len(p.inflight) >= maxInflight && p.failErr == nil {
 		p.room.Wait()
@@ -580,23 +654,27 @@ func (p *pipeline) flushEpoch() {
 		}
 		b.retired, b.returned = true, true
 		p.recycleLocked(b)
-		return
+		return cut
 	}
 	b.firstVer, b.lastVer, b.nTx = firstVer, cut, 1
 	p.launchLocked(b)
+	return cut
 }
 
 // flush makes every commit so far durable: WriteBack flushes an epoch; both wait for the
-// batches in flight.
+// batches in flight. WriteBack waits for its own cut, not for the commit counter read after
+// it: commits made since are in no epoch yet (with a long FlushInterval it waited for the
+// next one).
 func (p *pipeline) flush(ctx context.Context) error {
 	if err := p.failure(); err != nil {
 		return err
 	}
+	ver := p.db.commitVer.Load()
 	if p.db.opts.Durability == WriteBack {
-		p.flushEpoch()
+		ver = p.flushEpoch()
 	}
 	p.kickNow()
-	return p.db.waitDurable(ctx, p.db.commitVer.Load())
+	return p.db.waitDurable(ctx, ver)
 }
 
 // close stops admitting commits, flushes, waits for every batch, and stops the goroutines.

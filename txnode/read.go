@@ -3,7 +3,6 @@ package txnode
 import (
 	"context"
 	"math/bits"
-	"runtime"
 	"slices"
 	"sync/atomic"
 
@@ -34,7 +33,8 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 	})
 }
 
-// fill writes a store's answer into frame m, only into slots still invalid.
+// fill writes a store's answer into frame m, only into slots still invalid and not locked. It
+// never waits (it runs on the remote store's receiver goroutine).
 func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte) {
 	versions, frameRows := frameWords(m)
 	r := t.rowBytes
@@ -51,17 +51,18 @@ func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte)
 		if m.valid.Load()&bit != 0 {
 			continue
 		}
+		// fill may run on a connection's receiver goroutine, which must never wait: a slot
+		// locked by a committer (who may itself wait for acknowledgements that only the
+		// receiver delivers) or by another fill is skipped. The locker makes it valid, or
+		// leaves it invalid for the reader to fetch again (see Tx.readRow).
 		word := &versions[slot]
-		var v uint64
-		for {
-			v = atomic.LoadUint64(word)
-			if v&versionLock == 0 && atomic.CompareAndSwapUint64(word, v, v|versionLock) {
-				break
-			}
-			runtime.Gosched()
+		v := atomic.LoadUint64(word)
+		if v&versionLock != 0 || !atomic.CompareAndSwapUint64(word, v, v|versionLock) {
+			continue
 		}
 		if m.valid.Load()&bit != 0 {
 			atomic.StoreUint64(word, v) // filled meanwhile: leave it as it is
+			db.cache.rows.wake(m, slot)
 			continue
 		}
 		{
@@ -75,6 +76,7 @@ func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte)
 			m.valid.Or(bit)
 		}
 		atomic.StoreUint64(word, ver)
+		db.cache.rows.wake(m, slot)
 	}
 }
 

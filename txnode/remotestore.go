@@ -208,6 +208,16 @@ func (s *remoteStore) pendingLocked() []*remoteCommit {
 func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dialing && s.dead == nil && !s.closed {
+		// Woken by the end of ctx too: a call must not wait out the whole reconnect
+		// (RequestTimeout) past its own deadline.
+		stop := context.AfterFunc(ctx, func() {
+			s.mu.Lock()
+			s.changed.Broadcast()
+			s.mu.Unlock()
+		})
+		defer stop()
+	}
 	for s.dialing && s.dead == nil && !s.closed {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()

@@ -2,9 +2,9 @@ package txnode
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"math"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
@@ -63,7 +63,8 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 	// A range that reaches ids this node may still insert (its grant, or past the high-water
 	// mark, where its next grant lands) records the table's insert epoch: any insert there
 	// before commit is a phantom. The loads go in the reverse order of an insert's stores
-	// (take raises idHigh after grantLo, install bumps the epoch later), so an insert whose
+	// (take raises idHigh after grantLo; the commit bumps the epoch later, with its write set
+	// locked, before it validates), so an insert whose
 	// epoch bump this scan saw has its id below the idHigh it reads, and its row is scanned.
 	epoch := t.insertEpoch.Load()
 	idHigh := t.idHigh.Load()
@@ -118,7 +119,7 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 	var reqFrames []*frameMeta
 	for i, page := range pages {
 		m, err := tx.pinPage(t, page, 0)
-		if err == errCacheBusy && !record && i > 0 {
+		if (err == errCacheBusy || errors.Is(err, errWorkingSet)) && !record && i > 0 {
 			tx.busy = busyPage{} // read what is pinned, unpin, go on
 			pages, frames = pages[:i], frames[:i]
 			break
@@ -165,15 +166,20 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 				}
 				continue
 			}
-			present, ver, ok := readSlot(m, versions, rows, slot, bit, r, out)
-			if !ok {
-				// Invalidated by a failed batch while we read: fetch and read it again.
-				if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
-					return 0, yield(Row{}, err) && false
+			present, ver, ok, err := readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, r, out)
+			for attempt := 0; err == nil && !ok; attempt++ {
+				// Invalid: the fill skipped it (a committer held it and then rolled back), or a
+				// failed batch invalidated it while we read. Fetch it and read it again.
+				if attempt == scanRefetchMax {
+					err = ErrConflict
+					break
 				}
-				if present, ver, ok = readSlot(m, versions, rows, slot, bit, r, out); !ok {
-					return 0, yield(Row{}, ErrConflict) && false
+				if err = tx.db.fetch(tx.ctx, t, m, page, bit); err == nil {
+					present, ver, ok, err = readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, r, out)
 				}
+			}
+			if err != nil {
+				return 0, yield(Row{}, err) && false
 			}
 			if record {
 				tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: ver})
@@ -196,23 +202,29 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 	return len(pages), true
 }
 
-// readSlot copies a slot consistently; ok is false when the slot is not valid.
-func readSlot(m *frameMeta, versions []uint64, rows []byte, slot int, bit uint64, r int, out []byte) (present bool, ver uint64, ok bool) {
+// scanRefetchMax bounds how often a scan fetches a slot that keeps being invalid.
+const scanRefetchMax = 8
+
+// readSlot copies a slot consistently, parked (within ctx) while it is locked; ok is false
+// when the slot is not valid.
+func readSlot(ctx context.Context, db *DB, m *frameMeta, versions []uint64, rows []byte, slot int, bit uint64, r int, out []byte) (present bool, ver uint64, ok bool, err error) {
 	for {
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
-			runtime.Gosched()
+			if err := db.cache.rows.wait(ctx, m, slot, &versions[slot]); err != nil {
+				return false, 0, false, err
+			}
 			continue
 		}
 		if m.valid.Load()&bit == 0 {
-			return false, 0, false
+			return false, 0, false, nil
 		}
 		present = m.present.Load()&bit != 0
 		if present {
 			logicpage.LoadRow(out, rows[slot*r:(slot+1)*r])
 		}
 		if atomic.LoadUint64(&versions[slot]) == v1 {
-			return present, v1, true
+			return present, v1, true, nil
 		}
 	}
 }

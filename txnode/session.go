@@ -40,9 +40,13 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	p := &Pending{db: s.db}
 	var busySince time.Time
 	var running *Tx // the transaction a panic in fn would leave behind
+	turn := false   // holds the cache turn (retryBusy)
 	defer func() {
 		if running != nil {
 			running.Rollback()
+		}
+		if turn {
+			s.db.cache.giveTurn()
 		}
 	}()
 	for attempt := 0; ; {
@@ -52,10 +56,11 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 			break
 		}
 		running, tx.exposed = tx, true
+		tx.turn = turn
 		err = fn(tx)
 		running = nil
 		if tx.busy.t != nil {
-			if err := tx.retryBusy(&busySince); err != nil {
+			if err := tx.retryBusy(&busySince, &turn); err != nil {
 				p.err = err
 				break
 			}

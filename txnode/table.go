@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -61,7 +60,11 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		versions, rows := wordsOf(mem)
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
-			runtime.Gosched()
+			// Parked, not spinning: the locker may wait for acknowledgements. The frame is
+			// not pinned here: the loop checks its key again after the wait.
+			if err := db.cache.rows.wait(ctx, m, slot, &versions[slot]); err != nil {
+				return err
+			}
 			continue
 		}
 		if m.valid.Load()&bit == 0 {
@@ -163,9 +166,13 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
 	var busySince time.Time
 	var running *Tx // the transaction a panic in fn would leave behind
+	turn := false   // holds the cache turn (retryBusy)
 	defer func() {
 		if running != nil {
 			running.Rollback()
+		}
+		if turn {
+			db.cache.giveTurn()
 		}
 	}()
 	for attempt := 0; ; {
@@ -174,6 +181,7 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 			return err
 		}
 		running = tx
+		tx.turn = turn
 		if fn != nil {
 			tx.exposed = true
 			err = fn(tx)
@@ -182,22 +190,39 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 		}
 		running = nil
 		if tx.busy.t != nil {
-			if err := tx.retryBusy(&busySince); err != nil {
+			if err := tx.retryBusy(&busySince, &turn); err != nil {
 				return err
 			}
 			continue
 		}
 		if err != nil {
+			readVer := tx.maxRead
 			err = tx.abort(err)
 			if err == ErrConflict && attempt < db.opts.MaxRetries {
 				attempt++
 				db.stats.retries.Add(1)
 				continue
 			}
+			if err != ErrConflict {
+				// The closure's own error: it may rest on rows of a commit not yet durable (a
+				// balance it found too low). Return it only once what the closure read is
+				// durable, as Get does; if that commit's batch failed, what it read never
+				// happened: run the closure again (it reads what the store holds).
+				if werr := (commitWait{ver: readVer}).wait(db, ctx); werr != nil {
+					if db.readFailed(werr) && attempt < db.opts.MaxRetries {
+						attempt++
+						db.stats.retries.Add(1)
+						continue
+					}
+					return werr
+				}
+			}
 			return err
 		}
+		readOnly := len(tx.writes) == 0
 		err = tx.Commit()
-		if errors.Is(err, ErrConflict) && attempt < db.opts.MaxRetries {
+		if (errors.Is(err, ErrConflict) || readOnly && db.readFailed(err)) && attempt < db.opts.MaxRetries {
+			// A read-only transaction whose reads came from a failed batch runs again too.
 			attempt++
 			db.stats.retries.Add(1)
 			continue
@@ -206,15 +231,23 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 	}
 }
 
+// readFailed reports whether err, from waiting for the durability of rows a transaction read,
+// says that a batch holding them failed (the pipeline's failure), not that the wait ended.
+func (db *DB) readFailed(err error) bool {
+	return err != nil && err == db.pipe.failure()
+}
+
 // Update runs fn in a read-write transaction and commits it, retrying on conflict up to
 // Options.MaxRetries times: fn may run more than once and must not have effects outside the
 // transaction. If fn returns an error the transaction is rolled back and Update returns it
 // (unless a concurrent commit changed what fn had read: fn's reads are not a snapshot, so it
 // may have seen the state before and after that commit, and the error may come from that;
-// then fn runs again, as for a conflict). A transaction that needs a page while the cache is
-// full and it holds others is retried too, after waiting for room with nothing held, for at
-// most Options.CacheWait in all; then Update returns ErrCacheFull. A panic in fn rolls the
-// transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
+// then fn runs again, as for a conflict). In Durable mode fn's error is returned only once
+// what fn read is durable; if a batch it read from failed, fn runs again (if ctx ends first,
+// Update returns ctx's error instead). A transaction that needs a page while the cache is full
+// and it holds others is retried too, after parking for the cache turn with nothing held,
+// for at most Options.CacheWait in all; then Update returns ErrCacheFull. A panic in fn rolls
+// the transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
 // kept, it returns ErrTxDone for ever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.retry(ctx, true, fn, nil, 0, nil, nil)

@@ -3,7 +3,6 @@ package txnode
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -45,9 +44,14 @@ type Tx struct {
 	scratch   []byte
 	maxRead   uint64 // highest version read
 	readsFrom bool   // read any row (for the durability wait)
+	// bumped lists the tables whose insert epoch this transaction's commit bumped (once
+	// each, with its write set locked): validation discounts its own bumps.
+	bumped []*tableState
 	// busy is the page the transaction could not pin, the cache being full while it held
-	// others (errCacheBusy): its retry loop rolls it back and waits for that page.
+	// others (errCacheBusy): its retry loop rolls it back and parks for the cache turn.
 	busy busyPage
+	// turn: this attempt holds the cache turn (it may wait for frames while holding some).
+	turn bool
 }
 
 type busyPage struct {
@@ -124,8 +128,11 @@ func (tx *Tx) release() {
 		clear(tx.wIndex)
 	}
 	tx.buf = tx.buf[:0]
+	clear(tx.bumped)
+	tx.bumped = tx.bumped[:0]
 	tx.maxRead, tx.readsFrom = 0, false
 	tx.busy = busyPage{}
+	tx.turn = false
 	tx.done = true
 	tx.ctx = nil
 	if tx.manual {
@@ -190,7 +197,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	// With the cache full, a transaction holding pins may be told to let go (errCacheBusy):
 	// its retry loop rolls it back and waits with nothing pinned (retryBusy). A manual
 	// transaction has no loop: Commit then fails with ErrCacheFull.
-	_, m, err := tx.db.cache.pin(tx.ctx, key, t.rowBytes, fresh, len(tx.pins))
+	_, m, err := tx.db.cache.pinAs(tx.ctx, key, t.rowBytes, fresh, len(tx.pins), tx.turn)
 	if err != nil {
 		if err == errCacheBusy {
 			tx.busy = busyPage{t: t, page: page}
@@ -232,17 +239,21 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 		return false, err
 	}
 	bit := uint64(1) << slot
+	versions, rows := frameWords(m)
 	for {
-		if m.valid.Load()&bit == 0 {
-			if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+		v1 := atomic.LoadUint64(&versions[slot])
+		if v1&versionLock != 0 {
+			// A committer installs it (or a fill writes it): park, do not spin, and do not
+			// fetch a slot that is being written (the fill would skip it).
+			if err := tx.db.cache.rows.wait(tx.ctx, m, slot, &versions[slot]); err != nil {
 				return false, err
 			}
 			continue
 		}
-		versions, rows := frameWords(m)
-		v1 := atomic.LoadUint64(&versions[slot])
-		if v1&versionLock != 0 {
-			runtime.Gosched()
+		if m.valid.Load()&bit == 0 {
+			if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+				return false, err
+			}
 			continue
 		}
 		present := m.present.Load()&bit != 0
@@ -460,11 +471,14 @@ func (tx *Tx) Rollback() {
 }
 
 // retryBusy ends tx, which stopped at a page it could not pin while holding others (see
-// pinPage), and waits with nothing pinned until that page can be had. It returns nil when the
-// transaction should run again, ErrCacheFull when the retry loop has been busy for longer
-// than Options.CacheWait since *since (set at its first call).
-func (tx *Tx) retryBusy(since *time.Time) error {
-	db, ctx, b := tx.db, tx.ctx, tx.busy
+// pinPage), and parks, with nothing pinned, until it holds the cache turn (*turn is then
+// true; the retry loop gives it back when it ends): its next attempt may wait for frames
+// while holding some, and the others yield to it. Retrying at once instead thrashed: in a
+// tiny cache the transactions took each other's pages for ever. It returns nil when the
+// transaction should run again; ErrCacheFull when the retry loop has been busy for longer
+// than Options.CacheWait since *since (set at its first call); ctx's error if it ends first.
+func (tx *Tx) retryBusy(since *time.Time, turn *bool) error {
+	db, ctx := tx.db, tx.ctx
 	tx.Rollback()
 	if since.IsZero() {
 		*since = time.Now()
@@ -472,11 +486,13 @@ func (tx *Tx) retryBusy(since *time.Time) error {
 		return fmt.Errorf("%w (for %v)", errCacheBusy, d.Round(time.Millisecond))
 	}
 	db.stats.retries.Add(1)
-	_, m, err := db.cache.pin(ctx, pageKey(b.t.id, b.page), b.t.rowBytes, 0, 0)
-	if err != nil {
+	if *turn {
+		return nil
+	}
+	if err := db.cache.takeTurn(ctx, since.Add(db.opts.CacheWait)); err != nil {
 		return err
 	}
-	db.cache.unpin(m)
+	*turn = true
 	return nil
 }
 
@@ -542,7 +558,24 @@ func (tx *Tx) commit() (commitWait, error) {
 			tx.unlockAll()
 			return commitWait{}, err
 		}
-		tx.lockRow(&tx.writes[i])
+		if err := tx.lockRow(&tx.writes[i]); err != nil {
+			tx.unlockAll()
+			return commitWait{}, err
+		}
+	}
+	// Silo's insert rule: with the write set locked and before validation, bump the insert
+	// epoch of every table this transaction inserts into. A scan or Get that found no row
+	// (past idHigh, or in a range of this node's grants) recorded the epoch; if it validates
+	// after this bump it fails, and if it validated before, it is serialized before this
+	// transaction (it held its own write set locked while validating). Bumping at install,
+	// after validation and after add may have waited, left a gap in which two "insert if
+	// absent" transactions both committed.
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		if w.insert && (len(tx.bumped) == 0 || tx.bumped[len(tx.bumped)-1] != w.t) {
+			w.t.insertEpoch.Add(1)
+			tx.bumped = append(tx.bumped, w.t)
+		}
 	}
 	if !tx.validate() {
 		tx.unlockAll()
@@ -563,18 +596,24 @@ func (tx *Tx) commit() (commitWait, error) {
 	return commitWait{ver: ver, write: true}, nil
 }
 
-func (tx *Tx) lockRow(w *writeRec) {
+// lockRow locks w's row. A row locked by another committer (who may wait in the pipeline's
+// add for acknowledgements) is waited for parked, for as long as tx's context allows: then
+// the commit fails with the context's error, nothing applied.
+func (tx *Tx) lockRow(w *writeRec) error {
 	_, slot := logicpage.PageOf(w.id)
 	versions, _ := frameWords(w.m)
 	word := &versions[slot]
-	for spins := 0; ; spins++ {
+	for {
 		v := atomic.LoadUint64(word)
-		if v&versionLock == 0 && atomic.CompareAndSwapUint64(word, v, v|versionLock) {
-			w.prev, w.locked = v, true
-			return
+		if v&versionLock == 0 {
+			if atomic.CompareAndSwapUint64(word, v, v|versionLock) {
+				w.prev, w.locked = v, true
+				return nil
+			}
+			continue
 		}
-		if spins > 4 {
-			runtime.Gosched()
+		if err := tx.db.cache.rows.wait(tx.ctx, w.m, slot, word); err != nil {
+			return err
 		}
 	}
 }
@@ -586,6 +625,7 @@ func (tx *Tx) unlockAll() {
 			_, slot := logicpage.PageOf(w.id)
 			versions, _ := frameWords(w.m)
 			atomic.StoreUint64(&versions[slot], w.prev)
+			tx.db.cache.rows.wake(w.m, slot)
 			w.locked = false
 		}
 	}
@@ -609,7 +649,13 @@ func (tx *Tx) validate() bool {
 		}
 	}
 	for _, r := range tx.insReads {
-		if r.t.insertEpoch.Load() != r.epoch {
+		cur := r.t.insertEpoch.Load()
+		for _, t := range tx.bumped {
+			if t == r.t {
+				cur-- // our own bump (writes are sorted by table: at most one per table)
+			}
+		}
+		if cur != r.epoch {
 			return false
 		}
 	}
@@ -658,10 +704,8 @@ func (tx *Tx) install(ver uint64) {
 				tx.db.pipe.dirtyRowBytes.Add(int64(w.t.rowBytes))
 			}
 		}
-		if w.insert {
-			w.t.insertEpoch.Add(1)
-		}
 		atomic.StoreUint64(&versions[slot], ver)
+		tx.db.cache.rows.wake(w.m, slot)
 		w.locked = false
 	}
 }
