@@ -29,7 +29,7 @@ func TestRemoteStore(t *testing.T) {
 	}
 	addr, srv := start()
 	defer func() { srv.Shutdown(ctx) }()
-	const small = 128 << 10 // ~7 pages of 64 bucket rows, the index ~10: lookups miss
+	const small = 144 << 10 // 8 frames of 64 bucket rows with the cache's metadata, the index ~10: lookups miss
 	db := open(addr, small)
 	defer func() { db.Close(ctx) }()
 	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 16, Unique: true})

@@ -424,6 +424,9 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 // evictLocked unpublishes one evictable frame by CLOCK and returns its id (memory kept).
 func (c *pageCache) evictLocked() (int32, bool) {
 	n := c.nFrames
+	if n == 0 {
+		return -1, false // no frame yet (a budget too small for one): chunk 0 does not exist
+	}
 	for range 2*n + 1 {
 		if c.hand >= n {
 			c.hand = 0

@@ -18,7 +18,15 @@ func TestCacheWaiterNotMissed(t *testing.T) {
 	if testing.Short() {
 		rounds = 2000
 	}
-	c := newPageCache(2*frameCost(64), time.Hour)
+	// The smallest budget that holds two frames of 64-byte rows with all the cache's memory.
+	budget := 2 * frameCost(64)
+	for newPageCache(budget, time.Hour).framesMax(64) < 2 {
+		budget += 64
+	}
+	c := newPageCache(budget, time.Hour)
+	if c.framesMax(64) != 2 {
+		t.Fatalf("budget %d holds %d frames", budget, c.framesMax(64))
+	}
 	ctx := context.Background()
 	_, held, err := c.pin(ctx, pageKey(1, 0), 64, 0, 0)
 	if err != nil {

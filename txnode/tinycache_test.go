@@ -145,3 +145,12 @@ func TestFramesMax(t *testing.T) {
 	}()
 	require.ErrorIs(t, recvWithin(t, res, "a working set of 20 pages in 11 frames"), ErrCacheFull)
 }
+
+// A budget too small for a single frame fails a pin with nothing evictable; it used to
+// dereference the missing first metadata chunk (found merging the cache-accounting fix with
+// a test that sized a cache for two frames by their memory alone).
+func TestPinBudgetBelowOneFrame(t *testing.T) {
+	c := newPageCache(frameCost(64), time.Millisecond)
+	_, _, err := c.pin(context.Background(), pageKey(1, 0), 64, 0, 0)
+	require.ErrorIs(t, err, ErrCacheFull)
+}
