@@ -6,21 +6,24 @@ import (
 	"io"
 	"os"
 	"slices"
-	"sync/atomic"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
-// Default is the operating system's file system (Linux): Sync is fdatasync, Allocate is
-// fallocate(FALLOC_FL_KEEP_SIZE), SyncDir fsyncs the directory, Lock is flock(LOCK_EX|LOCK_NB).
-// Errors are *os.PathError or *os.LinkError holding the errno, so errors.Is(err, syscall.ENOSPC)
-// and errors.Is(err, fs.ErrNotExist) work.
+// Default is the operating system's file system. What its durability calls are, per OS (the
+// files os_linux.go, os_darwin.go, os_windows.go; every other OS fails to build):
+//
+//	            Sync                 SyncDir              Lock                  Allocate
+//	linux       fdatasync            fsync of the dir     flock(LOCK_EX|NB)     fallocate(KEEP_SIZE)
+//	darwin      fcntl(F_FULLFSYNC)   F_FULLFSYNC of dir   flock(LOCK_EX|NB)     none (advisory)
+//	windows     FlushFileBuffers     none: Rename is      LockFileEx(EXCL|      none (advisory)
+//	                                 MoveFileEx WRITE_    FAIL_IMMEDIATELY)
+//	                                 THROUGH, Create and
+//	                                 Remove flush the dir
+//
+// macOS's fsync does not flush the drive's cache: F_FULLFSYNC does, and is what survives a
+// power loss there (Go's os.File.Sync uses it). Errors are *os.PathError or *os.LinkError
+// holding the errno, so errors.Is(err, syscall.ENOSPC) and errors.Is(err, fs.ErrNotExist) work.
 var Default FS = osFS{}
-
-// appendFallback is set once pwritev2(RWF_APPEND) has been refused (kernels before 4.16); Write
-// then appends with fstat + pwrite, correct only because Writes of one file do not race.
-var appendFallback atomic.Bool
 
 type osFS struct{}
 
@@ -53,8 +56,6 @@ func openOSFile(name string, flag int) (File, error) {
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
 
-func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
-
 func (osFS) List(dir string) ([]string, error) {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -71,20 +72,6 @@ func (osFS) List(dir string) ([]string, error) {
 
 func (osFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
 
-func (osFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	// os.File.Sync is fsync, which a directory needs: fdatasync need not flush its entries.
-	errSync := d.Sync()
-	errClose := d.Close()
-	if errSync != nil {
-		return errSync
-	}
-	return errClose
-}
-
 func (osFS) Lock(name string) (io.Closer, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -92,28 +79,29 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	}
 	rc, err := f.SyscallConn()
 	if err == nil {
-		err = control(rc, func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
+		err = control(rc, lockFile)
 	}
 	if err != nil {
 		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if isLocked(err) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, name, err)
 		}
-		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+		return nil, &os.PathError{Op: lockOp, Path: name, Err: err}
 	}
-	// Closing the descriptor releases the flock.
+	// Closing the descriptor (handle) releases the lock.
 	return f, nil
 }
 
-// control runs fn on the descriptor behind rc, retrying EINTR, and returns fn's errno as it is
-// for the caller to wrap, or os.ErrClosed when the file is already closed.
-func control(rc syscall.RawConn, fn func(fd int) error) error {
+// control runs fn on the descriptor (a handle on Windows) behind rc, retrying EINTR, and
+// returns fn's errno as it is for the caller to wrap, or os.ErrClosed when the file is already
+// closed.
+func control(rc syscall.RawConn, fn func(fd uintptr) error) error {
 	var errFn error
 	ran := false
 	err := rc.Control(func(fd uintptr) {
 		ran = true
 		for {
-			errFn = fn(int(fd))
+			errFn = fn(fd)
 			if errFn != syscall.EINTR {
 				return
 			}
@@ -148,22 +136,10 @@ func (f *osFile) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// appendOnce appends a prefix of p at the end of the file in one system call where the kernel
-// allows it (pwritev2 with RWF_APPEND), so a concurrent WriteAt that extends the file cannot
-// slip between finding the end and writing there.
-func (f *osFile) appendOnce(p []byte) (int, error) {
-	if !appendFallback.Load() {
-		var n int
-		err := control(f.rc, func(fd int) error {
-			var err error
-			n, err = unix.Pwritev2(fd, [][]byte{p}, -1, unix.RWF_APPEND)
-			return err
-		})
-		if err != syscall.EOPNOTSUPP && err != syscall.ENOSYS {
-			return n, err
-		}
-		appendFallback.Store(true)
-	}
+// appendAtEnd appends a prefix of p at the end of the file with fstat + pwrite: correct only
+// because Writes of one file do not race (File's contract). appendOnce uses it where the OS
+// has no single call that appends at an offset-free position.
+func (f *osFile) appendAtEnd(p []byte) (int, error) {
 	info, err := f.f.Stat()
 	if err != nil {
 		return 0, err
@@ -176,13 +152,6 @@ func (f *osFile) appendOnce(p []byte) (int, error) {
 	return n, err
 }
 
-func (f *osFile) Sync() error {
-	if err := control(f.rc, unix.Fdatasync); err != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.name, Err: err}
-	}
-	return nil
-}
-
 func (f *osFile) Size() (int64, error) {
 	info, err := f.f.Stat()
 	if err != nil {
@@ -193,18 +162,12 @@ func (f *osFile) Size() (int64, error) {
 
 func (f *osFile) Truncate(size int64) error { return f.f.Truncate(size) }
 
-func (f *osFile) Allocate(off, n int64) error {
-	if n <= 0 {
-		return nil
+// unwrapPath returns the error inside an *os.PathError, so that the caller's own PathError
+// does not nest another.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
-	err := control(f.rc, func(fd int) error {
-		return unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, off, n)
-	})
-	if err == syscall.EOPNOTSUPP || err == syscall.ENOSYS {
-		return nil // the file system cannot reserve space: allowed, Allocate is advisory
-	}
-	if err != nil {
-		return &os.PathError{Op: "fallocate", Path: f.name, Err: err}
-	}
-	return nil
+	return err
 }

@@ -2,8 +2,9 @@
 // tests can inject faults: torn writes, lost unsynced data, lost directory entries, failed
 // writes and syncs, a full disk.
 //
-// Two implementations: Default (the operating system, on golang.org/x/sys/unix: fdatasync,
-// fallocate, flock) and FaultFS, the in-memory fault-injecting FS for crash tests.
+// Two implementations: Default (the operating system: Linux, macOS and Windows, each with its
+// own durability calls, see Default) and FaultFS, the in-memory fault-injecting FS for crash
+// tests.
 //
 // Durability model, which both implementations follow and which the storage engine relies on:
 //   - Bytes written to a File are durable only after File.Sync returns nil. So is a change of
