@@ -74,6 +74,9 @@ type Engine struct {
 	failMu  sync.Mutex
 	failErr error
 
+	// readBarriers counts the reads that waited for durability with mu held (read.go).
+	readBarriers atomic.Uint64
+
 	ckptReq chan struct{}
 	stop    chan struct{}
 	bg      sync.WaitGroup

@@ -1,6 +1,10 @@
 package storenode
 
 import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,4 +45,122 @@ func TestRetryAfterFailStopKeepsOutcome(t *testing.T) {
 	_, err = e.CommitWait(batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
 	require.ErrorIs(t, err, ErrFailStop, "a new batch fails definitely")
 	require.NotErrorIs(t, err, ErrUnknownOutcome)
+}
+
+// writeChain keeps the owner writing page 1 of a table: at every WAL fsync, before the fsync
+// returns, it commits the owner's next batch to that page, so the page always has a write
+// that is not durable yet, until stop is closed or for limit fsyncs once a reader waits.
+type writeChain struct {
+	e       *Engine
+	table   uint32
+	epoch   uint64
+	limit   int
+	stop    chan struct{}
+	mu      sync.Mutex
+	seq     uint64
+	syncs   int
+	errs    []error
+	stopped bool
+}
+
+func startWriteChain(t *testing.T, e *Engine, fs *vfs.FaultFS, table uint32, epoch uint64, limit int) *writeChain {
+	c := &writeChain{e: e, table: table, epoch: epoch, limit: limit, stop: make(chan struct{}), seq: 1}
+	fs.Inject(func(op vfs.Op) error {
+		if op.Kind != vfs.OpSync || !strings.Contains(op.Name, "wal/") {
+			return nil
+		}
+		c.mu.Lock()
+		select {
+		case <-c.stop:
+			c.stopped = true
+		default:
+		}
+		if c.stopped || c.syncs >= c.limit {
+			c.mu.Unlock()
+			return nil
+		}
+		e.ackMu.Lock()
+		readerWaits := e.durableCh != nil
+		e.ackMu.Unlock()
+		if readerWaits {
+			c.syncs++ // counted from the reader's first wait on
+		}
+		c.seq++
+		b := batchOf(testOwner, c.seq, c.table, c.epoch, oneRow(c.table, 64+c.seq%64, row64(c.seq)))
+		c.mu.Unlock()
+		// Commit from another goroutine (this is the WAL's): it returns once the batch is
+		// applied and handed to the WAL, unless a reader holds the engine back until the
+		// fsync returns, which the engine counts (readBarriers): then it waits for the read.
+		returned := make(chan struct{})
+		go func() {
+			e.Commit(b, func(_ uint64, err error) {
+				if err != nil {
+					c.mu.Lock()
+					c.errs = append(c.errs, err)
+					c.mu.Unlock()
+				}
+			})
+			close(returned)
+		}()
+		for {
+			select {
+			case <-returned:
+				return nil
+			default:
+			}
+			if e.readBarriers.Load() != 0 {
+				return nil
+			}
+			runtime.Gosched()
+		}
+	})
+	// The first batch starts the chain.
+	_, err := e.CommitWait(batchOf(testOwner, 1, table, epoch, oneRow(table, 64, row64(1))))
+	require.NoError(t, err)
+	return c
+}
+
+func (c *writeChain) end(t *testing.T) (syncs int) {
+	c.mu.Lock()
+	close(c.stop)
+	syncs = c.syncs
+	errs := c.errs
+	c.mu.Unlock()
+	require.Empty(t, errs)
+	return syncs
+}
+
+// A reader that is not the table's holder is answered while the owner writes the page (the
+// table) without a pause: its wait for durability is bounded. Fails before the fix, where
+// ReadRowsAs and PageDirAs waited for the frame's (table's) newest LSN again after every
+// fsync and returned only once the writes stopped.
+func TestNonOwnerReadNotStarvedByWrites(t *testing.T) {
+	const limit = 300
+	for _, what := range []string{"ReadRowsAs", "PageDirAs"} {
+		t.Run(what, func(t *testing.T) {
+			e, fs, info, g := openFault(t, Options{}, testOwner)
+			chain := startWriteChain(t, e, fs, info.ID, g.Epoch, limit)
+			done := make(chan error, 1)
+			go func() {
+				var err error
+				if what == "ReadRowsAs" {
+					var data uint64
+					data, _, _, err = e.ReadRowsAs(testOwner+1, info.ID, 1, 1, nil)
+					if err == nil && data != 1 {
+						err = fmt.Errorf("row 64 missing: data %#x", data)
+					}
+				} else {
+					var pages []PageInfo
+					pages, _, err = e.PageDirAs(testOwner+1, info.ID, 0, 10, 0, nil)
+					if err == nil && len(pages) != 1 {
+						err = fmt.Errorf("%d pages", len(pages))
+					}
+				}
+				done <- err
+			}()
+			require.NoError(t, waitErr(t, done, what))
+			syncs := chain.end(t)
+			require.Less(t, syncs, limit, "the read returned only once the owner stopped writing")
+		})
+	}
 }
