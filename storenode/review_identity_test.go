@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -180,4 +181,88 @@ func TestServerFileLimitCountsEventLoops(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ErrFileLimit)
 	require.ErrorContains(t, err, "256 event loops")
+}
+
+// A checkpoint taken inside replay keeps the synced LSN the previous meta file proved: the
+// records up to it had been durable, and a bad one among them must stay corruption at the next
+// recovery, not a torn tail that drops acknowledged batches. Fails before the fix, whose
+// replay checkpoint published its own checkpoint LSN as the synced LSN.
+func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
+		CheckpointInterval: -1, CheckpointWALBytes: -1}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	require.NoError(t, err)
+
+	// Batches acknowledged while the checkpoint syncs its data file: the meta file's synced
+	// LSN covers them, its checkpoint LSN does not.
+	const n = 10
+	var once sync.Once
+	var hookErr error
+	fs.Inject(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSync && strings.Contains(op.Name, "table-") {
+			once.Do(func() {
+				done := make(chan error, 1)
+				go func() {
+					for i := range uint64(n) {
+						page := 10 + i
+						if _, err := e.CommitWait(batchOf(testOwner, 2+i, info.ID, g.Epoch, oneRow(info.ID, page*64, row64(page)))); err != nil {
+							done <- err
+							return
+						}
+					}
+					done <- nil
+				}()
+				hookErr = <-done
+			})
+		}
+		return nil
+	})
+	require.NoError(t, e.Checkpoint())
+	require.NoError(t, hookErr)
+	m, _, err := loadMeta(fs, "db")
+	require.NoError(t, err)
+	last := e.lastLSN
+	require.Equal(t, last, m.syncedLSN)
+	require.Less(t, m.ckptLSN+n-1, m.syncedLSN)
+
+	// stopNoCheckpoint makes the engine fail-stop (a checkpoint's data write fails), so Close
+	// publishes nothing more: the WAL after the checkpoint LSN stays to be replayed.
+	stopNoCheckpoint := func(e *Engine) {
+		fs.Inject(nil)
+		fs.SetFailAt(vfs.OpWrite, 1, nil)
+		require.Error(t, e.Checkpoint())
+		e.Close()
+		fs.ResetFaults()
+		fs.CrashKeepAll()
+	}
+	stopNoCheckpoint(e)
+
+	// Replay with a small cache checkpoints between records.
+	opts.CacheBytes = 32 << 10
+	e2, err := Open(opts)
+	require.NoError(t, err)
+	m2, _, err := loadMeta(fs, "db")
+	require.NoError(t, err)
+	require.Greater(t, m2.ckptLSN, m.ckptLSN, "replay checkpointed")
+	require.Less(t, m2.ckptLSN, last)
+	require.GreaterOrEqual(t, m2.syncedLSN, last, "the replay checkpoint keeps what the previous meta proved durable")
+	stopNoCheckpoint(e2)
+
+	// Bit rot in the last record, acknowledged and synced: corruption, never a torn tail.
+	names, err := fs.List("db/wal")
+	require.NoError(t, err)
+	seg := "db/wal/" + names[len(names)-1]
+	b, err := fs.ReadFile(seg)
+	require.NoError(t, err)
+	b[len(b)-48] ^= 0x10
+	require.NoError(t, fs.WriteFile(seg, b))
+	_, err = Open(opts)
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
 }
