@@ -204,10 +204,21 @@ func (s *remoteStore) pendingLocked() []*remoteCommit {
 	return out
 }
 
-// client returns the current connection, waiting while a reconnect is in progress.
+// client returns the current connection, waiting while a reconnect is in progress (for up
+// to a lease plus a margin, or RequestTimeout) or until ctx ends.
 func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dialing && s.dead == nil && !s.closed {
+		// Wake the wait below when ctx ends (the broadcast takes mu, so it cannot slip in
+		// between the check of ctx and the Wait).
+		stop := context.AfterFunc(ctx, func() {
+			s.mu.Lock()
+			s.changed.Broadcast()
+			s.mu.Unlock()
+		})
+		defer stop()
+	}
 	for s.dialing && s.dead == nil && !s.closed {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
