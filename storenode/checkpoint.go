@@ -135,6 +135,10 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	// after the sync all of them are durable.
 	acked := snap.ckptLSN
 	if replay {
+		// The WAL's recovery made the whole log durable before replay, and the previous
+		// meta file proved its synced LSN: keep it, or a bad record below it would pass
+		// for a torn tail at the next recovery.
+		acked = max(acked, e.recoveredSynced)
 		err = e.syncWALFiles()
 	} else {
 		acked = max(acked, e.durableThrough())

@@ -33,7 +33,9 @@ import (
 // the same batch (same hash) done reports its own LSN once that is durable; if not, it fails
 // with ErrSeqReused; a seq older than the dedup window fails with ErrUnknownOutcome. A batch
 // whose WAL write or fsync failed gets an error wrapping ErrUnknownOutcome and ErrFailStop:
-// it may be found after a restart.
+// it may be found after a restart. The dedup window is consulted before the fail-stop check: a
+// retry after a fail-stop gets the outcome of the batch it repeats (durable: its LSN; in
+// doubt: ErrUnknownOutcome), and only a batch never applied fails with a plain ErrFailStop.
 func (e *Engine) Commit(b *Batch, done func(lsn uint64, err error)) {
 	if err := e.commit(b, done); err != nil {
 		done(0, err)
@@ -62,9 +64,12 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	var gapDeadline time.Time
 	var stallStart time.Time
 	for {
-		if err := e.usable(); err != nil {
-			return err
+		if e.closed {
+			return ErrClosed
 		}
+		// The dedup window before the fail-stop check: a batch applied before the failure has
+		// the outcome it had (durable: acknowledged; its write failed: unknown), never the
+		// definite failure of a batch the failure kept out.
 		o := e.owners[b.Owner] // nil until the owner's first applied batch
 		if o != nil && b.Seq <= o.lastSeq {
 			lsn, err := o.retried(b, hash)
@@ -76,6 +81,9 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 			e.ackWhenDurable(lsn, done)
 			e.mu.Lock()
 			return nil
+		}
+		if err := e.failure(); err != nil {
+			return err
 		}
 		// Fences before any wait: a stale owner is rejected at once, never held back.
 		if err := e.checkBatch(b); err != nil {

@@ -55,6 +55,9 @@ type Engine struct {
 	lastLSN   uint64 // last LSN handed to the WAL
 	ckptLSN   uint64 // last published checkpoint LSN
 	ckptGen   uint64 // bumped when a checkpoint ends
+	// recoveredSynced is the synced LSN of the meta file Open loaded: every record up to it
+	// had been durable, which a checkpoint inside replay must keep proving.
+	recoveredSynced uint64
 	// walBytesAtCkpt is stats.walBytes when the last checkpoint started.
 	walBytesAtCkpt uint64
 	closed         bool
@@ -73,6 +76,9 @@ type Engine struct {
 
 	failMu  sync.Mutex
 	failErr error
+
+	// readBarriers counts the reads that waited for durability with mu held (read.go).
+	readBarriers atomic.Uint64
 
 	ckptReq chan struct{}
 	stop    chan struct{}

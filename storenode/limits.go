@@ -7,13 +7,14 @@ import (
 )
 
 // File descriptors. Each live table (and each dropped one until a checkpoint removes it) keeps
-// its data file open; every connection holds a socket; the WAL, the meta file, directory
-// syncs, the listener and the event loops need a few more (fileMargin). Go raises the soft
+// its data file open; every connection holds a socket; every gnet event loop (and the
+// acceptor's) holds an epoll instance and an eventfd (loopFiles); the WAL, the meta file,
+// directory syncs and the listener need a few more (fileMargin). Go raises the soft
 // RLIMIT_NOFILE to the hard limit at start, so that is the budget.
 //
 //   - At start a server refuses to run, with ErrFileLimit and the numbers, when its
-//     connections (MaxConns plus the refused ones it lingers on), its tables and the margin do
-//     not fit the limit.
+//     connections (MaxConns plus the refused ones it lingers on), its event loops, its tables
+//     and the margin do not fit the limit.
 //   - CreateTable refuses a table beyond Options.MaxTables (ErrTooManyTables), and a data
 //     file open that fails with EMFILE or ENFILE fails that CreateTable only, with
 //     ErrTooManyTables; the engine goes on. (Accepting a connection for want of descriptors is
@@ -31,16 +32,21 @@ func fileLimit() (uint64, error) {
 	return lim.Cur, nil
 }
 
-// checkFileLimit reports ErrFileLimit when conns connections, the engine's tables and the
-// margin do not fit limit descriptors.
-func (e *Engine) checkFileLimit(conns int, limit uint64) error {
+// loopFiles is the descriptors of loops gnet event loops: an epoll instance and an eventfd
+// each, and as many for the acceptor's loop.
+func loopFiles(loops int) int { return 2 * (loops + 1) }
+
+// checkFileLimit reports ErrFileLimit when conns connections, loops event loops, the engine's
+// tables and the margin do not fit limit descriptors.
+func (e *Engine) checkFileLimit(conns, loops int, limit uint64) error {
 	e.mu.Lock()
 	tables := len(e.tables) + len(e.dropped)
 	e.mu.Unlock()
-	need := uint64(conns) + uint64(tables) + fileMargin
+	need := uint64(conns) + uint64(loopFiles(loops)) + uint64(tables) + fileMargin
 	if need > limit {
-		return fmt.Errorf("%w: %d connections + %d tables + %d spare need %d file descriptors, RLIMIT_NOFILE is %d: "+
-			"raise the limit (ulimit -n, LimitNOFILE=) or lower --max-conns", ErrFileLimit, conns, tables, fileMargin, need, limit)
+		return fmt.Errorf("%w: %d connections + %d event loops (%d descriptors) + %d tables + %d spare need %d file descriptors, "+
+			"RLIMIT_NOFILE is %d: raise the limit (ulimit -n, LimitNOFILE=) or lower --max-conns",
+			ErrFileLimit, conns, loops, loopFiles(loops), tables, fileMargin, need, limit)
 	}
 	return nil
 }

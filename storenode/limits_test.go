@@ -58,5 +58,8 @@ func TestServerFileLimit(t *testing.T) {
 	require.ErrorContains(t, err, "RLIMIT_NOFILE is 1000")
 
 	// Exactly enough: it starts.
-	startServer(t, func(cfg *ServerConfig) { cfg.MaxConns, cfg.fileLimit = 100, 100+rejectLingerMax+fileMargin })
+	startServer(t, func(cfg *ServerConfig) {
+		cfg.MaxConns, cfg.EventLoops = 100, 2
+		cfg.fileLimit = 100 + rejectLingerMax + uint64(loopFiles(2)) + fileMargin
+	})
 }

@@ -37,7 +37,8 @@ func (e *Engine) ReadRows(tableID uint32, page, want uint64, dst []byte) (data, 
 // ReadRowsAs is ReadRows on behalf of reader (an owner id; 0 for a session without one): a
 // reader that is not the table's holder is served only durable rows: it waits until every
 // write to the page (the frame's LSN) is durable, which after a WAL failure ends with the
-// failure. Under writes to the same page that never pause, it may wait for several WAL syncs.
+// failure. Its wait is bounded: under writes to the same page that never pause, it waits for
+// at most readUnlockedWaits+1 WAL syncs, the last one holding back commits (waitReadDurable).
 func (e *Engine) ReadRowsAs(reader uint64, tableID uint32, page, want uint64, dst []byte) (data, clear uint64, out []byte, err error) {
 	return e.readRows(reader, false, tableID, page, want, dst)
 }
@@ -48,6 +49,7 @@ func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, wan
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	waits := 0
 	for {
 		if err := e.usable(); err != nil {
 			return 0, 0, dst, err
@@ -62,7 +64,7 @@ func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, wan
 		// until a checkpoint, which syncs the WAL first).
 		if cached && !trusted && !t.heldBy(reader) {
 			if lsn := e.cache.frames[id].lsn; lsn > e.durableThrough() {
-				if err := e.waitDurableUnlocked(lsn); err != nil {
+				if err := e.waitReadDurable(lsn, &waits); err != nil {
 					return 0, 0, dst, err
 				}
 				continue
@@ -173,6 +175,26 @@ func (e *Engine) readDiskPage(t *table, page uint64) (*[]byte, error) {
 // heldBy reports whether owner (nonzero) is t's holder. Caller holds mu.
 func (t *table) heldBy(owner uint64) bool { return owner != 0 && t.holder == owner }
 
+// readUnlockedWaits is how many times a read that is not its table's holder's waits for
+// durability with mu released before it waits with mu held (waitReadDurable).
+const readUnlockedWaits = 2
+
+// waitReadDurable is a non-holder read's wait until lsn (its page's or table's last write) is
+// durable; *waits counts the read's waits. The first readUnlockedWaits waits release mu, so
+// commits go on; but the owner may write the page again before every fsync returns, and the
+// read would wait for ever. Later waits keep mu: no commit can write the page meanwhile, so
+// the read is answered after at most one more WAL sync, and commits (and every other engine
+// call) pause for that sync. The WAL's goroutine never takes mu, so holding it cannot
+// deadlock. Caller holds mu; it is held again on return.
+func (e *Engine) waitReadDurable(lsn uint64, waits *int) error {
+	*waits++
+	if *waits <= readUnlockedWaits {
+		return e.waitDurableUnlocked(lsn)
+	}
+	e.readBarriers.Add(1)
+	return e.waitDurable(lsn)
+}
+
 // waitDurableUnlocked waits, with mu released, until lsn is durable. Caller holds mu; it is
 // held again on return.
 func (e *Engine) waitDurableUnlocked(lsn uint64) error {
@@ -203,7 +225,7 @@ func (e *Engine) PageDir(tableID uint32, lo, hi uint64, max int, dst []PageInfo)
 // PageDirAs is PageDir on behalf of reader (see ReadRowsAs): a reader that is not the table's
 // holder waits until the table's writes are durable (its last write's LSN), so it never lists
 // a row, or misses one, that a crash could take back. Under writes to the table that never
-// pause it may wait for several WAL syncs.
+// pause it waits for at most readUnlockedWaits+1 WAL syncs, as ReadRowsAs.
 func (e *Engine) PageDirAs(reader uint64, tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
 	return e.pageDir(reader, false, tableID, lo, hi, max, dst)
 }
@@ -219,6 +241,7 @@ func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uin
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var t *table
+	waits := 0
 	for {
 		if err := e.usable(); err != nil {
 			return dst, 0, err
@@ -229,7 +252,7 @@ func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uin
 		if trusted || t.heldBy(reader) || t.writeLSN <= e.durableThrough() {
 			break
 		}
-		if err := e.waitDurableUnlocked(t.writeLSN); err != nil {
+		if err := e.waitReadDurable(t.writeLSN, &waits); err != nil {
 			return dst, 0, err
 		}
 	}

@@ -54,6 +54,7 @@ func (e *Engine) recover() error {
 		}
 	}
 	e.ckptLSN, e.lastLSN, e.nextTable = m.ckptLSN, m.ckptLSN, m.nextTable
+	e.recoveredSynced = m.syncedLSN
 	for _, mt := range m.tables {
 		if err := e.loadTable(&mt); err != nil {
 			return err

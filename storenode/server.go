@@ -411,7 +411,7 @@ func (s *Server) checkFileLimit() error {
 			return err
 		}
 	}
-	return s.eng.checkFileLimit(s.cfg.MaxConns+rejectLingerMax, limit)
+	return s.eng.checkFileLimit(s.cfg.MaxConns+rejectLingerMax, s.cfg.EventLoops, limit)
 }
 
 // Addr reports the address the server listens on, or nil before Start.

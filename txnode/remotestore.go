@@ -204,7 +204,8 @@ func (s *remoteStore) pendingLocked() []*remoteCommit {
 	return out
 }
 
-// client returns the current connection, waiting while a reconnect is in progress.
+// client returns the current connection, waiting while a reconnect is in progress (for up
+// to a lease plus a margin, or RequestTimeout) or until ctx ends.
 func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -18,8 +18,9 @@ import (
 // its name). At the first bad record, at (file, offset) where LSN L was expected, it scans
 // forward in recordAlign steps through the rest of the log for a valid record whose
 // synced-through LSN is >= L: such a record proves L had been durable, so the log is corrupt
-// and Open fails, changing nothing. Otherwise the bad record is a torn tail: the segment is
-// truncated at the bad record and later segments are removed.
+// and Open fails, changing nothing. So does a later segment file: a segment is created only
+// after the one before it was synced. Otherwise the bad record, in the newest segment, is a
+// torn tail: the segment is truncated at the bad record.
 
 // readChunkBytes is how much recovery reads from a segment at a time.
 const readChunkBytes = 256 << 10
@@ -266,6 +267,13 @@ func (r *recovery) badRecord(i int, off int64, expected uint64, cause error) err
 	if expected <= r.w.opts.DurableThrough {
 		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d, at or below LSN %d, which was durable when the last checkpoint was published): %w",
 			r.path(i), off, expected, r.w.opts.DurableThrough, cause)
+	}
+	if i+1 < len(r.firsts) {
+		// A segment is created only after the one before it was synced through its end
+		// (roll), in every sync mode: its mere name proves the bad record had been durable.
+		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d expected): %w; "+
+			"segment %s exists, and a segment is made only after the one before it was synced, so the bad one had been durable",
+			r.path(i), off, expected, cause, segmentName(r.firsts[i+1]))
 	}
 	found, err := r.findCovering(i, off, expected)
 	if err != nil {

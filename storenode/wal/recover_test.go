@@ -120,18 +120,25 @@ func TestTornNewSegment(t *testing.T) {
 	}
 }
 
-// TestTornTailRemovesLaterSegments: a torn record followed by a later segment that holds no
-// valid record (its header only) is a torn tail; the later segment goes.
-func TestTornTailRemovesLaterSegments(t *testing.T) {
+// TestBadRecordBeforeLaterSegment: a bad record in a segment that has a later segment, even
+// one that holds no valid record (its header only, or nothing), is corruption, never a torn
+// tail: a segment is created only after the one before it was synced through its end (roll),
+// so the bad record had been durable and acknowledged. Found in review: recovery took it for
+// a torn tail, removed the later segment and dropped the acknowledged records.
+func TestBadRecordBeforeLaterSegment(t *testing.T) {
 	const n = 6
 	snap := buildLog(t, n, DefaultSegmentBytes)
 	name := segmentName(1)
 	start, _ := lastRecordSpan(snap[name], n)
 	hdr := make([]byte, segmentHeaderSize)
 	encodeSegmentHeader(hdr, n+1)
-	fs := snapshot{name: snap[name][:start+5], segmentName(n + 1): hdr}.restore(t)
-	requireTornTail(t, fs, n-1, "")
-	require.Equal(t, []string{name}, segments(t, fs))
+	for _, later := range [][]byte{hdr, hdr[:5], nil} {
+		requireCorrupt(t, snapshot{name: snap[name][:start+5], segmentName(n + 1): later}, Options{},
+			name, fmt.Sprintf("offset %d", start), segmentName(n+1))
+		b := bytes.Clone(snap[name])
+		b[start+recordHeaderSize] ^= 1
+		requireCorrupt(t, snapshot{name: b, segmentName(n + 1): later}, Options{}, name, fmt.Sprintf("offset %d", start))
+	}
 }
 
 func sortedNames(s snapshot) []string {

@@ -1,0 +1,177 @@
+package txnode
+
+import (
+	"context"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/storenode"
+)
+
+// Defects found in the hostile review of issue 10's work.
+
+// A call made while the remote store reconnects honours its context: it returns ctx's error
+// when the context ends, not when reconnecting ends (RequestTimeout, or a lease plus a margin
+// while the owner id is in use). Fails before the fix, where client() waited on the store's
+// condition without waking on the context.
+func TestRemoteCallDuringReconnectHonoursContext(t *testing.T) {
+	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	opts := Options{StoreAddr: addr, OwnerID: 77, RequestTimeout: 10 * time.Minute}.withDefaults()
+	st, err := dialStore(context.Background(), opts)
+	require.NoError(t, err)
+	rs := st.(*remoteStore)
+	t.Cleanup(func() { rs.Close() })
+	_, err = rs.CreateTable(context.Background(), "t", 64)
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Shutdown(context.Background())) // the store reconnects, in vain
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rs.mu.Lock()
+		dialing := rs.dialing
+		rs.mu.Unlock()
+		if dialing {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the store never started reconnecting")
+		runtime.Gosched()
+	}
+
+	// The context ends while the call waits for the new connection (a deadline, so the call
+	// is very likely waiting by then; if it is not, it sees the ended context at once).
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := rs.OpenTable(ctx, "t")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(20 * time.Second):
+		t.Fatal("OpenTable ignored its context while the store reconnects")
+	}
+}
+
+// stallProxy forwards TCP between a client and a storage node until stall is called; from
+// then on it forwards nothing (both sides stay open, as with a storage node hung in an
+// fsync) until release.
+type stallProxy struct {
+	ln      net.Listener
+	stalled atomic.Bool
+	release chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func startStallProxy(t *testing.T, target string) *stallProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &stallProxy{ln: ln, release: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go p.pipe(s, c)
+			go p.pipe(c, s)
+		}
+	}()
+	t.Cleanup(func() {
+		p.unstall()
+		p.ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if p.stalled.Load() {
+				<-p.release
+			}
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallProxy) unstall() {
+	if p.stalled.CompareAndSwap(true, false) {
+		close(p.release)
+	}
+}
+
+// DB.Close honours its context when a batch stays in flight (the storage node hangs with
+// its connection open): it returns once ctx ends, the batch with an unknown outcome. Fails on
+// the reviewed main, whose pipeline close waited for every batch in flight without looking
+// at ctx, for ever here. The fix belongs in pipeline.close (issue 9's files): wait for the
+// batches in flight with a context.AfterFunc that broadcasts p.room, and on ctx's end return
+// ctx.Err() and let store.Close fail the batches still in flight (ErrUnknownOutcome).
+//
+// Skipped until that fix lands (it is not this review's file to edit): run it with
+// WEFT_REVIEW_OPEN=1 to see it fail; remove the skip with the fix.
+func TestCloseHonoursContextWithBatchInFlight(t *testing.T) {
+	if os.Getenv("WEFT_REVIEW_OPEN") == "" {
+		t.Skip("open defect: pipeline.close ignores ctx with a batch in flight (fix in pipeline.go, issue 9)")
+	}
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	p := startStallProxy(t, addr)
+	db, err := Open(context.Background(), Options{StoreAddr: p.ln.Addr().String(), OwnerID: 78})
+	require.NoError(t, err)
+	tb, err := db.CreateTable(context.Background(), "t", 64)
+	require.NoError(t, err)
+	_, err = tb.Insert(context.Background(), row(1))
+	require.NoError(t, err)
+
+	p.stalled.Store(true)
+	ictx, icancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer icancel()
+	_, err = tb.Insert(ictx, row(2)) // its batch goes out and is never answered
+	require.Error(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close(ctx) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		p.unstall() // let Close finish, then fail
+		<-closed
+		t.Fatal("DB.Close ignored its context while a batch was in flight")
+	}
+}
