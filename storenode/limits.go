@@ -23,15 +23,6 @@ import (
 // fileMargin is the descriptors a storage node needs beside its tables and connections.
 const fileMargin = 64
 
-// fileLimit reports RLIMIT_NOFILE's soft limit.
-func fileLimit() (uint64, error) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, fmt.Errorf("storenode: read RLIMIT_NOFILE: %w", err)
-	}
-	return lim.Cur, nil
-}
-
 // loopFiles is the descriptors of loops gnet event loops: an epoll instance and an eventfd
 // each, and as many for the acceptor's loop.
 func loopFiles(loops int) int { return 2 * (loops + 1) }
