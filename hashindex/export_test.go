@@ -18,6 +18,13 @@ func SetSaltForTest(t interface{ Cleanup(func()) }, salt func() uint64) {
 	t.Cleanup(func() { newSalt = old })
 }
 
+// HoldDirForTest takes the directory refresh lock, as a refresh in progress would, and
+// returns its release.
+func (ix *Index) HoldDirForTest() func() {
+	ix.dirMu <- struct{}{}
+	return func() { <-ix.dirMu }
+}
+
 // InPrimaryForTest reports whether key is in its bucket's primary row (Lookup's fast path).
 func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error) {
 	row := make([]byte, ix.fmt.rowBytes)

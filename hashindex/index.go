@@ -352,13 +352,12 @@ func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 	if c := ix.dir.Load(); b < c.n {
 		return c.buckets[b], nil
 	}
-	// The refresh reads committed rows outside any transaction. Inside one it cannot use the
-	// transaction's context (a Tx does not expose it), so it waits at most the DB's own
-	// bounds (RequestTimeout, CacheWait); the rows it reads are the header and the directory
-	// tail, which every split reads too, so they are almost always cached.
+	// The refresh reads committed rows outside any transaction, under the transaction's
+	// context inside one; the rows it reads are the header and the directory tail, which
+	// every split reads too, so they are almost always cached.
 	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
+	if s.tx != nil {
+		ctx = s.tx.Context()
 	}
 	if err := ix.refresh(ctx); err != nil {
 		return 0, err
