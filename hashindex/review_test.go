@@ -2,7 +2,10 @@ package hashindex_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/corrupt"
 	"testing"
 	"time"
 
@@ -60,4 +63,32 @@ func TestTxDirectoryRefreshHonoursTxContext(t *testing.T) {
 		}
 	}
 	t.Fatal(errors.New("no key needed a refresh"))
+}
+
+// TestVerifyHugeBucketCount: a header whose checksum holds but whose bucket count is absurd
+// (a crafted or foreign row) is reported by Verify as corruption, never sized into an
+// allocation first.
+func TestVerifyHugeBucketCount(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, t.TempDir())
+	defer func() { db.Close(ctx) }()
+	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
+	require.NoError(t, err)
+	row := make([]byte, ix.Table().RowBytes())
+	var hdrID uint64
+	for r, err := range ix.Table().ScanAll(ctx) {
+		require.NoError(t, err)
+		hdrID = r.ID
+		break
+	}
+	require.NoError(t, ix.Table().Get(ctx, hdrID, row))
+	dirCap := uint64(len(row)-24) / 8
+	n := uint64(1) << 50
+	binary.LittleEndian.PutUint64(row[24:], n)
+	binary.LittleEndian.PutUint64(row[48:], (n+dirCap-1)/dirCap)
+	binary.LittleEndian.PutUint64(row[40:], binary.LittleEndian.Uint64(row[32:])+1) // tail != head
+	binary.LittleEndian.PutUint32(row[0:], checksum.Of(row[4:64]))
+	require.NoError(t, ix.Table().Put(ctx, hdrID, row))
+	_, err = ix.Verify(ctx)
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
 }

@@ -64,7 +64,7 @@ func (ix *Index) verifyTx(tx *txnode.Tx, st *Stats, entries map[string][]uint64)
 	}
 	// The directory.
 	n := hd.buckets
-	buckets := make([]uint64, 0, n)
+	buckets := make([]uint64, 0, min(n, 1<<16)) // grows with the rows read: n is not trusted yet
 	id := hd.dirHead
 	for d := range hd.dirRows {
 		if err := reached(id); err != nil {
