@@ -39,3 +39,13 @@ func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error)
 	}
 	return false, nil
 }
+
+// LoseSplitForTest makes the directory snapshot what it would be after a split whose
+// commit the index's table later lost (a WriteBack epoch the storage node refused, whose
+// cached state txnode dropped): one bucket more than committed, at row id lost, which does
+// not exist.
+func (ix *Index) LoseSplitForTest(lost uint64) {
+	c := ix.dir.Load()
+	b := append(c.buckets[:c.n:c.n], lost)
+	ix.dir.Store(&dirCache{n: c.n + 1, buckets: b, dirRows: c.dirRows})
+}

@@ -107,7 +107,7 @@ func Create(ctx context.Context, db *txnode.DB, name string, opts Options) (*Ind
 		// Nothing uses the table yet; an index without a header would only fail Open.
 		return nil, errors.Join(fmt.Errorf("hashindex: create %q: %w", name, err), db.DropTable(ctx, name))
 	}
-	if err := ix.refresh(ctx); err != nil {
+	if err := ix.refresh(ctx, false); err != nil {
 		return nil, err
 	}
 	return ix, nil
@@ -186,7 +186,7 @@ func Open(ctx context.Context, db *txnode.DB, name string) (*Index, error) {
 			}
 			ix := newIndex(db, table, h)
 			ix.headerID = r.ID
-			if err := ix.refresh(ctx); err != nil {
+			if err := ix.refresh(ctx, false); err != nil {
 				return nil, fmt.Errorf("hashindex: open %q: %w", name, err)
 			}
 			return ix, nil
@@ -279,7 +279,12 @@ func (ix *Index) readHeader(s src, row []byte) (header, error) {
 // refresh extends the directory snapshot to the committed header's bucket count, reading
 // (committed) rows one at a time: entries already cached never change, so only the last
 // cached directory row and the ones after it are read.
-func (ix *Index) refresh(ctx context.Context) error {
+//
+// With reset it reads the whole directory afresh and replaces the snapshot, even by a
+// shorter one: a snapshot can be ahead of the committed rows when a split committed in
+// WriteBack mode is lost with its epoch (txnode drops the cached state of a batch the
+// storage node refused), and its bucket then no longer exists.
+func (ix *Index) refresh(ctx context.Context, reset bool) error {
 	select {
 	case ix.dirMu <- struct{}{}:
 	case <-ctx.Done():
@@ -287,6 +292,9 @@ func (ix *Index) refresh(ctx context.Context) error {
 	}
 	defer func() { <-ix.dirMu }()
 	c := ix.dir.Load()
+	if reset {
+		c = &dirCache{}
+	}
 	bp := ix.buf()
 	defer ix.bufs.Put(bp)
 	row := *bp
@@ -359,7 +367,7 @@ func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 	if s.tx != nil {
 		ctx = s.tx.Context()
 	}
-	if err := ix.refresh(ctx); err != nil {
+	if err := ix.refresh(ctx, false); err != nil {
 		return 0, err
 	}
 	c := ix.dir.Load()
@@ -419,21 +427,27 @@ func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 // the one its split at the lowest level where h differs created.
 func (ix *Index) home(s src, h uint64, row []byte) (uint64, rowView, error) {
 	b, level := address(h, ix.dir.Load().n)
+	reset := false
 	for range levelMax + 1 {
-		id, err := ix.bucketID(s, b)
+		id, v, err := ix.primary(s, b, level, row)
 		if err != nil {
-			return 0, rowView{}, err
-		}
-		if err := ix.get(s, id, row); err != nil {
-			return 0, rowView{}, err
-		}
-		v, err := ix.fmt.decodeRow(row)
-		if err != nil {
-			return 0, rowView{}, fmt.Errorf("hashindex: table %q: bucket %d, row %d: %w", ix.t.Name(), b, id, err)
-		}
-		if v.kind != kindBucket || v.number != b || v.level < level {
-			return 0, rowView{}, corrupt.Errorf("hashindex: table %q: row %d (kind %d, bucket %d, level %d) is not bucket %d at level %d or more",
-				ix.t.Name(), id, v.kind, v.number, v.level, b, level)
+			if reset || !errors.Is(err, corrupt.ErrCorruption) {
+				return 0, rowView{}, err
+			}
+			// Perhaps a snapshot ahead of the committed rows (see refresh): read the
+			// directory afresh and start again once; corruption if it persists.
+			ctx := s.ctx
+			if s.tx != nil {
+				ctx = s.tx.Context()
+			}
+			reset = true
+			if rerr := ix.refresh(ctx, true); rerr != nil {
+				return 0, rowView{}, errors.Join(err, rerr)
+			}
+			b, level = address(h, ix.dir.Load().n)
+			if id, v, err = ix.primary(s, b, level, row); err != nil {
+				return 0, rowView{}, err
+			}
 		}
 		if mask(h, v.level) == b {
 			return id, v, nil
@@ -442,6 +456,27 @@ func (ix *Index) home(s src, h uint64, row []byte) (uint64, rowView, error) {
 		b, level = b|1<<j, j+1
 	}
 	return 0, rowView{}, corrupt.Errorf("hashindex: table %q: bucket levels do not end", ix.t.Name())
+}
+
+// primary reads the primary row of bucket b into row and checks that it is that bucket, at
+// level or more.
+func (ix *Index) primary(s src, b uint64, level uint8, row []byte) (uint64, rowView, error) {
+	id, err := ix.bucketID(s, b)
+	if err != nil {
+		return 0, rowView{}, err
+	}
+	if err := ix.get(s, id, row); err != nil {
+		return 0, rowView{}, err
+	}
+	v, err := ix.fmt.decodeRow(row)
+	if err != nil {
+		return 0, rowView{}, fmt.Errorf("hashindex: table %q: bucket %d, row %d: %w", ix.t.Name(), b, id, err)
+	}
+	if v.kind != kindBucket || v.number != b || v.level < level {
+		return 0, rowView{}, corrupt.Errorf("hashindex: table %q: row %d (kind %d, bucket %d, level %d) is not bucket %d at level %d or more",
+			ix.t.Name(), id, v.kind, v.number, v.level, b, level)
+	}
+	return id, v, nil
 }
 
 // entry returns entry i of a bucket or overflow row's body.
