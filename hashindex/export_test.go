@@ -1,6 +1,9 @@
 package hashindex
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // EntriesForTest verifies the index and returns every key's ids.
 func (ix *Index) EntriesForTest(ctx context.Context) (Stats, map[string][]uint64, error) {
@@ -47,5 +50,5 @@ func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error)
 func (ix *Index) LoseSplitForTest(lost uint64) {
 	c := ix.dir.Load()
 	b := append(c.buckets[:c.n:c.n], lost)
-	ix.dir.Store(&dirCache{n: c.n + 1, buckets: b, dirRows: c.dirRows})
+	ix.dir.Store(&dirCache{n: c.n + 1, buckets: b, dirRows: c.dirRows, checked: make([]atomic.Uint64, c.n+1)})
 }
