@@ -165,8 +165,8 @@
 // the ~78 ns of the 512 case go (profile): ~42 ns txnode's Get of the 256-byte bucket row
 // (four times the 64-byte row's bytes, copied with atomic loads: alone 1.8x the Get it is
 // compared with), ~7 ns the key's hash (~11 ns in the profile), ~9 ns the memo word (an
-// xor fold of ~30 words), ~10 ns the directory slot (an L2 miss for 8,828 buckets), the row's checks and the key
-// comparisons, ~3 ns zeroing the stack buffer. The 2x goal needs the bucket row Get itself to
+// xor fold of ~30 words), ~10 ns the directory slot (an L2 miss for 8,828 buckets), the
+// row's checks and the key comparisons, ~3 ns zeroing the stack buffer. The 2x goal needs the bucket row Get itself to
 // shrink: a txnode Get of part of a row (the 24-byte header and the entries in use), or a
 // zero-copy read of the cached row under its version; both are txnode API, out of this
 // package's reach. A smaller default row (128 bytes: 4 entries of 16-byte keys) would make
