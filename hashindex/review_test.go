@@ -175,3 +175,29 @@ func TestFastPathCatchesFlippedBit(t *testing.T) {
 	}
 	require.NotZero(t, damaged)
 }
+
+// TestUseAfterClose: every operation of an index whose DB is closed fails with
+// txnode.ErrClosed, not a panic or a claim of corruption.
+func TestUseAfterClose(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, t.TempDir())
+	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 8})
+	require.NoError(t, err)
+	for i := range 100 {
+		require.NoError(t, ix.Insert(ctx, key8(i%7), uint64(i)+1))
+	}
+	require.NoError(t, db.Close(ctx))
+	for i := range 7 {
+		_, err := ix.Lookup(ctx, key8(i))
+		require.ErrorIs(t, err, txnode.ErrClosed)
+		require.ErrorIs(t, ix.Insert(ctx, key8(i), 1000), txnode.ErrClosed)
+		require.ErrorIs(t, ix.Delete(ctx, key8(i), 1), txnode.ErrClosed)
+		for _, err := range ix.IDs(ctx, key8(i)) {
+			require.ErrorIs(t, err, txnode.ErrClosed)
+		}
+	}
+	_, err = ix.Verify(ctx)
+	require.ErrorIs(t, err, txnode.ErrClosed)
+	_, err = ix.Lookup(ctx, nil)
+	require.ErrorIs(t, err, hashindex.ErrKeySize)
+}
