@@ -82,7 +82,10 @@
 // # Cost
 //
 // A lookup reads one bucket row in the common case: the key's primary row, copied by
-// txnode's lock-free Get, checksummed over its header and entries, and searched. The
+// txnode's lock-free Get into a stack buffer and searched. Its CRC32C is checked the first
+// time an Index reads it (and after every change); later cache hits compare a cheap xor
+// fold of the row with the one recorded then instead (docs/hashindex.md, "The cache-hit
+// path", argues why that is enough; write an index's table only through this package). The
 // default row (DefaultRowBytes) is the smallest multiple of a 64-byte cache line holding 8
 // entries: 256 bytes for 16-byte keys (9 entries), 128 for 4-byte ones (8). Smaller rows
 // overflow more often (a second row read, and a transaction); larger ones make every lookup
@@ -141,28 +144,31 @@
 //
 // # Measured
 //
-// 2-core dev machine (AMD EPYC, linux/amd64, go1.26.8), 2026-12-01, shared with three other
-// jobs (load average 4): medians of 3, a 64-byte players table of 50,000 rows and a unique
-// index of their 16-byte names (default 256-byte bucket rows, 9 entries a row; 8,828 buckets,
-// 717 overflow rows, 92% of buckets one row), every row in txnode's cache, one goroutine:
+// 2-core dev machine (AMD EPYC, linux/amd64, go1.26.8), 2026-12-01, shared with other jobs:
+// a 64-byte players table of 50,000 rows and a unique index of their 16-byte names (default
+// 256-byte bucket rows, 9 entries a row; 8,828 buckets, 717 overflow rows, 92% of buckets one
+// row), every row in txnode's cache, one goroutine:
 //
-//	go test ./hashindex -run '^$' -bench Lookup -benchmem -count 3
+//	go test ./hashindex -run '^$' -bench 'Lookup/rows=512/op=(Get|Lookup)$' -benchmem -count 3
+//	(the binaries of 052cc2b and of the fast path, alternated in one run, load average ~2)
 //
-//	keys looked up among     row Get     Lookup            TxLookup (in View)   allocs
-//	512 (all in L2)          23 ns       139 ns  (6.0x)    210 ns               0
-//	4,096                    26 ns       155 ns  (6.0x)    217 ns               0
-//	50,000 (uniform)         40 ns       230 ns  (5.7x)    259 ns               0 (*)
+//	keys looked up among     row Get     Lookup before        Lookup now           allocs
+//	512 (all in L2)          23.5 ns     128.6 ns  (5.5x)     78.4 ns  (3.3x)      0
+//	4,096 (*)                25.3 ns     151 ns    (6.0x)     109 ns   (4.3x)      0
+//	50,000 (uniform) (*)     42.6 ns     242 ns    (5.7x)     209 ns   (4.9x)      0 (**)
 //
-//	(*) Lookup's 9 B/op average is the read-only transaction of keys in overflow rows.
+//	(*)  5-run medians, -bench 'Lookup/rows=(512|4096|50000)/op=(Get|Lookup)$', measured
+//	     before the fold loop was unrolled (512 keys: 88 ns then).
+//	(**) Lookup's ~24 B/op average is the read-only transaction of keys in overflow rows.
 //
-// The goal, a lookup within 2x of a row Get, is not met: about 6x. A profile of the 512 case
-// puts the Lookup's ~140 ns at 46 ns for txnode's Get of the 256-byte bucket row (itself 2x
-// the 64-byte row's Get: four times the bytes, copied with atomic loads), 23 ns for the
-// row's CRC32C (about 170 bytes summed), 15 ns for the rest of the decoder's checks, 11 ns
-// for the pooled buffer (the CRC makes the buffer escape, so it cannot live on the stack),
-// 5 ns for the hash, and ~35 ns for the addressing and the key comparisons. What would close
-// the gap: a txnode Get of part of a row (the 24-byte header and the entries in use) and a
-// checksum-free read path (the storage node already checksums every disk page); neither was
-// taken, since the first needs txnode API and the second gives up catching a damaged or
-// foreign row in the cache.
+// The goal, a lookup within 2x of a row Get, is not met: about 3.3x in L2, 4-5x beyond. Where
+// the ~78 ns of the 512 case go (profile): ~42 ns txnode's Get of the 256-byte bucket row
+// (four times the 64-byte row's bytes, copied with atomic loads: alone 1.8x the Get it is
+// compared with), ~7 ns the key's hash (~11 ns in the profile), ~9 ns the memo word (an
+// xor fold of ~30 words), ~10 ns the directory slot (an L2 miss for 8,828 buckets), the
+// row's checks and the key comparisons, ~3 ns zeroing the stack buffer. The 2x goal needs the bucket row Get itself to
+// shrink: a txnode Get of part of a row (the 24-byte header and the entries in use), or a
+// zero-copy read of the cached row under its version; both are txnode API, out of this
+// package's reach. A smaller default row (128 bytes: 4 entries of 16-byte keys) would make
+// overflow rows, and their read-only transactions, common.
 package hashindex

@@ -1,6 +1,9 @@
 package hashindex
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // EntriesForTest verifies the index and returns every key's ids.
 func (ix *Index) EntriesForTest(ctx context.Context) (Stats, map[string][]uint64, error) {
@@ -18,6 +21,13 @@ func SetSaltForTest(t interface{ Cleanup(func()) }, salt func() uint64) {
 	t.Cleanup(func() { newSalt = old })
 }
 
+// HoldDirForTest takes the directory refresh lock, as a refresh in progress would, and
+// returns its release.
+func (ix *Index) HoldDirForTest() func() {
+	ix.dirMu <- struct{}{}
+	return func() { <-ix.dirMu }
+}
+
 // InPrimaryForTest reports whether key is in its bucket's primary row (Lookup's fast path).
 func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error) {
 	row := make([]byte, ix.fmt.rowBytes)
@@ -31,4 +41,14 @@ func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error)
 		}
 	}
 	return false, nil
+}
+
+// LoseSplitForTest makes the directory snapshot what it would be after a split whose
+// commit the index's table later lost (a WriteBack epoch the storage node refused, whose
+// cached state txnode dropped): one bucket more than committed, at row id lost, which does
+// not exist.
+func (ix *Index) LoseSplitForTest(lost uint64) {
+	c := ix.dir.Load()
+	b := append(c.buckets[:c.n:c.n], lost)
+	ix.dir.Store(&dirCache{n: c.n + 1, buckets: b, dirRows: c.dirRows, checked: make([]atomic.Uint64, c.n+1)})
 }

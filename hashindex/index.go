@@ -65,13 +65,58 @@ type Index struct {
 	bufs  sync.Pool                // *[]byte of the row size
 }
 
+// memoWord is what dirCache.checked holds for a primary row id whose bytes are row: the
+// xor of the row's 8-byte words up to the end of its entries (its checksum field among
+// them), mixed with the id and the salt. Any change of an odd number of bits at some bit
+// position of those words (one flipped bit, say) changes it; it is 0 (an unverified slot)
+// only by a 2^-64 chance. About a fifth of the cost of the row's CRC32C.
+func (ix *Index) memoWord(id uint64, row []byte) uint64 {
+	end := rowHeaderBytes + int(binary.LittleEndian.Uint16(row[6:]))*ix.fmt.entryBytes
+	end = min(len(row), (end+7)&^7)
+	var x0, x1, x2, x3 uint64
+	w := row[:end]
+	for len(w) >= 32 {
+		x0 ^= binary.LittleEndian.Uint64(w)
+		x1 ^= binary.LittleEndian.Uint64(w[8:])
+		x2 ^= binary.LittleEndian.Uint64(w[16:])
+		x3 ^= binary.LittleEndian.Uint64(w[24:])
+		w = w[32:]
+	}
+	for len(w) >= 8 {
+		x2 ^= binary.LittleEndian.Uint64(w)
+		w = w[8:]
+	}
+	x0 ^= x2
+	x1 ^= x3
+	return x0 ^ bits.RotateLeft64(x1, 32) ^ id*0x9E3779B97F4A7C15 ^ (ix.fmt.salt | 1)
+}
+
+// memoize records that row, bucket b's primary row id, passed every check (its checksum
+// included).
+func (ix *Index) memoize(b, id uint64, row []byte) {
+	c := ix.dir.Load()
+	if b >= c.n || c.buckets[b] != id {
+		return // a bucket of an uncommitted split, or a snapshot replaced since
+	}
+	w := ix.memoWord(id, row)
+	if sl := &c.checked[b]; sl.Load() != w {
+		sl.Store(w)
+	}
+}
+
 // dirCache is a snapshot of the committed directory: buckets [0, n) and their primary row
 // ids, which never change once committed (buckets are never removed or moved), so a snapshot
-// is never wrong, only short. Refreshes append to the slices beyond every published length.
+// is never wrong, only short (or, after a lost WriteBack epoch, ahead: see refresh). Refreshes
+// append to the slices beyond every published length.
 type dirCache struct {
 	n       uint64
 	buckets []uint64 // primary row id of bucket b
 	dirRows []uint64 // row id of directory row d
+	// checked[b] is memoWord of bucket b's primary row as last verified (0: never): Lookup's
+	// fast path skips the checksum of a row whose memoWord is the one verified for it.
+	// len(checked) >= n; it grows by doubling (its words copied), shared by the snapshots
+	// of one length.
+	checked []atomic.Uint64
 }
 
 // Create creates the index's table (named name, of the bucket row size) and writes an empty
@@ -107,7 +152,7 @@ func Create(ctx context.Context, db *txnode.DB, name string, opts Options) (*Ind
 		// Nothing uses the table yet; an index without a header would only fail Open.
 		return nil, errors.Join(fmt.Errorf("hashindex: create %q: %w", name, err), db.DropTable(ctx, name))
 	}
-	if err := ix.refresh(ctx); err != nil {
+	if err := ix.refresh(ctx, false); err != nil {
 		return nil, err
 	}
 	return ix, nil
@@ -186,7 +231,7 @@ func Open(ctx context.Context, db *txnode.DB, name string) (*Index, error) {
 			}
 			ix := newIndex(db, table, h)
 			ix.headerID = r.ID
-			if err := ix.refresh(ctx); err != nil {
+			if err := ix.refresh(ctx, false); err != nil {
 				return nil, fmt.Errorf("hashindex: open %q: %w", name, err)
 			}
 			return ix, nil
@@ -279,7 +324,12 @@ func (ix *Index) readHeader(s src, row []byte) (header, error) {
 // refresh extends the directory snapshot to the committed header's bucket count, reading
 // (committed) rows one at a time: entries already cached never change, so only the last
 // cached directory row and the ones after it are read.
-func (ix *Index) refresh(ctx context.Context) error {
+//
+// With reset it reads the whole directory afresh and replaces the snapshot, even by a
+// shorter one: a snapshot can be ahead of the committed rows when a split committed in
+// WriteBack mode is lost with its epoch (txnode drops the cached state of a batch the
+// storage node refused), and its bucket then no longer exists.
+func (ix *Index) refresh(ctx context.Context, reset bool) error {
 	select {
 	case ix.dirMu <- struct{}{}:
 	case <-ctx.Done():
@@ -287,6 +337,9 @@ func (ix *Index) refresh(ctx context.Context) error {
 	}
 	defer func() { <-ix.dirMu }()
 	c := ix.dir.Load()
+	if reset {
+		c = &dirCache{}
+	}
 	bp := ix.buf()
 	defer ix.bufs.Put(bp)
 	row := *bp
@@ -341,7 +394,14 @@ func (ix *Index) refresh(ctx context.Context) error {
 		}
 		id, d = v.next, d+1
 	}
-	ix.dir.Store(&dirCache{n: h.buckets, buckets: buckets, dirRows: dirRows})
+	checked := c.checked
+	if uint64(len(checked)) < h.buckets {
+		checked = make([]atomic.Uint64, max(2*uint64(len(checked)), h.buckets))
+		for i := range c.checked {
+			checked[i].Store(c.checked[i].Load())
+		}
+	}
+	ix.dir.Store(&dirCache{n: h.buckets, buckets: buckets, dirRows: dirRows, checked: checked})
 	return nil
 }
 
@@ -352,15 +412,14 @@ func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 	if c := ix.dir.Load(); b < c.n {
 		return c.buckets[b], nil
 	}
-	// The refresh reads committed rows outside any transaction. Inside one it cannot use the
-	// transaction's context (a Tx does not expose it), so it waits at most the DB's own
-	// bounds (RequestTimeout, CacheWait); the rows it reads are the header and the directory
-	// tail, which every split reads too, so they are almost always cached.
+	// The refresh reads committed rows outside any transaction, under the transaction's
+	// context inside one; the rows it reads are the header and the directory tail, which
+	// every split reads too, so they are almost always cached.
 	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
+	if s.tx != nil {
+		ctx = s.tx.Context()
 	}
-	if err := ix.refresh(ctx); err != nil {
+	if err := ix.refresh(ctx, false); err != nil {
 		return 0, err
 	}
 	c := ix.dir.Load()
@@ -420,21 +479,27 @@ func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 // the one its split at the lowest level where h differs created.
 func (ix *Index) home(s src, h uint64, row []byte) (uint64, rowView, error) {
 	b, level := address(h, ix.dir.Load().n)
+	reset := false
 	for range levelMax + 1 {
-		id, err := ix.bucketID(s, b)
+		id, v, err := ix.primary(s, b, level, row)
 		if err != nil {
-			return 0, rowView{}, err
-		}
-		if err := ix.get(s, id, row); err != nil {
-			return 0, rowView{}, err
-		}
-		v, err := ix.fmt.decodeRow(row)
-		if err != nil {
-			return 0, rowView{}, fmt.Errorf("hashindex: table %q: bucket %d, row %d: %w", ix.t.Name(), b, id, err)
-		}
-		if v.kind != kindBucket || v.number != b || v.level < level {
-			return 0, rowView{}, corrupt.Errorf("hashindex: table %q: row %d (kind %d, bucket %d, level %d) is not bucket %d at level %d or more",
-				ix.t.Name(), id, v.kind, v.number, v.level, b, level)
+			if reset || !errors.Is(err, corrupt.ErrCorruption) {
+				return 0, rowView{}, err
+			}
+			// Perhaps a snapshot ahead of the committed rows (see refresh): read the
+			// directory afresh and start again once; corruption if it persists.
+			ctx := s.ctx
+			if s.tx != nil {
+				ctx = s.tx.Context()
+			}
+			reset = true
+			if rerr := ix.refresh(ctx, true); rerr != nil {
+				return 0, rowView{}, errors.Join(err, rerr)
+			}
+			b, level = address(h, ix.dir.Load().n)
+			if id, v, err = ix.primary(s, b, level, row); err != nil {
+				return 0, rowView{}, err
+			}
 		}
 		if mask(h, v.level) == b {
 			return id, v, nil
@@ -443,6 +508,79 @@ func (ix *Index) home(s src, h uint64, row []byte) (uint64, rowView, error) {
 		b, level = b|1<<j, j+1
 	}
 	return 0, rowView{}, corrupt.Errorf("hashindex: table %q: bucket levels do not end", ix.t.Name())
+}
+
+// primary reads the primary row of bucket b into row and checks that it is that bucket, at
+// level or more.
+func (ix *Index) primary(s src, b uint64, level uint8, row []byte) (uint64, rowView, error) {
+	id, err := ix.bucketID(s, b)
+	if err != nil {
+		return 0, rowView{}, err
+	}
+	if err := ix.get(s, id, row); err != nil {
+		return 0, rowView{}, err
+	}
+	v, err := ix.fmt.decodeRow(row)
+	if err != nil {
+		return 0, rowView{}, fmt.Errorf("hashindex: table %q: bucket %d, row %d: %w", ix.t.Name(), b, id, err)
+	}
+	if v.kind != kindBucket || v.number != b || v.level < level {
+		return 0, rowView{}, corrupt.Errorf("hashindex: table %q: row %d (kind %d, bucket %d, level %d) is not bucket %d at level %d or more",
+			ix.t.Name(), id, v.kind, v.number, v.level, b, level)
+	}
+	ix.memoize(b, id, row)
+	return id, v, nil
+}
+
+// fastRowBytes is the largest row Lookup's fast path reads into a stack buffer: the
+// default row of keys up to 16 bytes.
+const fastRowBytes = 256
+
+// fastResult is what Lookup's fast path found.
+type fastResult uint8
+
+const (
+	fastSlow   fastResult = iota // anything unusual: the general path decides
+	fastFound                    // the key, in its bucket's primary row
+	fastAbsent                   // not in its bucket, which has no overflow rows
+	fastChain                    // not in the primary row, which has overflow rows
+)
+
+// lookupFast is Lookup's cache-hit path: the primary row of h's bucket, by the directory
+// snapshot, read into row (on the caller's stack: nothing here makes it escape) and searched
+// when its memoWord is the one recorded when the general path last verified it
+// (dirCache.checked) and its fields are those of the bucket. Anything else (a row not yet verified, a bucket split since the
+// snapshot, an error) returns fastSlow, and the general path reads the row again and
+// checks it all.
+func (ix *Index) lookupFast(ctx context.Context, h uint64, key, row []byte) (uint64, fastResult) {
+	c := ix.dir.Load()
+	b, level := address(h, c.n)
+	if b >= uint64(len(c.buckets)) {
+		return 0, fastSlow
+	}
+	rid := c.buckets[b]
+	if ix.t.Get(ctx, rid, row) != nil {
+		return 0, fastSlow
+	}
+	if c.checked[b].Load() != ix.memoWord(rid, row) {
+		return 0, fastSlow
+	}
+	lv, count := row[5], int(binary.LittleEndian.Uint16(row[6:]))
+	if row[4] != kindBucket || lv < level || lv > levelMax || count > ix.entries ||
+		binary.LittleEndian.Uint64(row[8:]) != b || mask(h, lv) != b {
+		return 0, fastSlow
+	}
+	e, kb := ix.fmt.entryBytes, ix.fmt.keyBytes
+	body := row[rowHeaderBytes : rowHeaderBytes+count*e]
+	for off := 0; off+e <= len(body); off += e {
+		if string(body[off:off+kb]) == string(key) {
+			return binary.LittleEndian.Uint64(body[off+kb:]), fastFound
+		}
+	}
+	if binary.LittleEndian.Uint64(row[16:]) == noRow {
+		return 0, fastAbsent
+	}
+	return 0, fastChain
 }
 
 // entry returns entry i of a bucket or overflow row's body.
@@ -503,14 +641,25 @@ func (ix *Index) Lookup(ctx context.Context, key []byte) (uint64, error) {
 		return 0, err
 	}
 	h := keyHash(ix.fmt.salt, key)
+	// The home row is one committed state of the bucket: a key found in it was indexed at
+	// that moment, and so was a key missing from a bucket without overflow rows.
+	if ix.fmt.rowBytes <= fastRowBytes {
+		var a [fastRowBytes]byte
+		switch id, r := ix.lookupFast(ctx, h, key, a[:ix.fmt.rowBytes]); r {
+		case fastFound:
+			return id, nil
+		case fastAbsent:
+			return 0, ErrNotFound
+		case fastChain:
+			return ix.lookupTx(ctx, key)
+		}
+	}
 	bp := ix.buf()
 	defer ix.bufs.Put(bp)
 	_, v, err := ix.home(src{ctx: ctx}, h, *bp)
 	if err != nil {
 		return 0, err
 	}
-	// The home row is one committed state of the bucket: a key found in it was indexed at
-	// that moment, and so was a key missing from a bucket without overflow rows.
 	for i := range v.count {
 		if k, id := ix.entry(v.body, i); bytes.Equal(k, key) {
 			return id, nil
@@ -519,8 +668,13 @@ func (ix *Index) Lookup(ctx context.Context, key []byte) (uint64, error) {
 	if v.next == noRow {
 		return 0, ErrNotFound
 	}
-	// A chain of rows: read it in a read-only transaction, retried on conflict like View
-	// (without View's closure, which would allocate).
+	return ix.lookupTx(ctx, key)
+}
+
+// lookupTx is Lookup of a key whose bucket has overflow rows: the chain is read in a
+// read-only transaction, retried on conflict like View (without View's closure, which would
+// allocate).
+func (ix *Index) lookupTx(ctx context.Context, key []byte) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		tx, err := ix.db.Begin(ctx, false)
 		if err != nil {

@@ -26,6 +26,11 @@ import (
 // case) and writes one row; an entry that does not fit the bucket's primary row goes to an
 // overflow row (a new one when the chain is full) and splits the next bucket in
 // linear-hashing order, in the same transaction.
+//
+// ErrUniqueViolation, ErrEntryExists and ErrKeySize leave tx unchanged. Any other error may
+// leave the index's writes in tx partial: the transaction must be rolled back, never
+// committed (DB.Update rolls back when its closure returns the error). The same holds for
+// TxDelete, whose ErrNotFound and ErrKeySize leave tx unchanged.
 func (ix *Index) TxInsert(tx *txnode.Tx, key []byte, id uint64) error {
 	if err := ix.checkKey(key); err != nil {
 		return err

@@ -64,7 +64,7 @@ func (ix *Index) verifyTx(tx *txnode.Tx, st *Stats, entries map[string][]uint64)
 	}
 	// The directory.
 	n := hd.buckets
-	buckets := make([]uint64, 0, n)
+	buckets := make([]uint64, 0, min(n, 1<<16)) // grows with the rows read: n is not trusted yet
 	id := hd.dirHead
 	for d := range hd.dirRows {
 		if err := reached(id); err != nil {
@@ -91,9 +91,14 @@ func (ix *Index) verifyTx(tx *txnode.Tx, st *Stats, entries map[string][]uint64)
 	}
 	// Every bucket.
 	L := uint8(bits.Len64(n) - 1)
+	// Every entry of a key is in one bucket's chain (checked below), so duplicates are looked
+	// for per chain: the sets hold one chain at a time, not the whole index.
 	keys := map[string]bool{}
 	pairs := map[string]bool{}
+	pair := make([]byte, ix.fmt.keyBytes+8)
 	for b, bid := range buckets {
+		clear(keys)
+		clear(pairs)
 		level := L
 		if uint64(b) < n-1<<L || uint64(b) >= 1<<L {
 			level = L + 1
@@ -127,11 +132,12 @@ func (ix *Index) verifyTx(tx *txnode.Tx, st *Stats, entries map[string][]uint64)
 				if mask(keyHash(ix.fmt.salt, k), level) != uint64(b) {
 					return false, corrupt.Errorf("hashindex: table %q: bucket %d holds a key of another bucket", name, b)
 				}
-				pair := string(k) + string(binary.LittleEndian.AppendUint64(nil, eid))
-				if pairs[pair] || ix.unique && keys[string(k)] {
+				copy(pair, k)
+				binary.LittleEndian.PutUint64(pair[len(k):], eid)
+				if pairs[string(pair)] || ix.unique && keys[string(k)] {
 					return false, corrupt.Errorf("hashindex: table %q: bucket %d holds a duplicate entry", name, b)
 				}
-				pairs[pair], keys[string(k)] = true, true
+				pairs[string(pair)], keys[string(k)] = true, true
 				st.Entries++
 				if entries != nil {
 					entries[string(k)] = append(entries[string(k)], eid)

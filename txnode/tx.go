@@ -726,3 +726,14 @@ func wordsAsBytes(w []uint64) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), len(w)*8)
 }
+
+// Context returns the context the transaction was begun with (DB.Update's, View's, Begin's,
+// Session.Go's): code that runs inside a Tx, such as a composite structure's waits, honours
+// it. After the transaction ends it returns context.Background(). Called by the goroutine
+// running the Tx.
+func (tx *Tx) Context() context.Context {
+	if tx.ctx == nil {
+		return context.Background()
+	}
+	return tx.ctx
+}
