@@ -415,7 +415,12 @@ func rowLocked(db *DB, tb *Table, id uint64) bool {
 func holdInsert(t *testing.T, db *DB, store *gatedCommitStore, x *Table, ids []uint64) (uint64, chan error) {
 	t.Helper()
 	ctx := context.Background()
-	store.armed.Store(true)
+	// Nothing dirty before the held epoch: the inserts before ran the flusher at the epoch
+	// bound, so an epoch of theirs could be held with some of their rows still dirty, and the
+	// Puts below would wait in add for ever (seen under -race in CI).
+	require.NoError(t, db.pipe.flush(ctx))
+	store.armed.Store(true)                                // then the next epoch is held:
+	require.NoError(t, x.Put(ctx, ids[0], u64Row(64, 99))) // this row's, however it is cut
 	db.pipe.flushSoon()
 	recvWithin(t, store.entered, "the flusher in Commit")
 	for i := range 3 {
