@@ -3,7 +3,6 @@ package storenode
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"path"
 	"strconv"
 	"strings"
@@ -144,10 +143,7 @@ func (e *Engine) loadTable(mt *metaTable) error {
 			return corrupt.Errorf("storenode: meta: table %d: disk page %d mapped twice", t.id, ent.disk-1)
 		}
 		t.used.Set(uint64(ent.disk - 1))
-		base := uint64(page) * logicpage.RowsPerPage
-		for m := ent.present; m != 0; m &= m - 1 {
-			t.rows.Set(base + uint64(bits.TrailingZeros64(m)))
-		}
+		t.rows.SetWord(uint64(page), ent.present) // a page's present mask is one leaf word
 	}
 	return nil
 }
