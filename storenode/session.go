@@ -41,9 +41,10 @@ type session struct {
 
 	// Admission, guarded by srv.mu.
 	hsPrev, hsNext *session
-	inHandshake    bool // counted among the handshaking connections
-	countedAuthed  bool // counted among the authenticated sessions
-	lingering      bool // counted among the refused connections kept open
+	inHandshake    bool  // counted among the handshaking connections
+	hsStage        uint8 // how far its handshake got: the eviction order (hsFresh...)
+	countedAuthed  bool  // counted among the authenticated sessions
+	lingering      bool  // counted among the refused connections kept open
 
 	// The loop's own fields.
 	state       sessionState
@@ -461,6 +462,7 @@ func (s *session) hello(f sgio.Frame) bool {
 	r := s.srv.hello
 	r.Nonce = s.serverNonce
 	s.state = stateAuth
+	s.srv.setHandshakeStage(s, hsHelloed)
 	s.replyLoop(f.ID, &r)
 	return true
 }
@@ -477,6 +479,7 @@ func (s *session) auth(f sgio.Frame) bool {
 	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, a.Proof); err != nil {
 		s.srv.counters.authFailures.Add(1)
 		s.state = stateFailed
+		s.srv.setHandshakeStage(s, hsFailed)
 		s.srv.refusalLog(s, "storenode: authentication failed", err)
 		id := f.ID
 		s.mu.Lock()

@@ -1,0 +1,79 @@
+package storenode
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// Tests of the review of the hostile-client work (issue 11): each fails on the code before
+// its fix.
+
+// waitFor waits, bounded, until cond holds: for server-side progress that nothing on the
+// wire shows.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(srvTestTimeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, srvTestTimeout)
+		}
+		<-tick.C
+	}
+}
+
+// Found in review: evicting the oldest handshaking connection let a flood of sockets that
+// send nothing, from 127.0.0.1 like every transaction node, evict a client in the middle of
+// its handshake: MaxHandshakesPerSource idle connects during its last round trip were
+// enough, at any rate. Now an idle socket, or a connection whose proof was wrong, is evicted
+// before a client that was answered with HelloReply.
+func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
+	const perSource = 4
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.MaxConns = 64
+		cfg.MaxHandshakes = 16
+		cfg.MaxHandshakesPerSource = perSource
+		cfg.AuthFailDelay = time.Minute // the wrong proof waits; the test ends first
+	})
+	env.watchCloses()
+
+	legit := dialRaw(t, env.addr)
+	hr := legit.hello(7) // the client is now owed nothing but its Auth
+
+	// A wrong proof, then idle sockets: more than the source's slots.
+	wrong := dialRaw(t, env.addr)
+	whr := wrong.hello(8)
+	wrong.send(1, &sgio.Auth{Proof: sgio.ClientProof(srvOtherSecret[:16], whr.Nonce, wrong.nonce)})
+	waitFor(t, "the wrong proof was seen", func() bool { return env.srv.Stats().AuthFailures == 1 })
+
+	var idle []net.Conn
+	for range 3 * perSource {
+		c, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+		require.NoError(t, err)
+		idle = append(idle, c)
+	}
+	defer func() {
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	}()
+	// Every connect over the limit evicted one handshaking connection.
+	env.waitClosed(3*perSource + 2 - perSource)
+	require.Equal(t, uint64(3*perSource+2-perSource), env.srv.Stats().Evictions)
+
+	// The client mid-handshake survived the flood: its Auth is answered.
+	key := srvKey(t)
+	legit.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, legit.nonce)})
+	f := legit.read()
+	require.Equal(t, sgio.TypeAuthOK, f.Type, "%v", f)
+	// The wrong proof was the first to go.
+	wrong.expectClosed()
+	legit.send(2, &sgio.Ping{})
+	require.Equal(t, sgio.TypePong, legit.read().Type)
+}
