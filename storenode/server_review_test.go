@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -76,4 +77,23 @@ func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
 	wrong.expectClosed()
 	legit.send(2, &sgio.Ping{})
 	require.Equal(t, sgio.TypePong, legit.read().Type)
+}
+
+// Found in review: gnet's private unix socket (the listener gnet.Run needs, which nobody
+// should reach) stayed in a directory under TMPDIR for the server's life: a kill -9 left
+// one behind for good each time, and a local process of the same user could connect to it.
+// It is now unlinked as soon as the event loops are proven running.
+func TestReviewGnetSocketUnlinked(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.Dir = filepath.Join(tmp, "data") })
+	left, err := filepath.Glob(filepath.Join(tmp, "storenode-gnet-*"))
+	require.NoError(t, err)
+	require.Empty(t, left, "gnet's socket directory exists while the server runs")
+	c := env.dial(3)
+	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+	env.stop()
+	left, err = filepath.Glob(filepath.Join(tmp, "storenode-gnet-*"))
+	require.NoError(t, err)
+	require.Empty(t, left)
 }
