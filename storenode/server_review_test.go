@@ -1,6 +1,8 @@
 package storenode
 
 import (
+	"crypto/tls"
+	"fmt"
 	"net"
 	"path/filepath"
 	"testing"
@@ -96,4 +98,65 @@ func TestReviewGnetSocketUnlinked(t *testing.T) {
 	left, err = filepath.Glob(filepath.Join(tmp, "storenode-gnet-*"))
 	require.NoError(t, err)
 	require.Empty(t, left)
+}
+
+// Found in review: only reads reserved room for their replies under connReplyMaxBytes; the
+// other requests' goroutines (ListTables above all: a reply per table) appended theirs to
+// the pending replies without bound. A client that pipelines ListTables and reads nothing
+// made a TLS connection (whose write blocks until WriteTimeout) hold MaxInflight such replies:
+// 1024 x 40 KiB here, 1024 x 330 KiB with 4096 tables.
+func TestReviewListTablesRepliesBounded(t *testing.T) {
+	serverTLS, clientTLS := srvTLSConfigs(t)
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.TLS = serverTLS
+		cfg.WriteTimeout = 2 * time.Second // the close that ends the test
+	})
+	env.watchCloses()
+	c := env.dial(1, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS })
+	tables := scaledN(512, 512)
+	for i := range tables {
+		var ti sgio.TableInfo
+		name := fmt.Sprintf("%060d", i)
+		require.NoError(t, c.CallInto(srvCtx(t), &sgio.CreateTable{Name: name, RowBytes: 64}, &ti))
+	}
+	var list sgio.TableList
+	require.NoError(t, c.CallInto(srvCtx(t), &sgio.ListTables{}, &list))
+	replySize := int64(sgio.HeaderSize + list.BodySize())
+
+	raw, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+	require.NoError(t, err)
+	require.NoError(t, raw.(*net.TCPConn).SetReadBuffer(4096))
+	ctls := clientTLS.Clone()
+	ctls.ServerName = "127.0.0.1"
+	tc := tls.Client(raw, ctls)
+	t.Cleanup(func() { _ = raw.Close() })
+	_ = tc.SetDeadline(time.Now().Add(srvTestTimeout))
+	r := &rawClient{t: t, conn: tc, br: newBytesReader(tc), nonce: sgio.NewNonce()}
+	r.handshake(2)
+	var sess *session
+	env.srv.mu.Lock()
+	for x := range env.srv.sessions {
+		if x.owner == 2 {
+			sess = x
+		}
+	}
+	env.srv.mu.Unlock()
+	require.NotNil(t, sess)
+
+	const pipelined = 1024
+	var burst []byte
+	for i := range pipelined {
+		burst = sgio.AppendFrame(burst, uint64(10+i), &sgio.ListTables{})
+	}
+	r.write(burst)    // and never read
+	env.waitClosed(1) // the write timeout
+	sess.mu.Lock()
+	peak := sess.heldPeak
+	sess.mu.Unlock()
+	t.Logf("%d ListTables of %d bytes unread: peak %d KiB of replies held (bound %d KiB + one reply)",
+		pipelined, replySize, peak>>10, connReplyMaxBytes>>10)
+	bound := int64(sgio.HeaderSize + 8 + tables*tableInfoBodyMax)
+	require.GreaterOrEqual(t, bound, replySize)
+	require.LessOrEqual(t, peak, connReplyMaxBytes+bound)
+	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
 }

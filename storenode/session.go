@@ -84,6 +84,7 @@ type session struct {
 	commits         []commitRequest // waiting for the commit goroutine, in arrival order
 	queuedBytes     int64           // bytes of the bodies in commits and being submitted
 	reserved        int64           // reply bytes reserved by reads being built (reserveRoom)
+	heldPeak        int64           // the most reply bytes held (pending, sending, reserved) at once
 	committing      bool            // the commit goroutine runs
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
@@ -518,7 +519,7 @@ func (s *session) auth(f sgio.Frame) bool {
 func (s *session) replyAndClose(id uint64, err error) {
 	r := sgio.NewErrorReply(err)
 	r.Message = s.srv.scrubPaths(r.Message)
-	s.replyThen(id, r, nil, false, true)
+	s.replyThen(id, r, nil, false, true, 0)
 }
 
 // begin counts a request in flight, or answers it with ErrBusy or ErrShuttingDown and
@@ -572,16 +573,30 @@ func (s *session) checkOwner(owner uint64) error {
 	return nil
 }
 
-// run executes one request on its own goroutine and replies.
+// run executes one request on its own goroutine and replies. Like the reads (runReads), it
+// first reserves room for its reply under connReplyMaxBytes: a client that pipelines
+// requests with large replies (ListTables) and reads nothing holds a bounded amount of them.
 func (s *session) run(id uint64, m sgio.Message) {
 	defer s.srv.workers.Done()
-	s.renew()
-	reply, keep, err := s.exec(m)
-	if err != nil {
-		s.replyError(id, err, true)
+	size := s.replySizeBound(m)
+	if !s.reserveRoom(size) {
+		s.endRequests(1) // closed: no reply will go out
 		return
 	}
-	s.reply(id, reply, keep, true)
+	s.renew()
+	reply, keep, err := s.exec(m)
+	s.replyReserved(id, reply, keep, err, size)
+}
+
+// replyReserved queues the reply to a counted request (an Error reply when err is set) and
+// gives back its reservation of reserveRoom, under one lock.
+func (s *session) replyReserved(id uint64, reply sgio.Message, keep []byte, err error, size int64) {
+	if err != nil {
+		r := sgio.NewErrorReply(err)
+		r.Message = s.srv.scrubPaths(r.Message)
+		reply, keep = r, nil
+	}
+	s.replyThen(id, reply, keep, true, false, size)
 }
 
 // exec executes a request other than Commit. keep is a buffer the reply's rows live in.
@@ -706,15 +721,21 @@ func (s *session) replyError(id uint64, err error, counted bool) {
 // at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
 // the reply's rows live in, kept until the write is done. Any goroutine may call it.
 func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
-	s.replyThen(id, m, keep, counted, false)
+	s.replyThen(id, m, keep, counted, false, 0)
 }
 
 // replyThen is reply; closeAfter closes the connection once the reply is written (set with
-// the reply, under one lock, so no other write's completion can close first).
-func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool) {
+// the reply, under one lock, so no other write's completion can close first); release gives
+// back a reservation of reserveRoom under the same lock as the reply is queued, so the reply's
+// bytes are never counted twice.
+func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool, release int64) {
 	s.mu.Lock()
 	if closeAfter {
 		s.closeAfterWrite = true
+	}
+	if release != 0 {
+		s.reserved -= release
+		s.signalRoomLocked()
 	}
 	if s.isClosed {
 		s.mu.Unlock()
@@ -724,6 +745,9 @@ func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, clo
 		return
 	}
 	s.pending.Append(id, m)
+	if held := s.pending.Len() + s.sending.Len() + s.reserved; held > s.heldPeak {
+		s.heldPeak = held
+	}
 	if counted {
 		s.pendingCounted++
 	}
