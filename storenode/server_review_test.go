@@ -1,10 +1,12 @@
 package storenode
 
 import (
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +161,29 @@ func TestReviewListTablesRepliesBounded(t *testing.T) {
 	require.GreaterOrEqual(t, bound, replySize)
 	require.LessOrEqual(t, peak, connReplyMaxBytes+bound)
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+}
+
+// Found in review: over TLS, every stranger whose TLS handshake failed (plain bytes sent to
+// the TLS port, a scanner) wrote a warning of its own: the one log line of a stranger that
+// was not rate-limited.
+func TestReviewTLSHandshakeFailuresRateLimited(t *testing.T) {
+	serverTLS, _ := srvTLSConfigs(t)
+	env := startServer(t, func(cfg *ServerConfig) { cfg.TLS = serverTLS })
+	env.watchCloses()
+	const strangers = 100
+	start := time.Now()
+	junk := bytes.Repeat([]byte("GET / HTTP/1.0\r\n\r\n"), 4)
+	for range strangers {
+		c, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+		require.NoError(t, err)
+		_, err = c.Write(junk)
+		require.NoError(t, err)
+		_ = c.Close()
+	}
+	env.waitClosed(strangers)
+	elapsed := time.Since(start)
+	lines := strings.Count(env.logs.String(), "TLS handshake failed")
+	t.Logf("%d failed TLS handshakes in %v: %d log lines", strangers, elapsed.Round(time.Millisecond), lines)
+	require.Positive(t, lines)
+	require.LessOrEqual(t, lines, int(elapsed/time.Second+2)*refusalLogPerSec, "rate-limited")
 }

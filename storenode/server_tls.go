@@ -74,7 +74,8 @@ func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error, linger 
 	tc := t.conn.(*tls.Conn)
 	_ = tc.SetDeadline(time.Now().Add(s.cfg.AuthTimeout))
 	if err = tc.Handshake(); err != nil {
-		sess.logger().Warn("storenode: closing connection: TLS handshake failed", "err", err)
+		// A stranger's doing (a scanner, plain bytes, an eviction): logged at a bounded rate.
+		s.limitedLog("storenode: closing connection: TLS handshake failed", "conn", sess.id, "remote", sess.remote, "err", err)
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
