@@ -3,7 +3,9 @@ package storenode
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
@@ -186,4 +188,43 @@ func TestReviewTLSHandshakeFailuresRateLimited(t *testing.T) {
 	t.Logf("%d failed TLS handshakes in %v: %d log lines", strangers, elapsed.Round(time.Millisecond), lines)
 	require.Positive(t, lines)
 	require.LessOrEqual(t, lines, int(elapsed/time.Second+2)*refusalLogPerSec, "rate-limited")
+}
+
+// Found in review: over TLS, a connection refused without room to linger (every slot an
+// authenticated session, rejectLingerMax refused ones already kept open) still ran its TLS
+// handshake, with two goroutines, for up to AuthTimeout: a flood beyond MaxConns held a file
+// descriptor and two goroutines per connection, without bound. gnet closes such a connection
+// at once; so does TLS now.
+func TestReviewTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
+	serverTLS, clientTLS := srvTLSConfigs(t)
+	const maxConns = 4
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.TLS = serverTLS
+		cfg.MaxConns = maxConns
+		cfg.AuthTimeout = 10 * srvTestTimeout // only the fix closes them within the test
+	})
+	for i := range maxConns {
+		env.dial(uint64(1+i), func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS })
+	}
+	var lingering []net.Conn
+	defer func() {
+		for _, c := range lingering {
+			_ = c.Close()
+		}
+	}()
+	for range rejectLingerMax {
+		c, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+		require.NoError(t, err)
+		lingering = append(lingering, c)
+	}
+	const beyond = 8
+	for i := range beyond {
+		c, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+		require.NoError(t, err)
+		_ = c.SetReadDeadline(time.Now().Add(srvTestTimeout))
+		_, err = c.Read(make([]byte, 1))
+		_ = c.Close()
+		require.True(t, errors.Is(err, io.EOF) || isReset(err), "connection %d beyond the lingering ones: %v", i, err)
+	}
+	require.Equal(t, uint64(rejectLingerMax+beyond), env.srv.Stats().ConnsRejected)
 }
