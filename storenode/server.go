@@ -43,8 +43,9 @@
 // Frames are length-checked before anything is allocated or waited for (a 4 GiB length header
 // is answered with an Error and a close; before authentication only handshake-sized frames,
 // sgio.HandshakeBodyMax), connections are bounded (MaxConns, and MaxHandshakes and
-// MaxHandshakesPerSource for those still in the handshake: over them the oldest handshaking
-// connection is evicted; when every slot is an authenticated session, an Error reply and a
+// MaxHandshakesPerSource for those still in the handshake: over them a handshaking connection
+// is evicted, the oldest of those that failed their proof, else of those without a Hello, else
+// of all; when every slot is an authenticated session, an Error reply and a
 // close), so are requests in flight per connection (MaxInflight; over it, ErrBusy), the commit
 // bytes queued per connection and in total (MaxQueuedBytes, MaxQueuedBytesTotal: checked
 // before the body is copied), the replies one event-loop turn holds (turnReplyMaxBytes) and a
