@@ -97,8 +97,9 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 
 // readRequest is a read of the slow path, counted in flight.
 type readRequest struct {
-	id uint64
-	m  sgio.Message
+	id    uint64
+	m     sgio.Message
+	bytes int64 // its body's bytes, counted in the request queue's bounds (queueAdd)
 }
 
 // runReads runs a turn's slow reads in order on one goroutine, replying to each. Before each
@@ -107,13 +108,16 @@ type readRequest struct {
 func (s *session) runReads(reads []readRequest) {
 	defer s.srv.workers.Done()
 	s.renew()
-	for _, r := range reads {
+	for i, r := range reads {
+		reads[i] = readRequest{} // the parsed request is garbage once answered
 		size := s.replySizeBound(r.m)
 		if !s.reserveRoom(size) {
+			s.queueRelease(r.bytes)
 			s.endRequests(1) // closed: no reply will go out
 			continue
 		}
 		reply, keep, err := s.exec(r.m)
+		s.queueRelease(r.bytes)
 		s.replyReserved(r.id, reply, keep, err, size)
 	}
 }

@@ -228,3 +228,75 @@ func TestReviewTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
 	}
 	require.Equal(t, uint64(rejectLingerMax+beyond), env.srv.Stats().ConnsRejected)
 }
+
+// Found in review: the bytes of slow-path reads waiting for room (reserveRoom) were not
+// bounded: over TLS, while one large reply's write is stalled by a client that does not
+// read, the reader goes on reading (nothing is pending) and every ReadPages it parses (up
+// to MaxBody each) waits on a goroutine, up to MaxInflight of them: 1024 x 16 MiB. They now
+// count against MaxQueuedBytes and MaxQueuedBytesTotal, as queued commits do: beyond, ErrBusy
+// before the body is parsed.
+func TestReviewStalledReadsBounded(t *testing.T) {
+	serverTLS, clientTLS := srvTLSConfigs(t)
+	const maxQueued = 16 << 20
+	env := startServer(t, func(cfg *ServerConfig) {
+		cfg.TLS = serverTLS
+		cfg.WriteTimeout = 10 * srvTestTimeout // the stall lasts the test
+		cfg.MaxQueuedBytes = maxQueued
+		cfg.Options.CacheBytes = 64 << 20
+	})
+	c := env.dial(9, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS })
+	ti, g := srvTable(t, c, "stalled", 9)
+	seq := g.LastSeq
+	const pages = 3800 // a reply of 15 MiB: alone under connReplyMaxBytes
+	fillPages(t, c, ti.Table, 9, g.Epoch, &seq, pages)
+
+	raw, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+	require.NoError(t, err)
+	require.NoError(t, raw.(*net.TCPConn).SetReadBuffer(4096))
+	t.Cleanup(func() { _ = raw.Close() })
+	ctls := clientTLS.Clone()
+	ctls.ServerName = "127.0.0.1"
+	tc := tls.Client(raw, ctls)
+	_ = tc.SetDeadline(time.Now().Add(srvTestTimeout))
+	r := &rawClient{t: t, conn: tc, br: newBytesReader(tc), nonce: sgio.NewNonce(), maxBody: 32 << 20}
+	r.handshake(10)
+	var sess *session
+	env.srv.mu.Lock()
+	for x := range env.srv.sessions {
+		if x.owner == 10 {
+			sess = x
+		}
+	}
+	env.srv.mu.Unlock()
+	require.NotNil(t, sess)
+
+	big := make([]sgio.PageWant, pages)
+	for i := range big {
+		big[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+	}
+	r.send(100, &sgio.ReadPages{Wants: big}) // and never read
+	waitFor(t, "the large reply's write stalls", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.busy && sess.sending.Len() > 14<<20
+	})
+	// Reads of empty pages with large bodies (1 MiB each): their replies (1.3 MiB) find no
+	// room, so they wait, parsed.
+	empty := make([]sgio.PageWant, 40000)
+	for i := range empty {
+		empty[i] = sgio.PageWant{Table: ti.Table, Page: uint64(pages + i), Want: ^uint64(0)}
+	}
+	req := &sgio.ReadPages{Wants: empty}
+	var frame []byte
+	busyBefore := env.srv.Stats().BusyReplies
+	for i := range 3 * maxQueued / (sgio.HeaderSize + req.BodySize()) {
+		frame = sgio.AppendFrame(frame[:0], uint64(200+i), req)
+		r.write(frame)
+	}
+	waitFor(t, "reads beyond MaxQueuedBytes refused", func() bool { return env.srv.Stats().BusyReplies > busyBefore })
+	sess.mu.Lock()
+	queued := sess.queuedBytes
+	sess.mu.Unlock()
+	require.LessOrEqual(t, queued, int64(maxQueued))
+	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+}

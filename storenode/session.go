@@ -82,7 +82,7 @@ type session struct {
 	isClosed        bool
 	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
 	commits         []commitRequest // waiting for the commit goroutine, in arrival order
-	queuedBytes     int64           // bytes of the bodies in commits and being submitted
+	queuedBytes     int64           // bytes of the bodies in commits and being submitted, and of reads waiting for a goroutine
 	reserved        int64           // reply bytes reserved by reads being built (reserveRoom)
 	heldPeak        int64           // the most reply bytes held (pending, sending, reserved) at once
 	committing      bool            // the commit goroutine runs
@@ -411,6 +411,17 @@ func (s *session) handle(f sgio.Frame) bool {
 		s.commit(f)
 		return true
 	}
+	var readBytes int64
+	if f.Type == sgio.TypeReadPages || f.Type == sgio.TypePageDir {
+		// A read that waits for a goroutine keeps its parsed request: its body counts against
+		// the queue's bounds (MaxQueuedBytes, MaxQueuedBytesTotal), checked before it is parsed.
+		readBytes = int64(len(f.Body))
+		if err := s.queueFull(readBytes); err != nil {
+			s.srv.counters.busyReplies.Add(1)
+			s.replyError(f.ID, err, false)
+			return true
+		}
+	}
 	m := sgio.NewMessage(f.Type)
 	if err := m.Parse(f.Body); err != nil {
 		s.srv.counters.rejectedFrames.Add(1)
@@ -427,9 +438,16 @@ func (s *session) handle(f sgio.Frame) bool {
 		if f.Type == sgio.TypeReadPages && !s.renewDue() && s.readInline(f.ID, m.(*sgio.ReadPages)) {
 			return true
 		}
-		if s.begin(f.ID) {
-			s.turnReads = append(s.turnReads, readRequest{f.ID, m})
+		if err := s.queueAdd(readBytes); err != nil {
+			s.srv.counters.busyReplies.Add(1)
+			s.replyError(f.ID, err, false)
+			return true
 		}
+		if !s.begin(f.ID) {
+			s.queueRelease(readBytes)
+			return true
+		}
+		s.turnReads = append(s.turnReads, readRequest{f.ID, m, readBytes})
 		return true
 	}
 	if !s.begin(f.ID) {
