@@ -83,8 +83,8 @@ type session struct {
 	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
 	commits         []commitRequest // waiting for the commit goroutine, in arrival order
 	queuedBytes     int64           // bytes of the bodies in commits and being submitted, and of reads waiting for a goroutine
-	reserved        int64           // reply bytes reserved by reads being built (reserveRoom)
-	heldPeak        int64           // the most reply bytes held (pending, sending, reserved) at once
+	reserved        int64           // reply bytes reserved by replies being built (reserveRoom)
+	heldPeak        int64           // the most reply bytes held (pending, sending, reserved) at once; tests read it
 	committing      bool            // the commit goroutine runs
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
