@@ -43,11 +43,12 @@
 // Frames are length-checked before anything is allocated or waited for (a 4 GiB length header
 // is answered with an Error and a close; before authentication only handshake-sized frames,
 // sgio.HandshakeBodyMax), connections are bounded (MaxConns, and MaxHandshakes and
-// MaxHandshakesPerSource for those still in the handshake: over them the oldest handshaking
-// connection is evicted; when every slot is an authenticated session, an Error reply and a
-// close), so are requests in flight per connection (MaxInflight; over it, ErrBusy), the commit
-// bytes queued per connection and in total (MaxQueuedBytes, MaxQueuedBytesTotal: checked
-// before the body is copied), the replies one event-loop turn holds (turnReplyMaxBytes) and a
+// MaxHandshakesPerSource for those still in the handshake: over them a handshaking connection
+// is evicted, the oldest of those that failed their proof, else of those without a Hello, else
+// of all; when every slot is an authenticated session, an Error reply and a
+// close), so are requests in flight per connection (MaxInflight; over it, ErrBusy), the request
+// bytes queued per connection and in total, commits and reads waiting for a goroutine
+// (MaxQueuedBytes, MaxQueuedBytesTotal: checked before the body is copied or parsed), the replies one event-loop turn holds (turnReplyMaxBytes) and a
 // connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
 // (outboundMaxBytes, checked before queueing), the slices of one writev (IOV_MAX), the time
 // to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
@@ -104,9 +105,10 @@ const (
 	DefaultMaxHandshakesPerSource = 32
 	// DefaultAuthFailDelay delays the answer to a wrong proof.
 	DefaultAuthFailDelay = time.Second
-	// DefaultMaxQueuedBytes bounds the commit bytes queued on one connection.
+	// DefaultMaxQueuedBytes bounds the request bytes (commits, waiting reads) queued on one
+	// connection.
 	DefaultMaxQueuedBytes = 64 << 20
-	// DefaultMaxQueuedBytesTotal bounds the commit bytes queued on all connections.
+	// DefaultMaxQueuedBytesTotal bounds the request bytes queued on all connections.
 	DefaultMaxQueuedBytesTotal = 512 << 20
 
 	// minReplyBody is the smallest reply body limit a client may announce in Hello: every
@@ -179,10 +181,11 @@ type ServerConfig struct {
 	// AuthFailDelay delays the answer (and the close) to a wrong proof (DefaultAuthFailDelay);
 	// failed attempts are delayed, never locked out.
 	AuthFailDelay time.Duration
-	// MaxQueuedBytes bounds the Commit bodies a connection has queued and not yet submitted
-	// to the engine (DefaultMaxQueuedBytes); MaxQueuedBytesTotal bounds them on all
-	// connections (DefaultMaxQueuedBytesTotal). A Commit over either is answered with
-	// ErrBusy before its body is copied.
+	// MaxQueuedBytes bounds the request bodies a connection has queued: its Commits not yet
+	// submitted to the engine and its reads (ReadPages, PageDir) waiting for their goroutine
+	// (DefaultMaxQueuedBytes); MaxQueuedBytesTotal bounds them on all connections
+	// (DefaultMaxQueuedBytesTotal). A request over either is answered with ErrBusy before
+	// its body is copied or parsed.
 	MaxQueuedBytes, MaxQueuedBytesTotal int64
 
 	// Logger receives connection and lifecycle events; Options.Logger, else slog.Default().
@@ -290,7 +293,7 @@ type Server struct {
 	adm        admission    // guarded by mu
 	logLimit   logLimiter   // rate of refusal logs
 	fatal      fatalFlag    // the transport stopped on its own
-	queued     atomic.Int64 // commit bytes queued on all connections
+	queued     atomic.Int64 // request bytes (commits, waiting reads) queued on all connections
 
 	mu           sync.Mutex
 	started      bool
@@ -556,7 +559,7 @@ type ServerStats struct {
 	// authenticated sessions now; Evictions the handshaking connections closed to make room;
 	// AcceptErrors the failed accepts (EMFILE...), each retried after a back-off.
 	Handshaking, Authenticated, Evictions, AcceptErrors uint64
-	// QueuedBytes is the commit bytes queued on all connections now.
+	// QueuedBytes is the request bytes (commits, waiting reads) queued on all connections now.
 	QueuedBytes int64
 }
 

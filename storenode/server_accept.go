@@ -22,11 +22,17 @@ import (
 //
 // Admission. Connections still in the handshake have limits of their own, separate from the
 // sessions': at most MaxHandshakes at once and MaxHandshakesPerSource from one source address.
-// A new connection over either limit evicts the oldest handshaking connection (of its source,
-// or overall) instead of being refused, so idle or slow sockets cannot hold the handshake
-// slots against a client that completes its handshake promptly: under a flood a legitimate
-// handshake (two round trips) survives unless MaxHandshakes newer connections arrive during
-// it. Authenticated sessions and handshaking connections together are bounded by MaxConns;
+// A new connection over either limit evicts a handshaking connection (of its source, or
+// overall) instead of being refused, so idle or slow sockets cannot hold the handshake slots
+// against a client that completes its handshake promptly. The one evicted is the oldest of
+// the lowest stage (hsStage): first a connection whose proof was wrong (it only waits for
+// AuthFailDelay to be told), then one that has not yet sent a whole Hello (an idle socket, a
+// slowloris), and only then one that was answered with HelloReply and owes its Auth. So a
+// flood of sockets that send nothing, or a loop of wrong proofs, never evicts a client that
+// is mid-handshake; a flood that sends valid Hellos does, once MaxHandshakesPerSource newer
+// such connections of its source (MaxHandshakes overall) arrive during the client's last
+// round trip: every transaction node of a host shares its source address, so the per-source
+// limit is the one such a flood has to beat (docs/operations.md). Authenticated sessions and handshaking connections together are bounded by MaxConns;
 // a connection over it evicts a handshaking one when there is one, else it is refused (all
 // slots belong to authenticated sessions). Refusals and evictions are logged at most
 // refusalLogPerSec times a second, with a count of the lines suppressed.
@@ -115,6 +121,14 @@ type admission struct {
 	lingering   int            // refused connections kept open to be told why
 }
 
+// Handshake stages (session.hsStage, guarded by Server.mu): the eviction order.
+const (
+	hsFailed  uint8 = iota // a wrong proof: waits for AuthFailDelay only to be told
+	hsFresh                // no whole Hello yet
+	hsHelloed              // HelloReply sent: owes its Auth
+	hsStages
+)
+
 // hsList is an intrusive list of handshaking sessions, oldest first.
 type hsList struct {
 	head, tail *session
@@ -151,14 +165,32 @@ func (l *hsList) remove(s *session) {
 	l.n--
 }
 
-// oldest reports the oldest handshaking session, of source src when src is not empty.
-func (l *hsList) oldest(src string) *session {
+// victim reports the handshaking session to evict, of source src when src is not empty: the
+// oldest of the lowest stage. One pass over at most MaxHandshakes sessions.
+func (l *hsList) victim(src string) *session {
+	var best [hsStages]*session
 	for x := l.head; x != nil; x = x.hsNext {
-		if src == "" || x.source == src {
+		if (src == "" || x.source == src) && best[x.hsStage] == nil {
+			if x.hsStage == hsFailed {
+				return x
+			}
+			best[x.hsStage] = x
+		}
+	}
+	for _, x := range best {
+		if x != nil {
 			return x
 		}
 	}
 	return nil
+}
+
+// setHandshakeStage records a handshaking session's progress (the eviction order); the
+// session's loop calls it.
+func (s *Server) setHandshakeStage(sess *session, stage uint8) {
+	s.mu.Lock()
+	sess.hsStage = stage
+	s.mu.Unlock()
 }
 
 // sourceOf is the source address of a remote "host:port": its host.
@@ -184,7 +216,7 @@ func (s *Server) admit(sess *session) (refusal error, linger bool) {
 		a.perSource = make(map[string]int)
 	}
 	evict := func(src string) bool {
-		v := a.handshaking.oldest(src)
+		v := a.handshaking.victim(src)
 		if v == nil {
 			return false
 		}
@@ -207,6 +239,7 @@ func (s *Server) admit(sess *session) (refusal error, linger bool) {
 		}
 	}
 	if refusal == nil {
+		sess.hsStage = hsFresh
 		a.handshaking.push(sess)
 		a.perSource[sess.source]++
 	} else if linger = a.lingering < rejectLingerMax; linger {

@@ -40,9 +40,11 @@ type gnetHandler struct {
 }
 
 // startGnet starts the event loops and the accept loop. gnet itself listens only on a unix
-// socket in a private temporary directory that nobody connects to (gnet.Run needs a listener,
-// and its return is the signal that the engine stopped); the TCP address is the server's own
-// listener, served by acceptLoop.
+// socket in a private (0700) temporary directory, which is removed as soon as a probe
+// connection proved the event loops run: gnet.Run needs a listener, and its return is the
+// signal that the engine stopped, but nobody is to connect to it (a connection without a
+// session is closed at OnOpen all the same). The TCP address is the server's own listener,
+// served by acceptLoop.
 func (s *Server) startGnet() error {
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
@@ -91,6 +93,9 @@ func (s *Server) startGnet() error {
 		}
 		_ = probe.Close()
 	}
+	// The socket has served its purpose: unlinked, nobody can reach it (the listening socket
+	// lives on without a name), and a kill -9 leaves nothing behind in TMPDIR.
+	_ = os.RemoveAll(dir)
 	if err != nil {
 		_ = ln.Close()
 		s.stopGnetEngine()

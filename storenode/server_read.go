@@ -3,6 +3,7 @@ package storenode
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/weftdb/weft/sgio"
 )
@@ -96,8 +97,9 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 
 // readRequest is a read of the slow path, counted in flight.
 type readRequest struct {
-	id uint64
-	m  sgio.Message
+	id    uint64
+	m     sgio.Message
+	bytes int64 // its body's bytes, counted in the request queue's bounds (queueAdd)
 }
 
 // runReads runs a turn's slow reads in order on one goroutine, replying to each. Before each
@@ -106,36 +108,53 @@ type readRequest struct {
 func (s *session) runReads(reads []readRequest) {
 	defer s.srv.workers.Done()
 	s.renew()
-	for _, r := range reads {
+	for i, r := range reads {
+		reads[i] = readRequest{} // the parsed request is garbage once answered
 		size := s.replySizeBound(r.m)
 		if !s.reserveRoom(size) {
+			s.queueRelease(r.bytes)
 			s.endRequests(1) // closed: no reply will go out
 			continue
 		}
 		reply, keep, err := s.exec(r.m)
-		if err != nil {
-			s.replyError(r.id, err, true)
-		} else {
-			s.reply(r.id, reply, keep, true)
-		}
-		s.releaseRoom(size)
+		s.queueRelease(r.bytes)
+		s.replyReserved(r.id, reply, keep, err, size)
 	}
 }
 
-// replySizeBound bounds the reply to a slow-path read: a ReadPages's rows that exist now (more
-// rows inserted meanwhile are few, and the reply limit still holds), a PageDir's entries.
+// smallReplyBound bounds the frame of a reply that is neither rows, a page directory nor a
+// table list: an Error (its message is at most sgio.ErrorMessageMax), StatsReply, TableInfo,
+// Grant, IDRange, OK, Pong.
+const smallReplyBound = 4 << 10
+
+// tableInfoBodyMax is the largest TableInfo in a TableList: a name of sgio.NameMax bytes.
+var tableInfoBodyMax = (&sgio.TableInfo{Name: strings.Repeat("n", sgio.NameMax)}).BodySize()
+
+// replySizeBound bounds the reply to a request answered by a goroutine, reserved before the
+// reply is built (reserveRoom): a ReadPages's rows that exist now (more rows inserted
+// meanwhile are few, and the reply limit still holds), a PageDir's entries, a TableList's
+// tables now (at their longest name), at least smallReplyBound for any.
 func (s *session) replySizeBound(m sgio.Message) int64 {
 	switch m := m.(type) {
 	case *sgio.ReadPages:
 		rows, err := s.srv.eng.presentRowsSize(m)
 		if err != nil {
-			return 0 // answered with the error
+			return smallReplyBound // answered with the error
 		}
 		return int64(8 + len(m.Wants)*sgio.SegmentHeaderSize + rows)
 	case *sgio.PageDir:
 		return int64(16 + 16*min(int((s.replyMax-16)/16), pageDirMaxEntries))
+	case *sgio.ListTables:
+		return int64(max(sgio.HeaderSize+8+s.srv.eng.tableCount()*tableInfoBodyMax, smallReplyBound))
 	}
-	return 0
+	return smallReplyBound
+}
+
+// tableCount reports the live tables. It takes the engine's lock; request goroutines only.
+func (e *Engine) tableCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.tables)
 }
 
 // presentRowsSize reports the bytes of the rows a ReadPages would return: the wanted rows that
@@ -200,8 +219,9 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 // size more bytes under connReplyMaxBytes, then reserves them; false when the session closed
 // meanwhile. A reply larger than the bound still goes once nothing else is held or reserved,
 // so what a connection holds stays below connReplyMaxBytes plus one reply, however many read
-// goroutines it has. The caller releases the reservation (releaseRoom) once its reply is
-// queued.
+// goroutines it has. The caller gives the reservation back as it queues its reply
+// (replyReserved, under the lock that queues it: the bytes are never counted twice), or with
+// releaseRoom.
 func (s *session) reserveRoom(size int64) bool {
 	for {
 		s.mu.Lock()

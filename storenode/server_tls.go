@@ -49,41 +49,45 @@ func (s *Server) acceptTLS(ln net.Listener) {
 		t := &tlsTransport{conn: tls.Server(c, s.cfg.TLS), raw: c, writes: make(chan tlsWrite, 1), resume: make(chan struct{}, 1), stop: make(chan struct{}), timeout: s.cfg.WriteTimeout}
 		sess := s.newSession(t, c.RemoteAddr().String())
 		refusal, linger := s.admit(sess)
+		if refusal != nil && !linger {
+			// No room to tell it why (that would take a TLS handshake): closed at once, as
+			// gnet's OnOpen does, so a flood beyond MaxConns holds nothing.
+			sess.closed(refusal)
+			_ = c.Close()
+			return
+		}
 		s.connWG.Add(2)
 		go t.writer(s)
-		go s.serveTLS(sess, t, refusal, linger)
+		go s.serveTLS(sess, t, refusal)
 	})
 }
 
 // serveTLS runs the TLS handshake (within the auth deadline), then the connection's reader
 // loop: read, hand whole frames to the session, keep the rest.
-func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error, linger bool) {
+func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error) {
 	defer s.connWG.Done()
 	var err error
 	defer func() {
 		sess.closed(err) // first: no write starts once the session is closed
 		t.close()
 	}()
-	if refusal == nil || linger {
-		if refusal != nil {
-			sess.refuse()
-		} else {
-			sess.armAuthTimer()
-		}
+	if refusal != nil { // lingering: refused connections without room are closed at accept
+		sess.refuse()
+	} else {
+		sess.armAuthTimer()
 	}
 	tc := t.conn.(*tls.Conn)
 	_ = tc.SetDeadline(time.Now().Add(s.cfg.AuthTimeout))
 	if err = tc.Handshake(); err != nil {
-		sess.logger().Warn("storenode: closing connection: TLS handshake failed", "err", err)
+		// A stranger's doing (a scanner, plain bytes, an eviction): logged at a bounded rate.
+		s.limitedLog("storenode: closing connection: TLS handshake failed", "conn", sess.id, "remote", sess.remote, "err", err)
 		return
 	}
 	_ = tc.SetDeadline(time.Time{})
 	if refusal != nil {
 		out := sgio.AppendFrame(nil, 0, sgio.NewErrorReply(refusal))
+		_ = tc.SetWriteDeadline(time.Now().Add(t.timeout))
 		_, _ = tc.Write(out)
-		if !linger {
-			return
-		}
 	}
 	// The buffer starts small and grows to the frame being read: before authentication
 	// frames are handshake-sized (session.inbound), so a stranger cannot grow it.

@@ -41,9 +41,10 @@ type session struct {
 
 	// Admission, guarded by srv.mu.
 	hsPrev, hsNext *session
-	inHandshake    bool // counted among the handshaking connections
-	countedAuthed  bool // counted among the authenticated sessions
-	lingering      bool // counted among the refused connections kept open
+	inHandshake    bool  // counted among the handshaking connections
+	hsStage        uint8 // how far its handshake got: the eviction order (hsFresh...)
+	countedAuthed  bool  // counted among the authenticated sessions
+	lingering      bool  // counted among the refused connections kept open
 
 	// The loop's own fields.
 	state       sessionState
@@ -81,8 +82,9 @@ type session struct {
 	isClosed        bool
 	closeAfterWrite bool            // close once the pending replies are written (a delayed auth failure)
 	commits         []commitRequest // waiting for the commit goroutine, in arrival order
-	queuedBytes     int64           // bytes of the bodies in commits and being submitted
-	reserved        int64           // reply bytes reserved by reads being built (reserveRoom)
+	queuedBytes     int64           // bytes of the bodies in commits and being submitted, and of reads waiting for a goroutine
+	reserved        int64           // reply bytes reserved by replies being built (reserveRoom)
+	heldPeak        int64           // the most reply bytes held (pending, sending, reserved) at once; tests read it
 	committing      bool            // the commit goroutine runs
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
@@ -409,6 +411,17 @@ func (s *session) handle(f sgio.Frame) bool {
 		s.commit(f)
 		return true
 	}
+	var readBytes int64
+	if f.Type == sgio.TypeReadPages || f.Type == sgio.TypePageDir {
+		// A read that waits for a goroutine keeps its parsed request: its body counts against
+		// the queue's bounds (MaxQueuedBytes, MaxQueuedBytesTotal), checked before it is parsed.
+		readBytes = int64(len(f.Body))
+		if err := s.queueFull(readBytes); err != nil {
+			s.srv.counters.busyReplies.Add(1)
+			s.replyError(f.ID, err, false)
+			return true
+		}
+	}
 	m := sgio.NewMessage(f.Type)
 	if err := m.Parse(f.Body); err != nil {
 		s.srv.counters.rejectedFrames.Add(1)
@@ -425,9 +438,16 @@ func (s *session) handle(f sgio.Frame) bool {
 		if f.Type == sgio.TypeReadPages && !s.renewDue() && s.readInline(f.ID, m.(*sgio.ReadPages)) {
 			return true
 		}
-		if s.begin(f.ID) {
-			s.turnReads = append(s.turnReads, readRequest{f.ID, m})
+		if err := s.queueAdd(readBytes); err != nil {
+			s.srv.counters.busyReplies.Add(1)
+			s.replyError(f.ID, err, false)
+			return true
 		}
+		if !s.begin(f.ID) {
+			s.queueRelease(readBytes)
+			return true
+		}
+		s.turnReads = append(s.turnReads, readRequest{f.ID, m, readBytes})
 		return true
 	}
 	if !s.begin(f.ID) {
@@ -461,6 +481,7 @@ func (s *session) hello(f sgio.Frame) bool {
 	r := s.srv.hello
 	r.Nonce = s.serverNonce
 	s.state = stateAuth
+	s.srv.setHandshakeStage(s, hsHelloed)
 	s.replyLoop(f.ID, &r)
 	return true
 }
@@ -477,6 +498,7 @@ func (s *session) auth(f sgio.Frame) bool {
 	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, a.Proof); err != nil {
 		s.srv.counters.authFailures.Add(1)
 		s.state = stateFailed
+		s.srv.setHandshakeStage(s, hsFailed)
 		s.srv.refusalLog(s, "storenode: authentication failed", err)
 		id := f.ID
 		s.mu.Lock()
@@ -515,7 +537,7 @@ func (s *session) auth(f sgio.Frame) bool {
 func (s *session) replyAndClose(id uint64, err error) {
 	r := sgio.NewErrorReply(err)
 	r.Message = s.srv.scrubPaths(r.Message)
-	s.replyThen(id, r, nil, false, true)
+	s.replyThen(id, r, nil, false, true, 0)
 }
 
 // begin counts a request in flight, or answers it with ErrBusy or ErrShuttingDown and
@@ -569,16 +591,30 @@ func (s *session) checkOwner(owner uint64) error {
 	return nil
 }
 
-// run executes one request on its own goroutine and replies.
+// run executes one request on its own goroutine and replies. Like the reads (runReads), it
+// first reserves room for its reply under connReplyMaxBytes: a client that pipelines
+// requests with large replies (ListTables) and reads nothing holds a bounded amount of them.
 func (s *session) run(id uint64, m sgio.Message) {
 	defer s.srv.workers.Done()
-	s.renew()
-	reply, keep, err := s.exec(m)
-	if err != nil {
-		s.replyError(id, err, true)
+	size := s.replySizeBound(m)
+	if !s.reserveRoom(size) {
+		s.endRequests(1) // closed: no reply will go out
 		return
 	}
-	s.reply(id, reply, keep, true)
+	s.renew()
+	reply, keep, err := s.exec(m)
+	s.replyReserved(id, reply, keep, err, size)
+}
+
+// replyReserved queues the reply to a counted request (an Error reply when err is set) and
+// gives back its reservation of reserveRoom, under one lock.
+func (s *session) replyReserved(id uint64, reply sgio.Message, keep []byte, err error, size int64) {
+	if err != nil {
+		r := sgio.NewErrorReply(err)
+		r.Message = s.srv.scrubPaths(r.Message)
+		reply, keep = r, nil
+	}
+	s.replyThen(id, reply, keep, true, false, size)
 }
 
 // exec executes a request other than Commit. keep is a buffer the reply's rows live in.
@@ -703,15 +739,21 @@ func (s *session) replyError(id uint64, err error, counted bool) {
 // at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
 // the reply's rows live in, kept until the write is done. Any goroutine may call it.
 func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
-	s.replyThen(id, m, keep, counted, false)
+	s.replyThen(id, m, keep, counted, false, 0)
 }
 
 // replyThen is reply; closeAfter closes the connection once the reply is written (set with
-// the reply, under one lock, so no other write's completion can close first).
-func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool) {
+// the reply, under one lock, so no other write's completion can close first); release gives
+// back a reservation of reserveRoom under the same lock as the reply is queued, so the reply's
+// bytes are never counted twice.
+func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool, release int64) {
 	s.mu.Lock()
 	if closeAfter {
 		s.closeAfterWrite = true
+	}
+	if release != 0 {
+		s.reserved -= release
+		s.signalRoomLocked()
 	}
 	if s.isClosed {
 		s.mu.Unlock()
@@ -721,6 +763,9 @@ func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, clo
 		return
 	}
 	s.pending.Append(id, m)
+	if held := s.pending.Len() + s.sending.Len() + s.reserved; held > s.heldPeak {
+		s.heldPeak = held
+	}
 	if counted {
 		s.pendingCounted++
 	}

@@ -43,30 +43,18 @@ func (s *session) commit(f sgio.Frame) {
 		return
 	}
 	n := int64(len(f.Body))
-	s.mu.Lock()
-	connQueued := s.queuedBytes
-	s.mu.Unlock()
-	if connQueued+n > s.srv.cfg.MaxQueuedBytes {
+	if err := s.queueAdd(n); err != nil {
 		s.srv.counters.busyReplies.Add(1)
-		s.replyError(f.ID, fmt.Errorf("storenode: %d commit bytes queued on this connection, %d more would pass the limit %d: %w",
-			connQueued, n, s.srv.cfg.MaxQueuedBytes, sgio.ErrBusy), false)
-		return
-	}
-	if total := s.srv.queued.Add(n); total > s.srv.cfg.MaxQueuedBytesTotal {
-		s.srv.queued.Add(-n)
-		s.srv.counters.busyReplies.Add(1)
-		s.replyError(f.ID, fmt.Errorf("storenode: %d commit bytes queued on all connections, the limit %d: %w",
-			total-n, s.srv.cfg.MaxQueuedBytesTotal, sgio.ErrBusy), false)
+		s.replyError(f.ID, err, false)
 		return
 	}
 	if !s.begin(f.ID) {
-		s.srv.queued.Add(-n)
+		s.queueRelease(n)
 		return
 	}
 	body := getCommitBody(len(f.Body))
 	copy(*body, f.Body)
 	s.mu.Lock()
-	s.queuedBytes += n
 	s.commits = append(s.commits, commitRequest{id: f.ID, seq: v.Seq, body: body})
 	if !s.committing {
 		// Started at the end of the turn (startCommits), so that the goroutine takes all of
@@ -119,11 +107,7 @@ func (s *session) commitLoop() {
 // the outcome.
 func (s *session) commitOne(b *Batch, req commitRequest) {
 	defer func() {
-		n := int64(len(*req.body))
-		s.mu.Lock()
-		s.queuedBytes -= n
-		s.mu.Unlock()
-		s.srv.queued.Add(-n)
+		s.queueRelease(int64(len(*req.body)))
 		putCommitBody(req.body)
 	}()
 	v, err := sgio.ViewCommit(*req.body)
@@ -198,4 +182,52 @@ func putCommitBody(p *[]byte) {
 	if cap(*p) <= commitBodyKeepMax {
 		commitBodies.Put(p)
 	}
+}
+
+// The request queue's bounds: the bodies of a connection's queued commits and of its reads
+// waiting for a goroutine, at most MaxQueuedBytes on the connection and MaxQueuedBytesTotal on
+// all. Only the loop adds; any goroutine releases.
+
+// queueFull reports ErrBusy when n more bytes would pass either bound, without taking them.
+func (s *session) queueFull(n int64) error {
+	s.mu.Lock()
+	conn := s.queuedBytes
+	s.mu.Unlock()
+	if conn+n > s.srv.cfg.MaxQueuedBytes {
+		return fmt.Errorf("storenode: %d request bytes queued on this connection, %d more would pass the limit %d: %w",
+			conn, n, s.srv.cfg.MaxQueuedBytes, sgio.ErrBusy)
+	}
+	if total := s.srv.queued.Load(); total+n > s.srv.cfg.MaxQueuedBytesTotal {
+		return fmt.Errorf("storenode: %d request bytes queued on all connections, the limit %d: %w",
+			total, s.srv.cfg.MaxQueuedBytesTotal, sgio.ErrBusy)
+	}
+	return nil
+}
+
+// queueAdd takes n bytes of both bounds, or reports ErrBusy and takes nothing. The loop calls
+// it; queueRelease gives them back.
+func (s *session) queueAdd(n int64) error {
+	if err := s.queueFull(n); err != nil {
+		return err
+	}
+	if total := s.srv.queued.Add(n); total > s.srv.cfg.MaxQueuedBytesTotal {
+		s.srv.queued.Add(-n)
+		return fmt.Errorf("storenode: %d request bytes queued on all connections, the limit %d: %w",
+			total-n, s.srv.cfg.MaxQueuedBytesTotal, sgio.ErrBusy)
+	}
+	s.mu.Lock()
+	s.queuedBytes += n
+	s.mu.Unlock()
+	return nil
+}
+
+// queueRelease gives back n bytes of queueAdd; any goroutine.
+func (s *session) queueRelease(n int64) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.queuedBytes -= n
+	s.mu.Unlock()
+	s.srv.queued.Add(-n)
 }
