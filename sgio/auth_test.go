@@ -9,31 +9,66 @@ import (
 )
 
 // Known answers from an independent HMAC-SHA256 (Python's hmac module), so the labels and the
-// order of the nonces are part of the format.
+// order of the nonces and the transcript are part of the format.
 func TestProofKnownAnswers(t *testing.T) {
-	cn, sn := nonce(0), nonce(32)
+	cn, sn, tr := nonce(0), nonce(32), nonce(64)
 	secret := []byte("weft-secret")
-	sp := ServerProof(secret, cn, sn)
-	cp := ClientProof(secret, sn, cn)
-	require.Equal(t, "eccfe96f236174c69fcdf05f2e0949c68746f1df5291b55176455639cee7b53b", hex.EncodeToString(sp[:]))
-	require.Equal(t, "c556945caac9233d17dceeb86bd80cd894799035a55f119f08da34979bac2a3d", hex.EncodeToString(cp[:]))
-	empty := ServerProof(nil, cn, sn)
-	require.Equal(t, "3176b13022003752cda060d2b92b9fd9eb7d06c46ec7c82877b3fff4cc170433", hex.EncodeToString(empty[:]))
+	sp := ServerProof(secret, cn, sn, tr)
+	cp := ClientProof(secret, sn, cn, tr)
+	require.Equal(t, "c3abb4987c088920f397c2220fb92787f46af2f9896d9324edb1cecf1b7ed8b0", hex.EncodeToString(sp[:]))
+	require.Equal(t, "733ec3c8c7a67b8e50e6f5f53c33e9bfb4205afbc1ec248b0e992d1892e06056", hex.EncodeToString(cp[:]))
+	empty := ServerProof(nil, cn, sn, tr)
+	require.Equal(t, "f5aa309098a937eca50294c7aa1566249a472ca96eef92b985b3ff9b1b1ac3b4", hex.EncodeToString(empty[:]))
 }
 
 func TestProofs(t *testing.T) {
 	cn, sn := NewNonce(), NewNonce()
 	require.NotEqual(t, cn, sn, "fresh nonces")
+	tr := nonce(9)
 	secret := []byte("s3cret")
-	require.NoError(t, CheckServerProof(secret, cn, sn, ServerProof(secret, cn, sn)))
-	require.NoError(t, CheckClientProof(secret, sn, cn, ClientProof(secret, sn, cn)))
+	require.NoError(t, CheckServerProof(secret, cn, sn, tr, ServerProof(secret, cn, sn, tr)))
+	require.NoError(t, CheckClientProof(secret, sn, cn, tr, ClientProof(secret, sn, cn, tr)))
 
-	require.ErrorIs(t, CheckServerProof([]byte("other"), cn, sn, ServerProof(secret, cn, sn)), ErrAuthFailed)
-	require.ErrorIs(t, CheckClientProof([]byte("other"), sn, cn, ClientProof(secret, sn, cn)), ErrAuthFailed)
+	require.ErrorIs(t, CheckServerProof([]byte("other"), cn, sn, tr, ServerProof(secret, cn, sn, tr)), ErrAuthFailed)
+	require.ErrorIs(t, CheckClientProof([]byte("other"), sn, cn, tr, ClientProof(secret, sn, cn, tr)), ErrAuthFailed)
 	// A server proof cannot stand in for a client proof (no reflection), nor swapped nonces.
-	require.ErrorIs(t, CheckClientProof(secret, sn, cn, ServerProof(secret, cn, sn)), ErrAuthFailed)
-	require.ErrorIs(t, CheckClientProof(secret, cn, sn, ClientProof(secret, sn, cn)), ErrAuthFailed)
-	require.True(t, ProofEqual(ServerProof(nil, cn, sn), ServerProof([]byte{}, cn, sn)), "nil and empty secret agree")
+	require.ErrorIs(t, CheckClientProof(secret, sn, cn, tr, ServerProof(secret, cn, sn, tr)), ErrAuthFailed)
+	require.ErrorIs(t, CheckClientProof(secret, cn, sn, tr, ClientProof(secret, sn, cn, tr)), ErrAuthFailed)
+	// Nor a proof of another handshake's transcript.
+	require.ErrorIs(t, CheckClientProof(secret, sn, cn, nonce(10), ClientProof(secret, sn, cn, tr)), ErrAuthFailed)
+	require.ErrorIs(t, CheckServerProof(secret, cn, sn, nonce(10), ServerProof(secret, cn, sn, tr)), ErrAuthFailed)
+	require.True(t, ProofEqual(ServerProof(nil, cn, sn, tr), ServerProof([]byte{}, cn, sn, tr)), "nil and empty secret agree")
+}
+
+// TestTranscriptCoversTheHandshake: every field of Hello and HelloReply changes the
+// transcript, so a Hello whose owner id or incarnation was rewritten on the way (to take
+// another node's identity), or a HelloReply whose sync mode was, fails the proofs. (Found in
+// review: the proofs covered the nonces only.)
+func TestTranscriptCoversTheHandshake(t *testing.T) {
+	h := Hello{Version: Version, MaxBody: 1 << 20, OwnerID: 7, Nonce: nonce(1), Incarnation: [IncarnationSize]byte{1}, Name: "zone-1"}
+	r := HelloReply{Version: Version, SyncMode: SyncAlways, MaxBody: 1 << 24, MaxInflight: 1024, LeaseMillis: 10000, Nonce: nonce(2)}
+	base := Transcript(&h, &r)
+	require.Equal(t, base, Transcript(&h, &r), "a function of the messages")
+	for name, change := range map[string]func(h *Hello, r *HelloReply){
+		"owner":       func(h *Hello, _ *HelloReply) { h.OwnerID = 8 },
+		"incarnation": func(h *Hello, _ *HelloReply) { h.Incarnation[15] = 1 },
+		"name":        func(h *Hello, _ *HelloReply) { h.Name = "zone-2" },
+		"max body":    func(h *Hello, _ *HelloReply) { h.MaxBody-- },
+		"sync mode":   func(_ *Hello, r *HelloReply) { r.SyncMode = SyncNone },
+		"lease":       func(_ *Hello, r *HelloReply) { r.LeaseMillis++ },
+		"limits":      func(_ *Hello, r *HelloReply) { r.MaxInflight++ },
+		"nonce":       func(_ *Hello, r *HelloReply) { r.Nonce[0]++ },
+	} {
+		h2, r2 := h, r
+		change(&h2, &r2)
+		require.NotEqual(t, base, Transcript(&h2, &r2), name)
+	}
+	// What the server parses is what the client encoded: the transcript agrees.
+	var hp Hello
+	require.NoError(t, hp.Parse(h.AppendBody(nil)))
+	var rp HelloReply
+	require.NoError(t, rp.Parse(r.AppendBody(nil)))
+	require.Equal(t, base, Transcript(&hp, &rp))
 }
 
 func TestParseSecret(t *testing.T) {

@@ -241,12 +241,13 @@ func handshake(ctx context.Context, conn net.Conn, cfg ClientConfig, key []byte)
 		return conn, hr, nil, fmt.Errorf("server speaks version %d, this client %d: %w", hr.Version, Version, ErrBadVersion)
 	}
 	// The client proves first; the server proves itself in AuthOK.
-	auth := Auth{Proof: ClientProof(key, hr.Nonce, nonce)}
+	transcript := Transcript(&hello, &hr)
+	auth := Auth{Proof: ClientProof(key, hr.Nonce, nonce, transcript)}
 	var ok AuthOK
 	if err := roundTrip(conn, br, cfg.MaxBody, 1, &auth, &ok); err != nil {
 		return conn, hr, nil, err
 	}
-	if err := CheckServerProof(key, nonce, hr.Nonce, ok.Proof); err != nil {
+	if err := CheckServerProof(key, nonce, hr.Nonce, transcript, ok.Proof); err != nil {
 		return conn, hr, nil, err
 	}
 	return conn, hr, br, nil

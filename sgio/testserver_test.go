@@ -146,6 +146,7 @@ func (s *testServer) serve(sc *serverConn) {
 	}
 	hr := s.hello
 	hr.Nonce = NewNonce()
+	transcript := Transcript(&hello, &hr)
 	sc.reply(f.ID, &hr)
 	if f, ok = next(TypeAuth); !ok {
 		return
@@ -156,7 +157,7 @@ func (s *testServer) serve(sc *serverConn) {
 	}
 	key, err := ParseSecret(s.secret)
 	if err == nil {
-		err = CheckClientProof(key, hr.Nonce, hello.Nonce, auth.Proof)
+		err = CheckClientProof(key, hr.Nonce, hello.Nonce, transcript, auth.Proof)
 	}
 	if s.forgeProof { // it takes any proof, and cannot compute its own
 		err, key = nil, []byte("a guess that is not the key")
@@ -168,7 +169,7 @@ func (s *testServer) serve(sc *serverConn) {
 		sc.reply(f.ID, NewErrorReply(err))
 		return
 	}
-	sc.reply(f.ID, &AuthOK{Proof: ServerProof(key, hello.Nonce, hr.Nonce)})
+	sc.reply(f.ID, &AuthOK{Proof: ServerProof(key, hello.Nonce, hr.Nonce, transcript)})
 	for {
 		f, ok := next(0)
 		if !ok {

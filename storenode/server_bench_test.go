@@ -153,6 +153,7 @@ func echoConn(c net.Conn) {
 	br := sgio.NewFrameReader(c, sgio.MaxBodyLimit)
 	bw := bufio.NewWriterSize(c, 64<<10)
 	var clientNonce, serverNonce [sgio.NonceSize]byte
+	var transcript [sgio.TranscriptSize]byte
 	for {
 		f, n, err := sgio.ReadFrame(br, sgio.MaxBodyLimit)
 		if err != nil {
@@ -166,10 +167,10 @@ func echoConn(c net.Conn) {
 			}
 			hr := sgio.HelloReply{Version: sgio.Version, MaxBody: sgio.MaxBodyLimit, MaxInflight: 4096, LeaseMillis: 1000,
 				Nonce: sgio.NewNonce()}
-			clientNonce, serverNonce = hello.Nonce, hr.Nonce
+			clientNonce, serverNonce, transcript = hello.Nonce, hr.Nonce, sgio.Transcript(&hello, &hr)
 			out = sgio.AppendFrame(nil, f.ID, &hr)
 		} else if f.Type == sgio.TypeAuth {
-			out = sgio.AppendFrame(nil, f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(nil, clientNonce, serverNonce)})
+			out = sgio.AppendFrame(nil, f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(nil, clientNonce, serverNonce, transcript)})
 		} else if tmpl := echoReplies[f.Type]; tmpl != nil {
 			out = bw.AvailableBuffer()[:0]
 			out = append(out, tmpl...)

@@ -138,7 +138,8 @@ func fuzzFrames(data []byte) []byte {
 // fuzzHandshake runs Hello and Auth through inbound, as a client would.
 func fuzzHandshake(t *testing.T, sess *session, tr *fuzzTransport) {
 	nonce := sgio.NewNonce()
-	in := sgio.AppendFrame(nil, 0, &sgio.Hello{Version: sgio.Version, MaxBody: 1 << 20, OwnerID: fuzzOwner, Nonce: nonce})
+	hello := sgio.Hello{Version: sgio.Version, MaxBody: 1 << 20, OwnerID: fuzzOwner, Nonce: nonce}
+	in := sgio.AppendFrame(nil, 0, &hello)
 	if n, closed := sess.inbound(in); n != len(in) || closed {
 		t.Fatalf("Hello: consumed %d of %d, closed %v", n, len(in), closed)
 	}
@@ -150,7 +151,7 @@ func fuzzHandshake(t *testing.T, sess *session, tr *fuzzTransport) {
 	if err := hr.Parse(frames[0].Body); err != nil {
 		t.Fatal(err)
 	}
-	in = sgio.AppendFrame(nil, 1, &sgio.Auth{Proof: sgio.ClientProof(nil, hr.Nonce, nonce)})
+	in = sgio.AppendFrame(nil, 1, &sgio.Auth{Proof: sgio.ClientProof(nil, hr.Nonce, nonce, sgio.Transcript(&hello, &hr))})
 	if n, closed := sess.inbound(in); n != len(in) || closed {
 		t.Fatalf("Auth: consumed %d of %d, closed %v", n, len(in), closed)
 	}

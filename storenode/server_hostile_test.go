@@ -170,7 +170,7 @@ func TestHostileClientProvesFirst(t *testing.T) {
 		var hr sgio.HelloReply
 		require.NoError(t, hr.Parse(f.Body))
 		start := time.Now()
-		r.send(1, &sgio.Auth{Proof: sgio.ClientProof([]byte("a guess"), hr.Nonce, r.nonce)})
+		r.send(1, &sgio.Auth{Proof: sgio.ClientProof([]byte("a guess"), hr.Nonce, r.nonce, r.transcript)})
 		// Meanwhile the right secret gets in from the same address, at once.
 		dialStart := time.Now()
 		c := env.dial(4)

@@ -56,7 +56,7 @@ func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
 	// A wrong proof, then idle sockets: more than the source's slots.
 	wrong := dialRaw(t, env.addr)
 	whr := wrong.hello(8)
-	wrong.send(1, &sgio.Auth{Proof: sgio.ClientProof(srvOtherSecret[:16], whr.Nonce, wrong.nonce)})
+	wrong.send(1, &sgio.Auth{Proof: sgio.ClientProof(srvOtherSecret[:16], whr.Nonce, wrong.nonce, wrong.transcript)})
 	waitFor(t, "the wrong proof was seen", func() bool { return env.srv.Stats().AuthFailures == 1 })
 
 	var idle []net.Conn
@@ -76,7 +76,7 @@ func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
 
 	// The client mid-handshake survived the flood: its Auth is answered.
 	key := srvKey(t)
-	legit.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, legit.nonce)})
+	legit.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, legit.nonce, legit.transcript)})
 	f := legit.read()
 	require.Equal(t, sgio.TypeAuthOK, f.Type, "%v", f)
 	// The wrong proof was the first to go.

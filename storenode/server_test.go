@@ -241,7 +241,7 @@ func TestServerHandshake(t *testing.T) {
 	require.ErrorIs(t, err, sgio.ErrAuthFailed)
 	raw := dialRaw(t, env.addr)
 	hr := raw.hello(3)
-	raw.send(1, &sgio.Auth{Proof: sgio.ClientProof([]byte("a guess"), hr.Nonce, raw.nonce)})
+	raw.send(1, &sgio.Auth{Proof: sgio.ClientProof([]byte("a guess"), hr.Nonce, raw.nonce, raw.transcript)})
 	raw.expectError(1, sgio.ErrAuthFailed)
 	raw.expectClosed()
 	require.Contains(t, env.logs.String(), "authentication failed")
@@ -585,6 +585,8 @@ type rawClient struct {
 	conn  net.Conn
 	br    *bytesReader
 	nonce [sgio.NonceSize]byte
+	// transcript is Transcript of the last Hello sent and its HelloReply: the proofs cover it.
+	transcript [sgio.TranscriptSize]byte
 	// maxBody is the reply limit announced in Hello (1 MiB unless set).
 	maxBody uint32
 }
@@ -605,11 +607,13 @@ func (r *rawClient) hello(owner uint64) sgio.HelloReply {
 	if maxBody == 0 {
 		maxBody = 1 << 20
 	}
-	r.send(0, &sgio.Hello{Version: sgio.Version, MaxBody: maxBody, OwnerID: owner, Nonce: r.nonce})
+	h := sgio.Hello{Version: sgio.Version, MaxBody: maxBody, OwnerID: owner, Nonce: r.nonce}
+	r.send(0, &h)
 	f := r.read()
 	require.Equal(r.t, sgio.TypeHelloReply, f.Type)
 	var hr sgio.HelloReply
 	require.NoError(r.t, hr.Parse(f.Body))
+	r.transcript = sgio.Transcript(&h, &hr)
 	return hr
 }
 
@@ -625,12 +629,12 @@ func (r *rawClient) handshake(owner uint64) sgio.HelloReply {
 	r.t.Helper()
 	hr := r.hello(owner)
 	key := srvKey(r.t)
-	r.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, r.nonce)})
+	r.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, r.nonce, r.transcript)})
 	f := r.read()
 	require.Equal(r.t, sgio.TypeAuthOK, f.Type, "%v", f)
 	var ok sgio.AuthOK
 	require.NoError(r.t, ok.Parse(f.Body))
-	require.NoError(r.t, sgio.CheckServerProof(key, r.nonce, hr.Nonce, ok.Proof))
+	require.NoError(r.t, sgio.CheckServerProof(key, r.nonce, hr.Nonce, r.transcript, ok.Proof))
 	return hr
 }
 

@@ -53,14 +53,15 @@ type session struct {
 	name        string
 	clientNonce [sgio.NonceSize]byte
 	serverNonce [sgio.NonceSize]byte
-	replyMax    uint32        // the largest reply body the client accepts
-	needBytes   int           // a frame of this many bytes is incomplete: wait until they are buffered
-	paused      bool          // the last turn stopped early (turnReplyMaxBytes); bytes remain
-	commitStart bool          // a commit of this turn needs the commit goroutine started
-	turnReads   []readRequest // the slow-path reads of the current turn, for one goroutine
-	turnNow     int64         // the engine's clock in this turn, UnixNano; 0 until read
-	refusal     error         // why admission refused the connection, nil when admitted
-	linger      bool          // a refused connection is kept open to be told why
+	transcript  [sgio.TranscriptSize]byte // of the Hello and the HelloReply: the proofs cover it
+	replyMax    uint32                    // the largest reply body the client accepts
+	needBytes   int                       // a frame of this many bytes is incomplete: wait until they are buffered
+	paused      bool                      // the last turn stopped early (turnReplyMaxBytes); bytes remain
+	commitStart bool                      // a commit of this turn needs the commit goroutine started
+	turnReads   []readRequest             // the slow-path reads of the current turn, for one goroutine
+	turnNow     int64                     // the engine's clock in this turn, UnixNano; 0 until read
+	refusal     error                     // why admission refused the connection, nil when admitted
+	linger      bool                      // a refused connection is kept open to be told why
 
 	ownerSeen  atomic.Uint64 // owner, for the logs of timers
 	authed     atomic.Bool
@@ -480,6 +481,7 @@ func (s *session) hello(f sgio.Frame) bool {
 	s.serverNonce = sgio.NewNonce()
 	r := s.srv.hello
 	r.Nonce = s.serverNonce
+	s.transcript = sgio.Transcript(&h, &r)
 	s.state = stateAuth
 	s.srv.setHandshakeStage(s, hsHelloed)
 	s.replyLoop(f.ID, &r)
@@ -495,7 +497,7 @@ func (s *session) auth(f sgio.Frame) bool {
 		s.srv.counters.rejectedFrames.Add(1)
 		return !s.reject(f.ID, err, "bad Auth")
 	}
-	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, a.Proof); err != nil {
+	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, s.transcript, a.Proof); err != nil {
 		s.srv.counters.authFailures.Add(1)
 		s.state = stateFailed
 		s.srv.setHandshakeStage(s, hsFailed)
@@ -528,7 +530,7 @@ func (s *session) auth(f sgio.Frame) bool {
 	}
 	s.mu.Unlock()
 	s.logger().Debug("storenode: session open", "name", s.name)
-	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.srv.key, s.clientNonce, s.serverNonce)})
+	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.srv.key, s.clientNonce, s.serverNonce, s.transcript)})
 	return true
 }
 
