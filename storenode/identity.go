@@ -80,6 +80,19 @@ func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func(
 	return nil
 }
 
+// HoldsIdent reports whether connection conn still holds owner's identity: false once a
+// later claim replaced it (its connection is being closed, asynchronously), once the id was
+// released, or once it lapsed. A connection that merely closed still holds it (its requests
+// queued before the close still act, as its owner may resend them anyway): nobody else has
+// claimed the id. The server checks it before a replaced connection's last requests could act
+// as the owner. Any goroutine; it takes identMu only.
+func (e *Engine) HoldsIdent(owner uint64, conn uint64) bool {
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	return id != nil && !id.released && (id.conn == conn || id.conn == 0)
+}
+
 // pruneIdents drops identities without a connection that have been silent for a lease (a
 // claim would succeed anyway). Caller holds identMu.
 func (e *Engine) pruneIdents(now time.Time) {

@@ -3,6 +3,8 @@ package storenode
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -13,7 +15,7 @@ import (
 func TestAuthProofCoversHello(t *testing.T) {
 	env := startServer(t)
 	raw := dialRaw(t, env.addr)
-	hr := raw.hello(8) // what the server receives
+	hr := raw.hello(8)                                                                        // what the server receives
 	sent := sgio.Hello{Version: sgio.Version, MaxBody: 1 << 20, OwnerID: 7, Nonce: raw.nonce} // what the client sent
 	raw.send(1, &sgio.Auth{Proof: sgio.ClientProof(srvKey(t), hr.Nonce, raw.nonce, sgio.Transcript(&sent, &hr))})
 	raw.expectError(1, sgio.ErrAuthFailed)
@@ -22,4 +24,22 @@ func TestAuthProofCoversHello(t *testing.T) {
 	// The same client with the Hello the server saw gets in.
 	ok := dialRaw(t, env.addr)
 	ok.handshake(7)
+}
+
+// TestReplacedConnectionHoldsNothing: once a later claim of the same incarnation replaced a
+// connection's identity, that connection no longer holds the owner id, even before its close
+// has run (the server's checkHolder refuses its commits, Acquires and AllocIDs in that
+// window). Found in review: only the close stopped the old connection.
+func TestReplacedConnectionHoldsNothing(t *testing.T) {
+	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone})
+	inc := Incarnation{1, 2, 3}
+	evicted := 0
+	require.NoError(t, e.Connect(5, inc, 1, func() { evicted++ }))
+	require.True(t, e.HoldsIdent(5, 1))
+	require.NoError(t, e.Connect(5, inc, 2, func() {}))
+	require.Equal(t, 1, evicted, "the old connection is closed")
+	require.False(t, e.HoldsIdent(5, 1), "and holds nothing meanwhile")
+	require.True(t, e.HoldsIdent(5, 2))
+	require.NoError(t, e.ReleaseOwner(5, 2))
+	require.False(t, e.HoldsIdent(5, 2), "a released id is held by nobody")
 }

@@ -593,6 +593,19 @@ func (s *session) checkOwner(owner uint64) error {
 	return nil
 }
 
+// checkHolder is checkOwner for a request about to act as the owner (a commit handed to the
+// engine, an Acquire, an AllocIDs): it also fails once a later claim replaced this
+// connection's identity, whose close is still on its way.
+func (s *session) checkHolder(owner uint64) error {
+	if err := s.checkOwner(owner); err != nil {
+		return err
+	}
+	if owner != 0 && !s.srv.eng.HoldsIdent(owner, s.id) {
+		return fmt.Errorf("storenode: this connection no longer holds its owner id (replaced or released): %w", sgio.ErrFenced)
+	}
+	return nil
+}
+
 // run executes one request on its own goroutine and replies. Like the reads (runReads), it
 // first reserves room for its reply under connReplyMaxBytes: a client that pipelines
 // requests with large replies (ListTables) and reads nothing holds a bounded amount of them.
@@ -649,7 +662,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return &sgio.OK{}, nil, nil
 	case *sgio.Acquire:
-		if err := s.checkOwner(m.Owner); err != nil {
+		if err := s.checkHolder(m.Owner); err != nil {
 			return nil, nil, err
 		}
 		g, err := e.Acquire(m.Table, m.Owner, m.Epoch)
@@ -667,7 +680,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return &sgio.OK{}, nil, nil
 	case *sgio.AllocIDs:
-		if err := s.checkOwner(m.Owner); err != nil {
+		if err := s.checkHolder(m.Owner); err != nil {
 			return nil, nil, err
 		}
 		first, count, err := e.AllocIDs(m.Table, m.Owner, m.Epoch, int(m.Pages))

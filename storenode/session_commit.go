@@ -112,7 +112,7 @@ func (s *session) commitOne(b *Batch, req commitRequest) {
 	}()
 	v, err := sgio.ViewCommit(*req.body)
 	if err == nil {
-		err = s.checkOwner(v.Owner)
+		err = s.checkHolder(v.Owner)
 	}
 	if err != nil {
 		s.replyError(req.id, err, true)
