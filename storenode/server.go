@@ -737,6 +737,11 @@ var absPath = regexp.MustCompile(`(^|[\s"'(=])(/[^\s"':,()]+)`)
 // scrubPaths removes the machine's paths from an error text sent to a client: paths in the
 // data directory become relative to it, any other absolute path becomes its last element.
 // The server's own log keeps the full text.
+// PublicText is err's text as the server tells clients and probes: paths inside the data
+// directory relative to it, other absolute paths cut to their last element (an error of the
+// engine names its files; /healthz may be served beyond loopback).
+func (s *Server) PublicText(err error) string { return s.scrubPaths(err.Error()) }
+
 func (s *Server) scrubPaths(msg string) string {
 	if !strings.Contains(msg, "/") {
 		return msg

@@ -602,6 +602,10 @@ func TestHostileSmallOnes(t *testing.T) {
 	require.NotContains(t, msg, abs)
 	require.Contains(t, msg, "wal/00000001.log")
 	require.Contains(t, msg, "x.pem")
+	// /healthz tells a fail-stop the same way (found in review: it sent the raw text).
+	pub := env.srv.PublicText(fmt.Errorf("storenode: fdatasync %s/wal/00000001.log: input/output error", env.dataDirForTest()))
+	require.NotContains(t, pub, env.dataDirForTest())
+	require.Contains(t, pub, "wal/00000001.log")
 }
 
 func (env *srvEnv) dataDirForTest() string { return env.srv.dataDir() }

@@ -87,7 +87,7 @@ func metricsMux(node *storenode.Server, withPprof bool) *http.ServeMux {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := node.Healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, node.PublicText(err), http.StatusServiceUnavailable) // no data paths
 			return
 		}
 		fmt.Fprintln(w, "ok")
