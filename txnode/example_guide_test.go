@@ -174,7 +174,7 @@ func Example_storageNode() {
 	db, err := txnode.Open(ctx, txnode.Options{
 		StoreAddr: addr,   // e.g. "127.0.0.1:7070"
 		Secret:    secret, // the same text as the storage node's --secret-file
-		OwnerID:   7,      // fixed: a restart of this game server takes its tables back at once
+		OwnerID:   7,      // optional; one live node per id (a random one by default)
 	})
 	if err != nil {
 		log.Fatal(err) // ErrOwnerInUse: another live node runs with OwnerID 7
