@@ -256,6 +256,9 @@ func (t *Tree) mutate(i uint64, set bool) {
 // SetWord sets every id 64*wi+b for which bit b of w is set: the 64 ids of leaf word wi at
 // once, as a loader that knows whole words (a logical page's present mask) wants; Set per bit
 // costs 64 times as many walks. It panics if an id it sets is above MaxID.
+//
+// Its walk down repeats mutate's on purpose: one shared helper measured 8% slower on Set's
+// slow path (BenchmarkCompare density=sparse op=Set, 16.4 -> 17.8 ns, same run).
 func (t *Tree) SetWord(wi, w uint64) {
 	if w == 0 {
 		return
