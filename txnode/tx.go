@@ -34,6 +34,7 @@ type Tx struct {
 	exposed bool
 
 	pins      []*frameMeta
+	pinBytes  int64                 // what the pinned frames cost in the cache (frameCost of each)
 	pinIndex  map[uint64]*frameMeta // by page key, once pins is long
 	reads     []readRec
 	pageReads []pageRec
@@ -108,6 +109,7 @@ func (tx *Tx) unpinAll() {
 	}
 	clear(tx.pins)
 	tx.pins = tx.pins[:0]
+	tx.pinBytes = 0
 	if tx.pinIndex != nil {
 		clear(tx.pinIndex)
 	}
@@ -197,7 +199,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	// With the cache full, a transaction holding pins may be told to let go (errCacheBusy):
 	// its retry loop rolls it back and waits with nothing pinned (retryBusy). A manual
 	// transaction has no loop: Commit then fails with ErrCacheFull.
-	_, m, err := tx.db.cache.pinAs(tx.ctx, key, t.rowBytes, fresh, len(tx.pins), tx.turn)
+	_, m, err := tx.db.cache.pinAs(tx.ctx, key, t.rowBytes, fresh, len(tx.pins), tx.pinBytes, tx.turn)
 	if err != nil {
 		if err == errCacheBusy {
 			tx.busy = busyPage{t: t, page: page}
@@ -205,6 +207,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 		return nil, err
 	}
 	tx.pins = append(tx.pins, m)
+	tx.pinBytes += frameCost(t.rowBytes)
 	switch {
 	case tx.pinIndex != nil:
 		tx.pinIndex[key] = m
