@@ -37,6 +37,8 @@ type DB struct {
 	durableWaiters []*durableWaiter
 	durableFailVer uint64
 
+	// mu guards tables and byID. It is a leaf lock: nothing else is taken while it is held
+	// (freshNow takes it under the cache's mutex).
 	mu     sync.Mutex
 	tables map[string]*tableState
 	byID   map[uint32]*tableState
@@ -208,6 +210,10 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The pipeline's seq first, with db.mu not held: db.mu is a leaf lock (the cache's
+	// frame creation takes it, under the cache's mutex, in freshNow; a completing batch
+	// takes the cache's mutex under the pipeline's), so it is never held while taking another.
+	db.pipe.noteLastSeq(g.LastSeq)
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if t := db.tables[st.Name]; t != nil {
@@ -222,7 +228,6 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	t.idHigh.Store(st.NextID)
 	t.lastMiss.Store(^uint64(0))
 	t.ids.table = t
-	db.pipe.noteLastSeq(g.LastSeq)
 	db.tables[st.Name] = t
 	db.byID[st.ID] = t
 	return &Table{db: db, t: t}, nil

@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +67,54 @@ func TestWorkingSetOfMixedRowSizes(t *testing.T) {
 	ps.Release()
 	released = true
 	require.NoError(t, recvWithin(t, res, "the transaction, once room was made"))
+}
+
+// acquireSignalStore closes acquired (once armed) when an Acquire returns to its caller.
+type acquireSignalStore struct {
+	Store
+	armed    atomic.Bool
+	acquired chan struct{}
+}
+
+func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (StoreGrant, error) {
+	g, err := s.Store.Acquire(ctx, table, owner, epoch)
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.acquired)
+	}
+	return g, err
+}
+
+// TestAdoptHoldsNoLockOverPipeline: opening a table must not hold the DB's table mutex while
+// it takes the pipeline's. The locks made a cycle: adopt held db.mu and took the pipeline's mu
+// (noteLastSeq); a batch's completion holds the pipeline's mu and takes the cache's (to wake
+// cache waiters); an insert creating a frame holds the cache's mu and takes db.mu (freshNow).
+// Here the test holds the pipeline's mutex, as a completing batch does, while a table is
+// adopted: db.mu must stay free (it was held until the pipeline's mutex was free, so a frame
+// creation with fresh slots, under the cache's mutex, waited for it: a deadlock).
+func TestAdoptHoldsNoLockOverPipeline(t *testing.T) {
+	ctx := context.Background()
+	store := &acquireSignalStore{Store: newLocalStore(t, ""), acquired: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: store})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	db.pipe.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			db.pipe.mu.Unlock()
+		}
+	}()
+	store.armed.Store(true)
+	created := make(chan error, 1)
+	go func() {
+		_, err := db.CreateTable(ctx, "t", 64)
+		created <- err
+	}()
+	<-store.acquired // adopt goes on to register the table
+	free := make(chan uint64, 1)
+	go func() { free <- db.freshNow(pageKey(1, 0)) }() // as a frame creation under the cache's mu
+	recvWithin(t, free, "the table mutex while a table is adopted and the pipeline's mutex is held")
+	db.pipe.mu.Unlock()
+	locked = false
+	require.NoError(t, recvWithin(t, created, "CreateTable"))
 }
