@@ -146,7 +146,8 @@
 //
 // What a closure's error means. DB.Update and DB.View return a closure's own error only once
 // what the closure read is durable (Durable mode, as Get); if a batch it read from failed,
-// the closure runs again.
+// the closure runs again. Session.Go's Pending.Wait does the same wait; if the batch failed
+// it returns that failure (the closure cannot run again there).
 //
 // WriteBack epochs are cut, numbered and handed to the store one at a time, in cut order.
 //

@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,4 +118,86 @@ func TestAdoptHoldsNoLockOverPipeline(t *testing.T) {
 	db.pipe.mu.Unlock()
 	locked = false
 	require.NoError(t, recvWithin(t, created, "CreateTable"))
+}
+
+// TestSessionClosureErrorWaitsForReadDurability: DB.Update's rule for a closure's error holds
+// for Session.Go too. The closure read a balance written by a commit whose batch then failed
+// and returned "insufficient funds"; Pending.Wait returned that at once, although the balance
+// it rested on never became durable. Now Wait reports the closure's error only once what it
+// read is durable, and the batch's failure when that batch failed.
+func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
+	ctx := context.Background()
+	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: store})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release) // or Close waits for the held batch for ever
+		}
+		db.Close(ctx)
+	}()
+	acct, err := db.CreateTable(ctx, "acct", 64)
+	require.NoError(t, err)
+	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
+	require.NoError(t, err)
+
+	store.armed.Store(true)
+	drained := make(chan error, 1)
+	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
+	recvWithin(t, store.entered, "the batch")
+	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+
+	errInsufficient := errors.New("insufficient funds")
+	p := db.Session().Go(ctx, func(tx *Tx) error {
+		buf := make([]byte, 64)
+		if err := tx.Get(acct, id, buf); err != nil {
+			return err
+		}
+		if checkRow(t, buf) < 10 {
+			return errInsufficient // it saw 0, not durable yet
+		}
+		return tx.Put(acct, id, u64Row(64, checkRow(t, buf)-10))
+	})
+	select {
+	case <-p.Done():
+		require.FailNow(t, "the pending resolved before what its closure read was durable")
+	default:
+	}
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, p.Wait(c), context.Canceled, "nothing applied: the context's own error")
+	require.NotErrorIs(t, p.Wait(c), ErrUnknownOutcome)
+	close(store.release)
+	released = true
+	require.ErrorIs(t, recvWithin(t, drained, "the drain"), errInjected)
+	recvWithin(t, p.Done(), "the pending, once the batch failed")
+	err = p.Wait(ctx)
+	require.NotErrorIs(t, err, errInsufficient, "the closure's error rested on a commit that failed")
+	require.ErrorIs(t, err, errInjected)
+}
+
+// TestSessionClosureErrorAfterDurable: a closure's error over durable rows is Wait's at once.
+func TestSessionClosureErrorAfterDurable(t *testing.T) {
+	for _, c := range openConfigs(t)[:2] {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := c.opener(t)(Options{})
+			acct, err := db.CreateTable(ctx, "acct", 64)
+			require.NoError(t, err)
+			id, err := acct.Insert(ctx, u64Row(64, 5))
+			require.NoError(t, err)
+			require.NoError(t, db.pipe.flush(ctx))
+			errLow := errors.New("too low")
+			p := db.Session().Go(ctx, func(tx *Tx) error {
+				buf := make([]byte, 64)
+				if err := tx.Get(acct, id, buf); err != nil {
+					return err
+				}
+				return errLow
+			})
+			recvWithin(t, p.Done(), "the pending")
+			require.ErrorIs(t, p.Wait(ctx), errLow)
+		})
+	}
 }
