@@ -149,7 +149,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// Close flushes and waits for every commit, then closes the store. It is idempotent.
+// Close flushes and waits for every commit, then closes the store. It is idempotent. It waits
+// only as long as ctx allows: if ctx ends first it returns ctx's error, and commits whose
+// batches were not acknowledged by then return an error wrapping ErrUnknownOutcome (the
+// store may still apply them).
 func (db *DB) Close(ctx context.Context) error {
 	db.closeOnce.Do(func() {
 		err := db.pipe.close(ctx)

@@ -552,6 +552,24 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	}
 }
 
+// abandonLocked fails the pipeline when close's context ends with batches not acknowledged:
+// their outcome is unknown (the store may still apply them). Caller holds mu.
+func (p *pipeline) abandonLocked(cause error) {
+	if p.failErr == nil {
+		p.failErr = fmt.Errorf("%w: closed with commit batches not acknowledged: %w", ErrUnknownOutcome, cause)
+		p.stopped.Store(true)
+	}
+	from := uint64(math.MaxUint64)
+	if len(p.inflight) > 0 {
+		from = p.inflight[0].firstVer
+	} else if p.open.nTx > 0 {
+		from = p.open.firstVer
+	}
+	p.failVer = min(p.failVer, from)
+	p.db.failDurable(p.failVer)
+	p.room.Broadcast()
+}
+
 // noteDirty records a frame that became dirty (WriteBack).
 func (p *pipeline) noteDirty(m *frameMeta) {
 	p.dirtyMu.Lock()
@@ -679,15 +697,30 @@ func (p *pipeline) flush(ctx context.Context) error {
 
 // close stops admitting commits, flushes, waits for every batch, and stops the goroutines.
 // Commits are refused first: one admitted after the last flush would be acknowledged
-// (WriteBack) and never written.
+// (WriteBack) and never written. It waits for the batches only as long as ctx allows: then
+// the pipeline fails with ErrUnknownOutcome (wrapping ctx's error), so the commits still
+// waiting for those batches return it, nothing more is sent, and close returns ctx's error.
 func (p *pipeline) close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
 	p.stopped.Store(true)
 	p.mu.Unlock()
 	err := p.flush(ctx)
+	stopWake := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.room.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stopWake()
 	p.mu.Lock()
 	for len(p.inflight) > 0 || (p.open.nTx > 0 && p.failErr == nil) {
+		if cerr := ctx.Err(); cerr != nil {
+			p.abandonLocked(cerr)
+			if err == nil {
+				err = cerr
+			}
+			break
+		}
 		p.kickNow()
 		p.room.Wait()
 	}

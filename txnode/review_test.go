@@ -201,3 +201,32 @@ func TestSessionClosureErrorAfterDurable(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseHonoursContext: Close waits for the batches in flight only as long as its context
+// allows. With a batch the store never acknowledges, Close with an ended context waited for
+// ever (its flush gave up, its drain of the batches in flight did not). Now it returns the
+// context's error, and the commit still waiting for that batch learns its outcome is unknown.
+func TestCloseHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: store})
+	require.NoError(t, err)
+	defer close(store.release) // the held batch fails at the end (Close may have waited for it)
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	id, err := tb.Insert(ctx, u64Row(64, 1))
+	require.NoError(t, err)
+
+	store.armed.Store(true)
+	put := make(chan error, 1)
+	go func() { put <- tb.Put(ctx, id, u64Row(64, 2)) }()
+	recvWithin(t, store.entered, "the batch")
+
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close(c) }()
+	require.ErrorIs(t, recvWithin(t, closed, "Close with an ended context"), context.Canceled)
+	require.ErrorIs(t, recvWithin(t, put, "the commit in the abandoned batch"), ErrUnknownOutcome)
+	require.ErrorIs(t, db.Close(ctx), context.Canceled, "Close is idempotent")
+}
