@@ -31,7 +31,9 @@ import (
 //
 // Failure: a batch that fails makes the pipeline fail-stop; every later batch fails too, the
 // frames they touched are invalidated (their rows are fetched from the store again) and every
-// later commit returns the error wrapped. Reopen the DB to go on.
+// later commit returns the error wrapped. WriteBack: the flusher cuts once more at once, and
+// that cut, not sent, invalidates the frames of the rows installed since the failed epoch.
+// Reopen the DB to go on.
 //
 // A batch's buffer is never written after the batch is handed to the store, until it is
 // acknowledged or failed (the store's gather encoder sends straight from it).
@@ -517,6 +519,9 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		}
 		p.failVer = min(p.failVer, b.firstVer)
 		p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
+		if p.db.opts.Durability == WriteBack {
+			p.flushSoon() // the next cut invalidates the rows installed since (flushEpoch)
+		}
 	}
 	for len(p.inflight) > 0 && p.inflight[0].completed {
 		x := p.inflight[0]
@@ -667,7 +672,10 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		p.room.Wait()
 	}
 	if p.failErr != nil {
+		// Rows that will never be durable: invalidate them (read from the store again), as a
+		// failed batch's are, or reads would go on returning them.
 		for _, m := range b.frames {
+			m.valid.Store(0)
 			m.inflight.Add(-1)
 		}
 		b.retired, b.returned = true, true

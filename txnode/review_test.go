@@ -230,3 +230,50 @@ func TestCloseHonoursContext(t *testing.T) {
 	require.ErrorIs(t, recvWithin(t, put, "the commit in the abandoned batch"), ErrUnknownOutcome)
 	require.ErrorIs(t, db.Close(ctx), context.Canceled, "Close is idempotent")
 }
+
+// TestWriteBackFailureInvalidatesUnflushedRows: after a WriteBack epoch fails, rows installed
+// since (dirty, in no epoch yet) will never be durable. The next cut dropped them but left
+// their frames valid and clean: reads kept returning a row that never reached the store (and,
+// once the frame was evicted, the store's older one). Now the dropped cut invalidates its
+// frames: the row is read from the store again.
+func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
+	ctx := context.Background()
+	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release)
+		}
+		db.Close(ctx)
+	}()
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 128) // two pages
+	require.NoError(t, db.pipe.flush(ctx))
+	a, b := ids[0], ids[64]
+	require.Equal(t, a/64+1, b/64)
+	before := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, b, before))
+
+	store.armed.Store(true)
+	require.NoError(t, tb.Put(ctx, a, u64Row(64, 1000)))
+	flushed := make(chan error, 1)
+	go func() { flushed <- db.pipe.flush(ctx) }()
+	recvWithin(t, store.entered, "the epoch")
+	require.NoError(t, tb.Put(ctx, b, u64Row(64, 2000))) // dirty, in no epoch yet
+	close(store.release)
+	released = true
+	require.ErrorIs(t, recvWithin(t, flushed, "the failed epoch"), errInjected)
+	db.pipe.flushEpoch() // the flusher's next cut (the failure also asks for one)
+
+	got := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, b, got))
+	require.NotEqual(t, uint64(2000), checkRow(t, got), "a row that will never be durable")
+	require.Equal(t, before, got, "the store's row")
+	_, m := db.cache.lookup(pageKey(tb.t.id, b/64))
+	if m != nil {
+		require.Zero(t, m.dirty.Load())
+	}
+}
