@@ -277,3 +277,56 @@ func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 		require.Zero(t, m.dirty.Load())
 	}
 }
+
+// gatedAllocStore holds the first AllocIDs after arm until release (reporting entered).
+type gatedAllocStore struct {
+	Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedAllocStore) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.AllocIDs(ctx, table, owner, epoch, pages)
+}
+
+// TestInsertWaitForGrantHonoursContext: an insert waiting behind another insert's id grant
+// (a store round trip, which may take a reconnect) gives up when its context ends. It waited
+// on the allocator's mutex, ignoring its context, for as long as the grant took.
+func TestInsertWaitForGrantHonoursContext(t *testing.T) {
+	ctx := context.Background()
+	store := &gatedAllocStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: store})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release)
+		}
+		db.Close(ctx)
+	}()
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	store.armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := tb.Insert(ctx, u64Row(64, 1))
+		first <- err
+	}()
+	recvWithin(t, store.entered, "the first insert's grant")
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := tb.Insert(c, u64Row(64, 2))
+		second <- err
+	}()
+	require.ErrorIs(t, recvWithin(t, second, "an insert with an ended context, behind a grant"), context.Canceled)
+	close(store.release)
+	released = true
+	require.NoError(t, recvWithin(t, first, "the first insert"))
+}
