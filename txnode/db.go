@@ -55,6 +55,9 @@ type DB struct {
 	// testHookAdded, when set (by a test, before any commit), runs in a committing
 	// goroutine between the pipeline's add and the install.
 	testHookAdded func(tx *Tx)
+	// testHookBumped, when set (by a test, before any commit), runs in a committing
+	// goroutine that inserts, between its insert-epoch bumps and its validation.
+	testHookBumped func(tx *Tx)
 }
 
 // tableState is what the node knows of a table. Immutable fields first.

@@ -330,3 +330,51 @@ func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 	released = true
 	require.NoError(t, recvWithin(t, first, "the first insert"))
 }
+
+// TestInsertIfAbsentPairOneCommits: two transactions that both scanned an empty table and
+// insert into it, committing at the same time, must not both abort. Each bumped the insert
+// epoch before validating, so each saw the other's bump and both failed: under contention,
+// "insert if fewer than K" kept aborting every attempt (a livelock). Now a transaction bumps
+// the epoch only from the value it recorded: the second one aborts alone.
+func TestInsertIfAbsentPairOneCommits(t *testing.T) {
+	for _, c := range openConfigs(t)[:2] {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := c.opener(t)(Options{})
+			tb, err := db.CreateTable(ctx, "t", 64)
+			require.NoError(t, err)
+			begin := func() *Tx {
+				tx, err := db.Begin(ctx, true)
+				require.NoError(t, err)
+				for _, err := range tx.Scan(tb, 0, 1<<40) {
+					require.NoError(t, err)
+					require.FailNow(t, "the table is empty")
+				}
+				return tx
+			}
+			tx1, tx2 := begin(), begin()
+			defer tx1.Rollback()
+			defer tx2.Rollback()
+			_, err = tx1.Insert(tb, u64Row(64, 1))
+			require.NoError(t, err)
+			_, err = tx2.Insert(tb, u64Row(64, 2))
+			require.NoError(t, err)
+			var err2 error
+			db.testHookBumped = func(tx *Tx) {
+				if tx == tx1 {
+					err2 = tx2.Commit() // commits, bumps and validates while tx1 is between the two
+				}
+			}
+			err1 := tx1.Commit()
+			db.testHookBumped = nil
+			require.ErrorIs(t, err2, ErrConflict, "tx2 validated after tx1's bump")
+			require.NoError(t, err1, "one of the two must commit")
+			n := 0
+			for _, err := range tb.Scan(ctx, 0, 1<<40) {
+				require.NoError(t, err)
+				n++
+			}
+			require.Equal(t, 1, n)
+		})
+	}
+}

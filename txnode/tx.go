@@ -573,12 +573,28 @@ func (tx *Tx) commit() (commitWait, error) {
 	// transaction (it held its own write set locked while validating). Bumping at install,
 	// after validation and after add may have waited, left a gap in which two "insert if
 	// absent" transactions both committed.
+	//
+	// A transaction that recorded the epoch it bumps bumps it only from that value (CAS):
+	// if another inserter bumped it meanwhile this one fails validation anyway, and a bump
+	// of its own would fail the other too. Two "insert if absent" transactions that bumped
+	// each other's epoch both aborted, and under contention kept doing so (a livelock).
 	for i := range tx.writes {
 		w := &tx.writes[i]
 		if w.insert && (len(tx.bumped) == 0 || tx.bumped[len(tx.bumped)-1] != w.t) {
-			w.t.insertEpoch.Add(1)
+			if e, ok := tx.insEpochRead(w.t); ok {
+				if !w.t.insertEpoch.CompareAndSwap(e, e+1) {
+					tx.unlockAll()
+					db.stats.aborts.Add(1)
+					return commitWait{}, ErrConflict
+				}
+			} else {
+				w.t.insertEpoch.Add(1)
+			}
 			tx.bumped = append(tx.bumped, w.t)
 		}
+	}
+	if db.testHookBumped != nil && len(tx.bumped) > 0 {
+		db.testHookBumped(tx)
 	}
 	if !tx.validate() {
 		tx.unlockAll()
@@ -663,6 +679,17 @@ func (tx *Tx) validate() bool {
 		}
 	}
 	return true
+}
+
+// insEpochRead returns the insert epoch of t this transaction recorded (the last, if it
+// recorded several: if they differ, validation fails anyway).
+func (tx *Tx) insEpochRead(t *tableState) (uint64, bool) {
+	for i := len(tx.insReads) - 1; i >= 0; i-- {
+		if tx.insReads[i].t == t {
+			return tx.insReads[i].epoch, true
+		}
+	}
+	return 0, false
 }
 
 func (tx *Tx) lockedByMe(m *frameMeta, slot uint8) bool {
