@@ -519,6 +519,20 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		}
 		p.failVer = min(p.failVer, b.firstVer)
 		p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
+		if o := p.open; o.nTx > 0 {
+			// The open batch is never sent now (add refuses commits from here on): its
+			// commits fail with the others (failDurable), its frames leave flight and are
+			// invalidated, as a failed batch's are. (A commit of it still installing may
+			// make its row valid again: its version is past failVer, so a Durable reader
+			// waits for it and gets the failure.)
+			for _, m := range o.frames {
+				m.valid.Store(0)
+				m.inflight.Add(-1)
+			}
+			p.open = p.newBatchLocked()
+			o.retired, o.returned = true, true
+			p.recycleLocked(o)
+		}
 		if p.db.opts.Durability == WriteBack {
 			p.flushSoon() // the next cut invalidates the rows installed since (flushEpoch)
 		}

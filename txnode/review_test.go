@@ -378,3 +378,73 @@ func TestInsertIfAbsentPairOneCommits(t *testing.T) {
 		})
 	}
 }
+
+// heldFailAckStore is heldFailStore, and once the held batch entered it acknowledges every
+// later batch at once without passing it on (the store would hold them back behind the
+// missing seq, blocking the sender).
+type heldFailAckStore struct {
+	heldFailStore
+	held atomic.Bool
+	lsn  atomic.Uint64
+}
+
+func (s *heldFailAckStore) Commit(b *CommitBatch, done func(uint64, error)) {
+	if s.held.Load() {
+		done(s.lsn.Add(1)+1<<40, nil)
+		return
+	}
+	if s.armed.Load() {
+		s.held.Store(true)
+	}
+	s.heldFailStore.Commit(b, done)
+}
+
+// TestFailedPipelineReleasesOpenBatch: when a batch fails, the commits already in the open
+// batch (never sent: the pipeline stops) fail too, and their frames leave flight and are
+// invalidated, as a failed batch's are. They stayed in flight for ever (never evictable) with
+// rows the store will never have.
+func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
+	ctx := context.Background()
+	store := &heldFailAckStore{heldFailStore: heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}}
+	db, err := Open(ctx, Options{Store: store})
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(store.release)
+		}
+		db.Close(ctx)
+	}()
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	other, err := db.CreateTable(ctx, "other", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, maxInflight)
+	oid, err := other.Insert(ctx, u64Row(64, 1))
+	require.NoError(t, err)
+
+	store.armed.Store(true)
+	errs := make(chan error, maxInflight+1)
+	go func() { errs <- tb.Put(ctx, ids[0], u64Row(64, 100)) }() // its batch is held, then fails
+	recvWithin(t, store.entered, "the first batch")
+	inflight := func() (int, int) {
+		db.pipe.mu.Lock()
+		defer db.pipe.mu.Unlock()
+		return len(db.pipe.inflight), db.pipe.open.nTx
+	}
+	for i := 1; i < maxInflight; i++ { // acknowledged, but retired only after the first
+		go func() { errs <- tb.Put(ctx, ids[i], u64Row(64, 100)) }()
+		waitUntil(t, "the batch in flight", func() bool { n, _ := inflight(); return n == i+1 })
+	}
+	go func() { errs <- other.Put(ctx, oid, u64Row(64, 2)) }() // stays in the open batch
+	waitUntil(t, "the open batch", func() bool { _, n := inflight(); return n == 1 })
+	close(store.release)
+	released = true
+	for range maxInflight + 1 {
+		require.ErrorIs(t, recvWithin(t, errs, "a commit of the failed pipeline"), errInjected)
+	}
+	_, m := db.cache.lookup(pageKey(other.t.id, oid/64))
+	require.NotNil(t, m)
+	require.Zero(t, m.inflight.Load(), "the open batch's frame left flight")
+	require.Zero(t, m.valid.Load()&(1<<(oid%64)), "its row, never durable, is invalid")
+}
