@@ -86,7 +86,7 @@ type pageCache struct {
 	hand      int32
 	waiters   atomic.Int32
 	// waitersHeldBytes is what the frames pinned by goroutines waiting for another frame
-	// cost (as many frames of the row size they wait for); capped, see pin.
+	// cost (frameCost of each, by its own row size); capped, see pin.
 	waitersHeldBytes int64
 	zombies          []int32 // unpublished frames of dropped tables, freed when unpinned
 	// rows parks goroutines waiting for a locked row (rowwait.go).
@@ -154,23 +154,31 @@ func frameMemWords(rowBytes int) int {
 // framesMax is how many frames of this row size the budget holds at most (with their chunks
 // and page table): a working set of more pages can never be pinned at once.
 func (c *pageCache) framesMax(rowBytes int) int {
-	bytesFor := func(n int64) int64 {
-		slots := int64(16)
-		for n*4 > slots*3 {
-			slots *= 2
-		}
-		return c.fixedBytes() + (n+metaChunk-1)/metaChunk*chunkBytes + n*frameCost(rowBytes) + slots*ptSlotBytes
-	}
-	lo, hi := int64(0), min(c.budgetBytes/frameCost(rowBytes)+1, int64(len(c.chunks)*metaChunk)) // bytesFor(lo) fits
+	cost := frameCost(rowBytes)
+	lo, hi := int64(0), min(c.budgetBytes/cost+1, int64(len(c.chunks)*metaChunk)) // canHold(lo) holds
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if bytesFor(mid) <= c.budgetBytes {
+		if c.canHold(mid, mid*cost) {
 			lo = mid
 		} else {
 			hi = mid - 1
 		}
 	}
 	return int(lo)
+}
+
+// canHold reports whether the budget holds n frames whose memory (frameCost) totals
+// frameBytes, with their metadata chunks and page table: whether such a working set, of any
+// mix of row sizes, can ever be pinned at once.
+func (c *pageCache) canHold(n, frameBytes int64) bool {
+	if n > int64(len(c.chunks)*metaChunk) {
+		return false
+	}
+	slots := int64(16)
+	for n*4 > slots*3 {
+		slots *= 2
+	}
+	return c.fixedBytes()+(n+metaChunk-1)/metaChunk*chunkBytes+frameBytes+slots*ptSlotBytes <= c.budgetBytes
 }
 
 func (c *pageCache) meta(id int32) *frameMeta {
@@ -212,7 +220,8 @@ func (c *pageCache) lookup(key uint64) (int32, *frameMeta) {
 // grant not yet handed out), 0 for any other page. When no frame can be had it waits up to
 // waitMax for room and then fails with ErrCacheFull.
 //
-// held is how many frames the caller holds pinned already. Waiting while holding frames can
+// held is how many frames the caller holds pinned already (of this row size: pinAs takes
+// held frames of any sizes). Waiting while holding frames can
 // deadlock: goroutines that each hold frames and wait for one more can pin the whole cache
 // between them. So the frames held by waiters are capped below the budget, by an eighth of
 // it and at least one frame; a caller that would pass the cap fails at once with
@@ -221,12 +230,14 @@ func (c *pageCache) lookup(key uint64) (int32, *frameMeta) {
 // and those become free. (The cap is high because every transaction sent back to wait with
 // nothing loses the pages it had, which others then evict: a thrash.)
 func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int) (int32, *frameMeta, error) {
-	return c.pinAs(ctx, key, rowBytes, fresh, held, false)
+	return c.pinAs(ctx, key, rowBytes, fresh, held, int64(held)*frameCost(rowBytes), false)
 }
 
-// pinAs is pin; turn says the caller holds the cache turn: with frames held it waits without
-// the cap (up to waitMax), and while it waits the others yield to it.
-func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int, turn bool) (int32, *frameMeta, error) {
+// pinAs is pin for a caller that holds held frames costing heldBytes (frameCost each: a
+// transaction's pages may be of tables of different row sizes); turn says the caller holds
+// the cache turn: with frames held it waits without the cap (up to waitMax), and while it
+// waits the others yield to it.
+func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int, heldBytes int64, turn bool) (int32, *frameMeta, error) {
 	if id, m := c.lookup(key); m != nil {
 		m.pins.Add(1)
 		if m.key.Load() == key {
@@ -298,10 +309,11 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
 			return id, m, nil
 		}
-		if held > 0 && held >= c.framesMax(rowBytes) {
-			// One more page than the cache can ever hold at once: waiting cannot help.
-			return -1, nil, fmt.Errorf("%w: more than %d pages of %d-byte rows in %d bytes",
-				errWorkingSet, held, rowBytes, c.budgetBytes)
+		if held > 0 && !c.canHold(int64(held)+1, heldBytes+frameCost(rowBytes)) {
+			// The held pages and this one are more than the cache can ever hold at once
+			// (counted by their own row sizes): waiting cannot help.
+			return -1, nil, fmt.Errorf("%w: %d pages (%d bytes of frames) and one of %d-byte rows in %d bytes",
+				errWorkingSet, held, heldBytes, rowBytes, c.budgetBytes)
 		}
 		// Nothing evictable: wait for an unpin, an ack or a flush, a bounded time.
 		if turn && !c.turnWaiting.Load() {
@@ -309,7 +321,6 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			c.roomMade.Broadcast() // waiters holding frames give them up
 		}
 		if held > 0 && !turn && deadline.IsZero() {
-			heldBytes := int64(held) * frameCost(rowBytes)
 			if c.waitersHeldBytes+heldBytes > c.budgetBytes-max(c.budgetBytes/8, frameCost(rowBytes)) {
 				if c.needFlush != nil {
 					go c.needFlush()

@@ -37,6 +37,8 @@ type DB struct {
 	durableWaiters []*durableWaiter
 	durableFailVer uint64
 
+	// mu guards tables and byID. It is a leaf lock: nothing else is taken while it is held
+	// (freshNow takes it under the cache's mutex).
 	mu     sync.Mutex
 	tables map[string]*tableState
 	byID   map[uint32]*tableState
@@ -53,6 +55,9 @@ type DB struct {
 	// testHookAdded, when set (by a test, before any commit), runs in a committing
 	// goroutine between the pipeline's add and the install.
 	testHookAdded func(tx *Tx)
+	// testHookBumped, when set (by a test, before any commit), runs in a committing
+	// goroutine that inserts, between its insert-epoch bumps and its validation.
+	testHookBumped func(tx *Tx)
 }
 
 // tableState is what the node knows of a table. Immutable fields first.
@@ -147,7 +152,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// Close flushes and waits for every commit, then closes the store. It is idempotent.
+// Close flushes and waits for every commit, then closes the store. It is idempotent. It waits
+// only as long as ctx allows: if ctx ends first it returns ctx's error, and commits whose
+// batches were not acknowledged by then return an error wrapping ErrUnknownOutcome (the
+// store may still apply them).
 func (db *DB) Close(ctx context.Context) error {
 	db.closeOnce.Do(func() {
 		err := db.pipe.close(ctx)
@@ -208,6 +216,10 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The pipeline's seq first, with db.mu not held: db.mu is a leaf lock (the cache's
+	// frame creation takes it, under the cache's mutex, in freshNow; a completing batch
+	// takes the cache's mutex under the pipeline's), so it is never held while taking another.
+	db.pipe.noteLastSeq(g.LastSeq)
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if t := db.tables[st.Name]; t != nil {
@@ -222,7 +234,6 @@ func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
 	t.idHigh.Store(st.NextID)
 	t.lastMiss.Store(^uint64(0))
 	t.ids.table = t
-	db.pipe.noteLastSeq(g.LastSeq)
 	db.tables[st.Name] = t
 	db.byID[st.ID] = t
 	return &Table{db: db, t: t}, nil

@@ -138,7 +138,8 @@
 // this node may still insert (its grants, or past the high-water mark idHigh) and a Tx.Get of
 // an id past idHigh record the epoch; validation fails if it moved, discounting the
 // transaction's own bumps. A reader that validates after the bump aborts; one that validated
-// before is serialized before the inserter.
+// before is serialized before the inserter. An inserter that recorded the epoch bumps it only
+// from that value (else it aborts, bumping nothing), so two that race do not abort each other.
 //
 // Fresh slots. A page's slots whose ids this node has not handed out yet hold no row
 // anywhere, so a frame may be created with them valid and absent; the mask is computed
@@ -146,7 +147,8 @@
 //
 // What a closure's error means. DB.Update and DB.View return a closure's own error only once
 // what the closure read is durable (Durable mode, as Get); if a batch it read from failed,
-// the closure runs again.
+// the closure runs again. Session.Go's Pending.Wait does the same wait; if the batch failed
+// it returns that failure (the closure cannot run again there).
 //
 // WriteBack epochs are cut, numbered and handed to the store one at a time, in cut order.
 //

@@ -14,8 +14,11 @@ import (
 type idAllocator struct {
 	table *tableState
 
-	mu         sync.Mutex // serializes take, across the store's AllocIDs
+	mu         sync.Mutex // serializes take (not held across the store's AllocIDs)
 	grantPages int
+	// granting is closed when the grant in progress (the store's AllocIDs, a round trip)
+	// ends; nil when none. Others wait for it on the channel, within their contexts.
+	granting chan struct{}
 	// stateMu guards next and end (written by take, under mu): freshOf reads them from the
 	// cache's frame creation, which holds the cache's mutex and must not wait for a grant.
 	stateMu   sync.Mutex
@@ -29,11 +32,29 @@ const idGrantPagesMax = 256
 // Slots handed out before may hold rows that reached the store and left the cache.
 func (a *idAllocator) take(ctx context.Context, db *DB) (id, fresh uint64, err error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.next == a.end {
+	for a.next == a.end {
+		if ch := a.granting; ch != nil {
+			// Another take is asking the store: wait for it within ctx, then look again.
+			a.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			}
+			a.mu.Lock()
+			continue
+		}
+		ch := make(chan struct{})
+		a.granting = ch
 		a.grantPages = min(max(1, a.grantPages*2), idGrantPagesMax)
-		first, count, err := db.store.AllocIDs(ctx, a.table.id, db.owner, a.table.epoch.Load(), a.grantPages)
+		pages := a.grantPages
+		a.mu.Unlock()
+		first, count, err := db.store.AllocIDs(ctx, a.table.id, db.owner, a.table.epoch.Load(), pages)
+		a.mu.Lock()
+		a.granting = nil
+		close(ch)
 		if err != nil {
+			a.mu.Unlock()
 			return 0, 0, err
 		}
 		if first < a.table.grantLo.Load() {
@@ -47,6 +68,7 @@ func (a *idAllocator) take(ctx context.Context, db *DB) (id, fresh uint64, err e
 		}
 		db.stats.idGrants.Add(1)
 	}
+	defer a.mu.Unlock()
 	a.stateMu.Lock()
 	id = a.next
 	a.next++

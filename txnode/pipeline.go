@@ -31,7 +31,9 @@ import (
 //
 // Failure: a batch that fails makes the pipeline fail-stop; every later batch fails too, the
 // frames they touched are invalidated (their rows are fetched from the store again) and every
-// later commit returns the error wrapped. Reopen the DB to go on.
+// later commit returns the error wrapped. WriteBack: the flusher cuts once more at once, and
+// that cut, not sent, invalidates the frames of the rows installed since the failed epoch.
+// Reopen the DB to go on.
 //
 // A batch's buffer is never written after the batch is handed to the store, until it is
 // acknowledged or failed (the store's gather encoder sends straight from it).
@@ -517,6 +519,23 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		}
 		p.failVer = min(p.failVer, b.firstVer)
 		p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
+		if o := p.open; o.nTx > 0 {
+			// The open batch is never sent now (add refuses commits from here on): its
+			// commits fail with the others (failDurable), its frames leave flight and are
+			// invalidated, as a failed batch's are. (A commit of it still installing may
+			// make its row valid again: its version is past failVer, so a Durable reader
+			// waits for it and gets the failure.)
+			for _, m := range o.frames {
+				m.valid.Store(0)
+				m.inflight.Add(-1)
+			}
+			p.open = p.newBatchLocked()
+			o.retired, o.returned = true, true
+			p.recycleLocked(o)
+		}
+		if p.db.opts.Durability == WriteBack {
+			p.flushSoon() // the next cut invalidates the rows installed since (flushEpoch)
+		}
 	}
 	for len(p.inflight) > 0 && p.inflight[0].completed {
 		x := p.inflight[0]
@@ -550,6 +569,24 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	if len(p.inflight) < maxInflight && p.open.nTx > 0 {
 		p.kickNow()
 	}
+}
+
+// abandonLocked fails the pipeline when close's context ends with batches not acknowledged:
+// their outcome is unknown (the store may still apply them). Caller holds mu.
+func (p *pipeline) abandonLocked(cause error) {
+	if p.failErr == nil {
+		p.failErr = fmt.Errorf("%w: closed with commit batches not acknowledged: %w", ErrUnknownOutcome, cause)
+		p.stopped.Store(true)
+	}
+	from := uint64(math.MaxUint64)
+	if len(p.inflight) > 0 {
+		from = p.inflight[0].firstVer
+	} else if p.open.nTx > 0 {
+		from = p.open.firstVer
+	}
+	p.failVer = min(p.failVer, from)
+	p.db.failDurable(p.failVer)
+	p.room.Broadcast()
 }
 
 // noteDirty records a frame that became dirty (WriteBack).
@@ -649,7 +686,10 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		p.room.Wait()
 	}
 	if p.failErr != nil {
+		// Rows that will never be durable: invalidate them (read from the store again), as a
+		// failed batch's are, or reads would go on returning them.
 		for _, m := range b.frames {
+			m.valid.Store(0)
 			m.inflight.Add(-1)
 		}
 		b.retired, b.returned = true, true
@@ -679,15 +719,30 @@ func (p *pipeline) flush(ctx context.Context) error {
 
 // close stops admitting commits, flushes, waits for every batch, and stops the goroutines.
 // Commits are refused first: one admitted after the last flush would be acknowledged
-// (WriteBack) and never written.
+// (WriteBack) and never written. It waits for the batches only as long as ctx allows: then
+// the pipeline fails with ErrUnknownOutcome (wrapping ctx's error), so the commits still
+// waiting for those batches return it, nothing more is sent, and close returns ctx's error.
 func (p *pipeline) close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closing = true
 	p.stopped.Store(true)
 	p.mu.Unlock()
 	err := p.flush(ctx)
+	stopWake := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.room.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stopWake()
 	p.mu.Lock()
 	for len(p.inflight) > 0 || (p.open.nTx > 0 && p.failErr == nil) {
+		if cerr := ctx.Err(); cerr != nil {
+			p.abandonLocked(cerr)
+			if err == nil {
+				err = cerr
+			}
+			break
+		}
 		p.kickNow()
 		p.room.Wait()
 	}

@@ -28,13 +28,17 @@ type Pending struct {
 	db   *DB
 	wait commitWait
 	err  error
-	done chan struct{}
+	// errAfter: err is the closure's own error, reported once what the closure read is
+	// durable (wait, in Durable mode), as DB.Update does.
+	errAfter bool
+	done     chan struct{}
 }
 
 // Go runs fn in a read-write transaction and commits it in memory, retrying conflicts like
 // DB.Update (fn may run more than once), and returns at once. The transaction's effects are
 // visible to every later transaction; Pending.Wait reports when it is durable. A session's
-// pendings resolve in the order it issued them. As in DB.Update, a panic in fn rolls the
+// pendings resolve in the order it issued them. fn's own error is Pending.Wait's, reported as
+// DB.Update reports it (once what fn read is durable). As in DB.Update, a panic in fn rolls the
 // transaction back and goes on up the caller's goroutine, and tx is valid only while fn runs.
 func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	p := &Pending{db: s.db}
@@ -67,6 +71,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 			continue
 		}
 		if err != nil {
+			readVer := tx.maxRead
 			err = tx.abort(err)
 			if err == ErrConflict && attempt < s.db.opts.MaxRetries {
 				attempt++
@@ -74,6 +79,13 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 				continue
 			}
 			p.err = err
+			if err != ErrConflict {
+				// The closure's own error may rest on rows of a commit not yet durable: Wait
+				// reports it once they are (see DB.Update), in the session's order.
+				p.errAfter = true
+				p.wait = commitWait{ver: max(readVer, s.lastVer)}
+				s.lastVer = p.wait.ver
+			}
 			break
 		}
 		cw, err := tx.commit()
@@ -97,8 +109,18 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 }
 
 // Wait returns nil once the transaction is durable (in WriteBack: flushed), or its error.
-// If ctx ends first it returns an error wrapping ErrUnknownOutcome.
+// If ctx ends first it returns an error wrapping ErrUnknownOutcome. The closure's own error
+// is returned as DB.Update returns it: in Durable mode only once what the closure read is
+// durable; if a batch it read from failed, Wait returns that failure instead (what the
+// closure saw never happened; the node stops committing), and if ctx ends first, ctx's error
+// (nothing was applied).
 func (p *Pending) Wait(ctx context.Context) error {
+	if p.errAfter {
+		if err := p.wait.wait(p.db, ctx); err != nil {
+			return err
+		}
+		return p.err
+	}
 	if p.err != nil {
 		return p.err
 	}
@@ -114,7 +136,7 @@ func (p *Pending) Wait(ctx context.Context) error {
 func (p *Pending) Done() <-chan struct{} {
 	if p.done == nil {
 		p.done = make(chan struct{})
-		if p.err != nil || p.wait.ver <= p.db.durableVer.Load() {
+		if p.err != nil && (!p.errAfter || p.db.opts.Durability == WriteBack) || p.wait.ver <= p.db.durableVer.Load() {
 			close(p.done)
 		} else {
 			go func() {

@@ -34,6 +34,7 @@ type Tx struct {
 	exposed bool
 
 	pins      []*frameMeta
+	pinBytes  int64                 // what the pinned frames cost in the cache (frameCost of each)
 	pinIndex  map[uint64]*frameMeta // by page key, once pins is long
 	reads     []readRec
 	pageReads []pageRec
@@ -108,6 +109,7 @@ func (tx *Tx) unpinAll() {
 	}
 	clear(tx.pins)
 	tx.pins = tx.pins[:0]
+	tx.pinBytes = 0
 	if tx.pinIndex != nil {
 		clear(tx.pinIndex)
 	}
@@ -197,7 +199,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	// With the cache full, a transaction holding pins may be told to let go (errCacheBusy):
 	// its retry loop rolls it back and waits with nothing pinned (retryBusy). A manual
 	// transaction has no loop: Commit then fails with ErrCacheFull.
-	_, m, err := tx.db.cache.pinAs(tx.ctx, key, t.rowBytes, fresh, len(tx.pins), tx.turn)
+	_, m, err := tx.db.cache.pinAs(tx.ctx, key, t.rowBytes, fresh, len(tx.pins), tx.pinBytes, tx.turn)
 	if err != nil {
 		if err == errCacheBusy {
 			tx.busy = busyPage{t: t, page: page}
@@ -205,6 +207,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 		return nil, err
 	}
 	tx.pins = append(tx.pins, m)
+	tx.pinBytes += frameCost(t.rowBytes)
 	switch {
 	case tx.pinIndex != nil:
 		tx.pinIndex[key] = m
@@ -570,12 +573,28 @@ func (tx *Tx) commit() (commitWait, error) {
 	// transaction (it held its own write set locked while validating). Bumping at install,
 	// after validation and after add may have waited, left a gap in which two "insert if
 	// absent" transactions both committed.
+	//
+	// A transaction that recorded the epoch it bumps bumps it only from that value (CAS):
+	// if another inserter bumped it meanwhile this one fails validation anyway, and a bump
+	// of its own would fail the other too. Two "insert if absent" transactions that bumped
+	// each other's epoch both aborted, and under contention kept doing so (a livelock).
 	for i := range tx.writes {
 		w := &tx.writes[i]
 		if w.insert && (len(tx.bumped) == 0 || tx.bumped[len(tx.bumped)-1] != w.t) {
-			w.t.insertEpoch.Add(1)
+			if e, ok := tx.insEpochRead(w.t); ok {
+				if !w.t.insertEpoch.CompareAndSwap(e, e+1) {
+					tx.unlockAll()
+					db.stats.aborts.Add(1)
+					return commitWait{}, ErrConflict
+				}
+			} else {
+				w.t.insertEpoch.Add(1)
+			}
 			tx.bumped = append(tx.bumped, w.t)
 		}
+	}
+	if db.testHookBumped != nil && len(tx.bumped) > 0 {
+		db.testHookBumped(tx)
 	}
 	if !tx.validate() {
 		tx.unlockAll()
@@ -660,6 +679,17 @@ func (tx *Tx) validate() bool {
 		}
 	}
 	return true
+}
+
+// insEpochRead returns the insert epoch of t this transaction recorded (the last, if it
+// recorded several: if they differ, validation fails anyway).
+func (tx *Tx) insEpochRead(t *tableState) (uint64, bool) {
+	for i := len(tx.insReads) - 1; i >= 0; i-- {
+		if tx.insReads[i].t == t {
+			return tx.insReads[i].epoch, true
+		}
+	}
+	return 0, false
 }
 
 func (tx *Tx) lockedByMe(m *frameMeta, slot uint8) bool {

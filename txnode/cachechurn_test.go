@@ -1,0 +1,73 @@
+package txnode
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recountBytes recomputes what the cache should account: the fixed part, the page table, the
+// metadata chunks made and every frame that holds memory (zombies not reaped yet included).
+func recountBytes(c *pageCache) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.fixedBytes() + c.pt.bytes()
+	for id := range c.nFrames {
+		if id%metaChunk == 0 {
+			n += chunkBytes
+		}
+		m := c.meta(id)
+		if m.mem.Load() != nil {
+			n += frameCost(int(m.rowBytes))
+		}
+	}
+	return n
+}
+
+// TestCacheBytesUnderChurn: the cache's accounted bytes stay equal to what it holds, and
+// within budget, while goroutines pin and unpin pages of five row sizes (frames change size)
+// and tables are dropped under them (zombie frames).
+func TestCacheBytesUnderChurn(t *testing.T) {
+	rounds := 5000
+	if testing.Short() {
+		rounds = 1000
+	}
+	c := newPageCache(600<<10, 50*time.Millisecond)
+	sizes := []int{8, 64, 256, 1024, 4096}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			var held []*frameMeta
+			for i := 0; i < rounds; i++ {
+				switch r.IntN(10) {
+				case 0:
+					c.dropTable(uint32(1 + r.IntN(5)))
+				case 1, 2, 3:
+					for _, m := range held {
+						c.unpin(m)
+					}
+					held = held[:0]
+				default:
+					tb := 1 + r.IntN(5)
+					_, m, err := c.pin(context.Background(), pageKey(uint32(tb), uint64(r.IntN(20))), sizes[tb-1], 0, 0)
+					if err == nil {
+						held = append(held, m)
+					}
+				}
+			}
+			for _, m := range held {
+				c.unpin(m)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, recountBytes(c), c.bytesUsed())
+	require.LessOrEqual(t, c.bytesUsed(), c.budgetBytes)
+}
