@@ -319,6 +319,15 @@ func (db *DB) renewLeases() {
 			ts = append(ts, t)
 		}
 		db.mu.Unlock()
+		if len(ts) == 0 {
+			// No table to renew: traffic all the same, or the storage node would let another
+			// incarnation take this node's owner id after a lease of silence.
+			ctx, cancel := context.WithTimeout(context.Background(), period)
+			if err := db.store.Ping(ctx); err != nil {
+				db.opts.Logger.Warn("txnode: keepalive failed", "err", err)
+			}
+			cancel()
+		}
 		for _, t := range ts {
 			start := db.opts.clock.nanos()
 			ctx, cancel := context.WithTimeout(context.Background(), period)

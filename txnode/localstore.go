@@ -46,6 +46,8 @@ func (s *localStore) OpenTable(_ context.Context, name string) (StoreTable, erro
 	return tableOf(t), err
 }
 
+func (s *localStore) Ping(context.Context) error { return nil }
+
 func (s *localStore) ListTables(context.Context) ([]StoreTable, error) {
 	var out []StoreTable
 	for _, t := range s.e.Tables() {

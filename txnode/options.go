@@ -52,8 +52,11 @@ const (
 	DefaultDialTimeout    = 5 * time.Second
 	// OwnerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
 	// measures the holder's silence on its own clock, from its last renewal.
-	OwnerInUseMargin       = 2 * time.Second
-	DefaultStoreCacheBytes = 256 << 20
+	OwnerInUseMargin = 2 * time.Second
+	// ownerInUseLeaseFallback is the lease OwnerInUseWait's default assumes when the storage
+	// node's own cannot be read.
+	ownerInUseLeaseFallback = storenode.DefaultLeaseDuration
+	DefaultStoreCacheBytes  = 256 << 20
 	// MinCacheBytes is the smallest logical page cache.
 	MinCacheBytes = 64 << 10
 )
@@ -104,8 +107,9 @@ type Options struct {
 	DialTimeout, RequestTimeout time.Duration
 	// OwnerInUseWait is how long Open keeps dialing while the storage node answers
 	// ErrOwnerInUse (another live incarnation holds OwnerID: it must close, or be silent for
-	// a lease). Default: storenode.DefaultLeaseDuration plus OwnerInUseMargin; reconnects use
-	// the storage node's lease plus the margin.
+	// a lease). Zero (the default): the storage node's own lease (from its hello reply) plus
+	// OwnerInUseMargin, so a node restarted right after a crash opens once the dead one's
+	// lease has run out, however long the storage node's lease is. Reconnects wait the same.
 	OwnerInUseWait time.Duration
 
 	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
@@ -139,9 +143,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.OwnerInUseWait == 0 {
-		o.OwnerInUseWait = storenode.DefaultLeaseDuration + OwnerInUseMargin
 	}
 	if o.SyncMode == "" {
 		o.SyncMode = "always"

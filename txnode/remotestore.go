@@ -80,14 +80,23 @@ func (s *remoteStore) dial(ctx context.Context) (*sgio.Client, error) {
 }
 
 // dialOwner dials, and dials again while the storage node answers ErrOwnerInUse (another
-// incarnation holds the owner id until it closes or is silent for a lease), for up to wait.
+// incarnation holds the owner id until it closes or is silent for a lease), for up to wait;
+// wait 0 is the storage node's lease plus OwnerInUseMargin (ownerInUseWait).
 func (s *remoteStore) dialOwner(ctx context.Context, wait time.Duration) (*sgio.Client, error) {
-	deadline := time.Now().Add(wait)
+	start := time.Now()
+	deadline := start.Add(wait)
 	backoff := 20 * time.Millisecond
 	for {
 		c, err := s.dial(ctx)
-		if err == nil || !errors.Is(err, sgio.ErrOwnerInUse) || !time.Now().Add(backoff).Before(deadline) {
+		if err == nil || !errors.Is(err, sgio.ErrOwnerInUse) {
 			return c, err
+		}
+		if wait == 0 {
+			wait = s.ownerInUseWait(ctx)
+			deadline = start.Add(wait)
+		}
+		if !time.Now().Add(backoff).Before(deadline) {
+			return nil, fmt.Errorf("txnode: gave up after %v (OwnerInUseWait): %w", wait.Round(time.Millisecond), err)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -98,6 +107,19 @@ func (s *remoteStore) dialOwner(ctx context.Context, wait time.Duration) (*sgio.
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// ownerInUseWait is the default OwnerInUseWait: the storage node's lease, read from the
+// hello reply of a connection that claims no owner id, plus OwnerInUseMargin; the default
+// lease plus the margin if even that connection fails.
+func (s *remoteStore) ownerInUseWait(ctx context.Context) time.Duration {
+	c, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: s.opts.StoreAddr, Secret: s.opts.Secret, Name: "txnode-lease",
+		DialTimeout: s.opts.DialTimeout})
+	if err != nil {
+		return ownerInUseLeaseFallback + OwnerInUseMargin
+	}
+	defer c.Close()
+	return time.Duration(c.Hello().LeaseMillis)*time.Millisecond + OwnerInUseMargin
 }
 
 func (s *remoteStore) Info() StoreInfo { return s.info }
@@ -286,6 +308,10 @@ func (s *remoteStore) OpenTable(ctx context.Context, name string) (StoreTable, e
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.OpenTable{Name: name}, &r, true)
 	return tableFrom(r), err
+}
+
+func (s *remoteStore) Ping(ctx context.Context) error {
+	return s.call(ctx, &sgio.Ping{}, &sgio.Pong{}, true)
 }
 
 func (s *remoteStore) ListTables(ctx context.Context) ([]StoreTable, error) {

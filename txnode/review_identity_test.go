@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
 	"sync"
@@ -165,4 +166,43 @@ func TestCloseHonoursContextWithBatchInFlight(t *testing.T) {
 		<-closed
 		t.Fatal("DB.Close ignored its context while a batch was in flight")
 	}
+}
+
+// TestIdleNodeKeepsItsOwnerID: a node that holds no table still sends traffic, so another
+// live incarnation with its owner id stays refused (ErrOwnerInUse) beyond a lease. Found in
+// review (issue 10): lease renewals were the only traffic, so a node without tables went
+// silent and, after one lease, another incarnation took its owner id.
+func TestIdleNodeKeepsItsOwnerID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits several leases")
+	}
+	const lease = 2 * time.Second
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: lease})
+	ctx := context.Background()
+	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 91})
+	require.NoError(t, err)
+	defer a.Close(ctx)
+	// Another incarnation of owner 91 keeps trying for two and a half leases: refused all along.
+	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: 91, OwnerInUseWait: lease * 5 / 2})
+	require.ErrorIs(t, err, ErrOwnerInUse)
+}
+
+// TestOwnerInUseWaitFollowsTheStorageNodesLease: Open's default wait for an owner id in use
+// is the storage node's own lease plus OwnerInUseMargin, read from its hello reply. Found in
+// review (issue 10): it was the default lease (10 s) plus the margin whatever the node's
+// --lease, so against a node with a longer lease a restart right after a crash gave up
+// before the dead incarnation's lease had run out.
+func TestOwnerInUseWaitFollowsTheStorageNodesLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits a lease plus the margin")
+	}
+	const lease = time.Second
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: lease})
+	ctx := context.Background()
+	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 92})
+	require.NoError(t, err)
+	defer a.Close(ctx)
+	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: 92})
+	require.ErrorIs(t, err, ErrOwnerInUse)
+	require.ErrorContains(t, err, fmt.Sprintf("gave up after %v", lease+OwnerInUseMargin))
 }

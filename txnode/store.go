@@ -38,6 +38,11 @@ type Store interface {
 	// blocking methods.
 	Commit(b *CommitBatch, done func(lsn uint64, err error))
 
+	// Ping is traffic and nothing else: a node that holds no table still keeps its owner id
+	// live at a storage node with it (another incarnation may take an id silent for a lease).
+	// The embedded store has nobody to tell and returns nil.
+	Ping(ctx context.Context) error
+
 	// Close releases the store (the embedded one checkpoints and closes its engine).
 	Close() error
 }
