@@ -144,6 +144,9 @@ func decodeCommitRecord(p []byte, rec *commitRecord) error {
 		var s Segment
 		s.Table = binary.LittleEndian.Uint32(p[0:])
 		r := int(binary.LittleEndian.Uint16(p[4:]))
+		if binary.LittleEndian.Uint16(p[6:]) != 0 {
+			return corrupt.Errorf("storenode: commit record: segment of table %d: reserved field not zero", s.Table)
+		}
 		s.Page = binary.LittleEndian.Uint64(p[8:])
 		s.Data = binary.LittleEndian.Uint64(p[16:])
 		s.Clear = binary.LittleEndian.Uint64(p[24:])
