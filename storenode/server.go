@@ -23,7 +23,10 @@
 // connection that submits them to the engine in arrival order (the engine orders an owner's
 // batches by seq). Replies are gathered with sgio.Writer and written with one writev per
 // burst: by the event loop at the end of its turn, or with gnet's AsyncWritev from the
-// goroutines. docs/operations.md has the flags, metrics and measurements.
+// goroutines. Start binds the address and checks everything that needs no disk (the file
+// limit, gnet's boot) before it opens the engine, so a start that fails on them leaves the
+// store's directory as it was, or uncreated. docs/operations.md has the flags, metrics and
+// measurements.
 //
 // # Buffer lifetimes
 //

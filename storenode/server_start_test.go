@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // dirState is what a test compares of a directory tree: every entry's mode, size, time and,
@@ -51,6 +52,9 @@ func dirState(t *testing.T, dir string) map[string]string {
 // it was. Fails on 767c454: Start opened the engine first, which created the directory, the
 // lock file, the meta file and a WAL segment.
 func TestStartFailureLeavesNothingBehind(t *testing.T) {
+	// A failed start leaves nothing running either (gnet's ants workers are a pool).
+	leakOpts := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
+	t.Cleanup(func() { goleak.VerifyNone(t, leakOpts...) })
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer held.Close()
