@@ -367,6 +367,15 @@ func TestMainSIGTERM(t *testing.T) {
 // use and the file limit: the engine was opened (directory, lock, meta file, a WAL segment)
 // before the listener was bound.
 func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
+	// A start that wrongly succeeds serves until the context ends: bounded, it then fails
+	// the test on its exit code instead of hanging.
+	runFailing := func(args []string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		var errb syncBuffer
+		code := run(ctx, runEnv{args: args, getenv: func(string) string { return "" }, stdout: io.Discard, stderr: &errb})
+		return code, errb.String()
+	}
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer held.Close()
@@ -381,7 +390,7 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	}{
 		{"listen address in use", []string{"--listen", held.Addr().String()}, exitFailure, "address already in use"},
 		{"metrics address in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", held.Addr().String()}, exitFailure, "address already in use"},
-		{"file limit", []string{"--listen", "127.0.0.1:0", "--max-conns", "1000000000"}, exitFailure, "RLIMIT_NOFILE"},
+		{"file limit", []string{"--listen", "127.0.0.1:0", "--max-conns", "1099511627776"}, exitFailure, "RLIMIT_NOFILE"},
 		{"bad flag", []string{"--listen", "127.0.0.1:0", "--sync", "sometimes"}, exitUsage, "--sync"},
 		{"weak secret", []string{"--listen", "127.0.0.1:0", "--secret-file", weak}, exitUsage, "--secret-file"},
 		{"non-loopback without a secret", []string{"--listen", "0.0.0.0:0"}, exitUsage, "non-loopback"},
@@ -389,7 +398,7 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "store")
-			code, _, stderr := runOnce(append([]string{"--dir", dir}, tc.args...), nil)
+			code, stderr := runFailing(append([]string{"--dir", dir}, tc.args...))
 			require.Equal(t, tc.code, code, stderr)
 			require.Contains(t, stderr, tc.want)
 			_, err := os.Lstat(dir)
@@ -404,7 +413,7 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	before := treeState(t, dir)
 	require.NotEmpty(t, before)
 	for _, tc := range cases {
-		code, _, stderr := runOnce(append([]string{"--dir", dir}, tc.args...), nil)
+		code, stderr := runFailing(append([]string{"--dir", dir}, tc.args...))
 		require.Equal(t, tc.code, code, "%s: %s", tc.name, stderr)
 		require.Equal(t, before, treeState(t, dir), tc.name)
 	}
