@@ -105,3 +105,35 @@ func TestStartFailureLeavesNothingBehind(t *testing.T) {
 		})
 	}
 }
+
+// A start that fails once the engine is opened (here: the store is locked by another
+// engine, in this process) releases what it took before: the address is free again and, with gnet, the
+// event loops are stopped (goleak).
+func TestStartFailureAfterListenReleasesTheAddress(t *testing.T) {
+	leakOpts := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
+	dir := t.TempDir()
+	holder, err := Open(Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1})
+	require.NoError(t, err)
+	defer holder.Close()
+	t.Cleanup(func() { goleak.VerifyNone(t, leakOpts...) })
+	for _, withTLS := range []bool{false, true} {
+		probe, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := probe.Addr().String()
+		require.NoError(t, probe.Close())
+		cfg := ServerConfig{Listen: addr, EventLoops: 1, Logger: quietLogger,
+			Options: Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1}}
+		if withTLS {
+			cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		srv, err := NewServer(cfg)
+		require.NoError(t, err)
+		// ErrLocked today; the test does not depend on how a lock held in this process is
+		// worded, only on Open failing after the address was bound.
+		require.Error(t, srv.Start(), "tls=%v", withTLS)
+		again, err := net.Listen("tcp", addr)
+		require.NoError(t, err, "tls=%v: the failed start still holds %s", withTLS, addr)
+		require.NoError(t, again.Close())
+		require.NoError(t, srv.Shutdown(t.Context()), "Shutdown after a failed Start")
+	}
+}
