@@ -27,12 +27,17 @@ const fileMargin = 64
 // each, and as many for the acceptor's loop.
 func loopFiles(loops int) int { return 2 * (loops + 1) }
 
-// checkFileLimit reports ErrFileLimit when conns connections, loops event loops, the engine's
-// tables and the margin do not fit limit descriptors.
-func (e *Engine) checkFileLimit(conns, loops int, limit uint64) error {
+// openFiles reports the data files the engine keeps open: its tables and the dropped ones a
+// checkpoint has not removed yet.
+func (e *Engine) openFiles() int {
 	e.mu.Lock()
-	tables := len(e.tables) + len(e.dropped)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	return len(e.tables) + len(e.dropped)
+}
+
+// checkFileLimit reports ErrFileLimit when conns connections, loops event loops, tables
+// tables and the margin do not fit limit descriptors.
+func checkFileLimit(conns, loops, tables int, limit uint64) error {
 	need := uint64(conns) + uint64(loopFiles(loops)) + uint64(tables) + fileMargin
 	if need > limit {
 		return fmt.Errorf("%w: %d connections + %d event loops (%d descriptors) + %d tables + %d spare need %d file descriptors, "+

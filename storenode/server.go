@@ -23,7 +23,10 @@
 // connection that submits them to the engine in arrival order (the engine orders an owner's
 // batches by seq). Replies are gathered with sgio.Writer and written with one writev per
 // burst: by the event loop at the end of its turn, or with gnet's AsyncWritev from the
-// goroutines. docs/operations.md has the flags, metrics and measurements.
+// goroutines. Start binds the address and checks everything that needs no disk (the file
+// limit, gnet's boot) before it opens the engine, so a start that fails on them leaves the
+// store's directory as it was, or uncreated. docs/operations.md has the flags, metrics and
+// measurements.
 //
 // # Buffer lifetimes
 //
@@ -363,9 +366,17 @@ func (s *Server) configure() {
 	}
 }
 
-// Start opens the engine (unless ServerConfig.Engine was given) and starts listening. It
-// returns once connections are accepted; Addr then reports the address. On failure nothing
-// is left open.
+// Start binds the listen address, opens the engine (unless ServerConfig.Engine was given)
+// and starts serving. It returns once connections are accepted; Addr then reports the
+// address. On failure nothing is left open.
+//
+// Everything that can fail without the disk is checked before the engine is opened, so a
+// start that fails for such a reason leaves the store's directory as it was (not created
+// when it did not exist): the listen address (in use, refused), the descriptors that
+// MaxConns and the event loops need (ErrFileLimit), the network engine's boot. (NewServer
+// has checked the configuration and the secret.) Only then is the engine opened, which
+// creates the directory and its files, and the file limit checked again with its tables.
+// Connections that arrive while the engine recovers wait in the listener's backlog.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -373,21 +384,29 @@ func (s *Server) Start() error {
 		return errors.New("storenode: server already started")
 	}
 	s.started = true
-	if s.eng == nil {
-		e, err := Open(s.cfg.Options)
-		if err != nil {
-			return err
+	ln, booted, err := s.prepareListen()
+	if err == nil && s.eng == nil {
+		var e *Engine
+		if e, err = Open(s.cfg.Options); err == nil {
+			s.eng, s.ownsEngine = e, true
+			s.configure()
 		}
-		s.eng, s.ownsEngine = e, true
-		s.configure()
 	}
-	err := s.checkFileLimit()
+	if err == nil {
+		err = s.checkFileLimit(s.eng)
+	}
 	if err == nil && s.cfg.TLS != nil {
-		err = s.startTLS()
+		s.startTLS(ln)
 	} else if err == nil {
-		err = s.startGnet()
+		s.serveGnet(ln)
 	}
 	if err != nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		if booted {
+			s.stopGnetEngine()
+		}
 		if s.ownsEngine {
 			_ = s.eng.Close()
 		}
@@ -404,9 +423,32 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// checkFileLimit refuses to start when the connections and tables cannot have their file
-// descriptors (limits.go).
-func (s *Server) checkFileLimit() error {
+// prepareListen does the part of Start that touches no store file: it checks the file limit
+// for the connections and event loops (with the tables of ServerConfig.Engine, if given),
+// binds the listen address and, without TLS, boots gnet's event loops (booted). On failure
+// it has closed what it opened.
+func (s *Server) prepareListen() (ln net.Listener, booted bool, err error) {
+	if err := s.checkFileLimit(s.eng); err != nil {
+		return nil, false, err
+	}
+	ln, err = net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return nil, false, fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+	}
+	if s.cfg.TLS == nil {
+		if err := s.bootGnet(); err != nil {
+			_ = ln.Close()
+			return nil, false, err
+		}
+		booted = true
+	}
+	return ln, booted, nil
+}
+
+// checkFileLimit refuses to start when the connections and the tables of e (none when e is
+// nil: the check before the engine is opened) cannot have their file descriptors
+// (limits.go).
+func (s *Server) checkFileLimit(e *Engine) error {
 	limit := s.cfg.fileLimit
 	if limit == 0 {
 		var err error
@@ -414,7 +456,11 @@ func (s *Server) checkFileLimit() error {
 			return err
 		}
 	}
-	return s.eng.checkFileLimit(s.cfg.MaxConns+rejectLingerMax, s.cfg.EventLoops, limit)
+	tables := 0
+	if e != nil {
+		tables = e.openFiles()
+	}
+	return checkFileLimit(s.cfg.MaxConns+rejectLingerMax, s.cfg.EventLoops, tables, limit)
 }
 
 // Addr reports the address the server listens on, or nil before Start.

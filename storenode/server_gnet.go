@@ -39,20 +39,15 @@ type gnetHandler struct {
 	once   sync.Once
 }
 
-// startGnet starts the event loops and the accept loop. gnet itself listens only on a unix
-// socket in a private (0700) temporary directory, which is removed as soon as a probe
-// connection proved the event loops run: gnet.Run needs a listener, and its return is the
-// signal that the engine stopped, but nobody is to connect to it (a connection without a
-// session is closed at OnOpen all the same). The TCP address is the server's own listener,
-// served by acceptLoop.
-func (s *Server) startGnet() error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
-	}
+// bootGnet starts the event loops (Start then opens the engine and calls serveGnet). gnet
+// itself listens only on a unix socket in a private (0700) temporary directory, which is
+// removed as soon as a probe connection proved the event loops run: gnet.Run needs a
+// listener, and its return is the signal that the engine stopped, but nobody is to connect
+// to it (a connection without a session is closed at OnOpen all the same). The TCP address
+// is the server's own listener, served by acceptLoop. On failure nothing is left running.
+func (s *Server) bootGnet() error {
 	dir, err := os.MkdirTemp("", "storenode-gnet-")
 	if err != nil {
-		_ = ln.Close()
 		return fmt.Errorf("storenode: gnet's private socket: %w", err)
 	}
 	h := &gnetHandler{srv: s, booted: make(chan gnet.Engine, 1), ready: make(chan struct{})}
@@ -74,7 +69,6 @@ func (s *Server) startGnet() error {
 	case eng := <-h.booted:
 		s.gnetEng = eng
 	case err := <-s.runDone:
-		_ = ln.Close()
 		if err == nil {
 			err = errors.New("gnet stopped at boot")
 		}
@@ -97,10 +91,15 @@ func (s *Server) startGnet() error {
 	// lives on without a name), and a kill -9 leaves nothing behind in TMPDIR.
 	_ = os.RemoveAll(dir)
 	if err != nil {
-		_ = ln.Close()
 		s.stopGnetEngine()
 		return fmt.Errorf("storenode: start gnet: %w", err)
 	}
+	return nil
+}
+
+// serveGnet starts the accept loop on ln, which hands connections to the booted event
+// loops, and the watcher of gnet.Run.
+func (s *Server) serveGnet(ln net.Listener) {
 	s.ln, s.addr = ln, ln.Addr()
 	s.stopAcc, s.accDone = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -108,7 +107,6 @@ func (s *Server) startGnet() error {
 		s.acceptLoop(ln, s.stopAcc, s.registerGnet)
 	}()
 	go s.watchGnet()
-	return nil
 }
 
 // watchGnet waits for gnet.Run to return; when it returns before Shutdown asked it to, the

@@ -3,7 +3,6 @@ package storenode
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -18,17 +17,13 @@ import (
 // writes the replies produced meanwhile), and a writer, which carries the writes started by
 // request goroutines (writeAsync). The session's busy flag keeps the two from writing at once.
 
-func (s *Server) startTLS() error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
-	}
+// startTLS starts the accept loop of TLS connections on ln, which Start has bound.
+func (s *Server) startTLS(ln net.Listener) {
 	s.tlsLn = ln
 	s.addr = ln.Addr()
 	s.stopAcc = make(chan struct{})
 	s.connWG.Add(1)
 	go s.acceptTLS(ln)
-	return nil
 }
 
 // stopTLS closes the listener and every connection, and waits for their goroutines.

@@ -37,7 +37,20 @@ const (
 	metricsWriteTimeout = (profileSecondsMax + 15) * time.Second
 )
 
-func startMetrics(addr string, pprofPublic bool, node *storenode.Server, logger *slog.Logger) (*metricsServer, error) {
+// listenMetrics binds the metrics address. run calls it before it starts the storage node, so
+// an address in use fails the start before the store's directory is touched.
+func listenMetrics(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// startMetrics serves /metrics, /healthz and (on loopback, or with pprofPublic) /debug/pprof/
+// of node on ln, which it takes over.
+func startMetrics(ln net.Listener, pprofPublic bool, node *storenode.Server, logger *slog.Logger) *metricsServer {
+	addr := ln.Addr().String()
 	host, _, _ := net.SplitHostPort(addr)
 	withPprof := storenode.IsLoopback(host) || pprofPublic
 	switch {
@@ -45,10 +58,6 @@ func startMetrics(addr string, pprofPublic bool, node *storenode.Server, logger 
 		logger.Warn("storenode: metrics and pprof served on a non-loopback address (--pprof-non-loopback)", "addr", addr)
 	case !storenode.IsLoopback(host):
 		logger.Warn("storenode: metrics served on a non-loopback address; pprof off (--pprof-non-loopback turns it on)", "addr", addr)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	m := &metricsServer{
 		srv: &http.Server{Handler: metricsMux(node, withPprof), ReadHeaderTimeout: 10 * time.Second,
@@ -64,7 +73,7 @@ func startMetrics(addr string, pprofPublic bool, node *storenode.Server, logger 
 		}
 	}()
 	logger.Info("storenode: metrics listening", "addr", m.addr.String())
-	return m, nil
+	return m
 }
 
 func (m *metricsServer) close() {

@@ -29,8 +29,9 @@ func TestMetricsPprofBounded(t *testing.T) {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 
-	m, err := startMetrics("127.0.0.1:0", false, node, logger)
+	ln, err := listenMetrics("127.0.0.1:0")
 	require.NoError(t, err)
+	m := startMetrics(ln, false, node, logger)
 	base := "http://" + m.addr.String()
 	code, _ := get(base, "/debug/pprof/cmdline")
 	require.Equal(t, http.StatusOK, code, "pprof on loopback")
@@ -44,8 +45,9 @@ func TestMetricsPprofBounded(t *testing.T) {
 
 	// A non-loopback address (every interface, reached here through loopback): no pprof.
 	for _, public := range []bool{false, true} {
-		m, err = startMetrics("0.0.0.0:0", public, node, logger)
+		ln, err = listenMetrics("0.0.0.0:0")
 		require.NoError(t, err)
+		m = startMetrics(ln, public, node, logger)
 		_, port, _ := net.SplitHostPort(m.addr.String())
 		base = "http://127.0.0.1:" + port
 		code, _ = get(base, "/debug/pprof/cmdline")

@@ -332,19 +332,27 @@ func run(ctx context.Context, env runEnv) int {
 		logger.Error("storenode: bad configuration", "err", err)
 		return exitUsage
 	}
+	// Everything that can fail before the store is touched is done first (the metrics
+	// address here, the listen address and the file limit in Start), so a start that fails
+	// on them leaves the store's directory as it was.
+	var metricsLn net.Listener
+	if cfg.metricsListen != "" {
+		if metricsLn, err = listenMetrics(cfg.metricsListen); err != nil {
+			logger.Error("storenode: metrics", "err", err)
+			return exitFailure
+		}
+	}
 	logger.Info("storenode: starting", "version", version(), "dir", cfg.dir, "sync", cfg.sync, "cache", cfg.cache.String())
 	if err := srv.Start(); err != nil {
+		if metricsLn != nil {
+			_ = metricsLn.Close()
+		}
 		logger.Error("storenode: start", "err", err)
 		return exitFailure
 	}
 	var metrics *metricsServer
-	if cfg.metricsListen != "" {
-		metrics, err = startMetrics(cfg.metricsListen, cfg.pprofPublic, srv, logger)
-		if err != nil {
-			logger.Error("storenode: metrics", "err", err)
-			shutdown(srv, cfg.shutdownTimeout, logger)
-			return exitFailure
-		}
+	if metricsLn != nil {
+		metrics = startMetrics(metricsLn, cfg.pprofPublic, srv, logger)
 	}
 	if env.ready != nil {
 		var maddr net.Addr

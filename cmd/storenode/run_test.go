@@ -7,10 +7,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -356,4 +358,86 @@ func TestMainSIGTERM(t *testing.T) {
 	}
 	require.NoError(t, cmd.Wait(), "exit status")
 	require.FileExists(t, filepath.Join(dir, "meta"), "checkpointed at shutdown")
+}
+
+// A storage node that cannot start for a reason known before it touches the disk (its
+// address or its metrics address in use, too few file descriptors for --max-conns, bad flags,
+// a weak secret, a non-loopback address without one) exits without creating its directory,
+// and leaves an existing store's files as they were. Fails on 767c454 for the addresses in
+// use and the file limit: the engine was opened (directory, lock, meta file, a WAL segment)
+// before the listener was bound.
+func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
+	// A start that wrongly succeeds serves until the context ends: bounded, it then fails
+	// the test on its exit code instead of hanging.
+	runFailing := func(args []string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		var errb syncBuffer
+		code := run(ctx, runEnv{args: args, getenv: func(string) string { return "" }, stdout: io.Discard, stderr: &errb})
+		return code, errb.String()
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer held.Close()
+	secrets := t.TempDir()
+	weak := filepath.Join(secrets, "weak")
+	require.NoError(t, os.WriteFile(weak, []byte("0123456789abcdef\n"), 0o600))
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"listen address in use", []string{"--listen", held.Addr().String()}, exitFailure, "address already in use"},
+		{"metrics address in use", []string{"--listen", "127.0.0.1:0", "--metrics-listen", held.Addr().String()}, exitFailure, "address already in use"},
+		{"file limit", []string{"--listen", "127.0.0.1:0", "--max-conns", "1099511627776"}, exitFailure, "RLIMIT_NOFILE"},
+		{"bad flag", []string{"--listen", "127.0.0.1:0", "--sync", "sometimes"}, exitUsage, "--sync"},
+		{"weak secret", []string{"--listen", "127.0.0.1:0", "--secret-file", weak}, exitUsage, "--secret-file"},
+		{"non-loopback without a secret", []string{"--listen", "0.0.0.0:0"}, exitUsage, "non-loopback"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "store")
+			code, stderr := runFailing(append([]string{"--dir", dir}, tc.args...))
+			require.Equal(t, tc.code, code, stderr)
+			require.Contains(t, stderr, tc.want)
+			_, err := os.Lstat(dir)
+			require.True(t, os.IsNotExist(err), "the failed start created %s: %v", dir, err)
+		})
+	}
+
+	// A store that served once, then a start that fails: every file as it was.
+	dir := filepath.Join(t.TempDir(), "store")
+	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0"}, nil)
+	require.Equal(t, exitOK, r.stop(t))
+	before := treeState(t, dir)
+	require.NotEmpty(t, before)
+	for _, tc := range cases {
+		code, stderr := runFailing(append([]string{"--dir", dir}, tc.args...))
+		require.Equal(t, tc.code, code, "%s: %s", tc.name, stderr)
+		require.Equal(t, before, treeState(t, dir), tc.name)
+	}
+}
+
+// treeState describes every entry under dir: mode, time and, for a file, size and a hash.
+func treeState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	state := map[string]string{}
+	require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Mode().String() + " " + fi.ModTime().Format(time.RFC3339Nano)
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			st += fmt.Sprintf(" %d %x", len(b), sha256.Sum256(b))
+		}
+		rel, _ := filepath.Rel(dir, p)
+		state[rel] = st
+		return nil
+	}))
+	return state
 }

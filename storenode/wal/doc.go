@@ -37,6 +37,11 @@
 //
 // An all-zero record header is the end of the written records.
 //
+// The active segment's blocks are reserved ahead of the writes (fallocate KEEP_SIZE, so the
+// file's size stays at the end of its records): 4 MiB ahead on creation and at Open, extended
+// to 4 MiB past a write that comes within 2 MiB of the reservation, never past SegmentBytes.
+// An empty log takes about 4 MiB of disk. The reservation is advisory: its failure is ignored.
+//
 // # Invariants
 //
 //   - Records are consecutive: record k+1 follows record k, in the same segment or as the

@@ -64,7 +64,8 @@ type Options struct {
 	// below it is corruption, never a torn tail, even when no later record proves it.
 	DurableThrough uint64
 
-	// noPreallocate turns off File.Allocate of new segments; benchmarks compare both.
+	// noPreallocate turns off File.Allocate of the active segment (preallocate); benchmarks
+	// compare both.
 	noPreallocate bool
 	// noYield turns off the writer's yield before taking a group; benchmarks compare both.
 	noYield bool

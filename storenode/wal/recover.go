@@ -375,10 +375,8 @@ func (r *recovery) keepTail(i int, off int64, next uint64, torn bool) error {
 	if err := r.file.Sync(); err != nil {
 		return fmt.Errorf("wal: open %s: sync %s: %w", w.dir, r.path(i), err)
 	}
-	if !w.opts.noPreallocate && off < w.opts.SegmentBytes {
-		_ = r.file.Allocate(off, w.opts.SegmentBytes-off) // advisory
-	}
-	w.file, w.fileFirst, w.fileOff = r.file, r.firsts[i], off
+	w.file, w.fileFirst, w.fileOff, w.allocEnd = r.file, r.firsts[i], off, off
+	w.preallocate(off)
 	r.file = nil
 	w.segs = r.firsts[:i+1]
 	w.nextLSN = next

@@ -26,8 +26,9 @@ type WAL struct {
 	//   - LSNs are consecutive: the queue holds nextLSN-len(queue) .. nextLSN-1 in order,
 	//     and queueBuf holds their encoded records back to back, at queued.off.
 	//   - syncedThrough <= writtenLSN <= nextLSN-1; records up to syncedThrough are durable.
-	//   - Only the writer goroutine touches file, fileFirst, fileOff, writtenLSN, failed and
-	//     the group buffers; it calls every done callback, in LSN order, exactly once.
+	//   - Only the writer goroutine touches file, fileFirst, fileOff, allocEnd, writtenLSN,
+	//     failed and the group buffers; it calls every done callback, in LSN order, exactly
+	//     once.
 	//   - Once err is set it never changes, nothing is queued again and no record is
 	//     acknowledged after it.
 
@@ -61,6 +62,7 @@ type WAL struct {
 	file       vfs.File
 	fileFirst  uint64
 	fileOff    int64
+	allocEnd   int64 // the active segment's blocks are reserved up to here (preallocate)
 	writtenLSN uint64
 	failed     bool
 	group      []queued

@@ -17,6 +17,10 @@ import (
 // less than a quarter of it; a larger buffer (after a burst of big records) is released.
 const groupBufKeepBytes = 4 << 20
 
+// preallocStep is how far ahead of the write position the active segment's blocks are
+// reserved (preallocate): an empty log takes this much disk, not a whole segment.
+const preallocStep = 4 << 20
+
 // run is the writer goroutine's loop.
 func (w *WAL) run() {
 	defer close(w.exited)
@@ -94,6 +98,9 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 				assert.That(err == nil && h.lsn == q.lsn && size == end-q.off, "wal: record LSN %d encodes badly: %v", q.lsn, err)
 			}
 		}
+		if end := w.fileOff + int64(len(buf)); end > w.allocEnd {
+			w.preallocate(end) // a group larger than the reservation ahead
+		}
 		n, err := w.file.WriteAt(buf, w.fileOff)
 		if err == nil && n != len(buf) {
 			err = io.ErrShortWrite
@@ -117,6 +124,8 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 	for _, q := range group {
 		q.done(q.lsn, nil)
 	}
+	// Reserve ahead for the next groups after the acknowledgements, not before them.
+	w.preallocate(w.fileOff)
 }
 
 // syncFile fdatasyncs the active segment and advances syncedThrough.
@@ -160,20 +169,37 @@ func (w *WAL) createSegment(first uint64) error {
 		_ = f.Close()
 		return fmt.Errorf("write %s header: %w", name, err)
 	}
-	if !w.opts.noPreallocate {
-		// Advisory: a failure (a full disk) shows up again on the write that needs the space.
-		_ = f.Allocate(segmentHeaderSize, w.opts.SegmentBytes)
-	}
 	if err := w.fs.SyncDir(w.dir); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("create %s: sync dir: %w", name, err)
 	}
-	w.file, w.fileFirst, w.fileOff = f, first, segmentHeaderSize
+	w.file, w.fileFirst, w.fileOff, w.allocEnd = f, first, segmentHeaderSize, segmentHeaderSize
+	w.preallocate(segmentHeaderSize)
 	w.bytes.Add(segmentHeaderSize)
 	w.mu.Lock()
 	w.segs = append(w.segs, first)
 	w.mu.Unlock()
 	return nil
+}
+
+// preallocate reserves the active segment's blocks ahead of end (where the writes reached,
+// or where a group about to be written ends), in steps: when end comes within half a step of
+// what is reserved, the reservation is extended to end plus preallocStep, capped at
+// SegmentBytes (the group that crosses it is written without reservation; the next one
+// rolls). So a new or idle log holds one step of blocks, not a whole segment, and a filling
+// segment calls fallocate once per half step of records, after a group's acknowledgements.
+// The reservation is advisory: a failure (a full disk, a file system without fallocate)
+// shows up again on the write that needs the space, so it is ignored.
+func (w *WAL) preallocate(end int64) {
+	if w.opts.noPreallocate || end+preallocStep/2 <= w.allocEnd || w.allocEnd >= w.opts.SegmentBytes {
+		return
+	}
+	target := min(end+preallocStep, w.opts.SegmentBytes)
+	if target <= w.allocEnd {
+		return
+	}
+	_ = w.file.Allocate(w.allocEnd, target-w.allocEnd)
+	w.allocEnd = target
 }
 
 func (w *WAL) fileName() string { return segmentName(w.fileFirst) }
