@@ -7,7 +7,9 @@
 // # Pages
 //
 // A table's rows have a fixed size R (8..4096 bytes, a multiple of 8). Row id i lives in logical
-// page i/64, slot i%64 (PageOf, RowID). A logical page is the 64 rows laid end to end, 64*R
+// page i/64, slot i%64 (PageOf, RowID). A table has at most TablePagesMax = 2^30 pages, row ids
+// below TableRowsMax = 2^36; the formats can name pages up to PageMax = 2^58-1, and a page
+// between the two is refused as malformed by the storage engine. A logical page is the 64 rows laid end to end, 64*R
 // bytes; a frame is a view of one page in caller-owned memory plus its masks:
 //
 //	Frame.Rows: 64*R bytes, 8-byte aligned (4 KiB for R = 64)

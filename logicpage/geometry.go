@@ -29,9 +29,19 @@ const (
 	// RowBytesDefault is the row size a table gets when its definition does not name one.
 	RowBytesDefault = 64
 
-	// PageMax is the largest page number: the page of row id math.MaxUint64. A page number
-	// above it cannot hold any row id, so a segment naming one is corrupt.
+	// PageMax is the largest page number the formats can name: the page of row id
+	// math.MaxUint64. A page number above it cannot hold any row id, so a segment naming one
+	// is corrupt. Tables are smaller: see TablePagesMax.
 	PageMax = math.MaxUint64 / RowsPerPage
+
+	// TablePagesMax is the number of logical pages a table may have: pages 0..2^30-1, row ids
+	// below TableRowsMax = 2^36 (64 Gi rows). The storage engine packs (table, page) into one
+	// uint64; a request naming a page at or beyond it fails with a malformed-request error,
+	// and id grants stop below TableRowsMax. The single source of this limit: the engine,
+	// the docs and the wire format's validation all say this number.
+	TablePagesMax = 1 << 30
+	// TableRowsMax is one past the largest row id a table can hold: TablePagesMax pages.
+	TableRowsMax = TablePagesMax * RowsPerPage
 
 	slotBits = 6 // log2(RowsPerPage)
 	slotMask = RowsPerPage - 1

@@ -35,7 +35,7 @@ type Client struct {
 	conn         net.Conn
 	addr         string
 	hello        HelloReply
-	maxBody      uint32        // the largest reply body this side accepts
+	bodyMax      uint32        // the largest reply body this side accepts
 	sendMax      uint32        // the largest request body the server accepts
 	writeTimeout time.Duration // bounds one flush
 
@@ -191,7 +191,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		conn:         conn,
 		addr:         cfg.Addr,
 		hello:        hello,
-		maxBody:      cfg.MaxBody,
+		bodyMax:      cfg.MaxBody,
 		sendMax:      hello.MaxBody,
 		writeTimeout: cfg.WriteTimeout,
 		free:         make(chan uint32, inflight),
@@ -254,11 +254,11 @@ func handshake(ctx context.Context, conn net.Conn, cfg ClientConfig, key []byte)
 }
 
 // roundTrip writes req and reads its reply into reply; an Error reply becomes its error.
-func roundTrip(conn net.Conn, br *bufio.Reader, maxBody uint32, id uint64, req, reply Message) error {
+func roundTrip(conn net.Conn, br *bufio.Reader, bodyMax uint32, id uint64, req, reply Message) error {
 	if _, err := conn.Write(AppendFrame(nil, id, req)); err != nil {
 		return fmt.Errorf("write %v: %w", req.Type(), err)
 	}
-	f, n, err := ReadFrame(br, maxBody)
+	f, n, err := ReadFrame(br, bodyMax)
 	if err != nil {
 		return fmt.Errorf("read %v: %w", reply.Type(), err)
 	}
@@ -567,7 +567,7 @@ func (c *Client) receive(br *bufio.Reader) {
 	for {
 		var f Frame
 		var n int
-		if f, n, err = ReadFrame(br, c.maxBody); err != nil {
+		if f, n, err = ReadFrame(br, c.bodyMax); err != nil {
 			err = fmt.Errorf("read: %w", err)
 			break
 		}

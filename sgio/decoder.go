@@ -10,29 +10,29 @@ import (
 )
 
 // NewFrameReader returns a bufio.Reader over rd whose buffer holds one whole frame of up to
-// maxBody body bytes (clamped to MaxBodyLimit), for ReadFrame.
-func NewFrameReader(rd io.Reader, maxBody uint32) *bufio.Reader {
-	if maxBody > MaxBodyLimit {
-		maxBody = MaxBodyLimit
+// bodyMax body bytes (clamped to MaxBodyLimit), for ReadFrame.
+func NewFrameReader(rd io.Reader, bodyMax uint32) *bufio.Reader {
+	if bodyMax > MaxBodyLimit {
+		bodyMax = MaxBodyLimit
 	}
-	return bufio.NewReaderSize(rd, HeaderSize+int(maxBody))
+	return bufio.NewReaderSize(rd, HeaderSize+int(bodyMax))
 }
 
 // ReadFrame reads the next frame from r without consuming it: it peeks the header, checks it
 // (Decode) before waiting for the body, then peeks the whole frame. The Frame aliases r's
 // buffer and is valid until the next read from r; the caller calls r.Discard(n) when done with
-// it. r's buffer must hold HeaderSize+maxBody bytes (NewFrameReader), else a frame that fits
-// maxBody but not the buffer fails with ErrFrameTooLarge.
+// it. r's buffer must hold HeaderSize+bodyMax bytes (NewFrameReader), else a frame that fits
+// bodyMax but not the buffer fails with ErrFrameTooLarge.
 //
 // At a clean end of stream (no byte of a next frame) it returns io.EOF; a stream that ends
 // inside a frame returns io.ErrUnexpectedEOF; other errors are Decode's or r's. Only one
 // goroutine may read r at a time.
-func ReadFrame(r *bufio.Reader, maxBody uint32) (f Frame, n int, err error) {
+func ReadFrame(r *bufio.Reader, bodyMax uint32) (f Frame, n int, err error) {
 	buf, err := r.Peek(HeaderSize)
 	if err != nil {
 		return Frame{}, 0, peekErr(buf, err)
 	}
-	f, n, err = Decode(buf, maxBody)
+	f, n, err = Decode(buf, bodyMax)
 	if err != ErrNeedMore {
 		return f, n, err
 	}
@@ -42,7 +42,7 @@ func ReadFrame(r *bufio.Reader, maxBody uint32) (f Frame, n int, err error) {
 	if buf, err = r.Peek(n); err != nil {
 		return Frame{}, 0, peekErr(buf, err)
 	}
-	return Decode(buf, maxBody)
+	return Decode(buf, bodyMax)
 }
 
 func peekErr(buf []byte, err error) error {

@@ -35,7 +35,7 @@
 //	0   4    table id
 //	4   2    row bytes    8..4096, a multiple of 8
 //	6   2    reserved     0
-//	8   8    page number
+//	8   8    page number  <= PageMax (2^58-1); the storage node takes < TablePagesMax (2^30)
 //	16  8    data mask    rows that follow
 //	24  8    clear mask   rows that are absent; data & clear == 0
 //	32  ...  popcount(data) * row bytes

@@ -3,10 +3,10 @@ package sgio
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/logicpage"
 )
 
 // Frame layout and limits. Part of the format; do not change.
@@ -27,12 +27,18 @@ const (
 	MaxBodyLimit = 64 << 20
 
 	// RowsPerPage is the number of rows in a logical page: one bit per slot in a uint64 mask.
-	RowsPerPage = 64
-	// PageMax is the largest page number: the page of row id math.MaxUint64.
-	PageMax = math.MaxUint64 / RowsPerPage
+	// It, PageMax, TablePagesMax and the row size bounds are logicpage's, the one definition
+	// of the page geometry.
+	RowsPerPage = logicpage.RowsPerPage
+	// PageMax is the largest page number a message can carry: the page of row id
+	// math.MaxUint64; a larger one is malformed.
+	PageMax = logicpage.PageMax
+	// TablePagesMax is the number of pages a table may have (2^30): the storage node answers
+	// a page number from TablePagesMax to PageMax with ErrMalformed.
+	TablePagesMax = logicpage.TablePagesMax
 	// RowBytesMin and RowBytesMax bound a table's row size, which is also a multiple of 8.
-	RowBytesMin = 8
-	RowBytesMax = 4096
+	RowBytesMin = logicpage.RowBytesMin
+	RowBytesMax = logicpage.RowBytesMax
 	// SegmentHeaderSize is the size of a sparse segment's header; its rows follow it.
 	SegmentHeaderSize = 32
 
@@ -84,7 +90,7 @@ func putHeader(hdr []byte, t Type, id uint64, bodyLen int) {
 // headerCRC starts a frame's CRC: the header bytes before the CRC field.
 func headerCRC(hdr []byte) uint32 { return checksum.Of(hdr[:offCRC]) }
 
-// Decode decodes the frame at the start of buf, checking the header against maxBody (clamped
+// Decode decodes the frame at the start of buf, checking the header against bodyMax (clamped
 // to MaxBodyLimit) before it waits for or looks at the body, then the CRC. It allocates
 // nothing: the returned Frame's Body aliases buf.
 //
@@ -100,7 +106,7 @@ func headerCRC(hdr []byte) uint32 { return checksum.Of(hdr[:offCRC]) }
 // corrupt.ErrCorruption.
 //
 // Decode may be called from any goroutine; it keeps no state.
-func Decode(buf []byte, maxBody uint32) (f Frame, n int, err error) {
+func Decode(buf []byte, bodyMax uint32) (f Frame, n int, err error) {
 	if len(buf) < HeaderSize {
 		return Frame{}, HeaderSize, ErrNeedMore
 	}
@@ -113,12 +119,12 @@ func Decode(buf []byte, maxBody uint32) (f Frame, n int, err error) {
 	if fl := binary.LittleEndian.Uint16(buf[offFlags:]); fl != 0 {
 		return Frame{}, 0, fmt.Errorf("sgio: frame flags %#04x, reserved and must be 0: %w", fl, ErrMalformed)
 	}
-	if maxBody > MaxBodyLimit {
-		maxBody = MaxBodyLimit
+	if bodyMax > MaxBodyLimit {
+		bodyMax = MaxBodyLimit
 	}
 	bodyLen := binary.LittleEndian.Uint32(buf[offBodyLen:])
-	if bodyLen > maxBody {
-		return Frame{}, 0, fmt.Errorf("sgio: frame body of %d bytes, limit %d: %w", bodyLen, maxBody, ErrFrameTooLarge)
+	if bodyLen > bodyMax {
+		return Frame{}, 0, fmt.Errorf("sgio: frame body of %d bytes, limit %d: %w", bodyLen, bodyMax, ErrFrameTooLarge)
 	}
 	if bodyLen%BodyAlign != 0 {
 		return Frame{}, 0, fmt.Errorf("sgio: frame body of %d bytes, not a multiple of %d: %w", bodyLen, BodyAlign, ErrMalformed)

@@ -58,7 +58,7 @@ func TestDecodeRejects(t *testing.T) {
 	cases := []struct {
 		name    string
 		frame   []byte
-		maxBody uint32
+		bodyMax uint32
 		is      error
 		corrupt bool
 	}{
@@ -82,12 +82,12 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := Decode(c.frame, c.maxBody)
+			_, _, err := Decode(c.frame, c.bodyMax)
 			require.ErrorIs(t, err, c.is)
 			require.Equal(t, c.corrupt, isCorrupt(err), "%v", err)
 			// Header failures are found with the header alone, before waiting for the body.
 			if c.is != ErrChecksum {
-				_, _, err = Decode(c.frame[:HeaderSize], c.maxBody)
+				_, _, err = Decode(c.frame[:HeaderSize], c.bodyMax)
 				require.ErrorIs(t, err, c.is)
 			}
 		})

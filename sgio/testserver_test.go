@@ -117,10 +117,10 @@ func (s *testServer) close() {
 func (s *testServer) serve(sc *serverConn) {
 	defer s.wg.Done()
 	defer sc.Close()
-	const maxBody = 1 << 20
-	br := NewFrameReader(sc, maxBody)
+	const bodyMax = 1 << 20
+	br := NewFrameReader(sc, bodyMax)
 	next := func(want Type) (Frame, bool) {
-		f, n, err := ReadFrame(br, maxBody)
+		f, n, err := ReadFrame(br, bodyMax)
 		if err != nil {
 			return Frame{}, false
 		}

@@ -76,22 +76,70 @@ func (e *Engine) walPressure() bool {
 }
 
 // checkpoint runs one checkpoint. In replay (inside recovery, before the WAL is open for
-// appends) it syncs the WAL's files directly and leaves the WAL's segments alone.
+// appends) it syncs the WAL's files directly and leaves the WAL's segments alone. Its steps, in
+// order (each one's rule is in the file doc): snapshot, write the dirty pages to free disk pages,
+// sync the data files and the WAL, publish the new meta file, then install the new page maps and
+// release what the old checkpoint held.
 func (e *Engine) checkpoint(replay bool) (err error) {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	start := time.Now()
 
-	e.mu.Lock()
-	if err := e.failure(); err != nil {
-		e.mu.Unlock()
+	snap, todo, err := e.beginCheckpoint()
+	if err != nil || snap == nil {
 		return err
+	}
+	defer func() {
+		if err != nil {
+			err = e.fail(err)
+			e.broadcastFailure()
+		}
+	}()
+
+	written, touched, err := e.writeDirtyPages(todo)
+	if err != nil {
+		return err
+	}
+	if err := e.syncDataFiles(touched); err != nil {
+		return err
+	}
+	acked, err := e.syncWALForCheckpoint(snap.ckptLSN, replay)
+	if err != nil {
+		return err
+	}
+	newPages := e.patchPageMaps(snap, written)
+	// Everything the WAL acknowledged is durable, and it has been synced through every record
+	// the snapshot copied: a bad record up to here is corruption at the next recovery.
+	snap.syncedLSN = acked
+	if err := publishMeta(e.fs, e.dir, snap); err != nil {
+		return err
+	}
+	gone := e.installCheckpoint(snap.ckptLSN, newPages, written)
+	e.removeDroppedFiles(gone)
+	if !replay {
+		if err := e.log.DropBefore(snap.ckptLSN + 1); err != nil {
+			return fmt.Errorf("storenode: checkpoint: drop WAL segments: %w", err)
+		}
+	}
+	e.stats.noteCheckpoint(time.Since(start), len(written))
+	e.opts.Logger.Debug("storenode: checkpoint", "lsn", snap.ckptLSN, "pages", len(written), "took", time.Since(start))
+	return nil
+}
+
+// beginCheckpoint takes the checkpoint's snapshot (catalog, grants and dedup table as of the
+// checkpoint LSN) and the list of dirty pages, under mu. It returns a nil snapshot and no
+// error when nothing was logged since the last checkpoint (waiters on ckptGen are woken), and
+// the engine's failure, unwrapped, when it is failed or closed.
+func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.failure(); err != nil {
+		return nil, nil, err
 	}
 	if e.lastLSN == e.ckptLSN {
 		e.ckptGen++
 		e.cond.Broadcast()
-		e.mu.Unlock()
-		return nil
+		return nil, nil, nil
 	}
 	snap := e.snapshotMeta()
 	e.walBytesAtCkpt = e.stats.walBytes.Load()
@@ -102,27 +150,30 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 			todo = append(todo, ckptWrite{t: t, page: key & (1<<32 - 1), frame: id, key: key})
 		}
 	}
-	e.mu.Unlock()
+	return snap, todo, nil
+}
 
-	defer func() {
-		if err != nil {
-			err = e.fail(err)
-			e.broadcastFailure()
-		}
-	}()
-
+// writeDirtyPages copies and writes each page of todo to a free disk page (copyAndWrite; commits
+// keep flowing between pages). It returns the writes done, reusing todo's array, and the tables
+// whose data files they touched.
+func (e *Engine) writeDirtyPages(todo []ckptWrite) ([]ckptWrite, map[*table]bool, error) {
 	written := todo[:0]
 	touched := make(map[*table]bool)
 	for _, w := range todo {
 		ok, err := e.copyAndWrite(&w)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if ok {
 			written = append(written, w)
 			touched[w.t] = true
 		}
 	}
+	return written, touched, nil
+}
+
+// syncDataFiles fsyncs the data files the checkpoint wrote, then the directory.
+func (e *Engine) syncDataFiles(touched map[*table]bool) error {
 	for t := range touched {
 		if err := t.data.Sync(); err != nil {
 			return fmt.Errorf("storenode: checkpoint: sync %s: %w", dataFileName(e.dir, t.id), err)
@@ -131,9 +182,17 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err := e.fs.SyncDir(e.dir); err != nil {
 		return fmt.Errorf("storenode: checkpoint: sync dir: %w", err)
 	}
+	return nil
+}
+
+// syncWALForCheckpoint syncs the WAL through every record a copied page may hold (pages are
+// copied after the checkpoint LSN was taken) and returns the LSN through which the WAL is
+// known durable: the new meta file's synced LSN.
+func (e *Engine) syncWALForCheckpoint(ckptLSN uint64, replay bool) (uint64, error) {
 	// Every record acknowledged before the WAL sync below was written (SyncNone) or synced;
 	// after the sync all of them are durable.
-	acked := snap.ckptLSN
+	acked := ckptLSN
+	var err error
 	if replay {
 		// The WAL's recovery made the whole log durable before replay, and the previous
 		// meta file proved its synced LSN: keep it, or a bad record below it would pass
@@ -145,12 +204,17 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		err = e.log.Sync()
 	}
 	if err != nil {
-		return fmt.Errorf("storenode: checkpoint: sync WAL: %w", err)
+		return 0, fmt.Errorf("storenode: checkpoint: sync WAL: %w", err)
 	}
+	return acked, nil
+}
 
-	// The new page maps: the published ones with the written entries patched in.
+// patchPageMaps builds the new page maps, the published ones with the written entries patched
+// in, and puts them in snap. It returns them by table id.
+func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32][]mapEntry {
 	newPages := make(map[uint32][]mapEntry)
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, w := range written {
 		pm, ok := newPages[w.t.id]
 		if !ok {
@@ -168,15 +232,16 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 			st.pages = pm
 		}
 	}
-	e.mu.Unlock()
-	// Everything the WAL acknowledged is durable, and it has been synced through every record
-	// the snapshot copied: a bad record up to here is corruption at the next recovery.
-	snap.syncedLSN = acked
-	if err := publishMeta(e.fs, e.dir, snap); err != nil {
-		return err
-	}
+	return newPages
+}
 
+// installCheckpoint runs after the meta file is published: it installs the new page maps,
+// frees the disk pages they replaced, marks the copied frames clean (unless written again
+// since), advances ckptLSN and wakes its waiters. It returns the dropped tables the checkpoint
+// made removable.
+func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntry, written []ckptWrite) (gone []*table) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	for id, pm := range newPages {
 		t := e.tablesByIDAll(id)
 		if t == nil {
@@ -198,12 +263,11 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 			}
 		}
 	}
-	e.ckptLSN = snap.ckptLSN
+	e.ckptLSN = ckptLSN
 	e.ckptGen++
-	var gone []*table
 	keep := e.dropped[:0]
 	for _, t := range e.dropped {
-		if t.dropLSN <= snap.ckptLSN {
+		if t.dropLSN <= ckptLSN {
 			gone = append(gone, t)
 		} else {
 			keep = append(keep, t)
@@ -211,22 +275,18 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	}
 	e.dropped = keep
 	e.cond.Broadcast()
-	e.mu.Unlock()
+	return gone
+}
 
+// removeDroppedFiles closes and removes the data files of dropped tables no checkpoint or
+// recovery needs any more. A failed remove is logged: the file is garbage, not state.
+func (e *Engine) removeDroppedFiles(gone []*table) {
 	for _, t := range gone {
 		t.data.Close()
 		if err := e.fs.Remove(dataFileName(e.dir, t.id)); err != nil && !isNotExist(err) {
 			e.opts.Logger.Warn("storenode: remove data file of dropped table", "table", t.name, "err", err)
 		}
 	}
-	if !replay {
-		if err := e.log.DropBefore(snap.ckptLSN + 1); err != nil {
-			return fmt.Errorf("storenode: checkpoint: drop WAL segments: %w", err)
-		}
-	}
-	e.stats.noteCheckpoint(time.Since(start), len(written))
-	e.opts.Logger.Debug("storenode: checkpoint", "lsn", snap.ckptLSN, "pages", len(written), "took", time.Since(start))
-	return nil
 }
 
 // tablesByIDAll finds a table, live or dropped but not yet removed. Caller holds mu.

@@ -183,8 +183,8 @@ func (e *Engine) checkBatch(b *Batch) error {
 		if !fenced(b.Fences, s.Table) {
 			return fmt.Errorf("%w: segment of table %d without a fence", ErrMalformed, s.Table)
 		}
-		if s.Page >= maxPages {
-			return fmt.Errorf("%w: page %d of table %q beyond the last page", ErrMalformed, s.Page, t.name)
+		if s.Page >= tablePagesMax {
+			return fmt.Errorf("%w: page %d of table %q beyond a table's last page %d", ErrMalformed, s.Page, t.name, tablePagesMax-1)
 		}
 		if err := t.geo.CheckSegment(s.Segment); err != nil {
 			return fmt.Errorf("%w: table %q: %w", ErrMalformed, t.name, err)

@@ -21,13 +21,13 @@ import (
 
 // Limits of the engine.
 const (
-	// maxPages bounds a table's logical pages, so (table, page) packs into one uint64 and
-	// row ids stay below 2^36.
-	maxPages = 1 << 30
-	// MaxRowID is one past the largest row id a table can hold.
-	MaxRowID = maxPages * logicpage.RowsPerPage
-	// maxIDPagesPerGrant bounds one AllocIDs call.
-	maxIDPagesPerGrant = 1 << 16
+	// tablePagesMax bounds a table's logical pages, so (table, page) packs into one uint64 and
+	// row ids stay below 2^36: logicpage.TablePagesMax, the one definition of the limit.
+	tablePagesMax = logicpage.TablePagesMax
+	// MaxRowID is one past the largest row id a table can hold (logicpage.TableRowsMax).
+	MaxRowID = logicpage.TableRowsMax
+	// idPagesPerGrantMax bounds one AllocIDs call.
+	idPagesPerGrantMax = 1 << 16
 )
 
 // Engine is an open store: the durable copy of a set of tables. Its methods may be called from

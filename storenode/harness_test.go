@@ -124,10 +124,10 @@ func (mt *modelTable) pages() map[uint64]uint64 {
 func pageDir(e *Engine, table uint32) (map[uint64]uint64, error) {
 	out := make(map[uint64]uint64)
 	var buf []PageInfo
-	for lo := uint64(0); lo < maxPages; {
+	for lo := uint64(0); lo < tablePagesMax; {
 		var next uint64
 		var err error
-		buf, next, err = e.PageDir(table, lo, maxPages, 7, buf[:0])
+		buf, next, err = e.PageDir(table, lo, tablePagesMax, 7, buf[:0])
 		if err != nil {
 			return nil, err
 		}

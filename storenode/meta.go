@@ -200,7 +200,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 		t.name = string(p[:nameLen])
 		p = p[pad8(nameLen):]
 		if _, err := logicpage.NewGeometry(t.rowBytes); err != nil || checkName(t.name) != nil || t.id == 0 ||
-			t.id >= m.nextTable || seen[t.id] || nPages > maxPages {
+			t.id >= m.nextTable || seen[t.id] || nPages > tablePagesMax {
 			return nil, corrupt.Errorf("storenode: meta: bad table %d %q row size %d", t.id, t.name, t.rowBytes)
 		}
 		seen[t.id] = true

@@ -117,7 +117,7 @@ func (e *Engine) checkFence(t *table, owner, epoch uint64) error {
 // the first id and the count. The grant is logged and synced before it returns, in every sync
 // mode, so no id is ever handed out twice; ids are never reused.
 func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first, count uint64, err error) {
-	if pages <= 0 || pages > maxIDPagesPerGrant {
+	if pages <= 0 || pages > idPagesPerGrantMax {
 		return 0, 0, fmt.Errorf("%w: id grant of %d pages", ErrMalformed, pages)
 	}
 	e.mu.Lock()
@@ -135,7 +135,7 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	count = uint64(pages) * 64
 	first = t.nextID
 	if hi, carry := bits.Add64(first, count, 0); carry != 0 || hi > MaxRowID {
-		return 0, 0, fmt.Errorf("%w: table %q has no ids left", ErrMalformed, t.name)
+		return 0, 0, fmt.Errorf("%w: table %q has no ids left (row ids stop below %d)", ErrMalformed, t.name, uint64(MaxRowID))
 	}
 	// Advance before waiting, so a concurrent grant takes the next range; if the record then
 	// fails, those ids are skipped, never handed out twice.

@@ -44,8 +44,8 @@ func (e *Engine) ReadRowsAs(reader uint64, tableID uint32, page, want uint64, ds
 }
 
 func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, want uint64, dst []byte) (data, clear uint64, out []byte, err error) {
-	if page >= maxPages {
-		return 0, 0, dst, fmt.Errorf("%w: page %d beyond the last page", ErrMalformed, page)
+	if page >= tablePagesMax {
+		return 0, 0, dst, fmt.Errorf("%w: page %d beyond a table's last page %d", ErrMalformed, page, tablePagesMax-1)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -213,8 +213,9 @@ func gatherRows(dst, rows []byte, g logicpage.Geometry, mask uint64) []byte {
 	return dst
 }
 
-// pageDirMax bounds the entries of one page directory answer.
-const pageDirMax = 1 << 16
+// pageDirEntriesMax bounds the entries of one page directory answer, the engine's (PageDir)
+// and the server's PageDir reply alike.
+const pageDirEntriesMax = 1 << 16
 
 // PageDir lists the pages of [lo, hi) that hold rows, with their present masks, at most max of
 // them, in page order. next is where to continue: hi when the range is done.
@@ -231,12 +232,12 @@ func (e *Engine) PageDirAs(reader uint64, tableID uint32, lo, hi uint64, max int
 }
 
 func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uint64, max int, dst []PageInfo) (out []PageInfo, next uint64, err error) {
-	hi = min(hi, maxPages)
+	hi = min(hi, tablePagesMax)
 	if lo >= hi {
 		return dst, hi, nil // also keeps lo*RowsPerPage from wrapping for lo near 2^58
 	}
-	if max <= 0 || max > pageDirMax {
-		max = pageDirMax
+	if max <= 0 || max > pageDirEntriesMax {
+		max = pageDirEntriesMax
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -226,7 +226,7 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 	for i := range c.segments {
 		s := &c.segments[i]
 		t, ok := e.tables[s.Table]
-		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= maxPages {
+		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= tablePagesMax {
 			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
 				rec.LSN, s.Table, c.rowBytes[i], s.Page)
 		}

@@ -129,8 +129,6 @@ const (
 	// connReplyMaxBytes bounds the replies a connection holds (produced, not yet handed to
 	// the transport) before its read goroutine waits for a write to finish.
 	connReplyMaxBytes = 16 << 20
-	// pageDirMaxEntries bounds one PageDir reply.
-	pageDirMaxEntries = 1 << 16
 )
 
 // ServerConfig configures a Server. The zero value of a field means its default.

@@ -36,7 +36,7 @@ func (e *Engine) readCached(reader uint64, m *sgio.ReadPages, segs []sgio.Segmen
 	durable := e.durableThrough()
 	for _, w := range m.Wants {
 		t, found := e.tables[w.Table]
-		if !found || w.Page >= maxPages {
+		if !found || w.Page >= tablePagesMax {
 			return rows, false
 		}
 		if !t.heldBy(reader) {
@@ -143,7 +143,7 @@ func (s *session) replySizeBound(m sgio.Message) int64 {
 		}
 		return int64(8 + len(m.Wants)*sgio.SegmentHeaderSize + rows)
 	case *sgio.PageDir:
-		return int64(16 + 16*min(int((s.replyMax-16)/16), pageDirMaxEntries))
+		return int64(16 + 16*min(int((s.replyMax-16)/16), pageDirEntriesMax))
 	case *sgio.ListTables:
 		return int64(max(sgio.HeaderSize+8+s.srv.eng.tableCount()*tableInfoBodyMax, smallReplyBound))
 	}
@@ -168,8 +168,8 @@ func (e *Engine) presentRowsSize(m *sgio.ReadPages) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if w.Page >= maxPages {
-			return 0, fmt.Errorf("%w: page %d beyond the last page", ErrMalformed, w.Page)
+		if w.Page >= tablePagesMax {
+			return 0, fmt.Errorf("%w: page %d beyond a table's last page %d", ErrMalformed, w.Page, tablePagesMax-1)
 		}
 		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
 	}

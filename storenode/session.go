@@ -691,7 +691,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 	case *sgio.ReadPages:
 		return s.readPages(m)
 	case *sgio.PageDir:
-		limit := min(int((s.replyMax-16)/16), pageDirMaxEntries)
+		limit := min(int((s.replyMax-16)/16), pageDirEntriesMax)
 		if m.MaxEntries > 0 {
 			limit = min(limit, int(m.MaxEntries))
 		}
@@ -703,7 +703,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 			return nil, nil, err
 		}
 		r := &sgio.PageDirReply{Next: next, Entries: make([]sgio.PageEntry, len(pages))}
-		if next >= min(m.Hi, maxPages) {
+		if next >= min(m.Hi, tablePagesMax) {
 			r.Next = m.Hi // the range is done, even beyond the engine's last page
 		}
 		for i, p := range pages {

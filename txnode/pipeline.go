@@ -21,7 +21,7 @@ import (
 // (under mu, where it also takes its commit version, so batches cover increasing ranges of
 // versions) and marks the frames it touched in flight. One sender goroutine takes the open
 // batch whenever it wakes, after yielding once so that concurrent commits can join (group
-// commit), numbers it with the owner's next seq and sends it; up to maxInflight batches are in
+// commit), numbers it with the owner's next seq and sends it; up to inflightMax batches are in
 // flight. The store acknowledges batches; they complete in seq order, which advances the
 // node's durable version and releases their frames.
 //
@@ -45,12 +45,12 @@ import (
 // store may call done before its Commit returns).
 
 const (
-	maxBatchBytes = 1 << 20
-	maxInflight   = 8
+	batchBytesMax = 1 << 20
+	inflightMax   = 8
 	// batchFreeMax bounds the retired batches kept for reuse; batchKeepBytes and
 	// batchKeepSegs bound what a kept batch may hold on to, so a burst of large batches does
 	// not keep their memory.
-	batchFreeMax   = maxInflight + 1
+	batchFreeMax   = inflightMax + 1
 	batchKeepBytes = 256 << 10
 	batchKeepSegs  = 4096
 )
@@ -273,7 +273,7 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	}
 	p.mu.Lock()
 	err := p.waitRoomLocked(tx.ctx, func() bool {
-		if p.admitErr() != nil || len(p.open.buf) < maxBatchBytes {
+		if p.admitErr() != nil || len(p.open.buf) < batchBytesMax {
 			return true
 		}
 		p.kickNow()
@@ -471,7 +471,7 @@ func (p *pipeline) sender() {
 		}
 		runtime.Gosched() // let concurrent commits join the batch
 		p.mu.Lock()
-		for p.open.nTx > 0 && len(p.inflight) < maxInflight && p.failErr == nil {
+		for p.open.nTx > 0 && len(p.inflight) < inflightMax && p.failErr == nil {
 			b := p.open
 			p.open = p.newBatchLocked()
 			p.launchLocked(b)
@@ -566,7 +566,7 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	}
 	p.room.Broadcast()
 	p.db.cache.signalRoom()
-	if len(p.inflight) < maxInflight && p.open.nTx > 0 {
+	if len(p.inflight) < inflightMax && p.open.nTx > 0 {
 		p.kickNow()
 	}
 }
@@ -682,7 +682,7 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		p.recycleLocked(b)
 		return cut
 	}
-	for len(p.inflight) >= maxInflight && p.failErr == nil {
+	for len(p.inflight) >= inflightMax && p.failErr == nil {
 		p.room.Wait()
 	}
 	if p.failErr != nil {

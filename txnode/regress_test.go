@@ -25,21 +25,21 @@ import (
 // epoch. Other calls pass through.
 type gatedCommitStore struct {
 	Store
-	maxBatchBytes int
+	batchBytesMax int
 	armed         atomic.Bool
 	entered       chan struct{}
 	release       chan struct{}
 }
 
-func newGatedCommitStore(s Store, maxBatchBytes int) *gatedCommitStore {
-	return &gatedCommitStore{Store: s, maxBatchBytes: maxBatchBytes,
+func newGatedCommitStore(s Store, batchBytesMax int) *gatedCommitStore {
+	return &gatedCommitStore{Store: s, batchBytesMax: batchBytesMax,
 		entered: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (s *gatedCommitStore) Info() StoreInfo {
 	info := s.Store.Info()
-	if s.maxBatchBytes > 0 {
-		info.MaxBatchBytes = s.maxBatchBytes
+	if s.batchBytesMax > 0 {
+		info.MaxBatchBytes = s.batchBytesMax
 	}
 	return info
 }

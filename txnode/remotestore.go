@@ -124,7 +124,10 @@ func (s *remoteStore) ownerInUseWait(ctx context.Context) time.Duration {
 
 func (s *remoteStore) Info() StoreInfo { return s.info }
 
-// watch waits for connection gen to break, then reconnects and resends batches in flight.
+// watch waits for connection gen to break, then reconnects (redial), installs the new
+// connection as the next generation and resends the batches in flight (resendInFlight), or, if
+// the storage node stays unreachable, gives up (giveUp). It runs on its own goroutine, one per
+// connection.
 func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	<-c.Done()
 	s.mu.Lock()
@@ -134,66 +137,87 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	}
 	s.dialing = true
 	s.mu.Unlock()
-	// An ErrOwnerInUse (another incarnation took the id after a lease of silence) is worth
-	// waiting out for a lease plus a margin, like Open does.
+	nc, err := s.redial()
+	if err != nil {
+		s.giveUp(err)
+		return
+	}
+	if nc == nil {
+		return // closed while dialing
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.gen++
+	s.conn = nc
+	g := s.gen
+	s.mu.Unlock()
+	resent := s.resendInFlight(nc, g)
+	s.opts.Logger.Info("txnode: reconnected to the storage node", "addr", s.opts.StoreAddr, "resent batches", resent)
+	go s.watch(nc, g)
+}
+
+// redial dials the storage node again, backing off between attempts, until it answers or the
+// deadline passes. An ErrOwnerInUse (another incarnation took the id after a lease of silence)
+// is worth waiting out for a lease plus a margin, like Open does. It returns a nil client and
+// no error when the store was closed meanwhile, and the last dial's error at the deadline.
+func (s *remoteStore) redial() (*sgio.Client, error) {
 	deadline := time.Now().Add(max(s.opts.RequestTimeout, s.info.Lease+OwnerInUseMargin))
 	backoff := 10 * time.Millisecond
-	var err error
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		var nc *sgio.Client
-		nc, err = s.dial(ctx)
+		nc, err := s.dial(ctx)
 		cancel()
 		if err == nil {
-			s.mu.Lock()
-			if s.closed {
-				s.mu.Unlock()
-				nc.Close()
-				return
-			}
-			s.gen++
-			s.conn = nc
-			g := s.gen
-			s.mu.Unlock()
-			// Resend the batches in flight, in seq order, before any new batch goes out on this
-			// connection: the storage node applies a connection's commits in arrival order and
-			// holds a later seq back until the earlier ones arrive. Commit only queues while
-			// dialing is set, so batches committed meanwhile are taken by the next round.
-			resent := 0
-			for {
-				s.mu.Lock()
-				var round []*remoteCommit
-				for _, rc := range s.commits {
-					if !rc.fin && rc.gen != g {
-						rc.gen = g
-						round = append(round, rc)
-					}
-				}
-				if len(round) == 0 {
-					s.dialing = false
-					s.changed.Broadcast()
-					s.mu.Unlock()
-					break
-				}
-				s.mu.Unlock()
-				for _, rc := range round {
-					s.send(nc, g, rc)
-				}
-				resent += len(round)
-			}
-			s.opts.Logger.Info("txnode: reconnected to the storage node", "addr", s.opts.StoreAddr, "resent batches", resent)
-			go s.watch(nc, g)
-			return
+			return nc, nil
 		}
 		if !time.Now().Add(backoff).Before(deadline) {
-			break
+			return nil, err
 		}
 		time.Sleep(backoff) // backoff between dials, not synchronisation
 		if s.isClosed() {
-			return
+			return nil, nil
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// resendInFlight resends the batches in flight on the new connection nc of generation g, in
+// seq order, before any new batch goes out on it: the storage node applies a connection's
+// commits in arrival order and holds a later seq back until the earlier ones arrive. Commit
+// only queues while dialing is set, so batches committed meanwhile are taken by the next
+// round; the last, empty round clears dialing. It returns how many batches it resent.
+func (s *remoteStore) resendInFlight(nc *sgio.Client, g uint64) int {
+	resent := 0
+	for {
+		s.mu.Lock()
+		var round []*remoteCommit
+		for _, rc := range s.commits {
+			if !rc.fin && rc.gen != g {
+				rc.gen = g
+				round = append(round, rc)
+			}
+		}
+		if len(round) == 0 {
+			s.dialing = false
+			s.changed.Broadcast()
+			s.mu.Unlock()
+			return resent
+		}
+		s.mu.Unlock()
+		for _, rc := range round {
+			s.send(nc, g, rc)
+		}
+		resent += len(round)
+	}
+}
+
+// giveUp marks the store dead after the storage node stayed unreachable past redial's
+// deadline: every batch in flight ends with ErrUnknownOutcome, and later calls fail.
+func (s *remoteStore) giveUp(err error) {
 	s.mu.Lock()
 	s.dead = fmt.Errorf("txnode: storage node at %s unreachable: %w", s.opts.StoreAddr, err)
 	s.dialing = false

@@ -419,12 +419,12 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	require.NoError(t, err)
 	other, err := db.CreateTable(ctx, "other", 64)
 	require.NoError(t, err)
-	ids := insertRows(t, db, tb, maxInflight)
+	ids := insertRows(t, db, tb, inflightMax)
 	oid, err := other.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)
 
 	store.armed.Store(true)
-	errs := make(chan error, maxInflight+1)
+	errs := make(chan error, inflightMax+1)
 	go func() { errs <- tb.Put(ctx, ids[0], u64Row(64, 100)) }() // its batch is held, then fails
 	recvWithin(t, store.entered, "the first batch")
 	inflight := func() (int, int) {
@@ -432,7 +432,7 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 		defer db.pipe.mu.Unlock()
 		return len(db.pipe.inflight), db.pipe.open.nTx
 	}
-	for i := 1; i < maxInflight; i++ { // acknowledged, but retired only after the first
+	for i := 1; i < inflightMax; i++ { // acknowledged, but retired only after the first
 		go func() { errs <- tb.Put(ctx, ids[i], u64Row(64, 100)) }()
 		waitUntil(t, "the batch in flight", func() bool { n, _ := inflight(); return n == i+1 })
 	}
@@ -440,7 +440,7 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	waitUntil(t, "the open batch", func() bool { _, n := inflight(); return n == 1 })
 	close(store.release)
 	released = true
-	for range maxInflight + 1 {
+	for range inflightMax + 1 {
 		require.ErrorIs(t, recvWithin(t, errs, "a commit of the failed pipeline"), errInjected)
 	}
 	_, m := db.cache.lookup(pageKey(other.t.id, oid/64))

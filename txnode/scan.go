@@ -112,74 +112,99 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 }
 
 // scanPages pins and fetches a group of pages, then yields their rows in [lo, hi). It returns
-// how many of the pages it did: a plain scan does fewer when the cache cannot hold them all.
+// how many of the pages it did (a plain scan does fewer when the cache cannot hold them all),
+// and false when the scan is over: the loop stopped, or an error was yielded as its last
+// element.
 func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record bool, out []byte, yield func(Row, error) bool) (int, bool) {
+	frames, err := tx.pinScanPages(t, pages, record)
+	if err == nil {
+		pages = pages[:len(frames)]
+		err = tx.fillScanPages(t, pages, frames)
+	}
+	for i := 0; err == nil && i < len(pages); i++ {
+		var more bool
+		if more, err = tx.scanPage(t, pages[i], frames[i], lo, hi, record, out, yield); !more && err == nil {
+			return 0, false // the loop stopped
+		}
+	}
+	if err != nil {
+		yield(Row{}, err)
+		return 0, false
+	}
+	if !record {
+		// A plain scan keeps only the group it is reading pinned.
+		tx.unpinAll()
+	}
+	return len(pages), true
+}
+
+// pinScanPages pins the pages and returns their frames. A plain scan stops at the first page
+// the cache cannot pin beyond the first and returns fewer frames than pages; a transaction's
+// scan must hold every page it reads and fails instead.
+func (tx *Tx) pinScanPages(t *tableState, pages []uint64, record bool) ([]*frameMeta, error) {
 	frames := make([]*frameMeta, len(pages))
-	var reqs []ReadRequest
-	var reqFrames []*frameMeta
 	for i, page := range pages {
 		m, err := tx.pinPage(t, page, 0)
 		if (err == errCacheBusy || errors.Is(err, errWorkingSet)) && !record && i > 0 {
 			tx.busy = busyPage{} // read what is pinned, unpin, go on
-			pages, frames = pages[:i], frames[:i]
-			break
+			return frames[:i], nil
 		}
 		if err != nil {
-			return 0, yield(Row{}, err) && false
+			return nil, err
 		}
 		frames[i] = m
+	}
+	return frames, nil
+}
+
+// fillScanPages reads the rows the pinned frames lack from the store, in one request.
+func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) error {
+	var reqs []ReadRequest
+	var reqFrames []*frameMeta
+	for i, m := range frames {
 		if v := m.valid.Load(); v != ^uint64(0) {
-			reqs = append(reqs, ReadRequest{Table: t.id, Page: page, Want: ^v})
+			reqs = append(reqs, ReadRequest{Table: t.id, Page: pages[i], Want: ^v})
 			reqFrames = append(reqFrames, m)
 		}
 	}
-	if len(reqs) > 0 {
-		tx.db.cache.misses.Add(uint64(len(reqs)))
-		err := tx.db.store.Read(tx.ctx, reqs, func(i int, data, clear uint64, rows []byte) {
-			tx.db.fill(t, reqFrames[i], data, clear, rows)
-		})
-		if err != nil {
-			return 0, yield(Row{}, err) && false
-		}
+	if len(reqs) == 0 {
+		return nil
+	}
+	tx.db.cache.misses.Add(uint64(len(reqs)))
+	return tx.db.store.Read(tx.ctx, reqs, func(i int, data, clear uint64, rows []byte) {
+		tx.db.fill(t, reqFrames[i], data, clear, rows)
+	})
+}
+
+// scanPage yields the present rows of one pinned page with ids in [lo, hi), each as the
+// transaction sees it: its own write if it has one, else the cached row (refetched while
+// invalid, recorded for validation and, under Durable, waited durable). It returns false when
+// the loop stopped or on an error. The slot loop is the scan's hot path: one call per row.
+func (tx *Tx) scanPage(t *tableState, page uint64, m *frameMeta, lo, hi uint64, record bool, out []byte, yield func(Row, error) bool) (bool, error) {
+	if record {
+		tx.pageReads = append(tx.pageReads, pageRec{m: m, ver: m.pageVer.Load()})
 	}
 	r := t.rowBytes
-	for i, page := range pages {
-		m := frames[i]
-		if record {
-			tx.pageReads = append(tx.pageReads, pageRec{m: m, ver: m.pageVer.Load()})
+	versions, rows := frameWords(m)
+	for slot := range logicpage.RowsPerPage {
+		id := logicpage.RowID(page, slot)
+		if id < lo || id >= hi {
+			continue
 		}
-		versions, rows := frameWords(m)
-		for slot := range logicpage.RowsPerPage {
-			id := logicpage.RowID(page, slot)
-			if id < lo || id >= hi {
-				continue
+		if j := tx.findWrite(t.id, id); j >= 0 {
+			w := &tx.writes[j]
+			if w.off < 0 {
+				continue // deleted by this transaction
 			}
+			copy(out, tx.buf[w.off:int(w.off)+r])
+		} else {
 			bit := uint64(1) << slot
-			if j := tx.findWrite(t.id, id); j >= 0 {
-				w := &tx.writes[j]
-				if w.off < 0 {
-					continue
-				}
-				copy(out, tx.buf[w.off:int(w.off)+r])
-				if !yield(Row{ID: id, Data: out}, nil) {
-					return 0, false
-				}
-				continue
-			}
 			present, ver, ok, err := readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, r, out)
-			for attempt := 0; err == nil && !ok; attempt++ {
-				// Invalid: the fill skipped it (a committer held it and then rolled back), or a
-				// failed batch invalidated it while we read. Fetch it and read it again.
-				if attempt == scanRefetchMax {
-					err = ErrConflict
-					break
-				}
-				if err = tx.db.fetch(tx.ctx, t, m, page, bit); err == nil {
-					present, ver, ok, err = readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, r, out)
-				}
+			if err == nil && !ok {
+				present, ver, err = tx.refetchSlot(t, page, m, versions, rows, slot, out)
 			}
 			if err != nil {
-				return 0, yield(Row{}, err) && false
+				return false, err
 			}
 			if record {
 				tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: ver})
@@ -187,19 +212,35 @@ func (tx *Tx) scanPages(t *tableState, pages []uint64, lo, hi uint64, record boo
 			tx.maxRead = max(tx.maxRead, ver)
 			if tx.db.opts.Durability == Durable && ver > tx.db.durableVer.Load() {
 				if err := tx.db.waitDurable(tx.ctx, ver); err != nil {
-					return 0, yield(Row{}, err) && false
+					return false, err
 				}
 			}
-			if present && !yield(Row{ID: id, Data: out}, nil) {
-				return 0, false
+			if !present {
+				continue
 			}
 		}
+		if !yield(Row{ID: id, Data: out}, nil) {
+			return false, nil
+		}
 	}
-	if !record {
-		// A plain scan keeps only the group it is reading pinned.
-		tx.unpinAll()
+	return true, nil
+}
+
+// refetchSlot reads a slot that is invalid (the fill skipped it: a committer held it and then
+// rolled back; or a failed batch invalidated it while we read): it fetches the slot and reads
+// it again, at most scanRefetchMax times, then fails with ErrConflict.
+func (tx *Tx) refetchSlot(t *tableState, page uint64, m *frameMeta, versions []uint64, rows []byte, slot int, out []byte) (present bool, ver uint64, err error) {
+	bit := uint64(1) << slot
+	for range scanRefetchMax {
+		if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
+			return false, 0, err
+		}
+		present, ver, ok, err := readSlot(tx.ctx, tx.db, m, versions, rows, slot, bit, t.rowBytes, out)
+		if err != nil || ok {
+			return present, ver, err
+		}
 	}
-	return len(pages), true
+	return false, 0, ErrConflict
 }
 
 // scanRefetchMax bounds how often a scan fetches a slot that keeps being invalid.

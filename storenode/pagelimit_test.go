@@ -1,0 +1,42 @@
+package storenode
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// The engine's page limit is logicpage.TablePagesMax: the last page can be read, the next one is refused with ErrMalformed naming the limit, on commit and on read; a page
+// directory stops at the limit.
+func TestPageLimitIsTablePagesMax(t *testing.T) {
+	require.EqualValues(t, logicpage.TablePagesMax, tablePagesMax)
+	require.EqualValues(t, logicpage.TableRowsMax, MaxRowID)
+	e, _, info, g := openFault(t, Options{}, testOwner)
+	last := uint64(tablePagesMax - 1)
+
+	// The last page is a valid page: it reads as absent. (No commit there: the page map is
+	// dense, and a checkpoint would allocate 24 bytes for every page below it.)
+	data, clr, _, err := e.ReadRows(info.ID, last, 1<<63, nil)
+	require.NoError(t, err, "the last page can be read")
+	require.Equal(t, uint64(0), data)
+	require.Equal(t, uint64(1<<63), clr)
+	dir, next, err := e.PageDir(info.ID, last, logicpage.PageMax, 0, nil)
+	require.NoError(t, err)
+	require.Empty(t, dir)
+	require.Equal(t, uint64(tablePagesMax), next, "a page directory ends at the limit")
+
+	beyond := Segment{Table: info.ID, Segment: logicpage.Segment{Page: tablePagesMax, Data: 1, Rows: row64(8)}}
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, beyond))
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Contains(t, err.Error(), strconv.FormatUint(last, 10), "the error names the last page")
+	for _, page := range []uint64{tablePagesMax, logicpage.PageMax} {
+		_, _, _, err = e.ReadRows(info.ID, page, 1, nil)
+		require.ErrorIs(t, err, ErrMalformed, "page %d", page)
+		require.Contains(t, err.Error(), strconv.FormatUint(last, 10))
+	}
+	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 1, row64(9))))
+	require.NoError(t, err, "a refused batch leaves the engine usable")
+}
