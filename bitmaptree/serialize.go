@@ -171,7 +171,9 @@ func Unmarshal(data []byte) (*Tree, error) {
 	}
 	if invariants {
 		err := t.verify()
-		assert.That(err == nil, "bitmaptree: loaded tree broken: %v", err)
+		if err != nil {
+			assert.Failf("bitmaptree: loaded tree broken: %v", err)
+		}
 	}
 	return t, nil
 }

@@ -141,7 +141,7 @@ func (t *Tree) Set(i uint64) {
 		return
 	}
 	if i > MaxID {
-		panicAboveMax(i) // not assert.That(i <= MaxID, ...): boxing its arguments allocates
+		panicAboveMax(i) // out of line: Failf's boxed arguments stay off the inlined path
 	}
 	for i >= t.Cap() {
 		t.grow()
@@ -149,7 +149,7 @@ func (t *Tree) Set(i uint64) {
 	t.mutate(i, true)
 }
 
-func panicAboveMax(i uint64) { assert.That(false, "bitmaptree: Set(%d) above MaxID %d", i, MaxID) }
+func panicAboveMax(i uint64) { assert.Failf("bitmaptree: Set(%d) above MaxID %d", i, MaxID) }
 
 // Clear clears id i. Clearing an id that is not set, including any id above MaxID, does
 // nothing.
@@ -333,7 +333,7 @@ func (t *Tree) fixUp(path *[maxHeight + 1]uint32, i uint64, someSet, someClear b
 func (t *Tree) alloc(l int, src uint32) uint32 {
 	lv := &t.lv[l]
 	n := len(lv.sum) / 2
-	assert.That(n < 1<<32-1, "bitmaptree: out of refs") // no arguments: boxing them allocates
+	assert.That(n < 1<<32-1, "bitmaptree: out of refs")
 	fill := uint64(0)
 	if src == fullRef {
 		fill = ^uint64(0)

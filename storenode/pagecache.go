@@ -163,7 +163,9 @@ func (c *pageCache) evictOne() bool {
 // drop removes a frame whatever its state (eviction, dropped table).
 func (c *pageCache) drop(id int32) {
 	f := &c.frames[id]
-	assert.That(f.key != 0, "storenode: drop of free frame %d", id)
+	if f.key == 0 {
+		assert.Failf("storenode: drop of free frame %d", id)
+	}
 	s := c.slabs[f.class]
 	if f.dirty {
 		c.dirtyFrames--
