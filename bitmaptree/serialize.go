@@ -169,7 +169,7 @@ func Unmarshal(data []byte) (*Tree, error) {
 	if err := t.load(data); err != nil {
 		return nil, err
 	}
-	if invariants {
+	if assert.Invariants {
 		err := t.verify()
 		if err != nil {
 			assert.Failf("bitmaptree: loaded tree broken: %v", err)
