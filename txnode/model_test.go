@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/assert"
 )
 
 // Model-based tests: random operations against the DB and against a map, which must agree.
@@ -541,6 +542,9 @@ func modelRun(t *testing.T, cfg openConfig, cacheBytes int64, seed uint64, steps
 			m.verify(ctx)
 		}
 		require.NoError(t, err, "step %d (seed %d)", i, seed)
+		if assert.Invariants {
+			require.NoError(t, db.verify(), "step %d (seed %d)", i, seed)
+		}
 	}
 	m.verify(ctx)
 	require.NoError(t, db.Close(ctx))
@@ -609,6 +613,9 @@ func TestModelConcurrent(t *testing.T) {
 				require.Equal(t, all, got)
 			}
 			check(db, tb)
+			if assert.Invariants {
+				require.NoError(t, db.verify())
+			}
 			require.NoError(t, db.Close(ctx))
 			db = open(opts)
 			tb, err = db.Table(ctx, "shared")
