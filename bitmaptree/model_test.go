@@ -9,13 +9,11 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testseed"
 	"pgregory.net/rapid"
 )
 
@@ -332,21 +330,14 @@ func randomOp(r *rand.Rand, s shape, m *model) op {
 	}
 }
 
-// testSeed returns the seed of the random tests: BITMAPTREE_SEED if set, else the clock.
-func testSeed(t *testing.T) uint64 {
-	if s := os.Getenv("BITMAPTREE_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "BITMAPTREE_SEED")
-		return seed
-	}
-	return uint64(time.Now().UnixNano())
-}
+// testSeed returns the seed of the random tests: WEFT_SEED if set, else a fresh one.
+func testSeed(t *testing.T) uint64 { return testseed.Seed(t) }
 
 // TestModel runs thousands of random operations per id-space shape against the model. The
-// seed is logged; BITMAPTREE_SEED=<seed> replays a run.
+// seed is logged; WEFT_SEED=<seed> replays a run.
 func TestModel(t *testing.T) {
 	seed := testSeed(t)
-	t.Logf("seed %d (replay: BITMAPTREE_SEED=%d go test -run TestModel ./bitmaptree)", seed, seed)
+	t.Logf("seed %d (replay: WEFT_SEED=%d go test -run TestModel ./bitmaptree)", seed, seed)
 	for si, s := range shapes {
 		t.Run("shape="+s.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, uint64(si)))
