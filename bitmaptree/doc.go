@@ -51,55 +51,18 @@
 // scattered over 2^36 cost about 1 MiB. Nodes are not freed before Reset: ids are not reused,
 // and a page freed in a data file is soon used again. MemBytes reports the total.
 //
-// # Serialised format
+// # Not persisted
 //
-// AppendBinary writes the leaf words of ids [0, 64*words) as runs; the summaries and the
-// directory are rebuilt on load, never stored. Integers are little-endian; the constants are
-// in serialize.go, in the block marked "part of the format; do not change".
-//
-//	offset size field
-//	     0    4 magic    "WFBT"
-//	     4    2 version  1
-//	     6    2 flags    0
-//	     8    8 bodyLen  bytes after the header: the input is exactly 36 + bodyLen bytes
-//	    16    8 words    leaf words the body covers: ids [0, 64*words); at most 2^36
-//	    24    8 count    set ids; must equal the bits of the body
-//	    32    4 crc      CRC32C of bytes [0, 32) followed by the body
-//	    36      body     runs covering exactly words words, in order:
-//
-//	+------------------------+---------------------------------------------+
-//	| uvarint(n<<3 | kind)   | payload (n >= 1 words)                      |
-//	+------------------------+---------------------------------------------+
-//	  kind 0  zero            none: n all-clear words
-//	  kind 1  ones            none: n all-set words
-//	  kind 2  words           n words, 8 bytes each
-//	  kind 3  set bits        uvarint k (1 <= k <= 64n), then k uvarint positions of the
-//	                          set bits among the run's 64n bits; all others clear
-//	  kind 4  clear bits      the same, listing the clear bits; all others set
-//	  kinds 5-7               invalid
-//
-//	positions: the first is counted from the run's first bit; each later one is the number
-//	of unlisted bits since the previous listed bit, so they strictly increase by construction.
-//
-// The encoder emits maximal zero and ones runs and, for the rest of each block, the cheapest
-// of kinds 2-4: a 30M-id tree at 1% or 99% random density takes about 0.4 MB (the raw bitmap
-// is 3.75 MB), a run of set ids of any length a few bytes. The encoding is a function of the
-// set of ids alone. The decoder accepts any valid sequence of runs and rejects everything else
-// with an error wrapping corrupt.ErrCorruption and one of ErrChecksum, ErrVersion or ErrFormat
-// (wrong magic, flags, lengths, checksum, an empty, unknown or overlong run, positions out of
-// range, trailing bytes, a count that disagrees with the bits); it never panics on bad input.
-// It checks the length and checksum before allocating, checks every length against the bytes
-// left before using it, and allocates only the nodes that the runs reach: at most about 300
-// bytes of nodes per input byte, which is also what a tree of such scattered ids costs when
-// built by Set.
+// A tree has no serialised form: the storage node rebuilds its trees at Open from the page map
+// with SetWord (one present mask is one leaf word; see BenchmarkRebuild), so the page map is
+// the only persisted copy and there is no second format to keep consistent with it.
 //
 // # Costs and concurrency
 //
 // Count is O(1). Test, Set and Clear near 0 (in the directory) cost one leaf word; elsewhere
 // one word per level. NextSet, NextClear and Last cost O(levels) words whatever the density.
 // All, Range and Words iterate in increasing order at a few nanoseconds per id (per word for
-// Words), and the loop body may change the tree. Clone copies; MarshalBinary, Unmarshal and
-// UnmarshalBinary convert. The hot paths do not allocate. A Tree has no locks: use it from one
+// Words), and the loop body may change the tree. Clone copies. The hot paths do not allocate. A Tree has no locks: use it from one
 // goroutine at a time, or guard it (any number of readers or one writer).
 //
 // # Measured

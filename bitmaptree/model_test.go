@@ -9,13 +9,11 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testseed"
 	"pgregory.net/rapid"
 )
 
@@ -106,7 +104,6 @@ const (
 	opNextSet
 	opNextClear
 	opRange // ids [a, a+b)
-	opReload
 	opClone
 	opReset
 	opCheck
@@ -118,7 +115,7 @@ const (
 )
 
 var opNames = [...]string{"Set", "Clear", "SetRun", "ClearRun", "Test", "NextSet", "NextClear",
-	"Range", "Reload", "Clone", "Reset", "Check", "Words", "Word", "SetWord", "Rebuild"}
+	"Range", "Clone", "Reset", "Check", "Words", "Word", "SetWord", "Rebuild"}
 
 type op struct {
 	kind opKind
@@ -196,18 +193,6 @@ func (h *harness) apply(o op) {
 		if want := h.m.rangeIDs(o.a, runEnd(o.a, o.b)); !slices.Equal(want, got) {
 			require.Equal(t, append([]uint64{}, want...), got, "%v", o)
 		}
-	case opReload:
-		b, err := h.tree.AppendBinary(nil)
-		require.NoError(t, err)
-		n, err := Unmarshal(b)
-		require.NoError(t, err, "%v", o)
-		require.NoError(t, n.verify(), "%v", o)
-		again, err := n.MarshalBinary()
-		require.NoError(t, err)
-		if !slices.Equal(b, again) {
-			require.Equal(t, b, again, "re-encoding after %v", o)
-		}
-		h.tree = n
 	case opClone:
 		c := h.tree.Clone()
 		h.tree.Reset() // the clone must not share memory with the original
@@ -332,8 +317,6 @@ func randomOp(r *rand.Rand, s shape, m *model) op {
 		return op{opWords, id(), r.Uint64N(10000)}
 	case p < 900:
 		return op{opWord, id(), 0}
-	case p < 915:
-		return op{opReload, 0, 0}
 	case p < 925:
 		return op{opSetWord, id(), r.Uint64() & r.Uint64()}
 	case p < 930:
@@ -347,21 +330,14 @@ func randomOp(r *rand.Rand, s shape, m *model) op {
 	}
 }
 
-// testSeed returns the seed of the random tests: BITMAPTREE_SEED if set, else the clock.
-func testSeed(t *testing.T) uint64 {
-	if s := os.Getenv("BITMAPTREE_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "BITMAPTREE_SEED")
-		return seed
-	}
-	return uint64(time.Now().UnixNano())
-}
+// testSeed returns the seed of the random tests: WEFT_SEED if set, else a fresh one.
+func testSeed(t *testing.T) uint64 { return testseed.Seed(t) }
 
 // TestModel runs thousands of random operations per id-space shape against the model. The
-// seed is logged; BITMAPTREE_SEED=<seed> replays a run.
+// seed is logged; WEFT_SEED=<seed> replays a run.
 func TestModel(t *testing.T) {
 	seed := testSeed(t)
-	t.Logf("seed %d (replay: BITMAPTREE_SEED=%d go test -run TestModel ./bitmaptree)", seed, seed)
+	t.Logf("seed %d (replay: WEFT_SEED=%d go test -run TestModel ./bitmaptree)", seed, seed)
 	for si, s := range shapes {
 		t.Run("shape="+s.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, uint64(si)))
@@ -384,7 +360,7 @@ func TestModel(t *testing.T) {
 				}()
 			}
 			h.checkAll()
-			h.apply(op{opReload, 0, 0})
+			h.apply(op{opRebuild, 0, 0})
 			h.checkAll()
 		})
 	}
@@ -419,7 +395,6 @@ func TestModelRapid(t *testing.T) {
 			"Range":     func(rt *rapid.T) { h.apply(op{opRange, idGen.Draw(rt, "id"), rapid.Uint64Range(0, 500).Draw(rt, "n")}) },
 			"Words":     func(rt *rapid.T) { h.apply(op{opWords, idGen.Draw(rt, "id"), rapid.Uint64Range(0, 500).Draw(rt, "n")}) },
 			"Word":      func(rt *rapid.T) { h.apply(op{opWord, idGen.Draw(rt, "id"), 0}) },
-			"Reload":    func(rt *rapid.T) { h.apply(op{opReload, 0, 0}) },
 			"SetWord":   func(rt *rapid.T) { h.apply(op{opSetWord, idGen.Draw(rt, "id"), rapid.Uint64().Draw(rt, "word")}) },
 			"Rebuild":   func(rt *rapid.T) { h.apply(op{opRebuild, 0, 0}) },
 			"":          func(rt *rapid.T) { h.checkAll() },

@@ -10,7 +10,9 @@ package bitmaptree
 //     root, that names one of them stands for a whole empty or full subtree at no memory cost;
 //     Set and Clear copy a shared node into a private one before writing below it, and skip the
 //     copy when the shared node already has the wanted value. Queries read shared nodes like
-//     any other, so they need no special case.
+//     any other, so they need no special case. Nothing links fullRef now: only the removed
+//     loader (Unmarshal) made whole full subtrees shared; Set and SetWord fill private nodes.
+//     The node and its cases stay, allocated and verified, for a future bulk load.
 //  3. For node n at level l and child c (a leaf word when l == 1): bit c of any(n) is set iff
 //     the child holds a set id, and bit c of notFull(n) is set iff the child holds a clear id.
 //  4. t.count is the number of set ids.
@@ -134,14 +136,13 @@ func (t *Tree) leafNode(i uint64) uint32 {
 }
 
 // Set sets id i. It panics if i > MaxID (a programmer error: ids come from an allocator that
-// must stay below the limit). It allocates only when i falls into a region that was empty
-// (or, after Unmarshal, one that was wholly set and is being split).
+// must stay below the limit). It allocates only when i falls into a region that was empty.
 func (t *Tree) Set(i uint64) {
 	if t.flipFast(i, true) {
 		return
 	}
 	if i > MaxID {
-		panicAboveMax(i) // not assert.That(i <= MaxID, ...): boxing its arguments allocates
+		panicAboveMax(i) // out of line: Failf's boxed arguments stay off the inlined path
 	}
 	for i >= t.Cap() {
 		t.grow()
@@ -149,7 +150,7 @@ func (t *Tree) Set(i uint64) {
 	t.mutate(i, true)
 }
 
-func panicAboveMax(i uint64) { assert.That(false, "bitmaptree: Set(%d) above MaxID %d", i, MaxID) }
+func panicAboveMax(i uint64) { assert.Failf("bitmaptree: Set(%d) above MaxID %d", i, MaxID) }
 
 // Clear clears id i. Clearing an id that is not set, including any id above MaxID, does
 // nothing.
@@ -333,7 +334,7 @@ func (t *Tree) fixUp(path *[maxHeight + 1]uint32, i uint64, someSet, someClear b
 func (t *Tree) alloc(l int, src uint32) uint32 {
 	lv := &t.lv[l]
 	n := len(lv.sum) / 2
-	assert.That(n < 1<<32-1, "bitmaptree: out of refs") // no arguments: boxing them allocates
+	assert.That(n < 1<<32-1, "bitmaptree: out of refs")
 	fill := uint64(0)
 	if src == fullRef {
 		fill = ^uint64(0)
@@ -495,7 +496,7 @@ func (t *Tree) Last() (uint64, bool) {
 func (t *Tree) All() iter.Seq[uint64] { return t.Range(0, MaxID+1) }
 
 // Range returns the set ids in [lo, hi) in increasing order. The loop body may change the
-// tree (Set, Clear, Reset, UnmarshalBinary): the iteration then goes on after the id just
+// tree (Set, Clear, SetWord, Reset): the iteration then goes on after the id just
 // yielded, over the tree as it is now, so it yields exactly the ids that are set when the
 // cursor reaches them. Without changes a step costs a few nanoseconds and a gap one NextSet;
 // after a change, the next step costs one NextSet.

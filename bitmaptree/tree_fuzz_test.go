@@ -19,11 +19,11 @@ const maxFuzzOps = 1000
 // that one input stays fast.
 func FuzzOps(f *testing.F) {
 	f.Add([]byte{0, byte(opSet), 5, 0, 0, byte(opNextSet), 0, 0, 0, byte(opNextClear), 5, 0, 0})
-	f.Add([]byte{0, byte(opSetRun), 0, 0, 255, byte(opReload), 0, 0, 0, byte(opClear), 7, 1, 0, byte(opNextClear), 0, 0, 0})
+	f.Add([]byte{0, byte(opSetRun), 0, 0, 255, byte(opRebuild), 0, 0, 0, byte(opClear), 7, 1, 0, byte(opNextClear), 0, 0, 0})
 	f.Add([]byte{1, byte(opSet), 1, 0, 0, byte(opSet), 3, 0, 0, byte(opRange), 0, 0, 9, byte(opClone), 0, 0, 0, byte(opCheck), 0, 0, 0})
 	f.Add([]byte{2, byte(opSet), 1, 0, 0, byte(opSet), 2, 1, 0, byte(opNextSet), 2, 0, 0, byte(opReset), 0, 0, 0, byte(opTest), 1, 0, 0})
 	f.Add([]byte{3, byte(opSet), 255, 255, 0, byte(opNextSet), 0, 0, 0, byte(opTest), 0, 0, 0})
-	f.Add([]byte{4, byte(opSetRun), 0, 0, 255, byte(opSetRun), 0, 254, 255, byte(opReload), 0, 0, 0,
+	f.Add([]byte{4, byte(opSetRun), 0, 0, 255, byte(opSetRun), 0, 254, 255, byte(opRebuild), 0, 0, 0,
 		byte(opNextClear), 0, 0, 0, byte(opClearRun), 7, 255, 3, byte(opCheck), 0, 0, 0})
 	f.Add([]byte{0, byte(opSetWord), 64, 0, 3, byte(opSet), 3, 0, 0, byte(opRebuild), 0, 0, 0, byte(opSetWord), 0, 2, 255, byte(opCheck), 0, 0, 0})
 	f.Add([]byte{4, byte(opSetWord), 255, 255, 1, byte(opSetWord), 0, 255, 9, byte(opRebuild), 0, 0, 0, byte(opNextSet), 0, 0, 0})

@@ -121,7 +121,7 @@ func TestQueries(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			for _, tr := range []*Tree{treeOf(c.ids...), reload(t, treeOf(c.ids...))} {
+			for _, tr := range []*Tree{treeOf(c.ids...), rebuild(t, treeOf(c.ids...))} {
 				id, ok := tr.NextSet(c.from)
 				require.Equal(t, c.set != noID, ok, "NextSet ok")
 				if ok {
@@ -143,13 +143,14 @@ func TestQueries(t *testing.T) {
 
 const noID = ^uint64(0)
 
-// reload returns the tree decoded from tr's encoding.
-func reload(t testing.TB, tr *Tree) *Tree {
+// rebuild returns a tree built from tr's words with SetWord, as the storage node rebuilds its
+// trees at Open.
+func rebuild(t testing.TB, tr *Tree) *Tree {
 	t.Helper()
-	b, err := tr.MarshalBinary()
-	require.NoError(t, err)
-	n, err := Unmarshal(b)
-	require.NoError(t, err)
+	n := New()
+	for first, w := range tr.Words(0, MaxID+1) {
+		n.SetWord(first>>6, w)
+	}
 	require.NoError(t, n.verify())
 	return n
 }
@@ -260,28 +261,6 @@ func TestRangeWhileModifying(t *testing.T) {
 		}
 		require.Equal(t, []uint64{1, 2}, got)
 	})
-	t.Run("split shared full node", func(t *testing.T) {
-		tr := New()
-		for i := range uint64(1 << 13) {
-			tr.Set(i)
-		}
-		tr = reload(t, tr) // level-1 nodes now shared full ones
-		var got []uint64
-		for x := range tr.Range(4000, 4200) {
-			got = append(got, x)
-			if x == 4000 {
-				tr.Clear(4100) // copies the shared node the cursor reads
-				tr.Clear(4001)
-			}
-		}
-		want := []uint64{4000}
-		for i := uint64(4002); i < 4200; i++ {
-			if i != 4100 {
-				want = append(want, i)
-			}
-		}
-		require.Equal(t, want, got)
-	})
 }
 
 // TestConcurrentReaders backs the documented contract that readers need no lock among
@@ -325,79 +304,6 @@ func TestClone(t *testing.T) {
 	require.NoError(t, tr.verify())
 	require.NoError(t, c.verify())
 	require.Zero(t, New().Clone().Cap())
-}
-
-// TestFullSubtrees drives the shared full nodes that only a load (or a fill) creates: whole
-// full subtrees at every level, then splits them with Clear.
-func TestFullSubtrees(t *testing.T) {
-	const hi = 3<<18 + 4096*5 + 64*2 + 7 // full level-2 nodes, level-1 nodes, words, bits
-	tr := New()
-	m := model{}
-	for i := range uint64(hi) {
-		tr.Set(i)
-	}
-	m.setRun(0, hi)
-	built := tr.usedBytes()
-	tr = reload(t, tr)
-	require.Less(t, tr.usedBytes(), built/20, "full subtrees cost nothing after a load")
-	h := &harness{t: t, tree: tr, m: m}
-	h.checkAll()
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
-		x := r.Uint64N(hi + 100)
-		switch r.IntN(4) {
-		case 0:
-			h.apply(op{opClear, x, 0})
-		case 1:
-			h.apply(op{opNextClear, x, 0})
-		case 2:
-			h.apply(op{opNextSet, x, 0})
-		default:
-			h.apply(op{opTest, x, 0})
-		}
-	}
-	h.checkAll()
-}
-
-// TestWholeSpace loads the tree holding every id, which costs a few bytes thanks to the shared
-// full nodes, and splits it.
-func TestWholeSpace(t *testing.T) {
-	tr, err := Unmarshal(encodeRaw(maxWords, MaxID+1, runHeader(maxWords, runOnes)))
-	require.NoError(t, err)
-	require.NoError(t, tr.verify())
-	require.Equal(t, MaxID+1, tr.Count())
-	require.Less(t, tr.MemBytes(), uint64(16<<10))
-	require.True(t, tr.Test(0))
-	require.True(t, tr.Test(MaxID))
-	tr.Set(5) // already set: must not copy the shared root
-	require.Less(t, tr.MemBytes(), uint64(16<<10))
-	_, ok := tr.NextClear(0)
-	require.False(t, ok)
-	last, ok := tr.Last()
-	require.True(t, ok)
-	require.Equal(t, MaxID, last)
-
-	tr.Clear(1 << 33)
-	tr.Clear(MaxID)
-	require.NoError(t, tr.verify())
-	require.Equal(t, MaxID-1, tr.Count())
-	id, ok := tr.NextClear(5)
-	require.True(t, ok)
-	require.Equal(t, uint64(1<<33), id)
-	id, ok = tr.NextClear(1<<33 + 1)
-	require.True(t, ok)
-	require.Equal(t, MaxID, id)
-	require.Equal(t, []uint64{1<<33 - 1, 1<<33 + 1}, collect(tr.Range(1<<33-1, 1<<33+2)))
-	tr.Set(MaxID)
-	tr.Set(1 << 33)
-	require.Equal(t, MaxID+1, tr.Count())
-	_, ok = tr.NextClear(0)
-	require.False(t, ok)
-	require.NoError(t, tr.verify())
-
-	b, err := tr.MarshalBinary()
-	require.NoError(t, err)
-	require.Less(t, len(b), 64, "the whole space is one run")
 }
 
 // TestDenseMemory checks the memory of a densely set id range: the leaf words plus under 6%

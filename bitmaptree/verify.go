@@ -7,7 +7,7 @@ import (
 
 // verify checks every invariant listed at the top of tree.go by walking every node: O(memory).
 // Tests call it after every batch of operations; invariant builds (-race or the
-// bitmaptree_invariants tag) also run it after every load.
+// weft_invariants tag) also run it after every load.
 func (t *Tree) verify() error {
 	if t.h < 0 || t.h > maxHeight {
 		return fmt.Errorf("height %d", t.h)

@@ -50,7 +50,7 @@ type Frame struct {
 // aligned (see AlignedBytes); m must not be nil. It allocates nothing.
 func (g Geometry) Frame(rows []byte, m *Masks) Frame {
 	if g.rowBytes == 0 || len(rows) != g.PageBytes() || m == nil || !aligned(rows) {
-		assert.That(false, "logicpage: frame of %d bytes (want %d, 8-aligned) masks %p for row size %d",
+		assert.Failf("logicpage: frame of %d bytes (want %d, 8-aligned) masks %p for row size %d",
 			len(rows), g.PageBytes(), m, g.rowBytes)
 	}
 	return Frame{Rows: rows, Masks: m, g: g}
@@ -74,7 +74,9 @@ func (f Frame) Row(slot int) []byte {
 // any buffer that LoadRow or StoreRow treat as shared. (make([]byte, n) is 8-aligned too in
 // today's Go for n >= 8, but that is an implementation detail; this is a guarantee.)
 func AlignedBytes(n int) []byte {
-	assert.That(n >= 0, "logicpage: aligned bytes %d < 0", n)
+	if n < 0 {
+		assert.Failf("logicpage: aligned bytes %d < 0", n)
+	}
 	words := make([]uint64, (n+7)/8)
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), n)
 }
@@ -89,7 +91,7 @@ func AlignedBytes(n int) []byte {
 func LoadRow(dst, src []byte) {
 	s := sharedWords(src)
 	if len(dst) != len(src) {
-		assert.That(false, "logicpage: load row into %d bytes from %d", len(dst), len(src))
+		assert.Failf("logicpage: load row into %d bytes from %d", len(dst), len(src))
 	}
 	// Eight words (one 64-byte row) per iteration through fixed-size array views, so the
 	// compiler checks bounds once per block instead of once per word.
@@ -122,7 +124,7 @@ func LoadRow(dst, src []byte) {
 func StoreRow(dst, src []byte) {
 	d := sharedWords(dst)
 	if len(dst) != len(src) {
-		assert.That(false, "logicpage: store row of %d bytes into %d", len(src), len(dst))
+		assert.Failf("logicpage: store row of %d bytes into %d", len(src), len(dst))
 	}
 	for i := range d {
 		atomic.StoreUint64(&d[i], binary.NativeEndian.Uint64(src[8*i:]))
@@ -142,7 +144,7 @@ func zeroRowShared(dst []byte) {
 // (and faults on some CPUs).
 func sharedWords(b []byte) []uint64 {
 	if len(b)%8 != 0 || !aligned(b) {
-		assert.That(false, "logicpage: shared row of %d bytes at %p is not 8-byte aligned words",
+		assert.Failf("logicpage: shared row of %d bytes at %p is not 8-byte aligned words",
 			len(b), unsafe.SliceData(b))
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)

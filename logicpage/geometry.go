@@ -82,7 +82,7 @@ func (g Geometry) DiskPageBytes() int {
 // slot must be in [0, RowsPerPage).
 func (g Geometry) RowOffset(slot int) int {
 	if uint(slot) >= RowsPerPage {
-		assert.That(false, "logicpage: slot %d out of range", slot)
+		assert.Failf("logicpage: slot %d out of range", slot)
 	}
 	return slot * g.rowBytes
 }
@@ -103,7 +103,7 @@ func PageOf(id uint64) (page uint64, slot int) {
 // [0, RowsPerPage).
 func RowID(page uint64, slot int) uint64 {
 	if uint(slot) >= RowsPerPage || page > PageMax {
-		assert.That(false, "logicpage: page %d slot %d out of range", page, slot)
+		assert.Failf("logicpage: page %d slot %d out of range", page, slot)
 	}
 	return page<<slotBits | uint64(slot)
 }

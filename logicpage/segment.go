@@ -98,7 +98,7 @@ func (f Frame) ApplyOnlyShared(s Segment, into uint64) { f.applyOnly(s, into, tr
 func (f Frame) applyOnly(s Segment, into uint64, shared bool) {
 	r := f.g.rowBytes
 	if s.Data&s.Clear != 0 || len(s.Rows) != bits.OnesCount64(s.Data)*r {
-		assert.That(false, "logicpage: apply unchecked segment of page %d: data %#x clear %#x rows %d bytes, row size %d",
+		assert.Failf("logicpage: apply unchecked segment of page %d: data %#x clear %#x rows %d bytes, row size %d",
 			s.Page, s.Data, s.Clear, len(s.Rows), r)
 	}
 	data := s.Data & into

@@ -359,7 +359,7 @@ func (c *Client) Send(ctx context.Context, m Message, done func(reply Frame, err
 func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (uint32, error) {
 	t := m.Type()
 	if !(t.IsRequest() && t != TypeHello && t != TypeAuth) {
-		assert.That(false, "sgio: %v is not a request a client may send", t)
+		assert.Failf("sgio: %v is not a request a client may send", t)
 	}
 	if err := m.Validate(); err != nil {
 		return 0, fmt.Errorf("sgio: %v request: %w", t, err)
@@ -384,7 +384,7 @@ func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (u
 	c.seq++
 	s := &c.slots[idx]
 	if s.state != slotFree {
-		assert.That(false, "sgio: slot %d taken from the free list in state %d", idx, s.state)
+		assert.Failf("sgio: slot %d taken from the free list in state %d", idx, s.state)
 	}
 	*s = slot{id: c.seq<<slotBits | uint64(idx), state: slotQueued, want: t.Reply(), msg: m, fn: fn, ch: s.ch}
 	if fn == nil && s.ch == nil {
@@ -392,7 +392,7 @@ func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (u
 	}
 	c.queue = append(c.queue, idx)
 	if len(c.queue) > len(c.slots) {
-		assert.That(false, "sgio: queue of %d beyond the in-flight bound %d", len(c.queue), len(c.slots))
+		assert.Failf("sgio: queue of %d beyond the in-flight bound %d", len(c.queue), len(c.slots))
 	}
 	c.mu.Unlock()
 	select {
@@ -447,7 +447,7 @@ func (c *Client) wait(ctx context.Context, idx uint32, t Type) (Frame, error) {
 	case <-s.ch:
 		c.mu.Lock()
 		if s.state != slotDone {
-			assert.That(false, "sgio: slot %d woken in state %d", idx, s.state)
+			assert.Failf("sgio: slot %d woken in state %d", idx, s.state)
 		}
 		return c.collectLocked(idx)
 	case <-ctx.Done():
@@ -476,7 +476,7 @@ func (c *Client) wait(ctx context.Context, idx uint32, t Type) (Frame, error) {
 		return c.collectLocked(idx)
 	}
 	if s.state != slotWritten {
-		assert.That(false, "sgio: slot %d in state %d after cancel", idx, s.state)
+		assert.Failf("sgio: slot %d in state %d after cancel", idx, s.state)
 	}
 	s.abandoned = true // the receiver frees the slot when the reply comes
 	id := s.id

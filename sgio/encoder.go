@@ -117,7 +117,7 @@ func (w *Writer) ref(b []byte) {
 func (w *Writer) Append(id uint64, m Message) {
 	size := m.BodySize()
 	if size > MaxBodyLimit || size%BodyAlign != 0 {
-		assert.That(false, "sgio: %v body of %d bytes", m.Type(), size)
+		assert.Failf("sgio: %v body of %d bytes", m.Type(), size)
 	}
 	before := w.size
 	hdr := w.scratch(HeaderSize)
@@ -155,7 +155,7 @@ func (w *Writer) gatherSegments(segs []Segment, runs [][][]byte) {
 		s := &segs[i]
 		if runs == nil {
 			if len(s.Rows) != s.RowsSize() {
-				assert.That(false, "sgio: segment %d: %d row bytes, want %d", i, len(s.Rows), s.RowsSize())
+				assert.Failf("sgio: segment %d: %d row bytes, want %d", i, len(s.Rows), s.RowsSize())
 			}
 			if len(s.Rows) < w.copyBelow() { // header and rows in one piece
 				b := w.scratch(SegmentHeaderSize + len(s.Rows))
@@ -174,7 +174,7 @@ func (w *Writer) gatherSegments(segs []Segment, runs [][][]byte) {
 			n += len(r)
 		}
 		if n != s.RowsSize() {
-			assert.That(false, "sgio: segment %d: %d row bytes in runs, want %d", i, n, s.RowsSize())
+			assert.Failf("sgio: segment %d: %d row bytes in runs, want %d", i, n, s.RowsSize())
 		}
 	}
 }
@@ -191,7 +191,7 @@ func (w *Writer) rows(b []byte) {
 // checkBodySize asserts that an encoding produced the size BodySize promised.
 func checkBodySize(m Message, want, got int) {
 	if got != want {
-		assert.That(false, "sgio: %v encoded %d body bytes, BodySize says %d", m.Type(), got, want)
+		assert.Failf("sgio: %v encoded %d body bytes, BodySize says %d", m.Type(), got, want)
 	}
 }
 

@@ -241,7 +241,9 @@ func (e *Engine) unpinFrames(b *Batch, n int) {
 	for i := range b.Segments[:n] {
 		s := &b.Segments[i]
 		id, ok := e.cache.lookup(frameKey(s.Table, s.Page))
-		assert.That(ok && e.cache.frames[id].pins > 0, "storenode: pinned frame of table %d page %d is gone", s.Table, s.Page)
+		if !(ok && e.cache.frames[id].pins > 0) {
+			assert.Failf("storenode: pinned frame of table %d page %d is gone", s.Table, s.Page)
+		}
 		e.cache.frames[id].pins--
 	}
 }

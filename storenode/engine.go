@@ -309,7 +309,9 @@ func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(u
 			}
 			e.failDurable(err)
 		} else {
-			assert.That(got == lsn, "storenode: WAL assigned LSN %d, engine expected %d", got, lsn)
+			if got != lsn {
+				assert.Failf("storenode: WAL assigned LSN %d, engine expected %d", got, lsn)
+			}
 			e.acknowledged(got)
 		}
 		done(got, err)

@@ -10,9 +10,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"testing"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -24,7 +24,7 @@ import (
 // Environment:
 //
 //	WEFT_SOAK=1         raises every randomised suite's counts (kill cycles, power-loss seeds,
-//	                    model steps) for a soak run; see soakScale.
+//	                    model steps) for a soak run; see scaled.
 //	WEFT_SEED=<n>       replays one seed of the power-loss and model suites, or the random
 //	                    choices of the kill -9 suite (each prints its seed).
 
@@ -46,18 +46,8 @@ func scaled(short, normal, soakCount int) int {
 	return normal
 }
 
-// envSeed returns the seed WEFT_SEED names, if any.
-func envSeed(t testing.TB) (uint64, bool) {
-	s := os.Getenv("WEFT_SEED")
-	if s == "" {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(s, 0, 64)
-	if err != nil {
-		t.Fatalf("WEFT_SEED=%q: %v", s, err)
-	}
-	return n, true
-}
+// envSeed returns the seed WEFT_SEED names, if any (internal/testseed).
+func envSeed(t testing.TB) (uint64, bool) { return testseed.Replay(t) }
 
 // modelTable is the expected content of one table.
 type modelTable struct {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -135,6 +136,9 @@ func runModel(t *testing.T, seed uint64, cacheBytes int64, steps int) {
 		default:
 			r.note("check store")
 			require.NoError(t, checkStore(r.e, r.m), r.where(step))
+		}
+		if assert.Invariants {
+			require.NoError(t, r.e.verify(), r.where(step))
 		}
 	}
 	require.NoError(t, checkStore(r.e, r.m))

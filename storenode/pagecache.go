@@ -10,7 +10,7 @@ import (
 //
 // Invariants (all under Engine.mu, which guards the cache; the cache has no lock of its own):
 //   - usedBytes = sum over live frames of (page bytes + frameOverheadBytes) <= budgetBytes,
-//     except while one batch larger than the whole budget is applied (allocForce), which a
+//     except while one batch larger than the whole budget is applied (alloc with force), which a
 //     checkpoint then writes out.
 //   - A frame's valid mask says which slots' bytes are authoritative. A frame created by a
 //     commit to a page not in the cache is partial (no read before write): its other slots are
@@ -92,11 +92,6 @@ func (c *pageCache) lookup(key uint64) (int32, bool) {
 
 func (c *pageCache) frameCost(pageBytes int) int64 { return int64(pageBytes) + frameOverheadBytes }
 
-// capacityPages is how many frames of this size fit the budget when nothing else is cached.
-func (c *pageCache) capacityPages(pageBytes int) int {
-	return int(c.budgetBytes / c.frameCost(pageBytes))
-}
-
 func (c *pageCache) slabFor(pageBytes int) int16 {
 	for i, s := range c.slabs {
 		if s.pageBytes == pageBytes {
@@ -163,7 +158,9 @@ func (c *pageCache) evictOne() bool {
 // drop removes a frame whatever its state (eviction, dropped table).
 func (c *pageCache) drop(id int32) {
 	f := &c.frames[id]
-	assert.That(f.key != 0, "storenode: drop of free frame %d", id)
+	if f.key == 0 {
+		assert.Failf("storenode: drop of free frame %d", id)
+	}
 	s := c.slabs[f.class]
 	if f.dirty {
 		c.dirtyFrames--

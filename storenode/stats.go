@@ -51,7 +51,7 @@ type Stats struct {
 	CacheBytes             int64
 	// DiskReads and DiskWrites count disk pages read and written.
 	DiskReads, DiskWrites uint64
-	// WALBytes, WALRecords and WALSyncs come from the WAL; RowsPerSync is RowsWritten/WALSyncs.
+	// WALBytes, WALRecords and WALSyncs come from the WAL; rows per sync is RowsWritten/WALSyncs.
 	WALBytes, WALRecords, WALSyncs uint64
 	// Checkpoints counts published checkpoints; CheckpointPages the pages they wrote;
 	// LastCheckpoint how long the last one took; CheckpointLSN its LSN.

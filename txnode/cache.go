@@ -470,20 +470,6 @@ func (c *pageCache) evictLocked() (int32, bool) {
 	return -1, false
 }
 
-// drop removes a page's frame whatever its validity, e.g. after a failed batch; pinned or
-// in-flight frames are only invalidated (their rows will be fetched again).
-func (c *pageCache) invalidate(key uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	id := c.pt.lookup(key)
-	if id < 0 {
-		return
-	}
-	m := c.meta(id)
-	m.dirty.Store(0)
-	m.valid.Store(0)
-}
-
 // dropTable removes every frame of a dropped table. Frames still pinned are only unpublished.
 func (c *pageCache) dropTable(table uint32) {
 	c.mu.Lock()

@@ -10,22 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// recountBytes recomputes what the cache should account: the fixed part, the page table, the
-// metadata chunks made and every frame that holds memory (zombies not reaped yet included).
+// recountBytes is recountBytesLocked (verify.go) under the cache's mutex.
 func recountBytes(c *pageCache) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.fixedBytes() + c.pt.bytes()
-	for id := range c.nFrames {
-		if id%metaChunk == 0 {
-			n += chunkBytes
-		}
-		m := c.meta(id)
-		if m.mem.Load() != nil {
-			n += frameCost(int(m.rowBytes))
-		}
-	}
-	return n
+	return c.recountBytesLocked()
 }
 
 // TestCacheBytesUnderChurn: the cache's accounted bytes stay equal to what it holds, and
@@ -70,4 +59,5 @@ func TestCacheBytesUnderChurn(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, recountBytes(c), c.bytesUsed())
 	require.LessOrEqual(t, c.bytesUsed(), c.budgetBytes)
+	require.NoError(t, c.verify())
 }

@@ -421,7 +421,7 @@ func (w *durableWaiter) wakeLocked() {
 	select {
 	case w.ch <- struct{}{}:
 	default:
-		assert.That(false, "txnode: durable waiter woken twice")
+		assert.Failf("txnode: durable waiter woken twice")
 	}
 }
 

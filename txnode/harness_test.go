@@ -17,8 +17,8 @@ import (
 //
 // A configuration is a store deployment and a durability mode. Tests open a DB through
 // openConfig.opener, which binds a fresh store; every DB the opener returns (the first one and
-// every reopen) sees the same data. The remote store is added here as one more entry: a
-// storeSetup that starts a storage node and sets Options.StoreAddr.
+// every reopen) sees the same data. The remote store is one more entry: its store func
+// (remoteStoreConfig) starts a storage node and sets Options.StoreAddr.
 
 // openConfig is one way to run the transaction node.
 type openConfig struct {
@@ -40,7 +40,7 @@ func embeddedStore(t testing.TB) func(*Options) {
 	}
 }
 
-// remoteStore is the two-process deployment, in one process: a storage node on 127.0.0.1:0
+// remoteStoreConfig is the two-process deployment, in one process: a storage node on 127.0.0.1:0
 // over a fresh directory, reached over TCP. Every DB opened on it uses the same owner id, so a
 // reopened node takes its tables back at once (as a restarted game server would).
 func remoteStoreConfig(t testing.TB) func(*Options) {

@@ -8,18 +8,18 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // Model-based tests: random operations against the DB and against a map, which must agree.
-// Every run prints its seed; WEFT_MODEL_SEED=<seed> replays it (with -run naming the subtest).
+// Every run prints its seed; WEFT_SEED=<seed> replays it (with -run naming the subtest).
 // The DB holds tables of several row sizes in one cache, so frames of different sizes evict
 // each other; small caches make every page come and go.
 
@@ -27,12 +27,7 @@ var modelRowSizes = []int{8, 64, 520}
 
 func modelSeed(t *testing.T) uint64 {
 	t.Helper()
-	if s := os.Getenv("WEFT_MODEL_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "WEFT_MODEL_SEED")
-		return seed
-	}
-	return rand.Uint64()
+	return testseed.Seed(t)
 }
 
 // errModelAbort is what a test closure returns to roll its transaction back.
@@ -391,7 +386,7 @@ func TestModel(t *testing.T) {
 		for _, cacheBytes := range []int64{1 << 20, 64 << 20} {
 			t.Run(fmt.Sprintf("%s/cache=%dMiB", cfg.name, cacheBytes>>20), func(t *testing.T) {
 				seed := modelSeed(t)
-				t.Logf("seed %d (replay: WEFT_MODEL_SEED=%d go test -run 'TestModel/%s')", seed, seed, t.Name()[len("TestModel/"):])
+				t.Logf("seed %d (replay: WEFT_SEED=%d go test -run 'TestModel/%s')", seed, seed, t.Name()[len("TestModel/"):])
 				modelRun(t, cfg, cacheBytes, seed, steps, preload)
 			})
 		}
@@ -541,6 +536,9 @@ func modelRun(t *testing.T, cfg openConfig, cacheBytes int64, seed uint64, steps
 			m.verify(ctx)
 		}
 		require.NoError(t, err, "step %d (seed %d)", i, seed)
+		if assert.Invariants {
+			require.NoError(t, db.verify(), "step %d (seed %d)", i, seed)
+		}
 	}
 	m.verify(ctx)
 	require.NoError(t, db.Close(ctx))
@@ -609,6 +607,9 @@ func TestModelConcurrent(t *testing.T) {
 				require.Equal(t, all, got)
 			}
 			check(db, tb)
+			if assert.Invariants {
+				require.NoError(t, db.verify())
+			}
 			require.NoError(t, db.Close(ctx))
 			db = open(opts)
 			tb, err = db.Table(ctx, "shared")

@@ -126,13 +126,17 @@ func (fs *FaultFS) account(n *node, change func()) {
 	if n.links > 0 {
 		fs.usedBytes += n.footprint() - before
 	}
-	assert.That(fs.usedBytes >= 0, "vfs: used bytes %d < 0", fs.usedBytes)
+	if fs.usedBytes < 0 {
+		assert.Failf("vfs: used bytes %d < 0", fs.usedBytes)
+	}
 }
 
 // unlink drops one directory entry naming file n, freeing its space with the last one.
 func (fs *FaultFS) unlink(n *node) {
 	n.links--
-	assert.That(n.links >= 0, "vfs: file links %d < 0", n.links)
+	if n.links < 0 {
+		assert.Failf("vfs: file links %d < 0", n.links)
+	}
 	if n.links == 0 {
 		fs.usedBytes -= n.footprint()
 	}
@@ -382,7 +386,9 @@ func (l *faultLock) Close() error {
 // sectors that still fit, as a real disk does, and returns their count with the error. Zero
 // means unlimited (the initial state). Any goroutine may call it.
 func (fs *FaultFS) SetCapacity(capacityBytes int64) {
-	assert.That(capacityBytes >= 0, "vfs: capacity %d < 0", capacityBytes)
+	if capacityBytes < 0 {
+		assert.Failf("vfs: capacity %d < 0", capacityBytes)
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.capacityBytes = capacityBytes

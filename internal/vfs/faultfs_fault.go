@@ -119,8 +119,12 @@ type faults struct {
 // ("fsyncgate").
 // Rules set by several calls count independently. Any goroutine may call it.
 func (fs *FaultFS) SetFailAt(kind OpKind, k int, err error) {
-	assert.That(k >= 1, "vfs: SetFailAt k %d < 1", k)
-	assert.That(kind < opKinds, "vfs: SetFailAt of unknown kind %d", kind)
+	if k < 1 {
+		assert.Failf("vfs: SetFailAt k %d < 1", k)
+	}
+	if kind >= opKinds {
+		assert.Failf("vfs: SetFailAt of unknown kind %d", kind)
+	}
 	if err == nil {
 		err = syscall.EIO
 	}
@@ -149,7 +153,9 @@ func (fs *FaultFS) Inject(fn func(op Op) error) {
 // operation fails from now on. A test that runs a workload once to count its operations with
 // Ops can then run it again for each k to crash at every point. Any goroutine may call it.
 func (fs *FaultFS) SetCrashPoint(k int64) {
-	assert.That(k >= 0, "vfs: SetCrashPoint k %d < 0", k)
+	if k < 0 {
+		assert.Failf("vfs: SetCrashPoint k %d < 0", k)
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.faults.crashPointOn = true

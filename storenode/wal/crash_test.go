@@ -2,7 +2,6 @@ package wal
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -167,9 +167,6 @@ func (m *crashModel) appendBursts(w *WAL, rng *rand.Rand, n int) {
 	wg.Wait()
 }
 
-// crashSeed replays one seed of TestCrashPowerLoss: go test -run CrashPowerLoss -wal.crashseed=N.
-var crashSeed = flag.Int("wal.crashseed", -1, "run only this seed of TestCrashPowerLoss")
-
 // TestCrashPowerLoss crashes a FaultFS at random points of a workload, several times per
 // seed: every acknowledged record survives, replay is a prefix of what was appended, and
 // unacknowledged records are whole or absent.
@@ -179,7 +176,7 @@ func TestCrashPowerLoss(t *testing.T) {
 		seeds = 40
 	}
 	for seed := range uint64(seeds) {
-		if *crashSeed >= 0 && seed != uint64(*crashSeed) {
+		if only, ok := testseed.Replay(t); ok && seed != only { // WEFT_SEED=N runs seed N alone
 			continue
 		}
 		rng := rand.New(rand.NewPCG(seed, 0x3a1))

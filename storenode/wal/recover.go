@@ -403,7 +403,9 @@ func (r *recovery) rewriteUnsynced(i int, end int64, next uint64) error {
 				return err
 			}
 			// Checked by readSegment already.
-			assert.That(len(hdr) == recordHeaderSize, "wal: record LSN %d vanished at %d", lsn, from)
+			if len(hdr) != recordHeaderSize {
+				assert.Failf("wal: record LSN %d vanished at %d", lsn, from)
+			}
 			from += int64(recordSize(int(binary.LittleEndian.Uint32(hdr[recordLengthOffset:]))))
 		}
 	}

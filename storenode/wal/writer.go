@@ -76,8 +76,8 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 	}
 	needSync := wantSync || (len(group) > 0 && w.opts.Sync == SyncAlways)
 	if len(group) > 0 {
-		if group[0].lsn != w.writtenLSN+1 { // checked before assert.That boxes its arguments
-			assert.That(false, "wal: group starts at LSN %d after %d", group[0].lsn, w.writtenLSN)
+		if group[0].lsn != w.writtenLSN+1 { // checked before Failf boxes its arguments
+			assert.Failf("wal: group starts at LSN %d after %d", group[0].lsn, w.writtenLSN)
 		}
 		if w.fileOff >= w.opts.SegmentBytes && w.fileOff > segmentHeaderSize {
 			if err := w.roll(group[0].lsn); err != nil {
@@ -95,7 +95,9 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 			needSync = needSync || q.force
 			if invariants {
 				h, _, size, err := decodeRecord(buf[q.off:end], w.opts.MaxRecordBytes)
-				assert.That(err == nil && h.lsn == q.lsn && size == end-q.off, "wal: record LSN %d encodes badly: %v", q.lsn, err)
+				if !(err == nil && h.lsn == q.lsn && size == end-q.off) {
+					assert.Failf("wal: record LSN %d encodes badly: %v", q.lsn, err)
+				}
 			}
 		}
 		if end := w.fileOff + int64(len(buf)); end > w.allocEnd {

@@ -1,0 +1,181 @@
+package storenode
+
+import (
+	"fmt"
+)
+
+// verify checks the invariants stated at the heads of pagecache.go, owners.go and engine.go
+// (the table's used tree) by walking every frame, page-map entry and owner: O(cache + maps).
+// The model tests call it after every step in invariant builds (assert.Invariants: -race or
+// the weft_invariants tag); production never does. It waits for a running checkpoint (ckptMu)
+// so the disk-page accounting is between checkpoints, then takes mu; any goroutine may call it.
+func (e *Engine) verify() error {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.cache.verify(); err != nil {
+		return fmt.Errorf("storenode: page cache: %w", err)
+	}
+	for id, f := range e.cache.frames {
+		if f.key == 0 {
+			continue
+		}
+		tid, page := uint32(f.key>>32), f.key&(1<<32-1)
+		t, ok := e.tables[tid]
+		if !ok || t.dropped {
+			return fmt.Errorf("storenode: frame %d caches page %d of table %d, which is not live", id, page, tid)
+		}
+		if page >= maxPages {
+			return fmt.Errorf("storenode: frame %d caches page %d >= maxPages", id, page)
+		}
+	}
+	for id, t := range e.tables {
+		if t.id != id {
+			return fmt.Errorf("storenode: table %d filed under id %d", t.id, id)
+		}
+		if t.dropped {
+			continue
+		}
+		if e.byName[t.name] != t {
+			return fmt.Errorf("storenode: table %d (%q) missing from the name index", id, t.name)
+		}
+		if err := verifyDiskPages(t); err != nil {
+			return fmt.Errorf("storenode: table %d: %w", id, err)
+		}
+	}
+	for owner, o := range e.owners {
+		if err := o.verify(); err != nil {
+			return fmt.Errorf("storenode: owner %d: %w", owner, err)
+		}
+	}
+	return nil
+}
+
+// verifyDiskPages checks the used tree against the published page map, between checkpoints:
+// every disk page the map references is used and referenced once, and nothing else is used
+// (the pages a checkpoint writes are used only while it runs; the old copies are freed after
+// it publishes).
+func verifyDiskPages(t *table) error {
+	if len(t.pages) > maxPages {
+		return fmt.Errorf("page map of %d pages > maxPages", len(t.pages))
+	}
+	seen := make(map[uint32]uint64)
+	for page, ent := range t.pages {
+		if ent.disk == 0 {
+			continue
+		}
+		if prev, ok := seen[ent.disk]; ok {
+			return fmt.Errorf("disk page %d holds logical pages %d and %d", ent.disk-1, prev, page)
+		}
+		seen[ent.disk] = uint64(page)
+		if !t.used.Test(uint64(ent.disk - 1)) {
+			return fmt.Errorf("disk page %d of logical page %d is free in the used tree", ent.disk-1, page)
+		}
+	}
+	if got := t.used.Count(); got != uint64(len(seen)) {
+		return fmt.Errorf("used tree counts %d disk pages, the page map references %d", got, len(seen))
+	}
+	return nil
+}
+
+// verify checks the cache's accounting: usedBytes, dirtyFrames and dirtyBytes are the sums
+// over its live frames; the index maps exactly the live frames; free frame ids and slab slots
+// are each owned once.
+func (c *pageCache) verify() error {
+	var used, dirtyBytes int64
+	var live, dirty int
+	slots := make(map[[2]int32]int32)
+	for id, f := range c.frames {
+		if f.key == 0 {
+			if f != (frame{}) {
+				return fmt.Errorf("free frame %d not zeroed: %+v", id, f)
+			}
+			continue
+		}
+		live++
+		if int(f.class) >= len(c.slabs) {
+			return fmt.Errorf("frame %d in slab %d of %d", id, f.class, len(c.slabs))
+		}
+		s := c.slabs[f.class]
+		cost := c.frameCost(s.pageBytes)
+		used += cost
+		if f.dirty {
+			dirty++
+			dirtyBytes += cost
+		}
+		if f.pins < 0 {
+			return fmt.Errorf("frame %d has %d pins", id, f.pins)
+		}
+		if got, ok := c.index[f.key]; !ok || got != int32(id) {
+			return fmt.Errorf("frame %d (key %#x) indexed as %d, %v", id, f.key, got, ok)
+		}
+		if f.slot < 0 || f.slot >= s.next {
+			return fmt.Errorf("frame %d in slot %d of %d", id, f.slot, s.next)
+		}
+		k := [2]int32{int32(f.class), f.slot}
+		if other, ok := slots[k]; ok {
+			return fmt.Errorf("frames %d and %d share slab %d slot %d", other, id, f.class, f.slot)
+		}
+		slots[k] = int32(id)
+	}
+	if used != c.usedBytes {
+		return fmt.Errorf("usedBytes %d, live frames cost %d", c.usedBytes, used)
+	}
+	if dirty != c.dirtyFrames || dirtyBytes != c.dirtyBytes {
+		return fmt.Errorf("dirty %d frames / %d bytes counted, %d / %d found", c.dirtyFrames, c.dirtyBytes, dirty, dirtyBytes)
+	}
+	if len(c.index) != live {
+		return fmt.Errorf("index holds %d keys for %d live frames", len(c.index), live)
+	}
+	if live+len(c.freeIDs) != len(c.frames) {
+		return fmt.Errorf("%d live + %d free frame ids != %d frames", live, len(c.freeIDs), len(c.frames))
+	}
+	for _, id := range c.freeIDs {
+		if c.frames[id].key != 0 {
+			return fmt.Errorf("free frame id %d is live", id)
+		}
+	}
+	for class, s := range c.slabs {
+		for _, slot := range s.free {
+			if other, ok := slots[[2]int32{int32(class), slot}]; ok {
+				return fmt.Errorf("slab %d slot %d is free and held by frame %d", class, slot, other)
+			}
+		}
+		if int(s.next) != len(s.free)+countClass(slots, class) {
+			return fmt.Errorf("slab %d: %d slots handed out, %d free + %d held", class, s.next, len(s.free), countClass(slots, class))
+		}
+	}
+	return nil
+}
+
+func countClass(slots map[[2]int32]int32, class int) int {
+	n := 0
+	for k := range slots {
+		if int(k[0]) == class {
+			n++
+		}
+	}
+	return n
+}
+
+// verify checks the window invariants of owners.go: n <= dedupWindow and the window holds
+// lastSeq-n+1 .. lastSeq, the last at lastLSN.
+func (o *ownerState) verify() error {
+	if o.n < 0 || o.n > dedupWindow || (o.n > 0 && o.window == nil) {
+		return fmt.Errorf("window of %d entries (allocated %v)", o.n, o.window != nil)
+	}
+	if uint64(o.n) > o.lastSeq+1 {
+		return fmt.Errorf("window of %d entries below seq %d", o.n, o.lastSeq)
+	}
+	for i := range uint64(o.n) {
+		seq := o.lastSeq - i
+		if ent := o.window[seq%dedupWindow]; ent.seq != seq {
+			return fmt.Errorf("window slot of seq %d holds seq %d", seq, ent.seq)
+		}
+	}
+	if o.n > 0 && o.window[o.lastSeq%dedupWindow].lsn != o.lastLSN {
+		return fmt.Errorf("last seq %d at LSN %d, window says %d", o.lastSeq, o.lastLSN, o.window[o.lastSeq%dedupWindow].lsn)
+	}
+	return nil
+}
