@@ -26,8 +26,8 @@ func (e *Engine) verify() error {
 		if !ok || t.dropped {
 			return fmt.Errorf("storenode: frame %d caches page %d of table %d, which is not live", id, page, tid)
 		}
-		if page >= maxPages {
-			return fmt.Errorf("storenode: frame %d caches page %d >= maxPages", id, page)
+		if page >= tablePagesMax {
+			return fmt.Errorf("storenode: frame %d caches page %d >= tablePagesMax", id, page)
 		}
 	}
 	for id, t := range e.tables {
@@ -57,8 +57,8 @@ func (e *Engine) verify() error {
 // (the pages a checkpoint writes are used only while it runs; the old copies are freed after
 // it publishes).
 func verifyDiskPages(t *table) error {
-	if len(t.pages) > maxPages {
-		return fmt.Errorf("page map of %d pages > maxPages", len(t.pages))
+	if len(t.pages) > tablePagesMax {
+		return fmt.Errorf("page map of %d pages > tablePagesMax", len(t.pages))
 	}
 	seen := make(map[uint32]uint64)
 	for page, ent := range t.pages {

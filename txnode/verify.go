@@ -94,7 +94,7 @@ func (c *pageCache) verify() error {
 func (p *pipeline) verify() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.inflight) > maxInflight || len(p.free) > batchFreeMax {
+	if len(p.inflight) > inflightMax || len(p.free) > batchFreeMax {
 		return fmt.Errorf("%d batches in flight, %d free", len(p.inflight), len(p.free))
 	}
 	for i, b := range p.inflight {
