@@ -130,6 +130,12 @@ func (s *remoteStore) Info() StoreInfo { return s.info }
 // connection.
 func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	<-c.Done()
+	// Wait for the broken connection's sender to stop before anything is resent: it may
+	// still be gathering a batch's rows into its last write, and a resent batch acknowledged
+	// on the new connection is recycled, its buffer written by the next commits (a race the
+	// detector found in TestClientSideDropMidLoad). Close returns once both of its goroutines
+	// have exited; they exit promptly once the connection is dead.
+	c.Close()
 	s.mu.Lock()
 	if s.closed || s.gen != gen {
 		s.mu.Unlock()
