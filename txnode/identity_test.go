@@ -172,27 +172,14 @@ func startHalfProxy(t *testing.T, target string) *halfProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &halfProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.pairs = append(p.pairs, [2]net.Conn{c, s})
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go p.pipe(s, c)
-			go p.pipe(c, s)
-		}
-	}()
+	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+		p.mu.Lock()
+		p.pairs = append(p.pairs, [2]net.Conn{c, s})
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	})
 	t.Cleanup(p.close)
 	return p
 }

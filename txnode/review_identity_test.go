@@ -76,27 +76,14 @@ func startStallProxy(t *testing.T, target string) *stallProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &stallProxy{ln: ln, release: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go p.pipe(s, c)
-			go p.pipe(c, s)
-		}
-	}()
+	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	})
 	t.Cleanup(func() {
 		p.unstall()
 		p.ln.Close()

@@ -29,27 +29,14 @@ func startCountingProxy(t *testing.T, target string) *countingProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &countingProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go p.pipe(s, c, &p.up)
-			go p.pipe(c, s, &p.down)
-		}
-	}()
+	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c, &p.up)
+		go p.pipe(c, s, &p.down)
+	})
 	t.Cleanup(p.close)
 	return p
 }
