@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // serveStore runs a storage node in dir on a free loopback port until ctx ends, calling ready
@@ -19,7 +20,7 @@ func serveStore(ctx context.Context, dir string, cfg storeChildConfig, ready fun
 		return fmt.Errorf("sync mode %q: want always or none", cfg.Sync)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return storenode.Serve(ctx, storenode.ServerConfig{
+	return server.Serve(ctx, server.Config{
 		Options:         storenode.Options{Dir: dir, Sync: sync, CacheBytes: cfg.CacheBytes, Logger: logger},
 		Listen:          "127.0.0.1:0",
 		Logger:          logger,

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/hashindex"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -16,8 +17,8 @@ import (
 func TestRemoteStore(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	start := func() (string, *storenode.Server) {
-		srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0", Options: storenode.Options{Dir: dir, Sync: storenode.SyncNone}})
+	start := func() (string, *server.Server) {
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Options: storenode.Options{Dir: dir, Sync: storenode.SyncNone}})
 		require.NoError(t, err)
 		require.NoError(t, srv.Start())
 		return srv.Addr().String(), srv

@@ -19,9 +19,6 @@ var (
 	// ErrOldFormat is returned by Open for a store whose meta file an older build wrote in a
 	// format this build does not read.
 	ErrOldFormat = errors.New("storenode: store written in an older format")
-	// ErrFileLimit is returned by Open and NewServer when the process's file descriptor limit
-	// (RLIMIT_NOFILE) cannot hold the tables' data files, the connections and a margin.
-	ErrFileLimit = errors.New("storenode: file descriptor limit too low")
 
 	// Tables.
 
@@ -78,9 +75,6 @@ var (
 	// fsync failed (it may still be found after a restart), a retry of it waited for an LSN
 	// whose write failed, or it is a retry of a seq applied before the dedup window.
 	ErrUnknownOutcome = sgio.ErrUnknownOutcome
-	// ErrTransportStopped is reported by Server.Healthy (and returned by Serve) once the
-	// server's network transport stopped on its own: it no longer serves.
-	ErrTransportStopped = fmt.Errorf("storenode: network transport stopped: %w", sgio.ErrShuttingDown)
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = fmt.Errorf("storenode: engine closed: %w", sgio.ErrShuttingDown)
 )

@@ -2,30 +2,14 @@ package storenode
 
 import (
 	"errors"
-	"fmt"
 	"syscall"
 )
 
 // File descriptors. Each live table (and each dropped one until a checkpoint removes it) keeps
-// its data file open; every connection holds a socket; every gnet event loop (and the
-// acceptor's) holds an epoll instance and an eventfd (loopFiles); the WAL, the meta file,
-// directory syncs and the listener need a few more (fileMargin). Go raises the soft
-// RLIMIT_NOFILE to the hard limit at start, so that is the budget.
-//
-//   - At start a server refuses to run, with ErrFileLimit and the numbers, when its
-//     connections (MaxConns plus the refused ones it lingers on), its event loops, its tables
-//     and the margin do not fit the limit.
-//   - CreateTable refuses a table beyond Options.MaxTables (ErrTooManyTables), and a data
-//     file open that fails with EMFILE or ENFILE fails that CreateTable only, with
-//     ErrTooManyTables; the engine goes on. (Accepting a connection for want of descriptors is
-//     the server's accept loop's concern.)
-
-// fileMargin is the descriptors a storage node needs beside its tables and connections.
-const fileMargin = 64
-
-// loopFiles is the descriptors of loops gnet event loops: an epoll instance and an eventfd
-// each, and as many for the acceptor's loop.
-func loopFiles(loops int) int { return 2 * (loops + 1) }
+// its data file open (OpenFiles: a server's start-up check counts them, storenode/server's
+// limits.go). CreateTable refuses a table beyond Options.MaxTables (ErrTooManyTables), and a
+// data file open that fails with EMFILE or ENFILE fails that CreateTable only, with
+// ErrTooManyTables; the engine goes on.
 
 // openFiles reports the data files the engine keeps open: its tables and the dropped ones a
 // checkpoint has not removed yet.
@@ -33,18 +17,6 @@ func (e *Engine) openFiles() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.tables) + len(e.dropped)
-}
-
-// checkFileLimit reports ErrFileLimit when conns connections, loops event loops, tables
-// tables and the margin do not fit limit descriptors.
-func checkFileLimit(conns, loops, tables int, limit uint64) error {
-	need := uint64(conns) + uint64(loopFiles(loops)) + uint64(tables) + fileMargin
-	if need > limit {
-		return fmt.Errorf("%w: %d connections + %d event loops (%d descriptors) + %d tables + %d spare need %d file descriptors, "+
-			"RLIMIT_NOFILE is %d: raise the limit (ulimit -n, LimitNOFILE=) or lower --max-conns",
-			ErrFileLimit, conns, loops, loopFiles(loops), tables, fileMargin, need, limit)
-	}
-	return nil
 }
 
 // isFileLimit reports whether err is a failed open for want of file descriptors.

@@ -45,21 +45,3 @@ func TestMaxTables(t *testing.T) {
 	_, err = e.CreateTable("c", 64)
 	require.NoError(t, err)
 }
-
-// A server whose connections and tables cannot have their file descriptors refuses to start,
-// saying which numbers do not fit.
-func TestServerFileLimit(t *testing.T) {
-	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", MaxConns: 1000, fileLimit: 1000,
-		Options: Options{Dir: t.TempDir(), Logger: quietLogger}})
-	require.NoError(t, err)
-	err = srv.Start()
-	require.ErrorIs(t, err, ErrFileLimit)
-	require.ErrorContains(t, err, "1064 connections")
-	require.ErrorContains(t, err, "RLIMIT_NOFILE is 1000")
-
-	// Exactly enough: it starts.
-	startServer(t, func(cfg *ServerConfig) {
-		cfg.MaxConns, cfg.EventLoops = 100, 2
-		cfg.fileLimit = 100 + rejectLingerMax + uint64(loopFiles(2)) + fileMargin
-	})
-}

@@ -166,23 +166,6 @@ func TestNonOwnerReadNotStarvedByWrites(t *testing.T) {
 	}
 }
 
-// The start-up check counts the event loops' descriptors (gnet's epoll and eventfd per loop,
-// and the acceptor's): on a machine with many cores they alone exceed the fixed margin.
-// Fails before the fix, which counted connections, tables and the margin only, and started.
-func TestServerFileLimitCountsEventLoops(t *testing.T) {
-	const loops = 256
-	srv, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", MaxConns: 100, EventLoops: loops,
-		fileLimit: 100 + rejectLingerMax + fileMargin + 2*loops - 1,
-		Options:   Options{Dir: t.TempDir(), Logger: quietLogger}})
-	require.NoError(t, err)
-	err = srv.Start()
-	if err == nil {
-		srv.Shutdown(srvCtx(t))
-	}
-	require.ErrorIs(t, err, ErrFileLimit)
-	require.ErrorContains(t, err, "256 event loops")
-}
-
 // A checkpoint taken inside replay keeps the synced LSN the previous meta file proved: the
 // records up to it had been durable, and a bad one among them must stay corruption at the next
 // recovery, not a torn tail that drops acknowledged batches. Fails before the fix, whose

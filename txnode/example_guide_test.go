@@ -15,6 +15,7 @@ import (
 
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -160,7 +161,7 @@ func Example_storageNode() {
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 	secret := []byte(sgio.GenerateSecret()) // what `storenode -gen-secret` prints
-	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0", Secret: secret,
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Secret: secret,
 		Options: storenode.Options{Dir: dir}})
 	if err != nil {
 		log.Fatal(err)

@@ -14,15 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // Owner identity and retries through the public API over TCP: Release on Close, two live
 // nodes with one owner id, and a connection dropped on the client side only.
 
 // startIdentityNode runs a storage node and returns its address and server.
-func startIdentityNode(t *testing.T, opts storenode.Options) (string, *storenode.Server) {
+func startIdentityNode(t *testing.T, opts storenode.Options) (string, *server.Server) {
 	t.Helper()
-	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0", Options: opts})
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Options: opts})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
 	t.Cleanup(func() { require.NoError(t, srv.Shutdown(context.Background())) })

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // The bank invariant while the storage node is killed with -9 and restarted: the test binary
@@ -39,7 +40,7 @@ func TestHelperStorageNode(t *testing.T) {
 	dir, addr, _ := strings.Cut(spec, "@")
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
-	err := storenode.Serve(ctx, storenode.ServerConfig{
+	err := server.Serve(ctx, server.Config{
 		Listen:   addr,
 		Options:  storenode.Options{Dir: dir, Sync: storenode.SyncNone, CheckpointWALBytes: 1 << 20},
 		OnListen: func(net.Addr) { fmt.Println("listening"); os.Stdout.Sync() },

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // startStorageNode runs a storage node on 127.0.0.1:0 over dir and returns its address and a
@@ -19,7 +20,7 @@ func startStorageNode(t testing.TB, dir string) (string, func()) {
 
 func startStorageNodeWith(t testing.TB, opts storenode.Options) (string, func()) {
 	t.Helper()
-	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0", Options: opts})
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Options: opts})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
 	var once sync.Once
@@ -178,7 +179,7 @@ func TestRemoteStorageNodeRestart(t *testing.T) {
 
 func startStorageNodeAt(t testing.TB, dir, addr string) {
 	t.Helper()
-	srv, err := storenode.NewServer(storenode.ServerConfig{
+	srv, err := server.New(server.Config{
 		Listen:  addr,
 		Options: storenode.Options{Dir: dir, Sync: storenode.SyncNone},
 	})

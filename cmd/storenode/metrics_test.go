@@ -11,13 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // Finding 9 of issue 11: pprof shows the command line (the data directory, the secret file's
 // path) and runs profiles as long as asked. It is served on loopback only unless
 // --pprof-non-loopback, and a profile or trace is bounded to profileSecondsMax.
 func TestMetricsPprofBounded(t *testing.T) {
-	node, err := storenode.NewServer(storenode.ServerConfig{Options: storenode.Options{Dir: t.TempDir()}})
+	node, err := server.New(server.Config{Options: storenode.Options{Dir: t.TempDir()}})
 	require.NoError(t, err)
 	get := func(base, path string) (int, string) {
 		resp, err := http.Get(base + path)

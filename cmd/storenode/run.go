@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // runEnv is what run takes from the process: tests pass their own.
@@ -85,8 +86,8 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.SetOutput(output)
 	cfg.cache = storenode.DefaultCacheBytes
 	cfg.checkpointWAL = storenode.DefaultCheckpointWALBytes
-	cfg.maxBody = storenode.DefaultMaxBody
-	fs.StringVar(&cfg.listen, "listen", storenode.DefaultListen, "TCP address to serve on, host:port (a non-loopback address needs --secret-file)")
+	cfg.maxBody = server.DefaultMaxBody
+	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "TCP address to serve on, host:port (a non-loopback address needs --secret-file)")
 	fs.StringVar(&cfg.dir, "dir", "", "store directory, created if missing (required)")
 	fs.Var(&cfg.cache, "cache", "disk page cache size, e.g. 512MiB, 4GiB")
 	fs.StringVar(&cfg.sync, "sync", "always", "WAL sync mode: always (fdatasync before each ack; survives power loss) or none (survives kill -9 only)")
@@ -94,12 +95,12 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.checkpointWAL, "checkpoint-wal", "checkpoint when the WAL has grown this much since the last one (0: never by size)")
 	fs.DurationVar(&cfg.lease, "lease", storenode.DefaultLeaseDuration, "ownership lease: how long a transaction node keeps a table without traffic")
 	fs.StringVar(&cfg.secretFile, "secret-file", "", "file holding the shared secret (must not be readable by group or others)")
-	fs.IntVar(&cfg.maxConns, "max-conns", storenode.DefaultMaxConns, "most connections held at once")
-	fs.IntVar(&cfg.maxInflight, "max-inflight", storenode.DefaultMaxInflight, "most requests in flight per connection")
+	fs.IntVar(&cfg.maxConns, "max-conns", server.DefaultMaxConns, "most connections held at once")
+	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "most requests in flight per connection")
 	fs.Var(&cfg.maxBody, "max-body", "largest request frame body (at most 64MiB)")
-	fs.DurationVar(&cfg.authTimeout, "auth-timeout", storenode.DefaultAuthTimeout, "time from connecting to a completed handshake")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", storenode.DefaultIdleTimeout, "close sessions idle this long (0: never)")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", storenode.DefaultShutdownTimeout, "bound of the graceful shutdown on SIGINT/SIGTERM")
+	fs.DurationVar(&cfg.authTimeout, "auth-timeout", server.DefaultAuthTimeout, "time from connecting to a completed handshake")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close sessions idle this long (0: never)")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "bound of the graceful shutdown on SIGINT/SIGTERM")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /debug/pprof/ on this address (host defaults to 127.0.0.1; off when empty)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve over TLS")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "TLS private key file (PEM)")
@@ -107,12 +108,12 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	fs.BoolVar(&cfg.genSecret, "gen-secret", false, "print a new secret (hex of 32 random bytes) for --secret-file and exit")
-	cfg.maxQueued = storenode.DefaultMaxQueuedBytes
-	cfg.maxQueuedTotal = storenode.DefaultMaxQueuedBytesTotal
+	cfg.maxQueued = server.DefaultMaxQueuedBytes
+	cfg.maxQueuedTotal = server.DefaultMaxQueuedBytesTotal
 	fs.DurationVar(&cfg.seqGapWait, "seq-gap-wait", storenode.DefaultSeqGapWait, "how long a commit batch waits for the batches before it in its owner's seq order")
-	fs.IntVar(&cfg.maxHandshakes, "max-handshakes", storenode.DefaultMaxHandshakes, "most connections in the handshake at once (at most half of --max-conns); over it the oldest is closed")
-	fs.IntVar(&cfg.maxHsPerSource, "max-handshakes-per-source", storenode.DefaultMaxHandshakesPerSource, "most connections in the handshake from one source address")
-	fs.DurationVar(&cfg.authFailDelay, "auth-fail-delay", storenode.DefaultAuthFailDelay, "delay before a wrong proof is answered and its connection closed")
+	fs.IntVar(&cfg.maxHandshakes, "max-handshakes", server.DefaultMaxHandshakes, "most connections in the handshake at once (at most half of --max-conns); over it the oldest is closed")
+	fs.IntVar(&cfg.maxHsPerSource, "max-handshakes-per-source", server.DefaultMaxHandshakesPerSource, "most connections in the handshake from one source address")
+	fs.DurationVar(&cfg.authFailDelay, "auth-fail-delay", server.DefaultAuthFailDelay, "delay before a wrong proof is answered and its connection closed")
 	fs.Var(&cfg.maxQueued, "max-queued-bytes", "most commit bytes queued on one connection")
 	fs.Var(&cfg.maxQueuedTotal, "max-queued-bytes-total", "most commit bytes queued on all connections")
 	fs.BoolVar(&cfg.pprofPublic, "pprof-non-loopback", false, "serve /debug/pprof/ even when --metrics-listen is not a loopback address (it shows the command line)")
@@ -151,8 +152,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (*
 }
 
 // serverConfig turns the command line into the storage node's configuration.
-func (cfg *config) serverConfig(logger *slog.Logger) (storenode.ServerConfig, error) {
-	var sc storenode.ServerConfig
+func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
+	var sc server.Config
 	if cfg.dir == "" {
 		return sc, errors.New("--dir (or WEFT_DIR) is required")
 	}
@@ -163,7 +164,7 @@ func (cfg *config) serverConfig(logger *slog.Logger) (storenode.ServerConfig, er
 	if cfg.maxBody > byteSize(64<<20) {
 		return sc, fmt.Errorf("--max-body %v: at most 64MiB", cfg.maxBody)
 	}
-	sc = storenode.ServerConfig{
+	sc = server.Config{
 		Listen:          cfg.listen,
 		MaxConns:        cfg.maxConns,
 		MaxInflight:     cfg.maxInflight,
@@ -327,7 +328,7 @@ func run(ctx context.Context, env runEnv) int {
 		logger.Error("storenode: bad configuration", "err", err)
 		return exitUsage
 	}
-	srv, err := storenode.NewServer(sc)
+	srv, err := server.New(sc)
 	if err != nil {
 		logger.Error("storenode: bad configuration", "err", err)
 		return exitUsage
@@ -384,7 +385,7 @@ func run(ctx context.Context, env runEnv) int {
 }
 
 // shutdown stops the server within timeout and returns the exit code.
-func shutdown(srv *storenode.Server, timeout time.Duration, logger *slog.Logger) int {
+func shutdown(srv *server.Server, timeout time.Duration, logger *slog.Logger) int {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

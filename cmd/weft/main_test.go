@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -138,7 +139,7 @@ func TestEmbeddedDirectory(t *testing.T) {
 
 func TestStorageNode(t *testing.T) {
 	ctx := context.Background()
-	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0",
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0",
 		Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 func TestLootdrop(t *testing.T) {
@@ -36,7 +37,7 @@ func TestLootdrop(t *testing.T) {
 // run's Close releases the tables, so the second takes them at once. Fails on 767c454, where
 // the second run met ErrTableOwned for the rest of the first run's lease.
 func TestLootdropTwiceOnStorageNode(t *testing.T) {
-	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0",
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0",
 		Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())

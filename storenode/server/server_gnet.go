@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/weftdb/weft/sgio"
 )
 
-// The gnet transport: event loops over epoll, one per core (ServerConfig.EventLoops). The
+// The gnet transport: event loops over epoll, one per core (Config.EventLoops). The
 // server accepts connections itself (server_accept.go) and hands each to an event loop with
 // Engine.Register; gnet calls OnTraffic on a connection's event loop with the bytes read; the
 // session consumes the whole frames (session.inbound) and gnet keeps the rest. Replies

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // FuzzServerInbound feeds arbitrary bytes, after a valid handshake, to the function the server
@@ -23,7 +24,7 @@ import (
 // Whatever the input, the server must not panic, every byte it writes must be a whole, valid
 // reply frame, and every request it took must be answered (Shutdown's wait ends).
 func FuzzServerInbound(f *testing.F) {
-	e, err := Open(Options{Dir: f.TempDir(), Sync: SyncNone, CacheBytes: 1 << 20, SeqGapWait: 5 * time.Millisecond,
+	e, err := storenode.Open(storenode.Options{Dir: f.TempDir(), Sync: storenode.SyncNone, CacheBytes: 1 << 20, SeqGapWait: 5 * time.Millisecond,
 		CheckpointInterval: -1, Logger: quietLogger})
 	if err != nil {
 		f.Fatal(err)
@@ -87,7 +88,7 @@ func FuzzServerInbound(f *testing.F) {
 			panic("FuzzServerInbound: one input took 10s")
 		})
 		defer watchdog.Stop()
-		srv, err := NewServer(ServerConfig{Engine: e, Listen: "127.0.0.1:0", Logger: quietLogger, MaxInflight: 16,
+		srv, err := New(Config{Engine: e, Listen: "127.0.0.1:0", Logger: quietLogger, MaxInflight: 16,
 			MaxBody: 64 << 10, IdleTimeout: -1})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 // The accept loop and admission. The server accepts on a net.Listener of its own, not in
 // gnet: gnet v2.9.7 shuts its whole engine down on most accept errors (EMFILE among them),
 // which would leave the process alive with no listener. Here an accept error is never fatal:
-// it is counted (ServerStats.AcceptErrors), logged at a bounded rate, and retried after a
+// it is counted (Stats.AcceptErrors), logged at a bounded rate, and retried after a
 // back-off that doubles from acceptBackoffMin to acceptBackoffMax (reset by the next
 // success). An accepted connection is admitted (below) and handed to a gnet event loop
 // (Engine.Register) or to the TLS goroutines.

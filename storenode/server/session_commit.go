@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // The commit path of a session. The event loop validates a Commit's body, checks the queue's
@@ -78,7 +79,7 @@ func (s *session) startCommits() {
 // commitLoop is the connection's commit goroutine: it runs while commits are queued.
 func (s *session) commitLoop() {
 	defer s.srv.workers.Done()
-	var b Batch
+	var b storenode.Batch
 	var queue []commitRequest
 	for {
 		s.mu.Lock()
@@ -105,7 +106,7 @@ func (s *session) commitLoop() {
 // commitOne submits one batch. The engine does not retain the batch or its rows once Commit
 // returns, so the body goes back to the pool then; the reply is sent when the engine reports
 // the outcome.
-func (s *session) commitOne(b *Batch, req commitRequest) {
+func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 	defer func() {
 		s.queueRelease(int64(len(*req.body)))
 		putCommitBody(req.body)
@@ -122,7 +123,7 @@ func (s *session) commitOne(b *Batch, req commitRequest) {
 	b.Fences = b.Fences[:0]
 	for i := range v.FenceCount() {
 		f := v.Fence(i)
-		b.Fences = append(b.Fences, Fence{Table: f.Table, Epoch: f.Epoch})
+		b.Fences = append(b.Fences, storenode.Fence{Table: f.Table, Epoch: f.Epoch})
 	}
 	b.Segments = b.Segments[:0]
 	var seg sgio.Segment
@@ -132,7 +133,7 @@ func (s *session) commitOne(b *Batch, req commitRequest) {
 			s.replyError(req.id, err, true)
 			return
 		}
-		b.Segments = append(b.Segments, Segment{Table: seg.Table,
+		b.Segments = append(b.Segments, storenode.Segment{Table: seg.Table,
 			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
 	}
 	id, seq := req.id, v.Seq

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Rows of the writers of the shutdown and kill -9 tests: each writer owns a table and writes
@@ -166,13 +167,13 @@ func (w *stormWriter) run(ctx context.Context, c *sgio.Client, depth int, stop <
 // TestServerShutdownDuringCommitStorm: a Shutdown while many clients commit answers or fails
 // every request it took, and every acknowledged batch is in the store after a reopen, whole.
 func TestServerShutdownDuringCommitStorm(t *testing.T) {
-	for _, mode := range []SyncMode{SyncNone, SyncAlways} {
+	for _, mode := range []storenode.SyncMode{storenode.SyncNone, storenode.SyncAlways} {
 		t.Run("sync="+mode.String(), func(t *testing.T) {
 			seed := rand.Uint64()
 			rng := rand.New(rand.NewPCG(seed, 1))
 			t.Logf("seed %d", seed)
 			dir := t.TempDir()
-			env := startServer(t, func(cfg *ServerConfig) {
+			env := startServer(t, func(cfg *Config) {
 				cfg.Options.Dir, cfg.Options.Sync = dir, mode
 				cfg.Options.CheckpointWALBytes = 256 << 10
 			})
@@ -205,7 +206,7 @@ func TestServerShutdownDuringCommitStorm(t *testing.T) {
 			close(stop)
 			wg.Wait()
 
-			e, err := Open(Options{Dir: dir, Logger: quietLogger})
+			e, err := storenode.Open(storenode.Options{Dir: dir, Logger: quietLogger})
 			require.NoError(t, err)
 			defer e.Close()
 			for _, w := range ws {
@@ -242,8 +243,8 @@ func TestServerShutdownDuringCommitStorm(t *testing.T) {
 // TestServerShutdownIdle: Shutdown of a server with idle sessions and a refused connection
 // closes them all; Shutdown is idempotent; an engine given by the caller stays open.
 func TestServerShutdownIdle(t *testing.T) {
-	e := openTest(t, Options{Sync: SyncNone, Logger: quietLogger})
-	env := startServer(t, func(cfg *ServerConfig) { cfg.Engine = e })
+	e := openTest(t, storenode.Options{Sync: storenode.SyncNone, Logger: quietLogger})
+	env := startServer(t, func(cfg *Config) { cfg.Engine = e })
 	c := env.dial(1)
 	ctx := srvCtx(t)
 	require.NoError(t, env.srv.Shutdown(ctx))

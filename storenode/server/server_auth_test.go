@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // TestAuthProofCoversHello: a Hello rewritten on the way (here its owner id, as an on-path
@@ -31,8 +32,8 @@ func TestAuthProofCoversHello(t *testing.T) {
 // has run (the server's checkHolder refuses its commits, Acquires and AllocIDs in that
 // window). Found in review: only the close stopped the old connection.
 func TestReplacedConnectionHoldsNothing(t *testing.T) {
-	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone})
-	inc := Incarnation{1, 2, 3}
+	e := openTest(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	inc := storenode.Incarnation{1, 2, 3}
 	evicted := 0
 	require.NoError(t, e.Connect(5, inc, 1, func() { evicted++ }))
 	require.True(t, e.HoldsIdent(5, 1))

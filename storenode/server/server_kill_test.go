@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Kill -9 over TCP: the test binary re-executes itself as a storage node (TestServerHelper,
@@ -42,18 +43,18 @@ func TestServerHelper(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child storage node of TestServerKill9")
 	}
-	mode, _ := ParseSyncMode(os.Getenv(srvHelperSyncEnv))
+	mode, _ := storenode.ParseSyncMode(os.Getenv(srvHelperSyncEnv))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := Serve(ctx, ServerConfig{
+	err := Serve(ctx, Config{
 		Listen: "127.0.0.1:0",
 		Secret: srvSecret,
 		Logger: logger,
-		Options: Options{
+		Options: storenode.Options{
 			Dir:                dir,
 			Sync:               mode,
 			CacheBytes:         1 << 20,
@@ -76,7 +77,7 @@ type srvChild struct {
 	exited chan error
 }
 
-func startSrvChild(t *testing.T, dir string, mode SyncMode) *srvChild {
+func startSrvChild(t *testing.T, dir string, mode storenode.SyncMode) *srvChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServerHelper$", "-test.count=1", "-test.timeout=10m")
 	cmd.Env = append(os.Environ(), srvHelperDirEnv+"="+dir, srvHelperSyncEnv+"="+mode.String())
@@ -142,9 +143,9 @@ func TestServerKill9(t *testing.T) {
 	start := time.Now()
 	var batches, checkpointsSeen uint64
 	for cycle := 0; cycle <= cycles; cycle++ {
-		mode := SyncNone
+		mode := storenode.SyncNone
 		if cycle%2 == 1 {
-			mode = SyncAlways
+			mode = storenode.SyncAlways
 		}
 		child := startSrvChild(t, dir, mode)
 		ctx, cancel := context.WithTimeout(context.Background(), srvTestTimeout)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package storenode
+package server
 
 import (
 	"fmt"

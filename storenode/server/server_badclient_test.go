@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"context"
@@ -129,7 +129,7 @@ func TestServerBadClients(t *testing.T) {
 
 	t.Run("silent-client", func(t *testing.T) {
 		const authTimeout = 300 * time.Millisecond
-		env := startServer(t, func(cfg *ServerConfig) { cfg.AuthTimeout = authTimeout })
+		env := startServer(t, func(cfg *Config) { cfg.AuthTimeout = authTimeout })
 		served := env.bystander()
 		start := time.Now()
 		r := dialRaw(t, env.addr)
@@ -145,7 +145,7 @@ func TestServerBadClients(t *testing.T) {
 		// A client that trickles its Hello, a byte every 100ms, is closed at the auth deadline
 		// although it keeps sending: the deadline counts from the connection's start.
 		const authTimeout = time.Second
-		env := startServer(t, func(cfg *ServerConfig) { cfg.AuthTimeout = authTimeout })
+		env := startServer(t, func(cfg *Config) { cfg.AuthTimeout = authTimeout })
 		served := env.bystander()
 		start := time.Now()
 		r := dialRaw(t, env.addr)
@@ -180,7 +180,7 @@ func TestServerBadClients(t *testing.T) {
 	})
 
 	t.Run("too-many-connections", func(t *testing.T) {
-		env := startServer(t, func(cfg *ServerConfig) { cfg.MaxConns = 2 })
+		env := startServer(t, func(cfg *Config) { cfg.MaxConns = 2 })
 		env.watchCloses()
 		a := env.dial(1)
 		_ = env.dial(2)
@@ -199,7 +199,7 @@ func TestServerBadClients(t *testing.T) {
 	t.Run("in-flight-bound", func(t *testing.T) {
 		dir := coldPage(t)
 		gfs := &gateFS{FS: vfs.Default}
-		env := startServer(t, func(cfg *ServerConfig) {
+		env := startServer(t, func(cfg *Config) {
 			cfg.Options.Dir, cfg.Options.FS = dir, gfs
 			cfg.MaxInflight = 4
 		})
@@ -288,7 +288,7 @@ func TestServerBadClients(t *testing.T) {
 	})
 
 	t.Run("idle-session", func(t *testing.T) {
-		env := startServer(t, func(cfg *ServerConfig) { cfg.IdleTimeout = 300 * time.Millisecond })
+		env := startServer(t, func(cfg *Config) { cfg.IdleTimeout = 300 * time.Millisecond })
 		c := env.dial(1)
 		select {
 		case <-c.Done():
@@ -308,7 +308,7 @@ const coldTable = 1
 
 func coldPage(t *testing.T) string {
 	dir := t.TempDir()
-	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.Dir = dir })
+	env := startServer(t, func(cfg *Config) { cfg.Options.Dir = dir })
 	c := env.dial(1)
 	ti, g := srvTable(t, c, "cold", 1)
 	require.Equal(t, uint32(coldTable), ti.Table)

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"fmt"
@@ -6,73 +6,16 @@ import (
 	"strings"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Reads on the server. A ReadPages whose rows are all in the disk page cache is answered on
-// the event loop itself, when the engine's lock is free at that instant (readCached; it never
+// the event loop itself, when the engine's lock is free at that instant (Engine.ReadCached; it never
 // waits, for the lock or the disk): no goroutine, no hand-off, and the reply leaves in the
 // event loop's own write at the end of its turn. Every other read of a turn (a miss, a busy
 // engine, a PageDir) goes, with the turn's other reads, to one goroutine that runs them in
 // order and replies to each as it finishes: a slow read delays the reads of its own turn only,
 // never commits (they have their own goroutine) nor later turns.
-
-// readCached answers a ReadPages from the disk page cache alone, appending the rows to rows:
-// every wanted row present must be in a cached frame. ok is false, and nothing is answered,
-// when it cannot (the engine's lock is taken, a row needs the disk, an error needs reporting):
-// the caller takes the slow path, which also reports errors. It is the event loop's way into
-// the engine and never blocks.
-//
-// reader is the session's owner: a read of a table it does not hold takes the slow path when
-// the page has a write that is not durable yet (ReadRowsAs waits for it there).
-func (e *Engine) readCached(reader uint64, m *sgio.ReadPages, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
-	if !e.mu.TryLock() {
-		return rows, false
-	}
-	defer e.mu.Unlock()
-	if e.closed || e.failure() != nil {
-		return rows, false
-	}
-	size, hits := 0, uint64(0)
-	durable := e.durableThrough()
-	for _, w := range m.Wants {
-		t, found := e.tables[w.Table]
-		if !found || w.Page >= tablePagesMax {
-			return rows, false
-		}
-		if !t.heldBy(reader) {
-			if id, cached := e.cache.lookup(frameKey(t.id, w.Page)); cached && e.cache.frames[id].lsn > durable {
-				return rows, false
-			}
-		}
-		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
-	}
-	if cap(rows)-len(rows) < size {
-		rows = append(make([]byte, 0, len(rows)+size), rows...)
-	}
-	for i, w := range m.Wants {
-		t := e.tables[w.Table]
-		present := t.presentWord(w.Page)
-		data, clear := w.Want&present, w.Want&^present
-		start := len(rows)
-		if data != 0 {
-			id, cached := e.cache.lookup(frameKey(t.id, w.Page))
-			if !cached {
-				return rows, false
-			}
-			f := &e.cache.frames[id]
-			if f.loading || f.valid&data != data {
-				return rows, false
-			}
-			f.ref = true
-			hits++
-			rows = gatherRows(rows, e.cache.rows(id), t.geo, data)
-		}
-		segs[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(t.geo.RowBytes()), Page: w.Page, Data: data, Clear: clear}
-		segs[i].Rows = rows[start:len(rows):len(rows)]
-	}
-	e.cache.hits += hits // counted as ReadRows does: pages whose rows came from the cache
-	return rows, true
-}
 
 // readInline answers a ReadPages on the loop if the cache holds it; it reports false when the
 // request must take the slow path.
@@ -87,7 +30,7 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 		}
 	}
 	segs := make([]sgio.Segment, len(m.Wants))
-	rows, ok := s.srv.eng.readCached(s.owner, m, segs, nil)
+	rows, ok := s.srv.eng.ReadCached(s.owner, m.Wants, segs, nil)
 	if !ok {
 		return false
 	}
@@ -137,43 +80,17 @@ var tableInfoBodyMax = (&sgio.TableInfo{Name: strings.Repeat("n", sgio.NameMax)}
 func (s *session) replySizeBound(m sgio.Message) int64 {
 	switch m := m.(type) {
 	case *sgio.ReadPages:
-		rows, err := s.srv.eng.presentRowsSize(m)
+		rows, err := s.srv.eng.PresentRowsSize(m.Wants)
 		if err != nil {
 			return smallReplyBound // answered with the error
 		}
 		return int64(8 + len(m.Wants)*sgio.SegmentHeaderSize + rows)
 	case *sgio.PageDir:
-		return int64(16 + 16*min(int((s.replyMax-16)/16), pageDirEntriesMax))
+		return int64(16 + 16*min(int((s.replyMax-16)/16), storenode.PageDirEntriesMax))
 	case *sgio.ListTables:
-		return int64(max(sgio.HeaderSize+8+s.srv.eng.tableCount()*tableInfoBodyMax, smallReplyBound))
+		return int64(max(sgio.HeaderSize+8+s.srv.eng.TableCount()*tableInfoBodyMax, smallReplyBound))
 	}
 	return smallReplyBound
-}
-
-// tableCount reports the live tables. It takes the engine's lock; request goroutines only.
-func (e *Engine) tableCount() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.tables)
-}
-
-// presentRowsSize reports the bytes of the rows a ReadPages would return: the wanted rows that
-// exist. It takes the engine's lock; request goroutines only.
-func (e *Engine) presentRowsSize(m *sgio.ReadPages) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	size := 0
-	for _, w := range m.Wants {
-		t, err := e.table(w.Table)
-		if err != nil {
-			return 0, err
-		}
-		if w.Page >= tablePagesMax {
-			return 0, fmt.Errorf("%w: page %d beyond a table's last page %d", ErrMalformed, w.Page, tablePagesMax-1)
-		}
-		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
-	}
-	return size, nil
 }
 
 // readPages answers a ReadPages request: one segment per wanted page, in order, with only the
@@ -181,7 +98,7 @@ func (e *Engine) presentRowsSize(m *sgio.ReadPages) (int, error) {
 // is written; it is sized by the rows that exist, not the rows asked for, so a request for an
 // empty range costs its segment headers only.
 func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
-	rowsSize, err := s.srv.eng.presentRowsSize(m)
+	rowsSize, err := s.srv.eng.PresentRowsSize(m.Wants)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Owner identity over TCP: the handshake's claim by incarnation, ErrOwnerInUse across the
@@ -27,7 +28,7 @@ func TestServerOwnerIncarnation(t *testing.T) {
 	// Another incarnation while A is live: refused, mapped across TCP, naming nobody.
 	_, err := env.tryDial(9, withIncarnation(0xb))
 	require.ErrorIs(t, err, sgio.ErrOwnerInUse)
-	require.ErrorIs(t, err, ErrOwnerInUse)
+	require.ErrorIs(t, err, storenode.ErrOwnerInUse)
 	require.NotContains(t, err.Error(), "epoch")
 
 	// A reconnects (the same incarnation) while its old connection is still open: it
@@ -42,10 +43,10 @@ func TestServerOwnerIncarnation(t *testing.T) {
 
 	// Silent for less than a lease: still refused; after a lease of silence: B gets in, and
 	// A's connection is closed.
-	clock.advance(DefaultLeaseDuration / 2)
+	clock.advance(storenode.DefaultLeaseDuration / 2)
 	_, err = env.tryDial(9, withIncarnation(0xb))
 	require.ErrorIs(t, err, sgio.ErrOwnerInUse)
-	clock.advance(DefaultLeaseDuration)
+	clock.advance(storenode.DefaultLeaseDuration)
 	b := env.dial(9, withIncarnation(0xb))
 	select {
 	case <-a2.Done():
@@ -75,8 +76,8 @@ func TestServerOwnerIncarnation(t *testing.T) {
 // failure; later ones fail definitely with FailStop. Fails on 767c454 (FailStop for both).
 func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
 	fs := vfs.NewFaultFS()
-	env := startServer(t, func(cfg *ServerConfig) {
-		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, SyncAlways
+	env := startServer(t, func(cfg *Config) {
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, storenode.SyncAlways
 	})
 	c := env.dial(5)
 	ti, g := srvTable(t, c, "t", 5)
@@ -102,8 +103,8 @@ func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
 // 767c454, which answered from the cache while the fsync ran.
 func TestServerNonOwnerReadWaitsForSync(t *testing.T) {
 	fs := vfs.NewFaultFS()
-	env := startServer(t, func(cfg *ServerConfig) {
-		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, SyncAlways
+	env := startServer(t, func(cfg *Config) {
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, storenode.SyncAlways
 	})
 	owner := env.dial(5)
 	ti, g := srvTable(t, owner, "t", 5)

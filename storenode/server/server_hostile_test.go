@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Hostile clients (issue 11): each finding of a security review has its test here. Where a
@@ -159,7 +160,7 @@ func TestHostilePreAuthFrameSize(t *testing.T) {
 // source is never locked out: a client with the secret connects at once meanwhile.
 func TestHostileClientProvesFirst(t *testing.T) {
 	const delay = 400 * time.Millisecond
-	env := startServer(t, func(cfg *ServerConfig) { cfg.AuthFailDelay = delay })
+	env := startServer(t, func(cfg *Config) { cfg.AuthFailDelay = delay })
 	r := dialRaw(t, env.addr)
 	r.send(0, &sgio.Hello{Version: sgio.Version, MaxBody: 1 << 20, OwnerID: 3, Nonce: r.nonce})
 	f := r.read()
@@ -188,7 +189,7 @@ func TestHostileClientProvesFirst(t *testing.T) {
 	require.GreaterOrEqual(t, env.srv.Stats().AuthFailures, uint64(3))
 	require.Contains(t, env.logs.String(), "authentication failed")
 
-	_, err := NewServer(ServerConfig{Listen: "127.0.0.1:0", Secret: []byte("topsecret-123"), Options: Options{Dir: t.TempDir()}})
+	_, err := New(Config{Listen: "127.0.0.1:0", Secret: []byte("topsecret-123"), Options: storenode.Options{Dir: t.TempDir()}})
 	require.ErrorIs(t, err, sgio.ErrWeakSecret)
 }
 
@@ -223,7 +224,7 @@ func TestHostileRepliesOverIOVMax(t *testing.T) {
 
 func testRepliesOverIOVMax(t *testing.T, tlsOn bool) {
 	var clientTLS *tls.Config
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.Options.CacheBytes = 64 << 20
 		if tlsOn {
 			cfg.TLS, clientTLS = srvTLSConfigs(t)
@@ -317,7 +318,7 @@ func TestHostileReadsOfEmptyTable(t *testing.T) {
 // MaxQueuedBytes, more Commits are refused with ErrBusy instead of copied.
 func TestHostileCommitQueueBounded(t *testing.T) {
 	const queueMax = 4 << 20
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.MaxQueuedBytes = queueMax
 		cfg.MaxQueuedBytesTotal = 3 * queueMax
 		cfg.Options.SeqGapWait = 1500 * time.Millisecond
@@ -373,7 +374,7 @@ func TestHostileClientDoesNotRead(t *testing.T) {
 		pages   int
 	}{{"loop", sgio.MaxBodyLimit, 200}, {"async", 1 << 20, 128}} {
 		t.Run(path.name, func(t *testing.T) {
-			env := startServer(t, func(cfg *ServerConfig) { cfg.Options.CacheBytes = 32 << 20 })
+			env := startServer(t, func(cfg *Config) { cfg.Options.CacheBytes = 32 << 20 })
 			env.watchCloses()
 			c := env.dial(9)
 			ti, g := srvTable(t, c, "unread", 9)
@@ -415,7 +416,7 @@ func TestHostileClientDoesNotRead(t *testing.T) {
 // transaction node may come from 127.0.0.1) evicts its own oldest, legitimate clients get in,
 // and the refusals are logged at a bounded rate.
 func TestHostileHandshakeFlood(t *testing.T) {
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.MaxConns = 96
 		cfg.MaxHandshakes = 32
 		cfg.MaxHandshakesPerSource = 16
@@ -614,7 +615,7 @@ func (env *srvEnv) dataDirForTest() string { return env.srv.dataDir() }
 // held up by the gap batches sent before it on the same connection (each waited SeqGapWait).
 func TestHostileGapBatchesDoNotDelayTheirFill(t *testing.T) {
 	const gapWait = 10 * time.Second
-	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.SeqGapWait = gapWait })
+	env := startServer(t, func(cfg *Config) { cfg.Options.SeqGapWait = gapWait })
 	c := env.dial(12)
 	ti, g := srvTable(t, c, "gaps", 12)
 	r := dialRaw(t, env.addr)

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // A session is one connection's protocol state: the handshake, the requests in flight and the
@@ -49,7 +51,7 @@ type session struct {
 	// The loop's own fields.
 	state       sessionState
 	owner       uint64
-	incarnation Incarnation // the Hello's; the owner id is claimed with it once authenticated
+	incarnation storenode.Incarnation // the Hello's; the owner id is claimed with it once authenticated
 	name        string
 	clientNonce [sgio.NonceSize]byte
 	serverNonce [sgio.NonceSize]byte
@@ -566,7 +568,7 @@ func (s *session) renewDue() bool {
 		return false
 	}
 	if s.turnNow == 0 {
-		s.turnNow = s.srv.eng.opts.Now().UnixNano()
+		s.turnNow = s.srv.eng.Now().UnixNano()
 	}
 	return s.turnNow-s.lastRenew.Load() >= s.srv.leaseNanos/8
 }
@@ -577,7 +579,7 @@ func (s *session) renew() {
 	if s.owner == 0 {
 		return
 	}
-	now := s.srv.eng.opts.Now().UnixNano()
+	now := s.srv.eng.Now().UnixNano()
 	last := s.lastRenew.Load()
 	if now-last < s.srv.leaseNanos/8 || !s.lastRenew.CompareAndSwap(last, now) {
 		return
@@ -691,7 +693,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 	case *sgio.ReadPages:
 		return s.readPages(m)
 	case *sgio.PageDir:
-		limit := min(int((s.replyMax-16)/16), pageDirEntriesMax)
+		limit := min(int((s.replyMax-16)/16), storenode.PageDirEntriesMax)
 		if m.MaxEntries > 0 {
 			limit = min(limit, int(m.MaxEntries))
 		}
@@ -703,7 +705,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 			return nil, nil, err
 		}
 		r := &sgio.PageDirReply{Next: next, Entries: make([]sgio.PageEntry, len(pages))}
-		if next >= min(m.Hi, tablePagesMax) {
+		if next >= min(m.Hi, logicpage.TablePagesMax) {
 			r.Next = m.Hi // the range is done, even beyond the engine's last page
 		}
 		for i, p := range pages {
@@ -724,7 +726,7 @@ func (s *session) fits(m sgio.Message) (sgio.Message, []byte, error) {
 	return m, nil, nil
 }
 
-func wireTableInfo(ti TableInfo) *sgio.TableInfo {
+func wireTableInfo(ti storenode.TableInfo) *sgio.TableInfo {
 	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name}
 }
 

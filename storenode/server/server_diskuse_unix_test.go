@@ -1,6 +1,6 @@
 //go:build unix
 
-package storenode
+package server
 
 import (
 	"io/fs"
@@ -16,7 +16,7 @@ import (
 // 767c454: 64 MiB were reserved for the first segment at creation.
 func TestEmptyStoreTakesLittleDisk(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	env := startServer(t, func(c *ServerConfig) { c.Options.Dir = dir })
+	env := startServer(t, func(c *Config) { c.Options.Dir = dir })
 	used := allocatedBytes(t, dir)
 	require.Less(t, used, int64(8<<20), "a served empty store takes %d bytes on disk", used)
 	require.NoError(t, env.srv.Shutdown(t.Context()))

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"crypto/tls"
@@ -11,7 +11,7 @@ import (
 	"github.com/weftdb/weft/sgio"
 )
 
-// The TLS transport. gnet has no TLS, so with ServerConfig.TLS the server accepts crypto/tls
+// The TLS transport. gnet has no TLS, so with Config.TLS the server accepts crypto/tls
 // connections on a net.Listener and gives each two goroutines: a reader, which is the
 // session's loop (it feeds inbound bytes to the same session code as gnet's event loop and
 // writes the replies produced meanwhile), and a writer, which carries the writes started by

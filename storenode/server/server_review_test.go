@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // before a client that was answered with HelloReply.
 func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
 	const perSource = 4
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.MaxConns = 64
 		cfg.MaxHandshakes = 16
 		cfg.MaxHandshakesPerSource = perSource
@@ -92,7 +92,7 @@ func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
 func TestReviewGnetSocketUnlinked(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.Dir = filepath.Join(tmp, "data") })
+	env := startServer(t, func(cfg *Config) { cfg.Options.Dir = filepath.Join(tmp, "data") })
 	left, err := filepath.Glob(filepath.Join(tmp, "storenode-gnet-*"))
 	require.NoError(t, err)
 	require.Empty(t, left, "gnet's socket directory exists while the server runs")
@@ -111,7 +111,7 @@ func TestReviewGnetSocketUnlinked(t *testing.T) {
 // 1024 x 40 KiB here, 1024 x 330 KiB with 4096 tables.
 func TestReviewListTablesRepliesBounded(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
 		cfg.WriteTimeout = 2 * time.Second // the close that ends the test
 	})
@@ -170,7 +170,7 @@ func TestReviewListTablesRepliesBounded(t *testing.T) {
 // was not rate-limited.
 func TestReviewTLSHandshakeFailuresRateLimited(t *testing.T) {
 	serverTLS, _ := srvTLSConfigs(t)
-	env := startServer(t, func(cfg *ServerConfig) { cfg.TLS = serverTLS })
+	env := startServer(t, func(cfg *Config) { cfg.TLS = serverTLS })
 	env.watchCloses()
 	const strangers = 100
 	start := time.Now()
@@ -198,7 +198,7 @@ func TestReviewTLSHandshakeFailuresRateLimited(t *testing.T) {
 func TestReviewTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
 	const maxConns = 4
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
 		cfg.MaxConns = maxConns
 		cfg.AuthTimeout = 10 * srvTestTimeout // only the fix closes them within the test
@@ -238,7 +238,7 @@ func TestReviewTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
 func TestReviewStalledReadsBounded(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
 	const maxQueued = 16 << 20
-	env := startServer(t, func(cfg *ServerConfig) {
+	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
 		cfg.WriteTimeout = 10 * srvTestTimeout // the stall lasts the test
 		cfg.MaxQueuedBytes = maxQueued

@@ -1,23 +1,36 @@
-// Package storenode is Weft's storage node: the durable copy of a set of tables (Engine: the
-// catalog, a WAL with group commit, data files with page maps, a disk page cache, checkpoints,
-// recovery, bitmap-trees and ownership) and the server that puts it on the network (Server,
-// Serve), so binaries stay thin. docs/storage.md describes the engine's files and contract,
-// docs/operations.md how to run the storage node.
+// Package server puts a storage engine (package storenode) on the network: Server and Serve,
+// so binaries (cmd/storenode) stay thin. It is the only package of the storage node that links
+// a network stack (gnet and its dependencies); txnode, storenode and sgio do not (a CI check).
+// It reaches the engine through its exported methods only: the public API, and the few that
+// serve a server (storenode's serving.go: ReadCached, the reply-size bounds, RowBytes, Now,
+// Failure). docs/operations.md describes how to run it, docs/wire.md the protocol it speaks.
+//
+// # Layout
+//
+//	server.go          Config, Server (New, Start, Shutdown, Serve, Healthy), Stats
+//	errors.go          the server's sentinels (ErrFileLimit, ErrTransportStopped)
+//	limits.go          the file descriptor budget checked at start (limits_unix.go, _windows)
+//	server_accept.go   the accept loop and admission (MaxConns, handshake slots, eviction)
+//	server_gnet.go     the gnet transport (event loops, Writev, AsyncWritev)
+//	server_tls.go      the crypto/tls transport (a reader and a writer goroutine per conn)
+//	session.go         one connection's protocol state: handshake, requests, replies
+//	session_commit.go  the commit path: bounds, pooled body copies, the commit goroutine
+//	server_read.go     reads: inline from the cache on the event loop, else on a goroutine
 //
 // # Server
 //
 // The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
-// net.Conns when ServerConfig.TLS is set (gnet has no TLS); both run the same session code.
+// net.Conns when Config.TLS is set (gnet has no TLS); both run the same session code.
 // The server accepts connections on a listener of its own (server_accept.go: accept errors
 // such as EMFILE are retried after a back-off, never fatal) and hands them to gnet's event
 // loops. Per connection: the handshake (Hello; HelloReply with the server's challenge; Auth
 // with the client's proof; AuthOK with the server's: the client proves first, and a wrong
 // proof is answered after AuthFailDelay; nothing else is served before it; once the client
-// is authenticated its owner id is claimed by the Hello's incarnation, identity.go, or
+// is authenticated its owner id is claimed by the Hello's incarnation, storenode's identity.go, or
 // refused with ErrOwnerInUse), then pipelined requests answered by request id. Readers other
 // than a table's holder are served only durable rows. The event loop decodes frames,
-// answers Ping and reads of cached pages inline (server_read.go: it takes the engine's lock
-// only if it is free at that instant) and hands everything that may block or touch the disk
+// answers Ping and reads of cached pages inline (server_read.go: Engine.ReadCached takes the
+// engine's lock only if it is free at that instant) and hands everything that may block or touch the disk
 // to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
 // each to their own (so replies may come out of order), commits to one commit goroutine per
 // connection that submits them to the engine in arrival order (the engine orders an owner's
@@ -57,7 +70,7 @@
 // to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
 // the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
 // its flag and the peak measured under attack.
-package storenode
+package server
 
 import (
 	"bytes"
@@ -79,9 +92,10 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
-// Defaults of ServerConfig, applied where a field is zero.
+// Defaults of Config, applied where a field is zero.
 const (
 	// DefaultListen is the storage node's default address: loopback only.
 	DefaultListen = "127.0.0.1:7070"
@@ -131,21 +145,21 @@ const (
 	connReplyMaxBytes = 16 << 20
 )
 
-// ServerConfig configures a Server. The zero value of a field means its default.
-type ServerConfig struct {
+// Config configures a Server. The zero value of a field means its default.
+type Config struct {
 	// Engine is an open engine to serve. It stays the caller's: Shutdown checkpoints it but
 	// does not close it. When nil, Start opens one with Options and Shutdown closes it.
-	Engine *Engine
+	Engine *storenode.Engine
 	// Options opens the engine when Engine is nil (Dir, Sync, CacheBytes, checkpoint
 	// triggers, LeaseDuration, Now...).
-	Options Options
+	Options storenode.Options
 
 	// Listen is the TCP address, host:port; DefaultListen when empty. A port of 0 picks a
 	// free one (Addr reports it). A non-loopback address is refused unless Secret is set.
 	Listen string
 	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs, as
 	// configured: hex or base64 of at least sgio.SecretBytesMin random bytes (sgio.ParseSecret;
-	// NewServer refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback
+	// New refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback
 	// only: the proofs then only show that both sides speak Weft.
 	Secret []byte
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
@@ -198,7 +212,7 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 }
 
-func (c ServerConfig) withDefaults() ServerConfig {
+func (c Config) withDefaults() Config {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -252,7 +266,7 @@ func (c ServerConfig) withDefaults() ServerConfig {
 }
 
 // checkListen refuses a non-loopback address without a secret.
-func (c ServerConfig) checkListen() error {
+func (c Config) checkListen() error {
 	host, port, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		return fmt.Errorf("storenode: listen address %q: %w", c.Listen, err)
@@ -280,13 +294,13 @@ func IsLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Server is a storage node: an engine behind the sgio protocol. Create it with NewServer,
+// Server is a storage node: an engine behind the sgio protocol. Create it with New,
 // start it with Start, stop it with Shutdown; or run Serve. Its methods may be called from any
 // goroutine.
 type Server struct {
-	cfg        ServerConfig
+	cfg        Config
 	log        *slog.Logger
-	eng        *Engine
+	eng        *storenode.Engine
 	ownsEngine bool
 	hello      sgio.HelloReply // limits and mode; the nonce is per session
 	key        []byte          // the HMAC key: the decoded secret
@@ -322,16 +336,16 @@ type Server struct {
 	closeHook func(*session) // tests: runs after a session's connection closed
 }
 
-// NewServer checks cfg and returns a server that is not yet listening. It opens nothing:
+// New checks cfg and returns a server that is not yet listening. It opens nothing:
 // Start does.
-func NewServer(cfg ServerConfig) (*Server, error) {
+func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.checkListen(); err != nil {
 		return nil, err
 	}
 	key, err := sgio.ParseSecret(cfg.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("storenode: ServerConfig.Secret: %w", err)
+		return nil, fmt.Errorf("storenode: Config.Secret: %w", err)
 	}
 	s := &Server{
 		cfg:      cfg,
@@ -350,7 +364,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // configure derives the HelloReply template from the engine.
 func (s *Server) configure() {
 	mode := sgio.SyncAlways
-	if s.eng.SyncMode() == SyncNone {
+	if s.eng.SyncMode() == storenode.SyncNone {
 		mode = sgio.SyncNone
 	}
 	lease := s.eng.LeaseDuration()
@@ -364,14 +378,14 @@ func (s *Server) configure() {
 	}
 }
 
-// Start binds the listen address, opens the engine (unless ServerConfig.Engine was given)
+// Start binds the listen address, opens the engine (unless Config.Engine was given)
 // and starts serving. It returns once connections are accepted; Addr then reports the
 // address. On failure nothing is left open.
 //
 // Everything that can fail without the disk is checked before the engine is opened, so a
 // start that fails for such a reason leaves the store's directory as it was (not created
 // when it did not exist): the listen address (in use, refused), the descriptors that
-// MaxConns and the event loops need (ErrFileLimit), the network engine's boot. (NewServer
+// MaxConns and the event loops need (ErrFileLimit), the network engine's boot. (New
 // has checked the configuration and the secret.) Only then is the engine opened, which
 // creates the directory and its files, and the file limit checked again with its tables.
 // Connections that arrive while the engine recovers wait in the listener's backlog.
@@ -384,8 +398,8 @@ func (s *Server) Start() error {
 	s.started = true
 	ln, booted, err := s.prepareListen()
 	if err == nil && s.eng == nil {
-		var e *Engine
-		if e, err = Open(s.cfg.Options); err == nil {
+		var e *storenode.Engine
+		if e, err = storenode.Open(s.cfg.Options); err == nil {
 			s.eng, s.ownsEngine = e, true
 			s.configure()
 		}
@@ -422,7 +436,7 @@ func (s *Server) Start() error {
 }
 
 // prepareListen does the part of Start that touches no store file: it checks the file limit
-// for the connections and event loops (with the tables of ServerConfig.Engine, if given),
+// for the connections and event loops (with the tables of Config.Engine, if given),
 // binds the listen address and, without TLS, boots gnet's event loops (booted). On failure
 // it has closed what it opened.
 func (s *Server) prepareListen() (ln net.Listener, booted bool, err error) {
@@ -446,7 +460,7 @@ func (s *Server) prepareListen() (ln net.Listener, booted bool, err error) {
 // checkFileLimit refuses to start when the connections and the tables of e (none when e is
 // nil: the check before the engine is opened) cannot have their file descriptors
 // (limits.go).
-func (s *Server) checkFileLimit(e *Engine) error {
+func (s *Server) checkFileLimit(e *storenode.Engine) error {
 	limit := s.cfg.fileLimit
 	if limit == 0 {
 		var err error
@@ -456,7 +470,7 @@ func (s *Server) checkFileLimit(e *Engine) error {
 	}
 	tables := 0
 	if e != nil {
-		tables = e.openFiles()
+		tables = e.OpenFiles()
 	}
 	return checkFileLimit(s.cfg.MaxConns+rejectLingerMax, s.cfg.EventLoops, tables, limit)
 }
@@ -469,7 +483,7 @@ func (s *Server) Addr() net.Addr {
 }
 
 // Engine reports the engine the server serves (nil before Start when it opens its own).
-func (s *Server) Engine() *Engine {
+func (s *Server) Engine() *storenode.Engine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.eng
@@ -491,7 +505,7 @@ func (s *Server) Healthy() error {
 	case stopped || s.requests.isDraining():
 		return fmt.Errorf("storenode: server is shutting down: %w", sgio.ErrShuttingDown)
 	}
-	return e.failure()
+	return e.Failure()
 }
 
 // Failed returns a channel closed when the server's network transport stopped on its own
@@ -509,7 +523,7 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // answered with ErrShuttingDown), waits for the requests in flight to be answered (commits
 // included: every batch it accepted is durable or failed, and its reply written), closes the
 // connections, then checkpoints and closes the engine (or only checkpoints an engine given in
-// ServerConfig.Engine). When ctx ends first, connections are closed with requests still in
+// Config.Engine). When ctx ends first, connections are closed with requests still in
 // flight and the engine is closed at once; the error then wraps ctx's. Shutdown is
 // idempotent: later calls wait for the first and return its result.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -566,8 +580,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // cfg.ShutdownTimeout: it stops accepting, finishes the batches in flight, checkpoints and
 // closes the engine. It returns nil after a clean shutdown; when the transport stops on its
 // own, it shuts down at once and returns an error wrapping ErrTransportStopped.
-func Serve(ctx context.Context, cfg ServerConfig) error {
-	s, err := NewServer(cfg)
+func Serve(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
 	if err != nil {
 		return err
 	}
@@ -583,8 +597,8 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	return errors.Join(s.fatal.get(), s.Shutdown(sctx))
 }
 
-// ServerStats are a server's counters, beside its engine's Stats.
-type ServerStats struct {
+// Stats are a server's counters, beside its engine's Stats.
+type Stats struct {
 	// Conns is the number of connections open now; ConnsAccepted those accepted since Start;
 	// ConnsRejected those refused (over MaxConns, or while shutting down).
 	Conns, ConnsAccepted, ConnsRejected uint64
@@ -618,10 +632,10 @@ type serverCounters struct {
 }
 
 // Stats reports the server's counters.
-func (s *Server) Stats() ServerStats {
+func (s *Server) Stats() Stats {
 	c := &s.counters
 	hs, au := s.admissionStats()
-	return ServerStats{
+	return Stats{
 		Conns:          uint64(max(s.conns.Load(), 0)),
 		ConnsAccepted:  c.accepted.Load(),
 		ConnsRejected:  c.rejected.Load(),
@@ -693,14 +707,7 @@ func (s *Server) tableRowBytes(id uint32) (int, error) {
 	if v, ok := s.rowBytes.Load(id); ok {
 		return v.(int), nil
 	}
-	e := s.eng
-	e.mu.Lock()
-	t, err := e.table(id)
-	var n int
-	if err == nil {
-		n = t.geo.RowBytes()
-	}
-	e.mu.Unlock()
+	n, err := s.eng.RowBytes(id)
 	if err != nil {
 		return 0, err
 	}
@@ -802,11 +809,11 @@ func (s *Server) scrubPaths(msg string) string {
 
 // dataDir reports the engine's directory, absolute, or "".
 func (s *Server) dataDir() string {
-	if s.eng == nil || s.eng.opts.Dir == "" {
+	if s.eng == nil || s.eng.Dir() == "" {
 		return ""
 	}
-	if abs, err := filepath.Abs(s.eng.opts.Dir); err == nil {
+	if abs, err := filepath.Abs(s.eng.Dir()); err == nil {
 		return abs
 	}
-	return s.eng.opts.Dir
+	return s.eng.Dir()
 }

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // Benchmarks of the server over loopback TCP, each beside a baseline measured by the same
@@ -83,12 +84,12 @@ func TestServerBenchHelper(t *testing.T) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	mode, _ := ParseSyncMode(os.Getenv(benchSyncEnv))
-	err := Serve(ctx, ServerConfig{
+	mode, _ := storenode.ParseSyncMode(os.Getenv(benchSyncEnv))
+	err := Serve(ctx, Config{
 		Listen:   "127.0.0.1:0",
 		Logger:   quietLogger,
 		OnListen: announce,
-		Options: Options{Dir: os.Getenv(benchDirEnv), Sync: mode, CacheBytes: 256 << 20, CheckpointInterval: -1,
+		Options: storenode.Options{Dir: os.Getenv(benchDirEnv), Sync: mode, CacheBytes: 256 << 20, CheckpointInterval: -1,
 			Logger: quietLogger},
 	})
 	if err != nil {
@@ -97,7 +98,7 @@ func TestServerBenchHelper(t *testing.T) {
 }
 
 // benchServer starts a server process, weft or echo, and returns its address.
-func benchServer(b *testing.B, kind string, mode SyncMode) string {
+func benchServer(b *testing.B, kind string, mode storenode.SyncMode) string {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServerBenchHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), benchHelperEnv+"="+kind, benchSyncEnv+"="+mode.String(), benchDirEnv+"="+b.TempDir())
@@ -253,7 +254,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 		for _, depth := range []int{1, 16, 128} {
 			for _, server := range []string{"weft", "echo"} {
 				b.Run(fmt.Sprintf("op=%s/depth=%d/server=%s", op, depth, server), func(b *testing.B) {
-					c := benchDial(b, benchServer(b, server, SyncNone), 1)
+					c := benchDial(b, benchServer(b, server, storenode.SyncNone), 1)
 					var msg sgio.Message = &sgio.Ping{}
 					if op == "read1" {
 						table, epoch := benchTable(b, c, "bench", 1)
@@ -278,7 +279,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 // rows/s and the bytes on the wire per commit (request and reply frames).
 func BenchmarkServerCommit(b *testing.B) {
 	const committers = 128
-	for _, mode := range []SyncMode{SyncNone, SyncAlways} {
+	for _, mode := range []storenode.SyncMode{storenode.SyncNone, storenode.SyncAlways} {
 		for _, conns := range []int{128, 1} {
 			for _, server := range []string{"weft", "echo"} {
 				b.Run(fmt.Sprintf("sync=%s/committers=%d/conns=%d/server=%s", mode, committers, conns, server), func(b *testing.B) {

@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"bytes"
@@ -26,6 +26,7 @@ import (
 
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // The server's tests drive a real Server over 127.0.0.1 with sgio.Client (or, for bad clients,
@@ -53,7 +54,7 @@ type srvEnv struct {
 }
 
 // srvOpts adjusts a test server's configuration.
-type srvOpts func(*ServerConfig)
+type srvOpts func(*Config)
 
 // startServer starts a server on 127.0.0.1:0 over a fresh directory (unless cfg names one),
 // stopped and leak-checked at the end of the test.
@@ -67,7 +68,7 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 	}
 	env := &srvEnv{t: t, logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := ServerConfig{
+	cfg := Config{
 		Listen:      "127.0.0.1:0",
 		Secret:      srvSecret,
 		EventLoops:  2,
@@ -76,8 +77,8 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 		// Short, so that tests of wrong proofs take little time; the delay itself is
 		// tested with its own value.
 		AuthFailDelay: 20 * time.Millisecond,
-		Options: Options{
-			Sync:               SyncNone,
+		Options: storenode.Options{
+			Sync:               storenode.SyncNone,
 			CacheBytes:         8 << 20,
 			CheckpointInterval: -1,
 			Logger:             logger,
@@ -90,7 +91,7 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 		cfg.Options.Dir = t.TempDir()
 	}
 	env.dir = cfg.Options.Dir
-	s, err := NewServer(cfg)
+	s, err := New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, s.Start())
 	env.srv = s
@@ -101,7 +102,7 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 
 // withClock gives the engine a fake lease clock, returned through *c.
 func withClock(c **fakeClock) srvOpts {
-	return func(cfg *ServerConfig) {
+	return func(cfg *Config) {
 		*c = &fakeClock{}
 		cfg.Options.Now = (*c).Now
 	}
@@ -234,7 +235,7 @@ func TestServerHandshake(t *testing.T) {
 	require.Equal(t, sgio.SyncNone, h.SyncMode)
 	require.Equal(t, uint32(DefaultMaxBody), h.MaxBody)
 	require.Equal(t, uint32(DefaultMaxInflight), h.MaxInflight)
-	require.Equal(t, uint32(DefaultLeaseDuration.Milliseconds()), h.LeaseMillis)
+	require.Equal(t, uint32(storenode.DefaultLeaseDuration.Milliseconds()), h.LeaseMillis)
 
 	// A wrong secret fails: the client proves first, and the server refuses its proof.
 	_, err := env.tryDial(2, func(cfg *sgio.ClientConfig) { cfg.Secret = srvOtherSecret })
@@ -253,18 +254,18 @@ func TestServerHandshake(t *testing.T) {
 
 func TestServerRefusesNonLoopbackWithoutSecret(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:7070", ":7070", "[::]:0", "10.1.2.3:7070", "example.com:7070"} {
-		_, err := NewServer(ServerConfig{Listen: addr, Options: Options{Dir: t.TempDir()}})
+		_, err := New(Config{Listen: addr, Options: storenode.Options{Dir: t.TempDir()}})
 		require.ErrorContains(t, err, "non-loopback", addr)
-		_, err = NewServer(ServerConfig{Listen: addr, Secret: srvSecret, Options: Options{Dir: t.TempDir()}})
+		_, err = New(Config{Listen: addr, Secret: srvSecret, Options: storenode.Options{Dir: t.TempDir()}})
 		require.NoError(t, err, addr)
-		_, err = NewServer(ServerConfig{Listen: addr, Secret: []byte("topsecret-123"), Options: Options{Dir: t.TempDir()}})
+		_, err = New(Config{Listen: addr, Secret: []byte("topsecret-123"), Options: storenode.Options{Dir: t.TempDir()}})
 		require.ErrorIs(t, err, sgio.ErrWeakSecret, addr)
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:7070", "[::1]:7070"} {
-		_, err := NewServer(ServerConfig{Listen: addr, Options: Options{Dir: t.TempDir()}})
+		_, err := New(Config{Listen: addr, Options: storenode.Options{Dir: t.TempDir()}})
 		require.NoError(t, err, addr)
 	}
-	s, err := NewServer(ServerConfig{})
+	s, err := New(Config{})
 	require.NoError(t, err)
 	require.Equal(t, DefaultListen, s.cfg.Listen)
 }
@@ -293,7 +294,7 @@ func TestServerRoundTrip(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: owner}, &g))
 	require.Equal(t, uint64(owner), g.Owner)
 	require.Equal(t, uint64(1), g.Epoch)
-	require.Equal(t, uint32(DefaultLeaseDuration.Milliseconds()), g.LeaseMillis)
+	require.Equal(t, uint32(storenode.DefaultLeaseDuration.Milliseconds()), g.LeaseMillis)
 	// A request for another owner than the session's is fenced.
 	err = c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: owner + 1}, &g)
 	require.ErrorIs(t, err, sgio.ErrFenced)
@@ -363,7 +364,7 @@ func TestServerFencing(t *testing.T) {
 	err := b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &gb)
 	require.ErrorIs(t, err, sgio.ErrOwned)
 
-	clock.advance(DefaultLeaseDuration + time.Second)
+	clock.advance(storenode.DefaultLeaseDuration + time.Second)
 	require.NoError(t, b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &gb))
 	require.Greater(t, gb.Epoch, ga.Epoch)
 
@@ -390,15 +391,15 @@ func TestServerLeaseRenewedByTraffic(t *testing.T) {
 	ctx := srvCtx(t)
 	ti, _ := srvTable(t, a, "renewed", 1)
 	for range 4 {
-		clock.advance(DefaultLeaseDuration * 3 / 4)
+		clock.advance(storenode.DefaultLeaseDuration * 3 / 4)
 		require.NoError(t, a.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}))
 	}
 	// Three lease lengths later, A's lease still lives.
-	clock.advance(DefaultLeaseDuration / 2)
+	clock.advance(storenode.DefaultLeaseDuration / 2)
 	err := b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &sgio.Grant{})
 	require.ErrorIs(t, err, sgio.ErrOwned)
 	// Without traffic it expires.
-	clock.advance(DefaultLeaseDuration)
+	clock.advance(storenode.DefaultLeaseDuration)
 	require.NoError(t, b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &sgio.Grant{}))
 }
 
@@ -450,7 +451,7 @@ func TestServerPipelinedCommitsInOrder(t *testing.T) {
 
 func TestServerTLS(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
-	env := startServer(t, func(cfg *ServerConfig) { cfg.TLS = serverTLS })
+	env := startServer(t, func(cfg *Config) { cfg.TLS = serverTLS })
 	c := env.dial(1, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS })
 	ctx := srvCtx(t)
 	ti, g := srvTable(t, c, "secure", 1)
@@ -481,7 +482,7 @@ func TestServerTLS(t *testing.T) {
 func TestServerOutOfOrderReplies(t *testing.T) {
 	dir := coldPage(t)
 	gfs := &gateFS{FS: vfs.Default}
-	env := startServer(t, func(cfg *ServerConfig) { cfg.Options.Dir = dir; cfg.Options.FS = gfs })
+	env := startServer(t, func(cfg *Config) { cfg.Options.Dir = dir; cfg.Options.FS = gfs })
 	c := env.dial(1)
 	ctx := srvCtx(t)
 	var ti sgio.TableInfo

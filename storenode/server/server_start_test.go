@@ -1,4 +1,4 @@
-package storenode
+package server
 
 import (
 	"crypto/sha256"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/weftdb/weft/storenode"
 )
 
 // dirState is what a test compares of a directory tree: every entry's mode, size, time and,
@@ -60,23 +62,23 @@ func TestStartFailureLeavesNothingBehind(t *testing.T) {
 	defer held.Close()
 	cases := []struct {
 		name string
-		mod  func(*ServerConfig)
+		mod  func(*Config)
 		want error
 	}{
-		{"address in use", func(c *ServerConfig) { c.Listen = held.Addr().String() }, syscall.EADDRINUSE},
-		{"address in use with TLS", func(c *ServerConfig) {
+		{"address in use", func(c *Config) { c.Listen = held.Addr().String() }, syscall.EADDRINUSE},
+		{"address in use with TLS", func(c *Config) {
 			c.Listen = held.Addr().String()
 			c.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		}, syscall.EADDRINUSE},
-		{"file limit", func(c *ServerConfig) { c.MaxConns, c.fileLimit = 1000, 1000 }, ErrFileLimit},
+		{"file limit", func(c *Config) { c.MaxConns, c.fileLimit = 1000, 1000 }, ErrFileLimit},
 	}
-	start := func(dir string, mod func(*ServerConfig)) error {
-		cfg := ServerConfig{Listen: "127.0.0.1:0", EventLoops: 1, Logger: quietLogger,
-			Options: Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1}}
+	start := func(dir string, mod func(*Config)) error {
+		cfg := Config{Listen: "127.0.0.1:0", EventLoops: 1, Logger: quietLogger,
+			Options: storenode.Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1}}
 		if mod != nil {
 			mod(&cfg)
 		}
-		srv, err := NewServer(cfg)
+		srv, err := New(cfg)
 		require.NoError(t, err)
 		err = srv.Start()
 		if err == nil {
@@ -92,7 +94,7 @@ func TestStartFailureLeavesNothingBehind(t *testing.T) {
 			require.ErrorIs(t, err, fs.ErrNotExist, "nothing created, not even the parent")
 
 			// An existing store (with a table) is left exactly as it was.
-			e, err := Open(Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1})
+			e, err := storenode.Open(storenode.Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1})
 			require.NoError(t, err)
 			_, err = e.CreateTable("t", 64)
 			require.NoError(t, err)
@@ -112,7 +114,7 @@ func TestStartFailureLeavesNothingBehind(t *testing.T) {
 func TestStartFailureAfterListenReleasesTheAddress(t *testing.T) {
 	leakOpts := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 	dir := t.TempDir()
-	holder, err := Open(Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1})
+	holder, err := storenode.Open(storenode.Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1})
 	require.NoError(t, err)
 	defer holder.Close()
 	t.Cleanup(func() { goleak.VerifyNone(t, leakOpts...) })
@@ -121,12 +123,12 @@ func TestStartFailureAfterListenReleasesTheAddress(t *testing.T) {
 		require.NoError(t, err)
 		addr := probe.Addr().String()
 		require.NoError(t, probe.Close())
-		cfg := ServerConfig{Listen: addr, EventLoops: 1, Logger: quietLogger,
-			Options: Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1}}
+		cfg := Config{Listen: addr, EventLoops: 1, Logger: quietLogger,
+			Options: storenode.Options{Dir: dir, Logger: quietLogger, CheckpointInterval: -1}}
 		if withTLS {
 			cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		srv, err := NewServer(cfg)
+		srv, err := New(cfg)
 		require.NoError(t, err)
 		// ErrLocked today; the test does not depend on how a lock held in this process is
 		// worded, only on Open failing after the address was bound.

@@ -1,0 +1,39 @@
+// Package storenode is Weft's storage engine: the durable copy of a set of tables (Engine).
+// A transaction node embeds it in-process (txnode's local store), and the storage node
+// serves it on the network (package storenode/server, binary cmd/storenode); the engine
+// itself knows nothing of the network, so a game server that embeds it links no network
+// stack. docs/storage.md describes its files, formats and contract.
+//
+// # Layout
+//
+// One concern per file, each opening with its invariants:
+//
+//	engine.go      Engine, Open's state, the WAL hand-off (appendRecord), fail-stop
+//	options.go     Options, SyncMode and the defaults
+//	catalog.go     tables by id and name; ids never reused
+//	ownership.go   grants (owner, epoch), leases, id grants (AllocIDs)
+//	identity.go    owner ids claimed by one live incarnation (Connect, Disconnect)
+//	owners.go      the owners table: last seq and the dedup window per owner
+//	commit.go      the commit path: checks, seq order, WAL record, apply to the cache
+//	read.go        reads (ReadRows, ReadRowsAs, PageDir): durable-only for non-holders
+//	pagecache.go   the disk page cache: frames in slabs, partial frames, CLOCK
+//	checkpoint.go  the checkpoint: copy dirty pages, write to free disk pages, publish
+//	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
+//	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
+//	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
+//	limits.go      file descriptors of tables (MaxTables, EMFILE)
+//	stats.go       Stats, and the one table of stat descriptors (StatDescs) that the
+//	               wire's StatsReply, Prometheus and `weft stats` derive from
+//	serving.go     what a server needs beside the public API: ReadCached (never blocks,
+//	               for an event loop), reply-size bounds, row sizes, clock, health
+//	verify.go      invariant checks run by the model tests (weft_invariants tag)
+//	errors.go      the engine's sentinels (a client's are the wire's, package sgio)
+//
+// # Goroutines
+//
+// Every exported method of Engine may be called from any goroutine. Most take the engine's
+// lock (mu) and may wait: for the WAL's queue, for durability, for the disk. Those that never
+// wait say so (ReadCached, Now, Failure): only they are for an event loop. Commit's done runs
+// on the WAL's goroutine, in LSN order, and Connect's evict on the claiming goroutine without
+// the engine's lock: neither may block.
+package storenode

@@ -1,0 +1,44 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/storenode"
+)
+
+// A server whose connections and tables cannot have their file descriptors refuses to start,
+// saying which numbers do not fit.
+func TestServerFileLimit(t *testing.T) {
+	srv, err := New(Config{Listen: "127.0.0.1:0", MaxConns: 1000, fileLimit: 1000,
+		Options: storenode.Options{Dir: t.TempDir(), Logger: quietLogger}})
+	require.NoError(t, err)
+	err = srv.Start()
+	require.ErrorIs(t, err, ErrFileLimit)
+	require.ErrorContains(t, err, "1064 connections")
+	require.ErrorContains(t, err, "RLIMIT_NOFILE is 1000")
+
+	// Exactly enough: it starts.
+	startServer(t, func(cfg *Config) {
+		cfg.MaxConns, cfg.EventLoops = 100, 2
+		cfg.fileLimit = 100 + rejectLingerMax + uint64(loopFiles(2)) + fileMargin
+	})
+}
+
+// The start-up check counts the event loops' descriptors (gnet's epoll and eventfd per loop,
+// and the acceptor's): on a machine with many cores they alone exceed the fixed margin.
+// Fails before the fix, which counted connections, tables and the margin only, and started.
+func TestServerFileLimitCountsEventLoops(t *testing.T) {
+	const loops = 256
+	srv, err := New(Config{Listen: "127.0.0.1:0", MaxConns: 100, EventLoops: loops,
+		fileLimit: 100 + rejectLingerMax + fileMargin + 2*loops - 1,
+		Options:   storenode.Options{Dir: t.TempDir(), Logger: quietLogger}})
+	require.NoError(t, err)
+	err = srv.Start()
+	if err == nil {
+		srv.Shutdown(srvCtx(t))
+	}
+	require.ErrorIs(t, err, ErrFileLimit)
+	require.ErrorContains(t, err, "256 event loops")
+}
