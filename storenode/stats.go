@@ -1,8 +1,12 @@
 package storenode
 
 import (
+	"math"
+	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/weftdb/weft/sgio"
 )
 
 // engineCounters are updated without the engine lock.
@@ -51,7 +55,8 @@ type Stats struct {
 	CacheBytes             int64
 	// DiskReads and DiskWrites count disk pages read and written.
 	DiskReads, DiskWrites uint64
-	// WALBytes, WALRecords and WALSyncs come from the WAL; rows per sync is RowsWritten/WALSyncs.
+	// WALBytes, WALRecords and WALSyncs come from the WAL; rows per sync is RowsWritten/WALSyncs
+	// (the rows_per_sync stat).
 	WALBytes, WALRecords, WALSyncs uint64
 	// Checkpoints counts published checkpoints; CheckpointPages the pages they wrote;
 	// LastCheckpoint how long the last one took; CheckpointLSN its LSN.
@@ -94,4 +99,163 @@ func (e *Engine) Stats() Stats {
 		s.WALBytes, s.WALRecords, s.WALSyncs = ws.Bytes, ws.Records, ws.Syncs
 	}
 	return s
+}
+
+// One definition of every stat. A StatDesc names a stat once, says what it is and how to read
+// it from its source (Stats here, a server's counters in storenode/server), and every consumer
+// derives its view from the table: the wire's StatsReply (WireName, the raw value), the
+// storage node's Prometheus metrics (MetricName, MetricValue) and `weft stats`. A test ties
+// them: every field of Stats is read by some descriptor, and every descriptor appears on the
+// wire and in /metrics with the same value (cmd/storenode's stats test).
+
+// StatKind says how a stat's value moves.
+type StatKind uint8
+
+// Stat kinds.
+const (
+	// StatCounter only grows, from zero at Open (or at a server's start).
+	StatCounter StatKind = iota + 1
+	// StatGauge is a level now: it goes up and down.
+	StatGauge
+)
+
+// StatUnit says what a stat's value counts: its value is always a uint64, and the unit says
+// how each consumer names and scales it.
+type StatUnit uint8
+
+// Stat units.
+const (
+	// UnitCount is a number of things (rows, bytes, pages) or an LSN: shown as is.
+	UnitCount StatUnit = iota
+	// UnitNanos is a duration in nanoseconds: "_ns" on the wire, "_seconds" in Prometheus.
+	UnitNanos
+	// UnitMilli is a ratio in thousandths: "_milli" on the wire, the ratio in Prometheus.
+	UnitMilli
+)
+
+// StatDesc describes one stat of a T (Stats, or a server's counters). Name is the stat's
+// base name ([a-z0-9_], the unit's suffix not included); Value reads it from a snapshot.
+type StatDesc[T any] struct {
+	Name  string
+	Help  string
+	Kind  StatKind
+	Unit  StatUnit
+	Value func(*T) uint64
+}
+
+// WireName is the stat's name in a StatsReply: Name with its unit's suffix ("_ns", "_milli").
+func (d StatDesc[T]) WireName() string {
+	switch d.Unit {
+	case UnitNanos:
+		return d.Name + "_ns"
+	case UnitMilli:
+		return d.Name + "_milli"
+	}
+	return d.Name
+}
+
+// MetricName is the stat's Prometheus name without the exporter's prefix: Name, "_seconds"
+// for a duration, "_total" for a counter (Prometheus's naming conventions).
+func (d StatDesc[T]) MetricName() string {
+	n := d.Name
+	if d.Unit == UnitNanos {
+		n += "_seconds"
+	}
+	if d.Kind == StatCounter {
+		n += "_total"
+	}
+	return n
+}
+
+// MetricValue is v, a value of the stat, in Prometheus's base unit: seconds for a duration,
+// the ratio for thousandths.
+func (d StatDesc[T]) MetricValue(v uint64) float64 {
+	switch d.Unit {
+	case UnitNanos:
+		return float64(v) / 1e9
+	case UnitMilli:
+		return float64(v) / 1e3
+	}
+	return float64(v)
+}
+
+// AppendStats appends the wire stats of s, one per descriptor in table order, to dst.
+func AppendStats[T any](dst []sgio.Stat, descs []StatDesc[T], s *T) []sgio.Stat {
+	for _, d := range descs {
+		dst = append(dst, sgio.Stat{Name: d.WireName(), Value: d.Value(s)})
+	}
+	return dst
+}
+
+// StatDescs returns the engine's stats, in the order they are listed and sent. The slice is
+// shared: callers must not modify it.
+func StatDescs() []StatDesc[Stats] { return engineStatDescs }
+
+func nonNegative[N int | int64 | time.Duration](v N) uint64 { return uint64(max(v, 0)) }
+
+var engineStatDescs = []StatDesc[Stats]{
+	// Commits and the WAL.
+	{Name: "commits", Help: "Commit batches applied.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.Commits }},
+	{Name: "retried_batches", Help: "Commit batches acknowledged again without being applied (same owner and seq).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.RetriedBatches }},
+	{Name: "rows_written", Help: "Rows written or deleted by commits.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.RowsWritten }},
+	{Name: "wal_bytes", Help: "Bytes appended to the WAL.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.WALBytes }},
+	{Name: "wal_records", Help: "Records appended to the WAL.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.WALRecords }},
+	{Name: "wal_syncs", Help: "fdatasync calls on the WAL (each covers a group of commits).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.WALSyncs }},
+	{Name: "rows_per_sync", Help: "Rows written per WAL sync since start: the group commit factor.", Kind: StatGauge, Unit: UnitMilli,
+		Value: func(s *Stats) uint64 { return s.rowsPerSyncMilli() }},
+	{Name: "last_lsn", Help: "Last LSN handed to the WAL.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return s.LastLSN }},
+	{Name: "commit_stall_longest", Help: "Longest time a commit waited for the disk page cache to make room.", Kind: StatGauge, Unit: UnitNanos,
+		Value: func(s *Stats) uint64 { return nonNegative(s.LongestStall) }},
+
+	// The disk page cache and the data files.
+	{Name: "cache_hits", Help: "Page reads served from the disk page cache.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.CacheHits }},
+	{Name: "cache_misses", Help: "Page reads that needed the data file.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.CacheMisses }},
+	{Name: "cache_pages", Help: "Pages in the disk page cache.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.CachePages) }},
+	{Name: "dirty_pages", Help: "Pages in the disk page cache changed since the last checkpoint.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.DirtyPages) }},
+	{Name: "cache_bytes", Help: "Bytes of the disk page cache in use (frames and metadata).", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.CacheBytes) }},
+	{Name: "disk_reads", Help: "Disk pages read from data files.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.DiskReads }},
+	{Name: "disk_writes", Help: "Disk pages written to data files by checkpoints.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.DiskWrites }},
+
+	// Checkpoints.
+	{Name: "checkpoints", Help: "Checkpoints published.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.Checkpoints }},
+	{Name: "checkpoint_pages", Help: "Pages written by checkpoints.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.CheckpointPages }},
+	{Name: "checkpoint_last_duration", Help: "Duration of the last checkpoint.", Kind: StatGauge, Unit: UnitNanos,
+		Value: func(s *Stats) uint64 { return nonNegative(s.LastCheckpoint) }},
+	{Name: "checkpoint_lsn", Help: "LSN of the last published checkpoint; the WAL is replayed from it at start.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return s.CheckpointLSN }},
+
+	// Owners.
+	{Name: "owners", Help: "Owners with a dedup window in the owners table.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.Owners) }},
+	{Name: "owners_expired", Help: "Owners table entries expired: no table, no connection for Options.OwnerExpiry after their last batch.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.OwnersExpired }},
+}
+
+// rowsPerSyncMilli is RowsWritten/WALSyncs in thousandths, 0 before the first sync.
+func (s *Stats) rowsPerSyncMilli() uint64 {
+	if s.WALSyncs == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(s.RowsWritten, 1000)
+	if hi >= s.WALSyncs {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(hi, lo, s.WALSyncs)
+	return q
 }

@@ -134,7 +134,13 @@ type metric struct {
 	value func(e *storenode.Stats, s *server.Stats) float64
 }
 
-// nodeCollector reads the engine's and the server's counters at each scrape.
+// metricPrefix starts every metric's name.
+const metricPrefix = "weft_"
+
+// nodeCollector reads the engine's and the server's counters at each scrape. Its metrics are
+// the stat tables' (storenode.StatDescs, server.StatDescs): the names, help texts, kinds and
+// values the wire's StatsReply carries too, named and scaled by Prometheus's conventions
+// (StatDesc.MetricName, MetricValue).
 type nodeCollector struct {
 	node    *server.Server
 	metrics []metric
@@ -142,83 +148,26 @@ type nodeCollector struct {
 
 func newNodeCollector(node *server.Server) *nodeCollector {
 	c := &nodeCollector{node: node}
-	add := func(name, help string, kind prometheus.ValueType, value func(e *storenode.Stats, s *server.Stats) float64) {
-		c.metrics = append(c.metrics, metric{prometheus.NewDesc("weft_"+name, help, nil, nil), kind, value})
+	for _, d := range storenode.StatDescs() {
+		c.metrics = append(c.metrics, metric{metricDesc(d.MetricName(), d.Help), metricKind(d.Kind),
+			func(e *storenode.Stats, _ *server.Stats) float64 { return d.MetricValue(d.Value(e)) }})
 	}
-	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
-	f := func(v uint64) float64 { return float64(v) }
-
-	// Commits and the WAL.
-	add("commits_total", "Commit batches applied.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.Commits) })
-	add("retried_batches_total", "Commit batches acknowledged again without being applied (same owner and seq).", counter,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.RetriedBatches) })
-	add("rows_written_total", "Rows written or deleted by commits.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.RowsWritten) })
-	add("wal_bytes_total", "Bytes appended to the WAL.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.WALBytes) })
-	add("wal_records_total", "Records appended to the WAL.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.WALRecords) })
-	add("wal_syncs_total", "fdatasync calls on the WAL (each covers a group of commits).", counter,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.WALSyncs) })
-	add("rows_per_sync", "Rows written per WAL sync since start: the group commit factor.", gauge,
-		func(e *storenode.Stats, _ *server.Stats) float64 {
-			if e.WALSyncs == 0 {
-				return 0
-			}
-			return float64(e.RowsWritten) / float64(e.WALSyncs)
-		})
-	add("last_lsn", "Last LSN handed to the WAL.", gauge, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.LastLSN) })
-	add("commit_stall_longest_seconds", "Longest time a commit waited for the disk page cache to make room.", gauge,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return e.LongestStall.Seconds() })
-
-	// The disk page cache and the data files.
-	add("cache_hits_total", "Page reads served from the disk page cache.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.CacheHits) })
-	add("cache_misses_total", "Page reads that needed the data file.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.CacheMisses) })
-	add("cache_pages", "Pages in the disk page cache.", gauge, func(e *storenode.Stats, _ *server.Stats) float64 { return float64(e.CachePages) })
-	add("dirty_pages", "Pages in the disk page cache changed since the last checkpoint.", gauge,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return float64(e.DirtyPages) })
-	add("cache_bytes", "Bytes of the disk page cache in use (frames and metadata).", gauge,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return float64(e.CacheBytes) })
-	add("disk_reads_total", "Disk pages read from data files.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.DiskReads) })
-	add("disk_writes_total", "Disk pages written to data files by checkpoints.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.DiskWrites) })
-
-	// Checkpoints.
-	add("checkpoints_total", "Checkpoints published.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.Checkpoints) })
-	add("checkpoint_pages_total", "Pages written by checkpoints.", counter, func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.CheckpointPages) })
-	add("checkpoint_last_duration_seconds", "Duration of the last checkpoint.", gauge,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return e.LastCheckpoint.Seconds() })
-	add("checkpoint_lsn", "LSN of the last published checkpoint; the WAL is replayed from it at start.", gauge,
-		func(e *storenode.Stats, _ *server.Stats) float64 { return f(e.CheckpointLSN) })
-
-	// Connections and requests.
-	add("connections", "Connections open now.", gauge, func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.Conns) })
-	add("connections_accepted_total", "Connections accepted.", counter, func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.ConnsAccepted) })
-	add("connections_rejected_total", "Connections refused: over --max-conns, or during shutdown.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.ConnsRejected) })
-	add("auth_failures_total", "Handshakes failed: wrong secret, or requests before authentication.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.AuthFailures) })
-	add("auth_timeouts_total", "Connections closed for not authenticating within --auth-timeout.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.AuthTimeouts) })
-	add("idle_closes_total", "Sessions closed after --idle-timeout without traffic.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.IdleCloses) })
-	add("rejected_frames_total", "Frames that broke the protocol (bad magic, checksum, length, type or body).", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.RejectedFrames) })
-	add("busy_replies_total", "Requests refused with ErrBusy: over --max-inflight on their connection.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.BusyReplies) })
-	add("requests_total", "Requests received after authentication.", counter, func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.Requests) })
-	add("requests_in_flight", "Requests received and not yet answered.", gauge,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return float64(s.InFlight) })
-	add("reply_writes_total", "Writes (writev calls) carrying replies; requests_total / reply_writes_total is the batching factor.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.Writes) })
-	add("received_bytes_total", "Frame bytes received.", counter, func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.BytesIn) })
-	add("sent_bytes_total", "Frame bytes sent.", counter, func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.BytesOut) })
-	add("connections_handshaking", "Connections in the handshake now (bounded by --max-handshakes).", gauge,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.Handshaking) })
-	add("sessions_authenticated", "Authenticated sessions now.", gauge, func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.Authenticated) })
-	add("handshake_evictions_total", "Handshaking connections closed to make room for newer ones.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.Evictions) })
-	add("accept_errors_total", "Failed accepts (EMFILE...), each retried after a back-off.", counter,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return f(s.AcceptErrors) })
-	add("commit_queued_bytes", "Commit bytes queued on all connections (bounded by --max-queued-bytes-total).", gauge,
-		func(_ *storenode.Stats, s *server.Stats) float64 { return float64(s.QueuedBytes) })
+	for _, d := range server.StatDescs() {
+		c.metrics = append(c.metrics, metric{metricDesc(d.MetricName(), d.Help), metricKind(d.Kind),
+			func(_ *storenode.Stats, s *server.Stats) float64 { return d.MetricValue(d.Value(s)) }})
+	}
 	return c
+}
+
+func metricDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(metricPrefix+name, help, nil, nil)
+}
+
+func metricKind(k storenode.StatKind) prometheus.ValueType {
+	if k == storenode.StatCounter {
+		return prometheus.CounterValue
+	}
+	return prometheus.GaugeValue
 }
 
 // Describe sends every metric's description.

@@ -117,6 +117,10 @@ func checkCommands(t *testing.T, where []string, ids []uint64, rows map[uint64][
 	code, out, errOut = weft(t, append(where, "stats")...)
 	require.Zero(t, code, errOut)
 	require.Regexp(t, `(?m)^last_lsn\s+\d+$`, out)
+	// Locally and from a storage node alike: every engine stat, under its wire name.
+	for _, d := range storenode.StatDescs() {
+		require.Regexp(t, `(?m)^`+d.WireName()+`\s+\d+$`, out)
+	}
 }
 
 func TestEmbeddedDirectory(t *testing.T) {

@@ -218,19 +218,11 @@ func (l *localSource) PageDir(_ context.Context, table uint32, lo, hi uint64, ma
 	return out, next, nil
 }
 
+// Stats returns the engine's stats (storenode.StatDescs), named as a storage node's StatsReply
+// names them; an engine opened in-process has no server, so no server stats.
 func (l *localSource) Stats(context.Context) ([]sgio.Stat, error) {
 	s := l.e.Stats()
-	return []sgio.Stat{
-		{Name: "commits", Value: s.Commits},
-		{Name: "rows_written", Value: s.RowsWritten},
-		{Name: "cache_pages", Value: uint64(s.CachePages)},
-		{Name: "dirty_pages", Value: uint64(s.DirtyPages)},
-		{Name: "cache_bytes", Value: uint64(s.CacheBytes)},
-		{Name: "wal_bytes", Value: s.WALBytes},
-		{Name: "wal_records", Value: s.WALRecords},
-		{Name: "checkpoint_lsn", Value: s.CheckpointLSN},
-		{Name: "last_lsn", Value: s.LastLSN},
-	}, nil
+	return storenode.AppendStats(nil, storenode.StatDescs(), &s), nil
 }
 
 func (l *localSource) Close() error { return l.e.Close() }

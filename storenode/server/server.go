@@ -657,48 +657,60 @@ func (s *Server) Stats() Stats {
 	}
 }
 
-// statsReply is the StatsReply of a Stats request: the engine's counters and the server's.
+// statsReply is the StatsReply of a Stats request: the engine's stats, then the server's, in
+// their tables' order (storenode.StatDescs, StatDescs).
 func (s *Server) statsReply() *sgio.StatsReply {
 	es := s.eng.Stats()
 	ss := s.Stats()
-	return &sgio.StatsReply{Stats: []sgio.Stat{
-		{Name: "commits", Value: es.Commits},
-		{Name: "retried_batches", Value: es.RetriedBatches},
-		{Name: "rows_written", Value: es.RowsWritten},
-		{Name: "cache_hits", Value: es.CacheHits},
-		{Name: "cache_misses", Value: es.CacheMisses},
-		{Name: "cache_pages", Value: uint64(es.CachePages)},
-		{Name: "dirty_pages", Value: uint64(es.DirtyPages)},
-		{Name: "cache_bytes", Value: uint64(es.CacheBytes)},
-		{Name: "disk_reads", Value: es.DiskReads},
-		{Name: "disk_writes", Value: es.DiskWrites},
-		{Name: "wal_bytes", Value: es.WALBytes},
-		{Name: "wal_records", Value: es.WALRecords},
-		{Name: "wal_syncs", Value: es.WALSyncs},
-		{Name: "checkpoints", Value: es.Checkpoints},
-		{Name: "checkpoint_pages", Value: es.CheckpointPages},
-		{Name: "checkpoint_last_ns", Value: uint64(es.LastCheckpoint)},
-		{Name: "checkpoint_lsn", Value: es.CheckpointLSN},
-		{Name: "longest_stall_ns", Value: uint64(es.LongestStall)},
-		{Name: "last_lsn", Value: es.LastLSN},
-		{Name: "conns", Value: ss.Conns},
-		{Name: "conns_accepted", Value: ss.ConnsAccepted},
-		{Name: "conns_rejected", Value: ss.ConnsRejected},
-		{Name: "auth_failures", Value: ss.AuthFailures},
-		{Name: "auth_timeouts", Value: ss.AuthTimeouts},
-		{Name: "idle_closes", Value: ss.IdleCloses},
-		{Name: "rejected_frames", Value: ss.RejectedFrames},
-		{Name: "busy_replies", Value: ss.BusyReplies},
-		{Name: "requests", Value: ss.Requests},
-		{Name: "writes", Value: ss.Writes},
-		{Name: "bytes_in", Value: ss.BytesIn},
-		{Name: "bytes_out", Value: ss.BytesOut},
-		{Name: "handshaking", Value: ss.Handshaking},
-		{Name: "authenticated", Value: ss.Authenticated},
-		{Name: "evictions", Value: ss.Evictions},
-		{Name: "accept_errors", Value: ss.AcceptErrors},
-		{Name: "queued_bytes", Value: uint64(max(ss.QueuedBytes, 0))},
-	}}
+	descs := StatDescs()
+	stats := make([]sgio.Stat, 0, len(storenode.StatDescs())+len(descs))
+	stats = storenode.AppendStats(stats, storenode.StatDescs(), &es)
+	return &sgio.StatsReply{Stats: storenode.AppendStats(stats, descs, &ss)}
+}
+
+// StatDescs returns the server's stats (its Stats), in the order they are listed and sent,
+// after the engine's (storenode.StatDescs). The slice is shared: callers must not modify it.
+func StatDescs() []storenode.StatDesc[Stats] { return serverStatDescs }
+
+func nonNegative(v int64) uint64 { return uint64(max(v, 0)) }
+
+var serverStatDescs = []storenode.StatDesc[Stats]{
+	{Name: "connections", Help: "Connections open now.", Kind: storenode.StatGauge,
+		Value: func(s *Stats) uint64 { return s.Conns }},
+	{Name: "connections_accepted", Help: "Connections accepted.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.ConnsAccepted }},
+	{Name: "connections_rejected", Help: "Connections refused: over --max-conns, or during shutdown.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.ConnsRejected }},
+	{Name: "auth_failures", Help: "Handshakes failed: wrong secret, or requests before authentication.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.AuthFailures }},
+	{Name: "auth_timeouts", Help: "Connections closed for not authenticating within --auth-timeout.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.AuthTimeouts }},
+	{Name: "idle_closes", Help: "Sessions closed after --idle-timeout without traffic.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.IdleCloses }},
+	{Name: "rejected_frames", Help: "Frames that broke the protocol (bad magic, checksum, length, type or body).", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.RejectedFrames }},
+	{Name: "busy_replies", Help: "Requests refused with ErrBusy: over --max-inflight or the queued-bytes bounds.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.BusyReplies }},
+	{Name: "requests", Help: "Requests received after authentication.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.Requests }},
+	{Name: "requests_in_flight", Help: "Requests received and not yet answered.", Kind: storenode.StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.InFlight) }},
+	{Name: "reply_writes", Help: "Writes (writev calls) carrying replies; requests_total / reply_writes_total is the batching factor.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.Writes }},
+	{Name: "received_bytes", Help: "Frame bytes received.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.BytesIn }},
+	{Name: "sent_bytes", Help: "Frame bytes sent.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.BytesOut }},
+	{Name: "connections_handshaking", Help: "Connections in the handshake now (bounded by --max-handshakes).", Kind: storenode.StatGauge,
+		Value: func(s *Stats) uint64 { return s.Handshaking }},
+	{Name: "sessions_authenticated", Help: "Authenticated sessions now.", Kind: storenode.StatGauge,
+		Value: func(s *Stats) uint64 { return s.Authenticated }},
+	{Name: "handshake_evictions", Help: "Handshaking connections closed to make room for newer ones.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.Evictions }},
+	{Name: "accept_errors", Help: "Failed accepts (EMFILE...), each retried after a back-off.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.AcceptErrors }},
+	{Name: "commit_queued_bytes", Help: "Request bytes queued on all connections: commits for the engine, reads for their goroutine (bounded by --max-queued-bytes-total).", Kind: storenode.StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.QueuedBytes) }},
 }
 
 // tableRowBytes reports a table's row size. Table ids are never reused, so the answer is

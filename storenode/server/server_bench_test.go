@@ -315,7 +315,7 @@ func benchCommit(b *testing.B, addr string, committers, conns int, weft bool) {
 			return 0 // the echo server has no stats
 		}
 		for _, s := range st.Stats {
-			if s.Name == "bytes_in" || s.Name == "bytes_out" {
+			if s.Name == "received_bytes" || s.Name == "sent_bytes" {
 				bytes += s.Value
 			}
 		}

@@ -340,7 +340,7 @@ func TestServerRoundTrip(t *testing.T) {
 		stats[s.Name] = s.Value
 	}
 	require.Equal(t, uint64(2), stats["commits"])
-	require.Equal(t, uint64(1), stats["conns"])
+	require.Equal(t, uint64(1), stats["connections"])
 	require.GreaterOrEqual(t, stats["requests"], uint64(10))
 
 	require.NoError(t, c.CallInto(ctx, &sgio.DropTable{Name: "players"}, &sgio.OK{}))

@@ -1,0 +1,73 @@
+package storenode
+
+import (
+	"math"
+	"reflect"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// checkStatDescs checks a stat table against its snapshot type T: every field of T is read by
+// some descriptor (a field added to T without a stat fails here), names are valid on the wire
+// and in Prometheus and unique, and every descriptor has a help text and a kind.
+func checkStatDescs[T any](t *testing.T, descs []StatDesc[T]) {
+	t.Helper()
+	metricName := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	seen := make(map[string]bool)
+	for _, d := range descs {
+		require.NoError(t, sgio.CheckName(d.WireName()), d.Name)
+		require.Regexp(t, metricName, d.MetricName())
+		require.NotEmpty(t, d.Help, d.Name)
+		require.Contains(t, []StatKind{StatCounter, StatGauge}, d.Kind, d.Name)
+		require.False(t, seen[d.Name], "stat %s twice", d.Name)
+		seen[d.Name] = true
+	}
+	values := func(s *T) []uint64 {
+		out := make([]uint64, len(descs))
+		for i, d := range descs {
+			out[i] = d.Value(s)
+		}
+		return out
+	}
+	var zero T
+	base := values(&zero)
+	typ := reflect.TypeFor[T]()
+	for i := range typ.NumField() {
+		var s T
+		f := reflect.ValueOf(&s).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.Uint64:
+			f.SetUint(7777)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(7777)
+		default:
+			t.Fatalf("field %s of %s: kind %v has no stat encoding", typ.Field(i).Name, typ.Name(), f.Kind())
+		}
+		require.NotEqual(t, base, values(&s), "field %s of %s is read by no stat", typ.Field(i).Name, typ.Name())
+	}
+}
+
+func TestStatDescsCoverStats(t *testing.T) {
+	checkStatDescs(t, StatDescs())
+}
+
+// The units' names and scales, and the ratio's edges.
+func TestStatUnits(t *testing.T) {
+	d := StatDesc[Stats]{Name: "x", Kind: StatCounter, Unit: UnitNanos}
+	require.Equal(t, "x_ns", d.WireName())
+	require.Equal(t, "x_seconds_total", d.MetricName())
+	require.Equal(t, 1.5, d.MetricValue(1_500_000_000))
+	d = StatDesc[Stats]{Name: "r", Kind: StatGauge, Unit: UnitMilli}
+	require.Equal(t, "r_milli", d.WireName())
+	require.Equal(t, "r", d.MetricName())
+	require.Equal(t, 2.5, d.MetricValue(2500))
+
+	require.Zero(t, (&Stats{RowsWritten: 5}).rowsPerSyncMilli(), "no sync yet")
+	require.Equal(t, uint64(2500), (&Stats{RowsWritten: 5, WALSyncs: 2}).rowsPerSyncMilli())
+	require.Equal(t, uint64(1000), (&Stats{RowsWritten: math.MaxUint64 / 3, WALSyncs: math.MaxUint64 / 3}).rowsPerSyncMilli(), "no overflow")
+	require.Equal(t, uint64(math.MaxUint64), (&Stats{RowsWritten: math.MaxUint64, WALSyncs: 1}).rowsPerSyncMilli(), "saturates")
+}
