@@ -1,0 +1,27 @@
+//go:build !race
+
+package storenode
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// The event loop's read of cached pages allocates nothing when its buffers have room: the
+// seam between the engine and the server (storenode/server) costs no allocation.
+func TestReadCachedAllocs(t *testing.T) {
+	e, table := servingEngine(t)
+	wants := []sgio.PageWant{{Table: table, Page: 0, Want: 0b1111}}
+	segs := make([]sgio.Segment, 1)
+	buf := make([]byte, 0, 4*64)
+	allocs := testing.AllocsPerRun(100, func() {
+		_, ok := e.ReadCached(testOwner, wants, segs, buf[:0])
+		if !ok {
+			panic("not answered from the cache")
+		}
+	})
+	require.Zero(t, allocs)
+}

@@ -1,0 +1,71 @@
+package storenode
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// servingEngine opens an engine with one table whose rows 1..3 testOwner committed and
+// synced, so they are cached and durable.
+func servingEngine(t *testing.T) (*Engine, uint32) {
+	t.Helper()
+	e := openTest(t, Options{Sync: SyncAlways})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
+	require.NoError(t, err)
+	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	for id := uint64(1); id <= 3; id++ {
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
+		require.NoError(t, err)
+	}
+	return e, info.ID
+}
+
+// ReadCached answers from the cache what ReadRowsAs answers, and never waits: with the
+// engine's lock taken it reports false at once (an event loop calls it).
+func TestReadCached(t *testing.T) {
+	e, table := servingEngine(t)
+	wants := []sgio.PageWant{{Table: table, Page: 0, Want: 0b1111}}
+	segs := make([]sgio.Segment, 1)
+	for _, reader := range []uint64{testOwner, 0, 99} {
+		rows, ok := e.ReadCached(reader, wants, segs, nil)
+		require.True(t, ok, "reader %d", reader)
+		require.Equal(t, uint64(0b1110), segs[0].Data)
+		require.Equal(t, uint64(0b0001), segs[0].Clear)
+		require.Equal(t, 64, int(segs[0].RowBytes))
+		data, clear, want, err := e.ReadRowsAs(reader, table, 0, 0b1111, nil)
+		require.NoError(t, err)
+		require.Equal(t, []uint64{data, clear}, []uint64{segs[0].Data, segs[0].Clear})
+		require.Equal(t, want, rows)
+		require.Equal(t, want, segs[0].Rows)
+	}
+	size, err := e.PresentRowsSize(wants)
+	require.NoError(t, err)
+	require.Equal(t, 3*64, size)
+
+	e.mu.Lock()
+	_, ok := e.ReadCached(testOwner, wants, segs, nil)
+	e.mu.Unlock()
+	require.False(t, ok, "the engine's lock is taken: the slow path, not a wait")
+
+	_, ok = e.ReadCached(testOwner, []sgio.PageWant{{Table: table + 1, Page: 0, Want: 1}}, segs, nil)
+	require.False(t, ok, "no such table: the slow path reports the error")
+	_, err = e.PresentRowsSize([]sgio.PageWant{{Table: table + 1, Page: 0, Want: 1}})
+	require.ErrorIs(t, err, ErrTableNotFound)
+	_, err = e.PresentRowsSize([]sgio.PageWant{{Table: table, Page: tablePagesMax, Want: 1}})
+	require.ErrorIs(t, err, ErrMalformed)
+
+	rb, err := e.RowBytes(table)
+	require.NoError(t, err)
+	require.Equal(t, 64, rb)
+	_, err = e.RowBytes(table + 1)
+	require.ErrorIs(t, err, ErrTableNotFound)
+	require.Equal(t, 1, e.TableCount())
+	require.NoError(t, e.Failure())
+}
