@@ -34,7 +34,7 @@ func TestDefaultLockChild(t *testing.T) {
 	case err == nil:
 		_ = l.Close()
 		os.Exit(lockChildGot)
-	case errors.Is(err, ErrLocked) && errors.Is(err, syscall.EWOULDBLOCK):
+	case errors.Is(err, ErrLocked) && errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, ErrLockedInProcess):
 		os.Exit(lockChildLocked)
 	default:
 		os.Exit(lockChildFailed)
@@ -61,4 +61,32 @@ func TestDefaultLockAcrossProcesses(t *testing.T) {
 	require.Equal(t, lockChildLocked, runChild(), "another process is refused while we hold it")
 	require.NoError(t, l.Close())
 	require.Equal(t, lockChildGot, runChild(), "and gets it once we release it")
+}
+
+// TestDefaultLockInProcess: a second Lock of a file this process holds, by another spelling
+// of its path or another name of the file, says so (ErrLockedInProcess, still ErrLocked), never "another holder"; closing
+// frees it for this process at once.
+func TestDefaultLockInProcess(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "LOCK")
+	l, err := Default.Lock(name)
+	require.NoError(t, err)
+	sep := string(filepath.Separator)
+	_, err = Default.Lock(dir + sep + "." + sep + "LOCK")
+	require.ErrorIs(t, err, ErrLockedInProcess)
+	require.ErrorIs(t, err, ErrLocked)
+	require.NotContains(t, err.Error(), "another")
+	require.Contains(t, err.Error(), "this process")
+	link := filepath.Join(dir, "LINK")
+	require.NoError(t, os.Link(name, link))
+	_, err = Default.Lock(link)
+	require.ErrorIs(t, err, ErrLockedInProcess, "the same file by another name")
+	require.NoError(t, l.Close())
+	l2, err := Default.Lock(name)
+	require.NoError(t, err, "free again once closed")
+	require.NoError(t, l2.Close())
+	require.Error(t, l2.Close(), "a second Close")
+	l3, err := Default.Lock(name)
+	require.NoError(t, err, "a second Close releases nobody else's lock")
+	require.NoError(t, l3.Close())
 }
