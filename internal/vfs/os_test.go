@@ -3,9 +3,12 @@ package vfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,4 +92,47 @@ func TestDefaultLockInProcess(t *testing.T) {
 	l3, err := Default.Lock(name)
 	require.NoError(t, err, "a second Close releases nobody else's lock")
 	require.NoError(t, l3.Close())
+}
+
+// TestDefaultLockInProcessConcurrent: goroutines racing to Lock and Close one file see it
+// held by at most one of them at a time, and every refusal says "this process": a lock closed
+// just now is never mistaken for another process's (Close and Lock are ordered by lockMu).
+func TestDefaultLockInProcessConcurrent(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "LOCK")
+	rounds := 2000
+	if testing.Short() {
+		rounds = 200
+	}
+	var holders atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := Default.Lock(name)
+				if err != nil {
+					if !errors.Is(err, ErrLockedInProcess) {
+						errs <- err
+						return
+					}
+					continue
+				}
+				if n := holders.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d holders at once", n)
+				}
+				holders.Add(-1)
+				if err := l.Close(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }
