@@ -62,8 +62,9 @@
 //     ErrFenced for a renewal whose epoch is no longer the table's grant.
 //   - AllocIDs and Commit: storenode.ErrFenced when (owner, epoch) is not the table's grant:
 //     the node lost the table and must not write it.
-//   - Commit's done: storenode.ErrUnknownOutcome (wrapped; the batch's WAL write or fsync
-//     failed, or the store was closed or unreachable with it in flight: it may survive),
+//   - Commit's done: an unknown outcome, which may survive: storenode.ErrUnknownOutcome (the
+//     batch's WAL write or fsync failed), or, from the remote store, txnode.ErrUnknownOutcome
+//     (closed, or it gave up reconnecting, with the batch in flight);
 //     ErrFailStop (the engine stopped after an IO failure; nothing of this batch applied),
 //     ErrSeqGap, ErrSeqReused, ErrMalformed, ErrBatchTooLarge. txnode treats every commit
 //     error as the end of committing for the DB.
@@ -72,7 +73,9 @@
 //   - Every blocking method: the context's error when it ended first (a request already
 //     sent wraps sgio.ErrUnknownOutcome too); after Close, an error of the closed store
 //     (storenode.ErrClosed embedded, txnode.ErrClosed remote).
-//   - Remote only: a broken connection is retried inside the store (reads, grants, renewals
-//     and in-flight batches are sent again on the next connection); only when no connection
-//     can be made in time does a call or batch fail, with the dial's error.
+//   - Remote only: a broken connection is mended inside the store: reads, page directories,
+//     table lookups, id grants, renewals and in-flight batches are sent again on the next
+//     connection (CreateTable, DropTable and a first Acquire are not: they fail with the
+//     connection's error, wrapping sgio.ErrConnClosed).
+//     When no connection can be made in time, calls fail with the dial's error.
 package store
