@@ -17,7 +17,8 @@ import (
 var (
 	// Opening.
 
-	// ErrLocked is returned by Open when another process holds the store's directory.
+	// ErrLocked is returned by Open when another process holds the store's directory (when
+	// this process does, the error is ErrAlreadyOpen, which matches ErrLocked too).
 	ErrLocked = errors.New("storenode: store directory is locked by another process")
 	// ErrAlreadyOpen is returned by Open for a directory that an engine of this process has
 	// open (Close it first, or share the one Engine): it matches ErrLocked too.
