@@ -169,11 +169,22 @@ func TestFencing(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestLockedDirectory: a directory an engine of this process has open is refused with
+// ErrAlreadyOpen (which matches ErrLocked), and the message does not blame another process
+// (vfs's TestDefaultLockAcrossProcesses covers a real other process).
 func TestLockedDirectory(t *testing.T) {
 	dir := t.TempDir()
-	openTest(t, Options{Dir: dir})
+	e := openTest(t, Options{Dir: dir})
 	_, err := Open(Options{Dir: dir})
+	require.ErrorIs(t, err, ErrAlreadyOpen)
 	require.ErrorIs(t, err, ErrLocked)
+	require.NotContains(t, err.Error(), "another process")
+	require.Contains(t, err.Error(), "already open in this process")
+	require.Contains(t, err.Error(), dir)
+	require.NoError(t, e.Close())
+	e2, err := Open(Options{Dir: dir})
+	require.NoError(t, err, "free once the first engine closed")
+	require.NoError(t, e2.Close())
 }
 
 var _ = vfs.Default

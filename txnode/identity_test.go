@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Owner identity and retries through the public API over TCP: Release on Close, two live
@@ -303,8 +304,8 @@ func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
 				addr, _ := startIdentityNode(t, opts)
 				db, err = Open(ctx, Options{StoreAddr: addr})
 			} else {
-				var s Store
-				s, err = OpenLocalStore(opts)
+				var s store.Store
+				s, err = store.OpenEmbedded(opts)
 				require.NoError(t, err)
 				db, err = Open(ctx, Options{Store: s})
 			}
