@@ -16,6 +16,7 @@ import (
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // WeftEngine is the name of the Weft backend in reports.
@@ -98,12 +99,12 @@ func openWeft(ctx context.Context, cfg OpenConfig, d weftDeploy) (_ *weftBackend
 		// The same store txnode.Open makes for Options.Dir, over a file system that counts
 		// the WAL's bytes.
 		w.fs = newCountingFS(vfs.Default, filepath.Join(w.dir, "wal"))
-		store, err := txnode.OpenLocalStore(storenode.Options{Dir: w.dir, FS: w.fs, Sync: sync,
+		st, err := store.OpenEmbedded(storenode.Options{Dir: w.dir, FS: w.fs, Sync: sync,
 			CacheBytes: d.storeCacheBytes, Logger: logger, ExpireLeasesAtOpen: true})
 		if err != nil {
 			return nil, err
 		}
-		opts.Store = store
+		opts.Store = st
 	}
 	w.db, err = txnode.Open(ctx, opts)
 	if err != nil {

@@ -22,10 +22,10 @@ var (
 	ErrChecksum = newSentinel("sgio: frame checksum mismatch", corrupt.ErrCorruption)
 	// ErrFrameTooLarge is returned for a frame whose body exceeds the receiver's limit, and by
 	// the client, before sending, for a request larger than the server accepts.
-	ErrFrameTooLarge = errors.New("sgio: frame too large")
+	ErrFrameTooLarge = newCodeSentinel(CodeFrameTooLarge, "sgio: frame too large")
 	// ErrUnsupported is returned for a protocol version or message type this side does not
 	// speak.
-	ErrUnsupported = errors.New("sgio: unsupported protocol version or message type")
+	ErrUnsupported = newCodeSentinel(CodeUnsupported, "sgio: unsupported protocol version or message type")
 	// ErrBadVersion is returned for a frame or Hello of another protocol version.
 	ErrBadVersion = newSentinel("sgio: unsupported protocol version", ErrUnsupported)
 	// ErrUnknownType is returned for a frame whose message type this side does not know.
@@ -35,21 +35,21 @@ var (
 
 	// ErrMalformed is returned for a frame or body that breaks the format's rules (reserved
 	// fields not zero, counts beyond the body, overlapping masks, trailing bytes).
-	ErrMalformed = newSentinel("sgio: malformed message", corrupt.ErrCorruption)
+	ErrMalformed = newCodeSentinel(CodeMalformed, "sgio: malformed message", corrupt.ErrCorruption)
 	// ErrTruncated is returned for a body shorter than its own fields say.
 	ErrTruncated = newSentinel("sgio: truncated message", ErrMalformed)
 	// ErrBadName is returned for a table or stat name outside 1..NameMax bytes of
 	// [A-Za-z0-9_.-], or a client name that is neither empty nor such a name.
-	ErrBadName = errors.New("sgio: bad name")
+	ErrBadName = newCodeSentinel(CodeBadName, "sgio: bad name")
 	// ErrBadRowSize is returned for a row size outside RowBytesMin..RowBytesMax or not a
 	// multiple of 8, and for rows whose size does not match their table's.
-	ErrBadRowSize = errors.New("sgio: bad row size")
+	ErrBadRowSize = newCodeSentinel(CodeBadRowSize, "sgio: bad row size")
 
 	// Handshake.
 
 	// ErrAuthFailed is returned when either side fails to prove knowledge of the shared
 	// secret.
-	ErrAuthFailed = errors.New("sgio: authentication failed")
+	ErrAuthFailed = newCodeSentinel(CodeAuthFailed, "sgio: authentication failed")
 	// ErrWeakSecret is returned, before anything is sent, for a configured secret that is not
 	// hex or base64 of at least SecretBytesMin random bytes (ParseSecret).
 	ErrWeakSecret = errors.New("sgio: weak or malformed secret")
@@ -57,64 +57,89 @@ var (
 	// Catalog.
 
 	// ErrTableNotFound is returned for a table name or id that does not exist.
-	ErrTableNotFound = errors.New("sgio: table not found")
+	ErrTableNotFound = newCodeSentinel(CodeTableNotFound, "sgio: table not found")
 	// ErrTableExists is returned by CreateTable for a name already in use.
-	ErrTableExists = errors.New("sgio: table exists")
+	ErrTableExists = newCodeSentinel(CodeTableExists, "sgio: table exists")
 
 	// Ownership and ordering.
 
 	// ErrOwned is returned by Acquire while another owner holds a live lease on the table.
-	ErrOwned = errors.New("sgio: table owned by another transaction node")
+	ErrOwned = newCodeSentinel(CodeOwned, "sgio: table owned by another transaction node")
 	// ErrFenced is returned for a commit or id grant whose owner or epoch is not the table's
 	// current grant.
-	ErrFenced = errors.New("sgio: fenced: stale epoch or not the owner")
+	ErrFenced = newCodeSentinel(CodeFenced, "sgio: fenced: stale epoch or not the owner")
 	// ErrOwnerInUse is returned by the handshake for an owner id that another live
 	// incarnation (another process, or an earlier Open) holds: it has not released it and has
 	// not been silent for a lease.
-	ErrOwnerInUse = errors.New("sgio: owner id in use by another live incarnation")
+	ErrOwnerInUse = newCodeSentinel(CodeOwnerInUse, "sgio: owner id in use by another live incarnation")
 	// ErrSeqGap is returned when an owner's batch waited too long for the batches before it in
 	// seq order.
-	ErrSeqGap = errors.New("sgio: gap in owner's batch sequence")
+	ErrSeqGap = newCodeSentinel(CodeSeqGap, "sgio: gap in owner's batch sequence")
 
 	// Storage node state.
 
 	// ErrNoSpace is returned when the storage node's disk is full; it also matches
 	// syscall.ENOSPC.
-	ErrNoSpace = newSentinel("sgio: no space left on the storage node", syscall.ENOSPC)
+	ErrNoSpace = newCodeSentinel(CodeNoSpace, "sgio: no space left on the storage node", syscall.ENOSPC)
 	// ErrFailStop is returned once the storage node stopped accepting commits after an IO
 	// error; it accepts them again only after a restart.
-	ErrFailStop = errors.New("sgio: storage node stopped after an IO failure")
+	ErrFailStop = newCodeSentinel(CodeFailStop, "sgio: storage node stopped after an IO failure")
 	// ErrBusy is returned when a limit is reached: the in-flight bound of a connection (the
 	// wait for a free slot ended with the caller's context), or a server-side bound.
-	ErrBusy = errors.New("sgio: busy")
+	ErrBusy = newCodeSentinel(CodeBusy, "sgio: busy")
 	// ErrShuttingDown is returned by a server that is closing.
-	ErrShuttingDown = errors.New("sgio: shutting down")
+	ErrShuttingDown = newCodeSentinel(CodeShuttingDown, "sgio: shutting down")
 	// ErrInternal is returned for a failure with no more specific code, and for error codes
 	// this side does not know.
-	ErrInternal = errors.New("sgio: internal error")
+	ErrInternal = newCodeSentinel(CodeInternal, "sgio: internal error")
 
 	// Connection.
 
 	// ErrUnknownOutcome is wrapped by the error of a request whose context ended, or whose
 	// connection failed, after the request was handed to the socket: the server may or may not
 	// have executed it. Retrying is safe: commits carry (owner, seq) and are applied once.
-	ErrUnknownOutcome = errors.New("sgio: request sent, outcome unknown")
+	ErrUnknownOutcome = newCodeSentinel(CodeUnknownOutcome, "sgio: request sent, outcome unknown")
 	// ErrConnClosed is wrapped, together with the cause, by the error of every request on a
 	// connection that broke or was closed.
-	ErrConnClosed = errors.New("sgio: connection closed")
+	ErrConnClosed = newCodeSentinel(CodeConnClosed, "sgio: connection closed")
 )
 
 // sentinel is an error with a fixed message that also matches its parents under errors.Is: a
-// corruption sentinel matches corrupt.ErrCorruption, ErrNoSpace matches syscall.ENOSPC.
+// corruption sentinel matches corrupt.ErrCorruption, ErrNoSpace matches syscall.ENOSPC. A
+// sentinel with a code (every one in codeTable, and another package's from NewSentinel) also
+// matches every other sentinel of the same code, both ways: that is how a storage engine's
+// own sentinel (storenode.ErrFenced, reading "storenode: ...") and the wire's (ErrFenced, which
+// an error that crossed TCP unwraps to) are one error under errors.Is.
 type sentinel struct {
 	msg     string
+	code    Code
 	parents []error
 }
 
 func newSentinel(msg string, parents ...error) error { return &sentinel{msg: msg, parents: parents} }
+
+func newCodeSentinel(code Code, msg string, parents ...error) error {
+	return &sentinel{msg: msg, code: code, parents: parents}
+}
+
+// NewSentinel returns a sentinel error for another package's errors.go that stands for code:
+// it reads as msg (that package's own prefix and words) and, under errors.Is, matches code's
+// sentinel here (so CodeOf carries it as code) and is matched by it (so the error a client
+// gets over TCP, a RemoteError of code, matches it too). Use it only for an error that means
+// exactly what code means; a narrower error (one of several reasons for ErrBusy, say) wraps
+// the wire's sentinel instead, so the wire's coarser error does not match it.
+func NewSentinel(code Code, msg string) error {
+	return &sentinel{msg: msg, code: code, parents: []error{code.Err()}}
+}
 
 // Error reports the sentinel's message.
 func (e *sentinel) Error() string { return e.msg }
 
 // Unwrap reports the parents, so errors.Is finds them.
 func (e *sentinel) Unwrap() []error { return e.parents }
+
+// Is reports whether target is a sentinel of the same code.
+func (e *sentinel) Is(target error) bool {
+	t, ok := target.(*sentinel)
+	return ok && e.code != 0 && t.code == e.code
+}

@@ -2,6 +2,7 @@ package sgio
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,4 +33,29 @@ func TestSentinelParents(t *testing.T) {
 	require.ErrorIs(t, ErrBadVersion, ErrUnsupported)
 	require.ErrorIs(t, ErrUnknownType, ErrUnsupported)
 	require.False(t, errors.Is(ErrMalformed, ErrTruncated))
+}
+
+// TestNewSentinel: another package's sentinel of a code reads as its own message and is one
+// error with the wire's sentinel of that code under errors.Is, both ways and across the wire
+// (ErrorFromWire), never with another code's.
+func TestNewSentinel(t *testing.T) {
+	twin := NewSentinel(CodeFenced, "engine: fenced")
+	require.Equal(t, "engine: fenced", twin.Error())
+	require.ErrorIs(t, twin, ErrFenced)
+	require.ErrorIs(t, ErrFenced, twin)
+	require.ErrorIs(t, ErrorFromWire(CodeFenced, "whatever the sender said"), twin)
+	require.Equal(t, CodeFenced, CodeOf(fmt.Errorf("engine: commit: %w", twin)))
+	require.False(t, errors.Is(twin, ErrOwned))
+	require.False(t, errors.Is(ErrOwned, twin))
+	require.False(t, errors.Is(ErrorFromWire(CodeOwned, ""), twin))
+	malformed := NewSentinel(CodeMalformed, "engine: malformed")
+	require.ErrorIs(t, malformed, corrupt.ErrCorruption, "the wire sentinel's parents too")
+	require.ErrorIs(t, ErrTruncated, malformed, "a child of the wire's sentinel matches the twin")
+	for _, e := range codeTable {
+		if s, ok := e.err.(*sentinel); ok {
+			require.Equal(t, e.code, s.code, "codeTable and the sentinel agree: %v", e.err)
+		} else {
+			require.Equal(t, CodeCorruption, e.code, "every sgio sentinel in codeTable has its code: %v", e.err)
+		}
+	}
 }

@@ -64,6 +64,7 @@ func (s *corruptStore) acquire(t *testing.T) {
 	g, err := s.e.Acquire(s.table, corruptOwner, 0)
 	require.NoError(t, err)
 	s.epoch, s.seq = g.Epoch, g.LastSeq
+	requireGranted(t, s.e, s.table, corruptOwner, g.Epoch)
 }
 
 func (s *corruptStore) commit(t *testing.T, segs ...Segment) {

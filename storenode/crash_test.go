@@ -49,6 +49,7 @@ const (
 	killOwner        = 1
 	killTable        = "kill"
 	killRowBytes     = 64
+	killGrantPages   = killRowsPerBatch * 8 // the pages killRowID spans
 )
 
 // killRowID is the id of row j of writer w: slot w of page j*8 + w%8, so a batch spans 8
@@ -151,6 +152,10 @@ func openKillTable(e *Engine) (uint32, Grant, error) {
 		}
 	}
 	g, err := e.Acquire(info.ID, killOwner, 0)
+	if err != nil {
+		return 0, Grant{}, err
+	}
+	_, err = grantPages(e, info.ID, killOwner, g.Epoch, killGrantPages)
 	return info.ID, g, err
 }
 

@@ -106,6 +106,11 @@ func (r *crashPointRun) createTable(name string, rowBytes int) error {
 		return err
 	}
 	r.epochs[info.ID] = g.Epoch
+	next, err := grantPages(r.e, info.ID, crashPointOwner, g.Epoch, testGrantPages)
+	if err != nil {
+		return err
+	}
+	r.idsHi[info.ID] = next
 	r.tables = append(r.tables, mt)
 	return nil
 }

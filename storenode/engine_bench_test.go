@@ -48,6 +48,9 @@ func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []Fence) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, benchTableRows/logicpage.RowsPerPage); err != nil {
+		b.Fatal(err)
+	}
 	return e, info.ID, []Fence{{Table: info.ID, Epoch: g.Epoch}}
 }
 
@@ -259,6 +262,9 @@ func buildRecoveryStore(dir string, walBytes int64) (int64, error) {
 	}
 	g, err := e.Acquire(info.ID, benchOwner, 0)
 	if err != nil {
+		return 0, err
+	}
+	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, benchTableRows/logicpage.RowsPerPage); err != nil {
 		return 0, err
 	}
 	c := newBenchCommitter(e, info.ID, []Fence{{Table: info.ID, Epoch: g.Epoch}}, 256, 64)

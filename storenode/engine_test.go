@@ -59,6 +59,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	require.Equal(t, uint32(1), info.ID)
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, testOwner, g.Epoch)
 	require.Equal(t, uint64(1), g.Epoch)
 	first, n, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
 	require.NoError(t, err)
@@ -119,8 +120,10 @@ func TestTinyCacheManyPages(t *testing.T) {
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	const n = 2000
+	_, err = grantPages(e, info.ID, testOwner, g.Epoch, n)
+	require.NoError(t, err)
+	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= n; seq++ {
 		id := seq * 37 % (n * 64)
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
@@ -150,11 +153,13 @@ func TestFencing(t *testing.T) {
 	require.NoError(t, err)
 	g1, err := e.Acquire(info.ID, 1, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, 1, g1.Epoch)
 	_, err = e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	now.advance(DefaultLeaseDuration + 1)
 	g2, err := e.Acquire(info.ID, 2, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, 2, g2.Epoch)
 	require.Greater(t, g2.Epoch, g1.Epoch)
 	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g1.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
@@ -164,11 +169,22 @@ func TestFencing(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestLockedDirectory: a directory an engine of this process has open is refused with
+// ErrAlreadyOpen (which matches ErrLocked), and the message does not blame another process
+// (vfs's TestDefaultLockAcrossProcesses covers a real other process).
 func TestLockedDirectory(t *testing.T) {
 	dir := t.TempDir()
-	openTest(t, Options{Dir: dir})
+	e := openTest(t, Options{Dir: dir})
 	_, err := Open(Options{Dir: dir})
+	require.ErrorIs(t, err, ErrAlreadyOpen)
 	require.ErrorIs(t, err, ErrLocked)
+	require.NotContains(t, err.Error(), "another process")
+	require.Contains(t, err.Error(), "already open in this process")
+	require.Contains(t, err.Error(), dir)
+	require.NoError(t, e.Close())
+	e2, err := Open(Options{Dir: dir})
+	require.NoError(t, err, "free once the first engine closed")
+	require.NoError(t, e2.Close())
 }
 
 var _ = vfs.Default

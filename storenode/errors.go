@@ -2,20 +2,27 @@ package storenode
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/weftdb/weft/sgio"
 )
 
-// Errors of the storage engine, grouped by when they occur. Those a client can meet are the
-// wire's sentinels (package sgio), so a transaction node gets the same error, errors.Is and
-// all, from an embedded engine and from a storage node over TCP. Checksum and format failures
-// of stored data wrap corrupt.ErrCorruption instead.
+// Errors of the storage engine, grouped by when they occur. Each reads "storenode: ..." (an
+// embedded engine's errors never read as the wire's), and each one a client can meet travels
+// as one of the wire's codes: a twin (sgio.NewSentinel) matches the wire's sentinel of its code
+// both ways under errors.Is, so errors.Is(err, storenode.ErrFenced) holds for an embedded
+// engine's error and for one that crossed TCP alike, and so does errors.Is(err,
+// sgio.ErrFenced). A narrower error (ErrTooManyTables, ErrSeqReused, ...) wraps the wire's
+// sentinel: it matches that one, but over TCP only the wire's coarser error arrives. Checksum
+// and format failures of stored data wrap corrupt.ErrCorruption instead.
 var (
 	// Opening.
 
-	// ErrLocked is returned by Open when another process holds the store's directory.
+	// ErrLocked is returned by Open when another process holds the store's directory (when
+	// this process does, the error is ErrAlreadyOpen, which matches ErrLocked too).
 	ErrLocked = errors.New("storenode: store directory is locked by another process")
+	// ErrAlreadyOpen is returned by Open for a directory that an engine of this process has
+	// open (Close it first, or share the one Engine): it matches ErrLocked too.
+	ErrAlreadyOpen = newSentinel("storenode: store directory is already open in this process", ErrLocked)
 	// ErrOldFormat is returned by Open for a store whose meta file an older build wrote in a
 	// format this build does not read.
 	ErrOldFormat = errors.New("storenode: store written in an older format")
@@ -23,58 +30,73 @@ var (
 	// Tables.
 
 	// ErrTableNotFound is returned for a table name or id that does not exist (or was dropped).
-	ErrTableNotFound = sgio.ErrTableNotFound
+	ErrTableNotFound = sgio.NewSentinel(sgio.CodeTableNotFound, "storenode: table not found")
 	// ErrTableExists is returned by CreateTable for a name already in use.
-	ErrTableExists = sgio.ErrTableExists
+	ErrTableExists = sgio.NewSentinel(sgio.CodeTableExists, "storenode: table exists")
 	// ErrBadName is returned for a table name outside 1..64 bytes of [A-Za-z0-9_.-].
-	ErrBadName = sgio.ErrBadName
+	ErrBadName = sgio.NewSentinel(sgio.CodeBadName, "storenode: bad table name")
 	// ErrTooManyTables is returned by CreateTable when the store holds Options.MaxTables
 	// tables, and for an open of a data file that failed for want of file descriptors (EMFILE,
 	// ENFILE): that request fails, the engine goes on.
-	ErrTooManyTables = fmt.Errorf("storenode: too many tables: %w", sgio.ErrBusy)
+	ErrTooManyTables = newSentinel("storenode: too many tables", sgio.ErrBusy)
 	// ErrRowSize is returned for a row size outside 8..4096 or not a multiple of 8, and for rows
 	// whose size does not match their table's.
-	ErrRowSize = sgio.ErrBadRowSize
+	ErrRowSize = sgio.NewSentinel(sgio.CodeBadRowSize, "storenode: bad row size")
 
 	// Ownership and ordering.
 
 	// ErrTableOwned is returned by Acquire while another owner holds a live lease, and by
 	// DropTable from a session that does not hold the table while another owner's lease is
 	// live.
-	ErrTableOwned = sgio.ErrOwned
+	ErrTableOwned = sgio.NewSentinel(sgio.CodeOwned, "storenode: table owned by another transaction node")
 	// ErrOwnerInUse is returned by Connect (the storage node's handshake) for an owner id whose
 	// holder, another incarnation, is live: it has neither released it (Release, Close) nor
 	// been silent for a lease.
-	ErrOwnerInUse = sgio.ErrOwnerInUse
+	ErrOwnerInUse = sgio.NewSentinel(sgio.CodeOwnerInUse, "storenode: owner id in use by another live incarnation")
 	// ErrSeqReused is returned for a batch under a seq its owner already applied with other
 	// bytes (another incarnation, a bug): it is rejected, never acknowledged.
-	ErrSeqReused = fmt.Errorf("storenode: batch seq already applied with other bytes: %w", sgio.ErrFenced)
+	ErrSeqReused = newSentinel("storenode: batch seq already applied with other bytes", ErrFenced)
 	// ErrFenced is returned for a commit or id grant whose owner or epoch is not the table's
 	// current grant: a stale owner can never overwrite a newer owner's rows.
-	ErrFenced = sgio.ErrFenced
+	ErrFenced = sgio.NewSentinel(sgio.CodeFenced, "storenode: fenced: stale epoch or not the owner")
 	// ErrSeqGap is returned when an owner's batch waited longer than Options.SeqGapWait for
 	// the batches before it in seq order.
-	ErrSeqGap = sgio.ErrSeqGap
+	ErrSeqGap = sgio.NewSentinel(sgio.CodeSeqGap, "storenode: gap in owner's batch sequence")
 
 	// Input.
 
 	// ErrMalformed is returned for a request that breaks the protocol's rules (a segment of a
 	// table missing from the batch's fences, a page beyond the last one, an empty batch).
-	ErrMalformed = sgio.ErrMalformed
+	ErrMalformed = sgio.NewSentinel(sgio.CodeMalformed, "storenode: malformed request")
 	// ErrBatchTooLarge is returned for a commit batch touching more pages than the engine
 	// takes in one batch.
-	ErrBatchTooLarge = fmt.Errorf("storenode: batch too large: %w", sgio.ErrFrameTooLarge)
+	ErrBatchTooLarge = newSentinel("storenode: batch too large", sgio.ErrFrameTooLarge)
 
 	// Failure.
 
 	// ErrFailStop is returned by every commit, grant and read after a write or sync of the WAL
 	// or of a checkpoint failed: the engine stops rather than retry and pretend (an fsync error
 	// may have dropped dirty pages from the OS cache). Reopening recovers from the durable state.
-	ErrFailStop = sgio.ErrFailStop
+	ErrFailStop = sgio.NewSentinel(sgio.CodeFailStop, "storenode: stopped after an IO failure")
 	// ErrUnknownOutcome is returned for a batch that may or may not be durable: its WAL write or
 	// fsync failed (it may still be found after a restart), a retry of it waited for an LSN
 	// whose write failed, or it is a retry of a seq applied before the dedup window.
-	ErrUnknownOutcome = sgio.ErrUnknownOutcome
+	ErrUnknownOutcome = sgio.NewSentinel(sgio.CodeUnknownOutcome, "storenode: batch outcome unknown")
 	// ErrClosed is returned by every call after Close.
-	ErrClosed = fmt.Errorf("storenode: engine closed: %w", sgio.ErrShuttingDown)
+	ErrClosed = newSentinel("storenode: engine closed", sgio.ErrShuttingDown)
 )
+
+// sentinel is an error with a fixed message that also matches its parent under errors.Is (the
+// wire's coarser sentinel, or ErrLocked), without reading as it.
+type sentinel struct {
+	msg    string
+	parent error
+}
+
+func newSentinel(msg string, parent error) error { return &sentinel{msg: msg, parent: parent} }
+
+// Error reports the sentinel's message.
+func (e *sentinel) Error() string { return e.msg }
+
+// Unwrap reports the parent, so errors.Is finds it.
+func (e *sentinel) Unwrap() error { return e.parent }

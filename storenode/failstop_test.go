@@ -67,6 +67,7 @@ func newFailStore(t *testing.T, opts Options) *failStore {
 		g, err := s.e.Acquire(info.ID, failOwner, 0)
 		require.NoError(t, err)
 		s.epochs[info.ID] = g.Epoch
+		requireGranted(t, s.e, info.ID, failOwner, g.Epoch)
 	}
 	return s
 }

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -282,4 +284,34 @@ func (g *batchGen) next(owner, seq uint64, tables []*modelTable, epochs map[uint
 		b.Segments = append(b.Segments, Segment{Table: mt.id, Segment: logicpage.Segment{Page: page, Data: data, Clear: clr, Rows: rows}})
 	}
 	return b
+}
+
+// testGrantPages is how many id pages the tests grant a table before they write it: the batch
+// generators' page windows lie below it.
+const testGrantPages = 64
+
+// grantPages makes sure the ids of table's first pages pages are granted, as a transaction
+// node does before it inserts (the engine refuses rows never granted), and returns the table's
+// next id. Grants are whole pages, so the next id is a page boundary.
+func grantPages(e *Engine, table uint32, owner, epoch uint64, pages int) (uint64, error) {
+	for _, ti := range e.Tables() {
+		if ti.ID != table {
+			continue
+		}
+		want := uint64(pages) * logicpage.RowsPerPage
+		if ti.NextID >= want {
+			return ti.NextID, nil
+		}
+		first, n, err := e.AllocIDs(table, owner, epoch, int((want-ti.NextID)/logicpage.RowsPerPage))
+		return first + n, err
+	}
+	return 0, fmt.Errorf("table %d missing", table)
+}
+
+// requireGranted is grantPages of testGrantPages pages that fails the test on error.
+func requireGranted(t testing.TB, e *Engine, table uint32, owner, epoch uint64) uint64 {
+	t.Helper()
+	next, err := grantPages(e, table, owner, epoch, testGrantPages)
+	require.NoError(t, err)
+	return next
 }

@@ -33,6 +33,8 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, owner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, owner, g.Epoch)
+	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return e, fs, info, g
 }
 
@@ -70,6 +72,7 @@ func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 	require.NoError(t, err)
 	ga, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, testOwner, ga.Epoch)
 	for seq := uint64(1); seq <= 3; seq++ {
 		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
 		require.NoError(t, err)
@@ -101,6 +104,7 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, testOwner, g.Epoch)
 	var sent []*Batch
 	var lsns []uint64
 	for seq := uint64(1); seq <= dedupWindow+6; seq++ {
@@ -149,6 +153,7 @@ func TestFenceBeforeSeqGapWait(t *testing.T) {
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, testOwner, g.Epoch)
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 	err = waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")
@@ -173,12 +178,14 @@ func TestOwnersTableBounded(t *testing.T) {
 
 	ga, err := e.Acquire(info.ID, 5, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, 5, ga.Epoch)
 	_, err = e.CommitWait(batchOf(5, 1, info.ID, ga.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 	require.Equal(t, 1, e.Stats().Owners)
 	require.NoError(t, e.Release(info.ID, 5, ga.Epoch))
 	gb, err := e.Acquire(info.ID, 6, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, 6, gb.Epoch)
 	_, err = e.CommitWait(batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
 	require.NoError(t, err)
 

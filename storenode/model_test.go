@@ -109,6 +109,9 @@ func runModel(t *testing.T, seed uint64, cacheBytes int64, steps int) {
 		r.tables = append(r.tables, r.m.addTable(info.ID, spec.rowBytes))
 	}
 	r.acquireAll()
+	for _, mt := range r.tables {
+		r.idsHi[mt.id] = requireGranted(t, r.e, mt.id, modelOwner, r.epochs[mt.id])
+	}
 
 	for step := range steps {
 		switch p := rng.IntN(100); {
@@ -365,6 +368,7 @@ func (r *modelRun) createOrDrop() {
 	g, err := r.e.Acquire(info.ID, modelOwner, 0)
 	require.NoError(r.t, err)
 	r.epochs[info.ID] = g.Epoch
+	r.idsHi[info.ID] = requireGranted(r.t, r.e, info.ID, modelOwner, g.Epoch)
 	r.requireTables()
 }
 

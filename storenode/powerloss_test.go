@@ -163,6 +163,9 @@ func (r *powerRun) checkRecovered(e *Engine, round int) {
 		require.NoError(t, err, msg)
 		require.GreaterOrEqual(t, first, r.idsHi[mt.id], "%s: table %d: id granted twice", msg, mt.id)
 		r.idsHi[mt.id] = first + 64
+		next, err := grantPages(e, mt.id, powerOwner, r.epochs[mt.id], testGrantPages)
+		require.NoError(t, err, msg)
+		r.idsHi[mt.id] = max(r.idsHi[mt.id], next)
 	}
 	r.base, r.baseSeq, r.issued, r.acked, r.synced = want, c, c, c, c
 	r.batches = make(map[uint64]*Batch)
@@ -321,11 +324,17 @@ func (r *powerRun) createTable(e *Engine) (synced bool) {
 		r.mu.Unlock()
 		return true
 	}
+	next, err := grantPages(e, info.ID, powerOwner, g.Epoch, testGrantPages)
+	crashed := r.expectCrash(err)
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.epochs[info.ID] = g.Epoch
 	mt := r.base.addTable(info.ID, rowBytes)
+	if crashed {
+		return true // the table and its ownership are durable, the id grant may not be
+	}
+	r.idsHi[info.ID] = next
 	r.tables = append(r.tables, mt)
-	r.mu.Unlock()
 	return true
 }
 

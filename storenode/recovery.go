@@ -32,7 +32,10 @@ func (e *Engine) recover() error {
 	}
 	lock, err := e.fs.Lock(path.Join(e.dir, "LOCK"))
 	if err != nil {
-		if errors.Is(err, vfs.ErrLocked) {
+		switch {
+		case errors.Is(err, vfs.ErrLockedInProcess):
+			return fmt.Errorf("%w: %s", ErrAlreadyOpen, e.dir)
+		case errors.Is(err, vfs.ErrLocked):
 			return fmt.Errorf("%w: %s: %w", ErrLocked, e.dir, err)
 		}
 		return fmt.Errorf("storenode: lock %s: %w", e.dir, err)

@@ -180,6 +180,7 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, testOwner, g.Epoch)
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 

@@ -15,6 +15,7 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
+	requireGranted(t, e, info.ID, testOwner, g.Epoch)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,

@@ -1,6 +1,7 @@
 package txnode
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -15,14 +16,15 @@ import (
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // DB is an open transaction node: a CRUD and transaction API over fixed-size rows, served from
-// a logical page cache, backed by a Store. Its methods may be called from any goroutine.
+// a logical page cache, backed by a store (store.Store). Its methods may be called from any goroutine.
 type DB struct {
 	opts  Options
-	store Store
-	info  StoreInfo
+	store store.Store
+	info  store.Info
 	owner uint64
 	cache *pageCache
 	pipe  *pipeline
@@ -102,37 +104,34 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		rand.Read(b[:])
 		opts.OwnerID = binary.LittleEndian.Uint64(b[:])
 	}
-	store := opts.Store
+	st := opts.Store
 	switch {
-	case store != nil && (opts.Dir != "" || opts.StoreAddr != ""),
+	case st != nil && (opts.Dir != "" || opts.StoreAddr != ""),
 		opts.Dir != "" && opts.StoreAddr != "",
-		store == nil && opts.Dir == "" && opts.StoreAddr == "":
+		st == nil && opts.Dir == "" && opts.StoreAddr == "":
 		return nil, errors.New("txnode: set exactly one of Options.Dir, Options.StoreAddr and Options.Store")
 	case opts.Dir != "":
 		sync, ok := storenode.ParseSyncMode(opts.SyncMode)
 		if !ok {
 			return nil, fmt.Errorf("txnode: sync mode %q: want always or none", opts.SyncMode)
 		}
-		s, err := OpenLocalStore(storenode.Options{Dir: opts.Dir, Sync: sync, CacheBytes: opts.StoreCacheBytes,
+		s, err := store.OpenEmbedded(storenode.Options{Dir: opts.Dir, Sync: sync, CacheBytes: opts.StoreCacheBytes,
 			Logger: opts.Logger, ExpireLeasesAtOpen: true})
 		if err != nil {
 			return nil, err
 		}
-		store = s
+		st = s
 	case opts.StoreAddr != "":
 		s, err := dialStore(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
-		store = s
-	}
-	if ls, ok := store.(*localStore); ok {
-		ls.owner = opts.OwnerID
+		st = s
 	}
 	db := &DB{
 		opts:   opts,
-		store:  store,
-		info:   store.Info(),
+		store:  st,
+		info:   st.Info(),
 		owner:  opts.OwnerID,
 		cache:  newPageCache(opts.CacheBytes, opts.CacheWait),
 		tables: make(map[string]*tableState),
@@ -206,7 +205,7 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 }
 
 // adopt acquires a table's ownership and registers it.
-func (db *DB) adopt(ctx context.Context, st StoreTable) (*Table, error) {
+func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	geo, err := logicpage.NewGeometry(st.RowBytes)
 	if err != nil {
 		return nil, err
@@ -256,11 +255,29 @@ func (db *DB) freshNow(key uint64) uint64 {
 // grant the table to someone else.
 func leaseUsable(lease time.Duration) time.Duration { return lease * 3 / 4 }
 
-// Tables lists the store's tables.
-func (db *DB) Tables(ctx context.Context) ([]StoreTable, error) {
+// TableInfo describes a table as the store knows it (DB.Tables).
+type TableInfo struct {
+	// ID is the table's id in the store (Table.ID).
+	ID   uint32
+	Name string
+	// RowBytes is the row size.
+	RowBytes int
+	// NextID is the table's id high-water mark: no row lives at or above it.
+	NextID uint64
+}
+
+// Tables lists the store's tables, in id order.
+func (db *DB) Tables(ctx context.Context) ([]TableInfo, error) {
 	ts, err := db.store.ListTables(ctx)
-	slices.SortFunc(ts, func(a, b StoreTable) int { return int(a.ID) - int(b.ID) })
-	return ts, err
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TableInfo, len(ts))
+	for i, t := range ts {
+		out[i] = TableInfo{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID}
+	}
+	slices.SortFunc(out, func(a, b TableInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // DropTable deletes a table and all its rows. It first closes the table to new commits
@@ -277,14 +294,14 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	t := db.tables[name]
 	db.mu.Unlock()
 	if t == nil {
-		return db.store.DropTable(ctx, name)
+		return db.store.DropTable(ctx, name, db.owner)
 	}
 	db.pipe.closeTable(t, true)
 	if err := db.pipe.flush(ctx); err != nil {
 		db.pipe.closeTable(t, false)
 		return err
 	}
-	err := db.store.DropTable(ctx, name)
+	err := db.store.DropTable(ctx, name, db.owner)
 	if err != nil && !errors.Is(err, ErrTableNotFound) {
 		db.pipe.closeTable(t, false)
 		return err

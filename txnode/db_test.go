@@ -153,3 +153,21 @@ func TestTransferConserves(t *testing.T) {
 		t.Logf("mode %d: %+v", mode, st)
 	}
 }
+
+// TestDropTableThroughWrappedStore: DropTable acts for this node's owner id whatever store it
+// runs on. On 26994d0 the embedded store learnt the owner only when Open found a bare
+// *localStore, so behind a wrapper (every fault-injecting test store) it dropped as owner 0 and
+// failed with ErrTableOwned against the node's own live grant.
+func TestDropTableThroughWrappedStore(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	items, err := db.CreateTable(ctx, "items", 64)
+	require.NoError(t, err)
+	_, err = items.Insert(ctx, make([]byte, 64))
+	require.NoError(t, err)
+	require.NoError(t, db.DropTable(ctx, "items"))
+	_, err = db.Table(ctx, "items")
+	require.ErrorIs(t, err, ErrTableNotFound)
+}

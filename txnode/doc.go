@@ -1,8 +1,9 @@
 // Package txnode is Weft's transaction node: the library a game server links to get a CRUD
 // and transaction API over fixed-size rows, served from a small logical page cache, backed by
 // a storage node over TCP (Options.StoreAddr) or by an in-process storage engine
-// (Options.Dir, the embedded default). Both stores implement the Store interface (store.go),
-// so every test and benchmark runs both ways.
+// (Options.Dir, the embedded default). Both stores implement one interface, store.Store
+// (package txnode/store, which documents the seam: who calls what, buffers, errors), so every
+// test and benchmark runs both ways; a game server needs nothing from that package.
 //
 // # Using it
 //
@@ -27,7 +28,8 @@
 //	ids.go         row id allocation from whole pages granted by the store
 //	pin.go         page pin sets (transaction and group-transaction cache policies)
 //	typed.go       typed rows over a RowCodec
-//	store.go       the Store interface; localstore.go (embedded), remotestore.go (TCP)
+//	remotestore.go the remote store (TCP); the Store interface and the embedded store are
+//	               package txnode/store
 //
 // # Contracts
 //

@@ -9,7 +9,9 @@ import (
 
 // Errors of the transaction node. Errors of the storage node arrive as its own sentinels
 // (storenode.ErrTableNotFound, ErrFenced, corrupt.ErrCorruption, ...), for the embedded and the
-// remote store alike; the ones a game server meets most are re-exported here.
+// remote store alike: an embedded engine's read "storenode: ...", and one that crossed TCP
+// carries its wire code, so errors.Is matches the same sentinel either way. The ones a game
+// server meets most are re-exported here.
 var (
 	// ErrNotFound is returned for a row id that holds no row.
 	ErrNotFound = errors.New("txnode: row not found")
@@ -29,6 +31,9 @@ var (
 	ErrOwnerInUse = storenode.ErrOwnerInUse
 	// ErrTableNotFound is returned for a table name that does not exist.
 	ErrTableNotFound = storenode.ErrTableNotFound
+	// ErrTableExists is returned by CreateTable for a name already in use (open it with
+	// DB.Table instead).
+	ErrTableExists = storenode.ErrTableExists
 	// ErrCacheFull is returned when the page cache has no evictable frame within
 	// Options.CacheWait: every frame is pinned, dirty or in flight.
 	ErrCacheFull = errors.New("txnode: page cache full")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // The test harness: the configurations every behavioural test runs against, and Store wrappers
@@ -82,34 +83,34 @@ func (c openConfig) opener(t testing.TB) func(opts Options) *DB {
 }
 
 // newLocalStore opens an embedded store in a fresh directory, for tests that wrap it.
-func newLocalStore(t testing.TB, dir string) Store {
+func newLocalStore(t testing.TB, dir string) store.Store {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	s, err := OpenLocalStore(storenode.Options{Dir: dir, Sync: storenode.SyncNone, ExpireLeasesAtOpen: true})
+	s, err := store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, ExpireLeasesAtOpen: true})
 	require.NoError(t, err)
 	return s
 }
 
 // countingStore counts the store calls the transaction node makes.
 type countingStore struct {
-	Store
+	store.Store
 	pageDirs, reads, readPages, commits atomic.Int64
 }
 
-func (s *countingStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *countingStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
 	s.reads.Add(1)
 	s.readPages.Add(int64(len(reqs)))
 	return s.Store.Read(ctx, reqs, fill)
 }
 
-func (s *countingStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+func (s *countingStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []store.PageInfo) ([]store.PageInfo, uint64, error) {
 	s.pageDirs.Add(1)
 	return s.Store.PageDir(ctx, table, lo, hi, max, dst)
 }
 
-func (s *countingStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *countingStore) Commit(b *store.Batch, done func(uint64, error)) {
 	s.commits.Add(1)
 	s.Store.Commit(b, done)
 }
@@ -125,17 +126,17 @@ func (s *countingStore) reset() {
 // (so the answer is what the store held then), reports that on entered, waits for release,
 // and only then hands the answer to the transaction node. Other Reads pass through.
 type heldReadStore struct {
-	Store
+	store.Store
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func newHeldReadStore(s Store) *heldReadStore {
+func newHeldReadStore(s store.Store) *heldReadStore {
 	return &heldReadStore{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (s *heldReadStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *heldReadStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.Store.Read(ctx, reqs, fill)
 	}
@@ -160,12 +161,12 @@ func (s *heldReadStore) Read(ctx context.Context, reqs []ReadRequest, fill func(
 // writing it anywhere; every other call goes to the store it wraps. With it the allocation
 // tests measure the transaction node's own commit path, not the store's.
 type ackStore struct {
-	Store
+	store.Store
 	mu  sync.Mutex
 	lsn uint64
 }
 
-func (s *ackStore) Commit(_ *CommitBatch, done func(uint64, error)) {
+func (s *ackStore) Commit(_ *store.Batch, done func(uint64, error)) {
 	s.mu.Lock()
 	s.lsn++
 	lsn := s.lsn

@@ -15,6 +15,7 @@ import (
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Owner identity and retries through the public API over TCP: Release on Close, two live
@@ -304,8 +305,8 @@ func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
 				addr, _ := startIdentityNode(t, opts)
 				db, err = Open(ctx, Options{StoreAddr: addr})
 			} else {
-				var s Store
-				s, err = OpenLocalStore(opts)
+				var s store.Store
+				s, err = store.OpenEmbedded(opts)
 				require.NoError(t, err)
 				db, err = Open(ctx, Options{Store: s})
 			}

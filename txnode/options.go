@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Durability says when a commit returns, and so what a crash loses.
@@ -68,8 +69,9 @@ type Options struct {
 	Dir string
 	// StoreAddr is the address of a storage node (host:port) to use over TCP.
 	StoreAddr string
-	// Store is a Store to use as it is (tests, custom deployments); Close closes it.
-	Store Store
+	// Store is a store to use as it is (tests, custom deployments, store.OpenEmbedded with
+	// storenode.Options of your own); Close closes it. Most programs set Dir or StoreAddr.
+	Store store.Store
 
 	// CacheBytes is the hard budget of the logical page cache. It counts the frames (64 rows
 	// and 64 version words each, rounded up to the allocator's size class), the per-frame

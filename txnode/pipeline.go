@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // The commit pipeline turns committed transactions into commit batches.
@@ -61,11 +62,11 @@ type batch struct {
 	lastVer  uint64
 	nTx      int
 	buf      []byte
-	segs     []BatchSegment // Rows are set at send time (buf may move while it fills)
+	segs     []store.Segment // Rows are set at send time (buf may move while it fills)
 	segOff   []int
 	tables   []*tableState
 	frames   []*frameMeta
-	commit   CommitBatch
+	commit   store.Batch
 	// done is the store's callback for this batch, made once with the batch.
 	done func(lsn uint64, err error)
 
@@ -188,7 +189,7 @@ func (p *pipeline) recycleLocked(b *batch) {
 	clear(b.tables)
 	clear(b.frames)
 	*b = batch{buf: b.buf[:0], segs: b.segs[:0], segOff: b.segOff[:0], tables: b.tables[:0],
-		frames: b.frames[:0], commit: CommitBatch{Fences: b.commit.Fences[:0]}, done: b.done}
+		frames: b.frames[:0], commit: store.Batch{Fences: b.commit.Fences[:0]}, done: b.done}
 	p.free = append(p.free, b)
 }
 
@@ -353,7 +354,7 @@ func (p *pipeline) appendTx(b *batch, tx *Tx) {
 		page, slot := logicpage.PageOf(w.id)
 		bit := uint64(1) << slot
 		if seg < 0 || b.segs[seg].Table != w.t.id || b.segs[seg].Page != page {
-			b.segs = append(b.segs, BatchSegment{Table: w.t.id, RowBytes: w.t.rowBytes, Page: page})
+			b.segs = append(b.segs, store.Segment{Table: w.t.id, RowBytes: w.t.rowBytes, Page: page})
 			b.segOff = append(b.segOff, len(b.buf))
 			seg = len(b.segs) - 1
 			if !hasTable(b.tables, w.t) {
@@ -428,7 +429,7 @@ func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
 				b.buf = b.buf[:n]
 			}
 		}
-		b.segs = append(b.segs, BatchSegment{Table: w0.t.id, RowBytes: r, Page: page, Data: data | others, Clear: clr})
+		b.segs = append(b.segs, store.Segment{Table: w0.t.id, RowBytes: r, Page: page, Data: data | others, Clear: clr})
 		b.segOff = append(b.segOff, segOff)
 		if !hasTable(b.tables, w0.t) {
 			b.tables = append(b.tables, w0.t)
@@ -485,7 +486,7 @@ func (p *pipeline) launchLocked(b *batch) {
 	b.seq = p.nextSeq
 	p.nextSeq++
 	p.inflight = append(p.inflight, b)
-	b.commit = CommitBatch{Owner: p.db.owner, Seq: b.seq, Segments: b.segs, Fences: b.commit.Fences[:0]}
+	b.commit = store.Batch{Owner: p.db.owner, Seq: b.seq, Segments: b.segs, Fences: b.commit.Fences[:0]}
 	for i := range b.segs {
 		end := len(b.buf)
 		if i+1 < len(b.segs) {
@@ -494,7 +495,7 @@ func (p *pipeline) launchLocked(b *batch) {
 		b.segs[i].Rows = b.buf[b.segOff[i]:end:end]
 	}
 	for _, t := range b.tables {
-		b.commit.Fences = append(b.commit.Fences, BatchFence{Table: t.id, Epoch: t.epoch.Load()})
+		b.commit.Fences = append(b.commit.Fences, store.Fence{Table: t.id, Epoch: t.epoch.Load()})
 	}
 	p.room.Broadcast()
 	p.mu.Unlock()
@@ -653,7 +654,7 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 			continue
 		}
 		present := m.present.Load()
-		s := BatchSegment{Table: t.id, RowBytes: t.rowBytes, Page: key & (1<<32 - 1), Data: d & present, Clear: d &^ present}
+		s := store.Segment{Table: t.id, RowBytes: t.rowBytes, Page: key & (1<<32 - 1), Data: d & present, Clear: d &^ present}
 		b.segOff = append(b.segOff, len(b.buf))
 		_, rows := frameWords(m)
 		b.buf = appendRows(b.buf, rows, t.rowBytes, s.Data)

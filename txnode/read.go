@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Cache misses. A random miss fetches only the missing rows of its page (64 bytes for a
@@ -27,7 +28,7 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 	}
 	db.cache.misses.Add(1)
 	db.stats.rowsFetched.Add(uint64(bits.OnesCount64(missing)))
-	reqs := []ReadRequest{{Table: t.id, Page: page, Want: missing}}
+	reqs := []store.ReadRequest{{Table: t.id, Page: page, Want: missing}}
 	return db.store.Read(ctx, reqs, func(_ int, data, clear uint64, rows []byte) {
 		db.fill(t, m, data, clear, rows)
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Regression tests of issue 9 (transaction node correctness), one per defect: each failed on
@@ -24,19 +25,19 @@ import (
 // report a small batch limit, so WriteBack commits wait in the pipeline's add for the next
 // epoch. Other calls pass through.
 type gatedCommitStore struct {
-	Store
+	store.Store
 	batchBytesMax int
 	armed         atomic.Bool
 	entered       chan struct{}
 	release       chan struct{}
 }
 
-func newGatedCommitStore(s Store, batchBytesMax int) *gatedCommitStore {
+func newGatedCommitStore(s store.Store, batchBytesMax int) *gatedCommitStore {
 	return &gatedCommitStore{Store: s, batchBytesMax: batchBytesMax,
 		entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (s *gatedCommitStore) Info() StoreInfo {
+func (s *gatedCommitStore) Info() store.Info {
 	info := s.Store.Info()
 	if s.batchBytesMax > 0 {
 		info.MaxBatchBytes = s.batchBytesMax
@@ -44,7 +45,7 @@ func (s *gatedCommitStore) Info() StoreInfo {
 	return info
 }
 
-func (s *gatedCommitStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *gatedCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		<-s.release
@@ -183,12 +184,12 @@ func TestLatePinKeepsCommittedRow(t *testing.T) {
 
 // recordingStore records, per commit batch, the first word of every row it writes.
 type recordingStore struct {
-	Store
+	store.Store
 	mu      sync.Mutex
 	batches map[uint64]map[uint64]uint64 // seq -> row id -> first word
 }
 
-func (s *recordingStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *recordingStore) Commit(b *store.Batch, done func(uint64, error)) {
 	rows := make(map[uint64]uint64)
 	for _, seg := range b.Segments {
 		k := 0
@@ -532,12 +533,12 @@ func TestFillSkipsLockedSlot(t *testing.T) {
 
 // fillSignalStore reports, once armed, that a fill of Read is being called.
 type fillSignalStore struct {
-	Store
+	store.Store
 	armed   atomic.Bool
 	entered chan struct{}
 }
 
-func (s *fillSignalStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *fillSignalStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.Store.Read(ctx, reqs, fill)
 	}
@@ -656,13 +657,13 @@ func TestRemoteReconnectHonoursContext(t *testing.T) {
 // heldFailStore fails the first commit batch after arm: it reports entered, waits for
 // release, then calls done with errInjected without passing the batch on.
 type heldFailStore struct {
-	Store
+	store.Store
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (s *heldFailStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *heldFailStore) Commit(b *store.Batch, done func(uint64, error)) {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		go func() {

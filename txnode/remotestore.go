@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // remoteStore talks to a storage node over one pipelined sgio connection: requests of every
@@ -25,7 +26,7 @@ import (
 // the error.
 type remoteStore struct {
 	opts Options
-	info StoreInfo
+	info store.Info
 	// incarnation is this Open's random instance id, sent in every Hello: the storage node
 	// lets a reconnect of the same incarnation replace its old connection at once.
 	incarnation [sgio.IncarnationSize]byte
@@ -48,7 +49,7 @@ type remoteCommit struct {
 	fin  bool
 }
 
-func dialStore(ctx context.Context, opts Options) (Store, error) {
+func dialStore(ctx context.Context, opts Options) (store.Store, error) {
 	s := &remoteStore{opts: opts}
 	rand.Read(s.incarnation[:])
 	s.changed = sync.NewCond(&s.mu)
@@ -61,7 +62,7 @@ func dialStore(ctx context.Context, opts Options) (Store, error) {
 	if h.SyncMode == sgio.SyncNone {
 		mode = "none"
 	}
-	s.info = StoreInfo{SyncMode: mode, Lease: time.Duration(h.LeaseMillis) * time.Millisecond, MaxBatchBytes: int(h.MaxBody)}
+	s.info = store.Info{SyncMode: mode, Lease: time.Duration(h.LeaseMillis) * time.Millisecond, MaxBatchBytes: int(h.MaxBody)}
 	s.conn, s.gen = c, 1
 	go s.watch(c, 1)
 	return s, nil
@@ -122,7 +123,7 @@ func (s *remoteStore) ownerInUseWait(ctx context.Context) time.Duration {
 	return time.Duration(c.Hello().LeaseMillis)*time.Millisecond + OwnerInUseMargin
 }
 
-func (s *remoteStore) Info() StoreInfo { return s.info }
+func (s *remoteStore) Info() store.Info { return s.info }
 
 // watch waits for connection gen to break, then reconnects (redial), installs the new
 // connection as the next generation and resends the batches in flight (resendInFlight), or, if
@@ -324,17 +325,17 @@ func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
 	}
 }
 
-func tableFrom(t sgio.TableInfo) StoreTable {
-	return StoreTable{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID}
+func tableFrom(t sgio.TableInfo) store.Table {
+	return store.Table{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID}
 }
 
-func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (StoreTable, error) {
+func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (store.Table, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.CreateTable{RowBytes: uint16(rowBytes), Name: name}, &r, false)
 	return tableFrom(r), err
 }
 
-func (s *remoteStore) OpenTable(ctx context.Context, name string) (StoreTable, error) {
+func (s *remoteStore) OpenTable(ctx context.Context, name string) (store.Table, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.OpenTable{Name: name}, &r, true)
 	return tableFrom(r), err
@@ -344,26 +345,28 @@ func (s *remoteStore) Ping(ctx context.Context) error {
 	return s.call(ctx, &sgio.Ping{}, &sgio.Pong{}, true)
 }
 
-func (s *remoteStore) ListTables(ctx context.Context) ([]StoreTable, error) {
+func (s *remoteStore) ListTables(ctx context.Context) ([]store.Table, error) {
 	var r sgio.TableList
 	if err := s.call(ctx, &sgio.ListTables{}, &r, true); err != nil {
 		return nil, err
 	}
-	out := make([]StoreTable, len(r.Tables))
+	out := make([]store.Table, len(r.Tables))
 	for i, t := range r.Tables {
 		out[i] = tableFrom(t)
 	}
 	return out, nil
 }
 
-func (s *remoteStore) DropTable(ctx context.Context, name string) error {
+// DropTable drops on behalf of the connection's owner id (the storage node trusts no other),
+// which is the DB's: owner is not sent.
+func (s *remoteStore) DropTable(ctx context.Context, name string, _ uint64) error {
 	return s.call(ctx, &sgio.DropTable{Name: name}, &sgio.OK{}, false)
 }
 
-func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (StoreGrant, error) {
+func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (store.Grant, error) {
 	var r sgio.Grant
 	err := s.call(ctx, &sgio.Acquire{Table: table, Owner: owner, Epoch: epoch}, &r, epoch != 0)
-	return StoreGrant{Table: r.Table, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
+	return store.Grant{Table: r.Table, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
 }
 
 func (s *remoteStore) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
@@ -372,21 +375,21 @@ func (s *remoteStore) AllocIDs(ctx context.Context, table uint32, owner, epoch u
 	return r.First, r.Count, err
 }
 
-func (s *remoteStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+func (s *remoteStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []store.PageInfo) ([]store.PageInfo, uint64, error) {
 	var r sgio.PageDirReply
 	err := s.call(ctx, &sgio.PageDir{Table: table, Lo: lo, Hi: hi, MaxEntries: uint32(max)}, &r, true)
 	if err != nil {
 		return dst, 0, err
 	}
 	for _, e := range r.Entries {
-		dst = append(dst, PageInfo{Page: e.Page, Present: e.Present})
+		dst = append(dst, store.PageInfo{Page: e.Page, Present: e.Present})
 	}
 	return dst, r.Next, nil
 }
 
 // Read sends one ReadPages frame and fills from the reply in place, on the connection's
 // receiver goroutine.
-func (s *remoteStore) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
 	wants := make([]sgio.PageWant, len(reqs))
 	for i, r := range reqs {
 		wants[i] = sgio.PageWant{Table: r.Table, Page: r.Page, Want: r.Want}
@@ -452,7 +455,7 @@ func fillFromSegments(body []byte, n int, fill func(int, uint64, uint64, []byte)
 }
 
 // Commit sends a batch; the rows are gathered into the write by reference.
-func (s *remoteStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
 	rc := &remoteCommit{done: done, msg: sgio.Commit{Owner: b.Owner, Seq: b.Seq,
 		Fences: make([]sgio.Fence, len(b.Fences)), Segments: make([]sgio.Segment, len(b.Segments))}}
 	for i, f := range b.Fences {

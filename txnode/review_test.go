@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Regression tests from the hostile review of issue 9's merge; each failed on the code before
@@ -72,12 +74,12 @@ func TestWorkingSetOfMixedRowSizes(t *testing.T) {
 
 // acquireSignalStore closes acquired (once armed) when an Acquire returns to its caller.
 type acquireSignalStore struct {
-	Store
+	store.Store
 	armed    atomic.Bool
 	acquired chan struct{}
 }
 
-func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (StoreGrant, error) {
+func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (store.Grant, error) {
 	g, err := s.Store.Acquire(ctx, table, owner, epoch)
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.acquired)
@@ -280,7 +282,7 @@ func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 
 // gatedAllocStore holds the first AllocIDs after arm until release (reporting entered).
 type gatedAllocStore struct {
-	Store
+	store.Store
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
@@ -388,7 +390,7 @@ type heldFailAckStore struct {
 	lsn  atomic.Uint64
 }
 
-func (s *heldFailAckStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *heldFailAckStore) Commit(b *store.Batch, done func(uint64, error)) {
 	if s.held.Load() {
 		done(s.lsn.Add(1)+1<<40, nil)
 		return

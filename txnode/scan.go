@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Scans walk present rows in id order. Below the first id granted to this node in this run,
@@ -81,7 +82,7 @@ func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, er
 	out := make([]byte, t.rowBytes)
 	loPage, hiPage := lo/logicpage.RowsPerPage, (hi+logicpage.RowsPerPage-1)/logicpage.RowsPerPage
 	freshPage := grantLo / logicpage.RowsPerPage // pages from here may hold rows the store lacks
-	var dir []PageInfo
+	var dir []store.PageInfo
 	for page := loPage; page < hiPage; {
 		var pages []uint64
 		if page < freshPage {
@@ -159,11 +160,11 @@ func (tx *Tx) pinScanPages(t *tableState, pages []uint64, record bool) ([]*frame
 
 // fillScanPages reads the rows the pinned frames lack from the store, in one request.
 func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) error {
-	var reqs []ReadRequest
+	var reqs []store.ReadRequest
 	var reqFrames []*frameMeta
 	for i, m := range frames {
 		if v := m.valid.Load(); v != ^uint64(0) {
-			reqs = append(reqs, ReadRequest{Table: t.id, Page: pages[i], Want: ^v})
+			reqs = append(reqs, store.ReadRequest{Table: t.id, Page: pages[i], Want: ^v})
 			reqFrames = append(reqFrames, m)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Sessions: one goroutine keeps thousands of transactions in flight. Their pendings resolve
@@ -127,11 +129,11 @@ var errInjected = errors.New("injected commit failure")
 
 // failingStore fails every commit batch from the failAt-th on.
 type failingStore struct {
-	Store
+	store.Store
 	n, failAt atomic.Int64
 }
 
-func (s *failingStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *failingStore) Commit(b *store.Batch, done func(uint64, error)) {
 	if s.n.Add(1) >= s.failAt.Load() {
 		done(0, errInjected)
 		return
@@ -197,13 +199,13 @@ func TestSessionBatchFailure(t *testing.T) {
 
 // heldCommitStore holds back the acknowledgements of commit batches until release.
 type heldCommitStore struct {
-	Store
+	store.Store
 	mu       sync.Mutex
 	released bool
 	acks     []func()
 }
 
-func (s *heldCommitStore) Commit(b *CommitBatch, done func(uint64, error)) {
+func (s *heldCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
 	s.Store.Commit(b, func(lsn uint64, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -144,6 +144,7 @@ func TestRunServesCommitsMetricsAndStops(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "t", RowBytes: 64}, &ti))
 	var g sgio.Grant
 	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 1}, &g))
+	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: 1, Epoch: g.Epoch, Pages: 1}, &sgio.IDRange{}))
 	row := make([]byte, 64)
 	commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
 		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: 1, Rows: row}}}

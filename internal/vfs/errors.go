@@ -7,6 +7,10 @@ var (
 	// ErrLocked is wrapped by the error Lock returns when another holder (another process for
 	// Default, another Lock call on the same FaultFS) already holds the lock.
 	ErrLocked = errors.New("vfs: locked by another holder")
+	// ErrLockedInProcess is wrapped by the error Default.Lock returns when this process
+	// already holds the lock (an earlier Lock of the same file, by any path, not yet closed).
+	// It matches ErrLocked too, but reads as what it is.
+	ErrLockedInProcess error = &inProcessError{}
 )
 
 // Errors of FaultFS only: the real operating system never returns them.
@@ -16,3 +20,12 @@ var (
 	// FaultFS.SetCrashPoint has been passed: the simulated process is dead.
 	ErrCrashed = errors.New("vfs: crashed")
 )
+
+// inProcessError is ErrLockedInProcess: its own message, and ErrLocked under errors.Is.
+type inProcessError struct{}
+
+// Error reports the message.
+func (*inProcessError) Error() string { return "vfs: already locked by this process" }
+
+// Unwrap reports ErrLocked.
+func (*inProcessError) Unwrap() error { return ErrLocked }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"syscall"
 )
 
@@ -72,10 +73,38 @@ func (osFS) List(dir string) ([]string, error) {
 
 func (osFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }
 
+// heldLocks are the lock files Default.Lock holds in this process, by file identity (a path
+// may be spelled many ways): flock and LockFileEx refuse a second lock of the same file from
+// this process just as from another, and only this list tells the two apart. lockMu orders
+// Lock and a lock's Close, so a lock closed just now is never taken for another process's.
+var (
+	lockMu    sync.Mutex
+	heldLocks []*osLock
+)
+
+// osLock is a lock taken by Default.Lock; closing its descriptor (handle) releases it.
+type osLock struct {
+	f    *os.File
+	info os.FileInfo
+}
+
 func (osFS) Lock(name string) (io.Closer, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	lockMu.Lock()
+	defer lockMu.Unlock()
+	for _, l := range heldLocks {
+		if os.SameFile(l.info, info) {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: %s", ErrLockedInProcess, name)
+		}
 	}
 	rc, err := f.SyscallConn()
 	if err == nil {
@@ -88,8 +117,21 @@ func (osFS) Lock(name string) (io.Closer, error) {
 		}
 		return nil, &os.PathError{Op: lockOp, Path: name, Err: err}
 	}
-	// Closing the descriptor (handle) releases the lock.
-	return f, nil
+	l := &osLock{f: f, info: info}
+	heldLocks = append(heldLocks, l)
+	return l, nil
+}
+
+// Close releases the lock: it closes the descriptor, then forgets the lock, both under lockMu.
+// A second Close returns os.ErrClosed's error.
+func (l *osLock) Close() error {
+	lockMu.Lock()
+	defer lockMu.Unlock()
+	err := l.f.Close()
+	if i := slices.Index(heldLocks, l); i >= 0 {
+		heldLocks = slices.Delete(heldLocks, i, i+1)
+	}
+	return err
 }
 
 // control runs fn on the descriptor (a handle on Windows) behind rc, retrying EINTR, and

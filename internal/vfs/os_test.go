@@ -3,9 +3,12 @@ package vfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +37,7 @@ func TestDefaultLockChild(t *testing.T) {
 	case err == nil:
 		_ = l.Close()
 		os.Exit(lockChildGot)
-	case errors.Is(err, ErrLocked) && errors.Is(err, syscall.EWOULDBLOCK):
+	case errors.Is(err, ErrLocked) && errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, ErrLockedInProcess):
 		os.Exit(lockChildLocked)
 	default:
 		os.Exit(lockChildFailed)
@@ -61,4 +64,75 @@ func TestDefaultLockAcrossProcesses(t *testing.T) {
 	require.Equal(t, lockChildLocked, runChild(), "another process is refused while we hold it")
 	require.NoError(t, l.Close())
 	require.Equal(t, lockChildGot, runChild(), "and gets it once we release it")
+}
+
+// TestDefaultLockInProcess: a second Lock of a file this process holds, by another spelling
+// of its path or another name of the file, says so (ErrLockedInProcess, still ErrLocked), never "another holder"; closing
+// frees it for this process at once.
+func TestDefaultLockInProcess(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "LOCK")
+	l, err := Default.Lock(name)
+	require.NoError(t, err)
+	sep := string(filepath.Separator)
+	_, err = Default.Lock(dir + sep + "." + sep + "LOCK")
+	require.ErrorIs(t, err, ErrLockedInProcess)
+	require.ErrorIs(t, err, ErrLocked)
+	require.NotContains(t, err.Error(), "another")
+	require.Contains(t, err.Error(), "this process")
+	link := filepath.Join(dir, "LINK")
+	require.NoError(t, os.Link(name, link))
+	_, err = Default.Lock(link)
+	require.ErrorIs(t, err, ErrLockedInProcess, "the same file by another name")
+	require.NoError(t, l.Close())
+	l2, err := Default.Lock(name)
+	require.NoError(t, err, "free again once closed")
+	require.NoError(t, l2.Close())
+	require.Error(t, l2.Close(), "a second Close")
+	l3, err := Default.Lock(name)
+	require.NoError(t, err, "a second Close releases nobody else's lock")
+	require.NoError(t, l3.Close())
+}
+
+// TestDefaultLockInProcessConcurrent: goroutines racing to Lock and Close one file see it
+// held by at most one of them at a time, and every refusal says "this process": a lock closed
+// just now is never mistaken for another process's (Close and Lock are ordered by lockMu).
+func TestDefaultLockInProcessConcurrent(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "LOCK")
+	rounds := 2000
+	if testing.Short() {
+		rounds = 200
+	}
+	var holders atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := Default.Lock(name)
+				if err != nil {
+					if !errors.Is(err, ErrLockedInProcess) {
+						errs <- err
+						return
+					}
+					continue
+				}
+				if n := holders.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d holders at once", n)
+				}
+				holders.Add(-1)
+				if err := l.Close(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }

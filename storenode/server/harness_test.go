@@ -21,6 +21,10 @@ import (
 // Helpers the server's tests share with the engine's (storenode's harness_test.go,
 // engine_test.go, identity_test.go keep their own copies: test code is not exported).
 
+// testGrantPages is how many id pages the tests grant a table before they write it (the
+// engine refuses rows never granted); as storenode's harness_test.go.
+const testGrantPages = 64
+
 // idWait bounds every wait of these tests.
 const idWait = 20 * time.Second
 

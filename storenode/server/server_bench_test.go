@@ -136,6 +136,7 @@ var echoReplies = func() map[sgio.Type][]byte {
 		sgio.TypePing:        &sgio.Pong{},
 		sgio.TypeCreateTable: &sgio.TableInfo{Table: 1, RowBytes: 64, Name: "bench"},
 		sgio.TypeAcquire:     &sgio.Grant{Table: 1, Owner: 1, Epoch: 1},
+		sgio.TypeAllocIDs:    &sgio.IDRange{Count: 64},
 		sgio.TypeCommit:      &sgio.CommitAck{LSN: 1, Seq: 1},
 		sgio.TypeReadPages:   &sgio.Segments{Segments: []sgio.Segment{{Table: 1, RowBytes: 64, Data: 1 << 1, Rows: make([]byte, 64)}}},
 	}
@@ -198,6 +199,9 @@ func benchTable(b *testing.B, c *sgio.Client, name string, owner uint64) (uint32
 	}
 	var g sgio.Grant
 	if err := c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: owner}, &g); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: owner, Epoch: g.Epoch, Pages: 1}, &sgio.IDRange{}); err != nil {
 		b.Fatal(err)
 	}
 	return ti.Table, g.Epoch

@@ -197,6 +197,7 @@ func TestHostileClientProvesFirst(t *testing.T) {
 func fillPages(t *testing.T, c *sgio.Client, table uint32, owner, epoch uint64, seq *uint64, n int) {
 	t.Helper()
 	const perBatch = 2048 // 8 MiB of rows
+	require.NoError(t, srvGrant(srvCtx(t), c, table, owner, epoch, n))
 	page := bytes.Repeat([]byte{0xab}, 64*64)
 	for first := 0; first < n; first += perBatch {
 		*seq++
@@ -325,6 +326,7 @@ func TestHostileCommitQueueBounded(t *testing.T) {
 	})
 	c := env.dial(8)
 	ti, g := srvTable(t, c, "queue", 8)
+	require.NoError(t, srvGrant(srvCtx(t), c, ti.Table, 8, g.Epoch, 256))
 	page := bytes.Repeat([]byte{1}, 64*64)
 	batch := func(seq uint64) *sgio.Commit {
 		m := &sgio.Commit{Owner: 8, Seq: seq, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}}}

@@ -215,6 +215,9 @@ func (w *killWriter) resume(ctx context.Context, c *sgio.Client) error {
 	if err := c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: w.owner}, &g); err != nil {
 		return err
 	}
+	if err := srvGrant(ctx, c, ti.Table, w.owner, g.Epoch, 2); err != nil {
+		return err
+	}
 	if g.LastSeq < w.acked {
 		return fmt.Errorf("writer %d: last applied seq %d, but seq %d was acknowledged", w.writer, g.LastSeq, w.acked)
 	}

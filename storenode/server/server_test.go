@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -224,7 +225,29 @@ func srvTable(t testing.TB, c *sgio.Client, name string, owner uint64) (sgio.Tab
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.CreateTable{Name: name, RowBytes: 64}, &ti))
 	var g sgio.Grant
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: owner}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), c, ti.Table, owner, g.Epoch, testGrantPages))
 	return ti, g
+}
+
+// srvGrant has owner granted the ids of table's first pages pages over the wire, as a
+// transaction node does before it inserts (rows never granted are refused), when the table's
+// ids are not granted that far yet.
+func srvGrant(ctx context.Context, c *sgio.Client, table uint32, owner, epoch uint64, pages int) error {
+	var ti sgio.TableInfo
+	var tables sgio.TableList
+	if err := c.CallInto(ctx, &sgio.ListTables{}, &tables); err != nil {
+		return err
+	}
+	for _, info := range tables.Tables {
+		if info.Table == table {
+			ti = info
+		}
+	}
+	want := uint64(pages) * logicpage.RowsPerPage
+	if ti.NextID >= want {
+		return nil
+	}
+	return c.CallInto(ctx, &sgio.AllocIDs{Table: table, Owner: owner, Epoch: epoch, Pages: uint32((want - ti.NextID) / logicpage.RowsPerPage)}, &sgio.IDRange{})
 }
 
 func TestServerHandshake(t *testing.T) {

@@ -1,25 +1,30 @@
-package txnode
+package store
 
 import (
 	"context"
 	"time"
 )
 
-// Store is the durable side of a transaction node: a storage node over TCP (the remote store)
-// or an in-process storage engine (the embedded default). It is defined here, by its consumer.
-// Every method may be called from any goroutine. Errors map to the storage node's sentinels
-// (errors.Is works across TCP).
+// Store is the durable side of a transaction node: a storage node over TCP (txnode's remote
+// store) or an in-process storage engine (OpenEmbedded). See the package doc for which
+// goroutine calls each method, how long buffers stay valid and which errors each returns.
 type Store interface {
 	// Info reports the store's sync mode and limits (the hello reply, for a remote store).
-	Info() StoreInfo
+	Info() Info
 
-	CreateTable(ctx context.Context, name string, rowBytes int) (StoreTable, error)
-	OpenTable(ctx context.Context, name string) (StoreTable, error)
-	ListTables(ctx context.Context) ([]StoreTable, error)
-	DropTable(ctx context.Context, name string) error
+	// CreateTable creates a table of rowBytes-byte rows.
+	CreateTable(ctx context.Context, name string, rowBytes int) (Table, error)
+	// OpenTable looks a table up by name.
+	OpenTable(ctx context.Context, name string) (Table, error)
+	// ListTables lists every table, in no particular order.
+	ListTables(ctx context.Context) ([]Table, error)
+	// DropTable deletes a table and its rows on behalf of owner (the caller's owner id): the
+	// table's holder, or anyone when no other owner's lease is live. A remote store drops on
+	// behalf of its connection's owner id, which is owner.
+	DropTable(ctx context.Context, name string, owner uint64) error
 
 	// Acquire asks for (epoch 0) or renews (epoch != 0) the write ownership of a table.
-	Acquire(ctx context.Context, table uint32, owner, epoch uint64) (StoreGrant, error)
+	Acquire(ctx context.Context, table uint32, owner, epoch uint64) (Grant, error)
 	// AllocIDs grants whole pages of new row ids; the grant is durable when it returns.
 	AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (first, count uint64, err error)
 
@@ -36,7 +41,7 @@ type Store interface {
 	// or with an error. The batch and its rows must not change until done is called. done
 	// may run on any goroutine, must be quick and must not call back into the store's
 	// blocking methods.
-	Commit(b *CommitBatch, done func(lsn uint64, err error))
+	Commit(b *Batch, done func(lsn uint64, err error))
 
 	// Ping is traffic and nothing else: a node that holds no table still keeps its owner id
 	// live at a storage node with it (another incarnation may take an id silent for a lease).
@@ -47,8 +52,8 @@ type Store interface {
 	Close() error
 }
 
-// StoreInfo is what a store reports about itself.
-type StoreInfo struct {
+// Info is what a store reports about itself.
+type Info struct {
 	// SyncMode is "always" or "none".
 	SyncMode string
 	// Lease is how long an ownership grant lives without renewal; 0 means it never expires
@@ -58,19 +63,22 @@ type StoreInfo struct {
 	MaxBatchBytes int
 }
 
-// StoreTable describes a table as the store knows it.
-type StoreTable struct {
+// Table describes a table as the store knows it.
+type Table struct {
 	ID       uint32
 	Name     string
 	RowBytes int
-	NextID   uint64
+	// NextID is the table's id high-water mark: no row lives at or above it.
+	NextID uint64
 }
 
-// StoreGrant is a table's write ownership.
-type StoreGrant struct {
-	Table   uint32
-	Epoch   uint64
-	Lease   time.Duration
+// Grant is a table's write ownership.
+type Grant struct {
+	Table uint32
+	Epoch uint64
+	// Lease is how long the grant lives without renewal; 0: for ever.
+	Lease time.Duration
+	// LastSeq is the owner's last batch seq the store applied.
 	LastSeq uint64
 }
 
@@ -87,24 +95,24 @@ type PageInfo struct {
 	Present uint64
 }
 
-// CommitBatch is one commit batch: the segments of one or more transactions of this node,
-// atomic as a whole. Rows of segment i are Rows[i], popcount(Data)*rowBytes bytes.
-type CommitBatch struct {
+// Batch is one commit batch: the segments of one or more transactions of a node, atomic as a
+// whole. Rows of segment i are Segments[i].Rows, popcount(Data)*RowBytes bytes.
+type Batch struct {
 	Owner    uint64
 	Seq      uint64
-	Fences   []BatchFence
-	Segments []BatchSegment
+	Fences   []Fence
+	Segments []Segment
 }
 
-// BatchFence names a table the batch writes and the epoch this node holds for it.
-type BatchFence struct {
+// Fence names a table the batch writes and the epoch its node holds for it.
+type Fence struct {
 	Table uint32
 	Epoch uint64
 }
 
-// BatchSegment is one page's changes: rows of Data (in slot order, in Rows) and slots of Clear
+// Segment is one page's changes: rows of Data (in slot order, in Rows) and slots of Clear
 // deleted.
-type BatchSegment struct {
+type Segment struct {
 	Table    uint32
 	RowBytes int
 	Page     uint64

@@ -1,0 +1,65 @@
+package txnode
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+)
+
+// TestStoreErrorsReadRight: the store's errors a game meets match txnode's re-exported
+// sentinels (ErrTableExists, ErrTableNotFound) and storenode's under errors.Is, embedded and
+// over TCP (wire codes) alike, and an embedded store's never read as the wire's ("sgio: ...").
+func TestStoreErrorsReadRight(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range openConfigs(t) {
+		if cfg.durability != Durable {
+			continue
+		}
+		t.Run(cfg.name, func(t *testing.T) {
+			db := cfg.opener(t)(Options{})
+			_, err := db.CreateTable(ctx, "items", 64)
+			require.NoError(t, err)
+			_, err = db.CreateTable(ctx, "items", 64)
+			require.ErrorIs(t, err, ErrTableExists)
+			require.ErrorIs(t, err, storenode.ErrTableExists)
+			require.ErrorIs(t, err, sgio.ErrTableExists)
+			embedded := strings.HasPrefix(cfg.name, "embedded")
+			if embedded {
+				require.NotContains(t, err.Error(), "sgio")
+			}
+			_, err = db.Table(ctx, "missing")
+			require.ErrorIs(t, err, ErrTableNotFound)
+			require.ErrorIs(t, err, storenode.ErrTableNotFound)
+			if embedded {
+				require.NotContains(t, err.Error(), "sgio")
+			}
+			_, err = db.CreateTable(ctx, "bad name!", 64)
+			require.ErrorIs(t, err, storenode.ErrBadName)
+			if embedded {
+				require.NotContains(t, err.Error(), "sgio")
+			}
+		})
+	}
+}
+
+// TestOpenDirTwiceInProcess: opening a directory this process already has open says so
+// (storenode.ErrAlreadyOpen), not that another process holds it.
+func TestOpenDirTwiceInProcess(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
+	require.NoError(t, err)
+	_, err = Open(ctx, Options{Dir: dir, SyncMode: "none"})
+	require.ErrorIs(t, err, storenode.ErrAlreadyOpen)
+	require.ErrorIs(t, err, storenode.ErrLocked)
+	require.NotContains(t, err.Error(), "another process")
+	require.NoError(t, db.Close(ctx))
+	db, err = Open(ctx, Options{Dir: dir, SyncMode: "none"})
+	require.NoError(t, err, "free once the first DB closed")
+	require.NoError(t, db.Close(ctx))
+}

@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode"
+)
+
+// embedded is the embedded store: an in-process storage engine, no TCP. It converts between
+// the transaction node's types and the engine's; rows are never copied on the way in (the
+// engine copies them into its WAL and cache).
+type embedded struct {
+	e *storenode.Engine
+
+	segPool sync.Pool // *[]storenode.Segment
+}
+
+// OpenEmbedded opens (creating) an embedded store in opts.Dir: a storenode.Engine in this
+// process. Nobody else can reach it, so its grants never expire (Info's Lease is 0). txnode.Open
+// opens one for Options.Dir with ExpireLeasesAtOpen set; set it too, or a table a crashed run
+// held stays owned for a lease.
+func OpenEmbedded(opts storenode.Options) (Store, error) {
+	e, err := storenode.Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &embedded{e: e}, nil
+}
+
+func (s *embedded) Info() Info {
+	return Info{SyncMode: s.e.SyncMode().String(), MaxBatchBytes: 64 << 20}
+}
+
+func tableOf(t storenode.TableInfo) Table {
+	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID}
+}
+
+func (s *embedded) CreateTable(_ context.Context, name string, rowBytes int) (Table, error) {
+	t, err := s.e.CreateTable(name, rowBytes)
+	return tableOf(t), err
+}
+
+func (s *embedded) OpenTable(_ context.Context, name string) (Table, error) {
+	t, err := s.e.OpenTable(name)
+	return tableOf(t), err
+}
+
+func (s *embedded) Ping(context.Context) error { return nil }
+
+func (s *embedded) ListTables(context.Context) ([]Table, error) {
+	var out []Table
+	for _, t := range s.e.Tables() {
+		out = append(out, tableOf(t))
+	}
+	return out, nil
+}
+
+func (s *embedded) DropTable(_ context.Context, name string, owner uint64) error {
+	return s.e.DropTable(name, owner)
+}
+
+func (s *embedded) Acquire(_ context.Context, table uint32, owner, epoch uint64) (Grant, error) {
+	g, err := s.e.Acquire(table, owner, epoch)
+	// Nobody else can reach an embedded engine: the lease never needs checking.
+	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, err
+}
+
+func (s *embedded) AllocIDs(_ context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
+	return s.e.AllocIDs(table, owner, epoch, pages)
+}
+
+func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+	var buf []byte
+	for i, r := range reqs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		data, clear, out, err := s.e.ReadRows(r.Table, r.Page, r.Want, buf[:0])
+		if err != nil {
+			return err
+		}
+		fill(i, data, clear, out)
+		buf = out
+	}
+	return nil
+}
+
+func (s *embedded) PageDir(_ context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+	pages, next, err := s.e.PageDir(table, lo, hi, max, nil)
+	for _, p := range pages {
+		dst = append(dst, PageInfo{Page: p.Page, Present: p.Present})
+	}
+	return dst, next, err
+}
+
+func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
+	sp, _ := s.segPool.Get().(*[]storenode.Segment)
+	if sp == nil {
+		sp = new([]storenode.Segment)
+	}
+	segs := (*sp)[:0]
+	for _, seg := range b.Segments {
+		segs = append(segs, storenode.Segment{Table: seg.Table, Segment: logicpage.Segment{
+			Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
+	}
+	fences := make([]storenode.Fence, len(b.Fences))
+	for i, f := range b.Fences {
+		fences[i] = storenode.Fence{Table: f.Table, Epoch: f.Epoch}
+	}
+	// Commit copies the rows into the WAL and the cache before it returns.
+	s.e.Commit(&storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: fences, Segments: segs}, done)
+	clear(segs)
+	*sp = segs[:0]
+	s.segPool.Put(sp)
+}
+
+func (s *embedded) Close() error {
+	err := s.e.Close()
+	if errors.Is(err, storenode.ErrClosed) {
+		return nil
+	}
+	return err
+}
