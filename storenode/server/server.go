@@ -7,7 +7,7 @@
 //
 // # Layout
 //
-//	server.go          Config, Server (New, Start, Shutdown, Serve, Healthy), Stats
+//	server.go          Config, Server (New, Start, Shutdown, Serve, Healthy), Stats, StatDescs
 //	errors.go          the server's sentinels (ErrFileLimit, ErrTransportStopped)
 //	limits.go          the file descriptor budget checked at start (limits_unix.go, _windows)
 //	server_accept.go   the accept loop and admission (MaxConns, handshake slots, eviction)
