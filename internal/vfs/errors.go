@@ -16,3 +16,9 @@ var (
 	// FaultFS.SetCrashPoint has been passed: the simulated process is dead.
 	ErrCrashed = errors.New("vfs: crashed")
 )
+
+// Errors of a ReadOnly view.
+var (
+	// ErrReadOnly is returned by every call of a ReadOnly view that would change something.
+	ErrReadOnly = errors.New("vfs: read-only view")
+)
