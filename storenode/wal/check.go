@@ -48,16 +48,17 @@ type Position struct {
 // Check reads the log in dir as recovery's first pass would (Open with opts, recovery in
 // docs/wal.md) and changes nothing: it opens no file for writing, takes no lock (the caller
 // keeps writers out, as storenode.Check does with the store's lock) and never truncates or
-// rewrites. visit (nil: none) receives every good record with LSN > opts.After, in LSN order, on
-// the calling goroutine, before the end of the log is settled; its payload is valid only
-// during the call, and an error from visit stops Check and is returned wrapped.
+// rewrites. visit (nil: none) receives every good record with LSN > opts.After and where it
+// lies, in LSN order, on the calling goroutine, before the end of the log is settled; its
+// payload is valid only during the call, and an error from visit stops Check and is returned
+// wrapped.
 //
 // The error wraps corrupt.ErrCorruption when recovery would fail (res.Bad says where): a bad
 // record at or below After or DurableThrough, or proved durable by a later record or a later
 // segment, a valid record out of LSN order, a missing segment, a log that ends before After or
 // DurableThrough. A torn tail is not an error: res.Tail describes it. Other errors are IO
 // errors. res counts what was read up to where Check stopped.
-func Check(fsys vfs.FS, dir string, opts Options, visit func(Record) error) (res CheckResult, err error) {
+func Check(fsys vfs.FS, dir string, opts Options, visit func(Record, Position) error) (res CheckResult, err error) {
 	opts, err = opts.withDefaults()
 	if err != nil {
 		return res, err
@@ -74,7 +75,12 @@ func Check(fsys vfs.FS, dir string, opts Options, visit func(Record) error) (res
 		return res, nil
 	}
 	res.FirstLSN = firsts[s]
-	r := &recovery{w: w, firsts: firsts, replay: visit}
+	r := &recovery{w: w, firsts: firsts}
+	if visit != nil {
+		r.replay = func(rec Record) error {
+			return visit(rec, Position{File: segmentName(r.firsts[r.cur.seg]), Offset: r.cur.off, LSN: rec.LSN})
+		}
+	}
 	defer r.closeFile()
 	end, err := r.scan(s)
 	res.Segments = r.bad.seg - s + 1

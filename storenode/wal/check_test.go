@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"testing"
 
@@ -19,7 +20,10 @@ func checkAgreesWithOpen(t *testing.T, s snapshot, opts Options, what string) Ch
 	t.Helper()
 	fs := s.restore(t)
 	var visited []uint64
-	res, cerr := Check(vfs.ReadOnly(fs), testDir, opts, func(r Record) error {
+	res, cerr := Check(vfs.ReadOnly(fs), testDir, opts, func(r Record, at Position) error {
+		require.Equal(t, r.LSN, at.LSN)
+		b := s[at.File]
+		require.Equal(t, r.LSN, binary.LittleEndian.Uint64(b[at.Offset+recordLSNOffset:]), "%s: record at %+v", what, at)
 		visited = append(visited, r.LSN)
 		return nil
 	})

@@ -200,8 +200,8 @@ type recovery struct {
 	// lastSynced is the synced-through LSN of the last good record: records up to it had
 	// been durable; later ones may live in the page cache only.
 	lastSynced uint64
-	// bad is where scan stopped when it failed.
-	bad badAt
+	// bad is where scan stopped when it failed; cur is the record being replayed.
+	bad, cur badAt
 }
 
 // badAt is a place in the log: segment index, offset, the LSN due there.
@@ -271,6 +271,7 @@ func (r *recovery) readSegmentUntil(i int, expected *uint64, until uint64) (off 
 			return off, nil, corrupt.Errorf("wal: %s offset %d: record has LSN %d, want %d", r.path(i), off, h.lsn, *expected)
 		}
 		if h.lsn > r.w.opts.After && r.replay != nil {
+			r.cur = badAt{seg: i, off: off, lsn: h.lsn}
 			if err := r.replay(Record{LSN: h.lsn, Kind: h.kind, Payload: payload}); err != nil {
 				return off, nil, fmt.Errorf("wal: replay LSN %d: %w", h.lsn, err)
 			}
