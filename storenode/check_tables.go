@@ -66,9 +66,9 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 	}
 
 	used := bitmaptree.New()
-	var order []uint32     // logical pages whose disk page lies in the file, to read
-	var dups []uint64      // disk pages mapped more than once
-	var outside uint64     // distinct disk pages mapped beyond the file
+	var order []uint32 // logical pages whose disk page lies in the file, to read
+	var dups []uint64  // disk pages mapped more than once
+	var outside uint64 // distinct disk pages mapped beyond the file
 	for page, ent := range mt.pages {
 		c.rep.Rows += uint64(bits.OnesCount64(ent.present))
 		if ent.present != 0 {

@@ -33,8 +33,8 @@ type TornTail struct {
 	File    string // segment file name
 	Offset  int64
 	LSN     uint64
-	Bytes   int64  // bytes of File from Offset to its end
-	Cause   error  // why the record at Offset is bad
+	Bytes   int64 // bytes of File from Offset to its end
+	Cause   error // why the record at Offset is bad
 	Removed []string
 }
 
