@@ -72,7 +72,8 @@ type Finding struct {
 	What string
 }
 
-// String formats f on one line: "damage: FILE offset N: table T page P: WHAT".
+// String formats f on one line: "damage: FILE offset N: table T page P disk page D: LSN L:
+// WHAT", leaving out the parts f does not name.
 func (f Finding) String() string {
 	var b strings.Builder
 	if f.Damage {
@@ -83,18 +84,17 @@ func (f Finding) String() string {
 	if f.File != "" {
 		b.WriteString(f.File)
 		if f.Offset >= 0 {
-			b.WriteString(" offset ")
-			b.WriteString(strconv.FormatInt(f.Offset, 10))
+			fmt.Fprintf(&b, " offset %d", f.Offset)
 		}
 		b.WriteString(": ")
 	}
 	if f.Table != 0 {
-		fmt.Fprintf(&b, "table %d ", f.Table)
+		fmt.Fprintf(&b, "table %d", f.Table)
 		if f.Page >= 0 {
-			fmt.Fprintf(&b, "page %d ", f.Page)
+			fmt.Fprintf(&b, " page %d", f.Page)
 		}
 		if f.DiskPage >= 0 {
-			fmt.Fprintf(&b, "disk page %d ", f.DiskPage)
+			fmt.Fprintf(&b, " disk page %d", f.DiskPage)
 		}
 		b.WriteString(": ")
 	}
