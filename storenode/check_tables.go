@@ -65,7 +65,7 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 		return Finding{File: metaName, Offset: metaEntryOffset(mt, tableOff, page), Table: mt.id, Page: int64(page), DiskPage: -1}
 	}
 
-	used := bitmaptree.New()
+	used, dupSet := bitmaptree.New(), bitmaptree.New()
 	var order []uint32 // logical pages whose disk page lies in the file, to read
 	var dups []uint64  // disk pages mapped more than once
 	var outside uint64 // distinct disk pages mapped beyond the file
@@ -90,7 +90,8 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 		}
 		d := uint64(ent.disk - 1)
 		if used.Test(d) {
-			if !slices.Contains(dups, d) {
+			if !dupSet.Test(d) {
+				dupSet.Set(d)
 				dups = append(dups, d)
 			}
 		} else {
