@@ -249,8 +249,8 @@ func (c *checker) lock() (unlock func(), err error) {
 			held = append(held, l)
 		case errors.Is(err, vfs.ErrLocked):
 			unlock()
-			return nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking: %w",
-				ErrLocked, c.dir, err)
+			return nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking",
+				ErrLocked, c.dir)
 		case isNotExist(err):
 		default:
 			unlock()
