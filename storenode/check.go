@@ -225,7 +225,7 @@ func Check(dir string, opts CheckOptions) (*CheckReport, error) {
 			return nil, err
 		}
 	}
-	if err := c.checkWAL(); err != nil {
+	if err := c.checkWAL(walErr); err != nil {
 		return nil, err
 	}
 	c.checkOrphans(names)
@@ -273,8 +273,19 @@ func (c *checker) fill(f *Finding) {
 
 // checkWAL checks the WAL after the checkpoint with the WAL's recovery rules, replaying the
 // catalog records (checkCatalog), then the page LSNs against its end.
-func (c *checker) checkWAL() error {
+func (c *checker) checkWAL(listErr error) error {
 	dir := walDir(c.dir)
+	if listErr != nil {
+		if !isNotExist(listErr) {
+			return fmt.Errorf("storenode: check %s: %w", c.dir, listErr)
+		}
+		if c.meta.ckptLSN > 0 {
+			c.damage(Finding{File: "wal", Offset: -1, What: fmt.Sprintf("the WAL directory is missing, but records through LSN %d were durable", c.meta.ckptLSN)})
+		} else {
+			c.note(Finding{File: "wal", Offset: -1, What: "no WAL directory (Open makes one)"})
+		}
+		return nil
+	}
 	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN},
 		func(rec wal.Record, at wal.Position) error {
 			c.cat.record(c, rec, path.Join("wal", at.File), at.Offset)

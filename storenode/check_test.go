@@ -488,6 +488,10 @@ func TestCheckWALDamage(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(dir, file)))
 	rep = runCheck(t, dir)
 	requireOnly(t, rep, Finding{Damage: true, File: "wal", Offset: -1, Page: -1, DiskPage: -1}, "no segment files")
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "wal")))
+	rep = runCheck(t, dir)
+	requireOnly(t, rep, Finding{Damage: true, File: "wal", Offset: -1, Page: -1, DiskPage: -1},
+		fmt.Sprintf("the WAL directory is missing, but records through LSN %d were durable", s.ckptLSN))
 }
 
 func TestCheckCatalogDamage(t *testing.T) {

@@ -67,7 +67,7 @@ func Check(fsys vfs.FS, dir string, opts Options, visit func(Record, Position) e
 	firsts, s, err := w.listSegments()
 	if err != nil {
 		if len(firsts) > 0 {
-			res.Bad = Position{File: segmentName(firsts[0])}
+			res.Bad = Position{File: segmentName(firsts[s]), LSN: opts.After + 1}
 		}
 		return res, err
 	}

@@ -84,6 +84,11 @@ func TestCheckAgreesWithRecovery(t *testing.T) {
 	// Cut short below the checkpoint, segments missing, a later segment.
 	checkAgreesWithOpen(t, snapshot{name: data[:start]}, Options{After: n}, "short of the checkpoint")
 	checkAgreesWithOpen(t, snapshot{}, Options{After: 3}, "no segment")
+	late := buildLog(t, 12, 512)
+	lateSegs := sortedNames(late)
+	delete(late, lateSegs[0])
+	res = checkAgreesWithOpen(t, late, Options{}, "first segment starts late")
+	require.Equal(t, Position{File: lateSegs[1], LSN: 1}, res.Bad)
 	multi := buildLog(t, 60, 512)
 	segs := sortedNames(multi)
 	s := snapshot{}

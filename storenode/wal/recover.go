@@ -52,7 +52,8 @@ func (w *WAL) recover(replay func(Record) error) error {
 
 // listSegments returns the first LSNs of the segment files, ascending, and the index of the
 // first one recovery reads (those wholly at or below After are not read). No segment at all is
-// fine only for a new log (After 0).
+// fine only for a new log (After 0). When the first segment to read starts too late, the
+// error comes with firsts and s, so Check can name it.
 func (w *WAL) listSegments() (firsts []uint64, s int, err error) {
 	after := w.opts.After
 	names, err := w.fs.List(w.dir)
@@ -78,7 +79,7 @@ func (w *WAL) listSegments() (firsts []uint64, s int, err error) {
 		s++
 	}
 	if firsts[s] > after+1 {
-		return nil, 0, corrupt.Errorf("wal: %s: first segment %s starts after LSN %d: records %d..%d missing",
+		return firsts, s, corrupt.Errorf("wal: %s: first segment %s starts after LSN %d: records %d..%d missing",
 			w.dir, segmentName(firsts[s]), after+1, after+1, firsts[s]-1)
 	}
 	return firsts, s, nil
