@@ -166,8 +166,8 @@ type checker struct {
 // Check checks the stopped store in dir without changing it (see the comment at the top of
 // check.go for what it checks) and returns what it found: the store is intact when
 // !report.Damaged(). The error is for a check that could not run: ErrLocked when another
-// process (or an open Engine of this one) holds the directory, ErrOldFormat, a directory that
-// is not a store, an IO error; damage is never an error. Any goroutine may call it; it takes
+// process (or an open Engine of this one) holds the directory, ErrOldFormat, ErrNotStore, an
+// IO error; damage is never an error. Any goroutine may call it; it takes
 // as long as reading the meta file, the data files' mapped pages and the WAL after the
 // checkpoint.
 func Check(dir string, opts CheckOptions) (*CheckReport, error) {
@@ -182,11 +182,14 @@ func Check(dir string, opts CheckOptions) (*CheckReport, error) {
 	}
 	names, err := c.fs.List(dir)
 	if err != nil {
+		if isNotExist(err) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrNotStore, dir, err)
+		}
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
 	walNames, walErr := c.fs.List(walDir(dir))
 	if !contains(names, metaName) && walErr != nil {
-		return nil, fmt.Errorf("storenode: check %s: not a Weft store (no meta file, no wal directory)", dir)
+		return nil, fmt.Errorf("%w: %s (no meta file, no wal directory)", ErrNotStore, dir)
 	}
 	unlock, err := c.lock()
 	if err != nil {
