@@ -25,7 +25,8 @@ import (
 //     maps it, and a checkpoint takes the lowest free one), so "free and used at once" can only
 //     show as a page mapped twice or rows without a disk page, and a leaked page cannot be told
 //     from a free one: the report counts them;
-//   - the WAL: every segment recovery reads, every record's checksum, lengths and LSN order, the
+//   - the WAL: every segment (damage in one wholly at or below the checkpoint LSN, which
+//     recovery does not read, is a note), every record's checksum, lengths and LSN order, the
 //     torn tail versus corruption decision (a bad record at or below the checkpoint's synced
 //     LSN, or proved durable by a later record or segment, is corruption; a torn tail after it
 //     is reported as a note), and that the log reaches the synced LSN;
@@ -295,6 +296,11 @@ func (c *checker) checkWAL(listErr error) error {
 			return nil
 		})
 	c.rep.WALSegments, c.rep.WALRecords, c.rep.WALBytes, c.rep.LastLSN = res.Segments, res.Records, res.Bytes, res.LastLSN
+	for _, o := range res.OldBad {
+		c.note(Finding{File: path.Join("wal", o.File), Offset: o.Offset, LSN: o.LSN,
+			What: fmt.Sprintf("%v, in a segment wholly at or below the checkpoint LSN %d: recovery does not read it and the next checkpoint deletes it",
+				o.Cause, c.meta.ckptLSN)})
+	}
 	switch {
 	case errors.Is(err, corrupt.ErrCorruption):
 		f := Finding{Offset: -1, LSN: res.Bad.LSN, What: err.Error()}

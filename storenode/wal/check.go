@@ -1,8 +1,10 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -24,6 +26,18 @@ type CheckResult struct {
 	// Bad is where the damage was found when Check returned a corruption error: File is
 	// empty when the error is about the directory (no segment at all).
 	Bad Position
+	// OldSegments and OldRecords count the segments wholly at or below After, which recovery
+	// does not read (the next checkpoint deletes them), and their good records; OldBad lists
+	// what is wrong in them. Damage there loses nothing.
+	OldSegments int
+	OldRecords  uint64
+	OldBad      []OldDamage
+}
+
+// OldDamage is a bad record (or a segment ending early) in a segment recovery does not read.
+type OldDamage struct {
+	Position
+	Cause error
 }
 
 // TornTail is the end of a log that a crash cut: the record at File, Offset (where LSN was
@@ -46,7 +60,7 @@ type Position struct {
 }
 
 // Check reads the log in dir as recovery's first pass would (Open with opts, recovery in
-// docs/wal.md) and changes nothing: it opens no file for writing, takes no lock (the caller
+// docs/wal.md), and the segments recovery skips (OldBad), and changes nothing: it opens no file for writing, takes no lock (the caller
 // keeps writers out, as storenode.Check does with the store's lock) and never truncates or
 // rewrites. visit (nil: none) receives every good record with LSN > opts.After and where it
 // lies, in LSN order, on the calling goroutine, before the end of the log is settled; its
@@ -75,6 +89,9 @@ func Check(fsys vfs.FS, dir string, opts Options, visit func(Record, Position) e
 		return res, nil
 	}
 	res.FirstLSN = firsts[s]
+	if err := checkOld(w, firsts[:s+1], &res); err != nil {
+		return res, err
+	}
 	r := &recovery{w: w, firsts: firsts}
 	if visit != nil {
 		r.replay = func(rec Record) error {
@@ -127,4 +144,33 @@ func fileSize(fsys vfs.FS, name string) (int64, error) {
 		return 0, fmt.Errorf("wal: size of %s: %w", name, err)
 	}
 	return size, nil
+}
+
+// checkOld reads the segments of firsts but the last (each ends where the next begins), which
+// recovery skips, and records their damage in res.
+func checkOld(w *WAL, firsts []uint64, res *CheckResult) error {
+	for i := 0; i+1 < len(firsts); i++ {
+		r := &recovery{w: w, firsts: firsts}
+		if err := r.openSegment(i); err != nil {
+			return err
+		}
+		expected := firsts[i]
+		off, badCause, err := r.readSegmentUntil(i, &expected, firsts[i+1])
+		r.closeFile()
+		res.OldSegments++
+		res.OldRecords += expected - firsts[i]
+		at := Position{File: segmentName(firsts[i]), Offset: off, LSN: expected}
+		switch {
+		case err != nil && !errors.Is(err, corrupt.ErrCorruption):
+			return err
+		case err != nil:
+			res.OldBad = append(res.OldBad, OldDamage{Position: at, Cause: err})
+		case badCause != nil:
+			res.OldBad = append(res.OldBad, OldDamage{Position: at, Cause: badCause})
+		case expected != firsts[i+1]:
+			res.OldBad = append(res.OldBad, OldDamage{Position: at,
+				Cause: corrupt.Errorf("wal: %s ends at LSN %d, the next segment starts at %d", at.File, expected-1, firsts[i+1])})
+		}
+	}
+	return nil
 }

@@ -108,3 +108,31 @@ func TestCheckAgreesWithRecovery(t *testing.T) {
 	res = checkAgreesWithOpen(t, s, Options{}, "bad record before a later segment")
 	require.Equal(t, segs[1], res.Bad.File)
 }
+
+// TestCheckOldSegments: segments wholly at or below After are read too, and their damage is
+// reported apart, without failing the check (recovery never reads them).
+func TestCheckOldSegments(t *testing.T) {
+	snap := buildLog(t, 60, 512)
+	segs := sortedNames(snap)
+	require.Greater(t, len(segs), 3)
+	second, _ := parseSegmentName(segs[2])
+	after := second - 1 // segments 0 and 1 lie wholly at or below it
+	res := checkAgreesWithOpen(t, snap, Options{After: after}, "old segments")
+	require.Equal(t, 2, res.OldSegments)
+	require.Equal(t, after, res.OldRecords)
+	require.Empty(t, res.OldBad)
+	require.Equal(t, 60-after, res.Records)
+
+	b := bytes.Clone(snap[segs[1]])
+	b[segmentHeaderSize+recordHeaderSize] ^= 1
+	s := snapshot{}
+	for k, v := range snap {
+		s[k] = v
+	}
+	s[segs[1]] = b
+	res = checkAgreesWithOpen(t, s, Options{After: after}, "damaged old segment")
+	require.Len(t, res.OldBad, 1)
+	first1, _ := parseSegmentName(segs[1])
+	require.Equal(t, Position{File: segs[1], Offset: segmentHeaderSize, LSN: first1}, res.OldBad[0].Position)
+	require.ErrorIs(t, res.OldBad[0].Cause, corrupt.ErrCorruption)
+}
