@@ -123,8 +123,9 @@ type CheckReport struct {
 	// page-map entry maps (free: the next checkpoints reuse them, lowest first).
 	DiskPages     uint64
 	FreeDiskPages uint64
-	// WALSegments, WALRecords and WALBytes count what the WAL check read; LastLSN is its last
-	// good record.
+	// WALSegments and WALRecords count the segments and good records the WAL check read
+	// (those wholly at or below the checkpoint LSN included), WALBytes the bytes recovery
+	// reads (after them); LastLSN is the last good record.
 	WALSegments int
 	WALRecords  uint64
 	WALBytes    int64
@@ -295,7 +296,8 @@ func (c *checker) checkWAL(listErr error) error {
 			c.cat.record(c, rec, path.Join("wal", at.File), at.Offset)
 			return nil
 		})
-	c.rep.WALSegments, c.rep.WALRecords, c.rep.WALBytes, c.rep.LastLSN = res.Segments, res.Records, res.Bytes, res.LastLSN
+	c.rep.WALSegments, c.rep.WALRecords = res.Segments+res.OldSegments, res.Records+res.OldRecords
+	c.rep.WALBytes, c.rep.LastLSN = res.Bytes, res.LastLSN
 	for _, o := range res.OldBad {
 		c.note(Finding{File: path.Join("wal", o.File), Offset: o.Offset, LSN: o.LSN,
 			What: fmt.Sprintf("%v, in a segment wholly at or below the checkpoint LSN %d: recovery does not read it and the next checkpoint deletes it",
