@@ -312,7 +312,7 @@ func (c *checker) checkWAL(listErr error) error {
 			f.File = "wal"
 		}
 		c.damage(f)
-		return nil // the page LSNs cannot be held against a log that ends early
+		return nil // the page maps cannot be held against a log that ends early
 	case err != nil:
 		return fmt.Errorf("storenode: check %s: %w", c.dir, err)
 	}
@@ -324,7 +324,7 @@ func (c *checker) checkWAL(listErr error) error {
 		c.note(Finding{File: path.Join("wal", t.File), Offset: t.Offset, LSN: t.LSN,
 			What: what + ": writes after the last sync that a crash cut (never acknowledged under sync=always)"})
 	}
-	c.checkPageLSNs(res.LastLSN)
+	c.checkAfterWAL(res.LastLSN)
 	return nil
 }
 

@@ -71,15 +71,6 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 	var outside uint64 // distinct disk pages mapped beyond the file
 	for page, ent := range mt.pages {
 		c.rep.Rows += uint64(bits.OnesCount64(ent.present))
-		if ent.present != 0 {
-			top := uint64(page)*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(ent.present))
-			if top >= mt.nextID {
-				fd := entry(page)
-				fd.What = fmt.Sprintf("holds row %d (present mask %#016x), at or above the table's granted ids (next id %d): a later grant would hand it out again",
-					top, ent.present, mt.nextID)
-				c.damage(fd)
-			}
-		}
 		if ent.disk == 0 {
 			if ent.present != 0 {
 				fd := entry(page)
@@ -213,19 +204,39 @@ func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f interface {
 	return nil
 }
 
-// checkPageLSNs reports page-map entries whose page LSN is after last, the WAL's last good
-// record: a checkpoint syncs the WAL through every record the pages it writes hold, so those
-// records had been durable.
-func (c *checker) checkPageLSNs(last uint64) {
+// checkAfterWAL checks the page-map entries against the WAL, replayed into the catalog up to
+// last, its last good record:
+//   - no page LSN is after last: a checkpoint syncs the WAL through every record the pages
+//     it writes hold, so those records had been durable;
+//   - no page holds a row at or above its table's granted ids as of last. Not as of the meta
+//     file's own next id: a checkpoint takes it when it starts, and a page it copies later
+//     may hold rows of a grant logged after that (a grant is synced before its ids are used,
+//     and the WAL through the page's LSN before the checkpoint publishes).
+func (c *checker) checkAfterWAL(last uint64) {
 	offs := metaTableOffsets(c.meta)
 	for i := range c.meta.tables {
 		mt := &c.meta.tables[i]
+		nextID := mt.nextID
+		if t := c.cat.tables[mt.id]; t != nil {
+			nextID = max(nextID, t.nextID)
+		}
 		for page, ent := range mt.pages {
+			fd := Finding{File: metaName, Offset: metaEntryOffset(mt, offs[i], page), Table: mt.id, Page: int64(page), DiskPage: -1}
+			if ent.disk != 0 {
+				fd.DiskPage = int64(ent.disk - 1)
+			}
 			if ent.disk != 0 && ent.lsn > last {
-				c.damage(Finding{File: metaName, Offset: metaEntryOffset(mt, offs[i], page), Table: mt.id, Page: int64(page),
-					DiskPage: int64(ent.disk - 1), What: fmt.Sprintf(
-						"page LSN %d is after the WAL's last good record %d: the checkpoint synced the WAL through it, so records %d..%d are lost",
-						ent.lsn, last, last+1, ent.lsn)})
+				fd.What = fmt.Sprintf("page LSN %d is after the WAL's last good record %d: the checkpoint synced the WAL through it, so records %d..%d are lost",
+					ent.lsn, last, last+1, ent.lsn)
+				c.damage(fd)
+			}
+			if ent.present == 0 {
+				continue
+			}
+			if top := uint64(page)*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(ent.present)); top >= nextID {
+				fd.What = fmt.Sprintf("holds row %d (present mask %#016x), at or above the table's granted ids (next id %d): a later grant would hand it out again",
+					top, ent.present, nextID)
+				c.damage(fd)
 			}
 		}
 	}
