@@ -198,6 +198,11 @@ func Check(dir string, opts CheckOptions) (*CheckReport, error) {
 		return nil, err
 	}
 	defer unlock()
+	// List again under the lock: a process may have stopped (or made the store) meanwhile.
+	if names, err = c.fs.List(dir); err != nil {
+		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
+	}
+	walNames, walErr = c.fs.List(walDir(dir))
 
 	m, ok, err := loadMeta(c.fs, dir)
 	switch {
