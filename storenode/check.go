@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,10 @@ import (
 // memory is the page maps (24 bytes a logical page, as Open loads them), one bit and four
 // bytes a mapped disk page, one disk page buffer and the WAL's read window: data files and
 // WAL segments are streamed.
+
+// checkCtxEvery is how many disk pages or WAL records Check reads between two looks at its
+// context.
+const checkCtxEvery = 1024
 
 // CheckOptions configure Check. The zero value is valid.
 type CheckOptions struct {
@@ -157,6 +162,7 @@ func (r *CheckReport) add(max int, f Finding) {
 
 // checker is the state of one Check.
 type checker struct {
+	ctx         context.Context
 	fs          vfs.FS // read-only
 	dir         string
 	maxFindings int
@@ -169,18 +175,20 @@ type checker struct {
 // check.go for what it checks) and returns what it found: the store is intact when
 // !report.Damaged(). The error is for a check that could not run: ErrLocked when another
 // process (or an open Engine of this one) holds the directory, ErrOldFormat, ErrNotStore, an
-// IO error; damage is never an error. Any goroutine may call it; it takes
-// as long as reading the meta file, the data files' mapped pages and the WAL after the
-// checkpoint.
-func Check(dir string, opts CheckOptions) (*CheckReport, error) {
+// IO error, ctx's error when ctx ends first; damage is never an error. Any goroutine may call
+// it; it takes as long as reading the meta file, the data files' mapped pages and the WAL.
+func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, error) {
 	fsys := opts.FS
 	if fsys == nil {
 		fsys = vfs.Default
 	}
-	c := &checker{fs: vfs.ReadOnly(fsys), dir: dir, maxFindings: opts.MaxFindings,
+	c := &checker{ctx: ctx, fs: vfs.ReadOnly(fsys), dir: dir, maxFindings: opts.MaxFindings,
 		rep: &CheckReport{Dir: dir}}
 	if c.maxFindings <= 0 {
 		c.maxFindings = 1000
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
 	names, err := c.fs.List(dir)
 	if err != nil {
@@ -299,6 +307,9 @@ func (c *checker) checkWAL(listErr error) error {
 	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN},
 		func(rec wal.Record, at wal.Position) error {
 			c.cat.record(c, rec, path.Join("wal", at.File), at.Offset)
+			if rec.LSN%checkCtxEvery == 0 {
+				return c.ctx.Err()
+			}
 			return nil
 		})
 	c.rep.WALSegments, c.rep.WALRecords = res.Segments+res.OldSegments, res.Records+res.OldRecords
@@ -319,6 +330,9 @@ func (c *checker) checkWAL(listErr error) error {
 		c.damage(f)
 		return nil // the page maps cannot be held against a log that ends early
 	case err != nil:
+		return fmt.Errorf("storenode: check %s: %w", c.dir, err)
+	}
+	if err := c.ctx.Err(); err != nil {
 		return fmt.Errorf("storenode: check %s: %w", c.dir, err)
 	}
 	if t := res.Tail; t != nil {

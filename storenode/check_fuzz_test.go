@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"testing"
 
@@ -72,7 +73,7 @@ func FuzzCheck(f *testing.F) {
 		for name, b := range files {
 			require.NoError(t, ffs.WriteFile(name, b))
 		}
-		rep, err := Check("db", CheckOptions{FS: ffs, MaxFindings: 16})
+		rep, err := Check(context.Background(), "db", CheckOptions{FS: ffs, MaxFindings: 16})
 		if err == nil {
 			require.LessOrEqual(t, len(rep.Findings), 16)
 			require.GreaterOrEqual(t, rep.DamageCount(), 0)

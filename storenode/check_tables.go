@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftdb/weft/bitmaptree"
 	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -156,14 +157,17 @@ func (c *checker) checkDups(mt *metaTable, tableOff int64, dups []uint64) {
 // checkDiskPages reads the disk pages of the logical pages in order (sorted here by disk
 // page, so the file is read forwards) and checks each against its page-map entry: CRC32C,
 // then zero bytes in every absent slot and in the padding after the rows.
-func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f interface {
-	ReadAt([]byte, int64) (int, error)
-}, rel string, geo logicpage.Geometry, order []uint32) error {
+func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f vfs.File, rel string, geo logicpage.Geometry, order []uint32) error {
 	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(mt.pages[a].disk, mt.pages[b].disk) })
 	pageBytes := geo.DiskPageBytes()
 	r := geo.RowBytes()
 	buf := make([]byte, pageBytes)
-	for _, p := range order {
+	for i, p := range order {
+		if i%checkCtxEvery == 0 {
+			if err := c.ctx.Err(); err != nil {
+				return fmt.Errorf("storenode: check %s: %w", c.dir, err)
+			}
+		}
 		ent := mt.pages[p]
 		d := int64(ent.disk - 1)
 		off := d * int64(pageBytes)

@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func treeOf(t *testing.T, dir string) map[string]string {
 func runCheck(t *testing.T, dir string) *CheckReport {
 	t.Helper()
 	before := treeOf(t, dir)
-	rep, err := Check(dir, CheckOptions{})
+	rep, err := Check(context.Background(), dir, CheckOptions{})
 	require.NoError(t, err)
 	require.Equal(t, before, treeOf(t, dir), "Check changed the directory")
 	return rep
@@ -273,14 +274,19 @@ func TestCheckRefusesRunningStore(t *testing.T) {
 	dir := copyStore(t, s.clean)
 	e, err := Open(checkTestOptions(dir))
 	require.NoError(t, err)
-	defer e.Close()
-	_, err = Check(dir, CheckOptions{})
+	_, err = Check(context.Background(), dir, CheckOptions{})
 	require.ErrorIs(t, err, ErrLocked)
 	require.ErrorContains(t, err, "stop it before checking")
 
-	_, err = Check(filepath.Join(t.TempDir(), "nothing"), CheckOptions{})
+	require.NoError(t, e.Close())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = Check(ctx, dir, CheckOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+
+	_, err = Check(context.Background(), filepath.Join(t.TempDir(), "nothing"), CheckOptions{})
 	require.ErrorIs(t, err, ErrNotStore)
-	_, err = Check(t.TempDir(), CheckOptions{})
+	_, err = Check(context.Background(), t.TempDir(), CheckOptions{})
 	require.ErrorIs(t, err, ErrNotStore)
 	require.ErrorContains(t, err, "not a Weft store")
 }
@@ -557,7 +563,7 @@ func TestCheckNotes(t *testing.T) {
 			m.tables[0].pages[i].crc ^= 1
 		}
 	})
-	rep, err := Check(dir, CheckOptions{MaxFindings: 3})
+	rep, err := Check(context.Background(), dir, CheckOptions{MaxFindings: 3})
 	require.NoError(t, err)
 	require.Len(t, rep.Findings, 3)
 	require.Equal(t, len(loadTestMeta(t, dir).tables[0].pages)-3, rep.Omitted)
@@ -569,7 +575,7 @@ func TestCheckNotes(t *testing.T) {
 // which the randomised suites' batches do (the engine does not refuse them yet).
 func requireCheckNoDamage(t *testing.T, fsys vfs.FS, dir string, msg string) {
 	t.Helper()
-	rep, err := Check(dir, CheckOptions{FS: fsys})
+	rep, err := Check(context.Background(), dir, CheckOptions{FS: fsys})
 	if errors.Is(err, ErrNotStore) {
 		return // the crash came before the store was made
 	}

@@ -47,14 +47,16 @@ func main() {
 type command struct {
 	name, args, help string
 	run              func(ctx context.Context, g *globals, args []string, stdout io.Writer) error
+	// untimed commands run without --timeout unless it is given (verify reads a whole store).
+	untimed bool
 }
 
 var commands = []command{
-	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables},
-	{"get", "TABLE ID [--layout L]", "print one row", cmdGet},
-	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
-	{"stats", "", "print the store's counters", cmdStats},
-	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
+	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables, false},
+	{"get", "TABLE ID [--layout L]", "print one row", cmdGet, false},
+	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan, false},
+	{"stats", "", "print the store's counters", cmdStats, false},
+	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify, true},
 }
 
 // globals are the flags before the command.
@@ -110,8 +112,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(ctx, g.timeout)
-		defer cancel()
+		timed := !c.untimed
+		fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+		if timed {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, g.timeout)
+			defer cancel()
+		}
 		err := c.run(ctx, g, fs.Args()[1:], stdout)
 		var ee *exitError
 		switch {

@@ -27,8 +27,9 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 // cmdVerify checks a stopped store offline (storenode.Check) and prints every finding, then a
-// summary. Damage exits 1; a check that cannot run exits 3.
-func cmdVerify(_ context.Context, g *globals, args []string, stdout io.Writer) error {
+// summary. Damage exits 1; a check that cannot run (or is interrupted) exits 3. It runs without
+// --timeout's default (a large store takes long to read); an explicit --timeout applies.
+func cmdVerify(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	maxFindings := fs.Int("max-findings", 1000, "print at most this many findings (the rest are counted)")
 	pos, err := parseArgs(fs, args)
@@ -45,7 +46,7 @@ func cmdVerify(_ context.Context, g *globals, args []string, stdout io.Writer) e
 	default:
 		return fmt.Errorf("%w: verify takes one directory", errUsage)
 	}
-	rep, err := storenode.Check(dir, storenode.CheckOptions{MaxFindings: *maxFindings})
+	rep, err := storenode.Check(ctx, dir, storenode.CheckOptions{MaxFindings: *maxFindings})
 	if err != nil {
 		return &exitError{code: exitUnchecked, err: err}
 	}

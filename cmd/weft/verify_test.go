@@ -67,6 +67,10 @@ func TestVerify(t *testing.T) {
 	require.Contains(t, errOut, "is damaged")
 	require.Equal(t, before, dirBytes(t, dir), "verify changed the damaged store")
 
+	code, _, errOut = weft(t, "--timeout", "1ns", "verify", dir)
+	require.Equal(t, exitUnchecked, code)
+	require.Contains(t, errOut, "deadline exceeded")
+
 	code, _, errOut = weft(t, "verify")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "usage: weft verify DIR")
