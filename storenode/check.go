@@ -32,7 +32,7 @@ import (
 //     LSN, or proved durable by a later record or segment, is corruption; a torn tail after it
 //     is reported as a note), and that the log reaches the synced LSN;
 //   - the catalog as replay would build it: tables created, dropped, granted ids and
-//     ownership in order, every commit segment naming a live table with its row size, a page
+//     ownership in order (an epoch above the table's), every commit segment naming a live table with its row size, a page
 //     below the limit and rows below the table's granted ids (ids are granted, and synced,
 //     before a row is written), and no page-map entry holding rows at or above them or a page
 //     LSN after the WAL's last record (a checkpoint syncs the WAL through every page it

@@ -17,6 +17,7 @@ type checkTableState struct {
 	name     string
 	rowBytes int
 	nextID   uint64
+	epoch    uint64
 	live     bool // false once dropped
 }
 
@@ -32,14 +33,15 @@ func (k *checkCatalog) init(m *metaState) {
 	k.byName = make(map[string]uint32, len(m.tables))
 	k.nextTable = m.nextTable
 	for _, t := range m.tables {
-		k.tables[t.id] = &checkTableState{name: t.name, rowBytes: t.rowBytes, nextID: t.nextID, live: true}
+		k.tables[t.id] = &checkTableState{name: t.name, rowBytes: t.rowBytes, nextID: t.nextID, epoch: t.epoch, live: true}
 		k.byName[t.name] = t.id
 	}
 }
 
 // record replays one WAL record at file, off into the catalog, reporting what recovery would
 // refuse (a record that does not decode, a table unknown or created twice, a segment that
-// does not fit its table) and rows written at or above their table's granted ids.
+// does not fit its table), rows written at or above their table's granted ids and an
+// ownership epoch not above the table's (epochs are never granted twice).
 func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64) {
 	bad := func(table uint32, format string, args ...any) {
 		c.damage(Finding{File: file, Offset: off, LSN: rec.LSN, Table: table, Page: -1, DiskPage: -1,
@@ -93,12 +95,17 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 			t.nextID = max(t.nextID, next)
 		}
 	case kindGrantOwner:
-		id, _, _, err := decodeGrantOwnerRecord(rec.Payload)
+		id, _, epoch, err := decodeGrantOwnerRecord(rec.Payload)
 		if err != nil {
 			bad(0, "ownership record: %v", err)
 			return
 		}
-		live(id, "ownership grant")
+		if t := live(id, "ownership grant"); t != nil {
+			if epoch <= t.epoch {
+				bad(id, "ownership grant of epoch %d, not above the table's epoch %d: an epoch granted twice", epoch, t.epoch)
+			}
+			t.epoch = max(t.epoch, epoch)
+		}
 	case kindCommit:
 		var cr commitRecord
 		if err := decodeCommitRecord(rec.Payload, &cr); err != nil {

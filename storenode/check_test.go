@@ -653,3 +653,26 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	rep := runCheck(t, image)
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 }
+
+// TestCheckEpochGrantedTwice: the meta file says a table's epoch is above the one a later
+// ownership record grants.
+func TestCheckEpochGrantedTwice(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	e, err := Open(checkTestOptions(dir))
+	require.NoError(t, err)
+	ti, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	require.NoError(t, e.Checkpoint())
+	g, err := e.Acquire(ti.ID, checkOwner, 0)
+	require.NoError(t, err)
+	image := filepath.Join(t.TempDir(), "image")
+	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
+	require.NoError(t, e.Close())
+	rep := runCheck(t, image)
+	require.False(t, rep.Damaged(), "%v", rep.Findings)
+	editMeta(t, image, func(m *metaState) { m.tables[0].epoch = g.Epoch })
+	file, offs := walRecordOffsets(t, image)
+	rep = runCheck(t, image)
+	requireOnly(t, rep, Finding{Damage: true, File: file, Offset: offs[rep.LastLSN], Table: ti.ID, Page: -1, DiskPage: -1, LSN: rep.LastLSN},
+		fmt.Sprintf("ownership grant of epoch %d, not above the table's epoch %d", g.Epoch, g.Epoch))
+}
