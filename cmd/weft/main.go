@@ -47,16 +47,18 @@ func main() {
 type command struct {
 	name, args, help string
 	run              func(ctx context.Context, g *globals, args []string, stdout io.Writer) error
-	// untimed commands run without --timeout unless it is given (verify reads a whole store).
-	untimed bool
 }
 
+// untimed names the commands that run without --timeout unless it is given: verify reads a
+// whole store.
+var untimed = map[string]bool{"verify": true}
+
 var commands = []command{
-	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables, false},
-	{"get", "TABLE ID [--layout L]", "print one row", cmdGet, false},
-	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan, false},
-	{"stats", "", "print the store's counters", cmdStats, false},
-	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify, true},
+	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables},
+	{"get", "TABLE ID [--layout L]", "print one row", cmdGet},
+	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
+	{"stats", "", "print the store's counters", cmdStats},
+	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
 }
 
 // globals are the flags before the command.
@@ -112,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
-		timed := !c.untimed
+		timed := !untimed[c.name]
 		fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
 		if timed {
 			var cancel context.CancelFunc
