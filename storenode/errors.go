@@ -29,6 +29,9 @@ var (
 	// ErrFileLimit is returned by Open and NewServer when the process's file descriptor limit
 	// (RLIMIT_NOFILE) cannot hold the tables' data files, the connections and a margin.
 	ErrFileLimit = errors.New("storenode: file descriptor limit too low")
+	// ErrNotStore is returned by Check for a directory that is missing or holds neither a
+	// meta file nor a wal directory.
+	ErrNotStore = errors.New("storenode: not a Weft store")
 
 	// Tables.
 

@@ -148,7 +148,8 @@ func decodeMeta(b []byte) (*metaState, error) {
 	}
 	body := b[:len(b)-metaTrailerBytes]
 	if got, want := checksum.Of(body), binary.LittleEndian.Uint32(b[len(body):]); got != want {
-		return nil, corrupt.Errorf("storenode: meta: checksum %#08x, want %#08x", got, want)
+		return nil, corrupt.Errorf("storenode: meta: offset %d: checksum %#08x stored, %#08x computed over bytes [0, %d)",
+			len(body), want, got, len(body))
 	}
 	if binary.LittleEndian.Uint32(b[len(b)-4:]) != 0 {
 		return nil, corrupt.Errorf("storenode: meta: reserved trailer field not zero")
