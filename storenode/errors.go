@@ -23,6 +23,18 @@ var (
 	// (RLIMIT_NOFILE) cannot hold the tables' data files, the connections and a margin.
 	ErrFileLimit = errors.New("storenode: file descriptor limit too low")
 
+	// ErrBackupIncomplete is returned by Open for a directory a backup was still writing (or
+	// was abandoned in): it holds part of a store. Delete it and take the backup again.
+	ErrBackupIncomplete = errors.New("storenode: directory holds an incomplete backup")
+
+	// Backup.
+
+	// ErrBackupTimeout is returned by Backup when it held its snapshot longer than
+	// Options.BackupTimeout (a slow or stalled sink); the hold is released.
+	ErrBackupTimeout = fmt.Errorf("storenode: backup took longer than its time limit: %w", sgio.ErrBusy)
+	// ErrBackupBusy is returned by Backup while four backups run already.
+	ErrBackupBusy = fmt.Errorf("storenode: too many backups running: %w", sgio.ErrBusy)
+
 	// Tables.
 
 	// ErrTableNotFound is returned for a table name or id that does not exist (or was dropped).
