@@ -123,9 +123,9 @@ func TestBackupWALTail(t *testing.T) {
 
 // hookSink passes pieces to d and calls hook once before each new file's first piece.
 type hookSink struct {
-	d     *BackupDir
-	hook  func(BackupFile)
-	seen  map[BackupFile]bool
+	d    *BackupDir
+	hook func(BackupFile)
+	seen map[BackupFile]bool
 }
 
 func (s *hookSink) WriteChunk(ctx context.Context, f BackupFile, off int64, b []byte) error {
@@ -173,7 +173,7 @@ func TestBackupAbandonedReleasesHold(t *testing.T) {
 	commitAll := func(v uint64) {
 		for id := range uint64(1024) {
 			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v + id))}})
+			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
 			require.NoError(t, err)
 		}
 	}
