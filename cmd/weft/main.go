@@ -6,6 +6,7 @@
 //	weft --dir data get items 42 --layout 'kind:u32,owner:u64,name:str16'
 //	weft --store 127.0.0.1:7070 scan items 0 1000
 //	weft --store 127.0.0.1:7070 stats
+//	weft --store 127.0.0.1:7070 backup --out /backups/weft-2026-12-01
 //
 // It reads as a client that owns no table: a storage node serves it durable rows only (a
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
@@ -46,6 +47,7 @@ var commands = []command{
 	{"get", "TABLE ID [--layout L]", "print one row", cmdGet},
 	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
 	{"stats", "", "print the store's counters", cmdStats},
+	{"backup", "--out DIR", "copy a running storage node (--store) into a new directory, commits going on", cmdBackup},
 }
 
 // globals are the flags before the command.
@@ -69,6 +71,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nThe secret comes from --secret-file or $WEFT_SECRET; the store from --store or $WEFT_STORE.")
+	fmt.Fprintln(w, "A backup directory is a store: start a storage node (or txnode.Open) on it to restore; its")
+	fmt.Fprintln(w, "first start bumps every table's epoch, so no transaction node keeps serving its old cache.")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
