@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/weftdb/weft/sgio"
 )
@@ -39,7 +40,7 @@ type backupConn struct {
 	done    chan struct{}     // closed when Engine.Backup returned; info and err set before
 	info    BackupInfo
 	err     error
-	cur     *backupPiece      // guarded by mu: the piece being handed out
+	cur     *backupPiece // guarded by mu: the piece being handed out
 }
 
 // backupPiece is one WriteChunk of the engine, aliasing its buffer until taken is closed.
@@ -205,13 +206,22 @@ func (c *backupConn) abandon() {
 // request and waits until its replies are queued.
 type backupHandoff struct{ pieces chan *backupPiece }
 
+// backupPullWaitMax is how long a backup waits for its client's next Backup request: a client
+// that stops asking (but keeps its connection alive) abandons the backup after it, instead
+// of holding the snapshot for Options.BackupTimeout.
+const backupPullWaitMax = time.Minute
+
 // WriteChunk hands b over (BackupSink).
 func (h backupHandoff) WriteChunk(ctx context.Context, f BackupFile, off int64, b []byte) error {
 	p := &backupPiece{f: f, off: off, b: b, taken: make(chan struct{})}
+	wait := time.NewTimer(backupPullWaitMax)
+	defer wait.Stop()
 	select {
 	case h.pieces <- p:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-wait.C:
+		return fmt.Errorf("%w: the client asked for no piece for %v", ErrBackupTimeout, backupPullWaitMax)
 	}
 	select {
 	case <-p.taken:
