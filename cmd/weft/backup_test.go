@@ -23,7 +23,7 @@ import (
 // Bank rows. An account: balance i64 at 0. A transfer record (in its own table, inserted by
 // the transfer's own transaction): transfer id u64, from u64, to u64, amount i64.
 const (
-	bankAccounts = 64
+	bankAccounts = 512
 	bankInitial  = 1000
 )
 
@@ -175,9 +175,9 @@ func TestBackupUnderBankLoad(t *testing.T) {
 		return err
 	}
 
-	workers := 8
+	workers, before := 8, int64(4000)
 	if testing.Short() {
-		workers = 3
+		workers, before = 3, 800
 	}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -197,7 +197,7 @@ func TestBackupUnderBankLoad(t *testing.T) {
 					}
 					return
 				}
-				if done.Add(1) == 300 {
+				if done.Add(1) == before {
 					enoughOnce.Do(func() { close(enough) })
 				}
 			}
