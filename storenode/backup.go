@@ -104,7 +104,7 @@ type backupHold struct {
 	mu      sync.RWMutex // R: a read of the snapshot's files; W: the release
 	ended   bool         // guarded by mu
 	why     error        // guarded by mu: why the hold ended
-	timer   *time.Timer
+	timer   *time.Timer  // guarded by mu: ends the hold after Options.BackupTimeout
 }
 
 // heldPage is a disk page a checkpoint replaced while a backup held the snapshot.
@@ -179,10 +179,13 @@ func (e *Engine) holdSnapshot() (*metaState, []byte, *backupHold, error) {
 		return nil, nil, nil, fmt.Errorf("%w: %d backups running", ErrBackupBusy, len(e.backups))
 	}
 	h := &backupHold{ckptLSN: m.ckptLSN}
+	e.backups = append(e.backups, h)
+	// Under h.mu: the timer may fire at once; its release waits for h.mu, then for mu.
+	h.mu.Lock()
 	h.timer = time.AfterFunc(e.opts.BackupTimeout, func() {
 		e.releaseBackup(h, fmt.Errorf("%w: it held its snapshot for %v", ErrBackupTimeout, e.opts.BackupTimeout))
 	})
-	e.backups = append(e.backups, h)
+	h.mu.Unlock()
 	return m, b, h, nil
 }
 
@@ -230,8 +233,8 @@ func (e *Engine) releaseBackup(h *backupHold, why error) {
 		why = fmt.Errorf("%w: the backup's hold on its snapshot was released", ErrClosed)
 	}
 	h.why = why
-	h.mu.Unlock()
 	h.timer.Stop()
+	h.mu.Unlock()
 
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 
 	"github.com/weftdb/weft/internal/vfs"
@@ -230,27 +231,34 @@ func (d *BackupDir) Bytes() int64 { return d.bytes }
 
 // checkNotIncomplete refuses a directory a backup did not finish. Open calls it first.
 func checkNotIncomplete(fsys vfs.FS, dir string) error {
-	if exists(fsys, path.Join(dir, backupIncompleteName)) {
+	ok, err := hasFile(fsys, dir, backupIncompleteName)
+	if err != nil {
+		return err
+	}
+	if ok {
 		return fmt.Errorf("%w: %s (remove it and take the backup again)", ErrBackupIncomplete, dir)
 	}
 	return nil
 }
 
-func exists(fsys vfs.FS, name string) bool {
-	f, err := fsys.Open(name)
+// hasFile reports whether dir lists name; a missing dir holds nothing.
+func hasFile(fsys vfs.FS, dir, name string) (bool, error) {
+	names, err := fsys.List(dir)
 	if err != nil {
-		return false
+		if isNotExist(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("storenode: open %s: %w", dir, err)
 	}
-	f.Close()
-	return true
+	return slices.Contains(names, name), nil
 }
 
 // finishRestore runs after recovery: on a restored copy's first open it bumps every table's
 // epoch by restoreEpochGap, logged and synced, then removes the marker (see the file doc).
 func (e *Engine) finishRestore() error {
 	marker := path.Join(e.dir, restoredName)
-	if !exists(e.fs, marker) {
-		return nil
+	if ok, err := hasFile(e.fs, e.dir, restoredName); err != nil || !ok {
+		return err
 	}
 	e.mu.Lock()
 	ids := make([]uint32, 0, len(e.tables))
