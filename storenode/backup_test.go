@@ -67,7 +67,7 @@ func TestBackupIdleStore(t *testing.T) {
 // TestBackupWALTail backs up a store whose WAL after the checkpoint holds batches the copy
 // must replay, written while the backup runs (the sink commits between pieces).
 func TestBackupWALTail(t *testing.T) {
-	e := openTest(t, Options{WALSegmentBytes: 64 << 10})
+	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 64 << 10})
 	ti, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
 	g, err := e.Acquire(ti.ID, testOwner, 0)
@@ -161,7 +161,7 @@ func (s *blockSink) WriteChunk(ctx context.Context, f BackupFile, off int64, b [
 // WAL segments; cancelling it (the client went away) frees them, and checkpoints go on
 // dropping the WAL.
 func TestBackupAbandonedReleasesHold(t *testing.T) {
-	e := openTest(t, Options{WALSegmentBytes: 32 << 10})
+	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 32 << 10})
 	ti, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
 	g, err := e.Acquire(ti.ID, testOwner, 0)
