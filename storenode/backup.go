@@ -120,9 +120,10 @@ type heldPage struct {
 // corrupt.ErrCorruption, it is never copied) and the WAL from the checkpoint LSN on, cut
 // after the last record acknowledged by then. The hold ends when Backup returns, at the
 // latest after Options.BackupTimeout (then Backup fails with ErrBackupTimeout), and at
-// Close (ErrClosed). At most four backups run at once (ErrBusy beyond). Memory: the
-// snapshot's meta file (about 24 bytes a logical page) and one piece of at most
-// BackupChunkMax (or one WAL record). Any goroutine may call it.
+// Close (ErrClosed). At most four backups run at once (ErrBackupBusy beyond). Memory: the
+// snapshot's meta file and its decoded page maps (about 50 bytes a logical page), one
+// table's list of disk pages (8 bytes each) and one piece of at most BackupChunkMax (or one
+// WAL record). Any goroutine may call it.
 func (e *Engine) Backup(ctx context.Context, sink BackupSink) (BackupInfo, error) {
 	e.mu.Lock()
 	err := e.usable()
