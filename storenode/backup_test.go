@@ -291,3 +291,64 @@ func TestBackupCorruptPageFails(t *testing.T) {
 	require.ErrorIs(t, err, corrupt.ErrCorruption)
 	require.False(t, errors.Is(err, ErrBackupTimeout))
 }
+
+// TestBackupDuringCatalogChanges: a table dropped while its pages stream keeps its data file
+// until the backup is done (the copy holds it, dropped by its replayed WAL), and a table
+// created meanwhile comes back from the copied WAL.
+func TestBackupDuringCatalogChanges(t *testing.T) {
+	e := openTest(t, Options{Sync: SyncNone})
+	next := uint64(0)
+	mk := func(name string, v uint64) TableInfo {
+		ti, err := e.CreateTable(name, 64)
+		require.NoError(t, err)
+		g, err := e.Acquire(ti.ID, testOwner, 0)
+		require.NoError(t, err)
+		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 4)
+		require.NoError(t, err)
+		next++
+		var segs []Segment
+		for id := range uint64(200) {
+			segs = append(segs, oneRow(ti.ID, id, row64(v+id)))
+		}
+		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: next, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
+		require.NoError(t, err)
+		return ti
+	}
+	keep := mk("keep", 0)
+	gone := mk("gone", 1000)
+	require.NoError(t, e.Checkpoint())
+	dir := filepath.Join(t.TempDir(), "copy")
+	d, err := NewBackupDir(nil, dir)
+	require.NoError(t, err)
+	var late TableInfo
+	s := &hookSink{d: d, hook: func(f BackupFile) {
+		if f.Kind == BackupData && f.Num == uint64(keep.ID) {
+			require.NoError(t, e.DropTable("gone", testOwner))
+			late = mk("late", 5000)
+			require.NoError(t, e.Checkpoint()) // would remove gone's data file
+			require.NoError(t, e.Checkpoint())
+		}
+	}}
+	info, err := e.Backup(context.Background(), s)
+	require.NoError(t, err)
+	require.NoError(t, d.Finish(info))
+	c := openTest(t, Options{Dir: dir})
+	names := map[string]bool{}
+	for _, ti := range c.Tables() {
+		names[ti.Name] = true
+	}
+	require.Equal(t, map[string]bool{"keep": true, "late": true}, names)
+	for id := range uint64(200) {
+		row, ok := readRow(t, c, late.ID, id)
+		require.True(t, ok)
+		require.Equal(t, row64(5000+id), row)
+		row, ok = readRow(t, c, keep.ID, id)
+		require.True(t, ok)
+		require.Equal(t, row64(id), row)
+	}
+	// After the backup the original removes the dropped table's file at a checkpoint.
+	mk("after", 9000)
+	require.NoError(t, e.Checkpoint())
+	_, err = e.fs.Open(dataFileName(e.dir, gone.ID))
+	require.True(t, isNotExist(err), "%v", err)
+}
