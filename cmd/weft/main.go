@@ -12,7 +12,9 @@
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
 // A directory is opened in this process, which recovers it as a storage node's start would
 // and fails while another process has it open. Rows print as hex, or as named fields with
-// --layout (see layout.go for the types). Exit status: 0, 1 on an error, 2 on bad usage.
+// --layout (see layout.go for the types). backup copies a running storage node into a new
+// directory while it commits (backup.go; docs/operations.md, "Backup and restore"). Exit
+// status: 0, 1 on an error, 2 on bad usage.
 package main
 
 import (
