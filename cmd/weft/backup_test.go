@@ -79,7 +79,7 @@ func (p *switchProxy) cut() {
 func startNode(t *testing.T, dir string) *storenode.Server {
 	t.Helper()
 	srv, err := storenode.NewServer(storenode.ServerConfig{Listen: "127.0.0.1:0",
-		Options: storenode.Options{Dir: dir, Sync: storenode.SyncNone, LeaseDuration: 2 * time.Second,
+		Options: storenode.Options{Dir: dir, Sync: storenode.SyncNone, LeaseDuration: 10 * time.Second,
 			// Small segments and frequent checkpoints: the backup meets rolls, drops and page
 			// reuse while it streams.
 			WALSegmentBytes: 128 << 10, CheckpointWALBytes: 256 << 10, CacheBytes: 256 << 10}})
