@@ -148,7 +148,7 @@ func (c *backupConn) start(e *Engine) {
 	c.done = make(chan struct{})
 	done, pieces := c.done, c.pieces
 	go func() {
-		info, err := e.Backup(ctx, backupHandoff{pieces: pieces})
+		info, err := e.Backup(ctx, backupHandoff{c: c, pieces: pieces})
 		c.mu.Lock()
 		c.info, c.err = info, err
 		c.mu.Unlock()
@@ -204,7 +204,17 @@ func (c *backupConn) abandon() {
 
 // backupHandoff is the engine's sink of a wire backup: it hands each piece to the pulling
 // request and waits until its replies are queued.
-type backupHandoff struct{ pieces chan *backupPiece }
+type backupHandoff struct {
+	c      *backupConn
+	pieces chan *backupPiece
+}
+
+// progress reports how much of p the replies took so far.
+func (h backupHandoff) progress(p *backupPiece) int {
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	return p.pos
+}
 
 // backupPullWaitMax is how long a backup waits for its client's next Backup request: a client
 // that stops asking (but keeps its connection alive) abandons the backup after it, instead
@@ -223,10 +233,21 @@ func (h backupHandoff) WriteChunk(ctx context.Context, f BackupFile, off int64, 
 	case <-wait.C:
 		return fmt.Errorf("%w: the client asked for no piece for %v", ErrBackupTimeout, backupPullWaitMax)
 	}
-	select {
-	case <-p.taken:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	// A piece larger than the client's chunk takes several requests: the same bound holds
+	// for each of them.
+	for pos := 0; ; {
+		wait.Reset(backupPullWaitMax)
+		select {
+		case <-p.taken:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+			if now := h.progress(p); now != pos {
+				pos = now
+				continue
+			}
+			return fmt.Errorf("%w: the client asked for no piece for %v", ErrBackupTimeout, backupPullWaitMax)
+		}
 	}
 }
