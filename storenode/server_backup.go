@@ -218,8 +218,8 @@ func (h backupHandoff) progress(p *backupPiece) int {
 
 // backupPullWaitMax is how long a backup waits for its client's next Backup request: a client
 // that stops asking (but keeps its connection alive) abandons the backup after it, instead
-// of holding the snapshot for Options.BackupTimeout.
-const backupPullWaitMax = time.Minute
+// of holding the snapshot for Options.BackupTimeout. A variable for tests only.
+var backupPullWaitMax = time.Minute
 
 // WriteChunk hands b over (BackupSink).
 func (h backupHandoff) WriteChunk(ctx context.Context, f BackupFile, off int64, b []byte) error {

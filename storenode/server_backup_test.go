@@ -149,3 +149,24 @@ func TestBackupWireConstants(t *testing.T) {
 	require.Equal(t, sgio.BackupKindData, uint8(BackupData))
 	require.Equal(t, sgio.BackupKindWAL, uint8(BackupWAL))
 }
+
+// TestServerBackupClientStopsPulling: a client that starts a backup and then asks for nothing
+// more, keeping its connection, loses the backup after the pull bound; the hold ends.
+func TestServerBackupClientStopsPulling(t *testing.T) {
+	defer func(d time.Duration) { backupPullWaitMax = d }(backupPullWaitMax)
+	backupPullWaitMax = 50 * time.Millisecond
+	env := startServer(t)
+	ctx := srvCtx(t)
+	c := env.dial(testOwner)
+	var chunk sgio.BackupChunk
+	require.NoError(t, c.CallInto(ctx, &sgio.Backup{}, &chunk))
+	e := env.srv.Engine()
+	deadline := time.Now().Add(srvTestTimeout)
+	for n, _ := e.BackupHold(); n != 0; n, _ = e.BackupHold() {
+		require.True(t, time.Now().Before(deadline), "the unpulled backup still holds its snapshot")
+		<-time.After(5 * time.Millisecond) // polling: the hold ends on the backup's goroutine
+	}
+	err := c.CallInto(ctx, &sgio.Backup{Stream: chunk.Stream}, &chunk)
+	require.ErrorIs(t, err, sgio.ErrBusy, "the backup ended with ErrBackupTimeout")
+	require.NoError(t, c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}), "the connection lives on")
+}
