@@ -33,6 +33,18 @@ var (
 	// meta file nor a wal directory.
 	ErrNotStore = errors.New("storenode: not a Weft store")
 
+	// ErrBackupIncomplete is returned by Open for a directory a backup was still writing (or
+	// was abandoned in): it holds part of a store. Delete it and take the backup again.
+	ErrBackupIncomplete = errors.New("storenode: directory holds an incomplete backup")
+
+	// Backup.
+
+	// ErrBackupTimeout is returned by Backup when it held its snapshot longer than
+	// Options.BackupTimeout (a slow or stalled sink); the hold is released.
+	ErrBackupTimeout = newSentinel("storenode: backup took longer than its time limit", sgio.ErrBusy)
+	// ErrBackupBusy is returned by Backup while four backups run already.
+	ErrBackupBusy = newSentinel("storenode: too many backups running", sgio.ErrBusy)
+
 	// Tables.
 
 	// ErrTableNotFound is returned for a table name or id that does not exist (or was dropped).

@@ -302,7 +302,7 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("storenode: size of %s: %w", name, err)
 	}
-	if size > 1<<40 {
+	if size > metaBytesMax {
 		return nil, false, corrupt.Errorf("storenode: %s: size %d", name, size)
 	}
 	b := make([]byte, size)
@@ -315,6 +315,9 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 	}
 	return m, true, nil
 }
+
+// metaBytesMax bounds a meta file's size before it is read.
+const metaBytesMax = 1 << 40
 
 func pad8(n int) int { return (n + 7) &^ 7 }
 

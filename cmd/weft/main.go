@@ -7,12 +7,15 @@
 //	weft --store 127.0.0.1:7070 scan items 0 1000
 //	weft --store 127.0.0.1:7070 stats
 //	weft verify data
+//	weft --store 127.0.0.1:7070 backup --out /backups/weft-2026-12-01
 //
 // It reads as a client that owns no table: a storage node serves it durable rows only (a
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
 // A directory is opened in this process, which recovers it as a storage node's start would
 // and fails while another process has it open. Rows print as hex, or as named fields with
-// --layout (see layout.go for the types). Exit status: 0, 1 on an error, 2 on bad usage.
+// --layout (see layout.go for the types). backup copies a running storage node into a new
+// directory while it commits (backup.go; docs/operations.md, "Backup and restore"). Exit
+// status: 0, 1 on an error, 2 on bad usage.
 //
 // verify checks a stopped store's directory offline (storenode.Check, like `bbolt check`)
 // without changing a byte: the meta file, every page map against its data file, free pages,
@@ -59,6 +62,7 @@ var commands = []command{
 	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
 	{"stats", "", "print the store's counters", cmdStats},
 	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
+	{"backup", "--out DIR", "copy a running storage node (--store) into a new directory, commits going on", cmdBackup},
 }
 
 // globals are the flags before the command.
@@ -83,6 +87,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nThe secret comes from --secret-file or $WEFT_SECRET; the store from --store or $WEFT_STORE.")
+	fmt.Fprintln(w, "A backup directory is a store: start a storage node (or txnode.Open) on it to restore; its")
+	fmt.Fprintln(w, "first start bumps every table's epoch, so no transaction node keeps serving its old cache.")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
