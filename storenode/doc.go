@@ -21,6 +21,9 @@
 //	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
 //	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
+//	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
+//	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers
+//	check.go       the offline check of a store (Check; check_catalog.go, check_tables.go)
 //	limits.go      file descriptors of tables (MaxTables, EMFILE)
 //	stats.go       Stats, and the one table of stat descriptors (StatDescs) that the
 //	               wire's StatsReply, Prometheus and `weft stats` derive from

@@ -77,6 +77,11 @@ type Engine struct {
 	failMu  sync.Mutex
 	failErr error
 
+	// backups are the running backups' holds on their snapshots; heldPages the disk pages
+	// checkpoints replaced meanwhile, freed when the last hold ends (backup.go).
+	backups   []*backupHold
+	heldPages []heldPage
+
 	// readBarriers counts the reads that waited for durability with mu held (read.go).
 	readBarriers atomic.Uint64
 
@@ -170,7 +175,14 @@ func Open(opts Options) (*Engine, error) {
 		start:   time.Now(),
 	}
 	e.cond = sync.NewCond(&e.mu)
-	if err := e.recover(); err != nil {
+	if err := checkNotIncomplete(e.fs, e.dir); err != nil {
+		return nil, err
+	}
+	err := e.recover()
+	if err == nil {
+		err = e.finishRestore() // a restored backup's first open (backup_dir.go)
+	}
+	if err != nil {
 		// Recovery may fail after the WAL was opened (syncing the directory, removing
 		// orphans): close it too, or its writer and its lock outlive the failed Open and
 		// the store cannot be opened again in this process.
@@ -204,6 +216,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	close(e.stop)
 	e.bg.Wait()
+	e.releaseAllBackups()
 
 	var err error
 	if e.failure() == nil {

@@ -26,6 +26,21 @@ var (
 	// ErrOldFormat is returned by Open for a store whose meta file an older build wrote in a
 	// format this build does not read.
 	ErrOldFormat = errors.New("storenode: store written in an older format")
+	// ErrNotStore is returned by Check for a directory that is missing or holds neither a
+	// meta file nor a wal directory.
+	ErrNotStore = errors.New("storenode: not a Weft store")
+
+	// ErrBackupIncomplete is returned by Open for a directory a backup was still writing (or
+	// was abandoned in): it holds part of a store. Delete it and take the backup again.
+	ErrBackupIncomplete = errors.New("storenode: directory holds an incomplete backup")
+
+	// Backup.
+
+	// ErrBackupTimeout is returned by Backup when it held its snapshot longer than
+	// Options.BackupTimeout (a slow or stalled sink); the hold is released.
+	ErrBackupTimeout = newSentinel("storenode: backup took longer than its time limit", sgio.ErrBusy)
+	// ErrBackupBusy is returned by Backup while four backups run already.
+	ErrBackupBusy = newSentinel("storenode: too many backups running", sgio.ErrBusy)
 
 	// Tables.
 

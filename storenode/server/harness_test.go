@@ -25,6 +25,9 @@ import (
 // engine refuses rows never granted); as storenode's harness_test.go.
 const testGrantPages = 64
 
+// testOwner is the owner id of tests that need one (as storenode's engine_test.go).
+const testOwner = 7
+
 // idWait bounds every wait of these tests.
 const idWait = 20 * time.Second
 

@@ -16,6 +16,7 @@
 //	session.go         one connection's protocol state: handshake, requests, replies
 //	session_commit.go  the commit path: bounds, pooled body copies, the commit goroutine
 //	server_read.go     reads: inline from the cache on the event loop, else on a goroutine
+//	server_backup.go   online backup over the wire, pulled piece by piece off the event loop
 //
 // # Server
 //
