@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/bits"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
@@ -28,10 +29,33 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 	}
 	db.cache.misses.Add(1)
 	db.stats.rowsFetched.Add(uint64(bits.OnesCount64(missing)))
-	reqs := []store.ReadRequest{{Table: t.id, Page: page, Want: missing}}
-	return db.store.Read(ctx, reqs, func(_ int, data, clear uint64, rows []byte) {
-		db.fill(t, m, data, clear, rows)
-	})
+	f := fetchPool.Get().(*fetchReq)
+	f.db, f.t, f.m = db, t, m
+	f.reqs[0] = store.ReadRequest{Table: t.id, Page: page, Want: missing}
+	err := db.store.Read(ctx, f.reqs[:], f.fillFn)
+	*f = fetchReq{fillFn: f.fillFn} // Read has returned: fill runs no more (an abandoned read's reply is dropped)
+	fetchPool.Put(f)
+	return err
+}
+
+// fetchReq is one fetch's request and fill callback, pooled so that a miss allocates no
+// closure.
+type fetchReq struct {
+	db     *DB
+	t      *tableState
+	m      *frameMeta
+	reqs   [1]store.ReadRequest
+	fillFn func(int, uint64, uint64, []byte) // f.fill, made once
+}
+
+var fetchPool = sync.Pool{New: func() any {
+	f := &fetchReq{}
+	f.fillFn = f.fill
+	return f
+}}
+
+func (f *fetchReq) fill(_ int, data, clear uint64, rows []byte) {
+	f.db.fill(f.t, f.m, data, clear, rows)
 }
 
 // fill writes a store's answer into frame m, only into slots still invalid and not locked. It

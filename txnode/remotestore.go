@@ -388,49 +388,20 @@ func (s *remoteStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, 
 }
 
 // Read sends one ReadPages frame and fills from the reply in place, on the connection's
-// receiver goroutine.
+// receiver goroutine. Warm, it allocates nothing (remoteread.go).
 func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
-	wants := make([]sgio.PageWant, len(reqs))
-	for i, r := range reqs {
-		wants[i] = sgio.PageWant{Table: r.Table, Page: r.Page, Want: r.Want}
-	}
-	msg := &sgio.ReadPages{Wants: wants}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
-		defer cancel()
-	}
+	ctx, release := boundCtx(ctx, s.opts.RequestTimeout)
+	defer release()
+	r := getRemoteRead(reqs, fill)
+	defer r.put()
 	for {
 		c, gen, err := s.client(ctx)
 		if err != nil {
 			return err
 		}
-		ch := make(chan error, 1)
-		var fillMu sync.Mutex
-		abandoned := false
-		err = c.Send(ctx, msg, func(f sgio.Frame, err error) {
-			fillMu.Lock()
-			defer fillMu.Unlock()
-			if abandoned {
-				return // the caller gave up and may have released its frames
-			}
-			if err == nil {
-				err = fillFromSegments(f.Body, len(reqs), fill)
-			}
-			ch <- err
-		})
+		err = c.Send(ctx, &r.msg, r.reply)
 		if err == nil {
-			select {
-			case err = <-ch:
-			case <-ctx.Done():
-				fillMu.Lock()
-				select {
-				case err = <-ch: // it finished just now
-				default:
-					abandoned, err = true, ctx.Err()
-				}
-				fillMu.Unlock()
-			}
+			err = r.wait(ctx)
 		}
 		if err == nil || !retryable(err) {
 			return err

@@ -31,7 +31,9 @@ type Store interface {
 	// Read answers sparse reads: for each request, fill is called (on some goroutine, one
 	// call at a time per Read) with the request's index, the present rows of its want mask
 	// (data), its absent ones (clear) and the rows of data in slot order. rows is valid only
-	// during the call.
+	// during the call. fill is never called after Read returns (a reply that arrives after
+	// its Read gave up is dropped), and Read keeps neither reqs nor fill: the caller may
+	// reuse both once it returns.
 	Read(ctx context.Context, reqs []ReadRequest, fill func(i int, data, clear uint64, rows []byte)) error
 	// PageDir lists the pages of [lo, hi) holding rows, at most max, appending to dst; next is
 	// where to continue (hi when done).
