@@ -171,3 +171,26 @@ func TestDropTableThroughWrappedStore(t *testing.T) {
 	_, err = db.Table(ctx, "items")
 	require.ErrorIs(t, err, ErrTableNotFound)
 }
+
+// TestCatalogAfterClose: every catalog call after Close returns ErrClosed, on every store.
+// Fails on 36b8b47: the embedded DB.Tables listed the closed engine's tables with a nil error
+// (the remote store said ErrClosed).
+func TestCatalogAfterClose(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range openConfigs(t) {
+		t.Run(c.name, func(t *testing.T) {
+			db := c.opener(t)(Options{})
+			_, err := db.CreateTable(ctx, "items", 64)
+			require.NoError(t, err)
+			require.NoError(t, db.Close(ctx))
+			ts, err := db.Tables(ctx)
+			require.ErrorIs(t, err, ErrClosed, "Tables")
+			require.Empty(t, ts)
+			_, err = db.CreateTable(ctx, "other", 64)
+			require.ErrorIs(t, err, ErrClosed, "CreateTable")
+			_, err = db.Table(ctx, "items")
+			require.ErrorIs(t, err, ErrClosed, "Table")
+			require.ErrorIs(t, db.DropTable(ctx, "items"), ErrClosed, "DropTable")
+		})
+	}
+}
