@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
@@ -14,6 +15,9 @@ import (
 // engine copies them into its WAL and cache).
 type embedded struct {
 	e *storenode.Engine
+	// closed is set by Close: the calls the engine answers without an error of its own
+	// (ListTables, Ping) report storenode.ErrClosed after it, like every other.
+	closed atomic.Bool
 
 	segPool sync.Pool // *[]storenode.Segment
 }
@@ -48,9 +52,17 @@ func (s *embedded) OpenTable(_ context.Context, name string) (Table, error) {
 	return tableOf(t), err
 }
 
-func (s *embedded) Ping(context.Context) error { return nil }
+func (s *embedded) Ping(context.Context) error {
+	if s.closed.Load() {
+		return storenode.ErrClosed
+	}
+	return nil
+}
 
 func (s *embedded) ListTables(context.Context) ([]Table, error) {
+	if s.closed.Load() {
+		return nil, storenode.ErrClosed
+	}
 	var out []Table
 	for _, t := range s.e.Tables() {
 		out = append(out, tableOf(t))
@@ -118,6 +130,7 @@ func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
 }
 
 func (s *embedded) Close() error {
+	s.closed.Store(true)
 	err := s.e.Close()
 	if errors.Is(err, storenode.ErrClosed) {
 		return nil
