@@ -36,7 +36,9 @@
 // Commit's done (the receiver, or the engine's WAL goroutine). Neither may call back into the
 // store's blocking methods. A Commit may itself block (the engine waits for the batches
 // before it in seq order, or for cache room); every other blocking method ends when its
-// context does.
+// context does. (The embedded store checks the context before it starts: a call with a done
+// context does nothing; once started, a catalog change or id grant waits for its WAL sync,
+// which only the disk bounds.)
 //
 // # Buffers
 //

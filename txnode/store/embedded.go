@@ -42,24 +42,36 @@ func tableOf(t storenode.TableInfo) Table {
 	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID}
 }
 
-func (s *embedded) CreateTable(_ context.Context, name string, rowBytes int) (Table, error) {
+func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (Table, error) {
+	if err := ctx.Err(); err != nil {
+		return Table{}, err
+	}
 	t, err := s.e.CreateTable(name, rowBytes)
 	return tableOf(t), err
 }
 
-func (s *embedded) OpenTable(_ context.Context, name string) (Table, error) {
+func (s *embedded) OpenTable(ctx context.Context, name string) (Table, error) {
+	if err := ctx.Err(); err != nil {
+		return Table{}, err
+	}
 	t, err := s.e.OpenTable(name)
 	return tableOf(t), err
 }
 
-func (s *embedded) Ping(context.Context) error {
+func (s *embedded) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if s.closed.Load() {
 		return storenode.ErrClosed
 	}
 	return nil
 }
 
-func (s *embedded) ListTables(context.Context) ([]Table, error) {
+func (s *embedded) ListTables(ctx context.Context) ([]Table, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if s.closed.Load() {
 		return nil, storenode.ErrClosed
 	}
@@ -70,17 +82,26 @@ func (s *embedded) ListTables(context.Context) ([]Table, error) {
 	return out, nil
 }
 
-func (s *embedded) DropTable(_ context.Context, name string, owner uint64) error {
+func (s *embedded) DropTable(ctx context.Context, name string, owner uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return s.e.DropTable(name, owner)
 }
 
-func (s *embedded) Acquire(_ context.Context, table uint32, owner, epoch uint64) (Grant, error) {
+func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
 	g, err := s.e.Acquire(table, owner, epoch)
 	// Nobody else can reach an embedded engine: the lease never needs checking.
 	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, err
 }
 
-func (s *embedded) AllocIDs(_ context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
+func (s *embedded) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
 	return s.e.AllocIDs(table, owner, epoch, pages)
 }
 
@@ -100,7 +121,10 @@ func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, 
 	return nil
 }
 
-func (s *embedded) PageDir(_ context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+func (s *embedded) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return dst, lo, err
+	}
 	pages, next, err := s.e.PageDir(table, lo, hi, max, nil)
 	for _, p := range pages {
 		dst = append(dst, PageInfo{Page: p.Page, Present: p.Present})
