@@ -123,7 +123,7 @@ func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, 
 
 func (s *embedded) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return dst, lo, err
+		return dst, 0, err
 	}
 	pages, next, err := s.e.PageDir(table, lo, hi, max, nil)
 	for _, p := range pages {
