@@ -33,8 +33,10 @@
 //
 // Callbacks run on the store's goroutines and must not block: Read's fill (for the remote
 // store, the connection's receiver goroutine; for the embedded one, the caller's) and
-// Commit's done (the receiver, or the engine's WAL goroutine). Neither may call back into the
-// store's blocking methods. A Commit may itself block (the engine waits for the batches
+// Commit's done (the receiver, or the engine's WAL goroutine; for a batch refused or answered
+// at once, such as a fenced, malformed or retried one or any after Close, the goroutine
+// calling Commit, before Commit returns: hold no lock across Commit that done takes). Neither
+// may call back into the store's blocking methods. A Commit may itself block (the engine waits for the batches
 // before it in seq order, or for cache room); every other blocking method ends when its
 // context does. (The embedded store checks the context before it starts: a call with a done
 // context does nothing; once started, a catalog change or id grant waits for its WAL sync,
