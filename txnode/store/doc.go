@@ -75,8 +75,8 @@
 //   - Read and PageDir: storenode.ErrTableNotFound, and corrupt.ErrCorruption for bad stored
 //     bytes.
 //   - Every blocking method: the context's error when it ended first (a request already
-//     sent wraps sgio.ErrUnknownOutcome too); after Close, an error of the closed store
-//     (storenode.ErrClosed embedded, txnode.ErrClosed remote).
+//     sent wraps sgio.ErrUnknownOutcome too); after Close, an error wrapping ErrClosed
+//     (txnode.ErrClosed) from both stores, and storenode.ErrClosed too from the embedded one.
 //   - Remote only: a broken connection is mended inside the store: reads, page directories,
 //     table lookups, id grants, renewals and in-flight batches are sent again on the next
 //     connection (CreateTable, DropTable and a first Acquire are not: they fail with the

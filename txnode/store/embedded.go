@@ -16,7 +16,7 @@ import (
 type embedded struct {
 	e *storenode.Engine
 	// closed is set by Close: the calls the engine answers without an error of its own
-	// (ListTables, Ping) report storenode.ErrClosed after it, like every other.
+	// (ListTables, Ping) report the closed store after it, like every other.
 	closed atomic.Bool
 
 	segPool sync.Pool // *[]storenode.Segment
@@ -47,7 +47,7 @@ func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (
 		return Table{}, err
 	}
 	t, err := s.e.CreateTable(name, rowBytes)
-	return tableOf(t), err
+	return tableOf(t), closedErr(err)
 }
 
 func (s *embedded) OpenTable(ctx context.Context, name string) (Table, error) {
@@ -55,7 +55,7 @@ func (s *embedded) OpenTable(ctx context.Context, name string) (Table, error) {
 		return Table{}, err
 	}
 	t, err := s.e.OpenTable(name)
-	return tableOf(t), err
+	return tableOf(t), closedErr(err)
 }
 
 func (s *embedded) Ping(ctx context.Context) error {
@@ -63,7 +63,7 @@ func (s *embedded) Ping(ctx context.Context) error {
 		return err
 	}
 	if s.closed.Load() {
-		return storenode.ErrClosed
+		return closedErr(storenode.ErrClosed)
 	}
 	return nil
 }
@@ -73,7 +73,7 @@ func (s *embedded) ListTables(ctx context.Context) ([]Table, error) {
 		return nil, err
 	}
 	if s.closed.Load() {
-		return nil, storenode.ErrClosed
+		return nil, closedErr(storenode.ErrClosed)
 	}
 	var out []Table
 	for _, t := range s.e.Tables() {
@@ -86,7 +86,7 @@ func (s *embedded) DropTable(ctx context.Context, name string, owner uint64) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.e.DropTable(name, owner)
+	return closedErr(s.e.DropTable(name, owner))
 }
 
 func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (Grant, error) {
@@ -95,14 +95,15 @@ func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint6
 	}
 	g, err := s.e.Acquire(table, owner, epoch)
 	// Nobody else can reach an embedded engine: the lease never needs checking.
-	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, err
+	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, closedErr(err)
 }
 
 func (s *embedded) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}
-	return s.e.AllocIDs(table, owner, epoch, pages)
+	first, count, err := s.e.AllocIDs(table, owner, epoch, pages)
+	return first, count, closedErr(err)
 }
 
 func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
@@ -113,7 +114,7 @@ func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, 
 		}
 		data, clear, out, err := s.e.ReadRows(r.Table, r.Page, r.Want, buf[:0])
 		if err != nil {
-			return err
+			return closedErr(err)
 		}
 		fill(i, data, clear, out)
 		buf = out
@@ -129,10 +130,14 @@ func (s *embedded) PageDir(ctx context.Context, table uint32, lo, hi uint64, max
 	for _, p := range pages {
 		dst = append(dst, PageInfo{Page: p.Page, Present: p.Present})
 	}
-	return dst, next, err
+	return dst, next, closedErr(err)
 }
 
 func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
+	if s.closed.Load() {
+		done(0, closedErr(storenode.ErrClosed))
+		return
+	}
 	sp, _ := s.segPool.Get().(*[]storenode.Segment)
 	if sp == nil {
 		sp = new([]storenode.Segment)

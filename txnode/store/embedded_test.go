@@ -95,8 +95,8 @@ func TestEmbeddedDropTableOwner(t *testing.T) {
 	require.NotContains(t, err.Error(), "sgio")
 }
 
-// TestEmbeddedAfterClose: after Close every method that takes a context fails with
-// storenode.ErrClosed, as the package doc says, rather than answering from a closed engine;
+// TestEmbeddedAfterClose: after Close every method fails with storenode.ErrClosed and
+// ErrClosed (txnode.ErrClosed), as the package doc says, rather than answering from a closed engine;
 // a second Close is nil. Fails on 36b8b47: ListTables listed the closed engine's tables and
 // Ping reported nil.
 func TestEmbeddedAfterClose(t *testing.T) {
@@ -109,28 +109,33 @@ func TestEmbeddedAfterClose(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close(), "a second Close")
+	closed := func(err error, what string) {
+		t.Helper()
+		require.ErrorIs(t, err, storenode.ErrClosed, what)
+		require.ErrorIs(t, err, ErrClosed, what+": txnode.ErrClosed too")
+	}
 
 	_, err = s.CreateTable(ctx, "other", 64)
-	require.ErrorIs(t, err, storenode.ErrClosed, "CreateTable")
+	closed(err, "CreateTable")
 	_, err = s.OpenTable(ctx, "items")
-	require.ErrorIs(t, err, storenode.ErrClosed, "OpenTable")
+	closed(err, "OpenTable")
 	ts, err := s.ListTables(ctx)
-	require.ErrorIs(t, err, storenode.ErrClosed, "ListTables")
+	closed(err, "ListTables")
 	require.Empty(t, ts)
-	require.ErrorIs(t, s.DropTable(ctx, "items", 7), storenode.ErrClosed, "DropTable")
+	closed(s.DropTable(ctx, "items", 7), "DropTable")
 	_, err = s.Acquire(ctx, tab.ID, 7, g.Epoch)
-	require.ErrorIs(t, err, storenode.ErrClosed, "Acquire")
+	closed(err, "Acquire")
 	_, _, err = s.AllocIDs(ctx, tab.ID, 7, g.Epoch, 1)
-	require.ErrorIs(t, err, storenode.ErrClosed, "AllocIDs")
+	closed(err, "AllocIDs")
 	err = s.Read(ctx, []ReadRequest{{Table: tab.ID, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {
 		t.Error("fill after Close")
 	})
-	require.ErrorIs(t, err, storenode.ErrClosed, "Read")
+	closed(err, "Read")
 	_, _, err = s.PageDir(ctx, tab.ID, 0, 10, 16, nil)
-	require.ErrorIs(t, err, storenode.ErrClosed, "PageDir")
-	require.ErrorIs(t, s.Ping(ctx), storenode.ErrClosed, "Ping")
+	closed(err, "PageDir")
+	closed(s.Ping(ctx), "Ping")
 	done := make(chan error, 1)
 	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch}},
 		Segments: []Segment{{Table: tab.ID, RowBytes: 64, Page: 0, Clear: 1}}}, func(_ uint64, err error) { done <- err })
-	require.ErrorIs(t, <-done, storenode.ErrClosed, "Commit")
+	closed(<-done, "Commit")
 }
