@@ -50,8 +50,9 @@ type Frame struct {
 // aligned (see AlignedBytes); m must not be nil. It allocates nothing.
 func (g Geometry) Frame(rows []byte, m *Masks) Frame {
 	if g.rowBytes == 0 || len(rows) != g.PageBytes() || m == nil || !aligned(rows) {
-		assert.Failf("logicpage: frame of %d bytes (want %d, 8-aligned) masks %p for row size %d",
-			len(rows), g.PageBytes(), m, g.rowBytes)
+		// m != nil, not m: boxing the pointer would make every caller's Masks escape.
+		assert.Failf("logicpage: frame of %d bytes (want %d, 8-aligned), masks given %t, for row size %d",
+			len(rows), g.PageBytes(), m != nil, g.rowBytes)
 	}
 	return Frame{Rows: rows, Masks: m, g: g}
 }
@@ -144,8 +145,9 @@ func zeroRowShared(dst []byte) {
 // (and faults on some CPUs).
 func sharedWords(b []byte) []uint64 {
 	if len(b)%8 != 0 || !aligned(b) {
-		assert.Failf("logicpage: shared row of %d bytes at %p is not 8-byte aligned words",
-			len(b), unsafe.SliceData(b))
+		// The address as a number: boxing the pointer would make every caller's rows escape.
+		assert.Failf("logicpage: shared row of %d bytes at %#x is not 8-byte aligned words",
+			len(b), uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 }

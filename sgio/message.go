@@ -50,8 +50,10 @@ const (
 	TypeCommitAck Type = 0xc0
 
 	// Operations.
-	TypeStats      Type = 0x50 // Stats -> StatsReply
-	TypeStatsReply Type = 0xd0
+	TypeStats       Type = 0x50 // Stats -> StatsReply
+	TypeBackup      Type = 0x51 // Backup -> BackupChunk (backup.go)
+	TypeStatsReply  Type = 0xd0
+	TypeBackupChunk Type = 0xd1
 
 	// Failure: the reply to any request.
 	TypeError Type = 0xff
@@ -99,6 +101,8 @@ var types = [256]typeInfo{
 	TypeCommitAck:    {"CommitAck", 0, func() Message { return new(CommitAck) }},
 	TypeStats:        {"Stats", TypeStatsReply, func() Message { return new(Stats) }},
 	TypeStatsReply:   {"StatsReply", 0, func() Message { return new(StatsReply) }},
+	TypeBackup:       {"Backup", TypeBackupChunk, func() Message { return new(Backup) }},
+	TypeBackupChunk:  {"BackupChunk", 0, func() Message { return new(BackupChunk) }},
 	TypeError:        {"Error", 0, func() Message { return new(ErrorReply) }},
 }
 

@@ -114,10 +114,10 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err := publishMeta(e.fs, e.dir, snap); err != nil {
 		return err
 	}
-	gone := e.installCheckpoint(snap.ckptLSN, newPages, written)
+	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written)
 	e.removeDroppedFiles(gone)
 	if !replay {
-		if err := e.log.DropBefore(snap.ckptLSN + 1); err != nil {
+		if err := e.log.DropBefore(keepFrom + 1); err != nil {
 			return fmt.Errorf("storenode: checkpoint: drop WAL segments: %w", err)
 		}
 	}
@@ -238,8 +238,11 @@ func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32]
 // installCheckpoint runs after the meta file is published: it installs the new page maps,
 // frees the disk pages they replaced, marks the copied frames clean (unless written again
 // since), advances ckptLSN and wakes its waiters. It returns the dropped tables the checkpoint
-// made removable.
-func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntry, written []ckptWrite) (gone []*table) {
+// made removable and the LSN whose WAL records must be kept from: ckptLSN, or the oldest
+// checkpoint a backup holds. While a backup holds a snapshot, replaced disk pages are kept
+// from reuse (heldPages) and no data file is removed (backup.go).
+func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntry, written []ckptWrite) (gone []*table, keepFrom uint64) {
+	held := len(e.backups) > 0
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id, pm := range newPages {
@@ -250,7 +253,11 @@ func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntr
 		t.io.Lock()
 		for page, ent := range t.pages {
 			if ent.disk != 0 && pm[page].disk != ent.disk {
-				t.used.Clear(uint64(ent.disk - 1))
+				if held {
+					e.heldPages = append(e.heldPages, heldPage{t: t, disk: ent.disk})
+				} else {
+					t.used.Clear(uint64(ent.disk - 1))
+				}
 			}
 		}
 		t.pages = pm
@@ -267,7 +274,7 @@ func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntr
 	e.ckptGen++
 	keep := e.dropped[:0]
 	for _, t := range e.dropped {
-		if t.dropLSN <= ckptLSN {
+		if t.dropLSN <= ckptLSN && !held {
 			gone = append(gone, t)
 		} else {
 			keep = append(keep, t)
@@ -275,7 +282,7 @@ func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntr
 	}
 	e.dropped = keep
 	e.cond.Broadcast()
-	return gone
+	return gone, e.holdFloor(ckptLSN)
 }
 
 // removeDroppedFiles closes and removes the data files of dropped tables no checkpoint or

@@ -356,6 +356,7 @@ func TestKill9(t *testing.T) {
 
 // verifyKilledStore opens the killed store in this process, checks the rows and closes it.
 func verifyKilledStore(t *testing.T, dir string, mode SyncMode, lastAck []uint64, msg string) {
+	requireCheckNoDamage(t, nil, dir, msg+": check")
 	e, err := Open(killOptions(dir, mode, os.Getenv(killSmallEnv) != ""))
 	require.NoError(t, err, msg)
 	defer func() { require.NoError(t, e.Close(), msg) }()

@@ -174,6 +174,7 @@ func (r *crashPointRun) reopen() error {
 
 // checkRecovered opens the store after the crash and compares it with what r acknowledged.
 func (r *crashPointRun) checkRecovered(t *testing.T, msg string) {
+	requireCheckNoDamage(t, r.opts.FS, r.opts.Dir, msg+": check")
 	e, err := Open(r.opts)
 	require.NoError(t, err, "%s: open", msg)
 	defer e.Close()

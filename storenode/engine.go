@@ -74,8 +74,20 @@ type Engine struct {
 	ackErr     error         // set when the WAL failed: waiters for durability get it
 	durableCh  chan struct{} // closed (and cleared) when durableLSN advances or ackErr is set
 
+	// walAcks are the done callbacks of the records handed to the WAL and not acknowledged
+	// yet, in LSN order: appendRecord pushes under mu, the WAL's goroutine pops in walAck
+	// (one method value for every record, so a commit allocates no closure).
+	walAcksMu sync.Mutex // a leaf: taken alone, or inside mu
+	walAcks   ackQueue
+	walAckFn  func(uint64, error)
+
 	failMu  sync.Mutex
 	failErr error
+
+	// backups are the running backups' holds on their snapshots; heldPages the disk pages
+	// checkpoints replaced meanwhile, freed when the last hold ends (backup.go).
+	backups   []*backupHold
+	heldPages []heldPage
 
 	// readBarriers counts the reads that waited for durability with mu held (read.go).
 	readBarriers atomic.Uint64
@@ -170,7 +182,15 @@ func Open(opts Options) (*Engine, error) {
 		start:   time.Now(),
 	}
 	e.cond = sync.NewCond(&e.mu)
-	if err := e.recover(); err != nil {
+	e.walAckFn = e.walAck
+	if err := checkNotIncomplete(e.fs, e.dir); err != nil {
+		return nil, err
+	}
+	err := e.recover()
+	if err == nil {
+		err = e.finishRestore() // a restored backup's first open (backup_dir.go)
+	}
+	if err != nil {
 		// Recovery may fail after the WAL was opened (syncing the directory, removing
 		// orphans): close it too, or its writer and its lock outlive the failed Open and
 		// the store cannot be opened again in this process.
@@ -204,6 +224,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	close(e.stop)
 	e.bg.Wait()
+	e.releaseAllBackups()
 
 	var err error
 	if e.failure() == nil {
@@ -298,44 +319,102 @@ func (t *table) entry(page uint64) mapEntry {
 // was appended and done will not be called.
 func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(uint64, error)) (uint64, error) {
 	lsn := e.lastLSN + 1
-	cb := func(got uint64, err error) {
-		if err != nil {
-			unknown := errors.Is(err, wal.ErrUnknownOutcome)
-			err = e.fail(err)
-			if unknown {
-				// Written, or partly, then the write or fsync failed: the record may be
-				// found after a restart, so the caller must not take it as a failure.
-				err = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
-			}
-			e.failDurable(err)
-		} else {
-			if got != lsn {
-				assert.Failf("storenode: WAL assigned LSN %d, engine expected %d", got, lsn)
-			}
-			e.acknowledged(got)
-		}
-		done(got, err)
-		if err != nil {
-			go e.broadcastFailure()
-		}
-	}
+	e.walAcksMu.Lock()
+	e.walAcks.push(pendingAck{lsn: lsn, done: done})
+	e.walAcksMu.Unlock()
+	var room <-chan struct{}
 	for {
-		room := e.log.Room()
-		err := e.log.AppendAsync(kind, [][]byte{payload}, force, cb)
+		err := e.log.AppendAsync(kind, [][]byte{payload}, force, e.walAckFn)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, wal.ErrBusy) {
+			e.walAcksMu.Lock()
+			e.walAcks.popBack() // not queued: the WAL will not call back for it
+			e.walAcksMu.Unlock()
 			if errors.Is(err, wal.ErrFailStop) {
 				err = e.fail(err)
 			}
 			return 0, err
 		}
-		<-room
+		// The queue is full. The room signal is taken only then (taking it before every
+		// append would make the WAL's writer allocate a signal for every group), and before
+		// the next attempt, so the space freed after that attempt's check is not missed.
+		if room != nil {
+			<-room
+		}
+		room = e.log.Room()
 	}
 	e.lastLSN = lsn
 	e.stats.walBytes.Add(uint64(len(payload)) + walRecordOverheadBytes)
 	return lsn, nil
+}
+
+// walAck is the WAL's done callback of every record appendRecord hands it: it pops the
+// record's own callback (records are acknowledged in LSN order) and runs it. On the WAL's
+// goroutine.
+func (e *Engine) walAck(got uint64, err error) {
+	e.walAcksMu.Lock()
+	a := e.walAcks.popFront()
+	e.walAcksMu.Unlock()
+	if a.lsn != got { // checked before Failf boxes its arguments
+		assert.Failf("storenode: WAL acknowledged LSN %d, engine expected %d", got, a.lsn)
+	}
+	if err != nil {
+		unknown := errors.Is(err, wal.ErrUnknownOutcome)
+		err = e.fail(err)
+		if unknown {
+			// Written, or partly, then the write or fsync failed: the record may be found
+			// after a restart, so the caller must not take it as a failure.
+			err = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+		}
+		e.failDurable(err)
+	} else {
+		e.acknowledged(got)
+	}
+	a.done(got, err)
+	if err != nil {
+		go e.broadcastFailure()
+	}
+}
+
+// pendingAck is a record handed to the WAL: its LSN and its caller's callback.
+type pendingAck struct {
+	lsn  uint64
+	done func(uint64, error)
+}
+
+// ackQueue is a FIFO of pendingAcks in one slice that is reused once drained, so that a
+// steady flow of records allocates nothing.
+type ackQueue struct {
+	items []pendingAck
+	head  int
+}
+
+func (q *ackQueue) push(a pendingAck) {
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > len(q.items)/2 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:]) // more than half consumed: compact before growing
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, a)
+}
+
+func (q *ackQueue) popFront() pendingAck {
+	if q.head == len(q.items) {
+		return pendingAck{} // an acknowledgement nobody waits for: walAck's check fails
+	}
+	a := q.items[q.head]
+	q.items[q.head] = pendingAck{}
+	q.head++
+	return a
+}
+
+func (q *ackQueue) popBack() {
+	q.items[len(q.items)-1] = pendingAck{}
+	q.items = q.items[:len(q.items)-1]
 }
 
 // walRecordOverheadBytes approximates a WAL record's header and padding, for the checkpoint

@@ -29,6 +29,21 @@ var (
 	// ErrFileLimit is returned by Open and NewServer when the process's file descriptor limit
 	// (RLIMIT_NOFILE) cannot hold the tables' data files, the connections and a margin.
 	ErrFileLimit = errors.New("storenode: file descriptor limit too low")
+	// ErrNotStore is returned by Check for a directory that is missing or holds neither a
+	// meta file nor a wal directory.
+	ErrNotStore = errors.New("storenode: not a Weft store")
+
+	// ErrBackupIncomplete is returned by Open for a directory a backup was still writing (or
+	// was abandoned in): it holds part of a store. Delete it and take the backup again.
+	ErrBackupIncomplete = errors.New("storenode: directory holds an incomplete backup")
+
+	// Backup.
+
+	// ErrBackupTimeout is returned by Backup when it held its snapshot longer than
+	// Options.BackupTimeout (a slow or stalled sink); the hold is released.
+	ErrBackupTimeout = newSentinel("storenode: backup took longer than its time limit", sgio.ErrBusy)
+	// ErrBackupBusy is returned by Backup while four backups run already.
+	ErrBackupBusy = newSentinel("storenode: too many backups running", sgio.ErrBusy)
 
 	// Tables.
 

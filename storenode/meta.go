@@ -148,7 +148,8 @@ func decodeMeta(b []byte) (*metaState, error) {
 	}
 	body := b[:len(b)-metaTrailerBytes]
 	if got, want := checksum.Of(body), binary.LittleEndian.Uint32(b[len(body):]); got != want {
-		return nil, corrupt.Errorf("storenode: meta: checksum %#08x, want %#08x", got, want)
+		return nil, corrupt.Errorf("storenode: meta: offset %d: checksum %#08x stored, %#08x computed over bytes [0, %d)",
+			len(body), want, got, len(body))
 	}
 	if binary.LittleEndian.Uint32(b[len(b)-4:]) != 0 {
 		return nil, corrupt.Errorf("storenode: meta: reserved trailer field not zero")
@@ -301,7 +302,7 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("storenode: size of %s: %w", name, err)
 	}
-	if size > 1<<40 {
+	if size > metaBytesMax {
 		return nil, false, corrupt.Errorf("storenode: %s: size %d", name, size)
 	}
 	b := make([]byte, size)
@@ -314,6 +315,9 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 	}
 	return m, true, nil
 }
+
+// metaBytesMax bounds a meta file's size before it is read.
+const metaBytesMax = 1 << 40
 
 func pad8(n int) int { return (n + 7) &^ 7 }
 

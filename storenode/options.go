@@ -49,6 +49,7 @@ const (
 	DefaultWALSegmentBytes    = 64 << 20
 	DefaultOwnerExpiry        = 24 * time.Hour
 	DefaultMaxTables          = 4096
+	DefaultBackupTimeout      = time.Hour
 	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
 	// wait for checkpoints to make room), but not fewer than one batch can touch.
 	MinCacheBytes = 16 << 10
@@ -88,6 +89,10 @@ type Options struct {
 	// of giving them a fresh lease. Right for an embedded engine: the directory lock proves the
 	// process that held them is gone. Wrong for a storage node, whose owners outlive it.
 	ExpireLeasesAtOpen bool
+	// BackupTimeout bounds how long a backup holds its snapshot (Engine.Backup): meanwhile
+	// checkpoints keep the disk pages they replace, so the data files grow. A backup that
+	// takes longer fails with ErrBackupTimeout and releases its hold.
+	BackupTimeout time.Duration
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
 	Now func() time.Time
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
@@ -124,6 +129,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WALSegmentBytes == 0 {
 		o.WALSegmentBytes = DefaultWALSegmentBytes
+	}
+	if o.BackupTimeout <= 0 {
+		o.BackupTimeout = DefaultBackupTimeout
 	}
 	if o.Now == nil {
 		o.Now = time.Now

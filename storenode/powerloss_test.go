@@ -114,6 +114,9 @@ func runPowerLoss(t *testing.T, seed uint64) {
 			}
 			r.fs.Crash(rng)
 		}
+		if round > 0 {
+			requireCheckNoDamage(t, r.fs, r.opts.Dir, fmt.Sprintf("seed %d round %d: check after power loss", seed, round))
+		}
 		e, err := Open(r.opts)
 		require.NoError(t, err, "seed %d round %d: open after power loss", seed, round)
 		r.checkRecovered(e, round)

@@ -89,6 +89,8 @@ type session struct {
 	committing      bool            // the commit goroutine runs
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
+
+	backup backupConn // the connection's online backup (server_backup.go)
 }
 
 type sessionState uint8
@@ -240,6 +242,7 @@ func (s *session) closed(err error) {
 	} else {
 		s.logger().Debug("storenode: connection closed")
 	}
+	s.backup.abandon()
 	if s.claimed.Load() {
 		s.srv.eng.Disconnect(s.owner, s.id)
 	}
@@ -410,6 +413,10 @@ func (s *session) handle(f sgio.Frame) bool {
 	s.srv.counters.requests.Add(1)
 	if f.Type == sgio.TypeCommit {
 		s.commit(f)
+		return true
+	}
+	if f.Type == sgio.TypeBackup {
+		s.backupRequest(f)
 		return true
 	}
 	var readBytes int64

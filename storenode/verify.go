@@ -43,11 +43,40 @@ func (e *Engine) verify() error {
 		if err := verifyDiskPages(t); err != nil {
 			return fmt.Errorf("storenode: table %d: %w", id, err)
 		}
+		if err := e.verifyLease(t); err != nil {
+			return fmt.Errorf("storenode: table %d: %w", id, err)
+		}
+	}
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	for owner, id := range e.idents {
+		if owner == 0 || id == nil {
+			return fmt.Errorf("storenode: identity of owner %d is %v", owner, id)
+		}
+		if id.conn != 0 && id.evict == nil {
+			return fmt.Errorf("storenode: owner %d is held by connection %d that cannot be evicted", owner, id.conn)
+		}
 	}
 	for owner, o := range e.owners {
 		if err := o.verify(); err != nil {
 			return fmt.Errorf("storenode: owner %d: %w", owner, err)
 		}
+	}
+	return nil
+}
+
+// verifyLease checks a table's ownership state (ownership.go): a table has a holder exactly
+// when it was granted (epoch > 0), and no lease runs longer than one LeaseDuration from now
+// (every grant and renewal sets it to now plus the duration; the clock does not go back).
+func (e *Engine) verifyLease(t *table) error {
+	if (t.holder == 0) != (t.epoch == 0) {
+		return fmt.Errorf("holder %d with epoch %d", t.holder, t.epoch)
+	}
+	if t.holder == 0 && !t.leaseUntil.IsZero() {
+		return fmt.Errorf("a lease until %v without a holder", t.leaseUntil)
+	}
+	if limit := e.opts.Now().Add(e.opts.LeaseDuration); t.leaseUntil.After(limit) {
+		return fmt.Errorf("lease until %v, beyond one lease from now (%v)", t.leaseUntil, limit)
 	}
 	return nil
 }

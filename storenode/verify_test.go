@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -59,6 +60,16 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 		"window seq": func() func() {
 			o.window[o.lastSeq%dedupWindow].seq++
 			return func() { o.window[o.lastSeq%dedupWindow].seq-- }
+		},
+		"lease beyond one duration": func() func() {
+			until := tb.leaseUntil
+			tb.leaseUntil = until.Add(e.opts.LeaseDuration + time.Second)
+			return func() { tb.leaseUntil = until }
+		},
+		"holder without epoch": func() func() {
+			epoch := tb.epoch
+			tb.epoch = 0
+			return func() { tb.epoch = epoch }
 		},
 		"window size": func() func() {
 			n := o.n

@@ -6,12 +6,23 @@
 //	weft --dir data get items 42 --layout 'kind:u32,owner:u64,name:str16'
 //	weft --store 127.0.0.1:7070 scan items 0 1000
 //	weft --store 127.0.0.1:7070 stats
+//	weft verify data
+//	weft --store 127.0.0.1:7070 backup --out /backups/weft-2026-12-01
 //
 // It reads as a client that owns no table: a storage node serves it durable rows only (a
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
 // A directory is opened in this process, which recovers it as a storage node's start would
 // and fails while another process has it open. Rows print as hex, or as named fields with
-// --layout (see layout.go for the types). Exit status: 0, 1 on an error, 2 on bad usage.
+// --layout (see layout.go for the types). backup copies a running storage node into a new
+// directory while it commits (backup.go; docs/operations.md, "Backup and restore"). Exit
+// status: 0, 1 on an error, 2 on bad usage.
+//
+// verify checks a stopped store's directory offline (storenode.Check, like `bbolt check`)
+// without changing a byte: the meta file, every page map against its data file, free pages,
+// the WAL and the catalog. It prints one line per finding (file, offset, table, page, what is
+// wrong with expected and found) and a summary, and exits 0 when the store is intact (notes,
+// such as a torn WAL tail a crash left, do not count), 1 when it found damage, 3 when it could
+// not check (the store is open in a running process, not a store, unreadable), 2 on bad usage.
 package main
 
 import (
@@ -41,11 +52,17 @@ type command struct {
 	run              func(ctx context.Context, g *globals, args []string, stdout io.Writer) error
 }
 
+// untimed names the commands that run without --timeout unless it is given: verify reads a
+// whole store.
+var untimed = map[string]bool{"verify": true}
+
 var commands = []command{
 	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables},
 	{"get", "TABLE ID [--layout L]", "print one row", cmdGet},
 	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
 	{"stats", "", "print the store's counters", cmdStats},
+	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
+	{"backup", "--out DIR", "copy a running storage node (--store) into a new directory, commits going on", cmdBackup},
 }
 
 // globals are the flags before the command.
@@ -61,6 +78,7 @@ var errUsage = errors.New("usage")
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: weft (--store ADDR | --dir DIR) COMMAND [ARGS]")
+	fmt.Fprintln(w, "       weft verify DIR")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-7s %-42s %s\n", c.name, c.args, c.help)
@@ -69,6 +87,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fmt.Fprintln(w, "\nThe secret comes from --secret-file or $WEFT_SECRET; the store from --store or $WEFT_STORE.")
+	fmt.Fprintln(w, "A backup directory is a store: start a storage node (or txnode.Open) on it to restore; its")
+	fmt.Fprintln(w, "first start bumps every table's epoch, so no transaction node keeps serving its old cache.")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -100,15 +120,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(ctx, g.timeout)
-		defer cancel()
+		timed := !untimed[c.name]
+		fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+		if timed {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, g.timeout)
+			defer cancel()
+		}
 		err := c.run(ctx, g, fs.Args()[1:], stdout)
+		var ee *exitError
 		switch {
 		case err == nil:
 			return 0
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "weft %s: %v\nusage: weft %s %s\n", name, err, name, c.args)
 			return 2
+		case errors.As(err, &ee):
+			fmt.Fprintf(stderr, "weft %s: %v\n", name, err)
+			return ee.code
 		default:
 			fmt.Fprintf(stderr, "weft %s: %v\n", name, err)
 			return 1

@@ -29,3 +29,9 @@ func (*inProcessError) Error() string { return "vfs: already locked by this proc
 
 // Unwrap reports ErrLocked.
 func (*inProcessError) Unwrap() error { return ErrLocked }
+
+// Errors of a ReadOnly view.
+var (
+	// ErrReadOnly is returned by every call of a ReadOnly view that would change something.
+	ErrReadOnly = errors.New("vfs: read-only view")
+)

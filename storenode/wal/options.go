@@ -1,6 +1,9 @@
 package wal
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // SyncMode says when the writer fdatasyncs a segment file.
 type SyncMode uint8
@@ -34,6 +37,8 @@ const (
 	DefaultMaxRecordBytes = 64 << 20
 	// DefaultMaxQueueBytes is the default Options.MaxQueueBytes: 16 MiB.
 	DefaultMaxQueueBytes = 16 << 20
+	// DefaultGatherWaitMax caps the default Options.GatherWait: 2 ms.
+	DefaultGatherWaitMax = 2 * time.Millisecond
 )
 
 // Options configure a WAL. The zero value is valid: every zero field takes its default.
@@ -63,6 +68,15 @@ type Options struct {
 	// synced-through LSN when the caller's last checkpoint was published: a bad record at or
 	// below it is corruption, never a torn tail, even when no later record proves it.
 	DurableThrough uint64
+
+	// GatherWait bounds how long, with SyncAlways, the writer waits before it cuts a group
+	// for the appenders the previous synced group acknowledged to append again, so that one
+	// fdatasync covers them and those that arrived during the previous sync, not two
+	// alternating halves (group gathering). It waits only while fewer records are queued
+	// than the previous group plus those queued behind it, and never past GatherWait.
+	// Zero means the default: half the duration of the previous fdatasync, at most
+	// DefaultGatherWaitMax. Negative turns gathering off.
+	GatherWait time.Duration
 
 	// noPreallocate turns off File.Allocate of the active segment (preallocate); benchmarks
 	// compare both.

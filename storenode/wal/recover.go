@@ -27,34 +27,12 @@ const readChunkBytes = 256 << 10
 
 // recover rebuilds the WAL's state from dir and leaves the active segment open for appends.
 func (w *WAL) recover(replay func(Record) error) error {
-	after := w.opts.After
-	names, err := w.fs.List(w.dir)
+	firsts, s, err := w.listSegments()
 	if err != nil {
-		return fmt.Errorf("wal: open %s: %w", w.dir, err)
-	}
-	var firsts []uint64
-	for _, name := range names {
-		if first, ok := parseSegmentName(name); ok {
-			if first == 0 {
-				return corrupt.Errorf("wal: %s: segment %s: LSN 0", w.dir, name)
-			}
-			firsts = append(firsts, first) // List sorts, and the names are fixed-width hex
-		}
+		return err
 	}
 	if len(firsts) == 0 {
-		if after > 0 {
-			return corrupt.Errorf("wal: %s: no segment files, but records after LSN %d must exist", w.dir, after)
-		}
 		return w.openFresh(1, nil)
-	}
-	// Segments wholly at or below After are not read.
-	s := 0
-	for s+1 < len(firsts) && firsts[s+1]-1 <= after {
-		s++
-	}
-	if firsts[s] > after+1 {
-		return corrupt.Errorf("wal: %s: first segment %s starts after LSN %d: records %d..%d missing",
-			w.dir, segmentName(firsts[s]), after+1, after+1, firsts[s]-1)
 	}
 	// Pass 1 checks every record and settles the tail (torn or corrupt) without replaying:
 	// keepTail then rewrites and syncs the records that may live in the page cache only, so
@@ -72,25 +50,85 @@ func (w *WAL) recover(replay func(Record) error) error {
 	return r.replayAll(s, w.nextLSN, replay)
 }
 
+// listSegments returns the first LSNs of the segment files, ascending, and the index of the
+// first one recovery reads (those wholly at or below After are not read). No segment at all is
+// fine only for a new log (After 0). When the first segment to read starts too late, the
+// error comes with firsts and s, so Check can name it.
+func (w *WAL) listSegments() (firsts []uint64, s int, err error) {
+	after := w.opts.After
+	names, err := w.fs.List(w.dir)
+	if err != nil {
+		return nil, 0, fmt.Errorf("wal: open %s: %w", w.dir, err)
+	}
+	for _, name := range names {
+		if first, ok := parseSegmentName(name); ok {
+			if first == 0 {
+				return nil, 0, corrupt.Errorf("wal: %s: segment %s: LSN 0", w.dir, name)
+			}
+			firsts = append(firsts, first) // List sorts, and the names are fixed-width hex
+		}
+	}
+	if len(firsts) == 0 {
+		if after > 0 {
+			return nil, 0, corrupt.Errorf("wal: %s: no segment files, but records after LSN %d must exist", w.dir, after)
+		}
+		return nil, 0, nil
+	}
+	// Segments wholly at or below After are not read.
+	for s+1 < len(firsts) && firsts[s+1]-1 <= after {
+		s++
+	}
+	if firsts[s] > after+1 {
+		return firsts, s, corrupt.Errorf("wal: %s: first segment %s starts after LSN %d: records %d..%d missing",
+			w.dir, segmentName(firsts[s]), after+1, after+1, firsts[s]-1)
+	}
+	return firsts, s, nil
+}
+
 // check is recovery's first pass, from segment s on: it checks the records and keeps the
 // tail (keepTail), or fails.
 func (r *recovery) check(s int) error {
+	end, err := r.scan(s)
+	if err != nil {
+		return err
+	}
+	return r.keepTail(end.seg, end.off, end.next, end.torn)
+}
+
+// logEnd is where the good records of a log end.
+type logEnd struct {
+	seg   int    // index in firsts of the segment they end in
+	off   int64  // offset after the last good record there
+	next  uint64 // the LSN after the last good record
+	torn  bool   // a torn tail follows (from off, and every later segment): keepTail drops it
+	cause error  // why the record at off is bad, when torn
+}
+
+// scan is the checking half of pass 1, from segment s on, and changes nothing: it reads every
+// record and returns where the good ones end, or the corruption (or IO) error that fails
+// recovery. On an error, r.bad says where it was found. It leaves the segment it ended in open.
+func (r *recovery) scan(s int) (logEnd, error) {
 	w, firsts, after := r.w, r.firsts, r.w.opts.After
 	expected := firsts[s]
 	for i := s; i < len(firsts); i++ {
+		r.bad = badAt{seg: i, lsn: expected}
 		if firsts[i] != expected {
-			return corrupt.Errorf("wal: %s: segment %s starts at LSN %d, but the previous segment ends at LSN %d",
+			return logEnd{}, corrupt.Errorf("wal: %s: segment %s starts at LSN %d, but the previous segment ends at LSN %d",
 				w.dir, segmentName(firsts[i]), firsts[i], expected-1)
 		}
 		if err := r.openSegment(i); err != nil {
-			return err
+			return logEnd{}, err
 		}
 		off, badCause, err := r.readSegment(i, &expected)
+		r.bad = badAt{seg: i, off: off, lsn: expected}
 		if err != nil {
-			return err
+			return logEnd{}, err
 		}
 		if badCause != nil {
-			return r.badRecord(i, off, expected, badCause)
+			if err := r.badRecord(i, off, expected, badCause); err != nil {
+				return logEnd{}, err
+			}
+			return logEnd{seg: i, off: off, next: expected, torn: true, cause: badCause}, nil
 		}
 		if i+1 < len(firsts) {
 			r.closeFile()
@@ -98,13 +136,13 @@ func (r *recovery) check(s int) error {
 		}
 		// The last segment ended cleanly at off: append there.
 		if expected-1 < after {
-			return corrupt.Errorf("wal: %s: log ends at LSN %d, before the checkpoint LSN %d", w.dir, expected-1, after)
+			return logEnd{}, corrupt.Errorf("wal: %s: log ends at LSN %d, before the checkpoint LSN %d", w.dir, expected-1, after)
 		}
 		if expected-1 < w.opts.DurableThrough {
-			return corrupt.Errorf("wal: %s: log ends at LSN %d, before LSN %d, which was durable when the last checkpoint was published",
+			return logEnd{}, corrupt.Errorf("wal: %s: log ends at LSN %d, before LSN %d, which was durable when the last checkpoint was published",
 				w.dir, expected-1, w.opts.DurableThrough)
 		}
-		return r.keepTail(i, off, expected, false)
+		return logEnd{seg: i, off: off, next: expected}, nil
 	}
 	panic("unreachable")
 }
@@ -163,6 +201,15 @@ type recovery struct {
 	// lastSynced is the synced-through LSN of the last good record: records up to it had
 	// been durable; later ones may live in the page cache only.
 	lastSynced uint64
+	// bad is where scan stopped when it failed; cur is the record being replayed.
+	bad, cur badAt
+}
+
+// badAt is a place in the log: segment index, offset, the LSN due there.
+type badAt struct {
+	seg int
+	off int64
+	lsn uint64
 }
 
 func (r *recovery) path(i int) string { return path.Join(r.w.dir, segmentName(r.firsts[i])) }
@@ -225,6 +272,7 @@ func (r *recovery) readSegmentUntil(i int, expected *uint64, until uint64) (off 
 			return off, nil, corrupt.Errorf("wal: %s offset %d: record has LSN %d, want %d", r.path(i), off, h.lsn, *expected)
 		}
 		if h.lsn > r.w.opts.After && r.replay != nil {
+			r.cur = badAt{seg: i, off: off, lsn: h.lsn}
 			if err := r.replay(Record{LSN: h.lsn, Kind: h.kind, Payload: payload}); err != nil {
 				return off, nil, fmt.Errorf("wal: replay LSN %d: %w", h.lsn, err)
 			}
@@ -258,7 +306,8 @@ func (r *recovery) recordAt(off int64) (recordHeader, []byte, int, error) {
 }
 
 // badRecord decides what the bad record at offset off of segment i, where LSN expected was
-// due, is: corruption (Open fails) or a torn tail (truncated, and appends continue there).
+// due, is: corruption (the error, which fails Open) or a torn tail (nil: keepTail truncates
+// it, and appends continue there). It changes nothing.
 func (r *recovery) badRecord(i int, off int64, expected uint64, cause error) error {
 	if expected <= r.w.opts.After {
 		return corrupt.Errorf("wal: %s offset %d: bad record (LSN %d, at or below the checkpoint LSN %d): %w",
@@ -284,7 +333,7 @@ func (r *recovery) badRecord(i int, off int64, expected uint64, cause error) err
 			"the valid record LSN %d at %s offset %d was written when LSN %d was synced, so the bad one had been durable",
 			r.path(i), off, expected, cause, found.lsn, found.file, found.off, found.syncedThrough)
 	}
-	return r.keepTail(i, off, expected, true)
+	return nil
 }
 
 // covering is a valid record found after a bad one.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/vfs"
@@ -49,7 +50,10 @@ type WAL struct {
 	// spaceWatched (guarded by mu) says someone waits on spaceFreed (ErrBusy, Room), so the
 	// writer closes and replaces it; a group nobody waits for allocates no channel.
 	spaceWatched bool
-	synced       sync.Cond // on mu: broadcast after every group, on failure and on exit
+	// gatherAt (guarded by mu), when > 0, asks enqueue to wake the gathering writer once
+	// the queue holds that many records.
+	gatherAt int
+	synced   sync.Cond // on mu: broadcast after every group, on failure and on exit
 
 	wake   chan struct{} // capacity 1: the queue became non-empty, or Sync or Close asks
 	exited chan struct{} // closed when the writer goroutine returns
@@ -67,6 +71,11 @@ type WAL struct {
 	failed     bool
 	group      []queued
 	groupBuf   []byte
+	// Group gathering (SyncAlways): the next group waits for gatherTarget records, at most
+	// gatherWait (gather).
+	gatherTarget int
+	gatherWait   time.Duration
+	gatherTimer  *time.Timer
 
 	records, bytes, groups, syncs atomic.Uint64
 
@@ -124,6 +133,8 @@ func Open(fsys vfs.FS, dir string, opts Options, replay func(Record) error) (*WA
 		wake:       make(chan struct{}, 1),
 		exited:     make(chan struct{}),
 	}
+	w.gatherTimer = time.NewTimer(time.Hour)
+	w.gatherTimer.Stop()
 	w.synced.L = &w.mu
 	if err := w.recover(replay); err != nil {
 		if w.file != nil {
@@ -249,11 +260,12 @@ func (w *WAL) enqueue(kind byte, payload [][]byte, force bool, done func(uint64,
 	clear(rest) // padding
 	wasEmpty := len(w.queue) == 0
 	w.queue = append(w.queue, queued{lsn: lsn, off: off, force: force, done: done})
+	gathered := w.gatherAt > 0 && len(w.queue) >= w.gatherAt
 	assert.That(w.queue[0].lsn+uint64(len(w.queue))-1 == lsn, "wal: queue LSNs not consecutive")
 	assert.That(len(w.queueBuf) <= w.opts.MaxQueueBytes || len(w.queue) == 1, "wal: queue over its bound")
 	w.lastLSN.Store(lsn)
 	w.mu.Unlock()
-	if wasEmpty {
+	if wasEmpty || gathered {
 		w.signal()
 	}
 	return nil, nil

@@ -48,10 +48,11 @@ func BenchmarkAppendVariants(b *testing.B) {
 	}{
 		{"default", Options{}, benchPayloads},
 		{"noyield", Options{noYield: true}, benchPayloads[:1]},
+		{"nogather", Options{GatherWait: -1}, benchPayloads[:1]},
 		{"noprealloc", Options{noPreallocate: true}, benchPayloads},
 	}
 	for _, mode := range []SyncMode{SyncAlways, SyncNone} {
-		for _, appenders := range []int{1, 16} {
+		for _, appenders := range []int{1, 16, 128} {
 			for _, v := range variants {
 				for _, payload := range v.payloads {
 					opts := v.opts

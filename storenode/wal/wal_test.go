@@ -352,3 +352,79 @@ func TestCallbackReentry(t *testing.T) {
 	_, got := mustOpen(t, fs, Options{})
 	require.Equal(t, []rec{{1, 1, []byte{}}, {2, 2, []byte{}}}, got)
 }
+
+// With SyncAlways the writer gathers: after a synced group it waits (bounded by GatherWait)
+// for the group's appenders to append again, so one sync covers them and the records that
+// queued during the previous sync. Record 1 is synced alone while 2-4 queue; its appender is
+// back with record 5, and 2-5 go in one group. Without gathering, 2-4 are cut at once and 5
+// needs a third group and sync.
+func TestGroupGathersReturningAppenders(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	w, _ := mustOpen(t, fs, Options{GatherWait: time.Minute}) // never reached: 4 records come
+	defer w.Close()
+	entered, release := blockSyncs(fs)
+	acked := make(chan uint64, 8)
+	done := func(lsn uint64, err error) {
+		require.NoError(t, err)
+		acked <- lsn
+	}
+	require.NoError(t, w.AppendAsync(1, [][]byte{payloadOf(1)}, false, done))
+	<-entered // record 1 is in its sync
+	for lsn := uint64(2); lsn <= 4; lsn++ {
+		require.NoError(t, w.AppendAsync(1, [][]byte{payloadOf(lsn)}, false, done))
+	}
+	release()
+	require.Equal(t, uint64(1), <-acked)
+	// The writer gathers now, so no second sync starts until record 5 arrives. (The window
+	// only makes a writer that cuts at once, as before gathering, fail; it never fails a
+	// gathering one.)
+	select {
+	case <-entered:
+		t.Fatal("records 2-4 were cut without waiting for record 1's appender")
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, w.AppendAsync(1, [][]byte{payloadOf(5)}, false, done)) // the appender is back
+	for lsn := uint64(2); lsn <= 5; lsn++ {
+		require.Equal(t, lsn, <-acked)
+	}
+	st := w.Stats()
+	require.Equal(t, uint64(2), st.Groups, "records 2-5 in one group")
+	require.Equal(t, uint64(2), st.Syncs)
+}
+
+// Gathering is bounded: appenders that do not come back cost at most GatherWait, and Sync
+// and Close cut the wait short.
+func TestGroupGatherBounded(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	w, _ := mustOpen(t, fs, Options{GatherWait: time.Millisecond})
+	entered, release := blockSyncs(fs)
+	acked := make(chan error, 8)
+	done := func(_ uint64, err error) { acked <- err }
+	require.NoError(t, w.AppendAsync(1, [][]byte{payloadOf(1)}, false, done))
+	<-entered
+	require.NoError(t, w.AppendAsync(1, [][]byte{payloadOf(2)}, false, done))
+	release() // record 1's appender never comes back: record 2 waits 1 ms, then goes alone
+	require.NoError(t, <-acked)
+	require.NoError(t, <-acked)
+
+	// A long gather ends at Sync and at Close: record 1 syncs alone while 2 and 3 queue, so
+	// the next group waits for a third record that never comes.
+	for _, end := range []string{"sync", "close"} {
+		fs2 := vfs.NewFaultFS()
+		w2, _ := mustOpen(t, fs2, Options{GatherWait: time.Hour})
+		entered, release := blockSyncs(fs2)
+		require.NoError(t, w2.AppendAsync(1, [][]byte{payloadOf(1)}, false, done))
+		<-entered
+		require.NoError(t, w2.AppendAsync(1, [][]byte{payloadOf(2)}, false, done))
+		require.NoError(t, w2.AppendAsync(1, [][]byte{payloadOf(3)}, false, done))
+		release()
+		require.NoError(t, <-acked)
+		if end == "sync" {
+			require.NoError(t, w2.Sync())
+		}
+		require.NoError(t, w2.Close())
+		require.NoError(t, <-acked, end)
+		require.NoError(t, <-acked, end)
+	}
+	require.NoError(t, w.Close())
+}

@@ -5,12 +5,14 @@ import (
 	"io"
 	"path"
 	"runtime"
+	"time"
 
 	"github.com/weftdb/weft/internal/assert"
 )
 
 // The writer goroutine: it takes every record queued while the previous group was written
-// and synced, writes them with one WriteAt, syncs once if the sync mode or any record asks,
+// and synced (with SyncAlways, after gathering the appenders that group acknowledged, see
+// gather), writes them with one WriteAt, syncs once if the sync mode or any record asks,
 // then calls the done callbacks in LSN order. Everything here runs on that goroutine.
 
 // groupBufKeepBytes is the capacity of a group buffer kept for reuse after a group that used
@@ -31,7 +33,11 @@ func (w *WAL) run() {
 			<-w.wake
 			w.mu.Lock()
 		}
-		if len(w.queue) > 0 && !w.opts.noYield && !w.closing {
+		switch {
+		case len(w.queue) == 0 || w.closing || w.syncWanted:
+		case len(w.queue) < w.gatherTarget && w.gatherWait > 0:
+			w.gather()
+		case !w.opts.noYield:
 			// Let the batch build: appenders that are about to queue get one scheduling
 			// round before the group is cut, which raises records per write and sync
 			// when the previous group finished quickly (SyncNone, a fast disk).
@@ -50,7 +56,8 @@ func (w *WAL) run() {
 		}
 		w.mu.Unlock()
 
-		w.writeGroup(group, buf, syncWanted || closing)
+		synced, behind := w.writeGroup(group, buf, syncWanted || closing)
+		w.setGather(len(group), behind, synced)
 
 		clear(group) // drop the callbacks
 		if cap(buf) > groupBufKeepBytes && len(buf) < cap(buf)/4 {
@@ -67,12 +74,55 @@ func (w *WAL) run() {
 	}
 }
 
+// gather waits, with mu held on entry and on return (released while waiting), until the
+// queue holds gatherTarget records, or gatherWait has passed, or Sync or Close asks.
+func (w *WAL) gather() {
+	w.gatherAt = w.gatherTarget
+	w.mu.Unlock()
+	w.gatherTimer.Reset(w.gatherWait)
+	for {
+		timedOut := false
+		select {
+		case <-w.wake:
+		case <-w.gatherTimer.C:
+			timedOut = true
+		}
+		w.mu.Lock()
+		if timedOut || len(w.queue) >= w.gatherTarget || w.closing || w.syncWanted {
+			break
+		}
+		w.mu.Unlock()
+	}
+	w.gatherTimer.Stop()
+	w.gatherAt = 0
+}
+
+// setGather sets what the next group gathers, after a group of n records that synced in
+// syncTime (0: it did not sync), with queued records waiting behind it when its sync ended
+// (counted before its callbacks, so an appender that is back already is not counted twice).
+// The appenders of a synced group are expected back (they wait for their records one at a
+// time), so the next group waits for them and those queued meanwhile; a group that did not
+// sync gathers nothing.
+func (w *WAL) setGather(n, queued int, syncTime time.Duration) {
+	w.gatherTarget, w.gatherWait = 0, 0
+	if syncTime == 0 || n == 0 || w.opts.GatherWait < 0 {
+		return
+	}
+	w.gatherTarget = n + queued
+	w.gatherWait = w.opts.GatherWait
+	if w.gatherWait == 0 {
+		w.gatherWait = min(syncTime/2, DefaultGatherWaitMax)
+	}
+}
+
 // writeGroup writes the encoded records buf of group (possibly none), syncs if wantSync or
-// the sync mode or a forced record asks, and calls the callbacks.
-func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
+// the sync mode or a forced record asks, and calls the callbacks. It returns how long the
+// group's fdatasync took, 0 if it did not sync (or failed), and how many records were
+// queued behind the group when the sync ended.
+func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) (syncTime time.Duration, behind int) {
 	if w.failed {
 		assert.That(len(group) == 0, "wal: records queued after fail-stop")
-		return
+		return 0, 0
 	}
 	needSync := wantSync || (len(group) > 0 && w.opts.Sync == SyncAlways)
 	if len(group) > 0 {
@@ -82,7 +132,7 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 		if w.fileOff >= w.opts.SegmentBytes && w.fileOff > segmentHeaderSize {
 			if err := w.roll(group[0].lsn); err != nil {
 				w.fail(err, group, false)
-				return
+				return 0, 0
 			}
 		}
 		st := w.syncedThrough.Load()
@@ -109,7 +159,7 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 		}
 		if err != nil {
 			w.fail(fmt.Errorf("write %s at offset %d: %w", w.fileName(), w.fileOff, err), group, true)
-			return
+			return 0, 0
 		}
 		w.fileOff += int64(len(buf))
 		w.writtenLSN = group[len(group)-1].lsn
@@ -118,16 +168,22 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) {
 		w.groups.Add(1)
 	}
 	if needSync && w.writtenLSN > w.syncedThrough.Load() {
+		start := time.Now()
 		if err := w.syncFile(); err != nil {
 			w.fail(err, group, true)
-			return
+			return 0, 0
 		}
+		syncTime = max(time.Since(start), time.Nanosecond)
+		w.mu.Lock()
+		behind = len(w.queue)
+		w.mu.Unlock()
 	}
 	for _, q := range group {
 		q.done(q.lsn, nil)
 	}
 	// Reserve ahead for the next groups after the acknowledgements, not before them.
 	w.preallocate(w.fileOff)
+	return syncTime, behind
 }
 
 // syncFile fdatasyncs the active segment and advances syncedThrough.

@@ -1,0 +1,137 @@
+package storenode
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode/wal"
+)
+
+// Check of the catalog (see check.go): the tables of the meta file, then the WAL's records
+// after the checkpoint replayed as recovery replays them (replayRecord), at the catalog level
+// only (no rows are kept), with the engine's record decoders.
+
+// checkTableState is a table as the catalog replay sees it.
+type checkTableState struct {
+	name     string
+	rowBytes int
+	nextID   uint64
+	epoch    uint64
+	live     bool // false once dropped
+}
+
+// checkCatalog is the catalog as of the record being replayed.
+type checkCatalog struct {
+	tables    map[uint32]*checkTableState // every table seen, dropped ones too
+	byName    map[string]uint32           // live tables
+	nextTable uint32
+}
+
+func (k *checkCatalog) init(m *metaState) {
+	k.tables = make(map[uint32]*checkTableState, len(m.tables))
+	k.byName = make(map[string]uint32, len(m.tables))
+	k.nextTable = m.nextTable
+	for _, t := range m.tables {
+		k.tables[t.id] = &checkTableState{name: t.name, rowBytes: t.rowBytes, nextID: t.nextID, epoch: t.epoch, live: true}
+		k.byName[t.name] = t.id
+	}
+}
+
+// record replays one WAL record at file, off into the catalog, reporting what recovery would
+// refuse (a record that does not decode, a table unknown or created twice, a segment that
+// does not fit its table), rows written at or above their table's granted ids and an
+// ownership epoch not above the table's (epochs are never granted twice).
+func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64) {
+	bad := func(table uint32, format string, args ...any) {
+		c.damage(Finding{File: file, Offset: off, LSN: rec.LSN, Table: table, Page: -1, DiskPage: -1,
+			What: fmt.Sprintf(format, args...)})
+	}
+	live := func(id uint32, what string) *checkTableState {
+		t := k.tables[id]
+		if t == nil || !t.live {
+			bad(id, "%s of table %d, which does not exist at this LSN", what, id)
+			return nil
+		}
+		return t
+	}
+	switch rec.Kind {
+	case kindCreateTable:
+		id, rowBytes, name, err := decodeCreateRecord(rec.Payload)
+		if err != nil {
+			bad(0, "create-table record: %v", err)
+			return
+		}
+		if k.tables[id] != nil {
+			bad(id, "table %d %q created twice", id, name)
+			return
+		}
+		if other, ok := k.byName[name]; ok {
+			bad(id, "table %d created as %q, the name of live table %d", id, name, other)
+		}
+		k.tables[id] = &checkTableState{name: name, rowBytes: rowBytes, live: true}
+		k.byName[name] = id
+		k.nextTable = max(k.nextTable, id+1)
+	case kindDropTable:
+		id, err := decodeDropRecord(rec.Payload)
+		if err != nil {
+			bad(0, "drop-table record: %v", err)
+			return
+		}
+		if t := live(id, "drop"); t != nil {
+			t.live = false
+			delete(k.byName, t.name)
+		}
+	case kindGrantIDs:
+		id, next, err := decodeGrantIDsRecord(rec.Payload)
+		if err != nil {
+			bad(0, "id-grant record: %v", err)
+			return
+		}
+		if t := live(id, "id grant"); t != nil {
+			if next > MaxRowID {
+				bad(id, "id grant up to %d, beyond the last row id %d", next, uint64(MaxRowID-1))
+			}
+			t.nextID = max(t.nextID, next)
+		}
+	case kindGrantOwner:
+		id, _, epoch, err := decodeGrantOwnerRecord(rec.Payload)
+		if err != nil {
+			bad(0, "ownership record: %v", err)
+			return
+		}
+		if t := live(id, "ownership grant"); t != nil {
+			if epoch <= t.epoch {
+				bad(id, "ownership grant of epoch %d, not above the table's epoch %d: an epoch granted twice", epoch, t.epoch)
+			}
+			t.epoch = max(t.epoch, epoch)
+		}
+	case kindCommit:
+		var cr commitRecord
+		if err := decodeCommitRecord(rec.Payload, &cr); err != nil {
+			bad(0, "commit record: %v", err)
+			return
+		}
+		for i := range cr.segments {
+			s := &cr.segments[i]
+			t := live(s.Table, "commit segment")
+			if t == nil {
+				continue
+			}
+			if t.rowBytes != cr.rowBytes[i] || s.Page >= tablePagesMax {
+				bad(s.Table, "commit segment %d (row size %d, page %d) does not fit the table (row size %d, pages below %d)",
+					i, cr.rowBytes[i], s.Page, t.rowBytes, uint64(tablePagesMax))
+				continue
+			}
+			if s.Data != 0 {
+				top := s.Page*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(s.Data))
+				if top >= t.nextID {
+					bad(s.Table, "commit segment %d writes row %d (page %d, data mask %#016x), at or above the table's granted ids (next id %d)",
+						i, top, s.Page, s.Data, t.nextID)
+				}
+			}
+		}
+	default:
+		bad(0, "record of unknown kind %d", rec.Kind)
+	}
+}
