@@ -139,3 +139,55 @@ func TestEmbeddedAfterClose(t *testing.T) {
 		Segments: []Segment{{Table: tab.ID, RowBytes: 64, Page: 0, Clear: 1}}}, func(_ uint64, err error) { done <- err })
 	closed(<-done, "Commit")
 }
+
+// TestEmbeddedErrorsReadAsStorenode walks the errors a game can meet through the embedded
+// store: each matches its storenode sentinel and reads "storenode: ..." (or the package that
+// found it), never the wire's "sgio: ...". (A guard: it held on 36b8b47.)
+func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
+	ctx := context.Background()
+	s := openEmbedded(t)
+	tab, err := s.CreateTable(ctx, "items", 64)
+	require.NoError(t, err)
+	g, err := s.Acquire(ctx, tab.ID, 7, 0)
+	require.NoError(t, err)
+	first, _, err := s.AllocIDs(ctx, tab.ID, 7, g.Epoch, 1)
+	require.NoError(t, err)
+	commit := func(b *Batch) error {
+		done := make(chan error, 1)
+		s.Commit(b, func(_ uint64, err error) { done <- err })
+		return <-done
+	}
+	fence := []Fence{{Table: tab.ID, Epoch: g.Epoch}}
+	row := make([]byte, 64)
+	seg := func(id uint64) []Segment {
+		return []Segment{{Table: tab.ID, RowBytes: 64, Page: id / logicpage.RowsPerPage, Data: 1 << (id % logicpage.RowsPerPage), Rows: row}}
+	}
+	require.NoError(t, commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first)}))
+
+	_, errExists := s.CreateTable(ctx, "items", 64)
+	_, errName := s.CreateTable(ctx, "bad name", 64)
+	_, errRow := s.CreateTable(ctx, "odd", 63)
+	_, errNotFound := s.OpenTable(ctx, "nope")
+	errDrop := s.DropTable(ctx, "nope", 7)
+	_, errOwned := s.Acquire(ctx, tab.ID, 8, 0)
+	_, errRenew := s.Acquire(ctx, tab.ID, 7, g.Epoch+1)
+	_, _, errGrant := s.AllocIDs(ctx, tab.ID, 8, g.Epoch, 1)
+	errFenced := commit(&Batch{Owner: 7, Seq: 2, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch + 1}}, Segments: seg(first)})
+	errGranted := commit(&Batch{Owner: 7, Seq: 2, Fences: fence, Segments: seg(first + logicpage.RowsPerPage)})
+	errEmpty := commit(&Batch{Owner: 7, Seq: 2, Fences: fence})
+	errReused := commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first + 1)})
+	errRead := s.Read(ctx, []ReadRequest{{Table: tab.ID + 100, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {})
+	_, _, errDir := s.PageDir(ctx, tab.ID+100, 0, 1, 1, nil)
+	for _, c := range []struct {
+		err, want error
+	}{
+		{errExists, storenode.ErrTableExists}, {errName, storenode.ErrBadName}, {errRow, storenode.ErrRowSize},
+		{errNotFound, storenode.ErrTableNotFound}, {errDrop, storenode.ErrTableNotFound},
+		{errOwned, storenode.ErrTableOwned}, {errRenew, storenode.ErrFenced}, {errGrant, storenode.ErrFenced},
+		{errFenced, storenode.ErrFenced}, {errGranted, storenode.ErrMalformed}, {errEmpty, storenode.ErrMalformed},
+		{errReused, storenode.ErrSeqReused}, {errRead, storenode.ErrTableNotFound}, {errDir, storenode.ErrTableNotFound},
+	} {
+		require.ErrorIs(t, c.err, c.want)
+		require.NotContains(t, c.err.Error(), "sgio", c.err.Error())
+	}
+}
