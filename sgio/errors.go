@@ -4,6 +4,7 @@ import (
 	"errors"
 	"syscall"
 
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -127,9 +128,15 @@ func newCodeSentinel(code Code, msg string, parents ...error) error {
 // sentinel here (so CodeOf carries it as code) and is matched by it (so the error a client
 // gets over TCP, a RemoteError of code, matches it too). Use it only for an error that means
 // exactly what code means; a narrower error (one of several reasons for ErrBusy, say) wraps
-// the wire's sentinel instead, so the wire's coarser error does not match it.
+// the wire's sentinel instead, so the wire's coarser error does not match it. It panics for a
+// code whose sentinel is not this package's (CodeCorruption: wrap corrupt.ErrCorruption
+// instead) or that this side does not know: no error over TCP would match such a twin.
 func NewSentinel(code Code, msg string) error {
-	return &sentinel{msg: msg, code: code, parents: []error{code.Err()}}
+	wire, ok := code.Err().(*sentinel)
+	if !ok || wire.code != code {
+		assert.Failf("sgio: NewSentinel(%d, %q): code %d has no sentinel of this package", uint16(code), msg, uint16(code))
+	}
+	return &sentinel{msg: msg, code: code, parents: []error{wire}}
 }
 
 // Error reports the sentinel's message.

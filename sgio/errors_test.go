@@ -59,3 +59,22 @@ func TestNewSentinel(t *testing.T) {
 		}
 	}
 }
+
+// TestNewSentinelNeedsAWireSentinel: a twin keeps its promise (the wire's error of its code,
+// and so a RemoteError of it, matches the twin) only for a code whose sentinel is one of this
+// package's; for CodeCorruption (corrupt.ErrCorruption) and for a code this side does not
+// know it cannot, so NewSentinel refuses them rather than hand out a twin that silently does
+// not match over TCP. Fails on 36b8b47: NewSentinel made both, and neither matched.
+func TestNewSentinelNeedsAWireSentinel(t *testing.T) {
+	for _, code := range []Code{CodeCorruption, 0, 99} {
+		require.Panics(t, func() { NewSentinel(code, "engine: x") }, "code %d", code)
+	}
+	for _, e := range codeTable {
+		if e.code == CodeCorruption {
+			continue
+		}
+		twin := NewSentinel(e.code, "engine: x")
+		require.ErrorIs(t, ErrorFromWire(e.code, ""), twin, "code %d over TCP", e.code)
+		require.ErrorIs(t, e.err, twin, "code %d", e.code)
+	}
+}

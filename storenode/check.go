@@ -265,6 +265,10 @@ func (c *checker) lock() (unlock func(), err error) {
 		switch {
 		case err == nil:
 			held = append(held, l)
+		case errors.Is(err, vfs.ErrLockedInProcess):
+			unlock()
+			return nil, fmt.Errorf("%w: %s: an engine of this process has it open; stop it before checking",
+				ErrAlreadyOpen, c.dir)
 		case errors.Is(err, vfs.ErrLocked):
 			unlock()
 			return nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking",

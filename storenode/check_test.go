@@ -278,6 +278,10 @@ func TestCheckRefusesRunningStore(t *testing.T) {
 	_, err = Check(context.Background(), dir, CheckOptions{})
 	require.ErrorIs(t, err, ErrLocked)
 	require.ErrorContains(t, err, "stop it before checking")
+	// An Engine of this process holds it: the error says so, never "another process"
+	// (fails on 71787ea: ErrLocked's "locked by another process").
+	require.ErrorIs(t, err, ErrAlreadyOpen)
+	require.NotContains(t, err.Error(), "another process")
 
 	require.NoError(t, e.Close())
 	ctx, cancel := context.WithCancel(context.Background())

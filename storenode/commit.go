@@ -189,13 +189,16 @@ func (e *Engine) checkBatch(b *Batch) error {
 		if err := t.geo.CheckSegment(s.Segment); err != nil {
 			return fmt.Errorf("%w: table %q: %w", ErrMalformed, t.name, err)
 		}
+		// Only granted ids may be written: the page map grows to the highest page a
+		// checkpoint sees, so one row far past the grants would make it enormous. An empty
+		// segment writes no row but still dirties its page: it may name only a page whose
+		// first id was granted.
+		last := s.Page * logicpage.RowsPerPage
 		if slots := s.Data | s.Clear; slots != 0 {
-			// Only granted ids may be written: the page map grows to the highest page a
-			// checkpoint sees, so one row far past the grants would make it enormous.
-			last := s.Page*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(slots))
-			if last >= t.nextID {
-				return fmt.Errorf("%w: row %d of table %q was never granted (next id %d)", ErrMalformed, last, t.name, t.nextID)
-			}
+			last += uint64(63 - bits.LeadingZeros64(slots))
+		}
+		if last >= t.nextID {
+			return fmt.Errorf("%w: row %d of table %q was never granted (next id %d)", ErrMalformed, last, t.name, t.nextID)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/sgio"
 )
 
 // Fail-stop: a full disk (ENOSPC) or an IO error (EIO) in the WAL or in a checkpoint. The batch
@@ -348,4 +349,40 @@ func TestOpenFailureReleasesStore(t *testing.T) {
 	}()))
 	_, err = s.fs.ReadFile(orphan)
 	require.Error(t, err, "the orphan is gone")
+}
+
+// TestFailStopNoSpaceCrossesTCP: after a full disk stopped the engine, every later commit,
+// grant and read is refused with ErrFailStop wrapping the ENOSPC that caused it; over TCP the
+// code it travels as must be FailStop (the node takes nothing until restarted), never NoSpace
+// (which says "free space and retry", and loses errors.Is(err, ErrFailStop) on the client
+// while an embedded engine's caller has it). The batch that hit the full disk is an unknown
+// outcome (one code a reply: the outcome matters most) or a fail-stop, never NoSpace (CodeOf
+// takes the ENOSPC fallback only when no sentinel matched).
+func TestFailStopNoSpaceCrossesTCP(t *testing.T) {
+	s := newFailStore(t, Options{Sync: SyncNone, WALSegmentBytes: 1 << 20, CheckpointWALBytes: -1})
+	require.NoError(t, s.commit(20, 4))
+	s.fs.SetCapacity(s.fs.Used() + 48<<10)
+	first := s.commit(1000, 8)
+	require.ErrorIs(t, first, syscall.ENOSPC)
+	mt := s.tables[0]
+	s.mu.Lock()
+	seq := s.seq + 1
+	s.mu.Unlock()
+	_, commitErr := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []Fence{{mt.id, s.epochs[mt.id]}},
+		Segments: []Segment{oneRow(mt.id, 1, row64(1))}})
+	_, _, grantErr := s.e.AllocIDs(mt.id, failOwner, s.epochs[mt.id], 1)
+	_, _, _, readErr := s.e.ReadRows(mt.id, 0, 1, nil)
+	for _, err := range []error{first, commitErr, grantErr, readErr} {
+		require.ErrorIs(t, err, ErrFailStop)
+		require.ErrorIs(t, err, syscall.ENOSPC, "the cause stays visible in the engine's error")
+		code := sgio.CodeOf(err)
+		require.Contains(t, []sgio.Code{sgio.CodeFailStop, sgio.CodeUnknownOutcome}, code, "%v travels as %v", err, code)
+		remote := sgio.ErrorFromWire(code, err.Error())
+		if code == sgio.CodeUnknownOutcome {
+			require.ErrorIs(t, remote, ErrUnknownOutcome, "one code a reply: the outcome comes first")
+			continue
+		}
+		require.ErrorIs(t, remote, ErrFailStop, "errors.Is across TCP: %v", err)
+	}
+	require.Equal(t, sgio.CodeFailStop, sgio.CodeOf(commitErr))
 }

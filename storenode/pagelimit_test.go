@@ -74,3 +74,28 @@ func TestCommitBeyondGrantsRefused(t *testing.T) {
 	require.NoError(t, e.Checkpoint())
 	require.Equal(t, uint64(2), tableInfo(t, e, info.ID).Rows)
 }
+
+// An empty segment (no data, no clear: it writes nothing) names a page too, and applying it
+// dirties that page's frame, so a checkpoint grows the dense page map to it just as a row
+// there would: it too may name only a granted page. Fails on 36b8b47: the empty segment past
+// the grants was applied and the checkpoint grew the page map to its page.
+func TestCommitEmptySegmentBeyondGrantsRefused(t *testing.T) {
+	e, _, info, g := openFault(t, Options{}, testOwner)
+	next := tableInfo(t, e, info.ID).NextID
+	far := next/logicpage.RowsPerPage + 1000
+	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch,
+		Segment{Table: info.ID, Segment: logicpage.Segment{Page: far}}))
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Contains(t, err.Error(), "never granted")
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch,
+		Segment{Table: info.ID, Segment: logicpage.Segment{Page: next / logicpage.RowsPerPage}}))
+	require.ErrorIs(t, err, ErrMalformed, "the first page past the grants")
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch,
+		Segment{Table: info.ID, Segment: logicpage.Segment{Page: next/logicpage.RowsPerPage - 1}}))
+	require.NoError(t, err, "an empty segment of a granted page is harmless")
+	require.NoError(t, e.Checkpoint())
+	e.mu.Lock()
+	pages := len(e.tables[info.ID].pages)
+	e.mu.Unlock()
+	require.LessOrEqual(t, uint64(pages), next/logicpage.RowsPerPage, "the page map covers granted pages only")
+}

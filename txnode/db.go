@@ -268,6 +268,9 @@ type TableInfo struct {
 
 // Tables lists the store's tables, in id order.
 func (db *DB) Tables(ctx context.Context) ([]TableInfo, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
 	ts, err := db.store.ListTables(ctx)
 	if err != nil {
 		return nil, err

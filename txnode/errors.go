@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Errors of the transaction node. Errors of the storage node arrive as its own sentinels
@@ -18,8 +19,9 @@ var (
 	// ErrConflict is returned when a transaction kept conflicting with concurrent ones after
 	// Options.MaxRetries attempts (or at once, for a manual Tx).
 	ErrConflict = errors.New("txnode: transaction conflict")
-	// ErrClosed is returned by every call after Close.
-	ErrClosed = errors.New("txnode: closed")
+	// ErrClosed is returned by every call after Close (and by one that raced Close into the
+	// store: the store's own error wraps it, store.ErrClosed).
+	ErrClosed = store.ErrClosed
 	// ErrRowSize is returned for a row whose length is not its table's row size.
 	ErrRowSize = errors.New("txnode: row size does not match the table")
 	// ErrTableOwned is returned by Open or CreateTable when another transaction node holds

@@ -81,6 +81,7 @@ func checkCommands(t *testing.T, where []string, ids []uint64, rows map[uint64][
 	code, _, errOut = weft(t, append(where, "get", "nosuch", "1")...)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "table not found")
+	require.NotContains(t, errOut, "sgio", "the tool's own lookup reads as the store's error, not the wire's")
 
 	// The whole table, in id order, without the deleted rows.
 	code, out, errOut = weft(t, append(where, "scan", "items")...)

@@ -77,7 +77,7 @@ func findTable(ctx context.Context, src source, name string) (tableInfo, error) 
 			return t, nil
 		}
 	}
-	return tableInfo{}, fmt.Errorf("table %q: %w", name, sgio.ErrTableNotFound)
+	return tableInfo{}, fmt.Errorf("table %q: %w", name, storenode.ErrTableNotFound)
 }
 
 // remoteSource reads a storage node through one sgio connection.
@@ -203,7 +203,7 @@ func (l *localSource) table(id uint32) (tableInfo, error) {
 			return tableInfo{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID, Rows: t.Rows}, nil
 		}
 	}
-	return tableInfo{}, fmt.Errorf("table %d: %w", id, sgio.ErrTableNotFound)
+	return tableInfo{}, fmt.Errorf("table %d: %w", id, storenode.ErrTableNotFound)
 }
 
 func (l *localSource) PageDir(_ context.Context, table uint32, lo, hi uint64, max int) ([]sgio.PageEntry, uint64, error) {

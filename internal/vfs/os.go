@@ -89,7 +89,13 @@ type osLock struct {
 }
 
 func (osFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	return lockOSFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+}
+
+// lockOSFile is Default.Lock, opening name with flag and perm (ReadOnly's Lock opens it
+// O_RDONLY): every lock of this process, read-only or not, goes through heldLocks.
+func lockOSFile(name string, flag int, perm os.FileMode) (io.Closer, error) {
+	f, err := os.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}

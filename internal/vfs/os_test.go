@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ func TestDefaultLockChild(t *testing.T) {
 	case err == nil:
 		_ = l.Close()
 		os.Exit(lockChildGot)
-	case errors.Is(err, ErrLocked) && errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, ErrLockedInProcess):
+	case errors.Is(err, ErrLocked) && isLocked(err) && !errors.Is(err, ErrLockedInProcess):
 		os.Exit(lockChildLocked)
 	default:
 		os.Exit(lockChildFailed)

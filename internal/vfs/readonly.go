@@ -1,7 +1,6 @@
 package vfs
 
 import (
-	"fmt"
 	"io"
 	"os"
 )
@@ -37,22 +36,9 @@ func (r readOnlyFS) Open(name string) (File, error) {
 
 func (r readOnlyFS) Lock(name string) (io.Closer, error) {
 	if _, ok := r.fs.(osFS); ok {
-		f, err := os.OpenFile(name, os.O_RDONLY, 0)
-		if err != nil {
-			return nil, err
-		}
-		rc, err := f.SyscallConn()
-		if err == nil {
-			err = control(rc, lockFile)
-		}
-		if err != nil {
-			_ = f.Close()
-			if isLocked(err) {
-				return nil, fmt.Errorf("%w: %s: %w", ErrLocked, name, err)
-			}
-			return nil, &os.PathError{Op: lockOp, Path: name, Err: err}
-		}
-		return f, nil
+		// Opened read-only (never created), and held in the process's registry like
+		// Default's own locks, so each tells the other from another process's.
+		return lockOSFile(name, os.O_RDONLY, 0)
 	}
 	// Another FS (FaultFS): make sure the file exists, so Lock does not create it.
 	f, err := r.fs.Open(name)

@@ -83,3 +83,29 @@ func TestReadOnlyFaultFS(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, names)
 }
+
+// TestReadOnlyLockInProcess: ReadOnly(Default).Lock and Default.Lock of one file in one
+// process tell each other apart from another process's lock, both ways (ErrLockedInProcess):
+// the read-only lock is in the process's registry too. Fails on 71787ea: it took a bare flock
+// outside the registry, so each refusal read "locked by another holder", and an Engine
+// opened while a Check held the lock said "locked by another process".
+func TestReadOnlyLockInProcess(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "LOCK")
+	ro := ReadOnly(Default)
+	held, err := Default.Lock(name)
+	require.NoError(t, err)
+	_, err = ro.Lock(name)
+	require.ErrorIs(t, err, ErrLockedInProcess, "a writer of this process holds it")
+	require.NoError(t, held.Close())
+
+	l, err := ro.Lock(name)
+	require.NoError(t, err)
+	_, err = Default.Lock(name)
+	require.ErrorIs(t, err, ErrLockedInProcess, "a reader of this process holds it")
+	_, err = ro.Lock(name)
+	require.ErrorIs(t, err, ErrLockedInProcess, "and a second reader")
+	require.NoError(t, l.Close())
+	l, err = Default.Lock(name)
+	require.NoError(t, err, "free once the reader closed")
+	require.NoError(t, l.Close())
+}

@@ -33,10 +33,14 @@
 //
 // Callbacks run on the store's goroutines and must not block: Read's fill (for the remote
 // store, the connection's receiver goroutine; for the embedded one, the caller's) and
-// Commit's done (the receiver, or the engine's WAL goroutine). Neither may call back into the
-// store's blocking methods. A Commit may itself block (the engine waits for the batches
+// Commit's done (the receiver, or the engine's WAL goroutine; for a batch refused or answered
+// at once, such as a fenced, malformed or retried one or any after Close, the goroutine
+// calling Commit, before Commit returns: hold no lock across Commit that done takes). Neither
+// may call back into the store's blocking methods. A Commit may itself block (the engine waits for the batches
 // before it in seq order, or for cache room); every other blocking method ends when its
-// context does.
+// context does. (The embedded store checks the context before it starts: a call with a done
+// context does nothing; once started, a catalog change or id grant waits for its WAL sync,
+// which only the disk bounds.)
 //
 // # Buffers
 //
@@ -71,8 +75,8 @@
 //   - Read and PageDir: storenode.ErrTableNotFound, and corrupt.ErrCorruption for bad stored
 //     bytes.
 //   - Every blocking method: the context's error when it ended first (a request already
-//     sent wraps sgio.ErrUnknownOutcome too); after Close, an error of the closed store
-//     (storenode.ErrClosed embedded, txnode.ErrClosed remote).
+//     sent wraps sgio.ErrUnknownOutcome too); after Close, an error wrapping ErrClosed
+//     (txnode.ErrClosed) from both stores, and storenode.ErrClosed too from the embedded one.
 //   - Remote only: a broken connection is mended inside the store: reads, page directories,
 //     table lookups, id grants, renewals and in-flight batches are sent again on the next
 //     connection (CreateTable, DropTable and a first Acquire are not: they fail with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
@@ -14,6 +15,9 @@ import (
 // engine copies them into its WAL and cache).
 type embedded struct {
 	e *storenode.Engine
+	// closed is set by Close: the calls the engine answers without an error of its own
+	// (ListTables, Ping) report the closed store after it, like every other.
+	closed atomic.Bool
 
 	segPool sync.Pool // *[]storenode.Segment
 }
@@ -38,19 +42,39 @@ func tableOf(t storenode.TableInfo) Table {
 	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID}
 }
 
-func (s *embedded) CreateTable(_ context.Context, name string, rowBytes int) (Table, error) {
+func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (Table, error) {
+	if err := ctx.Err(); err != nil {
+		return Table{}, err
+	}
 	t, err := s.e.CreateTable(name, rowBytes)
-	return tableOf(t), err
+	return tableOf(t), closedErr(err)
 }
 
-func (s *embedded) OpenTable(_ context.Context, name string) (Table, error) {
+func (s *embedded) OpenTable(ctx context.Context, name string) (Table, error) {
+	if err := ctx.Err(); err != nil {
+		return Table{}, err
+	}
 	t, err := s.e.OpenTable(name)
-	return tableOf(t), err
+	return tableOf(t), closedErr(err)
 }
 
-func (s *embedded) Ping(context.Context) error { return nil }
+func (s *embedded) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return closedErr(storenode.ErrClosed)
+	}
+	return nil
+}
 
-func (s *embedded) ListTables(context.Context) ([]Table, error) {
+func (s *embedded) ListTables(ctx context.Context) ([]Table, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, closedErr(storenode.ErrClosed)
+	}
 	var out []Table
 	for _, t := range s.e.Tables() {
 		out = append(out, tableOf(t))
@@ -58,18 +82,28 @@ func (s *embedded) ListTables(context.Context) ([]Table, error) {
 	return out, nil
 }
 
-func (s *embedded) DropTable(_ context.Context, name string, owner uint64) error {
-	return s.e.DropTable(name, owner)
+func (s *embedded) DropTable(ctx context.Context, name string, owner uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return closedErr(s.e.DropTable(name, owner))
 }
 
-func (s *embedded) Acquire(_ context.Context, table uint32, owner, epoch uint64) (Grant, error) {
+func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
 	g, err := s.e.Acquire(table, owner, epoch)
 	// Nobody else can reach an embedded engine: the lease never needs checking.
-	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, err
+	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, closedErr(err)
 }
 
-func (s *embedded) AllocIDs(_ context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
-	return s.e.AllocIDs(table, owner, epoch, pages)
+func (s *embedded) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	first, count, err := s.e.AllocIDs(table, owner, epoch, pages)
+	return first, count, closedErr(err)
 }
 
 func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
@@ -80,7 +114,7 @@ func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, 
 		}
 		data, clear, out, err := s.e.ReadRows(r.Table, r.Page, r.Want, buf[:0])
 		if err != nil {
-			return err
+			return closedErr(err)
 		}
 		fill(i, data, clear, out)
 		buf = out
@@ -88,15 +122,22 @@ func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, 
 	return nil
 }
 
-func (s *embedded) PageDir(_ context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+func (s *embedded) PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return dst, 0, err
+	}
 	pages, next, err := s.e.PageDir(table, lo, hi, max, nil)
 	for _, p := range pages {
 		dst = append(dst, PageInfo{Page: p.Page, Present: p.Present})
 	}
-	return dst, next, err
+	return dst, next, closedErr(err)
 }
 
 func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
+	if s.closed.Load() {
+		done(0, closedErr(storenode.ErrClosed))
+		return
+	}
 	sp, _ := s.segPool.Get().(*[]storenode.Segment)
 	if sp == nil {
 		sp = new([]storenode.Segment)
@@ -118,6 +159,7 @@ func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
 }
 
 func (s *embedded) Close() error {
+	s.closed.Store(true)
 	err := s.e.Close()
 	if errors.Is(err, storenode.ErrClosed) {
 		return nil

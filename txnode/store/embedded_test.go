@@ -94,3 +94,100 @@ func TestEmbeddedDropTableOwner(t *testing.T) {
 	require.ErrorIs(t, err, storenode.ErrTableNotFound)
 	require.NotContains(t, err.Error(), "sgio")
 }
+
+// TestEmbeddedAfterClose: after Close every method fails with storenode.ErrClosed and
+// ErrClosed (txnode.ErrClosed), as the package doc says, rather than answering from a closed engine;
+// a second Close is nil. Fails on 36b8b47: ListTables listed the closed engine's tables and
+// Ping reported nil.
+func TestEmbeddedAfterClose(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, ExpireLeasesAtOpen: true})
+	require.NoError(t, err)
+	tab, err := s.CreateTable(ctx, "items", 64)
+	require.NoError(t, err)
+	g, err := s.Acquire(ctx, tab.ID, 7, 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "a second Close")
+	closed := func(err error, what string) {
+		t.Helper()
+		require.ErrorIs(t, err, storenode.ErrClosed, what)
+		require.ErrorIs(t, err, ErrClosed, what+": txnode.ErrClosed too")
+	}
+
+	_, err = s.CreateTable(ctx, "other", 64)
+	closed(err, "CreateTable")
+	_, err = s.OpenTable(ctx, "items")
+	closed(err, "OpenTable")
+	ts, err := s.ListTables(ctx)
+	closed(err, "ListTables")
+	require.Empty(t, ts)
+	closed(s.DropTable(ctx, "items", 7), "DropTable")
+	_, err = s.Acquire(ctx, tab.ID, 7, g.Epoch)
+	closed(err, "Acquire")
+	_, _, err = s.AllocIDs(ctx, tab.ID, 7, g.Epoch, 1)
+	closed(err, "AllocIDs")
+	err = s.Read(ctx, []ReadRequest{{Table: tab.ID, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {
+		t.Error("fill after Close")
+	})
+	closed(err, "Read")
+	_, _, err = s.PageDir(ctx, tab.ID, 0, 10, 16, nil)
+	closed(err, "PageDir")
+	closed(s.Ping(ctx), "Ping")
+	done := make(chan error, 1)
+	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch}},
+		Segments: []Segment{{Table: tab.ID, RowBytes: 64, Page: 0, Clear: 1}}}, func(_ uint64, err error) { done <- err })
+	closed(<-done, "Commit")
+}
+
+// TestEmbeddedErrorsReadAsStorenode walks the errors a game can meet through the embedded
+// store: each matches its storenode sentinel and reads "storenode: ..." (or the package that
+// found it), never the wire's "sgio: ...". (A guard: it held on 36b8b47.)
+func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
+	ctx := context.Background()
+	s := openEmbedded(t)
+	tab, err := s.CreateTable(ctx, "items", 64)
+	require.NoError(t, err)
+	g, err := s.Acquire(ctx, tab.ID, 7, 0)
+	require.NoError(t, err)
+	first, _, err := s.AllocIDs(ctx, tab.ID, 7, g.Epoch, 1)
+	require.NoError(t, err)
+	commit := func(b *Batch) error {
+		done := make(chan error, 1)
+		s.Commit(b, func(_ uint64, err error) { done <- err })
+		return <-done
+	}
+	fence := []Fence{{Table: tab.ID, Epoch: g.Epoch}}
+	row := make([]byte, 64)
+	seg := func(id uint64) []Segment {
+		return []Segment{{Table: tab.ID, RowBytes: 64, Page: id / logicpage.RowsPerPage, Data: 1 << (id % logicpage.RowsPerPage), Rows: row}}
+	}
+	require.NoError(t, commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first)}))
+
+	_, errExists := s.CreateTable(ctx, "items", 64)
+	_, errName := s.CreateTable(ctx, "bad name", 64)
+	_, errRow := s.CreateTable(ctx, "odd", 63)
+	_, errNotFound := s.OpenTable(ctx, "nope")
+	errDrop := s.DropTable(ctx, "nope", 7)
+	_, errOwned := s.Acquire(ctx, tab.ID, 8, 0)
+	_, errRenew := s.Acquire(ctx, tab.ID, 7, g.Epoch+1)
+	_, _, errGrant := s.AllocIDs(ctx, tab.ID, 8, g.Epoch, 1)
+	errFenced := commit(&Batch{Owner: 7, Seq: 2, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch + 1}}, Segments: seg(first)})
+	errGranted := commit(&Batch{Owner: 7, Seq: 2, Fences: fence, Segments: seg(first + logicpage.RowsPerPage)})
+	errEmpty := commit(&Batch{Owner: 7, Seq: 2, Fences: fence})
+	errReused := commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first + 1)})
+	errRead := s.Read(ctx, []ReadRequest{{Table: tab.ID + 100, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {})
+	_, _, errDir := s.PageDir(ctx, tab.ID+100, 0, 1, 1, nil)
+	for _, c := range []struct {
+		err, want error
+	}{
+		{errExists, storenode.ErrTableExists}, {errName, storenode.ErrBadName}, {errRow, storenode.ErrRowSize},
+		{errNotFound, storenode.ErrTableNotFound}, {errDrop, storenode.ErrTableNotFound},
+		{errOwned, storenode.ErrTableOwned}, {errRenew, storenode.ErrFenced}, {errGrant, storenode.ErrFenced},
+		{errFenced, storenode.ErrFenced}, {errGranted, storenode.ErrMalformed}, {errEmpty, storenode.ErrMalformed},
+		{errReused, storenode.ErrSeqReused}, {errRead, storenode.ErrTableNotFound}, {errDir, storenode.ErrTableNotFound},
+	} {
+		require.ErrorIs(t, c.err, c.want)
+		require.NotContains(t, c.err.Error(), "sgio", c.err.Error())
+	}
+}

@@ -47,7 +47,7 @@ type Store interface {
 
 	// Ping is traffic and nothing else: a node that holds no table still keeps its owner id
 	// live at a storage node with it (another incarnation may take an id silent for a lease).
-	// The embedded store has nobody to tell and returns nil.
+	// The embedded store has nobody to tell and returns nil (storenode.ErrClosed after Close).
 	Ping(ctx context.Context) error
 
 	// Close releases the store (the embedded one checkpoints and closes its engine).
