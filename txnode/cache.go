@@ -63,7 +63,9 @@ type frameMeta struct {
 	inflight atomic.Int32
 	ref      atomic.Uint32
 	rowBytes int32 // set under mu while free
-	mem      atomic.Pointer[[]uint64]
+	// mem is the frame's memory (frameMemWords(rowBytes) words; see wordsOf): a pointer to
+	// its first word, so a hit goes from the metadata to the row without a slice header.
+	mem atomic.Pointer[uint64]
 }
 
 func pageKey(table uint32, page uint64) uint64 { return uint64(table)<<32 | page }
@@ -185,21 +187,28 @@ func (c *pageCache) meta(id int32) *frameMeta {
 	return &c.chunks[id/metaChunk].Load()[id%metaChunk]
 }
 
-// frameWords returns the frame's 64 version words and its rows (as bytes) of a frame that
-// holds memory (pinned or in flight).
-func frameWords(m *frameMeta) (versions []uint64, rows []byte) {
-	return wordsOf(m.mem.Load())
+// frameWords returns the 64 version words and the rows (as bytes) of a frame that holds
+// memory (pinned or in flight) for rowBytes-byte rows (its table's).
+func frameWords(m *frameMeta, rowBytes int) (versions []uint64, rows []byte) {
+	return wordsOf(m.mem.Load(), rowBytes)
 }
 
-// wordsOf splits a frame's memory. Lock-free readers load m.mem themselves, check it for nil
-// (a frame evicted to make room for another row size) and check the key afterwards.
-func wordsOf(mem *[]uint64) (versions []uint64, rows []byte) {
-	w := *mem
-	v := w[:logicpage.RowsPerPage:logicpage.RowsPerPage]
-	r := w[logicpage.RowsPerPage:]
-	// rows: the page's 64 rows, then, the memory being rounded up to its size class
-	// (frameMemWords), words that are never used.
-	return v, unsafe.Slice((*byte)(unsafe.Pointer(&r[0])), len(r)*8)
+// frameVersions returns the 64 version words of a frame that holds memory.
+func frameVersions(m *frameMeta) []uint64 { return versionsOf(m.mem.Load()) }
+
+// versionsOf returns the version words of a frame's memory (every frame's memory starts with
+// them, whatever its row size).
+func versionsOf(mem *uint64) []uint64 { return unsafe.Slice(mem, logicpage.RowsPerPage) }
+
+// wordsOf splits a frame's memory, which must be for rowBytes-byte rows: its versions, then
+// the page's rows (the words past them, up to the allocator's size class, are never used).
+// Lock-free readers load m.mem themselves, check it for nil (a frame evicted to make room
+// for another row size) and check the frame's key after loading it and before calling
+// wordsOf: memory is given another row size only while its frame holds no key, and a key
+// names a table, so a key that matches before and after the load vouches for the size.
+func wordsOf(mem *uint64, rowBytes int) (versions []uint64, rows []byte) {
+	r := unsafe.Add(unsafe.Pointer(mem), logicpage.RowsPerPage*8)
+	return versionsOf(mem), unsafe.Slice((*byte)(r), logicpage.RowsPerPage*rowBytes)
 }
 
 // lookup finds the frame of key without a lock; -1 when absent.
@@ -427,7 +436,7 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 	m := c.meta(id)
 	m.rowBytes = int32(rowBytes)
 	mem := make([]uint64, frameMemWords(rowBytes))
-	m.mem.Store(&mem)
+	m.mem.Store(&mem[0])
 	c.usedBytes += cost
 	return id, true
 }

@@ -2,10 +2,13 @@ package txnode
 
 import (
 	"sync/atomic"
+	"unsafe"
 )
 
 // pageTable maps a page key (table<<32 | page) to a frame id: open addressing with linear
-// probing over integer arrays, no pointers inside.
+// probing over one integer array, no pointers inside. A slot's key and frame id share 16
+// bytes, so a hit reads one cache line of the table, not one of keys and one of values (a
+// random lookup at 30M rows missed in both).
 //
 // Readers look up without a lock. Writers (insert, delete, grow) hold the cache's mutex. A
 // lock-free reader can be wrong in two ways, and both are caught: it can miss a key that a
@@ -18,15 +21,21 @@ type pageTable struct {
 }
 
 type ptArray struct {
-	keys  []atomic.Uint64 // 0 = empty
-	vals  []atomic.Int32
+	slots []ptSlot
 	mask  uint64
 	shift uint
 	n     int
 }
 
+// ptSlot is one slot: a key (0 = empty) and its frame id, four to a cache line.
+type ptSlot struct {
+	key atomic.Uint64
+	val atomic.Int32
+	_   int32
+}
+
 func newPTArray(capPow2 int) *ptArray {
-	a := &ptArray{keys: make([]atomic.Uint64, capPow2), vals: make([]atomic.Int32, capPow2), mask: uint64(capPow2 - 1)}
+	a := &ptArray{slots: make([]ptSlot, capPow2), mask: uint64(capPow2 - 1)}
 	for 1<<(64-a.shift-1) >= capPow2 && a.shift < 63 {
 		a.shift++
 	}
@@ -41,19 +50,19 @@ func newPageTable() *pageTable {
 	return t
 }
 
-// ptSlotBytes is what one slot costs: a key and a frame id.
-const ptSlotBytes = 8 + 4
+// ptSlotBytes is what one slot costs: a key and a frame id, padded to 16 bytes.
+const ptSlotBytes = int64(unsafe.Sizeof(ptSlot{}))
 
 // bytes is the table's current array memory. Caller holds the cache mutex (or is its
 // constructor).
-func (t *pageTable) bytes() int64 { return int64(len(t.cur.Load().keys)) * ptSlotBytes }
+func (t *pageTable) bytes() int64 { return int64(len(t.cur.Load().slots)) * ptSlotBytes }
 
 // growBytes is what the next insert adds to bytes (0 unless it grows the table). Caller holds
 // the cache mutex.
 func (t *pageTable) growBytes() int64 {
 	a := t.cur.Load()
-	if (a.n+1)*4 > len(a.keys)*3 {
-		return int64(len(a.keys)) * ptSlotBytes // doubles
+	if (a.n+1)*4 > len(a.slots)*3 {
+		return int64(len(a.slots)) * ptSlotBytes // doubles
 	}
 	return 0
 }
@@ -62,9 +71,9 @@ func (t *pageTable) growBytes() int64 {
 func (t *pageTable) lookup(key uint64) int32 {
 	a := t.cur.Load()
 	for i := a.home(key); ; i = (i + 1) & a.mask {
-		k := a.keys[i].Load()
+		k := a.slots[i].key.Load()
 		if k == key {
-			return a.vals[i].Load()
+			return a.slots[i].val.Load()
 		}
 		if k == 0 {
 			return -1
@@ -75,28 +84,28 @@ func (t *pageTable) lookup(key uint64) int32 {
 // insert adds key -> id; key must be absent. Caller holds the cache mutex.
 func (t *pageTable) insert(key uint64, id int32) {
 	a := t.cur.Load()
-	if (a.n+1)*4 > len(a.keys)*3 {
+	if (a.n+1)*4 > len(a.slots)*3 {
 		a = t.grow(a)
 	}
 	i := a.home(key)
-	for a.keys[i].Load() != 0 {
+	for a.slots[i].key.Load() != 0 {
 		i = (i + 1) & a.mask
 	}
-	a.vals[i].Store(id)
-	a.keys[i].Store(key) // publish after the value
+	a.slots[i].val.Store(id)
+	a.slots[i].key.Store(key) // publish after the value
 	a.n++
 }
 
 func (t *pageTable) grow(old *ptArray) *ptArray {
-	a := newPTArray(len(old.keys) * 2)
-	for i := range old.keys {
-		if k := old.keys[i].Load(); k != 0 {
+	a := newPTArray(len(old.slots) * 2)
+	for i := range old.slots {
+		if k := old.slots[i].key.Load(); k != 0 {
 			j := a.home(k)
-			for a.keys[j].Load() != 0 {
+			for a.slots[j].key.Load() != 0 {
 				j = (j + 1) & a.mask
 			}
-			a.vals[j].Store(old.vals[i].Load())
-			a.keys[j].Store(k)
+			a.slots[j].val.Store(old.slots[i].val.Load())
+			a.slots[j].key.Store(k)
 			a.n++
 		}
 	}
@@ -109,7 +118,7 @@ func (t *pageTable) remove(key uint64) {
 	a := t.cur.Load()
 	i := a.home(key)
 	for {
-		k := a.keys[i].Load()
+		k := a.slots[i].key.Load()
 		if k == 0 {
 			return
 		}
@@ -120,18 +129,18 @@ func (t *pageTable) remove(key uint64) {
 	}
 	// Shift later members of the probe run back into the hole.
 	for j := (i + 1) & a.mask; ; j = (j + 1) & a.mask {
-		k := a.keys[j].Load()
+		k := a.slots[j].key.Load()
 		if k == 0 {
 			break
 		}
 		h := a.home(k)
 		// Move k to i if its home is not in the cyclic range (i, j].
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			a.vals[i].Store(a.vals[j].Load())
-			a.keys[i].Store(k)
+			a.slots[i].val.Store(a.slots[j].val.Load())
+			a.slots[i].key.Store(k)
 			i = j
 		}
 	}
-	a.keys[i].Store(0)
+	a.slots[i].key.Store(0)
 	a.n--
 }

@@ -185,7 +185,7 @@ func (tx *Tx) scanPage(t *tableState, page uint64, m *frameMeta, lo, hi uint64, 
 		tx.pageReads = append(tx.pageReads, pageRec{m: m, ver: m.pageVer.Load()})
 	}
 	r := t.rowBytes
-	versions, rows := frameWords(m)
+	versions, rows := frameWords(m, r)
 	for slot := range logicpage.RowsPerPage {
 		id := logicpage.RowID(page, slot)
 		if id < lo || id >= hi {

@@ -54,10 +54,10 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 			break
 		}
 		mem := m.mem.Load()
-		if mem == nil {
-			break
+		if mem == nil || m.key.Load() != key {
+			break // evicted since the lookup: its memory may be another row size's now
 		}
-		versions, rows := wordsOf(mem)
+		versions, rows := wordsOf(mem, st.rowBytes)
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
 			// Parked, not spinning: the locker may wait for acknowledgements. The frame is
@@ -81,7 +81,7 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		if m.ref.Load() == 0 {
 			m.ref.Store(1) // CLOCK's bit; not stored on every hit: cores reading one page share its line
 		}
-		db.stats.hit(id)
+		db.stats.hit()
 		if db.opts.Durability == Durable && v1 > db.durableVer.Load() {
 			if err := db.waitDurable(ctx, v1); err != nil {
 				return err

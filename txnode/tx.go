@@ -242,7 +242,7 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 		return false, err
 	}
 	bit := uint64(1) << slot
-	versions, rows := frameWords(m)
+	versions, rows := frameWords(m, t.rowBytes)
 	for {
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
@@ -620,7 +620,7 @@ func (tx *Tx) commit() (commitWait, error) {
 // the commit fails with the context's error, nothing applied.
 func (tx *Tx) lockRow(w *writeRec) error {
 	_, slot := logicpage.PageOf(w.id)
-	versions, _ := frameWords(w.m)
+	versions := frameVersions(w.m)
 	word := &versions[slot]
 	for {
 		v := atomic.LoadUint64(word)
@@ -642,7 +642,7 @@ func (tx *Tx) unlockAll() {
 		w := &tx.writes[i]
 		if w.locked {
 			_, slot := logicpage.PageOf(w.id)
-			versions, _ := frameWords(w.m)
+			versions := frameVersions(w.m)
 			atomic.StoreUint64(&versions[slot], w.prev)
 			tx.db.cache.rows.wake(w.m, slot)
 			w.locked = false
@@ -653,7 +653,7 @@ func (tx *Tx) unlockAll() {
 // validate checks that everything read is unchanged (and not locked by another committer).
 func (tx *Tx) validate() bool {
 	for _, r := range tx.reads {
-		versions, _ := frameWords(r.m)
+		versions := frameVersions(r.m)
 		cur := atomic.LoadUint64(&versions[r.slot])
 		if cur&^versionLock != r.ver {
 			return false
@@ -706,8 +706,8 @@ func (tx *Tx) install(ver uint64) {
 		w := &tx.writes[i]
 		_, slot := logicpage.PageOf(w.id)
 		bit := uint64(1) << slot
-		versions, rows := frameWords(w.m)
 		r := w.t.rowBytes
+		versions, rows := frameWords(w.m, r)
 		dst := rows[slot*r : (slot+1)*r]
 		wasPresent := w.m.present.Load()&bit != 0
 		if w.off >= 0 {
