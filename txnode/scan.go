@@ -56,7 +56,7 @@ func (tx *Tx) Scan(table *Table, lo, hi uint64) iter.Seq2[Row, error] {
 }
 
 func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, error) bool) {
-	if err := t.serving(); err != nil {
+	if err := tx.serving(t); err != nil {
 		yield(Row{}, err)
 		return
 	}
