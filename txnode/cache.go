@@ -41,6 +41,10 @@ import (
 //     transactions cannot pin the whole cache between them, and the turn holder progresses.
 //   - A frame's key is set before it is published in the page table and cleared before it is
 //     removed, so a lock-free reader that finds a frame id checks the frame's key afterwards.
+//     Every change of key bumps the frame's generation (frameMeta.state, after the key's
+//     store): a lock-free reader loads it, then checks the key, and after its copy checks
+//     that the generation is unchanged (the key alone misses a frame that went to another
+//     page and came back meanwhile).
 //   - A slot's bytes are meaningful only while its valid bit is set; a fill writes only slots
 //     still invalid (a commit that landed while the miss was in flight is never overwritten).
 //   - Row version words: bit 63 is the row's lock; the rest is the version, taken from the
@@ -61,7 +65,14 @@ type frameMeta struct {
 	pageVer  atomic.Uint64 // commit version of the last change to present
 	pins     atomic.Int32
 	inflight atomic.Int32
-	ref      atomic.Uint32
+	// state: bit 0 is CLOCK's reference bit; bits 1-31 the key's generation, bumped by
+	// every change of key (setKey). A lock-free reader loads it before it reads a slot and
+	// checks it after: an unchanged generation means the frame held the same page all the
+	// while. The key alone could not say that: a frame evicted, filled for another page and
+	// evicted again back to its page between a reader's two version loads would show the
+	// same key and, after fills at the same durable version, the same version word, while
+	// the reader copied the other page's row.
+	state    atomic.Uint32
 	rowBytes int32 // set under mu while free
 	// mem is the frame's memory (frameMemWords(rowBytes) words; see wordsOf): a pointer to
 	// its first word, so a hit goes from the metadata to the row without a slice header.
@@ -69,6 +80,25 @@ type frameMeta struct {
 }
 
 func pageKey(table uint32, page uint64) uint64 { return uint64(table)<<32 | page }
+
+const refBit = 1
+
+// setKey gives the frame another key (0: none), then bumps its generation: a reader that
+// loaded the generation before the bump sees it changed once it has seen anything written
+// after (the slots cleared or filled for the new key), and one that loaded it after the
+// bump sees the new key. Caller holds the cache's mu.
+func (m *frameMeta) setKey(key uint64) {
+	m.key.Store(key)
+	m.state.Add(2)
+}
+
+// touch sets CLOCK's reference bit, writing the line only if it is clear: cores reading
+// one page share its metadata line.
+func (m *frameMeta) touch() {
+	if m.state.Load()&refBit == 0 {
+		m.state.Or(refBit)
+	}
+}
 
 // clean reports whether the frame holds no row the store lacks: none dirty, none in flight.
 // Dirty is loaded first: the flusher marks a frame in flight before it clears its dirty bits.
@@ -250,7 +280,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 	if id, m := c.lookup(key); m != nil {
 		m.pins.Add(1)
 		if m.key.Load() == key {
-			m.ref.Store(1)
+			m.touch()
 			return id, m, nil
 		}
 		m.pins.Add(-1) // evicted between lookup and pin; go the slow way
@@ -283,7 +313,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			m := c.meta(id)
 			assert.That(m.key.Load() == key, "txnode: page table and frame disagree")
 			m.pins.Add(1)
-			m.ref.Store(1)
+			m.touch()
 			return id, m, nil
 		}
 		// While the turn holder waits for a frame, nobody else takes one: frames that free
@@ -311,8 +341,8 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			// backing off (Add(1), key check, Add(-1)); a Store would lose our pin to its -1.
 			m.pins.Add(1)
 			m.inflight.Store(0)
-			m.ref.Store(1)
-			m.key.Store(key)
+			m.state.Or(refBit)
+			m.setKey(key)
 			ptBefore := c.pt.bytes()
 			c.pt.insert(key, id)
 			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
@@ -458,16 +488,16 @@ func (c *pageCache) evictLocked() (int32, bool) {
 		if key == 0 || m.pins.Load() > 0 || !m.clean() {
 			continue
 		}
-		if m.ref.Load() != 0 {
-			m.ref.Store(0)
+		if m.state.Load()&refBit != 0 {
+			m.state.And(^uint32(refBit))
 			continue
 		}
-		m.key.Store(0)
+		m.setKey(0)
 		// A pin that raced with us re-checks the key and backs off. One that got in before
 		// may have committed to the frame (dirty, in flight) and unpinned since the check
 		// above: look again, and undo.
 		if m.pins.Load() > 0 || !m.clean() {
-			m.key.Store(key)
+			m.setKey(key)
 			continue
 		}
 		c.pt.remove(key)
@@ -487,7 +517,7 @@ func (c *pageCache) dropTable(table uint32) {
 		m := c.meta(id)
 		key := m.key.Load()
 		if key != 0 && uint32(key>>32) == table {
-			m.key.Store(0)
+			m.setKey(0)
 			c.pt.remove(key)
 			m.valid.Store(0)
 			m.dirty.Store(0)

@@ -55,6 +55,9 @@ type DB struct {
 	// testHookAdded, when set (by a test, before any commit), runs in a committing
 	// goroutine between the pipeline's add and the install.
 	testHookAdded func(tx *Tx)
+	// testHookGet, when set (by a test, before any Get), runs in Table.Get's lock-free path
+	// before and after it copies the row.
+	testHookGet func()
 	// testHookBumped, when set (by a test, before any commit), runs in a committing
 	// goroutine that inserts, between its insert-epoch bumps and its validation.
 	testHookBumped func(tx *Tx)

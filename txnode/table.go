@@ -53,9 +53,16 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		if m == nil {
 			break
 		}
+		// The frame's generation, then its key: while the generation stays, the frame holds
+		// this page (see frameMeta.state), so the memory loaded is of this table's row size
+		// (memory changes size only while its frame holds no key).
+		state := m.state.Load()
+		if m.key.Load() != key {
+			break
+		}
 		mem := m.mem.Load()
-		if mem == nil || m.key.Load() != key {
-			break // evicted since the lookup: its memory may be another row size's now
+		if mem == nil || (m.state.Load()^state)&^refBit != 0 {
+			break // evicted since the lookup
 		}
 		versions, rows := wordsOf(mem, st.rowBytes)
 		v1 := atomic.LoadUint64(&versions[slot])
@@ -71,15 +78,21 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 			break
 		}
 		present := m.present.Load()&bit != 0
+		if db.testHookGet != nil {
+			db.testHookGet()
+		}
 		if present {
 			off := slot * st.rowBytes
 			logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
 		}
-		if atomic.LoadUint64(&versions[slot]) != v1 || m.key.Load() != key {
-			continue
+		if db.testHookGet != nil {
+			db.testHookGet()
 		}
-		if m.ref.Load() == 0 {
-			m.ref.Store(1) // CLOCK's bit; not stored on every hit: cores reading one page share its line
+		if atomic.LoadUint64(&versions[slot]) != v1 || (m.state.Load()^state)&^refBit != 0 {
+			continue // changed, or the frame was given another page meanwhile
+		}
+		if state&refBit == 0 {
+			m.state.Or(refBit) // CLOCK's bit; not stored on every hit: cores reading one page share its line
 		}
 		db.stats.hit()
 		if db.opts.Durability == Durable && v1 > db.durableVer.Load() {
