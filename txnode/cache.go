@@ -344,7 +344,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			m.state.Or(refBit)
 			m.setKey(key)
 			ptBefore := c.pt.bytes()
-			c.pt.insert(key, id)
+			c.pt.insert(key, id, m, m.mem.Load())
 			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
 			return id, m, nil
 		}

@@ -45,7 +45,7 @@ func TestGetFrameReassignedTwice(t *testing.T) {
 		m.valid.Store(bit)
 		m.present.Store(bit)
 		m.setKey(to)
-		c.pt.insert(to, id)
+		c.pt.insert(to, id, m, m.mem.Load())
 	}
 	foreign := u64Row(64, 0xbad)
 	calls := 0

@@ -5,10 +5,12 @@ import (
 	"unsafe"
 )
 
-// pageTable maps a page key (table<<32 | page) to a frame id: open addressing with linear
-// probing over one integer array, no pointers inside. A slot's key and frame id share 16
-// bytes, so a hit reads one cache line of the table, not one of keys and one of values (a
-// random lookup at 30M rows missed in both).
+// pageTable maps a page key (table<<32 | page) to a frame: open addressing with linear
+// probing over one array of 32-byte slots, each a key, the frame's id, and pointers to its
+// metadata and its memory. A hit reads one line of the table and then loads the frame's
+// metadata and its row in parallel: the row's address does not wait for the metadata (a
+// random hit at 30M rows went table keys, table values, chunk directory, metadata, row, one
+// miss after another).
 //
 // Readers look up without a lock. Writers (insert, delete, grow) hold the cache's mutex. A
 // lock-free reader can be wrong in two ways, and both are caught: it can miss a key that a
@@ -27,11 +29,25 @@ type ptArray struct {
 	n     int
 }
 
-// ptSlot is one slot: a key (0 = empty) and its frame id, four to a cache line.
+// ptSlot is one slot, two to a cache line: a key (0 = empty), its frame id, and the frame's
+// metadata and memory (whose mem is constant while the frame is in the table: memory is
+// replaced only for a frame with no key). A lock-free reader may use meta and mem only
+// after checking the frame's key and generation, and that meta.mem is mem.
 type ptSlot struct {
-	key atomic.Uint64
-	val atomic.Int32
-	_   int32
+	key  atomic.Uint64
+	meta atomic.Pointer[frameMeta]
+	mem  atomic.Pointer[uint64]
+	val  atomic.Int32
+	_    int32
+}
+
+// set fills slot i from e's fields, key last (the publication). Caller holds the cache mutex.
+func (a *ptArray) set(i uint64, key uint64, id int32, meta *frameMeta, mem *uint64) {
+	sl := &a.slots[i]
+	sl.val.Store(id)
+	sl.meta.Store(meta)
+	sl.mem.Store(mem)
+	sl.key.Store(key)
 }
 
 func newPTArray(capPow2 int) *ptArray {
@@ -50,7 +66,7 @@ func newPageTable() *pageTable {
 	return t
 }
 
-// ptSlotBytes is what one slot costs: a key and a frame id, padded to 16 bytes.
+// ptSlotBytes is what one slot costs: a key, a frame id and two pointers, padded to 32 bytes.
 const ptSlotBytes = int64(unsafe.Sizeof(ptSlot{}))
 
 // bytes is the table's current array memory. Caller holds the cache mutex (or is its
@@ -69,20 +85,30 @@ func (t *pageTable) growBytes() int64 {
 
 // lookup returns the frame id of key, or -1. Any goroutine may call it.
 func (t *pageTable) lookup(key uint64) int32 {
+	if sl := t.find(key); sl != nil {
+		return sl.val.Load()
+	}
+	return -1
+}
+
+// find returns key's slot, or nil. Any goroutine may call it; a lock-free caller checks
+// what it loads from the slot against the frame (see ptSlot).
+func (t *pageTable) find(key uint64) *ptSlot {
 	a := t.cur.Load()
 	for i := a.home(key); ; i = (i + 1) & a.mask {
 		k := a.slots[i].key.Load()
 		if k == key {
-			return a.slots[i].val.Load()
+			return &a.slots[i]
 		}
 		if k == 0 {
-			return -1
+			return nil
 		}
 	}
 }
 
-// insert adds key -> id; key must be absent. Caller holds the cache mutex.
-func (t *pageTable) insert(key uint64, id int32) {
+// insert adds key -> frame id (with its metadata and memory); key must be absent. Caller
+// holds the cache mutex.
+func (t *pageTable) insert(key uint64, id int32, meta *frameMeta, mem *uint64) {
 	a := t.cur.Load()
 	if (a.n+1)*4 > len(a.slots)*3 {
 		a = t.grow(a)
@@ -91,8 +117,7 @@ func (t *pageTable) insert(key uint64, id int32) {
 	for a.slots[i].key.Load() != 0 {
 		i = (i + 1) & a.mask
 	}
-	a.slots[i].val.Store(id)
-	a.slots[i].key.Store(key) // publish after the value
+	a.set(i, key, id, meta, mem)
 	a.n++
 }
 
@@ -104,8 +129,8 @@ func (t *pageTable) grow(old *ptArray) *ptArray {
 			for a.slots[j].key.Load() != 0 {
 				j = (j + 1) & a.mask
 			}
-			a.slots[j].val.Store(old.slots[i].val.Load())
-			a.slots[j].key.Store(k)
+			o := &old.slots[i]
+			a.set(j, k, o.val.Load(), o.meta.Load(), o.mem.Load())
 			a.n++
 		}
 	}
@@ -136,11 +161,13 @@ func (t *pageTable) remove(key uint64) {
 		h := a.home(k)
 		// Move k to i if its home is not in the cyclic range (i, j].
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			a.slots[i].val.Store(a.slots[j].val.Load())
-			a.slots[i].key.Store(k)
+			o := &a.slots[j]
+			a.set(i, k, o.val.Load(), o.meta.Load(), o.mem.Load())
 			i = j
 		}
 	}
 	a.slots[i].key.Store(0)
+	a.slots[i].meta.Store(nil) // do not keep freed frame memory reachable
+	a.slots[i].mem.Store(nil)
 	a.n--
 }

@@ -49,20 +49,22 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	key := pageKey(st.id, page)
 	bit := uint64(1) << slot
 	for {
-		_, m := db.cache.lookup(key)
-		if m == nil {
+		// The page table's slot names the frame's metadata and memory, so the row's loads
+		// below need not wait for the metadata's (a miss each, in parallel).
+		sl := db.cache.pt.find(key)
+		if sl == nil {
 			break
 		}
-		// The frame's generation, then its key: while the generation stays, the frame holds
-		// this page (see frameMeta.state), so the memory loaded is of this table's row size
-		// (memory changes size only while its frame holds no key).
+		m, mem := sl.meta.Load(), sl.mem.Load()
+		if m == nil || mem == nil {
+			break
+		}
+		// The frame's generation, then its key and memory: while the generation stays, the
+		// frame holds this page (see frameMeta.state), so mem is its memory, of this table's
+		// row size (memory changes only while its frame holds no key).
 		state := m.state.Load()
-		if m.key.Load() != key {
-			break
-		}
-		mem := m.mem.Load()
-		if mem == nil || (m.state.Load()^state)&^refBit != 0 {
-			break // evicted since the lookup
+		if m.key.Load() != key || m.mem.Load() != mem || (m.state.Load()^state)&^refBit != 0 {
+			break // evicted since the lookup, or the slot was being rewritten
 		}
 		versions, rows := wordsOf(mem, st.rowBytes)
 		v1 := atomic.LoadUint64(&versions[slot])
