@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,6 +69,24 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	clock.n.Add(int64(46 * time.Minute)) // past three quarters of the hour
 	require.NoError(t, tx.Put(tb, ids[1], u64Row(64, 1)), "checked at the first touch of the table")
 	require.ErrorIs(t, tx.Commit(), ErrLeaseExpired)
+
+	// A closure's own error resting on reads made after the lease ran out is not returned
+	// as if it stood (a table adopted now, so its lease is live at the first read).
+	q, err := db.CreateTable(ctx, "q", 64)
+	require.NoError(t, err)
+	qids := insertRows(t, db, q, 2)
+	errMine := errors.New("insufficient funds")
+	err = db.Update(ctx, func(tx *Tx) error {
+		if err := tx.Get(q, qids[0], buf); err != nil {
+			return err
+		}
+		clock.n.Add(int64(46 * time.Minute))
+		if err := tx.Get(q, qids[1], buf); err != nil {
+			return err
+		}
+		return errMine
+	})
+	require.ErrorIs(t, err, ErrLeaseExpired)
 
 	// And between a read-only transaction's reads and its commit (a table adopted now).
 	r, err := db.CreateTable(ctx, "r", 64)

@@ -499,6 +499,10 @@ func (tx *Tx) abort(err error) error {
 	if !tx.validate() {
 		tx.db.stats.aborts.Add(1)
 		err = ErrConflict
+	} else if lerr := tx.leasesLive(); lerr != nil {
+		// The closure's reads are checked against the lease once per table: an error it
+		// decided on reads made after the lease ran out is not returned as if it stood.
+		err = lerr
 	}
 	tx.Rollback()
 	return err
