@@ -17,8 +17,9 @@ import (
 // Each frame owns one []uint64 allocation: 64 row version words, then the page's rows. Its
 // metadata (key, masks, page version, pins, in-flight batches) are atomics in a frameMeta, in
 // chunks that never move, so lock-free readers can hold a frame id while frames are added.
-// The only Go pointer per frame is its memory's; the rows themselves are pointer-free, so the
-// garbage collector scans one word per page.
+// The Go pointers per frame are its memory's and, while it is in the page table, its slot's
+// two (metadata and memory, so a hit's row loads do not wait for the metadata); the rows
+// themselves are pointer-free, so the garbage collector scans three words per page.
 //
 // Invariants:
 //   - usedBytes <= budgetBytes, always. usedBytes counts every byte the cache allocates
