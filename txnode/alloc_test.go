@@ -84,8 +84,26 @@ func TestAllocs(t *testing.T) {
 						panic(err)
 					}
 				})
-				t.Logf("allocs per op: Get %v, Put %v, Update %v", get, put, update)
+				// A read-only transaction of two cache-hit Tx.Gets (the pooled Tx of getSlow and
+				// retry: pin, read, validate, lease check, unpin).
+				txGet := testing.AllocsPerRun(1000, func() {
+					tx, err := db.beginTx(ctx, false)
+					if err != nil {
+						panic(err)
+					}
+					for range 2 {
+						if err := tx.Get(tb, next(), buf); err != nil {
+							panic(err)
+						}
+					}
+					if _, err := tx.commit(); err != nil {
+						panic(err)
+					}
+					tx.release()
+				})
+				t.Logf("allocs per op: Get %v, Tx.Get %v, Put %v, Update %v", get, txGet, put, update)
 				require.Zero(t, get, "cache-hit Get allocates")
+				require.Zero(t, txGet, "cache-hit Tx.Get allocates")
 				require.Zero(t, put, "cache-hit Put allocates")
 				require.Zero(t, update, "cache-hit Update allocates")
 			})
