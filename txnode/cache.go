@@ -17,8 +17,9 @@ import (
 // Each frame owns one []uint64 allocation: 64 row version words, then the page's rows. Its
 // metadata (key, masks, page version, pins, in-flight batches) are atomics in a frameMeta, in
 // chunks that never move, so lock-free readers can hold a frame id while frames are added.
-// The only Go pointer per frame is its memory's; the rows themselves are pointer-free, so the
-// garbage collector scans one word per page.
+// The Go pointers per frame are its memory's and, while it is in the page table, its slot's
+// two (metadata and memory, so a hit's row loads do not wait for the metadata); the rows
+// themselves are pointer-free, so the garbage collector scans three words per page.
 //
 // Invariants:
 //   - usedBytes <= budgetBytes, always. usedBytes counts every byte the cache allocates
@@ -41,6 +42,10 @@ import (
 //     transactions cannot pin the whole cache between them, and the turn holder progresses.
 //   - A frame's key is set before it is published in the page table and cleared before it is
 //     removed, so a lock-free reader that finds a frame id checks the frame's key afterwards.
+//     Every change of key bumps the frame's generation (frameMeta.state, after the key's
+//     store): a lock-free reader loads it, then checks the key, and after its copy checks
+//     that the generation is unchanged (the key alone misses a frame that went to another
+//     page and came back meanwhile).
 //   - A slot's bytes are meaningful only while its valid bit is set; a fill writes only slots
 //     still invalid (a commit that landed while the miss was in flight is never overwritten).
 //   - Row version words: bit 63 is the row's lock; the rest is the version, taken from the
@@ -61,12 +66,40 @@ type frameMeta struct {
 	pageVer  atomic.Uint64 // commit version of the last change to present
 	pins     atomic.Int32
 	inflight atomic.Int32
-	ref      atomic.Uint32
+	// state: bit 0 is CLOCK's reference bit; bits 1-31 the key's generation, bumped by
+	// every change of key (setKey). A lock-free reader loads it before it reads a slot and
+	// checks it after: an unchanged generation means the frame held the same page all the
+	// while. The key alone could not say that: a frame evicted, filled for another page and
+	// evicted again back to its page between a reader's two version loads would show the
+	// same key and, after fills at the same durable version, the same version word, while
+	// the reader copied the other page's row.
+	state    atomic.Uint32
 	rowBytes int32 // set under mu while free
-	mem      atomic.Pointer[[]uint64]
+	// mem is the frame's memory (frameMemWords(rowBytes) words; see wordsOf): a pointer to
+	// its first word, so a hit goes from the metadata to the row without a slice header.
+	mem atomic.Pointer[uint64]
 }
 
 func pageKey(table uint32, page uint64) uint64 { return uint64(table)<<32 | page }
+
+const refBit = 1
+
+// setKey gives the frame another key (0: none), then bumps its generation: a reader that
+// loaded the generation before the bump sees it changed once it has seen anything written
+// after (the slots cleared or filled for the new key), and one that loaded it after the
+// bump sees the new key. Caller holds the cache's mu.
+func (m *frameMeta) setKey(key uint64) {
+	m.key.Store(key)
+	m.state.Add(2)
+}
+
+// touch sets CLOCK's reference bit, writing the line only if it is clear: cores reading
+// one page share its metadata line.
+func (m *frameMeta) touch() {
+	if m.state.Load()&refBit == 0 {
+		m.state.Or(refBit)
+	}
+}
 
 // clean reports whether the frame holds no row the store lacks: none dirty, none in flight.
 // Dirty is loaded first: the flusher marks a frame in flight before it clears its dirty bits.
@@ -185,21 +218,28 @@ func (c *pageCache) meta(id int32) *frameMeta {
 	return &c.chunks[id/metaChunk].Load()[id%metaChunk]
 }
 
-// frameWords returns the frame's 64 version words and its rows (as bytes) of a frame that
-// holds memory (pinned or in flight).
-func frameWords(m *frameMeta) (versions []uint64, rows []byte) {
-	return wordsOf(m.mem.Load())
+// frameWords returns the 64 version words and the rows (as bytes) of a frame that holds
+// memory (pinned or in flight) for rowBytes-byte rows (its table's).
+func frameWords(m *frameMeta, rowBytes int) (versions []uint64, rows []byte) {
+	return wordsOf(m.mem.Load(), rowBytes)
 }
 
-// wordsOf splits a frame's memory. Lock-free readers load m.mem themselves, check it for nil
-// (a frame evicted to make room for another row size) and check the key afterwards.
-func wordsOf(mem *[]uint64) (versions []uint64, rows []byte) {
-	w := *mem
-	v := w[:logicpage.RowsPerPage:logicpage.RowsPerPage]
-	r := w[logicpage.RowsPerPage:]
-	// rows: the page's 64 rows, then, the memory being rounded up to its size class
-	// (frameMemWords), words that are never used.
-	return v, unsafe.Slice((*byte)(unsafe.Pointer(&r[0])), len(r)*8)
+// frameVersions returns the 64 version words of a frame that holds memory.
+func frameVersions(m *frameMeta) []uint64 { return versionsOf(m.mem.Load()) }
+
+// versionsOf returns the version words of a frame's memory (every frame's memory starts with
+// them, whatever its row size).
+func versionsOf(mem *uint64) []uint64 { return unsafe.Slice(mem, logicpage.RowsPerPage) }
+
+// wordsOf splits a frame's memory, which must be for rowBytes-byte rows: its versions, then
+// the page's rows (the words past them, up to the allocator's size class, are never used).
+// Lock-free readers load m.mem themselves, check it for nil (a frame evicted to make room
+// for another row size) and check the frame's key after loading it and before calling
+// wordsOf: memory is given another row size only while its frame holds no key, and a key
+// names a table, so a key that matches before and after the load vouches for the size.
+func wordsOf(mem *uint64, rowBytes int) (versions []uint64, rows []byte) {
+	r := unsafe.Add(unsafe.Pointer(mem), logicpage.RowsPerPage*8)
+	return versionsOf(mem), unsafe.Slice((*byte)(r), logicpage.RowsPerPage*rowBytes)
 }
 
 // lookup finds the frame of key without a lock; -1 when absent.
@@ -241,7 +281,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 	if id, m := c.lookup(key); m != nil {
 		m.pins.Add(1)
 		if m.key.Load() == key {
-			m.ref.Store(1)
+			m.touch()
 			return id, m, nil
 		}
 		m.pins.Add(-1) // evicted between lookup and pin; go the slow way
@@ -274,7 +314,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			m := c.meta(id)
 			assert.That(m.key.Load() == key, "txnode: page table and frame disagree")
 			m.pins.Add(1)
-			m.ref.Store(1)
+			m.touch()
 			return id, m, nil
 		}
 		// While the turn holder waits for a frame, nobody else takes one: frames that free
@@ -302,10 +342,10 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			// backing off (Add(1), key check, Add(-1)); a Store would lose our pin to its -1.
 			m.pins.Add(1)
 			m.inflight.Store(0)
-			m.ref.Store(1)
-			m.key.Store(key)
+			m.state.Or(refBit)
+			m.setKey(key)
 			ptBefore := c.pt.bytes()
-			c.pt.insert(key, id)
+			c.pt.insert(key, id, m, m.mem.Load())
 			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
 			return id, m, nil
 		}
@@ -427,7 +467,7 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 	m := c.meta(id)
 	m.rowBytes = int32(rowBytes)
 	mem := make([]uint64, frameMemWords(rowBytes))
-	m.mem.Store(&mem)
+	m.mem.Store(&mem[0])
 	c.usedBytes += cost
 	return id, true
 }
@@ -449,16 +489,16 @@ func (c *pageCache) evictLocked() (int32, bool) {
 		if key == 0 || m.pins.Load() > 0 || !m.clean() {
 			continue
 		}
-		if m.ref.Load() != 0 {
-			m.ref.Store(0)
+		if m.state.Load()&refBit != 0 {
+			m.state.And(^uint32(refBit))
 			continue
 		}
-		m.key.Store(0)
+		m.setKey(0)
 		// A pin that raced with us re-checks the key and backs off. One that got in before
 		// may have committed to the frame (dirty, in flight) and unpinned since the check
 		// above: look again, and undo.
 		if m.pins.Load() > 0 || !m.clean() {
-			m.key.Store(key)
+			m.setKey(key)
 			continue
 		}
 		c.pt.remove(key)
@@ -478,7 +518,7 @@ func (c *pageCache) dropTable(table uint32) {
 		m := c.meta(id)
 		key := m.key.Load()
 		if key != 0 && uint32(key>>32) == table {
-			m.key.Store(0)
+			m.setKey(0)
 			c.pt.remove(key)
 			m.valid.Store(0)
 			m.dirty.Store(0)

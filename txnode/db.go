@@ -31,8 +31,10 @@ type DB struct {
 
 	// commitVer is the monotonic commit counter: row and page versions come from it.
 	commitVer atomic.Uint64
+	_         [56]byte // durableVer, which every Durable Get reads, is not on commitVer's line
 	// durableVer: every commit with a version <= it is acknowledged by the store.
 	durableVer atomic.Uint64
+	_          [56]byte // nor on durableMu's
 	durableMu  sync.Mutex
 	// durableWaiters wait for durableVer to reach their version. durableFailVer: no version
 	// from it on will become durable (a batch holding it failed); max when none.
@@ -57,6 +59,9 @@ type DB struct {
 	// testHookAdded, when set (by a test, before any commit), runs in a committing
 	// goroutine between the pipeline's add and the install.
 	testHookAdded func(tx *Tx)
+	// testHookGet, when set (by a test, before any Get), runs in Table.Get's lock-free path
+	// before and after it copies the row.
+	testHookGet func()
 	// testHookBumped, when set (by a test, before any commit), runs in a committing
 	// goroutine that inserts, between its insert-epoch bumps and its validation.
 	testHookBumped func(tx *Tx)
@@ -79,6 +84,11 @@ type tableState struct {
 	// dropping closes the table to new commits while DropTable flushes what was admitted
 	// before; set under the pipeline's mu (see pipeline.add), reads keep working.
 	dropping atomic.Bool
+	// idHigh is one past the highest id that can hold a row: the store's high-water mark
+	// at open, raised by every grant. Read by every Get: it and the fields above are
+	// read-mostly, the fields below are written by commits and misses (another line).
+	idHigh atomic.Uint64
+	_      [64]byte
 
 	// insertEpoch is bumped by every commit that inserts rows, with its write set locked and
 	// before it validates (Silo): a scan or Get reaching into ids this node may still insert
@@ -88,9 +98,6 @@ type tableState struct {
 	grantLo atomic.Uint64
 	// lastMiss is the page of the last cache miss of a single-row read (run detection).
 	lastMiss atomic.Uint64
-	// idHigh is one past the highest id that can hold a row: the store's high-water mark
-	// at open, raised by every grant.
-	idHigh atomic.Uint64
 
 	ids idAllocator
 }

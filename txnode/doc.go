@@ -57,7 +57,10 @@
 //
 // A node owns the tables it opens: the storage node grants (owner, epoch) and a lease the node
 // renews every quarter lease; the node stops serving a table (reads included) at three
-// quarters of a lease without renewal. Another node is granted the table only after the lease
+// quarters of a lease without renewal. The lease clock (monotonic) is read once per table when
+// a transaction first touches it and once per table at its commit, read-only or not (all its
+// reads were then served under a live lease), and once per Table.Get: never once per row.
+// Another node is granted the table only after the lease
 // has expired or been released: Close releases (after its last batch is durable), so the next
 // node, with any owner id, gets the tables at once. Each Open picks a random incarnation, sent
 // in every Hello: a reconnect of the same Open replaces its old connection at once, while
@@ -188,7 +191,7 @@
 // cores give ~22M/s: the benchmark got a third of the machine). Remote random update (goal
 // 1M/s) and remote miss (goal 1M/s) reach about 0.4M/s: a profile of RemoteUpdate puts 27% of
 // CPU in syscalls (one read and one writev per batch per side, and futex wake-ups), 7% in
-// time.Now (the lease check per row) and the rest spread over OCC, the engine's commit path and
+// time.Now (the lease check per row; since then once per table per transaction) and the rest spread over OCC, the engine's commit path and
 // map lookups. A miss is one ReadPages frame per goroutine (many frames per writev, but one
 // goroutine wake-up per miss); merging concurrent misses into shared frames and a per-batch
 // lease check are the next steps.

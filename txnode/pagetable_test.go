@@ -19,7 +19,7 @@ func TestPageTableModel(t *testing.T) {
 			pt.remove(key)
 			delete(model, key)
 		} else if !ok {
-			pt.insert(key, int32(i))
+			pt.insert(key, int32(i), nil, nil)
 			model[key] = int32(i)
 		}
 		if i%1000 == 0 {

@@ -407,7 +407,7 @@ func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
 		m, r := w0.m, w0.t.rowBytes
 		candidates := m.present.Load() & m.valid.Load() &^ (data | clr)
 		segOff := len(b.buf)
-		versions, rows := frameWords(m)
+		versions, rows := frameWords(m, r)
 		var others uint64
 		k := i
 		for mask := data | candidates; mask != 0; mask &= mask - 1 {
@@ -656,7 +656,7 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		present := m.present.Load()
 		s := store.Segment{Table: t.id, RowBytes: t.rowBytes, Page: key & (1<<32 - 1), Data: d & present, Clear: d &^ present}
 		b.segOff = append(b.segOff, len(b.buf))
-		_, rows := frameWords(m)
+		_, rows := frameWords(m, t.rowBytes)
 		b.buf = appendRows(b.buf, rows, t.rowBytes, s.Data)
 		b.segs = append(b.segs, s)
 		if !hasTable(b.tables, t) {

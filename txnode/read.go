@@ -61,7 +61,7 @@ func (f *fetchReq) fill(_ int, data, clear uint64, rows []byte) {
 // fill writes a store's answer into frame m, only into slots still invalid and not locked. It
 // never waits (it runs on the remote store's receiver goroutine).
 func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte) {
-	versions, frameRows := frameWords(m)
+	versions, frameRows := frameWords(m, t.rowBytes)
 	r := t.rowBytes
 	ver := db.durableVer.Load()
 	k := 0

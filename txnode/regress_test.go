@@ -406,7 +406,7 @@ func rowLocked(db *DB, tb *Table, id uint64) bool {
 	if mem == nil {
 		return false
 	}
-	versions, _ := wordsOf(mem)
+	versions := versionsOf(mem)
 	return atomic.LoadUint64(&versions[id%64])&versionLock != 0
 }
 
@@ -509,7 +509,7 @@ func TestFillSkipsLockedSlot(t *testing.T) {
 	_, m, err := db.cache.pin(ctx, pageKey(x.t.id, 0), 64, 0, 0)
 	require.NoError(t, err)
 	defer db.cache.unpin(m)
-	versions, _ := frameWords(m)
+	versions := frameVersions(m)
 	m.valid.And(^uint64(3)) // both rows as if evicted
 	atomic.StoreUint64(&versions[1], atomic.LoadUint64(&versions[1])|versionLock)
 	done := make(chan struct{})

@@ -36,17 +36,79 @@ type remoteStore struct {
 	conn    *sgio.Client
 	gen     uint64 // bumped per connection
 	dialing bool
-	dead    error // set when reconnecting gave up, or at Close
-	commits []*remoteCommit
+	dead    error       // set when reconnecting gave up, or at Close
+	commits commitQueue // the batches in flight, in seq order
 	closed  bool
 }
 
-// remoteCommit is a batch in flight, kept until acknowledged so it can be sent again.
+// remoteCommit is a batch in flight, kept until acknowledged so it can be sent again. It is
+// pooled: one that ended normally (finish) is reused once it has left the queue and its done
+// has returned (popped and doneCalled, under mu); one failed by Close or giveUp is dropped, as
+// a late reply could still name it.
 type remoteCommit struct {
+	s    *remoteStore
 	msg  sgio.Commit
 	done func(uint64, error)
-	gen  uint64 // connection it was last sent on
+	ack  func(sgio.Frame, error) // rc.onAck, made once
+	gen  uint64                  // connection it was last sent on
 	fin  bool
+
+	popped, doneCalled bool
+}
+
+var remoteCommitPool sync.Pool // of *remoteCommit; New is set in init (recycle refers to the pool)
+
+func init() {
+	remoteCommitPool.New = func() any {
+		rc := &remoteCommit{}
+		rc.ack = rc.onAck
+		return rc
+	}
+}
+
+// recycle returns rc to the pool. Caller holds s.mu; rc has left the queue and its done has
+// returned.
+func (rc *remoteCommit) recycle() {
+	clear(rc.msg.Segments) // drop the rows
+	*rc = remoteCommit{ack: rc.ack, msg: sgio.Commit{Fences: rc.msg.Fences[:0], Segments: rc.msg.Segments[:0]}}
+	remoteCommitPool.Put(rc)
+}
+
+// commitQueue is the FIFO of batches in flight: one slice with a head index, compacted
+// rather than regrown, so a steady flow of commits allocates nothing.
+type commitQueue struct {
+	items []*remoteCommit
+	head  int
+}
+
+// live returns the batches in the queue (finished ones included), oldest first.
+func (q *commitQueue) live() []*remoteCommit { return q.items[q.head:] }
+
+func (q *commitQueue) push(rc *remoteCommit) {
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, rc)
+}
+
+// popFinished removes the finished batches at the head and calls fn on each.
+func (q *commitQueue) popFinished(fn func(*remoteCommit)) {
+	for q.head < len(q.items) && q.items[q.head].fin {
+		fn(q.items[q.head])
+		q.items[q.head] = nil
+		q.head++
+	}
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+}
+
+// reset empties the queue (Close, giveUp), dropping its batches.
+func (q *commitQueue) reset() {
+	clear(q.items)
+	q.items, q.head = q.items[:0], 0
 }
 
 func dialStore(ctx context.Context, opts Options) (store.Store, error) {
@@ -202,7 +264,7 @@ func (s *remoteStore) resendInFlight(nc *sgio.Client, g uint64) int {
 	for {
 		s.mu.Lock()
 		var round []*remoteCommit
-		for _, rc := range s.commits {
+		for _, rc := range s.commits.live() {
 			if !rc.fin && rc.gen != g {
 				rc.gen = g
 				round = append(round, rc)
@@ -232,7 +294,7 @@ func (s *remoteStore) giveUp(err error) {
 	for _, rc := range failed {
 		rc.fin = true
 	}
-	s.commits = nil
+	s.commits.reset()
 	s.changed.Broadcast()
 	dead := s.dead
 	s.mu.Unlock()
@@ -249,7 +311,7 @@ func (s *remoteStore) isClosed() bool {
 
 func (s *remoteStore) pendingLocked() []*remoteCommit {
 	var out []*remoteCommit
-	for _, rc := range s.commits {
+	for _, rc := range s.commits.live() {
 		if !rc.fin {
 			out = append(out, rc)
 		}
@@ -427,13 +489,14 @@ func fillFromSegments(body []byte, n int, fill func(int, uint64, uint64, []byte)
 
 // Commit sends a batch; the rows are gathered into the write by reference.
 func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
-	rc := &remoteCommit{done: done, msg: sgio.Commit{Owner: b.Owner, Seq: b.Seq,
-		Fences: make([]sgio.Fence, len(b.Fences)), Segments: make([]sgio.Segment, len(b.Segments))}}
-	for i, f := range b.Fences {
-		rc.msg.Fences[i] = sgio.Fence{Table: f.Table, Epoch: f.Epoch}
+	rc := remoteCommitPool.Get().(*remoteCommit)
+	rc.s, rc.done = s, done
+	rc.msg.Owner, rc.msg.Seq = b.Owner, b.Seq
+	for _, f := range b.Fences {
+		rc.msg.Fences = append(rc.msg.Fences, sgio.Fence{Table: f.Table, Epoch: f.Epoch})
 	}
-	for i, g := range b.Segments {
-		rc.msg.Segments[i] = sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows}
+	for _, g := range b.Segments {
+		rc.msg.Segments = append(rc.msg.Segments, sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows})
 	}
 	s.mu.Lock()
 	if s.closed || s.dead != nil {
@@ -445,7 +508,7 @@ func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
 		done(0, err)
 		return
 	}
-	s.commits = append(s.commits, rc)
+	s.commits.push(rc)
 	c, gen, dialing := s.conn, s.gen, s.dialing
 	if !dialing {
 		rc.gen = gen
@@ -458,19 +521,22 @@ func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
 
 // send writes rc on connection gen; a broken connection leaves it for the reconnect.
 func (s *remoteStore) send(c *sgio.Client, gen uint64, rc *remoteCommit) {
-	err := c.Send(context.Background(), &rc.msg, func(f sgio.Frame, err error) {
-		var ack sgio.CommitAck
-		if err == nil {
-			err = ack.Parse(f.Body)
-		}
-		if err != nil && retryable(err) {
-			return // the reconnect sends it again, or fails it
-		}
-		s.finish(rc, ack.LSN, err)
-	})
+	err := c.Send(context.Background(), &rc.msg, rc.ack)
 	if err != nil && !retryable(err) {
 		s.finish(rc, 0, err)
 	}
+}
+
+// onAck is the reply callback of rc's sends, on the connection's receiver goroutine.
+func (rc *remoteCommit) onAck(f sgio.Frame, err error) {
+	var ack sgio.CommitAck
+	if err == nil {
+		err = ack.Parse(f.Body)
+	}
+	if err != nil && retryable(err) {
+		return // the reconnect sends it again, or fails it
+	}
+	rc.s.finish(rc, ack.LSN, err)
 }
 
 // retryable reports whether a request may be sent again on the next connection: the
@@ -487,14 +553,24 @@ func (s *remoteStore) finish(rc *remoteCommit, lsn uint64, err error) {
 		return
 	}
 	rc.fin = true
-	i := 0
-	for i < len(s.commits) && s.commits[i].fin {
-		s.commits[i] = nil
-		i++
-	}
-	s.commits = s.commits[i:]
+	s.commits.popFinished(popped)
 	s.mu.Unlock()
 	rc.done(lsn, err)
+	s.mu.Lock()
+	rc.doneCalled = true
+	if rc.popped {
+		rc.recycle()
+	}
+	s.mu.Unlock()
+}
+
+// popped marks a batch that left the queue, recycling it if its done has returned. Caller
+// holds s.mu.
+func popped(rc *remoteCommit) {
+	rc.popped = true
+	if rc.doneCalled {
+		rc.recycle()
+	}
 }
 
 // releaseWaitMax bounds Close's Release request.
@@ -525,7 +601,7 @@ func (s *remoteStore) Close() error {
 	for _, rc := range failed {
 		rc.fin = true
 	}
-	s.commits = nil
+	s.commits.reset()
 	s.changed.Broadcast()
 	s.mu.Unlock()
 	for _, rc := range failed {

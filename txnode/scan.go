@@ -57,7 +57,7 @@ func (tx *Tx) Scan(table *Table, lo, hi uint64) iter.Seq2[Row, error] {
 }
 
 func (tx *Tx) scan(t *tableState, lo, hi uint64, record bool, yield func(Row, error) bool) {
-	if err := t.serving(); err != nil {
+	if err := tx.serving(t); err != nil {
 		yield(Row{}, err)
 		return
 	}
@@ -186,7 +186,7 @@ func (tx *Tx) scanPage(t *tableState, page uint64, m *frameMeta, lo, hi uint64, 
 		tx.pageReads = append(tx.pageReads, pageRec{m: m, ver: m.pageVer.Load()})
 	}
 	r := t.rowBytes
-	versions, rows := frameWords(m)
+	versions, rows := frameWords(m, r)
 	for slot := range logicpage.RowsPerPage {
 		id := logicpage.RowID(page, slot)
 		if id < lo || id >= hi {

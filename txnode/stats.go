@@ -1,10 +1,24 @@
 package txnode
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	_ "unsafe" // go:linkname
+)
 
-// hitShards spreads the cache-hit counter over padded cells, so 128 goroutines reading on
-// two cores do not all increment one cache line.
-const hitShards = 16
+// hitShards is how many padded cells the cache-hit counter has: one per P (runtime.procPin's
+// id, modulo hitShards), so a hit increments a cache line only its own core writes. Sharded
+// by page instead, two cores incremented the same 16 lines at random and a hit moved one of
+// them between cores about every other time.
+const hitShards = 64
+
+// procPin and procUnpin are the runtime's (sync.Pool's): procPin disables preemption and
+// returns the current P's id.
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
 
 type paddedCounter struct {
 	n atomic.Uint64
@@ -22,7 +36,11 @@ type dbCounters struct {
 	rowsFetched atomic.Uint64
 }
 
-func (c *dbCounters) hit(id uint64) { c.hits[(id>>6)%hitShards].n.Add(1) }
+// hit counts a cache hit in the current P's cell.
+func (c *dbCounters) hit() {
+	c.hits[procPin()%hitShards].n.Add(1)
+	procUnpin()
+}
 
 // Stats are counters of a DB since Open.
 type Stats struct {

@@ -49,15 +49,24 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	key := pageKey(st.id, page)
 	bit := uint64(1) << slot
 	for {
-		_, m := db.cache.lookup(key)
-		if m == nil {
+		// The page table's slot names the frame's metadata and memory, so the row's loads
+		// below need not wait for the metadata's (a miss each, in parallel).
+		sl := db.cache.pt.find(key)
+		if sl == nil {
 			break
 		}
-		mem := m.mem.Load()
-		if mem == nil {
+		m, mem := sl.meta.Load(), sl.mem.Load()
+		if m == nil || mem == nil {
 			break
 		}
-		versions, rows := wordsOf(mem)
+		// The frame's generation, then its key and memory: while the generation stays, the
+		// frame holds this page (see frameMeta.state), so mem is its memory, of this table's
+		// row size (memory changes only while its frame holds no key).
+		state := m.state.Load()
+		if m.key.Load() != key || m.mem.Load() != mem || (m.state.Load()^state)&^refBit != 0 {
+			break // evicted since the lookup, or the slot was being rewritten
+		}
+		versions, rows := wordsOf(mem, st.rowBytes)
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
 			// Parked, not spinning: the locker may wait for acknowledgements. The frame is
@@ -71,17 +80,23 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 			break
 		}
 		present := m.present.Load()&bit != 0
+		if db.testHookGet != nil {
+			db.testHookGet()
+		}
 		if present {
 			off := slot * st.rowBytes
 			logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
 		}
-		if atomic.LoadUint64(&versions[slot]) != v1 || m.key.Load() != key {
-			continue
+		if db.testHookGet != nil {
+			db.testHookGet()
 		}
-		if m.ref.Load() == 0 {
-			m.ref.Store(1) // CLOCK's bit; not stored on every hit: cores reading one page share its line
+		if atomic.LoadUint64(&versions[slot]) != v1 || (m.state.Load()^state)&^refBit != 0 {
+			continue // changed, or the frame was given another page meanwhile
 		}
-		db.stats.hit(id)
+		if state&refBit == 0 {
+			m.state.Or(refBit) // CLOCK's bit; not stored on every hit: cores reading one page share its line
+		}
+		db.stats.hit()
 		if db.opts.Durability == Durable && v1 > db.durableVer.Load() {
 			if err := db.waitDurable(ctx, v1); err != nil {
 				return err

@@ -53,6 +53,10 @@ type Tx struct {
 	busy busyPage
 	// turn: this attempt holds the cache turn (it may wait for frames while holding some).
 	turn bool
+	// leased lists the tables whose lease this transaction checked (tx.serving): the lease
+	// clock is read once per table when the transaction first touches it and once more at
+	// commit, not once per row.
+	leased []*tableState
 }
 
 type busyPage struct {
@@ -132,6 +136,8 @@ func (tx *Tx) release() {
 	tx.buf = tx.buf[:0]
 	clear(tx.bumped)
 	tx.bumped = tx.bumped[:0]
+	clear(tx.leased)
+	tx.leased = tx.leased[:0]
 	tx.maxRead, tx.readsFrom = 0, false
 	tx.busy = busyPage{}
 	tx.turn = false
@@ -223,7 +229,7 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 // readRow copies row id of t into dst (when present) and records its version. It reports
 // whether the row exists.
 func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
-	if err := t.serving(); err != nil {
+	if err := tx.serving(t); err != nil {
 		return false, err
 	}
 	if id >= t.idHigh.Load() {
@@ -242,7 +248,7 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 		return false, err
 	}
 	bit := uint64(1) << slot
-	versions, rows := frameWords(m)
+	versions, rows := frameWords(m, t.rowBytes)
 	for {
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
@@ -282,7 +288,39 @@ func (tx *Tx) checkWrite(t *tableState) error {
 	if !tx.writable {
 		return ErrReadOnly
 	}
-	return t.serving()
+	return tx.serving(t)
+}
+
+// serving is t.serving for this transaction: a dropped table fails every call, the lease is
+// checked (the clock read) the first time the transaction touches t. Commit checks it again
+// (leasesLive, and for each table written), so every row it read or wrote was served while
+// the lease was live: reading it once more per row only repeated that.
+func (tx *Tx) serving(t *tableState) error {
+	for _, l := range tx.leased {
+		if l == t {
+			if t.dropped.Load() {
+				return t.serving()
+			}
+			return nil
+		}
+	}
+	if err := t.serving(); err != nil {
+		return err
+	}
+	tx.leased = append(tx.leased, t)
+	return nil
+}
+
+// leasesLive checks again, with one clock read each, the lease of every table the
+// transaction touched (a read-only commit: its reads are served under a live lease only if
+// it still holds when they are validated).
+func (tx *Tx) leasesLive() error {
+	for _, t := range tx.leased {
+		if err := t.serving(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkRowSize checks a row the caller gives to be written: any length but the row size (nil
@@ -461,6 +499,10 @@ func (tx *Tx) abort(err error) error {
 	if !tx.validate() {
 		tx.db.stats.aborts.Add(1)
 		err = ErrConflict
+	} else if lerr := tx.leasesLive(); lerr != nil {
+		// The closure's reads are checked against the lease once per table: an error it
+		// decided on reads made after the lease ran out is not returned as if it stood.
+		err = lerr
 	}
 	tx.Rollback()
 	return err
@@ -533,6 +575,9 @@ func (tx *Tx) commit() (commitWait, error) {
 		return commitWait{}, errCacheBusy
 	}
 	if len(tx.writes) == 0 {
+		if err := tx.leasesLive(); err != nil {
+			return commitWait{}, err
+		}
 		if !tx.validate() {
 			db.stats.aborts.Add(1)
 			return commitWait{}, ErrConflict
@@ -557,9 +602,12 @@ func (tx *Tx) commit() (commitWait, error) {
 		}
 	}
 	for i := range tx.writes {
-		if err := tx.writes[i].t.serving(); err != nil {
-			tx.unlockAll()
-			return commitWait{}, err
+		// The lease once per table (the writes are sorted by table), read on the clock now.
+		if t := tx.writes[i].t; i == 0 || t != tx.writes[i-1].t {
+			if err := t.serving(); err != nil {
+				tx.unlockAll()
+				return commitWait{}, err
+			}
 		}
 		if err := tx.lockRow(&tx.writes[i]); err != nil {
 			tx.unlockAll()
@@ -620,7 +668,7 @@ func (tx *Tx) commit() (commitWait, error) {
 // the commit fails with the context's error, nothing applied.
 func (tx *Tx) lockRow(w *writeRec) error {
 	_, slot := logicpage.PageOf(w.id)
-	versions, _ := frameWords(w.m)
+	versions := frameVersions(w.m)
 	word := &versions[slot]
 	for {
 		v := atomic.LoadUint64(word)
@@ -642,7 +690,7 @@ func (tx *Tx) unlockAll() {
 		w := &tx.writes[i]
 		if w.locked {
 			_, slot := logicpage.PageOf(w.id)
-			versions, _ := frameWords(w.m)
+			versions := frameVersions(w.m)
 			atomic.StoreUint64(&versions[slot], w.prev)
 			tx.db.cache.rows.wake(w.m, slot)
 			w.locked = false
@@ -653,7 +701,7 @@ func (tx *Tx) unlockAll() {
 // validate checks that everything read is unchanged (and not locked by another committer).
 func (tx *Tx) validate() bool {
 	for _, r := range tx.reads {
-		versions, _ := frameWords(r.m)
+		versions := frameVersions(r.m)
 		cur := atomic.LoadUint64(&versions[r.slot])
 		if cur&^versionLock != r.ver {
 			return false
@@ -706,8 +754,8 @@ func (tx *Tx) install(ver uint64) {
 		w := &tx.writes[i]
 		_, slot := logicpage.PageOf(w.id)
 		bit := uint64(1) << slot
-		versions, rows := frameWords(w.m)
 		r := w.t.rowBytes
+		versions, rows := frameWords(w.m, r)
 		dst := rows[slot*r : (slot+1)*r]
 		wasPresent := w.m.present.Load()&bit != 0
 		if w.off >= 0 {

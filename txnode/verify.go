@@ -65,6 +65,18 @@ func (c *pageCache) verify() error {
 			listed[id] = l.name
 		}
 	}
+	a, used := c.pt.cur.Load(), 0
+	for i := range a.slots {
+		sl := &a.slots[i]
+		if sl.key.Load() != 0 {
+			used++
+		} else if sl.meta.Load() != nil || sl.mem.Load() != nil {
+			return fmt.Errorf("empty page-table slot %d keeps a frame reachable", i)
+		}
+	}
+	if used != a.n {
+		return fmt.Errorf("page table: %d keys, counted %d", used, a.n)
+	}
 	for id := range c.nFrames {
 		m := c.meta(id)
 		key, hasMem := m.key.Load(), m.mem.Load() != nil
@@ -83,6 +95,9 @@ func (c *pageCache) verify() error {
 		if key != 0 {
 			if got := c.pt.lookup(key); got != id {
 				return fmt.Errorf("frame %d keyed %#x, the page table says %d", id, key, got)
+			}
+			if sl := c.pt.find(key); sl.meta.Load() != m || sl.mem.Load() != m.mem.Load() {
+				return fmt.Errorf("frame %d keyed %#x: its page-table slot names other metadata or memory", id, key)
 			}
 		}
 	}

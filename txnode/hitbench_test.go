@@ -1,0 +1,106 @@
+//go:build linux
+
+package txnode
+
+import (
+	"context"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkGetLarge is the cache-hit read at a size that misses the CPU caches: 4M rows of 64
+// bytes (256 MiB of rows, 64K frames) in a 1 GiB cache, every row cached, random ids, 128
+// goroutines. op=get is Table.Get's lock-free path; op=tx is a read-only transaction of one
+// Tx.Get (pin, read, validate, unpin). The table is loaded once per -count round. Compare by
+// CPU time per op (benchstat on -count runs): the machine is shared.
+//
+//	go test ./txnode -run '^$' -bench GetLarge -count 5 -benchtime 2s
+func BenchmarkGetLarge(b *testing.B) {
+	db, tb, ids := largeOpen(b)
+	ctx := context.Background()
+	ops := []struct {
+		name string
+		op   func(id uint64, buf []byte) error
+	}{
+		{"op=get", func(id uint64, buf []byte) error { return tb.Get(ctx, id, buf) }},
+		{"op=tx", func(id uint64, buf []byte) error {
+			tx, err := db.beginTx(ctx, false)
+			if err != nil {
+				return err
+			}
+			err = tx.Get(tb, id, buf)
+			if err == nil {
+				_, err = tx.commit()
+			}
+			tx.release()
+			return err
+		}},
+	}
+	for _, o := range ops {
+		b.Run(o.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 128/runtime.GOMAXPROCS(0)))
+			cpu0 := processCPU(b)
+			b.RunParallel(func(pb *testing.PB) {
+				rng, buf := newXorshift(), make([]byte, 64)
+				for pb.Next() {
+					if err := o.op(ids[rng.next()%uint64(len(ids))], buf); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// processCPU is the process's user and system CPU time so far: the cost per op on a machine
+// whose other processes take cores from the benchmark.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+const largeRows = 4 << 20
+
+// largeOpen loads the table of BenchmarkGetLarge (once per -count round).
+func largeOpen(b *testing.B) (*DB, *Table, []uint64) {
+	b.Helper()
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Dir: b.TempDir(), SyncMode: "none", CacheBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close(ctx) })
+	tb, err := db.CreateTable(ctx, "large", 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]uint64, 0, largeRows)
+	row := make([]byte, 64)
+	for len(ids) < largeRows {
+		err := db.Update(ctx, func(tx *Tx) error {
+			for range min(4096, largeRows-len(ids)) {
+				id, err := tx.Insert(tb, row)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := db.pipe.flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return db, tb, ids
+}
