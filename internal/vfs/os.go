@@ -209,13 +209,3 @@ func (f *osFile) Size() (int64, error) {
 }
 
 func (f *osFile) Truncate(size int64) error { return f.f.Truncate(size) }
-
-// unwrapPath returns the error inside an *os.PathError, so that the caller's own PathError
-// does not nest another.
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
