@@ -119,8 +119,10 @@ type pageCache struct {
 	hand      int32
 	waiters   atomic.Int32
 	// waitersHeldBytes is what the frames pinned by goroutines waiting for another frame
-	// cost (frameCost of each, by its own row size); capped, see pin.
+	// cost (frameCost of each, by its own row size), waitersHeld how many they are; capped,
+	// see pin.
 	waitersHeldBytes int64
+	waitersHeld      int64
 	zombies          []int32 // unpublished frames of dropped tables, freed when unpinned
 	// rows parks goroutines waiting for a locked row (rowwait.go).
 	rows rowWaits
@@ -361,14 +363,23 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			c.roomMade.Broadcast() // waiters holding frames give them up
 		}
 		if held > 0 && !turn && deadline.IsZero() {
-			if c.waitersHeldBytes+heldBytes > c.budgetBytes-max(c.budgetBytes/8, frameCost(rowBytes)) {
+			// Waiters may hold frames only while one more frame, besides theirs, still fits
+			// in the budget with everything it costs (metadata chunks, page table): else
+			// they could hold every frame the cache can make between them and wait for
+			// each other (the 1/8 margin alone is eaten by that overhead in a tiny cache).
+			if c.waitersHeldBytes+heldBytes > c.budgetBytes-max(c.budgetBytes/8, frameCost(rowBytes)) ||
+				!c.canHold(c.waitersHeld+int64(held)+1, c.waitersHeldBytes+heldBytes+frameCost(rowBytes)) {
 				if c.needFlush != nil {
 					go c.needFlush()
 				}
 				return -1, nil, errCacheBusy
 			}
 			c.waitersHeldBytes += heldBytes
-			defer func() { c.waitersHeldBytes -= heldBytes }() // under mu: the deferred Unlock runs after
+			c.waitersHeld += int64(held)
+			defer func() { // under mu: the deferred Unlock runs after
+				c.waitersHeldBytes -= heldBytes
+				c.waitersHeld -= int64(held)
+			}()
 		}
 		if err := ctx.Err(); err != nil {
 			return -1, nil, err

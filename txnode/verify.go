@@ -47,8 +47,8 @@ func (c *pageCache) verify() error {
 	if c.usedBytes > c.budgetBytes {
 		return fmt.Errorf("usedBytes %d over the budget %d", c.usedBytes, c.budgetBytes)
 	}
-	if c.waitersHeldBytes < 0 {
-		return fmt.Errorf("waiters hold %d bytes", c.waitersHeldBytes)
+	if c.waitersHeldBytes < 0 || c.waitersHeld < 0 || (c.waitersHeld == 0) != (c.waitersHeldBytes == 0) {
+		return fmt.Errorf("waiters hold %d frames of %d bytes", c.waitersHeld, c.waitersHeldBytes)
 	}
 	listed := make(map[int32]string)
 	for _, l := range []struct {
