@@ -38,7 +38,9 @@ import (
 //     LSN after the WAL's last record (a checkpoint syncs the WAL through every page it
 //     writes).
 //
-// It takes the store's lock (so it refuses a directory a running process holds) and opens
+// It takes the store's lock (so it refuses a directory a running process holds; a lock file
+// that does not exist cannot be taken without creating it, so Check fails instead if one
+// exists once it is done: an Open began meanwhile) and opens
 // every file read-only through vfs.ReadOnly: it never changes a byte, whatever it finds. Its
 // memory is the page maps (24 bytes a logical page, as Open loads them), one bit and four
 // bytes a mapped disk page, one disk page buffer and the WAL's read window: data files and
@@ -197,20 +199,47 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 		}
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
-	walNames, walErr := c.fs.List(walDir(dir))
-	if !contains(names, metaName) && walErr != nil {
+	if _, walErr := c.fs.List(walDir(dir)); !contains(names, metaName) && walErr != nil {
 		return nil, fmt.Errorf("%w: %s (no meta file, no wal directory)", ErrNotStore, dir)
 	}
-	unlock, err := c.lock()
+	unlock, unlocked, err := c.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	rep, err := c.run()
+	if err != nil {
+		return nil, err
+	}
+	// A lock file that did not exist could not be taken (taking it would create it): an
+	// Open that began meanwhile made it, and may have changed what was read.
+	for _, name := range unlocked {
+		if f, err := c.fs.Open(name); err == nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: %s: opened during the check (it had no lock file to hold), so the check saw its files change; stop it and check again",
+				ErrLocked, dir)
+		}
+	}
+	return rep, nil
+}
+
+// run is Check under the store's lock.
+func (c *checker) run() (*CheckReport, error) {
+	dir := c.dir
 	// List again under the lock: a process may have stopped (or made the store) meanwhile.
-	if names, err = c.fs.List(dir); err != nil {
+	names, err := c.fs.List(dir)
+	if err != nil {
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
-	walNames, walErr = c.fs.List(walDir(dir))
+	walNames, walErr := c.fs.List(walDir(dir))
+	if contains(names, backupIncompleteName) {
+		c.damage(Finding{File: backupIncompleteName, Offset: -1,
+			What: "a backup into this directory did not finish: Open refuses it (ErrBackupIncomplete); take the backup again"})
+	}
+	if contains(names, restoredName) {
+		c.note(Finding{File: restoredName, Offset: -1,
+			What: "a restored backup not opened yet: its first Open bumps every table's ownership epoch (fencing the original's holders) and removes this marker"})
+	}
 
 	m, ok, err := loadMeta(c.fs, dir)
 	switch {
@@ -252,8 +281,9 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 }
 
 // lock takes the store's lock and the WAL's, read-only: an Engine holds both while it runs. A
-// lock file that does not exist (a copy made without it) is not taken.
-func (c *checker) lock() (unlock func(), err error) {
+// lock file that does not exist (a copy made without it) is not taken: it is returned in
+// absent, and Check fails if it exists once the check is done.
+func (c *checker) lock() (unlock func(), absent []string, err error) {
 	var held []io.Closer
 	unlock = func() {
 		for _, l := range held {
@@ -267,15 +297,16 @@ func (c *checker) lock() (unlock func(), err error) {
 			held = append(held, l)
 		case errors.Is(err, vfs.ErrLocked):
 			unlock()
-			return nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking",
+			return nil, nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking",
 				ErrLocked, c.dir)
 		case isNotExist(err):
+			absent = append(absent, name)
 		default:
 			unlock()
-			return nil, fmt.Errorf("storenode: check %s: lock %s: %w", c.dir, name, err)
+			return nil, nil, fmt.Errorf("storenode: check %s: lock %s: %w", c.dir, name, err)
 		}
 	}
-	return unlock, nil
+	return unlock, absent, nil
 }
 
 func (c *checker) damage(f Finding) { f.Damage = true; c.fill(&f); c.rep.add(c.maxFindings, f) }

@@ -1,0 +1,110 @@
+package storenode
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Review of Check: states where its verdict and Open's disagreed, and a check that did not
+// hold the store it read.
+
+// TestCheckIncompleteBackupIsDamage: a directory a backup did not finish (its marker still
+// there) is refused by Open whatever its files hold; Check passed it as intact.
+func TestCheckIncompleteBackupIsDamage(t *testing.T) {
+	s := buildCheckStores(t)
+	dir := copyStore(t, s.clean)
+	writeTestFile(t, filepath.Join(dir, backupIncompleteName), nil)
+	_, err := Open(checkTestOptions(dir))
+	require.ErrorIs(t, err, ErrBackupIncomplete)
+
+	rep := runCheck(t, dir)
+	requireOnly(t, rep, Finding{Damage: true, File: backupIncompleteName, Offset: -1, Page: -1, DiskPage: -1},
+		"did not finish", "Open refuses")
+}
+
+// TestCheckRestoredCopyUnchanged: a finished restore (marker RESTORED, no lock files) checks
+// clean, is noted as restored, and Check neither bumps its epochs nor removes the marker; its
+// first Open then does both.
+func TestCheckRestoredCopyUnchanged(t *testing.T) {
+	s := buildCheckStores(t)
+	e, err := Open(checkTestOptions(copyStore(t, s.clean)))
+	require.NoError(t, err)
+	dst := filepath.Join(t.TempDir(), "restored")
+	bd, err := NewBackupDir(nil, dst)
+	require.NoError(t, err)
+	info, err := e.Backup(context.Background(), bd)
+	require.NoError(t, err)
+	require.NoError(t, bd.Finish(info))
+	require.NoError(t, bd.Close())
+	require.NoError(t, e.Close())
+
+	rep := runCheck(t, dst)
+	require.False(t, rep.Damaged(), "%v", rep.Findings)
+	var noted bool
+	for _, f := range rep.Findings {
+		noted = noted || f.File == restoredName && strings.Contains(f.What, "epoch")
+	}
+	require.True(t, noted, "a restored copy is noted: %v", rep.Findings)
+	_, err = os.Stat(filepath.Join(dst, restoredName))
+	require.NoError(t, err)
+
+	r, err := Open(checkTestOptions(dst))
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	_, err = os.Stat(filepath.Join(dst, restoredName))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.False(t, runCheck(t, dst).Damaged())
+}
+
+// TestCheckRacingOpenOfLocklessCopy: a copy of a store without its lock files (a restored
+// backup, a copy made with cp) cannot be locked without writing to it; an Open that starts
+// while Check reads it changed the files under Check, which reported whatever it saw. Check
+// must refuse its own verdict (ErrLocked) once it sees a lock file appear.
+func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
+	clean, _ := buildSweepStore(t)
+	files := clean.clone()
+	delete(files, "db/LOCK")
+	delete(files, "db/wal/LOCK")
+	ffs := files.fs(t)
+	var raced atomic.Bool
+	ffs.Inject(func(op vfs.Op) error {
+		if op.Kind != vfs.OpRead || op.Name != "db/table-00000001.dat" || !raced.CompareAndSwap(false, true) {
+			return nil
+		}
+		// Check is reading the data file: an engine opens the store, commits and checkpoints.
+		e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger,
+			ExpireLeasesAtOpen: true})
+		require.NoError(t, err)
+		g, err := e.Acquire(1, 9, 0)
+		require.NoError(t, err)
+		_, _, err = e.AllocIDs(1, 9, g.Epoch, 64)
+		require.NoError(t, err)
+		for p := uint64(0); p < 40; p++ {
+			_, err = e.CommitWait(&Batch{Owner: 9, Seq: p + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
+				Segments: []Segment{{Table: 1, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 16, p, 9)}}}})
+			require.NoError(t, err)
+		}
+		require.NoError(t, e.Checkpoint())
+		require.NoError(t, e.Close())
+		return nil
+	})
+	rep, err := Check(context.Background(), "db", CheckOptions{FS: ffs})
+	require.True(t, raced.Load())
+	require.ErrorIs(t, err, ErrLocked, "report: %+v", rep)
+	require.ErrorContains(t, err, "opened during the check")
+	ffs.Inject(nil)
+
+	// Checked again, stopped: clean.
+	rep, err = Check(context.Background(), "db", CheckOptions{FS: ffs})
+	require.NoError(t, err)
+	require.False(t, rep.Damaged(), "%v", rep.Findings)
+}
