@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -276,8 +277,29 @@ func (c *checker) run() (*CheckReport, error) {
 		return nil, err
 	}
 	c.checkOrphans(names)
+	if contains(names, restoredName) {
+		c.checkRestoreBump()
+	}
 	c.rep.Tables = len(c.cat.tables)
 	return c.rep, nil
+}
+
+// checkRestoreBump reports the live tables whose epoch the first Open of a restored copy
+// cannot bump by restoreEpochGap (finishRestore refuses to wrap it, and so the Open).
+func (c *checker) checkRestoreBump() {
+	ids := make([]uint32, 0, len(c.cat.tables))
+	for id, t := range c.cat.tables {
+		if t.live && t.epoch > ^uint64(0)-restoreEpochGap {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t := c.cat.tables[id]
+		c.damage(Finding{File: restoredName, Offset: -1, Table: id, Page: -1, DiskPage: -1,
+			What: fmt.Sprintf("table %q has epoch %d, which the first Open of a restored copy cannot bump by %d: Open refuses the store",
+				t.name, t.epoch, uint64(restoreEpochGap))})
+	}
 }
 
 // lock takes the store's lock and the WAL's, read-only: an Engine holds both while it runs. A

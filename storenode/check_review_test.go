@@ -108,3 +108,18 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 }
+
+// TestCheckRestoredEpochTooLarge: a restored copy whose table epoch cannot be bumped by the
+// restore gap is refused by its first Open; Check passed it as intact.
+func TestCheckRestoredEpochTooLarge(t *testing.T) {
+	s := buildCheckStores(t)
+	dir := copyStore(t, s.clean)
+	editMeta(t, dir, func(m *metaState) { m.tables[1].epoch = ^uint64(0) - 5 })
+	writeTestFile(t, filepath.Join(dir, restoredName), nil)
+	_, err := Open(checkTestOptions(copyStore(t, dir)))
+	require.ErrorContains(t, err, "cannot be bumped")
+
+	rep := runCheck(t, dir)
+	requireOnly(t, rep, Finding{Damage: true, File: restoredName, Offset: -1, Table: 2, Page: -1, DiskPage: -1},
+		"cannot bump", "Open refuses")
+}
