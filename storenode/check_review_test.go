@@ -123,3 +123,65 @@ func TestCheckRestoredEpochTooLarge(t *testing.T) {
 	requireOnly(t, rep, Finding{Damage: true, File: restoredName, Offset: -1, Table: 2, Page: -1, DiskPage: -1},
 		"cannot bump", "Open refuses")
 }
+
+// TestCheckBackupOfBusyStore: a backup taken while rows are overwritten, checkpoints replace
+// disk pages, WAL segments roll and are dropped, and a table is dropped and created again
+// under the same name checks clean as restored, after its first Open, and after a reopen.
+func TestCheckBackupOfBusyStore(t *testing.T) {
+	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 16 << 10, CheckpointWALBytes: -1, CheckpointInterval: -1,
+		Logger: quietLogger})
+	seq := uint64(0)
+	mk := func(name string) (TableInfo, []Fence) {
+		ti, err := e.CreateTable(name, 64)
+		require.NoError(t, err)
+		g, err := e.Acquire(ti.ID, testOwner, 0)
+		require.NoError(t, err)
+		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
+		require.NoError(t, err)
+		return ti, []Fence{{Table: ti.ID, Epoch: g.Epoch}}
+	}
+	commit := func(ti TableInfo, fences []Fence, n, v uint64) {
+		for id := range n {
+			seq++
+			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
+			require.NoError(t, err)
+		}
+	}
+	items, fi := mk("items")
+	gone, fg := mk("gone")
+	commit(items, fi, 600, 0)
+	commit(gone, fg, 100, 0)
+	require.NoError(t, e.Checkpoint())
+	commit(items, fi, 300, 1000)
+	dir := filepath.Join(t.TempDir(), "copy")
+	d, err := NewBackupDir(nil, dir)
+	require.NoError(t, err)
+	s := &hookSink{d: d, hook: func(f BackupFile) {
+		if f.Kind != BackupData {
+			return
+		}
+		commit(items, fi, 600, uint64(f.Num)*5000)
+		require.NoError(t, e.Checkpoint())
+		if f.Num == uint64(items.ID) {
+			require.NoError(t, e.DropTable("gone", testOwner))
+			again, fa := mk("gone")
+			commit(again, fa, 50, 77)
+		}
+		require.NoError(t, e.Checkpoint())
+		commit(items, fi, 100, 9000)
+	}}
+	info, err := e.Backup(context.Background(), s)
+	require.NoError(t, err)
+	require.NoError(t, d.Finish(info))
+	require.NoError(t, d.Close())
+
+	rep := runCheck(t, dir)
+	require.False(t, rep.Damaged(), "%v", rep.Findings)
+	for range 2 {
+		c, err := Open(checkTestOptions(dir))
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		rep = runCheck(t, dir)
+		require.False(t, rep.Damaged(), "%v", rep.Findings)
+	}
+}
