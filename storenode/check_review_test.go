@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -183,5 +186,92 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 		require.NoError(t, c.Close())
 		rep = runCheck(t, dir)
 		require.False(t, rep.Damaged(), "%v", rep.Findings)
+	}
+}
+
+// forgeWALRecord appends to segment b, after the record of LSN last, a valid record of LSN
+// last+1 (synced through last) of kind with payload: what a writer's bug would log.
+func forgeWALRecord(b []byte, last uint64, kind byte, payload []byte) []byte {
+	end := walRecordEnd(b, last)
+	size := 32 + (len(payload)+7)&^7
+	rec := make([]byte, size)
+	binary.LittleEndian.PutUint32(rec, uint32(len(payload)))
+	binary.LittleEndian.PutUint64(rec[8:], last+1)
+	binary.LittleEndian.PutUint64(rec[16:], last)
+	rec[24] = kind
+	copy(rec[32:], payload)
+	binary.LittleEndian.PutUint32(rec[4:], checksum.Update(checksum.Of(rec[:4]), rec[8:]))
+	return append(b[:end:end], rec...)
+}
+
+// TestCheckAgreesWithRecoveryOnForgedRecords: a record a buggy writer could log after the
+// crash image's last one. Whatever Open refuses, at once or after the checkpoint its Close
+// publishes (a store that opens once and never again), Check must report as damage.
+func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
+	_, crash := buildSweepStore(t)
+	base := judgeStore(t, crash)
+	require.False(t, base.rep.Damaged(), "%v", base.rep.Findings)
+	last := base.rep.LastLSN
+	const segName = "db/wal/wal-0000000000000001.log"
+	commit := func(owner, seq uint64, table uint32, rowBytes int, page, data uint64) []byte {
+		rows := make([]byte, popcount(data)*rowBytes)
+		for i := range rows {
+			rows[i] = byte(i + 1)
+		}
+		b := &Batch{Owner: owner, Seq: seq, Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: data, Rows: rows}}}}
+		return appendCommitRecord(nil, b, 0, func(uint32) int { return rowBytes })
+	}
+	for _, c := range []struct {
+		name      string
+		kind      byte
+		payload   []byte
+		firstOpen bool // the first Open must refuse it
+	}{
+		{"create id 0", kindCreateTable, appendCreateRecord(nil, 0, 8, "z"), true},
+		{"create a dropped id", kindCreateTable, appendCreateRecord(nil, 2, 8, "z"), false},
+		{"create a live id", kindCreateTable, appendCreateRecord(nil, 3, 8, "z"), false},
+		{"create a live name", kindCreateTable, appendCreateRecord(nil, 9, 8, "t"), false},
+		{"create the last id", kindCreateTable, appendCreateRecord(nil, ^uint32(0), 8, "z"), true},
+		{"drop a dropped table", kindDropTable, appendDropRecord(nil, 2), false},
+		{"drop an unknown table", kindDropTable, appendDropRecord(nil, 99), false},
+		{"grant ids beyond the last", kindGrantIDs, appendGrantIDsRecord(nil, 1, MaxRowID+1), false},
+		{"grant ids of a dropped table", kindGrantIDs, appendGrantIDsRecord(nil, 2, 64), false},
+		{"grant an epoch twice", kindGrantOwner, appendGrantOwnerRecord(nil, 1, 3, 1), false},
+		{"grant an unknown table", kindGrantOwner, appendGrantOwnerRecord(nil, 99, 3, 5), false},
+		{"commit of the wrong row size", kindCommit, commit(3, 100, 1, 8, 0, 1), false},
+		{"commit beyond the last page", kindCommit, commit(3, 100, 1, 16, tablePagesMax, 1), false},
+		{"commit of ungranted rows", kindCommit, commit(3, 100, 1, 16, 10, 1), false},
+		{"commit to a dropped table", kindCommit, commit(3, 100, 2, 8, 0, 1), false},
+		{"commit of owner 0", kindCommit, commit(0, 1, 1, 16, 0, 1), true},
+		{"commit of seq 0", kindCommit, commit(11, 0, 1, 16, 0, 1), true},
+		{"unknown kind", 9, []byte{1, 2, 3}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			files := crash.clone()
+			files[segName] = forgeWALRecord(files[segName], last, c.kind, c.payload)
+			rep, err := Check(context.Background(), "db", CheckOptions{FS: files.fs(t)})
+			require.NoError(t, err)
+			require.EqualValues(t, last+1, rep.LastLSN, "the forged record is read: %v", rep.Findings)
+			ffs := files.fs(t)
+			opts := Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
+			e, openErr := Open(opts)
+			if openErr == nil {
+				require.NoError(t, e.Close())
+				if e, openErr = Open(opts); openErr == nil {
+					require.NoError(t, e.Close())
+				}
+			}
+			if openErr != nil {
+				require.True(t, rep.Damaged(), "Open refuses (%v), Check finds no damage: %v", openErr, rep.Findings)
+			}
+			if c.firstOpen {
+				// Refused by the first Open, not after a checkpoint published what no
+				// later Open reads.
+				_, err := Open(Options{Dir: "db", FS: files.fs(t), Logger: quietLogger})
+				require.ErrorIs(t, err, corrupt.ErrCorruption)
+				require.ErrorContains(t, err, "replay")
+			}
+			t.Logf("open: %v; check: %v", openErr, rep.Findings)
+		})
 	}
 }

@@ -164,6 +164,9 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 		if err != nil {
 			return err
 		}
+		if id == 0 || id == tableIDNone {
+			return corrupt.Errorf("storenode: replay: record %d creates table %d, an id never granted", rec.LSN, id)
+		}
 		if _, ok := e.tables[id]; ok || id < e.nextTable && e.tablesByIDAll(id) != nil {
 			return corrupt.Errorf("storenode: replay: table %d created twice", id)
 		}
@@ -225,6 +228,10 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 	var c commitRecord
 	if err := decodeCommitRecord(rec.Payload, &c); err != nil {
 		return fmt.Errorf("storenode: replay: record %d: %w", rec.LSN, err)
+	}
+	if c.owner == 0 || c.seq == 0 {
+		// Commit refuses both; the dedup table of a checkpoint could not hold them.
+		return corrupt.Errorf("storenode: replay: record %d: commit of owner %d seq %d", rec.LSN, c.owner, c.seq)
 	}
 	for i := range c.segments {
 		s := &c.segments[i]
