@@ -268,6 +268,16 @@ func (c *checker) run() (*CheckReport, error) {
 	}
 	c.cat.init(m)
 	offs := metaTableOffsets(m)
+	byName := make(map[string]uint32, len(m.tables))
+	for i := range m.tables {
+		mt := &m.tables[i]
+		if other, ok := byName[mt.name]; ok {
+			c.damage(Finding{File: metaName, Offset: offs[i], Table: mt.id, Page: -1, DiskPage: -1,
+				What: fmt.Sprintf("table %d is named %q, as table %d: a name opens one table, so the other's rows are out of reach", mt.id, mt.name, other)})
+			continue
+		}
+		byName[mt.name] = mt.id
+	}
 	for i := range m.tables {
 		if err := c.checkTable(&m.tables[i], offs[i]); err != nil {
 			return nil, err

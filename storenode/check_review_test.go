@@ -275,3 +275,16 @@ func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckMetaDuplicateName: two tables of the meta file with one name open (the later one
+// takes the name, the other's rows are out of reach by name, and a drop by name drops one of
+// them); Check passed it as intact.
+func TestCheckMetaDuplicateName(t *testing.T) {
+	s := buildCheckStores(t)
+	dir := copyStore(t, s.clean)
+	editMeta(t, dir, func(m *metaState) { m.tables[1].name = m.tables[0].name })
+	m := loadTestMeta(t, dir)
+	rep := runCheck(t, dir)
+	requireOnly(t, rep, Finding{Damage: true, File: metaName, Offset: metaTableOffsets(m)[1], Table: 2, Page: -1, DiskPage: -1},
+		`table 2 is named "items", as table 1`)
+}
