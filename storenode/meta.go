@@ -334,7 +334,7 @@ const (
 	metaStreamChunk = 1 << 20
 )
 
-// precheckMeta checks the magic, version and checksum of the meta file f of size bytes
+// precheckMeta checks the magic, checksum and version of the meta file f of size bytes
 // (> metaStreamBytes) with decodeMeta's errors, reading it metaStreamChunk at a time.
 func precheckMeta(f vfs.File, size int64) error {
 	read := func(b []byte, off int64) error {
@@ -355,10 +355,7 @@ func precheckMeta(f vfs.File, size int64) error {
 	if string(hdr[:8]) != metaMagic {
 		return corrupt.Errorf("storenode: meta: bad magic %q", hdr[:8])
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v < metaVersion {
-		return fmt.Errorf("%w: meta file format version %d, this build reads version %d only "+
-			"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersion)
-	}
+	version := binary.LittleEndian.Uint32(hdr[8:])
 	body := size - metaTrailerBytes
 	var crc uint32
 	for off := int64(0); off < body; {
@@ -380,6 +377,10 @@ func precheckMeta(f vfs.File, size int64) error {
 	if want := binary.LittleEndian.Uint32(tr); crc != want {
 		return corrupt.Errorf("storenode: meta: offset %d: checksum %#08x stored, %#08x computed over bytes [0, %d)",
 			body, want, crc, body)
+	}
+	if version < metaVersion { // after the checksum, as decodeMeta: a damaged file is not an old one
+		return fmt.Errorf("%w: meta file format version %d, this build reads version %d only "+
+			"(open the store with the build that wrote it and export its rows)", ErrOldFormat, version, metaVersion)
 	}
 	return nil
 }
