@@ -256,6 +256,9 @@ func (c *checker) run() (*CheckReport, error) {
 	case !ok:
 		if hasWALSegments(walNames) {
 			c.damage(Finding{File: metaName, Offset: -1, What: "the meta file is missing but the WAL holds records"})
+		} else if files := dataFiles(names); len(files) > 0 {
+			c.damage(Finding{File: metaName, Offset: -1, What: fmt.Sprintf("the meta file is missing but %d data files exist (%s): their page maps are lost",
+				len(files), strings.Join(files[:min(len(files), 4)], ", "))})
 		} else {
 			c.note(Finding{File: metaName, Offset: -1, What: "no meta file and no WAL records: a store never opened (Open makes an empty one)"})
 		}

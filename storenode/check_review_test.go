@@ -288,3 +288,28 @@ func TestCheckMetaDuplicateName(t *testing.T) {
 	requireOnly(t, rep, Finding{Damage: true, File: metaName, Offset: metaTableOffsets(m)[1], Table: 2, Page: -1, DiskPage: -1},
 		`table 2 is named "items", as table 1`)
 }
+
+// TestCheckMetaLostDataFilesKept: a store whose meta file (and WAL segments) were lost but
+// whose data files remain passed Check as "a store never opened", and Open made an empty meta
+// file and removed every data file as an orphan: the rows were deleted. Both must refuse.
+func TestCheckMetaLostDataFilesKept(t *testing.T) {
+	s := buildCheckStores(t)
+	dir := copyStore(t, s.clean)
+	require.NoError(t, os.Remove(filepath.Join(dir, metaName)))
+	segs, err := filepath.Glob(filepath.Join(dir, "wal", "*.log"))
+	require.NoError(t, err)
+	for _, p := range segs {
+		require.NoError(t, os.Remove(p))
+	}
+	rep := runCheck(t, dir)
+	requireOnly(t, rep, Finding{Damage: true, File: metaName, Offset: -1, Page: -1, DiskPage: -1},
+		"the meta file is missing but 2 data files exist (table-00000001.dat, table-00000002.dat)")
+
+	_, err = Open(checkTestOptions(dir))
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
+	require.ErrorContains(t, err, "data files exist")
+	_, err = os.Stat(filepath.Join(dir, "table-00000001.dat"))
+	require.NoError(t, err, "Open kept the data files")
+	_, err = os.Stat(filepath.Join(dir, metaName))
+	require.ErrorIs(t, err, os.ErrNotExist, "and made no meta file")
+}
