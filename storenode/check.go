@@ -19,7 +19,12 @@ import (
 // verify` command). It reads what recovery reads, with recovery's own decoders and rules
 // (loadMeta, the WAL's recovery scan, the record decoders), and more than recovery reads:
 //
-//   - meta: its checksum, header and every table and owner entry (decodeMeta);
+//   - the directory: a backup that did not finish (BACKUP-INCOMPLETE, which Open refuses) is
+//     damage, a restored copy not opened yet (RESTORED) a note, and a table epoch its first
+//     Open could not bump damage; a missing meta file is damage when WAL segments or data
+//     files exist (Open refuses it rather than remove them as orphans);
+//   - meta: its checksum, header and every table and owner entry (decodeMeta), and no two
+//     tables sharing a name;
 //   - page maps against the data files: every mapped disk page lies inside its data file, no
 //     two logical pages share a disk page, a page without a disk page has no rows, every mapped
 //     page's CRC32C matches its entry, and its absent slots and padding are zero;
