@@ -35,6 +35,9 @@ func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
 			ErrTooManyTables, n, e.opts.MaxTables)
 	}
 	id := e.nextTable
+	if id == tableIDNone {
+		return TableInfo{}, fmt.Errorf("%w: every table id has been used", ErrTooManyTables)
+	}
 	// The data file first: if it cannot be made (no file descriptor left, say) the request
 	// fails and nothing was logged. A file left by a record that then fails is an orphan,
 	// removed by the next Open.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +19,12 @@ import (
 // verify` command). It reads what recovery reads, with recovery's own decoders and rules
 // (loadMeta, the WAL's recovery scan, the record decoders), and more than recovery reads:
 //
-//   - meta: its checksum, header and every table and owner entry (decodeMeta);
+//   - the directory: a backup that did not finish (BACKUP-INCOMPLETE, which Open refuses) is
+//     damage, a restored copy not opened yet (RESTORED) a note, and a table epoch its first
+//     Open could not bump damage; a missing meta file is damage when WAL segments or data
+//     files exist (Open refuses it rather than remove them as orphans);
+//   - meta: its checksum, header and every table and owner entry (decodeMeta), and no two
+//     tables sharing a name;
 //   - page maps against the data files: every mapped disk page lies inside its data file, no
 //     two logical pages share a disk page, a page without a disk page has no rows, every mapped
 //     page's CRC32C matches its entry, and its absent slots and padding are zero;
@@ -38,7 +44,9 @@ import (
 //     LSN after the WAL's last record (a checkpoint syncs the WAL through every page it
 //     writes).
 //
-// It takes the store's lock (so it refuses a directory a running process holds) and opens
+// It takes the store's lock (so it refuses a directory a running process holds; a lock file
+// that does not exist cannot be taken without creating it, so Check fails instead if one
+// exists once it is done: an Open began meanwhile) and opens
 // every file read-only through vfs.ReadOnly: it never changes a byte, whatever it finds. Its
 // memory is the page maps (24 bytes a logical page, as Open loads them), one bit and four
 // bytes a mapped disk page, one disk page buffer and the WAL's read window: data files and
@@ -197,20 +205,47 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 		}
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
-	walNames, walErr := c.fs.List(walDir(dir))
-	if !contains(names, metaName) && walErr != nil {
+	if _, walErr := c.fs.List(walDir(dir)); !contains(names, metaName) && walErr != nil {
 		return nil, fmt.Errorf("%w: %s (no meta file, no wal directory)", ErrNotStore, dir)
 	}
-	unlock, err := c.lock()
+	unlock, unlocked, err := c.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	rep, err := c.run()
+	if err != nil {
+		return nil, err
+	}
+	// A lock file that did not exist could not be taken (taking it would create it): an
+	// Open that began meanwhile made it, and may have changed what was read.
+	for _, name := range unlocked {
+		if f, err := c.fs.Open(name); err == nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w: %s: opened during the check (it had no lock file to hold), so the check saw its files change; stop it and check again",
+				ErrLocked, dir)
+		}
+	}
+	return rep, nil
+}
+
+// run is Check under the store's lock.
+func (c *checker) run() (*CheckReport, error) {
+	dir := c.dir
 	// List again under the lock: a process may have stopped (or made the store) meanwhile.
-	if names, err = c.fs.List(dir); err != nil {
+	names, err := c.fs.List(dir)
+	if err != nil {
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
-	walNames, walErr = c.fs.List(walDir(dir))
+	walNames, walErr := c.fs.List(walDir(dir))
+	if contains(names, backupIncompleteName) {
+		c.damage(Finding{File: backupIncompleteName, Offset: -1,
+			What: "a backup into this directory did not finish: Open refuses it (ErrBackupIncomplete); take the backup again"})
+	}
+	if contains(names, restoredName) {
+		c.note(Finding{File: restoredName, Offset: -1,
+			What: "a restored backup not opened yet: its first Open bumps every table's ownership epoch (fencing the original's holders) and removes this marker"})
+	}
 
 	m, ok, err := loadMeta(c.fs, dir)
 	switch {
@@ -226,6 +261,9 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 	case !ok:
 		if hasWALSegments(walNames) {
 			c.damage(Finding{File: metaName, Offset: -1, What: "the meta file is missing but the WAL holds records"})
+		} else if files := dataFiles(names); len(files) > 0 {
+			c.damage(Finding{File: metaName, Offset: -1, What: fmt.Sprintf("the meta file is missing but %d data files exist (%s): their page maps are lost",
+				len(files), strings.Join(files[:min(len(files), 4)], ", "))})
 		} else {
 			c.note(Finding{File: metaName, Offset: -1, What: "no meta file and no WAL records: a store never opened (Open makes an empty one)"})
 		}
@@ -238,6 +276,16 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 	}
 	c.cat.init(m)
 	offs := metaTableOffsets(m)
+	byName := make(map[string]uint32, len(m.tables))
+	for i := range m.tables {
+		mt := &m.tables[i]
+		if other, ok := byName[mt.name]; ok {
+			c.damage(Finding{File: metaName, Offset: offs[i], Table: mt.id, Page: -1, DiskPage: -1,
+				What: fmt.Sprintf("table %d is named %q, as table %d: a name opens one table, so the other's rows are out of reach", mt.id, mt.name, other)})
+			continue
+		}
+		byName[mt.name] = mt.id
+	}
 	for i := range m.tables {
 		if err := c.checkTable(&m.tables[i], offs[i]); err != nil {
 			return nil, err
@@ -247,13 +295,35 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 		return nil, err
 	}
 	c.checkOrphans(names)
+	if contains(names, restoredName) {
+		c.checkRestoreBump()
+	}
 	c.rep.Tables = len(c.cat.tables)
 	return c.rep, nil
 }
 
+// checkRestoreBump reports the live tables whose epoch the first Open of a restored copy
+// cannot bump by restoreEpochGap (finishRestore refuses to wrap it, and so the Open).
+func (c *checker) checkRestoreBump() {
+	ids := make([]uint32, 0, len(c.cat.tables))
+	for id, t := range c.cat.tables {
+		if t.live && t.epoch > ^uint64(0)-restoreEpochGap {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t := c.cat.tables[id]
+		c.damage(Finding{File: restoredName, Offset: -1, Table: id, Page: -1, DiskPage: -1,
+			What: fmt.Sprintf("table %q has epoch %d, which the first Open of a restored copy cannot bump by %d: Open refuses the store",
+				t.name, t.epoch, uint64(restoreEpochGap))})
+	}
+}
+
 // lock takes the store's lock and the WAL's, read-only: an Engine holds both while it runs. A
-// lock file that does not exist (a copy made without it) is not taken.
-func (c *checker) lock() (unlock func(), err error) {
+// lock file that does not exist (a copy made without it) is not taken: it is returned in
+// absent, and Check fails if it exists once the check is done.
+func (c *checker) lock() (unlock func(), absent []string, err error) {
 	var held []io.Closer
 	unlock = func() {
 		for _, l := range held {
@@ -267,19 +337,20 @@ func (c *checker) lock() (unlock func(), err error) {
 			held = append(held, l)
 		case errors.Is(err, vfs.ErrLockedInProcess):
 			unlock()
-			return nil, fmt.Errorf("%w: %s: an engine of this process has it open; stop it before checking",
+			return nil, nil, fmt.Errorf("%w: %s: an engine of this process has it open; stop it before checking",
 				ErrAlreadyOpen, c.dir)
 		case errors.Is(err, vfs.ErrLocked):
 			unlock()
-			return nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking",
+			return nil, nil, fmt.Errorf("%w: %s: a running storage node or embedded store has it open; stop it before checking",
 				ErrLocked, c.dir)
 		case isNotExist(err):
+			absent = append(absent, name)
 		default:
 			unlock()
-			return nil, fmt.Errorf("storenode: check %s: lock %s: %w", c.dir, name, err)
+			return nil, nil, fmt.Errorf("storenode: check %s: lock %s: %w", c.dir, name, err)
 		}
 	}
-	return unlock, nil
+	return unlock, absent, nil
 }
 
 func (c *checker) damage(f Finding) { f.Damage = true; c.fill(&f); c.rep.add(c.maxFindings, f) }

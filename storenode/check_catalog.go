@@ -12,6 +12,10 @@ import (
 // after the checkpoint replayed as recovery replays them (replayRecord), at the catalog level
 // only (no rows are kept), with the engine's record decoders.
 
+// tableIDNone is the one table id never granted (with it the next table id would wrap, and the
+// meta file requires every id below it); 0 is never granted either.
+const tableIDNone = ^uint32(0)
+
 // checkTableState is a table as the catalog replay sees it.
 type checkTableState struct {
 	name     string
@@ -60,6 +64,10 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 		id, rowBytes, name, err := decodeCreateRecord(rec.Payload)
 		if err != nil {
 			bad(0, "create-table record: %v", err)
+			return
+		}
+		if id == 0 || id == tableIDNone {
+			bad(id, "table %d %q: an id never granted (ids run from 1 to %d): no checkpoint could publish it", id, name, tableIDNone-1)
 			return
 		}
 		if k.tables[id] != nil {
@@ -111,6 +119,9 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 		if err := decodeCommitRecord(rec.Payload, &cr); err != nil {
 			bad(0, "commit record: %v", err)
 			return
+		}
+		if cr.owner == 0 || cr.seq == 0 {
+			bad(0, "commit of owner %d seq %d: the engine refuses owner 0 and seq 0, and no checkpoint could publish them", cr.owner, cr.seq)
 		}
 		for i := range cr.segments {
 			s := &cr.segments[i]

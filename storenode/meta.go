@@ -2,7 +2,9 @@ package storenode
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"path"
 	"slices"
@@ -305,6 +307,11 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 	if size > metaBytesMax {
 		return nil, false, corrupt.Errorf("storenode: %s: size %d", name, size)
 	}
+	if size > metaStreamBytes {
+		if err := precheckMeta(f, size); err != nil {
+			return nil, false, fmt.Errorf("storenode: %s: %w", name, err)
+		}
+	}
 	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil {
 		return nil, false, fmt.Errorf("storenode: read %s: %w", name, err)
@@ -318,6 +325,65 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 
 // metaBytesMax bounds a meta file's size before it is read.
 const metaBytesMax = 1 << 40
+
+// metaStreamBytes is the size above which loadMeta checks a meta file's magic, version and
+// checksum by streaming it (metaStreamChunk at a time) before it reads the file into memory: a
+// damaged (or sparse) file then costs no allocation of its size.
+const (
+	metaStreamBytes = 1 << 20
+	metaStreamChunk = 1 << 20
+)
+
+// precheckMeta checks the magic, checksum and version of the meta file f of size bytes
+// (> metaStreamBytes) with decodeMeta's errors, reading it metaStreamChunk at a time.
+func precheckMeta(f vfs.File, size int64) error {
+	read := func(b []byte, off int64) error {
+		n, err := f.ReadAt(b, off)
+		if n == len(b) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			return corrupt.Errorf("storenode: meta: %d bytes read at %d of %d: the file shrank", n, off, size)
+		}
+		return fmt.Errorf("storenode: read meta at %d: %w", off, err)
+	}
+	buf := make([]byte, metaStreamChunk)
+	hdr := buf[:metaHeaderBytes]
+	if err := read(hdr, 0); err != nil {
+		return err
+	}
+	if string(hdr[:8]) != metaMagic {
+		return corrupt.Errorf("storenode: meta: bad magic %q", hdr[:8])
+	}
+	version := binary.LittleEndian.Uint32(hdr[8:])
+	body := size - metaTrailerBytes
+	var crc uint32
+	for off := int64(0); off < body; {
+		b := buf[:min(int64(len(buf)), body-off)]
+		if err := read(b, off); err != nil {
+			return err
+		}
+		if off == 0 {
+			crc = checksum.Of(b)
+		} else {
+			crc = checksum.Update(crc, b)
+		}
+		off += int64(len(b))
+	}
+	tr := buf[:metaTrailerBytes]
+	if err := read(tr, body); err != nil {
+		return err
+	}
+	if want := binary.LittleEndian.Uint32(tr); crc != want {
+		return corrupt.Errorf("storenode: meta: offset %d: checksum %#08x stored, %#08x computed over bytes [0, %d)",
+			body, want, crc, body)
+	}
+	if version < metaVersion { // after the checksum, as decodeMeta: a damaged file is not an old one
+		return fmt.Errorf("%w: meta file format version %d, this build reads version %d only "+
+			"(open the store with the build that wrote it and export its rows)", ErrOldFormat, version, metaVersion)
+	}
+	return nil
+}
 
 func pad8(n int) int { return (n + 7) &^ 7 }
 

@@ -50,6 +50,15 @@ func (e *Engine) recover() error {
 		if names, _ := e.fs.List(walDir(e.dir)); hasWALSegments(names) {
 			return corrupt.Errorf("storenode: %s: the meta file is missing but the WAL holds records", e.dir)
 		}
+		// Without a meta file every data file is an orphan, and removeOrphans would delete
+		// the rows of a store whose meta file alone was lost.
+		names, err := e.fs.List(e.dir)
+		if err != nil {
+			return fmt.Errorf("storenode: list %s: %w", e.dir, err)
+		}
+		if files := dataFiles(names); len(files) > 0 {
+			return corrupt.Errorf("storenode: %s: the meta file is missing but data files exist (%s)", e.dir, strings.Join(files, ", "))
+		}
 		m = &metaState{nextTable: 1, owners: make(map[uint64]ownerState)}
 		if err := publishMeta(e.fs, e.dir, m); err != nil {
 			return err
@@ -95,6 +104,21 @@ func (e *Engine) recover() error {
 	e.durableLSN = e.lastLSN
 	e.durableAt.Store(e.lastLSN)
 	return e.removeOrphans()
+}
+
+// dataFiles returns the names of names that are data files (table-N.dat).
+func dataFiles(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if idText, ok := strings.CutPrefix(n, "table-"); ok {
+			if idText, ok = strings.CutSuffix(idText, ".dat"); ok {
+				if _, err := strconv.ParseUint(idText, 10, 32); err == nil {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func hasWALSegments(names []string) bool {
@@ -164,6 +188,9 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 		if err != nil {
 			return err
 		}
+		if id == 0 || id == tableIDNone {
+			return corrupt.Errorf("storenode: replay: record %d creates table %d, an id never granted", rec.LSN, id)
+		}
 		if _, ok := e.tables[id]; ok || id < e.nextTable && e.tablesByIDAll(id) != nil {
 			return corrupt.Errorf("storenode: replay: table %d created twice", id)
 		}
@@ -225,6 +252,10 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 	var c commitRecord
 	if err := decodeCommitRecord(rec.Payload, &c); err != nil {
 		return fmt.Errorf("storenode: replay: record %d: %w", rec.LSN, err)
+	}
+	if c.owner == 0 || c.seq == 0 {
+		// Commit refuses both; the dedup table of a checkpoint could not hold them.
+		return corrupt.Errorf("storenode: replay: record %d: commit of owner %d seq %d", rec.LSN, c.owner, c.seq)
 	}
 	for i := range c.segments {
 		s := &c.segments[i]

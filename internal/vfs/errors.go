@@ -34,4 +34,8 @@ func (*inProcessError) Unwrap() error { return ErrLocked }
 var (
 	// ErrReadOnly is returned by every call of a ReadOnly view that would change something.
 	ErrReadOnly = errors.New("vfs: read-only view")
+	// ErrNotRegular is wrapped by the error a ReadOnly view of Default returns for Open and
+	// Lock of something that is not a regular file (a FIFO, a device, a directory): opening
+	// a FIFO for reading would block until a writer came.
+	ErrNotRegular = errors.New("vfs: not a regular file")
 )

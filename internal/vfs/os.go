@@ -99,6 +99,10 @@ func lockOSFile(name string, flag int, perm os.FileMode) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkRegular(f, name); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	info, err := f.Stat()
 	if err != nil {
 		_ = f.Close()

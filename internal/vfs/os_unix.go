@@ -35,3 +35,7 @@ func (osFS) SyncDir(dir string) error {
 	}
 	return errClose
 }
+
+// readOnlyOpenFlags open a file for a ReadOnly view: O_NONBLOCK, so opening a FIFO does not
+// wait for a writer (on a regular file it changes nothing).
+const readOnlyOpenFlags = os.O_RDONLY | syscall.O_NONBLOCK

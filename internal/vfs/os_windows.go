@@ -63,3 +63,6 @@ func (f *osFile) Sync() error {
 
 // Allocate does nothing on Windows: it is advisory, and a file grows as it is written.
 func (f *osFile) Allocate(off, n int64) error { return nil }
+
+// readOnlyOpenFlags open a file for a ReadOnly view.
+const readOnlyOpenFlags = os.O_RDONLY

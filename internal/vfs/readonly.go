@@ -1,18 +1,20 @@
 package vfs
 
 import (
+	"fmt"
 	"io"
 	"os"
 )
 
 // ReadOnly returns a view of fs that can only read, for tools that must leave a store's
 // directory exactly as they found it (storenode.Check). Open opens a file for reading only
-// (O_RDONLY on Default, so a read-only copy can be checked too); Lock takes the same exclusive
-// lock as fs.Lock but only on a file that exists (it never creates one, and fails with an
-// error wrapping fs.ErrNotExist otherwise); List reads as fs does. Every call that would change
-// something (Create, Remove, Rename, MkdirAll, SyncDir, and a File's WriteAt, Write, Sync,
-// Truncate and Allocate) fails with ErrReadOnly and does not reach fs. Its methods may be
-// called from any goroutine.
+// (O_RDONLY on Default, so a read-only copy can be checked too, with O_NONBLOCK on Unix); Lock
+// takes the same exclusive lock as fs.Lock but only on a file that exists (it never creates
+// one, and fails with an error wrapping fs.ErrNotExist otherwise). On Default both refuse
+// anything but a regular file with an error wrapping ErrNotRegular, so a FIFO never blocks
+// them. List reads as fs does. Every call that would change something (Create, Remove,
+// Rename, MkdirAll, SyncDir, and a File's WriteAt, Write, Sync, Truncate and Allocate) fails
+// with ErrReadOnly and does not reach fs. Its methods may be called from any goroutine.
 func ReadOnly(fs FS) FS { return readOnlyFS{fs: fs} }
 
 type readOnlyFS struct{ fs FS }
@@ -21,8 +23,12 @@ type readOnlyFile struct{ f File }
 
 func (r readOnlyFS) Open(name string) (File, error) {
 	if _, ok := r.fs.(osFS); ok {
-		f, err := openOSFile(name, os.O_RDONLY)
+		f, err := openOSFile(name, readOnlyOpenFlags)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkRegular(f.(*osFile).f, name); err != nil {
+			_ = f.Close()
 			return nil, err
 		}
 		return readOnlyFile{f: f}, nil
@@ -36,9 +42,10 @@ func (r readOnlyFS) Open(name string) (File, error) {
 
 func (r readOnlyFS) Lock(name string) (io.Closer, error) {
 	if _, ok := r.fs.(osFS); ok {
-		// Opened read-only (never created), and held in the process's registry like
+		// Opened read-only and without blocking (never created; a FIFO must not hang the
+		// check), refused unless a regular file, and held in the process's registry like
 		// Default's own locks, so each tells the other from another process's.
-		return lockOSFile(name, os.O_RDONLY, 0)
+		return lockOSFile(name, readOnlyOpenFlags, 0)
 	}
 	// Another FS (FaultFS): make sure the file exists, so Lock does not create it.
 	f, err := r.fs.Open(name)
@@ -49,6 +56,18 @@ func (r readOnlyFS) Lock(name string) (io.Closer, error) {
 		return nil, err
 	}
 	return r.fs.Lock(name)
+}
+
+// checkRegular refuses an open file that is not a regular file (ErrNotRegular).
+func checkRegular(f *os.File, name string) error {
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w (%v)", ErrNotRegular, info.Mode().Type())}
+	}
+	return nil
 }
 
 func (r readOnlyFS) List(dir string) ([]string, error) { return r.fs.List(dir) }
