@@ -44,3 +44,33 @@ func TestReplacedConnectionHoldsNothing(t *testing.T) {
 	require.NoError(t, e.ReleaseOwner(5, 2))
 	require.False(t, e.HoldsIdent(5, 2), "a released id is held by nobody")
 }
+
+// TestReplacedConnectionCannotDrop: a DropTable still in flight on a connection whose owner
+// id another incarnation claimed since (after a lease of silence: a paused process, its
+// connection not yet closed) is refused like its commits, Acquires and AllocIDs. A drop has
+// no epoch to fence it, so without the identity check the old incarnation deleted the table
+// the new one holds, with all its rows. Fails on d29de3d: DropTable acted on the session's
+// owner id without checkHolder.
+func TestReplacedConnectionCannotDrop(t *testing.T) {
+	var clock fakeClock
+	e := openTest(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, Now: clock.Now})
+	old, fresh := storenode.Incarnation{1}, storenode.Incarnation{2}
+	require.NoError(t, e.Connect(5, old, 1, func() {}))
+	clock.advance(e.LeaseDuration()) // the old incarnation falls silent for a lease
+	require.NoError(t, e.Connect(5, fresh, 2, func() {}))
+	ti, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	_, err = e.Acquire(ti.ID, 5, 0)
+	require.NoError(t, err)
+
+	srv := &Server{eng: e}
+	zombie := &session{srv: srv, id: 1, owner: 5, incarnation: old}
+	_, _, err = zombie.exec(&sgio.DropTable{Name: "t"})
+	require.ErrorIs(t, err, sgio.ErrFenced)
+	_, err = e.OpenTable("t")
+	require.NoError(t, err, "the new incarnation's table is still there")
+
+	holder := &session{srv: srv, id: 2, owner: 5, incarnation: fresh}
+	_, _, err = holder.exec(&sgio.DropTable{Name: "t"})
+	require.NoError(t, err, "the holder's own connection drops it")
+}

@@ -603,7 +603,7 @@ func (s *session) checkOwner(owner uint64) error {
 }
 
 // checkHolder is checkOwner for a request about to act as the owner (a commit handed to the
-// engine, an Acquire, an AllocIDs): it also fails once a later claim replaced this
+// engine, an Acquire, an AllocIDs, a DropTable): it also fails once a later claim replaced this
 // connection's identity, whose close is still on its way.
 func (s *session) checkHolder(owner uint64) error {
 	if err := s.checkOwner(owner); err != nil {
@@ -666,6 +666,11 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return s.fits(r)
 	case *sgio.DropTable:
+		// No epoch fences a drop: only the identity check keeps a replaced connection's
+		// late request from dropping the table of the owner id's new holder.
+		if err := s.checkHolder(s.owner); err != nil {
+			return nil, nil, err
+		}
 		if err := e.DropTable(m.Name, s.owner); err != nil {
 			return nil, nil, err
 		}
