@@ -254,7 +254,7 @@ func (s *session) closed(err error) {
 // claimOwner claims the session's owner id for this connection, by its incarnation
 // (Engine.Connect), once the client is authenticated; a session without an owner id claims
 // nothing. A later claim by the same incarnation closes this connection. On the loop; it takes
-// the engine's lock briefly and never waits.
+// the engine's identity lock only (Engine.Connect: identMu, held for map updates), never mu.
 func (s *session) claimOwner() error {
 	if s.owner == 0 {
 		return nil
