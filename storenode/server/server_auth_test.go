@@ -74,3 +74,16 @@ func TestReplacedConnectionCannotDrop(t *testing.T) {
 	_, _, err = holder.exec(&sgio.DropTable{Name: "t"})
 	require.NoError(t, err, "the holder's own connection drops it")
 }
+
+// TestLapsedConnectionHoldsUntilClaimed: a lease of silence alone does not take a live
+// connection's identity (HoldsIdent's doc said it did: "false ... once it lapsed"); the claim
+// of another incarnation, which the lapse allows, does.
+func TestLapsedConnectionHoldsUntilClaimed(t *testing.T) {
+	var clock fakeClock
+	e := openTest(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, Now: clock.Now})
+	require.NoError(t, e.Connect(5, storenode.Incarnation{1}, 1, func() {}))
+	clock.advance(2 * e.LeaseDuration())
+	require.True(t, e.HoldsIdent(5, 1), "lapsed, not claimed: still its")
+	require.NoError(t, e.Connect(5, storenode.Incarnation{2}, 2, func() {}))
+	require.False(t, e.HoldsIdent(5, 1), "claimed by another incarnation")
+}
