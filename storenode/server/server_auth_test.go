@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,4 +87,26 @@ func TestLapsedConnectionHoldsUntilClaimed(t *testing.T) {
 	require.True(t, e.HoldsIdent(5, 1), "lapsed, not claimed: still its")
 	require.NoError(t, e.Connect(5, storenode.Incarnation{2}, 2, func() {}))
 	require.False(t, e.HoldsIdent(5, 1), "claimed by another incarnation")
+}
+
+// TestConnTokensUniqueAcrossServers: two servers of one engine (Config.Engine: say a plain and
+// a TLS listener) give their connections engine-wide unique tokens, as Engine.Connect requires,
+// so a reconnect of an incarnation through the other server replaces its old connection.
+// Fails on d29de3d: each server numbered its connections from 1, so both were connection 1
+// and the old one was neither closed nor stopped from acting as the owner.
+func TestConnTokensUniqueAcrossServers(t *testing.T) {
+	e := openTest(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	discard := slog.New(slog.DiscardHandler)
+	claim := func(srv *Server) *session {
+		s := srv.newSession(nil, "127.0.0.1:1")
+		s.owner, s.incarnation = 5, storenode.Incarnation{1}
+		require.NoError(t, s.claimOwner())
+		return s
+	}
+	old := claim(&Server{eng: e, log: discard})
+	fresh := claim(&Server{eng: e, log: discard})
+	require.NotEqual(t, old.id, fresh.id)
+	require.True(t, old.isClosedNow(), "the incarnation's older connection is closed")
+	require.False(t, e.HoldsIdent(5, old.id), "and acts as the owner no more")
+	require.True(t, e.HoldsIdent(5, fresh.id))
 }

@@ -139,8 +139,12 @@ func (s *session) isClosedNow() bool {
 	return s.isClosed
 }
 
+// connTokens numbers connections across the process's servers: Engine.Connect needs a token
+// unique per connection of the engine, and several servers may serve one (Config.Engine).
+var connTokens atomic.Uint64
+
 func (s *Server) newSession(tr transport, remote string) *session {
-	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote}
+	sess := &session{srv: s, tr: tr, id: connTokens.Add(1), remote: remote}
 	sess.lastActive.Store(time.Now().UnixNano())
 	return sess
 }
