@@ -36,7 +36,9 @@
 //
 // Every exported method of Engine may be called from any goroutine. Most take the engine's
 // lock (mu) and may wait: for the WAL's queue, for durability, for the disk. Those that never
-// wait say so (ReadCached, Now, Failure): only they are for an event loop. Commit's done runs
+// wait say so (ReadCached, Now, Failure): only they are for an event loop, with the identity
+// claims of a handshake and a close (Connect, HoldsIdent, Disconnect), which take identMu
+// alone, held for map updates only (identity.go). Commit's done runs
 // on the WAL's goroutine, in LSN order, and Connect's evict on the claiming goroutine without
 // the engine's lock: neither may block.
 package storenode

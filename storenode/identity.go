@@ -82,7 +82,10 @@ func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func(
 
 // HoldsIdent reports whether connection conn still holds owner's identity: false once a
 // later claim replaced it (its connection is being closed, asynchronously), once the id was
-// released, or once it lapsed. A connection that merely closed still holds it (its requests
+// released, or once a claim pruned its entry (closed, and silent for a lease). A lease of
+// silence alone does not end it: it lets another incarnation claim the id, and only that claim
+// does (epochs fence the lapsed holder's writes meanwhile, as always). A connection that
+// merely closed still holds it (its requests
 // queued before the close still act, as its owner may resend them anyway): nobody else has
 // claimed the id. The server checks it before a replaced connection's last requests could act
 // as the owner. Any goroutine; it takes identMu only.

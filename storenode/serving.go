@@ -21,7 +21,8 @@ const PageDirEntriesMax = pageDirEntriesMax
 // segs[i] (len(segs) >= len(wants)) and appends the rows to rows, each segment's Rows a
 // slice of the returned buffer. Every wanted row present must be in a cached frame. ok is
 // false, and nothing is answered, when it cannot (the engine's lock is taken, a row needs the
-// disk, an error needs reporting): the caller takes the slow path (ReadRowsAs), which also
+// disk, an error needs reporting): out is then rows as given (its length; the bytes beyond it
+// and segs may have been written) and the caller takes the slow path (ReadRowsAs), which also
 // reports errors. It never blocks, for the lock or the disk: it is an event loop's way into
 // the engine, and any goroutine may call it. It allocates only when rows lacks the capacity
 // for the rows.
@@ -53,6 +54,7 @@ func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Se
 	if cap(rows)-len(rows) < size {
 		rows = append(make([]byte, 0, len(rows)+size), rows...)
 	}
+	given := len(rows) // a give-up below returns rows as given: nothing answered
 	for i, w := range wants {
 		t := e.tables[w.Table]
 		present := t.presentWord(w.Page)
@@ -61,11 +63,11 @@ func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Se
 		if data != 0 {
 			id, cached := e.cache.lookup(frameKey(t.id, w.Page))
 			if !cached {
-				return rows, false
+				return rows[:given], false
 			}
 			f := &e.cache.frames[id]
 			if f.loading || f.valid&data != data {
-				return rows, false
+				return rows[:given], false
 			}
 			f.ref = true
 			hits++

@@ -69,3 +69,35 @@ func TestReadCached(t *testing.T) {
 	require.Equal(t, 1, e.TableCount())
 	require.NoError(t, e.Failure())
 }
+
+// A ReadCached that gives up midway answers nothing: the rows it gathered for the wants
+// before the one that needs the disk are not in what it returns (its doc: "ok is false, and
+// nothing is answered"), so a caller that goes on appending to out after a false does not
+// send or keep them. Fails before the fix: out held page 0's rows.
+func TestReadCachedGivesUpCleanly(t *testing.T) {
+	dir := t.TempDir()
+	e := openTest(t, Options{Dir: dir, Sync: SyncAlways})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
+	require.NoError(t, err)
+	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	for seq, id := range []uint64{1, 65} { // pages 0 and 1
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, e.Close())
+	e = openTest(t, Options{Dir: dir, Sync: SyncAlways})        // nothing cached
+	_, _, _, err = e.ReadRowsAs(0, info.ID, 0, ^uint64(0), nil) // page 0 cached, page 1 not
+	require.NoError(t, err)
+
+	wants := []sgio.PageWant{{Table: info.ID, Page: 0, Want: ^uint64(0)}, {Table: info.ID, Page: 1, Want: ^uint64(0)}}
+	segs := make([]sgio.Segment, len(wants))
+	prefix := []byte("kept")
+	buf := append(make([]byte, 0, 1024), prefix...)
+	out, ok := e.ReadCached(0, wants, segs, buf)
+	require.False(t, ok, "page 1 needs the disk")
+	require.Equal(t, prefix, out, "nothing answered: out is rows as given")
+}

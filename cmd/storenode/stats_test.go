@@ -72,6 +72,18 @@ func TestStatsTied(t *testing.T) {
 	metrics := parseMetrics(t, text)
 	after := wire()
 
+	types := make(map[string]string) // # TYPE lines: a counter is a counter in Prometheus too
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`).FindAllStringSubmatch(text, -1) {
+		types[m[1]] = m[2]
+	}
+	kind := map[storenode.StatKind]string{storenode.StatCounter: "counter", storenode.StatGauge: "gauge"}
+	for _, d := range storenode.StatDescs() {
+		require.Equal(t, kind[d.Kind], types[metricPrefix+d.MetricName()], "type of %s", d.MetricName())
+	}
+	for _, d := range server.StatDescs() {
+		require.Equal(t, kind[d.Kind], types[metricPrefix+d.MetricName()], "type of %s", d.MetricName())
+	}
+
 	engine, srv := storenode.StatDescs(), server.StatDescs()
 	require.Len(t, before, len(engine)+len(srv), "the wire carries exactly the tables' stats")
 	ours := 0

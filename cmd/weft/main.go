@@ -381,8 +381,12 @@ func cmdStats(ctx context.Context, g *globals, args []string, stdout io.Writer) 
 	if err != nil {
 		return err
 	}
+	width := 0 // the names' column fits the longest (checkpoint_last_duration_ns is 27)
 	for _, s := range stats {
-		fmt.Fprintf(stdout, "%-24s %d\n", s.Name, s.Value)
+		width = max(width, len(s.Name))
+	}
+	for _, s := range stats {
+		fmt.Fprintf(stdout, "%-*s %d\n", width, s.Name, s.Value)
 	}
 	return nil
 }

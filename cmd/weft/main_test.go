@@ -122,6 +122,16 @@ func checkCommands(t *testing.T, where []string, ids []uint64, rows map[uint64][
 	for _, d := range storenode.StatDescs() {
 		require.Regexp(t, `(?m)^`+d.WireName()+`\s+\d+$`, out)
 	}
+	// One column of values, whatever the names' lengths (fails on d29de3d: a name longer than
+	// 24 bytes, checkpoint_last_duration_ns, pushed its value out of the column).
+	col := -1
+	for line := range strings.Lines(out) {
+		at := strings.LastIndexByte(line, ' ') + 1
+		if col < 0 {
+			col = at
+		}
+		require.Equal(t, col, at, "the value of %q starts in another column", strings.TrimSpace(line))
+	}
 }
 
 func TestEmbeddedDirectory(t *testing.T) {

@@ -329,7 +329,6 @@ type Server struct {
 	stopErr      error
 
 	conns     atomic.Int64 // sessions held, rejected ones included
-	nextConn  atomic.Uint64
 	requests  inflightTracker
 	workers   sync.WaitGroup // goroutines that call the engine for requests
 	rowBytes  sync.Map       // table id -> row size (ids are never reused)

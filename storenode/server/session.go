@@ -139,8 +139,12 @@ func (s *session) isClosedNow() bool {
 	return s.isClosed
 }
 
+// connTokens numbers connections across the process's servers: Engine.Connect needs a token
+// unique per connection of the engine, and several servers may serve one (Config.Engine).
+var connTokens atomic.Uint64
+
 func (s *Server) newSession(tr transport, remote string) *session {
-	sess := &session{srv: s, tr: tr, id: s.nextConn.Add(1), remote: remote}
+	sess := &session{srv: s, tr: tr, id: connTokens.Add(1), remote: remote}
 	sess.lastActive.Store(time.Now().UnixNano())
 	return sess
 }
@@ -254,7 +258,7 @@ func (s *session) closed(err error) {
 // claimOwner claims the session's owner id for this connection, by its incarnation
 // (Engine.Connect), once the client is authenticated; a session without an owner id claims
 // nothing. A later claim by the same incarnation closes this connection. On the loop; it takes
-// the engine's lock briefly and never waits.
+// the engine's identity lock only (Engine.Connect: identMu, held for map updates), never mu.
 func (s *session) claimOwner() error {
 	if s.owner == 0 {
 		return nil
@@ -603,7 +607,7 @@ func (s *session) checkOwner(owner uint64) error {
 }
 
 // checkHolder is checkOwner for a request about to act as the owner (a commit handed to the
-// engine, an Acquire, an AllocIDs): it also fails once a later claim replaced this
+// engine, an Acquire, an AllocIDs, a DropTable): it also fails once a later claim replaced this
 // connection's identity, whose close is still on its way.
 func (s *session) checkHolder(owner uint64) error {
 	if err := s.checkOwner(owner); err != nil {
@@ -666,6 +670,11 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 		}
 		return s.fits(r)
 	case *sgio.DropTable:
+		// No epoch fences a drop: only the identity check keeps a replaced connection's
+		// late request from dropping the table of the owner id's new holder.
+		if err := s.checkHolder(s.owner); err != nil {
+			return nil, nil, err
+		}
 		if err := e.DropTable(m.Name, s.owner); err != nil {
 			return nil, nil, err
 		}
