@@ -88,3 +88,41 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 		require.Equal(t, row64(30_000+id), row, "row %d", id)
 	}
 }
+
+// TestCheckBackupMarkers: Check (weft verify) reports a backup directory that was never
+// finished as damage, since Open refuses it, and a finished copy not yet opened with a note
+// (its first Open bumps every epoch). On 71787ea Check called an unfinished backup intact
+// (exit 0 from weft verify) while Open refused it with ErrBackupIncomplete.
+func TestCheckBackupMarkers(t *testing.T) {
+	e := openTest(t, Options{})
+	ti, err := e.CreateTable("items", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(ti.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
+	require.NoError(t, err)
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
+	require.NoError(t, err)
+
+	dir := filepath.Join(t.TempDir(), "copy")
+	d, err := NewBackupDir(nil, dir)
+	require.NoError(t, err)
+	info, err := e.Backup(context.Background(), d)
+	require.NoError(t, err)
+	require.NoError(t, d.Close()) // every file is there, but Finish never ran
+	_, err = Open(Options{Dir: dir})
+	require.ErrorIs(t, err, ErrBackupIncomplete)
+	rep, err := Check(context.Background(), dir, CheckOptions{})
+	require.NoError(t, err)
+	require.True(t, rep.Damaged(), "Check calls intact a directory Open refuses: %v", rep.Findings)
+	require.Contains(t, rep.Findings[0].String(), backupIncompleteName)
+
+	dir2, _ := backupTo(t, e)
+	rep, err = Check(context.Background(), dir2, CheckOptions{})
+	require.NoError(t, err)
+	require.False(t, rep.Damaged(), "%v", rep.Findings)
+	require.Len(t, rep.Findings, 1, "%v", rep.Findings)
+	require.Contains(t, rep.Findings[0].String(), restoredName)
+	_ = info
+}

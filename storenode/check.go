@@ -31,6 +31,8 @@ import (
 //     torn tail versus corruption decision (a bad record at or below the checkpoint's synced
 //     LSN, or proved durable by a later record or segment, is corruption; a torn tail after it
 //     is reported as a note), and that the log reaches the synced LSN;
+//   - the backup markers: BACKUP-INCOMPLETE is damage (Open refuses the directory), RESTORED
+//     a note (the first Open bumps every epoch);
 //   - the catalog as replay would build it: tables created, dropped, granted ids and
 //     ownership in order (an epoch above the table's), every commit segment naming a live table with its row size, a page
 //     below the limit and rows below the table's granted ids (ids are granted, and synced,
@@ -211,6 +213,14 @@ func Check(ctx context.Context, dir string, opts CheckOptions) (*CheckReport, er
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	}
 	walNames, walErr = c.fs.List(walDir(dir))
+	if contains(names, backupIncompleteName) {
+		c.damage(Finding{File: backupIncompleteName, Offset: -1,
+			What: "a backup that did not finish (Open refuses it: ErrBackupIncomplete): remove the directory and take the backup again"})
+	}
+	if contains(names, restoredName) {
+		c.note(Finding{File: restoredName, Offset: -1,
+			What: "a restored backup not opened yet: its first Open bumps every table's epoch by 2^32"})
+	}
 
 	m, ok, err := loadMeta(c.fs, dir)
 	switch {
