@@ -2,10 +2,12 @@ package storenode
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
 )
 
 // TestBackupOverlappingHoldsFreePages: disk pages a checkpoint replaced while backup B1 held
@@ -125,4 +127,171 @@ func TestCheckBackupMarkers(t *testing.T) {
 	require.Len(t, rep.Findings, 1, "%v", rep.Findings)
 	require.Contains(t, rep.Findings[0].String(), restoredName)
 	_ = info
+}
+
+// TestRestoreFirstOpenCrashes: a restored copy's first Open loses power at every point
+// (recovery, the epoch bump's records, the marker's removal); the next Open recovers it with
+// the rows, every epoch bumped at least once (the original's grant fenced) and the marker
+// gone, Check finds no damage, and an Open after that bumps nothing.
+func TestRestoreFirstOpenCrashes(t *testing.T) {
+	e := openTest(t, Options{Sync: SyncNone})
+	var grants []Grant
+	for i, name := range []string{"a", "b"} {
+		ti, err := e.CreateTable(name, 64)
+		require.NoError(t, err)
+		g, err := e.Acquire(ti.ID, testOwner, 0)
+		require.NoError(t, err)
+		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
+		require.NoError(t, err)
+		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []Segment{oneRow(ti.ID, 3, row64(uint64(33+i)))}})
+		require.NoError(t, err)
+		grants = append(grants, g)
+		if i == 0 {
+			require.NoError(t, e.Checkpoint()) // a's rows in a page, b's in the WAL tail
+		}
+	}
+	backup := func() *vfs.FaultFS {
+		fs := vfs.NewFaultFS()
+		d, err := NewBackupDir(fs, "copy")
+		require.NoError(t, err)
+		info, err := e.Backup(context.Background(), d)
+		require.NoError(t, err)
+		require.NoError(t, d.Finish(info))
+		return fs
+	}
+	opts := Options{Dir: "copy", Logger: quietLogger, CheckpointInterval: -1}
+	for k := int64(0); ; k++ {
+		fs := backup()
+		opts.FS = fs
+		fs.SetCrashPoint(k)
+		c, err := Open(opts)
+		if err == nil && !fs.CrashPointReached() {
+			fs.ResetFaults()
+			require.NoError(t, c.Close())
+			require.Greater(t, k, int64(3), "the first open finished within %d operations", k)
+			t.Logf("%d crash points", k)
+			return // every crash point was tried
+		}
+		if err == nil {
+			c.Close()
+		}
+		fs.Crash(nil)
+		msg := fmt.Sprintf("crash after %d operations of the first open", k)
+		requireCheckNoDamage(t, fs, "copy", msg)
+		c, err = Open(opts)
+		require.NoError(t, err, msg)
+		ok, err := hasFile(fs, "copy", restoredName)
+		require.NoError(t, err)
+		require.False(t, ok, msg)
+		epochs := map[uint32]uint64{}
+		for i, g := range grants {
+			row, found := readRow(t, c, g.Table, 3)
+			require.True(t, found, msg)
+			require.Equal(t, row64(uint64(33+i)), row, msg)
+			_, err := c.Acquire(g.Table, testOwner, g.Epoch)
+			require.ErrorIs(t, err, ErrFenced, msg)
+			c.mu.Lock()
+			epochs[g.Table] = c.tables[g.Table].epoch
+			c.mu.Unlock()
+			require.GreaterOrEqual(t, epochs[g.Table], g.Epoch+restoreEpochGap, msg)
+		}
+		require.NoError(t, c.Close())
+		c, err = Open(opts)
+		require.NoError(t, err, msg)
+		for _, g := range grants {
+			c.mu.Lock()
+			require.Equal(t, epochs[g.Table], c.tables[g.Table].epoch, "%s: bumped again", msg)
+			c.mu.Unlock()
+		}
+		require.NoError(t, c.Close())
+	}
+}
+
+// TestBackupOriginCrashDuringHold: the origin loses power (and, in the second run, is killed)
+// while a backup holds its snapshot, after checkpoints kept replaced pages, a dropped table's
+// file and WAL segments for it. It recovers with every acknowledged row, Check finds no
+// damage, nothing stays held, the next checkpoints remove the dropped table's file and the
+// WAL shrinks, and a backup after the restart restores right.
+func TestBackupOriginCrashDuringHold(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		fs := vfs.NewFaultFS()
+		opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, WALSegmentBytes: 32 << 10}
+		e, err := Open(opts)
+		require.NoError(t, err)
+		ti, err := e.CreateTable("items", 64)
+		require.NoError(t, err)
+		gone, err := e.CreateTable("gone", 64)
+		require.NoError(t, err)
+		g, err := e.Acquire(ti.ID, testOwner, 0)
+		require.NoError(t, err)
+		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
+		require.NoError(t, err)
+		seq := uint64(0)
+		commitAll := func(e *Engine, epoch, v uint64) {
+			for id := range uint64(1024) {
+				seq++
+				_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: epoch}},
+					Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
+				require.NoError(t, err)
+			}
+		}
+		commitAll(e, g.Epoch, 0)
+		require.NoError(t, e.Checkpoint())
+		ctx, cancel := context.WithCancel(context.Background())
+		s := &blockSink{started: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Backup(ctx, s)
+			done <- err
+		}()
+		<-s.started
+		commitAll(e, g.Epoch, 10_000)
+		require.NoError(t, e.DropTable("gone", testOwner))
+		require.NoError(t, e.Checkpoint())
+		commitAll(e, g.Epoch, 20_000)
+		require.NoError(t, e.Checkpoint())
+		_, held := e.BackupHold()
+		require.Equal(t, 32, held)
+		if kill {
+			fs.CrashKeepAll()
+		} else {
+			fs.Crash(nil)
+		}
+		cancel()
+		<-done
+		e.Close()
+
+		requireCheckNoDamage(t, fs, "db", "after the crash")
+		e, err = Open(opts)
+		require.NoError(t, err)
+		n, held := e.BackupHold()
+		require.Zero(t, n)
+		require.Zero(t, held)
+		for id := range uint64(1024) {
+			row, ok := readRow(t, e, ti.ID, id)
+			require.True(t, ok)
+			require.Equal(t, row64(20_000+id), row)
+		}
+		g, err = e.Acquire(ti.ID, testOwner, 0)
+		require.NoError(t, err)
+		commitAll(e, g.Epoch, 30_000)
+		require.NoError(t, e.Checkpoint())
+		commitAll(e, g.Epoch, 40_000)
+		require.NoError(t, e.Checkpoint())
+		_, err = fs.ReadFile(dataFileName("db", gone.ID))
+		require.True(t, isNotExist(err), "the dropped table's file stays after the crash: %v", err)
+		require.LessOrEqual(t, walSegments(t, e), 2, "the WAL the backup held is dropped")
+		// Every page the data file holds beyond the 16 mapped ones is free again: a backup
+		// now copies only those, and its copy restores right.
+		dir, _ := backupTo(t, e)
+		c := openTest(t, Options{Dir: dir})
+		for id := range uint64(1024) {
+			row, ok := readRow(t, c, ti.ID, id)
+			require.True(t, ok)
+			require.Equal(t, row64(40_000+id), row)
+		}
+		require.NoError(t, c.Close())
+		require.NoError(t, e.Close())
+	}
 }
