@@ -142,6 +142,10 @@ func (e *Engine) heldBefore(lsn uint64) bool {
 func (e *Engine) Backup(ctx context.Context, sink BackupSink) (BackupInfo, error) {
 	e.mu.Lock()
 	err := e.usable()
+	if err == nil && len(e.backups) >= backupsMax {
+		// Before the checkpoint, so refused backups cost nothing; holdSnapshot checks again.
+		err = fmt.Errorf("%w: %d backups running", ErrBackupBusy, len(e.backups))
+	}
 	e.mu.Unlock()
 	if err != nil {
 		return BackupInfo{}, err

@@ -295,3 +295,47 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 		require.NoError(t, e.Close())
 	}
 }
+
+// TestBackupBusyBeforeCheckpoint: with four backups running, a fifth is refused with
+// ErrBackupBusy before it runs the checkpoint every backup starts with, so a client asking
+// again and again cannot make the store checkpoint on every request. On 71787ea each refused
+// backup ran a checkpoint first.
+func TestBackupBusyBeforeCheckpoint(t *testing.T) {
+	e := openTest(t, Options{Sync: SyncNone})
+	ti, err := e.CreateTable("items", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(ti.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
+	require.NoError(t, err)
+	seq := uint64(0)
+	commit := func() {
+		seq++
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []Segment{oneRow(ti.ID, 1, row64(seq))}})
+		require.NoError(t, err)
+	}
+	commit()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, backupsMax)
+	for range backupsMax {
+		s := &blockSink{started: make(chan struct{}), any: true}
+		go func() {
+			_, err := e.Backup(ctx, s)
+			done <- err
+		}()
+		<-s.started
+	}
+	commit() // something to checkpoint
+	before := e.Stats().Checkpoints
+	for range 3 {
+		_, err := e.Backup(context.Background(), &blockSink{started: make(chan struct{}), any: true})
+		require.ErrorIs(t, err, ErrBackupBusy)
+	}
+	require.Equal(t, before, e.Stats().Checkpoints, "a refused backup checkpointed")
+	cancel()
+	for range backupsMax {
+		require.ErrorIs(t, <-done, context.Canceled)
+	}
+}
