@@ -58,6 +58,10 @@ type Stats struct {
 	Checkpoints, CheckpointPages uint64
 	LastCheckpoint               time.Duration
 	CheckpointLSN                uint64
+	// Backups is the number of backups holding a snapshot now; BackupHeldPages the disk
+	// pages kept from reuse for them (Engine.BackupHold). While one runs, checkpoints keep
+	// the WAL from its snapshot on, so wal/ and the data files grow.
+	Backups, BackupHeldPages int
 	// LongestStall is the longest time a commit waited for the cache to make room.
 	LongestStall time.Duration
 	// LastLSN is the last LSN handed to the WAL.
@@ -72,14 +76,16 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	s := Stats{
-		CacheHits:     e.cache.hits,
-		CacheMisses:   e.cache.misses,
-		CachePages:    len(e.cache.index),
-		DirtyPages:    e.cache.dirtyFrames,
-		CacheBytes:    e.cache.usedBytes,
-		CheckpointLSN: e.ckptLSN,
-		LastLSN:       e.lastLSN,
-		Owners:        len(e.owners),
+		CacheHits:       e.cache.hits,
+		CacheMisses:     e.cache.misses,
+		CachePages:      len(e.cache.index),
+		DirtyPages:      e.cache.dirtyFrames,
+		CacheBytes:      e.cache.usedBytes,
+		CheckpointLSN:   e.ckptLSN,
+		LastLSN:         e.lastLSN,
+		Owners:          len(e.owners),
+		Backups:         len(e.backups),
+		BackupHeldPages: len(e.heldPages),
 	}
 	e.mu.Unlock()
 	c := &e.stats

@@ -186,6 +186,12 @@ func newNodeCollector(node *storenode.Server) *nodeCollector {
 	add("checkpoint_lsn", "LSN of the last published checkpoint; the WAL is replayed from it at start.", gauge,
 		func(e *storenode.Stats, _ *storenode.ServerStats) float64 { return f(e.CheckpointLSN) })
 
+	// Backups.
+	add("backups", "Backups holding a snapshot now: meanwhile the WAL from its checkpoint on and the disk pages it maps are kept.", gauge,
+		func(e *storenode.Stats, _ *storenode.ServerStats) float64 { return float64(e.Backups) })
+	add("backup_held_pages", "Disk pages checkpoints replaced but keep from reuse for running backups.", gauge,
+		func(e *storenode.Stats, _ *storenode.ServerStats) float64 { return float64(e.BackupHeldPages) })
+
 	// Connections and requests.
 	add("connections", "Connections open now.", gauge, func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.Conns) })
 	add("connections_accepted_total", "Connections accepted.", counter, func(_ *storenode.Stats, s *storenode.ServerStats) float64 { return f(s.ConnsAccepted) })
