@@ -62,7 +62,7 @@ var commands = []command{
 	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
 	{"stats", "", "print the store's counters", cmdStats},
 	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
-	{"backup", "--out DIR", "copy a running storage node (--store) into a new directory, commits going on", cmdBackup},
+	{"backup", "--out DIR", "copy a running storage node (--store), commits going on, or a stopped store (--dir), into a new directory", cmdBackup},
 }
 
 // globals are the flags before the command.
