@@ -3,6 +3,7 @@ package storenode
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -160,7 +161,13 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 		require.NoError(t, d.Finish(info))
 		return fs
 	}
-	opts := Options{Dir: "copy", Logger: quietLogger, CheckpointInterval: -1}
+	for _, mode := range []SyncMode{SyncAlways, SyncNone} {
+		restoreFirstOpenCrashes(t, backup, grants, Options{Dir: "copy", Sync: mode, Logger: quietLogger, CheckpointInterval: -1})
+	}
+}
+
+// restoreFirstOpenCrashes crashes the first open of a fresh copy (backup) at every point.
+func restoreFirstOpenCrashes(t *testing.T, backup func() *vfs.FaultFS, grants []Grant, opts Options) {
 	for k := int64(0); ; k++ {
 		fs := backup()
 		opts.FS = fs
@@ -170,14 +177,13 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 			fs.ResetFaults()
 			require.NoError(t, c.Close())
 			require.Greater(t, k, int64(3), "the first open finished within %d operations", k)
-			t.Logf("%d crash points", k)
 			return // every crash point was tried
 		}
 		if err == nil {
 			c.Close()
 		}
-		fs.Crash(nil)
-		msg := fmt.Sprintf("crash after %d operations of the first open", k)
+		fs.Crash(rand.New(rand.NewPCG(uint64(k), uint64(opts.Sync)))) // some unsynced writes survive
+		msg := fmt.Sprintf("sync %v: crash after %d operations of the first open", opts.Sync, k)
 		requireCheckNoDamage(t, fs, "copy", msg)
 		c, err = Open(opts)
 		require.NoError(t, err, msg)
