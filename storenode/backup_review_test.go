@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/vfs"
@@ -344,4 +345,34 @@ func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	for range backupsMax {
 		require.ErrorIs(t, <-done, context.Canceled)
 	}
+}
+
+// TestRestoredTableNotKeptByFencedOwner: on a restored copy the original's owner is fenced,
+// and stays connected (a game server that was not restarted: its renewals, refused, and its
+// other requests go on). Its traffic must not keep the table from the node that is to take
+// it over: the fenced owner can never use it again. On 71787ea the bump kept the old holder,
+// so every request of the fenced owner renewed its lease on the table for ever (Renew), and
+// no other owner could acquire it while the fenced one lived.
+func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
+	e := openTest(t, Options{Sync: SyncNone})
+	ti, err := e.CreateTable("items", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(ti.ID, testOwner, 0)
+	require.NoError(t, err)
+	dir, _ := backupTo(t, e)
+
+	clock := &fakeClock{}
+	c := openTest(t, Options{Dir: dir, Now: clock.Now, LeaseDuration: time.Minute})
+	for range 12 { // three leases of the fenced owner's traffic
+		_, err := c.Acquire(ti.ID, testOwner, g.Epoch)
+		require.ErrorIs(t, err, ErrFenced)
+		c.Renew(testOwner)
+		clock.advance(15 * time.Second)
+	}
+	other := uint64(testOwner + 1)
+	g2, err := c.Acquire(ti.ID, other, 0)
+	require.NoError(t, err, "the fenced owner's traffic keeps the restored table from every other owner")
+	require.Greater(t, g2.Epoch, g.Epoch+restoreEpochGap)
+	_, err = c.Acquire(ti.ID, testOwner, g.Epoch)
+	require.ErrorIs(t, err, ErrFenced)
 }
