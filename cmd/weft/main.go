@@ -14,7 +14,8 @@
 // A directory is opened in this process, which recovers it as a storage node's start would
 // and fails while another process has it open. Rows print as hex, or as named fields with
 // --layout (see layout.go for the types). backup copies a running storage node into a new
-// directory while it commits (backup.go; docs/operations.md, "Backup and restore"). Exit
+// directory while it commits, or a stopped store with --dir (backup.go; docs/operations.md,
+// "Backup and restore"). Exit
 // status: 0, 1 on an error, 2 on bad usage.
 //
 // verify checks a stopped store's directory offline (storenode.Check, like `bbolt check`)
