@@ -23,9 +23,11 @@ import (
 // Invariants while a backup holds its snapshot (a backupHold in Engine.backups):
 //   - No disk page the snapshot refers to is reused: a checkpoint that replaces a page's disk
 //     copy does not free the old disk page but appends it to Engine.heldPages (it stays set
-//     in the table's used tree); the last hold's release frees them.
+//     in the table's used tree, with the replacing checkpoint's LSN); a release frees those
+//     no remaining hold's snapshot is older than (heldBefore), so overlapping backups do not
+//     keep every page for ever.
 //   - No data file of a table in the snapshot is removed (dropped tables stay in
-//     Engine.dropped), and no WAL segment holding a record after the snapshot's checkpoint
+//     Engine.dropped while a hold's snapshot is older than the drop), and no WAL segment holding a record after the snapshot's checkpoint
 //     LSN is dropped (checkpoint's DropBefore stops at the oldest hold's LSN).
 //   - Every read of the backup's goroutine happens under hold.mu (R) after it checked that
 //     the hold is live; release takes hold.mu (W) before it frees anything. So a hold that
@@ -109,8 +111,21 @@ type backupHold struct {
 
 // heldPage is a disk page a checkpoint replaced while a backup held the snapshot.
 type heldPage struct {
-	t    *table
-	disk uint32 // disk page + 1
+	t     *table
+	disk  uint32 // disk page + 1
+	since uint64 // the checkpoint LSN of the checkpoint that replaced it
+}
+
+// heldBefore reports whether a running backup's snapshot is older than checkpoint LSN lsn:
+// it maps the disk pages a checkpoint at lsn replaced, and holds the tables dropped before
+// lsn (and after the snapshot). Snapshots taken at or after lsn need neither. Caller holds mu.
+func (e *Engine) heldBefore(lsn uint64) bool {
+	for _, h := range e.backups {
+		if h.ckptLSN < lsn {
+			return true
+		}
+	}
+	return false
 }
 
 // Backup copies the store to sink while commits go on, and returns what it copied. It first
@@ -127,6 +142,10 @@ type heldPage struct {
 func (e *Engine) Backup(ctx context.Context, sink BackupSink) (BackupInfo, error) {
 	e.mu.Lock()
 	err := e.usable()
+	if err == nil && len(e.backups) >= backupsMax {
+		// Before the checkpoint, so refused backups cost nothing; holdSnapshot checks again.
+		err = fmt.Errorf("%w: %d backups running", ErrBackupBusy, len(e.backups))
+	}
 	e.mu.Unlock()
 	if err != nil {
 		return BackupInfo{}, err
@@ -240,18 +259,22 @@ func (e *Engine) releaseBackup(h *backupHold, why error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.backups = slices.DeleteFunc(e.backups, func(x *backupHold) bool { return x == h })
-	if len(e.backups) > 0 {
-		return
-	}
+	// Free the pages no remaining snapshot maps: those replaced at or before the oldest
+	// remaining hold's checkpoint (a later backup's snapshot never maps them).
+	keep := e.heldPages[:0]
 	for _, p := range e.heldPages {
+		if e.heldBefore(p.since) {
+			keep = append(keep, p)
+			continue
+		}
 		p.t.io.Lock()
 		p.t.used.Clear(uint64(p.disk - 1))
 		p.t.io.Unlock()
 	}
-	clear(e.heldPages)
-	e.heldPages = e.heldPages[:0]
+	clear(e.heldPages[len(keep):])
+	e.heldPages = keep
 	if len(e.dropped) > 0 {
-		e.requestCheckpoint() // it removes the data files the backup kept
+		e.requestCheckpoint() // it removes the data files no remaining backup needs
 	}
 }
 

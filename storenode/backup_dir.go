@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/weftdb/weft/internal/vfs"
 )
@@ -15,8 +16,11 @@ import (
 // backupIncompleteName (Open refuses a directory holding it: ErrBackupIncomplete), then the
 // files, then, once every file and the directory are synced, the marker restoredName, and the
 // first marker is removed. The first Open of such a directory recovers it as after a crash
-// (meta, then WAL replay), then bumps every table's epoch by restoreEpochGap (logged and
-// synced like any grant) and only then removes restoredName.
+// (meta, then WAL replay), then bumps every table's epoch by restoreEpochGap and frees the
+// table (a grant to no holder, logged and synced like any grant) and only then removes
+// restoredName. No holder: the original's owner is fenced on the copy for good, and were it
+// kept as the holder, its requests (each renews its leases) would keep the table from every
+// other owner for as long as it stays connected.
 //
 // Why at the first open and not when the backup is written: the copy's WAL tail is replayed
 // after its meta file, and its ownership records would set the epochs back to the original's;
@@ -254,7 +258,8 @@ func hasFile(fsys vfs.FS, dir, name string) (bool, error) {
 }
 
 // finishRestore runs after recovery: on a restored copy's first open it bumps every table's
-// epoch by restoreEpochGap, logged and synced, then removes the marker (see the file doc).
+// epoch by restoreEpochGap, with no holder, logged and synced, then removes the marker (see
+// the file doc).
 func (e *Engine) finishRestore() error {
 	marker := path.Join(e.dir, restoredName)
 	if ok, err := hasFile(e.fs, e.dir, restoredName); err != nil || !ok {
@@ -272,13 +277,14 @@ func (e *Engine) finishRestore() error {
 			e.mu.Unlock()
 			return fmt.Errorf("storenode: restore: table %q: epoch %d cannot be bumped", t.name, t.epoch)
 		}
+		// No holder (see the file doc).
 		epoch := t.epoch + restoreEpochGap
-		e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, t.holder, epoch)
+		e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, 0, epoch)
 		if err := e.appendAndWait(kindGrantOwner, e.scratch); err != nil {
 			e.mu.Unlock()
 			return fmt.Errorf("storenode: restore: bump the epoch of %q: %w", t.name, err)
 		}
-		t.epoch = epoch
+		t.holder, t.epoch, t.leaseUntil = 0, epoch, time.Time{}
 	}
 	e.mu.Unlock()
 	if err := e.fs.Remove(marker); err != nil {

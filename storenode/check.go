@@ -37,6 +37,8 @@ import (
 //     torn tail versus corruption decision (a bad record at or below the checkpoint's synced
 //     LSN, or proved durable by a later record or segment, is corruption; a torn tail after it
 //     is reported as a note), and that the log reaches the synced LSN;
+//   - the backup markers: BACKUP-INCOMPLETE is damage (Open refuses the directory), RESTORED
+//     a note (the first Open bumps every epoch);
 //   - the catalog as replay would build it: tables created, dropped, granted ids and
 //     ownership in order (an epoch above the table's), every commit segment naming a live table with its row size, a page
 //     below the limit and rows below the table's granted ids (ids are granted, and synced,

@@ -242,9 +242,9 @@ func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32]
 // checkpoint a backup holds. While a backup holds a snapshot, replaced disk pages are kept
 // from reuse (heldPages) and no data file is removed (backup.go).
 func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntry, written []ckptWrite) (gone []*table, keepFrom uint64) {
-	held := len(e.backups) > 0
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	held := len(e.backups) > 0 // under mu: a release frees heldPages under it
 	for id, pm := range newPages {
 		t := e.tablesByIDAll(id)
 		if t == nil {
@@ -254,7 +254,7 @@ func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntr
 		for page, ent := range t.pages {
 			if ent.disk != 0 && pm[page].disk != ent.disk {
 				if held {
-					e.heldPages = append(e.heldPages, heldPage{t: t, disk: ent.disk})
+					e.heldPages = append(e.heldPages, heldPage{t: t, disk: ent.disk, since: ckptLSN})
 				} else {
 					t.used.Clear(uint64(ent.disk - 1))
 				}
@@ -274,7 +274,7 @@ func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntr
 	e.ckptGen++
 	keep := e.dropped[:0]
 	for _, t := range e.dropped {
-		if t.dropLSN <= ckptLSN && !held {
+		if t.dropLSN <= ckptLSN && !e.heldBefore(t.dropLSN) {
 			gone = append(gone, t)
 		} else {
 			keep = append(keep, t)

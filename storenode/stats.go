@@ -63,6 +63,10 @@ type Stats struct {
 	Checkpoints, CheckpointPages uint64
 	LastCheckpoint               time.Duration
 	CheckpointLSN                uint64
+	// Backups is the number of backups holding a snapshot now; BackupHeldPages the disk
+	// pages kept from reuse for them (Engine.BackupHold). While one runs, checkpoints keep
+	// the WAL from its snapshot on, so wal/ and the data files grow.
+	Backups, BackupHeldPages int
 	// LongestStall is the longest time a commit waited for the cache to make room.
 	LongestStall time.Duration
 	// LastLSN is the last LSN handed to the WAL.
@@ -77,14 +81,16 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	s := Stats{
-		CacheHits:     e.cache.hits,
-		CacheMisses:   e.cache.misses,
-		CachePages:    len(e.cache.index),
-		DirtyPages:    e.cache.dirtyFrames,
-		CacheBytes:    e.cache.usedBytes,
-		CheckpointLSN: e.ckptLSN,
-		LastLSN:       e.lastLSN,
-		Owners:        len(e.owners),
+		CacheHits:       e.cache.hits,
+		CacheMisses:     e.cache.misses,
+		CachePages:      len(e.cache.index),
+		DirtyPages:      e.cache.dirtyFrames,
+		CacheBytes:      e.cache.usedBytes,
+		CheckpointLSN:   e.ckptLSN,
+		LastLSN:         e.lastLSN,
+		Owners:          len(e.owners),
+		Backups:         len(e.backups),
+		BackupHeldPages: len(e.heldPages),
 	}
 	e.mu.Unlock()
 	c := &e.stats
@@ -245,6 +251,12 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return nonNegative(s.Owners) }},
 	{Name: "owners_expired", Help: "Owners table entries expired: no table, no connection for Options.OwnerExpiry after their last batch.", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.OwnersExpired }},
+
+	// Backups.
+	{Name: "backups", Help: "Backups holding a snapshot now: meanwhile the WAL from its checkpoint on and the disk pages it maps are kept.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.Backups) }},
+	{Name: "backup_held_pages", Help: "Disk pages checkpoints replaced but keep from reuse for running backups.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.BackupHeldPages) }},
 }
 
 // rowsPerSyncMilli is RowsWritten/WALSyncs in thousandths, 0 before the first sync.

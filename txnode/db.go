@@ -361,10 +361,12 @@ func (db *DB) renewLeases() {
 			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load())
 			cancel()
 			if err != nil {
-				if errors.Is(err, storenode.ErrFenced) {
+				if errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) {
 					// The store granted the table since (another owner, or a restored
-					// backup's epoch bump): this node's cache may hold rows the store
-					// does not, so it stops serving the table at once, not at lease end.
+					// backup's epoch bump), or has no such table (dropped by another
+					// node, or a restored backup older than the table): this node's
+					// cache may hold rows the store does not, so it stops serving the
+					// table at once, not at lease end.
 					t.leaseUntil.Store(leaseLapsed)
 				}
 				db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)

@@ -46,7 +46,10 @@ var (
 	// the game (e.g. Put of the same row).
 	ErrUnknownOutcome = errors.New("txnode: commit outcome unknown")
 	// ErrLeaseExpired is returned when this node could not renew its ownership of a table in
-	// time: it stops serving the table, reads included, until it is granted again.
+	// time: it stops serving the table, reads included, until a renewal succeeds. When the
+	// store refused the renewal (ErrFenced: the table was granted since, or a restored backup
+	// bumped its epoch; ErrTableNotFound: the store has no such table) none ever will: close
+	// and reopen the DB to acquire the table anew.
 	ErrLeaseExpired = errors.New("txnode: table ownership lease expired")
 	// ErrReadOnly is returned for a write inside View.
 	ErrReadOnly = errors.New("txnode: write in a read-only transaction")

@@ -13,7 +13,8 @@ import (
 
 // cmdBackup copies a running storage node into a new directory (weft --store ADDR backup
 // --out DIR): a checkpoint-consistent snapshot plus the WAL tail it needs, pulled one piece
-// at a time, while the node goes on committing. A storage node, or an embedded txnode.Open,
+// at a time, while the node goes on committing. With --dir it backs up a stopped store,
+// opened in this process. A storage node, or an embedded txnode.Open,
 // starts on the directory; its first start bumps every table's epoch (see docs/operations.md).
 func cmdBackup(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
@@ -27,10 +28,15 @@ func cmdBackup(ctx context.Context, g *globals, args []string, stdout io.Writer)
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, pos)
 	case *out == "":
 		return fmt.Errorf("%w: say where to write the backup: --out DIR", errUsage)
+	case g.dir != "" && g.store != "":
+		return fmt.Errorf("%w: --store and --dir are exclusive", errUsage)
 	case g.dir != "":
-		return fmt.Errorf("%w: backup copies a running storage node (--store); a stopped store's directory is copied with cp -r", errUsage)
+		// A stopped store: opened here, backed up like a running one, so the copy is marked
+		// RESTORED too (a plain cp -r of the directory is not: restored, it would take the
+		// grants of the transaction nodes that owned its tables after the copy).
+		return backupLocal(ctx, g.dir, *out, stdout)
 	case g.store == "":
-		return fmt.Errorf("%w: say which storage node to back up: --store ADDR (or $WEFT_STORE)", errUsage)
+		return fmt.Errorf("%w: say which storage node to back up: --store ADDR (or $WEFT_STORE), or a stopped store's --dir DIR", errUsage)
 	}
 	secret, err := g.secret()
 	if err != nil {
@@ -58,6 +64,32 @@ func cmdBackup(ctx context.Context, g *globals, args []string, stdout io.Writer)
 	fmt.Fprintf(stdout, "backup of %s in %s: %d files, %d bytes, checkpoint LSN %d, WAL through LSN %d, in %v\n",
 		g.store, *out, info.Files, info.Bytes, info.CheckpointLSN, info.ThroughLSN, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// backupLocal backs up the stopped store in dir (opened in this process, so it fails while
+// a storage node or game server has it open) into the new directory out.
+func backupLocal(ctx context.Context, dir, out string, stdout io.Writer) error {
+	src, err := openLocalSource(dir)
+	if err != nil {
+		return err
+	}
+	defer src.e.Close()
+	d, err := storenode.NewBackupDir(nil, out)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	start := time.Now()
+	info, err := src.e.Backup(ctx, d)
+	if err != nil {
+		return fmt.Errorf("%w (%s is incomplete: remove it)", err, out)
+	}
+	if err := d.Finish(info); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backup of %s in %s: %d files, %d bytes, checkpoint LSN %d, WAL through LSN %d, in %v\n",
+		dir, out, info.Files, info.Bytes, info.CheckpointLSN, info.ThroughLSN, time.Since(start).Round(time.Millisecond))
+	return src.e.Close()
 }
 
 // pullBackup asks the storage node for its backup one piece at a time and writes each into d.

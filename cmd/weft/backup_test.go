@@ -345,9 +345,9 @@ func TestBackupCommand(t *testing.T) {
 	code, _, stderr := weft(t, "--store", addr, "backup")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--out DIR")
-	code, _, stderr = weft(t, "--dir", t.TempDir(), "backup", "--out", filepath.Join(t.TempDir(), "x"))
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "running storage node")
+	code, _, stderr = weft(t, "--dir", filepath.Join(t.TempDir(), "none"), "backup", "--out", filepath.Join(t.TempDir(), "x"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "not a Weft store")
 	out := filepath.Join(t.TempDir(), "idle")
 	code, stdout, stderr := weft(t, "--store", addr, "backup", "--out", out)
 	require.Zero(t, code, stderr)
@@ -360,4 +360,29 @@ func TestBackupCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, e.Tables())
 	require.NoError(t, e.Close())
+}
+
+// TestBackupStoppedStore: weft --dir DIR backup copies a stopped store into a directory
+// marked like any backup, so its first start bumps every epoch and a transaction node's grant
+// from the original is fenced on it. On 71787ea the command refused --dir and told the user
+// to copy the directory with cp -r, a copy that, restored, takes the original's grants.
+func TestBackupStoppedStore(t *testing.T) {
+	src := t.TempDir()
+	e, err := storenode.Open(storenode.Options{Dir: src})
+	require.NoError(t, err)
+	ti, err := e.CreateTable("items", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(ti.ID, 7, 0)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+
+	out := filepath.Join(t.TempDir(), "copy")
+	code, stdout, stderr := weft(t, "--dir", src, "backup", "--out", out)
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, fmt.Sprintf("in %s:", out))
+	c, err := storenode.Open(storenode.Options{Dir: out})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Acquire(ti.ID, 7, g.Epoch)
+	require.ErrorIs(t, err, storenode.ErrFenced, "the original's grant is current on the restored copy")
 }

@@ -14,7 +14,8 @@
 // A directory is opened in this process, which recovers it as a storage node's start would
 // and fails while another process has it open. Rows print as hex, or as named fields with
 // --layout (see layout.go for the types). backup copies a running storage node into a new
-// directory while it commits (backup.go; docs/operations.md, "Backup and restore"). Exit
+// directory while it commits, or a stopped store with --dir (backup.go; docs/operations.md,
+// "Backup and restore"). Exit
 // status: 0, 1 on an error, 2 on bad usage.
 //
 // verify checks a stopped store's directory offline (storenode.Check, like `bbolt check`)
@@ -62,7 +63,7 @@ var commands = []command{
 	{"scan", "TABLE [LO [HI]] [--layout L] [--limit N]", "print the rows with ids in [LO, HI) (the whole table by default), in id order", cmdScan},
 	{"stats", "", "print the store's counters", cmdStats},
 	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
-	{"backup", "--out DIR", "copy a running storage node (--store) into a new directory, commits going on", cmdBackup},
+	{"backup", "--out DIR", "copy a running storage node (--store), commits going on, or a stopped store (--dir), into a new directory", cmdBackup},
 }
 
 // globals are the flags before the command.

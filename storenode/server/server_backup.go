@@ -95,28 +95,31 @@ func (s *session) runBackup(id uint64, m sgio.Backup) {
 	}
 	s.renew()
 	c := &s.backup
-	reply, n, err := c.next(s, m.Stream, chunk)
+	reply, n, pulled, err := c.next(s, m.Stream, chunk)
 	s.replyReserved(id, reply, nil, err, size)
-	c.taken(n)
+	if pulled {
+		c.taken(n) // only the request that pulled: a refused one leaves the puller's flag alone
+	}
 }
 
-// next returns the reply to a Backup request for stream (0: start one) and how many bytes of
-// the current piece it carries.
-func (c *backupConn) next(s *session, stream uint64, chunk int) (*sgio.BackupChunk, int, error) {
+// next returns the reply to a Backup request for stream (0: start one), how many bytes of
+// the current piece it carries, and whether the request pulled (set pulling: the caller
+// calls taken after queueing the reply) or was refused before.
+func (c *backupConn) next(s *session, stream uint64, chunk int) (*sgio.BackupChunk, int, bool, error) {
 	c.mu.Lock()
 	switch {
 	case c.closed:
 		c.mu.Unlock()
-		return nil, 0, fmt.Errorf("storenode: backup: connection closed: %w", sgio.ErrConnClosed)
+		return nil, 0, false, fmt.Errorf("storenode: backup: connection closed: %w", sgio.ErrConnClosed)
 	case c.pulling:
 		c.mu.Unlock()
-		return nil, 0, fmt.Errorf("storenode: backup: one Backup request at a time on a connection: %w", sgio.ErrBusy)
+		return nil, 0, false, fmt.Errorf("storenode: backup: one Backup request at a time on a connection: %w", sgio.ErrBusy)
 	case stream == 0 && c.stream != 0:
 		c.mu.Unlock()
-		return nil, 0, fmt.Errorf("storenode: backup: this connection runs a backup already: %w", sgio.ErrBusy)
+		return nil, 0, false, fmt.Errorf("storenode: backup: this connection runs a backup already: %w", sgio.ErrBusy)
 	case stream != 0 && stream != c.stream:
 		c.mu.Unlock()
-		return nil, 0, fmt.Errorf("storenode: backup: no backup %d on this connection: %w", stream, sgio.ErrMalformed)
+		return nil, 0, false, fmt.Errorf("storenode: backup: no backup %d on this connection: %w", stream, sgio.ErrMalformed)
 	}
 	if stream == 0 {
 		c.start(s.srv.eng)
@@ -132,12 +135,13 @@ func (c *backupConn) next(s *session, stream uint64, chunk int) (*sgio.BackupChu
 			c.cur = p
 			c.mu.Unlock()
 		case <-done:
-			return c.end(stream)
+			reply, err := c.end(stream)
+			return reply, 0, true, err
 		}
 	}
 	n := min(chunk, len(p.b)-p.pos)
 	return &sgio.BackupChunk{Stream: stream, Kind: uint8(p.f.Kind), Num: p.f.Num, Offset: uint64(p.off) + uint64(p.pos),
-		Data: p.b[p.pos : p.pos+n]}, n, nil
+		Data: p.b[p.pos : p.pos+n]}, n, true, nil
 }
 
 // start runs Engine.Backup on its own goroutine. Caller holds mu.
@@ -158,7 +162,7 @@ func (c *backupConn) start(e *storenode.Engine) {
 }
 
 // end answers the request that found the backup finished, and makes the connection idle.
-func (c *backupConn) end(stream uint64) (*sgio.BackupChunk, int, error) {
+func (c *backupConn) end(stream uint64) (*sgio.BackupChunk, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	info, err := c.info, c.err
@@ -168,9 +172,9 @@ func (c *backupConn) end(stream uint64) (*sgio.BackupChunk, int, error) {
 		if errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("storenode: backup abandoned: %w", sgio.ErrConnClosed)
 		}
-		return nil, 0, err
+		return nil, err
 	}
-	return &sgio.BackupChunk{Stream: stream, Kind: sgio.BackupKindEnd, Num: info.CheckpointLSN, Offset: info.ThroughLSN, Data: []byte{}}, 0, nil
+	return &sgio.BackupChunk{Stream: stream, Kind: sgio.BackupKindEnd, Num: info.CheckpointLSN, Offset: info.ThroughLSN, Data: []byte{}}, nil
 }
 
 // taken records that the reply to the current request, carrying n bytes of the current
