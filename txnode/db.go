@@ -96,8 +96,8 @@ type tableState struct {
 	insertEpoch atomic.Uint64
 	// grantLo is the first id granted to this node in this run; max when none.
 	grantLo atomic.Uint64
-	// lastMiss is the page of the last cache miss of a single-row read (run detection).
-	lastMiss atomic.Uint64
+	// runs detects sequential readers among a table's cache misses (read.go).
+	runs missRuns
 
 	ids idAllocator
 }
@@ -238,7 +238,7 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	}
 	t.grantLo.Store(^uint64(0))
 	t.idHigh.Store(st.NextID)
-	t.lastMiss.Store(^uint64(0))
+	t.runs.init()
 	t.ids.table = t
 	db.tables[st.Name] = t
 	db.byID[st.ID] = t

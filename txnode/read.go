@@ -12,15 +12,45 @@ import (
 )
 
 // Cache misses. A random miss fetches only the missing rows of its page (64 bytes for a
-// 64-byte row); a run of misses on consecutive pages, and scans, fetch whole pages. Requests of
-// many goroutines share frames on the wire (the remote store batches them). A fill writes only
+// 64-byte row); a run of misses (a second miss in a page, or a miss in the page after one that
+// missed recently), and scans, fetch whole pages. Runs are told per reader, not per table:
+// many goroutines reading their own sequences interleave their misses. Requests of many
+// goroutines share frames on the wire (the remote store batches them). A fill writes only
 // slots that are still invalid, so a commit that landed while the miss was in flight is never
 // overwritten by the older bytes from the store.
+
+// missRunSlots is the size of a table's table of recent misses: enough for that many
+// interleaved sequential readers to be told apart, at 8 bytes a slot.
+const missRunSlots = 256
+
+// missRuns remembers a table's recent miss pages, each in the slot its successor hashes to
+// (slot (p+1) mod missRunSlots holds p), so a miss on page p finds in O(1) whether p-1 or p
+// itself missed recently. Slots are overwritten freely: a collision costs a run's next page
+// one sparse fetch, never correctness.
+type missRuns struct {
+	slots [missRunSlots]atomic.Uint64
+}
+
+func (r *missRuns) init() {
+	for i := range r.slots {
+		r.slots[i].Store(^uint64(0))
+	}
+}
+
+// miss records a miss on page and reports whether it continues a run.
+func (r *missRuns) miss(page uint64) bool {
+	self := &r.slots[(page+1)%missRunSlots]
+	run := self.Load() == page || (page > 0 && r.slots[page%missRunSlots].Load() == page-1)
+	if !run || self.Load() != page {
+		self.Store(page)
+	}
+	return run
+}
 
 // fetch makes the slots of want in the pinned frame m valid.
 func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want uint64) error {
 	valid := m.valid.Load()
-	if last := t.lastMiss.Swap(page); last == page-1 || last == page || db.opts.FullPageIO {
+	if t.runs.miss(page) || db.opts.FullPageIO {
 		want = ^valid // a sequential run (or the full-page ablation): take the whole page
 	}
 	missing := want &^ valid
