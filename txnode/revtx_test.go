@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,4 +246,171 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	g, err := srv.Engine().Acquire(tb.t.id, 0x78, 0)
 	require.NoError(t, err)
 	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+}
+
+// gateProxy forwards client and storage node bytes; while paused it holds what the storage
+// node sends (and reports on held that it holds some).
+type gateProxy struct {
+	ln     net.Listener
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	cond   *sync.Cond
+	paused bool
+	held   chan struct{}
+	sent   chan struct{} // a token per chunk the client sent while paused
+	conns  []net.Conn
+}
+
+func startGateProxy(t *testing.T, target string) *gateProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &gateProxy{ln: ln, held: make(chan struct{}, 1), sent: make(chan struct{}, 1024)}
+	p.cond = sync.NewCond(&p.mu)
+	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(s, c, false)
+		go p.pipe(c, s, true)
+	})
+	t.Cleanup(func() {
+		p.ln.Close()
+		p.setPaused(false)
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *gateProxy) setPaused(v bool) {
+	p.mu.Lock()
+	p.paused = v
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+func (p *gateProxy) pipe(dst, src net.Conn, gated bool) {
+	defer p.wg.Done()
+	defer dst.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 && !gated {
+			p.mu.Lock()
+			if p.paused {
+				select {
+				case p.sent <- struct{}{}:
+				default:
+				}
+			}
+			p.mu.Unlock()
+		}
+		if k > 0 && gated {
+			p.mu.Lock()
+			for p.paused {
+				select {
+				case p.held <- struct{}{}:
+				default:
+				}
+				p.cond.Wait()
+			}
+			p.mu.Unlock()
+		}
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestAbandonedReadLateReply: a cache miss whose caller gave up (context cancelled while the
+// storage node's reply was held back) leaves its frame, which other misses take for other
+// pages; the late reply then arrives first on the connection and must fill nothing: every
+// page read afterwards holds its own rows. Held: a guard of the pooled remote read (an
+// abandoned read is never reused, its reply dropped; with onReply's abandoned check removed
+// it fails: the late reply fills the pooled fetch's next frame, another page's slot).
+func TestAbandonedReadLateReply(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startGateProxy(t, addr)
+	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, CacheWait: time.Minute})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "late", 64)
+	require.NoError(t, err)
+	pages := 40
+	ids := make([]uint64, 64*pages)
+	for i := range ids {
+		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
+		require.NoError(t, err)
+		require.NoError(t, tb.Put(ctx, ids[i], u64Row(64, ids[i]^0xfeed)))
+	}
+	require.NoError(t, db.pipe.flush(ctx))
+	for round := range 3 {
+		// Evict page 0 (read 30 others), then miss on it with the reply held back.
+		buf := make([]byte, 64)
+		for p := 1; p <= 30; p++ {
+			require.NoError(t, tb.Get(ctx, ids[64*p+round], buf))
+		}
+		proxy.setPaused(true)
+		cctx, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() { got <- tb.Get(cctx, ids[round], make([]byte, 64)) }()
+		<-proxy.held
+		key0 := pageKey(tb.t.id, ids[round]/64)
+		_, m0 := db.cache.lookup(key0)
+		require.NotNil(t, m0, "page 0's frame is pinned by its miss")
+		cancel()
+		require.ErrorIs(t, <-got, context.Canceled)
+		for len(proxy.sent) > 0 {
+			<-proxy.sent
+		}
+		// Misses on 20 other pages (more than the cache holds): one takes page 0's frame.
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for p := 0; p < 20; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := ids[64*(20+p)+round] // the slot the late reply holds
+				b := make([]byte, 64)
+				if err := tb.Get(ctx, id, b); err != nil {
+					errs <- err
+					return
+				}
+				if v := binary.LittleEndian.Uint64(b); v != id^0xfeed {
+					errs <- fmt.Errorf("row %d holds row %d's bytes", id, v^0xfeed)
+				}
+			}()
+		}
+		// Until page 0's frame holds another page and that page's miss went out.
+		bound := time.NewTimer(30 * time.Second)
+		for k := m0.key.Load(); k == key0 || k == 0; k = m0.key.Load() {
+			select {
+			case <-proxy.sent:
+			case <-bound.C:
+				t.Fatal("page 0's frame was not taken for another page")
+			}
+		}
+		bound.Stop()
+		proxy.setPaused(false)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		for _, id := range ids {
+			require.NoError(t, tb.Get(ctx, id, buf))
+			require.Equal(t, id^0xfeed, binary.LittleEndian.Uint64(buf), "row %d", id)
+		}
+	}
 }
