@@ -414,3 +414,37 @@ func TestAbandonedReadLateReply(t *testing.T) {
 		}
 	}
 }
+
+// TestFiredRequestTimeoutNotReused: a cache miss with a context that has no deadline is
+// bounded by RequestTimeout through a pooled timer context; one that fired (the reply held
+// back past it) is closed for good and must never serve another read: every later miss
+// (fresh timer contexts) succeeds. Held: a guard (fails if a fired timerCtx goes back to
+// the pool: every later Read ends at once with DeadlineExceeded).
+func TestFiredRequestTimeoutNotReused(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startGateProxy(t, addr)
+	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, RequestTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "fired", 64)
+	require.NoError(t, err)
+	ids := make([]uint64, 64*30)
+	for i := range ids {
+		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.pipe.flush(ctx))
+	buf := make([]byte, 64)
+	for p := 1; p < 30; p++ { // page 0 evicted
+		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
+	}
+	proxy.setPaused(true)
+	require.ErrorIs(t, tb.Get(ctx, ids[0], buf), context.DeadlineExceeded)
+	proxy.setPaused(false)
+	for i := 0; i < 200; i++ {
+		id := ids[(i*977)%len(ids)]
+		require.NoError(t, tb.Get(ctx, id, buf), "miss %d after the fired one", i)
+		require.Equal(t, uint64((i*977)%len(ids)), binary.LittleEndian.Uint64(buf))
+	}
+}
