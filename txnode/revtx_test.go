@@ -448,3 +448,35 @@ func TestFiredRequestTimeoutNotReused(t *testing.T) {
 		require.Equal(t, uint64((i*977)%len(ids)), binary.LittleEndian.Uint64(buf))
 	}
 }
+
+// TestPlainScanStopsAtLeaseEnd: a Table.Scan (no transaction, nothing validated at a commit)
+// serves each page under a live lease: once the lease runs out while the caller's loop is
+// still going, the scan ends with ErrLeaseExpired before its next page. On main c783a6d (and
+// 26994d0) the lease was checked only when the scan started: it went on serving cached rows
+// for as long as the loop ran.
+func TestPlainScanStopsAtLeaseEnd(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
+	clock := &fakeLeaseClock{}
+	clock.n.Store(int64(1000 * time.Hour))
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "ps", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 64*3)
+	n := 0
+	var last error
+	for row, err := range tb.ScanAll(ctx) {
+		if err != nil {
+			last = err
+			break
+		}
+		n++
+		if row.ID == ids[0] {
+			clock.n.Add(int64(46 * time.Minute)) // the lease ran out while the loop works
+		}
+	}
+	require.ErrorIs(t, last, ErrLeaseExpired)
+	require.LessOrEqual(t, n, 64, "rows of later pages served after the lease ran out")
+}
