@@ -59,7 +59,8 @@
 // renews every quarter lease; the node stops serving a table (reads included) at three
 // quarters of a lease without renewal. The lease clock (monotonic) is read once per table when
 // a transaction first touches it and once per table at its commit, read-only or not (all its
-// reads were then served under a live lease), and once per Table.Get: never once per row.
+// reads were then served under a live lease), once per Table.Get, and once per page of a
+// Table.Scan (which has no commit to check at): never once per row.
 // Another node is granted the table only after the lease
 // has expired or been released: Close releases (after its last batch is durable), so the next
 // node, with any owner id, gets the tables at once. Each Open picks a random incarnation, sent

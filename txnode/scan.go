@@ -184,6 +184,10 @@ func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) 
 func (tx *Tx) scanPage(t *tableState, page uint64, m *frameMeta, lo, hi uint64, record bool, out []byte, yield func(Row, error) bool) (bool, error) {
 	if record {
 		tx.pageReads = append(tx.pageReads, pageRec{m: m, ver: m.pageVer.Load()})
+	} else if err := t.serving(); err != nil {
+		// A plain scan has no commit to check the lease at: it reads the lease clock once
+		// per page, so it stops serving within a page of the lease's end.
+		return false, err
 	}
 	r := t.rowBytes
 	versions, rows := frameWords(m, r)

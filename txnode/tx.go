@@ -312,8 +312,8 @@ func (tx *Tx) serving(t *tableState) error {
 }
 
 // leasesLive checks again, with one clock read each, the lease of every table the
-// transaction touched (a read-only commit: its reads are served under a live lease only if
-// it still holds when they are validated).
+// transaction touched, written or only read: its reads are served under a live lease only if
+// it still holds when they are validated.
 func (tx *Tx) leasesLive() error {
 	for _, t := range tx.leased {
 		if err := t.serving(); err != nil {
@@ -601,14 +601,13 @@ func (tx *Tx) commit() (commitWait, error) {
 			tx.wIndex[rowKey{w.t.id, w.id}] = int32(i)
 		}
 	}
+	// The lease once per table touched, read on the clock now: the tables written and the
+	// tables only read (reads of a table whose lease ran out since its first touch came from
+	// a cache another owner may have outdated; validation cannot see that).
+	if err := tx.leasesLive(); err != nil {
+		return commitWait{}, err
+	}
 	for i := range tx.writes {
-		// The lease once per table (the writes are sorted by table), read on the clock now.
-		if t := tx.writes[i].t; i == 0 || t != tx.writes[i-1].t {
-			if err := t.serving(); err != nil {
-				tx.unlockAll()
-				return commitWait{}, err
-			}
-		}
 		if err := tx.lockRow(&tx.writes[i]); err != nil {
 			tx.unlockAll()
 			return commitWait{}, err
