@@ -42,9 +42,9 @@ type remoteStore struct {
 }
 
 // remoteCommit is a batch in flight, kept until acknowledged so it can be sent again. It is
-// pooled: one that ended normally (finish) is reused once it has left the queue and its done
-// has returned (popped and doneCalled, under mu); one failed by Close or giveUp is dropped, as
-// a late reply could still name it.
+// pooled: one that ended normally (finish) is reused once it has left the queue, its done has
+// returned and no send of it is running (popped, doneCalled, sends == 0, under mu); one failed
+// by Close or giveUp is dropped, as a late reply could still name it.
 type remoteCommit struct {
 	s    *remoteStore
 	msg  sgio.Commit
@@ -54,6 +54,7 @@ type remoteCommit struct {
 	fin  bool
 
 	popped, doneCalled bool
+	sends              int // calls of send on it running now (under mu): a Send still reads msg
 }
 
 var remoteCommitPool sync.Pool // of *remoteCommit; New is set in init (recycle refers to the pool)
@@ -276,9 +277,12 @@ func (s *remoteStore) resendInFlight(nc *sgio.Client, g uint64) int {
 			s.mu.Unlock()
 			return resent
 		}
+		for _, rc := range round {
+			rc.sends++
+		}
 		s.mu.Unlock()
 		for _, rc := range round {
-			s.send(nc, g, rc)
+			s.sendTracked(nc, g, rc)
 		}
 		resent += len(round)
 	}
@@ -512,11 +516,23 @@ func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
 	c, gen, dialing := s.conn, s.gen, s.dialing
 	if !dialing {
 		rc.gen = gen
+		rc.sends++
 	}
 	s.mu.Unlock()
 	if !dialing {
-		s.send(c, gen, rc) // otherwise the reconnect sends it, after the older ones
+		s.sendTracked(c, gen, rc) // otherwise the reconnect sends it, after the older ones
 	}
+}
+
+// sendTracked is send of a batch whose sends count the caller raised under mu: until it is
+// lowered again the batch is not recycled, even if a reconnect resent it and it was
+// acknowledged meanwhile (this Send may still be reading its message).
+func (s *remoteStore) sendTracked(c *sgio.Client, gen uint64, rc *remoteCommit) {
+	s.send(c, gen, rc)
+	s.mu.Lock()
+	rc.sends--
+	rc.maybeRecycle()
+	s.mu.Unlock()
 }
 
 // send writes rc on connection gen; a broken connection leaves it for the reconnect.
@@ -558,17 +574,21 @@ func (s *remoteStore) finish(rc *remoteCommit, lsn uint64, err error) {
 	rc.done(lsn, err)
 	s.mu.Lock()
 	rc.doneCalled = true
-	if rc.popped {
-		rc.recycle()
-	}
+	rc.maybeRecycle()
 	s.mu.Unlock()
 }
 
-// popped marks a batch that left the queue, recycling it if its done has returned. Caller
+// popped marks a batch that left the queue, recycling it if nothing else uses it. Caller
 // holds s.mu.
 func popped(rc *remoteCommit) {
 	rc.popped = true
-	if rc.doneCalled {
+	rc.maybeRecycle()
+}
+
+// maybeRecycle recycles rc once it has left the queue, its done has returned and no send of
+// it is running. Caller holds s.mu.
+func (rc *remoteCommit) maybeRecycle() {
+	if rc.popped && rc.doneCalled && rc.sends == 0 {
 		rc.recycle()
 	}
 }
