@@ -80,6 +80,7 @@ func (e *Engine) recover() error {
 	e.replaying = true
 	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
 		Sync:           wal.SyncMode(e.opts.Sync),
+		Gather:         e.opts.WALGather,
 		SegmentBytes:   e.opts.WALSegmentBytes,
 		MaxQueueBytes:  64 << 20,
 		After:          e.ckptLSN,

@@ -48,7 +48,7 @@ func BenchmarkAppendVariants(b *testing.B) {
 	}{
 		{"default", Options{}, benchPayloads},
 		{"noyield", Options{noYield: true}, benchPayloads[:1]},
-		{"nogather", Options{GatherWait: -1}, benchPayloads[:1]},
+		{"gather", Options{Gather: true}, benchPayloads[:1]},
 		{"noprealloc", Options{noPreallocate: true}, benchPayloads},
 	}
 	for _, mode := range []SyncMode{SyncAlways, SyncNone} {

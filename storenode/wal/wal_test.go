@@ -353,14 +353,14 @@ func TestCallbackReentry(t *testing.T) {
 	require.Equal(t, []rec{{1, 1, []byte{}}, {2, 2, []byte{}}}, got)
 }
 
-// With SyncAlways the writer gathers: after a synced group it waits (bounded by GatherWait)
+// With SyncAlways and Gather the writer gathers: after a synced group it waits (bounded by GatherWait)
 // for the group's appenders to append again, so one sync covers them and the records that
 // queued during the previous sync. Record 1 is synced alone while 2-4 queue; its appender is
 // back with record 5, and 2-5 go in one group. Without gathering, 2-4 are cut at once and 5
 // needs a third group and sync.
 func TestGroupGathersReturningAppenders(t *testing.T) {
 	fs := vfs.NewFaultFS()
-	w, _ := mustOpen(t, fs, Options{GatherWait: time.Minute}) // never reached: 4 records come
+	w, _ := mustOpen(t, fs, Options{Gather: true, GatherWait: time.Minute}) // never reached: 4 records come
 	defer w.Close()
 	entered, release := blockSyncs(fs)
 	acked := make(chan uint64, 8)
@@ -396,7 +396,7 @@ func TestGroupGathersReturningAppenders(t *testing.T) {
 // and Close cut the wait short.
 func TestGroupGatherBounded(t *testing.T) {
 	fs := vfs.NewFaultFS()
-	w, _ := mustOpen(t, fs, Options{GatherWait: time.Millisecond})
+	w, _ := mustOpen(t, fs, Options{Gather: true, GatherWait: time.Millisecond})
 	entered, release := blockSyncs(fs)
 	acked := make(chan error, 8)
 	done := func(_ uint64, err error) { acked <- err }
@@ -411,7 +411,7 @@ func TestGroupGatherBounded(t *testing.T) {
 	// the next group waits for a third record that never comes.
 	for _, end := range []string{"sync", "close"} {
 		fs2 := vfs.NewFaultFS()
-		w2, _ := mustOpen(t, fs2, Options{GatherWait: time.Hour})
+		w2, _ := mustOpen(t, fs2, Options{Gather: true, GatherWait: time.Hour})
 		entered, release := blockSyncs(fs2)
 		require.NoError(t, w2.AppendAsync(1, [][]byte{payloadOf(1)}, false, done))
 		<-entered

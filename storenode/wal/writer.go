@@ -105,7 +105,7 @@ func (w *WAL) gather() {
 // sync gathers nothing.
 func (w *WAL) setGather(n, queued int, syncTime time.Duration) {
 	w.gatherTarget, w.gatherWait = 0, 0
-	if syncTime == 0 || n == 0 || w.opts.GatherWait < 0 {
+	if syncTime == 0 || n == 0 || !w.opts.Gather {
 		return
 	}
 	w.gatherTarget = n + queued
