@@ -3,7 +3,9 @@ package server
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -29,13 +31,70 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 			return false
 		}
 	}
-	segs := make([]sgio.Segment, len(m.Wants))
-	rows, ok := s.srv.eng.ReadCached(s.owner, m.Wants, segs, nil)
+	n := len(m.Wants)
+	segs := s.inlineSegs
+	if cap(segs) < n {
+		segs = make([]sgio.Segment, n)
+		if n <= readWantsKeep {
+			s.inlineSegs = segs
+		}
+	}
+	segs = segs[:n]
+	buf := getRowBuf()
+	rows, ok := s.srv.eng.ReadCached(s.owner, m.Wants, segs, (*buf)[:0])
 	if !ok {
+		clear(segs)
+		putRowBuf(buf)
 		return false
 	}
-	s.reply(id, &sgio.Segments{Segments: segs}, rows, false)
+	*buf = rows
+	s.inlineReply.Segments = segs
+	s.reply(id, &s.inlineReply, buf, false) // encoded (headers copied, rows gathered) before it returns
+	s.inlineReply.Segments = nil
+	clear(segs) // drop the references to the rows: the reply owns buf now
 	return true
+}
+
+// readWantsKeep bounds the wants of the loop's reused ReadPages and segments: a larger request
+// gets slices of its own, dropped once answered.
+const readWantsKeep = 64
+
+// ownedRead copies the loop's ReadPages for a read that leaves the loop (the loop parses the
+// next request into loopRead).
+func (s *session) ownedRead() *sgio.ReadPages {
+	return &sgio.ReadPages{Wants: slices.Clone(s.loopRead.Wants)}
+}
+
+// trimLoopRead drops the wants of a large ReadPages once it is handled, so the loop keeps at
+// most readWantsKeep of them between requests.
+func (s *session) trimLoopRead() {
+	if cap(s.loopRead.Wants) > readWantsKeep {
+		s.loopRead.Wants = nil
+	}
+}
+
+// rowBufs pools the buffers that the rows of Segments replies live in until written
+// (session.pendingKeep).
+var rowBufs sync.Pool // *[]byte
+
+// rowBufKeepMax bounds the buffers kept in the pool.
+const rowBufKeepMax = 1 << 20
+
+// getRowBuf returns an empty pooled buffer.
+func getRowBuf() *[]byte {
+	if p, ok := rowBufs.Get().(*[]byte); ok {
+		return p
+	}
+	b := make([]byte, 0, 4096)
+	return &b
+}
+
+// putRowBuf gives back a buffer of getRowBuf once nothing references its bytes.
+func putRowBuf(p *[]byte) {
+	if cap(*p) <= rowBufKeepMax {
+		*p = (*p)[:0]
+		rowBufs.Put(p)
+	}
 }
 
 // readRequest is a read of the slow path, counted in flight.
@@ -97,7 +156,7 @@ func (s *session) replySizeBound(m sgio.Message) int64 {
 // wanted rows that exist. The rows are gathered into one buffer that the reply keeps until it
 // is written; it is sized by the rows that exist, not the rows asked for, so a request for an
 // empty range costs its segment headers only.
-func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
+func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, *[]byte, error) {
 	rowsSize, err := s.srv.eng.PresentRowsSize(m.Wants)
 	if err != nil {
 		return nil, nil, err
@@ -108,15 +167,18 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
 	}
 	reply := &sgio.Segments{Segments: make([]sgio.Segment, len(m.Wants))}
-	rows := make([]byte, 0, rowsSize)
+	buf := getRowBuf()
+	rows := slices.Grow((*buf)[:0], rowsSize)
 	for i, w := range m.Wants {
 		rb, err := s.srv.tableRowBytes(w.Table)
 		if err != nil {
+			putRowBuf(buf)
 			return nil, nil, err
 		}
 		start := len(rows)
 		data, clear, out, err := s.srv.eng.ReadRowsAs(s.owner, w.Table, w.Page, w.Want, rows)
 		if err != nil {
+			putRowBuf(buf)
 			return nil, nil, err
 		}
 		rows = out
@@ -125,10 +187,12 @@ func (s *session) readPages(m *sgio.ReadPages) (sgio.Message, []byte, error) {
 	}
 	if size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + len(rows); size > int(s.replyMax) {
 		// Rows were inserted since they were counted.
+		putRowBuf(buf)
 		return nil, nil, fmt.Errorf("storenode: ReadPages of %d pages answers %d bytes, the client accepts %d: %w",
 			len(m.Wants), size, s.replyMax, sgio.ErrFrameTooLarge)
 	}
-	return reply, rows, nil
+	*buf = rows
+	return reply, buf, nil
 }
 
 // reserveRoom waits, on a request goroutine, until the session's replies held (produced,
