@@ -60,7 +60,7 @@ type session struct {
 	needBytes   int                       // a frame of this many bytes is incomplete: wait until they are buffered
 	paused      bool                      // the last turn stopped early (turnReplyMaxBytes); bytes remain
 	commitStart bool                      // a commit of this turn needs the commit goroutine started
-	turnReads   []readRequest             // the slow-path reads of the current turn, for one goroutine
+	turnReads   *readTurn                 // the slow-path reads of the current turn, for one goroutine; nil when none
 	turnNow     int64                     // the engine's clock in this turn, UnixNano; 0 until read
 	refusal     error                     // why admission refused the connection, nil when admitted
 	linger      bool                      // a refused connection is kept open to be told why
@@ -312,11 +312,10 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 	s.mu.Unlock()
 	defer func() {
 		s.startCommits()
-		if len(s.turnReads) > 0 {
-			reads := s.turnReads
+		if t := s.turnReads; t != nil {
 			s.turnReads = nil
 			s.srv.workers.Add(1)
-			go s.runReads(reads)
+			go t.run() // a method value made with the pooled turn: no closure
 		}
 		s.mu.Lock()
 		s.inLoop = false
@@ -485,10 +484,11 @@ func (s *session) handle(f sgio.Frame) bool {
 			s.queueRelease(readBytes)
 			return true
 		}
+		t := s.turn()
 		if f.Type == sgio.TypeReadPages {
-			m = s.ownedRead()
+			m = t.ownedRead(&s.loopRead)
 		}
-		s.turnReads = append(s.turnReads, readRequest{f.ID, m, readBytes})
+		t.reads = append(t.reads, readRequest{f.ID, m, readBytes})
 		return true
 	}
 	if !s.begin(f.ID) {

@@ -68,3 +68,23 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	require.LessOrEqual(t, wants, readWantsKeep, "the loop's ReadPages keeps a large read's wants")
 	require.LessOrEqual(t, inline, readWantsKeep)
 }
+
+// TestReadTurnReleaseBounded: a pooled turn goes back without what a large turn grew.
+func TestReadTurnReleaseBounded(t *testing.T) {
+	turn := &readTurn{reads: make([]readRequest, 0, 1000), reply: sgio.Segments{Segments: make([]sgio.Segment, 1000)}}
+	for range 100 {
+		turn.msgs = append(turn.msgs, &sgio.ReadPages{Wants: make([]sgio.PageWant, 1000)})
+	}
+	turn.used = len(turn.msgs)
+	turn.run = turn.runReads // release pools it: as turn() makes them
+	msgs := turn.msgs
+	turn.release()
+	require.Nil(t, turn.s)
+	require.Zero(t, turn.used)
+	require.LessOrEqual(t, cap(turn.reads), readTurnKeep)
+	require.LessOrEqual(t, len(turn.msgs), readTurnKeep)
+	require.LessOrEqual(t, cap(turn.reply.Segments), readWantsKeep)
+	for _, m := range msgs[:readTurnKeep] {
+		require.LessOrEqual(t, cap(m.Wants), readWantsKeep)
+	}
+}
