@@ -55,6 +55,20 @@
 // has completed (gnet has written or copied the bytes, which it does before its AsyncWritev
 // callback runs); only then is the Writer reset.
 //
+// # Allocations
+//
+// The cached read and the commit paths allocate nothing of the server's own once warm
+// (alloc_test.go guards them through a loopback connection): the loop parses a ReadPages into
+// the session's reused message and answers it inline with the session's segments (a read
+// that leaves the loop takes a copy into its turn's pooled readTurn, which also holds the
+// turn's read list and reply); the rows of a Segments reply live in a pooled buffer
+// (getRowBuf) that the session gives back once the write carrying them has completed; commit
+// bodies and the engine's acknowledgement callbacks (commitAck) are pooled; the commit
+// goroutine, the async write's callback and gnet's runnable are method values made once per
+// session or connection. The reused slices are bounded (commitSegmentsKeep, readWantsKeep, readTurnKeep):
+// a large request's are dropped once it is handled. gnet's Execute allocates two objects per
+// reply written from a goroutine; nothing on the server's side can avoid them.
+//
 // # Limits
 //
 // Frames are length-checked before anything is allocated or waited for (a 4 GiB length header

@@ -187,7 +187,7 @@ func (h *gnetHandler) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		h.once.Do(func() { close(h.ready) })
 		return nil, gnet.Close
 	}
-	if !sess.attach(&gnetTransport{c: c, sess: sess}) {
+	if !sess.attach(newGnetTransport(c, sess)) {
 		return nil, gnet.Close // evicted before it reached the loop
 	}
 	refusal, linger := sess.refusal, sess.linger
@@ -236,6 +236,18 @@ func (h *gnetHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 type gnetTransport struct {
 	c    gnet.Conn
 	sess *session
+	// The async write in progress (at most one: the session's busy flag), set by writeAsync
+	// under the session's lock and read by runAsync on the loop: Execute's queue orders the
+	// two, and the next writeAsync comes only after done ran.
+	bufs   [][]byte
+	done   func(error)
+	runner gnet.Runnable // gnet.RunnableFunc(t.runAsync), made once
+}
+
+func newGnetTransport(c gnet.Conn, sess *session) *gnetTransport {
+	t := &gnetTransport{c: c, sess: sess}
+	t.runner = gnet.RunnableFunc(t.runAsync)
+	return t
 }
 
 // writeLoop writes on the event loop: synchronous, the bytes are written or copied into gnet's
@@ -266,16 +278,28 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 
 // writeAsync hands bufs to the event loop, which writes them as writeLoop does (the bound is
 // checked there, before the bytes are queued); done runs there once they are written or
-// copied.
+// copied. gnet's Execute allocates its own task closure and queue node (two objects per
+// call; every gnet API that reaches the loop from another goroutine does: AsyncWritev, Wake,
+// Execute); nothing else here allocates.
 func (t *gnetTransport) writeAsync(bufs [][]byte, done func(error)) error {
-	return t.c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		if t.sess.isClosedNow() {
-			done(net.ErrClosed) // OnClose ran: the connection (and maybe its fd) is gone
-			return nil
-		}
-		done(t.writeLoop(bufs))
+	t.bufs, t.done = bufs, done
+	err := t.c.EventLoop().Execute(context.Background(), t.runner)
+	if err != nil {
+		t.bufs, t.done = nil, nil
+	}
+	return err
+}
+
+// runAsync is the async write on the loop.
+func (t *gnetTransport) runAsync(context.Context) error {
+	bufs, done := t.bufs, t.done
+	t.bufs, t.done = nil, nil
+	if t.sess.isClosedNow() {
+		done(net.ErrClosed) // OnClose ran: the connection (and maybe its fd) is gone
 		return nil
-	}))
+	}
+	done(t.writeLoop(bufs))
+	return nil
 }
 
 // wake asks the event loop for another OnTraffic turn on the bytes already buffered.

@@ -60,7 +60,7 @@ type session struct {
 	needBytes   int                       // a frame of this many bytes is incomplete: wait until they are buffered
 	paused      bool                      // the last turn stopped early (turnReplyMaxBytes); bytes remain
 	commitStart bool                      // a commit of this turn needs the commit goroutine started
-	turnReads   []readRequest             // the slow-path reads of the current turn, for one goroutine
+	turnReads   *readTurn                 // the slow-path reads of the current turn, for one goroutine; nil when none
 	turnNow     int64                     // the engine's clock in this turn, UnixNano; 0 until read
 	refusal     error                     // why admission refused the connection, nil when admitted
 	linger      bool                      // a refused connection is kept open to be told why
@@ -76,8 +76,8 @@ type session struct {
 	pending         sgio.Writer // replies not yet handed to the transport
 	sending         sgio.Writer // the write in progress
 	pendingCounted  int         // in-flight requests answered in pending
-	pendingKeep     [][]byte    // reply buffers to release once pending is written
-	sendingKeep     [][]byte
+	pendingKeep     []*[]byte   // pooled reply buffers (getRowBuf) to release once pending is written
+	sendingKeep     []*[]byte
 	busy            bool          // a write is in progress
 	wantWake        bool          // the loop paused for the write in progress: wake it when done
 	room            chan struct{} // closed (and dropped) when a write finished or the session closed: reserveRoom's wake-up; nil when nobody waits
@@ -89,10 +89,24 @@ type session struct {
 	reserved        int64           // reply bytes reserved by replies being built (reserveRoom)
 	heldPeak        int64           // the most reply bytes held (pending, sending, reserved) at once; tests read it
 	committing      bool            // the commit goroutine runs
+	asyncCounted    int             // in-flight requests answered by the async write in progress
 	authTimer       *time.Timer
 	idleTimer       *time.Timer
 
 	backup backupConn // the connection's online backup (server_backup.go)
+
+	// Made once (newSession), so that the hot paths allocate no closure.
+	commitLoopFn func()      // s.commitLoop
+	asyncDoneFn  func(error) // s.asyncWriteDone: the transport's writeAsync callback
+	// The commit goroutine's own, reused from one run to the next (commitLoop).
+	commitBatch storenode.Batch
+	commitQueue []commitRequest
+	// The loop's own, reused per request: a ReadPages is parsed into loopRead (a read that
+	// leaves the loop takes a copy, readRequest owns its message) and answered inline with
+	// inlineSegs in inlineReply, which the Writer has encoded before reply returns.
+	loopRead    sgio.ReadPages
+	inlineSegs  []sgio.Segment
+	inlineReply sgio.Segments
 }
 
 type sessionState uint8
@@ -145,6 +159,7 @@ var connTokens atomic.Uint64
 
 func (s *Server) newSession(tr transport, remote string) *session {
 	sess := &session{srv: s, tr: tr, id: connTokens.Add(1), remote: remote}
+	sess.commitLoopFn, sess.asyncDoneFn = sess.commitLoop, sess.asyncWriteDone
 	sess.lastActive.Store(time.Now().UnixNano())
 	return sess
 }
@@ -226,6 +241,9 @@ func (s *session) markClosedLocked() {
 	s.pending.Reset()
 	s.endRequests(s.pendingCounted)
 	s.pendingCounted = 0
+	for _, b := range s.pendingKeep {
+		putRowBuf(b) // nothing references it: pending was reset
+	}
 	s.pendingKeep = nil
 }
 
@@ -294,11 +312,10 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 	s.mu.Unlock()
 	defer func() {
 		s.startCommits()
-		if len(s.turnReads) > 0 {
-			reads := s.turnReads
+		if t := s.turnReads; t != nil {
 			s.turnReads = nil
 			s.srv.workers.Add(1)
-			go s.runReads(reads)
+			go t.run() // a method value made with the pooled turn: no closure
 		}
 		s.mu.Lock()
 		s.inLoop = false
@@ -436,7 +453,13 @@ func (s *session) handle(f sgio.Frame) bool {
 			return true
 		}
 	}
-	m := sgio.NewMessage(f.Type)
+	var m sgio.Message
+	if f.Type == sgio.TypeReadPages {
+		m = &s.loopRead // the loop's own: copied if the read leaves the loop (ownedRead)
+		defer s.trimLoopRead()
+	} else {
+		m = sgio.NewMessage(f.Type)
+	}
 	if err := m.Parse(f.Body); err != nil {
 		s.srv.counters.rejectedFrames.Add(1)
 		s.replyError(f.ID, err, false)
@@ -461,7 +484,11 @@ func (s *session) handle(f sgio.Frame) bool {
 			s.queueRelease(readBytes)
 			return true
 		}
-		s.turnReads = append(s.turnReads, readRequest{f.ID, m, readBytes})
+		t := s.turn()
+		if f.Type == sgio.TypeReadPages {
+			m = t.ownedRead(&s.loopRead)
+		}
+		t.reads = append(t.reads, readRequest{f.ID, m, readBytes})
 		return true
 	}
 	if !s.begin(f.ID) {
@@ -636,17 +663,20 @@ func (s *session) run(id uint64, m sgio.Message) {
 
 // replyReserved queues the reply to a counted request (an Error reply when err is set) and
 // gives back its reservation of reserveRoom, under one lock.
-func (s *session) replyReserved(id uint64, reply sgio.Message, keep []byte, err error, size int64) {
+func (s *session) replyReserved(id uint64, reply sgio.Message, keep *[]byte, err error, size int64) {
 	if err != nil {
 		r := sgio.NewErrorReply(err)
 		r.Message = s.srv.scrubPaths(r.Message)
+		if keep != nil {
+			putRowBuf(keep)
+		}
 		reply, keep = r, nil
 	}
 	s.replyThen(id, reply, keep, true, false, size)
 }
 
 // exec executes a request other than Commit. keep is a buffer the reply's rows live in.
-func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err error) {
+func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err error) {
 	e := s.srv.eng
 	switch m := m.(type) {
 	case *sgio.Ping:
@@ -735,7 +765,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep []byte, err err
 }
 
 // fits checks that a reply fits the client's body limit.
-func (s *session) fits(m sgio.Message) (sgio.Message, []byte, error) {
+func (s *session) fits(m sgio.Message) (sgio.Message, *[]byte, error) {
 	if size := m.BodySize(); size > int(s.replyMax) {
 		return nil, nil, fmt.Errorf("storenode: %v reply of %d bytes, the client accepts %d: %w", m.Type(), size, s.replyMax, sgio.ErrFrameTooLarge)
 	}
@@ -770,8 +800,9 @@ func (s *session) replyError(id uint64, err error, counted bool) {
 
 // reply queues a reply and starts a write unless one is in progress or the loop will write
 // at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
-// the reply's rows live in, kept until the write is done. Any goroutine may call it.
-func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
+// the reply's rows live in (pooled: getRowBuf), kept until the write is done, then put back.
+// Any goroutine may call it.
+func (s *session) reply(id uint64, m sgio.Message, keep *[]byte, counted bool) {
 	s.replyThen(id, m, keep, counted, false, 0)
 }
 
@@ -779,7 +810,7 @@ func (s *session) reply(id uint64, m sgio.Message, keep []byte, counted bool) {
 // the reply, under one lock, so no other write's completion can close first); release gives
 // back a reservation of reserveRoom under the same lock as the reply is queued, so the reply's
 // bytes are never counted twice.
-func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, closeAfter bool, release int64) {
+func (s *session) replyThen(id uint64, m sgio.Message, keep *[]byte, counted, closeAfter bool, release int64) {
 	s.mu.Lock()
 	if closeAfter {
 		s.closeAfterWrite = true
@@ -790,6 +821,9 @@ func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, clo
 	}
 	if s.isClosed {
 		s.mu.Unlock()
+		if keep != nil {
+			putRowBuf(keep)
+		}
 		if counted {
 			s.endRequests(1)
 		}
@@ -810,11 +844,25 @@ func (s *session) replyThen(id uint64, m sgio.Message, keep []byte, counted, clo
 		return
 	}
 	bufs, counted2 := s.takePendingLocked()
-	err := s.tr.writeAsync(bufs, func(err error) { s.writeDone(counted2, err, true) })
+	s.asyncCounted = counted2 // one write at a time (busy): asyncWriteDone takes it
+	err := s.tr.writeAsync(bufs, s.asyncDoneFn)
+	if err != nil {
+		s.asyncCounted = 0
+	}
 	s.mu.Unlock()
 	if err != nil {
 		s.writeDone(counted2, err, false)
 	}
+}
+
+// asyncWriteDone is writeAsync's callback, on the loop: it ends the write in progress with
+// the requests its replies answered.
+func (s *session) asyncWriteDone(err error) {
+	s.mu.Lock()
+	counted := s.asyncCounted
+	s.asyncCounted = 0
+	s.mu.Unlock()
+	s.writeDone(counted, err, true)
 }
 
 // takePendingLocked moves pending to sending and marks a write in progress. Caller holds mu.
@@ -833,6 +881,9 @@ func (s *session) takePendingLocked() (bufs [][]byte, counted int) {
 func (s *session) writeDone(counted int, err error, onLoop bool) {
 	s.mu.Lock()
 	s.sending.Reset()
+	for _, b := range s.sendingKeep {
+		putRowBuf(b) // written or copied: nothing references it now
+	}
 	clear(s.sendingKeep)
 	s.sendingKeep = s.sendingKeep[:0]
 	s.busy = false

@@ -72,20 +72,28 @@ func (s *session) startCommits() {
 	if s.commitStart {
 		s.commitStart = false
 		s.srv.workers.Add(1)
-		go s.commitLoop()
+		go s.commitLoopFn() // a method value made once (newSession): no closure per start
 	}
 }
 
-// commitLoop is the connection's commit goroutine: it runs while commits are queued.
+// commitLoop is the connection's commit goroutine: it runs while commits are queued. At most
+// one runs per session (committing), so it owns the session's commitBatch and commitQueue
+// while it runs: their slices are reused from one run to the next.
 func (s *session) commitLoop() {
 	defer s.srv.workers.Done()
-	var b storenode.Batch
-	var queue []commitRequest
+	b := &s.commitBatch
+	s.mu.Lock()
+	queue := s.commitQueue
+	s.mu.Unlock()
 	for {
 		s.mu.Lock()
 		if len(s.commits) == 0 {
 			s.committing = false
-			s.commits = queue[:0] // reuse the drained slice
+			s.commits, s.commitQueue = queue[:0], s.commits[:0] // reuse both drained slices
+			if cap(b.Segments) > commitSegmentsKeep || cap(b.Fences) > commitSegmentsKeep {
+				// A large batch's slices are not kept for the session's life.
+				b.Segments, b.Fences = nil, nil
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -94,14 +102,20 @@ func (s *session) commitLoop() {
 		// One connection's batches are one owner's (checkOwner): submitted in seq order, a
 		// batch that arrived after a gap it fills goes first, instead of waiting behind the
 		// gap (Engine.Commit blocks on a gap for up to SeqGapWait).
-		slices.SortStableFunc(queue, func(a, b commitRequest) int { return cmp.Compare(a.seq, b.seq) })
+		slices.SortStableFunc(queue, compareSeq)
 		s.renew()
 		for i := range queue {
-			s.commitOne(&b, queue[i])
+			s.commitOne(b, queue[i])
 			queue[i] = commitRequest{}
 		}
 	}
 }
+
+// commitSegmentsKeep bounds the segments and fences of the session's reused Batch kept
+// between runs of its commit goroutine (a 16 MiB body may carry hundreds of thousands).
+const commitSegmentsKeep = 256
+
+func compareSeq(a, b commitRequest) int { return cmp.Compare(a.seq, b.seq) }
 
 // commitOne submits one batch. The engine does not retain the batch or its rows once Commit
 // returns, so the body goes back to the pool then; the reply is sent when the engine reports
@@ -136,15 +150,44 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 		b.Segments = append(b.Segments, storenode.Segment{Table: seg.Table,
 			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
 	}
-	id, seq := req.id, v.Seq
-	s.srv.eng.Commit(b, func(lsn uint64, err error) {
-		if err != nil {
-			s.replyError(id, err, true)
-			return
-		}
-		s.reply(id, &sgio.CommitAck{LSN: lsn, Seq: seq}, nil, true)
-	})
+	a := getCommitAck(s, req.id, v.Seq)
+	s.srv.eng.Commit(b, a.done)
 	clear(b.Segments) // drop the references to the body's rows
+}
+
+// commitAck is the engine's callback for one submitted batch (Engine.Commit's done), pooled:
+// its done is a method value made once with the object, and its CommitAck the reply, which
+// reply encodes into the session's Writer before it returns.
+type commitAck struct {
+	s    *session
+	id   uint64
+	ack  sgio.CommitAck
+	done func(lsn uint64, err error)
+}
+
+var commitAcks sync.Pool // *commitAck
+
+func getCommitAck(s *session, id, seq uint64) *commitAck {
+	a, _ := commitAcks.Get().(*commitAck)
+	if a == nil {
+		a = &commitAck{}
+		a.done = a.finish
+	}
+	a.s, a.id, a.ack = s, id, sgio.CommitAck{Seq: seq}
+	return a
+}
+
+// finish replies to the batch's Commit, then goes back to the pool; it runs once, on the
+// WAL's goroutine or the commit goroutine (Engine.Commit), and never blocks.
+func (a *commitAck) finish(lsn uint64, err error) {
+	if err != nil {
+		a.s.replyError(a.id, err, true)
+	} else {
+		a.ack.LSN = lsn
+		a.s.reply(a.id, &a.ack, nil, true)
+	}
+	*a = commitAck{done: a.done}
+	commitAcks.Put(a)
 }
 
 // checkRowSize checks that a segment's row size is its table's, clear-only segments
