@@ -370,7 +370,7 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 		_, err := c.Acquire(ti.ID, testOwner, g.Epoch)
 		require.ErrorIs(t, err, ErrFenced)
 		c.Renew(testOwner)
-		clock.advance(15 * time.Second)
+		clock.Advance(15 * time.Second)
 	}
 	other := uint64(testOwner + 1)
 	g2, err := c.Acquire(ti.ID, other, 0)

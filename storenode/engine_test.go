@@ -155,7 +155,7 @@ func TestFencing(t *testing.T) {
 	requireGranted(t, e, info.ID, 1, g1.Epoch)
 	_, err = e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
-	now.advance(DefaultLeaseDuration + 1)
+	now.Advance(DefaultLeaseDuration + 1)
 	g2, err := e.Acquire(info.ID, 2, 0)
 	require.NoError(t, err)
 	requireGranted(t, e, info.ID, 2, g2.Epoch)

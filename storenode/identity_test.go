@@ -189,10 +189,10 @@ func TestOwnersTableBounded(t *testing.T) {
 	_, err = e.CommitWait(batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
 	require.NoError(t, err)
 
-	clock.advance(30 * time.Minute)
+	clock.Advance(30 * time.Minute)
 	require.NoError(t, e.Checkpoint())
 	require.Equal(t, 2, e.Stats().Owners, "owner 5 idle for less than OwnerExpiry")
-	clock.advance(31 * time.Minute)
+	clock.Advance(31 * time.Minute)
 	_, err = e.CommitWait(batchOf(6, 2, info.ID, gb.Epoch, oneRow(info.ID, 3, row64(3))))
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
@@ -228,7 +228,7 @@ func TestDropTableNeedsLease(t *testing.T) {
 	require.ErrorIs(t, err, ErrTableOwned)
 	require.NotContains(t, err.Error(), "owner 1")
 	require.NoError(t, e.DropTable("a", 1), "the holder drops it")
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	require.NoError(t, e.DropTable("b", 2), "no live owner")
 }
 

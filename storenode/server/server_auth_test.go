@@ -57,7 +57,7 @@ func TestReplacedConnectionCannotDrop(t *testing.T) {
 	e := openTest(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, Now: clock.Now})
 	old, fresh := storenode.Incarnation{1}, storenode.Incarnation{2}
 	require.NoError(t, e.Connect(5, old, 1, func() {}))
-	clock.advance(e.LeaseDuration()) // the old incarnation falls silent for a lease
+	clock.Advance(e.LeaseDuration()) // the old incarnation falls silent for a lease
 	require.NoError(t, e.Connect(5, fresh, 2, func() {}))
 	ti, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestLapsedConnectionHoldsUntilClaimed(t *testing.T) {
 	var clock fakeClock
 	e := openTest(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, Now: clock.Now})
 	require.NoError(t, e.Connect(5, storenode.Incarnation{1}, 1, func() {}))
-	clock.advance(2 * e.LeaseDuration())
+	clock.Advance(2 * e.LeaseDuration())
 	require.True(t, e.HoldsIdent(5, 1), "lapsed, not claimed: still its")
 	require.NoError(t, e.Connect(5, storenode.Incarnation{2}, 2, func() {}))
 	require.False(t, e.HoldsIdent(5, 1), "claimed by another incarnation")

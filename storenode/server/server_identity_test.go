@@ -43,10 +43,10 @@ func TestServerOwnerIncarnation(t *testing.T) {
 
 	// Silent for less than a lease: still refused; after a lease of silence: B gets in, and
 	// A's connection is closed.
-	clock.advance(storenode.DefaultLeaseDuration / 2)
+	clock.Advance(storenode.DefaultLeaseDuration / 2)
 	_, err = env.tryDial(9, withIncarnation(0xb))
 	require.ErrorIs(t, err, sgio.ErrOwnerInUse)
-	clock.advance(storenode.DefaultLeaseDuration)
+	clock.Advance(storenode.DefaultLeaseDuration)
 	b := env.dial(9, withIncarnation(0xb))
 	select {
 	case <-a2.Done():

@@ -387,7 +387,7 @@ func TestServerFencing(t *testing.T) {
 	err := b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &gb)
 	require.ErrorIs(t, err, sgio.ErrOwned)
 
-	clock.advance(storenode.DefaultLeaseDuration + time.Second)
+	clock.Advance(storenode.DefaultLeaseDuration + time.Second)
 	require.NoError(t, b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &gb))
 	require.Greater(t, gb.Epoch, ga.Epoch)
 
@@ -414,15 +414,15 @@ func TestServerLeaseRenewedByTraffic(t *testing.T) {
 	ctx := srvCtx(t)
 	ti, _ := srvTable(t, a, "renewed", 1)
 	for range 4 {
-		clock.advance(storenode.DefaultLeaseDuration * 3 / 4)
+		clock.Advance(storenode.DefaultLeaseDuration * 3 / 4)
 		require.NoError(t, a.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}))
 	}
 	// Three lease lengths later, A's lease still lives.
-	clock.advance(storenode.DefaultLeaseDuration / 2)
+	clock.Advance(storenode.DefaultLeaseDuration / 2)
 	err := b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &sgio.Grant{})
 	require.ErrorIs(t, err, sgio.ErrOwned)
 	// Without traffic it expires.
-	clock.advance(storenode.DefaultLeaseDuration)
+	clock.Advance(storenode.DefaultLeaseDuration)
 	require.NoError(t, b.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 2}, &sgio.Grant{}))
 }
 
