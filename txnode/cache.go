@@ -15,8 +15,10 @@ import (
 // The logical page cache: 64-row page frames under a hard byte budget.
 //
 // Each frame owns one []uint64 allocation: 64 row version words, then the page's rows. Its
-// metadata (key, masks, page version, pins, in-flight batches) are atomics in a frameMeta, in
-// chunks that never move, so lock-free readers can hold a frame id while frames are added.
+// metadata (key, masks, page version, pins) are atomics in a frameMeta, in chunks that never
+// move, so lock-free readers can hold a frame id while frames are added; beside each chunk's
+// metadata is its frames' flight record (frameFlight: which rows are in commit batches not yet
+// settled, off the hit path's cache line).
 // The Go pointers per frame are its memory's and, while it is in the page table, its slot's
 // two (metadata and memory, so a hit's row loads do not wait for the metadata); the rows
 // themselves are pointer-free, so the garbage collector scans three words per page.
@@ -28,11 +30,23 @@ import (
 //     and the fixed part (the chunk directory, sized from the budget, and the row-wait
 //     shards). Not counted: the pageCache struct itself and its slices of free and zombie
 //     frame ids (4 bytes per frame id).
-//   - A frame with pins > 0 (a running transaction, a pin set, a fetch), inflight > 0 (rows in
-//     a commit batch not yet acknowledged) or dirty != 0 (WriteBack rows not yet flushed) is
-//     never evicted. Only a pinned frame becomes dirty or in flight (the flusher marks a frame
-//     in flight before it clears its dirty bits), so the evictor checks again after it cleared
-//     the key: a pin that got in before then has committed and unpinned by the time it looks.
+//   - A frame with pins > 0 (a running transaction, a pin set, a fetch, the flusher's copy)
+//     or dirty != 0 (WriteBack rows not yet cut into an epoch) is never evicted. Only a pinned
+//     frame becomes dirty or in flight (the flusher pins a frame before it clears its dirty
+//     bits), so the evictor checks again after it cleared the key: a pin that got in before
+//     then has committed and unpinned by the time it looks.
+//   - A frame with rows in flight (in a commit batch not yet settled: acknowledged, or failed
+//     and retired) may be evicted: the batch owns a copy of its rows (pipeline.go) and never
+//     reads or writes the frame's memory after the copy. But the store answers reads ahead of
+//     queued commits, so the store may still hold older images of those rows: the evictor
+//     leaves a ghost (pageCache.ghosts: the page's highest version in flight and the slots of
+//     those rows), the page's next frame inherits it (frameFlight.ghostVer, ghostMask), and a
+//     fetch of any of those slots first waits until every batch up to ghostVer has settled
+//     (pipeline.waitSettled), so its read is sent after the acknowledgement and the store
+//     answers with the batch's rows applied. A fill then takes the durable version, which is
+//     at least the version in flight was. A frame's flight record (ver, mask) covers every
+//     row a batch not yet settled holds; mask is reset only once all of them settled.
+//     Eviction never changes what a running transaction read: its frames are pinned.
 //   - A new frame's valid slots are only those known to hold no row anywhere: a page of newly
 //     granted ids may already hold rows that reached the store and whose frame was evicted.
 //   - A transaction that holds pinned frames waits for another only within a cap (see pin),
@@ -59,13 +73,15 @@ const (
 )
 
 type frameMeta struct {
-	key      atomic.Uint64 // table<<32 | page; 0 when free
-	present  atomic.Uint64
-	valid    atomic.Uint64
-	dirty    atomic.Uint64 // WriteBack: rows changed and not yet flushed
-	pageVer  atomic.Uint64 // commit version of the last change to present
-	pins     atomic.Int32
-	inflight atomic.Int32
+	key     atomic.Uint64 // table<<32 | page; 0 when free
+	present atomic.Uint64
+	valid   atomic.Uint64
+	dirty   atomic.Uint64 // WriteBack: rows changed and not yet flushed
+	pageVer atomic.Uint64 // commit version of the last change to present
+	pins    atomic.Int32
+	// id is the frame's id (c.meta(id) is this frameMeta), set when its chunk is made: the
+	// way to its flight record.
+	id int32
 	// state: bit 0 is CLOCK's reference bit; bits 1-31 the key's generation, bumped by
 	// every change of key (setKey). A lock-free reader loads it before it reads a slot and
 	// checks it after: an unchanged generation means the frame held the same page all the
@@ -101,15 +117,41 @@ func (m *frameMeta) touch() {
 	}
 }
 
-// clean reports whether the frame holds no row the store lacks: none dirty, none in flight.
-// Dirty is loaded first: the flusher marks a frame in flight before it clears its dirty bits.
-func (m *frameMeta) clean() bool { return m.dirty.Load() == 0 && m.inflight.Load() == 0 }
+// clean reports whether the frame may be evicted as far as its rows go: none dirty (rows in
+// flight leave a ghost instead, see ghostLocked).
+func (m *frameMeta) clean() bool { return m.dirty.Load() == 0 }
+
+// frameFlight is a frame's flight record: ver is the highest commit version (WriteBack: the
+// epoch's cut) of its rows handed to a commit batch, mask the slots of such rows since the
+// last time all of them had settled; ghostVer and ghostMask are what the page's previous
+// frames, evicted with rows in flight, left (0 when none, or once settled). Written by the
+// pipeline (under its mu, the frame pinned) and by pin (under the cache's mu, for a new
+// frame); read by the evictor (under the cache's mu) and by fetch.
+type frameFlight struct {
+	ver, mask           atomic.Uint64
+	ghostVer, ghostMask atomic.Uint64
+}
+
+// metaBlock is one chunk of frame metadata and, apart so that a hit does not touch them,
+// the chunk's flight records.
+type metaBlock struct {
+	metas   [metaChunk]frameMeta
+	flights [metaChunk]frameFlight
+}
+
+// ghost is what an evicted frame with rows in flight leaves in pageCache.ghosts.
+type ghost struct {
+	ver, mask uint64
+}
+
+// ghostsMin is the ghost count below which the cache does not sweep settled ghosts.
+const ghostsMin = 64
 
 type pageCache struct {
 	budgetBytes int64
 	waitMax     time.Duration
 	pt          *pageTable
-	chunks      []atomic.Pointer[[metaChunk]frameMeta]
+	chunks      []atomic.Pointer[metaBlock]
 
 	mu        sync.Mutex
 	roomMade  *sync.Cond
@@ -139,15 +181,25 @@ type pageCache struct {
 	turn        chan struct{}
 	turnWaiting atomic.Bool
 
-	hits, misses, evictions atomic.Uint64
+	// settledVer: every commit batch holding a version <= it has settled (acknowledged, or
+	// failed and retired): the store has applied it, or never will. The pipeline advances it,
+	// in seq order.
+	settledVer atomic.Uint64
+	// ghosts are the pages evicted with rows in flight and not cached since (under mu). At
+	// most one per page; swept of settled ones when they double past ghostsSwept (so at most
+	// about twice the pages with rows in flight, which the in-flight byte bound bounds).
+	ghosts      map[uint64]ghost
+	ghostsSwept int
+
+	hits, misses, evictions, ghostsMade atomic.Uint64
 }
 
 func newPageCache(budgetBytes int64, waitMax time.Duration) *pageCache {
 	// Enough chunk pointers for as many frames as the budget could hold of the smallest row.
 	maxFrames := min(budgetBytes/frameCost(8)+1, frameMetaCap)
 	c := &pageCache{budgetBytes: budgetBytes, waitMax: waitMax, pt: newPageTable(),
-		chunks: make([]atomic.Pointer[[metaChunk]frameMeta], (maxFrames+metaChunk-1)/metaChunk),
-		turn:   make(chan struct{}, 1)}
+		chunks: make([]atomic.Pointer[metaBlock], (maxFrames+metaChunk-1)/metaChunk),
+		turn:   make(chan struct{}, 1), ghosts: make(map[uint64]ghost, ghostsMin)}
 	c.roomMade = sync.NewCond(&c.mu)
 	c.usedBytes = c.fixedBytes() + c.pt.bytes()
 	return c
@@ -159,8 +211,8 @@ func (c *pageCache) fixedBytes() int64 {
 	return int64(len(c.chunks))*int64(unsafe.Sizeof(c.chunks[0])) + int64(unsafe.Sizeof(rowWaits{}))
 }
 
-// chunkBytes is one metadata chunk.
-const chunkBytes = int64(metaChunk * unsafe.Sizeof(frameMeta{}))
+// chunkBytes is one metadata chunk (with its flight records).
+const chunkBytes = int64(unsafe.Sizeof(metaBlock{}))
 
 // frameCost is what one frame of this row size costs against the budget: its memory (rows
 // and version words, rounded up to the allocator's size class, as the heap holds it) and the
@@ -217,8 +269,122 @@ func (c *pageCache) canHold(n, frameBytes int64) bool {
 }
 
 func (c *pageCache) meta(id int32) *frameMeta {
-	return &c.chunks[id/metaChunk].Load()[id%metaChunk]
+	return &c.chunks[id/metaChunk].Load().metas[id%metaChunk]
 }
+
+// flight returns the flight record of frame m.
+func (c *pageCache) flight(m *frameMeta) *frameFlight {
+	return &c.chunks[m.id/metaChunk].Load().flights[m.id%metaChunk]
+}
+
+// markFlight records that the rows of mask of the pinned frame m are handed to a commit batch
+// at version ver (the highest so far: callers hand versions in increasing order). Caller
+// holds the pipeline's mu (Durable) or flushMu (WriteBack) and a pin on m.
+func (c *pageCache) markFlight(m *frameMeta, mask, ver uint64) {
+	f := c.flight(m)
+	if f.ver.Load() <= c.settledVer.Load() {
+		f.mask.Store(mask) // every earlier row in flight has settled
+	} else {
+		f.mask.Or(mask)
+	}
+	f.ver.Store(ver)
+}
+
+// ghostOf returns the version a fetch of the slots want of frame m must wait to have settled
+// first: 0 when none (no row of want was in flight in an evicted frame of the page, or all of
+// them have settled).
+func (c *pageCache) ghostOf(m *frameMeta, want uint64) uint64 {
+	f := c.flight(m)
+	v := f.ghostVer.Load()
+	if v == 0 || v <= c.settledVer.Load() || f.ghostMask.Load()&want == 0 {
+		return 0
+	}
+	return v
+}
+
+// ghostLocked returns what evicting frame m (its key just cleared) leaves behind: its rows
+// still in flight and the ghosts it inherited, unless they have settled. Caller holds mu.
+func (c *pageCache) ghostLocked(m *frameMeta) (ghost, bool) {
+	f := c.flight(m)
+	settled := c.settledVer.Load()
+	var g ghost
+	if v := f.ver.Load(); v > settled {
+		g = ghost{ver: v, mask: f.mask.Load()}
+	}
+	if v := f.ghostVer.Load(); v > settled {
+		g = ghost{ver: max(g.ver, v), mask: g.mask | f.ghostMask.Load()}
+	}
+	return g, g.ver != 0
+}
+
+// addGhostLocked records g for key, sweeping settled ghosts when they have doubled. Caller
+// holds mu.
+func (c *pageCache) addGhostLocked(key uint64, g ghost) {
+	if old, ok := c.ghosts[key]; ok {
+		g = ghost{ver: max(g.ver, old.ver), mask: g.mask | old.mask}
+	} else if len(c.ghosts) >= max(ghostsMin, 2*c.ghostsSwept) {
+		settled := c.settledVer.Load()
+		for k, x := range c.ghosts {
+			if x.ver <= settled {
+				delete(c.ghosts, k)
+			}
+		}
+		c.ghostsSwept = len(c.ghosts)
+	}
+	c.ghosts[key] = g
+	c.ghostsMade.Add(1)
+}
+
+// takeGhostLocked gives a new frame of key (flight record f) the ghost its page left, if any
+// and not settled, and clears the record of the frame's previous page. Caller holds mu.
+func (c *pageCache) takeGhostLocked(key uint64, f *frameFlight) {
+	f.ver.Store(0)
+	f.mask.Store(0)
+	g, ok := c.ghosts[key]
+	if ok {
+		delete(c.ghosts, key)
+		if g.ver <= c.settledVer.Load() {
+			g = ghost{}
+		}
+	}
+	f.ghostVer.Store(g.ver)
+	f.ghostMask.Store(g.mask)
+}
+
+// settle advances settledVer to ver (batches through ver have settled) and wakes nobody:
+// the pipeline's waiters wait on its own condition. Caller holds the pipeline's mu.
+func (c *pageCache) settle(ver uint64) {
+	if ver > c.settledVer.Load() {
+		c.settledVer.Store(ver)
+	}
+}
+
+// invalidateRefs drops the cached rows of the frames of a failed batch (valid, and with dirty
+// also the WriteBack dirty bits), skipping a frame whose key changed since the batch took it
+// (evicted: its memory holds another page now, and its ghost makes the page's next fetch
+// wait for the failed batch to settle). Takes mu: the key does not change meanwhile.
+func (c *pageCache) invalidateRefs(refs []frameRef, dirty bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range refs {
+		if r.m.state.Load()>>1 != r.gen {
+			continue
+		}
+		r.m.valid.Store(0)
+		if dirty {
+			r.m.dirty.Store(0)
+		}
+	}
+}
+
+// frameRef names a frame as it was when a batch took it: its generation (frameMeta.state
+// bits 1-31) tells whether it still holds the same page.
+type frameRef struct {
+	m   *frameMeta
+	gen uint32
+}
+
+func refOf(m *frameMeta) frameRef { return frameRef{m: m, gen: m.state.Load() >> 1} }
 
 // frameWords returns the 64 version words and the rows (as bytes) of a frame that holds
 // memory (pinned or in flight) for rowBytes-byte rows (its table's).
@@ -343,7 +509,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			// Add, not Store: a pin that found this frame under its old key may still be
 			// backing off (Add(1), key check, Add(-1)); a Store would lose our pin to its -1.
 			m.pins.Add(1)
-			m.inflight.Store(0)
+			c.takeGhostLocked(key, c.flight(m))
 			m.state.Or(refBit)
 			m.setKey(key)
 			ptBefore := c.pt.bytes()
@@ -471,7 +637,11 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 		id = c.nFrames
 		c.nFrames++
 		if id%metaChunk == 0 {
-			c.chunks[id/metaChunk].Store(new([metaChunk]frameMeta))
+			blk := new(metaBlock)
+			for i := range blk.metas {
+				blk.metas[i].id = id + int32(i)
+			}
+			c.chunks[id/metaChunk].Store(blk)
 			c.usedBytes += chunkBytes
 		}
 	}
@@ -512,6 +682,9 @@ func (c *pageCache) evictLocked() (int32, bool) {
 			m.setKey(key)
 			continue
 		}
+		if g, ok := c.ghostLocked(m); ok {
+			c.addGhostLocked(key, g)
+		}
 		c.pt.remove(key)
 		m.valid.Store(0)
 		m.present.Store(0)
@@ -543,7 +716,7 @@ func (c *pageCache) reapZombiesLocked() {
 	keep := c.zombies[:0]
 	for _, id := range c.zombies {
 		m := c.meta(id)
-		if m.pins.Load() > 0 || m.inflight.Load() > 0 {
+		if m.pins.Load() > 0 {
 			keep = append(keep, id)
 			continue
 		}

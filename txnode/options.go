@@ -49,6 +49,7 @@ const (
 	DefaultFlushInterval  = 20 * time.Millisecond
 	DefaultMaxRetries     = 64
 	DefaultCacheWait      = 2 * time.Second
+	DefaultInflightBytes  = 8 << 20
 	DefaultRequestTimeout = 10 * time.Second
 	DefaultDialTimeout    = 5 * time.Second
 	// OwnerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
@@ -85,6 +86,14 @@ type Options struct {
 	// the wait sooner). It also bounds how long DB.Update keeps retrying a transaction that
 	// found the cache full while it held pages (it parks for the cache turn meanwhile).
 	CacheWait time.Duration
+	// InflightBytes bounds what the commit batches not yet acknowledged hold: their rows
+	// (the batches' own copies) and, per page segment, about 100 bytes of bookkeeping (the
+	// segment, a frame reference and the ghost an evicted frame leaves). Frames whose rows
+	// are in flight may be evicted (the batch owns its copy), so the cache does not bound
+	// them: this does. A commit that would pass it waits for acknowledgements (its context
+	// ends the wait: nothing applied); one larger than the bound is admitted alone, when
+	// nothing else is in flight. WriteBack's flusher waits likewise before it sends an epoch.
+	InflightBytes int64
 	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
 	// missing Close loses in each.
 	Durability Durability
@@ -133,6 +142,9 @@ func (o Options) withDefaults() Options {
 	o.CacheBytes = max(o.CacheBytes, MinCacheBytes)
 	if o.CacheWait == 0 {
 		o.CacheWait = DefaultCacheWait
+	}
+	if o.InflightBytes <= 0 {
+		o.InflightBytes = DefaultInflightBytes
 	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = DefaultFlushInterval

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/txnode/store"
@@ -20,11 +21,18 @@ import (
 //
 // Durable: a committing transaction copies its rows, once, into the open batch's own buffer
 // (under mu, where it also takes its commit version, so batches cover increasing ranges of
-// versions) and marks the frames it touched in flight. One sender goroutine takes the open
-// batch whenever it wakes, after yielding once so that concurrent commits can join (group
-// commit), numbers it with the owner's next seq and sends it; up to inflightMax batches are in
-// flight. The store acknowledges batches; they complete in seq order, which advances the
-// node's durable version and releases their frames.
+// versions) and records, in the flight record of each frame it touched, the rows and the
+// version (pageCache.markFlight). One sender goroutine takes the open batch whenever it wakes,
+// after yielding once so that concurrent commits can join (group commit), numbers it with the
+// owner's next seq and sends it; up to inflightMax batches are in flight, holding at most
+// Options.InflightBytes (a commit waits, honouring its context, for room). The store
+// acknowledges batches; they complete in seq order, which advances the node's durable version
+// and then the cache's settled version.
+//
+// A batch needs its frames only until its rows are copied: after that the frames may be
+// evicted (the cache leaves a ghost, and a fetch of a ghost row waits for the batch to
+// settle: see cache.go). A batch keeps a reference to each frame with its generation, to
+// invalidate the frame's rows if it fails, only if the frame still holds the same page.
 //
 // WriteBack: commits only mark rows dirty in their frames. A flusher takes, every FlushInterval
 // or when the cache needs room, a consistent cut (it excludes installs for the time of the cut)
@@ -65,7 +73,7 @@ type batch struct {
 	segs     []store.Segment // Rows are set at send time (buf may move while it fills)
 	segOff   []int
 	tables   []*tableState
-	frames   []*frameMeta
+	frames   []frameRef
 	commit   store.Batch
 	// done is the store's callback for this batch, made once with the batch.
 	done func(lsn uint64, err error)
@@ -85,11 +93,19 @@ type pipeline struct {
 	open     *batch
 	inflight []*batch
 	free     []*batch // retired batches to reuse, at most batchFreeMax
-	nextSeq  uint64
-	failErr  error
-	failVer  uint64 // firstVer of the earliest failed batch; max when none
-	closing  bool
-	stopped  atomic.Bool // failErr != nil || closing, for WriteBack's lock-free admission
+	// flightBytes is what the open batch and the batches in flight hold (batchCost), at most
+	// flightMax (Options.InflightBytes) but for one transaction admitted alone.
+	flightBytes int64
+	flightMax   int64
+	// unsentVer is the highest version of a batch dropped unsent after a failure: it settles
+	// once the batches in flight before it have.
+	unsentVer uint64
+	abandoned bool // close gave up on the batches in flight: they may never settle
+	nextSeq   uint64
+	failErr   error
+	failVer   uint64 // firstVer of the earliest failed batch; max when none
+	closing   bool
+	stopped   atomic.Bool // failErr != nil || closing, for WriteBack's lock-free admission
 
 	kick     chan struct{}
 	flushReq chan struct{}
@@ -126,7 +142,7 @@ func (p *pipeline) epochBytesMax() int64 {
 }
 
 func newPipeline(db *DB) *pipeline {
-	p := &pipeline{db: db, nextSeq: 1, failVer: math.MaxUint64,
+	p := &pipeline{db: db, nextSeq: 1, failVer: math.MaxUint64, flightMax: db.opts.InflightBytes,
 		kick: make(chan struct{}, 1), flushReq: make(chan struct{}, 1), stop: make(chan struct{})}
 	p.room = sync.NewCond(&p.mu)
 	p.open = p.newBatchLocked()
@@ -272,9 +288,13 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		}
 		return db.commitVer.Add(1), nil
 	}
+	need := txFlightBytes(tx, db.opts.FullPageIO) // bounded before the copy
 	p.mu.Lock()
 	err := p.waitRoomLocked(tx.ctx, func() bool {
-		if p.admitErr() != nil || len(p.open.buf) < batchBytesMax {
+		if p.admitErr() != nil {
+			return true
+		}
+		if len(p.open.buf) < batchBytesMax && (p.flightBytes == 0 || p.flightBytes+need <= p.flightMax) {
 			return true
 		}
 		p.kickNow()
@@ -302,10 +322,72 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	}
 	b.lastVer = ver
 	b.nTx++
-	p.appendTx(b, tx)
+	before := batchCost(b)
+	p.appendTx(b, tx, ver)
+	p.flightBytes += batchCost(b) - before
 	p.mu.Unlock()
 	p.kickNow()
 	return ver, nil
+}
+
+// segFlightBytes is what a page segment of a batch in flight costs beside its rows: the
+// segment, its offset, its frame reference and, should the frame be evicted, its ghost.
+const segFlightBytes = int64(unsafe.Sizeof(store.Segment{})+unsafe.Sizeof(frameRef{})) + 8 + 32
+
+// batchCost is what b counts against the in-flight bound.
+func batchCost(b *batch) int64 { return int64(len(b.buf)) + int64(len(b.segs))*segFlightBytes }
+
+// txFlightBytes is at least what appendTx adds to a batch's cost for tx (whole pages under
+// FullPageIO). tx.writes are sorted.
+func txFlightBytes(tx *Tx, fullPages bool) int64 {
+	var n int64
+	var last *frameMeta
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		if w.m != last {
+			n += segFlightBytes
+			if fullPages {
+				n += int64(logicpage.RowsPerPage * w.t.rowBytes)
+			}
+			last = w.m
+		}
+		if w.off >= 0 && !fullPages {
+			n += int64(w.t.rowBytes)
+		}
+	}
+	return n
+}
+
+// waitSettled waits until every batch holding a version <= ver has settled (the cache's
+// settledVer), so that a read sent after it finds their rows applied at the store (a fetch
+// of a ghost row: see cache.go), or ctx ends (its error). A batch not sent yet is kicked.
+// Any goroutine but a connection's receiver may call it.
+func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
+	c := p.db.cache
+	if c.settledVer.Load() >= ver {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waitRoomLocked(ctx, func() bool {
+		if c.settledVer.Load() >= ver {
+			return true
+		}
+		if p.abandoned {
+			return true // the store is closing: its Read fails, nothing waits for ever
+		}
+		p.kickNow()
+		return false
+	})
+}
+
+// settleLocked advances the cache's settled version after batches through ver settled, and
+// over the batches dropped unsent once nothing is in flight before them. Caller holds mu.
+func (p *pipeline) settleLocked(ver uint64) {
+	if len(p.inflight) == 0 {
+		ver = max(ver, p.unsentVer)
+	}
+	p.db.cache.settle(ver)
 }
 
 // waitRoomLocked waits on room until ready reports true, or ctx ends (its error: the
@@ -341,13 +423,14 @@ func (p *pipeline) addDone() {
 }
 
 // appendTx copies the transaction's writes (sorted by table and id) into b as one segment per
-// page. Caller holds mu.
-func (p *pipeline) appendTx(b *batch, tx *Tx) {
+// page, and marks them in flight at ver in their frames. Caller holds mu.
+func (p *pipeline) appendTx(b *batch, tx *Tx, ver uint64) {
 	if p.db.opts.FullPageIO {
-		p.appendTxFullPages(b, tx)
+		p.appendTxFullPages(b, tx, ver)
 		return
 	}
 	var lastFrame *frameMeta
+	var lastMask uint64
 	seg := -1
 	for i := range tx.writes {
 		w := &tx.writes[i]
@@ -369,10 +452,16 @@ func (p *pipeline) appendTx(b *batch, tx *Tx) {
 			s.Clear |= bit
 		}
 		if w.m != lastFrame {
-			w.m.inflight.Add(1)
-			b.frames = append(b.frames, w.m)
-			lastFrame = w.m
+			if lastFrame != nil {
+				p.db.cache.markFlight(lastFrame, lastMask, ver)
+			}
+			b.frames = append(b.frames, refOf(w.m))
+			lastFrame, lastMask = w.m, 0
 		}
+		lastMask |= bit
+	}
+	if lastFrame != nil {
+		p.db.cache.markFlight(lastFrame, lastMask, ver)
 	}
 }
 
@@ -386,7 +475,7 @@ func (p *pipeline) appendTx(b *batch, tx *Tx) {
 // shipping that image would undo the write at the store. An unlocked row's bytes are the
 // newest installed image, which is at least as new as any segment already in a batch (a
 // commit installs, and unlocks, only after its segment is in).
-func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
+func (p *pipeline) appendTxFullPages(b *batch, tx *Tx, ver uint64) {
 	for i := 0; i < len(tx.writes); {
 		w0 := &tx.writes[i]
 		page, _ := logicpage.PageOf(w0.id)
@@ -434,8 +523,8 @@ func (p *pipeline) appendTxFullPages(b *batch, tx *Tx) {
 		if !hasTable(b.tables, w0.t) {
 			b.tables = append(b.tables, w0.t)
 		}
-		m.inflight.Add(1)
-		b.frames = append(b.frames, m)
+		p.db.cache.markFlight(m, data|others|clr, ver)
+		b.frames = append(b.frames, refOf(m))
 		i = j
 	}
 }
@@ -522,14 +611,13 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
 		if o := p.open; o.nTx > 0 {
 			// The open batch is never sent now (add refuses commits from here on): its
-			// commits fail with the others (failDurable), its frames leave flight and are
-			// invalidated, as a failed batch's are. (A commit of it still installing may
-			// make its row valid again: its version is past failVer, so a Durable reader
-			// waits for it and gets the failure.)
-			for _, m := range o.frames {
-				m.valid.Store(0)
-				m.inflight.Add(-1)
-			}
+			// commits fail with the others (failDurable), its frames are invalidated, as a
+			// failed batch's are, and it settles once the batches before it have. (A commit
+			// of it still installing may make its row valid again: its version is past
+			// failVer, so a Durable reader waits for it and gets the failure.)
+			p.db.cache.invalidateRefs(o.frames, false)
+			p.unsentVer = max(p.unsentVer, o.lastVer)
+			p.flightBytes -= batchCost(o)
 			p.open = p.newBatchLocked()
 			o.retired, o.returned = true, true
 			p.recycleLocked(o)
@@ -551,19 +639,19 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 			x.err = p.failErr
 		}
 		if x.err == nil {
-			// Before the frames leave flight: a frame evicted and refilled gets a version no
-			// higher than the durable one.
+			// Before the batch settles: a fetch that waited for it fills at a version no
+			// lower than the batch's.
 			p.db.advanceDurable(x.lastVer)
+		} else {
+			p.db.cache.invalidateRefs(x.frames, true)
 		}
-		for _, m := range x.frames {
-			if x.err != nil {
-				m.valid.Store(0)
-				m.dirty.Store(0)
-			}
-			m.inflight.Add(-1)
-		}
+		p.flightBytes -= batchCost(x)
 		x.retired = true
+		p.settleLocked(x.lastVer)
 		p.recycleLocked(x)
+	}
+	if len(p.inflight) == 0 {
+		p.settleLocked(0) // the batches dropped unsent
 	}
 	p.room.Broadcast()
 	p.db.cache.signalRoom()
@@ -587,6 +675,7 @@ func (p *pipeline) abandonLocked(cause error) {
 	}
 	p.failVer = min(p.failVer, from)
 	p.db.failDurable(p.failVer)
+	p.abandoned = true
 	p.room.Broadcast()
 }
 
@@ -635,12 +724,13 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 	p.dirtyMu.Unlock()
 	for _, m := range frames {
 		// Installs are excluded, so only this cut clears dirty bits (and dropTable). A frame
-		// with dirty rows is not evicted; mark it in flight before clearing them, so it never
-		// looks clean to the evictor in between (frameMeta.clean).
+		// with dirty rows is not evicted; pin it before clearing them and until its rows are
+		// copied and marked in flight, so the evictor never takes it in between (its memory
+		// is read here; after the copy the batch needs it no more: see cache.go).
 		if m.dirty.Load() == 0 {
 			continue // listed twice, or its table dropped
 		}
-		m.inflight.Add(1)
+		m.pins.Add(1)
 		d := m.dirty.Swap(0)
 		key := m.key.Load()
 		var t *tableState
@@ -650,7 +740,7 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 			p.db.mu.Unlock()
 		}
 		if t == nil {
-			m.inflight.Add(-1)
+			p.db.cache.unpin(m)
 			continue
 		}
 		present := m.present.Load()
@@ -662,7 +752,9 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		if !hasTable(b.tables, t) {
 			b.tables = append(b.tables, t)
 		}
-		b.frames = append(b.frames, m)
+		b.frames = append(b.frames, refOf(m))
+		p.db.cache.markFlight(m, d, cut)
+		p.db.cache.unpin(m)
 	}
 	clear(frames)
 	p.dirtySpare = frames[:0]
@@ -683,21 +775,24 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		p.recycleLocked(b)
 		return cut
 	}
-	for len(p.inflight) >= inflightMax && p.failErr == nil {
+	cost := batchCost(b)
+	for (len(p.inflight) >= inflightMax || p.flightBytes > 0 && p.flightBytes+cost > p.flightMax) && p.failErr == nil {
 		p.room.Wait()
 	}
 	if p.failErr != nil {
 		// Rows that will never be durable: invalidate them (read from the store again), as a
-		// failed batch's are, or reads would go on returning them.
-		for _, m := range b.frames {
-			m.valid.Store(0)
-			m.inflight.Add(-1)
-		}
+		// failed batch's are, or reads would go on returning them. The epoch settles once
+		// the batches before it have.
+		p.db.cache.invalidateRefs(b.frames, false)
+		p.unsentVer = max(p.unsentVer, cut)
+		p.settleLocked(0)
+		p.room.Broadcast()
 		b.retired, b.returned = true, true
 		p.recycleLocked(b)
 		return cut
 	}
 	b.firstVer, b.lastVer, b.nTx = firstVer, cut, 1
+	p.flightBytes += cost
 	p.launchLocked(b)
 	return cut
 }

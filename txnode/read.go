@@ -57,6 +57,13 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 	if missing == 0 {
 		return nil
 	}
+	if v := db.cache.ghostOf(m, missing); v != 0 {
+		// Rows of missing were in flight when the page's frame was evicted: the store may
+		// answer with their older images until their batches are acknowledged (cache.go).
+		if err := db.pipe.waitSettled(ctx, v); err != nil {
+			return err
+		}
+	}
 	db.cache.misses.Add(1)
 	db.stats.rowsFetched.Add(uint64(bits.OnesCount64(missing)))
 	f := fetchPool.Get().(*fetchReq)

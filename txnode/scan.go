@@ -162,14 +162,21 @@ func (tx *Tx) pinScanPages(t *tableState, pages []uint64, record bool) ([]*frame
 func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) error {
 	var reqs []store.ReadRequest
 	var reqFrames []*frameMeta
+	var ghostVer uint64
 	for i, m := range frames {
 		if v := m.valid.Load(); v != ^uint64(0) {
 			reqs = append(reqs, store.ReadRequest{Table: t.id, Page: pages[i], Want: ^v})
 			reqFrames = append(reqFrames, m)
+			ghostVer = max(ghostVer, tx.db.cache.ghostOf(m, ^v))
 		}
 	}
 	if len(reqs) == 0 {
 		return nil
+	}
+	if ghostVer != 0 { // rows in flight when a page's frame was evicted (see fetch)
+		if err := tx.db.pipe.waitSettled(tx.ctx, ghostVer); err != nil {
+			return err
+		}
 	}
 	tx.db.cache.misses.Add(uint64(len(reqs)))
 	return tx.db.store.Read(tx.ctx, reqs, func(i int, data, clear uint64, rows []byte) {

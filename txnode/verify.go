@@ -80,8 +80,11 @@ func (c *pageCache) verify() error {
 	for id := range c.nFrames {
 		m := c.meta(id)
 		key, hasMem := m.key.Load(), m.mem.Load() != nil
-		if p, f := m.pins.Load(), m.inflight.Load(); p < 0 || f < 0 {
-			return fmt.Errorf("frame %d: %d pins, %d in flight", id, p, f)
+		if p := m.pins.Load(); p < 0 {
+			return fmt.Errorf("frame %d: %d pins", id, p)
+		}
+		if m.id != id {
+			return fmt.Errorf("frame %d: its metadata says id %d", id, m.id)
 		}
 		if listed[id] == "free" && hasMem {
 			return fmt.Errorf("free frame %d holds memory", id)
