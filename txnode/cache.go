@@ -73,15 +73,13 @@ const (
 )
 
 type frameMeta struct {
-	key     atomic.Uint64 // table<<32 | page; 0 when free
-	present atomic.Uint64
-	valid   atomic.Uint64
-	dirty   atomic.Uint64 // WriteBack: rows changed and not yet flushed
-	pageVer atomic.Uint64 // commit version of the last change to present
-	pins    atomic.Int32
-	// id is the frame's id (c.meta(id) is this frameMeta), set when its chunk is made: the
-	// way to its flight record.
-	id int32
+	key      atomic.Uint64 // table<<32 | page; 0 when free
+	present  atomic.Uint64
+	valid    atomic.Uint64
+	dirty    atomic.Uint64 // WriteBack: rows changed and not yet flushed
+	pageVer  atomic.Uint64 // commit version of the last change to present
+	pins     atomic.Int32
+	frameIdx int32 // its frame id (c.meta(frameIdx) is this), set with its chunk: to its flight record
 	// state: bit 0 is CLOCK's reference bit; bits 1-31 the key's generation, bumped by
 	// every change of key (setKey). A lock-free reader loads it before it reads a slot and
 	// checks it after: an unchanged generation means the frame held the same page all the
@@ -274,7 +272,7 @@ func (c *pageCache) meta(id int32) *frameMeta {
 
 // flight returns the flight record of frame m.
 func (c *pageCache) flight(m *frameMeta) *frameFlight {
-	return &c.chunks[m.id/metaChunk].Load().flights[m.id%metaChunk]
+	return &c.chunks[m.frameIdx/metaChunk].Load().flights[m.frameIdx%metaChunk]
 }
 
 // markFlight records that the rows of mask of the pinned frame m are handed to a commit batch
@@ -387,7 +385,7 @@ type frameRef struct {
 func refOf(m *frameMeta) frameRef { return frameRef{m: m, gen: m.state.Load() >> 1} }
 
 // frameWords returns the 64 version words and the rows (as bytes) of a frame that holds
-// memory (pinned or in flight) for rowBytes-byte rows (its table's).
+// memory (pinned) for rowBytes-byte rows (its table's).
 func frameWords(m *frameMeta, rowBytes int) (versions []uint64, rows []byte) {
 	return wordsOf(m.mem.Load(), rowBytes)
 }
@@ -434,7 +432,7 @@ func (c *pageCache) lookup(key uint64) (int32, *frameMeta) {
 // between them. So the frames held by waiters are capped below the budget, by an eighth of
 // it and at least one frame; a caller that would pass the cap fails at once with
 // errCacheBusy, to release its frames and wait with none (Tx.retryBusy). Then some frames
-// are always held by goroutines that are not waiting for the cache, or in flight, or dirty,
+// are always held by goroutines that are not waiting for the cache, or dirty,
 // and those become free. (The cap is high because every transaction sent back to wait with
 // nothing loses the pages it had, which others then evict: a thrash.)
 func (c *pageCache) pin(ctx context.Context, key uint64, rowBytes int, fresh uint64, held int) (int32, *frameMeta, error) {
@@ -523,7 +521,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			return -1, nil, fmt.Errorf("%w: %d pages (%d bytes of frames) and one of %d-byte rows in %d bytes",
 				errWorkingSet, held, heldBytes, rowBytes, c.budgetBytes)
 		}
-		// Nothing evictable: wait for an unpin, an ack or a flush, a bounded time.
+		// Nothing evictable: wait for an unpin or a flush, a bounded time.
 		if turn && !c.turnWaiting.Load() {
 			c.turnWaiting.Store(true)
 			c.roomMade.Broadcast() // waiters holding frames give them up
@@ -564,7 +562,7 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			defer stopCtx()
 		}
 		if !time.Now().Before(deadline) {
-			return -1, nil, fmt.Errorf("%w: %d bytes of %d in frames that are pinned, dirty or in flight",
+			return -1, nil, fmt.Errorf("%w: %d bytes of %d in frames that are pinned or dirty",
 				ErrCacheFull, c.usedBytes, c.budgetBytes)
 		}
 		if c.needFlush != nil {
@@ -639,7 +637,7 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 		if id%metaChunk == 0 {
 			blk := new(metaBlock)
 			for i := range blk.metas {
-				blk.metas[i].id = id + int32(i)
+				blk.metas[i].frameIdx = id + int32(i)
 			}
 			c.chunks[id/metaChunk].Store(blk)
 			c.usedBytes += chunkBytes

@@ -65,6 +65,10 @@ type DB struct {
 	// testHookBumped, when set (by a test, before any commit), runs in a committing
 	// goroutine that inserts, between its insert-epoch bumps and its validation.
 	testHookBumped func(tx *Tx)
+	// testHookWait, when set (by a test, before any commit), runs in a goroutine about to
+	// wait for acknowledgements: what is "durable" (waitDurable) or "settle" (a fetch of a
+	// row whose evicted frame had it in flight: pipeline.waitSettled).
+	testHookWait func(what string)
 }
 
 // tableState is what the node knows of a table. Immutable fields first.
@@ -435,6 +439,9 @@ func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
 		db.durableWaiters = append(db.durableWaiters, w)
 		db.durableMu.Unlock()
 		db.pipe.kickNow()
+		if db.testHookWait != nil {
+			db.testHookWait("durable")
+		}
 		select {
 		case <-w.ch:
 		case <-ctx.Done():

@@ -47,9 +47,13 @@
 // The cache never holds more than CacheBytes: frames (rows and version words, as the
 // allocator rounds them), metadata chunks, the page table and the chunk directory all count
 // (a 64 KiB cache holds 11 pages of 64-byte rows). Pages pinned by running transactions or
-// pin sets, and pages holding rows not yet acknowledged, are never evicted; when nothing can
+// pin sets, and WriteBack pages with rows not yet flushed, are never evicted; when nothing can
 // be evicted a request waits up to CacheWait (or its context), then fails with ErrCacheFull;
-// a transaction whose working set can never fit fails with ErrCacheFull at once.
+// a transaction whose working set can never fit fails with ErrCacheFull at once. Pages
+// holding rows of commit batches not yet acknowledged may be evicted (each batch owns a copy
+// of its rows): a later miss on such a row waits for the acknowledgement before it reads from
+// the store, which may still answer with the older row until then. What the batches in flight
+// hold is bounded by Options.InflightBytes instead.
 //
 // DropTable closes the table to new commits first (they fail with ErrTableNotFound; other
 // tables keep working), flushes and waits for the commits admitted before, then drops it at

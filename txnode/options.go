@@ -81,8 +81,8 @@ type Options struct {
 	// shards). Not counted: a few hundred bytes of structs and 4 bytes per frame id in
 	// free lists. At MinCacheBytes it holds 11 pages of 64-byte rows.
 	CacheBytes int64
-	// CacheWait bounds how long a request waits for a frame when every frame is pinned,
-	// dirty or in flight, before it fails with ErrCacheFull (a context that ends sooner ends
+	// CacheWait bounds how long a request waits for a frame when every frame is pinned or
+	// dirty (WriteBack rows not yet flushed), before it fails with ErrCacheFull (a context that ends sooner ends
 	// the wait sooner). It also bounds how long DB.Update keeps retrying a transaction that
 	// found the cache full while it held pages (it parks for the cache turn meanwhile).
 	CacheWait time.Duration

@@ -93,6 +93,12 @@ type pipeline struct {
 	open     *batch
 	inflight []*batch
 	free     []*batch // retired batches to reuse, at most batchFreeMax
+	nextSeq  uint64
+	failErr  error
+	failVer  uint64 // firstVer of the earliest failed batch; max when none
+	closing  bool
+	stopped  atomic.Bool // failErr != nil || closing, for WriteBack's lock-free admission
+
 	// flightBytes is what the open batch and the batches in flight hold (batchCost), at most
 	// flightMax (Options.InflightBytes) but for one transaction admitted alone.
 	flightBytes int64
@@ -101,11 +107,6 @@ type pipeline struct {
 	// once the batches in flight before it have.
 	unsentVer uint64
 	abandoned bool // close gave up on the batches in flight: they may never settle
-	nextSeq   uint64
-	failErr   error
-	failVer   uint64 // firstVer of the earliest failed batch; max when none
-	closing   bool
-	stopped   atomic.Bool // failErr != nil || closing, for WriteBack's lock-free admission
 
 	kick     chan struct{}
 	flushReq chan struct{}
@@ -366,6 +367,9 @@ func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	c := p.db.cache
 	if c.settledVer.Load() >= ver {
 		return nil
+	}
+	if h := p.db.testHookWait; h != nil {
+		h("settle")
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

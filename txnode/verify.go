@@ -83,8 +83,8 @@ func (c *pageCache) verify() error {
 		if p := m.pins.Load(); p < 0 {
 			return fmt.Errorf("frame %d: %d pins", id, p)
 		}
-		if m.id != id {
-			return fmt.Errorf("frame %d: its metadata says id %d", id, m.id)
+		if m.frameIdx != id {
+			return fmt.Errorf("frame %d: its metadata says id %d", id, m.frameIdx)
 		}
 		if listed[id] == "free" && hasMem {
 			return fmt.Errorf("free frame %d holds memory", id)
