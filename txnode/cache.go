@@ -288,16 +288,15 @@ func (c *pageCache) markFlight(m *frameMeta, mask, ver uint64) {
 	f.ver.Store(ver)
 }
 
-// ghostOf returns the version a fetch of the slots want of frame m must wait to have settled
-// first: 0 when none (no row of want was in flight in an evicted frame of the page, or all of
-// them have settled).
-func (c *pageCache) ghostOf(m *frameMeta, want uint64) uint64 {
+// ghostOf returns the ghost frame m inherited: a fetch of any slot of mask must first wait
+// for every batch through ver to settle. ver is 0 when there is none, or it has settled.
+func (c *pageCache) ghostOf(m *frameMeta) (ver, mask uint64) {
 	f := c.flight(m)
 	v := f.ghostVer.Load()
-	if v == 0 || v <= c.settledVer.Load() || f.ghostMask.Load()&want == 0 {
-		return 0
+	if v == 0 || v <= c.settledVer.Load() {
+		return 0, 0
 	}
-	return v
+	return v, f.ghostMask.Load()
 }
 
 // ghostLocked returns what evicting frame m (its key just cleared) leaves behind: its rows

@@ -50,6 +50,7 @@ func (r *missRuns) miss(page uint64) bool {
 // fetch makes the slots of want in the pinned frame m valid.
 func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want uint64) error {
 	valid := m.valid.Load()
+	need := want &^ valid
 	if t.runs.miss(page) || db.opts.FullPageIO {
 		want = ^valid // a sequential run (or the full-page ablation): take the whole page
 	}
@@ -57,10 +58,15 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 	if missing == 0 {
 		return nil
 	}
-	if v := db.cache.ghostOf(m, missing); v != 0 {
+	if v, ghostMask := db.cache.ghostOf(m); v != 0 && missing&ghostMask != 0 {
 		// Rows of missing were in flight when the page's frame was evicted: the store may
 		// answer with their older images until their batches are acknowledged (cache.go).
-		if err := db.pipe.waitSettled(ctx, v); err != nil {
+		// Rows only read ahead are left for later; rows asked for are waited for.
+		if need&ghostMask == 0 && !db.opts.FullPageIO {
+			if missing &^= ghostMask; missing == 0 {
+				return nil
+			}
+		} else if err := db.pipe.waitSettled(ctx, v); err != nil {
 			return err
 		}
 	}

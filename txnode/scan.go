@@ -167,7 +167,9 @@ func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) 
 		if v := m.valid.Load(); v != ^uint64(0) {
 			reqs = append(reqs, store.ReadRequest{Table: t.id, Page: pages[i], Want: ^v})
 			reqFrames = append(reqFrames, m)
-			ghostVer = max(ghostVer, tx.db.cache.ghostOf(m, ^v))
+			if gv, gm := tx.db.cache.ghostOf(m); gm&^v != 0 {
+				ghostVer = max(ghostVer, gv)
+			}
 		}
 	}
 	if len(reqs) == 0 {
