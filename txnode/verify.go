@@ -37,7 +37,7 @@ func (c *pageCache) recountBytesLocked() int64 {
 // verify checks usedBytes against what the cache holds and the budget, pin and in-flight
 // counts, that a frame with a key is published under it and holds memory, that a frame
 // without memory is neither keyed nor dirty, and that the free and zombie lists own each frame
-// id once.
+// id once, and that no cached page has a ghost left.
 func (c *pageCache) verify() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -46,6 +46,12 @@ func (c *pageCache) verify() error {
 	}
 	if c.usedBytes > c.budgetBytes {
 		return fmt.Errorf("usedBytes %d over the budget %d", c.usedBytes, c.budgetBytes)
+	}
+	for key, g := range c.ghosts {
+		// A page's next frame takes its ghost over: a cached page has none left.
+		if c.pt.lookup(key) >= 0 {
+			return fmt.Errorf("page %#x is cached and has a ghost (version %d)", key, g.ver)
+		}
 	}
 	if c.waitersHeldBytes < 0 || c.waitersHeld < 0 || (c.waitersHeld == 0) != (c.waitersHeldBytes == 0) {
 		return fmt.Errorf("waiters hold %d frames of %d bytes", c.waitersHeld, c.waitersHeldBytes)
