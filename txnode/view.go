@@ -83,6 +83,7 @@ func callView(fn func(row []byte) error, row []byte, shared bool) error {
 // is valid only until fn returns: never keep it, never write to it. fn should be short and
 // not wait: the longer it runs, the likelier a commit makes its run count for nothing.
 func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) error {
+	assert.That(fn != nil, "txnode: Table.View with a nil function")
 	return t.read(ctx, id, nil, fn)
 }
 
@@ -93,6 +94,7 @@ func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) 
 // Table.View (it may run more than once; row is valid only until it returns); it must not
 // use tx. Called by the goroutine running the Tx.
 func (tx *Tx) View(table *Table, id uint64, fn func(row []byte) error) error {
+	assert.That(fn != nil, "txnode: Tx.View with a nil function")
 	if tx.done {
 		return ErrTxDone
 	}

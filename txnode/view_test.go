@@ -38,6 +38,7 @@ func TestView(t *testing.T) {
 	require.ErrorIs(t, tb.View(ctx, ids[2]+1<<20, never), ErrNotFound)
 	require.False(t, called)
 
+	require.PanicsWithValue(t, "weft: invariant violated: txnode: Table.View with a nil function", func() { _ = tb.View(ctx, ids[0], nil) })
 	mine := errors.New("fn's own")
 	require.Same(t, mine, tb.View(ctx, ids[0], func([]byte) error { return mine }))
 
@@ -247,4 +248,70 @@ func TestViewPanicReleases(t *testing.T) {
 	require.Zero(t, m.pins.Load(), "the panicking View left its frame pinned")
 	row := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, ids[1], row))
+}
+
+// TestViewUnderEviction: lock-free Views in a cache far smaller than the table, so frames are
+// evicted and given to other pages while fn runs on them: the run that counts always saw the
+// row asked for (every row's words derive from its own id), never another page's.
+func TestViewUnderEviction(t *testing.T) {
+	ctx := context.Background()
+	db := openEmbedded(t, "", Options{CacheBytes: 1 << 20})
+	const r = 64
+	tb, err := db.CreateTable(ctx, "v", r)
+	require.NoError(t, err)
+	rows := 64 * 600 // 600 pages, ~2.7 MiB of frames: about a third fit
+	if testing.Short() {
+		rows = 64 * 300
+	}
+	ids := make([]uint64, 0, rows)
+	for len(ids) < rows {
+		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+			for range 512 {
+				id, err := tx.Insert(tb, make([]byte, r))
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return nil
+		}))
+	}
+	for lo := 0; lo < len(ids); lo += 512 {
+		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+			for _, id := range ids[lo:min(len(ids), lo+512)] {
+				if err := tx.Put(tb, id, u64Row(r, id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	require.NoError(t, db.pipe.flush(ctx))
+	n := 4000
+	if testing.Short() {
+		n = 1000
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			x := uint64(g + 1)
+			for range n {
+				x = x*6364136223846793005 + 1442695040888963407
+				id := ids[(x>>33)%uint64(len(ids))]
+				var v uint64
+				ok := false
+				err := tb.View(ctx, id, func(row []byte) error {
+					v = binary.LittleEndian.Uint64(row)
+					ok = string(row) == string(u64Row(r, v))
+					return nil
+				})
+				if err != nil || !ok || v != id {
+					t.Errorf("View of row %d: value %d, whole %v, err %v", id, v, ok, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NotZero(t, db.Stats().Evictions)
 }
