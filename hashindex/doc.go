@@ -155,6 +155,9 @@
 //	3d9139f (row copied)        30.2, 25.9 ns            91.5, 85.7 ns           3.0x, 3.3x
 //	in place (Table.View)       33.2, 26.0 ns            74.4, 64.1 ns           2.2x, 2.5x
 //
+// By CPU time per op (cpu-ns/op medians, five rounds, load 7-11): 35.9 and 97.5 ns (2.7x)
+// before, 32.9 and 75.0 ns (2.3x) now.
+//
 // The goal, within 2x of a row Get, is approached, not met; docs/hashindex.md ("Measured")
 // says where the remaining ~40 ns go: the key's hash (fixed by the format), the directory
 // slot, the fold and search of a bucket row four times a player row's bytes, the calls.
