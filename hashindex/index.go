@@ -610,15 +610,15 @@ func (ix *Index) probeBucket(sl *dirSlot, b uint64, level uint8, h uint64, key, 
 		x1 := binary.LittleEndian.Uint64(hd[8:])
 		x2 := binary.LittleEndian.Uint64(hd[16:])
 		k0, k1 := binary.LittleEndian.Uint64(key), binary.LittleEndian.Uint64(key[8:])
-		body := row[rowHeaderBytes : rowHeaderBytes+count*24]
-		for e := 0; len(body) >= 24; e++ {
-			w := (*[24]byte)(body)
+		end := rowHeaderBytes + count*24
+		_ = row[end-1] // count <= entries: the entries are in the row
+		for off := rowHeaderBytes; off < end; off += 24 {
+			w := (*[24]byte)(row[off : off+24])
 			w0, w1, w2 := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:]), binary.LittleEndian.Uint64(w[16:])
 			x0, x1, x2 = x0^w0, x1^w1, x2^w2
 			if w0 == k0 && w1 == k1 && at < 0 {
-				at, id = e, w2
+				at, id = (off-rowHeaderBytes)/24, w2
 			}
-			body = body[24:]
 		}
 		memo = ix.memoMix(sl.id, x0, x1, x2)
 	} else {
@@ -698,8 +698,8 @@ func (ix *Index) chainFrom(s src, id uint64, v rowView, row []byte, fn func(id u
 // Get and no allocation on a cache hit; otherwise the chain is read in a read-only
 // transaction.
 func (ix *Index) Lookup(ctx context.Context, key []byte) (uint64, error) {
-	if err := ix.checkKey(key); err != nil {
-		return 0, err
+	if len(key) != ix.fmt.keyBytes {
+		return 0, ix.checkKey(key)
 	}
 	var h uint64
 	if len(key) == 16 {
