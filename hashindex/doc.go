@@ -81,15 +81,15 @@
 //
 // # Cost
 //
-// A lookup reads one bucket row in the common case: the key's primary row, copied by
-// txnode's lock-free Get into a stack buffer and searched. Its CRC32C is checked the first
+// A lookup reads one bucket row in the common case: the key's primary row, read in place in
+// txnode's cache (Table.View, lock-free, no copy) and searched. Its CRC32C is checked the first
 // time an Index reads it (and after every change); later cache hits compare a cheap xor
 // fold of the row with the one recorded then instead (docs/hashindex.md, "The cache-hit
 // path", argues why that is enough; write an index's table only through this package). The
 // default row (DefaultRowBytes) is the smallest multiple of a 64-byte cache line holding 8
 // entries: 256 bytes for 16-byte keys (9 entries), 128 for 4-byte ones (8). Smaller rows
 // overflow more often (a second row read, and a transaction); larger ones make every lookup
-// copy and checksum more bytes to save overflow rows that are already rare. An insert
+// fold and checksum more bytes to save overflow rows that are already rare. An insert
 // reads the key's bucket chain (one row, commonly) and writes one row, plus about one split
 // in every 0.65*entries inserts (a few rows and the header). On a non-unique index a key's
 // ids share its bucket's chain, so Insert, Delete and IDs of a key with very many ids cost
@@ -144,31 +144,21 @@
 //
 // # Measured
 //
-// 2-core dev machine (AMD EPYC, linux/amd64, go1.26.8), 2026-12-01, shared with other jobs:
-// a 64-byte players table of 50,000 rows and a unique index of their 16-byte names (default
-// 256-byte bucket rows, 9 entries a row; 8,828 buckets, 717 overflow rows, 92% of buckets one
-// row), every row in txnode's cache, one goroutine:
+// 2-core dev machine (AMD EPYC, linux/amd64, go1.26.8), 2026-12-01, shared with other jobs
+// (load average 6-9): 50,000 players with 16-byte names (default 256-byte bucket rows), every
+// row cached, one goroutine, 512 keys (bucket rows in L2), old and new binaries alternated,
+// seven rounds of 300 ms:
 //
-//	go test ./hashindex -run '^$' -bench 'Lookup/rows=512/op=(Get|Lookup)$' -benchmem -count 3
-//	(the binaries of 052cc2b and of the fast path, alternated in one run, load average ~2)
+//	go test ./hashindex -run '^$' -bench 'Lookup/rows=512/op=(Get|Lookup)$' -cpu 1 -benchtime 300ms
 //
-//	keys looked up among     row Get     Lookup before        Lookup now           allocs
-//	512 (all in L2)          23.5 ns     128.6 ns  (5.5x)     78.4 ns  (3.3x)      0
-//	4,096 (*)                25.3 ns     151 ns    (6.0x)     109 ns   (4.3x)      0
-//	50,000 (uniform) (*)     42.6 ns     242 ns    (5.7x)     209 ns   (4.9x)      0 (**)
+//	                            row Get (median, min)    Lookup (median, min)    Lookup / Get
+//	3d9139f (row copied)        30.2, 25.9 ns            91.5, 85.7 ns           3.0x, 3.3x
+//	in place (Table.View)       33.2, 26.0 ns            74.4, 64.1 ns           2.2x, 2.5x
 //
-//	(*)  5-run medians, -bench 'Lookup/rows=(512|4096|50000)/op=(Get|Lookup)$', measured
-//	     before the fold loop was unrolled (512 keys: 88 ns then).
-//	(**) Lookup's ~24 B/op average is the read-only transaction of keys in overflow rows.
+// By CPU time per op (cpu-ns/op medians, five rounds, load 7-11): 35.9 and 97.5 ns (2.7x)
+// before, 32.9 and 75.0 ns (2.3x) now.
 //
-// The goal, a lookup within 2x of a row Get, is not met: about 3.3x in L2, 4-5x beyond. Where
-// the ~78 ns of the 512 case go (profile): ~42 ns txnode's Get of the 256-byte bucket row
-// (four times the 64-byte row's bytes, copied with atomic loads: alone 1.8x the Get it is
-// compared with), ~7 ns the key's hash (~11 ns in the profile), ~9 ns the memo word (an
-// xor fold of ~30 words), ~10 ns the directory slot (an L2 miss for 8,828 buckets), the
-// row's checks and the key comparisons, ~3 ns zeroing the stack buffer. The 2x goal needs the bucket row Get itself to
-// shrink: a txnode Get of part of a row (the 24-byte header and the entries in use), or a
-// zero-copy read of the cached row under its version; both are txnode API, out of this
-// package's reach. A smaller default row (128 bytes: 4 entries of 16-byte keys) would make
-// overflow rows, and their read-only transactions, common.
+// The goal, within 2x of a row Get, is approached, not met; docs/hashindex.md ("Measured")
+// says where the remaining ~40 ns go: the key's hash (fixed by the format), the directory
+// slot, the fold and search of a bucket row four times a player row's bytes, the calls.
 package hashindex

@@ -2,7 +2,6 @@ package hashindex
 
 import (
 	"context"
-	"sync/atomic"
 )
 
 // EntriesForTest verifies the index and returns every key's ids.
@@ -49,6 +48,9 @@ func (ix *Index) InPrimaryForTest(ctx context.Context, key []byte) (bool, error)
 // not exist.
 func (ix *Index) LoseSplitForTest(lost uint64) {
 	c := ix.dir.Load()
-	b := append(c.buckets[:c.n:c.n], lost)
-	ix.dir.Store(&dirCache{n: c.n + 1, buckets: b, dirRows: c.dirRows, checked: make([]atomic.Uint64, c.n+1)})
+	b := make([]dirSlot, c.n, c.n+1)
+	for i := range b {
+		b[i].id = c.slots[i].id
+	}
+	ix.dir.Store(&dirCache{n: c.n + 1, slots: append(b, dirSlot{id: lost}), dirRows: c.dirRows})
 }

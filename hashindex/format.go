@@ -231,6 +231,21 @@ func keyHash(salt uint64, key []byte) uint64 {
 	return h
 }
 
+// keyHash16 is keyHash of a 16-byte key whose little-endian words are k0 and k1, without the
+// loop (Lookup's fast path has the words at hand).
+func keyHash16(salt, k0, k1 uint64) uint64 {
+	n := uint64(16)
+	h := salt ^ n*hashMul
+	h = bits.RotateLeft64((h^k0)*hashMul, hashRot)
+	h = bits.RotateLeft64((h^k1)*hashMul, hashRot)
+	h ^= h >> 30
+	h *= mixMul1
+	h ^= h >> 27
+	h *= mixMul2
+	h ^= h >> 31
+	return h
+}
+
 // address is the linear-hashing address of hash h among n buckets, and the level it was
 // computed at: with 2^L <= n < 2^(L+1), buckets [n-2^L, 2^L) are at level L and the others
 // (already split this round, or new) at level L+1.

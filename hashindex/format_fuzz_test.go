@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzDecodeRow feeds arbitrary bytes to the header and row decoders (and to the cache-hit
-// path's fold, memoWord, which must not panic either): they return a value or
+// path's fold, memoWord, and its search, probeBucket, which must not panic either): they return a value or
 // an error wrapping corrupt.ErrCorruption, never panic; a row they accept re-encodes to the
 // same bytes. The checksum is recomputed over the input too, so the fuzzer reaches the
 // structural checks behind it.
@@ -63,7 +63,9 @@ func FuzzDecodeRow(f *testing.F) {
 			}
 			// Lookup's fast path folds a row before any check: whatever its count says, it
 			// stays within the row.
-			(&Index{fmt: f, entries: f.entries}).memoWord(1, row)
+			ix := &Index{fmt: f, entries: f.entries}
+			sl := &dirSlot{id: 1, checked: ix.memoWord(1, row)}
+			ix.probeBucket(sl, uint64(row[8]&7), row[5], uint64(row[8]), make([]byte, keyBytes), row)
 			v, err := f.decodeRow(row)
 			if err != nil {
 				check(err)

@@ -3,6 +3,7 @@ package hashindex
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -152,5 +153,75 @@ func TestKeyHashSpreads(t *testing.T) {
 	}
 	for b, c := range counts {
 		require.InDelta(t, 1000, c, 200, "bucket %d", b)
+	}
+}
+
+// TestKeyHash16: the fast path's hash of a 16-byte key is the format's.
+func TestKeyHash16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		var k [16]byte
+		for i := range k {
+			k[i] = byte(rng.Uint32())
+		}
+		salt := rng.Uint64()
+		require.Equal(t, keyHash(salt, k[:]), keyHash16(salt, binary.LittleEndian.Uint64(k[:]), binary.LittleEndian.Uint64(k[8:])))
+	}
+}
+
+// TestProbeBucket: Lookup's fast path on a bucket row finds what decodeRow's entries hold,
+// and the fold it computes while it searches is memoWord's (the one memoize records), for
+// 16-byte keys (the fused loop) and others; a row whose memo was not recorded, or of another
+// bucket, is left to the general path.
+func TestProbeBucket(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, kb := range []int{16, 4, 8, 13, 32} {
+		rb := DefaultRowBytes(kb)
+		f := newRowFormat(rb, kb, 0x5eed)
+		ix := &Index{fmt: f, entries: f.entries}
+		for count := 0; count <= f.entries; count++ {
+			row := make([]byte, rb)
+			keys := make([][]byte, count)
+			for i := range count {
+				keys[i] = make([]byte, kb)
+				for j := range keys[i] {
+					keys[i][j] = byte(rng.Uint32())
+				}
+				off := rowHeaderBytes + i*f.entryBytes
+				copy(row[off:], keys[i])
+				binary.LittleEndian.PutUint64(row[off+kb:], uint64(1000+i))
+			}
+			next := uint64(noRow)
+			if count%2 == 1 {
+				next = 77
+			}
+			const b, level = 5, 3
+			f.encodeRow(row, &rowView{kind: kindBucket, level: level, count: count, number: b, next: next})
+			sl := &dirSlot{id: 42}
+			h := uint64(b) | 0xabc0 // mask(h, 3) == 5
+			absent := make([]byte, kb)
+			absent[0] = 1 // the keys are random: a clash with one is 2^-8kb
+			_, r := ix.probeBucket(sl, b, level, h, absent, row)
+			require.Equal(t, fastSlow, r, "not verified yet")
+			sl.checked = ix.memoWord(sl.id, row)
+			for i, k := range keys {
+				id, r := ix.probeBucket(sl, b, level, h, k, row)
+				require.Equal(t, fastFound, r, "kb %d count %d key %d", kb, count, i)
+				require.Equal(t, uint64(1000+i), id)
+			}
+			_, r = ix.probeBucket(sl, b, level, h, absent, row)
+			if next == noRow {
+				require.Equal(t, fastAbsent, r)
+			} else {
+				require.Equal(t, fastChain, r)
+			}
+			_, r = ix.probeBucket(sl, b+8, level, h, absent, row)
+			require.Equal(t, fastSlow, r, "another bucket's number")
+			if count > 0 {
+				row[rowHeaderBytes] ^= 1 // the row changed since it was verified
+				_, r = ix.probeBucket(sl, b, level, h, keys[0], row)
+				require.Equal(t, fastSlow, r)
+			}
+		}
 	}
 }

@@ -65,42 +65,47 @@ type Index struct {
 	bufs  sync.Pool                // *[]byte of the row size
 }
 
-// memoWord is what dirCache.checked holds for a primary row id whose bytes are row: the
-// xor of the row's 8-byte words up to the end of its entries (its checksum field among
-// them), mixed with the id and the salt. Any change of an odd number of bits at some bit
-// position of those words (one flipped bit, say) changes it; it is 0 (an unverified slot)
-// only by a 2^-64 chance. About a fifth of the cost of the row's CRC32C.
+// memoWord is what dirSlot.checked holds for a primary row id whose bytes are row: the
+// row's 8-byte words up to the end of its entries (its checksum field among them) folded by
+// xor into three lanes (word i into lane i mod 3), mixed with the id and the salt. Any
+// change of an odd number of bits at some bit position of one lane's words (one flipped
+// bit, say) changes it; it is 0 (an unverified slot) only by a 2^-64 chance. About a fifth
+// of the cost of the row's CRC32C; probeBucket computes the same fold while it searches.
 func (ix *Index) memoWord(id uint64, row []byte) uint64 {
 	end := rowHeaderBytes + int(binary.LittleEndian.Uint16(row[6:]))*ix.fmt.entryBytes
 	end = min(len(row), (end+7)&^7)
-	var x0, x1, x2, x3 uint64
+	var x0, x1, x2 uint64
 	w := row[:end]
-	for len(w) >= 32 {
+	for len(w) >= 24 {
 		x0 ^= binary.LittleEndian.Uint64(w)
 		x1 ^= binary.LittleEndian.Uint64(w[8:])
 		x2 ^= binary.LittleEndian.Uint64(w[16:])
-		x3 ^= binary.LittleEndian.Uint64(w[24:])
-		w = w[32:]
+		w = w[24:]
 	}
-	for len(w) >= 8 {
-		x2 ^= binary.LittleEndian.Uint64(w)
-		w = w[8:]
+	if len(w) >= 8 {
+		x0 ^= binary.LittleEndian.Uint64(w)
 	}
-	x0 ^= x2
-	x1 ^= x3
-	return x0 ^ bits.RotateLeft64(x1, 32) ^ id*0x9E3779B97F4A7C15 ^ (ix.fmt.salt | 1)
+	if len(w) >= 16 {
+		x1 ^= binary.LittleEndian.Uint64(w[8:])
+	}
+	return ix.memoMix(id, x0, x1, x2)
+}
+
+// memoMix ends memoWord's fold.
+func (ix *Index) memoMix(id, x0, x1, x2 uint64) uint64 {
+	return x0 ^ bits.RotateLeft64(x1, 21) ^ bits.RotateLeft64(x2, 42) ^ id*0x9E3779B97F4A7C15 ^ (ix.fmt.salt | 1)
 }
 
 // memoize records that row, bucket b's primary row id, passed every check (its checksum
 // included).
 func (ix *Index) memoize(b, id uint64, row []byte) {
 	c := ix.dir.Load()
-	if b >= c.n || c.buckets[b] != id {
+	if b >= c.n || c.slots[b].id != id {
 		return // a bucket of an uncommitted split, or a snapshot replaced since
 	}
 	w := ix.memoWord(id, row)
-	if sl := &c.checked[b]; sl.Load() != w {
-		sl.Store(w)
+	if sl := &c.slots[b].checked; atomic.LoadUint64(sl) != w {
+		atomic.StoreUint64(sl, w)
 	}
 }
 
@@ -110,13 +115,33 @@ func (ix *Index) memoize(b, id uint64, row []byte) {
 // append to the slices beyond every published length.
 type dirCache struct {
 	n       uint64
-	buckets []uint64 // primary row id of bucket b
-	dirRows []uint64 // row id of directory row d
-	// checked[b] is memoWord of bucket b's primary row as last verified (0: never): Lookup's
-	// fast path skips the checksum of a row whose memoWord is the one verified for it.
-	// len(checked) >= n; it grows by doubling (its words copied), shared by the snapshots
-	// of one length.
-	checked []atomic.Uint64
+	slots   []dirSlot // bucket b's, len n
+	dirRows []uint64  // row id of directory row d
+}
+
+// dirSlot is a bucket's entry in the directory snapshot: its primary row id and, in the
+// same cache line (a lookup needs both), checked: the memoWord of that row as last verified
+// (0: never), accessed atomically. Lookup's fast path skips the checksum of a row whose
+// memoWord is the one verified for it. The array grows by doubling (appendSlot), so the
+// snapshots of a length share it; a memo stored into an array replaced since is lost, which
+// costs one more checksum.
+type dirSlot struct {
+	id      uint64 // written before the snapshot that counts it is published, never after
+	checked uint64
+}
+
+// appendSlot appends bucket row id to s, beyond every published length: into s's array
+// while it has room, else into a copy of twice the size (the memo words copied atomically:
+// lookups store them concurrently).
+func appendSlot(s []dirSlot, id uint64) []dirSlot {
+	if len(s) == cap(s) {
+		g := make([]dirSlot, len(s), max(16, 2*cap(s)))
+		for i := range s {
+			g[i] = dirSlot{id: s[i].id, checked: atomic.LoadUint64(&s[i].checked)}
+		}
+		s = g
+	}
+	return append(s, dirSlot{id: id})
 }
 
 // Create creates the index's table (named name, of the bucket row size) and writes an empty
@@ -351,7 +376,7 @@ func (ix *Index) refresh(ctx context.Context, reset bool) error {
 	if h.buckets <= c.n {
 		return nil
 	}
-	buckets, dirRows := c.buckets, c.dirRows
+	buckets, dirRows := c.slots, c.dirRows
 	d := uint64(len(buckets) / ix.dirCap) // the directory row holding bucket len(buckets)
 	var id uint64
 	switch {
@@ -387,21 +412,14 @@ func (ix *Index) refresh(ctx context.Context, reset bool) error {
 			dirRows = append(dirRows, id)
 		}
 		for i := len(buckets) - int(d)*ix.dirCap; i < v.count && uint64(len(buckets)) < h.buckets; i++ {
-			buckets = append(buckets, binary.LittleEndian.Uint64(v.body[8*i:]))
+			buckets = appendSlot(buckets, binary.LittleEndian.Uint64(v.body[8*i:]))
 		}
 		if uint64(len(buckets)) < h.buckets && v.count < ix.dirCap {
 			return corrupt.Errorf("hashindex: table %q: directory row %d holds %d entries, the header counts %d buckets", ix.t.Name(), d, v.count, h.buckets)
 		}
 		id, d = v.next, d+1
 	}
-	checked := c.checked
-	if uint64(len(checked)) < h.buckets {
-		checked = make([]atomic.Uint64, max(2*uint64(len(checked)), h.buckets))
-		for i := range c.checked {
-			checked[i].Store(c.checked[i].Load())
-		}
-	}
-	ix.dir.Store(&dirCache{n: h.buckets, buckets: buckets, dirRows: dirRows, checked: checked})
+	ix.dir.Store(&dirCache{n: h.buckets, slots: buckets, dirRows: dirRows})
 	return nil
 }
 
@@ -410,7 +428,7 @@ func (ix *Index) refresh(ctx context.Context, reset bool) error {
 // uncommitted directory rows (never cached: the transaction may still abort).
 func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 	if c := ix.dir.Load(); b < c.n {
-		return c.buckets[b], nil
+		return c.slots[b].id, nil
 	}
 	// The refresh reads committed rows outside any transaction, under the transaction's
 	// context inside one; the rows it reads are the header and the directory tail, which
@@ -424,7 +442,7 @@ func (ix *Index) bucketID(s src, b uint64) (uint64, error) {
 	}
 	c := ix.dir.Load()
 	if b < c.n {
-		return c.buckets[b], nil
+		return c.slots[b].id, nil
 	}
 	if s.tx == nil {
 		return 0, corrupt.Errorf("hashindex: table %q: bucket %d is addressed, the directory holds %d", ix.t.Name(), b, c.n)
@@ -532,10 +550,6 @@ func (ix *Index) primary(s src, b uint64, level uint8, row []byte) (uint64, rowV
 	return id, v, nil
 }
 
-// fastRowBytes is the largest row Lookup's fast path reads into a stack buffer: the
-// default row of keys up to 16 bytes.
-const fastRowBytes = 256
-
 // fastResult is what Lookup's fast path found.
 type fastResult uint8
 
@@ -547,22 +561,37 @@ const (
 )
 
 // lookupFast is Lookup's cache-hit path: the primary row of h's bucket, by the directory
-// snapshot, read into row (on the caller's stack: nothing here makes it escape) and searched
-// when its memoWord is the one recorded when the general path last verified it
-// (dirCache.checked) and its fields are those of the bucket. Anything else (a row not yet verified, a bucket split since the
-// snapshot, an error) returns fastSlow, and the general path reads the row again and
-// checks it all.
-func (ix *Index) lookupFast(ctx context.Context, h uint64, key, row []byte) (uint64, fastResult) {
+// snapshot, read in place in the cache (txnode's Table.View: no copy) and searched when its
+// memoWord is the one recorded when the general path last verified it (dirSlot.checked)
+// and its fields are those of the bucket. Anything else (a row not yet verified, a bucket
+// split since the snapshot, an error) returns fastSlow, and the general path reads the row
+// again and checks it all.
+func (ix *Index) lookupFast(ctx context.Context, h uint64, key []byte) (uint64, fastResult) {
 	c := ix.dir.Load()
 	b, level := address(h, c.n)
-	if b >= uint64(len(c.buckets)) {
+	if b >= uint64(len(c.slots)) {
 		return 0, fastSlow
 	}
-	rid := c.buckets[b]
-	if ix.t.Get(ctx, rid, row) != nil {
+	sl := &c.slots[b]
+	rid := sl.id
+	id, r := uint64(0), fastSlow
+	// View's rules: fn may run again (it only sets id and r, each run overwriting them),
+	// must not fail on any bytes (count is bounded before it slices) and keeps nothing of
+	// row.
+	err := ix.t.View(ctx, rid, func(row []byte) error {
+		id, r = ix.probeBucket(sl, b, level, h, key, row)
+		return nil
+	})
+	if err != nil {
 		return 0, fastSlow
 	}
-	if c.checked[b].Load() != ix.memoWord(rid, row) {
+	return id, r
+}
+
+// probeBucket is lookupFast's search of bucket b's primary row (its slot sl), row (in the
+// cache).
+func (ix *Index) probeBucket(sl *dirSlot, b uint64, level uint8, h uint64, key, row []byte) (uint64, fastResult) {
+	if len(row) < rowHeaderBytes {
 		return 0, fastSlow
 	}
 	lv, count := row[5], int(binary.LittleEndian.Uint16(row[6:]))
@@ -570,12 +599,44 @@ func (ix *Index) lookupFast(ctx context.Context, h uint64, key, row []byte) (uin
 		binary.LittleEndian.Uint64(row[8:]) != b || mask(h, lv) != b {
 		return 0, fastSlow
 	}
-	e, kb := ix.fmt.entryBytes, ix.fmt.keyBytes
-	body := row[rowHeaderBytes : rowHeaderBytes+count*e]
-	for off := 0; off+e <= len(body); off += e {
-		if string(body[off:off+kb]) == string(key) {
-			return binary.LittleEndian.Uint64(body[off+kb:]), fastFound
+	var memo uint64
+	at, id := -1, uint64(0)
+	if ix.fmt.keyBytes == 16 {
+		// The fold of memoWord and the search in one pass over the words: an entry is
+		// three words, so its key is lanes 0 and 1 of the fold and its id lane 2
+		// (TestProbeBucket checks that the two folds agree).
+		hd := (*[rowHeaderBytes]byte)(row)
+		x0 := binary.LittleEndian.Uint64(hd[0:])
+		x1 := binary.LittleEndian.Uint64(hd[8:])
+		x2 := binary.LittleEndian.Uint64(hd[16:])
+		k0, k1 := binary.LittleEndian.Uint64(key), binary.LittleEndian.Uint64(key[8:])
+		end := rowHeaderBytes + count*24
+		_ = row[end-1] // count <= entries: the entries are in the row
+		for off := rowHeaderBytes; off < end; off += 24 {
+			w := (*[24]byte)(row[off : off+24])
+			w0, w1, w2 := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:]), binary.LittleEndian.Uint64(w[16:])
+			x0, x1, x2 = x0^w0, x1^w1, x2^w2
+			if w0 == k0 && w1 == k1 && at < 0 {
+				at, id = (off-rowHeaderBytes)/24, w2
+			}
 		}
+		memo = ix.memoMix(sl.id, x0, x1, x2)
+	} else {
+		memo = ix.memoWord(sl.id, row)
+		e, kb := ix.fmt.entryBytes, ix.fmt.keyBytes
+		body := row[rowHeaderBytes : rowHeaderBytes+count*e]
+		for off := 0; off+e <= len(body); off += e {
+			if string(body[off:off+kb]) == string(key) {
+				at, id = off/e, binary.LittleEndian.Uint64(body[off+kb:])
+				break
+			}
+		}
+	}
+	if atomic.LoadUint64(&sl.checked) != memo {
+		return 0, fastSlow
+	}
+	if at >= 0 {
+		return id, fastFound
 	}
 	if binary.LittleEndian.Uint64(row[16:]) == noRow {
 		return 0, fastAbsent
@@ -637,22 +698,24 @@ func (ix *Index) chainFrom(s src, id uint64, v rowView, row []byte, fn func(id u
 // Get and no allocation on a cache hit; otherwise the chain is read in a read-only
 // transaction.
 func (ix *Index) Lookup(ctx context.Context, key []byte) (uint64, error) {
-	if err := ix.checkKey(key); err != nil {
-		return 0, err
+	if len(key) != ix.fmt.keyBytes {
+		return 0, ix.checkKey(key)
 	}
-	h := keyHash(ix.fmt.salt, key)
+	var h uint64
+	if len(key) == 16 {
+		h = keyHash16(ix.fmt.salt, binary.LittleEndian.Uint64(key), binary.LittleEndian.Uint64(key[8:]))
+	} else {
+		h = keyHash(ix.fmt.salt, key)
+	}
 	// The home row is one committed state of the bucket: a key found in it was indexed at
 	// that moment, and so was a key missing from a bucket without overflow rows.
-	if ix.fmt.rowBytes <= fastRowBytes {
-		var a [fastRowBytes]byte
-		switch id, r := ix.lookupFast(ctx, h, key, a[:ix.fmt.rowBytes]); r {
-		case fastFound:
-			return id, nil
-		case fastAbsent:
-			return 0, ErrNotFound
-		case fastChain:
-			return ix.lookupTx(ctx, key)
-		}
+	switch id, r := ix.lookupFast(ctx, h, key); r {
+	case fastFound:
+		return id, nil
+	case fastAbsent:
+		return 0, ErrNotFound
+	case fastChain:
+		return ix.lookupTx(ctx, key)
 	}
 	bp := ix.buf()
 	defer ix.bufs.Put(bp)

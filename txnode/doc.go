@@ -20,6 +20,7 @@
 //	db.go          DB: Open, Close, tables, ownership and lease renewal, durable version
 //	table.go       Table: single-row operations (lock-free cache-hit Get), Update/View/Begin
 //	tx.go          Tx: optimistic, serializable concurrency control (Silo-style)
+//	view.go        View: a function run on a row in place in the cache, version-checked
 //	scan.go        Scan in id order, page directory to skip empty ranges, phantom protection
 //	session.go     asynchronous commits (Session.Go, Pending)
 //	pipeline.go    commit pipeline: group commit (Durable), flush epochs (WriteBack), failure
@@ -100,7 +101,10 @@
 // Rows: a row given to Put or Insert must be exactly the table's row size (nil and empty rows
 // are ErrRowSize too); it is copied before the call returns, so the caller may reuse it. Get
 // fills the caller's buffer (of the row size) before it returns. The slice Update passes to
-// its fn is valid only during fn. A scan's Row.Data is the scan's own copy: it stays valid
+// its fn is valid only during fn. So is the slice View (Table.View, Tx.View) passes to its
+// fn, which is the row in the cache itself, not a copy: fn may run more than once, may see a
+// row being overwritten in a run that is thrown away (so it must not fail on any bytes), and
+// must neither keep nor write the slice (view.go has the rules). A scan's Row.Data is the scan's own copy: it stays valid
 // until the loop asks for the next row, whatever the loop body does (Update other rows, run
 // another scan); copy it to keep it longer.
 //

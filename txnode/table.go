@@ -31,10 +31,15 @@ func (t *Table) ID() uint32 { return t.t.id }
 // the row does not exist. In Durable mode a row written by a commit not yet durable is
 // returned only once that commit is durable.
 func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
-	st := t.t
-	if len(dst) != st.rowBytes {
+	if st := t.t; len(dst) != st.rowBytes {
 		return fmt.Errorf("%w: buffer of %d bytes, table %q has %d-byte rows", ErrRowSize, len(dst), st.name, st.rowBytes)
 	}
+	return t.read(ctx, id, dst, nil)
+}
+
+// read is Get (copy row id into dst) or, with fn set, View (call fn on it in place).
+func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error) error {
+	st := t.t
 	db := t.db
 	if db.closed.Load() {
 		return ErrClosed
@@ -83,9 +88,14 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		if db.testHookGet != nil {
 			db.testHookGet()
 		}
+		var ferr error
 		if present {
 			off := slot * st.rowBytes
-			logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
+			if fn != nil {
+				ferr = callView(fn, rows[off:off+st.rowBytes:off+st.rowBytes], true)
+			} else {
+				logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
+			}
 		}
 		if db.testHookGet != nil {
 			db.testHookGet()
@@ -105,25 +115,42 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		if !present {
 			return ErrNotFound
 		}
-		return nil
+		return ferr
 	}
-	return t.getSlow(ctx, id, dst)
+	return t.getSlow(ctx, id, dst, fn)
 }
 
-func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte) error {
+func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error) error {
 	tx, err := t.db.beginTx(ctx, false)
 	if err != nil {
 		return err
 	}
-	err = tx.Get(t, id, dst)
+	released := false
+	defer func() {
+		if !released { // a panic in fn: the frame it pinned must not stay pinned
+			tx.release()
+		}
+	}()
+	if fn != nil {
+		err = tx.View(t, id, fn)
+	} else {
+		err = tx.Get(t, id, dst)
+	}
 	// One row, copied consistently: nothing to validate (a commit to the row since would
 	// only fail it with ErrConflict). In Durable mode it waits until what it read is durable.
+	// View's error after the row was read is fn's (or ErrNotFound): like the fast path's,
+	// it is returned once what fn saw is durable.
+	recorded := len(tx.reads) > 0
 	p := commitWait{ver: tx.maxRead}
+	released = true
 	tx.release()
-	if err != nil {
+	if err != nil && (fn == nil || !recorded) {
 		return err
 	}
-	return p.wait(t.db, ctx)
+	if werr := p.wait(t.db, ctx); werr != nil {
+		return werr
+	}
+	return err
 }
 
 // Put replaces row id with row. It returns ErrNotFound when the row does not exist.

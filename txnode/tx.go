@@ -226,9 +226,10 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	return m, nil
 }
 
-// readRow copies row id of t into dst (when present) and records its version. It reports
-// whether the row exists.
-func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
+// readRow copies row id of t into dst (when present), or calls fn on it (View), and records
+// its version. It reports whether the row exists; an error after the read was recorded is
+// fn's.
+func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) error) (bool, error) {
 	if err := tx.serving(t); err != nil {
 		return false, err
 	}
@@ -266,9 +267,14 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 			continue
 		}
 		present := m.present.Load()&bit != 0
-		if present && dst != nil {
+		var ferr error
+		if present {
 			off := slot * t.rowBytes
-			logicpage.LoadRow(dst, rows[off:off+t.rowBytes])
+			if fn != nil {
+				ferr = callView(fn, rows[off:off+t.rowBytes:off+t.rowBytes], true)
+			} else if dst != nil {
+				logicpage.LoadRow(dst, rows[off:off+t.rowBytes])
+			}
 		}
 		if atomic.LoadUint64(&versions[slot]) != v1 || m.valid.Load()&bit == 0 {
 			continue
@@ -276,7 +282,7 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte) (bool, error) {
 		tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: v1})
 		tx.maxRead = max(tx.maxRead, v1)
 		tx.readsFrom = true
-		return present, nil
+		return present, ferr
 	}
 }
 
@@ -350,7 +356,7 @@ func (tx *Tx) Get(table *Table, id uint64, dst []byte) error {
 		copy(dst, tx.buf[w.off:int(w.off)+t.rowBytes])
 		return nil
 	}
-	ok, err := tx.readRow(t, id, dst)
+	ok, err := tx.readRow(t, id, dst, nil)
 	if err != nil {
 		return err
 	}
@@ -407,7 +413,7 @@ func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []
 	off := len(tx.buf)
 	tx.buf = slices.Grow(tx.buf, r)[:off+r]
 	row := tx.buf[off : off+r : off+r]
-	ok, err := tx.readRow(t, id, row)
+	ok, err := tx.readRow(t, id, row, nil)
 	if err == nil && !ok {
 		err = ErrNotFound
 	}
@@ -438,7 +444,7 @@ func (tx *Tx) Delete(table *Table, id uint64) error {
 		w.off = -1
 		return nil
 	}
-	ok, err := tx.readRow(t, id, nil)
+	ok, err := tx.readRow(t, id, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,118 @@
+package txnode
+
+import (
+	"context"
+	"runtime"
+	"sync"
+
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/logicpage"
+)
+
+// In-place reads (View). Get copies a row out of its cache frame with 64-bit atomic loads,
+// then checks the row's version word: a seqlock read. View runs the caller's function
+// between those two checks on the frame's bytes themselves, so a reader that looks at a few
+// words of a large row (a hash index probing a 256-byte bucket for one key) does not pay for
+// the copy. What it costs the caller:
+//
+//   - fn may run more than once: when the version check after it fails (a commit or a fill
+//     changed the row, or the frame went to another page meanwhile), what it saw is thrown
+//     away and it runs again on the row as it is now. So fn must have no effect but the
+//     results it leaves in the caller's variables, each run overwriting the last.
+//   - A run that is thrown away may have seen a row being overwritten: any mix of old and new
+//     8-byte words (in place, no word is ever torn within itself). fn must not fail on any
+//     bytes: it bounds-checks every length or offset it takes from the row before using it.
+//   - The slice is valid only while fn runs. Keeping it (or a subslice, or a string or array
+//     that aliases it through unsafe) past fn's return is a misuse: it is the cache's memory,
+//     which later commits overwrite and eviction gives to other pages; under -race and the
+//     weft_invariants tag it is a private copy that is poisoned when fn returns, so such a
+//     misuse shows in tests. fn must not write to it either.
+//
+// A View in a transaction is recorded in the read set exactly like a Get (validated at
+// commit, waited for durability at commit in Durable mode), and fn sees the transaction's own
+// pending write of the row if it has one.
+//
+// The in-place form needs loads that are not reordered with later loads (the version check
+// after fn): x86's memory model guarantees it. Elsewhere, and under the race detector (which
+// would report the plain loads of fn against a committer's atomic stores, though the version
+// check makes them harmless), fn gets a copy made with atomic loads.
+
+// viewInPlace: fn reads the frame's bytes; otherwise a copy (see above).
+const viewInPlace = !assert.Invariants && (runtime.GOARCH == "amd64" || runtime.GOARCH == "386")
+
+// viewPoison is what a View's copy is overwritten with once fn returns (invariants builds).
+const viewPoison = 0xA5
+
+// viewBufs holds row buffers for Views that copy (not in place): *[RowBytesMax]byte.
+var viewBufs = sync.Pool{New: func() any { return new([logicpage.RowBytesMax]byte) }}
+
+// callView calls fn on row: in place, or on a copy (see viewInPlace). shared says row is a
+// cache frame's (copied with atomic loads) rather than the transaction's own image.
+func callView(fn func(row []byte) error, row []byte, shared bool) error {
+	if viewInPlace {
+		return fn(row)
+	}
+	b := viewBufs.Get().(*[logicpage.RowBytesMax]byte)
+	cp := b[:len(row):len(row)]
+	if shared {
+		logicpage.LoadRow(cp, row)
+	} else {
+		copy(cp, row)
+	}
+	err := fn(cp)
+	if assert.Invariants {
+		for i := range cp {
+			cp[i] = viewPoison
+		}
+	}
+	viewBufs.Put(b)
+	return err
+}
+
+// View calls fn with row id as it is in the cache, without copying it out (Get copies): for
+// a reader that needs a few fields of a large row. It returns ErrNotFound (fn not called)
+// when the row does not exist, otherwise fn's error from the run that counted. Like Get it
+// is a transaction of its own, lock-free on a cache hit (no syscall, no allocation, no lock);
+// a miss fetches the row first. In Durable mode a row written by a commit not yet durable is
+// shown to fn, but View returns only once that commit is durable: what fn saw counts only
+// when View returns nil or fn's own error.
+//
+// fn runs on the calling goroutine, perhaps more than once, and must follow the rules of the
+// package's in-place reads: no effect but its results (each run overwrites the last), no
+// failure on any bytes (a run that is thrown away may see a row being overwritten), and row
+// is valid only until fn returns: never keep it, never write to it. fn should be short and
+// not wait: the longer it runs, the likelier a commit makes its run count for nothing.
+func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) error {
+	assert.That(fn != nil, "txnode: Table.View with a nil function")
+	return t.read(ctx, id, nil, fn)
+}
+
+// View calls fn with row id of table as the transaction sees it, without copying it out, and
+// records the read like Get: a commit that changes the row before this transaction commits
+// fails it with ErrConflict. It returns ErrNotFound (fn not called) when the row does not
+// exist, otherwise fn's error. It sees the transaction's own writes. fn follows the rules of
+// Table.View (it may run more than once; row is valid only until it returns); it must not
+// use tx. Called by the goroutine running the Tx.
+func (tx *Tx) View(table *Table, id uint64, fn func(row []byte) error) error {
+	assert.That(fn != nil, "txnode: Tx.View with a nil function")
+	if tx.done {
+		return ErrTxDone
+	}
+	t := table.t
+	if i := tx.findWrite(t.id, id); i >= 0 {
+		w := &tx.writes[i]
+		if w.off < 0 {
+			return ErrNotFound
+		}
+		end := int(w.off) + t.rowBytes
+		return callView(fn, tx.buf[w.off:end:end], false)
+	}
+	ok, err := tx.readRow(t, id, nil, fn)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return nil
+}
