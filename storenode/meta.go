@@ -170,7 +170,6 @@ func decodeMeta(b []byte) (*metaState, error) {
 		ckptLSN:   binary.LittleEndian.Uint64(b[16:]),
 		syncedLSN: binary.LittleEndian.Uint64(b[40:]),
 		nextTable: binary.LittleEndian.Uint32(b[24:]),
-		owners:    make(map[uint64]ownerState),
 	}
 	nTables := binary.LittleEndian.Uint32(b[28:])
 	nOwners := binary.LittleEndian.Uint32(b[32:])
@@ -181,6 +180,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 	if uint64(nTables)*metaTableBytes+uint64(nOwners)*metaOwnerBytes > uint64(len(p)) {
 		return nil, corrupt.Errorf("storenode: meta: %d tables and %d owners in %d bytes", nTables, nOwners, len(p))
 	}
+	m.owners = make(map[uint64]ownerState, nOwners) // nOwners is bounded by the bytes just above
 	seen := make(map[uint32]bool, nTables)
 	for range nTables {
 		if len(p) < metaTableBytes {
@@ -240,7 +240,9 @@ func decodeMeta(b []byte) (*metaState, error) {
 			return nil, corrupt.Errorf("storenode: meta: owner entry %d: window of %d in %d bytes", i, n, len(p))
 		}
 		if n > 0 {
-			o.window = make([]dedupEntry, dedupWindow)
+			// Exactly n entries, allocated after the bytes that hold them were checked: a
+			// window costs memory in proportion to its bytes in the file (applied grows it).
+			o.window = make([]dedupEntry, n)
 			o.n = int(n)
 			for k := range uint64(n) {
 				d := dedupEntry{seq: binary.LittleEndian.Uint64(p), lsn: binary.LittleEndian.Uint64(p[8:]),
@@ -248,7 +250,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 				if d.seq != o.lastSeq-uint64(n)+1+k || d.lsn > o.lastLSN || d.lsn == 0 {
 					return nil, corrupt.Errorf("storenode: meta: owner entry %d: bad window entry %d", i, k)
 				}
-				o.window[d.seq%dedupWindow] = d
+				o.window[d.seq%uint64(n)] = d
 				p = p[metaDedupBytes:]
 			}
 		}

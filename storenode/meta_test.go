@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"encoding/binary"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,4 +47,39 @@ func TestMetaOwnersRoundTrip(t *testing.T) {
 	require.Equal(t, dedupEntry{seq: 3, lsn: 13, hash: 3 * h}, ent)
 	_, ok = o.lookup(6)
 	require.False(t, ok)
+}
+
+// decodeMeta allocates in proportion to the bytes it decodes: a meta file of many owners with
+// a one-batch window each (56 bytes an owner) must not cost a whole 64-entry ring (1,536
+// bytes) per owner. Fails on 3d9139f: 30x the file's bytes were allocated.
+func TestDecodeMetaMemoryBoundedByBytes(t *testing.T) {
+	const owners = 20000
+	m := &metaState{ckptLSN: 100, syncedLSN: 100, nextTable: 1, owners: make(map[uint64]ownerState, owners)}
+	for id := uint64(1); id <= owners; id++ {
+		o := &ownerState{}
+		o.applied(5, 9, id)
+		m.owners[id] = o.clone()
+	}
+	b := encodeMeta(m)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, err := decodeMeta(b)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Len(t, got.owners, owners)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.LessOrEqual(t, allocated, uint64(6*len(b)), "%d bytes allocated to decode %d bytes", allocated, len(b))
+
+	// The compact windows work: lookups, and growing on the next applied batch.
+	o := got.owners[77]
+	ent, ok := o.lookup(5)
+	require.True(t, ok)
+	require.Equal(t, dedupEntry{seq: 5, lsn: 9, hash: 77}, ent)
+	o.applied(6, 10, 1)
+	require.NoError(t, o.verify())
+	ent, ok = o.lookup(5)
+	require.True(t, ok, "the decoded entry survives the ring's growth")
+	require.Equal(t, uint64(9), ent.lsn)
+	require.Equal(t, b, encodeMeta(got), "a decoded meta re-encodes to the same bytes")
 }

@@ -265,6 +265,10 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
 				rec.LSN, s.Table, c.rowBytes[i], s.Page)
 		}
+		if last := segmentLastID(s.Page, s.Data, s.Clear); last >= t.nextID {
+			return corrupt.Errorf("storenode: replay: record %d: row %d of table %d was never granted (next id %d)",
+				rec.LSN, last, s.Table, t.nextID)
+		}
 	}
 	b := &Batch{Segments: c.segments}
 	for {
