@@ -107,14 +107,14 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err != nil {
 		return err
 	}
-	newPages := e.patchPageMaps(snap, written)
+	newPages, old := e.patchPageMaps(snap, written)
 	// Everything the WAL acknowledged is durable, and it has been synced through every record
 	// the snapshot copied: a bad record up to here is corruption at the next recovery.
 	snap.syncedLSN = acked
 	if err := publishMeta(e.fs, e.dir, snap); err != nil {
 		return err
 	}
-	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written)
+	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written, old)
 	e.removeDroppedFiles(gone)
 	if !replay {
 		if err := e.log.DropBefore(keepFrom + 1); err != nil {
@@ -209,22 +209,27 @@ func (e *Engine) syncWALForCheckpoint(ckptLSN uint64, replay bool) (uint64, erro
 	return acked, nil
 }
 
-// patchPageMaps builds the new page maps, the published ones with the written entries patched
-// in, and puts them in snap. It returns them by table id.
-func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32][]mapEntry {
-	newPages := make(map[uint32][]mapEntry)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, w := range written {
+// patchPageMaps builds the new page maps, versions of the published ones with the written
+// entries set (path copying: the cost is the written pages', not the maps'), and puts them in
+// snap. It returns them by table id, with the entries they replaced in old[i] for written[i].
+// Only checkpoints (under ckptMu) replace a live table's map, so the maps read here stay
+// the published ones; the lock is held only to read the table pointers' fields.
+func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) (newPages map[uint32]*pageMap, old []mapEntry) {
+	newPages = make(map[uint32]*pageMap)
+	old = make([]mapEntry, len(written))
+	for i, w := range written {
 		pm, ok := newPages[w.t.id]
 		if !ok {
-			pm = append([]mapEntry(nil), w.t.pages...)
+			e.mu.Lock()
+			pm = w.t.pages.edit()
+			e.mu.Unlock()
+			newPages[w.t.id] = pm
 		}
-		if w.page >= uint64(len(pm)) {
-			pm = append(pm, make([]mapEntry, w.page+1-uint64(len(pm)))...)
-		}
-		pm[w.page] = w.ent
-		newPages[w.t.id] = pm
+		old[i] = pm.get(w.page)
+		pm.set(w.page, w.ent)
+	}
+	for _, pm := range newPages {
+		pm.seal()
 	}
 	for i := range snap.tables {
 		st := &snap.tables[i]
@@ -232,7 +237,7 @@ func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32]
 			st.pages = pm
 		}
 	}
-	return newPages
+	return newPages, old
 }
 
 // installCheckpoint runs after the meta file is published: it installs the new page maps,
@@ -241,27 +246,27 @@ func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32]
 // made removable and the LSN whose WAL records must be kept from: ckptLSN, or the oldest
 // checkpoint a backup holds. While a backup holds a snapshot, replaced disk pages are kept
 // from reuse (heldPages) and no data file is removed (backup.go).
-func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntry, written []ckptWrite) (gone []*table, keepFrom uint64) {
+func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32]*pageMap, written []ckptWrite, old []mapEntry) (gone []*table, keepFrom uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	held := len(e.backups) > 0 // under mu: a release frees heldPages under it
 	for id, pm := range newPages {
-		t := e.tablesByIDAll(id)
-		if t == nil {
-			continue
+		if t := e.tablesByIDAll(id); t != nil {
+			t.io.Lock()
+			t.pages = pm
+			t.io.Unlock()
 		}
-		t.io.Lock()
-		for page, ent := range t.pages {
-			if ent.disk != 0 && pm[page].disk != ent.disk {
-				if held {
-					e.heldPages = append(e.heldPages, heldPage{t: t, disk: ent.disk, since: ckptLSN})
-				} else {
-					t.used.Clear(uint64(ent.disk - 1))
-				}
+	}
+	// The replaced copies: each written page's old entry (a page is written once per
+	// checkpoint), freed now that no published map refers to it.
+	for i, w := range written {
+		if ent := old[i]; ent.disk != 0 && ent.disk != w.ent.disk && e.tablesByIDAll(w.t.id) == w.t {
+			if held {
+				e.heldPages = append(e.heldPages, heldPage{t: w.t, disk: ent.disk, since: ckptLSN})
+			} else {
+				w.t.used.Clear(uint64(ent.disk - 1))
 			}
 		}
-		t.pages = pm
-		t.io.Unlock()
 	}
 	for _, w := range written {
 		if id, ok := e.cache.lookup(w.key); ok && id == w.frame {

@@ -114,7 +114,7 @@ type table struct {
 
 	rows  *bitmaptree.Tree // row id -> present; the authority on which rows exist
 	used  *bitmaptree.Tree // disk page -> referenced by the published map or being written
-	pages []mapEntry       // published page map, indexed by logical page
+	pages *pageMap         // published page map (sealed: replaced, never changed)
 	data  vfs.File
 
 	io      sync.RWMutex // disk page reads (R) against publishing the page map and freeing pages (W)
@@ -305,12 +305,7 @@ func (t *table) info() TableInfo {
 // presentWord returns the present mask of a page from the table's bitmap-tree.
 func (t *table) presentWord(page uint64) uint64 { return t.rows.Word(page * logicpage.RowsPerPage) }
 
-func (t *table) entry(page uint64) mapEntry {
-	if page < uint64(len(t.pages)) {
-		return t.pages[page]
-	}
-	return mapEntry{}
-}
+func (t *table) entry(page uint64) mapEntry { return t.pages.get(page) }
 
 // appendRecord hands a record to the WAL, which copies it, and returns its LSN. Caller holds
 // mu, which keeps LSNs in the order of e.lastLSN; when the WAL's queue is full it waits under

@@ -36,6 +36,9 @@ func TestMetaOwnersRoundTrip(t *testing.T) {
 	for _, seed := range metaSeeds() {
 		m, err := decodeMeta(seed)
 		require.NoError(t, err)
+		if m.version == metaVersionDense {
+			continue // upgraded: TestMetaDenseUpgrade
+		}
 		require.Equal(t, seed, encodeMeta(m))
 	}
 	m, err := decodeMeta(metaSeeds()[0])
@@ -82,4 +85,22 @@ func TestDecodeMetaMemoryBoundedByBytes(t *testing.T) {
 	require.True(t, ok, "the decoded entry survives the ring's growth")
 	require.Equal(t, uint64(9), ent.lsn)
 	require.Equal(t, b, encodeMeta(got), "a decoded meta re-encodes to the same bytes")
+}
+
+// A version-2 meta file (dense page map) is read, its empty entries dropped, and re-encoded as
+// version 3 with the same entries.
+func TestMetaDenseUpgrade(t *testing.T) {
+	m, err := decodeMeta(denseMetaSeed())
+	require.NoError(t, err)
+	require.EqualValues(t, metaVersionDense, m.version)
+	pm := m.tables[0].pages
+	require.Equal(t, 2, pm.count(), "the empty page has no entry")
+	require.Equal(t, mapEntry{disk: 2, crc: 7, lsn: 5, present: 3}, pm.get(0))
+	require.Equal(t, mapEntry{disk: 1, crc: 8, lsn: 6, present: 1}, pm.get(2))
+	m2, err := decodeMeta(encodeMeta(m))
+	require.NoError(t, err)
+	require.EqualValues(t, metaVersion, m2.version)
+	require.Equal(t, pm.get(0), m2.tables[0].pages.get(0))
+	require.Equal(t, pm.get(2), m2.tables[0].pages.get(2))
+	require.Equal(t, 2, m2.tables[0].pages.count())
 }

@@ -86,11 +86,11 @@ func (e *Engine) verifyLease(t *table) error {
 // (the pages a checkpoint writes are used only while it runs; the old copies are freed after
 // it publishes).
 func verifyDiskPages(t *table) error {
-	if len(t.pages) > tablePagesMax {
-		return fmt.Errorf("page map of %d pages > tablePagesMax", len(t.pages))
+	if t.pages.count() > tablePagesMax {
+		return fmt.Errorf("page map of %d pages > tablePagesMax", t.pages.count())
 	}
 	seen := make(map[uint32]uint64)
-	for page, ent := range t.pages {
+	for page, ent := range t.pages.all() {
 		if ent.disk == 0 {
 			continue
 		}
