@@ -139,15 +139,7 @@ func encodeMeta(m *metaState) []byte {
 		b = append(b, t.name...)
 		b = append(b, make([]byte, pad8(len(t.name))-len(t.name))...)
 		t.pages.eachLeaf(func(leaf, mask uint64, ents []mapEntry) bool {
-			b = binary.LittleEndian.AppendUint32(b, uint32(leaf))
-			b = binary.LittleEndian.AppendUint32(b, 0)
-			b = binary.LittleEndian.AppendUint64(b, mask)
-			for _, e := range ents {
-				b = binary.LittleEndian.AppendUint32(b, e.disk)
-				b = binary.LittleEndian.AppendUint32(b, e.crc)
-				b = binary.LittleEndian.AppendUint64(b, e.lsn)
-				b = binary.LittleEndian.AppendUint64(b, e.present)
-			}
+			b = appendLeaf(b, leaf, mask, ents)
 			return true
 		})
 	}
@@ -167,6 +159,21 @@ func encodeMeta(m *metaState) []byte {
 	}
 	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
 	b = binary.LittleEndian.AppendUint32(b, 0)
+	return b
+}
+
+// appendLeaf appends one leaf record of the page map (its own function: the closure that
+// calls it must not keep b in a captured variable across every entry's append).
+func appendLeaf(b []byte, leaf, mask uint64, ents []mapEntry) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(leaf))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, mask)
+	for _, e := range ents {
+		b = binary.LittleEndian.AppendUint32(b, e.disk)
+		b = binary.LittleEndian.AppendUint32(b, e.crc)
+		b = binary.LittleEndian.AppendUint64(b, e.lsn)
+		b = binary.LittleEndian.AppendUint64(b, e.present)
+	}
 	return b
 }
 
