@@ -41,7 +41,8 @@ type Engine struct {
 	log   *wal.WAL
 	start time.Time
 
-	ckptMu sync.Mutex // one checkpoint at a time
+	ckptMu    sync.Mutex // one checkpoint at a time
+	ckptChunk ckptChunks // bounds of a checkpoint's lock holds (tests lower them)
 
 	// mu guards everything below it, the page cache and every table's mutable fields.
 	mu        sync.Mutex
@@ -169,17 +170,18 @@ func Open(opts Options) (*Engine, error) {
 		return nil, errors.New("storenode: Options.Dir is empty")
 	}
 	e := &Engine{
-		opts:    opts,
-		fs:      opts.FS,
-		dir:     opts.Dir,
-		tables:  make(map[uint32]*table),
-		byName:  make(map[string]*table),
-		owners:  make(map[uint64]*ownerState),
-		idents:  make(map[uint64]*ownerIdent),
-		cache:   newPageCache(opts.CacheBytes),
-		ckptReq: make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		start:   time.Now(),
+		opts:      opts,
+		fs:        opts.FS,
+		dir:       opts.Dir,
+		tables:    make(map[uint32]*table),
+		byName:    make(map[string]*table),
+		owners:    make(map[uint64]*ownerState),
+		idents:    make(map[uint64]*ownerIdent),
+		cache:     newPageCache(opts.CacheBytes),
+		ckptReq:   make(chan struct{}, 1),
+		ckptChunk: ckptChunks{scanFrames: ckptScanFrames, copyBytes: ckptCopyBytes, installWrites: ckptInstallWrites},
+		stop:      make(chan struct{}),
+		start:     time.Now(),
 	}
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck
