@@ -170,7 +170,8 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 // checkpoint LSN) under mu, then the list of dirty pages, scanning the frames ckptScanFrames
 // at a time with mu released between (a frame dirty at the snapshot stays dirty, and keeps its
 // id, until this checkpoint marks it clean: dirty frames are never evicted; a frame dirtied
-// after the snapshot may be listed or not). It returns a nil snapshot and no error when
+// after the snapshot may be listed or not; a table created after it is left to the next
+// checkpoint). It returns a nil snapshot and no error when
 // nothing was logged since the last checkpoint (waiters on ckptGen are woken), and the
 // engine's failure, unwrapped, when it is failed or closed.
 func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
@@ -197,7 +198,9 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 			if f.key == 0 || !f.dirty {
 				continue
 			}
-			if t := e.tables[uint32(f.key>>32)]; t != nil {
+			// Only the snapshot's tables: one created since (its id is past the snapshot's
+			// next id) is not in the meta file this checkpoint publishes.
+			if t := e.tables[uint32(f.key>>32)]; t != nil && t.id < snap.nextTable {
 				todo = append(todo, ckptWrite{t: t, page: f.key & (1<<32 - 1), frame: int32(id), key: f.key})
 			}
 		}

@@ -104,3 +104,27 @@ func TestMetaDenseUpgrade(t *testing.T) {
 	require.Equal(t, pm.get(2), m2.tables[0].pages.get(2))
 	require.Equal(t, 2, m2.tables[0].pages.count())
 }
+
+// A page map of many leaves far apart (one entry each, every leaf under its own inner node)
+// decodes into memory in proportion to its bytes: the tree's nodes hold only the kids and
+// entries that exist.
+func TestDecodeSparseMetaMemoryBoundedByBytes(t *testing.T) {
+	ents := make(map[uint64]mapEntry)
+	for i := uint64(0); i < 20000; i++ {
+		ents[i*4096+63] = mapEntry{disk: uint32(i + 1), crc: uint32(i), lsn: 1, present: 1 << 63}
+	}
+	m := &metaState{ckptLSN: 1, syncedLSN: 1, nextTable: 2, owners: map[uint64]ownerState{},
+		tables: []metaTable{{id: 1, rowBytes: 64, name: "t", nextID: MaxRowID, pages: pageMapOf(ents)}}}
+	b := encodeMeta(m)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, err := decodeMeta(b)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Equal(t, len(ents), got.tables[0].pages.count())
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.LessOrEqual(t, allocated, uint64(12*len(b)), "%d bytes allocated to decode %d bytes", allocated, len(b))
+	t.Logf("%d bytes decoded, %d allocated, %d held", len(b), allocated, got.tables[0].pages.memBytes())
+	require.Less(t, got.tables[0].pages.memBytes(), 8*len(b))
+}
