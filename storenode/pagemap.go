@@ -106,6 +106,7 @@ func (m *pageMap) set(page uint64, ent mapEntry) {
 		}
 		m.height++
 	}
+	assert.That(m.height <= pmHeightMax, "storenode: page map taller than the table limit needs")
 	m.root = m.setIn(m.root, int(m.height), page, ent)
 }
 
