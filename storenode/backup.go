@@ -382,8 +382,8 @@ func (b *backupRun) table(ctx context.Context, mt *metaTable) error {
 		disk uint32
 		crc  uint32
 	}
-	refs := make([]diskRef, 0, len(mt.pages))
-	for _, ent := range mt.pages {
+	refs := make([]diskRef, 0, mt.pages.count())
+	for _, ent := range mt.pages.all() {
 		if ent.disk != 0 {
 			refs = append(refs, diskRef{ent.disk, ent.crc})
 		}

@@ -280,7 +280,7 @@ func TestBackupCorruptPageFails(t *testing.T) {
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
 	tb := e.tables[ti.ID]
-	disk := tb.pages[0].disk
+	disk := tb.pages.get(0).disk
 	e.mu.Unlock()
 	_, err = tb.data.WriteAt([]byte{0xff}, int64(disk-1)*int64(tb.geo.DiskPageBytes())+7)
 	require.NoError(t, err)

@@ -240,7 +240,7 @@ func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
 		{"grant an unknown table", kindGrantOwner, appendGrantOwnerRecord(nil, 99, 3, 5), false},
 		{"commit of the wrong row size", kindCommit, commit(3, 100, 1, 8, 0, 1), false},
 		{"commit beyond the last page", kindCommit, commit(3, 100, 1, 16, tablePagesMax, 1), false},
-		{"commit of ungranted rows", kindCommit, commit(3, 100, 1, 16, 10, 1), false},
+		{"commit of ungranted rows", kindCommit, commit(3, 100, 1, 16, 10, 1), true},
 		{"commit to a dropped table", kindCommit, commit(3, 100, 2, 8, 0, 1), false},
 		{"commit of owner 0", kindCommit, commit(0, 1, 1, 16, 0, 1), true},
 		{"commit of seq 0", kindCommit, commit(11, 0, 1, 16, 0, 1), true},

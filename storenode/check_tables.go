@@ -22,9 +22,22 @@ import (
 const dupPagesListedMax = 8
 
 // metaEntryOffset returns the byte offset in the meta file of the page-map entry of page of
-// the table whose entry starts at tableOff (the layout of meta.go).
-func metaEntryOffset(mt *metaTable, tableOff int64, page int) int64 {
-	return tableOff + metaTableBytes + int64(pad8(len(mt.name))) + int64(page)*metaEntryBytes
+// the table whose entry starts at tableOff (the layout of meta.go, in the version read).
+func metaEntryOffset(mt *metaTable, tableOff int64, page uint64) int64 {
+	start := tableOff + metaTableBytes + int64(pad8(len(mt.name)))
+	if mt.densePages != 0 {
+		return start + int64(page)*metaEntryBytes
+	}
+	leaves, entries := mt.pages.rank(page)
+	return start + int64(leaves+1)*metaLeafBytes + int64(entries)*metaEntryBytes
+}
+
+// metaPageMapBytes returns the bytes of mt's page map in the meta file, in the version read.
+func metaPageMapBytes(mt *metaTable) int64 {
+	if mt.densePages != 0 {
+		return int64(mt.densePages) * metaEntryBytes
+	}
+	return int64(mt.pages.leafCount())*metaLeafBytes + int64(mt.pages.count())*metaEntryBytes
 }
 
 // metaTableOffsets returns the byte offset in the meta file of each table's entry.
@@ -33,7 +46,7 @@ func metaTableOffsets(m *metaState) []int64 {
 	off := int64(metaHeaderBytes)
 	for i := range m.tables {
 		offs[i] = off
-		off += metaTableBytes + int64(pad8(len(m.tables[i].name))) + int64(len(m.tables[i].pages))*metaEntryBytes
+		off += metaTableBytes + int64(pad8(len(m.tables[i].name))) + metaPageMapBytes(&m.tables[i])
 	}
 	return offs
 }
@@ -62,15 +75,15 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 		return fmt.Errorf("storenode: check %s: open %s: %w", c.dir, name, err)
 	}
 	filePages := uint64(size / pageBytes)
-	entry := func(page int) Finding {
+	entry := func(page uint64) Finding {
 		return Finding{File: metaName, Offset: metaEntryOffset(mt, tableOff, page), Table: mt.id, Page: int64(page), DiskPage: -1}
 	}
 
 	used, dupSet := bitmaptree.New(), bitmaptree.New()
-	var order []uint32 // logical pages whose disk page lies in the file, to read
+	var order []pageAt // logical pages whose disk page lies in the file, to read
 	var dups []uint64  // disk pages mapped more than once
 	var outside uint64 // distinct disk pages mapped beyond the file
-	for page, ent := range mt.pages {
+	for page, ent := range mt.pages.all() {
 		c.rep.Rows += uint64(bits.OnesCount64(ent.present))
 		if ent.disk == 0 {
 			if ent.present != 0 {
@@ -104,7 +117,7 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 			c.damage(fd)
 			continue
 		}
-		order = append(order, uint32(page))
+		order = append(order, pageAt{page, ent})
 	}
 	c.checkDups(mt, tableOff, dups)
 	if f != nil {
@@ -126,11 +139,11 @@ func (c *checker) checkDups(mt *metaTable, tableOff int64, dups []uint64) {
 	if len(dups) == 0 {
 		return
 	}
-	byDisk := make(map[uint64][]int, len(dups))
+	byDisk := make(map[uint64][]uint64, len(dups))
 	for _, d := range dups {
 		byDisk[d] = nil
 	}
-	for page, ent := range mt.pages {
+	for page, ent := range mt.pages.all() {
 		if ent.disk == 0 {
 			continue
 		}
@@ -157,18 +170,18 @@ func (c *checker) checkDups(mt *metaTable, tableOff int64, dups []uint64) {
 // checkDiskPages reads the disk pages of the logical pages in order (sorted here by disk
 // page, so the file is read forwards) and checks each against its page-map entry: CRC32C,
 // then zero bytes in every absent slot and in the padding after the rows.
-func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f vfs.File, rel string, geo logicpage.Geometry, order []uint32) error {
-	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(mt.pages[a].disk, mt.pages[b].disk) })
+func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f vfs.File, rel string, geo logicpage.Geometry, order []pageAt) error {
+	slices.SortFunc(order, func(a, b pageAt) int { return cmp.Compare(a.ent.disk, b.ent.disk) })
 	pageBytes := geo.DiskPageBytes()
 	r := geo.RowBytes()
 	buf := make([]byte, pageBytes)
-	for i, p := range order {
+	for i, pa := range order {
 		if i%checkCtxEvery == 0 {
 			if err := c.ctx.Err(); err != nil {
 				return fmt.Errorf("storenode: check %s: %w", c.dir, err)
 			}
 		}
-		ent := mt.pages[p]
+		p, ent := pa.page, pa.ent
 		d := int64(ent.disk - 1)
 		off := d * int64(pageBytes)
 		fd := Finding{File: rel, Offset: off, Table: mt.id, Page: int64(p), DiskPage: d}
@@ -184,7 +197,7 @@ func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f vfs.File, rel 
 		c.rep.Pages++
 		if got := checksum.Of(buf); got != ent.crc {
 			fd.What = fmt.Sprintf("checksum %#08x, the page-map entry (meta offset %d) says %#08x (page LSN %d)",
-				got, metaEntryOffset(mt, tableOff, int(p)), ent.crc, ent.lsn)
+				got, metaEntryOffset(mt, tableOff, p), ent.crc, ent.lsn)
 			c.damage(fd)
 			continue
 		}
@@ -224,26 +237,37 @@ func (c *checker) checkAfterWAL(last uint64) {
 		if t := c.cat.tables[mt.id]; t != nil {
 			nextID = max(nextID, t.nextID)
 		}
-		for page, ent := range mt.pages {
-			fd := Finding{File: metaName, Offset: metaEntryOffset(mt, offs[i], page), Table: mt.id, Page: int64(page), DiskPage: -1}
+		for page, ent := range mt.pages.all() {
+			// Offset -1 until a damage is found: an entry's offset costs a rank query.
+			fd := Finding{File: metaName, Offset: -1, Table: mt.id, Page: int64(page), DiskPage: -1}
 			if ent.disk != 0 {
 				fd.DiskPage = int64(ent.disk - 1)
+			}
+			damage := func(fd Finding) {
+				fd.Offset = metaEntryOffset(mt, offs[i], page)
+				c.damage(fd)
 			}
 			if ent.disk != 0 && ent.lsn > last {
 				fd.What = fmt.Sprintf("page LSN %d is after the WAL's last good record %d: the checkpoint synced the WAL through it, so records %d..%d are lost",
 					ent.lsn, last, last+1, ent.lsn)
-				c.damage(fd)
+				damage(fd)
 			}
 			if ent.present == 0 {
 				continue
 			}
-			if top := uint64(page)*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(ent.present)); top >= nextID {
+			if top := page*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(ent.present)); top >= nextID {
 				fd.What = fmt.Sprintf("holds row %d (present mask %#016x), at or above the table's granted ids (next id %d): a later grant would hand it out again",
 					top, ent.present, nextID)
-				c.damage(fd)
+				damage(fd)
 			}
 		}
 	}
+}
+
+// pageAt is a logical page and its page-map entry.
+type pageAt struct {
+	page uint64
+	ent  mapEntry
 }
 
 func isZeroBytes(b []byte) bool {

@@ -21,6 +21,17 @@ import (
 //
 // Any IO error in a checkpoint makes the engine fail-stop: nothing was published, the WAL still
 // holds everything, and a reopen recovers.
+//
+// Lock holds. Commits take mu, so no step of a checkpoint holds it for longer than a bounded
+// chunk of work: the scan for dirty frames takes ckptScanFrames frames per hold; the copy
+// takes up to ckptCopyBytes of pages per hold (a partial frame's disk read releases mu, as
+// every load does) and writes them after releasing it; the new page maps are built by path
+// copying with no lock (only checkpoints replace a live table's map, one at a time under
+// ckptMu) and installed under mu in O(tables); the old copies are freed and the frames marked
+// clean ckptInstallWrites at a time. The WAL is made durable through the copied pages without
+// holding up its writer: the checkpoint waits until the WAL has acknowledged every record the
+// copies and the snapshot hold (written, or synced under SyncAlways), then, under SyncNone,
+// fsyncs the segment files and the WAL directory itself.
 
 type ckptWrite struct {
 	t     *table
@@ -28,7 +39,21 @@ type ckptWrite struct {
 	frame int32
 	key   uint64
 	ent   mapEntry
+	off   int // of its copy in the chunk buffer; -1 when it needs no writing (table dropped)
 }
+
+// ckptChunks are the bounds of one lock hold of a checkpoint, set at Open from the constants
+// below; tests lower them to cross chunk boundaries often.
+type ckptChunks struct {
+	scanFrames, copyBytes, installWrites int
+}
+
+// Bounds of one lock hold of a checkpoint (see the file doc).
+const (
+	ckptScanFrames    = 4096
+	ckptCopyBytes     = 256 << 10
+	ckptInstallWrites = 2048
+)
 
 // Checkpoint writes every dirty page and publishes a new checkpoint now. Background
 // checkpoints run by WAL growth, time and cache pressure (Options).
@@ -71,8 +96,23 @@ func (e *Engine) requestCheckpoint() {
 	}
 }
 
+// walPressure reports whether the WAL has grown enough since the last checkpoint began to
+// start the next one: by CheckpointWALBytes, or by the bytes of the dirty pages if more.
+// Caller holds mu.
+//
+// The dirty set is what the next checkpoint writes, so waiting for at least as many WAL bytes
+// bounds the pages checkpoints write to about the bytes logged, whatever the table's size:
+// with a fixed trigger, random updates over a table whose dirty set is larger than
+// CheckpointWALBytes rewrote nearly every page of it per CheckpointWALBytes of log (a table 10x
+// larger cost 2.1x more per update, BenchmarkUpdateRandomScale). The dirty set is itself
+// bounded by the half-cache trigger (commit.go), so the WAL a recovery replays stays below
+// max(CheckpointWALBytes, CacheBytes/2) plus what one checkpoint's run lets through.
 func (e *Engine) walPressure() bool {
-	return e.opts.CheckpointWALBytes > 0 && int64(e.stats.walBytes.Load()-e.walBytesAtCkpt) > e.opts.CheckpointWALBytes
+	if e.opts.CheckpointWALBytes <= 0 {
+		return false
+	}
+	grown := int64(e.stats.walBytes.Load() - e.walBytesAtCkpt)
+	return grown > e.opts.CheckpointWALBytes && grown > e.cache.dirtyBytes
 }
 
 // checkpoint runs one checkpoint. In replay (inside recovery, before the WAL is open for
@@ -96,25 +136,25 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		}
 	}()
 
-	written, touched, err := e.writeDirtyPages(todo)
+	written, touched, copiedLSN, err := e.writeDirtyPages(todo)
 	if err != nil {
 		return err
 	}
 	if err := e.syncDataFiles(touched); err != nil {
 		return err
 	}
-	acked, err := e.syncWALForCheckpoint(snap.ckptLSN, replay)
+	acked, err := e.syncWALForCheckpoint(max(snap.ckptLSN, copiedLSN), replay)
 	if err != nil {
 		return err
 	}
-	newPages := e.patchPageMaps(snap, written)
+	newPages, old := e.patchPageMaps(snap, written)
 	// Everything the WAL acknowledged is durable, and it has been synced through every record
 	// the snapshot copied: a bad record up to here is corruption at the next recovery.
 	snap.syncedLSN = acked
 	if err := publishMeta(e.fs, e.dir, snap); err != nil {
 		return err
 	}
-	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written)
+	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written, old)
 	e.removeDroppedFiles(gone)
 	if !replay {
 		if err := e.log.DropBefore(keepFrom + 1); err != nil {
@@ -127,49 +167,155 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 }
 
 // beginCheckpoint takes the checkpoint's snapshot (catalog, grants and dedup table as of the
-// checkpoint LSN) and the list of dirty pages, under mu. It returns a nil snapshot and no
-// error when nothing was logged since the last checkpoint (waiters on ckptGen are woken), and
-// the engine's failure, unwrapped, when it is failed or closed.
+// checkpoint LSN) under mu, then the list of dirty pages, scanning the frames ckptScanFrames
+// at a time with mu released between (a frame dirty at the snapshot stays dirty, and keeps its
+// id, until this checkpoint marks it clean: dirty frames are never evicted; a frame dirtied
+// after the snapshot may be listed or not; a table created after it is left to the next
+// checkpoint). It returns a nil snapshot and no error when
+// nothing was logged since the last checkpoint (waiters on ckptGen are woken), and the
+// engine's failure, unwrapped, when it is failed or closed.
 func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err := e.failure(); err != nil {
+		e.mu.Unlock()
 		return nil, nil, err
 	}
 	if e.lastLSN == e.ckptLSN {
 		e.ckptGen++
 		e.cond.Broadcast()
+		e.mu.Unlock()
 		return nil, nil, nil
 	}
 	snap := e.snapshotMeta()
 	e.walBytesAtCkpt = e.stats.walBytes.Load()
-	var todo []ckptWrite
-	for key, id := range e.cache.index {
-		if e.cache.frames[id].dirty {
-			t := e.tables[uint32(key>>32)]
-			todo = append(todo, ckptWrite{t: t, page: key & (1<<32 - 1), frame: id, key: key})
+	n := len(e.cache.frames)
+	todo := make([]ckptWrite, 0, e.cache.dirtyFrames)
+	e.mu.Unlock()
+	for lo := 0; lo < n; lo += e.ckptChunk.scanFrames {
+		e.mu.Lock()
+		for id := lo; id < min(lo+e.ckptChunk.scanFrames, n); id++ {
+			f := &e.cache.frames[id]
+			if f.key == 0 || !f.dirty {
+				continue
+			}
+			// Only the snapshot's tables: one created since (its id is past the snapshot's
+			// next id) is not in the meta file this checkpoint publishes.
+			if t := e.tables[uint32(f.key>>32)]; t != nil && t.id < snap.nextTable {
+				todo = append(todo, ckptWrite{t: t, page: f.key & (1<<32 - 1), frame: int32(id), key: f.key})
+			}
 		}
+		e.mu.Unlock()
 	}
 	return snap, todo, nil
 }
 
-// writeDirtyPages copies and writes each page of todo to a free disk page (copyAndWrite; commits
-// keep flowing between pages). It returns the writes done, reusing todo's array, and the tables
-// whose data files they touched.
-func (e *Engine) writeDirtyPages(todo []ckptWrite) ([]ckptWrite, map[*table]bool, error) {
+// writeDirtyPages copies the pages of todo and writes each to a free disk page, a chunk of at
+// most ckptCopyBytes at a time: copyChunk under mu, then the writes without it (runs of
+// consecutive disk pages of one table in one write). It returns the writes done, reusing
+// todo's array, the tables whose data files they touched, and the highest frame LSN copied.
+func (e *Engine) writeDirtyPages(todo []ckptWrite) ([]ckptWrite, map[*table]bool, uint64, error) {
 	written := todo[:0]
 	touched := make(map[*table]bool)
-	for _, w := range todo {
-		ok, err := e.copyAndWrite(&w)
+	var copiedLSN uint64
+	var buf []byte
+	for i := 0; i < len(todo); {
+		chunk := todo[i:]
+		n, used, err := e.copyChunk(chunk, &buf)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
-		if ok {
-			written = append(written, w)
+		chunk = chunk[:n]
+		i += n
+		if err := e.writeChunk(chunk, buf[:used]); err != nil {
+			return nil, nil, 0, err
+		}
+		for _, w := range chunk {
+			if w.off < 0 {
+				continue
+			}
+			copiedLSN = max(copiedLSN, w.ent.lsn)
+			written = append(written, w) // index <= the chunk's: todo's array is reused safely
 			touched[w.t] = true
 		}
 	}
-	return written, touched, nil
+	return written, touched, copiedLSN, nil
+}
+
+// copyChunk copies the first pages of ws into *buf (grown to ckptCopyBytes, or one page if
+// larger) under one hold of mu, merging a partial frame with its disk copy first, and gives
+// each a free disk page. It returns how many of ws it handled and the bytes of buf used; a
+// page that needs no writing (its table dropped) gets off -1.
+func (e *Engine) copyChunk(ws []ckptWrite, buf *[]byte) (n, used int, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for n < len(ws) {
+		w := &ws[n]
+		size := w.t.geo.DiskPageBytes()
+		if n > 0 && used+size > e.ckptChunk.copyBytes {
+			break
+		}
+		if cap(*buf) < used+size {
+			nb := make([]byte, used, max(e.ckptChunk.copyBytes, used+size))
+			copy(nb, *buf)
+			*buf = nb
+		}
+		n++
+		w.off = -1
+		id, ok := e.cache.lookup(w.key)
+		if !ok || id != w.frame || w.t.dropped {
+			continue
+		}
+		if e.cache.frames[id].valid != ^uint64(0) {
+			if err := e.loadFrame(w.t, w.page, id); err != nil { // releases mu during the read
+				if w.t.dropped {
+					continue
+				}
+				return 0, 0, err
+			}
+		}
+		page := (*buf)[used : used+size]
+		k := copy(page, e.cache.rows(id))
+		clear(page[k:])
+		f := &e.cache.frames[id]
+		f.copied = f.lsn
+		w.ent.lsn = f.lsn
+		w.ent.present = w.t.presentWord(w.page)
+		d, _ := w.t.used.NextClear(0)
+		w.t.used.Set(d)
+		w.ent.disk = uint32(d + 1)
+		w.off = used
+		used += size
+		*buf = (*buf)[:used]
+	}
+	return n, used, nil
+}
+
+// writeChunk checksums the copies of ws (in buf at their offsets) and writes them to their
+// disk pages, runs of consecutive disk pages of one table in one write. No lock held: the
+// disk pages are set in the used trees, so nothing else writes or frees them.
+func (e *Engine) writeChunk(ws []ckptWrite, buf []byte) error {
+	for i := 0; i < len(ws); {
+		w := &ws[i]
+		if w.off < 0 {
+			i++
+			continue
+		}
+		size := w.t.geo.DiskPageBytes()
+		w.ent.crc = checksum.Of(buf[w.off : w.off+size])
+		j := i + 1
+		for j < len(ws) && ws[j].off >= 0 && ws[j].t == w.t && ws[j].ent.disk == ws[j-1].ent.disk+1 && ws[j].off == ws[j-1].off+size {
+			ws[j].ent.crc = checksum.Of(buf[ws[j].off : ws[j].off+size])
+			j++
+		}
+		last := &ws[j-1]
+		d := int64(w.ent.disk - 1)
+		if _, err := w.t.data.WriteAt(buf[w.off:last.off+size], d*int64(size)); err != nil {
+			return fmt.Errorf("storenode: checkpoint: write %s disk pages %d..%d: %w", dataFileName(e.dir, w.t.id), d, int64(last.ent.disk-1), err)
+		}
+		e.stats.diskWrites.Add(uint64(j - i))
+		i = j
+	}
+	return nil
 }
 
 // syncDataFiles fsyncs the data files the checkpoint wrote, then the directory.
@@ -185,46 +331,62 @@ func (e *Engine) syncDataFiles(touched map[*table]bool) error {
 	return nil
 }
 
-// syncWALForCheckpoint syncs the WAL through every record a copied page may hold (pages are
-// copied after the checkpoint LSN was taken) and returns the LSN through which the WAL is
-// known durable: the new meta file's synced LSN.
-func (e *Engine) syncWALForCheckpoint(ckptLSN uint64, replay bool) (uint64, error) {
-	// Every record acknowledged before the WAL sync below was written (SyncNone) or synced;
-	// after the sync all of them are durable.
-	acked := ckptLSN
-	var err error
+// syncWALForCheckpoint makes the WAL durable through lsn (the checkpoint LSN, or the highest
+// LSN a copied page holds if later: pages are copied after the checkpoint LSN was taken) and
+// returns the LSN through which the WAL is known durable: the new meta file's synced LSN.
+//
+// Outside replay it does not ask the WAL's writer to sync (a sync there holds up every append
+// queued behind it): it waits until the WAL has acknowledged lsn, which under SyncAlways means
+// synced and under SyncNone written to the files, and then, under SyncNone, fsyncs the
+// segment files and the WAL directory itself. Every record acknowledged before those fsyncs
+// began is then durable.
+func (e *Engine) syncWALForCheckpoint(lsn uint64, replay bool) (uint64, error) {
 	if replay {
 		// The WAL's recovery made the whole log durable before replay, and the previous
 		// meta file proved its synced LSN: keep it, or a bad record below it would pass
 		// for a torn tail at the next recovery.
-		acked = max(acked, e.recoveredSynced)
-		err = e.syncWALFiles()
-	} else {
-		acked = max(acked, e.durableThrough())
-		err = e.log.Sync()
+		if err := e.syncWALFiles(); err != nil {
+			return 0, fmt.Errorf("storenode: checkpoint: sync WAL: %w", err)
+		}
+		return max(lsn, e.recoveredSynced), nil
 	}
-	if err != nil {
+	if err := e.waitDurable(lsn); err != nil {
 		return 0, fmt.Errorf("storenode: checkpoint: sync WAL: %w", err)
+	}
+	acked := max(lsn, e.durableThrough())
+	if e.opts.Sync == SyncAlways {
+		return acked, nil
+	}
+	if err := e.syncWALFiles(); err != nil {
+		return 0, fmt.Errorf("storenode: checkpoint: sync WAL: %w", err)
+	}
+	if err := e.fs.SyncDir(walDir(e.dir)); err != nil {
+		return 0, fmt.Errorf("storenode: checkpoint: sync WAL dir: %w", err)
 	}
 	return acked, nil
 }
 
-// patchPageMaps builds the new page maps, the published ones with the written entries patched
-// in, and puts them in snap. It returns them by table id.
-func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32][]mapEntry {
-	newPages := make(map[uint32][]mapEntry)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, w := range written {
+// patchPageMaps builds the new page maps, versions of the published ones with the written
+// entries set (path copying: the cost is the written pages', not the maps'), and puts them in
+// snap. It returns them by table id, with the entries they replaced in old[i] for written[i].
+// Only checkpoints (under ckptMu) replace a live table's map, so the maps read here stay
+// the published ones; the lock is held only to read the table pointers' fields.
+func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) (newPages map[uint32]*pageMap, old []mapEntry) {
+	newPages = make(map[uint32]*pageMap)
+	old = make([]mapEntry, len(written))
+	for i, w := range written {
 		pm, ok := newPages[w.t.id]
 		if !ok {
-			pm = append([]mapEntry(nil), w.t.pages...)
+			e.mu.Lock()
+			pm = w.t.pages.edit()
+			e.mu.Unlock()
+			newPages[w.t.id] = pm
 		}
-		if w.page >= uint64(len(pm)) {
-			pm = append(pm, make([]mapEntry, w.page+1-uint64(len(pm)))...)
-		}
-		pm[w.page] = w.ent
-		newPages[w.t.id] = pm
+		old[i] = pm.get(w.page)
+		pm.set(w.page, w.ent)
+	}
+	for _, pm := range newPages {
+		pm.seal()
 	}
 	for i := range snap.tables {
 		st := &snap.tables[i]
@@ -232,7 +394,7 @@ func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32]
 			st.pages = pm
 		}
 	}
-	return newPages
+	return newPages, old
 }
 
 // installCheckpoint runs after the meta file is published: it installs the new page maps,
@@ -241,35 +403,43 @@ func (e *Engine) patchPageMaps(snap *metaState, written []ckptWrite) map[uint32]
 // made removable and the LSN whose WAL records must be kept from: ckptLSN, or the oldest
 // checkpoint a backup holds. While a backup holds a snapshot, replaced disk pages are kept
 // from reuse (heldPages) and no data file is removed (backup.go).
-func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32][]mapEntry, written []ckptWrite) (gone []*table, keepFrom uint64) {
+func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32]*pageMap, written []ckptWrite, old []mapEntry) (gone []*table, keepFrom uint64) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	held := len(e.backups) > 0 // under mu: a release frees heldPages under it
+	// A backup starts under ckptMu, which this checkpoint holds: none starts meanwhile, so
+	// held can only turn false (a release frees heldPages under mu).
 	for id, pm := range newPages {
-		t := e.tablesByIDAll(id)
-		if t == nil {
-			continue
+		if t := e.tablesByIDAll(id); t != nil {
+			t.io.Lock()
+			t.pages = pm
+			t.io.Unlock()
 		}
-		t.io.Lock()
-		for page, ent := range t.pages {
-			if ent.disk != 0 && pm[page].disk != ent.disk {
+	}
+	e.mu.Unlock()
+	// The replaced copies: each written page's old entry (a page is written once per
+	// checkpoint), freed now that no published map refers to it; and the copied frames,
+	// clean unless written again since. ckptInstallWrites per hold of mu.
+	for lo := 0; lo < len(written); lo += e.ckptChunk.installWrites {
+		e.mu.Lock()
+		held := len(e.backups) > 0
+		for i := lo; i < min(lo+e.ckptChunk.installWrites, len(written)); i++ {
+			w := &written[i]
+			if ent := old[i]; ent.disk != 0 && ent.disk != w.ent.disk && e.tablesByIDAll(w.t.id) == w.t {
 				if held {
-					e.heldPages = append(e.heldPages, heldPage{t: t, disk: ent.disk, since: ckptLSN})
+					e.heldPages = append(e.heldPages, heldPage{t: w.t, disk: ent.disk, since: ckptLSN})
 				} else {
-					t.used.Clear(uint64(ent.disk - 1))
+					w.t.used.Clear(uint64(ent.disk - 1))
+				}
+			}
+			if id, ok := e.cache.lookup(w.key); ok && id == w.frame {
+				if f := &e.cache.frames[id]; f.lsn == f.copied {
+					e.cache.markClean(id)
 				}
 			}
 		}
-		t.pages = pm
-		t.io.Unlock()
+		e.mu.Unlock()
 	}
-	for _, w := range written {
-		if id, ok := e.cache.lookup(w.key); ok && id == w.frame {
-			if f := &e.cache.frames[id]; f.lsn == f.copied {
-				e.cache.markClean(id)
-			}
-		}
-	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.ckptLSN = ckptLSN
 	e.ckptGen++
 	keep := e.dropped[:0]
@@ -307,48 +477,6 @@ func (e *Engine) tablesByIDAll(id uint32) *table {
 		}
 	}
 	return nil
-}
-
-// copyAndWrite copies one dirty page (merging a partial frame with its disk copy first) and
-// writes it to a free disk page. It reports false when the page no longer needs writing (its
-// table was dropped).
-func (e *Engine) copyAndWrite(w *ckptWrite) (bool, error) {
-	e.mu.Lock()
-	id, ok := e.cache.lookup(w.key)
-	if !ok || id != w.frame || w.t.dropped {
-		e.mu.Unlock()
-		return false, nil
-	}
-	if e.cache.frames[id].valid != ^uint64(0) {
-		if err := e.loadFrame(w.t, w.page, id); err != nil {
-			e.mu.Unlock()
-			if w.t.dropped {
-				return false, nil
-			}
-			return false, err
-		}
-	}
-	size := w.t.geo.DiskPageBytes()
-	buf := getDiskPage(size)
-	n := copy(*buf, e.cache.rows(id))
-	clear((*buf)[n:])
-	f := &e.cache.frames[id]
-	f.copied = f.lsn
-	w.ent.lsn = f.lsn
-	w.ent.present = w.t.presentWord(w.page)
-	d, _ := w.t.used.NextClear(0)
-	w.t.used.Set(d)
-	w.ent.disk = uint32(d + 1)
-	e.mu.Unlock()
-
-	w.ent.crc = checksum.Of(*buf)
-	_, err := w.t.data.WriteAt(*buf, int64(d)*int64(size))
-	diskPagePool.Put(buf)
-	if err != nil {
-		return false, fmt.Errorf("storenode: checkpoint: write %s disk page %d: %w", dataFileName(e.dir, w.t.id), d, err)
-	}
-	e.stats.diskWrites.Add(1)
-	return true, nil
 }
 
 // snapshotMeta captures the catalog, grants and dedup table at e.lastLSN. Caller holds mu.

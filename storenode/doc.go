@@ -19,12 +19,13 @@
 //	pagecache.go   the disk page cache: frames in slabs, partial frames, CLOCK
 //	checkpoint.go  the checkpoint: copy dirty pages, write to free disk pages, publish
 //	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
+//	pagemap.go     a table's page map in memory: a sparse radix tree, versions by path copying
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
 //	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers
 //	check.go       the offline check of a store (Check; check_catalog.go, check_tables.go)
-//	limits.go      file descriptors of tables (MaxTables, EMFILE)
+//	limits.go      file descriptors of tables (MaxTables, EMFILE); granted ids bound commits
 //	stats.go       Stats, and the one table of stat descriptors (StatDescs) that the
 //	               wire's StatsReply, Prometheus and `weft stats` derive from
 //	serving.go     what a server needs beside the public API: ReadCached (never blocks,

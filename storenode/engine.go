@@ -41,7 +41,8 @@ type Engine struct {
 	log   *wal.WAL
 	start time.Time
 
-	ckptMu sync.Mutex // one checkpoint at a time
+	ckptMu    sync.Mutex // one checkpoint at a time
+	ckptChunk ckptChunks // bounds of a checkpoint's lock holds (tests lower them)
 
 	// mu guards everything below it, the page cache and every table's mutable fields.
 	mu        sync.Mutex
@@ -114,7 +115,7 @@ type table struct {
 
 	rows  *bitmaptree.Tree // row id -> present; the authority on which rows exist
 	used  *bitmaptree.Tree // disk page -> referenced by the published map or being written
-	pages []mapEntry       // published page map, indexed by logical page
+	pages *pageMap         // published page map (sealed: replaced, never changed)
 	data  vfs.File
 
 	io      sync.RWMutex // disk page reads (R) against publishing the page map and freeing pages (W)
@@ -169,17 +170,18 @@ func Open(opts Options) (*Engine, error) {
 		return nil, errors.New("storenode: Options.Dir is empty")
 	}
 	e := &Engine{
-		opts:    opts,
-		fs:      opts.FS,
-		dir:     opts.Dir,
-		tables:  make(map[uint32]*table),
-		byName:  make(map[string]*table),
-		owners:  make(map[uint64]*ownerState),
-		idents:  make(map[uint64]*ownerIdent),
-		cache:   newPageCache(opts.CacheBytes),
-		ckptReq: make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		start:   time.Now(),
+		opts:      opts,
+		fs:        opts.FS,
+		dir:       opts.Dir,
+		tables:    make(map[uint32]*table),
+		byName:    make(map[string]*table),
+		owners:    make(map[uint64]*ownerState),
+		idents:    make(map[uint64]*ownerIdent),
+		cache:     newPageCache(opts.CacheBytes),
+		ckptReq:   make(chan struct{}, 1),
+		ckptChunk: ckptChunks{scanFrames: ckptScanFrames, copyBytes: ckptCopyBytes, installWrites: ckptInstallWrites},
+		stop:      make(chan struct{}),
+		start:     time.Now(),
 	}
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck
@@ -305,12 +307,7 @@ func (t *table) info() TableInfo {
 // presentWord returns the present mask of a page from the table's bitmap-tree.
 func (t *table) presentWord(page uint64) uint64 { return t.rows.Word(page * logicpage.RowsPerPage) }
 
-func (t *table) entry(page uint64) mapEntry {
-	if page < uint64(len(t.pages)) {
-		return t.pages[page]
-	}
-	return mapEntry{}
-}
+func (t *table) entry(page uint64) mapEntry { return t.pages.get(page) }
 
 // appendRecord hands a record to the WAL, which copies it, and returns its LSN. Caller holds
 // mu, which keeps LSNs in the order of e.lastLSN; when the WAL's queue is full it waits under

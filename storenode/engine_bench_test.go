@@ -383,10 +383,11 @@ func benchCheckpointStall(b *testing.B, mode SyncMode, cache string) {
 func BenchmarkMetaPublish(b *testing.B) {
 	const pages = 30_000_000 / 64
 	m := &metaState{ckptLSN: 1, nextTable: 2, owners: map[uint64]ownerState{1: {lastSeq: 9, lastLSN: 1}}}
-	pm := make([]mapEntry, pages)
-	for i := range pm {
-		pm[i] = mapEntry{disk: uint32(i + 1), crc: uint32(i * 7), lsn: uint64(i), present: ^uint64(0)}
+	pm := (*pageMap)(nil).edit()
+	for i := range uint64(pages) {
+		pm.set(i, mapEntry{disk: uint32(i + 1), crc: uint32(i * 7), lsn: i, present: ^uint64(0)})
 	}
+	pm.seal()
 	m.tables = []metaTable{{id: 1, rowBytes: 64, name: "items", nextID: 30_000_000, pages: pm}}
 	size := int64(len(encodeMeta(m)))
 	b.Run("op=encode", func(b *testing.B) {

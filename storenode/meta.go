@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/bits"
 	"path"
 	"slices"
 
@@ -21,15 +22,20 @@ import (
 // directory). Recovery loads it, then replays the WAL after its LSN. All integers little-endian.
 //
 //	+---------------------------------------------------------------+
-//	| magic "WEFTMETA" 8 | version u32 (2) | reserved u32            |  header, 48 bytes
+//	| magic "WEFTMETA" 8 | version u32 (3) | reserved u32            |  header, 48 bytes
 //	| checkpoint LSN u64 | next table id u32 | table count u32       |
 //	| owner count u32 | reserved u32 | synced LSN u64                |
 //	+---------------------------------------------------------------+
 //	| per table: id u32 | row bytes u16 | name len u16 | next id u64 |
-//	|   holder u64 | epoch u64 | page count u64 | name, zero-padded   |
-//	|   to 8 bytes | page count page-map entries                      |
+//	|   holder u64 | epoch u64 | leaf count u32 | entry count u32 |   |
+//	|   name, zero-padded to 8 bytes | leaf count leaf records       |
+//	| leaf record (ascending leaf index, 16 bytes + entries):        |
+//	|   leaf index u32 (= logical page / 64) | reserved u32 |        |
+//	|   entry mask u64 (bit s: page 64*index+s has an entry; != 0) | |
+//	|   popcount(mask) page-map entries, in slot order               |
 //	| page-map entry (24 bytes): disk page+1 u32 (0: none) |          |
 //	|   crc32c of the disk page u32 | page LSN u64 | present u64      |
+//	|   (never all zero: a page without an entry has none)           |
 //	+---------------------------------------------------------------+
 //	| per owner (ascending id): owner u64 | last seq u64 |            |
 //	|   last LSN u64 | window count u32 | reserved u32 |              |
@@ -43,18 +49,27 @@ import (
 // checkpoint LSN): recovery treats a bad WAL record at or below it as corruption, never as a
 // torn tail. A checkpoint taken inside replay publishes at least the synced LSN of the meta
 // file recovery loaded (those records stay proved durable). The owner windows are the dedup table (owners.go); a window's seqs are
-// consecutive and end at the owner's last seq. Version 1 (no windows, no batch hash in commit
-// records) is refused with ErrOldFormat.
+// consecutive and end at the owner's last seq.
 //
-// The whole page map is rewritten by every checkpoint: 24 bytes a logical page (11 MiB for 30M
-// rows of 64 bytes). See docs/storage.md for the cost and the incremental alternative.
+// The page map is sparse (version 3): a table's map costs 16 bytes per leaf of 64 pages that
+// holds an entry and 24 bytes per entry, so the meta bytes (and the memory decodeMeta
+// allocates, a pageMap) grow with the pages that exist, not with the highest page number: one
+// row in the last page below the id limit costs one leaf. Version 2 (the same file with a
+// dense page map: a u64 page count instead of the two u32 counts and page count entries, zero
+// for a page without a copy) is read and upgraded: the next checkpoint writes version 3.
+// Version 1 (no windows, no batch hash in commit records) is refused with ErrOldFormat.
+//
+// Every checkpoint still rewrites the whole (sparse) map: 24 bytes a mapped page. See
+// docs/storage.md for the cost.
 //
 // Part of the format; do not change.
 const (
 	metaMagic        = "WEFTMETA"
-	metaVersion      = 2
+	metaVersion      = 3
+	metaVersionDense = 2 // read and upgraded: a dense page map
 	metaHeaderBytes  = 48
 	metaTableBytes   = 40
+	metaLeafBytes    = 16
 	metaEntryBytes   = 24
 	metaOwnerBytes   = 32
 	metaDedupBytes   = 24
@@ -79,10 +94,14 @@ type metaTable struct {
 	nextID   uint64
 	holder   uint64
 	epoch    uint64
-	pages    []mapEntry
+	pages    *pageMap // sealed
+	// densePages is the page count of a version-2 (dense) map as read: Check's offsets follow
+	// the layout read. 0 for version 3.
+	densePages uint64
 }
 
 type metaState struct {
+	version   uint32 // as read; encodeMeta writes metaVersion
 	ckptLSN   uint64
 	syncedLSN uint64
 	nextTable uint32
@@ -96,7 +115,7 @@ func encodeMeta(m *metaState) []byte {
 		size += metaOwnerBytes + o.n*metaDedupBytes
 	}
 	for _, t := range m.tables {
-		size += metaTableBytes + pad8(len(t.name)) + len(t.pages)*metaEntryBytes
+		size += metaTableBytes + pad8(len(t.name)) + t.pages.leafCount()*metaLeafBytes + t.pages.count()*metaEntryBytes
 	}
 	b := make([]byte, 0, size)
 	b = append(b, metaMagic...)
@@ -115,15 +134,14 @@ func encodeMeta(m *metaState) []byte {
 		b = binary.LittleEndian.AppendUint64(b, t.nextID)
 		b = binary.LittleEndian.AppendUint64(b, t.holder)
 		b = binary.LittleEndian.AppendUint64(b, t.epoch)
-		b = binary.LittleEndian.AppendUint64(b, uint64(len(t.pages)))
+		b = binary.LittleEndian.AppendUint32(b, uint32(t.pages.leafCount()))
+		b = binary.LittleEndian.AppendUint32(b, uint32(t.pages.count()))
 		b = append(b, t.name...)
 		b = append(b, make([]byte, pad8(len(t.name))-len(t.name))...)
-		for _, e := range t.pages {
-			b = binary.LittleEndian.AppendUint32(b, e.disk)
-			b = binary.LittleEndian.AppendUint32(b, e.crc)
-			b = binary.LittleEndian.AppendUint64(b, e.lsn)
-			b = binary.LittleEndian.AppendUint64(b, e.present)
-		}
+		t.pages.eachLeaf(func(leaf, mask uint64, ents []mapEntry) bool {
+			b = appendLeaf(b, leaf, mask, ents)
+			return true
+		})
 	}
 	for _, o := range sortedOwners(m.owners) {
 		s := m.owners[o]
@@ -144,6 +162,21 @@ func encodeMeta(m *metaState) []byte {
 	return b
 }
 
+// appendLeaf appends one leaf record of the page map (its own function: the closure that
+// calls it must not keep b in a captured variable across every entry's append).
+func appendLeaf(b []byte, leaf, mask uint64, ents []mapEntry) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(leaf))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, mask)
+	for _, e := range ents {
+		b = binary.LittleEndian.AppendUint32(b, e.disk)
+		b = binary.LittleEndian.AppendUint32(b, e.crc)
+		b = binary.LittleEndian.AppendUint64(b, e.lsn)
+		b = binary.LittleEndian.AppendUint64(b, e.present)
+	}
+	return b
+}
+
 func decodeMeta(b []byte) (*metaState, error) {
 	if len(b) < metaHeaderBytes+metaTrailerBytes {
 		return nil, corrupt.Errorf("storenode: meta: %d bytes", len(b))
@@ -159,18 +192,19 @@ func decodeMeta(b []byte) (*metaState, error) {
 	if string(b[:8]) != metaMagic {
 		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
 	}
-	if v := binary.LittleEndian.Uint32(b[8:]); v != metaVersion {
-		if v < metaVersion {
-			return nil, fmt.Errorf("%w: meta file format version %d, this build reads version %d only "+
-				"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersion)
+	version := binary.LittleEndian.Uint32(b[8:])
+	if version != metaVersion && version != metaVersionDense {
+		if v := version; v < metaVersionDense {
+			return nil, fmt.Errorf("%w: meta file format version %d, this build reads versions %d and %d only "+
+				"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersionDense, metaVersion)
 		}
-		return nil, corrupt.Errorf("storenode: meta: version %d, want %d", v, metaVersion)
+		return nil, corrupt.Errorf("storenode: meta: version %d, want %d", version, metaVersion)
 	}
 	m := &metaState{
+		version:   version,
 		ckptLSN:   binary.LittleEndian.Uint64(b[16:]),
 		syncedLSN: binary.LittleEndian.Uint64(b[40:]),
 		nextTable: binary.LittleEndian.Uint32(b[24:]),
-		owners:    make(map[uint64]ownerState),
 	}
 	nTables := binary.LittleEndian.Uint32(b[28:])
 	nOwners := binary.LittleEndian.Uint32(b[32:])
@@ -181,6 +215,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 	if uint64(nTables)*metaTableBytes+uint64(nOwners)*metaOwnerBytes > uint64(len(p)) {
 		return nil, corrupt.Errorf("storenode: meta: %d tables and %d owners in %d bytes", nTables, nOwners, len(p))
 	}
+	m.owners = make(map[uint64]ownerState, nOwners) // nOwners is bounded by the bytes just above
 	seen := make(map[uint32]bool, nTables)
 	for range nTables {
 		if len(p) < metaTableBytes {
@@ -194,28 +229,32 @@ func decodeMeta(b []byte) (*metaState, error) {
 			epoch:    binary.LittleEndian.Uint64(p[24:]),
 		}
 		nameLen := int(binary.LittleEndian.Uint16(p[6:]))
-		nPages := binary.LittleEndian.Uint64(p[32:])
+		nLeaves, nEntries := uint64(binary.LittleEndian.Uint32(p[32:])), uint64(binary.LittleEndian.Uint32(p[36:]))
+		need := nLeaves*metaLeafBytes + nEntries*metaEntryBytes
+		if version == metaVersionDense {
+			t.densePages = binary.LittleEndian.Uint64(p[32:])
+			need = t.densePages * metaEntryBytes
+			if t.densePages > tablePagesMax {
+				need = ^uint64(0)
+			}
+		}
 		p = p[metaTableBytes:]
-		if pad8(nameLen) > len(p) || nPages > uint64(len(p)-pad8(nameLen))/metaEntryBytes {
-			return nil, corrupt.Errorf("storenode: meta: table %d: name of %d bytes and %d pages in %d bytes",
-				t.id, nameLen, nPages, len(p))
+		if pad8(nameLen) > len(p) || need > uint64(len(p)-pad8(nameLen)) {
+			return nil, corrupt.Errorf("storenode: meta: table %d: name of %d bytes and a page map of %d bytes in %d bytes",
+				t.id, nameLen, need, len(p))
 		}
 		t.name = string(p[:nameLen])
 		p = p[pad8(nameLen):]
 		if _, err := logicpage.NewGeometry(t.rowBytes); err != nil || checkName(t.name) != nil || t.id == 0 ||
-			t.id >= m.nextTable || seen[t.id] || nPages > tablePagesMax {
+			t.id >= m.nextTable || seen[t.id] {
 			return nil, corrupt.Errorf("storenode: meta: bad table %d %q row size %d", t.id, t.name, t.rowBytes)
 		}
 		seen[t.id] = true
-		t.pages = make([]mapEntry, nPages)
-		for i := range t.pages {
-			t.pages[i] = mapEntry{
-				disk:    binary.LittleEndian.Uint32(p),
-				crc:     binary.LittleEndian.Uint32(p[4:]),
-				lsn:     binary.LittleEndian.Uint64(p[8:]),
-				present: binary.LittleEndian.Uint64(p[16:]),
-			}
-			p = p[metaEntryBytes:]
+		var err error
+		if version == metaVersionDense {
+			t.pages, p = decodeDensePageMap(p, t.densePages)
+		} else if t.pages, p, err = decodePageMap(p, nLeaves, nEntries); err != nil {
+			return nil, fmt.Errorf("storenode: meta: table %d: %w", t.id, err)
 		}
 		m.tables = append(m.tables, t)
 	}
@@ -240,7 +279,9 @@ func decodeMeta(b []byte) (*metaState, error) {
 			return nil, corrupt.Errorf("storenode: meta: owner entry %d: window of %d in %d bytes", i, n, len(p))
 		}
 		if n > 0 {
-			o.window = make([]dedupEntry, dedupWindow)
+			// Exactly n entries, allocated after the bytes that hold them were checked: a
+			// window costs memory in proportion to its bytes in the file (applied grows it).
+			o.window = make([]dedupEntry, n)
 			o.n = int(n)
 			for k := range uint64(n) {
 				d := dedupEntry{seq: binary.LittleEndian.Uint64(p), lsn: binary.LittleEndian.Uint64(p[8:]),
@@ -248,7 +289,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 				if d.seq != o.lastSeq-uint64(n)+1+k || d.lsn > o.lastLSN || d.lsn == 0 {
 					return nil, corrupt.Errorf("storenode: meta: owner entry %d: bad window entry %d", i, k)
 				}
-				o.window[d.seq%dedupWindow] = d
+				o.window[d.seq%uint64(n)] = d
 				p = p[metaDedupBytes:]
 			}
 		}
@@ -258,6 +299,68 @@ func decodeMeta(b []byte) (*metaState, error) {
 		return nil, corrupt.Errorf("storenode: meta: %d trailing bytes", len(p))
 	}
 	return m, nil
+}
+
+// decodePageMap decodes the nLeaves leaf records of a version-3 page map (their nEntries
+// entries' bytes were checked to be in p) into a sealed pageMap, and returns the rest of p.
+// Leaves must ascend, masks be non-zero, entries non-zero and the counts agree.
+func decodePageMap(p []byte, nLeaves, nEntries uint64) (*pageMap, []byte, error) {
+	pm := (*pageMap)(nil).edit()
+	var entries, prevLeaf uint64
+	for k := range nLeaves {
+		if len(p) < metaLeafBytes {
+			return nil, nil, corrupt.Errorf("truncated leaf record %d", k)
+		}
+		leaf := uint64(binary.LittleEndian.Uint32(p))
+		mask := binary.LittleEndian.Uint64(p[8:])
+		n := uint64(bits.OnesCount64(mask))
+		if mask == 0 || binary.LittleEndian.Uint32(p[4:]) != 0 || leaf >= tablePagesMax/logicpage.RowsPerPage ||
+			k > 0 && leaf <= prevLeaf || entries+n > nEntries {
+			return nil, nil, corrupt.Errorf("bad leaf record %d (leaf %d, mask %#x)", k, leaf, mask)
+		}
+		p = p[metaLeafBytes:]
+		if uint64(len(p)) < n*metaEntryBytes {
+			return nil, nil, corrupt.Errorf("leaf record %d: %d entries in %d bytes", k, n, len(p))
+		}
+		for ; mask != 0; mask &= mask - 1 {
+			ent := mapEntry{
+				disk:    binary.LittleEndian.Uint32(p),
+				crc:     binary.LittleEndian.Uint32(p[4:]),
+				lsn:     binary.LittleEndian.Uint64(p[8:]),
+				present: binary.LittleEndian.Uint64(p[16:]),
+			}
+			if ent == (mapEntry{}) {
+				return nil, nil, corrupt.Errorf("leaf record %d: an empty entry", k)
+			}
+			pm.set(leaf*logicpage.RowsPerPage+uint64(bits.TrailingZeros64(mask)), ent)
+			p = p[metaEntryBytes:]
+		}
+		entries += n
+		prevLeaf = leaf
+	}
+	if entries != nEntries {
+		return nil, nil, corrupt.Errorf("%d entries in the leaves, %d in the header", entries, nEntries)
+	}
+	return pm.seal(), p, nil
+}
+
+// decodeDensePageMap decodes a version-2 page map of nPages entries (checked to be in p),
+// dropping its zero entries, and returns the rest of p.
+func decodeDensePageMap(p []byte, nPages uint64) (*pageMap, []byte) {
+	pm := (*pageMap)(nil).edit()
+	for page := range nPages {
+		ent := mapEntry{
+			disk:    binary.LittleEndian.Uint32(p),
+			crc:     binary.LittleEndian.Uint32(p[4:]),
+			lsn:     binary.LittleEndian.Uint64(p[8:]),
+			present: binary.LittleEndian.Uint64(p[16:]),
+		}
+		if ent != (mapEntry{}) {
+			pm.set(page, ent)
+		}
+		p = p[metaEntryBytes:]
+	}
+	return pm.seal(), p
 }
 
 // publishMeta makes m the store's durable state: write a temporary file, fsync it, rename it
@@ -378,9 +481,9 @@ func precheckMeta(f vfs.File, size int64) error {
 		return corrupt.Errorf("storenode: meta: offset %d: checksum %#08x stored, %#08x computed over bytes [0, %d)",
 			body, want, crc, body)
 	}
-	if version < metaVersion { // after the checksum, as decodeMeta: a damaged file is not an old one
-		return fmt.Errorf("%w: meta file format version %d, this build reads version %d only "+
-			"(open the store with the build that wrote it and export its rows)", ErrOldFormat, version, metaVersion)
+	if version < metaVersionDense { // after the checksum, as decodeMeta: a damaged file is not an old one
+		return fmt.Errorf("%w: meta file format version %d, this build reads versions %d and %d only "+
+			"(open the store with the build that wrote it and export its rows)", ErrOldFormat, version, metaVersionDense, metaVersion)
 	}
 	return nil
 }

@@ -66,7 +66,9 @@ type Options struct {
 	// CacheBytes bounds the disk page cache: page frames plus per-frame metadata.
 	CacheBytes int64
 	// CheckpointWALBytes starts a background checkpoint when the WAL has grown by this many
-	// bytes since the last one. Negative disables the trigger.
+	// bytes since the last one began, and by at least the bytes of the dirty pages (so the
+	// pages checkpoints write stay about the bytes logged however large the dirty set; the
+	// half-cache trigger bounds it). Negative disables the trigger.
 	CheckpointWALBytes int64
 	// CheckpointInterval starts a background checkpoint this long after the last one when
 	// anything is dirty. Negative disables the timer.

@@ -43,8 +43,10 @@ type dedupEntry struct {
 type ownerState struct {
 	lastSeq uint64
 	lastLSN uint64
-	// window is a ring of the last n applied batches, the batch of seq s at s % dedupWindow;
-	// nil until the first batch is applied in this run.
+	// window is a ring of the last n applied batches, the batch of seq s at s % len(window):
+	// dedupWindow entries once a batch was applied in this run, exactly n when decoded from a
+	// meta file (so a meta file's owners cost memory in proportion to its bytes; applied
+	// grows it); nil when n is 0.
 	window []dedupEntry
 	n      int
 	// active is when the owner's last batch was applied (or the engine opened): the start of
@@ -55,8 +57,12 @@ type ownerState struct {
 // applied records the applied batch (seq, lsn, hash): seq must be lastSeq+1, or any seq for
 // an owner with no window yet (replay after a checkpoint that expired nothing).
 func (o *ownerState) applied(seq, lsn, hash uint64) {
-	if o.window == nil {
-		o.window = make([]dedupEntry, dedupWindow)
+	if len(o.window) < dedupWindow {
+		ring := make([]dedupEntry, dedupWindow)
+		for _, d := range o.entries() {
+			ring[d.seq%dedupWindow] = d
+		}
+		o.window = ring
 	}
 	if seq != o.lastSeq+1 {
 		o.n = 0 // not consecutive: the window restarts (only replay of an upgraded store)
@@ -71,7 +77,7 @@ func (o *ownerState) lookup(seq uint64) (dedupEntry, bool) {
 	if o.n == 0 || seq > o.lastSeq || o.lastSeq-seq >= uint64(o.n) {
 		return dedupEntry{}, false
 	}
-	ent := o.window[seq%dedupWindow]
+	ent := o.window[seq%uint64(len(o.window))]
 	return ent, ent.seq == seq
 }
 
@@ -79,7 +85,7 @@ func (o *ownerState) lookup(seq uint64) (dedupEntry, bool) {
 func (o *ownerState) entries() []dedupEntry {
 	out := make([]dedupEntry, 0, o.n)
 	for s := o.lastSeq - uint64(o.n) + 1; o.n > 0 && s <= o.lastSeq; s++ {
-		out = append(out, o.window[s%dedupWindow])
+		out = append(out, o.window[s%uint64(len(o.window))])
 	}
 	return out
 }

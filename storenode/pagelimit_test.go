@@ -95,7 +95,49 @@ func TestCommitEmptySegmentBeyondGrantsRefused(t *testing.T) {
 	require.NoError(t, err, "an empty segment of a granted page is harmless")
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
-	pages := len(e.tables[info.ID].pages)
+	pages := e.tables[info.ID].pages.count()
 	e.mu.Unlock()
 	require.LessOrEqual(t, uint64(pages), next/logicpage.RowsPerPage, "the page map covers granted pages only")
+}
+
+// One row in a far page costs a bounded amount of page-map memory and meta bytes: the map is
+// sparse. A client may AllocIDs up to the id limit (about 16K grants) and commit a row in the
+// last page; the checkpoint, the meta file and the next Open must not grow with the page
+// number. Fails on 3d9139f: the dense map of a row at page 2^22 alone made a 100 MB meta file.
+func TestFarPageCostsBoundedMapAndMeta(t *testing.T) {
+	e, fs, info, g := openFault(t, Options{}, testOwner)
+	var seq uint64
+	metaBytes := func() int {
+		b, err := fs.ReadFile("db/meta")
+		require.NoError(t, err)
+		return len(b)
+	}
+	const bound = 16 << 10
+	for _, page := range []uint64{1 << 22, tablePagesMax - 1} {
+		for next := tableInfo(t, e, info.ID).NextID; next <= page*logicpage.RowsPerPage+63; {
+			_, n, err := e.AllocIDs(info.ID, testOwner, g.Epoch, int(min(idPagesPerGrantMax, page+1-next/logicpage.RowsPerPage)))
+			require.NoError(t, err)
+			next += n
+		}
+		seq++
+		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch,
+			Segment{Table: info.ID, Segment: logicpage.Segment{Page: page, Data: 1 << 63, Rows: row64(seq)}}))
+		require.NoError(t, err)
+		require.NoError(t, e.Checkpoint())
+		require.Less(t, metaBytes(), bound, "meta file after a row in page %d", page)
+		e.mu.Lock()
+		mem := e.tables[info.ID].pages.memBytes()
+		e.mu.Unlock()
+		require.Less(t, mem, bound, "page-map memory after a row in page %d", page)
+	}
+	require.NoError(t, e.Close())
+	e2, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
+	require.NoError(t, err)
+	defer e2.Close()
+	for i, page := range []uint64{1 << 22, tablePagesMax - 1} {
+		data, _, rows, err := e2.ReadRows(info.ID, page, 1<<63, nil)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1<<63), data)
+		require.Equal(t, row64(uint64(i+1)), rows)
+	}
 }

@@ -2,9 +2,11 @@ package storenode
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
+	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -21,11 +23,48 @@ func metaSeeds() [][]byte {
 	m := &metaState{ckptLSN: 20, syncedLSN: 22, nextTable: 3, owners: map[uint64]ownerState{7: o.clone(), 9: {lastSeq: 3, lastLSN: 4}},
 		tables: []metaTable{
 			{id: 1, rowBytes: 64, name: "items", nextID: 128, holder: 7, epoch: 2,
-				pages: []mapEntry{{disk: 1, crc: 0xdeadbeef, lsn: 15, present: 0xff}, {}}},
+				pages: pageMapOf(map[uint64]mapEntry{0: {disk: 1, crc: 0xdeadbeef, lsn: 15, present: 0xff},
+					1: {disk: 3, lsn: 16}, 70: {present: 1}, tablePagesMax - 1: {disk: 2, crc: 5, lsn: 17, present: 1 << 63}})},
 			{id: 2, rowBytes: 512, name: "b.c-d_e", nextID: 0},
 		}}
 	empty := &metaState{nextTable: 1, owners: map[uint64]ownerState{}}
-	return [][]byte{encodeMeta(m), encodeMeta(empty)}
+	return [][]byte{encodeMeta(m), encodeMeta(empty), denseMetaSeed()}
+}
+
+// pageMapOf builds a sealed page map of ents.
+func pageMapOf(ents map[uint64]mapEntry) *pageMap {
+	pm := (*pageMap)(nil).edit()
+	for page, ent := range ents {
+		pm.set(page, ent)
+	}
+	return pm.seal()
+}
+
+// denseMetaSeed is a version-2 meta file (a dense page map of 3 pages, the middle one empty),
+// as the build before the sparse map wrote it.
+func denseMetaSeed() []byte {
+	b := binary.LittleEndian.AppendUint64([]byte(metaMagic), metaVersionDense)
+	b = binary.LittleEndian.AppendUint64(b, 9)   // checkpoint LSN
+	b = binary.LittleEndian.AppendUint32(b, 2)   // next table
+	b = binary.LittleEndian.AppendUint32(b, 1)   // tables
+	b = binary.LittleEndian.AppendUint64(b, 0)   // owners, reserved
+	b = binary.LittleEndian.AppendUint64(b, 9)   // synced LSN
+	b = binary.LittleEndian.AppendUint32(b, 1)   // table id
+	b = binary.LittleEndian.AppendUint16(b, 64)  // row bytes
+	b = binary.LittleEndian.AppendUint16(b, 1)   // name length
+	b = binary.LittleEndian.AppendUint64(b, 192) // next id
+	b = binary.LittleEndian.AppendUint64(b, 0)   // holder
+	b = binary.LittleEndian.AppendUint64(b, 0)   // epoch
+	b = binary.LittleEndian.AppendUint64(b, 3)   // page count
+	b = append(b, 't', 0, 0, 0, 0, 0, 0, 0)      // name, padded
+	for _, ent := range []mapEntry{{disk: 2, crc: 7, lsn: 5, present: 3}, {}, {disk: 1, crc: 8, lsn: 6, present: 1}} {
+		b = binary.LittleEndian.AppendUint32(b, ent.disk)
+		b = binary.LittleEndian.AppendUint32(b, ent.crc)
+		b = binary.LittleEndian.AppendUint64(b, ent.lsn)
+		b = binary.LittleEndian.AppendUint64(b, ent.present)
+	}
+	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
+	return binary.LittleEndian.AppendUint32(b, 0)
 }
 
 func FuzzDecodeMeta(f *testing.F) {
@@ -41,7 +80,19 @@ func FuzzDecodeMeta(f *testing.F) {
 			}
 			return
 		}
-		if got := encodeMeta(m); !bytes.Equal(got, b) {
+		got := encodeMeta(m)
+		if m.version == metaVersionDense {
+			// Upgraded: the version-3 encoding decodes to the same state.
+			m2, err := decodeMeta(got)
+			if err != nil {
+				t.Fatalf("upgraded meta does not decode: %v", err)
+			}
+			if again := encodeMeta(m2); !bytes.Equal(again, got) {
+				t.Fatalf("upgraded meta re-encodes differently")
+			}
+			return
+		}
+		if !bytes.Equal(got, b) {
 			t.Fatalf("decoded meta re-encodes differently:\n got %x\nwant %x", got, b)
 		}
 	})

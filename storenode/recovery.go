@@ -143,7 +143,7 @@ func (e *Engine) loadTable(mt *metaTable) error {
 		if !isNotExist(err) {
 			return fmt.Errorf("storenode: open %s: %w", name, err)
 		}
-		for _, ent := range mt.pages {
+		for _, ent := range mt.pages.all() {
 			if ent.disk != 0 {
 				return corrupt.Errorf("storenode: %s is missing but the page map refers to it", name)
 			}
@@ -160,7 +160,7 @@ func (e *Engine) loadTable(mt *metaTable) error {
 	}
 	e.tables[t.id] = t
 	e.byName[t.name] = t
-	for page, ent := range mt.pages {
+	for page, ent := range mt.pages.all() {
 		if ent.disk == 0 {
 			if ent.present != 0 {
 				return corrupt.Errorf("storenode: meta: table %d page %d has rows but no disk page", t.id, page)
@@ -171,7 +171,7 @@ func (e *Engine) loadTable(mt *metaTable) error {
 			return corrupt.Errorf("storenode: meta: table %d: disk page %d mapped twice", t.id, ent.disk-1)
 		}
 		t.used.Set(uint64(ent.disk - 1))
-		t.rows.SetWord(uint64(page), ent.present) // a page's present mask is one leaf word
+		t.rows.SetWord(page, ent.present) // a page's present mask is one leaf word
 	}
 	return nil
 }
@@ -264,6 +264,10 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= tablePagesMax {
 			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
 				rec.LSN, s.Table, c.rowBytes[i], s.Page)
+		}
+		if last := segmentLastID(s.Page, s.Data, s.Clear); last >= t.nextID {
+			return corrupt.Errorf("storenode: replay: record %d: row %d of table %d was never granted (next id %d)",
+				rec.LSN, last, s.Table, t.nextID)
 		}
 	}
 	b := &Batch{Segments: c.segments}

@@ -86,11 +86,11 @@ func (e *Engine) verifyLease(t *table) error {
 // (the pages a checkpoint writes are used only while it runs; the old copies are freed after
 // it publishes).
 func verifyDiskPages(t *table) error {
-	if len(t.pages) > tablePagesMax {
-		return fmt.Errorf("page map of %d pages > tablePagesMax", len(t.pages))
+	if t.pages.count() > tablePagesMax {
+		return fmt.Errorf("page map of %d pages > tablePagesMax", t.pages.count())
 	}
 	seen := make(map[uint32]uint64)
-	for page, ent := range t.pages {
+	for page, ent := range t.pages.all() {
 		if ent.disk == 0 {
 			continue
 		}
@@ -191,7 +191,7 @@ func countClass(slots map[[2]int32]int32, class int) int {
 // verify checks the window invariants of owners.go: n <= dedupWindow and the window holds
 // lastSeq-n+1 .. lastSeq, the last at lastLSN.
 func (o *ownerState) verify() error {
-	if o.n < 0 || o.n > dedupWindow || (o.n > 0 && o.window == nil) {
+	if o.n < 0 || o.n > dedupWindow || (o.n > 0 && len(o.window) < o.n) {
 		return fmt.Errorf("window of %d entries (allocated %v)", o.n, o.window != nil)
 	}
 	if uint64(o.n) > o.lastSeq+1 {
@@ -199,12 +199,12 @@ func (o *ownerState) verify() error {
 	}
 	for i := range uint64(o.n) {
 		seq := o.lastSeq - i
-		if ent := o.window[seq%dedupWindow]; ent.seq != seq {
+		if ent := o.window[seq%uint64(len(o.window))]; ent.seq != seq {
 			return fmt.Errorf("window slot of seq %d holds seq %d", seq, ent.seq)
 		}
 	}
-	if o.n > 0 && o.window[o.lastSeq%dedupWindow].lsn != o.lastLSN {
-		return fmt.Errorf("last seq %d at LSN %d, window says %d", o.lastSeq, o.lastLSN, o.window[o.lastSeq%dedupWindow].lsn)
+	if o.n > 0 && o.window[o.lastSeq%uint64(len(o.window))].lsn != o.lastLSN {
+		return fmt.Errorf("last seq %d at LSN %d, window says %d", o.lastSeq, o.lastLSN, o.window[o.lastSeq%uint64(len(o.window))].lsn)
 	}
 	return nil
 }

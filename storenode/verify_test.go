@@ -44,7 +44,7 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 		},
 		"free disk page referenced": func() func() {
 			var d uint64
-			for _, ent := range tb.pages {
+			for _, ent := range tb.pages.all() {
 				if ent.disk != 0 {
 					d = uint64(ent.disk - 1)
 				}
