@@ -348,7 +348,8 @@ func (c *Client) CallInto(ctx context.Context, m, reply Message) error {
 // done never runs. m and the rows it references must not change until done runs.
 //
 // done must not block, nor call Call, Send or Close on this client: the receiver reads nothing
-// while it runs.
+// while it runs. m may be a Sealer, which may grow until the sender takes it; Send checks its
+// body size against the server's limit as it is then, so the Sealer bounds its own growth.
 func (c *Client) Send(ctx context.Context, m Message, done func(reply Frame, err error)) error {
 	assert.That(done != nil, "sgio: Send without a callback")
 	_, err := c.start(ctx, m, done)
@@ -493,6 +494,17 @@ func (c *Client) collectLocked(idx uint32) (Frame, error) {
 	return f, err
 }
 
+// Sealer is a Message that gathers parts while it waits in a client's queue (a transaction
+// node merges the reads of many goroutines into one ReadPages): the client's sender calls
+// Seal, with the client's lock held, when it takes the message from the queue, before it
+// encodes it (BodySize, AppendBody), and the message must not change from then on. Seal must
+// not block nor call the client. Its methods other than Seal may be called concurrently with
+// the message's own additions, so it locks what they read.
+type Sealer interface {
+	Message
+	Seal()
+}
+
 // sentItem is a request the sender took: its id and slot, and its message until written.
 type sentItem struct {
 	id  uint64
@@ -521,6 +533,9 @@ func (c *Client) send() {
 		for _, idx := range c.queue {
 			s := &c.slots[idx]
 			s.state = slotWriting
+			if m, ok := s.msg.(Sealer); ok {
+				m.Seal()
+			}
 			items = append(items, sentItem{id: s.id, idx: idx, msg: s.msg})
 			s.msg = nil
 		}

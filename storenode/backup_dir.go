@@ -284,7 +284,9 @@ func (e *Engine) finishRestore() error {
 			e.mu.Unlock()
 			return fmt.Errorf("storenode: restore: bump the epoch of %q: %w", t.name, err)
 		}
+		e.leaseMu.Lock()
 		t.holder, t.epoch, t.leaseUntil = 0, epoch, time.Time{}
+		e.leaseMu.Unlock()
 	}
 	e.mu.Unlock()
 	if err := e.fs.Remove(marker); err != nil {

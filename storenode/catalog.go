@@ -77,7 +77,9 @@ func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry) (*tabl
 // registerTable adds a table whose data file f is open. Caller holds mu.
 func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File) *table {
 	t := &table{id: id, name: name, geo: geo, rows: bitmaptree.New(), used: bitmaptree.New(), data: f}
+	e.leaseMu.Lock() // lease renewals find tables under it alone
 	e.tables[id] = t
+	e.leaseMu.Unlock()
 	e.byName[name] = t
 	return t
 }
@@ -121,13 +123,22 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
-	if e.liveHolder(t, owner) {
+	// The check and the mark under one leaseMu: a renewal (which takes no mu) after it is
+	// refused, so no holder is told its lease is live while the table goes.
+	e.leaseMu.Lock()
+	live := e.liveHolder(t, owner)
+	t.dropping = !live
+	e.leaseMu.Unlock()
+	if live {
 		return fmt.Errorf("%w: table %q: drop it from the node that holds it, or after its lease ends", ErrTableOwned, name)
 	}
 	e.scratch = appendDropRecord(e.scratch[:0], t.id)
 	ch := make(chan error, 1)
 	lsn, err := e.appendRecord(kindDropTable, e.scratch, true, func(_ uint64, err error) { ch <- err })
 	if err != nil {
+		e.leaseMu.Lock()
+		t.dropping = false
+		e.leaseMu.Unlock()
 		return err
 	}
 	e.removeTable(t)
@@ -140,7 +151,9 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 
 // removeTable unlinks a table from the catalog and the cache. Caller holds mu.
 func (e *Engine) removeTable(t *table) {
+	e.leaseMu.Lock()
 	delete(e.tables, t.id)
+	e.leaseMu.Unlock()
 	delete(e.byName, t.name)
 	t.dropped = true
 	for key, id := range e.cache.index {

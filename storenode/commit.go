@@ -130,7 +130,7 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	}
 	e.applyBatch(b, lsn)
 	e.unpinFrames(b, len(b.Segments))
-	e.owner(b.Owner).applied(b.Seq, lsn, hash)
+	e.applied(b.Owner, b.Seq, lsn, hash)
 	e.stats.commits.Add(1)
 	e.cond.Broadcast() // the owner's next seq may be waiting
 	if e.cache.dirtyBytes*2 > e.cache.budgetBytes || e.walPressure() {
@@ -172,7 +172,7 @@ func (e *Engine) checkBatch(b *Batch) error {
 		if err := e.checkFence(t, b.Owner, f.Epoch); err != nil {
 			return err
 		}
-		t.leaseUntil = now.Add(e.opts.LeaseDuration)
+		e.setLease(t, now.Add(e.opts.LeaseDuration))
 	}
 	for i := range b.Segments {
 		s := &b.Segments[i]

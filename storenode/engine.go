@@ -44,7 +44,8 @@ type Engine struct {
 	ckptMu    sync.Mutex // one checkpoint at a time
 	ckptChunk ckptChunks // bounds of a checkpoint's lock holds (tests lower them)
 
-	// mu guards everything below it, the page cache and every table's mutable fields.
+	// mu guards everything below it, the page cache and every table's mutable fields, except
+	// what leaseMu guards.
 	mu        sync.Mutex
 	cond      *sync.Cond // frames loaded, seqs advanced, checkpoints finished, failure
 	tables    map[uint32]*table
@@ -67,6 +68,16 @@ type Engine struct {
 
 	identMu sync.Mutex             // guards idents; taken alone or inside mu
 	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
+
+	// leaseMu lets leases be renewed without mu (RenewGrant, Renew: a checkpoint or a commit
+	// holding mu never delays a renewal): tables, and every table's holder and epoch, are
+	// written with mu and leaseMu held and read with either (before the engine is shared,
+	// recovery writes them alone); every table's leaseUntil is read and written under leaseMu.
+	// A leaf lock: taken alone, inside mu, inside identMu, or inside both.
+	leaseMu sync.Mutex
+	// leaseSeqs is every owner's last applied seq (ownerState.lastSeq), for RenewGrant's
+	// grant; under leaseMu (written with mu held too, or alone in recovery).
+	leaseSeqs map[uint64]uint64
 
 	ackMu      sync.Mutex
 	durableLSN uint64        // every record <= it is acknowledged by the WAL
@@ -108,10 +119,11 @@ type table struct {
 	geo    logicpage.Geometry
 	nextID uint64
 
-	holder     uint64
-	epoch      uint64
-	leaseUntil time.Time
-	writeLSN   uint64 // the last LSN that wrote the table: readers other than its holder wait for it
+	holder     uint64    // also under Engine.leaseMu (see there)
+	epoch      uint64    // also under Engine.leaseMu
+	leaseUntil time.Time // under Engine.leaseMu only
+	dropping   bool      // under Engine.leaseMu only: DropTable is logging the drop
+	writeLSN   uint64    // the last LSN that wrote the table: readers other than its holder wait for it
 
 	rows  *bitmaptree.Tree // row id -> present; the authority on which rows exist
 	used  *bitmaptree.Tree // disk page -> referenced by the published map or being written
@@ -183,6 +195,7 @@ func Open(opts Options) (*Engine, error) {
 		stop:      make(chan struct{}),
 		start:     time.Now(),
 	}
+	e.leaseSeqs = make(map[uint64]uint64)
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck
 	if err := checkNotIncomplete(e.fs, e.dir); err != nil {

@@ -152,6 +152,8 @@ func (e *Engine) ReleaseTables(owner uint64) {
 }
 
 func (e *Engine) releaseTables(owner uint64) {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
 	now := e.opts.Now()
 	for _, t := range e.tables {
 		if t.holder == owner && t.leaseUntil.After(now) {
@@ -161,7 +163,7 @@ func (e *Engine) releaseTables(owner uint64) {
 }
 
 // liveHolder reports whether t has a holder other than owner whose lease is live. Caller
-// holds mu.
+// holds leaseMu.
 func (e *Engine) liveHolder(t *table, owner uint64) bool {
 	return t.holder != 0 && t.holder != owner && e.opts.Now().Before(t.leaseUntil)
 }

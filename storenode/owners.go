@@ -132,6 +132,9 @@ func (e *Engine) expireOwners() {
 			continue
 		}
 		delete(e.owners, id)
+		e.leaseMu.Lock()
+		delete(e.leaseSeqs, id)
+		e.leaseMu.Unlock()
 		e.stats.ownersExpired.Add(1)
 	}
 }

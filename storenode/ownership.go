@@ -3,6 +3,7 @@ package storenode
 import (
 	"fmt"
 	"math/bits"
+	"time"
 )
 
 // Ownership and id grants. One owner (a transaction node) writes a table at a time. A grant is
@@ -10,14 +11,24 @@ import (
 // batch presents the epoch of each table it writes, so a cut-off old owner is fenced. Leases
 // live in memory only: after a restart every holder's lease starts afresh, so a new owner can
 // never be granted a table before an old owner's lease could have run out.
+//
+// Renewals take no mu (RenewGrant, Renew): leases, holders and epochs are also guarded by
+// leaseMu (see Engine), so a checkpoint or a stream of commits holding mu never delays one,
+// and a storage node's event loop may answer them itself. What makes this safe: a new grant
+// checks the old lease and installs the new holder under one leaseMu (Acquire), and a drop
+// checks and marks the table under one (DropTable), so a renewal either comes first (then
+// the lease is live and the grant or drop is refused) or sees the new holder, or the drop,
+// and is refused.
 
 // Acquire grants owner the write ownership of table. With epoch 0 it asks for a new grant: it
 // succeeds when the table is free, held by owner already, or held by another owner whose lease
-// has expired, and it bumps the epoch. With a nonzero epoch it renews that grant, keeping the
-// epoch, and fails with ErrFenced when the table has been granted since.
+// has expired, and it bumps the epoch. With a nonzero epoch it renews that grant (RenewGrant).
 func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	if owner == 0 {
 		return Grant{}, fmt.Errorf("%w: owner id 0", ErrMalformed)
+	}
+	if epoch != 0 {
+		return e.RenewGrant(tableID, owner, epoch)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -28,25 +39,29 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
+	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
+	// (which takes no mu) either came first, and then its lease is live, or sees the new
+	// holder and is fenced. If the grant cannot be logged the old holder is put back.
+	e.leaseMu.Lock()
 	now := e.opts.Now()
-	if epoch != 0 {
-		if t.holder != owner || t.epoch != epoch {
-			return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
-		}
-		t.leaseUntil = now.Add(e.opts.LeaseDuration)
-		return e.grant(t, owner), nil
-	}
 	if e.liveHolder(t, owner) {
+		left := t.leaseUntil.Sub(now)
+		e.leaseMu.Unlock()
 		return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
-			ErrTableOwned, t.name, t.leaseUntil.Sub(now))
+			ErrTableOwned, t.name, left)
 	}
-	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch+1)
-	ch := make(chan error, 1)
-	if _, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
-		return Grant{}, err
-	}
+	oldHolder, oldEpoch, oldLease := t.holder, t.epoch, t.leaseUntil
 	t.holder, t.epoch = owner, t.epoch+1
 	t.leaseUntil = now.Add(e.opts.LeaseDuration)
+	e.leaseMu.Unlock()
+	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch)
+	ch := make(chan error, 1)
+	if _, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
+		e.leaseMu.Lock()
+		t.holder, t.epoch, t.leaseUntil = oldHolder, oldEpoch, oldLease
+		e.leaseMu.Unlock()
+		return Grant{}, err
+	}
 	g := e.grant(t, owner)
 	e.mu.Unlock()
 	err = <-ch
@@ -65,6 +80,55 @@ func (e *Engine) grant(t *table, owner uint64) Grant {
 	return g
 }
 
+// RenewGrant renews owner's grant of epoch on table: its lease runs a LeaseDuration from now.
+// It fails with ErrFenced when the table has been granted since (or the owner released its
+// identity: ReleaseOwner), ErrTableNotFound when it is gone or being dropped, and with the
+// engine's failure after a fail-stop. It takes no mu, only identMu and leaseMu for a few
+// loads and stores, so a checkpoint or commits holding mu never delay it: a storage node's
+// event loop answers it itself. Any goroutine. The grant's LastSeq is the owner's last
+// applied seq, as a new grant's (leaseSeqs).
+func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) {
+	if owner == 0 || epoch == 0 {
+		return Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
+	}
+	if err := e.failure(); err != nil {
+		return Grant{}, err
+	}
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	if id := e.idents[owner]; id != nil && id.released {
+		return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+	}
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	t, ok := e.tables[tableID]
+	if !ok || t.dropping {
+		return Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
+	}
+	if t.holder != owner || t.epoch != epoch {
+		return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
+	}
+	t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+	return Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
+}
+
+// applied records an owner's applied batch in its owners-table entry (creating it) and in
+// leaseSeqs. Caller holds mu.
+func (e *Engine) applied(owner, seq, lsn, hash uint64) {
+	e.owner(owner).applied(seq, lsn, hash)
+	e.leaseMu.Lock()
+	e.leaseSeqs[owner] = seq
+	e.leaseMu.Unlock()
+}
+
+// setLease sets t's lease to end at until. Caller holds mu (a holder's commit or id grant
+// renews it).
+func (e *Engine) setLease(t *table, until time.Time) {
+	e.leaseMu.Lock()
+	t.leaseUntil = until
+	e.leaseMu.Unlock()
+}
+
 // Release ends owner's lease on table at once, so another owner may be granted it without
 // waiting. The epoch stays: the released owner is fenced as soon as someone else is granted.
 func (e *Engine) Release(tableID uint32, owner, epoch uint64) error {
@@ -75,28 +139,27 @@ func (e *Engine) Release(tableID uint32, owner, epoch uint64) error {
 		return err
 	}
 	if t.holder == owner && t.epoch == epoch {
-		t.leaseUntil = e.opts.Now()
+		e.setLease(t, e.opts.Now())
 	}
 	return nil
 }
 
 // Renew extends the leases of every table owner holds, and its identity's: any traffic from
-// the owner counts.
+// the owner counts. Like RenewGrant it takes no mu: any goroutine, an event loop included.
 func (e *Engine) Renew(owner uint64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := e.opts.Now()
 	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	now := e.opts.Now()
 	id := e.idents[owner]
-	released := id != nil && id.released
 	if id != nil {
 		id.lastSeen = now
 	}
-	e.identMu.Unlock()
-	if released {
+	if id != nil && id.released {
 		return // a late request of a node that released its tables does not take them back
 	}
-	until := now.Add(e.opts.LeaseDuration)
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	until := e.opts.Now().Add(e.opts.LeaseDuration)
 	for _, t := range e.tables {
 		if t.holder == owner {
 			t.leaseUntil = until
@@ -140,7 +203,7 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	// Advance before waiting, so a concurrent grant takes the next range; if the record then
 	// fails, those ids are skipped, never handed out twice.
 	t.nextID = first + count
-	t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+	e.setLease(t, e.opts.Now().Add(e.opts.LeaseDuration))
 	e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, first+count)
 	if err := e.appendAndWait(kindGrantIDs, e.scratch); err != nil {
 		return 0, 0, err

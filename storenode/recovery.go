@@ -87,6 +87,9 @@ func (e *Engine) recover() error {
 		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
 	e.replaying = false
+	for id, o := range e.owners {
+		e.leaseSeqs[id] = o.lastSeq // alone: the engine is not shared yet
+	}
 	if err != nil {
 		return fmt.Errorf("storenode: open %s: %w", e.dir, err)
 	}

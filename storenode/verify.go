@@ -69,6 +69,8 @@ func (e *Engine) verify() error {
 // when it was granted (epoch > 0), and no lease runs longer than one LeaseDuration from now
 // (every grant and renewal sets it to now plus the duration; the clock does not go back).
 func (e *Engine) verifyLease(t *table) error {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
 	if (t.holder == 0) != (t.epoch == 0) {
 		return fmt.Errorf("holder %d with epoch %d", t.holder, t.epoch)
 	}

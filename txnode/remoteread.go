@@ -2,6 +2,8 @@ package txnode
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -22,7 +24,10 @@ type remoteRead struct {
 	n     int
 	fill  func(int, uint64, uint64, []byte)
 	reply func(sgio.Frame, error) // r.onReply, made once
-	done  chan error              // capacity 1: the outcome, sent once per Send
+	done  chan error              // capacity 1: the outcome, sent once per Send or batch
+	// alone makes the read go in a frame of its own: set when a merged frame failed as a
+	// whole (an Error reply may concern one member only), so each learns its own outcome.
+	alone bool
 
 	mu        sync.Mutex // orders the callback against the caller giving up
 	abandoned bool
@@ -40,7 +45,7 @@ func getRemoteRead(reqs []store.ReadRequest, fill func(int, uint64, uint64, []by
 	for _, q := range reqs {
 		r.msg.Wants = append(r.msg.Wants, sgio.PageWant{Table: q.Table, Page: q.Page, Want: q.Want})
 	}
-	r.n, r.fill, r.abandoned = len(reqs), fill, false
+	r.n, r.fill, r.abandoned, r.alone = len(reqs), fill, false, false
 	return r
 }
 
@@ -65,6 +70,16 @@ func (r *remoteRead) onReply(f sgio.Frame, err error) {
 		err = fillFromSegments(f.Body, r.n, r.fill)
 	}
 	r.done <- err
+}
+
+// deliver hands the outcome of a batch to r, unless its caller gave up; on the receiver
+// goroutine, or on a leader whose batch could not be queued.
+func (r *remoteRead) deliver(err error) {
+	r.mu.Lock()
+	if !r.abandoned {
+		r.done <- err
+	}
+	r.mu.Unlock()
 }
 
 // wait waits for the outcome of one Send, or for ctx; when ctx ends first the read is
@@ -161,4 +176,187 @@ func (c *timerCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// Merged reads. Goroutines that miss at the same time share one ReadPages frame: a read joins
+// the connection's open batch (the one queued and not yet taken by the client's sender),
+// or opens one and sends it. The sender seals a batch when it takes it (sgio.Sealer), so a
+// batch carries every read that arrived while the previous write ran: one frame, one reply,
+// one server-side dispatch (and one Engine.ReadCached) for all of them, instead of one each.
+// The reply is checked whole (count, table and page of every segment) before anything is
+// filled; then each member's segments are filled and that member woken, in order.
+//
+// A batch is bounded before a read joins it: at most readMergeWantsMax page wants (so the
+// request and its largest reply fit every body limit, and the server's reused request
+// buffers keep them: readWantsKeep there). A batch answered with an Error (one member's
+// table dropped, say) is retried by each of its members alone, so that each gets its own
+// outcome; a broken connection fails every member retryably, as a single read, and a reply
+// that does not answer the wants fails every member with ErrMalformed.
+
+// readMergeWantsMax bounds the page wants of one merged ReadPages: 64 wants of whole pages of
+// the largest rows are a 16 MiB reply, within sgio.MaxBodyLimit; 64 single-row wants are 1.5
+// KiB of request.
+const readMergeWantsMax = 64
+
+// errReadAgain tells a member of a batch to read again alone (the batch failed as a whole,
+// or was never queued).
+var errReadAgain = errors.New("txnode: merged read to be sent again alone")
+
+// readBatch is one merged ReadPages in flight: the wants of its members, in joining order,
+// and the members. It is an sgio.Sealer: open until the client's sender takes it.
+type readBatch struct {
+	conn  *sgio.Client
+	reply func(sgio.Frame, error) // b.onReply, made once
+
+	mu      sync.Mutex // orders joins against Seal and the reply
+	sealed  bool
+	msg     sgio.ReadPages
+	members []*remoteRead
+}
+
+var readBatchPool sync.Pool // of *readBatch; New is set in init (recycle refers to the pool)
+
+func init() {
+	readBatchPool.New = func() any {
+		b := &readBatch{}
+		b.reply = b.onReply
+		return b
+	}
+}
+
+// getReadBatch returns an empty open batch for conn. Caller holds the store's rmu.
+func getReadBatch(conn *sgio.Client) *readBatch {
+	b := readBatchPool.Get().(*readBatch)
+	b.mu.Lock()
+	b.conn, b.sealed = conn, false
+	b.mu.Unlock()
+	return b
+}
+
+// join adds r's wants to b if b is open on conn and has room; it reports whether it did.
+func (b *readBatch) join(conn *sgio.Client, r *remoteRead) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sealed || b.conn != conn || len(b.msg.Wants)+len(r.msg.Wants) > readMergeWantsMax {
+		return false
+	}
+	b.msg.Wants = append(b.msg.Wants, r.msg.Wants...)
+	b.members = append(b.members, r)
+	return true
+}
+
+// seal closes b to joins and returns its members. Any goroutine.
+func (b *readBatch) seal() []*remoteRead {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sealed = true
+	return b.members
+}
+
+// Seal is sgio.Sealer's: the client's sender takes b.
+func (b *readBatch) Seal() { b.seal() }
+
+// Type reports TypeReadPages.
+func (b *readBatch) Type() sgio.Type { return sgio.TypeReadPages }
+
+// BodySize reports the encoded body length of the wants joined so far.
+func (b *readBatch) BodySize() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.msg.BodySize()
+}
+
+// AppendBody encodes the wants (the sender calls it once b is sealed).
+func (b *readBatch) AppendBody(dst []byte) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.msg.AppendBody(dst)
+}
+
+// Validate checks the wants joined so far (each member's were checked as it joined).
+func (b *readBatch) Validate() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.msg.Validate()
+}
+
+// Parse is not supported: a batch is only sent.
+func (b *readBatch) Parse([]byte) error {
+	return fmt.Errorf("txnode: a merged read is not parsed: %w", sgio.ErrUnsupported)
+}
+
+// recycle returns b to the pool once nothing refers to its members any more: after its
+// reply, or once it failed to be queued. A batch left as the store's open one is sealed, so
+// no read joins it; getReadBatch reopens it under the store's rmu.
+func (b *readBatch) recycle() {
+	b.mu.Lock()
+	clear(b.members)
+	b.members = b.members[:0]
+	b.msg.Wants = b.msg.Wants[:0]
+	b.conn = nil
+	b.mu.Unlock()
+	readBatchPool.Put(b)
+}
+
+// onReply checks the reply whole, then fills and wakes each member in turn, on the
+// connection's receiver goroutine (it never blocks: a member's lock is held only by its
+// caller giving up).
+func (b *readBatch) onReply(f sgio.Frame, err error) {
+	members := b.seal()
+	again := err != nil && !retryable(err) && len(members) > 1 // an Error reply, maybe one member's
+	if err == nil {
+		err = checkSegments(f.Body, b.msg.Wants) // a reply that breaks the protocol is everyone's
+	}
+	switch {
+	case again:
+		for _, r := range members {
+			r.mu.Lock()
+			if !r.abandoned {
+				r.alone = true // read by r's caller once it took the outcome
+				r.done <- errReadAgain
+			}
+			r.mu.Unlock()
+		}
+	case err != nil:
+		for _, r := range members {
+			r.deliver(err)
+		}
+	default:
+		it, _ := sgio.ViewSegments(f.Body) // checked above
+		var seg sgio.Segment
+		for _, r := range members {
+			r.mu.Lock()
+			for i := range r.n {
+				it.Next(&seg)
+				if !r.abandoned {
+					r.fill(i, seg.Data, seg.Clear, seg.Rows)
+				}
+			}
+			if !r.abandoned {
+				r.done <- nil
+			}
+			r.mu.Unlock()
+		}
+	}
+	b.recycle()
+}
+
+// checkSegments checks that body answers wants: one segment per want, in order, each of the
+// wanted table and page.
+func checkSegments(body []byte, wants []sgio.PageWant) error {
+	it, err := sgio.ViewSegments(body)
+	if err != nil {
+		return err
+	}
+	if it.Len() != len(wants) {
+		return fmt.Errorf("txnode: %d segments answer %d page requests: %w", it.Len(), len(wants), sgio.ErrMalformed)
+	}
+	var seg sgio.Segment
+	for i := 0; it.Next(&seg); i++ {
+		if w := wants[i]; seg.Table != w.Table || seg.Page != w.Page {
+			return fmt.Errorf("txnode: segment %d is table %d page %d, the request's table %d page %d: %w",
+				i, seg.Table, seg.Page, w.Table, w.Page, sgio.ErrMalformed)
+		}
+	}
+	return nil
 }

@@ -39,6 +39,10 @@ type remoteStore struct {
 	dead    error       // set when reconnecting gave up, or at Close
 	commits commitQueue // the batches in flight, in seq order
 	closed  bool
+
+	// rmu guards openRead, the merged read that reads join (remoteread.go); a leaf lock.
+	rmu      sync.Mutex
+	openRead *readBatch
 }
 
 // remoteCommit is a batch in flight, kept until acknowledged so it can be sent again. It is
@@ -453,8 +457,9 @@ func (s *remoteStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, 
 	return dst, r.Next, nil
 }
 
-// Read sends one ReadPages frame and fills from the reply in place, on the connection's
-// receiver goroutine. Warm, it allocates nothing (remoteread.go).
+// Read sends its pages in a ReadPages frame, merged with the reads of other goroutines
+// (remoteread.go), and fills from the reply in place, on the connection's receiver goroutine.
+// Warm, it allocates nothing.
 func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
 	ctx, release := boundCtx(ctx, s.opts.RequestTimeout)
 	defer release()
@@ -465,15 +470,53 @@ func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill f
 		if err != nil {
 			return err
 		}
-		err = c.Send(ctx, &r.msg, r.reply)
+		err = s.sendRead(ctx, c, r)
 		if err == nil {
 			err = r.wait(ctx)
+		}
+		if err == errReadAgain {
+			continue // r.alone is set, or the batch was never queued
 		}
 		if err == nil || !retryable(err) {
 			return err
 		}
 		s.awaitNewConn(ctx, gen)
 	}
+}
+
+// sendRead sends r: in the connection's open batch, or in a new batch it opens and queues,
+// or alone (a large read, or one whose batch failed).
+func (s *remoteStore) sendRead(ctx context.Context, c *sgio.Client, r *remoteRead) error {
+	if r.alone || len(r.msg.Wants) > readMergeWantsMax/2 || r.msg.Validate() != nil {
+		return c.Send(ctx, &r.msg, r.reply)
+	}
+	s.rmu.Lock()
+	if b := s.openRead; b != nil && b.join(c, r) {
+		s.rmu.Unlock()
+		return nil
+	}
+	b := getReadBatch(c)
+	b.join(c, r)
+	s.openRead = b
+	s.rmu.Unlock()
+	err := c.Send(ctx, b, b.reply)
+	if err == nil {
+		return nil
+	}
+	// Not queued: its reply callback never runs. The reads that joined meanwhile go again.
+	members := b.seal()
+	for _, m := range members {
+		if m != r {
+			m.deliver(errReadAgain)
+		}
+	}
+	s.rmu.Lock()
+	if s.openRead == b {
+		s.openRead = nil
+	}
+	b.recycle()
+	s.rmu.Unlock()
+	return err
 }
 
 func fillFromSegments(body []byte, n int, fill func(int, uint64, uint64, []byte)) error {

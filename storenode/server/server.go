@@ -31,7 +31,10 @@
 // refused with ErrOwnerInUse), then pipelined requests answered by request id. Readers other
 // than a table's holder are served only durable rows. The event loop decodes frames,
 // answers Ping and reads of cached pages inline (server_read.go: Engine.ReadCached takes the
-// engine's lock only if it is free at that instant) and hands everything that may block or touch the disk
+// engine's lock only if it is free at that instant), renews the owner's leases and answers
+// lease renewals (an Acquire with a grant's epoch) inline too (Engine.Renew and RenewGrant
+// take no engine lock: a checkpoint or a stream of commits holding it never delays a
+// renewal), and hands everything that may block or touch the disk
 // to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
 // each to their own (so replies may come out of order), commits to one commit goroutine per
 // connection that submits them to the engine in arrival order (the engine orders an owner's

@@ -434,6 +434,9 @@ func (s *session) handle(f sgio.Frame) bool {
 		return !s.reject(f.ID, fmt.Errorf("storenode: %v is not a request of an open session: %w", f.Type, sgio.ErrMalformed), "protocol violation")
 	}
 	s.srv.counters.requests.Add(1)
+	if s.renewDue() {
+		s.renew() // on the loop: Engine.Renew takes no engine lock
+	}
 	if f.Type == sgio.TypeCommit {
 		s.commit(f)
 		return true
@@ -467,12 +470,15 @@ func (s *session) handle(f sgio.Frame) bool {
 	}
 	switch f.Type {
 	case sgio.TypePing:
-		if !s.renewDue() {
-			s.replyLoop(f.ID, &sgio.Pong{})
+		s.replyLoop(f.ID, &sgio.Pong{})
+		return true
+	case sgio.TypeAcquire:
+		if a := m.(*sgio.Acquire); a.Epoch != 0 {
+			s.renewGrant(f.ID, a)
 			return true
 		}
 	case sgio.TypeReadPages, sgio.TypePageDir:
-		if f.Type == sgio.TypeReadPages && !s.renewDue() && s.readInline(f.ID, m.(*sgio.ReadPages)) {
+		if f.Type == sgio.TypeReadPages && s.readInline(f.ID, m.(*sgio.ReadPages)) {
 			return true
 		}
 		if err := s.queueAdd(readBytes); err != nil {
@@ -599,6 +605,25 @@ func (s *session) begin(id uint64) bool {
 	return true
 }
 
+// renewGrant answers a lease renewal (an Acquire with the epoch of a grant) on the loop:
+// Engine.RenewGrant takes no engine lock, so neither a checkpoint nor the commits holding it,
+// nor the goroutines of other requests, delay the reply; it leaves in the loop's own write at
+// the end of the turn. A renewal refused (ErrFenced, ErrTableNotFound) is answered the same
+// way.
+func (s *session) renewGrant(id uint64, a *sgio.Acquire) {
+	err := s.checkHolder(a.Owner)
+	var g storenode.Grant
+	if err == nil {
+		g, err = s.srv.eng.RenewGrant(a.Table, a.Owner, a.Epoch)
+	}
+	if err != nil {
+		s.replyError(id, err, false)
+		return
+	}
+	s.replyLoop(id, &sgio.Grant{Table: g.Table, LeaseMillis: uint32(min(g.Lease.Milliseconds(), 1<<32-1)),
+		Owner: g.Owner, Epoch: g.Epoch, LastSeq: g.LastSeq})
+}
+
 // renewDue reports, on the loop, whether the owner's leases are due for renewal: traffic
 // renews them at most every eighth of a lease. The engine's clock is read once per turn.
 func (s *session) renewDue() bool {
@@ -611,8 +636,9 @@ func (s *session) renewDue() bool {
 	return s.turnNow-s.lastRenew.Load() >= s.srv.leaseNanos/8
 }
 
-// renew extends the owner's leases if due: any traffic from the owner counts. It runs on a
-// request's goroutine, before the request, since Engine.Renew takes the engine's lock.
+// renew extends the owner's leases if due: any traffic from the owner counts. The loop calls
+// it for every request (Engine.Renew takes no engine lock, only its lease and identity
+// locks for a few stores), and request goroutines before their request.
 func (s *session) renew() {
 	if s.owner == 0 {
 		return
