@@ -78,6 +78,9 @@ type Engine struct {
 	// leaseSeqs is every owner's last applied seq (ownerState.lastSeq), for RenewGrant's
 	// grant; under leaseMu (written with mu held too, or alone in recovery).
 	leaseSeqs map[uint64]uint64
+	// leaseClosed is closed, for RenewGrant: set under mu and leaseMu by Close, read under
+	// leaseMu.
+	leaseClosed bool
 
 	ackMu      sync.Mutex
 	durableLSN uint64        // every record <= it is acknowledged by the WAL
@@ -235,6 +238,9 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	e.leaseMu.Lock()
+	e.leaseClosed = true
+	e.leaseMu.Unlock()
 	e.cond.Broadcast()
 	e.mu.Unlock()
 	close(e.stop)

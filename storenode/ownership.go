@@ -101,6 +101,9 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 	}
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
+	if e.leaseClosed {
+		return Grant{}, ErrClosed
+	}
 	t, ok := e.tables[tableID]
 	if !ok || t.dropping {
 		return Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
