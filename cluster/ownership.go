@@ -114,10 +114,17 @@ func (s *Session) Acquire(ctx context.Context, table string, part uint32) (*Owne
 
 // AcquireWait is Acquire that, while another session holds the partition, waits for its
 // owner key to go (released, or its lease expired: the takeover of a dead node's partitions)
-// and tries again, until ctx ends.
+// and tries again, and while this session is lapsed waits for it to serve again, until ctx
+// ends.
 func (s *Session) AcquireWait(ctx context.Context, table string, part uint32) (*Ownership, error) {
 	for {
 		o, rev, err := s.acquire(ctx, table, part)
+		if errors.Is(err, ErrLapsed) {
+			if err := s.WaitServing(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if !errors.Is(err, ErrOwned) {
 			return o, err
 		}
@@ -252,4 +259,27 @@ func (o *Ownership) Release(ctx context.Context) error {
 		return unavailable(fmt.Sprintf("release table %q partition %d", o.table, o.part), err)
 	}
 	return nil
+}
+
+// Owner reads the current holder of partition part of table (a linearizable read): ok is
+// false when nobody holds it. Holder.Epoch is the grant's revision. A storage node checks a
+// grant an owner registers with it against this, so it never takes an epoch on trust; a node
+// that is not the owner routes a write to Holder.Addr.
+func (c *Client) Owner(ctx context.Context, table string, part uint32) (h Holder, ok bool, err error) {
+	if err := validTableName(table); err != nil {
+		return Holder{}, false, err
+	}
+	resp, err := c.cli.Get(ctx, c.keys.owner(table, part))
+	if err != nil {
+		return Holder{}, false, unavailable(fmt.Sprintf("read the owner of table %q partition %d", table, part), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Holder{}, false, nil
+	}
+	kv := resp.Kvs[0]
+	if h, err = decodeOwner(kv.Value); err != nil {
+		return Holder{}, false, fmt.Errorf("cluster: table %q partition %d: owner key: %w", table, part, err)
+	}
+	h.Epoch = uint64(kv.CreateRevision)
+	return h, true, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,11 +14,18 @@ import (
 	"github.com/weftdb/weft/cluster/etcdtest"
 )
 
-const testTTL = 2 * time.Second // the shortest lease etcd grants on its default timing
+// testTTL is the shortest lease etcd grants on its default timing: for the tests that wait
+// for leases to expire. The others use TTLDefault, so a loaded machine's stall of a
+// keepalive does not lapse their sessions.
+const testTTL = 2 * time.Second
 
 func newSession(t *testing.T, c *Client, owner uint64, clock Clock) *Session {
+	return newSessionTTL(t, c, owner, clock, TTLDefault)
+}
+
+func newSessionTTL(t *testing.T, c *Client, owner uint64, clock Clock, ttl time.Duration) *Session {
 	t.Helper()
-	s, err := c.NewSession(testCtx(t), SessionConfig{Owner: owner, Addr: fmt.Sprintf("node%d:1", owner), TTL: testTTL, Clock: clock})
+	s, err := c.NewSession(testCtx(t), SessionConfig{Owner: owner, Addr: fmt.Sprintf("node%d:1", owner), TTL: ttl, Clock: clock})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -77,7 +86,7 @@ func TestOwnershipRace(t *testing.T) {
 			losers = append(losers, x.err)
 		}
 		require.NotNil(t, win, "round %d: no owner", r)
-		require.NoError(t, win.Check())
+		requireServing(t, win)
 		require.Greater(t, win.Epoch(), last)
 		last = win.Epoch()
 		for _, err := range losers {
@@ -88,12 +97,20 @@ func TestOwnershipRace(t *testing.T) {
 			require.Equal(t, win.Session().Holder().Addr, oe.Holder.Addr)
 			require.Equal(t, win.Epoch(), oe.Holder.Epoch)
 		}
+		h, ok, err := c.Owner(ctx, "t", 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, win.Epoch(), h.Epoch)
+		require.Equal(t, win.Session().Holder().Incarnation, h.Incarnation)
 		// Acquire again by the winner: the same grant.
 		again, err := win.Session().Acquire(ctx, "t", 1)
 		require.NoError(t, err)
 		require.Same(t, win, again)
 		require.NoError(t, win.Release(ctx))
 		require.ErrorIs(t, win.Check(), ErrLost)
+		_, ok, err = c.Owner(ctx, "t", 1)
+		require.NoError(t, err)
+		require.False(t, ok, "released")
 		select {
 		case <-win.Done():
 		default:
@@ -167,11 +184,11 @@ func TestOwnershipLeaseExpiryHandsOver(t *testing.T) {
 		rounds = 1
 	}
 	createTable(t, c, "t", 1)
-	b := newSession(t, c, 2, nil)
+	b := newSessionTTL(t, c, 2, nil, testTTL)
 	var last uint64
 	for r := 0; r < rounds; r++ {
 		p.Cut(false)
-		a := newSession(t, ca, 1, nil)
+		a := newSessionTTL(t, ca, 1, nil, testTTL)
 		oa, err := a.AcquireWait(ctx, "t", 0) // the previous round's owner may still hold it
 		require.NoError(t, err)
 		require.Greater(t, oa.Epoch(), last)
@@ -272,8 +289,7 @@ func TestOwnershipEtcdRestart(t *testing.T) {
 	require.NoError(t, err, "the local copy of the map stays")
 
 	require.NoError(t, srv.Restart())
-	require.NoError(t, s.WaitServing(ctx))
-	require.NoError(t, o.Check())
+	requireServing(t, o)
 	other := newSession(t, c, 2, nil)
 	_, err = other.Acquire(ctx, "t", 0)
 	require.ErrorIs(t, err, ErrOwned)
@@ -285,8 +301,8 @@ func TestOwnershipEtcdRestart(t *testing.T) {
 }
 
 // A lapsed session whose owner key was deleted meanwhile never vouches for it again: by the
-// time it serves again, the ownership is lost (the read of its keys after the lapse, not the
-// watch's timing, decides).
+// time it serves again, the ownership is lost. The read of its keys after the lapse decides,
+// not the watch: the watch is held up here until the end.
 func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	ctx := testCtx(t)
 	srv := sharedEtcd(t)
@@ -296,11 +312,23 @@ func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	ca := connect(t, prefix, p.Endpoint())
 	createTable(t, c, "t", 2)
 	clock := newFakeClock()
-	s := newSession(t, ca, 1, clock)
+	var held atomic.Bool
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	s, err := ca.NewSession(ctx, SessionConfig{Owner: 1, Clock: clock, hookWatch: func() {
+		if held.Load() {
+			<-release
+		}
+	}})
+	require.NoError(t, err)
+	defer s.Close(ctx)
+	defer unhold()
 	o0, err := s.Acquire(ctx, "t", 0)
 	require.NoError(t, err)
 	o1, err := s.Acquire(ctx, "t", 1)
 	require.NoError(t, err)
+	held.Store(true)
 	p.Cut(true)
 	_, err = c.cli.Delete(ctx, c.keys.owner("t", 0)) // an operator's delete while s is cut off
 	require.NoError(t, err)
@@ -308,8 +336,16 @@ func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	require.ErrorIs(t, o0.Check(), ErrLapsed)
 	p.Cut(false)
 	require.NoError(t, s.WaitServing(ctx))
-	require.ErrorIs(t, o0.Check(), ErrLost)
+	require.ErrorIs(t, o0.Check(), ErrLost, "vouched for a key it had not read since the lapse")
 	require.NoError(t, o1.Check())
+	unhold()
+}
+
+// requireServing waits until o's session serves, then requires o to.
+func requireServing(t *testing.T, o *Ownership) {
+	t.Helper()
+	require.NoError(t, o.Session().WaitServing(testCtx(t)))
+	require.NoError(t, o.Check())
 }
 
 func TestSessionConfigBounds(t *testing.T) {

@@ -128,16 +128,8 @@ func (c *Client) DropTable(ctx context.Context, name string) error {
 // ReadMap reads the whole partition map from etcd (a linearizable read: every change
 // acknowledged before it is in).
 func (c *Client) ReadMap(ctx context.Context) (*Map, error) {
-	resp, err := c.cli.Get(ctx, c.keys.mapPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, unavailable("read the partition map", err)
-	}
-	var st mapState
-	st.init()
-	for _, kv := range resp.Kvs {
-		st.put(c.keys, string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision)
-	}
-	return st.snapshot(resp.Header.Revision), nil
+	m, _, err := c.readMapState(ctx)
+	return m, err
 }
 
 // SwitchPartition points partition part of table at storage node to, in one etcd

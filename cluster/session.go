@@ -65,8 +65,9 @@ type SessionConfig struct {
 	Clock Clock
 
 	// hookKeepAlive and hookRenewed, set by internal tests, run in the keepalive goroutine
-	// after a keepalive returned (before the deadline moves) and after a renewal ended.
-	hookKeepAlive, hookRenewed func()
+	// after a keepalive returned (before the deadline moves) and after a renewal ended;
+	// hookWatch runs in the owner-key watch goroutine before it handles a response.
+	hookKeepAlive, hookRenewed, hookWatch func()
 }
 
 // Session is a node's etcd lease, under which it owns partitions. Its methods may be called
@@ -93,7 +94,7 @@ type Session struct {
 	wg     sync.WaitGroup
 	closed chan struct{} // closed once the session ended (lease gone, or Close)
 
-	hookKeepAlive, hookRenewed func() // SessionConfig's
+	hookKeepAlive, hookRenewed, hookWatch func() // SessionConfig's
 }
 
 // NewSession grants a lease and starts keeping it alive. It fails with ErrUnavailable when
@@ -139,14 +140,16 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 		changed: make(chan struct{}),
 		closed:  make(chan struct{}),
 
-		hookKeepAlive: cfg.hookKeepAlive, hookRenewed: cfg.hookRenewed,
+		hookKeepAlive: cfg.hookKeepAlive, hookRenewed: cfg.hookRenewed, hookWatch: cfg.hookWatch,
 	}
 	s.deadline.Store(int64(granted - margin))
 	// The owner-key watch starts at the revision of a read made after the grant: every key
 	// this session will create is later.
 	gr, err := c.cli.Get(ctx, c.keys.ownPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		c.cli.Revoke(context.WithoutCancel(ctx), resp.ID)
+		rctx, cancel := context.WithTimeout(context.Background(), granted)
+		c.cli.Revoke(rctx, resp.ID) // best effort: it expires within the TTL anyway
+		cancel()
 		return nil, unavailable("start a session", err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
@@ -212,7 +215,7 @@ func (s *Session) notify() {
 }
 
 // Close ends the session: it stops vouching at once (every ownership is lost with
-// ErrSessionClosed), stops its goroutines, then revokes the lease, which deletes every owner
+// ErrSessionClosed), stops its goroutines and waits for them, then revokes the lease, which deletes every owner
 // key of it in etcd so other nodes may take the partitions without waiting for the TTL. If
 // the revoke fails (etcd unreachable within ctx) the lease expires on its own within the TTL;
 // the error says so. Idempotent.
@@ -220,6 +223,7 @@ func (s *Session) Close(ctx context.Context) error {
 	if !s.end(fmt.Errorf("%w: %w", ErrLost, ErrSessionClosed)) {
 		return nil
 	}
+	s.wg.Wait()
 	if _, err := s.c.cli.Revoke(ctx, s.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return unavailable(fmt.Sprintf("revoke lease %x (it expires within %v)", int64(s.lease), s.ttl), err)
 	}
@@ -360,6 +364,9 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 	for ctx.Err() == nil {
 		wch := s.c.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for resp := range wch {
+			if s.hookWatch != nil {
+				s.hookWatch()
+			}
 			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 				// Events are gone: read the keys instead, then watch from after that read.
 				gr, err := s.c.cli.Get(ctx, prefix, clientv3.WithCountOnly())
