@@ -63,9 +63,10 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		// The client's own logging stays quiet: failures come back as errors.
 		Logger: zap.NewNop(),
 		// Keepalive pings detect a dead connection within seconds, not at the kernel's
-		// TCP timeout.
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
+		// TCP timeout. Not more often: etcd's server closes a connection that pings more
+		// often than its --grpc-keepalive-min-time (5 s by default).
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
 	})
 	if err != nil {
 		return nil, unavailable("connect", err)

@@ -86,7 +86,9 @@ func (o *Ownership) event(ev *clientv3.Event) {
 		}
 		return
 	}
-	if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > e || ev.Type == clientv3.EventTypePut && ev.Kv.CreateRevision != e {
+	// Only what happened after the grant counts: a watch running behind still delivers
+	// the events of an earlier grant of this session (its put, its release).
+	if ev.Kv.ModRevision > e && (ev.Type == clientv3.EventTypeDelete || ev.Kv.CreateRevision != e) {
 		o.drop(fmt.Errorf("%w: table %q partition %d: owner key deleted or granted again at revision %d",
 			ErrLost, o.table, o.part, ev.Kv.ModRevision))
 	}

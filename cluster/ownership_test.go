@@ -341,6 +341,52 @@ func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	unhold()
 }
 
+// A watch running behind delivers an earlier grant's put and release after a new grant of
+// the same partition to the same session: the new grant stands.
+func TestOwnershipStaleEventsOfEarlierGrant(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	createTable(t, c, "t", 1)
+	var held atomic.Bool
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	var handled atomic.Int64
+	progress := make(chan struct{}, 1)
+	s, err := c.NewSession(ctx, SessionConfig{Owner: 1,
+		hookWatch: func() {
+			if held.Load() {
+				<-release
+			}
+		},
+		hookWatched: func(rev int64) {
+			handled.Store(rev)
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
+		}})
+	require.NoError(t, err)
+	defer s.Close(ctx)
+	defer unhold()
+	held.Store(true)
+	o1, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	require.NoError(t, o1.Release(ctx))
+	o2, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	require.Greater(t, o2.Epoch(), o1.Epoch())
+	unhold()
+	for handled.Load() < int64(o2.Epoch()) {
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			t.Fatal("the watch never caught up")
+		}
+	}
+	require.NoError(t, o2.Check(), "lost to the events of the grant before it")
+}
+
 // requireServing waits until o's session serves, then requires o to.
 func requireServing(t *testing.T, o *Ownership) {
 	t.Helper()

@@ -66,8 +66,10 @@ type SessionConfig struct {
 
 	// hookKeepAlive and hookRenewed, set by internal tests, run in the keepalive goroutine
 	// after a keepalive returned (before the deadline moves) and after a renewal ended;
-	// hookWatch runs in the owner-key watch goroutine before it handles a response.
+	// hookWatch runs in the owner-key watch goroutine before it handles a response, and
+	// hookWatched after, with the revision it has handled through.
 	hookKeepAlive, hookRenewed, hookWatch func()
+	hookWatched                           func(rev int64)
 }
 
 // Session is a node's etcd lease, under which it owns partitions. Its methods may be called
@@ -95,6 +97,7 @@ type Session struct {
 	closed chan struct{} // closed once the session ended (lease gone, or Close)
 
 	hookKeepAlive, hookRenewed, hookWatch func() // SessionConfig's
+	hookWatched                           func(rev int64)
 }
 
 // NewSession grants a lease and starts keeping it alive. It fails with ErrUnavailable when
@@ -141,6 +144,7 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 		closed:  make(chan struct{}),
 
 		hookKeepAlive: cfg.hookKeepAlive, hookRenewed: cfg.hookRenewed, hookWatch: cfg.hookWatch,
+		hookWatched: cfg.hookWatched,
 	}
 	s.deadline.Store(int64(granted - margin))
 	// The owner-key watch starts at the revision of a read made after the grant: every key
@@ -220,10 +224,11 @@ func (s *Session) notify() {
 // the revoke fails (etcd unreachable within ctx) the lease expires on its own within the TTL;
 // the error says so. Idempotent.
 func (s *Session) Close(ctx context.Context) error {
-	if !s.end(fmt.Errorf("%w: %w", ErrLost, ErrSessionClosed)) {
+	first := s.end(fmt.Errorf("%w: %w", ErrLost, ErrSessionClosed))
+	s.wg.Wait()
+	if !first {
 		return nil
 	}
-	s.wg.Wait()
 	if _, err := s.c.cli.Revoke(ctx, s.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return unavailable(fmt.Sprintf("revoke lease %x (it expires within %v)", int64(s.lease), s.ttl), err)
 	}
@@ -388,6 +393,9 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 				o.event(ev)
 			}
 			s.mu.Unlock()
+			if s.hookWatched != nil {
+				s.hookWatched(rev)
+			}
 		}
 		select {
 		case <-ctx.Done():
