@@ -70,8 +70,11 @@ func (l Layout) Next(id uint64, part uint32) (uint64, bool) {
 	stripe := l.StripeRows()
 	round := stripe * uint64(l.Partitions)
 	base := id - id%round // the round's first id
-	start := base + uint64(part)*stripe
+	// The last round below 2^64 may be partial: a stripe's start past 2^64 does not exist.
+	start, carry := bits.Add64(base, uint64(part)*stripe, 0)
 	switch {
+	case carry != 0:
+		return 0, false
 	case id < start:
 		return start, true
 	case id-start < stripe:
