@@ -15,8 +15,9 @@ var (
 
 	// Talking to etcd.
 
-	// ErrUnavailable wraps every failure to reach etcd (down, no leader, a timeout): the
-	// operation may or may not have happened in etcd, except where a doc says otherwise.
+	// ErrUnavailable wraps every error of the etcd client, with its cause: etcd down, no
+	// leader, a timeout, or a request etcd refused (auth, limits). A write may or may not
+	// have happened in etcd, except where a doc says otherwise.
 	ErrUnavailable = errors.New("cluster: etcd unavailable")
 
 	// The partition map.

@@ -106,9 +106,12 @@ func (o *Ownership) drop(err error) {
 // Acquire takes the write ownership of partition part of table: it creates the partition's
 // owner key, bound to the session's lease, if no session holds it and the partition exists
 // in the map. It fails with an *OwnedError (ErrOwned) naming the holder, ErrTableNotFound,
-// the session's Check error (a lapsed session grants nothing), or ErrUnavailable (then the
-// grant may have happened: Acquire again, which adopts a key of this session's lease). An
-// ownership this session holds already is returned as it is.
+// the session's Check error (a lapsed session grants nothing), or ErrUnavailable. After
+// ErrUnavailable (ctx ended, etcd unreachable) the grant may have happened: the key then
+// stays bound to this session's lease, blocking other nodes, until an Acquire again adopts
+// it (with its epoch) and Releases it, or the session ends. An ownership this session holds
+// already is returned as it is. Another Acquire of the same partition by this session while
+// one is in progress fails with ErrInvalid.
 func (s *Session) Acquire(ctx context.Context, table string, part uint32) (*Ownership, error) {
 	o, _, err := s.acquire(ctx, table, part)
 	return o, err

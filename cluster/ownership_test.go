@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftdb/weft/cluster/etcdtest"
 )
@@ -428,4 +429,21 @@ func TestOwnershipCheckAllocs(t *testing.T) {
 	if bad == nil {
 		require.Zero(t, allocs)
 	}
+}
+
+// An Acquire whose reply was lost left the key in etcd, bound to the session's lease: the
+// next Acquire adopts it with its epoch, and another session cannot take it.
+func TestOwnershipAcquireAdoptsOwnKey(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	createTable(t, c, "t", 1)
+	s := newSession(t, c, 1, nil)
+	put, err := c.cli.Put(ctx, c.keys.owner("t", 0), string(encodeOwner(s.Holder())), clientv3.WithLease(clientv3.LeaseID(s.Lease())))
+	require.NoError(t, err)
+	_, err = newSession(t, c, 2, nil).Acquire(ctx, "t", 0)
+	require.ErrorIs(t, err, ErrOwned)
+	o, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(put.Header.Revision), o.Epoch())
+	requireServing(t, o)
 }

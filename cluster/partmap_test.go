@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -167,4 +168,47 @@ func TestMapWatcher(t *testing.T) {
 	_, err = m.Table("t")
 	require.ErrorIs(t, err, ErrTableNotFound)
 	require.Empty(t, m.Broken)
+}
+
+// A watcher cut off while etcd compacts past its revision reads the map afresh when it is
+// back, and so does a session's owner-key watch (it reads its owner keys): nothing missed.
+func TestWatchersAfterCompaction(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.Start(t)
+	c := connect(t, "/weft/", srv.Endpoints()...)
+	p := newProxy(t, srv.Addr())
+	cp := connect(t, "/weft/", p.Endpoint())
+	tm := createTable(t, c, "t", 2)
+	w, err := cp.WatchMap(ctx)
+	require.NoError(t, err)
+	defer w.Close()
+	s := newSession(t, cp, 1, nil)
+	o0, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	o1, err := s.Acquire(ctx, "t", 1)
+	require.NoError(t, err)
+
+	p.Cut(true)
+	rev, err := c.SwitchPartition(ctx, "t", tm.Created, 1, tm.Revs[1], "moved:1")
+	require.NoError(t, err)
+	_, err = c.cli.Delete(ctx, c.keys.owner("t", 1)) // an operator's delete, compacted away below
+	require.NoError(t, err)
+	pr, err := c.cli.Put(ctx, "/elsewhere", "x") // so the compaction is past both
+	require.NoError(t, err)
+	_, err = c.cli.Compact(ctx, pr.Header.Revision)
+	require.NoError(t, err)
+	p.Cut(false)
+
+	m, err := w.WaitRevision(ctx, rev)
+	require.NoError(t, err)
+	got, err := m.Table("t")
+	require.NoError(t, err)
+	require.Equal(t, "moved:1", got.Nodes[1])
+	select {
+	case <-o1.Done():
+	case <-ctx.Done():
+		t.Fatal("the deleted owner key was never noticed after the compaction")
+	}
+	require.ErrorIs(t, o1.Check(), ErrLost)
+	requireServing(t, o0)
 }
