@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -90,7 +91,12 @@ func (s *Server) start() error {
 	cfg := embed.NewConfig()
 	cfg.Name = "weft-test"
 	cfg.Dir = s.dir
-	cfg.LogLevel = "error"
+	// etcd logs every stop's closed listeners as errors; a start that fails returns its
+	// error anyway. WEFT_ETCD_LOG=info (or debug, warn, error) shows its log on stderr.
+	cfg.LogLevel = "fatal"
+	if lv := os.Getenv("WEFT_ETCD_LOG"); lv != "" {
+		cfg.LogLevel = lv
+	}
 	cfg.ListenClientUrls = []url.URL{s.clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
 	cfg.ListenPeerUrls = []url.URL{s.peerURL}
