@@ -312,6 +312,8 @@ func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	p := newProxy(t, srv.Addr())
 	ca := connect(t, prefix, p.Endpoint())
 	createTable(t, c, "t", 2)
+	// More owner keys than one etcd transaction reads (the proof reads them in batches).
+	createTable(t, c, "u", 127)
 	clock := newFakeClock()
 	var held atomic.Bool
 	release := make(chan struct{})
@@ -329,16 +331,27 @@ func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	require.NoError(t, err)
 	o1, err := s.Acquire(ctx, "t", 1)
 	require.NoError(t, err)
+	us := make([]*Ownership, 127)
+	for p := range us {
+		us[p], err = s.Acquire(ctx, "u", uint32(p))
+		require.NoError(t, err)
+	}
 	held.Store(true)
 	p.Cut(true)
 	_, err = c.cli.Delete(ctx, c.keys.owner("t", 0)) // an operator's delete while s is cut off
+	require.NoError(t, err)
+	_, err = c.cli.Delete(ctx, c.keys.owner("u", 126))
 	require.NoError(t, err)
 	clock.advance(s.TTL())
 	require.ErrorIs(t, o0.Check(), ErrLapsed)
 	p.Cut(false)
 	require.NoError(t, s.WaitServing(ctx))
 	require.ErrorIs(t, o0.Check(), ErrLost, "vouched for a key it had not read since the lapse")
+	require.ErrorIs(t, us[126].Check(), ErrLost, "vouched for a key it had not read since the lapse")
 	require.NoError(t, o1.Check())
+	for _, o := range us[:126] {
+		require.NoError(t, o.Check())
+	}
 	unhold()
 }
 
@@ -446,4 +459,43 @@ func TestOwnershipAcquireAdoptsOwnKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(put.Header.Revision), o.Epoch())
 	requireServing(t, o)
+}
+
+// Close while Acquires run: afterwards no ownership of the session vouches and no owner key
+// of its lease is left in etcd (the revoke took those granted before it; those after it
+// failed).
+func TestSessionCloseDuringAcquires(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	parts := 64
+	if testing.Short() {
+		parts = 24
+	}
+	createTable(t, c, "t", uint32(parts))
+	s, err := c.NewSession(ctx, SessionConfig{Owner: 1})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	owned := make([]*Ownership, parts)
+	started := make(chan struct{})
+	for p := 0; p < parts; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p == parts/2 {
+				close(started)
+			}
+			owned[p], _ = s.Acquire(ctx, "t", uint32(p))
+		}()
+	}
+	<-started
+	require.NoError(t, s.Close(ctx))
+	wg.Wait()
+	for _, o := range owned {
+		if o != nil {
+			require.ErrorIs(t, o.Check(), ErrSessionClosed)
+		}
+	}
+	resp, err := c.cli.Get(ctx, c.keys.ownPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	require.Zero(t, resp.Count, "owner keys outlived their session")
 }
