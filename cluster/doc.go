@@ -13,8 +13,8 @@
 //   - A transaction node (a game server embedding txnode) owns partitions for writing under
 //     its Session: one etcd lease, kept alive by the session's goroutine.
 //
-// A game server opts in by importing this package: txnode and storenode do not, so a binary
-// that does not link etcd's client (grpc, zap) (.ci/run checks it).
+// A game server opts in by importing this package. txnode and storenode do not import it, so
+// a game server that does not links neither etcd's client nor grpc (.ci/run checks it).
 //
 // # Keys in etcd
 //
