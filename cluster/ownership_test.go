@@ -499,3 +499,19 @@ func TestSessionCloseDuringAcquires(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, resp.Count, "owner keys outlived their session")
 }
+
+func TestLeaseAlive(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	s := newSession(t, c, 1, nil)
+	alive, err := c.LeaseAlive(ctx, s.Lease())
+	require.NoError(t, err)
+	require.True(t, alive)
+	require.NoError(t, s.Close(ctx))
+	alive, err = c.LeaseAlive(ctx, s.Lease())
+	require.NoError(t, err)
+	require.False(t, alive)
+	alive, err = c.LeaseAlive(ctx, 12345)
+	require.NoError(t, err)
+	require.False(t, alive)
+}

@@ -403,3 +403,19 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 		}
 	}
 }
+
+// LeaseAlive reports whether etcd still holds lease (a Session's Lease): what a resolver of
+// an in-doubt transaction asks before it may decide for a coordinator, whose lease id the
+// transaction record names. false means the lease expired or was revoked, for good: etcd
+// does not reuse the ids it generates (member id, time and counter), and this package never
+// chooses one.
+func (c *Client) LeaseAlive(ctx context.Context, lease int64) (bool, error) {
+	resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, unavailable(fmt.Sprintf("time to live of lease %x", lease), err)
+	}
+	return resp.TTL > 0, nil
+}
