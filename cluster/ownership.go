@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -196,6 +197,10 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 		Commit()
 	var epoch int64
 	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// The lease expired before the keepalive goroutine heard of it: the session is over.
+		s.end(fmt.Errorf("%w: lease %x expired in etcd", ErrLost, int64(s.lease)))
+		err = s.endErr
 	case err != nil:
 		err = unavailable(fmt.Sprintf("acquire table %q partition %d", table, part), err)
 	case resp.Succeeded:

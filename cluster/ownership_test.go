@@ -515,3 +515,22 @@ func TestLeaseAlive(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, alive)
 }
+
+// An Acquire under a lease etcd no longer has (expired or revoked before the keepalive
+// goroutine heard of it) ends the session: ErrLost, not an unavailable etcd.
+func TestOwnershipAcquireUnderGoneLease(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	createTable(t, c, "t", 1)
+	s := newSession(t, c, 1, nil)
+	_, err := c.cli.Revoke(ctx, clientv3.LeaseID(s.Lease()))
+	require.NoError(t, err)
+	_, err = s.Acquire(ctx, "t", 0)
+	require.ErrorIs(t, err, ErrLost)
+	require.NotErrorIs(t, err, ErrUnavailable)
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("the session goes on under a gone lease")
+	}
+}
