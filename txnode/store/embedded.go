@@ -151,7 +151,8 @@ func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
 	for i, f := range b.Fences {
 		fences[i] = storenode.Fence{Table: f.Table, Epoch: f.Epoch}
 	}
-	// Commit copies the rows into the WAL and the cache before it returns.
+	// Commit copies the rows into the cache; the WAL may write them from the batch (kept, not
+	// copied), which the Store contract keeps unchanged until done.
 	s.e.Commit(&storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: fences, Segments: segs}, done)
 	clear(segs)
 	*sp = segs[:0]
