@@ -90,6 +90,18 @@ func putSegmentHeader(b []byte, s *Segment) {
 	binary.LittleEndian.PutUint64(b[24:], s.Clear)
 }
 
+// AppendSegmentHeader appends the header of a segment of table's page with the given row size
+// and masks (the rows follow it: popcount(data)*rowBytes bytes) and returns the extended
+// slice. It is the one encoder of the header, for the wire and for the storage node's WAL,
+// whose commit records carry Commit bodies; it checks nothing (Validate does).
+func AppendSegmentHeader(dst []byte, table uint32, rowBytes int, page, data, clear uint64) []byte {
+	dst = le32(dst, table)
+	dst = append(dst, byte(rowBytes), byte(rowBytes>>8), 0, 0)
+	dst = le64(dst, page)
+	dst = le64(dst, data)
+	return le64(dst, clear)
+}
+
 // AppendSegment appends s, header and rows (copied), to dst and returns the extended slice.
 func AppendSegment(dst []byte, s *Segment) []byte {
 	var h [SegmentHeaderSize]byte
@@ -326,16 +338,29 @@ func (m *Commit) BodySize() int {
 }
 
 func (m *Commit) appendFixed(dst []byte) []byte {
-	dst = le64(dst, m.Owner)
-	dst = le64(dst, m.Seq)
-	dst = le32(dst, uint32(len(m.Fences)))
-	dst = le32(dst, uint32(len(m.Segments)))
+	dst = AppendCommitHeader(dst, m.Owner, m.Seq, len(m.Fences), len(m.Segments))
 	for _, f := range m.Fences {
-		dst = le32(dst, f.Table)
-		dst = le32(dst, 0)
-		dst = le64(dst, f.Epoch)
+		dst = AppendFence(dst, f.Table, f.Epoch)
 	}
 	return dst
+}
+
+// AppendCommitHeader appends the fixed fields of a Commit body (owner, seq, the fence and
+// segment counts) and returns the extended slice; the fences (AppendFence) and the segments
+// (AppendSegmentHeader and the rows) follow. Commit.AppendBody and the storage node's WAL
+// encode with it.
+func AppendCommitHeader(dst []byte, owner, seq uint64, fences, segments int) []byte {
+	dst = le64(dst, owner)
+	dst = le64(dst, seq)
+	dst = le32(dst, uint32(fences))
+	return le32(dst, uint32(segments))
+}
+
+// AppendFence appends one fence of a Commit body and returns the extended slice.
+func AppendFence(dst []byte, table uint32, epoch uint64) []byte {
+	dst = le32(dst, table)
+	dst = le32(dst, 0)
+	return le64(dst, epoch)
 }
 
 // AppendBody appends the encoded body, copying the rows.

@@ -12,7 +12,9 @@ import (
 // The commit path. Under mu, in one critical section per batch: check the owner's seq order
 // and fences, reserve a cache frame for every page the batch touches (partial frames, no read
 // before write), apply the rows, update the bitmap-trees, take the next LSN and hand the record
-// to the WAL, which copies it. The WAL acknowledges in LSN order once the record is written
+// to the WAL: the batch's Commit body (records.go) as a gather list, the received body copied,
+// or (a batch without one) headers copied and large runs of rows written from the caller's
+// memory. The WAL acknowledges in LSN order once the record is written
 // (and synced, per the sync mode); only then does done report success.
 //
 // Rows reach the cache before their record is durable. That is safe: the owner that sent them
@@ -27,11 +29,14 @@ import (
 // on the WAL's goroutine; it must be quick and must not call back into the engine's blocking
 // methods. Commit may block: while a batch waits for the batches before it in its owner's seq
 // order (at most Options.SeqGapWait), and while the cache waits for a checkpoint to make room.
-// Commit does not retain b or its rows after it returns.
 //
 // A batch whose seq the owner already applied is not applied again (see owners.go): if it is
 // the same batch (same hash) done reports its own LSN once that is durable; if not, it fails
-// with ErrSeqReused; a seq older than the dedup window fails with ErrUnknownOutcome. A batch
+// with ErrSeqReused; a seq older than the dedup window fails with ErrUnknownOutcome.
+//
+// Commit does not retain b, its slices or b.Body once it returns, but for a batch without a
+// Body the WAL may write the segments' rows from the caller's memory: they must not change
+// until done has run (the transaction node's batches do not change until acknowledged). A batch
 // whose WAL write or fsync failed gets an error wrapping ErrUnknownOutcome and ErrFailStop:
 // it may be found after a restart. The dedup window is consulted before the fail-stop check: a
 // retry after a fail-stop gets the outcome of the batch it repeats (durable: its LSN; in
@@ -122,8 +127,8 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	if !stallStart.IsZero() {
 		e.stats.noteStall(time.Since(stallStart))
 	}
-	e.scratch = appendCommitRecord(e.scratch[:0], b, hash, func(id uint32) int { return e.tables[id].geo.RowBytes() })
-	lsn, err := e.appendRecord(kindCommit, e.scratch, false, done)
+	lsn, err := e.appendPieces(kindCommit, e.commitPieces(b, hash), false, done)
+	clear(e.pieces) // the WAL holds what it keeps; drop the engine's references
 	if err != nil {
 		e.unpinFrames(b, len(b.Segments))
 		return err

@@ -64,7 +64,9 @@ type Engine struct {
 	walBytesAtCkpt uint64
 	closed         bool
 	replaying      bool
-	scratch        []byte // WAL payload under construction
+	scratch        []byte      // WAL payload under construction
+	pieces         []wal.Piece // a commit record's payload for the WAL (commitPieces)
+	onePiece       [1]wal.Piece
 
 	identMu sync.Mutex             // guards idents; taken alone or inside mu
 	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
@@ -334,13 +336,22 @@ func (t *table) entry(page uint64) mapEntry { return t.pages.get(page) }
 // mu). done runs on the WAL's goroutine in LSN order and must not take mu. On error nothing
 // was appended and done will not be called.
 func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(uint64, error)) (uint64, error) {
+	e.onePiece[0] = wal.Piece{Bytes: payload}
+	lsn, err := e.appendPieces(kind, e.onePiece[:], force, done)
+	e.onePiece[0] = wal.Piece{}
+	return lsn, err
+}
+
+// appendPieces is appendRecord with a payload of pieces: the WAL copies those without Keep
+// and writes the kept ones from their memory, which must not change until done has run.
+func (e *Engine) appendPieces(kind byte, payload []wal.Piece, force bool, done func(uint64, error)) (uint64, error) {
 	lsn := e.lastLSN + 1
 	e.walAcksMu.Lock()
 	e.walAcks.push(pendingAck{lsn: lsn, done: done})
 	e.walAcksMu.Unlock()
 	var room <-chan struct{}
 	for {
-		err := e.log.AppendAsync(kind, [][]byte{payload}, force, e.walAckFn)
+		err := e.log.AppendPiecesAsync(kind, payload, force, e.walAckFn)
 		if err == nil {
 			break
 		}
@@ -362,7 +373,11 @@ func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(u
 		room = e.log.Room()
 	}
 	e.lastLSN = lsn
-	e.stats.walBytes.Add(uint64(len(payload)) + walRecordOverheadBytes)
+	n := 0
+	for _, p := range payload {
+		n += len(p.Bytes)
+	}
+	e.stats.walBytes.Add(uint64(n) + walRecordOverheadBytes)
 	return lsn, nil
 }
 

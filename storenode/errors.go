@@ -23,8 +23,9 @@ var (
 	// ErrAlreadyOpen is returned by Open for a directory that an engine of this process has
 	// open (Close it first, or share the one Engine): it matches ErrLocked too.
 	ErrAlreadyOpen = newSentinel("storenode: store directory is already open in this process", ErrLocked)
-	// ErrOldFormat is returned by Open for a store whose meta file an older build wrote in a
-	// format this build does not read.
+	// ErrOldFormat is returned by Open for a store whose meta file, or a WAL record to
+	// replay (a commit record of the first format), an older build wrote in a format this
+	// build does not read.
 	ErrOldFormat = errors.New("storenode: store written in an older format")
 	// ErrNotStore is returned by Check for a directory that is missing or holds neither a
 	// meta file nor a wal directory.

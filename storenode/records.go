@@ -2,12 +2,15 @@ package storenode
 
 import (
 	"encoding/binary"
-	"math/bits"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode/wal"
 )
 
 // WAL record kinds and payloads of the storage engine. The WAL itself (storenode/wal) frames,
@@ -17,14 +20,28 @@ import (
 //	kindDropTable    table u32
 //	kindGrantIDs     table u32 | reserved u32 | next id u64        (the new high-water mark)
 //	kindGrantOwner   table u32 | reserved u32 | owner u64 | epoch u64
-//	kindCommit       owner u64 | seq u64 | batch hash u64 | segment count u32 | reserved u32
-//	                 | segments
-//	segment          table u32 | row bytes u16 | reserved u16 | page u64 | data u64 | clear u64
-//	                 | popcount(data) * row bytes of rows, in slot order
+//	kindCommit       batch hash u64 | the batch's sgio Commit body, byte for byte:
+//	                 owner u64 | seq u64 | fence count u32 | segment count u32
+//	                 | fences {table u32 | reserved u32 | epoch u64}
+//	                 | segments {table u32 | row bytes u16 | reserved u16 | page u64
+//	                             | data u64 | clear u64 | popcount(data) * row bytes of rows}
+//
+// A commit record is the batch as the owner sent it (docs/wire.md, "Commit"): the storage
+// node's server hands the received body to the WAL as it is (no re-encoding, one copy into
+// the WAL's group buffer), and recovery decodes it with sgio.ViewCommit, the wire's fuzzed
+// decoder; there is one format of a commit batch, not one per side. The engine encodes the
+// same bytes for a batch that came without its body (the embedded store), with runs of rows
+// of commitKeepBytesMin or more kept by reference (AppendPiecesAsync), not copied.
 //
 // The batch hash (batchHash: xxhash64 of the fences and the segments as the owner sent them) is
 // what the dedup window remembers of an applied batch, so a retry after a restart is told apart
 // from a different batch under the same seq. It entered the format with meta version 2.
+//
+// Commit record versions. Kind 5 (kindCommitV1: owner, seq, hash, segment count, reserved,
+// then the segments) was written before the commit record became the wire body; it is
+// refused on replay with ErrWALFormat (a log whose commits all lie before the checkpoint, as
+// after a clean Close, opens fine: those records are not replayed). Kind 6 is the current
+// one. docs/wal.md has the upgrade rule.
 //
 // Every record holds full row images, so replaying a record twice leaves the same state:
 // recovery may replay records that a checkpoint already covers.
@@ -35,10 +52,15 @@ const (
 	kindDropTable   byte = 2
 	kindGrantIDs    byte = 3
 	kindGrantOwner  byte = 4
-	kindCommit      byte = 5
+	kindCommitV1    byte = 5 // refused: see above
+	kindCommit      byte = 6
 
-	segmentHeaderBytes = 32
-	commitHeaderBytes  = 32
+	// commitHashBytes is the batch hash before the Commit body of a commit record.
+	commitHashBytes = 8
+	// commitBodyFixedBytes and commitFenceBytes are sizes of the Commit body's parts
+	// (docs/wire.md): owner, seq and the counts; one fence.
+	commitBodyFixedBytes = 24
+	commitFenceBytes     = 16
 )
 
 // Segment is one sparse segment of a commit batch: a logical page of one table, the rows of its
@@ -62,6 +84,14 @@ type Batch struct {
 	Seq      uint64
 	Fences   []Fence
 	Segments []Segment
+	// Body, when not nil, is the batch's sgio Commit body as received (the server's copy of
+	// the frame): the engine logs it as it is instead of encoding the batch again, so it
+	// must be exactly the encoding of Owner, Seq, Fences and Segments (whose rows alias it).
+	// The WAL copies it during Commit (into its group buffer, while the bytes are hot: writing
+	// it from the caller's buffer with pwritev measured slower end to end, docs/storage.md),
+	// so Commit does not retain it. Nil: the engine encodes the body itself (the embedded
+	// store), and the WAL may write runs of the segments' rows from their memory until done.
+	Body []byte
 }
 
 // batchHash is the identity of a batch's bytes for the dedup window: xxhash64 over its fences
@@ -93,82 +123,112 @@ func batchHash(b *Batch) uint64 {
 	return d.Sum64()
 }
 
+// appendCommitRecord appends b's commit record, rows copied, to dst: the hash, then the Commit
+// body (sgio's encoders, so the bytes are the wire's). rowBytes gives a table's row size. The
+// commit path does not copy the rows (commitPieces); this is for tests and tools.
 func appendCommitRecord(dst []byte, b *Batch, hash uint64, rowBytes func(table uint32) int) []byte {
-	dst = binary.LittleEndian.AppendUint64(dst, b.Owner)
-	dst = binary.LittleEndian.AppendUint64(dst, b.Seq)
 	dst = binary.LittleEndian.AppendUint64(dst, hash)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(b.Segments)))
-	dst = binary.LittleEndian.AppendUint32(dst, 0)
+	dst = sgio.AppendCommitHeader(dst, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
+	for _, f := range b.Fences {
+		dst = sgio.AppendFence(dst, f.Table, f.Epoch)
+	}
 	for i := range b.Segments {
 		s := &b.Segments[i]
-		dst = binary.LittleEndian.AppendUint32(dst, s.Table)
-		dst = binary.LittleEndian.AppendUint16(dst, uint16(rowBytes(s.Table)))
-		dst = binary.LittleEndian.AppendUint16(dst, 0)
-		dst = binary.LittleEndian.AppendUint64(dst, s.Page)
-		dst = binary.LittleEndian.AppendUint64(dst, s.Data)
-		dst = binary.LittleEndian.AppendUint64(dst, s.Clear)
+		dst = sgio.AppendSegmentHeader(dst, s.Table, rowBytes(s.Table), s.Page, s.Data, s.Clear)
 		dst = append(dst, s.Rows...)
 	}
 	return dst
 }
 
-// commitRecord is a decoded kindCommit payload. Segment rows alias the payload.
+// commitKeepBytesMin is the size from which a piece of a commit record is handed to the WAL
+// by reference (kept until the record is written) rather than copied: below it, a copy costs
+// less than one more buffer in the write's gather list.
+const commitKeepBytesMin = 256
+
+// commitPieces returns b's commit record as WAL pieces in e.pieces: the hash and, when the
+// batch carries its received Commit body, that body (copied); else the body encoded here,
+// headers in e.scratch (copied by the WAL) and each large run of rows kept. Caller
+// holds mu (e.scratch, e.pieces). The pieces are valid until the next call.
+func (e *Engine) commitPieces(b *Batch, hash uint64) []wal.Piece {
+	e.pieces = e.pieces[:0]
+	if b.Body != nil {
+		e.scratch = binary.LittleEndian.AppendUint64(e.scratch[:0], hash)
+		// Copied, not kept: see Batch.Body.
+		e.pieces = append(e.pieces, wal.Piece{Bytes: e.scratch}, wal.Piece{Bytes: b.Body})
+		return e.pieces
+	}
+	// e.scratch is grown once to all it will hold, so the pieces cut from it stay valid.
+	need := commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
+	for i := range b.Segments {
+		need += sgio.SegmentHeaderSize
+		if n := len(b.Segments[i].Rows); n < commitKeepBytesMin {
+			need += n
+		}
+	}
+	e.scratch = slices.Grow(e.scratch[:0], need)
+	e.scratch = binary.LittleEndian.AppendUint64(e.scratch, hash)
+	e.scratch = sgio.AppendCommitHeader(e.scratch, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
+	for _, f := range b.Fences {
+		e.scratch = sgio.AppendFence(e.scratch, f.Table, f.Epoch)
+	}
+	from := 0 // start of the scratch run not yet in a piece
+	for i := range b.Segments {
+		s := &b.Segments[i]
+		e.scratch = sgio.AppendSegmentHeader(e.scratch, s.Table, e.tables[s.Table].geo.RowBytes(), s.Page, s.Data, s.Clear)
+		if len(s.Rows) < commitKeepBytesMin {
+			e.scratch = append(e.scratch, s.Rows...)
+			continue
+		}
+		e.pieces = append(e.pieces, wal.Piece{Bytes: e.scratch[from:]}, wal.Piece{Bytes: s.Rows, Keep: true})
+		from = len(e.scratch)
+	}
+	assert.That(len(e.scratch) == need, "storenode: commit record scratch size")
+	e.pieces = append(e.pieces, wal.Piece{Bytes: e.scratch[from:]})
+	return e.pieces
+}
+
+// commitRecord is a decoded kindCommit payload. Fences and segment rows alias the payload.
 type commitRecord struct {
 	owner, seq uint64
 	hash       uint64
+	fences     []Fence
 	segments   []Segment
 	rowBytes   []int
 }
 
+// decodeCommitRecord decodes a kindCommit payload: the hash, then a Commit body checked by
+// sgio.ViewCommit, and every segment against its row size's geometry. Every error wraps
+// corrupt.ErrCorruption. rec's slices are reused.
 func decodeCommitRecord(p []byte, rec *commitRecord) error {
-	if len(p) < commitHeaderBytes {
+	if len(p) < commitHashBytes {
 		return corrupt.Errorf("storenode: commit record of %d bytes", len(p))
 	}
-	rec.owner = binary.LittleEndian.Uint64(p[0:])
-	rec.seq = binary.LittleEndian.Uint64(p[8:])
-	rec.hash = binary.LittleEndian.Uint64(p[16:])
-	n := binary.LittleEndian.Uint32(p[24:])
-	if binary.LittleEndian.Uint32(p[28:]) != 0 {
-		return corrupt.Errorf("storenode: commit record: reserved field not zero")
+	rec.hash = binary.LittleEndian.Uint64(p)
+	v, err := sgio.ViewCommit(p[commitHashBytes:])
+	if err != nil {
+		return corrupt.Errorf("storenode: commit record: %w", err)
 	}
-	p = p[commitHeaderBytes:]
-	if uint64(n)*segmentHeaderBytes > uint64(len(p)) {
-		return corrupt.Errorf("storenode: commit record claims %d segments in %d bytes", n, len(p))
+	rec.owner, rec.seq = v.Owner, v.Seq
+	rec.fences = rec.fences[:0]
+	for i := range v.FenceCount() {
+		f := v.Fence(i)
+		rec.fences = append(rec.fences, Fence{Table: f.Table, Epoch: f.Epoch})
 	}
 	rec.segments = rec.segments[:0]
 	rec.rowBytes = rec.rowBytes[:0]
-	for range n {
-		if len(p) < segmentHeaderBytes {
-			return corrupt.Errorf("storenode: commit record: truncated segment header")
-		}
-		var s Segment
-		s.Table = binary.LittleEndian.Uint32(p[0:])
-		r := int(binary.LittleEndian.Uint16(p[4:]))
-		if binary.LittleEndian.Uint16(p[6:]) != 0 {
-			return corrupt.Errorf("storenode: commit record: segment of table %d: reserved field not zero", s.Table)
-		}
-		s.Page = binary.LittleEndian.Uint64(p[8:])
-		s.Data = binary.LittleEndian.Uint64(p[16:])
-		s.Clear = binary.LittleEndian.Uint64(p[24:])
-		p = p[segmentHeaderBytes:]
+	var seg sgio.Segment
+	for it := v.Segments(); it.Next(&seg); {
+		r := int(seg.RowBytes)
 		g, err := logicpage.NewGeometry(r)
 		if err != nil {
-			return corrupt.Errorf("storenode: commit record: segment of table %d: %w", s.Table, err)
+			return corrupt.Errorf("storenode: commit record: segment of table %d: %w", seg.Table, err)
 		}
-		rows := bits.OnesCount64(s.Data) * r
-		if rows > len(p) {
-			return corrupt.Errorf("storenode: commit record: segment of table %d page %d needs %d row bytes, %d left",
-				s.Table, s.Page, rows, len(p))
-		}
-		s.Rows, p = p[:rows:rows], p[rows:]
+		s := Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}}
 		if err := g.CheckSegment(s.Segment); err != nil {
-			return err
+			return corrupt.Errorf("storenode: commit record: segment of table %d page %d: %w", seg.Table, seg.Page, err)
 		}
 		rec.segments = append(rec.segments, s)
 		rec.rowBytes = append(rec.rowBytes, r)
-	}
-	if len(p) != 0 {
-		return corrupt.Errorf("storenode: commit record: %d trailing bytes", len(p))
 	}
 	return nil
 }

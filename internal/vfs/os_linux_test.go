@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -41,4 +42,29 @@ func TestDefaultAppendFallback(t *testing.T) {
 	_, err = f.Write([]byte("e"))
 	require.NoError(t, err)
 	require.Equal(t, []byte("abcde"), readAll(t, f))
+}
+
+// TestWriteVecAt writes gather lists (empty buffers, more buffers than one pwritev takes) to
+// a real file and reads back their concatenation.
+func TestWriteVecAt(t *testing.T) {
+	f, err := Default.Create(filepath.Join(t.TempDir(), "v"))
+	require.NoError(t, err)
+	defer f.Close()
+	var bufs [][]byte
+	var want []byte
+	for i := range 2500 {
+		b := bytes.Repeat([]byte{byte(i)}, i%7)
+		bufs = append(bufs, b)
+		want = append(want, b...)
+	}
+	n, err := WriteVecAt(f, bufs, 100)
+	require.NoError(t, err)
+	require.Equal(t, len(want), n)
+	got := make([]byte, len(want))
+	_, err = f.ReadAt(got, 100)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	n, err = WriteVecAt(f, nil, 0)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }

@@ -14,10 +14,14 @@ import (
 // The commit path of a session. The event loop validates a Commit's body, checks the queue's
 // byte bounds, then copies the body out of gnet's buffer into a pooled buffer and queues it; one commit goroutine per connection (started when the
 // queue gets its first commit, gone when it is empty) submits the queue to the engine in
-// arrival order. The engine logs and applies an owner's batches in seq order (holding back a
-// gap), acknowledges in LSN order and does not retain a batch once Commit returns, so the
-// body goes back to the pool before the batch is durable; the reply goes out when the engine
-// reports the outcome, from the WAL's goroutine.
+// arrival order. The body is the batch's WAL record as it is (Batch.Body: no re-encoding);
+// the engine logs and applies an owner's batches in seq order (holding back a gap),
+// acknowledges in LSN order and does not retain a batch or its body once Commit returns (the
+// WAL copies the body into its group buffer), so the body goes back to the pool before the
+// batch is durable; the reply goes out when the engine reports the outcome, from the WAL's
+// goroutine. The copy out of gnet's buffer is unavoidable (gnet reuses it after the turn,
+// and the engine runs off the loop); the WAL's copy was kept because writing from the pooled
+// body instead (kept until written, pwritev) measured slower over TCP (docs/storage.md).
 
 // commitRequest is a Commit waiting for the connection's commit goroutine; body is a pooled
 // copy of the frame's body.
@@ -133,7 +137,7 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 		s.replyError(req.id, err, true)
 		return
 	}
-	b.Owner, b.Seq = v.Owner, v.Seq
+	b.Owner, b.Seq, b.Body = v.Owner, v.Seq, *req.body
 	b.Fences = b.Fences[:0]
 	for i := range v.FenceCount() {
 		f := v.Fence(i)
@@ -144,6 +148,7 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 	for it := v.Segments(); it.Next(&seg); {
 		if err := s.checkRowSize(&seg); err != nil {
 			clear(b.Segments)
+			b.Body = nil
 			s.replyError(req.id, err, true)
 			return
 		}
@@ -153,6 +158,7 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 	a := getCommitAck(s, req.id, v.Seq)
 	s.srv.eng.Commit(b, a.done)
 	clear(b.Segments) // drop the references to the body's rows
+	b.Body = nil
 }
 
 // commitAck is the engine's callback for one submitted batch (Engine.Commit's done), pooled:

@@ -50,3 +50,32 @@ func TestAppendAllocs(t *testing.T) {
 		require.NoError(t, w.Close())
 	}
 }
+
+// TestAppendPiecesAllocs guards the gather path: kept pieces cost no allocation per record,
+// on the OS file system's pwritev too.
+func TestAppendPiecesAllocs(t *testing.T) {
+	if invariants {
+		t.Skip("the invariants check assembles each record with kept pieces to decode it")
+	}
+	for _, osFS := range []bool{false, true} {
+		var fsys vfs.FS = discardFS{}
+		dir := "d"
+		if osFS {
+			fsys, dir = vfs.Default, t.TempDir()
+		}
+		w, err := Open(fsys, dir, Options{Sync: SyncNone}, nil)
+		require.NoError(t, err)
+		pieces := []Piece{{Bytes: make([]byte, 8)}, {Bytes: make([]byte, 4000), Keep: true}, {Bytes: make([]byte, 5)}}
+		ch := make(chan error, 1)
+		done := func(_ uint64, err error) { ch <- err }
+		appendOne := func() {
+			require.NoError(t, w.AppendPiecesAsync(1, pieces, false, done))
+			require.NoError(t, <-ch)
+		}
+		for range 100 {
+			appendOne()
+		}
+		require.Zero(t, testing.AllocsPerRun(1000, appendOne), "os=%v", osFS)
+		require.NoError(t, w.Close())
+	}
+}

@@ -61,6 +61,13 @@
 //
 // Open and the replay callback run on the caller's goroutine. Every method of WAL may be
 // called from any goroutine. One writer goroutine per WAL writes, syncs and calls the done
-// callbacks of AppendAsync, in LSN order: they must be quick and must not call Append, Sync,
-// DropBefore or Close, which wait for that goroutine (AppendAsync is fine).
+// callbacks of AppendAsync and AppendPiecesAsync, in LSN order: they must be quick and must
+// not call Append, Sync, DropBefore or Close, which wait for that goroutine (AppendAsync is
+// fine).
+//
+// # Buffers
+//
+// Append and AppendAsync copy the payload during the call. AppendPiecesAsync copies the
+// pieces without Keep and writes the kept ones from the caller's memory (one pwritev per
+// group, vfs.WriteVecAt): a kept piece must not change until its record's done has run.
 package wal

@@ -38,15 +38,19 @@ type WAL struct {
 	opts Options
 	lock io.Closer
 
-	mu         sync.Mutex
-	nextLSN    uint64        // guarded by mu: the LSN of the next queued record
-	queue      []queued      // guarded by mu: records waiting for the writer, in LSN order
-	queueBuf   []byte        // guarded by mu: their encoded records
-	syncWanted bool          // guarded by mu: a Sync call waits for a sync
-	closing    bool          // guarded by mu: Close has begun; nothing is queued any more
-	err        error         // guarded by mu: the sticky fail-stop error
-	segs       []uint64      // guarded by mu: first LSNs of the segment files; last is active
-	spaceFreed chan struct{} // guarded by mu: closed when the writer takes the queue, if watched
+	mu       sync.Mutex
+	nextLSN  uint64   // guarded by mu: the LSN of the next queued record
+	queue    []queued // guarded by mu: records waiting for the writer, in LSN order
+	queueBuf []byte   // guarded by mu: their encoded records, but for the kept pieces
+	// queueRefs (guarded by mu) are the kept pieces of the queued records (AppendPiecesAsync),
+	// in order: each is written at its offset of queueBuf, before the byte there.
+	queueRefs     []ref
+	queueRefBytes int           // guarded by mu: the bytes of queueRefs
+	syncWanted    bool          // guarded by mu: a Sync call waits for a sync
+	closing       bool          // guarded by mu: Close has begun; nothing is queued any more
+	err           error         // guarded by mu: the sticky fail-stop error
+	segs          []uint64      // guarded by mu: first LSNs of the segment files; last is active
+	spaceFreed    chan struct{} // guarded by mu: closed when the writer takes the queue, if watched
 	// spaceWatched (guarded by mu) says someone waits on spaceFreed (ErrBusy, Room), so the
 	// writer closes and replaces it; a group nobody waits for allocates no channel.
 	spaceWatched bool
@@ -71,6 +75,8 @@ type WAL struct {
 	failed     bool
 	group      []queued
 	groupBuf   []byte
+	groupRefs  []ref
+	iov        [][]byte // the gather list of a group with kept pieces
 	// Group gathering (SyncAlways): the next group waits for gatherTarget records, at most
 	// gatherWait (gather).
 	gatherTarget int
@@ -81,6 +87,21 @@ type WAL struct {
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// ref is a kept piece of a queued record: written from the appender's memory, before the
+// byte at offset at of the queue buffer.
+type ref struct {
+	at int
+	b  []byte
+}
+
+// Piece is one part of a record's payload for AppendPiecesAsync. A piece with Keep is written
+// from the caller's memory (a gather list, no copy): its bytes must not change until the
+// record's done callback has run. Any other piece is copied during the call.
+type Piece struct {
+	Bytes []byte
+	Keep  bool
 }
 
 // queued is a record waiting for the writer.
@@ -164,7 +185,18 @@ func Open(fsys vfs.FS, dir string, opts Options, replay func(Record) error) (*WA
 // records that failed are not reused before a reopen.
 func (w *WAL) AppendAsync(kind byte, payload [][]byte, force bool, done func(lsn uint64, err error)) error {
 	assert.That(done != nil, "wal: AppendAsync without done")
-	_, err := w.enqueue(kind, payload, force, done)
+	_, err := w.enqueue(kind, payload, nil, force, done)
+	return err
+}
+
+// AppendPiecesAsync is AppendAsync with a payload of pieces, some of which the WAL keeps
+// rather than copies: a Piece with Keep is written from the caller's memory, which must not
+// change until done has run (even when the record fails: done is the only release). Use it
+// for large payloads that stay alive anyway until their record is acknowledged (a commit
+// batch's received body or its rows); small pieces are cheaper copied.
+func (w *WAL) AppendPiecesAsync(kind byte, payload []Piece, force bool, done func(lsn uint64, err error)) error {
+	assert.That(done != nil, "wal: AppendPiecesAsync without done")
+	_, err := w.enqueue(kind, nil, payload, force, done)
 	return err
 }
 
@@ -179,7 +211,7 @@ func (w *WAL) Append(ctx context.Context, kind byte, payload [][]byte, force boo
 	}
 	wt := waiterPool.Get().(*waiter)
 	for {
-		spaceFreed, err := w.enqueue(kind, payload, force, wt.done)
+		spaceFreed, err := w.enqueue(kind, payload, nil, force, wt.done)
 		if err == nil {
 			break
 		}
@@ -221,18 +253,25 @@ var waiterPool = sync.Pool{New: func() any {
 	return wt
 }}
 
-// enqueue encodes the record into the queue. With ErrBusy it returns the channel that is
-// closed when the writer next takes the queue.
-func (w *WAL) enqueue(kind byte, payload [][]byte, force bool, done func(uint64, error)) (chan struct{}, error) {
-	n := 0
-	for _, p := range payload {
+// enqueue encodes the record, whose payload is copies or pieces, into the queue. With ErrBusy
+// it returns the channel that is closed when the writer next takes the queue.
+func (w *WAL) enqueue(kind byte, copies [][]byte, pieces []Piece, force bool, done func(uint64, error)) (chan struct{}, error) {
+	n, kept := 0, 0
+	for _, p := range copies {
 		n += len(p)
+	}
+	for _, p := range pieces {
+		n += len(p.Bytes)
+		if p.Keep {
+			kept += len(p.Bytes)
+		}
 	}
 	if n > w.opts.MaxRecordBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, w.opts.MaxRecordBytes)
 	}
 	size := recordSize(n)
 	w.mu.Lock()
+	queuedBytes := len(w.queueBuf) + w.queueRefBytes
 	switch {
 	case w.closing:
 		w.mu.Unlock()
@@ -241,7 +280,7 @@ func (w *WAL) enqueue(kind byte, payload [][]byte, force bool, done func(uint64,
 		err := w.err
 		w.mu.Unlock()
 		return nil, err
-	case len(w.queueBuf) > 0 && len(w.queueBuf)+size > w.opts.MaxQueueBytes:
+	case queuedBytes > 0 && queuedBytes+size > w.opts.MaxQueueBytes:
 		ch := w.spaceFreed
 		w.spaceWatched = true
 		w.mu.Unlock()
@@ -250,19 +289,30 @@ func (w *WAL) enqueue(kind byte, payload [][]byte, force bool, done func(uint64,
 	lsn := w.nextLSN
 	w.nextLSN++
 	off := len(w.queueBuf)
-	w.queueBuf = slices.Grow(w.queueBuf, size)[:off+size]
+	inline := size - kept
+	w.queueBuf = slices.Grow(w.queueBuf, inline)[:off+inline]
 	rec := w.queueBuf[off:]
 	putRecordHeader(rec, n, lsn, kind)
-	rest := rec[recordHeaderSize:]
-	for _, p := range payload {
-		rest = rest[copy(rest, p):]
+	at := recordHeaderSize // of rec
+	for _, p := range copies {
+		at += copy(rec[at:], p)
 	}
-	clear(rest) // padding
+	for _, p := range pieces {
+		if p.Keep {
+			if len(p.Bytes) > 0 {
+				w.queueRefs = append(w.queueRefs, ref{at: off + at, b: p.Bytes})
+			}
+			continue
+		}
+		at += copy(rec[at:], p.Bytes)
+	}
+	w.queueRefBytes += kept
+	clear(rec[at:]) // padding
 	wasEmpty := len(w.queue) == 0
 	w.queue = append(w.queue, queued{lsn: lsn, off: off, force: force, done: done})
 	gathered := w.gatherAt > 0 && len(w.queue) >= w.gatherAt
 	assert.That(w.queue[0].lsn+uint64(len(w.queue))-1 == lsn, "wal: queue LSNs not consecutive")
-	assert.That(len(w.queueBuf) <= w.opts.MaxQueueBytes || len(w.queue) == 1, "wal: queue over its bound")
+	assert.That(queuedBytes+size <= w.opts.MaxQueueBytes || len(w.queue) == 1, "wal: queue over its bound")
 	w.lastLSN.Store(lsn)
 	w.mu.Unlock()
 	if wasEmpty || gathered {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"path"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/vfs"
 )
 
 // The writer goroutine: it takes every record queued while the previous group was written
@@ -45,8 +48,9 @@ func (w *WAL) run() {
 			runtime.Gosched()
 			w.mu.Lock()
 		}
-		group, buf := w.queue, w.queueBuf
-		w.queue, w.queueBuf = w.group[:0], w.groupBuf[:0]
+		group, buf, refs := w.queue, w.queueBuf, w.queueRefs
+		w.queue, w.queueBuf, w.queueRefs = w.group[:0], w.groupBuf[:0], w.groupRefs[:0]
+		w.queueRefBytes = 0
 		syncWanted, closing := w.syncWanted, w.closing
 		w.syncWanted = false
 		if len(group) > 0 && w.spaceWatched {
@@ -56,10 +60,12 @@ func (w *WAL) run() {
 		}
 		w.mu.Unlock()
 
-		synced, behind := w.writeGroup(group, buf, syncWanted || closing)
+		synced, behind := w.writeGroup(group, buf, refs, syncWanted || closing)
 		w.setGather(len(group), behind, synced)
 
 		clear(group) // drop the callbacks
+		clear(refs)  // and the kept pieces
+		w.groupRefs = refs[:0]
 		if cap(buf) > groupBufKeepBytes && len(buf) < cap(buf)/4 {
 			buf = nil
 		}
@@ -115,11 +121,12 @@ func (w *WAL) setGather(n, queued int, syncTime time.Duration) {
 	}
 }
 
-// writeGroup writes the encoded records buf of group (possibly none), syncs if wantSync or
+// writeGroup writes the encoded records buf of group (possibly none), with their kept pieces
+// refs gathered in (one pwritev; one write when there are none), syncs if wantSync or
 // the sync mode or a forced record asks, and calls the callbacks. It returns how long the
 // group's fdatasync took, 0 if it did not sync (or failed), and how many records were
 // queued behind the group when the sync ended.
-func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) (syncTime time.Duration, behind int) {
+func (w *WAL) writeGroup(group []queued, buf []byte, refs []ref, wantSync bool) (syncTime time.Duration, behind int) {
 	if w.failed {
 		assert.That(len(group) == 0, "wal: records queued after fail-stop")
 		return 0, 0
@@ -136,35 +143,54 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) (syncTime ti
 			}
 		}
 		st := w.syncedThrough.Load()
+		total := len(buf)
+		r := 0 // refs[r:] belong to this record and the later ones
 		for i, q := range group {
 			end := len(buf)
 			if i+1 < len(group) {
 				end = group[i+1].off
 			}
-			finishRecord(buf[q.off:end], st)
+			// A record's kept pieces sit in (q.off, end]: every record starts with its
+			// header, which is never kept.
+			first := r
+			for r < len(refs) && refs[r].at <= end {
+				total += len(refs[r].b)
+				r++
+			}
+			finishRecordPieces(buf[q.off:end], q.off, refs[first:r], st)
 			needSync = needSync || q.force
 			if invariants {
-				h, _, size, err := decodeRecord(buf[q.off:end], w.opts.MaxRecordBytes)
-				if !(err == nil && h.lsn == q.lsn && size == end-q.off) {
+				rec := assembleRecord(buf[q.off:end], q.off, refs[first:r])
+				h, _, size, err := decodeRecord(rec, w.opts.MaxRecordBytes)
+				if !(err == nil && h.lsn == q.lsn && size == len(rec)) {
 					assert.Failf("wal: record LSN %d encodes badly: %v", q.lsn, err)
 				}
 			}
 		}
-		if end := w.fileOff + int64(len(buf)); end > w.allocEnd {
+		assert.That(r == len(refs), "wal: kept pieces beyond the group's records")
+		if end := w.fileOff + int64(total); end > w.allocEnd {
 			w.preallocate(end) // a group larger than the reservation ahead
 		}
-		n, err := w.file.WriteAt(buf, w.fileOff)
-		if err == nil && n != len(buf) {
+		var n int
+		var err error
+		if len(refs) == 0 {
+			n, err = w.file.WriteAt(buf, w.fileOff)
+		} else {
+			w.iov = gatherList(w.iov[:0], buf, refs)
+			n, err = vfs.WriteVecAt(w.file, w.iov, w.fileOff)
+			clear(w.iov)
+		}
+		if err == nil && n != total {
 			err = io.ErrShortWrite
 		}
 		if err != nil {
 			w.fail(fmt.Errorf("write %s at offset %d: %w", w.fileName(), w.fileOff, err), group, true)
 			return 0, 0
 		}
-		w.fileOff += int64(len(buf))
+		w.fileOff += int64(total)
 		w.writtenLSN = group[len(group)-1].lsn
 		w.records.Add(uint64(len(group)))
-		w.bytes.Add(uint64(len(buf)))
+		w.bytes.Add(uint64(total))
 		w.groups.Add(1)
 	}
 	if needSync && w.writtenLSN > w.syncedThrough.Load() {
@@ -184,6 +210,57 @@ func (w *WAL) writeGroup(group []queued, buf []byte, wantSync bool) (syncTime ti
 	// Reserve ahead for the next groups after the acknowledgements, not before them.
 	w.preallocate(w.fileOff)
 	return syncTime, behind
+}
+
+// gatherList appends to iov the group's bytes in file order: buf's runs between the kept
+// pieces refs, and the pieces.
+func gatherList(iov [][]byte, buf []byte, refs []ref) [][]byte {
+	pos := 0
+	for _, r := range refs {
+		if r.at > pos {
+			iov = append(iov, buf[pos:r.at])
+			pos = r.at
+		}
+		iov = append(iov, r.b)
+	}
+	if pos < len(buf) {
+		iov = append(iov, buf[pos:])
+	}
+	return iov
+}
+
+// finishRecordPieces is finishRecord for a record whose inline bytes rec start at offset base
+// of the group buffer, with the kept pieces refs gathered in.
+func finishRecordPieces(rec []byte, base int, refs []ref, syncedThrough uint64) {
+	if len(refs) == 0 {
+		finishRecord(rec, syncedThrough)
+		return
+	}
+	binary.LittleEndian.PutUint64(rec[recordSyncedOffset:], syncedThrough)
+	crc := checksum.Of(rec[recordLengthOffset:recordCRCOffset])
+	pos := recordLSNOffset
+	for _, r := range refs {
+		at := r.at - base
+		crc = checksum.Update(crc, rec[pos:at])
+		crc = checksum.Update(crc, r.b)
+		pos = at
+	}
+	crc = checksum.Update(crc, rec[pos:])
+	binary.LittleEndian.PutUint32(rec[recordCRCOffset:], crc)
+}
+
+// assembleRecord returns the record's bytes in one slice (the invariants check decodes it).
+func assembleRecord(rec []byte, base int, refs []ref) []byte {
+	if len(refs) == 0 {
+		return rec
+	}
+	var out []byte
+	pos := 0
+	for _, r := range refs {
+		out = append(append(out, rec[pos:r.at-base]...), r.b...)
+		pos = r.at - base
+	}
+	return append(out, rec[pos:]...)
 }
 
 // syncFile fdatasyncs the active segment and advances syncedThrough.
@@ -275,6 +352,7 @@ func (w *WAL) fail(cause error, group []queued, written bool) {
 	rest := w.queue
 	w.queue = nil
 	w.queueBuf = nil
+	w.queueRefs, w.queueRefBytes = nil, 0
 	close(w.spaceFreed)
 	w.spaceFreed = make(chan struct{})
 	w.spaceWatched = false

@@ -19,7 +19,7 @@ type embedded struct {
 	// (ListTables, Ping) report the closed store after it, like every other.
 	closed atomic.Bool
 
-	segPool sync.Pool // *[]storenode.Segment
+	segPool sync.Pool // *embeddedBatch
 }
 
 // OpenEmbedded opens (creating) an embedded store in opts.Dir: a storenode.Engine in this
@@ -138,24 +138,34 @@ func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
 		done(0, closedErr(storenode.ErrClosed))
 		return
 	}
-	sp, _ := s.segPool.Get().(*[]storenode.Segment)
+	sp, _ := s.segPool.Get().(*embeddedBatch)
 	if sp == nil {
-		sp = new([]storenode.Segment)
+		sp = new(embeddedBatch)
 	}
-	segs := (*sp)[:0]
+	segs := sp.segs[:0]
 	for _, seg := range b.Segments {
 		segs = append(segs, storenode.Segment{Table: seg.Table, Segment: logicpage.Segment{
 			Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
 	}
-	fences := make([]storenode.Fence, len(b.Fences))
-	for i, f := range b.Fences {
-		fences[i] = storenode.Fence{Table: f.Table, Epoch: f.Epoch}
+	// Pooled too: the WAL may keep the rows (not the slices), so the engine's escape
+	// analysis moves whatever the Batch points at to the heap.
+	fences := sp.fences[:0]
+	for _, f := range b.Fences {
+		fences = append(fences, storenode.Fence{Table: f.Table, Epoch: f.Epoch})
 	}
-	// Commit copies the rows into the WAL and the cache before it returns.
+	// Commit copies the rows into the cache; the WAL may write them from the batch (kept, not
+	// copied), which the Store contract keeps unchanged until done. Commit keeps neither
+	// slice once it returns.
 	s.e.Commit(&storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: fences, Segments: segs}, done)
 	clear(segs)
-	*sp = segs[:0]
+	sp.segs, sp.fences = segs[:0], fences[:0]
 	s.segPool.Put(sp)
+}
+
+// embeddedBatch is the pooled slices of one Commit's storenode.Batch.
+type embeddedBatch struct {
+	segs   []storenode.Segment
+	fences []storenode.Fence
 }
 
 func (s *embedded) Close() error {

@@ -1,0 +1,181 @@
+package storenode
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode/wal"
+)
+
+// joinPieces concatenates WAL pieces: the payload the WAL writes.
+func joinPieces(ps []wal.Piece) []byte {
+	var out []byte
+	for _, p := range ps {
+		out = append(out, p.Bytes...)
+	}
+	return out
+}
+
+// mixedBatch has segments whose rows are copied (under commitKeepBytesMin) and kept, and a
+// clear-only one.
+func mixedBatch(table uint32, epoch uint64) *Batch {
+	rows := checkRows(64, 64, 1, 1)
+	return &Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: table, Epoch: epoch}}, Segments: []Segment{
+		{Table: table, Segment: logicpage.Segment{Page: 0, Data: 1 << 3, Rows: rows[:64]}},
+		{Table: table, Segment: logicpage.Segment{Page: 1, Data: ^uint64(0), Rows: rows}},
+		{Table: table, Segment: logicpage.Segment{Page: 2, Clear: 0b110}},
+		{Table: table, Segment: logicpage.Segment{Page: 3, Data: 0xff, Rows: rows[:8*64]}},
+		{Table: table, Segment: logicpage.Segment{Page: 4, Data: 0b11, Rows: rows[64 : 3*64]}},
+	}}
+}
+
+// TestCommitRecordIsWireBody: a commit record is the batch hash and the wire's Commit body,
+// whether the engine encodes it (pieces, large runs of rows kept) or logs the received body
+// (copied); the rows it keeps are the batch's own memory, not copies.
+func TestCommitRecordIsWireBody(t *testing.T) {
+	e, _, info, g := openFault(t, Options{}, testOwner)
+	b := mixedBatch(info.ID, g.Epoch)
+	msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	for _, s := range b.Segments {
+		msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+	}
+	body := msg.AppendBody(nil)
+	hash := batchHash(b)
+	want := binary.LittleEndian.AppendUint64(nil, hash)
+	want = append(want, body...)
+	require.Equal(t, want, appendCommitRecord(nil, b, hash, func(uint32) int { return 64 }))
+
+	e.mu.Lock()
+	pieces := slices.Clone(e.commitPieces(b, hash))
+	e.mu.Unlock() // before any require: a failed one must not leave mu held for Close
+	require.Equal(t, want, joinPieces(pieces))
+	kept := 0
+	for _, p := range pieces {
+		if p.Keep {
+			kept++
+			require.GreaterOrEqual(t, len(p.Bytes), commitKeepBytesMin)
+			require.True(t, &p.Bytes[0] == &b.Segments[1].Rows[0] || &p.Bytes[0] == &b.Segments[3].Rows[0], "a kept piece is the batch's rows")
+		}
+	}
+	require.Equal(t, 2, kept, "the 4 KiB and 512-byte runs of rows are kept")
+
+	b.Body = body
+	e.mu.Lock()
+	pieces = slices.Clone(e.commitPieces(b, hash))
+	e.mu.Unlock()
+	require.Equal(t, want, joinPieces(pieces))
+	for _, p := range pieces {
+		require.False(t, p.Keep, "a received body is copied by the WAL, not kept")
+	}
+
+	var rec commitRecord
+	require.NoError(t, decodeCommitRecord(want, &rec))
+	require.Equal(t, hash, rec.hash)
+	require.Equal(t, b.Fences, rec.fences)
+	require.Len(t, rec.segments, len(b.Segments))
+	for i := range b.Segments {
+		require.Equal(t, b.Segments[i].Page, rec.segments[i].Page)
+		require.True(t, bytes.Equal(b.Segments[i].Rows, rec.segments[i].Rows))
+		require.Equal(t, 64, rec.rowBytes[i])
+	}
+}
+
+// TestCommitBodyReplays commits batches with and without their received body, rows copied and
+// kept, and checks that recovery replays every row from the records.
+func TestCommitBodyReplays(t *testing.T) {
+	e, fs, info, g := openFault(t, Options{CheckpointWALBytes: -1}, testOwner)
+	_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 8)
+	require.NoError(t, err)
+	b1 := mixedBatch(info.ID, g.Epoch)
+	b1.Seq = g.LastSeq + 1
+	_, err = e.CommitWait(b1)
+	require.NoError(t, err)
+	b2 := mixedBatch(info.ID, g.Epoch)
+	b2.Seq = b1.Seq + 1
+	rows := checkRows(64, 64, 9, 9)
+	b2.Segments[1].Rows = rows
+	msg := &sgio.Commit{Owner: b2.Owner, Seq: b2.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	for _, s := range b2.Segments {
+		msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+	}
+	b2.Body = msg.AppendBody(nil)
+	// The segments' rows alias the body, as the server's do.
+	v, err := sgio.ViewCommit(b2.Body)
+	require.NoError(t, err)
+	var seg sgio.Segment
+	for i, it := 0, v.Segments(); it.Next(&seg); i++ {
+		b2.Segments[i].Rows = seg.Rows
+	}
+	_, err = e.CommitWait(b2)
+	require.NoError(t, err)
+	// kill -9: no checkpoint, so the WAL replays both records.
+	fs.SetCrashPoint(0)
+	e.Close()
+	fs.CrashKeepAll()
+	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
+	require.NoError(t, err)
+	defer e.Close()
+	for slot := range uint64(64) {
+		row, ok := readRow(t, e, info.ID, 64+slot)
+		require.True(t, ok)
+		require.Equal(t, rows[slot*64:(slot+1)*64], row, "slot %d of page 1", slot)
+	}
+	_, ok := readRow(t, e, info.ID, 2*64+1)
+	require.False(t, ok)
+	row, ok := readRow(t, e, info.ID, 3*64+7)
+	require.True(t, ok)
+	require.Equal(t, b2.Segments[3].Rows[7*64:8*64], row)
+}
+
+// TestOldCommitRecordRefused: a commit record of the first format (kind 5) after the
+// checkpoint stops Open with ErrOldFormat, not corruption; one at or before the checkpoint (a
+// store the older build closed cleanly) is never replayed, so the store opens.
+func TestOldCommitRecordRefused(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	// A kind-5 record as the first format wrote it: owner, seq, hash, segment count,
+	// reserved, one clear-only segment.
+	v1 := binary.LittleEndian.AppendUint64(nil, testOwner)
+	v1 = binary.LittleEndian.AppendUint64(v1, 1)
+	v1 = binary.LittleEndian.AppendUint64(v1, 0)
+	v1 = binary.LittleEndian.AppendUint32(v1, 1)
+	v1 = binary.LittleEndian.AppendUint32(v1, 0)
+	v1 = sgio.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
+	log, err := wal.Open(fs, walDir("db"), wal.Options{}, nil)
+	require.NoError(t, err)
+	lsn, err := log.Append(context.Background(), kindCommitV1, [][]byte{v1}, false)
+	require.NoError(t, err)
+	require.NoError(t, log.Close())
+
+	_, err = Open(opts)
+	require.ErrorIs(t, err, ErrOldFormat)
+	require.False(t, errors.Is(err, corrupt.ErrCorruption), "an old format is not corruption: %v", err)
+	require.ErrorContains(t, err, "kind 5")
+
+	// The same record at the checkpoint LSN (what a clean Close of the older build leaves)
+	// is not replayed: the store opens.
+	mb, err := fs.ReadFile("db/" + metaName)
+	require.NoError(t, err)
+	m, err := decodeMeta(mb)
+	require.NoError(t, err)
+	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
+	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
+	e, err = Open(opts)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+}
