@@ -1,0 +1,73 @@
+package hashindex_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/hashindex"
+	"github.com/weftdb/weft/internal/corrupt"
+)
+
+// TestFastPathCatchesSwappedIDs: the cache-hit Lookup trusts a primary row whose memo word
+// is the one verified for it. A row whose ids of two entries were swapped (the checksum
+// field kept, as a raw Table write that reorders entries would leave it) maps two keys to
+// each other's ids: its checksum fails, so Lookup must report corruption or the right id,
+// never the other key's id. The xor fold put both ids in one lane (16-byte keys: entries 0
+// and 1, words 5 and 8; 8-byte keys: entries 0 and 3, words 4 and 10), where a swap
+// cancels: on 505c87f Lookup returned the swapped ids as data.
+func TestFastPathCatchesSwappedIDs(t *testing.T) {
+	for _, c := range []struct{ kb, i, j int }{{16, 0, 1}, {8, 0, 3}} {
+		t.Run(fmt.Sprintf("key=%d", c.kb), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, t.TempDir())
+			defer func() { db.Close(ctx) }()
+			ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: c.kb, Unique: true})
+			require.NoError(t, err)
+			key := func(i int) []byte {
+				if c.kb == 16 {
+					return playerName(i)
+				}
+				return key8(i)
+			}
+			n := 60
+			for i := range n {
+				require.NoError(t, ix.Insert(ctx, key(i), uint64(i)+1))
+			}
+			for i := range n { // verified, then fast
+				id, err := ix.Lookup(ctx, key(i))
+				require.NoError(t, err)
+				require.Equal(t, uint64(i)+1, id)
+			}
+			row := make([]byte, ix.Table().RowBytes())
+			e := c.kb + 8
+			swapped := 0
+			for _, bid := range rowsOfKind(t, ix.Table(), 1) {
+				require.NoError(t, ix.Table().Get(ctx, bid, row))
+				if int(binary.LittleEndian.Uint16(row[6:])) <= c.j {
+					continue
+				}
+				a, b := 24+c.i*e+c.kb, 24+c.j*e+c.kb
+				ida, idb := binary.LittleEndian.Uint64(row[a:]), binary.LittleEndian.Uint64(row[b:])
+				binary.LittleEndian.PutUint64(row[a:], idb)
+				binary.LittleEndian.PutUint64(row[b:], ida)
+				require.NoError(t, ix.Table().Put(ctx, bid, row))
+				swapped++
+			}
+			require.NotZero(t, swapped)
+			damaged := 0
+			for i := range n {
+				id, err := ix.Lookup(ctx, key(i))
+				if err != nil {
+					require.ErrorIs(t, err, corrupt.ErrCorruption)
+					damaged++
+					continue
+				}
+				require.Equal(t, uint64(i)+1, id, "key %d: another key's id returned as data", i)
+			}
+			require.NotZero(t, damaged)
+		})
+	}
+}
