@@ -3,7 +3,10 @@ package hashindex_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,6 +71,96 @@ func TestFastPathCatchesSwappedIDs(t *testing.T) {
 				require.Equal(t, uint64(i)+1, id, "key %d: another key's id returned as data", i)
 			}
 			require.NotZero(t, damaged)
+		})
+	}
+}
+
+// TestLookupTornBucketRow: a writer rewrites a bucket's primary row through the raw Table
+// API, alternating the row as the index wrote it and a damaged one (random entries, a count
+// anywhere in 0..65535, the header fields of the bucket kept), while Lookup reads it in place
+// (txnode's View: a run may see the row half rewritten, its count from one version and its
+// entries from the other). Lookup must never panic, slice out of the row or return an id
+// that is not the key's: the right id or corruption.
+func TestLookupTornBucketRow(t *testing.T) {
+	lookups, puts := 20000, int64(2000)
+	if testing.Short() {
+		lookups, puts = 3000, 300
+	}
+	for _, kb := range []int{16, 8} {
+		t.Run(fmt.Sprintf("key=%d", kb), func(t *testing.T) {
+			ctx := context.Background()
+			db := openDB(t, t.TempDir())
+			defer func() { db.Close(ctx) }()
+			ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: kb, Unique: true})
+			require.NoError(t, err)
+			key := func(i int) []byte {
+				if kb == 16 {
+					return playerName(i)
+				}
+				return key8(i)
+			}
+			n := 4 // one bucket, one row
+			for i := range n {
+				require.NoError(t, ix.Insert(ctx, key(i), uint64(i)+1))
+			}
+			bids := rowsOfKind(t, ix.Table(), 1)
+			require.Len(t, bids, 1)
+			good := make([]byte, ix.Table().RowBytes())
+			require.NoError(t, ix.Table().Get(ctx, bids[0], good))
+			bad := make([]byte, len(good))
+			rng := rand.New(rand.NewPCG(uint64(kb), 1))
+			stop := make(chan struct{})
+			var written atomic.Int64
+			writerDone := make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						writerDone <- nil
+						return
+					default:
+					}
+					row := good
+					if i%2 == 1 {
+						for j := range bad {
+							bad[j] = byte(rng.Uint32())
+						}
+						copy(bad[4:6], good[4:6]) // kind, level
+						copy(bad[8:16], good[8:16])
+						binary.LittleEndian.PutUint16(bad[6:], uint16(rng.Uint32()))
+						binary.LittleEndian.PutUint64(bad[16:], 0)
+						row = bad
+					}
+					if err := ix.Table().Put(ctx, bids[0], row); err != nil {
+						writerDone <- err
+						return
+					}
+					written.Add(1)
+				}
+			}()
+			found := 0
+			i := 0
+			for ; i < lookups || written.Load() < puts; i++ {
+				k := i % n
+				id, err := ix.Lookup(ctx, key(k))
+				if err != nil {
+					if !errors.Is(err, corrupt.ErrCorruption) {
+						close(stop)
+						<-writerDone
+						require.ErrorIs(t, err, corrupt.ErrCorruption)
+					}
+					continue
+				}
+				if id != uint64(k)+1 {
+					close(stop)
+					<-writerDone
+					require.Equal(t, uint64(k)+1, id, "key %d", k)
+				}
+				found++
+			}
+			close(stop)
+			require.NoError(t, <-writerDone)
+			t.Logf("%d lookups, %d found the key, %d rows written", i, found, written.Load())
 		})
 	}
 }
