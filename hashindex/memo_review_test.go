@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -163,4 +164,85 @@ func TestLookupTornBucketRow(t *testing.T) {
 			t.Logf("%d lookups, %d found the key, %d rows written", i, found, written.Load())
 		})
 	}
+}
+
+// TestLookupLinearizable: writers insert and delete keys of their own in a unique index of
+// small rows (3 entries of 16-byte keys: buckets split, overflow rows come and go, deletes
+// move entries into holes), each key's state published around every operation (odd while
+// one is in flight); readers Lookup keys and, when no operation on the key overlapped the
+// Lookup, require exactly the state the last one left: its id, or ErrNotFound.
+func TestLookupLinearizable(t *testing.T) {
+	ctx := context.Background()
+	ops, writers, keysEach := 3000, 2, 40
+	if testing.Short() {
+		ops = 400
+	}
+	db := openDB(t, t.TempDir())
+	defer db.Close(ctx)
+	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true, RowBytes: 96})
+	require.NoError(t, err)
+	n := writers * keysEach
+	// seq[k] is 2g once key k's g-th operation returned, odd while one is in flight; after
+	// g operations the key is present with id k<<32|g when g is odd, absent when g is even.
+	seq := make([]atomic.Uint64, n)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 5))
+			gen := make([]uint64, keysEach)
+			for range ops {
+				j := r.IntN(keysEach)
+				k := w*keysEach + j
+				seq[k].Add(1) // odd: in flight
+				var err error
+				if gen[j]%2 == 0 {
+					err = ix.Insert(ctx, playerName(k), uint64(k)<<32|(gen[j]+1))
+				} else {
+					err = ix.Delete(ctx, playerName(k), uint64(k)<<32|gen[j])
+				}
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					stop.Store(true)
+					return
+				}
+				gen[j]++
+				seq[k].Add(1)
+			}
+		})
+	}
+	readerDone := make(chan error, 2)
+	var checked atomic.Int64
+	for rd := range 2 {
+		go func() {
+			r := rand.New(rand.NewPCG(uint64(rd), 9))
+			for !stop.Load() {
+				k := r.IntN(n)
+				before := seq[k].Load()
+				id, err := ix.Lookup(ctx, playerName(k))
+				if after := seq[k].Load(); before != after || before%2 == 1 {
+					continue
+				}
+				gen := before / 2
+				switch {
+				case gen%2 == 1 && (err != nil || id != uint64(k)<<32|gen):
+					readerDone <- fmt.Errorf("key %d at generation %d (present): got %d, %v", k, gen, id, err)
+					return
+				case gen%2 == 0 && !errors.Is(err, hashindex.ErrNotFound):
+					readerDone <- fmt.Errorf("key %d at generation %d (absent): got %d, %v", k, gen, id, err)
+					return
+				}
+				checked.Add(1)
+			}
+			readerDone <- nil
+		}()
+	}
+	wg.Wait()
+	stop.Store(true)
+	for range 2 {
+		require.NoError(t, <-readerDone)
+	}
+	st, err := ix.Verify(ctx)
+	require.NoError(t, err)
+	t.Logf("%d lookups checked; %+v", checked.Load(), st)
 }
