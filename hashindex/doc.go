@@ -83,9 +83,10 @@
 //
 // A lookup reads one bucket row in the common case: the key's primary row, read in place in
 // txnode's cache (Table.View, lock-free, no copy) and searched. Its CRC32C is checked the first
-// time an Index reads it (and after every change); later cache hits compare a cheap xor
-// fold of the row with the one recorded then instead (docs/hashindex.md, "The cache-hit
-// path", argues why that is enough; write an index's table only through this package). The
+// time an Index reads it (and after every change); later cache hits compare a cheap
+// position-weighted sum of the row's words (Fletcher-style) with the one recorded then
+// instead (docs/hashindex.md, "The cache-hit path", argues why that is enough; write an
+// index's table only through this package). The
 // default row (DefaultRowBytes) is the smallest multiple of a 64-byte cache line holding 8
 // entries: 256 bytes for 16-byte keys (9 entries), 128 for 4-byte ones (8). Smaller rows
 // overflow more often (a second row read, and a transaction); larger ones make every lookup

@@ -66,34 +66,45 @@ type Index struct {
 }
 
 // memoWord is what dirSlot.checked holds for a primary row id whose bytes are row: the
-// row's 8-byte words up to the end of its entries (its checksum field among them) folded by
-// xor into three lanes (word i into lane i mod 3), mixed with the id and the salt. Any
-// change of an odd number of bits at some bit position of one lane's words (one flipped
-// bit, say) changes it; it is 0 (an unverified slot) only by a 2^-64 chance. About a fifth
-// of the cost of the row's CRC32C; probeBucket computes the same fold while it searches.
+// row's 8-byte words up to the end of its entries (its checksum field among them) taken in
+// groups of three (the row header, then for 16-byte keys one entry a group; the last group
+// zero-padded), summed in three lanes (word i into lane i mod 3) and, after each group, each
+// lane's running sum added into a second sum of its lane (Fletcher's checksum over 64-bit
+// words), mixed with the id and the salt. The first sums catch any change of one word (one
+// flipped bit, a changed id or key); the second weighs each group by its position, so two
+// words swapped between groups, or an entry moved to another place, change it too (an xor
+// or plain sum would cancel them: the ids of two entries swapped, TestFastPathCatchesSwappedIDs).
+// It is 0 (an unverified slot) only by a 2^-64 chance. A fraction of the cost of the row's
+// CRC32C; probeBucket computes the same fold while it searches.
 func (ix *Index) memoWord(id uint64, row []byte) uint64 {
 	end := rowHeaderBytes + int(binary.LittleEndian.Uint16(row[6:]))*ix.fmt.entryBytes
 	end = min(len(row), (end+7)&^7)
-	var x0, x1, x2 uint64
+	var s0, s1, s2, t0, t1, t2 uint64
 	w := row[:end]
 	for len(w) >= 24 {
-		x0 ^= binary.LittleEndian.Uint64(w)
-		x1 ^= binary.LittleEndian.Uint64(w[8:])
-		x2 ^= binary.LittleEndian.Uint64(w[16:])
+		s0 += binary.LittleEndian.Uint64(w)
+		s1 += binary.LittleEndian.Uint64(w[8:])
+		s2 += binary.LittleEndian.Uint64(w[16:])
+		t0, t1, t2 = t0+s0, t1+s1, t2+s2
 		w = w[24:]
 	}
 	if len(w) >= 8 {
-		x0 ^= binary.LittleEndian.Uint64(w)
+		s0 += binary.LittleEndian.Uint64(w)
+		if len(w) >= 16 {
+			s1 += binary.LittleEndian.Uint64(w[8:])
+		}
+		t0, t1, t2 = t0+s0, t1+s1, t2+s2
 	}
-	if len(w) >= 16 {
-		x1 ^= binary.LittleEndian.Uint64(w[8:])
-	}
-	return ix.memoMix(id, x0, x1, x2)
+	return ix.memoMix(id, s0, s1, s2, t0, t1, t2)
 }
 
-// memoMix ends memoWord's fold.
-func (ix *Index) memoMix(id, x0, x1, x2 uint64) uint64 {
-	return x0 ^ bits.RotateLeft64(x1, 21) ^ bits.RotateLeft64(x2, 42) ^ id*0x9E3779B97F4A7C15 ^ (ix.fmt.salt | 1)
+// memoMix ends memoWord's fold: the lanes' sums s and position-weighted sums t. The t
+// part is multiplied (odd constant) so that a change of both sums of a word does not
+// cancel between them.
+func (ix *Index) memoMix(id, s0, s1, s2, t0, t1, t2 uint64) uint64 {
+	s := s0 ^ bits.RotateLeft64(s1, 21) ^ bits.RotateLeft64(s2, 42)
+	t := (t0 ^ bits.RotateLeft64(t1, 21) ^ bits.RotateLeft64(t2, 42)) * 0xD6E8FEB86659FD93
+	return s ^ t ^ id*0x9E3779B97F4A7C15 ^ (ix.fmt.salt | 1)
 }
 
 // memoize records that row, bucket b's primary row id, passed every check (its checksum
@@ -603,24 +614,26 @@ func (ix *Index) probeBucket(sl *dirSlot, b uint64, level uint8, h uint64, key, 
 	at, id := -1, uint64(0)
 	if ix.fmt.keyBytes == 16 {
 		// The fold of memoWord and the search in one pass over the words: an entry is
-		// three words, so its key is lanes 0 and 1 of the fold and its id lane 2
-		// (TestProbeBucket checks that the two folds agree).
+		// three words, one group of the fold, so its key is lanes 0 and 1 and its id
+		// lane 2 (TestProbeBucket checks that the two folds agree).
 		hd := (*[rowHeaderBytes]byte)(row)
-		x0 := binary.LittleEndian.Uint64(hd[0:])
-		x1 := binary.LittleEndian.Uint64(hd[8:])
-		x2 := binary.LittleEndian.Uint64(hd[16:])
+		s0 := binary.LittleEndian.Uint64(hd[0:])
+		s1 := binary.LittleEndian.Uint64(hd[8:])
+		s2 := binary.LittleEndian.Uint64(hd[16:])
+		t0, t1, t2 := s0, s1, s2
 		k0, k1 := binary.LittleEndian.Uint64(key), binary.LittleEndian.Uint64(key[8:])
 		end := rowHeaderBytes + count*24
 		_ = row[end-1] // count <= entries: the entries are in the row
 		for off := rowHeaderBytes; off < end; off += 24 {
 			w := (*[24]byte)(row[off : off+24])
 			w0, w1, w2 := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:]), binary.LittleEndian.Uint64(w[16:])
-			x0, x1, x2 = x0^w0, x1^w1, x2^w2
+			s0, s1, s2 = s0+w0, s1+w1, s2+w2
+			t0, t1, t2 = t0+s0, t1+s1, t2+s2
 			if w0 == k0 && w1 == k1 && at < 0 {
 				at, id = (off-rowHeaderBytes)/24, w2
 			}
 		}
-		memo = ix.memoMix(sl.id, x0, x1, x2)
+		memo = ix.memoMix(sl.id, s0, s1, s2, t0, t1, t2)
 	} else {
 		memo = ix.memoWord(sl.id, row)
 		e, kb := ix.fmt.entryBytes, ix.fmt.keyBytes

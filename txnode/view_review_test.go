@@ -1,0 +1,61 @@
+package txnode
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestViewWaitsDurable: in Durable mode a View of a row whose last commit is not yet durable
+// (acknowledgements held back) returns only once it is, whatever fn returned and for a row
+// that commit deleted: what fn saw, or the absence, counts only then.
+func TestViewWaitsDurable(t *testing.T) {
+	ctx := context.Background()
+	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
+	db, err := Open(ctx, Options{Store: hs})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "h", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 3)
+	hs.mu.Lock()
+	hs.released = false
+	hs.mu.Unlock()
+
+	s := db.Session()
+	ps := []*Pending{
+		s.Go(ctx, func(tx *Tx) error { return tx.Put(tb, ids[0], u64Row(64, 5)) }),
+		s.Go(ctx, func(tx *Tx) error { return tx.Delete(tb, ids[1]) }),
+	}
+	waiting := make(chan string, 16)
+	db.testHookWait = func(what string) { waiting <- what }
+	mine := errors.New("fn's own")
+	views := []func() error{
+		func() error { return tb.View(ctx, ids[0], func([]byte) error { return nil }) },
+		func() error { return tb.View(ctx, ids[0], func([]byte) error { return mine }) },
+		func() error { return tb.View(ctx, ids[1], func([]byte) error { return nil }) },
+	}
+	done := make(chan error, len(views))
+	for _, v := range views {
+		go func() { done <- v() }()
+	}
+	for range views {
+		require.Equal(t, "durable", recvWithin(t, waiting, "a View waiting for durability"))
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a View returned (%v) before the commit it saw was durable", err)
+	default:
+	}
+	hs.release()
+	var errs []error
+	for range views {
+		errs = append(errs, recvWithin(t, done, "a View after the release"))
+	}
+	require.ElementsMatch(t, []error{nil, mine, ErrNotFound}, errs)
+	for _, p := range ps {
+		require.NoError(t, p.Wait(ctx))
+	}
+}
