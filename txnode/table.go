@@ -138,13 +138,14 @@ func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row 
 	}
 	// One row, copied consistently: nothing to validate (a commit to the row since would
 	// only fail it with ErrConflict). In Durable mode it waits until what it read is durable.
-	// View's error after the row was read is fn's (or ErrNotFound): like the fast path's,
-	// it is returned once what fn saw is durable.
+	// An error after the row was read (ErrNotFound, or View's fn's) is, like the fast
+	// path's, returned once what was read is durable: an absence too (a deletion not yet
+	// durable could come back after a crash).
 	recorded := len(tx.reads) > 0
 	p := commitWait{ver: tx.maxRead}
 	released = true
 	tx.release()
-	if err != nil && (fn == nil || !recorded) {
+	if err != nil && !recorded {
 		return err
 	}
 	if werr := p.wait(t.db, ctx); werr != nil {
