@@ -110,8 +110,12 @@ type pipeline struct {
 
 	kick     chan struct{}
 	flushReq chan struct{}
-	stop     chan struct{}
-	bg       sync.WaitGroup
+	// cutReq (WriteBack): flush's requests for a cut, which the flusher makes and answers
+	// with its version. The flusher, not flush's caller, may wait for room in flight (no
+	// context): the caller waits only as long as its context allows.
+	cutReq chan chan uint64
+	stop   chan struct{}
+	bg     sync.WaitGroup
 
 	// WriteBack.
 	// flushMu makes flushEpoch one at a time, from its cut to the store's Commit: the
@@ -144,7 +148,8 @@ func (p *pipeline) epochBytesMax() int64 {
 
 func newPipeline(db *DB) *pipeline {
 	p := &pipeline{db: db, nextSeq: 1, failVer: math.MaxUint64, flightMax: db.opts.InflightBytes,
-		kick: make(chan struct{}, 1), flushReq: make(chan struct{}, 1), stop: make(chan struct{})}
+		kick: make(chan struct{}, 1), flushReq: make(chan struct{}, 1), cutReq: make(chan chan uint64),
+		stop: make(chan struct{})}
 	p.room = sync.NewCond(&p.mu)
 	p.open = p.newBatchLocked()
 	p.bg.Add(1)
@@ -701,6 +706,9 @@ func (p *pipeline) flusher() {
 			return
 		case <-tick.C:
 		case <-p.flushReq:
+		case r := <-p.cutReq:
+			r <- p.flushEpoch() // buffered: flush may have given up waiting
+			continue
 		}
 		p.flushEpoch()
 	}
@@ -811,7 +819,21 @@ func (p *pipeline) flush(ctx context.Context) error {
 	}
 	ver := p.db.commitVer.Load()
 	if p.db.opts.Durability == WriteBack {
-		ver = p.flushEpoch()
+		// The flusher cuts: an epoch, once cut, waits for room in flight (flushEpoch) and
+		// cannot be given up, so this waits for its cut only as long as ctx allows.
+		r := make(chan uint64, 1)
+		select {
+		case p.cutReq <- r:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.stop:
+			return ErrClosed
+		}
+		select {
+		case ver = <-r:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	p.kickNow()
 	return p.db.waitDurable(ctx, ver)
