@@ -31,7 +31,7 @@ import (
 //
 // A batch needs its frames only until its rows are copied: after that the frames may be
 // evicted (the cache leaves a ghost, and a fetch of a ghost row waits for the batch to
-// settle: see cache.go). A batch keeps a reference to each frame with its generation, to
+// settle: see cache.go). A batch keeps a reference to each frame with its page's key, to
 // invalidate the frame's rows if it fails, only if the frame still holds the same page.
 //
 // WriteBack: commits only mark rows dirty in their frames. A flusher takes, every FlushInterval

@@ -2,10 +2,12 @@ package txnode
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/txnode/store"
 )
 
 // Regression tests of the in-flight review (rows in flight evictable, Options.InflightBytes).
@@ -47,4 +49,56 @@ func TestWriteBackCloseHonoursCtxAtInflightBound(t *testing.T) {
 			require.NoError(t, db.Close(ctx))
 		})
 	}
+}
+
+// catchStore hands the commit batches to the test once armed (neither applied nor
+// acknowledged): the test acknowledges or fails them.
+type catchStore struct {
+	store.Store
+	armed  atomic.Bool
+	caught chan heldCommit
+}
+
+func (s *catchStore) Commit(b *store.Batch, done func(uint64, error)) {
+	if s.armed.Load() {
+		s.caught <- heldCommit{b, done}
+		return
+	}
+	s.Store.Commit(b, done)
+}
+
+// TestFailedBatchInvalidatesFrameAfterUndoneEviction: a failed batch invalidates the rows of
+// its frames that still hold the same page. The evictor that clears a frame's key and finds
+// a pin got in meanwhile gives the key back (evictLocked), which bumps the frame's
+// generation twice: on 1b60889 the failed batch took that for "evicted" (its frameRef kept
+// the generation) and left the row, never durable, valid in the frame: in WriteBack a
+// reader went on getting it, in Durable every Get of it failed instead of reading the
+// store's row. The test makes the evictor's undo (under the cache's mutex, as evictLocked
+// does) while the batch is held.
+func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := &catchStore{Store: newLocalStore(t, ""), caught: make(chan heldCommit, 4)}
+	db, err := Open(ctx, Options{Store: cs})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 4)
+	require.NoError(t, db.pipe.flush(ctx))
+
+	cs.armed.Store(true)
+	errs := make(chan error, 1)
+	go func() { errs <- tb.Put(ctx, ids[0], u64Row(64, 100)) }()
+	h := recvWithin(t, cs.caught, "the batch")
+	key := pageKey(tb.t.id, ids[0]/64)
+	_, m := db.cache.lookup(key)
+	require.NotNil(t, m)
+	db.cache.mu.Lock()
+	m.setKey(0) // the evictor's attempt, undone: a pin raced with it
+	m.setKey(key)
+	db.cache.mu.Unlock()
+	h.done(0, errInjected)
+	require.ErrorIs(t, recvWithin(t, errs, "the commit"), errInjected)
+	require.Zero(t, m.valid.Load()&(1<<(ids[0]%64)), "the failed batch's row, never durable, is invalid")
 }
