@@ -103,6 +103,9 @@ type pipeline struct {
 	// flightMax (Options.InflightBytes) but for one transaction admitted alone.
 	flightBytes int64
 	flightMax   int64
+	// aloneWaiters: commits larger than flightMax waiting for nothing to be in flight; while
+	// there are any, no other commit is admitted (add).
+	aloneWaiters int
 	// unsentVer is the highest version of a batch dropped unsent after a failure: it settles
 	// once the batches in flight before it have.
 	unsentVer uint64
@@ -295,17 +298,31 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		return db.commitVer.Add(1), nil
 	}
 	need := txFlightBytes(tx, db.opts.FullPageIO) // bounded before the copy
+	// One larger than the bound waits for nothing in flight; meanwhile no other commit is
+	// admitted (aloneWaiters), or a steady stream of small ones would keep it out for ever.
+	alone := need > p.flightMax
 	p.mu.Lock()
+	if alone {
+		p.aloneWaiters++
+	}
 	err := p.waitRoomLocked(tx.ctx, func() bool {
 		if p.admitErr() != nil {
 			return true
 		}
-		if len(p.open.buf) < batchBytesMax && (p.flightBytes == 0 || p.flightBytes+need <= p.flightMax) {
+		fits := p.flightBytes == 0
+		if !alone {
+			fits = p.aloneWaiters == 0 && (fits || p.flightBytes+need <= p.flightMax)
+		}
+		if len(p.open.buf) < batchBytesMax && fits {
 			return true
 		}
 		p.kickNow()
 		return false
 	})
+	if alone {
+		p.aloneWaiters--
+		p.room.Broadcast() // the commits that waited behind it
+	}
 	if err == nil {
 		err = p.admitErr()
 	}

@@ -1,7 +1,9 @@
 package txnode
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,4 +103,70 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	h.done(0, errInjected)
 	require.ErrorIs(t, recvWithin(t, errs, "the commit"), errInjected)
 	require.Zero(t, m.valid.Load()&(1<<(ids[0]%64)), "the failed batch's row, never durable, is invalid")
+}
+
+// goroutinesIn counts the goroutines whose stack has fn (for waitUntil: a goroutine parked
+// inside the node, which no channel reports).
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Count(buf, []byte(fn))
+}
+
+// TestInflightBytesLargeCommitNotStarved: a commit larger than Options.InflightBytes is
+// admitted alone, once nothing is in flight. On 1b60889 smaller commits kept being admitted
+// past it while it waited (each fit beside what was in flight), so with a steady stream of
+// them in flight it never was. Now the commits that come while it waits wait behind it: once
+// the batch in flight before it is acknowledged, its batch is the next the store gets.
+func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fs := newFlightStore(t, newLocalStore(t, ""))
+	const perTx = 64 + segFlightBytes // one 64-byte row on a page of its own
+	db, err := Open(ctx, Options{Store: fs, InflightBytes: 2 * perTx})
+	require.NoError(t, err)
+	defer func() {
+		fs.openAll()
+		require.NoError(t, db.Close(context.Background()))
+	}()
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, 64*5)
+	require.NoError(t, db.pipe.flush(ctx))
+	fs.hold()
+	const waitFn = "txnode.(*pipeline).waitRoomLocked("
+	require.Zero(t, goroutinesIn(waitFn))
+
+	a := db.Session().Go(ctx, func(tx *Tx) error { return tx.Update(tb, ids[0], incRow) })
+	require.NoError(t, a.err)
+	big := make(chan error, 1)
+	go func() { // three pages: more than the bound
+		big <- db.Update(ctx, func(tx *Tx) error {
+			for p := 1; p <= 3; p++ {
+				if err := tx.Update(tb, ids[p*64], incRow); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}()
+	waitUntil(t, "the large commit to wait for room in flight", func() bool { return goroutinesIn(waitFn) == 1 })
+	small := make(chan *Pending, 1)
+	go func() {
+		small <- db.Session().Go(ctx, func(tx *Tx) error { return tx.Update(tb, ids[4*64], incRow) })
+	}()
+	waitUntil(t, "the small commit to be admitted or to wait", func() bool {
+		return fs.queued() == 2 || goroutinesIn(waitFn) == 2
+	})
+	fs.releaseOne()
+	require.NoError(t, a.Wait(ctx))
+	waitUntil(t, "the next batch", func() bool { return fs.queued() > 0 })
+	fs.mu.Lock()
+	next := len(fs.queue[0].b.Segments)
+	fs.mu.Unlock()
+	require.Equal(t, 3, next, "the large commit's batch is the next one, not a smaller commit's that came after it")
+	fs.openAll()
+	require.NoError(t, recvWithin(t, big, "the large commit"))
+	sp := recvWithin(t, small, "the small commit")
+	require.NoError(t, sp.Wait(ctx))
 }
