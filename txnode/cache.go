@@ -667,7 +667,12 @@ func (c *pageCache) evictLocked() (int32, bool) {
 		c.hand++
 		m := c.meta(id)
 		key := m.key.Load()
-		if key == 0 || m.pins.Load() > 0 || !m.clean() {
+		// Dirty before pins: the flusher pins a dirty frame (without a key check) before it
+		// clears its dirty bits, so a frame seen clean here after that shows the pin. Pins
+		// first let the flusher's pin and clear both fall between the two loads: the frame
+		// looked evictable, its key was cleared under the flusher, which read key 0 and
+		// dropped the rows it had just taken from dirty (never sent: a lost WriteBack commit).
+		if key == 0 || !m.clean() || m.pins.Load() > 0 {
 			continue
 		}
 		if m.state.Load()&refBit != 0 {
