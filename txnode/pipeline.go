@@ -383,7 +383,8 @@ func txFlightBytes(tx *Tx, fullPages bool) int64 {
 
 // waitSettled waits until every batch holding a version <= ver has settled (the cache's
 // settledVer), so that a read sent after it finds their rows applied at the store (a fetch
-// of a ghost row: see cache.go), or ctx ends (its error). A batch not sent yet is kicked.
+// of a ghost row: see cache.go), or ctx ends (its error), or Close gave up on them (the
+// pipeline's error, wrapping ErrUnknownOutcome). A batch not sent yet is kicked.
 // Any goroutine but a connection's receiver may call it.
 func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	c := p.db.cache
@@ -395,16 +396,19 @@ func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.waitRoomLocked(ctx, func() bool {
-		if c.settledVer.Load() >= ver {
+	err := p.waitRoomLocked(ctx, func() bool {
+		if c.settledVer.Load() >= ver || p.abandoned {
 			return true
-		}
-		if p.abandoned {
-			return true // the store is closing: its Read fails, nothing waits for ever
 		}
 		p.kickNow()
 		return false
 	})
+	if err == nil && c.settledVer.Load() < ver {
+		// Close gave up on the batches (abandonLocked): their outcome is unknown, and the
+		// store may answer with the older row. Fail rather than hand it out.
+		err = p.failErr
+	}
+	return err
 }
 
 // settleLocked advances the cache's settled version after batches through ver settled, and

@@ -170,3 +170,72 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 	sp := recvWithin(t, small, "the small commit")
 	require.NoError(t, sp.Wait(ctx))
 }
+
+// gatedCloseStore is flightStore whose Close waits for the test.
+type gatedCloseStore struct {
+	*flightStore
+	gate chan struct{}
+}
+
+func (s *gatedCloseStore) Close() error {
+	<-s.gate
+	return s.flightStore.Close()
+}
+
+// TestGhostFetchAfterAbandonedClose: WriteBack, an epoch in flight held, its row's frame
+// evicted; a Get of the row waits for the epoch. Close with an ended context gives up on the
+// epoch (ErrUnknownOutcome). On 1b60889 the waiting Get then read the store, which has the
+// older row, and returned it: the row went back from what the same reader had read before
+// the eviction. Now it fails with the pipeline's error (the row's outcome is unknown).
+func TestGhostFetchAfterAbandonedClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fs := &gatedCloseStore{flightStore: newFlightStore(t, newLocalStore(t, "")), gate: make(chan struct{})}
+	opened := false
+	defer func() {
+		if !opened {
+			close(fs.gate)
+		}
+	}()
+	db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
+		CacheBytes: MinCacheBytes, CacheWait: time.Minute})
+	require.NoError(t, err)
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	const pages = 24
+	require.Less(t, db.cache.framesMax(64), pages-1)
+	ids := insertRows(t, db, tb, 64*pages)
+	require.NoError(t, tb.Put(ctx, ids[0], u64Row(64, 1)))
+	require.NoError(t, db.pipe.flush(ctx))
+	fs.hold()
+	require.NoError(t, tb.Put(ctx, ids[0], u64Row(64, 2)))
+	db.pipe.flushEpoch() // in flight, held
+	buf := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, ids[0], buf))
+	require.Equal(t, uint64(2), checkRow(t, buf))
+	for p := 1; p < pages; p++ { // evict the row's page
+		require.NoError(t, tb.Get(ctx, ids[p*64], buf))
+	}
+	_, m := db.cache.lookup(pageKey(tb.t.id, ids[0]/64))
+	require.Nil(t, m, "the row's page was evicted")
+
+	waits := make(chan string, 4)
+	db.testHookWait = func(what string) { waits <- what }
+	got := make(chan error, 1)
+	row := make([]byte, 64)
+	go func() { got <- tb.Get(ctx, ids[0], row) }()
+	require.Equal(t, "settle", recvWithin(t, waits, "the Get waiting for its row's epoch"))
+	db.testHookWait = nil
+	ended, endNow := context.WithCancel(ctx)
+	endNow()
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close(ended) }()
+	err = recvWithin(t, got, "the Get")
+	if err == nil {
+		require.FailNow(t, "the Get returned a row whose epoch was given up on", "row %d (read 2 before)", checkRow(t, row))
+	}
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	close(fs.gate)
+	opened = true
+	require.ErrorIs(t, recvWithin(t, closed, "Close"), context.Canceled)
+}
