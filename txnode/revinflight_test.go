@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -321,4 +322,17 @@ func TestScanOverGhostPages(t *testing.T) {
 			require.NoError(t, db.cache.verify())
 		})
 	}
+}
+
+// remoteTestOwner is the owner id of newRemoteStore's connection: a DB over it must use it.
+const remoteTestOwner = 1000
+
+// newRemoteStore starts a storage node on 127.0.0.1:0 and returns the remote store over it,
+// for tests that wrap it (the DB that uses it closes it).
+func newRemoteStore(t testing.TB) store.Store {
+	t.Helper()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	s, err := dialStore(context.Background(), Options{StoreAddr: addr, OwnerID: remoteTestOwner}.withDefaults())
+	require.NoError(t, err)
+	return s
 }
