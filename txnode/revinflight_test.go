@@ -336,3 +336,47 @@ func newRemoteStore(t testing.TB) store.Store {
 	require.NoError(t, err)
 	return s
 }
+
+// TestGhostFetchHonoursCtx: a Get of a row whose frame was evicted with it in flight waits
+// for its batch only as long as its context allows (and nothing is filled: a later Get,
+// once the batch is through, returns the batch's row). Passes on 1b60889.
+func TestGhostFetchHonoursCtx(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fs := newFlightStore(t, newLocalStore(t, ""))
+	db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute})
+	require.NoError(t, err)
+	defer func() {
+		fs.openAll()
+		require.NoError(t, db.Close(context.Background()))
+	}()
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	const pages = 24
+	require.Less(t, db.cache.framesMax(64), pages-1)
+	ids := insertRows(t, db, tb, 64*pages)
+	require.NoError(t, db.pipe.flush(ctx))
+	fs.hold()
+	p := db.Session().Go(ctx, func(tx *Tx) error { return tx.Put(tb, ids[0], u64Row(64, 7)) })
+	require.NoError(t, p.err)
+	buf := make([]byte, 64)
+	for i := 1; i < pages; i++ { // evict the row's page
+		require.NoError(t, tb.Get(ctx, ids[i*64], buf))
+	}
+	_, m := db.cache.lookup(pageKey(tb.t.id, ids[0]/64))
+	require.Nil(t, m, "the row's page was evicted")
+
+	waits := make(chan string, 4)
+	db.testHookWait = func(what string) { waits <- what }
+	gctx, gcancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() { got <- tb.Get(gctx, ids[0], buf) }()
+	require.Equal(t, "settle", recvWithin(t, waits, "the Get waiting for its row's batch"))
+	db.testHookWait = nil
+	gcancel()
+	require.ErrorIs(t, recvWithin(t, got, "the Get"), context.Canceled)
+	fs.openAll()
+	require.NoError(t, p.Wait(ctx))
+	require.NoError(t, tb.Get(ctx, ids[0], buf))
+	require.Equal(t, uint64(7), checkRow(t, buf))
+}
