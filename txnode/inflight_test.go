@@ -325,10 +325,12 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for _, c := range []struct {
-		name   string
-		mode   Durability
-		remote bool
-	}{{"durable", Durable, false}, {"writeback", WriteBack, false}, {"remote/durable", Durable, true}, {"remote/writeback", WriteBack, true}} {
+		name             string
+		mode             Durability
+		remote, fullPage bool
+	}{{"durable", Durable, false, false}, {"writeback", WriteBack, false, false},
+		{"remote/durable", Durable, true, false}, {"remote/writeback", WriteBack, true, false},
+		{"fullpage/durable", Durable, false, true}} {
 		mode := c.mode
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -342,7 +344,7 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 			}
 			fs := newFlightStore(t, under)
 			db, err := Open(ctx, Options{Store: fs, OwnerID: owner, CacheBytes: MinCacheBytes, CacheWait: time.Minute,
-				Durability: mode, FlushInterval: time.Millisecond})
+				Durability: mode, FlushInterval: time.Millisecond, FullPageIO: c.fullPage})
 			require.NoError(t, err)
 			defer func() {
 				fs.openAll()
