@@ -357,14 +357,17 @@ func (c *pageCache) settle(ver uint64) {
 }
 
 // invalidateRefs drops the cached rows of the frames of a failed batch (valid, and with dirty
-// also the WriteBack dirty bits), skipping a frame whose key changed since the batch took it
-// (evicted: its memory holds another page now, and its ghost makes the page's next fetch
-// wait for the failed batch to settle). Takes mu: the key does not change meanwhile.
+// also the WriteBack dirty bits), skipping a frame that holds another page now (evicted and
+// given another key: the page's ghost makes its next fetch wait for the failed batch to
+// settle). A frame that holds the same page is invalidated, whether or not it was evicted
+// and refilled meanwhile (a refill then only reads the store again). Not the generation: an
+// eviction the evictor undoes (a pin raced with it) bumps it while the frame keeps its page
+// and the batch's rows. Takes mu: the key does not change meanwhile.
 func (c *pageCache) invalidateRefs(refs []frameRef, dirty bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range refs {
-		if r.m.state.Load()>>1 != r.gen {
+		if r.m.key.Load() != r.key {
 			continue
 		}
 		r.m.valid.Store(0)
@@ -374,14 +377,14 @@ func (c *pageCache) invalidateRefs(refs []frameRef, dirty bool) {
 	}
 }
 
-// frameRef names a frame as it was when a batch took it: its generation (frameMeta.state
-// bits 1-31) tells whether it still holds the same page.
+// frameRef names a frame and the page it held when a batch took it (pinned: the key is
+// stable then).
 type frameRef struct {
 	m   *frameMeta
-	gen uint32
+	key uint64
 }
 
-func refOf(m *frameMeta) frameRef { return frameRef{m: m, gen: m.state.Load() >> 1} }
+func refOf(m *frameMeta) frameRef { return frameRef{m: m, key: m.key.Load()} }
 
 // frameWords returns the 64 version words and the rows (as bytes) of a frame that holds
 // memory (pinned) for rowBytes-byte rows (its table's).
@@ -664,7 +667,12 @@ func (c *pageCache) evictLocked() (int32, bool) {
 		c.hand++
 		m := c.meta(id)
 		key := m.key.Load()
-		if key == 0 || m.pins.Load() > 0 || !m.clean() {
+		// Dirty before pins: the flusher pins a dirty frame (without a key check) before it
+		// clears its dirty bits, so a frame seen clean here after that shows the pin. Pins
+		// first let the flusher's pin and clear both fall between the two loads: the frame
+		// looked evictable, its key was cleared under the flusher, which read key 0 and
+		// dropped the rows it had just taken from dirty (never sent: a lost WriteBack commit).
+		if key == 0 || !m.clean() || m.pins.Load() > 0 {
 			continue
 		}
 		if m.state.Load()&refBit != 0 {

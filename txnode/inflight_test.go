@@ -324,17 +324,27 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	for _, mode := range []Durability{Durable, WriteBack} {
-		name := "durable"
-		if mode == WriteBack {
-			name = "writeback"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		mode             Durability
+		remote, fullPage bool
+	}{{"durable", Durable, false, false}, {"writeback", WriteBack, false, false},
+		{"remote/durable", Durable, true, false}, {"remote/writeback", WriteBack, true, false},
+		{"fullpage/durable", Durable, false, true}} {
+		mode := c.mode
+		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			fs := newFlightStore(t, newLocalStore(t, ""))
-			db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute,
-				Durability: mode, FlushInterval: time.Millisecond})
+			var under store.Store
+			var owner uint64
+			if c.remote { // the flight store over a storage node on TCP
+				under, owner = newRemoteStore(t), remoteTestOwner
+			} else {
+				under = newLocalStore(t, "")
+			}
+			fs := newFlightStore(t, under)
+			db, err := Open(ctx, Options{Store: fs, OwnerID: owner, CacheBytes: MinCacheBytes, CacheWait: time.Minute,
+				Durability: mode, FlushInterval: time.Millisecond, FullPageIO: c.fullPage})
 			require.NoError(t, err)
 			defer func() {
 				fs.openAll()

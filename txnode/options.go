@@ -92,7 +92,10 @@ type Options struct {
 	// are in flight may be evicted (the batch owns its copy), so the cache does not bound
 	// them: this does. A commit that would pass it waits for acknowledgements (its context
 	// ends the wait: nothing applied); one larger than the bound is admitted alone, when
-	// nothing else is in flight. WriteBack's flusher waits likewise before it sends an epoch.
+	// nothing else is in flight, and while it waits no other commit is admitted (so that a
+	// stream of small ones cannot keep it out). WriteBack's flusher waits likewise before it
+	// sends an epoch; a flush (Close, DropTable) waits for it only as long as its context
+	// allows.
 	InflightBytes int64
 	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
 	// missing Close loses in each.

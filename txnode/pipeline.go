@@ -31,7 +31,7 @@ import (
 //
 // A batch needs its frames only until its rows are copied: after that the frames may be
 // evicted (the cache leaves a ghost, and a fetch of a ghost row waits for the batch to
-// settle: see cache.go). A batch keeps a reference to each frame with its generation, to
+// settle: see cache.go). A batch keeps a reference to each frame with its page's key, to
 // invalidate the frame's rows if it fails, only if the frame still holds the same page.
 //
 // WriteBack: commits only mark rows dirty in their frames. A flusher takes, every FlushInterval
@@ -103,6 +103,9 @@ type pipeline struct {
 	// flightMax (Options.InflightBytes) but for one transaction admitted alone.
 	flightBytes int64
 	flightMax   int64
+	// aloneWaiters: commits larger than flightMax waiting for nothing to be in flight; while
+	// there are any, no other commit is admitted (add).
+	aloneWaiters int
 	// unsentVer is the highest version of a batch dropped unsent after a failure: it settles
 	// once the batches in flight before it have.
 	unsentVer uint64
@@ -110,8 +113,12 @@ type pipeline struct {
 
 	kick     chan struct{}
 	flushReq chan struct{}
-	stop     chan struct{}
-	bg       sync.WaitGroup
+	// cutReq (WriteBack): flush's requests for a cut, which the flusher makes and answers
+	// with its version. The flusher, not flush's caller, may wait for room in flight (no
+	// context): the caller waits only as long as its context allows.
+	cutReq chan chan uint64
+	stop   chan struct{}
+	bg     sync.WaitGroup
 
 	// WriteBack.
 	// flushMu makes flushEpoch one at a time, from its cut to the store's Commit: the
@@ -144,7 +151,8 @@ func (p *pipeline) epochBytesMax() int64 {
 
 func newPipeline(db *DB) *pipeline {
 	p := &pipeline{db: db, nextSeq: 1, failVer: math.MaxUint64, flightMax: db.opts.InflightBytes,
-		kick: make(chan struct{}, 1), flushReq: make(chan struct{}, 1), stop: make(chan struct{})}
+		kick: make(chan struct{}, 1), flushReq: make(chan struct{}, 1), cutReq: make(chan chan uint64),
+		stop: make(chan struct{})}
 	p.room = sync.NewCond(&p.mu)
 	p.open = p.newBatchLocked()
 	p.bg.Add(1)
@@ -290,17 +298,31 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		return db.commitVer.Add(1), nil
 	}
 	need := txFlightBytes(tx, db.opts.FullPageIO) // bounded before the copy
+	// One larger than the bound waits for nothing in flight; meanwhile no other commit is
+	// admitted (aloneWaiters), or a steady stream of small ones would keep it out for ever.
+	alone := need > p.flightMax
 	p.mu.Lock()
+	if alone {
+		p.aloneWaiters++
+	}
 	err := p.waitRoomLocked(tx.ctx, func() bool {
 		if p.admitErr() != nil {
 			return true
 		}
-		if len(p.open.buf) < batchBytesMax && (p.flightBytes == 0 || p.flightBytes+need <= p.flightMax) {
+		fits := p.flightBytes == 0
+		if !alone {
+			fits = p.aloneWaiters == 0 && (fits || p.flightBytes+need <= p.flightMax)
+		}
+		if len(p.open.buf) < batchBytesMax && fits {
 			return true
 		}
 		p.kickNow()
 		return false
 	})
+	if alone {
+		p.aloneWaiters--
+		p.room.Broadcast() // the commits that waited behind it
+	}
 	if err == nil {
 		err = p.admitErr()
 	}
@@ -361,7 +383,8 @@ func txFlightBytes(tx *Tx, fullPages bool) int64 {
 
 // waitSettled waits until every batch holding a version <= ver has settled (the cache's
 // settledVer), so that a read sent after it finds their rows applied at the store (a fetch
-// of a ghost row: see cache.go), or ctx ends (its error). A batch not sent yet is kicked.
+// of a ghost row: see cache.go), or ctx ends (its error), or Close gave up on them (the
+// pipeline's error, wrapping ErrUnknownOutcome). A batch not sent yet is kicked.
 // Any goroutine but a connection's receiver may call it.
 func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	c := p.db.cache
@@ -373,16 +396,19 @@ func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.waitRoomLocked(ctx, func() bool {
-		if c.settledVer.Load() >= ver {
+	err := p.waitRoomLocked(ctx, func() bool {
+		if c.settledVer.Load() >= ver || p.abandoned {
 			return true
-		}
-		if p.abandoned {
-			return true // the store is closing: its Read fails, nothing waits for ever
 		}
 		p.kickNow()
 		return false
 	})
+	if err == nil && c.settledVer.Load() < ver {
+		// Close gave up on the batches (abandonLocked): their outcome is unknown, and the
+		// store may answer with the older row. Fail rather than hand it out.
+		err = p.failErr
+	}
+	return err
 }
 
 // settleLocked advances the cache's settled version after batches through ver settled, and
@@ -701,6 +727,9 @@ func (p *pipeline) flusher() {
 			return
 		case <-tick.C:
 		case <-p.flushReq:
+		case r := <-p.cutReq:
+			r <- p.flushEpoch() // buffered: flush may have given up waiting
+			continue
 		}
 		p.flushEpoch()
 	}
@@ -811,7 +840,21 @@ func (p *pipeline) flush(ctx context.Context) error {
 	}
 	ver := p.db.commitVer.Load()
 	if p.db.opts.Durability == WriteBack {
-		ver = p.flushEpoch()
+		// The flusher cuts: an epoch, once cut, waits for room in flight (flushEpoch) and
+		// cannot be given up, so this waits for its cut only as long as ctx allows.
+		r := make(chan uint64, 1)
+		select {
+		case p.cutReq <- r:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.stop:
+			return ErrClosed
+		}
+		select {
+		case ver = <-r:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	p.kickNow()
 	return p.db.waitDurable(ctx, ver)
