@@ -82,11 +82,11 @@ func (e *Engine) grant(t *table, owner uint64) Grant {
 
 // RenewGrant renews owner's grant of epoch on table: its lease runs a LeaseDuration from now.
 // It fails with ErrFenced when the table has been granted since (or the owner released its
-// identity: ReleaseOwner), ErrTableNotFound when it is gone or being dropped, ErrClosed after Close,
-// and with the engine's failure after a fail-stop. It takes no mu, only identMu and leaseMu for a few
-// loads and stores, so a checkpoint or commits holding mu never delay it: a storage node's
-// event loop answers it itself. Any goroutine. The grant's LastSeq is the owner's last
-// applied seq, as a new grant's (leaseSeqs).
+// identity: ReleaseOwner), ErrTableNotFound when it is gone or being dropped, ErrClosed
+// after Close, and with the engine's failure after a fail-stop. It takes no mu, only identMu
+// and leaseMu for a few loads and stores, so a checkpoint or commits holding mu never delay
+// it: a storage node's event loop answers it itself. Any goroutine. The grant's LastSeq is
+// the owner's last applied seq, as a new grant's (leaseSeqs).
 func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) {
 	if owner == 0 || epoch == 0 {
 		return Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
