@@ -281,6 +281,10 @@ func roundTrip(conn net.Conn, br *bufio.Reader, bodyMax uint32, id uint64, req, 
 // Hello reports the server's HelloReply: its version, sync mode and limits.
 func (c *Client) Hello() HelloReply { return c.hello }
 
+// MaxRequestBody reports the largest request body the server accepts (HelloReply.MaxBody):
+// Send refuses a larger one, and a Sealer must not grow beyond it. Any goroutine.
+func (c *Client) MaxRequestBody() int { return int(c.sendMax) }
+
 // MaxInflight reports the connection's in-flight bound.
 func (c *Client) MaxInflight() int { return len(c.slots) }
 

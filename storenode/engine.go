@@ -80,9 +80,8 @@ type Engine struct {
 	// leaseSeqs is every owner's last applied seq (ownerState.lastSeq), for RenewGrant's
 	// grant; under leaseMu (written with mu held too, or alone in recovery).
 	leaseSeqs map[uint64]uint64
-	// leaseClosed is closed, for RenewGrant: set under mu and leaseMu by Close, read under
-	// leaseMu.
-	leaseClosed bool
+	// shut mirrors closed for the renewals, which take no mu: set by Close, under mu.
+	shut atomic.Bool
 
 	ackMu      sync.Mutex
 	durableLSN uint64        // every record <= it is acknowledged by the WAL
@@ -240,9 +239,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	e.leaseMu.Lock()
-	e.leaseClosed = true
-	e.leaseMu.Unlock()
+	e.shut.Store(true)
 	e.cond.Broadcast()
 	e.mu.Unlock()
 	close(e.stop)

@@ -82,14 +82,17 @@ func (e *Engine) grant(t *table, owner uint64) Grant {
 
 // RenewGrant renews owner's grant of epoch on table: its lease runs a LeaseDuration from now.
 // It fails with ErrFenced when the table has been granted since (or the owner released its
-// identity: ReleaseOwner), ErrTableNotFound when it is gone or being dropped, and with the
-// engine's failure after a fail-stop. It takes no mu, only identMu and leaseMu for a few
-// loads and stores, so a checkpoint or commits holding mu never delay it: a storage node's
-// event loop answers it itself. Any goroutine. The grant's LastSeq is the owner's last
-// applied seq, as a new grant's (leaseSeqs).
+// identity: ReleaseOwner), ErrTableNotFound when it is gone or being dropped, ErrClosed
+// after Close, and with the engine's failure after a fail-stop. It takes no mu, only identMu
+// and leaseMu for a few loads and stores, so a checkpoint or commits holding mu never delay
+// it: a storage node's event loop answers it itself. Any goroutine. The grant's LastSeq is
+// the owner's last applied seq, as a new grant's (leaseSeqs).
 func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) {
 	if owner == 0 || epoch == 0 {
 		return Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
+	}
+	if e.shut.Load() {
+		return Grant{}, ErrClosed
 	}
 	if err := e.failure(); err != nil {
 		return Grant{}, err
@@ -101,9 +104,6 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 	}
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
-	if e.leaseClosed {
-		return Grant{}, ErrClosed
-	}
 	t, ok := e.tables[tableID]
 	if !ok || t.dropping {
 		return Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
@@ -150,6 +150,9 @@ func (e *Engine) Release(tableID uint32, owner, epoch uint64) error {
 // Renew extends the leases of every table owner holds, and its identity's: any traffic from
 // the owner counts. Like RenewGrant it takes no mu: any goroutine, an event loop included.
 func (e *Engine) Renew(owner uint64) {
+	if e.shut.Load() {
+		return // closed: it renews nothing (ErrClosed for every call)
+	}
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	now := e.opts.Now()

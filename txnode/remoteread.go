@@ -186,7 +186,9 @@ func (c *timerCtx) Err() error {
 // The reply is checked whole (count, table and page of every segment) before anything is
 // filled; then each member's segments are filled and that member woken, in order.
 //
-// A batch is bounded before a read joins it: at most readMergeWantsMax page wants (so the
+// A batch is bounded before a read joins it: a request body the server accepts (its
+// MaxBody: a batch the server refused would break the connection, and every member would
+// retry into another such batch), and at most readMergeWantsMax page wants (so the
 // request and its largest reply fit every body limit, and the server's reused request
 // buffers keep them: readWantsKeep there). A batch answered with an Error (one member's
 // table dropped, say) is retried by each of its members alone, so that each gets its own
@@ -205,8 +207,9 @@ var errReadAgain = errors.New("txnode: merged read to be sent again alone")
 // readBatch is one merged ReadPages in flight: the wants of its members, in joining order,
 // and the members. It is an sgio.Sealer: open until the client's sender takes it.
 type readBatch struct {
-	conn  *sgio.Client
-	reply func(sgio.Frame, error) // b.onReply, made once
+	conn    *sgio.Client
+	bodyMax int                     // conn's MaxRequestBody: the request may not grow beyond it
+	reply   func(sgio.Frame, error) // b.onReply, made once
 
 	mu      sync.Mutex // orders joins against Seal and the reply
 	sealed  bool
@@ -228,16 +231,21 @@ func init() {
 func getReadBatch(conn *sgio.Client) *readBatch {
 	b := readBatchPool.Get().(*readBatch)
 	b.mu.Lock()
-	b.conn, b.sealed = conn, false
+	b.conn, b.bodyMax, b.sealed = conn, sgio.MaxBodyLimit, false
+	if conn != nil { // nil: a batch under test, never sent
+		b.bodyMax = conn.MaxRequestBody()
+	}
 	b.mu.Unlock()
 	return b
 }
 
-// join adds r's wants to b if b is open on conn and has room; it reports whether it did.
+// join adds r's wants to b if b is open on conn and has room (at most readMergeWantsMax
+// wants, and a request body the server accepts); it reports whether it did.
 func (b *readBatch) join(conn *sgio.Client, r *remoteRead) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.sealed || b.conn != conn || len(b.msg.Wants)+len(r.msg.Wants) > readMergeWantsMax {
+	if b.sealed || b.conn != conn || len(b.msg.Wants)+len(r.msg.Wants) > readMergeWantsMax ||
+		b.msg.BodySize()+r.msg.BodySize()-8 > b.bodyMax { // one count word: b's
 		return false
 	}
 	b.msg.Wants = append(b.msg.Wants, r.msg.Wants...)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/weftdb/weft/internal/assert"
 	"sync"
 	"time"
 
@@ -487,8 +488,9 @@ func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill f
 // sendRead sends r: in the connection's open batch, or in a new batch it opens and queues,
 // or alone (a large read, or one whose batch failed).
 func (s *remoteStore) sendRead(ctx context.Context, c *sgio.Client, r *remoteRead) error {
-	if r.alone || len(r.msg.Wants) > readMergeWantsMax/2 || r.msg.Validate() != nil {
-		return c.Send(ctx, &r.msg, r.reply)
+	if r.alone || len(r.msg.Wants) > readMergeWantsMax/2 || r.msg.Validate() != nil ||
+		r.msg.BodySize() > c.MaxRequestBody() {
+		return c.Send(ctx, &r.msg, r.reply) // alone, it gets its own error if it is refused
 	}
 	s.rmu.Lock()
 	if b := s.openRead; b != nil && b.join(c, r) {
@@ -496,7 +498,9 @@ func (s *remoteStore) sendRead(ctx context.Context, c *sgio.Client, r *remoteRea
 		return nil
 	}
 	b := getReadBatch(c)
-	b.join(c, r)
+	if !b.join(c, r) {
+		assert.Failf("txnode: a read of %d page wants does not fit an empty batch", len(r.msg.Wants))
+	}
 	s.openRead = b
 	s.rmu.Unlock()
 	err := c.Send(ctx, b, b.reply)
