@@ -1,14 +1,20 @@
 package storenode
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode/wal"
 )
 
 // A table dropped while a checkpoint copies its pages: the checkpoint skips the dropped
@@ -98,5 +104,37 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 		row, ok := readRow(t, e, info.ID, id)
 		require.True(t, ok, "acknowledged row %d lost", id)
 		require.Equal(t, row64(100+id), row)
+	}
+}
+
+// Check and replay agree on a WAL commit naming a row never granted by its clear mask alone,
+// or by an empty segment on a page whose first id was never granted: replay refuses both
+// (segmentLastID), so Check must report them as damage, not pass the store.
+func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
+	s := buildCheckStores(t)
+	for _, seg := range []logicpage.Segment{{Page: 100, Clear: 1}, {Page: 100}} {
+		dir := copyStore(t, s.clean)
+		e, err := Open(checkTestOptions(dir))
+		require.NoError(t, err)
+		g, err := e.Acquire(1, checkOwner, 0)
+		require.NoError(t, err)
+		require.NoError(t, e.Close())
+		b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
+			Segments: []Segment{{Table: 1, Segment: seg}}}
+		log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
+		require.NoError(t, err)
+		lsn, err := log.Append(context.Background(), kindCommit,
+			[][]byte{appendCommitRecord(nil, b, batchHash(b), func(uint32) int { return 64 })}, false)
+		require.NoError(t, err)
+		require.NoError(t, log.Close())
+		image := filepath.Join(t.TempDir(), "image")
+		require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
+		file, offs := walRecordOffsets(t, image)
+		rep := runCheck(t, image)
+		requireOnly(t, rep, Finding{Damage: true, File: file, Offset: offs[lsn], Table: 1, Page: -1, DiskPage: -1, LSN: lsn},
+			"names row 6400", "at or above the table's granted ids (next id 512)")
+		_, err = Open(checkTestOptions(dir))
+		require.ErrorIs(t, err, corrupt.ErrCorruption)
+		require.ErrorContains(t, err, "row 6400 of table 1 was never granted")
 	}
 }
