@@ -24,6 +24,10 @@ import (
 // checkpoint LSN, is durable. Here the drop record's WAL write fails (so it never reaches the
 // disk) while the checkpoint goes on, and the power is lost after: DropTable never succeeded,
 // so the table must come back whole, with every acknowledged row.
+// reviewChunks are lock holds small enough that the crash harnesses' checkpoints cross
+// chunk boundaries.
+var reviewChunks = ckptChunks{scanFrames: 2, copyBytes: 4096, installWrites: 1}
+
 var errDropWriteLost = errors.New("test: the drop record's write is lost")
 
 func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
