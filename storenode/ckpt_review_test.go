@@ -2,7 +2,9 @@ package storenode
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
@@ -140,5 +143,128 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 		_, err = Open(checkTestOptions(dir))
 		require.ErrorIs(t, err, corrupt.ErrCorruption)
 		require.ErrorContains(t, err, "row 6400 of table 1 was never granted")
+	}
+}
+
+// encodeDenseMeta encodes m as the version-2 meta file the build before the sparse page map
+// wrote: a u64 page count and a dense map (a zero entry for a page without one). The owners
+// are laid out as in version 3.
+func encodeDenseMeta(m *metaState) []byte {
+	v3 := encodeMeta(m)
+	owners := int64(metaHeaderBytes)
+	for i := range m.tables {
+		owners += metaTableBytes + int64(pad8(len(m.tables[i].name))) + metaPageMapBytes(&m.tables[i])
+	}
+	b := append([]byte(nil), v3[:metaHeaderBytes]...)
+	binary.LittleEndian.PutUint32(b[8:], metaVersionDense)
+	for _, t := range m.tables {
+		var n uint64
+		for page := range t.pages.all() {
+			n = page + 1
+		}
+		b = binary.LittleEndian.AppendUint32(b, t.id)
+		b = binary.LittleEndian.AppendUint16(b, uint16(t.rowBytes))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(t.name)))
+		b = binary.LittleEndian.AppendUint64(b, t.nextID)
+		b = binary.LittleEndian.AppendUint64(b, t.holder)
+		b = binary.LittleEndian.AppendUint64(b, t.epoch)
+		b = binary.LittleEndian.AppendUint64(b, n)
+		b = append(b, t.name...)
+		b = append(b, make([]byte, pad8(len(t.name))-len(t.name))...)
+		for page := range n {
+			e := t.pages.get(page)
+			b = binary.LittleEndian.AppendUint32(b, e.disk)
+			b = binary.LittleEndian.AppendUint32(b, e.crc)
+			b = binary.LittleEndian.AppendUint64(b, e.lsn)
+			b = binary.LittleEndian.AppendUint64(b, e.present)
+		}
+	}
+	b = append(b, v3[owners:len(v3)-metaTrailerBytes]...)
+	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
+	return binary.LittleEndian.AppendUint32(b, 0)
+}
+
+// A store whose meta file is version 2 (written by the build before the sparse page map):
+// Check passes it and places a damaged page's entry at its dense offset; Open reads it with
+// every row, and the next checkpoint upgrades it to version 3, which checks clean and reopens
+// with every row.
+func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 200)
+	require.NoError(t, err)
+	seq := uint64(0)
+	commit := func(e *Engine, id uint64) {
+		seq++
+		ch := make(chan error, 1)
+		e.Commit(batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row64(id))), func(_ uint64, err error) { ch <- err })
+		require.NoError(t, <-ch)
+	}
+	ids := []uint64{0, 5, 64 * 3, 64*130 + 7, 64*199 + 63}
+	for _, id := range ids[:4] {
+		commit(e, id)
+	}
+	require.NoError(t, e.Checkpoint())
+	require.NoError(t, e.Close())
+
+	b, err := fs.ReadFile("db/meta")
+	require.NoError(t, err)
+	m, err := decodeMeta(b)
+	require.NoError(t, err)
+	dense := encodeDenseMeta(m)
+	dm, err := decodeMeta(dense)
+	require.NoError(t, err)
+	require.EqualValues(t, metaVersionDense, dm.version)
+	require.NoError(t, fs.WriteFile("db/meta", dense))
+	requireCheckNoDamage(t, fs, "db", "version-2 store")
+
+	// A damaged disk page: Check names its entry at the dense layout's offset.
+	ent := dm.tables[0].pages.get(130)
+	require.NotZero(t, ent.disk)
+	data, err := fs.ReadFile(dataFileName("db", info.ID))
+	require.NoError(t, err)
+	damaged := append([]byte(nil), data...)
+	damaged[int64(ent.disk-1)*4096+100] ^= 1
+	require.NoError(t, fs.WriteFile(dataFileName("db", info.ID), damaged))
+	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
+	require.NoError(t, err)
+	d := damages(rep)
+	require.Len(t, d, 1, "%v", rep.Findings)
+	require.Contains(t, d[0].What, fmt.Sprintf("meta offset %d", metaHeaderBytes+metaTableBytes+8+130*metaEntryBytes))
+	require.NoError(t, fs.WriteFile(dataFileName("db", info.ID), data))
+
+	e, err = Open(opts)
+	require.NoError(t, err)
+	for _, id := range ids[:4] {
+		row, ok := readRow(t, e, info.ID, id)
+		require.True(t, ok, "row %d", id)
+		require.Equal(t, row64(id), row)
+	}
+	g, err = e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	seq = g.LastSeq
+	commit(e, ids[4])
+	require.NoError(t, e.Checkpoint())
+	require.NoError(t, e.Close())
+	b, err = fs.ReadFile("db/meta")
+	require.NoError(t, err)
+	m, err = decodeMeta(b)
+	require.NoError(t, err)
+	require.EqualValues(t, metaVersion, m.version, "the checkpoint upgraded the meta file")
+	requireCheckNoDamage(t, fs, "db", "upgraded store")
+	fs.Crash(nil)
+	e, err = Open(opts)
+	require.NoError(t, err)
+	defer e.Close()
+	for _, id := range ids {
+		row, ok := readRow(t, e, info.ID, id)
+		require.True(t, ok, "row %d", id)
+		require.Equal(t, row64(id), row)
 	}
 }
