@@ -279,8 +279,14 @@ func (discardSink) WriteChunk(context.Context, BackupFile, int64, []byte) error 
 // table comes back, and the engine's invariants held after every checkpoint. Run with -race
 // -short.
 func TestCheckpointChunksBesideCatalogChangesAndBackups(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncNone} {
+		t.Run(fmt.Sprintf("sync=%s", mode), func(t *testing.T) { testCheckpointChunksBesideCatalogChanges(t, mode) })
+	}
+}
+
+func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	fs := vfs.NewFaultFS()
-	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1,
+	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
 	e, err := Open(opts)
 	require.NoError(t, err)
