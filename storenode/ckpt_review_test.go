@@ -246,6 +246,26 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 		require.True(t, ok, "row %d", id)
 		require.Equal(t, row64(id), row)
 	}
+	// A backup of the version-2 store (nothing logged since: its meta file is copied as it
+	// is) restores with every row.
+	cfs := vfs.NewFaultFS()
+	bd, err := NewBackupDir(cfs, "copy")
+	require.NoError(t, err)
+	binfo, err := e.Backup(context.Background(), bd)
+	require.NoError(t, err)
+	require.NoError(t, bd.Finish(binfo))
+	cb, err := cfs.ReadFile("copy/meta")
+	require.NoError(t, err)
+	require.EqualValues(t, metaVersionDense, binary.LittleEndian.Uint32(cb[8:]), "the copy's meta file is version 2")
+	requireCheckNoDamage(t, cfs, "copy", "backup of a version-2 store")
+	c, err := Open(Options{Dir: "copy", FS: cfs, Logger: quietLogger, CheckpointInterval: -1})
+	require.NoError(t, err)
+	for _, id := range ids[:4] {
+		row, ok := readRow(t, c, info.ID, id)
+		require.True(t, ok, "row %d in the copy", id)
+		require.Equal(t, row64(id), row)
+	}
+	require.NoError(t, c.Close())
 	g, err = e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
 	seq = g.LastSeq
