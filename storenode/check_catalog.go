@@ -2,9 +2,7 @@ package storenode
 
 import (
 	"fmt"
-	"math/bits"
 
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode/wal"
 )
 
@@ -134,12 +132,11 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 					i, cr.rowBytes[i], s.Page, t.rowBytes, uint64(tablePagesMax))
 				continue
 			}
-			if s.Data != 0 {
-				top := s.Page*logicpage.RowsPerPage + uint64(63-bits.LeadingZeros64(s.Data))
-				if top >= t.nextID {
-					bad(s.Table, "commit segment %d writes row %d (page %d, data mask %#016x), at or above the table's granted ids (next id %d)",
-						i, top, s.Page, s.Data, t.nextID)
-				}
+			// Replay's rule (segmentLastID): a clear mask names rows too, and an empty
+			// segment names its page's first id.
+			if top := segmentLastID(s.Page, s.Data, s.Clear); top >= t.nextID {
+				bad(s.Table, "commit segment %d names row %d (page %d, data mask %#016x, clear mask %#016x), at or above the table's granted ids (next id %d)",
+					i, top, s.Page, s.Data, s.Clear, t.nextID)
 			}
 		}
 	default:

@@ -547,7 +547,7 @@ func TestCheckCatalogDamage(t *testing.T) {
 	_, offs = walRecordOffsets(t, image)
 	rep = runCheck(t, image)
 	requireOnly(t, rep, Finding{Damage: true, File: file, Offset: offs[lsn], Table: 1, Page: -1, DiskPage: -1, LSN: lsn},
-		"writes row 6400", "at or above the table's granted ids (next id 512)")
+		"names row 6400", "at or above the table's granted ids (next id 512)")
 	_, err = Open(checkTestOptions(dir)) // replay refuses it, as Check does
 	require.ErrorIs(t, err, corrupt.ErrCorruption)
 	require.ErrorContains(t, err, "row 6400 of table 1 was never granted")

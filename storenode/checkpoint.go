@@ -15,7 +15,9 @@ import (
 // keep flowing between pages; a partial frame is first merged with its disk copy) and written
 // to a FREE disk page, never over the page's only durable copy. Then: fsync the data files and
 // the directory, sync the WAL through everything copied (a copied page may hold batches after
-// the checkpoint LSN; recovery replays them whole from the WAL), publish the new page map and
+// the checkpoint LSN; recovery replays them whole from the WAL) and through the drop record of
+// any table dropped since the snapshot (its skipped pages are not in the meta file, which
+// still lists the table), publish the new page map and
 // LSN in the meta file atomically, and only then free the old disk pages, mark the copied
 // frames clean (unless written again since) and drop WAL segments wholly below the LSN.
 //
@@ -143,7 +145,10 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err := e.syncDataFiles(touched); err != nil {
 		return err
 	}
-	acked, err := e.syncWALForCheckpoint(max(snap.ckptLSN, copiedLSN), replay)
+	// A table of the snapshot dropped since had its dirty pages skipped: the meta file holds
+	// it with a page map that misses commits up to the checkpoint LSN, right only once its
+	// drop record (replayed after that LSN) is durable.
+	acked, err := e.syncWALForCheckpoint(max(snap.ckptLSN, copiedLSN, e.lastDropAfter(snap.ckptLSN)), replay)
 	if err != nil {
 		return err
 	}
@@ -364,6 +369,20 @@ func (e *Engine) syncWALForCheckpoint(lsn uint64, replay bool) (uint64, error) {
 		return 0, fmt.Errorf("storenode: checkpoint: sync WAL dir: %w", err)
 	}
 	return acked, nil
+}
+
+// lastDropAfter returns the LSN of the latest drop record after lsn (0 when none). Called
+// after the copies: a table dropped later had every page the checkpoint listed copied.
+func (e *Engine) lastDropAfter(lsn uint64) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var last uint64
+	for _, t := range e.dropped {
+		if t.dropLSN > lsn {
+			last = max(last, t.dropLSN)
+		}
+	}
+	return last
 }
 
 // patchPageMaps builds the new page maps, versions of the published ones with the written

@@ -188,6 +188,8 @@ func TestHelperWriter(t *testing.T) {
 	if err != nil {
 		fail("open: %v", err)
 	}
+	// Small lock holds: kills land between a checkpoint's chunks too.
+	e.ckptChunk = ckptChunks{scanFrames: 7, copyBytes: 3 * 4096, installWrites: 5}
 	table, g, err := openKillTable(e)
 	if err != nil {
 		fail("table: %v", err)

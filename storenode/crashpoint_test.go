@@ -65,6 +65,7 @@ func (r *crashPointRun) workload() error {
 	if r.e, err = Open(r.opts); err != nil {
 		return err
 	}
+	r.e.ckptChunk = reviewChunks // every checkpoint crosses chunk boundaries
 	steps := []func() error{
 		func() error { return r.createTable("a", 64) },
 		func() error { return r.allocIDs(0, 4) },
@@ -162,6 +163,7 @@ func (r *crashPointRun) reopen() error {
 	if r.e, err = Open(r.opts); err != nil {
 		return err
 	}
+	r.e.ckptChunk = reviewChunks
 	for _, mt := range r.tables {
 		g, err := r.e.Acquire(mt.id, crashPointOwner, 0)
 		if err != nil {

@@ -40,7 +40,7 @@ func (e *Engine) verify() error {
 		if e.byName[t.name] != t {
 			return fmt.Errorf("storenode: table %d (%q) missing from the name index", id, t.name)
 		}
-		if err := verifyDiskPages(t); err != nil {
+		if err := verifyDiskPages(t, e.heldPages); err != nil {
 			return fmt.Errorf("storenode: table %d: %w", id, err)
 		}
 		if err := e.verifyLease(t); err != nil {
@@ -86,8 +86,8 @@ func (e *Engine) verifyLease(t *table) error {
 // verifyDiskPages checks the used tree against the published page map, between checkpoints:
 // every disk page the map references is used and referenced once, and nothing else is used
 // (the pages a checkpoint writes are used only while it runs; the old copies are freed after
-// it publishes).
-func verifyDiskPages(t *table) error {
+// it publishes), except the replaced copies a backup holds (held: used, in no map).
+func verifyDiskPages(t *table, held []heldPage) error {
 	if t.pages.count() > tablePagesMax {
 		return fmt.Errorf("page map of %d pages > tablePagesMax", t.pages.count())
 	}
@@ -104,8 +104,18 @@ func verifyDiskPages(t *table) error {
 			return fmt.Errorf("disk page %d of logical page %d is free in the used tree", ent.disk-1, page)
 		}
 	}
-	if got := t.used.Count(); got != uint64(len(seen)) {
-		return fmt.Errorf("used tree counts %d disk pages, the page map references %d", got, len(seen))
+	var nHeld uint64
+	for _, h := range held {
+		if h.t != t {
+			continue
+		}
+		if _, ok := seen[h.disk]; ok || !t.used.Test(uint64(h.disk-1)) {
+			return fmt.Errorf("disk page %d held for a backup is mapped or free", h.disk-1)
+		}
+		nHeld++
+	}
+	if got := t.used.Count(); got != uint64(len(seen))+nHeld {
+		return fmt.Errorf("used tree counts %d disk pages, the page map references %d and backups hold %d", got, len(seen), nHeld)
 	}
 	return nil
 }
