@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -62,6 +63,15 @@ const (
 	commitBodyFixedBytes = 24
 	commitFenceBytes     = 16
 )
+
+// oldCommitRecordError is the error of a first-format commit record (kindCommitV1) at lsn after
+// the checkpoint, for recovery and Check alike: not corruption, an upgrade this build does
+// not do.
+func oldCommitRecordError(lsn uint64) error {
+	return fmt.Errorf("%w: WAL record %d is a commit record of the first format (kind %d), which this build does not replay: "+
+		"open the store once with the build that wrote it and close it cleanly (Close checkpoints), then open it with this one",
+		ErrOldFormat, lsn, kindCommitV1)
+}
 
 // Segment is one sparse segment of a commit batch: a logical page of one table, the rows of its
 // data mask and the slots its clear mask deletes.
