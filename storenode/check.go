@@ -381,7 +381,7 @@ func (c *checker) checkWAL(listErr error) error {
 		}
 		return nil
 	}
-	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN},
+	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN, MaxRecordBytes: walRecordBytesMax},
 		func(rec wal.Record, at wal.Position) error {
 			if rec.Kind == kindCommitV1 {
 				return oldCommitRecordError(rec.LSN) // as Open: not damage, an old format

@@ -62,6 +62,11 @@ const (
 	// (docs/wire.md): owner, seq and the counts; one fence.
 	commitBodyFixedBytes = 24
 	commitFenceBytes     = 16
+
+	// walRecordBytesMax is the engine's WAL record bound (wal.Options.MaxRecordBytes, on
+	// append and in recovery and Check): the largest commit record, a Commit body of
+	// sgio.MaxBodyLimit (the most a server accepts) after its batch hash.
+	walRecordBytesMax = sgio.MaxBodyLimit + commitHashBytes
 )
 
 // oldCommitRecordError is the error of a first-format commit record (kindCommitV1) at lsn after

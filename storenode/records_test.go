@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"slices"
 	"testing"
 
@@ -216,4 +217,53 @@ func TestCheckOldCommitRecord(t *testing.T) {
 	rep, err = Check(context.Background(), "db", CheckOptions{FS: fs})
 	require.NoError(t, err)
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
+}
+
+// TestCommitBodyAtLimit: a Commit body of sgio.MaxBodyLimit bytes (the most a server may be
+// configured to accept, MaxBody) commits and replays: its WAL record is the body plus the
+// batch hash, so the WAL's record bound must leave room for the hash.
+func TestCommitBodyAtLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 64 MiB batch")
+	}
+	const rowBytes, full, last = 3432, 305, 31 // 40 + 305*(32+64*3432) + 32+31*3432 = 64 MiB
+	e, fs, _, _ := openFault(t, Options{CheckpointWALBytes: -1, CacheBytes: 256 << 20}, testOwner)
+	info, err := e.CreateTable("big", rowBytes)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, full+1)
+	require.NoError(t, err)
+	msg := &sgio.Commit{Owner: testOwner, Seq: g.LastSeq + 1, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	for p := range uint64(full + 1) {
+		data := ^uint64(0)
+		if p == full {
+			data = 1<<last - 1
+		}
+		rows := bytes.Repeat([]byte{byte(p%256 + 1)}, bits.OnesCount64(data)*rowBytes)
+		msg.Segments = append(msg.Segments, sgio.Segment{Table: info.ID, RowBytes: rowBytes, Page: p, Data: data, Rows: rows})
+	}
+	body := msg.AppendBody(nil)
+	require.Equal(t, sgio.MaxBodyLimit, len(body))
+	v, err := sgio.ViewCommit(body)
+	require.NoError(t, err)
+	b := &Batch{Owner: v.Owner, Seq: v.Seq, Fences: []Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
+	var seg sgio.Segment
+	for it := v.Segments(); it.Next(&seg); {
+		b.Segments = append(b.Segments, Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Rows: seg.Rows}})
+	}
+	_, err = e.CommitWait(b)
+	require.NoError(t, err)
+	fs.SetCrashPoint(0)
+	e.Close()
+	fs.CrashKeepAll()
+	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
+	require.NoError(t, err)
+	require.False(t, rep.Damaged(), "%+v", rep.Findings)
+	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
+	require.NoError(t, err)
+	defer e.Close()
+	row, ok := readRow(t, e, info.ID, full*64+last-1)
+	require.True(t, ok)
+	require.Equal(t, bytes.Repeat([]byte{byte(full%256 + 1)}, rowBytes), row)
 }

@@ -83,6 +83,7 @@ func (e *Engine) recover() error {
 		Gather:         e.opts.WALGather,
 		SegmentBytes:   e.opts.WALSegmentBytes,
 		MaxQueueBytes:  64 << 20,
+		MaxRecordBytes: walRecordBytesMax,
 		After:          e.ckptLSN,
 		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
