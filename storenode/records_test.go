@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
@@ -266,4 +267,34 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	row, ok := readRow(t, e, info.ID, full*64+last-1)
 	require.True(t, ok)
 	require.Equal(t, bytes.Repeat([]byte{byte(full%256 + 1)}, rowBytes), row)
+}
+
+// TestCommitBodyMismatch: under invariants (-race, weft_invariants) a Batch whose Body is not
+// its encoding (a row changed, a trailing segment the batch lacks) stops the commit before it
+// is logged; the server's batches, decoded from their bodies, always match.
+func TestCommitBodyMismatch(t *testing.T) {
+	e, _, info, g := openFault(t, Options{CheckpointWALBytes: -1}, testOwner)
+	_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 8)
+	require.NoError(t, err)
+	build := func(seq uint64) *Batch {
+		b := mixedBatch(info.ID, g.Epoch)
+		b.Seq = seq
+		msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+		for _, s := range b.Segments {
+			msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+		}
+		b.Body = msg.AppendBody(nil)
+		return b
+	}
+	require.True(t, e.bodyMatches(build(g.LastSeq+1)))
+	b := build(g.LastSeq + 1)
+	b.Segments[1].Rows = checkRows(64, 64, 5, 5) // the body still has the old rows
+	require.False(t, e.bodyMatches(b))
+	b = build(g.LastSeq + 1)
+	b.Segments = b.Segments[:len(b.Segments)-1] // the body has one more segment
+	require.False(t, e.bodyMatches(b))
+	if !assert.Invariants {
+		return
+	}
+	require.Panics(t, func() { _, _ = e.CommitWait(b) })
 }
