@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/sgio"
 )
 
 // The commit path hashes every batch for the dedup window: that allocates nothing.
@@ -36,5 +38,52 @@ func TestCommitAllocs(t *testing.T) {
 			commit()
 		}
 		require.Zero(t, testing.AllocsPerRun(1000, commit), "sync %s", mode)
+	}
+}
+
+// TestCommitKeptAllocs: a warm commit whose rows the WAL writes from the batch (a run of 256
+// bytes or more: a kept piece, one pwritev per group on the real file system, one WriteAt
+// per piece on a FaultFS) or whose received Commit body it logs (Batch.Body) allocates
+// nothing either, in both sync modes (on the real file system, the fdatasync of every group
+// included).
+func TestCommitKeptAllocs(t *testing.T) {
+	for _, c := range []struct {
+		mode SyncMode
+		fs   vfs.FS
+	}{{SyncNone, nil}, {SyncAlways, nil}, {SyncNone, vfs.NewFaultFS()}, {SyncAlways, vfs.NewFaultFS()}} {
+		mode := c.mode
+		for _, withBody := range []bool{false, true} {
+			e, err := Open(Options{Dir: t.TempDir(), FS: c.fs, Sync: mode, Logger: quietLogger, CheckpointInterval: -1})
+			require.NoError(t, err)
+			info, err := e.CreateTable("t", 512)
+			require.NoError(t, err)
+			g, err := e.Acquire(info.ID, testOwner, 0)
+			require.NoError(t, err)
+			_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
+			require.NoError(t, err)
+			ch := make(chan error, 1)
+			done := func(_ uint64, err error) { ch <- err }
+			rows := make([]byte, 2*512)
+			b := &Batch{Owner: testOwner, Seq: g.LastSeq, Fences: []Fence{{Table: info.ID, Epoch: g.Epoch}},
+				Segments: []Segment{{Table: info.ID, Segment: logicpage.Segment{Page: 0, Data: 0b110, Rows: rows}}}}
+			var body []byte
+			commit := func() {
+				b.Seq++
+				if withBody {
+					body = sgio.AppendCommitHeader(body[:0], b.Owner, b.Seq, 1, 1)
+					body = sgio.AppendFence(body, info.ID, g.Epoch)
+					body = sgio.AppendSegmentHeader(body, info.ID, 512, 0, 0b110, 0)
+					body = append(body, rows...)
+					b.Body = body
+				}
+				e.Commit(b, done)
+				require.NoError(t, <-ch)
+			}
+			for range 100 {
+				commit()
+			}
+			require.Zero(t, testing.AllocsPerRun(1000, commit), "sync %s, fault fs %v, body %v", mode, c.fs != nil, withBody)
+			require.NoError(t, e.Close())
+		}
 	}
 }

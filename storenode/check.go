@@ -381,8 +381,11 @@ func (c *checker) checkWAL(listErr error) error {
 		}
 		return nil
 	}
-	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN},
+	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN, MaxRecordBytes: walRecordBytesMax},
 		func(rec wal.Record, at wal.Position) error {
+			if rec.Kind == kindCommitV1 {
+				return oldCommitRecordError(rec.LSN) // as Open: not damage, an old format
+			}
 			c.cat.record(c, rec, path.Join("wal", at.File), at.Offset)
 			if rec.LSN%checkCtxEvery == 0 {
 				return c.ctx.Err()

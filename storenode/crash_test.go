@@ -48,9 +48,14 @@ const (
 	killRowsPerBatch = 8
 	killOwner        = 1
 	killTable        = "kill"
-	killRowBytes     = 64
+	killRowBytesEnv  = "WEFT_KILL_ROW_BYTES"
 	killGrantPages   = killRowsPerBatch * 8 // the pages killRowID spans
 )
+
+// killRowBytes is the kill table's row size: 64, or 256 in TestKill9KeptRows (rows the WAL
+// writes from the batch, kept pieces, in the group's pwritev); the child reads it from
+// killRowBytesEnv. A row's first 64 bytes are killRow's, the rest zero.
+var killRowBytes = 64
 
 // killRowID is the id of row j of writer w: slot w of page j*8 + w%8, so a batch spans 8
 // pages and every page holds rows of 8 writers.
@@ -75,11 +80,12 @@ func killOptions(dir string, sync SyncMode, small bool) Options {
 	if small {
 		cacheBytes = 160 << 10
 	}
+	scale := int64(killRowBytes / 64) // the same number of pages and records at any row size
 	return Options{
 		Dir:                dir,
 		Sync:               sync,
-		CacheBytes:         cacheBytes,
-		CheckpointWALBytes: 32 << 10,
+		CacheBytes:         cacheBytes * scale,
+		CheckpointWALBytes: 32 << 10 * scale,
 		CheckpointInterval: 20 * time.Millisecond,
 		WALSegmentBytes:    256 << 10,
 		Logger:             quietLogger,
@@ -183,6 +189,9 @@ func TestHelperWriter(t *testing.T) {
 	time.AfterFunc(2*time.Minute, func() { os.Exit(5) })
 
 	mode, _ := ParseSyncMode(os.Getenv(killSyncEnv))
+	if rb, err := strconv.Atoi(os.Getenv(killRowBytesEnv)); err == nil {
+		killRowBytes = rb
+	}
 	say("open")
 	e, err := Open(killOptions(dir, mode, os.Getenv(killSmallEnv) != ""))
 	if err != nil {
@@ -243,7 +252,7 @@ func TestHelperWriter(t *testing.T) {
 // until it starts opening the store), kills it, and folds the acks it printed into lastAck.
 func killCycle(t *testing.T, dir string, mode SyncMode, small bool, target int, expect []uint64, lastAck []uint64) (acks, checkpoints int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWriter$", "-test.count=1")
-	cmd.Env = append(os.Environ(), killChildEnv+"="+dir, killSyncEnv+"="+mode.String())
+	cmd.Env = append(os.Environ(), killChildEnv+"="+dir, killSyncEnv+"="+mode.String(), killRowBytesEnv+"="+strconv.Itoa(killRowBytes))
 	if small {
 		cmd.Env = append(cmd.Env, killSmallEnv+"=1")
 	}
@@ -310,7 +319,23 @@ func TestKill9(t *testing.T) {
 	if os.Getenv(killChildEnv) != "" {
 		t.Skip("in the writer child")
 	}
-	cycles := scaled(8, 40, 400)
+	runKill9(t, scaled(8, 40, 400))
+}
+
+// TestKill9KeptRows is TestKill9 with rows of 256 bytes: each row is a run the WAL writes
+// from the writer's batch (a kept piece, gathered into the group's pwritev on the real file
+// system), so kills land inside those writes.
+func TestKill9KeptRows(t *testing.T) {
+	if os.Getenv(killChildEnv) != "" {
+		t.Skip("in the writer child")
+	}
+	require.GreaterOrEqual(t, 256, commitKeepBytesMin)
+	killRowBytes = 256
+	t.Cleanup(func() { killRowBytes = 64 })
+	runKill9(t, scaled(4, 12, 100))
+}
+
+func runKill9(t *testing.T, cycles int) {
 	seed := uint64(time.Now().UnixNano())
 	if s, ok := envSeed(t); ok {
 		seed = s

@@ -1,7 +1,9 @@
 package storenode
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -61,7 +63,21 @@ const (
 	// (docs/wire.md): owner, seq and the counts; one fence.
 	commitBodyFixedBytes = 24
 	commitFenceBytes     = 16
+
+	// walRecordBytesMax is the engine's WAL record bound (wal.Options.MaxRecordBytes, on
+	// append and in recovery and Check): the largest commit record, a Commit body of
+	// sgio.MaxBodyLimit (the most a server accepts) after its batch hash.
+	walRecordBytesMax = sgio.MaxBodyLimit + commitHashBytes
 )
+
+// oldCommitRecordError is the error of a first-format commit record (kindCommitV1) at lsn after
+// the checkpoint, for recovery and Check alike: not corruption, an upgrade this build does
+// not do.
+func oldCommitRecordError(lsn uint64) error {
+	return fmt.Errorf("%w: WAL record %d is a commit record of the first format (kind %d), which this build does not replay: "+
+		"open the store once with the build that wrote it and close it cleanly (Close checkpoints), then open it with this one",
+		ErrOldFormat, lsn, kindCommitV1)
+}
 
 // Segment is one sparse segment of a commit batch: a logical page of one table, the rows of its
 // data mask and the slots its clear mask deletes.
@@ -152,6 +168,9 @@ const commitKeepBytesMin = 256
 func (e *Engine) commitPieces(b *Batch, hash uint64) []wal.Piece {
 	e.pieces = e.pieces[:0]
 	if b.Body != nil {
+		// The Batch.Body contract, checked in invariants builds (-race included): the bytes
+		// logged are the batch validated and applied, or replay would apply something else.
+		assert.That(!assert.Invariants || e.bodyMatches(b), "storenode: Batch.Body is not the encoding of the batch")
 		e.scratch = binary.LittleEndian.AppendUint64(e.scratch[:0], hash)
 		// Copied, not kept: see Batch.Body.
 		e.pieces = append(e.pieces, wal.Piece{Bytes: e.scratch}, wal.Piece{Bytes: b.Body})
@@ -185,6 +204,31 @@ func (e *Engine) commitPieces(b *Batch, hash uint64) []wal.Piece {
 	assert.That(len(e.scratch) == need, "storenode: commit record scratch size")
 	e.pieces = append(e.pieces, wal.Piece{Bytes: e.scratch[from:]})
 	return e.pieces
+}
+
+// bodyMatches reports whether b.Body is the Commit body of b's owner, seq, fences and
+// segments, with each table's row size in the segment headers. Caller holds mu (e.tables).
+func (e *Engine) bodyMatches(b *Batch) bool {
+	v, err := sgio.ViewCommit(b.Body)
+	if err != nil || v.Owner != b.Owner || v.Seq != b.Seq || v.FenceCount() != len(b.Fences) || v.SegmentCount() != len(b.Segments) {
+		return false
+	}
+	for i, f := range b.Fences {
+		if g := v.Fence(i); g.Table != f.Table || g.Epoch != f.Epoch {
+			return false
+		}
+	}
+	var seg sgio.Segment
+	i := 0
+	for it := v.Segments(); it.Next(&seg); i++ {
+		s := &b.Segments[i]
+		t := e.tables[s.Table]
+		if seg.Table != s.Table || t == nil || int(seg.RowBytes) != t.geo.RowBytes() || seg.Page != s.Page ||
+			seg.Data != s.Data || seg.Clear != s.Clear || !bytes.Equal(seg.Rows, s.Rows) {
+			return false
+		}
+	}
+	return true
 }
 
 // commitRecord is a decoded kindCommit payload. Fences and segment rows alias the payload.

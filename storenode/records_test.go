@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
@@ -178,4 +180,121 @@ func TestOldCommitRecordRefused(t *testing.T) {
 	e, err = Open(opts)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
+}
+
+// TestCheckOldCommitRecord: Check reports a first-format commit record after the checkpoint as
+// Open does (ErrOldFormat, not damage: the store is intact, this build just cannot replay it),
+// and finds nothing at all in one at the checkpoint LSN (not replayed).
+func TestCheckOldCommitRecord(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	v1 := binary.LittleEndian.AppendUint64(nil, testOwner)
+	v1 = binary.LittleEndian.AppendUint64(v1, 1)
+	v1 = binary.LittleEndian.AppendUint64(v1, 0)
+	v1 = binary.LittleEndian.AppendUint32(v1, 1)
+	v1 = binary.LittleEndian.AppendUint32(v1, 0)
+	v1 = sgio.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
+	log, err := wal.Open(fs, walDir("db"), wal.Options{}, nil)
+	require.NoError(t, err)
+	lsn, err := log.Append(context.Background(), kindCommitV1, [][]byte{v1}, false)
+	require.NoError(t, err)
+	require.NoError(t, log.Close())
+
+	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
+	require.ErrorIs(t, err, ErrOldFormat, "report: %+v", rep)
+	require.ErrorContains(t, err, "kind 5")
+
+	mb, err := fs.ReadFile("db/" + metaName)
+	require.NoError(t, err)
+	m, err := decodeMeta(mb)
+	require.NoError(t, err)
+	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
+	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
+	rep, err = Check(context.Background(), "db", CheckOptions{FS: fs})
+	require.NoError(t, err)
+	require.False(t, rep.Damaged(), "%+v", rep.Findings)
+}
+
+// TestCommitBodyAtLimit: a Commit body of sgio.MaxBodyLimit bytes (the most a server may be
+// configured to accept, MaxBody) commits and replays: its WAL record is the body plus the
+// batch hash, so the WAL's record bound must leave room for the hash.
+func TestCommitBodyAtLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 64 MiB batch")
+	}
+	const rowBytes, full, last = 3432, 305, 31 // 40 + 305*(32+64*3432) + 32+31*3432 = 64 MiB
+	e, fs, _, _ := openFault(t, Options{CheckpointWALBytes: -1, CacheBytes: 256 << 20}, testOwner)
+	info, err := e.CreateTable("big", rowBytes)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, full+1)
+	require.NoError(t, err)
+	msg := &sgio.Commit{Owner: testOwner, Seq: g.LastSeq + 1, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	for p := range uint64(full + 1) {
+		data := ^uint64(0)
+		if p == full {
+			data = 1<<last - 1
+		}
+		rows := bytes.Repeat([]byte{byte(p%256 + 1)}, bits.OnesCount64(data)*rowBytes)
+		msg.Segments = append(msg.Segments, sgio.Segment{Table: info.ID, RowBytes: rowBytes, Page: p, Data: data, Rows: rows})
+	}
+	body := msg.AppendBody(nil)
+	require.Equal(t, sgio.MaxBodyLimit, len(body))
+	v, err := sgio.ViewCommit(body)
+	require.NoError(t, err)
+	b := &Batch{Owner: v.Owner, Seq: v.Seq, Fences: []Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
+	var seg sgio.Segment
+	for it := v.Segments(); it.Next(&seg); {
+		b.Segments = append(b.Segments, Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Rows: seg.Rows}})
+	}
+	_, err = e.CommitWait(b)
+	require.NoError(t, err)
+	fs.SetCrashPoint(0)
+	e.Close()
+	fs.CrashKeepAll()
+	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
+	require.NoError(t, err)
+	require.False(t, rep.Damaged(), "%+v", rep.Findings)
+	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
+	require.NoError(t, err)
+	defer e.Close()
+	row, ok := readRow(t, e, info.ID, full*64+last-1)
+	require.True(t, ok)
+	require.Equal(t, bytes.Repeat([]byte{byte(full%256 + 1)}, rowBytes), row)
+}
+
+// TestCommitBodyMismatch: under invariants (-race, weft_invariants) a Batch whose Body is not
+// its encoding (a row changed, a trailing segment the batch lacks) stops the commit before it
+// is logged; the server's batches, decoded from their bodies, always match.
+func TestCommitBodyMismatch(t *testing.T) {
+	e, _, info, g := openFault(t, Options{CheckpointWALBytes: -1}, testOwner)
+	_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 8)
+	require.NoError(t, err)
+	build := func(seq uint64) *Batch {
+		b := mixedBatch(info.ID, g.Epoch)
+		b.Seq = seq
+		msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+		for _, s := range b.Segments {
+			msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+		}
+		b.Body = msg.AppendBody(nil)
+		return b
+	}
+	require.True(t, e.bodyMatches(build(g.LastSeq+1)))
+	b := build(g.LastSeq + 1)
+	b.Segments[1].Rows = checkRows(64, 64, 5, 5) // the body still has the old rows
+	require.False(t, e.bodyMatches(b))
+	b = build(g.LastSeq + 1)
+	b.Segments = b.Segments[:len(b.Segments)-1] // the body has one more segment
+	require.False(t, e.bodyMatches(b))
+	if !assert.Invariants {
+		return
+	}
+	require.Panics(t, func() { _, _ = e.CommitWait(b) })
 }

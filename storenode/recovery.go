@@ -83,6 +83,7 @@ func (e *Engine) recover() error {
 		Gather:         e.opts.WALGather,
 		SegmentBytes:   e.opts.WALSegmentBytes,
 		MaxQueueBytes:  64 << 20,
+		MaxRecordBytes: walRecordBytesMax,
 		After:          e.ckptLSN,
 		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
@@ -242,10 +243,7 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 			return err
 		}
 	case kindCommitV1:
-		// Not corruption: a record of the format before commit records became the wire body.
-		return fmt.Errorf("%w: WAL record %d is a commit record of the first format (kind %d), which this build does not replay: "+
-			"open the store once with the build that wrote it and close it cleanly (Close checkpoints), then open it with this one",
-			ErrOldFormat, rec.LSN, kindCommitV1)
+		return oldCommitRecordError(rec.LSN)
 	default:
 		return corrupt.Errorf("storenode: replay: record %d of unknown kind %d", rec.LSN, rec.Kind)
 	}

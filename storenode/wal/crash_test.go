@@ -131,10 +131,18 @@ func (m *crashModel) appendBursts(w *WAL, rng *rand.Rand, n int) {
 						p[k] = byte(grng.Uint32())
 					}
 					force := grng.IntN(8) == 0
-					err := w.AppendAsync(byte(g), [][]byte{p}, force, func(lsn uint64, err error) {
+					done := func(lsn uint64, err error) {
 						m.done(w, lsn, p, force, err)
 						results <- err
-					})
+					}
+					var err error
+					if grng.IntN(2) == 0 {
+						err = w.AppendAsync(byte(g), [][]byte{p}, force, done)
+					} else {
+						// Pieces, some kept (written from p by the group's gather write),
+						// so a crash or a fault may land between a record's pieces.
+						err = w.AppendPiecesAsync(byte(g), randomPieces(grng, p), force, done)
+					}
 					if err != nil {
 						require.ErrorIs(m.t, err, ErrFailStop)
 						break
@@ -165,6 +173,17 @@ func (m *crashModel) appendBursts(w *WAL, rng *rand.Rand, n int) {
 		})
 	}
 	wg.Wait()
+}
+
+// randomPieces cuts p into up to four pieces at random points, each kept or copied at random.
+func randomPieces(rng *rand.Rand, p []byte) []Piece {
+	var ps []Piece
+	for len(p) > 0 && len(ps) < 3 {
+		n := rng.IntN(len(p) + 1)
+		ps = append(ps, Piece{Bytes: p[:n], Keep: rng.IntN(2) == 0})
+		p = p[n:]
+	}
+	return append(ps, Piece{Bytes: p, Keep: rng.IntN(2) == 0})
 }
 
 // TestCrashPowerLoss crashes a FaultFS at random points of a workload, several times per
