@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/corrupt"
+)
+
+// A partition entry that failed to decode breaks its table only until that key is written
+// (or deleted) again: the watcher's copy then agrees with a fresh read. A second broken key
+// of the same table keeps it broken until it is fixed too.
+func TestMapWatcherBrokenPartitionRepaired(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	w, err := c.WatchMap(ctx)
+	require.NoError(t, err)
+	defer w.Close()
+	tm, err := c.CreateTable(ctx, "t", Layout{Partitions: 3, StripePages: 1}, []string{"a:1", "a:1", "b:1"})
+	require.NoError(t, err)
+
+	_, err = c.cli.Put(ctx, c.keys.part("t", 1), "junk")
+	require.NoError(t, err)
+	_, err = c.cli.Put(ctx, c.keys.part("t", 2), "junk")
+	require.NoError(t, err)
+	m, err := w.Sync(ctx)
+	require.NoError(t, err)
+	_, err = m.Table("t")
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
+
+	// One key fixed: still broken (the other is junk), in the copy as in a fresh read.
+	_, err = c.cli.Put(ctx, c.keys.part("t", 1), string(encodePartition("c:1")))
+	require.NoError(t, err)
+	m, err = w.Sync(ctx)
+	require.NoError(t, err)
+	_, err = m.Table("t")
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
+
+	// Both fixed: the table is back, equal to what ReadMap sees.
+	_, err = c.cli.Put(ctx, c.keys.part("t", 2), string(encodePartition("d:1")))
+	require.NoError(t, err)
+	m, err = w.Sync(ctx)
+	require.NoError(t, err)
+	fresh, err := c.ReadMap(ctx)
+	require.NoError(t, err)
+	want, err := fresh.Table("t")
+	require.NoError(t, err)
+	got, err := m.Table("t")
+	require.NoError(t, err, "the watcher's copy still calls the repaired table broken")
+	require.Equal(t, want, got)
+	require.Equal(t, []string{"a:1", "c:1", "d:1"}, got.Nodes)
+	require.Equal(t, tm.Created, got.Created)
+	require.Empty(t, m.Broken)
+
+	// A junk table key that is then deleted (with its partitions): nothing broken remains.
+	_, err = c.cli.Put(ctx, c.keys.table("u"), "junk")
+	require.NoError(t, err)
+	_, err = c.cli.Put(ctx, c.keys.part("u", 0), "junk")
+	require.NoError(t, err)
+	_, err = c.cli.Delete(ctx, c.keys.part("u", 0))
+	require.NoError(t, err)
+	m, err = w.Sync(ctx)
+	require.NoError(t, err)
+	_, err = m.Table("u")
+	require.ErrorIs(t, err, corrupt.ErrCorruption, "the table key is still junk")
+	_, err = c.cli.Delete(ctx, c.keys.table("u"))
+	require.NoError(t, err)
+	m, err = w.Sync(ctx)
+	require.NoError(t, err)
+	require.Empty(t, m.Broken)
+}
