@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,4 +70,35 @@ func TestMapWatcherBrokenPartitionRepaired(t *testing.T) {
 	m, err = w.Sync(ctx)
 	require.NoError(t, err)
 	require.Empty(t, m.Broken)
+}
+
+// A Release whose delete did not reach etcd leaves the owner key bound to the session's
+// lease. The next Acquire must not hand out the released grant's epoch again (a write of the
+// released grant still in flight would pass the storage node's fence under the new grant):
+// it takes the partition with a new, higher epoch.
+func TestOwnershipAcquireAfterFailedReleaseNewEpoch(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	createTable(t, c, "t", 1)
+	s := newSession(t, c, 1, nil)
+	o, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, o.Release(gone), ErrUnavailable)
+	require.ErrorIs(t, o.Check(), ErrLost)
+	h, ok, err := c.Owner(ctx, "t", 0)
+	require.NoError(t, err)
+	require.True(t, ok, "the failed release left the key")
+	require.Equal(t, o.Epoch(), h.Epoch)
+
+	o2, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	require.Greater(t, o2.Epoch(), o.Epoch(), "a released grant's epoch came back")
+	requireServing(t, o2)
+	require.ErrorIs(t, o.Check(), ErrLost, "the released grant stays lost")
+	h, ok, err = c.Owner(ctx, "t", 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, o2.Epoch(), h.Epoch)
 }

@@ -91,6 +91,10 @@ type Session struct {
 	mu      sync.Mutex
 	owned   map[string]*Ownership // by owner key; pending ones have epoch 0
 	changed chan struct{}         // closed and replaced on every deadline or state change
+	// retired holds, by owner key, the epoch of a grant this session released whose
+	// delete may not have reached etcd: Acquire never adopts a key of that epoch (it
+	// deletes it and creates the key anew, with a new epoch). At most one per key.
+	retired map[string]int64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -140,6 +144,7 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 		c: c, lease: resp.ID, ttl: granted, margin: margin, clock: clock, origin: origin,
 		holder:  Holder{Owner: cfg.Owner, Incarnation: cfg.Incarnation, Addr: cfg.Addr},
 		owned:   make(map[string]*Ownership),
+		retired: make(map[string]int64),
 		changed: make(chan struct{}),
 		closed:  make(chan struct{}),
 
