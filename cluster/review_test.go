@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftdb/weft/internal/corrupt"
 )
@@ -101,4 +104,51 @@ func TestOwnershipAcquireAfterFailedReleaseNewEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, o2.Epoch(), h.Epoch)
+}
+
+// failGetKV fails every Get of key (etcd refusing or unreachable for that read).
+type failGetKV struct {
+	clientv3.KV
+	key string
+}
+
+func (k failGetKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if key == k.key {
+		return nil, errors.New("injected: read refused")
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+// deadlineLease records the deadline of every Revoke's context.
+type deadlineLease struct {
+	clientv3.Lease
+	revokes chan time.Time
+}
+
+func (l deadlineLease) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	d, _ := ctx.Deadline() // zero: no deadline
+	l.revokes <- d
+	return l.Lease.Revoke(ctx, id)
+}
+
+// NewSession failing after its grant revokes the lease best effort, but within the caller's
+// context: "fails when etcd cannot be reached within ctx" must not turn into a wait of the
+// whole TTL (up to an hour) when etcd stops answering.
+func TestSessionNewFailureHonoursContext(t *testing.T) {
+	c := sharedClient(t)
+	c.cli.KV = failGetKV{KV: c.cli.KV, key: c.keys.ownPrefix()}
+	revokes := make(chan time.Time, 1)
+	c.cli.Lease = deadlineLease{Lease: c.cli.Lease, revokes: revokes}
+	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	_, err := c.NewSession(ctx, SessionConfig{Owner: 1, TTL: TTLMax})
+	require.ErrorIs(t, err, ErrUnavailable)
+	select {
+	case d := <-revokes:
+		require.False(t, d.IsZero(), "a revoke without a deadline")
+		require.False(t, d.After(want), "the revoke may wait until %v, past the caller's deadline %v", d, want)
+	default:
+		t.Fatal("the granted lease was not revoked")
+	}
 }

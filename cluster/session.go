@@ -156,8 +156,10 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 	// this session will create is later.
 	gr, err := c.cli.Get(ctx, c.keys.ownPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.Background(), granted)
-		c.cli.Revoke(rctx, resp.ID) // best effort: it expires within the TTL anyway
+		// Best effort, within ctx (the caller bounded the whole call with it): the lease
+		// holds no key yet and expires within the TTL anyway.
+		rctx, cancel := context.WithTimeout(ctx, granted)
+		c.cli.Revoke(rctx, resp.ID)
 		cancel()
 		return nil, unavailable("start a session", err)
 	}
