@@ -152,3 +152,65 @@ func TestSessionNewFailureHonoursContext(t *testing.T) {
 		t.Fatal("the granted lease was not revoked")
 	}
 }
+
+// hookTxnKV runs after, once armed, for the first transaction committed after arming,
+// after etcd answered it and before its caller sees the answer.
+type hookTxnKV struct {
+	clientv3.KV
+	after *func()
+}
+
+func (k hookTxnKV) Txn(ctx context.Context) clientv3.Txn {
+	return hookTxn{Txn: k.KV.Txn(ctx), after: k.after}
+}
+
+type hookTxn struct {
+	clientv3.Txn
+	after *func()
+}
+
+func (t hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	return hookTxn{Txn: t.Txn.If(cs...), after: t.after}
+}
+func (t hookTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	return hookTxn{Txn: t.Txn.Then(ops...), after: t.after}
+}
+func (t hookTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	return hookTxn{Txn: t.Txn.Else(ops...), after: t.after}
+}
+func (t hookTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if f := *t.after; f != nil {
+		*t.after = nil
+		f()
+	}
+	return resp, err
+}
+
+// A verify (after a lapse, or a compaction) that read the owner keys judges only the
+// ownerships it read them for: a grant of the same partition made while its read was in
+// flight (the earlier one released meanwhile) is not lost for a key read before it existed.
+func TestOwnershipVerifyJudgesOnlyWhatItRead(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	createTable(t, c, "t", 1)
+	var after func()
+	c.cli.KV = hookTxnKV{KV: c.cli.KV, after: &after}
+	s := newSession(t, c, 1, nil)
+	o1, err := s.Acquire(ctx, "t", 0)
+	require.NoError(t, err)
+	var o2 *Ownership
+	after = func() { // verify's read is answered: o1's key, at o1's epoch
+		require.NoError(t, o1.Release(ctx))
+		o2, err = s.Acquire(ctx, "t", 0)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.verify(ctx))
+	require.NotNil(t, o2)
+	require.Greater(t, o2.Epoch(), o1.Epoch())
+	require.NoError(t, o2.Check(), "a live grant lost by a read made before it")
+	h, ok, err := c.Owner(ctx, "t", 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, o2.Epoch(), h.Epoch)
+}

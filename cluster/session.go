@@ -332,27 +332,29 @@ func (s *Session) renew(ctx context.Context, timeout time.Duration) error {
 // key is gone, was created again, or is bound to another lease.
 func (s *Session) verify(ctx context.Context) error {
 	s.mu.Lock()
-	var keys []string
-	for k, o := range s.owned {
+	var owned []*Ownership
+	for _, o := range s.owned {
 		if o.epoch.Load() != 0 {
-			keys = append(keys, k)
+			owned = append(owned, o)
 		}
 	}
 	s.mu.Unlock()
-	for len(keys) > 0 {
-		n := min(len(keys), etcdTxnOpsMax)
+	for len(owned) > 0 {
+		n := min(len(owned), etcdTxnOpsMax)
 		ops := make([]clientv3.Op, n)
-		for i, k := range keys[:n] {
-			ops[i] = clientv3.OpGet(k)
+		for i, o := range owned[:n] {
+			ops[i] = clientv3.OpGet(o.key)
 		}
 		resp, err := s.c.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return unavailable("verify owner keys", err)
 		}
 		s.mu.Lock()
-		for i, k := range keys[:n] {
-			o := s.owned[k]
-			if o == nil {
+		for i, o := range owned[:n] {
+			// Judge only the grant the key was read for: one made since (the earlier
+			// released meanwhile) was not there to read.
+			k := o.key
+			if s.owned[k] != o {
 				continue
 			}
 			kvs := resp.Responses[i].GetResponseRange().Kvs
@@ -363,7 +365,7 @@ func (s *Session) verify(ctx context.Context) error {
 			}
 		}
 		s.mu.Unlock()
-		keys = keys[n:]
+		owned = owned[n:]
 	}
 	return nil
 }
