@@ -135,9 +135,10 @@ func (c *Client) ReadMap(ctx context.Context) (*Map, error) {
 
 // SwitchPartition points partition part of table at storage node to, in one etcd
 // transaction that succeeds only if the partition's entry still has revision rev (the Revs[p]
-// the caller read) and the table is the one created at created: the switch step of a
-// partition move. It returns the entry's new revision, or ErrMapChanged (nothing changed)
-// when the compare failed, or ErrTableNotFound.
+// the caller read; ErrInvalid unless > 0, so only an existing entry is switched) and the
+// table is the one created at created: the switch step of a partition move. It returns the
+// entry's new revision, or ErrMapChanged (nothing changed) when the compare failed, or
+// ErrTableNotFound.
 //
 // extra conditions the switch also requires, for the move protocol of the next layers (no
 // owner, no in-doubt transaction): each must hold in the same transaction.
@@ -147,6 +148,11 @@ func (c *Client) SwitchPartition(ctx context.Context, table string, created int6
 	}
 	if err := validAddr(to, false); err != nil {
 		return 0, err
+	}
+	if rev <= 0 {
+		// A compare of ModRevision with 0 holds for a missing key: the switch would write
+		// an entry beyond the table's partitions, which breaks the table for every reader.
+		return 0, fmt.Errorf("%w: partition entry revision %d (an existing entry's, > 0)", ErrInvalid, rev)
 	}
 	if len(extra) > etcdTxnOpsMax-2 {
 		return 0, fmt.Errorf("%w: %d extra conditions", ErrInvalid, len(extra))

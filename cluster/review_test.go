@@ -214,3 +214,27 @@ func TestOwnershipVerifyJudgesOnlyWhatItRead(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, o2.Epoch(), h.Epoch)
 }
+
+// A switch names an existing partition entry: one beyond the table's partitions (with the
+// revision 0 of a missing key) must change nothing, not write an entry that breaks the
+// table for every reader.
+func TestMapSwitchMissingPartitionChangesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	tm, err := c.CreateTable(ctx, "t", Layout{Partitions: 2, StripePages: 1}, []string{"a:1", "b:1"})
+	require.NoError(t, err)
+	for _, rev := range []int64{0, -1} {
+		_, err = c.SwitchPartition(ctx, "t", tm.Created, 2, rev, "c:1")
+		require.ErrorIs(t, err, ErrInvalid, "rev %d", rev)
+		_, err = c.SwitchPartition(ctx, "t", tm.Created, 1, rev, "c:1")
+		require.ErrorIs(t, err, ErrInvalid, "rev %d", rev)
+	}
+	// A real revision of another partition, for one beyond the table: no entry has it.
+	_, err = c.SwitchPartition(ctx, "t", tm.Created, 2, tm.Revs[1], "c:1")
+	require.ErrorIs(t, err, ErrMapChanged)
+	m, err := c.ReadMap(ctx)
+	require.NoError(t, err)
+	got, err := m.Table("t")
+	require.NoError(t, err, "the table broke")
+	require.Equal(t, tm, got)
+}
