@@ -78,7 +78,8 @@
 //     grant; until the watch delivers, the storage nodes' fences (the next owner registers a
 //     higher epoch) stop the old owner's writes.
 //   - etcd compacted past a watch's revision: the watcher reads afresh (the map), or reads
-//     every owner key (the session).
+//     every owner key (the session; an Acquire pending meanwhile reads its own key once
+//     granted).
 //   - An Acquire whose reply was lost: Acquire again; a key of the session's own lease is
 //     adopted with its epoch, unless it is the key of a grant the session released (its
 //     delete failed): that one is deleted and created anew, with a new epoch.

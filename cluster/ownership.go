@@ -34,6 +34,7 @@ type Ownership struct {
 	done       chan struct{}
 	seenDel    int64 // pending only: the latest delete of the key the watch saw
 	seenCreate int64 // pending only: the latest CreateRevision of a put the watch saw
+	missed     bool  // pending only: a compaction took watch events the key may have had
 }
 
 // Table returns the table's name.
@@ -241,6 +242,9 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 			err = fmt.Errorf("%w: table %q partition %d: the compare failed but the key is free; try again", ErrUnavailable, table, part)
 		}
 	}
+	if err == nil {
+		err = s.proveMissed(ctx, o, epoch)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -263,6 +267,30 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 	}
 	s.notify()
 	return o, 0, nil
+}
+
+// proveMissed reads the owner key of the pending Acquire o, granted at epoch, for as long as
+// a compaction of the owner-key watch's events marks it: a key found gone, created again or
+// bound to another lease counts as a delete the watch saw (the grant is then lost).
+func (s *Session) proveMissed(ctx context.Context, o *Ownership, epoch int64) error {
+	for {
+		s.mu.Lock()
+		missed := o.missed
+		o.missed = false
+		s.mu.Unlock()
+		if !missed {
+			return nil
+		}
+		gr, err := s.c.cli.Get(ctx, o.key)
+		if err != nil {
+			return unavailable(fmt.Sprintf("acquire table %q partition %d: read the granted key", o.table, o.part), err)
+		}
+		if kvs := gr.Kvs; len(kvs) != 1 || kvs[0].CreateRevision != epoch || clientv3.LeaseID(kvs[0].Lease) != s.lease {
+			s.mu.Lock()
+			o.seenDel = max(o.seenDel, gr.Header.Revision)
+			s.mu.Unlock()
+		}
+	}
 }
 
 // Release gives the ownership up: it stops vouching at once (Check returns ErrLost), then

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -154,10 +155,23 @@ func TestSessionNewFailureHonoursContext(t *testing.T) {
 }
 
 // hookTxnKV runs after, once armed, for the first transaction committed after arming,
-// after etcd answered it and before its caller sees the answer.
+// after etcd answered it and before its caller sees the answer; got (when set) hears of
+// every Get answered.
 type hookTxnKV struct {
 	clientv3.KV
 	after *func()
+	got   chan struct{}
+}
+
+func (k hookTxnKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if k.got != nil {
+		select {
+		case k.got <- struct{}{}:
+		default:
+		}
+	}
+	return resp, err
 }
 
 func (k hookTxnKV) Txn(ctx context.Context) clientv3.Txn {
@@ -205,7 +219,7 @@ func TestOwnershipVerifyJudgesOnlyWhatItRead(t *testing.T) {
 		o2, err = s.Acquire(ctx, "t", 0)
 		require.NoError(t, err)
 	}
-	require.NoError(t, s.verify(ctx))
+	require.NoError(t, s.verify(ctx, false))
 	require.NotNil(t, o2)
 	require.Greater(t, o2.Epoch(), o1.Epoch())
 	require.NoError(t, o2.Check(), "a live grant lost by a read made before it")
@@ -237,4 +251,73 @@ func TestMapSwitchMissingPartitionChangesNothing(t *testing.T) {
 	got, err := m.Table("t")
 	require.NoError(t, err, "the table broke")
 	require.Equal(t, tm, got)
+}
+
+// An owner key deleted (an operator, DropTable) right after an Acquire's grant, while the
+// session's owner-key watch is cut off and etcd compacts the events away: the watch reads
+// afresh, but the Acquire was still pending then (no epoch to verify), so the grant must be
+// proven by the Acquire itself, not handed out on trust as a live ownership of a gone key.
+func TestOwnershipAcquirePendingAcrossCompaction(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.Start(t)
+	c := connect(t, "/weft/", srv.Endpoints()...)
+	p := newProxy(t, srv.Addr())
+	cp := connect(t, "/weft/", p.Endpoint())
+	createTable(t, c, "t", 1)
+	var after func()
+	got := make(chan struct{}, 1)
+	cp.cli.KV = hookTxnKV{KV: cp.cli.KV, after: &after, got: got}
+	watched := make(chan int64, 64)
+	s, err := cp.NewSession(ctx, SessionConfig{Owner: 1, hookWatched: func(rev int64) {
+		select {
+		case watched <- rev:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	defer s.Close(ctx)
+	after = func() { // the grant is made; the Acquire has not heard it yet
+		p.Cut(true)
+		_, err := c.cli.Delete(ctx, c.keys.owner("t", 0))
+		require.NoError(t, err)
+		pr, err := c.cli.Put(ctx, "/elsewhere", "x")
+		require.NoError(t, err)
+		_, err = c.cli.Compact(ctx, pr.Header.Revision)
+		require.NoError(t, err)
+		select {
+		case <-got: // drain
+		default:
+		}
+		p.Cut(false)
+		// The watch, compacted, reads afresh (a Get through cp), then watches from after
+		// that read: it is past the compaction once it delivers an owner-prefix event
+		// written after the read.
+		select {
+		case <-got:
+		case <-ctx.Done():
+			t.Error("the owner-key watch never read afresh")
+			return
+		}
+		mr, err := c.cli.Put(ctx, c.keys.ownPrefix()+"marker", "x")
+		require.NoError(t, err)
+		for {
+			select {
+			case rev := <-watched:
+				if rev >= mr.Header.Revision {
+					return
+				}
+			case <-ctx.Done():
+				t.Error("the owner-key watch never got past the compaction")
+				return
+			}
+		}
+	}
+	o, err := s.Acquire(ctx, "t", 0)
+	if err == nil {
+		err = o.Check()
+	}
+	require.ErrorIs(t, err, ErrLost, "an ownership of a deleted owner key is vouched for")
+	_, ok, err := c.Owner(ctx, "t", 0)
+	require.NoError(t, err)
+	require.False(t, ok)
 }

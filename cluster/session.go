@@ -313,7 +313,7 @@ func (s *Session) renew(ctx context.Context, timeout time.Duration) error {
 	if int64(s.clock.Now().Sub(s.origin)) >= s.deadline.Load() {
 		// The session lapsed: prove every owner key before vouching again.
 		vctx, cancel := context.WithTimeout(ctx, timeout)
-		err := s.verify(vctx)
+		err := s.verify(vctx, false)
 		cancel()
 		if err != nil {
 			return err
@@ -329,13 +329,18 @@ func (s *Session) renew(ctx context.Context, timeout time.Duration) error {
 }
 
 // verify reads every owner key of the session (linearizable) and loses the ownerships whose
-// key is gone, was created again, or is bound to another lease.
-func (s *Session) verify(ctx context.Context) error {
+// key is gone, was created again, or is bound to another lease. With markPending (the
+// owner-key watch lost events to a compaction) every pending Acquire is marked to read its
+// own key once it has its grant: it has no epoch to verify yet, and the watch will not
+// deliver what happened to its key before this read.
+func (s *Session) verify(ctx context.Context, markPending bool) error {
 	s.mu.Lock()
 	var owned []*Ownership
 	for _, o := range s.owned {
 		if o.epoch.Load() != 0 {
 			owned = append(owned, o)
+		} else if markPending {
+			o.missed = true
 		}
 	}
 	s.mu.Unlock()
@@ -384,7 +389,7 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 				// Events are gone: read the keys instead, then watch from after that read.
 				gr, err := s.c.cli.Get(ctx, prefix, clientv3.WithCountOnly())
-				if err == nil && s.verify(ctx) == nil {
+				if err == nil && s.verify(ctx, true) == nil {
 					rev = gr.Header.Revision
 				}
 				break
