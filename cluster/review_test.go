@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/internal/corrupt"
@@ -320,4 +321,22 @@ func TestOwnershipAcquirePendingAcrossCompaction(t *testing.T) {
 	_, ok, err := c.Owner(ctx, "t", 0)
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+// Sync on a closed watcher fails and leaves nothing running: a progress request for a watch
+// context with no open watch would open an etcd watch stream that outlives the watcher
+// (until the client closes).
+func TestMapWatcherSyncAfterCloseLeaksNothing(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	before := goleak.IgnoreCurrent()
+	w, err := c.WatchMap(ctx)
+	require.NoError(t, err)
+	w.Close()
+	// etcd's revision moves past the copy's: Sync has to wait for the watch.
+	_, err = c.cli.Put(ctx, newPrefix(t)+"unrelated", "x")
+	require.NoError(t, err)
+	_, err = w.Sync(ctx)
+	require.Error(t, err)
+	require.NoError(t, goleak.Find(before))
 }
