@@ -340,3 +340,29 @@ func TestMapWatcherSyncAfterCloseLeaksNothing(t *testing.T) {
 	require.Error(t, err)
 	require.NoError(t, goleak.Find(before))
 }
+
+// Clusters share one etcd under different prefixes only if neither's keys fall under the
+// other's: a prefix inside another's map or owner space ("/a/own/x/" under "/a/") would have
+// "/a/"'s DropTable("x") delete every key of it, and "/a/"'s map show phantom tables.
+func TestPrefixNotInsideAnotherClustersKeys(t *testing.T) {
+	ctx := testCtx(t)
+	prefix := newPrefix(t)
+	outer := connect(t, prefix, sharedEtcd(t).Endpoints()...)
+	for _, p := range []string{prefix + "own/x/", prefix + "map/t/x/", prefix + "map/", "own/", "map/x/"} {
+		_, err := NewClient(outer.cli, p, nil)
+		require.ErrorIs(t, err, ErrInvalid, "prefix %q", p)
+		_, err = Connect(ctx, Config{Endpoints: sharedEtcd(t).Endpoints(), Prefix: p})
+		require.ErrorIs(t, err, ErrInvalid, "prefix %q", p)
+	}
+	inner, err := NewClient(outer.cli, prefix+"b/", nil) // a sibling space: fine
+	require.NoError(t, err)
+	_, err = outer.CreateTable(ctx, "b", Layout{Partitions: 1, StripePages: 1}, []string{"s:1"})
+	require.NoError(t, err)
+	_, err = inner.CreateTable(ctx, "t", Layout{Partitions: 1, StripePages: 1}, []string{"s:1"})
+	require.NoError(t, err)
+	require.NoError(t, outer.DropTable(ctx, "b"))
+	m, err := inner.ReadMap(ctx)
+	require.NoError(t, err)
+	_, err = m.Table("t")
+	require.NoError(t, err)
+}
