@@ -17,7 +17,9 @@ type Config struct {
 	// Endpoints are etcd's client URLs (http://127.0.0.1:2379, ...). Required.
 	Endpoints []string
 	// Prefix is the key prefix of this cluster's state ("/weft/" when empty). It must end
-	// with '/'. Several clusters (or tests) may share one etcd under different prefixes.
+	// with '/' and have no segment "map" or "own" (those would fall inside the keys of a
+	// cluster under a shorter prefix). Several clusters (or tests) may share one etcd under
+	// different prefixes.
 	Prefix string
 	// DialTimeout bounds the first connection (5 s when zero).
 	DialTimeout time.Duration
@@ -103,6 +105,13 @@ func checkPrefix(p string) (string, error) {
 	}
 	if !strings.HasSuffix(p, "/") || len(p) > 200 {
 		return "", fmt.Errorf("%w: prefix %q must end with '/' (at most 200 bytes)", ErrInvalid, p)
+	}
+	// A prefix inside another cluster's key space (<other>map/... or <other>own/...) would
+	// be that cluster's tables and owner keys: its DropTable would delete this one's keys.
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "map" || seg == "own" {
+			return "", fmt.Errorf("%w: prefix %q has a segment %q (the key space of a cluster under a shorter prefix)", ErrInvalid, p, seg)
+		}
 	}
 	return p, nil
 }

@@ -78,9 +78,11 @@
 //     grant; until the watch delivers, the storage nodes' fences (the next owner registers a
 //     higher epoch) stop the old owner's writes.
 //   - etcd compacted past a watch's revision: the watcher reads afresh (the map), or reads
-//     every owner key (the session).
+//     every owner key (the session; an Acquire pending meanwhile reads its own key once
+//     granted).
 //   - An Acquire whose reply was lost: Acquire again; a key of the session's own lease is
-//     adopted with its epoch.
+//     adopted with its epoch, unless it is the key of a grant the session released (its
+//     delete failed): that one is deleted and created anew, with a new epoch.
 //   - Release failing (etcd unreachable): the key stays until Release succeeds or the lease
 //     ends; Close revokes the lease, or it expires within the TTL.
 package cluster

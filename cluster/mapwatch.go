@@ -22,11 +22,15 @@ type MapWatcher struct {
 	c      *Client
 	cur    atomic.Pointer[Map]
 	mu     sync.Mutex
-	change chan struct{}   // closed and replaced on every new snapshot; guarded by mu
-	ctx    context.Context // the watch's: RequestProgress must carry its metadata
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // why the watch ended; set before done closes
+	change chan struct{} // closed and replaced on every new snapshot; guarded by mu
+	// progress asks the watch goroutine for a progress notification (Sync). Only that
+	// goroutine asks etcd, while its watch is open: a progress request for a watch context
+	// with no open watch makes the etcd client open a watch stream that outlives the
+	// watcher (until the client closes).
+	progress chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+	err      error // why the watch ended; set before done closes
 }
 
 // WatchMap reads the partition map and starts watching it. It fails (ErrUnavailable) only if
@@ -38,7 +42,7 @@ func (c *Client) WatchMap(ctx context.Context) (*MapWatcher, error) {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &MapWatcher{c: c, change: make(chan struct{}), ctx: wctx, cancel: cancel, done: make(chan struct{})}
+	w := &MapWatcher{c: c, change: make(chan struct{}), progress: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	w.cur.Store(m)
 	go w.run(wctx, st, m.Revision)
 	return w, nil
@@ -97,10 +101,11 @@ func (w *MapWatcher) Sync(ctx context.Context) (*Map, error) {
 		if m.Revision >= rev {
 			return m, nil
 		}
-		// No map change may be coming: ask etcd to tell the watch how far it is (a
-		// progress notification). Asked again after a while, in case one was lost.
-		if err := w.c.cli.RequestProgress(clientv3.WithRequireLeader(w.ctx)); err != nil {
-			return nil, unavailable("sync the partition map", err)
+		// No map change may be coming: have the watch ask etcd how far it is (a progress
+		// notification). Asked again after a while, in case one was lost.
+		select {
+		case w.progress <- struct{}{}:
+		default: // a request is pending already
 		}
 		select {
 		case <-ch:
@@ -132,9 +137,27 @@ func (w *MapWatcher) run(ctx context.Context, st *mapState, rev int64) {
 	defer close(w.done)
 	k := w.c.keys
 	for ctx.Err() == nil {
-		wch := w.c.cli.Watch(clientv3.WithRequireLeader(ctx), k.mapPrefix(), clientv3.WithPrefix(),
+		wctx := clientv3.WithRequireLeader(ctx)
+		wch := w.c.cli.Watch(wctx, k.mapPrefix(), clientv3.WithPrefix(),
 			clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-		for resp := range wch {
+	watching:
+		for {
+			var resp clientv3.WatchResponse
+			select {
+			case r, ok := <-wch:
+				if !ok {
+					break watching
+				}
+				resp = r
+			case <-w.progress:
+				// While this watch is open (its context carries the stream's metadata).
+				if ctx.Err() == nil {
+					if err := w.c.cli.RequestProgress(wctx); err != nil {
+						w.c.log.Warn("cluster: map watch progress request failed", "err", err)
+					}
+				}
+				continue
+			}
 			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 				// Events we needed are gone: read the whole map again.
 				if m, nst, err := w.c.readMapState(ctx); err == nil {

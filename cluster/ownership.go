@@ -34,6 +34,7 @@ type Ownership struct {
 	done       chan struct{}
 	seenDel    int64 // pending only: the latest delete of the key the watch saw
 	seenCreate int64 // pending only: the latest CreateRevision of a put the watch saw
+	missed     bool  // pending only: a compaction took watch events the key may have had
 }
 
 // Table returns the table's name.
@@ -110,9 +111,10 @@ func (o *Ownership) drop(err error) {
 // the session's Check error (a lapsed session grants nothing), or ErrUnavailable. After
 // ErrUnavailable (ctx ended, etcd unreachable) the grant may have happened: the key then
 // stays bound to this session's lease, blocking other nodes, until an Acquire again adopts
-// it (with its epoch) and Releases it, or the session ends. An ownership this session holds
-// already is returned as it is. Another Acquire of the same partition by this session while
-// one is in progress fails with ErrInvalid.
+// it (with its epoch) and Releases it, or the session ends. A key of a grant this session
+// released is not adopted: Acquire deletes it and creates it anew, with a new epoch. An
+// ownership this session holds already is returned as it is. Another Acquire of the same
+// partition by this session while one is in progress fails with ErrInvalid.
 func (s *Session) Acquire(ctx context.Context, table string, part uint32) (*Ownership, error) {
 	o, _, err := s.acquire(ctx, table, part)
 	return o, err
@@ -190,11 +192,27 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 	s.owned[key] = o
 	s.mu.Unlock()
 
-	resp, err := s.c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.CreateRevision(pk), ">", 0)).
-		Then(clientv3.OpPut(key, string(encodeOwner(s.holder)), clientv3.WithLease(s.lease))).
-		Else(clientv3.OpGet(key), clientv3.OpGet(pk, clientv3.WithCountOnly())).
-		Commit()
+	var resp *clientv3.TxnResponse
+	var err error
+	for {
+		resp, err = s.c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.CreateRevision(pk), ">", 0)).
+			Then(clientv3.OpPut(key, string(encodeOwner(s.holder)), clientv3.WithLease(s.lease))).
+			Else(clientv3.OpGet(key), clientv3.OpGet(pk, clientv3.WithCountOnly())).
+			Commit()
+		if err != nil || resp.Succeeded {
+			break
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) != 1 || clientv3.LeaseID(kvs[0].Lease) != s.lease || !s.isRetired(key, kvs[0].CreateRevision) {
+			break
+		}
+		// The key of a grant this session released (its delete failed): its epoch must
+		// not come back. Delete it, then create the key anew.
+		if err = s.deleteOwn(ctx, key, kvs[0].CreateRevision); err != nil {
+			break
+		}
+	}
 	var epoch int64
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -224,6 +242,9 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 			err = fmt.Errorf("%w: table %q partition %d: the compare failed but the key is free; try again", ErrUnavailable, table, part)
 		}
 	}
+	if err == nil {
+		err = s.proveMissed(ctx, o, epoch)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -248,26 +269,78 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 	return o, 0, nil
 }
 
+// proveMissed reads the owner key of the pending Acquire o, granted at epoch, for as long as
+// a compaction of the owner-key watch's events marks it: a key found gone, created again or
+// bound to another lease counts as a delete the watch saw (the grant is then lost).
+func (s *Session) proveMissed(ctx context.Context, o *Ownership, epoch int64) error {
+	for {
+		s.mu.Lock()
+		missed := o.missed
+		o.missed = false
+		s.mu.Unlock()
+		if !missed {
+			return nil
+		}
+		gr, err := s.c.cli.Get(ctx, o.key)
+		if err != nil {
+			return unavailable(fmt.Sprintf("acquire table %q partition %d: read the granted key", o.table, o.part), err)
+		}
+		if kvs := gr.Kvs; len(kvs) != 1 || kvs[0].CreateRevision != epoch || clientv3.LeaseID(kvs[0].Lease) != s.lease {
+			s.mu.Lock()
+			o.seenDel = max(o.seenDel, gr.Header.Revision)
+			s.mu.Unlock()
+		}
+	}
+}
+
 // Release gives the ownership up: it stops vouching at once (Check returns ErrLost), then
 // deletes the owner key if it is still this grant's, so another node may acquire the
 // partition without waiting for the lease. The caller must have finished (or failed) every
 // write under the grant first. On ErrUnavailable the key may stay until Release is called
-// again or the session ends. Idempotent.
+// again or the session ends; an Acquire of the partition by this session meanwhile deletes
+// it and grants the partition anew, with a new epoch (a released epoch never comes back).
+// Idempotent.
 func (o *Ownership) Release(ctx context.Context) error {
 	s := o.s
 	s.mu.Lock()
 	o.drop(fmt.Errorf("%w: table %q partition %d: released", ErrLost, o.table, o.part))
-	s.mu.Unlock()
 	epoch := int64(o.epoch.Load())
+	if epoch != 0 {
+		// Retired with the drop, in one critical section: an Acquire of the partition
+		// that starts once the drop is done already knows not to adopt the key.
+		s.retired[o.key] = epoch
+	}
+	s.mu.Unlock()
 	if epoch == 0 {
 		return nil
 	}
-	_, err := s.c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(o.key), "=", epoch), clientv3.Compare(clientv3.LeaseValue(o.key), "=", s.lease)).
-		Then(clientv3.OpDelete(o.key)).Commit()
-	if err != nil {
+	if err := s.deleteOwn(ctx, o.key, epoch); err != nil {
 		return unavailable(fmt.Sprintf("release table %q partition %d", o.table, o.part), err)
 	}
+	return nil
+}
+
+// isRetired reports whether epoch is that of a grant of key this session released.
+func (s *Session) isRetired(key string, epoch int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retired[key] == epoch
+}
+
+// deleteOwn deletes key if it is still the grant of epoch under this session's lease, and
+// forgets the retired epoch once etcd answered (the key is then gone or another grant's).
+func (s *Session) deleteOwn(ctx context.Context, key string, epoch int64) error {
+	_, err := s.c.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", epoch), clientv3.Compare(clientv3.LeaseValue(key), "=", s.lease)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.retired[key] == epoch {
+		delete(s.retired, key)
+	}
+	s.mu.Unlock()
 	return nil
 }
 

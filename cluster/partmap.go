@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -134,9 +135,10 @@ func (c *Client) ReadMap(ctx context.Context) (*Map, error) {
 
 // SwitchPartition points partition part of table at storage node to, in one etcd
 // transaction that succeeds only if the partition's entry still has revision rev (the Revs[p]
-// the caller read) and the table is the one created at created: the switch step of a
-// partition move. It returns the entry's new revision, or ErrMapChanged (nothing changed)
-// when the compare failed, or ErrTableNotFound.
+// the caller read; ErrInvalid unless > 0, so only an existing entry is switched) and the
+// table is the one created at created: the switch step of a partition move. It returns the
+// entry's new revision, or ErrMapChanged (nothing changed) when the compare failed, or
+// ErrTableNotFound.
 //
 // extra conditions the switch also requires, for the move protocol of the next layers (no
 // owner, no in-doubt transaction): each must hold in the same transaction.
@@ -146,6 +148,11 @@ func (c *Client) SwitchPartition(ctx context.Context, table string, created int6
 	}
 	if err := validAddr(to, false); err != nil {
 		return 0, err
+	}
+	if rev <= 0 {
+		// A compare of ModRevision with 0 holds for a missing key: the switch would write
+		// an entry beyond the table's partitions, which breaks the table for every reader.
+		return 0, fmt.Errorf("%w: partition entry revision %d (an existing entry's, > 0)", ErrInvalid, rev)
 	}
 	if len(extra) > etcdTxnOpsMax-2 {
 		return 0, fmt.Errorf("%w: %d extra conditions", ErrInvalid, len(extra))
@@ -174,7 +181,9 @@ func (c *Client) SwitchPartition(ctx context.Context, table string, created int6
 type mapState struct {
 	tables map[string]tableEntry
 	parts  map[string]map[uint32]partEntry
-	bad    map[string]error // a key of the table failed to decode
+	// bad holds, by table, the keys of the table whose value failed to decode, with why:
+	// the table is broken while any is (each key's own later put or delete clears it).
+	bad map[string]map[string]error
 }
 
 type tableEntry struct {
@@ -190,21 +199,39 @@ type partEntry struct {
 func (s *mapState) init() {
 	s.tables = make(map[string]tableEntry)
 	s.parts = make(map[string]map[uint32]partEntry)
-	s.bad = make(map[string]error)
+	s.bad = make(map[string]map[string]error)
+}
+
+// setBad records (err non-nil) or clears the decode failure of key of table name.
+func (s *mapState) setBad(name, key string, err error) {
+	kb := s.bad[name]
+	if err == nil {
+		delete(kb, key)
+		if len(kb) == 0 {
+			delete(s.bad, name)
+		}
+		return
+	}
+	if kb == nil {
+		kb = make(map[string]error)
+		s.bad[name] = kb
+	}
+	kb[key] = err
 }
 
 // put applies a put of key (under the map prefix). A value that fails to decode marks its
-// table broken until the key is written or deleted again.
+// table broken until that key is written with a good value or deleted.
 func (s *mapState) put(k keys, key string, val []byte, created, mod int64) {
 	switch {
 	case strings.HasPrefix(key, k.tablePrefix()):
 		name := key[len(k.tablePrefix()):]
 		l, err := decodeTable(val)
 		if err != nil {
-			s.bad[name] = fmt.Errorf("table %q: %w", name, err)
+			s.setBad(name, key, fmt.Errorf("table %q: %w", name, err))
+			delete(s.tables, name)
 			return
 		}
-		delete(s.bad, name)
+		s.setBad(name, key, nil)
 		s.tables[name] = tableEntry{layout: l, created: created}
 	case strings.HasPrefix(key, k.partPrefix()):
 		name, p, err := parseTablePart(key[len(k.partPrefix()):])
@@ -213,9 +240,11 @@ func (s *mapState) put(k keys, key string, val []byte, created, mod int64) {
 		}
 		addr, err := decodePartition(val)
 		if err != nil {
-			s.bad[name] = fmt.Errorf("table %q partition %d: %w", name, p, err)
+			s.setBad(name, key, fmt.Errorf("table %q partition %d: %w", name, p, err))
+			s.delPart(name, p)
 			return
 		}
+		s.setBad(name, key, nil)
 		ps := s.parts[name]
 		if ps == nil {
 			ps = make(map[uint32]partEntry)
@@ -231,17 +260,23 @@ func (s *mapState) del(k keys, key string) {
 	case strings.HasPrefix(key, k.tablePrefix()):
 		name := key[len(k.tablePrefix()):]
 		delete(s.tables, name)
-		delete(s.bad, name)
+		s.setBad(name, key, nil)
 	case strings.HasPrefix(key, k.partPrefix()):
 		name, p, err := parseTablePart(key[len(k.partPrefix()):])
 		if err != nil {
 			return
 		}
-		if ps := s.parts[name]; ps != nil {
-			delete(ps, p)
-			if len(ps) == 0 {
-				delete(s.parts, name)
-			}
+		s.setBad(name, key, nil)
+		s.delPart(name, p)
+	}
+}
+
+// delPart forgets partition p's entry of table name.
+func (s *mapState) delPart(name string, p uint32) {
+	if ps := s.parts[name]; ps != nil {
+		delete(ps, p)
+		if len(ps) == 0 {
+			delete(s.parts, name)
 		}
 	}
 }
@@ -249,8 +284,10 @@ func (s *mapState) del(k keys, key string) {
 // snapshot builds the Map of the state at revision rev.
 func (s *mapState) snapshot(rev int64) *Map {
 	m := &Map{Revision: rev, Tables: make(map[string]*TableMap, len(s.tables)), Broken: make(map[string]error)}
-	for name, err := range s.bad {
-		m.Broken[name] = err
+	for name, kb := range s.bad {
+		// The first bad key in key order: the same error for the same state.
+		ks := slices.Sorted(maps.Keys(kb))
+		m.Broken[name] = kb[ks[0]]
 	}
 	for name, te := range s.tables {
 		if m.Broken[name] != nil {

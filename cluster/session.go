@@ -91,6 +91,10 @@ type Session struct {
 	mu      sync.Mutex
 	owned   map[string]*Ownership // by owner key; pending ones have epoch 0
 	changed chan struct{}         // closed and replaced on every deadline or state change
+	// retired holds, by owner key, the epoch of a grant this session released whose
+	// delete may not have reached etcd: Acquire never adopts a key of that epoch (it
+	// deletes it and creates the key anew, with a new epoch). At most one per key.
+	retired map[string]int64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -140,6 +144,7 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 		c: c, lease: resp.ID, ttl: granted, margin: margin, clock: clock, origin: origin,
 		holder:  Holder{Owner: cfg.Owner, Incarnation: cfg.Incarnation, Addr: cfg.Addr},
 		owned:   make(map[string]*Ownership),
+		retired: make(map[string]int64),
 		changed: make(chan struct{}),
 		closed:  make(chan struct{}),
 
@@ -151,8 +156,10 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 	// this session will create is later.
 	gr, err := c.cli.Get(ctx, c.keys.ownPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.Background(), granted)
-		c.cli.Revoke(rctx, resp.ID) // best effort: it expires within the TTL anyway
+		// Best effort, within ctx (the caller bounded the whole call with it): the lease
+		// holds no key yet and expires within the TTL anyway.
+		rctx, cancel := context.WithTimeout(ctx, granted)
+		c.cli.Revoke(rctx, resp.ID)
 		cancel()
 		return nil, unavailable("start a session", err)
 	}
@@ -306,7 +313,7 @@ func (s *Session) renew(ctx context.Context, timeout time.Duration) error {
 	if int64(s.clock.Now().Sub(s.origin)) >= s.deadline.Load() {
 		// The session lapsed: prove every owner key before vouching again.
 		vctx, cancel := context.WithTimeout(ctx, timeout)
-		err := s.verify(vctx)
+		err := s.verify(vctx, false)
 		cancel()
 		if err != nil {
 			return err
@@ -322,30 +329,37 @@ func (s *Session) renew(ctx context.Context, timeout time.Duration) error {
 }
 
 // verify reads every owner key of the session (linearizable) and loses the ownerships whose
-// key is gone, was created again, or is bound to another lease.
-func (s *Session) verify(ctx context.Context) error {
+// key is gone, was created again, or is bound to another lease. With markPending (the
+// owner-key watch lost events to a compaction) every pending Acquire is marked to read its
+// own key once it has its grant: it has no epoch to verify yet, and the watch will not
+// deliver what happened to its key before this read.
+func (s *Session) verify(ctx context.Context, markPending bool) error {
 	s.mu.Lock()
-	var keys []string
-	for k, o := range s.owned {
+	var owned []*Ownership
+	for _, o := range s.owned {
 		if o.epoch.Load() != 0 {
-			keys = append(keys, k)
+			owned = append(owned, o)
+		} else if markPending {
+			o.missed = true
 		}
 	}
 	s.mu.Unlock()
-	for len(keys) > 0 {
-		n := min(len(keys), etcdTxnOpsMax)
+	for len(owned) > 0 {
+		n := min(len(owned), etcdTxnOpsMax)
 		ops := make([]clientv3.Op, n)
-		for i, k := range keys[:n] {
-			ops[i] = clientv3.OpGet(k)
+		for i, o := range owned[:n] {
+			ops[i] = clientv3.OpGet(o.key)
 		}
 		resp, err := s.c.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return unavailable("verify owner keys", err)
 		}
 		s.mu.Lock()
-		for i, k := range keys[:n] {
-			o := s.owned[k]
-			if o == nil {
+		for i, o := range owned[:n] {
+			// Judge only the grant the key was read for: one made since (the earlier
+			// released meanwhile) was not there to read.
+			k := o.key
+			if s.owned[k] != o {
 				continue
 			}
 			kvs := resp.Responses[i].GetResponseRange().Kvs
@@ -356,7 +370,7 @@ func (s *Session) verify(ctx context.Context) error {
 			}
 		}
 		s.mu.Unlock()
-		keys = keys[n:]
+		owned = owned[n:]
 	}
 	return nil
 }
@@ -375,7 +389,7 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 				// Events are gone: read the keys instead, then watch from after that read.
 				gr, err := s.c.cli.Get(ctx, prefix, clientv3.WithCountOnly())
-				if err == nil && s.verify(ctx) == nil {
+				if err == nil && s.verify(ctx, true) == nil {
 					rev = gr.Header.Revision
 				}
 				break
