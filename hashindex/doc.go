@@ -82,15 +82,14 @@
 // # Cost
 //
 // A lookup reads one bucket row in the common case: the key's primary row, read in place in
-// txnode's cache (Table.View, lock-free, no copy) and searched. Its CRC32C is checked the first
-// time an Index reads it (and after every change); later cache hits compare a cheap
-// position-weighted sum of the row's words (Fletcher-style) with the one recorded then
-// instead (docs/hashindex.md, "The cache-hit path", argues why that is enough; write an
-// index's table only through this package). The
+// txnode's cache (Table.ViewVersion, lock-free, no copy) and searched. Its CRC32C is checked
+// the first time an Index reads it at a version (txnode's row version, which every write
+// changes); later cache hits at that version skip it (docs/hashindex.md, "The cache-hit
+// path", argues why that is enough; write an index's table only through this package). The
 // default row (DefaultRowBytes) is the smallest multiple of a 64-byte cache line holding 8
 // entries: 256 bytes for 16-byte keys (9 entries), 128 for 4-byte ones (8). Smaller rows
 // overflow more often (a second row read, and a transaction); larger ones make every lookup
-// fold and checksum more bytes to save overflow rows that are already rare. An insert
+// search and checksum more bytes to save overflow rows that are already rare. An insert
 // reads the key's bucket chain (one row, commonly) and writes one row, plus about one split
 // in every 0.65*entries inserts (a few rows and the header). On a non-unique index a key's
 // ids share its bucket's chain, so Insert, Delete and IDs of a key with very many ids cost
@@ -157,9 +156,10 @@
 //	in place (Table.View)       33.2, 26.0 ns            74.4, 64.1 ns           2.2x, 2.5x
 //
 // By CPU time per op (cpu-ns/op medians, five rounds, load 7-11): 35.9 and 97.5 ns (2.7x)
-// before, 32.9 and 75.0 ns (2.3x) now.
-//
-// The goal, within 2x of a row Get, is approached, not met; docs/hashindex.md ("Measured")
-// says where the remaining ~40 ns go: the key's hash (fixed by the format), the directory
-// slot, the fold and search of a bucket row four times a player row's bytes, the calls.
+// before, 32.9 and 75.0 ns (2.3x) with View. With the version memo (Table.ViewVersion: no
+// fold of the row on a hit, the search stops at the first match), three rounds alternated
+// with 509ffc1: Get 29.2, Lookup 51.1 ns (1.75x), against 30.3 and 76.4 (2.5x) before. The
+// goal, within 2x of a row Get, is met; docs/hashindex.md ("Measured") says where the
+// remaining ~22 ns go: the key's hash (fixed by the format), the directory slot, the search
+// of a bucket row four times a player row's bytes, the call.
 package hashindex

@@ -170,9 +170,10 @@ func TestKeyHash16(t *testing.T) {
 }
 
 // TestProbeBucket: Lookup's fast path on a bucket row finds what decodeRow's entries hold,
-// and the fold it computes while it searches is memoWord's (the one memoize records), for
-// 16-byte keys (the fused loop) and others; a row whose memo was not recorded, or of another
-// bucket, is left to the general path.
+// for 16-byte keys (the word loop) and others. A row at a version not yet verified has its
+// checksum checked (and asks for the version to be recorded); at the verified version it is
+// not checked again, at any other version it is; a row of another bucket, or with a bad
+// checksum, is left to the general path.
 func TestProbeBucket(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, kb := range []int{16, 4, 8, 13, 32} {
@@ -201,26 +202,31 @@ func TestProbeBucket(t *testing.T) {
 			h := uint64(b) | 0xabc0 // mask(h, 3) == 5
 			absent := make([]byte, kb)
 			absent[0] = 1 // the keys are random: a clash with one is 2^-8kb
-			_, r := ix.probeBucket(sl, b, level, h, absent, row)
-			require.Equal(t, fastSlow, r, "not verified yet")
-			sl.checked = ix.memoWord(sl.id, row)
+			const ver = 9
+			_, r, memo := ix.probeBucket(sl, b, level, h, absent, row, ver)
+			require.NotEqual(t, fastSlow, r)
+			require.Equal(t, memoOf(ver), memo, "not verified yet: checked, to be recorded")
+			require.NotZero(t, memo)
+			sl.checked = memo
 			for i, k := range keys {
-				id, r := ix.probeBucket(sl, b, level, h, k, row)
+				id, r, memo := ix.probeBucket(sl, b, level, h, k, row, ver)
 				require.Equal(t, fastFound, r, "kb %d count %d key %d", kb, count, i)
 				require.Equal(t, uint64(1000+i), id)
+				require.Zero(t, memo, "verified at this version")
 			}
-			_, r = ix.probeBucket(sl, b, level, h, absent, row)
+			_, r, _ = ix.probeBucket(sl, b, level, h, absent, row, ver)
 			if next == noRow {
 				require.Equal(t, fastAbsent, r)
 			} else {
 				require.Equal(t, fastChain, r)
 			}
-			_, r = ix.probeBucket(sl, b+8, level, h, absent, row)
+			_, r, _ = ix.probeBucket(sl, b+8, level, h, absent, row, ver)
 			require.Equal(t, fastSlow, r, "another bucket's number")
 			if count > 0 {
-				row[rowHeaderBytes] ^= 1 // the row changed since it was verified
-				_, r = ix.probeBucket(sl, b, level, h, keys[0], row)
-				require.Equal(t, fastSlow, r)
+				row[rowHeaderBytes] ^= 1 // a changed row has another version: checked again
+				_, r, memo = ix.probeBucket(sl, b, level, h, keys[0], row, ver+1)
+				require.Equal(t, fastSlow, r, "bad checksum at a new version")
+				require.Zero(t, memo)
 			}
 		}
 	}

@@ -65,60 +65,10 @@ type Index struct {
 	bufs  sync.Pool                // *[]byte of the row size
 }
 
-// memoWord is what dirSlot.checked holds for a primary row id whose bytes are row: the
-// row's 8-byte words up to the end of its entries (its checksum field among them) taken in
-// groups of three (the row header, then for 16-byte keys one entry a group; the last group
-// zero-padded), summed in three lanes (word i into lane i mod 3) and, after each group, each
-// lane's running sum added into a second sum of its lane (Fletcher's checksum over 64-bit
-// words), mixed with the id and the salt. The first sums catch any change of one word (one
-// flipped bit, a changed id or key); the second weighs each group by its position, so two
-// words swapped between groups, or an entry moved to another place, change it too (an xor
-// or plain sum would cancel them: the ids of two entries swapped, TestFastPathCatchesSwappedIDs).
-// It is 0 (an unverified slot) only by a 2^-64 chance. A fraction of the cost of the row's
-// CRC32C; probeBucket computes the same fold while it searches.
-func (ix *Index) memoWord(id uint64, row []byte) uint64 {
-	end := rowHeaderBytes + int(binary.LittleEndian.Uint16(row[6:]))*ix.fmt.entryBytes
-	end = min(len(row), (end+7)&^7)
-	var s0, s1, s2, t0, t1, t2 uint64
-	w := row[:end]
-	for len(w) >= 24 {
-		s0 += binary.LittleEndian.Uint64(w)
-		s1 += binary.LittleEndian.Uint64(w[8:])
-		s2 += binary.LittleEndian.Uint64(w[16:])
-		t0, t1, t2 = t0+s0, t1+s1, t2+s2
-		w = w[24:]
-	}
-	if len(w) >= 8 {
-		s0 += binary.LittleEndian.Uint64(w)
-		if len(w) >= 16 {
-			s1 += binary.LittleEndian.Uint64(w[8:])
-		}
-		t0, t1, t2 = t0+s0, t1+s1, t2+s2
-	}
-	return ix.memoMix(id, s0, s1, s2, t0, t1, t2)
-}
-
-// memoMix ends memoWord's fold: the lanes' sums s and position-weighted sums t. The t
-// part is multiplied (odd constant) so that a change of both sums of a word does not
-// cancel between them.
-func (ix *Index) memoMix(id, s0, s1, s2, t0, t1, t2 uint64) uint64 {
-	s := s0 ^ bits.RotateLeft64(s1, 21) ^ bits.RotateLeft64(s2, 42)
-	t := (t0 ^ bits.RotateLeft64(t1, 21) ^ bits.RotateLeft64(t2, 42)) * 0xD6E8FEB86659FD93
-	return s ^ t ^ id*0x9E3779B97F4A7C15 ^ (ix.fmt.salt | 1)
-}
-
-// memoize records that row, bucket b's primary row id, passed every check (its checksum
-// included).
-func (ix *Index) memoize(b, id uint64, row []byte) {
-	c := ix.dir.Load()
-	if b >= c.n || c.slots[b].id != id {
-		return // a bucket of an uncommitted split, or a snapshot replaced since
-	}
-	w := ix.memoWord(id, row)
-	if sl := &c.slots[b].checked; atomic.LoadUint64(sl) != w {
-		atomic.StoreUint64(sl, w)
-	}
-}
+// memoOf is what dirSlot.checked holds once its row passed every check (its checksum
+// included) at version ver (txnode's row version, which is below 2^63): never 0, which
+// means never verified.
+func memoOf(ver uint64) uint64 { return ^ver }
 
 // dirCache is a snapshot of the committed directory: buckets [0, n) and their primary row
 // ids, which never change once committed (buckets are never removed or moved), so a snapshot
@@ -131,9 +81,12 @@ type dirCache struct {
 }
 
 // dirSlot is a bucket's entry in the directory snapshot: its primary row id and, in the
-// same cache line (a lookup needs both), checked: the memoWord of that row as last verified
-// (0: never), accessed atomically. Lookup's fast path skips the checksum of a row whose
-// memoWord is the one verified for it. The array grows by doubling (appendSlot), so the
+// same cache line (a lookup needs both), checked: memoOf the row's txnode version when
+// Lookup's fast path last verified it (0: never), accessed atomically. The fast path skips
+// the checksum of a row whose version is the one verified: a row's version identifies its
+// bytes for the DB's life (txnode's Table.ViewVersion), so a row rewritten since (by this
+// package or through the raw Table API), refetched or replaced has another version and is
+// checked again. The array grows by doubling (appendSlot), so the
 // snapshots of a length share it; a memo stored into an array replaced since is lost, which
 // costs one more checksum.
 type dirSlot struct {
@@ -557,7 +510,6 @@ func (ix *Index) primary(s src, b uint64, level uint8, row []byte) (uint64, rowV
 		return 0, rowView{}, corrupt.Errorf("hashindex: table %q: row %d (kind %d, bucket %d, level %d) is not bucket %d at level %d or more",
 			ix.t.Name(), id, v.kind, v.number, v.level, b, level)
 	}
-	ix.memoize(b, id, row)
 	return id, v, nil
 }
 
@@ -572,11 +524,11 @@ const (
 )
 
 // lookupFast is Lookup's cache-hit path: the primary row of h's bucket, by the directory
-// snapshot, read in place in the cache (txnode's Table.View: no copy) and searched when its
-// memoWord is the one recorded when the general path last verified it (dirSlot.checked)
-// and its fields are those of the bucket. Anything else (a row not yet verified, a bucket
-// split since the snapshot, an error) returns fastSlow, and the general path reads the row
-// again and checks it all.
+// snapshot, read in place in the cache (txnode's Table.ViewVersion: no copy) and searched.
+// Its checksum is checked there unless the row's version is the one last verified
+// (dirSlot.checked), which is then recorded; its fields must be those of the bucket.
+// Anything else (a bad checksum, a bucket split since the snapshot, an error) returns
+// fastSlow, and the general path reads the row again and checks it all.
 func (ix *Index) lookupFast(ctx context.Context, h uint64, key []byte) (uint64, fastResult) {
 	c := ix.dir.Load()
 	b, level := address(h, c.n)
@@ -584,77 +536,72 @@ func (ix *Index) lookupFast(ctx context.Context, h uint64, key []byte) (uint64, 
 		return 0, fastSlow
 	}
 	sl := &c.slots[b]
-	rid := sl.id
-	id, r := uint64(0), fastSlow
-	// View's rules: fn may run again (it only sets id and r, each run overwriting them),
-	// must not fail on any bytes (count is bounded before it slices) and keeps nothing of
-	// row.
-	err := ix.t.View(ctx, rid, func(row []byte) error {
-		id, r = ix.probeBucket(sl, b, level, h, key, row)
+	id, r, memo := uint64(0), fastSlow, uint64(0)
+	// View's rules: fn may run again (it only sets id, r and memo, each run overwriting
+	// them), must not fail on any bytes (count is bounded before it slices) and keeps
+	// nothing of row.
+	err := ix.t.ViewVersion(ctx, sl.id, func(row []byte, ver uint64) error {
+		id, r, memo = ix.probeBucket(sl, b, level, h, key, row, ver)
 		return nil
 	})
 	if err != nil {
 		return 0, fastSlow
 	}
+	if memo != 0 {
+		// The run that counted saw the bytes of that version: verified. A store into an
+		// array that appendSlot replaced since is lost (one more checksum).
+		atomic.StoreUint64(&sl.checked, memo)
+	}
 	return id, r
 }
 
 // probeBucket is lookupFast's search of bucket b's primary row (its slot sl), row (in the
-// cache).
-func (ix *Index) probeBucket(sl *dirSlot, b uint64, level uint8, h uint64, key, row []byte) (uint64, fastResult) {
-	if len(row) < rowHeaderBytes {
-		return 0, fastSlow
+// cache) at version ver. memo is not 0 when it checked the row's checksum (ver was not the
+// version verified last): memoOf(ver), for lookupFast to record once the run counts.
+func (ix *Index) probeBucket(sl *dirSlot, b uint64, level uint8, h uint64, key, row []byte, ver uint64) (id uint64, r fastResult, memo uint64) {
+	if len(row) != ix.fmt.rowBytes || len(row) < rowHeaderBytes {
+		return 0, fastSlow, 0
 	}
 	lv, count := row[5], int(binary.LittleEndian.Uint16(row[6:]))
 	if row[4] != kindBucket || lv < level || lv > levelMax || count > ix.entries ||
 		binary.LittleEndian.Uint64(row[8:]) != b || mask(h, lv) != b {
-		return 0, fastSlow
+		return 0, fastSlow, 0
 	}
-	var memo uint64
-	at, id := -1, uint64(0)
+	if m := memoOf(ver); atomic.LoadUint64(&sl.checked) != m {
+		if binary.LittleEndian.Uint32(row) != ix.fmt.rowSum(row) {
+			return 0, fastSlow, 0
+		}
+		memo = m
+	}
+	found := false
 	if ix.fmt.keyBytes == 16 {
-		// The fold of memoWord and the search in one pass over the words: an entry is
-		// three words, one group of the fold, so its key is lanes 0 and 1 and its id
-		// lane 2 (TestProbeBucket checks that the two folds agree).
-		hd := (*[rowHeaderBytes]byte)(row)
-		s0 := binary.LittleEndian.Uint64(hd[0:])
-		s1 := binary.LittleEndian.Uint64(hd[8:])
-		s2 := binary.LittleEndian.Uint64(hd[16:])
-		t0, t1, t2 := s0, s1, s2
 		k0, k1 := binary.LittleEndian.Uint64(key), binary.LittleEndian.Uint64(key[8:])
 		end := rowHeaderBytes + count*24
 		_ = row[end-1] // count <= entries: the entries are in the row
 		for off := rowHeaderBytes; off < end; off += 24 {
 			w := (*[24]byte)(row[off : off+24])
-			w0, w1, w2 := binary.LittleEndian.Uint64(w[0:]), binary.LittleEndian.Uint64(w[8:]), binary.LittleEndian.Uint64(w[16:])
-			s0, s1, s2 = s0+w0, s1+w1, s2+w2
-			t0, t1, t2 = t0+s0, t1+s1, t2+s2
-			if w0 == k0 && w1 == k1 && at < 0 {
-				at, id = (off-rowHeaderBytes)/24, w2
+			if binary.LittleEndian.Uint64(w[0:]) == k0 && binary.LittleEndian.Uint64(w[8:]) == k1 {
+				id, found = binary.LittleEndian.Uint64(w[16:]), true
+				break
 			}
 		}
-		memo = ix.memoMix(sl.id, s0, s1, s2, t0, t1, t2)
 	} else {
-		memo = ix.memoWord(sl.id, row)
 		e, kb := ix.fmt.entryBytes, ix.fmt.keyBytes
 		body := row[rowHeaderBytes : rowHeaderBytes+count*e]
 		for off := 0; off+e <= len(body); off += e {
 			if string(body[off:off+kb]) == string(key) {
-				at, id = off/e, binary.LittleEndian.Uint64(body[off+kb:])
+				id, found = binary.LittleEndian.Uint64(body[off+kb:]), true
 				break
 			}
 		}
 	}
-	if atomic.LoadUint64(&sl.checked) != memo {
-		return 0, fastSlow
+	switch {
+	case found:
+		return id, fastFound, memo
+	case binary.LittleEndian.Uint64(row[16:]) == noRow:
+		return 0, fastAbsent, memo
 	}
-	if at >= 0 {
-		return id, fastFound
-	}
-	if binary.LittleEndian.Uint64(row[16:]) == noRow {
-		return 0, fastAbsent
-	}
-	return 0, fastChain
+	return 0, fastChain, memo
 }
 
 // entry returns entry i of a bucket or overflow row's body.

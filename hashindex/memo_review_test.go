@@ -15,8 +15,9 @@ import (
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
-// TestFastPathCatchesSwappedIDs: the cache-hit Lookup trusts a primary row whose memo word
-// is the one verified for it. A row whose ids of two entries were swapped (the checksum
+// TestFastPathCatchesSwappedIDs: the cache-hit Lookup trusts a primary row at the version it
+// verified it at (before 2x: whose memo fold was the one verified), so a row changed since
+// is never trusted unchecked. A row whose ids of two entries were swapped (the checksum
 // field kept, as a raw Table write that reorders entries would leave it) maps two keys to
 // each other's ids: its checksum fails, so Lookup must report corruption or the right id,
 // never the other key's id. The xor fold put both ids in one lane (16-byte keys: entries 0

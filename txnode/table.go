@@ -34,11 +34,11 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	if st := t.t; len(dst) != st.rowBytes {
 		return fmt.Errorf("%w: buffer of %d bytes, table %q has %d-byte rows", ErrRowSize, len(dst), st.name, st.rowBytes)
 	}
-	return t.read(ctx, id, dst, nil)
+	return t.read(ctx, id, dst, nil, nil)
 }
 
 // read is Get (copy row id into dst) or, with fn set, View (call fn on it in place).
-func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error) error {
+func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) error {
 	st := t.t
 	db := t.db
 	if db.closed.Load() {
@@ -91,8 +91,8 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		var ferr error
 		if present {
 			off := slot * st.rowBytes
-			if fn != nil {
-				ferr = callView(fn, rows[off:off+st.rowBytes:off+st.rowBytes], true)
+			if fn != nil || fv != nil {
+				ferr = callView(fn, fv, rows[off:off+st.rowBytes:off+st.rowBytes], true, v1)
 			} else {
 				logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
 			}
@@ -117,10 +117,10 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		}
 		return ferr
 	}
-	return t.getSlow(ctx, id, dst, fn)
+	return t.getSlow(ctx, id, dst, fn, fv)
 }
 
-func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error) error {
+func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) error {
 	tx, err := t.db.beginTx(ctx, false)
 	if err != nil {
 		return err
@@ -131,9 +131,16 @@ func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row 
 			tx.release()
 		}
 	}()
-	if fn != nil {
+	switch {
+	case fv != nil:
+		// A fresh transaction has no writes of its own: the row is read from the cache.
+		var ok bool
+		if ok, err = tx.readRow(t.t, id, nil, nil, fv); err == nil && !ok {
+			err = ErrNotFound
+		}
+	case fn != nil:
 		err = tx.View(t, id, fn)
-	} else {
+	default:
 		err = tx.Get(t, id, dst)
 	}
 	// One row, copied consistently: nothing to validate (a commit to the row since would

@@ -226,10 +226,10 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	return m, nil
 }
 
-// readRow copies row id of t into dst (when present), or calls fn on it (View), and records
-// its version. It reports whether the row exists; an error after the read was recorded is
+// readRow copies row id of t into dst (when present), or calls fn on it (View), or fv on it
+// and its version (ViewVersion), and records its version. It reports whether the row exists; an error after the read was recorded is
 // fn's.
-func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) error) (bool, error) {
+func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) (bool, error) {
 	if err := tx.serving(t); err != nil {
 		return false, err
 	}
@@ -270,8 +270,8 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) 
 		var ferr error
 		if present {
 			off := slot * t.rowBytes
-			if fn != nil {
-				ferr = callView(fn, rows[off:off+t.rowBytes:off+t.rowBytes], true)
+			if fn != nil || fv != nil {
+				ferr = callView(fn, fv, rows[off:off+t.rowBytes:off+t.rowBytes], true, v1)
 			} else if dst != nil {
 				logicpage.LoadRow(dst, rows[off:off+t.rowBytes])
 			}
@@ -356,7 +356,7 @@ func (tx *Tx) Get(table *Table, id uint64, dst []byte) error {
 		copy(dst, tx.buf[w.off:int(w.off)+t.rowBytes])
 		return nil
 	}
-	ok, err := tx.readRow(t, id, dst, nil)
+	ok, err := tx.readRow(t, id, dst, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []
 	off := len(tx.buf)
 	tx.buf = slices.Grow(tx.buf, r)[:off+r]
 	row := tx.buf[off : off+r : off+r]
-	ok, err := tx.readRow(t, id, row, nil)
+	ok, err := tx.readRow(t, id, row, nil, nil)
 	if err == nil && !ok {
 		err = ErrNotFound
 	}
@@ -444,7 +444,7 @@ func (tx *Tx) Delete(table *Table, id uint64) error {
 		w.off = -1
 		return nil
 	}
-	ok, err := tx.readRow(t, id, nil, nil)
+	ok, err := tx.readRow(t, id, nil, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -46,10 +46,14 @@ const viewPoison = 0xA5
 // viewBufs holds row buffers for Views that copy (not in place): *[RowBytesMax]byte.
 var viewBufs = sync.Pool{New: func() any { return new([logicpage.RowBytesMax]byte) }}
 
-// callView calls fn on row: in place, or on a copy (see viewInPlace). shared says row is a
-// cache frame's (copied with atomic loads) rather than the transaction's own image.
-func callView(fn func(row []byte) error, row []byte, shared bool) error {
+// callView calls fn on row, or fv (when not nil) on row and its version ver: in place, or on
+// a copy (see viewInPlace). shared says row is a cache frame's (copied with atomic loads)
+// rather than the transaction's own image.
+func callView(fn func(row []byte) error, fv func(row []byte, version uint64) error, row []byte, shared bool, ver uint64) error {
 	if viewInPlace {
+		if fv != nil {
+			return fv(row, ver)
+		}
 		return fn(row)
 	}
 	b := viewBufs.Get().(*[logicpage.RowBytesMax]byte)
@@ -59,7 +63,12 @@ func callView(fn func(row []byte) error, row []byte, shared bool) error {
 	} else {
 		copy(cp, row)
 	}
-	err := fn(cp)
+	var err error
+	if fv != nil {
+		err = fv(cp, ver)
+	} else {
+		err = fn(cp)
+	}
 	if assert.Invariants {
 		for i := range cp {
 			cp[i] = viewPoison
@@ -84,7 +93,28 @@ func callView(fn func(row []byte) error, row []byte, shared bool) error {
 // not wait: the longer it runs, the likelier a commit makes its run count for nothing.
 func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) error {
 	assert.That(fn != nil, "txnode: Table.View with a nil function")
-	return t.read(ctx, id, nil, fn)
+	return t.read(ctx, id, nil, fn, nil)
+}
+
+// ViewVersion is View with the row's version: fn gets the row and the version it had while
+// fn ran (the run that counts saw exactly the bytes of that version). It is for a reader
+// that remembers something it computed from a row (that its checksum is good) and wants to
+// know, without reading the row's bytes again, that the row is the one it computed it from.
+//
+// A version identifies a row's bytes for the DB's life: two runs (of any goroutines) that
+// get the same row id and the same version saw the same bytes. Versions come from the DB's
+// monotonic commit counter, never reset: a commit gives every row it writes a version no
+// earlier commit had, and a row fetched from the store (a miss, or a row refetched after
+// eviction or after a failed batch invalidated it) gets the durable version at the fetch,
+// and its bytes are the row's state as of that version (every commit up to it is
+// acknowledged, so the store has it; a commit not yet acknowledged is in the cache, whose
+// valid slots a fill never overwrites, or is waited for: see fetch). Transactions' validation
+// already rests on it (a read is valid at commit if its version is unchanged). The converse
+// does not hold: a new version may carry the same bytes (a refetch, a Put of the same
+// bytes). A version is meaningless across DBs, and across a reopen.
+func (t *Table) ViewVersion(ctx context.Context, id uint64, fn func(row []byte, version uint64) error) error {
+	assert.That(fn != nil, "txnode: Table.ViewVersion with a nil function")
+	return t.read(ctx, id, nil, nil, fn)
 }
 
 // View calls fn with row id of table as the transaction sees it, without copying it out, and
@@ -105,9 +135,9 @@ func (tx *Tx) View(table *Table, id uint64, fn func(row []byte) error) error {
 			return ErrNotFound
 		}
 		end := int(w.off) + t.rowBytes
-		return callView(fn, tx.buf[w.off:end:end], false)
+		return callView(fn, nil, tx.buf[w.off:end:end], false, 0)
 	}
-	ok, err := tx.readRow(t, id, nil, fn)
+	ok, err := tx.readRow(t, id, nil, fn, nil)
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ func TestGetOfDeletedRowWaitsDurable(t *testing.T) {
 	db.testHookWait = func(what string) { waiting <- what }
 	gets := map[string]func() error{
 		"fast": func() error { return tb.Get(ctx, ids[1], make([]byte, 64)) },
-		"slow": func() error { return tb.getSlow(ctx, ids[1], make([]byte, 64), nil) },
+		"slow": func() error { return tb.getSlow(ctx, ids[1], make([]byte, 64), nil, nil) },
 	}
 	done := make(chan error, len(gets))
 	for path, get := range gets {
