@@ -156,10 +156,8 @@ func (e *Engine) removeTable(t *table) {
 	e.leaseMu.Unlock()
 	delete(e.byName, t.name)
 	t.dropped = true
-	for key, id := range e.cache.index {
-		if uint32(key>>32) == t.id {
-			e.cache.drop(id)
-		}
+	for _, id := range e.cache.index.tableFrames(t.id, nil) {
+		e.cache.drop(id)
 	}
 	e.dropped = append(e.dropped, t)
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // The disk page cache: logical pages of every table, in frames carved from slabs (one per page
-// size) that hold no Go pointers, indexed by an integer map, evicted by CLOCK.
+// size) that hold no Go pointers, indexed by a per-table radix tree over page numbers (pageindex.go), evicted by CLOCK.
 //
 // Invariants (all under Engine.mu, which guards the cache; the cache has no lock of its own):
 //   - usedBytes = sum over live frames of (page bytes + frameOverheadBytes) <= budgetBytes,
@@ -72,7 +72,7 @@ type pageCache struct {
 	usedBytes   int64
 	frames      []frame
 	freeIDs     []int32
-	index       map[uint64]int32
+	index       pageIndex
 	slabs       []*slab
 	hand        int
 	dirtyFrames int
@@ -82,12 +82,11 @@ type pageCache struct {
 }
 
 func newPageCache(budgetBytes int64) *pageCache {
-	return &pageCache{budgetBytes: budgetBytes, index: make(map[uint64]int32)}
+	return &pageCache{budgetBytes: budgetBytes, index: newPageIndex()}
 }
 
 func (c *pageCache) lookup(key uint64) (int32, bool) {
-	id, ok := c.index[key]
-	return id, ok
+	return c.index.get(key)
 }
 
 func (c *pageCache) frameCost(pageBytes int) int64 { return int64(pageBytes) + frameOverheadBytes }
@@ -127,7 +126,7 @@ func (c *pageCache) alloc(key uint64, pageBytes int, force bool) (int32, bool) {
 	class := c.slabFor(pageBytes)
 	c.frames[id] = frame{key: key, class: class, slot: c.slabs[class].get(), ref: true}
 	clear(c.rows(id))
-	c.index[key] = id
+	c.index.set(key, id)
 	c.usedBytes += cost
 	return id, true
 }
@@ -166,7 +165,7 @@ func (c *pageCache) drop(id int32) {
 		c.dirtyFrames--
 		c.dirtyBytes -= c.frameCost(s.pageBytes)
 	}
-	delete(c.index, f.key)
+	c.index.del(f.key)
 	s.free = append(s.free, f.slot)
 	c.usedBytes -= c.frameCost(s.pageBytes)
 	*f = frame{}

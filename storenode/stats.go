@@ -83,7 +83,7 @@ func (e *Engine) Stats() Stats {
 	s := Stats{
 		CacheHits:       e.cache.hits,
 		CacheMisses:     e.cache.misses,
-		CachePages:      len(e.cache.index),
+		CachePages:      e.cache.index.n,
 		DirtyPages:      e.cache.dirtyFrames,
 		CacheBytes:      e.cache.usedBytes,
 		CheckpointLSN:   e.ckptLSN,

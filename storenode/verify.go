@@ -148,7 +148,7 @@ func (c *pageCache) verify() error {
 		if f.pins < 0 {
 			return fmt.Errorf("frame %d has %d pins", id, f.pins)
 		}
-		if got, ok := c.index[f.key]; !ok || got != int32(id) {
+		if got, ok := c.index.get(f.key); !ok || got != int32(id) {
 			return fmt.Errorf("frame %d (key %#x) indexed as %d, %v", id, f.key, got, ok)
 		}
 		if f.slot < 0 || f.slot >= s.next {
@@ -166,8 +166,12 @@ func (c *pageCache) verify() error {
 	if dirty != c.dirtyFrames || dirtyBytes != c.dirtyBytes {
 		return fmt.Errorf("dirty %d frames / %d bytes counted, %d / %d found", c.dirtyFrames, c.dirtyBytes, dirty, dirtyBytes)
 	}
-	if len(c.index) != live {
-		return fmt.Errorf("index holds %d keys for %d live frames", len(c.index), live)
+	indexed, err := c.index.verify()
+	if err != nil {
+		return err
+	}
+	if indexed != live {
+		return fmt.Errorf("index holds %d keys for %d live frames", indexed, live)
 	}
 	if live+len(c.freeIDs) != len(c.frames) {
 		return fmt.Errorf("%d live + %d free frame ids != %d frames", live, len(c.freeIDs), len(c.frames))

@@ -39,8 +39,12 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 			return func() { e.cache.dirtyFrames-- }
 		},
 		"index": func() func() {
-			e.cache.index[1<<40] = 0
-			return func() { delete(e.cache.index, 1<<40) }
+			e.cache.index.set(1<<40, 0)
+			return func() { e.cache.index.del(1 << 40) }
+		},
+		"index count": func() func() {
+			e.cache.index.n++
+			return func() { e.cache.index.n-- }
 		},
 		"free disk page referenced": func() func() {
 			var d uint64
