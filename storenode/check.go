@@ -25,6 +25,12 @@ import (
 //     files exist (Open refuses it rather than remove them as orphans);
 //   - meta: its checksum, header and every table and owner entry (decodeMeta), and no two
 //     tables sharing a name;
+//   - the map log (version 4): present and at least the published length long, every record
+//     through that length (checksum, fields, a clear of an existing entry) and the tables'
+//     counts (decodeMapLog); damage names the map log's file and the record's offset, and a
+//     page-map finding the offset of the entry in the last record that set it. Bytes beyond
+//     the published length and map logs the meta file does not name are notes (Open
+//     truncates and removes them);
 //   - page maps against the data files: every mapped disk page lies inside its data file, no
 //     two logical pages share a disk page, a page without a disk page has no rows, every mapped
 //     page's CRC32C matches its entry, and its absent slots and padding are zero;

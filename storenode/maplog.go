@@ -197,6 +197,21 @@ func pmDiffNode(a, b *pmNode, level int, base uint64, fn func(leaf uint64, a, b 
 // file holds). With offsets it records, per table, the offset of each entry's bytes in the
 // last record that set it (Check's finding offsets: memory per entry, so Check only).
 func decodeMapLog(b []byte, gen uint64, m *metaState, offsets bool) error {
+	if err := applyMapLog(b, gen, m, offsets); err != nil {
+		return err
+	}
+	for i := range m.tables {
+		t := &m.tables[i]
+		if uint64(t.pages.leafCount()) != t.wantLeaves || uint64(t.pages.count()) != t.wantEntries {
+			return mapLogBad(-1, "table %d: %d leaves and %d entries, the meta file says %d and %d",
+				t.id, t.pages.leafCount(), t.pages.count(), t.wantLeaves, t.wantEntries)
+		}
+	}
+	return nil
+}
+
+// applyMapLog is decodeMapLog without the check of the counts.
+func applyMapLog(b []byte, gen uint64, m *metaState, offsets bool) error {
 	if len(b) < mapLogHeaderBytes || string(b[:8]) != mapLogMagic || binary.LittleEndian.Uint64(b[8:]) != gen {
 		return mapLogBad(0, "bad header")
 	}
@@ -265,12 +280,7 @@ func decodeMapLog(b []byte, gen uint64, m *metaState, offsets bool) error {
 		off += size
 	}
 	for id, pm := range edits {
-		t := byID[id]
-		t.pages = pm.seal()
-		if uint64(t.pages.leafCount()) != t.wantLeaves || uint64(t.pages.count()) != t.wantEntries {
-			return mapLogBad(-1, "table %d: %d leaves and %d entries, the meta file says %d and %d",
-				id, t.pages.leafCount(), t.pages.count(), t.wantLeaves, t.wantEntries)
-		}
+		byID[id].pages = pm.seal()
 	}
 	return nil
 }

@@ -17,25 +17,21 @@ import (
 )
 
 // The meta file is what a checkpoint publishes: the checkpoint LSN, the catalog, the ownership
-// grants, the owners' last applied seqs (the dedup table) and every table's page map, in one
-// checksummed file replaced atomically (write meta.tmp, fsync, rename to meta, fsync the
-// directory). Recovery loads it, then replays the WAL after its LSN. All integers little-endian.
+// grants, the owners' last applied seqs (the dedup table) and the root of the map log (the
+// page maps' file, maplog.go), in one checksummed file replaced atomically (write meta.tmp,
+// fsync, rename to meta, fsync the directory): the one commit point of a checkpoint. Recovery
+// loads it and the map log through its published length, then replays the WAL after its LSN.
+// All integers little-endian.
 //
 //	+---------------------------------------------------------------+
-//	| magic "WEFTMETA" 8 | version u32 (3) | reserved u32            |  header, 48 bytes
+//	| magic "WEFTMETA" 8 | version u32 (4) | reserved u32            |  header, 64 bytes
 //	| checkpoint LSN u64 | next table id u32 | table count u32       |
 //	| owner count u32 | reserved u32 | synced LSN u64                |
+//	| map log generation u64 (0: none) | map log length u64          |
 //	+---------------------------------------------------------------+
 //	| per table: id u32 | row bytes u16 | name len u16 | next id u64 |
 //	|   holder u64 | epoch u64 | leaf count u32 | entry count u32 |   |
-//	|   name, zero-padded to 8 bytes | leaf count leaf records       |
-//	| leaf record (ascending leaf index, 16 bytes + entries):        |
-//	|   leaf index u32 (= logical page / 64) | reserved u32 |        |
-//	|   entry mask u64 (bit s: page 64*index+s has an entry; != 0) | |
-//	|   popcount(mask) page-map entries, in slot order               |
-//	| page-map entry (24 bytes): disk page+1 u32 (0: none) |          |
-//	|   crc32c of the disk page u32 | page LSN u64 | present u64      |
-//	|   (never all zero: a page without an entry has none)           |
+//	|   name, zero-padded to 8 bytes                                 |
 //	+---------------------------------------------------------------+
 //	| per owner (ascending id): owner u64 | last seq u64 |            |
 //	|   last LSN u64 | window count u32 | reserved u32 |              |
@@ -49,18 +45,18 @@ import (
 // checkpoint LSN): recovery treats a bad WAL record at or below it as corruption, never as a
 // torn tail. A checkpoint taken inside replay publishes at least the synced LSN of the meta
 // file recovery loaded (those records stay proved durable). The owner windows are the dedup table (owners.go); a window's seqs are
-// consecutive and end at the owner's last seq.
+// consecutive and end at the owner's last seq. A table's leaf and entry counts are its page
+// map's: the map log must decode to them.
 //
-// The page map is sparse (version 3): a table's map costs 16 bytes per leaf of 64 pages that
-// holds an entry and 24 bytes per entry, so the meta bytes (and the memory decodeMeta
-// allocates, a pageMap) grow with the pages that exist, not with the highest page number: one
-// row in the last page below the id limit costs one leaf. Version 2 (the same file with a
-// dense page map: a u64 page count instead of the two u32 counts and page count entries, zero
-// for a page without a copy) is read and upgraded: the next checkpoint writes version 3.
-// Version 1 (no windows, no batch hash in commit records) is refused with ErrOldFormat.
-//
-// Every checkpoint still rewrites the whole (sparse) map: 24 bytes a mapped page. See
-// docs/storage.md for the cost.
+// Versions 3 and 2 are read and upgraded (the next checkpoint writes a map log and version 4).
+// Version 3 is the same file with a 48-byte header (no map log fields) and each table's
+// sparse page map after its name: leaf count leaf records, ascending, of leaf index u32 |
+// reserved u32 | entry mask u64 (non-zero) | popcount(mask) page-map entries in slot order;
+// a page-map entry (24 bytes) is disk page+1 u32 (0: none) | crc32c of the disk page u32 |
+// page LSN u64 | present u64, never all zero. Version 2 has a dense page map instead: a u64
+// page count in place of the two u32 counts and page count entries, zero for a page without
+// a copy. Version 1 (no windows, no batch hash in commit records) is refused with
+// ErrOldFormat.
 //
 // Part of the format; do not change.
 const (
