@@ -34,6 +34,8 @@ const (
 	BackupKindMeta uint8 = 1
 	BackupKindData uint8 = 2
 	BackupKindWAL  uint8 = 3
+	// BackupKindMapLog is the store's page-map log (Num: its generation, not 0).
+	BackupKindMapLog uint8 = 4
 )
 
 // BackupChunkMax is the most data one BackupChunk carries. Part of the format; do not change.
@@ -136,13 +138,14 @@ func (m *BackupChunk) Validate() error {
 		return bad("stream 0")
 	case len(m.Data) > BackupChunkMax:
 		return bad(fmt.Sprintf("%d data bytes, limit %d", len(m.Data), BackupChunkMax))
-	case m.Kind > BackupKindWAL:
+	case m.Kind > BackupKindMapLog:
 		return bad(fmt.Sprintf("kind %d", m.Kind))
 	case m.Kind == BackupKindEnd && (len(m.Data) != 0 || m.Offset < m.Num):
 		return bad("end of backup with data, or its WAL ending before its checkpoint")
 	case m.Kind == BackupKindMeta && m.Num != 0,
 		m.Kind == BackupKindData && (m.Num == 0 || m.Num > 1<<32-1),
-		m.Kind == BackupKindWAL && m.Num == 0:
+		m.Kind == BackupKindWAL && m.Num == 0,
+		m.Kind == BackupKindMapLog && m.Num == 0:
 		return bad(fmt.Sprintf("kind %d with number %d", m.Kind, m.Num))
 	case m.Kind != BackupKindEnd && m.Offset > backupOffsetMax:
 		return bad(fmt.Sprintf("offset %d", m.Offset))

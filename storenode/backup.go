@@ -55,6 +55,9 @@ const (
 	BackupData BackupFileKind = 2
 	// BackupWAL is a WAL segment (Num: its first LSN).
 	BackupWAL BackupFileKind = 3
+	// BackupMapLog is the map log through the meta file's published length (Num: its
+	// generation).
+	BackupMapLog BackupFileKind = 4
 )
 
 // BackupFile names one file of a backup by kind and number, never by a path, so a sink
@@ -72,6 +75,8 @@ func (f BackupFile) Path() (string, error) {
 		return metaName, nil
 	case f.Kind == BackupData && f.Num != 0 && f.Num <= 1<<32-1:
 		return path.Base(dataFileName("", uint32(f.Num))), nil
+	case f.Kind == BackupMapLog && f.Num != 0:
+		return mapLogName(f.Num), nil
 	case f.Kind == BackupWAL && f.Num != 0:
 		return path.Join("wal", fmt.Sprintf("wal-%016x.log", f.Num)), nil
 	}
@@ -185,6 +190,13 @@ func (e *Engine) holdSnapshot() (*metaState, []byte, *backupHold, error) {
 	m, err := decodeMeta(b)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("storenode: backup: %s: %w", path.Join(e.dir, metaName), err)
+	}
+	// The map log through its published length, read now under ckptMu: a later checkpoint
+	// only appends beyond it, and a compaction removes it.
+	if m.version == metaVersion {
+		if m.mapLog, err = loadMapLog(e.fs, e.dir, m, false); err != nil {
+			return nil, nil, nil, fmt.Errorf("storenode: backup: %w", err)
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -317,6 +329,11 @@ type backupRun struct {
 func (b *backupRun) run(ctx context.Context, m *metaState, metaBytes []byte) error {
 	if err := b.send(ctx, BackupFile{Kind: BackupMeta}, 0, metaBytes, true); err != nil {
 		return err
+	}
+	if m.logGen != 0 {
+		if err := b.send(ctx, BackupFile{Kind: BackupMapLog, Num: m.logGen}, 0, m.mapLog, true); err != nil {
+			return err
+		}
 	}
 	for i := range m.tables {
 		if err := b.table(ctx, &m.tables[i]); err != nil {

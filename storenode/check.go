@@ -25,6 +25,12 @@ import (
 //     files exist (Open refuses it rather than remove them as orphans);
 //   - meta: its checksum, header and every table and owner entry (decodeMeta), and no two
 //     tables sharing a name;
+//   - the map log (version 4): present and at least the published length long, every record
+//     through that length (checksum, fields, a clear of an existing entry) and the tables'
+//     counts (decodeMapLog); damage names the map log's file and the record's offset, and a
+//     page-map finding the offset of the entry in the last record that set it. Bytes beyond
+//     the published length and map logs the meta file does not name are notes (Open
+//     truncates and removes them);
 //   - page maps against the data files: every mapped disk page lies inside its data file, no
 //     two logical pages share a disk page, a page without a disk page has no rows, every mapped
 //     page's CRC32C matches its entry, and its absent slots and padding are zero;
@@ -249,10 +255,16 @@ func (c *checker) run() (*CheckReport, error) {
 			What: "a restored backup not opened yet: its first Open bumps every table's ownership epoch (fencing the original's holders) and removes this marker"})
 	}
 
-	m, ok, err := loadMeta(c.fs, dir)
+	m, ok, err := loadMetaOffsets(c.fs, dir, true)
+	var logDamage *mapLogDamage
 	switch {
 	case errors.Is(err, ErrOldFormat):
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
+	case errors.As(err, &logDamage) && errors.Is(err, corrupt.ErrCorruption):
+		what := strings.TrimPrefix(err.Error(), "storenode: "+path.Join(dir, logDamage.file)+": ")
+		c.damage(Finding{File: logDamage.file, Offset: logDamage.off, What: strings.TrimPrefix(what, "storenode: map log: ") +
+			"; the page maps, data files and WAL cannot be checked without it"})
+		return c.rep, nil
 	case errors.Is(err, corrupt.ErrCorruption):
 		what := strings.TrimPrefix(err.Error(), "storenode: "+path.Join(dir, metaName)+": ")
 		c.damage(Finding{File: metaName, Offset: -1, What: strings.TrimPrefix(what, "storenode: meta: ") +
@@ -275,6 +287,9 @@ func (c *checker) run() (*CheckReport, error) {
 	c.rep.CheckpointLSN, c.rep.SyncedLSN = m.ckptLSN, m.syncedLSN
 	if contains(names, metaTempName) {
 		c.note(Finding{File: metaTempName, Offset: -1, What: "a checkpoint that was not published (Open ignores and overwrites it)"})
+	}
+	if err := c.noteMapLogs(names, m); err != nil {
+		return nil, err
 	}
 	c.cat.init(m)
 	offs := metaTableOffsets(m)
@@ -450,4 +465,32 @@ func contains(names []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// noteMapLogs notes the map logs the meta file m does not name and bytes beyond the published
+// length of the one it names: what an unpublished checkpoint leaves, which Open removes.
+func (c *checker) noteMapLogs(names []string, m *metaState) error {
+	for _, n := range names {
+		gen, ok := parseMapLogName(n)
+		if !ok {
+			continue
+		}
+		if gen != m.logGen {
+			c.note(Finding{File: n, Offset: -1, What: "a map log the meta file does not name: a compaction not published, or an old log not removed (Open removes it)"})
+			continue
+		}
+		f, err := c.fs.Open(path.Join(c.dir, n))
+		if err != nil {
+			return fmt.Errorf("storenode: check %s: %w", c.dir, err)
+		}
+		size, err := f.Size()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("storenode: check %s: size of %s: %w", c.dir, n, err)
+		}
+		if size > int64(m.logLen) {
+			c.note(Finding{File: n, Offset: int64(m.logLen), What: fmt.Sprintf("%d bytes beyond the published length: a checkpoint not published (Open truncates them)", size-int64(m.logLen))})
+		}
+	}
+	return nil
 }

@@ -24,6 +24,12 @@ const dupPagesListedMax = 8
 // metaEntryOffset returns the byte offset in the meta file of the page-map entry of page of
 // the table whose entry starts at tableOff (the layout of meta.go, in the version read).
 func metaEntryOffset(mt *metaTable, tableOff int64, page uint64) int64 {
+	if mt.logFile != "" { // version 4: in the map log, in the last record that set it
+		if off, ok := mt.entryOff[page]; ok {
+			return off
+		}
+		return -1
+	}
 	start := tableOff + metaTableBytes + int64(pad8(len(mt.name)))
 	if mt.densePages != 0 {
 		return start + int64(page)*metaEntryBytes
@@ -32,8 +38,20 @@ func metaEntryOffset(mt *metaTable, tableOff int64, page uint64) int64 {
 	return start + int64(leaves+1)*metaLeafBytes + int64(entries)*metaEntryBytes
 }
 
+// metaEntryFile returns the file that holds mt's page-map entries: the meta file, or (version
+// 4) the map log.
+func metaEntryFile(mt *metaTable) string {
+	if mt.logFile != "" {
+		return mt.logFile
+	}
+	return metaName
+}
+
 // metaPageMapBytes returns the bytes of mt's page map in the meta file, in the version read.
 func metaPageMapBytes(mt *metaTable) int64 {
+	if mt.logFile != "" {
+		return 0
+	}
 	if mt.densePages != 0 {
 		return int64(mt.densePages) * metaEntryBytes
 	}
@@ -44,6 +62,9 @@ func metaPageMapBytes(mt *metaTable) int64 {
 func metaTableOffsets(m *metaState) []int64 {
 	offs := make([]int64, len(m.tables))
 	off := int64(metaHeaderBytes)
+	if m.version == metaVersion {
+		off = metaV4HeaderBytes
+	}
 	for i := range m.tables {
 		offs[i] = off
 		off += metaTableBytes + int64(pad8(len(m.tables[i].name))) + metaPageMapBytes(&m.tables[i])
@@ -76,7 +97,7 @@ func (c *checker) checkTable(mt *metaTable, tableOff int64) error {
 	}
 	filePages := uint64(size / pageBytes)
 	entry := func(page uint64) Finding {
-		return Finding{File: metaName, Offset: metaEntryOffset(mt, tableOff, page), Table: mt.id, Page: int64(page), DiskPage: -1}
+		return Finding{File: metaEntryFile(mt), Offset: metaEntryOffset(mt, tableOff, page), Table: mt.id, Page: int64(page), DiskPage: -1}
 	}
 
 	used, dupSet := bitmaptree.New(), bitmaptree.New()
@@ -161,7 +182,7 @@ func (c *checker) checkDups(mt *metaTable, tableOff int64, dups []uint64) {
 		if len(pages) > dupPagesListedMax {
 			more = fmt.Sprintf(" and %d more", len(pages)-dupPagesListedMax)
 		}
-		c.damage(Finding{File: metaName, Offset: metaEntryOffset(mt, tableOff, pages[1]), Table: mt.id, Page: int64(pages[1]),
+		c.damage(Finding{File: metaEntryFile(mt), Offset: metaEntryOffset(mt, tableOff, pages[1]), Table: mt.id, Page: int64(pages[1]),
 			DiskPage: int64(d), What: fmt.Sprintf("disk page %d is mapped by logical pages %s%s: a disk page holds one logical page",
 				d, strings.Join(list, ", "), more)})
 	}
@@ -196,8 +217,8 @@ func (c *checker) checkDiskPages(mt *metaTable, tableOff int64, f vfs.File, rel 
 		}
 		c.rep.Pages++
 		if got := checksum.Of(buf); got != ent.crc {
-			fd.What = fmt.Sprintf("checksum %#08x, the page-map entry (meta offset %d) says %#08x (page LSN %d)",
-				got, metaEntryOffset(mt, tableOff, p), ent.crc, ent.lsn)
+			fd.What = fmt.Sprintf("checksum %#08x, the page-map entry (%s offset %d) says %#08x (page LSN %d)",
+				got, metaEntryFile(mt), metaEntryOffset(mt, tableOff, p), ent.crc, ent.lsn)
 			c.damage(fd)
 			continue
 		}
@@ -239,7 +260,7 @@ func (c *checker) checkAfterWAL(last uint64) {
 		}
 		for page, ent := range mt.pages.all() {
 			// Offset -1 until a damage is found: an entry's offset costs a rank query.
-			fd := Finding{File: metaName, Offset: -1, Table: mt.id, Page: int64(page), DiskPage: -1}
+			fd := Finding{File: metaEntryFile(mt), Offset: -1, Table: mt.id, Page: int64(page), DiskPage: -1}
 			if ent.disk != 0 {
 				fd.DiskPage = int64(ent.disk - 1)
 			}

@@ -178,13 +178,23 @@ func requireFinding(t *testing.T, got, want Finding, whats ...string) {
 // valid checksum): damage a buggy writer, not bit rot, would leave.
 func editMeta(t *testing.T, dir string, edit func(m *metaState)) {
 	t.Helper()
-	name := filepath.Join(dir, metaName)
-	b, err := os.ReadFile(name)
-	require.NoError(t, err)
-	m, err := decodeMeta(b)
-	require.NoError(t, err)
+	m := loadTestMeta(t, dir)
 	edit(m)
-	writeTestFile(t, name, encodeMeta(m))
+	writeTestMeta(t, dir, m)
+}
+
+// writeTestMeta writes m as dir's meta file and its page maps as a fresh map log of m's
+// generation (1 when m has none), both sealed.
+func writeTestMeta(t *testing.T, dir string, m *metaState) {
+	t.Helper()
+	m.version = metaVersion
+	if m.logGen == 0 {
+		m.logGen = 1
+	}
+	lb := encodeMapLog(m, m.logGen)
+	m.logLen = uint64(len(lb))
+	writeTestFile(t, filepath.Join(dir, mapLogName(m.logGen)), lb)
+	writeTestFile(t, filepath.Join(dir, metaName), encodeMeta(m))
 }
 
 // writeTestFile replaces a file's bytes.
@@ -201,12 +211,24 @@ func flipByte(t *testing.T, name string, off int64) {
 	writeTestFile(t, name, b)
 }
 
+// entryFile and entryOff return the file and offset of the page-map entry of page of dir's
+// table i (its map log's last record of the leaf, or the meta file's entry).
+func entryFile(t *testing.T, dir string, i int) string {
+	t.Helper()
+	return metaEntryFile(&loadTestMeta(t, dir).tables[i])
+}
+
+func entryOff(t *testing.T, dir string, i int, page uint64) int64 {
+	t.Helper()
+	m := loadTestMeta(t, dir)
+	return metaEntryOffset(&m.tables[i], metaTableOffsets(m)[i], page)
+}
+
 func loadTestMeta(t *testing.T, dir string) *metaState {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, metaName))
+	m, ok, err := loadMetaOffsets(vfs.Default, dir, true)
 	require.NoError(t, err)
-	m, err := decodeMeta(b)
-	require.NoError(t, err)
+	require.True(t, ok)
 	return m
 }
 
@@ -341,14 +363,14 @@ func TestCheckDataPageDamage(t *testing.T) {
 	found := checksum.Of(b[d*4096 : (d+1)*4096])
 	rep := runCheck(t, dir)
 	requireOnly(t, rep, Finding{Damage: true, File: dataFile, Offset: d * 4096, Table: 1, Page: page, DiskPage: d},
-		fmt.Sprintf("checksum %#08x, the page-map entry (meta offset %d) says %#08x", found, metaEntryOffset(items, offs[0], page), ent.crc))
+		fmt.Sprintf("checksum %#08x, the page-map entry (%s offset %d) says %#08x", found, metaEntryFile(items), metaEntryOffset(items, offs[0], page), ent.crc))
 
 	// A page-map entry whose checksum is wrong (re-sealed meta: a writer's bug).
 	dir = copyStore(t, s.clean)
 	editMeta(t, dir, func(m *metaState) { editEntry(&m.tables[0].pages, page, func(e *mapEntry) { e.crc ^= 1 }) })
 	rep = runCheck(t, dir)
 	requireOnly(t, rep, Finding{Damage: true, File: dataFile, Offset: d * 4096, Table: 1, Page: page, DiskPage: d},
-		fmt.Sprintf("checksum %#08x, the page-map entry (meta offset %d) says %#08x", ent.crc, metaEntryOffset(items, offs[0], page), ent.crc^1))
+		fmt.Sprintf("checksum %#08x, the page-map entry (%s offset %d) says %#08x", ent.crc, entryFile(t, dir, 0), entryOff(t, dir, 0, page), ent.crc^1))
 
 	// The data file truncated: the last mapped page is gone.
 	dir = copyStore(t, s.clean)
@@ -362,7 +384,7 @@ func TestCheckDataPageDamage(t *testing.T) {
 	rep = runCheck(t, dir)
 	d0 := damages(rep)
 	require.Len(t, d0, 1, "%v", rep.Findings)
-	requireFinding(t, d0[0], Finding{Damage: true, File: metaName, Offset: metaEntryOffset(items, offs[0], lastPage), Table: 1,
+	requireFinding(t, d0[0], Finding{Damage: true, File: entryFile(t, dir, 0), Offset: entryOff(t, dir, 0, lastPage), Table: 1,
 		Page: int64(lastPage), DiskPage: last}, fmt.Sprintf("maps disk page %d", last), "beyond its end", fmt.Sprintf("holds %d bytes", last*4096+10))
 	require.Len(t, rep.Findings, 2, "and a note on the partial page")
 	requireFinding(t, rep.Findings[1], Finding{File: dataFile, Offset: last * 4096, Table: 1, Page: -1, DiskPage: last}, "10 bytes after the last whole disk page")
@@ -407,7 +429,6 @@ func TestCheckPageMapDamage(t *testing.T) {
 	s := buildCheckStores(t)
 	m := loadTestMeta(t, s.clean)
 	items := &m.tables[0]
-	offs := metaTableOffsets(m)
 
 	// A page mapped twice: pages 1 and 3 both say disk page D.
 	dir := copyStore(t, s.clean)
@@ -423,7 +444,7 @@ func TestCheckPageMapDamage(t *testing.T) {
 		}
 	}
 	require.Len(t, dup, 1, "%v", rep.Findings)
-	requireFinding(t, dup[0], Finding{Damage: true, File: metaName, Offset: metaEntryOffset(items, offs[0], 3), Table: 1, Page: 3, DiskPage: d},
+	requireFinding(t, dup[0], Finding{Damage: true, File: entryFile(t, dir, 0), Offset: entryOff(t, dir, 0, 3), Table: 1, Page: 3, DiskPage: d},
 		fmt.Sprintf("disk page %d is mapped by logical pages 1, 3", d))
 	require.Len(t, damages(rep), 2, "and page 3's checksum does not match page 1's bytes: %v", rep.Findings)
 	require.Equal(t, uint64(1)+runCheck(t, s.clean).FreeDiskPages, rep.FreeDiskPages, "page 3's own disk page is free now")
@@ -432,21 +453,21 @@ func TestCheckPageMapDamage(t *testing.T) {
 	dir = copyStore(t, s.clean)
 	editMeta(t, dir, func(m *metaState) { editEntry(&m.tables[0].pages, 5, func(e *mapEntry) { e.disk = 0 }) })
 	rep = runCheck(t, dir)
-	requireOnly(t, rep, Finding{Damage: true, File: metaName, Offset: metaEntryOffset(items, offs[0], 5), Table: 1, Page: 5, DiskPage: -1},
+	requireOnly(t, rep, Finding{Damage: true, File: entryFile(t, dir, 0), Offset: entryOff(t, dir, 0, 5), Table: 1, Page: 5, DiskPage: -1},
 		"has rows (present mask 0xffffffffffffffff) but no disk page")
 
 	// Rows at or above the granted ids.
 	dir = copyStore(t, s.clean)
 	editMeta(t, dir, func(m *metaState) { m.tables[0].nextID = 7 * 64 })
 	rep = runCheck(t, dir)
-	requireOnly(t, rep, Finding{Damage: true, File: metaName, Offset: metaEntryOffset(items, offs[0], 7), Table: 1, Page: 7,
+	requireOnly(t, rep, Finding{Damage: true, File: entryFile(t, dir, 0), Offset: entryOff(t, dir, 0, 7), Table: 1, Page: 7,
 		DiskPage: int64(items.pages.get(7).disk - 1)}, "holds row 503", "next id 448")
 
 	// A page LSN after the WAL's end: records the checkpoint had synced are missing.
 	dir = copyStore(t, s.clean)
 	editMeta(t, dir, func(m *metaState) { editEntry(&m.tables[1].pages, 2, func(e *mapEntry) { e.lsn = s.lastLSN + 5 }) })
 	rep = runCheck(t, dir)
-	requireOnly(t, rep, Finding{Damage: true, File: metaName, Offset: metaEntryOffset(&m.tables[1], offs[1], 2), Table: 2, Page: 2,
+	requireOnly(t, rep, Finding{Damage: true, File: entryFile(t, dir, 1), Offset: entryOff(t, dir, 1, 2), Table: 2, Page: 2,
 		DiskPage: int64(m.tables[1].pages.get(2).disk - 1)}, fmt.Sprintf("page LSN %d is after the WAL's last good record %d", s.lastLSN+5, s.lastLSN))
 }
 

@@ -156,9 +156,14 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	// Everything the WAL acknowledged is durable, and it has been synced through every record
 	// the snapshot copied: a bad record up to here is corruption at the next recovery.
 	snap.syncedLSN = acked
+	oldLog, err := e.writeMapLog(snap)
+	if err != nil {
+		return err
+	}
 	if err := publishMeta(e.fs, e.dir, snap); err != nil {
 		return err
 	}
+	e.publishedMapLog(snap, oldLog)
 	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written, old)
 	e.removeDroppedFiles(gone)
 	if !replay {

@@ -150,10 +150,11 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 // wrote: a u64 page count and a dense map (a zero entry for a page without one). The owners
 // are laid out as in version 3.
 func encodeDenseMeta(m *metaState) []byte {
-	v3 := encodeMeta(m)
+	v3 := encodeSparseMeta(m)
 	owners := int64(metaHeaderBytes)
 	for i := range m.tables {
-		owners += metaTableBytes + int64(pad8(len(m.tables[i].name))) + metaPageMapBytes(&m.tables[i])
+		owners += metaTableBytes + int64(pad8(len(m.tables[i].name))) + int64(m.tables[i].pages.leafCount())*metaLeafBytes +
+			int64(m.tables[i].pages.count())*metaEntryBytes
 	}
 	b := append([]byte(nil), v3[:metaHeaderBytes]...)
 	binary.LittleEndian.PutUint32(b[8:], metaVersionDense)
@@ -213,10 +214,9 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
 
-	b, err := fs.ReadFile("db/meta")
+	m, _, err := loadMeta(fs, "db")
 	require.NoError(t, err)
-	m, err := decodeMeta(b)
-	require.NoError(t, err)
+	require.NoError(t, fs.Remove("db/"+mapLogName(m.logGen)))
 	dense := encodeDenseMeta(m)
 	dm, err := decodeMeta(dense)
 	require.NoError(t, err)
@@ -272,11 +272,10 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	commit(e, ids[4])
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
-	b, err = fs.ReadFile("db/meta")
-	require.NoError(t, err)
-	m, err = decodeMeta(b)
+	m, _, err = loadMeta(fs, "db")
 	require.NoError(t, err)
 	require.EqualValues(t, metaVersion, m.version, "the checkpoint upgraded the meta file")
+	require.NotZero(t, m.logGen, "the upgrade wrote a map log")
 	requireCheckNoDamage(t, fs, "db", "upgraded store")
 	fs.Crash(nil)
 	e, err = Open(opts)

@@ -36,6 +36,8 @@ type crashPointRun struct {
 	acked    uint64
 	dropping uint32 // a table whose drop was sent but not acknowledged
 	dropped  []uint32
+
+	logAppends, logCompactions uint64 // of the engines closed by reopen
 }
 
 func newCrashPointRun(fs *vfs.FaultFS) *crashPointRun {
@@ -66,6 +68,7 @@ func (r *crashPointRun) workload() error {
 		return err
 	}
 	r.e.ckptChunk = reviewChunks // every checkpoint crosses chunk boundaries
+	r.e.logSlack = 0             // the map log compacts often: every step of it is a crash point
 	steps := []func() error{
 		func() error { return r.createTable("a", 64) },
 		func() error { return r.allocIDs(0, 4) },
@@ -156,6 +159,8 @@ func (r *crashPointRun) commits(n int) error {
 }
 
 func (r *crashPointRun) reopen() error {
+	r.logAppends += r.e.stats.mapLogAppends.Load()
+	r.logCompactions += r.e.stats.mapLogCompactions.Load()
 	if err := r.e.Close(); err != nil {
 		return err
 	}
@@ -164,6 +169,7 @@ func (r *crashPointRun) reopen() error {
 		return err
 	}
 	r.e.ckptChunk = reviewChunks
+	r.e.logSlack = 0
 	for _, mt := range r.tables {
 		g, err := r.e.Acquire(mt.id, crashPointOwner, 0)
 		if err != nil {
@@ -220,6 +226,11 @@ func TestCrashPoints(t *testing.T) {
 	require.NoError(t, full.e.Close())
 	t.Logf("workload: %d mutating IO operations, %d batches", total, full.issued)
 	require.Greater(t, total, int64(200))
+	appends := full.logAppends + full.e.stats.mapLogAppends.Load()
+	compactions := full.logCompactions + full.e.stats.mapLogCompactions.Load()
+	t.Logf("map log: %d appends, %d compactions (each a new log, the old one removed)", appends, compactions)
+	require.Greater(t, appends, uint64(0), "the workload appends to the map log")
+	require.Greater(t, compactions, uint64(1), "the workload compacts the map log")
 	full.checkRecovered(t, "no crash")
 
 	step := int64(1)

@@ -41,8 +41,10 @@ type Engine struct {
 	log   *wal.WAL
 	start time.Time
 
-	ckptMu    sync.Mutex // one checkpoint at a time
-	ckptChunk ckptChunks // bounds of a checkpoint's lock holds (tests lower them)
+	ckptMu    sync.Mutex  // one checkpoint at a time
+	mlog      mapLogState // the published map log; under ckptMu (Open before)
+	ckptChunk ckptChunks  // bounds of a checkpoint's lock holds (tests lower them)
+	logSlack  int64       // mapLogSlack (tests lower it to compact the map log often)
 
 	// mu guards everything below it, the page cache and every table's mutable fields, except
 	// what leaseMu guards.
@@ -196,6 +198,7 @@ func Open(opts Options) (*Engine, error) {
 		cache:     newPageCache(opts.CacheBytes),
 		ckptReq:   make(chan struct{}, 1),
 		ckptChunk: ckptChunks{scanFrames: ckptScanFrames, copyBytes: ckptCopyBytes, installWrites: ckptInstallWrites},
+		logSlack:  mapLogSlack,
 		stop:      make(chan struct{}),
 		start:     time.Now(),
 	}

@@ -17,25 +17,21 @@ import (
 )
 
 // The meta file is what a checkpoint publishes: the checkpoint LSN, the catalog, the ownership
-// grants, the owners' last applied seqs (the dedup table) and every table's page map, in one
-// checksummed file replaced atomically (write meta.tmp, fsync, rename to meta, fsync the
-// directory). Recovery loads it, then replays the WAL after its LSN. All integers little-endian.
+// grants, the owners' last applied seqs (the dedup table) and the root of the map log (the
+// page maps' file, maplog.go), in one checksummed file replaced atomically (write meta.tmp,
+// fsync, rename to meta, fsync the directory): the one commit point of a checkpoint. Recovery
+// loads it and the map log through its published length, then replays the WAL after its LSN.
+// All integers little-endian.
 //
 //	+---------------------------------------------------------------+
-//	| magic "WEFTMETA" 8 | version u32 (3) | reserved u32            |  header, 48 bytes
+//	| magic "WEFTMETA" 8 | version u32 (4) | reserved u32            |  header, 64 bytes
 //	| checkpoint LSN u64 | next table id u32 | table count u32       |
 //	| owner count u32 | reserved u32 | synced LSN u64                |
+//	| map log generation u64 (0: none) | map log length u64          |
 //	+---------------------------------------------------------------+
 //	| per table: id u32 | row bytes u16 | name len u16 | next id u64 |
 //	|   holder u64 | epoch u64 | leaf count u32 | entry count u32 |   |
-//	|   name, zero-padded to 8 bytes | leaf count leaf records       |
-//	| leaf record (ascending leaf index, 16 bytes + entries):        |
-//	|   leaf index u32 (= logical page / 64) | reserved u32 |        |
-//	|   entry mask u64 (bit s: page 64*index+s has an entry; != 0) | |
-//	|   popcount(mask) page-map entries, in slot order               |
-//	| page-map entry (24 bytes): disk page+1 u32 (0: none) |          |
-//	|   crc32c of the disk page u32 | page LSN u64 | present u64      |
-//	|   (never all zero: a page without an entry has none)           |
+//	|   name, zero-padded to 8 bytes                                 |
 //	+---------------------------------------------------------------+
 //	| per owner (ascending id): owner u64 | last seq u64 |            |
 //	|   last LSN u64 | window count u32 | reserved u32 |              |
@@ -49,33 +45,35 @@ import (
 // checkpoint LSN): recovery treats a bad WAL record at or below it as corruption, never as a
 // torn tail. A checkpoint taken inside replay publishes at least the synced LSN of the meta
 // file recovery loaded (those records stay proved durable). The owner windows are the dedup table (owners.go); a window's seqs are
-// consecutive and end at the owner's last seq.
+// consecutive and end at the owner's last seq. A table's leaf and entry counts are its page
+// map's: the map log must decode to them.
 //
-// The page map is sparse (version 3): a table's map costs 16 bytes per leaf of 64 pages that
-// holds an entry and 24 bytes per entry, so the meta bytes (and the memory decodeMeta
-// allocates, a pageMap) grow with the pages that exist, not with the highest page number: one
-// row in the last page below the id limit costs one leaf. Version 2 (the same file with a
-// dense page map: a u64 page count instead of the two u32 counts and page count entries, zero
-// for a page without a copy) is read and upgraded: the next checkpoint writes version 3.
-// Version 1 (no windows, no batch hash in commit records) is refused with ErrOldFormat.
-//
-// Every checkpoint still rewrites the whole (sparse) map: 24 bytes a mapped page. See
-// docs/storage.md for the cost.
+// Versions 3 and 2 are read and upgraded (the next checkpoint writes a map log and version 4).
+// Version 3 is the same file with a 48-byte header (no map log fields) and each table's
+// sparse page map after its name: leaf count leaf records, ascending, of leaf index u32 |
+// reserved u32 | entry mask u64 (non-zero) | popcount(mask) page-map entries in slot order;
+// a page-map entry (24 bytes) is disk page+1 u32 (0: none) | crc32c of the disk page u32 |
+// page LSN u64 | present u64, never all zero. Version 2 has a dense page map instead: a u64
+// page count in place of the two u32 counts and page count entries, zero for a page without
+// a copy. Version 1 (no windows, no batch hash in commit records) is refused with
+// ErrOldFormat.
 //
 // Part of the format; do not change.
 const (
-	metaMagic        = "WEFTMETA"
-	metaVersion      = 3
-	metaVersionDense = 2 // read and upgraded: a dense page map
-	metaHeaderBytes  = 48
-	metaTableBytes   = 40
-	metaLeafBytes    = 16
-	metaEntryBytes   = 24
-	metaOwnerBytes   = 32
-	metaDedupBytes   = 24
-	metaTrailerBytes = 8
-	metaName         = "meta"
-	metaTempName     = "meta.tmp"
+	metaMagic         = "WEFTMETA"
+	metaVersion       = 4
+	metaVersionSparse = 3 // read and upgraded: the page map inside the meta file
+	metaVersionDense  = 2 // read and upgraded: a dense page map
+	metaHeaderBytes   = 48
+	metaV4HeaderBytes = 64 // version 4 adds the map log's generation u64 and published length u64
+	metaTableBytes    = 40
+	metaLeafBytes     = 16
+	metaEntryBytes    = 24
+	metaOwnerBytes    = 32
+	metaDedupBytes    = 24
+	metaTrailerBytes  = 8
+	metaName          = "meta"
+	metaTempName      = "meta.tmp"
 )
 
 // mapEntry is one page-map entry: where the page's durable copy lives and how to check it.
@@ -98,6 +96,11 @@ type metaTable struct {
 	// densePages is the page count of a version-2 (dense) map as read: Check's offsets follow
 	// the layout read. 0 for version 3.
 	densePages uint64
+	// Version 4: the counts the meta file holds (decodeMapLog checks the log against them)
+	// and, for Check, the offset in the map log of each entry (decodeMapLog).
+	wantLeaves, wantEntries uint64
+	entryOff                map[uint64]int64
+	logFile                 string // version 4: the map log's name, relative to the store
 }
 
 type metaState struct {
@@ -107,15 +110,18 @@ type metaState struct {
 	nextTable uint32
 	tables    []metaTable
 	owners    map[uint64]ownerState
+	logGen    uint64 // version 4: the map log's generation (0: none, every map empty)
+	logLen    uint64 // version 4: the map log's published length
+	mapLog    []byte // the map log's bytes, when a backup read them
 }
 
 func encodeMeta(m *metaState) []byte {
-	size := metaHeaderBytes + metaTrailerBytes
+	size := metaV4HeaderBytes + metaTrailerBytes
 	for _, o := range m.owners {
 		size += metaOwnerBytes + o.n*metaDedupBytes
 	}
 	for _, t := range m.tables {
-		size += metaTableBytes + pad8(len(t.name)) + t.pages.leafCount()*metaLeafBytes + t.pages.count()*metaEntryBytes
+		size += metaTableBytes + pad8(len(t.name))
 	}
 	b := make([]byte, 0, size)
 	b = append(b, metaMagic...)
@@ -127,6 +133,8 @@ func encodeMeta(m *metaState) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.owners)))
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, m.syncedLSN)
+	b = binary.LittleEndian.AppendUint64(b, m.logGen)
+	b = binary.LittleEndian.AppendUint64(b, m.logLen)
 	for _, t := range m.tables {
 		b = binary.LittleEndian.AppendUint32(b, t.id)
 		b = binary.LittleEndian.AppendUint16(b, uint16(t.rowBytes))
@@ -134,14 +142,14 @@ func encodeMeta(m *metaState) []byte {
 		b = binary.LittleEndian.AppendUint64(b, t.nextID)
 		b = binary.LittleEndian.AppendUint64(b, t.holder)
 		b = binary.LittleEndian.AppendUint64(b, t.epoch)
-		b = binary.LittleEndian.AppendUint32(b, uint32(t.pages.leafCount()))
-		b = binary.LittleEndian.AppendUint32(b, uint32(t.pages.count()))
+		leaves, entries := uint32(t.pages.leafCount()), uint32(t.pages.count())
+		if t.pages == nil { // decoded from a version-4 file, its map log not read: keep its counts
+			leaves, entries = uint32(t.wantLeaves), uint32(t.wantEntries)
+		}
+		b = binary.LittleEndian.AppendUint32(b, leaves)
+		b = binary.LittleEndian.AppendUint32(b, entries)
 		b = append(b, t.name...)
 		b = append(b, make([]byte, pad8(len(t.name))-len(t.name))...)
-		t.pages.eachLeaf(func(leaf, mask uint64, ents []mapEntry) bool {
-			b = appendLeaf(b, leaf, mask, ents)
-			return true
-		})
 	}
 	for _, o := range sortedOwners(m.owners) {
 		s := m.owners[o]
@@ -193,9 +201,9 @@ func decodeMeta(b []byte) (*metaState, error) {
 		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
 	}
 	version := binary.LittleEndian.Uint32(b[8:])
-	if version != metaVersion && version != metaVersionDense {
+	if version != metaVersion && version != metaVersionSparse && version != metaVersionDense {
 		if v := version; v < metaVersionDense {
-			return nil, fmt.Errorf("%w: meta file format version %d, this build reads versions %d and %d only "+
+			return nil, fmt.Errorf("%w: meta file format version %d, this build reads versions %d to %d only "+
 				"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersionDense, metaVersion)
 		}
 		return nil, corrupt.Errorf("storenode: meta: version %d, want %d", version, metaVersion)
@@ -211,7 +219,18 @@ func decodeMeta(b []byte) (*metaState, error) {
 	if binary.LittleEndian.Uint32(b[12:]) != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 || m.syncedLSN < m.ckptLSN {
 		return nil, corrupt.Errorf("storenode: meta: bad header")
 	}
-	p := body[metaHeaderBytes:]
+	hdrBytes := metaHeaderBytes
+	if version == metaVersion {
+		if len(body) < metaV4HeaderBytes {
+			return nil, corrupt.Errorf("storenode: meta: %d bytes", len(b))
+		}
+		hdrBytes = metaV4HeaderBytes
+		m.logGen, m.logLen = binary.LittleEndian.Uint64(b[48:]), binary.LittleEndian.Uint64(b[56:])
+		if m.logGen == 0 && m.logLen != 0 || m.logGen != 0 && m.logLen < mapLogHeaderBytes {
+			return nil, corrupt.Errorf("storenode: meta: bad header")
+		}
+	}
+	p := body[hdrBytes:]
 	if uint64(nTables)*metaTableBytes+uint64(nOwners)*metaOwnerBytes > uint64(len(p)) {
 		return nil, corrupt.Errorf("storenode: meta: %d tables and %d owners in %d bytes", nTables, nOwners, len(p))
 	}
@@ -231,7 +250,10 @@ func decodeMeta(b []byte) (*metaState, error) {
 		nameLen := int(binary.LittleEndian.Uint16(p[6:]))
 		nLeaves, nEntries := uint64(binary.LittleEndian.Uint32(p[32:])), uint64(binary.LittleEndian.Uint32(p[36:]))
 		need := nLeaves*metaLeafBytes + nEntries*metaEntryBytes
-		if version == metaVersionDense {
+		if version == metaVersion {
+			need = 0
+			t.wantLeaves, t.wantEntries = nLeaves, nEntries
+		} else if version == metaVersionDense {
 			t.densePages = binary.LittleEndian.Uint64(p[32:])
 			need = t.densePages * metaEntryBytes
 			if t.densePages > tablePagesMax {
@@ -251,7 +273,9 @@ func decodeMeta(b []byte) (*metaState, error) {
 		}
 		seen[t.id] = true
 		var err error
-		if version == metaVersionDense {
+		if version == metaVersion {
+			// decodeMapLog fills t.pages
+		} else if version == metaVersionDense {
 			t.pages, p = decodeDensePageMap(p, t.densePages)
 		} else if t.pages, p, err = decodePageMap(p, nLeaves, nEntries); err != nil {
 			return nil, fmt.Errorf("storenode: meta: table %d: %w", t.id, err)
@@ -392,8 +416,14 @@ func publishMeta(fs vfs.FS, dir string, m *metaState) error {
 	return nil
 }
 
-// loadMeta reads the published meta; ok is false when there is none (a new store).
+// loadMeta reads the published meta and its map log; ok is false when there is none (a new
+// store).
 func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
+	return loadMetaOffsets(fs, dir, false)
+}
+
+// loadMetaOffsets is loadMeta, recording the map log's entry offsets when offsets (Check).
+func loadMetaOffsets(fs vfs.FS, dir string, offsets bool) (m *metaState, ok bool, err error) {
 	name := path.Join(dir, metaName)
 	f, err := fs.Open(name)
 	if err != nil {
@@ -422,6 +452,11 @@ func loadMeta(fs vfs.FS, dir string) (m *metaState, ok bool, err error) {
 	m, err = decodeMeta(b)
 	if err != nil {
 		return nil, false, fmt.Errorf("storenode: %s: %w", name, err)
+	}
+	if m.version == metaVersion {
+		if _, err := loadMapLog(fs, dir, m, offsets); err != nil {
+			return nil, false, err
+		}
 	}
 	return m, true, nil
 }
@@ -482,7 +517,7 @@ func precheckMeta(f vfs.File, size int64) error {
 			body, want, crc, body)
 	}
 	if version < metaVersionDense { // after the checksum, as decodeMeta: a damaged file is not an old one
-		return fmt.Errorf("%w: meta file format version %d, this build reads versions %d and %d only "+
+		return fmt.Errorf("%w: meta file format version %d, this build reads versions %d to %d only "+
 			"(open the store with the build that wrote it and export its rows)", ErrOldFormat, version, metaVersionDense, metaVersion)
 	}
 	return nil

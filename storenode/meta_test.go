@@ -36,8 +36,8 @@ func TestMetaOwnersRoundTrip(t *testing.T) {
 	for _, seed := range metaSeeds() {
 		m, err := decodeMeta(seed)
 		require.NoError(t, err)
-		if m.version == metaVersionDense {
-			continue // upgraded: TestMetaDenseUpgrade
+		if m.version != metaVersion {
+			continue // upgraded: TestMetaDenseUpgrade, TestMetaSparseUpgrade
 		}
 		require.Equal(t, seed, encodeMeta(m))
 	}
@@ -97,12 +97,39 @@ func TestMetaDenseUpgrade(t *testing.T) {
 	require.Equal(t, 2, pm.count(), "the empty page has no entry")
 	require.Equal(t, mapEntry{disk: 2, crc: 7, lsn: 5, present: 3}, pm.get(0))
 	require.Equal(t, mapEntry{disk: 1, crc: 8, lsn: 6, present: 1}, pm.get(2))
-	m2, err := decodeMeta(encodeMeta(m))
-	require.NoError(t, err)
+	m2 := reloadV4(t, m)
 	require.EqualValues(t, metaVersion, m2.version)
 	require.Equal(t, pm.get(0), m2.tables[0].pages.get(0))
 	require.Equal(t, pm.get(2), m2.tables[0].pages.get(2))
 	require.Equal(t, 2, m2.tables[0].pages.count())
+}
+
+// A version-3 meta file (the sparse page map inside it) is read with every entry and
+// re-encoded as version 4 (the map in a map log) with the same entries.
+func TestMetaSparseUpgrade(t *testing.T) {
+	seeds := metaSeeds()
+	m, err := decodeMeta(seeds[len(seeds)-1])
+	require.NoError(t, err)
+	require.EqualValues(t, metaVersionSparse, m.version)
+	pm := m.tables[0].pages
+	require.Equal(t, 4, pm.count())
+	m2 := reloadV4(t, m)
+	require.EqualValues(t, metaVersion, m2.version)
+	require.Equal(t, m.tables[0].pages.count(), m2.tables[0].pages.count())
+	for page, ent := range pm.all() {
+		require.Equal(t, ent, m2.tables[0].pages.get(page))
+	}
+	require.Zero(t, m2.tables[1].pages.count())
+}
+
+// reloadV4 encodes m as version 4 with its map log and decodes both.
+func reloadV4(t *testing.T, m *metaState) *metaState {
+	t.Helper()
+	mb, lb := encodeMetaAndLog(m)
+	m2, err := decodeMeta(mb)
+	require.NoError(t, err)
+	require.NoError(t, decodeMapLog(lb, m2.logGen, m2, false))
+	return m2
 }
 
 // A page map of many leaves far apart (one entry each, every leaf under its own inner node)
@@ -115,11 +142,13 @@ func TestDecodeSparseMetaMemoryBoundedByBytes(t *testing.T) {
 	}
 	m := &metaState{ckptLSN: 1, syncedLSN: 1, nextTable: 2, owners: map[uint64]ownerState{},
 		tables: []metaTable{{id: 1, rowBytes: 64, name: "t", nextID: MaxRowID, pages: pageMapOf(ents)}}}
-	b := encodeMeta(m)
+	mb, b := encodeMetaAndLog(m)
+	got, err := decodeMeta(mb)
+	require.NoError(t, err)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	got, err := decodeMeta(b)
+	err = decodeMapLog(b, got.logGen, got, false)
 	runtime.ReadMemStats(&after)
 	require.NoError(t, err)
 	require.Equal(t, len(ents), got.tables[0].pages.count())

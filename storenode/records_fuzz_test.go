@@ -28,7 +28,9 @@ func metaSeeds() [][]byte {
 			{id: 2, rowBytes: 512, name: "b.c-d_e", nextID: 0},
 		}}
 	empty := &metaState{nextTable: 1, owners: map[uint64]ownerState{}}
-	return [][]byte{encodeMeta(m), encodeMeta(empty), denseMetaSeed()}
+	v3 := encodeSparseMeta(m)
+	v4, _ := encodeMetaAndLog(m)
+	return [][]byte{v4, encodeMeta(empty), denseMetaSeed(), v3}
 }
 
 // pageMapOf builds a sealed page map of ents.
@@ -81,8 +83,8 @@ func FuzzDecodeMeta(f *testing.F) {
 			return
 		}
 		got := encodeMeta(m)
-		if m.version == metaVersionDense {
-			// Upgraded: the version-3 encoding decodes to the same state.
+		if m.version != metaVersion {
+			// Upgraded: the version-4 encoding decodes to the same state.
 			m2, err := decodeMeta(got)
 			if err != nil {
 				t.Fatalf("upgraded meta does not decode: %v", err)

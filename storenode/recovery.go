@@ -64,6 +64,9 @@ func (e *Engine) recover() error {
 			return err
 		}
 	}
+	if err := e.openMapLog(m); err != nil {
+		return err
+	}
 	e.ckptLSN, e.lastLSN, e.nextTable = m.ckptLSN, m.ckptLSN, m.nextTable
 	e.recoveredSynced = m.syncedLSN
 	for _, mt := range m.tables {

@@ -11,16 +11,18 @@ import (
 
 // engineCounters are updated without the engine lock.
 type engineCounters struct {
-	commits     atomic.Uint64
-	retried     atomic.Uint64
-	rowsWritten atomic.Uint64
-	walBytes    atomic.Uint64
-	diskReads   atomic.Uint64
-	diskWrites  atomic.Uint64
-	checkpoints atomic.Uint64
-	ckptPages   atomic.Uint64
-	ckptLastNs  atomic.Int64
-	stallMaxNs  atomic.Int64
+	commits                          atomic.Uint64
+	retried                          atomic.Uint64
+	rowsWritten                      atomic.Uint64
+	walBytes                         atomic.Uint64
+	diskReads                        atomic.Uint64
+	diskWrites                       atomic.Uint64
+	mapLogBytes                      atomic.Uint64 // bytes checkpoints wrote to the map log (maplog.go)
+	mapLogAppends, mapLogCompactions atomic.Uint64
+	checkpoints                      atomic.Uint64
+	ckptPages                        atomic.Uint64
+	ckptLastNs                       atomic.Int64
+	stallMaxNs                       atomic.Int64
 
 	ownersExpired atomic.Uint64
 }
