@@ -109,7 +109,11 @@ func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) 
 // and its bytes are the row's state as of that version (every commit up to it is
 // acknowledged, so the store has it; a commit not yet acknowledged is in the cache, whose
 // valid slots a fill never overwrites, or is waited for: see fetch). Transactions' validation
-// already rests on it (a read is valid at commit if its version is unchanged). The converse
+// already rests on it (a read is valid at commit if its version is unchanged). Once a commit
+// batch failed, the store may hold a batch this node gave up on (applied, its acknowledgement
+// lost), so the durable version no longer describes the store's bytes: a fetch then stamps a
+// fresh version from the commit counter, past the failure (a Durable read of it returns the
+// failure: the DB must be reopened anyway). The converse
 // does not hold: a new version may carry the same bytes (a refetch, a Put of the same
 // bytes). A version is meaningless across DBs, and across a reopen.
 func (t *Table) ViewVersion(ctx context.Context, id uint64, fn func(row []byte, version uint64) error) error {
