@@ -100,6 +100,11 @@ func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) 
 // fn ran (the run that counts saw exactly the bytes of that version). It is for a reader
 // that remembers something it computed from a row (that its checksum is good) and wants to
 // know, without reading the row's bytes again, that the row is the one it computed it from.
+// Its rules are View's: any goroutine may call it, outside a transaction (it is in no
+// transaction's read set: there is no Tx.ViewVersion); fn may run more than once, only the
+// last run counts, and only once ViewVersion returned nil (so record what fn computed
+// after it returns, never inside fn); row is valid only while fn runs; errors are View's
+// (ErrNotFound without calling fn, fn's own error as it is). Example: ExampleTable_ViewVersion.
 //
 // A version identifies a row's bytes for the DB's life: two runs (of any goroutines) that
 // get the same row id and the same version saw the same bytes. Versions come from the DB's
