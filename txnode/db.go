@@ -40,6 +40,9 @@ type DB struct {
 	// from it on will become durable (a batch holding it failed); max when none.
 	durableWaiters []*durableWaiter
 	durableFailVer uint64
+	// batchFailed: a commit batch failed (failDurable ran), set before the failed rows are
+	// invalidated. From then on a fill stamps fresh versions (see fill).
+	batchFailed atomic.Bool
 
 	// mu guards tables and byID. It is a leaf lock: nothing else is taken while it is held
 	// (freshNow takes it under the cache's mutex).
@@ -489,6 +492,7 @@ func (db *DB) advanceDurable(ver uint64) {
 // failDurable records that no version from fromVer on will become durable (a batch failed)
 // and wakes the waiters for them, which return the pipeline's failure.
 func (db *DB) failDurable(fromVer uint64) {
+	db.batchFailed.Store(true)
 	db.durableMu.Lock()
 	db.durableFailVer = min(db.durableFailVer, fromVer)
 	keep := db.durableWaiters[:0]

@@ -106,7 +106,7 @@ func (f *fetchReq) fill(_ int, data, clear uint64, rows []byte) {
 func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte) {
 	versions, frameRows := frameWords(m, t.rowBytes)
 	r := t.rowBytes
-	ver := db.durableVer.Load()
+	ver, fresh := db.durableVer.Load(), uint64(0)
 	k := 0
 	for mask := data | clear; mask != 0; mask &= mask - 1 {
 		slot := bits.TrailingZeros64(mask)
@@ -142,6 +142,20 @@ func (db *DB) fill(t *tableState, m *frameMeta, data, clear uint64, rows []byte)
 				m.present.And(^bit)
 			}
 			m.valid.Or(bit)
+		}
+		if db.batchFailed.Load() {
+			// A batch failed: this slot may be one its invalidation left, and the store may
+			// hold the batch all the same (applied, its acknowledgement lost; or
+			// acknowledged after an earlier batch failed). The durable version is then not
+			// the state of the store's bytes, and the row may have had it with its older
+			// bytes: stamp a version no row ever had, from the commit counter (the flag is
+			// loaded after the slot's valid bit, so after the invalidation, which follows
+			// it), so that a version still identifies a row's bytes (Table.ViewVersion).
+			// It is past the failed version: a Durable read of it returns the failure.
+			if fresh == 0 {
+				fresh = db.commitVer.Add(1)
+			}
+			ver = fresh
 		}
 		atomic.StoreUint64(word, ver)
 		db.cache.rows.wake(m, slot)

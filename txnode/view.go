@@ -100,6 +100,11 @@ func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) 
 // fn ran (the run that counts saw exactly the bytes of that version). It is for a reader
 // that remembers something it computed from a row (that its checksum is good) and wants to
 // know, without reading the row's bytes again, that the row is the one it computed it from.
+// Its rules are View's: any goroutine may call it, outside a transaction (it is in no
+// transaction's read set: there is no Tx.ViewVersion); fn may run more than once, only the
+// last run counts, and only once ViewVersion returned nil (so record what fn computed
+// after it returns, never inside fn); row is valid only while fn runs; errors are View's
+// (ErrNotFound without calling fn, fn's own error as it is). Example: ExampleTable_ViewVersion.
 //
 // A version identifies a row's bytes for the DB's life: two runs (of any goroutines) that
 // get the same row id and the same version saw the same bytes. Versions come from the DB's
@@ -109,7 +114,11 @@ func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) 
 // and its bytes are the row's state as of that version (every commit up to it is
 // acknowledged, so the store has it; a commit not yet acknowledged is in the cache, whose
 // valid slots a fill never overwrites, or is waited for: see fetch). Transactions' validation
-// already rests on it (a read is valid at commit if its version is unchanged). The converse
+// already rests on it (a read is valid at commit if its version is unchanged). Once a commit
+// batch failed, the store may hold a batch this node gave up on (applied, its acknowledgement
+// lost), so the durable version no longer describes the store's bytes: a fetch then stamps a
+// fresh version from the commit counter, past the failure (a Durable read of it returns the
+// failure: the DB must be reopened anyway). The converse
 // does not hold: a new version may carry the same bytes (a refetch, a Put of the same
 // bytes). A version is meaningless across DBs, and across a reopen.
 func (t *Table) ViewVersion(ctx context.Context, id uint64, fn func(row []byte, version uint64) error) error {
