@@ -50,7 +50,8 @@ type Stats struct {
 	// CacheHits and CacheMisses count page reads served from the disk page cache and those
 	// that needed the disk (like PostgreSQL's blks_hit and blks_read).
 	CacheHits, CacheMisses uint64
-	// CachePages, DirtyPages and CacheBytes describe the disk page cache now.
+	// CachePages, DirtyPages and CacheBytes describe the disk page cache now; CacheBytes
+	// counts the frames (rows and metadata) and the page index's nodes, all the budget holds.
 	CachePages, DirtyPages int
 	CacheBytes             int64
 	// DiskReads and DiskWrites count disk pages read and written.
@@ -85,7 +86,7 @@ func (e *Engine) Stats() Stats {
 		CacheMisses:     e.cache.misses,
 		CachePages:      e.cache.index.n,
 		DirtyPages:      e.cache.dirtyFrames,
-		CacheBytes:      e.cache.usedBytes,
+		CacheBytes:      e.cache.usedBytes + e.cache.index.bytes,
 		CheckpointLSN:   e.ckptLSN,
 		LastLSN:         e.lastLSN,
 		Owners:          len(e.owners),
