@@ -230,7 +230,7 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return nonNegative(s.CachePages) }},
 	{Name: "dirty_pages", Help: "Pages in the disk page cache changed since the last checkpoint.", Kind: StatGauge,
 		Value: func(s *Stats) uint64 { return nonNegative(s.DirtyPages) }},
-	{Name: "cache_bytes", Help: "Bytes of the disk page cache in use (frames and metadata).", Kind: StatGauge,
+	{Name: "cache_bytes", Help: "Bytes of the disk page cache in use (frames, metadata and page index).", Kind: StatGauge,
 		Value: func(s *Stats) uint64 { return nonNegative(s.CacheBytes) }},
 	{Name: "disk_reads", Help: "Disk pages read from data files.", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.DiskReads }},
