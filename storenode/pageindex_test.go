@@ -47,7 +47,9 @@ func TestPageIndexModel(t *testing.T) {
 				delete(model, key)
 			}
 		} else if !ok {
+			before, grows := x.bytes, x.growth(key)
 			x.set(key, next)
+			require.Equal(t, before+grows, x.bytes, "growth predicts what set allocates, key %#x", key)
 			model[key] = next
 			next++
 		}
@@ -79,6 +81,7 @@ func TestPageIndexModel(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Empty(t, x.tables, "empty tables are freed with their nodes")
+	require.Zero(t, x.bytes, "freed nodes are uncharged")
 	require.Nil(t, x.last)
 }
 
