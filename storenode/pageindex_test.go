@@ -183,4 +183,12 @@ func TestPageIndexChargedToBudget(t *testing.T) {
 		check(fmt.Sprintf("read %d", k))
 	}
 	require.NoError(t, e.verify())
+	// A drop frees the table's nodes and forgets it as the last table looked up.
+	require.NoError(t, e.DropTable("sparse", testOwner))
+	e.mu.Lock()
+	require.Zero(t, e.cache.index.bytes)
+	require.Empty(t, e.cache.index.tables)
+	require.Nil(t, e.cache.index.last)
+	e.mu.Unlock()
+	require.NoError(t, e.verify())
 }
