@@ -9,7 +9,8 @@ import (
 // size) that hold no Go pointers, indexed by a per-table radix tree over page numbers (pageindex.go), evicted by CLOCK.
 //
 // Invariants (all under Engine.mu, which guards the cache; the cache has no lock of its own):
-//   - usedBytes = sum over live frames of (page bytes + frameOverheadBytes) <= budgetBytes,
+//   - usedBytes = sum over live frames of (page bytes + frameOverheadBytes), and
+//     usedBytes + index.bytes (the page index's nodes, pageindex.go) <= budgetBytes,
 //     except while one batch larger than the whole budget is applied (alloc with force), which a
 //     checkpoint then writes out.
 //   - A frame's valid mask says which slots' bytes are authoritative. A frame created by a
@@ -107,7 +108,7 @@ func (c *pageCache) slabFor(pageBytes int) int16 {
 // oversized batch exceed the budget.
 func (c *pageCache) alloc(key uint64, pageBytes int, force bool) (int32, bool) {
 	cost := c.frameCost(pageBytes)
-	for c.usedBytes+cost > c.budgetBytes {
+	for c.usedBytes+c.index.bytes+cost+c.index.growth(key) > c.budgetBytes {
 		if !c.evictOne() {
 			if !force {
 				return 0, false

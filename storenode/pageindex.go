@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/weftdb/weft/internal/assert"
 )
@@ -14,18 +15,21 @@ import (
 // loads, of which only the leaf's is likely to miss. A Go map at 470K keys took a random probe
 // and about two cache misses per lookup.
 //
-// Memory grows with the pages present: a leaf (4 KiB) or a middle node (8 KiB) is allocated on
-// the first frame of its range and freed when its last frame goes, a table's root (8 KiB) on
-// its first frame and freed with its last. So the index holds at most 20 KiB per frame in the
-// worst case (frames spread one per 1M pages), and about 4 bytes a page for a table cached
-// densely; it is not charged against the cache budget (frameOverheadBytes is charged per
-// frame). The first frame of a 1,024-page range allocates on the commit path.
+// Memory grows with the pages present and is charged to the cache budget (pageIndex.bytes;
+// pageCache.alloc evicts to make room for the nodes a new frame needs, as for the frame): a
+// leaf (4 KiB) is allocated on the first frame of its 1,024 pages and freed with the last; a
+// middle node and a table's root are small and hold slices grown by doubling to the highest
+// leaf or middle node needed (at most 10 KiB and 8 KiB), freed with their last frame. A table
+// cached densely from page 0 costs about 4 bytes a page; the sparsest case (frames one per
+// million pages) about 14 KiB a frame, which the budget then holds as fewer frames. The first
+// frame of a 1,024-page range allocates on the commit path.
 //
 // The index is guarded by Engine.mu, like the rest of the cache.
 type pageIndex struct {
 	tables map[uint32]*tableIndex
 	last   *tableIndex // the table last looked up or inserted, or nil
 	n      int         // frames indexed
+	bytes  int64       // bytes of the nodes and their slices, charged to the cache budget
 }
 
 const (
@@ -35,20 +39,41 @@ const (
 	pixPages = 1 << (3 * pixBits) // pages an index covers: logicpage.TablePagesMax
 )
 
+// tableIndex is a table's root: root[i] covers pages [i<<20, (i+1)<<20), grown to the highest
+// middle node needed (a table cached from page 0 holds a root of one).
 type tableIndex struct {
 	id   uint32
 	n    int // frames indexed for the table
-	root [pixFan]*pixMid
+	root []*pixMid
 }
 
+// pixMid covers 2^20 pages: leaves[j] the 1,024 pages from j<<10 of its range, grown to the
+// highest leaf needed; counts[j] the frames of leaves[j].
 type pixMid struct {
-	n      int
-	leaves [pixFan]*pixLeaf
+	n      int // leaves present
+	leaves []*pixLeaf
+	counts []uint16
 }
 
-type pixLeaf struct {
-	n   int
-	ids [pixFan]int32 // frame id + 1; 0 means none
+// pixLeaf holds the frame ids (id+1; 0 means none) of 1,024 pages: exactly 4 KiB, a Go size
+// class, so what is charged is what is allocated.
+type pixLeaf [pixFan]int32
+
+const (
+	pixTableBytes = int64(unsafe.Sizeof(tableIndex{}))
+	pixMidBytes   = int64(unsafe.Sizeof(pixMid{}))
+	pixLeafBytes  = int64(unsafe.Sizeof(pixLeaf{}))
+	pixPtrBytes   = int64(unsafe.Sizeof((*pixMid)(nil)))
+	pixSlotBytes  = pixPtrBytes + 2 // a mid's leaf pointer and count
+)
+
+// pixGrow is the length a root or a middle node's slices grow to from cap have to hold index
+// i: doubling, at most pixFan, so growth is amortised and bounded.
+func pixGrow(have, i int) int {
+	if i < have {
+		return have
+	}
+	return min(pixFan, max(i+1, 2*have))
 }
 
 func newPageIndex() pageIndex { return pageIndex{tables: make(map[uint32]*tableIndex)} }
@@ -71,16 +96,64 @@ func (x *pageIndex) get(key uint64) (int32, bool) {
 	if t == nil || page >= pixPages {
 		return 0, false
 	}
-	m := t.root[page>>(2*pixBits)]
+	i := int(page >> (2 * pixBits))
+	if i >= len(t.root) {
+		return 0, false
+	}
+	m := t.root[i]
 	if m == nil {
 		return 0, false
 	}
-	l := m.leaves[(page>>pixBits)&pixMask]
+	j := int((page >> pixBits) & pixMask)
+	if j >= len(m.leaves) {
+		return 0, false
+	}
+	l := m.leaves[j]
 	if l == nil {
 		return 0, false
 	}
-	v := l.ids[page&pixMask]
+	v := l[page&pixMask]
 	return v - 1, v != 0
+}
+
+// growth reports the bytes set(key) would add to the index: the nodes and slice growth the
+// first frame of a range needs. It does not allocate.
+func (x *pageIndex) growth(key uint64) int64 {
+	page := key & (1<<32 - 1)
+	if page >= pixPages {
+		return 0
+	}
+	i, j := int(page>>(2*pixBits)), int((page>>pixBits)&pixMask)
+	var b int64
+	t := x.table(uint32(key >> 32))
+	var m *pixMid
+	if t == nil {
+		b += pixTableBytes
+	}
+	if t != nil && i < len(t.root) {
+		m = t.root[i]
+	} else {
+		have := 0
+		if t != nil {
+			have = cap(t.root)
+		}
+		b += int64(pixGrow(have, i)-have) * pixPtrBytes
+	}
+	if m == nil {
+		b += pixMidBytes
+	}
+	if m != nil && j < len(m.leaves) {
+		if m.leaves[j] != nil {
+			return b
+		}
+	} else {
+		have := 0
+		if m != nil {
+			have = cap(m.leaves)
+		}
+		b += int64(pixGrow(have, j)-have) * pixSlotBytes
+	}
+	return b + pixLeafBytes
 }
 
 // set indexes frame id under key, which must not be indexed.
@@ -88,6 +161,7 @@ func (x *pageIndex) set(key uint64, id int32) {
 	page := key & (1<<32 - 1)
 	if page >= pixPages {
 		assert.Failf("storenode: page %d beyond the page index", page)
+		return
 	}
 	tid := uint32(key >> 32)
 	t := x.table(tid)
@@ -95,23 +169,44 @@ func (x *pageIndex) set(key uint64, id int32) {
 		t = &tableIndex{id: tid}
 		x.tables[tid] = t
 		x.last = t
+		x.bytes += pixTableBytes
 	}
-	m := t.root[page>>(2*pixBits)]
+	i, j := int(page>>(2*pixBits)), int((page>>pixBits)&pixMask)
+	if i >= len(t.root) {
+		if i >= cap(t.root) {
+			n := pixGrow(cap(t.root), i)
+			x.bytes += int64(n-cap(t.root)) * pixPtrBytes
+			t.root = append(make([]*pixMid, 0, n), t.root...)
+		}
+		t.root = t.root[:i+1]
+	}
+	m := t.root[i]
 	if m == nil {
 		m = new(pixMid)
-		t.root[page>>(2*pixBits)] = m
+		t.root[i] = m
+		x.bytes += pixMidBytes
 	}
-	l := m.leaves[(page>>pixBits)&pixMask]
+	if j >= len(m.leaves) {
+		if j >= cap(m.leaves) {
+			n := pixGrow(cap(m.leaves), j)
+			x.bytes += int64(n-cap(m.leaves)) * pixSlotBytes
+			m.leaves = append(make([]*pixLeaf, 0, n), m.leaves...)
+			m.counts = append(make([]uint16, 0, n), m.counts...)
+		}
+		m.leaves, m.counts = m.leaves[:j+1], m.counts[:j+1]
+	}
+	l := m.leaves[j]
 	if l == nil {
 		l = new(pixLeaf)
-		m.leaves[(page>>pixBits)&pixMask] = l
+		m.leaves[j] = l
 		m.n++
+		x.bytes += pixLeafBytes
 	}
-	if l.ids[page&pixMask] != 0 {
+	if l[page&pixMask] != 0 {
 		assert.Failf("storenode: page %#x indexed twice", key)
 	}
-	l.ids[page&pixMask] = id + 1
-	l.n++
+	l[page&pixMask] = id + 1
+	m.counts[j]++
 	t.n++
 	x.n++
 }
@@ -121,27 +216,31 @@ func (x *pageIndex) del(key uint64) {
 	page := key & (1<<32 - 1)
 	tid := uint32(key >> 32)
 	t := x.table(tid)
+	i, j := int(page>>(2*pixBits)), int((page>>pixBits)&pixMask)
 	var m *pixMid
 	var l *pixLeaf
-	if t != nil && page < pixPages {
-		if m = t.root[page>>(2*pixBits)]; m != nil {
-			l = m.leaves[(page>>pixBits)&pixMask]
+	if t != nil && page < pixPages && i < len(t.root) {
+		if m = t.root[i]; m != nil && j < len(m.leaves) {
+			l = m.leaves[j]
 		}
 	}
-	if l == nil || l.ids[page&pixMask] == 0 {
+	if l == nil || l[page&pixMask] == 0 {
 		assert.Failf("storenode: delete of unindexed page %#x", key)
 		return
 	}
-	l.ids[page&pixMask] = 0
+	l[page&pixMask] = 0
 	x.n--
-	if l.n--; l.n == 0 {
-		m.leaves[(page>>pixBits)&pixMask] = nil
+	if m.counts[j]--; m.counts[j] == 0 {
+		m.leaves[j] = nil
+		x.bytes -= pixLeafBytes
 		if m.n--; m.n == 0 {
-			t.root[page>>(2*pixBits)] = nil
+			t.root[i] = nil
+			x.bytes -= pixMidBytes + int64(cap(m.leaves))*pixSlotBytes
 		}
 	}
 	if t.n--; t.n == 0 {
 		delete(x.tables, tid)
+		x.bytes -= pixTableBytes + int64(cap(t.root))*pixPtrBytes
 		if x.last == t {
 			x.last = nil
 		}
@@ -163,7 +262,7 @@ func (x *pageIndex) tableFrames(table uint32, dst []int32) []int32 {
 			if l == nil {
 				continue
 			}
-			for _, v := range l.ids {
+			for _, v := range l {
 				if v != 0 {
 					dst = append(dst, v-1)
 				}
@@ -175,7 +274,7 @@ func (x *pageIndex) tableFrames(table uint32, dst []int32) []int32 {
 
 // verify checks the index's counts against its entries and returns the entries found.
 func (x *pageIndex) verify() (int, error) {
-	total := 0
+	total, bytes := 0, int64(0)
 	if x.last != nil && x.tables[x.last.id] != x.last {
 		return 0, fmt.Errorf("page index remembers table %d, which it does not hold", x.last.id)
 	}
@@ -184,24 +283,33 @@ func (x *pageIndex) verify() (int, error) {
 			return 0, fmt.Errorf("page index of table %d filed under %d", t.id, id)
 		}
 		frames := 0
+		bytes += pixTableBytes + int64(cap(t.root))*pixPtrBytes
 		for i, m := range t.root {
 			if m == nil {
 				continue
 			}
+			if len(m.counts) != len(m.leaves) || cap(m.counts) != cap(m.leaves) {
+				return 0, fmt.Errorf("page index node %d of table %d: %d/%d counts for %d/%d leaves", i, id, len(m.counts), cap(m.counts), len(m.leaves), cap(m.leaves))
+			}
+			bytes += pixMidBytes + int64(cap(m.leaves))*pixSlotBytes
 			leaves := 0
 			for j, l := range m.leaves {
 				if l == nil {
+					if m.counts[j] != 0 {
+						return 0, fmt.Errorf("page index leaf %d/%d of table %d absent, counting %d frames", i, j, id, m.counts[j])
+					}
 					continue
 				}
 				leaves++
+				bytes += pixLeafBytes
 				n := 0
-				for _, v := range l.ids {
+				for _, v := range l {
 					if v != 0 {
 						n++
 					}
 				}
-				if n != l.n || n == 0 {
-					return 0, fmt.Errorf("page index leaf %d/%d of table %d counts %d of %d frames", i, j, id, l.n, n)
+				if n != int(m.counts[j]) || n == 0 {
+					return 0, fmt.Errorf("page index leaf %d/%d of table %d counts %d of %d frames", i, j, id, m.counts[j], n)
 				}
 				frames += n
 			}
@@ -216,6 +324,9 @@ func (x *pageIndex) verify() (int, error) {
 	}
 	if total != x.n {
 		return 0, fmt.Errorf("page index counts %d of %d frames", x.n, total)
+	}
+	if bytes != x.bytes {
+		return 0, fmt.Errorf("page index counts %d of %d bytes", x.bytes, bytes)
 	}
 	return total, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/logicpage"
 )
 
 // TestPageIndexModel drives the radix page index with random inserts and deletes over three
@@ -45,7 +47,9 @@ func TestPageIndexModel(t *testing.T) {
 				delete(model, key)
 			}
 		} else if !ok {
+			before, grows := x.bytes, x.growth(key)
 			x.set(key, next)
+			require.Equal(t, before+grows, x.bytes, "growth predicts what set allocates, key %#x", key)
 			model[key] = next
 			next++
 		}
@@ -77,6 +81,7 @@ func TestPageIndexModel(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Empty(t, x.tables, "empty tables are freed with their nodes")
+	require.Zero(t, x.bytes, "freed nodes are uncharged")
 	require.Nil(t, x.last)
 }
 
@@ -115,4 +120,75 @@ func BenchmarkPageIndexGet(b *testing.B) {
 			})
 		}
 	}
+}
+
+// pageIndexWalkBytes is the bytes of x's nodes, found by walking them (what x.bytes must say).
+func pageIndexWalkBytes(x *pageIndex) int64 {
+	var b int64
+	for _, t := range x.tables {
+		b += pixTableBytes + int64(cap(t.root))*pixPtrBytes
+		for _, m := range t.root {
+			if m == nil {
+				continue
+			}
+			b += pixMidBytes + int64(cap(m.leaves))*pixSlotBytes
+			for _, l := range m.leaves {
+				if l != nil {
+					b += pixLeafBytes
+				}
+			}
+		}
+	}
+	return b
+}
+
+// TestPageIndexChargedToBudget writes and then reads one page per million of a table (each
+// frame in its own leaf and middle node, the index's sparsest case) through a small cache: the
+// frames and the index's nodes together stay within the budget, and Stats counts both.
+func TestPageIndexChargedToBudget(t *testing.T) {
+	const budget = 64 << 10 // about 15 frames of 4 KiB pages
+	const spread = 40       // pages k<<20, k < spread
+	fs := vfs.NewFaultFS()
+	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: budget})
+	require.NoError(t, err)
+	defer e.Close()
+	info, err := e.CreateTable("sparse", 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	for granted := uint64(0); granted < spread<<20; granted += idPagesPerGrantMax {
+		_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, idPagesPerGrantMax)
+		require.NoError(t, err)
+	}
+	check := func(what string) {
+		e.mu.Lock()
+		walked, used, counted := pageIndexWalkBytes(&e.cache.index), e.cache.usedBytes, e.cache.index.bytes
+		e.mu.Unlock()
+		require.Equal(t, walked, counted, "%s: the index counts its bytes", what)
+		require.LessOrEqual(t, used+walked, int64(budget), "%s: frames %d bytes, index %d bytes", what, used, walked)
+		require.Equal(t, used+walked, e.Stats().CacheBytes, "%s: Stats counts the index", what)
+	}
+	for k := range uint64(spread) {
+		id := k << 20 * logicpage.RowsPerPage
+		_, err := e.CommitWait(batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(id))))
+		require.NoError(t, err)
+		check(fmt.Sprintf("commit %d", k))
+	}
+	require.NoError(t, e.Checkpoint())
+	for k := range uint64(spread) {
+		id := k << 20 * logicpage.RowsPerPage
+		row, ok := readRow(t, e, info.ID, id)
+		require.True(t, ok)
+		require.Equal(t, row64(id), row)
+		check(fmt.Sprintf("read %d", k))
+	}
+	require.NoError(t, e.verify())
+	// A drop frees the table's nodes and forgets it as the last table looked up.
+	require.NoError(t, e.DropTable("sparse", testOwner))
+	e.mu.Lock()
+	require.Zero(t, e.cache.index.bytes)
+	require.Empty(t, e.cache.index.tables)
+	require.Nil(t, e.cache.index.last)
+	e.mu.Unlock()
+	require.NoError(t, e.verify())
 }

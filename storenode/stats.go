@@ -52,7 +52,8 @@ type Stats struct {
 	// CacheHits and CacheMisses count page reads served from the disk page cache and those
 	// that needed the disk (like PostgreSQL's blks_hit and blks_read).
 	CacheHits, CacheMisses uint64
-	// CachePages, DirtyPages and CacheBytes describe the disk page cache now.
+	// CachePages, DirtyPages and CacheBytes describe the disk page cache now; CacheBytes
+	// counts the frames (rows and metadata) and the page index's nodes, all the budget holds.
 	CachePages, DirtyPages int
 	CacheBytes             int64
 	// DiskReads and DiskWrites count disk pages read and written.
@@ -87,7 +88,7 @@ func (e *Engine) Stats() Stats {
 		CacheMisses:     e.cache.misses,
 		CachePages:      e.cache.index.n,
 		DirtyPages:      e.cache.dirtyFrames,
-		CacheBytes:      e.cache.usedBytes,
+		CacheBytes:      e.cache.usedBytes + e.cache.index.bytes,
 		CheckpointLSN:   e.ckptLSN,
 		LastLSN:         e.lastLSN,
 		Owners:          len(e.owners),
@@ -231,7 +232,7 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return nonNegative(s.CachePages) }},
 	{Name: "dirty_pages", Help: "Pages in the disk page cache changed since the last checkpoint.", Kind: StatGauge,
 		Value: func(s *Stats) uint64 { return nonNegative(s.DirtyPages) }},
-	{Name: "cache_bytes", Help: "Bytes of the disk page cache in use (frames and metadata).", Kind: StatGauge,
+	{Name: "cache_bytes", Help: "Bytes of the disk page cache in use (frames, metadata and page index).", Kind: StatGauge,
 		Value: func(s *Stats) uint64 { return nonNegative(s.CacheBytes) }},
 	{Name: "disk_reads", Help: "Disk pages read from data files.", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.DiskReads }},

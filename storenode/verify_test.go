@@ -42,6 +42,10 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 			e.cache.index.set(1<<40, 0)
 			return func() { e.cache.index.del(1 << 40) }
 		},
+		"index bytes": func() func() {
+			e.cache.index.bytes++
+			return func() { e.cache.index.bytes-- }
+		},
 		"index count": func() func() {
 			e.cache.index.n++
 			return func() { e.cache.index.n-- }
