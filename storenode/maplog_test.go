@@ -268,3 +268,44 @@ func TestSparseMetaStoreOpensAndUpgrades(t *testing.T) {
 	requireCheckNoDamage(t, vfs.Default, dir, "upgraded store")
 	requireRows(t, dir, append(ids, 7))
 }
+
+// precheckMapLog passes a good log whose records cross its read chunks, and finds a flipped
+// byte at the offset applyMapLog reports.
+func TestPrecheckMapLogChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	m := mapLogTestMeta()
+	m.tables[0].pages = randomEdit(rng, nil, 400)
+	log := encodeMapLog(m, 1)
+	logged := map[uint32]*pageMap{1: m.tables[0].pages}
+	for range 20 {
+		m.tables[0].pages = randomEdit(rng, m.tables[0].pages, 10)
+		log = appendMapLogDiff(log, m, logged)
+		logged = map[uint32]*pageMap{1: m.tables[0].pages}
+	}
+	require.Greater(t, len(log), 4*mapLogRecordBytesMax)
+	ffs := vfs.NewFaultFS()
+	require.NoError(t, ffs.WriteFile("log", log))
+	f, err := ffs.Open("log")
+	require.NoError(t, err)
+	defer f.Close()
+	for _, chunk := range []int{mapLogRecordBytesMax, mapLogRecordBytesMax + 7, 3 * mapLogRecordBytesMax, mapLogStreamChunk} {
+		require.NoError(t, precheckMapLog(f, 1, int64(len(log)), chunk), "chunk %d", chunk)
+	}
+	require.ErrorIs(t, precheckMapLog(f, 2, int64(len(log)), mapLogRecordBytesMax), corrupt.ErrCorruption, "another generation")
+	require.ErrorIs(t, precheckMapLog(f, 1, int64(len(log))+1, mapLogRecordBytesMax), corrupt.ErrCorruption, "beyond the file")
+
+	bad := append([]byte(nil), log...)
+	at := len(log) - 10
+	bad[at] ^= 1
+	require.NoError(t, ffs.WriteFile("bad", bad))
+	bf, err := ffs.Open("bad")
+	require.NoError(t, err)
+	defer bf.Close()
+	want := applyMapLog(bad, 1, mapLogTestMeta(), false)
+	require.Error(t, want)
+	got := precheckMapLog(bf, 1, int64(len(bad)), mapLogRecordBytesMax+7)
+	var dw, dg *mapLogDamage
+	require.ErrorAs(t, want, &dw)
+	require.ErrorAs(t, got, &dg)
+	require.Equal(t, dw.off, dg.off)
+}
