@@ -226,6 +226,8 @@ func TestMapLogDamage(t *testing.T) {
 		flipByte(t, filepath.Join(dir, name), at)
 		rep := runCheck(t, dir)
 		requireOnly(t, rep, Finding{Damage: true, File: name, Offset: off, Page: -1, DiskPage: -1}, "checksum", "cannot be checked")
+		// The finding's offset is in its File/Offset, not said again in its text.
+		require.NotContains(t, damages(rep)[0].What, fmt.Sprintf("offset %d", off))
 		_, err := Open(checkTestOptions(dir))
 		require.ErrorIs(t, err, corrupt.ErrCorruption)
 	}
