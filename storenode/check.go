@@ -262,7 +262,11 @@ func (c *checker) run() (*CheckReport, error) {
 		return nil, fmt.Errorf("storenode: check %s: %w", dir, err)
 	case errors.As(err, &logDamage) && errors.Is(err, corrupt.ErrCorruption):
 		what := strings.TrimPrefix(err.Error(), "storenode: "+path.Join(dir, logDamage.file)+": ")
-		c.damage(Finding{File: logDamage.file, Offset: logDamage.off, What: strings.TrimPrefix(what, "storenode: map log: ") +
+		what = strings.TrimPrefix(what, "storenode: map log: ")
+		if logDamage.off >= 0 { // the finding's Offset says it
+			what = strings.TrimPrefix(what, fmt.Sprintf("offset %d: ", logDamage.off))
+		}
+		c.damage(Finding{File: logDamage.file, Offset: logDamage.off, What: what +
 			"; the page maps, data files and WAL cannot be checked without it"})
 		return c.rep, nil
 	case errors.Is(err, corrupt.ErrCorruption):

@@ -94,3 +94,36 @@ func TestCheckHugeSparseMeta(t *testing.T) {
 	defer mf.Close()
 	require.NoError(t, precheckMeta(mf, int64(len(good))))
 }
+
+// TestHugeSparseMapLog: a meta file naming a map log of 1 TiB published bytes, the log one
+// hole (a crafted or damaged backup restores exactly that: the meta file's checksum is no
+// proof of the log's length), was read whole into memory before any record was looked at:
+// the allocation failed and the runtime killed the process. Check runs in a child process
+// here, so the parent sees a crash; it must report the damage, and Open must refuse it.
+func TestHugeSparseMapLog(t *testing.T) {
+	if dir := os.Getenv("WEFT_CHECK_SPARSE_LOG_DIR"); dir != "" {
+		rep, err := Check(context.Background(), dir, CheckOptions{})
+		require.NoError(t, err)
+		for _, f := range rep.Findings {
+			t.Log(f.String())
+		}
+		require.True(t, rep.Damaged())
+		return
+	}
+	clean, _ := mapLogStore(t)
+	dir := copyStore(t, clean)
+	m := loadTestMeta(t, dir)
+	name := mapLogName(m.logGen)
+	good := m.logLen
+	m.logLen = 1 << 40
+	writeTestFile(t, filepath.Join(dir, metaName), encodeMeta(m))
+	require.NoError(t, os.Truncate(filepath.Join(dir, name), 1<<40))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHugeSparseMapLog$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "WEFT_CHECK_SPARSE_LOG_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), fmt.Sprintf("damage: %s offset %d: ", name, good))
+
+	_, err = Open(checkTestOptions(dir))
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"path"
 	"strconv"
@@ -332,7 +333,18 @@ func loadMapLog(fs vfs.FS, dir string, m *metaState, offsets bool) ([]byte, erro
 		return nil, &mapLogDamage{file: mapLogName(m.logGen), off: -1,
 			err: corrupt.Errorf("storenode: %s: %d bytes, the meta file published %d", name, size, m.logLen)}
 	}
-	b := make([]byte, m.logLen) // bounded by the file's size
+	if m.logLen > mapLogStreamBytes {
+		if err := precheckMapLog(f, m.logGen, int64(m.logLen), mapLogStreamChunk); err != nil {
+			var d *mapLogDamage
+			if errors.As(err, &d) {
+				d.file = mapLogName(m.logGen)
+				d.err = fmt.Errorf("storenode: %s: %w", name, d.err)
+				return nil, d
+			}
+			return nil, fmt.Errorf("storenode: %s: %w", name, err)
+		}
+	}
+	b := make([]byte, m.logLen) // bounded by the file's size, and (precheckMapLog) by its valid records
 	if _, err := f.ReadAt(b, 0); err != nil {
 		return nil, fmt.Errorf("storenode: read %s: %w", name, err)
 	}
@@ -346,6 +358,69 @@ func loadMapLog(fs vfs.FS, dir string, m *metaState, offsets bool) ([]byte, erro
 		return nil, fmt.Errorf("storenode: %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// mapLogStreamBytes is the published length above which loadMapLog checks the map log's
+// header and every record's size and checksum by streaming it (mapLogStreamChunk at a time)
+// before it reads the log into memory: a sparse or damaged log (a file of 1 TiB that is one
+// hole, named by a meta file of a crafted or damaged backup) then costs no allocation of its
+// length, only of the valid records it really holds.
+const (
+	mapLogStreamBytes = 1 << 20
+	mapLogStreamChunk = 1 << 20
+)
+
+// mapLogRecordBytesMax is the largest record: one that sets a whole leaf.
+const mapLogRecordBytesMax = mapLogRecordBytes + logicpage.RowsPerPage*metaEntryBytes
+
+// precheckMapLog checks the header of the map log f of generation gen and the size and
+// checksum of every record through length, reading it chunk bytes (>= mapLogRecordBytesMax)
+// at a time, with applyMapLog's errors and offsets.
+func precheckMapLog(f vfs.File, gen uint64, length int64, chunk int) error {
+	buf := make([]byte, chunk)
+	var have []byte                  // the bytes read but not checked yet, from file offset base
+	base, next := int64(0), int64(0) // next: the file offset of the next read
+	fill := func() error {
+		n := copy(buf, have)
+		want := int(min(int64(len(buf)-n), length-next))
+		k, err := f.ReadAt(buf[n:n+want], next)
+		if k != want {
+			if err == nil || errors.Is(err, io.EOF) {
+				return mapLogBad(-1, "%d bytes read at %d of %d: the file shrank", k, next, length)
+			}
+			return fmt.Errorf("read map log at %d: %w", next, err)
+		}
+		next += int64(want)
+		have = buf[:n+want]
+		return nil
+	}
+	if err := fill(); err != nil {
+		return err
+	}
+	if len(have) < mapLogHeaderBytes || string(have[:8]) != mapLogMagic || binary.LittleEndian.Uint64(have[8:]) != gen {
+		return mapLogBad(0, "bad header")
+	}
+	have, base = have[mapLogHeaderBytes:], mapLogHeaderBytes
+	for base < length {
+		if len(have) < mapLogRecordBytesMax && next < length {
+			if err := fill(); err != nil {
+				return err
+			}
+		}
+		p := have
+		if len(p) < mapLogRecordBytes {
+			return mapLogBad(int(base), "truncated record")
+		}
+		size := mapLogRecordBytes + bits.OnesCount64(binary.LittleEndian.Uint64(p[8:]))*metaEntryBytes
+		if len(p) < size {
+			return mapLogBad(int(base), "record of %d bytes in %d", size, len(p))
+		}
+		if got, want := checksum.Of(p[:size-8]), binary.LittleEndian.Uint32(p[size-8:]); got != want {
+			return mapLogBad(int(base), "checksum %#08x stored, %#08x computed", want, got)
+		}
+		have, base = have[size:], base+int64(size)
+	}
+	return nil
 }
 
 // mapLogState is the engine's view of the published map log. Changed only by checkpoints
