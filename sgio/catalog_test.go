@@ -28,3 +28,25 @@ func TestCatalogLayouts(t *testing.T) {
 		require.Equal(t, c.hex, hex.EncodeToString(c.m.AppendBody(nil)), "%v", c.m.Type())
 	}
 }
+
+// The cluster fields refuse what their decoders must: unknown flags, a bad layout, an etcd
+// grant of epoch 0.
+func TestClusterFieldsRefused(t *testing.T) {
+	bad := []Message{
+		&Acquire{Table: 1, Flags: 2, Owner: 1, Epoch: 1},
+		&Acquire{Table: 1, Flags: AcquireEtcdGrant, Owner: 1},
+		&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 2, StripePages: 1, Partition: 2}, Name: "a.p2"},
+		&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 0, StripePages: 1}, Name: "a.p0"},
+		&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 1, StripePages: ClusterStripePagesMax + 1}, Name: "a.p0"},
+		&TableInfo{Table: 1, RowBytes: 64, Name: "a.p0", Cluster: ClusterLayout{Partitions: 1, StripePages: 0}},
+	}
+	for _, m := range bad {
+		require.ErrorIs(t, m.Validate(), ErrMalformed, "%#v", m)
+		err := NewMessage(m.Type()).Parse(m.AppendBody(nil))
+		require.ErrorIs(t, err, ErrMalformed, "%#v", m)
+	}
+	// A TableInfo flag this version does not know.
+	b := (&TableInfo{Table: 1, RowBytes: 64, Name: "a"}).AppendBody(nil)
+	b[6] = 2
+	require.ErrorIs(t, new(TableInfo).Parse(b), ErrMalformed)
+}
