@@ -60,3 +60,31 @@ func (v *GrantVerifier) Revision(ctx context.Context) (uint64, error) {
 	}
 	return uint64(resp.Header.Revision), nil
 }
+
+// TxGrants is a transaction node's source of etcd grants (txnode.Options.Grants): each grant
+// is the Session's Ownership of one partition, whose Check the transaction node calls in
+// place of the storage node's lease. Package cluster does not import txnode; the method set
+// is what txnode.Grants asks for. Any goroutine may call it.
+type TxGrants struct {
+	// Session owns the partitions.
+	Session *Session
+	// Wait makes Grant wait (AcquireWait) while another node holds the partition, until its
+	// owner key goes or ctx ends; otherwise Grant fails at once with an *OwnedError.
+	Wait bool
+}
+
+// Grant acquires partition part of table under the session and returns the grant's epoch
+// and its Check.
+func (g *TxGrants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, error) {
+	var o *Ownership
+	var err error
+	if g.Wait {
+		o, err = g.Session.AcquireWait(ctx, table, part)
+	} else {
+		o, err = g.Session.Acquire(ctx, table, part)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return o.Epoch(), o.Check, nil
+}

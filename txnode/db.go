@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,9 @@ type tableState struct {
 	rowBytes int
 
 	epoch atomic.Uint64
+	// grantCheck, for a cluster-managed table, is its etcd grant's check (Options.Grants),
+	// in place of leaseUntil; nil for a local table. Set before the table is shared.
+	grantCheck func() error
 	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
 	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
@@ -225,7 +229,13 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 		return nil, err
 	}
 	start := db.opts.clock.nanos()
-	g, err := db.store.Acquire(ctx, st.ID, db.owner, 0)
+	var g store.Grant
+	var check func() error
+	if st.Cluster.Partitions != 0 {
+		g, check, err = db.acquireCluster(ctx, st)
+	} else {
+		g, err = db.store.Acquire(ctx, st.ID, db.owner, 0, 0)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -238,9 +248,9 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
 	}
-	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock}
+	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock, grantCheck: check}
 	t.epoch.Store(g.Epoch)
-	if g.Lease > 0 {
+	if g.Lease > 0 && check == nil {
 		t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
 	}
 	t.grantLo.Store(^uint64(0))
@@ -251,6 +261,47 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	db.byID[st.ID] = t
 	return &Table{db: db, t: t}, nil
 }
+
+// acquireCluster takes the etcd grant of a cluster-managed table's partition from
+// Options.Grants and registers it with the store, which verifies it in etcd before it
+// answers. The partitioned table's name is st's name without its partition suffix
+// (storenode.PartitionTableName).
+func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, func() error, error) {
+	if db.opts.Grants == nil {
+		return store.Grant{}, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
+	}
+	base, ok := strings.CutSuffix(st.Name, storenode.PartitionTableName("", st.Cluster.Partition))
+	if !ok || base == "" {
+		return store.Grant{}, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
+	}
+	epoch, check, err := db.opts.Grants.Grant(ctx, base, st.Cluster.Partition)
+	if err != nil {
+		return store.Grant{}, nil, fmt.Errorf("txnode: table %q partition %d: %w", base, st.Cluster.Partition, err)
+	}
+	g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
+	if err != nil {
+		return store.Grant{}, nil, err
+	}
+	return g, check, nil
+}
+
+// CreateClusterTable creates a cluster-managed table holding partition layout.Partition of
+// the partitioned table table (its name at the store: storenode.PartitionTableName) and
+// takes its write ownership through Options.Grants.
+func (db *DB) CreateClusterTable(ctx context.Context, table string, rowBytes int, layout ClusterLayout) (*Table, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	st, err := db.store.CreateClusterTable(ctx, storenode.PartitionTableName(table, layout.Partition), rowBytes, layout)
+	if err != nil {
+		return nil, err
+	}
+	return db.adopt(ctx, st)
+}
+
+// ClusterLayout is a cluster-managed table's layout (cluster.Layout) and the partition a
+// table holds.
+type ClusterLayout = store.ClusterLayout
 
 // freshNow is the cache's pageCache.freshNow: the slots of a page whose ids this node has
 // not handed out yet.
@@ -350,7 +401,9 @@ func (db *DB) renewLeases() {
 		db.mu.Lock()
 		ts := make([]*tableState, 0, len(db.byID))
 		for _, t := range db.byID {
-			ts = append(ts, t)
+			if t.grantCheck == nil { // etcd keeps a cluster table's grant, not this loop
+				ts = append(ts, t)
+			}
 		}
 		db.mu.Unlock()
 		if len(ts) == 0 {
@@ -365,7 +418,7 @@ func (db *DB) renewLeases() {
 		for _, t := range ts {
 			start := db.opts.clock.nanos()
 			ctx, cancel := context.WithTimeout(context.Background(), period)
-			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load())
+			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), 0)
 			cancel()
 			if err != nil {
 				if errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) {
@@ -388,6 +441,12 @@ func (db *DB) renewLeases() {
 func (t *tableState) serving() error {
 	if t.dropped.Load() {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
+	}
+	if t.grantCheck != nil {
+		if err := t.grantCheck(); err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)
+		}
+		return nil
 	}
 	if lu := t.leaseUntil.Load(); lu != 0 && (lu == leaseLapsed || t.clock.nanos() > lu) {
 		// Latch it: a clock that went back (only an injected one can) does not revive it.
