@@ -73,9 +73,9 @@ type TxGrants struct {
 	Wait bool
 }
 
-// Grant acquires partition part of table under the session and returns the grant's epoch
-// and its Check.
-func (g *TxGrants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, error) {
+// Grant acquires partition part of table under the session and returns the grant's epoch,
+// its Check and its Release.
+func (g *TxGrants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, func(context.Context) error, error) {
 	var o *Ownership
 	var err error
 	if g.Wait {
@@ -84,7 +84,7 @@ func (g *TxGrants) Grant(ctx context.Context, table string, part uint32) (uint64
 		o, err = g.Session.Acquire(ctx, table, part)
 	}
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return o.Epoch(), o.Check, nil
+	return o.Epoch(), o.Check, o.Release, nil
 }

@@ -198,7 +198,9 @@ func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch
 	}
 	if tb.holder == owner && tb.epoch == epoch { // registered meanwhile by a concurrent call
 		e.leaseMu.Unlock()
-		return e.grant(tb, owner), nil
+		g := e.grant(tb, owner)
+		g.Lease = 0
+		return g, nil
 	}
 	if epoch <= tb.epoch {
 		e.leaseMu.Unlock()
@@ -273,8 +275,11 @@ func (e *Engine) identFenced(owner uint64) error {
 	return nil
 }
 
-// verifyGrant runs the GrantVerifier in a slot, bounded by GrantVerifyTimeout. No lock held.
+// verifyGrant runs the GrantVerifier in a slot, the wait for the slot and the verification
+// bounded by GrantVerifyTimeout together. No lock held.
 func (e *Engine) verifyGrant(ctx context.Context, table string, part uint32, owner, epoch uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, e.opts.GrantVerifyTimeout)
+	defer cancel()
 	select {
 	case e.verifySlots <- struct{}{}:
 	case <-ctx.Done():
@@ -283,8 +288,6 @@ func (e *Engine) verifyGrant(ctx context.Context, table string, part uint32, own
 		return ErrClosed
 	}
 	defer func() { <-e.verifySlots }()
-	ctx, cancel := context.WithTimeout(ctx, e.opts.GrantVerifyTimeout)
-	defer cancel()
 	err := e.opts.GrantVerifier.VerifyGrant(ctx, table, part, owner, epoch)
 	switch {
 	case err == nil:

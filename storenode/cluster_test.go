@@ -121,6 +121,7 @@ func TestClusterTableIDsAndKinds(t *testing.T) {
 	// meta file (version 5); the layout, the ids and the grant stay.
 	for round := range 2 {
 		e.crashForTest()
+		require.Empty(t, damages(runCheck(t, dir)), "round %d: Check reads cluster tables", round)
 		e = openTest(t, Options{Dir: dir, GrantVerifier: v})
 		ts := e.Tables()
 		require.Len(t, ts, 2, "round %d", round)

@@ -17,26 +17,42 @@ import (
 // memGrants is an in-memory Grants and, for the storage engine, the GrantVerifier that
 // agrees with it: the owner keys etcd would hold. cluster/fencetest runs the real ones.
 type memGrants struct {
-	mu    sync.Mutex
-	rev   uint64
-	keys  map[string][2]uint64 // "table/p" -> owner, revision
-	owner uint64
-	lost  atomic.Bool // the grants' check fails while set
-	calls atomic.Int64
+	mu       sync.Mutex
+	rev      uint64
+	keys     map[string][2]uint64 // "table/p" -> owner, revision
+	owner    uint64
+	lost     atomic.Bool // the grants' check fails while set
+	calls    atomic.Int64
+	releases  atomic.Int64
+	staleNext uint64 // under mu: the next Grant's revision, when set
 }
 
-func (g *memGrants) Grant(ctx context.Context, table string, p uint32) (uint64, func() error, error) {
+func (g *memGrants) Grant(ctx context.Context, table string, p uint32) (uint64, func() error, func(context.Context) error, error) {
 	g.calls.Add(1)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.rev++
-	g.keys[fmt.Sprintf("%s/%d", table, p)] = [2]uint64{g.owner, g.rev}
-	return g.rev, func() error {
+	rev := g.rev
+	if g.staleNext != 0 { // a grant below what the store has seen (as a restored copy's floor)
+		rev, g.staleNext = g.staleNext, 0
+	}
+	key := fmt.Sprintf("%s/%d", table, p)
+	g.keys[key] = [2]uint64{g.owner, rev}
+	release := func(context.Context) error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.keys[key][1] == rev {
+			delete(g.keys, key)
+		}
+		g.releases.Add(1)
+		return nil
+	}
+	return rev, func() error {
 		if g.lost.Load() {
 			return errors.New("grant lost")
 		}
 		return nil
-	}, nil
+	}, release, nil
 }
 
 func (g *memGrants) VerifyGrant(ctx context.Context, table string, p uint32, owner, epoch uint64) error {
@@ -96,4 +112,37 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	_, err = tb.Insert(ctx, row(1000))
 	require.ErrorIs(t, err, ErrLeaseExpired)
 	require.ErrorIs(t, tb.Update(ctx, ids[1], func([]byte) error { return nil }), ErrLeaseExpired)
+}
+
+// A grant the store fences at registration (below its floor: a restored copy's, or another
+// owner registered a higher one) is released and taken again, once, as a new grant; Close
+// releases the grants.
+func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
+	ctx := context.Background()
+	const owner, other = 0x42, 0x43
+	g := &memGrants{keys: map[string][2]uint64{}, owner: other, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	ti, err := st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	// Another owner registered revision 11; its grant is released in etcd (the key goes).
+	epoch, _, release, err := g.Grant(ctx, "acct", 0)
+	require.NoError(t, err)
+	_, err = st.Acquire(ctx, ti.ID, other, epoch, store.AcquireEtcdGrant)
+	require.NoError(t, err)
+	require.NoError(t, release(ctx))
+
+	g.mu.Lock()
+	g.owner, g.staleNext = owner, 5
+	g.mu.Unlock()
+	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 0))
+	require.NoError(t, err, "the fenced grant was released and a new one taken")
+	require.EqualValues(t, 3, g.calls.Load())
+	require.EqualValues(t, 2, g.releases.Load())
+	_, err = tb.Insert(ctx, row(1))
+	require.NoError(t, err)
+	require.NoError(t, db.Close(ctx))
+	require.EqualValues(t, 3, g.releases.Load(), "Close releases the grant")
 }

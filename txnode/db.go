@@ -84,8 +84,10 @@ type tableState struct {
 
 	epoch atomic.Uint64
 	// grantCheck, for a cluster-managed table, is its etcd grant's check (Options.Grants),
-	// in place of leaseUntil; nil for a local table. Set before the table is shared.
-	grantCheck func() error
+	// in place of leaseUntil, and grantRelease gives the grant up (Close); nil for a local
+	// table. Set before the table is shared.
+	grantCheck   func() error
+	grantRelease func(context.Context) error
 	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
 	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
@@ -176,6 +178,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 func (db *DB) Close(ctx context.Context) error {
 	db.closeOnce.Do(func() {
 		err := db.pipe.close(ctx)
+		db.releaseGrants(ctx)
 		db.closed.Store(true)
 		close(db.stop)
 		db.bg.Wait()
@@ -185,6 +188,24 @@ func (db *DB) Close(ctx context.Context) error {
 		db.closeErr = err
 	})
 	return db.closeErr
+}
+
+// releaseGrants gives up the etcd grants of the cluster-managed tables (Close, after the
+// pipeline's last batch): another node takes them at once, not a TTL later.
+func (db *DB) releaseGrants(ctx context.Context) {
+	db.mu.Lock()
+	var rel []func(context.Context) error
+	for _, t := range db.byID {
+		if t.grantRelease != nil {
+			rel = append(rel, t.grantRelease)
+		}
+	}
+	db.mu.Unlock()
+	for _, r := range rel {
+		if err := r(ctx); err != nil {
+			db.opts.Logger.Warn("txnode: release of an etcd grant", "err", err)
+		}
+	}
 }
 
 // Owner returns this node's owner id.
@@ -231,8 +252,9 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	start := db.opts.clock.nanos()
 	var g store.Grant
 	var check func() error
+	var release func(context.Context) error
 	if st.Cluster.Partitions != 0 {
-		g, check, err = db.acquireCluster(ctx, st)
+		g, check, release, err = db.acquireCluster(ctx, st)
 	} else {
 		g, err = db.store.Acquire(ctx, st.ID, db.owner, 0, 0)
 	}
@@ -248,7 +270,8 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
 	}
-	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock, grantCheck: check}
+	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock,
+		grantCheck: check, grantRelease: release}
 	t.epoch.Store(g.Epoch)
 	if g.Lease > 0 && check == nil {
 		t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
@@ -265,24 +288,33 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 // acquireCluster takes the etcd grant of a cluster-managed table's partition from
 // Options.Grants and registers it with the store, which verifies it in etcd before it
 // answers. The partitioned table's name is st's name without its partition suffix
-// (storenode.PartitionTableName).
-func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, func() error, error) {
+// (storenode.PartitionTableName). A grant the store fences (a restored copy's floor is above
+// it, or a newer grant was registered meanwhile) is released and taken again once, as a new
+// grant with a higher epoch; a grant the store does not take is released.
+func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, func() error, func(context.Context) error, error) {
 	if db.opts.Grants == nil {
-		return store.Grant{}, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
+		return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
 	}
 	base, ok := strings.CutSuffix(st.Name, storenode.PartitionTableName("", st.Cluster.Partition))
 	if !ok || base == "" {
-		return store.Grant{}, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
+		return store.Grant{}, nil, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
 	}
-	epoch, check, err := db.opts.Grants.Grant(ctx, base, st.Cluster.Partition)
-	if err != nil {
-		return store.Grant{}, nil, fmt.Errorf("txnode: table %q partition %d: %w", base, st.Cluster.Partition, err)
+	for try := 0; ; try++ {
+		epoch, check, release, err := db.opts.Grants.Grant(ctx, base, st.Cluster.Partition)
+		if err != nil {
+			return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", base, st.Cluster.Partition, err)
+		}
+		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
+		if err == nil {
+			return g, check, release, nil
+		}
+		if rerr := release(ctx); rerr != nil {
+			db.opts.Logger.Warn("txnode: release of an etcd grant the store refused", "table", st.Name, "err", rerr)
+		}
+		if try > 0 || !errors.Is(err, storenode.ErrFenced) {
+			return store.Grant{}, nil, nil, err
+		}
 	}
-	g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
-	if err != nil {
-		return store.Grant{}, nil, err
-	}
-	return g, check, nil
 }
 
 // CreateClusterTable creates a cluster-managed table holding partition layout.Partition of

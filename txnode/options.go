@@ -188,9 +188,10 @@ func (o Options) withDefaults() Options {
 type Grants interface {
 	// Grant acquires the grant of partition part of the partitioned table table: its epoch
 	// (the etcd revision that created the owner key), which the storage node verifies when
-	// this node registers it, and check, which returns nil while this node may serve the
+	// this node registers it; check, which returns nil while this node may serve the
 	// partition (cluster.Ownership.Check: lock-free, allocation-free on success; it takes
-	// the place of the storage node's lease). The error of a partition another node holds
+	// the place of the storage node's lease); and release, which gives the grant up (the next
+	// Grant is a new one, with a higher epoch). The error of a partition another node holds
 	// matches cluster.ErrOwned.
-	Grant(ctx context.Context, table string, part uint32) (epoch uint64, check func() error, err error)
+	Grant(ctx context.Context, table string, part uint32) (epoch uint64, check func() error, release func(context.Context) error, err error)
 }
