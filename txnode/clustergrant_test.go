@@ -17,12 +17,12 @@ import (
 // memGrants is an in-memory Grants and, for the storage engine, the GrantVerifier that
 // agrees with it: the owner keys etcd would hold. cluster/fencetest runs the real ones.
 type memGrants struct {
-	mu       sync.Mutex
-	rev      uint64
-	keys     map[string][2]uint64 // "table/p" -> owner, revision
-	owner    uint64
-	lost     atomic.Bool // the grants' check fails while set
-	calls    atomic.Int64
+	mu        sync.Mutex
+	rev       uint64
+	keys      map[string][2]uint64 // "table/p" -> owner, revision
+	owner     uint64
+	lost      atomic.Bool // the grants' check fails while set
+	calls     atomic.Int64
 	releases  atomic.Int64
 	staleNext uint64 // under mu: the next Grant's revision, when set
 }
