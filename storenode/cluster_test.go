@@ -307,3 +307,65 @@ func TestClusterRestoreFloor(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, g2.Epoch, uint64(restoreEpochGap))
 }
+
+// countVerifier counts the verifications running at once, each waiting for release.
+type countVerifier struct {
+	mu       sync.Mutex
+	running  int
+	peak     int
+	entered  chan struct{}
+	release  chan struct{}
+	deadline bool // every verification's context had a deadline
+}
+
+func (v *countVerifier) VerifyGrant(ctx context.Context, table string, p uint32, owner, epoch uint64) error {
+	v.mu.Lock()
+	v.running++
+	v.peak = max(v.peak, v.running)
+	if _, ok := ctx.Deadline(); !ok {
+		v.deadline = false
+	}
+	v.mu.Unlock()
+	v.entered <- struct{}{}
+	defer func() { v.mu.Lock(); v.running--; v.mu.Unlock() }()
+	select {
+	case <-v.release:
+		return fmt.Errorf("refused: %w", ErrFenced)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (v *countVerifier) Revision(context.Context) (uint64, error) { return 1, nil }
+
+// At most grantVerifySlots verifications run at once, each under a deadline; the rest wait
+// for a slot within their contexts.
+func TestClusterVerifySlotsBounded(t *testing.T) {
+	n := grantVerifySlots + 8
+	v := &countVerifier{entered: make(chan struct{}, n), release: make(chan struct{}), deadline: true}
+	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := e.RegisterGrant(context.Background(), ti.ID, uint64(100+i), uint64(1000+i))
+			errs <- err
+		}()
+	}
+	for range grantVerifySlots {
+		<-v.entered
+	}
+	// The others wait for a slot: none enters until one is released.
+	select {
+	case <-v.entered:
+		t.Fatal("more verifications than slots ran at once")
+	default:
+	}
+	close(v.release)
+	for range n {
+		require.ErrorIs(t, <-errs, ErrFenced)
+	}
+	require.LessOrEqual(t, v.peak, grantVerifySlots)
+	require.True(t, v.deadline, "every verification is bounded in time")
+}
