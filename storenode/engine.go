@@ -155,7 +155,9 @@ type TableInfo struct {
 	ID       uint32
 	Name     string
 	RowBytes int
-	// NextID is the id high-water mark: every id below it has been granted.
+	// NextID is the id high-water mark: every id below it has been granted (for a
+	// cluster-managed table: every id of its partition below it; no row lives at or above
+	// it either way).
 	NextID uint64
 	// Rows is the number of rows present.
 	Rows uint64

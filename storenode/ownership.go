@@ -195,7 +195,9 @@ func (e *Engine) checkFence(t *table, owner, epoch uint64) error {
 
 // AllocIDs grants owner pages whole pages of new row ids of table (64 ids a page) and returns
 // the first id and the count. The grant is logged and synced before it returns, in every sync
-// mode, so no id is ever handed out twice; ids are never reused.
+// mode, so no id is ever handed out twice; ids are never reused. For a cluster-managed table
+// the ids are its partition's, one run within one stripe: the count may be less than asked
+// (whole pages still).
 func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first, count uint64, err error) {
 	if pages <= 0 || pages > idPagesPerGrantMax {
 		return 0, 0, fmt.Errorf("%w: id grant of %d pages", ErrMalformed, pages)
