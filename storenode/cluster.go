@@ -169,42 +169,56 @@ func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) 
 // wait for a verification slot and the verification (with Options.GrantVerifyTimeout). Any
 // goroutine but an event loop: it may wait for etcd.
 func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (Grant, error) {
+	g, registered, err := e.registerGrant(ctx, tableID, owner, epoch)
+	switch {
+	case registered:
+		e.stats.grantsRegistered.Add(1)
+	case errors.Is(err, ErrGrantUnverified):
+		e.stats.grantsUnverified.Add(1)
+	case errors.Is(err, ErrFenced):
+		e.stats.grantsRefused.Add(1)
+	}
+	return g, err
+}
+
+// registerGrant is RegisterGrant; registered reports a new grant logged.
+func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (_ Grant, registered bool, _ error) {
 	if owner == 0 || epoch == 0 {
-		return Grant{}, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
+		return Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
 	t, table, part, cur, err := e.registerCheck(tableID, owner, epoch)
 	if err != nil || cur {
-		return t, err
+		return t, false, err
 	}
 	if err := e.verifyGrant(ctx, table, part, owner, epoch); err != nil {
-		return Grant{}, err
+		return Grant{}, false, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
-		return Grant{}, err
+		return Grant{}, false, err
 	}
 	tb, err := e.table(tableID)
 	if err != nil {
-		return Grant{}, err
+		return Grant{}, false, err
 	}
 	if err := e.identFenced(owner); err != nil {
-		return Grant{}, err
+		return Grant{}, false, err
 	}
 	e.leaseMu.Lock()
 	if tb.dropping {
 		e.leaseMu.Unlock()
-		return Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
+		return Grant{}, false, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
 	}
 	if tb.holder == owner && tb.epoch == epoch { // registered meanwhile by a concurrent call
 		e.leaseMu.Unlock()
 		g := e.grant(tb, owner)
 		g.Lease = 0
-		return g, nil
+		return g, false, nil
 	}
 	if epoch <= tb.epoch {
 		e.leaseMu.Unlock()
-		return Grant{}, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
+		return Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
 	}
 	oldHolder, oldEpoch := tb.holder, tb.epoch
 	tb.holder, tb.epoch = owner, epoch
@@ -215,7 +229,7 @@ func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Lock()
 		tb.holder, tb.epoch = oldHolder, oldEpoch
 		e.leaseMu.Unlock()
-		return Grant{}, err
+		return Grant{}, false, err
 	}
 	g := e.grant(tb, owner)
 	g.Lease = 0
@@ -223,9 +237,9 @@ func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch
 	err = <-ch
 	e.mu.Lock()
 	if err != nil {
-		return Grant{}, err
+		return Grant{}, false, err
 	}
-	return g, nil
+	return g, true, nil
 }
 
 // registerCheck is RegisterGrant's first look, under mu: the table is a cluster table, the

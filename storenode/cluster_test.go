@@ -204,6 +204,10 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 		Segments: []Segment{oneRow(ti.ID, 130, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
 
+	st := e.Stats()
+	require.Equal(t, [3]uint64{2, 2, 1}, [3]uint64{st.GrantsRegistered, st.GrantsRefused, st.GrantsUnverified},
+		"registered, refused, unverified")
+
 	// The floor persists across a restart: a's old grant, even re-verifiable (etcd handed
 	// the key back to a at that revision in this model), is below it.
 	e.crashForTest()

@@ -40,7 +40,7 @@ func metaSeeds() [][]byte {
 		metaTable{id: 4, rowBytes: 64, name: "x.p65535", cluster: ClusterLayout{Partitions: ClusterPartitionsMax,
 			StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1}})
 	v5, _ := encodeMetaAndLog(&mc)
-	return [][]byte{v4, encodeMeta(empty), denseMetaSeed(), v3, v5}
+	return [][]byte{v4, encodeMeta(empty), denseMetaSeed(), v5, v3} // v3 last: TestMetaSparseUpgrade
 }
 
 // pageMapOf builds a sealed page map of ents.
