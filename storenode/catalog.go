@@ -65,8 +65,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout) (Table
 		return TableInfo{}, err
 	}
 	e.nextTable++
-	t := e.registerTable(id, name, geo, f)
-	t.setCluster(cl)
+	t := e.registerTable(id, name, geo, f, cl)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()
@@ -77,17 +76,20 @@ func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout) (Table
 }
 
 // addTable registers a table and creates its data file. Caller holds mu.
-func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry) (*table, error) {
+func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl ClusterLayout) (*table, error) {
 	f, err := e.fs.Create(dataFileName(e.dir, id))
 	if err != nil {
 		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
 	}
-	return e.registerTable(id, name, geo, f), nil
+	return e.registerTable(id, name, geo, f, cl), nil
 }
 
 // registerTable adds a table whose data file f is open. Caller holds mu.
-func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File) *table {
+// A cluster table's layout (cl) is set before the table is published: renewals read it
+// under leaseMu alone.
+func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File, cl ClusterLayout) *table {
 	t := &table{id: id, name: name, geo: geo, rows: bitmaptree.New(), used: bitmaptree.New(), data: f}
+	t.setCluster(cl)
 	e.leaseMu.Lock() // lease renewals find tables under it alone
 	e.tables[id] = t
 	e.leaseMu.Unlock()
@@ -96,7 +98,7 @@ func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f
 }
 
 // setCluster makes t a cluster-managed table of layout cl (nothing for a zero cl): its next
-// id is its partition's first. Caller holds mu, before t is used.
+// id is its partition's first. Before t is published (registerTable).
 func (t *table) setCluster(cl ClusterLayout) {
 	if !cl.IsCluster() {
 		return

@@ -126,7 +126,7 @@ type table struct {
 	id      uint32
 	name    string
 	geo     logicpage.Geometry
-	cluster ClusterLayout // zero for a local table; fixed at creation
+	cluster ClusterLayout // zero for a local table; set before the table is published, then immutable
 	nextID  uint64
 
 	holder     uint64    // also under Engine.leaseMu (see there)

@@ -214,11 +214,9 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 			return corrupt.Errorf("storenode: replay: table %d created twice", id)
 		}
 		geo, _ := logicpage.NewGeometry(rowBytes)
-		t, err := e.addTable(id, name, geo)
-		if err != nil {
+		if _, err := e.addTable(id, name, geo, cl); err != nil {
 			return err
 		}
-		t.setCluster(cl)
 		e.nextTable = max(e.nextTable, id+1)
 	case kindDropTable:
 		id, err := decodeDropRecord(rec.Payload)
