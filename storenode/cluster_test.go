@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,4 +374,78 @@ func TestClusterVerifySlotsBounded(t *testing.T) {
 	}
 	require.LessOrEqual(t, v.peak, grantVerifySlots)
 	require.True(t, v.deadline, "every verification is bounded in time")
+}
+
+// anyVerifier accepts the grant of epoch e to owner e+1000, of any table: every registration
+// is valid in etcd, so only the storage node's floor decides.
+type anyVerifier struct{}
+
+func (anyVerifier) VerifyGrant(ctx context.Context, table string, p uint32, owner, epoch uint64) error {
+	if owner != epoch+1000 {
+		return fmt.Errorf("owner %d epoch %d: %w", owner, epoch, ErrFenced)
+	}
+	return nil
+}
+
+func (anyVerifier) Revision(context.Context) (uint64, error) { return 1, nil }
+
+// Concurrent registrations of random epochs: a registration that succeeds is never below one
+// that had succeeded before it started (the floor only rises), the table ends at the highest
+// success, and so does it after a restart.
+func TestClusterRegisterConcurrentFloor(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s, ok := envSeed(t); ok {
+		seed = s
+	}
+	t.Logf("seed %d (WEFT_SEED replays)", seed)
+	dir := t.TempDir()
+	e := openTest(t, Options{Dir: dir, Sync: SyncNone, GrantVerifier: anyVerifier{}})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	workers, each := scaled(4, 8, 16), scaled(20, 50, 200)
+	var maxDone atomic.Uint64
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for range each {
+				epoch := 1 + rng.Uint64N(uint64(workers*each))
+				before := maxDone.Load()
+				g, err := e.RegisterGrant(context.Background(), ti.ID, epoch+1000, epoch)
+				if errors.Is(err, ErrFenced) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if g.Epoch != epoch || epoch < before {
+					errs <- fmt.Errorf("epoch %d accepted after %d had been", epoch, before)
+					return
+				}
+				for {
+					m := maxDone.Load()
+					if epoch <= m || maxDone.CompareAndSwap(m, epoch) {
+						break
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	top := maxDone.Load()
+	require.NotZero(t, top)
+	_, err = e.RegisterGrant(context.Background(), ti.ID, top+1000, top)
+	require.NoError(t, err, "the highest success is the current grant")
+	e.crashForTest()
+	e = openTest(t, Options{Dir: dir, GrantVerifier: anyVerifier{}})
+	_, err = e.RegisterGrant(context.Background(), ti.ID, top+1000, top)
+	require.NoError(t, err, "the current grant after a restart")
+	if top > 1 {
+		_, err = e.RegisterGrant(context.Background(), ti.ID, top-1+1000, top-1)
+		require.ErrorIs(t, err, ErrFenced)
+	}
 }
