@@ -43,6 +43,97 @@ func (m *CreateTable) Validate() error {
 	return CheckRowBytes(int(m.RowBytes))
 }
 
+// ClusterLayout is a cluster-managed table's layout and partition (docs/cluster.md): the
+// partitioned table's Partitions and StripePages, and the Partition the table holds.
+type ClusterLayout struct {
+	Partitions  uint32 // 1..ClusterPartitionsMax
+	StripePages uint32 // 1..ClusterStripePagesMax
+	Partition   uint32 // < Partitions
+}
+
+// Bounds of a ClusterLayout. Part of the format; do not change.
+const (
+	ClusterPartitionsMax  = 1 << 16
+	ClusterStripePagesMax = 1 << 20
+)
+
+// Validate checks the layout's bounds (ErrMalformed).
+func (l ClusterLayout) Validate() error {
+	if l.Partitions == 0 || l.Partitions > ClusterPartitionsMax || l.StripePages == 0 ||
+		l.StripePages > ClusterStripePagesMax || l.Partition >= l.Partitions {
+		return fmt.Errorf("sgio: cluster layout of %d partitions, stripes of %d pages, partition %d: %w",
+			l.Partitions, l.StripePages, l.Partition, ErrMalformed)
+	}
+	return nil
+}
+
+func (l *ClusterLayout) appendTo(dst []byte) []byte {
+	dst = le32(dst, l.Partitions)
+	dst = le32(dst, l.StripePages)
+	dst = le32(dst, l.Partition)
+	return le32(dst, 0)
+}
+
+func (l *ClusterLayout) parseFrom(r *bodyReader) {
+	l.Partitions = r.u32()
+	l.StripePages = r.u32()
+	l.Partition = r.u32()
+	r.reserved32()
+	if r.err == nil {
+		r.check(l.Validate())
+	}
+}
+
+// CreateClusterTable creates a cluster-managed table (docs/cluster.md) of rows of RowBytes
+// bytes holding partition Layout.Partition: its grants come from etcd only (Acquire with
+// AcquireEtcdGrant), its ids are its partition's. Name is the partition's table name
+// (storenode.PartitionTableName). Answered with TableInfo.
+type CreateClusterTable struct {
+	RowBytes uint16 // CheckRowBytes
+	Layout   ClusterLayout
+	Name     string // CheckName
+}
+
+// Type reports TypeCreateClusterTable.
+func (*CreateClusterTable) Type() Type { return TypeCreateClusterTable }
+
+// BodySize reports the encoded body length.
+func (m *CreateClusterTable) BodySize() int { return pad8(4 + 16 + strSize(m.Name)) }
+
+// AppendBody appends the encoded body.
+func (m *CreateClusterTable) AppendBody(dst []byte) []byte {
+	start := len(dst)
+	dst = le16(dst, m.RowBytes)
+	dst = le16(dst, 0)
+	dst = m.Layout.appendTo(dst)
+	dst = appendStr(dst, m.Name)
+	return appendPad(dst, start)
+}
+
+// Parse decodes body.
+func (m *CreateClusterTable) Parse(body []byte) error {
+	r := bodyReader{t: TypeCreateClusterTable, b: body}
+	m.RowBytes = r.u16()
+	r.reserved16()
+	m.Layout.parseFrom(&r)
+	m.Name = r.name()
+	if r.err == nil {
+		r.check(CheckRowBytes(int(m.RowBytes)))
+	}
+	return r.done()
+}
+
+// Validate checks the name, the row size and the layout.
+func (m *CreateClusterTable) Validate() error {
+	if err := CheckName(m.Name); err != nil {
+		return err
+	}
+	if err := m.Layout.Validate(); err != nil {
+		return err
+	}
+	return CheckRowBytes(int(m.RowBytes))
+}
+
 // OpenTable looks a table up by name.
 type OpenTable struct {
 	Name string // CheckName
@@ -91,23 +182,44 @@ func (m *DropTable) Parse(body []byte) error {
 // Validate checks the name.
 func (m *DropTable) Validate() error { return CheckName(m.Name) }
 
-// TableInfo answers CreateTable and OpenTable, and is an entry of TableList.
+// TableInfo answers CreateTable, CreateClusterTable and OpenTable, and is an entry of
+// TableList.
 type TableInfo struct {
 	Table    uint32 // the table id, used by every later request
 	RowBytes uint16 // the row size
 	NextID   uint64 // the id high-water mark: no row id at or above it was ever granted
-	Name     string // the table's name
+	// Cluster is the layout of a cluster-managed table; zero (Partitions 0) for a local one.
+	// On the wire: flag TableCluster, then the layout after NextID.
+	Cluster ClusterLayout
+	Name    string // the table's name
 }
 
+// TableInfo flags (the u16 after the row size). Part of the format; do not change.
+const (
+	// TableCluster marks a cluster-managed table; its ClusterLayout follows NextID.
+	TableCluster uint16 = 1 << 0
+)
+
 // size reports the encoded size of m, unpadded.
-func (m *TableInfo) size() int { return 16 + strSize(m.Name) }
+func (m *TableInfo) size() int {
+	if m.Cluster.Partitions != 0 {
+		return 32 + strSize(m.Name)
+	}
+	return 16 + strSize(m.Name)
+}
 
 func (m *TableInfo) appendTo(dst []byte) []byte {
 	start := len(dst)
 	dst = le32(dst, m.Table)
 	dst = le16(dst, m.RowBytes)
-	dst = le16(dst, 0)
-	dst = le64(dst, m.NextID)
+	if m.Cluster.Partitions != 0 {
+		dst = le16(dst, TableCluster)
+		dst = le64(dst, m.NextID)
+		dst = m.Cluster.appendTo(dst)
+	} else {
+		dst = le16(dst, 0)
+		dst = le64(dst, m.NextID)
+	}
 	dst = appendStr(dst, m.Name)
 	return appendPad(dst, start)
 }
@@ -115,8 +227,15 @@ func (m *TableInfo) appendTo(dst []byte) []byte {
 func (m *TableInfo) parseFrom(r *bodyReader) {
 	m.Table = r.u32()
 	m.RowBytes = r.u16()
-	r.reserved16()
+	flags := r.u16()
 	m.NextID = r.u64()
+	m.Cluster = ClusterLayout{}
+	if r.err == nil && flags&^TableCluster != 0 {
+		r.fail(4, "unknown table flags %#x", flags)
+	}
+	if flags&TableCluster != 0 {
+		m.Cluster.parseFrom(r)
+	}
 	m.Name = r.name()
 	if r.err == nil {
 		r.check(CheckRowBytes(int(m.RowBytes)))
@@ -140,10 +259,15 @@ func (m *TableInfo) Parse(body []byte) error {
 	return r.done()
 }
 
-// Validate checks the name and the row size.
+// Validate checks the name, the row size and a cluster table's layout.
 func (m *TableInfo) Validate() error {
 	if err := CheckName(m.Name); err != nil {
 		return err
+	}
+	if m.Cluster.Partitions != 0 {
+		if err := m.Cluster.Validate(); err != nil {
+			return err
+		}
 	}
 	return CheckRowBytes(int(m.RowBytes))
 }
@@ -221,12 +345,22 @@ func (*OK) Type() Type { return TypeOK }
 func (*OK) Parse(body []byte) error { return parseEmpty(TypeOK, body) }
 
 // Acquire asks for write ownership of a table. Epoch 0 asks for a new grant; a nonzero epoch
-// renews or resumes that grant.
+// renews or resumes that grant. With AcquireEtcdGrant in Flags it registers an etcd grant of
+// a cluster-managed table instead (docs/cluster.md): Epoch is the grant's revision, which the
+// storage node verifies in etcd before it answers.
 type Acquire struct {
 	Table uint32
+	Flags uint32 // AcquireEtcdGrant; other bits must be zero
 	Owner uint64
 	Epoch uint64
 }
+
+// Acquire flags. Part of the format; do not change.
+const (
+	// AcquireEtcdGrant: Epoch is an etcd grant's revision (the owner key's CreateRevision) of
+	// a cluster-managed table, nonzero.
+	AcquireEtcdGrant uint32 = 1 << 0
+)
 
 // Type reports TypeAcquire.
 func (*Acquire) Type() Type { return TypeAcquire }
@@ -237,7 +371,7 @@ func (*Acquire) BodySize() int { return 24 }
 // AppendBody appends the encoded body.
 func (m *Acquire) AppendBody(dst []byte) []byte {
 	dst = le32(dst, m.Table)
-	dst = le32(dst, 0)
+	dst = le32(dst, m.Flags)
 	dst = le64(dst, m.Owner)
 	return le64(dst, m.Epoch)
 }
@@ -246,14 +380,25 @@ func (m *Acquire) AppendBody(dst []byte) []byte {
 func (m *Acquire) Parse(body []byte) error {
 	r := bodyReader{t: TypeAcquire, b: body}
 	m.Table = r.u32()
-	r.reserved32()
+	m.Flags = r.u32()
 	m.Owner = r.u64()
 	m.Epoch = r.u64()
+	if r.err == nil {
+		r.check(m.Validate())
+	}
 	return r.done()
 }
 
-// Validate accepts every Acquire.
-func (*Acquire) Validate() error { return nil }
+// Validate refuses unknown flags and an etcd grant of epoch 0.
+func (m *Acquire) Validate() error {
+	if m.Flags&^AcquireEtcdGrant != 0 {
+		return fmt.Errorf("sgio: Acquire with unknown flags %#x: %w", m.Flags, ErrMalformed)
+	}
+	if m.Flags&AcquireEtcdGrant != 0 && m.Epoch == 0 {
+		return fmt.Errorf("sgio: Acquire of an etcd grant of epoch 0: %w", ErrMalformed)
+	}
+	return nil
+}
 
 // Release ends, at once, every ownership lease of Owner (the session's own owner id) and its
 // hold on the owner id, so another owner may acquire its tables and another incarnation may

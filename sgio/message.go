@@ -28,9 +28,11 @@ const (
 	TypeOpenTable   Type = 0x11 // OpenTable -> TableInfo
 	TypeListTables  Type = 0x12 // ListTables -> TableList
 	TypeDropTable   Type = 0x13 // DropTable -> OK
-	TypeTableInfo   Type = 0x90
-	TypeTableList   Type = 0x92
-	TypeOK          Type = 0x93
+	// TypeCreateClusterTable creates a cluster-managed table (docs/cluster.md).
+	TypeCreateClusterTable Type = 0x14 // CreateClusterTable -> TableInfo
+	TypeTableInfo          Type = 0x90
+	TypeTableList          Type = 0x92
+	TypeOK                 Type = 0x93
 
 	// Ownership and ids.
 	TypeAcquire  Type = 0x20 // Acquire -> Grant
@@ -75,35 +77,36 @@ type typeInfo struct {
 }
 
 var types = [256]typeInfo{
-	TypeHello:        {"Hello", TypeHelloReply, func() Message { return new(Hello) }},
-	TypeAuth:         {"Auth", TypeAuthOK, func() Message { return new(Auth) }},
-	TypePing:         {"Ping", TypePong, func() Message { return new(Ping) }},
-	TypeHelloReply:   {"HelloReply", 0, func() Message { return new(HelloReply) }},
-	TypeAuthOK:       {"AuthOK", 0, func() Message { return new(AuthOK) }},
-	TypePong:         {"Pong", 0, func() Message { return new(Pong) }},
-	TypeCreateTable:  {"CreateTable", TypeTableInfo, func() Message { return new(CreateTable) }},
-	TypeOpenTable:    {"OpenTable", TypeTableInfo, func() Message { return new(OpenTable) }},
-	TypeListTables:   {"ListTables", TypeTableList, func() Message { return new(ListTables) }},
-	TypeDropTable:    {"DropTable", TypeOK, func() Message { return new(DropTable) }},
-	TypeTableInfo:    {"TableInfo", 0, func() Message { return new(TableInfo) }},
-	TypeTableList:    {"TableList", 0, func() Message { return new(TableList) }},
-	TypeOK:           {"OK", 0, func() Message { return new(OK) }},
-	TypeAcquire:      {"Acquire", TypeGrant, func() Message { return new(Acquire) }},
-	TypeAllocIDs:     {"AllocIDs", TypeIDRange, func() Message { return new(AllocIDs) }},
-	TypeRelease:      {"Release", TypeOK, func() Message { return new(Release) }},
-	TypeGrant:        {"Grant", 0, func() Message { return new(Grant) }},
-	TypeIDRange:      {"IDRange", 0, func() Message { return new(IDRange) }},
-	TypeReadPages:    {"ReadPages", TypeSegments, func() Message { return new(ReadPages) }},
-	TypePageDir:      {"PageDir", TypePageDirReply, func() Message { return new(PageDir) }},
-	TypeSegments:     {"Segments", 0, func() Message { return new(Segments) }},
-	TypePageDirReply: {"PageDirReply", 0, func() Message { return new(PageDirReply) }},
-	TypeCommit:       {"Commit", TypeCommitAck, func() Message { return new(Commit) }},
-	TypeCommitAck:    {"CommitAck", 0, func() Message { return new(CommitAck) }},
-	TypeStats:        {"Stats", TypeStatsReply, func() Message { return new(Stats) }},
-	TypeStatsReply:   {"StatsReply", 0, func() Message { return new(StatsReply) }},
-	TypeBackup:       {"Backup", TypeBackupChunk, func() Message { return new(Backup) }},
-	TypeBackupChunk:  {"BackupChunk", 0, func() Message { return new(BackupChunk) }},
-	TypeError:        {"Error", 0, func() Message { return new(ErrorReply) }},
+	TypeHello:              {"Hello", TypeHelloReply, func() Message { return new(Hello) }},
+	TypeAuth:               {"Auth", TypeAuthOK, func() Message { return new(Auth) }},
+	TypePing:               {"Ping", TypePong, func() Message { return new(Ping) }},
+	TypeHelloReply:         {"HelloReply", 0, func() Message { return new(HelloReply) }},
+	TypeAuthOK:             {"AuthOK", 0, func() Message { return new(AuthOK) }},
+	TypePong:               {"Pong", 0, func() Message { return new(Pong) }},
+	TypeCreateTable:        {"CreateTable", TypeTableInfo, func() Message { return new(CreateTable) }},
+	TypeOpenTable:          {"OpenTable", TypeTableInfo, func() Message { return new(OpenTable) }},
+	TypeListTables:         {"ListTables", TypeTableList, func() Message { return new(ListTables) }},
+	TypeDropTable:          {"DropTable", TypeOK, func() Message { return new(DropTable) }},
+	TypeCreateClusterTable: {"CreateClusterTable", TypeTableInfo, func() Message { return new(CreateClusterTable) }},
+	TypeTableInfo:          {"TableInfo", 0, func() Message { return new(TableInfo) }},
+	TypeTableList:          {"TableList", 0, func() Message { return new(TableList) }},
+	TypeOK:                 {"OK", 0, func() Message { return new(OK) }},
+	TypeAcquire:            {"Acquire", TypeGrant, func() Message { return new(Acquire) }},
+	TypeAllocIDs:           {"AllocIDs", TypeIDRange, func() Message { return new(AllocIDs) }},
+	TypeRelease:            {"Release", TypeOK, func() Message { return new(Release) }},
+	TypeGrant:              {"Grant", 0, func() Message { return new(Grant) }},
+	TypeIDRange:            {"IDRange", 0, func() Message { return new(IDRange) }},
+	TypeReadPages:          {"ReadPages", TypeSegments, func() Message { return new(ReadPages) }},
+	TypePageDir:            {"PageDir", TypePageDirReply, func() Message { return new(PageDir) }},
+	TypeSegments:           {"Segments", 0, func() Message { return new(Segments) }},
+	TypePageDirReply:       {"PageDirReply", 0, func() Message { return new(PageDirReply) }},
+	TypeCommit:             {"Commit", TypeCommitAck, func() Message { return new(Commit) }},
+	TypeCommitAck:          {"CommitAck", 0, func() Message { return new(CommitAck) }},
+	TypeStats:              {"Stats", TypeStatsReply, func() Message { return new(Stats) }},
+	TypeStatsReply:         {"StatsReply", 0, func() Message { return new(StatsReply) }},
+	TypeBackup:             {"Backup", TypeBackupChunk, func() Message { return new(Backup) }},
+	TypeBackupChunk:        {"BackupChunk", 0, func() Message { return new(BackupChunk) }},
+	TypeError:              {"Error", 0, func() Message { return new(ErrorReply) }},
 }
 
 // Known reports whether t is a message type of this protocol version.

@@ -193,7 +193,7 @@ func (e *Engine) holdSnapshot() (*metaState, []byte, *backupHold, error) {
 	}
 	// The map log through its published length, read now under ckptMu: a later checkpoint
 	// only appends beyond it, and a compaction removes it.
-	if m.version == metaVersion {
+	if m.version >= metaVersion {
 		if m.mapLog, err = loadMapLog(e.fs, e.dir, m, false); err != nil {
 			return nil, nil, nil, fmt.Errorf("storenode: backup: %w", err)
 		}

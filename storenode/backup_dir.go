@@ -34,6 +34,13 @@ import (
 // be fenced by the copy. A gap of 2^32 grants covers every grant the original can have made
 // (a grant is a synced WAL record: at 10,000 a second that is five days of nothing but
 // grants of one table).
+//
+// A cluster-managed table (cluster.go) is not bumped: its floor is raised to etcd's current
+// revision (GrantVerifier.Revision, a linearizable read), with no holder. A bump by 2^32
+// would put it far above every revision etcd will reach and refuse every future grant; etcd's
+// current revision is above every grant the original can have accepted, and the next grant
+// (a new owner key) is above it. So the first open of a copy holding cluster tables needs
+// etcd: without it (no GrantVerifier, or etcd unreachable) Open fails and the marker stays.
 
 // Part of the format; do not change.
 const (
@@ -265,6 +272,12 @@ func (e *Engine) finishRestore() error {
 	if ok, err := hasFile(e.fs, e.dir, restoredName); err != nil || !ok {
 		return err
 	}
+	// Cluster tables take etcd's current revision as their floor instead of the bump (see
+	// the file doc), read before any lock is taken.
+	floor, err := e.restoreFloor()
+	if err != nil {
+		return fmt.Errorf("storenode: restore: %w", err)
+	}
 	e.mu.Lock()
 	ids := make([]uint32, 0, len(e.tables))
 	for id := range e.tables {
@@ -273,6 +286,20 @@ func (e *Engine) finishRestore() error {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		t := e.tables[id]
+		if t.cluster.IsCluster() {
+			// No holder and etcd's revision: every grant made up to now is refused, the next
+			// one (a new owner key, a higher revision) is accepted.
+			epoch := max(t.epoch+1, floor) // strictly above: an epoch is never logged twice
+			e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, 0, epoch)
+			if err := e.appendAndWait(kindGrantOwner, e.scratch); err != nil {
+				e.mu.Unlock()
+				return fmt.Errorf("storenode: restore: raise the floor of %q: %w", t.name, err)
+			}
+			e.leaseMu.Lock()
+			t.holder, t.epoch, t.leaseUntil = 0, epoch, time.Time{}
+			e.leaseMu.Unlock()
+			continue
+		}
 		if t.epoch > ^uint64(0)-restoreEpochGap {
 			e.mu.Unlock()
 			return fmt.Errorf("storenode: restore: table %q: epoch %d cannot be bumped", t.name, t.epoch)

@@ -15,6 +15,11 @@ import (
 
 // CreateTable creates a table of rows of rowBytes bytes (8..4096, a multiple of 8).
 func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
+	return e.createTable(name, rowBytes, ClusterLayout{})
+}
+
+// createTable creates a local table (cl zero) or a cluster-managed one (CreateClusterTable).
+func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout) (TableInfo, error) {
 	if err := checkName(name); err != nil {
 		return TableInfo{}, fmt.Errorf("%w: %q", err, name)
 	}
@@ -48,14 +53,19 @@ func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
 		}
 		return TableInfo{}, fmt.Errorf("storenode: create table %q: %w", name, err)
 	}
+	kind := kindCreateTable
 	e.scratch = appendCreateRecord(e.scratch[:0], id, rowBytes, name)
+	if cl.IsCluster() {
+		kind = kindCreateClusterTable
+		e.scratch = appendCreateClusterRecord(e.scratch[:0], id, rowBytes, name, cl)
+	}
 	ch := make(chan error, 1)
-	if _, err := e.appendRecord(kindCreateTable, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
+	if _, err := e.appendRecord(kind, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
 		f.Close()
 		return TableInfo{}, err
 	}
 	e.nextTable++
-	t := e.registerTable(id, name, geo, f)
+	t := e.registerTable(id, name, geo, f, cl)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()
@@ -66,22 +76,37 @@ func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
 }
 
 // addTable registers a table and creates its data file. Caller holds mu.
-func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry) (*table, error) {
+func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl ClusterLayout) (*table, error) {
 	f, err := e.fs.Create(dataFileName(e.dir, id))
 	if err != nil {
 		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
 	}
-	return e.registerTable(id, name, geo, f), nil
+	return e.registerTable(id, name, geo, f, cl), nil
 }
 
 // registerTable adds a table whose data file f is open. Caller holds mu.
-func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File) *table {
+// A cluster table's layout (cl) is set before the table is published: renewals read it
+// under leaseMu alone.
+func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File, cl ClusterLayout) *table {
 	t := &table{id: id, name: name, geo: geo, rows: bitmaptree.New(), used: bitmaptree.New(), data: f}
+	t.setCluster(cl)
 	e.leaseMu.Lock() // lease renewals find tables under it alone
 	e.tables[id] = t
 	e.leaseMu.Unlock()
 	e.byName[name] = t
 	return t
+}
+
+// setCluster makes t a cluster-managed table of layout cl (nothing for a zero cl): its next
+// id is its partition's first. Before t is published (registerTable).
+func (t *table) setCluster(cl ClusterLayout) {
+	if !cl.IsCluster() {
+		return
+	}
+	t.cluster = cl
+	if first, ok := cl.NextID(t.nextID); ok {
+		t.nextID = first
+	}
 }
 
 // OpenTable returns the table's description.

@@ -328,7 +328,7 @@ func (c *checker) run() (*CheckReport, error) {
 func (c *checker) checkRestoreBump() {
 	ids := make([]uint32, 0, len(c.cat.tables))
 	for id, t := range c.cat.tables {
-		if t.live && t.epoch > ^uint64(0)-restoreEpochGap {
+		if t.live && !t.cluster && t.epoch > ^uint64(0)-restoreEpochGap {
 			ids = append(ids, id)
 		}
 	}

@@ -21,6 +21,7 @@ type checkTableState struct {
 	nextID   uint64
 	epoch    uint64
 	live     bool // false once dropped
+	cluster  bool // cluster-managed: a restored copy raises its floor to etcd's revision, no bump
 }
 
 // checkCatalog is the catalog as of the record being replayed.
@@ -35,7 +36,8 @@ func (k *checkCatalog) init(m *metaState) {
 	k.byName = make(map[string]uint32, len(m.tables))
 	k.nextTable = m.nextTable
 	for _, t := range m.tables {
-		k.tables[t.id] = &checkTableState{name: t.name, rowBytes: t.rowBytes, nextID: t.nextID, epoch: t.epoch, live: true}
+		k.tables[t.id] = &checkTableState{name: t.name, rowBytes: t.rowBytes, nextID: t.nextID, epoch: t.epoch, live: true,
+			cluster: t.cluster.IsCluster()}
 		k.byName[t.name] = t.id
 	}
 }
@@ -58,8 +60,19 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 		return t
 	}
 	switch rec.Kind {
-	case kindCreateTable:
-		id, rowBytes, name, err := decodeCreateRecord(rec.Payload)
+	case kindCreateTable, kindCreateClusterTable:
+		var (
+			id       uint32
+			rowBytes int
+			name     string
+			cl       ClusterLayout
+			err      error
+		)
+		if rec.Kind == kindCreateTable {
+			id, rowBytes, name, err = decodeCreateRecord(rec.Payload)
+		} else {
+			id, rowBytes, name, cl, err = decodeCreateClusterRecord(rec.Payload)
+		}
 		if err != nil {
 			bad(0, "create-table record: %v", err)
 			return
@@ -75,7 +88,7 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 		if other, ok := k.byName[name]; ok {
 			bad(id, "table %d created as %q, the name of live table %d", id, name, other)
 		}
-		k.tables[id] = &checkTableState{name: name, rowBytes: rowBytes, live: true}
+		k.tables[id] = &checkTableState{name: name, rowBytes: rowBytes, live: true, cluster: cl.IsCluster()}
 		k.byName[name] = id
 		k.nextTable = max(k.nextTable, id+1)
 	case kindDropTable:

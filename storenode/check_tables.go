@@ -62,7 +62,7 @@ func metaPageMapBytes(mt *metaTable) int64 {
 func metaTableOffsets(m *metaState) []int64 {
 	offs := make([]int64, len(m.tables))
 	off := int64(metaHeaderBytes)
-	if m.version == metaVersion {
+	if m.version >= metaVersion {
 		off = metaV4HeaderBytes
 	}
 	for i := range m.tables {

@@ -510,7 +510,7 @@ func (e *Engine) snapshotMeta() *metaState {
 		t := e.tables[id]
 		m.tables = append(m.tables, metaTable{
 			id: t.id, rowBytes: t.geo.RowBytes(), name: t.name, nextID: t.nextID,
-			holder: t.holder, epoch: t.epoch, pages: t.pages,
+			holder: t.holder, epoch: t.epoch, pages: t.pages, cluster: t.cluster,
 		})
 	}
 	e.expireOwners()

@@ -194,6 +194,10 @@ func (e *Engine) checkBatch(b *Batch) error {
 		if err := t.geo.CheckSegment(s.Segment); err != nil {
 			return fmt.Errorf("%w: table %q: %w", ErrMalformed, t.name, err)
 		}
+		if t.cluster.IsCluster() && t.cluster.PartitionOfPage(s.Page) != t.cluster.Partition {
+			return fmt.Errorf("%w: page %d of table %q is in partition %d, the table holds partition %d",
+				ErrMalformed, s.Page, t.name, t.cluster.PartitionOfPage(s.Page), t.cluster.Partition)
+		}
 		// Only granted ids may be written: the page map grows to the highest page a
 		// checkpoint sees, so one row far past the grants would make it enormous. An empty
 		// segment writes no row but still dirties its page: it may name only a page whose

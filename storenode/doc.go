@@ -12,6 +12,8 @@
 //	options.go     Options, SyncMode and the defaults
 //	catalog.go     tables by id and name; ids never reused
 //	ownership.go   grants (owner, epoch), leases, id grants (AllocIDs)
+//	cluster.go     cluster-managed tables: etcd grants verified (GrantVerifier), never on
+//	               trust, above the persisted floor; ids of the partition only; no lease timer
 //	identity.go    owner ids claimed by one live incarnation (Connect, Disconnect)
 //	owners.go      the owners table: last seq and the dedup window per owner
 //	commit.go      the commit path: checks, seq order, WAL record, apply to the cache
@@ -41,5 +43,6 @@
 // claims of a handshake and a close (Connect, HoldsIdent, Disconnect), which take identMu
 // alone, held for map updates only (identity.go). Commit's done runs
 // on the WAL's goroutine, in LSN order, and Connect's evict on the claiming goroutine without
-// the engine's lock: neither may block.
+// the engine's lock: neither may block. RegisterGrant waits for etcd (Options.GrantVerifier)
+// with no engine lock held: not for an event loop.
 package storenode

@@ -110,6 +110,9 @@ type Engine struct {
 	// readBarriers counts the reads that waited for durability with mu held (read.go).
 	readBarriers atomic.Uint64
 
+	// verifySlots bounds the etcd grant verifications running at once (cluster.go).
+	verifySlots chan struct{}
+
 	ckptReq chan struct{}
 	stop    chan struct{}
 	bg      sync.WaitGroup
@@ -120,10 +123,11 @@ type Engine struct {
 // table is one table's state. Fields other than io are guarded by Engine.mu; pages is also
 // read under io.RLock (its writers hold both).
 type table struct {
-	id     uint32
-	name   string
-	geo    logicpage.Geometry
-	nextID uint64
+	id      uint32
+	name    string
+	geo     logicpage.Geometry
+	cluster ClusterLayout // zero for a local table; set before the table is published, then immutable
+	nextID  uint64
 
 	holder     uint64    // also under Engine.leaseMu (see there)
 	epoch      uint64    // also under Engine.leaseMu
@@ -151,10 +155,15 @@ type TableInfo struct {
 	ID       uint32
 	Name     string
 	RowBytes int
-	// NextID is the id high-water mark: every id below it has been granted.
+	// NextID is the id high-water mark: every id below it has been granted (for a
+	// cluster-managed table: every id of its partition below it; no row lives at or above
+	// it either way).
 	NextID uint64
 	// Rows is the number of rows present.
 	Rows uint64
+	// Cluster is the layout and partition of a cluster-managed table (cluster.go); zero for
+	// a local table.
+	Cluster ClusterLayout
 }
 
 // Grant is a table's write ownership: Owner may commit to Table while it presents Epoch, and
@@ -188,19 +197,20 @@ func Open(opts Options) (*Engine, error) {
 		return nil, errors.New("storenode: Options.Dir is empty")
 	}
 	e := &Engine{
-		opts:      opts,
-		fs:        opts.FS,
-		dir:       opts.Dir,
-		tables:    make(map[uint32]*table),
-		byName:    make(map[string]*table),
-		owners:    make(map[uint64]*ownerState),
-		idents:    make(map[uint64]*ownerIdent),
-		cache:     newPageCache(opts.CacheBytes),
-		ckptReq:   make(chan struct{}, 1),
-		ckptChunk: ckptChunks{scanFrames: ckptScanFrames, copyBytes: ckptCopyBytes, installWrites: ckptInstallWrites},
-		logSlack:  mapLogSlack,
-		stop:      make(chan struct{}),
-		start:     time.Now(),
+		opts:        opts,
+		fs:          opts.FS,
+		dir:         opts.Dir,
+		tables:      make(map[uint32]*table),
+		byName:      make(map[string]*table),
+		owners:      make(map[uint64]*ownerState),
+		idents:      make(map[uint64]*ownerIdent),
+		cache:       newPageCache(opts.CacheBytes),
+		ckptReq:     make(chan struct{}, 1),
+		verifySlots: make(chan struct{}, grantVerifySlots),
+		ckptChunk:   ckptChunks{scanFrames: ckptScanFrames, copyBytes: ckptCopyBytes, installWrites: ckptInstallWrites},
+		logSlack:    mapLogSlack,
+		stop:        make(chan struct{}),
+		start:       time.Now(),
 	}
 	e.leaseSeqs = make(map[uint64]uint64)
 	e.cond = sync.NewCond(&e.mu)
@@ -322,7 +332,7 @@ func (e *Engine) table(id uint32) (*table, error) {
 }
 
 func (t *table) info() TableInfo {
-	return TableInfo{ID: t.id, Name: t.name, RowBytes: t.geo.RowBytes(), NextID: t.nextID, Rows: t.rows.Count()}
+	return TableInfo{ID: t.id, Name: t.name, RowBytes: t.geo.RowBytes(), NextID: t.nextID, Rows: t.rows.Count(), Cluster: t.cluster}
 }
 
 // presentWord returns the present mask of a page from the table's bitmap-tree.

@@ -79,6 +79,21 @@ var (
 	// the batches before it in seq order.
 	ErrSeqGap = sgio.NewSentinel(sgio.CodeSeqGap, "storenode: gap in owner's batch sequence")
 
+	// Cluster-managed tables (cluster.go).
+
+	// ErrGrantKind is returned for a grant of the wrong kind for its table: a local-counter
+	// Acquire (or renewal) of a cluster-managed table, or an etcd grant of a local table. Over
+	// the wire it reads as ErrMalformed.
+	ErrGrantKind = newSentinel("storenode: grant of the wrong kind for the table (local counter or etcd)", ErrMalformed)
+	// ErrNoVerifier is returned for an etcd grant to a storage node without etcd configured
+	// (Options.GrantVerifier), and by the first Open of a restored copy holding cluster
+	// tables without it. Over the wire it reads as sgio.ErrUnsupported.
+	ErrNoVerifier = newSentinel("storenode: no etcd configured to verify grants", sgio.ErrUnsupported)
+	// ErrGrantUnverified is returned when an etcd grant could not be verified in time (etcd
+	// unreachable, slow, or too many verifications waiting): nothing changed, retry later.
+	// Over the wire it reads as sgio.ErrBusy.
+	ErrGrantUnverified = newSentinel("storenode: etcd grant could not be verified", sgio.ErrBusy)
+
 	// Input.
 
 	// ErrMalformed is returned for a request that breaks the protocol's rules (a segment of a

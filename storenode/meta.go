@@ -38,8 +38,18 @@ import (
 //	|   window count entries, oldest first:                          |
 //	|   seq u64 | LSN u64 | batch hash u64                           |
 //	+---------------------------------------------------------------+
+//	| version 5 only: cluster count u32 | reserved u32 |             |
+//	|   per cluster-managed table (ascending id): id u32 |          |
+//	|   partitions u32 | stripe pages u32 | partition u32           |
+//	+---------------------------------------------------------------+
 //	| crc32c u32 over everything before it | reserved u32            |
 //	+---------------------------------------------------------------+
+//
+// Version 5 is version 4 with the cluster section: the layouts of the cluster-managed tables
+// (cluster.go). A checkpoint writes it only when the catalog holds a cluster table, and
+// version 4, byte for byte as before, otherwise: a store that never had one stays readable by
+// the builds before. Each entry names a table of the catalog, at most once; its layout is
+// valid and the table's name is its partition's.
 //
 // The synced LSN is the WAL's synced-through LSN when the checkpoint was published (>= the
 // checkpoint LSN): recovery treats a bad WAL record at or below it as corruption, never as a
@@ -60,20 +70,22 @@ import (
 //
 // Part of the format; do not change.
 const (
-	metaMagic         = "WEFTMETA"
-	metaVersion       = 4
-	metaVersionSparse = 3 // read and upgraded: the page map inside the meta file
-	metaVersionDense  = 2 // read and upgraded: a dense page map
-	metaHeaderBytes   = 48
-	metaV4HeaderBytes = 64 // version 4 adds the map log's generation u64 and published length u64
-	metaTableBytes    = 40
-	metaLeafBytes     = 16
-	metaEntryBytes    = 24
-	metaOwnerBytes    = 32
-	metaDedupBytes    = 24
-	metaTrailerBytes  = 8
-	metaName          = "meta"
-	metaTempName      = "meta.tmp"
+	metaMagic          = "WEFTMETA"
+	metaVersion        = 4
+	metaVersionCluster = 5 // version 4 and the cluster section
+	metaVersionSparse  = 3 // read and upgraded: the page map inside the meta file
+	metaVersionDense   = 2 // read and upgraded: a dense page map
+	metaHeaderBytes    = 48
+	metaV4HeaderBytes  = 64 // version 4 adds the map log's generation u64 and published length u64
+	metaTableBytes     = 40
+	metaLeafBytes      = 16
+	metaEntryBytes     = 24
+	metaOwnerBytes     = 32
+	metaClusterBytes   = 16 // one entry of the cluster section
+	metaDedupBytes     = 24
+	metaTrailerBytes   = 8
+	metaName           = "meta"
+	metaTempName       = "meta.tmp"
 )
 
 // mapEntry is one page-map entry: where the page's durable copy lives and how to check it.
@@ -93,6 +105,7 @@ type metaTable struct {
 	holder   uint64
 	epoch    uint64
 	pages    *pageMap // sealed
+	cluster  ClusterLayout
 	// densePages is the page count of a version-2 (dense) map as read: Check's offsets follow
 	// the layout read. 0 for version 3.
 	densePages uint64
@@ -104,7 +117,7 @@ type metaTable struct {
 }
 
 type metaState struct {
-	version   uint32 // as read; encodeMeta writes metaVersion
+	version   uint32 // as read; encodeMeta writes metaVersion, or metaVersionCluster with a cluster table
 	ckptLSN   uint64
 	syncedLSN uint64
 	nextTable uint32
@@ -120,12 +133,21 @@ func encodeMeta(m *metaState) []byte {
 	for _, o := range m.owners {
 		size += metaOwnerBytes + o.n*metaDedupBytes
 	}
+	clusters := 0
 	for _, t := range m.tables {
 		size += metaTableBytes + pad8(len(t.name))
+		if t.cluster.IsCluster() {
+			clusters++
+		}
+	}
+	version := uint32(metaVersion)
+	if clusters > 0 {
+		version = metaVersionCluster
+		size += 8 + clusters*metaClusterBytes
 	}
 	b := make([]byte, 0, size)
 	b = append(b, metaMagic...)
-	b = binary.LittleEndian.AppendUint32(b, metaVersion)
+	b = binary.LittleEndian.AppendUint32(b, version)
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, m.ckptLSN)
 	b = binary.LittleEndian.AppendUint32(b, m.nextTable)
@@ -165,6 +187,18 @@ func encodeMeta(m *metaState) []byte {
 			b = binary.LittleEndian.AppendUint64(b, d.hash)
 		}
 	}
+	if clusters > 0 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(clusters))
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		for _, t := range m.tables { // ascending id: the catalog's order
+			if t.cluster.IsCluster() {
+				b = binary.LittleEndian.AppendUint32(b, t.id)
+				b = binary.LittleEndian.AppendUint32(b, t.cluster.Partitions)
+				b = binary.LittleEndian.AppendUint32(b, t.cluster.StripePages)
+				b = binary.LittleEndian.AppendUint32(b, t.cluster.Partition)
+			}
+		}
+	}
 	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	return b
@@ -201,12 +235,12 @@ func decodeMeta(b []byte) (*metaState, error) {
 		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
 	}
 	version := binary.LittleEndian.Uint32(b[8:])
-	if version != metaVersion && version != metaVersionSparse && version != metaVersionDense {
+	if version != metaVersionCluster && version != metaVersion && version != metaVersionSparse && version != metaVersionDense {
 		if v := version; v < metaVersionDense {
 			return nil, fmt.Errorf("%w: meta file format version %d, this build reads versions %d to %d only "+
 				"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersionDense, metaVersion)
 		}
-		return nil, corrupt.Errorf("storenode: meta: version %d, want %d", version, metaVersion)
+		return nil, corrupt.Errorf("storenode: meta: version %d, want %d..%d", version, metaVersionDense, metaVersionCluster)
 	}
 	m := &metaState{
 		version:   version,
@@ -220,7 +254,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 		return nil, corrupt.Errorf("storenode: meta: bad header")
 	}
 	hdrBytes := metaHeaderBytes
-	if version == metaVersion {
+	if version >= metaVersion {
 		if len(body) < metaV4HeaderBytes {
 			return nil, corrupt.Errorf("storenode: meta: %d bytes", len(b))
 		}
@@ -250,7 +284,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 		nameLen := int(binary.LittleEndian.Uint16(p[6:]))
 		nLeaves, nEntries := uint64(binary.LittleEndian.Uint32(p[32:])), uint64(binary.LittleEndian.Uint32(p[36:]))
 		need := nLeaves*metaLeafBytes + nEntries*metaEntryBytes
-		if version == metaVersion {
+		if version >= metaVersion {
 			need = 0
 			t.wantLeaves, t.wantEntries = nLeaves, nEntries
 		} else if version == metaVersionDense {
@@ -273,7 +307,7 @@ func decodeMeta(b []byte) (*metaState, error) {
 		}
 		seen[t.id] = true
 		var err error
-		if version == metaVersion {
+		if version >= metaVersion {
 			// decodeMapLog fills t.pages
 		} else if version == metaVersionDense {
 			t.pages, p = decodeDensePageMap(p, t.densePages)
@@ -319,10 +353,54 @@ func decodeMeta(b []byte) (*metaState, error) {
 		}
 		m.owners[id] = o
 	}
+	if version == metaVersionCluster {
+		var err error
+		if p, err = decodeMetaClusters(p, m); err != nil {
+			return nil, err
+		}
+	}
 	if len(p) != 0 {
 		return nil, corrupt.Errorf("storenode: meta: %d trailing bytes", len(p))
 	}
 	return m, nil
+}
+
+// decodeMetaClusters decodes a version-5 cluster section into m's tables and returns the rest
+// of p. Entries ascend by id, each naming one of m's tables, with a valid layout that the
+// table's name agrees with; there is at least one (version 4 has none).
+func decodeMetaClusters(p []byte, m *metaState) ([]byte, error) {
+	if len(p) < 8 {
+		return nil, corrupt.Errorf("storenode: meta: truncated cluster section")
+	}
+	n := uint64(binary.LittleEndian.Uint32(p))
+	if n == 0 || n > uint64(len(m.tables)) || binary.LittleEndian.Uint32(p[4:]) != 0 || uint64(len(p)-8) < n*metaClusterBytes {
+		return nil, corrupt.Errorf("storenode: meta: cluster section of %d entries for %d tables in %d bytes", n, len(m.tables), len(p))
+	}
+	p = p[8:]
+	k := 0 // the catalog's tables, in the file's order: ascending ids, as encodeMeta writes them
+	prev := uint32(0)
+	for i := range n {
+		id := binary.LittleEndian.Uint32(p)
+		cl := ClusterLayout{Partitions: binary.LittleEndian.Uint32(p[4:]), StripePages: binary.LittleEndian.Uint32(p[8:]),
+			Partition: binary.LittleEndian.Uint32(p[12:])}
+		p = p[metaClusterBytes:]
+		if i > 0 && id <= prev {
+			return nil, corrupt.Errorf("storenode: meta: cluster entry %d: table %d after %d", i, id, prev)
+		}
+		prev = id
+		for k < len(m.tables) && m.tables[k].id != id {
+			k++
+		}
+		if k == len(m.tables) {
+			return nil, corrupt.Errorf("storenode: meta: cluster entry %d: table %d is not in the catalog (or out of order)", i, id)
+		}
+		t := &m.tables[k]
+		if err := checkClusterEntry(t.rowBytes, t.name, cl); err != nil {
+			return nil, corrupt.Errorf("storenode: meta: cluster entry %d: table %d: %v", i, id, err)
+		}
+		t.cluster = cl
+	}
+	return p, nil
 }
 
 // decodePageMap decodes the nLeaves leaf records of a version-3 page map (their nEntries
@@ -453,7 +531,7 @@ func loadMetaOffsets(fs vfs.FS, dir string, offsets bool) (m *metaState, ok bool
 	if err != nil {
 		return nil, false, fmt.Errorf("storenode: %s: %w", name, err)
 	}
-	if m.version == metaVersion {
+	if m.version >= metaVersion {
 		if _, err := loadMapLog(fs, dir, m, offsets); err != nil {
 			return nil, false, err
 		}

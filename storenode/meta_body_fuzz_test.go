@@ -28,7 +28,7 @@ func FuzzDecodeMetaBody(f *testing.F) {
 			return
 		}
 		got := encodeMeta(m)
-		if m.version != metaVersion {
+		if m.version != metaVersion && m.version != metaVersionCluster {
 			m2, err := decodeMeta(got)
 			if err != nil {
 				t.Fatalf("upgraded meta does not decode: %v", err)

@@ -36,7 +36,7 @@ func TestMetaOwnersRoundTrip(t *testing.T) {
 	for _, seed := range metaSeeds() {
 		m, err := decodeMeta(seed)
 		require.NoError(t, err)
-		if m.version != metaVersion {
+		if m.version != metaVersion && m.version != metaVersionCluster {
 			continue // upgraded: TestMetaDenseUpgrade, TestMetaSparseUpgrade
 		}
 		require.Equal(t, seed, encodeMeta(m))

@@ -99,6 +99,14 @@ type Options struct {
 	// checkpoints keep the disk pages they replace, so the data files grow. A backup that
 	// takes longer fails with ErrBackupTimeout and releases its hold.
 	BackupTimeout time.Duration
+	// GrantVerifier proves the etcd grants of cluster-managed tables (cluster.go) and reads
+	// etcd's revision for a restored copy's first open. Nil: this node refuses etcd grants
+	// (ErrNoVerifier) and the first open of a restored copy holding cluster tables; local
+	// tables work as without it. Package cluster implements it (cluster.GrantVerifier).
+	GrantVerifier GrantVerifier
+	// GrantVerifyTimeout bounds one grant verification or revision read
+	// (DefaultGrantVerifyTimeout when zero).
+	GrantVerifyTimeout time.Duration
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
 	Now func() time.Time
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
@@ -138,6 +146,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BackupTimeout <= 0 {
 		o.BackupTimeout = DefaultBackupTimeout
+	}
+	if o.GrantVerifyTimeout <= 0 {
+		o.GrantVerifyTimeout = DefaultGrantVerifyTimeout
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -39,6 +39,9 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
+	if t.cluster.IsCluster() {
+		return Grant{}, clusterLocalGrantError(t)
+	}
 	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
 	// (which takes no mu) either came first, and then its lease is live, or sees the new
 	// holder and is fenced. If the grant cannot be logged the old holder is put back.
@@ -70,6 +73,11 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 		return Grant{}, err
 	}
 	return g, nil
+}
+
+// clusterLocalGrantError is the refusal of a local-counter grant or renewal of cluster table t.
+func clusterLocalGrantError(t *table) error {
+	return fmt.Errorf("%w: table %q is cluster-managed: its grants come from etcd (register one with the etcd-grant flag)", ErrGrantKind, t.name)
 }
 
 func (e *Engine) grant(t *table, owner uint64) Grant {
@@ -107,6 +115,9 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 	t, ok := e.tables[tableID]
 	if !ok || t.dropping {
 		return Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
+	}
+	if t.cluster.IsCluster() {
+		return Grant{}, clusterLocalGrantError(t)
 	}
 	if t.holder != owner || t.epoch != epoch {
 		return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
@@ -184,7 +195,9 @@ func (e *Engine) checkFence(t *table, owner, epoch uint64) error {
 
 // AllocIDs grants owner pages whole pages of new row ids of table (64 ids a page) and returns
 // the first id and the count. The grant is logged and synced before it returns, in every sync
-// mode, so no id is ever handed out twice; ids are never reused.
+// mode, so no id is ever handed out twice; ids are never reused. For a cluster-managed table
+// the ids are its partition's, one run within one stripe: the count may be less than asked
+// (whole pages still).
 func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first, count uint64, err error) {
 	if pages <= 0 || pages > idPagesPerGrantMax {
 		return 0, 0, fmt.Errorf("%w: id grant of %d pages", ErrMalformed, pages)
@@ -203,7 +216,12 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	}
 	count = uint64(pages) * 64
 	first = t.nextID
-	if hi, carry := bits.Add64(first, count, 0); carry != 0 || hi > MaxRowID {
+	if t.cluster.IsCluster() {
+		// Ids of the partition's stripes only, one run within a stripe (cluster.go).
+		if first, count, err = t.clusterAllocIDs(pages); err != nil {
+			return 0, 0, err
+		}
+	} else if hi, carry := bits.Add64(first, count, 0); carry != 0 || hi > MaxRowID {
 		return 0, 0, fmt.Errorf("%w: table %q has no ids left (row ids stop below %d)", ErrMalformed, t.name, uint64(MaxRowID))
 	}
 	// Advance before waiting, so a concurrent grant takes the next range; if the record then

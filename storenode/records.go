@@ -19,6 +19,9 @@ import (
 // checksums and orders records; this file says what is inside. All integers little-endian.
 //
 //	kindCreateTable  table u32 | row bytes u16 | name length u16 | name
+//	kindCreateClusterTable (a cluster-managed table, cluster.go)
+//	                 table u32 | row bytes u16 | name length u16 | partitions u32
+//	                 | stripe pages u32 | partition u32 | reserved u32 | name
 //	kindDropTable    table u32
 //	kindGrantIDs     table u32 | reserved u32 | next id u64        (the new high-water mark)
 //	kindGrantOwner   table u32 | reserved u32 | owner u64 | epoch u64
@@ -56,6 +59,9 @@ const (
 	kindGrantOwner  byte = 4
 	kindCommitV1    byte = 5 // refused: see above
 	kindCommit      byte = 6
+	// kindCreateClusterTable creates a cluster-managed table (its layout after the fields of
+	// kindCreateTable); entered the format with meta version 5.
+	kindCreateClusterTable byte = 7
 
 	// commitHashBytes is the batch hash before the Commit body of a commit record.
 	commitHashBytes = 8
@@ -299,6 +305,53 @@ func decodeCreateRecord(p []byte) (id uint32, rowBytes int, name string, err err
 		return 0, 0, "", corrupt.Errorf("storenode: create-table record: table %d %q row size %d", id, name, rowBytes)
 	}
 	return id, rowBytes, name, nil
+}
+
+func appendCreateClusterRecord(dst []byte, id uint32, rowBytes int, name string, cl ClusterLayout) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, id)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(rowBytes))
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(name)))
+	dst = binary.LittleEndian.AppendUint32(dst, cl.Partitions)
+	dst = binary.LittleEndian.AppendUint32(dst, cl.StripePages)
+	dst = binary.LittleEndian.AppendUint32(dst, cl.Partition)
+	dst = binary.LittleEndian.AppendUint32(dst, 0)
+	return append(dst, name...)
+}
+
+// decodeCreateClusterRecord decodes a kindCreateClusterTable payload: the table's fields as
+// decodeCreateRecord checks them, a valid layout, and a name that is its partition's
+// (PartitionTableName).
+func decodeCreateClusterRecord(p []byte) (id uint32, rowBytes int, name string, cl ClusterLayout, err error) {
+	if len(p) < 24 {
+		return 0, 0, "", cl, corrupt.Errorf("storenode: create-cluster-table record of %d bytes", len(p))
+	}
+	id = binary.LittleEndian.Uint32(p)
+	rowBytes = int(binary.LittleEndian.Uint16(p[4:]))
+	n := int(binary.LittleEndian.Uint16(p[6:]))
+	cl = ClusterLayout{Partitions: binary.LittleEndian.Uint32(p[8:]), StripePages: binary.LittleEndian.Uint32(p[12:]),
+		Partition: binary.LittleEndian.Uint32(p[16:])}
+	if len(p) != 24+n || binary.LittleEndian.Uint32(p[20:]) != 0 {
+		return 0, 0, "", cl, corrupt.Errorf("storenode: create-cluster-table record: name of %d bytes in %d", n, len(p)-24)
+	}
+	name = string(p[24:])
+	if err := checkClusterEntry(rowBytes, name, cl); err != nil {
+		return 0, 0, "", cl, corrupt.Errorf("storenode: create-cluster-table record: table %d: %w", id, err)
+	}
+	return id, rowBytes, name, cl, nil
+}
+
+// checkClusterEntry checks a cluster table's row size, name and layout as read from disk.
+func checkClusterEntry(rowBytes int, name string, cl ClusterLayout) error {
+	if _, gerr := logicpage.NewGeometry(rowBytes); gerr != nil || checkName(name) != nil {
+		return fmt.Errorf("%q row size %d", name, rowBytes)
+	}
+	if err := cl.Validate(); err != nil {
+		return err
+	}
+	if _, ok := clusterTableName(name, cl.Partition); !ok {
+		return fmt.Errorf("%q is not the name of a table's partition %d", name, cl.Partition)
+	}
+	return nil
 }
 
 func appendDropRecord(dst []byte, id uint32) []byte {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/weftdb/weft/internal/checksum"
@@ -30,7 +31,16 @@ func metaSeeds() [][]byte {
 	empty := &metaState{nextTable: 1, owners: map[uint64]ownerState{}}
 	v3 := encodeSparseMeta(m)
 	v4, _ := encodeMetaAndLog(m)
-	return [][]byte{v4, encodeMeta(empty), denseMetaSeed(), v3}
+	// Version 5: the same with cluster tables (the cluster section).
+	mc := *m
+	mc.nextTable = 5
+	mc.tables = append(slices.Clone(m.tables),
+		metaTable{id: 3, rowBytes: 64, name: "acct.p1", nextID: 128, holder: 9, epoch: 1 << 40,
+			cluster: ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}},
+		metaTable{id: 4, rowBytes: 64, name: "x.p65535", cluster: ClusterLayout{Partitions: ClusterPartitionsMax,
+			StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1}})
+	v5, _ := encodeMetaAndLog(&mc)
+	return [][]byte{v4, encodeMeta(empty), denseMetaSeed(), v5, v3} // v3 last: TestMetaSparseUpgrade
 }
 
 // pageMapOf builds a sealed page map of ents.
@@ -83,7 +93,7 @@ func FuzzDecodeMeta(f *testing.F) {
 			return
 		}
 		got := encodeMeta(m)
-		if m.version != metaVersion {
+		if m.version != metaVersion && m.version != metaVersionCluster {
 			// Upgraded: the version-4 encoding decodes to the same state.
 			m2, err := decodeMeta(got)
 			if err != nil {
@@ -215,6 +225,28 @@ func FuzzDecodeCatalogRecords(f *testing.F) {
 		// Reserved fields are not checked by the small decoders: compare what they carry.
 		if len(again) != len(p) {
 			t.Fatalf("decoded record re-encodes to %d bytes, was %d", len(again), len(p))
+		}
+	})
+}
+
+// FuzzDecodeClusterRecord covers the create record of a cluster-managed table (kind 7).
+func FuzzDecodeClusterRecord(f *testing.F) {
+	f.Add(appendCreateClusterRecord(nil, 3, 64, "acct.p1", ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}))
+	f.Add(appendCreateClusterRecord(nil, 9, 4096, "x.p65535", ClusterLayout{Partitions: ClusterPartitionsMax,
+		StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		id, rb, name, cl, err := decodeCreateClusterRecord(p)
+		if err != nil {
+			if !errors.Is(err, corrupt.ErrCorruption) {
+				t.Fatalf("not a corruption error: %v", err)
+			}
+			return
+		}
+		if cl.Validate() != nil {
+			t.Fatalf("decoded an invalid layout %+v", cl)
+		}
+		if got := appendCreateClusterRecord(nil, id, rb, name, cl); !bytes.Equal(got, p) {
+			t.Fatalf("decoded record re-encodes differently:\n got %x\nwant %x", got, p)
 		}
 	})
 }

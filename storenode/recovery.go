@@ -159,10 +159,10 @@ func (e *Engine) loadTable(mt *metaTable) error {
 			return fmt.Errorf("storenode: create %s: %w", name, err)
 		}
 	}
-	t := &table{id: mt.id, name: mt.name, geo: geo, nextID: mt.nextID, holder: mt.holder, epoch: mt.epoch, data: f}
+	t := &table{id: mt.id, name: mt.name, geo: geo, cluster: mt.cluster, nextID: mt.nextID, holder: mt.holder, epoch: mt.epoch, data: f}
 	t.rows, t.used = bitmaptree.New(), bitmaptree.New()
 	t.pages = mt.pages
-	if t.holder != 0 && !e.opts.ExpireLeasesAtOpen {
+	if t.holder != 0 && !e.opts.ExpireLeasesAtOpen && !t.cluster.IsCluster() {
 		t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
 	}
 	e.tables[t.id] = t
@@ -191,8 +191,19 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch rec.Kind {
-	case kindCreateTable:
-		id, rowBytes, name, err := decodeCreateRecord(rec.Payload)
+	case kindCreateTable, kindCreateClusterTable:
+		var (
+			id       uint32
+			rowBytes int
+			name     string
+			cl       ClusterLayout
+			err      error
+		)
+		if rec.Kind == kindCreateTable {
+			id, rowBytes, name, err = decodeCreateRecord(rec.Payload)
+		} else {
+			id, rowBytes, name, cl, err = decodeCreateClusterRecord(rec.Payload)
+		}
 		if err != nil {
 			return err
 		}
@@ -203,7 +214,7 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 			return corrupt.Errorf("storenode: replay: table %d created twice", id)
 		}
 		geo, _ := logicpage.NewGeometry(rowBytes)
-		if _, err := e.addTable(id, name, geo); err != nil {
+		if _, err := e.addTable(id, name, geo, cl); err != nil {
 			return err
 		}
 		e.nextTable = max(e.nextTable, id+1)
@@ -238,7 +249,7 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 			return corrupt.Errorf("storenode: replay: ownership grant for unknown table %d", id)
 		}
 		t.holder, t.epoch = owner, epoch
-		if !e.opts.ExpireLeasesAtOpen {
+		if !e.opts.ExpireLeasesAtOpen && !t.cluster.IsCluster() {
 			t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
 		}
 	case kindCommit:

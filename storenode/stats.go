@@ -25,6 +25,9 @@ type engineCounters struct {
 	stallMaxNs                       atomic.Int64
 
 	ownersExpired atomic.Uint64
+
+	// etcd grants of cluster-managed tables (cluster.go)
+	grantsRegistered, grantsRefused, grantsUnverified atomic.Uint64
 }
 
 func (c *engineCounters) noteCheckpoint(d time.Duration, pages int) {
@@ -78,6 +81,10 @@ type Stats struct {
 	// counts the entries expired since Open.
 	Owners        int
 	OwnersExpired uint64
+	// GrantsRegistered counts the etcd grants of cluster-managed tables accepted (logged,
+	// renewals not counted); GrantsRefused those refused (below the floor, or not what etcd
+	// holds); GrantsUnverified those etcd could not confirm in time.
+	GrantsRegistered, GrantsRefused, GrantsUnverified uint64
 }
 
 // Stats returns the engine's counters.
@@ -103,6 +110,7 @@ func (e *Engine) Stats() Stats {
 	s.LastCheckpoint = time.Duration(c.ckptLastNs.Load())
 	s.LongestStall = time.Duration(c.stallMaxNs.Load())
 	s.OwnersExpired = c.ownersExpired.Load()
+	s.GrantsRegistered, s.GrantsRefused, s.GrantsUnverified = c.grantsRegistered.Load(), c.grantsRefused.Load(), c.grantsUnverified.Load()
 	if e.log != nil {
 		ws := e.log.Stats()
 		s.WALBytes, s.WALRecords, s.WALSyncs = ws.Bytes, ws.Records, ws.Syncs
@@ -254,6 +262,14 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return nonNegative(s.Owners) }},
 	{Name: "owners_expired", Help: "Owners table entries expired: no table, no connection for Options.OwnerExpiry after their last batch.", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.OwnersExpired }},
+
+	// etcd grants of cluster-managed tables.
+	{Name: "grants_registered", Help: "etcd grants of cluster-managed tables accepted (verified in etcd, logged).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.GrantsRegistered }},
+	{Name: "grants_refused", Help: "etcd grants refused: not above the table's floor, or not the owner key etcd holds.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.GrantsRefused }},
+	{Name: "grants_unverified", Help: "etcd grants etcd could not confirm in time (unreachable or slow).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.GrantsUnverified }},
 
 	// Backups.
 	{Name: "backups", Help: "Backups holding a snapshot now: meanwhile the WAL from its checkpoint on and the disk pages it maps are kept.", Kind: StatGauge,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,11 @@ type tableState struct {
 	rowBytes int
 
 	epoch atomic.Uint64
+	// grantCheck, for a cluster-managed table, is its etcd grant's check (Options.Grants),
+	// in place of leaseUntil, and grantRelease gives the grant up (Close); nil for a local
+	// table. Set before the table is shared.
+	grantCheck   func() error
+	grantRelease func(context.Context) error
 	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
 	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
@@ -172,6 +178,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 func (db *DB) Close(ctx context.Context) error {
 	db.closeOnce.Do(func() {
 		err := db.pipe.close(ctx)
+		db.releaseGrants(ctx)
 		db.closed.Store(true)
 		close(db.stop)
 		db.bg.Wait()
@@ -181,6 +188,24 @@ func (db *DB) Close(ctx context.Context) error {
 		db.closeErr = err
 	})
 	return db.closeErr
+}
+
+// releaseGrants gives up the etcd grants of the cluster-managed tables (Close, after the
+// pipeline's last batch): another node takes them at once, not a TTL later.
+func (db *DB) releaseGrants(ctx context.Context) {
+	db.mu.Lock()
+	var rel []func(context.Context) error
+	for _, t := range db.byID {
+		if t.grantRelease != nil {
+			rel = append(rel, t.grantRelease)
+		}
+	}
+	db.mu.Unlock()
+	for _, r := range rel {
+		if err := r(ctx); err != nil {
+			db.opts.Logger.Warn("txnode: release of an etcd grant", "err", err)
+		}
+	}
 }
 
 // Owner returns this node's owner id.
@@ -225,7 +250,14 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 		return nil, err
 	}
 	start := db.opts.clock.nanos()
-	g, err := db.store.Acquire(ctx, st.ID, db.owner, 0)
+	var g store.Grant
+	var check func() error
+	var release func(context.Context) error
+	if st.Cluster.Partitions != 0 {
+		g, check, release, err = db.acquireCluster(ctx, st)
+	} else {
+		g, err = db.store.Acquire(ctx, st.ID, db.owner, 0, 0)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -238,9 +270,10 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
 	}
-	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock}
+	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock,
+		grantCheck: check, grantRelease: release}
 	t.epoch.Store(g.Epoch)
-	if g.Lease > 0 {
+	if g.Lease > 0 && check == nil {
 		t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
 	}
 	t.grantLo.Store(^uint64(0))
@@ -251,6 +284,56 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	db.byID[st.ID] = t
 	return &Table{db: db, t: t}, nil
 }
+
+// acquireCluster takes the etcd grant of a cluster-managed table's partition from
+// Options.Grants and registers it with the store, which verifies it in etcd before it
+// answers. The partitioned table's name is st's name without its partition suffix
+// (storenode.PartitionTableName). A grant the store fences (a restored copy's floor is above
+// it, or a newer grant was registered meanwhile) is released and taken again once, as a new
+// grant with a higher epoch; a grant the store does not take is released.
+func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, func() error, func(context.Context) error, error) {
+	if db.opts.Grants == nil {
+		return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
+	}
+	base, ok := strings.CutSuffix(st.Name, storenode.PartitionTableName("", st.Cluster.Partition))
+	if !ok || base == "" {
+		return store.Grant{}, nil, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
+	}
+	for try := 0; ; try++ {
+		epoch, check, release, err := db.opts.Grants.Grant(ctx, base, st.Cluster.Partition)
+		if err != nil {
+			return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", base, st.Cluster.Partition, err)
+		}
+		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
+		if err == nil {
+			return g, check, release, nil
+		}
+		if rerr := release(ctx); rerr != nil {
+			db.opts.Logger.Warn("txnode: release of an etcd grant the store refused", "table", st.Name, "err", rerr)
+		}
+		if try > 0 || !errors.Is(err, storenode.ErrFenced) {
+			return store.Grant{}, nil, nil, err
+		}
+	}
+}
+
+// CreateClusterTable creates a cluster-managed table holding partition layout.Partition of
+// the partitioned table table (its name at the store: storenode.PartitionTableName) and
+// takes its write ownership through Options.Grants.
+func (db *DB) CreateClusterTable(ctx context.Context, table string, rowBytes int, layout ClusterLayout) (*Table, error) {
+	if db.closed.Load() {
+		return nil, ErrClosed
+	}
+	st, err := db.store.CreateClusterTable(ctx, storenode.PartitionTableName(table, layout.Partition), rowBytes, layout)
+	if err != nil {
+		return nil, err
+	}
+	return db.adopt(ctx, st)
+}
+
+// ClusterLayout is a cluster-managed table's layout (cluster.Layout) and the partition a
+// table holds.
+type ClusterLayout = store.ClusterLayout
 
 // freshNow is the cache's pageCache.freshNow: the slots of a page whose ids this node has
 // not handed out yet.
@@ -350,7 +433,9 @@ func (db *DB) renewLeases() {
 		db.mu.Lock()
 		ts := make([]*tableState, 0, len(db.byID))
 		for _, t := range db.byID {
-			ts = append(ts, t)
+			if t.grantCheck == nil { // etcd keeps a cluster table's grant, not this loop
+				ts = append(ts, t)
+			}
 		}
 		db.mu.Unlock()
 		if len(ts) == 0 {
@@ -365,7 +450,7 @@ func (db *DB) renewLeases() {
 		for _, t := range ts {
 			start := db.opts.clock.nanos()
 			ctx, cancel := context.WithTimeout(context.Background(), period)
-			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load())
+			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), 0)
 			cancel()
 			if err != nil {
 				if errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) {
@@ -388,6 +473,12 @@ func (db *DB) renewLeases() {
 func (t *tableState) serving() error {
 	if t.dropped.Load() {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
+	}
+	if t.grantCheck != nil {
+		if err := t.grantCheck(); err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)
+		}
+		return nil
 	}
 	if lu := t.leaseUntil.Load(); lu != 0 && (lu == leaseLapsed || t.clock.nanos() > lu) {
 		// Latch it: a clock that went back (only an injected one can) does not revive it.

@@ -77,6 +77,14 @@
 // live nodes never share an owner id. docs/operations.md, "Restarting or replacing a
 // transaction node".
 //
+// A cluster-managed table (docs/cluster.md; the store reports it, store.Table.Cluster) is
+// owned under an etcd grant instead: Options.Grants (package cluster's TxGrants) gives its
+// epoch, which the node registers with the store (which verifies it in etcd), and a check
+// that replaces the lease: the node serves the table, reads included, only while the grant's
+// check passes (ErrLeaseExpired otherwise), and runs no lease renewal for it. A grant the
+// store fences at registration is released and taken again once; Close releases the grants.
+// A grant lost for good leaves the table unserved on this DB (a new DB acquires anew).
+//
 // After a commit batch fails (the storage node is fail-stop, the node was fenced, or the
 // connection could not be re-established within RequestTimeout), the node stops committing:
 // the failed batch's and every later batch's transactions return the error, the frames they

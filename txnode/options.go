@@ -1,6 +1,7 @@
 package txnode
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -73,6 +74,12 @@ type Options struct {
 	// Store is a store to use as it is (tests, custom deployments, store.OpenEmbedded with
 	// storenode.Options of your own); Close closes it. Most programs set Dir or StoreAddr.
 	Store store.Store
+
+	// Grants hands out the etcd grants of cluster-managed tables (docs/cluster.md): a table the
+	// store reports as cluster-managed is served only under a grant from it (and fails to open
+	// without it). Package cluster implements it on a Session (cluster.TxGrants); txnode does
+	// not import cluster, so a node without a cluster links no etcd. Nil: no cluster.
+	Grants Grants
 
 	// CacheBytes is the hard budget of the logical page cache. It counts the frames (64 rows
 	// and 64 version words each, rounded up to the allocator's size class), the per-frame
@@ -174,4 +181,17 @@ func (o Options) withDefaults() Options {
 		o.clock = monoClock{origin: time.Now()}
 	}
 	return o
+}
+
+// Grants hands out the etcd grants of the partitions of cluster-managed tables. Package
+// cluster implements it (cluster.TxGrants, on a Session). Any goroutine may call it.
+type Grants interface {
+	// Grant acquires the grant of partition part of the partitioned table table: its epoch
+	// (the etcd revision that created the owner key), which the storage node verifies when
+	// this node registers it; check, which returns nil while this node may serve the
+	// partition (cluster.Ownership.Check: lock-free, allocation-free on success; it takes
+	// the place of the storage node's lease); and release, which gives the grant up (the next
+	// Grant is a new one, with a higher epoch). The error of a partition another node holds
+	// matches cluster.ErrOwned.
+	Grant(ctx context.Context, table string, part uint32) (epoch uint64, check func() error, release func(context.Context) error, err error)
 }

@@ -30,14 +30,14 @@ func (s *refusingStore) Info() store.Info {
 	return i
 }
 
-func (s *refusingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (store.Grant, error) {
+func (s *refusingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
 	if epoch != 0 {
 		s.renewals.Add(1)
 		if s.refuse.Load() {
 			return store.Grant{}, s.refusal
 		}
 	}
-	g, err := s.Store.Acquire(ctx, table, owner, epoch)
+	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)
 	g.Lease = s.lease
 	return g, err
 }

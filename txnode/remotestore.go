@@ -397,12 +397,20 @@ func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
 }
 
 func tableFrom(t sgio.TableInfo) store.Table {
-	return store.Table{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID}
+	return store.Table{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID,
+		Cluster: store.ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
 }
 
 func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (store.Table, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.CreateTable{RowBytes: uint16(rowBytes), Name: name}, &r, false)
+	return tableFrom(r), err
+}
+
+func (s *remoteStore) CreateClusterTable(ctx context.Context, name string, rowBytes int, l store.ClusterLayout) (store.Table, error) {
+	var r sgio.TableInfo
+	err := s.call(ctx, &sgio.CreateClusterTable{RowBytes: uint16(rowBytes), Name: name,
+		Layout: sgio.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition}}, &r, false)
 	return tableFrom(r), err
 }
 
@@ -434,9 +442,11 @@ func (s *remoteStore) DropTable(ctx context.Context, name string, _ uint64) erro
 	return s.call(ctx, &sgio.DropTable{Name: name}, &sgio.OK{}, false)
 }
 
-func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (store.Grant, error) {
+func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
 	var r sgio.Grant
-	err := s.call(ctx, &sgio.Acquire{Table: table, Owner: owner, Epoch: epoch}, &r, epoch != 0)
+	// A renewal, and an etcd grant's registration (registering a current grant again is a
+	// renewal), may be retried.
+	err := s.call(ctx, &sgio.Acquire{Table: table, Flags: uint32(flags), Owner: owner, Epoch: epoch}, &r, epoch != 0)
 	return store.Grant{Table: r.Table, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
 }
 

@@ -79,8 +79,8 @@ type acquireSignalStore struct {
 	acquired chan struct{}
 }
 
-func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (store.Grant, error) {
-	g, err := s.Store.Acquire(ctx, table, owner, epoch)
+func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.acquired)
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
@@ -71,6 +72,8 @@ type config struct {
 	maxQueued       byteSize
 	maxQueuedTotal  byteSize
 	pprofPublic     bool
+	etcd            string
+	etcdPrefix      string
 }
 
 // envPrefix prefixes every flag's environment variable: --max-conns is WEFT_MAX_CONNS.
@@ -116,6 +119,8 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.authFailDelay, "auth-fail-delay", server.DefaultAuthFailDelay, "delay before a wrong proof is answered and its connection closed")
 	fs.Var(&cfg.maxQueued, "max-queued-bytes", "most commit bytes queued on one connection")
 	fs.Var(&cfg.maxQueuedTotal, "max-queued-bytes-total", "most commit bytes queued on all connections")
+	fs.StringVar(&cfg.etcd, "etcd", "", "etcd client URLs, comma-separated (http://127.0.0.1:2379): verify the etcd grants of cluster-managed tables (off when empty: such grants are refused)")
+	fs.StringVar(&cfg.etcdPrefix, "etcd-prefix", "", "the cluster's key prefix in etcd (/weft/ when empty)")
 	fs.BoolVar(&cfg.pprofPublic, "pprof-non-loopback", false, "serve /debug/pprof/ even when --metrics-listen is not a loopback address (it shows the command line)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: storenode -dir DIR [flags]\n\nRuns a Weft storage node. Every flag can also be set by an environment variable,\nWEFT_ and the flag's name in capitals with _ for - (WEFT_MAX_CONNS); a flag on the\ncommand line wins.\n\n")
@@ -327,6 +332,19 @@ func run(ctx context.Context, env runEnv) int {
 	if err != nil {
 		logger.Error("storenode: bad configuration", "err", err)
 		return exitUsage
+	}
+	if cfg.etcd != "" {
+		// Connected before the store opens: the first open of a restored copy holding
+		// cluster tables reads etcd's revision.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cli, err := cluster.Connect(cctx, cluster.Config{Endpoints: strings.Split(cfg.etcd, ","), Prefix: cfg.etcdPrefix, Logger: logger})
+		cancel()
+		if err != nil {
+			logger.Error("storenode: etcd", "err", err)
+			return exitFailure
+		}
+		defer cli.Close()
+		sc.Options.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)
 	}
 	srv, err := server.New(sc)
 	if err != nil {

@@ -473,7 +473,10 @@ func (s *session) handle(f sgio.Frame) bool {
 		s.replyLoop(f.ID, &sgio.Pong{})
 		return true
 	case sgio.TypeAcquire:
-		if a := m.(*sgio.Acquire); a.Epoch != 0 {
+		// An etcd grant is verified in etcd: never on the loop, it goes to a goroutine
+		// below (run: bounded by MaxInflight per connection, and by the engine's
+		// verification slots and timeout).
+		if a := m.(*sgio.Acquire); a.Epoch != 0 && a.Flags&sgio.AcquireEtcdGrant == 0 {
 			s.renewGrant(f.ID, a)
 			return true
 		}
@@ -713,6 +716,13 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 			return nil, nil, err
 		}
 		return wireTableInfo(ti), nil, nil
+	case *sgio.CreateClusterTable:
+		ti, err := e.CreateClusterTable(m.Name, int(m.RowBytes), storenode.ClusterLayout{
+			Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition})
+		if err != nil {
+			return nil, nil, err
+		}
+		return wireTableInfo(ti), nil, nil
 	case *sgio.OpenTable:
 		ti, err := e.OpenTable(m.Name)
 		if err != nil {
@@ -739,7 +749,14 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		if err := s.checkHolder(m.Owner); err != nil {
 			return nil, nil, err
 		}
-		g, err := e.Acquire(m.Table, m.Owner, m.Epoch)
+		var g storenode.Grant
+		var err error
+		if m.Flags&sgio.AcquireEtcdGrant != 0 {
+			// Bounded by the engine's GrantVerifyTimeout and its verification slots.
+			g, err = e.RegisterGrant(context.Background(), m.Table, m.Owner, m.Epoch)
+		} else {
+			g, err = e.Acquire(m.Table, m.Owner, m.Epoch)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -799,7 +816,8 @@ func (s *session) fits(m sgio.Message) (sgio.Message, *[]byte, error) {
 }
 
 func wireTableInfo(ti storenode.TableInfo) *sgio.TableInfo {
-	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name}
+	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name,
+		Cluster: sgio.ClusterLayout{Partitions: ti.Cluster.Partitions, StripePages: ti.Cluster.StripePages, Partition: ti.Cluster.Partition}}
 }
 
 // signalRoomLocked wakes every reserveRoom. Caller holds mu.

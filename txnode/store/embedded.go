@@ -39,7 +39,8 @@ func (s *embedded) Info() Info {
 }
 
 func tableOf(t storenode.TableInfo) Table {
-	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID}
+	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID,
+		Cluster: ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
 }
 
 func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (Table, error) {
@@ -47,6 +48,14 @@ func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (
 		return Table{}, err
 	}
 	t, err := s.e.CreateTable(name, rowBytes)
+	return tableOf(t), closedErr(err)
+}
+
+func (s *embedded) CreateClusterTable(ctx context.Context, name string, rowBytes int, l ClusterLayout) (Table, error) {
+	if err := ctx.Err(); err != nil {
+		return Table{}, err
+	}
+	t, err := s.e.CreateClusterTable(name, rowBytes, storenode.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition})
 	return tableOf(t), closedErr(err)
 }
 
@@ -89,11 +98,17 @@ func (s *embedded) DropTable(ctx context.Context, name string, owner uint64) err
 	return closedErr(s.e.DropTable(name, owner))
 }
 
-func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64) (Grant, error) {
+func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags AcquireFlags) (Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
 	}
-	g, err := s.e.Acquire(table, owner, epoch)
+	var g storenode.Grant
+	var err error
+	if flags&AcquireEtcdGrant != 0 {
+		g, err = s.e.RegisterGrant(ctx, table, owner, epoch)
+	} else {
+		g, err = s.e.Acquire(table, owner, epoch)
+	}
 	// Nobody else can reach an embedded engine: the lease never needs checking.
 	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, closedErr(err)
 }

@@ -14,6 +14,9 @@ type Store interface {
 
 	// CreateTable creates a table of rowBytes-byte rows.
 	CreateTable(ctx context.Context, name string, rowBytes int) (Table, error)
+	// CreateClusterTable creates a cluster-managed table of rowBytes-byte rows holding
+	// partition layout.Partition (docs/cluster.md); name is storenode.PartitionTableName's.
+	CreateClusterTable(ctx context.Context, name string, rowBytes int, layout ClusterLayout) (Table, error)
 	// OpenTable looks a table up by name.
 	OpenTable(ctx context.Context, name string) (Table, error)
 	// ListTables lists every table, in no particular order.
@@ -23,8 +26,11 @@ type Store interface {
 	// behalf of its connection's owner id, which is owner.
 	DropTable(ctx context.Context, name string, owner uint64) error
 
-	// Acquire asks for (epoch 0) or renews (epoch != 0) the write ownership of a table.
-	Acquire(ctx context.Context, table uint32, owner, epoch uint64) (Grant, error)
+	// Acquire asks for (epoch 0) or renews (epoch != 0) the write ownership of a table. With
+	// AcquireEtcdGrant in flags it registers the etcd grant of revision epoch of a
+	// cluster-managed table instead (the store verifies it in etcd: it may take a round trip
+	// to etcd); a current grant registered again is a renewal.
+	Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags AcquireFlags) (Grant, error)
 	// AllocIDs grants whole pages of new row ids; the grant is durable when it returns.
 	AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (first, count uint64, err error)
 
@@ -72,7 +78,22 @@ type Table struct {
 	RowBytes int
 	// NextID is the table's id high-water mark: no row lives at or above it.
 	NextID uint64
+	// Cluster is a cluster-managed table's layout; zero (Partitions 0) for a local table.
+	Cluster ClusterLayout
 }
+
+// ClusterLayout is a cluster-managed table's layout and the partition it holds
+// (storenode.ClusterLayout).
+type ClusterLayout struct {
+	Partitions, StripePages, Partition uint32
+}
+
+// AcquireFlags modify an Acquire.
+type AcquireFlags uint32
+
+// AcquireEtcdGrant: the epoch is an etcd grant's revision of a cluster-managed table
+// (sgio.AcquireEtcdGrant).
+const AcquireEtcdGrant AcquireFlags = 1
 
 // Grant is a table's write ownership.
 type Grant struct {

@@ -1,0 +1,221 @@
+package fencetest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode"
+)
+
+const prefix = "/fencetest/"
+
+// testCtx bounds every wait of a test.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func connect(t *testing.T, endpoints []string) *cluster.Client {
+	t.Helper()
+	c, err := cluster.Connect(testCtx(t), cluster.Config{Endpoints: endpoints, Prefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newSession(t *testing.T, c *cluster.Client, owner uint64, ttl time.Duration) *cluster.Session {
+	t.Helper()
+	s, err := c.NewSession(testCtx(t), cluster.SessionConfig{Owner: owner, TTL: ttl})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+func row(v uint64) []byte {
+	b := make([]byte, 64)
+	for i := range 8 {
+		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
+	}
+	return b
+}
+
+func oneRow(table uint32, id uint64, r []byte) storenode.Segment {
+	page, slot := logicpage.PageOf(id)
+	return storenode.Segment{Table: table, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: r}}
+}
+
+// storedRows returns every row of table in e: id -> first word.
+func storedRows(t *testing.T, e *storenode.Engine, table uint32) map[uint64]uint64 {
+	t.Helper()
+	out := map[uint64]uint64{}
+	pages, _, err := e.PageDir(table, 0, logicpage.TablePagesMax, storenode.PageDirEntriesMax, nil)
+	require.NoError(t, err)
+	for _, p := range pages {
+		data, _, rows, err := e.ReadRows(table, p.Page, p.Present, nil)
+		require.NoError(t, err)
+		k := 0
+		for m := data; m != 0; m &= m - 1 {
+			slot := uint64(0)
+			for m>>slot&1 == 0 {
+				slot++
+			}
+			out[p.Page*64+slot] = binary.LittleEndian.Uint64(rows[k*64:])
+			k++
+		}
+	}
+	return out
+}
+
+// A storage node takes an etcd grant only after reading its owner key (never on trust): a
+// forged owner or epoch is refused, so is a lower revision after a higher one, and that floor
+// survives a restart; etcd unreachable refuses nothing for good (ErrGrantUnverified, then the
+// grant goes through).
+func TestRegisterVerifiedInEtcd(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.Start(t)
+	c := connect(t, srv.Endpoints())
+	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 2, StripePages: 1}, []string{"n0:1", "n1:1"})
+	require.NoError(t, err)
+	// The verifier's own client goes through a proxy the test can cut.
+	px, err := etcdtest.NewProxy(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	vc := connect(t, []string{px.Endpoint()})
+	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
+	var _ storenode.GrantVerifier = v
+
+	dir := t.TempDir()
+	opts := storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 2 * time.Second}
+	e, err := storenode.Open(opts)
+	require.NoError(t, err)
+	defer func() { e.Close() }()
+	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 1), 64,
+		storenode.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
+	require.NoError(t, err)
+
+	const a, b = 101, 202
+	sa := newSession(t, c, a, 0)
+	sb := newSession(t, c, b, 0)
+	oa, err := sa.Acquire(ctx, "acct", 1)
+	require.NoError(t, err)
+	ea := oa.Epoch()
+	// Forged: a's epoch claimed by b, a with an epoch etcd never gave it, another partition's.
+	_, err = e.RegisterGrant(ctx, ti.ID, b, ea)
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	_, err = e.RegisterGrant(ctx, ti.ID, a, ea+1)
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	o0, err := sb.Acquire(ctx, "acct", 0)
+	require.NoError(t, err)
+	_, err = e.RegisterGrant(ctx, ti.ID, b, o0.Epoch())
+	require.ErrorIs(t, err, storenode.ErrFenced, "a grant of partition 0 for the table of partition 1")
+
+	// etcd cut off from the storage node: not verified, nothing changed; then verified.
+	px.Cut(true)
+	_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
+	require.ErrorIs(t, err, storenode.ErrGrantUnverified)
+	px.Cut(false)
+	// The client reconnects in its own time: ErrGrantUnverified means "retry later".
+	for {
+		_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
+		if !errors.Is(err, storenode.ErrGrantUnverified) || ctx.Err() != nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	first, _, err := e.AllocIDs(ti.ID, a, ea, 1)
+	require.NoError(t, err)
+	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 1, Fences: []storenode.Fence{{Table: ti.ID, Epoch: ea}},
+		Segments: []storenode.Segment{oneRow(ti.ID, first, row(1))}})
+	require.NoError(t, err)
+
+	// b takes over: a's batches are fenced from the registration on.
+	require.NoError(t, oa.Release(ctx))
+	ob, err := sb.Acquire(ctx, "acct", 1)
+	require.NoError(t, err)
+	require.Greater(t, ob.Epoch(), ea)
+	_, err = e.RegisterGrant(ctx, ti.ID, b, ob.Epoch())
+	require.NoError(t, err)
+	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 2, Fences: []storenode.Fence{{Table: ti.ID, Epoch: ea}},
+		Segments: []storenode.Segment{oneRow(ti.ID, first+1, row(2))}})
+	require.ErrorIs(t, err, storenode.ErrFenced)
+
+	// a acquires again (a new owner key, above b's) while b still holds the storage node's
+	// grant: b released first, so a's new grant is current and goes through; then the old
+	// revision of a, below the floor, never does, across a restart.
+	require.NoError(t, ob.Release(ctx))
+	oa2, err := sa.Acquire(ctx, "acct", 1)
+	require.NoError(t, err)
+	_, err = e.RegisterGrant(ctx, ti.ID, a, oa2.Epoch())
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	e, err = storenode.Open(opts)
+	require.NoError(t, err)
+	_, err = e.RegisterGrant(ctx, ti.ID, b, ob.Epoch())
+	require.ErrorIs(t, err, storenode.ErrFenced, "the floor persists across a restart")
+	_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	_, err = e.RegisterGrant(ctx, ti.ID, a, oa2.Epoch())
+	require.NoError(t, err, "the current grant is renewed after a restart: no storage-node lease applies")
+	require.Equal(t, map[uint64]uint64{first: 1}, storedRows(t, e, ti.ID))
+}
+
+// A restored copy raises its cluster tables' floor to etcd's revision at first open: the
+// grants made before (and after) the backup are refused, the next one is accepted.
+func TestRestoredCopyFloorFromEtcd(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.Start(t)
+	c := connect(t, srv.Endpoints())
+	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 1, StripePages: 1}, []string{"n0:1"})
+	require.NoError(t, err)
+	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
+	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v})
+	require.NoError(t, err)
+	defer e.Close()
+	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, storenode.ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	sa := newSession(t, c, 1, 0)
+	oa, err := sa.Acquire(ctx, "acct", 0)
+	require.NoError(t, err)
+	_, err = e.RegisterGrant(ctx, ti.ID, 1, oa.Epoch())
+	require.NoError(t, err)
+
+	dir := filepath.Join(t.TempDir(), "copy")
+	d, err := storenode.NewBackupDir(nil, dir)
+	require.NoError(t, err)
+	info, err := e.Backup(ctx, d)
+	require.NoError(t, err)
+	require.NoError(t, d.Finish(info))
+	require.NoError(t, d.Close())
+
+	// The restored copy opens: a's grant, still current in etcd, is refused there (a must
+	// release and acquire again); the next grant is accepted.
+	cp, err := storenode.Open(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: v})
+	require.NoError(t, err)
+	defer cp.Close()
+	_, err = cp.RegisterGrant(ctx, ti.ID, 1, oa.Epoch())
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	require.NoError(t, oa.Release(ctx))
+	oa2, err := sa.Acquire(ctx, "acct", 0)
+	require.NoError(t, err)
+	g, err := cp.RegisterGrant(ctx, ti.ID, 1, oa2.Epoch())
+	require.NoError(t, err)
+	require.Equal(t, oa2.Epoch(), g.Epoch, "the floor is etcd's revision, not 2^32 above it")
+	// The original still takes it too: the copy is another store.
+	_, err = e.RegisterGrant(ctx, ti.ID, 1, oa2.Epoch())
+	require.NoError(t, err)
+}

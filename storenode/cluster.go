@@ -1,0 +1,355 @@
+package storenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// Cluster-managed tables (docs/cluster.md, "The storage node: fencing by grant revision").
+// Partition p of a partitioned table T of a cluster lives on its storage node as a table of
+// its own, named PartitionTableName(T, p), created cluster-managed (CreateClusterTable): its
+// catalog entry carries the table's layout and the partition, so a restart, a restore and
+// Check know it. Invariants:
+//
+//   - A table is either local or cluster-managed, for ever. A local table's epochs are this
+//     node's own counter (Acquire); a cluster table's are etcd revisions, registered by their
+//     owners (RegisterGrant) and accepted only after GrantVerifier proved them (a
+//     linearizable read of the owner key), never on trust; each one accepted is above every
+//     epoch the table had, and is logged and synced before it is answered.
+//   - The storage node's lease timer does not decide a cluster table's grants: etcd does. A
+//     current grant stays current until a higher one is registered.
+//   - A cluster table holds only ids of its partition: AllocIDs hands out ids of its
+//     partition's stripes only, and a commit segment of a page of another partition is
+//     refused.
+//   - etcd is never called with mu (or any engine lock) held, at most grantVerifySlots
+//     verifications run at once, each bounded by Options.GrantVerifyTimeout.
+
+// ClusterLayout is a cluster-managed table's place in its partitioned table: the table's
+// layout (cluster.Layout: Partitions, StripePages) and the partition this table holds.
+// The zero value marks a local table.
+type ClusterLayout struct {
+	// Partitions is the partitioned table's partition count, 1..ClusterPartitionsMax.
+	Partitions uint32
+	// StripePages is the pages of a stripe, 1..ClusterStripePagesMax.
+	StripePages uint32
+	// Partition is the partition this table holds, < Partitions.
+	Partition uint32
+}
+
+// Bounds of a ClusterLayout: cluster.PartitionsMax and cluster.StripePagesMax. Part of the
+// format; do not change.
+const (
+	ClusterPartitionsMax  = 1 << 16
+	ClusterStripePagesMax = 1 << 20
+)
+
+// IsCluster reports whether l marks a cluster-managed table.
+func (l ClusterLayout) IsCluster() bool { return l.Partitions != 0 }
+
+// Validate reports whether l is a usable layout (ErrMalformed otherwise).
+func (l ClusterLayout) Validate() error {
+	if l.Partitions == 0 || l.Partitions > ClusterPartitionsMax || l.StripePages == 0 ||
+		l.StripePages > ClusterStripePagesMax || l.Partition >= l.Partitions {
+		return fmt.Errorf("%w: cluster layout of %d partitions, stripes of %d pages, partition %d",
+			ErrMalformed, l.Partitions, l.StripePages, l.Partition)
+	}
+	return nil
+}
+
+// PartitionOf is the partition of row id: (id / 64 / StripePages) % Partitions, the
+// cluster's partition function (cluster.Layout.Of; a test in package cluster checks that the
+// two agree). l must be valid.
+func (l ClusterLayout) PartitionOf(id uint64) uint32 {
+	return l.PartitionOfPage(id / logicpage.RowsPerPage)
+}
+
+// PartitionOfPage is the partition of every row of logical page page.
+func (l ClusterLayout) PartitionOfPage(page uint64) uint32 {
+	return uint32(page / uint64(l.StripePages) % uint64(l.Partitions))
+}
+
+// NextID is the smallest id >= id of l's partition, false when there is none below
+// MaxRowID (cluster.Layout.Next bounded by the table's id space).
+func (l ClusterLayout) NextID(id uint64) (uint64, bool) {
+	stripe := uint64(l.StripePages) * logicpage.RowsPerPage
+	round := stripe * uint64(l.Partitions) // at most 2^16 * 2^26: no overflow
+	start := id - id%round + uint64(l.Partition)*stripe
+	switch {
+	case id < start:
+	case id-start < stripe:
+		start = id
+	default:
+		var carry uint64
+		if start, carry = bits.Add64(start, round, 0); carry != 0 {
+			return 0, false
+		}
+	}
+	if start >= MaxRowID {
+		return 0, false
+	}
+	return start, true
+}
+
+// stripeEnd is one past the last id of the stripe holding id.
+func (l ClusterLayout) stripeEnd(id uint64) uint64 {
+	stripe := uint64(l.StripePages) * logicpage.RowsPerPage
+	return id - id%stripe + stripe
+}
+
+// partitionSuffix separates a partitioned table's name from the partition number in the
+// name of the partition's table on a storage node. Part of the format; do not change.
+const partitionSuffix = ".p"
+
+// PartitionTableName is the name of partition p of the partitioned table table on its
+// storage node: table + ".p" + p in decimal ("accounts.p3"). A storage node's names are
+// 1..64 bytes of [A-Za-z0-9_.-], so a partitioned table stored on storage nodes must have a
+// name of that alphabet, short enough for the suffix.
+func PartitionTableName(table string, p uint32) string {
+	return table + partitionSuffix + strconv.FormatUint(uint64(p), 10)
+}
+
+// clusterTableName returns the partitioned table's name of the storage node's table name
+// holding partition p, false when name does not end in p's suffix or leaves no name before it.
+func clusterTableName(name string, p uint32) (string, bool) {
+	base, ok := strings.CutSuffix(name, PartitionTableName("", p))
+	return base, ok && base != ""
+}
+
+// GrantVerifier proves the etcd grants of cluster-managed tables. Package cluster implements
+// it on an etcd client (cluster.GrantVerifier); storenode does not import it, so a storage
+// node without a cluster links no etcd. Its methods are called from request goroutines,
+// never with an engine lock held and never on an event loop, at most grantVerifySlots at
+// once, each with a context bounded by Options.GrantVerifyTimeout.
+type GrantVerifier interface {
+	// VerifyGrant returns nil only when a linearizable read found partition's owner key of
+	// table present, created at revision epoch, naming owner. An answer that the grant is
+	// not current (no key, another revision or owner) wraps ErrFenced; etcd unreachable or
+	// slow is any other error.
+	VerifyGrant(ctx context.Context, table string, partition uint32, owner, epoch uint64) error
+	// Revision returns etcd's current revision (a linearizable read): the floor of a restored
+	// copy's cluster tables.
+	Revision(ctx context.Context) (uint64, error)
+}
+
+// grantVerifySlots bounds the grant verifications (etcd reads) running at once.
+const grantVerifySlots = 16
+
+// DefaultGrantVerifyTimeout is Options.GrantVerifyTimeout's default.
+const DefaultGrantVerifyTimeout = 5 * time.Second
+
+// CreateClusterTable creates a cluster-managed table of rows of rowBytes bytes holding
+// partition l.Partition of a partitioned table: name must be PartitionTableName(table,
+// l.Partition). Its grants come from etcd only (RegisterGrant); its ids are those of the
+// partition's stripes.
+func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) (TableInfo, error) {
+	if err := l.Validate(); err != nil {
+		return TableInfo{}, err
+	}
+	if _, ok := clusterTableName(name, l.Partition); !ok {
+		return TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is T%s%d",
+			ErrBadName, name, l.Partition, partitionSuffix, l.Partition)
+	}
+	return e.createTable(name, rowBytes, l)
+}
+
+// RegisterGrant registers owner's etcd grant of epoch (the owner key's CreateRevision) for
+// the cluster table tableID. A grant already current (same owner and epoch) is answered at
+// once: a renewal. Otherwise epoch must be above the table's epoch (ErrFenced, no etcd read:
+// a lower or equal one can never become current), the GrantVerifier must prove it, and then
+// it is logged and synced (the ownership record) before RegisterGrant returns; a grant that
+// lost the race to a higher one meanwhile is ErrFenced. A local table refuses it
+// (ErrGrantKind); so does a node without a GrantVerifier (ErrNoVerifier). ctx bounds the
+// wait for a verification slot and the verification (with Options.GrantVerifyTimeout). Any
+// goroutine but an event loop: it may wait for etcd.
+func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (Grant, error) {
+	g, registered, err := e.registerGrant(ctx, tableID, owner, epoch)
+	switch {
+	case registered:
+		e.stats.grantsRegistered.Add(1)
+	case errors.Is(err, ErrGrantUnverified):
+		e.stats.grantsUnverified.Add(1)
+	case errors.Is(err, ErrFenced):
+		e.stats.grantsRefused.Add(1)
+	}
+	return g, err
+}
+
+// registerGrant is RegisterGrant; registered reports a new grant logged.
+func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (_ Grant, registered bool, _ error) {
+	if owner == 0 || epoch == 0 {
+		return Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
+	}
+	t, table, part, cur, err := e.registerCheck(tableID, owner, epoch)
+	if err != nil || cur {
+		return t, false, err
+	}
+	if err := e.verifyGrant(ctx, table, part, owner, epoch); err != nil {
+		return Grant{}, false, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return Grant{}, false, err
+	}
+	tb, err := e.table(tableID)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	if err := e.identFenced(owner); err != nil {
+		return Grant{}, false, err
+	}
+	e.leaseMu.Lock()
+	if tb.dropping {
+		e.leaseMu.Unlock()
+		return Grant{}, false, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
+	}
+	if tb.holder == owner && tb.epoch == epoch { // registered meanwhile by a concurrent call
+		e.leaseMu.Unlock()
+		g := e.grant(tb, owner)
+		g.Lease = 0
+		return g, false, nil
+	}
+	if epoch <= tb.epoch {
+		e.leaseMu.Unlock()
+		return Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
+	}
+	oldHolder, oldEpoch := tb.holder, tb.epoch
+	tb.holder, tb.epoch = owner, epoch
+	e.leaseMu.Unlock()
+	e.scratch = appendGrantOwnerRecord(e.scratch[:0], tb.id, owner, epoch)
+	ch := make(chan error, 1)
+	if _, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
+		e.leaseMu.Lock()
+		tb.holder, tb.epoch = oldHolder, oldEpoch
+		e.leaseMu.Unlock()
+		return Grant{}, false, err
+	}
+	g := e.grant(tb, owner)
+	g.Lease = 0
+	e.mu.Unlock()
+	err = <-ch
+	e.mu.Lock()
+	if err != nil {
+		return Grant{}, false, err
+	}
+	return g, true, nil
+}
+
+// registerCheck is RegisterGrant's first look, under mu: the table is a cluster table, the
+// grant current (cur) or above the table's epoch. It returns the partitioned table's name
+// and the partition to verify.
+func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, table string, part uint32, cur bool, err error) {
+	if e.opts.GrantVerifier == nil {
+		return Grant{}, "", 0, false, fmt.Errorf("%w: this storage node has no etcd configured", ErrNoVerifier)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return Grant{}, "", 0, false, err
+	}
+	t, err := e.table(tableID)
+	if err != nil {
+		return Grant{}, "", 0, false, err
+	}
+	if !t.cluster.IsCluster() {
+		return Grant{}, "", 0, false, fmt.Errorf("%w: table %q is local: its grants are this storage node's (Acquire without the etcd-grant flag)", ErrGrantKind, t.name)
+	}
+	if err := e.identFenced(owner); err != nil {
+		return Grant{}, "", 0, false, err
+	}
+	e.leaseMu.Lock()
+	holder, cur0 := t.holder, t.epoch
+	e.leaseMu.Unlock()
+	if holder == owner && cur0 == epoch {
+		g := e.grant(t, owner)
+		g.Lease = 0
+		return g, "", 0, true, nil
+	}
+	if epoch <= cur0 {
+		return Grant{}, "", 0, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
+	}
+	base, _ := clusterTableName(t.name, t.cluster.Partition)
+	return Grant{}, base, t.cluster.Partition, false, nil
+}
+
+// identFenced refuses an owner that released its identity (ReleaseOwner). Caller holds mu.
+func (e *Engine) identFenced(owner uint64) error {
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	if id := e.idents[owner]; id != nil && id.released {
+		return fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+	}
+	return nil
+}
+
+// verifyGrant runs the GrantVerifier in a slot, the wait for the slot and the verification
+// bounded by GrantVerifyTimeout together. No lock held.
+func (e *Engine) verifyGrant(ctx context.Context, table string, part uint32, owner, epoch uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, e.opts.GrantVerifyTimeout)
+	defer cancel()
+	select {
+	case e.verifySlots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: wait for a grant verification slot: %w", ErrGrantUnverified, ctx.Err())
+	case <-e.stop:
+		return ErrClosed
+	}
+	defer func() { <-e.verifySlots }()
+	err := e.opts.GrantVerifier.VerifyGrant(ctx, table, part, owner, epoch)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrFenced):
+		e.opts.Logger.Warn("storenode: etcd grant refused", "table", table, "partition", part, "owner", owner, "epoch", epoch, "err", err)
+		return fmt.Errorf("storenode: table %q partition %d: etcd grant of revision %d refused: %w", table, part, epoch, err)
+	default:
+		return fmt.Errorf("%w: table %q partition %d revision %d: %w", ErrGrantUnverified, table, part, epoch, err)
+	}
+}
+
+// clusterAllocIDs is AllocIDs for a cluster table: up to pages pages of ids of the table's
+// partition from its next id, within one stripe (a grant is one run of ids). Caller holds mu.
+func (t *table) clusterAllocIDs(pages int) (first, count uint64, err error) {
+	first, ok := t.cluster.NextID(t.nextID)
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: table %q has no ids of partition %d left (row ids stop below %d)", ErrMalformed, t.name, t.cluster.Partition, uint64(MaxRowID))
+	}
+	count = min(uint64(pages)*logicpage.RowsPerPage, t.cluster.stripeEnd(first)-first, MaxRowID-first)
+	return first, count, nil
+}
+
+// restoreFloor is finishRestore's step for cluster tables: etcd's current revision, read
+// before any lock is taken, or 0 when the store has no cluster table.
+func (e *Engine) restoreFloor() (uint64, error) {
+	e.mu.Lock()
+	n := 0
+	for _, t := range e.tables {
+		if t.cluster.IsCluster() {
+			n++
+		}
+	}
+	e.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+	if e.opts.GrantVerifier == nil {
+		return 0, fmt.Errorf("%w: the first open of a restored copy holding %d cluster-managed tables needs etcd, to raise their floors to its current revision", ErrNoVerifier, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.GrantVerifyTimeout)
+	defer cancel()
+	rev, err := e.opts.GrantVerifier.Revision(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%w: the first open of a restored copy needs etcd's current revision: %w", ErrGrantUnverified, err)
+	}
+	if rev == 0 {
+		return 0, fmt.Errorf("%w: etcd reported revision 0", ErrGrantUnverified)
+	}
+	return rev, nil
+}

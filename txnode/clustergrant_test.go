@@ -1,0 +1,148 @@
+package txnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
+)
+
+// memGrants is an in-memory Grants and, for the storage engine, the GrantVerifier that
+// agrees with it: the owner keys etcd would hold. cluster/fencetest runs the real ones.
+type memGrants struct {
+	mu        sync.Mutex
+	rev       uint64
+	keys      map[string][2]uint64 // "table/p" -> owner, revision
+	owner     uint64
+	lost      atomic.Bool // the grants' check fails while set
+	calls     atomic.Int64
+	releases  atomic.Int64
+	staleNext uint64 // under mu: the next Grant's revision, when set
+}
+
+func (g *memGrants) Grant(ctx context.Context, table string, p uint32) (uint64, func() error, func(context.Context) error, error) {
+	g.calls.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rev++
+	rev := g.rev
+	if g.staleNext != 0 { // a grant below what the store has seen (as a restored copy's floor)
+		rev, g.staleNext = g.staleNext, 0
+	}
+	key := fmt.Sprintf("%s/%d", table, p)
+	g.keys[key] = [2]uint64{g.owner, rev}
+	release := func(context.Context) error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.keys[key][1] == rev {
+			delete(g.keys, key)
+		}
+		g.releases.Add(1)
+		return nil
+	}
+	return rev, func() error {
+		if g.lost.Load() {
+			return errors.New("grant lost")
+		}
+		return nil
+	}, release, nil
+}
+
+func (g *memGrants) VerifyGrant(ctx context.Context, table string, p uint32, owner, epoch uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if k := g.keys[fmt.Sprintf("%s/%d", table, p)]; k != [2]uint64{owner, epoch} {
+		return fmt.Errorf("not the owner key: %w", storenode.ErrFenced)
+	}
+	return nil
+}
+
+func (g *memGrants) Revision(context.Context) (uint64, error) { return g.rev, nil }
+
+// A cluster-managed table is served under the grant Options.Grants gives (registered with
+// the store, which verifies it): its ids are its partition's, and once the grant's check
+// fails, cached reads and writes fail with ErrLeaseExpired. Without Options.Grants the
+// table does not open.
+func TestClusterTableServedUnderGrant(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	dir := t.TempDir()
+	st, err := store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	layout := ClusterLayout{Partitions: 4, StripePages: 1, Partition: 2}
+	_, err = st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 2), 64, layout)
+	require.NoError(t, err)
+
+	plain, err := Open(ctx, Options{Store: st, OwnerID: owner})
+	require.NoError(t, err)
+	_, err = plain.Table(ctx, storenode.PartitionTableName("acct", 2))
+	require.ErrorContains(t, err, "Options.Grants")
+	require.NoError(t, plain.Close(ctx))
+
+	st, err = store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 2))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, g.calls.Load())
+	sl := storenode.ClusterLayout(layout)
+	var ids []uint64
+	for i := range 100 {
+		id, err := tb.Insert(ctx, row(uint64(i)))
+		require.NoError(t, err)
+		require.Equal(t, uint32(2), sl.PartitionOf(id), "id %d", id)
+		ids = append(ids, id)
+	}
+	dst := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, ids[0], dst))
+	require.Equal(t, row(0), dst)
+
+	g.lost.Store(true)
+	require.ErrorIs(t, tb.Get(ctx, ids[0], dst), ErrLeaseExpired)
+	_, err = tb.Insert(ctx, row(1000))
+	require.ErrorIs(t, err, ErrLeaseExpired)
+	require.ErrorIs(t, tb.Update(ctx, ids[1], func([]byte) error { return nil }), ErrLeaseExpired)
+}
+
+// A grant the store fences at registration (below its floor: a restored copy's, or another
+// owner registered a higher one) is released and taken again, once, as a new grant; Close
+// releases the grants.
+func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
+	ctx := context.Background()
+	const owner, other = 0x42, 0x43
+	g := &memGrants{keys: map[string][2]uint64{}, owner: other, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	ti, err := st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	// Another owner registered revision 11; its grant is released in etcd (the key goes).
+	epoch, _, release, err := g.Grant(ctx, "acct", 0)
+	require.NoError(t, err)
+	_, err = st.Acquire(ctx, ti.ID, other, epoch, store.AcquireEtcdGrant)
+	require.NoError(t, err)
+	require.NoError(t, release(ctx))
+
+	g.mu.Lock()
+	g.owner, g.staleNext = owner, 5
+	g.mu.Unlock()
+	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 0))
+	require.NoError(t, err, "the fenced grant was released and a new one taken")
+	require.EqualValues(t, 3, g.calls.Load())
+	require.EqualValues(t, 2, g.releases.Load())
+	_, err = tb.Insert(ctx, row(1))
+	require.NoError(t, err)
+	require.NoError(t, db.Close(ctx))
+	require.EqualValues(t, 3, g.releases.Load(), "Close releases the grant")
+}
