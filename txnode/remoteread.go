@@ -102,28 +102,32 @@ func (r *remoteRead) wait(ctx context.Context) error {
 }
 
 // boundCtx returns ctx bounded by d if it has no deadline, and the function that releases
-// what that took. A context that can never be cancelled (Background, TODO, WithoutCancel) is
-// bounded by a pooled timerCtx; a cancellable one without a deadline by context.WithTimeout.
+// what that took. The bound is a pooled timerCtx: over a parent that can never be cancelled
+// (Background, TODO, WithoutCancel) it is a timer alone; over a cancellable one it also
+// watches the parent with context.AfterFunc (two small allocations, where context.WithTimeout
+// took a context, a timer, a closure and a channel, and a parent's child registration all
+// the same).
 func boundCtx(ctx context.Context, d time.Duration) (context.Context, func()) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
-	}
-	if ctx.Done() != nil {
-		return context.WithTimeout(ctx, d)
 	}
 	c := timerCtxPool.Get().(*timerCtx)
 	c.start(ctx, d)
 	return c, c.releaseFn
 }
 
-// timerCtx is a reusable context that ends DeadlineExceeded at its deadline, over a parent
-// that never ends (so it needs no goroutine to watch one). Reused only when its timer was
-// stopped before firing: a fired one is dropped, with its closed channel.
+// timerCtx is a reusable context that ends DeadlineExceeded at its deadline, or with its
+// parent's error when a cancellable parent ends first. Reused only when neither its timer
+// nor its parent's watch fired: a fired one is dropped, with its closed channel. Unlike
+// context.WithTimeout's, context.Cause of an expired timerCtx over a cancellable parent is
+// the parent's (nil while it lives): nothing here asks for it.
 type timerCtx struct {
 	context.Context // the parent, for Value
 	deadline        time.Time
 	timer           *time.Timer
-	releaseFn       func() // c.release, made once
+	stopParent      func() bool // context.AfterFunc's, over a cancellable parent; else nil
+	releaseFn       func()      // c.release, made once
+	parentDoneFn    func()      // c.parentDone, made once
 
 	mu   sync.Mutex
 	done chan struct{}
@@ -139,29 +143,46 @@ func newTimerCtx() *timerCtx {
 	c.timer = time.AfterFunc(time.Hour, c.expire)
 	c.timer.Stop()
 	c.releaseFn = c.release
+	c.parentDoneFn = c.parentDone
 	return c
 }
 
+// start arms c over parent for d. The caller's goroutine, as is release.
 func (c *timerCtx) start(parent context.Context, d time.Duration) {
 	c.Context, c.deadline = parent, time.Now().Add(d)
+	c.stopParent = nil
+	if parent.Done() != nil {
+		c.stopParent = context.AfterFunc(parent, c.parentDoneFn)
+	}
 	c.timer.Reset(d)
 }
 
-func (c *timerCtx) expire() {
+// end closes c with err, once.
+func (c *timerCtx) end(err error) {
 	c.mu.Lock()
 	if c.err == nil {
-		c.err = context.DeadlineExceeded
+		c.err = err
 		close(c.done)
 	}
 	c.mu.Unlock()
 }
 
-// release stops the timer and returns c to the pool if it never fired.
+func (c *timerCtx) expire() { c.end(context.DeadlineExceeded) }
+
+// parentDone runs (on its own goroutine) when the parent ends before release; c is then never
+// reused, so c.Context stays the parent.
+func (c *timerCtx) parentDone() { c.end(c.Context.Err()) }
+
+// release stops the timer and the parent's watch and returns c to the pool if neither fired.
 func (c *timerCtx) release() {
-	if !c.timer.Stop() {
-		return // fired, or firing: c.done is (being) closed, so c is done with
+	reuse := c.timer.Stop() // false: fired, or firing: c.done is (being) closed
+	if c.stopParent != nil && !c.stopParent() {
+		reuse = false // the parent ended: parentDone runs or ran
 	}
-	c.Context = nil
+	if !reuse {
+		return
+	}
+	c.Context, c.stopParent = nil, nil
 	timerCtxPool.Put(c)
 }
 
