@@ -43,6 +43,29 @@ func TestBoundCtxCancellableParent(t *testing.T) {
 		c()
 	}
 
+	// Done taken before the parent ends (the watch fires), and Err alone (no watch).
+	parent, cancel = context.WithCancel(context.Background())
+	ctx, release = boundCtx(parent, time.Hour)
+	done := ctx.Done()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the watch did not end the bound")
+	}
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	release()
+	parent, cancel = context.WithCancel(context.Background())
+	ctx, release = boundCtx(parent, time.Hour)
+	cancel()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	select {
+	case <-ctx.Done(): // closed whenever Err is not nil
+	default:
+		require.FailNow(t, "Err reported the parent's end but Done is open")
+	}
+	release()
+
 	parent, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	ctx, release = boundCtx(parent, time.Millisecond)
