@@ -104,10 +104,19 @@ func TestRemoteMissCancelledParent(t *testing.T) {
 	for p := 1; p < 30; p++ { // page 0 evicted
 		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
 	}
+	select {
+	case <-proxy.held: // a stale token
+	default:
+	}
 	proxy.setPaused(true)
 	cctx, cancel := context.WithCancel(ctx)
 	res := make(chan error, 1)
 	go func() { res <- tb.Get(cctx, ids[0], buf) }()
+	select {
+	case <-proxy.held: // the read's reply is held back: the read waits for it
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the read's reply never came")
+	}
 	cancel()
 	select {
 	case err := <-res:
