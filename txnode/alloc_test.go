@@ -153,7 +153,17 @@ func TestRemoteMissAllocs(t *testing.T) {
 	gets := testing.AllocsPerRun(500, get)
 	require.Greater(t, db.Stats().PageMisses-misses, uint64(400), "the Gets missed")
 	puts := testing.AllocsPerRun(200, put)
-	t.Logf("allocs per remote miss Get %v, per remote Put (a miss and a commit) %v", gets, puts)
+	// A cancellable context without a deadline (a request's, the bench's) is bounded by the
+	// pooled timerCtx too, and its parent watched without a registration per read.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cancelGets := testing.AllocsPerRun(500, func() {
+		if err := tb.Get(cctx, next(), buf); err != nil {
+			panic(err)
+		}
+	})
+	t.Logf("allocs per remote miss Get %v (cancellable context %v), per remote Put (a miss and a commit) %v", gets, cancelGets, puts)
 	require.Zero(t, gets, "remote miss Get allocates")
+	require.Zero(t, cancelGets, "remote miss Get with a cancellable context allocates")
 	require.Zero(t, puts, "remote Put allocates")
 }

@@ -1,0 +1,135 @@
+package txnode
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/storenode"
+)
+
+// TestBoundCtxCancellableParent: the pooled bound of a context without a deadline also ends
+// when a cancellable parent ends (with the parent's error), ends DeadlineExceeded at its
+// deadline while the parent lives, and one that ended either way never goes back to the pool
+// (a later bound starts live).
+func TestBoundCtxCancellableParent(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	ctx, release := boundCtx(parent, time.Hour)
+	dl, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.WithinDuration(t, time.Now().Add(time.Hour), dl, time.Minute)
+	require.NoError(t, ctx.Err())
+	cancel()
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the bound did not end with its parent")
+	}
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	release()
+	for range 100 { // a fired bound is never handed out again
+		p, c := context.WithCancel(context.Background())
+		b, rel := boundCtx(p, time.Hour)
+		require.NoError(t, b.Err())
+		select {
+		case <-b.Done():
+			require.FailNow(t, "a bound that ended was reused")
+		default:
+		}
+		rel()
+		c()
+	}
+
+	// Done taken before the parent ends (the watch fires), and Err alone (no watch).
+	parent, cancel = context.WithCancel(context.Background())
+	ctx, release = boundCtx(parent, time.Hour)
+	done := ctx.Done()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the watch did not end the bound")
+	}
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	release()
+	parent, cancel = context.WithCancel(context.Background())
+	ctx, release = boundCtx(parent, time.Hour)
+	cancel()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	select {
+	case <-ctx.Done(): // closed whenever Err is not nil
+	default:
+		require.FailNow(t, "Err reported the parent's end but Done is open")
+	}
+	release()
+
+	parent, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	ctx, release = boundCtx(parent, time.Millisecond)
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the bound did not end at its deadline")
+	}
+	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	require.NoError(t, parent.Err())
+	release()
+	b, rel := boundCtx(parent, time.Hour)
+	require.NoError(t, b.Err())
+	rel()
+}
+
+// TestRemoteMissCancelledParent: a cache miss whose context is cancellable and has no deadline
+// ends with context.Canceled once its caller cancels while the reply is held back, and later
+// misses (under fresh bounds) succeed.
+func TestRemoteMissCancelledParent(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startGateProxy(t, addr)
+	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "cancelled", 64)
+	require.NoError(t, err)
+	ids := make([]uint64, 64*30)
+	for i := range ids {
+		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.pipe.flush(ctx))
+	buf := make([]byte, 64)
+	for p := 1; p < 30; p++ { // page 0 evicted
+		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
+	}
+	select {
+	case <-proxy.held: // a stale token
+	default:
+	}
+	proxy.setPaused(true)
+	cctx, cancel := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() { res <- tb.Get(cctx, ids[0], buf) }()
+	select {
+	case <-proxy.held: // the read's reply is held back: the read waits for it
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the read's reply never came")
+	}
+	cancel()
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the miss did not end with its context")
+	}
+	proxy.setPaused(false)
+	for i := 0; i < 200; i++ {
+		c, cancel := context.WithCancel(ctx)
+		id := ids[(i*977)%len(ids)]
+		require.NoError(t, tb.Get(c, id, buf), "miss %d after the cancelled one", i)
+		require.Equal(t, uint64((i*977)%len(ids)), binary.LittleEndian.Uint64(buf))
+		cancel()
+	}
+}
