@@ -419,12 +419,27 @@ func (t *tableState) serving() error {
 	if t.dropped.Load() {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
 	}
-	if lu := t.leaseUntil.Load(); lu != 0 && (lu == leaseLapsed || t.clock.nanos() > lu) {
+	lu := t.leaseUntil.Load()
+	if lu == 0 {
+		return nil
+	}
+	if lu != leaseLapsed {
+		now := t.clock.nanos()
+		if now <= lu {
+			return nil
+		}
+		// Load it again: a renewal stored while this goroutine waited for the CPU between
+		// the first load and the clock read (a second or more on a node whose goroutines
+		// keep the cores busy) is what the time read must be compared with.
+		if lu = t.leaseUntil.Load(); lu != leaseLapsed && now <= lu {
+			return nil
+		}
+	}
+	if lu != leaseLapsed {
 		// Latch it: a clock that went back (only an injected one can) does not revive it.
 		t.leaseUntil.CompareAndSwap(lu, leaseLapsed)
-		return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
 	}
-	return nil
+	return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
 }
 
 // leaseLapsed marks a lease that serving saw run out; only a renewal replaces it.
