@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,10 @@ import (
 //   - A slot moves free -> queued -> writing -> written -> (replying) -> done -> free, under
 //     mu. Only the sender moves queued to writing and writing to written; only the receiver
 //     delivers replies and, once the sender has exited, fails what is left.
+//   - One slot beyond the bound (below MaxInflightLimit) is kept for urgent requests
+//     (CallIntoUrgent), which take it before any other, so a renewal never waits for a window
+//     full of other requests. Urgent requests queue ahead of the others, and the sender does
+//     not yield while one waits.
 //   - The sender holds a request's Message only between taking it and the end of its write; a
 //     reply implies the write of its request is complete, so no waiter is released while the
 //     client still reads its request's bytes.
@@ -40,6 +45,9 @@ type Client struct {
 	writeTimeout time.Duration // bounds one flush
 
 	free         chan uint32   // free slot indexes: the in-flight bound
+	urgentFree   chan uint32   // cap 1: the slot kept for urgent requests (CallIntoUrgent), beyond the bound; nil at MaxInflightLimit
+	urgentSlot   uint32        // that slot's index, when urgentFree is not nil
+	bound        int           // the in-flight bound of the other requests (MaxInflight)
 	wake         chan struct{} // cap 1: there is work for the sender
 	dead         chan struct{} // closed when the connection fails
 	senderDone   chan struct{}
@@ -47,9 +55,13 @@ type Client struct {
 
 	mu    sync.Mutex
 	slots []slot   // fixed length; &slots[i] is stable
-	queue []uint32 // slots waiting for the sender, in submission order
+	queue []uint32 // slots waiting for the sender: urgent ones first, each kind in submission order
 	seq   uint64   // request counter
 	err   error    // why the connection failed; nil while it works
+
+	// urgent counts the urgent requests in queue (changed under mu): while any waits, the
+	// sender writes at once instead of yielding for more requests to join its write.
+	urgent atomic.Int32
 
 	requests atomic.Uint64
 	writes   atomic.Uint64
@@ -83,6 +95,7 @@ type slot struct {
 	id         uint64
 	state      slotState
 	want       Type               // the reply type that answers the request
+	urgent     bool               // CallIntoUrgent's: counted in Client.urgent while queued
 	msg        Message            // until the sender takes it
 	fn         func(Frame, error) // Send's callback; nil for Call
 	abandoned  bool               // the Call returned ErrUnknownOutcome: drop the reply
@@ -202,6 +215,17 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		slots:        make([]slot, inflight),
 		queue:        make([]uint32, 0, inflight),
 	}
+	c.bound = inflight
+	if inflight < MaxInflightLimit {
+		// One more slot, kept for urgent requests: a lease renewal never waits behind a
+		// window full of commits and reads. The storage node does not count renewals and
+		// Pings in flight (it answers them on its event loop), so the extra one never meets
+		// its bound.
+		c.urgentFree, c.urgentSlot = make(chan uint32, 1), uint32(inflight)
+		c.urgentFree <- c.urgentSlot
+		c.slots = make([]slot, inflight+1)
+		c.queue = make([]uint32, 0, inflight+1)
+	}
 	for i := range inflight {
 		c.free <- uint32(i)
 	}
@@ -285,8 +309,9 @@ func (c *Client) Hello() HelloReply { return c.hello }
 // Send refuses a larger one, and a Sealer must not grow beyond it. Any goroutine.
 func (c *Client) MaxRequestBody() int { return int(c.sendMax) }
 
-// MaxInflight reports the connection's in-flight bound.
-func (c *Client) MaxInflight() int { return len(c.slots) }
+// MaxInflight reports the connection's in-flight bound. An urgent request (CallIntoUrgent)
+// may take one slot beyond it.
+func (c *Client) MaxInflight() int { return c.bound }
 
 // Done returns a channel that is closed when the connection has failed or was closed.
 func (c *Client) Done() <-chan struct{} { return c.dead }
@@ -320,7 +345,7 @@ func (c *Client) Stats() ClientStats {
 // late reply is dropped). When the connection fails, the error wraps ErrConnClosed and the
 // cause, and also ErrUnknownOutcome if the request had been handed to the socket.
 func (c *Client) Call(ctx context.Context, m Message) (Frame, error) {
-	idx, err := c.start(ctx, m, nil)
+	idx, err := c.start(ctx, m, nil, false)
 	if err != nil {
 		return Frame{}, err
 	}
@@ -331,6 +356,37 @@ func (c *Client) Call(ctx context.Context, m Message) (Frame, error) {
 // that answers m.
 func (c *Client) CallInto(ctx context.Context, m, reply Message) error {
 	f, err := c.Call(ctx, m)
+	if err != nil {
+		return err
+	}
+	if f.Type != reply.Type() {
+		return fmt.Errorf("sgio: %v reply to %v parsed as %v: %w", f.Type, m.Type(), reply.Type(), ErrMalformed)
+	}
+	return reply.Parse(f.Body)
+}
+
+// CallIntoUrgent is CallInto for a request that must not wait behind the connection's
+// traffic, such as a lease renewal: it takes the in-flight slot kept for urgent requests (or
+// any free slot when that one is taken), it goes into the sender's next write ahead of the
+// requests queued before it, and the sender writes at once instead of yielding to let more
+// requests join the write (a yield puts it behind every runnable goroutine, which took over a
+// second on a node whose workers keep both cores busy). The reply still comes in the server's
+// order. Only a Ping and a lease renewal (an Acquire with a nonzero epoch) may be urgent:
+// the storage node answers them on its event loop without counting them in flight, which is
+// what lets the kept slot go beyond the bound; anything else is a programming error.
+func (c *Client) CallIntoUrgent(ctx context.Context, m, reply Message) error {
+	switch a := m.(type) {
+	case *Ping:
+	case *Acquire:
+		assert.That(a.Epoch != 0, "sgio: an urgent Acquire without an epoch (not a renewal)")
+	default:
+		assert.Failf("sgio: %v is not a request that may be urgent", m.Type())
+	}
+	idx, err := c.start(ctx, m, nil, true)
+	if err != nil {
+		return err
+	}
+	f, err := c.wait(ctx, idx, m.Type())
 	if err != nil {
 		return err
 	}
@@ -356,12 +412,13 @@ func (c *Client) CallInto(ctx context.Context, m, reply Message) error {
 // body size against the server's limit as it is then, so the Sealer bounds its own growth.
 func (c *Client) Send(ctx context.Context, m Message, done func(reply Frame, err error)) error {
 	assert.That(done != nil, "sgio: Send without a callback")
-	_, err := c.start(ctx, m, done)
+	_, err := c.start(ctx, m, done, false)
 	return err
 }
 
-// start checks m, takes a slot and queues m for the sender.
-func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (uint32, error) {
+// start checks m, takes a slot and queues m for the sender; an urgent m goes ahead of the
+// queued requests that are not.
+func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error), urgent bool) (uint32, error) {
 	t := m.Type()
 	if !(t.IsRequest() && t != TypeHello && t != TypeAuth) {
 		assert.Failf("sgio: %v is not a request a client may send", t)
@@ -375,7 +432,7 @@ func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (u
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("sgio: %v request not sent: %w", t, err)
 	}
-	idx, err := c.acquire(ctx)
+	idx, err := c.acquire(ctx, urgent)
 	if err != nil {
 		return 0, fmt.Errorf("sgio: %v request not sent: %w", t, err)
 	}
@@ -391,11 +448,17 @@ func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (u
 	if s.state != slotFree {
 		assert.Failf("sgio: slot %d taken from the free list in state %d", idx, s.state)
 	}
-	*s = slot{id: c.seq<<slotBits | uint64(idx), state: slotQueued, want: t.Reply(), msg: m, fn: fn, ch: s.ch}
+	*s = slot{id: c.seq<<slotBits | uint64(idx), state: slotQueued, want: t.Reply(), msg: m, fn: fn, ch: s.ch, urgent: urgent}
 	if fn == nil && s.ch == nil {
 		s.ch = make(chan struct{}, 1)
 	}
-	c.queue = append(c.queue, idx)
+	if urgent {
+		// After the urgent requests already queued, before the others.
+		at := int(c.urgent.Add(1)) - 1
+		c.queue = slices.Insert(c.queue, at, idx)
+	} else {
+		c.queue = append(c.queue, idx)
+	}
 	if len(c.queue) > len(c.slots) {
 		assert.Failf("sgio: queue of %d beyond the in-flight bound %d", len(c.queue), len(c.slots))
 	}
@@ -407,8 +470,21 @@ func (c *Client) start(ctx context.Context, m Message, fn func(Frame, error)) (u
 	return idx, nil
 }
 
-// acquire takes a free slot, waiting until ctx ends or the connection fails.
-func (c *Client) acquire(ctx context.Context) (uint32, error) {
+// freeSlots reports the slots free now, the kept one included; tests read it.
+func (c *Client) freeSlots() int { return len(c.free) + len(c.urgentFree) }
+
+// acquire takes a free slot, waiting until ctx ends or the connection fails. An urgent
+// request takes the reserved slot first, then any other.
+func (c *Client) acquire(ctx context.Context, urgent bool) (uint32, error) {
+	var reserved chan uint32 // nil (never ready) unless urgent
+	if urgent {
+		reserved = c.urgentFree
+		select {
+		case idx := <-reserved:
+			return idx, nil
+		default:
+		}
+	}
 	select {
 	case idx := <-c.free:
 		return idx, nil
@@ -417,10 +493,12 @@ func (c *Client) acquire(ctx context.Context) (uint32, error) {
 	select {
 	case idx := <-c.free:
 		return idx, nil
+	case idx := <-reserved:
+		return idx, nil
 	case <-c.dead:
 		return 0, c.Err()
 	case <-ctx.Done():
-		return 0, fmt.Errorf("no free in-flight slot of %d: %w: %w", len(c.slots), ErrBusy, ctx.Err())
+		return 0, fmt.Errorf("no free in-flight slot of %d: %w: %w", c.bound, ErrBusy, ctx.Err())
 	}
 }
 
@@ -442,6 +520,10 @@ func (c *Client) releaseLocked(idx uint32) {
 		}
 	}
 	*s = slot{ch: s.ch}
+	if c.urgentFree != nil && idx == c.urgentSlot {
+		c.urgentFree <- idx // never blocks: the index is in the channel at most once
+		return
+	}
 	c.free <- idx // never blocks: each index is in the channel at most once
 }
 
@@ -464,6 +546,9 @@ func (c *Client) wait(ctx context.Context, idx uint32, t Type) (Frame, error) {
 				c.queue = append(c.queue[:i], c.queue[i+1:]...)
 				break
 			}
+		}
+		if s.urgent {
+			c.urgent.Add(-1)
 		}
 		c.releaseLocked(idx)
 		c.mu.Unlock()
@@ -528,7 +613,11 @@ func (c *Client) send() {
 			return
 		}
 		// Yield once before taking the queue: requests submitted meanwhile join this write.
-		runtime.Gosched()
+		// Not when an urgent request waits: the yield puts the sender behind every runnable
+		// goroutine.
+		if c.urgent.Load() == 0 {
+			runtime.Gosched()
+		}
 		c.mu.Lock()
 		if c.err != nil {
 			c.mu.Unlock()
@@ -544,6 +633,7 @@ func (c *Client) send() {
 			s.msg = nil
 		}
 		c.queue = c.queue[:0]
+		c.urgent.Store(0)
 		c.mu.Unlock()
 		if len(items) == 0 {
 			continue
@@ -691,6 +781,7 @@ func (c *Client) failAll() {
 	var callbacks []failed
 	c.mu.Lock()
 	c.queue = c.queue[:0]
+	c.urgent.Store(0)
 	for i := range c.slots {
 		s := &c.slots[i]
 		if s.state == slotFree || s.state == slotDone {

@@ -197,7 +197,7 @@ func TestClientBatchesQueuedRequestsIntoOneWrite(t *testing.T) {
 	idx := make([]uint32, queued)
 	for i := range queued {
 		var err error
-		idx[i], err = c.start(ctx, &Acquire{Owner: uint64(i)}, nil)
+		idx[i], err = c.start(ctx, &Acquire{Owner: uint64(i)}, nil, false)
 		require.NoError(t, err)
 	}
 	close(release)
@@ -412,7 +412,7 @@ func TestClientCancelBeforeSend(t *testing.T) {
 	}()
 	<-gate.entered
 	ctxB, cancelB := context.WithCancel(testCtx(t))
-	idxB, err := c.start(ctxB, &Acquire{Owner: 2}, nil)
+	idxB, err := c.start(ctxB, &Acquire{Owner: 2}, nil, false)
 	require.NoError(t, err)
 	cancelB()
 	_, err = c.wait(ctxB, idxB, TypeAcquire)

@@ -93,6 +93,7 @@ type tableState struct {
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
 	leaseUntil atomic.Int64
 	clock      leaseClock
+	renewing   atomic.Bool // a renewal of the lease is running (renewLease)
 	dropped    atomic.Bool
 	// dropping closes the table to new commits while DropTable flushes what was admitted
 	// before; set under the pipeline's mu (see pipeline.add), reads keep working.
@@ -418,12 +419,16 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	return err
 }
 
-// renewLeases keeps every owned table's lease alive (remote stores only).
+// renewLeases keeps every owned table's lease alive (remote stores only): every quarter
+// lease it starts a renewal of each table that has none running, each on a goroutine of its
+// own, so a slow renewal delays no other table's.
 func (db *DB) renewLeases() {
 	defer db.bg.Done()
 	period := db.info.Lease / 4
 	tick := time.NewTicker(period)
 	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background()) // ends the renewals running at Close
+	defer cancel()
 	for {
 		select {
 		case <-db.stop:
@@ -448,25 +453,50 @@ func (db *DB) renewLeases() {
 			cancel()
 		}
 		for _, t := range ts {
-			start := db.opts.clock.nanos()
-			ctx, cancel := context.WithTimeout(context.Background(), period)
-			g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), 0)
-			cancel()
-			if err != nil {
-				if errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) {
-					// The store granted the table since (another owner, or a restored
-					// backup's epoch bump), or has no such table (dropped by another
-					// node, or a restored backup older than the table): this node's
-					// cache may hold rows the store does not, so it stops serving the
-					// table at once, not at lease end.
-					t.leaseUntil.Store(leaseLapsed)
-				}
-				db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
-				continue
+			if !t.renewing.CompareAndSwap(false, true) {
+				continue // the last renewal is still waiting for its reply: it may succeed yet
 			}
-			t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
+			db.bg.Add(1)
+			go db.renewLease(ctx, t, period)
 		}
 	}
+}
+
+// renewLease renews t's lease once, on its own goroutine (renewLeases). The renewal is given
+// as long as it can still do good: until the lease it extends stops being usable (at least
+// period, at most a lease), not a fixed slice of it, so a renewal slowed by a busy node
+// (its reply waits for the CPU behind runnable goroutines) is not abandoned while its reply
+// could still keep the table served. ctx ends at Close.
+func (db *DB) renewLease(ctx context.Context, t *tableState, period time.Duration) {
+	defer db.bg.Done()
+	defer t.renewing.Store(false)
+	start := db.opts.clock.nanos()
+	wait := period
+	if lu := t.leaseUntil.Load(); lu != leaseLapsed && lu-start > int64(wait) {
+		wait = min(time.Duration(lu-start), db.info.Lease)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), 0)
+	cancel()
+	if err != nil {
+		if errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) {
+			// The store granted the table since (another owner, or a restored
+			// backup's epoch bump), or has no such table (dropped by another
+			// node, or a restored backup older than the table): this node's
+			// cache may hold rows the store does not, so it stops serving the
+			// table at once, not at lease end.
+			t.leaseUntil.Store(leaseLapsed)
+		}
+		select {
+		case <-db.stop: // Close ended it: nothing failed
+		default:
+			db.stats.renewFails.Add(1)
+			db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
+		}
+		return
+	}
+	t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
+	db.stats.renewals.Add(1)
 }
 
 // serving reports whether this node may serve t: not dropped, lease live.
@@ -480,12 +510,27 @@ func (t *tableState) serving() error {
 		}
 		return nil
 	}
-	if lu := t.leaseUntil.Load(); lu != 0 && (lu == leaseLapsed || t.clock.nanos() > lu) {
+	lu := t.leaseUntil.Load()
+	if lu == 0 {
+		return nil
+	}
+	if lu != leaseLapsed {
+		now := t.clock.nanos()
+		if now <= lu {
+			return nil
+		}
+		// Load it again: a renewal stored while this goroutine waited for the CPU between
+		// the first load and the clock read (a second or more on a node whose goroutines
+		// keep the cores busy) is what the time read must be compared with.
+		if lu = t.leaseUntil.Load(); lu != leaseLapsed && now <= lu {
+			return nil
+		}
+	}
+	if lu != leaseLapsed {
 		// Latch it: a clock that went back (only an injected one can) does not revive it.
 		t.leaseUntil.CompareAndSwap(lu, leaseLapsed)
-		return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
 	}
-	return nil
+	return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
 }
 
 // leaseLapsed marks a lease that serving saw run out; only a renewal replaces it.

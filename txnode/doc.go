@@ -62,7 +62,11 @@
 //
 // A node owns the tables it opens: the storage node grants (owner, epoch) and a lease the node
 // renews every quarter lease; the node stops serving a table (reads included) at three
-// quarters of a lease without renewal. The lease clock (monotonic) is read once per table when
+// quarters of a lease without renewal. Each table's renewal runs on its own goroutine, goes
+// ahead of the connection's queued requests (sgio.Client.CallIntoUrgent) and is given until
+// the lease it extends stops being usable, so a node whose goroutines keep the cores busy (a
+// goroutine woken then waits its turn behind them, over a second measured) does not give up a
+// renewal that could still succeed. The lease clock (monotonic) is read once per table when
 // a transaction first touches it and once per table at its commit, read-only or not (all its
 // reads were then served under a live lease), once per Table.Get, and once per page of a
 // Table.Scan (which has no commit to check at): never once per row.

@@ -31,6 +31,9 @@ import (
 
 const helperEnv = "WEFT_TXNODE_HELPER_STORENODE"
 
+// helperLeaseEnv sets the helper storage node's lease (a time.ParseDuration string).
+const helperLeaseEnv = "WEFT_TXNODE_HELPER_LEASE"
+
 // TestHelperStorageNode is not a test: it is the storage node process of TestKillBank.
 func TestHelperStorageNode(t *testing.T) {
 	spec := os.Getenv(helperEnv)
@@ -38,11 +41,17 @@ func TestHelperStorageNode(t *testing.T) {
 		t.Skip("helper process of TestKillBank")
 	}
 	dir, addr, _ := strings.Cut(spec, "@")
+	var lease time.Duration // storenode's default unless helperLeaseEnv says
+	if v := os.Getenv(helperLeaseEnv); v != "" {
+		var err error
+		lease, err = time.ParseDuration(v)
+		require.NoError(t, err)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
 	err := server.Serve(ctx, server.Config{
 		Listen:   addr,
-		Options:  storenode.Options{Dir: dir, Sync: storenode.SyncNone, CheckpointWALBytes: 1 << 20},
+		Options:  storenode.Options{Dir: dir, Sync: storenode.SyncNone, CheckpointWALBytes: 1 << 20, LeaseDuration: lease},
 		OnListen: func(net.Addr) { fmt.Println("listening"); os.Stdout.Sync() },
 	})
 	if err != nil {

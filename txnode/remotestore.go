@@ -360,6 +360,11 @@ func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) 
 
 // call runs one request, retrying it on a new connection when retry and the connection broke.
 func (s *remoteStore) call(ctx context.Context, m, reply sgio.Message, retry bool) error {
+	return s.callWith(ctx, m, reply, retry, false)
+}
+
+// callWith is call; urgent sends m with CallIntoUrgent (a lease renewal).
+func (s *remoteStore) callWith(ctx context.Context, m, reply sgio.Message, retry, urgent bool) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
@@ -370,7 +375,11 @@ func (s *remoteStore) call(ctx context.Context, m, reply sgio.Message, retry boo
 		if err != nil {
 			return err
 		}
-		err = c.CallInto(ctx, m, reply)
+		if urgent {
+			err = c.CallIntoUrgent(ctx, m, reply)
+		} else {
+			err = c.CallInto(ctx, m, reply)
+		}
 		if err == nil || !retry || !retryable(err) {
 			return err
 		}
@@ -444,9 +453,14 @@ func (s *remoteStore) DropTable(ctx context.Context, name string, _ uint64) erro
 
 func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
 	var r sgio.Grant
-	// A renewal, and an etcd grant's registration (registering a current grant again is a
-	// renewal), may be retried.
-	err := s.call(ctx, &sgio.Acquire{Table: table, Flags: uint32(flags), Owner: owner, Epoch: epoch}, &r, epoch != 0)
+	// A renewal of the store's own lease (a nonzero epoch, no flags) is urgent: it must not
+	// wait behind the commits and reads of a busy connection (sgio.Client.CallIntoUrgent);
+	// the storage node answers it on its event loop. An etcd grant's registration is not:
+	// the storage node verifies it off the loop, against etcd. Both may be retried
+	// (registering a current grant again is a renewal).
+	renewal := epoch != 0
+	urgent := renewal && flags == 0
+	err := s.callWith(ctx, &sgio.Acquire{Table: table, Flags: uint32(flags), Owner: owner, Epoch: epoch}, &r, renewal, urgent)
 	return store.Grant{Table: r.Table, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
 }
 

@@ -34,6 +34,8 @@ type dbCounters struct {
 	batchTx     atomic.Uint64
 	idGrants    atomic.Uint64
 	rowsFetched atomic.Uint64
+	renewals    atomic.Uint64 // lease renewals that succeeded
+	renewFails  atomic.Uint64 // lease renewals that failed (renewLease)
 }
 
 // hit counts a cache hit in the current P's cell.
@@ -63,6 +65,10 @@ type Stats struct {
 	CommitVersion, DurableVersion uint64
 	// DirtyRows is the number of WriteBack rows not yet flushed.
 	DirtyRows int64
+	// Renewals and RenewalFailures count the lease renewals of a remote store's tables that
+	// succeeded and that failed (each failure is logged too); three quarters of a lease
+	// without a success and the table stops being served.
+	Renewals, RenewalFailures uint64
 }
 
 // Stats returns the DB's counters.
@@ -72,19 +78,21 @@ func (db *DB) Stats() Stats {
 		hits += db.stats.hits[i].n.Load()
 	}
 	s := Stats{
-		RowHits:        hits,
-		PageMisses:     db.cache.misses.Load(),
-		RowsFetched:    db.stats.rowsFetched.Load(),
-		Evictions:      db.cache.evictions.Load(),
-		CacheBytes:     db.cache.bytesUsed(),
-		Commits:        db.stats.commits.Load(),
-		Aborts:         db.stats.aborts.Load(),
-		Retries:        db.stats.retries.Load(),
-		Batches:        db.stats.batches.Load(),
-		IDGrants:       db.stats.idGrants.Load(),
-		CommitVersion:  db.commitVer.Load(),
-		DurableVersion: db.durableVer.Load(),
-		DirtyRows:      db.pipe.dirtyRows.Load(),
+		RowHits:         hits,
+		PageMisses:      db.cache.misses.Load(),
+		RowsFetched:     db.stats.rowsFetched.Load(),
+		Evictions:       db.cache.evictions.Load(),
+		CacheBytes:      db.cache.bytesUsed(),
+		Commits:         db.stats.commits.Load(),
+		Aborts:          db.stats.aborts.Load(),
+		Retries:         db.stats.retries.Load(),
+		Batches:         db.stats.batches.Load(),
+		IDGrants:        db.stats.idGrants.Load(),
+		CommitVersion:   db.commitVer.Load(),
+		DurableVersion:  db.durableVer.Load(),
+		Renewals:        db.stats.renewals.Load(),
+		RenewalFailures: db.stats.renewFails.Load(),
+		DirtyRows:       db.pipe.dirtyRows.Load(),
 	}
 	if s.Batches > 0 {
 		s.TxPerBatch = float64(db.stats.batchTx.Load()) / float64(s.Batches)

@@ -71,6 +71,7 @@ type config struct {
 	authFailDelay   time.Duration
 	maxQueued       byteSize
 	maxQueuedTotal  byteSize
+	maxOutTotal     byteSize
 	pprofPublic     bool
 	etcd            string
 	etcdPrefix      string
@@ -113,6 +114,7 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.BoolVar(&cfg.genSecret, "gen-secret", false, "print a new secret (hex of 32 random bytes) for --secret-file and exit")
 	cfg.maxQueued = server.DefaultMaxQueuedBytes
 	cfg.maxQueuedTotal = server.DefaultMaxQueuedBytesTotal
+	cfg.maxOutTotal = server.DefaultMaxOutboundBytesTotal
 	fs.DurationVar(&cfg.seqGapWait, "seq-gap-wait", storenode.DefaultSeqGapWait, "how long a commit batch waits for the batches before it in its owner's seq order")
 	fs.IntVar(&cfg.maxHandshakes, "max-handshakes", server.DefaultMaxHandshakes, "most connections in the handshake at once (at most half of --max-conns); over it the oldest is closed")
 	fs.IntVar(&cfg.maxHsPerSource, "max-handshakes-per-source", server.DefaultMaxHandshakesPerSource, "most connections in the handshake from one source address")
@@ -121,6 +123,7 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxQueuedTotal, "max-queued-bytes-total", "most commit bytes queued on all connections")
 	fs.StringVar(&cfg.etcd, "etcd", "", "etcd client URLs, comma-separated (http://127.0.0.1:2379): verify the etcd grants of cluster-managed tables (off when empty: such grants are refused)")
 	fs.StringVar(&cfg.etcdPrefix, "etcd-prefix", "", "the cluster's key prefix in etcd (/weft/ when empty)")
+	fs.Var(&cfg.maxOutTotal, "max-outbound-bytes-total", "most reply bytes waiting for their clients on all connections; over it, connections with replies waiting are not read until they drain")
 	fs.BoolVar(&cfg.pprofPublic, "pprof-non-loopback", false, "serve /debug/pprof/ even when --metrics-listen is not a loopback address (it shows the command line)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: storenode -dir DIR [flags]\n\nRuns a Weft storage node. Every flag can also be set by an environment variable,\nWEFT_ and the flag's name in capitals with _ for - (WEFT_MAX_CONNS); a flag on the\ncommand line wins.\n\n")
@@ -184,6 +187,7 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 		AuthFailDelay:          cfg.authFailDelay,
 		MaxQueuedBytes:         int64(cfg.maxQueued),
 		MaxQueuedBytesTotal:    int64(cfg.maxQueuedTotal),
+		MaxOutboundBytesTotal:  int64(cfg.maxOutTotal),
 		Options: storenode.Options{
 			Dir:                cfg.dir,
 			Sync:               mode,

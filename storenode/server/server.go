@@ -84,7 +84,9 @@
 // bytes queued per connection and in total, commits and reads waiting for a goroutine
 // (MaxQueuedBytes, MaxQueuedBytesTotal: checked before the body is copied or parsed), the replies one event-loop turn holds (turnReplyMaxBytes) and a
 // connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
-// (outboundMaxBytes, checked before queueing), the slices of one writev (IOV_MAX), the time
+// (outboundMaxBytes, checked before queueing) and on all connections (MaxOutboundBytesTotal:
+// over it, a connection with replies waiting is not read until they drain; the event loop
+// never waits), the slices of one writev (IOV_MAX), the time
 // to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
 // the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
 // its flag and the peak measured under attack.
@@ -145,6 +147,10 @@ const (
 	DefaultMaxQueuedBytes = 64 << 20
 	// DefaultMaxQueuedBytesTotal bounds the request bytes queued on all connections.
 	DefaultMaxQueuedBytesTotal = 512 << 20
+	// DefaultMaxOutboundBytesTotal bounds the replies waiting in gnet's outbound buffers on
+	// all connections: without it MaxConns connections could hold outboundMaxBytes each
+	// (64 GiB at the defaults).
+	DefaultMaxOutboundBytesTotal = 512 << 20
 
 	// minReplyBody is the smallest reply body limit a client may announce in Hello: every
 	// Error reply fits.
@@ -161,6 +167,9 @@ const (
 	// connReplyMaxBytes bounds the replies a connection holds (produced, not yet handed to
 	// the transport) before its read goroutine waits for a write to finish.
 	connReplyMaxBytes = 16 << 20
+	// outboundRecheck is how often a connection stopped by MaxOutboundBytesTotal looks again
+	// at its outbound buffer (gnet tells nobody when one drains).
+	outboundRecheck = 2 * time.Millisecond
 )
 
 // Config configures a Server. The zero value of a field means its default.
@@ -220,6 +229,13 @@ type Config struct {
 	// (DefaultMaxQueuedBytesTotal). A request over either is answered with ErrBusy before
 	// its body is copied or parsed.
 	MaxQueuedBytes, MaxQueuedBytesTotal int64
+	// MaxOutboundBytesTotal bounds the replies written but not yet taken by their clients
+	// (gnet's outbound buffers) on all connections (DefaultMaxOutboundBytesTotal). Over it, a
+	// connection with replies of its own still unwritten stops being read until they drain
+	// (checked every outboundRecheck); one whose output has drained is read on. Each
+	// connection is also bounded on its own (outboundMaxBytes: a client that lets more pile
+	// up is closed). Not for TLS, whose writes block the connection's own writer goroutine.
+	MaxOutboundBytesTotal int64
 
 	// Logger receives connection and lifecycle events; Options.Logger, else slog.Default().
 	Logger *slog.Logger
@@ -274,6 +290,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueuedBytesTotal <= 0 {
 		c.MaxQueuedBytesTotal = DefaultMaxQueuedBytesTotal
 	}
+	if c.MaxOutboundBytesTotal <= 0 {
+		c.MaxOutboundBytesTotal = DefaultMaxOutboundBytesTotal
+	}
 	if c.Logger == nil {
 		c.Logger = c.Options.Logger
 	}
@@ -327,6 +346,8 @@ type Server struct {
 	logLimit   logLimiter   // rate of refusal logs
 	fatal      fatalFlag    // the transport stopped on its own
 	queued     atomic.Int64 // request bytes (commits, waiting reads) queued on all connections
+	outbound   atomic.Int64 // reply bytes in gnet's outbound buffers, as each loop last saw them (gnetTransport.observe)
+	outPeak    atomic.Int64 // the most outbound has been; tests read it
 
 	mu           sync.Mutex
 	started      bool
@@ -636,6 +657,11 @@ type Stats struct {
 	Handshaking, Authenticated, Evictions, AcceptErrors uint64
 	// QueuedBytes is the request bytes (commits, waiting reads) queued on all connections now.
 	QueuedBytes int64
+	// OutboundBytes is the reply bytes written but not yet taken by their clients (gnet's
+	// outbound buffers) on all connections, as last seen; OutboundPauses counts the turns in
+	// which a connection was not read because it was over MaxOutboundBytesTotal.
+	OutboundBytes  int64
+	OutboundPauses uint64
 }
 
 type serverCounters struct {
@@ -646,6 +672,7 @@ type serverCounters struct {
 	requests, writes            atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
 	evictions, acceptErrors     atomic.Uint64
+	outboundPauses              atomic.Uint64
 }
 
 // Stats reports the server's counters.
@@ -671,6 +698,8 @@ func (s *Server) Stats() Stats {
 		Evictions:      c.evictions.Load(),
 		AcceptErrors:   c.acceptErrors.Load(),
 		QueuedBytes:    s.queued.Load(),
+		OutboundBytes:  s.outbound.Load(),
+		OutboundPauses: c.outboundPauses.Load(),
 	}
 }
 
@@ -728,6 +757,10 @@ var serverStatDescs = []storenode.StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return s.AcceptErrors }},
 	{Name: "commit_queued_bytes", Help: "Request bytes queued on all connections: commits for the engine, reads for their goroutine (bounded by --max-queued-bytes-total).", Kind: storenode.StatGauge,
 		Value: func(s *Stats) uint64 { return nonNegative(s.QueuedBytes) }},
+	{Name: "outbound_bytes", Help: "Reply bytes written but not yet taken by their clients, on all connections (bounded by MaxOutboundBytesTotal, then what replies in flight add).", Kind: storenode.StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.OutboundBytes) }},
+	{Name: "outbound_pauses", Help: "Event-loop turns in which a connection was not read because the replies waiting on all connections were over their bound.", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.OutboundPauses }},
 }
 
 // tableRowBytes reports a table's row size. Table ids are never reused, so the answer is

@@ -211,6 +211,9 @@ func (h *gnetHandler) OnTraffic(c gnet.Conn) gnet.Action {
 	if sess == nil {
 		return gnet.Close
 	}
+	if t, _ := sess.tr.(*gnetTransport); t != nil && t.overBudget() {
+		return gnet.None // looked at again in outboundRecheck (t.recheck wakes the loop)
+	}
 	if need := sess.needBytes; need > 0 && c.InboundBuffered() < need {
 		return gnet.None // the rest of a large frame: do not re-peek what is already buffered
 	}
@@ -227,6 +230,9 @@ func (h *gnetHandler) OnTraffic(c gnet.Conn) gnet.Action {
 
 func (h *gnetHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 	if sess, _ := c.Context().(*session); sess != nil {
+		if t, _ := sess.tr.(*gnetTransport); t != nil {
+			t.forget()
+		}
 		sess.closed(err)
 	}
 	return gnet.None
@@ -242,6 +248,11 @@ type gnetTransport struct {
 	bufs   [][]byte
 	done   func(error)
 	runner gnet.Runnable // gnet.RunnableFunc(t.runAsync), made once
+	// The loop's own: the bytes of its outbound buffer as last seen (counted in
+	// Server.outbound), and the timer that wakes a connection stopped by the server-wide
+	// budget (made at its first stop).
+	queued  int64
+	recheck *time.Timer
 }
 
 func newGnetTransport(c gnet.Conn, sess *session) *gnetTransport {
@@ -266,6 +277,7 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 				queued, total, sgio.ErrBusy)
 		}
 	}
+	defer t.observe()
 	for len(bufs) > 0 {
 		n := min(len(bufs), iovMax)
 		if _, err := t.c.Writev(bufs[:n]); err != nil {
@@ -274,6 +286,53 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 		bufs = bufs[n:]
 	}
 	return nil
+}
+
+// observe counts the connection's outbound buffer, as it is now, in the server's total. On
+// the loop.
+func (t *gnetTransport) observe() {
+	n := int64(t.c.OutboundBuffered())
+	if d := n - t.queued; d != 0 {
+		t.queued = n
+		if total := t.sess.srv.outbound.Add(d); d > 0 {
+			for peak := t.sess.srv.outPeak.Load(); total > peak && !t.sess.srv.outPeak.CompareAndSwap(peak, total); {
+				peak = t.sess.srv.outPeak.Load()
+			}
+		}
+	}
+}
+
+// overBudget reports, on the loop at the start of a turn, whether the connection is not to be
+// read now: the replies waiting on all connections are over MaxOutboundBytesTotal and some of
+// them are this connection's. Then the recheck timer wakes the loop for another look; nothing
+// blocks the loop. A connection whose output has drained is always read: the bound cannot
+// stop every connection, and the ones it stops resume as their clients read.
+func (t *gnetTransport) overBudget() bool {
+	t.observe()
+	srv := t.sess.srv
+	if t.queued == 0 || srv.outbound.Load() <= srv.cfg.MaxOutboundBytesTotal {
+		return false
+	}
+	srv.counters.outboundPauses.Add(1)
+	if t.recheck == nil {
+		t.recheck = time.AfterFunc(outboundRecheck, func() {
+			if !t.sess.isClosedNow() {
+				t.wake() // Wake is safe from any goroutine; gnet drops one for a connection gone
+			}
+		})
+	} else {
+		t.recheck.Reset(outboundRecheck)
+	}
+	return true
+}
+
+// forget takes the connection's outbound bytes out of the server's total; OnClose calls it.
+func (t *gnetTransport) forget() {
+	t.sess.srv.outbound.Add(-t.queued)
+	t.queued = 0
+	if t.recheck != nil {
+		t.recheck.Stop()
+	}
 }
 
 // writeAsync hands bufs to the event loop, which writes them as writeLoop does (the bound is

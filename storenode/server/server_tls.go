@@ -84,16 +84,24 @@ func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error) {
 		_ = tc.SetWriteDeadline(time.Now().Add(t.timeout))
 		_, _ = tc.Write(out)
 	}
-	// The buffer starts small and grows to the frame being read: before authentication
-	// frames are handshake-sized (session.inbound), so a stranger cannot grow it.
+	// The buffer starts small and doubles as bytes arrive, up to the frame being read (never
+	// beyond what its header declares, nor HeaderSize+MaxBody): a client that declares a large
+	// frame and sends nothing more holds no more memory than it sent, times two. Before
+	// authentication frames are handshake-sized (session.inbound), so a stranger cannot grow it.
 	buf := make([]byte, 0, tlsReadBufMin)
 	for {
 		if !sess.paused {
 			if len(buf) == cap(buf) {
-				need := max(sess.needBytes, 2*cap(buf))
-				grown := make([]byte, len(buf), min(need, sgio.HeaderSize+int(s.cfg.MaxBody)))
+				size := min(2*cap(buf), sgio.HeaderSize+int(s.cfg.MaxBody))
+				if need := sess.needBytes; need > len(buf) {
+					size = min(size, need)
+				}
+				grown := make([]byte, len(buf), size)
 				copy(grown, buf)
 				buf = grown
+				if h := tlsReadBufGrown; h != nil {
+					h(cap(buf))
+				}
 			}
 			var n int
 			n, err = tc.Read(buf[len(buf):cap(buf)])
@@ -122,6 +130,10 @@ func (s *Server) serveTLS(sess *session, t *tlsTransport, refusal error) {
 		}
 	}
 }
+
+// tlsReadBufGrown, when set (by a test, before the server starts), is called by a TLS
+// reader with its buffer's new capacity each time the buffer grows.
+var tlsReadBufGrown func(capacity int)
 
 // The TLS reader's buffer: its first size, and the most it keeps once empty.
 const (

@@ -1,0 +1,70 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// The replies waiting on all connections are bounded (MaxOutboundBytesTotal): a client that
+// sends many reads of large replies and reads none stops being read once the bound is passed,
+// so the server does not hold what it asked for (60 MiB here, 64 MiB per connection at most;
+// MaxConns of them before), while another connection, whose output has drained, is served as
+// usual. As the client reads, its connection is read again and every request is answered.
+// Without the bound (the budget raised out of reach, as on 35ab947, which has no such
+// bound) the peak assertion fails: the server held tens of MiB for the one connection.
+func TestOutboundBudgetStopsReading(t *testing.T) {
+	const budget = 2 << 20
+	env := startServer(t, func(cfg *Config) { cfg.MaxOutboundBytesTotal = budget })
+	owner := env.dial(5)
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+
+	// A: reads of the whole page (256 KiB each), sent at once, and no reply read.
+	reads := 240
+	if testing.Short() {
+		reads = 120
+	}
+	a := dialRaw(t, env.addr)
+	a.handshake(0)
+	var out []byte
+	for i := range reads {
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
+	}
+	a.write(out)
+	require.Eventually(t, func() bool { return env.srv.Stats().OutboundPauses > 0 }, srvTestTimeout, time.Millisecond,
+		"the connection over the budget was stopped")
+
+	// B, whose output drains, is read and answered meanwhile.
+	b := env.dial(0)
+	for range 3 {
+		require.NoError(t, b.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+	}
+
+	// A reads: its connection is read again, and every read is answered.
+	for i := range reads {
+		f := a.read()
+		require.Equal(t, sgio.TypeSegments, f.Type, "reply %d", i)
+		require.Len(t, f.Body, 8+sgio.SegmentHeaderSize+64*sgio.RowBytesMax, "reply %d", i)
+	}
+	a.send(1000, &sgio.Ping{})
+	require.Equal(t, sgio.TypePong, a.read().Type)
+
+	// What the server held at most: the budget, plus what one turn produces once it has
+	// begun (turnReplyMaxBytes), plus the replies of reads that took the slow path
+	// (connReplyMaxBytes), plus one reply; far below the 60 MiB asked for.
+	peak := env.srv.outPeak.Load()
+	t.Logf("outbound peak %d bytes, %d pauses", peak, env.srv.Stats().OutboundPauses)
+	require.LessOrEqual(t, peak, int64(budget+turnReplyMaxBytes+connReplyMaxBytes+(1<<20)))
+	require.Zero(t, env.srv.Stats().OutboundBytes, "every reply was taken")
+}
