@@ -70,6 +70,17 @@ type Engine struct {
 	pieces         []wal.Piece // a commit record's payload for the WAL (commitPieces)
 	onePiece       [1]wal.Piece
 
+	// Two-phase commit (txn.go), under mu.
+	txnParts     map[TxnID]*txnPart
+	txnDecisions map[TxnID]*txnDecision
+	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
+	txnKick      chan struct{}
+	// replayForce lets replay's frame reservations pass the cache budget instead of
+	// checkpointing while a txn is live (txn.go).
+	replayForce bool
+	// ckptCarried is the last LSN the running checkpoint's carryTxns appended; under ckptMu.
+	ckptCarried uint64
+
 	identMu sync.Mutex             // guards idents; taken alone or inside mu
 	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
 
@@ -203,6 +214,8 @@ func Open(opts Options) (*Engine, error) {
 		start:     time.Now(),
 	}
 	e.leaseSeqs = make(map[uint64]uint64)
+	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
+	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck
 	if err := checkNotIncomplete(e.fs, e.dir); err != nil {
@@ -224,6 +237,10 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.bg.Add(1)
 	go e.checkpointLoop()
+	if e.opts.TxnResolveInterval > 0 {
+		e.bg.Add(1)
+		go e.resolveLoop()
+	}
 	return e, nil
 }
 

@@ -25,6 +25,10 @@ type engineCounters struct {
 	stallMaxNs                       atomic.Int64
 
 	ownersExpired atomic.Uint64
+
+	// Two-phase commit (txn.go).
+	txnCommits, txnAborts         atomic.Uint64 // prepared batches applied, dropped
+	txnResolved, txnResolvedAborts atomic.Uint64 // resolved by asking the primary; aborts recorded for a resolver
 }
 
 func (c *engineCounters) noteCheckpoint(d time.Duration, pages int) {
