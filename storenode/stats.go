@@ -27,7 +27,7 @@ type engineCounters struct {
 	ownersExpired atomic.Uint64
 
 	// Two-phase commit (txn.go).
-	txnCommits, txnAborts         atomic.Uint64 // prepared batches applied, dropped
+	txnCommits, txnAborts          atomic.Uint64 // prepared batches applied, dropped
 	txnResolved, txnResolvedAborts atomic.Uint64 // resolved by asking the primary; aborts recorded for a resolver
 }
 
