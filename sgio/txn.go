@@ -69,7 +69,9 @@ type TxnPrepare struct {
 func (*TxnPrepare) Type() Type { return TypeTxnPrepare }
 
 // BodySize reports the encoded body length.
-func (m *TxnPrepare) BodySize() int { return txnPrepareFixed + pad8(len(m.Primary)) + m.Commit.BodySize() }
+func (m *TxnPrepare) BodySize() int {
+	return txnPrepareFixed + pad8(len(m.Primary)) + m.Commit.BodySize()
+}
 
 // AppendTxnPrepareHeader appends a TxnPrepare body's fields before its Commit body.
 func AppendTxnPrepareHeader(dst []byte, txn [TxnIDSize]byte, lease int64, index uint16, primary string) []byte {
