@@ -75,6 +75,7 @@ type Engine struct {
 	txnDecisions map[TxnID]*txnDecision
 	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
 	txnKick      chan struct{}
+	txnBytes     int64 // the prepare records the prepared parts hold
 	// replayForce lets replay's frame reservations pass the cache budget instead of
 	// checkpointing while a txn is live (txn.go).
 	replayForce bool

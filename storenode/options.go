@@ -55,6 +55,7 @@ const (
 	DefaultTxnAbortKeep       = 10 * time.Minute
 	DefaultTxnCallTimeout     = 5 * time.Second
 	DefaultMaxTxns            = 4096
+	DefaultMaxTxnBytes        = 256 << 20
 	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
 	// wait for checkpoints to make room), but not fewer than one batch can touch.
 	MinCacheBytes = 16 << 10
@@ -124,6 +125,9 @@ type Options struct {
 	// MaxTxns bounds the prepared transactions, and separately the kept decisions; beyond,
 	// PrepareTxn and DecideTxn fail with ErrTxnBusy.
 	MaxTxns int
+	// MaxTxnBytes bounds the bytes of the prepared batches held in memory (and re-logged by
+	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
+	MaxTxnBytes int64
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
 	Now func() time.Time
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
@@ -181,6 +185,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTxns <= 0 {
 		o.MaxTxns = DefaultMaxTxns
+	}
+	if o.MaxTxnBytes <= 0 {
+		o.MaxTxnBytes = DefaultMaxTxnBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -9,7 +9,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/sgio"
 )
 
 // The storage node's side of two-phase commit (docs/cluster.md, "Two-phase commit").
@@ -214,9 +216,18 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if len(e.txnParts) >= e.opts.MaxTxns {
 		return 0, fmt.Errorf("%w: %d transactions prepared", ErrTxnBusy, len(e.txnParts))
 	}
+	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
+	for i := range b.Segments {
+		size += sgio.SegmentHeaderSize + len(b.Segments[i].Rows)
+	}
+	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
+		return 0, fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
+	}
 	// The record, owned: the part keeps it (the batch's rows alias it) until applied.
-	rec := appendTxnPrepareHeader(nil, p.Txn, p.Lease, p.Index, p.Primary)
+	rec := make([]byte, 0, size)
+	rec = appendTxnPrepareHeader(rec, p.Txn, p.Lease, p.Index, p.Primary)
 	rec = appendCommitRecord(rec, b, hash, func(t uint32) int { return e.tables[t].geo.RowBytes() })
+	assert.That(len(rec) == size, "storenode: prepare record size")
 	part := &txnPart{id: p.Txn, lease: p.Lease, primary: p.Primary, index: p.Index, hash: hash, at: e.opts.Now(), rec: rec}
 	var pr txnPrepareRecord
 	if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
@@ -239,6 +250,7 @@ func noAck(uint64, error) {}
 // installPart adds a prepared part and its row locks. Caller holds mu.
 func (e *Engine) installPart(p *txnPart) {
 	e.txnParts[p.id] = p
+	e.txnBytes += int64(len(p.rec))
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
 		e.txnLocks[frameKey(s.Table, s.Page)] |= s.Data | s.Clear
@@ -537,6 +549,7 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 // as applied, to be reported. Caller holds mu.
 func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
 	e.unlockPart(p)
+	e.txnBytes -= int64(len(p.rec))
 	if d == DecisionCommit {
 		e.applyBatch(&p.batch, lsn)
 		e.unpinFrames(&p.batch, len(p.batch.Segments))
@@ -623,12 +636,22 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 	e.sweepTxnDecisions()
 	e.mu.Unlock()
 	var first error
+	var failed map[string]bool // primaries that failed in this pass: not asked again in it
 	for _, t := range tasks {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := e.resolveOne(ctx, t); err != nil && first == nil {
-			first = fmt.Errorf("storenode: resolve %v: %w", t.id, err)
+		if failed[t.primary] {
+			continue
+		}
+		if err := e.resolveOne(ctx, t); err != nil {
+			if first == nil {
+				first = fmt.Errorf("storenode: resolve %v: %w", t.id, err)
+			}
+			if failed == nil {
+				failed = make(map[string]bool)
+			}
+			failed[t.primary] = true
 		}
 	}
 	return first
@@ -681,6 +704,15 @@ func (e *Engine) resolveLoop() {
 	defer e.bg.Done()
 	t := time.NewTicker(e.opts.TxnResolveInterval)
 	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // Close cancels every call of the resolver in flight
+		select {
+		case <-e.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-e.stop:
@@ -691,18 +723,9 @@ func (e *Engine) resolveLoop() {
 		if parts, _ := e.TxnCounts(); parts == 0 {
 			continue
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-e.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if err := e.ResolveTxns(ctx); err != nil {
 			e.opts.Logger.Debug("storenode: resolve transactions", "err", err)
 		}
-		cancel()
 	}
 }
 

@@ -404,3 +404,17 @@ func TestTxnResolve(t *testing.T) {
 		require.Zero(t, decisions)
 	}
 }
+
+// TestTxnBytesBounded: the bytes of prepared batches held are bounded, and given back when
+// a decision is applied.
+func TestTxnBytesBounded(t *testing.T) {
+	s := newTxnStore(t, Options{MaxTxnBytes: 300})
+	_, err := s.prepare(t, txnID(1), 1, "", 0, 1, 1)
+	require.NoError(t, err)
+	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
+	require.ErrorIs(t, err, ErrTxnBusy)
+	s.seq--
+	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort))
+	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
+	require.NoError(t, err)
+}
