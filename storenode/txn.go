@@ -631,6 +631,11 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		if p.decision == DecisionNone && now.Sub(p.at) < e.opts.TxnResolveAfter {
 			continue
 		}
+		if p.decision != DecisionNone && p.lsn > e.durableThrough() {
+			// Applied, the apply record not synced yet (ApplyTxn waits for it): a report now
+			// could let the primary forget a decision a crash would make this part ask for.
+			continue
+		}
 		tasks = append(tasks, txnTask{id: p.id, lease: p.lease, primary: p.primary, index: p.index, applied: p.decision})
 	}
 	e.sweepTxnDecisions()

@@ -418,3 +418,48 @@ func TestTxnBytesBounded(t *testing.T) {
 	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
 	require.NoError(t, err)
 }
+
+// countingPeer counts the reports a resolver sends.
+type countingPeer struct {
+	memPeers
+	reports int
+}
+
+func (p *countingPeer) ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error {
+	p.mu.Lock()
+	p.reports++
+	p.mu.Unlock()
+	return p.memPeers.ReportTxn(ctx, primary, id, index)
+}
+
+// TestTxnReportOnlyDurable: a participant reports its applied decision only once the apply
+// record is synced: a report before could let the primary forget a commit that a crash
+// would make the participant ask about again (and be answered abort). The window is made
+// by hand: the part's apply LSN is put past the durable LSN.
+func TestTxnReportOnlyDurable(t *testing.T) {
+	peers := &countingPeer{}
+	a := newTxnStore(t, Options{})
+	b := newTxnStore(t, Options{TxnPeer: peers})
+	peers.set("a", a.e)
+	ctx := context.Background()
+	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
+	require.NoError(t, err)
+	_, err = a.e.DecideTxn(ctx, txnID(1), 3, DecisionCommit, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.e.ApplyTxn(txnID(1), DecisionCommit))
+
+	b.e.mu.Lock()
+	p := b.e.txnParts[txnID(1)]
+	lsn := p.lsn
+	p.lsn = b.e.durableThrough() + 1
+	b.e.mu.Unlock()
+	require.NoError(t, b.e.ResolveTxns(ctx))
+	require.Zero(t, peers.reports, "reported before the apply record was durable")
+
+	b.e.mu.Lock()
+	p.lsn = lsn
+	b.e.mu.Unlock()
+	require.NoError(t, b.e.ResolveTxns(ctx))
+	require.Equal(t, 1, peers.reports)
+	require.Equal(t, TxnStatus{}, b.e.TxnStatus(txnID(1)))
+}
