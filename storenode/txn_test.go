@@ -463,3 +463,18 @@ func TestTxnReportOnlyDurable(t *testing.T) {
 	require.Equal(t, 1, peers.reports)
 	require.Equal(t, TxnStatus{}, b.e.TxnStatus(txnID(1)))
 }
+
+// TestTxnGrantWaitsForResolution: a table with rows of a transaction in doubt is not granted
+// to another owner (it would cache rows the decision may still change) until resolved.
+func TestTxnGrantWaitsForResolution(t *testing.T) {
+	clock := fakeClock{}
+	s := newTxnStore(t, Options{Now: clock.Now})
+	_, err := s.prepare(t, txnID(1), 3, "", 0, 1, 5)
+	require.NoError(t, err)
+	clock.Advance(DefaultLeaseDuration + time.Second)
+	_, err = s.e.Acquire(s.table, testOwner+1, 0)
+	require.ErrorIs(t, err, ErrTxnLocked)
+	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort))
+	_, err = s.e.Acquire(s.table, testOwner+1, 0)
+	require.NoError(t, err)
+}
