@@ -82,6 +82,12 @@ type Stats struct {
 	// counts the entries expired since Open.
 	Owners        int
 	OwnersExpired uint64
+	// TxnPrepared is the two-phase commit parts kept (prepared, or applied and not yet
+	// reported); TxnDecisions the decisions kept as a primary. TxnCommits and TxnAborts
+	// count prepared batches applied and dropped, TxnResolved those resolved by asking the
+	// primary, TxnResolverAborts the aborts recorded as primary for a resolver.
+	TxnPrepared, TxnDecisions                             int
+	TxnCommits, TxnAborts, TxnResolved, TxnResolverAborts uint64
 }
 
 // Stats returns the engine's counters.
@@ -98,6 +104,8 @@ func (e *Engine) Stats() Stats {
 		Owners:          len(e.owners),
 		Backups:         len(e.backups),
 		BackupHeldPages: len(e.heldPages),
+		TxnPrepared:     len(e.txnParts),
+		TxnDecisions:    len(e.txnDecisions),
 	}
 	e.mu.Unlock()
 	c := &e.stats
@@ -107,6 +115,8 @@ func (e *Engine) Stats() Stats {
 	s.LastCheckpoint = time.Duration(c.ckptLastNs.Load())
 	s.LongestStall = time.Duration(c.stallMaxNs.Load())
 	s.OwnersExpired = c.ownersExpired.Load()
+	s.TxnCommits, s.TxnAborts = c.txnCommits.Load(), c.txnAborts.Load()
+	s.TxnResolved, s.TxnResolverAborts = c.txnResolved.Load(), c.txnResolvedAborts.Load()
 	if e.log != nil {
 		ws := e.log.Stats()
 		s.WALBytes, s.WALRecords, s.WALSyncs = ws.Bytes, ws.Records, ws.Syncs
@@ -258,6 +268,20 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return nonNegative(s.Owners) }},
 	{Name: "owners_expired", Help: "Owners table entries expired: no table, no connection for Options.OwnerExpiry after their last batch.", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.OwnersExpired }},
+
+	// Two-phase commit.
+	{Name: "txn_prepared", Help: "Two-phase commit parts kept: prepared, or applied and not yet reported to the primary.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.TxnPrepared) }},
+	{Name: "txn_decisions", Help: "Two-phase commit decisions kept as the primary, until every participant reported.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.TxnDecisions) }},
+	{Name: "txn_commits", Help: "Prepared batches applied (decision commit).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnCommits }},
+	{Name: "txn_aborts", Help: "Prepared batches dropped (decision abort).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnAborts }},
+	{Name: "txn_resolved", Help: "Prepared transactions resolved by asking their primary (the coordinator did not finish them).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnResolved }},
+	{Name: "txn_resolver_aborts", Help: "Aborts recorded as the primary for a resolver, the coordinator's lease gone.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnResolverAborts }},
 
 	// Backups.
 	{Name: "backups", Help: "Backups holding a snapshot now: meanwhile the WAL from its checkpoint on and the disk pages it maps are kept.", Kind: StatGauge,

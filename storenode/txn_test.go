@@ -403,6 +403,11 @@ func TestTxnResolve(t *testing.T) {
 		require.Zero(t, parts)
 		require.Zero(t, decisions)
 	}
+	sa, sb := a.e.Stats(), b.e.Stats()
+	require.Equal(t, uint64(1), sa.TxnResolverAborts, "a recorded txn 1's abort for b's resolver")
+	require.Equal(t, uint64(2), sb.TxnResolved, "b resolved both by asking a")
+	require.Equal(t, uint64(1), sb.TxnCommits)
+	require.Equal(t, uint64(1), sb.TxnAborts)
 }
 
 // TestTxnBytesBounded: the bytes of prepared batches held are bounded, and given back when
