@@ -704,7 +704,7 @@ func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
 }
 
 // resolveLoop runs ResolveTxns every Options.TxnResolveInterval and when kicked, while
-// anything is kept.
+// anything is kept (a pass also forgets the aborts past TxnAbortKeep).
 func (e *Engine) resolveLoop() {
 	defer e.bg.Done()
 	t := time.NewTicker(e.opts.TxnResolveInterval)
@@ -725,7 +725,7 @@ func (e *Engine) resolveLoop() {
 		case <-t.C:
 		case <-e.txnKick:
 		}
-		if parts, _ := e.TxnCounts(); parts == 0 {
+		if parts, decisions := e.TxnCounts(); parts == 0 && decisions == 0 {
 			continue
 		}
 		if err := e.ResolveTxns(ctx); err != nil {
