@@ -483,3 +483,42 @@ func TestTxnGrantWaitsForResolution(t *testing.T) {
 	_, err = s.e.Acquire(s.table, testOwner+1, 0)
 	require.NoError(t, err)
 }
+
+// signalPeer tells a channel each time a report was delivered.
+type signalPeer struct {
+	memPeers
+	reported chan TxnID
+}
+
+func (p *signalPeer) ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error {
+	err := p.memPeers.ReportTxn(ctx, primary, id, index)
+	if err == nil {
+		p.reported <- id
+	}
+	return err
+}
+
+// TestTxnBackgroundResolver: the engine's own resolver loop reports an applied decision as
+// soon as it is applied (kicked, not waiting for its period), and stops with Close.
+func TestTxnBackgroundResolver(t *testing.T) {
+	peers := &signalPeer{reported: make(chan TxnID, 4)}
+	a := newTxnStore(t, Options{})
+	b := newTxnStore(t, Options{TxnPeer: peers, TxnResolveInterval: time.Hour})
+	peers.set("a", a.e)
+	ctx := context.Background()
+	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
+	require.NoError(t, err)
+	_, err = a.e.DecideTxn(ctx, txnID(1), 3, DecisionCommit, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.e.ApplyTxn(txnID(1), DecisionCommit))
+	select {
+	case id := <-peers.reported:
+		require.Equal(t, txnID(1), id)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the resolver did not report the applied decision")
+	}
+	require.NoError(t, b.e.Close()) // waits for the resolver's pass to end
+	require.Equal(t, TxnStatus{}, b.e.TxnStatus(txnID(1)), "forgotten once reported")
+	require.NoError(t, a.e.ReportTxn(txnID(1), 0))
+	require.Equal(t, TxnStatus{}, a.e.TxnStatus(txnID(1)), "both reported")
+}
