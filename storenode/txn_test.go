@@ -318,6 +318,10 @@ func TestTxnRestart(t *testing.T) {
 	}
 	require.NoError(t, e.Close())
 
+	rep, err := Check(context.Background(), dir, CheckOptions{})
+	require.NoError(t, err)
+	require.False(t, rep.Damaged(), "%+v", rep.Findings)
+
 	for round := range 3 {
 		e, err = Open(opts)
 		require.NoError(t, err)
