@@ -87,6 +87,7 @@ type txnStore struct {
 	table uint32
 	epoch uint64
 	seq   uint64
+	owner uint64 // testOwner when 0
 }
 
 func newTxnStore(t testing.TB, opts Options) *txnStore {
@@ -113,7 +114,11 @@ func setupTxnStore(t testing.TB, e *Engine) *txnStore {
 
 func (s *txnStore) batch(segs ...Segment) *Batch {
 	s.seq++
-	return &Batch{Owner: testOwner, Seq: s.seq, Fences: []Fence{{s.table, s.epoch}}, Segments: segs}
+	owner := s.owner
+	if owner == 0 {
+		owner = testOwner
+	}
+	return &Batch{Owner: owner, Seq: s.seq, Fences: []Fence{{s.table, s.epoch}}, Segments: segs}
 }
 
 func (s *txnStore) put(t testing.TB, id, v uint64) {
