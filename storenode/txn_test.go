@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -530,4 +531,46 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	require.Equal(t, TxnStatus{}, b.e.TxnStatus(txnID(1)), "forgotten once reported")
 	require.NoError(t, a.e.ReportTxn(txnID(1), 0))
 	require.Equal(t, TxnStatus{}, a.e.TxnStatus(txnID(1)), "both reported")
+}
+
+// TestTxnReplayOverCacheKeepsPrepared: a replay whose pages do not fit the cache, with a
+// transaction in doubt, must not checkpoint (its checkpoint LSN would pass the prepare
+// record, which replay cannot carry): the prepared transaction survives a second crash right
+// after such a recovery. The store crashes as kill -9 does (FaultFS.CrashKeepAll).
+func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, CacheBytes: 4 << 20, CheckpointInterval: -1, CheckpointWALBytes: -1,
+		TxnResolveInterval: -1, Logger: quietLogger}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	s := setupTxnStore(t, e)
+	const pages = 200
+	_, err = grantPages(e, s.table, testOwner, s.epoch, pages)
+	require.NoError(t, err)
+	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 111)
+	require.NoError(t, err)
+	for p := uint64(1); p < pages; p++ {
+		s.put(t, p*64, p)
+	}
+	fs.CrashKeepAll()
+	_ = e.Close()
+
+	small := opts
+	small.CacheBytes = MinCacheBytes
+	for round := range 2 {
+		e, err = Open(small) // replays 200 dirty pages through a cache of a few
+		require.NoError(t, err, "round %d", round)
+		require.Equal(t, TxnStatus{Prepared: true}, e.TxnStatus(txnID(1)), "round %d", round)
+		fs.CrashKeepAll() // before any checkpoint of the running engine
+		_ = e.Close()
+	}
+	e, err = Open(small)
+	require.NoError(t, err)
+	defer e.Close()
+	s = setupTxnStore(t, e)
+	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit))
+	require.Equal(t, uint64(111), s.get(t, 1))
+	for p := uint64(1); p < pages; p++ {
+		require.Equal(t, p, s.get(t, p*64))
+	}
 }
