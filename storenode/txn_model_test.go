@@ -50,6 +50,10 @@ func TestTxnConcurrentTransfers(t *testing.T) {
 					t.Errorf("checkpoint: %v", err)
 					return
 				}
+				if err := e.verify(); err != nil {
+					t.Errorf("verify: %v", err)
+					return
+				}
 			}
 		}
 	}()
@@ -157,6 +161,7 @@ func TestTxnConcurrentTransfers(t *testing.T) {
 	for _, e := range []*Engine{ea, eb} {
 		parts, _ := e.TxnCounts()
 		require.Zero(t, parts, "every transaction resolved")
+		require.NoError(t, e.verify())
 	}
 	sa, sb := ea.Stats(), eb.Stats()
 	t.Logf("a: %d commits %d aborts, %d resolver aborts recorded; b: %d resolved; checkpoints %d/%d",
