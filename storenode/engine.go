@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +77,9 @@ type Engine struct {
 	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
 	txnKick      chan struct{}
 	txnBytes     int64 // the prepare records the prepared parts hold
+	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
+	resolveCtx    context.Context
+	resolveCancel context.CancelFunc
 	// replayForce lets replay's frame reservations pass the cache budget instead of
 	// checkpointing while a txn is live (txn.go).
 	replayForce bool
@@ -239,6 +243,7 @@ func Open(opts Options) (*Engine, error) {
 	e.bg.Add(1)
 	go e.checkpointLoop()
 	if e.opts.TxnResolveInterval > 0 {
+		e.resolveCtx, e.resolveCancel = context.WithCancel(context.Background())
 		e.bg.Add(1)
 		go e.resolveLoop()
 	}
@@ -264,6 +269,9 @@ func (e *Engine) Close() error {
 	e.cond.Broadcast()
 	e.mu.Unlock()
 	close(e.stop)
+	if e.resolveCancel != nil {
+		e.resolveCancel()
+	}
 	e.bg.Wait()
 	e.releaseAllBackups()
 

@@ -709,15 +709,7 @@ func (e *Engine) resolveLoop() {
 	defer e.bg.Done()
 	t := time.NewTicker(e.opts.TxnResolveInterval)
 	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // Close cancels every call of the resolver in flight
-		select {
-		case <-e.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := e.resolveCtx // Close cancels it: every call of the resolver in flight ends
 	for {
 		select {
 		case <-e.stop:
