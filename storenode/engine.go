@@ -242,11 +242,11 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.bg.Add(1)
 	go e.checkpointLoop()
-	if e.opts.TxnResolveInterval > 0 {
-		e.resolveCtx, e.resolveCancel = context.WithCancel(context.Background())
-		e.bg.Add(1)
-		go e.resolveLoop()
+	e.mu.Lock()
+	if e.txnLive() {
+		e.startResolver()
 	}
+	e.mu.Unlock()
 	return e, nil
 }
 

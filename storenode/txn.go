@@ -251,6 +251,7 @@ func noAck(uint64, error) {}
 func (e *Engine) installPart(p *txnPart) {
 	e.txnParts[p.id] = p
 	e.txnBytes += int64(len(p.rec))
+	e.startResolver()
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
 		e.txnLocks[frameKey(s.Table, s.Page)] |= s.Data | s.Clear
@@ -368,6 +369,7 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	}
 	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
 	e.txnDecisions[id] = rec
+	e.startResolver()
 	return *rec, nil
 }
 
@@ -701,6 +703,17 @@ func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
 	}
 	e.mu.Unlock()
 	return nil
+}
+
+// startResolver starts the resolver loop, once, when the engine first keeps a transaction
+// (an engine that never sees one runs no resolver). Caller holds mu, with the engine open.
+func (e *Engine) startResolver() {
+	if e.resolveCtx != nil || e.replaying || e.closed || e.opts.TxnResolveInterval <= 0 {
+		return
+	}
+	e.resolveCtx, e.resolveCancel = context.WithCancel(context.Background())
+	e.bg.Add(1)
+	go e.resolveLoop()
 }
 
 // resolveLoop runs ResolveTxns every Options.TxnResolveInterval and when kicked, while

@@ -574,3 +574,27 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 		require.Equal(t, p, s.get(t, p*64))
 	}
 }
+
+// TestTxnResolverLazy: an engine runs its resolver only once it keeps a transaction (or
+// recovers one): the single-node paths run no extra goroutine.
+func TestTxnResolverLazy(t *testing.T) {
+	dir := t.TempDir()
+	e, err := Open(Options{Dir: dir})
+	require.NoError(t, err)
+	s := setupTxnStore(t, e)
+	s.put(t, 1, 1)
+	running := func(e *Engine) bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.resolveCtx != nil
+	}
+	require.False(t, running(e), "no transaction: no resolver")
+	_, err = s.prepare(t, txnID(1), 1, "", 0, 2, 2)
+	require.NoError(t, err)
+	require.True(t, running(e))
+	require.NoError(t, e.Close())
+	e, err = Open(Options{Dir: dir})
+	require.NoError(t, err)
+	defer e.Close()
+	require.True(t, running(e), "recovered a transaction in doubt")
+}
