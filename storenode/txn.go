@@ -152,6 +152,11 @@ func (e *Engine) PrepareTxn(p *TxnPrepare) (uint64, error) {
 	if p.Index >= txnParticipantsMax || len(p.Primary) > txnPrimaryBytesMax {
 		return 0, fmt.Errorf("%w: prepare of participant %d, primary of %d bytes", ErrMalformed, p.Index, len(p.Primary))
 	}
+	if len(b.Segments) > txnSegmentsMax {
+		// Applying it must reserve a frame for every page at once (reserveFrames): a larger
+		// batch could be prepared but never applied.
+		return 0, fmt.Errorf("%w: prepare of %d segments, at most %d", ErrBatchTooLarge, len(b.Segments), txnSegmentsMax)
+	}
 	hash := txnBatchHash(b, p.Txn)
 	e.mu.Lock()
 	lsn, err := e.prepareLocked(p, hash)
@@ -608,6 +613,9 @@ type txnTask struct {
 	index   uint16
 	applied Decision
 }
+
+// txnSegmentsMax bounds a prepared batch's segments: reserveFrames' bound of one batch.
+const txnSegmentsMax = 1 << 16
 
 // txnTasksMax bounds one resolver pass.
 const txnTasksMax = 256

@@ -598,3 +598,15 @@ func TestTxnResolverLazy(t *testing.T) {
 	defer e.Close()
 	require.True(t, running(e), "recovered a transaction in doubt")
 }
+
+// TestTxnPrepareTooLarge: a batch too large to be applied in one reservation is refused at
+// prepare, not stuck in doubt.
+func TestTxnPrepareTooLarge(t *testing.T) {
+	s := newTxnStore(t, Options{})
+	segs := make([]Segment, txnSegmentsMax+1)
+	for i := range segs {
+		segs[i] = deleteRow(s.table, 0)
+	}
+	_, err := s.e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Batch: s.batch(segs...)})
+	require.ErrorIs(t, err, ErrBatchTooLarge)
+}
