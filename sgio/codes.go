@@ -35,6 +35,8 @@ const (
 	CodeConnClosed     Code = 18 // ErrConnClosed
 	CodeInternal       Code = 19 // ErrInternal: anything else
 	CodeOwnerInUse     Code = 20 // ErrOwnerInUse: another incarnation holds the owner id
+	CodeTxnLocked      Code = 21 // ErrTxnLocked: rows held by a prepared transaction
+	CodeTxnDecided     Code = 22 // ErrTxnDecided: another decision is recorded
 )
 
 // codeTable maps codes to sentinels. CodeOf walks it in order, so a code whose sentinel wraps
@@ -53,6 +55,8 @@ var codeTable = [...]struct {
 	{CodeOwnerInUse, ErrOwnerInUse},
 	{CodeFenced, ErrFenced},
 	{CodeSeqGap, ErrSeqGap},
+	{CodeTxnLocked, ErrTxnLocked},
+	{CodeTxnDecided, ErrTxnDecided},
 	{CodeUnknownOutcome, ErrUnknownOutcome}, // before the causes it may wrap (fail-stop, ENOSPC)
 	{CodeNoSpace, ErrNoSpace},
 	{CodeFailStop, ErrFailStop},

@@ -77,6 +77,15 @@ var (
 	// seq order.
 	ErrSeqGap = newCodeSentinel(CodeSeqGap, "sgio: gap in owner's batch sequence")
 
+	// Two-phase commit.
+
+	// ErrTxnLocked is returned for a commit or prepare that touches a row of a prepared
+	// transaction not yet decided, and for a drop of a table such a transaction writes.
+	ErrTxnLocked = newCodeSentinel(CodeTxnLocked, "sgio: rows locked by a prepared transaction")
+	// ErrTxnDecided is returned when a transaction's recorded decision is not the one asked
+	// for (a late commit after a resolver's abort); the message names the recorded decision.
+	ErrTxnDecided = newCodeSentinel(CodeTxnDecided, "sgio: transaction already decided otherwise")
+
 	// Storage node state.
 
 	// ErrNoSpace is returned when the storage node's disk is full; it also matches

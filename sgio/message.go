@@ -57,6 +57,8 @@ const (
 	TypeStatsReply  Type = 0xd0
 	TypeBackupChunk Type = 0xd1
 
+	// Two-phase commit: TypeTxnPrepare .. TypeTxnState, 0x60..0x64 and 0xe1 (txn.go).
+
 	// Failure: the reply to any request.
 	TypeError Type = 0xff
 )
@@ -107,6 +109,12 @@ var types = [256]typeInfo{
 	TypeBackup:             {"Backup", TypeBackupChunk, func() Message { return new(Backup) }},
 	TypeBackupChunk:        {"BackupChunk", 0, func() Message { return new(BackupChunk) }},
 	TypeError:              {"Error", 0, func() Message { return new(ErrorReply) }},
+	TypeTxnPrepare:         {"TxnPrepare", TypeCommitAck, func() Message { return new(TxnPrepare) }},
+	TypeTxnDecide:          {"TxnDecide", TypeTxnState, func() Message { return new(TxnDecide) }},
+	TypeTxnApply:           {"TxnApply", TypeOK, func() Message { return new(TxnApply) }},
+	TypeTxnAsk:             {"TxnAsk", TypeTxnState, func() Message { return new(TxnAsk) }},
+	TypeTxnReport:          {"TxnReport", TypeOK, func() Message { return new(TxnReport) }},
+	TypeTxnState:           {"TxnState", 0, func() Message { return new(TxnState) }},
 }
 
 // Known reports whether t is a message type of this protocol version.

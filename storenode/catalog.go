@@ -148,6 +148,9 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
+	if e.tableLocked(t.id) {
+		return fmt.Errorf("%w: table %q has rows of a prepared transaction", ErrTxnLocked, name)
+	}
 	// The check and the mark under one leaseMu: a renewal (which takes no mu) after it is
 	// refused, so no holder is told its lease is live while the table goes.
 	e.leaseMu.Lock()

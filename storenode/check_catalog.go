@@ -125,9 +125,29 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 			}
 			t.epoch = max(t.epoch, epoch)
 		}
-	case kindCommit:
+	case kindTxnDecide, kindTxnReported, kindTxnApply:
+		var err error
+		switch rec.Kind {
+		case kindTxnDecide:
+			_, _, _, _, _, err = decodeTxnDecideRecord(rec.Payload)
+		case kindTxnReported:
+			_, _, err = decodeTxnReportedRecord(rec.Payload)
+		default:
+			_, _, _, _, err = decodeTxnApplyRecord(rec.Payload)
+		}
+		if err != nil {
+			bad(0, "transaction record: %v", err)
+		}
+	case kindCommit, kindTxnPrepare:
 		var cr commitRecord
-		if err := decodeCommitRecord(rec.Payload, &cr); err != nil {
+		if rec.Kind == kindTxnPrepare {
+			var pr txnPrepareRecord
+			if err := decodeTxnPrepareRecord(rec.Payload, &pr); err != nil {
+				bad(0, "prepare record: %v", err)
+				return
+			}
+			cr = pr.commit
+		} else if err := decodeCommitRecord(rec.Payload, &cr); err != nil {
 			bad(0, "commit record: %v", err)
 			return
 		}

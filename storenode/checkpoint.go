@@ -148,7 +148,7 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	// A table of the snapshot dropped since had its dirty pages skipped: the meta file holds
 	// it with a page map that misses commits up to the checkpoint LSN, right only once its
 	// drop record (replayed after that LSN) is durable.
-	acked, err := e.syncWALForCheckpoint(max(snap.ckptLSN, copiedLSN, e.lastDropAfter(snap.ckptLSN)), replay)
+	acked, err := e.syncWALForCheckpoint(max(snap.ckptLSN, copiedLSN, e.lastDropAfter(snap.ckptLSN), e.ckptCarried), replay)
 	if err != nil {
 		return err
 	}
@@ -197,6 +197,15 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 		return nil, nil, nil
 	}
 	snap := e.snapshotMeta()
+	e.ckptCarried = 0
+	if !e.replaying && e.txnLive() {
+		carried, err := e.carryTxns()
+		if err != nil {
+			e.mu.Unlock()
+			return nil, nil, err
+		}
+		e.ckptCarried = carried
+	}
 	e.walBytesAtCkpt = e.stats.walBytes.Load()
 	n := len(e.cache.frames)
 	todo := make([]ckptWrite, 0, e.cache.dirtyFrames)

@@ -94,6 +94,9 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 		if err := e.checkBatch(b); err != nil {
 			return err
 		}
+		if err := e.checkTxnLocks(b.Segments); err != nil {
+			return err
+		}
 		// An owner the table does not know (new, or expired) starts its window at any seq.
 		if o != nil && b.Seq > o.lastSeq+1 {
 			if gapDeadline.IsZero() {
@@ -241,7 +244,7 @@ func (e *Engine) reserveFrames(b *Batch) (bool, error) {
 			continue
 		}
 		t := e.tables[s.Table]
-		force := e.cache.dirtyFrames == 0
+		force := e.cache.dirtyFrames == 0 || e.replayForce
 		if force && len(b.Segments) > 1<<16 {
 			e.unpinFrames(b, i)
 			return false, fmt.Errorf("%w: %d segments", ErrBatchTooLarge, len(b.Segments))

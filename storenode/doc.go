@@ -23,6 +23,8 @@
 //	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
 //	pagemap.go     a table's page map in memory: a sparse radix tree, versions by path copying
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
+//	txn.go         two-phase commit: prepare, the primary's decision (a compare-and-set),
+//	               apply, reports, the resolver (records_txn.go: its WAL records)
 //	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers

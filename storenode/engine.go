@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,21 @@ type Engine struct {
 	scratch        []byte      // WAL payload under construction
 	pieces         []wal.Piece // a commit record's payload for the WAL (commitPieces)
 	onePiece       [1]wal.Piece
+
+	// Two-phase commit (txn.go), under mu.
+	txnParts     map[TxnID]*txnPart
+	txnDecisions map[TxnID]*txnDecision
+	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
+	txnKick      chan struct{}
+	txnBytes     int64 // the prepare records the prepared parts hold
+	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
+	resolveCtx    context.Context
+	resolveCancel context.CancelFunc
+	// replayForce lets replay's frame reservations pass the cache budget instead of
+	// checkpointing while a txn is live (txn.go).
+	replayForce bool
+	// ckptCarried is the last LSN the running checkpoint's carryTxns appended; under ckptMu.
+	ckptCarried uint64
 
 	identMu sync.Mutex             // guards idents; taken alone or inside mu
 	idents  map[uint64]*ownerIdent // live owner identities (identity.go)
@@ -213,6 +229,8 @@ func Open(opts Options) (*Engine, error) {
 		start:       time.Now(),
 	}
 	e.leaseSeqs = make(map[uint64]uint64)
+	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
+	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck
 	if err := checkNotIncomplete(e.fs, e.dir); err != nil {
@@ -234,6 +252,11 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.bg.Add(1)
 	go e.checkpointLoop()
+	e.mu.Lock()
+	if e.txnLive() {
+		e.startResolver()
+	}
+	e.mu.Unlock()
 	return e, nil
 }
 
@@ -256,6 +279,9 @@ func (e *Engine) Close() error {
 	e.cond.Broadcast()
 	e.mu.Unlock()
 	close(e.stop)
+	if e.resolveCancel != nil {
+		e.resolveCancel()
+	}
 	e.bg.Wait()
 	e.releaseAllBackups()
 

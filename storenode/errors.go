@@ -94,6 +94,18 @@ var (
 	// Over the wire it reads as sgio.ErrBusy.
 	ErrGrantUnverified = newSentinel("storenode: etcd grant could not be verified", sgio.ErrBusy)
 
+	// Two-phase commit (txn.go).
+
+	// ErrTxnLocked is returned for a commit or prepare touching a row of a prepared
+	// transaction whose decision is not applied yet, and for DropTable of a table it writes.
+	ErrTxnLocked = sgio.NewSentinel(sgio.CodeTxnLocked, "storenode: rows locked by a prepared transaction")
+	// ErrTxnDecided is returned when a transaction's recorded (or applied) decision is not
+	// the one asked for; the message names the recorded decision.
+	ErrTxnDecided = sgio.NewSentinel(sgio.CodeTxnDecided, "storenode: transaction already decided otherwise")
+	// ErrTxnBusy is returned when Options.MaxTxns transactions are prepared, or decisions
+	// kept.
+	ErrTxnBusy = newSentinel("storenode: too many transactions in doubt", sgio.ErrBusy)
+
 	// Input.
 
 	// ErrMalformed is returned for a request that breaks the protocol's rules (a segment of a

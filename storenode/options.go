@@ -50,6 +50,12 @@ const (
 	DefaultOwnerExpiry        = 24 * time.Hour
 	DefaultMaxTables          = 4096
 	DefaultBackupTimeout      = time.Hour
+	DefaultTxnResolveAfter    = 5 * time.Second
+	DefaultTxnResolveInterval = time.Second
+	DefaultTxnAbortKeep       = 10 * time.Minute
+	DefaultTxnCallTimeout     = 5 * time.Second
+	DefaultMaxTxns            = 4096
+	DefaultMaxTxnBytes        = 256 << 20
 	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
 	// wait for checkpoints to make room), but not fewer than one batch can touch.
 	MinCacheBytes = 16 << 10
@@ -107,6 +113,29 @@ type Options struct {
 	// GrantVerifyTimeout bounds one grant verification or revision read
 	// (DefaultGrantVerifyTimeout when zero).
 	GrantVerifyTimeout time.Duration
+	// LeaseChecker tells a primary whether a coordinator's lease is alive (txn.go): without
+	// one, an undecided transaction is never resolved to abort here, and a commit decision is
+	// taken without the check.
+	LeaseChecker LeaseChecker
+	// TxnPeer reaches other storage nodes, the primaries of the transactions prepared here;
+	// without one, only transactions whose primary is this node are resolved.
+	TxnPeer TxnPeer
+	// TxnResolveAfter is how long a prepared transaction waits for its coordinator before
+	// the resolver asks its primary (engine clock).
+	TxnResolveAfter time.Duration
+	// TxnResolveInterval is the resolver's period (it also runs when a decision is applied);
+	// negative: no background resolver (ResolveTxns by hand).
+	TxnResolveInterval time.Duration
+	// TxnAbortKeep is how long a primary keeps an abort that not every participant reported.
+	TxnAbortKeep time.Duration
+	// TxnCallTimeout bounds each call of the resolver to a primary and its lease checks.
+	TxnCallTimeout time.Duration
+	// MaxTxns bounds the prepared transactions, and separately the kept decisions; beyond,
+	// PrepareTxn and DecideTxn fail with ErrTxnBusy.
+	MaxTxns int
+	// MaxTxnBytes bounds the bytes of the prepared batches held in memory (and re-logged by
+	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
+	MaxTxnBytes int64
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
 	Now func() time.Time
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
@@ -152,6 +181,24 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.TxnResolveAfter <= 0 {
+		o.TxnResolveAfter = DefaultTxnResolveAfter
+	}
+	if o.TxnResolveInterval == 0 {
+		o.TxnResolveInterval = DefaultTxnResolveInterval
+	}
+	if o.TxnAbortKeep <= 0 {
+		o.TxnAbortKeep = DefaultTxnAbortKeep
+	}
+	if o.TxnCallTimeout <= 0 {
+		o.TxnCallTimeout = DefaultTxnCallTimeout
+	}
+	if o.MaxTxns <= 0 {
+		o.MaxTxns = DefaultMaxTxns
+	}
+	if o.MaxTxnBytes <= 0 {
+		o.MaxTxnBytes = DefaultMaxTxnBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

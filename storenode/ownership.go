@@ -42,6 +42,10 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	if t.cluster.IsCluster() {
 		return Grant{}, clusterLocalGrantError(t)
 	}
+	if t.holder != owner && e.tableLocked(t.id) {
+		// A new owner would cache rows that a pending decision may still change (txn.go).
+		return Grant{}, fmt.Errorf("%w: table %q has rows of a transaction in doubt: granted once it is resolved", ErrTxnLocked, t.name)
+	}
 	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
 	// (which takes no mu) either came first, and then its lease is live, or sees the new
 	// holder and is fenced. If the grant cannot be logged the old holder is put back.

@@ -48,6 +48,8 @@ import (
 // after a clean Close, opens fine: those records are not replayed). Kind 6 is the current
 // one. docs/wal.md has the upgrade rule.
 //
+// Kinds 8 to 11 are the two-phase commit's (records_txn.go).
+//
 // Every record holds full row images, so replaying a record twice leaves the same state:
 // recovery may replay records that a checkpoint already covers.
 //

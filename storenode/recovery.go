@@ -91,6 +91,10 @@ func (e *Engine) recover() error {
 		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
 	e.replaying = false
+	if e.replayForce {
+		e.replayForce = false
+		e.requestCheckpoint() // carry the transactions and clean the cache
+	}
 	for id, o := range e.owners {
 		e.leaseSeqs[id] = o.lastSeq // alone: the engine is not shared yet
 	}
@@ -258,6 +262,10 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 		}
 	case kindCommitV1:
 		return oldCommitRecordError(rec.LSN)
+	case kindTxnPrepare, kindTxnDecide, kindTxnReported, kindTxnApply:
+		if err := e.replayTxn(rec.Kind, rec.LSN, rec.Payload); err != nil {
+			return err
+		}
 	default:
 		return corrupt.Errorf("storenode: replay: record %d of unknown kind %d", rec.LSN, rec.Kind)
 	}
@@ -298,6 +306,12 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 		}
 		if room {
 			break
+		}
+		if e.txnLive() {
+			// A checkpoint now would publish a checkpoint LSN past the records of the live
+			// transactions, which only a running engine's checkpoints carry (txn.go).
+			e.replayForce = true
+			continue
 		}
 		// Full of dirty pages: write them out before this record.
 		e.mu.Unlock()

@@ -28,6 +28,9 @@ type engineCounters struct {
 
 	// etcd grants of cluster-managed tables (cluster.go)
 	grantsRegistered, grantsRefused, grantsUnverified atomic.Uint64
+	// Two-phase commit (txn.go).
+	txnCommits, txnAborts          atomic.Uint64 // prepared batches applied, dropped
+	txnResolved, txnResolvedAborts atomic.Uint64 // resolved by asking the primary; aborts recorded for a resolver
 }
 
 func (c *engineCounters) noteCheckpoint(d time.Duration, pages int) {
@@ -85,6 +88,12 @@ type Stats struct {
 	// renewals not counted); GrantsRefused those refused (below the floor, or not what etcd
 	// holds); GrantsUnverified those etcd could not confirm in time.
 	GrantsRegistered, GrantsRefused, GrantsUnverified uint64
+	// TxnPrepared is the two-phase commit parts kept (prepared, or applied and not yet
+	// reported); TxnDecisions the decisions kept as a primary. TxnCommits and TxnAborts
+	// count prepared batches applied and dropped, TxnResolved those resolved by asking the
+	// primary, TxnResolverAborts the aborts recorded as primary for a resolver.
+	TxnPrepared, TxnDecisions                             int
+	TxnCommits, TxnAborts, TxnResolved, TxnResolverAborts uint64
 }
 
 // Stats returns the engine's counters.
@@ -101,6 +110,8 @@ func (e *Engine) Stats() Stats {
 		Owners:          len(e.owners),
 		Backups:         len(e.backups),
 		BackupHeldPages: len(e.heldPages),
+		TxnPrepared:     len(e.txnParts),
+		TxnDecisions:    len(e.txnDecisions),
 	}
 	e.mu.Unlock()
 	c := &e.stats
@@ -111,6 +122,8 @@ func (e *Engine) Stats() Stats {
 	s.LongestStall = time.Duration(c.stallMaxNs.Load())
 	s.OwnersExpired = c.ownersExpired.Load()
 	s.GrantsRegistered, s.GrantsRefused, s.GrantsUnverified = c.grantsRegistered.Load(), c.grantsRefused.Load(), c.grantsUnverified.Load()
+	s.TxnCommits, s.TxnAborts = c.txnCommits.Load(), c.txnAborts.Load()
+	s.TxnResolved, s.TxnResolverAborts = c.txnResolved.Load(), c.txnResolvedAborts.Load()
 	if e.log != nil {
 		ws := e.log.Stats()
 		s.WALBytes, s.WALRecords, s.WALSyncs = ws.Bytes, ws.Records, ws.Syncs
@@ -270,6 +283,19 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return s.GrantsRefused }},
 	{Name: "grants_unverified", Help: "etcd grants etcd could not confirm in time (unreachable or slow).", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.GrantsUnverified }},
+	// Two-phase commit.
+	{Name: "txn_prepared", Help: "Two-phase commit parts kept: prepared, or applied and not yet reported to the primary.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.TxnPrepared) }},
+	{Name: "txn_decisions", Help: "Two-phase commit decisions kept as the primary, until every participant reported.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.TxnDecisions) }},
+	{Name: "txn_commits", Help: "Prepared batches applied (decision commit).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnCommits }},
+	{Name: "txn_aborts", Help: "Prepared batches dropped (decision abort).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnAborts }},
+	{Name: "txn_resolved", Help: "Prepared transactions resolved by asking their primary (the coordinator did not finish them).", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnResolved }},
+	{Name: "txn_resolver_aborts", Help: "Aborts recorded as the primary for a resolver, the coordinator's lease gone.", Kind: StatCounter,
+		Value: func(s *Stats) uint64 { return s.TxnResolverAborts }},
 
 	// Backups.
 	{Name: "backups", Help: "Backups holding a snapshot now: meanwhile the WAL from its checkpoint on and the disk pages it maps are kept.", Kind: StatGauge,

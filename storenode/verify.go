@@ -47,6 +47,9 @@ func (e *Engine) verify() error {
 			return fmt.Errorf("storenode: table %d: %w", id, err)
 		}
 	}
+	if err := e.verifyTxns(); err != nil {
+		return err
+	}
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	for owner, id := range e.idents {
@@ -221,6 +224,54 @@ func (o *ownerState) verify() error {
 	}
 	if o.n > 0 && o.window[o.lastSeq%uint64(len(o.window))].lsn != o.lastLSN {
 		return fmt.Errorf("last seq %d at LSN %d, window says %d", o.lastSeq, o.lastLSN, o.window[o.lastSeq%uint64(len(o.window))].lsn)
+	}
+	return nil
+}
+
+// verifyTxns checks the two-phase commit's invariants (txn.go): the row locks are exactly
+// the prepared parts' slots, the bytes held are their records', and the bounds hold. Caller
+// holds mu.
+func (e *Engine) verifyTxns() error {
+	locks := make(map[uint64]uint64)
+	var held int64
+	for id, p := range e.txnParts {
+		if p.id != id {
+			return fmt.Errorf("storenode: transaction %v filed under %v", p.id, id)
+		}
+		if p.decision != DecisionNone {
+			if p.rec != nil || len(p.batch.Segments) != 0 {
+				return fmt.Errorf("storenode: transaction %v applied %v still holds its batch", id, p.decision)
+			}
+			continue
+		}
+		held += int64(len(p.rec))
+		for i := range p.batch.Segments {
+			s := &p.batch.Segments[i]
+			k := frameKey(s.Table, s.Page)
+			if locks[k]&(s.Data|s.Clear) != 0 {
+				return fmt.Errorf("storenode: transaction %v: rows %#x of table %d page %d prepared twice", id, locks[k]&(s.Data|s.Clear), s.Table, s.Page)
+			}
+			locks[k] |= s.Data | s.Clear
+		}
+	}
+	if held != e.txnBytes {
+		return fmt.Errorf("storenode: prepared batches hold %d bytes, counted %d", held, e.txnBytes)
+	}
+	if len(locks) != len(e.txnLocks) {
+		return fmt.Errorf("storenode: %d pages locked, the prepared batches lock %d", len(e.txnLocks), len(locks))
+	}
+	for k, m := range locks {
+		if e.txnLocks[k] != m {
+			return fmt.Errorf("storenode: table %d page %d: locks %#x, the prepared batches lock %#x", uint32(k>>32), k&(1<<32-1), e.txnLocks[k], m)
+		}
+	}
+	if len(e.txnParts) > e.opts.MaxTxns || len(e.txnDecisions) > e.opts.MaxTxns || e.txnBytes > e.opts.MaxTxnBytes {
+		return fmt.Errorf("storenode: %d parts, %d decisions, %d bytes: past the bounds", len(e.txnParts), len(e.txnDecisions), e.txnBytes)
+	}
+	for id, d := range e.txnDecisions {
+		if d.d != DecisionCommit && d.d != DecisionAbort || d.count > txnParticipantsMax || d.d == DecisionCommit && d.allReported() {
+			return fmt.Errorf("storenode: decision of %v: %+v", id, *d)
+		}
 	}
 	return nil
 }

@@ -226,6 +226,14 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 	case cfg.tlsCert != "" || cfg.tlsKey != "":
 		return sc, errors.New("--tls-cert and --tls-key go together")
 	}
+	// The two-phase commit's resolver reaches other storage nodes (the primaries of the
+	// transactions prepared here) as a client, with the cluster's secret; over TLS when this
+	// node serves TLS, verifying the peers against the system's roots.
+	pc := server.PeerConfig{Secret: sc.Secret, Name: "storenode-resolver"}
+	if sc.TLS != nil {
+		pc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	sc.Options.TxnPeer = server.NewTxnPeer(pc)
 	return sc, nil
 }
 
@@ -349,6 +357,9 @@ func run(ctx context.Context, env runEnv) int {
 		}
 		defer cli.Close()
 		sc.Options.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)
+		// A primary records abort for a resolver only once the coordinator's etcd lease is
+		// gone (Client.LeaseAlive, etcd's TimeToLive).
+		sc.Options.LeaseChecker = cli
 	}
 	srv, err := server.New(sc)
 	if err != nil {
@@ -397,6 +408,9 @@ func run(ctx context.Context, env runEnv) int {
 		failed = true
 	}
 	code := shutdown(srv, cfg.shutdownTimeout, logger)
+	if p, ok := sc.Options.TxnPeer.(*server.Peer); ok {
+		_ = p.Close()
+	}
 	if failed {
 		code = exitFailure
 	}

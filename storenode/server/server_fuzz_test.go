@@ -68,6 +68,10 @@ func FuzzServerInbound(f *testing.F) {
 	f.Add(raw(0, rawFrame(0x7e, 3, []byte("unknown type")), sgio.AppendFrame(nil, 4, &sgio.Ping{})))
 	f.Add(raw(0, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")))
 	f.Add(raw(2, sgio.AppendFrame(nil, 10, commit)[:40]))
+	prep := &sgio.TxnPrepare{Txn: [16]byte{1}, Lease: 5, Commit: *srvCommit(ti.ID, fuzzOwner, g.Epoch, 2, []uint64{3}, 6)}
+	f.Add(framed(0, prep, &sgio.TxnDecide{Txn: [16]byte{1}, Lease: 5, Decision: sgio.TxnCommit, Count: 1},
+		&sgio.TxnApply{Txn: [16]byte{1}, Decision: sgio.TxnCommit}, &sgio.TxnAsk{Txn: [16]byte{1}, Lease: 5},
+		&sgio.TxnReport{Txn: [16]byte{1}, Index: 0}))
 
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {

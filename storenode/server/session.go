@@ -445,6 +445,10 @@ func (s *session) handle(f sgio.Frame) bool {
 		s.backupRequest(f)
 		return true
 	}
+	if f.Type == sgio.TypeTxnPrepare {
+		s.txnPrepare(f)
+		return true
+	}
 	var readBytes int64
 	if f.Type == sgio.TypeReadPages || f.Type == sgio.TypePageDir {
 		// A read that waits for a goroutine keeps its parsed request: its body counts against
@@ -803,6 +807,9 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		return r, nil, nil
 	case *sgio.Stats:
 		return s.fits(s.srv.statsReply())
+	case *sgio.TxnDecide, *sgio.TxnApply, *sgio.TxnAsk, *sgio.TxnReport:
+		r, _, err := s.execTxn(m)
+		return r, nil, err
 	}
 	return nil, nil, fmt.Errorf("storenode: %v: %w", m.Type(), sgio.ErrUnsupported)
 }

@@ -1,0 +1,188 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+)
+
+// txnLeases is the in-memory LeaseChecker of these tests (cluster.Client.LeaseAlive in a
+// cluster): leases live until killed.
+type txnLeases struct {
+	mu   sync.Mutex
+	dead map[int64]bool
+}
+
+func (l *txnLeases) LeaseAlive(ctx context.Context, lease int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.dead[lease], nil
+}
+
+func (l *txnLeases) kill(lease int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead == nil {
+		l.dead = make(map[int64]bool)
+	}
+	l.dead[lease] = true
+}
+
+// txnNode is one storage node of the two-node tests and the coordinator's view of it.
+type txnNode struct {
+	env   *srvEnv
+	peer  *Peer
+	coord *sgio.Client // the "coordinator"'s connection, as owner testOwner
+	table uint32
+	epoch uint64
+	seq   uint64
+}
+
+func startTxnNode(t *testing.T, leases *txnLeases, clock *fakeClock) *txnNode {
+	peer := NewTxnPeer(PeerConfig{Secret: srvSecret, Name: "resolver", DialTimeout: srvTestTimeout})
+	env := startServer(t, func(cfg *Config) {
+		cfg.Options.LeaseChecker = leases
+		cfg.Options.TxnPeer = peer
+		cfg.Options.TxnResolveInterval = -1 // the test runs the resolvers
+		cfg.Options.TxnResolveAfter = time.Second
+		cfg.Options.Now = clock.Now
+	})
+	t.Cleanup(func() { peer.Close() })
+	n := &txnNode{env: env, peer: peer, coord: env.dial(testOwner)}
+	ti, g := srvTable(t, n.coord, "bank", testOwner)
+	n.table, n.epoch = ti.Table, g.Epoch
+	return n
+}
+
+// commit builds the next batch of the coordinator on this node: row id set to balance.
+func (n *txnNode) commit(id, balance uint64) *sgio.Commit {
+	n.seq++
+	m := srvCommit(n.table, testOwner, n.epoch, n.seq, []uint64{id}, 0)
+	binary.LittleEndian.PutUint64(m.Segments[0].Rows, balance)
+	return m
+}
+
+// balance reads row id over a connection of its own (owner 0, as any reader).
+func (n *txnNode) balance(t *testing.T, id uint64) uint64 {
+	c := n.env.dial(0)
+	defer c.Close()
+	row, ok := srvReadRow(t, c, n.table, id)
+	require.True(t, ok)
+	return binary.LittleEndian.Uint64(row)
+}
+
+func (n *txnNode) eng() *storenode.Engine { return n.env.srv.eng }
+
+// TestServerTxnTwoNodes: a coordinator (this test, over the wire) prepares a transfer on two
+// storage nodes over 127.0.0.1 and dies. Undecided, the participants resolve to abort once
+// the lease checker says its lease is gone (the participant asks the primary over sgio);
+// decided commit at the primary and applied there, the other participant, never told,
+// resolves to commit.
+func TestServerTxnTwoNodes(t *testing.T) {
+	leases, clock := &txnLeases{}, &fakeClock{}
+	a, b := startTxnNode(t, leases, clock), startTxnNode(t, leases, clock)
+	ctx := srvCtx(t)
+	for _, n := range []*txnNode{a, b} {
+		require.NoError(t, n.coord.CallInto(ctx, n.commit(1, 1000), &sgio.CommitAck{}))
+	}
+	prepare := func(txn [16]byte, lease int64, amount uint64) {
+		_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: lease, Index: 0, Commit: *a.commit(1, 1000-amount)})
+		require.NoError(t, err)
+		_, err = b.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: lease, Index: 1, Primary: a.env.addr, Commit: *b.commit(1, 1000+amount)})
+		require.NoError(t, err)
+	}
+
+	// 1. Prepared on both, never decided.
+	t1 := [16]byte{1}
+	prepare(t1, 41, 10)
+	require.Equal(t, uint64(1000), a.balance(t, 1), "prepared rows are not visible")
+	require.Equal(t, uint64(1000), b.balance(t, 1))
+	err := b.coord.CallInto(ctx, b.commit(1, 5), &sgio.CommitAck{})
+	require.ErrorIs(t, err, storenode.ErrTxnLocked, "errors.Is across TCP")
+	require.ErrorIs(t, err, sgio.ErrTxnLocked)
+	b.seq--
+	// The coordinator dies.
+	a.coord.Close()
+	b.coord.Close()
+	clock.Advance(time.Second)
+	require.NoError(t, b.eng().ResolveTxns(ctx))
+	require.True(t, b.eng().TxnStatus(t1).Prepared, "the coordinator's lease lives: wait")
+	leases.kill(41)
+	require.NoError(t, b.eng().ResolveTxns(ctx))
+	require.Equal(t, storenode.TxnStatus{}, b.eng().TxnStatus(t1), "resolved to abort over TCP, reported")
+	require.Equal(t, storenode.DecisionAbort, a.eng().TxnStatus(t1).Primary)
+	require.NoError(t, a.eng().ResolveTxns(ctx))
+	require.Equal(t, storenode.TxnStatus{Primary: storenode.DecisionAbort}, a.eng().TxnStatus(t1),
+		"a resolver's abort (participant count unknown) is kept for TxnAbortKeep")
+	require.Equal(t, uint64(1000), a.balance(t, 1))
+	require.Equal(t, uint64(1000), b.balance(t, 1))
+
+	// The coordinator comes back (a new connection of the same owner) and tries to commit.
+	a.coord, b.coord = a.env.dial(testOwner), b.env.dial(testOwner)
+	d, err := a.coord.DecideTxn(ctx, t1, 41, sgio.TxnCommit, 2)
+	require.ErrorIs(t, err, storenode.ErrTxnDecided, "a late commit fails")
+	require.Contains(t, err.Error(), "abort")
+	require.Equal(t, sgio.TxnNone, d)
+	clock.Advance(storenode.DefaultTxnAbortKeep)
+	require.NoError(t, a.eng().ResolveTxns(ctx))
+	require.Equal(t, storenode.TxnStatus{}, a.eng().TxnStatus(t1), "forgotten after the keep time")
+	d, err = a.coord.DecideTxn(ctx, t1, 41, sgio.TxnCommit, 2)
+	require.ErrorIs(t, err, storenode.ErrTxnDecided, "still refused once forgotten: the lease is gone")
+
+	// 2. Decided commit at the primary, applied there, the coordinator dies before telling b.
+	t2 := [16]byte{2}
+	prepare(t2, 42, 25)
+	d, err = a.coord.DecideTxn(ctx, t2, 42, sgio.TxnCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, sgio.TxnCommit, d)
+	require.NoError(t, a.coord.ApplyTxn(ctx, t2, sgio.TxnCommit))
+	require.NoError(t, a.coord.ApplyTxn(ctx, t2, sgio.TxnCommit), "idempotent")
+	require.ErrorIs(t, a.coord.ApplyTxn(ctx, t2, sgio.TxnAbort), sgio.ErrTxnDecided)
+	a.coord.Close()
+	b.coord.Close()
+	require.Equal(t, uint64(975), a.balance(t, 1))
+	require.Equal(t, uint64(1000), b.balance(t, 1), "not applied at b yet")
+	clock.Advance(time.Second)
+	require.NoError(t, b.eng().ResolveTxns(ctx), "lease 42 lives, but commit is recorded")
+	require.Equal(t, uint64(1025), b.balance(t, 1))
+	require.NoError(t, a.eng().ResolveTxns(ctx))
+	for _, n := range []*txnNode{a, b} {
+		parts, _ := n.eng().TxnCounts()
+		require.Zero(t, parts)
+		require.Equal(t, storenode.TxnStatus{}, n.eng().TxnStatus(t2), "the commit is forgotten once both reported")
+	}
+}
+
+// TestServerTxnRequests: the requests' errors travel as codes, and a TxnPrepare is checked
+// as a Commit is (owner of the session, fences).
+func TestServerTxnRequests(t *testing.T) {
+	leases, clock := &txnLeases{}, &fakeClock{}
+	a := startTxnNode(t, leases, clock)
+	ctx := srvCtx(t)
+	other := a.env.dial(testOwner + 1)
+	_, err := other.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{9}, Commit: *a.commit(1, 1)})
+	require.ErrorIs(t, err, sgio.ErrFenced, "a prepare for another owner than the session's")
+	a.seq--
+	m := a.commit(1, 1)
+	m.Fences[0].Epoch++
+	_, err = a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{9}, Commit: *m})
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	a.seq--
+	_, err = a.coord.DecideTxn(ctx, [16]byte{9}, 1, sgio.TxnCommit, 0)
+	require.ErrorIs(t, err, sgio.ErrMalformed)
+	st, err := other.AskTxn(ctx, [16]byte{9}, 1)
+	require.NoError(t, err)
+	require.Equal(t, sgio.TxnNone, st, "undecided, lease alive")
+	require.NoError(t, other.ReportTxn(ctx, [16]byte{9}, 3), "a report of an unknown transaction")
+	require.NoError(t, other.ApplyTxn(ctx, [16]byte{9}, sgio.TxnAbort), "an abort of an unknown transaction")
+}

@@ -1,0 +1,880 @@
+package storenode
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/sgio"
+)
+
+// The storage node's side of two-phase commit (docs/cluster.md, "Two-phase commit").
+//
+// A participant keeps, per transaction it prepared, a txnPart: the prepared batch (an owned
+// copy of its prepare record, rows aliasing it) and the primary to ask, until the decision is
+// applied and reported to the primary. The primary keeps, per decided transaction, a
+// txnDecision: the decision, the participant count and which participants reported, until
+// every participant reported (commit), or until every one did or it is older than
+// Options.TxnAbortKeep (abort).
+//
+// Invariants, under mu:
+//   - txnLocks[frameKey(table, page)] is the OR of the data and clear masks of every prepared
+//     (not applied) part's segments on that page; a commit or prepare that touches a locked
+//     slot is refused with ErrTxnLocked, so the prepared rows cannot change under the
+//     transaction and are applied exactly as prepared.
+//   - prepared rows are never in the page cache: readers see the last committed version.
+//   - a part or decision is installed when its record is handed to the WAL; nothing is
+//     answered about it (to the coordinator, a resolver or a peer) before that record is
+//     durable (waitDurable): a decision another node acts on can never be lost by a crash.
+//   - every txn record is forced (synced) in every sync mode: a prepare is a promise, a
+//     decision the commit point, an apply the condition of reporting it.
+//   - a checkpoint re-logs (carries) every live part and decision after its checkpoint LSN
+//     (carryTxns), so the records recovery needs are never before the checkpoint, and no
+//     checkpoint runs during replay while any is live (the cache may then pass its budget,
+//     by at most the dirty pages of the WAL being replayed).
+//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns.
+
+// TxnID identifies a distributed transaction; the coordinator makes it unique in the cluster
+// (for instance its etcd lease id and a counter).
+type TxnID [16]byte
+
+// String returns the id in hex.
+func (id TxnID) String() string { return hex.EncodeToString(id[:]) }
+
+// Decision is a transaction's outcome at its primary.
+type Decision uint8
+
+// Decisions. Part of the format (WAL and wire); do not change.
+const (
+	DecisionNone   Decision = 0 // undecided (only as an answer: never recorded)
+	DecisionCommit Decision = 1
+	DecisionAbort  Decision = 2
+)
+
+// String returns "none", "commit" or "abort".
+func (d Decision) String() string {
+	switch d {
+	case DecisionNone:
+		return "none"
+	case DecisionCommit:
+		return "commit"
+	case DecisionAbort:
+		return "abort"
+	}
+	return fmt.Sprintf("decision(%d)", uint8(d))
+}
+
+// LeaseChecker tells whether a coordinator's lease (an etcd lease id) is alive. Package
+// cluster implements it with Client.LeaseAlive; storenode does not import cluster. It is
+// called without any engine lock held, on the goroutine of the request or of the resolver,
+// with a bounded context.
+type LeaseChecker interface {
+	LeaseAlive(ctx context.Context, lease int64) (bool, error)
+}
+
+// TxnPeer is how a participant reaches the primary of a transaction: ask for the decision,
+// report the decision applied. storenode/server implements it over sgio (NewTxnPeer); tests
+// link engines in memory. Called without any engine lock held.
+type TxnPeer interface {
+	AskTxn(ctx context.Context, primary string, id TxnID, lease int64) (Decision, error)
+	ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error
+}
+
+// TxnPrepare is a participant's part of a transaction: the batch (fenced and deduplicated
+// exactly as a Commit) and what resolving it needs.
+type TxnPrepare struct {
+	Txn TxnID
+	// Lease is the coordinator's etcd lease: a resolver records abort at the primary only
+	// once it is gone.
+	Lease int64
+	// Primary is the host:port of the transaction's primary storage node, where the decision
+	// is recorded; empty when this node is the primary.
+	Primary string
+	// Index is this participant's index among the transaction's participants (0..63), as
+	// the coordinator numbers them in Decide's count.
+	Index uint16
+	Batch *Batch
+}
+
+// txnPart is a participant's transaction. Guarded by mu.
+type txnPart struct {
+	id       TxnID
+	lease    int64
+	primary  string
+	index    uint16
+	hash     uint64 // the prepare's dedup hash
+	lsn      uint64 // of the prepare (or apply) record
+	at       time.Time
+	rec      []byte // owned prepare payload; nil once applied
+	batch    Batch  // the prepared batch, aliasing rec
+	decision Decision
+}
+
+// txnDecision is a primary's record of a decided transaction. Guarded by mu.
+type txnDecision struct {
+	d        Decision
+	count    uint16
+	lease    int64
+	reported uint64
+	lsn      uint64 // of the decide record: answer only once durable
+	at       time.Time
+}
+
+func (d *txnDecision) allReported() bool {
+	return d.count > 0 && d.reported == (uint64(1)<<d.count)-1 || d.count == txnParticipantsMax && d.reported == ^uint64(0)
+}
+
+// txnBatchHash is the dedup hash of a prepared batch: its batch hash mixed with the id.
+func txnBatchHash(b *Batch, id TxnID) uint64 {
+	var buf [24]byte
+	binary.LittleEndian.PutUint64(buf[:], batchHash(b))
+	copy(buf[8:], id[:])
+	return xxhash.Sum64(buf[:])
+}
+
+// PrepareTxn makes p's batch durable as prepared: checked as a commit (fences, then the seq
+// window: a retry of the same prepare gets its LSN again), refused with ErrTxnLocked when it
+// touches a row another prepared transaction holds, and with ErrTxnDecided when this node
+// already applied the transaction or, as its primary, recorded abort. It returns the prepare
+// record's LSN once synced. The rows are not applied: readers keep seeing the committed
+// version until ApplyTxn(commit). PrepareTxn does not retain p or the batch's memory.
+func (e *Engine) PrepareTxn(p *TxnPrepare) (uint64, error) {
+	b := p.Batch
+	if b == nil || b.Owner == 0 || b.Seq == 0 {
+		return 0, fmt.Errorf("%w: prepare without a batch, owner or seq", ErrMalformed)
+	}
+	if p.Index >= txnParticipantsMax || len(p.Primary) > txnPrimaryBytesMax {
+		return 0, fmt.Errorf("%w: prepare of participant %d, primary of %d bytes", ErrMalformed, p.Index, len(p.Primary))
+	}
+	if len(b.Segments) > txnSegmentsMax {
+		// Applying it must reserve a frame for every page at once (reserveFrames): a larger
+		// batch could be prepared but never applied.
+		return 0, fmt.Errorf("%w: prepare of %d segments, at most %d", ErrBatchTooLarge, len(b.Segments), txnSegmentsMax)
+	}
+	hash := txnBatchHash(b, p.Txn)
+	e.mu.Lock()
+	lsn, err := e.prepareLocked(p, hash)
+	e.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if err := e.waitDurable(lsn); err != nil {
+		return 0, err
+	}
+	return lsn, nil
+}
+
+func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
+	b := p.Batch
+	var gapDeadline time.Time
+	for {
+		if e.closed {
+			return 0, ErrClosed
+		}
+		o := e.owners[b.Owner]
+		if o != nil && b.Seq <= o.lastSeq {
+			lsn, err := o.retried(b, hash)
+			if err != nil {
+				return 0, err
+			}
+			e.stats.retried.Add(1)
+			return lsn, nil
+		}
+		if err := e.failure(); err != nil {
+			return 0, err
+		}
+		if err := e.checkBatch(b); err != nil {
+			return 0, err
+		}
+		if o != nil && b.Seq > o.lastSeq+1 {
+			if gapDeadline.IsZero() {
+				gapDeadline = time.Now().Add(e.opts.SeqGapWait)
+				timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
+				defer timer.Stop()
+			}
+			if !time.Now().Before(gapDeadline) {
+				return 0, fmt.Errorf("%w: batch seq %d, last applied %d", ErrSeqGap, b.Seq, o.lastSeq)
+			}
+			e.cond.Wait()
+			continue
+		}
+		break
+	}
+	if old := e.txnParts[p.Txn]; old != nil {
+		if old.decision != DecisionNone {
+			return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, p.Txn, old.decision)
+		}
+		return 0, fmt.Errorf("%w: transaction %v is prepared here under another seq", ErrMalformed, p.Txn)
+	}
+	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == DecisionAbort {
+		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
+	}
+	if err := e.checkTxnLocks(b.Segments); err != nil {
+		return 0, err
+	}
+	if len(e.txnParts) >= e.opts.MaxTxns {
+		return 0, fmt.Errorf("%w: %d transactions prepared", ErrTxnBusy, len(e.txnParts))
+	}
+	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
+	for i := range b.Segments {
+		size += sgio.SegmentHeaderSize + len(b.Segments[i].Rows)
+	}
+	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
+		return 0, fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
+	}
+	// The record, owned: the part keeps it (the batch's rows alias it) until applied.
+	rec := make([]byte, 0, size)
+	rec = appendTxnPrepareHeader(rec, p.Txn, p.Lease, p.Index, p.Primary)
+	rec = appendCommitRecord(rec, b, hash, func(t uint32) int { return e.tables[t].geo.RowBytes() })
+	assert.That(len(rec) == size, "storenode: prepare record size")
+	part := &txnPart{id: p.Txn, lease: p.Lease, primary: p.Primary, index: p.Index, hash: hash, at: e.opts.Now(), rec: rec}
+	var pr txnPrepareRecord
+	if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
+		return 0, fmt.Errorf("storenode: prepare: own record: %w", err)
+	}
+	part.batch = Batch{Owner: b.Owner, Seq: b.Seq, Fences: pr.commit.fences, Segments: pr.commit.segments}
+	lsn, err := e.appendRecord(kindTxnPrepare, rec, true, noAck)
+	if err != nil {
+		return 0, err
+	}
+	part.lsn = lsn
+	e.installPart(part)
+	e.applied(b.Owner, b.Seq, lsn, hash)
+	e.cond.Broadcast()
+	return lsn, nil
+}
+
+func noAck(uint64, error) {}
+
+// installPart adds a prepared part and its row locks. Caller holds mu.
+func (e *Engine) installPart(p *txnPart) {
+	e.txnParts[p.id] = p
+	e.txnBytes += int64(len(p.rec))
+	e.startResolver()
+	for i := range p.batch.Segments {
+		s := &p.batch.Segments[i]
+		e.txnLocks[frameKey(s.Table, s.Page)] |= s.Data | s.Clear
+	}
+}
+
+// unlockPart removes a part's row locks. Caller holds mu.
+func (e *Engine) unlockPart(p *txnPart) {
+	for i := range p.batch.Segments {
+		s := &p.batch.Segments[i]
+		k := frameKey(s.Table, s.Page)
+		if m := e.txnLocks[k] &^ (s.Data | s.Clear); m != 0 {
+			e.txnLocks[k] = m
+		} else {
+			delete(e.txnLocks, k)
+		}
+	}
+}
+
+// checkTxnLocks refuses segments that touch a row of a prepared transaction. Caller holds
+// mu. Without prepared transactions it costs one map length.
+func (e *Engine) checkTxnLocks(segs []Segment) error {
+	if len(e.txnLocks) == 0 {
+		return nil
+	}
+	for i := range segs {
+		s := &segs[i]
+		if m := e.txnLocks[frameKey(s.Table, s.Page)] & (s.Data | s.Clear); m != 0 {
+			return fmt.Errorf("%w: table %d page %d rows %#016x", ErrTxnLocked, s.Table, s.Page, m)
+		}
+	}
+	return nil
+}
+
+// tableLocked reports whether a prepared transaction writes table id. Caller holds mu.
+func (e *Engine) tableLocked(id uint32) bool {
+	for _, p := range e.txnParts {
+		for i := range p.batch.Segments {
+			if p.batch.Segments[i].Table == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// DecideTxn records the decision d of transaction id at this node, its primary: a
+// compare-and-set. The first decision is logged (synced) and kept; the same decision again
+// returns it; a different one fails with ErrTxnDecided naming the recorded one. count is the
+// number of participants (1..64 for commit; 0..64 for abort, 0 when unknown), numbered as
+// their TxnPrepare.Index: the record is kept until each reported (ReportTxn). A commit is
+// refused, and abort recorded instead (ErrTxnDecided, "abort"), when the LeaseChecker says
+// lease is gone: a coordinator whose lease expired may have been resolved against already.
+// ctx bounds the lease check; the wait for the record's sync is bounded by the disk.
+func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decision, count int) (Decision, error) {
+	switch {
+	case d != DecisionCommit && d != DecisionAbort:
+		return DecisionNone, fmt.Errorf("%w: decision %d", ErrMalformed, d)
+	case count < 0 || count > txnParticipantsMax || d == DecisionCommit && count == 0:
+		return DecisionNone, fmt.Errorf("%w: %v of %d participants", ErrMalformed, d, count)
+	}
+	asked := d
+	var checked time.Time
+	if d == DecisionCommit && e.opts.LeaseChecker != nil {
+		checked = e.opts.Now()
+		alive, err := e.opts.LeaseChecker.LeaseAlive(ctx, lease)
+		if err != nil {
+			return DecisionNone, fmt.Errorf("storenode: decide %v: lease %d: %w", id, lease, err)
+		}
+		if !alive {
+			d = DecisionAbort
+		}
+	}
+	e.mu.Lock()
+	if d == DecisionCommit && !checked.IsZero() && e.opts.Now().Sub(checked) > e.opts.TxnAbortKeep/2 {
+		// An abort a resolver recorded after the check could have been forgotten already.
+		e.mu.Unlock()
+		return DecisionNone, fmt.Errorf("%w: decide %v: the lease check is older than half of the abort keep time", ErrTxnBusy, id)
+	}
+	rec, err := e.decideLocked(id, lease, d, count)
+	e.mu.Unlock()
+	if err != nil {
+		return DecisionNone, err
+	}
+	if err := e.waitDurable(rec.lsn); err != nil {
+		return DecisionNone, err
+	}
+	if rec.d != asked {
+		return rec.d, fmt.Errorf("%w: transaction %v: %v asked, %v recorded", ErrTxnDecided, id, asked, rec.d)
+	}
+	return rec.d, nil
+}
+
+// decideLocked is the compare-and-set: it returns the recorded decision (a copy), logging d
+// if none was. A recorded decision other than d is returned as is; the caller names it.
+// Caller holds mu.
+func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txnDecision, error) {
+	if err := e.usable(); err != nil {
+		return txnDecision{}, err
+	}
+	e.sweepTxnDecisions()
+	if rec := e.txnDecisions[id]; rec != nil {
+		if rec.count == 0 && count > 0 && rec.d == d {
+			rec.count = uint16(count) // an abort recorded by a resolver learns the count
+		}
+		return *rec, nil
+	}
+	if len(e.txnDecisions) >= e.opts.MaxTxns {
+		return txnDecision{}, fmt.Errorf("%w: %d decisions kept", ErrTxnBusy, len(e.txnDecisions))
+	}
+	e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d, uint16(count), lease, 0)
+	lsn, err := e.appendRecord(kindTxnDecide, e.scratch, true, noAck)
+	if err != nil {
+		return txnDecision{}, err
+	}
+	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
+	e.txnDecisions[id] = rec
+	e.startResolver()
+	return *rec, nil
+}
+
+// AskTxn answers a participant's resolver at this node, the primary: the recorded decision
+// of id; or, when none is recorded and the LeaseChecker says the coordinator's lease is gone,
+// abort, recorded first (the compare-and-set of DecideTxn, so a late commit fails); else
+// DecisionNone (undecided: ask again later). The answer is given only once its record is
+// synced. ctx bounds the lease check.
+func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, error) {
+	e.mu.Lock()
+	if err := e.usable(); err != nil {
+		e.mu.Unlock()
+		return DecisionNone, err
+	}
+	rec := e.txnDecisions[id]
+	var got txnDecision
+	if rec != nil {
+		got = *rec
+	}
+	e.mu.Unlock()
+	if rec == nil {
+		if e.opts.LeaseChecker == nil {
+			return DecisionNone, nil
+		}
+		alive, err := e.opts.LeaseChecker.LeaseAlive(ctx, lease)
+		if err != nil {
+			return DecisionNone, fmt.Errorf("storenode: resolve %v: lease %d: %w", id, lease, err)
+		}
+		if alive {
+			return DecisionNone, nil
+		}
+		e.mu.Lock()
+		got, err = e.decideLocked(id, lease, DecisionAbort, 0)
+		e.mu.Unlock()
+		if err != nil {
+			return DecisionNone, err
+		}
+		e.stats.txnResolvedAborts.Add(1)
+	}
+	if err := e.waitDurable(got.lsn); err != nil {
+		return DecisionNone, err
+	}
+	return got.d, nil
+}
+
+// ReportTxn records at this node, the primary, that participant index applied id's
+// decision (logged and synced before it returns). A commit is forgotten once every
+// participant reported; an unknown id (forgotten, or never decided here) is no error.
+func (e *Engine) ReportTxn(id TxnID, index uint16) error {
+	if index >= txnParticipantsMax {
+		return fmt.Errorf("%w: report of participant %d", ErrMalformed, index)
+	}
+	e.mu.Lock()
+	lsn, err := e.reportLocked(id, index)
+	e.mu.Unlock()
+	if err != nil || lsn == 0 {
+		return err
+	}
+	return e.waitDurable(lsn)
+}
+
+func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
+	if err := e.usable(); err != nil {
+		return 0, err
+	}
+	rec := e.txnDecisions[id]
+	if rec == nil || rec.reported&(1<<index) != 0 {
+		return 0, nil
+	}
+	if rec.count > 0 && index >= rec.count {
+		return 0, fmt.Errorf("%w: transaction %v: report of participant %d of %d", ErrMalformed, id, index, rec.count)
+	}
+	e.scratch = appendTxnReportedRecord(e.scratch[:0], id, index)
+	lsn, err := e.appendRecord(kindTxnReported, e.scratch, true, noAck)
+	if err != nil {
+		return 0, err
+	}
+	e.noteReported(id, rec, index)
+	return lsn, nil
+}
+
+// noteReported sets a report and forgets a commit every participant applied. Caller holds mu.
+func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
+	rec.reported |= 1 << index
+	if rec.d == DecisionCommit && rec.allReported() {
+		delete(e.txnDecisions, id)
+	}
+}
+
+// sweepTxnDecisions forgets the aborts every participant reported or older than
+// Options.TxnAbortKeep. Caller holds mu. A forgotten abort is answered abort again by
+// AskTxn (the lease is gone) and refuses a late commit (DecideTxn checks the lease first).
+func (e *Engine) sweepTxnDecisions() {
+	if len(e.txnDecisions) == 0 {
+		return
+	}
+	now := e.opts.Now()
+	for id, rec := range e.txnDecisions {
+		if rec.d == DecisionAbort && (rec.allReported() || now.Sub(rec.at) >= e.opts.TxnAbortKeep) && rec.lsn <= e.durableThrough() {
+			delete(e.txnDecisions, id)
+		}
+	}
+}
+
+// ApplyTxn applies the decision d of transaction id at this participant: commit writes the
+// prepared batch (as a Commit would, at the apply record's LSN), abort drops it; either way
+// the rows are unlocked and the participant reports to the primary (its resolver, soon).
+// Applying the same decision again is a no-op; the other one fails with ErrTxnDecided; an
+// unknown id is no error (applied and reported before, or never prepared here: a
+// coordinator sends commit only after every prepare was acknowledged, and a prepared part is
+// kept until its decision is applied). It returns once the apply record is synced.
+func (e *Engine) ApplyTxn(id TxnID, d Decision) error {
+	if d != DecisionCommit && d != DecisionAbort {
+		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
+	}
+	e.mu.Lock()
+	lsn, err := e.applyTxnLocked(id, d)
+	e.mu.Unlock()
+	if err != nil || lsn == 0 {
+		return err
+	}
+	if err := e.waitDurable(lsn); err != nil {
+		return err
+	}
+	e.kickResolver()
+	return nil
+}
+
+func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
+	var stallStart time.Time
+	for {
+		if err := e.usable(); err != nil {
+			return 0, err
+		}
+		p := e.txnParts[id]
+		if p == nil {
+			return 0, nil
+		}
+		if p.decision != DecisionNone {
+			if p.decision != d {
+				return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, id, p.decision)
+			}
+			return p.lsn, nil
+		}
+		if d == DecisionCommit {
+			room, err := e.reserveFrames(&p.batch)
+			if err != nil {
+				return 0, err
+			}
+			if !room {
+				if stallStart.IsZero() {
+					stallStart = time.Now()
+				}
+				gen := e.ckptGen
+				e.requestCheckpoint()
+				for e.ckptGen == gen && e.usable() == nil {
+					e.cond.Wait()
+				}
+				continue
+			}
+		}
+		e.scratch = appendTxnApplyRecord(e.scratch[:0], id, d, p.index, p.primary)
+		lsn, err := e.appendRecord(kindTxnApply, e.scratch, true, noAck)
+		if err != nil {
+			if d == DecisionCommit {
+				e.unpinFrames(&p.batch, len(p.batch.Segments))
+			}
+			return 0, err
+		}
+		e.finishPart(p, d, lsn)
+		if e.cache.dirtyBytes*2 > e.cache.budgetBytes || e.walPressure() {
+			e.requestCheckpoint()
+		}
+		return lsn, nil
+	}
+}
+
+// finishPart applies (commit: frames reserved) or drops a prepared part at lsn and keeps it
+// as applied, to be reported. Caller holds mu.
+func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
+	e.unlockPart(p)
+	e.txnBytes -= int64(len(p.rec))
+	if d == DecisionCommit {
+		e.applyBatch(&p.batch, lsn)
+		e.unpinFrames(&p.batch, len(p.batch.Segments))
+		e.stats.txnCommits.Add(1)
+	} else {
+		e.stats.txnAborts.Add(1)
+	}
+	p.decision, p.lsn, p.rec, p.batch = d, lsn, nil, Batch{}
+}
+
+// kickResolver asks the resolver loop for a pass now; it never blocks.
+func (e *Engine) kickResolver() {
+	select {
+	case e.txnKick <- struct{}{}:
+	default:
+	}
+}
+
+// TxnStatus is a participant's view of one transaction, for tests and operations.
+type TxnStatus struct {
+	Prepared bool     // prepared, decision not applied
+	Applied  Decision // applied, not yet reported to the primary
+	Primary  Decision // this node's recorded decision, as primary (DecisionNone: none kept)
+}
+
+// TxnStatus reports what this node keeps of transaction id.
+func (e *Engine) TxnStatus(id TxnID) TxnStatus {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var s TxnStatus
+	if p := e.txnParts[id]; p != nil {
+		s.Prepared = p.decision == DecisionNone
+		s.Applied = p.decision
+	}
+	if d := e.txnDecisions[id]; d != nil {
+		s.Primary = d.d
+	}
+	return s
+}
+
+// TxnCounts reports the parts kept (prepared or applied and unreported) and the decisions
+// kept.
+func (e *Engine) TxnCounts() (parts, decisions int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.txnParts), len(e.txnDecisions)
+}
+
+// txnTask is one resolver step for a part: ask the primary (prepared) or report (applied).
+type txnTask struct {
+	id      TxnID
+	lease   int64
+	primary string
+	index   uint16
+	applied Decision
+}
+
+// txnSegmentsMax bounds a prepared batch's segments: reserveFrames' bound of one batch.
+const txnSegmentsMax = 1 << 16
+
+// txnTasksMax bounds one resolver pass.
+const txnTasksMax = 256
+
+// ResolveTxns runs one resolver pass: for every part prepared for at least
+// Options.TxnResolveAfter (engine clock), ask its primary and apply the answer; for every
+// applied part, report to its primary and forget it once the primary acknowledged. Each call
+// to a primary is bounded by Options.TxnCallTimeout and ctx; no lock is held across it. It
+// returns the first error met (the pass goes on past it). The background loop calls it every
+// Options.TxnResolveInterval; tests call it directly.
+func (e *Engine) ResolveTxns(ctx context.Context) error {
+	e.mu.Lock()
+	if err := e.usable(); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	now := e.opts.Now()
+	var tasks []txnTask
+	for _, p := range e.txnParts {
+		if len(tasks) == txnTasksMax {
+			break
+		}
+		if p.decision == DecisionNone && now.Sub(p.at) < e.opts.TxnResolveAfter {
+			continue
+		}
+		if p.decision != DecisionNone && p.lsn > e.durableThrough() {
+			// Applied, the apply record not synced yet (ApplyTxn waits for it): a report now
+			// could let the primary forget a decision a crash would make this part ask for.
+			continue
+		}
+		tasks = append(tasks, txnTask{id: p.id, lease: p.lease, primary: p.primary, index: p.index, applied: p.decision})
+	}
+	e.sweepTxnDecisions()
+	e.mu.Unlock()
+	var first error
+	var failed map[string]bool // primaries that failed in this pass: not asked again in it
+	for _, t := range tasks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if failed[t.primary] {
+			continue
+		}
+		if err := e.resolveOne(ctx, t); err != nil {
+			if first == nil {
+				first = fmt.Errorf("storenode: resolve %v: %w", t.id, err)
+			}
+			if failed == nil {
+				failed = make(map[string]bool)
+			}
+			failed[t.primary] = true
+		}
+	}
+	return first
+}
+
+func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
+	ctx, cancel := context.WithTimeout(ctx, e.opts.TxnCallTimeout)
+	defer cancel()
+	if t.applied == DecisionNone {
+		var d Decision
+		var err error
+		if t.primary == "" {
+			d, err = e.AskTxn(ctx, t.id, t.lease)
+		} else if e.opts.TxnPeer != nil {
+			d, err = e.opts.TxnPeer.AskTxn(ctx, t.primary, t.id, t.lease)
+		} else {
+			return fmt.Errorf("storenode: no TxnPeer to reach the primary %s", t.primary)
+		}
+		if err != nil || d == DecisionNone {
+			return err
+		}
+		if err := e.ApplyTxn(t.id, d); err != nil {
+			return err
+		}
+		e.stats.txnResolved.Add(1)
+		t.applied = d
+	}
+	var err error
+	if t.primary == "" {
+		err = e.ReportTxn(t.id, t.index)
+	} else if e.opts.TxnPeer != nil {
+		err = e.opts.TxnPeer.ReportTxn(ctx, t.primary, t.id, t.index)
+	} else {
+		err = fmt.Errorf("storenode: no TxnPeer to reach the primary %s", t.primary)
+	}
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if p := e.txnParts[t.id]; p != nil && p.decision != DecisionNone {
+		delete(e.txnParts, t.id) // memory only: a replay reports again, which is harmless
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// startResolver starts the resolver loop, once, when the engine first keeps a transaction
+// (an engine that never sees one runs no resolver). Caller holds mu, with the engine open.
+func (e *Engine) startResolver() {
+	if e.resolveCtx != nil || e.replaying || e.closed || e.opts.TxnResolveInterval <= 0 {
+		return
+	}
+	e.resolveCtx, e.resolveCancel = context.WithCancel(context.Background())
+	e.bg.Add(1)
+	go e.resolveLoop()
+}
+
+// resolveLoop runs ResolveTxns every Options.TxnResolveInterval and when kicked, while
+// anything is kept (a pass also forgets the aborts past TxnAbortKeep).
+func (e *Engine) resolveLoop() {
+	defer e.bg.Done()
+	t := time.NewTicker(e.opts.TxnResolveInterval)
+	defer t.Stop()
+	ctx := e.resolveCtx // Close cancels it: every call of the resolver in flight ends
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		case <-e.txnKick:
+		}
+		if parts, decisions := e.TxnCounts(); parts == 0 && decisions == 0 {
+			continue
+		}
+		if err := e.ResolveTxns(ctx); err != nil {
+			e.opts.Logger.Debug("storenode: resolve transactions", "err", err)
+		}
+	}
+}
+
+// carryTxns re-logs every live part and decision after the checkpoint LSN (see the file
+// doc) and returns the last LSN it appended (0 when none). Caller holds mu, in the same hold
+// as the checkpoint's snapshot.
+func (e *Engine) carryTxns() (uint64, error) {
+	var last uint64
+	for _, p := range e.txnParts {
+		var lsn uint64
+		var err error
+		if p.decision == DecisionNone {
+			lsn, err = e.appendRecord(kindTxnPrepare, p.rec, false, noAck)
+		} else {
+			e.scratch = appendTxnApplyRecord(e.scratch[:0], p.id, p.decision, p.index, p.primary)
+			lsn, err = e.appendRecord(kindTxnApply, e.scratch, false, noAck)
+		}
+		if err != nil {
+			return 0, err
+		}
+		last = lsn
+	}
+	for id, d := range e.txnDecisions {
+		e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d.d, d.count, d.lease, d.reported)
+		lsn, err := e.appendRecord(kindTxnDecide, e.scratch, false, noAck)
+		if err != nil {
+			return 0, err
+		}
+		last = lsn
+	}
+	return last, nil
+}
+
+// txnLive reports whether any part or decision is kept. Caller holds mu.
+func (e *Engine) txnLive() bool { return len(e.txnParts) > 0 || len(e.txnDecisions) > 0 }
+
+// replayTxn applies one txn record in recovery. Caller holds mu.
+func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
+	switch kind {
+	case kindTxnPrepare:
+		var pr txnPrepareRecord
+		if err := decodeTxnPrepareRecord(payload, &pr); err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
+		}
+		c := &pr.commit
+		if c.owner == 0 || c.seq == 0 {
+			return corrupt.Errorf("storenode: replay: record %d: prepare of owner %d seq %d", lsn, c.owner, c.seq)
+		}
+		if err := e.replayFits(lsn, c); err != nil {
+			return err
+		}
+		if e.txnParts[pr.id] != nil {
+			return nil // carried again by a checkpoint that did not publish
+		}
+		rec := append([]byte(nil), payload...) // the WAL's buffer is not ours
+		if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
+			return err
+		}
+		p := &txnPart{id: pr.id, lease: pr.lease, primary: pr.primary, index: pr.index, hash: c.hash, lsn: lsn, at: e.opts.Now(), rec: rec,
+			batch: Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
+		e.installPart(p)
+		if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
+			e.owner(c.owner).applied(c.seq, lsn, c.hash)
+		}
+	case kindTxnApply:
+		id, d, index, primary, err := decodeTxnApplyRecord(payload)
+		if err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
+		}
+		p := e.txnParts[id]
+		switch {
+		case p == nil:
+			e.txnParts[id] = &txnPart{id: id, primary: primary, index: index, decision: d, lsn: lsn, at: e.opts.Now()}
+		case p.decision == DecisionNone:
+			if d == DecisionCommit {
+				for {
+					room, err := e.reserveFrames(&p.batch)
+					if err != nil {
+						return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
+					}
+					if room {
+						break
+					}
+					e.replayForce = true // no checkpoint in replay while a txn is live
+				}
+			}
+			e.finishPart(p, d, lsn)
+		case p.decision != d:
+			return corrupt.Errorf("storenode: replay: record %d: transaction %v applied %v, then %v", lsn, id, p.decision, d)
+		}
+	case kindTxnDecide:
+		id, d, count, lease, reported, err := decodeTxnDecideRecord(payload)
+		if err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
+		}
+		rec := e.txnDecisions[id]
+		if rec == nil {
+			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
+			e.txnDecisions[id] = rec
+		} else if rec.d != d {
+			return corrupt.Errorf("storenode: replay: record %d: transaction %v decided %v, then %v", lsn, id, rec.d, d)
+		}
+		rec.count = max(rec.count, count)
+		rec.reported |= reported
+		if rec.d == DecisionCommit && rec.allReported() {
+			delete(e.txnDecisions, id)
+		}
+	case kindTxnReported:
+		id, index, err := decodeTxnReportedRecord(payload)
+		if err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
+		}
+		if rec := e.txnDecisions[id]; rec != nil {
+			e.noteReported(id, rec, index)
+		}
+	}
+	return nil
+}
+
+// replayFits checks a replayed batch's segments against the catalog, as replayCommit does.
+func (e *Engine) replayFits(lsn uint64, c *commitRecord) error {
+	for i := range c.segments {
+		s := &c.segments[i]
+		t, ok := e.tables[s.Table]
+		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= tablePagesMax {
+			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
+				lsn, s.Table, c.rowBytes[i], s.Page)
+		}
+		if last := segmentLastID(s.Page, s.Data, s.Clear); last >= t.nextID {
+			return corrupt.Errorf("storenode: replay: record %d: row %d of table %d was never granted (next id %d)", lsn, last, s.Table, t.nextID)
+		}
+	}
+	return nil
+}
