@@ -78,6 +78,11 @@ func (l ClusterLayout) PartitionOfPage(page uint64) uint32 {
 // NextID is the smallest id >= id of l's partition, false when there is none below
 // MaxRowID (cluster.Layout.Next bounded by the table's id space).
 func (l ClusterLayout) NextID(id uint64) (uint64, bool) {
+	if id >= MaxRowID {
+		// No id of the table's space is above it; and near 2^64 the stripe start below
+		// would wrap around.
+		return 0, false
+	}
 	stripe := uint64(l.StripePages) * logicpage.RowsPerPage
 	round := stripe * uint64(l.Partitions) // at most 2^16 * 2^26: no overflow
 	start := id - id%round + uint64(l.Partition)*stripe

@@ -145,3 +145,26 @@ func TestClusterRegisterAnsweredOnlyDurable(t *testing.T) {
 	_, _, err = e.AllocIDs(ti.ID, a, ea, 1)
 	require.NoError(t, err, "a still holds the table: b's grant never became durable")
 }
+
+// NextID never answers an id below the one asked, also for ids at and past MaxRowID up to
+// 2^64-1, where the last round of stripes below 2^64 is partial (its stripe start wraps).
+func TestClusterNextIDHighIDs(t *testing.T) {
+	layouts := []ClusterLayout{
+		{Partitions: 3, StripePages: 1, Partition: 1},
+		{Partitions: 3, StripePages: 1, Partition: 2},
+		{Partitions: 1, StripePages: 1, Partition: 0},
+		{Partitions: 5, StripePages: 7, Partition: 4},
+		{Partitions: ClusterPartitionsMax, StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1},
+	}
+	ids := []uint64{MaxRowID - 1, MaxRowID, MaxRowID + 1, 1 << 63, ^uint64(0) - 200, ^uint64(0) - 64, ^uint64(0) - 1, ^uint64(0)}
+	for _, l := range layouts {
+		for _, id := range ids {
+			next, ok := l.NextID(id)
+			if ok {
+				require.GreaterOrEqual(t, next, id, "layout %+v id %d", l, id)
+				require.Less(t, next, uint64(MaxRowID), "layout %+v id %d", l, id)
+				require.Equal(t, l.Partition, l.PartitionOf(next), "layout %+v id %d", l, id)
+			}
+		}
+	}
+}
