@@ -50,6 +50,10 @@ type DB struct {
 	mu     sync.Mutex
 	tables map[string]*tableState
 	byID   map[uint32]*tableState
+	// adopting holds a channel per table name being adopted (closed when that adopt ends):
+	// a concurrent open of the same table waits for it instead of taking the grant again.
+	// Guarded by mu.
+	adopting map[string]chan struct{}
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -149,14 +153,15 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		st = s
 	}
 	db := &DB{
-		opts:   opts,
-		store:  st,
-		info:   st.Info(),
-		owner:  opts.OwnerID,
-		cache:  newPageCache(opts.CacheBytes, opts.CacheWait),
-		tables: make(map[string]*tableState),
-		byID:   make(map[uint32]*tableState),
-		stop:   make(chan struct{}),
+		opts:     opts,
+		store:    st,
+		info:     st.Info(),
+		owner:    opts.OwnerID,
+		cache:    newPageCache(opts.CacheBytes, opts.CacheWait),
+		tables:   make(map[string]*tableState),
+		byID:     make(map[uint32]*tableState),
+		adopting: make(map[string]chan struct{}),
+		stop:     make(chan struct{}),
 
 		durableFailVer: math.MaxUint64,
 	}
@@ -243,12 +248,41 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	return db.adopt(ctx, st)
 }
 
-// adopt acquires a table's ownership and registers it.
+// adopt acquires a table's ownership and registers it. One adopt of a name at a time: a
+// concurrent one waits for it (within ctx) and returns the table it opened. Otherwise it
+// would take the grant a second time: a local table's epoch bumped past the one the first
+// adopt installs, or, for a cluster table, the very etcd grant the first one holds (the
+// session hands it out again), released if the second registration fails.
 func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	geo, err := logicpage.NewGeometry(st.RowBytes)
 	if err != nil {
 		return nil, err
 	}
+	for {
+		db.mu.Lock()
+		if t := db.tables[st.Name]; t != nil {
+			db.mu.Unlock()
+			return &Table{db: db, t: t}, nil
+		}
+		busy, ok := db.adopting[st.Name]
+		if !ok {
+			db.adopting[st.Name] = make(chan struct{})
+			db.mu.Unlock()
+			break
+		}
+		db.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	defer func() {
+		db.mu.Lock()
+		close(db.adopting[st.Name])
+		delete(db.adopting, st.Name)
+		db.mu.Unlock()
+	}()
 	start := db.opts.clock.nanos()
 	var g store.Grant
 	var check func() error
