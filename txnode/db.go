@@ -92,6 +92,12 @@ type tableState struct {
 	// table. Set before the table is shared.
 	grantCheck   func() error
 	grantRelease func(context.Context) error
+	// storeFenced, for a cluster-managed table, latches the store's refusal of this node's
+	// grant (ErrFenced on an id grant or a commit batch: a newer grant is registered there,
+	// or the store is a restored copy whose floor is above it): no check of the grant makes
+	// it current again, so the table stops serving, as a local table whose renewal the store
+	// refused. noteFenced sets it.
+	storeFenced atomic.Bool
 	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
 	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
@@ -509,6 +515,10 @@ func (t *tableState) serving() error {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
 	}
 	if t.grantCheck != nil {
+		if t.storeFenced.Load() {
+			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (a newer one is registered, or the store was restored): reopen the table under a new grant",
+				ErrLeaseExpired, t.name)
+		}
 		if err := t.grantCheck(); err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)
 		}
@@ -520,6 +530,14 @@ func (t *tableState) serving() error {
 		return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
 	}
 	return nil
+}
+
+// noteFenced latches a cluster-managed table's grant as fenced by the store when err says so
+// (storeFenced). Any goroutine.
+func (t *tableState) noteFenced(err error) {
+	if t.grantCheck != nil && errors.Is(err, storenode.ErrFenced) {
+		t.storeFenced.Store(true)
+	}
 }
 
 // leaseLapsed marks a lease that serving saw run out; only a renewal replaces it.
