@@ -78,6 +78,11 @@ func (l ClusterLayout) PartitionOfPage(page uint64) uint32 {
 // NextID is the smallest id >= id of l's partition, false when there is none below
 // MaxRowID (cluster.Layout.Next bounded by the table's id space).
 func (l ClusterLayout) NextID(id uint64) (uint64, bool) {
+	if id >= MaxRowID {
+		// No id of the table's space is above it; and near 2^64 the stripe start below
+		// would wrap around.
+		return 0, false
+	}
 	stripe := uint64(l.StripePages) * logicpage.RowsPerPage
 	round := stripe * uint64(l.Partitions) // at most 2^16 * 2^26: no overflow
 	start := id - id%round + uint64(l.Partition)*stripe
@@ -160,8 +165,10 @@ func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) 
 }
 
 // RegisterGrant registers owner's etcd grant of epoch (the owner key's CreateRevision) for
-// the cluster table tableID. A grant already current (same owner and epoch) is answered at
-// once: a renewal. Otherwise epoch must be above the table's epoch (ErrFenced, no etcd read:
+// the cluster table tableID. A grant already current (same owner and epoch) is a renewal:
+// answered without an etcd read, but only once its ownership record is durable (a
+// concurrent registration's may still wait for its fsync; ctx bounds that wait,
+// ErrGrantUnverified when it ends first). Otherwise epoch must be above the table's epoch (ErrFenced, no etcd read:
 // a lower or equal one can never become current), the GrantVerifier must prove it, and then
 // it is logged and synced (the ownership record) before RegisterGrant returns; a grant that
 // lost the race to a higher one meanwhile is ErrFenced. A local table refuses it
@@ -186,9 +193,15 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 	if owner == 0 || epoch == 0 {
 		return Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
-	t, table, part, cur, err := e.registerCheck(tableID, owner, epoch)
-	if err != nil || cur {
-		return t, false, err
+	t, table, part, curLSN, err := e.registerCheck(tableID, owner, epoch)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	if curLSN != 0 { // a renewal: answered once the grant's record is durable
+		if err := e.waitGrantDurable(ctx, curLSN); err != nil {
+			return Grant{}, false, err
+		}
+		return t, false, nil
 	}
 	if err := e.verifyGrant(ctx, table, part, owner, epoch); err != nil {
 		return Grant{}, false, err
@@ -214,6 +227,14 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Unlock()
 		g := e.grant(tb, owner)
 		g.Lease = 0
+		// Answered only once that call's record is durable, as that call is.
+		lsn := tb.grantLSN
+		e.mu.Unlock()
+		err := e.waitGrantDurable(ctx, lsn)
+		e.mu.Lock()
+		if err != nil {
+			return Grant{}, false, err
+		}
 		return g, false, nil
 	}
 	if epoch <= tb.epoch {
@@ -225,12 +246,14 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], tb.id, owner, epoch)
 	ch := make(chan error, 1)
-	if _, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
+	lsn, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err })
+	if err != nil {
 		e.leaseMu.Lock()
 		tb.holder, tb.epoch = oldHolder, oldEpoch
 		e.leaseMu.Unlock()
 		return Grant{}, false, err
 	}
+	tb.grantLSN = lsn
 	g := e.grant(tb, owner)
 	g.Lease = 0
 	e.mu.Unlock()
@@ -243,26 +266,28 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 }
 
 // registerCheck is RegisterGrant's first look, under mu: the table is a cluster table, the
-// grant current (cur) or above the table's epoch. It returns the partitioned table's name
-// and the partition to verify.
-func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, table string, part uint32, cur bool, err error) {
+// grant current or above the table's epoch. For a current grant it returns the grant and
+// curLSN, the LSN its record must be durable through before it is answered (a record of a
+// concurrent registration may still wait for its fsync); otherwise the partitioned table's
+// name and the partition to verify.
+func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, table string, part uint32, curLSN uint64, err error) {
 	if e.opts.GrantVerifier == nil {
-		return Grant{}, "", 0, false, fmt.Errorf("%w: this storage node has no etcd configured", ErrNoVerifier)
+		return Grant{}, "", 0, 0, fmt.Errorf("%w: this storage node has no etcd configured", ErrNoVerifier)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
-		return Grant{}, "", 0, false, err
+		return Grant{}, "", 0, 0, err
 	}
 	t, err := e.table(tableID)
 	if err != nil {
-		return Grant{}, "", 0, false, err
+		return Grant{}, "", 0, 0, err
 	}
 	if !t.cluster.IsCluster() {
-		return Grant{}, "", 0, false, fmt.Errorf("%w: table %q is local: its grants are this storage node's (Acquire without the etcd-grant flag)", ErrGrantKind, t.name)
+		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q is local: its grants are this storage node's (Acquire without the etcd-grant flag)", ErrGrantKind, t.name)
 	}
 	if err := e.identFenced(owner); err != nil {
-		return Grant{}, "", 0, false, err
+		return Grant{}, "", 0, 0, err
 	}
 	e.leaseMu.Lock()
 	holder, cur0 := t.holder, t.epoch
@@ -270,13 +295,31 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 	if holder == owner && cur0 == epoch {
 		g := e.grant(t, owner)
 		g.Lease = 0
-		return g, "", 0, true, nil
+		return g, "", 0, max(t.grantLSN, 1), nil // 1: durable at once (LSNs start at 1)
 	}
 	if epoch <= cur0 {
-		return Grant{}, "", 0, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
+		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
 	}
 	base, _ := clusterTableName(t.name, t.cluster.Partition)
-	return Grant{}, base, t.cluster.Partition, false, nil
+	return Grant{}, base, t.cluster.Partition, 0, nil
+}
+
+// waitGrantDurable waits until the WAL is durable through lsn, the record of a grant being
+// answered, or ctx ends (ErrGrantUnverified: retry). No lock held.
+func (e *Engine) waitGrantDurable(ctx context.Context, lsn uint64) error {
+	ch := make(chan error, 1)
+	e.ackWhenDurable(lsn, func(_ uint64, err error) { ch <- err })
+	select {
+	case err := <-ch: // durable already: answered whatever ctx says
+		return err
+	default:
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: wait for the grant's record to be durable: %w", ErrGrantUnverified, ctx.Err())
+	}
 }
 
 // identFenced refuses an owner that released its identity (ReleaseOwner). Caller holds mu.

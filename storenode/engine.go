@@ -150,6 +150,10 @@ type table struct {
 	leaseUntil time.Time // under Engine.leaseMu only
 	dropping   bool      // under Engine.leaseMu only: DropTable is logging the drop
 	writeLSN   uint64    // the last LSN that wrote the table: readers other than its holder wait for it
+	// grantLSN, of a cluster table, is the LSN of its last etcd grant's ownership record (0:
+	// durable since Open): the grant is answered as current only once the WAL is durable
+	// through it (cluster.go).
+	grantLSN uint64
 
 	rows  *bitmaptree.Tree // row id -> present; the authority on which rows exist
 	used  *bitmaptree.Tree // disk page -> referenced by the published map or being written

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -145,4 +146,60 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Close(ctx))
 	require.EqualValues(t, 3, g.releases.Load(), "Close releases the grant")
+}
+
+// Once the store fences this node's grant of a cluster-managed table (a newer grant is
+// registered there: another owner's, while this node's etcd check has not noticed yet; or
+// the store is a restored copy whose floor is above it), no check of the grant can make it
+// current again: the table stops serving, cached reads included, as a local table does once
+// the store refuses its renewal. Here the other owner registers, this node's next write is
+// fenced (a commit batch, or an id grant), and its cached row is no longer served.
+func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
+	for _, write := range []string{"commit", "id grant"} {
+		t.Run(write, func(t *testing.T) {
+			ctx := context.Background()
+			const owner, other = 0x42, 0x43
+			g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+			st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+			require.NoError(t, err)
+			name := storenode.PartitionTableName("acct", 0)
+			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+			require.NoError(t, err)
+			db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+			require.NoError(t, err)
+			defer db.Close(ctx)
+			tb, err := db.Table(ctx, name)
+			require.NoError(t, err)
+			// A page of rows: the next insert needs ids of a page of its own (an id grant),
+			// and this page's frame stays cached and valid.
+			var ids []uint64
+			for i := range logicpage.RowsPerPage {
+				id, err := tb.Insert(ctx, row(uint64(i)))
+				require.NoError(t, err)
+				ids = append(ids, id)
+			}
+			dst := make([]byte, 64)
+			require.NoError(t, tb.Get(ctx, ids[0], dst))
+
+			// The other owner's grant, newer, registered at the store; this node's check
+			// still vouches (it has not heard).
+			g.mu.Lock()
+			g.rev++
+			rev := g.rev
+			g.keys["acct/0"] = [2]uint64{other, rev}
+			g.mu.Unlock()
+			_, err = st.Acquire(ctx, ti.ID, other, rev, store.AcquireEtcdGrant)
+			require.NoError(t, err)
+
+			if write == "commit" {
+				err = tb.Put(ctx, ids[1], row(100))
+			} else {
+				_, err = tb.Insert(ctx, row(100))
+			}
+			require.ErrorIs(t, err, storenode.ErrFenced)
+			require.ErrorIs(t, tb.Get(ctx, ids[0], dst), ErrLeaseExpired, "a cached read after the store fenced the grant")
+			_, err = tb.Insert(ctx, row(3))
+			require.ErrorIs(t, err, ErrLeaseExpired)
+		})
+	}
 }

@@ -50,6 +50,10 @@ type DB struct {
 	mu     sync.Mutex
 	tables map[string]*tableState
 	byID   map[uint32]*tableState
+	// adopting holds a channel per table name being adopted (closed when that adopt ends):
+	// a concurrent open of the same table waits for it instead of taking the grant again.
+	// Guarded by mu.
+	adopting map[string]chan struct{}
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -88,6 +92,12 @@ type tableState struct {
 	// table. Set before the table is shared.
 	grantCheck   func() error
 	grantRelease func(context.Context) error
+	// storeFenced, for a cluster-managed table, latches the store's refusal of this node's
+	// grant (ErrFenced on an id grant or a commit batch: a newer grant is registered there,
+	// or the store is a restored copy whose floor is above it): no check of the grant makes
+	// it current again, so the table stops serving, as a local table whose renewal the store
+	// refused. noteFenced sets it.
+	storeFenced atomic.Bool
 	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
 	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
@@ -150,14 +160,15 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		st = s
 	}
 	db := &DB{
-		opts:   opts,
-		store:  st,
-		info:   st.Info(),
-		owner:  opts.OwnerID,
-		cache:  newPageCache(opts.CacheBytes, opts.CacheWait),
-		tables: make(map[string]*tableState),
-		byID:   make(map[uint32]*tableState),
-		stop:   make(chan struct{}),
+		opts:     opts,
+		store:    st,
+		info:     st.Info(),
+		owner:    opts.OwnerID,
+		cache:    newPageCache(opts.CacheBytes, opts.CacheWait),
+		tables:   make(map[string]*tableState),
+		byID:     make(map[uint32]*tableState),
+		adopting: make(map[string]chan struct{}),
+		stop:     make(chan struct{}),
 
 		durableFailVer: math.MaxUint64,
 	}
@@ -244,12 +255,41 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	return db.adopt(ctx, st)
 }
 
-// adopt acquires a table's ownership and registers it.
+// adopt acquires a table's ownership and registers it. One adopt of a name at a time: a
+// concurrent one waits for it (within ctx) and returns the table it opened. Otherwise it
+// would take the grant a second time: a local table's epoch bumped past the one the first
+// adopt installs, or, for a cluster table, the very etcd grant the first one holds (the
+// session hands it out again), released if the second registration fails.
 func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	geo, err := logicpage.NewGeometry(st.RowBytes)
 	if err != nil {
 		return nil, err
 	}
+	for {
+		db.mu.Lock()
+		if t := db.tables[st.Name]; t != nil {
+			db.mu.Unlock()
+			return &Table{db: db, t: t}, nil
+		}
+		busy, ok := db.adopting[st.Name]
+		if !ok {
+			db.adopting[st.Name] = make(chan struct{})
+			db.mu.Unlock()
+			break
+		}
+		db.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	defer func() {
+		db.mu.Lock()
+		close(db.adopting[st.Name])
+		delete(db.adopting, st.Name)
+		db.mu.Unlock()
+	}()
 	start := db.opts.clock.nanos()
 	var g store.Grant
 	var check func() error
@@ -505,6 +545,10 @@ func (t *tableState) serving() error {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
 	}
 	if t.grantCheck != nil {
+		if t.storeFenced.Load() {
+			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (a newer one is registered, or the store was restored): reopen the table under a new grant",
+				ErrLeaseExpired, t.name)
+		}
 		if err := t.grantCheck(); err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)
 		}
@@ -531,6 +575,14 @@ func (t *tableState) serving() error {
 		t.leaseUntil.CompareAndSwap(lu, leaseLapsed)
 	}
 	return fmt.Errorf("%w: %q", ErrLeaseExpired, t.name)
+}
+
+// noteFenced latches a cluster-managed table's grant as fenced by the store when err says so
+// (storeFenced). Any goroutine.
+func (t *tableState) noteFenced(err error) {
+	if t.grantCheck != nil && errors.Is(err, storenode.ErrFenced) {
+		t.storeFenced.Store(true)
+	}
 }
 
 // leaseLapsed marks a lease that serving saw run out; only a renewal replaces it.

@@ -87,7 +87,10 @@
 // that replaces the lease: the node serves the table, reads included, only while the grant's
 // check passes (ErrLeaseExpired otherwise), and runs no lease renewal for it. A grant the
 // store fences at registration is released and taken again once; Close releases the grants.
-// A grant lost for good leaves the table unserved on this DB (a new DB acquires anew).
+// A grant the store fences later (ErrFenced on a commit batch or an id grant of the table) is
+// latched: the table stops serving even while the etcd check still vouches. A grant lost for
+// good leaves the table unserved on this DB (a new DB acquires anew). Concurrent opens of one
+// table take its grant once.
 //
 // After a commit batch fails (the storage node is fail-stop, the node was fenced, or the
 // connection could not be re-established within RequestTimeout), the node stops committing:

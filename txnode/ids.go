@@ -55,6 +55,7 @@ func (a *idAllocator) take(ctx context.Context, db *DB) (id, fresh uint64, err e
 		close(ch)
 		if err != nil {
 			a.mu.Unlock()
+			a.table.noteFenced(err)
 			return 0, 0, err
 		}
 		if first < a.table.grantLo.Load() {

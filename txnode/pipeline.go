@@ -632,6 +632,9 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	defer p.mu.Unlock()
 	b.lsn, b.err, b.completed = lsn, err, true
 	if err != nil {
+		for _, t := range b.tables {
+			t.noteFenced(err)
+		}
 		if p.failErr == nil {
 			p.failErr = fmt.Errorf("txnode: commit batch %d: %w", b.seq, err)
 			p.stopped.Store(true)
