@@ -3,6 +3,7 @@ package txnode
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
 	"testing"
 	"time"
 
@@ -131,5 +132,89 @@ func TestRemoteMissCancelledParent(t *testing.T) {
 		require.NoError(t, tb.Get(c, id, buf), "miss %d after the cancelled one", i)
 		require.Equal(t, uint64((i*977)%len(ids)), binary.LittleEndian.Uint64(buf))
 		cancel()
+	}
+}
+
+// TestBoundCtxAfterFuncNoLateUse: context.AfterFunc over a pooled bound (what the remote
+// store's reconnect waits, client and awaitNewConn, do with a read's bound) leaves nothing
+// that touches the bound once it was stopped and the bound released. Over a context without
+// an AfterFunc method the context package starts a goroutine per registration that calls the
+// bound's Done later, maybe after release, when the bound is back in the pool (its parent
+// gone: a nil dereference) or another read's (a data race, a watch on the wrong parent).
+// Fails on 643f402: a goroutine per registration, and a panic in one of them.
+func TestBoundCtxAfterFuncNoLateUse(t *testing.T) {
+	n := 2000
+	if testing.Short() {
+		n = 500
+	}
+	// The sequence of awaitNewConn when the new connection is already up: register, stop,
+	// release, and the next read takes the bound from the pool.
+	for range n {
+		p, cancel := context.WithCancel(context.Background())
+		b, rel := boundCtx(p, time.Hour)
+		stop := context.AfterFunc(b, func() { panic("stopped AfterFunc ran") })
+		require.True(t, stop())
+		rel()
+		cancel()
+	}
+
+	// Registrations are held by the bound itself: no goroutine per registration.
+	const k = 100
+	before := runtime.NumGoroutine()
+	stops := make([]func() bool, 0, k)
+	rels := make([]func(), 0, k)
+	parents := make([]context.CancelFunc, 0, k)
+	for range k {
+		p, cancel := context.WithCancel(context.Background())
+		b, rel := boundCtx(p, time.Hour)
+		stops = append(stops, context.AfterFunc(b, func() {}))
+		rels, parents = append(rels, rel), append(parents, cancel)
+	}
+	grew := runtime.NumGoroutine() - before
+	for i := range k {
+		require.True(t, stops[i]())
+		rels[i]()
+		parents[i]()
+	}
+	require.Less(t, grew, k/2, "goroutines started by %d AfterFunc registrations on bounds", k)
+
+	// The registered function runs when the bound ends: its parent ends, or its deadline.
+	ran := make(chan struct{}, 1)
+	p, cancel := context.WithCancel(context.Background())
+	b, rel := boundCtx(p, time.Hour)
+	stop := context.AfterFunc(b, func() { ran <- struct{}{} })
+	cancel()
+	recvWithin(t, ran, "the AfterFunc after the parent ended")
+	require.False(t, stop())
+	require.ErrorIs(t, b.Err(), context.Canceled)
+	rel()
+
+	p, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	b, rel = boundCtx(p, time.Millisecond)
+	stop = context.AfterFunc(b, func() { ran <- struct{}{} })
+	recvWithin(t, ran, "the AfterFunc at the deadline")
+	require.False(t, stop())
+	require.ErrorIs(t, b.Err(), context.DeadlineExceeded)
+	rel()
+
+	// A context derived from the bound ends with it, and at release at the latest (as the
+	// cancel of context.WithTimeout would end it); the bound is then not reused.
+	p, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	b, rel = boundCtx(p, time.Hour)
+	child, childCancel := context.WithCancel(b)
+	defer childCancel()
+	require.NoError(t, child.Err())
+	rel()
+	select {
+	case <-child.Done():
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "a context derived from a released bound never ended")
+	}
+	for range 100 {
+		nb, nrel := boundCtx(p, time.Hour)
+		require.NoError(t, nb.Err(), "a bound released with a live derived context was reused")
+		nrel()
 	}
 }

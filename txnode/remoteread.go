@@ -123,8 +123,10 @@ func boundCtx(ctx context.Context, d time.Duration) (context.Context, func()) {
 // gives remoteRead.wait both channels without the watch, so a read that never blocks
 // anywhere else registers nothing with the parent. Reused only when it did not end: one that
 // did (its timer fired, its parent's watch fired, or Err saw the parent ended) is dropped,
-// with its closed channel. Unlike context.WithTimeout's, context.Cause of an expired timerCtx
-// over a cancellable parent is the parent's (nil while it lives): nothing here asks for it.
+// with its closed channel. It is an afterFuncer (AfterFunc method), so context.AfterFunc and
+// contexts derived from it keep their registrations in c, never a goroutine that could call
+// c after release. Unlike context.WithTimeout's, context.Cause of an expired timerCtx over a
+// cancellable parent is the parent's (nil while it lives): nothing here asks for it.
 type timerCtx struct {
 	context.Context // the parent, for Value
 	deadline        time.Time
@@ -137,6 +139,17 @@ type timerCtx struct {
 	stopParent func() bool // context.AfterFunc's, once Done registered the watch; else nil
 	done       chan struct{}
 	err        error
+	// afters are the functions registered through the AfterFunc method (context.AfterFunc,
+	// WithCancel and the like over c) and not stopped yet; afterSeq numbers them, never
+	// reset, so a stale stop finds nothing.
+	afters   []afterFn
+	afterSeq uint64
+}
+
+// afterFn is one function registered with a timerCtx's AfterFunc.
+type afterFn struct {
+	id uint64
+	f  func()
 }
 
 var timerCtxPool sync.Pool // of *timerCtx; New is set in init (release refers to the pool)
@@ -161,12 +174,19 @@ func (c *timerCtx) start(parent context.Context, d time.Duration) {
 	c.timer.Reset(d)
 }
 
-// endLocked closes c with err, once. Caller holds mu.
+// endLocked closes c with err, once, and starts the functions registered with AfterFunc,
+// each on its own goroutine (the caller may hold locks they take). Caller holds mu.
 func (c *timerCtx) endLocked(err error) {
-	if c.err == nil {
-		c.err = err
-		close(c.done)
+	if c.err != nil {
+		return
 	}
+	c.err = err
+	close(c.done)
+	for i, a := range c.afters {
+		go a.f()
+		c.afters[i] = afterFn{}
+	}
+	c.afters = c.afters[:0]
 }
 
 func (c *timerCtx) expire() {
@@ -183,20 +203,67 @@ func (c *timerCtx) parentDone() {
 }
 
 // release stops the timer and the parent's watch and returns c to the pool if c did not end.
+// A function still registered with AfterFunc (a context derived from c that its caller did
+// not cancel) is run, c ending Canceled, as context.WithTimeout's cancel would: c is then not
+// reused, since that context still refers to it.
 func (c *timerCtx) release() {
 	reuse := c.timer.Stop() // false: fired, or firing: c.done is (being) closed
 	c.mu.Lock()
 	if c.stopParent != nil && !c.stopParent() {
 		reuse = false // the parent ended: parentDone runs or ran
 	}
-	reuse = reuse && c.err == nil
 	c.stopParent = nil
+	if len(c.afters) > 0 {
+		c.endLocked(context.Canceled)
+	}
+	reuse = reuse && c.err == nil
 	c.mu.Unlock()
 	if !reuse {
 		return
 	}
 	c.Context = nil
 	timerCtxPool.Put(c)
+}
+
+// AfterFunc makes c an afterFuncer: context.AfterFunc(c, f), and a context derived from c
+// (context.WithCancel(c), say), register f here instead of starting a goroutine that waits on
+// c.Done. Such a goroutine could outlive release and call Done and Err on c once it is back
+// in the pool or another read's (the remote store's reconnect waits register their wake-up
+// on a read's bound: TestBoundCtxAfterFuncNoLateUse). f runs on its own goroutine once c
+// ends, or at release; stop reports whether it stopped f from running. Any goroutine.
+func (c *timerCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	c.watchLocked()
+	c.afterSeq++
+	id := c.afterSeq
+	c.afters = append(c.afters, afterFn{id: id, f: f})
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, a := range c.afters {
+			if a.id == id {
+				n := len(c.afters) - 1
+				copy(c.afters[i:], c.afters[i+1:])
+				c.afters[n] = afterFn{}
+				c.afters = c.afters[:n]
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// watchLocked registers the watch on a cancellable parent, once, while c has not ended.
+// Caller holds mu.
+func (c *timerCtx) watchLocked() {
+	if c.watch && c.stopParent == nil && c.err == nil {
+		c.stopParent = context.AfterFunc(c.Context, c.parentDoneFn)
+	}
 }
 
 // waitChans returns the channels a wait on ctx selects on: ctx.Done(), or for a timerCtx its
@@ -217,9 +284,7 @@ func (c *timerCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 func (c *timerCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.watch && c.stopParent == nil && c.err == nil {
-		c.stopParent = context.AfterFunc(c.Context, c.parentDoneFn)
-	}
+	c.watchLocked()
 	return c.done
 }
 
