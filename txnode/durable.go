@@ -88,3 +88,9 @@ func (t *DurableTable) Get(ctx context.Context, id uint64, dst []byte) error {
 	}
 	return nil
 }
+
+// Serving returns nil while this node may serve the table (its lease, or for a
+// cluster-managed table its etcd grant, holds), else the error the table's reads and writes
+// fail with (ErrLeaseExpired wrapping the grant's error; ErrTableNotFound once dropped). One
+// clock read or grant check; no allocation on success.
+func (t *Table) Serving() error { return t.t.serving() }

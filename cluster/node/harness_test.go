@@ -64,11 +64,16 @@ func startCluster(t *testing.T, storageNodes int) *testCluster {
 // open opens a cluster node of owner id owner, taking requests at addr.
 func (tc *testCluster) open(t *testing.T, owner uint64, addr string) *node.Node {
 	t.Helper()
-	n, err := node.Open(testCtx(t), node.Config{
-		Etcd:    cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},
-		Session: cluster.SessionConfig{Owner: owner, Addr: addr},
-		Logger:  quiet, CacheBytes: 1 << 20,
-	})
+	return tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: owner, Addr: addr}})
+}
+
+// openConfig opens a cluster node of cfg, with the cluster's etcd.
+func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
+	t.Helper()
+	cfg.Etcd = cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet}
+	cfg.Logger = quiet
+	cfg.CacheBytes = 1 << 20
+	n, err := node.Open(testCtx(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

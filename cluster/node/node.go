@@ -28,8 +28,10 @@ type Config struct {
 	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
 	// to. txnode.DefaultCacheBytes when zero.
 	CacheBytes int64
-	// Durability of every commit (txnode.Options.Durability; Durable by default).
-	Durability txnode.Durability
+	// Durability of every commit (txnode.Options.Durability; Durable by default), and
+	// WriteBack's flush period (txnode.Options.FlushInterval).
+	Durability    txnode.Durability
+	FlushInterval time.Duration
 	// DialTimeout and RequestTimeout bound each storage node's dial and requests (txnode's
 	// defaults when zero).
 	DialTimeout, RequestTimeout time.Duration
@@ -137,7 +139,7 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 		n.mu.Unlock()
 		sc.db, sc.err = txnode.Open(ctx, txnode.Options{
 			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
-			CacheBytes: n.cfg.CacheBytes, Durability: n.cfg.Durability,
+			CacheBytes: n.cfg.CacheBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
 			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
 			Grants: grants{n.sess}, Logger: n.log,
 		})

@@ -348,3 +348,30 @@ func TestTakeover(t *testing.T) {
 	require.ErrorContains(t, ta.Own(ctx, 0), "reopen")
 	require.Equal(t, want, total(t, tc, accts), "the total is conserved")
 }
+
+// Reads of a partition this node does not own come from the storage node's durable rows:
+// what the owner holds in its cache and has not flushed (WriteBack) is not seen, until it is.
+func TestNonOwnedReadsDurableRows(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000"},
+		Durability: txnode.WriteBack, FlushInterval: 1 << 40})
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	tb, err := b.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	require.NoError(t, tb.Own(ctx, 1))
+	id, err := tb.Insert(ctx, balanceRow(42))
+	require.NoError(t, err)
+	dst := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, id, dst), "the owner sees its cached row")
+	require.EqualValues(t, 42, balanceOf(dst))
+	require.ErrorIs(t, ta.Get(ctx, id, dst), txnode.ErrNotFound, "not durable yet: not served to a non-owner")
+	require.NoError(t, b.Close(ctx)) // flushes
+	require.NoError(t, ta.Get(ctx, id, dst))
+	require.EqualValues(t, 42, balanceOf(dst))
+	// b's Close released the partition: a takes it at once.
+	require.NoError(t, ta.Own(ctx, 1))
+	require.NoError(t, ta.Put(ctx, id, balanceRow(43)))
+}

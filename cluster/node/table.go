@@ -122,7 +122,7 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		case err != nil:
 			return fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
 		}
-		if err := tb.Get(ctx, 0, make([]byte, t.rowBytes)); isLost(err) {
+		if err := tb.Serving(); isLost(err) {
 			// A table this transaction node opened before whose grant is gone (txnode keeps
 			// the table's state for the DB's life).
 			pt.lost.Store(true)
