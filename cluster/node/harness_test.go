@@ -70,7 +70,10 @@ func (tc *testCluster) open(t *testing.T, owner uint64, addr string) *node.Node 
 // openConfig opens a cluster node of cfg, with the cluster's etcd.
 func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	t.Helper()
-	cfg.Etcd = cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet}
+	if cfg.Etcd.Endpoints == nil {
+		cfg.Etcd.Endpoints = tc.etcd.Endpoints()
+	}
+	cfg.Etcd.Prefix, cfg.Etcd.Logger = prefix, quiet
 	cfg.Logger = quiet
 	cfg.CacheBytes = 1 << 20
 	n, err := node.Open(testCtx(t), cfg)

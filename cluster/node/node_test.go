@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
@@ -249,6 +250,12 @@ func TestRoutingAndNotOwner(t *testing.T) {
 	require.Equal(t, ta.NodeOf(aID), ta.NodeOf(newID))
 	require.EqualValues(t, 0, ta.Partition(newID)%2)
 	require.NoError(t, a.Update(ctx, func(*node.Tx) error { return nil }))
+	tbB, err := tc.open(t, 0xd, "").OpenTable(ctx, "acct") // another Node's handle
+	require.NoError(t, err)
+	err = a.Update(ctx, func(tx *node.Tx) error { return tx.Get(tbB, aID, dst) })
+	require.ErrorIs(t, err, cluster.ErrInvalid)
+	err = a.Update(ctx, func(tx *node.Tx) error { _, err := tx.Insert(tbB, balanceRow(1)); return err })
+	require.ErrorIs(t, err, cluster.ErrInvalid)
 	sentinel := errors.New("mine")
 	require.ErrorIs(t, a.Update(ctx, func(*node.Tx) error { return sentinel }), sentinel)
 
@@ -374,4 +381,48 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 	// b's Close released the partition: a takes it at once.
 	require.NoError(t, ta.Own(ctx, 1))
 	require.NoError(t, ta.Put(ctx, id, balanceRow(43)))
+}
+
+// A node cut off from etcd stops writing at its deadline; its lease expires and the other
+// node, waiting (OwnWait), takes its partitions and continues; when the first hears its lease
+// is gone, its writes fail with ErrNotOwner naming the new holder. Nothing it was refused is
+// stored.
+func TestTakeoverAfterLeaseExpiry(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 3)
+	px, err := etcdtest.NewProxy(tc.etcd.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
+		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}})
+	b := tc.open(t, 0xb, "game-b:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 6, 1, tc.addrs)
+	require.NoError(t, err)
+	tb, err := b.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1, 2))
+	id, err := ta.Insert(ctx, balanceRow(initial))
+	require.NoError(t, err)
+
+	px.Cut(true)
+	require.NoError(t, tb.OwnWait(ctx, 0, 1, 2), "b takes a's partitions once a's lease expired")
+	require.NoError(t, tb.Update(ctx, id, func(r []byte) error { copy(r, balanceRow(initial+1)); return nil }))
+	err = ta.Put(ctx, id, balanceRow(5))
+	require.ErrorIs(t, err, txnode.ErrLeaseExpired, "a past its deadline writes nothing")
+	require.ErrorIs(t, err, cluster.ErrLapsed)
+
+	px.Cut(false)
+	select {
+	case <-a.Session().Done(): // the keepalive heard the lease is gone
+	case <-ctx.Done():
+		t.Fatal("a never heard its lease expired")
+	}
+	var ne *node.NotOwnerError
+	require.ErrorAs(t, ta.Put(ctx, id, balanceRow(6)), &ne)
+	require.Equal(t, "game-b:7000", ne.Holder.Addr)
+	dst := make([]byte, 64)
+	require.NoError(t, ta.Get(ctx, id, dst))
+	require.EqualValues(t, initial+1, balanceOf(dst), "b's write, read durably by a")
+	require.NoError(t, tb.Get(ctx, id, dst))
+	require.EqualValues(t, initial+1, balanceOf(dst))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -14,6 +15,7 @@ import (
 // changing), all on one storage node (ErrCrossNode otherwise). It is valid only while its
 // closure runs, on the closure's goroutine.
 type Tx struct {
+	n   *Node
 	ctx context.Context
 	// probe: the run that only finds the storage node (see Node.Update); every access
 	// after the first returns errBind.
@@ -42,7 +44,7 @@ var errBind = errors.New("node: transaction bound to its storage node (internal)
 // even if fn did not. Atomic transactions over several storage nodes come with two-phase
 // commit (docs/cluster.md).
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
-	probe := &Tx{ctx: ctx, probe: true}
+	probe := &Tx{n: n, ctx: ctx, probe: true}
 	err := fn(probe)
 	probe.done = true
 	switch {
@@ -53,7 +55,7 @@ func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	}
 	db := probe.db
 	return db.Update(ctx, func(t *txnode.Tx) error {
-		tx := &Tx{ctx: ctx, addr: probe.addr, db: db, tx: t}
+		tx := &Tx{n: n, ctx: ctx, addr: probe.addr, db: db, tx: t}
 		err := fn(tx)
 		tx.done = true
 		if tx.err != nil {
@@ -69,6 +71,10 @@ func (tx *Tx) route(t *Table, p uint32) (*txnode.Table, error) {
 		return nil, txnode.ErrTxDone
 	}
 	if tx.err != nil {
+		return nil, tx.err
+	}
+	if t.n != tx.n {
+		tx.err = fmt.Errorf("node: %w: table %q was opened by another Node than the transaction's", cluster.ErrInvalid, t.m.Name)
 		return nil, tx.err
 	}
 	pt := &t.parts[p]
@@ -154,6 +160,10 @@ func (tx *Tx) Insert(t *Table, row []byte) (uint64, error) {
 		return 0, txnode.ErrTxDone
 	}
 	if tx.err != nil {
+		return 0, tx.err
+	}
+	if t.n != tx.n {
+		tx.err = fmt.Errorf("node: %w: table %q was opened by another Node than the transaction's", cluster.ErrInvalid, t.m.Name)
 		return 0, tx.err
 	}
 	owned := *t.owned.Load()
