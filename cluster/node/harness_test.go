@@ -18,6 +18,10 @@ import (
 
 const prefix = "/nodetest/"
 
+// secret is the storage nodes' shared secret (hex of 32 bytes): the cluster nodes
+// authenticate as every storage node's client does.
+var secret = []byte("9f1c2e3d4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0")
+
 // testCtx bounds every wait of a test.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -46,7 +50,7 @@ func startCluster(t *testing.T, storageNodes int) *testCluster {
 	tc.c = c
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	for range storageNodes {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1,
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret,
 			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}})
 		require.NoError(t, err)
 		require.NoError(t, srv.Start())
@@ -76,6 +80,9 @@ func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	cfg.Etcd.Prefix, cfg.Etcd.Logger = prefix, quiet
 	cfg.Logger = quiet
 	cfg.CacheBytes = 1 << 20
+	if cfg.Secret == nil {
+		cfg.Secret = secret
+	}
 	n, err := node.Open(testCtx(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {

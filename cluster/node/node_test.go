@@ -7,12 +7,14 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 )
@@ -425,4 +427,64 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	require.EqualValues(t, initial+1, balanceOf(dst), "b's write, read durably by a")
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.EqualValues(t, initial+1, balanceOf(dst))
+}
+
+// A node without the storage nodes' secret is refused by them: it opens no table.
+func TestWrongSecretRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	_, err := tc.open(t, 0xa, "").CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	bad := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb},
+		Secret: []byte("a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f91"), DialTimeout: 5 * time.Second})
+	_, err = bad.OpenTable(ctx, "acct")
+	require.ErrorIs(t, err, sgio.ErrAuthFailed)
+	require.NotErrorIs(t, err, sgio.ErrWeakSecret)
+}
+
+// Own runs while inserts run: every insert lands in a partition owned when it was made, and
+// the inserts spread over the new partitions too.
+func TestOwnWhileInserting(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 6, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	inserts := 200
+	if testing.Short() {
+		inserts = 60
+	}
+	done := make(chan []uint64)
+	go func() {
+		var ids []uint64
+		for range inserts {
+			id, err := ta.Insert(ctx, balanceRow(1))
+			if err != nil {
+				break
+			}
+			ids = append(ids, id)
+		}
+		done <- ids
+	}()
+	for p := uint32(1); p < 6; p++ {
+		require.NoError(t, ta.Own(ctx, p))
+	}
+	ids := <-done
+	require.Len(t, ids, inserts)
+	seen := map[uint64]bool{}
+	dst := make([]byte, 64)
+	for _, id := range ids {
+		require.False(t, seen[id], "id %d twice", id)
+		seen[id] = true
+		require.NoError(t, ta.Get(ctx, id, dst))
+	}
+	// After the Owns, inserts reach every partition.
+	parts := map[uint32]bool{}
+	for range 6 {
+		id, err := ta.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		parts[ta.Partition(id)] = true
+	}
+	require.Len(t, parts, 6)
 }
