@@ -35,9 +35,16 @@ type Config struct {
 	// DialTimeout and RequestTimeout bound each storage node's dial and requests (txnode's
 	// defaults when zero).
 	DialTimeout, RequestTimeout time.Duration
+	// OwnerLookupTimeout bounds the etcd read that names a partition's holder in a
+	// NotOwnerError (DefaultOwnerLookupTimeout when zero): with etcd unreachable, a refused
+	// write fails within it (the error's Lookup says why), not at the caller's deadline.
+	OwnerLookupTimeout time.Duration
 	// Logger receives warnings (slog.Default when nil).
 	Logger *slog.Logger
 }
+
+// DefaultOwnerLookupTimeout is Config.OwnerLookupTimeout's default.
+const DefaultOwnerLookupTimeout = 2 * time.Second
 
 // Node is a game server's view of a cluster: its partitioned tables over every storage node
 // (routing each row by id, cluster.Layout.Of), the partitions it owns for writing under its
@@ -70,6 +77,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.OwnerLookupTimeout <= 0 {
+		cfg.OwnerLookupTimeout = DefaultOwnerLookupTimeout
 	}
 	if cfg.Etcd.Logger == nil {
 		cfg.Etcd.Logger = cfg.Logger

@@ -396,7 +396,7 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(px.Close)
 	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
-		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}})
+		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}, OwnerLookupTimeout: 500 * time.Millisecond})
 	b := tc.open(t, 0xb, "game-b:7000")
 	ta, err := a.CreateTable(ctx, "acct", 64, 6, 1, tc.addrs)
 	require.NoError(t, err)
@@ -412,6 +412,14 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	err = ta.Put(ctx, id, balanceRow(5))
 	require.ErrorIs(t, err, txnode.ErrLeaseExpired, "a past its deadline writes nothing")
 	require.ErrorIs(t, err, cluster.ErrLapsed)
+	// A write to a partition a never owned, while a cannot reach etcd: refused within the
+	// lookup's bound, the holder unknown.
+	other, ok := ta.Layout().Next(0, 4)
+	require.True(t, ok)
+	err = ta.Put(ctx, other, balanceRow(5))
+	require.ErrorIs(t, err, node.ErrNotOwner)
+	require.ErrorIs(t, err, cluster.ErrUnavailable)
+	require.NoError(t, ctx.Err())
 
 	px.Cut(false)
 	select {

@@ -169,6 +169,8 @@ func (t *Table) setOwned(p uint32, in bool) {
 // notOwner is the error of an access to partition p that this node does not own, naming its
 // holder from etcd (Client.Owner, linearizable).
 func (t *Table) notOwner(ctx context.Context, p uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+	defer cancel()
 	h, ok, err := t.n.c.Owner(ctx, t.m.Name, p)
 	if err != nil {
 		return &NotOwnerError{Table: t.m.Name, Part: p, Lookup: err}
