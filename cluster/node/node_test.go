@@ -258,6 +258,31 @@ func TestRoutingAndNotOwner(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrInvalid)
 	err = a.Update(ctx, func(tx *node.Tx) error { _, err := tx.Insert(tbB, balanceRow(1)); return err })
 	require.ErrorIs(t, err, cluster.ErrInvalid)
+	// A closure that panics on any error of tx (the first run's internal one included)
+	// commits all the same; a panic of its own goes on up.
+	must := func(err error) {
+		if err != nil {
+			panic(err)
+		}
+	}
+	require.NoError(t, a.Update(ctx, func(tx *node.Tx) error {
+		must(tx.Get(ta, aID, dst))
+		must(tx.Put(ta, aID, balanceRow(balanceOf(dst)+1)))
+		return nil
+	}))
+	require.NoError(t, ta.Get(ctx, aID, dst))
+	require.EqualValues(t, initial+1, balanceOf(dst))
+	require.PanicsWithValue(t, "own", func() {
+		a.Update(ctx, func(tx *node.Tx) error { panic("own") })
+	})
+	require.PanicsWithValue(t, "own", func() {
+		a.Update(ctx, func(tx *node.Tx) error {
+			if err := tx.Get(ta, aID, dst); err != nil {
+				return err
+			}
+			panic("own")
+		})
+	})
 	sentinel := errors.New("mine")
 	require.ErrorIs(t, a.Update(ctx, func(*node.Tx) error { return sentinel }), sentinel)
 

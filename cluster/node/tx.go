@@ -39,14 +39,14 @@ var errBind = errors.New("node: transaction bound to its storage node (internal)
 // The storage node is the one of the first row fn touches (or, for a first Insert, of the
 // partition it goes to): to learn it, fn first runs up to that access, which returns an
 // internal error (whatever fn does with it, that run is discarded), then runs again inside
-// the storage node's transaction. A row of a partition this node does not own is a
+// the storage node's transaction (a panic of fn in that first run, once the storage node is
+// known, is dropped: fn runs again). A row of a partition this node does not own is a
 // *NotOwnerError; one on another storage node is ErrCrossNode; Update returns that error
 // even if fn did not. Atomic transactions over several storage nodes come with two-phase
 // commit (docs/cluster.md).
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	probe := &Tx{n: n, ctx: ctx, probe: true}
-	err := fn(probe)
-	probe.done = true
+	err := probeRun(probe, fn)
 	switch {
 	case probe.err == nil:
 		return err // fn touched no row: nothing to commit
@@ -63,6 +63,22 @@ func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 		return err
 	})
+}
+
+// probeRun runs fn in the probe. A panic after the probe bound the transaction (fn panicked
+// on the internal error, or on what followed from it) is dropped: the run is discarded
+// anyway, and the real run reproduces any panic of fn's own. Any other goes on up.
+func probeRun(probe *Tx, fn func(*Tx) error) (err error) {
+	defer func() {
+		probe.done = true
+		if r := recover(); r != nil {
+			if probe.err != errBind {
+				panic(r)
+			}
+			err = nil
+		}
+	}()
+	return fn(probe)
 }
 
 // route returns the owned table of partition p of t for this transaction, or the error.
