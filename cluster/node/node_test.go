@@ -283,6 +283,22 @@ func TestRoutingAndNotOwner(t *testing.T) {
 			panic("own")
 		})
 	})
+	// A read-only transaction: reads of owned partitions, a write refused, a partition not
+	// owned refused.
+	var sum uint64
+	require.NoError(t, a.View(ctx, func(tx *node.Tx) error {
+		sum = 0
+		for _, id := range []uint64{aID, newID} {
+			if err := tx.Get(ta, id, dst); err != nil {
+				return err
+			}
+			sum += balanceOf(dst)
+		}
+		return nil
+	}))
+	require.EqualValues(t, initial+1+3, sum)
+	require.ErrorIs(t, a.View(ctx, func(tx *node.Tx) error { return tx.Put(ta, aID, dst) }), txnode.ErrReadOnly)
+	require.ErrorIs(t, a.View(ctx, func(tx *node.Tx) error { return tx.Get(ta, bID, dst) }), node.ErrNotOwner)
 	sentinel := errors.New("mine")
 	require.ErrorIs(t, a.Update(ctx, func(*node.Tx) error { return sentinel }), sentinel)
 

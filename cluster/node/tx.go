@@ -9,8 +9,8 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// Tx is a read-write transaction over the partitions this node owns on one storage node
-// (Node.Update). Every row it touches must be in a partition this node owns (a read of any
+// Tx is a transaction over the partitions this node owns on one storage node (Node.Update,
+// read-write; Node.View, read-only). Every row it touches must be in a partition this node owns (a read of any
 // other is ErrNotOwner too: serializability cannot be kept over rows another node may be
 // changing), all on one storage node (ErrCrossNode otherwise). It is valid only while its
 // closure runs, on the closure's goroutine.
@@ -45,6 +45,18 @@ var errBind = errors.New("node: transaction bound to its storage node (internal)
 // even if fn did not. Atomic transactions over several storage nodes come with two-phase
 // commit (docs/cluster.md).
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
+	return n.run(ctx, true, fn)
+}
+
+// View runs fn in a read-only transaction on one storage node, as Update does (a write in
+// it is txnode.ErrReadOnly): its reads of owned partitions are validated at the end, so they
+// are one consistent state. A partition this node does not own is ErrNotOwner in it too
+// (Table.Get reads such a row outside any transaction, from its durable rows).
+func (n *Node) View(ctx context.Context, fn func(tx *Tx) error) error {
+	return n.run(ctx, false, fn)
+}
+
+func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) error {
 	probe := &Tx{n: n, ctx: ctx, probe: true}
 	err := probeRun(probe, fn)
 	switch {
@@ -54,7 +66,7 @@ func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 		return probe.err
 	}
 	db := probe.db
-	return db.Update(ctx, func(t *txnode.Tx) error {
+	body := func(t *txnode.Tx) error {
 		tx := &Tx{n: n, ctx: ctx, addr: probe.addr, db: db, tx: t}
 		err := fn(tx)
 		tx.done = true
@@ -62,7 +74,11 @@ func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 			return tx.err
 		}
 		return err
-	})
+	}
+	if !writable {
+		return db.View(ctx, body)
+	}
+	return db.Update(ctx, body)
 }
 
 // probeRun runs fn in the probe. A panic after the probe bound the transaction (fn panicked
