@@ -153,6 +153,7 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
 			Grants: grants{n.sess}, Logger: n.log,
 		})
+		var orphan *txnode.DB
 		n.mu.Lock()
 		if sc.err != nil {
 			sc.err = fmt.Errorf("node: storage node %s: %w", addr, sc.err)
@@ -161,11 +162,13 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 			}
 		} else if n.closed {
 			// Close ran meanwhile and took the map: this one is ours to close.
-			sc.db.Close(context.WithoutCancel(ctx))
-			sc.db, sc.err = nil, ErrClosed
+			orphan, sc.db, sc.err = sc.db, nil, ErrClosed
 		}
 		close(sc.ready)
 		n.mu.Unlock()
+		if orphan != nil {
+			orphan.Close(context.WithoutCancel(ctx))
+		}
 		return sc.db, sc.err
 	}
 	n.mu.Unlock()
