@@ -119,7 +119,13 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Unlock()
 	var errs []error
 	for addr, sc := range conns {
-		<-sc.ready // a dial in flight ends within its timeout
+		select {
+		case <-sc.ready:
+		case <-ctx.Done():
+			// A dial in flight: it closes what it opens itself once it sees the Node closed.
+			errs = append(errs, fmt.Errorf("node: close: storage node %s still dialling: %w", addr, ctx.Err()))
+			continue
+		}
 		if sc.db != nil {
 			if err := sc.db.Close(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("node: close the transaction node of %s: %w", addr, err))
@@ -167,7 +173,9 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 		close(sc.ready)
 		n.mu.Unlock()
 		if orphan != nil {
-			orphan.Close(context.WithoutCancel(ctx))
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			orphan.Close(cctx)
+			cancel()
 		}
 		return sc.db, sc.err
 	}
