@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 )
@@ -215,6 +216,15 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 	if partitions <= 0 || partitions > cluster.PartitionsMax || stripePages <= 0 || stripePages > cluster.StripePagesMax {
 		return nil, fmt.Errorf("node: %w: table %q: %d partitions of %d-page stripes", cluster.ErrInvalid, name, partitions, stripePages)
 	}
+	// Everything a storage node would refuse in step 2 is refused before step 1: a map entry
+	// whose partition tables can never be created would hold the name for good.
+	if _, err := logicpage.NewGeometry(rowBytes); err != nil {
+		return nil, fmt.Errorf("node: create table %q: %w", name, err)
+	}
+	if err := storageName(storenode.PartitionTableName(name, uint32(partitions-1))); err != nil {
+		return nil, fmt.Errorf("node: create table %q: its partition tables' names (%q): %w",
+			name, storenode.PartitionTableName(name, uint32(partitions-1)), err)
+	}
 	layout := cluster.Layout{Partitions: uint32(partitions), StripePages: uint32(stripePages)}
 	place := make([]string, partitions)
 	for p := range place {
@@ -297,6 +307,21 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 		durable[p] = d
 	}
 	return n.addTable(tm, durable)
+}
+
+// storageName checks a storage node's table name rule (1..64 bytes of [A-Za-z0-9_.-]):
+// storenode.ErrBadName otherwise.
+func storageName(name string) error {
+	if len(name) == 0 || len(name) > 64 {
+		return fmt.Errorf("%w: %d bytes (1..64)", storenode.ErrBadName, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("%w: byte %q (want [A-Za-z0-9_.-])", storenode.ErrBadName, c)
+		}
+	}
+	return nil
 }
 
 func (n *Node) readTable(ctx context.Context, name string) (*cluster.TableMap, error) {

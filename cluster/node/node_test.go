@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
@@ -338,6 +340,18 @@ func TestCreateTableCompletes(t *testing.T) {
 		ids[tbl.Partition(id)] = true
 	}
 	require.Len(t, ids, 3)
+	// What a storage node would refuse is refused before the map is written.
+	for _, bad := range []struct {
+		name     string
+		rowBytes int
+		want     error
+	}{{"odd", 7, logicpage.ErrRowSize}, {"a b", 64, storenode.ErrBadName}, {strings.Repeat("x", 62), 64, storenode.ErrBadName}} {
+		_, err := a.CreateTable(ctx, bad.name, bad.rowBytes, 12, 1, tc.addrs)
+		require.ErrorIs(t, err, bad.want, bad.name)
+		m, err := tc.c.ReadMap(ctx)
+		require.NoError(t, err)
+		require.NotContains(t, m.Tables, bad.name)
+	}
 	b := tc.open(t, 0xb, "")
 	_, err = b.OpenTable(ctx, "half")
 	require.NoError(t, err)
