@@ -15,6 +15,8 @@
 //
 // A game server opts in by importing this package. txnode and storenode do not import it, so
 // a game server that does not links neither etcd's client nor grpc (.ci/run checks it).
+// Package cluster/node is the game server's side built on it: partitioned tables over several
+// storage nodes, routed by id, written where this node owns the partition.
 //
 // # Keys in etcd
 //

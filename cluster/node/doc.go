@@ -1,0 +1,41 @@
+// Package node is a game server's view of a Weft cluster (docs/cluster.md, "The cluster
+// node"): partitioned tables over several storage nodes, the partition map and ownership in
+// etcd (package cluster), one transaction node (txnode.DB) per storage node it talks to.
+//
+//	n, _ := node.Open(ctx, node.Config{Etcd: cluster.Config{Endpoints: eps},
+//		Session: cluster.SessionConfig{Owner: 7, Addr: "zone-a:7000"}})
+//	defer n.Close(ctx)
+//	t, _ := n.CreateTable(ctx, "acct", 64, 12, 1, storageNodes) // or n.OpenTable(ctx, "acct")
+//	t.Own(ctx, 0, 2, 4)                                         // write ownership, per partition
+//	id, _ := t.Insert(ctx, row)                                 // into an owned partition
+//	n.Update(ctx, func(tx *node.Tx) error { ... })              // rows on one storage node
+//
+// # Routing
+//
+// A row's partition is cluster.Layout.Of(id); the partition map says its storage node. A
+// partition this node owns is served by that storage node's transaction node under the
+// partition's etcd grant (txnode.Options.Grants, registered with the storage node, which
+// verifies it in etcd): cached reads, writes, id allocation. A partition it does not own is
+// read from the storage node's durable rows (txnode.DurableTable: possibly older than the
+// owner's cache) and written nowhere: the write fails with a *NotOwnerError naming the holder's
+// address (ErrNotOwner). Inserts go round robin over the owned partitions (each partition's
+// ids come from its storage node, which hands out only ids of its stripes).
+//
+// # Transactions
+//
+// Node.Update runs a transaction over rows of owned partitions on one storage node: one
+// txnode transaction, one commit batch, atomic and serializable as on a single node. A read
+// of a partition this node does not own inside it fails with ErrNotOwner; rows on two storage
+// nodes with ErrCrossNode (two-phase commit comes next).
+//
+// # Ownership
+//
+// Own and OwnWait take partitions under the node's session (one etcd lease); Close releases
+// them (and the other nodes take them at once); a node that dies loses them one TTL after its
+// last keepalive. A grant lost while the node runs (its session ended) makes writes fail with
+// a *NotOwnerError naming the new holder; the node cannot own that partition again (a new
+// session: reopen the node).
+//
+// txnode and storenode do not import this package or package cluster: a game server without
+// a cluster links no etcd.
+package node

@@ -1,0 +1,111 @@
+package node_test
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
+)
+
+const prefix = "/nodetest/"
+
+// secret is the storage nodes' shared secret (hex of 32 bytes): the cluster nodes
+// authenticate as every storage node's client does.
+var secret = []byte("9f1c2e3d4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0")
+
+// testCtx bounds every wait of a test.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// testCluster is a real etcd and real storage nodes on 127.0.0.1, each verifying grants in
+// etcd (cluster.GrantVerifier), as cmd/storenode -etcd runs them.
+type testCluster struct {
+	etcd  *etcdtest.Server
+	c     *cluster.Client
+	srvs  []*server.Server
+	addrs []string
+}
+
+func startCluster(t *testing.T, storageNodes int) *testCluster {
+	t.Helper()
+	ctx := testCtx(t)
+	tc := &testCluster{etcd: etcdtest.Start(t)}
+	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	tc.c = c
+	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
+	for range storageNodes {
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret,
+			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}})
+		require.NoError(t, err)
+		require.NoError(t, srv.Start())
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		})
+		tc.srvs = append(tc.srvs, srv)
+		tc.addrs = append(tc.addrs, srv.Addr().String())
+	}
+	return tc
+}
+
+// open opens a cluster node of owner id owner, taking requests at addr.
+func (tc *testCluster) open(t *testing.T, owner uint64, addr string) *node.Node {
+	t.Helper()
+	return tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: owner, Addr: addr}})
+}
+
+// openConfig opens a cluster node of cfg, with the cluster's etcd.
+func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
+	t.Helper()
+	if cfg.Etcd.Endpoints == nil {
+		cfg.Etcd.Endpoints = tc.etcd.Endpoints()
+	}
+	cfg.Etcd.Prefix, cfg.Etcd.Logger = prefix, quiet
+	cfg.Logger = quiet
+	cfg.CacheBytes = 1 << 20
+	if cfg.Secret == nil {
+		cfg.Secret = secret
+	}
+	n, err := node.Open(testCtx(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	return n
+}
+
+func balanceRow(v uint64) []byte {
+	b := make([]byte, 64)
+	binary.LittleEndian.PutUint64(b, v)
+	return b
+}
+
+func balanceOf(row []byte) uint64 { return binary.LittleEndian.Uint64(row) }
+
+// parts returns the partitions p of n with p%2 == parity.
+func parts(n, parity int) []uint32 {
+	var out []uint32
+	for p := parity; p < n; p += 2 {
+		out = append(out, uint32(p))
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+//go:build unix
+
+package node_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// killHelperEnv carries "etcd endpoint|account ids, comma-separated" to TestHelperBankNode.
+const killHelperEnv = "WEFT_NODE_KILL_HELPER"
+
+// TestHelperBankNode is the child of TestKilledNodeTakenOver (it does nothing unless started
+// by it): a cluster node owning the even partitions of "acct" under a session of the shortest
+// TTL, moving money between the given accounts (pairs on one storage node) for ever. Before
+// each transfer it prints "try FROM TO AMOUNT", after it returned nil "ok".
+func TestHelperBankNode(t *testing.T) {
+	spec := os.Getenv(killHelperEnv)
+	if spec == "" {
+		t.Skip("helper process only")
+	}
+	endpoint, list, _ := strings.Cut(spec, "|")
+	var ids []uint64
+	for _, f := range strings.Split(list, ",") {
+		id, err := strconv.ParseUint(f, 10, 64)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n, err := node.Open(ctx, node.Config{Logger: quiet, Secret: secret,
+		Etcd:    cluster.Config{Endpoints: []string{endpoint}, Prefix: prefix, Logger: quiet},
+		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}})
+	require.NoError(t, err)
+	tbl, err := n.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
+	fmt.Println("ready")
+	rng := rand.New(rand.NewPCG(7, 7))
+	for ctx.Err() == nil {
+		from, to := ids[rng.IntN(len(ids))], ids[rng.IntN(len(ids))]
+		if from == to || tbl.NodeOf(from) != tbl.NodeOf(to) {
+			continue
+		}
+		amount := uint64(1 + rng.IntN(20))
+		fmt.Printf("try %d %d %d\n", from, to, amount)
+		if err := transfer(ctx, n, tbl, from, to, amount); err != nil {
+			fmt.Printf("err %v\n", err)
+			return
+		}
+		fmt.Println("ok")
+	}
+}
+
+// A cluster node killed with -9 in the middle of its transfers: the other node takes its
+// partitions once its lease expired (OwnWait) and finds every acknowledged transfer, and at
+// most the one in flight besides, each whole; it continues; the total is conserved.
+func TestKilledNodeTakenOver(t *testing.T) {
+	ctx := testCtx(t)
+	acks := 80
+	if testing.Short() {
+		acks = 25
+	}
+	tc := startCluster(t, 3)
+	setup := tc.open(t, 0x5e, "")
+	tbl, err := setup.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
+	var ids []string
+	model := map[uint64]uint64{}
+	for range 24 {
+		id, err := tbl.Insert(ctx, balanceRow(initial))
+		require.NoError(t, err)
+		ids = append(ids, strconv.FormatUint(id, 10))
+		model[id] = initial
+	}
+	require.NoError(t, setup.Close(ctx)) // releases the partitions
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBankNode$", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), killHelperEnv+"="+tc.etcd.Endpoints()[0]+"|"+strings.Join(ids, ","))
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	waited := false
+	defer func() {
+		if !waited {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "the child exited")
+			return l
+		case <-ctx.Done():
+			t.Fatal("no answer from the child")
+			return ""
+		}
+	}
+	for l := next(); l != "ready"; l = next() {
+	}
+	type xfer struct{ from, to, amount uint64 }
+	apply := func(m map[uint64]uint64, x xfer) {
+		if m[x.from] >= x.amount {
+			m[x.from] -= x.amount
+			m[x.to] += x.amount
+		}
+	}
+	var inflight *xfer
+	for done := 0; done < acks; {
+		l := next()
+		switch {
+		case strings.HasPrefix(l, "try "):
+			var x xfer
+			_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
+			require.NoError(t, err)
+			inflight = &x
+		case l == "ok":
+			require.NotNil(t, inflight)
+			apply(model, *inflight)
+			inflight = nil
+			done++
+		default:
+			t.Fatalf("child: %s", l)
+		}
+	}
+	require.NoError(t, cmd.Process.Kill())
+	cmd.Wait()
+	waited = true
+	// What the child printed before it died: an "ok" is an acknowledged transfer.
+	for l := range lines {
+		switch {
+		case strings.HasPrefix(l, "try "):
+			var x xfer
+			_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
+			require.NoError(t, err)
+			inflight = &x
+		case l == "ok" && inflight != nil:
+			apply(model, *inflight)
+			inflight = nil
+		}
+	}
+
+	b := tc.open(t, 0xb, "game-b:7000")
+	tb, err := b.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "b takes the killed node's partitions")
+	got := map[uint64]uint64{}
+	dst := make([]byte, 64)
+	var sum uint64
+	for id := range model {
+		require.NoError(t, tb.Get(ctx, id, dst))
+		got[id] = balanceOf(dst)
+		sum += got[id]
+	}
+	require.Equal(t, uint64(len(model))*initial, sum, "the total is conserved")
+	if inflight != nil {
+		with := maps.Clone(model)
+		apply(with, *inflight)
+		if !maps.Equal(got, model) {
+			require.Equal(t, with, got, "every acknowledged transfer, and the one in flight whole or not at all")
+		}
+	} else {
+		require.Equal(t, model, got, "every acknowledged transfer")
+	}
+	// b continues on the accounts.
+	for id := range model {
+		for id2 := range model {
+			if id != id2 && tb.NodeOf(id) == tb.NodeOf(id2) {
+				require.NoError(t, transfer(ctx, b, tb, id, id2, 1))
+			}
+		}
+		break
+	}
+}

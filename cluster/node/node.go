@@ -1,0 +1,348 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode"
+)
+
+// Config is how Open joins a cluster.
+type Config struct {
+	// Etcd is how the node reaches the cluster's etcd (endpoints, prefix, TLS, auth).
+	Etcd cluster.Config
+	// Session is the node's ownership session: Owner (nonzero; also the owner id the node
+	// gives every storage node, txnode.Options.OwnerID), Addr (where this node takes
+	// requests: what a NotOwnerError names to the other nodes), TTL and margin.
+	Session cluster.SessionConfig
+	// Secret is the storage nodes' shared secret (txnode.Options.Secret).
+	Secret []byte
+	// CacheBytes is the logical page cache of each storage node's transaction node
+	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
+	// to. txnode.DefaultCacheBytes when zero.
+	CacheBytes int64
+	// Durability of every commit (txnode.Options.Durability; Durable by default), and
+	// WriteBack's flush period (txnode.Options.FlushInterval).
+	Durability    txnode.Durability
+	FlushInterval time.Duration
+	// DialTimeout and RequestTimeout bound each storage node's dial and requests (txnode's
+	// defaults when zero).
+	DialTimeout, RequestTimeout time.Duration
+	// OwnerLookupTimeout bounds the etcd read that names a partition's holder in a
+	// NotOwnerError (DefaultOwnerLookupTimeout when zero): with etcd unreachable, a refused
+	// write fails within it (the error's Lookup says why), not at the caller's deadline.
+	OwnerLookupTimeout time.Duration
+	// Logger receives warnings (slog.Default when nil).
+	Logger *slog.Logger
+}
+
+// DefaultOwnerLookupTimeout is Config.OwnerLookupTimeout's default.
+const DefaultOwnerLookupTimeout = 2 * time.Second
+
+// Node is a game server's view of a cluster: its partitioned tables over every storage node
+// (routing each row by id, cluster.Layout.Of), the partitions it owns for writing under its
+// session, and one transaction node (txnode.DB) per storage node it talks to, dialled when a
+// table it opens first needs that storage node. Its methods may be called from any goroutine.
+type Node struct {
+	cfg  Config
+	c    *cluster.Client
+	sess *cluster.Session
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	dbs    map[string]*storeConn // by storage node address
+	tables map[string]*Table     // by name
+}
+
+// storeConn is the transaction node of one storage node: dialled once (ready closed when db
+// or err is set; a failed dial is forgotten, so the next use dials again).
+type storeConn struct {
+	ready chan struct{}
+	db    *txnode.DB
+	err   error
+}
+
+// Open connects to etcd and starts the node's session. Close ends both.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Session.Owner == 0 {
+		return nil, fmt.Errorf("node: %w: Session.Owner must be set (the node's owner id)", cluster.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OwnerLookupTimeout <= 0 {
+		cfg.OwnerLookupTimeout = DefaultOwnerLookupTimeout
+	}
+	if cfg.Etcd.Logger == nil {
+		cfg.Etcd.Logger = cfg.Logger
+	}
+	c, err := cluster.Connect(ctx, cfg.Etcd)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	s, err := c.NewSession(ctx, cfg.Session)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return &Node{cfg: cfg, c: c, sess: s, log: cfg.Logger,
+		dbs: make(map[string]*storeConn), tables: make(map[string]*Table)}, nil
+}
+
+// Session returns the node's ownership session (its lease, deadline; closing it gives up
+// every partition at once, as a node that died would after its TTL).
+func (n *Node) Session() *cluster.Session { return n.sess }
+
+// Client returns the node's etcd client.
+func (n *Node) Client() *cluster.Client { return n.c }
+
+// Close flushes and closes every storage node's transaction node (releasing the partitions
+// owned there), then ends the session and the etcd connection. It is idempotent; it waits
+// only as long as ctx allows (txnode.DB.Close).
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	conns := n.dbs
+	n.dbs = nil
+	n.mu.Unlock()
+	var errs []error
+	for addr, sc := range conns {
+		select {
+		case <-sc.ready:
+		case <-ctx.Done():
+			// A dial in flight: it closes what it opens itself once it sees the Node closed.
+			errs = append(errs, fmt.Errorf("node: close: storage node %s still dialling: %w", addr, ctx.Err()))
+			continue
+		}
+		if sc.db != nil {
+			if err := sc.db.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("node: close the transaction node of %s: %w", addr, err))
+			}
+		}
+	}
+	if err := n.sess.Close(ctx); err != nil && !errors.Is(err, cluster.ErrSessionClosed) {
+		errs = append(errs, fmt.Errorf("node: %w", err))
+	}
+	if err := n.c.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("node: close etcd client: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// db returns the transaction node of the storage node at addr, dialling it on first use.
+func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
+	sc := n.dbs[addr]
+	if sc == nil {
+		sc = &storeConn{ready: make(chan struct{})}
+		n.dbs[addr] = sc
+		n.mu.Unlock()
+		sc.db, sc.err = txnode.Open(ctx, txnode.Options{
+			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
+			CacheBytes: n.cfg.CacheBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
+			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
+			Grants: grants{n.sess}, Logger: n.log,
+		})
+		var orphan *txnode.DB
+		n.mu.Lock()
+		if sc.err != nil {
+			sc.err = fmt.Errorf("node: storage node %s: %w", addr, sc.err)
+			if n.dbs[addr] == sc {
+				delete(n.dbs, addr) // the next use dials again
+			}
+		} else if n.closed {
+			// Close ran meanwhile and took the map: this one is ours to close.
+			orphan, sc.db, sc.err = sc.db, nil, ErrClosed
+		}
+		close(sc.ready)
+		n.mu.Unlock()
+		if orphan != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			orphan.Close(cctx)
+			cancel()
+		}
+		return sc.db, sc.err
+	}
+	n.mu.Unlock()
+	select {
+	case <-sc.ready:
+		return sc.db, sc.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// grants is txnode.Options.Grants on the node's session: Own takes partitions at once
+// (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
+// says which: waitKey).
+type grants struct{ s *cluster.Session }
+
+type waitKey struct{}
+
+func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, func(context.Context) error, error) {
+	tg := cluster.TxGrants{Session: g.s, Wait: ctx.Value(waitKey{}) != nil}
+	return tg.Grant(ctx, table, part)
+}
+
+// CreateTable creates a partitioned table of rowBytes-byte rows: partitions partitions of
+// stripePages-page stripes (cluster.Layout), partition p on storage node
+// nodes[p%len(nodes)]. It writes the partition map in etcd first (cluster.Client.CreateTable),
+// then creates each partition's table on its storage node (storenode.PartitionTableName,
+// cluster-managed, owned by nobody yet: Own takes partitions). A retry with the same
+// arguments completes a creation that stopped between the two (and returns the table when it
+// is complete); a table of that name with another layout, placement or row size is
+// cluster.ErrTableExists. It does not own any partition.
+func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partitions, stripePages int, nodes []string) (*Table, error) {
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("node: %w: no storage nodes for table %q", cluster.ErrInvalid, name)
+	}
+	if partitions <= 0 || partitions > cluster.PartitionsMax || stripePages <= 0 || stripePages > cluster.StripePagesMax {
+		return nil, fmt.Errorf("node: %w: table %q: %d partitions of %d-page stripes", cluster.ErrInvalid, name, partitions, stripePages)
+	}
+	// Everything a storage node would refuse in step 2 is refused before step 1: a map entry
+	// whose partition tables can never be created would hold the name for good.
+	if _, err := logicpage.NewGeometry(rowBytes); err != nil {
+		return nil, fmt.Errorf("node: create table %q: %w", name, err)
+	}
+	if err := storageName(storenode.PartitionTableName(name, uint32(partitions-1))); err != nil {
+		return nil, fmt.Errorf("node: create table %q: its partition tables' names (%q): %w",
+			name, storenode.PartitionTableName(name, uint32(partitions-1)), err)
+	}
+	layout := cluster.Layout{Partitions: uint32(partitions), StripePages: uint32(stripePages)}
+	place := make([]string, partitions)
+	for p := range place {
+		place[p] = nodes[p%len(nodes)]
+	}
+	tm, err := n.c.CreateTable(ctx, name, layout, place)
+	if errors.Is(err, cluster.ErrTableExists) {
+		// A retry, or another node's table: the same layout and placement is a retry.
+		if tm, err = n.readTable(ctx, name); err == nil && (tm.Layout != layout || !slices.Equal(tm.Nodes, place)) {
+			err = fmt.Errorf("node: %w: %q has layout %+v on %v, not %+v on %v", cluster.ErrTableExists, name, tm.Layout, tm.Nodes, layout, place)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: create table %q: %w", name, err)
+	}
+	durable := make([]*txnode.DurableTable, partitions)
+	for p := range durable {
+		db, err := n.db(ctx, tm.Nodes[p])
+		if err != nil {
+			return nil, err
+		}
+		pname := storenode.PartitionTableName(name, uint32(p))
+		cl := txnode.ClusterLayout{Partitions: layout.Partitions, StripePages: layout.StripePages, Partition: uint32(p)}
+		d, err := db.CreateDurableClusterTable(ctx, pname, rowBytes, cl)
+		if errors.Is(err, txnode.ErrTableExists) {
+			if d, err = db.OpenDurable(ctx, pname); err == nil && (d.RowBytes() != rowBytes || d.Cluster() != cl) {
+				err = fmt.Errorf("%w: %q on %s has %d-byte rows, layout %+v, not %d and %+v",
+					cluster.ErrTableExists, pname, tm.Nodes[p], d.RowBytes(), d.Cluster(), rowBytes, cl)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node: create table %q partition %d on %s: %w", name, p, tm.Nodes[p], err)
+		}
+		durable[p] = d
+	}
+	return n.addTable(tm, durable)
+}
+
+// OpenTable opens a partitioned table: it reads the partition map (linearizable) and opens
+// every partition's table on its storage node for durable reads, dialling those storage
+// nodes. A table already open is returned as it is. ErrIncomplete when a partition table is
+// missing (CreateTable stopped midway: run it again); cluster.ErrTableNotFound when the map
+// has no such table.
+func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
+	n.mu.Lock()
+	t := n.tables[name]
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if t != nil {
+		return t, nil
+	}
+	tm, err := n.readTable(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("node: open table %q: %w", name, err)
+	}
+	durable := make([]*txnode.DurableTable, len(tm.Nodes))
+	rowBytes := 0
+	for p, addr := range tm.Nodes {
+		db, err := n.db(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		d, err := db.OpenDurable(ctx, storenode.PartitionTableName(name, uint32(p)))
+		if errors.Is(err, txnode.ErrTableNotFound) {
+			return nil, fmt.Errorf("node: open table %q: partition %d is not on storage node %s: %w (%w)", name, p, addr, ErrIncomplete, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node: open table %q partition %d on %s: %w", name, p, addr, err)
+		}
+		cl := d.Cluster()
+		if cl.Partitions != tm.Layout.Partitions || cl.StripePages != tm.Layout.StripePages || cl.Partition != uint32(p) ||
+			(rowBytes != 0 && d.RowBytes() != rowBytes) {
+			return nil, fmt.Errorf("node: open table %q: partition %d on %s is %+v of %d-byte rows, the map says %+v: %w",
+				name, p, addr, cl, d.RowBytes(), tm.Layout, cluster.ErrTableExists)
+		}
+		rowBytes = d.RowBytes()
+		durable[p] = d
+	}
+	return n.addTable(tm, durable)
+}
+
+// storageName checks a storage node's table name rule (1..64 bytes of [A-Za-z0-9_.-]):
+// storenode.ErrBadName otherwise.
+func storageName(name string) error {
+	if len(name) == 0 || len(name) > 64 {
+		return fmt.Errorf("%w: %d bytes (1..64)", storenode.ErrBadName, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("%w: byte %q (want [A-Za-z0-9_.-])", storenode.ErrBadName, c)
+		}
+	}
+	return nil
+}
+
+func (n *Node) readTable(ctx context.Context, name string) (*cluster.TableMap, error) {
+	m, err := n.c.ReadMap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return m.Table(name)
+}
+
+// addTable registers an opened table (or returns the one another call registered first).
+func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*Table, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrClosed
+	}
+	if t := n.tables[tm.Name]; t != nil && t.m.Created == tm.Created {
+		return t, nil
+	}
+	t := newTable(n, tm, durable)
+	n.tables[tm.Name] = t
+	return t, nil
+}

@@ -1,0 +1,268 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode"
+)
+
+// Table is a partitioned table as this node sees it: every partition's storage node (the
+// partition map as read when the table was opened), the partitions this node owns and, for
+// each, the transaction node's table it writes through. Row operations route by id
+// (cluster.Layout.Of). Safe for concurrent use.
+//
+// Reads of a partition this node owns are served from its cache (txnode); reads of the others
+// from the storage node's durable rows (txnode.DurableTable), which may be older than what
+// the owner's cache holds. Writes to a partition this node does not own fail with a
+// *NotOwnerError naming the holder. Inserts go to the partitions this node owns, round robin.
+type Table struct {
+	n        *Node
+	m        *cluster.TableMap
+	rowBytes int
+	parts    []part
+
+	mu sync.Mutex // serialises Own
+	// owned lists the partitions whose tb is set (copy on write, changed by CAS: Insert
+	// never waits for an Own in flight).
+	owned atomic.Pointer[[]uint32]
+	rr    atomic.Uint64
+}
+
+// part is one partition: its storage node, the durable-read handle, and the owned table.
+type part struct {
+	addr    string
+	durable *txnode.DurableTable
+	// tb is the transaction node's table while this node owns the partition; nil otherwise.
+	tb atomic.Pointer[txnode.Table]
+	// lost is set once the partition's grant was lost (released by Close, expired, taken):
+	// the transaction node keeps the table's state, so this node cannot own it again; reopen
+	// the Node (a new session) to.
+	lost atomic.Bool
+}
+
+func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Table {
+	t := &Table{n: n, m: tm, rowBytes: durable[0].RowBytes(), parts: make([]part, len(tm.Nodes))}
+	for p := range t.parts {
+		t.parts[p].addr = tm.Nodes[p]
+		t.parts[p].durable = durable[p]
+	}
+	t.owned.Store(new([]uint32))
+	return t
+}
+
+// Name returns the table's name.
+func (t *Table) Name() string { return t.m.Name }
+
+// RowBytes returns the row size.
+func (t *Table) RowBytes() int { return t.rowBytes }
+
+// Layout returns the table's partition layout.
+func (t *Table) Layout() cluster.Layout { return t.m.Layout }
+
+// Map returns the table's partition map entry as this node read it (immutable).
+func (t *Table) Map() *cluster.TableMap { return t.m }
+
+// Partition returns row id's partition (cluster.Layout.Of).
+func (t *Table) Partition(id uint64) uint32 { return t.m.Layout.Of(id) }
+
+// NodeOf returns the address of the storage node of row id's partition.
+func (t *Table) NodeOf(id uint64) string { return t.parts[t.m.Layout.Of(id)].addr }
+
+// Owned returns the partitions this node owns, in the order Own took them. The slice is
+// the caller's.
+func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load()...) }
+
+// Own acquires partitions for writing under the node's session, at once: a partition another
+// node holds fails with a *NotOwnerError naming it (the partitions before it stay owned). Each
+// grant is registered with the partition's storage node (which verifies it in etcd) before
+// Own returns. Owning a partition already owned is a no-op.
+func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(ctx, false, parts) }
+
+// OwnWait is Own waiting, for each partition, until its holder releases it or its lease
+// expires (cluster.Session.AcquireWait), or ctx ends: how a node takes over the partitions of
+// one that died.
+func (t *Table) OwnWait(ctx context.Context, parts ...uint32) error { return t.own(ctx, true, parts) }
+
+func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range parts {
+		if p >= uint32(len(t.parts)) {
+			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
+		}
+		pt := &t.parts[p]
+		if pt.tb.Load() != nil {
+			continue
+		}
+		if pt.lost.Load() {
+			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+				t.m.Name, p, cluster.ErrLost)
+		}
+		db, err := t.n.db(ctx, pt.addr)
+		if err != nil {
+			return err
+		}
+		gctx := ctx
+		if wait {
+			gctx = context.WithValue(ctx, waitKey{}, true)
+		}
+		tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
+		var oe *cluster.OwnedError
+		switch {
+		case errors.As(err, &oe):
+			return &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
+		case errors.Is(err, txnode.ErrTableNotFound):
+			return fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
+		case err != nil:
+			return fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
+		}
+		if err := tb.Serving(); isLost(err) {
+			// A table this transaction node opened before whose grant is gone (txnode keeps
+			// the table's state for the DB's life).
+			pt.lost.Store(true)
+			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+				t.m.Name, p, err)
+		}
+		pt.tb.Store(tb)
+		t.setOwned(p, true)
+	}
+	return nil
+}
+
+// isLost reports whether err says a partition's grant ended for good (cluster.ErrLost: the
+// session closed, the lease expired, the owner key went).
+func isLost(err error) bool { return err != nil && errors.Is(err, cluster.ErrLost) }
+
+// drop forgets partition p's ownership after its grant was lost.
+func (t *Table) drop(p uint32) {
+	pt := &t.parts[p]
+	pt.lost.Store(true)
+	pt.tb.Store(nil)
+	t.setOwned(p, false)
+}
+
+// setOwned adds p to the owned list or removes it (idempotent).
+func (t *Table) setOwned(p uint32, in bool) {
+	for {
+		cur := t.owned.Load()
+		next := make([]uint32, 0, len(*cur)+1)
+		for _, q := range *cur {
+			if q != p {
+				next = append(next, q)
+			}
+		}
+		if in {
+			next = append(next, p)
+		}
+		if t.owned.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
+
+// notOwner is the error of an access to partition p that this node does not own, naming its
+// holder from etcd (Client.Owner, linearizable).
+func (t *Table) notOwner(ctx context.Context, p uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+	defer cancel()
+	h, ok, err := t.n.c.Owner(ctx, t.m.Name, p)
+	if err != nil {
+		return &NotOwnerError{Table: t.m.Name, Part: p, Lookup: err}
+	}
+	return &NotOwnerError{Table: t.m.Name, Part: p, Held: ok, Holder: h}
+}
+
+// written is the error of a write to partition p through the owned table: a lost grant
+// becomes a *NotOwnerError (the partition is forgotten as owned).
+func (t *Table) written(ctx context.Context, p uint32, err error) error {
+	if !isLost(err) {
+		return err
+	}
+	t.drop(p)
+	ne := t.notOwner(ctx, p)
+	return fmt.Errorf("%w (this node's grant: %w)", ne, err)
+}
+
+// Get copies row id into dst (len(dst) == RowBytes). A partition this node owns is read
+// through its cache; any other from its storage node's durable rows, possibly older than
+// the owner's cache. txnode.ErrNotFound when there is no such row.
+func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
+	p := t.m.Layout.Of(id)
+	pt := &t.parts[p]
+	if tb := pt.tb.Load(); tb != nil {
+		err := tb.Get(ctx, id, dst)
+		if !isLost(err) {
+			return err
+		}
+		t.drop(p)
+	}
+	return pt.durable.Get(ctx, id, dst)
+}
+
+// Insert adds a row under a new id in one of the partitions this node owns (round robin over
+// them: each Insert the next one) and returns the id (see txnode.Table.Insert for the
+// outcomes). Without an owned partition it fails with ErrNotOwner. A partition whose grant
+// is lost is skipped (and forgotten as owned).
+func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
+	for {
+		owned := *t.owned.Load()
+		if len(owned) == 0 {
+			return 0, fmt.Errorf("%w: this node owns no partition of table %q", ErrNotOwner, t.m.Name)
+		}
+		p := owned[t.rr.Add(1)%uint64(len(owned))]
+		tb := t.parts[p].tb.Load()
+		if tb == nil {
+			t.setOwned(p, false) // dropped meanwhile: its drop removes it too
+			continue
+		}
+		id, err := tb.Insert(ctx, row)
+		if isLost(err) {
+			t.drop(p)
+			continue
+		}
+		return id, err
+	}
+}
+
+// owner returns the owned table of row id's partition, or the *NotOwnerError.
+func (t *Table) owner(ctx context.Context, id uint64) (uint32, *txnode.Table, error) {
+	p := t.m.Layout.Of(id)
+	if tb := t.parts[p].tb.Load(); tb != nil {
+		return p, tb, nil
+	}
+	return p, nil, t.notOwner(ctx, p)
+}
+
+// Update calls fn with a copy of row id and writes what fn leaves in it (txnode.Table.Update),
+// in a partition this node owns (*NotOwnerError otherwise).
+func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error) error {
+	p, tb, err := t.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	return t.written(ctx, p, tb.Update(ctx, id, fn))
+}
+
+// Put replaces row id (txnode.Table.Put), in a partition this node owns.
+func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
+	p, tb, err := t.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	return t.written(ctx, p, tb.Put(ctx, id, row))
+}
+
+// Delete deletes row id (txnode.Table.Delete), in a partition this node owns.
+func (t *Table) Delete(ctx context.Context, id uint64) error {
+	p, tb, err := t.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	return t.written(ctx, p, tb.Delete(ctx, id))
+}

@@ -1,0 +1,58 @@
+package txnode
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
+)
+
+// A cluster table created with CreateDurableClusterTable takes no grant; a DurableTable reads
+// the store's rows without one (nothing cached, no ownership); the same name again is
+// ErrTableExists, and OpenDurable tells its layout. Serving reports a grant's loss.
+func TestDurableTable(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	layout := ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
+	name := storenode.PartitionTableName("acct", 1)
+	d, err := db.CreateDurableClusterTable(ctx, name, 64, layout)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, g.calls.Load(), "no grant taken")
+	require.Equal(t, layout, d.Cluster())
+	require.Equal(t, 64, d.RowBytes())
+	require.Equal(t, name, d.Name())
+	_, err = db.CreateDurableClusterTable(ctx, name, 64, layout)
+	require.ErrorIs(t, err, ErrTableExists)
+	_, err = db.OpenDurable(ctx, "nope")
+	require.ErrorIs(t, err, ErrTableNotFound)
+
+	tb, err := db.Table(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, tb.Serving())
+	id, err := tb.Insert(ctx, row(7))
+	require.NoError(t, err)
+	d2, err := db.OpenDurable(ctx, name)
+	require.NoError(t, err)
+	dst := make([]byte, 64)
+	require.NoError(t, d2.Get(ctx, id, dst))
+	require.Equal(t, row(7), dst)
+	require.ErrorIs(t, d2.Get(ctx, id+1, dst), ErrNotFound)
+	require.ErrorIs(t, d2.Get(ctx, ^uint64(0), dst), ErrNotFound)
+	require.ErrorIs(t, d2.Get(ctx, id, dst[:8]), ErrRowSize)
+	require.EqualValues(t, 1, g.calls.Load())
+
+	g.lost.Store(true)
+	require.ErrorIs(t, tb.Serving(), ErrLeaseExpired)
+	require.NoError(t, d2.Get(ctx, id, dst), "a durable read needs no grant")
+	require.NoError(t, db.Close(ctx))
+	require.ErrorIs(t, d2.Get(ctx, id, dst), ErrClosed)
+}
