@@ -68,3 +68,49 @@ func TestOutboundBudgetStopsReading(t *testing.T) {
 	require.LessOrEqual(t, peak, int64(budget+turnReplyMaxBytes+connReplyMaxBytes+(1<<20)))
 	require.Zero(t, env.srv.Stats().OutboundBytes, "every reply was taken")
 }
+
+// The server's count of unwritten reply bytes follows a connection's outbound buffer as its
+// client drains it, even when that connection sends nothing more: a client that asked for
+// many large replies, read them all later and then went quiet must not keep holding its
+// share of MaxOutboundBytesTotal (the outbound_bytes gauge would report bytes long gone, and
+// enough such connections would keep the total over the budget, so that every connection
+// with any reply waiting stops being read). Fails on 4b82a63: the buffer was only looked at
+// when the connection was written to or read, so the count stayed at what the last write
+// left queued.
+func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
+	env := startServer(t)
+	owner := env.dial(5)
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+
+	// A: 40 reads of the whole page (10 MiB of replies), none read until all are answered:
+	// what the kernel does not take waits in A's outbound buffer.
+	const reads = 40
+	before := env.srv.Stats().Requests
+	a := dialRaw(t, env.addr)
+	a.handshake(0)
+	var out []byte
+	for i := range reads {
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
+	}
+	a.write(out)
+	require.Eventually(t, func() bool {
+		st := env.srv.Stats()
+		return st.Requests >= before+reads && st.InFlight == 0 && st.OutboundBytes > 0
+	}, srvTestTimeout, time.Millisecond, "every read answered, some of it waiting for A")
+
+	for i := range reads {
+		f := a.read()
+		require.Equal(t, sgio.TypeSegments, f.Type, "reply %d", i)
+	}
+	// A took everything and sends nothing more: its bytes leave the count.
+	require.Eventually(t, func() bool { return env.srv.Stats().OutboundBytes == 0 }, 5*time.Second, time.Millisecond,
+		"the count still holds %d bytes A took", env.srv.Stats().OutboundBytes)
+}
