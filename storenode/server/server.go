@@ -173,6 +173,11 @@ const (
 	// buffer does not move the interval doubles, up to outboundRecheckMax.
 	outboundRecheck    = 2 * time.Millisecond
 	outboundRecheckMax = 64 * time.Millisecond
+	// stoppedInboundMaxBytes bounds the request bytes gnet buffers for a connection that
+	// MaxOutboundBytesTotal stopped (gnet reads its socket all the same): past it the
+	// connection is read again, so a client that sends without reading meets its own
+	// bound (outboundMaxBytes) instead of growing the buffer without end.
+	stoppedInboundMaxBytes = 16 << 20
 )
 
 // Config configures a Server. The zero value of a field means its default.

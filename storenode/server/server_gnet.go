@@ -360,11 +360,18 @@ func (t *gnetTransport) tick(context.Context) error {
 // read now: the replies waiting on all connections are over MaxOutboundBytesTotal and some of
 // them are this connection's. Then the recheck timer wakes the loop for another look; nothing
 // blocks the loop. A connection whose output has drained is always read: the bound cannot
-// stop every connection, and the ones it stops resume as their clients read.
+// stop every connection, and the ones it stops resume as their clients read. So is one with
+// more than stoppedInboundMaxBytes of requests buffered (gnet still reads a stopped socket).
 func (t *gnetTransport) overBudget() bool {
 	t.observe()
 	srv := t.sess.srv
 	if t.queued == 0 || srv.outbound.Load() <= srv.cfg.MaxOutboundBytesTotal {
+		return false
+	}
+	if t.c.InboundBuffered() > stoppedInboundMaxBytes {
+		// gnet reads the socket of a stopped connection all the same: a client that keeps
+		// sending while it reads nothing would grow the inbound buffer without end. Read it:
+		// its own bound (outboundMaxBytes) then applies, as if there were no budget.
 		return false
 	}
 	srv.counters.outboundPauses.Add(1)
