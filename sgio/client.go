@@ -371,14 +371,15 @@ func (c *Client) CallInto(ctx context.Context, m, reply Message) error {
 // requests queued before it, and the sender writes at once instead of yielding to let more
 // requests join the write (a yield puts it behind every runnable goroutine, which took over a
 // second on a node whose workers keep both cores busy). The reply still comes in the server's
-// order. Only a Ping and a lease renewal (an Acquire with a nonzero epoch) may be urgent:
-// the storage node answers them on its event loop without counting them in flight, which is
-// what lets the kept slot go beyond the bound; anything else is a programming error.
+// order. Only a Ping and a lease renewal (an Acquire with a nonzero epoch and no flags) may
+// be urgent: the storage node answers them on its event loop without counting them in
+// flight, which is what lets the kept slot go beyond the bound; anything else (an etcd
+// grant's registration too: it is verified off the loop and counted) is a programming error.
 func (c *Client) CallIntoUrgent(ctx context.Context, m, reply Message) error {
 	switch a := m.(type) {
 	case *Ping:
 	case *Acquire:
-		assert.That(a.Epoch != 0, "sgio: an urgent Acquire without an epoch (not a renewal)")
+		assert.That(a.Epoch != 0 && a.Flags == 0, "sgio: an urgent Acquire without an epoch or with flags (not a renewal)")
 	default:
 		assert.Failf("sgio: %v is not a request that may be urgent", m.Type())
 	}

@@ -118,3 +118,22 @@ func TestClientUrgentJumpsTheQueue(t *testing.T) {
 	close(release)
 	require.NoError(t, <-pingDone)
 }
+
+// Only what the storage node answers on its event loop, uncounted, may take the slot kept
+// beyond the bound: an Acquire that registers an etcd grant also carries a nonzero epoch, but
+// the storage node verifies it off the loop and counts it in flight, so sent urgent while the
+// window is full it would be the bound's one too many (ErrBusy). It is refused before it takes
+// a slot. Fails on 4b82a63: the epoch alone was checked, and the registration went out on
+// the kept slot.
+func TestClientUrgentRefusesEtcdRegistration(t *testing.T) {
+	got := make(chan Frame, 8)
+	s := holdServer(t, got)
+	c := dialTest(t, s, func(cfg *ClientConfig) { cfg.MaxInflight = 2 })
+	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+	defer cancel()
+	require.Panics(t, func() {
+		_ = c.CallIntoUrgent(ctx, &Acquire{Table: 1, Owner: 7, Epoch: 3, Flags: AcquireEtcdGrant}, &Grant{})
+	})
+	require.Equal(t, 3, c.freeSlots(), "no slot taken")
+	require.Empty(t, got, "nothing sent")
+}

@@ -68,3 +68,101 @@ func TestOutboundBudgetStopsReading(t *testing.T) {
 	require.LessOrEqual(t, peak, int64(budget+turnReplyMaxBytes+connReplyMaxBytes+(1<<20)))
 	require.Zero(t, env.srv.Stats().OutboundBytes, "every reply was taken")
 }
+
+// The server's count of unwritten reply bytes follows a connection's outbound buffer as its
+// client drains it, even when that connection sends nothing more: a client that asked for
+// many large replies, read them all later and then went quiet must not keep holding its
+// share of MaxOutboundBytesTotal (the outbound_bytes gauge would report bytes long gone, and
+// enough such connections would keep the total over the budget, so that every connection
+// with any reply waiting stops being read). Fails on 4b82a63: the buffer was only looked at
+// when the connection was written to or read, so the count stayed at what the last write
+// left queued.
+func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
+	env := startServer(t)
+	owner := env.dial(5)
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+
+	// A: 96 reads of the whole page (24 MiB of replies, more than loopback's socket buffers
+	// take), none read until all are answered: the rest waits in A's outbound buffer.
+	const reads = 96
+	before := env.srv.Stats().Requests
+	a := dialRaw(t, env.addr)
+	a.handshake(0)
+	var out []byte
+	for i := range reads {
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
+	}
+	a.write(out)
+	require.Eventually(t, func() bool {
+		st := env.srv.Stats()
+		return st.Requests >= before+reads && st.InFlight == 0 && st.OutboundBytes > 0
+	}, srvTestTimeout, time.Millisecond, "every read answered, some of it waiting for A")
+
+	for i := range reads {
+		f := a.read()
+		require.Equal(t, sgio.TypeSegments, f.Type, "reply %d", i)
+	}
+	// A took everything and sends nothing more: its bytes leave the count.
+	require.Eventually(t, func() bool { return env.srv.Stats().OutboundBytes == 0 }, 5*time.Second, time.Millisecond,
+		"the count still holds %d bytes A took", env.srv.Stats().OutboundBytes)
+}
+
+// A connection the budget stopped is not read by the session, but gnet still reads its
+// socket: a client that keeps sending while it reads nothing must not grow the server's
+// inbound buffer without end. Past stoppedInboundMaxBytes of requests buffered it is read
+// again, so its own bound applies (outboundMaxBytes: a client that does not read its
+// replies is cut off, TestHostileClientDoesNotRead), as it did before the budget existed.
+// Fails on 4b82a63: the stopped connection was never read again (nor closed) whatever the
+// client sent, and gnet took all of it.
+func TestOutboundBudgetStoppedClientThatKeepsSending(t *testing.T) {
+	const budget = 1 << 20
+	env := startServer(t, func(cfg *Config) { cfg.MaxOutboundBytesTotal = budget })
+	owner := env.dial(5)
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+
+	const first = 32 // 8 MiB of replies, none read: over the budget
+	before := env.srv.Stats().Requests
+	a := dialRaw(t, env.addr)
+	a.handshake(0)
+	read := &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}}
+	var out []byte
+	for i := range first {
+		out = sgio.AppendFrame(out, uint64(100+i), read)
+	}
+	a.write(out)
+	require.Eventually(t, func() bool {
+		st := env.srv.Stats()
+		return st.Requests >= before+first && st.InFlight == 0 && st.OutboundBytes > budget
+	}, srvTestTimeout, time.Millisecond, "the replies waiting are over the budget: the connection is stopped at its next turn")
+
+	// A small burst is held back: the connection stays stopped.
+	a.send(999, &sgio.Ping{})
+	require.Eventually(t, func() bool { return env.srv.Stats().OutboundPauses > 0 }, srvTestTimeout, time.Millisecond)
+	require.Equal(t, before+first, env.srv.Stats().Requests, "the stopped connection was not read")
+
+	// More than stoppedInboundMaxBytes of requests, still reading nothing: it is read again.
+	var flood []byte
+	for i := 0; len(flood) <= stoppedInboundMaxBytes+(1<<20); i++ {
+		flood = sgio.AppendFrame(flood, uint64(1000+i), read)
+	}
+	a.write(flood)
+	require.Eventually(t, func() bool { return env.srv.Stats().Requests > before+first }, srvTestTimeout, time.Millisecond,
+		"the connection holding %d MiB of requests was read again", len(flood)>>20)
+	_ = a.conn.Close() // what it asked for is cut off with the connection
+}

@@ -167,9 +167,17 @@ const (
 	// connReplyMaxBytes bounds the replies a connection holds (produced, not yet handed to
 	// the transport) before its read goroutine waits for a write to finish.
 	connReplyMaxBytes = 16 << 20
-	// outboundRecheck is how often a connection stopped by MaxOutboundBytesTotal looks again
-	// at its outbound buffer (gnet tells nobody when one drains).
-	outboundRecheck = 2 * time.Millisecond
+	// outboundRecheck is how often a connection with replies waiting in its outbound buffer
+	// looks at it again (gnet tells nobody when one drains): for the server-wide count
+	// (MaxOutboundBytesTotal) and to read again a connection the budget stopped. While the
+	// buffer does not move the interval doubles, up to outboundRecheckMax.
+	outboundRecheck    = 2 * time.Millisecond
+	outboundRecheckMax = 64 * time.Millisecond
+	// stoppedInboundMaxBytes bounds the request bytes gnet buffers for a connection that
+	// MaxOutboundBytesTotal stopped (gnet reads its socket all the same): past it the
+	// connection is read again, so a client that sends without reading meets its own
+	// bound (outboundMaxBytes) instead of growing the buffer without end.
+	stoppedInboundMaxBytes = 16 << 20
 )
 
 // Config configures a Server. The zero value of a field means its default.

@@ -249,15 +249,22 @@ type gnetTransport struct {
 	done   func(error)
 	runner gnet.Runnable // gnet.RunnableFunc(t.runAsync), made once
 	// The loop's own: the bytes of its outbound buffer as last seen (counted in
-	// Server.outbound), and the timer that wakes a connection stopped by the server-wide
-	// budget (made at its first stop).
+	// Server.outbound); the timer that looks at it again while it is not empty, since gnet
+	// tells nobody when a client drains it (made at the first need; armed: it is set), and
+	// whether the connection was stopped by the server-wide budget (the timer then wakes its
+	// reads).
 	queued  int64
 	recheck *time.Timer
+	armed   bool
+	stopped bool
+	every   time.Duration // the timer's interval: doubles up to outboundRecheckMax while the buffer stays the same
+	ticker  gnet.Runnable // gnet.RunnableFunc(t.tick), made once
 }
 
 func newGnetTransport(c gnet.Conn, sess *session) *gnetTransport {
 	t := &gnetTransport{c: c, sess: sess}
 	t.runner = gnet.RunnableFunc(t.runAsync)
+	t.ticker = gnet.RunnableFunc(t.tick)
 	return t
 }
 
@@ -288,8 +295,9 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 	return nil
 }
 
-// observe counts the connection's outbound buffer, as it is now, in the server's total. On
-// the loop.
+// observe counts the connection's outbound buffer, as it is now, in the server's total, and
+// while it is not empty arms the timer that looks again (tick): a client that drains it
+// and sends nothing more must not keep its bytes in the total. On the loop.
 func (t *gnetTransport) observe() {
 	n := int64(t.c.OutboundBuffered())
 	if d := n - t.queued; d != 0 {
@@ -300,29 +308,74 @@ func (t *gnetTransport) observe() {
 			}
 		}
 	}
+	if n > 0 {
+		t.arm()
+	}
+}
+
+// arm sets the recheck timer unless it is set. On the loop.
+func (t *gnetTransport) arm() {
+	if t.armed {
+		return
+	}
+	t.armed = true
+	if t.every == 0 {
+		t.every = outboundRecheck
+	}
+	if t.recheck == nil {
+		t.recheck = time.AfterFunc(t.every, func() {
+			// On the timer's goroutine: the look itself is the loop's (Execute). An error
+			// means the engine stopped, and OnClose has run or will.
+			_ = t.c.EventLoop().Execute(context.Background(), t.ticker)
+		})
+		return
+	}
+	t.recheck.Reset(t.every)
+}
+
+// tick is the recheck timer's look, on the loop: the outbound buffer is counted again (the
+// timer is armed again while it is not empty), and a connection the budget stopped is woken
+// for another turn (overBudget decides again). Nothing once the connection closed.
+func (t *gnetTransport) tick(context.Context) error {
+	t.armed = false
+	if t.sess.isClosedNow() {
+		return nil // OnClose ran (forget): the connection, maybe its fd, is gone
+	}
+	// A client that takes nothing is looked at less and less often (a stuck connection must
+	// not cost the loop a wake every outboundRecheck forever); one that moves, at once again.
+	if n := int64(t.c.OutboundBuffered()); n > 0 && n == t.queued {
+		t.every = min(2*t.every, outboundRecheckMax)
+	} else {
+		t.every = outboundRecheck
+	}
+	t.observe()
+	if t.stopped {
+		t.stopped = false
+		t.wake()
+	}
+	return nil
 }
 
 // overBudget reports, on the loop at the start of a turn, whether the connection is not to be
 // read now: the replies waiting on all connections are over MaxOutboundBytesTotal and some of
 // them are this connection's. Then the recheck timer wakes the loop for another look; nothing
 // blocks the loop. A connection whose output has drained is always read: the bound cannot
-// stop every connection, and the ones it stops resume as their clients read.
+// stop every connection, and the ones it stops resume as their clients read. So is one with
+// more than stoppedInboundMaxBytes of requests buffered (gnet still reads a stopped socket).
 func (t *gnetTransport) overBudget() bool {
 	t.observe()
 	srv := t.sess.srv
 	if t.queued == 0 || srv.outbound.Load() <= srv.cfg.MaxOutboundBytesTotal {
 		return false
 	}
-	srv.counters.outboundPauses.Add(1)
-	if t.recheck == nil {
-		t.recheck = time.AfterFunc(outboundRecheck, func() {
-			if !t.sess.isClosedNow() {
-				t.wake() // Wake is safe from any goroutine; gnet drops one for a connection gone
-			}
-		})
-	} else {
-		t.recheck.Reset(outboundRecheck)
+	if t.c.InboundBuffered() > stoppedInboundMaxBytes {
+		// gnet reads the socket of a stopped connection all the same: a client that keeps
+		// sending while it reads nothing would grow the inbound buffer without end. Read it:
+		// its own bound (outboundMaxBytes) then applies, as if there were no budget.
+		return false
 	}
+	srv.counters.outboundPauses.Add(1)
+	t.stopped = true // observe armed the timer: t.queued > 0
 	return true
 }
 
@@ -333,6 +386,7 @@ func (t *gnetTransport) forget() {
 	if t.recheck != nil {
 		t.recheck.Stop()
 	}
+	t.armed, t.stopped = false, false
 }
 
 // writeAsync hands bufs to the event loop, which writes them as writeLoop does (the bound is
