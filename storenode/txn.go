@@ -422,7 +422,10 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 
 // ReportTxn records at this node, the primary, that participant index applied id's
 // decision (logged and synced before it returns). A commit is forgotten once every
-// participant reported; an unknown id (forgotten, or never decided here) is no error.
+// participant reported; an unknown id (forgotten, or never decided here) is no error. A
+// report already noted, or of an unknown id, returns only once every record logged so far
+// is durable: the first report's record (or the one that forgot the commit) may still be
+// on its way to the disk, and the participant forgets its part on this answer.
 func (e *Engine) ReportTxn(id TxnID, index uint16) error {
 	if index >= txnParticipantsMax {
 		return fmt.Errorf("%w: report of participant %d", ErrMalformed, index)
@@ -442,7 +445,7 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 	}
 	rec := e.txnDecisions[id]
 	if rec == nil || rec.reported&(1<<index) != 0 {
-		return 0, nil
+		return e.lastLSN, nil // the record that noted it (or forgot id) is at most this
 	}
 	if rec.count > 0 && index >= rec.count {
 		return 0, fmt.Errorf("%w: transaction %v: report of participant %d of %d", ErrMalformed, id, index, rec.count)

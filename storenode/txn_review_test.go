@@ -1,0 +1,98 @@
+package storenode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// goroutinesIn counts the goroutines whose stack has fn: for a goroutine parked inside the
+// engine, which no channel reports.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte(fn))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// errReportLost is the WAL write error TestTxnDuplicateReportWaitsDurable injects.
+var errReportLost = errors.New("test: the report record's write is lost")
+
+// TestTxnDuplicateReportWaitsDurable: a report repeated while the first one's record is not
+// durable yet (a resolver's retry after its call timed out, the first still in the primary's
+// WAL queue) is acknowledged only once that record is: else the participant forgets its part
+// on the second answer, the record is lost (a crash, or here a failed write), and the primary
+// keeps the decision for ever with nobody left to report it (a commit is never swept: at
+// MaxTxns of them every Decide fails with ErrTxnBusy). Both shapes: the report that is still
+// to come (count 2), and the last one, after which the commit is forgotten in memory at once
+// (count 1).
+func TestTxnDuplicateReportWaitsDurable(t *testing.T) {
+	for _, count := range []int{2, 1} {
+		fs := vfs.NewFaultFS()
+		e, err := Open(Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1,
+			TxnResolveInterval: -1, Logger: quietLogger})
+		require.NoError(t, err)
+		id := txnID(1)
+		_, err = e.DecideTxn(context.Background(), id, 5, DecisionCommit, count)
+		require.NoError(t, err)
+
+		var (
+			mu      sync.Mutex
+			hold    = true
+			walHeld = make(chan struct{})
+			walGo   = make(chan struct{})
+		)
+		fs.Inject(func(op vfs.Op) error {
+			mu.Lock()
+			h := hold
+			if h && op.Kind == vfs.OpWrite && strings.HasPrefix(op.Name, "db/wal/") {
+				hold = false
+				mu.Unlock()
+				close(walHeld)
+				<-walGo
+				return errReportLost
+			}
+			mu.Unlock()
+			return nil
+		})
+		first := make(chan error, 1)
+		go func() { first <- e.ReportTxn(id, 0) }()
+		<-walHeld // the first report's record is queued, its write held
+		second := make(chan error, 1)
+		go func() { second <- e.ReportTxn(id, 0) }()
+		deadline := time.Now().Add(30 * time.Second)
+		var early error
+		returned := false
+		for !returned && goroutinesIn("storenode.(*Engine).waitDurable") < 2 {
+			select {
+			case early = <-second:
+				returned = true
+			case <-time.After(time.Millisecond): // polling a goroutine dump: nothing reports the park
+			}
+			require.True(t, time.Now().Before(deadline), "count %d: the second report neither returned nor waited", count)
+		}
+		if returned {
+			require.Error(t, early, "count %d: a duplicate report acknowledged while the first one's record was not durable", count)
+		}
+		close(walGo)
+		require.ErrorIs(t, <-first, errReportLost, "count %d", count)
+		if !returned {
+			require.Error(t, <-second, "count %d: the report's record never reached the disk", count)
+		}
+		fs.Inject(nil)
+		_ = e.Close()
+	}
+}
