@@ -310,7 +310,9 @@ func (e *Engine) tableLocked(id uint32) bool {
 // their TxnPrepare.Index: the record is kept until each reported (ReportTxn). A commit is
 // refused, and abort recorded instead (ErrTxnDecided, "abort"), when the LeaseChecker says
 // lease is gone: a coordinator whose lease expired may have been resolved against already.
-// ctx bounds the lease check; the wait for the record's sync is bounded by the disk.
+// A decision already recorded is answered without the lease check (a resent Decide learns
+// the outcome while etcd is unreachable). ctx bounds the lease check; the wait for the
+// record's sync is bounded by the disk.
 func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decision, count int) (Decision, error) {
 	switch {
 	case d != DecisionCommit && d != DecisionAbort:
@@ -319,6 +321,27 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 		return DecisionNone, fmt.Errorf("%w: %v of %d participants", ErrMalformed, d, count)
 	}
 	asked := d
+	// A decision already recorded is the answer (a coordinator resends its Decide when the
+	// answer was lost): it needs no lease check, which fails while etcd is unreachable.
+	e.mu.Lock()
+	var got txnDecision
+	recorded := false
+	if err := e.usable(); err != nil {
+		e.mu.Unlock()
+		return DecisionNone, err
+	}
+	if rec := e.txnDecisions[id]; rec != nil {
+		got, recorded = *rec, true
+		if rec.count == 0 && count > 0 {
+			// A resolver's abort (the only decision recorded without a count) learns it
+			// from the coordinator, whatever it asks, as decideLocked does.
+			rec.count = uint16(count)
+		}
+	}
+	e.mu.Unlock()
+	if recorded {
+		return e.answerDecision(id, asked, got)
+	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
 		checked = e.opts.Now()
@@ -341,6 +364,11 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	if err != nil {
 		return DecisionNone, err
 	}
+	return e.answerDecision(id, asked, rec)
+}
+
+// answerDecision answers a Decide of asked with the recorded rec once its record is durable.
+func (e *Engine) answerDecision(id TxnID, asked Decision, rec txnDecision) (Decision, error) {
 	if err := e.waitDurable(rec.lsn); err != nil {
 		return DecisionNone, err
 	}

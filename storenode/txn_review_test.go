@@ -96,3 +96,40 @@ func TestTxnDuplicateReportWaitsDurable(t *testing.T) {
 		_ = e.Close()
 	}
 }
+
+// TestTxnDecideRetryAnsweredWithoutEtcd: a Decide resent after its answer was lost (what
+// docs/cluster.md tells a coordinator to do) is answered with the recorded decision even
+// while the lease checker fails (etcd unreachable) or the lease has expired since: the
+// compare-and-set answers what is recorded, and only a new record needs the lease check.
+func TestTxnDecideRetryAnsweredWithoutEtcd(t *testing.T) {
+	leases := &memLeases{}
+	s := newTxnStore(t, Options{LeaseChecker: leases})
+	ctx := context.Background()
+	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, DecisionCommit, d)
+
+	leases.mu.Lock()
+	leases.err = errors.New("etcd unreachable")
+	leases.mu.Unlock()
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	require.NoError(t, err, "the recorded commit, answered without asking etcd")
+	require.Equal(t, DecisionCommit, d)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 2)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	require.Equal(t, DecisionCommit, d)
+
+	// Nothing recorded: still no decision without the lease check.
+	_, err = s.e.DecideTxn(ctx, txnID(2), 5, DecisionCommit, 2)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrTxnDecided)
+	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
+
+	leases.mu.Lock()
+	leases.err = nil
+	leases.mu.Unlock()
+	leases.kill(5)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	require.NoError(t, err, "the recorded commit, its lease expired since")
+	require.Equal(t, DecisionCommit, d)
+}
