@@ -220,6 +220,10 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Unlock()
 		return Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
 	}
+	if err := e.grantWaitsForTxns(tb, tb.holder, owner); err != nil {
+		e.leaseMu.Unlock()
+		return Grant{}, false, err
+	}
 	oldHolder, oldEpoch := tb.holder, tb.epoch
 	tb.holder, tb.epoch = owner, epoch
 	e.leaseMu.Unlock()
@@ -275,8 +279,24 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 	if epoch <= cur0 {
 		return Grant{}, "", 0, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
 	}
+	if err := e.grantWaitsForTxns(t, holder, owner); err != nil { // before etcd is asked; checked again at the record
+		return Grant{}, "", 0, false, err
+	}
 	base, _ := clusterTableName(t.name, t.cluster.Partition)
 	return Grant{}, base, t.cluster.Partition, false, nil
+}
+
+// grantWaitsForTxns refuses a new grant of t to another owner while a prepared transaction
+// writes t, as Acquire does (docs/cluster.md, "The participant"): the new owner would cache
+// the committed versions of rows the pending decision may still change. The transaction is
+// resolved by its coordinator or by this node's resolver (the old owner's lease is gone in
+// etcd, so its primary records abort); the grant is then registered. holder is t's holder,
+// read under leaseMu. Caller holds mu.
+func (e *Engine) grantWaitsForTxns(t *table, holder, owner uint64) error {
+	if holder != owner && e.tableLocked(t.id) {
+		return fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: its grant is registered once it is resolved", ErrTxnLocked, t.name)
+	}
+	return nil
 }
 
 // identFenced refuses an owner that released its identity (ReleaseOwner). Caller holds mu.

@@ -133,3 +133,32 @@ func TestTxnDecideRetryAnsweredWithoutEtcd(t *testing.T) {
 	require.NoError(t, err, "the recorded commit, its lease expired since")
 	require.Equal(t, DecisionCommit, d)
 }
+
+// TestTxnClusterGrantWaitsForResolution: a partition (a cluster table) with rows of a
+// transaction in doubt is not granted to another owner until the transaction is resolved
+// (issue 15: "partitions with in-doubt transactions are neither granted nor moved"), as a
+// local table's Acquire already refuses: the new owner would cache the committed versions of
+// rows the pending decision may still change. The etcd grant is RegisterGrant's path.
+func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
+	v := newMemVerifier()
+	e := openTest(t, Options{GrantVerifier: v, TxnResolveInterval: -1})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
+	require.NoError(t, err)
+	ctx := context.Background()
+	const a, b = 11, 22
+	ea := v.grant("acct", 1, a)
+	_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
+	require.NoError(t, err)
+	first, _, err := e.AllocIDs(ti.ID, a, ea, 1)
+	require.NoError(t, err)
+	s := &txnStore{e: e, table: ti.ID, epoch: ea, owner: a}
+	_, err = s.prepare(t, txnID(1), 3, "", 0, first, 7)
+	require.NoError(t, err)
+
+	eb := v.grant("acct", 1, b) // a's lease ran out in etcd: b is the owner there
+	_, err = e.RegisterGrant(ctx, ti.ID, b, eb)
+	require.ErrorIs(t, err, ErrTxnLocked, "granted with a transaction in doubt")
+	require.NoError(t, e.ApplyTxn(txnID(1), DecisionAbort))
+	_, err = e.RegisterGrant(ctx, ti.ID, b, eb)
+	require.NoError(t, err, "resolved: granted")
+}
