@@ -155,6 +155,16 @@ func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 	_, err = s.prepare(t, txnID(1), 3, "", 0, first, 7)
 	require.NoError(t, err)
 
+	_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
+	require.NoError(t, err, "a renewal of the current grant")
+
+	// a restarts (the same owner id, a new session: its cache is empty) and is granted
+	// again in etcd: its new grant waits too, or it would read the committed version of a
+	// row a pending commit still changes, and write it back over that commit later.
+	ea2 := v.grant("acct", 1, a)
+	_, err = e.RegisterGrant(ctx, ti.ID, a, ea2)
+	require.ErrorIs(t, err, ErrTxnLocked, "the same owner's new grant with a transaction in doubt")
+
 	eb := v.grant("acct", 1, b) // a's lease ran out in etcd: b is the owner there
 	_, err = e.RegisterGrant(ctx, ti.ID, b, eb)
 	require.ErrorIs(t, err, ErrTxnLocked, "granted with a transaction in doubt")
