@@ -215,6 +215,12 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == DecisionAbort {
 		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
 	}
+	if at, ok := e.txnAborted[p.Txn]; ok {
+		if e.opts.Now().Sub(at) < e.opts.TxnAbortKeep {
+			return 0, fmt.Errorf("%w: transaction %v: abort was applied here before this prepare came", ErrTxnDecided, p.Txn)
+		}
+		delete(e.txnAborted, p.Txn)
+	}
 	if err := e.checkTxnLocks(b.Segments); err != nil {
 		return 0, err
 	}
@@ -516,7 +522,9 @@ func (e *Engine) sweepTxnDecisions() {
 // Applying the same decision again is a no-op; the other one fails with ErrTxnDecided; an
 // unknown id is no error (applied and reported before, or never prepared here: a
 // coordinator sends commit only after every prepare was acknowledged, and a prepared part is
-// kept until its decision is applied). It returns once the apply record is synced.
+// kept until its decision is applied). An abort of an unknown id is remembered for
+// Options.TxnAbortKeep: the transaction's prepare, if it comes after, is refused with
+// ErrTxnDecided. It returns once the apply record is synced.
 func (e *Engine) ApplyTxn(id TxnID, d Decision) error {
 	if d != DecisionCommit && d != DecisionAbort {
 		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
@@ -542,6 +550,9 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		}
 		p := e.txnParts[id]
 		if p == nil {
+			if d == DecisionAbort {
+				e.noteAbortedUnprepared(id)
+			}
 			return 0, nil
 		}
 		if p.decision != DecisionNone {
@@ -581,6 +592,32 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		}
 		return lsn, nil
 	}
+}
+
+// noteAbortedUnprepared remembers an abort applied to a transaction not prepared here, so
+// that its prepare, still on its way (a coordinator that gave up waiting for it aborts
+// every participant: a prepare runs on a goroutine of its own and may land after the
+// abort), is refused instead of locking its rows until a resolver hears the primary's
+// abort, or, once the primary forgot it, until the coordinator's lease ends. Kept
+// Options.TxnAbortKeep (the primary's own keep), at most Options.MaxTxns of them (the
+// oldest give way). Caller holds mu.
+func (e *Engine) noteAbortedUnprepared(id TxnID) {
+	now := e.opts.Now()
+	if len(e.txnAborted) >= e.opts.MaxTxns {
+		var oldest TxnID
+		var oldestAt time.Time
+		for k, at := range e.txnAborted {
+			if now.Sub(at) >= e.opts.TxnAbortKeep {
+				delete(e.txnAborted, k)
+			} else if oldestAt.IsZero() || at.Before(oldestAt) {
+				oldest, oldestAt = k, at
+			}
+		}
+		if len(e.txnAborted) >= e.opts.MaxTxns {
+			delete(e.txnAborted, oldest)
+		}
+	}
+	e.txnAborted[id] = now
 }
 
 // finishPart applies (commit: frames reserved) or drops a prepared part at lsn and keeps it

@@ -172,3 +172,35 @@ func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 	_, err = e.RegisterGrant(ctx, ti.ID, b, eb)
 	require.NoError(t, err, "resolved: granted")
 }
+
+// TestTxnAbortBeforePrepare: a coordinator that gave up waiting for a prepare aborts every
+// participant; the prepare, on a goroutine of its own at the participant, may land after
+// that abort (an unknown transaction: a no-op). It is then refused (ErrTxnDecided, nothing
+// locked, its seq not taken) instead of holding its rows until a resolver hears the
+// primary's abort, or, once the primary forgot it, until the coordinator's lease ends. The
+// memory of such aborts is bounded (MaxTxns) and kept TxnAbortKeep.
+func TestTxnAbortBeforePrepare(t *testing.T) {
+	clock := fakeClock{}
+	s := newTxnStore(t, Options{Now: clock.Now, TxnAbortKeep: time.Minute, MaxTxns: 4})
+	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort), "an abort of a transaction not prepared here")
+	_, err := s.prepare(t, txnID(1), 3, "", 0, 1, 5)
+	require.ErrorIs(t, err, ErrTxnDecided, "the late prepare")
+	s.seq--
+	parts, _ := s.e.TxnCounts()
+	require.Zero(t, parts)
+	s.put(t, 1, 6) // not locked; the refused prepare's seq is this commit's
+	require.Equal(t, uint64(6), s.get(t, 1))
+
+	for i := byte(10); i < 20; i++ {
+		require.NoError(t, s.e.ApplyTxn(txnID(i), DecisionAbort))
+		clock.Advance(time.Millisecond) // each older than the next
+	}
+	_, err = s.prepare(t, txnID(19), 3, "", 0, 2, 5)
+	require.ErrorIs(t, err, ErrTxnDecided, "the newest is kept")
+	s.seq--
+	_, err = s.prepare(t, txnID(10), 3, "", 0, 3, 5)
+	require.NoError(t, err, "bounded by MaxTxns: the oldest gave way")
+	clock.Advance(time.Minute)
+	_, err = s.prepare(t, txnID(19), 3, "", 0, 2, 5)
+	require.NoError(t, err, "past TxnAbortKeep it is forgotten")
+}
