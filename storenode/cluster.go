@@ -241,6 +241,10 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Unlock()
 		return Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
 	}
+	if err := e.grantWaitsForTxns(tb); err != nil {
+		e.leaseMu.Unlock()
+		return Grant{}, false, err
+	}
 	oldHolder, oldEpoch := tb.holder, tb.epoch
 	tb.holder, tb.epoch = owner, epoch
 	e.leaseMu.Unlock()
@@ -300,6 +304,9 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 	if epoch <= cur0 {
 		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
 	}
+	if err := e.grantWaitsForTxns(t); err != nil { // before etcd is asked; checked again at the record
+		return Grant{}, "", 0, false, err
+	}
 	base, _ := clusterTableName(t.name, t.cluster.Partition)
 	return Grant{}, base, t.cluster.Partition, 0, nil
 }
@@ -320,6 +327,22 @@ func (e *Engine) waitGrantDurable(ctx context.Context, lsn uint64) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: wait for the grant's record to be durable: %w", ErrGrantUnverified, ctx.Err())
 	}
+}
+
+// grantWaitsForTxns refuses a new grant of t (a new etcd revision: a renewal of the current
+// one is answered before) while a prepared transaction writes t, as Acquire does for another
+// owner (docs/cluster.md, "The participant"): the new owner would cache the committed
+// versions of rows the pending decision may still change. That holds for the same owner too:
+// a new grant means a new session (a restarted node, or one that lost its lease), whose cache
+// starts empty, and whose later write of such a row would undo a commit applied meanwhile.
+// The transaction is resolved by its coordinator or by this node's resolver (the old
+// session's lease gone in etcd, its primary records abort); the grant is then registered.
+// Caller holds mu.
+func (e *Engine) grantWaitsForTxns(t *table) error {
+	if e.tableLocked(t.id) {
+		return fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: a new grant is registered once it is resolved", ErrTxnLocked, t.name)
+	}
+	return nil
 }
 
 // identFenced refuses an owner that released its identity (ReleaseOwner). Caller holds mu.

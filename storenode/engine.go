@@ -74,9 +74,13 @@ type Engine struct {
 	// Two-phase commit (txn.go), under mu.
 	txnParts     map[TxnID]*txnPart
 	txnDecisions map[TxnID]*txnDecision
-	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
-	txnKick      chan struct{}
-	txnBytes     int64 // the prepare records the prepared parts hold
+	// txnAborted holds, by engine clock time, the aborts applied here to a transaction not
+	// prepared here (yet): a prepare of it arriving later is refused. Memory only, at most
+	// Options.MaxTxns, each kept Options.TxnAbortKeep. Guarded by mu.
+	txnAborted map[TxnID]time.Time
+	txnLocks   map[uint64]uint64 // frameKey -> slots of prepared rows
+	txnKick    chan struct{}
+	txnBytes   int64 // the prepare records the prepared parts hold
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
@@ -234,6 +238,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.leaseSeqs = make(map[uint64]uint64)
 	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
+	e.txnAborted = make(map[TxnID]time.Time)
 	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck

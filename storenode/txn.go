@@ -215,6 +215,12 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == DecisionAbort {
 		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
 	}
+	if at, ok := e.txnAborted[p.Txn]; ok {
+		if e.opts.Now().Sub(at) < e.opts.TxnAbortKeep {
+			return 0, fmt.Errorf("%w: transaction %v: abort was applied here before this prepare came", ErrTxnDecided, p.Txn)
+		}
+		delete(e.txnAborted, p.Txn)
+	}
 	if err := e.checkTxnLocks(b.Segments); err != nil {
 		return 0, err
 	}
@@ -310,7 +316,9 @@ func (e *Engine) tableLocked(id uint32) bool {
 // their TxnPrepare.Index: the record is kept until each reported (ReportTxn). A commit is
 // refused, and abort recorded instead (ErrTxnDecided, "abort"), when the LeaseChecker says
 // lease is gone: a coordinator whose lease expired may have been resolved against already.
-// ctx bounds the lease check; the wait for the record's sync is bounded by the disk.
+// A decision already recorded is answered without the lease check (a resent Decide learns
+// the outcome while etcd is unreachable). ctx bounds the lease check; the wait for the
+// record's sync is bounded by the disk.
 func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decision, count int) (Decision, error) {
 	switch {
 	case d != DecisionCommit && d != DecisionAbort:
@@ -319,6 +327,27 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 		return DecisionNone, fmt.Errorf("%w: %v of %d participants", ErrMalformed, d, count)
 	}
 	asked := d
+	// A decision already recorded is the answer (a coordinator resends its Decide when the
+	// answer was lost): it needs no lease check, which fails while etcd is unreachable.
+	e.mu.Lock()
+	var got txnDecision
+	recorded := false
+	if err := e.usable(); err != nil {
+		e.mu.Unlock()
+		return DecisionNone, err
+	}
+	if rec := e.txnDecisions[id]; rec != nil {
+		got, recorded = *rec, true
+		if rec.count == 0 && count > 0 {
+			// A resolver's abort (the only decision recorded without a count) learns it
+			// from the coordinator, whatever it asks, as decideLocked does.
+			rec.count = uint16(count)
+		}
+	}
+	e.mu.Unlock()
+	if recorded {
+		return e.answerDecision(id, asked, got)
+	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
 		checked = e.opts.Now()
@@ -341,6 +370,11 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	if err != nil {
 		return DecisionNone, err
 	}
+	return e.answerDecision(id, asked, rec)
+}
+
+// answerDecision answers a Decide of asked with the recorded rec once its record is durable.
+func (e *Engine) answerDecision(id TxnID, asked Decision, rec txnDecision) (Decision, error) {
 	if err := e.waitDurable(rec.lsn); err != nil {
 		return DecisionNone, err
 	}
@@ -422,7 +456,10 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 
 // ReportTxn records at this node, the primary, that participant index applied id's
 // decision (logged and synced before it returns). A commit is forgotten once every
-// participant reported; an unknown id (forgotten, or never decided here) is no error.
+// participant reported; an unknown id (forgotten, or never decided here) is no error. A
+// report already noted, or of an unknown id, returns only once every record logged so far
+// is durable: the first report's record (or the one that forgot the commit) may still be
+// on its way to the disk, and the participant forgets its part on this answer.
 func (e *Engine) ReportTxn(id TxnID, index uint16) error {
 	if index >= txnParticipantsMax {
 		return fmt.Errorf("%w: report of participant %d", ErrMalformed, index)
@@ -442,7 +479,7 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 	}
 	rec := e.txnDecisions[id]
 	if rec == nil || rec.reported&(1<<index) != 0 {
-		return 0, nil
+		return e.lastLSN, nil // the record that noted it (or forgot id) is at most this
 	}
 	if rec.count > 0 && index >= rec.count {
 		return 0, fmt.Errorf("%w: transaction %v: report of participant %d of %d", ErrMalformed, id, index, rec.count)
@@ -485,7 +522,9 @@ func (e *Engine) sweepTxnDecisions() {
 // Applying the same decision again is a no-op; the other one fails with ErrTxnDecided; an
 // unknown id is no error (applied and reported before, or never prepared here: a
 // coordinator sends commit only after every prepare was acknowledged, and a prepared part is
-// kept until its decision is applied). It returns once the apply record is synced.
+// kept until its decision is applied). An abort of an unknown id is remembered for
+// Options.TxnAbortKeep: the transaction's prepare, if it comes after, is refused with
+// ErrTxnDecided. It returns once the apply record is synced.
 func (e *Engine) ApplyTxn(id TxnID, d Decision) error {
 	if d != DecisionCommit && d != DecisionAbort {
 		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
@@ -511,6 +550,9 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		}
 		p := e.txnParts[id]
 		if p == nil {
+			if d == DecisionAbort {
+				e.noteAbortedUnprepared(id)
+			}
 			return 0, nil
 		}
 		if p.decision != DecisionNone {
@@ -550,6 +592,32 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		}
 		return lsn, nil
 	}
+}
+
+// noteAbortedUnprepared remembers an abort applied to a transaction not prepared here, so
+// that its prepare, still on its way (a coordinator that gave up waiting for it aborts
+// every participant: a prepare runs on a goroutine of its own and may land after the
+// abort), is refused instead of locking its rows until a resolver hears the primary's
+// abort, or, once the primary forgot it, until the coordinator's lease ends. Kept
+// Options.TxnAbortKeep (the primary's own keep), at most Options.MaxTxns of them (the
+// oldest give way). Caller holds mu.
+func (e *Engine) noteAbortedUnprepared(id TxnID) {
+	now := e.opts.Now()
+	if len(e.txnAborted) >= e.opts.MaxTxns {
+		var oldest TxnID
+		var oldestAt time.Time
+		for k, at := range e.txnAborted {
+			if now.Sub(at) >= e.opts.TxnAbortKeep {
+				delete(e.txnAborted, k)
+			} else if oldestAt.IsZero() || at.Before(oldestAt) {
+				oldest, oldestAt = k, at
+			}
+		}
+		if len(e.txnAborted) >= e.opts.MaxTxns {
+			delete(e.txnAborted, oldest)
+		}
+	}
+	e.txnAborted[id] = now
 }
 
 // finishPart applies (commit: frames reserved) or drops a prepared part at lsn and keeps it

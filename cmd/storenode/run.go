@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,6 +62,7 @@ type config struct {
 	metricsListen   string
 	tlsCert         string
 	tlsKey          string
+	tlsPeerCA       string
 	logLevel        string
 	logFormat       string
 	version         bool
@@ -108,6 +110,7 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /debug/pprof/ on this address (host defaults to 127.0.0.1; off when empty)")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve over TLS")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.StringVar(&cfg.tlsPeerCA, "tls-peer-ca", "", "CA certificates (PEM) the resolver verifies other storage nodes' TLS certificates against (default: the system's roots)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
@@ -228,10 +231,26 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 	}
 	// The two-phase commit's resolver reaches other storage nodes (the primaries of the
 	// transactions prepared here) as a client, with the cluster's secret; over TLS when this
-	// node serves TLS, verifying the peers against the system's roots.
+	// node serves TLS, verifying the peers against --tls-peer-ca (a cluster's private CA),
+	// else the system's roots. Without a CA that signed the peers' certificates the resolver
+	// cannot reach a primary, and transactions in doubt stay locked.
 	pc := server.PeerConfig{Secret: sc.Secret, Name: "storenode-resolver"}
-	if sc.TLS != nil {
+	switch {
+	case sc.TLS != nil:
 		pc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.tlsPeerCA != "" {
+			pem, err := os.ReadFile(cfg.tlsPeerCA)
+			if err != nil {
+				return sc, fmt.Errorf("--tls-peer-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return sc, fmt.Errorf("--tls-peer-ca: %s holds no PEM certificate", cfg.tlsPeerCA)
+			}
+			pc.TLS.RootCAs = pool
+		}
+	case cfg.tlsPeerCA != "":
+		return sc, errors.New("--tls-peer-ca needs --tls-cert and --tls-key (peers speak TLS only when this node serves it)")
 	}
 	sc.Options.TxnPeer = server.NewTxnPeer(pc)
 	return sc, nil

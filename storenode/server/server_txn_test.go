@@ -186,3 +186,23 @@ func TestServerTxnRequests(t *testing.T) {
 	require.NoError(t, other.ReportTxn(ctx, [16]byte{9}, 3), "a report of an unknown transaction")
 	require.NoError(t, other.ApplyTxn(ctx, [16]byte{9}, sgio.TxnAbort), "an abort of an unknown transaction")
 }
+
+// TestServerTxnPrimaryChecked: a TxnPrepare's primary is empty or host:port: anything else
+// is refused (ErrMalformed, nothing prepared) instead of a part whose resolver can never
+// reach its primary and so holds its rows locked until a coordinator applies a decision.
+func TestServerTxnPrimaryChecked(t *testing.T) {
+	leases, clock := &txnLeases{}, &fakeClock{}
+	a := startTxnNode(t, leases, clock)
+	ctx := srvCtx(t)
+	for _, bad := range []string{"node-a", "http://a:1", "a:0", "a:65536", ":7000", "a:port", "user@a:1", "a:1/x", "[::1]"} {
+		_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{9}, Index: 1, Primary: bad, Commit: *a.commit(1, 1)})
+		require.ErrorIs(t, err, sgio.ErrMalformed, "primary %q", bad)
+		a.seq--
+	}
+	parts, _ := a.eng().TxnCounts()
+	require.Zero(t, parts)
+	for i, good := range []string{"127.0.0.1:7000", "[::1]:7000", "store-2.internal:7000"} {
+		_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{byte(10 + i)}, Index: 1, Primary: good, Commit: *a.commit(uint64(1+i), 1)})
+		require.NoError(t, err, "primary %q", good)
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +31,9 @@ const txnRequestTimeout = 10 * time.Second
 func (s *session) txnPrepare(f sgio.Frame) {
 	v, err := sgio.ViewTxnPrepare(f.Body)
 	if err == nil {
+		err = checkPrimaryAddr(v.Primary)
+	}
+	if err == nil {
 		err = s.checkOwner(v.Commit.Owner)
 	}
 	if err != nil {
@@ -49,6 +55,32 @@ func (s *session) txnPrepare(f sgio.Frame) {
 	copy(*body, f.Body)
 	s.srv.workers.Add(1)
 	go s.runPrepare(f.ID, body)
+}
+
+// checkPrimaryAddr refuses a TxnPrepare's primary that is not empty and not host:port with a
+// host and a port number 1..65535 (no scheme, path or user): this node's resolver dials it
+// (Peer), and a prepared part whose primary cannot be dialed keeps its rows locked until its
+// coordinator applies a decision. Which hosts may be named is not restricted: only a client
+// holding the cluster's secret can send a prepare (docs/cluster.md, "Peers"). It allocates
+// nothing for a valid address; the event loop may call it.
+func checkPrimaryAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		n, perr := strconv.ParseUint(port, 10, 16)
+		switch {
+		case perr != nil || n == 0:
+			err = fmt.Errorf("port %q", port)
+		case host == "" || strings.ContainsAny(host, "/@?#%\\ \t"):
+			err = fmt.Errorf("host %q", host)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: TxnPrepare's primary %q is not host:port: %v", storenode.ErrMalformed, addr, err)
+	}
+	return nil
 }
 
 // runPrepare runs one TxnPrepare and replies with the prepare record's LSN.
