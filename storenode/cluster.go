@@ -305,7 +305,7 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
 	}
 	if err := e.grantWaitsForTxns(t); err != nil { // before etcd is asked; checked again at the record
-		return Grant{}, "", 0, false, err
+		return Grant{}, "", 0, 0, err
 	}
 	base, _ := clusterTableName(t.name, t.cluster.Partition)
 	return Grant{}, base, t.cluster.Partition, 0, nil
