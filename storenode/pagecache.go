@@ -78,6 +78,7 @@ type pageCache struct {
 	hand        int
 	dirtyFrames int
 	dirtyBytes  int64
+	allocBytes  int64 // cumulative cost of the frames alloc handed out (the checkpoint trigger's demand)
 	hits        uint64
 	misses      uint64
 }
@@ -129,6 +130,7 @@ func (c *pageCache) alloc(key uint64, pageBytes int, force bool) (int32, bool) {
 	clear(c.rows(id))
 	c.index.set(key, id)
 	c.usedBytes += cost
+	c.allocBytes += cost
 	return id, true
 }
 
