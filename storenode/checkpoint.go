@@ -106,8 +106,12 @@ func (e *Engine) requestCheckpoint() {
 // however often it changed: half a 256 MiB cache holding a 192 MB table was a checkpoint per
 // ~50K updates, 61% of the storage node's CPU). Guarded by mu.
 //
-// The room a checkpoint needs is what commits allocate while it runs. Each checkpoint measures
-// it, as frame bytes allocated per dirty byte it wrote (r), and the next one starts when the
+// The room a checkpoint needs is what commits take of the free and clean frames while it runs,
+// but only when they need new frames: without allocations a cache full of dirty pages stalls
+// nothing. Each checkpoint measures it, per dirty byte it wrote (r), as the frame bytes
+// allocated while it ran or, when those were at least 1/64 of what it wrote, the larger of
+// them and the bytes turned dirty (a hot set cached beside misses eats clean frames both
+// ways); the next one starts when the
 // room left, CacheBytes minus the dirty bytes, falls below headroom = 2r/(1+2r) of the cache:
 // twice the room the last checkpoint's rate asks of a checkpoint writing the rest. It is
 // clamped to [CacheBytes/8, CacheBytes/2] and is CacheBytes/2 (the old fixed half-cache
@@ -119,6 +123,7 @@ func (e *Engine) requestCheckpoint() {
 type cacheTrigger struct {
 	headroom   int64 // room below which a checkpoint starts; 0 = CacheBytes/2
 	allocStart int64 // cache.allocBytes when the running checkpoint began
+	dirtiedAt  int64 // cache.dirtiedB then
 	dirtyStart int64 // cache.dirtyBytes then: about the bytes it writes
 	stalled    bool  // a commit waited for room since the last checkpoint ended
 }
@@ -135,13 +140,16 @@ func (e *Engine) cachePressure() bool {
 
 // beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
 func (e *Engine) beginTrigger() {
-	e.trig.allocStart, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtyBytes
+	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedB, e.cache.dirtyBytes
 }
 
 // endTrigger sets the headroom from the checkpoint that ends (cacheTrigger). Caller holds mu.
 func (e *Engine) endTrigger() {
 	budget := e.cache.budgetBytes
 	alloc, dirty := e.cache.allocBytes-e.trig.allocStart, e.trig.dirtyStart
+	if alloc*64 >= dirty {
+		alloc = max(alloc, e.cache.dirtiedB-e.trig.dirtiedAt)
+	}
 	defer func() { e.trig.stalled = false }()
 	switch {
 	case e.trig.stalled:

@@ -79,6 +79,7 @@ type pageCache struct {
 	dirtyFrames int
 	dirtyBytes  int64
 	allocBytes  int64 // cumulative cost of the frames alloc handed out (the checkpoint trigger's demand)
+	dirtiedB    int64 // cumulative cost of the frames markDirty turned dirty (likewise)
 	hits        uint64
 	misses      uint64
 }
@@ -185,7 +186,9 @@ func (c *pageCache) markDirty(id int32, lsn uint64) {
 	if !f.dirty {
 		f.dirty = true
 		c.dirtyFrames++
-		c.dirtyBytes += c.frameCost(c.slabs[f.class].pageBytes)
+		cost := c.frameCost(c.slabs[f.class].pageBytes)
+		c.dirtyBytes += cost
+		c.dirtiedB += cost
 	}
 	f.lsn = lsn
 	f.ref = true
