@@ -123,7 +123,7 @@ func (e *Engine) requestCheckpoint() {
 type cacheTrigger struct {
 	headroom   int64 // room below which a checkpoint starts; 0 = CacheBytes/2
 	allocStart int64 // cache.allocBytes when the running checkpoint began
-	dirtiedAt  int64 // cache.dirtiedB then
+	dirtiedAt  int64 // cache.dirtiedBytes then
 	dirtyStart int64 // cache.dirtyBytes then: about the bytes it writes
 	stalled    bool  // a commit waited for room since the last checkpoint ended
 }
@@ -140,7 +140,7 @@ func (e *Engine) cachePressure() bool {
 
 // beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
 func (e *Engine) beginTrigger() {
-	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedB, e.cache.dirtyBytes
+	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedBytes, e.cache.dirtyBytes
 }
 
 // endTrigger sets the headroom from the checkpoint that ends (cacheTrigger). Caller holds mu.
@@ -148,7 +148,7 @@ func (e *Engine) endTrigger() {
 	budget := e.cache.budgetBytes
 	alloc, dirty := e.cache.allocBytes-e.trig.allocStart, e.trig.dirtyStart
 	if alloc*64 >= dirty {
-		alloc = max(alloc, e.cache.dirtiedB-e.trig.dirtiedAt)
+		alloc = max(alloc, e.cache.dirtiedBytes-e.trig.dirtiedAt)
 	}
 	defer func() { e.trig.stalled = false }()
 	switch {

@@ -67,7 +67,7 @@ func TestCacheTriggerHeadroom(t *testing.T) {
 	end := func(alloc, dirty int64, stalled bool) int64 {
 		e.trig.allocStart, e.trig.dirtyStart, e.trig.stalled = 1000, dirty, stalled
 		e.cache.allocBytes = 1000 + alloc
-		e.trig.dirtiedAt, e.cache.dirtiedB = 5000, 5000+alloc
+		e.trig.dirtiedAt, e.cache.dirtiedBytes = 5000, 5000+alloc
 		e.endTrigger()
 		require.False(t, e.trig.stalled, "a stall counts for one checkpoint")
 		return e.trig.headroom
@@ -82,11 +82,11 @@ func TestCacheTriggerHeadroom(t *testing.T) {
 	require.Equal(t, int64(budget/2), end(0, budget/64-1, false), "too little written: kept")
 	// Pages turned dirty count once allocations are material (1/64 of the bytes written).
 	e.trig.allocStart, e.cache.allocBytes, e.trig.dirtyStart = 0, 1<<20, 32<<20
-	e.trig.dirtiedAt, e.cache.dirtiedB = 0, 4<<20
+	e.trig.dirtiedAt, e.cache.dirtiedBytes = 0, 4<<20
 	e.endTrigger()
 	require.Equal(t, int64(budget*2/10), e.trig.headroom, "dirtied 4 MiB per 32 written: r=1/8")
 	e.trig.allocStart, e.cache.allocBytes, e.trig.dirtyStart = 0, 1<<10, 32<<20
-	e.trig.dirtiedAt, e.cache.dirtiedB = 0, 16<<20
+	e.trig.dirtiedAt, e.cache.dirtiedBytes = 0, 16<<20
 	e.endTrigger()
 	require.Equal(t, int64(budget/8), e.trig.headroom, "without allocations dirtying stalls nothing")
 	require.Equal(t, int64(budget/8), end(0, 32<<20, false))

@@ -69,19 +69,19 @@ func (s *slab) bytes(id int32) []byte {
 }
 
 type pageCache struct {
-	budgetBytes int64
-	usedBytes   int64
-	frames      []frame
-	freeIDs     []int32
-	index       pageIndex
-	slabs       []*slab
-	hand        int
-	dirtyFrames int
-	dirtyBytes  int64
-	allocBytes  int64 // cumulative cost of the frames alloc handed out (the checkpoint trigger's demand)
-	dirtiedB    int64 // cumulative cost of the frames markDirty turned dirty (likewise)
-	hits        uint64
-	misses      uint64
+	budgetBytes  int64
+	usedBytes    int64
+	frames       []frame
+	freeIDs      []int32
+	index        pageIndex
+	slabs        []*slab
+	hand         int
+	dirtyFrames  int
+	dirtyBytes   int64
+	allocBytes   int64 // cumulative cost of the frames alloc handed out (the checkpoint trigger's demand)
+	dirtiedBytes int64 // cumulative cost of the frames markDirty turned dirty (likewise)
+	hits         uint64
+	misses       uint64
 }
 
 func newPageCache(budgetBytes int64) *pageCache {
@@ -188,7 +188,7 @@ func (c *pageCache) markDirty(id int32, lsn uint64) {
 		c.dirtyFrames++
 		cost := c.frameCost(c.slabs[f.class].pageBytes)
 		c.dirtyBytes += cost
-		c.dirtiedB += cost
+		c.dirtiedBytes += cost
 	}
 	f.lsn = lsn
 	f.ref = true
