@@ -98,6 +98,71 @@ func (e *Engine) requestCheckpoint() {
 	}
 }
 
+// cacheTrigger decides when the dirty set starts a checkpoint. Dirty frames cannot be
+// evicted, so a checkpoint must start while the cache still has room (free or clean frames)
+// for the frames commits take until it has marked its pages clean; starting earlier than that
+// only makes checkpoints more frequent, and random updates over a table the cache holds pay
+// for every one of them in whole-table rewrites (a dirty page is written once per checkpoint
+// however often it changed: half a 256 MiB cache holding a 192 MB table was a checkpoint per
+// ~50K updates, 61% of the storage node's CPU). Guarded by mu.
+//
+// The room a checkpoint needs is what commits take of the free and clean frames while it runs,
+// but only when they need new frames: without allocations a cache full of dirty pages stalls
+// nothing. Each checkpoint measures it, per dirty byte it wrote (r), as the frame bytes
+// allocated while it ran or, when those were at least 1/64 of what it wrote, the larger of
+// them and the bytes turned dirty (a hot set cached beside misses eats clean frames both
+// ways); the next one starts when the
+// room left, CacheBytes minus the dirty bytes, falls below headroom = 2r/(1+2r) of the cache:
+// twice the room the last checkpoint's rate asks of a checkpoint writing the rest. It is
+// clamped to [CacheBytes/8, CacheBytes/2] and is CacheBytes/2 (the old fixed half-cache
+// trigger) before the first checkpoint and after one during which a commit stalled for room.
+// A cache that holds its tables (no allocations) lets the dirty set grow to 7/8 of it and
+// leaves the rest to the WAL trigger (walPressure); a cache smaller than the hot set keeps
+// the half-cache trigger. Either way the dirty set stays within the cache budget
+// (reserveFrames).
+type cacheTrigger struct {
+	headroom   int64 // room below which a checkpoint starts; 0 = CacheBytes/2
+	allocStart int64 // cache.allocBytes when the running checkpoint began
+	dirtiedAt  int64 // cache.dirtiedBytes then
+	dirtyStart int64 // cache.dirtyBytes then: about the bytes it writes
+	stalled    bool  // a commit waited for room since the last checkpoint ended
+}
+
+// cachePressure reports whether the dirty set leaves less room in the cache than the next
+// checkpoint needs (cacheTrigger). Caller holds mu.
+func (e *Engine) cachePressure() bool {
+	h := e.trig.headroom
+	if h <= 0 {
+		h = e.cache.budgetBytes / 2
+	}
+	return e.cache.budgetBytes-e.cache.dirtyBytes < h
+}
+
+// beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
+func (e *Engine) beginTrigger() {
+	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedBytes, e.cache.dirtyBytes
+}
+
+// endTrigger sets the headroom from the checkpoint that ends (cacheTrigger). Caller holds mu.
+func (e *Engine) endTrigger() {
+	budget := e.cache.budgetBytes
+	alloc, dirty := e.cache.allocBytes-e.trig.allocStart, e.trig.dirtyStart
+	if alloc*64 >= dirty {
+		alloc = max(alloc, e.cache.dirtiedBytes-e.trig.dirtiedAt)
+	}
+	defer func() { e.trig.stalled = false }()
+	switch {
+	case e.trig.stalled:
+		e.trig.headroom = budget / 2
+	case dirty < budget/64:
+		// Too little written to measure a rate by: keep the headroom.
+	default:
+		// headroom = budget * 2r/(1+2r), r = alloc/dirty
+		h := int64(float64(budget) * float64(2*alloc) / float64(dirty+2*alloc))
+		e.trig.headroom = min(max(h, budget/8), budget/2)
+	}
+}
+
 // walPressure reports whether the WAL has grown enough since the last checkpoint began to
 // start the next one: by CheckpointWALBytes, or by the bytes of the dirty pages if more.
 // Caller holds mu.
@@ -107,8 +172,9 @@ func (e *Engine) requestCheckpoint() {
 // with a fixed trigger, random updates over a table whose dirty set is larger than
 // CheckpointWALBytes rewrote nearly every page of it per CheckpointWALBytes of log (a table 10x
 // larger cost 2.1x more per update, BenchmarkUpdateRandomScale). The dirty set is itself
-// bounded by the half-cache trigger (commit.go), so the WAL a recovery replays stays below
-// max(CheckpointWALBytes, CacheBytes/2) plus what one checkpoint's run lets through.
+// bounded by the cache trigger (cacheTrigger: at most 7/8 of the cache), so the WAL a
+// recovery replays stays below max(CheckpointWALBytes, 7/8 CacheBytes) plus what one
+// checkpoint's run lets through.
 func (e *Engine) walPressure() bool {
 	if e.opts.CheckpointWALBytes <= 0 {
 		return false
@@ -207,6 +273,7 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 		e.ckptCarried = carried
 	}
 	e.walBytesAtCkpt = e.stats.walBytes.Load()
+	e.beginTrigger()
 	n := len(e.cache.frames)
 	todo := make([]ckptWrite, 0, e.cache.dirtyFrames)
 	e.mu.Unlock()
@@ -475,6 +542,7 @@ func (e *Engine) installCheckpoint(ckptLSN uint64, newPages map[uint32]*pageMap,
 	defer e.mu.Unlock()
 	e.ckptLSN = ckptLSN
 	e.ckptGen++
+	e.endTrigger()
 	keep := e.dropped[:0]
 	for _, t := range e.dropped {
 		if t.dropLSN <= ckptLSN && !e.heldBefore(t.dropLSN) {

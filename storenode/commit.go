@@ -122,6 +122,7 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 			stallStart = time.Now()
 		}
 		gen := e.ckptGen
+		e.trig.stalled = true
 		e.requestCheckpoint()
 		for e.ckptGen == gen && e.usable() == nil {
 			e.cond.Wait()
@@ -141,7 +142,7 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	e.applied(b.Owner, b.Seq, lsn, hash)
 	e.stats.commits.Add(1)
 	e.cond.Broadcast() // the owner's next seq may be waiting
-	if e.cache.dirtyBytes*2 > e.cache.budgetBytes || e.walPressure() {
+	if e.cachePressure() || e.walPressure() {
 		e.requestCheckpoint()
 	}
 	return nil

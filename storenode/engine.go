@@ -65,6 +65,7 @@ type Engine struct {
 	recoveredSynced uint64
 	// walBytesAtCkpt is stats.walBytes when the last checkpoint started.
 	walBytesAtCkpt uint64
+	trig           cacheTrigger // when dirty pages start a checkpoint (checkpoint.go)
 	closed         bool
 	replaying      bool
 	scratch        []byte      // WAL payload under construction

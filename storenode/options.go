@@ -74,7 +74,7 @@ type Options struct {
 	// CheckpointWALBytes starts a background checkpoint when the WAL has grown by this many
 	// bytes since the last one began, and by at least the bytes of the dirty pages (so the
 	// pages checkpoints write stay about the bytes logged however large the dirty set; the
-	// half-cache trigger bounds it). Negative disables the trigger.
+	// cache trigger of docs/storage.md bounds it). Negative disables the trigger.
 	CheckpointWALBytes int64
 	// CheckpointInterval starts a background checkpoint this long after the last one when
 	// anything is dirty. Negative disables the timer.

@@ -69,17 +69,19 @@ func (s *slab) bytes(id int32) []byte {
 }
 
 type pageCache struct {
-	budgetBytes int64
-	usedBytes   int64
-	frames      []frame
-	freeIDs     []int32
-	index       pageIndex
-	slabs       []*slab
-	hand        int
-	dirtyFrames int
-	dirtyBytes  int64
-	hits        uint64
-	misses      uint64
+	budgetBytes  int64
+	usedBytes    int64
+	frames       []frame
+	freeIDs      []int32
+	index        pageIndex
+	slabs        []*slab
+	hand         int
+	dirtyFrames  int
+	dirtyBytes   int64
+	allocBytes   int64 // cumulative cost of the frames alloc handed out (the checkpoint trigger's demand)
+	dirtiedBytes int64 // cumulative cost of the frames markDirty turned dirty (likewise)
+	hits         uint64
+	misses       uint64
 }
 
 func newPageCache(budgetBytes int64) *pageCache {
@@ -129,6 +131,7 @@ func (c *pageCache) alloc(key uint64, pageBytes int, force bool) (int32, bool) {
 	clear(c.rows(id))
 	c.index.set(key, id)
 	c.usedBytes += cost
+	c.allocBytes += cost
 	return id, true
 }
 
@@ -183,7 +186,9 @@ func (c *pageCache) markDirty(id int32, lsn uint64) {
 	if !f.dirty {
 		f.dirty = true
 		c.dirtyFrames++
-		c.dirtyBytes += c.frameCost(c.slabs[f.class].pageBytes)
+		cost := c.frameCost(c.slabs[f.class].pageBytes)
+		c.dirtyBytes += cost
+		c.dirtiedBytes += cost
 	}
 	f.lsn = lsn
 	f.ref = true
