@@ -265,7 +265,9 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 
 // OpenTable opens a partitioned table: it reads the partition map (linearizable) and opens
 // every partition's table on its storage node for durable reads, dialling those storage
-// nodes. A table already open is returned as it is. ErrIncomplete when a partition table is
+// nodes. A table already open is returned as it is while the map routes it alike; after a
+// partition switch (a move) or a drop and re-creation it is opened afresh (the old handle
+// keeps routing by the map it read: its Own fails with cluster.ErrMapChanged). ErrIncomplete when a partition table is
 // missing (CreateTable stopped midway: run it again); cluster.ErrTableNotFound when the map
 // has no such table.
 func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
@@ -276,12 +278,12 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	if t != nil {
-		return t, nil
-	}
 	tm, err := n.readTable(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("node: open table %q: %w", name, err)
+	}
+	if t != nil && sameMap(t.m, tm) {
+		return t, nil
 	}
 	durable := make([]*txnode.DurableTable, len(tm.Nodes))
 	rowBytes := 0
@@ -332,6 +334,12 @@ func (n *Node) readTable(ctx context.Context, name string) (*cluster.TableMap, e
 	return m.Table(name)
 }
 
+// sameMap reports whether two reads of a table's map entry route alike: the same table
+// (creation revision), every partition on the same storage node.
+func sameMap(a, b *cluster.TableMap) bool {
+	return a.Created == b.Created && a.Layout == b.Layout && slices.Equal(a.Nodes, b.Nodes)
+}
+
 // addTable registers an opened table (or returns the one another call registered first).
 func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*Table, error) {
 	n.mu.Lock()
@@ -339,7 +347,7 @@ func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*
 	if n.closed {
 		return nil, ErrClosed
 	}
-	if t := n.tables[tm.Name]; t != nil && t.m.Created == tm.Created {
+	if t := n.tables[tm.Name]; t != nil && sameMap(t.m, tm) {
 		return t, nil
 	}
 	t := newTable(n, tm, durable)

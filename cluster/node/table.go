@@ -15,7 +15,9 @@ import (
 // Table is a partitioned table as this node sees it: every partition's storage node (the
 // partition map as read when the table was opened), the partitions this node owns and, for
 // each, the transaction node's table it writes through. Row operations route by id
-// (cluster.Layout.Of). Safe for concurrent use.
+// (cluster.Layout.Of). A handle keeps the map it was opened with: after a partition switch
+// (a move) Own refuses the moved partition (cluster.ErrMapChanged) and OpenTable returns a
+// fresh handle. Safe for concurrent use.
 //
 // Reads of a partition this node owns are served from its cache (txnode); reads of the others
 // from the storage node's durable rows (txnode.DurableTable), which may be older than what
@@ -79,7 +81,10 @@ func (t *Table) NodeOf(id uint64) string { return t.parts[t.m.Layout.Of(id)].add
 func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load()...) }
 
 // Own acquires partitions for writing under the node's session, at once: a partition another
-// node holds fails with a *NotOwnerError naming it (the partitions before it stay owned). Each
+// node holds fails with a *NotOwnerError naming it (the partitions before it stay owned); one
+// the map no longer places where this handle routes it (switched, or the table dropped) fails
+// with cluster.ErrMapChanged (two linearizable map reads per partition, before and after the
+// grant). Each
 // grant is registered with the partition's storage node (which verifies it in etcd) before
 // Own returns. Owning a partition already owned is a no-op.
 func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(ctx, false, parts) }
@@ -103,6 +108,9 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		if pt.lost.Load() {
 			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 				t.m.Name, p, cluster.ErrLost)
+		}
+		if err := t.placed(ctx, p); err != nil {
+			return err
 		}
 		db, err := t.n.db(ctx, pt.addr)
 		if err != nil {
@@ -129,10 +137,41 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 				t.m.Name, p, err)
 		}
+		if err := t.placed(ctx, p); err != nil {
+			// Switched while the grant was taken: this handle may not own it (its grant
+			// stays with the transaction node until the Node closes).
+			pt.lost.Store(true)
+			return err
+		}
 		pt.tb.Store(tb)
 		t.setOwned(p, true)
 	}
 	return nil
+}
+
+// placed checks, in a linearizable read of the map, that partition p is still where this
+// handle routes it (the same table, the same storage node): a handle opened before a
+// partition switch (a move) or a drop must not own the partition at its old place, where its
+// writes would land unseen. cluster.ErrMapChanged otherwise (OpenTable the table again).
+func (t *Table) placed(ctx context.Context, p uint32) error {
+	tm, err := t.n.readTable(ctx, t.m.Name)
+	switch {
+	case errors.Is(err, cluster.ErrTableNotFound):
+		return fmt.Errorf("node: own table %q partition %d: %w: the table was dropped (%w)", t.m.Name, p, cluster.ErrMapChanged, err)
+	case err != nil:
+		return fmt.Errorf("node: own table %q partition %d: read the partition map: %w", t.m.Name, p, err)
+	case tm.Created != t.m.Created || int(p) >= len(tm.Nodes) || tm.Nodes[p] != t.parts[p].addr:
+		return fmt.Errorf("node: own table %q partition %d: %w: this handle routes it to %s, the map (revision %d) to %s: OpenTable it again",
+			t.m.Name, p, cluster.ErrMapChanged, t.parts[p].addr, tm.Created, nodeAt(tm, p))
+	}
+	return nil
+}
+
+func nodeAt(tm *cluster.TableMap, p uint32) string {
+	if int(p) < len(tm.Nodes) {
+		return tm.Nodes[p]
+	}
+	return "(none)"
 }
 
 // isLost reports whether err says a partition's grant ended for good (cluster.ErrLost: the

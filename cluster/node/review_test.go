@@ -1,0 +1,50 @@
+package node_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/storenode"
+)
+
+// A table handle opened before its partition was switched to another storage node
+// (cluster.Client.SwitchPartition, the switch step of a move) must not own it at the old
+// storage node: its writes would land where no reader looks any more. Own refuses with
+// cluster.ErrMapChanged; OpenTable reads the map again and routes to the new storage node.
+func TestOwnAfterSwitchRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "mv", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[1], ta.Map().Nodes[1])
+
+	// The move's copy on storage node 0, then the switch (no owner holds partition 1).
+	_, err = tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
+		storenode.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
+	require.NoError(t, err)
+	tm := ta.Map()
+	_, err = tc.c.SwitchPartition(ctx, "mv", tm.Created, 1, tm.Revs[1], tc.addrs[0])
+	require.NoError(t, err)
+
+	err = ta.Own(ctx, 1)
+	require.ErrorIs(t, err, cluster.ErrMapChanged, "the stale handle owns partition 1 at its old storage node")
+	require.Empty(t, ta.Owned())
+
+	fresh, err := a.OpenTable(ctx, "mv")
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], fresh.Map().Nodes[1], "OpenTable returns the stale handle")
+	require.NoError(t, fresh.Own(ctx, 1))
+	id, err := fresh.Insert(ctx, balanceRow(9))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, fresh.Partition(id))
+	require.Equal(t, tc.addrs[0], fresh.NodeOf(id))
+	// The row is on storage node 0's copy, where the map says.
+	ti, err := tc.srvs[0].Engine().OpenTable(storenode.PartitionTableName("mv", 1))
+	require.NoError(t, err)
+	data, _, _, err := tc.srvs[0].Engine().ReadRows(ti.ID, id/64, 1<<(id%64), nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1)<<(id%64), data)
+}
