@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/cluster"
@@ -56,6 +57,10 @@ type Node struct {
 	c    *cluster.Client
 	sess *cluster.Session
 	log  *slog.Logger
+
+	// down is set once Close starts (closed, under mu, with it): what the Table and Tx
+	// methods check first, lock-free.
+	down atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -115,6 +120,7 @@ func (n *Node) Close(ctx context.Context) error {
 		return nil
 	}
 	n.closed = true
+	n.down.Store(true)
 	conns := n.dbs
 	n.dbs = nil
 	n.mu.Unlock()
@@ -140,6 +146,23 @@ func (n *Node) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("node: close etcd client: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// closedErr is ErrClosed once Close started, else nil.
+func (n *Node) closedErr() error {
+	if n.down.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// after maps an error of the layers below: once Close started, a transaction node's (or the
+// etcd client's) closed error is ErrClosed too.
+func (n *Node) after(err error) error {
+	if err != nil && n.down.Load() && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w (%w)", ErrClosed, err)
+	}
+	return err
 }
 
 // db returns the transaction node of the storage node at addr, dialling it on first use.
@@ -210,6 +233,9 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 // is complete); a table of that name with another layout, placement or row size is
 // cluster.ErrTableExists. It does not own any partition.
 func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partitions, stripePages int, nodes []string) (*Table, error) {
+	if err := n.closedErr(); err != nil {
+		return nil, err
+	}
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("node: %w: no storage nodes for table %q", cluster.ErrInvalid, name)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -47,4 +48,35 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	data, _, _, err := tc.srvs[0].Engine().ReadRows(ti.ID, id/64, 1<<(id%64), nil)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1)<<(id%64), data)
+}
+
+// Every method of a closed Node, a Table's and a transaction's included, fails with
+// ErrClosed (errors.Is), whichever layer below noticed first.
+func TestClosedNodeErrClosed(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "cl", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	id, err := ta.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	other := id + 64 // partition 1: not owned
+	require.EqualValues(t, 1, ta.Partition(other))
+	require.NoError(t, a.Close(ctx))
+
+	dst := make([]byte, 64)
+	require.ErrorIs(t, ta.Get(ctx, id, dst), node.ErrClosed, "owned Get")
+	require.ErrorIs(t, ta.Get(ctx, other, dst), node.ErrClosed, "durable Get")
+	require.ErrorIs(t, ta.Put(ctx, id, balanceRow(2)), node.ErrClosed, "Put")
+	require.ErrorIs(t, ta.Update(ctx, id, func([]byte) error { return nil }), node.ErrClosed, "Update")
+	require.ErrorIs(t, ta.Delete(ctx, id), node.ErrClosed, "Delete")
+	_, err = ta.Insert(ctx, balanceRow(3))
+	require.ErrorIs(t, err, node.ErrClosed, "Insert")
+	require.ErrorIs(t, ta.Own(ctx, 1), node.ErrClosed, "Own")
+	require.ErrorIs(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, id, balanceRow(4)) }), node.ErrClosed, "Node.Update")
+	_, err = a.OpenTable(ctx, "cl")
+	require.ErrorIs(t, err, node.ErrClosed, "OpenTable")
+	_, err = a.CreateTable(ctx, "cl2", 64, 2, 1, tc.addrs)
+	require.ErrorIs(t, err, node.ErrClosed, "CreateTable")
 }

@@ -95,6 +95,9 @@ func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(c
 func (t *Table) OwnWait(ctx context.Context, parts ...uint32) error { return t.own(ctx, true, parts) }
 
 func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
+	if err := t.n.closedErr(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range parts {
@@ -221,7 +224,7 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
 	if !isLost(err) {
-		return err
+		return t.n.after(err)
 	}
 	t.drop(p)
 	ne := t.notOwner(ctx, p)
@@ -232,16 +235,19 @@ func (t *Table) written(ctx context.Context, p uint32, err error) error {
 // through its cache; any other from its storage node's durable rows, possibly older than
 // the owner's cache. txnode.ErrNotFound when there is no such row.
 func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
+	if err := t.n.closedErr(); err != nil {
+		return err
+	}
 	p := t.m.Layout.Of(id)
 	pt := &t.parts[p]
 	if tb := pt.tb.Load(); tb != nil {
 		err := tb.Get(ctx, id, dst)
 		if !isLost(err) {
-			return err
+			return t.n.after(err)
 		}
 		t.drop(p)
 	}
-	return pt.durable.Get(ctx, id, dst)
+	return t.n.after(pt.durable.Get(ctx, id, dst))
 }
 
 // Insert adds a row under a new id in one of the partitions this node owns (round robin over
@@ -249,6 +255,9 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 // outcomes). Without an owned partition it fails with ErrNotOwner. A partition whose grant
 // is lost is skipped (and forgotten as owned).
 func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
+	if err := t.n.closedErr(); err != nil {
+		return 0, err
+	}
 	for {
 		owned := *t.owned.Load()
 		if len(owned) == 0 {
@@ -265,13 +274,16 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			t.drop(p)
 			continue
 		}
-		return id, err
+		return id, t.n.after(err)
 	}
 }
 
 // owner returns the owned table of row id's partition, or the *NotOwnerError.
 func (t *Table) owner(ctx context.Context, id uint64) (uint32, *txnode.Table, error) {
 	p := t.m.Layout.Of(id)
+	if err := t.n.closedErr(); err != nil {
+		return p, nil, err
+	}
 	if tb := t.parts[p].tb.Load(); tb != nil {
 		return p, tb, nil
 	}

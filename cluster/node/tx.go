@@ -57,6 +57,9 @@ func (n *Node) View(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) error {
+	if err := n.closedErr(); err != nil {
+		return err
+	}
 	probe := &Tx{n: n, ctx: ctx, probe: true}
 	err := probeRun(probe, fn)
 	switch {
@@ -76,9 +79,9 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 		return err
 	}
 	if !writable {
-		return db.View(ctx, body)
+		return n.after(db.View(ctx, body))
 	}
-	return db.Update(ctx, body)
+	return n.after(db.Update(ctx, body))
 }
 
 // probeRun runs fn in the probe. A panic after the probe bound the transaction (fn panicked
