@@ -80,3 +80,41 @@ func TestClosedNodeErrClosed(t *testing.T) {
 	_, err = a.CreateTable(ctx, "cl2", 64, 2, 1, tc.addrs)
 	require.ErrorIs(t, err, node.ErrClosed, "CreateTable")
 }
+
+// A grant lost between a transaction's writes and its commit (checked again at commit) fails
+// the commit with a *NotOwnerError, as a write refused on the spot does, and the partition is
+// no longer listed as owned; nothing is written.
+func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "gl", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	id, err := ta.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	runs := 0
+	err = a.Update(ctx, func(tx *node.Tx) error {
+		runs++
+		if err := tx.Put(ta, id, balanceRow(2)); err != nil {
+			return err
+		}
+		if runs == 2 { // the real run, after its write: the grant goes
+			require.NoError(t, a.Session().Close(ctx))
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, node.ErrNotOwner)
+	var ne *node.NotOwnerError
+	require.ErrorAs(t, err, &ne)
+	require.EqualValues(t, 0, ne.Part)
+	require.ErrorIs(t, err, cluster.ErrLost)
+	require.Empty(t, ta.Owned())
+
+	b := tc.open(t, 0xb, "")
+	tb, err := b.OpenTable(ctx, "gl")
+	require.NoError(t, err)
+	dst := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, id, dst))
+	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")
+}
