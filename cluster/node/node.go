@@ -231,7 +231,9 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 // cluster-managed, owned by nobody yet: Own takes partitions). A retry with the same
 // arguments completes a creation that stopped between the two (and returns the table when it
 // is complete); a table of that name with another layout, placement or row size is
-// cluster.ErrTableExists. It does not own any partition.
+// cluster.ErrTableExists, and so is a first creation (the map has no such table) that finds
+// a partition table of the name already on its storage node (a dropped table's leftover: it
+// is not adopted). It does not own any partition.
 func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partitions, stripePages int, nodes []string) (*Table, error) {
 	if err := n.closedErr(); err != nil {
 		return nil, err
@@ -255,6 +257,9 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 	place := make([]string, partitions)
 	for p := range place {
 		place[p] = nodes[p%len(nodes)]
+	}
+	if err := n.noLeftovers(ctx, name, place); err != nil {
+		return nil, err
 	}
 	tm, err := n.c.CreateTable(ctx, name, layout, place)
 	if errors.Is(err, cluster.ErrTableExists) {
@@ -287,6 +292,46 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 		durable[p] = d
 	}
 	return n.addTable(tm, durable)
+}
+
+// noLeftovers refuses, before a first creation writes the map, partition tables of the name
+// already on their storage nodes: a table dropped from the map (cluster.Client.DropTable)
+// leaves them there, rows and all, and step 2 would take them as the new table's. When the
+// map has the table already (a retry, or another node's table) it does nothing: step 1
+// says which. One listing per storage node.
+func (n *Node) noLeftovers(ctx context.Context, name string, place []string) error {
+	_, err := n.readTable(ctx, name)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, cluster.ErrTableNotFound):
+		return fmt.Errorf("node: create table %q: %w", name, err)
+	}
+	want := make(map[string][]uint32) // storage node -> its partitions
+	for p, addr := range place {
+		want[addr] = append(want[addr], uint32(p))
+	}
+	for addr, ps := range want {
+		db, err := n.db(ctx, addr)
+		if err != nil {
+			return err
+		}
+		infos, err := db.Tables(ctx)
+		if err != nil {
+			return fmt.Errorf("node: create table %q: list the tables of %s: %w", name, addr, err)
+		}
+		have := make(map[string]bool, len(infos))
+		for _, ti := range infos {
+			have[ti.Name] = true
+		}
+		for _, p := range ps {
+			if pname := storenode.PartitionTableName(name, p); have[pname] {
+				return fmt.Errorf("node: create table %q: %w: partition table %q is already on storage node %s, though the map has no such table (a dropped table's, rows and all: drop it there first)",
+					name, cluster.ErrTableExists, pname, addr)
+			}
+		}
+	}
+	return nil
 }
 
 // OpenTable opens a partitioned table: it reads the partition map (linearizable) and opens

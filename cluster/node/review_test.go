@@ -118,3 +118,28 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")
 }
+
+// A table dropped from the map (cluster.Client.DropTable) leaves its partition tables on the
+// storage nodes, rows and all. CreateTable of the name afresh must not adopt them as the new
+// table's (its rows would reappear): it refuses before it writes the map.
+func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	id, err := ta.Insert(ctx, balanceRow(5))
+	require.NoError(t, err)
+	require.NoError(t, a.Close(ctx))
+	require.NoError(t, tc.c.DropTable(ctx, "dt"))
+
+	b := tc.open(t, 0xb, "game-b:7000")
+	_, err = b.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
+	require.ErrorIs(t, err, cluster.ErrTableExists, "the dropped table's partition tables taken as the new one's")
+	require.ErrorContains(t, err, storenode.PartitionTableName("dt", 0))
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, m.Tables, "dt", "the map is not written")
+	_ = id
+}
