@@ -1,7 +1,10 @@
 package node_test
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -142,4 +145,54 @@ func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, m.Tables, "dt", "the map is not written")
 	_ = id
+}
+
+// doneSpy is a context that says when it is first asked for Done: own has begun using it.
+type doneSpy struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func (c *doneSpy) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
+}
+
+// An OwnWait waiting out another node's hold on one partition does not hold up an Own of
+// another partition of the table (it took the table-wide lock for its whole wait, and the Own
+// waited for it regardless of its context).
+func TestOwnNotBlockedByOwnWait(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "ow", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	b := tc.open(t, 0xb, "game-b:7000")
+	tb, err := b.OpenTable(ctx, "ow")
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	spy := &doneSpy{Context: wctx, asked: make(chan struct{})}
+	waited := make(chan error, 1)
+	go func() { waited <- tb.OwnWait(spy, 0) }()
+	<-spy.asked // the OwnWait is under way (a holds partition 0: it waits)
+
+	owned := make(chan error, 1)
+	octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ocancel()
+	go func() { owned <- tb.Own(octx, 1) }()
+	select {
+	case err := <-owned:
+		require.NoError(t, err)
+	case <-octx.Done():
+		cancel()
+		<-waited
+		t.Fatal("Own of partition 1 blocked behind OwnWait of partition 0, past its context")
+	}
+	require.Equal(t, []uint32{1}, tb.Owned())
+	cancel()
+	require.ErrorIs(t, <-waited, context.Canceled)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/cluster"
@@ -29,7 +28,6 @@ type Table struct {
 	rowBytes int
 	parts    []part
 
-	mu sync.Mutex // serialises Own
 	// owned lists the partitions whose tb is set (copy on write, changed by CAS: Insert
 	// never waits for an Own in flight).
 	owned atomic.Pointer[[]uint32]
@@ -42,6 +40,9 @@ type part struct {
 	durable *txnode.DurableTable
 	// tb is the transaction node's table while this node owns the partition; nil otherwise.
 	tb atomic.Pointer[txnode.Table]
+	// owning serialises Own of the partition (a one-slot semaphore: its wait honours the
+	// caller's context; an OwnWait waiting out a holder holds up no other partition).
+	owning chan struct{}
 	// lost is set once the partition's grant was lost (released by Close, expired, taken):
 	// the transaction node keeps the table's state, so this node cannot own it again; reopen
 	// the Node (a new session) to.
@@ -53,6 +54,7 @@ func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Ta
 	for p := range t.parts {
 		t.parts[p].addr = tm.Nodes[p]
 		t.parts[p].durable = durable[p]
+		t.parts[p].owning = make(chan struct{}, 1)
 	}
 	t.owned.Store(new([]uint32))
 	return t
@@ -91,64 +93,81 @@ func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(c
 
 // OwnWait is Own waiting, for each partition, until its holder releases it or its lease
 // expires (cluster.Session.AcquireWait), or ctx ends: how a node takes over the partitions of
-// one that died.
+// one that died. Calls of Own and OwnWait on different partitions proceed independently (an
+// OwnWait waiting out a holder holds up no other partition); on the same partition one at a
+// time, the others waiting within their contexts.
 func (t *Table) OwnWait(ctx context.Context, parts ...uint32) error { return t.own(ctx, true, parts) }
 
 func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	if err := t.n.closedErr(); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, p := range parts {
 		if p >= uint32(len(t.parts)) {
 			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
 		}
-		pt := &t.parts[p]
-		if pt.tb.Load() != nil {
-			continue
-		}
-		if pt.lost.Load() {
-			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-				t.m.Name, p, cluster.ErrLost)
-		}
-		if err := t.placed(ctx, p); err != nil {
+		if err := t.ownOne(ctx, wait, p); err != nil {
 			return err
 		}
-		db, err := t.n.db(ctx, pt.addr)
-		if err != nil {
-			return err
-		}
-		gctx := ctx
-		if wait {
-			gctx = context.WithValue(ctx, waitKey{}, true)
-		}
-		tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
-		var oe *cluster.OwnedError
-		switch {
-		case errors.As(err, &oe):
-			return &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
-		case errors.Is(err, txnode.ErrTableNotFound):
-			return fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
-		case err != nil:
-			return fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
-		}
-		if err := tb.Serving(); isLost(err) {
-			// A table this transaction node opened before whose grant is gone (txnode keeps
-			// the table's state for the DB's life).
-			pt.lost.Store(true)
-			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-				t.m.Name, p, err)
-		}
-		if err := t.placed(ctx, p); err != nil {
-			// Switched while the grant was taken: this handle may not own it (its grant
-			// stays with the transaction node until the Node closes).
-			pt.lost.Store(true)
-			return err
-		}
-		pt.tb.Store(tb)
-		t.setOwned(p, true)
 	}
+	return nil
+}
+
+// ownOne takes partition p (own), one Own of it at a time.
+func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) error {
+	pt := &t.parts[p]
+	if pt.tb.Load() != nil {
+		return nil
+	}
+	select {
+	case pt.owning <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("node: own table %q partition %d: %w", t.m.Name, p, ctx.Err())
+	}
+	defer func() { <-pt.owning }()
+	if pt.tb.Load() != nil {
+		return nil
+	}
+	if pt.lost.Load() {
+		return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+			t.m.Name, p, cluster.ErrLost)
+	}
+	if err := t.placed(ctx, p); err != nil {
+		return err
+	}
+	db, err := t.n.db(ctx, pt.addr)
+	if err != nil {
+		return err
+	}
+	gctx := ctx
+	if wait {
+		gctx = context.WithValue(ctx, waitKey{}, true)
+	}
+	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
+	var oe *cluster.OwnedError
+	switch {
+	case errors.As(err, &oe):
+		return &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
+	case errors.Is(err, txnode.ErrTableNotFound):
+		return fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
+	case err != nil:
+		return fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
+	}
+	if err := tb.Serving(); isLost(err) {
+		// A table this transaction node opened before whose grant is gone (txnode keeps
+		// the table's state for the DB's life).
+		pt.lost.Store(true)
+		return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+			t.m.Name, p, err)
+	}
+	if err := t.placed(ctx, p); err != nil {
+		// Switched while the grant was taken: this handle may not own it (its grant
+		// stays with the transaction node until the Node closes).
+		pt.lost.Store(true)
+		return err
+	}
+	pt.tb.Store(tb)
+	t.setOwned(p, true)
 	return nil
 }
 
