@@ -196,3 +196,32 @@ func TestOwnNotBlockedByOwnWait(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-waited, context.Canceled)
 }
+
+// Close while an OwnWait waits out another node's hold: Close completes, and the OwnWait ends
+// with ErrClosed (not the layers' closed errors, nor a wait until its own context ends).
+func TestCloseEndsOwnWait(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "cw", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	b := tc.open(t, 0xb, "game-b:7000")
+	tb, err := b.OpenTable(ctx, "cw")
+	require.NoError(t, err)
+
+	spy := &doneSpy{Context: ctx, asked: make(chan struct{})}
+	waited := make(chan error, 1)
+	go func() { waited <- tb.OwnWait(spy, 0) }()
+	<-spy.asked
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, b.Close(cctx))
+	select {
+	case err := <-waited:
+		require.ErrorIs(t, err, node.ErrClosed)
+	case <-cctx.Done():
+		t.Fatal("OwnWait still waiting after Close")
+	}
+	require.Equal(t, []uint32{0}, ta.Owned(), "a keeps its partition")
+}

@@ -107,7 +107,7 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
 		}
 		if err := t.ownOne(ctx, wait, p); err != nil {
-			return err
+			return t.n.after(err)
 		}
 	}
 	return nil
