@@ -2,13 +2,17 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 )
@@ -224,4 +228,52 @@ func TestCloseEndsOwnWait(t *testing.T) {
 		t.Fatal("OwnWait still waiting after Close")
 	}
 	require.Equal(t, []uint32{0}, ta.Owned(), "a keeps its partition")
+}
+
+// A node cut off from etcd (its session's deadline not yet passed, so it still serves) whose
+// owner key was taken away and given to another node, which registered the new grant with the
+// storage node: the storage node fences its write. That refusal is a *NotOwnerError too (the
+// holder unknown: etcd unreachable), and the partition is no longer listed as owned; the
+// write is not stored.
+func TestFencedWriteNotOwner(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	px, err := etcdtest.NewProxy(tc.etcd.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
+		Session:            cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
+		OwnerLookupTimeout: 300 * time.Millisecond})
+	b := tc.open(t, 0xb, "game-b:7000")
+	ta, err := a.CreateTable(ctx, "fz", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	tb, err := b.OpenTable(ctx, "fz")
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	id, err := ta.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+
+	px.Cut(true) // a hears nothing of what follows
+	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/fz/%08x", prefix, 0))
+	require.NoError(t, err)
+	require.NoError(t, tb.Own(ctx, 0), "b takes partition 0 and registers its grant")
+	require.NoError(t, tb.Put(ctx, id, balanceRow(2)))
+
+	err = ta.Put(ctx, id, balanceRow(3))
+	require.ErrorIs(t, err, node.ErrNotOwner, "a's fenced write")
+	var ne *node.NotOwnerError
+	require.ErrorAs(t, err, &ne)
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	require.Empty(t, ta.Owned())
+	require.ErrorIs(t, ta.Put(ctx, id, balanceRow(4)), node.ErrNotOwner)
+	srv := tc.srvs[0]
+	ti, err := srv.Engine().OpenTable(storenode.PartitionTableName("fz", 0))
+	require.NoError(t, err)
+	_, _, rows, err := srv.Engine().ReadRows(ti.ID, id/64, 1<<(id%64), nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, balanceOf(rows), "b's write stands; a's is not stored")
+	px.Cut(false)
 }

@@ -196,9 +196,13 @@ func nodeAt(tm *cluster.TableMap, p uint32) string {
 	return "(none)"
 }
 
-// isLost reports whether err says a partition's grant ended for good (cluster.ErrLost: the
-// session closed, the lease expired, the owner key went).
-func isLost(err error) bool { return err != nil && errors.Is(err, cluster.ErrLost) }
+// isLost reports whether err says a partition's grant ended for good: cluster.ErrLost (the
+// session closed, the lease expired, the owner key went), or storenode.ErrFenced (the
+// storage node refused it: a newer grant is registered there, which this node may not have
+// heard of yet, cut off from etcd).
+func isLost(err error) bool {
+	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced))
+}
 
 // drop forgets partition p's ownership after its grant was lost.
 func (t *Table) drop(p uint32) {
