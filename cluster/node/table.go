@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/cluster"
@@ -85,8 +86,8 @@ func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load().
 // Own acquires partitions for writing under the node's session, at once: a partition another
 // node holds fails with a *NotOwnerError naming it (the partitions before it stay owned); one
 // the map no longer places where this handle routes it (switched, or the table dropped) fails
-// with cluster.ErrMapChanged (two linearizable map reads per partition, before and after the
-// grant). Each
+// with cluster.ErrMapChanged (two linearizable map reads per call, before the grants and
+// after). Each
 // grant is registered with the partition's storage node (which verifies it in etcd) before
 // Own returns. Owning a partition already owned is a no-op.
 func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(ctx, false, parts) }
@@ -102,42 +103,68 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	if err := t.n.closedErr(); err != nil {
 		return err
 	}
+	var need []uint32
 	for _, p := range parts {
 		if p >= uint32(len(t.parts)) {
 			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
 		}
-		if err := t.ownOne(ctx, wait, p); err != nil {
-			return t.n.after(err)
+		if t.parts[p].tb.Load() == nil && !slices.Contains(need, p) {
+			need = append(need, p)
 		}
 	}
-	return nil
-}
-
-// ownOne takes partition p (own), one Own of it at a time.
-func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) error {
-	pt := &t.parts[p]
-	if pt.tb.Load() != nil {
+	if len(need) == 0 {
 		return nil
 	}
+	// The map is read once before the grants and once after (two linearizable reads per
+	// call, whatever the number of partitions): a partition switched or a table dropped
+	// before is refused before its grant is taken; after, the race with a switch that
+	// happened meanwhile is refused too.
+	if err := t.placed(ctx, need); err != nil {
+		return t.n.after(err)
+	}
+	took := make([]*txnode.Table, 0, len(need))
+	var err error
+	for _, p := range need {
+		var tb *txnode.Table
+		if tb, err = t.ownOne(ctx, wait, p); err != nil {
+			break
+		}
+		took = append(took, tb)
+	}
+	if len(took) > 0 {
+		if perr := t.placed(ctx, need[:len(took)]); perr != nil {
+			// Not owned through this handle (the grants stay with the transaction nodes
+			// until the Node closes; an Own through a fresh handle takes them up).
+			return t.n.after(perr)
+		}
+		for i, tb := range took {
+			t.parts[need[i]].tb.Store(tb)
+		}
+		t.setOwned(need[:len(took)]...)
+	}
+	return t.n.after(err)
+}
+
+// ownOne takes partition p's grant through its storage node's transaction node (own), one
+// Own of it at a time, and returns the owned table.
+func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table, error) {
+	pt := &t.parts[p]
 	select {
 	case pt.owning <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("node: own table %q partition %d: %w", t.m.Name, p, ctx.Err())
+		return nil, fmt.Errorf("node: own table %q partition %d: %w", t.m.Name, p, ctx.Err())
 	}
 	defer func() { <-pt.owning }()
-	if pt.tb.Load() != nil {
-		return nil
+	if tb := pt.tb.Load(); tb != nil {
+		return tb, nil
 	}
 	if pt.lost.Load() {
-		return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 			t.m.Name, p, cluster.ErrLost)
-	}
-	if err := t.placed(ctx, p); err != nil {
-		return err
 	}
 	db, err := t.n.db(ctx, pt.addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gctx := ctx
 	if wait {
@@ -147,44 +174,39 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) error {
 	var oe *cluster.OwnedError
 	switch {
 	case errors.As(err, &oe):
-		return &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
+		return nil, &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
 	case errors.Is(err, txnode.ErrTableNotFound):
-		return fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
+		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
 	case err != nil:
-		return fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
+		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
 	}
 	if err := tb.Serving(); isLost(err) {
 		// A table this transaction node opened before whose grant is gone (txnode keeps
 		// the table's state for the DB's life).
 		pt.lost.Store(true)
-		return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 			t.m.Name, p, err)
 	}
-	if err := t.placed(ctx, p); err != nil {
-		// Switched while the grant was taken: this handle may not own it (its grant
-		// stays with the transaction node until the Node closes).
-		pt.lost.Store(true)
-		return err
-	}
-	pt.tb.Store(tb)
-	t.setOwned(p, true)
-	return nil
+	return tb, nil
 }
 
-// placed checks, in a linearizable read of the map, that partition p is still where this
-// handle routes it (the same table, the same storage node): a handle opened before a
+// placed checks, in one linearizable read of the map, that partitions ps are still where
+// this handle routes them (the same table, the same storage nodes): a handle opened before a
 // partition switch (a move) or a drop must not own the partition at its old place, where its
 // writes would land unseen. cluster.ErrMapChanged otherwise (OpenTable the table again).
-func (t *Table) placed(ctx context.Context, p uint32) error {
+func (t *Table) placed(ctx context.Context, ps []uint32) error {
 	tm, err := t.n.readTable(ctx, t.m.Name)
 	switch {
 	case errors.Is(err, cluster.ErrTableNotFound):
-		return fmt.Errorf("node: own table %q partition %d: %w: the table was dropped (%w)", t.m.Name, p, cluster.ErrMapChanged, err)
+		return fmt.Errorf("node: own table %q: %w: the table was dropped (%w)", t.m.Name, cluster.ErrMapChanged, err)
 	case err != nil:
-		return fmt.Errorf("node: own table %q partition %d: read the partition map: %w", t.m.Name, p, err)
-	case tm.Created != t.m.Created || int(p) >= len(tm.Nodes) || tm.Nodes[p] != t.parts[p].addr:
-		return fmt.Errorf("node: own table %q partition %d: %w: this handle routes it to %s, the map (revision %d) to %s: OpenTable it again",
-			t.m.Name, p, cluster.ErrMapChanged, t.parts[p].addr, tm.Created, nodeAt(tm, p))
+		return fmt.Errorf("node: own table %q: read the partition map: %w", t.m.Name, err)
+	}
+	for _, p := range ps {
+		if tm.Created != t.m.Created || int(p) >= len(tm.Nodes) || tm.Nodes[p] != t.parts[p].addr {
+			return fmt.Errorf("node: own table %q partition %d: %w: this handle routes it to %s, the map (revision %d) to %s: OpenTable it again",
+				t.m.Name, p, cluster.ErrMapChanged, t.parts[p].addr, tm.Created, nodeAt(tm, p))
+		}
 	}
 	return nil
 }
@@ -209,21 +231,40 @@ func (t *Table) drop(p uint32) {
 	pt := &t.parts[p]
 	pt.lost.Store(true)
 	pt.tb.Store(nil)
-	t.setOwned(p, false)
+	t.unsetOwned(p)
 }
 
-// setOwned adds p to the owned list or removes it (idempotent).
-func (t *Table) setOwned(p uint32, in bool) {
+// setOwned adds ps to the owned list (idempotent; one copy however many).
+func (t *Table) setOwned(ps ...uint32) {
 	for {
 		cur := t.owned.Load()
-		next := make([]uint32, 0, len(*cur)+1)
+		next := make([]uint32, 0, len(*cur)+len(ps))
+		next = append(next, *cur...)
+		in := make(map[uint32]bool, len(next))
+		for _, q := range next {
+			in[q] = true
+		}
+		for _, p := range ps {
+			if !in[p] {
+				in[p] = true
+				next = append(next, p)
+			}
+		}
+		if t.owned.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
+
+// unsetOwned removes p from the owned list (idempotent).
+func (t *Table) unsetOwned(p uint32) {
+	for {
+		cur := t.owned.Load()
+		next := make([]uint32, 0, len(*cur))
 		for _, q := range *cur {
 			if q != p {
 				next = append(next, q)
 			}
-		}
-		if in {
-			next = append(next, p)
 		}
 		if t.owned.CompareAndSwap(cur, &next) {
 			return
@@ -289,7 +330,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 		p := owned[t.rr.Add(1)%uint64(len(owned))]
 		tb := t.parts[p].tb.Load()
 		if tb == nil {
-			t.setOwned(p, false) // dropped meanwhile: its drop removes it too
+			t.unsetOwned(p) // dropped meanwhile: its drop removes it too
 			continue
 		}
 		id, err := tb.Insert(ctx, row)
