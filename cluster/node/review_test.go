@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/cluster"
@@ -276,4 +277,33 @@ func TestFencedWriteNotOwner(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, balanceOf(rows), "b's write stands; a's is not stored")
 	px.Cut(false)
+}
+
+// A Node's Close ends every goroutine it started (its transaction nodes', its session's,
+// its etcd client's).
+func TestCloseLeaksNoGoroutine(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	// Dial the storage nodes once, so their servers' per-connection state exists.
+	warm := tc.open(t, 0xc, "")
+	_, err := warm.CreateTable(ctx, "lk", 64, 4, 1, tc.addrs)
+	require.NoError(t, err)
+	opts := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
+
+	cfg := node.Config{Etcd: cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},
+		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Logger: quiet, Secret: secret, CacheBytes: 1 << 20}
+	a, err := node.Open(ctx, cfg)
+	require.NoError(t, err)
+	ta, err := a.OpenTable(ctx, "lk")
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1, 2, 3))
+	for range 8 {
+		_, err := ta.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, a.Close(cctx))
+	goleak.VerifyNone(t, opts...)
 }
