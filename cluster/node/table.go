@@ -226,6 +226,19 @@ func isLost(err error) bool {
 	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced))
 }
 
+// gone reports whether err, of an operation on partition p's owned table, says p's grant
+// ended for good: isLost, confirmed by the table itself (Serving). A transaction node's
+// commit pipeline, once a batch failed, fails every later commit with that batch's error,
+// fenced though only the batch's tables were: the others are not lost (and their holder is
+// this node).
+func (t *Table) gone(p uint32, err error) bool {
+	if !isLost(err) {
+		return false
+	}
+	tb := t.parts[p].tb.Load()
+	return tb == nil || isLost(tb.Serving())
+}
+
 // drop forgets partition p's ownership after its grant was lost.
 func (t *Table) drop(p uint32) {
 	pt := &t.parts[p]
@@ -287,7 +300,7 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // written is the error of a write to partition p through the owned table: a lost grant
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
-	if !isLost(err) {
+	if !t.gone(p, err) {
 		return t.n.after(err)
 	}
 	t.drop(p)
@@ -306,7 +319,7 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	pt := &t.parts[p]
 	if tb := pt.tb.Load(); tb != nil {
 		err := tb.Get(ctx, id, dst)
-		if !isLost(err) {
+		if !t.gone(p, err) {
 			return t.n.after(err)
 		}
 		t.drop(p)
@@ -334,7 +347,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			continue
 		}
 		id, err := tb.Insert(ctx, row)
-		if isLost(err) {
+		if t.gone(p, err) {
 			t.drop(p)
 			continue
 		}

@@ -171,7 +171,7 @@ func (tx *Tx) route(t *Table, p uint32) (*txnode.Table, error) {
 // failed maps an error of the storage node's transaction: a lost grant becomes a
 // *NotOwnerError (and the partition is forgotten as owned), kept as the transaction's error.
 func (tx *Tx) failed(t *Table, p uint32, err error) error {
-	if !isLost(err) {
+	if !t.gone(p, err) {
 		return err
 	}
 	tx.err = t.written(tx.ctx, p, err)
