@@ -2,9 +2,11 @@ package txnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -91,6 +93,13 @@ func (t *DurableTable) Get(ctx context.Context, id uint64, dst []byte) error {
 
 // Serving returns nil while this node may serve the table (its lease, or for a
 // cluster-managed table its etcd grant, holds), else the error the table's reads and writes
-// fail with (ErrLeaseExpired wrapping the grant's error; ErrTableNotFound once dropped). One
-// clock read or grant check; no allocation on success.
-func (t *Table) Serving() error { return t.t.serving() }
+// fail with (ErrLeaseExpired wrapping the grant's error, and storenode.ErrFenced once the
+// store fenced the grant; ErrTableNotFound once dropped). One clock read or grant check; no
+// allocation on success.
+func (t *Table) Serving() error {
+	err := t.t.serving()
+	if err != nil && t.t.storeFenced.Load() && !errors.Is(err, storenode.ErrFenced) {
+		return fmt.Errorf("%w (%w)", err, storenode.ErrFenced)
+	}
+	return err
+}

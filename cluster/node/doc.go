@@ -32,8 +32,9 @@
 //
 // Own and OwnWait take partitions under the node's session (one etcd lease); Close releases
 // them (and the other nodes take them at once); a node that dies loses them one TTL after its
-// last keepalive. A grant lost while the node runs (its session ended) makes writes fail with
-// a *NotOwnerError naming the new holder; the node cannot own that partition again (a new
+// last keepalive. A grant lost while the node runs (its session ended, or the storage node
+// fenced it: storenode.ErrFenced) makes writes fail with a *NotOwnerError naming the new
+// holder; the node cannot own that partition again (a new
 // session: reopen the node).
 //
 // txnode and storenode do not import this package or package cluster: a game server without

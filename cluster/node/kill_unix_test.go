@@ -132,7 +132,9 @@ func TestKilledNodeTakenOver(t *testing.T) {
 		}
 	}
 	var inflight *xfer
-	for done := 0; done < acks; {
+	// Until acks transfers are acknowledged and the next one has begun: the kill lands
+	// while a transfer is in flight (before, during or after its commit).
+	for done := 0; done < acks || inflight == nil; {
 		l := next()
 		switch {
 		case strings.HasPrefix(l, "try "):

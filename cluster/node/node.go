@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/cluster"
@@ -56,6 +57,10 @@ type Node struct {
 	c    *cluster.Client
 	sess *cluster.Session
 	log  *slog.Logger
+
+	// down is set once Close starts (closed, under mu, with it): what the Table and Tx
+	// methods check first, lock-free.
+	down atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -115,6 +120,7 @@ func (n *Node) Close(ctx context.Context) error {
 		return nil
 	}
 	n.closed = true
+	n.down.Store(true)
 	conns := n.dbs
 	n.dbs = nil
 	n.mu.Unlock()
@@ -140,6 +146,23 @@ func (n *Node) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("node: close etcd client: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// closedErr is ErrClosed once Close started, else nil.
+func (n *Node) closedErr() error {
+	if n.down.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// after maps an error of the layers below: once Close started, a transaction node's (or the
+// etcd client's) closed error is ErrClosed too.
+func (n *Node) after(err error) error {
+	if err != nil && n.down.Load() && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w (%w)", ErrClosed, err)
+	}
+	return err
 }
 
 // db returns the transaction node of the storage node at addr, dialling it on first use.
@@ -208,8 +231,13 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 // cluster-managed, owned by nobody yet: Own takes partitions). A retry with the same
 // arguments completes a creation that stopped between the two (and returns the table when it
 // is complete); a table of that name with another layout, placement or row size is
-// cluster.ErrTableExists. It does not own any partition.
+// cluster.ErrTableExists, and so is a first creation (the map has no such table) that finds
+// a partition table of the name already on its storage node (a dropped table's leftover: it
+// is not adopted). It does not own any partition.
 func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partitions, stripePages int, nodes []string) (*Table, error) {
+	if err := n.closedErr(); err != nil {
+		return nil, err
+	}
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("node: %w: no storage nodes for table %q", cluster.ErrInvalid, name)
 	}
@@ -229,6 +257,9 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 	place := make([]string, partitions)
 	for p := range place {
 		place[p] = nodes[p%len(nodes)]
+	}
+	if err := n.noLeftovers(ctx, name, place); err != nil {
+		return nil, err
 	}
 	tm, err := n.c.CreateTable(ctx, name, layout, place)
 	if errors.Is(err, cluster.ErrTableExists) {
@@ -263,9 +294,51 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 	return n.addTable(tm, durable)
 }
 
+// noLeftovers refuses, before a first creation writes the map, partition tables of the name
+// already on their storage nodes: a table dropped from the map (cluster.Client.DropTable)
+// leaves them there, rows and all, and step 2 would take them as the new table's. When the
+// map has the table already (a retry, or another node's table) it does nothing: step 1
+// says which. One listing per storage node.
+func (n *Node) noLeftovers(ctx context.Context, name string, place []string) error {
+	_, err := n.readTable(ctx, name)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, cluster.ErrTableNotFound):
+		return fmt.Errorf("node: create table %q: %w", name, err)
+	}
+	want := make(map[string][]uint32) // storage node -> its partitions
+	for p, addr := range place {
+		want[addr] = append(want[addr], uint32(p))
+	}
+	for addr, ps := range want {
+		db, err := n.db(ctx, addr)
+		if err != nil {
+			return err
+		}
+		infos, err := db.Tables(ctx)
+		if err != nil {
+			return fmt.Errorf("node: create table %q: list the tables of %s: %w", name, addr, err)
+		}
+		have := make(map[string]bool, len(infos))
+		for _, ti := range infos {
+			have[ti.Name] = true
+		}
+		for _, p := range ps {
+			if pname := storenode.PartitionTableName(name, p); have[pname] {
+				return fmt.Errorf("node: create table %q: %w: partition table %q is already on storage node %s, though the map has no such table (a dropped table's, rows and all: drop it there first)",
+					name, cluster.ErrTableExists, pname, addr)
+			}
+		}
+	}
+	return nil
+}
+
 // OpenTable opens a partitioned table: it reads the partition map (linearizable) and opens
 // every partition's table on its storage node for durable reads, dialling those storage
-// nodes. A table already open is returned as it is. ErrIncomplete when a partition table is
+// nodes. A table already open is returned as it is while the map routes it alike; after a
+// partition switch (a move) or a drop and re-creation it is opened afresh (the old handle
+// keeps routing by the map it read: its Own fails with cluster.ErrMapChanged). ErrIncomplete when a partition table is
 // missing (CreateTable stopped midway: run it again); cluster.ErrTableNotFound when the map
 // has no such table.
 func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
@@ -276,12 +349,12 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	if t != nil {
-		return t, nil
-	}
 	tm, err := n.readTable(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("node: open table %q: %w", name, err)
+	}
+	if t != nil && sameMap(t.m, tm) {
+		return t, nil
 	}
 	durable := make([]*txnode.DurableTable, len(tm.Nodes))
 	rowBytes := 0
@@ -332,6 +405,12 @@ func (n *Node) readTable(ctx context.Context, name string) (*cluster.TableMap, e
 	return m.Table(name)
 }
 
+// sameMap reports whether two reads of a table's map entry route alike: the same table
+// (creation revision), every partition on the same storage node.
+func sameMap(a, b *cluster.TableMap) bool {
+	return a.Created == b.Created && a.Layout == b.Layout && slices.Equal(a.Nodes, b.Nodes)
+}
+
 // addTable registers an opened table (or returns the one another call registered first).
 func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*Table, error) {
 	n.mu.Lock()
@@ -339,7 +418,7 @@ func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*
 	if n.closed {
 		return nil, ErrClosed
 	}
-	if t := n.tables[tm.Name]; t != nil && t.m.Created == tm.Created {
+	if t := n.tables[tm.Name]; t != nil && sameMap(t.m, tm) {
 		return t, nil
 	}
 	t := newTable(n, tm, durable)

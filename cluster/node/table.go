@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/cluster"
@@ -15,7 +15,9 @@ import (
 // Table is a partitioned table as this node sees it: every partition's storage node (the
 // partition map as read when the table was opened), the partitions this node owns and, for
 // each, the transaction node's table it writes through. Row operations route by id
-// (cluster.Layout.Of). Safe for concurrent use.
+// (cluster.Layout.Of). A handle keeps the map it was opened with: after a partition switch
+// (a move) Own refuses the moved partition (cluster.ErrMapChanged) and OpenTable returns a
+// fresh handle. Safe for concurrent use.
 //
 // Reads of a partition this node owns are served from its cache (txnode); reads of the others
 // from the storage node's durable rows (txnode.DurableTable), which may be older than what
@@ -27,7 +29,6 @@ type Table struct {
 	rowBytes int
 	parts    []part
 
-	mu sync.Mutex // serialises Own
 	// owned lists the partitions whose tb is set (copy on write, changed by CAS: Insert
 	// never waits for an Own in flight).
 	owned atomic.Pointer[[]uint32]
@@ -40,6 +41,9 @@ type part struct {
 	durable *txnode.DurableTable
 	// tb is the transaction node's table while this node owns the partition; nil otherwise.
 	tb atomic.Pointer[txnode.Table]
+	// owning serialises Own of the partition (a one-slot semaphore: its wait honours the
+	// caller's context; an OwnWait waiting out a holder holds up no other partition).
+	owning chan struct{}
 	// lost is set once the partition's grant was lost (released by Close, expired, taken):
 	// the transaction node keeps the table's state, so this node cannot own it again; reopen
 	// the Node (a new session) to.
@@ -51,6 +55,7 @@ func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Ta
 	for p := range t.parts {
 		t.parts[p].addr = tm.Nodes[p]
 		t.parts[p].durable = durable[p]
+		t.parts[p].owning = make(chan struct{}, 1)
 	}
 	t.owned.Store(new([]uint32))
 	return t
@@ -79,86 +84,200 @@ func (t *Table) NodeOf(id uint64) string { return t.parts[t.m.Layout.Of(id)].add
 func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load()...) }
 
 // Own acquires partitions for writing under the node's session, at once: a partition another
-// node holds fails with a *NotOwnerError naming it (the partitions before it stay owned). Each
+// node holds fails with a *NotOwnerError naming it (the partitions before it stay owned); one
+// the map no longer places where this handle routes it (switched, or the table dropped) fails
+// with cluster.ErrMapChanged (two linearizable map reads per call, before the grants and
+// after). Each
 // grant is registered with the partition's storage node (which verifies it in etcd) before
 // Own returns. Owning a partition already owned is a no-op.
 func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(ctx, false, parts) }
 
 // OwnWait is Own waiting, for each partition, until its holder releases it or its lease
 // expires (cluster.Session.AcquireWait), or ctx ends: how a node takes over the partitions of
-// one that died.
+// one that died. Calls of Own and OwnWait on different partitions proceed independently (an
+// OwnWait waiting out a holder holds up no other partition); on the same partition one at a
+// time, the others waiting within their contexts.
 func (t *Table) OwnWait(ctx context.Context, parts ...uint32) error { return t.own(ctx, true, parts) }
 
 func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	if err := t.n.closedErr(); err != nil {
+		return err
+	}
+	var need []uint32
 	for _, p := range parts {
 		if p >= uint32(len(t.parts)) {
 			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
 		}
-		pt := &t.parts[p]
-		if pt.tb.Load() != nil {
-			continue
+		if t.parts[p].tb.Load() == nil && !slices.Contains(need, p) {
+			need = append(need, p)
 		}
-		if pt.lost.Load() {
-			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-				t.m.Name, p, cluster.ErrLost)
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	// The map is read once before the grants and once after (two linearizable reads per
+	// call, whatever the number of partitions): a partition switched or a table dropped
+	// before is refused before its grant is taken; after, the race with a switch that
+	// happened meanwhile is refused too.
+	if err := t.placed(ctx, need); err != nil {
+		return t.n.after(err)
+	}
+	took := make([]*txnode.Table, 0, len(need))
+	var err error
+	for _, p := range need {
+		var tb *txnode.Table
+		if tb, err = t.ownOne(ctx, wait, p); err != nil {
+			break
 		}
-		db, err := t.n.db(ctx, pt.addr)
-		if err != nil {
-			return err
+		took = append(took, tb)
+	}
+	if len(took) > 0 {
+		if perr := t.placed(ctx, need[:len(took)]); perr != nil {
+			// Not owned through this handle (the grants stay with the transaction nodes
+			// until the Node closes; an Own through a fresh handle takes them up).
+			return t.n.after(perr)
 		}
-		gctx := ctx
-		if wait {
-			gctx = context.WithValue(ctx, waitKey{}, true)
+		for i, tb := range took {
+			t.parts[need[i]].tb.Store(tb)
 		}
-		tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
-		var oe *cluster.OwnedError
-		switch {
-		case errors.As(err, &oe):
-			return &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
-		case errors.Is(err, txnode.ErrTableNotFound):
-			return fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
-		case err != nil:
-			return fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
+		t.setOwned(need[:len(took)]...)
+	}
+	return t.n.after(err)
+}
+
+// ownOne takes partition p's grant through its storage node's transaction node (own), one
+// Own of it at a time, and returns the owned table.
+func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table, error) {
+	pt := &t.parts[p]
+	select {
+	case pt.owning <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("node: own table %q partition %d: %w", t.m.Name, p, ctx.Err())
+	}
+	defer func() { <-pt.owning }()
+	if tb := pt.tb.Load(); tb != nil {
+		return tb, nil
+	}
+	if pt.lost.Load() {
+		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+			t.m.Name, p, cluster.ErrLost)
+	}
+	db, err := t.n.db(ctx, pt.addr)
+	if err != nil {
+		return nil, err
+	}
+	gctx := ctx
+	if wait {
+		gctx = context.WithValue(ctx, waitKey{}, true)
+	}
+	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
+	var oe *cluster.OwnedError
+	switch {
+	case errors.As(err, &oe):
+		return nil, &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
+	case errors.Is(err, txnode.ErrTableNotFound):
+		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
+	case err != nil:
+		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
+	}
+	if err := tb.Serving(); isLost(err) {
+		// A table this transaction node opened before whose grant is gone (txnode keeps
+		// the table's state for the DB's life).
+		pt.lost.Store(true)
+		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
+			t.m.Name, p, err)
+	}
+	return tb, nil
+}
+
+// placed checks, in one linearizable read of the map, that partitions ps are still where
+// this handle routes them (the same table, the same storage nodes): a handle opened before a
+// partition switch (a move) or a drop must not own the partition at its old place, where its
+// writes would land unseen. cluster.ErrMapChanged otherwise (OpenTable the table again).
+func (t *Table) placed(ctx context.Context, ps []uint32) error {
+	tm, err := t.n.readTable(ctx, t.m.Name)
+	switch {
+	case errors.Is(err, cluster.ErrTableNotFound):
+		return fmt.Errorf("node: own table %q: %w: the table was dropped (%w)", t.m.Name, cluster.ErrMapChanged, err)
+	case err != nil:
+		return fmt.Errorf("node: own table %q: read the partition map: %w", t.m.Name, err)
+	}
+	for _, p := range ps {
+		if tm.Created != t.m.Created || int(p) >= len(tm.Nodes) || tm.Nodes[p] != t.parts[p].addr {
+			return fmt.Errorf("node: own table %q partition %d: %w: this handle routes it to %s, the map (revision %d) to %s: OpenTable it again",
+				t.m.Name, p, cluster.ErrMapChanged, t.parts[p].addr, tm.Created, nodeAt(tm, p))
 		}
-		if err := tb.Serving(); isLost(err) {
-			// A table this transaction node opened before whose grant is gone (txnode keeps
-			// the table's state for the DB's life).
-			pt.lost.Store(true)
-			return fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-				t.m.Name, p, err)
-		}
-		pt.tb.Store(tb)
-		t.setOwned(p, true)
 	}
 	return nil
 }
 
-// isLost reports whether err says a partition's grant ended for good (cluster.ErrLost: the
-// session closed, the lease expired, the owner key went).
-func isLost(err error) bool { return err != nil && errors.Is(err, cluster.ErrLost) }
+func nodeAt(tm *cluster.TableMap, p uint32) string {
+	if int(p) < len(tm.Nodes) {
+		return tm.Nodes[p]
+	}
+	return "(none)"
+}
+
+// isLost reports whether err says a partition's grant ended for good: cluster.ErrLost (the
+// session closed, the lease expired, the owner key went), or storenode.ErrFenced (the
+// storage node refused it: a newer grant is registered there, which this node may not have
+// heard of yet, cut off from etcd).
+func isLost(err error) bool {
+	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced))
+}
+
+// gone reports whether err, of an operation on partition p's owned table, says p's grant
+// ended for good: isLost, confirmed by the table itself (Serving). A transaction node's
+// commit pipeline, once a batch failed, fails every later commit with that batch's error,
+// fenced though only the batch's tables were: the others are not lost (and their holder is
+// this node).
+func (t *Table) gone(p uint32, err error) bool {
+	if !isLost(err) {
+		return false
+	}
+	tb := t.parts[p].tb.Load()
+	return tb == nil || isLost(tb.Serving())
+}
 
 // drop forgets partition p's ownership after its grant was lost.
 func (t *Table) drop(p uint32) {
 	pt := &t.parts[p]
 	pt.lost.Store(true)
 	pt.tb.Store(nil)
-	t.setOwned(p, false)
+	t.unsetOwned(p)
 }
 
-// setOwned adds p to the owned list or removes it (idempotent).
-func (t *Table) setOwned(p uint32, in bool) {
+// setOwned adds ps to the owned list (idempotent; one copy however many).
+func (t *Table) setOwned(ps ...uint32) {
 	for {
 		cur := t.owned.Load()
-		next := make([]uint32, 0, len(*cur)+1)
+		next := make([]uint32, 0, len(*cur)+len(ps))
+		next = append(next, *cur...)
+		in := make(map[uint32]bool, len(next))
+		for _, q := range next {
+			in[q] = true
+		}
+		for _, p := range ps {
+			if !in[p] {
+				in[p] = true
+				next = append(next, p)
+			}
+		}
+		if t.owned.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
+
+// unsetOwned removes p from the owned list (idempotent).
+func (t *Table) unsetOwned(p uint32) {
+	for {
+		cur := t.owned.Load()
+		next := make([]uint32, 0, len(*cur))
 		for _, q := range *cur {
 			if q != p {
 				next = append(next, q)
 			}
-		}
-		if in {
-			next = append(next, p)
 		}
 		if t.owned.CompareAndSwap(cur, &next) {
 			return
@@ -181,8 +300,8 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // written is the error of a write to partition p through the owned table: a lost grant
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
-	if !isLost(err) {
-		return err
+	if !t.gone(p, err) {
+		return t.n.after(err)
 	}
 	t.drop(p)
 	ne := t.notOwner(ctx, p)
@@ -193,16 +312,19 @@ func (t *Table) written(ctx context.Context, p uint32, err error) error {
 // through its cache; any other from its storage node's durable rows, possibly older than
 // the owner's cache. txnode.ErrNotFound when there is no such row.
 func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
+	if err := t.n.closedErr(); err != nil {
+		return err
+	}
 	p := t.m.Layout.Of(id)
 	pt := &t.parts[p]
 	if tb := pt.tb.Load(); tb != nil {
 		err := tb.Get(ctx, id, dst)
-		if !isLost(err) {
-			return err
+		if !t.gone(p, err) {
+			return t.n.after(err)
 		}
 		t.drop(p)
 	}
-	return pt.durable.Get(ctx, id, dst)
+	return t.n.after(pt.durable.Get(ctx, id, dst))
 }
 
 // Insert adds a row under a new id in one of the partitions this node owns (round robin over
@@ -210,6 +332,9 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 // outcomes). Without an owned partition it fails with ErrNotOwner. A partition whose grant
 // is lost is skipped (and forgotten as owned).
 func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
+	if err := t.n.closedErr(); err != nil {
+		return 0, err
+	}
 	for {
 		owned := *t.owned.Load()
 		if len(owned) == 0 {
@@ -218,21 +343,24 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 		p := owned[t.rr.Add(1)%uint64(len(owned))]
 		tb := t.parts[p].tb.Load()
 		if tb == nil {
-			t.setOwned(p, false) // dropped meanwhile: its drop removes it too
+			t.unsetOwned(p) // dropped meanwhile: its drop removes it too
 			continue
 		}
 		id, err := tb.Insert(ctx, row)
-		if isLost(err) {
+		if t.gone(p, err) {
 			t.drop(p)
 			continue
 		}
-		return id, err
+		return id, t.n.after(err)
 	}
 }
 
 // owner returns the owned table of row id's partition, or the *NotOwnerError.
 func (t *Table) owner(ctx context.Context, id uint64) (uint32, *txnode.Table, error) {
 	p := t.m.Layout.Of(id)
+	if err := t.n.closedErr(); err != nil {
+		return p, nil, err
+	}
 	if tb := t.parts[p].tb.Load(); tb != nil {
 		return p, tb, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
@@ -27,6 +28,15 @@ type Tx struct {
 	// access returns it, and Update returns it whatever the closure does with it.
 	err  error
 	done bool
+	// touched lists the partitions the transaction routed to (the commit's lost grant is
+	// told by them).
+	touched []touch
+}
+
+// touch is one partition a transaction routed to.
+type touch struct {
+	t *Table
+	p uint32
 }
 
 // errBind ends the probe run: the transaction's storage node is known.
@@ -42,8 +52,9 @@ var errBind = errors.New("node: transaction bound to its storage node (internal)
 // the storage node's transaction (a panic of fn in that first run, once the storage node is
 // known, is dropped: fn runs again). A row of a partition this node does not own is a
 // *NotOwnerError; one on another storage node is ErrCrossNode; Update returns that error
-// even if fn did not. Atomic transactions over several storage nodes come with two-phase
-// commit (docs/cluster.md).
+// even if fn did not. A grant lost before the commit (txnode checks every touched
+// partition's grant again then) fails the commit with a *NotOwnerError too. Atomic
+// transactions over several storage nodes come with two-phase commit (docs/cluster.md).
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, true, fn)
 }
@@ -57,6 +68,9 @@ func (n *Node) View(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) error {
+	if err := n.closedErr(); err != nil {
+		return err
+	}
 	probe := &Tx{n: n, ctx: ctx, probe: true}
 	err := probeRun(probe, fn)
 	switch {
@@ -66,8 +80,10 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 		return probe.err
 	}
 	db := probe.db
+	var last *Tx
 	body := func(t *txnode.Tx) error {
 		tx := &Tx{n: n, ctx: ctx, addr: probe.addr, db: db, tx: t}
+		last = tx
 		err := fn(tx)
 		tx.done = true
 		if tx.err != nil {
@@ -76,9 +92,26 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 		return err
 	}
 	if !writable {
-		return db.View(ctx, body)
+		err = db.View(ctx, body)
+	} else {
+		err = db.Update(ctx, body)
 	}
-	return db.Update(ctx, body)
+	if isLost(err) && last != nil && !errors.Is(err, ErrNotOwner) {
+		err = last.lostAtCommit(err)
+	}
+	return n.after(err)
+}
+
+// lostAtCommit maps a lost grant the commit found (txnode checks every touched table's grant
+// again at commit) to the *NotOwnerError of the first touched partition whose grant is gone,
+// as a write refused on the spot is (the partition is forgotten as owned).
+func (tx *Tx) lostAtCommit(err error) error {
+	for _, u := range tx.touched {
+		if tb := u.t.parts[u.p].tb.Load(); tb != nil && isLost(tb.Serving()) {
+			return u.t.written(tx.ctx, u.p, err)
+		}
+	}
+	return err
 }
 
 // probeRun runs fn in the probe. A panic after the probe bound the transaction (fn panicked
@@ -129,13 +162,16 @@ func (tx *Tx) route(t *Table, p uint32) (*txnode.Table, error) {
 			ErrCrossNode, t.m.Name, p, pt.addr, tx.addr)
 		return nil, tx.err
 	}
+	if !slices.Contains(tx.touched, touch{t, p}) {
+		tx.touched = append(tx.touched, touch{t, p})
+	}
 	return tb, nil
 }
 
 // failed maps an error of the storage node's transaction: a lost grant becomes a
 // *NotOwnerError (and the partition is forgotten as owned), kept as the transaction's error.
 func (tx *Tx) failed(t *Table, p uint32, err error) error {
-	if !isLost(err) {
+	if !t.gone(p, err) {
 		return err
 	}
 	tx.err = t.written(tx.ctx, p, err)
