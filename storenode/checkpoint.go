@@ -112,7 +112,8 @@ func (e *Engine) requestCheckpoint() {
 // allocated while it ran or, when those were at least 1/64 of what it wrote, the larger of
 // them and the bytes turned dirty (a hot set cached beside misses eats clean frames both
 // ways); the next one starts when the
-// room left, CacheBytes minus the dirty bytes, falls below headroom = 2r/(1+2r) of the cache:
+// room left, CacheBytes minus the dirty frames and their share of the page index
+// (cachePressure), falls below headroom = 2r/(1+2r) of the cache:
 // twice the room the last checkpoint's rate asks of a checkpoint writing the rest. It is
 // clamped to [CacheBytes/8, CacheBytes/2] and is CacheBytes/2 (the old fixed half-cache
 // trigger) before the first checkpoint and after one during which a commit stalled for room.
@@ -130,12 +131,29 @@ type cacheTrigger struct {
 
 // cachePressure reports whether the dirty set leaves less room in the cache than the next
 // checkpoint needs (cacheTrigger). Caller holds mu.
+//
+// The page index's nodes count against the budget beside the frames (pageCache.alloc), and
+// a dirty frame's share of them cannot be evicted either: the room is the budget less the
+// dirty frames and their share of the index (its bytes per indexed frame). A dirty set
+// sparse over its table costs up to a 4 KiB leaf a frame, half of a 4 KiB page's frame; with
+// the index left out the trigger waited for a dirty set the budget could never hold, and
+// every checkpoint began with a commit stalled on a full cache.
 func (e *Engine) cachePressure() bool {
 	h := e.trig.headroom
 	if h <= 0 {
 		h = e.cache.budgetBytes / 2
 	}
-	return e.cache.budgetBytes-e.cache.dirtyBytes < h
+	return e.cache.budgetBytes-e.cache.dirtyBytes-e.dirtyIndexBytes() < h
+}
+
+// dirtyIndexBytes is the dirty frames' share of the page index's bytes. Caller holds mu.
+func (e *Engine) dirtyIndexBytes() int64 {
+	c := e.cache
+	b, n := c.index.bytes, c.index.n
+	if n <= 0 || c.dirtyFrames >= n {
+		return b
+	}
+	return int64(float64(b) * float64(c.dirtyFrames) / float64(n))
 }
 
 // beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
