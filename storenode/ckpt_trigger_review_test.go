@@ -51,3 +51,47 @@ func TestCacheTriggerCountsIndexBytes(t *testing.T) {
 	}
 	t.Fatal("the room never fell below the headroom")
 }
+
+// A transaction's apply that stalls for room is a commit stall like any other: the checkpoint
+// it waited for restores the half-cache trigger, and its stall counts in the stall statistics. A cached table's
+// updates (no allocation beside the checkpoints) set the headroom to 1/8; a prepared
+// transaction over more new pages than the cache has room for then stalls on its apply.
+func TestCacheTriggerTxnApplyStall(t *testing.T) {
+	const pages, txnPages = 48, 34
+	cost := int64(4096 + frameOverheadBytes)
+	e := openTest(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, Sync: SyncNone,
+		CheckpointInterval: -1, CheckpointWALBytes: -1, TxnResolveInterval: -1, CacheBytes: 80 * cost})
+	s := setupTxnStore(t, e)
+	_, err := grantPages(e, s.table, testOwner, s.epoch, pages+txnPages)
+	require.NoError(t, err)
+	pass := func(v uint64) {
+		for p := range uint64(pages) {
+			s.put(t, p*logicpage.RowsPerPage, v)
+		}
+	}
+	pass(1)
+	require.NoError(t, e.Checkpoint())
+	pass(2)
+	require.NoError(t, e.Checkpoint())
+	pass(3)
+	e.mu.Lock()
+	budget, headroom, pressure := e.cache.budgetBytes, e.trig.headroom, e.cachePressure()
+	e.mu.Unlock()
+	require.Equal(t, budget/8, headroom)
+	require.False(t, pressure)
+
+	segs := make([]Segment, txnPages)
+	for i := range segs {
+		segs[i] = oneRow(s.table, uint64(pages+i)*logicpage.RowsPerPage, row64(uint64(i)))
+	}
+	_, err = e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 9, Batch: s.batch(segs...)})
+	require.NoError(t, err)
+	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit)) // stalls until a checkpoint
+	e.mu.Lock()
+	headroom = e.trig.headroom
+	e.mu.Unlock()
+	require.Equal(t, budget/2, headroom, "the apply's stall restores the half-cache trigger")
+	require.Positive(t, e.stats.stallMaxNs.Load(), "the apply's stall is counted")
+	require.Equal(t, uint64(0), s.get(t, uint64(pages)*logicpage.RowsPerPage))
+	require.NoError(t, e.verify())
+}
