@@ -116,17 +116,19 @@ func (e *Engine) requestCheckpoint() {
 // (cachePressure), falls below headroom = 2r/(1+2r) of the cache:
 // twice the room the last checkpoint's rate asks of a checkpoint writing the rest. It is
 // clamped to [CacheBytes/8, CacheBytes/2] and is CacheBytes/2 (the old fixed half-cache
-// trigger) before the first checkpoint and after one during which a commit stalled for room.
+// trigger) before the first checkpoint and after one during which a commit stalled for room;
+// a checkpoint during which nothing was committed (idle, or inside replay) keeps it.
 // A cache that holds its tables (no allocations) lets the dirty set grow to 7/8 of it and
 // leaves the rest to the WAL trigger (walPressure); a cache smaller than the hot set keeps
 // the half-cache trigger. Either way the dirty set stays within the cache budget
 // (reserveFrames).
 type cacheTrigger struct {
-	headroom   int64 // room below which a checkpoint starts; 0 = CacheBytes/2
-	allocStart int64 // cache.allocBytes when the running checkpoint began
-	dirtiedAt  int64 // cache.dirtiedBytes then
-	dirtyStart int64 // cache.dirtyBytes then: about the bytes it writes
-	stalled    bool  // a commit waited for room since the last checkpoint ended
+	headroom   int64  // room below which a checkpoint starts; 0 = CacheBytes/2
+	allocStart int64  // cache.allocBytes when the running checkpoint began
+	dirtiedAt  int64  // cache.dirtiedBytes then
+	dirtyStart int64  // cache.dirtyBytes then: about the bytes it writes
+	lsnStart   uint64 // lastLSN then: unchanged at its end, nothing was committed beside it
+	stalled    bool   // a commit waited for room since the last checkpoint ended
 }
 
 // cachePressure reports whether the dirty set leaves less room in the cache than the next
@@ -159,6 +161,7 @@ func (e *Engine) dirtyIndexBytes() int64 {
 // beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
 func (e *Engine) beginTrigger() {
 	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedBytes, e.cache.dirtyBytes
+	e.trig.lsnStart = e.lastLSN
 }
 
 // endTrigger sets the headroom from the checkpoint that ends (cacheTrigger). Caller holds mu.
@@ -174,6 +177,11 @@ func (e *Engine) endTrigger() {
 		e.trig.headroom = budget / 2
 	case dirty < budget/64:
 		// Too little written to measure a rate by: keep the headroom.
+	case e.lastLSN == e.trig.lsnStart:
+		// Nothing committed while it ran (an idle timer's or Checkpoint call's checkpoint, or
+		// one inside replay): it measured no commits, not commits that need no room. Keep the
+		// headroom, or an idle moment would set the smallest one and the next burst of
+		// inserts stall behind a checkpoint of 7/8 of the cache.
 	default:
 		// headroom = budget * 2r/(1+2r), r = alloc/dirty
 		h := int64(float64(budget) * float64(2*alloc) / float64(dirty+2*alloc))
