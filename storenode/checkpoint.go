@@ -127,7 +127,7 @@ type cacheTrigger struct {
 	allocStart int64  // cache.allocBytes when the running checkpoint began
 	dirtiedAt  int64  // cache.dirtiedBytes then
 	dirtyStart int64  // cache.dirtyBytes then: about the bytes it writes
-	lsnStart   uint64 // lastLSN then: unchanged at its end, nothing was committed beside it
+	rowsStart  uint64 // stats.rowsWritten then: unchanged at its end, nothing was committed beside it
 	stalled    bool   // a commit waited for room since the last checkpoint ended
 }
 
@@ -161,7 +161,7 @@ func (e *Engine) dirtyIndexBytes() int64 {
 // beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
 func (e *Engine) beginTrigger() {
 	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedBytes, e.cache.dirtyBytes
-	e.trig.lsnStart = e.lastLSN
+	e.trig.rowsStart = e.stats.rowsWritten.Load()
 }
 
 // endTrigger sets the headroom from the checkpoint that ends (cacheTrigger). Caller holds mu.
@@ -177,11 +177,12 @@ func (e *Engine) endTrigger() {
 		e.trig.headroom = budget / 2
 	case dirty < budget/64:
 		// Too little written to measure a rate by: keep the headroom.
-	case e.lastLSN == e.trig.lsnStart:
-		// Nothing committed while it ran (an idle timer's or Checkpoint call's checkpoint, or
-		// one inside replay): it measured no commits, not commits that need no room. Keep the
-		// headroom, or an idle moment would set the smallest one and the next burst of
-		// inserts stall behind a checkpoint of 7/8 of the cache.
+	case e.stats.rowsWritten.Load() == e.trig.rowsStart:
+		// No row committed while it ran (an idle timer's or Checkpoint call's checkpoint, one
+		// inside replay, one beside grants or table creates only): it measured no commits,
+		// not commits that need no room. Keep the headroom, or an idle moment would set the
+		// smallest one and the next burst of inserts stall behind a checkpoint of 7/8 of the
+		// cache.
 	default:
 		// headroom = budget * 2r/(1+2r), r = alloc/dirty
 		h := int64(float64(budget) * float64(2*alloc) / float64(dirty+2*alloc))

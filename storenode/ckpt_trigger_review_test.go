@@ -178,13 +178,14 @@ func (b *besideCommits) stop() {
 	require.Positive(b.t, b.n, "no checkpoint ran while started")
 }
 
-// A checkpoint with nothing committed beside it (an idle moment's timer, a Checkpoint call)
-// measured no commits, not commits that need no room: it keeps the headroom. Before, an idle
+// A checkpoint with nothing committed beside it (an idle moment's timer, a Checkpoint call,
+// one beside a grant only) measured no commits, not commits that need no room: it keeps the headroom. Before, an idle
 // checkpoint set the smallest headroom (1/8) whatever the last measured workload needed, and
 // the next burst of inserts stalled behind a checkpoint of 7/8 of the cache.
 func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 	cost := int64(4096 + frameOverheadBytes)
-	e := openTest(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, Sync: SyncNone,
+	fs := vfs.NewFaultFS()
+	e := openTest(t, Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 80 * cost})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
@@ -205,6 +206,27 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 	headroom := e.trig.headroom
 	e.mu.Unlock()
 	require.Equal(t, budget/2, headroom, "an idle checkpoint keeps the measured headroom")
+
+	// A grant logged beside the checkpoint is no commit either.
+	for p := range uint64(20) { // the cached pages again: no allocation
+		_, err := e.CommitWait(batchOf(testOwner, 21+p, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p+1))))
+		require.NoError(t, err)
+	}
+	var once sync.Once
+	var grantErr error
+	fs.Inject(func(op vfs.Op) error {
+		if op.Kind == vfs.OpSync && strings.Contains(op.Name, "table-") {
+			once.Do(func() { _, _, grantErr = e.AllocIDs(info.ID, testOwner, g.Epoch, 1) })
+		}
+		return nil
+	})
+	require.NoError(t, e.Checkpoint())
+	fs.Inject(nil)
+	require.NoError(t, grantErr)
+	e.mu.Lock()
+	headroom = e.trig.headroom
+	e.mu.Unlock()
+	require.Equal(t, budget/2, headroom, "a checkpoint beside a grant only keeps the measured headroom")
 }
 
 // Checkpoints inside replay run with no commit beside them: recovery leaves the half-cache

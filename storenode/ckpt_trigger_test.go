@@ -68,7 +68,8 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 // clamped to [budget/8, budget/2]; half after a stall; unchanged when too little was written.
 func TestCacheTriggerHeadroom(t *testing.T) {
 	const budget = 64 << 20
-	e := &Engine{cache: newPageCache(budget), lastLSN: 1} // commits ran beside each checkpoint
+	e := &Engine{cache: newPageCache(budget)}
+	e.stats.rowsWritten.Store(1) // rows committed beside each checkpoint
 	end := func(alloc, dirty int64, stalled bool) int64 {
 		e.trig.allocStart, e.trig.dirtyStart, e.trig.stalled = 1000, dirty, stalled
 		e.cache.allocBytes = 1000 + alloc
@@ -96,10 +97,10 @@ func TestCacheTriggerHeadroom(t *testing.T) {
 	require.Equal(t, int64(budget/8), e.trig.headroom, "without allocations dirtying stalls nothing")
 	require.Equal(t, int64(budget/8), end(0, 32<<20, false))
 	// A checkpoint with nothing committed beside it measured nothing: the headroom stays.
-	e.trig.lsnStart = e.lastLSN
+	e.trig.rowsStart = e.stats.rowsWritten.Load()
 	require.Equal(t, int64(budget/8), end(32<<20, 32<<20, false), "idle: kept")
 	require.Equal(t, int64(budget/2), end(0, 32<<20, true), "idle, but a commit stalled")
-	e.trig.lsnStart = 0
+	e.trig.rowsStart = 0
 	require.Equal(t, int64(budget/8), end(0, 32<<20, false))
 	e.cache.dirtyBytes = budget - budget/2 + 1
 	require.False(t, e.cachePressure())
