@@ -112,35 +112,56 @@ func (e *Engine) requestCheckpoint() {
 // allocated while it ran or, when those were at least 1/64 of what it wrote, the larger of
 // them and the bytes turned dirty (a hot set cached beside misses eats clean frames both
 // ways); the next one starts when the
-// room left, CacheBytes minus the dirty bytes, falls below headroom = 2r/(1+2r) of the cache:
+// room left, CacheBytes minus the dirty frames and their share of the page index
+// (cachePressure), falls below headroom = 2r/(1+2r) of the cache:
 // twice the room the last checkpoint's rate asks of a checkpoint writing the rest. It is
 // clamped to [CacheBytes/8, CacheBytes/2] and is CacheBytes/2 (the old fixed half-cache
-// trigger) before the first checkpoint and after one during which a commit stalled for room.
+// trigger) before the first checkpoint and after one during which a commit stalled for room;
+// a checkpoint during which nothing was committed (idle, or inside replay) keeps it.
 // A cache that holds its tables (no allocations) lets the dirty set grow to 7/8 of it and
 // leaves the rest to the WAL trigger (walPressure); a cache smaller than the hot set keeps
 // the half-cache trigger. Either way the dirty set stays within the cache budget
 // (reserveFrames).
 type cacheTrigger struct {
-	headroom   int64 // room below which a checkpoint starts; 0 = CacheBytes/2
-	allocStart int64 // cache.allocBytes when the running checkpoint began
-	dirtiedAt  int64 // cache.dirtiedBytes then
-	dirtyStart int64 // cache.dirtyBytes then: about the bytes it writes
-	stalled    bool  // a commit waited for room since the last checkpoint ended
+	headroom   int64  // room below which a checkpoint starts; 0 = CacheBytes/2
+	allocStart int64  // cache.allocBytes when the running checkpoint began
+	dirtiedAt  int64  // cache.dirtiedBytes then
+	dirtyStart int64  // cache.dirtyBytes then: about the bytes it writes
+	rowsStart  uint64 // stats.rowsWritten then: unchanged at its end, nothing was committed beside it
+	stalled    bool   // a commit waited for room since the last checkpoint ended
 }
 
 // cachePressure reports whether the dirty set leaves less room in the cache than the next
 // checkpoint needs (cacheTrigger). Caller holds mu.
+//
+// The page index's nodes count against the budget beside the frames (pageCache.alloc), and
+// a dirty frame's share of them cannot be evicted either: the room is the budget less the
+// dirty frames and their share of the index (its bytes per indexed frame). A dirty set
+// sparse over its table costs up to a 4 KiB leaf a frame, half of a 4 KiB page's frame; with
+// the index left out the trigger waited for a dirty set the budget could never hold, and
+// every checkpoint began with a commit stalled on a full cache.
 func (e *Engine) cachePressure() bool {
 	h := e.trig.headroom
 	if h <= 0 {
 		h = e.cache.budgetBytes / 2
 	}
-	return e.cache.budgetBytes-e.cache.dirtyBytes < h
+	return e.cache.budgetBytes-e.cache.dirtyBytes-e.dirtyIndexBytes() < h
+}
+
+// dirtyIndexBytes is the dirty frames' share of the page index's bytes. Caller holds mu.
+func (e *Engine) dirtyIndexBytes() int64 {
+	c := e.cache
+	b, n := c.index.bytes, c.index.n
+	if n <= 0 || c.dirtyFrames >= n {
+		return b
+	}
+	return int64(float64(b) * float64(c.dirtyFrames) / float64(n))
 }
 
 // beginTrigger notes the cache's state as a checkpoint begins. Caller holds mu.
 func (e *Engine) beginTrigger() {
 	e.trig.allocStart, e.trig.dirtiedAt, e.trig.dirtyStart = e.cache.allocBytes, e.cache.dirtiedBytes, e.cache.dirtyBytes
+	e.trig.rowsStart = e.stats.rowsWritten.Load()
 }
 
 // endTrigger sets the headroom from the checkpoint that ends (cacheTrigger). Caller holds mu.
@@ -156,6 +177,12 @@ func (e *Engine) endTrigger() {
 		e.trig.headroom = budget / 2
 	case dirty < budget/64:
 		// Too little written to measure a rate by: keep the headroom.
+	case e.stats.rowsWritten.Load() == e.trig.rowsStart:
+		// No row committed while it ran (an idle timer's or Checkpoint call's checkpoint, one
+		// inside replay, one beside grants or table creates only): it measured no commits,
+		// not commits that need no room. Keep the headroom, or an idle moment would set the
+		// smallest one and the next burst of inserts stall behind a checkpoint of 7/8 of the
+		// cache.
 	default:
 		// headroom = budget * 2r/(1+2r), r = alloc/dirty
 		h := int64(float64(budget) * float64(2*alloc) / float64(dirty+2*alloc))

@@ -14,14 +14,17 @@ import (
 // checkpoint once a checkpoint has measured that commits allocate no frames while it runs (the
 // old half-cache trigger rewrote the whole table every time the dirty set passed half the
 // cache). Sequential commits, background checkpoints on: whichever of them run, every
-// checkpoint that ends after the first pass has no allocation beside it.
+// checkpoint that ends after the first pass has commits beside it (commitsBesideCheckpoints)
+// and no allocation.
 func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 	const pages = 48
 	cost := int64(4096 + frameOverheadBytes)
-	e, err := Open(Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, Sync: SyncNone,
+	fs := vfs.NewFaultFS()
+	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 80 * cost})
 	require.NoError(t, err)
 	defer e.Close()
+	beside := commitsBesideCheckpoints(t, fs, e)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
@@ -42,8 +45,10 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 	}
 	pass(1) // allocates every frame
 	require.NoError(t, e.Checkpoint())
-	pass(2) // no allocation: the table is cached
+	beside.start() // a commit beside each checkpoint from here on: they measure commits
+	pass(2)        // no allocation: the table is cached
 	require.NoError(t, e.Checkpoint())
+	beside.stop()
 	pass(3)
 	e.mu.Lock()
 	dirty, budget, pressure, headroom := e.cache.dirtyBytes, e.cache.budgetBytes, e.cachePressure(), e.trig.headroom
@@ -64,6 +69,7 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 func TestCacheTriggerHeadroom(t *testing.T) {
 	const budget = 64 << 20
 	e := &Engine{cache: newPageCache(budget)}
+	e.stats.rowsWritten.Store(1) // rows committed beside each checkpoint
 	end := func(alloc, dirty int64, stalled bool) int64 {
 		e.trig.allocStart, e.trig.dirtyStart, e.trig.stalled = 1000, dirty, stalled
 		e.cache.allocBytes = 1000 + alloc
@@ -89,6 +95,12 @@ func TestCacheTriggerHeadroom(t *testing.T) {
 	e.trig.dirtiedAt, e.cache.dirtiedBytes = 0, 16<<20
 	e.endTrigger()
 	require.Equal(t, int64(budget/8), e.trig.headroom, "without allocations dirtying stalls nothing")
+	require.Equal(t, int64(budget/8), end(0, 32<<20, false))
+	// A checkpoint with nothing committed beside it measured nothing: the headroom stays.
+	e.trig.rowsStart = e.stats.rowsWritten.Load()
+	require.Equal(t, int64(budget/8), end(32<<20, 32<<20, false), "idle: kept")
+	require.Equal(t, int64(budget/2), end(0, 32<<20, true), "idle, but a commit stalled")
+	e.trig.rowsStart = 0
 	require.Equal(t, int64(budget/8), end(0, 32<<20, false))
 	e.cache.dirtyBytes = budget - budget/2 + 1
 	require.False(t, e.cachePressure())

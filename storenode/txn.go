@@ -571,12 +571,16 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 					stallStart = time.Now()
 				}
 				gen := e.ckptGen
+				e.trig.stalled = true // a stall like a commit's (cacheTrigger)
 				e.requestCheckpoint()
 				for e.ckptGen == gen && e.usable() == nil {
 					e.cond.Wait()
 				}
 				continue
 			}
+		}
+		if !stallStart.IsZero() {
+			e.stats.noteStall(time.Since(stallStart))
 		}
 		e.scratch = appendTxnApplyRecord(e.scratch[:0], id, d, p.index, p.primary)
 		lsn, err := e.appendRecord(kindTxnApply, e.scratch, true, noAck)
@@ -587,7 +591,7 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 			return 0, err
 		}
 		e.finishPart(p, d, lsn)
-		if e.cache.dirtyBytes*2 > e.cache.budgetBytes || e.walPressure() {
+		if e.cachePressure() || e.walPressure() {
 			e.requestCheckpoint()
 		}
 		return lsn, nil
