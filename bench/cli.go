@@ -248,7 +248,7 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 	dep := weftDeploy{storeAddr: cfg.StoreAddr, secret: []byte(cfg.Secret), storeCacheBytes: storeCache, fullPageIO: cfg.FullPageIO,
 		syncNone: cfg.Sync == "none"}
 	deployment, syncShown := "embedded", cfg.Sync
-	weft := weftFactory(dep)
+	var cluster *Factory // --cluster's weft, replacing weftFactory(dep)
 	switch {
 	case cfg.Cluster > 0 && !weftSelected:
 		deployment = "embedded (--cluster unused: weft is not among --engines)"
@@ -272,7 +272,8 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 				return fmt.Errorf("storage node at %s: %w", addr, err)
 			}
 		}
-		weft = clusterFactory(cd)
+		f := clusterFactory(cd)
+		cluster = &f
 		deployment = fmt.Sprintf("cluster of %d storage nodes, etcd in-process (sync %s)", cfg.Cluster, cfg.Sync)
 	case cfg.SpawnStore && !weftSelected:
 		deployment = "embedded (--spawn-store unused: weft is not among --engines)"
@@ -302,6 +303,11 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 			dep.syncNone = mode == "none"
 		}
 		deployment += " (sync " + mode + ")"
+	}
+	// dep is complete only now (the spawned store's address and pid).
+	weft := weftFactory(dep)
+	if cluster != nil {
+		weft = *cluster
 	}
 	engines := append([]Factory{weft}, r.prog.Peers...)
 	if cfg.Engines != nil {
