@@ -218,3 +218,42 @@ func TestClusterInterrupt(t *testing.T) {
 	require.Equal(t, 1, exit.ExitCode(), stderr.String())
 	requireGone(t, spawnedPIDs(t, stderr.String()))
 }
+
+// TestClusterParentKilled kills a --cluster run with SIGKILL: its storage node children see
+// their stdin close and exit by themselves. They hold crudbench's stderr, so its end of file
+// is the proof that every one of them has exited.
+func TestClusterParentKilled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only, as the other cluster tests")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "--cluster", "2", "--records", "50000000", "--workers", "8", "--cache", "1MiB")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
+	stderrPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stderrPipe)
+	spawned := 0
+	for spawned < 2 && sc.Scan() {
+		if strings.Contains(sc.Text(), "spawned storage node (pid ") {
+			spawned++
+		}
+	}
+	require.Equal(t, 2, spawned)
+	require.NoError(t, cmd.Process.Kill())
+	eof := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, stderrPipe)
+		eof <- err
+	}()
+	// Bounded: a child that outlived its parent would hold the pipe open for good.
+	bound := time.NewTimer(time.Minute)
+	defer bound.Stop()
+	select {
+	case <-eof:
+	case <-bound.C:
+		t.Fatal("a storage node child still holds stderr a minute after its parent was killed")
+	}
+	require.Error(t, cmd.Wait())
+}
