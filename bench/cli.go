@@ -48,6 +48,9 @@ type Config struct {
 	StoreAddr  string
 	Secret     string
 	SpawnStore bool
+	// Cluster is --cluster N: etcd in this process and N storage node children, the
+	// workloads through a cluster node (cluster.go); 0 = off.
+	Cluster int
 	// StoreCacheBytes is the embedded or spawned store's disk page cache; 0 = enough for the
 	// table (the storage node is the big-cache side).
 	StoreCacheBytes int64
@@ -91,6 +94,7 @@ func parseFlags(prog Program, args []string, stderr io.Writer) (*Config, error) 
 	fs.StringVar(&c.StoreAddr, "store", "", "use the storage node at this address instead of the embedded store")
 	fs.StringVar(&c.Secret, "store-secret", os.Getenv("WEFT_SECRET"), "the storage node's shared secret (default $WEFT_SECRET)")
 	fs.BoolVar(&c.SpawnStore, "spawn-store", false, "run the storage node in a child process (this binary) on a free loopback port")
+	fs.IntVar(&c.Cluster, "cluster", 0, "run weft as a cluster: etcd in this process, N storage nodes in child processes (this binary), one cluster node owning every partition")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of each workload run to PREFIX.<engine>.<cache>.<workload> (go tool pprof)")
 	fs.StringVar(&storeCache, "store-cache", storeCache, "disk page cache of the embedded or spawned store (auto: the table's size, at least 256MiB)")
 	if len(prog.Peers) > 0 {
@@ -138,6 +142,12 @@ func parseFlags(prog Program, args []string, stderr io.Writer) (*Config, error) 
 		return nil, fmt.Errorf("--durability %q: want durable or writeback", c.Durability)
 	case c.StoreAddr != "" && c.SpawnStore:
 		return nil, errors.New("--store and --spawn-store exclude each other")
+	case c.Cluster < 0 || c.Cluster > 64:
+		return nil, errors.New("--cluster must be 1..64 storage nodes")
+	case c.Cluster > 0 && (c.StoreAddr != "" || c.SpawnStore):
+		return nil, errors.New("--cluster excludes --store and --spawn-store (it starts its own storage nodes)")
+	case c.Cluster > 0 && (c.Async > 0 || c.FullPageIO):
+		return nil, errors.New("--cluster runs synchronous ops with sparse row IO: no --async or --full-page-io (cluster/node has neither)")
 	}
 	return c, nil
 }
@@ -238,7 +248,33 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 	dep := weftDeploy{storeAddr: cfg.StoreAddr, secret: []byte(cfg.Secret), storeCacheBytes: storeCache, fullPageIO: cfg.FullPageIO,
 		syncNone: cfg.Sync == "none"}
 	deployment, syncShown := "embedded", cfg.Sync
+	var cluster *Factory // --cluster's weft, replacing weftFactory(dep)
 	switch {
+	case cfg.Cluster > 0 && !weftSelected:
+		deployment = "embedded (--cluster unused: weft is not among --engines)"
+	case cfg.Cluster > 0:
+		dir, err := os.MkdirTemp("", "crudbench-etcd-*")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cd, stop, err := startCluster(ctx, dir, cfg.Cluster, storeChildConfig{Sync: cfg.Sync, CacheBytes: storeCache}, r)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if serr := stop(); serr != nil && err == nil {
+				err = serr
+			}
+		}()
+		for _, addr := range cd.addrs {
+			if _, err := storeSyncMode(ctx, addr, nil); err != nil {
+				return fmt.Errorf("storage node at %s: %w", addr, err)
+			}
+		}
+		f := clusterFactory(cd)
+		cluster = &f
+		deployment = fmt.Sprintf("cluster of %d storage nodes, etcd in-process (sync %s)", cfg.Cluster, cfg.Sync)
 	case cfg.SpawnStore && !weftSelected:
 		deployment = "embedded (--spawn-store unused: weft is not among --engines)"
 	case cfg.SpawnStore:
@@ -268,7 +304,12 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 		}
 		deployment += " (sync " + mode + ")"
 	}
-	engines := append([]Factory{weftFactory(dep)}, r.prog.Peers...)
+	// dep is complete only now (the spawned store's address and pid).
+	weft := weftFactory(dep)
+	if cluster != nil {
+		weft = *cluster
+	}
+	engines := append([]Factory{weft}, r.prog.Peers...)
 	if cfg.Engines != nil {
 		var sel []Factory
 		for _, name := range cfg.Engines {

@@ -9,6 +9,12 @@
 // histogram per worker, merged at the end of the workload. Results print as the source's table
 // (workload x cache size), as Go benchmark lines for benchstat, and optionally as JSON.
 //
+// Weft runs embedded, against a storage node (--store), against a storage node child
+// (--spawn-store, spawn.go) or as a cluster (--cluster N, cluster.go: etcd in this process, N
+// storage node children, one cluster/node.Node owning every partition). Every child process
+// is stopped at the end of the run, on error and on an interrupt, and exits by itself when its
+// stdin closes (the parent died).
+//
 // cmd/crudbench is a thin main over Main; bench/peers (its own module) calls Main with the
 // peer engines added.
 package bench

@@ -33,6 +33,9 @@ type storeChildConfig struct {
 	Sync       string `json:"sync"`
 	CacheBytes int64  `json:"cache_bytes"`
 	TempDir    string `json:"temp_dir,omitempty"`
+	// Etcd is the cluster's etcd endpoint (--cluster): the node then verifies the grants of
+	// cluster-managed tables there, as cmd/storenode -etcd does.
+	Etcd string `json:"etcd,omitempty"`
 }
 
 // IsStoreChild reports whether this process was started by --spawn-store to be the storage

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
+
+	"github.com/weftdb/weft/cluster"
 
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
@@ -20,8 +23,23 @@ func serveStore(ctx context.Context, dir string, cfg storeChildConfig, ready fun
 		return fmt.Errorf("sync mode %q: want always or none", cfg.Sync)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := storenode.Options{Dir: dir, Sync: sync, CacheBytes: cfg.CacheBytes, Logger: logger}
+	if cfg.Etcd != "" {
+		// As cmd/storenode -etcd: grants verified in etcd, coordinators' leases read there,
+		// other storage nodes reached as the primaries of prepared transactions.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cli, err := cluster.Connect(cctx, cluster.Config{Endpoints: []string{cfg.Etcd}, Logger: logger})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		defer cli.Close()
+		opts.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)
+		opts.LeaseChecker = cli
+		opts.TxnPeer = server.NewTxnPeer(server.PeerConfig{Name: "crudbench-resolver"})
+	}
 	return server.Serve(ctx, server.Config{
-		Options:         storenode.Options{Dir: dir, Sync: sync, CacheBytes: cfg.CacheBytes, Logger: logger},
+		Options:         opts,
 		Listen:          "127.0.0.1:0",
 		Logger:          logger,
 		OnListen:        func(a net.Addr) { ready(a.String()) },

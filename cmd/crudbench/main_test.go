@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,4 +116,144 @@ func TestSmokeSpawnStore(t *testing.T) {
 			require.Positive(t, r.NetBytesPerOp, "an update crosses the wire")
 		}
 	}
+}
+
+// spawnedPIDs returns the storage node children a run without --quiet reported on stderr.
+func spawnedPIDs(t *testing.T, stderr string) []int {
+	t.Helper()
+	var pids []int
+	for _, line := range strings.Split(stderr, "\n") {
+		if _, rest, ok := strings.Cut(line, "spawned storage node (pid "); ok {
+			n, _, _ := strings.Cut(rest, ")")
+			pid, err := strconv.Atoi(n)
+			require.NoError(t, err, line)
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// requireGone checks that none of pids is a live process: crudbench waits for its children
+// before it exits, so they are gone (and reaped) once it has.
+func requireGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		err := syscall.Kill(pid, 0)
+		require.ErrorIs(t, err, syscall.ESRCH, "storage node child %d outlived crudbench", pid)
+	}
+}
+
+func TestSmokeCluster(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the children's end is checked with kill(pid, 0) on Linux")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	wls := []string{bench.WorkloadInsert, bench.WorkloadUpdateRandom, bench.WorkloadQueryRandom}
+	args := []string{"--cluster", "2", "--records", "20000", "--duration", "300ms", "--workers", "16", "--cache", "1MiB",
+		"--workloads", strings.Join(wls, ","), "--json", out}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	pids := spawnedPIDs(t, stderr.String())
+	require.Len(t, pids, 2, stderr.String())
+	requireGone(t, pids)
+
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var rep bench.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Equal(t, "cluster of 2 storage nodes, etcd in-process (sync always)", rep.Meta.Deployment)
+	require.Contains(t, stdout.String(), "deployment=cluster of 2 storage nodes, etcd in-process")
+	require.Len(t, rep.Results, len(wls))
+	for i, wl := range wls {
+		r := rep.Results[i]
+		require.Equal(t, wl, r.Workload)
+		require.Equal(t, bench.WeftEngine, r.Engine)
+		require.Positive(t, r.Ops, wl)
+		require.Positive(t, r.CPUusPerOp, wl)
+		require.Zero(t, r.Errors, "%s: %s", wl, r.FirstError)
+		require.Contains(t, stdout.String(), "BenchmarkCRUD/engine=weft/workload="+wl+"/cache=1MiB\t")
+		if wl != bench.WorkloadQueryRandom {
+			require.Positive(t, r.WALBytesPerOp, "%s writes the storage nodes' WALs", wl)
+			require.Positive(t, r.NetBytesPerOp, "%s crosses the wire", wl)
+		}
+	}
+}
+
+// TestClusterInterrupt stops a --cluster run with SIGINT while it loads: crudbench exits
+// with its storage node children gone.
+func TestClusterInterrupt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the children's end is checked with kill(pid, 0) on Linux")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Far more rows than load before the signal: the signal lands during the load.
+	cmd := exec.CommandContext(ctx, os.Args[0], "--cluster", "2", "--records", "50000000", "--workers", "8", "--cache", "1MiB")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
+	stderrPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var stderr strings.Builder
+	sc := bufio.NewScanner(stderrPipe)
+	spawned := 0
+	for spawned < 2 && sc.Scan() {
+		stderr.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "spawned storage node (pid ") {
+			spawned++
+		}
+	}
+	require.Equal(t, 2, spawned, stderr.String())
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	rest, _ := io.ReadAll(stderrPipe)
+	stderr.Write(rest)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "an interrupted run does not exit 0\n%s", stderr.String())
+	require.Equal(t, 1, exit.ExitCode(), stderr.String())
+	requireGone(t, spawnedPIDs(t, stderr.String()))
+}
+
+// TestClusterParentKilled kills a --cluster run with SIGKILL: its storage node children see
+// their stdin close and exit by themselves. They hold crudbench's stderr, so its end of file
+// is the proof that every one of them has exited.
+func TestClusterParentKilled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only, as the other cluster tests")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "--cluster", "2", "--records", "50000000", "--workers", "8", "--cache", "1MiB")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
+	stderrPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stderrPipe)
+	spawned := 0
+	for spawned < 2 && sc.Scan() {
+		if strings.Contains(sc.Text(), "spawned storage node (pid ") {
+			spawned++
+		}
+	}
+	require.Equal(t, 2, spawned)
+	require.NoError(t, cmd.Process.Kill())
+	eof := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, stderrPipe)
+		eof <- err
+	}()
+	// Bounded: a child that outlived its parent would hold the pipe open for good.
+	bound := time.NewTimer(time.Minute)
+	defer bound.Stop()
+	select {
+	case <-eof:
+	case <-bound.C:
+		t.Fatal("a storage node child still holds stderr a minute after its parent was killed")
+	}
+	require.Error(t, cmd.Wait())
 }
