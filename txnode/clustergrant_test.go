@@ -203,3 +203,72 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 		})
 	}
 }
+
+// DropTable of an open cluster-managed table gives its etcd grant up (on cfcf39b it stayed
+// held until the session ended, keeping every other node from the partition).
+func TestDropClusterTableReleasesGrant(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	_, err = tb.Insert(ctx, row(1))
+	require.NoError(t, err)
+	require.NoError(t, db.DropTable(ctx, storenode.PartitionTableName("acct", 0)))
+	require.EqualValues(t, 1, g.releases.Load(), "the dropped table's grant is released")
+	g.mu.Lock()
+	_, held := g.keys["acct/0"]
+	g.mu.Unlock()
+	require.False(t, held, "the owner key is gone")
+}
+
+// closingStore is a store whose Acquire, once the real one answered, waits until Close
+// began closing the store: an open still registering its grant when DB.Close runs.
+type closingStore struct {
+	store.Store
+	acquired chan struct{} // closed once an Acquire answered
+	closing  chan struct{} // closed by Close
+}
+
+func (s *closingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)
+	close(s.acquired)
+	<-s.closing
+	return g, err
+}
+
+func (s *closingStore) Close() error {
+	close(s.closing)
+	return s.Store.Close()
+}
+
+// An open of a cluster-managed table that registers its grant after Close gave the grants up
+// gives its own up too and fails with ErrClosed (on cfcf39b it returned the table and the
+// grant stayed held until the session ended).
+func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	es, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	name := storenode.PartitionTableName("acct", 0)
+	_, err = es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: cs, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := db.Table(ctx, name)
+		opened <- err
+	}()
+	<-cs.acquired
+	require.NoError(t, db.Close(ctx))
+	require.ErrorIs(t, <-opened, ErrClosed)
+	require.EqualValues(t, 1, g.releases.Load(), "the grant the open took is released")
+}

@@ -54,6 +54,9 @@ type DB struct {
 	// a concurrent open of the same table waits for it instead of taking the grant again.
 	// Guarded by mu.
 	adopting map[string]chan struct{}
+	// grantsReleased is set (under mu) once Close gave up the etcd grants: an adopt that
+	// registers later gives its own up at once (ErrClosed).
+	grantsReleased bool
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -206,6 +209,7 @@ func (db *DB) Close(ctx context.Context) error {
 // pipeline's last batch): another node takes them at once, not a TTL later.
 func (db *DB) releaseGrants(ctx context.Context) {
 	db.mu.Lock()
+	db.grantsReleased = true
 	var rel []func(context.Context) error
 	for _, t := range db.byID {
 		if t.grantRelease != nil {
@@ -307,6 +311,15 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	// takes the cache's mutex under the pipeline's), so it is never held while taking another.
 	db.pipe.noteLastSeq(g.LastSeq)
 	db.mu.Lock()
+	if db.grantsReleased && release != nil {
+		// Close gave up the grants already, without this one: give it up here, or it
+		// stays held until the session ends.
+		db.mu.Unlock()
+		if rerr := release(ctx); rerr != nil {
+			db.opts.Logger.Warn("txnode: release of an etcd grant taken while closing", "table", st.Name, "err", rerr)
+		}
+		return nil, ErrClosed
+	}
 	defer db.mu.Unlock()
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
@@ -449,13 +462,21 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	}
 	// Dropped (by this call, or already: then ErrTableNotFound, after the cleanup).
 	db.mu.Lock()
-	if db.tables[name] == t {
+	owned := db.tables[name] == t
+	if owned {
 		delete(db.tables, name)
 		delete(db.byID, t.id)
 	}
 	t.dropped.Store(true)
 	db.mu.Unlock()
 	db.cache.dropTable(t.id)
+	if owned && t.grantRelease != nil {
+		// A cluster table's etcd grant goes with it: held, it would keep another node
+		// from the partition until this node's session ends.
+		if rerr := t.grantRelease(ctx); rerr != nil {
+			db.opts.Logger.Warn("txnode: release of a dropped table's etcd grant", "table", name, "err", rerr)
+		}
+	}
 	return err
 }
 
