@@ -61,6 +61,21 @@ func (v *GrantVerifier) Revision(ctx context.Context) (uint64, error) {
 	return uint64(resp.Header.Revision), nil
 }
 
+// TableMapped reports whether etcd's partition map has table, from a linearizable read
+// (storenode.TableMapVerifier: a storage node lets an owner other than a cluster table's
+// registered holder drop its copy only once the table is gone from the map). An invalid
+// name is not in the map; an unreachable etcd is ErrUnavailable.
+func (v *GrantVerifier) TableMapped(ctx context.Context, table string) (bool, error) {
+	if err := validTableName(table); err != nil {
+		return false, nil
+	}
+	resp, err := v.c.cli.Get(ctx, v.c.keys.table(table), clientv3.WithCountOnly())
+	if err != nil {
+		return false, unavailable("read table "+table+" in the partition map", err)
+	}
+	return resp.Count > 0, nil
+}
+
 // TxGrants is a transaction node's source of etcd grants (txnode.Options.Grants): each grant
 // is the Session's Ownership of one partition, whose Check the transaction node calls in
 // place of the storage node's lease. Package cluster does not import txnode; the method set

@@ -137,7 +137,11 @@ func (e *Engine) Tables() []TableInfo {
 
 // DropTable deletes a table and all its rows on behalf of owner: the table's holder, or anyone
 // when no other owner's lease is live (ErrTableOwned otherwise). Its id is not reused; its
-// data file is removed once a checkpoint no longer lists it.
+// data file is removed once a checkpoint no longer lists it. A cluster-managed table has no
+// lease here: an owner other than its registered holder drops it only once etcd's partition
+// map no longer has it (verifyUnmapped: ErrTableOwned while mapped, ErrGrantUnverified when
+// etcd does not answer), so a drop may wait for etcd, with no lock held: any goroutine but
+// an event loop.
 func (e *Engine) DropTable(name string, owner uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -147,6 +151,27 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	t, ok := e.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	if t.cluster.IsCluster() {
+		e.leaseMu.Lock()
+		holder := t.holder
+		e.leaseMu.Unlock()
+		if holder != 0 && holder != owner {
+			// A cluster table has no lease here (its grants are etcd's): only its holder,
+			// or anyone once etcd's map no longer has the table, may drop it.
+			e.mu.Unlock()
+			err := e.verifyUnmapped(t)
+			e.mu.Lock()
+			if err != nil {
+				return err
+			}
+			if err := e.usable(); err != nil {
+				return err
+			}
+			if e.byName[name] != t {
+				return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+			}
+		}
 	}
 	if e.tableLocked(t.id) {
 		return fmt.Errorf("%w: table %q has rows of a prepared transaction", ErrTxnLocked, name)

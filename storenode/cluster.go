@@ -143,6 +143,37 @@ type GrantVerifier interface {
 	Revision(ctx context.Context) (uint64, error)
 }
 
+// TableMapVerifier is implemented by a GrantVerifier that can say whether etcd's partition
+// map still has a table (cluster.GrantVerifier does). A cluster-managed table's drop by an
+// owner other than its registered holder is allowed only once etcd's map no longer has the
+// table (DropTable); without a TableMapVerifier it is refused. Any goroutine.
+type TableMapVerifier interface {
+	// TableMapped reports, from a linearizable read, whether etcd's partition map has the
+	// partitioned table table; an error when etcd did not answer.
+	TableMapped(ctx context.Context, table string) (bool, error)
+}
+
+// verifyUnmapped returns nil only when etcd's map no longer has t's partitioned table,
+// ErrTableOwned when it has it (or no TableMapVerifier can say), ErrGrantUnverified when
+// etcd did not answer within GrantVerifyTimeout. No lock held; it waits for etcd.
+func (e *Engine) verifyUnmapped(t *table) error {
+	base, _ := clusterTableName(t.name, t.cluster.Partition)
+	mv, ok := e.opts.GrantVerifier.(TableMapVerifier)
+	if !ok {
+		return fmt.Errorf("%w: cluster table %q: drop it from its holder (this storage node cannot ask etcd whether the table is gone from the map)", ErrTableOwned, t.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.GrantVerifyTimeout)
+	defer cancel()
+	mapped, err := mv.TableMapped(ctx, base)
+	if err != nil {
+		return fmt.Errorf("%w: cluster table %q: is it still in etcd's map: %w", ErrGrantUnverified, t.name, err)
+	}
+	if mapped {
+		return fmt.Errorf("%w: cluster table %q is still in etcd's partition map: drop it from its holder, or drop the table from the map first", ErrTableOwned, t.name)
+	}
+	return nil
+}
+
 // grantVerifySlots bounds the grant verifications (etcd reads) running at once.
 const grantVerifySlots = 16
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -200,6 +201,164 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			require.ErrorIs(t, tb.Get(ctx, ids[0], dst), ErrLeaseExpired, "a cached read after the store fenced the grant")
 			_, err = tb.Insert(ctx, row(3))
 			require.ErrorIs(t, err, ErrLeaseExpired)
+		})
+	}
+}
+
+// DropTable of an open cluster-managed table gives its etcd grant up (on cfcf39b it stayed
+// held until the session ended, keeping every other node from the partition).
+func TestDropClusterTableReleasesGrant(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	_, err = tb.Insert(ctx, row(1))
+	require.NoError(t, err)
+	require.NoError(t, db.DropTable(ctx, storenode.PartitionTableName("acct", 0)))
+	require.EqualValues(t, 1, g.releases.Load(), "the dropped table's grant is released")
+	g.mu.Lock()
+	_, held := g.keys["acct/0"]
+	g.mu.Unlock()
+	require.False(t, held, "the owner key is gone")
+}
+
+// closingStore is a store whose Acquire, once the real one answered, waits until Close
+// began closing the store: an open still registering its grant when DB.Close runs.
+type closingStore struct {
+	store.Store
+	acquired chan struct{} // closed once an Acquire answered
+	closing  chan struct{} // closed by Close
+}
+
+func (s *closingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)
+	close(s.acquired)
+	<-s.closing
+	return g, err
+}
+
+func (s *closingStore) Close() error {
+	close(s.closing)
+	return s.Store.Close()
+}
+
+// An open of a cluster-managed table that registers its grant after Close gave the grants up
+// gives its own up too and fails with ErrClosed (on cfcf39b it returned the table and the
+// grant stayed held until the session ended).
+func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	es, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	name := storenode.PartitionTableName("acct", 0)
+	_, err = es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
+	db, err := Open(ctx, Options{Store: cs, OwnerID: owner, Grants: g})
+	require.NoError(t, err)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := db.Table(ctx, name)
+		opened <- err
+	}()
+	<-cs.acquired
+	require.NoError(t, db.Close(ctx))
+	require.ErrorIs(t, <-opened, ErrClosed)
+	require.EqualValues(t, 1, g.releases.Load(), "the grant the open took is released")
+}
+
+// A node that only reads a cluster-managed table hears of the store's fence at its next
+// periodic re-registration of the grant (renewGrant), not only at a write: here another
+// owner's newer grant is registered at the store, or the table is dropped there, while this
+// node's etcd check still vouches; after one renewal tick its cached row is no longer served
+// (on cfcf39b cluster tables had no renewal: the cached read kept succeeding).
+func TestClusterTableReaderHearsStoreFence(t *testing.T) {
+	for _, how := range []string{"newer grant", "dropped"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			const owner, other = 0x42, 0x43
+			g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+			st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+			require.NoError(t, err)
+			name := storenode.PartitionTableName("acct", 0)
+			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+			require.NoError(t, err)
+			tick := make(chan time.Time)
+			renewed := make(chan error, 1)
+			db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g, renewTick: tick,
+				renewed: func(_ string, err error) { renewed <- err }})
+			require.NoError(t, err)
+			defer db.Close(ctx)
+			tb, err := db.Table(ctx, name)
+			require.NoError(t, err)
+			id, err := tb.Insert(ctx, row(7))
+			require.NoError(t, err)
+			dst := make([]byte, 64)
+			require.NoError(t, tb.Get(ctx, id, dst))
+
+			// A renewal while nothing changed: the store agrees, the table serves.
+			renew := func() error {
+				t.Helper()
+				timeout := time.NewTimer(time.Minute)
+				defer timeout.Stop()
+				select {
+				case tick <- time.Time{}:
+				case <-timeout.C:
+					t.Fatal("no renewal loop took the tick")
+				}
+				select {
+				case err := <-renewed:
+					return err
+				case <-timeout.C:
+					t.Fatal("no re-registration ended")
+				}
+				return nil
+			}
+			require.NoError(t, renew())
+			require.NoError(t, tb.Get(ctx, id, dst))
+			require.EqualValues(t, 1, db.Stats().Renewals)
+
+			if how == "newer grant" {
+				g.mu.Lock()
+				g.rev++
+				rev := g.rev
+				g.keys["acct/0"] = [2]uint64{other, rev}
+				g.mu.Unlock()
+				_, err = st.Acquire(ctx, ti.ID, other, rev, store.AcquireEtcdGrant)
+				require.NoError(t, err)
+			} else {
+				// Dropped at the store behind this DB's back (the embedded store's grants
+				// never lapse, so only this owner id may drop it here; a storage node lets
+				// anyone once its own lease of the table ran out, which a cluster table's
+				// never renews).
+				require.NoError(t, st.DropTable(ctx, name, owner))
+			}
+			require.NoError(t, tb.Get(ctx, id, dst), "cached: served until the node hears")
+
+			rerr := renew()
+			if how == "newer grant" {
+				require.ErrorIs(t, rerr, storenode.ErrFenced)
+				require.ErrorIs(t, tb.Get(ctx, id, dst), ErrLeaseExpired, "a cached read after the store fenced the grant")
+				require.ErrorIs(t, tb.Serving(), storenode.ErrFenced)
+			} else {
+				require.ErrorIs(t, rerr, storenode.ErrTableNotFound)
+				require.ErrorIs(t, tb.Get(ctx, id, dst), ErrTableNotFound, "a cached read of a table dropped at the store")
+				require.ErrorIs(t, tb.Serving(), ErrTableNotFound)
+			}
+			_, err = tb.Insert(ctx, row(8))
+			require.Error(t, err)
+
+			// Latched: later ticks do not ask the store again, nor revive the table.
+			require.NoError(t, renew())
+			require.Error(t, tb.Get(ctx, id, dst))
+			require.EqualValues(t, 1, db.Stats().RenewalFailures)
 		})
 	}
 }

@@ -54,6 +54,9 @@ type DB struct {
 	// a concurrent open of the same table waits for it instead of taking the grant again.
 	// Guarded by mu.
 	adopting map[string]chan struct{}
+	// grantsReleased is set (under mu) once Close gave up the etcd grants: an adopt that
+	// registers later gives its own up at once (ErrClosed).
+	grantsReleased bool
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -98,6 +101,9 @@ type tableState struct {
 	// it current again, so the table stops serving, as a local table whose renewal the store
 	// refused. noteFenced sets it.
 	storeFenced atomic.Bool
+	// storeGone, set before storeFenced, says the store has no such table any more (dropped
+	// there: renewGrant's ErrTableNotFound): the table serves ErrTableNotFound.
+	storeGone atomic.Bool
 	// leaseUntil is when this node stops trusting its ownership, on clock (monotonic
 	// nanoseconds, never the wall clock: a wall clock stepped back would stretch the lease);
 	// 0 = never expires, leaseLapsed once serving saw it run out (until a renewal).
@@ -176,7 +182,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.cache.needFlush = db.pipe.flushSoon
 	db.cache.freshNow = db.freshNow
 	db.txPool.New = func() any { return &Tx{db: db} }
-	if db.info.Lease > 0 {
+	if db.info.Lease > 0 || opts.Grants != nil {
 		db.bg.Add(1)
 		go db.renewLeases()
 	}
@@ -206,6 +212,7 @@ func (db *DB) Close(ctx context.Context) error {
 // pipeline's last batch): another node takes them at once, not a TTL later.
 func (db *DB) releaseGrants(ctx context.Context) {
 	db.mu.Lock()
+	db.grantsReleased = true
 	var rel []func(context.Context) error
 	for _, t := range db.byID {
 		if t.grantRelease != nil {
@@ -307,6 +314,15 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 	// takes the cache's mutex under the pipeline's), so it is never held while taking another.
 	db.pipe.noteLastSeq(g.LastSeq)
 	db.mu.Lock()
+	if db.grantsReleased && release != nil {
+		// Close gave up the grants already, without this one: give it up here, or it
+		// stays held until the session ends.
+		db.mu.Unlock()
+		if rerr := release(ctx); rerr != nil {
+			db.opts.Logger.Warn("txnode: release of an etcd grant taken while closing", "table", st.Name, "err", rerr)
+		}
+		return nil, ErrClosed
+	}
 	defer db.mu.Unlock()
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
@@ -449,43 +465,66 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	}
 	// Dropped (by this call, or already: then ErrTableNotFound, after the cleanup).
 	db.mu.Lock()
-	if db.tables[name] == t {
+	owned := db.tables[name] == t
+	if owned {
 		delete(db.tables, name)
 		delete(db.byID, t.id)
 	}
 	t.dropped.Store(true)
 	db.mu.Unlock()
 	db.cache.dropTable(t.id)
+	if owned && t.grantRelease != nil {
+		// A cluster table's etcd grant goes with it: held, it would keep another node
+		// from the partition until this node's session ends.
+		if rerr := t.grantRelease(ctx); rerr != nil {
+			db.opts.Logger.Warn("txnode: release of a dropped table's etcd grant", "table", name, "err", rerr)
+		}
+	}
 	return err
 }
 
-// renewLeases keeps every owned table's lease alive (remote stores only): every quarter
-// lease it starts a renewal of each table that has none running, each on a goroutine of its
-// own, so a slow renewal delays no other table's.
+// renewLeases keeps every owned table's lease alive (remote stores only) and re-registers
+// each cluster-managed table's etcd grant with its store (renewGrant): every quarter lease
+// (GrantRecheckInterval for an embedded store, whose grants never expire) it starts a
+// renewal of each table that has none running, each on a goroutine of its own, so a slow
+// renewal delays no other table's.
 func (db *DB) renewLeases() {
 	defer db.bg.Done()
 	period := db.info.Lease / 4
-	tick := time.NewTicker(period)
-	defer tick.Stop()
+	if period <= 0 {
+		period = GrantRecheckInterval
+	}
+	tickC := db.opts.renewTick
+	if tickC == nil {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		tickC = tick.C
+	}
 	ctx, cancel := context.WithCancel(context.Background()) // ends the renewals running at Close
 	defer cancel()
 	for {
 		select {
 		case <-db.stop:
 			return
-		case <-tick.C:
+		case <-tickC:
 		}
 		db.mu.Lock()
 		ts := make([]*tableState, 0, len(db.byID))
+		local := 0
 		for _, t := range db.byID {
-			if t.grantCheck == nil { // etcd keeps a cluster table's grant, not this loop
+			if t.grantCheck == nil {
+				local++
+			}
+			if t.grantCheck != nil || db.info.Lease > 0 {
 				ts = append(ts, t)
 			}
 		}
 		db.mu.Unlock()
-		if len(ts) == 0 {
-			// No table to renew: traffic all the same, or the storage node would let another
-			// incarnation take this node's owner id after a lease of silence.
+		if local == 0 && db.info.Lease > 0 {
+			// No lease to renew: traffic all the same, or the storage node would let another
+			// incarnation take this node's owner id after a lease of silence (as before
+			// cluster tables were re-registered here: a keepalive that does not wait for etcd
+			// or an fsync).
 			ctx, cancel := context.WithTimeout(context.Background(), period)
 			if err := db.store.Ping(ctx); err != nil {
 				db.opts.Logger.Warn("txnode: keepalive failed", "err", err)
@@ -497,9 +536,60 @@ func (db *DB) renewLeases() {
 				continue // the last renewal is still waiting for its reply: it may succeed yet
 			}
 			db.bg.Add(1)
-			go db.renewLease(ctx, t, period)
+			if t.grantCheck != nil {
+				go db.renewGrant(ctx, t, period)
+			} else {
+				go db.renewLease(ctx, t, period)
+			}
 		}
 	}
+}
+
+// GrantRecheckInterval is how often a transaction node over an embedded store re-registers
+// the etcd grant of each cluster-managed table it serves (over a storage node: every quarter
+// of the storage node's lease, with the lease renewals).
+const GrantRecheckInterval = time.Second
+
+// renewGrant re-registers t's etcd grant (cluster-managed t) with the store once, on its own
+// goroutine (renewLeases), so a node that only reads the table hears of a store-side fence
+// within a renewal period, not only at its next write: the store answers a registration of
+// its current grant without asking etcd, once the grant's record is durable; ErrFenced (a
+// newer grant is registered there, or the store is a restored copy whose floor is above it)
+// latches storeFenced, ErrTableNotFound (dropped at the store) latches storeGone, and the
+// table stops serving. A grant already lost, fenced or dropped is not re-registered. ctx
+// ends at Close.
+func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duration) {
+	defer db.bg.Done()
+	defer t.renewing.Store(false)
+	var err error
+	defer func() {
+		if db.opts.renewed != nil {
+			db.opts.renewed(t.name, err)
+		}
+	}()
+	if t.dropped.Load() || t.storeFenced.Load() || t.grantCheck() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, period)
+	_, err = db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), store.AcquireEtcdGrant)
+	cancel()
+	if err != nil {
+		switch {
+		case errors.Is(err, storenode.ErrTableNotFound):
+			t.storeGone.Store(true)
+			t.storeFenced.Store(true)
+		case errors.Is(err, storenode.ErrFenced):
+			t.storeFenced.Store(true)
+		}
+		select {
+		case <-db.stop: // Close ended it: nothing failed
+		default:
+			db.stats.renewFails.Add(1)
+			db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
+		}
+		return
+	}
+	db.stats.renewals.Add(1)
 }
 
 // renewLease renews t's lease once, on its own goroutine (renewLeases). The renewal is given
@@ -546,6 +636,9 @@ func (t *tableState) serving() error {
 	}
 	if t.grantCheck != nil {
 		if t.storeFenced.Load() {
+			if t.storeGone.Load() {
+				return fmt.Errorf("%w: %q was dropped at the store", ErrTableNotFound, t.name)
+			}
 			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (a newer one is registered, or the store was restored): reopen the table under a new grant",
 				ErrLeaseExpired, t.name)
 		}

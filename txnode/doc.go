@@ -85,10 +85,16 @@
 // owned under an etcd grant instead: Options.Grants (package cluster's TxGrants) gives its
 // epoch, which the node registers with the store (which verifies it in etcd), and a check
 // that replaces the lease: the node serves the table, reads included, only while the grant's
-// check passes (ErrLeaseExpired otherwise), and runs no lease renewal for it. A grant the
-// store fences at registration is released and taken again once; Close releases the grants.
-// A grant the store fences later (ErrFenced on a commit batch or an id grant of the table) is
-// latched: the table stops serving even while the etcd check still vouches. A grant lost for
+// check passes (ErrLeaseExpired otherwise), and runs no lease renewal for it: in its place
+// the renewal loop re-registers the current grant with the store every renewal period (a
+// quarter lease; GrantRecheckInterval over an embedded store), off every read and write path,
+// so a node that only reads hears of a fence or a drop at the store within a period. A grant
+// the store fences at registration is released and taken again once; Close and DropTable
+// release the grants (an open that registers after Close released them releases its own:
+// ErrClosed). A grant the store fences later (ErrFenced on a commit batch, an id grant or a
+// re-registration) is latched: the table stops serving even while the etcd check still
+// vouches; a table the store no longer has (ErrTableNotFound at a re-registration) is latched
+// as gone and serves ErrTableNotFound. A grant lost for
 // good leaves the table unserved on this DB (a new DB acquires anew). Concurrent opens of one
 // table take its grant once.
 //

@@ -98,7 +98,7 @@ func (t *DurableTable) Get(ctx context.Context, id uint64, dst []byte) error {
 // allocation on success.
 func (t *Table) Serving() error {
 	err := t.t.serving()
-	if err != nil && t.t.storeFenced.Load() && !errors.Is(err, storenode.ErrFenced) {
+	if err != nil && t.t.storeFenced.Load() && !t.t.storeGone.Load() && !errors.Is(err, storenode.ErrFenced) {
 		return fmt.Errorf("%w (%w)", err, storenode.ErrFenced)
 	}
 	return err

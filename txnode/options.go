@@ -143,6 +143,11 @@ type Options struct {
 
 	// clock is the lease clock (monotonic); tests inject one.
 	clock leaseClock
+	// renewTick, when set (tests), replaces the ticker of the renewal loop (renewLeases);
+	// renewed, when set, is called at the end of each re-registration of a cluster
+	// table's grant (renewGrant) with its error.
+	renewTick <-chan time.Time
+	renewed   func(table string, err error)
 }
 
 func (o Options) withDefaults() Options {

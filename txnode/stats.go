@@ -67,7 +67,9 @@ type Stats struct {
 	DirtyRows int64
 	// Renewals and RenewalFailures count the lease renewals of a remote store's tables that
 	// succeeded and that failed (each failure is logged too); three quarters of a lease
-	// without a success and the table stops being served.
+	// without a success and the table stops being served. They count the periodic
+	// re-registrations of cluster-managed tables' etcd grants too (a failure there stops
+	// the table only when the store fenced the grant or has no such table).
 	Renewals, RenewalFailures uint64
 }
 
