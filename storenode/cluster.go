@@ -145,8 +145,9 @@ type GrantVerifier interface {
 
 // TableMapVerifier is implemented by a GrantVerifier that can say whether etcd's partition
 // map still has a table (cluster.GrantVerifier does). A cluster-managed table's drop by an
-// owner other than its registered holder is allowed only once etcd's map no longer has the
-// table (DropTable); without a TableMapVerifier it is refused. Any goroutine.
+// owner other than its registered holder whose etcd grant is current is allowed only once
+// etcd's map no longer has the table (DropTable); without a TableMapVerifier it is refused.
+// Any goroutine.
 type TableMapVerifier interface {
 	// TableMapped reports, from a linearizable read, whether etcd's partition map has the
 	// partitioned table table; an error when etcd did not answer.
