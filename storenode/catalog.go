@@ -138,10 +138,12 @@ func (e *Engine) Tables() []TableInfo {
 // DropTable deletes a table and all its rows on behalf of owner: the table's holder, or anyone
 // when no other owner's lease is live (ErrTableOwned otherwise). Its id is not reused; its
 // data file is removed once a checkpoint no longer lists it. A cluster-managed table has no
-// lease here: an owner other than its registered holder drops it only once etcd's partition
-// map no longer has it (verifyUnmapped: ErrTableOwned while mapped, ErrGrantUnverified when
-// etcd does not answer), so a drop may wait for etcd, with no lock held: any goroutine but
-// an event loop.
+// lease here: its registered holder drops it while etcd says its grant is current, anyone
+// (the holder too, once its grant lapsed; anyone when no holder is registered, as on a
+// restored copy) only once etcd's partition map no longer has it (verifyClusterDrop:
+// ErrTableOwned while mapped, ErrGrantUnverified when etcd does not answer), so a drop waits
+// for etcd, with no lock held: any goroutine but an event loop. A storage node with no
+// GrantVerifier (no etcd: no grant can be registered) drops a cluster table as a local one.
 func (e *Engine) DropTable(name string, owner uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -152,25 +154,31 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
-	if t.cluster.IsCluster() {
+	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil {
+		// A cluster table has no lease here (its grants are etcd's): its registered holder
+		// drops it while its etcd grant is current, anyone once etcd's map no longer has
+		// the table. etcd is asked with no lock held; a grant registered meanwhile (the
+		// holder or its epoch changed) refuses the drop.
 		e.leaseMu.Lock()
-		holder := t.holder
+		holder, epoch := t.holder, t.epoch
 		e.leaseMu.Unlock()
-		if holder != 0 && holder != owner {
-			// A cluster table has no lease here (its grants are etcd's): only its holder,
-			// or anyone once etcd's map no longer has the table, may drop it.
-			e.mu.Unlock()
-			err := e.verifyUnmapped(t)
-			e.mu.Lock()
-			if err != nil {
-				return err
-			}
-			if err := e.usable(); err != nil {
-				return err
-			}
-			if e.byName[name] != t {
-				return fmt.Errorf("%w: %q", ErrTableNotFound, name)
-			}
+		e.mu.Unlock()
+		err := e.verifyClusterDrop(t, owner, holder, epoch)
+		e.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if err := e.usable(); err != nil {
+			return err
+		}
+		if e.byName[name] != t {
+			return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		}
+		e.leaseMu.Lock()
+		changed := t.holder != holder || t.epoch != epoch
+		e.leaseMu.Unlock()
+		if changed {
+			return fmt.Errorf("%w: cluster table %q: a grant was registered while the drop asked etcd", ErrTableOwned, name)
 		}
 	}
 	if e.tableLocked(t.id) {

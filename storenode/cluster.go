@@ -145,12 +145,29 @@ type GrantVerifier interface {
 
 // TableMapVerifier is implemented by a GrantVerifier that can say whether etcd's partition
 // map still has a table (cluster.GrantVerifier does). A cluster-managed table's drop by an
-// owner other than its registered holder is allowed only once etcd's map no longer has the
-// table (DropTable); without a TableMapVerifier it is refused. Any goroutine.
+// owner other than its registered holder whose etcd grant is current is allowed only once
+// etcd's map no longer has the table (DropTable); without a TableMapVerifier it is refused.
+// Any goroutine.
 type TableMapVerifier interface {
 	// TableMapped reports, from a linearizable read, whether etcd's partition map has the
 	// partitioned table table; an error when etcd did not answer.
 	TableMapped(ctx context.Context, table string) (bool, error)
+}
+
+// verifyClusterDrop returns nil when owner may drop cluster table t, whose registered holder
+// and epoch were holder and epoch: owner is the holder and etcd says that grant is current
+// (VerifyGrant), or etcd's map no longer has the table (verifyUnmapped). ErrGrantUnverified
+// when etcd did not answer. No lock held; it waits for etcd.
+func (e *Engine) verifyClusterDrop(t *table, owner, holder, epoch uint64) error {
+	if holder != 0 && holder == owner {
+		base, _ := clusterTableName(t.name, t.cluster.Partition)
+		err := e.verifyGrant(context.Background(), base, t.cluster.Partition, owner, epoch)
+		if err == nil || !errors.Is(err, ErrFenced) {
+			return err // current, or etcd did not say (ErrGrantUnverified, ErrClosed)
+		}
+		// Lapsed (another node's grant, or the table gone from the map): as any owner.
+	}
+	return e.verifyUnmapped(t)
 }
 
 // verifyUnmapped returns nil only when etcd's map no longer has t's partitioned table,

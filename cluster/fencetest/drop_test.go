@@ -59,3 +59,46 @@ func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 	require.NoError(t, e.DropTable(n1, b), "gone from etcd's map: anyone drops the copy")
 	require.Empty(t, e.Tables())
 }
+
+// A cluster table with no registered holder (created, its grant not registered yet; or a
+// restored copy, whose first open clears the holder) and a holder whose etcd grant another
+// node has taken since (not registered here yet) are no better placed than any other owner:
+// the drop needs the table gone from etcd's map. On 9594289 the holderless table and the
+// lapsed holder's copy were dropped while mapped and granted to another node.
+func TestClusterTableDropHolderlessOrLapsedHolder(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.Start(t)
+	c := connect(t, srv.Endpoints())
+	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 2, StripePages: 1}, []string{"n0:1", "n1:1"})
+	require.NoError(t, err)
+	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
+	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v,
+		GrantVerifyTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer func() { e.Close() }()
+	l := storenode.ClusterLayout{Partitions: 2, StripePages: 1}
+	n0, n1 := storenode.PartitionTableName("acct", 0), storenode.PartitionTableName("acct", 1)
+	_, err = e.CreateClusterTable(n0, 64, l)
+	require.NoError(t, err)
+	l.Partition = 1
+	t1, err := e.CreateClusterTable(n1, 64, l)
+	require.NoError(t, err)
+
+	const a, b = 101, 202
+	require.ErrorIs(t, e.DropTable(n0, b), storenode.ErrTableOwned, "no holder registered, the table still mapped")
+
+	sa, sb := newSession(t, c, a, 0), newSession(t, c, b, 0)
+	oa, err := sa.Acquire(ctx, "acct", 1)
+	require.NoError(t, err)
+	_, err = e.RegisterGrant(ctx, t1.ID, a, oa.Epoch())
+	require.NoError(t, err)
+	require.NoError(t, oa.Release(ctx))
+	_, err = sb.Acquire(ctx, "acct", 1)
+	require.NoError(t, err)
+	require.ErrorIs(t, e.DropTable(n1, a), storenode.ErrTableOwned, "a's grant is b's now in etcd")
+
+	require.NoError(t, c.DropTable(ctx, "acct"))
+	require.NoError(t, e.DropTable(n0, b), "gone from etcd's map")
+	require.NoError(t, e.DropTable(n1, a), "gone from etcd's map")
+	require.Empty(t, e.Tables())
+}
