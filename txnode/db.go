@@ -560,9 +560,11 @@ const GrantRecheckInterval = time.Second
 // ends at Close.
 func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duration) {
 	defer db.bg.Done()
-	defer t.renewing.Store(false)
 	var err error
 	defer func() {
+		// The next tick may start a renewal once renewing is clear: cleared before the
+		// test hook hears this one ended, or a tick right after it finds this one running.
+		t.renewing.Store(false)
 		if db.opts.renewed != nil {
 			db.opts.renewed(t.name, err)
 		}
