@@ -151,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			_ = c.Close(sctx)
 		}
 	}()
-	if c.etcd, err = startEtcd(filepath.Join(cfg.Dir, "etcd"), lay.EtcdClientPort, lay.EtcdPeerPort); err != nil {
+	if c.etcd, err = StartEtcd(filepath.Join(cfg.Dir, "etcd"), "weft-local", lay.EtcdClientPort, lay.EtcdPeerPort); err != nil {
 		return nil, err
 	}
 	c.Etcd = fmt.Sprintf("http://%s:%d", host, lay.EtcdClientPort)
@@ -174,15 +174,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: etcd: %w", err)
 	}
-	verifier := cluster.NewGrantVerifier(c.cli, storenode.ErrFenced)
 	for i, port := range lay.NodePorts {
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("store-%d", i))
-		peer := server.NewTxnPeer(server.PeerConfig{Secret: secret, Name: fmt.Sprintf("local-resolver-%d", i)})
-		c.peers = append(c.peers, peer)
+		opts := storenode.Options{Dir: dir, Sync: cfg.Sync, CacheBytes: cfg.CacheBytes, Logger: cfg.Logger}
+		c.peers = append(c.peers, WireEtcd(&opts, c.cli, server.PeerConfig{Secret: secret, Name: fmt.Sprintf("local-resolver-%d", i)}))
 		srv, err := server.New(server.Config{
-			Listen: net.JoinHostPort(host, fmt.Sprint(port)), Secret: secret, Logger: cfg.Logger,
-			Options: storenode.Options{Dir: dir, Sync: cfg.Sync, CacheBytes: cfg.CacheBytes, Logger: cfg.Logger,
-				GrantVerifier: verifier, LeaseChecker: c.cli, TxnPeer: peer},
+			Listen: net.JoinHostPort(host, fmt.Sprint(port)), Secret: secret, Logger: cfg.Logger, Options: opts,
 		})
 		if err == nil {
 			err = srv.Start()
@@ -360,12 +357,29 @@ func loadSecret(name string) ([]byte, error) {
 	return s, nil
 }
 
-// startEtcd starts the single-member etcd with its data in dir and waits until it serves.
-func startEtcd(dir string, clientPort, peerPort int) (*embed.Etcd, error) {
+// WireEtcd sets on opts what a storage node of the cluster needs of etcd, as cmd/storenode
+// -etcd does: the grants of cluster-managed tables verified in etcd (cluster.GrantVerifier,
+// also the storenode.TableMapVerifier of a holder's drop), the coordinators' leases read
+// there (cli as storenode.LeaseChecker), and the two-phase commit's resolver reaching the
+// other storage nodes as a client (server.NewTxnPeer of peer: the cluster's secret). The
+// caller closes the returned Peer after the storage node stopped, and cli after that.
+func WireEtcd(opts *storenode.Options, cli *cluster.Client, peer server.PeerConfig) *server.Peer {
+	opts.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)
+	opts.LeaseChecker = cli
+	p := server.NewTxnPeer(peer)
+	opts.TxnPeer = p
+	return p
+}
+
+// StartEtcd starts a single-member etcd named name, its data in dir (a restart on the same
+// dir is the same member, with its data), serving clients on 127.0.0.1:clientPort and its
+// peer URL on peerPort, its log off but for fatal errors, and waits (EtcdReadyTimeout) until
+// it serves. The caller Closes it.
+func StartEtcd(dir, name string, clientPort, peerPort int) (*embed.Etcd, error) {
 	cu := url.URL{Scheme: "http", Host: net.JoinHostPort(host, fmt.Sprint(clientPort))}
 	pu := url.URL{Scheme: "http", Host: net.JoinHostPort(host, fmt.Sprint(peerPort))}
 	cfg := embed.NewConfig()
-	cfg.Name = "weft-local"
+	cfg.Name = name
 	cfg.Dir = dir
 	cfg.LogLevel = "fatal"
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
