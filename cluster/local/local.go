@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -269,8 +270,8 @@ func loadLayout(cfg Config) (layout, error) {
 	b, err := os.ReadFile(name)
 	switch {
 	case err == nil:
-		if err := json.Unmarshal(b, &lay); err != nil || len(lay.NodePorts) == 0 || len(lay.NodePorts) > StorageNodesMax {
-			return lay, fmt.Errorf("local: %s is damaged (%v): restore it, or start afresh in another directory", name, err)
+		if lay, err = parseLayout(b); err != nil {
+			return lay, fmt.Errorf("local: %s: %w: restore it, or start afresh in another directory", name, err)
 		}
 		switch {
 		case cfg.StorageNodes != 0 && cfg.StorageNodes != len(lay.NodePorts):
@@ -317,6 +318,26 @@ func loadLayout(cfg Config) (layout, error) {
 	return lay, nil
 }
 
+// parseLayout decodes cluster.json: every port in 1..65535 and distinct, 1..StorageNodesMax
+// storage nodes.
+func parseLayout(b []byte) (layout, error) {
+	var lay layout
+	if err := json.Unmarshal(b, &lay); err != nil {
+		return layout{}, fmt.Errorf("damaged: %w", err)
+	}
+	if n := len(lay.NodePorts); n == 0 || n > StorageNodesMax {
+		return layout{}, fmt.Errorf("damaged: %d storage nodes (1..%d)", n, StorageNodesMax)
+	}
+	seen := make(map[int]bool, len(lay.NodePorts)+2)
+	for _, p := range append([]int{lay.EtcdClientPort, lay.EtcdPeerPort}, lay.NodePorts...) {
+		if p < 1 || p > 65535 || seen[p] {
+			return layout{}, fmt.Errorf("damaged: port %d out of range or repeated", p)
+		}
+		seen[p] = true
+	}
+	return lay, nil
+}
+
 // freePort returns a loopback port that was free a moment ago (another process may take it
 // before the cluster binds it: the start then fails, and a second start in a fresh Dir
 // picks others).
@@ -330,7 +351,7 @@ func freePort() (int, error) {
 }
 
 // loadSecret reads the secret file, or writes a new secret to it (mode 0600). A file that
-// group or others may read or write is refused, as cmd/storenode --secret-file does.
+// group or others may read or write is refused (on Unix), as cmd/storenode --secret-file does.
 func loadSecret(name string) ([]byte, error) {
 	fi, err := os.Stat(name)
 	if errors.Is(err, os.ErrNotExist) {
@@ -343,7 +364,7 @@ func loadSecret(name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" { // no Unix modes there
 		return nil, fmt.Errorf("local: %s: mode %04o lets group or others read or write it; chmod 600 it", name, perm)
 	}
 	b, err := os.ReadFile(name)
