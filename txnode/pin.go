@@ -303,3 +303,32 @@ func (o Options) checkPinBytes() error {
 	}
 	return nil
 }
+
+// verifyPinsLocked checks the table pins' invariants (see above): the bytes they hold
+// counted and within the budget, each frame of a pin holding its table's page, published,
+// with the pin's pin on it. Caller holds mu.
+func (c *pageCache) verifyPinsLocked() error {
+	var bytes int64
+	for table, p := range c.tp.byTable {
+		if p.table != table {
+			return fmt.Errorf("table pin of %d filed under %d", p.table, table)
+		}
+		for key, m := range p.frames {
+			switch {
+			case uint32(key>>32) != table || !p.holds(key&(1<<32-1)):
+				return fmt.Errorf("table pin of %d holds page %#x", table, key)
+			case m.key.Load() != key:
+				return fmt.Errorf("table pin of %d: the frame of page %#x holds %#x", table, key, m.key.Load())
+			case m.pins.Load() < 1:
+				return fmt.Errorf("table pin of %d: the frame of page %#x has %d pins", table, key, m.pins.Load())
+			case c.pt.lookup(key) != m.frameIdx:
+				return fmt.Errorf("table pin of %d: the frame of page %#x is not published", table, key)
+			}
+		}
+		bytes += int64(len(p.frames)) * frameCost(p.rowBytes)
+	}
+	if bytes != c.tp.bytes || c.tp.bytes > max(c.tp.budget, 0) {
+		return fmt.Errorf("table pins hold %d bytes, counted %d, budget %d", bytes, c.tp.bytes, c.tp.budget)
+	}
+	return nil
+}

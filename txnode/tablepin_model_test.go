@@ -140,6 +140,7 @@ func TestTablePinModel(t *testing.T) {
 				c := db.cache
 				c.mu.Lock()
 				checkPinsLocked(t, c)
+				require.NoError(t, c.verifyPinsLocked())
 				for _, m := range ts {
 					p := c.tp.byTable[m.tb.ID()]
 					require.Equal(t, m.pinned, p != nil, "step %d", step)
@@ -182,4 +183,29 @@ func TestTablePinPartitionPages(t *testing.T) {
 	got = nil
 	local.pagesBelow(3*64, func(page uint64) bool { got = append(got, page); return page < 1 })
 	require.Equal(t, []uint64{0, 1}, got)
+}
+
+// TestVerifyPinsCatches: the invariant check finds a miscounted pin budget and a pinned
+// frame without its pin.
+func TestVerifyPinsCatches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := openConfigs(t)[0].opener(t)(Options{})
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	fillTable(t, ctx, db, tb, 1, 0)
+	require.NoError(t, tb.Pin(ctx))
+	c := db.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NoError(t, c.verifyPinsLocked())
+	c.tp.bytes++
+	require.ErrorContains(t, c.verifyPinsLocked(), "table pins hold")
+	c.tp.bytes--
+	for _, m := range c.tp.byTable[tb.ID()].frames {
+		m.pins.Add(-1)
+		require.ErrorContains(t, c.verifyPinsLocked(), "pins")
+		m.pins.Add(1)
+	}
+	require.NoError(t, c.verifyPinsLocked())
 }
