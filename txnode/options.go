@@ -91,8 +91,10 @@ type Options struct {
 	// PinBytes is the pin budget: what the table pins (Table.Pin) may hold of the cache,
 	// frameCost per page (a page's 64 rows and 64 version words, rounded up to the
 	// allocator's size class). Zero: half of CacheBytes. At most three quarters of
-	// CacheBytes (Open fails above): transactions need the rest. Negative: no table may be
-	// pinned. DB.Pin's page ranges are not counted (they are bounded by the cache).
+	// CacheBytes (Open fails above): transactions need the rest (a transaction whose pages
+	// do not fit beside the pinned ones fails with ErrCacheFull after CacheWait). Negative:
+	// no table may be pinned. DB.Pin's page ranges are not counted (they are bounded by the
+	// cache).
 	PinBytes int64
 	// CacheWait bounds how long a request waits for a frame when every frame is pinned or
 	// dirty (WriteBack rows not yet flushed), before it fails with ErrCacheFull (a context that ends sooner ends
