@@ -87,6 +87,17 @@ func Start(t testing.TB, spec Spec) *Proc {
 	return p
 }
 
+// TryStart is Start returning the start's failure (no ready line in time, the child exited
+// first) instead of failing the test; the child is killed then.
+func TryStart(t testing.TB, spec Spec) (*Proc, error) {
+	p := &Proc{t: t, spec: spec}
+	t.Cleanup(p.Kill)
+	if err := p.start(); err != nil {
+		return nil, fmt.Errorf("proctest: %s: %w", spec.Name, err)
+	}
+	return p, nil
+}
+
 // Restart starts a killed (or exited) child again with the same spec and waits for its
 // ready line. It kills the child first if it still runs.
 func (p *Proc) Restart() {
