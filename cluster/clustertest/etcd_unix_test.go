@@ -4,6 +4,8 @@ package clustertest_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ type events struct {
 	ctx   context.Context
 	ch    chan event
 	alive int
+	last  []string // the latest lines, for a failure's message
 }
 
 type event struct {
@@ -55,9 +58,13 @@ func (e *events) until(what string, cond func() bool, fn func(who int, line stri
 				}
 				continue
 			}
+			e.last = append(e.last, fmt.Sprintf("%d: %s", ev.who, ev.line))
+			if len(e.last) > 20 {
+				e.last = e.last[1:]
+			}
 			fn(ev.who, ev.line)
 		case <-e.ctx.Done():
-			e.t.Fatalf("waiting for %s: %v", what, e.ctx.Err())
+			e.t.Fatalf("waiting for %s: %v; the latest lines:\n%s", what, e.ctx.Err(), strings.Join(e.last, "\n"))
 		}
 	}
 }

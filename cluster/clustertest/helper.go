@@ -124,7 +124,13 @@ type child struct {
 	logT *node.Table
 	in   <-chan string
 	stop bool
+	// failures counts the failures in a row: at reopenAfter a Reown node reopens (a
+	// transaction node whose storage node stayed unreachable past its RequestTimeout fails
+	// every call for good).
+	failures int
 }
+
+const reopenAfter = 100
 
 func runNode(s nodeSpec) error {
 	if s.TTL == 0 {
@@ -180,7 +186,7 @@ func (c *child) tryOpen(ctx context.Context) error {
 		c.n = nil
 	}
 	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: []byte(c.s.Secret), CacheBytes: 1 << 20,
-		RequestTimeout: 5 * time.Second,
+		RequestTimeout: 30 * time.Second, // a storage node restarted within it is redialled, its batches resent
 		Etcd:           cluster.Config{Endpoints: c.s.Etcd, Prefix: c.s.Prefix, Logger: Quiet},
 		Session:        cluster.SessionConfig{Owner: c.s.Owner, Addr: c.s.Addr, TTL: c.s.TTL}})
 	if err != nil {
@@ -230,12 +236,15 @@ func (c *child) pause(ctx context.Context, d time.Duration) bool {
 // false once the workload must stop.
 func (c *child) after(ctx context.Context, err error) bool {
 	if err == nil {
+		c.failures = 0
 		return c.pause(ctx, c.s.Pace)
 	}
+	c.failures++
 	if !c.pause(ctx, 4*c.s.Pace) {
 		return false
 	}
-	if c.s.Reown && (errors.Is(err, node.ErrNotOwner) || errors.Is(err, cluster.ErrLost)) {
+	if c.s.Reown && (errors.Is(err, node.ErrNotOwner) || errors.Is(err, cluster.ErrLost) || c.failures >= reopenAfter) {
+		c.failures = 0
 		if err := c.open(ctx); err != nil || c.stop {
 			return false
 		}
