@@ -5,8 +5,8 @@ package clustertest_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
