@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -324,10 +325,10 @@ func (c *child) bank(ctx context.Context) error {
 		}
 		amount := uint64(1 + rng.IntN(9))
 		proctest.Printf("try %d %d %d %d", seq, from, to, amount)
-		var logID uint64
+		logID := "-"
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := c.n.Update(octx, func(tx *node.Tx) error {
-			logID = 0
+			logID = "-"
 			if err := tx.Get(c.tbl, from, a); err != nil {
 				return err
 			}
@@ -342,14 +343,16 @@ func (c *child) bank(ctx context.Context) error {
 				return err
 			}
 			id, err := tx.Insert(c.logT, row(lr, from, to, moved, c.s.Owner, seq))
-			logID = id
+			if err == nil {
+				logID = strconv.FormatUint(id, 10)
+			}
 			return err
 		})
 		cancel()
 		if err != nil {
-			proctest.Printf("err %d %d %s %s", seq, logID, Class(err), oneLine(err))
+			proctest.Printf("err %d %s %s %s", seq, logID, Class(err), oneLine(err))
 		} else {
-			proctest.Printf("ok %d %d", seq, logID)
+			proctest.Printf("ok %d %s", seq, logID)
 		}
 		seq++
 		if !c.after(ctx, err) {
