@@ -37,9 +37,16 @@ func newEvents(t *testing.T, ctx context.Context, procs ...*clustertest.NodeProc
 		lines := p.Lines()
 		go func() {
 			for l := range lines {
-				e.ch <- event{who: i, line: l}
+				select {
+				case e.ch <- event{who: i, line: l}:
+				case <-ctx.Done():
+					return
+				}
 			}
-			e.ch <- event{who: i, eof: true}
+			select {
+			case e.ch <- event{who: i, eof: true}:
+			case <-ctx.Done():
+			}
 		}()
 	}
 	return e

@@ -73,25 +73,35 @@ type Proc struct {
 	err    error         // the current run's exit, once exited
 	ready  string
 	runs   int
+	// discard, closed by the test's cleanup, makes the stdout reader drop the lines nobody
+	// will read: it must reach the process's exit however full lines is.
+	discard     chan struct{}
+	discardOnce sync.Once
 }
 
 // Start starts the child and, when spec.Ready is set, waits for its ready line. The child is
 // killed at the test's end, whatever the test's outcome.
 func Start(t testing.TB, spec Spec) *Proc {
 	t.Helper()
-	p := &Proc{t: t, spec: spec}
-	t.Cleanup(p.Kill)
+	p := &Proc{t: t, spec: spec, discard: make(chan struct{})}
+	t.Cleanup(p.cleanup)
 	if err := p.start(); err != nil {
 		t.Fatalf("proctest: %s: %v", spec.Name, err)
 	}
 	return p
 }
 
+// cleanup ends the child at the test's end, its unread lines dropped.
+func (p *Proc) cleanup() {
+	p.discardOnce.Do(func() { close(p.discard) })
+	p.Kill()
+}
+
 // TryStart is Start returning the start's failure (no ready line in time, the child exited
 // first) instead of failing the test; the child is killed then.
 func TryStart(t testing.TB, spec Spec) (*Proc, error) {
-	p := &Proc{t: t, spec: spec}
-	t.Cleanup(p.Kill)
+	p := &Proc{t: t, spec: spec, discard: make(chan struct{})}
+	t.Cleanup(p.cleanup)
 	if err := p.start(); err != nil {
 		return nil, fmt.Errorf("proctest: %s: %w", spec.Name, err)
 	}
@@ -135,7 +145,7 @@ func (p *Proc) start() error {
 	p.runs++
 	run := p.runs
 	p.mu.Unlock()
-	name := p.spec.Name
+	name, discard := p.spec.Name, p.discard
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -147,7 +157,10 @@ func (p *Proc) start() error {
 				fmt.Fprintf(os.Stderr, "proctest: %s (run %d): %s\n", name, run, l)
 				continue
 			}
-			lines <- l
+			select {
+			case lines <- l:
+			case <-discard:
+			}
 		}
 		close(lines)
 		err := cmd.Wait()
