@@ -126,8 +126,11 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 			marked[who] = outage
 		case "err":
 			fails[who]++
-			if outage && marked[who] && (cl.Class == "expired" || cl.Class == "lapsed") {
-				lapsed[who] = true
+			if outage && marked[who] {
+				// A clear error: the lease could not be proven, or etcd was unreachable.
+				require.Contains(t, []string{"expired", "lapsed", "lost", "notowner", "unavailable", "unverified"}, cl.Class,
+					"node %d's write failed with etcd away, but not saying why: %s", who, line)
+				lapsed[who] = lapsed[who] || cl.Class == "expired" || cl.Class == "lapsed"
 			}
 			if !outage {
 				recovering++ // with etcd back, until the node proved its lease or took its partitions again
