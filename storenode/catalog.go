@@ -216,6 +216,7 @@ func (e *Engine) removeTable(t *table) {
 	delete(e.tables, t.id)
 	e.leaseMu.Unlock()
 	delete(e.byName, t.name)
+	delete(e.moves, t.id)
 	t.dropped = true
 	for _, id := range e.cache.index.tableFrames(t.id, nil) {
 		e.cache.drop(id)
