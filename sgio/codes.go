@@ -56,12 +56,12 @@ var codeTable = [...]struct {
 	{CodeBadRowSize, ErrBadRowSize},
 	{CodeOwned, ErrOwned},
 	{CodeOwnerInUse, ErrOwnerInUse},
+	{CodeMoved, ErrMoved}, // before ErrFenced, which it wraps
+	{CodeMoveLost, ErrMoveLost},
 	{CodeFenced, ErrFenced},
 	{CodeSeqGap, ErrSeqGap},
 	{CodeTxnLocked, ErrTxnLocked},
 	{CodeTxnDecided, ErrTxnDecided},
-	{CodeMoved, ErrMoved},
-	{CodeMoveLost, ErrMoveLost},
 	{CodeUnknownOutcome, ErrUnknownOutcome}, // before the causes it may wrap (fail-stop, ENOSPC)
 	{CodeNoSpace, ErrNoSpace},
 	{CodeFailStop, ErrFailStop},

@@ -109,7 +109,8 @@ var (
 	// Partition moves (move.go).
 
 	// ErrMoved is returned for a grant, id grant or commit of a table frozen for a move,
-	// incoming or retired, and for a read of an incoming or retired one.
+	// incoming or retired, and for a read of an incoming or retired one. It matches
+	// ErrFenced (the owner's grant here is over: it re-acquires, on the map's new node).
 	ErrMoved = sgio.NewSentinel(sgio.CodeMoved, "storenode: partition moving or moved to another storage node")
 	// ErrMoveLost is returned by MoveChanges for a mark that is gone (a restart, a newer mark).
 	ErrMoveLost = sgio.NewSentinel(sgio.CodeMoveLost, "storenode: partition move's change mark lost")

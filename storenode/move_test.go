@@ -259,3 +259,8 @@ func FuzzMoveStateRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestMoveErrorsMatchFenced(t *testing.T) {
+	require.ErrorIs(t, ErrMoved, ErrFenced)
+	require.NotErrorIs(t, ErrFenced, ErrMoved)
+}
