@@ -117,12 +117,13 @@ func (e *Engine) moveRefuses(t *table) error {
 }
 
 // moveRefusesRead is the check of an untrusted read of t: incoming and retired copies are
-// not served. Caller holds mu.
-func (e *Engine) moveRefusesRead(t *table) error {
+// not served (dir: a page directory, which an incoming copy lists for its mover: it shows
+// no row). Caller holds mu.
+func (e *Engine) moveRefusesRead(t *table, dir bool) error {
 	if e.moves == nil {
 		return nil
 	}
-	if m := e.moves[t.id]; m != nil && (m.state == MoveIncoming || m.state == MoveRetired) {
+	if m := e.moves[t.id]; m != nil && (m.state == MoveIncoming && !dir || m.state == MoveRetired) {
 		return fmt.Errorf("%w: table %q is %v: not served", ErrMoved, t.name, m.state)
 	}
 	return nil

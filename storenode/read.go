@@ -59,7 +59,7 @@ func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, wan
 			return 0, 0, dst, err
 		}
 		if e.moves != nil && !trusted {
-			if err := e.moveRefusesRead(t); err != nil {
+			if err := e.moveRefusesRead(t, false); err != nil {
 				return 0, 0, dst, err
 			}
 		}
@@ -256,7 +256,7 @@ func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uin
 			return dst, 0, err
 		}
 		if e.moves != nil && !trusted {
-			if err := e.moveRefusesRead(t); err != nil {
+			if err := e.moveRefusesRead(t, true); err != nil {
 				return dst, 0, err
 			}
 		}
