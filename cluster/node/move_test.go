@@ -183,5 +183,3 @@ func TestMoveInProgressRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, tc.addrs[2], m.Tables["acct"].Nodes[0])
 }
-
-
