@@ -12,12 +12,13 @@ import (
 //
 //	Move       op u8 | reserved [3] | table u32 | token u64 | floor u64 | next id u64
 //	           | max pages u32 | reserved u32                       -> MoveState
-//	MoveWrite  a Commit body (owner, seq: ignored; one fence per table, epoch 0; the
-//	           segments: data rows set, clear slots deleted)        -> CommitAck{LSN}
+//	MoveWrite  a Commit body (owner, seq: ignored; one fence per table, each the mover
+//	           epoch; the segments: data rows set, clear slots deleted) -> CommitAck{LSN}
 //	MoveState  state u8 | more u8 | reserved u16 | page count u32 | token u64 | next id u64
 //	           | pages {u64}
 //
-// Ops (MoveOp*): 1 status, 2 begin (target: incoming), 3 mark (source: token), 4 changes
+// Ops (MoveOp*): 1 status, 2 begin (target: incoming under the mover epoch in token), 3 mark
+// (source: token), 4 changes
 // (source: up to max pages written since the mark, given token), 5 freeze (source: next id),
 // 6 thaw, 7 retire, 8 activate (target: floor, next id). States: 0 live, 1 frozen, 2
 // incoming, 3 retired (storenode.MoveState). Type codes 0x70, 0x71 and 0xf0. Part of the
@@ -52,7 +53,7 @@ const moveStateMax = 3
 type Move struct {
 	Op       uint8
 	Table    uint32
-	Token    uint64 // changes: the mark's token
+	Token    uint64 // changes: the mark's token; begin: the mover epoch
 	Floor    uint64 // activate: the switch's etcd revision
 	NextID   uint64 // activate: the frozen source's id high-water mark
 	MaxPages uint32 // changes: at most this many pages (0: MovePagesMax)

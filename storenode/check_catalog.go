@@ -173,7 +173,7 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 			}
 		}
 	case kindMoveState:
-		if id, _, err := decodeMoveStateRecord(rec.Payload); err != nil {
+		if id, _, _, err := decodeMoveStateRecord(rec.Payload); err != nil {
 			bad(0, "move state record: %v", err)
 		} else {
 			live(id, "move state")

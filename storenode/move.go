@@ -64,7 +64,8 @@ func (s MoveState) String() string {
 	return fmt.Sprintf("MoveState(%d)", uint8(s))
 }
 
-// kindMoveState logs a table's move state: table u32 | state u8 | reserved [3].
+// kindMoveState logs a table's move state: table u32 | state u8 | reserved [3] | mover
+// epoch u64 (of an incoming copy: the epoch MoveWrite must carry; 0 otherwise).
 const kindMoveState byte = 16
 
 // MoveChangesMax bounds the pages one MoveChanges call returns.
@@ -78,22 +79,29 @@ const MoveWriter uint64 = ^uint64(0)
 // tableMove is one table's move state, in Engine.moves (guarded by mu).
 type tableMove struct {
 	state MoveState
+	// epoch is an incoming copy's mover epoch (MoveBegin): MoveWrite of another is refused.
+	epoch uint64
 	// token names the mark of a source (0: none); dirty holds the pages written since the
 	// mark or the last MoveChanges that handed them out. Memory only.
 	token uint64
 	dirty map[uint64]struct{}
 }
 
-func appendMoveStateRecord(dst []byte, table uint32, s MoveState) []byte {
+func appendMoveStateRecord(dst []byte, table uint32, s MoveState, epoch uint64) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, table)
-	return append(dst, byte(s), 0, 0, 0)
+	dst = append(dst, byte(s), 0, 0, 0)
+	return binary.LittleEndian.AppendUint64(dst, epoch)
 }
 
-func decodeMoveStateRecord(p []byte) (uint32, MoveState, error) {
-	if len(p) != 8 || p[5] != 0 || p[6] != 0 || p[7] != 0 || p[4] > byte(MoveRetired) {
-		return 0, 0, corrupt.Errorf("storenode: move state record of %d bytes (%x)", len(p), p)
+func decodeMoveStateRecord(p []byte) (uint32, MoveState, uint64, error) {
+	if len(p) != 16 || p[5] != 0 || p[6] != 0 || p[7] != 0 || p[4] > byte(MoveRetired) {
+		return 0, 0, 0, corrupt.Errorf("storenode: move state record of %d bytes (%x)", len(p), p)
 	}
-	return binary.LittleEndian.Uint32(p), MoveState(p[4]), nil
+	epoch := binary.LittleEndian.Uint64(p[8:])
+	if (epoch != 0) != (MoveState(p[4]) == MoveIncoming) {
+		return 0, 0, 0, corrupt.Errorf("storenode: move state record: %v with mover epoch %d", MoveState(p[4]), epoch)
+	}
+	return binary.LittleEndian.Uint32(p), MoveState(p[4]), epoch, nil
 }
 
 // moveOf returns t's move entry, nil for a table no move concerns. Caller holds mu.
@@ -138,17 +146,17 @@ func (e *Engine) moveNoteWrite(s *Segment) {
 
 // setMoveState logs and applies t's new state, waiting for the record's sync. Caller holds
 // mu (released while waiting).
-func (e *Engine) setMoveState(t *table, s MoveState) error {
-	e.scratch = appendMoveStateRecord(e.scratch[:0], t.id, s)
+func (e *Engine) setMoveState(t *table, s MoveState, epoch uint64) error {
+	e.scratch = appendMoveStateRecord(e.scratch[:0], t.id, s, epoch)
 	if err := e.appendAndWait(kindMoveState, e.scratch); err != nil {
 		return err
 	}
-	e.applyMoveState(t.id, s)
+	e.applyMoveState(t.id, s, epoch)
 	return nil
 }
 
 // applyMoveState sets table id's state (replay, setMoveState). Caller holds mu.
-func (e *Engine) applyMoveState(id uint32, s MoveState) {
+func (e *Engine) applyMoveState(id uint32, s MoveState, epoch uint64) {
 	if s == MoveLive {
 		if m := e.moves[id]; m != nil {
 			m.state = MoveLive
@@ -166,7 +174,7 @@ func (e *Engine) applyMoveState(id uint32, s MoveState) {
 		m = &tableMove{}
 		e.moves[id] = m
 	}
-	m.state = s
+	m.state, m.epoch = s, epoch
 	if s != MoveFrozen {
 		m.token, m.dirty = 0, nil
 	}
@@ -190,7 +198,7 @@ func (e *Engine) carryMoves() (uint64, error) {
 		if m.state == MoveLive {
 			continue
 		}
-		e.scratch = appendMoveStateRecord(e.scratch[:0], id, m.state)
+		e.scratch = appendMoveStateRecord(e.scratch[:0], id, m.state, m.epoch)
 		lsn, err := e.appendRecord(kindMoveState, e.scratch, false, noAck)
 		if err != nil {
 			return 0, err
@@ -202,14 +210,14 @@ func (e *Engine) carryMoves() (uint64, error) {
 
 // replayMoveState applies a kindMoveState record. Caller holds mu.
 func (e *Engine) replayMoveState(lsn uint64, p []byte) error {
-	id, s, err := decodeMoveStateRecord(p)
+	id, s, epoch, err := decodeMoveStateRecord(p)
 	if err != nil {
 		return err
 	}
 	if _, ok := e.tables[id]; !ok {
 		return corrupt.Errorf("storenode: replay: record %d: move state of unknown table %d", lsn, id)
 	}
-	e.applyMoveState(id, s)
+	e.applyMoveState(id, s, epoch)
 	return nil
 }
 
@@ -246,10 +254,16 @@ func (e *Engine) MoveStatus(tableID uint32) (MoveState, uint64, error) {
 	return stateOf(m), t.nextID, nil
 }
 
-// MoveBegin marks a target's table incoming. Only a table nobody was ever granted (epoch 0)
-// and that is live or incoming already (a mover's retry) may be: anything else is
-// ErrMoveState. Any goroutine; it waits for the record's sync.
-func (e *Engine) MoveBegin(tableID uint32) error {
+// MoveBegin marks a target's table incoming under mover epoch epoch (nonzero; the etcd
+// revision of the move record the mover holds): from then on only MoveWrite of that epoch
+// writes it. Only a table nobody was ever granted (epoch 0) and that is live, or incoming
+// already under the same or a lower mover epoch (a retry, a mover that took the move over),
+// may be: a lower epoch than the table's is ErrFenced (a mover that lost the move), anything
+// else ErrMoveState. Any goroutine; it waits for the record's sync.
+func (e *Engine) MoveBegin(tableID uint32, epoch uint64) error {
+	if epoch == 0 {
+		return fmt.Errorf("%w: move begin of mover epoch 0", ErrMalformed)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, m, err := e.moveTable(tableID)
@@ -258,18 +272,24 @@ func (e *Engine) MoveBegin(tableID uint32) error {
 	}
 	switch stateOf(m) {
 	case MoveIncoming:
-		return nil
+		switch {
+		case epoch == m.epoch:
+			return nil
+		case epoch < m.epoch:
+			return fmt.Errorf("%w: table %q is filled by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		}
+		return e.setMoveState(t, MoveIncoming, epoch)
 	case MoveLive:
 	default:
 		return fmt.Errorf("%w: table %q is %v, not a fresh copy", ErrMoveState, t.name, stateOf(m))
 	}
 	e.leaseMu.Lock()
-	holder, epoch := t.holder, t.epoch
+	holder, granted := t.holder, t.epoch
 	e.leaseMu.Unlock()
-	if holder != 0 || epoch != 0 {
-		return fmt.Errorf("%w: table %q was granted (epoch %d): not a fresh copy", ErrMoveState, t.name, epoch)
+	if holder != 0 || granted != 0 {
+		return fmt.Errorf("%w: table %q was granted (epoch %d): not a fresh copy", ErrMoveState, t.name, granted)
 	}
-	return e.setMoveState(t, MoveIncoming)
+	return e.setMoveState(t, MoveIncoming, epoch)
 }
 
 // MoveMark starts remembering the pages written to a source's table and returns the mark's
@@ -354,7 +374,7 @@ func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
 	if e.tableLocked(t.id) {
 		return 0, fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: it moves once they are decided", ErrTxnLocked, t.name)
 	}
-	if err := e.setMoveState(t, MoveFrozen); err != nil {
+	if err := e.setMoveState(t, MoveFrozen, 0); err != nil {
 		return 0, err
 	}
 	return t.nextID, nil
@@ -372,7 +392,7 @@ func (e *Engine) MoveThaw(tableID uint32) error {
 	case MoveLive:
 		return nil
 	case MoveFrozen:
-		return e.setMoveState(t, MoveLive)
+		return e.setMoveState(t, MoveLive, 0)
 	default:
 		return fmt.Errorf("%w: table %q is %v: not a frozen source", ErrMoveState, t.name, s)
 	}
@@ -391,7 +411,7 @@ func (e *Engine) MoveRetire(tableID uint32) error {
 	case MoveRetired:
 		return nil
 	case MoveFrozen:
-		return e.setMoveState(t, MoveRetired)
+		return e.setMoveState(t, MoveRetired, 0)
 	default:
 		return fmt.Errorf("%w: table %q is %v: only a frozen source retires", ErrMoveState, t.name, s)
 	}
@@ -438,15 +458,17 @@ func (e *Engine) MoveActivate(tableID uint32, floor, nextID uint64) error {
 	e.leaseMu.Lock()
 	t.holder, t.epoch = 0, floor
 	e.leaseMu.Unlock()
-	return e.setMoveState(t, MoveLive)
+	return e.setMoveState(t, MoveLive, 0)
 }
 
 // MoveWrite writes a copy's rows into an incoming table: every segment's data rows are set
 // and its clear slots deleted, as one commit record (logged under MoveWriter), waiting for
-// its sync. Segments must be of incoming tables (ErrMoveState otherwise), pages of the
-// table's partition; rows beyond the table's id high-water mark raise it. It returns the
-// record's LSN. The rows are copied into the WAL during the call. Any goroutine.
-func (e *Engine) MoveWrite(segs []Segment) (uint64, error) {
+// its sync. Segments must be of incoming tables (ErrMoveState otherwise) filled under mover
+// epoch epoch (ErrFenced otherwise: a mover that lost the move, whose late write must not
+// land over its successor's), pages of the table's partition; rows beyond the table's id
+// high-water mark raise it. It returns the record's LSN. The rows are copied into the WAL
+// during the call. Any goroutine.
+func (e *Engine) MoveWrite(segs []Segment, epoch uint64) (uint64, error) {
 	if len(segs) == 0 || len(segs) > txnSegmentsMax {
 		return 0, fmt.Errorf("%w: move write of %d segments", ErrMalformed, len(segs))
 	}
@@ -466,6 +488,9 @@ func (e *Engine) MoveWrite(segs []Segment) (uint64, error) {
 			}
 			if stateOf(m) != MoveIncoming {
 				return 0, fmt.Errorf("%w: table %q is %v: move writes go to an incoming copy only", ErrMoveState, t.name, stateOf(m))
+			}
+			if m.epoch != epoch {
+				return 0, fmt.Errorf("%w: table %q is filled by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
 			}
 			if s.Page >= tablePagesMax {
 				return 0, fmt.Errorf("%w: page %d beyond a table's last page", ErrMalformed, s.Page)

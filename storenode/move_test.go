@@ -66,7 +66,7 @@ func (p *movePair) copyPages(t *testing.T, pages []uint64) {
 		segs = append(segs, Segment{Table: p.dstID, Segment: logicpage.Segment{Page: pg, Data: data, Clear: ^data, Rows: rows}})
 	}
 	if len(segs) > 0 {
-		_, err := p.dst.MoveWrite(segs)
+		_, err := p.dst.MoveWrite(segs, 7)
 		require.NoError(t, err)
 	}
 }
@@ -90,8 +90,15 @@ func TestMoveEngineSteps(t *testing.T) {
 	for i, id := range ids {
 		require.NoError(t, p.put(id, uint64(100+i)))
 	}
-	require.NoError(t, p.dst.MoveBegin(p.dstID))
-	require.NoError(t, p.dst.MoveBegin(p.dstID), "a retry")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 5))
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 5), "a retry")
+	require.ErrorIs(t, p.dst.MoveBegin(p.dstID, 4), ErrFenced, "a mover that lost the move")
+	_, err0 := p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Clear: ^uint64(0)}}}, 4)
+	require.ErrorIs(t, err0, ErrFenced, "its late write")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 6), "a mover that took the move over")
+	_, err0 = p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Clear: ^uint64(0)}}}, 5)
+	require.ErrorIs(t, err0, ErrFenced, "the old mover's late write")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 5+2))
 	// An incoming copy takes no grant and serves no untrusted read.
 	e2 := p.v.grant("acct", 1, 22)
 	_, err := p.dst.RegisterGrant(context.Background(), p.dstID, 22, e2)
@@ -239,23 +246,26 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 }
 
 func TestMoveStateRecordDecode(t *testing.T) {
-	id, s, err := decodeMoveStateRecord(appendMoveStateRecord(nil, 7, MoveIncoming))
+	id, s, epoch, err := decodeMoveStateRecord(appendMoveStateRecord(nil, 7, MoveIncoming, 9))
 	require.NoError(t, err)
 	require.Equal(t, uint32(7), id)
 	require.Equal(t, MoveIncoming, s)
-	for _, bad := range [][]byte{nil, {7, 0, 0, 0, 4, 0, 0, 0}, {7, 0, 0, 0, 1, 0, 0, 1}, make([]byte, 9)} {
-		_, _, err := decodeMoveStateRecord(bad)
+	require.Equal(t, uint64(9), epoch)
+	for _, bad := range [][]byte{nil, appendMoveStateRecord(nil, 7, 4, 0), appendMoveStateRecord(nil, 7, MoveFrozen, 1),
+		appendMoveStateRecord(nil, 7, MoveIncoming, 0), make([]byte, 17)} {
+		_, _, _, err := decodeMoveStateRecord(bad)
 		require.Error(t, err)
 	}
 }
 
 func FuzzMoveStateRecord(f *testing.F) {
-	f.Add(appendMoveStateRecord(nil, 3, MoveFrozen))
+	f.Add(appendMoveStateRecord(nil, 3, MoveFrozen, 0))
+	f.Add(appendMoveStateRecord(nil, 3, MoveIncoming, 7))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		id, s, err := decodeMoveStateRecord(b)
+		id, s, epoch, err := decodeMoveStateRecord(b)
 		if err == nil {
-			require.Equal(t, b, appendMoveStateRecord(nil, id, s))
+			require.Equal(t, b, appendMoveStateRecord(nil, id, s, epoch))
 		}
 	})
 }

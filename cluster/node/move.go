@@ -81,6 +81,7 @@ type mover struct {
 	part     uint32
 	name     string
 	rec      cluster.MoveRecord
+	epoch    uint64 // the mover epoch: the move record's ModRevision as this mover holds it
 	src, dst *sgio.Client
 	srcID    uint32
 	dstID    uint32
@@ -111,7 +112,7 @@ func (m *mover) run(ctx context.Context, to string) error {
 	}
 	if ok && rec.Created != tm.Created {
 		// A move of a table dropped since (and created again): nothing of it is left to do.
-		if err := c.EndMove(ctx, rec); err != nil {
+		if _, err := c.EndMove(ctx, rec); err != nil {
 			return m.errorf("%w", err)
 		}
 		ok = false
@@ -121,13 +122,16 @@ func (m *mover) run(ctx context.Context, to string) error {
 			return nil
 		}
 		rec = cluster.MoveRecord{Table: m.t.m.Name, Part: m.part, Created: tm.Created, Rev: tm.Revs[m.part], From: tm.Nodes[m.part], To: to}
-		if rec, err = c.BeginMove(ctx, rec); err != nil {
-			return m.errorf("%w", err)
-		}
 	} else if rec.To != to {
 		return m.errorf("%w: recorded from %s to %s, asked to %s", cluster.ErrMoveInProgress, rec.From, rec.To, to)
 	}
-	m.rec = rec
+	// Record the move, or adopt it (a retry), or take it over from a mover that died.
+	rec.Lease = m.t.n.sess.Lease()
+	rec, epoch, err := c.BeginMove(ctx, rec)
+	if err != nil {
+		return m.errorf("%w", err)
+	}
+	m.rec, m.epoch = rec, uint64(epoch)
 	moveStep(MoveStepRecorded)
 	if err := m.dial(ctx); err != nil {
 		return err
@@ -183,7 +187,7 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 		return m.errorf("target %s: %w", m.rec.To, err)
 	}
 	m.dstID = ti.Table
-	if _, err := m.step(ctx, m.dst, sgio.MoveOpBegin, m.dstID); err != nil {
+	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpBegin, Table: m.dstID, Token: m.epoch}); err != nil {
 		if errors.Is(err, sgio.ErrMalformed) {
 			return m.rollback(ctx, fmt.Errorf("%w: the target's table %q is not a fresh copy: %w", ErrMoveRefused, m.name, err))
 		}
@@ -315,18 +319,31 @@ func (m *mover) finish(ctx context.Context) error {
 		return m.errorf("retire at %s: %w", m.rec.From, err)
 	}
 	moveStep(MoveStepRetired)
-	if err := m.t.n.c.EndMove(ctx, m.rec); err != nil {
+	if _, err := m.t.n.c.EndMove(ctx, m.rec); err != nil {
 		return m.errorf("%w", err)
 	}
 	moveStep(MoveStepDone)
 	return nil
 }
 
-// rollback undoes a move that did not switch: the source thawed (writes again), the record
-// deleted; the target's incoming copy stays (serving nothing; a later move reuses it, or
-// drop it). It returns cause.
+// rollback undoes a move that did not switch: the record deleted (only if it is still this
+// mover's: one that lost the move to another leaves everything to it), then the source thawed
+// (writes again) unless the map points elsewhere; the target's incoming copy stays (serving
+// nothing; a later move reuses it, or drop it). A crash between the two leaves a frozen
+// source without a record, which the next Move finishes. It returns cause.
 func (m *mover) rollback(ctx context.Context, cause error) error {
-	if m.src != nil && m.srcID != 0 {
+	deleted, err := m.t.n.c.EndMove(ctx, m.rec)
+	if err != nil {
+		return m.errorf("%w (rolling back: %w)", cause, err)
+	}
+	if !deleted {
+		return m.errorf("%w (the move record is not this mover's any more: nothing rolled back)", cause)
+	}
+	tm, err := m.t.n.readTable(ctx, m.t.m.Name)
+	if err != nil {
+		return m.errorf("%w (rolling back: read the map: %w)", cause, err)
+	}
+	if m.src != nil && m.srcID != 0 && tm.Created == m.rec.Created && tm.Nodes[m.part] == m.rec.From {
 		st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
 		if err == nil && st.State == uint8(storenode.MoveFrozen) {
 			_, err = m.step(ctx, m.src, sgio.MoveOpThaw, m.srcID)
@@ -334,9 +351,6 @@ func (m *mover) rollback(ctx context.Context, cause error) error {
 		if err != nil {
 			return m.errorf("%w (rolling back: thaw at %s: %w)", cause, m.rec.From, err)
 		}
-	}
-	if err := m.t.n.c.EndMove(ctx, m.rec); err != nil {
-		return m.errorf("%w (rolling back: %w)", cause, err)
 	}
 	return m.errorf("%w", cause)
 }
@@ -366,7 +380,7 @@ func (m *mover) fullCopy(ctx context.Context) (uint64, error) {
 	}
 	for len(stale) > 0 {
 		n := min(len(stale), 1024)
-		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID}}, Segments: stale[:n]}}
+		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID, Epoch: m.epoch}}, Segments: stale[:n]}}
 		if _, err := m.dst.WriteMove(ctx, w); err != nil {
 			return 0, m.errorf("write at %s: %w", m.rec.To, err)
 		}
@@ -411,7 +425,7 @@ func (m *mover) copyPages(ctx context.Context, pages []uint64) error {
 		if err := m.src.CallInto(ctx, rp, &segs); err != nil {
 			return m.errorf("read at %s: %w", m.rec.From, err)
 		}
-		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID}}}}
+		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID, Epoch: m.epoch}}}}
 		for _, s := range segs.Segments {
 			s.Table = m.dstID
 			s.Rows = append([]byte(nil), s.Rows...)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
@@ -48,6 +49,7 @@ func TestHelperMover(t *testing.T) {
 	require.NoError(t, err)
 	tbl, err := n.OpenTable(ctx, f[1])
 	require.NoError(t, err)
+	fmt.Printf("lease %d\n", n.Session().Lease())
 	node.SetMoveStepHook(func(step string) {
 		if step == f[3] {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -144,7 +146,6 @@ func (c *child) kill9() {
 	c.cmd.Wait()
 }
 
-
 // A mover killed with -9 after each step of a move (and, at two steps, the source storage
 // node killed with -9 and restarted as well), while the partition's owner writes: the next
 // Move completes the move, every acknowledged write is on the new copy, the owner owns the
@@ -185,10 +186,16 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 		}
 
 		c := startChild(t, "TestHelperMover", fmt.Sprintf("%s=%s|%s|%s|%s|%d", moveKillEnv, endpoint, name, target, step, 0x200+i))
+		lease, err := strconv.ParseInt(strings.TrimPrefix(c.line(t, ctx, "lease "), "lease "), 10, 64)
+		require.NoError(t, err)
 		require.Empty(t, c.line(t, ctx, "moved"), "step %s: the mover was killed", step)
 		c.cmd.Wait()
 		ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
 		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "step %s: the mover killed itself at the step: %v", step, c.cmd.ProcessState)
+		// The dead mover's lease ends (revoked here rather than waited out: lease expiry is
+		// tested in package cluster), so the next mover may take the move over.
+		_, err = tc.c.Etcd().Revoke(ctx, clientv3.LeaseID(lease))
+		require.NoError(t, err)
 		if killStore[step] {
 			restartStore()
 		}

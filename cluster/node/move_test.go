@@ -165,19 +165,25 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	require.NoError(t, w.tbl.Move(ctx, 0, tc.addrs[1]))
 }
 
-// A second move of a partition while one is recorded is refused, naming it.
+// A second move of a partition while one is recorded is refused, naming it; the same move is
+// refused while its mover lives, and taken over once its lease is gone.
 func TestMoveInProgressRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 3)
 	n := tc.open(t, 0x1, "")
 	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
 	require.NoError(t, err)
+	other := tc.open(t, 0x9, "")
 	tm := tbl.Map()
-	_, err = tc.c.BeginMove(ctx, cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0], From: tc.addrs[0], To: tc.addrs[2]})
+	_, _, err = tc.c.BeginMove(ctx, cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
+		From: tc.addrs[0], To: tc.addrs[2], Lease: other.Session().Lease()})
 	require.NoError(t, err)
 	err = tbl.Move(ctx, 0, tc.addrs[1])
-	require.ErrorIs(t, err, cluster.ErrMoveInProgress)
-	// The recorded move is resumed by a Move to its target, and completes.
+	require.ErrorIs(t, err, cluster.ErrMoveInProgress, "another move")
+	err = tbl.Move(ctx, 0, tc.addrs[2])
+	require.ErrorIs(t, err, cluster.ErrMoveInProgress, "the same move, its mover alive")
+	require.NoError(t, other.Close(ctx)) // revokes its lease: as a mover that died, one TTL later
+	// The recorded move is taken over by a Move to its target, and completes.
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[2]))
 	m, err := tc.c.ReadMap(ctx)
 	require.NoError(t, err)

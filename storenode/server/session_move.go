@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -54,6 +56,16 @@ func (s *session) execMoveWrite(body []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The mover epoch is every fence's (one fence per table written, all of one epoch).
+	if v.FenceCount() == 0 {
+		return 0, fmt.Errorf("storenode: MoveWrite without a fence (its mover epoch): %w", sgio.ErrMalformed)
+	}
+	epoch := v.Fence(0).Epoch
+	for i := range v.FenceCount() {
+		if v.Fence(i).Epoch != epoch {
+			return 0, fmt.Errorf("storenode: MoveWrite with fences of mover epochs %d and %d: %w", epoch, v.Fence(i).Epoch, sgio.ErrMalformed)
+		}
+	}
 	segs := make([]storenode.Segment, 0, v.SegmentCount())
 	var seg sgio.Segment
 	for it := v.Segments(); it.Next(&seg); {
@@ -63,7 +75,7 @@ func (s *session) execMoveWrite(body []byte) (uint64, error) {
 		segs = append(segs, storenode.Segment{Table: seg.Table,
 			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
 	}
-	return s.srv.eng.MoveWrite(segs)
+	return s.srv.eng.MoveWrite(segs, epoch)
 }
 
 // execMove executes one Move step on the request's goroutine.
@@ -73,7 +85,7 @@ func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
 	var err error
 	switch m.Op {
 	case sgio.MoveOpBegin:
-		err = e.MoveBegin(m.Table)
+		err = e.MoveBegin(m.Table, m.Token)
 	case sgio.MoveOpMark:
 		r.Token, err = e.MoveMark(m.Table)
 	case sgio.MoveOpChanges:
