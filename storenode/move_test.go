@@ -274,3 +274,18 @@ func TestMoveErrorsMatchFenced(t *testing.T) {
 	require.ErrorIs(t, ErrMoved, ErrFenced)
 	require.NotErrorIs(t, ErrFenced, ErrMoved)
 }
+
+// An incoming copy and a retired source serve nothing: anyone may drop them, though the
+// partitioned table is still in the map.
+func TestMoveCopiesDroppable(t *testing.T) {
+	p := newMovePair(t)
+	name := PartitionTableName("acct", 1)
+	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "a live cluster table of a mapped table")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 3))
+	require.NoError(t, p.dst.DropTable(name, 99))
+	_, err := p.src.MoveFreeze(p.srcID)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
+	require.NoError(t, p.src.MoveRetire(p.srcID))
+	require.NoError(t, p.src.DropTable(name, 99))
+}
