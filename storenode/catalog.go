@@ -218,7 +218,9 @@ func (e *Engine) removeTable(t *table) {
 	delete(e.tables, t.id)
 	e.leaseMu.Unlock()
 	delete(e.byName, t.name)
-	delete(e.moves, t.id)
+	if delete(e.moves, t.id); len(e.moves) == 0 {
+		e.moves = nil
+	}
 	t.dropped = true
 	for _, id := range e.cache.index.tableFrames(t.id, nil) {
 		e.cache.drop(id)

@@ -158,11 +158,11 @@ func (e *Engine) setMoveState(t *table, s MoveState, epoch uint64) error {
 // applyMoveState sets table id's state (replay, setMoveState). Caller holds mu.
 func (e *Engine) applyMoveState(id uint32, s MoveState, epoch uint64) {
 	if s == MoveLive {
-		if m := e.moves[id]; m != nil {
-			m.state = MoveLive
-			if m.dirty == nil {
-				delete(e.moves, id)
-			}
+		// Live again (thawed, activated): the mark goes too, so a rolled-back move leaves
+		// no page set growing with the table's writes.
+		delete(e.moves, id)
+		if len(e.moves) == 0 {
+			e.moves = nil // the commit path's check is a nil check again
 		}
 		return
 	}
