@@ -189,3 +189,54 @@ func TestMoveInProgressRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, tc.addrs[2], m.Tables["acct"].Nodes[0])
 }
+
+// A partition with a transaction in doubt at its source is not moved: the move rolls back
+// (the source live, the map and the record untouched) and succeeds once it is decided.
+func TestMoveRefusedInDoubt(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+
+	// A coordinator's prepare on partition 0 at its storage node, never decided.
+	const owner = 0x55
+	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: owner})
+	require.NoError(t, err)
+	defer sess.Close(ctx)
+	g, err := sess.Acquire(ctx, "acct", 0)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	var gr sgio.Grant
+	require.NoError(t, cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: g.Epoch()}, &gr))
+	var ids sgio.IDRange
+	require.NoError(t, cl.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Pages: 1, Owner: owner, Epoch: g.Epoch()}, &ids))
+	txn := [sgio.TxnIDSize]byte{1, 2, 3}
+	page, slot := ids.First/64, ids.First%64
+	_, err = cl.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: sess.Lease(), Commit: sgio.Commit{Owner: owner, Seq: gr.LastSeq + 1,
+		Fences:   []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch()}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: page, Data: 1 << slot, Rows: balanceRow(7)}}}})
+	require.NoError(t, err)
+	require.NoError(t, g.Release(ctx)) // the owner key must not stop the move: the transaction must
+
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, node.ErrMoveRefused)
+	require.ErrorIs(t, err, storenode.ErrTxnLocked)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+	_, recorded, err := tc.c.ReadMove(ctx, "acct", 0)
+	require.NoError(t, err)
+	require.False(t, recorded, "rolled back")
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
+	require.NoError(t, err)
+	require.Equal(t, uint8(storenode.MoveLive), st.State, "the source is live")
+
+	// Decided (abort): the move goes through.
+	require.NoError(t, cl.ApplyTxn(ctx, txn, sgio.TxnAbort))
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+}
