@@ -451,13 +451,15 @@ func (e *Engine) MoveActivate(tableID uint32, floor, nextID uint64) error {
 			return err
 		}
 	}
-	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, 0, floor)
-	if _, err := e.appendRecord(kindGrantOwner, e.scratch, false, noAck); err != nil {
-		return err
+	if epoch < floor { // not logged already by an activation that stopped before its state
+		e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, 0, floor)
+		if _, err := e.appendRecord(kindGrantOwner, e.scratch, false, noAck); err != nil {
+			return err
+		}
+		e.leaseMu.Lock()
+		t.holder, t.epoch = 0, floor
+		e.leaseMu.Unlock()
 	}
-	e.leaseMu.Lock()
-	t.holder, t.epoch = 0, floor
-	e.leaseMu.Unlock()
 	return e.setMoveState(t, MoveLive, 0)
 }
 

@@ -283,6 +283,11 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 		if tm.Revs[m.part] != m.rec.Rev || tm.Created != m.rec.Created {
 			return m.rollback(ctx, err)
 		}
+		if cur, ok, rerr := m.t.n.c.ReadMove(ctx, m.t.m.Name, m.part); rerr != nil {
+			return m.errorf("%w", rerr)
+		} else if !ok || cur != m.rec {
+			return m.errorf("%w: the move record is not this mover's any more (another mover took it over)", cluster.ErrMoveInProgress)
+		}
 		// Only the owner key changed: read it again.
 	}
 	moveStep(MoveStepSwitched)
