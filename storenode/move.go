@@ -317,9 +317,9 @@ func (e *Engine) MoveMark(tableID uint32) (uint64, error) {
 	return m.token, nil
 }
 
-// MoveChanges appends to dst, in page order, up to max (1..MoveChangesMax) pages written to
-// the table since the mark or the last MoveChanges, forgets them, and reports whether more
-// remain. A token that is not the table's mark (a restart, a newer mark) is ErrMoveLost:
+// MoveChanges appends to dst up to max (1..MoveChangesMax) pages written to the table since
+// the mark or the last MoveChanges (ascending within the call), forgets them, and reports
+// whether more remain; its work under the engine lock is bounded by max. A token that is not the table's mark (a restart, a newer mark) is ErrMoveLost:
 // the caller marks again and copies the whole table. The pages' rows are read afterwards
 // (ReadRowsAs): a page written again meanwhile is listed again by the next call.
 func (e *Engine) MoveChanges(tableID uint32, token uint64, max int, dst []uint64) ([]uint64, bool, error) {
@@ -335,20 +335,21 @@ func (e *Engine) MoveChanges(tableID uint32, token uint64, max int, dst []uint64
 	if m == nil || m.dirty == nil || m.token != token || token == 0 {
 		return dst, false, fmt.Errorf("%w: table %q has no mark %#x (restarted, or marked again)", ErrMoveLost, t.name, token)
 	}
+	// At most max pages taken out of the set (any of them: a round copies what it was
+	// given, the next round the rest), then sorted: under mu, the work is bounded by max.
 	start := len(dst)
 	for p := range m.dirty {
+		if len(dst)-start == max {
+			break
+		}
 		dst = append(dst, p)
 	}
 	out := dst[start:]
-	slices.Sort(out)
-	more := false
-	if len(out) > max {
-		out, more = out[:max], true
-		dst = dst[:start+max]
-	}
 	for _, p := range out {
 		delete(m.dirty, p)
 	}
+	slices.Sort(out)
+	more := len(m.dirty) > 0
 	return dst, more, nil
 }
 

@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -288,4 +289,33 @@ func TestMoveCopiesDroppable(t *testing.T) {
 	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
 	require.NoError(t, p.src.MoveRetire(p.srcID))
 	require.NoError(t, p.src.DropTable(name, 99))
+}
+
+// MoveChanges hands out a bounded number of pages per call, each once, until none remain.
+func TestMoveChangesBounded(t *testing.T) {
+	p := newMovePair(t)
+	token, err := p.src.MoveMark(p.srcID)
+	require.NoError(t, err)
+	want := map[uint64]bool{}
+	for i := range 4 { // pages 1, 3, 5, 7
+		id := uint64(64 + 128*i)
+		require.NoError(t, p.put(id, 1))
+		want[id/64] = true
+	}
+	got := map[uint64]bool{}
+	for calls := 0; ; calls++ {
+		require.Less(t, calls, 4)
+		pages, more, err := p.src.MoveChanges(p.srcID, token, 3, nil)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(pages), 3)
+		require.True(t, slices.IsSorted(pages))
+		for _, pg := range pages {
+			require.False(t, got[pg], "page %d handed out twice", pg)
+			got[pg] = true
+		}
+		if !more {
+			break
+		}
+	}
+	require.Equal(t, want, got)
 }
