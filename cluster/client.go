@@ -17,7 +17,7 @@ type Config struct {
 	// Endpoints are etcd's client URLs (http://127.0.0.1:2379, ...). Required.
 	Endpoints []string
 	// Prefix is the key prefix of this cluster's state ("/weft/" when empty). It must end
-	// with '/' and have no segment "map" or "own" (those would fall inside the keys of a
+	// with '/' and have no segment "map", "own" or "move" (those would fall inside the keys of a
 	// cluster under a shorter prefix). Several clusters (or tests) may share one etcd under
 	// different prefixes.
 	Prefix string
@@ -109,7 +109,7 @@ func checkPrefix(p string) (string, error) {
 	// A prefix inside another cluster's key space (<other>map/... or <other>own/...) would
 	// be that cluster's tables and owner keys: its DropTable would delete this one's keys.
 	for _, seg := range strings.Split(p, "/") {
-		if seg == "map" || seg == "own" {
+		if seg == "map" || seg == "own" || seg == "move" {
 			return "", fmt.Errorf("%w: prefix %q has a segment %q (the key space of a cluster under a shorter prefix)", ErrInvalid, p, seg)
 		}
 	}

@@ -86,6 +86,18 @@ var (
 	// for (a late commit after a resolver's abort); the message names the recorded decision.
 	ErrTxnDecided = newCodeSentinel(CodeTxnDecided, "sgio: transaction already decided otherwise")
 
+	// Partition moves.
+
+	// ErrMoved is returned for a grant, commit or read of a partition table whose copy is
+	// frozen for a move, incoming (being filled) or retired (moved away): the caller reads
+	// the partition map again and goes to the storage node it names. It matches ErrFenced:
+	// the owner's grant at this storage node is over (a new grant, on the new copy, is a new
+	// owner key: release and acquire again).
+	ErrMoved = newCodeSentinel(CodeMoved, "sgio: partition moving or moved to another storage node", ErrFenced)
+	// ErrMoveLost is returned when a move's mark of changed pages is gone (the source
+	// restarted, or a newer mark replaced it): the mover copies the whole table again.
+	ErrMoveLost = newCodeSentinel(CodeMoveLost, "sgio: partition move's change mark lost")
+
 	// Storage node state.
 
 	// ErrNoSpace is returned when the storage node's disk is full; it also matches

@@ -59,6 +59,8 @@ const (
 
 	// Two-phase commit: TypeTxnPrepare .. TypeTxnState, 0x60..0x64 and 0xe1 (txn.go).
 
+	// Partition moves: TypeMove, TypeMoveWrite, TypeMoveState, 0x70, 0x71 and 0xf0 (move.go).
+
 	// Failure: the reply to any request.
 	TypeError Type = 0xff
 )
@@ -115,6 +117,9 @@ var types = [256]typeInfo{
 	TypeTxnAsk:             {"TxnAsk", TypeTxnState, func() Message { return new(TxnAsk) }},
 	TypeTxnReport:          {"TxnReport", TypeOK, func() Message { return new(TxnReport) }},
 	TypeTxnState:           {"TxnState", 0, func() Message { return new(TxnState) }},
+	TypeMove:               {"Move", TypeMoveState, func() Message { return new(Move) }},
+	TypeMoveWrite:          {"MoveWrite", TypeCommitAck, func() Message { return new(MoveWrite) }},
+	TypeMoveState:          {"MoveState", 0, func() Message { return new(MoveState) }},
 }
 
 // Known reports whether t is a message type of this protocol version.

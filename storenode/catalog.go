@@ -154,7 +154,9 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
-	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil {
+	// An incoming or retired copy of a move serves nothing: anyone drops it.
+	moveCopy := e.moves != nil && (stateOf(e.moveOf(t)) == MoveIncoming || stateOf(e.moveOf(t)) == MoveRetired)
+	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil && !moveCopy {
 		// A cluster table has no lease here (its grants are etcd's): its registered holder
 		// drops it while its etcd grant is current, anyone once etcd's map no longer has
 		// the table. etcd is asked with no lock held; a grant registered meanwhile (the
@@ -187,7 +189,7 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	// The check and the mark under one leaseMu: a renewal (which takes no mu) after it is
 	// refused, so no holder is told its lease is live while the table goes.
 	e.leaseMu.Lock()
-	live := e.liveHolder(t, owner)
+	live := e.liveHolder(t, owner) && !moveCopy
 	t.dropping = !live
 	e.leaseMu.Unlock()
 	if live {
@@ -216,6 +218,9 @@ func (e *Engine) removeTable(t *table) {
 	delete(e.tables, t.id)
 	e.leaseMu.Unlock()
 	delete(e.byName, t.name)
+	if delete(e.moves, t.id); len(e.moves) == 0 {
+		e.moves = nil
+	}
 	t.dropped = true
 	for _, id := range e.cache.index.tableFrames(t.id, nil) {
 		e.cache.drop(id)

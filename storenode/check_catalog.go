@@ -172,6 +172,12 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 					i, top, s.Page, s.Data, s.Clear, t.nextID)
 			}
 		}
+	case kindMoveState:
+		if id, _, _, err := decodeMoveStateRecord(rec.Payload); err != nil {
+			bad(0, "move state record: %v", err)
+		} else {
+			live(id, "move state")
+		}
 	default:
 		bad(0, "record of unknown kind %d", rec.Kind)
 	}

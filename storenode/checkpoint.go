@@ -299,6 +299,14 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 		}
 		e.ckptCarried = carried
 	}
+	if !e.replaying && e.moves != nil {
+		carried, err := e.carryMoves()
+		if err != nil {
+			e.mu.Unlock()
+			return nil, nil, err
+		}
+		e.ckptCarried = max(e.ckptCarried, carried)
+	}
 	e.walBytesAtCkpt = e.stats.walBytes.Load()
 	e.beginTrigger()
 	n := len(e.cache.frames)

@@ -266,6 +266,9 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 	if err := e.identFenced(owner); err != nil {
 		return Grant{}, false, err
 	}
+	if err := e.moveRefuses(tb); err != nil {
+		return Grant{}, false, err
+	}
 	e.leaseMu.Lock()
 	if tb.dropping {
 		e.leaseMu.Unlock()
@@ -339,6 +342,9 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q is local: its grants are this storage node's (Acquire without the etcd-grant flag)", ErrGrantKind, t.name)
 	}
 	if err := e.identFenced(owner); err != nil {
+		return Grant{}, "", 0, 0, err
+	}
+	if err := e.moveRefuses(t); err != nil {
 		return Grant{}, "", 0, 0, err
 	}
 	e.leaseMu.Lock()

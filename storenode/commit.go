@@ -192,6 +192,11 @@ func (e *Engine) checkBatch(b *Batch) error {
 		if !fenced(b.Fences, s.Table) {
 			return fmt.Errorf("%w: segment of table %d without a fence", ErrMalformed, s.Table)
 		}
+		if e.moves != nil {
+			if err := e.moveRefuses(t); err != nil {
+				return err
+			}
+		}
 		if s.Page >= tablePagesMax {
 			return fmt.Errorf("%w: page %d of table %q beyond a table's last page %d", ErrMalformed, s.Page, t.name, tablePagesMax-1)
 		}
@@ -297,4 +302,7 @@ func (e *Engine) applySegment(s *Segment, lsn uint64) {
 		t.rows.Clear(base + uint64(bits.TrailingZeros64(m)))
 	}
 	e.stats.rowsWritten.Add(uint64(bits.OnesCount64(s.Data | s.Clear)))
+	if e.moves != nil {
+		e.moveNoteWrite(s)
+	}
 }

@@ -72,6 +72,9 @@ type Engine struct {
 	pieces         []wal.Piece // a commit record's payload for the WAL (commitPieces)
 	onePiece       [1]wal.Piece
 
+	// moves holds the tables a partition move concerns (move.go); nil while none. Under mu.
+	moves map[uint32]*tableMove
+
 	// Two-phase commit (txn.go), under mu.
 	txnParts     map[TxnID]*txnPart
 	txnDecisions map[TxnID]*txnDecision

@@ -106,6 +106,19 @@ var (
 	// kept.
 	ErrTxnBusy = newSentinel("storenode: too many transactions in doubt", sgio.ErrBusy)
 
+	// Partition moves (move.go).
+
+	// ErrMoved is returned for a grant, id grant or commit of a table frozen for a move,
+	// incoming or retired, and for a read of an incoming or retired one. It matches
+	// ErrFenced (the owner's grant here is over: it re-acquires, on the map's new node).
+	ErrMoved = sgio.NewSentinel(sgio.CodeMoved, "storenode: partition moving or moved to another storage node")
+	// ErrMoveLost is returned by MoveChanges for a mark that is gone (a restart, a newer mark).
+	ErrMoveLost = sgio.NewSentinel(sgio.CodeMoveLost, "storenode: partition move's change mark lost")
+	// ErrMoveState is returned for a move step the table's move state does not allow (a
+	// freeze of an incoming copy, an activation of a live table, ...). Over the wire it reads
+	// as ErrMalformed.
+	ErrMoveState = newSentinel("storenode: table is not in the move state this step needs", ErrMalformed)
+
 	// Input.
 
 	// ErrMalformed is returned for a request that breaks the protocol's rules (a segment of a

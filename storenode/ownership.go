@@ -218,6 +218,9 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	if err := e.checkFence(t, owner, epoch); err != nil {
 		return 0, 0, err
 	}
+	if err := e.moveRefuses(t); err != nil {
+		return 0, 0, err
+	}
 	count = uint64(pages) * 64
 	first = t.nextID
 	if t.cluster.IsCluster() {

@@ -58,6 +58,11 @@ func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, wan
 		if err != nil {
 			return 0, 0, dst, err
 		}
+		if e.moves != nil && !trusted {
+			if err := e.moveRefusesRead(t, false); err != nil {
+				return 0, 0, dst, err
+			}
+		}
 		key := frameKey(t.id, page)
 		id, cached := e.cache.lookup(key)
 		// A page without a frame has no write that is not durable (a dirty frame stays
@@ -249,6 +254,11 @@ func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uin
 		}
 		if t, err = e.table(tableID); err != nil {
 			return dst, 0, err
+		}
+		if e.moves != nil && !trusted {
+			if err := e.moveRefusesRead(t, true); err != nil {
+				return dst, 0, err
+			}
 		}
 		if trusted || t.heldBy(reader) || t.writeLSN <= e.durableThrough() {
 			break

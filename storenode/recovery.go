@@ -266,6 +266,10 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 		if err := e.replayTxn(rec.Kind, rec.LSN, rec.Payload); err != nil {
 			return err
 		}
+	case kindMoveState:
+		if err := e.replayMoveState(rec.LSN, rec.Payload); err != nil {
+			return err
+		}
 	default:
 		return corrupt.Errorf("storenode: replay: record %d of unknown kind %d", rec.LSN, rec.Kind)
 	}
@@ -307,7 +311,7 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 		if room {
 			break
 		}
-		if e.txnLive() {
+		if e.txnLive() || e.movesLive() {
 			// A checkpoint now would publish a checkpoint LSN past the records of the live
 			// transactions, which only a running engine's checkpoints carry (txn.go).
 			e.replayForce = true

@@ -44,6 +44,9 @@ func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Se
 		if !found || w.Page >= tablePagesMax {
 			return rows, false
 		}
+		if e.moves != nil && e.moveRefusesRead(t, false) != nil {
+			return rows, false // the slow path reports it
+		}
 		if !t.heldBy(reader) {
 			if id, cached := e.cache.lookup(frameKey(t.id, w.Page)); cached && e.cache.frames[id].lsn > durable {
 				return rows, false

@@ -449,6 +449,10 @@ func (s *session) handle(f sgio.Frame) bool {
 		s.txnPrepare(f)
 		return true
 	}
+	if f.Type == sgio.TypeMoveWrite {
+		s.moveWrite(f)
+		return true
+	}
 	var readBytes int64
 	if f.Type == sgio.TypeReadPages || f.Type == sgio.TypePageDir {
 		// A read that waits for a goroutine keeps its parsed request: its body counts against
@@ -809,6 +813,9 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		return s.fits(s.srv.statsReply())
 	case *sgio.TxnDecide, *sgio.TxnApply, *sgio.TxnAsk, *sgio.TxnReport:
 		r, _, err := s.execTxn(m)
+		return r, nil, err
+	case *sgio.Move:
+		r, err := s.execMove(m)
 		return r, nil, err
 	}
 	return nil, nil, fmt.Errorf("storenode: %v: %w", m.Type(), sgio.ErrUnsupported)

@@ -1,0 +1,466 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+)
+
+// Partition moves (docs/cluster.md, "Moving a partition"): Table.Move copies a partition's
+// table from its storage node to another, catches up with the writes made meanwhile, freezes
+// the source, switches the map in one etcd transaction that also ends the owner's grant, makes
+// the copy live above the switch's revision and fences the source for good. Every step is
+// recorded (the etcd move record, the storage nodes' logged move states) so that a mover that
+// died anywhere is finished or rolled back by the next Move of the partition.
+
+// ErrMoveRefused is returned by Move for a partition that cannot move now: a transaction
+// in doubt holds its rows at the source (storenode.ErrTxnLocked wrapped), or the target's
+// table of that name is not a fresh copy.
+var ErrMoveRefused = errors.New("node: partition move refused")
+
+// Move steps, in order, as the test hook hears them. Part of the documented protocol.
+const (
+	MoveStepRecorded  = "recorded"  // the etcd move record exists
+	MoveStepIncoming  = "incoming"  // the target's table exists, incoming
+	MoveStepCopied    = "copied"    // the source's rows as of the mark are on the target
+	MoveStepCaughtUp  = "caught-up" // the changes since the mark are, but for a short tail
+	MoveStepFrozen    = "frozen"    // the source refuses commits and grants
+	MoveStepFinal     = "final"     // the target holds the frozen source's rows exactly
+	MoveStepSwitched  = "switched"  // the map points at the target; the owner's grant ended
+	MoveStepActivated = "activated" // the target is live, its floor the switch's revision
+	MoveStepRetired   = "retired"   // the source is fenced for good
+	MoveStepDone      = "done"      // the move record is gone
+)
+
+// moveStepHook, set by tests only, hears each step once it is durable.
+var moveStepHook func(step string)
+
+func moveStep(step string) {
+	if h := moveStepHook; h != nil {
+		h(step)
+	}
+}
+
+// moveCatchUpRounds bounds the catch-up rounds before the freeze; moveTailPages is the tail
+// short enough to copy while frozen.
+const (
+	moveCatchUpRounds = 8
+	moveTailPages     = 64
+)
+
+// Move moves partition part of the table to storage node to (host:port), under writes of
+// its owner (any node): see docs/cluster.md, "Moving a partition". It returns once the map
+// points at to, the copy there is live and the old copy fenced; a partition on to already
+// (and no move recorded) is a no-op. The partition's owner, if any, loses its grant at the
+// switch (its writes fail with *NotOwnerError, never acknowledged and lost); it owns the
+// partition again through a fresh handle (OpenTable, then Own), on the new storage node.
+// A move recorded by a mover that died is resumed (to must be its target, else
+// cluster.ErrMoveInProgress). Refused with ErrMoveRefused while a transaction in doubt holds
+// rows of the partition at the source (try again once it is decided). Any goroutine; ctx
+// bounds the whole move (a move cut short by ctx is resumed by the next Move).
+func (t *Table) Move(ctx context.Context, part uint32, to string) error {
+	if err := t.n.closedErr(); err != nil {
+		return err
+	}
+	if part >= uint32(len(t.parts)) {
+		return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, part)
+	}
+	m := &mover{t: t, part: part, name: storenode.PartitionTableName(t.m.Name, part)}
+	defer m.close()
+	return m.run(ctx, to)
+}
+
+// mover is one Move call.
+type mover struct {
+	t        *Table
+	part     uint32
+	name     string
+	rec      cluster.MoveRecord
+	epoch    uint64 // the mover epoch: the move record's ModRevision as this mover holds it
+	src, dst *sgio.Client
+	srcID    uint32
+	dstID    uint32
+}
+
+func (m *mover) close() {
+	if m.src != nil {
+		m.src.Close()
+	}
+	if m.dst != nil {
+		m.dst.Close()
+	}
+}
+
+func (m *mover) errorf(format string, args ...any) error {
+	return fmt.Errorf("node: move table %q partition %d: "+format, append([]any{m.t.m.Name, m.part}, args...)...)
+}
+
+func (m *mover) run(ctx context.Context, to string) error {
+	c := m.t.n.c
+	tm, err := m.t.n.readTable(ctx, m.t.m.Name)
+	if err != nil {
+		return m.errorf("read the map: %w", err)
+	}
+	rec, ok, err := c.ReadMove(ctx, m.t.m.Name, m.part)
+	if err != nil {
+		return m.errorf("%w", err)
+	}
+	if ok && rec.Created != tm.Created {
+		// A move of a table dropped since (and created again): nothing of it is left to do.
+		if _, err := c.EndMove(ctx, rec); err != nil {
+			return m.errorf("%w", err)
+		}
+		ok = false
+	}
+	if !ok {
+		if tm.Nodes[m.part] == to {
+			return nil
+		}
+		rec = cluster.MoveRecord{Table: m.t.m.Name, Part: m.part, Created: tm.Created, Rev: tm.Revs[m.part], From: tm.Nodes[m.part], To: to}
+	} else if rec.To != to {
+		return m.errorf("%w: recorded from %s to %s, asked to %s", cluster.ErrMoveInProgress, rec.From, rec.To, to)
+	}
+	// Record the move, or adopt it (a retry), or take it over from a mover that died.
+	rec.Lease = m.t.n.sess.Lease()
+	rec, epoch, err := c.BeginMove(ctx, rec)
+	if err != nil {
+		return m.errorf("%w", err)
+	}
+	m.rec, m.epoch = rec, uint64(epoch)
+	moveStep(MoveStepRecorded)
+	if err := m.dial(ctx); err != nil {
+		return err
+	}
+	switched := tm.Nodes[m.part] == rec.To
+	if !switched && tm.Revs[m.part] != rec.Rev {
+		// Switched elsewhere since the move began (by another mover's completed move): roll
+		// back what this one did at the source.
+		return m.rollback(ctx, fmt.Errorf("%w: the partition entry changed since the move began", cluster.ErrMapChanged))
+	}
+	if !switched {
+		if err := m.copyAndSwitch(ctx); err != nil {
+			return err
+		}
+	}
+	return m.finish(ctx)
+}
+
+// dial connects to both storage nodes (as owner 0, like a resolver: the mover is no owner)
+// and opens the source's table.
+func (m *mover) dial(ctx context.Context) error {
+	cfg := m.t.n.cfg
+	var err error
+	if m.src, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.From, Secret: cfg.Secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
+		return m.errorf("source %s: %w", m.rec.From, err)
+	}
+	if m.dst, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.To, Secret: cfg.Secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
+		return m.errorf("target %s: %w", m.rec.To, err)
+	}
+	var ti sgio.TableInfo
+	if err := m.src.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti); err != nil {
+		return m.errorf("source %s: %w", m.rec.From, err)
+	}
+	m.srcID = ti.Table
+	return nil
+}
+
+func (m *mover) step(ctx context.Context, c *sgio.Client, op uint8, table uint32) (*sgio.MoveState, error) {
+	return c.MoveStep(ctx, &sgio.Move{Op: op, Table: table})
+}
+
+// copyAndSwitch runs the steps up to the switch.
+func (m *mover) copyAndSwitch(ctx context.Context) error {
+	// The target's copy: created, or found incoming (a retry), or refused.
+	var ti sgio.TableInfo
+	l := m.t.m.Layout
+	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name,
+		Layout: sgio.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}}, &ti)
+	if errors.Is(err, storenode.ErrTableExists) {
+		err = m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti)
+	}
+	if err != nil {
+		return m.errorf("target %s: %w", m.rec.To, err)
+	}
+	m.dstID = ti.Table
+	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpBegin, Table: m.dstID, Token: m.epoch}); err != nil {
+		if errors.Is(err, sgio.ErrMalformed) {
+			return m.rollback(ctx, fmt.Errorf("%w: the target's table %q is not a fresh copy: %w", ErrMoveRefused, m.name, err))
+		}
+		return m.errorf("target %s: %w", m.rec.To, err)
+	}
+	moveStep(MoveStepIncoming)
+
+	// Copy, then catch up while the tail is long.
+	st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
+	if err != nil {
+		return m.errorf("source %s: %w", m.rec.From, err)
+	}
+	var token uint64
+	if st.State == 0 { // live: mark, copy, catch up
+		if token, err = m.fullCopy(ctx); err != nil {
+			return err
+		}
+		moveStep(MoveStepCopied)
+		for range moveCatchUpRounds {
+			n, err := m.catchUp(ctx, token, moveTailPages)
+			if errors.Is(err, sgio.ErrMoveLost) {
+				if token, err = m.fullCopy(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if n <= moveTailPages {
+				break
+			}
+		}
+		moveStep(MoveStepCaughtUp)
+		if _, err := m.step(ctx, m.src, sgio.MoveOpFreeze, m.srcID); err != nil {
+			if errors.Is(err, storenode.ErrTxnLocked) {
+				return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
+			}
+			return m.errorf("freeze at %s: %w", m.rec.From, err)
+		}
+	} else if st.State != uint8(storenode.MoveFrozen) {
+		return m.errorf("source %s holds the partition %v", m.rec.From, storenode.MoveState(st.State))
+	}
+	moveStep(MoveStepFrozen)
+
+	// Final catch-up: the source is frozen, so what it holds now is final.
+	for {
+		if token == 0 {
+			if token, err = m.fullCopy(ctx); err != nil {
+				return err
+			}
+		}
+		n, err := m.catchUp(ctx, token, 0)
+		if errors.Is(err, sgio.ErrMoveLost) {
+			token = 0
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	moveStep(MoveStepFinal)
+
+	// The switch: the map entry unchanged since the start, the owner key unchanged since it
+	// was read (a grant made meanwhile is refused by the frozen source anyway: read again),
+	// the owner's grant ended in the same transaction.
+	for try := 0; ; try++ {
+		h, held, err := m.t.n.c.Owner(ctx, m.t.m.Name, m.part)
+		if err != nil {
+			return m.errorf("%w", err)
+		}
+		var owner uint64
+		if held {
+			owner = h.Epoch
+		}
+		_, err = m.t.n.c.SwitchMoved(ctx, m.rec, owner)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, cluster.ErrMapChanged) || try >= 8 {
+			return m.errorf("%w", err)
+		}
+		tm, rerr := m.t.n.readTable(ctx, m.t.m.Name)
+		if rerr != nil {
+			return m.errorf("read the map: %w", rerr)
+		}
+		if tm.Nodes[m.part] == m.rec.To {
+			break // the switch went through; its answer was lost
+		}
+		if tm.Revs[m.part] != m.rec.Rev || tm.Created != m.rec.Created {
+			return m.rollback(ctx, err)
+		}
+		if cur, ok, rerr := m.t.n.c.ReadMove(ctx, m.t.m.Name, m.part); rerr != nil {
+			return m.errorf("%w", rerr)
+		} else if !ok || cur != m.rec {
+			return m.errorf("%w: the move record is not this mover's any more (another mover took it over)", cluster.ErrMoveInProgress)
+		}
+		// Only the owner key changed: read it again.
+	}
+	moveStep(MoveStepSwitched)
+	return nil
+}
+
+// finish completes a switched move: the copy live above the switch's revision, the source
+// retired, the record gone.
+func (m *mover) finish(ctx context.Context) error {
+	tm, err := m.t.n.readTable(ctx, m.t.m.Name)
+	if err != nil {
+		return m.errorf("read the map: %w", err)
+	}
+	if tm.Nodes[m.part] != m.rec.To {
+		return m.errorf("%w: the map points at %s, not the move's target %s", cluster.ErrMapChanged, tm.Nodes[m.part], m.rec.To)
+	}
+	floor := uint64(tm.Revs[m.part]) // the switch's revision (the entry's last write)
+	if m.dstID == 0 {
+		var ti sgio.TableInfo
+		if err := m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti); err != nil {
+			return m.errorf("target %s: %w", m.rec.To, err)
+		}
+		m.dstID = ti.Table
+	}
+	st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
+	if err != nil {
+		return m.errorf("source %s: %w", m.rec.From, err)
+	}
+	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpActivate, Table: m.dstID, Floor: floor, NextID: st.NextID}); err != nil {
+		return m.errorf("activate at %s: %w", m.rec.To, err)
+	}
+	moveStep(MoveStepActivated)
+	if _, err := m.step(ctx, m.src, sgio.MoveOpRetire, m.srcID); err != nil {
+		return m.errorf("retire at %s: %w", m.rec.From, err)
+	}
+	moveStep(MoveStepRetired)
+	if _, err := m.t.n.c.EndMove(ctx, m.rec); err != nil {
+		return m.errorf("%w", err)
+	}
+	moveStep(MoveStepDone)
+	return nil
+}
+
+// rollback undoes a move that did not switch: the record deleted (only if it is still this
+// mover's: one that lost the move to another leaves everything to it), then the source thawed
+// (writes again) unless the map points elsewhere; the target's incoming copy stays (serving
+// nothing; a later move reuses it, or drop it). A crash between the two leaves a frozen
+// source without a record, which the next Move finishes. It returns cause.
+func (m *mover) rollback(ctx context.Context, cause error) error {
+	deleted, err := m.t.n.c.EndMove(ctx, m.rec)
+	if err != nil {
+		return m.errorf("%w (rolling back: %w)", cause, err)
+	}
+	if !deleted {
+		return m.errorf("%w (the move record is not this mover's any more: nothing rolled back)", cause)
+	}
+	tm, err := m.t.n.readTable(ctx, m.t.m.Name)
+	if err != nil {
+		return m.errorf("%w (rolling back: read the map: %w)", cause, err)
+	}
+	if m.src != nil && m.srcID != 0 && tm.Created == m.rec.Created && tm.Nodes[m.part] == m.rec.From {
+		st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
+		if err == nil && st.State == uint8(storenode.MoveFrozen) {
+			_, err = m.step(ctx, m.src, sgio.MoveOpThaw, m.srcID)
+		}
+		if err != nil {
+			return m.errorf("%w (rolling back: thaw at %s: %w)", cause, m.rec.From, err)
+		}
+	}
+	return m.errorf("%w", cause)
+}
+
+// fullCopy marks the source and copies every page it holds, and clears every page the
+// target holds that the source does not. It returns the mark's token.
+func (m *mover) fullCopy(ctx context.Context) (uint64, error) {
+	st, err := m.step(ctx, m.src, sgio.MoveOpMark, m.srcID)
+	if err != nil {
+		return 0, m.errorf("mark at %s: %w", m.rec.From, err)
+	}
+	srcPages, err := pageList(ctx, m.src, m.srcID)
+	if err != nil {
+		return 0, m.errorf("source %s: %w", m.rec.From, err)
+	}
+	// Pages the target holds that the source does not (rows deleted at the source while
+	// a lost mark could not say so) are cleared.
+	dstPages, err := pageList(ctx, m.dst, m.dstID)
+	if err != nil {
+		return 0, m.errorf("target %s: %w", m.rec.To, err)
+	}
+	var stale []sgio.Segment
+	for _, p := range dstPages {
+		if _, found := slices.BinarySearch(srcPages, p); !found {
+			stale = append(stale, sgio.Segment{Table: m.dstID, RowBytes: uint16(m.t.rowBytes), Page: p, Clear: ^uint64(0)})
+		}
+	}
+	for len(stale) > 0 {
+		n := min(len(stale), 1024)
+		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID, Epoch: m.epoch}}, Segments: stale[:n]}}
+		if _, err := m.dst.WriteMove(ctx, w); err != nil {
+			return 0, m.errorf("write at %s: %w", m.rec.To, err)
+		}
+		stale = stale[n:]
+	}
+	if err := m.copyPages(ctx, srcPages); err != nil {
+		return 0, err
+	}
+	return st.Token, nil
+}
+
+// catchUp copies the pages written since the mark (in rounds of at most MovePagesMax) and
+// returns how many it copied; it stops after more than limit (0: none) pages.
+func (m *mover) catchUp(ctx context.Context, token uint64, limit int) (int, error) {
+	total := 0
+	for {
+		st, err := m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpChanges, Table: m.srcID, Token: token})
+		if err != nil {
+			return total, err
+		}
+		if err := m.copyPages(ctx, st.Pages); err != nil {
+			return total, err
+		}
+		total += len(st.Pages)
+		if !st.More || limit > 0 && total > limit {
+			return total, nil
+		}
+	}
+}
+
+// copyPages reads pages from the source's durable rows (whole pages: present rows and the
+// absent slots) and writes them to the target, in requests of about 1 MiB.
+func (m *mover) copyPages(ctx context.Context, pages []uint64) error {
+	per := max(1, (1<<20)/(64*m.t.rowBytes))
+	for len(pages) > 0 {
+		n := min(per, len(pages))
+		rp := &sgio.ReadPages{Wants: make([]sgio.PageWant, n)}
+		for i, p := range pages[:n] {
+			rp.Wants[i] = sgio.PageWant{Table: m.srcID, Page: p, Want: ^uint64(0)}
+		}
+		var segs sgio.Segments
+		if err := m.src.CallInto(ctx, rp, &segs); err != nil {
+			return m.errorf("read at %s: %w", m.rec.From, err)
+		}
+		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID, Epoch: m.epoch}}}}
+		for _, s := range segs.Segments {
+			s.Table = m.dstID
+			s.Rows = append([]byte(nil), s.Rows...)
+			w.Segments = append(w.Segments, s)
+		}
+		if len(w.Segments) > 0 {
+			if _, err := m.dst.WriteMove(ctx, w); err != nil {
+				return m.errorf("write at %s: %w", m.rec.To, err)
+			}
+		}
+		pages = pages[n:]
+	}
+	return nil
+}
+
+// pageList lists every page of a table that holds rows.
+func pageList(ctx context.Context, c *sgio.Client, table uint32) ([]uint64, error) {
+	var out []uint64
+	lo := uint64(0)
+	for {
+		var r sgio.PageDirReply
+		if err := c.CallInto(ctx, &sgio.PageDir{Table: table, Lo: lo, Hi: storenode.MaxRowID / 64}, &r); err != nil {
+			return nil, err
+		}
+		for _, e := range r.Entries {
+			out = append(out, e.Page)
+		}
+		if len(r.Entries) == 0 || r.Next >= storenode.MaxRowID/64 {
+			return out, nil
+		}
+		lo = r.Next
+	}
+}

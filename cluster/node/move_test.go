@@ -1,0 +1,242 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode"
+)
+
+// moveWriter is the partition's owner writing under a move: Puts of increasing values to a
+// fixed set of rows of partition 0, and Inserts; every acknowledged write is remembered, and
+// so is every write whose outcome is unknown.
+type moveWriter struct {
+	n       *node.Node
+	name    string
+	tbl     *node.Table
+	ids     []uint64
+	acked   map[uint64]uint64   // id -> last acknowledged value
+	unknown map[uint64][]uint64 // id -> values whose Put failed (not acknowledged)
+	fresh   map[uint64]uint64   // ids inserted after the move -> value
+}
+
+func newMoveWriter(t *testing.T, ctx context.Context, n *node.Node, tbl *node.Table, rows int) *moveWriter {
+	w := &moveWriter{n: n, name: tbl.Name(), tbl: tbl, acked: map[uint64]uint64{}, unknown: map[uint64][]uint64{}, fresh: map[uint64]uint64{}}
+	require.NoError(t, tbl.Own(ctx, 0))
+	for len(w.ids) < rows {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		require.Equal(t, uint32(0), tbl.Partition(id))
+		w.ids = append(w.ids, id)
+		w.acked[id] = 1
+	}
+	return w
+}
+
+// put writes value v to row i; it reports whether the owner lost the partition.
+func (w *moveWriter) put(t *testing.T, ctx context.Context, i int, v uint64) bool {
+	id := w.ids[i%len(w.ids)]
+	err := w.tbl.Put(ctx, id, balanceRow(v))
+	if err == nil {
+		w.acked[id] = v
+		return false
+	}
+	w.unknown[id] = append(w.unknown[id], v)
+	var ne *node.NotOwnerError
+	require.True(t, errors.As(err, &ne) || errors.Is(err, storenode.ErrFenced) || errors.Is(err, txnode.ErrLeaseExpired),
+		"a write during a move fails as not-owner or fenced, got %v", err)
+	return true
+}
+
+// reown opens a fresh handle (the switched map) and owns partition 0 again: a new grant.
+func (w *moveWriter) reown(t *testing.T, ctx context.Context) {
+	tbl, err := w.n.OpenTable(ctx, w.name)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	w.tbl = tbl
+}
+
+// check reads every row from the storage node now serving partition 0 (durable rows, by a
+// node that owns nothing) and finds each acknowledged value, or a later unacknowledged one.
+func (w *moveWriter) check(t *testing.T, ctx context.Context, reader *node.Node) {
+	tbl, err := reader.OpenTable(ctx, w.name)
+	require.NoError(t, err)
+	row := make([]byte, 64)
+	for _, id := range w.ids {
+		require.NoError(t, tbl.Get(ctx, id, row))
+		got, want := balanceOf(row), w.acked[id]
+		if got != want {
+			require.Contains(t, w.unknown[id], got, "row %d: acknowledged %d, found %d", id, want, got)
+			require.Greater(t, got, want, "row %d: an acknowledged write lost", id)
+		}
+	}
+	for id, v := range w.fresh {
+		require.NoError(t, tbl.Get(ctx, id, row))
+		require.Equal(t, v, balanceOf(row), "row %d inserted after the move", id)
+	}
+}
+
+// A partition moved while its owner writes: every acknowledged write is on the new copy; the
+// owner's writes during the freeze fail (never acknowledged), it owns the partition again on
+// the new storage node and writes on; the old copy is fenced for good.
+func TestMoveUnderWriteLoad(t *testing.T) {
+	ctx := testCtx(t)
+	rows, writes := 200, 600
+	if testing.Short() {
+		rows, writes = 40, 150
+	}
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "game-1:7000")
+	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	w := newMoveWriter(t, ctx, owner, tbl, rows)
+
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	started, moved := make(chan struct{}), make(chan error, 1)
+	go func() {
+		<-started
+		moved <- mtbl.Move(ctx, 0, tc.addrs[1])
+	}()
+
+	var moveErr error
+	done := false
+	for v := uint64(2); v < uint64(writes); v++ {
+		if v == uint64(writes/4) {
+			close(started)
+		}
+		if !w.put(t, ctx, int(v), v) {
+			continue
+		}
+		// Lost the partition: the move froze it. Wait for the move, own it again.
+		if !done {
+			moveErr, done = <-moved, true
+			require.NoError(t, moveErr)
+		}
+		w.reown(t, ctx)
+	}
+	if !done {
+		require.NoError(t, <-moved)
+		// The move ended without a write of ours failing: the next one does.
+		require.True(t, w.put(t, ctx, 0, uint64(writes)))
+		w.reown(t, ctx)
+	}
+	// Writes and inserts on the new copy.
+	for i := range 20 {
+		v := uint64(writes + 1 + i)
+		require.False(t, w.put(t, ctx, i, v))
+		id, err := w.tbl.Insert(ctx, balanceRow(v))
+		require.NoError(t, err)
+		w.fresh[id] = v
+	}
+	require.Equal(t, tc.addrs[1], w.tbl.NodeOf(w.ids[0]))
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
+	_, ok, err := tc.c.ReadMove(ctx, "acct", 0)
+	require.NoError(t, err)
+	require.False(t, ok, "the move record is gone")
+
+	reader := tc.open(t, 0x3, "")
+	w.check(t, ctx, reader)
+
+	// The old copy is fenced for good: it serves nothing.
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
+	require.NoError(t, err)
+	require.Equal(t, uint8(storenode.MoveRetired), st.State)
+	var segs sgio.Segments
+	err = cl.CallInto(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: w.ids[0] / 64, Want: 1}}}, &segs)
+	require.ErrorIs(t, err, storenode.ErrMoved)
+
+	// A move to where the partition is: a no-op.
+	require.NoError(t, w.tbl.Move(ctx, 0, tc.addrs[1]))
+}
+
+// A second move of a partition while one is recorded is refused, naming it; the same move is
+// refused while its mover lives, and taken over once its lease is gone.
+func TestMoveInProgressRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 3)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
+	require.NoError(t, err)
+	other := tc.open(t, 0x9, "")
+	tm := tbl.Map()
+	_, _, err = tc.c.BeginMove(ctx, cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
+		From: tc.addrs[0], To: tc.addrs[2], Lease: other.Session().Lease()})
+	require.NoError(t, err)
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, cluster.ErrMoveInProgress, "another move")
+	err = tbl.Move(ctx, 0, tc.addrs[2])
+	require.ErrorIs(t, err, cluster.ErrMoveInProgress, "the same move, its mover alive")
+	require.NoError(t, other.Close(ctx)) // revokes its lease: as a mover that died, one TTL later
+	// The recorded move is taken over by a Move to its target, and completes.
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[2]))
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[2], m.Tables["acct"].Nodes[0])
+}
+
+// A partition with a transaction in doubt at its source is not moved: the move rolls back
+// (the source live, the map and the record untouched) and succeeds once it is decided.
+func TestMoveRefusedInDoubt(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+
+	// A coordinator's prepare on partition 0 at its storage node, never decided.
+	const owner = 0x55
+	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: owner})
+	require.NoError(t, err)
+	defer sess.Close(ctx)
+	g, err := sess.Acquire(ctx, "acct", 0)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	var gr sgio.Grant
+	require.NoError(t, cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: g.Epoch()}, &gr))
+	var ids sgio.IDRange
+	require.NoError(t, cl.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Pages: 1, Owner: owner, Epoch: g.Epoch()}, &ids))
+	txn := [sgio.TxnIDSize]byte{1, 2, 3}
+	page, slot := ids.First/64, ids.First%64
+	_, err = cl.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: sess.Lease(), Commit: sgio.Commit{Owner: owner, Seq: gr.LastSeq + 1,
+		Fences:   []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch()}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: page, Data: 1 << slot, Rows: balanceRow(7)}}}})
+	require.NoError(t, err)
+	require.NoError(t, g.Release(ctx)) // the owner key must not stop the move: the transaction must
+
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, node.ErrMoveRefused)
+	require.ErrorIs(t, err, storenode.ErrTxnLocked)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+	_, recorded, err := tc.c.ReadMove(ctx, "acct", 0)
+	require.NoError(t, err)
+	require.False(t, recorded, "rolled back")
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
+	require.NoError(t, err)
+	require.Equal(t, uint8(storenode.MoveLive), st.State, "the source is live")
+
+	// Decided (abort): the move goes through.
+	require.NoError(t, cl.ApplyTxn(ctx, txn, sgio.TxnAbort))
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+}

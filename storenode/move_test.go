@@ -1,0 +1,321 @@
+package storenode
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/logicpage"
+)
+
+// movePair is a source and a target engine holding one partition table each.
+type movePair struct {
+	v            *memVerifier
+	src, dst     *Engine
+	srcDir       string
+	dstDir       string
+	srcID, dstID uint32
+	owner        uint64
+	epoch        uint64
+	seq          uint64
+}
+
+var moveLayout = ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
+
+func newMovePair(t *testing.T) *movePair {
+	t.Helper()
+	p := &movePair{v: newMemVerifier(), srcDir: t.TempDir(), dstDir: t.TempDir(), owner: 11}
+	p.src = openTest(t, Options{Dir: p.srcDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	name := PartitionTableName("acct", 1)
+	ti, err := p.src.CreateClusterTable(name, 64, moveLayout)
+	require.NoError(t, err)
+	p.srcID = ti.ID
+	ti, err = p.dst.CreateClusterTable(name, 64, moveLayout)
+	require.NoError(t, err)
+	p.dstID = ti.ID
+	p.epoch = p.v.grant("acct", 1, p.owner)
+	_, err = p.src.RegisterGrant(context.Background(), p.srcID, p.owner, p.epoch)
+	require.NoError(t, err)
+	for range 4 { // ids 64..127, 192..255, 320..383, 448..511: a stripe per grant
+		_, _, err = p.src.AllocIDs(p.srcID, p.owner, p.epoch, 1)
+		require.NoError(t, err)
+	}
+	return p
+}
+
+// put writes row id = v on the source as its owner.
+func (p *movePair) put(id, v uint64) error {
+	p.seq++
+	_, err := p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []Fence{{p.srcID, p.epoch}},
+		Segments: []Segment{oneRow(p.srcID, id, row64(v))}})
+	if err != nil {
+		p.seq-- // not applied: the seq is free again
+	}
+	return err
+}
+
+// copyPages copies pages from the source's durable rows into the target's copy.
+func (p *movePair) copyPages(t *testing.T, pages []uint64) {
+	t.Helper()
+	var segs []Segment
+	for _, pg := range pages {
+		data, _, rows, err := p.src.ReadRowsAs(0, p.srcID, pg, ^uint64(0), nil)
+		require.NoError(t, err)
+		segs = append(segs, Segment{Table: p.dstID, Segment: logicpage.Segment{Page: pg, Data: data, Clear: ^data, Rows: rows}})
+	}
+	if len(segs) > 0 {
+		_, err := p.dst.MoveWrite(segs, 7)
+		require.NoError(t, err)
+	}
+}
+
+func (p *movePair) allPages(t *testing.T, e *Engine, id uint32) []uint64 {
+	t.Helper()
+	dir, _, err := e.PageDir(id, 0, 1<<20, 0, nil)
+	require.NoError(t, err)
+	var out []uint64
+	for _, d := range dir {
+		out = append(out, d.Page)
+	}
+	return out
+}
+
+// The whole engine side of a move: copy under writes, catch up from the mark, freeze,
+// activate with a floor, retire; each state survives a crash, every row is on the copy.
+func TestMoveEngineSteps(t *testing.T) {
+	p := newMovePair(t)
+	ids := []uint64{64, 65, 127, 192, 200}
+	for i, id := range ids {
+		require.NoError(t, p.put(id, uint64(100+i)))
+	}
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 5))
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 5), "a retry")
+	require.ErrorIs(t, p.dst.MoveBegin(p.dstID, 4), ErrFenced, "a mover that lost the move")
+	_, err0 := p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Clear: ^uint64(0)}}}, 4)
+	require.ErrorIs(t, err0, ErrFenced, "its late write")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 6), "a mover that took the move over")
+	_, err0 = p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Clear: ^uint64(0)}}}, 5)
+	require.ErrorIs(t, err0, ErrFenced, "the old mover's late write")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 5+2))
+	// An incoming copy takes no grant and serves no untrusted read.
+	e2 := p.v.grant("acct", 1, 22)
+	_, err := p.dst.RegisterGrant(context.Background(), p.dstID, 22, e2)
+	require.ErrorIs(t, err, ErrMoved)
+	_, _, _, err = p.dst.ReadRowsAs(22, p.dstID, 1, 1, nil)
+	require.ErrorIs(t, err, ErrMoved)
+
+	token, err := p.src.MoveMark(p.srcID)
+	require.NoError(t, err)
+	p.copyPages(t, p.allPages(t, p.src, p.srcID))
+	// Writes after the mark: an update, a delete (a whole page emptied), an insert.
+	require.NoError(t, p.put(65, 900))
+	p.seq++
+	_, err = p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []Fence{{p.srcID, p.epoch}},
+		Segments: []Segment{deleteRow(p.srcID, 192), deleteRow(p.srcID, 200)}})
+	require.NoError(t, err)
+	require.NoError(t, p.put(321, 901))
+	changed, more, err := p.src.MoveChanges(p.srcID, token, 0, nil)
+	require.NoError(t, err)
+	require.False(t, more)
+	require.Equal(t, []uint64{1, 3, 5}, changed)
+	p.copyPages(t, changed)
+	changed, _, err = p.src.MoveChanges(p.srcID, token, 0, nil)
+	require.NoError(t, err)
+	require.Empty(t, changed, "handed out once")
+
+	// Freeze: commits, id grants and grants refused; reads go on; the freeze survives a crash.
+	next, err := p.src.MoveFreeze(p.srcID)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.put(66, 1), ErrMoved)
+	_, _, err = p.src.AllocIDs(p.srcID, p.owner, p.epoch, 1)
+	require.ErrorIs(t, err, ErrMoved)
+	_, err = p.src.RegisterGrant(context.Background(), p.srcID, p.owner, p.epoch)
+	require.ErrorIs(t, err, ErrMoved, "a renewal too")
+	require.NoError(t, p.src.Checkpoint(), "the checkpoint carries the state")
+	p.src.crashForTest()
+	p.src = openTest(t, Options{Dir: p.srcDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	require.ErrorIs(t, p.put(66, 1), ErrMoved, "a restarted source keeps the freeze")
+	st, next2, err := p.src.MoveStatus(p.srcID)
+	require.NoError(t, err)
+	require.Equal(t, MoveFrozen, st)
+	require.Equal(t, next, next2)
+	_, _, err = p.src.MoveChanges(p.srcID, token, 0, nil)
+	require.ErrorIs(t, err, ErrMoveLost, "the mark is memory only")
+
+	// The target survives a crash mid-copy too (its move writes replayed).
+	p.dst.crashForTest()
+	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	st, _, err = p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.Equal(t, MoveIncoming, st)
+
+	// Final full pass (the mark was lost), then activation above the switch's revision.
+	p.copyPages(t, p.allPages(t, p.src, p.srcID))
+	for _, pg := range p.allPages(t, p.dst, p.dstID) {
+		if !containsPage(p.allPages(t, p.src, p.srcID), pg) {
+			p.copyPages(t, []uint64{pg})
+		}
+	}
+	floor := p.v.grant("acct/switch", 0, 0) // the switch's revision
+	require.NoError(t, p.dst.MoveActivate(p.dstID, floor, next))
+	require.NoError(t, p.dst.MoveActivate(p.dstID, floor, next), "a retry")
+	require.NoError(t, p.src.MoveRetire(p.srcID))
+	_, _, _, err = p.src.ReadRowsAs(0, p.srcID, 1, ^uint64(0), nil)
+	require.ErrorIs(t, err, ErrMoved, "a retired copy serves nothing")
+
+	// Every row is on the copy.
+	for id, want := range map[uint64]uint64{64: 100, 65: 900, 127: 102, 321: 901} {
+		row, ok := readRow(t, p.dst, p.dstID, id)
+		require.True(t, ok, "row %d", id)
+		require.Equal(t, row64(want), row, "row %d", id)
+	}
+	for _, id := range []uint64{192, 200} {
+		_, ok := readRow(t, p.dst, p.dstID, id)
+		require.False(t, ok, "deleted row %d", id)
+	}
+	// The old grant is below the floor; a grant after the switch is accepted and writes.
+	_, err = p.dst.RegisterGrant(context.Background(), p.dstID, 22, e2)
+	require.ErrorIs(t, err, ErrFenced)
+	e3 := p.v.grant("acct", 1, 33)
+	_, err = p.dst.RegisterGrant(context.Background(), p.dstID, 33, e3)
+	require.NoError(t, err)
+	ti, err := p.dst.OpenTable(PartitionTableName("acct", 1))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ti.NextID, next)
+	_, err = p.dst.CommitWait(&Batch{Owner: 33, Seq: 1, Fences: []Fence{{p.dstID, e3}},
+		Segments: []Segment{oneRow(p.dstID, 64, row64(7))}})
+	require.NoError(t, err)
+
+	// Both survive crashes: retired stays retired, the copy stays live.
+	require.NoError(t, p.src.Checkpoint())
+	p.src.crashForTest()
+	p.src = openTest(t, Options{Dir: p.srcDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	st, _, err = p.src.MoveStatus(p.srcID)
+	require.NoError(t, err)
+	require.Equal(t, MoveRetired, st)
+	p.dst.crashForTest()
+	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	row, ok := readRow(t, p.dst, p.dstID, 64)
+	require.True(t, ok)
+	require.Equal(t, row64(7), row)
+	for _, e := range []*Engine{p.src, p.dst} {
+		dir := e.dir
+		require.NoError(t, e.Close())
+		rep, err := Check(context.Background(), dir, CheckOptions{})
+		require.NoError(t, err)
+		require.False(t, rep.Damaged(), "%+v", rep)
+	}
+}
+
+func containsPage(pages []uint64, p uint64) bool {
+	for _, q := range pages {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// A partition with a transaction in doubt is not frozen (so not moved); once decided it is.
+func TestMoveFreezeRefusedInDoubt(t *testing.T) {
+	p := newMovePair(t)
+	require.NoError(t, p.put(64, 1))
+	p.seq++
+	_, err := p.src.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
+		Fences: []Fence{{p.srcID, p.epoch}}, Segments: []Segment{oneRow(p.srcID, 65, row64(2))}}})
+	require.NoError(t, err)
+	_, err = p.src.MoveFreeze(p.srcID)
+	require.ErrorIs(t, err, ErrTxnLocked)
+	st, _, err := p.src.MoveStatus(p.srcID)
+	require.NoError(t, err)
+	require.Equal(t, MoveLive, st, "nothing frozen")
+	require.NoError(t, p.src.ApplyTxn(txnID(1), DecisionAbort))
+	_, err = p.src.MoveFreeze(p.srcID)
+	require.NoError(t, err)
+	// Frozen: no transaction can be prepared on it.
+	p.seq++
+	_, err = p.src.PrepareTxn(&TxnPrepare{Txn: txnID(2), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
+		Fences: []Fence{{p.srcID, p.epoch}}, Segments: []Segment{oneRow(p.srcID, 65, row64(3))}}})
+	require.ErrorIs(t, err, ErrMoved)
+	// Thaw (a rollback): writes again.
+	p.seq--
+	require.NoError(t, p.src.MoveThaw(p.srcID))
+	require.NoError(t, p.put(66, 4))
+}
+
+func TestMoveStateRecordDecode(t *testing.T) {
+	id, s, epoch, err := decodeMoveStateRecord(appendMoveStateRecord(nil, 7, MoveIncoming, 9))
+	require.NoError(t, err)
+	require.Equal(t, uint32(7), id)
+	require.Equal(t, MoveIncoming, s)
+	require.Equal(t, uint64(9), epoch)
+	for _, bad := range [][]byte{nil, appendMoveStateRecord(nil, 7, 4, 0), appendMoveStateRecord(nil, 7, MoveFrozen, 1),
+		appendMoveStateRecord(nil, 7, MoveIncoming, 0), make([]byte, 17)} {
+		_, _, _, err := decodeMoveStateRecord(bad)
+		require.Error(t, err)
+	}
+}
+
+func FuzzMoveStateRecord(f *testing.F) {
+	f.Add(appendMoveStateRecord(nil, 3, MoveFrozen, 0))
+	f.Add(appendMoveStateRecord(nil, 3, MoveIncoming, 7))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, s, epoch, err := decodeMoveStateRecord(b)
+		if err == nil {
+			require.Equal(t, b, appendMoveStateRecord(nil, id, s, epoch))
+		}
+	})
+}
+
+func TestMoveErrorsMatchFenced(t *testing.T) {
+	require.ErrorIs(t, ErrMoved, ErrFenced)
+	require.NotErrorIs(t, ErrFenced, ErrMoved)
+}
+
+// An incoming copy and a retired source serve nothing: anyone may drop them, though the
+// partitioned table is still in the map.
+func TestMoveCopiesDroppable(t *testing.T) {
+	p := newMovePair(t)
+	name := PartitionTableName("acct", 1)
+	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "a live cluster table of a mapped table")
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 3))
+	require.NoError(t, p.dst.DropTable(name, 99))
+	_, err := p.src.MoveFreeze(p.srcID)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
+	require.NoError(t, p.src.MoveRetire(p.srcID))
+	require.NoError(t, p.src.DropTable(name, 99))
+}
+
+// MoveChanges hands out a bounded number of pages per call, each once, until none remain.
+func TestMoveChangesBounded(t *testing.T) {
+	p := newMovePair(t)
+	token, err := p.src.MoveMark(p.srcID)
+	require.NoError(t, err)
+	want := map[uint64]bool{}
+	for i := range 4 { // pages 1, 3, 5, 7
+		id := uint64(64 + 128*i)
+		require.NoError(t, p.put(id, 1))
+		want[id/64] = true
+	}
+	got := map[uint64]bool{}
+	for calls := 0; ; calls++ {
+		require.Less(t, calls, 4)
+		pages, more, err := p.src.MoveChanges(p.srcID, token, 3, nil)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(pages), 3)
+		require.True(t, slices.IsSorted(pages))
+		for _, pg := range pages {
+			require.False(t, got[pg], "page %d handed out twice", pg)
+			got[pg] = true
+		}
+		if !more {
+			break
+		}
+	}
+	require.Equal(t, want, got)
+}

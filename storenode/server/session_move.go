@@ -1,0 +1,115 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+)
+
+// The partition move requests of a session (docs/cluster.md, "Moving a partition"). Move is
+// small and runs on the request goroutine (exec), never on the loop: a freeze, an activation
+// or a begin waits for its record's sync. MoveWrite carries rows: the loop bounds its body
+// against the queue's limits and copies it (as a Commit), then a goroutine of its own hands
+// it to Engine.MoveWrite, which waits for the record's sync. Any authenticated session may
+// send them (a mover is a cluster node, holding the cluster's secret, like a resolver).
+
+// movePagesReply bounds the pages of one MoveState reply so that it fits smallReplyBound.
+const movePagesReply = (smallReplyBound - sgio.HeaderSize - 24) / 8
+
+// moveWrite queues a MoveWrite: bounded, copied, then run on its own goroutine.
+func (s *session) moveWrite(f sgio.Frame) {
+	n := int64(len(f.Body))
+	if err := s.queueAdd(n); err != nil {
+		s.srv.counters.busyReplies.Add(1)
+		s.replyError(f.ID, err, false)
+		return
+	}
+	if !s.begin(f.ID) {
+		s.queueRelease(n)
+		return
+	}
+	body := getCommitBody(len(f.Body))
+	copy(*body, f.Body)
+	s.srv.workers.Add(1)
+	go s.runMoveWrite(f.ID, body)
+}
+
+// runMoveWrite runs one MoveWrite and replies with its record's LSN.
+func (s *session) runMoveWrite(id uint64, body *[]byte) {
+	defer s.srv.workers.Done()
+	defer func() {
+		s.queueRelease(int64(len(*body)))
+		putCommitBody(body)
+	}()
+	lsn, err := s.execMoveWrite(*body)
+	if err != nil {
+		s.replyError(id, err, true)
+		return
+	}
+	s.reply(id, &sgio.CommitAck{LSN: lsn}, nil, true)
+}
+
+func (s *session) execMoveWrite(body []byte) (uint64, error) {
+	v, err := sgio.ViewCommit(body)
+	if err != nil {
+		return 0, err
+	}
+	// The mover epoch is every fence's (one fence per table written, all of one epoch).
+	if v.FenceCount() == 0 {
+		return 0, fmt.Errorf("storenode: MoveWrite without a fence (its mover epoch): %w", sgio.ErrMalformed)
+	}
+	epoch := v.Fence(0).Epoch
+	for i := range v.FenceCount() {
+		if v.Fence(i).Epoch != epoch {
+			return 0, fmt.Errorf("storenode: MoveWrite with fences of mover epochs %d and %d: %w", epoch, v.Fence(i).Epoch, sgio.ErrMalformed)
+		}
+	}
+	segs := make([]storenode.Segment, 0, v.SegmentCount())
+	var seg sgio.Segment
+	for it := v.Segments(); it.Next(&seg); {
+		if err := s.checkRowSize(&seg); err != nil {
+			return 0, err
+		}
+		segs = append(segs, storenode.Segment{Table: seg.Table,
+			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
+	}
+	return s.srv.eng.MoveWrite(segs, epoch)
+}
+
+// execMove executes one Move step on the request's goroutine.
+func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
+	e := s.srv.eng
+	r := &sgio.MoveState{}
+	var err error
+	switch m.Op {
+	case sgio.MoveOpBegin:
+		err = e.MoveBegin(m.Table, m.Token)
+	case sgio.MoveOpMark:
+		r.Token, err = e.MoveMark(m.Table)
+	case sgio.MoveOpChanges:
+		max := movePagesReply
+		if m.MaxPages > 0 {
+			max = min(max, int(m.MaxPages))
+		}
+		r.Pages, r.More, err = e.MoveChanges(m.Table, m.Token, max, nil)
+	case sgio.MoveOpFreeze:
+		_, err = e.MoveFreeze(m.Table)
+	case sgio.MoveOpThaw:
+		err = e.MoveThaw(m.Table)
+	case sgio.MoveOpRetire:
+		err = e.MoveRetire(m.Table)
+	case sgio.MoveOpActivate:
+		err = e.MoveActivate(m.Table, m.Floor, m.NextID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, next, err := e.MoveStatus(m.Table)
+	if err != nil {
+		return nil, err
+	}
+	r.State, r.NextID = uint8(st), next
+	return r, nil
+}
