@@ -37,6 +37,7 @@ const (
 	CodeOwnerInUse     Code = 20 // ErrOwnerInUse: another incarnation holds the owner id
 	CodeTxnLocked      Code = 21 // ErrTxnLocked: rows held by a prepared transaction
 	CodeTxnDecided     Code = 22 // ErrTxnDecided: another decision is recorded
+	CodeIdentityLost   Code = 23 // ErrIdentityLost: this connection no longer holds its owner id
 )
 
 // codeTable maps codes to sentinels. CodeOf walks it in order, so a code whose sentinel wraps
@@ -53,6 +54,7 @@ var codeTable = [...]struct {
 	{CodeBadRowSize, ErrBadRowSize},
 	{CodeOwned, ErrOwned},
 	{CodeOwnerInUse, ErrOwnerInUse},
+	{CodeIdentityLost, ErrIdentityLost},
 	{CodeFenced, ErrFenced},
 	{CodeSeqGap, ErrSeqGap},
 	{CodeTxnLocked, ErrTxnLocked},

@@ -44,7 +44,7 @@ func TestCodesRoundTrip(t *testing.T) {
 		}
 		require.True(t, strings.HasPrefix(e.code.String(), "sgio: ") || e.code == CodeCorruption)
 	}
-	require.Len(t, seen, int(CodeTxnDecided), "codes 1..CodeTxnDecided are all used")
+	require.Len(t, seen, int(CodeIdentityLost), "codes 1..CodeIdentityLost are all used")
 }
 
 func TestCodeOf(t *testing.T) {

@@ -136,7 +136,7 @@ func (e *Engine) ReleaseOwner(owner uint64, conn uint64) error {
 	defer e.identMu.Unlock()
 	id := e.idents[owner]
 	if id == nil || id.conn != conn {
-		return fmt.Errorf("%w: this connection no longer holds its owner id", ErrFenced)
+		return fmt.Errorf("%w (replaced or released)", ErrIdentityLost)
 	}
 	e.releaseTables(owner)
 	id.released = true
