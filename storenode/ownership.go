@@ -49,6 +49,7 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
 	// (which takes no mu) either came first, and then its lease is live, or sees the new
 	// holder and is fenced. If the grant cannot be logged the old holder is put back.
+	inc, _ := e.identInc(owner)
 	e.leaseMu.Lock()
 	now := e.opts.Now()
 	if e.liveHolder(t, owner) {
@@ -57,15 +58,15 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 		return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
 			ErrTableOwned, t.name, left)
 	}
-	oldHolder, oldEpoch, oldLease := t.holder, t.epoch, t.leaseUntil
-	t.holder, t.epoch = owner, t.epoch+1
+	oldHolder, oldEpoch, oldLease, oldInc := t.holder, t.epoch, t.leaseUntil, t.holderInc
+	t.holder, t.epoch, t.holderInc = owner, t.epoch+1, inc
 	t.leaseUntil = now.Add(e.opts.LeaseDuration)
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch)
 	ch := make(chan error, 1)
 	if _, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
 		e.leaseMu.Lock()
-		t.holder, t.epoch, t.leaseUntil = oldHolder, oldEpoch, oldLease
+		t.holder, t.epoch, t.leaseUntil, t.holderInc = oldHolder, oldEpoch, oldLease, oldInc
 		e.leaseMu.Unlock()
 		return Grant{}, err
 	}
@@ -111,8 +112,12 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 	}
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
-	if id := e.idents[owner]; id != nil && id.released {
-		return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+	var inc Incarnation // the renewer's: it knows the grant (holderReads)
+	if id := e.idents[owner]; id != nil {
+		if id.released {
+			return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+		}
+		inc = id.inc
 	}
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
@@ -127,6 +132,7 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 		return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
 	}
 	t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+	t.holderInc = inc
 	return Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
 }
 
