@@ -88,6 +88,8 @@ type Engine struct {
 	// replayForce lets replay's frame reservations pass the cache budget instead of
 	// checkpointing while a txn is live (txn.go).
 	replayForce bool
+	// gapWaiters counts the batches waiting for a gap in their owner's seqs (under mu).
+	gapWaiters int
 	// ckptCarried is the last LSN the running checkpoint's carryTxns appended; under ckptMu.
 	ckptCarried uint64
 

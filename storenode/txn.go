@@ -193,9 +193,13 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 			return 0, err
 		}
 		if err := e.checkBatch(b); err != nil {
+			e.noteRefused(o, b.Seq)
 			return 0, err
 		}
 		if o != nil && b.Seq > o.lastSeq+1 {
+			if err := o.refusedGap(b.Seq); err != nil {
+				return 0, err
+			}
 			if gapDeadline.IsZero() {
 				gapDeadline = time.Now().Add(e.opts.SeqGapWait)
 				timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
