@@ -381,10 +381,10 @@ func (s *remoteStore) callWith(ctx context.Context, m, reply sgio.Message, retry
 		} else {
 			err = c.CallInto(ctx, m, reply)
 		}
+		s.noteIdentityLost(err, gen) // a call that is not retried too: the next ones reconnect
 		if err == nil || !retry || !retryable(err) {
 			return err
 		}
-		s.noteIdentityLost(err, gen)
 		s.awaitNewConn(ctx, gen)
 	}
 }
