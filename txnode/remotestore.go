@@ -656,7 +656,7 @@ func (s *remoteStore) noteIdentityLost(err error, gen uint64) {
 	}
 	s.mu.Lock()
 	c := s.conn
-	current := s.gen == gen && !s.dialing && c != nil
+	current := s.gen == gen && c != nil // closing one already broken (a reconnect running) is harmless
 	s.mu.Unlock()
 	if current {
 		s.opts.Logger.Warn("txnode: the storage node says this connection lost the owner id; reconnecting", "err", err)
