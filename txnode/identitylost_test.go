@@ -15,9 +15,16 @@ import (
 // the node's own connection, which stays open; a reconnect replacing it is the same case) is
 // a connection problem, not a fence: the re-registration of a cluster table's grant that gets
 // the storage node's refusal reconnects, registers again, and the table keeps serving and
-// committing. Fails on 964dade: the refusal was ErrFenced, which latched the table for good
-// although its grant was current.
+// committing; a commit batch refused so is sent again on the new connection. Fails on
+// 964dade: the refusal was ErrFenced, which latched the table for good although its grant
+// was current (and failed the commit and the pipeline).
 func TestIdentityLostDoesNotLatchClusterTable(t *testing.T) {
+	for _, first := range []string{"re-registration", "commit"} {
+		t.Run(first, func(t *testing.T) { testIdentityLost(t, first) })
+	}
+}
+
+func testIdentityLost(t *testing.T, first string) {
 	ctx := context.Background()
 	const owner = 0x42
 	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
@@ -42,6 +49,14 @@ func TestIdentityLostDoesNotLatchClusterTable(t *testing.T) {
 	defer cancel()
 	require.NoError(t, c.CallInto(cctx, &sgio.Release{Owner: owner}, &sgio.OK{}))
 
+	dst := make([]byte, 64)
+	if first == "commit" {
+		// The batch refused on the old connection is sent again on a new one.
+		require.NoError(t, tb.Put(ctx, id, row(3)), "the commit reconnected and was sent again")
+		require.NoError(t, tb.Serving(), "a lost identity latches nothing")
+		require.NoError(t, tb.Get(ctx, id, dst))
+		require.Equal(t, row(3), dst)
+	}
 	select {
 	case tick <- time.Time{}:
 	case <-cctx.Done():
@@ -54,7 +69,6 @@ func TestIdentityLostDoesNotLatchClusterTable(t *testing.T) {
 	}
 	require.NoError(t, err, "the re-registration reconnected and registered again")
 	require.NoError(t, tb.Serving(), "a lost identity latches nothing")
-	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.NoError(t, tb.Put(ctx, id, row(2)), "and the table commits on the new connection")
 	require.NoError(t, tb.Get(ctx, id, dst))
