@@ -98,3 +98,30 @@ func (e *Engine) holderReadsNow(id uint32, reader uint64) bool {
 	defer e.mu.Unlock()
 	return e.holderReads(e.tables[id], reader)
 }
+
+// A renewal from a connection checks that it still holds the owner id under the renewal's own
+// lock (RenewGrantFrom): a replaced connection's late renewal is ErrIdentityLost, not a
+// renewal that would make the new holder of the id the table's holder incarnation; the
+// holding connection's renewal makes its incarnation the holder's.
+func TestRenewalFromReplacedConnection(t *testing.T) {
+	var clock fakeClock
+	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	incA, incB := Incarnation{0xa}, Incarnation{0xb}
+	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(info.ID, testOwner))
+
+	clock.Advance(e.LeaseDuration())
+	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
+	require.False(t, e.holderReadsNow(info.ID, testOwner), "B was not granted the table")
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
+	require.ErrorIs(t, err, ErrIdentityLost, "A's connection was replaced")
+	require.NotErrorIs(t, err, ErrFenced)
+	require.False(t, e.holderReadsNow(info.ID, testOwner), "A's late renewal does not make B the holder")
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 2)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(info.ID, testOwner), "a renewal proves the grant: B reads as the holder")
+}

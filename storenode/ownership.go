@@ -101,6 +101,15 @@ func (e *Engine) grant(t *table, owner uint64) Grant {
 // it: a storage node's event loop answers it itself. Any goroutine. The grant's LastSeq is
 // the owner's last applied seq, as a new grant's (leaseSeqs).
 func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) {
+	return e.RenewGrantFrom(tableID, owner, epoch, 0)
+}
+
+// RenewGrantFrom is RenewGrant for a request of connection conn (nonzero: a storage node's
+// session), which must still hold owner's identity (HoldsIdent), checked under the same lock
+// as the renewal: else ErrIdentityLost. The renewal makes the identity's incarnation the one
+// that reads t as its holder (holderReads); checked apart, a claim of another incarnation in
+// between would have been given that. Any goroutine, an event loop included.
+func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Grant, error) {
 	if owner == 0 || epoch == 0 {
 		return Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
@@ -113,6 +122,9 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	var inc Incarnation // the renewer's: it knows the grant (holderReads)
+	if id := e.idents[owner]; conn != 0 && (id == nil || id.released || id.conn != conn && id.conn != 0) {
+		return Grant{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
+	}
 	if id := e.idents[owner]; id != nil {
 		if id.released {
 			return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)

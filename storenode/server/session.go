@@ -621,7 +621,7 @@ func (s *session) renewGrant(id uint64, a *sgio.Acquire) {
 	err := s.checkHolder(a.Owner)
 	var g storenode.Grant
 	if err == nil {
-		g, err = s.srv.eng.RenewGrant(a.Table, a.Owner, a.Epoch)
+		g, err = s.srv.eng.RenewGrantFrom(a.Table, a.Owner, a.Epoch, s.id)
 	}
 	if err != nil {
 		s.replyError(id, err, false)
