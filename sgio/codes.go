@@ -37,6 +37,7 @@ const (
 	CodeOwnerInUse     Code = 20 // ErrOwnerInUse: another incarnation holds the owner id
 	CodeTxnLocked      Code = 21 // ErrTxnLocked: rows held by a prepared transaction
 	CodeTxnDecided     Code = 22 // ErrTxnDecided: another decision is recorded
+	CodeIdentityLost   Code = 23 // ErrIdentityLost: this connection no longer holds its owner id
 	// Partition moves (docs/cluster.md, "Moving a partition"): 40.. (a range of their own).
 	CodeMoved    Code = 40 // ErrMoved: the partition's copy is moving or moved away
 	CodeMoveLost Code = 41 // ErrMoveLost: a move's mark is gone (the source restarted)
@@ -56,6 +57,7 @@ var codeTable = [...]struct {
 	{CodeBadRowSize, ErrBadRowSize},
 	{CodeOwned, ErrOwned},
 	{CodeOwnerInUse, ErrOwnerInUse},
+	{CodeIdentityLost, ErrIdentityLost},
 	{CodeMoved, ErrMoved}, // before ErrFenced, which it wraps
 	{CodeMoveLost, ErrMoveLost},
 	{CodeFenced, ErrFenced},

@@ -73,6 +73,13 @@ var (
 	// incarnation (another process, or an earlier Open) holds: it has not released it and has
 	// not been silent for a lease.
 	ErrOwnerInUse = newCodeSentinel(CodeOwnerInUse, "sgio: owner id in use by another live incarnation")
+	// ErrIdentityLost is returned for a request acting as the owner on a connection that no
+	// longer holds its owner id: a later connection of the owner claimed it (a reconnect of the
+	// same incarnation, or another incarnation after a lease of silence), or the owner released
+	// it. It says nothing about the owner's grants (it is not ErrFenced): the request was not
+	// executed, and the connection is on its way out; send it again on a connection that holds
+	// the id.
+	ErrIdentityLost = newCodeSentinel(CodeIdentityLost, "sgio: this connection no longer holds its owner id")
 	// ErrSeqGap is returned when an owner's batch waited too long for the batches before it in
 	// seq order.
 	ErrSeqGap = newCodeSentinel(CodeSeqGap, "sgio: gap in owner's batch sequence")

@@ -269,6 +269,7 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 	if err := e.moveRefuses(tb); err != nil {
 		return Grant{}, false, err
 	}
+	inc, _ := e.identInc(owner)
 	e.leaseMu.Lock()
 	if tb.dropping {
 		e.leaseMu.Unlock()
@@ -296,15 +297,15 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Unlock()
 		return Grant{}, false, err
 	}
-	oldHolder, oldEpoch := tb.holder, tb.epoch
-	tb.holder, tb.epoch = owner, epoch
+	oldHolder, oldEpoch, oldInc := tb.holder, tb.epoch, tb.holderInc
+	tb.holder, tb.epoch, tb.holderInc = owner, epoch, inc
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], tb.id, owner, epoch)
 	ch := make(chan error, 1)
 	lsn, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err })
 	if err != nil {
 		e.leaseMu.Lock()
-		tb.holder, tb.epoch = oldHolder, oldEpoch
+		tb.holder, tb.epoch, tb.holderInc = oldHolder, oldEpoch, oldInc
 		e.leaseMu.Unlock()
 		return Grant{}, false, err
 	}
@@ -347,8 +348,12 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 	if err := e.moveRefuses(t); err != nil {
 		return Grant{}, "", 0, 0, err
 	}
+	inc, _ := e.identInc(owner)
 	e.leaseMu.Lock()
 	holder, cur0 := t.holder, t.epoch
+	if holder == owner && cur0 == epoch {
+		t.holderInc = inc // a renewal: the renewer knows the grant (holderReads)
+	}
 	e.leaseMu.Unlock()
 	if holder == owner && cur0 == epoch {
 		g := e.grant(t, owner)

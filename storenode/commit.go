@@ -92,13 +92,18 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 		}
 		// Fences before any wait: a stale owner is rejected at once, never held back.
 		if err := e.checkBatch(b); err != nil {
+			e.noteRefused(o, b.Seq)
 			return err
 		}
 		if err := e.checkTxnLocks(b.Segments); err != nil {
+			e.noteRefused(o, b.Seq)
 			return err
 		}
 		// An owner the table does not know (new, or expired) starts its window at any seq.
 		if o != nil && b.Seq > o.lastSeq+1 {
+			if err := o.refusedGap(b.Seq); err != nil {
+				return err
+			}
 			if gapDeadline.IsZero() {
 				gapDeadline = time.Now().Add(e.opts.SeqGapWait)
 				timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
@@ -107,7 +112,9 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 			if !time.Now().Before(gapDeadline) {
 				return fmt.Errorf("%w: batch seq %d, last applied %d", ErrSeqGap, b.Seq, o.lastSeq)
 			}
+			e.gapWaiters++
 			e.cond.Wait()
+			e.gapWaiters--
 			continue
 		}
 		room, err := e.reserveFrames(b)
@@ -146,6 +153,19 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 		e.requestCheckpoint()
 	}
 	return nil
+}
+
+// noteRefused records that the batch of seq, not applied yet, was refused before anything
+// of it was applied (its fences, its locks): the owner's later batches held back for the gap
+// at seq fail at once (refusedGap) instead of waiting Options.SeqGapWait each, one after
+// another on their connection. Memory only; an owner without an entry (no batch applied)
+// holds nothing back anyway. Caller holds mu.
+func (e *Engine) noteRefused(o *ownerState, seq uint64) {
+	if o == nil || seq <= o.lastSeq || (o.refused > o.lastSeq && o.refused <= seq) {
+		return
+	}
+	o.refused = seq
+	e.cond.Broadcast() // the batches already waiting for the gap
 }
 
 // wake broadcasts the engine's condition (timers use it to end bounded waits).

@@ -91,6 +91,8 @@ type Engine struct {
 	// replayForce lets replay's frame reservations pass the cache budget instead of
 	// checkpointing while a txn is live (txn.go).
 	replayForce bool
+	// gapWaiters counts the batches waiting for a gap in their owner's seqs (under mu).
+	gapWaiters int
 	// ckptCarried is the last LSN the running checkpoint's carryTxns appended; under ckptMu.
 	ckptCarried uint64
 
@@ -158,6 +160,11 @@ type table struct {
 	leaseUntil time.Time // under Engine.leaseMu only
 	dropping   bool      // under Engine.leaseMu only: DropTable is logging the drop
 	writeLSN   uint64    // the last LSN that wrote the table: readers other than its holder wait for it
+	// holderInc is the incarnation that held the holder's owner id when it was last granted
+	// or renewed the table (zero: none known, as after a restart or in an embedded engine);
+	// under Engine.leaseMu only. Only that incarnation reads the table as its holder
+	// (holderReads): an owner id alone does not say who wrote the rows not durable yet.
+	holderInc Incarnation
 	// grantLSN, of a cluster table, is the LSN of its last etcd grant's ownership record (0:
 	// durable since Open): the grant is answered as current only once the WAL is durable
 	// through it (cluster.go).

@@ -69,6 +69,11 @@ var (
 	// holder, another incarnation, is live: it has neither released it (Release, Close) nor
 	// been silent for a lease.
 	ErrOwnerInUse = sgio.NewSentinel(sgio.CodeOwnerInUse, "storenode: owner id in use by another live incarnation")
+	// ErrIdentityLost is returned for a request acting as the owner from a connection that no
+	// longer holds the owner id (HoldsIdent false: a later claim replaced it, or the id was
+	// released). Not ErrFenced: the owner's grants are untouched; the request was not
+	// executed.
+	ErrIdentityLost = sgio.NewSentinel(sgio.CodeIdentityLost, "storenode: this connection no longer holds its owner id")
 	// ErrSeqReused is returned for a batch under a seq its owner already applied with other
 	// bytes (another incarnation, a bug): it is rejected, never acknowledged.
 	ErrSeqReused = newSentinel("storenode: batch seq already applied with other bytes", ErrFenced)

@@ -136,7 +136,7 @@ func (e *Engine) ReleaseOwner(owner uint64, conn uint64) error {
 	defer e.identMu.Unlock()
 	id := e.idents[owner]
 	if id == nil || id.conn != conn {
-		return fmt.Errorf("%w: this connection no longer holds its owner id", ErrFenced)
+		return fmt.Errorf("%w (replaced or released)", ErrIdentityLost)
 	}
 	e.releaseTables(owner)
 	id.released = true
@@ -160,6 +160,39 @@ func (e *Engine) releaseTables(owner uint64) {
 			t.leaseUntil = now
 		}
 	}
+}
+
+// identInc reports the incarnation that holds owner's id now: the zero Incarnation when no
+// connection has claimed it since this engine opened (an embedded engine, whose caller is the
+// only writer); ok is false once the id was released. Any goroutine; it takes identMu, so a
+// caller holding leaseMu must not call it.
+func (e *Engine) identInc(owner uint64) (inc Incarnation, ok bool) {
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	if id == nil {
+		return Incarnation{}, true
+	}
+	return id.inc, !id.released
+}
+
+// holderReads reports whether reader reads t as its holder, so is served rows not durable
+// yet (its own writes): reader is t's holder (an owner id) and the incarnation holding that
+// id now is the one that was granted (or last renewed) t. A restarted transaction node that
+// reuses its owner id, or a replaced connection's late reads, share the owner id but not the
+// incarnation: they are readers like any other until granted the table again, and see only
+// durable rows. Caller holds mu (holder); it takes identMu, then leaseMu.
+func (e *Engine) holderReads(t *table, reader uint64) bool {
+	if !t.heldBy(reader) {
+		return false
+	}
+	inc, ok := e.identInc(reader)
+	if !ok {
+		return false
+	}
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	return t.holderInc == inc
 }
 
 // liveHolder reports whether t has a holder other than owner whose lease is live. Caller

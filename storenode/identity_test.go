@@ -408,7 +408,7 @@ func TestReleaseSurvivesLateTraffic(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, e.Connect(9, Incarnation{2}, 101, func() {}), ErrOwnerInUse)
 	require.NoError(t, e.ReleaseOwner(9, 100))
-	require.ErrorIs(t, e.ReleaseOwner(9, 555), ErrFenced, "only the holding connection releases")
+	require.ErrorIs(t, e.ReleaseOwner(9, 555), ErrIdentityLost, "only the holding connection releases")
 	e.Renew(9)
 	_, err = e.Acquire(info.ID, 10, 0)
 	require.NoError(t, err, "released: another owner gets the table at once")

@@ -61,6 +61,9 @@ const (
 	MinCacheBytes = 16 << 10
 )
 
+// DefaultTxnResolvePrimariesMax is Options.TxnResolvePrimariesMax's default.
+const DefaultTxnResolvePrimariesMax = 16
+
 // Options configure Open. The zero value of every field means its default.
 type Options struct {
 	// Dir is the store's directory; it is created if missing.
@@ -130,6 +133,11 @@ type Options struct {
 	TxnAbortKeep time.Duration
 	// TxnCallTimeout bounds each call of the resolver to a primary and its lease checks.
 	TxnCallTimeout time.Duration
+	// TxnResolvePrimariesMax bounds how many primaries one resolver pass calls at once (each
+	// primary's transactions are asked about one after another, distinct primaries
+	// concurrently, so N unreachable primaries cost one TxnCallTimeout, not N); 0: 16. Keep
+	// it at most the TxnPeer's connection bound (server.PeerConfig.PeersMax, 64).
+	TxnResolvePrimariesMax int
 	// MaxTxns bounds the prepared transactions, and separately the kept decisions; beyond,
 	// PrepareTxn and DecideTxn fail with ErrTxnBusy.
 	MaxTxns int
@@ -193,6 +201,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TxnCallTimeout <= 0 {
 		o.TxnCallTimeout = DefaultTxnCallTimeout
+	}
+	if o.TxnResolvePrimariesMax <= 0 {
+		o.TxnResolvePrimariesMax = DefaultTxnResolvePrimariesMax
 	}
 	if o.MaxTxns <= 0 {
 		o.MaxTxns = DefaultMaxTxns

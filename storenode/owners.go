@@ -52,6 +52,19 @@ type ownerState struct {
 	// active is when the owner's last batch was applied (or the engine opened): the start of
 	// its idle time for expiry. Memory only.
 	active time.Time
+	// refused, when above lastSeq, is the lowest seq of a batch refused since (noteRefused):
+	// a later batch cannot be applied before the owner sends that seq again, so it is refused
+	// at once (refusedGap). Memory only.
+	refused uint64
+}
+
+// refusedGap reports why the owner's batch of seq, beyond lastSeq+1, cannot wait for its
+// gap: a batch of a seq in the gap was refused (ErrSeqGap, naming it); nil otherwise.
+func (o *ownerState) refusedGap(seq uint64) error {
+	if o.refused > o.lastSeq && o.refused < seq {
+		return fmt.Errorf("%w: batch seq %d, last applied %d: the batch of seq %d was refused", ErrSeqGap, seq, o.lastSeq, o.refused)
+	}
+	return nil
 }
 
 // applied records the applied batch (seq, lsn, hash): seq must be lastSeq+1, or any seq for

@@ -49,6 +49,7 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
 	// (which takes no mu) either came first, and then its lease is live, or sees the new
 	// holder and is fenced. If the grant cannot be logged the old holder is put back.
+	inc, _ := e.identInc(owner)
 	e.leaseMu.Lock()
 	now := e.opts.Now()
 	if e.liveHolder(t, owner) {
@@ -57,15 +58,15 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 		return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
 			ErrTableOwned, t.name, left)
 	}
-	oldHolder, oldEpoch, oldLease := t.holder, t.epoch, t.leaseUntil
-	t.holder, t.epoch = owner, t.epoch+1
+	oldHolder, oldEpoch, oldLease, oldInc := t.holder, t.epoch, t.leaseUntil, t.holderInc
+	t.holder, t.epoch, t.holderInc = owner, t.epoch+1, inc
 	t.leaseUntil = now.Add(e.opts.LeaseDuration)
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch)
 	ch := make(chan error, 1)
 	if _, err := e.appendRecord(kindGrantOwner, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
 		e.leaseMu.Lock()
-		t.holder, t.epoch, t.leaseUntil = oldHolder, oldEpoch, oldLease
+		t.holder, t.epoch, t.leaseUntil, t.holderInc = oldHolder, oldEpoch, oldLease, oldInc
 		e.leaseMu.Unlock()
 		return Grant{}, err
 	}
@@ -100,6 +101,15 @@ func (e *Engine) grant(t *table, owner uint64) Grant {
 // it: a storage node's event loop answers it itself. Any goroutine. The grant's LastSeq is
 // the owner's last applied seq, as a new grant's (leaseSeqs).
 func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) {
+	return e.RenewGrantFrom(tableID, owner, epoch, 0)
+}
+
+// RenewGrantFrom is RenewGrant for a request of connection conn (nonzero: a storage node's
+// session), which must still hold owner's identity (HoldsIdent), checked under the same lock
+// as the renewal: else ErrIdentityLost. The renewal makes the identity's incarnation the one
+// that reads t as its holder (holderReads); checked apart, a claim of another incarnation in
+// between would have been given that. Any goroutine, an event loop included.
+func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Grant, error) {
 	if owner == 0 || epoch == 0 {
 		return Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
@@ -111,8 +121,15 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 	}
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
-	if id := e.idents[owner]; id != nil && id.released {
-		return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+	var inc Incarnation // the renewer's: it knows the grant (holderReads)
+	if id := e.idents[owner]; conn != 0 && (id == nil || id.released || id.conn != conn && id.conn != 0) {
+		return Grant{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
+	}
+	if id := e.idents[owner]; id != nil {
+		if id.released {
+			return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+		}
+		inc = id.inc
 	}
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
@@ -127,6 +144,7 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 		return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
 	}
 	t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+	t.holderInc = inc
 	return Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
 }
 

@@ -35,7 +35,8 @@ func (e *Engine) ReadRows(tableID uint32, page, want uint64, dst []byte) (data, 
 }
 
 // ReadRowsAs is ReadRows on behalf of reader (an owner id; 0 for a session without one): a
-// reader that is not the table's holder is served only durable rows: it waits until every
+// reader that is not the table's holder (its owner id, and the incarnation that was granted
+// the table: holderReads) is served only durable rows: it waits until every
 // write to the page (the frame's LSN) is durable, which after a WAL failure ends with the
 // failure. Its wait is bounded: under writes to the same page that never pause, it waits for
 // at most readUnlockedWaits+1 WAL syncs, the last one holding back commits (waitReadDurable).
@@ -67,8 +68,8 @@ func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, wan
 		id, cached := e.cache.lookup(key)
 		// A page without a frame has no write that is not durable (a dirty frame stays
 		// until a checkpoint, which syncs the WAL first).
-		if cached && !trusted && !t.heldBy(reader) {
-			if lsn := e.cache.frames[id].lsn; lsn > e.durableThrough() {
+		if cached && !trusted {
+			if lsn := e.cache.frames[id].lsn; lsn > e.durableThrough() && !e.holderReads(t, reader) {
 				if err := e.waitReadDurable(lsn, &waits); err != nil {
 					return 0, 0, dst, err
 				}
@@ -260,7 +261,7 @@ func (e *Engine) pageDir(reader uint64, trusted bool, tableID uint32, lo, hi uin
 				return dst, 0, err
 			}
 		}
-		if trusted || t.heldBy(reader) || t.writeLSN <= e.durableThrough() {
+		if trusted || t.writeLSN <= e.durableThrough() || e.holderReads(t, reader) {
 			break
 		}
 		if err := e.waitReadDurable(t.writeLSN, &waits); err != nil {

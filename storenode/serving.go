@@ -23,12 +23,14 @@ const PageDirEntriesMax = pageDirEntriesMax
 // false, and nothing is answered, when it cannot (the engine's lock is taken, a row needs the
 // disk, an error needs reporting): out is then rows as given (its length; the bytes beyond it
 // and segs may have been written) and the caller takes the slow path (ReadRowsAs), which also
-// reports errors. It never blocks, for the lock or the disk: it is an event loop's way into
-// the engine, and any goroutine may call it. It allocates only when rows lacks the capacity
+// reports errors. It never waits for the engine lock or the disk (it may take identMu and
+// leaseMu, leaf locks held only briefly): it is an event loop's way into the engine, and any
+// goroutine may call it. It allocates only when rows lacks the capacity
 // for the rows.
 //
-// reader is the reading owner: a read of a table it does not hold takes the slow path when
-// the page has a write that is not durable yet (ReadRowsAs waits for it there).
+// reader is the reading owner: a read of a table it does not read as holder (holderReads: the
+// owner id and the incarnation granted the table) takes the slow path when the page has a
+// write that is not durable yet (ReadRowsAs waits for it there).
 func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
 	if !e.mu.TryLock() {
 		return rows, false
@@ -47,10 +49,8 @@ func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Se
 		if e.moves != nil && e.moveRefusesRead(t, false) != nil {
 			return rows, false // the slow path reports it
 		}
-		if !t.heldBy(reader) {
-			if id, cached := e.cache.lookup(frameKey(t.id, w.Page)); cached && e.cache.frames[id].lsn > durable {
-				return rows, false
-			}
+		if id, cached := e.cache.lookup(frameKey(t.id, w.Page)); cached && e.cache.frames[id].lsn > durable && !e.holderReads(t, reader) {
+			return rows, false // not durable yet, and reader is not the incarnation that wrote it
 		}
 		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
 	}

@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -190,9 +193,13 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 			return 0, err
 		}
 		if err := e.checkBatch(b); err != nil {
+			e.noteRefused(o, b.Seq)
 			return 0, err
 		}
 		if o != nil && b.Seq > o.lastSeq+1 {
+			if err := o.refusedGap(b.Seq); err != nil {
+				return 0, err
+			}
 			if gapDeadline.IsZero() {
 				gapDeadline = time.Now().Add(e.opts.SeqGapWait)
 				timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
@@ -695,9 +702,12 @@ const txnTasksMax = 256
 // ResolveTxns runs one resolver pass: for every part prepared for at least
 // Options.TxnResolveAfter (engine clock), ask its primary and apply the answer; for every
 // applied part, report to its primary and forget it once the primary acknowledged. Each call
-// to a primary is bounded by Options.TxnCallTimeout and ctx; no lock is held across it. It
-// returns the first error met (the pass goes on past it). The background loop calls it every
-// Options.TxnResolveInterval; tests call it directly.
+// to a primary is bounded by Options.TxnCallTimeout and ctx; no lock is held across it. One
+// primary's tasks run one after another, stopping at its first failure (it is skipped for the
+// rest of the pass); distinct primaries run concurrently on goroutines of the pass, at most
+// Options.TxnResolvePrimariesMax at once, all ended with ctx. It returns ctx's error if ctx
+// ended, else the first primary's error in address order (the pass goes on past it). The
+// background loop calls it every Options.TxnResolveInterval; tests call it directly.
 func (e *Engine) ResolveTxns(ctx context.Context) error {
 	e.mu.Lock()
 	if err := e.usable(); err != nil {
@@ -722,26 +732,68 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 	}
 	e.sweepTxnDecisions()
 	e.mu.Unlock()
-	var first error
-	var failed map[string]bool // primaries that failed in this pass: not asked again in it
-	for _, t := range tasks {
+	if len(tasks) == 0 {
+		return nil
+	}
+	// By primary, in the order first met: each primary's tasks run one after another, and
+	// a primary that failed is skipped for the rest of the pass (its run stops); distinct
+	// primaries run concurrently, at most TxnResolvePrimariesMax at once, so N unreachable
+	// primaries cost one TxnCallTimeout, not N.
+	slices.SortStableFunc(tasks, func(a, b txnTask) int { return strings.Compare(a.primary, b.primary) })
+	var runs [][]txnTask
+	for i := 0; i < len(tasks); {
+		j := i + 1
+		for j < len(tasks) && tasks[j].primary == tasks[i].primary {
+			j++
+		}
+		runs = append(runs, tasks[i:j])
+		i = j
+	}
+	errs := make([]error, len(runs))
+	if len(runs) == 1 {
+		errs[0] = e.resolveRun(ctx, runs[0])
+	} else {
+		slots := make(chan struct{}, e.opts.TxnResolvePrimariesMax)
+		var wg sync.WaitGroup
+	start:
+		for i, run := range runs {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				break start
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				errs[i] = e.resolveRun(ctx, run)
+			}()
+		}
+		wg.Wait()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolveRun resolves the tasks of one primary, one after another, until one fails (the
+// primary is skipped for the rest of the pass) or ctx ends; it returns that error.
+func (e *Engine) resolveRun(ctx context.Context, run []txnTask) error {
+	for _, t := range run {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if failed[t.primary] {
-			continue
-		}
 		if err := e.resolveOne(ctx, t); err != nil {
-			if first == nil {
-				first = fmt.Errorf("storenode: resolve %v: %w", t.id, err)
-			}
-			if failed == nil {
-				failed = make(map[string]bool)
-			}
-			failed[t.primary] = true
+			return fmt.Errorf("storenode: resolve %v: %w", t.id, err)
 		}
 	}
-	return first
+	return nil
 }
 
 func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {

@@ -356,7 +356,8 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 // answers. The partitioned table's name is st's name without its partition suffix
 // (storenode.PartitionTableName). A grant the store fences (a restored copy's floor is above
 // it, or a newer grant was registered meanwhile) is released and taken again once, as a new
-// grant with a higher epoch; a grant the store does not take is released.
+// grant with a higher epoch; a grant the store does not take is released. A partition with
+// transactions in doubt is waited for (registerClusterGrant), holding the grant.
 func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, func() error, func(context.Context) error, error) {
 	if db.opts.Grants == nil {
 		return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
@@ -370,7 +371,7 @@ func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, 
 		if err != nil {
 			return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", base, st.Cluster.Partition, err)
 		}
-		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
+		g, err := db.registerClusterGrant(ctx, st, epoch, check)
 		if err == nil {
 			return g, check, release, nil
 		}
@@ -380,6 +381,54 @@ func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, 
 		if try > 0 || !errors.Is(err, storenode.ErrFenced) {
 			return store.Grant{}, nil, nil, err
 		}
+	}
+}
+
+// The waits of a cluster table's registration for the store's transactions in doubt
+// (registerClusterGrant): doubling from the first to the last, then every last.
+const (
+	txnLockedWaitFirst = 20 * time.Millisecond
+	txnLockedWaitMax   = time.Second
+)
+
+// registerClusterGrant registers the etcd grant epoch of cluster table st with the store. A
+// partition with transactions in doubt is granted to nobody until the storage node's resolver
+// has settled them (storenode.ErrTxnLocked: a new owner would cache rows the decision may
+// still change); the resolver does so on its own once their coordinator's lease is gone, so
+// the registration waits for it, asking again with backoff (txnLockedWaitFirst doubling to
+// txnLockedWaitMax, on Options' lockedTimer in tests), until the store takes the grant or
+// refuses it otherwise, ctx ends (its error, wrapping the refusal), Close begins (ErrClosed)
+// or the grant's check fails (it lapsed or was lost meanwhile: that error). Any goroutine but
+// a connection's receiver.
+func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch uint64, check func() error) (store.Grant, error) {
+	wait := txnLockedWaitFirst
+	for {
+		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
+		if err == nil || !errors.Is(err, storenode.ErrTxnLocked) {
+			return g, err
+		}
+		if cerr := check(); cerr != nil {
+			return store.Grant{}, fmt.Errorf("txnode: table %q: the grant ended while waiting for transactions in doubt: %w", st.Name, cerr)
+		}
+		db.opts.Logger.Debug("txnode: registration waits for transactions in doubt", "table", st.Name, "wait", wait)
+		var fired <-chan time.Time
+		var stop func() bool
+		if db.opts.lockedTimer != nil {
+			fired, stop = db.opts.lockedTimer(wait)
+		} else {
+			t := time.NewTimer(wait)
+			fired, stop = t.C, t.Stop
+		}
+		select {
+		case <-fired:
+		case <-ctx.Done():
+			stop()
+			return store.Grant{}, fmt.Errorf("txnode: table %q: %w (waiting for transactions in doubt: %w)", st.Name, ctx.Err(), err)
+		case <-db.stop:
+			stop()
+			return store.Grant{}, ErrClosed
+		}
+		wait = min(2*wait, txnLockedWaitMax)
 	}
 }
 

@@ -156,6 +156,10 @@ type Options struct {
 	// table's grant (renewGrant) with its error.
 	renewTick <-chan time.Time
 	renewed   func(table string, err error)
+	// lockedTimer, when set (tests), makes the timers of a cluster table's registration
+	// waiting out the store's transactions in doubt (registerClusterGrant): a channel that
+	// fires once after d, and a stop. time.NewTimer's when nil.
+	lockedTimer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 func (o Options) withDefaults() Options {

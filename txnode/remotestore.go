@@ -23,7 +23,8 @@ import (
 // seq): the storage node applies each at most once and acknowledges a retried one again.
 // Reads, page directories, ownership renewals and id grants are retried once they fail with a
 // broken connection (an id grant retried may skip ids, never repeat them); catalog changes are
-// not retried. If no connection can be made in time, every waiting call and batch fails with
+// not retried. A refusal because the connection no longer holds this node's owner id
+// (ErrIdentityLost) counts as a broken connection: the store closes it and reconnects. If no connection can be made in time, every waiting call and batch fails with
 // the error.
 type remoteStore struct {
 	opts Options
@@ -380,6 +381,7 @@ func (s *remoteStore) callWith(ctx context.Context, m, reply sgio.Message, retry
 		} else {
 			err = c.CallInto(ctx, m, reply)
 		}
+		s.noteIdentityLost(err, gen) // a call that is not retried too: the next ones reconnect
 		if err == nil || !retry || !retryable(err) {
 			return err
 		}
@@ -505,6 +507,7 @@ func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill f
 		if err == nil || !retryable(err) {
 			return err
 		}
+		s.noteIdentityLost(err, gen)
 		s.awaitNewConn(ctx, gen)
 	}
 }
@@ -621,16 +624,44 @@ func (rc *remoteCommit) onAck(f sgio.Frame, err error) {
 		err = ack.Parse(f.Body)
 	}
 	if err != nil && retryable(err) {
+		rc.s.mu.Lock()
+		gen := rc.gen
+		rc.s.mu.Unlock()
+		rc.s.noteIdentityLost(err, gen)
 		return // the reconnect sends it again, or fails it
 	}
 	rc.s.finish(rc, ack.LSN, err)
 }
 
 // retryable reports whether a request may be sent again on the next connection: the
-// connection broke, or the storage node refused it because it is shutting down (then it did
-// not apply it; a batch sent again is applied at most once anyway).
+// connection broke, or the storage node refused it because it is shutting down, or because
+// the connection no longer holds this node's owner id (ErrIdentityLost: a reconnect replaced
+// it, or the id was released; the connection is on its way out). In each the storage node did
+// not execute it; a batch sent again is applied at most once anyway.
 func retryable(err error) bool {
-	return errors.Is(err, sgio.ErrConnClosed) || errors.Is(err, sgio.ErrShuttingDown)
+	return errors.Is(err, sgio.ErrConnClosed) || errors.Is(err, sgio.ErrShuttingDown) ||
+		errors.Is(err, sgio.ErrIdentityLost)
+}
+
+// noteIdentityLost closes connection gen if err says it no longer holds this node's owner id
+// and it is still the current one: a storage node closes a replaced connection itself, but a
+// connection whose id was released stays open, and every request on it would be refused
+// again. The close makes watch reconnect (claiming the id anew) and resend the batches in
+// flight. It does not block (the close runs on a goroutine of its own), so a connection's
+// receiver may call it. Identity loss is a connection problem: never a fence, nothing is
+// latched.
+func (s *remoteStore) noteIdentityLost(err error, gen uint64) {
+	if err == nil || !errors.Is(err, sgio.ErrIdentityLost) {
+		return
+	}
+	s.mu.Lock()
+	c := s.conn
+	current := s.gen == gen && c != nil // closing one already broken (a reconnect running) is harmless
+	s.mu.Unlock()
+	if current {
+		s.opts.Logger.Warn("txnode: the storage node says this connection lost the owner id; reconnecting", "err", err)
+		go c.Close()
+	}
 }
 
 func (s *remoteStore) finish(rc *remoteCommit, lsn uint64, err error) {

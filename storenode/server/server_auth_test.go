@@ -67,7 +67,8 @@ func TestReplacedConnectionCannotDrop(t *testing.T) {
 	srv := &Server{eng: e}
 	zombie := &session{srv: srv, id: 1, owner: 5, incarnation: old}
 	_, _, err = zombie.exec(&sgio.DropTable{Name: "t"})
-	require.ErrorIs(t, err, sgio.ErrFenced)
+	require.ErrorIs(t, err, sgio.ErrIdentityLost)
+	require.NotErrorIs(t, err, sgio.ErrFenced, "a lost identity is not a fence")
 	_, err = e.OpenTable("t")
 	require.NoError(t, err, "the new incarnation's table is still there")
 

@@ -72,6 +72,28 @@ func TestServerOwnerIncarnation(t *testing.T) {
 	require.NoError(t, o.CallInto(srvCtx(t), &sgio.DropTable{Name: "t"}, &sgio.OK{}))
 }
 
+// A connection that no longer holds its owner id (released here; replaced by a reconnect or
+// another incarnation likewise: checkHolder) is refused as the owner with IdentityLost
+// (code 23) across TCP, never Fenced: the owner's grants are fine, and a transaction node
+// that took it for a fence latched a cluster table whose grant was current. Fails on 964dade:
+// the renewal, the id grant and the commit all answered Fenced.
+func TestServerLostIdentityIsNotFenced(t *testing.T) {
+	env := startServer(t)
+	a := env.dial(9, withIncarnation(0xa))
+	ti, g := srvTable(t, a, "t", 9)
+	require.NoError(t, a.CallInto(srvCtx(t), &sgio.Release{Owner: 9}, &sgio.OK{}))
+	for _, m := range []sgio.Message{
+		&sgio.Acquire{Table: ti.Table, Owner: 9, Epoch: g.Epoch},
+		&sgio.AllocIDs{Table: ti.Table, Owner: 9, Epoch: g.Epoch, Pages: 1},
+		srvCommit(ti.Table, 9, g.Epoch, 1, []uint64{1}, 1),
+	} {
+		_, err := a.Call(srvCtx(t), m)
+		require.ErrorIs(t, err, sgio.ErrIdentityLost, "%T", m)
+		require.ErrorIs(t, err, storenode.ErrIdentityLost, "%T", m)
+		require.NotErrorIs(t, err, sgio.ErrFenced, "%T", m)
+	}
+}
+
 // A commit whose WAL fsync fails is an unknown outcome across TCP (code 17), not a definite
 // failure; later ones fail definitely with FailStop. Fails on 767c454 (FailStop for both).
 func TestServerWALErrorIsUnknownOutcome(t *testing.T) {

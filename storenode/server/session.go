@@ -625,7 +625,7 @@ func (s *session) renewGrant(id uint64, a *sgio.Acquire) {
 	err := s.checkHolder(a.Owner)
 	var g storenode.Grant
 	if err == nil {
-		g, err = s.srv.eng.RenewGrant(a.Table, a.Owner, a.Epoch)
+		g, err = s.srv.eng.RenewGrantFrom(a.Table, a.Owner, a.Epoch, s.id)
 	}
 	if err != nil {
 		s.replyError(id, err, false)
@@ -672,13 +672,16 @@ func (s *session) checkOwner(owner uint64) error {
 
 // checkHolder is checkOwner for a request about to act as the owner (a commit handed to the
 // engine, an Acquire, an AllocIDs, a DropTable): it also fails once a later claim replaced this
-// connection's identity, whose close is still on its way.
+// connection's identity, whose close is still on its way, or the id was released. That refusal
+// is storenode.ErrIdentityLost (wire code IdentityLost), never ErrFenced: it says nothing of
+// the owner's grants, and a transaction node that took it for a fence would latch a table whose
+// grant is fine; it sends the request again on its current connection instead.
 func (s *session) checkHolder(owner uint64) error {
 	if err := s.checkOwner(owner); err != nil {
 		return err
 	}
 	if owner != 0 && !s.srv.eng.HoldsIdent(owner, s.id) {
-		return fmt.Errorf("storenode: this connection no longer holds its owner id (replaced or released): %w", sgio.ErrFenced)
+		return fmt.Errorf("storenode: owner %d, connection %d (replaced or released): %w", owner, s.id, storenode.ErrIdentityLost)
 	}
 	return nil
 }

@@ -1,0 +1,127 @@
+package storenode
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// The storage node served rows not durable yet to any reader with the holder's owner id. A
+// transaction node restarted with the same owner id (a new incarnation, after a lease of
+// silence) is not the writer of the old incarnation's rows in flight: until it is granted the
+// table itself it is served only durable rows, as any other reader (the page's fsync is
+// waited for; after a failed one it gets the failure). The holder incarnation reads its own
+// write at once. Fails on 964dade: the new incarnation got the row while its fsync was
+// blocked (holdership was decided by owner id alone).
+func TestNewIncarnationReadsDurableOnly(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		name := map[bool]string{false: "sync-ok", true: "sync-fails"}[fail]
+		t.Run(name, func(t *testing.T) {
+			var clock fakeClock
+			fs := vfs.NewFaultFS()
+			e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, Now: clock.Now})
+			require.NoError(t, err)
+			t.Cleanup(func() { e.Close() })
+			info, err := e.CreateTable("t", 64)
+			require.NoError(t, err)
+			incA, incB := Incarnation{0xa}, Incarnation{0xb}
+			require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
+			g, err := e.Acquire(info.ID, testOwner, 0)
+			require.NoError(t, err)
+			requireGranted(t, e, info.ID, testOwner, g.Epoch)
+
+			block := newBlockSyncs(fs)
+			released := false
+			t.Cleanup(func() { // before Close, which waits for the blocked fsync
+				if !released {
+					block.release(true)
+				}
+			})
+			commit := commitAsync(e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 70, row64(70))))
+			block.waitBlocked(t)
+			data, _, _, err := e.ReadRowsAs(testOwner, info.ID, 1, 1<<6, nil)
+			require.NoError(t, err)
+			require.Equal(t, uint64(1<<6), data, "the holder incarnation reads its own write at once")
+
+			// A dies; after a lease of silence a new incarnation claims the owner id.
+			e.Disconnect(testOwner, 1)
+			clock.Advance(e.LeaseDuration())
+			require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
+
+			type readResult struct {
+				data  uint64
+				pages int
+				err   error
+			}
+			rows := make(chan readResult, 1)
+			go func() {
+				data, _, _, err := e.ReadRowsAs(testOwner, info.ID, 1, 1<<6, nil)
+				rows <- readResult{data: data, err: err}
+			}()
+			waitDurableWaiter(t, e, func() bool { return len(rows) > 0 })
+			require.Empty(t, rows, "the new incarnation was served a row not durable yet")
+			dir := make(chan readResult, 1)
+			go func() {
+				pages, _, err := e.PageDirAs(testOwner, info.ID, 0, 10, 0, nil)
+				dir <- readResult{pages: len(pages), err: err}
+			}()
+			released = true
+			block.release(fail)
+			r := <-rows
+			d := <-dir
+			err = waitErr(t, commit, "the commit")
+			if fail {
+				require.Error(t, err)
+				require.Error(t, r.err, "the row was never durable")
+				require.Error(t, d.err)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, r.err)
+			require.Equal(t, uint64(1<<6), r.data)
+			require.NoError(t, d.err)
+			require.Equal(t, 1, d.pages)
+
+			// Granted the table (a new epoch), the new incarnation is its holder.
+			g2, err := e.Acquire(info.ID, testOwner, 0)
+			require.NoError(t, err)
+			require.True(t, e.holderReadsNow(info.ID, testOwner), "epoch %d", g2.Epoch)
+		})
+	}
+}
+
+// holderReadsNow is holderReads of table id for reader.
+func (e *Engine) holderReadsNow(id uint32, reader uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.holderReads(e.tables[id], reader)
+}
+
+// A renewal from a connection checks that it still holds the owner id under the renewal's own
+// lock (RenewGrantFrom): a replaced connection's late renewal is ErrIdentityLost, not a
+// renewal that would make the new holder of the id the table's holder incarnation; the
+// holding connection's renewal makes its incarnation the holder's.
+func TestRenewalFromReplacedConnection(t *testing.T) {
+	var clock fakeClock
+	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	incA, incB := Incarnation{0xa}, Incarnation{0xb}
+	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(info.ID, testOwner))
+
+	clock.Advance(e.LeaseDuration())
+	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
+	require.False(t, e.holderReadsNow(info.ID, testOwner), "B was not granted the table")
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
+	require.ErrorIs(t, err, ErrIdentityLost, "A's connection was replaced")
+	require.NotErrorIs(t, err, ErrFenced)
+	require.False(t, e.holderReadsNow(info.ID, testOwner), "A's late renewal does not make B the holder")
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 2)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(info.ID, testOwner), "a renewal proves the grant: B reads as the holder")
+}

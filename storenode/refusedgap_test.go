@@ -1,0 +1,62 @@
+package storenode
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A batch refused before anything of it was applied (here: fenced) leaves a gap in its
+// owner's seqs that only the owner can fill: its later batches, whether already waiting for
+// the gap or arriving after the refusal, fail at once with ErrSeqGap naming the refused seq,
+// instead of waiting SeqGapWait each (one after another on their connection: up to a
+// transaction node's eight batches in flight times SeqGapWait). The owner's batch of the
+// refused seq, sent again, is applied and the window goes on. Fails on 964dade: the later
+// batches waited out SeqGapWait (an hour here).
+func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
+	e, _, info, g := openFault(t, Options{SeqGapWait: time.Hour}, testOwner)
+	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	require.NoError(t, err)
+
+	// Seq 3 arrives first and waits for seq 2; seq 2 is refused (a stale epoch).
+	waiting := commitAsync(e, batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
+	waitGapWaiter(t, e)
+	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2))))
+	require.ErrorIs(t, err, ErrFenced)
+	err = waitErr(t, waiting, "the batch waiting behind the refused one")
+	require.ErrorIs(t, err, ErrSeqGap)
+	require.ErrorContains(t, err, "seq 2 was refused")
+
+	// Arriving after the refusal: refused at once too.
+	_, err = e.CommitWait(batchOf(testOwner, 4, info.ID, g.Epoch, oneRow(info.ID, 4, row64(4))))
+	require.ErrorIs(t, err, ErrSeqGap)
+
+	// The owner fills the gap: applied, and the window goes on.
+	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
+	require.NoError(t, err)
+	_, err = e.CommitWait(batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
+	require.NoError(t, err)
+	for id := uint64(1); id <= 3; id++ {
+		row, ok := readRow(t, e, info.ID, id)
+		require.True(t, ok, "row %d", id)
+		require.Equal(t, id, uint64FromRow(row))
+	}
+}
+
+// waitGapWaiter waits until a batch of the engine waits for a gap in its owner's seqs.
+func waitGapWaiter(t *testing.T, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(idWait)
+	for {
+		e.mu.Lock()
+		n := e.gapWaiters
+		e.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no batch waits for the gap")
+		runtime.Gosched()
+	}
+}
