@@ -60,6 +60,7 @@ type Decision = store.Decision
 
 // Decisions.
 const (
+	DecisionNone   = store.DecisionNone // undecided (an answer only)
 	DecisionCommit = store.DecisionCommit
 	DecisionAbort  = store.DecisionAbort
 )
@@ -510,4 +511,17 @@ func (p *pipeline) installApplied(tx *Tx) {
 	}
 	p.mu.Unlock()
 	tx.install(ver)
+}
+
+// Validate checks that everything the transaction read is unchanged and its tables still
+// served, without ending it: ErrConflict, or the lease or grant error. A coordinator calls
+// it on a part whose closure failed, to tell a conflict (retry) from the closure's own error.
+func (tx *Tx) Validate() error {
+	if tx.done {
+		return ErrTxDone
+	}
+	if !tx.validate() {
+		return ErrConflict
+	}
+	return tx.leasesLive()
 }
