@@ -1,0 +1,9 @@
+package node
+
+// SetCoordHook sets the two-phase commit's step hook (coordHook) for a test and returns
+// what restores it. Set it before any transaction runs.
+func SetCoordHook(h func(step string, i int)) (restore func()) {
+	old := coordHook
+	coordHook = h
+	return func() { coordHook = old }
+}
