@@ -258,5 +258,3 @@ func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	require.NoError(t, ta.Get(ctx, y, dst))
 	require.Equal(t, uint64(initial+10), balanceOf(dst))
 }
-
-
