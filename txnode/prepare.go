@@ -413,7 +413,8 @@ func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *store.TxnPrepare) (tak
 		p.endPrepare(seq, false)
 		return false, err
 	}
-	p.bg.Add(1)
+	// Not in p.bg: close may be waiting on it already (and Add must not race its Wait). The
+	// goroutine ends at p.stop, or at the closed store's error.
 	go p.resendPrepare(ts, tp)
 	return true, err
 }
@@ -432,12 +433,14 @@ func refusal(err error) bool {
 // resendPrepare sends a prepare whose answer was lost again until the storage node answers
 // (or the pipeline stops), then lets later batches go.
 func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
-	defer p.bg.Done()
 	for {
 		select {
 		case <-p.stop:
 			return // closing: close gives up on what is held (its context)
 		default:
+		}
+		if p.failure() != nil {
+			return // the pipeline failed: nothing is launched any more anyway
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), p.db.opts.RequestTimeout)
 		go func() {
