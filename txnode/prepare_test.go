@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/txnode/store"
 )
 
 func prepRow(v uint64) []byte {
@@ -162,4 +165,65 @@ func TestPrepareRefusedGivesSeqBack(t *testing.T) {
 			require.NoError(t, db.Update(ctx, func(tx *Tx) error { return tx.Put(tb, a, prepRow(6)) }))
 		})
 	}
+}
+
+// lostAnswerStore delivers the first prepare but loses its answer (a timeout), as a
+// connection that broke after the storage node logged it would.
+type lostAnswerStore struct {
+	store.Store
+	lost atomic.Int64
+}
+
+func (s *lostAnswerStore) ts() store.TxnStore { return s.Store.(store.TxnStore) }
+
+func (s *lostAnswerStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+	lsn, err := s.ts().PrepareTxn(ctx, p)
+	if err == nil && s.lost.Add(1) == 1 {
+		return 0, context.DeadlineExceeded
+	}
+	return lsn, err
+}
+
+func (s *lostAnswerStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+	return s.ts().DecideTxn(ctx, id, lease, d, count)
+}
+
+func (s *lostAnswerStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+	return s.ts().ApplyTxn(ctx, id, d)
+}
+
+// A prepare whose answer was lost returns its Prepared with ErrUnknownOutcome: the rows stay
+// locked, later batches wait until the prepare sent again is answered (its seq is taken),
+// and aborting it unlocks the rows with their old values; commits go on after.
+func TestPrepareAnswerLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := &lostAnswerStore{Store: newLocalStore(t, "")}
+	db, err := Open(ctx, Options{Store: s, CacheBytes: 1 << 20})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	a, err := tb.Insert(ctx, prepRow(1))
+	require.NoError(t, err)
+	b, err := tb.Insert(ctx, prepRow(2))
+	require.NoError(t, err)
+	tx, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(tb, a, prepRow(100)))
+	id := [16]byte{5}
+	p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	require.NotNil(t, p)
+	// A commit meanwhile is held until the resent prepare is answered, then goes.
+	require.NoError(t, db.Update(ctx, func(tx *Tx) error { return tx.Put(tb, b, prepRow(20)) }))
+	require.GreaterOrEqual(t, s.lost.Load(), int64(2), "the prepare was sent again")
+	require.NoError(t, db.DecideTxn(ctx, id, 1, DecisionAbort, 1))
+	require.NoError(t, p.Apply(ctx, DecisionAbort))
+	dst := make([]byte, 64)
+	require.NoError(t, tb.Get(ctx, a, dst))
+	require.Equal(t, uint64(1), binary.LittleEndian.Uint64(dst))
+	require.NoError(t, db.Update(ctx, func(tx *Tx) error { return tx.Put(tb, a, prepRow(3)) }))
+	require.NoError(t, tb.Get(ctx, b, dst))
+	require.Equal(t, uint64(20), binary.LittleEndian.Uint64(dst))
 }
