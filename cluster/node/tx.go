@@ -62,6 +62,11 @@ type touch struct {
 // not own is a *NotOwnerError; Update returns that error even if fn did not. A grant lost
 // before the commit (txnode checks every touched partition's grant again then) fails the
 // commit with a *NotOwnerError too. A panic in fn rolls the attempt back and goes on up.
+//
+// Unlike txnode.DB.Update, each storage node's part is a manual transaction (DB.Begin): one
+// that needs a page while the cache is full and it holds others fails with
+// txnode.ErrCacheFull (it is not parked for the cache turn), and fn's own error is returned
+// without waiting for what fn read to be durable.
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, true, fn)
 }
