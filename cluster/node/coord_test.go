@@ -16,6 +16,7 @@ import (
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
+	"github.com/weftdb/weft/txnode"
 )
 
 // startTxnCluster is startCluster with the storage nodes' two-phase commit wired as
@@ -103,16 +104,22 @@ func sums(ctx context.Context, n *node.Node, t *node.Table, ids []uint64) (balan
 // nodes (two-phase commit), some within one (one batch): the total is conserved, every
 // acknowledged transfer is there (the received counts sum to them), and read-only
 // transactions over every storage node, running meanwhile, always see the conserved total
-// (serializable across storage nodes).
+// (serializable across storage nodes). In both durability modes (WriteBack: a prepare first
+// flushes the rows dirty so far).
 func TestBankAcrossStorageNodes(t *testing.T) {
+	t.Run("durable", func(t *testing.T) { bankAcross(t, txnode.Durable) })
+	t.Run("writeback", func(t *testing.T) { bankAcross(t, txnode.WriteBack) })
+}
+
+func bankAcross(t *testing.T, durability txnode.Durability) {
 	ctx := testCtx(t)
 	perNode, transfers, workers := 24, 60, 2
 	if testing.Short() {
 		perNode, transfers, workers = 12, 20, 1
 	}
 	tc := startTxnCluster(t, 3, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	b := tc.open(t, 0xb, "game-b:7000")
+	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Durability: durability})
+	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000"}, Durability: durability})
 	ta, err := a.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
 	require.NoError(t, err)
 	tb, err := b.OpenTable(ctx, "acct")
@@ -191,6 +198,10 @@ func TestBankAcrossStorageNodes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, bal, "node %d: the total is conserved", i)
 		require.Equal(t, acked[i], rec, "node %d: every acknowledged transfer is there", i)
+	}
+	if durability == txnode.WriteBack {
+		require.NoError(t, a.Close(ctx)) // flushes
+		require.NoError(t, b.Close(ctx))
 	}
 	require.Equal(t, 2*want, total(t, tc, accts), "the storage nodes' durable rows conserve the total")
 	for _, srv := range tc.srvs {
