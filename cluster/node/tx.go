@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
@@ -105,6 +107,12 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 		}
 		err = tx.commit()
 		if errors.Is(err, txnode.ErrConflict) && attempt < txnode.DefaultMaxRetries {
+			if len(tx.writers) > 0 && len(tx.parts) > 1 && attempt > 0 {
+				// Two-phase commits whose prepares collided (each holding rows the other
+				// wants) would collide again if both ran again at once: a random pause,
+				// growing with the attempts (at most conflictPauseMax).
+				pause(ctx, conflictPause(attempt))
+			}
 			continue
 		}
 		return n.after(tx.mapLost(err))
@@ -313,4 +321,12 @@ func (tx *Tx) Insert(t *Table, row []byte) (uint64, error) {
 	}
 	id, err := ttx.Insert(tb, row)
 	return id, tx.failed(t, p, err)
+}
+
+// conflictPauseMax bounds the pause before a two-phase commit runs again after a conflict.
+const conflictPauseMax = 5 * time.Millisecond
+
+// conflictPause is a random pause in [0, min(attempt * 200µs, conflictPauseMax)).
+func conflictPause(attempt int) time.Duration {
+	return rand.N(min(time.Duration(attempt)*200*time.Microsecond, conflictPauseMax))
 }
