@@ -39,6 +39,10 @@ import (
 // "applied" (i: how many applies answered so far).
 var coordHook func(step string, i int)
 
+// coordSerialPrepares, when set by a test, prepares the participants one after another, in
+// their order, instead of in parallel: a test can then act between two prepares.
+var coordSerialPrepares bool
+
 func hook(step string, i int) {
 	if h := coordHook; h != nil {
 		h(step, i)
@@ -89,15 +93,22 @@ func (n *Node) twoPhase(tx *Tx) error {
 		if i > 0 {
 			info.Primary = primaryAddr
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		prep := func() {
 			c.prepared[i], errs[i] = w.tx.Prepare(info)
 			mu.Lock()
 			answered++
 			k := answered
 			mu.Unlock()
 			hook("prepared", k)
+		}
+		if coordSerialPrepares {
+			prep()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prep()
 		}()
 	}
 	wg.Wait()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +269,70 @@ func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	require.Equal(t, uint64(initial-10), <-got, "the waiting reader sees the committed value")
 	require.NoError(t, ta.Get(ctx, y, dst))
 	require.Equal(t, uint64(initial+10), balanceOf(dst))
+}
+
+// Write skew across storage nodes: T1 reads r (storage node A) and writes y (A) and x = r+1
+// (B); T2, run in full between T1's two prepares (A prepared, B not yet), reads x and writes
+// r = x+10. T2 commits (nothing it touches is locked yet); T1's reads are validated again
+// once all its writes are locked, finds r changed and runs again, so the outcome is one of
+// the serial ones: never x == 1 with r == 10 (each having read the other's old value).
+func TestTwoPhaseCommitNoWriteSkew(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	byNode := map[string][]uint64{}
+	for range 4 {
+		id, err := ta.Insert(ctx, acctRow(0, 0))
+		require.NoError(t, err)
+		byNode[ta.NodeOf(id)] = append(byNode[ta.NodeOf(id)], id)
+	}
+	require.Len(t, byNode, 2)
+	r, y, x := byNode[tc.addrs[0]][0], byNode[tc.addrs[0]][1], byNode[tc.addrs[1]][0]
+
+	val := func(tx *node.Tx, id uint64) (uint64, error) {
+		d := make([]byte, 64)
+		err := tx.Get(ta, id, d)
+		return balanceOf(d), err
+	}
+	t2 := func() error {
+		return a.Update(ctx, func(tx *node.Tx) error {
+			xv, err := val(tx, x)
+			if err != nil {
+				return err
+			}
+			return tx.Put(ta, r, acctRow(xv+10, 0))
+		})
+	}
+	defer node.SetSerialPrepares(true)()
+	var fired atomic.Bool // T2's own prepares call the hook too
+	t2err := make(chan error, 1)
+	defer node.SetCoordHook(func(step string, i int) {
+		if step == "prepared" && i == 1 && fired.CompareAndSwap(false, true) {
+			t2err <- t2()
+		}
+	})()
+	runs := 0
+	require.NoError(t, a.Update(ctx, func(tx *node.Tx) error {
+		runs++
+		rv, err := val(tx, r)
+		if err != nil {
+			return err
+		}
+		if err := tx.Put(ta, y, acctRow(1, 0)); err != nil { // A written first: A is prepared first
+			return err
+		}
+		return tx.Put(ta, x, acctRow(rv+1, 0))
+	}))
+	require.NoError(t, <-t2err)
+	dst := make([]byte, 64)
+	require.NoError(t, ta.Get(ctx, r, dst))
+	rv := balanceOf(dst)
+	require.NoError(t, ta.Get(ctx, x, dst))
+	xv := balanceOf(dst)
+	require.False(t, xv == 1 && rv == 10, "write skew: x = %d, r = %d", xv, rv)
+	require.Equal(t, [2]uint64{11, 10}, [2]uint64{xv, rv}, "T2 then T1")
+	require.Equal(t, 2, runs, "T1 ran again after its validation failed")
 }

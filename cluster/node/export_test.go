@@ -7,3 +7,11 @@ func SetCoordHook(h func(step string, i int)) (restore func()) {
 	coordHook = h
 	return func() { coordHook = old }
 }
+
+// SetSerialPrepares makes the two-phase commit prepare its participants one after another
+// (coordSerialPrepares) and returns what restores it.
+func SetSerialPrepares(on bool) (restore func()) {
+	old := coordSerialPrepares
+	coordSerialPrepares = on
+	return func() { coordSerialPrepares = old }
+}
