@@ -54,7 +54,7 @@ func clusterFactory(d clusterDeploy) Factory {
 		CacheSensitive: true,
 		Note: fmt.Sprintf("--cluster %d: one cluster node (cluster/node), a table of %d partitions (%d per storage node, %d-page stripes), "+
 			"all owned by the node; each op one transaction on one storage node; the cache size is the node's total, split evenly "+
-			"over its %d transaction nodes; hit ratio not reported (cluster/node has no cache counters); etcd's CPU counts as this process's",
+			"over its %d transaction nodes; the hit ratio is from their counters (cluster/node.Node.StoreStats); etcd's CPU counts as this process's",
 			len(d.addrs), len(d.addrs)*clusterPartitionsPerNode, clusterPartitionsPerNode, clusterStripePages, len(d.addrs)),
 		Open: func(ctx context.Context, cfg OpenConfig) (Backend, error) {
 			return openCluster(ctx, cfg, d)
@@ -193,9 +193,13 @@ func (c *clusterBackend) Delete(ctx context.Context, id uint64) error {
 	return c.t.Delete(ctx, c.real(id))
 }
 
-// Stats sums the storage nodes' TCP bytes, WAL counters and CPU time.
+// Stats sums the storage nodes' TCP bytes, WAL counters and CPU time, and the transaction
+// nodes' cache misses.
 func (c *clusterBackend) Stats() Stats {
-	var st Stats
+	st := Stats{HasCache: true}
+	for _, s := range c.n.StoreStats() {
+		st.CacheMisses += s.PageMisses
+	}
 	for i, addr := range c.dep.addrs {
 		st.NetBytes += TCPBytes(addr) // before the stats connection opens
 		st.ServerCPU += ProcessCPU(c.dep.pids[i])

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/local"
 
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
@@ -34,9 +35,8 @@ func serveStore(ctx context.Context, dir string, cfg storeChildConfig, ready fun
 			return fmt.Errorf("etcd: %w", err)
 		}
 		defer cli.Close()
-		opts.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)
-		opts.LeaseChecker = cli
-		opts.TxnPeer = server.NewTxnPeer(server.PeerConfig{Name: "crudbench-resolver"})
+		peer := local.WireEtcd(&opts, cli, server.PeerConfig{Name: "crudbench-resolver"})
+		defer peer.Close() // after Serve returned: the storage node has stopped
 	}
 	return server.Serve(ctx, server.Config{
 		Options:         opts,

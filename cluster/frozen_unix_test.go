@@ -3,20 +3,18 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster/proctest"
 )
 
 // helperEnv names the etcd endpoint and prefix of TestHelperFrozenOwner's child process.
@@ -43,9 +41,8 @@ func TestHelperFrozenOwner(t *testing.T) {
 	o, err := s.Acquire(ctx, "t", 0)
 	require.NoError(t, err)
 	fmt.Printf("epoch %d\n", o.Epoch())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch in.Text() {
+	for cmd := range proctest.ChildInput() {
+		switch cmd {
 		case "check":
 			err := o.Check()
 			switch {
@@ -79,63 +76,21 @@ func TestOwnershipFrozenOwner(t *testing.T) {
 	c := connect(t, prefix, srv.Endpoints()...)
 	createTable(t, c, "t", 1)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFrozenOwner$", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), helperEnv+"="+srv.Endpoints()[0]+"|"+prefix)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	defer func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
-	lines := make(chan string, 8)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	next := func() string {
-		t.Helper()
-		select {
-		case l, ok := <-lines:
-			require.True(t, ok, "the child exited")
-			return l
-		case <-ctx.Done():
-			t.Fatal("no answer from the child")
-			return ""
-		}
-	}
+	child := proctest.Start(t, proctest.Spec{Name: "frozen owner", Test: "TestHelperFrozenOwner",
+		Env: []string{helperEnv + "=" + srv.Endpoints()[0] + "|" + prefix}, Ready: "epoch "})
 	var epoch uint64
-	_, err = fmt.Sscanf(next(), "epoch %d", &epoch)
+	_, err := fmt.Sscanf(child.Ready(), "epoch %d", &epoch)
 	require.NoError(t, err)
-	send := func(cmd string) { _, err := io.WriteString(stdin, cmd+"\n"); require.NoError(t, err) }
-	send("check")
-	require.Equal(t, "ok", next())
+	require.Equal(t, "ok", child.Ask(ctx, "check"))
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child.Stop()
 	b := newSession(t, c, 2, nil)
 	ob, err := b.AcquireWait(ctx, "t", 0)
 	require.NoError(t, err)
 	require.Greater(t, ob.Epoch(), epoch)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
-	send("check")
-	require.Contains(t, []string{"lapsed", "lost"}, next(), "a resumed owner vouched for a grant taken over")
-	send("wait")
-	require.Equal(t, "lost", next())
-	send("check")
-	require.Equal(t, "lost", next())
+	child.Cont()
+	require.Contains(t, []string{"lapsed", "lost"}, child.Ask(ctx, "check"), "a resumed owner vouched for a grant taken over")
+	require.Equal(t, "lost", child.Ask(ctx, "wait"))
+	require.Equal(t, "lost", child.Ask(ctx, "check"))
 }

@@ -190,6 +190,8 @@ type pageCache struct {
 	ghostsSwept int
 
 	hits, misses, evictions, ghostsMade atomic.Uint64
+
+	tp tablePins // table pins (Table.Pin, pin.go), under mu
 }
 
 func newPageCache(budgetBytes int64, waitMax time.Duration) *pageCache {
@@ -515,6 +517,9 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			ptBefore := c.pt.bytes()
 			c.pt.insert(key, id, m, m.mem.Load())
 			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
+			if len(c.tp.byTable) != 0 {
+				c.stickNewLocked(key, m) // a pinned table's new page (pin.go)
+			}
 			return id, m, nil
 		}
 		if held > 0 && !c.canHold(int64(held)+1, heldBytes+frameCost(rowBytes)) {
@@ -533,7 +538,8 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			// in the budget with everything it costs (metadata chunks, page table): else
 			// they could hold every frame the cache can make between them and wait for
 			// each other (the 1/8 margin alone is eaten by that overhead in a tiny cache).
-			if c.waitersHeldBytes+heldBytes > c.budgetBytes-max(c.budgetBytes/8, frameCost(rowBytes)) ||
+			// Frames held by table pins (pin.go) are never freed for them either.
+			if c.waitersHeldBytes+heldBytes > c.budgetBytes-c.tp.bytes-max(c.budgetBytes/8, frameCost(rowBytes)) ||
 				!c.canHold(c.waitersHeld+int64(held)+1, c.waitersHeldBytes+heldBytes+frameCost(rowBytes)) {
 				if c.needFlush != nil {
 					go c.needFlush()
@@ -703,6 +709,7 @@ func (c *pageCache) evictLocked() (int32, bool) {
 func (c *pageCache) dropTable(table uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.unpinTableLocked(table)
 	for id := range c.nFrames {
 		m := c.meta(id)
 		key := m.key.Load()

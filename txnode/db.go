@@ -95,6 +95,8 @@ type tableState struct {
 	// table. Set before the table is shared.
 	grantCheck   func() error
 	grantRelease func(context.Context) error
+	// layout is a cluster-managed table's layout and partition (Partitions 0: local).
+	layout store.ClusterLayout
 	// storeFenced, for a cluster-managed table, latches the store's refusal of this node's
 	// grant (ErrFenced on an id grant or a commit batch: a newer grant is registered there,
 	// or the store is a restored copy whose floor is above it): no check of the grant makes
@@ -130,12 +132,18 @@ type tableState struct {
 	runs missRuns
 
 	ids idAllocator
+
+	// cnt counts the table's cache hits and misses (tablestats.go).
+	cnt tableCounters
 }
 
 // Open opens a transaction node over the store Options name: the embedded store in Dir, a
 // storage node at StoreAddr, or Options.Store.
 func Open(ctx context.Context, opts Options) (*DB, error) {
 	opts = opts.withDefaults()
+	if err := opts.checkPinBytes(); err != nil {
+		return nil, err
+	}
 	for opts.OwnerID == 0 {
 		var b [8]byte
 		rand.Read(b[:])
@@ -181,6 +189,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.pipe = newPipeline(db)
 	db.cache.needFlush = db.pipe.flushSoon
 	db.cache.freshNow = db.freshNow
+	db.cache.tp.budget = opts.PinBytes
 	db.txPool.New = func() any { return &Tx{db: db} }
 	if db.info.Lease > 0 || opts.Grants != nil {
 		db.bg.Add(1)
@@ -328,7 +337,7 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 		return &Table{db: db, t: t}, nil
 	}
 	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock,
-		grantCheck: check, grantRelease: release}
+		grantCheck: check, grantRelease: release, layout: st.Cluster}
 	t.epoch.Store(g.Epoch)
 	if g.Lease > 0 && check == nil {
 		t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))
@@ -469,6 +478,7 @@ func (db *DB) DropTable(ctx context.Context, name string) error {
 	if owned {
 		delete(db.tables, name)
 		delete(db.byID, t.id)
+		db.stats.retire(t)
 	}
 	t.dropped.Store(true)
 	db.mu.Unlock()

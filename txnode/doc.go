@@ -27,7 +27,9 @@
 //	cache.go       the logical page cache: frames, budget, CLOCK, pins; pagetable.go its index
 //	read.go        cache misses and fills
 //	ids.go         row id allocation from whole pages granted by the store
-//	pin.go         page pin sets (transaction and group-transaction cache policies)
+//	pin.go         page pin sets (transaction and group-transaction cache policies) and
+//	               table pins (Table.Pin: a table's or partition's pages held, within PinBytes)
+//	tablestats.go  per-table cache hits and misses (Table.Stats)
 //	typed.go       typed rows over a RowCodec
 //	prepare.go     two-phase commit's participant: Tx.Prepare, Prepared.Apply, DB.DecideTxn
 //	remotestore.go the remote store (TCP); the Store interface and the embedded store are
@@ -51,7 +53,19 @@
 // (a 64 KiB cache holds 11 pages of 64-byte rows). Pages pinned by running transactions or
 // pin sets, and WriteBack pages with rows not yet flushed, are never evicted; when nothing can
 // be evicted a request waits up to CacheWait (or its context), then fails with ErrCacheFull;
-// a transaction whose working set can never fit fails with ErrCacheFull at once. Pages
+// a transaction whose working set can never fit fails with ErrCacheFull at once.
+//
+// Table.Pin holds every page of a table (a cluster partition is a table here) until Unpin:
+// the pages below its id high-water mark, fetched before Pin returns, and the pages it gains
+// while pinned. What table pins hold is bounded by Options.PinBytes (half of CacheBytes by
+// default, at most three quarters): a Pin that would pass it fails with ErrPinBudget,
+// nothing pinned; a page gained beyond it stays evictable (TableStats.PinOverflow). Pins hold
+// frames the cache made within its budget, so they never make it exceed CacheBytes; a page
+// it cannot make room for fails the Pin with ErrCacheFull. A pinned frame carries one pin
+// (as a transaction's), so CLOCK skips it with no lookup; the budget keeps enough frames
+// unpinned for the hand to find one within a few steps. Table.Stats counts the table's hits
+// (single-row reads served from the cache: the lock-free path and transactions' reads) and
+// misses (fetches from the store), each hit one increment of a per-P cell. Pages
 // holding rows of commit batches not yet acknowledged may be evicted (each batch owns a copy
 // of its rows): a later miss on such a row waits for the acknowledgement before it reads from
 // the store, which may still answer with the older row until then. What the batches in flight

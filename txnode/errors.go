@@ -39,6 +39,9 @@ var (
 	// ErrCacheFull is returned when the page cache has no evictable frame within
 	// Options.CacheWait: every frame is pinned, dirty or in flight.
 	ErrCacheFull = errors.New("txnode: page cache full")
+	// ErrPinBudget is returned by Table.Pin when the table's pages would take what the table
+	// pins hold past Options.PinBytes.
+	ErrPinBudget = errors.New("txnode: pin budget exceeded")
 	// ErrUnknownOutcome is returned when the context ended after the commit batch was sent,
 	// when the storage node's WAL write or fsync failed for the batch (it may survive a
 	// restart), or when a resent batch was older than the storage node's dedup window: the

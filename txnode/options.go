@@ -88,6 +88,14 @@ type Options struct {
 	// shards). Not counted: a few hundred bytes of structs and 4 bytes per frame id in
 	// free lists. At MinCacheBytes it holds 11 pages of 64-byte rows.
 	CacheBytes int64
+	// PinBytes is the pin budget: what the table pins (Table.Pin) may hold of the cache,
+	// frameCost per page (a page's 64 rows and 64 version words, rounded up to the
+	// allocator's size class). Zero: half of CacheBytes. At most three quarters of
+	// CacheBytes (Open fails above): transactions need the rest (a transaction whose pages
+	// do not fit beside the pinned ones fails with ErrCacheFull after CacheWait). Negative:
+	// no table may be pinned. DB.Pin's page ranges are not counted (they are bounded by the
+	// cache).
+	PinBytes int64
 	// CacheWait bounds how long a request waits for a frame when every frame is pinned or
 	// dirty (WriteBack rows not yet flushed), before it fails with ErrCacheFull (a context that ends sooner ends
 	// the wait sooner). It also bounds how long DB.Update keeps retrying a transaction that
@@ -155,6 +163,9 @@ func (o Options) withDefaults() Options {
 		o.CacheBytes = DefaultCacheBytes
 	}
 	o.CacheBytes = max(o.CacheBytes, MinCacheBytes)
+	if o.PinBytes == 0 {
+		o.PinBytes = o.CacheBytes / 2
+	}
 	if o.CacheWait == 0 {
 		o.CacheWait = DefaultCacheWait
 	}

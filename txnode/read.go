@@ -71,6 +71,7 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 		}
 	}
 	db.cache.misses.Add(1)
+	t.cnt.misses.Add(1)
 	db.stats.rowsFetched.Add(uint64(bits.OnesCount64(missing)))
 	f := fetchPool.Get().(*fetchReq)
 	f.db, f.t, f.m = db, t, m

@@ -181,6 +181,7 @@ func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) 
 		}
 	}
 	tx.db.cache.misses.Add(uint64(len(reqs)))
+	t.cnt.misses.Add(uint64(len(reqs)))
 	return tx.db.store.Read(tx.ctx, reqs, func(i int, data, clear uint64, rows []byte) {
 		tx.db.fill(t, reqFrames[i], data, clear, rows)
 	})

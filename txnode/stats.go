@@ -5,7 +5,7 @@ import (
 	_ "unsafe" // go:linkname
 )
 
-// hitShards is how many padded cells the cache-hit counter has: one per P (runtime.procPin's
+// hitShards is how many padded cells a cache-hit counter has (the DB's and each table's): one per P (runtime.procPin's
 // id, modulo hitShards), so a hit increments a cache line only its own core writes. Sharded
 // by page instead, two cores incremented the same 16 lines at random and a hit moved one of
 // them between cores about every other time.
@@ -26,6 +26,8 @@ type paddedCounter struct {
 }
 
 type dbCounters struct {
+	// hits holds the lock-free hits of the tables dropped (retire); the live tables count
+	// their own (tableCounters), one increment per hit.
 	hits        [hitShards]paddedCounter
 	commits     atomic.Uint64
 	aborts      atomic.Uint64
@@ -38,20 +40,25 @@ type dbCounters struct {
 	renewFails  atomic.Uint64 // lease renewals that failed (renewLease)
 }
 
-// hit counts a cache hit in the current P's cell.
-func (c *dbCounters) hit() {
-	c.hits[procPin()%hitShards].n.Add(1)
-	procUnpin()
+// retire adds the lock-free hits of table t, being dropped, to the DB's (hits[0]): the
+// DB's RowHits are the sum of its tables' and of those dropped. Caller holds db.mu (as
+// Stats, which sums them). A hit counted on t after its drop is lost (a Get that raced the
+// drop).
+func (c *dbCounters) retire(t *tableState) {
+	c.hits[0].n.Add(t.cnt.fastHits())
 }
 
 // Stats are counters of a DB since Open.
 type Stats struct {
 	// RowHits counts single-row reads served by the lock-free fast path; PageMisses counts
-	// fetches from the store; RowsFetched the rows they brought.
+	// fetches from the store; RowsFetched the rows they brought. Table.Stats has them per
+	// table (a partition's: its hit rate).
 	RowHits, PageMisses, RowsFetched uint64
 	// Evictions counts frames evicted; CacheBytes is the cache's accounted memory now.
 	Evictions  uint64
 	CacheBytes int64
+	// PinnedBytes is what the table pins (Table.Pin) hold now, of PinBytes (Options.PinBytes).
+	PinnedBytes, PinBytes int64
 	// Commits, Aborts and Retries count transactions committed, failed validation, and
 	// retried by Update.
 	Commits, Aborts, Retries uint64
@@ -76,15 +83,22 @@ type Stats struct {
 // Stats returns the DB's counters.
 func (db *DB) Stats() Stats {
 	var hits uint64
+	db.mu.Lock()
 	for i := range db.stats.hits {
 		hits += db.stats.hits[i].n.Load()
 	}
+	for _, t := range db.byID {
+		hits += t.cnt.fastHits()
+	}
+	db.mu.Unlock()
 	s := Stats{
 		RowHits:         hits,
 		PageMisses:      db.cache.misses.Load(),
 		RowsFetched:     db.stats.rowsFetched.Load(),
 		Evictions:       db.cache.evictions.Load(),
 		CacheBytes:      db.cache.bytesUsed(),
+		PinnedBytes:     db.cache.pinnedBytes(),
+		PinBytes:        db.opts.PinBytes,
 		Commits:         db.stats.commits.Load(),
 		Aborts:          db.stats.aborts.Load(),
 		Retries:         db.stats.retries.Load(),

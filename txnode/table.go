@@ -106,7 +106,7 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		if state&refBit == 0 {
 			m.state.Or(refBit) // CLOCK's bit; not stored on every hit: cores reading one page share its line
 		}
-		db.stats.hit()
+		st.cnt.fastHit()
 		if db.opts.Durability == Durable && v1 > db.durableVer.Load() {
 			if err := db.waitDurable(ctx, v1); err != nil {
 				return err

@@ -250,6 +250,7 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) 
 	}
 	bit := uint64(1) << slot
 	versions, rows := frameWords(m, t.rowBytes)
+	fetched := false // a miss (counted by fetch), else a hit (t.cnt)
 	for {
 		v1 := atomic.LoadUint64(&versions[slot])
 		if v1&versionLock != 0 {
@@ -264,6 +265,7 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) 
 			if err := tx.db.fetch(tx.ctx, t, m, page, bit); err != nil {
 				return false, err
 			}
+			fetched = true
 			continue
 		}
 		present := m.present.Load()&bit != 0
@@ -282,6 +284,9 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) 
 		tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: v1})
 		tx.maxRead = max(tx.maxRead, v1)
 		tx.readsFrom = true
+		if !fetched {
+			t.cnt.txHit()
+		}
 		return present, ferr
 	}
 }

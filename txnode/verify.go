@@ -56,6 +56,9 @@ func (c *pageCache) verify() error {
 	if c.waitersHeldBytes < 0 || c.waitersHeld < 0 || (c.waitersHeld == 0) != (c.waitersHeldBytes == 0) {
 		return fmt.Errorf("waiters hold %d frames of %d bytes", c.waitersHeld, c.waitersHeldBytes)
 	}
+	if err := c.verifyPinsLocked(); err != nil {
+		return err
+	}
 	listed := make(map[int32]string)
 	for _, l := range []struct {
 		name string

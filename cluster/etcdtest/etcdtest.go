@@ -87,6 +87,16 @@ func (s *Server) Endpoints() []string { return []string{s.front.Endpoint()} }
 // across restarts).
 func (s *Server) Addr() string { return s.front.Addr() }
 
+// ServerEndpoints returns the server's own client URLs, not behind the proxy: a test's
+// observer that must keep reaching etcd while Cut takes it away from everyone else. They
+// change with no restart; Stop stops them too.
+func (s *Server) ServerEndpoints() []string { return []string{s.clientURL.String()} }
+
+// Cut takes the network between etcd and every client of Endpoints away (true: their
+// connections closed, new ones closed at once) or gives it back (false), with etcd running:
+// unlike Stop, the server goes on expiring the leases nobody can renew. Any goroutine.
+func (s *Server) Cut(cut bool) { s.front.Cut(cut) }
+
 func (s *Server) start() error {
 	cfg := embed.NewConfig()
 	cfg.Name = "weft-test"

@@ -3,17 +3,13 @@
 package fencetest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/cluster/proctest"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
@@ -68,9 +65,8 @@ func TestHelperFrozenTxnode(t *testing.T) {
 		return "other"
 	}
 	sess := db.Session()
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		cmd, arg, _ := strings.Cut(in.Text(), " ")
+	for line := range proctest.ChildInput() {
+		cmd, arg, _ := strings.Cut(line, " ")
 		n, _ := strconv.ParseUint(arg, 10, 64)
 		switch cmd {
 		case "insert", "winsert":
@@ -140,54 +136,12 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 	ti, err := srv.Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, storenode.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFrozenTxnode$", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), helperEnv+"="+etcd.Endpoints()[0]+"|"+addr)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	defer func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
-	lines := make(chan string, 8)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if l := sc.Text(); l == "ready" || strings.HasPrefix(l, "ok ") || strings.HasPrefix(l, "err ") {
-				lines <- l
-			}
-		}
-		close(lines)
-	}()
-	next := func() string {
-		t.Helper()
-		select {
-		case l, ok := <-lines:
-			require.True(t, ok, "the child exited")
-			return l
-		case <-ctx.Done():
-			t.Fatal("no answer from the child")
-			return ""
-		}
-	}
+	child := proctest.Start(t, proctest.Spec{Name: "frozen transaction node", Test: "TestHelperFrozenTxnode",
+		Env: []string{helperEnv + "=" + etcd.Endpoints()[0] + "|" + addr}, Ready: "ready"})
 	send := func(line string) string {
 		t.Helper()
-		_, err := io.WriteString(stdin, line+"\n")
-		require.NoError(t, err)
-		return next()
+		return child.Ask(ctx, line)
 	}
-	require.Equal(t, "ready", next())
 	h, ok, err := c.Owner(ctx, "acct", 0)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -203,7 +157,7 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 	_, err = fmt.Sscanf(send("winsert 7"), "ok %d", &id7)
 	require.NoError(t, err)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	child.Stop()
 	// Another node takes over: AcquireWait waits out the frozen node's lease, then the
 	// transaction node registers the new grant with the storage node before it writes.
 	sb := newSession(t, c, takerOwner, cluster.TTLMin)
@@ -225,7 +179,7 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 		Segments: []storenode.Segment{oneRow(ti.ID, id1, row(66))}})
 	require.ErrorIs(t, err, storenode.ErrFenced)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGCONT))
+	child.Cont()
 	r := send("flush")
 	require.True(t, strings.HasPrefix(r, "err "), "a resumed owner flushed a batch of the old grant: %s", r)
 	t.Logf("resumed owner's flush: %s", r)

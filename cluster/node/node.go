@@ -30,6 +30,10 @@ type Config struct {
 	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
 	// to. txnode.DefaultCacheBytes when zero.
 	CacheBytes int64
+	// PinBytes is what the pinned partitions (Table.Pin) may hold of each storage node's
+	// transaction node's cache (txnode.Options.PinBytes: half of CacheBytes when zero, at
+	// most three quarters of it, none when negative).
+	PinBytes int64
 	// Durability of every commit (txnode.Options.Durability; Durable by default), and
 	// WriteBack's flush period (txnode.Options.FlushInterval).
 	Durability    txnode.Durability
@@ -193,7 +197,7 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 		n.mu.Unlock()
 		sc.db, sc.err = txnode.Open(ctx, txnode.Options{
 			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
-			CacheBytes: n.cfg.CacheBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
+			CacheBytes: n.cfg.CacheBytes, PinBytes: n.cfg.PinBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
 			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
 			Grants: grants{n.sess}, Logger: n.log,
 		})

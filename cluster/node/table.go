@@ -243,7 +243,9 @@ func (t *Table) gone(p uint32, err error) bool {
 func (t *Table) drop(p uint32) {
 	pt := &t.parts[p]
 	pt.lost.Store(true)
-	pt.tb.Store(nil)
+	if tb := pt.tb.Swap(nil); tb != nil {
+		tb.Unpin() // its pages are no longer this node's to cache (pin.go)
+	}
 	t.unsetOwned(p)
 }
 

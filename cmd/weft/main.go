@@ -8,6 +8,7 @@
 //	weft --store 127.0.0.1:7070 stats
 //	weft verify data
 //	weft --store 127.0.0.1:7070 backup --out /backups/weft-2026-12-01
+//	weft cluster up --dir weft-cluster
 //
 // It reads as a client that owns no table: a storage node serves it durable rows only (a
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
@@ -24,6 +25,10 @@
 // wrong with expected and found) and a summary, and exits 0 when the store is intact (notes,
 // such as a torn WAL tail a crash left, do not count), 1 when it found damage, 3 when it could
 // not check (the store is open in a running process, not a store, unreadable), 2 on bad usage.
+//
+// cluster up runs a local cluster in this process until SIGINT or SIGTERM (cluster.go,
+// package cluster/local): an embedded etcd and N storage nodes on loopback under --dir,
+// printing the settings a game server needs (docs/cluster.md, "Running a local cluster").
 package main
 
 import (
@@ -37,11 +42,12 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -54,8 +60,8 @@ type command struct {
 }
 
 // untimed names the commands that run without --timeout unless it is given: verify reads a
-// whole store.
-var untimed = map[string]bool{"verify": true}
+// whole store, cluster up runs until a signal.
+var untimed = map[string]bool{"verify": true, "cluster": true}
 
 var commands = []command{
 	{"tables", "[--count]", "list the tables: id, name, row size, id high-water mark, rows", cmdTables},
@@ -64,6 +70,7 @@ var commands = []command{
 	{"stats", "", "print the store's counters", cmdStats},
 	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
 	{"backup", "--out DIR", "copy a running storage node (--store), commits going on, or a stopped store (--dir), into a new directory", cmdBackup},
+	{"cluster", "up [--dir DIR] [--storage-nodes N] [--sync none]", "run a local cluster (etcd and N storage nodes on loopback) until Ctrl-C or SIGTERM", cmdCluster},
 }
 
 // globals are the flags before the command.
@@ -80,6 +87,7 @@ var errUsage = errors.New("usage")
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: weft (--store ADDR | --dir DIR) COMMAND [ARGS]")
 	fmt.Fprintln(w, "       weft verify DIR")
+	fmt.Fprintln(w, "       weft cluster up [--dir DIR] [--storage-nodes N] [--sync none] [--etcd-port P] [--port P]")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-7s %-42s %s\n", c.name, c.args, c.help)

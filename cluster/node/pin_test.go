@@ -1,0 +1,84 @@
+package node_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// TestPinPartition: a game server pins the partition of its zone; reads of another partition
+// many times its cache leave it cached (no miss), and Stats tells each partition's hits,
+// misses, pin, ownership and storage node.
+func TestPinPartition(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	const rowBytes = 1024 // 64 KiB pages: the 1 MiB cache holds about 13
+	b := tc.open(t, 0xb, "game-b:7000")
+	tb, err := b.CreateTable(ctx, "zones", rowBytes, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tb.Own(ctx, 1))
+	var big []uint64
+	for range 32 { // 32 pages of partition 1
+		require.NoError(t, b.Update(ctx, func(tx *node.Tx) error {
+			big = big[:len(big)/64*64]
+			for range 64 {
+				id, err := tx.Insert(tb, make([]byte, rowBytes))
+				if err != nil {
+					return err
+				}
+				big = append(big, id)
+			}
+			return nil
+		}))
+	}
+	require.NoError(t, b.Close(ctx)) // gives partition 1 up
+
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.OpenTable(ctx, "zones")
+	require.NoError(t, err)
+	require.ErrorIs(t, ta.Pin(ctx, 0), node.ErrNotOwner)
+	require.NoError(t, ta.Own(ctx, 0))
+	var zone []uint64
+	for i := range 128 {
+		row := make([]byte, rowBytes)
+		row[0] = byte(i)
+		id, err := ta.Insert(ctx, row)
+		require.NoError(t, err)
+		require.Equal(t, uint32(0), ta.Partition(id))
+		zone = append(zone, id)
+	}
+	require.NoError(t, ta.Pin(ctx))
+	require.NoError(t, ta.Own(ctx, 1))
+	st := ta.Stats()
+	require.Len(t, st, 2)
+	require.Equal(t, tc.addrs[0], st[0].Node)
+	require.True(t, st[0].Owned)
+	require.True(t, st[0].Pinned)
+	require.Positive(t, st[0].PinnedPages)
+	require.False(t, st[1].Pinned)
+	pinned := a.StoreStats()[tc.addrs[0]].PinnedBytes
+	require.Equal(t, st[0].PinnedBytes, pinned)
+
+	buf := make([]byte, rowBytes)
+	for _, id := range big {
+		require.NoError(t, ta.Get(ctx, id, buf))
+	}
+	require.Greater(t, a.StoreStats()[tc.addrs[0]].Evictions, uint64(16), "partition 1 went through the cache")
+	before := ta.Stats()
+	for i, id := range zone {
+		require.NoError(t, ta.Get(ctx, id, buf))
+		require.Equal(t, byte(i), buf[0])
+	}
+	after := ta.Stats()
+	require.Equal(t, before[0].Misses, after[0].Misses, "a pinned partition's page was evicted")
+	require.Equal(t, before[0].Hits+uint64(len(zone)), after[0].Hits)
+	require.InDelta(t, float64(after[0].Hits)/float64(after[0].Hits+after[0].Misses), after[0].HitRate(), 1e-12)
+	require.Positive(t, after[1].Misses)
+	require.Less(t, after[1].HitRate(), 0.99)
+
+	ta.Unpin()
+	require.False(t, ta.Stats()[0].Pinned)
+	require.Zero(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+}
