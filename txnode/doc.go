@@ -31,6 +31,7 @@
 //	               table pins (Table.Pin: a table's or partition's pages held, within PinBytes)
 //	tablestats.go  per-table cache hits and misses (Table.Stats)
 //	typed.go       typed rows over a RowCodec
+//	prepare.go     two-phase commit's participant: Tx.Prepare, Prepared.Apply, DB.DecideTxn
 //	remotestore.go the remote store (TCP); the Store interface and the embedded store are
 //	               package txnode/store
 //
@@ -164,6 +165,22 @@
 // Waits: a call blocks only its own goroutine: on a cache miss (the store's round trip), on a
 // full cache (up to CacheWait), on a commit (Durable: until durable) and on a row whose commit
 // is not yet durable (Durable). Each such wait ends when the call's context does.
+//
+// # Two-phase commit (a coordinator's API)
+//
+// A coordinator over several storage nodes (package cluster/node) runs one Tx per DB (from
+// Begin) and commits them atomically (docs/cluster.md, "Two-phase commit"): Tx.Prepare
+// validates as Commit does and sends the write set as one TxnPrepare under the owner's next
+// seq (no batch after it is launched until it is answered; a refused prepare gives its seq
+// back), keeping the rows locked in this cache; DB.DecideTxn records the decision at the
+// primary; Prepared.Apply applies it at this DB's storage node and only then installs the
+// rows (commit, under a new commit version) or unlocks them (abort). A row locked so is
+// waited for by local readers and writers, within their contexts, and never seen before it
+// is installed; a transaction that read it before fails validation with ErrConflict, and a
+// Prepare that finds a row to write locked fails at once with ErrConflict (no waiting while
+// holding locks: two coordinators could deadlock). The locks do not survive this process:
+// after a crash the storage nodes' resolvers finish the transaction. Ordinary
+// single-store transactions are unchanged (one commit batch).
 //
 // # Concurrency rules
 //

@@ -110,6 +110,9 @@ type pipeline struct {
 	// once the batches in flight before it have.
 	unsentVer uint64
 	abandoned bool // close gave up on the batches in flight: they may never settle
+	// prepHold: a two-phase commit's prepare holds the owner's next seq (prepare.go): no
+	// batch is launched until the storage node answered it.
+	prepHold bool
 
 	kick     chan struct{}
 	flushReq chan struct{}
@@ -591,7 +594,7 @@ func (p *pipeline) sender() {
 		}
 		runtime.Gosched() // let concurrent commits join the batch
 		p.mu.Lock()
-		for p.open.nTx > 0 && len(p.inflight) < inflightMax && p.failErr == nil {
+		for p.open.nTx > 0 && len(p.inflight) < inflightMax && p.failErr == nil && !p.prepHold {
 			b := p.open
 			p.open = p.newBatchLocked()
 			p.launchLocked(b)
@@ -812,7 +815,7 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 		return cut
 	}
 	cost := batchCost(b)
-	for (len(p.inflight) >= inflightMax || p.flightBytes > 0 && p.flightBytes+cost > p.flightMax) && p.failErr == nil {
+	for (len(p.inflight) >= inflightMax || p.prepHold || p.flightBytes > 0 && p.flightBytes+cost > p.flightMax) && p.failErr == nil {
 		p.room.Wait()
 	}
 	if p.failErr != nil {

@@ -595,23 +595,7 @@ func (tx *Tx) commit() (commitWait, error) {
 		}
 		return commitWait{ver: tx.maxRead}, nil
 	}
-	slices.SortFunc(tx.writes, func(a, b writeRec) int {
-		if a.t.id != b.t.id {
-			return int(a.t.id) - int(b.t.id)
-		}
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
-	if tx.wIndex != nil {
-		for i, w := range tx.writes {
-			tx.wIndex[rowKey{w.t.id, w.id}] = int32(i)
-		}
-	}
+	tx.sortWrites()
 	// The lease once per table touched, read on the clock now: the tables written and the
 	// tables only read (reads of a table whose lease ran out since its first touch came from
 	// a cache another owner may have outdated; validation cannot see that).
@@ -636,23 +620,8 @@ func (tx *Tx) commit() (commitWait, error) {
 	// if another inserter bumped it meanwhile this one fails validation anyway, and a bump
 	// of its own would fail the other too. Two "insert if absent" transactions that bumped
 	// each other's epoch both aborted, and under contention kept doing so (a livelock).
-	for i := range tx.writes {
-		w := &tx.writes[i]
-		if w.insert && (len(tx.bumped) == 0 || tx.bumped[len(tx.bumped)-1] != w.t) {
-			if e, ok := tx.insEpochRead(w.t); ok {
-				if !w.t.insertEpoch.CompareAndSwap(e, e+1) {
-					tx.unlockAll()
-					db.stats.aborts.Add(1)
-					return commitWait{}, ErrConflict
-				}
-			} else {
-				w.t.insertEpoch.Add(1)
-			}
-			tx.bumped = append(tx.bumped, w.t)
-		}
-	}
-	if db.testHookBumped != nil && len(tx.bumped) > 0 {
-		db.testHookBumped(tx)
+	if err := tx.bumpInserts(); err != nil {
+		return commitWait{}, err
 	}
 	if !tx.validate() {
 		tx.unlockAll()
@@ -824,4 +793,45 @@ func (tx *Tx) Context() context.Context {
 		return context.Background()
 	}
 	return tx.ctx
+}
+
+// sortWriteRecs sorts a write set by table and id: the order rows are locked in.
+func sortWriteRecs(ws []writeRec) {
+	slices.SortFunc(ws, func(a, b writeRec) int {
+		if a.t.id != b.t.id {
+			return int(a.t.id) - int(b.t.id)
+		}
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+}
+
+// bumpInserts applies Silo's insert rule (see commit) with the write set locked: on
+// ErrConflict the rows are unlocked again.
+func (tx *Tx) bumpInserts() error {
+	db := tx.db
+	for i := range tx.writes {
+		w := &tx.writes[i]
+		if w.insert && (len(tx.bumped) == 0 || tx.bumped[len(tx.bumped)-1] != w.t) {
+			if e, ok := tx.insEpochRead(w.t); ok {
+				if !w.t.insertEpoch.CompareAndSwap(e, e+1) {
+					tx.unlockAll()
+					db.stats.aborts.Add(1)
+					return ErrConflict
+				}
+			} else {
+				w.t.insertEpoch.Add(1)
+			}
+			tx.bumped = append(tx.bumped, w.t)
+		}
+	}
+	if db.testHookBumped != nil && len(tx.bumped) > 0 {
+		db.testHookBumped(tx)
+	}
+	return nil
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// crossNode switches the bank's pairs to accounts on any two storage nodes: on once
+// crossNode switches the bank's pairs to accounts on any two storage nodes: on, now that
 // node.Update commits across storage nodes (two-phase commit); off, both accounts of a
 // transfer are on one storage node (clustertest.BankPairs).
-const crossNode = false
+const crossNode = true
 
 // A bank over 3 storage-node processes and 2 cluster-node processes, accounts in every
 // partition, each transfer one transaction with its log row, while storage nodes are killed

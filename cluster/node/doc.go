@@ -8,7 +8,7 @@
 //	t, _ := n.CreateTable(ctx, "acct", 64, 12, 1, storageNodes) // or n.OpenTable(ctx, "acct")
 //	t.Own(ctx, 0, 2, 4)                                         // write ownership, per partition
 //	id, _ := t.Insert(ctx, row)                                 // into an owned partition
-//	n.Update(ctx, func(tx *node.Tx) error { ... })              // rows on one storage node
+//	n.Update(ctx, func(tx *node.Tx) error { ... })              // rows on any storage nodes
 //
 // # Routing
 //
@@ -23,10 +23,18 @@
 //
 // # Transactions
 //
-// Node.Update runs a transaction over rows of owned partitions on one storage node: one
-// txnode transaction, one commit batch, atomic and serializable as on a single node. A read
-// of a partition this node does not own inside it fails with ErrNotOwner; rows on two storage
-// nodes with ErrCrossNode (two-phase commit comes next).
+// Node.Update runs a transaction over rows of owned partitions on any storage nodes,
+// atomic and serializable. fn runs once per attempt; a txnode transaction is begun on each
+// storage node when fn first touches a row there. One storage node: one commit batch, as on
+// a single node. Several: two-phase commit (coord.go; docs/cluster.md, "What the coordinator
+// must do"): every written part prepared (rows locked in this node's cache too), every part's
+// reads validated with all writes locked, the session checked, the decision recorded at the
+// primary (the storage node of the first part written), then applied everywhere. Update
+// returns nil only once the primary recorded commit; txnode.ErrUnknownOutcome when the
+// answer was not learned before ctx ended (the transaction is finished in the background
+// until Close, and by the storage nodes' resolvers anyway). Node.View validates each storage
+// node's reads after fn: serializable across storage nodes. A read of a partition this node
+// does not own inside either fails with ErrNotOwner.
 //
 // # Ownership
 //

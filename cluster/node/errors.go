@@ -26,10 +26,6 @@ var (
 	// to a partition this node does not own. The error is a *NotOwnerError naming the holder
 	// (its address, where the game routes the request), when there is one.
 	ErrNotOwner = errors.New("node: partition not owned by this node")
-	// ErrCrossNode is returned by a transaction that touches rows of partitions on two
-	// storage nodes: today a transaction commits on one storage node, as one batch. Atomic
-	// commits over several storage nodes come with two-phase commit (docs/cluster.md).
-	ErrCrossNode = errors.New("node: transaction spans storage nodes")
 )
 
 // NotOwnerError is ErrNotOwner with the partition and its holder as etcd has it (a

@@ -27,8 +27,8 @@ import (
 // moveKillEnv carries "etcd endpoint|table|target|step|owner id" to TestHelperMover.
 const moveKillEnv = "WEFT_MOVE_KILL_HELPER"
 
-// storeHelperEnv carries "etcd endpoint|dir|listen address" to TestHelperMoveStore.
-const storeHelperEnv = "WEFT_MOVE_STORE_HELPER"
+// moveStoreHelperEnv carries "etcd endpoint|dir|listen address" to TestHelperMoveStore.
+const moveStoreHelperEnv = "WEFT_MOVE_STORE_HELPER"
 
 // TestHelperMover is the child of TestMoveKilledAtEachStep (it does nothing unless started
 // by it): a cluster node that moves partition 0 of the table to the target and kills itself
@@ -65,7 +65,7 @@ func TestHelperMover(t *testing.T) {
 // time), verifying grants in etcd, prints its address and serves until killed or its stdin
 // closes.
 func TestHelperMoveStore(t *testing.T) {
-	spec := os.Getenv(storeHelperEnv)
+	spec := os.Getenv(moveStoreHelperEnv)
 	if spec == "" {
 		t.Skip("helper process only")
 	}
@@ -162,12 +162,12 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 	tc := startCluster(t, 1) // the target, in process
 	endpoint := tc.etcd.Endpoints()[0]
 	srcDir := t.TempDir()
-	store := startChild(t, "TestHelperMoveStore", storeHelperEnv+"="+endpoint+"|"+srcDir+"|127.0.0.1:0")
+	store := startChild(t, "TestHelperMoveStore", moveStoreHelperEnv+"="+endpoint+"|"+srcDir+"|127.0.0.1:0")
 	addr := strings.TrimPrefix(store.line(t, ctx, "addr "), "addr ")
 	require.NotEmpty(t, addr, "the storage node child started")
 	restartStore := func() {
 		store.kill9()
-		store = startChild(t, "TestHelperMoveStore", storeHelperEnv+"="+endpoint+"|"+srcDir+"|"+addr)
+		store = startChild(t, "TestHelperMoveStore", moveStoreHelperEnv+"="+endpoint+"|"+srcDir+"|"+addr)
 		require.Equal(t, "addr "+addr, store.line(t, ctx, "addr "), "restarted on its address")
 	}
 	target := tc.addrs[0]

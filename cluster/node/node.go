@@ -70,6 +70,14 @@ type Node struct {
 	closed bool
 	dbs    map[string]*storeConn // by storage node address
 	tables map[string]*Table     // by name
+
+	// Two-phase commits (coord.go): txnSeq numbers this node's transactions; bg is the
+	// context of the ones finished in the background (finishing), which Close cancels and
+	// waits for before it closes the transaction nodes.
+	txnSeq    atomic.Uint64
+	bg        context.Context
+	bgCancel  context.CancelFunc
+	finishing sync.WaitGroup
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db
@@ -103,7 +111,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		c.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	return &Node{cfg: cfg, c: c, sess: s, log: cfg.Logger,
+	bg, cancel := context.WithCancel(context.Background())
+	return &Node{cfg: cfg, c: c, sess: s, log: cfg.Logger, bg: bg, bgCancel: cancel,
 		dbs: make(map[string]*storeConn), tables: make(map[string]*Table)}, nil
 }
 
@@ -114,8 +123,9 @@ func (n *Node) Session() *cluster.Session { return n.sess }
 // Client returns the node's etcd client.
 func (n *Node) Client() *cluster.Client { return n.c }
 
-// Close flushes and closes every storage node's transaction node (releasing the partitions
-// owned there), then ends the session and the etcd connection. It is idempotent; it waits
+// Close stops finishing the two-phase commits left to the background (the storage nodes'
+// resolvers finish them), flushes and closes every storage node's transaction node
+// (releasing the partitions owned there), then ends the session and the etcd connection. It is idempotent; it waits
 // only as long as ctx allows (txnode.DB.Close).
 func (n *Node) Close(ctx context.Context) error {
 	n.mu.Lock()
@@ -128,6 +138,10 @@ func (n *Node) Close(ctx context.Context) error {
 	conns := n.dbs
 	n.dbs = nil
 	n.mu.Unlock()
+	// Two-phase commits still finishing in the background give up (their parts are
+	// abandoned: the storage nodes' resolvers finish them) before their DBs close.
+	n.bgCancel()
+	n.finishing.Wait()
 	var errs []error
 	for addr, sc := range conns {
 		select {

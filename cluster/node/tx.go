@@ -4,33 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
 )
 
-// Tx is a transaction over the partitions this node owns on one storage node (Node.Update,
-// read-write; Node.View, read-only). Every row it touches must be in a partition this node owns (a read of any
-// other is ErrNotOwner too: serializability cannot be kept over rows another node may be
-// changing), all on one storage node (ErrCrossNode otherwise). It is valid only while its
-// closure runs, on the closure's goroutine.
+// Tx is a transaction over the partitions this node owns, on any number of storage nodes
+// (Node.Update, read-write; Node.View, read-only). Every row it touches must be in a
+// partition this node owns (a read of any other is ErrNotOwner too: serializability cannot be
+// kept over rows another node may be changing). It is valid only while its closure runs, on
+// the closure's goroutine.
 type Tx struct {
-	n   *Node
-	ctx context.Context
-	// probe: the run that only finds the storage node (see Node.Update); every access
-	// after the first returns errBind.
-	probe bool
-	addr  string     // the storage node, once known
-	db    *txnode.DB // its transaction node
-	tx    *txnode.Tx // nil in the probe
-	// err is the first routing failure (ErrNotOwner, ErrCrossNode, errBind): every later
-	// access returns it, and Update returns it whatever the closure does with it.
+	n        *Node
+	ctx      context.Context
+	writable bool
+	// parts are the storage nodes touched, in the order of first touch: each one's
+	// transaction node transaction, begun when the first row there is touched.
+	parts []*txPart
+	// writers are the parts written, in the order of their first write: participant i of a
+	// two-phase commit is writers[i], the primary writers[0].
+	writers []*txPart
+	// err is the first routing failure (ErrNotOwner, ...): every later access returns it,
+	// and Update returns it whatever the closure does with it.
 	err  error
 	done bool
 	// touched lists the partitions the transaction routed to (the commit's lost grant is
 	// told by them).
 	touched []touch
+}
+
+// txPart is the transaction's part on one storage node.
+type txPart struct {
+	addr  string
+	db    *txnode.DB
+	tx    *txnode.Tx
+	wrote bool
 }
 
 // touch is one partition a transaction routed to.
@@ -39,67 +50,111 @@ type touch struct {
 	p uint32
 }
 
-// errBind ends the probe run: the transaction's storage node is known.
-var errBind = errors.New("node: transaction bound to its storage node (internal)")
-
-// Update runs fn in a read-write transaction on one storage node and commits it as one
-// txnode transaction (one commit batch: atomic, serializable), retrying on conflict as
-// txnode.DB.Update does: fn may run more than once and must have no other effects.
+// Update runs fn in a read-write transaction over owned partitions on any storage nodes and
+// commits it atomically, retrying on conflict (up to txnode.DefaultMaxRetries times): fn may
+// run more than once and must have no other effects. fn runs once per attempt; each storage
+// node's transaction node transaction is begun when fn first touches a row there.
 //
-// The storage node is the one of the first row fn touches (or, for a first Insert, of the
-// partition it goes to): to learn it, fn first runs up to that access, which returns an
-// internal error (whatever fn does with it, that run is discarded), then runs again inside
-// the storage node's transaction (a panic of fn in that first run, once the storage node is
-// known, is dropped: fn runs again). A row of a partition this node does not own is a
-// *NotOwnerError; one on another storage node is ErrCrossNode; Update returns that error
-// even if fn did not. A grant lost before the commit (txnode checks every touched
-// partition's grant again then) fails the commit with a *NotOwnerError too. Atomic
-// transactions over several storage nodes come with two-phase commit (docs/cluster.md).
+// Rows on one storage node commit as one txnode transaction (one commit batch). Rows written
+// on several, or written on one and read on others, commit with two-phase commit
+// (docs/cluster.md, "Two-phase commit"): nil is returned only once the primary recorded the
+// commit; an error wrapping txnode.ErrUnknownOutcome when that could not be learned before
+// ctx ended (the storage nodes' resolvers, and this node in the background until Close,
+// finish the transaction either way: all of it or none). A row of a partition this node does
+// not own is a *NotOwnerError; Update returns that error even if fn did not. A grant lost
+// before the commit (txnode checks every touched partition's grant again then) fails the
+// commit with a *NotOwnerError too. A panic in fn rolls the attempt back and goes on up.
+//
+// Unlike txnode.DB.Update, each storage node's part is a manual transaction (DB.Begin): one
+// that needs a page while the cache is full and it holds others fails with
+// txnode.ErrCacheFull (it is not parked for the cache turn), and fn's own error is returned
+// without waiting for what fn read to be durable.
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, true, fn)
 }
 
-// View runs fn in a read-only transaction on one storage node, as Update does (a write in
-// it is txnode.ErrReadOnly): its reads of owned partitions are validated at the end, so they
-// are one consistent state. A partition this node does not own is ErrNotOwner in it too
-// (Table.Get reads such a row outside any transaction, from its durable rows).
+// View runs fn in a read-only transaction, as Update does (a write in it is
+// txnode.ErrReadOnly): each storage node's reads are validated once fn returned, so all of
+// them held at one moment: serializable across storage nodes (every read precedes every
+// validation, and a row a two-phase commit changes stays locked from its prepare until it is
+// installed, so a validation fails across it). A partition this node does not own is
+// ErrNotOwner in it too (Table.Get reads such a row outside any transaction, from its
+// durable rows).
 func (n *Node) View(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, false, fn)
 }
 
 func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) error {
-	if err := n.closedErr(); err != nil {
-		return err
-	}
-	probe := &Tx{n: n, ctx: ctx, probe: true}
-	err := probeRun(probe, fn)
-	switch {
-	case probe.err == nil:
-		return err // fn touched no row: nothing to commit
-	case probe.err != errBind:
-		return probe.err
-	}
-	db := probe.db
-	var last *Tx
-	body := func(t *txnode.Tx) error {
-		tx := &Tx{n: n, ctx: ctx, addr: probe.addr, db: db, tx: t}
-		last = tx
-		err := fn(tx)
+	for attempt := 0; ; attempt++ {
+		if err := n.closedErr(); err != nil {
+			return err
+		}
+		tx := &Tx{n: n, ctx: ctx, writable: writable}
+		err := runBody(tx, fn)
 		tx.done = true
 		if tx.err != nil {
-			return tx.err
+			err = tx.err
 		}
-		return err
+		if err != nil {
+			// fn's own error may rest on reads a concurrent commit changed (they are no
+			// snapshot): then it runs again, as for a conflict.
+			conflict := tx.anyConflict()
+			tx.rollback()
+			if conflict && attempt < txnode.DefaultMaxRetries {
+				continue
+			}
+			return n.after(tx.mapLost(err))
+		}
+		err = tx.commit()
+		if errors.Is(err, txnode.ErrConflict) && attempt < txnode.DefaultMaxRetries {
+			if len(tx.writers) > 0 && len(tx.parts) > 1 && attempt > 0 {
+				// Two-phase commits whose prepares collided (each holding rows the other
+				// wants) would collide again if both ran again at once: a random pause,
+				// growing with the attempts (at most conflictPauseMax).
+				pause(ctx, conflictPause(attempt))
+			}
+			continue
+		}
+		return n.after(tx.mapLost(err))
 	}
-	if !writable {
-		err = db.View(ctx, body)
-	} else {
-		err = db.Update(ctx, body)
+}
+
+// runBody runs fn; a panic rolls every part back and goes on up.
+func runBody(tx *Tx, fn func(*Tx) error) error {
+	ok := false
+	defer func() {
+		if !ok {
+			tx.done = true
+			tx.rollback()
+		}
+	}()
+	err := fn(tx)
+	ok = true
+	return err
+}
+
+// anyConflict reports whether a part's reads changed (the closure's error may come from it).
+func (tx *Tx) anyConflict() bool {
+	for _, pt := range tx.parts {
+		if errors.Is(pt.tx.Validate(), txnode.ErrConflict) {
+			return true
+		}
 	}
-	if isLost(err) && last != nil && !errors.Is(err, ErrNotOwner) {
-		err = last.lostAtCommit(err)
+	return false
+}
+
+func (tx *Tx) rollback() {
+	for _, pt := range tx.parts {
+		pt.tx.Rollback()
 	}
-	return n.after(err)
+}
+
+// mapLost maps a lost grant the commit found to the partition's *NotOwnerError.
+func (tx *Tx) mapLost(err error) error {
+	if isLost(err) && !errors.Is(err, ErrNotOwner) {
+		return tx.lostAtCommit(err)
+	}
+	return err
 }
 
 // lostAtCommit maps a lost grant the commit found (txnode checks every touched table's grant
@@ -114,59 +169,82 @@ func (tx *Tx) lostAtCommit(err error) error {
 	return err
 }
 
-// probeRun runs fn in the probe. A panic after the probe bound the transaction (fn panicked
-// on the internal error, or on what followed from it) is dropped: the run is discarded
-// anyway, and the real run reproduces any panic of fn's own. Any other goes on up.
-func probeRun(probe *Tx, fn func(*Tx) error) (err error) {
-	defer func() {
-		probe.done = true
-		if r := recover(); r != nil {
-			if probe.err != errBind {
-				panic(r)
+// commit commits the parts: nothing touched, nothing to do; one storage node, its one-batch
+// Commit; else the read-only parts validated and the written ones by two-phase commit.
+func (tx *Tx) commit() error {
+	switch {
+	case len(tx.parts) == 0:
+		return nil
+	case len(tx.parts) == 1:
+		return tx.parts[0].tx.Commit()
+	case len(tx.writers) == 0:
+		for i, pt := range tx.parts {
+			if err := pt.tx.Commit(); err != nil {
+				for _, rest := range tx.parts[i+1:] {
+					rest.tx.Rollback()
+				}
+				return err
 			}
-			err = nil
 		}
-	}()
-	return fn(probe)
+		return nil
+	}
+	return tx.n.twoPhase(tx)
 }
 
-// route returns the owned table of partition p of t for this transaction, or the error.
-func (tx *Tx) route(t *Table, p uint32) (*txnode.Table, error) {
+// route returns the owned table of partition p of t and the transaction of its storage
+// node (begun on first use), or the error.
+func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, error) {
 	if tx.done {
-		return nil, txnode.ErrTxDone
+		return nil, nil, txnode.ErrTxDone
 	}
 	if tx.err != nil {
-		return nil, tx.err
+		return nil, nil, tx.err
 	}
 	if t.n != tx.n {
 		tx.err = fmt.Errorf("node: %w: table %q was opened by another Node than the transaction's", cluster.ErrInvalid, t.m.Name)
-		return nil, tx.err
+		return nil, nil, tx.err
 	}
 	pt := &t.parts[p]
 	tb := pt.tb.Load()
 	if tb == nil {
 		tx.err = t.notOwner(tx.ctx, p)
-		return nil, tx.err
+		return nil, nil, tx.err
 	}
-	if tx.probe {
-		db, err := t.n.db(tx.ctx, pt.addr)
+	var part *txPart
+	for _, x := range tx.parts {
+		if x.addr == pt.addr {
+			part = x
+			break
+		}
+	}
+	if part == nil {
+		db, err := tx.n.db(tx.ctx, pt.addr)
+		if err == nil && len(tx.parts) >= maxParticipants {
+			err = fmt.Errorf("node: %w: a transaction spans at most %d storage nodes", cluster.ErrInvalid, maxParticipants)
+		}
+		var ttx *txnode.Tx
+		if err == nil {
+			ttx, err = db.Begin(tx.ctx, tx.writable)
+		}
 		if err != nil {
 			tx.err = err
-			return nil, err
+			return nil, nil, err
 		}
-		tx.addr, tx.db, tx.err = pt.addr, db, errBind
-		return nil, errBind
+		part = &txPart{addr: pt.addr, db: db, tx: ttx}
+		tx.parts = append(tx.parts, part)
 	}
-	if pt.addr != tx.addr {
-		tx.err = fmt.Errorf("%w: table %q partition %d is on storage node %s, the transaction's rows on %s",
-			ErrCrossNode, t.m.Name, p, pt.addr, tx.addr)
-		return nil, tx.err
+	if write && tx.writable && !part.wrote {
+		part.wrote = true
+		tx.writers = append(tx.writers, part)
 	}
 	if !slices.Contains(tx.touched, touch{t, p}) {
 		tx.touched = append(tx.touched, touch{t, p})
 	}
-	return tb, nil
+	return part.tx, tb, nil
 }
+
+// maxParticipants is the two-phase commit's bound on participants (sgio.TxnParticipantsMax).
+const maxParticipants = 64
 
 // failed maps an error of the storage node's transaction: a lost grant becomes a
 // *NotOwnerError (and the partition is forgotten as owned), kept as the transaction's error.
@@ -181,48 +259,45 @@ func (tx *Tx) failed(t *Table, p uint32, err error) error {
 // Get copies row id of t into dst; it sees the transaction's own writes.
 func (tx *Tx) Get(t *Table, id uint64, dst []byte) error {
 	p := t.m.Layout.Of(id)
-	tb, err := tx.route(t, p)
+	ttx, tb, err := tx.route(t, p, false)
 	if err != nil {
 		return err
 	}
-	return tx.failed(t, p, tx.tx.Get(tb, id, dst))
+	return tx.failed(t, p, ttx.Get(tb, id, dst))
 }
 
 // Update calls fn with a copy of row id of t and writes what fn leaves in it.
 func (tx *Tx) Update(t *Table, id uint64, fn func(row []byte) error) error {
 	p := t.m.Layout.Of(id)
-	tb, err := tx.route(t, p)
+	ttx, tb, err := tx.route(t, p, true)
 	if err != nil {
 		return err
 	}
-	return tx.failed(t, p, tx.tx.Update(tb, id, fn))
+	return tx.failed(t, p, ttx.Update(tb, id, fn))
 }
 
 // Put replaces row id of t.
 func (tx *Tx) Put(t *Table, id uint64, row []byte) error {
 	p := t.m.Layout.Of(id)
-	tb, err := tx.route(t, p)
+	ttx, tb, err := tx.route(t, p, true)
 	if err != nil {
 		return err
 	}
-	return tx.failed(t, p, tx.tx.Put(tb, id, row))
+	return tx.failed(t, p, ttx.Put(tb, id, row))
 }
 
 // Delete deletes row id of t.
 func (tx *Tx) Delete(t *Table, id uint64) error {
 	p := t.m.Layout.Of(id)
-	tb, err := tx.route(t, p)
+	ttx, tb, err := tx.route(t, p, true)
 	if err != nil {
 		return err
 	}
-	return tx.failed(t, p, tx.tx.Delete(tb, id))
+	return tx.failed(t, p, ttx.Delete(tb, id))
 }
 
-// Insert adds a row to t in a partition this node owns on the transaction's storage node
-// (round robin over them), and returns its id. As the transaction's first access it picks
-// among every owned partition (round robin), and so the storage node. ErrNotOwner when this
-// node owns no partition of t; ErrCrossNode when it owns none on the transaction's storage
-// node.
+// Insert adds a row to t in a partition this node owns (round robin over them, whatever
+// their storage nodes) and returns its id. ErrNotOwner when this node owns no partition of t.
 func (tx *Tx) Insert(t *Table, row []byte) (uint64, error) {
 	if tx.done {
 		return 0, txnode.ErrTxDone
@@ -239,19 +314,19 @@ func (tx *Tx) Insert(t *Table, row []byte) (uint64, error) {
 		tx.err = fmt.Errorf("%w: this node owns no partition of table %q", ErrNotOwner, t.m.Name)
 		return 0, tx.err
 	}
-	start := t.rr.Add(1)
-	for i := range uint64(len(owned)) {
-		p := owned[(start+i)%uint64(len(owned))]
-		if !tx.probe && t.parts[p].addr != tx.addr {
-			continue
-		}
-		tb, err := tx.route(t, p)
-		if err != nil {
-			return 0, err
-		}
-		id, err := tx.tx.Insert(tb, row)
-		return id, tx.failed(t, p, err)
+	p := owned[t.rr.Add(1)%uint64(len(owned))]
+	ttx, tb, err := tx.route(t, p, true)
+	if err != nil {
+		return 0, err
 	}
-	tx.err = fmt.Errorf("%w: this node owns no partition of table %q on storage node %s", ErrCrossNode, t.m.Name, tx.addr)
-	return 0, tx.err
+	id, err := ttx.Insert(tb, row)
+	return id, tx.failed(t, p, err)
+}
+
+// conflictPauseMax bounds the pause before a two-phase commit runs again after a conflict.
+const conflictPauseMax = 5 * time.Millisecond
+
+// conflictPause is a random pause in [0, min(attempt * 200µs, conflictPauseMax)).
+func conflictPause(attempt int) time.Duration {
+	return rand.N(min(time.Duration(attempt)*200*time.Microsecond, conflictPauseMax))
 }

@@ -1,0 +1,301 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/weftdb/weft/txnode"
+)
+
+// The two-phase commit's coordinator (docs/cluster.md, "What the coordinator must do"):
+//
+//  1. The transaction id is the session's lease id and a counter of this node (unique in the
+//     cluster: a lease id is never handed out twice by one etcd cluster); the participants
+//     are the parts written, numbered 0..n-1 in the order of their first write; participant 0
+//     is the primary. The session is checked before anything is sent.
+//  2. Every participant is prepared (in parallel, one goroutine each, n <= 64), under the
+//     session's lease id, each batch fenced by its tables' epochs. Any refusal (or a prepare
+//     whose answer never came): abort recorded at the primary, abort applied to every part
+//     that was or may have been prepared, the transaction failed (ErrConflict: run again).
+//  3. All prepared: every part's reads validated again, and the read-only parts' too (all
+//     writes locked: serializable across storage nodes), the session checked (never decide
+//     past the lease's deadline), then Decide(commit) at the primary. Its answer is the
+//     outcome; a lost answer is asked again with the SAME decision (never another one); an
+//     abort recorded (a resolver's, after the lease was gone) fails the transaction.
+//  4. The decision applied to every participant (in parallel), each retried until answered;
+//     each part's rows stay locked in this node's cache until its storage node answered,
+//     then take the committed values (txnode.Prepared.Apply).
+//  5. Whatever ctx does after the decision was sent, the transaction is finished in the
+//     background (the same Decide resent until answered, then the Applies) until Close; the
+//     storage nodes' resolvers finish it anyway (once the lease is gone, or at once when the
+//     decision is recorded).
+
+// coordHook, when set by a test (before any transaction), is called at each step of the
+// protocol: "prepared" (i: how many prepares answered so far), "prepared-all", "decided",
+// "applied" (i: how many applies answered so far).
+var coordHook func(step string, i int)
+
+// coordSerialPrepares, when set by a test, prepares the participants one after another, in
+// their order, instead of in parallel: a test can then act between two prepares.
+var coordSerialPrepares bool
+
+func hook(step string, i int) {
+	if h := coordHook; h != nil {
+		h(step, i)
+	}
+}
+
+// coordRetry is the pause before a Decide or Apply is sent again after an answer that was
+// neither the outcome nor the end of the context (the storage node busy, etcd unreachable at
+// the primary's lease check).
+const coordRetry = 20 * time.Millisecond
+
+// txnID returns a transaction id unique in the cluster: the session's lease id, then this
+// node's counter.
+func (n *Node) txnID() [16]byte {
+	var id [16]byte
+	binary.BigEndian.PutUint64(id[:8], uint64(n.sess.Lease()))
+	binary.BigEndian.PutUint64(id[8:], n.txnSeq.Add(1))
+	return id
+}
+
+// twoPhase commits tx's parts atomically (steps 1..4 above).
+func (n *Node) twoPhase(tx *Tx) error {
+	ctx := tx.ctx
+	var readers []*txPart
+	for _, pt := range tx.parts {
+		if !pt.wrote {
+			readers = append(readers, pt)
+		}
+	}
+	rollbackReaders := func() {
+		for _, pt := range readers {
+			pt.tx.Rollback()
+		}
+	}
+	if err := n.sess.Check(); err != nil {
+		tx.rollback()
+		return fmt.Errorf("node: two-phase commit: the session: %w", err)
+	}
+	c := &coordTxn{n: n, id: n.txnID(), lease: n.sess.Lease(), primary: tx.writers[0].db, count: len(tx.writers)}
+	primaryAddr := tx.writers[0].addr
+	c.prepared = make([]*txnode.Prepared, len(tx.writers))
+	errs := make([]error, len(tx.writers))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answered := 0
+	for i, w := range tx.writers {
+		info := txnode.TxnInfo{ID: c.id, Lease: c.lease, Index: uint16(i)}
+		if i > 0 {
+			info.Primary = primaryAddr
+		}
+		prep := func() {
+			c.prepared[i], errs[i] = w.tx.Prepare(info)
+			mu.Lock()
+			answered++
+			k := answered
+			mu.Unlock()
+			hook("prepared", k)
+		}
+		if coordSerialPrepares {
+			prep()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prep()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		rollbackReaders()
+		c.abort(ctx)
+		if allConflicts(errs) {
+			return txnode.ErrConflict
+		}
+		return fmt.Errorf("node: two-phase commit %x: prepare: %w", c.id, err)
+	}
+	// Every write is locked: validate every read now.
+	for _, p := range c.prepared {
+		if err := p.Validate(); err != nil {
+			rollbackReaders()
+			c.abort(ctx)
+			return err
+		}
+	}
+	for i, pt := range readers {
+		if err := pt.tx.Commit(); err != nil {
+			for _, rest := range readers[i+1:] {
+				rest.tx.Rollback()
+			}
+			c.abort(ctx)
+			return err
+		}
+	}
+	hook("prepared-all", len(c.prepared))
+	if err := n.sess.Check(); err != nil {
+		c.abort(ctx)
+		return fmt.Errorf("node: two-phase commit %x: the session before the decision: %w", c.id, err)
+	}
+	d, err := c.decide(ctx)
+	if err != nil {
+		return err
+	}
+	hook("decided", 0)
+	if d == txnode.DecisionAbort {
+		c.apply(ctx, txnode.DecisionAbort)
+		return fmt.Errorf("node: two-phase commit %x: the primary recorded abort (the session's lease ended): %w", c.id, txnode.ErrTxnDecided)
+	}
+	c.apply(ctx, txnode.DecisionCommit)
+	return nil
+}
+
+// coordTxn is one two-phase commit in progress.
+type coordTxn struct {
+	n        *Node
+	id       [16]byte
+	lease    int64
+	primary  *txnode.DB
+	count    int
+	prepared []*txnode.Prepared // nil where not prepared (refused)
+}
+
+func allConflicts(errs []error) bool {
+	any := false
+	for _, err := range errs {
+		if err != nil {
+			if !errors.Is(err, txnode.ErrConflict) {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// decide sends Decide(commit) to the primary until it answers: DecisionCommit (recorded),
+// DecisionAbort (abort was recorded), or, when ctx ends first, an error wrapping
+// txnode.ErrUnknownOutcome (the transaction is then finished in the background).
+func (c *coordTxn) decide(ctx context.Context) (txnode.Decision, error) {
+	for {
+		err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionCommit, c.count)
+		switch {
+		case err == nil:
+			return txnode.DecisionCommit, nil
+		case errors.Is(err, txnode.ErrTxnDecided):
+			return txnode.DecisionAbort, nil
+		case ctx.Err() != nil || c.n.closedErr() != nil:
+			c.n.finishLater(c, txnode.DecisionNone)
+			return 0, fmt.Errorf("node: two-phase commit %x: %w: the decision sent, its answer not received (%w)", c.id, txnode.ErrUnknownOutcome, err)
+		}
+		if !pause(ctx, coordRetry) {
+			continue // the next DecideTxn sees ctx ended
+		}
+	}
+}
+
+// abort records abort at the primary and applies it to every part that was (or may have
+// been) prepared; what ctx leaves undone is finished in the background.
+func (c *coordTxn) abort(ctx context.Context) {
+	// The primary's record makes a resolver's Ask answer at once; a failure here is no
+	// matter (nothing else is ever decided for the transaction: its resolvers record abort
+	// once the lease is gone).
+	_ = c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionAbort, c.count)
+	c.apply(ctx, txnode.DecisionAbort)
+}
+
+// apply applies d to every prepared part, in parallel, each retried until answered or ctx
+// ends; the rest is finished in the background.
+func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	answered := 0
+	left := false
+	for i, p := range c.prepared {
+		if p == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				err := p.Apply(ctx, d)
+				if err == nil || errors.Is(err, txnode.ErrTxnDecided) || errors.Is(err, txnode.ErrTxDone) {
+					c.prepared[i] = nil
+					mu.Lock()
+					answered++
+					k := answered
+					mu.Unlock()
+					hook("applied", k)
+					return
+				}
+				if ctx.Err() != nil || !pause(ctx, coordRetry) {
+					mu.Lock()
+					left = true
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if left {
+		c.n.finishLater(c, d)
+	}
+}
+
+// pause waits d or until ctx ends; it reports whether d passed.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// finishLater finishes c in the background, under the Node's context (Close ends it): the
+// same Decide(commit) until answered when d is DecisionNone, then the decision applied to
+// every part left. A part left when Close comes is abandoned (its rows dropped from the
+// cache): its storage node's resolver finishes it.
+func (n *Node) finishLater(c *coordTxn, d txnode.Decision) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		c.abandon()
+		return
+	}
+	n.finishing.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.finishing.Done()
+		ctx := n.bg
+		if d == txnode.DecisionNone {
+			var err error
+			if d, err = c.decide(ctx); err != nil {
+				return // decide handed it on again, or the Node is closing: abandoned there
+			}
+		}
+		c.apply(ctx, d)
+		if ctx.Err() != nil {
+			c.abandon()
+		}
+	}()
+}
+
+// abandon gives up every part left (the Node is closing).
+func (c *coordTxn) abandon() {
+	for i, p := range c.prepared {
+		if p != nil {
+			p.Abandon()
+			c.prepared[i] = nil
+		}
+	}
+}

@@ -1,0 +1,38 @@
+package txnode
+
+import (
+	"context"
+
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/txnode/store"
+)
+
+// The remote store's two-phase commit calls (store.TxnStore). Each is retried on a new
+// connection when the connection broke: a prepare sent again is deduplicated by its seq (the
+// same bytes answer its LSN), a decision sent again is the same compare-and-set, an apply is
+// idempotent.
+
+func (s *remoteStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+	b := p.Batch
+	m := &sgio.TxnPrepare{Txn: p.Txn, Lease: p.Lease, Index: p.Index, Primary: p.Primary,
+		Commit: sgio.Commit{Owner: b.Owner, Seq: b.Seq}}
+	for _, f := range b.Fences {
+		m.Commit.Fences = append(m.Commit.Fences, sgio.Fence{Table: f.Table, Epoch: f.Epoch})
+	}
+	for _, g := range b.Segments {
+		m.Commit.Segments = append(m.Commit.Segments, sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows})
+	}
+	var ack sgio.CommitAck
+	err := s.call(ctx, m, &ack, true)
+	return ack.LSN, err
+}
+
+func (s *remoteStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+	var st sgio.TxnState
+	err := s.call(ctx, &sgio.TxnDecide{Txn: id, Lease: lease, Decision: uint8(d), Count: uint16(count)}, &st, true)
+	return store.Decision(st.Decision), err
+}
+
+func (s *remoteStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+	return s.call(ctx, &sgio.TxnApply{Txn: id, Decision: uint8(d)}, &sgio.OK{}, true)
+}
