@@ -236,6 +236,13 @@ func (t *Table) Pin(ctx context.Context) error {
 	c.tp.byTable[st.id] = p
 	c.mu.Unlock()
 	err := t.pinPages(ctx, p, hi)
+	if err == nil {
+		// An Unpin or a DropTable while the last page was fetched ended p (and released
+		// what it held): the Pin fails, as one that saw it between pages does.
+		c.mu.Lock()
+		err = c.pinEndedLocked(st, p)
+		c.mu.Unlock()
+	}
 	if err != nil {
 		c.mu.Lock()
 		frames := c.unstickLocked(p)
@@ -261,9 +268,9 @@ func (t *Table) pinPages(ctx context.Context, p *tablePin, hi uint64) error {
 			return false
 		}
 		c.mu.Lock()
+		err = c.pinEndedLocked(st, p)
 		switch {
-		case c.tp.byTable[st.id] != p:
-			err = errUnpinned
+		case err != nil:
 		case !c.stickLocked(p, key, m):
 			err = fmt.Errorf("%w: page %d: other pins took the budget meanwhile (%d of %d bytes)", ErrPinBudget, page, c.tp.bytes, c.tp.budget)
 		}
@@ -277,8 +284,20 @@ func (t *Table) pinPages(ctx context.Context, p *tablePin, hi uint64) error {
 	return err
 }
 
-// errUnpinned fails a Pin whose table was unpinned (or dropped) while it pinned its pages.
+// errUnpinned fails a Pin whose table was unpinned while it pinned its pages.
 var errUnpinned = errors.New("txnode: the table was unpinned while being pinned")
+
+// pinEndedLocked reports whether table pin p of st was ended by an Unpin (errUnpinned) or a
+// DropTable (ErrTableNotFound) since it was made. Caller holds mu.
+func (c *pageCache) pinEndedLocked(st *tableState, p *tablePin) error {
+	if c.tp.byTable[st.id] == p {
+		return nil
+	}
+	if st.dropped.Load() {
+		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, st.name)
+	}
+	return errUnpinned
+}
 
 // Unpin releases the table's pin (Pin): its pages become evictable again. A no-op on a table
 // not pinned; a Pin in flight fails. Any goroutine may call it.
