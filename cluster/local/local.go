@@ -39,6 +39,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -168,6 +169,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}()
 	if c.etcd, err = StartEtcd(filepath.Join(cfg.Dir, "etcd"), "weft-local", lay.EtcdClientPort, lay.EtcdPeerPort); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%w (is a cluster on %s running already? its ports are in cluster.json)", err, cfg.Dir)
+		}
 		return nil, err
 	}
 	c.Etcd = fmt.Sprintf("http://%s:%d", host, lay.EtcdClientPort)

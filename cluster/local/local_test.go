@@ -102,3 +102,26 @@ func TestLoadLayoutBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{7070}, lay.NodePorts)
 }
+
+// TestSecondStartOnDirRefused: a second Start on the Dir of a running cluster fails, saying
+// so, and leaves the first one serving with its files as they were.
+func TestSecondStartOnDirRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := startOne(t, ctx, dir, "")
+	require.NoError(t, err)
+	before, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+	require.NoError(t, err)
+	_, err = startOne(t, ctx, dir, "")
+	require.ErrorContains(t, err, "running already")
+	after, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	select {
+	case <-c.Failed():
+		t.Fatal("the first cluster failed")
+	default:
+	}
+	require.NoError(t, c.Close(ctx))
+}
