@@ -190,7 +190,7 @@ func (c *pageCache) unpinTableLocked(table uint32) {
 // page the table gains later beyond it stays evictable (TableStats.PinOverflow counts
 // them). A page the cache cannot make room for within Options.CacheWait fails the Pin with
 // ErrCacheFull, nothing pinned. Pinning a pinned table is a no-op (a Pin in flight is waited
-// for, within ctx); a table pin is not counted: one Unpin releases it. DropTable releases
+// for, within ctx; if it fails, this one tries itself); a table pin is not counted: one Unpin releases it. DropTable releases
 // it. Any goroutine may call it.
 func (t *Table) Pin(ctx context.Context) error {
 	db, st := t.db, t.t
@@ -202,14 +202,22 @@ func (t *Table) Pin(ctx context.Context) error {
 	}
 	c := db.cache
 	c.mu.Lock()
-	if p := c.tp.byTable[st.id]; p != nil {
+	for p := c.tp.byTable[st.id]; p != nil; p = c.tp.byTable[st.id] {
 		c.mu.Unlock()
 		select {
 		case <-p.ready:
-			return p.err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if p.err == nil {
+			return nil
+		}
+		// That Pin failed (its context, the budget, an Unpin: its error is its caller's),
+		// and took itself out before it said so: this one tries on its own.
+		if err := st.serving(); err != nil {
+			return err
+		}
+		c.mu.Lock()
 	}
 	p := &tablePin{table: st.id, rowBytes: st.rowBytes, layout: st.layout,
 		frames: make(map[uint64]*frameMeta), ready: make(chan struct{})}
