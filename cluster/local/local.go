@@ -354,6 +354,10 @@ func loadLayout(cfg Config) (layout, error) {
 		return lay, err
 	}
 	lay = layout{EtcdClientPort: ep[0], EtcdPeerPort: ep[1], NodePorts: np}
+	if err := lay.check(); err != nil {
+		// Refused before it is written: kept, it would refuse every later start in Dir.
+		return lay, fmt.Errorf("local: etcd ports %d and %d, storage node ports %d..%d: %w", ep[0], ep[1], np[0], np[len(np)-1], err)
+	}
 	return lay, writeLayout(cfg.Dir, lay)
 }
 
@@ -394,20 +398,29 @@ func parseLayout(b []byte) (layout, error) {
 	if err := json.Unmarshal(b, &lay); err != nil {
 		return layout{}, fmt.Errorf("damaged: %w", err)
 	}
+	if err := lay.check(); err != nil {
+		return layout{}, fmt.Errorf("damaged: %w", err)
+	}
+	return lay, nil
+}
+
+// check reports whether a layout can be used: 1..StorageNodesMax storage nodes, every port
+// in 1..65535 and distinct, the prefix (if any) ending with '/', at most 200 bytes.
+func (lay layout) check() error {
 	if n := len(lay.NodePorts); n == 0 || n > StorageNodesMax {
-		return layout{}, fmt.Errorf("damaged: %d storage nodes (1..%d)", n, StorageNodesMax)
+		return fmt.Errorf("%d storage nodes (1..%d)", n, StorageNodesMax)
 	}
 	if p := lay.EtcdPrefix; p != "" && (!strings.HasSuffix(p, "/") || len(p) > 200) {
-		return layout{}, fmt.Errorf("damaged: etcd prefix %q", p)
+		return fmt.Errorf("etcd prefix %q", p)
 	}
 	seen := make(map[int]bool, len(lay.NodePorts)+2)
 	for _, p := range append([]int{lay.EtcdClientPort, lay.EtcdPeerPort}, lay.NodePorts...) {
 		if p < 1 || p > 65535 || seen[p] {
-			return layout{}, fmt.Errorf("damaged: port %d out of range or repeated", p)
+			return fmt.Errorf("port %d out of range or repeated", p)
 		}
 		seen[p] = true
 	}
-	return lay, nil
+	return nil
 }
 
 // freePort returns a loopback port that was free a moment ago (another process may take it

@@ -125,3 +125,26 @@ func TestSecondStartOnDirRefused(t *testing.T) {
 	}
 	require.NoError(t, c.Close(ctx))
 }
+
+// TestFirstStartRefusesBadPorts: ports past 65535 (--port 65535 with two storage nodes, or
+// --etcd-port 65535: its peer port is the next) or colliding (the etcd peer port on the
+// first storage node's) are refused at the first start and nothing is written, so a start
+// with good ones works in the same Dir. They used to be written to cluster.json, which then
+// refused every later start as damaged.
+func TestFirstStartRefusesBadPorts(t *testing.T) {
+	for _, cfg := range []Config{
+		{BasePort: 65535, StorageNodes: 2},
+		{EtcdPort: 65535},
+		{EtcdPort: 20000, BasePort: 20001},
+		{BasePort: -3},
+	} {
+		cfg.Dir = t.TempDir()
+		_, err := loadLayout(cfg)
+		require.ErrorContains(t, err, "out of range or repeated", "%+v", cfg)
+		_, err = os.Stat(filepath.Join(cfg.Dir, "cluster.json"))
+		require.ErrorIs(t, err, os.ErrNotExist)
+		lay, err := loadLayout(Config{Dir: cfg.Dir})
+		require.NoError(t, err)
+		require.Len(t, lay.NodePorts, DefaultStorageNodes)
+	}
+}
