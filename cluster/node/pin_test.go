@@ -1,11 +1,15 @@
 package node_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
 )
 
 // TestPinPartition: a game server pins the partition of its zone; reads of another partition
@@ -81,4 +85,23 @@ func TestPinPartition(t *testing.T) {
 	ta.Unpin()
 	require.False(t, ta.Stats()[0].Pinned)
 	require.Zero(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+}
+
+// TestOpenRefusesPinBytesOverCache: a PinBytes over three quarters of CacheBytes fails
+// node.Open (ErrInvalid), before it dials etcd; it used to fail only the first table of each
+// storage node, as that storage node's transaction node refused to open.
+func TestOpenRefusesPinBytesOverCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, cfg := range []node.Config{
+		{CacheBytes: 1 << 20, PinBytes: 1 << 20},
+		{PinBytes: txnode.DefaultCacheBytes},                    // CacheBytes 0: txnode's default
+		{CacheBytes: 1, PinBytes: txnode.MinCacheBytes * 7 / 8}, // CacheBytes raised to txnode's least
+	} {
+		cfg.Session = cluster.SessionConfig{Owner: 1, Addr: "127.0.0.1:7000"}
+		cfg.Etcd = cluster.Config{Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: time.Second}
+		_, err := node.Open(ctx, cfg)
+		require.ErrorIs(t, err, cluster.ErrInvalid, "CacheBytes %d PinBytes %d", cfg.CacheBytes, cfg.PinBytes)
+		require.ErrorContains(t, err, "PinBytes")
+	}
 }
