@@ -105,3 +105,28 @@ func TestOpenRefusesPinBytesOverCache(t *testing.T) {
 		require.ErrorContains(t, err, "PinBytes")
 	}
 }
+
+// TestPinReleasedWhenGrantLost: a pinned partition whose grant is gone (the session closed)
+// shows as not owned and not pinned in Stats, and its pages no longer count against the
+// storage node's pin budget, though no operation touched it since. It used to stay owned and
+// pinned, its pages held, until an operation on the partition noticed.
+func TestPinReleasedWhenGrantLost(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "zones", 64, 1, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	_, err = ta.Insert(ctx, make([]byte, 64))
+	require.NoError(t, err)
+	require.NoError(t, ta.Pin(ctx))
+	require.True(t, ta.Stats()[0].Pinned)
+	require.Positive(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+
+	require.NoError(t, a.Session().Close(ctx))
+	st := ta.Stats()[0]
+	require.False(t, st.Owned, "a lost partition")
+	require.False(t, st.Pinned)
+	require.Zero(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+	require.ErrorIs(t, ta.Pin(ctx, 0), node.ErrNotOwner)
+}
