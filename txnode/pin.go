@@ -190,7 +190,7 @@ func (c *pageCache) unpinTableLocked(table uint32) {
 // page the table gains later beyond it stays evictable (TableStats.PinOverflow counts
 // them). A page the cache cannot make room for within Options.CacheWait fails the Pin with
 // ErrCacheFull, nothing pinned. Pinning a pinned table is a no-op (a Pin in flight is waited
-// for, within ctx); a table pin is not counted: one Unpin releases it. DropTable releases
+// for, within ctx; if it fails, this one tries itself); a table pin is not counted: one Unpin releases it. DropTable releases
 // it. Any goroutine may call it.
 func (t *Table) Pin(ctx context.Context) error {
 	db, st := t.db, t.t
@@ -202,14 +202,22 @@ func (t *Table) Pin(ctx context.Context) error {
 	}
 	c := db.cache
 	c.mu.Lock()
-	if p := c.tp.byTable[st.id]; p != nil {
+	for p := c.tp.byTable[st.id]; p != nil; p = c.tp.byTable[st.id] {
 		c.mu.Unlock()
 		select {
 		case <-p.ready:
-			return p.err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if p.err == nil {
+			return nil
+		}
+		// That Pin failed (its context, the budget, an Unpin: its error is its caller's),
+		// and took itself out before it said so: this one tries on its own.
+		if err := st.serving(); err != nil {
+			return err
+		}
+		c.mu.Lock()
 	}
 	p := &tablePin{table: st.id, rowBytes: st.rowBytes, layout: st.layout,
 		frames: make(map[uint64]*frameMeta), ready: make(chan struct{})}
@@ -236,6 +244,13 @@ func (t *Table) Pin(ctx context.Context) error {
 	c.tp.byTable[st.id] = p
 	c.mu.Unlock()
 	err := t.pinPages(ctx, p, hi)
+	if err == nil {
+		// An Unpin or a DropTable while the last page was fetched ended p (and released
+		// what it held): the Pin fails, as one that saw it between pages does.
+		c.mu.Lock()
+		err = c.pinEndedLocked(st, p)
+		c.mu.Unlock()
+	}
 	if err != nil {
 		c.mu.Lock()
 		frames := c.unstickLocked(p)
@@ -261,9 +276,9 @@ func (t *Table) pinPages(ctx context.Context, p *tablePin, hi uint64) error {
 			return false
 		}
 		c.mu.Lock()
+		err = c.pinEndedLocked(st, p)
 		switch {
-		case c.tp.byTable[st.id] != p:
-			err = errUnpinned
+		case err != nil:
 		case !c.stickLocked(p, key, m):
 			err = fmt.Errorf("%w: page %d: other pins took the budget meanwhile (%d of %d bytes)", ErrPinBudget, page, c.tp.bytes, c.tp.budget)
 		}
@@ -277,8 +292,20 @@ func (t *Table) pinPages(ctx context.Context, p *tablePin, hi uint64) error {
 	return err
 }
 
-// errUnpinned fails a Pin whose table was unpinned (or dropped) while it pinned its pages.
+// errUnpinned fails a Pin whose table was unpinned while it pinned its pages.
 var errUnpinned = errors.New("txnode: the table was unpinned while being pinned")
+
+// pinEndedLocked reports whether table pin p of st was ended by an Unpin (errUnpinned) or a
+// DropTable (ErrTableNotFound) since it was made. Caller holds mu.
+func (c *pageCache) pinEndedLocked(st *tableState, p *tablePin) error {
+	if c.tp.byTable[st.id] == p {
+		return nil
+	}
+	if st.dropped.Load() {
+		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, st.name)
+	}
+	return errUnpinned
+}
 
 // Unpin releases the table's pin (Pin): its pages become evictable again. A no-op on a table
 // not pinned; a Pin in flight fails. Any goroutine may call it.

@@ -17,6 +17,8 @@ func FuzzParseLayout(f *testing.F) {
 	f.Add([]byte(`{"storage_node_ports": []}`))
 	f.Add([]byte(`{"etcd_client_port": 70000}`))
 	f.Add([]byte(`not json`))
+	f.Add([]byte(`{"etcd_client_port": 2379, "etcd_peer_port": 2380, "storage_node_ports": [7070], "etcd_prefix": "/game/"}`))
+	f.Add([]byte(`{"etcd_client_port": 2379, "etcd_peer_port": 2380, "storage_node_ports": [7070], "etcd_prefix": "nope"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lay, err := parseLayout(b)
 		if err != nil {

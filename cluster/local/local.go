@@ -9,11 +9,13 @@
 //
 // Everything lives under Config.Dir:
 //
-//	cluster.json   the ports (etcd's client and peer ports, each storage node's) and the
-//	               number of storage nodes, chosen at the first start and kept: the partition
-//	               map in etcd names the storage nodes by address, so a restart must reuse them
+//	cluster.json   the ports (etcd's client and peer ports, each storage node's), the
+//	               number of storage nodes and the etcd prefix, chosen at the first start and
+//	               kept: the partition map in etcd names the storage nodes by address and lives
+//	               under the prefix, so a restart must reuse them
 //	secret         the storage nodes' shared secret (hex of 32 random bytes), mode 0600
-//	env            the settings a game server needs (Cluster.Env), for `. DIR/env`
+//	env            the settings a game server needs (Cluster.Env), for `. DIR/env` (values
+//	               quoted for sh; paths absolute)
 //	etcd/          etcd's data
 //	store-0/ ...   each storage node's store
 //
@@ -23,10 +25,12 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -35,6 +39,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -57,7 +62,8 @@ const (
 
 // Config is a local cluster's configuration.
 type Config struct {
-	// Dir holds everything (see the package doc); created when missing. Required.
+	// Dir holds everything (see the package doc); created when missing. Required. A
+	// relative Dir is made absolute at Start (the paths in Env are).
 	Dir string
 	// StorageNodes is the number of storage nodes at the first start (DefaultStorageNodes
 	// when zero). A restart takes the number from Dir (another nonzero value fails).
@@ -70,7 +76,8 @@ type Config struct {
 	Sync storenode.SyncMode
 	// CacheBytes is each storage node's disk page cache (storenode's default when zero).
 	CacheBytes int64
-	// Prefix is the cluster's key prefix in etcd ("/weft/" when empty).
+	// Prefix is the cluster's key prefix in etcd ("/weft/" when empty) at the first start,
+	// then kept in Dir: a restart takes it from there (another nonempty value fails).
 	Prefix string
 	// Logger receives the storage nodes' logs (slog.Default when nil). etcd's own log is
 	// off but for its fatal errors (its stop logs errors of its closed listeners); etcd
@@ -107,7 +114,14 @@ type layout struct {
 	EtcdClientPort int   `json:"etcd_client_port"`
 	EtcdPeerPort   int   `json:"etcd_peer_port"`
 	NodePorts      []int `json:"storage_node_ports"`
+	// EtcdPrefix is the cluster's key prefix, recorded once etcd accepted it (empty in a
+	// cluster.json of a start that did not get that far, or of an older version: the
+	// next start records its own).
+	EtcdPrefix string `json:"etcd_prefix,omitempty"`
 }
+
+// layoutBytesMax bounds cluster.json (a few hundred bytes at StorageNodesMax).
+const layoutBytesMax = 64 << 10
 
 const host = "127.0.0.1"
 
@@ -127,6 +141,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Sync == 0 {
 		cfg.Sync = storenode.SyncAlways
 	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	cfg.Dir = dir
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
@@ -139,11 +158,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Prefix: cfg.Prefix, SecretFile: secretFile, Secret: secret,
+	c := &Cluster{Prefix: cmp.Or(cfg.Prefix, lay.EtcdPrefix, "/weft/"), SecretFile: secretFile, Secret: secret,
 		failed: make(chan struct{}), closing: make(chan struct{})}
-	if c.Prefix == "" {
-		c.Prefix = "/weft/"
-	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -153,6 +169,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 	}()
 	if c.etcd, err = StartEtcd(filepath.Join(cfg.Dir, "etcd"), "weft-local", lay.EtcdClientPort, lay.EtcdPeerPort); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%w (is a cluster on %s running already? its ports are in cluster.json)", err, cfg.Dir)
+		}
 		return nil, err
 	}
 	c.Etcd = fmt.Sprintf("http://%s:%d", host, lay.EtcdClientPort)
@@ -170,10 +189,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}(c.etcd)
 	c.watch(etcdFailed)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c.cli, err = cluster.Connect(cctx, cluster.Config{Endpoints: []string{c.Etcd}, Prefix: cfg.Prefix, Logger: cfg.Logger})
+	c.cli, err = cluster.Connect(cctx, cluster.Config{Endpoints: []string{c.Etcd}, Prefix: c.Prefix, Logger: cfg.Logger})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("local: etcd: %w", err)
+	}
+	if lay.EtcdPrefix != c.Prefix { // etcd took it: the cluster's from now on
+		lay.EtcdPrefix = c.Prefix
+		if err := writeLayout(cfg.Dir, lay); err != nil {
+			return nil, err
+		}
 	}
 	for i, port := range lay.NodePorts {
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("store-%d", i))
@@ -193,11 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, srv.Addr().String())
 		c.Dirs = append(c.Dirs, dir)
 	}
-	env := ""
-	for _, kv := range c.Env() {
-		env += "export " + kv + "\n"
-	}
-	if err := os.WriteFile(filepath.Join(cfg.Dir, "env"), []byte(env), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "env"), []byte(c.EnvScript()), 0o600); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	ok = true
@@ -215,6 +236,26 @@ func (c *Cluster) Env() []string {
 		"WEFT_STORAGE_NODES=" + strings.Join(c.Nodes, ","),
 		"WEFT_SECRET_FILE=" + c.SecretFile,
 	}
+}
+
+// EnvScript returns Env as sh commands, one `export KEY=value` a line, each value quoted
+// when it holds a character sh would read otherwise (Dir/env holds them).
+func (c *Cluster) EnvScript() string {
+	var b strings.Builder
+	for _, kv := range c.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		b.WriteString("export " + k + "=" + shellQuote(v) + "\n")
+	}
+	return b.String()
+}
+
+// shellQuote returns v as one sh word: as it is when it holds only characters sh takes
+// literally, else in single quotes.
+func shellQuote(v string) string {
+	if v != "" && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/.,:_-+@%") == "" {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }
 
 // Failed is closed when a part of the cluster stopped on its own (etcd failed or stopped, a
@@ -267,7 +308,7 @@ func (c *Cluster) Close(ctx context.Context) error {
 func loadLayout(cfg Config) (layout, error) {
 	name := filepath.Join(cfg.Dir, "cluster.json")
 	var lay layout
-	b, err := os.ReadFile(name)
+	b, err := readBounded(name, layoutBytesMax)
 	switch {
 	case err == nil:
 		if lay, err = parseLayout(b); err != nil {
@@ -278,6 +319,8 @@ func loadLayout(cfg Config) (layout, error) {
 			return lay, fmt.Errorf("local: %s has %d storage nodes, not %d: the partition map names them", cfg.Dir, len(lay.NodePorts), cfg.StorageNodes)
 		case cfg.EtcdPort != 0 && cfg.EtcdPort != lay.EtcdClientPort, cfg.BasePort != 0 && cfg.BasePort != lay.NodePorts[0]:
 			return lay, fmt.Errorf("local: %s runs on etcd port %d and storage node ports from %d (the partition map names them)", cfg.Dir, lay.EtcdClientPort, lay.NodePorts[0])
+		case cfg.Prefix != "" && lay.EtcdPrefix != "" && cfg.Prefix != lay.EtcdPrefix:
+			return lay, fmt.Errorf("local: %s runs under etcd prefix %q, not %q (its partition map is there)", cfg.Dir, lay.EtcdPrefix, cfg.Prefix)
 		}
 		return lay, nil
 	case !errors.Is(err, os.ErrNotExist):
@@ -311,11 +354,41 @@ func loadLayout(cfg Config) (layout, error) {
 		return lay, err
 	}
 	lay = layout{EtcdClientPort: ep[0], EtcdPeerPort: ep[1], NodePorts: np}
-	b, _ = json.MarshalIndent(lay, "", "  ")
-	if err := os.WriteFile(name, append(b, '\n'), 0o600); err != nil {
-		return lay, fmt.Errorf("local: %w", err)
+	if err := lay.check(); err != nil {
+		// Refused before it is written: kept, it would refuse every later start in Dir.
+		return lay, fmt.Errorf("local: etcd ports %d and %d, storage node ports %d..%d: %w", ep[0], ep[1], np[0], np[len(np)-1], err)
 	}
-	return lay, nil
+	return lay, writeLayout(cfg.Dir, lay)
+}
+
+// writeLayout writes Dir/cluster.json whole (a temporary file renamed over it).
+func writeLayout(dir string, lay layout) error {
+	b, _ := json.MarshalIndent(lay, "", "  ")
+	name := filepath.Join(dir, "cluster.json")
+	if err := os.WriteFile(name+".tmp", append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	if err := os.Rename(name+".tmp", name); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	return nil
+}
+
+// readBounded reads file name, refusing one over max bytes before reading it.
+func readBounded(name string, max int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: damaged: over %d bytes", name, max)
+	}
+	return b, nil
 }
 
 // parseLayout decodes cluster.json: every port in 1..65535 and distinct, 1..StorageNodesMax
@@ -325,17 +398,29 @@ func parseLayout(b []byte) (layout, error) {
 	if err := json.Unmarshal(b, &lay); err != nil {
 		return layout{}, fmt.Errorf("damaged: %w", err)
 	}
+	if err := lay.check(); err != nil {
+		return layout{}, fmt.Errorf("damaged: %w", err)
+	}
+	return lay, nil
+}
+
+// check reports whether a layout can be used: 1..StorageNodesMax storage nodes, every port
+// in 1..65535 and distinct, the prefix (if any) ending with '/', at most 200 bytes.
+func (lay layout) check() error {
 	if n := len(lay.NodePorts); n == 0 || n > StorageNodesMax {
-		return layout{}, fmt.Errorf("damaged: %d storage nodes (1..%d)", n, StorageNodesMax)
+		return fmt.Errorf("%d storage nodes (1..%d)", n, StorageNodesMax)
+	}
+	if p := lay.EtcdPrefix; p != "" && (!strings.HasSuffix(p, "/") || len(p) > 200) {
+		return fmt.Errorf("etcd prefix %q", p)
 	}
 	seen := make(map[int]bool, len(lay.NodePorts)+2)
 	for _, p := range append([]int{lay.EtcdClientPort, lay.EtcdPeerPort}, lay.NodePorts...) {
 		if p < 1 || p > 65535 || seen[p] {
-			return layout{}, fmt.Errorf("damaged: port %d out of range or repeated", p)
+			return fmt.Errorf("port %d out of range or repeated", p)
 		}
 		seen[p] = true
 	}
-	return lay, nil
+	return nil
 }
 
 // freePort returns a loopback port that was free a moment ago (another process may take it
@@ -372,8 +457,11 @@ func loadSecret(name string) ([]byte, error) {
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	s := []byte(strings.TrimSpace(string(b)))
-	if _, err := sgio.ParseSecret(s); err != nil || len(s) == 0 {
-		return nil, fmt.Errorf("local: %s: not a secret (%v)", name, err)
+	if len(s) == 0 {
+		return nil, fmt.Errorf("local: %s: empty, not a secret: restore it, or remove it for a new one (then restart every game server with it)", name)
+	}
+	if _, err := sgio.ParseSecret(s); err != nil {
+		return nil, fmt.Errorf("local: %s: not a secret: %w", name, err)
 	}
 	return s, nil
 }

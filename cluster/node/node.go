@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ type Config struct {
 	CacheBytes int64
 	// PinBytes is what the pinned partitions (Table.Pin) may hold of each storage node's
 	// transaction node's cache (txnode.Options.PinBytes: half of CacheBytes when zero, at
-	// most three quarters of it, none when negative).
+	// most three quarters of it: Open fails above; none when negative).
 	PinBytes int64
 	// Durability of every commit (txnode.Options.Durability; Durable by default), and
 	// WriteBack's flush period (txnode.Options.FlushInterval).
@@ -92,6 +93,10 @@ type storeConn struct {
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Session.Owner == 0 {
 		return nil, fmt.Errorf("node: %w: Session.Owner must be set (the node's owner id)", cluster.ErrInvalid)
+	}
+	// txnode.Open's rule for PinBytes, checked here, not at the first table of a storage node.
+	if cache := max(cmp.Or(cfg.CacheBytes, txnode.DefaultCacheBytes), txnode.MinCacheBytes); cfg.PinBytes > cache*3/4 {
+		return nil, fmt.Errorf("node: %w: PinBytes %d is over three quarters of CacheBytes %d (transactions need the rest)", cluster.ErrInvalid, cfg.PinBytes, cache)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

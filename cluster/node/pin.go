@@ -21,11 +21,14 @@ import (
 // txnode.ErrPinBudget beyond it, txnode.ErrCacheFull when the cache cannot make room). A
 // partition this node does not own fails with a *NotOwnerError (ErrNotOwner); the partitions
 // before a failing one stay pinned. A partition's pin ends with Unpin, or when this node
-// loses its grant. Any goroutine may call it.
+// loses its grant: when an operation on the partition, a Pin or Stats of the table sees
+// it lost (a Pin first releases the pins of lost partitions, so the budget they held is
+// its). Any goroutine may call it.
 func (t *Table) Pin(ctx context.Context, parts ...uint32) error {
 	if err := t.n.closedErr(); err != nil {
 		return err
 	}
+	t.forgetLost() // their pins go first: the budget they held is this Pin's
 	if len(parts) == 0 {
 		parts = *t.owned.Load()
 	}
@@ -79,8 +82,10 @@ type PartitionStats struct {
 }
 
 // Stats returns the counters of every partition, in partition order: for each owned one its
-// cache hits, misses, hit rate and pin since this node took it. Any goroutine may call it.
+// cache hits, misses, hit rate and pin since this node took it. A partition whose grant is
+// gone is forgotten first (not owned, its pin released). Any goroutine may call it.
 func (t *Table) Stats() []PartitionStats {
+	t.forgetLost()
 	out := make([]PartitionStats, len(t.parts))
 	for p := range t.parts {
 		out[p] = PartitionStats{Partition: uint32(p), Node: t.parts[p].addr}
@@ -90,6 +95,17 @@ func (t *Table) Stats() []PartitionStats {
 		}
 	}
 	return out
+}
+
+// forgetLost forgets the owned partitions whose grant is gone for good (their tables'
+// Serving says so: the session ended, the lease expired, the owner key went, the storage
+// node fenced the grant), as an operation on them would: their pins are released.
+func (t *Table) forgetLost() {
+	for p := range t.parts {
+		if tb := t.parts[p].tb.Load(); tb != nil && isLost(tb.Serving()) {
+			t.drop(uint32(p))
+		}
+	}
 }
 
 // StoreStats returns the counters (txnode.Stats: cache bytes, pinned bytes, commits, ...)

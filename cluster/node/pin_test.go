@@ -1,11 +1,15 @@
 package node_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
 )
 
 // TestPinPartition: a game server pins the partition of its zone; reads of another partition
@@ -81,4 +85,48 @@ func TestPinPartition(t *testing.T) {
 	ta.Unpin()
 	require.False(t, ta.Stats()[0].Pinned)
 	require.Zero(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+}
+
+// TestOpenRefusesPinBytesOverCache: a PinBytes over three quarters of CacheBytes fails
+// node.Open (ErrInvalid), before it dials etcd; it used to fail only the first table of each
+// storage node, as that storage node's transaction node refused to open.
+func TestOpenRefusesPinBytesOverCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, cfg := range []node.Config{
+		{CacheBytes: 1 << 20, PinBytes: 1 << 20},
+		{PinBytes: txnode.DefaultCacheBytes},                    // CacheBytes 0: txnode's default
+		{CacheBytes: 1, PinBytes: txnode.MinCacheBytes * 7 / 8}, // CacheBytes raised to txnode's least
+	} {
+		cfg.Session = cluster.SessionConfig{Owner: 1, Addr: "127.0.0.1:7000"}
+		cfg.Etcd = cluster.Config{Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: time.Second}
+		_, err := node.Open(ctx, cfg)
+		require.ErrorIs(t, err, cluster.ErrInvalid, "CacheBytes %d PinBytes %d", cfg.CacheBytes, cfg.PinBytes)
+		require.ErrorContains(t, err, "PinBytes")
+	}
+}
+
+// TestPinReleasedWhenGrantLost: a pinned partition whose grant is gone (the session closed)
+// shows as not owned and not pinned in Stats, and its pages no longer count against the
+// storage node's pin budget, though no operation touched it since. It used to stay owned and
+// pinned, its pages held, until an operation on the partition noticed.
+func TestPinReleasedWhenGrantLost(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "zones", 64, 1, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	_, err = ta.Insert(ctx, make([]byte, 64))
+	require.NoError(t, err)
+	require.NoError(t, ta.Pin(ctx))
+	require.True(t, ta.Stats()[0].Pinned)
+	require.Positive(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+
+	require.NoError(t, a.Session().Close(ctx))
+	st := ta.Stats()[0]
+	require.False(t, st.Owned, "a lost partition")
+	require.False(t, st.Pinned)
+	require.Zero(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
+	require.ErrorIs(t, ta.Pin(ctx, 0), node.ErrNotOwner)
 }

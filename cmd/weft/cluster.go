@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/weftdb/weft/cluster/local"
@@ -64,10 +65,8 @@ func cmdCluster(ctx context.Context, g *globals, args []string, stdout io.Writer
 		fmt.Fprintf(stdout, "weft cluster: storage node %d at %s (%s)\n", i, a, c.Dirs[i])
 	}
 	fmt.Fprintf(stdout, "weft cluster: secret in %s\n", c.SecretFile)
-	fmt.Fprintf(stdout, "# a game server's settings (node.Config; also in %s/env):\n", dir)
-	for _, kv := range c.Env() {
-		fmt.Fprintf(stdout, "export %s\n", kv)
-	}
+	fmt.Fprintf(stdout, "# a game server's settings (node.Config; also in %s):\n", filepath.Join(filepath.Dir(c.SecretFile), "env"))
+	fmt.Fprint(stdout, c.EnvScript())
 	fmt.Fprintln(stdout, "weft cluster: up; Ctrl-C or SIGTERM stops it")
 	var failed error
 	select {
