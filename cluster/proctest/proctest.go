@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -320,6 +321,40 @@ func (p *Proc) Stop() {
 	p.t.Helper()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		p.t.Fatalf("proctest: stop %s: %v", p.spec.Name, err)
+	}
+}
+
+// Freeze stops the child (SIGSTOP) and returns, once no thread of it runs any more, every
+// line it printed before that the test had not read yet: nothing it printed is in flight
+// then (the pipe and the reader hold no line of it), so the lines Next returns after Cont
+// were all printed after the resume. Stop cannot say that: a line printed just before the
+// signal may still be in the pipe when Stop returns. Linux only (it reads /proc; elsewhere
+// an error wrapping errors.ErrUnsupported, the child stopped). Only the test's goroutine,
+// the child's lines read nowhere else meanwhile.
+func (p *Proc) Freeze(ctx context.Context) ([]string, error) {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
+	}
+	pid := p.Pid()
+	if err := waitStopped(ctx, pid); err != nil {
+		return nil, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
+	}
+	// A line of our own after the child's last one, written into its stdout pipe: once the
+	// reader delivers it, it has delivered every line before it.
+	marker := fmt.Sprintf("proctest-frozen %d %x", pid, rand.Uint64())
+	if err := writeStdout(pid, []byte(marker+"\n")); err != nil {
+		return nil, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
+	}
+	var out []string
+	for {
+		l, err := p.Next(ctx)
+		if err != nil {
+			return out, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
+		}
+		if l == marker {
+			return out, nil
+		}
+		out = append(out, l)
 	}
 }
 
