@@ -332,18 +332,9 @@ func (p *Proc) Stop() {
 // an error wrapping errors.ErrUnsupported, the child stopped). Only the test's goroutine,
 // the child's lines read nowhere else meanwhile.
 func (p *Proc) Freeze(ctx context.Context) ([]string, error) {
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
-	}
-	pid := p.Pid()
-	if err := waitStopped(ctx, pid); err != nil {
-		return nil, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
-	}
-	// A line of our own after the child's last one, written into its stdout pipe: once the
-	// reader delivers it, it has delivered every line before it.
-	marker := fmt.Sprintf("proctest-frozen %d %x", pid, rand.Uint64())
-	if err := writeStdout(pid, []byte(marker+"\n")); err != nil {
-		return nil, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
+	marker, err := p.StopMarked(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for {
@@ -357,6 +348,32 @@ func (p *Proc) Freeze(ctx context.Context) ([]string, error) {
 		out = append(out, l)
 	}
 }
+
+// StopMarked stops the child (SIGSTOP), waits until no thread of it runs any more, and puts a
+// line of the parent's, the returned marker (unique), into its stdout after the last line it
+// printed: in the child's lines (Next, Lines), every line before the marker was printed
+// before StopMarked returned, every line after it after the child's Cont. Whoever reads the
+// lines must expect the marker. Linux only (elsewhere an error wrapping
+// errors.ErrUnsupported, the child stopped). Only the test's goroutine.
+func (p *Proc) StopMarked(ctx context.Context) (string, error) {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return "", fmt.Errorf("proctest: stop %s: %w", p.spec.Name, err)
+	}
+	pid := p.Pid()
+	if err := waitStopped(ctx, pid); err != nil {
+		return "", fmt.Errorf("proctest: stop %s: %w", p.spec.Name, err)
+	}
+	// Written into the child's stdout pipe: once the reader delivers it, it has delivered
+	// every line before it.
+	marker := fmt.Sprintf("%s%d %x", MarkerPrefix, pid, rand.Uint64())
+	if err := writeStdout(pid, []byte(marker+"\n")); err != nil {
+		return "", fmt.Errorf("proctest: stop %s: %w", p.spec.Name, err)
+	}
+	return marker, nil
+}
+
+// MarkerPrefix begins every StopMarked marker line.
+const MarkerPrefix = "proctest-marker "
 
 // Cont resumes a stopped child (SIGCONT).
 func (p *Proc) Cont() {
