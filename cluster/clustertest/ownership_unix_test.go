@@ -38,10 +38,10 @@ func testFrozenOwner(t *testing.T, blind bool) {
 	opts := clustertest.Options{StorageNodes: 3}
 	if blind {
 		// The storage nodes' lease long (the transaction node re-registers its grants every
-		// quarter of it, 60 s): no re-registration, which the storage node would refuse
-		// (latching the fencing in the node before any batch leaves it), goes out after the
-		// resume before the node's batches do, within the test's run.
-		opts.LeaseDuration = 240 * time.Second
+		// quarter of it, 150 s, longer than the test may run): no re-registration, which the
+		// storage node would refuse (latching the fencing in the node before any batch left
+		// it), races the resumed node's batches.
+		opts.LeaseDuration = 10 * time.Minute
 	}
 	c := clustertest.Start(t, opts)
 	const parts = 3 // partition p on storage node p
@@ -152,6 +152,12 @@ func testFrozenOwner(t *testing.T, blind bool) {
 		case (cl.Kind == "ok" || cl.Kind == "err") && inflight >= 0:
 			require.EqualValues(t, inflight, cl.Part)
 			t.Logf("the write in flight at the freeze: %s", l)
+			if cl.Kind == "ok" {
+				require.LessOrEqual(t, cl.Value, base[cl.Part], "the write in flight at the freeze was acknowledged, but applied after the new owner read the counter")
+			}
+			if cl.Class == "fenced" {
+				fenced[cl.Part] = true // its storage node refused it (the fencing latched: the next write fails locally)
+			}
 			inflight = -1
 		case cl.Kind == "ok":
 			t.Fatalf("the resumed node wrote after the takeover: %s", l)
