@@ -242,6 +242,9 @@ type NodeSpec struct {
 	// the test can cut from this node alone: a resumed node that cannot hear from etcd that its
 	// lease expired and its partitions were taken.
 	OwnEtcdLink bool
+	// OwnerLookupTimeout is node.Config.OwnerLookupTimeout (its default when zero): how long a
+	// refused write waits for etcd to name the partition's holder.
+	OwnerLookupTimeout time.Duration
 }
 
 // Workloads of a cluster-node child.

@@ -197,9 +197,10 @@ func (c *child) tryOpen(ctx context.Context) error {
 		sc.Clock = c.clock
 	}
 	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: []byte(c.s.Secret), CacheBytes: 1 << 20,
-		RequestTimeout: 30 * time.Second, // a storage node restarted within it is redialled, its batches resent
-		Etcd:           cluster.Config{Endpoints: c.s.Etcd, Prefix: c.s.Prefix, Logger: Quiet},
-		Session:        sc})
+		RequestTimeout:     30 * time.Second, // a storage node restarted within it is redialled, its batches resent
+		OwnerLookupTimeout: c.s.OwnerLookupTimeout,
+		Etcd:               cluster.Config{Endpoints: c.s.Etcd, Prefix: c.s.Prefix, Logger: Quiet},
+		Session:            sc})
 	if err != nil {
 		return err
 	}
