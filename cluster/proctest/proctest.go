@@ -14,6 +14,11 @@
 // Readiness is a line, never a sleep: Start waits, within Spec.ReadyTimeout, for the first
 // line with the Spec.Ready prefix (when set) and returns it (Ready).
 //
+// What a child printed before a freeze is known exactly: Freeze and StopMarked (Linux) wait
+// until every thread of the child is stopped and put a marker line into its stdout pipe, so
+// every line before the marker was printed before the stop, every line after it after the
+// resume.
+//
 // Only tests import this package (it is not linked into any production binary); it does not
 // import package cluster, so that package's internal tests can use it as well as
 // package cluster/clustertest, which builds storage-node and cluster-node children on it.
