@@ -232,6 +232,19 @@ type NodeSpec struct {
 	Pace time.Duration
 	// Seed seeds the bank's choices.
 	Seed uint64
+	// BlindClock gives the node's session a lease clock that does not see the process
+	// stopped (at most 100 ms pass on it across a SIGSTOP, however long): the monotonic clock
+	// of a suspended VM. Resumed, the node believes its lease has the time left it had when it
+	// stopped, so its own lease check lets its writes go out: only the storage nodes' fencing
+	// stops them.
+	BlindClock bool
+	// OwnEtcdLink puts a proxy of its own between the node and etcd (NodeProc.EtcdLink), which
+	// the test can cut from this node alone: a resumed node that cannot hear from etcd that its
+	// lease expired and its partitions were taken.
+	OwnEtcdLink bool
+	// OwnerLookupTimeout is node.Config.OwnerLookupTimeout (its default when zero): how long a
+	// refused write waits for etcd to name the partition's holder.
+	OwnerLookupTimeout time.Duration
 }
 
 // Workloads of a cluster-node child.
@@ -251,6 +264,9 @@ const (
 type NodeProc struct {
 	*proctest.Proc
 	Spec NodeSpec
+	// EtcdLink is the node's own proxy to etcd (NodeSpec.OwnEtcdLink; nil otherwise): Cut it
+	// to take etcd away from this node alone.
+	EtcdLink *etcdtest.Proxy
 }
 
 // nodeSpec is a cluster-node child's configuration (roleEnv, role "node").
@@ -269,9 +285,17 @@ type nodeSpec struct {
 func (c *Cluster) StartNode(spec NodeSpec) *NodeProc {
 	c.t.Helper()
 	ns := nodeSpec{NodeSpec: spec, Etcd: c.Etcd.Endpoints(), Prefix: c.Prefix, Secret: string(c.Secret)}
+	var link *etcdtest.Proxy
+	if spec.OwnEtcdLink {
+		var err error
+		link, err = etcdtest.NewProxy(c.Etcd.Addr())
+		require.NoError(c.t, err)
+		c.t.Cleanup(link.Close) // after the child's kill (cleanups run last first)
+		ns.Etcd = []string{link.Endpoint()}
+	}
 	p := proctest.Start(c.t, proctest.Spec{Name: fmt.Sprintf("cluster node %x", spec.Owner), Test: HelperTest,
 		Env: []string{roleEnv + "=node " + mustJSON(ns)}, Ready: "ready"})
-	return &NodeProc{Proc: p, Spec: spec}
+	return &NodeProc{Proc: p, Spec: spec, EtcdLink: link}
 }
 
 // FenceProbe registers, on the storage node at addr, an etcd grant of owner for partition

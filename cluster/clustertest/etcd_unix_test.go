@@ -4,16 +4,21 @@ package clustertest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
-	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/cluster/proctest"
 )
 
 // events multiplexes the stdout lines of several children for the test's goroutine.
@@ -105,7 +110,11 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 	ev := newEvents(t, ctx, procs...)
 	tally := clustertest.NewCounterTally()
 	acks, fails, reopens := make([]int, len(procs)), make([]int, len(procs)), make([]int, len(procs))
-	outage := false
+	// out: the node's lines are of the outage. It starts when etcd goes away (a line read
+	// then may be older: judged as of the outage, the stricter) and ends, for each node, at
+	// the marker put in its lines (StopMarked) while it was stopped for etcd's return: every
+	// line before it was printed before etcd came back.
+	out := make([]bool, len(procs))
 	var outageAcks, recovering int
 	// marked: the node answered the "mark" sent once etcd went away (every line after it was
 	// printed during the outage); lapsed: it then failed for want of a proven lease. A node
@@ -113,26 +122,30 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 	// then is one it could not prove it owned.
 	marked, lapsed := make([]bool, len(procs)), make([]bool, len(procs))
 	record := func(who int, line string) {
+		if strings.HasPrefix(line, proctest.MarkerPrefix) {
+			out[who] = false
+			return
+		}
 		cl, err := tally.Add(line)
 		require.NoError(t, err)
 		switch cl.Kind {
 		case "ok":
 			acks[who]++
-			if outage {
+			if out[who] {
 				outageAcks++
 				require.False(t, lapsed[who], "node %d acknowledged a write after its lease lapsed, etcd unreachable: %s", who, line)
 			}
 		case "mark":
-			marked[who] = outage
+			marked[who] = out[who]
 		case "err":
 			fails[who]++
-			if outage && marked[who] {
+			if out[who] && marked[who] {
 				// A clear error: the lease could not be proven, or etcd was unreachable.
 				require.Contains(t, []string{"expired", "lapsed", "lost", "notowner", "unavailable", "unverified"}, cl.Class,
 					"node %d's write failed with etcd away, but not saying why: %s", who, line)
 				lapsed[who] = lapsed[who] || cl.Class == "expired" || cl.Class == "lapsed"
 			}
-			if !outage {
+			if !out[who] {
 				recovering++ // with etcd back, until the node proved its lease or took its partitions again
 			}
 		case "reopen":
@@ -141,10 +154,9 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	// grown waits until every node's count is past its snapshot by n.
-	grown := func(what string, count []int, n int) {
+	// grownFrom waits until every node's count is past snap by n; grown from the counts now.
+	grownFrom := func(what string, count, snap []int, n int) {
 		t.Helper()
-		snap := append([]int(nil), count...)
 		ev.until(what, func() bool {
 			for i := range count {
 				if count[i] < snap[i]+n {
@@ -154,28 +166,51 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 			return true
 		}, record)
 	}
+	grown := func(what string, count []int, n int) {
+		t.Helper()
+		grownFrom(what, count, slices.Clone(count), n)
+	}
 	grown("first writes", acks, 5)
 
 	// 1. etcd stopped (a crash: no lease expires meanwhile) and started again.
 	startOutage := func() {
-		outage = true
 		for i, p := range procs {
+			out[i] = true
 			marked[i], lapsed[i] = false, false
 			require.NoError(t, p.Send("mark"))
 		}
+	}
+	// endOutage gives etcd back (back) with every node stopped, a marker in its lines: the
+	// outage's lines end there, node by node (record).
+	endOutage := func(back func()) {
+		t.Helper()
+		for _, p := range procs {
+			_, err := p.StopMarked(ctx)
+			if errors.Is(err, errors.ErrUnsupported) {
+				t.Skip(err)
+			}
+			require.NoError(t, err)
+		}
+		back()
+		for _, p := range procs {
+			p.Cont()
+		}
+		ev.until("the outage's last lines", func() bool { return !slices.Contains(out, true) }, record)
 	}
 	c.Etcd.Stop()
 	startOutage()
 	grown("writes failing with etcd stopped", fails, 1)
 	ev.until("the nodes' leases lapsing", func() bool { return lapsed[0] && lapsed[1] }, record)
-	require.NoError(t, c.Etcd.Restart())
-	outage = false
-	grown("writes after etcd restarted", acks, 5)
+	// The counts from before etcd's return: endOutage reads on to every node's marker, past
+	// the first lines after it of the nodes it reached first.
+	snap := slices.Clone(acks)
+	endOutage(func() { require.NoError(t, c.Etcd.Restart()) })
+	grownFrom("writes after etcd restarted", acks, snap, 5)
 	t.Logf("etcd restart: %d writes acknowledged while it was down (each within its node's proven lease); failures %v", outageAcks, tally.Errs)
 	t.Logf("%d failures after etcd came back, before the nodes recovered", recovering)
 
 	// 2. etcd cut off from every node past the TTL: it expires the leases.
-	observer, err := cluster.Connect(ctx, cluster.Config{Endpoints: c.Etcd.ServerEndpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet})
+	observer, err := clientv3.New(clientv3.Config{Endpoints: c.Etcd.ServerEndpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	defer observer.Close()
 	outageAcks = 0
@@ -185,9 +220,9 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 	for i := range procs {
 		waitLeaseGone(t, ctx, observer, lease[i])
 	}
-	c.Etcd.Cut(false)
-	outage = false
-	grown("nodes taking their partitions again", reopens, 1)
+	snap = slices.Clone(reopens)
+	endOutage(func() { c.Etcd.Cut(false) })
+	grownFrom("nodes taking their partitions again", reopens, snap, 1)
 	grown("writes under the new grants", acks, 5)
 	t.Logf("etcd cut: %d writes acknowledged while cut off; failures %v", outageAcks, tally.Errs)
 
@@ -208,16 +243,22 @@ func TestEtcdRestartedUnderWrites(t *testing.T) {
 	}
 }
 
-// waitLeaseGone waits until etcd no longer has lease (it expired), asking every 100 ms: a
-// condition polled within ctx.
-func waitLeaseGone(t *testing.T, ctx context.Context, c *cluster.Client, lease int64) {
+// waitLeaseGone waits until etcd no longer has lease: expired (asking every 100 ms, a
+// condition polled within ctx). TimeToLive's TTL is whole seconds, truncated: 0 is a lease
+// with less than a second left (a keepalive then still renews it: cluster.Client.LeaseAlive,
+// conservative, calls it dead) as well as one expired under a second ago; -1 is one not
+// found, or expired a second or more ago, which no keepalive renews.
+func waitLeaseGone(t *testing.T, ctx context.Context, c *clientv3.Client, lease int64) {
 	t.Helper()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		alive, err := c.LeaseAlive(ctx, lease)
+		resp, err := c.TimeToLive(ctx, clientv3.LeaseID(lease))
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return
+		}
 		require.NoError(t, err)
-		if !alive {
+		if resp.TTL < 0 {
 			return
 		}
 		select {

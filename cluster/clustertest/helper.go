@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,6 +130,8 @@ type child struct {
 	// transaction node whose storage node stayed unreachable past its RequestTimeout fails
 	// every call for good).
 	failures int
+	// clock is the sessions' lease clock (NodeSpec.BlindClock), nil for the system's.
+	clock cluster.Clock
 }
 
 const reopenAfter = 100
@@ -143,6 +146,9 @@ func runNode(s nodeSpec) error {
 	c := &child{s: s, in: proctest.ChildInput()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	if s.BlindClock {
+		c.clock = newBlindClock(ctx)
+	}
 	if err := c.open(ctx); err != nil {
 		return err
 	}
@@ -186,10 +192,15 @@ func (c *child) tryOpen(ctx context.Context) error {
 		cancel()
 		c.n = nil
 	}
+	sc := cluster.SessionConfig{Owner: c.s.Owner, Addr: c.s.Addr, TTL: c.s.TTL}
+	if c.clock != nil {
+		sc.Clock = c.clock
+	}
 	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: []byte(c.s.Secret), CacheBytes: 1 << 20,
-		RequestTimeout: 30 * time.Second, // a storage node restarted within it is redialled, its batches resent
-		Etcd:           cluster.Config{Endpoints: c.s.Etcd, Prefix: c.s.Prefix, Logger: Quiet},
-		Session:        cluster.SessionConfig{Owner: c.s.Owner, Addr: c.s.Addr, TTL: c.s.TTL}})
+		RequestTimeout:     30 * time.Second, // a storage node restarted within it is redialled, its batches resent
+		OwnerLookupTimeout: c.s.OwnerLookupTimeout,
+		Etcd:               cluster.Config{Endpoints: c.s.Etcd, Prefix: c.s.Prefix, Logger: Quiet},
+		Session:            sc})
 	if err != nil {
 		return err
 	}
@@ -252,6 +263,45 @@ func (c *child) after(ctx context.Context, err error) bool {
 		proctest.Printf("reopen %d", c.n.Session().Lease())
 	}
 	return true
+}
+
+// blindClock is NodeSpec.BlindClock's lease clock: it advances as the monotonic clock
+// does, but by at most blindStep between two readings, and a goroutine reads it every
+// blindTick while the process runs; so a SIGSTOP, however long, moves it by blindStep at
+// most. Any goroutine.
+type blindClock struct {
+	mu         sync.Mutex
+	real, virt time.Time
+}
+
+const blindStep, blindTick = 100 * time.Millisecond, 10 * time.Millisecond
+
+func newBlindClock(ctx context.Context) *blindClock {
+	now := time.Now()
+	c := &blindClock{real: now, virt: now}
+	go func() {
+		tick := time.NewTicker(blindTick)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				c.Now()
+			}
+		}
+	}()
+	return c
+}
+
+// Now implements cluster.Clock.
+func (c *blindClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.virt = c.virt.Add(min(now.Sub(c.real), blindStep))
+	c.real = now
+	return c.virt
 }
 
 func le(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

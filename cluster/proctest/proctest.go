@@ -14,6 +14,11 @@
 // Readiness is a line, never a sleep: Start waits, within Spec.ReadyTimeout, for the first
 // line with the Spec.Ready prefix (when set) and returns it (Ready).
 //
+// What a child printed before a freeze is known exactly: Freeze and StopMarked (Linux) wait
+// until every thread of the child is stopped and put a marker line into its stdout pipe, so
+// every line before the marker was printed before the stop, every line after it after the
+// resume.
+//
 // Only tests import this package (it is not linked into any production binary); it does not
 // import package cluster, so that package's internal tests can use it as well as
 // package cluster/clustertest, which builds storage-node and cluster-node children on it.
@@ -25,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -322,6 +328,57 @@ func (p *Proc) Stop() {
 		p.t.Fatalf("proctest: stop %s: %v", p.spec.Name, err)
 	}
 }
+
+// Freeze stops the child (SIGSTOP) and returns, once no thread of it runs any more, every
+// line it printed before that the test had not read yet: nothing it printed is in flight
+// then (the pipe and the reader hold no line of it), so the lines Next returns after Cont
+// were all printed after the resume. Stop cannot say that: a line printed just before the
+// signal may still be in the pipe when Stop returns. Linux only (it reads /proc; elsewhere
+// an error wrapping errors.ErrUnsupported, the child stopped). Only the test's goroutine,
+// the child's lines read nowhere else meanwhile.
+func (p *Proc) Freeze(ctx context.Context) ([]string, error) {
+	marker, err := p.StopMarked(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for {
+		l, err := p.Next(ctx)
+		if err != nil {
+			return out, fmt.Errorf("proctest: freeze %s: %w", p.spec.Name, err)
+		}
+		if l == marker {
+			return out, nil
+		}
+		out = append(out, l)
+	}
+}
+
+// StopMarked stops the child (SIGSTOP), waits until no thread of it runs any more, and puts a
+// line of the parent's, the returned marker (unique), into its stdout after the last line it
+// printed: in the child's lines (Next, Lines), every line before the marker was printed
+// before StopMarked returned, every line after it after the child's Cont. Whoever reads the
+// lines must expect the marker. Linux only (elsewhere an error wrapping
+// errors.ErrUnsupported, the child stopped). Only the test's goroutine.
+func (p *Proc) StopMarked(ctx context.Context) (string, error) {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return "", fmt.Errorf("proctest: stop %s: %w", p.spec.Name, err)
+	}
+	pid := p.Pid()
+	if err := waitStopped(ctx, pid); err != nil {
+		return "", fmt.Errorf("proctest: stop %s: %w", p.spec.Name, err)
+	}
+	// Written into the child's stdout pipe: once the reader delivers it, it has delivered
+	// every line before it.
+	marker := fmt.Sprintf("%s%d %x", MarkerPrefix, pid, rand.Uint64())
+	if err := writeStdout(pid, []byte(marker+"\n")); err != nil {
+		return "", fmt.Errorf("proctest: stop %s: %w", p.spec.Name, err)
+	}
+	return marker, nil
+}
+
+// MarkerPrefix begins every StopMarked marker line.
+const MarkerPrefix = "proctest-marker "
 
 // Cont resumes a stopped child (SIGCONT).
 func (p *Proc) Cont() {
