@@ -176,6 +176,27 @@ func (e *Engine) identInc(owner uint64) (inc Incarnation, ok bool) {
 	return id.inc, !id.released
 }
 
+// identIncFrom is identInc for a request of connection conn (nonzero: a storage node's
+// session) about to make the incarnation a table's holder incarnation (a grant or a
+// renewal): it fails with ErrIdentityLost unless conn still holds owner's id (HoldsIdent).
+// The check and the read are one, under identMu: checked apart (the session's checkHolder,
+// then the grant), another incarnation's claim in between would have its incarnation
+// installed for this connection's request, and it would read rows not durable yet that it
+// did not write. conn 0 (an embedded engine's call) is identInc. Caller must not hold leaseMu.
+func (e *Engine) identIncFrom(owner, conn uint64) (Incarnation, error) {
+	if conn == 0 {
+		inc, _ := e.identInc(owner)
+		return inc, nil
+	}
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	if id == nil || id.released || id.conn != conn && id.conn != 0 {
+		return Incarnation{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
+	}
+	return id.inc, nil
+}
+
 // holderReads reports whether reader reads t as its holder, so is served rows not durable
 // yet (its own writes): reader is t's holder (an owner id) and the incarnation holding that
 // id now is the one that was granted (or last renewed) t. A restarted transaction node that
