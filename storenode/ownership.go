@@ -162,7 +162,14 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 // applied records an owner's applied batch in its owners-table entry (creating it) and in
 // leaseSeqs. Caller holds mu.
 func (e *Engine) applied(owner, seq, lsn, hash uint64) {
-	e.owner(owner).applied(seq, lsn, hash)
+	o := e.owner(owner)
+	if r, ok := e.refusedFresh[owner]; ok { // its first batch: the refusal moves to its entry
+		delete(e.refusedFresh, owner)
+		if r > seq && o.refused <= o.lastSeq {
+			o.refused = r
+		}
+	}
+	o.applied(seq, lsn, hash)
 	e.leaseMu.Lock()
 	e.leaseSeqs[owner] = seq
 	e.leaseMu.Unlock()
