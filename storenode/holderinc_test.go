@@ -179,3 +179,41 @@ func TestGrantFromReplacedConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, e.holderReadsNow(local.ID, testOwner))
 }
+
+// A connection replaced by another incarnation's claim does not get the owner id back when
+// that later connection closes too: HoldsIdent of a closed holder's identity accepted any
+// connection (the holder's was forgotten), so the replaced connection's late requests, still
+// queued in its session, acted as the owner again: its renewal made the new incarnation the
+// table's holder incarnation (reading rows not durable yet it did not write), and its late
+// commits passed the session's identity check. Only the connection that closed itself
+// keeps acting for its queued requests. Fails on bc2d8a2: after B's connection closed, A's
+// connection held the id again and its renewal made B the holder incarnation.
+func TestReplacedConnectionStaysReplacedAfterNextCloses(t *testing.T) {
+	var clock fakeClock
+	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	incA, incB := Incarnation{0xa}, Incarnation{0xb}
+	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+
+	clock.Advance(e.LeaseDuration())
+	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
+	e.Disconnect(testOwner, 2) // B's connection closes; A's is still on its way out
+	require.True(t, e.HoldsIdent(testOwner, 2), "the closed connection's queued requests still act")
+	require.False(t, e.HoldsIdent(testOwner, 1), "A's connection was replaced")
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
+	require.ErrorIs(t, err, ErrIdentityLost)
+	require.False(t, e.holderReadsNow(info.ID, testOwner), "A's late renewal made B the holder incarnation")
+	_, err = e.AcquireFrom(info.ID, testOwner, 0, 1)
+	require.ErrorIs(t, err, ErrIdentityLost)
+
+	// B reconnects (the same incarnation): its new connection holds the id.
+	require.NoError(t, e.Connect(testOwner, incB, 3, func() {}))
+	require.True(t, e.HoldsIdent(testOwner, 3))
+	require.False(t, e.HoldsIdent(testOwner, 2))
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 3)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(info.ID, testOwner))
+}

@@ -133,7 +133,7 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	var inc Incarnation // the renewer's: it knows the grant (holderReads)
-	if id := e.idents[owner]; conn != 0 && (id == nil || id.released || id.conn != conn && id.conn != 0) {
+	if id := e.idents[owner]; conn != 0 && !id.holds(conn) {
 		return Grant{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
 	}
 	if id := e.idents[owner]; id != nil {
