@@ -224,7 +224,17 @@ func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) 
 // wait for a verification slot and the verification (with Options.GrantVerifyTimeout). Any
 // goroutine but an event loop: it may wait for etcd.
 func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (Grant, error) {
-	g, registered, err := e.registerGrant(ctx, tableID, owner, epoch)
+	return e.RegisterGrantFrom(ctx, tableID, owner, epoch, 0)
+}
+
+// RegisterGrantFrom is RegisterGrant for a request of connection conn (nonzero: a storage
+// node's session), which must still hold owner's identity (HoldsIdent) when the grant or
+// renewal makes its incarnation the table's holder incarnation (holderReads), checked with
+// that incarnation's read: else ErrIdentityLost. The etcd verification of a new grant may
+// take a while, during which another incarnation may claim the id. Any goroutine but an
+// event loop.
+func (e *Engine) RegisterGrantFrom(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (Grant, error) {
+	g, registered, err := e.registerGrant(ctx, tableID, owner, epoch, conn)
 	switch {
 	case registered:
 		e.stats.grantsRegistered.Add(1)
@@ -237,11 +247,11 @@ func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch
 }
 
 // registerGrant is RegisterGrant; registered reports a new grant logged.
-func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (_ Grant, registered bool, _ error) {
+func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (_ Grant, registered bool, _ error) {
 	if owner == 0 || epoch == 0 {
 		return Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
-	t, table, part, curLSN, err := e.registerCheck(tableID, owner, epoch)
+	t, table, part, curLSN, err := e.registerCheck(tableID, owner, epoch, conn)
 	if err != nil {
 		return Grant{}, false, err
 	}
@@ -269,7 +279,10 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 	if err := e.moveRefuses(tb); err != nil {
 		return Grant{}, false, err
 	}
-	inc, _ := e.identInc(owner)
+	inc, err := e.identIncFrom(owner, conn)
+	if err != nil {
+		return Grant{}, false, err
+	}
 	e.leaseMu.Lock()
 	if tb.dropping {
 		e.leaseMu.Unlock()
@@ -326,7 +339,7 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 // curLSN, the LSN its record must be durable through before it is answered (a record of a
 // concurrent registration may still wait for its fsync); otherwise the partitioned table's
 // name and the partition to verify.
-func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, table string, part uint32, curLSN uint64, err error) {
+func (e *Engine) registerCheck(tableID uint32, owner, epoch, conn uint64) (g Grant, table string, part uint32, curLSN uint64, err error) {
 	if e.opts.GrantVerifier == nil {
 		return Grant{}, "", 0, 0, fmt.Errorf("%w: this storage node has no etcd configured", ErrNoVerifier)
 	}
@@ -348,7 +361,10 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch uint64) (g Grant, ta
 	if err := e.moveRefuses(t); err != nil {
 		return Grant{}, "", 0, 0, err
 	}
-	inc, _ := e.identInc(owner)
+	inc, err := e.identIncFrom(owner, conn)
+	if err != nil {
+		return Grant{}, "", 0, 0, err
+	}
 	e.leaseMu.Lock()
 	holder, cur0 := t.holder, t.epoch
 	if holder == owner && cur0 == epoch {

@@ -92,12 +92,17 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 		}
 		// Fences before any wait: a stale owner is rejected at once, never held back.
 		if err := e.checkBatch(b); err != nil {
-			e.noteRefused(o, b.Seq)
+			e.noteRefused(b.Owner, o, b.Seq)
 			return err
 		}
 		if err := e.checkTxnLocks(b.Segments); err != nil {
-			e.noteRefused(o, b.Seq)
+			e.noteRefused(b.Owner, o, b.Seq)
 			return err
+		}
+		if o == nil {
+			if err := e.freshRefusedGap(b.Owner, b.Seq); err != nil {
+				return err
+			}
 		}
 		// An owner the table does not know (new, or expired) starts its window at any seq.
 		if o != nil && b.Seq > o.lastSeq+1 {
@@ -155,17 +160,54 @@ func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
 	return nil
 }
 
-// noteRefused records that the batch of seq, not applied yet, was refused before anything
-// of it was applied (its fences, its locks): the owner's later batches held back for the gap
-// at seq fail at once (refusedGap) instead of waiting Options.SeqGapWait each, one after
-// another on their connection. Memory only; an owner without an entry (no batch applied)
-// holds nothing back anyway. Caller holds mu.
-func (e *Engine) noteRefused(o *ownerState, seq uint64) {
-	if o == nil || seq <= o.lastSeq || (o.refused > o.lastSeq && o.refused <= seq) {
+// noteRefused records that owner's batch of seq, not applied yet, was refused before
+// anything of it was applied (its fences, its locks): the owner's later batches held back for
+// the gap at seq fail at once (refusedGap) instead of waiting Options.SeqGapWait each, one
+// after another on their connection. o is owner's entry, nil before its first applied batch:
+// such an owner starts its window at any seq, so its refusal is kept in refusedFresh, and its
+// later seqs are refused (freshRefusedGap) rather than starting the window past the refused
+// one (a transaction of a later batch may have read a row of the refused one). Memory only.
+// Caller holds mu.
+func (e *Engine) noteRefused(owner uint64, o *ownerState, seq uint64) {
+	if o == nil {
+		if r, ok := e.refusedFresh[owner]; ok && r <= seq {
+			return
+		}
+		if e.refusedFresh == nil {
+			e.refusedFresh = make(map[uint64]uint64)
+		}
+		if _, ok := e.refusedFresh[owner]; !ok && len(e.refusedFresh) >= refusedFreshMax {
+			now := e.opts.Now()
+			for id := range e.refusedFresh { // owners gone (no live identity) first
+				if !e.hasIdent(id, now) {
+					delete(e.refusedFresh, id)
+				}
+			}
+			if len(e.refusedFresh) >= refusedFreshMax {
+				return // bounded: a storage node has far fewer new owners refused at once
+			}
+		}
+		e.refusedFresh[owner] = seq
+		return
+	}
+	if seq <= o.lastSeq || (o.refused > o.lastSeq && o.refused <= seq) {
 		return
 	}
 	o.refused = seq
 	e.cond.Broadcast() // the batches already waiting for the gap
+}
+
+// refusedFreshMax bounds Engine.refusedFresh.
+const refusedFreshMax = 4096
+
+// freshRefusedGap is refusedGap for owner without an owners-table entry: its batch of seq
+// fails with ErrSeqGap if a batch of a lower seq was refused (noteRefused) and not sent
+// again since. Caller holds mu.
+func (e *Engine) freshRefusedGap(owner, seq uint64) error {
+	if r, ok := e.refusedFresh[owner]; ok && r < seq {
+		return fmt.Errorf("%w: batch seq %d, no batch applied yet: the batch of seq %d was refused", ErrSeqGap, seq, r)
+	}
+	return nil
 }
 
 // wake broadcasts the engine's condition (timers use it to end bounded waits).

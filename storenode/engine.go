@@ -93,6 +93,11 @@ type Engine struct {
 	replayForce bool
 	// gapWaiters counts the batches waiting for a gap in their owner's seqs (under mu).
 	gapWaiters int
+	// refusedFresh is, for an owner without an owners-table entry (no batch applied yet),
+	// the lowest seq of its refused batches (noteRefused): its later seqs are refused until
+	// it sends that one again (freshRefusedGap). Under mu; memory only; at most
+	// refusedFreshMax entries, an entry dropped once the owner's first batch is applied.
+	refusedFresh map[uint64]uint64
 	// ckptCarried is the last LSN the running checkpoint's carryTxns appended; under ckptMu.
 	ckptCarried uint64
 

@@ -1,7 +1,9 @@
 package storenode
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -124,4 +126,94 @@ func TestRenewalFromReplacedConnection(t *testing.T) {
 	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 2)
 	require.NoError(t, err)
 	require.True(t, e.holderReadsNow(info.ID, testOwner), "a renewal proves the grant: B reads as the holder")
+}
+
+// A grant or an etcd registration for a connection checks that it still holds the owner id
+// together with reading the incarnation the grant installs (AcquireFrom, RegisterGrantFrom):
+// a new grant's etcd verification may wait, and a restarted transaction node (another
+// incarnation, after a lease of silence) may claim the id meanwhile; the old connection's
+// grant must not make the new incarnation the table's holder incarnation, which would read
+// rows not durable yet that it did not write. bc2d8a2 checked the connection only in the
+// session, before the wait, and installed whichever incarnation held the id afterwards (with
+// identIncFrom's check removed this test fails: B reads as the holder).
+func TestGrantFromReplacedConnection(t *testing.T) {
+	var clock fakeClock
+	v := newMemVerifier()
+	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now, GrantVerifier: v})
+	local, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
+	require.NoError(t, err)
+	incA, incB := Incarnation{0xa}, Incarnation{0xb}
+	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
+	epoch := v.grant("acct", 1, testOwner)
+
+	v.mu.Lock()
+	v.block = make(chan struct{})
+	v.mu.Unlock()
+	reg := make(chan error, 1)
+	go func() {
+		_, err := e.RegisterGrantFrom(context.Background(), ti.ID, testOwner, epoch, 1)
+		reg <- err
+	}()
+	require.Eventually(t, func() bool { v.mu.Lock(); defer v.mu.Unlock(); return v.calls > 0 }, 10*time.Second, time.Millisecond)
+	clock.Advance(e.LeaseDuration())
+	require.NoError(t, e.Connect(testOwner, incB, 2, func() {})) // B claims the id during the verification
+	v.mu.Lock()
+	close(v.block)
+	v.block = nil
+	v.mu.Unlock()
+	err = <-reg
+	require.ErrorIs(t, err, ErrIdentityLost, "A's connection was replaced during the verification")
+	require.False(t, e.holderReadsNow(ti.ID, testOwner), "A's late registration made B the holder incarnation")
+	_, err = e.AcquireFrom(local.ID, testOwner, 0, 1)
+	require.ErrorIs(t, err, ErrIdentityLost)
+	require.NotErrorIs(t, err, ErrFenced)
+	require.False(t, e.holderReadsNow(local.ID, testOwner))
+
+	// B's own grants make it the holder incarnation.
+	_, err = e.RegisterGrantFrom(context.Background(), ti.ID, testOwner, epoch, 2)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(ti.ID, testOwner))
+	_, err = e.AcquireFrom(local.ID, testOwner, 0, 2)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(local.ID, testOwner))
+}
+
+// A connection replaced by another incarnation's claim does not get the owner id back when
+// that later connection closes too: HoldsIdent of a closed holder's identity accepted any
+// connection (the holder's was forgotten), so the replaced connection's late requests, still
+// queued in its session, acted as the owner again: its renewal made the new incarnation the
+// table's holder incarnation (reading rows not durable yet it did not write), and its late
+// commits passed the session's identity check. Only the connection that closed itself
+// keeps acting for its queued requests. Fails on bc2d8a2: after B's connection closed, A's
+// connection held the id again and its renewal made B the holder incarnation.
+func TestReplacedConnectionStaysReplacedAfterNextCloses(t *testing.T) {
+	var clock fakeClock
+	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	incA, incB := Incarnation{0xa}, Incarnation{0xb}
+	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
+	g, err := e.Acquire(info.ID, testOwner, 0)
+	require.NoError(t, err)
+
+	clock.Advance(e.LeaseDuration())
+	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
+	e.Disconnect(testOwner, 2) // B's connection closes; A's is still on its way out
+	require.True(t, e.HoldsIdent(testOwner, 2), "the closed connection's queued requests still act")
+	require.False(t, e.HoldsIdent(testOwner, 1), "A's connection was replaced")
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
+	require.ErrorIs(t, err, ErrIdentityLost)
+	require.False(t, e.holderReadsNow(info.ID, testOwner), "A's late renewal made B the holder incarnation")
+	_, err = e.AcquireFrom(info.ID, testOwner, 0, 1)
+	require.ErrorIs(t, err, ErrIdentityLost)
+
+	// B reconnects (the same incarnation): its new connection holds the id.
+	require.NoError(t, e.Connect(testOwner, incB, 3, func() {}))
+	require.True(t, e.HoldsIdent(testOwner, 3))
+	require.False(t, e.HoldsIdent(testOwner, 2))
+	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 3)
+	require.NoError(t, err)
+	require.True(t, e.holderReadsNow(info.ID, testOwner))
 }

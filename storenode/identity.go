@@ -39,8 +39,11 @@ type Incarnation [16]byte
 // alone or inside mu (never the other way round) and held only for map updates, so the
 // handshake may claim an identity on a connection's event loop.
 type ownerIdent struct {
-	inc      Incarnation
-	conn     uint64 // the connection holding it; 0 when none
+	inc  Incarnation
+	conn uint64 // the connection holding it; 0 when none
+	// closed is the connection that held it when it closed (Disconnect), while conn is 0:
+	// its requests queued before the close still act (holds), no other connection's.
+	closed   uint64
 	evict    func() // closes conn
 	lastSeen time.Time
 	released bool
@@ -85,15 +88,23 @@ func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func(
 // released, or once a claim pruned its entry (closed, and silent for a lease). A lease of
 // silence alone does not end it: it lets another incarnation claim the id, and only that claim
 // does (epochs fence the lapsed holder's writes meanwhile, as always). A connection that
-// merely closed still holds it (its requests
-// queued before the close still act, as its owner may resend them anyway): nobody else has
-// claimed the id. The server checks it before a replaced connection's last requests could act
+// merely closed still holds it (its requests queued before the close still act, as its owner
+// may resend them anyway): nobody else has claimed the id. A connection replaced earlier does
+// not get it back when the later one closes (TestReplacedConnectionStaysReplacedAfterNextCloses).
+// The server checks it before a replaced connection's last requests could act
 // as the owner. Any goroutine; it takes identMu only.
 func (e *Engine) HoldsIdent(owner uint64, conn uint64) bool {
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
-	id := e.idents[owner]
-	return id != nil && !id.released && (id.conn == conn || id.conn == 0)
+	return e.idents[owner].holds(conn)
+}
+
+// holds reports whether connection conn holds the identity id (nil: none): it is id's
+// connection, or the one that held it when it closed (its queued requests still act; a
+// connection replaced earlier does not get it back when the later one closes). Caller holds
+// identMu.
+func (id *ownerIdent) holds(conn uint64) bool {
+	return id != nil && !id.released && (id.conn == conn || id.conn == 0 && id.closed == conn)
 }
 
 // pruneIdents drops identities without a connection that have been silent for a lease (a
@@ -115,7 +126,7 @@ func (e *Engine) Disconnect(owner uint64, conn uint64) {
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	if id := e.idents[owner]; id != nil && id.conn == conn {
-		id.conn, id.evict = 0, nil
+		id.conn, id.evict, id.closed = 0, nil, conn
 		id.lastSeen = e.opts.Now()
 	}
 }
@@ -174,6 +185,27 @@ func (e *Engine) identInc(owner uint64) (inc Incarnation, ok bool) {
 		return Incarnation{}, true
 	}
 	return id.inc, !id.released
+}
+
+// identIncFrom is identInc for a request of connection conn (nonzero: a storage node's
+// session) about to make the incarnation a table's holder incarnation (a grant or a
+// renewal): it fails with ErrIdentityLost unless conn still holds owner's id (HoldsIdent).
+// The check and the read are one, under identMu: checked apart (the session's checkHolder,
+// then the grant), another incarnation's claim in between would have its incarnation
+// installed for this connection's request, and it would read rows not durable yet that it
+// did not write. conn 0 (an embedded engine's call) is identInc. Caller must not hold leaseMu.
+func (e *Engine) identIncFrom(owner, conn uint64) (Incarnation, error) {
+	if conn == 0 {
+		inc, _ := e.identInc(owner)
+		return inc, nil
+	}
+	e.identMu.Lock()
+	defer e.identMu.Unlock()
+	id := e.idents[owner]
+	if !id.holds(conn) {
+		return Incarnation{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
+	}
+	return id.inc, nil
 }
 
 // holderReads reports whether reader reads t as its holder, so is served rows not durable

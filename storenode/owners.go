@@ -145,6 +145,7 @@ func (e *Engine) expireOwners() {
 			continue
 		}
 		delete(e.owners, id)
+		delete(e.refusedFresh, id)
 		e.leaseMu.Lock()
 		delete(e.leaseSeqs, id)
 		e.leaseMu.Unlock()

@@ -24,11 +24,19 @@ import (
 // succeeds when the table is free, held by owner already, or held by another owner whose lease
 // has expired, and it bumps the epoch. With a nonzero epoch it renews that grant (RenewGrant).
 func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
+	return e.AcquireFrom(tableID, owner, epoch, 0)
+}
+
+// AcquireFrom is Acquire for a request of connection conn (nonzero: a storage node's
+// session), which must still hold owner's identity (HoldsIdent), checked together with
+// reading the incarnation the grant makes the table's holder (holderReads): else
+// ErrIdentityLost, nothing granted. Any goroutine but an event loop.
+func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, error) {
 	if owner == 0 {
 		return Grant{}, fmt.Errorf("%w: owner id 0", ErrMalformed)
 	}
 	if epoch != 0 {
-		return e.RenewGrant(tableID, owner, epoch)
+		return e.RenewGrantFrom(tableID, owner, epoch, conn)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -49,7 +57,10 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
 	// (which takes no mu) either came first, and then its lease is live, or sees the new
 	// holder and is fenced. If the grant cannot be logged the old holder is put back.
-	inc, _ := e.identInc(owner)
+	inc, err := e.identIncFrom(owner, conn)
+	if err != nil {
+		return Grant{}, err
+	}
 	e.leaseMu.Lock()
 	now := e.opts.Now()
 	if e.liveHolder(t, owner) {
@@ -122,7 +133,7 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	var inc Incarnation // the renewer's: it knows the grant (holderReads)
-	if id := e.idents[owner]; conn != 0 && (id == nil || id.released || id.conn != conn && id.conn != 0) {
+	if id := e.idents[owner]; conn != 0 && !id.holds(conn) {
 		return Grant{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
 	}
 	if id := e.idents[owner]; id != nil {
@@ -151,7 +162,14 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 // applied records an owner's applied batch in its owners-table entry (creating it) and in
 // leaseSeqs. Caller holds mu.
 func (e *Engine) applied(owner, seq, lsn, hash uint64) {
-	e.owner(owner).applied(seq, lsn, hash)
+	o := e.owner(owner)
+	if r, ok := e.refusedFresh[owner]; ok { // its first batch: the refusal moves to its entry
+		delete(e.refusedFresh, owner)
+		if r > seq && o.refused <= o.lastSeq {
+			o.refused = r
+		}
+	}
+	o.applied(seq, lsn, hash)
 	e.leaseMu.Lock()
 	e.leaseSeqs[owner] = seq
 	e.leaseMu.Unlock()

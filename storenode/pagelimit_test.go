@@ -37,7 +37,8 @@ func TestPageLimitIsTablePagesMax(t *testing.T) {
 		require.ErrorIs(t, err, ErrMalformed, "page %d", page)
 		require.Contains(t, err.Error(), strconv.FormatUint(last, 10))
 	}
-	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 1, row64(9))))
+	// Seq 1 again: a refused seq is the owner's to fill before any later one (refusedFresh).
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(9))))
 	require.NoError(t, err, "a refused batch leaves the engine usable")
 }
 

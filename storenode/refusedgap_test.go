@@ -60,3 +60,35 @@ func waitGapWaiter(t *testing.T, e *Engine) {
 		runtime.Gosched()
 	}
 }
+
+// An owner's first batches: an owner without an owners-table entry (no batch applied yet)
+// starts its window at any seq, so when its first batch (seq 1) was refused, its seq 2,
+// already in flight behind it, was applied without it: a transaction of seq 2 may have read
+// a row of seq 1 (a transaction node's cache shows a transaction's rows before its batch is
+// durable), so the store held a write that depends on one that never happened. The refused
+// seq holds the owner's later seqs back as for an owner with an entry (ErrSeqGap naming it)
+// until it is sent again. Fails on bc2d8a2: seq 2 was applied.
+func TestRefusedFirstBatchFailsLaterSeqs(t *testing.T) {
+	e, _, info, g := openFault(t, Options{SeqGapWait: time.Hour}, testOwner)
+	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch+7, oneRow(info.ID, 1, row64(1))))
+	require.ErrorIs(t, err, ErrFenced)
+	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
+	require.ErrorIs(t, err, ErrSeqGap, "seq 2 applied although seq 1 was refused")
+	require.ErrorContains(t, err, "seq 1 was refused")
+	_, ok := readRow(t, e, info.ID, 2)
+	require.False(t, ok)
+
+	// The owner sends seq 1 again: applied, and the window goes on; the refusal is forgotten.
+	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	require.NoError(t, err)
+	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
+	require.NoError(t, err)
+	for id := uint64(1); id <= 2; id++ {
+		row, ok := readRow(t, e, info.ID, id)
+		require.True(t, ok, "row %d", id)
+		require.Equal(t, id, uint64FromRow(row))
+	}
+	e.mu.Lock()
+	require.Empty(t, e.refusedFresh)
+	e.mu.Unlock()
+}

@@ -193,8 +193,13 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 			return 0, err
 		}
 		if err := e.checkBatch(b); err != nil {
-			e.noteRefused(o, b.Seq)
+			e.noteRefused(b.Owner, o, b.Seq)
 			return 0, err
+		}
+		if o == nil {
+			if err := e.freshRefusedGap(b.Owner, b.Seq); err != nil {
+				return 0, err
+			}
 		}
 		if o != nil && b.Seq > o.lastSeq+1 {
 			if err := o.refusedGap(b.Seq); err != nil {

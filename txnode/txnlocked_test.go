@@ -105,7 +105,16 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, err, storenode.ErrTxnLocked)
 	require.EqualValues(t, 2, g.releases.Load(), "the coordinator's, and the waiting open's grant")
+	// Close while an open waits: the wait ends with ErrClosed, the grant goes, Close returns.
+	go func() {
+		_, err := db1.Table(ctx, name)
+		opened <- err
+	}()
+	nextTimer()
 	require.NoError(t, db1.Close(ctx))
+	err = recvWithin(t, opened, "the open waiting through Close")
+	require.ErrorIs(t, err, ErrClosed)
+	require.EqualValues(t, 3, g.releases.Load(), "the grant of the open that Close ended")
 
 	db, err := Open(ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
 	require.NoError(t, err)

@@ -764,9 +764,9 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		var err error
 		if m.Flags&sgio.AcquireEtcdGrant != 0 {
 			// Bounded by the engine's GrantVerifyTimeout and its verification slots.
-			g, err = e.RegisterGrant(context.Background(), m.Table, m.Owner, m.Epoch)
+			g, err = e.RegisterGrantFrom(context.Background(), m.Table, m.Owner, m.Epoch, s.id)
 		} else {
-			g, err = e.Acquire(m.Table, m.Owner, m.Epoch)
+			g, err = e.AcquireFrom(m.Table, m.Owner, m.Epoch, s.id)
 		}
 		if err != nil {
 			return nil, nil, err

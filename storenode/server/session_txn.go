@@ -170,19 +170,30 @@ type PeerConfig struct {
 	Name string
 	// DialTimeout bounds one dial and handshake; 0: sgio.DefaultDialTimeout.
 	DialTimeout time.Duration
-	// PeersMax bounds the connections kept (one per primary); 0: 64.
+	// PeersMax bounds the connections kept (one per primary); 0: 64. Calls beyond it, with
+	// every kept one in use, dial one of their own for the call (at most the resolver's
+	// concurrent primaries, storenode.Options.TxnResolvePrimariesMax).
 	PeersMax int
 }
 
 // Peer is the storenode.TxnPeer of a storage node: one sgio client per primary, dialed when
 // first needed and again after it failed, each call bounded by its context. Any goroutine
-// may call its methods. Close it after the engine.
+// may call its methods (the resolver calls distinct primaries concurrently). At most
+// PeersMax connections are kept; one a call is using is never closed to make room for
+// another: at the bound with every kept connection in use, a call dials one of its own,
+// closed when the call ends. Close it after the engine.
 type Peer struct {
 	cfg PeerConfig
 
 	mu      sync.Mutex
-	clients map[string]*sgio.Client
+	clients map[string]*peerClient
 	closed  bool
+}
+
+// peerClient is a Peer's connection to one primary and the calls using it (under Peer.mu).
+type peerClient struct {
+	c     *sgio.Client
+	users int
 }
 
 // NewTxnPeer returns a Peer for cfg (storenode.Options.TxnPeer).
@@ -190,26 +201,35 @@ func NewTxnPeer(cfg PeerConfig) *Peer {
 	if cfg.PeersMax <= 0 {
 		cfg.PeersMax = 64
 	}
-	return &Peer{cfg: cfg, clients: make(map[string]*sgio.Client)}
+	return &Peer{cfg: cfg, clients: make(map[string]*peerClient)}
 }
 
-// client returns a live client of addr, dialing it (without holding mu: a dial may take up
-// to DialTimeout) if needed.
-func (p *Peer) client(ctx context.Context, addr string) (*sgio.Client, error) {
+// client returns a live client of addr for one call, dialing it (without holding mu: a dial
+// may take up to DialTimeout) if needed; the call ends with done(pc).
+func (p *Peer) client(ctx context.Context, addr string) (*peerClient, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, fmt.Errorf("storenode: txn peer closed: %w", sgio.ErrShuttingDown)
 	}
-	c := p.clients[addr]
-	if c != nil && c.Err() != nil {
-		delete(p.clients, addr)
-		c.Close()
-		c = nil
+	pc := p.clients[addr]
+	var broken *sgio.Client
+	if pc != nil && pc.c.Err() != nil {
+		delete(p.clients, addr) // its users close it when they are done
+		if pc.users == 0 {
+			broken = pc.c
+		}
+		pc = nil
+	}
+	if pc != nil {
+		pc.users++
 	}
 	p.mu.Unlock()
-	if c != nil {
-		return c, nil
+	if broken != nil {
+		broken.Close()
+	}
+	if pc != nil {
+		return pc, nil
 	}
 	c, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: p.cfg.Secret, TLS: p.cfg.TLS, Name: p.cfg.Name,
 		DialTimeout: p.cfg.DialTimeout})
@@ -217,43 +237,68 @@ func (p *Peer) client(ctx context.Context, addr string) (*sgio.Client, error) {
 		return nil, fmt.Errorf("storenode: dial primary %s: %w", addr, err)
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		c.Close()
 		return nil, fmt.Errorf("storenode: txn peer closed: %w", sgio.ErrShuttingDown)
 	}
 	if old := p.clients[addr]; old != nil {
-		c.Close() // another call dialed meanwhile
+		old.users++ // another call dialed meanwhile
+		p.mu.Unlock()
+		c.Close()
 		return old, nil
 	}
+	pc = &peerClient{c: c, users: 1}
+	var evicted *sgio.Client
 	if len(p.clients) >= p.cfg.PeersMax {
-		for a, old := range p.clients { // drop any one: the resolver's working set is small
-			old.Close()
-			delete(p.clients, a)
-			break
+		for a, old := range p.clients { // any idle one: the resolver's working set is small
+			if old.users == 0 {
+				evicted = old.c
+				delete(p.clients, a)
+				break
+			}
 		}
 	}
-	p.clients[addr] = c
-	return c, nil
+	if len(p.clients) < p.cfg.PeersMax {
+		p.clients[addr] = pc
+	} // else every kept one is in use: pc is this call's own, closed by done
+	p.mu.Unlock()
+	if evicted != nil {
+		evicted.Close()
+	}
+	return pc, nil
+}
+
+// done ends a call's use of pc (client), closing it when it is no longer kept.
+func (p *Peer) done(addr string, pc *peerClient) {
+	p.mu.Lock()
+	pc.users--
+	drop := pc.users == 0 && p.clients[addr] != pc
+	p.mu.Unlock()
+	if drop {
+		pc.c.Close()
+	}
 }
 
 // AskTxn asks the primary at addr for the decision of id.
 func (p *Peer) AskTxn(ctx context.Context, addr string, id storenode.TxnID, lease int64) (storenode.Decision, error) {
-	c, err := p.client(ctx, addr)
+	pc, err := p.client(ctx, addr)
 	if err != nil {
 		return storenode.DecisionNone, err
 	}
-	d, err := c.AskTxn(ctx, id, lease)
+	defer p.done(addr, pc)
+	d, err := pc.c.AskTxn(ctx, id, lease)
 	return storenode.Decision(d), err
 }
 
 // ReportTxn reports to the primary at addr that participant index applied id's decision.
 func (p *Peer) ReportTxn(ctx context.Context, addr string, id storenode.TxnID, index uint16) error {
-	c, err := p.client(ctx, addr)
+	pc, err := p.client(ctx, addr)
 	if err != nil {
 		return err
 	}
-	return c.ReportTxn(ctx, id, index)
+	defer p.done(addr, pc)
+	return pc.c.ReportTxn(ctx, id, index)
 }
 
 // Close closes every connection; later calls fail with sgio.ErrShuttingDown.
@@ -261,8 +306,8 @@ func (p *Peer) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	for a, c := range p.clients {
-		c.Close()
+	for a, pc := range p.clients {
+		pc.c.Close() // a call using it fails at once; its done finds it no longer kept
 		delete(p.clients, a)
 	}
 	return nil
