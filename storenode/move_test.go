@@ -276,15 +276,19 @@ func TestMoveErrorsMatchFenced(t *testing.T) {
 	require.NotErrorIs(t, ErrFenced, ErrMoved)
 }
 
-// An incoming copy and a retired source serve nothing: anyone may drop them, though the
-// partitioned table is still in the map.
+// A retired source serves nothing: anyone may drop it, though the partitioned table is
+// still in the map. An incoming copy may not be dropped while the table is mapped: between
+// the switch and its activation it is the partition's only copy the map points at.
 func TestMoveCopiesDroppable(t *testing.T) {
 	p := newMovePair(t)
 	name := PartitionTableName("acct", 1)
 	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "a live cluster table of a mapped table")
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 3))
-	require.NoError(t, p.dst.DropTable(name, 99))
-	_, err := p.src.MoveFreeze(p.srcID)
+	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "an incoming copy of a mapped table")
+	st, _, err := p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.Equal(t, MoveIncoming, st)
+	_, err = p.src.MoveFreeze(p.srcID)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
 	require.NoError(t, p.src.MoveRetire(p.srcID))

@@ -334,7 +334,7 @@ func (m *mover) finish(ctx context.Context) error {
 // rollback undoes a move that did not switch: the record deleted (only if it is still this
 // mover's: one that lost the move to another leaves everything to it), then the source thawed
 // (writes again) unless the map points elsewhere; the target's incoming copy stays (serving
-// nothing; a later move reuses it, or drop it). A crash between the two leaves a frozen
+// nothing; a later move reuses it). A crash between the two leaves a frozen
 // source without a record, which the next Move finishes. It returns cause.
 func (m *mover) rollback(ctx context.Context, cause error) error {
 	deleted, err := m.t.n.c.EndMove(ctx, m.rec)
