@@ -72,8 +72,10 @@ const kindMoveState byte = 16
 const MoveChangesMax = 4096
 
 // MoveWriter is the owner id the engine logs MoveWrite's commit records under (its own
-// dedup-window entry, seqs counted by the engine under mu). MoveWrite never goes through
-// Commit's seq window, so a client that claims this id disturbs nothing of a move.
+// dedup-window entry, seqs counted by the engine under mu). It is reserved: Connect,
+// Acquire, RegisterGrant, Commit and PrepareTxn refuse it (ErrMalformed), so no client's
+// seqs share its window (a client's seq 2^64-1 made the next MoveWrite log seq 0, a record
+// replay refuses: the storage node could not restart).
 const MoveWriter uint64 = ^uint64(0)
 
 // tableMove is one table's move state, in Engine.moves (guarded by mu).

@@ -323,3 +323,34 @@ func TestMoveChangesBounded(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
+
+// The owner id MoveWrite logs under is reserved: a client that claimed it (a session's Hello
+// names any id) and committed seq 2^64-1 made the next MoveWrite log seq 0, a commit record
+// replay refuses: the storage node could not restart.
+func TestMoveWriterOwnerReserved(t *testing.T) {
+	p := newMovePair(t)
+	ti, err := p.dst.CreateTable("local", 64)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.dst.Connect(MoveWriter, Incarnation{1}, 1, func() {}), ErrMalformed)
+	_, err = p.dst.Acquire(ti.ID, MoveWriter, 0)
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = p.dst.CommitWait(&Batch{Owner: MoveWriter, Seq: ^uint64(0), Fences: []Fence{{ti.ID, 1}},
+		Segments: []Segment{oneRow(ti.ID, 0, row64(1))}})
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = p.dst.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: MoveWriter, Seq: ^uint64(0),
+		Fences: []Fence{{ti.ID, 1}}, Segments: []Segment{oneRow(ti.ID, 0, row64(1))}}})
+	require.ErrorIs(t, err, ErrMalformed)
+	ep := p.v.grant("acct", 1, MoveWriter)
+	_, err = p.dst.RegisterGrant(context.Background(), p.dstID, MoveWriter, ep)
+	require.ErrorIs(t, err, ErrMalformed)
+
+	// Move writes go on, and survive a restart.
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 9))
+	_, err = p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Data: 1, Rows: row64(5)}}}, 9)
+	require.NoError(t, err)
+	p.dst.crashForTest()
+	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	st, _, err := p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.Equal(t, MoveIncoming, st)
+}

@@ -24,8 +24,8 @@ import (
 // succeeds when the table is free, held by owner already, or held by another owner whose lease
 // has expired, and it bumps the epoch. With a nonzero epoch it renews that grant (RenewGrant).
 func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
-	if owner == 0 {
-		return Grant{}, fmt.Errorf("%w: owner id 0", ErrMalformed)
+	if owner == 0 || owner == MoveWriter {
+		return Grant{}, fmt.Errorf("%w: owner id %d (0 and 2^64-1 are reserved)", ErrMalformed, owner)
 	}
 	if epoch != 0 {
 		return e.RenewGrant(tableID, owner, epoch)
