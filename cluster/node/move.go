@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/sgio"
@@ -60,7 +61,8 @@ const (
 // switch (its writes fail with *NotOwnerError, never acknowledged and lost); it owns the
 // partition again through a fresh handle (OpenTable, then Own), on the new storage node.
 // A move recorded by a mover that died is resumed (to must be its target, else
-// cluster.ErrMoveInProgress). Refused with ErrMoveRefused while a transaction in doubt holds
+// cluster.ErrMoveInProgress); a Move of a partition another Move of this node is running is
+// cluster.ErrMoveInProgress. Refused with ErrMoveRefused while a transaction in doubt holds
 // rows of the partition at the source (try again once it is decided). Any goroutine; ctx
 // bounds the whole move (a move cut short by ctx is resumed by the next Move).
 func (t *Table) Move(ctx context.Context, part uint32, to string) error {
@@ -70,9 +72,27 @@ func (t *Table) Move(ctx context.Context, part uint32, to string) error {
 	if part >= uint32(len(t.parts)) {
 		return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, part)
 	}
+	// One Move of a partition at a time on this node: the move record names the mover by
+	// its node's session lease, so BeginMove takes a second Move of the same node for a retry
+	// of the first (same mover epoch) and both would run, one's late writes of rows read
+	// before the freeze landing over the other's final catch-up.
+	key := moveKey{n: t.n, table: t.m.Name, part: part}
+	if _, busy := movesRunning.LoadOrStore(key, struct{}{}); busy {
+		return fmt.Errorf("node: move table %q partition %d: %w: another Move of it runs on this node", t.m.Name, part, cluster.ErrMoveInProgress)
+	}
+	defer movesRunning.Delete(key)
 	m := &mover{t: t, part: part, name: storenode.PartitionTableName(t.m.Name, part)}
 	defer m.close()
 	return m.run(ctx, to)
+}
+
+// movesRunning holds the moves (moveKey) a Move of this process runs.
+var movesRunning sync.Map
+
+type moveKey struct {
+	n     *Node
+	table string
+	part  uint32
 }
 
 // mover is one Move call.

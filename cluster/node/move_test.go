@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -239,4 +240,31 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	// Decided (abort): the move goes through.
 	require.NoError(t, cl.ApplyTxn(ctx, txn, sgio.TxnAbort))
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+}
+
+// A second Move of a partition on the node already running one is refused: the move record
+// names the mover by its node's lease, so it was taken for a retry (same mover epoch) and
+// both ran, one's writes of rows read before the freeze able to land over the other's final
+// catch-up.
+func TestMoveConcurrentSameNodeRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	other, err := n.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	var second error
+	var fired atomic.Bool
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepCopied && fired.CompareAndSwap(false, true) {
+			second = other.Move(ctx, 0, tc.addrs[1])
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+	require.ErrorIs(t, second, cluster.ErrMoveInProgress)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
 }
