@@ -65,7 +65,9 @@ func (s MoveState) String() string {
 }
 
 // kindMoveState logs a table's move state: table u32 | state u8 | reserved [3] | mover
-// epoch u64 (of an incoming copy: the epoch MoveWrite must carry; 0 otherwise).
+// epoch u64 (of an incoming copy: the epoch MoveWrite must carry, nonzero; of a frozen
+// source: the epoch of the mover that froze it, which a thaw must carry at least (0 in a
+// record of a store from before the rule: any thaw); 0 otherwise).
 const kindMoveState byte = 16
 
 // MoveChangesMax bounds the pages one MoveChanges call returns.
@@ -81,7 +83,9 @@ const MoveWriter uint64 = ^uint64(0)
 // tableMove is one table's move state, in Engine.moves (guarded by mu).
 type tableMove struct {
 	state MoveState
-	// epoch is an incoming copy's mover epoch (MoveBegin): MoveWrite of another is refused.
+	// epoch is an incoming copy's mover epoch (MoveBegin): MoveWrite of another is refused;
+	// a frozen source's, the epoch of the mover that froze it (MoveFreeze): a thaw of a lower
+	// one is refused.
 	epoch uint64
 	// token names the mark of a source (0: none); dirty holds the pages written since the
 	// mark or the last MoveChanges that handed them out. Memory only.
@@ -100,7 +104,7 @@ func decodeMoveStateRecord(p []byte) (uint32, MoveState, uint64, error) {
 		return 0, 0, 0, corrupt.Errorf("storenode: move state record of %d bytes (%x)", len(p), p)
 	}
 	epoch := binary.LittleEndian.Uint64(p[8:])
-	if (epoch != 0) != (MoveState(p[4]) == MoveIncoming) {
+	if s := MoveState(p[4]); s == MoveIncoming && epoch == 0 || (s == MoveLive || s == MoveRetired) && epoch != 0 {
 		return 0, 0, 0, corrupt.Errorf("storenode: move state record: %v with mover epoch %d", MoveState(p[4]), epoch)
 	}
 	return binary.LittleEndian.Uint32(p), MoveState(p[4]), epoch, nil
@@ -356,11 +360,17 @@ func (e *Engine) MoveChanges(tableID uint32, token uint64, max int, dst []uint64
 }
 
 // MoveFreeze stops the source table's grants, id grants and commits (ErrMoved), for good
-// until MoveThaw or MoveRetire, and returns its id high-water mark, fixed from then on. A
+// until MoveThaw or MoveRetire, under mover epoch epoch (the freezer's: only a thaw of at
+// least that epoch undoes it), and returns its id high-water mark, fixed from then on. A
 // table with rows of a prepared transaction is refused (ErrTxnLocked): a move waits until
-// its transactions are decided. Frozen already: answered again. Any goroutine; it waits for
-// the record's sync.
-func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
+// its transactions are decided. Frozen already: under a lower epoch, the freeze is taken
+// over (a mover that adopted a frozen source: the late thaw of the one that froze it must
+// not undo its freeze), under a higher one ErrFenced, else answered again. Any goroutine;
+// it waits for the record's sync.
+func (e *Engine) MoveFreeze(tableID uint32, epoch uint64) (uint64, error) {
+	if epoch == 0 {
+		return 0, fmt.Errorf("%w: move freeze of mover epoch 0", ErrMalformed)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, m, err := e.moveTable(tableID)
@@ -369,6 +379,14 @@ func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
 	}
 	switch s := stateOf(m); s {
 	case MoveFrozen:
+		switch {
+		case epoch < m.epoch:
+			return 0, fmt.Errorf("%w: table %q is frozen by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		case epoch > m.epoch:
+			if err := e.setMoveState(t, MoveFrozen, epoch); err != nil {
+				return 0, err
+			}
+		}
 		return t.nextID, nil
 	case MoveLive:
 	default:
@@ -377,14 +395,16 @@ func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
 	if e.tableLocked(t.id) {
 		return 0, fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: it moves once they are decided", ErrTxnLocked, t.name)
 	}
-	if err := e.setMoveState(t, MoveFrozen, 0); err != nil {
+	if err := e.setMoveState(t, MoveFrozen, epoch); err != nil {
 		return 0, err
 	}
 	return t.nextID, nil
 }
 
-// MoveThaw makes a frozen source live again (a move rolled back). Live already: no-op.
-func (e *Engine) MoveThaw(tableID uint32) error {
+// MoveThaw makes a frozen source live again (a move rolled back by the mover of epoch
+// epoch). A freeze of a higher mover epoch is not undone (ErrFenced: a mover took the move
+// over after this one gave it up). Live already: no-op.
+func (e *Engine) MoveThaw(tableID uint32, epoch uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, m, err := e.moveTable(tableID)
@@ -395,6 +415,9 @@ func (e *Engine) MoveThaw(tableID uint32) error {
 	case MoveLive:
 		return nil
 	case MoveFrozen:
+		if epoch < m.epoch {
+			return fmt.Errorf("%w: table %q is frozen by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		}
 		return e.setMoveState(t, MoveLive, 0)
 	default:
 		return fmt.Errorf("%w: table %q is %v: not a frozen source", ErrMoveState, t.name, s)

@@ -127,7 +127,7 @@ func TestMoveEngineSteps(t *testing.T) {
 	require.Empty(t, changed, "handed out once")
 
 	// Freeze: commits, id grants and grants refused; reads go on; the freeze survives a crash.
-	next, err := p.src.MoveFreeze(p.srcID)
+	next, err := p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.put(66, 1), ErrMoved)
 	_, _, err = p.src.AllocIDs(p.srcID, p.owner, p.epoch, 1)
@@ -227,13 +227,13 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	_, err := p.src.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
 		Fences: []Fence{{p.srcID, p.epoch}}, Segments: []Segment{oneRow(p.srcID, 65, row64(2))}}})
 	require.NoError(t, err)
-	_, err = p.src.MoveFreeze(p.srcID)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.ErrorIs(t, err, ErrTxnLocked)
 	st, _, err := p.src.MoveStatus(p.srcID)
 	require.NoError(t, err)
 	require.Equal(t, MoveLive, st, "nothing frozen")
 	require.NoError(t, p.src.ApplyTxn(txnID(1), DecisionAbort))
-	_, err = p.src.MoveFreeze(p.srcID)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	// Frozen: no transaction can be prepared on it.
 	p.seq++
@@ -242,7 +242,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	require.ErrorIs(t, err, ErrMoved)
 	// Thaw (a rollback): writes again.
 	p.seq--
-	require.NoError(t, p.src.MoveThaw(p.srcID))
+	require.NoError(t, p.src.MoveThaw(p.srcID, 5))
 	require.NoError(t, p.put(66, 4))
 }
 
@@ -252,7 +252,7 @@ func TestMoveStateRecordDecode(t *testing.T) {
 	require.Equal(t, uint32(7), id)
 	require.Equal(t, MoveIncoming, s)
 	require.Equal(t, uint64(9), epoch)
-	for _, bad := range [][]byte{nil, appendMoveStateRecord(nil, 7, 4, 0), appendMoveStateRecord(nil, 7, MoveFrozen, 1),
+	for _, bad := range [][]byte{nil, appendMoveStateRecord(nil, 7, 4, 0), appendMoveStateRecord(nil, 7, MoveRetired, 1), appendMoveStateRecord(nil, 7, MoveLive, 1),
 		appendMoveStateRecord(nil, 7, MoveIncoming, 0), make([]byte, 17)} {
 		_, _, _, err := decodeMoveStateRecord(bad)
 		require.Error(t, err)
@@ -288,7 +288,7 @@ func TestMoveCopiesDroppable(t *testing.T) {
 	st, _, err := p.dst.MoveStatus(p.dstID)
 	require.NoError(t, err)
 	require.Equal(t, MoveIncoming, st)
-	_, err = p.src.MoveFreeze(p.srcID)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
 	require.NoError(t, p.src.MoveRetire(p.srcID))
@@ -353,4 +353,29 @@ func TestMoveWriterOwnerReserved(t *testing.T) {
 	st, _, err := p.dst.MoveStatus(p.dstID)
 	require.NoError(t, err)
 	require.Equal(t, MoveIncoming, st)
+}
+
+// A freeze is its mover's: a mover that adopts a frozen source freezes it again under its
+// higher epoch, and the late thaw of the mover that froze it (its rollback, after its move
+// record was deleted) is refused and thaws nothing, across a restart and a checkpoint too.
+func TestMoveThawOfOlderEpochRefused(t *testing.T) {
+	p := newMovePair(t)
+	_, err := p.src.MoveFreeze(p.srcID, 0)
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
+	require.NoError(t, err)
+	_, err = p.src.MoveFreeze(p.srcID, 7) // the successor adopts the frozen source
+	require.NoError(t, err)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
+	require.ErrorIs(t, err, ErrFenced)
+	require.NoError(t, p.src.Checkpoint())
+	p.src.crashForTest()
+	p.src = openTest(t, Options{Dir: p.srcDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	require.ErrorIs(t, p.src.MoveThaw(p.srcID, 5), ErrFenced, "the first mover's late thaw")
+	st, _, err := p.src.MoveStatus(p.srcID)
+	require.NoError(t, err)
+	require.Equal(t, MoveFrozen, st)
+	require.ErrorIs(t, p.put(66, 1), ErrMoved, "still frozen")
+	require.NoError(t, p.src.MoveThaw(p.srcID, 7))
+	require.NoError(t, p.put(66, 1))
 }

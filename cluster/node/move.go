@@ -242,14 +242,17 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 			}
 		}
 		moveStep(MoveStepCaughtUp)
-		if _, err := m.step(ctx, m.src, sgio.MoveOpFreeze, m.srcID); err != nil {
-			if errors.Is(err, storenode.ErrTxnLocked) {
-				return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
-			}
-			return m.errorf("freeze at %s: %w", m.rec.From, err)
-		}
 	} else if st.State != uint8(storenode.MoveFrozen) {
 		return m.errorf("source %s holds the partition %v", m.rec.From, storenode.MoveState(st.State))
+	}
+	// Frozen under this mover's epoch, a frozen source found (a mover that died, a rollback
+	// cut short) too: the freeze taken over, so the late thaw of the mover that froze it
+	// (its rollback, after its record was deleted) cannot undo this move's freeze.
+	if _, err := m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID, Token: m.epoch}); err != nil {
+		if errors.Is(err, storenode.ErrTxnLocked) {
+			return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
+		}
+		return m.errorf("freeze at %s: %w", m.rec.From, err)
 	}
 	moveStep(MoveStepFrozen)
 
@@ -371,7 +374,12 @@ func (m *mover) rollback(ctx context.Context, cause error) error {
 	if m.src != nil && m.srcID != 0 && tm.Created == m.rec.Created && tm.Nodes[m.part] == m.rec.From {
 		st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
 		if err == nil && st.State == uint8(storenode.MoveFrozen) {
-			_, err = m.step(ctx, m.src, sgio.MoveOpThaw, m.srcID)
+			// Under this mover's epoch: a successor's freeze (it began after this record
+			// went) is of a higher one, and stays.
+			_, err = m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: m.srcID, Token: m.epoch})
+			if errors.Is(err, sgio.ErrFenced) {
+				err = nil
+			}
 		}
 		if err != nil {
 			return m.errorf("%w (rolling back: thaw at %s: %w)", cause, m.rec.From, err)

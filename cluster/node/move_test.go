@@ -268,3 +268,28 @@ func TestMoveConcurrentSameNodeRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
 }
+
+// A freeze is its mover's: the thaw of a mover whose move was given up (its rollback's thaw,
+// late) does not undo the freeze of a mover that took the frozen source over since, under a
+// higher mover epoch: the owner's writes stay refused until that move switches.
+func TestMoveLateThawRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	_, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: 5}) // the first mover
+	require.NoError(t, err)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: 9}) // its successor
+	require.NoError(t, err)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: 5})
+	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw")
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
+	require.NoError(t, err)
+	require.Equal(t, uint8(storenode.MoveFrozen), st.State)
+}
