@@ -150,15 +150,23 @@ func (e *Engine) moveNoteWrite(s *Segment) {
 	}
 }
 
-// setMoveState logs and applies t's new state, waiting for the record's sync. Caller holds
-// mu (released while waiting).
+// setMoveState logs and applies t's new state, waiting for the record's sync. The state is
+// applied as the record is appended, under the same hold of mu: every record after it in
+// the WAL (a commit, a prepare, a grant, taken while mu is released for the sync) was
+// checked against the new state, so nothing slips in after a freeze's record with the
+// table still live. (A failed sync fail-stops the engine: the state applied early serves
+// nothing.) Caller holds mu (released while waiting).
 func (e *Engine) setMoveState(t *table, s MoveState, epoch uint64) error {
 	e.scratch = appendMoveStateRecord(e.scratch[:0], t.id, s, epoch)
-	if err := e.appendAndWait(kindMoveState, e.scratch); err != nil {
+	ch := make(chan error, 1)
+	if _, err := e.appendRecord(kindMoveState, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
 		return err
 	}
 	e.applyMoveState(t.id, s, epoch)
-	return nil
+	e.mu.Unlock()
+	err := <-ch
+	e.mu.Lock()
+	return err
 }
 
 // applyMoveState sets table id's state (replay, setMoveState). Caller holds mu.

@@ -2,11 +2,14 @@ package storenode
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -378,4 +381,80 @@ func TestMoveThawOfOlderEpochRefused(t *testing.T) {
 	require.ErrorIs(t, p.put(66, 1), ErrMoved, "still frozen")
 	require.NoError(t, p.src.MoveThaw(p.srcID, 7))
 	require.NoError(t, p.put(66, 1))
+}
+
+// A freeze is in force from its record on: a commit or a prepare that takes the engine lock
+// while the freeze waits for its record's sync is refused (it was accepted, logged after the
+// freeze record, and the prepare left a transaction in doubt on a frozen source: decided
+// after the final catch-up, its rows would never reach the copy).
+func TestMoveFreezeWindowRefusesCommits(t *testing.T) {
+	v := newMemVerifier()
+	fs := vfs.NewFaultFS()
+	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, GrantVerifier: v, TxnResolveInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	require.NoError(t, err)
+	const owner = 11
+	epoch := v.grant("acct", 1, owner)
+	_, err = e.RegisterGrant(context.Background(), ti.ID, owner, epoch)
+	require.NoError(t, err)
+	first, _, err := e.AllocIDs(ti.ID, owner, epoch, 1)
+	require.NoError(t, err)
+
+	block := newBlockSyncs(fs)
+	froze := make(chan error, 1)
+	go func() {
+		_, err := e.MoveFreeze(ti.ID, 5)
+		froze <- err
+	}()
+	block.waitBlocked(t) // the freeze's record is written, its sync held
+	committed := commitAsync(e, batchOf(owner, 1, ti.ID, epoch, oneRow(ti.ID, first, row64(1))))
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: batchOf(owner, 2, ti.ID, epoch, oneRow(ti.ID, first+1, row64(2)))})
+		prepared <- err
+	}()
+	// Each either answers at once (refused) or is applied and waits behind the held sync.
+	var errs []error
+	var commitDone, prepareDone bool
+	deadline := time.Now().Add(idWait)
+	for !commitDone || !prepareDone {
+		select {
+		case err := <-committed:
+			errs, commitDone = append(errs, err), true
+			continue
+		case err := <-prepared:
+			errs, prepareDone = append(errs, err), true
+			continue
+		default:
+		}
+		e.mu.Lock()
+		o := e.owners[owner]
+		if o != nil && o.lastSeq >= 1 {
+			commitDone = true // applied: it waits for the sync
+		}
+		if e.tableLocked(ti.ID) {
+			prepareDone = true
+		}
+		e.mu.Unlock()
+		require.True(t, time.Now().Before(deadline), "neither refused nor applied")
+		runtime.Gosched()
+	}
+	block.release(false)
+	require.NoError(t, waitErr(t, froze, "the freeze"))
+	for len(errs) < 2 {
+		select {
+		case err := <-committed:
+			errs = append(errs, err)
+		case err := <-prepared:
+			errs = append(errs, err)
+		case <-time.After(idWait):
+			t.Fatal("no answer")
+		}
+	}
+	for _, err := range errs {
+		require.ErrorIs(t, err, ErrMoved, "accepted while the freeze's record was being synced")
+	}
+	require.False(t, e.tableLocked(ti.ID), "no transaction in doubt on a frozen source")
 }
