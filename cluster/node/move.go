@@ -198,13 +198,20 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	// The target's copy: created, or found incoming (a retry), or refused.
 	var ti sgio.TableInfo
 	l := m.t.m.Layout
-	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name,
-		Layout: sgio.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}}, &ti)
+	layout := sgio.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}
+	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name, Layout: layout}, &ti)
 	if errors.Is(err, storenode.ErrTableExists) {
 		err = m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti)
 	}
 	if err != nil {
 		return m.errorf("target %s: %w", m.rec.To, err)
+	}
+	if ti.Cluster != layout || int(ti.RowBytes) != m.t.rowBytes {
+		// A table of the name found there (a leftover of another table) with another layout
+		// or row size: filled and switched to, the map would point at a copy it cannot open
+		// (and whose ids are not the partition's stripes).
+		return m.rollback(ctx, fmt.Errorf("%w: the target's table %q is %+v of %d-byte rows, the map says %+v of %d-byte rows",
+			ErrMoveRefused, m.name, ti.Cluster, ti.RowBytes, layout, m.t.rowBytes))
 	}
 	m.dstID = ti.Table
 	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpBegin, Table: m.dstID, Token: m.epoch}); err != nil {

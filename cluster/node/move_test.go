@@ -293,3 +293,31 @@ func TestMoveLateThawRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint8(storenode.MoveFrozen), st.State)
 }
+
+// A table of the partition's name already on the target with another layout (a leftover of
+// another table) is not filled and switched to: the move is refused and rolled back, the map
+// untouched. It was switched to, and the partition could no longer be opened.
+func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[1], Secret: secret})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Name: storenode.PartitionTableName("acct", 0),
+		Layout: sgio.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0}}, &ti))
+
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, node.ErrMoveRefused)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+	_, recorded, err := tc.c.ReadMove(ctx, "acct", 0)
+	require.NoError(t, err)
+	require.False(t, recorded, "rolled back")
+	_, err = n.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+}
