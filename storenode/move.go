@@ -25,8 +25,9 @@ import (
 //     hands them out, a bounded number per call. MoveFreeze stops every grant, id grant and
 //     commit of the table (ErrMoved; reads go on), refused while a prepared transaction holds
 //     rows of the table (ErrTxnLocked: a partition with transactions in doubt is not moved),
-//     and from then on no transaction can be prepared on it. MoveThaw undoes a freeze (a
-//     move rolled back); MoveRetire fences the copy for good once the map points elsewhere:
+//     and from then on no transaction can be prepared on it. A freeze is its mover's (the
+//     mover epoch, logged; a mover adopting a frozen source freezes it again under its own):
+//     MoveThaw undoes it (a move rolled back) only for that epoch or a higher one; MoveRetire fences the copy for good once the map points elsewhere:
 //     it refuses everything, reads too (ErrMoved), and may be dropped.
 //
 // The states frozen, incoming and retired are logged (kindMoveState, synced before the call
