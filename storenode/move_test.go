@@ -458,3 +458,48 @@ func TestMoveFreezeWindowRefusesCommits(t *testing.T) {
 	}
 	require.False(t, e.tableLocked(ti.ID), "no transaction in doubt on a frozen source")
 }
+
+// A checkpoint whose snapshot is taken while a freeze waits for its record's sync carries
+// the freeze: its checkpoint LSN is past the freeze record, which replay skips. (The state
+// was applied only after the sync: the checkpoint carried nothing, and a restart from it
+// found the source live.)
+func TestMoveFreezeCarriedByCheckpointDuringSync(t *testing.T) {
+	v := newMemVerifier()
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, GrantVerifier: v, TxnResolveInterval: -1}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	require.NoError(t, err)
+
+	block := newBlockSyncs(fs)
+	froze := make(chan error, 1)
+	go func() {
+		_, err := e.MoveFreeze(ti.ID, 5)
+		froze <- err
+	}()
+	block.waitBlocked(t) // the freeze's record is written, its sync held
+	ckpt := make(chan error, 1)
+	go func() { ckpt <- e.Checkpoint() }()
+	deadline := time.Now().Add(idWait)
+	for {
+		e.mu.Lock()
+		snapped := e.walBytesAtCkpt == e.stats.walBytes.Load()
+		e.mu.Unlock()
+		if snapped {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the checkpoint took no snapshot")
+		runtime.Gosched()
+	}
+	block.release(false)
+	require.NoError(t, waitErr(t, froze, "the freeze"))
+	require.NoError(t, waitErr(t, ckpt, "the checkpoint"))
+	e.crashForTest()
+	e, err = Open(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	st, _, err := e.MoveStatus(ti.ID)
+	require.NoError(t, err)
+	require.Equal(t, MoveFrozen, st, "the freeze survives the checkpoint and the restart")
+}
