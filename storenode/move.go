@@ -3,6 +3,7 @@ package storenode
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 
@@ -89,9 +90,11 @@ type tableMove struct {
 	// one is refused.
 	epoch uint64
 	// token names the mark of a source (0: none); dirty holds the pages written since the
-	// mark or the last MoveChanges that handed them out. Memory only.
+	// mark or the last MoveChanges that handed them out, a bit per page: word page/64, bit
+	// page%64 (a hot table's mark costs about a bit per page written, not a map entry).
+	// Memory only.
 	token uint64
-	dirty map[uint64]struct{}
+	dirty map[uint64]uint64
 }
 
 func appendMoveStateRecord(dst []byte, table uint32, s MoveState, epoch uint64) []byte {
@@ -147,7 +150,7 @@ func (e *Engine) moveRefusesRead(t *table, dir bool) error {
 // moveNoteWrite remembers a written page for a marked source. Caller holds mu.
 func (e *Engine) moveNoteWrite(s *Segment) {
 	if m := e.moves[s.Table]; m != nil && m.dirty != nil {
-		m.dirty[s.Page] = struct{}{}
+		m.dirty[s.Page/64] |= 1 << (s.Page % 64)
 	}
 }
 
@@ -328,7 +331,7 @@ func (e *Engine) MoveMark(tableID uint32) (uint64, error) {
 		e.moves[t.id] = m
 	}
 	m.token = rand.Uint64() | 1
-	m.dirty = make(map[uint64]struct{})
+	m.dirty = make(map[uint64]uint64)
 	return m.token, nil
 }
 
@@ -353,16 +356,20 @@ func (e *Engine) MoveChanges(tableID uint32, token uint64, max int, dst []uint64
 	// At most max pages taken out of the set (any of them: a round copies what it was
 	// given, the next round the rest), then sorted: under mu, the work is bounded by max.
 	start := len(dst)
-	for p := range m.dirty {
+	for w, bitsLeft := range m.dirty {
 		if len(dst)-start == max {
 			break
 		}
-		dst = append(dst, p)
+		for ; bitsLeft != 0 && len(dst)-start < max; bitsLeft &= bitsLeft - 1 {
+			dst = append(dst, w*64+uint64(bits.TrailingZeros64(bitsLeft)))
+		}
+		if bitsLeft == 0 {
+			delete(m.dirty, w) // deleting the current entry during range is allowed
+		} else {
+			m.dirty[w] = bitsLeft
+		}
 	}
 	out := dst[start:]
-	for _, p := range out {
-		delete(m.dirty, p)
-	}
 	slices.Sort(out)
 	more := len(m.dirty) > 0
 	return dst, more, nil

@@ -503,3 +503,36 @@ func TestMoveFreezeCarriedByCheckpointDuringSync(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, MoveFrozen, st, "the freeze survives the checkpoint and the restart")
 }
+
+// A mark costs about a bit per page written (a word per 64 pages), not a map entry per page:
+// a big hot table's mark stays small. It had an entry per page.
+func TestMoveMarkMemoryPerPage(t *testing.T) {
+	p := newMovePair(t)
+	token, err := p.src.MoveMark(p.srcID)
+	require.NoError(t, err)
+	const pages = 1 << 14
+	p.src.mu.Lock()
+	for pg := uint64(1); pg < pages; pg += 2 { // the partition's pages (stripes of one page)
+		p.src.moveNoteWrite(&Segment{Table: p.srcID, Segment: logicpage.Segment{Page: pg}})
+	}
+	entries := len(p.src.moves[p.srcID].dirty)
+	p.src.mu.Unlock()
+	require.LessOrEqual(t, entries, pages/64, "the mark's entries for %d pages written", pages/2)
+	got := map[uint64]bool{}
+	for calls := 0; ; calls++ {
+		require.Less(t, calls, pages)
+		out, more, err := p.src.MoveChanges(p.srcID, token, 1000, nil)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(out), 1000)
+		require.True(t, slices.IsSorted(out))
+		for _, pg := range out {
+			require.False(t, got[pg], "page %d handed out twice", pg)
+			require.Equal(t, uint64(1), pg%2)
+			got[pg] = true
+		}
+		if !more {
+			break
+		}
+	}
+	require.Len(t, got, pages/2)
+}
