@@ -19,8 +19,9 @@ import (
 //
 // Ops (MoveOp*): 1 status, 2 begin (target: incoming under the mover epoch in token), 3 mark
 // (source: token), 4 changes
-// (source: up to max pages written since the mark, given token), 5 freeze (source: next id),
-// 6 thaw, 7 retire, 8 activate (target: floor, next id). States: 0 live, 1 frozen, 2
+// (source: up to max pages written since the mark, given token), 5 freeze (source, under the
+// mover epoch in token: next id), 6 thaw (the mover epoch in token: a freeze of a higher one
+// stays), 7 retire, 8 activate (target: floor, next id). States: 0 live, 1 frozen, 2
 // incoming, 3 retired (storenode.MoveState). Type codes 0x70, 0x71 and 0xf0. Part of the
 // format; do not change.
 
@@ -53,7 +54,7 @@ const moveStateMax = 3
 type Move struct {
 	Op       uint8
 	Table    uint32
-	Token    uint64 // changes: the mark's token; begin: the mover epoch
+	Token    uint64 // changes: the mark's token; begin, freeze, thaw: the mover epoch
 	Floor    uint64 // activate: the switch's etcd revision
 	NextID   uint64 // activate: the frozen source's id high-water mark
 	MaxPages uint32 // changes: at most this many pages (0: MovePagesMax)

@@ -154,8 +154,12 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
-	// An incoming or retired copy of a move serves nothing: anyone drops it.
-	moveCopy := e.moves != nil && (stateOf(e.moveOf(t)) == MoveIncoming || stateOf(e.moveOf(t)) == MoveRetired)
+	// A retired copy of a move serves nothing and never will: anyone drops it. An incoming
+	// copy is not one: from the switch until its activation it is the copy the map points
+	// at (the only one that will serve the partition), and this node cannot tell whether the
+	// switch happened, so it is dropped as any cluster table (once the map has no such
+	// table); a move rolled back leaves it for the next move, which reuses it.
+	moveCopy := e.moves != nil && stateOf(e.moveOf(t)) == MoveRetired
 	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil && !moveCopy {
 		// A cluster table has no lease here (its grants are etcd's): its registered holder
 		// drops it while its etcd grant is current, anyone once etcd's map no longer has

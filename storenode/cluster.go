@@ -248,7 +248,7 @@ func (e *Engine) RegisterGrantFrom(ctx context.Context, tableID uint32, owner, e
 
 // registerGrant is RegisterGrant; registered reports a new grant logged.
 func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (_ Grant, registered bool, _ error) {
-	if owner == 0 || epoch == 0 {
+	if owner == 0 || owner == MoveWriter || epoch == 0 {
 		return Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
 	t, table, part, curLSN, err := e.registerCheck(tableID, owner, epoch, conn)

@@ -60,7 +60,7 @@ func (e *Engine) CommitWait(b *Batch) (uint64, error) {
 }
 
 func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
-	if b.Owner == 0 || b.Seq == 0 {
+	if b.Owner == 0 || b.Owner == MoveWriter || b.Seq == 0 {
 		return fmt.Errorf("%w: batch with owner %d seq %d", ErrMalformed, b.Owner, b.Seq)
 	}
 	hash := batchHash(b) // outside mu: it reads every row

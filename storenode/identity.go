@@ -54,8 +54,8 @@ type ownerIdent struct {
 // without the engine's lock, on the claiming goroutine). It fails with ErrOwnerInUse while
 // another incarnation holds the owner id. The error does not name the holder.
 func (e *Engine) Connect(owner uint64, inc Incarnation, conn uint64, evict func()) error {
-	if owner == 0 || conn == 0 {
-		return fmt.Errorf("%w: owner id 0 or connection 0", ErrMalformed)
+	if owner == 0 || owner == MoveWriter || conn == 0 {
+		return fmt.Errorf("%w: owner id %d (0 and 2^64-1 are reserved) or connection 0", ErrMalformed, owner)
 	}
 	e.identMu.Lock()
 	now := e.opts.Now()

@@ -3,6 +3,7 @@ package storenode
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 
@@ -25,8 +26,9 @@ import (
 //     hands them out, a bounded number per call. MoveFreeze stops every grant, id grant and
 //     commit of the table (ErrMoved; reads go on), refused while a prepared transaction holds
 //     rows of the table (ErrTxnLocked: a partition with transactions in doubt is not moved),
-//     and from then on no transaction can be prepared on it. MoveThaw undoes a freeze (a
-//     move rolled back); MoveRetire fences the copy for good once the map points elsewhere:
+//     and from then on no transaction can be prepared on it. A freeze is its mover's (the
+//     mover epoch, logged; a mover adopting a frozen source freezes it again under its own):
+//     MoveThaw undoes it (a move rolled back) only for that epoch or a higher one; MoveRetire fences the copy for good once the map points elsewhere:
 //     it refuses everything, reads too (ErrMoved), and may be dropped.
 //
 // The states frozen, incoming and retired are logged (kindMoveState, synced before the call
@@ -65,26 +67,34 @@ func (s MoveState) String() string {
 }
 
 // kindMoveState logs a table's move state: table u32 | state u8 | reserved [3] | mover
-// epoch u64 (of an incoming copy: the epoch MoveWrite must carry; 0 otherwise).
+// epoch u64 (of an incoming copy: the epoch MoveWrite must carry, nonzero; of a frozen
+// source: the epoch of the mover that froze it, which a thaw must carry at least (0 in a
+// record of a store from before the rule: any thaw); 0 otherwise).
 const kindMoveState byte = 16
 
 // MoveChangesMax bounds the pages one MoveChanges call returns.
 const MoveChangesMax = 4096
 
 // MoveWriter is the owner id the engine logs MoveWrite's commit records under (its own
-// dedup-window entry, seqs counted by the engine under mu). MoveWrite never goes through
-// Commit's seq window, so a client that claims this id disturbs nothing of a move.
+// dedup-window entry, seqs counted by the engine under mu). It is reserved: Connect,
+// Acquire, RegisterGrant, Commit and PrepareTxn refuse it (ErrMalformed), so no client's
+// seqs share its window (a client's seq 2^64-1 made the next MoveWrite log seq 0, a record
+// replay refuses: the storage node could not restart).
 const MoveWriter uint64 = ^uint64(0)
 
 // tableMove is one table's move state, in Engine.moves (guarded by mu).
 type tableMove struct {
 	state MoveState
-	// epoch is an incoming copy's mover epoch (MoveBegin): MoveWrite of another is refused.
+	// epoch is an incoming copy's mover epoch (MoveBegin): MoveWrite of another is refused;
+	// a frozen source's, the epoch of the mover that froze it (MoveFreeze): a thaw of a lower
+	// one is refused.
 	epoch uint64
 	// token names the mark of a source (0: none); dirty holds the pages written since the
-	// mark or the last MoveChanges that handed them out. Memory only.
+	// mark or the last MoveChanges that handed them out, a bit per page: word page/64, bit
+	// page%64 (a hot table's mark costs about a bit per page written, not a map entry).
+	// Memory only.
 	token uint64
-	dirty map[uint64]struct{}
+	dirty map[uint64]uint64
 }
 
 func appendMoveStateRecord(dst []byte, table uint32, s MoveState, epoch uint64) []byte {
@@ -98,7 +108,7 @@ func decodeMoveStateRecord(p []byte) (uint32, MoveState, uint64, error) {
 		return 0, 0, 0, corrupt.Errorf("storenode: move state record of %d bytes (%x)", len(p), p)
 	}
 	epoch := binary.LittleEndian.Uint64(p[8:])
-	if (epoch != 0) != (MoveState(p[4]) == MoveIncoming) {
+	if s := MoveState(p[4]); s == MoveIncoming && epoch == 0 || (s == MoveLive || s == MoveRetired) && epoch != 0 {
 		return 0, 0, 0, corrupt.Errorf("storenode: move state record: %v with mover epoch %d", MoveState(p[4]), epoch)
 	}
 	return binary.LittleEndian.Uint32(p), MoveState(p[4]), epoch, nil
@@ -140,19 +150,27 @@ func (e *Engine) moveRefusesRead(t *table, dir bool) error {
 // moveNoteWrite remembers a written page for a marked source. Caller holds mu.
 func (e *Engine) moveNoteWrite(s *Segment) {
 	if m := e.moves[s.Table]; m != nil && m.dirty != nil {
-		m.dirty[s.Page] = struct{}{}
+		m.dirty[s.Page/64] |= 1 << (s.Page % 64)
 	}
 }
 
-// setMoveState logs and applies t's new state, waiting for the record's sync. Caller holds
-// mu (released while waiting).
+// setMoveState logs and applies t's new state, waiting for the record's sync. The state is
+// applied as the record is appended, under the same hold of mu: every record after it in
+// the WAL (a commit, a prepare, a grant, taken while mu is released for the sync) was
+// checked against the new state, so nothing slips in after a freeze's record with the
+// table still live. (A failed sync fail-stops the engine: the state applied early serves
+// nothing.) Caller holds mu (released while waiting).
 func (e *Engine) setMoveState(t *table, s MoveState, epoch uint64) error {
 	e.scratch = appendMoveStateRecord(e.scratch[:0], t.id, s, epoch)
-	if err := e.appendAndWait(kindMoveState, e.scratch); err != nil {
+	ch := make(chan error, 1)
+	if _, err := e.appendRecord(kindMoveState, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
 		return err
 	}
 	e.applyMoveState(t.id, s, epoch)
-	return nil
+	e.mu.Unlock()
+	err := <-ch
+	e.mu.Lock()
+	return err
 }
 
 // applyMoveState sets table id's state (replay, setMoveState). Caller holds mu.
@@ -313,7 +331,7 @@ func (e *Engine) MoveMark(tableID uint32) (uint64, error) {
 		e.moves[t.id] = m
 	}
 	m.token = rand.Uint64() | 1
-	m.dirty = make(map[uint64]struct{})
+	m.dirty = make(map[uint64]uint64)
 	return m.token, nil
 }
 
@@ -338,27 +356,37 @@ func (e *Engine) MoveChanges(tableID uint32, token uint64, max int, dst []uint64
 	// At most max pages taken out of the set (any of them: a round copies what it was
 	// given, the next round the rest), then sorted: under mu, the work is bounded by max.
 	start := len(dst)
-	for p := range m.dirty {
+	for w, bitsLeft := range m.dirty {
 		if len(dst)-start == max {
 			break
 		}
-		dst = append(dst, p)
+		for ; bitsLeft != 0 && len(dst)-start < max; bitsLeft &= bitsLeft - 1 {
+			dst = append(dst, w*64+uint64(bits.TrailingZeros64(bitsLeft)))
+		}
+		if bitsLeft == 0 {
+			delete(m.dirty, w) // deleting the current entry during range is allowed
+		} else {
+			m.dirty[w] = bitsLeft
+		}
 	}
 	out := dst[start:]
-	for _, p := range out {
-		delete(m.dirty, p)
-	}
 	slices.Sort(out)
 	more := len(m.dirty) > 0
 	return dst, more, nil
 }
 
 // MoveFreeze stops the source table's grants, id grants and commits (ErrMoved), for good
-// until MoveThaw or MoveRetire, and returns its id high-water mark, fixed from then on. A
+// until MoveThaw or MoveRetire, under mover epoch epoch (the freezer's: only a thaw of at
+// least that epoch undoes it), and returns its id high-water mark, fixed from then on. A
 // table with rows of a prepared transaction is refused (ErrTxnLocked): a move waits until
-// its transactions are decided. Frozen already: answered again. Any goroutine; it waits for
-// the record's sync.
-func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
+// its transactions are decided. Frozen already: under a lower epoch, the freeze is taken
+// over (a mover that adopted a frozen source: the late thaw of the one that froze it must
+// not undo its freeze), under a higher one ErrFenced, else answered again. Any goroutine;
+// it waits for the record's sync.
+func (e *Engine) MoveFreeze(tableID uint32, epoch uint64) (uint64, error) {
+	if epoch == 0 {
+		return 0, fmt.Errorf("%w: move freeze of mover epoch 0", ErrMalformed)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, m, err := e.moveTable(tableID)
@@ -367,6 +395,14 @@ func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
 	}
 	switch s := stateOf(m); s {
 	case MoveFrozen:
+		switch {
+		case epoch < m.epoch:
+			return 0, fmt.Errorf("%w: table %q is frozen by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		case epoch > m.epoch:
+			if err := e.setMoveState(t, MoveFrozen, epoch); err != nil {
+				return 0, err
+			}
+		}
 		return t.nextID, nil
 	case MoveLive:
 	default:
@@ -375,14 +411,16 @@ func (e *Engine) MoveFreeze(tableID uint32) (uint64, error) {
 	if e.tableLocked(t.id) {
 		return 0, fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: it moves once they are decided", ErrTxnLocked, t.name)
 	}
-	if err := e.setMoveState(t, MoveFrozen, 0); err != nil {
+	if err := e.setMoveState(t, MoveFrozen, epoch); err != nil {
 		return 0, err
 	}
 	return t.nextID, nil
 }
 
-// MoveThaw makes a frozen source live again (a move rolled back). Live already: no-op.
-func (e *Engine) MoveThaw(tableID uint32) error {
+// MoveThaw makes a frozen source live again (a move rolled back by the mover of epoch
+// epoch). A freeze of a higher mover epoch is not undone (ErrFenced: a mover took the move
+// over after this one gave it up). Live already: no-op.
+func (e *Engine) MoveThaw(tableID uint32, epoch uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, m, err := e.moveTable(tableID)
@@ -393,6 +431,9 @@ func (e *Engine) MoveThaw(tableID uint32) error {
 	case MoveLive:
 		return nil
 	case MoveFrozen:
+		if epoch < m.epoch {
+			return fmt.Errorf("%w: table %q is frozen by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		}
 		return e.setMoveState(t, MoveLive, 0)
 	default:
 		return fmt.Errorf("%w: table %q is %v: not a frozen source", ErrMoveState, t.name, s)

@@ -2,11 +2,14 @@ package storenode
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -127,7 +130,7 @@ func TestMoveEngineSteps(t *testing.T) {
 	require.Empty(t, changed, "handed out once")
 
 	// Freeze: commits, id grants and grants refused; reads go on; the freeze survives a crash.
-	next, err := p.src.MoveFreeze(p.srcID)
+	next, err := p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.put(66, 1), ErrMoved)
 	_, _, err = p.src.AllocIDs(p.srcID, p.owner, p.epoch, 1)
@@ -227,13 +230,13 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	_, err := p.src.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
 		Fences: []Fence{{p.srcID, p.epoch}}, Segments: []Segment{oneRow(p.srcID, 65, row64(2))}}})
 	require.NoError(t, err)
-	_, err = p.src.MoveFreeze(p.srcID)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.ErrorIs(t, err, ErrTxnLocked)
 	st, _, err := p.src.MoveStatus(p.srcID)
 	require.NoError(t, err)
 	require.Equal(t, MoveLive, st, "nothing frozen")
 	require.NoError(t, p.src.ApplyTxn(txnID(1), DecisionAbort))
-	_, err = p.src.MoveFreeze(p.srcID)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	// Frozen: no transaction can be prepared on it.
 	p.seq++
@@ -242,7 +245,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	require.ErrorIs(t, err, ErrMoved)
 	// Thaw (a rollback): writes again.
 	p.seq--
-	require.NoError(t, p.src.MoveThaw(p.srcID))
+	require.NoError(t, p.src.MoveThaw(p.srcID, 5))
 	require.NoError(t, p.put(66, 4))
 }
 
@@ -252,7 +255,7 @@ func TestMoveStateRecordDecode(t *testing.T) {
 	require.Equal(t, uint32(7), id)
 	require.Equal(t, MoveIncoming, s)
 	require.Equal(t, uint64(9), epoch)
-	for _, bad := range [][]byte{nil, appendMoveStateRecord(nil, 7, 4, 0), appendMoveStateRecord(nil, 7, MoveFrozen, 1),
+	for _, bad := range [][]byte{nil, appendMoveStateRecord(nil, 7, 4, 0), appendMoveStateRecord(nil, 7, MoveRetired, 1), appendMoveStateRecord(nil, 7, MoveLive, 1),
 		appendMoveStateRecord(nil, 7, MoveIncoming, 0), make([]byte, 17)} {
 		_, _, _, err := decodeMoveStateRecord(bad)
 		require.Error(t, err)
@@ -276,15 +279,19 @@ func TestMoveErrorsMatchFenced(t *testing.T) {
 	require.NotErrorIs(t, ErrFenced, ErrMoved)
 }
 
-// An incoming copy and a retired source serve nothing: anyone may drop them, though the
-// partitioned table is still in the map.
+// A retired source serves nothing: anyone may drop it, though the partitioned table is
+// still in the map. An incoming copy may not be dropped while the table is mapped: between
+// the switch and its activation it is the partition's only copy the map points at.
 func TestMoveCopiesDroppable(t *testing.T) {
 	p := newMovePair(t)
 	name := PartitionTableName("acct", 1)
 	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "a live cluster table of a mapped table")
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 3))
-	require.NoError(t, p.dst.DropTable(name, 99))
-	_, err := p.src.MoveFreeze(p.srcID)
+	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "an incoming copy of a mapped table")
+	st, _, err := p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.Equal(t, MoveIncoming, st)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
 	require.NoError(t, p.src.MoveRetire(p.srcID))
@@ -318,4 +325,214 @@ func TestMoveChangesBounded(t *testing.T) {
 		}
 	}
 	require.Equal(t, want, got)
+}
+
+// The owner id MoveWrite logs under is reserved: a client that claimed it (a session's Hello
+// names any id) and committed seq 2^64-1 made the next MoveWrite log seq 0, a commit record
+// replay refuses: the storage node could not restart.
+func TestMoveWriterOwnerReserved(t *testing.T) {
+	p := newMovePair(t)
+	ti, err := p.dst.CreateTable("local", 64)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.dst.Connect(MoveWriter, Incarnation{1}, 1, func() {}), ErrMalformed)
+	_, err = p.dst.Acquire(ti.ID, MoveWriter, 0)
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = p.dst.CommitWait(&Batch{Owner: MoveWriter, Seq: ^uint64(0), Fences: []Fence{{ti.ID, 1}},
+		Segments: []Segment{oneRow(ti.ID, 0, row64(1))}})
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = p.dst.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: MoveWriter, Seq: ^uint64(0),
+		Fences: []Fence{{ti.ID, 1}}, Segments: []Segment{oneRow(ti.ID, 0, row64(1))}}})
+	require.ErrorIs(t, err, ErrMalformed)
+	ep := p.v.grant("acct", 1, MoveWriter)
+	_, err = p.dst.RegisterGrant(context.Background(), p.dstID, MoveWriter, ep)
+	require.ErrorIs(t, err, ErrMalformed)
+
+	// Move writes go on, and survive a restart.
+	require.NoError(t, p.dst.MoveBegin(p.dstID, 9))
+	_, err = p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Data: 1, Rows: row64(5)}}}, 9)
+	require.NoError(t, err)
+	p.dst.crashForTest()
+	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	st, _, err := p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.Equal(t, MoveIncoming, st)
+}
+
+// A freeze is its mover's: a mover that adopts a frozen source freezes it again under its
+// higher epoch, and the late thaw of the mover that froze it (its rollback, after its move
+// record was deleted) is refused and thaws nothing, across a restart and a checkpoint too.
+func TestMoveThawOfOlderEpochRefused(t *testing.T) {
+	p := newMovePair(t)
+	_, err := p.src.MoveFreeze(p.srcID, 0)
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
+	require.NoError(t, err)
+	_, err = p.src.MoveFreeze(p.srcID, 7) // the successor adopts the frozen source
+	require.NoError(t, err)
+	_, err = p.src.MoveFreeze(p.srcID, 5)
+	require.ErrorIs(t, err, ErrFenced)
+	require.NoError(t, p.src.Checkpoint())
+	p.src.crashForTest()
+	p.src = openTest(t, Options{Dir: p.srcDir, GrantVerifier: p.v, TxnResolveInterval: -1})
+	require.ErrorIs(t, p.src.MoveThaw(p.srcID, 5), ErrFenced, "the first mover's late thaw")
+	st, _, err := p.src.MoveStatus(p.srcID)
+	require.NoError(t, err)
+	require.Equal(t, MoveFrozen, st)
+	require.ErrorIs(t, p.put(66, 1), ErrMoved, "still frozen")
+	require.NoError(t, p.src.MoveThaw(p.srcID, 7))
+	require.NoError(t, p.put(66, 1))
+}
+
+// A freeze is in force from its record on: a commit or a prepare that takes the engine lock
+// while the freeze waits for its record's sync is refused (it was accepted, logged after the
+// freeze record, and the prepare left a transaction in doubt on a frozen source: decided
+// after the final catch-up, its rows would never reach the copy).
+func TestMoveFreezeWindowRefusesCommits(t *testing.T) {
+	v := newMemVerifier()
+	fs := vfs.NewFaultFS()
+	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, GrantVerifier: v, TxnResolveInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	require.NoError(t, err)
+	const owner = 11
+	epoch := v.grant("acct", 1, owner)
+	_, err = e.RegisterGrant(context.Background(), ti.ID, owner, epoch)
+	require.NoError(t, err)
+	first, _, err := e.AllocIDs(ti.ID, owner, epoch, 1)
+	require.NoError(t, err)
+
+	block := newBlockSyncs(fs)
+	froze := make(chan error, 1)
+	go func() {
+		_, err := e.MoveFreeze(ti.ID, 5)
+		froze <- err
+	}()
+	block.waitBlocked(t) // the freeze's record is written, its sync held
+	committed := commitAsync(e, batchOf(owner, 1, ti.ID, epoch, oneRow(ti.ID, first, row64(1))))
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: batchOf(owner, 2, ti.ID, epoch, oneRow(ti.ID, first+1, row64(2)))})
+		prepared <- err
+	}()
+	// Each either answers at once (refused) or is applied and waits behind the held sync.
+	var errs []error
+	var commitDone, prepareDone bool
+	deadline := time.Now().Add(idWait)
+	for !commitDone || !prepareDone {
+		select {
+		case err := <-committed:
+			errs, commitDone = append(errs, err), true
+			continue
+		case err := <-prepared:
+			errs, prepareDone = append(errs, err), true
+			continue
+		default:
+		}
+		e.mu.Lock()
+		o := e.owners[owner]
+		if o != nil && o.lastSeq >= 1 {
+			commitDone = true // applied: it waits for the sync
+		}
+		if e.tableLocked(ti.ID) {
+			prepareDone = true
+		}
+		e.mu.Unlock()
+		require.True(t, time.Now().Before(deadline), "neither refused nor applied")
+		runtime.Gosched()
+	}
+	block.release(false)
+	require.NoError(t, waitErr(t, froze, "the freeze"))
+	for len(errs) < 2 {
+		select {
+		case err := <-committed:
+			errs = append(errs, err)
+		case err := <-prepared:
+			errs = append(errs, err)
+		case <-time.After(idWait):
+			t.Fatal("no answer")
+		}
+	}
+	for _, err := range errs {
+		require.ErrorIs(t, err, ErrMoved, "accepted while the freeze's record was being synced")
+	}
+	require.False(t, e.tableLocked(ti.ID), "no transaction in doubt on a frozen source")
+}
+
+// A checkpoint whose snapshot is taken while a freeze waits for its record's sync carries
+// the freeze: its checkpoint LSN is past the freeze record, which replay skips. (The state
+// was applied only after the sync: the checkpoint carried nothing, and a restart from it
+// found the source live.)
+func TestMoveFreezeCarriedByCheckpointDuringSync(t *testing.T) {
+	v := newMemVerifier()
+	fs := vfs.NewFaultFS()
+	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, GrantVerifier: v, TxnResolveInterval: -1}
+	e, err := Open(opts)
+	require.NoError(t, err)
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	require.NoError(t, err)
+
+	block := newBlockSyncs(fs)
+	froze := make(chan error, 1)
+	go func() {
+		_, err := e.MoveFreeze(ti.ID, 5)
+		froze <- err
+	}()
+	block.waitBlocked(t) // the freeze's record is written, its sync held
+	ckpt := make(chan error, 1)
+	go func() { ckpt <- e.Checkpoint() }()
+	deadline := time.Now().Add(idWait)
+	for {
+		e.mu.Lock()
+		snapped := e.walBytesAtCkpt == e.stats.walBytes.Load()
+		e.mu.Unlock()
+		if snapped {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the checkpoint took no snapshot")
+		runtime.Gosched()
+	}
+	block.release(false)
+	require.NoError(t, waitErr(t, froze, "the freeze"))
+	require.NoError(t, waitErr(t, ckpt, "the checkpoint"))
+	e.crashForTest()
+	e, err = Open(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	st, _, err := e.MoveStatus(ti.ID)
+	require.NoError(t, err)
+	require.Equal(t, MoveFrozen, st, "the freeze survives the checkpoint and the restart")
+}
+
+// A mark costs about a bit per page written (a word per 64 pages), not a map entry per page:
+// a big hot table's mark stays small. It had an entry per page.
+func TestMoveMarkMemoryPerPage(t *testing.T) {
+	p := newMovePair(t)
+	token, err := p.src.MoveMark(p.srcID)
+	require.NoError(t, err)
+	const pages = 1 << 14
+	p.src.mu.Lock()
+	for pg := uint64(1); pg < pages; pg += 2 { // the partition's pages (stripes of one page)
+		p.src.moveNoteWrite(&Segment{Table: p.srcID, Segment: logicpage.Segment{Page: pg}})
+	}
+	entries := len(p.src.moves[p.srcID].dirty)
+	p.src.mu.Unlock()
+	require.LessOrEqual(t, entries, pages/64, "the mark's entries for %d pages written", pages/2)
+	got := map[uint64]bool{}
+	for calls := 0; ; calls++ {
+		require.Less(t, calls, pages)
+		out, more, err := p.src.MoveChanges(p.srcID, token, 1000, nil)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(out), 1000)
+		require.True(t, slices.IsSorted(out))
+		for _, pg := range out {
+			require.False(t, got[pg], "page %d handed out twice", pg)
+			require.Equal(t, uint64(1), pg%2)
+			got[pg] = true
+		}
+		if !more {
+			break
+		}
+	}
+	require.Len(t, got, pages/2)
 }

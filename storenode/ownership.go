@@ -32,8 +32,8 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 // reading the incarnation the grant makes the table's holder (holderReads): else
 // ErrIdentityLost, nothing granted. Any goroutine but an event loop.
 func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, error) {
-	if owner == 0 {
-		return Grant{}, fmt.Errorf("%w: owner id 0", ErrMalformed)
+	if owner == 0 || owner == MoveWriter {
+		return Grant{}, fmt.Errorf("%w: owner id %d (0 and 2^64-1 are reserved)", ErrMalformed, owner)
 	}
 	if epoch != 0 {
 		return e.RenewGrantFrom(tableID, owner, epoch, conn)

@@ -149,8 +149,8 @@ func txnBatchHash(b *Batch, id TxnID) uint64 {
 // version until ApplyTxn(commit). PrepareTxn does not retain p or the batch's memory.
 func (e *Engine) PrepareTxn(p *TxnPrepare) (uint64, error) {
 	b := p.Batch
-	if b == nil || b.Owner == 0 || b.Seq == 0 {
-		return 0, fmt.Errorf("%w: prepare without a batch, owner or seq", ErrMalformed)
+	if b == nil || b.Owner == 0 || b.Owner == MoveWriter || b.Seq == 0 {
+		return 0, fmt.Errorf("%w: prepare without a batch, owner or seq (or of the reserved owner id)", ErrMalformed)
 	}
 	if p.Index >= txnParticipantsMax || len(p.Primary) > txnPrimaryBytesMax {
 		return 0, fmt.Errorf("%w: prepare of participant %d, primary of %d bytes", ErrMalformed, p.Index, len(p.Primary))

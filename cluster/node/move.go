@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/sgio"
@@ -60,7 +61,8 @@ const (
 // switch (its writes fail with *NotOwnerError, never acknowledged and lost); it owns the
 // partition again through a fresh handle (OpenTable, then Own), on the new storage node.
 // A move recorded by a mover that died is resumed (to must be its target, else
-// cluster.ErrMoveInProgress). Refused with ErrMoveRefused while a transaction in doubt holds
+// cluster.ErrMoveInProgress); a Move of a partition another Move of this node is running is
+// cluster.ErrMoveInProgress. Refused with ErrMoveRefused while a transaction in doubt holds
 // rows of the partition at the source (try again once it is decided). Any goroutine; ctx
 // bounds the whole move (a move cut short by ctx is resumed by the next Move).
 func (t *Table) Move(ctx context.Context, part uint32, to string) error {
@@ -70,9 +72,27 @@ func (t *Table) Move(ctx context.Context, part uint32, to string) error {
 	if part >= uint32(len(t.parts)) {
 		return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, part)
 	}
+	// One Move of a partition at a time on this node: the move record names the mover by
+	// its node's session lease, so BeginMove takes a second Move of the same node for a retry
+	// of the first (same mover epoch) and both would run, one's late writes of rows read
+	// before the freeze landing over the other's final catch-up.
+	key := moveKey{n: t.n, table: t.m.Name, part: part}
+	if _, busy := movesRunning.LoadOrStore(key, struct{}{}); busy {
+		return fmt.Errorf("node: move table %q partition %d: %w: another Move of it runs on this node", t.m.Name, part, cluster.ErrMoveInProgress)
+	}
+	defer movesRunning.Delete(key)
 	m := &mover{t: t, part: part, name: storenode.PartitionTableName(t.m.Name, part)}
 	defer m.close()
 	return m.run(ctx, to)
+}
+
+// movesRunning holds the moves (moveKey) a Move of this process runs.
+var movesRunning sync.Map
+
+type moveKey struct {
+	n     *Node
+	table string
+	part  uint32
 }
 
 // mover is one Move call.
@@ -178,13 +198,20 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	// The target's copy: created, or found incoming (a retry), or refused.
 	var ti sgio.TableInfo
 	l := m.t.m.Layout
-	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name,
-		Layout: sgio.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}}, &ti)
+	layout := sgio.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}
+	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name, Layout: layout}, &ti)
 	if errors.Is(err, storenode.ErrTableExists) {
 		err = m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti)
 	}
 	if err != nil {
 		return m.errorf("target %s: %w", m.rec.To, err)
+	}
+	if ti.Cluster != layout || int(ti.RowBytes) != m.t.rowBytes {
+		// A table of the name found there (a leftover of another table) with another layout
+		// or row size: filled and switched to, the map would point at a copy it cannot open
+		// (and whose ids are not the partition's stripes).
+		return m.rollback(ctx, fmt.Errorf("%w: the target's table %q is %+v of %d-byte rows, the map says %+v of %d-byte rows",
+			ErrMoveRefused, m.name, ti.Cluster, ti.RowBytes, layout, m.t.rowBytes))
 	}
 	m.dstID = ti.Table
 	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpBegin, Table: m.dstID, Token: m.epoch}); err != nil {
@@ -222,14 +249,17 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 			}
 		}
 		moveStep(MoveStepCaughtUp)
-		if _, err := m.step(ctx, m.src, sgio.MoveOpFreeze, m.srcID); err != nil {
-			if errors.Is(err, storenode.ErrTxnLocked) {
-				return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
-			}
-			return m.errorf("freeze at %s: %w", m.rec.From, err)
-		}
 	} else if st.State != uint8(storenode.MoveFrozen) {
 		return m.errorf("source %s holds the partition %v", m.rec.From, storenode.MoveState(st.State))
+	}
+	// Frozen under this mover's epoch, a frozen source found (a mover that died, a rollback
+	// cut short) too: the freeze taken over, so the late thaw of the mover that froze it
+	// (its rollback, after its record was deleted) cannot undo this move's freeze.
+	if _, err := m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID, Token: m.epoch}); err != nil {
+		if errors.Is(err, storenode.ErrTxnLocked) {
+			return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
+		}
+		return m.errorf("freeze at %s: %w", m.rec.From, err)
 	}
 	moveStep(MoveStepFrozen)
 
@@ -334,7 +364,7 @@ func (m *mover) finish(ctx context.Context) error {
 // rollback undoes a move that did not switch: the record deleted (only if it is still this
 // mover's: one that lost the move to another leaves everything to it), then the source thawed
 // (writes again) unless the map points elsewhere; the target's incoming copy stays (serving
-// nothing; a later move reuses it, or drop it). A crash between the two leaves a frozen
+// nothing; a later move reuses it). A crash between the two leaves a frozen
 // source without a record, which the next Move finishes. It returns cause.
 func (m *mover) rollback(ctx context.Context, cause error) error {
 	deleted, err := m.t.n.c.EndMove(ctx, m.rec)
@@ -351,7 +381,12 @@ func (m *mover) rollback(ctx context.Context, cause error) error {
 	if m.src != nil && m.srcID != 0 && tm.Created == m.rec.Created && tm.Nodes[m.part] == m.rec.From {
 		st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
 		if err == nil && st.State == uint8(storenode.MoveFrozen) {
-			_, err = m.step(ctx, m.src, sgio.MoveOpThaw, m.srcID)
+			// Under this mover's epoch: a successor's freeze (it began after this record
+			// went) is of a higher one, and stays.
+			_, err = m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: m.srcID, Token: m.epoch})
+			if errors.Is(err, sgio.ErrFenced) {
+				err = nil
+			}
 		}
 		if err != nil {
 			return m.errorf("%w (rolling back: thaw at %s: %w)", cause, m.rec.From, err)

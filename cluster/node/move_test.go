@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -239,4 +240,84 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	// Decided (abort): the move goes through.
 	require.NoError(t, cl.ApplyTxn(ctx, txn, sgio.TxnAbort))
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+}
+
+// A second Move of a partition on the node already running one is refused: the move record
+// names the mover by its node's lease, so it was taken for a retry (same mover epoch) and
+// both ran, one's writes of rows read before the freeze able to land over the other's final
+// catch-up.
+func TestMoveConcurrentSameNodeRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	other, err := n.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	var second error
+	var fired atomic.Bool
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepCopied && fired.CompareAndSwap(false, true) {
+			second = other.Move(ctx, 0, tc.addrs[1])
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+	require.ErrorIs(t, second, cluster.ErrMoveInProgress)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
+}
+
+// A freeze is its mover's: the thaw of a mover whose move was given up (its rollback's thaw,
+// late) does not undo the freeze of a mover that took the frozen source over since, under a
+// higher mover epoch: the owner's writes stay refused until that move switches.
+func TestMoveLateThawRefused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	_, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: 5}) // the first mover
+	require.NoError(t, err)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: 9}) // its successor
+	require.NoError(t, err)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: 5})
+	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw")
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
+	require.NoError(t, err)
+	require.Equal(t, uint8(storenode.MoveFrozen), st.State)
+}
+
+// A table of the partition's name already on the target with another layout (a leftover of
+// another table) is not filled and switched to: the move is refused and rolled back, the map
+// untouched. It was switched to, and the partition could no longer be opened.
+func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[1], Secret: secret})
+	require.NoError(t, err)
+	defer cl.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Name: storenode.PartitionTableName("acct", 0),
+		Layout: sgio.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0}}, &ti))
+
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, node.ErrMoveRefused)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+	_, recorded, err := tc.c.ReadMove(ctx, "acct", 0)
+	require.NoError(t, err)
+	require.False(t, recorded, "rolled back")
+	_, err = n.OpenTable(ctx, "acct")
+	require.NoError(t, err)
 }

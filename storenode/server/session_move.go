@@ -95,9 +95,9 @@ func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
 		}
 		r.Pages, r.More, err = e.MoveChanges(m.Table, m.Token, max, nil)
 	case sgio.MoveOpFreeze:
-		_, err = e.MoveFreeze(m.Table)
+		_, err = e.MoveFreeze(m.Table, m.Token)
 	case sgio.MoveOpThaw:
-		err = e.MoveThaw(m.Table)
+		err = e.MoveThaw(m.Table, m.Token)
 	case sgio.MoveOpRetire:
 		err = e.MoveRetire(m.Table)
 	case sgio.MoveOpActivate:
