@@ -37,8 +37,9 @@ type Table struct {
 
 // part is one partition: its storage node, the durable-read handle, and the owned table.
 type part struct {
-	addr    string
-	durable *txnode.DurableTable
+	addr string
+	// durable is replaced when the storage node's transaction node is (heal.go).
+	durable atomic.Pointer[txnode.DurableTable]
 	// tb is the transaction node's table while this node owns the partition; nil otherwise.
 	tb atomic.Pointer[txnode.Table]
 	// owning serialises Own of the partition (a one-slot semaphore: its wait honours the
@@ -54,7 +55,7 @@ func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Ta
 	t := &Table{n: n, m: tm, rowBytes: durable[0].RowBytes(), parts: make([]part, len(tm.Nodes))}
 	for p := range t.parts {
 		t.parts[p].addr = tm.Nodes[p]
-		t.parts[p].durable = durable[p]
+		t.parts[p].durable.Store(durable[p])
 		t.parts[p].owning = make(chan struct{}, 1)
 	}
 	t.owned.Store(new([]uint32))
@@ -303,7 +304,7 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
 	if !t.gone(p, err) {
-		return t.n.after(err)
+		return t.n.after(t.n.noteErr(t.parts[p].addr, err))
 	}
 	t.drop(p)
 	ne := t.notOwner(ctx, p)
@@ -319,14 +320,17 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	}
 	p := t.m.Layout.Of(id)
 	pt := &t.parts[p]
+	if err := t.heal(ctx, p); err != nil {
+		return t.n.after(err)
+	}
 	if tb := pt.tb.Load(); tb != nil {
 		err := tb.Get(ctx, id, dst)
 		if !t.gone(p, err) {
-			return t.n.after(err)
+			return t.n.after(t.n.noteErr(pt.addr, err))
 		}
 		t.drop(p)
 	}
-	return t.n.after(pt.durable.Get(ctx, id, dst))
+	return t.n.after(t.n.noteErr(pt.addr, pt.durable.Load().Get(ctx, id, dst)))
 }
 
 // Insert adds a row under a new id in one of the partitions this node owns (round robin over
@@ -343,6 +347,9 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			return 0, fmt.Errorf("%w: this node owns no partition of table %q", ErrNotOwner, t.m.Name)
 		}
 		p := owned[t.rr.Add(1)%uint64(len(owned))]
+		if err := t.heal(ctx, p); err != nil {
+			return 0, t.n.after(err)
+		}
 		tb := t.parts[p].tb.Load()
 		if tb == nil {
 			t.unsetOwned(p) // dropped meanwhile: its drop removes it too
@@ -353,7 +360,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			t.drop(p)
 			continue
 		}
-		return id, t.n.after(err)
+		return id, t.n.after(t.n.noteErr(t.parts[p].addr, err))
 	}
 }
 
@@ -362,6 +369,9 @@ func (t *Table) owner(ctx context.Context, id uint64) (uint32, *txnode.Table, er
 	p := t.m.Layout.Of(id)
 	if err := t.n.closedErr(); err != nil {
 		return p, nil, err
+	}
+	if err := t.heal(ctx, p); err != nil {
+		return p, nil, t.n.after(err)
 	}
 	if tb := t.parts[p].tb.Load(); tb != nil {
 		return p, tb, nil

@@ -204,6 +204,10 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		tx.err = fmt.Errorf("node: %w: table %q was opened by another Node than the transaction's", cluster.ErrInvalid, t.m.Name)
 		return nil, nil, tx.err
 	}
+	if err := t.heal(tx.ctx, p); err != nil {
+		tx.err = err
+		return nil, nil, err
+	}
 	pt := &t.parts[p]
 	tb := pt.tb.Load()
 	if tb == nil {
@@ -232,6 +236,16 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		}
 		part = &txPart{addr: pt.addr, db: db, tx: ttx}
 		tx.parts = append(tx.parts, part)
+	}
+	if tb.DB() != part.db {
+		// The storage node's transaction node was replaced (heal.go) between the owned
+		// table's load and the transaction's: a conflict (nothing was written), so Update
+		// runs the transaction again, on the new one.
+		if tb = pt.tb.Load(); tb == nil || tb.DB() != part.db {
+			tx.err = fmt.Errorf("node: table %q partition %d: %w: the transaction node of storage node %s was replaced during the transaction",
+				t.m.Name, p, txnode.ErrConflict, pt.addr)
+			return nil, nil, tx.err
+		}
 	}
 	if write && tx.writable && !part.wrote {
 		part.wrote = true
