@@ -45,6 +45,16 @@
 // holder; the node cannot own that partition again (a new
 // session: reopen the node).
 //
+// # Healing
+//
+// A storage node's transaction node that died for good (txnode.DB.Err: the storage node
+// stayed unreachable past RequestTimeout, or its commit pipeline failed) is replaced on the
+// storage node's next use: closed keeping its etcd grants, dialled again (with backoff,
+// within the caller's context), every open Table's durable handles there reopened and the
+// owned partitions' grants registered again (heal.go; docs/cluster.md, "The cluster node").
+// Commits not acknowledged when it died failed (txnode.ErrUnknownOutcome); nothing
+// acknowledged is lost in Durable mode (WriteBack loses the acknowledged, unflushed ones).
+//
 // txnode and storenode do not import this package or package cluster: a game server without
 // a cluster links no etcd.
 package node
