@@ -133,4 +133,3 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	var ne *node.NotOwnerError
 	require.False(t, errors.As(tbl.Put(ctx, ids[2], u64Row(9)), &ne))
 }
-
