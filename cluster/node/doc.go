@@ -21,6 +21,11 @@
 // address (ErrNotOwner). Inserts go round robin over the owned partitions (each partition's
 // ids come from its storage node, which hands out only ids of its stripes).
 //
+// The Tables follow the partition map (a cluster.MapWatcher): after a move, a partition is
+// read from its new storage node and, if this node owned it, owned again there under a new
+// grant (the writes refused during the move fail with a *NotOwnerError: retry them); a
+// dropped table's handle fails with cluster.ErrTableNotFound (follow.go).
+//
 // # Transactions
 //
 // Node.Update runs a transaction over rows of owned partitions on any storage nodes,

@@ -99,7 +99,7 @@ func (t *Table) heal(ctx context.Context, p uint32) error {
 	if t.n.sick.Load() == 0 {
 		return nil
 	}
-	_, err := t.n.db(ctx, t.parts[p].addr)
+	_, err := t.n.db(ctx, t.parts[p].addr())
 	return err
 }
 
@@ -188,12 +188,14 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 		p      uint32
 		d      *txnode.DurableTable
 		o, was *txnode.Table
+		r      *route
 	}
 	var fixes []fix
 	for _, t := range tables {
 		for p := range t.parts {
 			pt := &t.parts[p]
-			if pt.addr != addr {
+			r := pt.r.Load()
+			if r.addr != addr {
 				continue
 			}
 			name := storenode.PartitionTableName(t.m.Name, uint32(p))
@@ -204,7 +206,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 			if err != nil {
 				return fmt.Errorf("table %q partition %d: %w", t.m.Name, p, err)
 			}
-			f := fix{t: t, p: uint32(p), d: d, was: pt.tb.Load()}
+			f := fix{t: t, p: uint32(p), d: d, was: pt.tb.Load(), r: r}
 			if f.was != nil && !pt.lost.Load() {
 				tb, err := db.Table(ctx, name)
 				if err == nil {
@@ -230,7 +232,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 	}
 	for _, f := range fixes {
 		pt := &f.t.parts[f.p]
-		pt.durable.Store(f.d)
+		pt.r.CompareAndSwap(f.r, &route{addr: addr, durable: f.d, rev: f.r.rev}) // not if moved meanwhile
 		if f.o != nil {
 			pt.tb.CompareAndSwap(f.was, f.o) // not if dropped meanwhile
 		}

@@ -60,6 +60,7 @@ type Node struct {
 	cfg  Config
 	c    *cluster.Client
 	sess *cluster.Session
+	w    *cluster.MapWatcher // the partition map the Tables follow (follow.go)
 	log  *slog.Logger
 
 	// down is set once Close starts (closed, under mu, with it): what the Table and Tx
@@ -122,8 +123,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		c.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	w, err := c.WatchMap(ctx)
+	if err != nil {
+		s.Close(ctx)
+		c.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Node{cfg: cfg, c: c, sess: s, log: cfg.Logger, bg: bg, bgCancel: cancel,
+	return &Node{cfg: cfg, c: c, sess: s, w: w, log: cfg.Logger, bg: bg, bgCancel: cancel,
 		dbs: make(map[string]*storeConn), tables: make(map[string]*Table), heals: make(map[string]*pendingHeal)}, nil
 }
 
@@ -176,6 +183,7 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 		}
 	}
+	n.w.Close()
 	if err := n.sess.Close(ctx); err != nil && !errors.Is(err, cluster.ErrSessionClosed) {
 		errs = append(errs, fmt.Errorf("node: %w", err))
 	}
@@ -251,12 +259,33 @@ type grants struct {
 type waitKey struct{}
 
 func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, func(context.Context) error, error) {
-	tg := cluster.TxGrants{Session: g.s, Wait: ctx.Value(waitKey{}) != nil}
-	epoch, check, release, err := tg.Grant(ctx, table, part)
-	if err != nil {
-		return 0, nil, nil, err
+	wait := ctx.Value(waitKey{}) != nil
+	above, _ := ctx.Value(minEpochKey{}).(uint64)
+	var o *cluster.Ownership
+	var err error
+	for {
+		if wait {
+			o, err = g.s.AcquireWait(ctx, table, part)
+		} else {
+			o, err = g.s.Acquire(ctx, table, part)
+		}
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if o.Epoch() > above {
+			break
+		}
+		// A grant of this session from before the partition's switch, whose owner key's
+		// delete the session's watch has not heard yet: wait for it, acquire anew.
+		select {
+		case <-o.Done():
+		case <-ctx.Done():
+			return 0, nil, nil, fmt.Errorf("node: table %q partition %d: this session's grant (epoch %d) is from before the switch at %d: %w",
+				table, part, o.Epoch(), above, ctx.Err())
+		}
 	}
-	return epoch, check, func(ctx context.Context) error {
+	release := o.Release
+	return o.Epoch(), o.Check, func(ctx context.Context) error {
 		if g.keep.Load() {
 			return nil
 		}
@@ -378,7 +407,7 @@ func (n *Node) noLeftovers(ctx context.Context, name string, place []string) err
 // every partition's table on its storage node for durable reads, dialling those storage
 // nodes. A table already open is returned as it is while the map routes it alike; after a
 // partition switch (a move) or a drop and re-creation it is opened afresh (the old handle
-// keeps routing by the map it read: its Own fails with cluster.ErrMapChanged). ErrIncomplete when a partition table is
+// follows the map too: follow.go). ErrIncomplete when a partition table is
 // missing (CreateTable stopped midway: run it again); cluster.ErrTableNotFound when the map
 // has no such table.
 func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
