@@ -169,15 +169,20 @@ func (t *Table) forget(p uint32, was *txnode.Table) {
 	}
 }
 
-// moving reports whether owned partition p, whose grant an operation found lost, is being
-// moved (a move recorded in etcd): then it is forgotten as owned but not lost, and acquired
+// moving reports whether owned partition p, whose grant an operation found lost (err), is
+// being moved (the storage node refused it with storenode.ErrMoved, or a move is recorded
+// in etcd): then it is forgotten as owned but not lost, and acquired
 // anew on its new storage node once the map switches it (rejoin).
-func (t *Table) moving(ctx context.Context, p uint32) bool {
-	mctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
-	_, ok, err := t.n.c.ReadMove(mctx, t.m.Name, p)
-	cancel()
-	if err != nil || !ok {
-		return false
+func (t *Table) moving(ctx context.Context, p uint32, err error) bool {
+	if !errors.Is(err, storenode.ErrMoved) {
+		// Fenced otherwise: by a move's switch (the target registered a grant above this
+		// node's) or by another owner. A move recorded says which.
+		mctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+		_, ok, rerr := t.n.c.ReadMove(mctx, t.m.Name, p)
+		cancel()
+		if rerr != nil || !ok {
+			return false
+		}
 	}
 	pt := &t.parts[p]
 	pt.rejoin.Store(true)

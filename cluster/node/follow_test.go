@@ -93,3 +93,74 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 		require.Less(t, try, 1000, "a dropped table's handle still reads: %v", err)
 	}
 }
+
+// A partition moved away while its owner writes it and another of its partitions on the
+// same source storage node: the write refused by the frozen source fail-stops the owner's
+// transaction node of the source (txnode's pipeline), and the node replaces it (heal.go), so
+// the other partition on the source goes on taking writes through the same handle, as the
+// moved one does on the target.
+func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "game-1:7000")
+	// Partitions 0 and 2 on storage node 0, 1 on storage node 1.
+	tbl, err := owner.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 2))
+	ids := map[uint32]uint64{}
+	for len(ids) < 2 {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
+
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	moved := make(chan error, 1)
+	go func() { moved <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
+	// Write partition 0 until the freeze refuses a write (or the move ends first).
+	refusedAt := 0
+	for v := uint64(2); ; v++ {
+		if err := tbl.Put(ctx, ids[0], balanceRow(v)); err != nil {
+			refusedAt = int(v)
+			break
+		}
+		select {
+		case err := <-moved:
+			require.NoError(t, err)
+			moved <- nil
+		default:
+			continue
+		}
+		break
+	}
+	require.NoError(t, <-moved)
+	t.Logf("partition 0 refused at write %d (0: the move ended first)", refusedAt)
+	// Both partitions take writes through the same handle, within a bound of retries.
+	last := map[uint32]uint64{}
+	for i := range 20 {
+		for _, p := range []uint32{2, 0} { // 2 first: the healed source
+			v := uint64(1000 + i)
+			var err error
+			for try := 0; try < 10; try++ {
+				if err = tbl.Put(ctx, ids[p], balanceRow(v)); err == nil {
+					break
+				}
+			}
+			require.NoError(t, err, "partition %d", p)
+			last[p] = v
+		}
+	}
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
+	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
+	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
+	r, err := tc.open(t, 0x3, "").OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	row := make([]byte, 64)
+	for p, id := range ids {
+		require.NoError(t, r.Get(ctx, id, row))
+		require.Equal(t, last[p], balanceOf(row), "partition %d", p)
+	}
+}

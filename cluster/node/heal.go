@@ -200,8 +200,13 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 			}
 			name := storenode.PartitionTableName(t.m.Name, uint32(p))
 			d, err := db.OpenDurable(ctx, name)
-			if errors.Is(err, txnode.ErrTableNotFound) {
-				continue // dropped or moved away meanwhile: the old handle fails its reads
+			if errors.Is(err, txnode.ErrTableNotFound) || errors.Is(err, storenode.ErrMoved) {
+				// Dropped or moved away meanwhile: the old handle fails its reads (and
+				// a moved partition is followed: follow.go).
+				if pt.tb.Load() != nil && errors.Is(err, storenode.ErrMoved) {
+					t.moving(ctx, uint32(p), err)
+				}
+				continue
 			}
 			if err != nil {
 				return fmt.Errorf("table %q partition %d: %w", t.m.Name, p, err)
@@ -213,6 +218,8 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 					err = tb.Serving()
 				}
 				switch {
+				case errors.Is(err, storenode.ErrMoved):
+					t.moving(ctx, uint32(p), err) // owned again where it moved (follow.go)
 				case isLost(err) || errors.Is(err, txnode.ErrTableNotFound):
 					n.log.Warn("node: a partition's grant was lost while its storage node's transaction node was replaced",
 						"table", t.m.Name, "part", p, "err", err)

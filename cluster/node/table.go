@@ -343,7 +343,7 @@ func (t *Table) written(ctx context.Context, p uint32, err error) error {
 		}
 		return fmt.Errorf("%w (moved to %s during the write: retry it; this node's grant: %w)", ne, t.parts[p].addr(), err)
 	}
-	if t.moving(ctx, p) {
+	if t.moving(ctx, p, err) {
 		ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}
 		return fmt.Errorf("%w (being moved: this node owns it again once it is switched; retry: %w)", ne, err)
 	}
@@ -375,7 +375,7 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 		if t.movedAway(ctx, p, err) {
 			return t.Get(ctx, id, dst) // once: the routes are current
 		}
-		if !t.moving(ctx, p) {
+		if !t.moving(ctx, p, err) {
 			t.drop(p)
 		}
 	}
@@ -414,7 +414,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 		}
 		id, err := tb.Insert(ctx, row)
 		if t.gone(p, err) {
-			if !t.movedAway(ctx, p, err) && !t.moving(ctx, p) {
+			if !t.movedAway(ctx, p, err) && !t.moving(ctx, p, err) {
 				t.drop(p)
 			}
 			continue
