@@ -21,6 +21,11 @@
 // address (ErrNotOwner). Inserts go round robin over the owned partitions (each partition's
 // ids come from its storage node, which hands out only ids of its stripes).
 //
+// The Tables follow the partition map (a cluster.MapWatcher): after a move, a partition is
+// read from its new storage node and, if this node owned it, owned again there under a new
+// grant (the writes refused during the move fail with a *NotOwnerError: retry them); a
+// dropped table's handle fails with cluster.ErrTableNotFound (follow.go).
+//
 // # Transactions
 //
 // Node.Update runs a transaction over rows of owned partitions on any storage nodes,
@@ -44,6 +49,16 @@
 // fenced it: storenode.ErrFenced) makes writes fail with a *NotOwnerError naming the new
 // holder; the node cannot own that partition again (a new
 // session: reopen the node).
+//
+// # Healing
+//
+// A storage node's transaction node that died for good (txnode.DB.Err: the storage node
+// stayed unreachable past RequestTimeout, or its commit pipeline failed) is replaced on the
+// storage node's next use: closed keeping its etcd grants, dialled again (with backoff,
+// within the caller's context), every open Table's durable handles there reopened and the
+// owned partitions' grants registered again (heal.go; docs/cluster.md, "The cluster node").
+// Commits not acknowledged when it died failed (txnode.ErrUnknownOutcome); nothing
+// acknowledged is lost in Durable mode (WriteBack loses the acknowledged, unflushed ones).
 //
 // txnode and storenode do not import this package or package cluster: a game server without
 // a cluster links no etcd.

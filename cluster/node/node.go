@@ -61,6 +61,7 @@ type Node struct {
 	cfg  Config
 	c    *cluster.Client
 	sess *cluster.Session
+	w    *cluster.MapWatcher // the partition map the Tables follow (follow.go)
 	log  *slog.Logger
 
 	// down is set once Close starts (closed, under mu, with it): what the Table and Tx
@@ -71,6 +72,13 @@ type Node struct {
 	closed bool
 	dbs    map[string]*storeConn // by storage node address
 	tables map[string]*Table     // by name
+	// heals are, by storage node address, the transaction nodes found dead and not
+	// replaced yet (heal.go). Guarded by mu.
+	heals map[string]*pendingHeal
+
+	// sick is len(heals): while nonzero, the Table operations check their partition's
+	// transaction node first (Node.db); lock-free otherwise.
+	sick atomic.Int32
 
 	// Two-phase commits (coord.go): txnSeq numbers this node's transactions; bg is the
 	// context of the ones finished in the background (finishing), which Close cancels and
@@ -82,11 +90,15 @@ type Node struct {
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db
-// or err is set; a failed dial is forgotten, so the next use dials again).
+// or err is set; a failed dial is forgotten, so the next use dials again), replaced once it
+// died (heal.go).
 type storeConn struct {
 	ready chan struct{}
 	db    *txnode.DB
 	err   error
+	// keep, set before a dead db is closed, makes its grants' releases no-ops: the grants
+	// stay this session's, for the next transaction node of the storage node to register.
+	keep atomic.Bool
 }
 
 // Open connects to etcd and starts the node's session. Close ends both.
@@ -116,9 +128,15 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		c.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	w, err := c.WatchMap(ctx)
+	if err != nil {
+		s.Close(ctx)
+		c.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Node{cfg: cfg, c: c, sess: s, log: cfg.Logger, bg: bg, bgCancel: cancel,
-		dbs: make(map[string]*storeConn), tables: make(map[string]*Table)}, nil
+	return &Node{cfg: cfg, c: c, sess: s, w: w, log: cfg.Logger, bg: bg, bgCancel: cancel,
+		dbs: make(map[string]*storeConn), tables: make(map[string]*Table), heals: make(map[string]*pendingHeal)}, nil
 }
 
 // Session returns the node's ownership session (its lease, deadline; closing it gives up
@@ -142,7 +160,15 @@ func (n *Node) Close(ctx context.Context) error {
 	n.down.Store(true)
 	conns := n.dbs
 	n.dbs = nil
+	heals := n.heals
+	n.heals = nil
+	n.sick.Store(0)
 	n.mu.Unlock()
+	// Dead transaction nodes not replaced yet (heal.go): closed here unless a dial of
+	// their successor closes them (DB.Close is idempotent).
+	for _, h := range heals {
+		h.old.Close(ctx)
+	}
 	// Two-phase commits still finishing in the background give up (their parts are
 	// abandoned: the storage nodes' resolvers finish them) before their DBs close.
 	n.bgCancel()
@@ -162,6 +188,7 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 		}
 	}
+	n.w.Close()
 	if err := n.sess.Close(ctx); err != nil && !errors.Is(err, cluster.ErrSessionClosed) {
 		errs = append(errs, fmt.Errorf("node: %w", err))
 	}
@@ -188,63 +215,87 @@ func (n *Node) after(err error) error {
 	return err
 }
 
-// db returns the transaction node of the storage node at addr, dialling it on first use.
+// db returns the transaction node of the storage node at addr, dialling it on first use, and
+// replacing it when it died (txnode.DB.Err: the storage node stayed unreachable past
+// RequestTimeout, or its commit pipeline failed for good): heal.go.
 func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, ErrClosed
-	}
-	sc := n.dbs[addr]
-	if sc == nil {
-		sc = &storeConn{ready: make(chan struct{})}
-		n.dbs[addr] = sc
-		n.mu.Unlock()
-		sc.db, sc.err = txnode.Open(ctx, txnode.Options{
-			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
-			CacheBytes: n.cfg.CacheBytes, PinBytes: n.cfg.PinBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
-			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
-			Grants: grants{n.sess}, Logger: n.log,
-		})
-		var orphan *txnode.DB
+	for {
 		n.mu.Lock()
-		if sc.err != nil {
-			sc.err = fmt.Errorf("node: storage node %s: %w", addr, sc.err)
-			if n.dbs[addr] == sc {
-				delete(n.dbs, addr) // the next use dials again
-			}
-		} else if n.closed {
-			// Close ran meanwhile and took the map: this one is ours to close.
-			orphan, sc.db, sc.err = sc.db, nil, ErrClosed
+		if n.closed {
+			n.mu.Unlock()
+			return nil, ErrClosed
 		}
-		close(sc.ready)
+		sc := n.dbs[addr]
+		if sc == nil {
+			sc = &storeConn{ready: make(chan struct{})}
+			n.dbs[addr] = sc
+			n.mu.Unlock()
+			return n.dial(ctx, addr, sc)
+		}
 		n.mu.Unlock()
-		if orphan != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			orphan.Close(cctx)
-			cancel()
+		select {
+		case <-sc.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		return sc.db, sc.err
-	}
-	n.mu.Unlock()
-	select {
-	case <-sc.ready:
-		return sc.db, sc.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		if sc.err != nil {
+			return nil, sc.err
+		}
+		derr := sc.db.Err()
+		if derr == nil {
+			return sc.db, nil
+		}
+		if errors.Is(derr, txnode.ErrClosed) && n.down.Load() {
+			return nil, ErrClosed
+		}
+		n.replace(addr, sc, derr) // the next round dials the new one (or waits for it)
 	}
 }
 
 // grants is txnode.Options.Grants on the node's session: Own takes partitions at once
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
-type grants struct{ s *cluster.Session }
+// Its releases do nothing once keep is set (the transaction node is being replaced: heal.go).
+type grants struct {
+	s    *cluster.Session
+	keep *atomic.Bool
+}
 
 type waitKey struct{}
 
 func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, func(context.Context) error, error) {
-	tg := cluster.TxGrants{Session: g.s, Wait: ctx.Value(waitKey{}) != nil}
-	return tg.Grant(ctx, table, part)
+	wait := ctx.Value(waitKey{}) != nil
+	above, _ := ctx.Value(minEpochKey{}).(uint64)
+	var o *cluster.Ownership
+	var err error
+	for {
+		if wait {
+			o, err = g.s.AcquireWait(ctx, table, part)
+		} else {
+			o, err = g.s.Acquire(ctx, table, part)
+		}
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if o.Epoch() > above {
+			break
+		}
+		// A grant of this session from before the partition's switch, whose owner key's
+		// delete the session's watch has not heard yet: wait for it, acquire anew.
+		select {
+		case <-o.Done():
+		case <-ctx.Done():
+			return 0, nil, nil, fmt.Errorf("node: table %q partition %d: this session's grant (epoch %d) is from before the switch at %d: %w",
+				table, part, o.Epoch(), above, ctx.Err())
+		}
+	}
+	release := o.Release
+	return o.Epoch(), o.Check, func(ctx context.Context) error {
+		if g.keep.Load() {
+			return nil
+		}
+		return release(ctx)
+	}, nil
 }
 
 // CreateTable creates a partitioned table of rowBytes-byte rows: partitions partitions of
@@ -361,7 +412,7 @@ func (n *Node) noLeftovers(ctx context.Context, name string, place []string) err
 // every partition's table on its storage node for durable reads, dialling those storage
 // nodes. A table already open is returned as it is while the map routes it alike; after a
 // partition switch (a move) or a drop and re-creation it is opened afresh (the old handle
-// keeps routing by the map it read: its Own fails with cluster.ErrMapChanged). ErrIncomplete when a partition table is
+// follows the map too: follow.go). ErrIncomplete when a partition table is
 // missing (CreateTable stopped midway: run it again); cluster.ErrTableNotFound when the map
 // has no such table.
 func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {

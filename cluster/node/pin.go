@@ -88,7 +88,7 @@ func (t *Table) Stats() []PartitionStats {
 	t.forgetLost()
 	out := make([]PartitionStats, len(t.parts))
 	for p := range t.parts {
-		out[p] = PartitionStats{Partition: uint32(p), Node: t.parts[p].addr}
+		out[p] = PartitionStats{Partition: uint32(p), Node: t.parts[p].addr()}
 		if tb := t.parts[p].tb.Load(); tb != nil {
 			out[p].Owned = true
 			out[p].TableStats = tb.Stats()

@@ -21,8 +21,9 @@ import (
 
 // A table handle opened before its partition was switched to another storage node
 // (cluster.Client.SwitchPartition, the switch step of a move) must not own it at the old
-// storage node: its writes would land where no reader looks any more. Own refuses with
-// cluster.ErrMapChanged; OpenTable reads the map again and routes to the new storage node.
+// storage node: its writes would land where no reader looks any more. The handle follows the
+// map (Own reads it and routes the partition to the new storage node first); OpenTable reads
+// the map again and routes to the new storage node too.
 func TestOwnAfterSwitchRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
@@ -39,9 +40,12 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	_, err = tc.c.SwitchPartition(ctx, "mv", tm.Created, 1, tm.Revs[1], tc.addrs[0])
 	require.NoError(t, err)
 
-	err = ta.Own(ctx, 1)
-	require.ErrorIs(t, err, cluster.ErrMapChanged, "the stale handle owns partition 1 at its old storage node")
-	require.Empty(t, ta.Owned())
+	// The handle follows the map (follow.go): Own takes partition 1 at its new storage node,
+	// never at the old one.
+	require.NoError(t, ta.Own(ctx, 1))
+	require.EqualValues(t, 1, ta.Partition(64))
+	require.Equal(t, tc.addrs[0], ta.NodeOf(64), "the handle owns partition 1 at its old storage node")
+	require.Equal(t, []uint32{1}, ta.Owned())
 
 	fresh, err := a.OpenTable(ctx, "mv")
 	require.NoError(t, err)

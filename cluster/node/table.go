@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/weftdb/weft/cluster"
@@ -13,11 +14,12 @@ import (
 )
 
 // Table is a partitioned table as this node sees it: every partition's storage node (the
-// partition map as read when the table was opened), the partitions this node owns and, for
+// partition map, followed as it changes: follow.go), the partitions this node owns and, for
 // each, the transaction node's table it writes through. Row operations route by id
-// (cluster.Layout.Of). A handle keeps the map it was opened with: after a partition switch
-// (a move) Own refuses the moved partition (cluster.ErrMapChanged) and OpenTable returns a
-// fresh handle. Safe for concurrent use.
+// (cluster.Layout.Of). After a partition switch (a move) the handle reads the partition
+// from its new storage node and, if this node owned it, owns it again there; a dropped
+// table's handle fails with cluster.ErrTableNotFound. Map returns the entry as read at open.
+// Safe for concurrent use.
 //
 // Reads of a partition this node owns are served from its cache (txnode); reads of the others
 // from the storage node's durable rows (txnode.DurableTable), which may be older than what
@@ -33,12 +35,20 @@ type Table struct {
 	// never waits for an Own in flight).
 	owned atomic.Pointer[[]uint32]
 	rr    atomic.Uint64
+
+	// Following the map (follow.go): seen is the node's map snapshot the routes reflect
+	// (an empty one at first); followMu serialises the updates; dropped is set once the
+	// map no longer has the table (dropped, or dropped and created again).
+	seen     atomic.Pointer[cluster.Map]
+	followMu sync.Mutex
+	dropped  atomic.Pointer[error]
 }
 
 // part is one partition: its storage node, the durable-read handle, and the owned table.
 type part struct {
-	addr    string
-	durable *txnode.DurableTable
+	// r is the partition's storage node and durable-read handle: replaced when the
+	// partition moves (follow.go) or the storage node's transaction node is (heal.go).
+	r atomic.Pointer[route]
 	// tb is the transaction node's table while this node owns the partition; nil otherwise.
 	tb atomic.Pointer[txnode.Table]
 	// owning serialises Own of the partition (a one-slot semaphore: its wait honours the
@@ -48,16 +58,20 @@ type part struct {
 	// the transaction node keeps the table's state, so this node cannot own it again; reopen
 	// the Node (a new session) to.
 	lost atomic.Bool
+	// rejoin is set when this node's grant ended because the partition is being moved
+	// (follow.go): once the map switches it, the node acquires it anew on its new storage
+	// node.
+	rejoin atomic.Bool
 }
 
 func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Table {
 	t := &Table{n: n, m: tm, rowBytes: durable[0].RowBytes(), parts: make([]part, len(tm.Nodes))}
 	for p := range t.parts {
-		t.parts[p].addr = tm.Nodes[p]
-		t.parts[p].durable = durable[p]
+		t.parts[p].r.Store(&route{addr: tm.Nodes[p], durable: durable[p], rev: revAt(tm, p)})
 		t.parts[p].owning = make(chan struct{}, 1)
 	}
 	t.owned.Store(new([]uint32))
+	t.seen.Store(&cluster.Map{})
 	return t
 }
 
@@ -76,8 +90,9 @@ func (t *Table) Map() *cluster.TableMap { return t.m }
 // Partition returns row id's partition (cluster.Layout.Of).
 func (t *Table) Partition(id uint64) uint32 { return t.m.Layout.Of(id) }
 
-// NodeOf returns the address of the storage node of row id's partition.
-func (t *Table) NodeOf(id uint64) string { return t.parts[t.m.Layout.Of(id)].addr }
+// NodeOf returns the address of the storage node of row id's partition (as this handle
+// routes it now).
+func (t *Table) NodeOf(id uint64) string { return t.parts[t.m.Layout.Of(id)].addr() }
 
 // Owned returns the partitions this node owns, in the order Own took them. The slice is
 // the caller's.
@@ -119,11 +134,17 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	// call, whatever the number of partitions): a partition switched or a table dropped
 	// before is refused before its grant is taken; after, the race with a switch that
 	// happened meanwhile is refused too.
-	if err := t.placed(ctx, need); err != nil {
+	if err := t.follow(ctx); err != nil {
+		return t.n.after(err)
+	}
+	err := t.placed(ctx, need)
+	if errors.Is(err, cluster.ErrMapChanged) && t.resync(ctx) == nil {
+		err = t.placed(ctx, need) // the watcher was behind: moved, this handle follows it
+	}
+	if err != nil {
 		return t.n.after(err)
 	}
 	took := make([]*txnode.Table, 0, len(need))
-	var err error
 	for _, p := range need {
 		var tb *txnode.Table
 		if tb, err = t.ownOne(ctx, wait, p); err != nil {
@@ -162,7 +183,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 			t.m.Name, p, cluster.ErrLost)
 	}
-	db, err := t.n.db(ctx, pt.addr)
+	db, err := t.n.db(ctx, pt.addr())
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +197,9 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	case errors.As(err, &oe):
 		return nil, &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: oe.Holder}
 	case errors.Is(err, txnode.ErrTableNotFound):
-		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr, ErrIncomplete, err)
+		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr(), ErrIncomplete, err)
 	case err != nil:
-		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr, err)
+		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
 	if err := tb.Serving(); isLost(err) {
 		// A table this transaction node opened before whose grant is gone (txnode keeps
@@ -203,12 +224,20 @@ func (t *Table) placed(ctx context.Context, ps []uint32) error {
 		return fmt.Errorf("node: own table %q: read the partition map: %w", t.m.Name, err)
 	}
 	for _, p := range ps {
-		if tm.Created != t.m.Created || int(p) >= len(tm.Nodes) || tm.Nodes[p] != t.parts[p].addr {
+		if tm.Created != t.m.Created || int(p) >= len(tm.Nodes) || tm.Nodes[p] != t.parts[p].addr() {
 			return fmt.Errorf("node: own table %q partition %d: %w: this handle routes it to %s, the map (revision %d) to %s: OpenTable it again",
-				t.m.Name, p, cluster.ErrMapChanged, t.parts[p].addr, tm.Created, nodeAt(tm, p))
+				t.m.Name, p, cluster.ErrMapChanged, t.parts[p].addr(), tm.Created, nodeAt(tm, p))
 		}
 	}
 	return nil
+}
+
+// revAt is partition p's entry revision in tm (0 when tm has none).
+func revAt(tm *cluster.TableMap, p int) int64 {
+	if p < len(tm.Revs) {
+		return tm.Revs[p]
+	}
+	return 0
 }
 
 func nodeAt(tm *cluster.TableMap, p uint32) string {
@@ -303,7 +332,20 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
 	if !t.gone(p, err) {
-		return t.n.after(err)
+		return t.n.after(t.n.noteErr(t.parts[p].addr(), err))
+	}
+	if t.movedAway(ctx, p, err) {
+		// Switched away under the write (refused, never acknowledged): the partition is
+		// routed to its new storage node now, owned there again if that worked: retry.
+		ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: t.parts[p].tb.Load() != nil}
+		if ne.Held {
+			ne.Holder = t.n.sess.Holder()
+		}
+		return fmt.Errorf("%w (moved to %s during the write: retry it; this node's grant: %w)", ne, t.parts[p].addr(), err)
+	}
+	if t.moving(ctx, p, err) {
+		ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}
+		return fmt.Errorf("%w (being moved: this node owns it again once it is switched; retry: %w)", ne, err)
 	}
 	t.drop(p)
 	ne := t.notOwner(ctx, p)
@@ -319,14 +361,30 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	}
 	p := t.m.Layout.Of(id)
 	pt := &t.parts[p]
+	if err := t.follow(ctx); err != nil {
+		return t.n.after(err)
+	}
+	if err := t.heal(ctx, p); err != nil {
+		return t.n.after(err)
+	}
 	if tb := pt.tb.Load(); tb != nil {
 		err := tb.Get(ctx, id, dst)
 		if !t.gone(p, err) {
-			return t.n.after(err)
+			return t.n.after(t.n.noteErr(pt.addr(), err))
 		}
-		t.drop(p)
+		if t.movedAway(ctx, p, err) {
+			return t.Get(ctx, id, dst) // once: the routes are current
+		}
+		if !t.moving(ctx, p, err) {
+			t.drop(p)
+		}
 	}
-	return t.n.after(pt.durable.Get(ctx, id, dst))
+	r := pt.r.Load()
+	err := r.durable.Get(ctx, id, dst)
+	if err != nil && t.movedAway(ctx, p, err) {
+		err = pt.r.Load().durable.Get(ctx, id, dst)
+	}
+	return t.n.after(t.n.noteErr(r.addr, err))
 }
 
 // Insert adds a row under a new id in one of the partitions this node owns (round robin over
@@ -337,12 +395,18 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	if err := t.n.closedErr(); err != nil {
 		return 0, err
 	}
+	if err := t.follow(ctx); err != nil {
+		return 0, t.n.after(err)
+	}
 	for {
 		owned := *t.owned.Load()
 		if len(owned) == 0 {
 			return 0, fmt.Errorf("%w: this node owns no partition of table %q", ErrNotOwner, t.m.Name)
 		}
 		p := owned[t.rr.Add(1)%uint64(len(owned))]
+		if err := t.heal(ctx, p); err != nil {
+			return 0, t.n.after(err)
+		}
 		tb := t.parts[p].tb.Load()
 		if tb == nil {
 			t.unsetOwned(p) // dropped meanwhile: its drop removes it too
@@ -350,10 +414,12 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 		}
 		id, err := tb.Insert(ctx, row)
 		if t.gone(p, err) {
-			t.drop(p)
+			if !t.movedAway(ctx, p, err) && !t.moving(ctx, p, err) {
+				t.drop(p)
+			}
 			continue
 		}
-		return id, t.n.after(err)
+		return id, t.n.after(t.n.noteErr(t.parts[p].addr(), err))
 	}
 }
 
@@ -363,8 +429,20 @@ func (t *Table) owner(ctx context.Context, id uint64) (uint32, *txnode.Table, er
 	if err := t.n.closedErr(); err != nil {
 		return p, nil, err
 	}
+	if err := t.follow(ctx); err != nil {
+		return p, nil, t.n.after(err)
+	}
+	if err := t.heal(ctx, p); err != nil {
+		return p, nil, t.n.after(err)
+	}
 	if tb := t.parts[p].tb.Load(); tb != nil {
 		return p, tb, nil
+	}
+	if t.parts[p].rejoin.Load() && t.resync(ctx) == nil {
+		// Lost to a move (follow.go): switched by now, it is owned again.
+		if tb := t.parts[p].tb.Load(); tb != nil {
+			return p, tb, nil
+		}
 	}
 	return p, nil, t.notOwner(ctx, p)
 }

@@ -204,6 +204,14 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		tx.err = fmt.Errorf("node: %w: table %q was opened by another Node than the transaction's", cluster.ErrInvalid, t.m.Name)
 		return nil, nil, tx.err
 	}
+	if err := t.follow(tx.ctx); err != nil {
+		tx.err = err
+		return nil, nil, err
+	}
+	if err := t.heal(tx.ctx, p); err != nil {
+		tx.err = err
+		return nil, nil, err
+	}
 	pt := &t.parts[p]
 	tb := pt.tb.Load()
 	if tb == nil {
@@ -212,13 +220,13 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 	}
 	var part *txPart
 	for _, x := range tx.parts {
-		if x.addr == pt.addr {
+		if x.addr == pt.addr() {
 			part = x
 			break
 		}
 	}
 	if part == nil {
-		db, err := tx.n.db(tx.ctx, pt.addr)
+		db, err := tx.n.db(tx.ctx, pt.addr())
 		if err == nil && len(tx.parts) >= maxParticipants {
 			err = fmt.Errorf("node: %w: a transaction spans at most %d storage nodes", cluster.ErrInvalid, maxParticipants)
 		}
@@ -230,8 +238,18 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 			tx.err = err
 			return nil, nil, err
 		}
-		part = &txPart{addr: pt.addr, db: db, tx: ttx}
+		part = &txPart{addr: pt.addr(), db: db, tx: ttx}
 		tx.parts = append(tx.parts, part)
+	}
+	if tb.DB() != part.db {
+		// The storage node's transaction node was replaced (heal.go) between the owned
+		// table's load and the transaction's: a conflict (nothing was written), so Update
+		// runs the transaction again, on the new one.
+		if tb = pt.tb.Load(); tb == nil || tb.DB() != part.db {
+			tx.err = fmt.Errorf("node: table %q partition %d: %w: the transaction node of storage node %s was replaced during the transaction",
+				t.m.Name, p, txnode.ErrConflict, pt.addr())
+			return nil, nil, tx.err
+		}
 	}
 	if write && tx.writable && !part.wrote {
 		part.wrote = true

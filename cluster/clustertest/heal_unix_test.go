@@ -1,0 +1,135 @@
+//go:build unix
+
+package clustertest_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// A storage node killed with -9 and kept down past its transaction node's (short, injected)
+// RequestTimeout: the cluster node's transaction node of it gives up for good (txnode.DB.Err),
+// the node replaces it once the storage node is back, re-registers the grants of the
+// partitions it owned there, and goes on writing and reading without a reopen; every
+// acknowledged write is on the storage node.
+func TestStorageNodeBackNodeHeals(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
+	// Six partitions: 0, 2, 4 on storage node 0 (the one killed), 1, 3, 5 on 1.
+	ids := createRows(t, c, "heal", 6, 1, 7)
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:        cluster.SessionConfig{Owner: 0x4ea1, TTL: cluster.TTLMin},
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "heal")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
+	s0 := c.StorageOf(tbl.NodeOf(ids[0]))
+	require.NotNil(t, s0)
+
+	acked := map[uint64]uint64{} // inserted id -> its value
+	var seq uint64
+	insert := func() error {
+		seq++
+		id, err := tbl.Insert(ctx, u64Row(seq))
+		if err == nil {
+			acked[id] = seq
+		}
+		return err
+	}
+	lastPut := uint64(7) // ids[0]'s last acknowledged value
+	put := func() error {
+		seq++
+		err := tbl.Put(ctx, ids[0], u64Row(seq))
+		if err == nil {
+			lastPut = seq
+		}
+		return err
+	}
+	for range 12 {
+		require.NoError(t, insert())
+		require.NoError(t, put())
+	}
+
+	s0.Kill()
+	// Writes to the dead storage node's partitions wait for it, then fail once its
+	// transaction node gives up (RequestTimeout, or its lease plus txnode.OwnerInUseMargin).
+	var putErr error
+	for range 100 {
+		if putErr = put(); putErr != nil {
+			break
+		}
+	}
+	require.Error(t, putErr)
+	t.Logf("write after the kill: %v", putErr)
+	// Still down: later calls fail (a dial that fails, then a backoff), they do not hang.
+	for range 3 {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := tbl.Put(octx, ids[0], u64Row(1))
+		cancel()
+		require.Error(t, err)
+	}
+
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	// The node heals on its next uses: a write may fail while it redials (backoff), then
+	// succeeds, without OpenTable or Own.
+	healed := false
+	for try := 0; try < 200 && !healed; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		healed = tbl.Put(octx, ids[0], u64Row(seq+1)) == nil
+		cancel()
+		if healed {
+			seq++
+			lastPut = seq
+		}
+	}
+	require.True(t, healed, "the node did not heal")
+	require.ElementsMatch(t, []uint32{0, 1, 2}, tbl.Owned())
+	for range 24 {
+		require.NoError(t, insert())
+		require.NoError(t, put())
+	}
+	// A non-owned partition of the healed storage node: its durable rows.
+	require.EqualValues(t, 7, readU64(t, ctx, tbl, ids[4]))
+	// A transaction over both storage nodes.
+	require.NoError(t, n.Update(ctx, func(tx *node.Tx) error {
+		for _, id := range []uint64{ids[1], ids[2]} {
+			if err := tx.Update(tbl, id, func(row []byte) error {
+				binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)+1)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+
+	// Every acknowledged write, read by another node from the storage nodes' durable rows.
+	r, err := c.OpenNode(0x4ea2, "").OpenTable(ctx, "heal")
+	require.NoError(t, err)
+	require.Equal(t, lastPut, readU64(t, ctx, r, ids[0]))
+	for id, v := range acked {
+		require.Equal(t, v, readU64(t, ctx, r, id), "row %d", id)
+	}
+	require.EqualValues(t, 8, readU64(t, ctx, r, ids[1]))
+	require.EqualValues(t, 8, readU64(t, ctx, r, ids[2]))
+	// The grants were re-registered, not taken anew by another node.
+	var ne *node.NotOwnerError
+	require.False(t, errors.As(tbl.Put(ctx, ids[2], u64Row(9)), &ne))
+}

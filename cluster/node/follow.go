@@ -1,0 +1,212 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode"
+)
+
+// A Table follows the partition map (the Node's cluster.MapWatcher): each operation first
+// compares the watcher's snapshot with the one its routes reflect (one pointer compare when
+// nothing changed) and, when the map changed, brings the routes up to date (refollow):
+//
+//   - a partition switched to another storage node (a move) is read from the new one's
+//     durable rows; if this node owned it, its grant ended at the switch (SwitchMoved deletes
+//     the owner key), so the node acquires a new one and registers it with the new storage
+//     node (above its floor, the switch revision); when that fails the partition is reported
+//     not owned (*NotOwnerError; Own may take it again);
+//   - a table dropped (or dropped and created again) fails every operation of the handle
+//     with cluster.ErrTableNotFound.
+//
+// The watcher may be behind etcd: a write of an owned partition that finds its grant lost,
+// and a durable read refused by a moved copy (storenode.ErrMoved), sync the watcher
+// (linearizable) before they decide. A write refused at the switch fails with a
+// *NotOwnerError (never acknowledged, so nothing acknowledged is lost): retry it.
+
+// route is a partition's storage node and its durable-read handle there.
+type route struct {
+	addr    string
+	durable *txnode.DurableTable
+	// rev is the partition entry's etcd revision this route follows (cluster.TableMap.Revs):
+	// a map snapshot older than it (a watcher behind the handle's own read) changes nothing.
+	rev int64
+}
+
+func (pt *part) addr() string { return pt.r.Load().addr }
+
+// follow brings t's routes up to the node's map snapshot (see above).
+func (t *Table) follow(ctx context.Context) error {
+	m := t.n.w.Map()
+	if m != t.seen.Load() {
+		if err := t.refollow(ctx, m); err != nil {
+			// A moved partition's new storage node not reachable yet: the routes stay
+			// as they were (the old copy refuses what it no longer serves) and the next
+			// operation tries again.
+			t.n.log.Warn("node: following the partition map", "table", t.m.Name, "err", err)
+		}
+	}
+	if e := t.dropped.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// resync reads etcd's map revision and waits for the watcher to reach it, then follows it:
+// what an operation refused by its storage node does before it decides.
+func (t *Table) resync(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+	m, err := t.n.w.Sync(sctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("node: table %q: read the partition map: %w", t.m.Name, err)
+	}
+	if err := t.refollow(ctx, m); err != nil {
+		return err
+	}
+	if e := t.dropped.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// refollow updates the routes to map snapshot m (when newer than the one they reflect).
+func (t *Table) refollow(ctx context.Context, m *cluster.Map) error {
+	t.followMu.Lock()
+	defer t.followMu.Unlock()
+	if seen := t.seen.Load(); seen == m || seen.Revision > m.Revision {
+		return nil
+	}
+	if m.Revision < t.m.Created {
+		return nil // a snapshot from before the table: the watcher is behind this handle
+	}
+	tm, err := m.Table(t.m.Name)
+	if err == nil && tm.Created < t.m.Created {
+		return nil // behind too: an older table of the name
+	}
+	if err == nil && tm.Created != t.m.Created {
+		err = fmt.Errorf("%w: %q was dropped and created again (revision %d, this handle's %d): OpenTable it again",
+			cluster.ErrTableNotFound, t.m.Name, tm.Created, t.m.Created)
+	}
+	if errors.Is(err, cluster.ErrTableNotFound) {
+		e := fmt.Errorf("node: table %q was dropped: %w", t.m.Name, err)
+		t.dropped.CompareAndSwap(nil, &e)
+		t.seen.Store(m)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("node: table %q: %w", t.m.Name, err)
+	}
+	for p := range t.parts {
+		r := t.parts[p].r.Load()
+		if r.addr == tm.Nodes[p] || tm.Revs[p] <= r.rev {
+			continue
+		}
+		if err := t.moved(ctx, uint32(p), tm.Nodes[p], tm.Revs[p]); err != nil {
+			return err // not seen yet: the next operation tries again
+		}
+	}
+	t.seen.Store(m)
+	return nil
+}
+
+// moved routes partition p to storage node to, switched there at revision switchRev, and
+// acquires it anew there if this node owned it.
+func (t *Table) moved(ctx context.Context, p uint32, to string, switchRev int64) error {
+	pt := &t.parts[p]
+	name := storenode.PartitionTableName(t.m.Name, p)
+	db, err := t.n.db(ctx, to)
+	if err != nil {
+		return err
+	}
+	d, err := db.OpenDurable(ctx, name)
+	if err != nil {
+		return fmt.Errorf("node: table %q partition %d moved to %s: %w", t.m.Name, p, to, err)
+	}
+	pt.r.Store(&route{addr: to, durable: d, rev: switchRev})
+	was := pt.tb.Load()
+	if was == nil && !pt.rejoin.Load() {
+		return nil
+	}
+	// Owned: the grant ended at the switch. One Own of the partition at a time (owning).
+	select {
+	case pt.owning <- struct{}{}:
+	case <-ctx.Done():
+		t.forget(p, was)
+		return nil
+	}
+	defer func() { <-pt.owning }()
+	tb, err := db.Table(context.WithValue(ctx, minEpochKey{}, uint64(switchRev)), name)
+	if err == nil {
+		err = tb.Serving()
+	}
+	if err != nil {
+		t.n.log.Warn("node: an owned partition moved; owning it again on its new storage node failed",
+			"table", t.m.Name, "part", p, "to", to, "err", err)
+		t.forget(p, was)
+		return nil
+	}
+	if pt.tb.CompareAndSwap(was, tb) {
+		if was != nil {
+			was.Unpin()
+		}
+		pt.rejoin.Store(false)
+		t.setOwned(p)
+	}
+	return nil
+}
+
+// forget drops partition p's old owned table was, as not owned (not lost: Own may take it
+// again).
+func (t *Table) forget(p uint32, was *txnode.Table) {
+	t.parts[p].rejoin.Store(false)
+	if was != nil && t.parts[p].tb.CompareAndSwap(was, nil) {
+		was.Unpin()
+		t.unsetOwned(p)
+	}
+}
+
+// moving reports whether owned partition p, whose grant an operation found lost (err), is
+// being moved (the storage node refused it with storenode.ErrMoved, or a move is recorded
+// in etcd): then it is forgotten as owned but not lost, and acquired
+// anew on its new storage node once the map switches it (rejoin).
+func (t *Table) moving(ctx context.Context, p uint32, err error) bool {
+	if !errors.Is(err, storenode.ErrMoved) {
+		// Fenced otherwise: by a move's switch (the target registered a grant above this
+		// node's) or by another owner. A move recorded says which.
+		mctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+		_, ok, rerr := t.n.c.ReadMove(mctx, t.m.Name, p)
+		cancel()
+		if rerr != nil || !ok {
+			return false
+		}
+	}
+	pt := &t.parts[p]
+	pt.rejoin.Store(true)
+	if was := pt.tb.Load(); was != nil && pt.tb.CompareAndSwap(was, nil) {
+		was.Unpin()
+		t.unsetOwned(p)
+	}
+	return true
+}
+
+// minEpochKey, in the context of a Grant, is the revision the grant must be above (a
+// partition's switch): an ownership of this session from before it is waited out (the
+// session's watch hears the owner key's delete) and acquired anew.
+type minEpochKey struct{}
+
+// movedAway reports whether partition p, whose operation failed with err (a lost grant, or
+// the storage node's ErrMoved), was moved: the map read afresh routes it elsewhere now.
+func (t *Table) movedAway(ctx context.Context, p uint32, err error) bool {
+	if !isLost(err) && !errors.Is(err, storenode.ErrMoved) {
+		return false
+	}
+	before := t.parts[p].addr()
+	if t.resync(ctx) != nil {
+		return false
+	}
+	return t.parts[p].addr() != before
+}

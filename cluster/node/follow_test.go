@@ -1,0 +1,166 @@
+package node_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+)
+
+// A partition moved under its owner's writes: the owner keeps writing through the same
+// handle (no OpenTable, no Own), retrying the *NotOwnerErrors of the move within a bound,
+// and owns the partition again on the new storage node by itself; every acknowledged write
+// is on the new copy; a non-owner's durable reads, through a handle opened before the move,
+// follow it; a dropped table's handle fails with cluster.ErrTableNotFound.
+func TestMoveOwnerFollowsMap(t *testing.T) {
+	ctx := testCtx(t)
+	rows, writes := 100, 400
+	if testing.Short() {
+		rows, writes = 30, 120
+	}
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "game-1:7000")
+	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	w := newMoveWriter(t, ctx, owner, tbl, rows)
+
+	reader := tc.open(t, 0x3, "")
+	rtbl, err := reader.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	row := make([]byte, 64)
+	require.NoError(t, rtbl.Get(ctx, w.ids[0], row))
+
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	started, moved := make(chan struct{}), make(chan error, 1)
+	go func() {
+		<-started
+		moved <- mtbl.Move(ctx, 0, tc.addrs[1])
+	}()
+	done, refused := false, 0
+	for v := uint64(2); v < uint64(writes); v++ {
+		if v == uint64(writes/4) {
+			close(started)
+		}
+		for try := 0; ; try++ {
+			if !w.put(t, ctx, int(v), v) {
+				break
+			}
+			refused++
+			if !done {
+				require.NoError(t, <-moved) // wait for the move (a channel), then retry
+				done = true
+			}
+			require.Less(t, try, 20, "the owner did not take the partition back after the move")
+		}
+	}
+	if !done {
+		require.NoError(t, <-moved)
+	}
+	// The same handle, the same owner: writes and inserts on the new copy.
+	for i := range 20 {
+		v := uint64(writes + 1 + i)
+		for try := 0; w.put(t, ctx, i, v); try++ {
+			require.Less(t, try, 20, "the owner did not take the partition back after the move")
+		}
+		id, err := w.tbl.Insert(ctx, balanceRow(v))
+		require.NoError(t, err)
+		w.fresh[id] = v
+	}
+	require.Equal(t, tc.addrs[1], w.tbl.NodeOf(w.ids[0]))
+	require.Contains(t, w.tbl.Owned(), uint32(0))
+	t.Logf("%d writes refused during the move", refused)
+
+	// The reader's old handle reads the new copy (the old one is retired: it refuses reads).
+	for id, v := range w.acked {
+		require.NoError(t, rtbl.Get(ctx, id, row))
+		require.Equal(t, v, balanceOf(row), "row %d through the reader's old handle", id)
+	}
+	require.Equal(t, tc.addrs[1], rtbl.NodeOf(w.ids[0]))
+	w.check(t, ctx, tc.open(t, 0x4, ""))
+
+	// Dropped: the handles fail clearly.
+	w.n.Close(ctx) // its error may be the source transaction node's refused batch (fail-stop pipeline)
+	require.NoError(t, tc.c.DropTable(ctx, "acct"))
+	for try := 0; ; try++ {
+		err = rtbl.Get(ctx, w.ids[0], row)
+		if errors.Is(err, cluster.ErrTableNotFound) {
+			break
+		}
+		require.Less(t, try, 1000, "a dropped table's handle still reads: %v", err)
+	}
+}
+
+// A partition moved away while its owner writes it and another of its partitions on the
+// same source storage node: the write refused by the frozen source fail-stops the owner's
+// transaction node of the source (txnode's pipeline), and the node replaces it (heal.go), so
+// the other partition on the source goes on taking writes through the same handle, as the
+// moved one does on the target.
+func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "game-1:7000")
+	// Partitions 0 and 2 on storage node 0, 1 on storage node 1.
+	tbl, err := owner.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 2))
+	ids := map[uint32]uint64{}
+	for len(ids) < 2 {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
+
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	moved := make(chan error, 1)
+	go func() { moved <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
+	// Write partition 0 until the freeze refuses a write (or the move ends first).
+	refusedAt := 0
+	for v := uint64(2); ; v++ {
+		if err := tbl.Put(ctx, ids[0], balanceRow(v)); err != nil {
+			refusedAt = int(v)
+			break
+		}
+		select {
+		case err := <-moved:
+			require.NoError(t, err)
+			moved <- nil
+		default:
+			continue
+		}
+		break
+	}
+	require.NoError(t, <-moved)
+	t.Logf("partition 0 refused at write %d (0: the move ended first)", refusedAt)
+	// Both partitions take writes through the same handle, within a bound of retries.
+	last := map[uint32]uint64{}
+	for i := range 20 {
+		for _, p := range []uint32{2, 0} { // 2 first: the healed source
+			v := uint64(1000 + i)
+			var err error
+			for try := 0; try < 10; try++ {
+				if err = tbl.Put(ctx, ids[p], balanceRow(v)); err == nil {
+					break
+				}
+			}
+			require.NoError(t, err, "partition %d", p)
+			last[p] = v
+		}
+	}
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
+	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
+	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
+	r, err := tc.open(t, 0x3, "").OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	row := make([]byte, 64)
+	for p, id := range ids {
+		require.NoError(t, r.Get(ctx, id, row))
+		require.Equal(t, last[p], balanceOf(row), "partition %d", p)
+	}
+}

@@ -1,0 +1,248 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode"
+)
+
+// A storage node's transaction node (txnode.DB) dies for good when the storage node stays
+// unreachable past its RequestTimeout (or a lease plus txnode.OwnerInUseMargin), or when its
+// commit pipeline fails (an unknown outcome, a refusal): txnode.DB.Err. The Node then replaces
+// it, on the storage node's next use:
+//
+//  1. found dead (Node.db checks Err on each use; a Table operation that failed asks it:
+//     noteErr), it leaves the Node's map and becomes a pending heal (replace);
+//  2. the next use of the storage node closes it (its etcd grants are not released: keep)
+//     before it dials the new one, so that the storage node never has two live transaction
+//     nodes of this node; dials after a failed one wait out a backoff (healBackoffMin
+//     doubling up to healBackoffMax, within the caller's context);
+//  3. the new transaction node reopens, for every open Table, the durable-read handle of
+//     each partition on the storage node, and registers again the grants of the partitions
+//     this node owned there: the grants are still this session's (cluster.Session.Acquire
+//     returns a held ownership as it is), so the storage node takes them at the floor it
+//     already has. A partition whose grant was lost meanwhile (expired, taken, fenced) is
+//     dropped as owned, as a lost grant always is (Table.Own refuses it after: reopen the
+//     Node). Any other failure of step 3 closes the new transaction node and fails the
+//     use; the next use starts again at step 2.
+//
+// Nothing acknowledged is lost in Durable mode: the dead transaction node's commits that
+// were not acknowledged failed with txnode.ErrUnknownOutcome (or the pipeline's error), and
+// an acknowledged one is on the storage node's WAL. In WriteBack mode the commits the dead
+// node acknowledged but had not flushed are lost with it (as they are with a crash).
+// Pins (Table.Pin) are not carried over.
+
+// Backoff between dials of a storage node whose transaction node died.
+const (
+	healBackoffMin = 50 * time.Millisecond
+	healBackoffMax = 2 * time.Second
+)
+
+// pendingHeal is a storage node's dead transaction node, not replaced yet.
+type pendingHeal struct {
+	old     *txnode.DB
+	cause   error
+	wait    time.Duration // the backoff before the next dial (0: none)
+	lastErr error
+}
+
+// replace takes sc, whose transaction node died (derr), out of the Node's map, as a pending
+// heal: the next use dials the successor (dial).
+func (n *Node) replace(addr string, sc *storeConn, derr error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.dbs[addr] != sc {
+		return
+	}
+	delete(n.dbs, addr)
+	sc.keep.Store(true)
+	if n.heals[addr] == nil {
+		n.heals[addr] = &pendingHeal{old: sc.db, cause: derr}
+		n.sick.Store(int32(len(n.heals)))
+	}
+	n.log.Warn("node: the transaction node of a storage node died; replacing it", "addr", addr, "err", derr)
+}
+
+// noteErr, given the error of an operation on a partition of the storage node at addr,
+// replaces its transaction node if that died. It returns err.
+func (n *Node) noteErr(addr string, err error) error {
+	if err == nil || errors.Is(err, txnode.ErrNotFound) {
+		return err
+	}
+	n.mu.Lock()
+	sc := n.dbs[addr]
+	n.mu.Unlock()
+	if sc == nil {
+		return err
+	}
+	select {
+	case <-sc.ready:
+	default:
+		return err // a dial in flight
+	}
+	if sc.db != nil {
+		if derr := sc.db.Err(); derr != nil {
+			n.replace(addr, sc, derr)
+		}
+	}
+	return err
+}
+
+// heal, at a Table operation's start, replaces partition p's transaction node if it died
+// (only while some storage node's is: one atomic load otherwise).
+func (t *Table) heal(ctx context.Context, p uint32) error {
+	if t.n.sick.Load() == 0 {
+		return nil
+	}
+	_, err := t.n.db(ctx, t.parts[p].addr())
+	return err
+}
+
+// dial opens the transaction node of the storage node at addr into sc (n.dbs[addr] == sc,
+// not ready yet), replacing a dead one first (see the top of this file).
+func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB, error) {
+	n.mu.Lock()
+	h := n.heals[addr]
+	n.mu.Unlock()
+	var err error
+	if h != nil {
+		// Only this dial touches h (it holds the address's slot in n.dbs).
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		h.old.Close(cctx) // idempotent: a failed dial before closed it already
+		cancel()
+		if h.wait > 0 {
+			timer := time.NewTimer(h.wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				err = fmt.Errorf("node: storage node %s: waiting to redial (its transaction node died: %w): %w", addr, h.cause, ctx.Err())
+			}
+		}
+	}
+	if err == nil {
+		sc.db, err = txnode.Open(ctx, txnode.Options{
+			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
+			CacheBytes: n.cfg.CacheBytes, PinBytes: n.cfg.PinBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
+			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
+			Grants: grants{n.sess, &sc.keep}, Logger: n.log,
+		})
+		if err == nil && h != nil {
+			if err = n.reown(ctx, addr, sc.db); err != nil {
+				sc.keep.Store(true) // the grants stay for the next try
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				sc.db.Close(cctx)
+				cancel()
+				sc.db = nil
+				err = fmt.Errorf("re-own its partitions: %w", err)
+			}
+		}
+	}
+	var orphan *txnode.DB
+	n.mu.Lock()
+	if err != nil {
+		sc.err = fmt.Errorf("node: storage node %s: %w", addr, err)
+		if n.dbs[addr] == sc {
+			delete(n.dbs, addr) // the next use dials again
+		}
+		if h != nil {
+			h.lastErr = err
+			h.wait = min(max(2*h.wait, healBackoffMin), healBackoffMax)
+		}
+	} else if n.closed {
+		// Close ran meanwhile and took the map: this one is ours to close.
+		orphan, sc.db, sc.err = sc.db, nil, ErrClosed
+	} else if h != nil {
+		delete(n.heals, addr)
+		n.sick.Store(int32(len(n.heals)))
+		n.log.Info("node: the transaction node of a storage node was replaced", "addr", addr)
+	}
+	close(sc.ready)
+	n.mu.Unlock()
+	if orphan != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		orphan.Close(cctx)
+		cancel()
+	}
+	return sc.db, sc.err
+}
+
+// reown points every open Table's partitions on the storage node at addr to its new
+// transaction node db: their durable-read handles, and the owned tables of the partitions
+// this node owned (their grants registered again). A partition whose grant was lost is
+// dropped as owned; any other failure is returned (the caller tries again later).
+func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
+	n.mu.Lock()
+	tables := make([]*Table, 0, len(n.tables))
+	for _, t := range n.tables {
+		tables = append(tables, t)
+	}
+	n.mu.Unlock()
+	type fix struct {
+		t      *Table
+		p      uint32
+		d      *txnode.DurableTable
+		o, was *txnode.Table
+		r      *route
+	}
+	var fixes []fix
+	for _, t := range tables {
+		for p := range t.parts {
+			pt := &t.parts[p]
+			r := pt.r.Load()
+			if r.addr != addr {
+				continue
+			}
+			name := storenode.PartitionTableName(t.m.Name, uint32(p))
+			d, err := db.OpenDurable(ctx, name)
+			if errors.Is(err, txnode.ErrTableNotFound) || errors.Is(err, storenode.ErrMoved) {
+				// Dropped or moved away meanwhile: the old handle fails its reads (and
+				// a moved partition is followed: follow.go).
+				if pt.tb.Load() != nil && errors.Is(err, storenode.ErrMoved) {
+					t.moving(ctx, uint32(p), err)
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("table %q partition %d: %w", t.m.Name, p, err)
+			}
+			f := fix{t: t, p: uint32(p), d: d, was: pt.tb.Load(), r: r}
+			if f.was != nil && !pt.lost.Load() {
+				tb, err := db.Table(ctx, name)
+				if err == nil {
+					err = tb.Serving()
+				}
+				switch {
+				case errors.Is(err, storenode.ErrMoved):
+					t.moving(ctx, uint32(p), err) // owned again where it moved (follow.go)
+				case isLost(err) || errors.Is(err, txnode.ErrTableNotFound):
+					n.log.Warn("node: a partition's grant was lost while its storage node's transaction node was replaced",
+						"table", t.m.Name, "part", p, "err", err)
+					t.drop(uint32(p))
+				case errors.As(err, new(*cluster.OwnedError)):
+					n.log.Warn("node: a partition was taken while its storage node's transaction node was replaced",
+						"table", t.m.Name, "part", p, "err", err)
+					t.drop(uint32(p))
+				case err != nil:
+					return fmt.Errorf("table %q partition %d: %w", t.m.Name, p, err)
+				default:
+					f.o = tb
+				}
+			}
+			fixes = append(fixes, f)
+		}
+	}
+	for _, f := range fixes {
+		pt := &f.t.parts[f.p]
+		pt.r.CompareAndSwap(f.r, &route{addr: addr, durable: f.d, rev: f.r.rev}) // not if moved meanwhile
+		if f.o != nil {
+			pt.tb.CompareAndSwap(f.was, f.o) // not if dropped meanwhile
+		}
+	}
+	return nil
+}
