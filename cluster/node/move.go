@@ -58,8 +58,9 @@ const (
 // its owner (any node): see docs/cluster.md, "Moving a partition". It returns once the map
 // points at to, the copy there is live and the old copy fenced; a partition on to already
 // (and no move recorded) is a no-op. The partition's owner, if any, loses its grant at the
-// switch (its writes fail with *NotOwnerError, never acknowledged and lost); it owns the
-// partition again through a fresh handle (OpenTable, then Own), on the new storage node.
+// switch (its writes fail with a retryable *NotOwnerError, never acknowledged and lost); its
+// Table follows the map and takes a new grant on the new storage node (follow.go), unless
+// another node took the partition first.
 // A move recorded by a mover that died is resumed (to must be its target, else
 // cluster.ErrMoveInProgress); a Move of a partition another Move of this node is running is
 // cluster.ErrMoveInProgress. Refused with ErrMoveRefused while a transaction in doubt holds
