@@ -209,8 +209,8 @@ func (c *coordTxn) abort(ctx context.Context) {
 	c.apply(ctx, txnode.DecisionAbort)
 }
 
-// apply applies d to every prepared part, in parallel, each retried until answered or ctx
-// ends; the rest is finished in the background.
+// apply applies d to every prepared part, in parallel, each retried until answered, ctx
+// ends or the Node closes; the rest is finished in the background (abandoned once closed).
 func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -234,7 +234,9 @@ func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 					hook("applied", k)
 					return
 				}
-				if ctx.Err() != nil || !pause(ctx, coordRetry) {
+				// Close ends the Node's transaction nodes: an Apply over them never succeeds
+				// again, so the part is handed on (and abandoned there) at once.
+				if ctx.Err() != nil || c.n.closedErr() != nil || !pause(ctx, coordRetry) {
 					mu.Lock()
 					left = true
 					mu.Unlock()
