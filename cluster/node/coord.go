@@ -118,7 +118,7 @@ func (n *Node) twoPhase(tx *Tx) error {
 		if allConflicts(errs) {
 			return txnode.ErrConflict
 		}
-		return fmt.Errorf("node: two-phase commit %x: prepare: %w", c.id, err)
+		return definiteAbort(fmt.Errorf("node: two-phase commit %x: prepare: %w", c.id, err))
 	}
 	// Every write is locked: validate every read now.
 	for _, p := range c.prepared {
@@ -164,6 +164,32 @@ type coordTxn struct {
 	count    int
 	prepared []*txnode.Prepared // nil where not prepared (refused)
 }
+
+// definiteAbort maps the error of a failed prepare step: a prepare whose answer was lost
+// (txnode.ErrUnknownOutcome) leaves that part's fate unknown, but not the transaction's: the
+// coordinator never decides commit after a failed prepare, so it aborted. The caller must not
+// be told "outcome unknown" (it may have committed); the error keeps the text and the
+// context's error, if that was the cause.
+func definiteAbort(err error) error {
+	if !errors.Is(err, txnode.ErrUnknownOutcome) {
+		return err
+	}
+	for _, cause := range []error{context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, cause) {
+			return &abortedError{msg: err.Error(), cause: cause}
+		}
+	}
+	return &abortedError{msg: err.Error()}
+}
+
+// abortedError is a two-phase commit aborted after a prepare whose answer was lost.
+type abortedError struct {
+	msg   string
+	cause error // the context's error, or nil
+}
+
+func (e *abortedError) Error() string { return e.msg + " (the transaction aborted)" }
+func (e *abortedError) Unwrap() error { return e.cause }
 
 func allConflicts(errs []error) bool {
 	any := false

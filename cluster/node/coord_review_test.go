@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -87,4 +88,41 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	require.Equal(t, uint64(initial-10), balanceOf(dst))
 	require.NoError(t, tb.Get(ctx, y, dst))
 	require.Equal(t, uint64(initial+10), balanceOf(dst))
+}
+
+// A prepare whose answer never comes (its storage node gone) while another part's prepare
+// was answered: the coordinator aborts (it never decides commit), so the outcome is known:
+// the Update fails with a definite error, not ErrUnknownOutcome (which tells the caller the
+// transaction may have committed).
+func TestCoordPrepareUnansweredIsDefiniteAbort(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	x, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	y, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	var second *server.Server // y's storage node: prepared second (x is written first)
+	for i, addr := range tc.addrs {
+		if addr == ta.NodeOf(y) {
+			second = tc.srvs[i]
+		}
+	}
+	defer node.SetSerialPrepares(true)()
+	defer node.SetCoordHook(func(step string, i int) {
+		if step == "prepared" && i == 1 {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			second.Shutdown(sctx)
+			cancel()
+		}
+	})()
+	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
+	defer ucancel()
+	err = xfer(uctx, a, ta, x, y, 10)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, txnode.ErrUnknownOutcome, "nothing was decided but abort: %v", err)
 }
