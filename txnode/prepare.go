@@ -436,7 +436,8 @@ func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
 	for {
 		select {
 		case <-p.stop:
-			return // closing: close gives up on what is held (its context)
+			p.giveUpPrepare()
+			return
 		default:
 		}
 		if p.failure() != nil {
@@ -460,14 +461,26 @@ func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
 			p.endPrepare(tp.Batch.Seq, false)
 			return
 		case errors.Is(err, ErrClosed) || errors.Is(err, storenode.ErrClosed):
+			p.giveUpPrepare()
 			return
 		}
 		select {
 		case <-p.stop:
+			p.giveUpPrepare()
 			return
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// giveUpPrepare ends the hold of a prepare whose answer will never come (closing, the store
+// closed): the pipeline fails as close's abandon fails it (the seq's fate is unknown, so
+// nothing may be sent after it), which wakes whatever waits for the hold: the WriteBack
+// flusher's epoch waits for it on the flusher goroutine, which close waits for.
+func (p *pipeline) giveUpPrepare() {
+	p.mu.Lock()
+	p.abandonLocked(fmt.Errorf("%w: a two-phase commit's prepare not answered", ErrClosed))
+	p.mu.Unlock()
 }
 
 // endPrepare ends the hold of a prepare of seq: a seq the storage node did not take is given

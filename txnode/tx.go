@@ -519,6 +519,27 @@ func (tx *Tx) abort(err error) error {
 	return err
 }
 
+// WaitReads waits, in Durable mode, until every row the transaction read so far is durable
+// (DB.Update does so before it returns its closure's own error, which may rest on a commit
+// not yet durable: a balance found too low). It returns nil once they are (at once in
+// WriteBack, or when nothing read is pending); ErrConflict when a batch holding one of them
+// failed (what was read never happened: run the transaction again); the context's error if
+// it ends first. The transaction stays open: Rollback it after. For a Tx from Begin, on its
+// goroutine.
+func (tx *Tx) WaitReads() error {
+	if tx.done {
+		return ErrTxDone
+	}
+	db := tx.db
+	if err := (commitWait{ver: tx.maxRead}).wait(db, tx.ctx); err != nil {
+		if db.readFailed(err) {
+			return fmt.Errorf("%w: a commit batch holding a row read failed: %w", ErrConflict, err)
+		}
+		return err
+	}
+	return nil
+}
+
 // Rollback abandons the transaction. Calling it after Commit is a no-op.
 func (tx *Tx) Rollback() {
 	if !tx.done {

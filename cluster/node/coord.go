@@ -118,7 +118,7 @@ func (n *Node) twoPhase(tx *Tx) error {
 		if allConflicts(errs) {
 			return txnode.ErrConflict
 		}
-		return fmt.Errorf("node: two-phase commit %x: prepare: %w", c.id, err)
+		return definiteAbort(fmt.Errorf("node: two-phase commit %x: prepare: %w", c.id, err))
 	}
 	// Every write is locked: validate every read now.
 	for _, p := range c.prepared {
@@ -165,6 +165,32 @@ type coordTxn struct {
 	prepared []*txnode.Prepared // nil where not prepared (refused)
 }
 
+// definiteAbort maps the error of a failed prepare step: a prepare whose answer was lost
+// (txnode.ErrUnknownOutcome) leaves that part's fate unknown, but not the transaction's: the
+// coordinator never decides commit after a failed prepare, so it aborted. The caller must not
+// be told "outcome unknown" (it may have committed); the error keeps the text and the
+// context's error, if that was the cause.
+func definiteAbort(err error) error {
+	if !errors.Is(err, txnode.ErrUnknownOutcome) {
+		return err
+	}
+	for _, cause := range []error{context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, cause) {
+			return &abortedError{msg: err.Error(), cause: cause}
+		}
+	}
+	return &abortedError{msg: err.Error()}
+}
+
+// abortedError is a two-phase commit aborted after a prepare whose answer was lost.
+type abortedError struct {
+	msg   string
+	cause error // the context's error, or nil
+}
+
+func (e *abortedError) Error() string { return e.msg + " (the transaction aborted)" }
+func (e *abortedError) Unwrap() error { return e.cause }
+
 func allConflicts(errs []error) bool {
 	any := false
 	for _, err := range errs {
@@ -209,8 +235,8 @@ func (c *coordTxn) abort(ctx context.Context) {
 	c.apply(ctx, txnode.DecisionAbort)
 }
 
-// apply applies d to every prepared part, in parallel, each retried until answered or ctx
-// ends; the rest is finished in the background.
+// apply applies d to every prepared part, in parallel, each retried until answered, ctx
+// ends or the Node closes; the rest is finished in the background (abandoned once closed).
 func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -234,7 +260,9 @@ func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 					hook("applied", k)
 					return
 				}
-				if ctx.Err() != nil || !pause(ctx, coordRetry) {
+				// Close ends the Node's transaction nodes: an Apply over them never succeeds
+				// again, so the part is handed on (and abandoned there) at once.
+				if ctx.Err() != nil || c.n.closedErr() != nil || !pause(ctx, coordRetry) {
 					mu.Lock()
 					left = true
 					mu.Unlock()

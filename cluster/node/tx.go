@@ -65,10 +65,11 @@ type touch struct {
 // before the commit (txnode checks every touched partition's grant again then) fails the
 // commit with a *NotOwnerError too. A panic in fn rolls the attempt back and goes on up.
 //
-// Unlike txnode.DB.Update, each storage node's part is a manual transaction (DB.Begin): one
-// that needs a page while the cache is full and it holds others fails with
-// txnode.ErrCacheFull (it is not parked for the cache turn), and fn's own error is returned
-// without waiting for what fn read to be durable.
+// As txnode.DB.Update, fn's own error is returned only once what fn read is durable (Durable
+// mode; if a batch it read from failed, fn runs again; if ctx ends first, ctx's error).
+// Unlike it, each storage node's part is a manual transaction (DB.Begin): one that needs a
+// page while the cache is full and it holds others fails with txnode.ErrCacheFull (it is not
+// parked for the cache turn).
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, true, fn)
 }
@@ -99,6 +100,15 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 			// fn's own error may rest on reads a concurrent commit changed (they are no
 			// snapshot): then it runs again, as for a conflict.
 			conflict := tx.anyConflict()
+			if !conflict && tx.err == nil {
+				// As txnode.DB.Update: fn's own error is returned only once what fn read is
+				// durable; a read from a batch that failed never happened: run again.
+				if werr := tx.waitReads(); errors.Is(werr, txnode.ErrConflict) {
+					conflict = true
+				} else if werr != nil {
+					err = werr
+				}
+			}
 			tx.rollback()
 			if conflict && attempt < txnode.DefaultMaxRetries {
 				continue
@@ -141,6 +151,16 @@ func (tx *Tx) anyConflict() bool {
 		}
 	}
 	return false
+}
+
+// waitReads waits until every part's reads are durable (txnode.Tx.WaitReads).
+func (tx *Tx) waitReads() error {
+	for _, pt := range tx.parts {
+		if err := pt.tx.WaitReads(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (tx *Tx) rollback() {

@@ -1,0 +1,94 @@
+//go:build unix
+
+package node_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// Node.Update's closure error rests on what it read: as txnode.DB.Update does (and as
+// Node.Update over one storage node did before the two-phase commit), it is returned only
+// once those rows are durable. Here the storage node (a child process) is stopped (SIGSTOP),
+// so a local commit of x is installed in the cache but not durable; a closure that reads the
+// new x and fails on it must not return that error while the commit may still be lost: its
+// Update waits (here until its context ends).
+func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 0, nil)
+	child := &storeChild{t: t, spec: tc.etcd.Endpoints()[0] + "|" + t.TempDir() + "|" + freeAddr(t)}
+	child.start()
+	stopped := false
+	defer func() {
+		if stopped {
+			child.cmd.Process.Signal(syscall.SIGCONT)
+		}
+		child.in.Close()
+		child.cmd.Process.Kill()
+		child.cmd.Wait()
+	}()
+	addr := strings.Split(child.spec, "|")[2]
+	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 60 * time.Second})
+	ta, err := a.CreateTable(ctx, "acct", 64, 1, 1, []string{addr})
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	x, err := ta.Insert(ctx, acctRow(0, 0))
+	require.NoError(t, err)
+
+	require.NoError(t, child.cmd.Process.Signal(syscall.SIGSTOP))
+	stopped = true
+	deposit := make(chan error, 1)
+	go func() {
+		deposit <- a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, acctRow(100, 0)) })
+	}()
+	errRich, errNotYet := errors.New("rich"), errors.New("deposit not installed yet")
+	waited := false
+	start := time.Now()
+	for !waited {
+		require.Less(t, time.Since(start), 30*time.Second, "the deposit never installed x") // a bound, not a synchronisation
+		uctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err := a.Update(uctx, func(tx *node.Tx) error {
+			d := make([]byte, 64)
+			if err := tx.Get(ta, x, d); err != nil {
+				return err
+			}
+			if balanceOf(d) == 100 {
+				return errRich
+			}
+			return errNotYet
+		})
+		cancel()
+		switch {
+		case errors.Is(err, errNotYet):
+			continue // the deposit's commit has not installed x yet
+		case errors.Is(err, context.DeadlineExceeded):
+			waited = true
+		default:
+			require.NotErrorIs(t, err, errRich, "an error resting on a commit not durable (it may still be lost)")
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, child.cmd.Process.Signal(syscall.SIGCONT))
+	stopped = false
+	require.NoError(t, <-deposit)
+	err = a.Update(ctx, func(tx *node.Tx) error {
+		d := make([]byte, 64)
+		if err := tx.Get(ta, x, d); err != nil {
+			return err
+		}
+		if balanceOf(d) == 100 {
+			return errRich
+		}
+		return errNotYet
+	})
+	require.ErrorIs(t, err, errRich, "durable now: the closure's error is returned")
+}
