@@ -707,8 +707,8 @@ func (t *tableState) serving() error {
 			if t.storeGone.Load() {
 				return fmt.Errorf("%w: %q was dropped at the store", ErrTableNotFound, t.name)
 			}
-			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (a newer one is registered, or the store was restored): reopen the table under a new grant",
-				ErrLeaseExpired, t.name)
+			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (%w: a newer one is registered, or the store was restored): reopen the table under a new grant",
+				ErrLeaseExpired, t.name, storenode.ErrFenced)
 		}
 		if err := t.grantCheck(); err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)

@@ -42,7 +42,9 @@ import (
 // frames they touched are invalidated (their rows are fetched from the store again) and every
 // later commit returns the error wrapped. WriteBack: the flusher cuts once more at once, and
 // that cut, not sent, invalidates the frames of the rows installed since the failed epoch.
-// Reopen the DB to go on.
+// Reopen the DB to go on. Except (Durable): a batch the store refused as fenced or naming a
+// table it does not have fails the commits not acknowledged and the pipeline goes on
+// (recover.go).
 //
 // A batch's buffer is never written after the batch is handed to the store, until it is
 // acknowledged or failed (the store's gather encoder sends straight from it).
