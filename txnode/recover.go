@@ -176,7 +176,9 @@ func (p *pipeline) recover(rec *recovery) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if why != nil && p.failErr == nil && !p.closing {
-		p.failErr = fmt.Errorf("txnode: recovery from commit batch %d: %w", rec.seq, why)
+		// The refusal's cause, wrapped: later commits are refused at admission (nothing
+		// applied), as they were before recoveries, with the fence they stop on.
+		p.failErr = fmt.Errorf("txnode: commit batch %d: %w; the node stops committing: %v", rec.seq, rec.cause, why)
 		p.stopped.Store(true)
 		p.failVer = min(p.failVer, rec.hi+1)
 		db.failDurable(p.failVer)
