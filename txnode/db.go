@@ -35,12 +35,19 @@ type DB struct {
 	_         [56]byte // durableVer, which every Durable Get reads, is not on commitVer's line
 	// durableVer: every commit with a version <= it is acknowledged by the store.
 	durableVer atomic.Uint64
-	_          [56]byte // nor on durableMu's
-	durableMu  sync.Mutex
+	// failHi is the highest version of a failed range (failRanges); 0 when none. On
+	// durableVer's line: a Durable read loads both.
+	failHi    atomic.Uint64
+	_         [48]byte // nor on durableMu's
+	durableMu sync.Mutex
 	// durableWaiters wait for durableVer to reach their version. durableFailVer: no version
 	// from it on will become durable (a batch holding it failed); max when none.
 	durableWaiters []*durableWaiter
 	durableFailVer uint64
+	// failRanges are the ranges of versions whose batches the store refused and the pipeline
+	// recovered from (pipeline.recover): never durable, though durableVer passes them.
+	// Copy-on-write under durableMu; at most failRangesMax.
+	failRanges atomic.Pointer[[]verRange]
 	// batchFailed: a commit batch failed (failDurable ran), set before the failed rows are
 	// invalidated. From then on a fill stamps fresh versions (see fill).
 	batchFailed atomic.Bool
@@ -700,8 +707,8 @@ func (t *tableState) serving() error {
 			if t.storeGone.Load() {
 				return fmt.Errorf("%w: %q was dropped at the store", ErrTableNotFound, t.name)
 			}
-			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (a newer one is registered, or the store was restored): reopen the table under a new grant",
-				ErrLeaseExpired, t.name)
+			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (%w: a newer one is registered, or the store was restored): reopen the table under a new grant",
+				ErrLeaseExpired, t.name, storenode.ErrFenced)
 		}
 		if err := t.grantCheck(); err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)
@@ -763,16 +770,20 @@ type durableWaiter struct {
 var durableWaiterPool = sync.Pool{New: func() any { return &durableWaiter{ch: make(chan struct{}, 1)} }}
 
 // waitDurable waits until every commit with version <= ver is acknowledged, or returns the
-// pipeline's failure, or ctx.Err().
+// pipeline's failure, the error of the failed range holding ver (verFailed), or ctx.Err().
 func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
 	if db.durableVer.Load() >= ver {
-		return nil
+		return db.verFailed(ver) // loaded after durableVer: a recovery adds its range first
 	}
 	w := durableWaiterPool.Get().(*durableWaiter)
 	defer durableWaiterPool.Put(w)
 	w.ver = ver
 	for {
 		db.durableMu.Lock()
+		if err := db.verFailed(ver); err != nil {
+			db.durableMu.Unlock()
+			return err
+		}
 		if db.durableVer.Load() >= ver {
 			db.durableMu.Unlock()
 			return nil
@@ -848,4 +859,121 @@ func (db *DB) failDurable(fromVer uint64) {
 	clear(db.durableWaiters[len(keep):])
 	db.durableWaiters = keep
 	db.durableMu.Unlock()
+}
+
+// verRange is a range of commit versions that failed: their batches were refused by the
+// store (not applied) and the pipeline went on (pipeline.recover).
+type verRange struct {
+	lo, hi uint64
+	err    error
+}
+
+// failRangesMax bounds the failed ranges a DB keeps: a refusal past it fails the pipeline for
+// good, as any failed batch did before recoveries (reopen the DB).
+const failRangesMax = 64
+
+// verFailed returns the error of the failed range holding ver, nil when none. Lock-free; any
+// goroutine. A caller that found ver durable must load durableVer before calling it.
+func (db *DB) verFailed(ver uint64) error {
+	if ver > db.failHi.Load() {
+		return nil
+	}
+	if rs := db.failRanges.Load(); rs != nil {
+		for _, r := range *rs {
+			if ver >= r.lo && ver <= r.hi {
+				return r.err
+			}
+		}
+	}
+	return nil
+}
+
+// failedFloor returns ver, or, while ver is in a failed range, the version below that range.
+func (db *DB) failedFloor(ver uint64) uint64 {
+	for ver > 0 && ver <= db.failHi.Load() {
+		rs := db.failRanges.Load()
+		if rs == nil {
+			break
+		}
+		moved := false
+		for _, r := range *rs {
+			if ver >= r.lo && ver <= r.hi {
+				ver, moved = r.lo-1, true
+			}
+		}
+		if !moved {
+			break
+		}
+	}
+	return ver
+}
+
+// failRange records that the versions lo..hi will never be durable, though durableVer may
+// pass them (the pipeline recovers), and wakes their waiters, which return err. It reports
+// false, recording nothing, when failRangesMax ranges are kept already.
+func (db *DB) failRange(lo, hi uint64, err error) bool {
+	db.durableMu.Lock()
+	defer db.durableMu.Unlock()
+	var rs []verRange
+	if old := db.failRanges.Load(); old != nil {
+		if len(*old) >= failRangesMax {
+			return false
+		}
+		rs = append(rs, *old...)
+	}
+	rs = append(rs, verRange{lo: lo, hi: hi, err: err})
+	db.failRanges.Store(&rs)
+	db.failHi.Store(max(db.failHi.Load(), hi))
+	keep := db.durableWaiters[:0]
+	for _, w := range db.durableWaiters {
+		if w.ver >= lo && w.ver <= hi {
+			w.wakeLocked()
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(db.durableWaiters[len(keep):])
+	db.durableWaiters = keep
+	return true
+}
+
+// latchRefused asks the store again for t's grant (a cluster-managed table's registration, or
+// a local table's renewal), after a commit batch holding t was refused: a fence
+// (ErrFenced, ErrMoved) or a table gone at the store (ErrTableNotFound) latches t as not
+// served, as the renewals do. It reports whether t is latched now; err is the store's error
+// when it neither granted nor refused.
+func (db *DB) latchRefused(ctx context.Context, t *tableState) (latched bool, err error) {
+	if t.dropped.Load() {
+		return true, nil
+	}
+	if t.grantCheck != nil {
+		if t.storeFenced.Load() {
+			return true, nil
+		}
+		_, err = db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), store.AcquireEtcdGrant)
+		switch {
+		case err == nil:
+			return false, nil
+		case errors.Is(err, storenode.ErrTableNotFound):
+			t.storeGone.Store(true)
+			t.storeFenced.Store(true)
+			return true, nil
+		case errors.Is(err, storenode.ErrFenced):
+			t.storeFenced.Store(true)
+			return true, nil
+		}
+		return false, err
+	}
+	if t.leaseUntil.Load() == leaseLapsed {
+		return true, nil
+	}
+	_, err = db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), 0)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) || errors.Is(err, storenode.ErrTableOwned):
+		t.leaseUntil.Store(leaseLapsed)
+		return true, nil
+	}
+	return false, err
 }

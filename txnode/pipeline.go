@@ -42,7 +42,9 @@ import (
 // frames they touched are invalidated (their rows are fetched from the store again) and every
 // later commit returns the error wrapped. WriteBack: the flusher cuts once more at once, and
 // that cut, not sent, invalidates the frames of the rows installed since the failed epoch.
-// Reopen the DB to go on.
+// Reopen the DB to go on. Except (Durable): a batch the store refused as fenced or naming a
+// table it does not have fails the commits not acknowledged and the pipeline goes on
+// (recover.go).
 //
 // A batch's buffer is never written after the batch is handed to the store, until it is
 // acknowledged or failed (the store's gather encoder sends straight from it).
@@ -83,6 +85,7 @@ type batch struct {
 	retired   bool // completed and taken off inflight, in seq order
 	err       error
 	lsn       uint64
+	gen       uint64 // the store's connection when it was sent (connGen)
 }
 
 type pipeline struct {
@@ -113,6 +116,13 @@ type pipeline struct {
 	// prepHold: a two-phase commit's prepare holds the owner's next seq (prepare.go): no
 	// batch is launched until the storage node answered it.
 	prepHold bool
+	// rec is the recovery from a refused batch in progress (recover.go); nil when none.
+	// While it is set no commit is admitted and no batch launched.
+	rec *recovery
+	// installing counts the commits add gave a version that have not installed yet
+	// (Durable): a recovery waits for them before its last invalidation.
+	installing atomic.Int64
+	recovering atomic.Bool // rec != nil, for addDone
 
 	kick     chan struct{}
 	flushReq chan struct{}
@@ -308,9 +318,14 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	if alone {
 		p.aloneWaiters++
 	}
+	waitedRec := false
 	err := p.waitRoomLocked(tx.ctx, func() bool {
 		if p.admitErr() != nil {
 			return true
+		}
+		if p.rec != nil {
+			waitedRec = true
+			return false
 		}
 		fits := p.flightBytes == 0
 		if !alone {
@@ -332,6 +347,14 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	if err == nil {
 		err = droppingErr(tx)
 	}
+	if err == nil && waitedRec {
+		// A table fenced by the refusal is latched now: its transaction fails here, not
+		// in the next refused batch.
+		err = tx.leasesLive()
+	}
+	if err == nil && p.db.failHi.Load() != 0 {
+		err = tx.readFailed()
+	}
 	if err != nil {
 		p.mu.Unlock()
 		return 0, err
@@ -351,6 +374,7 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 	before := batchCost(b)
 	p.appendTx(b, tx, ver)
 	p.flightBytes += batchCost(b) - before
+	p.installing.Add(1)
 	p.mu.Unlock()
 	p.kickNow()
 	return ver, nil
@@ -452,6 +476,18 @@ func (p *pipeline) addDone() {
 		if p.dirtyBytes.Load() > p.db.opts.CacheBytes/4 {
 			p.flushSoon()
 		}
+		return
+	}
+	p.installDone()
+}
+
+// installDone ends an install counted in installing (Durable); a recovery waiting for the
+// last one is woken.
+func (p *pipeline) installDone() {
+	if p.installing.Add(-1) == 0 && p.recovering.Load() {
+		p.mu.Lock()
+		p.room.Broadcast()
+		p.mu.Unlock()
 	}
 }
 
@@ -594,7 +630,7 @@ func (p *pipeline) sender() {
 		}
 		runtime.Gosched() // let concurrent commits join the batch
 		p.mu.Lock()
-		for p.open.nTx > 0 && len(p.inflight) < inflightMax && p.failErr == nil && !p.prepHold {
+		for p.open.nTx > 0 && len(p.inflight) < inflightMax && p.failErr == nil && !p.prepHold && p.rec == nil {
 			b := p.open
 			p.open = p.newBatchLocked()
 			p.launchLocked(b)
@@ -621,6 +657,7 @@ func (p *pipeline) launchLocked(b *batch) {
 	}
 	p.room.Broadcast()
 	p.mu.Unlock()
+	b.gen = p.connGen()
 	p.db.stats.batches.Add(1)
 	p.db.stats.batchTx.Add(uint64(b.nTx))
 	p.db.store.Commit(&b.commit, b.done)
@@ -634,33 +671,11 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b.lsn, b.err, b.completed = lsn, err, true
+	if err != nil && p.failErr == nil && p.refusedLocked(b, err) {
+		err = nil // recovering (recover.go): b fails with the range, the pipeline goes on
+	}
 	if err != nil {
-		for _, t := range b.tables {
-			t.noteFenced(err)
-		}
-		if p.failErr == nil {
-			p.failErr = fmt.Errorf("txnode: commit batch %d: %w", b.seq, err)
-			p.stopped.Store(true)
-			p.db.opts.Logger.Error("txnode: commit batch failed; the node stops committing", "seq", b.seq, "err", err)
-		}
-		p.failVer = min(p.failVer, b.firstVer)
-		p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
-		if o := p.open; o.nTx > 0 {
-			// The open batch is never sent now (add refuses commits from here on): its
-			// commits fail with the others (failDurable), its frames are invalidated, as a
-			// failed batch's are, and it settles once the batches before it have. (A commit
-			// of it still installing may make its row valid again: its version is past
-			// failVer, so a Durable reader waits for it and gets the failure.)
-			p.db.cache.invalidateRefs(o.frames, false)
-			p.unsentVer = max(p.unsentVer, o.lastVer)
-			p.flightBytes -= batchCost(o)
-			p.open = p.newBatchLocked()
-			o.retired, o.returned = true, true
-			p.recycleLocked(o)
-		}
-		if p.db.opts.Durability == WriteBack {
-			p.flushSoon() // the next cut invalidates the rows installed since (flushEpoch)
-		}
+		p.failLocked(b, err)
 	}
 	for len(p.inflight) > 0 && p.inflight[0].completed {
 		x := p.inflight[0]
@@ -674,12 +689,24 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 			// acknowledged is durable: it succeeds.)
 			x.err = p.failErr
 		}
+		if x.err == nil && p.rec != nil && x.seq > p.rec.seq {
+			// Acknowledged after the store refused an earlier seq of this owner: the store
+			// broke its order. Nothing can be vouched for: fail for good.
+			p.failLocked(x, fmt.Errorf("%w: batch %d acknowledged after batch %d was refused", ErrUnknownOutcome, x.seq, p.rec.seq))
+			x.err = p.failErr
+		}
 		if x.err == nil {
 			// Before the batch settles: a fetch that waited for it fills at a version no
 			// lower than the batch's.
 			p.db.advanceDurable(x.lastVer)
 		} else {
 			p.db.cache.invalidateRefs(x.frames, true)
+			if p.rec != nil {
+				p.rec.frames = append(p.rec.frames, x.frames...)
+				if x.gen != p.connGen() {
+					p.rec.resent = true // it may have been sent again: see recover.go
+				}
+			}
 		}
 		p.flightBytes -= batchCost(x)
 		x.retired = true
@@ -693,6 +720,38 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	p.db.cache.signalRoom()
 	if len(p.inflight) < inflightMax && p.open.nTx > 0 {
 		p.kickNow()
+	}
+}
+
+// failLocked fails the pipeline for good with b's error err: every later batch fails, the
+// open one is dropped unsent, and every later commit returns the error wrapped. Caller
+// holds mu.
+func (p *pipeline) failLocked(b *batch, err error) {
+	for _, t := range b.tables {
+		t.noteFenced(err)
+	}
+	if p.failErr == nil {
+		p.failErr = fmt.Errorf("txnode: commit batch %d: %w", b.seq, err)
+		p.stopped.Store(true)
+		p.db.opts.Logger.Error("txnode: commit batch failed; the node stops committing", "seq", b.seq, "err", err)
+	}
+	p.failVer = min(p.failVer, b.firstVer)
+	p.db.failDurable(p.failVer) // waiters for this batch or later ones return the error
+	if o := p.open; o.nTx > 0 {
+		// The open batch is never sent now (add refuses commits from here on): its
+		// commits fail with the others (failDurable), its frames are invalidated, as a
+		// failed batch's are, and it settles once the batches before it have. (A commit
+		// of it still installing may make its row valid again: its version is past
+		// failVer, so a Durable reader waits for it and gets the failure.)
+		p.db.cache.invalidateRefs(o.frames, false)
+		p.unsentVer = max(p.unsentVer, o.lastVer)
+		p.flightBytes -= batchCost(o)
+		p.open = p.newBatchLocked()
+		o.retired, o.returned = true, true
+		p.recycleLocked(o)
+	}
+	if p.db.opts.Durability == WriteBack {
+		p.flushSoon() // the next cut invalidates the rows installed since (flushEpoch)
 	}
 }
 
@@ -844,7 +903,8 @@ func (p *pipeline) flush(ctx context.Context) error {
 	if err := p.failure(); err != nil {
 		return err
 	}
-	ver := p.db.commitVer.Load()
+	// Commits of a failed range will never be durable (recover.go): wait for those before.
+	ver := p.db.failedFloor(p.db.commitVer.Load())
 	if p.db.opts.Durability == WriteBack {
 		// The flusher cuts: an epoch, once cut, waits for room in flight (flushEpoch) and
 		// cannot be given up, so this waits for its cut only as long as ctx allows.

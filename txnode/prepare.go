@@ -380,7 +380,7 @@ func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *store.TxnPrepare) (tak
 	p.mu.Lock()
 	for {
 		err := p.waitRoomLocked(ctx, func() bool {
-			return p.admitErr() != nil || !p.prepHold && len(p.inflight) < inflightMax
+			return p.admitErr() != nil || !p.prepHold && p.rec == nil && len(p.inflight) < inflightMax
 		})
 		if err == nil {
 			err = p.admitErr()
@@ -409,7 +409,7 @@ func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *store.TxnPrepare) (tak
 	case err == nil:
 		p.endPrepare(seq, true)
 		return true, nil
-	case refusal(err):
+	case refusal(err) || p.seqGapRecovering(err):
 		p.endPrepare(seq, false)
 		return false, err
 	}
@@ -457,7 +457,7 @@ func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
 		case err == nil:
 			p.endPrepare(tp.Batch.Seq, true)
 			return
-		case refusal(err):
+		case refusal(err) || p.seqGapRecovering(err):
 			p.endPrepare(tp.Batch.Seq, false)
 			return
 		case errors.Is(err, ErrClosed) || errors.Is(err, storenode.ErrClosed):
@@ -516,17 +516,48 @@ func (p *pipeline) installApplied(tx *Tx) {
 	p.mu.Lock()
 	ver := db.commitVer.Add(1)
 	switch {
+	case p.rec != nil:
+		// Recovering (recover.go): the batches in flight fail, so folding the version
+		// into one would fail a part the storage node applied. The recovery makes it
+		// durable when it ends (nothing is in flight then); its install is counted, so
+		// the recovery ends after it.
+		p.rec.applied = max(p.rec.applied, ver)
+		p.installing.Add(1)
+		p.mu.Unlock()
+		tx.install(ver)
+		p.installDone()
+		return
 	case p.open.nTx > 0:
 		p.open.lastVer = ver
 	case len(p.inflight) > 0:
 		last := p.inflight[len(p.inflight)-1]
 		last.lastVer = max(last.lastVer, ver)
+		appendFrames(last, tx)
 	default:
 		db.advanceDurable(ver)
 		p.settleLocked(ver)
 	}
+	if p.open.nTx > 0 {
+		appendFrames(p.open, tx)
+	}
+	// Counted: a recovery from the batch it joined (recover.go) waits for the install, then
+	// invalidates its frames (their rows, applied at the store, are fetched again).
+	p.installing.Add(1)
 	p.mu.Unlock()
 	tx.install(ver)
+	p.installDone()
+}
+
+// appendFrames adds the frames tx writes to b's, so that b's failure invalidates them too.
+// Caller holds mu.
+func appendFrames(b *batch, tx *Tx) {
+	var last *frameMeta
+	for i := range tx.writes {
+		if m := tx.writes[i].m; m != last {
+			b.frames = append(b.frames, refOf(m))
+			last = m
+		}
+	}
 }
 
 // Validate checks that everything the transaction read is unchanged and its tables still

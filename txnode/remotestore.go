@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/weftdb/weft/internal/assert"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/sgio"
@@ -36,7 +37,8 @@ type remoteStore struct {
 	mu      sync.Mutex
 	changed *sync.Cond
 	conn    *sgio.Client
-	gen     uint64 // bumped per connection
+	gen     uint64        // bumped per connection
+	genA    atomic.Uint64 // gen, for connGen
 	dialing bool
 	dead    error       // set when reconnecting gave up, or at Close
 	commits commitQueue // the batches in flight, in seq order
@@ -133,6 +135,7 @@ func dialStore(ctx context.Context, opts Options) (store.Store, error) {
 	}
 	s.info = store.Info{SyncMode: mode, Lease: time.Duration(h.LeaseMillis) * time.Millisecond, MaxBatchBytes: int(h.MaxBody)}
 	s.conn, s.gen = c, 1
+	s.genA.Store(1)
 	go s.watch(c, 1)
 	return s, nil
 }
@@ -228,6 +231,7 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 		return
 	}
 	s.gen++
+	s.genA.Store(s.gen)
 	s.conn = nc
 	g := s.gen
 	s.mu.Unlock()
@@ -734,3 +738,7 @@ func (s *remoteStore) Close() error {
 	}
 	return nil
 }
+
+// connGen is the generation of the current connection (bumped per reconnect): a batch sent
+// on an earlier one may have been sent twice (resendInFlight). Any goroutine; lock-free.
+func (s *remoteStore) connGen() uint64 { return s.genA.Load() }

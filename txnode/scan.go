@@ -225,7 +225,7 @@ func (tx *Tx) scanPage(t *tableState, page uint64, m *frameMeta, lo, hi uint64, 
 				tx.reads = append(tx.reads, readRec{m: m, slot: uint8(slot), ver: ver})
 			}
 			tx.maxRead = max(tx.maxRead, ver)
-			if tx.db.opts.Durability == Durable && ver > tx.db.durableVer.Load() {
+			if tx.db.opts.Durability == Durable && (ver > tx.db.durableVer.Load() || ver <= tx.db.failHi.Load()) {
 				if err := tx.db.waitDurable(tx.ctx, ver); err != nil {
 					return false, err
 				}

@@ -107,7 +107,7 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 			m.state.Or(refBit) // CLOCK's bit; not stored on every hit: cores reading one page share its line
 		}
 		st.cnt.fastHit()
-		if db.opts.Durability == Durable && v1 > db.durableVer.Load() {
+		if db.opts.Durability == Durable && (v1 > db.durableVer.Load() || v1 <= db.failHi.Load()) {
 			if err := db.waitDurable(ctx, v1); err != nil {
 				return err
 			}
@@ -282,9 +282,10 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 }
 
 // readFailed reports whether err, from waiting for the durability of rows a transaction read,
-// says that a batch holding them failed (the pipeline's failure), not that the wait ended.
+// says that a batch holding them failed (the pipeline's failure, or a failed range's
+// ErrConflict: recover.go), not that the wait ended.
 func (db *DB) readFailed(err error) bool {
-	return err != nil && err == db.pipe.failure()
+	return err != nil && (err == db.pipe.failure() || errors.Is(err, ErrConflict))
 }
 
 // Update runs fn in a read-write transaction and commits it, retrying on conflict up to

@@ -614,6 +614,13 @@ func (tx *Tx) commit() (commitWait, error) {
 			db.stats.aborts.Add(1)
 			return commitWait{}, ErrConflict
 		}
+		if db.failHi.Load() != 0 {
+			// A read of a version a refused batch held (recover.go). One published later
+			// holds maxRead, or a version given after it, which this check then sees.
+			if err := tx.readFailed(); err != nil {
+				return commitWait{}, err
+			}
+		}
 		return commitWait{ver: tx.maxRead}, nil
 	}
 	tx.sortWrites()

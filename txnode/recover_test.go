@@ -1,0 +1,352 @@
+package txnode
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/txnode/store"
+)
+
+// fenceRig is a DB over one store (embedded or a storage node over TCP) with two
+// cluster-managed tables, acct and gold, and a way to fence acct: another owner's newer
+// grant registered at the store.
+type fenceRig struct {
+	t      *testing.T
+	g      *memGrants
+	remote bool
+	dir    string
+	addr   string
+	db     *DB
+	acct   *Table
+	gold   *Table
+	fencer store.Store // the other owner's store handle
+}
+
+const rigOwner, rigOther = 0x42, 0x43
+
+func newFenceRig(t *testing.T, remote bool) *fenceRig {
+	ctx := context.Background()
+	r := &fenceRig{t: t, g: &memGrants{keys: map[string][2]uint64{}, owner: rigOwner, rev: 10}, remote: remote, dir: t.TempDir()}
+	if remote {
+		addr, stop := startStorageNodeWith(t, storenode.Options{Dir: r.dir, Sync: storenode.SyncNone, GrantVerifier: r.g})
+		t.Cleanup(stop)
+		r.addr = addr
+	}
+	r.open()
+	var err error
+	lay := ClusterLayout{Partitions: 1, StripePages: 1}
+	r.acct, err = r.db.CreateClusterTable(ctx, "acct", 64, lay)
+	require.NoError(t, err)
+	r.gold, err = r.db.CreateClusterTable(ctx, "gold", 64, lay)
+	require.NoError(t, err)
+	if remote {
+		r.fencer, err = dialStore(ctx, Options{StoreAddr: r.addr, OwnerID: rigOther}.withDefaults())
+		require.NoError(t, err)
+		t.Cleanup(func() { r.fencer.Close() })
+	} else {
+		r.fencer = r.db.store
+	}
+	return r
+}
+
+// open opens the DB (again) on the rig's store.
+func (r *fenceRig) open() {
+	ctx := context.Background()
+	opts := Options{OwnerID: rigOwner, Grants: r.g}
+	if r.remote {
+		opts.StoreAddr = r.addr
+	} else {
+		st, err := store.OpenEmbedded(storenode.Options{Dir: r.dir, Sync: storenode.SyncNone, GrantVerifier: r.g})
+		require.NoError(r.t, err)
+		opts.Store = st
+	}
+	db, err := Open(ctx, opts)
+	require.NoError(r.t, err)
+	r.db = db
+	r.t.Cleanup(func() { db.Close(context.Background()) })
+}
+
+// fenceAcct registers another owner's newer grant of acct at the store.
+func (r *fenceRig) fenceAcct() {
+	r.g.mu.Lock()
+	r.g.rev++
+	rev := r.g.rev
+	r.g.keys["acct/0"] = [2]uint64{rigOther, rev}
+	r.g.mu.Unlock()
+	_, err := r.fencer.Acquire(context.Background(), r.acct.t.id, rigOther, rev, store.AcquireEtcdGrant)
+	require.NoError(r.t, err)
+}
+
+func rowVal(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// A commit batch the store refuses because one table's grant was fenced fails that table
+// only: commits of the other table over the same store go on without reopening the DB
+// (on 691c95a every later commit of every table failed with the refused batch's error).
+func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		name := "embedded"
+		if remote {
+			name = "remote"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			r := newFenceRig(t, remote)
+			a, err := r.acct.Insert(ctx, row(1))
+			require.NoError(t, err)
+			gid, err := r.gold.Insert(ctx, row(1))
+			require.NoError(t, err)
+
+			r.fenceAcct()
+			err = r.acct.Put(ctx, a, row(2))
+			require.Error(t, err)
+			require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "%v", err)
+			_, err = r.acct.Insert(ctx, row(3))
+			require.ErrorIs(t, err, ErrLeaseExpired, "acct is latched as fenced")
+
+			for i := uint64(2); i < 20; i++ {
+				require.NoError(t, r.gold.Put(ctx, gid, row(i)), "gold after acct was fenced")
+				_, err := r.gold.Insert(ctx, row(i))
+				require.NoError(t, err)
+			}
+			dst := make([]byte, 64)
+			require.NoError(t, r.gold.Get(ctx, gid, dst))
+			require.Equal(t, row(19), dst)
+
+			// The two-phase commit's prepare takes the owner's next seq after the recovery
+			// (the refused seq, sent again): prepared, decided, applied; commits go on.
+			txid := [16]byte{7, 7}
+			tx, err := r.db.Begin(ctx, true)
+			require.NoError(t, err)
+			require.NoError(t, tx.Put(r.gold, gid, row(20)))
+			p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+			require.NoError(t, err)
+			require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
+			require.NoError(t, p.Apply(ctx, DecisionCommit))
+			require.NoError(t, r.gold.Get(ctx, gid, dst))
+			require.Equal(t, row(20), dst)
+			require.NoError(t, r.gold.Put(ctx, gid, row(21)))
+			require.NoError(t, r.db.Close(ctx))
+
+			r.open()
+			gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+			require.NoError(t, err)
+			require.NoError(t, gold.Get(ctx, gid, dst))
+			require.Equal(t, row(21), dst, "durable at the store")
+		})
+	}
+}
+
+// Concurrent writers on both tables while acct is fenced: A writers write a fresh token to
+// their gold row and their acct row in one transaction; B writers copy an A writer's gold
+// row into their own (a transaction that reads what A installed); C writers count in their
+// gold row. Afterwards: every A transaction acknowledged is durable (its gold row holds its
+// last acknowledged token: nothing refused was applied, nothing acknowledged lost), every
+// value a B transaction committed is a token some A commit had acknowledged (no transaction
+// that read a refused version committed), every C count is exact, and B and C go on
+// committing after the fence without a reopen.
+func TestFenceUnderConcurrentWriters(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		name := "embedded"
+		if remote {
+			name = "remote"
+		}
+		t.Run(name, func(t *testing.T) { fenceUnderWriters(t, remote) })
+	}
+}
+
+func fenceUnderWriters(t *testing.T, remote bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nA, nB, nC, before, after := 4, 4, 4, 200, 200
+	if testing.Short() {
+		nA, nB, nC, before, after = 2, 2, 2, 30, 30
+	}
+	r := newFenceRig(t, remote)
+	ins := func(tb *Table) uint64 {
+		id, err := tb.Insert(ctx, row(0))
+		require.NoError(t, err)
+		return id
+	}
+	xs, ys, zs, cs := make([]uint64, nA), make([]uint64, nA), make([]uint64, nB), make([]uint64, nC)
+	for i := range xs {
+		xs[i], ys[i] = ins(r.gold), ins(r.acct)
+	}
+	for i := range zs {
+		zs[i] = ins(r.gold)
+	}
+	for i := range cs {
+		cs[i] = ins(r.gold)
+	}
+
+	var tokens atomic.Uint64
+	tokens.Store(1 << 32)
+	var mu sync.Mutex
+	ackedTok := map[uint64]bool{0: true}
+	lastA := make([]uint64, nA)
+	lastB := make([]uint64, nB)
+	countC := make([]uint64, nC)
+	var commits atomic.Int64
+	tick := make(chan struct{}, 1)
+	committed := func() {
+		commits.Add(1)
+		select {
+		case tick <- struct{}{}:
+		default:
+		}
+	}
+	stop := make(chan struct{})
+	aErrs := make([]error, nA)
+	var wgA, wg sync.WaitGroup
+	for i := range nA {
+		wgA.Add(1)
+		go func() {
+			defer wgA.Done()
+			for {
+				var tok uint64
+				err := r.db.Update(ctx, func(tx *Tx) error {
+					tok = tokens.Add(1)
+					buf := make([]byte, 64)
+					if err := tx.Get(r.gold, xs[i], buf); err != nil {
+						return err
+					}
+					if err := tx.Get(r.acct, ys[i], buf); err != nil {
+						return err
+					}
+					if err := tx.Put(r.gold, xs[i], row(tok)); err != nil {
+						return err
+					}
+					return tx.Put(r.acct, ys[i], row(tok))
+				})
+				if err != nil {
+					aErrs[i] = err
+					return
+				}
+				mu.Lock()
+				ackedTok[tok] = true
+				lastA[i] = tok
+				mu.Unlock()
+				committed()
+			}
+		}()
+	}
+	for j := range nB {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var v uint64
+				err := r.db.Update(ctx, func(tx *Tx) error {
+					buf := make([]byte, 64)
+					if err := tx.Get(r.gold, xs[j%nA], buf); err != nil {
+						return err
+					}
+					v = rowVal(buf)
+					return tx.Put(r.gold, zs[j], row(v))
+				})
+				if !assertNoErr(t, err, "B writer") {
+					return
+				}
+				mu.Lock()
+				lastB[j] = v
+				mu.Unlock()
+				committed()
+			}
+		}()
+	}
+	for k := range nC {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := r.db.Update(ctx, func(tx *Tx) error {
+					return tx.Update(r.gold, cs[k], func(b []byte) error {
+						copy(b, row(rowVal(b)+1))
+						return nil
+					})
+				})
+				if !assertNoErr(t, err, "C writer") {
+					return
+				}
+				mu.Lock()
+				countC[k]++
+				mu.Unlock()
+				committed()
+			}
+		}()
+	}
+	bcDone := make(chan struct{}) // every B and C writer ended (an error: the test fails)
+	go func() { wg.Wait(); close(bcDone) }()
+	waitCommits := func(n int64, what string) {
+		for commits.Load() < n {
+			select {
+			case <-bcDone:
+				t.Fatalf("%s: the writers stopped after %d commits", what, commits.Load())
+			case <-ctx.Done():
+				t.Fatalf("%s: %d commits only", what, commits.Load())
+			case <-tick:
+			}
+		}
+	}
+	waitCommits(int64(before), "before the fence")
+	r.fenceAcct()
+	wgA.Wait() // every A writer ends with acct's fence
+	for i, err := range aErrs {
+		require.Error(t, err, "A writer %d", i)
+		require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "A writer %d: %v", i, err)
+	}
+	waitCommits(commits.Load()+int64(after), "after the fence")
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	mu.Lock()
+	for j, v := range lastB {
+		require.True(t, ackedTok[v], "B writer %d committed %#x, which no acknowledged A commit wrote", j, v)
+	}
+	mu.Unlock()
+	require.NoError(t, r.db.Close(ctx))
+	r.open()
+	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	require.NoError(t, err)
+	dst := make([]byte, 64)
+	for i, id := range xs {
+		require.NoError(t, gold.Get(ctx, id, dst))
+		require.Equal(t, lastA[i], rowVal(dst), "A writer %d's last acknowledged token is durable, nothing later", i)
+	}
+	for j, id := range zs {
+		require.NoError(t, gold.Get(ctx, id, dst))
+		require.Equal(t, lastB[j], rowVal(dst), "B writer %d", j)
+	}
+	for k, id := range cs {
+		require.NoError(t, gold.Get(ctx, id, dst))
+		require.Equal(t, countC[k], rowVal(dst), "C writer %d's count", k)
+	}
+}
+
+func assertNoErr(t *testing.T, err error, what string) bool {
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
+		return false
+	}
+	return true
+}
