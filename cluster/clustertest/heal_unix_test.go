@@ -133,3 +133,65 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	var ne *node.NotOwnerError
 	require.False(t, errors.As(tbl.Put(ctx, ids[2], u64Row(9)), &ne))
 }
+
+// A Table handle that OpenTable replaced after a move (the map changed, so OpenTable
+// returns a new handle) still owns its partitions and follows the map: a heal of a
+// storage node re-registers that handle's grants too, not only the newest handle's. On
+// 6387942 the heal knew only the newest handle per name, so the replaced one kept its
+// owned tables on the dead transaction node and never wrote again.
+func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
+	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
+	ids := createRows(t, c, "healold", 3, 1, 7)
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:        cluster.SessionConfig{Owner: 0x4eb1, TTL: cluster.TTLMin},
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "healold")
+	require.NoError(t, err)
+	for p, id := range ids {
+		require.EqualValues(t, p, tbl.Partition(id))
+	}
+	require.NoError(t, tbl.Own(ctx, 0, 2))
+	addr0 := tbl.NodeOf(ids[0])
+	s0 := c.StorageOf(addr0)
+	require.NotNil(t, s0)
+	// Partition 1 (not owned) moves to storage node 0: the map changes, so OpenTable
+	// returns a new handle; the old one keeps owning 0 and 2.
+	require.NoError(t, tbl.Move(ctx, 1, addr0))
+	t2, err := n.OpenTable(ctx, "healold")
+	require.NoError(t, err)
+	require.NotSame(t, tbl, t2)
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
+
+	s0.Kill()
+	var putErr error
+	for range 100 {
+		if putErr = tbl.Put(ctx, ids[0], u64Row(9)); putErr != nil {
+			break
+		}
+	}
+	require.Error(t, putErr)
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	healed := false
+	for try := 0; try < 200 && !healed; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		healed = tbl.Put(octx, ids[2], u64Row(10)) == nil
+		cancel()
+	}
+	require.True(t, healed, "the replaced handle did not heal")
+	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(11)))
+	r, err := c.OpenNode(0x4eb2, "").OpenTable(ctx, "healold")
+	require.NoError(t, err)
+	require.EqualValues(t, 11, readU64(t, ctx, r, ids[0]))
+	require.EqualValues(t, 10, readU64(t, ctx, r, ids[2]))
+}

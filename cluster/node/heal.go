@@ -22,7 +22,8 @@ import (
 //     before it dials the new one, so that the storage node never has two live transaction
 //     nodes of this node; dials after a failed one wait out a backoff (healBackoffMin
 //     doubling up to healBackoffMax, within the caller's context);
-//  3. the new transaction node reopens, for every open Table, the durable-read handle of
+//  3. the new transaction node reopens, for every live Table handle (n.handles: also one
+//     OpenTable replaced after a move, which still owns what it owned), the durable-read handle of
 //     each partition on the storage node, and registers again the grants of the partitions
 //     this node owned there: the grants are still this session's (cluster.Session.Acquire
 //     returns a held ownership as it is), so the storage node takes them at the floor it
@@ -172,15 +173,19 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 	return sc.db, sc.err
 }
 
-// reown points every open Table's partitions on the storage node at addr to its new
+// reown points every live Table handle's partitions on the storage node at addr to its new
 // transaction node db: their durable-read handles, and the owned tables of the partitions
 // this node owned (their grants registered again). A partition whose grant was lost is
 // dropped as owned; any other failure is returned (the caller tries again later).
 func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 	n.mu.Lock()
-	tables := make([]*Table, 0, len(n.tables))
-	for _, t := range n.tables {
-		tables = append(tables, t)
+	// Every live handle, not only the newest per name (n.tables): one OpenTable replaced
+	// after a move still owns what it owned.
+	tables := make([]*Table, 0, len(n.handles))
+	for _, w := range n.handles {
+		if t := w.Value(); t != nil {
+			tables = append(tables, t)
+		}
 	}
 	n.mu.Unlock()
 	type fix struct {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/logicpage"
@@ -72,6 +73,10 @@ type Node struct {
 	closed bool
 	dbs    map[string]*storeConn // by storage node address
 	tables map[string]*Table     // by name
+	// handles are every Table addTable made, weakly (pruned as they are collected): a handle
+	// OpenTable replaced after a move still follows the map and may own partitions, so a
+	// heal re-registers its grants too (heal.go reown). Guarded by mu.
+	handles []weak.Pointer[Table]
 	// heals are, by storage node address, the transaction nodes found dead and not
 	// replaced yet (heal.go). Guarded by mu.
 	heals map[string]*pendingHeal
@@ -497,5 +502,7 @@ func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*
 	}
 	t := newTable(n, tm, durable)
 	n.tables[tm.Name] = t
+	n.handles = slices.DeleteFunc(n.handles, func(w weak.Pointer[Table]) bool { return w.Value() == nil })
+	n.handles = append(n.handles, weak.Make(t))
 	return t, nil
 }
