@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
 )
 
 // A storage node killed with -9 and kept down past its transaction node's (short, injected)
@@ -194,4 +199,85 @@ func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 11, readU64(t, ctx, r, ids[0]))
 	require.EqualValues(t, 10, readU64(t, ctx, r, ids[2]))
+}
+
+// errLog records the messages of a logger's Error records.
+type errLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelError }
+func (l *errLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+	l.msgs = append(l.msgs, msg)
+	return nil
+}
+func (l *errLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *errLog) WithGroup(string) slog.Handler      { return l }
+func (l *errLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
+
+// In WriteBack mode a write acknowledged from the cache and not flushed when the storage
+// node died is lost with the dead transaction node (docs/cluster.md): the heal must not drop
+// it silently. On 6387942 the dead transaction node's Close error (its unflushed commits) was
+// discarded: nothing said that acknowledged writes were lost.
+func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
+	// Partitions 0 (owned) and 2 (not) on storage node 0, 1 on 1.
+	ids := createRows(t, c, "healwb", 3, 1, 7)
+	logs := &errLog{}
+	n, err := node.Open(ctx, node.Config{Logger: slog.New(logs), Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:       cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:    cluster.SessionConfig{Owner: 0x4ec1, TTL: cluster.TTLMin},
+		Durability: txnode.WriteBack, FlushInterval: time.Hour,
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "healwb")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	s0 := c.StorageOf(tbl.NodeOf(ids[0]))
+	require.NotNil(t, s0)
+	require.Equal(t, s0.Addr, tbl.NodeOf(ids[0]))
+	// Acknowledged from the cache, not flushed (an hour's flush interval).
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
+
+	s0.Kill()
+	// Its transaction node gives up on it: a durable read that cannot reach it.
+	b := make([]byte, 64)
+	dead := false
+	for try := 0; try < 100 && !dead; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dead = tbl.Get(octx, ids[2], b) != nil
+		cancel()
+	}
+	require.True(t, dead)
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	healed := false
+	for try := 0; try < 200 && !healed; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		healed = tbl.Put(octx, ids[0], u64Row(9)) == nil
+		cancel()
+	}
+	require.True(t, healed)
+	found := false
+	for _, m := range logs.all() {
+		if strings.Contains(m, "acknowledged") && strings.Contains(m, s0.Addr) {
+			found = true
+		}
+	}
+	require.True(t, found, "the loss of WriteBack's unflushed writes was not reported: %q", logs.all())
 }

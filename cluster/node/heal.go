@@ -35,7 +35,8 @@ import (
 // Nothing acknowledged is lost in Durable mode: the dead transaction node's commits that
 // were not acknowledged failed with txnode.ErrUnknownOutcome (or the pipeline's error), and
 // an acknowledged one is on the storage node's WAL. In WriteBack mode the commits the dead
-// node acknowledged but had not flushed are lost with it (as they are with a crash).
+// node acknowledged but had not flushed are lost with it (as they are with a crash): its
+// Close fails, and the Node logs an Error record naming the storage node (closedDead).
 // Pins (Table.Pin) are not carried over.
 
 // Backoff between dials of a storage node whose transaction node died.
@@ -49,6 +50,7 @@ type pendingHeal struct {
 	old     *txnode.DB
 	cause   error
 	wait    time.Duration // the backoff before the next dial (0: none)
+	closed  bool          // old was closed (by the first dial of its successor)
 	lastErr error
 }
 
@@ -113,9 +115,12 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 	var err error
 	if h != nil {
 		// Only this dial touches h (it holds the address's slot in n.dbs).
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		h.old.Close(cctx) // idempotent: a failed dial before closed it already
-		cancel()
+		if !h.closed {
+			h.closed = true
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			n.closedDead(addr, h, h.old.Close(cctx))
+			cancel()
+		}
 		if h.wait > 0 {
 			timer := time.NewTimer(h.wait)
 			select {
@@ -171,6 +176,20 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 		cancel()
 	}
 	return sc.db, sc.err
+}
+
+// closedDead reports the Close of a dead transaction node (err: what Close returned). In
+// WriteBack mode a failed Close means commits it acknowledged and had not flushed are lost:
+// an Error record says so (the game learns it from its log; nothing else reports it).
+func (n *Node) closedDead(addr string, h *pendingHeal, err error) {
+	switch {
+	case err == nil || errors.Is(err, txnode.ErrClosed):
+	case n.cfg.Durability == txnode.WriteBack:
+		n.log.Error("node: the dead transaction node of a storage node did not flush: its acknowledged WriteBack commits not flushed yet are lost",
+			"addr", addr, "cause", h.cause, "err", err)
+	default:
+		n.log.Warn("node: close of the dead transaction node of a storage node", "addr", addr, "err", err)
+	}
 }
 
 // reown points every live Table handle's partitions on the storage node at addr to its new

@@ -171,8 +171,8 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Unlock()
 	// Dead transaction nodes not replaced yet (heal.go): closed here unless a dial of
 	// their successor closes them (DB.Close is idempotent).
-	for _, h := range heals {
-		h.old.Close(ctx)
+	for addr, h := range heals {
+		n.closedDead(addr, h, h.old.Close(ctx))
 	}
 	// Two-phase commits still finishing in the background give up (their parts are
 	// abandoned: the storage nodes' resolvers finish them) before their DBs close.
