@@ -96,6 +96,23 @@ func (n *Node) noteErr(addr string, err error) error {
 	return err
 }
 
+// current returns the live transaction node of the storage node at addr, nil while none is
+// (not dialled, dialling, or being replaced).
+func (n *Node) current(addr string) *txnode.DB {
+	n.mu.Lock()
+	sc := n.dbs[addr]
+	n.mu.Unlock()
+	if sc == nil {
+		return nil
+	}
+	select {
+	case <-sc.ready:
+		return sc.db
+	default:
+		return nil
+	}
+}
+
 // heal, at a Table operation's start, replaces partition p's transaction node if it died
 // (only while some storage node's is: one atomic load otherwise).
 func (t *Table) heal(ctx context.Context, p uint32) error {
