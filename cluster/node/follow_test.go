@@ -235,3 +235,35 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 	require.EqualValues(t, 2, balanceOf(row))
 	require.Equal(t, []uint32{0}, tbl.Owned())
 }
+
+// A storage node's transaction node replaced (heal.go) while OpenTable opens a table on it,
+// between the durable-read handles' opens and the table's registration: the heal did not
+// see the table yet, so OpenTable must not keep the dead transaction node's handles. On
+// 6387942 it did: the handle's reads of that storage node failed for good.
+func TestOpenTableRacingHeal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	creator := tc.open(t, 0x1, "")
+	ct, err := creator.CreateTable(ctx, "race", 64, 1, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ct.Own(ctx, 0))
+	id, err := ct.Insert(ctx, balanceRow(3))
+	require.NoError(t, err)
+	require.NoError(t, creator.Close(ctx))
+
+	n := tc.open(t, 0x2, "")
+	fired := false
+	restore := node.SetRaceHook(func(where string) {
+		if where == "open" && !fired {
+			fired = true
+			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
+		}
+	})
+	defer restore()
+	tbl, err := n.OpenTable(ctx, "race")
+	require.NoError(t, err)
+	require.True(t, fired)
+	row := make([]byte, 64)
+	require.NoError(t, tbl.Get(ctx, id, row))
+	require.EqualValues(t, 3, balanceOf(row))
+}

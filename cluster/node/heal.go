@@ -113,6 +113,34 @@ func (n *Node) current(addr string) *txnode.DB {
 	}
 }
 
+// current reopens, on their storage nodes' live transaction nodes, the durable-read handles
+// of t opened on one a heal replaced before t was registered (OpenTable, CreateTable: reown
+// did not see t yet; once registered, every later heal does).
+func (t *Table) current(ctx context.Context) error {
+	for p := range t.parts {
+		pt := &t.parts[p]
+		for try := 0; ; try++ {
+			r := pt.r.Load()
+			if r.durable.DB() == t.n.current(r.addr) {
+				break
+			}
+			db, err := t.n.db(ctx, r.addr)
+			if err != nil {
+				return err
+			}
+			if try == 2 {
+				break // healed again meanwhile: its reown has the handle
+			}
+			d, err := db.OpenDurable(ctx, storenode.PartitionTableName(t.m.Name, uint32(p)))
+			if err != nil {
+				return fmt.Errorf("node: open table %q partition %d on %s: %w", t.m.Name, p, r.addr, err)
+			}
+			pt.r.CompareAndSwap(r, &route{addr: r.addr, durable: d, rev: r.rev})
+		}
+	}
+	return nil
+}
+
 // heal, at a Table operation's start, replaces partition p's transaction node if it died
 // (only while some storage node's is: one atomic load otherwise).
 func (t *Table) heal(ctx context.Context, p uint32) error {

@@ -370,7 +370,11 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 		}
 		durable[p] = d
 	}
-	return n.addTable(tm, durable)
+	t, err := n.addTable(tm, durable)
+	if err != nil {
+		return nil, err
+	}
+	return t, t.current(ctx)
 }
 
 // noLeftovers refuses, before a first creation writes the map, partition tables of the name
@@ -458,7 +462,14 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 		rowBytes = d.RowBytes()
 		durable[p] = d
 	}
-	return n.addTable(tm, durable)
+	if h := raceHook; h != nil {
+		h("open")
+	}
+	t, err = n.addTable(tm, durable)
+	if err != nil {
+		return nil, err
+	}
+	return t, t.current(ctx)
 }
 
 // storageName checks a storage node's table name rule (1..64 bytes of [A-Za-z0-9_.-]):
