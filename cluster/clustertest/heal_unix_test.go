@@ -281,3 +281,56 @@ func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
 	}
 	require.True(t, found, "the loss of WriteBack's unflushed writes was not reported: %q", logs.all())
 }
+
+// A game whose every call has a short deadline (1 s, below the heal's backoff cap) heals
+// too once the storage node is back: a caller whose context ends before the backoff does
+// not grow it, and the backoff runs from the last failed dial, not from each call's start.
+// On 6387942 each call waited the whole backoff from its own start and a wait cut short
+// doubled it: past 1 s, no call ever dialled again.
+func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
+	ids := createRows(t, c, "healshort", 1, 1, 7)
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:        cluster.SessionConfig{Owner: 0x4ed1, TTL: cluster.TTLMin},
+		RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "healshort")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
+	s0 := c.StorageOf(tbl.NodeOf(ids[0]))
+	require.NotNil(t, s0)
+	put := func(v uint64) error {
+		octx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return tbl.Put(octx, ids[0], u64Row(v))
+	}
+	s0.Kill()
+	// Its transaction node gives up on it (a write waits past RequestTimeout).
+	var putErr error
+	for range 100 {
+		if putErr = tbl.Put(ctx, ids[0], u64Row(9)); putErr != nil {
+			break
+		}
+	}
+	require.Error(t, putErr)
+	// Down: enough failed calls for the backoff to pass the calls' deadline.
+	for range 12 {
+		require.Error(t, put(9))
+	}
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	healed := false
+	for try := 0; try < 40 && !healed; try++ {
+		healed = put(10) == nil
+	}
+	require.True(t, healed, "calls of 1 s deadlines never healed")
+	require.EqualValues(t, 10, readU64(t, ctx, tbl, ids[0]))
+}

@@ -20,8 +20,10 @@ import (
 //     noteErr), it leaves the Node's map and becomes a pending heal (replace);
 //  2. the next use of the storage node closes it (its etcd grants are not released: keep)
 //     before it dials the new one, so that the storage node never has two live transaction
-//     nodes of this node; dials after a failed one wait out a backoff (healBackoffMin
-//     doubling up to healBackoffMax, within the caller's context);
+//     nodes of this node; a dial after a failed one waits until a backoff after that one
+//     has passed (healBackoffMin doubling up to healBackoffMax; within the caller's
+//     context: a caller whose context ends first fails without a dial, and without
+//     growing the backoff, so callers of short deadlines heal too);
 //  3. the new transaction node reopens, for every live Table handle (n.handles: also one
 //     OpenTable replaced after a move, which still owns what it owned), the durable-read handle of
 //     each partition on the storage node, and registers again the grants of the partitions
@@ -49,7 +51,8 @@ const (
 type pendingHeal struct {
 	old     *txnode.DB
 	cause   error
-	wait    time.Duration // the backoff before the next dial (0: none)
+	wait    time.Duration // the backoff after the last failed dial (0: none failed)
+	next    time.Time     // no dial before (the last failed dial plus wait)
 	closed  bool          // old was closed (by the first dial of its successor)
 	lastErr error
 }
@@ -166,14 +169,19 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 			n.closedDead(addr, h, h.old.Close(cctx))
 			cancel()
 		}
-		if h.wait > 0 {
-			timer := time.NewTimer(h.wait)
+		if d := time.Until(h.next); d > 0 {
+			timer := time.NewTimer(d)
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
 				err = fmt.Errorf("node: storage node %s: waiting to redial (its transaction node died: %w): %w", addr, h.cause, ctx.Err())
 			}
+		}
+		if err != nil {
+			// No dial was tried: the backoff stays as it is (it runs from the last
+			// failed dial, not from each caller's start).
+			return n.dialed(addr, sc, h, err, false)
 		}
 	}
 	if err == nil {
@@ -194,6 +202,12 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 			}
 		}
 	}
+	return n.dialed(addr, sc, h, err, true)
+}
+
+// dialed ends dial: sc gets the new transaction node or err (tried: a dial failed, so the
+// backoff grows).
+func (n *Node) dialed(addr string, sc *storeConn, h *pendingHeal, err error, tried bool) (*txnode.DB, error) {
 	var orphan *txnode.DB
 	n.mu.Lock()
 	if err != nil {
@@ -201,9 +215,10 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 		if n.dbs[addr] == sc {
 			delete(n.dbs, addr) // the next use dials again
 		}
-		if h != nil {
+		if h != nil && tried {
 			h.lastErr = err
 			h.wait = min(max(2*h.wait, healBackoffMin), healBackoffMax)
+			h.next = time.Now().Add(h.wait)
 		}
 	} else if n.closed {
 		// Close ran meanwhile and took the map: this one is ours to close.
@@ -213,13 +228,17 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 		n.sick.Store(int32(len(n.heals)))
 		n.log.Info("node: the transaction node of a storage node was replaced", "addr", addr)
 	}
-	close(sc.ready)
-	n.mu.Unlock()
-	if orphan != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		orphan.Close(cctx)
-		cancel()
+	if orphan == nil {
+		close(sc.ready)
+		n.mu.Unlock()
+		return sc.db, sc.err
 	}
+	n.mu.Unlock()
+	// Closed before ready: Close, which waits for sc.ready, returns only after it.
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	orphan.Close(cctx)
+	cancel()
+	close(sc.ready)
 	return sc.db, sc.err
 }
 
