@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
 )
 
 // A storage node killed with -9 and kept down past its transaction node's (short, injected)
@@ -132,4 +137,200 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	// The grants were re-registered, not taken anew by another node.
 	var ne *node.NotOwnerError
 	require.False(t, errors.As(tbl.Put(ctx, ids[2], u64Row(9)), &ne))
+}
+
+// A Table handle that OpenTable replaced after a move (the map changed, so OpenTable
+// returns a new handle) still owns its partitions and follows the map: a heal of a
+// storage node re-registers that handle's grants too, not only the newest handle's. On
+// 6387942 the heal knew only the newest handle per name, so the replaced one kept its
+// owned tables on the dead transaction node and never wrote again.
+func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
+	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
+	ids := createRows(t, c, "healold", 3, 1, 7)
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:        cluster.SessionConfig{Owner: 0x4eb1, TTL: cluster.TTLMin},
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "healold")
+	require.NoError(t, err)
+	for p, id := range ids {
+		require.EqualValues(t, p, tbl.Partition(id))
+	}
+	require.NoError(t, tbl.Own(ctx, 0, 2))
+	addr0 := tbl.NodeOf(ids[0])
+	s0 := c.StorageOf(addr0)
+	require.NotNil(t, s0)
+	// Partition 1 (not owned) moves to storage node 0: the map changes, so OpenTable
+	// returns a new handle; the old one keeps owning 0 and 2.
+	require.NoError(t, tbl.Move(ctx, 1, addr0))
+	t2, err := n.OpenTable(ctx, "healold")
+	require.NoError(t, err)
+	require.NotSame(t, tbl, t2)
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
+
+	s0.Kill()
+	var putErr error
+	for range 100 {
+		if putErr = tbl.Put(ctx, ids[0], u64Row(9)); putErr != nil {
+			break
+		}
+	}
+	require.Error(t, putErr)
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	healed := false
+	for try := 0; try < 200 && !healed; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		healed = tbl.Put(octx, ids[2], u64Row(10)) == nil
+		cancel()
+	}
+	require.True(t, healed, "the replaced handle did not heal")
+	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(11)))
+	r, err := c.OpenNode(0x4eb2, "").OpenTable(ctx, "healold")
+	require.NoError(t, err)
+	require.EqualValues(t, 11, readU64(t, ctx, r, ids[0]))
+	require.EqualValues(t, 10, readU64(t, ctx, r, ids[2]))
+}
+
+// errLog records the messages of a logger's Error records.
+type errLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelError }
+func (l *errLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+	l.msgs = append(l.msgs, msg)
+	return nil
+}
+func (l *errLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *errLog) WithGroup(string) slog.Handler      { return l }
+func (l *errLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
+
+// In WriteBack mode a write acknowledged from the cache and not flushed when the storage
+// node died is lost with the dead transaction node (docs/cluster.md): the heal must not drop
+// it silently. On 6387942 the dead transaction node's Close error (its unflushed commits) was
+// discarded: nothing said that acknowledged writes were lost.
+func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
+	// Partitions 0 (owned) and 2 (not) on storage node 0, 1 on 1.
+	ids := createRows(t, c, "healwb", 3, 1, 7)
+	logs := &errLog{}
+	n, err := node.Open(ctx, node.Config{Logger: slog.New(logs), Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:       cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:    cluster.SessionConfig{Owner: 0x4ec1, TTL: cluster.TTLMin},
+		Durability: txnode.WriteBack, FlushInterval: time.Hour,
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "healwb")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	s0 := c.StorageOf(tbl.NodeOf(ids[0]))
+	require.NotNil(t, s0)
+	require.Equal(t, s0.Addr, tbl.NodeOf(ids[0]))
+	// Acknowledged from the cache, not flushed (an hour's flush interval).
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
+
+	s0.Kill()
+	// Its transaction node gives up on it: a durable read that cannot reach it.
+	b := make([]byte, 64)
+	dead := false
+	for try := 0; try < 100 && !dead; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dead = tbl.Get(octx, ids[2], b) != nil
+		cancel()
+	}
+	require.True(t, dead)
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	healed := false
+	for try := 0; try < 200 && !healed; try++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		healed = tbl.Put(octx, ids[0], u64Row(9)) == nil
+		cancel()
+	}
+	require.True(t, healed)
+	found := false
+	for _, m := range logs.all() {
+		if strings.Contains(m, "acknowledged") && strings.Contains(m, s0.Addr) {
+			found = true
+		}
+	}
+	require.True(t, found, "the loss of WriteBack's unflushed writes was not reported: %q", logs.all())
+}
+
+// A game whose every call has a short deadline (1 s, below the heal's backoff cap) heals
+// too once the storage node is back: a caller whose context ends before the backoff does
+// not grow it, and the backoff runs from the last failed dial, not from each call's start.
+// On 6387942 each call waited the whole backoff from its own start and a wait cut short
+// doubled it: past 1 s, no call ever dialled again.
+func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
+	ids := createRows(t, c, "healshort", 1, 1, 7)
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
+		Session:        cluster.SessionConfig{Owner: 0x4ed1, TTL: cluster.TTLMin},
+		RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	tbl, err := n.OpenTable(ctx, "healshort")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
+	s0 := c.StorageOf(tbl.NodeOf(ids[0]))
+	require.NotNil(t, s0)
+	put := func(v uint64) error {
+		octx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return tbl.Put(octx, ids[0], u64Row(v))
+	}
+	s0.Kill()
+	// Its transaction node gives up on it (a write waits past RequestTimeout).
+	var putErr error
+	for range 100 {
+		if putErr = tbl.Put(ctx, ids[0], u64Row(9)); putErr != nil {
+			break
+		}
+	}
+	require.Error(t, putErr)
+	// Down: enough failed calls for the backoff to pass the calls' deadline.
+	for range 12 {
+		require.Error(t, put(9))
+	}
+	s0.Restart()
+	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	healed := false
+	for try := 0; try < 40 && !healed; try++ {
+		healed = put(10) == nil
+	}
+	require.True(t, healed, "calls of 1 s deadlines never healed")
+	require.EqualValues(t, 10, readU64(t, ctx, tbl, ids[0]))
 }

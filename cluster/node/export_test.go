@@ -1,5 +1,7 @@
 package node
 
+import "context"
+
 // SetMoveStepHook sets the hook Move calls after each durable step (tests only).
 func SetMoveStepHook(f func(step string)) { moveStepHook = f }
 
@@ -17,4 +19,26 @@ func SetSerialPrepares(on bool) (restore func()) {
 	old := coordSerialPrepares
 	coordSerialPrepares = on
 	return func() { coordSerialPrepares = old }
+}
+
+// SetRaceHook sets raceHook (tests only) and returns what restores it.
+func SetRaceHook(h func(where string)) (restore func()) {
+	old := raceHook
+	raceHook = h
+	return func() { raceHook = old }
+}
+
+// KillDB makes the transaction node of the storage node at addr dead as a give-up would
+// (its grants kept, as heal.go keeps them), then uses the storage node (heal.go replaces it).
+func KillDB(ctx context.Context, n *Node, addr string) error {
+	n.mu.Lock()
+	sc := n.dbs[addr]
+	n.mu.Unlock()
+	<-sc.ready
+	sc.keep.Store(true)
+	if err := sc.db.Close(ctx); err != nil {
+		return err
+	}
+	_, err := n.db(ctx, addr)
+	return err
 }

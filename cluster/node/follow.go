@@ -115,39 +115,60 @@ func (t *Table) refollow(ctx context.Context, m *cluster.Map) error {
 
 // moved routes partition p to storage node to, switched there at revision switchRev, and
 // acquires it anew there if this node owned it.
+// A heal of the storage node's transaction node between the dial and the end (heal.go's
+// reown did not see the new route or table) is done again on its successor, a few times at
+// most.
 func (t *Table) moved(ctx context.Context, p uint32, to string, switchRev int64) error {
+	for try := 0; ; try++ {
+		db, err := t.movedOn(ctx, p, to, switchRev, try == 2)
+		if err != nil || db == t.n.current(to) || try == 2 {
+			return err
+		}
+	}
+}
+
+// movedOn is one try of moved, on the transaction node it returns (not the last: an owned
+// partition whose grant that transaction node, replaced meanwhile, failed to register stays
+// to rejoin on the next try).
+func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int64, last bool) (*txnode.DB, error) {
 	pt := &t.parts[p]
 	name := storenode.PartitionTableName(t.m.Name, p)
 	db, err := t.n.db(ctx, to)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d, err := db.OpenDurable(ctx, name)
 	if err != nil {
-		return fmt.Errorf("node: table %q partition %d moved to %s: %w", t.m.Name, p, to, err)
+		return nil, fmt.Errorf("node: table %q partition %d moved to %s: %w", t.m.Name, p, to, err)
+	}
+	if h := raceHook; h != nil {
+		h("moved")
 	}
 	pt.r.Store(&route{addr: to, durable: d, rev: switchRev})
 	was := pt.tb.Load()
 	if was == nil && !pt.rejoin.Load() {
-		return nil
+		return db, nil
 	}
 	// Owned: the grant ended at the switch. One Own of the partition at a time (owning).
 	select {
 	case pt.owning <- struct{}{}:
 	case <-ctx.Done():
 		t.forget(p, was)
-		return nil
+		return db, nil
 	}
 	defer func() { <-pt.owning }()
 	tb, err := db.Table(context.WithValue(ctx, minEpochKey{}, uint64(switchRev)), name)
 	if err == nil {
 		err = tb.Serving()
 	}
+	if err != nil && !last && db != t.n.current(to) {
+		return db, nil // replaced meanwhile: the next try, on its successor
+	}
 	if err != nil {
 		t.n.log.Warn("node: an owned partition moved; owning it again on its new storage node failed",
 			"table", t.m.Name, "part", p, "to", to, "err", err)
 		t.forget(p, was)
-		return nil
+		return db, nil
 	}
 	if pt.tb.CompareAndSwap(was, tb) {
 		if was != nil {
@@ -156,7 +177,7 @@ func (t *Table) moved(ctx context.Context, p uint32, to string, switchRev int64)
 		pt.rejoin.Store(false)
 		t.setOwned(p)
 	}
-	return nil
+	return db, nil
 }
 
 // forget drops partition p's old owned table was, as not owned (not lost: Own may take it

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
 )
 
 // A partition moved under its owner's writes: the owner keeps writing through the same
@@ -163,4 +164,106 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 		require.NoError(t, r.Get(ctx, id, row))
 		require.Equal(t, last[p], balanceOf(row), "partition %d", p)
 	}
+}
+
+// A storage node's transaction node replaced (heal.go) while an Own of one of its partitions
+// is between its grant and its store: the heal did not see the partition owned yet, so Own
+// must not keep the dead transaction node's table. On 6387942 it did: the partition stayed
+// owned on the closed transaction node, and every write of it failed for good.
+func TestOwnRacingHeal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 1))
+	fired := false
+	restore := node.SetRaceHook(func(where string) {
+		if where == "own" && !fired {
+			fired = true
+			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
+		}
+	})
+	require.NoError(t, tbl.Own(ctx, 0))
+	restore()
+	require.True(t, fired)
+	require.ElementsMatch(t, []uint32{1, 0}, tbl.Owned())
+	for p := uint32(0); p < 2; p++ {
+		id, err := tbl.Insert(ctx, balanceRow(uint64(p)))
+		require.NoError(t, err)
+		require.NoError(t, tbl.Put(ctx, id, balanceRow(5)), "partition %d", tbl.Partition(id))
+	}
+}
+
+// A storage node's transaction node replaced (heal.go) while an owned partition's Table
+// follows it there after a move, between the dial and the route's store: the heal did not
+// see the route yet, so the follow must not keep the dead transaction node's handles. On
+// 6387942 it did: the partition was reported not owned and its reads failed for good.
+func TestMoveFollowRacingHeal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
+	tbl, err := owner.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.OpenTable(ctx, "race")
+	require.NoError(t, err)
+	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
+	fired := false
+	restore := node.SetRaceHook(func(where string) {
+		if where == "moved" && !fired {
+			fired = true
+			require.NoError(t, node.KillDB(ctx, owner, tc.addrs[1]))
+		}
+	})
+	defer restore()
+	var perr error
+	for try := 0; try < 10; try++ {
+		if perr = tbl.Put(ctx, id, balanceRow(2)); perr == nil {
+			break
+		}
+	}
+	require.True(t, fired)
+	require.NoError(t, perr)
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
+	row := make([]byte, 64)
+	require.NoError(t, tbl.Get(ctx, id, row))
+	require.EqualValues(t, 2, balanceOf(row))
+	require.Equal(t, []uint32{0}, tbl.Owned())
+}
+
+// A storage node's transaction node replaced (heal.go) while OpenTable opens a table on it,
+// between the durable-read handles' opens and the table's registration: the heal did not
+// see the table yet, so OpenTable must not keep the dead transaction node's handles. On
+// 6387942 it did: the handle's reads of that storage node failed for good.
+func TestOpenTableRacingHeal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	creator := tc.open(t, 0x1, "")
+	ct, err := creator.CreateTable(ctx, "race", 64, 1, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ct.Own(ctx, 0))
+	id, err := ct.Insert(ctx, balanceRow(3))
+	require.NoError(t, err)
+	require.NoError(t, creator.Close(ctx))
+
+	n := tc.open(t, 0x2, "")
+	fired := false
+	restore := node.SetRaceHook(func(where string) {
+		if where == "open" && !fired {
+			fired = true
+			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
+		}
+	})
+	defer restore()
+	tbl, err := n.OpenTable(ctx, "race")
+	require.NoError(t, err)
+	require.True(t, fired)
+	row := make([]byte, 64)
+	require.NoError(t, tbl.Get(ctx, id, row))
+	require.EqualValues(t, 3, balanceOf(row))
 }

@@ -20,9 +20,12 @@ import (
 //     noteErr), it leaves the Node's map and becomes a pending heal (replace);
 //  2. the next use of the storage node closes it (its etcd grants are not released: keep)
 //     before it dials the new one, so that the storage node never has two live transaction
-//     nodes of this node; dials after a failed one wait out a backoff (healBackoffMin
-//     doubling up to healBackoffMax, within the caller's context);
-//  3. the new transaction node reopens, for every open Table, the durable-read handle of
+//     nodes of this node; a dial after a failed one waits until a backoff after that one
+//     has passed (healBackoffMin doubling up to healBackoffMax; within the caller's
+//     context: a caller whose context ends first fails without a dial, and without
+//     growing the backoff, so callers of short deadlines heal too);
+//  3. the new transaction node reopens, for every live Table handle (n.handles: also one
+//     OpenTable replaced after a move, which still owns what it owned), the durable-read handle of
 //     each partition on the storage node, and registers again the grants of the partitions
 //     this node owned there: the grants are still this session's (cluster.Session.Acquire
 //     returns a held ownership as it is), so the storage node takes them at the floor it
@@ -34,7 +37,8 @@ import (
 // Nothing acknowledged is lost in Durable mode: the dead transaction node's commits that
 // were not acknowledged failed with txnode.ErrUnknownOutcome (or the pipeline's error), and
 // an acknowledged one is on the storage node's WAL. In WriteBack mode the commits the dead
-// node acknowledged but had not flushed are lost with it (as they are with a crash).
+// node acknowledged but had not flushed are lost with it (as they are with a crash): its
+// Close fails, and the Node logs an Error record naming the storage node (closedDead).
 // Pins (Table.Pin) are not carried over.
 
 // Backoff between dials of a storage node whose transaction node died.
@@ -47,7 +51,9 @@ const (
 type pendingHeal struct {
 	old     *txnode.DB
 	cause   error
-	wait    time.Duration // the backoff before the next dial (0: none)
+	wait    time.Duration // the backoff after the last failed dial (0: none failed)
+	next    time.Time     // no dial before (the last failed dial plus wait)
+	closed  bool          // old was closed (by the first dial of its successor)
 	lastErr error
 }
 
@@ -93,6 +99,51 @@ func (n *Node) noteErr(addr string, err error) error {
 	return err
 }
 
+// current returns the live transaction node of the storage node at addr, nil while none is
+// (not dialled, dialling, or being replaced).
+func (n *Node) current(addr string) *txnode.DB {
+	n.mu.Lock()
+	sc := n.dbs[addr]
+	n.mu.Unlock()
+	if sc == nil {
+		return nil
+	}
+	select {
+	case <-sc.ready:
+		return sc.db
+	default:
+		return nil
+	}
+}
+
+// current reopens, on their storage nodes' live transaction nodes, the durable-read handles
+// of t opened on one a heal replaced before t was registered (OpenTable, CreateTable: reown
+// did not see t yet; once registered, every later heal does).
+func (t *Table) current(ctx context.Context) error {
+	for p := range t.parts {
+		pt := &t.parts[p]
+		for try := 0; ; try++ {
+			r := pt.r.Load()
+			if r.durable.DB() == t.n.current(r.addr) {
+				break
+			}
+			db, err := t.n.db(ctx, r.addr)
+			if err != nil {
+				return err
+			}
+			if try == 2 {
+				break // healed again meanwhile: its reown has the handle
+			}
+			d, err := db.OpenDurable(ctx, storenode.PartitionTableName(t.m.Name, uint32(p)))
+			if err != nil {
+				return fmt.Errorf("node: open table %q partition %d on %s: %w", t.m.Name, p, r.addr, err)
+			}
+			pt.r.CompareAndSwap(r, &route{addr: r.addr, durable: d, rev: r.rev})
+		}
+	}
+	return nil
+}
+
 // heal, at a Table operation's start, replaces partition p's transaction node if it died
 // (only while some storage node's is: one atomic load otherwise).
 func (t *Table) heal(ctx context.Context, p uint32) error {
@@ -112,17 +163,25 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 	var err error
 	if h != nil {
 		// Only this dial touches h (it holds the address's slot in n.dbs).
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		h.old.Close(cctx) // idempotent: a failed dial before closed it already
-		cancel()
-		if h.wait > 0 {
-			timer := time.NewTimer(h.wait)
+		if !h.closed {
+			h.closed = true
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			n.closedDead(addr, h, h.old.Close(cctx))
+			cancel()
+		}
+		if d := time.Until(h.next); d > 0 {
+			timer := time.NewTimer(d)
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
 				err = fmt.Errorf("node: storage node %s: waiting to redial (its transaction node died: %w): %w", addr, h.cause, ctx.Err())
 			}
+		}
+		if err != nil {
+			// No dial was tried: the backoff stays as it is (it runs from the last
+			// failed dial, not from each caller's start).
+			return n.dialed(addr, sc, h, err, false)
 		}
 	}
 	if err == nil {
@@ -143,6 +202,12 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 			}
 		}
 	}
+	return n.dialed(addr, sc, h, err, true)
+}
+
+// dialed ends dial: sc gets the new transaction node or err (tried: a dial failed, so the
+// backoff grows).
+func (n *Node) dialed(addr string, sc *storeConn, h *pendingHeal, err error, tried bool) (*txnode.DB, error) {
 	var orphan *txnode.DB
 	n.mu.Lock()
 	if err != nil {
@@ -150,9 +215,10 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 		if n.dbs[addr] == sc {
 			delete(n.dbs, addr) // the next use dials again
 		}
-		if h != nil {
+		if h != nil && tried {
 			h.lastErr = err
 			h.wait = min(max(2*h.wait, healBackoffMin), healBackoffMax)
+			h.next = time.Now().Add(h.wait)
 		}
 	} else if n.closed {
 		// Close ran meanwhile and took the map: this one is ours to close.
@@ -162,25 +228,47 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 		n.sick.Store(int32(len(n.heals)))
 		n.log.Info("node: the transaction node of a storage node was replaced", "addr", addr)
 	}
-	close(sc.ready)
-	n.mu.Unlock()
-	if orphan != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		orphan.Close(cctx)
-		cancel()
+	if orphan == nil {
+		close(sc.ready)
+		n.mu.Unlock()
+		return sc.db, sc.err
 	}
+	n.mu.Unlock()
+	// Closed before ready: Close, which waits for sc.ready, returns only after it.
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	orphan.Close(cctx)
+	cancel()
+	close(sc.ready)
 	return sc.db, sc.err
 }
 
-// reown points every open Table's partitions on the storage node at addr to its new
+// closedDead reports the Close of a dead transaction node (err: what Close returned). In
+// WriteBack mode a failed Close means commits it acknowledged and had not flushed are lost:
+// an Error record says so (the game learns it from its log; nothing else reports it).
+func (n *Node) closedDead(addr string, h *pendingHeal, err error) {
+	switch {
+	case err == nil || errors.Is(err, txnode.ErrClosed):
+	case n.cfg.Durability == txnode.WriteBack:
+		n.log.Error("node: the dead transaction node of a storage node did not flush: its acknowledged WriteBack commits not flushed yet are lost",
+			"addr", addr, "cause", h.cause, "err", err)
+	default:
+		n.log.Warn("node: close of the dead transaction node of a storage node", "addr", addr, "err", err)
+	}
+}
+
+// reown points every live Table handle's partitions on the storage node at addr to its new
 // transaction node db: their durable-read handles, and the owned tables of the partitions
 // this node owned (their grants registered again). A partition whose grant was lost is
 // dropped as owned; any other failure is returned (the caller tries again later).
 func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 	n.mu.Lock()
-	tables := make([]*Table, 0, len(n.tables))
-	for _, t := range n.tables {
-		tables = append(tables, t)
+	// Every live handle, not only the newest per name (n.tables): one OpenTable replaced
+	// after a move still owns what it owned.
+	tables := make([]*Table, 0, len(n.handles))
+	for _, w := range n.handles {
+		if t := w.Value(); t != nil {
+			tables = append(tables, t)
+		}
 	}
 	n.mu.Unlock()
 	type fix struct {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/logicpage"
@@ -72,6 +73,10 @@ type Node struct {
 	closed bool
 	dbs    map[string]*storeConn // by storage node address
 	tables map[string]*Table     // by name
+	// handles are every Table addTable made, weakly (pruned as they are collected): a handle
+	// OpenTable replaced after a move still follows the map and may own partitions, so a
+	// heal re-registers its grants too (heal.go reown). Guarded by mu.
+	handles []weak.Pointer[Table]
 	// heals are, by storage node address, the transaction nodes found dead and not
 	// replaced yet (heal.go). Guarded by mu.
 	heals map[string]*pendingHeal
@@ -166,8 +171,8 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Unlock()
 	// Dead transaction nodes not replaced yet (heal.go): closed here unless a dial of
 	// their successor closes them (DB.Close is idempotent).
-	for _, h := range heals {
-		h.old.Close(ctx)
+	for addr, h := range heals {
+		n.closedDead(addr, h, h.old.Close(ctx))
 	}
 	// Two-phase commits still finishing in the background give up (their parts are
 	// abandoned: the storage nodes' resolvers finish them) before their DBs close.
@@ -365,7 +370,11 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 		}
 		durable[p] = d
 	}
-	return n.addTable(tm, durable)
+	t, err := n.addTable(tm, durable)
+	if err != nil {
+		return nil, err
+	}
+	return t, t.current(ctx)
 }
 
 // noLeftovers refuses, before a first creation writes the map, partition tables of the name
@@ -453,7 +462,14 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 		rowBytes = d.RowBytes()
 		durable[p] = d
 	}
-	return n.addTable(tm, durable)
+	if h := raceHook; h != nil {
+		h("open")
+	}
+	t, err = n.addTable(tm, durable)
+	if err != nil {
+		return nil, err
+	}
+	return t, t.current(ctx)
 }
 
 // storageName checks a storage node's table name rule (1..64 bytes of [A-Za-z0-9_.-]):
@@ -497,5 +513,7 @@ func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*
 	}
 	t := newTable(n, tm, durable)
 	n.tables[tm.Name] = t
+	n.handles = slices.DeleteFunc(n.handles, func(w weak.Pointer[Table]) bool { return w.Value() == nil })
+	n.handles = append(n.handles, weak.Make(t))
 	return t, nil
 }

@@ -158,6 +158,25 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			// until the Node closes; an Own through a fresh handle takes them up).
 			return t.n.after(perr)
 		}
+		if h := raceHook; h != nil {
+			h("own")
+		}
+		for i, tb := range took {
+			// A heal (heal.go) that replaced the storage node's transaction node between
+			// the grant and here did not see the partition owned: register the grant (still
+			// this session's) with its successor instead, a few times at most.
+			for try := 0; tb.DB() != t.n.current(t.parts[need[i]].addr()) && try < 3; try++ {
+				var rerr error
+				if tb, rerr = t.ownOne(ctx, wait, need[i]); rerr != nil {
+					took, err = took[:i], rerr
+					break
+				}
+			}
+			if i >= len(took) {
+				break
+			}
+			took[i] = tb
+		}
 		for i, tb := range took {
 			t.parts[need[i]].tb.Store(tb)
 		}
@@ -165,6 +184,11 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	}
 	return t.n.after(err)
 }
+
+// raceHook, set by tests only, runs at the points a heal may race: in Own between the
+// grants' map check and the store of the owned tables ("own"), in a move's follow between
+// the dial of the new storage node and the route's store ("moved").
+var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one
 // Own of it at a time, and returns the owned table.
