@@ -356,6 +356,9 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 			rec.count = uint16(count)
 		}
 	}
+	if !recorded {
+		got, recorded = e.forgottenLocked(id)
+	}
 	e.mu.Unlock()
 	if recorded {
 		return e.answerDecision(id, asked, got)
@@ -410,6 +413,9 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 		}
 		return *rec, nil
 	}
+	if f, ok := e.forgottenLocked(id); ok {
+		return f, nil // decided and forgotten while the lease was checked
+	}
 	if len(e.txnDecisions) >= e.opts.MaxTxns {
 		return txnDecision{}, fmt.Errorf("%w: %d decisions kept", ErrTxnBusy, len(e.txnDecisions))
 	}
@@ -437,11 +443,14 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 	}
 	rec := e.txnDecisions[id]
 	var got txnDecision
-	if rec != nil {
+	known := rec != nil
+	if known {
 		got = *rec
+	} else {
+		got, known = e.forgottenLocked(id)
 	}
 	e.mu.Unlock()
-	if rec == nil {
+	if !known {
 		if e.opts.LeaseChecker == nil {
 			return DecisionNone, nil
 		}
@@ -509,7 +518,78 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
 	rec.reported |= 1 << index
 	if rec.d == DecisionCommit && rec.allReported() {
-		delete(e.txnDecisions, id)
+		e.forgetDecision(id, rec)
+	}
+}
+
+// txnForgotten is a decision forgotten by this node, its primary (Engine.txnForgot).
+type txnForgotten struct {
+	d   Decision
+	at  time.Time // engine clock, when forgotten
+	seq uint64    // its txnForgotQ entry's
+}
+
+// txnForgotEntry is one forgotten decision in the order forgotten.
+type txnForgotEntry struct {
+	id  TxnID
+	seq uint64
+}
+
+// forgetDecision forgets a decision every participant reported (or an abort past
+// Options.TxnAbortKeep) and remembers it in txnForgot, Options.TxnAbortKeep at most (the
+// oldest give way past Options.MaxTxns): the coordinator's resend of a Decide whose answer
+// it lost, after every participant's resolver learned the decision and reported, is
+// answered with it, instead of recording abort (the lease gone: a committed transaction
+// reported aborted) or a second commit nobody reports (a leak toward MaxTxns); an Ask is
+// answered with it too. A coordinator that lost its answer for longer than TxnAbortKeep
+// cannot trust an abort (docs/cluster.md, "What the coordinator must do"). Caller holds mu.
+func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
+	delete(e.txnDecisions, id)
+	now := e.opts.Now()
+	e.expireForgotten(now)
+	if len(e.txnForgotQ) >= e.opts.MaxTxns {
+		e.popForgotten()
+	}
+	e.txnForgotSeq++
+	e.txnForgot[id] = txnForgotten{d: rec.d, at: now, seq: e.txnForgotSeq}
+	e.txnForgotQ = append(e.txnForgotQ, txnForgotEntry{id: id, seq: e.txnForgotSeq})
+}
+
+// forgottenLocked returns the forgotten decision of id, as a record already durable, if
+// remembered and younger than Options.TxnAbortKeep. Caller holds mu.
+func (e *Engine) forgottenLocked(id TxnID) (txnDecision, bool) {
+	f, ok := e.txnForgot[id]
+	if !ok {
+		return txnDecision{}, false
+	}
+	if e.opts.Now().Sub(f.at) >= e.opts.TxnAbortKeep {
+		return txnDecision{}, false
+	}
+	return txnDecision{d: f.d, at: f.at}, true
+}
+
+// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. Caller
+// holds mu.
+func (e *Engine) expireForgotten(now time.Time) {
+	for len(e.txnForgotQ) > 0 {
+		f := e.txnForgot[e.txnForgotQ[0].id]
+		if f.seq == e.txnForgotQ[0].seq && now.Sub(f.at) < e.opts.TxnAbortKeep {
+			return
+		}
+		e.popForgotten()
+	}
+}
+
+// popForgotten drops the oldest forgotten decision. Caller holds mu.
+func (e *Engine) popForgotten() {
+	q := e.txnForgotQ[0]
+	if f, ok := e.txnForgot[q.id]; ok && f.seq == q.seq {
+		delete(e.txnForgot, q.id)
+	}
+	e.txnForgotQ[0] = txnForgotEntry{}
+	e.txnForgotQ = e.txnForgotQ[1:]
+	if len(e.txnForgotQ) == 0 {
+		e.txnForgotQ = nil
 	}
 }
 
@@ -523,7 +603,7 @@ func (e *Engine) sweepTxnDecisions() {
 	now := e.opts.Now()
 	for id, rec := range e.txnDecisions {
 		if rec.d == DecisionAbort && (rec.allReported() || now.Sub(rec.at) >= e.opts.TxnAbortKeep) && rec.lsn <= e.durableThrough() {
-			delete(e.txnDecisions, id)
+			e.forgetDecision(id, rec)
 		}
 	}
 }
@@ -978,7 +1058,7 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		rec.count = max(rec.count, count)
 		rec.reported |= reported
 		if rec.d == DecisionCommit && rec.allReported() {
-			delete(e.txnDecisions, id)
+			e.forgetDecision(id, rec)
 		}
 	case kindTxnReported:
 		id, index, err := decodeTxnReportedRecord(payload)
