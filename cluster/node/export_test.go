@@ -1,5 +1,7 @@
 package node
 
+import "time"
+
 // SetMoveStepHook sets the hook Move calls after each durable step (tests only).
 func SetMoveStepHook(f func(step string)) { moveStepHook = f }
 
@@ -17,4 +19,19 @@ func SetSerialPrepares(on bool) (restore func()) {
 	old := coordSerialPrepares
 	coordSerialPrepares = on
 	return func() { coordSerialPrepares = old }
+}
+
+// SetDecideAnswer sets the hook that sees each Decide(commit) answer (coordDecideAnswer) and
+// returns what restores it.
+func SetDecideAnswer(h func(attempt int, err error) error) (restore func()) {
+	old := coordDecideAnswer
+	coordDecideAnswer = h
+	return func() { coordDecideAnswer = old }
+}
+
+// SetCoordClock sets the coordinator's clock and decideTrust and returns what restores them.
+func SetCoordClock(now func() time.Time, trust time.Duration) (restore func()) {
+	oldNow, oldTrust := coordNow, decideTrust
+	coordNow, decideTrust = now, trust
+	return func() { coordNow, decideTrust = oldNow, oldTrust }
 }
