@@ -85,7 +85,7 @@ type Engine struct {
 	// txnForgot remembers the decisions this node forgot as primary (a commit every
 	// participant reported, an abort swept), so that a resent Decide or an Ask of one is
 	// answered with it instead of deciding afresh (txn.go, forgetDecision). Memory only (a
-	// restart keeps what the replayed WAL still holds), at most Options.MaxTxns, each kept
+	// restart keeps what the replayed WAL still holds), at most Options.TxnForgetMax, each kept
 	// Options.TxnAbortKeep; txnForgotQ lists them oldest first. Guarded by mu.
 	txnForgot    map[TxnID]txnForgotten
 	txnForgotQ   []txnForgotEntry

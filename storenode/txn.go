@@ -537,7 +537,7 @@ type txnForgotEntry struct {
 
 // forgetDecision forgets a decision every participant reported (or an abort past
 // Options.TxnAbortKeep) and remembers it in txnForgot, Options.TxnAbortKeep at most (the
-// oldest give way past Options.MaxTxns): the coordinator's resend of a Decide whose answer
+// oldest give way past Options.TxnForgetMax): the coordinator's resend of a Decide whose answer
 // it lost, after every participant's resolver learned the decision and reported, is
 // answered with it, instead of recording abort (the lease gone: a committed transaction
 // reported aborted) or a second commit nobody reports (a leak toward MaxTxns); an Ask is
@@ -547,7 +547,7 @@ func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
 	delete(e.txnDecisions, id)
 	now := e.opts.Now()
 	e.expireForgotten(now)
-	if len(e.txnForgotQ) >= e.opts.MaxTxns {
+	if len(e.txnForgotQ) >= e.opts.TxnForgetMax {
 		e.popForgotten()
 	}
 	e.txnForgotSeq++

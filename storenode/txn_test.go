@@ -620,7 +620,7 @@ func TestTxnPrepareTooLarge(t *testing.T) {
 func TestTxnForgottenDecisionResent(t *testing.T) {
 	clock := fakeClock{}
 	leases := &memLeases{}
-	s := newTxnStore(t, Options{Now: clock.Now, LeaseChecker: leases, TxnAbortKeep: time.Minute, MaxTxns: 4})
+	s := newTxnStore(t, Options{Now: clock.Now, LeaseChecker: leases, TxnAbortKeep: time.Minute, TxnForgetMax: 4})
 	ctx := context.Background()
 
 	commitForgotten := func(id TxnID, lease int64) {
@@ -678,7 +678,7 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 	require.Zero(t, decisions, "no new abort record")
 	require.NoError(t, s.e.verify())
 
-	// Bounded by count: MaxTxns (4) remembered, the oldest give way.
+	// Bounded by count: TxnForgetMax (4) remembered, the oldest give way.
 	for i := range 4 {
 		commitForgotten(txnID(byte(10+i)), 8)
 	}
