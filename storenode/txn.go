@@ -41,7 +41,9 @@ import (
 //     (carryTxns), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
 //     by at most the dirty pages of the WAL being replayed).
-//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns.
+//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns; the forgotten
+//     decisions remembered (txnForgot: a resent Decide is answered with them) at most
+//     Options.TxnForgetMax, the newest MaxTxns of them carried by each checkpoint too.
 
 // TxnID identifies a distributed transaction; the coordinator makes it unique in the cluster
 // (for instance its etcd lease id and a counter).
@@ -983,6 +985,24 @@ func (e *Engine) carryTxns() (uint64, error) {
 		}
 		last = lsn
 	}
+	// The newest Options.MaxTxns forgotten decisions too (a resend comes soon after the
+	// first Decide; the bound keeps this hold as short as the live decisions' carry), as
+	// decisions every participant reported (count 64, all reported): replay forgets them
+	// again, so a restart keeps answering a resent Decide. Skipped: the expired ones, and an
+	// id decided again since (its record is carried above).
+	now := e.opts.Now()
+	for _, q := range e.txnForgotQ[max(0, len(e.txnForgotQ)-e.opts.MaxTxns):] {
+		f, ok := e.txnForgot[q.id]
+		if !ok || f.seq != q.seq || now.Sub(f.at) >= e.opts.TxnAbortKeep || e.txnDecisions[q.id] != nil {
+			continue
+		}
+		e.scratch = appendTxnDecideRecord(e.scratch[:0], q.id, f.d, txnParticipantsMax, 0, ^uint64(0))
+		lsn, err := e.appendRecord(kindTxnDecide, e.scratch, false, noAck)
+		if err != nil {
+			return 0, err
+		}
+		last = lsn
+	}
 	return last, nil
 }
 
@@ -1057,7 +1077,9 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		}
 		rec.count = max(rec.count, count)
 		rec.reported |= reported
-		if rec.d == DecisionCommit && rec.allReported() {
+		if rec.allReported() {
+			// A commit every participant reported, or a decision forgotten and carried by a
+			// checkpoint (carryTxns); an abort all reported is forgotten as the sweep would.
 			e.forgetDecision(id, rec)
 		}
 	case kindTxnReported:

@@ -700,3 +700,54 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 	s.e.mu.Unlock()
 	require.NoError(t, s.e.verify())
 }
+
+// TestTxnForgottenDecisionRestart: a primary that restarts still answers a resent Decide of
+// a commit it forgot, from the records its checkpoints carry (Close checkpoints too), across
+// restarts; a forgotten abort is carried too, and neither is kept as a live decision after
+// the replay. Fails without the carry: abort recorded.
+func TestTxnForgottenDecisionRestart(t *testing.T) {
+	for _, ckpt := range []bool{false, true} {
+		leases := &memLeases{}
+		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases}
+		e, err := Open(opts)
+		require.NoError(t, err)
+		ctx := context.Background()
+		_, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+		require.NoError(t, err)
+		require.NoError(t, e.ReportTxn(txnID(1), 0))
+		require.NoError(t, e.ReportTxn(txnID(1), 1))
+		_, err = e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 1)
+		require.NoError(t, err)
+		require.NoError(t, e.ReportTxn(txnID(2), 0))
+		require.NoError(t, e.ResolveTxns(ctx)) // sweeps the abort
+		_, decisions := e.TxnCounts()
+		require.Zero(t, decisions)
+		if ckpt {
+			require.NoError(t, e.Checkpoint())
+			require.NoError(t, e.Checkpoint())
+		}
+		require.NoError(t, e.Close())
+		leases.kill(5)
+
+		for round := range 2 {
+			e, err = Open(opts)
+			require.NoError(t, err)
+			_, decisions = e.TxnCounts()
+			require.Zero(t, decisions, "checkpoint %v round %d: nothing live after the replay", ckpt, round)
+			d, err := e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+			require.NoError(t, err, "checkpoint %v round %d", ckpt, round)
+			require.Equal(t, DecisionCommit, d)
+			d, err = e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 1)
+			require.NoError(t, err)
+			require.Equal(t, DecisionAbort, d)
+			_, decisions = e.TxnCounts()
+			require.Zero(t, decisions, "no new record")
+			require.NoError(t, e.verify())
+			require.NoError(t, e.Checkpoint())
+			require.NoError(t, e.Close())
+		}
+		rep, err := Check(ctx, opts.Dir, CheckOptions{})
+		require.NoError(t, err)
+		require.False(t, rep.Damaged(), "%+v", rep.Findings)
+	}
+}
