@@ -229,6 +229,11 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == DecisionAbort {
 		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
 	}
+	if p.Primary == "" && len(e.txnForgot) > 0 {
+		if f, ok := e.forgottenLocked(p.Txn); ok {
+			return 0, fmt.Errorf("%w: transaction %v: the primary decided %v (and forgot it)", ErrTxnDecided, p.Txn, f.d)
+		}
+	}
 	if at, ok := e.txnAborted[p.Txn]; ok {
 		if e.opts.Now().Sub(at) < e.opts.TxnAbortKeep {
 			return 0, fmt.Errorf("%w: transaction %v: abort was applied here before this prepare came", ErrTxnDecided, p.Txn)

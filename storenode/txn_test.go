@@ -751,3 +751,20 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 		require.False(t, rep.Damaged(), "%+v", rep.Findings)
 	}
 }
+
+// TestTxnPrepareAfterForgottenAbort: a prepare reaching the primary after it recorded abort
+// and forgot it (every participant reported) is refused, as one before the forgetting is.
+func TestTxnPrepareAfterForgottenAbort(t *testing.T) {
+	s := newTxnStore(t, Options{TxnResolveInterval: -1})
+	ctx := context.Background()
+	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 1)
+	require.NoError(t, err)
+	require.NoError(t, s.e.ReportTxn(txnID(1), 0))
+	require.NoError(t, s.e.ResolveTxns(ctx))
+	_, decisions := s.e.TxnCounts()
+	require.Zero(t, decisions, "forgotten")
+	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 150)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	parts, _ := s.e.TxnCounts()
+	require.Zero(t, parts)
+}

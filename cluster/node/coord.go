@@ -25,7 +25,9 @@ import (
 //     writes locked: serializable across storage nodes), the session checked (never decide
 //     past the lease's deadline), then Decide(commit) at the primary. Its answer is the
 //     outcome; a lost answer is asked again with the SAME decision (never another one); an
-//     abort recorded (a resolver's, after the lease was gone) fails the transaction.
+//     abort recorded (a resolver's, after the lease was gone) fails the transaction, unless
+//     an answer was lost and more than decideTrust passed since the first Decide: then the
+//     primary may have forgotten the commit, and the outcome is reported unknown.
 //  4. The decision applied to every participant (in parallel), each retried until answered;
 //     each part's rows stay locked in this node's cache until its storage node answered,
 //     then take the committed values (txnode.Prepared.Apply).
