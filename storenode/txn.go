@@ -601,13 +601,14 @@ func (e *Engine) popForgotten() {
 }
 
 // sweepTxnDecisions forgets the aborts every participant reported or older than
-// Options.TxnAbortKeep. Caller holds mu. A forgotten abort is answered abort again by
+// Options.TxnAbortKeep, and drops the forgotten decisions past it. Caller holds mu. A forgotten abort is answered abort again by
 // AskTxn (the lease is gone) and refuses a late commit (DecideTxn checks the lease first).
 func (e *Engine) sweepTxnDecisions() {
+	now := e.opts.Now()
+	e.expireForgotten(now)
 	if len(e.txnDecisions) == 0 {
 		return
 	}
-	now := e.opts.Now()
 	for id, rec := range e.txnDecisions {
 		if rec.d == DecisionAbort && (rec.allReported() || now.Sub(rec.at) >= e.opts.TxnAbortKeep) && rec.lsn <= e.durableThrough() {
 			e.forgetDecision(id, rec)
