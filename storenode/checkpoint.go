@@ -291,7 +291,7 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 	}
 	snap := e.snapshotMeta()
 	e.ckptCarried = 0
-	if !e.replaying && e.txnLive() {
+	if !e.replaying && (e.txnLive() || len(e.txnForgot) > 0) {
 		carried, err := e.carryTxns()
 		if err != nil {
 			e.mu.Unlock()

@@ -82,9 +82,18 @@ type Engine struct {
 	// prepared here (yet): a prepare of it arriving later is refused. Memory only, at most
 	// Options.MaxTxns, each kept Options.TxnAbortKeep. Guarded by mu.
 	txnAborted map[TxnID]time.Time
-	txnLocks   map[uint64]uint64 // frameKey -> slots of prepared rows
-	txnKick    chan struct{}
-	txnBytes   int64 // the prepare records the prepared parts hold
+	// txnForgot remembers the decisions this node forgot as primary (a commit every
+	// participant reported, an abort swept), so that a resent Decide or an Ask of one is
+	// answered with it instead of deciding afresh (txn.go, forgetDecision). A checkpoint
+	// carries the newest Options.MaxTxns (carryTxns), so a restart keeps those and what the
+	// replayed WAL holds. At most Options.TxnForgetMax, each kept
+	// Options.TxnAbortKeep; txnForgotQ lists them oldest first. Guarded by mu.
+	txnForgot    map[TxnID]txnForgotten
+	txnForgotQ   []txnForgotEntry
+	txnForgotSeq uint64
+	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
+	txnKick      chan struct{}
+	txnBytes     int64 // the prepare records the prepared parts hold
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
@@ -255,6 +264,7 @@ func Open(opts Options) (*Engine, error) {
 	e.leaseSeqs = make(map[uint64]uint64)
 	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
 	e.txnAborted = make(map[TxnID]time.Time)
+	e.txnForgot = make(map[TxnID]txnForgotten)
 	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck

@@ -55,6 +55,7 @@ const (
 	DefaultTxnAbortKeep       = 10 * time.Minute
 	DefaultTxnCallTimeout     = 5 * time.Second
 	DefaultMaxTxns            = 4096
+	DefaultTxnForgetMax       = 65536
 	DefaultMaxTxnBytes        = 256 << 20
 	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
 	// wait for checkpoints to make room), but not fewer than one batch can touch.
@@ -141,6 +142,10 @@ type Options struct {
 	// MaxTxns bounds the prepared transactions, and separately the kept decisions; beyond,
 	// PrepareTxn and DecideTxn fail with ErrTxnBusy.
 	MaxTxns int
+	// TxnForgetMax bounds the decisions a primary remembers after forgetting them (each
+	// TxnAbortKeep at most, about 100 bytes each: a resent Decide of one is answered with
+	// it); beyond, the oldest give way. 0: DefaultTxnForgetMax.
+	TxnForgetMax int
 	// MaxTxnBytes bounds the bytes of the prepared batches held in memory (and re-logged by
 	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
 	MaxTxnBytes int64
@@ -207,6 +212,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTxns <= 0 {
 		o.MaxTxns = DefaultMaxTxns
+	}
+	if o.TxnForgetMax <= 0 {
+		o.TxnForgetMax = DefaultTxnForgetMax
 	}
 	if o.MaxTxnBytes <= 0 {
 		o.MaxTxnBytes = DefaultMaxTxnBytes

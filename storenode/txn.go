@@ -41,7 +41,9 @@ import (
 //     (carryTxns), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
 //     by at most the dirty pages of the WAL being replayed).
-//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns.
+//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns; the forgotten
+//     decisions remembered (txnForgot: a resent Decide is answered with them) at most
+//     Options.TxnForgetMax, the newest MaxTxns of them carried by each checkpoint too.
 
 // TxnID identifies a distributed transaction; the coordinator makes it unique in the cluster
 // (for instance its etcd lease id and a counter).
@@ -227,6 +229,11 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == DecisionAbort {
 		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
 	}
+	if p.Primary == "" && len(e.txnForgot) > 0 {
+		if f, ok := e.forgottenLocked(p.Txn); ok {
+			return 0, fmt.Errorf("%w: transaction %v: the primary decided %v (and forgot it)", ErrTxnDecided, p.Txn, f.d)
+		}
+	}
 	if at, ok := e.txnAborted[p.Txn]; ok {
 		if e.opts.Now().Sub(at) < e.opts.TxnAbortKeep {
 			return 0, fmt.Errorf("%w: transaction %v: abort was applied here before this prepare came", ErrTxnDecided, p.Txn)
@@ -356,6 +363,9 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 			rec.count = uint16(count)
 		}
 	}
+	if !recorded {
+		got, recorded = e.forgottenLocked(id)
+	}
 	e.mu.Unlock()
 	if recorded {
 		return e.answerDecision(id, asked, got)
@@ -410,6 +420,9 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 		}
 		return *rec, nil
 	}
+	if f, ok := e.forgottenLocked(id); ok {
+		return f, nil // decided and forgotten while the lease was checked
+	}
 	if len(e.txnDecisions) >= e.opts.MaxTxns {
 		return txnDecision{}, fmt.Errorf("%w: %d decisions kept", ErrTxnBusy, len(e.txnDecisions))
 	}
@@ -437,11 +450,14 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 	}
 	rec := e.txnDecisions[id]
 	var got txnDecision
-	if rec != nil {
+	known := rec != nil
+	if known {
 		got = *rec
+	} else {
+		got, known = e.forgottenLocked(id)
 	}
 	e.mu.Unlock()
-	if rec == nil {
+	if !known {
 		if e.opts.LeaseChecker == nil {
 			return DecisionNone, nil
 		}
@@ -509,21 +525,93 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
 	rec.reported |= 1 << index
 	if rec.d == DecisionCommit && rec.allReported() {
-		delete(e.txnDecisions, id)
+		e.forgetDecision(id, rec)
+	}
+}
+
+// txnForgotten is a decision forgotten by this node, its primary (Engine.txnForgot).
+type txnForgotten struct {
+	d   Decision
+	at  time.Time // engine clock, when forgotten
+	seq uint64    // its txnForgotQ entry's
+}
+
+// txnForgotEntry is one forgotten decision in the order forgotten.
+type txnForgotEntry struct {
+	id  TxnID
+	seq uint64
+}
+
+// forgetDecision forgets a decision every participant reported (or an abort past
+// Options.TxnAbortKeep) and remembers it in txnForgot, Options.TxnAbortKeep at most (the
+// oldest give way past Options.TxnForgetMax): the coordinator's resend of a Decide whose answer
+// it lost, after every participant's resolver learned the decision and reported, is
+// answered with it, instead of recording abort (the lease gone: a committed transaction
+// reported aborted) or a second commit nobody reports (a leak toward MaxTxns); an Ask is
+// answered with it too. A coordinator that lost its answer for longer than TxnAbortKeep
+// cannot trust an abort (docs/cluster.md, "What the coordinator must do"). Caller holds mu.
+func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
+	delete(e.txnDecisions, id)
+	now := e.opts.Now()
+	e.expireForgotten(now)
+	if len(e.txnForgotQ) >= e.opts.TxnForgetMax {
+		e.popForgotten()
+	}
+	e.txnForgotSeq++
+	e.txnForgot[id] = txnForgotten{d: rec.d, at: now, seq: e.txnForgotSeq}
+	e.txnForgotQ = append(e.txnForgotQ, txnForgotEntry{id: id, seq: e.txnForgotSeq})
+}
+
+// forgottenLocked returns the forgotten decision of id, as a record already durable, if
+// remembered and younger than Options.TxnAbortKeep. Caller holds mu.
+func (e *Engine) forgottenLocked(id TxnID) (txnDecision, bool) {
+	f, ok := e.txnForgot[id]
+	if !ok {
+		return txnDecision{}, false
+	}
+	if e.opts.Now().Sub(f.at) >= e.opts.TxnAbortKeep {
+		return txnDecision{}, false
+	}
+	return txnDecision{d: f.d, at: f.at}, true
+}
+
+// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. Caller
+// holds mu.
+func (e *Engine) expireForgotten(now time.Time) {
+	for len(e.txnForgotQ) > 0 {
+		f := e.txnForgot[e.txnForgotQ[0].id]
+		if f.seq == e.txnForgotQ[0].seq && now.Sub(f.at) < e.opts.TxnAbortKeep {
+			return
+		}
+		e.popForgotten()
+	}
+}
+
+// popForgotten drops the oldest forgotten decision. Caller holds mu.
+func (e *Engine) popForgotten() {
+	q := e.txnForgotQ[0]
+	if f, ok := e.txnForgot[q.id]; ok && f.seq == q.seq {
+		delete(e.txnForgot, q.id)
+	}
+	e.txnForgotQ[0] = txnForgotEntry{}
+	e.txnForgotQ = e.txnForgotQ[1:]
+	if len(e.txnForgotQ) == 0 {
+		e.txnForgotQ = nil
 	}
 }
 
 // sweepTxnDecisions forgets the aborts every participant reported or older than
-// Options.TxnAbortKeep. Caller holds mu. A forgotten abort is answered abort again by
+// Options.TxnAbortKeep, and drops the forgotten decisions past it. Caller holds mu. A forgotten abort is answered abort again by
 // AskTxn (the lease is gone) and refuses a late commit (DecideTxn checks the lease first).
 func (e *Engine) sweepTxnDecisions() {
+	now := e.opts.Now()
+	e.expireForgotten(now)
 	if len(e.txnDecisions) == 0 {
 		return
 	}
-	now := e.opts.Now()
 	for id, rec := range e.txnDecisions {
 		if rec.d == DecisionAbort && (rec.allReported() || now.Sub(rec.at) >= e.opts.TxnAbortKeep) && rec.lsn <= e.durableThrough() {
-			delete(e.txnDecisions, id)
+			e.forgetDecision(id, rec)
 		}
 	}
 }
@@ -903,6 +991,24 @@ func (e *Engine) carryTxns() (uint64, error) {
 		}
 		last = lsn
 	}
+	// The newest Options.MaxTxns forgotten decisions too (a resend comes soon after the
+	// first Decide; the bound keeps this hold as short as the live decisions' carry), as
+	// decisions every participant reported (count 64, all reported): replay forgets them
+	// again, so a restart keeps answering a resent Decide. Skipped: the expired ones, and an
+	// id decided again since (its record is carried above).
+	now := e.opts.Now()
+	for _, q := range e.txnForgotQ[max(0, len(e.txnForgotQ)-e.opts.MaxTxns):] {
+		f, ok := e.txnForgot[q.id]
+		if !ok || f.seq != q.seq || now.Sub(f.at) >= e.opts.TxnAbortKeep || e.txnDecisions[q.id] != nil {
+			continue
+		}
+		e.scratch = appendTxnDecideRecord(e.scratch[:0], q.id, f.d, txnParticipantsMax, 0, ^uint64(0))
+		lsn, err := e.appendRecord(kindTxnDecide, e.scratch, false, noAck)
+		if err != nil {
+			return 0, err
+		}
+		last = lsn
+	}
 	return last, nil
 }
 
@@ -977,8 +1083,10 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		}
 		rec.count = max(rec.count, count)
 		rec.reported |= reported
-		if rec.d == DecisionCommit && rec.allReported() {
-			delete(e.txnDecisions, id)
+		if rec.allReported() {
+			// A commit every participant reported, or a decision forgotten and carried by a
+			// checkpoint (carryTxns); an abort all reported is forgotten as the sweep would.
+			e.forgetDecision(id, rec)
 		}
 	case kindTxnReported:
 		id, index, err := decodeTxnReportedRecord(payload)

@@ -610,3 +610,161 @@ func TestTxnPrepareTooLarge(t *testing.T) {
 	_, err := s.e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Batch: s.batch(segs...)})
 	require.ErrorIs(t, err, ErrBatchTooLarge)
 }
+
+// TestTxnForgottenDecisionResent: the coordinator's answer to Decide(commit) is lost, every
+// participant resolves (commit), applies and reports, so the primary forgets the commit; the
+// coordinator's resend of the same Decide is answered commit from the memory of forgotten
+// decisions: with the lease gone no abort is recorded (a committed transaction reported
+// aborted), with it alive no second record is kept (a leak nobody reports). Fails on
+// e30d5f7: abort recorded, and a second commit kept.
+func TestTxnForgottenDecisionResent(t *testing.T) {
+	clock := fakeClock{}
+	leases := &memLeases{}
+	s := newTxnStore(t, Options{Now: clock.Now, LeaseChecker: leases, TxnAbortKeep: time.Minute, TxnForgetMax: 4})
+	ctx := context.Background()
+
+	commitForgotten := func(id TxnID, lease int64) {
+		t.Helper()
+		d, err := s.e.DecideTxn(ctx, id, lease, DecisionCommit, 2)
+		require.NoError(t, err)
+		require.Equal(t, DecisionCommit, d)
+		require.NoError(t, s.e.ReportTxn(id, 0))
+		require.NoError(t, s.e.ReportTxn(id, 1))
+		require.Equal(t, DecisionNone, s.e.TxnStatus(id).Primary, "forgotten")
+	}
+
+	// The lease alive: the resend is answered commit, nothing new kept.
+	commitForgotten(txnID(1), 5)
+	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, DecisionCommit, d)
+	_, decisions := s.e.TxnCounts()
+	require.Zero(t, decisions, "no second commit record")
+
+	// The lease gone: still commit, no abort recorded.
+	commitForgotten(txnID(2), 6)
+	leases.kill(6)
+	d, err = s.e.DecideTxn(ctx, txnID(2), 6, DecisionCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
+	// An abort of it names the commit; an Ask hears commit; nothing recorded either way.
+	d, err = s.e.DecideTxn(ctx, txnID(2), 6, DecisionAbort, 2)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	require.Contains(t, err.Error(), "commit recorded")
+	require.Equal(t, DecisionCommit, d)
+	got, err := s.e.AskTxn(ctx, txnID(2), 6)
+	require.NoError(t, err)
+	require.Equal(t, DecisionCommit, got)
+	_, decisions = s.e.TxnCounts()
+	require.Zero(t, decisions)
+
+	// A forgotten abort: its resend and a late commit are answered abort, nothing recorded.
+	leases.kill(7)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionAbort, 2)
+	require.NoError(t, err)
+	require.Equal(t, DecisionAbort, d)
+	require.NoError(t, s.e.ReportTxn(txnID(3), 0))
+	require.NoError(t, s.e.ReportTxn(txnID(3), 1))
+	require.NoError(t, s.e.ResolveTxns(ctx)) // the sweep forgets it
+	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(3)).Primary)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionAbort, 2)
+	require.NoError(t, err)
+	require.Equal(t, DecisionAbort, d)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionCommit, 2)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	require.Equal(t, DecisionAbort, d)
+	_, decisions = s.e.TxnCounts()
+	require.Zero(t, decisions, "no new abort record")
+	require.NoError(t, s.e.verify())
+
+	// Bounded by count: TxnForgetMax (4) remembered, the oldest give way.
+	for i := range 4 {
+		commitForgotten(txnID(byte(10+i)), 8)
+	}
+	s.e.mu.Lock()
+	require.Len(t, s.e.txnForgot, 4)
+	_, old := s.e.txnForgot[txnID(1)]
+	s.e.mu.Unlock()
+	require.False(t, old, "the oldest gave way")
+
+	// Bounded by time: after TxnAbortKeep the memory is gone, and the resend is a new
+	// Decide again (the coordinator's rule: past this window it trusts no abort).
+	clock.Advance(time.Minute)
+	leases.kill(8)
+	d, err = s.e.DecideTxn(ctx, txnID(13), 8, DecisionCommit, 2)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	require.Equal(t, DecisionAbort, d)
+	s.e.mu.Lock()
+	require.LessOrEqual(t, len(s.e.txnForgotQ), 4)
+	s.e.mu.Unlock()
+	require.NoError(t, s.e.verify())
+}
+
+// TestTxnForgottenDecisionRestart: a primary that restarts still answers a resent Decide of
+// a commit it forgot, from the records its checkpoints carry (Close checkpoints too), across
+// restarts; a forgotten abort is carried too, and neither is kept as a live decision after
+// the replay. Fails without the carry: abort recorded.
+func TestTxnForgottenDecisionRestart(t *testing.T) {
+	for _, ckpt := range []bool{false, true} {
+		leases := &memLeases{}
+		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases}
+		e, err := Open(opts)
+		require.NoError(t, err)
+		ctx := context.Background()
+		_, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+		require.NoError(t, err)
+		require.NoError(t, e.ReportTxn(txnID(1), 0))
+		require.NoError(t, e.ReportTxn(txnID(1), 1))
+		_, err = e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 1)
+		require.NoError(t, err)
+		require.NoError(t, e.ReportTxn(txnID(2), 0))
+		require.NoError(t, e.ResolveTxns(ctx)) // sweeps the abort
+		_, decisions := e.TxnCounts()
+		require.Zero(t, decisions)
+		if ckpt {
+			require.NoError(t, e.Checkpoint())
+			require.NoError(t, e.Checkpoint())
+		}
+		require.NoError(t, e.Close())
+		leases.kill(5)
+
+		for round := range 2 {
+			e, err = Open(opts)
+			require.NoError(t, err)
+			_, decisions = e.TxnCounts()
+			require.Zero(t, decisions, "checkpoint %v round %d: nothing live after the replay", ckpt, round)
+			d, err := e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+			require.NoError(t, err, "checkpoint %v round %d", ckpt, round)
+			require.Equal(t, DecisionCommit, d)
+			d, err = e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 1)
+			require.NoError(t, err)
+			require.Equal(t, DecisionAbort, d)
+			_, decisions = e.TxnCounts()
+			require.Zero(t, decisions, "no new record")
+			require.NoError(t, e.verify())
+			require.NoError(t, e.Checkpoint())
+			require.NoError(t, e.Close())
+		}
+		rep, err := Check(ctx, opts.Dir, CheckOptions{})
+		require.NoError(t, err)
+		require.False(t, rep.Damaged(), "%+v", rep.Findings)
+	}
+}
+
+// TestTxnPrepareAfterForgottenAbort: a prepare reaching the primary after it recorded abort
+// and forgot it (every participant reported) is refused, as one before the forgetting is.
+func TestTxnPrepareAfterForgottenAbort(t *testing.T) {
+	s := newTxnStore(t, Options{TxnResolveInterval: -1})
+	ctx := context.Background()
+	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 1)
+	require.NoError(t, err)
+	require.NoError(t, s.e.ReportTxn(txnID(1), 0))
+	require.NoError(t, s.e.ResolveTxns(ctx))
+	_, decisions := s.e.TxnCounts()
+	require.Zero(t, decisions, "forgotten")
+	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 150)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	parts, _ := s.e.TxnCounts()
+	require.Zero(t, parts)
+}

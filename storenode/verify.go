@@ -268,6 +268,9 @@ func (e *Engine) verifyTxns() error {
 	if len(e.txnParts) > e.opts.MaxTxns || len(e.txnDecisions) > e.opts.MaxTxns || e.txnBytes > e.opts.MaxTxnBytes {
 		return fmt.Errorf("storenode: %d parts, %d decisions, %d bytes: past the bounds", len(e.txnParts), len(e.txnDecisions), e.txnBytes)
 	}
+	if len(e.txnForgotQ) > e.opts.TxnForgetMax || len(e.txnForgot) > len(e.txnForgotQ) {
+		return fmt.Errorf("storenode: %d forgotten decisions in a queue of %d: past the bounds", len(e.txnForgot), len(e.txnForgotQ))
+	}
 	for id, d := range e.txnDecisions {
 		if d.d != DecisionCommit && d.d != DecisionAbort || d.count > txnParticipantsMax || d.d == DecisionCommit && d.allReported() {
 			return fmt.Errorf("storenode: decision of %v: %+v", id, *d)

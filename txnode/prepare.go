@@ -290,6 +290,30 @@ func (p *Prepared) Apply(ctx context.Context, d Decision) error {
 	return nil
 }
 
+// ApplyUncertain is Apply(abort) for a coordinator that cannot tell whether the
+// transaction committed (the primary answered abort after the coordinator's commit decision
+// went unanswered for longer than the primary remembers forgotten decisions): it sends abort
+// to this part's storage node, retried until it answers or ctx ends (the same errors as
+// Apply), then drops the part's rows from the cache instead of unlocking their old values,
+// so their next read fetches what the storage node holds (committed or not). It returns
+// DecisionCommit when the storage node says it applied commit (ErrTxnDecided), else
+// DecisionNone (the storage node settled the part: aborted it, or applied and forgot it).
+// Any goroutine may call it, one at a time per Prepared.
+func (p *Prepared) ApplyUncertain(ctx context.Context) (Decision, error) {
+	if p.done {
+		return DecisionNone, ErrTxDone
+	}
+	err := p.ts.ApplyTxn(ctx, p.info.ID, DecisionAbort)
+	got := DecisionNone
+	if errors.Is(err, ErrTxnDecided) {
+		got = DecisionCommit
+	} else if err != nil {
+		return DecisionNone, fmt.Errorf("txnode: apply abort (uncertain) to transaction %x: %w", p.info.ID, err)
+	}
+	p.Abandon()
+	return got, nil
+}
+
 func decisionName(d Decision) string {
 	if d == DecisionCommit {
 		return "commit"

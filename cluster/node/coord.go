@@ -25,7 +25,9 @@ import (
 //     writes locked: serializable across storage nodes), the session checked (never decide
 //     past the lease's deadline), then Decide(commit) at the primary. Its answer is the
 //     outcome; a lost answer is asked again with the SAME decision (never another one); an
-//     abort recorded (a resolver's, after the lease was gone) fails the transaction.
+//     abort recorded (a resolver's, after the lease was gone) fails the transaction, unless
+//     an answer was lost and more than decideTrust passed since the first Decide: then the
+//     primary may have forgotten the commit, and the outcome is reported unknown.
 //  4. The decision applied to every participant (in parallel), each retried until answered;
 //     each part's rows stay locked in this node's cache until its storage node answered,
 //     then take the committed values (txnode.Prepared.Apply).
@@ -42,6 +44,27 @@ var coordHook func(step string, i int)
 // coordSerialPrepares, when set by a test, prepares the participants one after another, in
 // their order, instead of in parallel: a test can then act between two prepares.
 var coordSerialPrepares bool
+
+// coordDecideAnswer, when set by a test, sees each Decide's answer (attempt 0, 1, ...)
+// and returns the error the coordinator takes instead: a test can lose an answer.
+var coordDecideAnswer func(attempt int, err error) error
+
+// coordNow is the coordinator's clock (a test's fake one).
+var coordNow = time.Now
+
+// decideTrust is how long after its first Decide(commit) the coordinator trusts an answer
+// "abort recorded" that came after an answer it lost: a storage node remembers a decision
+// it forgot (every participant reported) for its TxnAbortKeep (10 min by default), at most
+// its TxnForgetMax (65536) of them, and until it restarts; past that, a resent Decide of a
+// forgotten commit records abort when the lease is gone. Well inside the default keep (a
+// margin for clock rates, and 65536 forgotten a minute is over 1000 transactions a second);
+// a shorter window only turns more aborts into ErrUnknownOutcome. A var for tests.
+var decideTrust = time.Minute
+
+// decisionUncertain is decide's answer when abort was recorded but the transaction may
+// have committed (see decideTrust): it is reported as txnode.ErrUnknownOutcome, and the
+// parts are aborted at their storage nodes and dropped from the caches.
+const decisionUncertain txnode.Decision = 0xff
 
 func hook(step string, i int) {
 	if h := coordHook; h != nil {
@@ -147,6 +170,10 @@ func (n *Node) twoPhase(tx *Tx) error {
 		return err
 	}
 	hook("decided", 0)
+	if d == decisionUncertain {
+		c.apply(ctx, decisionUncertain)
+		return fmt.Errorf("node: two-phase commit %x: %w: the primary answered abort after a commit decision unanswered for %v or more: it may have committed and been forgotten", c.id, txnode.ErrUnknownOutcome, decideTrust)
+	}
 	if d == txnode.DecisionAbort {
 		c.apply(ctx, txnode.DecisionAbort)
 		return fmt.Errorf("node: two-phase commit %x: the primary recorded abort (the session's lease ended): %w", c.id, txnode.ErrTxnDecided)
@@ -163,6 +190,12 @@ type coordTxn struct {
 	primary  *txnode.DB
 	count    int
 	prepared []*txnode.Prepared // nil where not prepared (refused)
+	// Of decide (one goroutine at a time: the caller's, then the background's): when the
+	// first Decide(commit) was sent (coordNow), whether an answer was lost since, and the
+	// attempts made.
+	firstDecide time.Time
+	lost        bool
+	attempts    int
 }
 
 // definiteAbort maps the error of a failed prepare step: a prepare whose answer was lost
@@ -205,16 +238,31 @@ func allConflicts(errs []error) bool {
 }
 
 // decide sends Decide(commit) to the primary until it answers: DecisionCommit (recorded),
-// DecisionAbort (abort was recorded), or, when ctx ends first, an error wrapping
+// DecisionAbort (abort was recorded), decisionUncertain (abort was recorded, but an earlier
+// answer was lost more than decideTrust after the first Decide: the primary may have
+// forgotten the commit), or, when ctx ends first, an error wrapping
 // txnode.ErrUnknownOutcome (the transaction is then finished in the background).
 func (c *coordTxn) decide(ctx context.Context) (txnode.Decision, error) {
+	if c.firstDecide.IsZero() {
+		c.firstDecide = coordNow()
+	}
 	for {
 		err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionCommit, c.count)
+		if h := coordDecideAnswer; h != nil {
+			err = h(c.attempts, err)
+		}
+		c.attempts++
 		switch {
 		case err == nil:
 			return txnode.DecisionCommit, nil
 		case errors.Is(err, txnode.ErrTxnDecided):
+			if c.lost && coordNow().Sub(c.firstDecide) >= decideTrust {
+				return decisionUncertain, nil
+			}
 			return txnode.DecisionAbort, nil
+		}
+		c.lost = true
+		switch {
 		case ctx.Err() != nil || c.n.closedErr() != nil:
 			c.n.finishLater(c, txnode.DecisionNone)
 			return 0, fmt.Errorf("node: two-phase commit %x: %w: the decision sent, its answer not received (%w)", c.id, txnode.ErrUnknownOutcome, err)
@@ -250,7 +298,12 @@ func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 		go func() {
 			defer wg.Done()
 			for {
-				err := p.Apply(ctx, d)
+				var err error
+				if d == decisionUncertain {
+					_, err = p.ApplyUncertain(ctx)
+				} else {
+					err = p.Apply(ctx, d)
+				}
 				if err == nil || errors.Is(err, txnode.ErrTxnDecided) || errors.Is(err, txnode.ErrTxDone) {
 					c.prepared[i] = nil
 					mu.Lock()
@@ -310,6 +363,9 @@ func (n *Node) finishLater(c *coordTxn, d txnode.Decision) {
 			if d, err = c.decide(ctx); err != nil {
 				return // decide handed it on again, or the Node is closing: abandoned there
 			}
+		}
+		if d == decisionUncertain {
+			n.log.Warn("node: two-phase commit: the primary answered abort after a commit decision long unanswered: the outcome is unknown", "txn", fmt.Sprintf("%x", c.id))
 		}
 		c.apply(ctx, d)
 		if ctx.Err() != nil {

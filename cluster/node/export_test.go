@@ -1,6 +1,9 @@
 package node
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetMoveStepHook sets the hook Move calls after each durable step (tests only).
 func SetMoveStepHook(f func(step string)) { moveStepHook = f }
@@ -41,4 +44,19 @@ func KillDB(ctx context.Context, n *Node, addr string) error {
 	}
 	_, err := n.db(ctx, addr)
 	return err
+}
+
+// SetDecideAnswer sets the hook that sees each Decide(commit) answer (coordDecideAnswer) and
+// returns what restores it.
+func SetDecideAnswer(h func(attempt int, err error) error) (restore func()) {
+	old := coordDecideAnswer
+	coordDecideAnswer = h
+	return func() { coordDecideAnswer = old }
+}
+
+// SetCoordClock sets the coordinator's clock and decideTrust and returns what restores them.
+func SetCoordClock(now func() time.Time, trust time.Duration) (restore func()) {
+	oldNow, oldTrust := coordNow, decideTrust
+	coordNow, decideTrust = now, trust
+	return func() { coordNow, decideTrust = oldNow, oldTrust }
 }

@@ -79,7 +79,9 @@ func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	}
 	cfg.Etcd.Prefix, cfg.Etcd.Logger = prefix, quiet
 	cfg.Logger = quiet
-	cfg.CacheBytes = 1 << 20
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = 1 << 20
+	}
 	if cfg.Secret == nil {
 		cfg.Secret = secret
 	}

@@ -34,6 +34,9 @@ type Tx struct {
 	// touched lists the partitions the transaction routed to (the commit's lost grant is
 	// told by them).
 	touched []touch
+	// turn is the run's cache turn (nil until a part was first sent back for it): each part
+	// begun runs with it when it holds that part's storage node's turn.
+	turn *txnode.CacheTurn
 }
 
 // txPart is the transaction's part on one storage node.
@@ -67,9 +70,10 @@ type touch struct {
 //
 // As txnode.DB.Update, fn's own error is returned only once what fn read is durable (Durable
 // mode; if a batch it read from failed, fn runs again; if ctx ends first, ctx's error).
-// Unlike it, each storage node's part is a manual transaction (DB.Begin): one that needs a
-// page while the cache is full and it holds others fails with txnode.ErrCacheFull (it is not
-// parked for the cache turn).
+// As it too, a part that needs a page while its cache is full and it holds others is run
+// again after the attempt was rolled back and parked for that cache's turn
+// (txnode.CacheTurn, one turn held at a time), for at most txnode.Options.CacheWait in all;
+// then Update returns txnode.ErrCacheFull.
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, true, fn)
 }
@@ -86,15 +90,39 @@ func (n *Node) View(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) error {
+	var turn *txnode.CacheTurn // as txnode.DB.Update's loop: taken when a part is sent back
+	defer func() {
+		if turn != nil {
+			turn.Release()
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		if err := n.closedErr(); err != nil {
 			return err
 		}
-		tx := &Tx{n: n, ctx: ctx, writable: writable}
+		tx := &Tx{n: n, ctx: ctx, writable: writable, turn: turn}
 		err := runBody(tx, fn)
 		tx.done = true
 		if tx.err != nil {
 			err = tx.err
+		} else if busy := tx.cacheBusy(); busy != nil {
+			// A part needed a page while its cache was full and it held others (its calls
+			// failed with ErrCacheFull, whatever fn made of them): every part rolled back,
+			// parked for that cache's turn, run again (not counted as a conflict's retry).
+			for _, pt := range tx.parts {
+				if pt.tx != busy {
+					pt.tx.Rollback()
+				}
+			}
+			if turn == nil {
+				turn = new(txnode.CacheTurn)
+			}
+			if werr := turn.Wait(busy); werr != nil {
+				busy.Rollback()
+				return n.after(werr)
+			}
+			attempt--
+			continue
 		}
 		if err != nil {
 			// fn's own error may rest on reads a concurrent commit changed (they are no
@@ -158,6 +186,16 @@ func (tx *Tx) waitReads() error {
 	for _, pt := range tx.parts {
 		if err := pt.tx.WaitReads(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// cacheBusy returns the first part sent back for the cache turn (txnode.Tx.CacheBusy), or nil.
+func (tx *Tx) cacheBusy() *txnode.Tx {
+	for _, pt := range tx.parts {
+		if pt.tx.CacheBusy() {
+			return pt.tx
 		}
 	}
 	return nil
@@ -253,6 +291,9 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		var ttx *txnode.Tx
 		if err == nil {
 			ttx, err = db.Begin(tx.ctx, tx.writable)
+		}
+		if err == nil && tx.turn != nil {
+			tx.turn.Hold(ttx)
 		}
 		if err != nil {
 			tx.err = err

@@ -1,0 +1,42 @@
+package txnode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCacheTurnAPI: Wait refuses a transaction that was not sent back (it is left as is);
+// Hold without the turn held does nothing; Release without it is a no-op, and with it gives
+// the turn back (another loop can take it at once).
+func TestCacheTurnAPI(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tx, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	require.False(t, tx.CacheBusy())
+	var c CacheTurn
+	require.ErrorIs(t, c.Wait(tx), errNotBusy)
+	require.False(t, tx.done, "left as is")
+	c.Hold(tx)
+	require.False(t, tx.turn)
+	c.Release()
+
+	// Held: a busy transaction's Wait takes the turn; Hold gives it to the next attempt.
+	tx.busy = busyPage{t: &tableState{}}
+	require.NoError(t, c.Wait(tx))
+	require.True(t, tx.done, "rolled back")
+	next, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	c.Hold(next)
+	require.True(t, next.turn)
+	next.Rollback()
+	c.Release()
+	require.NoError(t, db.cache.takeTurn(ctx, time.Now().Add(time.Minute)), "given back")
+	db.cache.giveTurn()
+}
