@@ -350,3 +350,36 @@ func assertNoErr(t *testing.T, err error, what string) bool {
 	}
 	return true
 }
+
+// A commit of a refused batch whose committer reaches its durable wait only after the
+// pipeline resumed and a later batch was acknowledged (durableVer past the failed range: a
+// Session's Pending waited late, a preempted Tx.Commit) fails with the range's ErrConflict:
+// the wait's fast path checks the failed ranges too (fails on 87e4162: commitWait's fast path
+// returned nil, the refused commit reported durable).
+func TestCommitWaitAfterResumeSeesFailedRange(t *testing.T) {
+	ctx := context.Background()
+	r := newFenceRig(t, false)
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	r.fenceAcct()
+
+	tx, err := r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.acct, a, row(2)))
+	require.NoError(t, tx.Put(r.gold, gid, row(2)))
+	cw, err := tx.commit() // installed, its batch refused; its wait comes late
+	tx.release()
+	require.NoError(t, err)
+
+	// The pipeline recovers; a later commit is acknowledged past the refused version.
+	require.NoError(t, r.gold.Put(ctx, gid, row(3)))
+	require.GreaterOrEqual(t, r.db.durableVer.Load(), cw.ver)
+	require.ErrorIs(t, cw.wait(r.db, ctx), ErrConflict, "the refused commit is not durable")
+	require.NotNil(t, r.db.verFailed(cw.ver))
+
+	dst := make([]byte, 64)
+	require.NoError(t, r.gold.Get(ctx, gid, dst))
+	require.Equal(t, row(3), dst)
+}
