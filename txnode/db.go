@@ -85,7 +85,8 @@ type DB struct {
 	testHookBumped func(tx *Tx)
 	// testHookWait, when set (by a test, before any commit), runs in a goroutine about to
 	// wait for acknowledgements: what is "durable" (waitDurable) or "settle" (a fetch of a
-	// row whose evicted frame had it in flight: pipeline.waitSettled).
+	// row whose evicted frame had it in flight: pipeline.waitSettled) or "seqgap" (a
+	// prepare refused for a seq gap, waiting for the batches before it: seqGapRecovering).
 	testHookWait func(what string)
 }
 

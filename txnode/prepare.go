@@ -433,7 +433,7 @@ func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *store.TxnPrepare) (tak
 	case err == nil:
 		p.endPrepare(seq, true)
 		return true, nil
-	case refusal(err) || p.seqGapRecovering(err):
+	case refusal(err) || p.seqGapRecovering(ctx, err, seq):
 		p.endPrepare(seq, false)
 		return false, err
 	}
@@ -476,12 +476,13 @@ func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
 			}
 		}()
 		_, err := ts.PrepareTxn(ctx, tp)
+		gap := p.seqGapRecovering(ctx, err, tp.Batch.Seq)
 		cancel()
 		switch {
 		case err == nil:
 			p.endPrepare(tp.Batch.Seq, true)
 			return
-		case refusal(err) || p.seqGapRecovering(err):
+		case refusal(err) || gap:
 			p.endPrepare(tp.Batch.Seq, false)
 			return
 		case errors.Is(err, ErrClosed) || errors.Is(err, storenode.ErrClosed):

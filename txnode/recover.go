@@ -248,11 +248,41 @@ func (tx *Tx) readFailed() error {
 	return nil
 }
 
-// seqGapRecovering reports whether err is the storage node's ErrSeqGap for a prepare while a
-// recovery is in progress: a seq before the prepare's was refused, so the prepare was not
-// applied (it takes no seq) and must end for the recovery to end.
-func (p *pipeline) seqGapRecovering(err error) bool {
-	return isSeqGap(err) && p.recovering.Load()
+// seqGapRecovering reports whether err is the storage node's ErrSeqGap for the prepare of seq
+// because a batch before it was refused: the prepare was not applied (it takes no seq) and
+// must end for the recovery to end. The storage node may answer the prepare before the
+// refused batch's answer reaches the pipeline (the two answers come on different
+// goroutines), so it first waits, honouring ctx, until no batch before seq is out: then a
+// refusal has started the recovery, or none came (the gap is unexplained: false, the
+// prepare's outcome stays unknown).
+func (p *pipeline) seqGapRecovering(ctx context.Context, err error, seq uint64) bool {
+	if !isSeqGap(err) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rec == nil && p.failErr == nil && p.earlierOutLocked(seq) {
+		if h := p.db.testHookWait; h != nil {
+			h("seqgap")
+		}
+		if p.waitRoomLocked(ctx, func() bool {
+			return p.rec != nil || p.failErr != nil || p.closing || !p.earlierOutLocked(seq)
+		}) != nil {
+			return false
+		}
+	}
+	return p.rec != nil
+}
+
+// earlierOutLocked reports whether a batch of a seq before seq is in flight and not back
+// yet. Caller holds mu.
+func (p *pipeline) earlierOutLocked(seq uint64) bool {
+	for _, x := range p.inflight {
+		if x.seq < seq && !x.completed {
+			return true
+		}
+	}
+	return false
 }
 
 // isSeqGap reports whether err is the storage node's ErrSeqGap: the batch was not applied.
@@ -263,10 +293,5 @@ func isSeqGap(err error) bool {
 // earlierInFlightLocked reports whether a batch before b is in flight and not back yet.
 // Caller holds mu.
 func (p *pipeline) earlierInFlightLocked(b *batch) bool {
-	for _, x := range p.inflight {
-		if x.seq < b.seq && !x.completed {
-			return true
-		}
-	}
-	return false
+	return p.earlierOutLocked(b.seq)
 }

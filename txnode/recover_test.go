@@ -28,13 +28,19 @@ type fenceRig struct {
 	acct   *Table
 	gold   *Table
 	fencer store.Store // the other owner's store handle
+	// wrap, when set, wraps the embedded store the DB opens on.
+	wrap func(store.Store) store.Store
 }
 
 const rigOwner, rigOther = 0x42, 0x43
 
 func newFenceRig(t *testing.T, remote bool) *fenceRig {
+	return newFenceRigWrapped(t, remote, nil)
+}
+
+func newFenceRigWrapped(t *testing.T, remote bool, wrap func(store.Store) store.Store) *fenceRig {
 	ctx := context.Background()
-	r := &fenceRig{t: t, g: &memGrants{keys: map[string][2]uint64{}, owner: rigOwner, rev: 10}, remote: remote, dir: t.TempDir()}
+	r := &fenceRig{t: t, g: &memGrants{keys: map[string][2]uint64{}, owner: rigOwner, rev: 10}, remote: remote, dir: t.TempDir(), wrap: wrap}
 	if remote {
 		addr, stop := startStorageNodeWith(t, storenode.Options{Dir: r.dir, Sync: storenode.SyncNone, GrantVerifier: r.g})
 		t.Cleanup(stop)
@@ -66,6 +72,9 @@ func (r *fenceRig) open() {
 	} else {
 		st, err := store.OpenEmbedded(storenode.Options{Dir: r.dir, Sync: storenode.SyncNone, GrantVerifier: r.g})
 		require.NoError(r.t, err)
+		if r.wrap != nil {
+			st = r.wrap(st)
+		}
 		opts.Store = st
 	}
 	db, err := Open(ctx, opts)
@@ -349,4 +358,213 @@ func assertNoErr(t *testing.T, err error, what string) bool {
 		return false
 	}
 	return true
+}
+
+// A commit of a refused batch whose committer reaches its durable wait only after the
+// pipeline resumed and a later batch was acknowledged (durableVer past the failed range: a
+// Session's Pending waited late, a preempted Tx.Commit) fails with the range's ErrConflict:
+// the wait's fast path checks the failed ranges too (fails on 87e4162: commitWait's fast path
+// returned nil, the refused commit reported durable).
+func TestCommitWaitAfterResumeSeesFailedRange(t *testing.T) {
+	ctx := context.Background()
+	r := newFenceRig(t, false)
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	r.fenceAcct()
+
+	tx, err := r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.acct, a, row(2)))
+	require.NoError(t, tx.Put(r.gold, gid, row(2)))
+	cw, err := tx.commit() // installed, its batch refused; its wait comes late
+	tx.release()
+	require.NoError(t, err)
+
+	// The pipeline recovers; a later commit is acknowledged past the refused version.
+	require.NoError(t, r.gold.Put(ctx, gid, row(3)))
+	require.GreaterOrEqual(t, r.db.durableVer.Load(), cw.ver)
+	require.ErrorIs(t, cw.wait(r.db, ctx), ErrConflict, "the refused commit is not durable")
+	require.NotNil(t, r.db.verFailed(cw.ver))
+
+	dst := make([]byte, 64)
+	require.NoError(t, r.gold.Get(ctx, gid, dst))
+	require.Equal(t, row(3), dst)
+}
+
+// A two-phase commit's prepare of the other table, sent while a batch of the fenced table is
+// in flight (the prepare may hold the next seq when that batch is refused): the prepare is
+// either taken (applied after its decision) or refused with a known outcome (not taken, its
+// seq given back), never left unknown; the pipeline resumes (no wedge, no seq reused wrongly:
+// every later commit is applied and survives a reopen).
+func TestPrepareDuringRefusal(t *testing.T) {
+	n := 12
+	if testing.Short() {
+		n = 4
+	}
+	for _, remote := range []bool{false, true} {
+		for i := 0; i < n; i++ {
+			prepareDuringRefusal(t, remote, byte(i))
+		}
+	}
+}
+
+func prepareDuringRefusal(t *testing.T, remote bool, i byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := newFenceRig(t, remote)
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	r.fenceAcct()
+
+	start := make(chan struct{})
+	putErr := make(chan error, 1)
+	go func() {
+		<-start
+		putErr <- r.acct.Put(ctx, a, row(2))
+	}()
+	tx, err := r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.gold, gid, row(5)))
+	close(start)
+	txid := [16]byte{9, i}
+	p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+	want := row(1)
+	switch {
+	case err == nil:
+		require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
+		require.NoError(t, p.Apply(ctx, DecisionCommit))
+		want = row(5)
+	default:
+		require.Nil(t, p, "a prepare refused for the seq gap of a refused batch is not taken: %v", err)
+		require.NotErrorIs(t, err, ErrUnknownOutcome)
+	}
+	require.Error(t, <-putErr, "acct is fenced")
+	dst := make([]byte, 64)
+	require.NoError(t, r.gold.Get(ctx, gid, dst))
+	require.Equal(t, want, dst)
+	require.NoError(t, r.gold.Put(ctx, gid, row(7)), "the pipeline resumed")
+	require.NoError(t, r.db.Close(ctx))
+	r.open()
+	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	require.NoError(t, err)
+	require.NoError(t, gold.Get(ctx, gid, dst))
+	require.Equal(t, row(7), dst)
+}
+
+// holdStore holds back the answer of commit batches naming table hold (when armed): the
+// storage node has refused such a batch, the pipeline does not know yet.
+type holdStore struct {
+	store.Store
+	hold  atomic.Uint32 // a table id; 0: none
+	held  chan func()   // the held answers, delivered by calling them
+	inner store.TxnStore
+}
+
+func (h *holdStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+	id := h.hold.Load()
+	for _, f := range b.Fences {
+		if id != 0 && f.Table == id {
+			h.Store.Commit(b, func(lsn uint64, err error) {
+				h.held <- func() { done(lsn, err) }
+			})
+			return
+		}
+	}
+	h.Store.Commit(b, done)
+}
+
+func (h *holdStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+	return h.inner.PrepareTxn(ctx, p)
+}
+
+func (h *holdStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+	return h.inner.DecideTxn(ctx, id, lease, d, count)
+}
+
+func (h *holdStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+	return h.inner.ApplyTxn(ctx, id, d)
+}
+
+// A prepare holding the next seq while the batch before it is refused, the storage node's
+// ErrSeqGap for the prepare reaching the pipeline before the batch's refusal: the prepare is
+// not taken (a known outcome, its seq given back), the pipeline recovers and the prepare of
+// the same transaction, sent again, is taken (fails on 87e4162: the prepare's outcome was
+// reported unknown, a goroutine sending it again until the recovery).
+func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hs := &holdStore{held: make(chan func(), 4)}
+	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
+		hs.Store, hs.inner = st, st.(store.TxnStore)
+		return hs
+	})
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	r.fenceAcct()
+	gapWait := make(chan struct{}, 1)
+	r.db.testHookWait = func(what string) {
+		if what == "seqgap" {
+			gapWait <- struct{}{}
+		}
+	}
+	hs.hold.Store(r.acct.t.id)
+
+	putErr := make(chan error, 1)
+	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
+	release := <-hs.held // refused at the store, the pipeline does not know yet
+
+	tx, err := r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.gold, gid, row(5)))
+	type prepRes struct {
+		p   *Prepared
+		err error
+	}
+	prep := make(chan prepRes, 1)
+	txid := [16]byte{8, 8}
+	go func() {
+		p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+		prep <- prepRes{p, err}
+	}()
+	var res prepRes
+	select {
+	case <-gapWait: // the prepare waits for the batch before it
+		release()
+		res = <-prep
+	case res = <-prep:
+		release()
+	}
+	hs.hold.Store(0)
+	require.Nil(t, res.p, "not taken: %v", res.err)
+	require.ErrorIs(t, res.err, storenode.ErrSeqGap)
+	require.NotErrorIs(t, res.err, ErrUnknownOutcome)
+	for {
+		// The put is run again after the recovery: it then fails on acct's latch.
+		select {
+		case f := <-hs.held:
+			f()
+			continue
+		case err = <-putErr:
+		}
+		break
+	}
+	require.ErrorIs(t, err, ErrLeaseExpired)
+
+	tx, err = r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.gold, gid, row(5)))
+	p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+	require.NoError(t, err)
+	require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
+	require.NoError(t, p.Apply(ctx, DecisionCommit))
+	require.NoError(t, r.gold.Put(ctx, gid, row(7)))
+	dst := make([]byte, 64)
+	require.NoError(t, r.gold.Get(ctx, gid, dst))
+	require.Equal(t, row(7), dst)
 }

@@ -591,7 +591,9 @@ func (p commitWait) wait(db *DB, ctx context.Context) error {
 // waitDurable returns once the transaction is durable, in either mode.
 func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 	if p.ver <= db.durableVer.Load() {
-		return nil
+		// Loaded after durableVer: a recovery records its failed range before durableVer
+		// passes it, and a committer of the range may reach its wait late (recover.go).
+		return db.verFailed(p.ver)
 	}
 	err := db.waitDurable(ctx, p.ver)
 	if err != nil && p.write && err == ctx.Err() {
