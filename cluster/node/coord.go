@@ -55,10 +55,11 @@ var coordNow = time.Now
 // decideTrust is how long after its first Decide(commit) the coordinator trusts an answer
 // "abort recorded" that came after an answer it lost: a storage node remembers a decision
 // it forgot (every participant reported) for its TxnAbortKeep (10 min by default), at most
-// its TxnForgetMax (65536) of them, and until it restarts; past that, a resent Decide of a
-// forgotten commit records abort when the lease is gone. Well inside the default keep (a
-// margin for clock rates, and 65536 forgotten a minute is over 1000 transactions a second);
-// a shorter window only turns more aborts into ErrUnknownOutcome. A var for tests.
+// its TxnForgetMax (65536) of them, and across a restart its MaxTxns newest; past the keep,
+// a resent Decide of a forgotten commit records abort when the lease is gone (while one
+// gave way to the bounds, it refuses with ErrTxnBusy instead: retried here). Well inside the
+// default keep (a margin for clock rates); a shorter window only turns more aborts into
+// ErrUnknownOutcome. A var for tests.
 var decideTrust = time.Minute
 
 // decisionUncertain is decide's answer when abort was recorded but the transaction may
