@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -81,6 +83,9 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 		hasLog   bool
 		logs     []uint64 // every run's log row id ("log" lines)
 		from, to uint64
+		amount   uint64
+		state    string // acked, failed, crashed: for a failure's report
+		found    bool   // its log row is there
 	}
 	tries := map[[2]uint64]*xfer{} // by incarnation, seq
 	var acked, failed []*xfer
@@ -98,7 +103,7 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 		key := func() [2]uint64 { return [2]uint64{uint64(who), num(1)} }
 		switch f[0] {
 		case "try":
-			tries[key()] = &xfer{who: who, seq: num(1), from: num(2), to: num(3)}
+			tries[key()] = &xfer{who: who, seq: num(1), from: num(2), to: num(3), amount: num(4)}
 			touched[nodeOf(num(2))]++
 			if nodeOf(num(3)) != nodeOf(num(2)) {
 				touched[nodeOf(num(3))]++
@@ -124,6 +129,7 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 			} else {
 				failed = append(failed, x)
 				classes[f[3]]++
+				t.Logf("failed: %+v (owner %x): %s", *x, incs[who].owner, line)
 			}
 		}
 	}
@@ -233,6 +239,7 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 		for _, id := range ids {
 			if from, to, moved, ok := logged(x, id); ok {
 				found++
+				x.found = true
 				model[from] -= moved
 				model[to] += moved
 			}
@@ -243,12 +250,15 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 		}
 	}
 	for _, x := range acked {
+		x.state = "acked"
 		apply(x, true)
 	}
 	for _, x := range failed {
+		x.state = "failed"
 		apply(x, false)
 	}
 	for _, x := range tries { // in flight when their coordinator died
+		x.state = "crashed"
 		apply(x, false)
 	}
 	var total uint64
@@ -263,8 +273,17 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 		}
 	}
 	if bad > 0 {
-		for _, x := range tries {
-			t.Logf("in flight at a crash: %+v (owner %x)", *x, incs[x.who].owner)
+		for _, id := range accts {
+			if got[id] == model[id] {
+				continue
+			}
+			for _, xs := range [][]*xfer{acked, failed, slices.Collect(maps.Values(tries))} {
+				for _, x := range xs {
+					if x.from == id || x.to == id {
+						t.Logf("account %d: %s %+v (owner %x)", id, x.state, *x, incs[x.who].owner)
+					}
+				}
+			}
 		}
 	}
 	require.Equal(t, uint64(len(accts))*initial, total, "the total is conserved")
