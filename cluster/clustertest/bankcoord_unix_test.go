@@ -46,7 +46,7 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 		step string
 		i    int
 	}{{"prepared", 1}, {"prepared-all", 2}, {"decided", 0}, {"applied", 1}}
-	ctx := testCtx(t, 150*time.Second)
+	ctx := testCtx(t, 60*time.Second+time.Duration(rounds)*25*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 3, TxnResolveAfter: 300 * time.Millisecond})
 	const parts, initial = 12, 1000 // p on storage node p%3: each cluster node owns two partitions on every one
 	accts := createRows(t, c, "acct", parts, perPart, initial)
