@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftdb/weft/cluster/internal/testhook"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -36,11 +37,6 @@ import (
 //     storage nodes' resolvers finish it anyway (once the lease is gone, or at once when the
 //     decision is recorded).
 
-// coordHook, when set by a test (before any transaction), is called at each step of the
-// protocol: "prepared" (i: how many prepares answered so far), "prepared-all", "decided",
-// "applied" (i: how many applies answered so far).
-var coordHook func(step string, i int)
-
 // coordSerialPrepares, when set by a test, prepares the participants one after another, in
 // their order, instead of in parallel: a test can then act between two prepares.
 var coordSerialPrepares bool
@@ -67,8 +63,10 @@ var decideTrust = time.Minute
 // parts are aborted at their storage nodes and dropped from the caches.
 const decisionUncertain txnode.Decision = 0xff
 
+// hook calls testhook.CoordStep, when a test set it (before any transaction), at each step of
+// the protocol.
 func hook(step string, i int) {
-	if h := coordHook; h != nil {
+	if h := testhook.CoordStep; h != nil {
 		h(step, i)
 	}
 }
