@@ -827,3 +827,34 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 		require.Zero(t, decisions, "no abort recorded")
 	})
 }
+
+// TestTxnHolderReadOfPreparedRowsRefused: the holder may not read (and so cache) rows a
+// prepared transaction holds: a cache that lost its locks (a new transaction node of the same
+// owner and grant, after a storage node restart) would write the committed version back over
+// the commit applied later. Found by TestBankCoordinatorAndStorageNodeKilled (an acknowledged
+// transfer's credit lost). Other readers get the committed version; after the decision the
+// holder reads the applied rows. Fails on e126be4: the holder read the old version.
+func TestTxnHolderReadOfPreparedRowsRefused(t *testing.T) {
+	s := newTxnStore(t, Options{})
+	s.put(t, 1, 100)
+	s.put(t, 3, 300)
+	_, err := s.prepare(t, txnID(1), 9, "", 0, 1, 150)
+	require.NoError(t, err)
+
+	_, _, _, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
+	require.ErrorIs(t, err, ErrTxnLocked, "the holder's read of a prepared row")
+	require.ErrorIs(t, err, sgio.ErrTxnLocked)
+	data, _, rows, err := s.e.ReadRowsAs(testOwner, s.table, 0, 1<<3, nil)
+	require.NoError(t, err, "another row of the page")
+	require.Equal(t, uint64(1<<3), data)
+	require.Equal(t, uint64(300), uint64FromRow(rows))
+	data, _, rows, err = s.e.ReadRowsAs(testOwner+1, s.table, 0, 1<<1, nil)
+	require.NoError(t, err, "a reader that is not the holder")
+	require.Equal(t, uint64(1<<1), data)
+	require.Equal(t, uint64(100), uint64FromRow(rows), "the committed version")
+
+	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
+	_, _, rows, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(150), uint64FromRow(rows), "the applied commit")
+}
