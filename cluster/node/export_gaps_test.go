@@ -19,3 +19,7 @@ func SyncMap(ctx context.Context, n *Node) error {
 	_, err := n.w.Sync(ctx)
 	return err
 }
+
+// WaitFinishing waits, without cancelling them, for the two-phase commits n finishes in the
+// background (finishLater, the abort records) to end.
+func WaitFinishing(n *Node) { n.finishing.Wait() }
