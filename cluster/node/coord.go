@@ -344,7 +344,6 @@ func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *tx
 			err = db.DecideTxn(actx, id, lease, txnode.DecisionAbort, count)
 			cancel()
 			if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
-				hook("abort-recorded", try)
 				return
 			}
 			if ctx.Err() != nil || !pause(ctx, wait) {

@@ -7,8 +7,7 @@ package testhook
 // CoordStep, when set, is called at each step of cluster/node's two-phase commit
 // coordinator, on the goroutine that reached it: "prepared" (i: how many prepares answered
 // so far), "prepared-all" (i: the participants), "decided" (i: 0), "applied" (i: how many
-// applies answered so far, the decision's or an abort's), "abort-recorded" (i: the try; on
-// the goroutine recording an abort in the background, after its primary answered). A multi-process test's child kills
+// applies answered so far, the decision's or an abort's). A multi-process test's child kills
 // itself there (cluster/clustertest, NodeProc.KillAt) to crash the coordinator at that step.
 var CoordStep func(step string, i int)
 
