@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -88,4 +89,74 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	require.NoError(t, ta.Get(ctx, x, row))
 	require.EqualValues(t, initial, balanceOf(row))
 	require.NoError(t, xfer(ctx, a, ta, x, y, 5))
+}
+
+// An abort whose primary is gone (shut down after its part was prepared): the node keeps
+// trying to record it in the background, and Node.Close abandons that at once (it does not
+// wait out the tries).
+func TestCoordAbortRecordAbandonedAtClose(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	x, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	y, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	var primary *server.Server
+	for i, addr := range tc.addrs {
+		if addr == ta.NodeOf(x) {
+			primary = tc.srvs[i]
+		}
+	}
+	uctx, ucancel := context.WithCancel(ctx)
+	defer ucancel()
+	defer node.SetSerialPrepares(true)()
+	fired := false
+	defer node.SetCoordHook(func(step string, i int) {
+		if step != "prepared" || i != 1 || fired {
+			return
+		}
+		fired = true
+		require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, y, acctRow(initial+1, 0)) }))
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		primary.Shutdown(sctx)
+		cancel()
+		ucancel()
+	})()
+	errStop := errors.New("stop")
+	attempts := 0
+	err = a.Update(uctx, func(tx *node.Tx) error {
+		if attempts++; attempts > 1 {
+			return errStop
+		}
+		f, g := make([]byte, 64), make([]byte, 64)
+		if err := tx.Get(ta, x, f); err != nil {
+			return err
+		}
+		if err := tx.Get(ta, y, g); err != nil {
+			return err
+		}
+		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
+			return err
+		}
+		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
+	})
+	require.ErrorIs(t, err, errStop)
+	require.True(t, fired)
+	closed := make(chan struct{})
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a.Close(cctx) // its error may be the gone primary's transaction node's
+		cancel()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Node.Close waited for the background abort record")
+	}
 }
