@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftdb/weft/cluster/internal/testhook"
 )
 
 // Sessions and their deadline. A Session is one etcd lease of one node: every partition the
@@ -385,6 +387,9 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 		for resp := range wch {
 			if s.hookWatch != nil {
 				s.hookWatch()
+			}
+			if h := testhook.OwnerWatch; h != nil {
+				h(s.holder.Owner)
 			}
 			if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 				// Events are gone: read the keys instead, then watch from after that read.

@@ -22,6 +22,9 @@ import (
 //     session's lease id, each batch fenced by its tables' epochs. Any refusal (or a prepare
 //     whose answer never came): abort recorded at the primary, abort applied to every part
 //     that was or may have been prepared, the transaction failed (ErrConflict: run again).
+//     An abort the primary did not answer (ctx ended, the primary busy or unreachable) is
+//     sent again in the background (recordAbortLater: bounded), so that a resolver's Ask is
+//     answered at once rather than after the lease ends.
 //  3. All prepared: every part's reads validated again, and the read-only parts' too (all
 //     writes locked: serializable across storage nodes), the session checked (never decide
 //     past the lease's deadline), then Decide(commit) at the primary. Its answer is the
@@ -103,8 +106,8 @@ func (n *Node) twoPhase(tx *Tx) error {
 		tx.rollback()
 		return fmt.Errorf("node: two-phase commit: the session: %w", err)
 	}
-	c := &coordTxn{n: n, id: n.txnID(), lease: n.sess.Lease(), primary: tx.writers[0].db, count: len(tx.writers)}
 	primaryAddr := tx.writers[0].addr
+	c := &coordTxn{n: n, id: n.txnID(), lease: n.sess.Lease(), primary: tx.writers[0].db, primaryAddr: primaryAddr, count: len(tx.writers)}
 	c.prepared = make([]*txnode.Prepared, len(tx.writers))
 	errs := make([]error, len(tx.writers))
 	var wg sync.WaitGroup
@@ -183,12 +186,14 @@ func (n *Node) twoPhase(tx *Tx) error {
 
 // coordTxn is one two-phase commit in progress.
 type coordTxn struct {
-	n        *Node
-	id       [16]byte
-	lease    int64
-	primary  *txnode.DB
-	count    int
-	prepared []*txnode.Prepared // nil where not prepared (refused)
+	n       *Node
+	id      [16]byte
+	lease   int64
+	primary *txnode.DB
+	// primaryAddr is the primary's storage node address.
+	primaryAddr string
+	count       int
+	prepared    []*txnode.Prepared // nil where not prepared (refused)
 	// Of decide (one goroutine at a time: the caller's, then the background's): when the
 	// first Decide(commit) was sent (coordNow), whether an answer was lost since, and the
 	// attempts made.
@@ -273,13 +278,82 @@ func (c *coordTxn) decide(ctx context.Context) (txnode.Decision, error) {
 }
 
 // abort records abort at the primary and applies it to every part that was (or may have
-// been) prepared; what ctx leaves undone is finished in the background.
+// been) prepared; what ctx leaves undone is finished in the background: the record too
+// (recordAbortLater), when the primary did not answer (ctx ended, the primary busy or
+// unreachable).
 func (c *coordTxn) abort(ctx context.Context) {
-	// The primary's record makes a resolver's Ask answer at once; a failure here is no
-	// matter (nothing else is ever decided for the transaction: its resolvers record abort
-	// once the lease is gone).
-	_ = c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionAbort, c.count)
+	// The primary's record makes a resolver's Ask answer at once (a part this node could
+	// not reach is settled without waiting for the lease to end). Nothing else is ever
+	// decided for the transaction, so sending it again is always safe.
+	err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionAbort, c.count)
+	if err != nil && !errors.Is(err, txnode.ErrTxnDecided) {
+		c.n.recordAbortLater(c.id, c.lease, c.count, c.primary, c.primaryAddr)
+	}
 	c.apply(ctx, txnode.DecisionAbort)
+}
+
+// Bounds of the abort records sent again in the background (recordAbortLater): at most
+// abortRecordMax goroutines at once (past it an abort is left to the resolvers, which record
+// it once the coordinator's lease is gone: liveness only), each sending at most
+// abortRecordTries Decides, each bounded by abortRecordTimeout, coordRetry doubling up to
+// abortRecordPauseMax between them.
+const (
+	abortRecordMax      = 64
+	abortRecordTries    = 8
+	abortRecordTimeout  = 5 * time.Second
+	abortRecordPauseMax = time.Second
+)
+
+// recordAbortLater sends Decide(abort) of transaction id (lease, count participants) to its
+// primary again in the background, under the Node's context (Close abandons it), until the
+// primary answers or the tries run out: over primary, or over the live transaction node of
+// the primary's address (primaryAddr) once primary died (heal.go replaces it).
+func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *txnode.DB, primaryAddr string) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	if n.recording >= abortRecordMax {
+		n.mu.Unlock()
+		n.log.Warn("node: two-phase commit: too many aborts being recorded: this one is left to the storage nodes' resolvers (once the lease ends)",
+			"txn", fmt.Sprintf("%x", id))
+		return
+	}
+	n.recording++
+	n.finishing.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer func() {
+			n.mu.Lock()
+			n.recording--
+			n.mu.Unlock()
+			n.finishing.Done()
+		}()
+		ctx := n.bg
+		wait := coordRetry
+		var err error
+		for try := 0; try < abortRecordTries; try++ {
+			db := primary
+			if db.Err() != nil {
+				if cur := n.current(primaryAddr); cur != nil {
+					db = cur
+				}
+			}
+			actx, cancel := context.WithTimeout(ctx, abortRecordTimeout)
+			err = db.DecideTxn(actx, id, lease, txnode.DecisionAbort, count)
+			cancel()
+			if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
+				return
+			}
+			if ctx.Err() != nil || !pause(ctx, wait) {
+				return // closing: the resolvers record it once the lease is gone
+			}
+			wait = min(2*wait, abortRecordPauseMax)
+		}
+		n.log.Warn("node: two-phase commit: the abort could not be recorded at the primary: the storage nodes' resolvers record it once the lease ends",
+			"txn", fmt.Sprintf("%x", id), "primary", primaryAddr, "err", err)
+	}()
 }
 
 // apply applies d to every prepared part, in parallel, each retried until answered, ctx

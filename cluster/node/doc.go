@@ -37,9 +37,11 @@
 // primary (the storage node of the first part written), then applied everywhere. Update
 // returns nil only once the primary recorded commit; txnode.ErrUnknownOutcome when the
 // answer was not learned before ctx ended (the transaction is finished in the background
-// until Close, and by the storage nodes' resolvers anyway). Node.View validates each storage
-// node's reads after fn: serializable across storage nodes. A read of a partition this node
-// does not own inside either fails with ErrNotOwner.
+// until Close, and by the storage nodes' resolvers anyway); an aborted one whose abort the
+// primary did not answer (ctx ended) has it recorded in the background (a bounded number of
+// tries and goroutines, until Close), so the resolvers settle it at once. Node.View
+// validates each storage node's reads after fn: serializable across storage nodes. A read
+// of a partition this node does not own inside either fails with ErrNotOwner.
 //
 // # Ownership
 //

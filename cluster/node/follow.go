@@ -145,6 +145,9 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 		h("moved")
 	}
 	pt.r.Store(&route{addr: to, durable: d, rev: switchRev})
+	if h := raceHook; h != nil {
+		h("moved-route")
+	}
 	was := pt.tb.Load()
 	if was == nil && !pt.rejoin.Load() {
 		return db, nil

@@ -92,6 +92,9 @@ type Node struct {
 	bg        context.Context
 	bgCancel  context.CancelFunc
 	finishing sync.WaitGroup
+	// recording counts the goroutines recording an abort at its primary in the background
+	// (recordAbortLater: at most abortRecordMax; also in finishing). Guarded by mu.
+	recording int
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db

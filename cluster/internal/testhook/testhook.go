@@ -10,3 +10,9 @@ package testhook
 // applies answered so far, the decision's or an abort's). A multi-process test's child kills
 // itself there (cluster/clustertest, NodeProc.KillAt) to crash the coordinator at that step.
 var CoordStep func(step string, i int)
+
+// OwnerWatch, when set, is called in every cluster.Session's owner-key watch goroutine before
+// it handles a watch response, with the session's owner id: a test blocks it there to hold
+// back what the session hears of its owner keys (a switch's delete). It must return once the
+// test ends.
+var OwnerWatch func(owner uint64)

@@ -1,0 +1,162 @@
+package node_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
+)
+
+// A two-phase commit aborted (a prepare refused) after the coordinator's context ended: its
+// Decide(abort) at the primary fails at once, so the node records it in the background, and
+// a resolver's Ask (a part the coordinator could not reach) is answered abort at once, while
+// the coordinator's lease still lives. On 258841e the abort was sent once, under the ended
+// context: nothing was recorded, and the Ask answered "none" (wait for the lease to end).
+func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	x, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	y, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	var primary *server.Server // x's storage node: written first, participant 0
+	for i, addr := range tc.addrs {
+		if addr == ta.NodeOf(x) {
+			primary = tc.srvs[i]
+		}
+	}
+
+	uctx, ucancel := context.WithCancel(ctx)
+	defer ucancel()
+	defer node.SetSerialPrepares(true)()
+	fired := false
+	defer node.SetCoordHook(func(step string, i int) {
+		if step != "prepared" || i != 1 || fired {
+			return
+		}
+		fired = true
+		// x prepared at the primary. y changed under the transaction (its prepare is then
+		// refused as a conflict: the coordinator aborts), and the caller's context ends.
+		require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, y, acctRow(initial+1, 0)) }))
+		ucancel()
+	})()
+	errStop := errors.New("stop")
+	attempts := 0
+	err = a.Update(uctx, func(tx *node.Tx) error {
+		if attempts++; attempts > 1 {
+			return errStop // the run after the conflict: no second two-phase commit
+		}
+		f, g := make([]byte, 64), make([]byte, 64)
+		if err := tx.Get(ta, x, f); err != nil {
+			return err
+		}
+		if err := tx.Get(ta, y, g); err != nil {
+			return err
+		}
+		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
+			return err
+		}
+		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
+	})
+	require.ErrorIs(t, err, errStop)
+	require.True(t, fired)
+	require.Error(t, uctx.Err(), "the coordinator's context ended before its abort")
+
+	// The node's background work done (the abort applied to x's part, and recorded).
+	node.WaitFinishing(a)
+	require.NoError(t, a.Session().Check(), "the coordinator's lease lives")
+	var id storenode.TxnID // the node's first two-phase commit: its lease, then 1
+	binary.BigEndian.PutUint64(id[:8], uint64(a.Session().Lease()))
+	binary.BigEndian.PutUint64(id[8:], 1)
+	d, err := primary.Engine().AskTxn(ctx, id, int64(a.Session().Lease()))
+	require.NoError(t, err)
+	require.Equal(t, storenode.DecisionAbort, d, "the primary holds the abort record: a resolver's Ask is answered at once")
+
+	// The rows are as before the transfer, and usable.
+	row := make([]byte, 64)
+	require.NoError(t, ta.Get(ctx, x, row))
+	require.EqualValues(t, initial, balanceOf(row))
+	require.NoError(t, xfer(ctx, a, ta, x, y, 5))
+}
+
+// An abort whose primary is gone (shut down after its part was prepared): the node keeps
+// trying to record it in the background, and Node.Close abandons that at once (it does not
+// wait out the tries).
+func TestCoordAbortRecordAbandonedAtClose(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	x, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	y, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	var primary *server.Server
+	for i, addr := range tc.addrs {
+		if addr == ta.NodeOf(x) {
+			primary = tc.srvs[i]
+		}
+	}
+	uctx, ucancel := context.WithCancel(ctx)
+	defer ucancel()
+	defer node.SetSerialPrepares(true)()
+	fired := false
+	defer node.SetCoordHook(func(step string, i int) {
+		if step != "prepared" || i != 1 || fired {
+			return
+		}
+		fired = true
+		require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, y, acctRow(initial+1, 0)) }))
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		primary.Shutdown(sctx)
+		cancel()
+		ucancel()
+	})()
+	errStop := errors.New("stop")
+	attempts := 0
+	err = a.Update(uctx, func(tx *node.Tx) error {
+		if attempts++; attempts > 1 {
+			return errStop
+		}
+		f, g := make([]byte, 64), make([]byte, 64)
+		if err := tx.Get(ta, x, f); err != nil {
+			return err
+		}
+		if err := tx.Get(ta, y, g); err != nil {
+			return err
+		}
+		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
+			return err
+		}
+		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
+	})
+	require.ErrorIs(t, err, errStop)
+	require.True(t, fired)
+	closed := make(chan struct{})
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a.Close(cctx) // its error may be the gone primary's transaction node's
+		cancel()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Node.Close waited for the background abort record")
+	}
+}
