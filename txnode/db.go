@@ -48,6 +48,12 @@ type DB struct {
 	// recovered from (pipeline.recover): never durable, though durableVer passes them.
 	// Copy-on-write under durableMu; at most failRangesMax.
 	failRanges atomic.Pointer[[]verRange]
+	// held are the versions of batches that were in flight after a refused one (recover.go):
+	// their committers (waitCommitted) are answered only once the batch is back (err set
+	// then; nil while it is out), though the failed range blocks their readers at once.
+	// Under durableMu; at most inflightMax entries a refusal, and an entry is dropped once its
+	// answer is the range's.
+	held []verRange
 	// batchFailed: a commit batch failed (failDurable ran), set before the failed rows are
 	// invalidated. From then on a fill stamps fresh versions (see fill).
 	batchFailed atomic.Bool
@@ -773,23 +779,49 @@ var durableWaiterPool = sync.Pool{New: func() any { return &durableWaiter{ch: ma
 // waitDurable waits until every commit with version <= ver is acknowledged, or returns the
 // pipeline's failure, the error of the failed range holding ver (verFailed), or ctx.Err().
 func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
+	return db.waitVer(ctx, ver, false)
+}
+
+// waitCommitted is waitDurable for the committer of version ver: while ver is held (its
+// batch was in flight after a refused one, recover.go) it waits for that batch's answer
+// instead of returning the failed range's error at once: a batch acknowledged after a
+// refused one was applied, so its committers must not be told ErrConflict.
+func (db *DB) waitCommitted(ctx context.Context, ver uint64) error {
+	return db.waitVer(ctx, ver, true)
+}
+
+func (db *DB) waitVer(ctx context.Context, ver uint64, commit bool) error {
 	if db.durableVer.Load() >= ver {
-		return db.verFailed(ver) // loaded after durableVer: a recovery adds its range first
+		// verFailed is loaded after durableVer: a recovery adds its range first.
+		if err := db.verFailed(ver); err == nil || !commit {
+			return err
+		}
 	}
 	w := durableWaiterPool.Get().(*durableWaiter)
 	defer durableWaiterPool.Put(w)
 	w.ver = ver
 	for {
 		db.durableMu.Lock()
+		held := false
 		if err := db.verFailed(ver); err != nil {
-			db.durableMu.Unlock()
-			return err
+			if commit {
+				var ans error
+				ans, held = db.heldLocked(ver)
+				if ans != nil {
+					err = ans
+				}
+			}
+			if !held {
+				db.durableMu.Unlock()
+				return err
+			}
 		}
-		if db.durableVer.Load() >= ver {
+		if held {
+			// Registered: the batch's answer (releaseHeld) wakes it.
+		} else if db.durableVer.Load() >= ver {
 			db.durableMu.Unlock()
 			return nil
-		}
-		if ver >= db.durableFailVer {
+		} else if ver >= db.durableFailVer {
 			db.durableMu.Unlock()
 			return db.pipe.failure()
 		}
@@ -860,6 +892,53 @@ func (db *DB) failDurable(fromVer uint64) {
 	clear(db.durableWaiters[len(keep):])
 	db.durableWaiters = keep
 	db.durableMu.Unlock()
+}
+
+// heldLocked returns, for a version of a held batch, the batch's answer (nil while it is
+// out: held true) or, once back, its own answer when that is not the failed range's.
+// Caller holds durableMu.
+func (db *DB) heldLocked(ver uint64) (ans error, held bool) {
+	for _, h := range db.held {
+		if ver >= h.lo && ver <= h.hi {
+			return h.err, h.err == nil
+		}
+	}
+	return nil, false
+}
+
+// holdVers records lo..hi as held: their committers wait for releaseHeld. Called before the
+// failed range holding them is recorded.
+func (db *DB) holdVers(lo, hi uint64) {
+	db.durableMu.Lock()
+	db.held = append(db.held, verRange{lo: lo, hi: hi})
+	db.durableMu.Unlock()
+}
+
+// releaseHeld answers the committers of the held versions lo..hi: with ans, or, when ans is
+// nil (the batch was refused), with the failed range's error. It wakes their waiters.
+func (db *DB) releaseHeld(lo, hi uint64, ans error) {
+	db.durableMu.Lock()
+	defer db.durableMu.Unlock()
+	for i := range db.held {
+		if h := &db.held[i]; h.lo == lo && h.hi == hi && h.err == nil {
+			if ans == nil {
+				db.held = slices.Delete(db.held, i, i+1)
+			} else {
+				h.err = ans
+			}
+			break
+		}
+	}
+	keep := db.durableWaiters[:0]
+	for _, w := range db.durableWaiters {
+		if w.ver >= lo && w.ver <= hi {
+			w.wakeLocked()
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(db.durableWaiters[len(keep):])
+	db.durableWaiters = keep
 }
 
 // verRange is a range of commit versions that failed: their batches were refused by the

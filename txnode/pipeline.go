@@ -83,6 +83,9 @@ type batch struct {
 	completed bool // done was called
 	returned  bool // the store's Commit returned
 	retired   bool // completed and taken off inflight, in seq order
+	// held: in flight after a refused batch: its committers are answered when it retires
+	// (holdLaterLocked, answerHeldLocked in recover.go).
+	held bool
 	err       error
 	lsn       uint64
 	gen       uint64 // the store's connection when it was sent (connGen)
@@ -682,6 +685,9 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		n := copy(p.inflight, p.inflight[1:]) // shift, not reslice: append would reallocate
 		p.inflight[n] = nil
 		p.inflight = p.inflight[:n]
+		if x.held {
+			p.answerHeldLocked(x)
+		}
 		if x.err == nil && x.firstVer >= p.failVer {
 			// Acknowledged, but an earlier batch failed: the store applied it (it applies an
 			// owner's batches in seq order), yet this node can no longer vouch for what came
@@ -770,6 +776,12 @@ func (p *pipeline) abandonLocked(cause error) {
 	}
 	p.failVer = min(p.failVer, from)
 	p.db.failDurable(p.failVer)
+	for _, x := range p.inflight {
+		if x.held { // never back now: its outcome is unknown
+			x.held = false
+			p.db.releaseHeld(x.firstVer, x.lastVer, p.failErr)
+		}
+	}
 	p.abandoned = true
 	p.room.Broadcast()
 }

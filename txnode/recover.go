@@ -84,6 +84,7 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 		if b.seq < rec.seq {
 			// An earlier batch refused too (its answer came later): the range reaches down
 			// to it.
+			p.holdLaterLocked(b.seq)
 			if b.firstVer < rec.lo && !db.failRange(b.firstVer, rec.lo-1, rec.err) {
 				return false
 			}
@@ -100,6 +101,7 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 	rec := &recovery{seq: b.seq, lo: b.firstVer, hi: db.commitVer.Load(), cause: err}
 	rec.err = fmt.Errorf("%w: commit batch %d was refused by the store (%v): nothing of this transaction was applied; run it again",
 		ErrConflict, b.seq, err)
+	p.holdLaterLocked(b.seq)
 	if !db.failRange(rec.lo, rec.hi, rec.err) {
 		return false
 	}
@@ -123,6 +125,39 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 	p.bg.Add(1)
 	go p.recover(rec)
 	return true
+}
+
+// holdLaterLocked holds the batches in flight after seq (the refused one's): the failed range
+// blocks their readers at once, but their committers are answered only when each comes back
+// (answerHeldLocked): the store may still apply one if it forgot the refusal (its refusals
+// are kept in memory only, and bounded). Called before the range is recorded. Caller holds
+// mu.
+func (p *pipeline) holdLaterLocked(seq uint64) {
+	for _, x := range p.inflight {
+		if x.seq > seq && !x.held {
+			x.held = true
+			p.db.holdVers(x.firstVer, x.lastVer)
+		}
+	}
+}
+
+// answerHeldLocked answers the committers of the held batch x as it retires: refused or
+// ErrSeqGap, the failed range's ErrConflict (nothing applied); acknowledged, the store
+// applied it after an earlier seq was refused, so nothing can be vouched for: the pipeline
+// fails for good and x's committers get ErrUnknownOutcome (never ErrConflict: x was
+// applied); any other error, that error (as a failed batch's waiters get). Caller holds mu.
+func (p *pipeline) answerHeldLocked(x *batch) {
+	x.held = false
+	var ans error
+	switch {
+	case x.err == nil:
+		ans = fmt.Errorf("%w: commit batch %d was acknowledged after an earlier batch of this node was refused: it was applied, but what it read may not have been", ErrUnknownOutcome, x.seq)
+		p.failLocked(x, ans)
+		x.err = ans
+	case !knownRefusal(x.err) && !isSeqGap(x.err):
+		ans = fmt.Errorf("txnode: commit batch %d: %w", x.seq, x.err)
+	}
+	p.db.releaseHeld(x.firstVer, x.lastVer, ans)
 }
 
 // recover ends the recovery rec (see the top of this file) on its own goroutine.

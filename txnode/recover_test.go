@@ -568,3 +568,80 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	require.NoError(t, r.gold.Get(ctx, gid, dst))
 	require.Equal(t, row(7), dst)
 }
+
+// forgetStore makes the store apply the batch after a refused one, as a storage node does
+// that forgot the refusal (kept in memory only, bounded: a restart, refusedFresh full): the
+// first batch naming table hold is refused at the store and its answer held; the next seq
+// is sent to the store as the refused seq (which it expects again), so it is applied, and
+// its acknowledgement held too. The test delivers both answers in order.
+type forgetStore struct {
+	*holdStore
+	refused atomic.Uint64 // the refused seq; 0: none yet
+}
+
+func (f *forgetStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+	if n := f.refused.Load(); n != 0 && b.Seq == n+1 {
+		c := *b
+		c.Seq = n
+		f.Store.Commit(&c, func(lsn uint64, err error) {
+			f.held <- func() { done(lsn, err) }
+		})
+		return
+	}
+	id := f.hold.Load()
+	for _, fe := range b.Fences {
+		if id != 0 && fe.Table == id {
+			f.refused.Store(b.Seq)
+			f.hold.Store(0)
+			break
+		}
+	}
+	f.holdStore.Commit(b, done)
+}
+
+// A batch in flight after a refused one that the store applies anyway (it forgot the
+// refusal) is never reported to its committer as ErrConflict: its waiters are answered only
+// when it comes back, here with ErrUnknownOutcome (the pipeline fails for good), while its
+// readers are refused at once as before (fails on 96cae62: the manual Commit got
+// ErrConflict, "nothing applied", for a commit the store applied).
+func TestAckAfterRefusalNotConflict(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fs := &forgetStore{holdStore: &holdStore{held: make(chan func(), 4)}}
+	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
+		fs.Store, fs.inner = st, st.(store.TxnStore)
+		return fs
+	})
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	r.fenceAcct()
+	fs.hold.Store(r.acct.t.id)
+
+	putErr := make(chan error, 1)
+	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
+	refusal := <-fs.held // batch N refused at the store; the pipeline does not know yet
+
+	tx, err := r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.gold, gid, row(5)))
+	commitErr := make(chan error, 1)
+	go func() { commitErr <- tx.Commit() }()
+	ack := <-fs.held // batch N+1 applied at the store; its ack held
+	refusal()        // the recovery starts: the failed range covers N+1's version
+
+	dst := make([]byte, 64)
+	require.ErrorIs(t, r.gold.Get(ctx, gid, dst), ErrConflict, "a reader of the held version is refused at once")
+	select {
+	case err := <-commitErr:
+		t.Fatalf("the committer of a batch still out was answered: %v", err)
+	default:
+	}
+	ack()
+	err = <-commitErr
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	require.NotErrorIs(t, err, ErrConflict, "the batch was applied")
+	require.Error(t, <-putErr)
+	require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome, "the pipeline fails for good")
+}

@@ -140,7 +140,7 @@ func (p *Pending) Done() <-chan struct{} {
 			close(p.done)
 		} else {
 			go func() {
-				_ = p.db.waitDurable(context.Background(), p.wait.ver)
+				_ = p.wait.waitDurable(p.db, context.Background()) // a held write: its answer
 				close(p.done)
 			}()
 		}

@@ -593,9 +593,17 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 	if p.ver <= db.durableVer.Load() {
 		// Loaded after durableVer: a recovery records its failed range before durableVer
 		// passes it, and a committer of the range may reach its wait late (recover.go).
-		return db.verFailed(p.ver)
+		// A write's batch may be held (recover.go): then waitCommitted waits for its answer.
+		if err := db.verFailed(p.ver); err == nil || !p.write {
+			return err
+		}
 	}
-	err := db.waitDurable(ctx, p.ver)
+	var err error
+	if p.write {
+		err = db.waitCommitted(ctx, p.ver)
+	} else {
+		err = db.waitDurable(ctx, p.ver)
+	}
 	if err != nil && p.write && err == ctx.Err() {
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
