@@ -86,9 +86,9 @@ type batch struct {
 	// held: in flight after a refused batch: its committers are answered when it retires
 	// (holdLaterLocked, answerHeldLocked in recover.go).
 	held bool
-	err       error
-	lsn       uint64
-	gen       uint64 // the store's connection when it was sent (connGen)
+	err  error
+	lsn  uint64
+	gen  uint64 // the store's connection when it was sent (connGen)
 }
 
 type pipeline struct {
