@@ -91,9 +91,15 @@ type Engine struct {
 	txnForgot    map[TxnID]txnForgotten
 	txnForgotQ   []txnForgotEntry
 	txnForgotSeq uint64
-	txnLocks     map[uint64]uint64 // frameKey -> slots of prepared rows
-	txnKick      chan struct{}
-	txnBytes     int64 // the prepare records the prepared parts hold
+	// txnForgotLost is when (engine clock) a forgotten decision younger than
+	// Options.TxnAbortKeep last gave way (past Options.TxnForgetMax, or not carried across a
+	// restart): until TxnAbortKeep after it, a Decide(commit) of an unknown id with the lease
+	// gone is refused with ErrTxnBusy instead of recording abort (it may be a resend of a
+	// commit given way, its coordinator trusting the abort). Guarded by mu.
+	txnForgotLost time.Time
+	txnLocks      map[uint64]uint64 // frameKey -> slots of prepared rows
+	txnKick       chan struct{}
+	txnBytes      int64 // the prepare records the prepared parts hold
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc

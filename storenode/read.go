@@ -65,6 +65,9 @@ func (e *Engine) readRows(reader uint64, trusted bool, tableID uint32, page, wan
 			}
 		}
 		key := frameKey(t.id, page)
+		if err := e.holderReadLocked(t, reader, trusted, page, want); err != nil {
+			return 0, 0, dst, err
+		}
 		id, cached := e.cache.lookup(key)
 		// A page without a frame has no write that is not durable (a dirty frame stays
 		// until a checkpoint, which syncs the WAL first).
@@ -176,6 +179,24 @@ func (e *Engine) readDiskPage(t *table, page uint64) (*[]byte, error) {
 		}
 	}
 	return buf, nil
+}
+
+// holderReadLocked refuses t's holder a read of rows a prepared transaction holds
+// (ErrTxnLocked: read again once it is decided). The holder caches what it reads and writes
+// those rows back as its own: a row it cached before the decision is applied here would undo
+// a commit applied after (a holder whose cache lost its locks: a new transaction node of the
+// same owner and grant, or one that gave up waiting for its Apply). Other readers get the last
+// committed version: they never write it back; so do trusted reads (an embedded store's
+// transaction node, in this process, or an offline tool). Caller holds mu; without prepared
+// transactions it costs one map length.
+func (e *Engine) holderReadLocked(t *table, reader uint64, trusted bool, page, want uint64) error {
+	if len(e.txnLocks) == 0 || trusted || !t.heldBy(reader) {
+		return nil
+	}
+	if m := e.txnLocks[frameKey(t.id, page)] & want; m != 0 {
+		return fmt.Errorf("%w: the holder's read of table %d page %d rows %#016x: a prepared transaction holds them", ErrTxnLocked, t.id, page, m)
+	}
+	return nil
 }
 
 // heldBy reports whether owner (nonzero) is t's holder. Caller holds mu.

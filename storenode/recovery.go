@@ -91,6 +91,11 @@ func (e *Engine) recover() error {
 		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
 	e.replaying = false
+	if len(e.txnForgot) >= min(e.opts.MaxTxns, e.opts.TxnForgetMax) {
+		// The checkpoint carried as many forgotten decisions as it may: older ones may have
+		// been left behind (carryTxns), as a count eviction gives them way.
+		e.txnForgotLost = e.opts.Now()
+	}
 	if e.replayForce {
 		e.replayForce = false
 		e.requestCheckpoint() // carry the transactions and clean the cache

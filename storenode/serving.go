@@ -49,6 +49,9 @@ func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Se
 		if e.moves != nil && e.moveRefusesRead(t, false) != nil {
 			return rows, false // the slow path reports it
 		}
+		if e.holderReadLocked(t, reader, false, w.Page, w.Want) != nil {
+			return rows, false // the slow path reports it
+		}
 		if id, cached := e.cache.lookup(frameKey(t.id, w.Page)); cached && e.cache.frames[id].lsn > durable && !e.holderReads(t, reader) {
 			return rows, false // not durable yet, and reader is not the incarnation that wrote it
 		}

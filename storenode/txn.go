@@ -387,6 +387,10 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 		e.mu.Unlock()
 		return DecisionNone, fmt.Errorf("%w: decide %v: the lease check is older than half of the abort keep time", ErrTxnBusy, id)
 	}
+	if asked == DecisionCommit && d == DecisionAbort && e.forgotLostLocked(id) {
+		e.mu.Unlock()
+		return DecisionNone, fmt.Errorf("%w: decide %v: the lease is gone, and forgotten decisions gave way since %v: it may be a commit forgotten, no abort recorded", ErrTxnBusy, id, e.opts.TxnAbortKeep)
+	}
 	rec, err := e.decideLocked(id, lease, d, count)
 	e.mu.Unlock()
 	if err != nil {
@@ -555,6 +559,9 @@ func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
 	now := e.opts.Now()
 	e.expireForgotten(now)
 	if len(e.txnForgotQ) >= e.opts.TxnForgetMax {
+		if q := e.txnForgotQ[0]; e.txnForgot[q.id].seq == q.seq {
+			e.txnForgotLost = now // a young one gives way (the expired ones went above)
+		}
 		e.popForgotten()
 	}
 	e.txnForgotSeq++
@@ -573,6 +580,17 @@ func (e *Engine) forgottenLocked(id TxnID) (txnDecision, bool) {
 		return txnDecision{}, false
 	}
 	return txnDecision{d: f.d, at: f.at}, true
+}
+
+// forgotLostLocked reports whether id is neither decided nor remembered forgotten here
+// while a forgotten decision gave way less than Options.TxnAbortKeep ago (txnForgotLost):
+// id may be one of them. Caller holds mu.
+func (e *Engine) forgotLostLocked(id TxnID) bool {
+	if e.txnForgotLost.IsZero() || e.opts.Now().Sub(e.txnForgotLost) >= e.opts.TxnAbortKeep || e.txnDecisions[id] != nil {
+		return false
+	}
+	_, ok := e.forgottenLocked(id)
+	return !ok
 }
 
 // expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. Caller

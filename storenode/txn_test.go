@@ -768,3 +768,93 @@ func TestTxnPrepareAfterForgottenAbort(t *testing.T) {
 	parts, _ := s.e.TxnCounts()
 	require.Zero(t, parts)
 }
+
+// TestTxnForgottenDecisionGivenWay: a forgotten commit that gave way to newer ones before
+// TxnAbortKeep (past TxnForgetMax, or past the MaxTxns a checkpoint carries across a
+// restart) must not be answered "abort recorded" when its coordinator resends Decide(commit)
+// with the lease gone: the coordinator trusts such an abort within decideTrust, and would
+// report a committed transaction aborted. The primary answers ErrTxnBusy (no decision
+// recorded) until TxnAbortKeep passed since a young one gave way. Fails on dc71a4c: abort
+// recorded, both after the count eviction and after the restart.
+func TestTxnForgottenDecisionGivenWay(t *testing.T) {
+	ctx := context.Background()
+	commitForgotten := func(e *Engine, id TxnID, lease int64) {
+		t.Helper()
+		_, err := e.DecideTxn(ctx, id, lease, DecisionCommit, 1)
+		require.NoError(t, err)
+		require.NoError(t, e.ReportTxn(id, 0))
+	}
+	t.Run("count", func(t *testing.T) {
+		clock := fakeClock{}
+		leases := &memLeases{}
+		s := newTxnStore(t, Options{Now: clock.Now, LeaseChecker: leases, TxnAbortKeep: time.Minute, TxnForgetMax: 2})
+		commitForgotten(s.e, txnID(1), 5)
+		commitForgotten(s.e, txnID(2), 6)
+		commitForgotten(s.e, txnID(3), 6) // txnID(1) gives way
+		leases.kill(5)
+		d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		require.ErrorIs(t, err, ErrTxnBusy, "a committed transaction answered %v", d)
+		require.NotErrorIs(t, err, ErrTxnDecided)
+		_, decisions := s.e.TxnCounts()
+		require.Zero(t, decisions, "no abort recorded")
+		// Past TxnAbortKeep the coordinator trusts no abort anyway: recorded then.
+		clock.Advance(time.Minute)
+		d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		require.ErrorIs(t, err, ErrTxnDecided)
+		require.Equal(t, DecisionAbort, d)
+		require.NoError(t, s.e.verify())
+	})
+	t.Run("restart", func(t *testing.T) {
+		leases := &memLeases{}
+		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases, MaxTxns: 2}
+		e, err := Open(opts)
+		require.NoError(t, err)
+		commitForgotten(e, txnID(1), 5)
+		commitForgotten(e, txnID(2), 6)
+		commitForgotten(e, txnID(3), 6)
+		require.NoError(t, e.Close()) // carries the newest 2
+		leases.kill(5)
+		e, err = Open(opts)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, e.Close()) }()
+		d, err := e.DecideTxn(ctx, txnID(3), 6, DecisionCommit, 1)
+		require.NoError(t, err, "carried")
+		require.Equal(t, DecisionCommit, d)
+		d, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		require.ErrorIs(t, err, ErrTxnBusy, "a committed transaction answered %v", d)
+		require.NotErrorIs(t, err, ErrTxnDecided)
+		_, decisions := e.TxnCounts()
+		require.Zero(t, decisions, "no abort recorded")
+	})
+}
+
+// TestTxnHolderReadOfPreparedRowsRefused: the holder may not read (and so cache) rows a
+// prepared transaction holds: a cache that lost its locks (a new transaction node of the same
+// owner and grant, after a storage node restart) would write the committed version back over
+// the commit applied later. Found by TestBankCoordinatorAndStorageNodeKilled (an acknowledged
+// transfer's credit lost). Other readers get the committed version; after the decision the
+// holder reads the applied rows. Fails on e126be4: the holder read the old version.
+func TestTxnHolderReadOfPreparedRowsRefused(t *testing.T) {
+	s := newTxnStore(t, Options{})
+	s.put(t, 1, 100)
+	s.put(t, 3, 300)
+	_, err := s.prepare(t, txnID(1), 9, "", 0, 1, 150)
+	require.NoError(t, err)
+
+	_, _, _, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
+	require.ErrorIs(t, err, ErrTxnLocked, "the holder's read of a prepared row")
+	require.ErrorIs(t, err, sgio.ErrTxnLocked)
+	data, _, rows, err := s.e.ReadRowsAs(testOwner, s.table, 0, 1<<3, nil)
+	require.NoError(t, err, "another row of the page")
+	require.Equal(t, uint64(1<<3), data)
+	require.Equal(t, uint64(300), uint64FromRow(rows))
+	data, _, rows, err = s.e.ReadRowsAs(testOwner+1, s.table, 0, 1<<1, nil)
+	require.NoError(t, err, "a reader that is not the holder")
+	require.Equal(t, uint64(1<<1), data)
+	require.Equal(t, uint64(100), uint64FromRow(rows), "the committed version")
+
+	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
+	_, _, rows, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(150), uint64FromRow(rows), "the applied commit")
+}

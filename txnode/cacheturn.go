@@ -39,7 +39,7 @@ func (c *CacheTurn) Wait(tx *Tx) error {
 		return errNotBusy
 	}
 	if c.held && c.db != tx.db {
-		c.Release()
+		c.release()
 	}
 	c.db = tx.db
 	return tx.retryBusy(&c.since, &c.held)
@@ -54,8 +54,15 @@ func (c *CacheTurn) Hold(tx *Tx) {
 }
 
 // Release gives the turn back, if held. Call it once the loop ends, after its last
-// transaction ended (committed or rolled back); the CacheTurn may be used again after.
+// transaction ended (committed or rolled back); the CacheTurn may be used again after, by a
+// new loop (Options.CacheWait counts again from its first Wait).
 func (c *CacheTurn) Release() {
+	c.release()
+	c.since = time.Time{}
+}
+
+// release gives the turn back, if held, keeping the loop's start (Wait for another DB's).
+func (c *CacheTurn) release() {
 	if c.held {
 		c.db.cache.giveTurn()
 		c.held = false

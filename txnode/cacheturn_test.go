@@ -40,3 +40,26 @@ func TestCacheTurnAPI(t *testing.T) {
 	require.NoError(t, db.cache.takeTurn(ctx, time.Now().Add(time.Minute)), "given back")
 	db.cache.giveTurn()
 }
+
+// TestCacheTurnReuse: a CacheTurn used again after Release starts a new loop: its CacheWait
+// bound counts from the new loop's first Wait, not the old one's. Fails on dc71a4c: the
+// first Wait of the second loop fails with ErrCacheFull (the old loop's start kept).
+func TestCacheTurnReuse(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	var c CacheTurn
+	tx, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	tx.busy = busyPage{t: &tableState{}}
+	require.NoError(t, c.Wait(tx))
+	c.since = c.since.Add(-2 * db.opts.CacheWait) // the first loop began long ago
+	c.Release()
+
+	tx, err = db.Begin(ctx, true)
+	require.NoError(t, err)
+	tx.busy = busyPage{t: &tableState{}}
+	require.NoError(t, c.Wait(tx), "a new loop")
+	c.Release()
+}

@@ -45,6 +45,9 @@ type Options struct {
 	LeaseDuration time.Duration
 	// TxnResolveInterval is each storage node's in-doubt resolver period (200 ms when zero).
 	TxnResolveInterval time.Duration
+	// TxnResolveAfter is how long a prepared part waits for its coordinator before the
+	// resolver asks its primary (storenode.Options.TxnResolveAfter; its default when zero).
+	TxnResolveAfter time.Duration
 	// GrantVerifyTimeout bounds each storage node's etcd grant verification (2 s when zero).
 	GrantVerifyTimeout time.Duration
 }
@@ -124,6 +127,7 @@ func (c *Cluster) StorageOf(addr string) *StorageNode {
 // StorageNode is one storage-node child process.
 type StorageNode struct {
 	*proctest.Proc
+	t     testing.TB
 	Index int
 	Dir   string
 	Addr  string
@@ -137,6 +141,7 @@ type storageSpec struct {
 	Secret             string
 	LeaseDuration      time.Duration
 	TxnResolveInterval time.Duration
+	TxnResolveAfter    time.Duration
 	GrantVerifyTimeout time.Duration
 }
 
@@ -152,7 +157,7 @@ func (c *Cluster) startStorage(i int) *StorageNode {
 	for try := 0; ; try++ {
 		addr = freeAddr(c.t)
 		spec := storageSpec{Dir: dir, Listen: addr, Etcd: c.Etcd.Endpoints(), Prefix: c.Prefix, Secret: string(c.Secret),
-			LeaseDuration: c.opts.LeaseDuration, TxnResolveInterval: c.opts.TxnResolveInterval,
+			LeaseDuration: c.opts.LeaseDuration, TxnResolveInterval: c.opts.TxnResolveInterval, TxnResolveAfter: c.opts.TxnResolveAfter,
 			GrantVerifyTimeout: c.opts.GrantVerifyTimeout}
 		ps := proctest.Spec{Name: fmt.Sprintf("storage node %d", i), Test: HelperTest,
 			Env: []string{roleEnv + "=storage " + mustJSON(spec)}, Ready: "listening "}
@@ -165,8 +170,25 @@ func (c *Cluster) startStorage(i int) *StorageNode {
 			c.t.Fatalf("clustertest: storage node %d: %v", i, err)
 		}
 	}
-	return &StorageNode{Proc: proc, Index: i, Dir: dir, Addr: addr}
+	return &StorageNode{Proc: proc, t: c.t, Index: i, Dir: dir, Addr: addr}
 }
+
+// TxnCounts asks the running storage node for its two-phase commit state
+// (storenode.Engine.TxnCounts): the parts it keeps (prepared, or applied and not yet
+// reported to their primary) and the decisions it keeps as a primary. Both zero: nothing in
+// doubt there. Only the test's goroutine, while the node runs (it reads the node's stdout).
+func (s *StorageNode) TxnCounts(ctx context.Context) (parts, decisions int) {
+	l := s.Ask(ctx, txnCountsCmd)
+	_, err := fmt.Sscanf(l, txnCountsCmd+" %d %d", &parts, &decisions)
+	if err != nil {
+		s.t.Fatalf("clustertest: storage node %d: %q: %v", s.Index, l, err)
+	}
+	return parts, decisions
+}
+
+// txnCountsCmd is the storage-node child's one command (TxnCounts), answered on stdout with
+// "txncounts PARTS DECISIONS".
+const txnCountsCmd = "txncounts"
 
 func freeAddr(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -254,9 +276,11 @@ const (
 	// "err P CLASS MESSAGE" after.
 	WorkloadCounter = "counter"
 	// WorkloadBank moves money between pairs of its accounts (Node.Update), each transfer
-	// with a log row in LogTable, printing "try SEQ FROM TO AMOUNT" before and
+	// with a log row in LogTable, printing "try SEQ FROM TO AMOUNT" before,
+	// "log SEQ LOGID" in each run of the transaction once its log row is inserted (the last
+	// one is the transfer's, even if the process dies before the answer), and
 	// "ok SEQ LOGID" or "err SEQ LOGID CLASS MESSAGE" after (LOGID: the log row's id of
-	// the last run of the transaction, 0 if none).
+	// the last run of the transaction, "-" if none).
 	WorkloadBank = "bank"
 )
 
@@ -281,7 +305,8 @@ type nodeSpec struct {
 // line (printed once it owns its partitions; it carries "ready LEASE", the session's lease
 // id). It runs until its stdin closes (CloseInput: it stops, closes the node and exits) or it
 // is killed. Its stdout lines are the workload's (NodeSpec's workloads), "reopen LEASE"
-// after a reopen, and "mark" in answer to a "mark" on its stdin.
+// after a reopen, "mark" in answer to a "mark" on its stdin, and "kill STEP I" just before
+// it kills itself at a step of the two-phase commit (KillAt).
 func (c *Cluster) StartNode(spec NodeSpec) *NodeProc {
 	c.t.Helper()
 	ns := nodeSpec{NodeSpec: spec, Etcd: c.Etcd.Endpoints(), Prefix: c.Prefix, Secret: string(c.Secret)}
@@ -296,6 +321,14 @@ func (c *Cluster) StartNode(spec NodeSpec) *NodeProc {
 	p := proctest.Start(c.t, proctest.Spec{Name: fmt.Sprintf("cluster node %x", spec.Owner), Test: HelperTest,
 		Env: []string{roleEnv + "=node " + mustJSON(ns)}, Ready: "ready"})
 	return &NodeProc{Proc: p, Spec: spec, EtcdLink: link}
+}
+
+// KillAt arms the child's coordinator crash: at the next time its two-phase commit reaches
+// step with i (testhook.CoordStep's steps: "prepared" after i prepares answered,
+// "prepared-all", "decided" with i 0, "applied" after i applies answered), the child prints
+// "kill STEP I" and kills itself with SIGKILL. The command is read between two operations.
+func (p *NodeProc) KillAt(step string, i int) error {
+	return p.Send(fmt.Sprintf("%s %s %d", killCmd, step, i))
 }
 
 // FenceProbe registers, on the storage node at addr, an etcd grant of owner for partition

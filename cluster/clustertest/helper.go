@@ -14,10 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/internal/testhook"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/cluster/proctest"
 	"github.com/weftdb/weft/storenode"
@@ -54,23 +57,17 @@ func HelperProcess(t *testing.T) {
 	}
 }
 
-// runStorage serves a storage node as cmd/storenode -etcd does, until stdin closes.
+// runStorage serves a storage node as cmd/storenode -etcd does, until stdin closes; it
+// answers the txncounts command (StorageNode.TxnCounts) meanwhile.
 func runStorage(s storageSpec) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		for range proctest.ChildInput() {
-		}
-		cancel()
-	}()
-	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	cli, err := cluster.Connect(cctx, cluster.Config{Endpoints: s.Etcd, Prefix: s.Prefix, Logger: Quiet})
 	ccancel()
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	return server.Serve(ctx, server.Config{
+	srv, err := server.New(server.Config{
 		Listen: s.Listen, Secret: []byte(s.Secret), Logger: Quiet, EventLoops: 1,
 		Options: storenode.Options{
 			Dir: s.Dir, Sync: storenode.SyncNone, CacheBytes: 4 << 20, CheckpointWALBytes: 1 << 20,
@@ -80,10 +77,38 @@ func runStorage(s storageSpec) error {
 			LeaseChecker:       cli,
 			TxnPeer:            server.NewTxnPeer(server.PeerConfig{Secret: []byte(s.Secret), Name: "clustertest-resolver"}),
 			TxnResolveInterval: s.TxnResolveInterval,
+			TxnResolveAfter:    s.TxnResolveAfter,
 			Logger:             Quiet,
 		},
 		OnListen: func(a net.Addr) { proctest.Printf("listening %s", a) },
 	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	in := proctest.ChildInput()
+	var failed error
+loop:
+	for {
+		select {
+		case cmd, ok := <-in:
+			if !ok {
+				break loop
+			}
+			if cmd == txnCountsCmd {
+				parts, decisions := srv.Engine().TxnCounts()
+				proctest.Printf("%s %d %d", txnCountsCmd, parts, decisions)
+			}
+		case <-srv.Failed():
+			failed = srv.Healthy()
+			break loop
+		}
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	return errors.Join(failed, srv.Shutdown(sctx))
 }
 
 // Class names an error of a workload's write for the parent: the first of fenced (the
@@ -132,6 +157,29 @@ type child struct {
 	failures int
 	// clock is the sessions' lease clock (NodeSpec.BlindClock), nil for the system's.
 	clock cluster.Clock
+	// killAt is the coordinator's step at which the process kills itself (NodeProc.KillAt),
+	// nil when none: set by the workload's goroutine, read by the coordinator's.
+	killAt atomic.Pointer[coordStep]
+}
+
+// coordStep is a step of the two-phase commit's coordinator (testhook.CoordStep).
+type coordStep struct {
+	step string
+	i    int
+}
+
+// killCmd is the cluster-node child's command "kill-at STEP I" (NodeProc.KillAt).
+const killCmd = "kill-at"
+
+// coordHook is the child's testhook.CoordStep: at the step armed (killAt) it prints
+// "kill STEP I" and kills its own process with SIGKILL: the coordinator crashes there,
+// nothing flushed, nothing closed.
+func (c *child) coordHook(step string, i int) {
+	if k := c.killAt.Load(); k != nil && k.step == step && k.i == i {
+		proctest.Printf("kill %s %d", step, i)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
 }
 
 const reopenAfter = 100
@@ -144,6 +192,7 @@ func runNode(s nodeSpec) error {
 		s.Pace = 5 * time.Millisecond
 	}
 	c := &child{s: s, in: proctest.ChildInput()}
+	testhook.CoordStep = c.coordHook // before any transaction
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if s.BlindClock {
@@ -235,6 +284,10 @@ func (c *child) pause(ctx context.Context, d time.Duration) bool {
 			}
 			if cmd == "mark" {
 				proctest.Printf("mark")
+			}
+			var k coordStep
+			if _, err := fmt.Sscanf(cmd, killCmd+" %s %d", &k.step, &k.i); err == nil {
+				c.killAt.Store(&k)
 			}
 		case <-timer.C:
 			return true
@@ -395,6 +448,7 @@ func (c *child) bank(ctx context.Context) error {
 			id, err := tx.Insert(c.logT, row(lr, from, to, moved, c.s.Owner, seq))
 			if err == nil {
 				logID = strconv.FormatUint(id, 10)
+				proctest.Printf("log %d %s", seq, logID)
 			}
 			return err
 		})

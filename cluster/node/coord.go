@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftdb/weft/cluster/internal/testhook"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -36,11 +37,6 @@ import (
 //     storage nodes' resolvers finish it anyway (once the lease is gone, or at once when the
 //     decision is recorded).
 
-// coordHook, when set by a test (before any transaction), is called at each step of the
-// protocol: "prepared" (i: how many prepares answered so far), "prepared-all", "decided",
-// "applied" (i: how many applies answered so far).
-var coordHook func(step string, i int)
-
 // coordSerialPrepares, when set by a test, prepares the participants one after another, in
 // their order, instead of in parallel: a test can then act between two prepares.
 var coordSerialPrepares bool
@@ -55,10 +51,11 @@ var coordNow = time.Now
 // decideTrust is how long after its first Decide(commit) the coordinator trusts an answer
 // "abort recorded" that came after an answer it lost: a storage node remembers a decision
 // it forgot (every participant reported) for its TxnAbortKeep (10 min by default), at most
-// its TxnForgetMax (65536) of them, and until it restarts; past that, a resent Decide of a
-// forgotten commit records abort when the lease is gone. Well inside the default keep (a
-// margin for clock rates, and 65536 forgotten a minute is over 1000 transactions a second);
-// a shorter window only turns more aborts into ErrUnknownOutcome. A var for tests.
+// its TxnForgetMax (65536) of them, and across a restart its MaxTxns newest; past the keep,
+// a resent Decide of a forgotten commit records abort when the lease is gone (while one
+// gave way to the bounds, it refuses with ErrTxnBusy instead: retried here). Well inside the
+// default keep (a margin for clock rates); a shorter window only turns more aborts into
+// ErrUnknownOutcome. A var for tests.
 var decideTrust = time.Minute
 
 // decisionUncertain is decide's answer when abort was recorded but the transaction may
@@ -66,8 +63,10 @@ var decideTrust = time.Minute
 // parts are aborted at their storage nodes and dropped from the caches.
 const decisionUncertain txnode.Decision = 0xff
 
+// hook calls testhook.CoordStep, when a test set it (before any transaction), at each step of
+// the protocol.
 func hook(step string, i int) {
-	if h := coordHook; h != nil {
+	if h := testhook.CoordStep; h != nil {
 		h(step, i)
 	}
 }

@@ -1,0 +1,12 @@
+// Package testhook holds the hooks that tests set in the code of the packages under
+// cluster/, test-only: no production code sets them, and Go's internal rule keeps them out of
+// reach of anything outside cluster/. A hook is set once, before the code under test runs
+// (a test child at its start), and never changed after; nil, it costs one nil check.
+package testhook
+
+// CoordStep, when set, is called at each step of cluster/node's two-phase commit
+// coordinator, on the goroutine that reached it: "prepared" (i: how many prepares answered
+// so far), "prepared-all" (i: the participants), "decided" (i: 0), "applied" (i: how many
+// applies answered so far, the decision's or an abort's). A multi-process test's child kills
+// itself there (cluster/clustertest, NodeProc.KillAt) to crash the coordinator at that step.
+var CoordStep func(step string, i int)
