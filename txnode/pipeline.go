@@ -779,7 +779,7 @@ func (p *pipeline) abandonLocked(cause error) {
 	for _, x := range p.inflight {
 		if x.held { // never back now: its outcome is unknown
 			x.held = false
-			p.db.releaseHeld(x.firstVer, x.lastVer, p.failErr)
+			p.db.releaseHeld(x.firstVer, x.lastVer, false, p.failErr, 0)
 		}
 	}
 	p.abandoned = true

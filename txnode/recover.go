@@ -18,12 +18,16 @@ import (
 //     may have read the refused rows. Their durable waiters return the range's error
 //     (ErrConflict wrapping the refusal's text, not its sentinel: DB.Update runs them again),
 //     even once durableVer passes the range (waitDurable and the Durable read paths check
-//     verFailed after loading durableVer). The open batch is dropped unsent.
+//     verFailed after loading durableVer). The open batch is dropped unsent. But the
+//     committers of a batch in flight after the refused one are answered only when that
+//     batch comes back (holdLaterLocked, answerHeldLocked): a storage node that forgot the
+//     refusal may apply it. Their readers fail with the range at once.
 //  2. No commit is admitted and no batch launched (rec) until the recovery ends. Batches in
 //     flight come back: acknowledged if before the refused seq (durable), refused or
 //     ErrSeqGap after it (the storage node fails an owner's later seqs at once once one is
 //     refused). An acknowledgement after the refused seq, or any unknown outcome, fails the
-//     pipeline for good, as before.
+//     pipeline for good, as before (the acknowledged batch's committers get nil: it is
+//     applied; see answerHeldLocked).
 //  3. The recovery waits until every batch in flight is back, a 2PC prepare holding a later
 //     seq has ended (prepHold; its ErrSeqGap now ends it as not taken), and every commit of
 //     the range has installed (installing): then it invalidates the frames of every failed
@@ -127,37 +131,54 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 	return true
 }
 
-// holdLaterLocked holds the batches in flight after seq (the refused one's): the failed range
-// blocks their readers at once, but their committers are answered only when each comes back
-// (answerHeldLocked): the store may still apply one if it forgot the refusal (its refusals
-// are kept in memory only, and bounded). Called before the range is recorded. Caller holds
-// mu.
+// holdLaterLocked holds the batches in flight after seq (the refused one's) whose outcome is
+// not known yet: the failed range fails their readers at once, but their committers are
+// answered only when each comes back (answerHeldLocked), as a storage node that forgot the
+// refusal may still apply one (its refusals are kept in memory only, and bounded). Called
+// before the range holding them is recorded. Caller holds mu.
 func (p *pipeline) holdLaterLocked(seq uint64) {
 	for _, x := range p.inflight {
-		if x.seq > seq && !x.held {
+		if x.seq > seq && !x.held && !(x.completed && x.err != nil) {
 			x.held = true
 			p.db.holdVers(x.firstVer, x.lastVer)
 		}
 	}
 }
 
-// answerHeldLocked answers the committers of the held batch x as it retires: refused or
-// ErrSeqGap, the failed range's ErrConflict (nothing applied); acknowledged, the store
-// applied it after an earlier seq was refused, so nothing can be vouched for: the pipeline
-// fails for good and x's committers get ErrUnknownOutcome (never ErrConflict: x was
-// applied); any other error, that error (as a failed batch's waiters get). Caller holds mu.
+// answerHeldLocked answers the committers of the held batch x as it retires (every batch
+// before it has: the failed range below it is final):
+//   - refused or ErrSeqGap: not applied; the failed range's ErrConflict. But if x may have
+//     been sent again on a new connection (step 5), a late copy could still apply: an error
+//     wrapping ErrUnknownOutcome.
+//   - acknowledged: the store applied it after an earlier seq was refused, breaking the
+//     owner's order, so the pipeline fails for good (later commits get ErrUnknownOutcome).
+//     x's committers get nil, as it is applied and durable, unless what one read came from a
+//     batch that was not applied, or whose outcome is unknown (okBelow): then an error
+//     wrapping ErrUnknownOutcome (applied, on reads that may never have happened), never
+//     ErrConflict.
+//   - any other error (the connection died, ...): that error, wrapped.
+//
+// Caller holds mu.
 func (p *pipeline) answerHeldLocked(x *batch) {
 	x.held = false
-	var ans error
+	db := p.db
 	switch {
 	case x.err == nil:
-		ans = fmt.Errorf("%w: commit batch %d was acknowledged after an earlier batch of this node was refused: it was applied, but what it read may not have been", ErrUnknownOutcome, x.seq)
-		p.failLocked(x, ans)
-		x.err = ans
-	case !knownRefusal(x.err) && !isSeqGap(x.err):
-		ans = fmt.Errorf("txnode: commit batch %d: %w", x.seq, x.err)
+		okBelow := min(db.failedFloor(x.firstVer)+1, p.failVer, x.firstVer)
+		db.releaseHeld(x.firstVer, x.lastVer, false, nil, okBelow)
+		p.failLocked(x, fmt.Errorf("%w: commit batch %d was acknowledged after an earlier batch of this node was refused: the store broke the owner's order",
+			ErrUnknownOutcome, x.seq))
+		x.err = p.failErr
+	case knownRefusal(x.err) || isSeqGap(x.err):
+		if x.gen != p.connGen() {
+			db.releaseHeld(x.firstVer, x.lastVer, false, fmt.Errorf("%w: commit batch %d was refused (%v), but it may have been sent again on a new connection: a late copy could apply",
+				ErrUnknownOutcome, x.seq, x.err), 0)
+			return
+		}
+		db.releaseHeld(x.firstVer, x.lastVer, true, nil, 0)
+	default:
+		db.releaseHeld(x.firstVer, x.lastVer, false, fmt.Errorf("txnode: commit batch %d: %w", x.seq, x.err), 0)
 	}
-	p.db.releaseHeld(x.firstVer, x.lastVer, ans)
 }
 
 // recover ends the recovery rec (see the top of this file) on its own goroutine.

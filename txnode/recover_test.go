@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -569,45 +570,91 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	require.Equal(t, row(7), dst)
 }
 
-// forgetStore makes the store apply the batch after a refused one, as a storage node does
-// that forgot the refusal (kept in memory only, bounded: a restart, refusedFresh full): the
-// first batch naming table hold is refused at the store and its answer held; the next seq
-// is sent to the store as the refused seq (which it expects again), so it is applied, and
-// its acknowledgement held too. The test delivers both answers in order.
-type forgetStore struct {
+// nextStore holds back the answers of a refused batch and of the batch after it: the first
+// batch naming table hold is refused at the store (a fence) and its answer held; what
+// becomes of the next seq is mode's:
+//   - nextForget: the store applies it, as a storage node does that forgot the refusal (it
+//     keeps refusals in memory only, and bounded: a restart, refusedFresh full). It is sent
+//     as the refused seq, which the store expects again.
+//   - nextRemember: the store refuses it (ErrSeqGap), as it does when it remembers.
+//   - nextLost: it never reaches the store: the connection died (ErrUnknownOutcome, as the
+//     remote store answers then).
+//
+// The test delivers the held answers, in order, by calling them.
+type nextStore struct {
 	*holdStore
+	mode    int
 	refused atomic.Uint64 // the refused seq; 0: none yet
+	next    atomic.Bool   // the batch after it was taken
 }
 
-func (f *forgetStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
-	if n := f.refused.Load(); n != 0 && b.Seq == n+1 {
-		c := *b
-		c.Seq = n
-		f.Store.Commit(&c, func(lsn uint64, err error) {
-			f.held <- func() { done(lsn, err) }
-		})
+const (
+	nextForget = iota
+	nextRemember
+	nextLost
+)
+
+func (f *nextStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+	hold := func(lsn uint64, err error) { f.held <- func() { done(lsn, err) } }
+	if n := f.refused.Load(); n != 0 && b.Seq == n+1 && f.next.CompareAndSwap(false, true) {
+		switch f.mode {
+		case nextForget:
+			c := *b
+			c.Seq = n
+			f.Store.Commit(&c, hold)
+		case nextRemember:
+			f.Store.Commit(b, hold)
+		case nextLost:
+			hold(0, fmt.Errorf("%w: connection lost", ErrUnknownOutcome))
+		}
 		return
 	}
-	id := f.hold.Load()
-	for _, fe := range b.Fences {
-		if id != 0 && fe.Table == id {
-			f.refused.Store(b.Seq)
-			f.hold.Store(0)
-			break
+	if id := f.hold.Load(); id != 0 {
+		for _, fe := range b.Fences {
+			if fe.Table == id {
+				f.refused.Store(b.Seq)
+				f.hold.Store(0)
+				f.Store.Commit(b, hold)
+				return
+			}
 		}
 	}
-	f.holdStore.Commit(b, done)
+	f.Store.Commit(b, done)
 }
 
-// A batch in flight after a refused one that the store applies anyway (it forgot the
-// refusal) is never reported to its committer as ErrConflict: its waiters are answered only
-// when it comes back, here with ErrUnknownOutcome (the pipeline fails for good), while its
-// readers are refused at once as before (fails on 96cae62: the manual Commit got
-// ErrConflict, "nothing applied", for a commit the store applied).
+// The committer of a batch in flight after a refused one is answered only when that batch
+// comes back, with its own outcome, while its readers are refused at once (the failed
+// range): ErrConflict if the store refused it too; success if the store applied it (it
+// forgot the refusal: the pipeline then fails for good), or an error wrapping
+// ErrUnknownOutcome if the transaction read a row of the refused batch, never ErrConflict;
+// ErrUnknownOutcome if the connection died. For a manual Tx.Commit and a Session's Pending
+// (and Flush) alike (fails on 258841e: the committer got ErrConflict, "nothing applied", at
+// once, for a commit the store then applied).
 func TestAckAfterRefusalNotConflict(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		mode         int
+		readsRefused bool
+	}{
+		{"forget", nextForget, false},
+		{"forget-reads-refused-row", nextForget, true},
+		{"remember", nextRemember, false},
+		{"lost", nextLost, false},
+	} {
+		for _, session := range []bool{false, true} {
+			name := c.name + "/tx"
+			if session {
+				name = c.name + "/session"
+			}
+			t.Run(name, func(t *testing.T) { testAckAfterRefusal(t, c.mode, c.readsRefused, session) })
+		}
+	}
+}
+
+func testAckAfterRefusal(t *testing.T, mode int, readsRefused, session bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fs := &forgetStore{holdStore: &holdStore{held: make(chan func(), 4)}}
+	fs := &nextStore{holdStore: &holdStore{held: make(chan func(), 4)}, mode: mode}
 	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
 		fs.Store, fs.inner = st, st.(store.TxnStore)
 		return fs
@@ -623,25 +670,93 @@ func TestAckAfterRefusalNotConflict(t *testing.T) {
 	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
 	refusal := <-fs.held // batch N refused at the store; the pipeline does not know yet
 
-	tx, err := r.db.Begin(ctx, true)
-	require.NoError(t, err)
-	require.NoError(t, tx.Put(r.gold, gid, row(5)))
+	fn := func(tx *Tx) error {
+		if readsRefused {
+			dst := make([]byte, 64)
+			require.NoError(t, tx.Get(r.acct, a, dst))
+			require.Equal(t, row(2), dst, "the refused batch's row, installed in the cache")
+		}
+		return tx.Put(r.gold, gid, row(5))
+	}
 	commitErr := make(chan error, 1)
-	go func() { commitErr <- tx.Commit() }()
-	ack := <-fs.held // batch N+1 applied at the store; its ack held
-	refusal()        // the recovery starts: the failed range covers N+1's version
+	var s *Session
+	var pend *Pending
+	if session {
+		s = r.db.Session()
+		pend = s.Go(ctx, fn)
+		go func() {
+			<-pend.Done()
+			commitErr <- pend.Wait(ctx)
+		}()
+	} else {
+		tx, err := r.db.Begin(ctx, true)
+		require.NoError(t, err)
+		require.NoError(t, fn(tx))
+		go func() { commitErr <- tx.Commit() }()
+	}
+	next := <-fs.held // batch N+1's answer, held
+	refusal()         // the recovery starts: the failed range covers N+1's version
 
 	dst := make([]byte, 64)
 	require.ErrorIs(t, r.gold.Get(ctx, gid, dst), ErrConflict, "a reader of the held version is refused at once")
+	var early error // an answer before the batch came back
 	select {
-	case err := <-commitErr:
-		t.Fatalf("the committer of a batch still out was answered: %v", err)
+	case early = <-commitErr:
 	default:
 	}
-	ack()
-	err = <-commitErr
-	require.ErrorIs(t, err, ErrUnknownOutcome)
-	require.NotErrorIs(t, err, ErrConflict, "the batch was applied")
+	next()
+	require.NoError(t, early, "the committer of a batch still out was answered")
+	select {
+	case err = <-commitErr:
+	case <-ctx.Done():
+		t.Fatal("the committer was not answered")
+	}
+	var flushErr error
+	if session {
+		flushErr = s.Flush(ctx)
+	}
 	require.Error(t, <-putErr)
-	require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome, "the pipeline fails for good")
+
+	want := row(1)
+	switch {
+	case mode == nextForget:
+		require.NotErrorIs(t, err, ErrConflict, "the batch was applied")
+		if readsRefused {
+			require.ErrorIs(t, err, ErrUnknownOutcome, "applied, on a read of a row never applied")
+		} else {
+			require.NoError(t, err, "applied, on durable reads")
+		}
+		if session {
+			require.ErrorIs(t, flushErr, ErrUnknownOutcome)
+			require.NotErrorIs(t, flushErr, ErrConflict)
+		}
+		require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome, "the pipeline fails for good")
+		require.ErrorIs(t, r.db.Close(ctx), ErrUnknownOutcome)
+		want = row(5)
+	case mode == nextRemember:
+		require.ErrorIs(t, err, ErrConflict, "refused too: nothing applied")
+		require.NotErrorIs(t, err, ErrUnknownOutcome)
+		if session {
+			require.ErrorIs(t, flushErr, ErrConflict)
+		}
+		require.NoError(t, r.gold.Put(ctx, gid, row(7)), "the pipeline recovered")
+		require.NoError(t, r.db.Close(ctx))
+		want = row(7)
+	case mode == nextLost:
+		require.ErrorIs(t, err, ErrUnknownOutcome)
+		require.NotErrorIs(t, err, ErrConflict)
+		if session {
+			require.ErrorIs(t, flushErr, ErrUnknownOutcome)
+		}
+		require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome, "the pipeline fails for good")
+		require.Error(t, r.db.Close(ctx))
+	}
+
+	// The store holds what the acknowledged batch wrote, and only that.
+	fs.refused.Store(0)
+	r.open()
+	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	require.NoError(t, err)
+	require.NoError(t, gold.Get(ctx, gid, dst))
+	require.Equal(t, want, dst)
 }

@@ -158,5 +158,14 @@ func (s *Session) Flush(ctx context.Context) error {
 		s.db.pipe.kickNow()
 	}
 	p := Pending{db: s.db, wait: commitWait{ver: s.lastVer, write: true}}
-	return p.Wait(ctx)
+	err := p.Wait(ctx)
+	if err == nil && s.db.opts.Durability == Durable {
+		if ferr := s.db.verFailed(s.lastVer); ferr != nil {
+			// The last commit's batch was held (recover.go) and acknowledged, but an earlier
+			// one of the session may have been in the refused batch: each Pending knows.
+			err = fmt.Errorf("%w: the session's last commit was applied after an earlier commit batch was refused (%v): its earlier ones may not have been; see each Pending",
+				ErrUnknownOutcome, ferr)
+		}
+	}
+	return err
 }

@@ -578,6 +578,8 @@ func (tx *Tx) retryBusy(since *time.Time, turn *bool) error {
 type commitWait struct {
 	ver   uint64 // the commit version, or the highest version read (read-only)
 	write bool   // a write: an ended context leaves its outcome unknown
+	// readVer (a write) is the highest version its transaction read: see heldVers.answer.
+	readVer uint64
 }
 
 // wait returns once the transaction is durable in Durable mode; in WriteBack at once.
@@ -600,7 +602,7 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 	}
 	var err error
 	if p.write {
-		err = db.waitCommitted(ctx, p.ver)
+		err = db.waitCommitted(ctx, p.ver, p.readVer)
 	} else {
 		err = db.waitDurable(ctx, p.ver)
 	}
@@ -677,7 +679,7 @@ func (tx *Tx) commit() (commitWait, error) {
 	tx.install(ver)
 	db.pipe.addDone()
 	db.stats.commits.Add(1)
-	return commitWait{ver: ver, write: true}, nil
+	return commitWait{ver: ver, write: true, readVer: tx.maxRead}, nil
 }
 
 // lockRow locks w's row. A row locked by another committer (who may wait in the pipeline's
