@@ -635,25 +635,29 @@ func TestAckAfterRefusalNotConflict(t *testing.T) {
 		name         string
 		mode         int
 		readsRefused bool
+		cancel       bool // the committer's context ends while its batch is out
 	}{
-		{"forget", nextForget, false},
-		{"forget-reads-refused-row", nextForget, true},
-		{"remember", nextRemember, false},
-		{"lost", nextLost, false},
+		{"forget", nextForget, false, false},
+		{"forget-reads-refused-row", nextForget, true, false},
+		{"remember", nextRemember, false, false},
+		{"lost", nextLost, false, false},
+		{"context-ends", nextRemember, false, true},
 	} {
 		for _, session := range []bool{false, true} {
 			name := c.name + "/tx"
 			if session {
 				name = c.name + "/session"
 			}
-			t.Run(name, func(t *testing.T) { testAckAfterRefusal(t, c.mode, c.readsRefused, session) })
+			t.Run(name, func(t *testing.T) { testAckAfterRefusal(t, c.mode, c.readsRefused, c.cancel, session) })
 		}
 	}
 }
 
-func testAckAfterRefusal(t *testing.T, mode int, readsRefused, session bool) {
+func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, session bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	commitCtx, cancelCommitCtx := context.WithCancel(ctx)
+	defer cancelCommitCtx()
 	fs := &nextStore{holdStore: &holdStore{held: make(chan func(), 4)}, mode: mode}
 	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
 		fs.Store, fs.inner = st, st.(store.TxnStore)
@@ -685,11 +689,13 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, session bool) {
 		s = r.db.Session()
 		pend = s.Go(ctx, fn)
 		go func() {
-			<-pend.Done()
-			commitErr <- pend.Wait(ctx)
+			if !cancelCommit {
+				<-pend.Done()
+			}
+			commitErr <- pend.Wait(commitCtx)
 		}()
 	} else {
-		tx, err := r.db.Begin(ctx, true)
+		tx, err := r.db.Begin(commitCtx, true)
 		require.NoError(t, err)
 		require.NoError(t, fn(tx))
 		go func() { commitErr <- tx.Commit() }()
@@ -704,12 +710,26 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, session bool) {
 	case early = <-commitErr:
 	default:
 	}
+	if cancelCommit {
+		require.NoError(t, early, "the committer of a batch still out was answered")
+		cancelCommitCtx() // the wait honours its context: the outcome is unknown then
+		select {
+		case err = <-commitErr:
+		case <-ctx.Done():
+			t.Fatal("the committer's wait did not end with its context")
+		}
+		require.ErrorIs(t, err, ErrUnknownOutcome)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotErrorIs(t, err, ErrConflict)
+	}
 	next()
 	require.NoError(t, early, "the committer of a batch still out was answered")
-	select {
-	case err = <-commitErr:
-	case <-ctx.Done():
-		t.Fatal("the committer was not answered")
+	if !cancelCommit {
+		select {
+		case err = <-commitErr:
+		case <-ctx.Done():
+			t.Fatal("the committer was not answered")
+		}
 	}
 	var flushErr error
 	if session {
@@ -734,8 +754,10 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, session bool) {
 		require.ErrorIs(t, r.db.Close(ctx), ErrUnknownOutcome)
 		want = row(5)
 	case mode == nextRemember:
-		require.ErrorIs(t, err, ErrConflict, "refused too: nothing applied")
-		require.NotErrorIs(t, err, ErrUnknownOutcome)
+		if !cancelCommit {
+			require.ErrorIs(t, err, ErrConflict, "refused too: nothing applied")
+			require.NotErrorIs(t, err, ErrUnknownOutcome)
+		}
 		if session {
 			require.ErrorIs(t, flushErr, ErrConflict)
 		}
