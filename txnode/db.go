@@ -777,7 +777,7 @@ var durableWaiterPool = sync.Pool{New: func() any { return &durableWaiter{ch: ma
 // waitDurable waits until every commit with version <= ver is acknowledged, or returns the
 // pipeline's failure, the error of the failed range holding ver (verFailed), or ctx.Err().
 func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
-	return db.waitVer(ctx, ver, 0, false)
+	return db.waitVer(ctx, ver, 0, waitRead)
 }
 
 // waitCommitted is waitDurable for the committer of version ver, whose transaction read
@@ -786,13 +786,29 @@ func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
 // error at once, since a store that forgot the refusal may still apply the batch; then it
 // returns the answer (heldVers.answer).
 func (db *DB) waitCommitted(ctx context.Context, ver, readVer uint64) error {
-	return db.waitVer(ctx, ver, readVer, true)
+	return db.waitVer(ctx, ver, readVer, waitCommit)
 }
 
-func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, commit bool) error {
+// waitOrdered is waitDurable for a Session's read-only Pending, which resolves no earlier
+// than the session's write before it: while ver is held it waits for the batch's answer,
+// then returns what waitDurable does (a failed range's error).
+func (db *DB) waitOrdered(ctx context.Context, ver uint64) error {
+	return db.waitVer(ctx, ver, 0, waitAfter)
+}
+
+// waitMode is what a wait in a failed range does with a held version (heldVers).
+type waitMode uint8
+
+const (
+	waitRead   waitMode = iota // returns the range's error at once
+	waitCommit                 // waits for the batch's answer and returns it
+	waitAfter                  // waits for the batch's answer, then returns the range's error
+)
+
+func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) error {
 	if db.durableVer.Load() >= ver {
 		// verFailed is loaded after durableVer: a recovery adds its range first.
-		if err := db.verFailed(ver); err == nil || !commit {
+		if err := db.verFailed(ver); err == nil || mode == waitRead {
 			return err
 		}
 	}
@@ -803,10 +819,10 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, commit bool) err
 		db.durableMu.Lock()
 		if err := db.verFailed(ver); err != nil {
 			var h *heldVers
-			if commit {
+			if mode != waitRead {
 				h = db.heldLocked(ver)
 			}
-			if h == nil { // not held, or refused: the range's error
+			if h == nil || h.answered && mode == waitAfter { // not held (or refused)
 				db.durableMu.Unlock()
 				return err
 			}

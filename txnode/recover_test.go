@@ -684,10 +684,12 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	}
 	commitErr := make(chan error, 1)
 	var s *Session
-	var pend *Pending
+	var pend, ro *Pending
 	if session {
 		s = r.db.Session()
 		pend = s.Go(ctx, fn)
+		// A read-only pending after it resolves no earlier (the session's order).
+		ro = s.Go(ctx, func(tx *Tx) error { return nil })
 		go func() {
 			if !cancelCommit {
 				<-pend.Done()
@@ -710,6 +712,14 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	case early = <-commitErr:
 	default:
 	}
+	roEarly := false
+	if session {
+		select {
+		case <-ro.Done():
+			roEarly = true
+		default:
+		}
+	}
 	if cancelCommit {
 		require.NoError(t, early, "the committer of a batch still out was answered")
 		cancelCommitCtx() // the wait honours its context: the outcome is unknown then
@@ -724,6 +734,7 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	}
 	next()
 	require.NoError(t, early, "the committer of a batch still out was answered")
+	require.False(t, roEarly, "a read-only pending resolved before the session's write before it")
 	if !cancelCommit {
 		select {
 		case err = <-commitErr:
@@ -734,6 +745,12 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	var flushErr error
 	if session {
 		flushErr = s.Flush(ctx)
+		select {
+		case <-ro.Done():
+		case <-ctx.Done():
+			t.Fatal("the read-only pending was not resolved")
+		}
+		require.NotErrorIs(t, ro.Wait(ctx), ErrUnknownOutcome, "read-only: nothing to apply")
 	}
 	require.Error(t, <-putErr)
 

@@ -83,7 +83,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 				// The closure's own error may rest on rows of a commit not yet durable: Wait
 				// reports it once they are (see DB.Update), in the session's order.
 				p.errAfter = true
-				p.wait = commitWait{ver: max(readVer, s.lastVer)}
+				p.wait = commitWait{ver: max(readVer, s.lastVer), after: true}
 				s.lastVer = p.wait.ver
 			}
 			break
@@ -103,6 +103,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	// failed holds no version: the ones before it still count).
 	if p.err == nil {
 		p.wait.ver = max(p.wait.ver, s.lastVer)
+		p.wait.after = !p.wait.write
 		s.lastVer = p.wait.ver
 	}
 	return p

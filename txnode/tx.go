@@ -580,6 +580,9 @@ type commitWait struct {
 	write bool   // a write: an ended context leaves its outcome unknown
 	// readVer (a write) is the highest version its transaction read: see heldVers.answer.
 	readVer uint64
+	// after (not a write): a Session's Pending, which resolves no earlier than the session's
+	// write before it, held or not (DB.waitOrdered).
+	after bool
 }
 
 // wait returns once the transaction is durable in Durable mode; in WriteBack at once.
@@ -596,14 +599,17 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 		// Loaded after durableVer: a recovery records its failed range before durableVer
 		// passes it, and a committer of the range may reach its wait late (recover.go).
 		// A write's batch may be held (recover.go): then waitCommitted waits for its answer.
-		if err := db.verFailed(p.ver); err == nil || !p.write {
+		if err := db.verFailed(p.ver); err == nil || !p.write && !p.after {
 			return err
 		}
 	}
 	var err error
-	if p.write {
+	switch {
+	case p.write:
 		err = db.waitCommitted(ctx, p.ver, p.readVer)
-	} else {
+	case p.after:
+		err = db.waitOrdered(ctx, p.ver)
+	default:
 		err = db.waitDurable(ctx, p.ver)
 	}
 	if err != nil && p.write && err == ctx.Err() {
