@@ -48,6 +48,10 @@ type DB struct {
 	// recovered from (pipeline.recover): never durable, though durableVer passes them.
 	// Copy-on-write under durableMu; at most failRangesMax.
 	failRanges atomic.Pointer[[]verRange]
+	// held are the versions of batches that were in flight after a refused one (recover.go):
+	// their committers (waitCommitted) are answered only once the batch is back, though the
+	// failed range fails their readers at once. Under durableMu; at most heldMax.
+	held []heldVers
 	// batchFailed: a commit batch failed (failDurable ran), set before the failed rows are
 	// invalidated. From then on a fill stamps fresh versions (see fill).
 	batchFailed atomic.Bool
@@ -773,8 +777,40 @@ var durableWaiterPool = sync.Pool{New: func() any { return &durableWaiter{ch: ma
 // waitDurable waits until every commit with version <= ver is acknowledged, or returns the
 // pipeline's failure, the error of the failed range holding ver (verFailed), or ctx.Err().
 func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
+	return db.waitVer(ctx, ver, 0, waitRead)
+}
+
+// waitCommitted is waitDurable for the committer of version ver, whose transaction read
+// versions up to readVer: while ver is held (its batch was in flight after a refused one,
+// recover.go) it waits for that batch's answer instead of returning the failed range's
+// error at once, since a store that forgot the refusal may still apply the batch; then it
+// returns the answer (heldVers.answer).
+func (db *DB) waitCommitted(ctx context.Context, ver, readVer uint64) error {
+	return db.waitVer(ctx, ver, readVer, waitCommit)
+}
+
+// waitOrdered is waitDurable for a Session's read-only Pending, which resolves no earlier
+// than the session's write before it: while ver is held it waits for the batch's answer,
+// then returns what waitDurable does (a failed range's error).
+func (db *DB) waitOrdered(ctx context.Context, ver uint64) error {
+	return db.waitVer(ctx, ver, 0, waitAfter)
+}
+
+// waitMode is what a wait in a failed range does with a held version (heldVers).
+type waitMode uint8
+
+const (
+	waitRead   waitMode = iota // returns the range's error at once
+	waitCommit                 // waits for the batch's answer and returns it
+	waitAfter                  // waits for the batch's answer, then returns the range's error
+)
+
+func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) error {
 	if db.durableVer.Load() >= ver {
-		return db.verFailed(ver) // loaded after durableVer: a recovery adds its range first
+		// verFailed is loaded after durableVer: a recovery adds its range first.
+		if err := db.verFailed(ver); err == nil || mode == waitRead {
+			return err
+		}
 	}
 	w := durableWaiterPool.Get().(*durableWaiter)
 	defer durableWaiterPool.Put(w)
@@ -782,14 +818,24 @@ func (db *DB) waitDurable(ctx context.Context, ver uint64) error {
 	for {
 		db.durableMu.Lock()
 		if err := db.verFailed(ver); err != nil {
-			db.durableMu.Unlock()
-			return err
-		}
-		if db.durableVer.Load() >= ver {
+			var h *heldVers
+			if mode != waitRead {
+				h = db.heldLocked(ver)
+			}
+			if h == nil || h.answered && mode == waitAfter { // not held (or refused)
+				db.durableMu.Unlock()
+				return err
+			}
+			if h.answered {
+				ans := h.answer(ver, readVer)
+				db.durableMu.Unlock()
+				return ans
+			}
+			// Held and out: releaseHeld wakes it (so may others: it looks again).
+		} else if db.durableVer.Load() >= ver {
 			db.durableMu.Unlock()
 			return nil
-		}
-		if ver >= db.durableFailVer {
+		} else if ver >= db.durableFailVer {
 			db.durableMu.Unlock()
 			return db.pipe.failure()
 		}
@@ -860,6 +906,84 @@ func (db *DB) failDurable(fromVer uint64) {
 	clear(db.durableWaiters[len(keep):])
 	db.durableWaiters = keep
 	db.durableMu.Unlock()
+}
+
+// heldVers are the versions of a batch that was in flight after a refused one (recover.go):
+// the failed range fails their readers at once, but their committers wait for the batch's
+// answer, since a storage node that forgot the refusal (refusals are kept in memory only,
+// and bounded) may apply it.
+type heldVers struct {
+	lo, hi uint64
+	// answered: the batch is back, or never will be (Close gave up on it). A batch refused
+	// (not applied) is no longer held: its committers get the range's error.
+	answered bool
+	// err is the answer; nil: acknowledged, applied and durable (see okBelow).
+	err error
+	// okBelow (acknowledged): the lowest version of a batch before it that was not applied
+	// or whose outcome is unknown: a transaction that read a version from it on read rows
+	// that may never have been applied.
+	okBelow uint64
+}
+
+// answer is what the committer of version ver, whose transaction read versions up to
+// readVer, gets for the answered batch h.
+func (h *heldVers) answer(ver, readVer uint64) error {
+	if h.err != nil || readVer < h.okBelow {
+		return h.err
+	}
+	return fmt.Errorf("%w: commit version %d was applied by the store after an earlier batch of this node was refused, but the transaction read version %d, which may not have been: do not run it again unless it is idempotent",
+		ErrUnknownOutcome, ver, readVer)
+}
+
+// heldMax bounds db.held: a refusal holds at most inflightMax batches, an entry goes
+// once its batch is refused, and one stays answered only once the pipeline failed for good.
+const heldMax = 2 * inflightMax
+
+// heldLocked returns the held batch holding ver, nil when none. Caller holds durableMu.
+func (db *DB) heldLocked(ver uint64) *heldVers {
+	for i := range db.held {
+		if h := &db.held[i]; ver >= h.lo && ver <= h.hi {
+			return h
+		}
+	}
+	return nil
+}
+
+// holdVers records lo..hi as held: their committers wait for releaseHeld. Called under the
+// pipeline's mu, before the failed range holding them is recorded.
+func (db *DB) holdVers(lo, hi uint64) {
+	db.durableMu.Lock()
+	db.held = append(db.held, heldVers{lo: lo, hi: hi})
+	assert.That(len(db.held) <= heldMax, "txnode: too many held commit batches")
+	db.durableMu.Unlock()
+}
+
+// releaseHeld answers the committers of the held versions lo..hi and wakes them: refused,
+// they get the failed range's error (the hold is dropped); else ans (nil: acknowledged, with
+// okBelow: see heldVers). Called under the pipeline's mu.
+func (db *DB) releaseHeld(lo, hi uint64, refused bool, ans error, okBelow uint64) {
+	db.durableMu.Lock()
+	defer db.durableMu.Unlock()
+	for i := range db.held {
+		if h := &db.held[i]; h.lo == lo && h.hi == hi && !h.answered {
+			if refused {
+				db.held = slices.Delete(db.held, i, i+1)
+			} else {
+				h.answered, h.err, h.okBelow = true, ans, okBelow
+			}
+			break
+		}
+	}
+	keep := db.durableWaiters[:0]
+	for _, w := range db.durableWaiters {
+		if w.ver >= lo && w.ver <= hi {
+			w.wakeLocked()
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(db.durableWaiters[len(keep):])
+	db.durableWaiters = keep
 }
 
 // verRange is a range of commit versions that failed: their batches were refused by the

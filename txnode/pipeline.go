@@ -83,9 +83,12 @@ type batch struct {
 	completed bool // done was called
 	returned  bool // the store's Commit returned
 	retired   bool // completed and taken off inflight, in seq order
-	err       error
-	lsn       uint64
-	gen       uint64 // the store's connection when it was sent (connGen)
+	// held: in flight after a refused batch: its committers are answered when it retires
+	// (holdLaterLocked, answerHeldLocked in recover.go).
+	held bool
+	err  error
+	lsn  uint64
+	gen  uint64 // the store's connection when it was sent (connGen)
 }
 
 type pipeline struct {
@@ -682,6 +685,9 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		n := copy(p.inflight, p.inflight[1:]) // shift, not reslice: append would reallocate
 		p.inflight[n] = nil
 		p.inflight = p.inflight[:n]
+		if x.held {
+			p.answerHeldLocked(x)
+		}
 		if x.err == nil && x.firstVer >= p.failVer {
 			// Acknowledged, but an earlier batch failed: the store applied it (it applies an
 			// owner's batches in seq order), yet this node can no longer vouch for what came
@@ -770,6 +776,12 @@ func (p *pipeline) abandonLocked(cause error) {
 	}
 	p.failVer = min(p.failVer, from)
 	p.db.failDurable(p.failVer)
+	for _, x := range p.inflight {
+		if x.held { // never back now: its outcome is unknown
+			x.held = false
+			p.db.releaseHeld(x.firstVer, x.lastVer, false, p.failErr, 0)
+		}
+	}
 	p.abandoned = true
 	p.room.Broadcast()
 }

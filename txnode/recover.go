@@ -18,12 +18,16 @@ import (
 //     may have read the refused rows. Their durable waiters return the range's error
 //     (ErrConflict wrapping the refusal's text, not its sentinel: DB.Update runs them again),
 //     even once durableVer passes the range (waitDurable and the Durable read paths check
-//     verFailed after loading durableVer). The open batch is dropped unsent.
+//     verFailed after loading durableVer). The open batch is dropped unsent. But the
+//     committers of a batch in flight after the refused one are answered only when that
+//     batch comes back (holdLaterLocked, answerHeldLocked): a storage node that forgot the
+//     refusal may apply it. Their readers fail with the range at once.
 //  2. No commit is admitted and no batch launched (rec) until the recovery ends. Batches in
 //     flight come back: acknowledged if before the refused seq (durable), refused or
 //     ErrSeqGap after it (the storage node fails an owner's later seqs at once once one is
 //     refused). An acknowledgement after the refused seq, or any unknown outcome, fails the
-//     pipeline for good, as before.
+//     pipeline for good, as before (the acknowledged batch's committers get nil: it is
+//     applied; see answerHeldLocked).
 //  3. The recovery waits until every batch in flight is back, a 2PC prepare holding a later
 //     seq has ended (prepHold; its ErrSeqGap now ends it as not taken), and every commit of
 //     the range has installed (installing): then it invalidates the frames of every failed
@@ -84,6 +88,7 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 		if b.seq < rec.seq {
 			// An earlier batch refused too (its answer came later): the range reaches down
 			// to it.
+			p.holdLaterLocked(b.seq)
 			if b.firstVer < rec.lo && !db.failRange(b.firstVer, rec.lo-1, rec.err) {
 				return false
 			}
@@ -100,6 +105,7 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 	rec := &recovery{seq: b.seq, lo: b.firstVer, hi: db.commitVer.Load(), cause: err}
 	rec.err = fmt.Errorf("%w: commit batch %d was refused by the store (%v): nothing of this transaction was applied; run it again",
 		ErrConflict, b.seq, err)
+	p.holdLaterLocked(b.seq)
 	if !db.failRange(rec.lo, rec.hi, rec.err) {
 		return false
 	}
@@ -123,6 +129,56 @@ func (p *pipeline) refusedLocked(b *batch, err error) bool {
 	p.bg.Add(1)
 	go p.recover(rec)
 	return true
+}
+
+// holdLaterLocked holds the batches in flight after seq (the refused one's) whose outcome is
+// not known yet: the failed range fails their readers at once, but their committers are
+// answered only when each comes back (answerHeldLocked), as a storage node that forgot the
+// refusal may still apply one (its refusals are kept in memory only, and bounded). Called
+// before the range holding them is recorded. Caller holds mu.
+func (p *pipeline) holdLaterLocked(seq uint64) {
+	for _, x := range p.inflight {
+		if x.seq > seq && !x.held && !(x.completed && x.err != nil) {
+			x.held = true
+			p.db.holdVers(x.firstVer, x.lastVer)
+		}
+	}
+}
+
+// answerHeldLocked answers the committers of the held batch x as it retires (every batch
+// before it has: the failed range below it is final):
+//   - refused or ErrSeqGap: not applied; the failed range's ErrConflict. But if x may have
+//     been sent again on a new connection (step 5), a late copy could still apply: an error
+//     wrapping ErrUnknownOutcome.
+//   - acknowledged: the store applied it after an earlier seq was refused, breaking the
+//     owner's order, so the pipeline fails for good (later commits get ErrUnknownOutcome).
+//     x's committers get nil, as it is applied and durable, unless what one read came from a
+//     batch that was not applied, or whose outcome is unknown (okBelow): then an error
+//     wrapping ErrUnknownOutcome (applied, on reads that may never have happened), never
+//     ErrConflict.
+//   - any other error (the connection died, ...): that error, wrapped.
+//
+// Caller holds mu.
+func (p *pipeline) answerHeldLocked(x *batch) {
+	x.held = false
+	db := p.db
+	switch {
+	case x.err == nil:
+		okBelow := min(db.failedFloor(x.firstVer)+1, p.failVer, x.firstVer)
+		db.releaseHeld(x.firstVer, x.lastVer, false, nil, okBelow)
+		p.failLocked(x, fmt.Errorf("%w: commit batch %d was acknowledged after an earlier batch of this node was refused: the store broke the owner's order",
+			ErrUnknownOutcome, x.seq))
+		x.err = p.failErr
+	case knownRefusal(x.err) || isSeqGap(x.err):
+		if x.gen != p.connGen() {
+			db.releaseHeld(x.firstVer, x.lastVer, false, fmt.Errorf("%w: commit batch %d was refused (%v), but it may have been sent again on a new connection: a late copy could apply",
+				ErrUnknownOutcome, x.seq, x.err), 0)
+			return
+		}
+		db.releaseHeld(x.firstVer, x.lastVer, true, nil, 0)
+	default:
+		db.releaseHeld(x.firstVer, x.lastVer, false, fmt.Errorf("txnode: commit batch %d: %w", x.seq, x.err), 0)
+	}
 }
 
 // recover ends the recovery rec (see the top of this file) on its own goroutine.

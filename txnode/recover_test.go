@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -567,4 +568,234 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	dst := make([]byte, 64)
 	require.NoError(t, r.gold.Get(ctx, gid, dst))
 	require.Equal(t, row(7), dst)
+}
+
+// nextStore holds back the answers of a refused batch and of the batch after it: the first
+// batch naming table hold is refused at the store (a fence) and its answer held; what
+// becomes of the next seq is mode's:
+//   - nextForget: the store applies it, as a storage node does that forgot the refusal (it
+//     keeps refusals in memory only, and bounded: a restart, refusedFresh full). It is sent
+//     as the refused seq, which the store expects again.
+//   - nextRemember: the store refuses it (ErrSeqGap), as it does when it remembers.
+//   - nextLost: it never reaches the store: the connection died (ErrUnknownOutcome, as the
+//     remote store answers then).
+//
+// The test delivers the held answers, in order, by calling them.
+type nextStore struct {
+	*holdStore
+	mode    int
+	refused atomic.Uint64 // the refused seq; 0: none yet
+	next    atomic.Bool   // the batch after it was taken
+}
+
+const (
+	nextForget = iota
+	nextRemember
+	nextLost
+)
+
+func (f *nextStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+	hold := func(lsn uint64, err error) { f.held <- func() { done(lsn, err) } }
+	if n := f.refused.Load(); n != 0 && b.Seq == n+1 && f.next.CompareAndSwap(false, true) {
+		switch f.mode {
+		case nextForget:
+			c := *b
+			c.Seq = n
+			f.Store.Commit(&c, hold)
+		case nextRemember:
+			f.Store.Commit(b, hold)
+		case nextLost:
+			hold(0, fmt.Errorf("%w: connection lost", ErrUnknownOutcome))
+		}
+		return
+	}
+	if id := f.hold.Load(); id != 0 {
+		for _, fe := range b.Fences {
+			if fe.Table == id {
+				f.refused.Store(b.Seq)
+				f.hold.Store(0)
+				f.Store.Commit(b, hold)
+				return
+			}
+		}
+	}
+	f.Store.Commit(b, done)
+}
+
+// The committer of a batch in flight after a refused one is answered only when that batch
+// comes back, with its own outcome, while its readers are refused at once (the failed
+// range): ErrConflict if the store refused it too; success if the store applied it (it
+// forgot the refusal: the pipeline then fails for good), or an error wrapping
+// ErrUnknownOutcome if the transaction read a row of the refused batch, never ErrConflict;
+// ErrUnknownOutcome if the connection died. For a manual Tx.Commit and a Session's Pending
+// (and Flush) alike (fails on 258841e: the committer got ErrConflict, "nothing applied", at
+// once, for a commit the store then applied).
+func TestAckAfterRefusalNotConflict(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		mode         int
+		readsRefused bool
+		cancel       bool // the committer's context ends while its batch is out
+	}{
+		{"forget", nextForget, false, false},
+		{"forget-reads-refused-row", nextForget, true, false},
+		{"remember", nextRemember, false, false},
+		{"lost", nextLost, false, false},
+		{"context-ends", nextRemember, false, true},
+	} {
+		for _, session := range []bool{false, true} {
+			name := c.name + "/tx"
+			if session {
+				name = c.name + "/session"
+			}
+			t.Run(name, func(t *testing.T) { testAckAfterRefusal(t, c.mode, c.readsRefused, c.cancel, session) })
+		}
+	}
+}
+
+func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, session bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	commitCtx, cancelCommitCtx := context.WithCancel(ctx)
+	defer cancelCommitCtx()
+	fs := &nextStore{holdStore: &holdStore{held: make(chan func(), 4)}, mode: mode}
+	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
+		fs.Store, fs.inner = st, st.(store.TxnStore)
+		return fs
+	})
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	r.fenceAcct()
+	fs.hold.Store(r.acct.t.id)
+
+	putErr := make(chan error, 1)
+	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
+	refusal := <-fs.held // batch N refused at the store; the pipeline does not know yet
+
+	fn := func(tx *Tx) error {
+		if readsRefused {
+			dst := make([]byte, 64)
+			require.NoError(t, tx.Get(r.acct, a, dst))
+			require.Equal(t, row(2), dst, "the refused batch's row, installed in the cache")
+		}
+		return tx.Put(r.gold, gid, row(5))
+	}
+	commitErr := make(chan error, 1)
+	var s *Session
+	var pend, ro *Pending
+	if session {
+		s = r.db.Session()
+		pend = s.Go(ctx, fn)
+		// A read-only pending after it resolves no earlier (the session's order).
+		ro = s.Go(ctx, func(tx *Tx) error { return nil })
+		go func() {
+			if !cancelCommit {
+				<-pend.Done()
+			}
+			commitErr <- pend.Wait(commitCtx)
+		}()
+	} else {
+		tx, err := r.db.Begin(commitCtx, true)
+		require.NoError(t, err)
+		require.NoError(t, fn(tx))
+		go func() { commitErr <- tx.Commit() }()
+	}
+	next := <-fs.held // batch N+1's answer, held
+	refusal()         // the recovery starts: the failed range covers N+1's version
+
+	dst := make([]byte, 64)
+	require.ErrorIs(t, r.gold.Get(ctx, gid, dst), ErrConflict, "a reader of the held version is refused at once")
+	var early error // an answer before the batch came back
+	select {
+	case early = <-commitErr:
+	default:
+	}
+	roEarly := false
+	if session {
+		select {
+		case <-ro.Done():
+			roEarly = true
+		default:
+		}
+	}
+	if cancelCommit {
+		require.NoError(t, early, "the committer of a batch still out was answered")
+		cancelCommitCtx() // the wait honours its context: the outcome is unknown then
+		select {
+		case err = <-commitErr:
+		case <-ctx.Done():
+			t.Fatal("the committer's wait did not end with its context")
+		}
+		require.ErrorIs(t, err, ErrUnknownOutcome)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NotErrorIs(t, err, ErrConflict)
+	}
+	next()
+	require.NoError(t, early, "the committer of a batch still out was answered")
+	require.False(t, roEarly, "a read-only pending resolved before the session's write before it")
+	if !cancelCommit {
+		select {
+		case err = <-commitErr:
+		case <-ctx.Done():
+			t.Fatal("the committer was not answered")
+		}
+	}
+	var flushErr error
+	if session {
+		flushErr = s.Flush(ctx)
+		select {
+		case <-ro.Done():
+		case <-ctx.Done():
+			t.Fatal("the read-only pending was not resolved")
+		}
+		require.NotErrorIs(t, ro.Wait(ctx), ErrUnknownOutcome, "read-only: nothing to apply")
+	}
+	require.Error(t, <-putErr)
+
+	want := row(1)
+	switch {
+	case mode == nextForget:
+		require.NotErrorIs(t, err, ErrConflict, "the batch was applied")
+		if readsRefused {
+			require.ErrorIs(t, err, ErrUnknownOutcome, "applied, on a read of a row never applied")
+		} else {
+			require.NoError(t, err, "applied, on durable reads")
+		}
+		if session {
+			require.ErrorIs(t, flushErr, ErrUnknownOutcome)
+			require.NotErrorIs(t, flushErr, ErrConflict)
+		}
+		require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome, "the pipeline fails for good")
+		require.ErrorIs(t, r.db.Close(ctx), ErrUnknownOutcome)
+		want = row(5)
+	case mode == nextRemember:
+		if !cancelCommit {
+			require.ErrorIs(t, err, ErrConflict, "refused too: nothing applied")
+			require.NotErrorIs(t, err, ErrUnknownOutcome)
+		}
+		if session {
+			require.ErrorIs(t, flushErr, ErrConflict)
+		}
+		require.NoError(t, r.gold.Put(ctx, gid, row(7)), "the pipeline recovered")
+		require.NoError(t, r.db.Close(ctx))
+		want = row(7)
+	case mode == nextLost:
+		require.ErrorIs(t, err, ErrUnknownOutcome)
+		require.NotErrorIs(t, err, ErrConflict)
+		if session {
+			require.ErrorIs(t, flushErr, ErrUnknownOutcome)
+		}
+		require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome, "the pipeline fails for good")
+		require.Error(t, r.db.Close(ctx))
+	}
+
+	// The store holds what the acknowledged batch wrote, and only that.
+	fs.refused.Store(0)
+	r.open()
+	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	require.NoError(t, err)
+	require.NoError(t, gold.Get(ctx, gid, dst))
+	require.Equal(t, want, dst)
 }

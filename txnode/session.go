@@ -83,7 +83,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 				// The closure's own error may rest on rows of a commit not yet durable: Wait
 				// reports it once they are (see DB.Update), in the session's order.
 				p.errAfter = true
-				p.wait = commitWait{ver: max(readVer, s.lastVer)}
+				p.wait = commitWait{ver: max(readVer, s.lastVer), after: true}
 				s.lastVer = p.wait.ver
 			}
 			break
@@ -103,6 +103,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	// failed holds no version: the ones before it still count).
 	if p.err == nil {
 		p.wait.ver = max(p.wait.ver, s.lastVer)
+		p.wait.after = !p.wait.write
 		s.lastVer = p.wait.ver
 	}
 	return p
@@ -140,7 +141,7 @@ func (p *Pending) Done() <-chan struct{} {
 			close(p.done)
 		} else {
 			go func() {
-				_ = p.db.waitDurable(context.Background(), p.wait.ver)
+				_ = p.wait.waitDurable(p.db, context.Background()) // a held write: its answer
 				close(p.done)
 			}()
 		}
@@ -158,5 +159,14 @@ func (s *Session) Flush(ctx context.Context) error {
 		s.db.pipe.kickNow()
 	}
 	p := Pending{db: s.db, wait: commitWait{ver: s.lastVer, write: true}}
-	return p.Wait(ctx)
+	err := p.Wait(ctx)
+	if err == nil && s.db.opts.Durability == Durable {
+		if ferr := s.db.verFailed(s.lastVer); ferr != nil {
+			// The last commit's batch was held (recover.go) and acknowledged, but an earlier
+			// one of the session may have been in the refused batch: each Pending knows.
+			err = fmt.Errorf("%w: the session's last commit was applied after an earlier commit batch was refused (%v): its earlier ones may not have been; see each Pending",
+				ErrUnknownOutcome, ferr)
+		}
+	}
+	return err
 }

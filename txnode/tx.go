@@ -578,6 +578,11 @@ func (tx *Tx) retryBusy(since *time.Time, turn *bool) error {
 type commitWait struct {
 	ver   uint64 // the commit version, or the highest version read (read-only)
 	write bool   // a write: an ended context leaves its outcome unknown
+	// readVer (a write) is the highest version its transaction read: see heldVers.answer.
+	readVer uint64
+	// after (not a write): a Session's Pending, which resolves no earlier than the session's
+	// write before it, held or not (DB.waitOrdered).
+	after bool
 }
 
 // wait returns once the transaction is durable in Durable mode; in WriteBack at once.
@@ -593,9 +598,20 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 	if p.ver <= db.durableVer.Load() {
 		// Loaded after durableVer: a recovery records its failed range before durableVer
 		// passes it, and a committer of the range may reach its wait late (recover.go).
-		return db.verFailed(p.ver)
+		// A write's batch may be held (recover.go): then waitCommitted waits for its answer.
+		if err := db.verFailed(p.ver); err == nil || !p.write && !p.after {
+			return err
+		}
 	}
-	err := db.waitDurable(ctx, p.ver)
+	var err error
+	switch {
+	case p.write:
+		err = db.waitCommitted(ctx, p.ver, p.readVer)
+	case p.after:
+		err = db.waitOrdered(ctx, p.ver)
+	default:
+		err = db.waitDurable(ctx, p.ver)
+	}
 	if err != nil && p.write && err == ctx.Err() {
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
@@ -669,7 +685,7 @@ func (tx *Tx) commit() (commitWait, error) {
 	tx.install(ver)
 	db.pipe.addDone()
 	db.stats.commits.Add(1)
-	return commitWait{ver: ver, write: true}, nil
+	return commitWait{ver: ver, write: true, readVer: tx.maxRead}, nil
 }
 
 // lockRow locks w's row. A row locked by another committer (who may wait in the pipeline's
