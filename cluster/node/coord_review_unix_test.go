@@ -46,6 +46,15 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 
 	require.NoError(t, child.cmd.Process.Signal(syscall.SIGSTOP))
 	stopped = true
+	// The signal is only sent: the child's threads stop as each is next scheduled (on a
+	// loaded machine one may still answer the deposit's commit). A stopped child is
+	// reported to its parent once all of them have.
+	var ws syscall.WaitStatus
+	for err = syscall.EINTR; err == syscall.EINTR; {
+		_, err = syscall.Wait4(child.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+	}
+	require.NoError(t, err)
+	require.True(t, ws.Stopped(), "the storage node stopped, not %v", ws)
 	deposit := make(chan error, 1)
 	go func() {
 		deposit <- a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, acctRow(100, 0)) })

@@ -87,6 +87,11 @@ func (w *moveWriter) check(t *testing.T, ctx context.Context, reader *node.Node)
 // A partition moved while its owner writes: every acknowledged write is on the new copy; the
 // owner's writes during the freeze fail (never acknowledged), it owns the partition again on
 // the new storage node and writes on; the old copy is fenced for good.
+// The owner writes until the move is done; the mover waits, once the source is frozen, for
+// one write of the owner (which must fail), so a write during the freeze is certain however
+// the two goroutines are scheduled. Without that wait, on a loaded machine the writes could
+// all land before the freeze or after the switch (when the owner's Table, following the map,
+// has already owned the partition again on the new copy: follow.go), and none of them fail.
 func TestMoveUnderWriteLoad(t *testing.T) {
 	ctx := testCtx(t)
 	rows, writes := 200, 600
@@ -103,31 +108,62 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	mtbl, err := mover.OpenTable(ctx, "acct")
 	require.NoError(t, err)
 	started, moved := make(chan struct{}), make(chan error, 1)
+	frozen, wrote := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFrozen {
+			close(frozen)
+			select { // the owner writes to the frozen source (bounded by ctx if it never does)
+			case <-wrote:
+			case <-ctx.Done():
+			}
+		}
+	})
+	defer node.SetMoveStepHook(nil)
 	go func() {
 		<-started
 		moved <- mtbl.Move(ctx, 0, tc.addrs[1])
 	}()
 
-	var moveErr error
 	done := false
-	for v := uint64(2); v < uint64(writes); v++ {
+	for v := uint64(2); !done || v < uint64(writes); v++ {
 		if v == uint64(writes/4) {
 			close(started)
 		}
-		if !w.put(t, ctx, int(v), v) {
+		select {
+		case err := <-moved:
+			require.NoError(t, err)
+			require.FailNow(t, "the move ended without its freeze")
+		default:
+		}
+		if done {
+			require.False(t, w.put(t, ctx, int(v), v), "a write after the move, owned again")
 			continue
 		}
-		// Lost the partition: the move froze it. Wait for the move, own it again.
-		if !done {
-			moveErr, done = <-moved, true
-			require.NoError(t, moveErr)
+		isFrozen := false
+		select {
+		case <-frozen:
+			isFrozen = true
+		default:
 		}
-		w.reown(t, ctx)
-	}
-	if !done {
+		if !w.put(t, ctx, int(v), v) {
+			require.False(t, isFrozen, "a write to the frozen source acknowledged")
+			continue
+		}
+		// Lost the partition: the move froze it. Its mover waits for a write to the frozen
+		// source (this one, if it saw the freeze; else the next): then for the move.
+		if !isFrozen {
+			select {
+			case <-frozen:
+			case err := <-moved:
+				require.NoError(t, err)
+				require.FailNow(t, "the move ended without its freeze")
+			}
+			v++
+			require.True(t, w.put(t, ctx, int(v), v), "a write to the frozen source acknowledged")
+		}
+		close(wrote)
 		require.NoError(t, <-moved)
-		// The move ended without a write of ours failing: the next one does.
-		require.True(t, w.put(t, ctx, 0, uint64(writes)))
+		done = true
 		w.reown(t, ctx)
 	}
 	// Writes and inserts on the new copy.
