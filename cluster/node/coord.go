@@ -23,7 +23,8 @@ import (
 //     whose answer never came): abort recorded at the primary, abort applied to every part
 //     that was or may have been prepared, the transaction failed (ErrConflict: run again).
 //     An abort the primary did not answer (ctx ended, the primary busy or unreachable) is
-//     sent again in the background (recordAbortLater: bounded), so that a resolver's Ask is
+//     sent again in the background until recorded or Close (recordAbortLater: at most
+//     abortRecordMax at once), so that a resolver's Ask is
 //     answered at once rather than after the lease ends.
 //  3. All prepared: every part's reads validated again, and the read-only parts' too (all
 //     writes locked: serializable across storage nodes), the session checked (never decide
@@ -294,20 +295,23 @@ func (c *coordTxn) abort(ctx context.Context) {
 
 // Bounds of the abort records sent again in the background (recordAbortLater): at most
 // abortRecordMax goroutines at once (past it an abort is left to the resolvers, which record
-// it once the coordinator's lease is gone: liveness only), each sending at most
-// abortRecordTries Decides, each bounded by abortRecordTimeout, coordRetry doubling up to
-// abortRecordPauseMax between them.
+// it once the coordinator's lease is gone: liveness only), each sending Decides until the
+// primary answers or the Node closes, each bounded by abortRecordTimeout, coordRetry
+// doubling up to abortRecordPauseMax between them. Not a number of tries: the primary's
+// part prepared and the abort not recorded, that part stays in doubt (its rows locked, its
+// resolver answered "undecided") for as long as the coordinator's lease lives, which on a
+// healthy node is for good.
 const (
 	abortRecordMax      = 64
-	abortRecordTries    = 8
 	abortRecordTimeout  = 5 * time.Second
 	abortRecordPauseMax = time.Second
 )
 
 // recordAbortLater sends Decide(abort) of transaction id (lease, count participants) to its
 // primary again in the background, under the Node's context (Close abandons it), until the
-// primary answers or the tries run out: over primary, or over the live transaction node of
-// the primary's address (primaryAddr) once primary died (heal.go replaces it).
+// primary answers: over primary while it lives, else over the storage node's live
+// transaction node, replacing the dead one first (Node.db, heal.go: nothing else may use
+// that storage node soon).
 func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *txnode.DB, primaryAddr string) {
 	n.mu.Lock()
 	if n.closed {
@@ -332,16 +336,15 @@ func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *tx
 		}()
 		ctx := n.bg
 		wait := coordRetry
-		var err error
-		for try := 0; try < abortRecordTries; try++ {
-			db := primary
-			if db.Err() != nil {
-				if cur := n.current(primaryAddr); cur != nil {
-					db = cur
-				}
-			}
+		for try := 0; ; try++ {
 			actx, cancel := context.WithTimeout(ctx, abortRecordTimeout)
-			err = db.DecideTxn(actx, id, lease, txnode.DecisionAbort, count)
+			db, err := primary, primary.Err()
+			if err != nil {
+				db, err = n.db(actx, primaryAddr) // the dead one replaced (heal.go)
+			}
+			if err == nil {
+				err = db.DecideTxn(actx, id, lease, txnode.DecisionAbort, count)
+			}
 			cancel()
 			if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
 				return
@@ -349,10 +352,11 @@ func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *tx
 			if ctx.Err() != nil || !pause(ctx, wait) {
 				return // closing: the resolvers record it once the lease is gone
 			}
-			wait = min(2*wait, abortRecordPauseMax)
+			if wait = min(2*wait, abortRecordPauseMax); try == 8 {
+				n.log.Warn("node: two-phase commit: the abort is not recorded at the primary yet (tried again until the node closes)",
+					"txn", fmt.Sprintf("%x", id), "primary", primaryAddr, "err", err)
+			}
 		}
-		n.log.Warn("node: two-phase commit: the abort could not be recorded at the primary: the storage nodes' resolvers record it once the lease ends",
-			"txn", fmt.Sprintf("%x", id), "primary", primaryAddr, "err", err)
 	}()
 }
 

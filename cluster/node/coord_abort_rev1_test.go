@@ -1,0 +1,106 @@
+package node_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
+)
+
+// A two-phase commit aborted (a prepare refused) while the primary's transaction node died
+// (its storage node fine): the Decide(abort) fails, and so does every background try over
+// the dead transaction node. The primary's prepared part then stays in doubt while the
+// coordinator's lease lives (its resolver asks the primary: no record, the lease alive), and
+// a heal of the primary's transaction node registers the grant of that partition, which the
+// storage node refuses while a transaction holds it in doubt (ErrTxnLocked, waited for): the
+// heal never completes, and the node's owned partition there is unusable for as long as its
+// session lives. The abort must be recorded over the successor before the heal's
+// re-registration waits on it.
+func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, func(o *storenode.Options) {
+		o.TxnResolveAfter, o.TxnResolveInterval = 50*time.Millisecond, 50*time.Millisecond
+	})
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	x, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	y, err := ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	var primary *server.Server // x's storage node: written first, participant 0
+	for i, addr := range tc.addrs {
+		if addr == ta.NodeOf(x) {
+			primary = tc.srvs[i]
+		}
+	}
+
+	uctx, ucancel := context.WithCancel(ctx)
+	defer ucancel()
+	defer node.SetSerialPrepares(true)()
+	fired := false
+	defer node.SetCoordHook(func(step string, i int) {
+		if step != "prepared" || i != 1 || fired {
+			return
+		}
+		fired = true
+		// x prepared at the primary; y changed under the transaction (its prepare refused:
+		// the coordinator aborts); the primary's transaction node dies; the caller gives up
+		// (the abort's Apply over the dead transaction node would be retried until then).
+		require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, y, acctRow(initial+1, 0)) }))
+		require.NoError(t, node.DieDB(ctx, a, ta.NodeOf(x)))
+		ucancel()
+	})()
+	errStop := errors.New("stop")
+	attempts := 0
+	err = a.Update(uctx, func(tx *node.Tx) error {
+		if attempts++; attempts > 1 {
+			return errStop
+		}
+		f, g := make([]byte, 64), make([]byte, 64)
+		if err := tx.Get(ta, x, f); err != nil {
+			return err
+		}
+		if err := tx.Get(ta, y, g); err != nil {
+			return err
+		}
+		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
+			return err
+		}
+		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
+	})
+	require.ErrorIs(t, err, errStop)
+	require.True(t, fired)
+	require.NoError(t, a.Session().Check(), "the coordinator's lease lives")
+
+	// The background record's end (recorded, or given up): nothing else uses x's storage
+	// node meanwhile.
+	require.Eventually(t, func() bool { return node.Recording(a) == 0 }, 60*time.Second, 10*time.Millisecond)
+	var id storenode.TxnID // the node's first two-phase commit: its lease, then 1
+	binary.BigEndian.PutUint64(id[:8], uint64(a.Session().Lease()))
+	binary.BigEndian.PutUint64(id[8:], 1)
+	d, err := primary.Engine().AskTxn(ctx, id, int64(a.Session().Lease()))
+	require.NoError(t, err)
+	require.Equal(t, storenode.DecisionAbort, d, "the abort is recorded at the primary (its prepared part is not left in doubt while the lease lives)")
+
+	// x's partition is owned, its storage node up: a write goes through once the primary's
+	// resolver applied the abort to x's part (the first try may find the dead transaction
+	// node: the next one heals it).
+	require.Eventually(t, func() bool {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return ta.Put(wctx, x, acctRow(initial+5, 0)) == nil
+	}, 60*time.Second, 20*time.Millisecond, "the owned partition on the primary is usable again")
+	row := make([]byte, 64)
+	require.NoError(t, ta.Get(ctx, x, row))
+	require.EqualValues(t, initial+5, balanceOf(row))
+}

@@ -1,0 +1,23 @@
+package node
+
+import "context"
+
+// DieDB makes the transaction node of the storage node at addr dead as a give-up would (its
+// grants kept, as heal.go keeps them), without using the storage node afterwards: the next
+// use finds it dead and replaces it (heal.go).
+func DieDB(ctx context.Context, n *Node, addr string) error {
+	n.mu.Lock()
+	sc := n.dbs[addr]
+	n.mu.Unlock()
+	<-sc.ready
+	sc.keep.Store(true)
+	return sc.db.Close(ctx)
+}
+
+// Recording returns how many goroutines record an abort at its primary in the background
+// (recordAbortLater).
+func Recording(n *Node) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.recording
+}
