@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +104,50 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	row := make([]byte, 64)
 	require.NoError(t, ta.Get(ctx, x, row))
 	require.EqualValues(t, initial+5, balanceOf(row))
+}
+
+// More aborts to record in the background than goroutines may record them at once
+// (abortRecordMax, 64), their primary refusing every Decide for a while (ErrTxnBusy: its
+// kept decisions at MaxTxns): each is recorded once the primary takes decisions again. On
+// 9fe08b2 the 65th was dropped at once (a Warn record; "left to the resolvers"): its part,
+// if prepared, stays in doubt for as long as the coordinator's lease lives.
+func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 65
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	tc := startTxnCluster(t, 1, func(o *storenode.Options) {
+		o.MaxTxns = n + 1
+		o.TxnAbortKeep = time.Hour
+		o.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	})
+	a := tc.open(t, 0xa, "game-a:7000")
+	_, err := a.CreateTable(ctx, "acct", 64, 1, 1, tc.addrs) // dials the storage node
+	require.NoError(t, err)
+	eng := tc.srvs[0].Engine()
+	// The primary's kept decisions at MaxTxns: aborts of one participant not reported.
+	for k := range n + 1 {
+		var id storenode.TxnID
+		id[0] = 0xff
+		binary.BigEndian.PutUint64(id[8:], uint64(k))
+		_, err := eng.DecideTxn(ctx, id, 1, storenode.DecisionAbort, 1)
+		require.NoError(t, err)
+	}
+	lease := int64(a.Session().Lease())
+	ids := make([]storenode.TxnID, n)
+	for k := range ids {
+		binary.BigEndian.PutUint64(ids[k][:8], uint64(lease))
+		binary.BigEndian.PutUint64(ids[k][8:], uint64(k+1))
+		node.RecordAbortLater(a, ids[k], lease, 1, tc.addrs[0])
+	}
+	_, err = eng.DecideTxn(ctx, ids[0], lease, storenode.DecisionAbort, 1)
+	require.ErrorIs(t, err, storenode.ErrTxnBusy, "the primary takes no decision yet")
+	// The kept aborts expire (the next decision sweeps them): the primary takes decisions.
+	now.Add(int64(2 * time.Hour))
+	require.Eventually(t, func() bool { return node.Recording(a) == 0 }, 60*time.Second, 10*time.Millisecond)
+	for k, id := range ids {
+		d, err := eng.AskTxn(ctx, id, lease)
+		require.NoError(t, err)
+		require.Equal(t, storenode.DecisionAbort, d, "abort %d of %d recorded", k+1, n)
+	}
 }

@@ -21,3 +21,10 @@ func Recording(n *Node) int {
 	defer n.mu.Unlock()
 	return n.recording
 }
+
+// RecordAbortLater records abort of transaction id (lease, count participants) at the
+// storage node at addr in the background (recordAbortLater), over n's transaction node of
+// it (dialled).
+func RecordAbortLater(n *Node, id [16]byte, lease int64, count int, addr string) {
+	n.recordAbortLater(id, lease, count, n.current(addr), addr)
+}
