@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/weftdb/weft/cluster"
 
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
@@ -151,3 +154,47 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 		require.Equal(t, storenode.DecisionAbort, d, "abort %d of %d recorded", k+1, n)
 	}
 }
+
+// Aborts being recorded in the background at a primary that is gone (its storage node shut
+// down: every try fails, the transaction node dies and is replaced by a dial that fails):
+// Node.Close ends every recording goroutine, none is left behind (goleak), and it returns.
+func TestCoordAbortRecordNoLeakAtClose(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	warm := tc.open(t, 0xc, "")
+	_, err := warm.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	opts := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
+	cfg := node.Config{Etcd: cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},
+		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Logger: quiet, Secret: secret,
+		CacheBytes: 1 << 20, RequestTimeout: 200 * time.Millisecond}
+	a, err := node.Open(ctx, cfg)
+	require.NoError(t, err)
+	ta, err := a.OpenTable(ctx, "acct") // dials both storage nodes
+	require.NoError(t, err)
+	gone := ta.NodeOf(0)
+	for i, addr := range tc.addrs {
+		if addr == gone {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			tc.srvs[i].Shutdown(sctx)
+			cancel()
+		}
+	}
+	lease := int64(a.Session().Lease())
+	for k := range abortsAtClose {
+		var id storenode.TxnID
+		binary.BigEndian.PutUint64(id[:8], uint64(lease))
+		binary.BigEndian.PutUint64(id[8:], uint64(k+1))
+		node.RecordAbortLater(a, id, lease, 1, gone)
+	}
+	require.Positive(t, node.Recording(a))
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	a.Close(cctx) // its error may be the gone storage node's
+	require.Zero(t, node.Recording(a))
+	goleak.VerifyNone(t, opts...)
+}
+
+// abortsAtClose is more than the recording goroutines (64): some wait in the queue at Close.
+const abortsAtClose = 80
