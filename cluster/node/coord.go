@@ -35,7 +35,8 @@ import (
 //     primary may have forgotten the commit, and the outcome is reported unknown.
 //  4. The decision applied to every participant (in parallel), each retried until answered;
 //     each part's rows stay locked in this node's cache until its storage node answered,
-//     then take the committed values (txnode.Prepared.Apply).
+//     then take the committed values (txnode.Prepared.Apply). A part whose transaction node
+//     died and was closed (heal.go) is abandoned: its storage node's resolver settles it.
 //  5. Whatever ctx does after the decision was sent, the transaction is finished in the
 //     background (the same Decide resent until answered, then the Applies) until Close; the
 //     storage nodes' resolvers finish it anyway (once the lease is gone, or at once when the
@@ -412,6 +413,14 @@ func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 					_, err = p.ApplyUncertain(ctx)
 				} else {
 					err = p.Apply(ctx, d)
+				}
+				if errors.Is(err, txnode.ErrClosed) && c.n.closedErr() == nil {
+					// Its transaction node died and was closed (heal.go replaced it):
+					// no Apply over it ever succeeds. The storage node's resolver
+					// settles the part (the decision is, or will be, recorded at the
+					// primary); the cache it locked is gone with that transaction node.
+					p.Abandon()
+					err = nil
 				}
 				if err == nil || errors.Is(err, txnode.ErrTxnDecided) || errors.Is(err, txnode.ErrTxDone) {
 					c.prepared[i] = nil

@@ -107,6 +107,20 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	row := make([]byte, 64)
 	require.NoError(t, ta.Get(ctx, x, row))
 	require.EqualValues(t, initial+5, balanceOf(row))
+
+	// The node's background work ends: the abort's Apply of x's part over the dead
+	// transaction node never succeeds (its storage node's resolver settled that part), so
+	// the part is abandoned, not retried every 20 ms until Close.
+	done := make(chan struct{})
+	go func() {
+		node.WaitFinishing(a)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node's background work did not end: an Apply over a closed transaction node is retried until Close")
+	}
 }
 
 // More aborts to record in the background than goroutines may record them at once
