@@ -14,14 +14,12 @@ import (
 // "so the owner writes on through the same handle"; "reported not owned" only when another
 // node took it).
 //
-// Known defect (fails on 9fe08b2 and on 258841e): movedOn registers the new grant while the
-// target is still incoming, the target refuses it (storenode.ErrMoved), and movedOn forgets
-// the partition as not owned; nothing follows again after the activation (the map does not
-// change), so every later write is a *NotOwnerError "nor by any other (Own it)" until the
-// game Owns it again. A heal of the target's transaction node in that window (reown) ends
-// the same way (t.moving, then the same refusal).
+// On 9fe08b2 (and 258841e) movedOn registered the new grant once: the target, still
+// incoming, refused it (storenode.ErrMoved), movedOn forgot the partition as not owned, and
+// nothing followed again after the activation (the map does not change): every later write
+// was a *NotOwnerError "nor by any other (Own it)". Now the follow asks again, a bounded
+// number of times; the test releases the mover at the first refusal ("moved-incoming").
 func TestMoveFollowBeforeActivation(t *testing.T) {
-	t.Skip("known defect: a move's follow between the switch and the target's activation forgets the partition as not owned (the target refuses the grant with ErrMoved while incoming); see the comment")
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
@@ -59,13 +57,21 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	case err := <-errc:
 		t.Fatalf("the move ended before its switch: %v", err)
 	}
-	// The owner follows the switch now, the target not active yet: its write is refused
-	// (retryable) or goes through.
+	// The owner follows the switch now, the target not active yet: the target refuses its
+	// new grant; the mover is released then, and the follow's next registration is taken.
+	refused := false
+	defer node.SetRaceHook(func(where string) {
+		if where == "moved-incoming" && !refused {
+			refused = true
+			unblock()
+		}
+	})()
 	require.NoError(t, node.SyncMap(ctx, owner))
 	perr := tbl.Put(ctx, id, balanceRow(2))
 	t.Logf("the write while the target is incoming: %v", perr)
 	unblock()
 	require.NoError(t, <-errc)
+	require.True(t, refused, "the target refused the follow's grant while incoming")
 
 	// The move complete, nobody else owning the partition: the owner writes on.
 	for try := 0; try < 10; try++ {
