@@ -1,6 +1,10 @@
 package node
 
-import "context"
+import (
+	"context"
+
+	"github.com/weftdb/weft/cluster/internal/testhook"
+)
 
 // DieDB makes the transaction node of the storage node at addr dead as a give-up would (its
 // grants kept, as heal.go keeps them), without using the storage node afterwards: the next
@@ -27,4 +31,12 @@ func Recording(n *Node) int {
 // it (dialled).
 func RecordAbortLater(n *Node, id [16]byte, lease int64, count int, addr string) {
 	n.recordAbortLater(id, lease, count, n.current(addr), addr)
+}
+
+// SetMapWatchHook sets testhook.MapWatch for a test and returns what restores it. Set it
+// before any Node of the test opens (its map watcher's goroutine reads it).
+func SetMapWatchHook(h func(client any)) (restore func()) {
+	old := testhook.MapWatch
+	testhook.MapWatch = h
+	return func() { testhook.MapWatch = old }
 }

@@ -1,10 +1,13 @@
 package node_test
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
 )
 
@@ -81,4 +84,58 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	}
 	require.NoError(t, perr, "the owner writes on through the same handle once the target is live")
 	require.Equal(t, []uint32{0}, tbl.Owned())
+}
+
+// A move's switch deletes the owner's key while the owner's session lives; the target is
+// live at once and another node may own the partition and commit there. Until the owner
+// hears of the switch (its owner-key watch, or its map watcher), it keeps serving reads of
+// the partition from its cache: the other node's acknowledged commit is not seen, a stale
+// read (not linearizable). Both watches held back here by test hooks; in production they
+// lag by a watch delivery, or longer on a slow stream while keepalives succeed.
+func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
+	t.Skip("known defect: after a move's switch the old owner serves cached reads of the partition until its watches hear of it, while another node may already commit on the target (stale read)")
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	var ownerClient atomic.Pointer[cluster.Client]
+	t.Cleanup(node.SetOwnerWatchHook(func(owner uint64) {
+		if owner == 0x1 && hold.Load() {
+			<-release
+		}
+	}))
+	t.Cleanup(node.SetMapWatchHook(func(c any) {
+		if c == any(ownerClient.Load()) && hold.Load() {
+			<-release
+		}
+	}))
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	ownerClient.Store(owner.Client())
+	mover := tc.open(t, 0x2, "")
+	taker := tc.open(t, 0x3, "")
+	t.Cleanup(unhold) // before the Nodes close
+	tbl, err := owner.CreateTable(ctx, "stale", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+
+	hold.Store(true)
+	mtbl, err := mover.OpenTable(ctx, "stale")
+	require.NoError(t, err)
+	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
+	ttbl, err := taker.OpenTable(ctx, "stale")
+	require.NoError(t, err)
+	require.NoError(t, ttbl.Own(ctx, 0))
+	require.NoError(t, ttbl.Put(ctx, id, balanceRow(2))) // acknowledged
+
+	row := make([]byte, 64)
+	err = tbl.Get(ctx, id, row)
+	if err == nil {
+		require.EqualValues(t, 2, balanceOf(row), "a read after another node's acknowledged commit sees it (or fails)")
+	}
+	unhold()
 }
