@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftdb/weft/cluster/internal/testhook"
 )
 
 // MapWatcher keeps a local copy of the partition map, kept current by an etcd watch. Map
@@ -149,6 +151,9 @@ func (w *MapWatcher) run(ctx context.Context, st *mapState, rev int64) {
 					break watching
 				}
 				resp = r
+				if h := testhook.MapWatch; h != nil {
+					h(w.c)
+				}
 			case <-w.progress:
 				// While this watch is open (its context carries the stream's metadata).
 				if ctx.Err() == nil {

@@ -23,7 +23,8 @@ import (
 //     whose answer never came): abort recorded at the primary, abort applied to every part
 //     that was or may have been prepared, the transaction failed (ErrConflict: run again).
 //     An abort the primary did not answer (ctx ended, the primary busy or unreachable) is
-//     sent again in the background (recordAbortLater: bounded), so that a resolver's Ask is
+//     sent again in the background until recorded or Close (recordAbortLater: bounded
+//     goroutines and queue), so that a resolver's Ask is
 //     answered at once rather than after the lease ends.
 //  3. All prepared: every part's reads validated again, and the read-only parts' too (all
 //     writes locked: serializable across storage nodes), the session checked (never decide
@@ -34,7 +35,8 @@ import (
 //     primary may have forgotten the commit, and the outcome is reported unknown.
 //  4. The decision applied to every participant (in parallel), each retried until answered;
 //     each part's rows stay locked in this node's cache until its storage node answered,
-//     then take the committed values (txnode.Prepared.Apply).
+//     then take the committed values (txnode.Prepared.Apply). A part whose transaction node
+//     died and was closed (heal.go) is abandoned: its storage node's resolver settles it.
 //  5. Whatever ctx does after the decision was sent, the transaction is finished in the
 //     background (the same Decide resent until answered, then the Applies) until Close; the
 //     storage nodes' resolvers finish it anyway (once the lease is gone, or at once when the
@@ -293,67 +295,102 @@ func (c *coordTxn) abort(ctx context.Context) {
 }
 
 // Bounds of the abort records sent again in the background (recordAbortLater): at most
-// abortRecordMax goroutines at once (past it an abort is left to the resolvers, which record
-// it once the coordinator's lease is gone: liveness only), each sending at most
-// abortRecordTries Decides, each bounded by abortRecordTimeout, coordRetry doubling up to
-// abortRecordPauseMax between them.
+// abortRecordQueue waiting (past it an abort is left to the resolvers, which record it once
+// the coordinator's lease is gone: liveness only), recorded by at most abortRecordMax
+// goroutines at once, one at a time each, Decides sent until the primary answers or the Node
+// closes, each bounded by abortRecordTimeout, coordRetry doubling up to abortRecordPauseMax
+// between them. Not a number of tries: the primary's part prepared and the abort not
+// recorded, that part stays in doubt (its rows locked, its resolver answered "undecided")
+// for as long as the coordinator's lease lives, which on a healthy node is for good.
 const (
 	abortRecordMax      = 64
-	abortRecordTries    = 8
+	abortRecordQueue    = 4096
 	abortRecordTimeout  = 5 * time.Second
 	abortRecordPauseMax = time.Second
 )
 
+// abortRecord is an abort to record at its primary (recordAbortLater).
+type abortRecord struct {
+	id          [16]byte
+	lease       int64
+	count       int
+	primary     *txnode.DB
+	primaryAddr string
+}
+
 // recordAbortLater sends Decide(abort) of transaction id (lease, count participants) to its
 // primary again in the background, under the Node's context (Close abandons it), until the
-// primary answers or the tries run out: over primary, or over the live transaction node of
-// the primary's address (primaryAddr) once primary died (heal.go replaces it).
+// primary answers: queued (n.aborts) for the recording goroutines, started up to
+// abortRecordMax. Any goroutine; it does not block.
 func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *txnode.DB, primaryAddr string) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return
 	}
-	if n.recording >= abortRecordMax {
+	if len(n.aborts) >= abortRecordQueue {
 		n.mu.Unlock()
 		n.log.Warn("node: two-phase commit: too many aborts being recorded: this one is left to the storage nodes' resolvers (once the lease ends)",
 			"txn", fmt.Sprintf("%x", id))
 		return
 	}
+	n.aborts = append(n.aborts, abortRecord{id: id, lease: lease, count: count, primary: primary, primaryAddr: primaryAddr})
+	if n.recording >= abortRecordMax {
+		n.mu.Unlock()
+		return // a recording goroutine takes it once it is done with the one it has
+	}
 	n.recording++
 	n.finishing.Add(1)
 	n.mu.Unlock()
 	go func() {
-		defer func() {
+		defer n.finishing.Done()
+		for {
 			n.mu.Lock()
-			n.recording--
-			n.mu.Unlock()
-			n.finishing.Done()
-		}()
-		ctx := n.bg
-		wait := coordRetry
-		var err error
-		for try := 0; try < abortRecordTries; try++ {
-			db := primary
-			if db.Err() != nil {
-				if cur := n.current(primaryAddr); cur != nil {
-					db = cur
-				}
-			}
-			actx, cancel := context.WithTimeout(ctx, abortRecordTimeout)
-			err = db.DecideTxn(actx, id, lease, txnode.DecisionAbort, count)
-			cancel()
-			if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
+			if len(n.aborts) == 0 || n.bg.Err() != nil {
+				n.recording--
+				n.mu.Unlock()
 				return
 			}
-			if ctx.Err() != nil || !pause(ctx, wait) {
-				return // closing: the resolvers record it once the lease is gone
+			r := n.aborts[0]
+			n.aborts[0] = abortRecord{}
+			n.aborts = n.aborts[1:]
+			if len(n.aborts) == 0 {
+				n.aborts = nil // the backing array freed
 			}
-			wait = min(2*wait, abortRecordPauseMax)
+			n.mu.Unlock()
+			n.recordAbort(r)
 		}
-		n.log.Warn("node: two-phase commit: the abort could not be recorded at the primary: the storage nodes' resolvers record it once the lease ends",
-			"txn", fmt.Sprintf("%x", id), "primary", primaryAddr, "err", err)
 	}()
+}
+
+// recordAbort sends Decide(abort) of r to its primary until the primary answers or the Node
+// closes: over r.primary while it lives, else over the storage node's live transaction node,
+// replacing the dead one first (Node.db, heal.go: nothing else may use that storage node
+// soon). A recording goroutine's (recordAbortLater).
+func (n *Node) recordAbort(r abortRecord) {
+	ctx := n.bg
+	wait := coordRetry
+	for try := 0; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, abortRecordTimeout)
+		db, err := r.primary, r.primary.Err()
+		if err != nil {
+			db, err = n.db(actx, r.primaryAddr) // the dead one replaced (heal.go)
+		}
+		if err == nil {
+			err = db.DecideTxn(actx, r.id, r.lease, txnode.DecisionAbort, r.count)
+		}
+		cancel()
+		if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
+			return
+		}
+		if ctx.Err() != nil || !pause(ctx, wait) {
+			return // closing: the resolvers record it once the lease is gone
+		}
+		if wait = min(2*wait, abortRecordPauseMax); try == 8 {
+			n.log.Warn("node: two-phase commit: the abort is not recorded at the primary yet (tried again until the node closes)",
+				"txn", fmt.Sprintf("%x", r.id), "primary", r.primaryAddr, "err", err)
+		}
+	}
 }
 
 // apply applies d to every prepared part, in parallel, each retried until answered, ctx
@@ -376,6 +413,14 @@ func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 					_, err = p.ApplyUncertain(ctx)
 				} else {
 					err = p.Apply(ctx, d)
+				}
+				if errors.Is(err, txnode.ErrClosed) && c.n.closedErr() == nil {
+					// Its transaction node died and was closed (heal.go replaced it):
+					// no Apply over it ever succeeds. The storage node's resolver
+					// settles the part (the decision is, or will be, recorded at the
+					// primary); the cache it locked is gone with that transaction node.
+					p.Abandon()
+					err = nil
 				}
 				if err == nil || errors.Is(err, txnode.ErrTxnDecided) || errors.Is(err, txnode.ErrTxDone) {
 					c.prepared[i] = nil

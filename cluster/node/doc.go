@@ -38,8 +38,9 @@
 // returns nil only once the primary recorded commit; txnode.ErrUnknownOutcome when the
 // answer was not learned before ctx ended (the transaction is finished in the background
 // until Close, and by the storage nodes' resolvers anyway); an aborted one whose abort the
-// primary did not answer (ctx ended) has it recorded in the background (a bounded number of
-// tries and goroutines, until Close), so the resolvers settle it at once. Node.View
+// primary did not answer (ctx ended, its transaction node dead) has it recorded in the
+// background (bounded goroutines and queue, each tried until recorded or Close), so the
+// resolvers settle it at once. Node.View
 // validates each storage node's reads after fn: serializable across storage nodes. A read
 // of a partition this node does not own inside either fails with ErrNotOwner.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
@@ -17,8 +18,10 @@ import (
 //   - a partition switched to another storage node (a move) is read from the new one's
 //     durable rows; if this node owned it, its grant ended at the switch (SwitchMoved deletes
 //     the owner key), so the node acquires a new one and registers it with the new storage
-//     node (above its floor, the switch revision); when that fails the partition is reported
-//     not owned (*NotOwnerError; Own may take it again);
+//     node (above its floor, the switch revision; a target not activated yet, which refuses
+//     it with storenode.ErrMoved, is asked again a few times: followActivateTries); when
+//     that fails the partition is reported not owned (*NotOwnerError; Own may take it
+//     again);
 //   - a table dropped (or dropped and created again) fails every operation of the handle
 //     with cluster.ErrTableNotFound.
 //
@@ -160,9 +163,26 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 		return db, nil
 	}
 	defer func() { <-pt.owning }()
-	tb, err := db.Table(context.WithValue(ctx, minEpochKey{}, uint64(switchRev)), name)
-	if err == nil {
-		err = tb.Serving()
+	var tb *txnode.Table
+	tctx := context.WithValue(ctx, minEpochKey{}, uint64(switchRev))
+	wait := coordRetry
+	for try := 0; ; try++ {
+		if tb, err = db.Table(tctx, name); err == nil {
+			err = tb.Serving()
+		}
+		if !errors.Is(err, storenode.ErrMoved) || try == followActivateTries {
+			break
+		}
+		// The target refused the grant as not live: the switch is done, its activation
+		// (the mover's next step) not yet. Asked again a few times (a mover that died
+		// there leaves it incoming until the next Move: then forgotten below).
+		if h := raceHook; h != nil {
+			h("moved-incoming")
+		}
+		if !pause(ctx, wait) {
+			break
+		}
+		wait = min(2*wait, time.Second)
 	}
 	if err != nil && !last && db != t.n.current(to) {
 		return db, nil // replaced meanwhile: the next try, on its successor
@@ -182,6 +202,11 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	}
 	return db, nil
 }
+
+// followActivateTries bounds the grants a move's follow registers again with a target that
+// refused one as not live yet (storenode.ErrMoved: switched, not activated), coordRetry
+// doubling to a second between them (about 3 s in all).
+const followActivateTries = 8
 
 // forget drops partition p's old owned table was, as not owned (not lost: Own may take it
 // again).

@@ -92,9 +92,11 @@ type Node struct {
 	bg        context.Context
 	bgCancel  context.CancelFunc
 	finishing sync.WaitGroup
-	// recording counts the goroutines recording an abort at its primary in the background
-	// (recordAbortLater: at most abortRecordMax; also in finishing). Guarded by mu.
+	// recording counts the goroutines recording aborts at their primaries in the
+	// background (recordAbortLater: at most abortRecordMax; also in finishing), aborts the
+	// ones waiting for them (at most abortRecordQueue). Guarded by mu.
 	recording int
+	aborts    []abortRecord
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db

@@ -188,7 +188,8 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 // raceHook, set by tests only, runs at the points a heal may race: in Own between the
 // grants' map check and the store of the owned tables ("own"), in a move's follow between
 // the dial of the new storage node and the route's store ("moved") and between the route's
-// store and the new grant ("moved-route").
+// store and the new grant ("moved-route"), and when the target refused the new grant as
+// not live yet, before it is asked again ("moved-incoming").
 var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one

@@ -16,3 +16,8 @@ var CoordStep func(step string, i int)
 // back what the session hears of its owner keys (a switch's delete). It must return once the
 // test ends.
 var OwnerWatch func(owner uint64)
+
+// MapWatch, when set, is called in every cluster.MapWatcher's watch goroutine before it
+// handles a watch response, with the watcher's *cluster.Client: a test blocks it there to
+// hold back what a node hears of the partition map. It must return once the test ends.
+var MapWatch func(client any)

@@ -1,0 +1,141 @@
+package node_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// The owner's Table follows a move's switch before the mover activated the target (the
+// copy takes no grant yet: storenode.ErrMoved). The owner must still own the partition on
+// the target once the move is complete, writing on through the same handle (docs/cluster.md:
+// "so the owner writes on through the same handle"; "reported not owned" only when another
+// node took it).
+//
+// On 9fe08b2 (and 258841e) movedOn registered the new grant once: the target, still
+// incoming, refused it (storenode.ErrMoved), movedOn forgot the partition as not owned, and
+// nothing followed again after the activation (the map does not change): every later write
+// was a *NotOwnerError "nor by any other (Own it)". Now the follow asks again, a bounded
+// number of times; the test releases the mover at the first refusal ("moved-incoming").
+func TestMoveFollowBeforeActivation(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	mover := tc.open(t, 0x2, "")
+	tbl, err := owner.CreateTable(ctx, "act", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+	mtbl, err := mover.OpenTable(ctx, "act")
+	require.NoError(t, err)
+
+	switched := make(chan struct{})
+	release := make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepSwitched {
+			close(switched)
+			<-release
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	released := false
+	unblock := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	defer unblock()
+	errc := make(chan error, 1)
+	go func() { errc <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
+	select {
+	case <-switched:
+	case err := <-errc:
+		t.Fatalf("the move ended before its switch: %v", err)
+	}
+	// The owner follows the switch now, the target not active yet: the target refuses its
+	// new grant; the mover is released then, and the follow's next registration is taken.
+	refused := false
+	defer node.SetRaceHook(func(where string) {
+		if where == "moved-incoming" && !refused {
+			refused = true
+			unblock()
+		}
+	})()
+	require.NoError(t, node.SyncMap(ctx, owner))
+	perr := tbl.Put(ctx, id, balanceRow(2))
+	t.Logf("the write while the target is incoming: %v", perr)
+	unblock()
+	require.NoError(t, <-errc)
+	require.True(t, refused, "the target refused the follow's grant while incoming")
+
+	// The move complete, nobody else owning the partition: the owner writes on.
+	for try := 0; try < 10; try++ {
+		if perr = tbl.Put(ctx, id, balanceRow(3)); perr == nil {
+			break
+		}
+	}
+	require.NoError(t, perr, "the owner writes on through the same handle once the target is live")
+	require.Equal(t, []uint32{0}, tbl.Owned())
+}
+
+// A move's switch deletes the owner's key while the owner's session lives; the target is
+// live at once and another node may own the partition and commit there. Until the owner
+// hears of the switch (its owner-key watch, or its map watcher), it keeps serving reads of
+// the partition from its cache: the other node's acknowledged commit is not seen, a stale
+// read (not linearizable). Both watches held back here by test hooks; in production they
+// lag by a watch delivery, or longer on a slow stream while keepalives succeed.
+func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
+	t.Skip("known defect: after a move's switch the old owner serves cached reads of the partition until its watches hear of it, while another node may already commit on the target (stale read)")
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	var ownerClient atomic.Pointer[cluster.Client]
+	t.Cleanup(node.SetOwnerWatchHook(func(owner uint64) {
+		if owner == 0x1 && hold.Load() {
+			<-release
+		}
+	}))
+	t.Cleanup(node.SetMapWatchHook(func(c any) {
+		if c == any(ownerClient.Load()) && hold.Load() {
+			<-release
+		}
+	}))
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	ownerClient.Store(owner.Client())
+	mover := tc.open(t, 0x2, "")
+	taker := tc.open(t, 0x3, "")
+	t.Cleanup(unhold) // before the Nodes close
+	tbl, err := owner.CreateTable(ctx, "stale", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+
+	hold.Store(true)
+	mtbl, err := mover.OpenTable(ctx, "stale")
+	require.NoError(t, err)
+	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
+	ttbl, err := taker.OpenTable(ctx, "stale")
+	require.NoError(t, err)
+	require.NoError(t, ttbl.Own(ctx, 0))
+	require.NoError(t, ttbl.Put(ctx, id, balanceRow(2))) // acknowledged
+
+	row := make([]byte, 64)
+	err = tbl.Get(ctx, id, row)
+	if err == nil {
+		require.EqualValues(t, 2, balanceOf(row), "a read after another node's acknowledged commit sees it (or fails)")
+	}
+	unhold()
+}
