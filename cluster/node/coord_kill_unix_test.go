@@ -100,6 +100,9 @@ func TestHelperCoordNode(t *testing.T) {
 // whole exactly when the primary had recorded commit (killed after the Decide), absent
 // otherwise, never half applied. Another node then owns the partitions and goes on.
 func TestCoordinatorKilledAtEachStep(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 3, func(o *storenode.Options) {
 		o.TxnResolveInterval = -1 // the test runs the passes

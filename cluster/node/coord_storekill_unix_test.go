@@ -151,6 +151,9 @@ func freeAddr(t *testing.T) string {
 // conserved, and the received counts hold every acknowledged transfer and at most those whose
 // outcome was unknown besides.
 func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	before, after := 30, 30
 	if testing.Short() {

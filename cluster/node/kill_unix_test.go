@@ -70,6 +70,9 @@ func TestHelperBankNode(t *testing.T) {
 // partitions once its lease expired (OwnWait) and finds every acknowledged transfer, and at
 // most the one in flight besides, each whole; it continues; the total is conserved.
 func TestKilledNodeTakenOver(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	acks := 80
 	if testing.Short() {

@@ -151,6 +151,9 @@ func (c *child) kill9() {
 // Move completes the move, every acknowledged write is on the new copy, the owner owns the
 // partition there and writes on, the old copy serves nothing.
 func TestMoveKilledAtEachStep(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	steps := []string{node.MoveStepRecorded, node.MoveStepIncoming, node.MoveStepCopied, node.MoveStepCaughtUp,
 		node.MoveStepFrozen, node.MoveStepFinal, node.MoveStepSwitched, node.MoveStepActivated, node.MoveStepRetired}
