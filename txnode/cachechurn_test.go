@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // recountBytes is recountBytesLocked (verify.go) under the cache's mutex.
@@ -23,7 +25,7 @@ func recountBytes(c *pageCache) int64 {
 func TestCacheBytesUnderChurn(t *testing.T) {
 	// Most pins of a full cache wait for room (up to waitMax): the test's time is those waits,
 	// and 2000 rounds of 4 goroutines drop, unpin and evict all five tables many times over.
-	rounds := scaled(1000, 2000, 5000)
+	rounds := testseed.Scaled(1000, 2000, 5000)
 	c := newPageCache(600<<10, 50*time.Millisecond)
 	sizes := []int{8, 64, 256, 1024, 4096}
 	var wg sync.WaitGroup
