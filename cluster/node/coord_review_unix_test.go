@@ -5,8 +5,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,18 +23,8 @@ import (
 func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 0, nil)
-	child := &storeChild{t: t, spec: tc.etcd.Endpoints()[0] + "|" + t.TempDir() + "|" + freeAddr(t)}
-	child.start()
-	stopped := false
-	defer func() {
-		if stopped {
-			child.cmd.Process.Signal(syscall.SIGCONT)
-		}
-		child.in.Close()
-		child.cmd.Process.Kill()
-		child.cmd.Wait()
-	}()
-	addr := strings.Split(child.spec, "|")[2]
+	child := startStoreProc(t, tc.etcd.Endpoints()[0], "127.0.0.1:0", storeTwoPhase) // killed (a stopped one too) at the test's end
+	addr := child.Addr
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 60 * time.Second})
 	ta, err := a.CreateTable(ctx, "acct", 64, 1, 1, []string{addr})
 	require.NoError(t, err)
@@ -44,8 +32,7 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	x, err := ta.Insert(ctx, acctRow(0, 0))
 	require.NoError(t, err)
 
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGSTOP))
-	stopped = true
+	child.Stop()
 	deposit := make(chan error, 1)
 	go func() {
 		deposit <- a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, acctRow(100, 0)) })
@@ -77,8 +64,7 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGCONT))
-	stopped = false
+	child.Cont()
 	require.NoError(t, <-deposit)
 	err = a.Update(ctx, func(tx *node.Tx) error {
 		d := make([]byte, 64)
