@@ -21,7 +21,8 @@
 //
 // Only tests import this package (it is not linked into any production binary); it does not
 // import package cluster, so that package's internal tests can use it as well as
-// package cluster/clustertest, which builds storage-node and cluster-node children on it.
+// package cluster/clustertest, which builds storage-node and cluster-node children on it, and
+// cluster/node's kill tests (their storage-node child and the cluster nodes they kill).
 package proctest
 
 import (
