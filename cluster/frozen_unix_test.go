@@ -70,6 +70,9 @@ func TestHelperFrozenOwner(t *testing.T) {
 // higher epoch; resumed (SIGCONT), the frozen owner vouches for nothing, at once (its clock,
 // not its keepalive goroutine, decides), and learns the grant is lost.
 func TestOwnershipFrozenOwner(t *testing.T) {
+	if raceOn {
+		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	srv := sharedEtcd(t)
 	prefix := newPrefix(t)

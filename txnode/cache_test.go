@@ -19,9 +19,11 @@ import (
 // TestCacheBudget inserts far more rows than a 1 MiB cache holds, from several goroutines,
 // then reads them back at random, sampling the cache's accounted bytes all along.
 func TestCacheBudget(t *testing.T) {
-	rows, writers := 1_000_000, 4
+	rows, writers, reads := 1_000_000, 4, 20_000
 	if testing.Short() {
-		rows = 100_000
+		// Under -race a remote miss is a slow round trip: 5000 of them still miss, fill and
+		// evict thousands of times over a cache of a sixth of the rows.
+		rows, reads = 100_000, 5_000
 	}
 	const budget = 1 << 20
 	for _, cfg := range openConfigs(t) {
@@ -87,7 +89,7 @@ func TestCacheBudget(t *testing.T) {
 			// Random reads: nearly all miss, fill and evict.
 			rng := rand.New(rand.NewPCG(1, 2))
 			buf := make([]byte, 64)
-			for range 20_000 {
+			for range reads {
 				w := rng.IntN(writers)
 				v, _ := ids.Load(w)
 				mine := v.([]uint64)

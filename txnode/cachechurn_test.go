@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // recountBytes is recountBytesLocked (verify.go) under the cache's mutex.
@@ -21,10 +23,9 @@ func recountBytes(c *pageCache) int64 {
 // within budget, while goroutines pin and unpin pages of five row sizes (frames change size)
 // and tables are dropped under them (zombie frames).
 func TestCacheBytesUnderChurn(t *testing.T) {
-	rounds := 5000
-	if testing.Short() {
-		rounds = 1000
-	}
+	// Most pins of a full cache wait for room (up to waitMax): the test's time is those waits,
+	// and 2000 rounds of 4 goroutines drop, unpin and evict all five tables many times over.
+	rounds := testseed.Scaled(1000, 2000, 5000)
 	c := newPageCache(600<<10, 50*time.Millisecond)
 	sizes := []int{8, 64, 256, 1024, 4096}
 	var wg sync.WaitGroup

@@ -110,6 +110,9 @@ func freeLoopbackAddr(t *testing.T) string {
 }
 
 func TestKillBank(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := context.Background()
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
 	node := startNodeProc(t, dir, addr)

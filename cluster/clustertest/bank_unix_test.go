@@ -29,6 +29,9 @@ const crossNode = true
 // there (none half applied; a transfer that failed is there whole or not at all). WEFT_SOAK=1
 // runs it longer.
 func TestBankStorageNodesKilled(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	kills, perPart, acksPerPhase := 3, 3, 20
 	if testing.Short() {
 		kills, perPart, acksPerPhase = 2, 2, 10

@@ -36,7 +36,7 @@ import (
 // included: whole or absent). WEFT_SOAK=1 runs it longer.
 func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 	if raceOn {
-		t.Skip("a kill suite: not under -race")
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
 	}
 	rounds, perPart, acksPerPhase := 4, 2, 10
 	if os.Getenv("WEFT_SOAK") == "1" {

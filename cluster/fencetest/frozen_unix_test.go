@@ -121,6 +121,9 @@ func TestHelperFrozenTxnode(t *testing.T) {
 // nothing it wrote after the takeover is in the store; a batch under its old epoch is fenced
 // by the storage node itself.
 func TestFrozenTxnodeFenced(t *testing.T) {
+	if raceOn {
+		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	etcd := etcdtest.Start(t)
 	c := connect(t, etcd.Endpoints())

@@ -3,12 +3,11 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/cluster/proctest"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -45,18 +44,10 @@ func TestHelperCoordNode(t *testing.T) {
 	require.NoError(t, err)
 	owner, err := strconv.ParseUint(f[3], 10, 64)
 	require.NoError(t, err)
-	var ids []uint64
-	for _, s := range strings.Split(f[4], ",") {
-		id, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err)
-		ids = append(ids, id)
-	}
+	ids := parseIDs(t, f[4])
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{Logger: quiet, Secret: secret,
-		Etcd:    cluster.Config{Endpoints: []string{endpoint}, Prefix: prefix, Logger: quiet},
-		Session: cluster.SessionConfig{Owner: owner, Addr: "game-a:7000", TTL: cluster.TTLMin}})
-	require.NoError(t, err)
+	n := openHelperNode(t, ctx, endpoint, owner, "game-a:7000")
 	tbl, err := n.OpenTable(ctx, "acct")
 	require.NoError(t, err)
 	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
@@ -100,6 +91,9 @@ func TestHelperCoordNode(t *testing.T) {
 // whole exactly when the primary had recorded commit (killed after the Decide), absent
 // otherwise, never half applied. Another node then owns the partitions and goes on.
 func TestCoordinatorKilledAtEachStep(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 3, func(o *storenode.Options) {
 		o.TxnResolveInterval = -1 // the test runs the passes
@@ -140,22 +134,18 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 	}
 	for round, s := range steps {
 		t.Logf("round %d: killed at %s %d", round, s.step, s.k)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCoordNode$", "-test.count=1", "-test.timeout=2m")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%d|%s", coordHelperEnv, tc.etcd.Endpoints()[0], s.step, s.k, 0xa0+round, strings.Join(ids, ",")))
-		stdout, err := cmd.StdoutPipe()
+		child := startHelper(t, "TestHelperCoordNode", fmt.Sprintf("%s=%s|%s|%d|%d|%s", coordHelperEnv, tc.etcd.Endpoints()[0], s.step, s.k, 0xa0+round, strings.Join(ids, ",")), "lease ")
+		lease, err := strconv.ParseInt(strings.TrimPrefix(child.Ready(), "lease "), 10, 64)
 		require.NoError(t, err)
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
-		var lease int64
 		var inflight *xf
 		killed := false
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			l := sc.Text()
+		for {
+			l, err := child.Next(ctx)
+			if errors.Is(err, proctest.ErrExited) {
+				break // every line it printed was read
+			}
+			require.NoError(t, err, "no answer from the child")
 			switch {
-			case strings.HasPrefix(l, "lease "):
-				lease, err = strconv.ParseInt(strings.TrimPrefix(l, "lease "), 10, 64)
-				require.NoError(t, err)
 			case strings.HasPrefix(l, "try "):
 				var x xf
 				_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
@@ -171,8 +161,9 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 				t.Fatalf("child: %s", l)
 			}
 		}
-		werr := cmd.Wait()
+		werr := child.Wait(ctx)
 		require.True(t, killed, "the child reached the step (exit: %v)", werr)
+		require.True(t, killedBySIGKILL(werr), "the child killed itself at the step: %v", werr)
 		require.NotNil(t, inflight)
 		require.NotZero(t, lease)
 

@@ -5,8 +5,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,18 +23,8 @@ import (
 func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 0, nil)
-	child := &storeChild{t: t, spec: tc.etcd.Endpoints()[0] + "|" + t.TempDir() + "|" + freeAddr(t)}
-	child.start()
-	stopped := false
-	defer func() {
-		if stopped {
-			child.cmd.Process.Signal(syscall.SIGCONT)
-		}
-		child.in.Close()
-		child.cmd.Process.Kill()
-		child.cmd.Wait()
-	}()
-	addr := strings.Split(child.spec, "|")[2]
+	child := startStoreProc(t, tc.etcd.Endpoints()[0], "127.0.0.1:0", storeTwoPhase) // killed (a stopped one too) at the test's end
+	addr := child.Addr
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 60 * time.Second})
 	ta, err := a.CreateTable(ctx, "acct", 64, 1, 1, []string{addr})
 	require.NoError(t, err)
@@ -44,17 +32,9 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	x, err := ta.Insert(ctx, acctRow(0, 0))
 	require.NoError(t, err)
 
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGSTOP))
-	stopped = true
-	// The signal is only sent: the child's threads stop as each is next scheduled (on a
-	// loaded machine one may still answer the deposit's commit). A stopped child is
-	// reported to its parent once all of them have.
-	var ws syscall.WaitStatus
-	for err = syscall.EINTR; err == syscall.EINTR; {
-		_, err = syscall.Wait4(child.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
-	}
-	require.NoError(t, err)
-	require.True(t, ws.Stopped(), "the storage node stopped, not %v", ws)
+	// Stop returns once every thread of the storage node has stopped: with the signal only
+	// sent, on a loaded machine it could still answer the deposit's commit.
+	child.Stop()
 	deposit := make(chan error, 1)
 	go func() {
 		deposit <- a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, acctRow(100, 0)) })
@@ -86,8 +66,7 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	require.NoError(t, child.cmd.Process.Signal(syscall.SIGCONT))
-	stopped = false
+	child.Cont()
 	require.NoError(t, <-deposit)
 	err = a.Update(ctx, func(tx *node.Tx) error {
 		d := make([]byte, 64)

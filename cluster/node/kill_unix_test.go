@@ -3,22 +3,17 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/node"
 )
 
 // killHelperEnv carries "etcd endpoint|account ids, comma-separated" to TestHelperBankNode.
@@ -34,18 +29,10 @@ func TestHelperBankNode(t *testing.T) {
 		t.Skip("helper process only")
 	}
 	endpoint, list, _ := strings.Cut(spec, "|")
-	var ids []uint64
-	for _, f := range strings.Split(list, ",") {
-		id, err := strconv.ParseUint(f, 10, 64)
-		require.NoError(t, err)
-		ids = append(ids, id)
-	}
+	ids := parseIDs(t, list)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{Logger: quiet, Secret: secret,
-		Etcd:    cluster.Config{Endpoints: []string{endpoint}, Prefix: prefix, Logger: quiet},
-		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}})
-	require.NoError(t, err)
+	n := openHelperNode(t, ctx, endpoint, 0xa, "game-a:7000")
 	tbl, err := n.OpenTable(ctx, "acct")
 	require.NoError(t, err)
 	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
@@ -70,6 +57,9 @@ func TestHelperBankNode(t *testing.T) {
 // partitions once its lease expired (OwnWait) and finds every acknowledged transfer, and at
 // most the one in flight besides, each whole; it continues; the total is conserved.
 func TestKilledNodeTakenOver(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	acks := 80
 	if testing.Short() {
@@ -90,39 +80,10 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	}
 	require.NoError(t, setup.Close(ctx)) // releases the partitions
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBankNode$", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), killHelperEnv+"="+tc.etcd.Endpoints()[0]+"|"+strings.Join(ids, ","))
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	waited := false
-	defer func() {
-		if !waited {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}()
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	child := startHelper(t, "TestHelperBankNode", killHelperEnv+"="+tc.etcd.Endpoints()[0]+"|"+strings.Join(ids, ","), "ready")
 	next := func() string {
 		t.Helper()
-		select {
-		case l, ok := <-lines:
-			require.True(t, ok, "the child exited")
-			return l
-		case <-ctx.Done():
-			t.Fatal("no answer from the child")
-			return ""
-		}
-	}
-	for l := next(); l != "ready"; l = next() {
+		return child.Line(ctx) // fails the test once the child exited or ctx ended
 	}
 	type xfer struct{ from, to, amount uint64 }
 	apply := func(m map[uint64]uint64, x xfer) {
@@ -151,11 +112,9 @@ func TestKilledNodeTakenOver(t *testing.T) {
 			t.Fatalf("child: %s", l)
 		}
 	}
-	require.NoError(t, cmd.Process.Kill())
-	cmd.Wait()
-	waited = true
+	child.Kill() // SIGKILL, and waits for the exit
 	// What the child printed before it died: an "ok" is an acknowledged transfer.
-	for l := range lines {
+	for l := range child.Lines() {
 		switch {
 		case strings.HasPrefix(l, "try "):
 			var x xfer

@@ -3,12 +3,9 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,17 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 )
 
 // moveKillEnv carries "etcd endpoint|table|target|step|owner id" to TestHelperMover.
 const moveKillEnv = "WEFT_MOVE_KILL_HELPER"
-
-// moveStoreHelperEnv carries "etcd endpoint|dir|listen address" to TestHelperMoveStore.
-const moveStoreHelperEnv = "WEFT_MOVE_STORE_HELPER"
 
 // TestHelperMover is the child of TestMoveKilledAtEachStep (it does nothing unless started
 // by it): a cluster node that moves partition 0 of the table to the target and kills itself
@@ -43,10 +34,7 @@ func TestHelperMover(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{Logger: quiet, Secret: secret,
-		Etcd:    cluster.Config{Endpoints: []string{f[0]}, Prefix: prefix, Logger: quiet},
-		Session: cluster.SessionConfig{Owner: owner, TTL: cluster.TTLMin}})
-	require.NoError(t, err)
+	n := openHelperNode(t, ctx, f[0], owner, "")
 	tbl, err := n.OpenTable(ctx, f[1])
 	require.NoError(t, err)
 	fmt.Printf("lease %d\n", n.Session().Lease())
@@ -60,97 +48,14 @@ func TestHelperMover(t *testing.T) {
 	fmt.Println("moved")
 }
 
-// TestHelperMoveStore is a storage node in a child process of TestMoveKilledAtEachStep, so
-// that it can be killed with -9: it serves dir on the listen address (127.0.0.1:0 the first
-// time), verifying grants in etcd, prints its address and serves until killed or its stdin
-// closes.
-func TestHelperMoveStore(t *testing.T) {
-	spec := os.Getenv(moveStoreHelperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
-	f := strings.Split(spec, "|")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
-	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: []string{f[0]}, Prefix: prefix, Logger: quiet})
-	require.NoError(t, err)
-	defer c.Close()
-	srv, err := server.New(server.Config{Listen: f[2], Logger: quiet, EventLoops: 1, Secret: secret,
-		Options: storenode.Options{Dir: f[1], Sync: storenode.SyncNone, GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}})
-	require.NoError(t, err)
-	require.NoError(t, srv.Start())
-	fmt.Println("addr " + srv.Addr().String())
-	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	srv.Shutdown(sctx)
-}
-
-// child is a re-executed test binary.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
-func startChild(t *testing.T, run, env string) *child {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1", "-test.timeout=90s")
-	cmd.Env = append(os.Environ(), env)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() {
-		c.cmd.Process.Kill()
-		c.cmd.Wait()
-	})
-	return c
-}
-
-// line waits for the child's next line with prefix; "" when the child exited first.
-func (c *child) line(t *testing.T, ctx context.Context, prefix string) string {
-	t.Helper()
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				return ""
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-ctx.Done():
-			t.Fatal("no answer from the child")
-		}
-	}
-}
-
-// kill9 kills the child with SIGKILL and waits for it.
-func (c *child) kill9() {
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	c.cmd.Wait()
-}
-
 // A mover killed with -9 after each step of a move (and, at two steps, the source storage
 // node killed with -9 and restarted as well), while the partition's owner writes: the next
 // Move completes the move, every acknowledged write is on the new copy, the owner owns the
 // partition there and writes on, the old copy serves nothing.
 func TestMoveKilledAtEachStep(t *testing.T) {
+	if raceOn {
+		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
+	}
 	ctx := testCtx(t)
 	steps := []string{node.MoveStepRecorded, node.MoveStepIncoming, node.MoveStepCopied, node.MoveStepCaughtUp,
 		node.MoveStepFrozen, node.MoveStepFinal, node.MoveStepSwitched, node.MoveStepActivated, node.MoveStepRetired}
@@ -161,15 +66,8 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 	killStore := map[string]bool{node.MoveStepCopied: true, node.MoveStepFrozen: true}
 	tc := startCluster(t, 1) // the target, in process
 	endpoint := tc.etcd.Endpoints()[0]
-	srcDir := t.TempDir()
-	store := startChild(t, "TestHelperMoveStore", moveStoreHelperEnv+"="+endpoint+"|"+srcDir+"|127.0.0.1:0")
-	addr := strings.TrimPrefix(store.line(t, ctx, "addr "), "addr ")
-	require.NotEmpty(t, addr, "the storage node child started")
-	restartStore := func() {
-		store.kill9()
-		store = startChild(t, "TestHelperMoveStore", moveStoreHelperEnv+"="+endpoint+"|"+srcDir+"|"+addr)
-		require.Equal(t, "addr "+addr, store.line(t, ctx, "addr "), "restarted on its address")
-	}
+	store := startStoreProc(t, endpoint, "127.0.0.1:0", storeGrants) // the source
+	addr := store.Addr
 	target := tc.addrs[0]
 	reader := tc.open(t, 0x3, "")
 	mover := tc.open(t, 0x2, "")
@@ -185,19 +83,18 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			require.False(t, w.put(t, ctx, int(v), 10+v))
 		}
 
-		c := startChild(t, "TestHelperMover", fmt.Sprintf("%s=%s|%s|%s|%s|%d", moveKillEnv, endpoint, name, target, step, 0x200+i))
-		lease, err := strconv.ParseInt(strings.TrimPrefix(c.line(t, ctx, "lease "), "lease "), 10, 64)
+		c := startHelper(t, "TestHelperMover", fmt.Sprintf("%s=%s|%s|%s|%s|%d", moveKillEnv, endpoint, name, target, step, 0x200+i), "lease ")
+		lease, err := strconv.ParseInt(strings.TrimPrefix(c.Ready(), "lease "), 10, 64)
 		require.NoError(t, err)
-		require.Empty(t, c.line(t, ctx, "moved"), "step %s: the mover was killed", step)
-		c.cmd.Wait()
-		ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
-		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "step %s: the mover killed itself at the step: %v", step, c.cmd.ProcessState)
+		require.Empty(t, lineOrExit(t, ctx, c, "moved"), "step %s: the mover was killed", step)
+		werr := c.Wait(ctx)
+		require.True(t, killedBySIGKILL(werr), "step %s: the mover killed itself at the step: %v", step, werr)
 		// The dead mover's lease ends (revoked here rather than waited out: lease expiry is
 		// tested in package cluster), so the next mover may take the move over.
 		_, err = tc.c.Etcd().Revoke(ctx, clientv3.LeaseID(lease))
 		require.NoError(t, err)
 		if killStore[step] {
-			restartStore()
+			store.restart()
 		}
 		// The owner writes on: acknowledged (the source still live) or refused.
 		lost := false
@@ -236,5 +133,5 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, recorded)
 	}
-	store.stdin.Close()
+	require.NoError(t, store.CloseInput())
 }

@@ -21,7 +21,8 @@
 //
 // Only tests import this package (it is not linked into any production binary); it does not
 // import package cluster, so that package's internal tests can use it as well as
-// package cluster/clustertest, which builds storage-node and cluster-node children on it.
+// package cluster/clustertest, which builds storage-node and cluster-node children on it, and
+// cluster/node's kill tests (their storage-node child and the cluster nodes they kill).
 package proctest
 
 import (
@@ -321,13 +322,24 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 }
 
 // Stop freezes the child (SIGSTOP): it runs no instruction until Cont; its sockets stay
-// open, its timers do not fire.
+// open, its timers do not fire. It returns once no thread of the child runs any more (on
+// Linux; elsewhere once the signal is sent): the signal alone stops each thread only when
+// it is next scheduled, so on a loaded machine the child could still answer a request sent
+// after Stop returned. Waits at most stopWaitMax.
 func (p *Proc) Stop() {
 	p.t.Helper()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		p.t.Fatalf("proctest: stop %s: %v", p.spec.Name, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), stopWaitMax)
+	defer cancel()
+	if err := waitStopped(ctx, p.Pid()); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		p.t.Fatalf("proctest: stop %s: %v", p.spec.Name, err)
+	}
 }
+
+// stopWaitMax bounds Stop's wait for the child's threads to stop.
+const stopWaitMax = 30 * time.Second
 
 // Freeze stops the child (SIGSTOP) and returns, once no thread of it runs any more, every
 // line it printed before that the test had not read yet: nothing it printed is in flight

@@ -1,7 +1,8 @@
 // Package testseed is the one way to replay a randomised test: every randomised suite of the
 // module (model tests, power-loss and crash suites, kill -9 cycles) prints its seed, and
 // WEFT_SEED=<seed> replays it (decimal, or 0x hex), with -run naming the test or subtest that
-// printed it. Only tests import it.
+// printed it. WEFT_SOAK=1 raises their sizes (Scaled: short under -short, normal in the plain
+// pass, the soak size under WEFT_SOAK). Only tests import it.
 package testseed
 
 import (

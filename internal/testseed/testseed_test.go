@@ -18,3 +18,18 @@ func TestReplay(t *testing.T) {
 	t.Setenv(Env, "42")
 	require.Equal(t, uint64(42), Seed(t))
 }
+
+func TestScaled(t *testing.T) {
+	t.Setenv(SoakEnv, "")
+	want := 2
+	if testing.Short() {
+		want = 1
+	}
+	require.Equal(t, want, Scaled(1, 2, 3))
+	require.False(t, Soak())
+	t.Setenv(SoakEnv, "0")
+	require.False(t, Soak())
+	t.Setenv(SoakEnv, "1")
+	require.True(t, Soak())
+	require.Equal(t, 3, Scaled(1, 2, 3))
+}

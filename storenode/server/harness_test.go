@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -56,19 +55,11 @@ func row64(v uint64) []byte {
 }
 
 // soak reports whether WEFT_SOAK asks for a soak run.
-func soak() bool { return os.Getenv("WEFT_SOAK") != "" && os.Getenv("WEFT_SOAK") != "0" }
+func soak() bool { return testseed.Soak() }
 
 // scaled returns the count of a randomised suite: short under -short, normal in CI, soak
 // under WEFT_SOAK.
-func scaled(short, normal, soakCount int) int {
-	switch {
-	case soak():
-		return soakCount
-	case testing.Short():
-		return short
-	}
-	return normal
-}
+func scaled(short, normal, soakCount int) int { return testseed.Scaled(short, normal, soakCount) }
 
 // envSeed returns the seed WEFT_SEED names, if any (internal/testseed).
 func envSeed(t testing.TB) (uint64, bool) { return testseed.Replay(t) }
