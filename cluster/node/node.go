@@ -265,7 +265,8 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 // grants is txnode.Options.Grants on the node's session: Own takes partitions at once
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
-// Its releases do nothing once keep is set (the transaction node is being replaced: heal.go).
+// Its releases do nothing once keep is set (the transaction node is being replaced: heal.go),
+// nor when called with a context of keepGrantKey (a move's follow).
 type grants struct {
 	s    *cluster.Session
 	keep *atomic.Bool
@@ -274,39 +275,31 @@ type grants struct {
 type waitKey struct{}
 
 func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, func(context.Context) error, error) {
-	wait := ctx.Value(waitKey{}) != nil
-	above, _ := ctx.Value(minEpochKey{}).(uint64)
 	var o *cluster.Ownership
 	var err error
-	for {
-		if wait {
-			o, err = g.s.AcquireWait(ctx, table, part)
-		} else {
-			o, err = g.s.Acquire(ctx, table, part)
-		}
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		if o.Epoch() > above {
-			break
-		}
-		// A grant of this session from before the partition's switch, whose owner key's
-		// delete the session's watch has not heard yet: wait for it, acquire anew.
-		select {
-		case <-o.Done():
-		case <-ctx.Done():
-			return 0, nil, nil, fmt.Errorf("node: table %q partition %d: this session's grant (epoch %d) is from before the switch at %d: %w",
-				table, part, o.Epoch(), above, ctx.Err())
-		}
+	if ctx.Value(waitKey{}) != nil {
+		o, err = g.s.AcquireWait(ctx, table, part)
+	} else {
+		o, err = g.s.Acquire(ctx, table, part)
+	}
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	release := o.Release
 	return o.Epoch(), o.Check, func(ctx context.Context) error {
-		if g.keep.Load() {
+		if g.keep.Load() || ctx.Value(keepGrantKey{}) != nil {
 			return nil
 		}
 		return release(ctx)
 	}, nil
 }
+
+// keepGrantKey, in the context of a registration (txnode.DB.Table), keeps the grant when the
+// storage node refuses it: txnode releases a refused grant (with the registration's
+// context), but a move's follow registers the grant the switch kept with a target not
+// activated yet (storenode.ErrMoved), and asks again; released, the partition could change
+// hands at the switch (follow.go). The follow releases it itself if it gives up (forget).
+type keepGrantKey struct{}
 
 // CreateTable creates a partitioned table of rowBytes-byte rows: partitions partitions of
 // stripePages-page stripes (cluster.Layout), partition p on storage node
