@@ -214,22 +214,29 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 const followActivateTries = 8
 
 // forget drops partition p's old owned table was, as not owned (not lost: Own may take it
-// again), and releases the session's grant of it (the switch kept it: held by a node that
-// no longer uses it, it would keep every other node from the partition until this node's
-// session ends), unless another live handle of this node owns it (the same grant).
+// again), and releases the session's grant of it (the switch kept it) unless another handle
+// of this node uses it (releaseUnused).
 func (t *Table) forget(p uint32, was *txnode.Table) {
 	t.parts[p].rejoin.Store(false)
 	if was != nil && t.parts[p].tb.CompareAndSwap(was, nil) {
 		was.Unpin()
 		t.unsetOwned(p)
 	}
-	if t.n.ownedElsewhere(t, p) {
-		return // another handle of this node owns it under the same grant
+	t.releaseUnused(p)
+}
+
+// releaseUnused releases the session's grant of partition p unless a handle of this node
+// uses it: t is to own it again after a move (rejoin), or another live handle owns it or is
+// to. A grant kept through a refused registration (keepGrantKey) that nothing uses would
+// keep every other node from the partition until this node's session ends.
+func (t *Table) releaseUnused(p uint32) {
+	if t.parts[p].rejoin.Load() || t.n.ownedElsewhere(t, p) {
+		return
 	}
 	if o := t.n.sess.Held(t.m.Name, p); o != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), t.n.cfg.OwnerLookupTimeout)
 		if err := o.Release(ctx); err != nil {
-			t.n.log.Warn("node: release of a moved partition's grant", "table", t.m.Name, "part", p, "err", err)
+			t.n.log.Warn("node: release of an unused grant", "table", t.m.Name, "part", p, "err", err)
 		}
 		cancel()
 	}

@@ -35,6 +35,9 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	require.EqualValues(t, 0, tbl.Partition(id))
 	mtbl, err := mover.OpenTable(ctx, "act")
 	require.NoError(t, err)
+	before, held, err := tc.c.Owner(ctx, "act", 0)
+	require.NoError(t, err)
+	require.True(t, held)
 
 	switched := make(chan struct{})
 	release := make(chan struct{})
@@ -84,6 +87,11 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	}
 	require.NoError(t, perr, "the owner writes on through the same handle once the target is live")
 	require.Equal(t, []uint32{0}, tbl.Owned())
+	// The grant the switch kept, kept through the target's refusals too.
+	after, held, err := tc.c.Owner(ctx, "act", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.Equal(t, before, after)
 }
 
 // A move's switch must keep the owner's grant (ownership never changes hands at a switch):

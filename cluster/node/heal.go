@@ -189,7 +189,7 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
 			CacheBytes: n.cfg.CacheBytes, PinBytes: n.cfg.PinBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
 			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
-			Grants: grants{n.sess, &sc.keep}, Logger: n.log,
+			Grants: grants{s: n.sess, c: n.c, keep: &sc.keep}, Logger: n.log,
 		})
 		if err == nil && h != nil {
 			if err = n.reown(ctx, addr, sc.db); err != nil {
@@ -301,7 +301,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 			}
 			f := fix{t: t, p: uint32(p), d: d, was: pt.tb.Load(), r: r}
 			if f.was != nil && !pt.lost.Load() {
-				tb, err := db.Table(ctx, name)
+				tb, err := db.Table(context.WithValue(ctx, keepGrantKey{}, true), name)
 				if err == nil {
 					err = tb.Serving()
 				}

@@ -106,3 +106,111 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 9, balanceOf(row))
 }
+
+// switchHold starts a Move of partition 0 of mtbl to `to` that stops at its switch (before
+// the activation) until the returned release is called; it returns once the switch is done,
+// and the move's result channel.
+func switchHold(t *testing.T, ctx context.Context, mtbl *node.Table, to string) (release func(), moved chan error) {
+	switched, hold := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepSwitched {
+			close(switched)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	moved = make(chan error, 1)
+	go func() { moved <- mtbl.Move(ctx, 0, to) }()
+	select {
+	case <-switched:
+	case err := <-moved:
+		t.Fatalf("the move ended before its switch: %v", err)
+	}
+	return release, moved
+}
+
+// An Own through a second handle of the owner, switched but not activated yet (the target
+// refuses every grant: storenode.ErrMoved), fails, and must not give up the grant the first
+// handle holds (txnode releases a refused grant; during a move cluster/node keeps it): the
+// first handle writes on under it once the move is complete. Without the keep, the refused
+// Own released the grant and the partition could change hands during the move.
+func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	mover := tc.open(t, 0x2, "")
+	tbl, err := owner.CreateTable(ctx, "own2", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+	before, held, err := tc.c.Owner(ctx, "own2", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	mtbl, err := mover.OpenTable(ctx, "own2")
+	require.NoError(t, err)
+
+	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
+	tbl2, err := owner.OpenTable(ctx, "own2")
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
+	require.ErrorIs(t, tbl2.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
+	h, held, err := tc.c.Owner(ctx, "own2", 0)
+	require.NoError(t, err)
+	require.True(t, held, "the refused Own kept the grant")
+	require.Equal(t, before, h)
+	release()
+	require.NoError(t, <-moved)
+
+	var perr error
+	for try := 0; try < 10; try++ {
+		if perr = tbl.Put(ctx, id, balanceRow(2)); perr == nil {
+			break
+		}
+	}
+	require.NoError(t, perr, "the first handle writes on under the kept grant")
+	h, held, err = tc.c.Owner(ctx, "own2", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.Equal(t, before, h)
+}
+
+// An Own refused during a move by a node that owned nothing of the partition (the grant
+// taken for it, refused by the not yet live target, kept through the refusal) releases that
+// grant: nothing of the node uses it, and held it would keep every other node from the
+// partition until the node's session ends.
+func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.CreateTable(ctx, "own3", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
+
+	a := tc.open(t, 0x1, "")
+	atbl, err := a.OpenTable(ctx, "own3")
+	require.NoError(t, err)
+	require.ErrorIs(t, atbl.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
+	_, held, err := tc.c.Owner(ctx, "own3", 0)
+	require.NoError(t, err)
+	require.False(t, held, "the refused Own released the grant nothing uses")
+	release()
+	require.NoError(t, <-moved)
+
+	b := tc.open(t, 0x3, "")
+	btbl, err := b.OpenTable(ctx, "own3")
+	require.NoError(t, err)
+	require.NoError(t, btbl.Own(ctx, 0))
+	id, err := btbl.Insert(ctx, balanceRow(5))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, btbl.Partition(id))
+}

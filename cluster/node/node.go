@@ -266,9 +266,11 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
 // Its releases do nothing once keep is set (the transaction node is being replaced: heal.go),
-// nor when called with a context of keepGrantKey (a move's follow).
+// nor, called with a context of keepGrantKey, while a move of the partition is recorded
+// (keepGrantKey).
 type grants struct {
 	s    *cluster.Session
+	c    *cluster.Client
 	keep *atomic.Bool
 }
 
@@ -287,19 +289,33 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 	}
 	release := o.Release
 	return o.Epoch(), o.Check, func(ctx context.Context) error {
-		if g.keep.Load() || ctx.Value(keepGrantKey{}) != nil {
+		if g.keep.Load() || ctx.Value(keepGrantKey{}) != nil && g.moving(ctx, table, part) {
 			return nil
 		}
 		return release(ctx)
 	}, nil
 }
 
-// keepGrantKey, in the context of a registration (txnode.DB.Table), keeps the grant when the
-// storage node refuses it: txnode releases a refused grant (with the registration's
-// context), but a move's follow registers the grant the switch kept with a target not
-// activated yet (storenode.ErrMoved), and asks again; released, the partition could change
-// hands at the switch (follow.go). The follow releases it itself if it gives up (forget).
+// keepGrantKey, in the context of a registration (txnode.DB.Table: Own, a move's follow, a
+// heal's re-registration), keeps the grant when the storage node refuses it while a move of
+// the partition is recorded in etcd. txnode releases a refused grant (with the
+// registration's context) and takes a new one, but a refusal during a move (the frozen
+// source's or the not yet live target's storenode.ErrMoved) is no reason to give the grant
+// up: the switch keeps it and the follow registers it with the target (follow.go), and
+// released, the partition could change hands during the move (and another handle of this
+// node owning it under the same grant would lose it). The follow releases it itself if it
+// gives up (forget). Outside a move (no record, or etcd not answering) a refused grant is
+// released as txnode does.
 type keepGrantKey struct{}
+
+// moving reports whether a move of partition part of table is recorded in etcd (false when
+// etcd does not answer within a second, or within ctx).
+func (g grants) moving(ctx context.Context, table string, part uint32) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, ok, err := g.c.ReadMove(ctx, table, part)
+	return err == nil && ok
+}
 
 // CreateTable creates a partitioned table of rowBytes-byte rows: partitions partitions of
 // stripePages-page stripes (cluster.Layout), partition p on storage node

@@ -213,9 +213,9 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if err != nil {
 		return nil, err
 	}
-	gctx := ctx
+	gctx := context.WithValue(ctx, keepGrantKey{}, true)
 	if wait {
-		gctx = context.WithValue(ctx, waitKey{}, true)
+		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
 	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
 	var oe *cluster.OwnedError
@@ -225,6 +225,9 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	case errors.Is(err, txnode.ErrTableNotFound):
 		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr(), ErrIncomplete, err)
 	case err != nil:
+		if errors.Is(err, storenode.ErrMoved) {
+			t.releaseUnused(p) // kept through the refusal (keepGrantKey): nobody uses it
+		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
 	if err := tb.Serving(); isLost(err) {
