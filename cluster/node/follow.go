@@ -226,11 +226,12 @@ func (t *Table) forget(p uint32, was *txnode.Table) {
 }
 
 // releaseUnused releases the session's grant of partition p unless a handle of this node
-// uses it: t is to own it again after a move (rejoin), or another live handle owns it or is
-// to. A grant kept through a refused registration (keepGrantKey) that nothing uses would
-// keep every other node from the partition until this node's session ends.
+// uses it: t owns it (a concurrent follow or Own took it meanwhile) or is to own it again
+// after a move (rejoin), or another live handle owns it or is to. A grant kept through a
+// refused registration (keepGrantKey) that nothing uses would keep every other node from
+// the partition until this node's session ends.
 func (t *Table) releaseUnused(p uint32) {
-	if t.parts[p].rejoin.Load() || t.n.ownedElsewhere(t, p) {
+	if pt := &t.parts[p]; pt.tb.Load() != nil || pt.rejoin.Load() || t.n.ownedElsewhere(t, p) {
 		return
 	}
 	if o := t.n.sess.Held(t.m.Name, p); o != nil {

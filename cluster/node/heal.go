@@ -29,7 +29,8 @@ import (
 //     each partition on the storage node, and registers again the grants of the partitions
 //     this node owned there: the grants are still this session's (cluster.Session.Acquire
 //     returns a held ownership as it is), so the storage node takes them at the floor it
-//     already has. A partition whose grant was lost meanwhile (expired, taken, fenced) is
+//     already has (a move's target too: its floor is just below the grant the switch kept;
+//     a registration refused during a move keeps its grant: keepGrantKey). A partition whose grant was lost meanwhile (expired, taken, fenced) is
 //     dropped as owned, as a lost grant always is (Table.Own refuses it after: reopen the
 //     Node). Any other failure of step 3 closes the new transaction node and fails the
 //     use; the next use starts again at step 2.
