@@ -249,8 +249,9 @@ func (t *Table) releaseUnused(p uint32) {
 // anew on its new storage node once the map switches it (rejoin).
 func (t *Table) moving(ctx context.Context, p uint32, err error) bool {
 	if !errors.Is(err, storenode.ErrMoved) {
-		// Fenced otherwise: by a move's switch (the target registered a grant above this
-		// node's) or by another owner. A move recorded says which.
+		// Fenced otherwise: by another owner, or while a move of the partition runs (a
+		// grant lost meanwhile, or a storage node's fence during it). A move recorded
+		// says which.
 		mctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
 		_, ok, rerr := t.n.c.ReadMove(mctx, t.m.Name, p)
 		cancel()
