@@ -214,3 +214,55 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, btbl.Partition(id))
 }
+
+// A mover cut short right after the activation (its context ended), resumed once the
+// grant the switch kept has ended: MoveFloor now reads the switch's revision, above the
+// floor the copy was activated with, and the copy is live already: the resumed mover must
+// not activate it again (storenode refuses a live copy below the floor as not an incoming
+// one) and completes the move. Without the check of the target's state the resumed Move
+// failed for good.
+func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.CreateTable(ctx, "res", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x55})
+	require.NoError(t, err)
+	defer sess.Close(ctx)
+	g, err := sess.Acquire(ctx, "res", 0)
+	require.NoError(t, err)
+
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepActivated {
+			cancel()
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.Error(t, mtbl.Move(mctx, 0, tc.addrs[1]), "cut short after the activation")
+	node.SetMoveStepHook(nil)
+	_, recorded, err := tc.c.ReadMove(ctx, "res", 0)
+	require.NoError(t, err)
+	require.True(t, recorded, "the move is not done")
+
+	require.NoError(t, g.Release(ctx))
+	rec, _, err := tc.c.ReadMove(ctx, "res", 0)
+	require.NoError(t, err)
+	floor, err := tc.c.MoveFloor(ctx, rec)
+	require.NoError(t, err)
+	require.Greater(t, floor, g.Epoch(), "the floor read now is above the one the copy took")
+	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]), "the resumed move completes")
+	_, recorded, err = tc.c.ReadMove(ctx, "res", 0)
+	require.NoError(t, err)
+	require.False(t, recorded)
+
+	b := tc.open(t, 0x3, "")
+	btbl, err := b.OpenTable(ctx, "res")
+	require.NoError(t, err)
+	require.NoError(t, btbl.Own(ctx, 0))
+	id, err := btbl.Insert(ctx, balanceRow(5))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, btbl.Partition(id))
+}
