@@ -40,7 +40,9 @@
 // CreateTable and DropTable change a table's entries in one etcd transaction each;
 // SwitchPartition changes one partition's storage node by compare-and-set on that entry's
 // revision (and the table's creation revision, and any extra conditions): the "switch in one
-// etcd transaction" step of a move. MapWatcher keeps a local, immutable snapshot current
+// etcd transaction" step of a move (SwitchMoved for cluster/node's moves: it keeps the owner
+// key, so ownership never changes hands at a switch, and MoveFloor gives the target's grant
+// floor, just below the kept grant's epoch). MapWatcher keeps a local, immutable snapshot current
 // from a watch; a stale snapshot misroutes, it never corrupts: the storage node is the
 // authority on what it serves.
 //

@@ -198,11 +198,12 @@ func (c *Client) EndMove(ctx context.Context, r MoveRecord) (bool, error) {
 // SwitchMoved is the switch of move r, one etcd transaction: partition r.Part points at r.To
 // only if the table is still the one created at r.Created, the partition's entry still has
 // revision r.Rev (nothing switched it since the move began), r is still the recorded move,
-// and the partition's owner key is still the grant of epoch owner (0: no owner key);
-// that owner key is deleted in the same transaction, so the grant ends with the switch
-// (the owner acquires again, a new key at a revision above the switch, which the target's
-// floor accepts). It returns the switch's revision (the partition entry's new revision, the
-// target's grant floor); ErrMapChanged when a compare failed (nothing changed).
+// and the partition's owner key is still the grant of epoch owner (0: no owner key). The
+// owner key is kept: ownership never changes hands at a switch (docs/cluster.md, "Moving a
+// partition"), so the owner's grant goes on at the target, whose grant floor (MoveFloor)
+// accepts it, and no other node acquires the partition until the owner releases it or its
+// lease ends. It returns the switch's revision (the partition entry's new revision);
+// ErrMapChanged when a compare failed (nothing changed).
 func (c *Client) SwitchMoved(ctx context.Context, r MoveRecord, owner uint64) (int64, error) {
 	if err := r.validate(); err != nil {
 		return 0, err
@@ -214,11 +215,7 @@ func (c *Client) SwitchMoved(ctx context.Context, r MoveRecord, owner uint64) (i
 		clientv3.Compare(clientv3.Value(mk), "=", string(encodeMove(r))),
 		clientv3.Compare(clientv3.CreateRevision(ok), "=", int64(owner)),
 	}
-	ops := []clientv3.Op{clientv3.OpPut(c.keys.part(r.Table, r.Part), string(encodePartition(r.To)))}
-	if owner != 0 {
-		ops = append(ops, clientv3.OpDelete(ok))
-	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := c.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(c.keys.part(r.Table, r.Part), string(encodePartition(r.To)))).Commit()
 	if err != nil {
 		return 0, unavailable(fmt.Sprintf("switch table %q partition %d", r.Table, r.Part), err)
 	}
@@ -227,4 +224,43 @@ func (c *Client) SwitchMoved(ctx context.Context, r MoveRecord, owner uint64) (i
 			ErrMapChanged, r.Table, r.Part, r.Rev, owner)
 	}
 	return resp.Header.Revision, nil
+}
+
+// MoveFloor returns the grant floor a switched move's target is activated with
+// (storenode's MoveActivate: grants of an epoch above the floor are taken), from one
+// linearizable read of the partition entry and its owner key, taken after the switch:
+//
+//   - an owner key created before the switch (its CreateRevision below the entry's
+//     revision) is the grant the switch kept (a key that exists now and was created before
+//     the switch existed at the switch, and the switch compared it): the floor is its epoch
+//     minus one, so that grant, and only it or a later one, is taken at the target;
+//   - otherwise (no owner key, or one created after the switch) the floor is the switch's
+//     revision: every grant from before the switch has ended, and is fenced.
+//
+// Every read after the switch gives a floor that fences exactly the grants that ended
+// before it, so a mover that resumes a switched move may read it again; the target's copy
+// is activated once (a live copy is not activated again: node's mover checks). It returns
+// ErrMapChanged when the partition is not on r.To (not switched, or switched again).
+func (c *Client) MoveFloor(ctx context.Context, r MoveRecord) (uint64, error) {
+	pk, ok := c.keys.part(r.Table, r.Part), c.keys.owner(r.Table, r.Part)
+	resp, err := c.cli.Txn(ctx).Then(clientv3.OpGet(c.keys.table(r.Table), clientv3.WithKeysOnly()), clientv3.OpGet(pk), clientv3.OpGet(ok, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return 0, unavailable(fmt.Sprintf("read the grant floor of table %q partition %d", r.Table, r.Part), err)
+	}
+	tk, pe, oe := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange(), resp.Responses[2].GetResponseRange()
+	if tk == nil || pe == nil || oe == nil || len(tk.Kvs) != 1 || tk.Kvs[0].CreateRevision != r.Created || len(pe.Kvs) != 1 {
+		return 0, fmt.Errorf("%w: table %q partition %d: not the table the move began on", ErrMapChanged, r.Table, r.Part)
+	}
+	to, err := decodePartition(pe.Kvs[0].Value)
+	if err != nil {
+		return 0, err
+	}
+	if to != r.To {
+		return 0, fmt.Errorf("%w: table %q partition %d is on %s, not the move's target %s", ErrMapChanged, r.Table, r.Part, to, r.To)
+	}
+	switchRev := pe.Kvs[0].ModRevision
+	if len(oe.Kvs) == 1 && oe.Kvs[0].CreateRevision < switchRev {
+		return uint64(oe.Kvs[0].CreateRevision) - 1, nil
+	}
+	return uint64(switchRev), nil
 }

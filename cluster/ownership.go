@@ -293,6 +293,19 @@ func (s *Session) proveMissed(ctx context.Context, o *Ownership, epoch int64) er
 	}
 }
 
+// Held returns this session's ownership of partition part of table if it holds one (granted,
+// not lost; the session's own view, no etcd read), else nil. Any goroutine.
+func (s *Session) Held(table string, part uint32) *Ownership {
+	key := s.c.keys.owner(table, part)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owned[key]
+	if o == nil || o.epoch.Load() == 0 || o.lost.Load() {
+		return nil
+	}
+	return o
+}
+
 // Release gives the ownership up: it stops vouching at once (Check returns ErrLost), then
 // deletes the owner key if it is still this grant's, so another node may acquire the
 // partition without waiting for the lease. The caller must have finished (or failed) every

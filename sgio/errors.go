@@ -98,8 +98,8 @@ var (
 	// ErrMoved is returned for a grant, commit or read of a partition table whose copy is
 	// frozen for a move, incoming (being filled) or retired (moved away): the caller reads
 	// the partition map again and goes to the storage node it names. It matches ErrFenced:
-	// the owner's grant at this storage node is over (a new grant, on the new copy, is a new
-	// owner key: release and acquire again).
+	// the owner's grant is over at this storage node (a move's switch keeps the owner key:
+	// the owner registers the same grant with the new copy once it is live).
 	ErrMoved = newCodeSentinel(CodeMoved, "sgio: partition moving or moved to another storage node", ErrFenced)
 	// ErrMoveLost is returned when a move's mark of changed pages is gone (the source
 	// restarted, or a newer mark replaced it): the mover copies the whole table again.

@@ -55,7 +55,7 @@ type Move struct {
 	Op       uint8
 	Table    uint32
 	Token    uint64 // changes: the mark's token; begin, freeze, thaw: the mover epoch
-	Floor    uint64 // activate: the switch's etcd revision
+	Floor    uint64 // activate: the grant floor (grants of an epoch above it are taken)
 	NextID   uint64 // activate: the frozen source's id high-water mark
 	MaxPages uint32 // changes: at most this many pages (0: MovePagesMax)
 }

@@ -22,9 +22,12 @@
 // ids come from its storage node, which hands out only ids of its stripes).
 //
 // The Tables follow the partition map (a cluster.MapWatcher): after a move, a partition is
-// read from its new storage node and, if this node owned it, owned again there under a new
-// grant (the writes refused during the move fail with a *NotOwnerError: retry them); a
-// dropped table's handle fails with cluster.ErrTableNotFound (follow.go).
+// read from its new storage node and, if this node owned it, owned there under the same
+// grant: a move's switch keeps the owner key, so ownership never changes hands at a switch
+// and no other node can acquire the partition until this node releases it or its lease
+// ends (the writes refused during the move fail with a *NotOwnerError: retry them; the
+// cached reads stay correct throughout); a dropped table's handle fails with
+// cluster.ErrTableNotFound (follow.go).
 //
 // # Transactions
 //

@@ -16,12 +16,16 @@ import (
 // nothing changed) and, when the map changed, brings the routes up to date (refollow):
 //
 //   - a partition switched to another storage node (a move) is read from the new one's
-//     durable rows; if this node owned it, its grant ended at the switch (SwitchMoved deletes
-//     the owner key), so the node acquires a new one and registers it with the new storage
-//     node (above its floor, the switch revision; a target not activated yet, which refuses
-//     it with storenode.ErrMoved, is asked again a few times: followActivateTries); when
-//     that fails the partition is reported not owned (*NotOwnerError; Own may take it
-//     again);
+//     durable rows; if this node owned it, it still does: the switch keeps the owner key
+//     (ownership never changes hands at a switch), so the session's Acquire returns the same
+//     grant, which the node registers with the new storage node (its floor is just below the
+//     grant's epoch: cluster.MoveFloor). A target not activated yet refuses it with
+//     storenode.ErrMoved; the grant is kept (keepGrantKey) and the target asked again a few
+//     times (followActivateTries). When that fails the grant is released and the partition
+//     reported not owned (*NotOwnerError; Own may take it again). Until the follow, the
+//     owner's cached reads of the partition stay correct (nobody else can write it: the
+//     frozen source refuses every commit, and no other node can hold a grant for the
+//     target) and its writes fail (the frozen source's storenode.ErrMoved);
 //   - a table dropped (or dropped and created again) fails every operation of the handle
 //     with cluster.ErrTableNotFound.
 //
@@ -155,7 +159,8 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	if was == nil && !pt.rejoin.Load() {
 		return db, nil
 	}
-	// Owned: the grant ended at the switch. One Own of the partition at a time (owning).
+	// Owned: the grant the switch kept is registered with the target (the session's
+	// Acquire returns it as it is). One Own of the partition at a time (owning).
 	select {
 	case pt.owning <- struct{}{}:
 	case <-ctx.Done():
@@ -164,7 +169,7 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	}
 	defer func() { <-pt.owning }()
 	var tb *txnode.Table
-	tctx := context.WithValue(ctx, minEpochKey{}, uint64(switchRev))
+	tctx := context.WithValue(ctx, keepGrantKey{}, true)
 	wait := coordRetry
 	for try := 0; ; try++ {
 		if tb, err = db.Table(tctx, name); err == nil {
@@ -209,12 +214,32 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 const followActivateTries = 8
 
 // forget drops partition p's old owned table was, as not owned (not lost: Own may take it
-// again).
+// again), and releases the session's grant of it (the switch kept it) unless another handle
+// of this node uses it (releaseUnused).
 func (t *Table) forget(p uint32, was *txnode.Table) {
 	t.parts[p].rejoin.Store(false)
 	if was != nil && t.parts[p].tb.CompareAndSwap(was, nil) {
 		was.Unpin()
 		t.unsetOwned(p)
+	}
+	t.releaseUnused(p)
+}
+
+// releaseUnused releases the session's grant of partition p unless a handle of this node
+// uses it: t owns it (a concurrent follow or Own took it meanwhile) or is to own it again
+// after a move (rejoin), or another live handle owns it or is to. A grant kept through a
+// refused registration (keepGrantKey) that nothing uses would keep every other node from
+// the partition until this node's session ends.
+func (t *Table) releaseUnused(p uint32) {
+	if pt := &t.parts[p]; pt.tb.Load() != nil || pt.rejoin.Load() || t.n.ownedElsewhere(t, p) {
+		return
+	}
+	if o := t.n.sess.Held(t.m.Name, p); o != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), t.n.cfg.OwnerLookupTimeout)
+		if err := o.Release(ctx); err != nil {
+			t.n.log.Warn("node: release of an unused grant", "table", t.m.Name, "part", p, "err", err)
+		}
+		cancel()
 	}
 }
 
@@ -224,8 +249,9 @@ func (t *Table) forget(p uint32, was *txnode.Table) {
 // anew on its new storage node once the map switches it (rejoin).
 func (t *Table) moving(ctx context.Context, p uint32, err error) bool {
 	if !errors.Is(err, storenode.ErrMoved) {
-		// Fenced otherwise: by a move's switch (the target registered a grant above this
-		// node's) or by another owner. A move recorded says which.
+		// Fenced otherwise: by another owner, or while a move of the partition runs (a
+		// grant lost meanwhile, or a storage node's fence during it). A move recorded
+		// says which.
 		mctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
 		_, ok, rerr := t.n.c.ReadMove(mctx, t.m.Name, p)
 		cancel()
@@ -242,11 +268,6 @@ func (t *Table) moving(ctx context.Context, p uint32, err error) bool {
 	return true
 }
 
-// minEpochKey, in the context of a Grant, is the revision the grant must be above (a
-// partition's switch): an ownership of this session from before it is waited out (the
-// session's watch hears the owner key's delete) and acquired anew.
-type minEpochKey struct{}
-
 // movedAway reports whether partition p, whose operation failed with err (a lost grant, or
 // the storage node's ErrMoved), was moved: the map read afresh routes it elsewhere now.
 func (t *Table) movedAway(ctx context.Context, p uint32, err error) bool {
@@ -258,4 +279,21 @@ func (t *Table) movedAway(ctx context.Context, p uint32, err error) bool {
 		return false
 	}
 	return t.parts[p].addr() != before
+}
+
+// ownedElsewhere reports whether a live Table handle of this node other than t, of the same
+// table, owns partition p or is to own it again after a move (rejoin).
+func (n *Node) ownedElsewhere(t *Table, p uint32) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, w := range n.handles {
+		o := w.Value()
+		if o == nil || o == t || o.m.Name != t.m.Name || o.m.Created != t.m.Created || int(p) >= len(o.parts) {
+			continue
+		}
+		if o.parts[p].tb.Load() != nil || o.parts[p].rejoin.Load() {
+			return true
+		}
+	}
+	return false
 }

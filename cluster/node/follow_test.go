@@ -12,7 +12,8 @@ import (
 
 // A partition moved under its owner's writes: the owner keeps writing through the same
 // handle (no OpenTable, no Own), retrying the *NotOwnerErrors of the move within a bound,
-// and owns the partition again on the new storage node by itself; every acknowledged write
+// and owns the partition on the new storage node by itself, under the same grant (the switch
+// keeps the owner key); every acknowledged write
 // is on the new copy; a non-owner's durable reads, through a handle opened before the move,
 // follow it; a dropped table's handle fails with cluster.ErrTableNotFound.
 func TestMoveOwnerFollowsMap(t *testing.T) {
@@ -26,6 +27,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
+	before := w.grant(t, ctx)
 
 	reader := tc.open(t, 0x3, "")
 	rtbl, err := reader.OpenTable(ctx, "acct")
@@ -73,6 +75,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	}
 	require.Equal(t, tc.addrs[1], w.tbl.NodeOf(w.ids[0]))
 	require.Contains(t, w.tbl.Owned(), uint32(0))
+	require.Equal(t, before, w.grant(t, ctx), "the same grant on the new copy: the switch keeps it")
 	t.Logf("%d writes refused during the move", refused)
 
 	// The reader's old handle reads the new copy (the old one is retired: it refuses reads).

@@ -11,14 +11,13 @@ import (
 )
 
 // A storage node's transaction node replaced (heal.go) while an owned partition's Table
-// follows a move to that storage node, between the route's store and the new grant, while
-// the owner's session has not heard the switch's delete of the owner key yet (its
-// owner-key watch held back). The heal registers the session's grant from before the
-// switch there; the target refuses it as fenced (its floor is the switch's revision), and
-// the transaction node releases it and takes a new grant once, above the floor: the
-// partition stays owned, not reported lost, and the follow writes on. (docs/cluster.md had
-// this race as a known gap, the partition reported lost; on 258841e, with this test's hook
-// points, it passes: txnode's acquireCluster retakes a fenced grant since 1c7411e.)
+// follows a move to that storage node, between the route's store and the owned table's,
+// while the owner's session hears nothing of its owner keys (its owner-key watch held
+// back). The heal registers the session's grant there: the grant the switch kept, which
+// the target takes (its floor is just below that grant's epoch): the partition stays owned,
+// not reported lost, under the same grant, and the follow writes on. (docs/cluster.md had
+// this race as a known gap, the partition reported lost; until the switch kept the owner
+// key, the target refused the grant as fenced and txnode's acquireCluster took a new one.)
 func TestHealRacingMoveFollow(t *testing.T) {
 	var hold atomic.Bool
 	release := make(chan struct{})
@@ -44,8 +43,10 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, tbl.Partition(id))
 
-	// From now on the owner's session hears nothing of its owner keys: the switch's delete
-	// of partition 0's owner key stays unheard, so the session still holds that grant.
+	before, held, err := tc.c.Owner(ctx, "race", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	// From now on the owner's session hears nothing of its owner keys.
 	hold.Store(true)
 	mtbl, err := mover.OpenTable(ctx, "race")
 	require.NoError(t, err)
@@ -63,8 +64,8 @@ func TestHealRacingMoveFollow(t *testing.T) {
 		// The route is the target's, the owned table still the source's: the heal of the
 		// target's transaction node sees the partition owned there.
 		require.NoError(t, node.KillDB(ctx, owner, tc.addrs[1]))
-		// The stale grant was refused as fenced; the heal's transaction node took a new
-		// one, above the switch (txnode's acquireCluster): owned, not lost.
+		// The heal's transaction node registered the grant the switch kept: owned, not
+		// lost, the same grant.
 		require.Contains(t, tbl.Owned(), uint32(0))
 		tm, err := tc.c.ReadMap(ctx)
 		require.NoError(t, err)
@@ -74,8 +75,9 @@ func TestHealRacingMoveFollow(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, held)
 		require.EqualValues(t, 0x1, h.Owner)
-		require.Greater(t, h.Epoch, uint64(rm.Revs[0]), "the grant is above the switch")
-		unhold() // the session hears the delete; the follow goes on
+		require.Equal(t, before, h, "the grant the switch kept")
+		require.Less(t, h.Epoch, uint64(rm.Revs[0]), "from before the switch")
+		unhold()
 	})
 	defer restore()
 	var perr error

@@ -29,7 +29,8 @@ import (
 //     each partition on the storage node, and registers again the grants of the partitions
 //     this node owned there: the grants are still this session's (cluster.Session.Acquire
 //     returns a held ownership as it is), so the storage node takes them at the floor it
-//     already has. A partition whose grant was lost meanwhile (expired, taken, fenced) is
+//     already has (a move's target too: its floor is just below the grant the switch kept;
+//     a registration refused during a move keeps its grant: keepGrantKey). A partition whose grant was lost meanwhile (expired, taken, fenced) is
 //     dropped as owned, as a lost grant always is (Table.Own refuses it after: reopen the
 //     Node). Any other failure of step 3 closes the new transaction node and fails the
 //     use; the next use starts again at step 2.
@@ -189,7 +190,7 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
 			CacheBytes: n.cfg.CacheBytes, PinBytes: n.cfg.PinBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
 			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
-			Grants: grants{n.sess, &sc.keep}, Logger: n.log,
+			Grants: grants{s: n.sess, c: n.c, keep: &sc.keep}, Logger: n.log,
 		})
 		if err == nil && h != nil {
 			if err = n.reown(ctx, addr, sc.db); err != nil {
@@ -301,7 +302,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 			}
 			f := fix{t: t, p: uint32(p), d: d, was: pt.tb.Load(), r: r}
 			if f.was != nil && !pt.lost.Load() {
-				tb, err := db.Table(ctx, name)
+				tb, err := db.Table(context.WithValue(ctx, keepGrantKey{}, true), name)
 				if err == nil {
 					err = tb.Serving()
 				}

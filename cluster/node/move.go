@@ -14,8 +14,10 @@ import (
 
 // Partition moves (docs/cluster.md, "Moving a partition"): Table.Move copies a partition's
 // table from its storage node to another, catches up with the writes made meanwhile, freezes
-// the source, switches the map in one etcd transaction that also ends the owner's grant, makes
-// the copy live above the switch's revision and fences the source for good. Every step is
+// the source, switches the map in one etcd transaction that keeps the owner's grant (ownership
+// never changes hands at a switch), makes the copy live taking that grant (its floor just
+// below the grant's epoch; the switch's revision when nobody owned the partition) and fences
+// the source for good. Every step is
 // recorded (the etcd move record, the storage nodes' logged move states) so that a mover that
 // died anywhere is finished or rolled back by the next Move of the partition.
 
@@ -32,8 +34,8 @@ const (
 	MoveStepCaughtUp  = "caught-up" // the changes since the mark are, but for a short tail
 	MoveStepFrozen    = "frozen"    // the source refuses commits and grants
 	MoveStepFinal     = "final"     // the target holds the frozen source's rows exactly
-	MoveStepSwitched  = "switched"  // the map points at the target; the owner's grant ended
-	MoveStepActivated = "activated" // the target is live, its floor the switch's revision
+	MoveStepSwitched  = "switched"  // the map points at the target; the owner keeps its grant
+	MoveStepActivated = "activated" // the target is live, taking the owner's grant (or above the switch)
 	MoveStepRetired   = "retired"   // the source is fenced for good
 	MoveStepDone      = "done"      // the move record is gone
 )
@@ -57,10 +59,11 @@ const (
 // Move moves partition part of the table to storage node to (host:port), under writes of
 // its owner (any node): see docs/cluster.md, "Moving a partition". It returns once the map
 // points at to, the copy there is live and the old copy fenced; a partition on to already
-// (and no move recorded) is a no-op. The partition's owner, if any, loses its grant at the
-// switch (its writes fail with a retryable *NotOwnerError, never acknowledged and lost); its
-// Table follows the map and takes a new grant on the new storage node (follow.go), unless
-// another node took the partition first.
+// (and no move recorded) is a no-op. The partition's owner, if any, keeps its grant (no
+// other node can acquire the partition meanwhile); its writes from the freeze until it
+// follows the switch fail with a retryable *NotOwnerError (never acknowledged, so nothing is
+// lost); its Table follows the map and registers the same grant with the new storage node
+// (follow.go).
 // A move recorded by a mover that died is resumed (to must be its target, else
 // cluster.ErrMoveInProgress); a Move of a partition another Move of this node is running is
 // cluster.ErrMoveInProgress. Refused with ErrMoveRefused while a transaction in doubt holds
@@ -286,8 +289,8 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	moveStep(MoveStepFinal)
 
 	// The switch: the map entry unchanged since the start, the owner key unchanged since it
-	// was read (a grant made meanwhile is refused by the frozen source anyway: read again),
-	// the owner's grant ended in the same transaction.
+	// was read (a grant made meanwhile is refused by the frozen source anyway: read again).
+	// The owner key stays: the owner's grant goes on at the target (finish's floor).
 	for try := 0; ; try++ {
 		h, held, err := m.t.n.c.Owner(ctx, m.t.m.Name, m.part)
 		if err != nil {
@@ -325,8 +328,10 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	return nil
 }
 
-// finish completes a switched move: the copy live above the switch's revision, the source
-// retired, the record gone.
+// finish completes a switched move: the copy live at the grant floor (cluster.MoveFloor:
+// the grant the switch kept is taken there, every grant ended before the switch is fenced),
+// the source retired, the record gone. A copy found live was activated already (by this
+// mover, or one that died after it): its floor is not set again.
 func (m *mover) finish(ctx context.Context) error {
 	tm, err := m.t.n.readTable(ctx, m.t.m.Name)
 	if err != nil {
@@ -335,7 +340,6 @@ func (m *mover) finish(ctx context.Context) error {
 	if tm.Nodes[m.part] != m.rec.To {
 		return m.errorf("%w: the map points at %s, not the move's target %s", cluster.ErrMapChanged, tm.Nodes[m.part], m.rec.To)
 	}
-	floor := uint64(tm.Revs[m.part]) // the switch's revision (the entry's last write)
 	if m.dstID == 0 {
 		var ti sgio.TableInfo
 		if err := m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti); err != nil {
@@ -343,12 +347,22 @@ func (m *mover) finish(ctx context.Context) error {
 		}
 		m.dstID = ti.Table
 	}
-	st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
+	dst, err := m.step(ctx, m.dst, sgio.MoveOpStatus, m.dstID)
 	if err != nil {
-		return m.errorf("source %s: %w", m.rec.From, err)
+		return m.errorf("target %s: %w", m.rec.To, err)
 	}
-	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpActivate, Table: m.dstID, Floor: floor, NextID: st.NextID}); err != nil {
-		return m.errorf("activate at %s: %w", m.rec.To, err)
+	if dst.State != uint8(storenode.MoveLive) {
+		floor, err := m.t.n.c.MoveFloor(ctx, m.rec)
+		if err != nil {
+			return m.errorf("%w", err)
+		}
+		st, err := m.step(ctx, m.src, sgio.MoveOpStatus, m.srcID)
+		if err != nil {
+			return m.errorf("source %s: %w", m.rec.From, err)
+		}
+		if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpActivate, Table: m.dstID, Floor: floor, NextID: st.NextID}); err != nil {
+			return m.errorf("activate at %s: %w", m.rec.To, err)
+		}
 	}
 	moveStep(MoveStepActivated)
 	if _, err := m.step(ctx, m.src, sgio.MoveOpRetire, m.srcID); err != nil {

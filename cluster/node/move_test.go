@@ -56,6 +56,14 @@ func (w *moveWriter) put(t *testing.T, ctx context.Context, i int, v uint64) boo
 	return true
 }
 
+// grant reads the current holder of partition 0 from etcd: it must be held.
+func (w *moveWriter) grant(t *testing.T, ctx context.Context) cluster.Holder {
+	h, held, err := w.n.Client().Owner(ctx, w.name, 0)
+	require.NoError(t, err)
+	require.True(t, held, "partition 0 is owned")
+	return h
+}
+
 // reown opens a fresh handle (the switched map) and owns partition 0 again: a new grant.
 func (w *moveWriter) reown(t *testing.T, ctx context.Context) {
 	tbl, err := w.n.OpenTable(ctx, w.name)
@@ -85,8 +93,9 @@ func (w *moveWriter) check(t *testing.T, ctx context.Context, reader *node.Node)
 }
 
 // A partition moved while its owner writes: every acknowledged write is on the new copy; the
-// owner's writes during the freeze fail (never acknowledged), it owns the partition again on
-// the new storage node and writes on; the old copy is fenced for good.
+// owner's writes during the freeze fail (never acknowledged), it owns the partition on the
+// new storage node under the same grant (the switch keeps it) and writes on; the old copy is
+// fenced for good.
 // The owner writes until the move is done; the mover waits, once the source is frozen, for
 // one write of the owner (which must fail), so a write during the freeze is certain however
 // the two goroutines are scheduled. Without that wait, on a loaded machine the writes could
@@ -103,6 +112,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
+	before := w.grant(t, ctx)
 
 	mover := tc.open(t, 0x2, "")
 	mtbl, err := mover.OpenTable(ctx, "acct")
@@ -181,6 +191,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	_, ok, err := tc.c.ReadMove(ctx, "acct", 0)
 	require.NoError(t, err)
 	require.False(t, ok, "the move record is gone")
+	require.Equal(t, before, w.grant(t, ctx), "the owner's grant outlives the move: the switch keeps it")
 
 	reader := tc.open(t, 0x3, "")
 	w.check(t, ctx, reader)

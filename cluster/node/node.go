@@ -265,47 +265,56 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 // grants is txnode.Options.Grants on the node's session: Own takes partitions at once
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
-// Its releases do nothing once keep is set (the transaction node is being replaced: heal.go).
+// Its releases do nothing once keep is set (the transaction node is being replaced: heal.go),
+// nor, called with a context of keepGrantKey, while a move of the partition is recorded
+// (keepGrantKey).
 type grants struct {
 	s    *cluster.Session
+	c    *cluster.Client
 	keep *atomic.Bool
 }
 
 type waitKey struct{}
 
 func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, func() error, func(context.Context) error, error) {
-	wait := ctx.Value(waitKey{}) != nil
-	above, _ := ctx.Value(minEpochKey{}).(uint64)
 	var o *cluster.Ownership
 	var err error
-	for {
-		if wait {
-			o, err = g.s.AcquireWait(ctx, table, part)
-		} else {
-			o, err = g.s.Acquire(ctx, table, part)
-		}
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		if o.Epoch() > above {
-			break
-		}
-		// A grant of this session from before the partition's switch, whose owner key's
-		// delete the session's watch has not heard yet: wait for it, acquire anew.
-		select {
-		case <-o.Done():
-		case <-ctx.Done():
-			return 0, nil, nil, fmt.Errorf("node: table %q partition %d: this session's grant (epoch %d) is from before the switch at %d: %w",
-				table, part, o.Epoch(), above, ctx.Err())
-		}
+	if ctx.Value(waitKey{}) != nil {
+		o, err = g.s.AcquireWait(ctx, table, part)
+	} else {
+		o, err = g.s.Acquire(ctx, table, part)
+	}
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	release := o.Release
 	return o.Epoch(), o.Check, func(ctx context.Context) error {
-		if g.keep.Load() {
+		if g.keep.Load() || ctx.Value(keepGrantKey{}) != nil && g.moving(ctx, table, part) {
 			return nil
 		}
 		return release(ctx)
 	}, nil
+}
+
+// keepGrantKey, in the context of a registration (txnode.DB.Table: Own, a move's follow, a
+// heal's re-registration), keeps the grant when the storage node refuses it while a move of
+// the partition is recorded in etcd. txnode releases a refused grant (with the
+// registration's context) and takes a new one, but a refusal during a move (the frozen
+// source's or the not yet live target's storenode.ErrMoved) is no reason to give the grant
+// up: the switch keeps it and the follow registers it with the target (follow.go), and
+// released, the partition could change hands during the move (and another handle of this
+// node owning it under the same grant would lose it). The follow releases it itself if it
+// gives up (forget). Outside a move (no record, or etcd not answering) a refused grant is
+// released as txnode does.
+type keepGrantKey struct{}
+
+// moving reports whether a move of partition part of table is recorded in etcd (false when
+// etcd does not answer within a second, or within ctx).
+func (g grants) moving(ctx context.Context, table string, part uint32) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, ok, err := g.c.ReadMove(ctx, table, part)
+	return err == nil && ok
 }
 
 // CreateTable creates a partitioned table of rowBytes-byte rows: partitions partitions of

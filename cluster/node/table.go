@@ -58,9 +58,9 @@ type part struct {
 	// the transaction node keeps the table's state, so this node cannot own it again; reopen
 	// the Node (a new session) to.
 	lost atomic.Bool
-	// rejoin is set when this node's grant ended because the partition is being moved
-	// (follow.go): once the map switches it, the node acquires it anew on its new storage
-	// node.
+	// rejoin is set when this node's owned table was dropped because the partition is being
+	// moved (follow.go): once the map switches it, the node registers the session's grant
+	// (the one the switch kept, or a new one) with its new storage node.
 	rejoin atomic.Bool
 }
 
@@ -188,8 +188,8 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 // raceHook, set by tests only, runs at the points a heal may race: in Own between the
 // grants' map check and the store of the owned tables ("own"), in a move's follow between
 // the dial of the new storage node and the route's store ("moved") and between the route's
-// store and the new grant ("moved-route"), and when the target refused the new grant as
-// not live yet, before it is asked again ("moved-incoming").
+// store and the owned table's registration ("moved-route"), and when the target refused
+// the grant as not live yet, before it is asked again ("moved-incoming").
 var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one
@@ -213,9 +213,9 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if err != nil {
 		return nil, err
 	}
-	gctx := ctx
+	gctx := context.WithValue(ctx, keepGrantKey{}, true)
 	if wait {
-		gctx = context.WithValue(ctx, waitKey{}, true)
+		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
 	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
 	var oe *cluster.OwnedError
@@ -225,6 +225,9 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	case errors.Is(err, txnode.ErrTableNotFound):
 		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr(), ErrIncomplete, err)
 	case err != nil:
+		if errors.Is(err, storenode.ErrMoved) {
+			t.releaseUnused(p) // kept through the refusal (keepGrantKey): nobody uses it
+		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
 	if err := tb.Serving(); isLost(err) {

@@ -1,0 +1,86 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The switch keeps the owner key (ownership never changes hands at a switch), and MoveFloor
+// is the target's grant floor: just below the kept grant's epoch while it lives; the
+// switch's revision once it ended, and for a grant created after the switch; ErrMapChanged
+// before the switch. On b47b8eb the switch deleted the owner key.
+func TestMoveSwitchKeepsOwnerKey(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	tm, err := c.CreateTable(ctx, "mv", Layout{Partitions: 2, StripePages: 1}, []string{"127.0.0.1:7001", "127.0.0.1:7002"})
+	require.NoError(t, err)
+	mover, err := c.NewSession(ctx, SessionConfig{Owner: 9})
+	require.NoError(t, err)
+	defer mover.Close(ctx)
+	owner, err := c.NewSession(ctx, SessionConfig{Owner: 1, Addr: "game-1:7000"})
+	require.NoError(t, err)
+	defer owner.Close(ctx)
+	o, err := owner.Acquire(ctx, "mv", 0)
+	require.NoError(t, err)
+
+	rec, _, err := c.BeginMove(ctx, MoveRecord{Table: "mv", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
+		From: tm.Nodes[0], To: "127.0.0.1:7003", Lease: mover.Lease()})
+	require.NoError(t, err)
+	_, err = c.MoveFloor(ctx, rec)
+	require.ErrorIs(t, err, ErrMapChanged, "not switched yet")
+	// A stale owner epoch: the compare fails, nothing changes.
+	_, err = c.SwitchMoved(ctx, rec, o.Epoch()+1)
+	require.ErrorIs(t, err, ErrMapChanged)
+	rev, err := c.SwitchMoved(ctx, rec, o.Epoch())
+	require.NoError(t, err)
+
+	h, held, err := c.Owner(ctx, "mv", 0)
+	require.NoError(t, err)
+	require.True(t, held, "the switch keeps the owner key")
+	require.Equal(t, o.Epoch(), h.Epoch)
+	require.NoError(t, o.Check(), "the owner's grant still vouches")
+	floor, err := c.MoveFloor(ctx, rec)
+	require.NoError(t, err)
+	require.Equal(t, o.Epoch()-1, floor, "the kept grant is above the floor")
+	other, err := c.NewSession(ctx, SessionConfig{Owner: 2})
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	_, err = other.Acquire(ctx, "mv", 0)
+	require.ErrorIs(t, err, ErrOwned, "nobody else acquires the partition while the owner's session lives")
+
+	// Released: the floor is the switch's revision (the ended grant fenced), and stays it
+	// for a grant made after the switch.
+	require.NoError(t, o.Release(ctx))
+	floor, err = c.MoveFloor(ctx, rec)
+	require.NoError(t, err)
+	require.EqualValues(t, rev, floor)
+	o2, err := other.Acquire(ctx, "mv", 0)
+	require.NoError(t, err)
+	require.Greater(t, o2.Epoch(), uint64(rev))
+	floor, err = c.MoveFloor(ctx, rec)
+	require.NoError(t, err)
+	require.EqualValues(t, rev, floor)
+}
+
+// A switch with no owner key leaves none, and the floor is the switch's revision.
+func TestMoveSwitchUnowned(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	tm, err := c.CreateTable(ctx, "mv", Layout{Partitions: 1, StripePages: 1}, []string{"127.0.0.1:7001"})
+	require.NoError(t, err)
+	mover, err := c.NewSession(ctx, SessionConfig{Owner: 9})
+	require.NoError(t, err)
+	defer mover.Close(ctx)
+	rec, _, err := c.BeginMove(ctx, MoveRecord{Table: "mv", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
+		From: tm.Nodes[0], To: "127.0.0.1:7003", Lease: mover.Lease()})
+	require.NoError(t, err)
+	rev, err := c.SwitchMoved(ctx, rec, 0)
+	require.NoError(t, err)
+	_, held, err := c.Owner(ctx, "mv", 0)
+	require.NoError(t, err)
+	require.False(t, held)
+	floor, err := c.MoveFloor(ctx, rec)
+	require.NoError(t, err)
+	require.EqualValues(t, rev, floor)
+}

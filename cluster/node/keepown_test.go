@@ -1,0 +1,268 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+)
+
+// keepCommit writes value v into row id of table (a 64-byte row) under owner's grant epoch.
+func keepCommit(ctx context.Context, cl *sgio.Client, table uint32, owner, epoch, seq, id, v uint64) error {
+	var ack sgio.CommitAck
+	return cl.CallInto(ctx, &sgio.Commit{Owner: owner, Seq: seq, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
+		Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: balanceRow(v)}}}, &ack)
+}
+
+// A move's switch keeps the owner's grant (docs/cluster.md, "Moving a partition"): while the
+// owner's session lives no other node can acquire the moved partition; the owner registers
+// the same grant (same epoch) with the target and commits there; once its lease ends
+// (revoked here: what etcd does at expiry) another node acquires the partition with a higher
+// epoch, and the old owner's late commit at the target is fenced. The owner is a bare
+// session and storage-node client, so every step is seen at the wire.
+// On b47b8eb the switch deleted the owner key: the other node's Own succeeded at once.
+func TestMoveKeepsOwnerGrant(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.CreateTable(ctx, "keep", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	name := storenode.PartitionTableName("keep", 0)
+
+	const owner = 0x55
+	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: owner, Addr: "game-5:7000"})
+	require.NoError(t, err)
+	defer sess.Close(ctx)
+	g, err := sess.Acquire(ctx, "keep", 0)
+	require.NoError(t, err)
+	epoch := g.Epoch()
+	src, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
+	require.NoError(t, err)
+	defer src.Close()
+	var ti sgio.TableInfo
+	require.NoError(t, src.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
+	var gr sgio.Grant
+	require.NoError(t, src.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &gr))
+	var ids sgio.IDRange
+	require.NoError(t, src.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Pages: 1, Owner: owner, Epoch: epoch}, &ids))
+	id := ids.First
+	require.NoError(t, keepCommit(ctx, src, ti.Table, owner, epoch, gr.LastSeq+1, id, 7))
+
+	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
+	h, held, err := tc.c.Owner(ctx, "keep", 0)
+	require.NoError(t, err)
+	require.True(t, held, "the switch keeps the owner key")
+	require.Equal(t, epoch, h.Epoch, "the same grant")
+	require.NoError(t, g.Check(), "the owner's grant still vouches")
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Less(t, epoch, uint64(m.Tables["keep"].Revs[0]), "the grant is from before the switch")
+
+	// Another node cannot own the partition while the owner's session lives.
+	taker := tc.open(t, 0x3, "")
+	ttbl, err := taker.OpenTable(ctx, "keep")
+	require.NoError(t, err)
+	oerr := ttbl.Own(ctx, 0)
+	var oe *node.NotOwnerError
+	require.ErrorAs(t, oerr, &oe, "another node took the partition from a live owner at the switch")
+	require.True(t, oe.Held)
+	require.EqualValues(t, owner, oe.Holder.Owner)
+	require.Equal(t, epoch, oe.Holder.Epoch)
+
+	// The owner registers the same grant with the target and commits there.
+	dst, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[1], Secret: secret, OwnerID: owner})
+	require.NoError(t, err)
+	defer dst.Close()
+	var dti sgio.TableInfo
+	require.NoError(t, dst.CallInto(ctx, &sgio.OpenTable{Name: name}, &dti))
+	var dgr sgio.Grant
+	require.NoError(t, dst.CallInto(ctx, &sgio.Acquire{Table: dti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &dgr))
+	require.Equal(t, epoch, dgr.Epoch)
+	seq := dgr.LastSeq + 1
+	require.NoError(t, keepCommit(ctx, dst, dti.Table, owner, epoch, seq, id, 8))
+	row := make([]byte, 64)
+	require.NoError(t, ttbl.Get(ctx, id, row))
+	require.EqualValues(t, 8, balanceOf(row))
+	// An older grant than the kept one is fenced at the target.
+	var old sgio.Grant
+	require.ErrorIs(t, dst.CallInto(ctx, &sgio.Acquire{Table: dti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch - 1}, &old), storenode.ErrFenced)
+
+	// The owner's lease ends: the other node acquires the partition with a higher epoch and
+	// writes; the old owner's late commit at the target is fenced.
+	require.NoError(t, sess.Close(ctx))
+	require.NoError(t, ttbl.Own(ctx, 0))
+	h, held, err = tc.c.Owner(ctx, "keep", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.EqualValues(t, 0x3, h.Owner)
+	require.Greater(t, h.Epoch, epoch)
+	require.NoError(t, ttbl.Put(ctx, id, balanceRow(9)))
+	require.ErrorIs(t, keepCommit(ctx, dst, dti.Table, owner, epoch, seq+1, id, 10), storenode.ErrFenced)
+	require.NoError(t, ttbl.Get(ctx, id, row))
+	require.EqualValues(t, 9, balanceOf(row))
+}
+
+// switchHold starts a Move of partition 0 of mtbl to `to` that stops at its switch (before
+// the activation) until the returned release is called; it returns once the switch is done,
+// and the move's result channel.
+func switchHold(t *testing.T, ctx context.Context, mtbl *node.Table, to string) (release func(), moved chan error) {
+	switched, hold := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepSwitched {
+			close(switched)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	moved = make(chan error, 1)
+	go func() { moved <- mtbl.Move(ctx, 0, to) }()
+	select {
+	case <-switched:
+	case err := <-moved:
+		t.Fatalf("the move ended before its switch: %v", err)
+	}
+	return release, moved
+}
+
+// An Own through a second handle of the owner, switched but not activated yet (the target
+// refuses every grant: storenode.ErrMoved), fails, and must not give up the grant the first
+// handle holds (txnode releases a refused grant; during a move cluster/node keeps it): the
+// first handle writes on under it once the move is complete. Without the keep, the refused
+// Own released the grant and the partition could change hands during the move.
+func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	mover := tc.open(t, 0x2, "")
+	tbl, err := owner.CreateTable(ctx, "own2", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+	before, held, err := tc.c.Owner(ctx, "own2", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	mtbl, err := mover.OpenTable(ctx, "own2")
+	require.NoError(t, err)
+
+	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
+	tbl2, err := owner.OpenTable(ctx, "own2")
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
+	require.ErrorIs(t, tbl2.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
+	h, held, err := tc.c.Owner(ctx, "own2", 0)
+	require.NoError(t, err)
+	require.True(t, held, "the refused Own kept the grant")
+	require.Equal(t, before, h)
+	release()
+	require.NoError(t, <-moved)
+
+	var perr error
+	for try := 0; try < 10; try++ {
+		if perr = tbl.Put(ctx, id, balanceRow(2)); perr == nil {
+			break
+		}
+	}
+	require.NoError(t, perr, "the first handle writes on under the kept grant")
+	h, held, err = tc.c.Owner(ctx, "own2", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.Equal(t, before, h)
+}
+
+// An Own refused during a move by a node that owned nothing of the partition (the grant
+// taken for it, refused by the not yet live target, kept through the refusal) releases that
+// grant: nothing of the node uses it, and held it would keep every other node from the
+// partition until the node's session ends.
+func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.CreateTable(ctx, "own3", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
+
+	a := tc.open(t, 0x1, "")
+	atbl, err := a.OpenTable(ctx, "own3")
+	require.NoError(t, err)
+	require.ErrorIs(t, atbl.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
+	_, held, err := tc.c.Owner(ctx, "own3", 0)
+	require.NoError(t, err)
+	require.False(t, held, "the refused Own released the grant nothing uses")
+	release()
+	require.NoError(t, <-moved)
+
+	b := tc.open(t, 0x3, "")
+	btbl, err := b.OpenTable(ctx, "own3")
+	require.NoError(t, err)
+	require.NoError(t, btbl.Own(ctx, 0))
+	id, err := btbl.Insert(ctx, balanceRow(5))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, btbl.Partition(id))
+}
+
+// A mover cut short right after the activation (its context ended), resumed once the
+// grant the switch kept has ended: MoveFloor now reads the switch's revision, above the
+// floor the copy was activated with, and the copy is live already: the resumed mover must
+// not activate it again (storenode refuses a live copy below the floor as not an incoming
+// one) and completes the move. Without the check of the target's state the resumed Move
+// failed for good.
+func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0x2, "")
+	mtbl, err := mover.CreateTable(ctx, "res", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x55})
+	require.NoError(t, err)
+	defer sess.Close(ctx)
+	g, err := sess.Acquire(ctx, "res", 0)
+	require.NoError(t, err)
+
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepActivated {
+			cancel()
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.Error(t, mtbl.Move(mctx, 0, tc.addrs[1]), "cut short after the activation")
+	node.SetMoveStepHook(nil)
+	_, recorded, err := tc.c.ReadMove(ctx, "res", 0)
+	require.NoError(t, err)
+	require.True(t, recorded, "the move is not done")
+
+	require.NoError(t, g.Release(ctx))
+	rec, _, err := tc.c.ReadMove(ctx, "res", 0)
+	require.NoError(t, err)
+	floor, err := tc.c.MoveFloor(ctx, rec)
+	require.NoError(t, err)
+	require.Greater(t, floor, g.Epoch(), "the floor read now is above the one the copy took")
+	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]), "the resumed move completes")
+	_, recorded, err = tc.c.ReadMove(ctx, "res", 0)
+	require.NoError(t, err)
+	require.False(t, recorded)
+
+	b := tc.open(t, 0x3, "")
+	btbl, err := b.OpenTable(ctx, "res")
+	require.NoError(t, err)
+	require.NoError(t, btbl.Own(ctx, 0))
+	id, err := btbl.Insert(ctx, balanceRow(5))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, btbl.Partition(id))
+}
