@@ -121,8 +121,9 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, mtbl.Move(ctx, 0, target), "step %s", step)
 		if !lost {
-			// The moved partition's old grant is over: the write is refused, or the handle
-			// followed the map and owns the partition on the new copy (follow.go).
+			// The switch kept the grant: the write is refused (the frozen source), or the
+			// handle followed the map and owns the partition on the new copy under it
+			// (follow.go).
 			w.put(t, ctx, 0, 1000)
 		}
 		w.reown(t, ctx)
