@@ -960,12 +960,14 @@ func (db *DB) holdVers(lo, hi uint64) {
 
 // releaseHeld answers the committers of the held versions lo..hi and wakes them: refused,
 // they get the failed range's error (the hold is dropped); else ans (nil: acknowledged, with
-// okBelow: see heldVers). Called under the pipeline's mu.
+// okBelow: see heldVers). The hold is found by lo alone: a part applied since (prepare.go's
+// installApplied) may have raised the batch's lastVer past the hold's hi. Called under the
+// pipeline's mu.
 func (db *DB) releaseHeld(lo, hi uint64, refused bool, ans error, okBelow uint64) {
 	db.durableMu.Lock()
 	defer db.durableMu.Unlock()
 	for i := range db.held {
-		if h := &db.held[i]; h.lo == lo && h.hi == hi && !h.answered {
+		if h := &db.held[i]; h.lo == lo && !h.answered {
 			if refused {
 				db.held = slices.Delete(db.held, i, i+1)
 			} else {
