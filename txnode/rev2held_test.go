@@ -185,3 +185,60 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 	}
 	require.Error(t, <-putErr)
 }
+
+// A held batch Close gives up on (abandonLocked) has an unknown outcome: its committers get
+// an error wrapping ErrUnknownOutcome, whatever failed the pipeline before (on e630a9e they
+// got the pipeline's failure, here a later batch's ErrClosed: "nothing applied", for a batch
+// a storage node that forgot the refusal may still apply).
+func TestHeldBatchAbandonedUnknown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, fs := newAnswerRig(t)
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	g1, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	g2, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+
+	r.fenceAcct()
+	fs.armed.Store(true)
+	putErr := make(chan error, 1)
+	go func() {
+		tx, err := r.db.Begin(ctx, true)
+		if err == nil {
+			err = tx.Put(r.acct, a, row(2))
+		}
+		if err == nil {
+			err = tx.Commit()
+		}
+		putErr <- err
+	}()
+	refusal := fs.next(t, ctx)
+	commit := func(id uint64, v uint64) <-chan error {
+		ch := make(chan error, 1)
+		tx, err := r.db.Begin(ctx, true)
+		require.NoError(t, err)
+		require.NoError(t, tx.Put(r.gold, id, row(v)))
+		go func() { ch <- tx.Commit() }()
+		return ch
+	}
+	xErr := commit(g1, 5)
+	fs.next(t, ctx) // x: never answered
+	commit(g2, 6)
+	y := fs.next(t, ctx)
+
+	refusal.deliver() // the recovery starts; x and y are held
+	y.deliverErr(fmt.Errorf("txnode test: %w", ErrClosed))
+	ended, cancelEnded := context.WithCancel(ctx)
+	cancelEnded()
+	_ = r.db.Close(ended) // gives up on x (its error: the pipeline's, here ErrClosed)
+	select {
+	case err := <-xErr:
+		require.ErrorIs(t, err, ErrUnknownOutcome, "x was never answered")
+		require.NotErrorIs(t, err, ErrClosed)
+	case <-ctx.Done():
+		t.Fatal("the committer of the abandoned held batch was never answered")
+	}
+	require.Error(t, <-putErr)
+}
