@@ -836,8 +836,21 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) e
 			db.durableMu.Unlock()
 			return nil
 		} else if ver >= db.durableFailVer {
-			db.durableMu.Unlock()
-			return db.pipe.failure()
+			// A batch before ver failed the pipeline for good; ver's own batch may still be
+			// held (a refusal while closing, or past failRangesMax: recover.go).
+			var h *heldVers
+			if mode != waitRead {
+				h = db.heldLocked(ver)
+			}
+			if h == nil || h.answered && mode == waitAfter {
+				db.durableMu.Unlock()
+				return db.pipe.failure()
+			}
+			if h.answered {
+				ans := h.answer(ver, readVer)
+				db.durableMu.Unlock()
+				return ans
+			}
 		}
 		db.durableWaiters = append(db.durableWaiters, w)
 		db.durableMu.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -241,4 +242,71 @@ func TestHeldBatchAbandonedUnknown(t *testing.T) {
 		t.Fatal("the committer of the abandoned held batch was never answered")
 	}
 	require.Error(t, <-putErr)
+}
+
+// A batch refused while Close is in progress fails the pipeline for good (refusedLocked
+// does not recover when closing), but the committers of the batches in flight after it
+// are answered by their own batch, as the held ones are during a recovery (on e630a9e they
+// were answered at once with the pipeline's failure, the refused batch's error: here
+// ErrTableNotFound, documented as "nothing applied", though a storage node that forgot the
+// refusal may still apply them: here it acknowledges x).
+// Remembered (the store refuses x too), x's committer gets the pipeline's failure.
+func TestRefusalDuringCloseLaterBatchAnswer(t *testing.T) {
+	t.Run("forget", func(t *testing.T) { refusalDuringClose(t, true) })
+	t.Run("remember", func(t *testing.T) { refusalDuringClose(t, false) })
+}
+
+func refusalDuringClose(t *testing.T, forget bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, fs := newAnswerRig(t)
+	closing := make(chan struct{}, 1)
+	var watch atomic.Bool
+	r.db.testHookWait = func(what string) {
+		if what == "durable" && watch.Load() {
+			select {
+			case closing <- struct{}{}:
+			default:
+			}
+		}
+	}
+	a, err := r.acct.Insert(ctx, row(1))
+	require.NoError(t, err)
+	g1, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+
+	r.fenceAcct()
+	fs.armed.Store(true)
+	putErr := make(chan error, 1)
+	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
+	refusal := fs.next(t, ctx)
+	tx, err := r.db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(r.gold, g1, row(5)))
+	xErr := make(chan error, 1)
+	go func() { xErr <- tx.Commit() }()
+	x := fs.next(t, ctx)
+
+	watch.Store(true)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- r.db.Close(ctx) }()
+	<-closing // Close's flush waits: closing is set
+	refusal.deliverErr(fmt.Errorf("%w: table \"acct.p0\" was dropped", storenode.ErrTableNotFound))
+	if forget {
+		x.done(x.lsn+1, nil) // a store that forgot the refusal applies x
+	} else {
+		x.deliver() // ErrSeqGap: not applied
+	}
+	select {
+	case err := <-xErr:
+		if forget {
+			require.NoError(t, err, "x was applied")
+		} else {
+			require.ErrorIs(t, err, ErrTableNotFound, "x was refused: the pipeline's failure")
+		}
+	case <-ctx.Done():
+		t.Fatal("x's committer was never answered")
+	}
+	<-closeErr
+	<-putErr
 }
