@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,4 +59,36 @@ func TestSessionOrderAcrossRefusal(t *testing.T) {
 	fs.armed.Store(false)
 	require.NoError(t, r.gold.Put(ctx, gid, row(7)))
 	require.NoError(t, r.db.Close(ctx))
+}
+
+// The same when a later batch fails the pipeline for good (its answer, an unknown outcome,
+// came first): the session's write in it resolves no earlier than its write before (on
+// e630a9e it returned the pipeline's failure at once, the earlier write still out).
+func TestSessionOrderAcrossFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, fs := newAnswerRig(t)
+	gid, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+	g2, err := r.gold.Insert(ctx, row(1))
+	require.NoError(t, err)
+
+	fs.armed.Store(true)
+	s := r.db.Session()
+	pa := s.Go(ctx, func(tx *Tx) error { return tx.Put(r.gold, gid, row(5)) })
+	first := fs.next(t, ctx)
+	pb := s.Go(ctx, func(tx *Tx) error { return tx.Put(r.gold, g2, row(6)) })
+	second := fs.next(t, ctx)
+	require.Less(t, first.seq, second.seq)
+	second.deliverErr(fmt.Errorf("%w: connection lost", ErrUnknownOutcome))
+
+	ended, cancelEnded := context.WithCancel(ctx)
+	cancelEnded()
+	err = pb.Wait(ended)
+	require.ErrorIs(t, err, context.Canceled, "a later pending resolved before the session's earlier write")
+
+	first.deliver()
+	require.NoError(t, pa.Wait(ctx), "acknowledged before the failed batch")
+	require.ErrorIs(t, pb.Wait(ctx), ErrUnknownOutcome)
+	require.ErrorIs(t, s.Flush(ctx), ErrUnknownOutcome)
 }

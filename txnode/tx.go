@@ -584,8 +584,9 @@ type commitWait struct {
 	// write before it, held or not (DB.waitOrdered).
 	after bool
 	// ordered: a Session's Pending (or Flush), which resolves in the session's order. Its
-	// version failing (a refused batch's range, recover.go) says nothing of the batches
-	// before it, which may still be out: it first waits until they are back (waitSettled).
+	// version failing (a refused batch's range, recover.go, or a failed batch before it)
+	// says nothing of the batches before it, which may still be out: it first waits until
+	// they are back (waitSettled).
 	ordered bool
 }
 
@@ -616,9 +617,11 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 	default:
 		err = db.waitDurable(ctx, p.ver)
 	}
-	if err != nil && p.ordered && db.verFailed(p.ver) != nil {
-		// Every batch holding a version up to ver is back: the session's earlier pendings
-		// are resolved. (A non-context error: Close gave up on them; each has its answer.)
+	if err != nil && p.ordered && db.opts.Durability == Durable && db.cache.settledVer.Load() < p.ver {
+		// Failed (a refused batch's range, or the pipeline for good) while batches before
+		// it may still be out: wait until every batch holding a version up to ver is back,
+		// so the session's earlier pendings are resolved first. (A non-context error: Close
+		// gave up on them; each has its own answer.)
 		if serr := db.pipe.waitSettled(ctx, p.ver); serr != nil && serr == ctx.Err() {
 			err = serr
 		}
