@@ -836,8 +836,21 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) e
 			db.durableMu.Unlock()
 			return nil
 		} else if ver >= db.durableFailVer {
-			db.durableMu.Unlock()
-			return db.pipe.failure()
+			// A batch before ver failed the pipeline for good; ver's own batch may still be
+			// held (a refusal while closing, or past failRangesMax: recover.go).
+			var h *heldVers
+			if mode != waitRead {
+				h = db.heldLocked(ver)
+			}
+			if h == nil || h.answered && mode == waitAfter {
+				db.durableMu.Unlock()
+				return db.pipe.failure()
+			}
+			if h.answered {
+				ans := h.answer(ver, readVer)
+				db.durableMu.Unlock()
+				return ans
+			}
 		}
 		db.durableWaiters = append(db.durableWaiters, w)
 		db.durableMu.Unlock()
@@ -960,12 +973,14 @@ func (db *DB) holdVers(lo, hi uint64) {
 
 // releaseHeld answers the committers of the held versions lo..hi and wakes them: refused,
 // they get the failed range's error (the hold is dropped); else ans (nil: acknowledged, with
-// okBelow: see heldVers). Called under the pipeline's mu.
+// okBelow: see heldVers). The hold is found by lo alone: a part applied since (prepare.go's
+// installApplied) may have raised the batch's lastVer past the hold's hi. Called under the
+// pipeline's mu.
 func (db *DB) releaseHeld(lo, hi uint64, refused bool, ans error, okBelow uint64) {
 	db.durableMu.Lock()
 	defer db.durableMu.Unlock()
 	for i := range db.held {
-		if h := &db.held[i]; h.lo == lo && h.hi == hi && !h.answered {
+		if h := &db.held[i]; h.lo == lo && !h.answered {
 			if refused {
 				db.held = slices.Delete(db.held, i, i+1)
 			} else {

@@ -776,10 +776,16 @@ func (p *pipeline) abandonLocked(cause error) {
 	}
 	p.failVer = min(p.failVer, from)
 	p.db.failDurable(p.failVer)
+	// A held batch is never back now: its outcome is unknown, whatever failed the pipeline
+	// before (a later batch's error may say "nothing applied" of that batch only).
+	held := p.failErr
+	if !errors.Is(held, ErrUnknownOutcome) {
+		held = fmt.Errorf("%w: closed with commit batches not acknowledged: %w", ErrUnknownOutcome, cause)
+	}
 	for _, x := range p.inflight {
-		if x.held { // never back now: its outcome is unknown
+		if x.held {
 			x.held = false
-			p.db.releaseHeld(x.firstVer, x.lastVer, false, p.failErr, 0)
+			p.db.releaseHeld(x.firstVer, x.lastVer, false, held, 0)
 		}
 	}
 	p.abandoned = true

@@ -78,6 +78,12 @@ func knownRefusal(err error) bool {
 func (p *pipeline) refusedLocked(b *batch, err error) bool {
 	db := p.db
 	if db.opts.Durability != Durable || p.closing || p.abandoned {
+		if db.opts.Durability == Durable && !p.abandoned && knownRefusal(err) {
+			// Closing: the pipeline fails for good, but the batches in flight after b still
+			// come back (or Close gives up on them: abandonLocked), and a store that forgot
+			// the refusal may apply them: their committers wait for that (waitVer).
+			p.holdLaterLocked(b.seq)
+		}
 		return false
 	}
 	if rec := p.rec; rec != nil {

@@ -83,7 +83,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 				// The closure's own error may rest on rows of a commit not yet durable: Wait
 				// reports it once they are (see DB.Update), in the session's order.
 				p.errAfter = true
-				p.wait = commitWait{ver: max(readVer, s.lastVer), after: true}
+				p.wait = commitWait{ver: max(readVer, s.lastVer), after: true, ordered: true}
 				s.lastVer = p.wait.ver
 			}
 			break
@@ -104,6 +104,7 @@ func (s *Session) Go(ctx context.Context, fn func(tx *Tx) error) *Pending {
 	if p.err == nil {
 		p.wait.ver = max(p.wait.ver, s.lastVer)
 		p.wait.after = !p.wait.write
+		p.wait.ordered = true
 		s.lastVer = p.wait.ver
 	}
 	return p
@@ -158,7 +159,7 @@ func (s *Session) Flush(ctx context.Context) error {
 	} else {
 		s.db.pipe.kickNow()
 	}
-	p := Pending{db: s.db, wait: commitWait{ver: s.lastVer, write: true}}
+	p := Pending{db: s.db, wait: commitWait{ver: s.lastVer, write: true, ordered: true}}
 	err := p.Wait(ctx)
 	if err == nil && s.db.opts.Durability == Durable {
 		if ferr := s.db.verFailed(s.lastVer); ferr != nil {

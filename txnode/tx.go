@@ -583,6 +583,11 @@ type commitWait struct {
 	// after (not a write): a Session's Pending, which resolves no earlier than the session's
 	// write before it, held or not (DB.waitOrdered).
 	after bool
+	// ordered: a Session's Pending (or Flush), which resolves in the session's order. Its
+	// version failing (a refused batch's range, recover.go, or a failed batch before it)
+	// says nothing of the batches before it, which may still be out: it first waits until
+	// they are back (waitSettled).
+	ordered bool
 }
 
 // wait returns once the transaction is durable in Durable mode; in WriteBack at once.
@@ -611,6 +616,15 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 		err = db.waitOrdered(ctx, p.ver)
 	default:
 		err = db.waitDurable(ctx, p.ver)
+	}
+	if err != nil && p.ordered && db.opts.Durability == Durable && db.cache.settledVer.Load() < p.ver {
+		// Failed (a refused batch's range, or the pipeline for good) while batches before
+		// it may still be out: wait until every batch holding a version up to ver is back,
+		// so the session's earlier pendings are resolved first. (A non-context error: Close
+		// gave up on them; each has its own answer.)
+		if serr := db.pipe.waitSettled(ctx, p.ver); serr != nil && serr == ctx.Err() {
+			err = serr
+		}
 	}
 	if err != nil && p.write && err == ctx.Err() {
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
