@@ -144,6 +144,9 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	if err != nil {
 		return t.n.after(err)
 	}
+	if err := t.watcherAt(ctx, need); err != nil {
+		return t.n.after(err)
+	}
 	took := make([]*txnode.Table, 0, len(need))
 	for _, p := range need {
 		var tb *txnode.Table
@@ -185,11 +188,39 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	return t.n.after(err)
 }
 
+// watcherAt waits until the node's map watcher reflects the routes this handle has of
+// partitions ps (bounded by OwnerLookupTimeout). A move's switch keeps the owner's grant, so
+// a handle opened after the switch (its own linearizable read of the map) registers the very
+// grant another handle of this node still holds at the frozen source, whose cached reads
+// that handle serves until its next operation follows the switch, which it does only once
+// the watcher delivers it: registered and written before, the write would be missed by the
+// other handle's cached read (a stale read of an acknowledged write). After the wait every
+// later operation of the other handles follows the switch first.
+func (t *Table) watcherAt(ctx context.Context, ps []uint32) error {
+	var rev int64
+	for _, p := range ps {
+		rev = max(rev, t.parts[p].r.Load().rev)
+	}
+	if t.n.w.Map().Revision >= rev {
+		return nil
+	}
+	if h := raceHook; h != nil {
+		h("own-watch")
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+	defer cancel()
+	if _, err := t.n.w.WaitRevision(wctx, rev); err != nil {
+		return fmt.Errorf("node: own table %q: the node's map watcher is behind this handle: %w", t.m.Name, err)
+	}
+	return nil
+}
+
 // raceHook, set by tests only, runs at the points a heal may race: in Own between the
 // grants' map check and the store of the owned tables ("own"), in a move's follow between
 // the dial of the new storage node and the route's store ("moved") and between the route's
 // store and the owned table's registration ("moved-route"), and when the target refused
-// the grant as not live yet, before it is asked again ("moved-incoming").
+// the grant as not live yet, before it is asked again ("moved-incoming"), and in Own when
+// the node's map watcher is behind the handle's routes, before it waits ("own-watch").
 var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one
