@@ -1,6 +1,13 @@
 package node_test
 
 import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +16,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/sgio"
 )
 
 // A move's switch keeps the owner's grant, so a second handle of the owner's node, opened
@@ -88,4 +96,89 @@ func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
 	require.NoError(t, tbl.Get(ctx, id, row), "the first handle's read")
 	require.EqualValues(t, 2, balanceOf(row), "the first handle's read after the second handle's acknowledged write")
 	unhold()
+}
+
+// An Own refused during a move for another reason than the move (here the storage node
+// could not verify the grant in etcd: its link to etcd is cut, storenode.ErrGrantUnverified)
+// must not keep the grant it took: keepGrantKey skips txnode's release of a refused grant
+// while a move is recorded, and nothing of the node uses that grant, so held it keeps every
+// other node from the partition until the node's session ends (forever on a node that stays
+// up and does not Own it again). Fails on 7f9ad60: the other node's Own was refused, the
+// refused node named as the holder.
+func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
+	ctx := testCtx(t)
+	etcd := etcdtest.Start(t)
+	direct := cluster.Config{Endpoints: etcd.ServerEndpoints(), Prefix: prefix, Logger: quiet}
+	c, err := cluster.Connect(ctx, direct)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	// The storage nodes verify grants through the proxy, which the test cuts.
+	vc, err := cluster.Connect(ctx, cluster.Config{Endpoints: etcd.Endpoints(), Prefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(func() { vc.Close() })
+	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
+	tc := &testCluster{etcd: etcd, c: c}
+	for range 2 {
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret,
+			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 300 * time.Millisecond}})
+		require.NoError(t, err)
+		require.NoError(t, srv.Start())
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		})
+		tc.srvs = append(tc.srvs, srv)
+		tc.addrs = append(tc.addrs, srv.Addr().String())
+	}
+	open := func(owner uint64) *node.Node {
+		return tc.openConfig(t, node.Config{Etcd: direct, Session: cluster.SessionConfig{Owner: owner}})
+	}
+	mover := open(0x2)
+	mtbl, err := mover.CreateTable(ctx, "own4", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+
+	// The move holds before its freeze: the source takes grants, the record is there.
+	copied, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(hold) }) }
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepCopied {
+			close(copied)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	t.Cleanup(unhold)
+	moved := make(chan error, 1)
+	go func() { moved <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
+	select {
+	case <-copied:
+	case err := <-moved:
+		t.Fatalf("the move ended before its freeze: %v", err)
+	}
+
+	a := open(0x1)
+	atbl, err := a.OpenTable(ctx, "own4")
+	require.NoError(t, err)
+	etcd.Cut(true)
+	require.ErrorIs(t, atbl.Own(ctx, 0), sgio.ErrBusy, "the source cannot verify the grant (storenode.ErrGrantUnverified)")
+	etcd.Cut(false)
+	_, held, err := c.Owner(ctx, "own4", 0)
+	require.NoError(t, err)
+	require.False(t, held, "the refused Own released the grant nothing uses")
+
+	unhold()
+	require.NoError(t, <-moved)
+	b := open(0x3)
+	btbl, err := b.OpenTable(ctx, "own4")
+	require.NoError(t, err)
+	// The storage nodes' etcd link comes back with grpc's reconnection backoff: a
+	// verification meanwhile is ErrBusy (each try bounded by GrantVerifyTimeout).
+	for try := 0; try < 100; try++ {
+		if err = btbl.Own(ctx, 0); !errors.Is(err, sgio.ErrBusy) {
+			break
+		}
+	}
+	require.NoError(t, err, "another node owns the partition")
 }

@@ -248,6 +248,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if wait {
 		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
+	pre := t.n.sess.Held(t.m.Name, p) != nil
 	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
 	var oe *cluster.OwnedError
 	switch {
@@ -256,8 +257,11 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	case errors.Is(err, txnode.ErrTableNotFound):
 		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr(), ErrIncomplete, err)
 	case err != nil:
-		if errors.Is(err, storenode.ErrMoved) {
-			t.releaseUnused(p) // kept through the refusal (keepGrantKey): nobody uses it
+		if !pre || errors.Is(err, storenode.ErrMoved) {
+			// Kept through the refusal (keepGrantKey: a move is recorded, whatever the
+			// refusal was): nobody uses it. A grant the session held before this call
+			// is left to its users, but for the move's refusal (as before).
+			t.releaseUnused(p)
 		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
