@@ -182,3 +182,39 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	}
 	require.NoError(t, err, "another node owns the partition")
 }
+
+// A write refused at the switch (the target not live yet) whose context ends while the
+// follow asks the target again must not give up the grant the switch kept: the caller's
+// deadline is no sign that the move failed, and released, the partition changes hands at
+// a switch after all (another node's OwnWait takes it at once). The follow forgets the
+// owned table and releases the grant whenever its registration fails, the caller's context
+// ending included (follow.go, movedOn: the ctx.Done cases and the pause).
+func TestMoveFollowCallerDeadlineKeepsGrant(t *testing.T) {
+	t.Skip("known defect: a follow cut short by the caller's context releases the grant the switch kept (movedOn forgets on any failure); rev3 report")
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.open(t, 0x1, "")
+	mover := tc.open(t, 0x2, "")
+	tbl, err := owner.CreateTable(ctx, "dl", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+	before, held, err := tc.c.Owner(ctx, "dl", 0)
+	require.NoError(t, err)
+	require.True(t, held)
+	mtbl, err := mover.OpenTable(ctx, "dl")
+	require.NoError(t, err)
+	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
+
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	require.Error(t, tbl.Put(pctx, id, balanceRow(2)), "refused at the frozen source, the target not live")
+	cancel()
+	h, held, err := tc.c.Owner(ctx, "dl", 0)
+	require.NoError(t, err)
+	require.True(t, held, "the caller's deadline gave up the grant the switch kept")
+	require.Equal(t, before, h)
+	release()
+	require.NoError(t, <-moved)
+}
