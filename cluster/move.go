@@ -230,16 +230,15 @@ func (c *Client) SwitchMoved(ctx context.Context, r MoveRecord, owner uint64) (i
 // (storenode's MoveActivate: grants of an epoch above the floor are taken), from one
 // linearizable read of the partition entry and its owner key, taken after the switch:
 //
-//   - an owner key created before the switch (its CreateRevision below the entry's
-//     revision) is the grant the switch kept (a key that exists now and was created before
-//     the switch existed at the switch, and the switch compared it): the floor is its epoch
-//     minus one, so that grant, and only it or a later one, is taken at the target;
-//   - otherwise (no owner key, or one created after the switch) the floor is the switch's
-//     revision: every grant from before the switch has ended, and is fenced.
+//   - an owner key (the grant the switch kept, created before it: the switch compared it;
+//     or one created since) makes the floor its epoch minus one: that grant, and only it or
+//     a later one, is taken at the target (every earlier grant has ended: epochs increase);
+//   - no owner key makes the floor the read's revision: every grant made up to the read has
+//     ended (the kept one, and any made after the switch and ended since), and is fenced.
 //
-// Every read after the switch gives a floor that fences exactly the grants that ended
-// before it, so a mover that resumes a switched move may read it again; the target's copy
-// is activated once (a live copy is not activated again: node's mover checks). It returns
+// Every read after the switch gives a floor that fences exactly the grants that ended before
+// it, so a mover that resumes a switched move may read it again; the target's copy is
+// activated once (a live copy is not activated again: node's mover checks). It returns
 // ErrMapChanged when the partition is not on r.To (not switched, or switched again).
 func (c *Client) MoveFloor(ctx context.Context, r MoveRecord) (uint64, error) {
 	pk, ok := c.keys.part(r.Table, r.Part), c.keys.owner(r.Table, r.Part)
@@ -258,9 +257,8 @@ func (c *Client) MoveFloor(ctx context.Context, r MoveRecord) (uint64, error) {
 	if to != r.To {
 		return 0, fmt.Errorf("%w: table %q partition %d is on %s, not the move's target %s", ErrMapChanged, r.Table, r.Part, to, r.To)
 	}
-	switchRev := pe.Kvs[0].ModRevision
-	if len(oe.Kvs) == 1 && oe.Kvs[0].CreateRevision < switchRev {
+	if len(oe.Kvs) == 1 {
 		return uint64(oe.Kvs[0].CreateRevision) - 1, nil
 	}
-	return uint64(switchRev), nil
+	return uint64(resp.Header.Revision), nil
 }

@@ -20,7 +20,7 @@ import (
 //     read other than the engine's own (trusted); its rows are written only by MoveWrite.
 //     MoveActivate makes it live: no holder, its epoch floor given by the mover (grants of
 //     an epoch above it are accepted: the grant the switch kept, or only grants made after
-//     the switch; cluster.MoveFloor), its id high-water at least the source's.
+//     the floor's read; cluster.MoveFloor), its id high-water at least the source's.
 //   - Source: MoveMark starts remembering the pages written to the table (memory only; a
 //     restart forgets the mark, and MoveChanges then fails with ErrMoveLost); MoveChanges
 //     hands them out, a bounded number per call. MoveFreeze stops every grant, id grant and
@@ -460,8 +460,8 @@ func (e *Engine) MoveRetire(tableID uint32) error {
 }
 
 // MoveActivate makes an incoming table live: no holder, epoch floor (grants of an epoch above
-// it are accepted: cluster.MoveFloor, the kept owner's epoch minus one or the switch's etcd
-// revision), ids granted up to at least
+// it are accepted: cluster.MoveFloor, the owner's epoch minus one, or an etcd revision
+// when nobody owns the partition), ids granted up to at least
 // nextID (the frozen source's). Live already with an epoch at least floor: no-op. Any
 // goroutine; it waits for the records' sync.
 func (e *Engine) MoveActivate(tableID uint32, floor, nextID uint64) error {

@@ -16,7 +16,7 @@ import (
 // table from its storage node to another, catches up with the writes made meanwhile, freezes
 // the source, switches the map in one etcd transaction that keeps the owner's grant (ownership
 // never changes hands at a switch), makes the copy live taking that grant (its floor just
-// below the grant's epoch; the switch's revision when nobody owned the partition) and fences
+// below the grant's epoch; the floor read's etcd revision when nobody owns the partition) and fences
 // the source for good. Every step is
 // recorded (the etcd move record, the storage nodes' logged move states) so that a mover that
 // died anywhere is finished or rolled back by the next Move of the partition.
@@ -35,7 +35,7 @@ const (
 	MoveStepFrozen    = "frozen"    // the source refuses commits and grants
 	MoveStepFinal     = "final"     // the target holds the frozen source's rows exactly
 	MoveStepSwitched  = "switched"  // the map points at the target; the owner keeps its grant
-	MoveStepActivated = "activated" // the target is live, taking the owner's grant (or above the switch)
+	MoveStepActivated = "activated" // the target is live, taking the owner's grant (or only later ones)
 	MoveStepRetired   = "retired"   // the source is fenced for good
 	MoveStepDone      = "done"      // the move record is gone
 )

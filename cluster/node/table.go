@@ -144,6 +144,9 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	if err != nil {
 		return t.n.after(err)
 	}
+	if err := t.watcherAt(ctx, need); err != nil {
+		return t.n.after(err)
+	}
 	took := make([]*txnode.Table, 0, len(need))
 	for _, p := range need {
 		var tb *txnode.Table
@@ -185,11 +188,39 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 	return t.n.after(err)
 }
 
+// watcherAt waits until the node's map watcher reflects the routes this handle has of
+// partitions ps (bounded by OwnerLookupTimeout). A move's switch keeps the owner's grant, so
+// a handle opened after the switch (its own linearizable read of the map) registers the very
+// grant another handle of this node still holds at the frozen source, whose cached reads
+// that handle serves until its next operation follows the switch, which it does only once
+// the watcher delivers it: registered and written before, the write would be missed by the
+// other handle's cached read (a stale read of an acknowledged write). After the wait every
+// later operation of the other handles follows the switch first.
+func (t *Table) watcherAt(ctx context.Context, ps []uint32) error {
+	var rev int64
+	for _, p := range ps {
+		rev = max(rev, t.parts[p].r.Load().rev)
+	}
+	if t.n.w.Map().Revision >= rev {
+		return nil
+	}
+	if h := raceHook; h != nil {
+		h("own-watch")
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+	defer cancel()
+	if _, err := t.n.w.WaitRevision(wctx, rev); err != nil {
+		return fmt.Errorf("node: own table %q: the node's map watcher is behind this handle: %w", t.m.Name, err)
+	}
+	return nil
+}
+
 // raceHook, set by tests only, runs at the points a heal may race: in Own between the
 // grants' map check and the store of the owned tables ("own"), in a move's follow between
 // the dial of the new storage node and the route's store ("moved") and between the route's
 // store and the owned table's registration ("moved-route"), and when the target refused
-// the grant as not live yet, before it is asked again ("moved-incoming").
+// the grant as not live yet, before it is asked again ("moved-incoming"), and in Own when
+// the node's map watcher is behind the handle's routes, before it waits ("own-watch").
 var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one
@@ -217,6 +248,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if wait {
 		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
+	pre := t.n.sess.Held(t.m.Name, p) != nil
 	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
 	var oe *cluster.OwnedError
 	switch {
@@ -225,8 +257,11 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	case errors.Is(err, txnode.ErrTableNotFound):
 		return nil, fmt.Errorf("node: own table %q partition %d: not on storage node %s: %w (%w)", t.m.Name, p, pt.addr(), ErrIncomplete, err)
 	case err != nil:
-		if errors.Is(err, storenode.ErrMoved) {
-			t.releaseUnused(p) // kept through the refusal (keepGrantKey): nobody uses it
+		if !pre || errors.Is(err, storenode.ErrMoved) {
+			// Kept through the refusal (keepGrantKey: a move is recorded, whatever the
+			// refusal was): nobody uses it. A grant the session held before this call
+			// is left to its users, but for the move's refusal (as before).
+			t.releaseUnused(p)
 		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
