@@ -657,12 +657,22 @@ func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duratio
 		select {
 		case <-db.stop: // Close ended it: nothing failed
 		default:
+			if droppedHere(t, err) {
+				return
+			}
 			db.stats.renewFails.Add(1)
 			db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
 		}
 		return
 	}
 	db.stats.renewals.Add(1)
+}
+
+// droppedHere reports whether err, a renewal's or re-registration's, says the store has no
+// such table because this node's DropTable is dropping it (or dropped it) meanwhile: the
+// renewal raced the drop, nothing failed.
+func droppedHere(t *tableState, err error) bool {
+	return errors.Is(err, storenode.ErrTableNotFound) && (t.dropping.Load() || t.dropped.Load())
 }
 
 // renewLease renews t's lease once, on its own goroutine (renewLeases). The renewal is given
@@ -693,6 +703,9 @@ func (db *DB) renewLease(ctx context.Context, t *tableState, period time.Duratio
 		select {
 		case <-db.stop: // Close ended it: nothing failed
 		default:
+			if droppedHere(t, err) {
+				return
+			}
 			db.stats.renewFails.Add(1)
 			db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
 		}
