@@ -11,7 +11,6 @@ import (
 
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 )
 
 // A two-phase commit aborted (a prepare refused) after the coordinator's context ended: its
@@ -22,21 +21,9 @@ import (
 func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
-	var primary *server.Server // x's storage node: written first, participant 0
-	for i, addr := range tc.addrs {
-		if addr == ta.NodeOf(x) {
-			primary = tc.srvs[i]
-		}
-	}
+	a, ta, x, y := twoAccounts(t, ctx, tc)
+	var err error
+	primary := tc.srvAt(ta.NodeOf(x)) // x's storage node: written first, participant 0
 
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
@@ -97,21 +84,9 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 func TestCoordAbortRecordAbandonedAtClose(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
-	var primary *server.Server
-	for i, addr := range tc.addrs {
-		if addr == ta.NodeOf(x) {
-			primary = tc.srvs[i]
-		}
-	}
+	a, ta, x, y := twoAccounts(t, ctx, tc)
+	var err error
+	primary := tc.srvAt(ta.NodeOf(x))
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
 	defer node.SetSerialPrepares(true)()

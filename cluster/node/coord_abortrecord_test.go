@@ -15,7 +15,6 @@ import (
 
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 )
 
 // A two-phase commit aborted (a prepare refused) while the primary's transaction node died
@@ -32,21 +31,9 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	tc := startTxnCluster(t, 2, func(o *storenode.Options) {
 		o.TxnResolveAfter, o.TxnResolveInterval = 50*time.Millisecond, 50*time.Millisecond
 	})
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
-	var primary *server.Server // x's storage node: written first, participant 0
-	for i, addr := range tc.addrs {
-		if addr == ta.NodeOf(x) {
-			primary = tc.srvs[i]
-		}
-	}
+	a, ta, x, y := twoAccounts(t, ctx, tc)
+	var err error
+	primary := tc.srvAt(ta.NodeOf(x)) // x's storage node: written first, participant 0
 
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()

@@ -18,15 +18,7 @@ import (
 func TestCoordCloseDuringApplyReturns(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	a, ta, x, y := twoAccounts(t, ctx, tc)
 
 	closed := make(chan error, 1)
 	defer node.SetCoordHook(func(step string, _ int) {
@@ -54,15 +46,8 @@ func TestCoordCloseDuringApplyReturns(t *testing.T) {
 func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	a, ta, x, y := twoAccounts(t, ctx, tc)
+	var err error
 
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
@@ -97,15 +82,8 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 func TestCoordPrepareUnansweredIsDefiniteAbort(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	a, ta, x, y := twoAccounts(t, ctx, tc)
+	var err error
 	var second *server.Server // y's storage node: prepared second (x is written first)
 	for i, addr := range tc.addrs {
 		if addr == ta.NodeOf(y) {

@@ -54,6 +54,33 @@ func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Option
 	return tc
 }
 
+// twoAccounts opens node 0xa ("game-a:7000") on tc (two storage nodes), creates "acct" with
+// one partition on each, owns both and inserts an account of balance initial on each: x and
+// y, on different storage nodes (x's is a transaction's primary when x is written first).
+func twoAccounts(t *testing.T, ctx context.Context, tc *testCluster) (a *node.Node, ta *node.Table, x, y uint64) {
+	t.Helper()
+	a = tc.open(t, 0xa, "game-a:7000")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	x, err = ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	y, err = ta.Insert(ctx, acctRow(initial, 0))
+	require.NoError(t, err)
+	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	return a, ta, x, y
+}
+
+// srvAt returns tc's storage node listening at addr (nil if none).
+func (tc *testCluster) srvAt(addr string) *server.Server {
+	for i, a := range tc.addrs {
+		if a == addr {
+			return tc.srvs[i]
+		}
+	}
+	return nil
+}
+
 // A bank row: the balance, then how many transfers the account received.
 func acctRow(balance, received uint64) []byte {
 	b := make([]byte, 64)
@@ -217,15 +244,7 @@ func bankAcross(t *testing.T, durability txnode.Durability) {
 func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err := ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+	a, ta, x, y := twoAccounts(t, ctx, tc)
 
 	decided := make(chan struct{})
 	release := make(chan struct{})
