@@ -491,7 +491,7 @@ func (s *Server) prepareListen() (ln net.Listener, booted bool, err error) {
 	}
 	ln, err = net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return nil, false, fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+		return nil, false, fmt.Errorf("storenode: listen on %s%s: %w", s.cfg.Listen, listenHolder(s.cfg.Listen, err), err)
 	}
 	if s.cfg.TLS == nil {
 		if err := s.bootGnet(); err != nil {
