@@ -209,6 +209,9 @@ type Config struct {
 	ReservedFiles int
 	// fileLimit replaces RLIMIT_NOFILE in the start-up check (tests).
 	fileLimit uint64
+	// readHook, when set, runs on a read's goroutine before it builds each reply off the
+	// event loop (tests).
+	readHook func(sgio.Message)
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int
