@@ -156,8 +156,10 @@ type Engine struct {
 	// readBarriers counts the reads that waited for durability with mu held (read.go).
 	readBarriers atomic.Uint64
 
-	// verifySlots bounds the etcd grant verifications running at once (cluster.go).
+	// verifySlots bounds the etcd grant verifications running at once (cluster.go);
+	// verifyConns those of each connection (verify_slots.go).
 	verifySlots chan struct{}
+	verifyConns verifyConns
 
 	ckptReq chan struct{}
 	stop    chan struct{}
