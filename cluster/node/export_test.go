@@ -62,3 +62,6 @@ func SetCoordClock(now func() time.Time, trust time.Duration) (restore func()) {
 	coordNow, decideTrust = now, trust
 	return func() { coordNow, decideTrust = oldNow, oldTrust }
 }
+
+// NewTxnID returns the id n's next two-phase commit would get (tests only).
+func NewTxnID(n *Node) [16]byte { return n.txnID() }
