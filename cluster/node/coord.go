@@ -91,8 +91,14 @@ func (n *Node) txnID() [16]byte {
 	binary.BigEndian.PutUint64(id[:8], uint64(n.sess.Lease()))
 	binary.BigEndian.PutUint32(id[8:12], uint32(n.txnSeq.Add(1)))
 	_, _ = rand.Read(id[12:]) // crypto/rand.Read never fails; it crashes the program instead
+	if h := txnIDHook; h != nil {
+		h(id)
+	}
 	return id
 }
+
+// txnIDHook, set by tests only, hears each transaction id as it is made.
+var txnIDHook func(id [16]byte)
 
 // twoPhase commits tx's parts atomically (steps 1..4 above).
 func (n *Node) twoPhase(tx *Tx) error {
