@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -104,10 +103,6 @@ type roleKey struct {
 	role role
 	key  []byte
 }
-
-// ErrRoleSecrets is returned by New when two roles are configured with the same secret
-// (Config.Secret, PeerSecret, OperatorSecret): the server could not tell them apart.
-var ErrRoleSecrets = errors.New("storenode: two roles configured with the same secret")
 
 // roleKeys decodes the configured secrets into the keys authentication tries, in order:
 // one empty key of every role when none is configured, else one per configured role (and
