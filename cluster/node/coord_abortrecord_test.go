@@ -38,6 +38,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
 	defer node.SetSerialPrepares(true)()
+	var ids []storenode.TxnID
+	defer node.SetTxnIDHook(func(id [16]byte) { ids = append(ids, id) })()
 	fired := false
 	defer node.SetCoordHook(func(step string, i int) {
 		if step != "prepared" || i != 1 || fired {
@@ -76,9 +78,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	// The background record's end (recorded, or given up): nothing else uses x's storage
 	// node meanwhile.
 	require.Eventually(t, func() bool { return node.Recording(a) == 0 }, 60*time.Second, 10*time.Millisecond)
-	var id storenode.TxnID // the node's first two-phase commit: its lease, then 1
-	binary.BigEndian.PutUint64(id[:8], uint64(a.Session().Lease()))
-	binary.BigEndian.PutUint64(id[8:], 1)
+	require.Len(t, ids, 1, "one two-phase commit")
+	id := ids[0]
 	d, err := primary.Engine().AskTxn(ctx, id, int64(a.Session().Lease()))
 	require.NoError(t, err)
 	require.Equal(t, storenode.DecisionAbort, d, "the abort is recorded at the primary (its prepared part is not left in doubt while the lease lives)")

@@ -174,15 +174,19 @@ func (m *mover) run(ctx context.Context, to string) error {
 	return m.finish(ctx)
 }
 
-// dial connects to both storage nodes (as owner 0, like a resolver: the mover is no owner)
-// and opens the source's table.
+// dial connects to both storage nodes (as owner 0, like a resolver: the mover is no owner),
+// with the operators' secret (Config.OperatorSecret), and opens the source's table.
 func (m *mover) dial(ctx context.Context) error {
 	cfg := m.t.n.cfg
+	secret := cfg.OperatorSecret
+	if len(secret) == 0 {
+		secret = cfg.Secret
+	}
 	var err error
-	if m.src, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.From, Secret: cfg.Secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
+	if m.src, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.From, Secret: secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
 		return m.errorf("source %s: %w", m.rec.From, err)
 	}
-	if m.dst, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.To, Secret: cfg.Secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
+	if m.dst, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.To, Secret: secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
 		return m.errorf("target %s: %w", m.rec.To, err)
 	}
 	var ti sgio.TableInfo

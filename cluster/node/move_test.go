@@ -197,7 +197,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	w.check(t, ctx, reader)
 
 	// The old copy is fenced for good: it serves nothing.
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret})
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
@@ -254,7 +254,8 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	defer sess.Close(ctx)
 	g, err := sess.Acquire(ctx, "acct", 0)
 	require.NoError(t, err)
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
+	// The operator's secret: the test steps the move itself too (MoveOpStatus).
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret, OwnerID: owner})
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
@@ -319,13 +320,29 @@ func TestMoveConcurrentSameNodeRefused(t *testing.T) {
 // A freeze is its mover's: the thaw of a mover whose move was given up (its rollback's thaw,
 // late) does not undo the freeze of a mover that took the frozen source over since, under a
 // higher mover epoch: the owner's writes stay refused until that move switches.
+// TestMoveNeedsOperatorSecret: a move's steps are operators' requests (docs/operations.md,
+// "Roles and credentials"): a node without the operators' secret cannot move a partition
+// (its client secret is refused with ErrForbidden) and nothing is switched.
+func TestMoveNeedsOperatorSecret(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0x1}, OperatorSecret: []byte{}})
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, sgio.ErrForbidden)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+}
+
 func TestMoveLateThawRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	n := tc.open(t, 0x1, "")
 	_, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret})
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
