@@ -160,6 +160,23 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	// switch happened, so it is dropped as any cluster table (once the map has no such
 	// table); a move rolled back leaves it for the next move, which reuses it.
 	moveCopy := e.moves != nil && stateOf(e.moveOf(t)) == MoveRetired
+	if moveCopy && e.opts.GrantVerifier != nil {
+		// Unless etcd's map places it here (a retire of before the steps were verified):
+		// asked with no lock held (move_verify.go).
+		e.mu.Unlock()
+		err := e.verifyRetiredDrop(t)
+		e.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if err := e.usable(); err != nil {
+			return err
+		}
+		if e.byName[name] != t {
+			return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		}
+		moveCopy = stateOf(e.moveOf(t)) == MoveRetired
+	}
 	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil && !moveCopy {
 		// A cluster table has no lease here (its grants are etcd's): its registered holder
 		// drops it while its etcd grant is current, anyone once etcd's map no longer has

@@ -158,6 +158,9 @@ type Engine struct {
 
 	// verifySlots bounds the etcd grant verifications running at once (cluster.go).
 	verifySlots chan struct{}
+	// moveSelf is the address the partition map names this node by, as the last verified
+	// move step gave it (move_verify.go); nil until one did.
+	moveSelf atomic.Pointer[string]
 
 	ckptReq chan struct{}
 	stop    chan struct{}
