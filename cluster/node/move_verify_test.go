@@ -2,14 +2,19 @@ package node_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 // The storage node verifies move steps with the verifier it verifies grants with.
@@ -218,4 +223,62 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	id, err := ptbl.Insert(ctx, balanceRow(9))
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), ptbl.Partition(id))
+}
+
+// flakyVerifier is the real verifier whose move reads fail while fails is above zero, each
+// failed read counted down: etcd unreachable from the storage node for that many reads.
+type flakyVerifier struct {
+	*cluster.GrantVerifier
+	fails atomic.Int64
+}
+
+func (v *flakyVerifier) MovePlace(ctx context.Context, table string, part uint32) (string, string, string, uint64, uint64, error) {
+	if v.fails.Add(-1) >= 0 {
+		return "", "", "", 0, 0, fmt.Errorf("flaky: %w", cluster.ErrUnavailable)
+	}
+	return v.GrantVerifier.MovePlace(ctx, table, part)
+}
+
+// A move step the storage node could not verify (etcd unreachable from it: ErrBusy on the
+// wire) is tried again a bounded number of times: two failed reads and the move completes;
+// reads that keep failing end the Move with the error after four tries of its first
+// verified step (the target's begin), the move still recorded for the next Move.
+func TestMoveStepUnverifiableRetried(t *testing.T) {
+	ctx := testCtx(t)
+	tc := &testCluster{etcd: etcdtest.Start(t)}
+	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	tc.c = c
+	v := &flakyVerifier{GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
+	for range 3 {
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret,
+			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, Logger: quiet, GrantVerifier: v}})
+		require.NoError(t, err)
+		require.NoError(t, srv.Start())
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		})
+		tc.srvs = append(tc.srvs, srv)
+		tc.addrs = append(tc.addrs, srv.Addr().String())
+	}
+	n := tc.open(t, 0x1, "")
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
+	require.NoError(t, err)
+
+	v.fails.Store(2)
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[2]))
+	require.EqualValues(t, 0, max(v.fails.Load(), 0), "both failures were met")
+
+	v.fails.Store(1 << 30)
+	err = tbl.Move(ctx, 1, tc.addrs[2])
+	require.ErrorIs(t, err, sgio.ErrBusy)
+	require.EqualValues(t, 1<<30-4, v.fails.Load(), "four tries of the begin")
+	_, recorded, err := c.ReadMove(ctx, "acct", 1)
+	require.NoError(t, err)
+	require.True(t, recorded, "left for the next Move")
+	v.fails.Store(0)
+	require.NoError(t, tbl.Move(ctx, 1, tc.addrs[2]))
 }
