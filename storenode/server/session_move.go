@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -90,16 +91,28 @@ var moveSteps = [...]storenode.MoveStep{
 	sgio.MoveOpActivate: storenode.MoveStepActivate,
 }
 
+// moveSelf is the address etcd's partition map must name this storage node by for its move
+// steps to be verified: the address it listens on (set before any session exists, never
+// changed). "" when that is an unspecified address (0.0.0.0, [::]), which the map cannot
+// name: such a node refuses verified move steps (storenode.ErrNoVerifier).
+func (srv *Server) moveSelf() string {
+	a, ok := srv.addr.(*net.TCPAddr)
+	if !ok || a.IP == nil || a.IP.IsUnspecified() {
+		return ""
+	}
+	return a.String()
+}
+
 // execMove executes one Move step on the request's goroutine. A step that changes the
 // table's move state is first verified against etcd (storenode's VerifyMoveStep: bounded by
 // the engine's GrantVerifyTimeout and its verification slots), "this node" being the
-// address the server listens on (set before any session exists).
+// address the server listens on (moveSelf).
 func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
 	e := s.srv.eng
 	r := &sgio.MoveState{}
 	var err error
 	if int(m.Op) < len(moveSteps) && moveSteps[m.Op] != 0 {
-		if err := e.VerifyMoveStep(context.Background(), m.Table, moveSteps[m.Op], m.Token, m.Floor, s.srv.addr.String()); err != nil {
+		if err := e.VerifyMoveStep(context.Background(), m.Table, moveSteps[m.Op], m.Token, m.Floor, s.srv.moveSelf()); err != nil {
 			return nil, err
 		}
 	}
