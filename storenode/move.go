@@ -473,8 +473,8 @@ func (e *Engine) MoveRetire(tableID uint32, epoch uint64) error {
 // begin's: ErrFenced otherwise): no holder, epoch floor (grants of an epoch above
 // it are accepted: cluster.MoveFloor, the owner's epoch minus one, or an etcd revision
 // when nobody owns the partition), ids granted up to at least
-// nextID (the frozen source's). Live already with an epoch at least floor: no-op. Any
-// goroutine; it waits for the records' sync.
+// nextID (the frozen source's). Live already with an epoch at least floor: only the id
+// high-water mark raised to nextID. Any goroutine; it waits for the records' sync.
 func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error {
 	if epoch == 0 || floor == 0 || nextID > MaxRowID {
 		return fmt.Errorf("%w: activation of mover epoch %d with floor %d next id %d", ErrMalformed, epoch, floor, nextID)
@@ -491,6 +491,14 @@ func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error
 	switch s := stateOf(m); s {
 	case MoveLive:
 		if granted >= floor {
+			// Activated already (a retry, or a request that came first): the id high-water
+			// mark is raised to the source's all the same, so ids the source granted are
+			// never granted here again.
+			if nextID > t.nextID {
+				t.nextID = nextID
+				e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, nextID)
+				return e.appendAndWait(kindGrantIDs, e.scratch)
+			}
 			return nil
 		}
 		return fmt.Errorf("%w: table %q is live below the floor %d: not an incoming copy", ErrMoveState, t.name, floor)

@@ -16,10 +16,13 @@ import (
 //     map still places the partition on its source (not switched yet).
 //   - freeze: a move is recorded, its epoch is the step's, this node is its source and the
 //     map places the partition here.
-//   - retire: the step's epoch is at least the freeze's (MoveRetire) and the map no longer
-//     places the partition here (a switched move, or a table gone from the map).
-//   - activate: the step's epoch is at least the begin's (MoveActivate) and the map places
-//     the partition here (switched to this node).
+//   - retire: a move is recorded, its epoch is the step's (so at least the freeze's, which
+//     MoveRetire checks), this node is its source and the map no longer places the
+//     partition here (switched). The mover retires before it deletes the record; a resumed
+//     one records the move again first.
+//   - activate: a move is recorded, its epoch is the step's (at least the begin's, which
+//     MoveActivate checks), this node is its target and the map places the partition here
+//     (switched to this node).
 //   - thaw: no move is recorded (a rolled-back move's record goes first) and the map places
 //     the partition here (a copy the map left is retired, never thawed).
 //   - No epoch or floor above etcd's current revision is taken: a real mover's are
@@ -138,14 +141,17 @@ func checkMoveStep(v MoveView, step MoveStep, epoch, floor uint64, self string) 
 	case step == MoveStepActivate && (floor == 0 || floor > v.Revision):
 		return fmt.Errorf("grant floor %d is above etcd's revision %d", floor, v.Revision)
 	}
-	switch step {
-	case MoveStepBegin, MoveStepFreeze:
+	if step != MoveStepThaw {
 		if !v.Moving || v.Epoch != epoch {
 			return fmt.Errorf("no move of mover epoch %d is recorded in etcd", epoch)
 		}
-		if step == MoveStepBegin && v.To != self || step == MoveStepFreeze && v.From != self {
+		if (step == MoveStepBegin || step == MoveStepActivate) && v.To != self ||
+			(step == MoveStepFreeze || step == MoveStepRetire) && v.From != self {
 			return fmt.Errorf("the recorded move is from %s to %s, and this node is %s", v.From, v.To, self)
 		}
+	}
+	switch step {
+	case MoveStepBegin, MoveStepFreeze:
 		if v.Node != v.From {
 			return fmt.Errorf("the map places the partition on %q, not the move's source %s", v.Node, v.From)
 		}

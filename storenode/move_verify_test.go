@@ -35,11 +35,16 @@ func TestMoveStepRules(t *testing.T) {
 		{"freeze, no move", none, MoveStepFreeze, 10, 0, "a", false},
 		{"freeze after the switch", switched, MoveStepFreeze, 10, 0, "a", false},
 		{"retire after the switch", switched, MoveStepRetire, 10, 0, "a", true},
-		{"retire, the table gone from the map", MoveView{Revision: 20}, MoveStepRetire, 10, 0, "a", true},
+		{"retire at the target", switched, MoveStepRetire, 10, 0, "b", false},
+		{"retire of another epoch", switched, MoveStepRetire, 11, 0, "a", false},
+		{"retire, no move", MoveView{Node: "b", Revision: 20}, MoveStepRetire, 10, 0, "a", false},
 		{"retire before the switch", moving, MoveStepRetire, 10, 0, "a", false},
 		{"retire under an epoch above the revision", switched, MoveStepRetire, 21, 0, "a", false},
 		{"activate after the switch", switched, MoveStepActivate, 10, 19, "b", true},
-		{"activate at the revision", switched, MoveStepActivate, 20, 20, "b", true},
+		{"activate at the revision", switched, MoveStepActivate, 10, 20, "b", true},
+		{"activate of another epoch", switched, MoveStepActivate, 11, 19, "b", false},
+		{"activate at the source", MoveView{Moving: true, Epoch: 10, From: "b", To: "a", Node: "b", Revision: 20}, MoveStepActivate, 10, 19, "b", false},
+		{"activate, no move", MoveView{Node: "b", Revision: 20}, MoveStepActivate, 10, 19, "b", false},
 		{"activate before the switch", moving, MoveStepActivate, 10, 19, "b", false},
 		{"activate under floor 2^64-1", switched, MoveStepActivate, 10, ^uint64(0), "b", false},
 		{"activate under floor 0", switched, MoveStepActivate, 10, 0, "b", false},
@@ -71,7 +76,9 @@ func TestMoveVerifyWithoutMoveVerifier(t *testing.T) {
 }
 
 // Retire and activate carry the mover's epoch: below the freeze's (the begin's) it is
-// ErrFenced, a mover that lost the move or a stranger; at or above it, taken.
+// ErrFenced, a mover that lost the move or a stranger; at or above it, taken. An
+// activation of a live copy raises its id high-water mark (an earlier activation of a lower
+// one cannot make it grant the source's ids again).
 func TestMoveRetireActivateEpochs(t *testing.T) {
 	p := newMovePair(t)
 	_, err := p.src.MoveFreeze(p.srcID, 5)
@@ -81,6 +88,12 @@ func TestMoveRetireActivateEpochs(t *testing.T) {
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 5))
 	require.ErrorIs(t, p.dst.MoveActivate(p.dstID, 4, 3, 0), ErrFenced)
 	require.NoError(t, p.dst.MoveActivate(p.dstID, 6, 3, 0), "a mover that took the move over")
+	_, next, err := p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.NoError(t, p.dst.MoveActivate(p.dstID, 6, 3, next+1000), "activated again: the id mark raised")
+	_, next2, err := p.dst.MoveStatus(p.dstID)
+	require.NoError(t, err)
+	require.Equal(t, next+1000, next2)
 	require.NoError(t, p.src.MoveRetire(p.srcID, 6))
 	st, _, err := p.src.MoveStatus(p.srcID)
 	require.NoError(t, err)
