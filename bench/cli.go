@@ -45,6 +45,8 @@ type Config struct {
 	FullPageIO bool
 	JSON       string
 	Quiet      bool
+	// BenchLines adds one Go benchmark line per result to the report, for benchstat.
+	BenchLines bool
 	StoreAddr  string
 	Secret     string
 	SpawnStore bool
@@ -91,6 +93,7 @@ func parseFlags(prog Program, args []string, stderr io.Writer) (*Config, error) 
 	fs.BoolVar(&c.FullPageIO, "full-page-io", false, "ablation: fetch and ship whole pages instead of sparse rows")
 	fs.StringVar(&c.JSON, "json", "", "write the results to this file as JSON")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar or per-workload lines on stderr")
+	fs.BoolVar(&c.BenchLines, "bench-lines", false, "also print each result as a Go benchmark line (for benchstat)")
 	fs.StringVar(&c.StoreAddr, "store", "", "use the storage node at this address instead of the embedded store")
 	fs.StringVar(&c.Secret, "store-secret", os.Getenv("WEFT_SECRET"), "the storage node's shared secret (default $WEFT_SECRET)")
 	fs.BoolVar(&c.SpawnStore, "spawn-store", false, "run the storage node in a child process (this binary) on a free loopback port")
@@ -336,6 +339,7 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 		r.prog.Name, cfg.Records, cfg.Workers, cfg.RowBytes, cfg.Duration, cfg.Durability, syncShown, cfg.Async, deployment)
 	fmt.Fprintf(r.stdout, "%s %s/%s, %d CPUs (%s), commit %s, %s, load average %s\n\n", meta.GoVersion, meta.GOOS, meta.GOARCH,
 		meta.CPUs, meta.CPU, meta.Commit, meta.Date, orDash(meta.LoadAvgStart))
+	r.noteLoad("start", meta.LoadAvgStart)
 
 	var results []Result
 	for _, f := range engines {
@@ -369,8 +373,9 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 			r.note("%s %s cache=%s: %d ops failed, first: %s", res.Engine, res.Workload, res.Cache, res.Errors, res.FirstError)
 		}
 	}
-	meta.Notes = r.notes
 	meta.LoadAvgEnd = loadAverage()
+	r.noteLoad("end", meta.LoadAvgEnd)
+	meta.Notes = r.notes
 	r.report(results)
 	fmt.Fprintf(r.stdout, "load average at start %s, at end %s\n", orDash(meta.LoadAvgStart), orDash(meta.LoadAvgEnd))
 	if cfg.JSON != "" {
@@ -383,9 +388,7 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 
 func (r *runner) report(results []Result) {
 	w := r.stdout
-	writeSummary(w, results, r.cfg.Workloads)
-	fmt.Fprintln(w)
-	writeDetail(w, results)
+	writeResults(w, results, runtime.NumCPU())
 	fmt.Fprintln(w)
 	writeRatios(w, results, r.cfg.Workloads)
 	if len(r.notes) > 0 {
@@ -394,7 +397,22 @@ func (r *runner) report(results []Result) {
 		}
 		fmt.Fprintln(w)
 	}
-	writeBenchLines(w, results, r.prog.Pkg)
+	if r.cfg.BenchLines {
+		writeBenchLines(w, results, r.prog.Pkg)
+	}
+}
+
+// noteLoad warns when the machine's one-minute load average (as /proc/loadavg gives it, at
+// the run's start or end) is above its cores: other work then shares the CPUs the figures
+// are measured on.
+func (r *runner) noteLoad(when, loadAvg string) {
+	first, _, _ := strings.Cut(loadAvg, " ")
+	load, err := strconv.ParseFloat(first, 64)
+	if err != nil || load <= float64(runtime.NumCPU()) {
+		return
+	}
+	r.note("load average %.2f at the %s is above this machine's %d cores: other work shares the CPUs, so the figures are low and noisy", load, when, runtime.NumCPU())
+	r.logf("%s: warning: load average %.2f at the %s is above this machine's %d cores", r.prog.Name, load, when, runtime.NumCPU())
 }
 
 // runEngine opens one engine at one cache size, loads the table, runs the workloads and

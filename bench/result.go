@@ -118,15 +118,38 @@ func newResult(engine, workload string, cacheBytes int64, cacheSensitive bool, o
 	return r
 }
 
-// sourceOpsPerSec are the figures of the source article's table (003: 12700H laptop, 30M
-// 64-byte rows, 128 concurrent transactions, one transaction node and one storage node), by
-// workload, for its 1 MB and 1 GB transaction-node caches; 0 where the table has none.
+// The source article's table (seed 003) is its authors' claim, not a measurement of this run:
+// a 12700H laptop (sourceCores cores), 30M 64-byte rows, 128 concurrent transactions, one
+// transaction node and one storage node. sourceOpsPerSec holds it by workload, for the 1 MB and
+// 1 GB transaction-node caches; 0 where the table has none.
+const (
+	sourceCores  = 14
+	sourceLegend = "claim: the source article's figure for the same workload and cache (its authors' claim on a 14-core 12700H laptop, 30M rows, 128 transactions; not measured here); /core: ops/s divided by the cores (this machine's, or the claim's 14)"
+)
+
 var sourceOpsPerSec = map[string][2]float64{
 	WorkloadInsert:       {7.74e6, 0},
 	WorkloadUpdateRandom: {1.73e6, 6.97e6},
 	WorkloadUpdateSeq:    {8.78e6, 14.05e6},
 	WorkloadQueryRandom:  {3.21e6, 8.05e6},
 	WorkloadQuerySeq:     {8.77e6, 15.85e6},
+}
+
+// sourceClaim is the source's ops/s for a result's workload and cache: its 1 MB column for a
+// cache under 1 GiB, its 1 GB column from 1 GiB up; 0 for a peer or where it has none.
+func sourceClaim(r Result) float64 {
+	if r.Engine != WeftEngine {
+		return 0
+	}
+	claims := sourceOpsPerSec[r.Workload]
+	cache, err := ParseSize(r.Cache)
+	if err != nil {
+		return 0
+	}
+	if cache >= 1<<30 {
+		return claims[1]
+	}
+	return claims[0]
 }
 
 // FormatBytes prints a byte count with a binary unit when it is a whole number of them.
@@ -224,52 +247,29 @@ func writeTable(w io.Writer, header []string, rows [][]string, leftCols int) {
 	}
 }
 
-// writeDetail prints every result with all its measures.
-func writeDetail(w io.Writer, rs []Result) {
-	header := []string{"engine", "workload", "cache", "ops/s", "p50", "p99", "p999", "net B/op", "WAL B/op", "ops/sync", "CPU us/op", "hit", "errors"}
+// writeResults prints every result once, with all its measures, the figure per core of this
+// machine, and the source's claim for the same workload and cache beside it (sourceLegend).
+func writeResults(w io.Writer, rs []Result, cores int) {
+	header := []string{"engine", "workload", "cache", "ops/s", "/core", "CPU us/op", "claim", "claim/core",
+		"p50", "p99", "p999", "net B/op", "WAL B/op", "ops/sync", "hit", "errors"}
 	var rows [][]string
 	for _, r := range rs {
 		perSync := "-"
 		if r.OpsPerWALSync > 0 {
 			perSync = fmt.Sprintf("%.0f", r.OpsPerWALSync)
 		}
+		claim, claimCore := "-", "-"
+		if v := sourceClaim(r); v > 0 {
+			claim, claimCore = humanRate(v), humanRate(v/sourceCores)
+		}
 		rows = append(rows, []string{r.Engine, r.Workload, r.Cache, humanRate(r.OpsPerSec),
+			humanRate(r.OpsPerSec / float64(max(cores, 1))), fmt.Sprintf("%.2f", r.CPUusPerOp), claim, claimCore,
 			fmtLatency(r.P50us), fmtLatency(r.P99us), fmtLatency(r.P999us),
 			fmt.Sprintf("%.1f", r.NetBytesPerOp), fmt.Sprintf("%.1f", r.WALBytesPerOp), perSync,
-			fmt.Sprintf("%.2f", r.CPUusPerOp), fmtHit(r.HitRatio), fmt.Sprint(r.Errors)})
+			fmtHit(r.HitRatio), fmt.Sprint(r.Errors)})
 	}
 	writeTable(w, header, rows, 3)
-}
-
-// writeSummary prints the source's table: workloads down, (engine, cache) across, ops/s, with
-// the source's figures beside.
-func writeSummary(w io.Writer, rs []Result, workloads []string) {
-	cols := columnsOf(rs)
-	header := []string{"ops/s"}
-	for _, c := range cols {
-		header = append(header, c.engine+" "+c.cache)
-	}
-	header = append(header, "source 1MB", "source 1GB")
-	var rows [][]string
-	for _, wl := range workloads {
-		row := []string{wl}
-		for _, c := range cols {
-			cell := ""
-			if r := find(rs, c.engine, c.cache, wl); r != nil {
-				cell = humanRate(r.OpsPerSec)
-			}
-			row = append(row, cell)
-		}
-		for _, v := range sourceOpsPerSec[wl] {
-			cell := "-"
-			if v > 0 {
-				cell = humanRate(v)
-			}
-			row = append(row, cell)
-		}
-		rows = append(rows, row)
-	}
-	writeTable(w, header, rows, 1)
+	fmt.Fprintln(w, sourceLegend)
 }
 
 // writeRatios prints Weft's ops/s over each peer's, per workload and Weft cache size.

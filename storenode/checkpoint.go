@@ -22,7 +22,8 @@ import (
 // frames clean (unless written again since) and drop WAL segments wholly below the LSN.
 //
 // Any IO error in a checkpoint makes the engine fail-stop: nothing was published, the WAL still
-// holds everything, and a reopen recovers.
+// holds everything, and a reopen recovers. Except a want of file descriptors before the meta
+// file's rename: that checkpoint is abandoned and tried again later (ckpt_defer.go).
 //
 // Lock holds. Commits take mu, so no step of a checkpoint holds it for longer than a bounded
 // chunk of work: the scan for dirty frames takes ckptScanFrames frames per hold; the copy
@@ -77,15 +78,37 @@ func (e *Engine) checkpointLoop() {
 		defer t.Stop()
 		tick = t.C
 	}
+	// A deferred checkpoint is tried again on retry, after a wait that doubles while they
+	// stay deferred (ckpt_defer.go); requests and the timer wait for it meanwhile, or every
+	// commit that finds the cache under pressure would start another try.
+	var retry <-chan time.Time
+	var wait time.Duration
+	stopRetry := func() {}
+	defer func() { stopRetry() }()
 	for {
+		req, timer := e.ckptReq, tick
+		if retry != nil {
+			req, timer = nil, nil
+		}
 		select {
 		case <-e.stop:
 			return
-		case <-e.ckptReq:
-		case <-tick:
+		case <-req:
+		case <-timer:
+		case <-retry:
 		}
-		if err := e.checkpoint(false); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFailStop) {
+		stopRetry()
+		retry, stopRetry = nil, func() {}
+		err := e.checkpoint(false)
+		switch {
+		case errors.Is(err, ErrCheckpointDeferred):
+			wait = ckptRetryWait(wait)
+			retry, stopRetry = e.ckptRetryTimer(wait)
+		case err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFailStop):
 			e.opts.Logger.Error("storenode: checkpoint", "err", err)
+			wait = 0
+		default:
+			wait = 0
 		}
 	}
 }
@@ -224,8 +247,12 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err != nil || snap == nil {
 		return err
 	}
+	var written []ckptWrite
+	renamed := false
 	defer func() {
-		if err != nil {
+		if err != nil && !replay && !renamed && isFileLimit(err) {
+			err = e.deferCheckpoint(written, err) // ckpt_defer.go
+		} else if err != nil {
 			err = e.fail(err)
 			e.broadcastFailure()
 		}
@@ -253,7 +280,7 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := publishMeta(e.fs, e.dir, snap); err != nil {
+	if renamed, err = publishMetaRenamed(e.fs, e.dir, snap); err != nil {
 		return err
 	}
 	e.publishedMapLog(snap, oldLog)

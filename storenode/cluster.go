@@ -29,7 +29,8 @@ import (
 //     partition's stripes only, and a commit segment of a page of another partition is
 //     refused.
 //   - etcd is never called with mu (or any engine lock) held, at most grantVerifySlots
-//     verifications run at once, each bounded by Options.GrantVerifyTimeout.
+//     verifications run at once, each bounded by Options.GrantVerifyTimeout; a connection
+//     gets a slot at once or is refused (verify_slots.go).
 
 // ClusterLayout is a cluster-managed table's place in its partitioned table: the table's
 // layout (cluster.Layout: Partitions, StripePages) and the partition this table holds.
@@ -231,8 +232,10 @@ func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch
 // node's session), which must still hold owner's identity (HoldsIdent) when the grant or
 // renewal makes its incarnation the table's holder incarnation (holderReads), checked with
 // that incarnation's read: else ErrIdentityLost. The etcd verification of a new grant may
-// take a while, during which another incarnation may claim the id. Any goroutine but an
-// event loop.
+// take a while, during which another incarnation may claim the id. A connection's
+// registration waits for no verification slot: one it may not take now (at most
+// grantVerifyConnMax per connection, verify_slots.go) is refused at once with
+// ErrGrantUnverified. Any goroutine but an event loop.
 func (e *Engine) RegisterGrantFrom(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (Grant, error) {
 	g, registered, err := e.registerGrant(ctx, tableID, owner, epoch, conn)
 	switch {
@@ -261,7 +264,7 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		}
 		return t, false, nil
 	}
-	if err := e.verifyGrant(ctx, table, part, owner, epoch); err != nil {
+	if err := e.verifyGrantFrom(ctx, conn, table, part, owner, epoch); err != nil {
 		return Grant{}, false, err
 	}
 	e.mu.Lock()
@@ -433,16 +436,18 @@ func (e *Engine) identFenced(owner uint64) error {
 // verifyGrant runs the GrantVerifier in a slot, the wait for the slot and the verification
 // bounded by GrantVerifyTimeout together. No lock held.
 func (e *Engine) verifyGrant(ctx context.Context, table string, part uint32, owner, epoch uint64) error {
+	return e.verifyGrantFrom(ctx, 0, table, part, owner, epoch)
+}
+
+// verifyGrantFrom is verifyGrant for a request of connection conn (0: none), which gets a
+// slot at once or is refused (verify_slots.go).
+func (e *Engine) verifyGrantFrom(ctx context.Context, conn uint64, table string, part uint32, owner, epoch uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.GrantVerifyTimeout)
 	defer cancel()
-	select {
-	case e.verifySlots <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("%w: wait for a grant verification slot: %w", ErrGrantUnverified, ctx.Err())
-	case <-e.stop:
-		return ErrClosed
+	if err := e.takeVerifySlot(ctx, conn); err != nil {
+		return err
 	}
-	defer func() { <-e.verifySlots }()
+	defer e.releaseVerifySlot(conn)
 	err := e.opts.GrantVerifier.VerifyGrant(ctx, table, part, owner, epoch)
 	switch {
 	case err == nil:

@@ -363,7 +363,9 @@ func (e *Engine) applySegment(s *Segment, lsn uint64) {
 	for m := s.Clear; m != 0; m &= m - 1 {
 		t.rows.Clear(base + uint64(bits.TrailingZeros64(m)))
 	}
-	e.stats.rowsWritten.Add(uint64(bits.OnesCount64(s.Data | s.Clear)))
+	if !e.replaying { // rows_written counts commits since Open, not the WAL replayed at it
+		e.stats.rowsWritten.Add(uint64(bits.OnesCount64(s.Data | s.Clear)))
+	}
 	if e.moves != nil {
 		e.moveNoteWrite(s)
 	}

@@ -16,12 +16,14 @@
 //	               trust, above the persisted floor; ids of the partition only; no lease timer
 //	move.go        partition moves: a copy's move states, the change mark, MoveWrite
 //	move_verify.go a request's move steps verified in etcd (MoveVerifier), as grants are
+//	verify_slots.go etcd verification slots: at most 2 per connection, refused when none
 //	identity.go    owner ids claimed by one live incarnation (Connect, Disconnect)
 //	owners.go      the owners table: last seq and the dedup window per owner
 //	commit.go      the commit path: checks, seq order, WAL record, apply to the cache
 //	read.go        reads (ReadRows, ReadRowsAs, PageDir): durable-only for non-holders
 //	pagecache.go   the disk page cache: frames in slabs, partial frames, CLOCK
 //	checkpoint.go  the checkpoint: copy dirty pages, write to free disk pages, publish
+//	ckpt_defer.go  a checkpoint out of file descriptors: deferred and retried, not a fail-stop
 //	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
 //	pagemap.go     a table's page map in memory: a sparse radix tree, versions by path copying
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)

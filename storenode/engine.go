@@ -156,8 +156,10 @@ type Engine struct {
 	// readBarriers counts the reads that waited for durability with mu held (read.go).
 	readBarriers atomic.Uint64
 
-	// verifySlots bounds the etcd grant verifications running at once (cluster.go).
+	// verifySlots bounds the etcd grant verifications running at once (cluster.go);
+	// verifyConns those of each connection (verify_slots.go).
 	verifySlots chan struct{}
+	verifyConns verifyConns
 	// moveSelf is the address the partition map names this node by, as the last verified
 	// move step gave it (move_verify.go); nil until one did.
 	moveSelf atomic.Pointer[string]

@@ -143,6 +143,10 @@ var (
 	// fsync failed (it may still be found after a restart), a retry of it waited for an LSN
 	// whose write failed, or it is a retry of a seq applied before the dedup window.
 	ErrUnknownOutcome = sgio.NewSentinel(sgio.CodeUnknownOutcome, "storenode: batch outcome unknown")
+	// ErrCheckpointDeferred is returned by a checkpoint abandoned for want of file
+	// descriptors (EMFILE, ENFILE) before it published anything: the engine goes on, and the
+	// background loop tries again (ckpt_defer.go). It wraps the cause.
+	ErrCheckpointDeferred = newSentinel("storenode: checkpoint deferred: out of file descriptors", sgio.ErrBusy)
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = newSentinel("storenode: engine closed", sgio.ErrShuttingDown)
 )

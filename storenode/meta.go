@@ -468,30 +468,38 @@ func decodeDensePageMap(p []byte, nPages uint64) (*pageMap, []byte) {
 // publishMeta makes m the store's durable state: write a temporary file, fsync it, rename it
 // over the meta file, fsync the directory. A crash at any point leaves the old meta or the new.
 func publishMeta(fs vfs.FS, dir string, m *metaState) error {
+	_, err := publishMetaRenamed(fs, dir, m)
+	return err
+}
+
+// publishMetaRenamed is publishMeta; renamed reports that the new meta file was renamed into
+// place (a failure after it is of the directory sync, retried while out of file
+// descriptors: syncDirRenamed).
+func publishMetaRenamed(fs vfs.FS, dir string, m *metaState) (renamed bool, err error) {
 	b := encodeMeta(m)
 	tmp := path.Join(dir, metaTempName)
 	f, err := fs.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("storenode: publish checkpoint: %w", err)
+		return false, fmt.Errorf("storenode: publish checkpoint: %w", err)
 	}
 	if _, err := f.WriteAt(b, 0); err != nil {
 		f.Close()
-		return fmt.Errorf("storenode: publish checkpoint: write %s: %w", tmp, err)
+		return false, fmt.Errorf("storenode: publish checkpoint: write %s: %w", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("storenode: publish checkpoint: sync %s: %w", tmp, err)
+		return false, fmt.Errorf("storenode: publish checkpoint: sync %s: %w", tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("storenode: publish checkpoint: close %s: %w", tmp, err)
+		return false, fmt.Errorf("storenode: publish checkpoint: close %s: %w", tmp, err)
 	}
 	if err := fs.Rename(tmp, path.Join(dir, metaName)); err != nil {
-		return fmt.Errorf("storenode: publish checkpoint: %w", err)
+		return false, fmt.Errorf("storenode: publish checkpoint: %w", err)
 	}
-	if err := fs.SyncDir(dir); err != nil {
-		return fmt.Errorf("storenode: publish checkpoint: sync dir: %w", err)
+	if err := syncDirRenamed(fs, dir); err != nil {
+		return true, fmt.Errorf("storenode: publish checkpoint: sync dir: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // loadMeta reads the published meta and its map log; ok is false when there is none (a new

@@ -92,12 +92,14 @@ type MoveVerifier interface {
 
 // VerifyMoveStep checks move step step of the cluster table tableID against etcd (the
 // invariants above): epoch is the step's mover epoch, floor an activation's grant floor,
-// self the address the partition map names this node by. nil when the step may run; then
+// self the address the partition map names this node by, conn the requesting connection (a
+// storage node's session: its verification slots are capped as a grant registration's,
+// verify_slots.go; 0 for the engine's own caller). nil when the step may run; then
 // the caller runs it (MoveBegin, MoveFreeze, MoveRetire, MoveActivate, MoveThaw), which
 // checks the table's state and epochs under the engine lock. A node without a
 // GrantVerifier answers nil. ctx bounds the wait for a verification slot and the read
 // (with GrantVerifyTimeout). No lock held: any goroutine but an event loop.
-func (e *Engine) VerifyMoveStep(ctx context.Context, tableID uint32, step MoveStep, epoch, floor uint64, self string) error {
+func (e *Engine) VerifyMoveStep(ctx context.Context, tableID uint32, step MoveStep, epoch, floor uint64, self string, conn uint64) error {
 	if e.opts.GrantVerifier == nil {
 		return nil
 	}
@@ -122,7 +124,7 @@ func (e *Engine) VerifyMoveStep(ctx context.Context, tableID uint32, step MoveSt
 		return err
 	}
 	base, _ := clusterTableName(t.name, t.cluster.Partition)
-	v, err := e.moveView(ctx, mv, base, t.cluster.Partition)
+	v, err := e.moveView(ctx, conn, mv, base, t.cluster.Partition)
 	if err != nil {
 		return fmt.Errorf("move %v of table %q: %w", step, t.name, err)
 	}
@@ -174,20 +176,17 @@ func checkMoveStep(v MoveView, step MoveStep, epoch, floor uint64, self string) 
 	return nil
 }
 
-// moveView runs mv's read in a grant verification slot, the wait for the slot and the read
-// bounded by GrantVerifyTimeout together: ErrGrantUnverified when etcd did not answer. No
-// lock held.
-func (e *Engine) moveView(ctx context.Context, mv MoveVerifier, table string, part uint32) (MoveView, error) {
+// moveView runs mv's read in a grant verification slot of connection conn (takeVerifySlot:
+// a connection's is refused at once when it may take none, the engine's own waits), the wait
+// and the read bounded by GrantVerifyTimeout together: ErrGrantUnverified when etcd did not
+// answer. No lock held.
+func (e *Engine) moveView(ctx context.Context, conn uint64, mv MoveVerifier, table string, part uint32) (MoveView, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.GrantVerifyTimeout)
 	defer cancel()
-	select {
-	case e.verifySlots <- struct{}{}:
-	case <-ctx.Done():
-		return MoveView{}, fmt.Errorf("%w: wait for a verification slot: %w", ErrGrantUnverified, ctx.Err())
-	case <-e.stop:
-		return MoveView{}, ErrClosed
+	if err := e.takeVerifySlot(ctx, conn); err != nil {
+		return MoveView{}, err
 	}
-	defer func() { <-e.verifySlots }()
+	defer e.releaseVerifySlot(conn)
 	node, from, to, epoch, rev, err := mv.MovePlace(ctx, table, part)
 	switch {
 	case err == nil:
@@ -220,7 +219,7 @@ func (e *Engine) verifyRetiredDrop(t *table) error {
 		return nil
 	}
 	base, _ := clusterTableName(t.name, t.cluster.Partition)
-	v, err := e.moveView(context.Background(), mv, base, t.cluster.Partition)
+	v, err := e.moveView(context.Background(), 0, mv, base, t.cluster.Partition)
 	switch {
 	case errors.Is(err, ErrFenced):
 		return nil // a name etcd cannot hold: not in the map

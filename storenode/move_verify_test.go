@@ -65,14 +65,14 @@ func TestMoveVerifyWithoutMoveVerifier(t *testing.T) {
 	e := openTest(t, Options{})
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
 	require.NoError(t, err)
-	require.NoError(t, e.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, ^uint64(0), 0, "a"))
+	require.NoError(t, e.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, ^uint64(0), 0, "a", 0))
 
 	v := newMemVerifier()
 	g := openTest(t, Options{GrantVerifier: v})
 	ti, err = g.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
 	require.NoError(t, err)
-	require.ErrorIs(t, g.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, 5, 0, "a"), ErrNoVerifier)
-	require.ErrorIs(t, g.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, 0, 0, "a"), ErrMalformed)
+	require.ErrorIs(t, g.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, 5, 0, "a", 0), ErrNoVerifier)
+	require.ErrorIs(t, g.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, 0, 0, "a", 0), ErrMalformed)
 }
 
 // Retire and activate carry the mover's epoch: below the freeze's (the begin's) it is

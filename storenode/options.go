@@ -153,6 +153,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
 	Logger *slog.Logger
+
+	// ckptRetryAfter replaces the timer of a deferred checkpoint's retry (tests).
+	ckptRetryAfter func(time.Duration) <-chan time.Time
 }
 
 func (o Options) withDefaults() Options {

@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 
@@ -32,6 +33,12 @@ const PageDirEntriesMax = pageDirEntriesMax
 // owner id and the incarnation granted the table) takes the slow path when the page has a
 // write that is not durable yet (ReadRowsAs waits for it there).
 func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
+	return e.ReadCachedUpTo(reader, wants, segs, rows, math.MaxInt)
+}
+
+// ReadCachedUpTo is ReadCached, giving up (ok false, nothing read) when the wanted rows that
+// exist are more than maxBytes: an event loop copies no more than that in one read.
+func (e *Engine) ReadCachedUpTo(reader uint64, wants []sgio.PageWant, segs []sgio.Segment, rows []byte, maxBytes int) (out []byte, ok bool) {
 	if !e.mu.TryLock() {
 		return rows, false
 	}
@@ -56,6 +63,9 @@ func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Se
 			return rows, false // not durable yet, and reader is not the incarnation that wrote it
 		}
 		size += bits.OnesCount64(w.Want&t.presentWord(w.Page)) * t.geo.RowBytes()
+		if size > maxBytes {
+			return rows, false // the slow path builds it, off the loop
+		}
 	}
 	if cap(rows)-len(rows) < size {
 		rows = append(make([]byte, 0, len(rows)+size), rows...)

@@ -65,6 +65,67 @@ func Example_gettingStarted() {
 	// Output: gold 1500
 }
 
+// Player is the guide's typed row: a game's struct, stored in a 64-byte row by PlayerCodec.
+type Player struct {
+	Gold  uint64
+	Level uint32
+	Name  string // at most 16 bytes
+}
+
+// PlayerCodec lays a Player out at fixed offsets, little-endian:
+// 0 gold (u64), 8 level (u32), 12 name length (u8), 16 name (16 bytes), the rest zero.
+type PlayerCodec struct{}
+
+func (PlayerCodec) RowBytes() int { return 64 }
+
+func (PlayerCodec) MarshalRow(dst []byte, p *Player) {
+	clear(dst[:64]) // every byte of the row is written
+	binary.LittleEndian.PutUint64(dst[0:], p.Gold)
+	binary.LittleEndian.PutUint32(dst[8:], p.Level)
+	dst[12] = byte(copy(dst[16:32], p.Name)) // a longer name is cut to 16 bytes
+}
+
+func (PlayerCodec) UnmarshalRow(src []byte, p *Player) {
+	p.Gold = binary.LittleEndian.Uint64(src[0:])
+	p.Level = binary.LittleEndian.Uint32(src[8:])
+	p.Name = string(src[16 : 16+min(int(src[12]), 16)])
+}
+
+// Example_typedRows wraps a table with a RowCodec: rows go in and out as the game's struct.
+func Example_typedRows() {
+	dir, _ := os.MkdirTemp("", "weft-guide-")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	db, err := txnode.Open(ctx, txnode.Options{Dir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close(ctx)
+	table, err := db.CreateTable(ctx, "players", 64)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	players, err := txnode.Typed[Player](table, PlayerCodec{}) // the codec's size must be the table's
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := players.Insert(ctx, &Player{Gold: 1200, Level: 3, Name: "ada"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = players.Update(ctx, id, func(p *Player) error { p.Level++; return nil })
+	if err != nil {
+		log.Fatal(err)
+	}
+	var p Player
+	if err := players.Get(ctx, id, &p); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(p.Name, p.Level, p.Gold)
+	// Output: ada 4 1200
+}
+
 // Example_transactions shows a serializable multi-row transaction, its error handling, and a
 // scan of a whole table.
 func Example_transactions() {

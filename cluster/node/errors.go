@@ -48,7 +48,7 @@ func (e *NotOwnerError) Error() string {
 	case e.Lookup != nil:
 		return fmt.Sprintf("node: table %q partition %d is not owned by this node (its holder is unknown: %v)", e.Table, e.Part, e.Lookup)
 	case !e.Held:
-		return fmt.Sprintf("node: table %q partition %d is not owned by this node, nor by any other (Own it)", e.Table, e.Part)
+		return fmt.Sprintf("node: table %q partition %d is not owned by this node, nor by any other (Table.Own or OwnWait it first)", e.Table, e.Part)
 	}
 	return fmt.Sprintf("node: table %q partition %d is owned by owner %d at %q (epoch %d), not by this node",
 		e.Table, e.Part, e.Holder.Owner, e.Holder.Addr, e.Holder.Epoch)

@@ -424,6 +424,11 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 	require.NoError(t, err)
 	tb, err := b.OpenTable(ctx, "acct")
 	require.NoError(t, err)
+	// An insert before any Own says which call is missing (fails on 678405d: the error named
+	// no call; issue 23 item 4).
+	_, err = tb.Insert(ctx, balanceRow(42))
+	require.ErrorIs(t, err, node.ErrNotOwner)
+	require.ErrorContains(t, err, "Table.Own or OwnWait")
 	require.NoError(t, tb.Own(ctx, 1))
 	id, err := tb.Insert(ctx, balanceRow(42))
 	require.NoError(t, err)

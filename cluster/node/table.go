@@ -465,7 +465,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	for {
 		owned := *t.owned.Load()
 		if len(owned) == 0 {
-			return 0, fmt.Errorf("%w: this node owns no partition of table %q", ErrNotOwner, t.m.Name)
+			return 0, fmt.Errorf("%w: this node owns no partition of table %q (Table.Own or OwnWait the partitions it writes first)", ErrNotOwner, t.m.Name)
 		}
 		p := owned[t.rr.Add(1)%uint64(len(owned))]
 		if err := t.heal(ctx, p); err != nil {

@@ -390,7 +390,7 @@ func (tx *Tx) Insert(t *Table, row []byte) (uint64, error) {
 	}
 	owned := *t.owned.Load()
 	if len(owned) == 0 {
-		tx.err = fmt.Errorf("%w: this node owns no partition of table %q", ErrNotOwner, t.m.Name)
+		tx.err = fmt.Errorf("%w: this node owns no partition of table %q (Table.Own or OwnWait the partitions it writes first)", ErrNotOwner, t.m.Name)
 		return 0, tx.err
 	}
 	p := owned[t.rr.Add(1)%uint64(len(owned))]

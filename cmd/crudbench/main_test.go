@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -75,14 +76,28 @@ func checkReport(t *testing.T, rep bench.Report, stdout string, caches []string)
 			require.Positive(t, found.OpsPerSec, "%s at %s", wl, cache)
 			require.Positive(t, found.Ops, "%s at %s", wl, cache)
 			require.Zero(t, found.Errors, "%s at %s: %s", wl, cache, found.FirstError)
-			require.Contains(t, stdout, "BenchmarkCRUD/engine=weft/workload="+wl+"/cache="+cache+"\t")
+			requireResultOnce(t, stdout, wl, cache)
 		}
 	}
+}
+
+// requireResultOnce checks that the report prints the result of wl at cache once: one row of
+// the results table (the Go benchmark lines only with --bench-lines).
+func requireResultOnce(t *testing.T, stdout, wl, cache string) {
+	t.Helper()
+	row := regexp.MustCompile(`(?m)^weft +` + regexp.QuoteMeta(wl) + ` +` + regexp.QuoteMeta(cache) + ` `)
+	require.Len(t, row.FindAllString(stdout, -1), 1, "%s at %s: one row\n%s", wl, cache, stdout)
+	if !strings.Contains(stdout, "BenchmarkCRUD/") {
+		return
+	}
+	require.Contains(t, stdout, "BenchmarkCRUD/engine=weft/workload="+wl+"/cache="+cache+"\t")
 }
 
 func TestSmokeEmbedded(t *testing.T) {
 	rep, stdout := runCrudbench(t)
 	checkReport(t, rep, stdout, []string{"1MiB", "1GiB"})
+	require.NotContains(t, stdout, "BenchmarkCRUD/", "the Go benchmark lines only with --bench-lines")
+	require.Contains(t, stdout, "not measured here", "the report says what the claim columns are")
 	require.Equal(t, "embedded", rep.Meta.Deployment)
 	for _, r := range rep.Results {
 		if r.Workload == bench.WorkloadUpdateRandom {
@@ -92,8 +107,9 @@ func TestSmokeEmbedded(t *testing.T) {
 }
 
 func TestSmokeAsync(t *testing.T) {
-	rep, stdout := runCrudbench(t, "--async", "8", "--cache", "1MiB", "--sync", "none")
+	rep, stdout := runCrudbench(t, "--async", "8", "--cache", "1MiB", "--sync", "none", "--bench-lines")
 	checkReport(t, rep, stdout, []string{"1MiB"})
+	require.Contains(t, stdout, "BenchmarkCRUD/", "--bench-lines adds the Go benchmark lines")
 	for _, r := range rep.Results {
 		// With sync none the log's fsyncs are id grants and checkpoints: no ops/sync figure.
 		require.Zero(t, r.OpsPerWALSync, "%s: ops/sync under sync none", r.Workload)
@@ -177,7 +193,7 @@ func TestSmokeCluster(t *testing.T) {
 		require.Positive(t, r.Ops, wl)
 		require.Positive(t, r.CPUusPerOp, wl)
 		require.Zero(t, r.Errors, "%s: %s", wl, r.FirstError)
-		require.Contains(t, stdout.String(), "BenchmarkCRUD/engine=weft/workload="+wl+"/cache=1MiB\t")
+		requireResultOnce(t, stdout.String(), wl, "1MiB")
 		if wl != bench.WorkloadQueryRandom {
 			require.Positive(t, r.WALBytesPerOp, "%s writes the storage nodes' WALs", wl)
 			require.Positive(t, r.NetBytesPerOp, "%s crosses the wire", wl)

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,14 +40,76 @@ const (
 	metricsWriteTimeout = (profileSecondsMax + 15) * time.Second
 )
 
-// listenMetrics binds the metrics address. run calls it before it starts the storage node, so
-// an address in use fails the start before the store's directory is touched.
+// Bounds of the metrics server's connections (issue 22, defect 9: 1300 idle connections to
+// an unbounded listener took the descriptors a checkpoint needed). At most metricsConnsMax
+// are held at once: one past it is accepted and closed at once. Each is counted in the
+// storage node's descriptor budget (server.Config.ReservedFiles, metricsFiles); a request's
+// header and body must arrive within metricsReadTimeout, and a keep-alive connection idle
+// for metricsIdleTimeout is closed.
+const (
+	metricsConnsMax    = 32
+	metricsReadTimeout = 5 * time.Second
+	metricsIdleTimeout = 15 * time.Second
+)
+
+// metricsFiles is the descriptors the metrics server may hold for --metrics-listen addr: its
+// listener and metricsConnsMax connections, none when it is off.
+func metricsFiles(addr string) int {
+	if addr == "" {
+		return 0
+	}
+	return metricsConnsMax + 1
+}
+
+// listenMetrics binds the metrics address, holding at most metricsConnsMax connections at
+// once (connCap). run calls it before it starts the storage node, so an address in use fails
+// the start before the store's directory is touched.
 func listenMetrics(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return ln, nil
+	return &connCap{Listener: ln, slots: make(chan struct{}, metricsConnsMax)}, nil
+}
+
+// connCap is a listener that holds at most cap(slots) connections: one accepted past them is
+// closed at once (the client sees the connection end before any reply), and Accept waits for
+// the next. A connection's slot is freed by its first Close.
+type connCap struct {
+	net.Listener
+	slots   chan struct{}
+	refused atomic.Uint64
+}
+
+// Accept returns the next connection that finds a free slot.
+func (l *connCap) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &cappedConn{Conn: c, l: l}, nil
+		default:
+			l.refused.Add(1)
+			_ = c.Close()
+		}
+	}
+}
+
+// cappedConn is a connection of connCap holding a slot until closed.
+type cappedConn struct {
+	net.Conn
+	l    *connCap
+	once sync.Once
+}
+
+// Close closes the connection and frees its slot.
+func (c *cappedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.l.slots })
+	return err
 }
 
 // startMetrics serves /metrics, /healthz and (on loopback, or with pprofPublic) /debug/pprof/
@@ -61,8 +125,8 @@ func startMetrics(ln net.Listener, pprofPublic bool, node *server.Server, logger
 		logger.Warn("storenode: metrics served on a non-loopback address; pprof off (--pprof-non-loopback turns it on)", "addr", addr)
 	}
 	m := &metricsServer{
-		srv: &http.Server{Handler: metricsMux(node, withPprof), ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout: 10 * time.Second, WriteTimeout: metricsWriteTimeout, IdleTimeout: time.Minute,
+		srv: &http.Server{Handler: metricsMux(node, withPprof), ReadHeaderTimeout: metricsReadTimeout,
+			ReadTimeout: metricsReadTimeout, WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout,
 			MaxHeaderBytes: 16 << 10},
 		addr: ln.Addr(),
 		done: make(chan struct{}),

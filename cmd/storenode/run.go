@@ -191,6 +191,7 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 		MaxQueuedBytes:         int64(cfg.maxQueued),
 		MaxQueuedBytesTotal:    int64(cfg.maxQueuedTotal),
 		MaxOutboundBytesTotal:  int64(cfg.maxOutTotal),
+		ReservedFiles:          metricsFiles(cfg.metricsListen),
 		Options: storenode.Options{
 			Dir:                cfg.dir,
 			Sync:               mode,

@@ -42,6 +42,12 @@ const (
 	kindPad
 )
 
+// layoutTypes and layoutHelp are the layout's types as --help and a bad --layout list them.
+const (
+	layoutTypes = "u8 u16 u32 u64 i8 i16 i32 i64 f32 f64 bool strN hexN padN, a numeric type repeated as f32x3"
+	layoutHelp  = "NAME:TYPE,... little-endian fields at consecutive offsets, e.g. 'kind:u32,owner:u64,_:pad4,pos:f32x3,name:str16'; types " + layoutTypes
+)
+
 // errLayout reports a --layout that cannot be parsed or does not fit the row.
 var errLayout = errors.New("bad --layout")
 
@@ -110,7 +116,7 @@ func parseField(name, typ string) (field, error) {
 		f.width = 1
 		return f, nil
 	default:
-		return f, fmt.Errorf("%w: field %q: unknown type %q", errLayout, name, typ)
+		return f, fmt.Errorf("%w: field %q: unknown type %q (types: %s)", errLayout, name, typ, layoutTypes)
 	}
 	bitsN, _ := strconv.Atoi(base[1:])
 	f.width = bitsN / 8

@@ -44,6 +44,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 )
 
 func main() {
@@ -138,8 +142,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(ctx, g, fs.Args()[1:], stdout)
 		var ee *exitError
+		var help *helpRequest
 		switch {
 		case err == nil:
+			return 0
+		case errors.As(err, &help):
+			fmt.Fprintf(stdout, "usage: weft %s %s\n%s\n", name, c.args, c.help)
+			if hasFlags(help.fs) {
+				fmt.Fprintln(stdout, "\nflags:")
+				help.fs.SetOutput(stdout)
+				help.fs.PrintDefaults()
+			}
 			return 0
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "weft %s: %v\nusage: weft %s %s\n", name, err, name, c.args)
@@ -193,6 +206,18 @@ func (g *globals) secret() ([]byte, error) {
 	return []byte(s), nil
 }
 
+// helpRequest is a command's -h or --help: run prints the command's usage and flags to
+// stdout and exits 0.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (*helpRequest) Error() string { return "help requested" }
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
 // parseArgs parses fs's flags wherever they stand among args and returns the positional
 // arguments, so that `weft get items 42 --layout ...` works as well as flags first.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -200,6 +225,9 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, &helpRequest{fs: fs}
+			}
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		if fs.NArg() == 0 {
@@ -287,7 +315,7 @@ func (p *rowPrinter) print(id uint64, row []byte) error {
 
 func cmdGet(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	spec := fs.String("layout", "", "decode the row into fields (see weft's doc), instead of hex")
+	spec := fs.String("layout", "", "decode the row into fields, instead of hex: "+layoutHelp)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -324,7 +352,7 @@ var errLimit = errors.New("limit reached")
 
 func cmdScan(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
-	spec := fs.String("layout", "", "decode each row into fields (see weft's doc), instead of hex")
+	spec := fs.String("layout", "", "decode each row into fields, instead of hex: "+layoutHelp)
 	limit := fs.Uint64("limit", 0, "stop after this many rows (0: no limit)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -342,6 +370,9 @@ func cmdScan(ctx context.Context, g *globals, args []string, stdout io.Writer) e
 	if len(pos) > 2 {
 		if hi, err = parseID(pos[2], "HI"); err != nil {
 			return err
+		}
+		if hi < lo {
+			return fmt.Errorf("%w: LO %d is above HI %d: the range is [LO, HI), ids LO <= id < HI", errUsage, lo, hi)
 		}
 	}
 	src, err := g.open(ctx)
@@ -374,6 +405,7 @@ func cmdScan(ctx context.Context, g *globals, args []string, stdout io.Writer) e
 
 func cmdStats(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	verbose := fs.Bool("v", false, "print what each stat counts beside it")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -390,12 +422,50 @@ func cmdStats(ctx context.Context, g *globals, args []string, stdout io.Writer) 
 	if err != nil {
 		return err
 	}
+	writeStats(stdout, stats, *verbose)
+	return nil
+}
+
+// statInfo is what weft knows of a stat by its wire name: the engine's and the server's.
+type statInfo struct {
+	kind storenode.StatKind
+	help string
+}
+
+func knownStats() map[string]statInfo {
+	known := map[string]statInfo{}
+	for _, d := range storenode.StatDescs() {
+		known[d.WireName()] = statInfo{d.Kind, d.Help}
+	}
+	for _, d := range server.StatDescs() {
+		known[d.WireName()] = statInfo{d.Kind, d.Help}
+	}
+	return known
+}
+
+// writeStats prints the counters (since the store was opened: zero after every restart, and
+// WAL replay does not count), then the levels now, each under a header line starting with #;
+// a stat this weft does not know (a newer node's) is printed with the levels.
+func writeStats(w io.Writer, stats []sgio.Stat, verbose bool) {
+	known := knownStats()
 	width := 0 // the names' column fits the longest (checkpoint_last_duration_ns is 27)
 	for _, s := range stats {
 		width = max(width, len(s.Name))
 	}
-	for _, s := range stats {
-		fmt.Fprintf(stdout, "%-*s %d\n", width, s.Name, s.Value)
+	section := func(header string, counters bool) {
+		fmt.Fprintln(w, header)
+		for _, s := range stats {
+			info, ok := known[s.Name]
+			if (ok && info.kind == storenode.StatCounter) != counters {
+				continue
+			}
+			if verbose && info.help != "" {
+				fmt.Fprintf(w, "%-*s %d\t%s\n", width, s.Name, s.Value, info.help)
+				continue
+			}
+			fmt.Fprintf(w, "%-*s %d\n", width, s.Name, s.Value)
+		}
 	}
-	return nil
+	section("# counters, since the store was opened (a restart starts them at zero; WAL replay is not counted)", true)
+	section("# levels, now", false)
 }

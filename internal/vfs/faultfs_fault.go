@@ -58,6 +58,16 @@ func (k OpKind) Mutating() bool {
 	return false
 }
 
+// opensFile reports whether operations of kind k open a file descriptor on a real file system:
+// create, open, list, syncdir (the directory is opened to be synced) and lock.
+func (k OpKind) opensFile() bool {
+	switch k {
+	case OpCreate, OpOpen, OpList, OpSyncDir, OpLock:
+		return true
+	}
+	return false
+}
+
 // Op describes one operation, as handed to the function set with FaultFS.Inject.
 type Op struct {
 	Kind OpKind
@@ -109,6 +119,7 @@ type faults struct {
 	stopped      bool  // the crash point has passed: every operation fails with ErrCrashed
 	rules        []failRule
 	inject       func(Op) error
+	outOfFiles   bool // every operation that opens a descriptor fails with EMFILE
 }
 
 // SetFailAt makes the k-th operation of kind from now on (k = 1: the next one) fail with err,
@@ -147,6 +158,17 @@ func (fs *FaultFS) Inject(fn func(op Op) error) {
 	fs.faults.inject = fn
 }
 
+// SetOutOfFiles, while on, fails every operation that would open a file descriptor on a real
+// file system (OpCreate, OpOpen, OpList, OpSyncDir, OpLock) with syscall.EMFILE, as a process
+// whose RLIMIT_NOFILE is used up meets it; operations on open Files go on. Crash points and
+// SetFailAt rules are seen first; the Inject function is not called for a refused operation.
+// Any goroutine may call it.
+func (fs *FaultFS) SetOutOfFiles(on bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.faults.outOfFiles = on
+}
+
 // SetCrashPoint lets the next k mutating operations (see OpKind.Mutating) run, then fails every
 // operation after the k-th, of any kind, with ErrCrashed, as if the process had died there, so
 // the code under test stops; the test then calls Crash or CrashKeepAll. With k = 0 every
@@ -180,7 +202,8 @@ func (fs *FaultFS) Ops() int64 {
 	return fs.faults.opsCount
 }
 
-// ResetFaults removes the crash point, the SetFailAt rules and the Inject function. Crash and
+// ResetFaults removes the crash point, the SetFailAt rules, the Inject function and the
+// out-of-files mode (SetOutOfFiles). Crash and
 // CrashKeepAll do the same, so the rebooted disk is healthy. The capacity stays.
 func (fs *FaultFS) ResetFaults() {
 	fs.mu.Lock()
@@ -222,6 +245,9 @@ func (f *faults) admit(op *Op) (func(Op) error, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if f.outOfFiles && op.Kind.opensFile() {
+		return nil, syscall.EMFILE
 	}
 	return f.inject, nil
 }

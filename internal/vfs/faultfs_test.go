@@ -790,3 +790,26 @@ func requireCrashOutcome(t *testing.T, got, synced, current []byte, where string
 			"%s: sector %d is neither synced nor newest", where, s)
 	}
 }
+
+// SetOutOfFiles fails what opens a descriptor (as EMFILE), not what uses an open File, and
+// ResetFaults ends it.
+func TestFaultFSOutOfFiles(t *testing.T) {
+	fs := NewFaultFS()
+	f, err := fs.Create("a")
+	require.NoError(t, err)
+	fs.SetOutOfFiles(true)
+	_, err = fs.Create("b")
+	require.ErrorIs(t, err, syscall.EMFILE)
+	_, err = fs.Open("a")
+	require.ErrorIs(t, err, syscall.EMFILE)
+	require.ErrorIs(t, fs.SyncDir("."), syscall.EMFILE)
+	_, err = fs.List(".")
+	require.ErrorIs(t, err, syscall.EMFILE)
+	_, err = f.WriteAt([]byte("x"), 0)
+	require.NoError(t, err, "an open file is written")
+	require.NoError(t, f.Sync())
+	require.NoError(t, fs.Rename("a", "c"), "a rename opens nothing")
+	fs.ResetFaults()
+	_, err = fs.Open("c")
+	require.NoError(t, err)
+}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/weftdb/weft/internal/procinfo"
 )
 
 // Default is the operating system's file system. What its durability calls are, per OS (the
@@ -123,7 +125,8 @@ func lockOSFile(name string, flag int, perm os.FileMode) (io.Closer, error) {
 	if err != nil {
 		_ = f.Close()
 		if isLocked(err) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, name, err)
+			holder, ok := procinfo.FlockHolder(info)
+			return nil, fmt.Errorf("%w: %s%s: %w", ErrLocked, name, procinfo.HeldBy(holder, ok), err)
 		}
 		return nil, &os.PathError{Op: lockOp, Path: name, Err: err}
 	}

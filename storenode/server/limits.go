@@ -9,8 +9,10 @@ import "fmt"
 // RLIMIT_NOFILE to the hard limit at start, so that is the budget.
 //
 //   - At start a server refuses to run, with ErrFileLimit and the numbers, when its
-//     connections (MaxConns plus the refused ones it lingers on), its event loops, its tables
-//     and the margin do not fit the limit.
+//     connections (MaxConns plus the refused ones it lingers on), its event loops, its tables,
+//     the descriptors the embedding process reserves for itself (Config.ReservedFiles: the
+//     storenode binary's metrics listener and its connections) and the margin do not fit the
+//     limit.
 //   - The engine's CreateTable refuses a table beyond Options.MaxTables, and a failed data
 //     file open fails that CreateTable only (storenode's limits.go). Accepting a connection
 //     for want of descriptors is the accept loop's concern (server_accept.go).
@@ -23,13 +25,14 @@ const fileMargin = 64
 func loopFiles(loops int) int { return 2 * (loops + 1) }
 
 // checkFileLimit reports ErrFileLimit when conns connections, loops event loops, tables
-// tables and the margin do not fit limit descriptors.
-func checkFileLimit(conns, loops, tables int, limit uint64) error {
-	need := uint64(conns) + uint64(loopFiles(loops)) + uint64(tables) + fileMargin
+// tables, reserved descriptors of the embedding process (Config.ReservedFiles) and the
+// margin do not fit limit descriptors.
+func checkFileLimit(conns, loops, tables, reserved int, limit uint64) error {
+	need := uint64(conns) + uint64(loopFiles(loops)) + uint64(tables) + uint64(max(reserved, 0)) + fileMargin
 	if need > limit {
-		return fmt.Errorf("%w: %d connections + %d event loops (%d descriptors) + %d tables + %d spare need %d file descriptors, "+
+		return fmt.Errorf("%w: %d connections + %d event loops (%d descriptors) + %d tables + %d reserved + %d spare need %d file descriptors, "+
 			"RLIMIT_NOFILE is %d: raise the limit (ulimit -n, LimitNOFILE=) or lower --max-conns",
-			ErrFileLimit, conns, loops, loopFiles(loops), tables, fileMargin, need, limit)
+			ErrFileLimit, conns, loops, loopFiles(loops), tables, reserved, fileMargin, need, limit)
 	}
 	return nil
 }

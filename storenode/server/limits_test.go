@@ -42,3 +42,27 @@ func TestServerFileLimitCountsEventLoops(t *testing.T) {
 	require.ErrorIs(t, err, ErrFileLimit)
 	require.ErrorContains(t, err, "256 event loops")
 }
+
+// Issue 22, defect 9: the descriptors the embedding process reserves beside the server (the
+// storenode binary's metrics listener and its connections) count in the start-up check: a
+// limit that fits the server alone but not them refuses to start. Fails on b3f6c9d, which
+// had no such count.
+func TestServerFileLimitCountsReservedFiles(t *testing.T) {
+	const reserved = 33
+	fits := uint64(100 + rejectLingerMax + loopFiles(2) + fileMargin)
+	srv, err := New(Config{Listen: "127.0.0.1:0", MaxConns: 100, EventLoops: 2, ReservedFiles: reserved,
+		fileLimit: fits + reserved - 1,
+		Options:   storenode.Options{Dir: t.TempDir(), Logger: quietLogger}})
+	require.NoError(t, err)
+	err = srv.Start()
+	if err == nil {
+		srv.Shutdown(srvCtx(t))
+	}
+	require.ErrorIs(t, err, ErrFileLimit)
+	require.ErrorContains(t, err, "33 reserved")
+
+	startServer(t, func(cfg *Config) {
+		cfg.MaxConns, cfg.EventLoops, cfg.ReservedFiles = 100, 2, reserved
+		cfg.fileLimit = fits + reserved
+	})
+}

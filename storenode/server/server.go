@@ -203,8 +203,15 @@ type Config struct {
 	// MaxConns bounds the connections held at once (DefaultMaxConns). Start refuses to run
 	// (ErrFileLimit) when MaxConns, the tables and a margin exceed RLIMIT_NOFILE.
 	MaxConns int
+	// ReservedFiles is the file descriptors the embedding process holds beside the server's
+	// (the storenode binary's metrics listener and its connections, at most
+	// metricsConnsMax+1): counted in Start's check against RLIMIT_NOFILE (limits.go).
+	ReservedFiles int
 	// fileLimit replaces RLIMIT_NOFILE in the start-up check (tests).
 	fileLimit uint64
+	// readHook, when set, runs on a read's goroutine before it builds each reply off the
+	// event loop (tests).
+	readHook func(sgio.Message)
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int
@@ -491,7 +498,7 @@ func (s *Server) prepareListen() (ln net.Listener, booted bool, err error) {
 	}
 	ln, err = net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return nil, false, fmt.Errorf("storenode: listen on %s: %w", s.cfg.Listen, err)
+		return nil, false, fmt.Errorf("storenode: listen on %s%s: %w", s.cfg.Listen, listenHolder(s.cfg.Listen, err), err)
 	}
 	if s.cfg.TLS == nil {
 		if err := s.bootGnet(); err != nil {
@@ -518,7 +525,7 @@ func (s *Server) checkFileLimit(e *storenode.Engine) error {
 	if e != nil {
 		tables = e.OpenFiles()
 	}
-	return checkFileLimit(s.cfg.MaxConns+rejectLingerMax, s.cfg.EventLoops, tables, limit)
+	return checkFileLimit(s.cfg.MaxConns+rejectLingerMax, s.cfg.EventLoops, tables, s.cfg.ReservedFiles, limit)
 }
 
 // Addr reports the address the server listens on, or nil before Start.

@@ -11,13 +11,19 @@ import (
 	"github.com/weftdb/weft/storenode"
 )
 
-// Reads on the server. A ReadPages whose rows are all in the disk page cache is answered on
-// the event loop itself, when the engine's lock is free at that instant (Engine.ReadCached; it never
-// waits, for the lock or the disk): no goroutine, no hand-off, and the reply leaves in the
-// event loop's own write at the end of its turn. Every other read of a turn (a miss, a busy
-// engine, a PageDir) goes, with the turn's other reads, to one goroutine that runs them in
-// order and replies to each as it finishes: a slow read delays the reads of its own turn only,
-// never commits (they have their own goroutine) nor later turns.
+// Reads on the server. A ReadPages whose rows are all in the disk page cache, and at most
+// inlineReadMaxBytes of them, is answered on the event loop itself, when the engine's lock is
+// free at that instant (Engine.ReadCachedUpTo; it never waits, for the lock or the disk): no
+// goroutine, no hand-off, and the reply leaves in the event loop's own write at the end of
+// its turn. Every other read of a turn (a miss, a busy engine, a larger read, a PageDir) goes,
+// with the turn's other reads, to one goroutine that runs them in order and replies to each
+// as it finishes (its bytes reach the loop by AsyncWritev): a slow read delays the reads of
+// its own turn only, never commits (they have their own goroutine), later turns nor the
+// loop's other connections. (Issue 22, defect 13: cached reads of 16 MiB built on the loop
+// delayed its other connections' pings by 80-120 ms.)
+
+// inlineReadMaxBytes bounds the rows a read answered on the event loop copies there.
+const inlineReadMaxBytes = 1 << 20
 
 // readInline answers a ReadPages on the loop if the cache holds it; it reports false when the
 // request must take the slow path.
@@ -41,7 +47,7 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 	}
 	segs = segs[:n]
 	buf := getRowBuf()
-	rows, ok := s.srv.eng.ReadCached(s.owner, m.Wants, segs, (*buf)[:0])
+	rows, ok := s.srv.eng.ReadCachedUpTo(s.owner, m.Wants, segs, (*buf)[:0], inlineReadMaxBytes)
 	if !ok {
 		clear(segs)
 		putRowBuf(buf)
@@ -161,6 +167,9 @@ func (t *readTurn) runReads() {
 			s.queueRelease(r.bytes)
 			s.endRequests(1) // closed: no reply will go out
 			continue
+		}
+		if h := s.srv.cfg.readHook; h != nil {
+			h(r.m)
 		}
 		var reply sgio.Message
 		var keep *[]byte

@@ -112,7 +112,7 @@ func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
 	r := &sgio.MoveState{}
 	var err error
 	if int(m.Op) < len(moveSteps) && moveSteps[m.Op] != 0 {
-		if err := e.VerifyMoveStep(context.Background(), m.Table, moveSteps[m.Op], m.Token, m.Floor, s.srv.moveSelf()); err != nil {
+		if err := e.VerifyMoveStep(context.Background(), m.Table, moveSteps[m.Op], m.Token, m.Floor, s.srv.moveSelf(), s.id); err != nil {
 			return nil, err
 		}
 	}
