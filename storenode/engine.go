@@ -160,6 +160,9 @@ type Engine struct {
 	// verifyConns those of each connection (verify_slots.go).
 	verifySlots chan struct{}
 	verifyConns verifyConns
+	// moveSelf is the address the partition map names this node by, as the last verified
+	// move step gave it (move_verify.go); nil until one did.
+	moveSelf atomic.Pointer[string]
 
 	ckptReq chan struct{}
 	stop    chan struct{}
