@@ -337,8 +337,16 @@ func (e *Engine) tableLocked(id uint32) bool {
 // lease is gone: a coordinator whose lease expired may have been resolved against already.
 // A decision already recorded is answered without the lease check (a resent Decide learns
 // the outcome while etcd is unreachable). ctx bounds the lease check; the wait for the
-// record's sync is bounded by the disk.
+// record's sync is bounded by the disk. A decision is recorded only for a transaction whose
+// prepared part this node holds as its primary (decideGuard, txn_guard.go): an abort of an id
+// it holds no part of is answered without a record, a commit refused with ErrTxnNotPrepared.
+// DecideTxn does not check which owner prepared the part (an embedded engine's caller is
+// trusted); DecideTxnAs does.
 func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decision, count int) (Decision, error) {
+	return e.decideTxn(ctx, decider{any: true}, id, lease, d, count)
+}
+
+func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease int64, d Decision, count int) (Decision, error) {
 	switch {
 	case d != DecisionCommit && d != DecisionAbort:
 		return DecisionNone, fmt.Errorf("%w: decision %d", ErrMalformed, d)
@@ -370,6 +378,9 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	if recorded {
 		return e.answerDecision(id, asked, got)
 	}
+	if g, err := e.decideGuardEarly(owner, id, lease, d); err != nil || g == guardNoPart && d == DecisionAbort {
+		return g.answer(asked, err)
+	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
 		checked = e.opts.Now()
@@ -390,6 +401,10 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	if asked == DecisionCommit && d == DecisionAbort && e.forgotLostLocked(id) {
 		e.mu.Unlock()
 		return DecisionNone, fmt.Errorf("%w: decide %v: the lease is gone, and forgotten decisions gave way since %v: it may be a commit forgotten, no abort recorded", ErrTxnBusy, id, e.opts.TxnAbortKeep)
+	}
+	if g, err := e.decideGuardLocked(owner, id, lease, &d); err != nil || g == guardNoPart {
+		e.mu.Unlock()
+		return g.answer(asked, err)
 	}
 	rec, err := e.decideLocked(id, lease, d, count)
 	e.mu.Unlock()

@@ -22,7 +22,9 @@ import (
 // TxnAsk and TxnReport are small and run on the request goroutine (exec), never on the loop:
 // the primary's lease check (the LeaseChecker, etcd) and the waits for syncs happen there,
 // each bounded by txnRequestTimeout. Any authenticated session may send them (the resolvers
-// of other storage nodes connect with owner 0), like the reads.
+// of other storage nodes connect with owner 0), like the reads; a TxnDecide is checked
+// against the session's owner (Engine.DecideTxnAs): only the owner that prepared the
+// primary's part decides it.
 
 // txnRequestTimeout bounds the engine's work for one TxnDecide or TxnAsk (its lease check).
 const txnRequestTimeout = 10 * time.Second
@@ -134,7 +136,7 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 	defer cancel()
 	switch m := m.(type) {
 	case *sgio.TxnDecide:
-		d, err := e.DecideTxn(ctx, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
+		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
 		if err != nil {
 			return nil, true, err
 		}
