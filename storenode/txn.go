@@ -253,6 +253,9 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
 		return 0, fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
 	}
+	if err := e.checkOwnerQuota(b.Owner, size); err != nil {
+		return 0, err
+	}
 	// The record, owned: the part keeps it (the batch's rows alias it) until applied.
 	rec := make([]byte, 0, size)
 	rec = appendTxnPrepareHeader(rec, p.Txn, p.Lease, p.Index, p.Primary)
@@ -281,6 +284,7 @@ func noAck(uint64, error) {}
 func (e *Engine) installPart(p *txnPart) {
 	e.txnParts[p.id] = p
 	e.txnBytes += int64(len(p.rec))
+	e.ownerQuotaAdd(p.batch.Owner, 1, len(p.rec))
 	e.startResolver()
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
@@ -715,6 +719,9 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		if !stallStart.IsZero() {
 			e.stats.noteStall(time.Since(stallStart))
 		}
+		if err := e.carryPartFirst(p); err != nil {
+			return 0, err
+		}
 		e.scratch = appendTxnApplyRecord(e.scratch[:0], id, d, p.index, p.primary)
 		lsn, err := e.appendRecord(kindTxnApply, e.scratch, true, noAck)
 		if err != nil {
@@ -762,6 +769,7 @@ func (e *Engine) noteAbortedUnprepared(id TxnID) {
 func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
 	e.unlockPart(p)
 	e.txnBytes -= int64(len(p.rec))
+	e.ownerQuotaAdd(p.batch.Owner, -1, -len(p.rec))
 	if d == DecisionCommit {
 		e.applyBatch(&p.batch, lsn)
 		e.unpinFrames(&p.batch, len(p.batch.Segments))
@@ -997,20 +1005,20 @@ func (e *Engine) resolveLoop() {
 	}
 }
 
-// carryTxns re-logs every live part and decision after the checkpoint LSN (see the file
-// doc) and returns the last LSN it appended (0 when none). Caller holds mu, in the same hold
-// as the checkpoint's snapshot.
+// carryTxns re-logs every applied part and decision after the checkpoint LSN (see the file
+// doc) and returns the last LSN it appended (0 when none); the prepared parts are listed to
+// be carried after this hold, in chunks (carryPrepared, txn_quota.go). Caller holds mu, in
+// the same hold as the checkpoint's snapshot.
 func (e *Engine) carryTxns() (uint64, error) {
 	var last uint64
+	e.carryBegin()
 	for _, p := range e.txnParts {
-		var lsn uint64
-		var err error
 		if p.decision == DecisionNone {
-			lsn, err = e.appendRecord(kindTxnPrepare, p.rec, false, noAck)
-		} else {
-			e.scratch = appendTxnApplyRecord(e.scratch[:0], p.id, p.decision, p.index, p.primary)
-			lsn, err = e.appendRecord(kindTxnApply, e.scratch, false, noAck)
+			e.carryLater(p.id)
+			continue
 		}
+		e.scratch = appendTxnApplyRecord(e.scratch[:0], p.id, p.decision, p.index, p.primary)
+		lsn, err := e.appendRecord(kindTxnApply, e.scratch, false, noAck)
 		if err != nil {
 			return 0, err
 		}
