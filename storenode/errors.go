@@ -115,6 +115,9 @@ var (
 	// part another owner prepared, or under another lease. It matches ErrTxnDecided (the
 	// transaction cannot commit here), and reads as it over the wire.
 	ErrTxnNotPrepared = newSentinel("storenode: transaction not prepared here by this owner", ErrTxnDecided)
+	// ErrTxnNotInDoubt is returned by AbortInDoubt for a transaction not prepared here, or
+	// prepared for less than Options.TxnInDoubtAfter. Over the wire it reads as ErrMalformed.
+	ErrTxnNotInDoubt = newSentinel("storenode: transaction not in doubt here", ErrMalformed)
 
 	// Partition moves (move.go).
 
