@@ -92,9 +92,9 @@ type Stats struct {
 	// reported); TxnDecisions the decisions kept as a primary. TxnCommits and TxnAborts
 	// count prepared batches applied and dropped, TxnResolved those resolved by asking the
 	// primary, TxnResolverAborts the aborts recorded as primary for a resolver.
-	TxnPrepared, TxnDecisions                             int
+	TxnPrepared, TxnDecisions int
 	// TxnInDoubt is the parts prepared for at least Options.TxnInDoubtAfter (TxnsInDoubt).
-	TxnInDoubt int
+	TxnInDoubt                                            int
 	TxnCommits, TxnAborts, TxnResolved, TxnResolverAborts uint64
 }
 
