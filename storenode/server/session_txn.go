@@ -129,7 +129,8 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 	return &sgio.CommitAck{LSN: lsn, Seq: v.Commit.Seq}, nil
 }
 
-// execTxn executes TxnDecide, TxnApply, TxnAsk and TxnReport on the request's goroutine.
+// execTxn executes TxnDecide, TxnApply, TxnAsk, TxnReport and TxnDoubt on the request's
+// goroutine.
 func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 	e := s.srv.eng
 	ctx, cancel := context.WithTimeout(context.Background(), txnRequestTimeout)
@@ -157,6 +158,9 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 			return nil, true, err
 		}
 		return &sgio.OK{}, true, nil
+	case *sgio.TxnDoubt:
+		r, err := s.txnDoubt(m)
+		return r, true, err
 	}
 	return nil, false, nil
 }
