@@ -20,7 +20,8 @@ import (
 //     way, is refused): the coordinator applies it to every participant itself, and a
 //     participant's resolver learns it once the lease is gone;
 //   - a decision recorded or forgotten is answered as before (a resent Decide of a commit
-//     forgotten, its part gone, still learns its outcome).
+//     forgotten, its part gone, still learns its outcome);
+//   - a Decide ended by the guard costs no lease check.
 
 // errTxnNoPart is ErrTxnNotPrepared for an id of which no part is held here as primary.
 var errTxnNoPart = newSentinel("storenode: no part of the transaction is prepared here, its primary", ErrTxnNotPrepared)
@@ -59,16 +60,19 @@ func (g txnGuard) answer(asked Decision, err error) (Decision, error) {
 }
 
 // decideGuardEarly runs the guard before the lease check (decideGuardLocked, without
-// changing d): an abort of no part, a stranger's Decide, and a commit of no part without a
-// LeaseChecker (the lease counts as alive) end here.
+// changing d): an abort of no part, a stranger's Decide and a commit of no part end here,
+// without asking etcd (a flood of made-up ids costs no lease check). A commit of no part is
+// ErrTxnNotPrepared (it matches ErrTxnDecided: the coordinator of a commit decided and
+// forgotten past the keep, whose answer it lost, reports the outcome unknown), or
+// ErrTxnBusy while forgotten decisions gave way (it may be the resend of one of them,
+// which the coordinator would report aborted).
 func (e *Engine) decideGuardEarly(owner decider, id TxnID, lease int64, d Decision) (txnGuard, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	g, err := e.decideGuardLocked(owner, id, lease, &d)
-	if err != nil && d == DecisionCommit && e.opts.LeaseChecker != nil && errors.Is(err, errTxnNoPart) {
-		// No part: a commit decided and forgotten past the keep, its lease gone, is answered
-		// abort (the coordinator reports the outcome unknown): the lease check tells.
-		return guardGo, nil
+	if errors.Is(err, errTxnNoPart) && e.forgotLostLocked(id) {
+		return guardGo, fmt.Errorf("%w: decide %v: no part here, and forgotten decisions gave way since %v: it may be a commit forgotten",
+			ErrTxnBusy, id, e.opts.TxnAbortKeep)
 	}
 	return g, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ func (s *txnStore) primaryPart(t testing.TB, id TxnID, lease int64) {
 // from another owner than the part's, or under another lease, is refused too. Fails on
 // b3f6c9d: the made-up commits fill the decisions table, and the real Decide gets ErrTxnBusy.
 func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
-	leases := &memLeases{}
+	leases := &countingLeases{}
 	opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases, MaxTxns: 64}
 	e, err := Open(opts)
 	require.NoError(t, err)
@@ -49,6 +50,7 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 	}
 	_, decisions := e.TxnCounts()
 	require.Zero(t, decisions, "nothing recorded for the made-up ids")
+	require.Zero(t, leases.calls.Load(), "no lease check for them either")
 
 	for round := range 2 {
 		s := setupTxnStore(t, e)
@@ -73,4 +75,15 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 		require.Zero(t, decisions, "round %d: nothing live after the restart", round)
 	}
 	require.NoError(t, e.Close())
+}
+
+// countingLeases is memLeases counting its calls.
+type countingLeases struct {
+	memLeases
+	calls atomic.Int64
+}
+
+func (l *countingLeases) LeaseAlive(ctx context.Context, lease int64) (bool, error) {
+	l.calls.Add(1)
+	return l.memLeases.LeaseAlive(ctx, lease)
 }

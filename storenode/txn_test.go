@@ -813,11 +813,14 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 		require.NotErrorIs(t, err, ErrTxnDecided)
 		_, decisions := s.e.TxnCounts()
 		require.Zero(t, decisions, "no abort recorded")
-		// Past TxnAbortKeep the coordinator trusts no abort anyway: recorded then.
+		// Past TxnAbortKeep the coordinator trusts no abort anyway: refused then, its part
+		// gone (ErrTxnNotPrepared matches ErrTxnDecided), nothing recorded.
 		clock.Advance(time.Minute)
-		d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		_, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		require.ErrorIs(t, err, ErrTxnNotPrepared)
 		require.ErrorIs(t, err, ErrTxnDecided)
-		require.Equal(t, DecisionAbort, d)
+		_, decisions = s.e.TxnCounts()
+		require.Zero(t, decisions)
 		require.NoError(t, s.e.verify())
 	})
 	t.Run("restart", func(t *testing.T) {
