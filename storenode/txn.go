@@ -38,7 +38,8 @@ import (
 //   - every txn record is forced (synced) in every sync mode: a prepare is a promise, a
 //     decision the commit point, an apply the condition of reporting it.
 //   - a checkpoint re-logs (carries) every live part and decision after its checkpoint LSN
-//     (carryTxns), so the records recovery needs are never before the checkpoint, and no
+//     (carryTxns; the prepared parts in chunks after its snapshot's hold, carryPrepared in
+//     txn_quota.go), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
 //     by at most the dirty pages of the WAL being replayed).
 //   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns; the forgotten
