@@ -29,6 +29,9 @@
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
 //	txn.go         two-phase commit: prepare, the primary's decision (a compare-and-set),
 //	               apply, reports, the resolver (records_txn.go: its WAL records)
+//	txn_guard.go   the primary decides only a part it holds prepared, by its owner
+//	txn_quota.go   per-owner bounds on prepared parts; the checkpoint's carry of them in chunks
+//	txn_doubt.go   parts in doubt past TxnInDoubtAfter: listed, aborted by an operator
 //	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers

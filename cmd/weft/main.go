@@ -9,6 +9,7 @@
 //	weft verify data
 //	weft --store 127.0.0.1:7070 backup --out /backups/weft-2026-12-01
 //	weft cluster up --dir weft-cluster
+//	weft --store 127.0.0.1:7070 txn list
 //
 // It reads as a client that owns no table: a storage node serves it durable rows only (a
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
@@ -25,6 +26,9 @@
 // wrong with expected and found) and a summary, and exits 0 when the store is intact (notes,
 // such as a torn WAL tail a crash left, do not count), 1 when it found damage, 3 when it could
 // not check (the store is open in a running process, not a store, unreadable), 2 on bad usage.
+//
+// txn lists the two-phase commit parts in doubt at a running storage node, or aborts one
+// (txn.go; docs/operations.md, "Transactions in doubt").
 //
 // cluster up runs a local cluster in this process until SIGINT or SIGTERM (cluster.go,
 // package cluster/local): an embedded etcd and N storage nodes on loopback under --dir,
@@ -74,6 +78,7 @@ var commands = []command{
 	{"stats", "", "print the store's counters", cmdStats},
 	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
 	{"backup", "--out DIR", "copy a running storage node (--store), commits going on, or a stopped store (--dir), into a new directory", cmdBackup},
+	{"txn", "list | abort TXN", "list the two-phase commit parts in doubt at a storage node (--store), or abort one", cmdTxn},
 	{"cluster", "up [--dir DIR] [--storage-nodes N] [--sync none]", "run a local cluster (etcd and N storage nodes on loopback) until Ctrl-C or SIGTERM", cmdCluster},
 }
 

@@ -90,8 +90,8 @@ var roleTable = [0x80]role{
 	sgio.TypeMove:      roleOperator,
 	sgio.TypeMoveWrite: rolePeer | roleOperator,
 
-	// Transactions in doubt, listed and aborted by an operator: their request goes here,
-	// roleOperator only.
+	// Transactions in doubt, listed and aborted by an operator (weft txn).
+	sgio.TypeTxnDoubt: roleOperator,
 }
 
 // allows reports whether a session of roles r may send a request of type t. It allocates

@@ -824,7 +824,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		return r, nil, nil
 	case *sgio.Stats:
 		return s.fits(s.srv.statsReply())
-	case *sgio.TxnDecide, *sgio.TxnApply, *sgio.TxnAsk, *sgio.TxnReport:
+	case *sgio.TxnDecide, *sgio.TxnApply, *sgio.TxnAsk, *sgio.TxnReport, *sgio.TxnDoubt:
 		r, _, err := s.execTxn(m)
 		return r, nil, err
 	case *sgio.Move:

@@ -23,7 +23,9 @@ import (
 // the primary's lease check (the LeaseChecker, etcd) and the waits for syncs happen there,
 // each bounded by txnRequestTimeout. Who may send which is the role table's (roles.go):
 // coordinators (clients) prepare, decide and apply to their own parts; the resolvers of other
-// storage nodes (peers, owner 0) ask and report.
+// storage nodes (peers, owner 0) ask and report. A TxnDecide is checked against the
+// session's owner (Engine.DecideTxnAs): only the owner that prepared the primary's part
+// decides it.
 
 // txnRequestTimeout bounds the engine's work for one TxnDecide or TxnAsk (its lease check).
 const txnRequestTimeout = 10 * time.Second
@@ -128,14 +130,15 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 	return &sgio.CommitAck{LSN: lsn, Seq: v.Commit.Seq}, nil
 }
 
-// execTxn executes TxnDecide, TxnApply, TxnAsk and TxnReport on the request's goroutine.
+// execTxn executes TxnDecide, TxnApply, TxnAsk, TxnReport and TxnDoubt on the request's
+// goroutine.
 func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 	e := s.srv.eng
 	ctx, cancel := context.WithTimeout(context.Background(), txnRequestTimeout)
 	defer cancel()
 	switch m := m.(type) {
 	case *sgio.TxnDecide:
-		d, err := e.DecideTxn(ctx, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
+		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
 		if err != nil {
 			return nil, true, err
 		}
@@ -164,6 +167,9 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 			return nil, true, err
 		}
 		return &sgio.OK{}, true, nil
+	case *sgio.TxnDoubt:
+		r, err := s.txnDoubt(m)
+		return r, true, err
 	}
 	return nil, false, nil
 }
