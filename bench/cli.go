@@ -95,7 +95,8 @@ func parseFlags(prog Program, args []string, stderr io.Writer) (*Config, error) 
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar or per-workload lines on stderr")
 	fs.BoolVar(&c.BenchLines, "bench-lines", false, "also print each result as a Go benchmark line (for benchstat)")
 	fs.StringVar(&c.StoreAddr, "store", "", "use the storage node at this address instead of the embedded store")
-	fs.StringVar(&c.Secret, "store-secret", os.Getenv("WEFT_SECRET"), "the storage node's shared secret (default $WEFT_SECRET)")
+	secretFile := ""
+	fs.StringVar(&secretFile, "secret-file", os.Getenv("WEFT_SECRET_FILE"), "file holding the --store storage node's clients' secret (default $WEFT_SECRET_FILE)")
 	fs.BoolVar(&c.SpawnStore, "spawn-store", false, "run the storage node in a child process (this binary) on a free loopback port")
 	fs.IntVar(&c.Cluster, "cluster", 0, "run weft as a cluster: etcd in this process, N storage nodes in child processes (this binary), one cluster node owning every partition")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of each workload run to PREFIX.<engine>.<cache>.<workload> (go tool pprof)")
@@ -114,6 +115,15 @@ func parseFlags(prog Program, args []string, stderr io.Writer) (*Config, error) 
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
+	if secretFile != "" {
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-file: %w", err)
+		}
+		if c.Secret = strings.TrimSpace(string(b)); c.Secret == "" {
+			return nil, fmt.Errorf("--secret-file %s: empty", secretFile)
+		}
+	}
 	if c.Caches, err = ParseSizes(caches); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -193,6 +194,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	if err != nil {
 		_ = conn.Close()
+		if len(key) == 0 && errors.Is(err, ErrAuthFailed) {
+			return nil, fmt.Errorf("sgio: handshake with %s: %w (this client was given no secret: the storage node requires one; Weft's programs read it from the file --secret-file or $WEFT_SECRET_FILE names)", cfg.Addr, err)
+		}
 		return nil, fmt.Errorf("sgio: handshake with %s: %w", cfg.Addr, err)
 	}
 

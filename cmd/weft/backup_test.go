@@ -368,8 +368,10 @@ func TestBackupCommand(t *testing.T) {
 }
 
 // TestBackupNeedsOperatorSecret: a storage node with roles serves weft's backup to the
-// operators' secret (--operator-secret-file or $WEFT_OPERATOR_SECRET) only; the clients'
-// (--secret-file) is refused as outside its role, and still reads the tables.
+// operators' secret (--operator-secret-file or $WEFT_OPERATOR_SECRET_FILE) only; the clients'
+// (--secret-file or $WEFT_SECRET_FILE) is refused as outside its role, and still reads the
+// tables. No secret at all is told as such (fails on d707e6a: "wrong secret", and
+// $WEFT_SECRET_FILE was not read).
 func TestBackupNeedsOperatorSecret(t *testing.T) {
 	const clientSecret, opSecret = "1f2e3d4c5b6a79880f1e2d3c4b5a6978", "8a7b6c5d4e3f20190a1b2c3d4e5f6071"
 	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Secret: []byte(clientSecret), OperatorSecret: []byte(opSecret),
@@ -391,8 +393,22 @@ func TestBackupNeedsOperatorSecret(t *testing.T) {
 	code, _, stderr = weft(t, "--store", addr, "--secret-file", file(clientSecret), "--operator-secret-file", file(opSecret),
 		"backup", "--out", filepath.Join(t.TempDir(), "b"))
 	require.Zero(t, code, stderr)
-	t.Setenv("WEFT_OPERATOR_SECRET", opSecret)
+	t.Setenv("WEFT_OPERATOR_SECRET_FILE", file(opSecret))
 	code, _, stderr = weft(t, "--store", addr, "backup", "--out", filepath.Join(t.TempDir(), "c"))
+	require.Zero(t, code, stderr)
+	// One convention (issue 23 item 3): a secret's file, by flag or $WEFT_..._FILE; the
+	// secret itself in the environment is refused with a pointer to the file variable.
+	t.Setenv("WEFT_OPERATOR_SECRET", opSecret)
+	code, _, stderr = weft(t, "--store", addr, "tables")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "$WEFT_OPERATOR_SECRET is not read: put the secret in a file")
+	t.Setenv("WEFT_OPERATOR_SECRET", "")
+	t.Setenv("WEFT_OPERATOR_SECRET_FILE", "")
+	code, _, stderr = weft(t, "--store", addr, "tables")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "this client was given no secret", "a missing secret says so (was: wrong secret)")
+	t.Setenv("WEFT_SECRET_FILE", file(clientSecret)) // as weft cluster up's env file sets it
+	code, _, stderr = weft(t, "--store", addr, "tables")
 	require.Zero(t, code, stderr)
 }
 

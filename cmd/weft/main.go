@@ -105,8 +105,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "\nflags:")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nThe secret comes from --operator-secret-file or $WEFT_OPERATOR_SECRET (an operator's: backups need")
-	fmt.Fprintln(w, "it), else --secret-file or $WEFT_SECRET (a client's: reads only); the store from --store or $WEFT_STORE.")
+	fmt.Fprintln(w, "\nThe secret is read from the file --operator-secret-file or $WEFT_OPERATOR_SECRET_FILE names (an")
+	fmt.Fprintln(w, "operator's: backups and weft txn need it), else from --secret-file or $WEFT_SECRET_FILE (a client's:")
+	fmt.Fprintln(w, "reads only); the store is --store or $WEFT_STORE. weft cluster up's env file sets all three.")
 	fmt.Fprintln(w, "A backup directory is a store: start a storage node (or txnode.Open) on it to restore; its")
 	fmt.Fprintln(w, "first start bumps every table's epoch, so no transaction node keeps serving its old cache.")
 }
@@ -117,8 +118,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&g.store, "store", os.Getenv("WEFT_STORE"), "storage node address, host:port (default $WEFT_STORE)")
 	fs.StringVar(&g.dir, "dir", "", "a stopped store's directory, read in this process")
-	fs.StringVar(&g.secretFile, "secret-file", "", "file holding the storage node's clients' secret (default: $WEFT_SECRET)")
-	fs.StringVar(&g.opFile, "operator-secret-file", os.Getenv("WEFT_OPERATOR_SECRET_FILE"), "file holding the storage node's operators' secret, used before --secret-file (default $WEFT_OPERATOR_SECRET_FILE, else the secret in $WEFT_OPERATOR_SECRET)")
+	fs.StringVar(&g.secretFile, "secret-file", os.Getenv("WEFT_SECRET_FILE"), "file holding the storage node's clients' secret (default $WEFT_SECRET_FILE)")
+	fs.StringVar(&g.opFile, "operator-secret-file", os.Getenv("WEFT_OPERATOR_SECRET_FILE"), "file holding the storage node's operators' secret, used before --secret-file (default $WEFT_OPERATOR_SECRET_FILE)")
 	fs.DurationVar(&g.timeout, "timeout", time.Minute, "give up a command after this long")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -195,24 +196,26 @@ func (g *globals) open(ctx context.Context) (source, error) {
 	return nil, fmt.Errorf("%w: say where the store is: --store ADDR (or $WEFT_STORE), or --dir DIR", errUsage)
 }
 
-// secret reads the secret weft dials with: the operators' (--operator-secret-file, else
-// $WEFT_OPERATOR_SECRET), else the clients' (--secret-file, else $WEFT_SECRET); none is no
-// secret. A storage node serves a client's secret reads only (docs/operations.md, "Roles and
-// credentials"): a backup needs the operators'.
+// secret reads the secret weft dials with: the operators' (--operator-secret-file, default
+// $WEFT_OPERATOR_SECRET_FILE), else the clients' (--secret-file, default $WEFT_SECRET_FILE);
+// none is no secret. A storage node serves a client's secret reads only (docs/operations.md,
+// "Roles and credentials"): a backup needs the operators'. Secrets are passed in files only,
+// as to every Weft program: the secret itself in the environment is refused, not ignored.
 func (g *globals) secret() ([]byte, error) {
-	if s, err := readSecret("operator-secret-file", g.opFile, "WEFT_OPERATOR_SECRET"); s != nil || err != nil {
+	for _, env := range []string{"WEFT_SECRET", "WEFT_OPERATOR_SECRET"} {
+		if os.Getenv(env) != "" {
+			return nil, fmt.Errorf("$%s is not read: put the secret in a file (mode 0600) and name it with $%s_FILE or the flag", env, env)
+		}
+	}
+	if s, err := readSecret("operator-secret-file", g.opFile); s != nil || err != nil {
 		return s, err
 	}
-	return readSecret("secret-file", g.secretFile, "WEFT_SECRET")
+	return readSecret("secret-file", g.secretFile)
 }
 
-// readSecret reads the secret in file (of flag flag), else in environment variable env; nil
-// when neither is set.
-func readSecret(flag, file, env string) ([]byte, error) {
+// readSecret reads the secret in file (of flag flag); nil when file is "".
+func readSecret(flag, file string) ([]byte, error) {
 	if file == "" {
-		if s := os.Getenv(env); s != "" {
-			return []byte(s), nil
-		}
 		return nil, nil
 	}
 	b, err := os.ReadFile(file)

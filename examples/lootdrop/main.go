@@ -49,7 +49,7 @@ func lootdrop() int {
 	var cfg config
 	flag.StringVar(&cfg.dir, "dir", "", "directory of the embedded store (default: a temporary one, removed at exit)")
 	flag.StringVar(&cfg.store, "store", "", "address (host:port) of a storage node to use instead of the embedded store")
-	flag.StringVar(&cfg.secretFile, "secret-file", "", "file holding the storage node's clients' secret (a game server's: WEFT_SECRET_FILE of `weft cluster up`)")
+	flag.StringVar(&cfg.secretFile, "secret-file", os.Getenv("WEFT_SECRET_FILE"), "file holding the storage node's clients' secret (default $WEFT_SECRET_FILE, as `weft cluster up`'s env file sets it)")
 	flag.IntVar(&cfg.players, "players", 64, "players, one goroutine each")
 	flag.IntVar(&cfg.items, "items", 20000, "items on the ground at the start of a new world")
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long the players play")
