@@ -160,6 +160,10 @@ type Options struct {
 	// waiting out the store's transactions in doubt (registerClusterGrant): a channel that
 	// fires once after d, and a stop. time.NewTimer's when nil.
 	lockedTimer func(d time.Duration) (<-chan time.Time, func() bool)
+	// reconnectTimer, when set (tests), makes the remote store's reconnect timers (its
+	// backoff between redials, and RequestTimeout into an outage, when it becomes
+	// unavailable), with lockedTimer's contract.
+	reconnectTimer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 func (o Options) withDefaults() Options {

@@ -201,7 +201,16 @@ func (p *pipeline) admitErr() error {
 	if p.closing {
 		return ErrClosed
 	}
-	return nil
+	// The storage node unavailable: refused before anything is applied (its batch would
+	// wait out the outage in flight).
+	return p.db.unavailableErr()
+}
+
+// wakeRoom wakes the waiters on room: the remote store became unavailable (admitErr, close).
+func (p *pipeline) wakeRoom() {
+	p.mu.Lock()
+	p.room.Broadcast()
+	p.mu.Unlock()
 }
 
 // newBatchLocked returns an empty batch, a reused one when there is one. Caller holds mu.
@@ -427,12 +436,15 @@ func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := p.waitRoomLocked(ctx, func() bool {
-		if c.settledVer.Load() >= ver || p.abandoned {
+		if c.settledVer.Load() >= ver || p.abandoned || p.db.unavailableErr() != nil {
 			return true
 		}
 		p.kickNow()
 		return false
 	})
+	if err == nil && c.settledVer.Load() < ver && !p.abandoned {
+		err = p.db.unavailableErr() // the batches wait out the outage in flight
+	}
 	if err == nil && c.settledVer.Load() < ver {
 		// Close gave up on the batches (abandonLocked): their outcome is unknown, and the
 		// store may answer with the older row. Fail rather than hand it out.
@@ -963,7 +975,13 @@ func (p *pipeline) close(ctx context.Context) error {
 	defer stopWake()
 	p.mu.Lock()
 	for len(p.inflight) > 0 || (p.open.nTx > 0 && p.failErr == nil) {
-		if cerr := ctx.Err(); cerr != nil {
+		cerr := ctx.Err()
+		if cerr == nil {
+			// An outage is not waited out either: the batches in flight may apply when the
+			// storage node is back, after this Close.
+			cerr = p.db.unavailableErr()
+		}
+		if cerr != nil {
 			p.abandonLocked(cerr)
 			if err == nil {
 				err = cerr
