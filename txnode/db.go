@@ -31,10 +31,10 @@ type DB struct {
 	// renewNow starts a round of renewals before the next tick (renewLeases): the storage
 	// node is back after an outage, and the leases that lapsed meanwhile are renewed at once.
 	renewNow chan struct{}
-	info  store.Info
-	owner uint64
-	cache *pageCache
-	pipe  *pipeline
+	info     store.Info
+	owner    uint64
+	cache    *pageCache
+	pipe     *pipeline
 
 	// commitVer is the monotonic commit counter: row and page versions come from it.
 	commitVer atomic.Uint64

@@ -57,7 +57,8 @@ var (
 	// wrapping it instead (the batch is sent again on reconnect, and may be applied then).
 	ErrUnavailable = errors.New("txnode: storage node unavailable")
 	// ErrLeaseExpired is returned when this node could not renew its ownership of a table in
-	// time: it stops serving the table, reads included, until a renewal succeeds. When the
+	// time (an outage of the storage node, say): it stops serving the table, reads included,
+	// until a renewal succeeds (once the storage node is back: at once). When the
 	// store refused the renewal (ErrFenced: the table was granted since, or a restored backup
 	// bumped its epoch; ErrTableNotFound: the store has no such table) none ever will: close
 	// and reopen the DB to acquire the table anew.

@@ -27,8 +27,8 @@ func newLogCounter(keys ...string) *logCounter {
 }
 
 func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *logCounter) WithGroup(string) slog.Handler           { return h }
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logCounter) WithGroup(string) slog.Handler            { return h }
 func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()

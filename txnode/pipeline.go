@@ -38,6 +38,12 @@ import (
 // or when the cache needs room, a consistent cut (it excludes installs for the time of the cut)
 // of all dirty rows into one batch: repeated writes to a row and rows of a page coalesce.
 //
+// Outage (a remote store, remotestore.go): no batch fails for it. Batches in flight stay in
+// flight and are resent on reconnect; once the storage node has been unreachable for
+// RequestTimeout, commits are refused at admission with ErrUnavailable (nothing applied), and
+// the waits for batches in flight end (a committer gets ErrUnknownOutcome, a reader
+// ErrUnavailable, Close gives up on them as when its context ends).
+//
 // Failure: a batch that fails makes the pipeline fail-stop; every later batch fails too, the
 // frames they touched are invalidated (their rows are fetched from the store again) and every
 // later commit returns the error wrapped. WriteBack: the flusher cuts once more at once, and
@@ -314,6 +320,10 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		if err := droppingErr(tx); err != nil {
 			p.wbMu.RUnlock()
 			return 0, err
+		}
+		if err := db.unavailableErr(); err != nil {
+			p.wbMu.RUnlock()
+			return 0, err // the storage node unavailable (admitErr)
 		}
 		// The last moment to give up: from here on the transaction is installed.
 		if err := tx.ctx.Err(); err != nil {
