@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/storenode"
 )
 
 // logCounter is a slog.Handler that counts the records whose message contains each of its
@@ -195,4 +198,160 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	tab2, err := db2.Table(ctx, "players")
 	require.NoError(t, err)
 	check(tab2)
+}
+
+// switchProxy forwards connections to a storage node while up; down cuts the open ones and
+// closes each new one at once (a storage node gone: every dial fails).
+type switchProxy struct {
+	ln    net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	up    bool
+	conns []net.Conn
+}
+
+func startSwitchProxy(t *testing.T, target string) *switchProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &switchProxy{ln: ln, up: true}
+	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !p.up {
+			c.Close()
+			s.Close()
+			return
+		}
+		p.conns = append(p.conns, c, s)
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
+		go func() { defer p.wg.Done(); io.Copy(c, s); c.Close() }()
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.set(false)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *switchProxy) set(up bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = up
+	if !up {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// fakeReconnectTimers is Options.reconnectTimer: the timer of d == grace fires when the test
+// sends on fire; every other (a backoff between redials) fires at once, its d recorded.
+type fakeReconnectTimers struct {
+	grace    time.Duration
+	graceSet chan struct{} // a token per grace timer made
+	fire     chan time.Time
+	mu       sync.Mutex
+	backoffs []time.Duration
+}
+
+func (f *fakeReconnectTimers) timer(d time.Duration) (<-chan time.Time, func() bool) {
+	if d == f.grace {
+		f.graceSet <- struct{}{}
+		return f.fire, func() bool { return true }
+	}
+	f.mu.Lock()
+	f.backoffs = append(f.backoffs, d)
+	f.mu.Unlock()
+	c := make(chan time.Time, 1)
+	c <- time.Time{}
+	return c, func() bool { return false }
+}
+
+// The outage's states on an injected clock (this one runs under -race too): for RequestTimeout
+// into an outage a call waits for the reconnect within its context; then (the timer fires)
+// the store is unavailable: calls and commits fail at once with ErrUnavailable, DB.Err says
+// so, and a commit whose batch was in flight gets ErrUnknownOutcome wrapping it, its batch
+// kept and applied on reconnect. The redials back off with jitter below redialBackoffMax, for
+// as long as the outage lasts; once the storage node is back the node serves again, with one
+// "lost" and one "back" line. Does not build on b3f6c9d (no reconnectTimer: the node gave up
+// on the storage node after RequestTimeout, for good).
+func TestOutageUnavailableThenBack(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startSwitchProxy(t, addr)
+	const grace = time.Hour // RequestTimeout: only the injected timer ends it
+	timers := &fakeReconnectTimers{grace: grace, graceSet: make(chan struct{}, 4), fire: make(chan time.Time, 1)}
+	const lost, back = "lost the storage node", "the storage node is back"
+	logs := newLogCounter(lost, back)
+	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 31, RequestTimeout: grace,
+		DialTimeout: time.Second, Logger: slog.New(logs), reconnectTimer: timers.timer})
+	require.NoError(t, err)
+	tab, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	id, err := tab.Insert(ctx, row(1))
+	require.NoError(t, err)
+
+	proxy.set(false)
+	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")
+	// Within RequestTimeout a call waits for the reconnect, as long as its context allows.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err = db.Tables(short)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, db.Err())
+	// A commit whose batch goes out during the outage waits for it.
+	putErr := make(chan error, 1)
+	go func() { putErr <- tab.Put(ctx, id, row(2)) }()
+	rs := db.remote
+	require.Eventually(t, func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		return len(rs.pendingLocked()) == 1
+	}, 10*time.Second, time.Millisecond)
+
+	timers.fire <- time.Now() // RequestTimeout into the outage
+	err = recvWithin(t, putErr, "the answer of a commit in flight")
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, db.Err(), ErrUnavailable)
+	_, err = db.Tables(ctx)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, tab.Put(ctx, id, row(3)), ErrUnavailable, "a commit during the outage is refused")
+	require.Eventually(t, func() bool {
+		timers.mu.Lock()
+		defer timers.mu.Unlock()
+		return len(timers.backoffs) >= 12 // past the cap
+	}, 10*time.Second, time.Millisecond)
+
+	proxy.set(true)
+	require.Eventually(t, func() bool { return db.Err() == nil }, 10*time.Second, time.Millisecond)
+	// The batch in flight at the outage was resent and acknowledged: a Durable Get of its row
+	// waits for that.
+	buf := make([]byte, 64)
+	require.NoError(t, tab.Get(ctx, id, buf))
+	require.Equal(t, uint64(2), binary.LittleEndian.Uint64(buf))
+	require.NoError(t, tab.Put(ctx, id, row(4)))
+	require.NoError(t, tab.Get(ctx, id, buf))
+	require.Equal(t, uint64(4), binary.LittleEndian.Uint64(buf))
+	require.NoError(t, db.Close(ctx))
+	require.Equal(t, 1, logs.count(lost))
+	require.Equal(t, 1, logs.count(back))
+	timers.mu.Lock()
+	for i, d := range timers.backoffs {
+		full := min(redialBackoffFirst<<min(i, 20), redialBackoffMax)
+		require.GreaterOrEqual(t, d, full/2, "backoff %d", i)
+		require.LessOrEqual(t, d, full, "backoff %d", i)
+	}
+	timers.mu.Unlock()
+
+	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 31})
+	require.NoError(t, err)
+	defer db2.Close(ctx)
+	tab2, err := db2.Table(ctx, "t")
+	require.NoError(t, err)
+	require.NoError(t, tab2.Get(ctx, id, buf))
+	require.Equal(t, uint64(4), binary.LittleEndian.Uint64(buf))
 }
