@@ -903,18 +903,16 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) e
 		if db.testHookWait != nil {
 			db.testHookWait("durable")
 		}
-		var gone error
+		woken := false
 		select {
 		case <-w.ch:
+			woken = true
 		case <-ctx.Done():
-			gone = ctx.Err()
 		case <-db.outageC():
 			// The storage node is unavailable: the batch is kept and resent on reconnect,
-			// but nobody waits an outage out here (unavailableErr is nil if it just ended:
-			// look again).
-			gone = db.unavailableErr()
+			// but nobody waits an outage out here.
 		}
-		if gone != nil || ctx.Err() != nil {
+		if !woken {
 			db.durableMu.Lock()
 			if i := slices.Index(db.durableWaiters, w); i >= 0 {
 				db.durableWaiters = slices.Delete(db.durableWaiters, i, i+1)
@@ -922,10 +920,13 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) e
 				<-w.ch // woken meanwhile: take the wake-up, so the channel is empty for reuse
 			}
 			db.durableMu.Unlock()
-			if gone == nil {
-				gone = ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-			return gone
+			if err := db.unavailableErr(); err != nil {
+				return err
+			}
+			// The outage ended meanwhile: look again.
 		}
 	}
 }

@@ -267,10 +267,10 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	s.genA.Store(s.gen)
 	s.conn = nc
 	if s.unavail {
+		open := make(chan struct{}) // first: a waiter that sees unavailA clear waits on it
+		s.outage.Store(&open)
 		s.unavail = false
 		s.unavailA.Store(false)
-		open := make(chan struct{})
-		s.outage.Store(&open)
 	}
 	s.dialErr = nil
 	g, lost := s.gen, time.Since(s.lostAt)
