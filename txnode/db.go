@@ -691,7 +691,9 @@ func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duratio
 				return
 			}
 			db.stats.renewFails.Add(1)
-			db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
+			if !db.outageErr(err) {
+				db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
+			}
 		}
 		return
 	}
