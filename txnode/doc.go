@@ -124,7 +124,7 @@
 // fails no batch. Past RequestTimeout into an outage, calls fail at once with ErrUnavailable
 // (commits refused with nothing applied; a committer whose batch is in flight gets
 // ErrUnknownOutcome) until the storage node is back; the leases that lapsed meanwhile are
-// renewed then (docs/operations.md, "A storage node outage").
+// renewed then (docs/operations.md, "The game server's side: a storage node outage").
 //
 // # Rules: what a Tx, a Row and an error guarantee
 //
