@@ -355,3 +355,39 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	require.NoError(t, tab2.Get(ctx, id, buf))
 	require.Equal(t, uint64(4), binary.LittleEndian.Uint64(buf))
 }
+
+// Close during an outage does not wait it out: once the storage node has been unreachable for
+// RequestTimeout (the injected timer fires), Close gives up on the batch in flight (its
+// committer gets ErrUnknownOutcome) and returns ErrUnavailable, without the storage node
+// coming back. Does not build on b3f6c9d (no reconnectTimer).
+func TestCloseDuringOutage(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startSwitchProxy(t, addr)
+	const grace = time.Hour
+	timers := &fakeReconnectTimers{grace: grace, graceSet: make(chan struct{}, 4), fire: make(chan time.Time, 1)}
+	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 32, RequestTimeout: grace,
+		Logger: slog.New(newLogCounter()), reconnectTimer: timers.timer})
+	require.NoError(t, err)
+	tab, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	id, err := tab.Insert(ctx, row(1))
+	require.NoError(t, err)
+
+	proxy.set(false)
+	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")
+	putErr := make(chan error, 1)
+	go func() { putErr <- tab.Put(ctx, id, row(2)) }()
+	rs := db.remote
+	require.Eventually(t, func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		return len(rs.pendingLocked()) == 1
+	}, 10*time.Second, time.Millisecond)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- db.Close(ctx) }()
+	timers.fire <- time.Now()
+	require.ErrorIs(t, recvWithin(t, closeErr, "Close during an outage"), ErrUnavailable)
+	require.ErrorIs(t, recvWithin(t, putErr, "the commit in flight"), ErrUnknownOutcome)
+	require.ErrorIs(t, db.Err(), ErrClosed)
+}
