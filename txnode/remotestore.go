@@ -297,22 +297,13 @@ const (
 // redial dials the storage node again, backing off between attempts, until it answers or the
 // store is closed (then it returns nil). An ErrOwnerInUse (another incarnation took the id
 // after a lease of silence) is waited out like any other refusal. Once the outage has lasted
-// RequestTimeout, the store becomes unavailable (markUnavailable). gen is the broken
-// connection's generation.
+// RequestTimeout (seen between dials: a dial that hangs delays it by up to DialTimeout), the
+// store becomes unavailable (markUnavailable). gen is the broken connection's generation. It
+// runs on watch's goroutine and starts none (a goroutine per outage would outlive an
+// unclosed DB's checks for leaks, and needs none).
 func (s *remoteStore) redial(gen uint64) *sgio.Client {
 	graceC, stopGrace := s.newTimer(s.opts.RequestTimeout)
-	done := make(chan struct{})
-	defer func() {
-		close(done)
-		stopGrace()
-	}()
-	go func() {
-		select {
-		case <-graceC:
-			s.markUnavailable(gen)
-		case <-done:
-		}
-	}()
+	defer stopGrace()
 	backoff := redialBackoffFirst
 	for {
 		nc, err := s.dial(s.life)
@@ -327,11 +318,17 @@ func (s *remoteStore) redial(gen uint64) *sgio.Client {
 		s.mu.Unlock()
 		wait := backoff/2 + mrand.N(backoff/2+1)
 		fired, stop := s.newTimer(wait)
-		select {
-		case <-fired:
-		case <-s.life.Done():
-			stop()
-			return nil
+		for waiting := true; waiting; {
+			select {
+			case <-fired:
+				waiting = false
+			case <-graceC:
+				s.markUnavailable(gen)
+				graceC = nil // never ready again
+			case <-s.life.Done():
+				stop()
+				return nil
+			}
 		}
 		backoff = min(2*backoff, redialBackoffMax)
 	}
