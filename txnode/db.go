@@ -25,10 +25,16 @@ import (
 type DB struct {
 	opts  Options
 	store store.Store
-	info  store.Info
-	owner uint64
-	cache *pageCache
-	pipe  *pipeline
+	// remote is store when it is a storage node at Options.StoreAddr (outages: health.go),
+	// else nil.
+	remote *remoteStore
+	// renewNow starts a round of renewals before the next tick (renewLeases): the storage
+	// node is back after an outage, and the leases that lapsed meanwhile are renewed at once.
+	renewNow chan struct{}
+	info     store.Info
+	owner    uint64
+	cache    *pageCache
+	pipe     *pipeline
 
 	// commitVer is the monotonic commit counter: row and page versions come from it.
 	commitVer atomic.Uint64
@@ -195,6 +201,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		byID:     make(map[uint32]*tableState),
 		adopting: make(map[string]chan struct{}),
 		stop:     make(chan struct{}),
+		renewNow: make(chan struct{}, 1),
 
 		durableFailVer: math.MaxUint64,
 	}
@@ -203,6 +210,13 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.cache.freshNow = db.freshNow
 	db.cache.tp.budget = opts.PinBytes
 	db.txPool.New = func() any { return &Tx{db: db} }
+	if rs, ok := st.(*remoteStore); ok {
+		db.remote = rs
+		rs.mu.Lock()
+		rs.onUnavailable = db.pipe.wakeRoom
+		rs.onBack = db.renewSoon
+		rs.mu.Unlock()
+	}
 	if db.info.Lease > 0 || opts.Grants != nil {
 		db.bg.Add(1)
 		go db.renewLeases()
@@ -578,6 +592,7 @@ func (db *DB) renewLeases() {
 		case <-db.stop:
 			return
 		case <-tickC:
+		case <-db.renewNow:
 		}
 		db.mu.Lock()
 		ts := make([]*tableState, 0, len(db.byID))
@@ -597,7 +612,7 @@ func (db *DB) renewLeases() {
 			// cluster tables were re-registered here: a keepalive that does not wait for etcd
 			// or an fsync).
 			ctx, cancel := context.WithTimeout(context.Background(), period)
-			if err := db.store.Ping(ctx); err != nil {
+			if err := db.store.Ping(ctx); err != nil && !db.outageErr(err) {
 				db.opts.Logger.Warn("txnode: keepalive failed", "err", err)
 			}
 			cancel()
@@ -614,6 +629,21 @@ func (db *DB) renewLeases() {
 			}
 		}
 	}
+}
+
+// renewSoon makes renewLeases start a round now (the storage node is back). It does not block.
+func (db *DB) renewSoon() {
+	select {
+	case db.renewNow <- struct{}{}:
+	default:
+	}
+}
+
+// outageErr reports whether err, a renewal's or keepalive's, is the remote store's outage,
+// which the store logs itself, once when it loses the storage node and once when it is back:
+// not logged again per table and tick.
+func (db *DB) outageErr(err error) bool {
+	return db.remote != nil && (errors.Is(err, ErrUnavailable) || db.remote.disconnected())
 }
 
 // GrantRecheckInterval is how often a transaction node over an embedded store re-registers
@@ -661,7 +691,9 @@ func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duratio
 				return
 			}
 			db.stats.renewFails.Add(1)
-			db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
+			if !db.outageErr(err) {
+				db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
+			}
 		}
 		return
 	}
@@ -707,7 +739,9 @@ func (db *DB) renewLease(ctx context.Context, t *tableState, period time.Duratio
 				return
 			}
 			db.stats.renewFails.Add(1)
-			db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
+			if !db.outageErr(err) {
+				db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
+			}
 		}
 		return
 	}
@@ -871,9 +905,16 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) e
 		if db.testHookWait != nil {
 			db.testHookWait("durable")
 		}
+		woken := false
 		select {
 		case <-w.ch:
+			woken = true
 		case <-ctx.Done():
+		case <-db.outageC():
+			// The storage node is unavailable: the batch is kept and resent on reconnect,
+			// but nobody waits an outage out here.
+		}
+		if !woken {
 			db.durableMu.Lock()
 			if i := slices.Index(db.durableWaiters, w); i >= 0 {
 				db.durableWaiters = slices.Delete(db.durableWaiters, i, i+1)
@@ -881,7 +922,13 @@ func (db *DB) waitVer(ctx context.Context, ver, readVer uint64, mode waitMode) e
 				<-w.ch // woken meanwhile: take the wake-up, so the channel is empty for reuse
 			}
 			db.durableMu.Unlock()
-			return ctx.Err()
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := db.unavailableErr(); err != nil {
+				return err
+			}
+			// The outage ended meanwhile: look again.
 		}
 	}
 }

@@ -113,14 +113,18 @@
 // good leaves the table unserved on this DB (a new DB acquires anew). Concurrent opens of one
 // table take its grant once.
 //
-// After a commit batch fails (the storage node is fail-stop, the node was fenced, or the
-// connection could not be re-established within RequestTimeout), the node stops committing:
+// After a commit batch fails (the storage node is fail-stop, or the node was fenced), the
+// node stops committing:
 // the failed batch's and every later batch's transactions return the error, the frames they
 // touched are invalidated, and the DB must be reopened. A batch whose WAL write or fsync failed
 // at the storage node returns ErrUnknownOutcome (it may survive a restart), never a plain
 // failure. The remote store reconnects on its own
-// after a broken connection and resends the batches in flight with the same (owner, epoch,
-// seq), which the storage node applies at most once.
+// after a broken connection, for as long as the DB is open, and resends the batches in flight
+// with the same (owner, epoch, seq), which the storage node applies at most once: an outage
+// fails no batch. Past RequestTimeout into an outage, calls fail at once with ErrUnavailable
+// (commits refused with nothing applied; a committer whose batch is in flight gets
+// ErrUnknownOutcome) until the storage node is back; the leases that lapsed meanwhile are
+// renewed then (docs/operations.md, "The game server's side: a storage node outage").
 //
 // # Rules: what a Tx, a Row and an error guarantee
 //

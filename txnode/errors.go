@@ -48,8 +48,17 @@ var (
 	// transaction may or may not be durable. Retrying it is safe only if it is idempotent for
 	// the game (e.g. Put of the same row).
 	ErrUnknownOutcome = errors.New("txnode: commit outcome unknown")
+	// ErrUnavailable is returned while the storage node has been unreachable for longer than
+	// Options.RequestTimeout (a shorter outage is waited out, within each call's context):
+	// reads that miss the cache, commits (refused before anything is applied) and every
+	// other request fail with it at once, without waiting. It is not for good: the node
+	// redials for as long as it is open, and serves again once the storage node is back. A
+	// commit whose batch was in flight when the storage node was lost gets ErrUnknownOutcome
+	// wrapping it instead (the batch is sent again on reconnect, and may be applied then).
+	ErrUnavailable = errors.New("txnode: storage node unavailable")
 	// ErrLeaseExpired is returned when this node could not renew its ownership of a table in
-	// time: it stops serving the table, reads included, until a renewal succeeds. When the
+	// time (an outage of the storage node, say): it stops serving the table, reads included,
+	// until a renewal succeeds (once the storage node is back: at once). When the
 	// store refused the renewal (ErrFenced: the table was granted since, or a restored backup
 	// bumped its epoch; ErrTableNotFound: the store has no such table) none ever will: close
 	// and reopen the DB to acquire the table anew.

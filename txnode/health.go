@@ -1,29 +1,38 @@
 package txnode
 
-// Err returns why the DB can no longer serve, nil while it can: ErrClosed once Close ran, the
-// storage node's unreachable error once the DB gave up on it (it stayed unreachable past
-// Options.RequestTimeout, or a lease plus OwnerInUseMargin: every later call fails with it),
-// or the error of the commit batch that failed the pipeline (an unknown outcome, a store
-// refusal: every later commit fails with it). Each of them is for good: a DB does not
-// recover; a caller that wants to go on closes it and opens a fresh one (cluster/node does).
-// It takes two short locks; any goroutine may call it.
+// Err returns why the DB cannot serve, nil while it can: ErrClosed once Close ran (for good);
+// ErrUnavailable while the storage node has been unreachable for longer than
+// Options.RequestTimeout (not for good: the DB redials and serves again once it is back); or
+// the error of the commit batch that failed the pipeline (an unknown outcome, a store
+// refusal: every later commit fails with it, for good: a caller that wants to go on closes the
+// DB and opens a fresh one, as cluster/node does). It takes two short locks; any goroutine
+// may call it.
 func (db *DB) Err() error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
-	if rs, ok := db.store.(*remoteStore); ok {
-		if err := rs.deadErr(); err != nil {
-			return err
-		}
+	if err := db.unavailableErr(); err != nil {
+		return err
 	}
 	return db.pipe.failure()
 }
 
-// deadErr is why the store stopped for good (giveUp, Close), nil while it serves.
-func (s *remoteStore) deadErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.dead
+// unavailableErr is ErrUnavailable while the remote store is unavailable, nil otherwise (and
+// for other stores). Lock-free when available.
+func (db *DB) unavailableErr() error {
+	if db.remote == nil {
+		return nil
+	}
+	return db.remote.unavailableErr()
+}
+
+// outageC is closed while the remote store is unavailable; nil (never ready) for other
+// stores. Lock-free.
+func (db *DB) outageC() <-chan struct{} {
+	if db.remote == nil {
+		return nil
+	}
+	return db.remote.outageC()
 }
 
 // DB returns the transaction node the table belongs to: a Tx uses only tables of its own DB.

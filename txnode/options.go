@@ -132,13 +132,16 @@ type Options struct {
 	// base64 of at least 16 random bytes (sgio.ParseSecret; anything else fails Open with
 	// sgio.ErrWeakSecret), or empty for a loopback node without one.
 	Secret []byte
-	// DialTimeout and RequestTimeout bound the remote store's dial and each request.
+	// DialTimeout and RequestTimeout bound the remote store's dial and each request. A call
+	// waits for a reconnect for up to RequestTimeout into an outage; past it, calls fail at
+	// once with ErrUnavailable until the storage node is back.
 	DialTimeout, RequestTimeout time.Duration
 	// OwnerInUseWait is how long Open keeps dialing while the storage node answers
 	// ErrOwnerInUse (another live incarnation holds OwnerID: it must close, or be silent for
 	// a lease). Zero (the default): the storage node's own lease (from its hello reply) plus
 	// OwnerInUseMargin, so a node restarted right after a crash opens once the dead one's
-	// lease has run out, however long the storage node's lease is. Reconnects wait the same.
+	// lease has run out, however long the storage node's lease is. (Reconnects after Open
+	// keep dialing for as long as the DB is open.)
 	OwnerInUseWait time.Duration
 
 	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
@@ -160,6 +163,10 @@ type Options struct {
 	// waiting out the store's transactions in doubt (registerClusterGrant): a channel that
 	// fires once after d, and a stop. time.NewTimer's when nil.
 	lockedTimer func(d time.Duration) (<-chan time.Time, func() bool)
+	// reconnectTimer, when set (tests), makes the remote store's reconnect timers (its
+	// backoff between redials, and RequestTimeout into an outage, when it becomes
+	// unavailable), with lockedTimer's contract.
+	reconnectTimer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 func (o Options) withDefaults() Options {

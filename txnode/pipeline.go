@@ -38,6 +38,12 @@ import (
 // or when the cache needs room, a consistent cut (it excludes installs for the time of the cut)
 // of all dirty rows into one batch: repeated writes to a row and rows of a page coalesce.
 //
+// Outage (a remote store, remotestore.go): no batch fails for it. Batches in flight stay in
+// flight and are resent on reconnect; once the storage node has been unreachable for
+// RequestTimeout, commits are refused at admission with ErrUnavailable (nothing applied), and
+// the waits for batches in flight end (a committer gets ErrUnknownOutcome, a reader
+// ErrUnavailable, Close gives up on them as when its context ends).
+//
 // Failure: a batch that fails makes the pipeline fail-stop; every later batch fails too, the
 // frames they touched are invalidated (their rows are fetched from the store again) and every
 // later commit returns the error wrapped. WriteBack: the flusher cuts once more at once, and
@@ -201,7 +207,16 @@ func (p *pipeline) admitErr() error {
 	if p.closing {
 		return ErrClosed
 	}
-	return nil
+	// The storage node unavailable: refused before anything is applied (its batch would
+	// wait out the outage in flight).
+	return p.db.unavailableErr()
+}
+
+// wakeRoom wakes the waiters on room: the remote store became unavailable (admitErr, close).
+func (p *pipeline) wakeRoom() {
+	p.mu.Lock()
+	p.room.Broadcast()
+	p.mu.Unlock()
 }
 
 // newBatchLocked returns an empty batch, a reused one when there is one. Caller holds mu.
@@ -305,6 +320,10 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 		if err := droppingErr(tx); err != nil {
 			p.wbMu.RUnlock()
 			return 0, err
+		}
+		if err := db.unavailableErr(); err != nil {
+			p.wbMu.RUnlock()
+			return 0, err // the storage node unavailable (admitErr)
 		}
 		// The last moment to give up: from here on the transaction is installed.
 		if err := tx.ctx.Err(); err != nil {
@@ -427,12 +446,15 @@ func (p *pipeline) waitSettled(ctx context.Context, ver uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := p.waitRoomLocked(ctx, func() bool {
-		if c.settledVer.Load() >= ver || p.abandoned {
+		if c.settledVer.Load() >= ver || p.abandoned || p.db.unavailableErr() != nil {
 			return true
 		}
 		p.kickNow()
 		return false
 	})
+	if err == nil && c.settledVer.Load() < ver && !p.abandoned {
+		err = p.db.unavailableErr() // the batches wait out the outage in flight
+	}
 	if err == nil && c.settledVer.Load() < ver {
 		// Close gave up on the batches (abandonLocked): their outcome is unknown, and the
 		// store may answer with the older row. Fail rather than hand it out.
@@ -963,7 +985,13 @@ func (p *pipeline) close(ctx context.Context) error {
 	defer stopWake()
 	p.mu.Lock()
 	for len(p.inflight) > 0 || (p.open.nTx > 0 && p.failErr == nil) {
-		if cerr := ctx.Err(); cerr != nil {
+		cerr := ctx.Err()
+		if cerr == nil {
+			// An outage is not waited out either: the batches in flight may apply when the
+			// storage node is back, after this Close.
+			cerr = p.db.unavailableErr()
+		}
+		if cerr != nil {
 			p.abandonLocked(cerr)
 			if err == nil {
 				err = cerr

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/weftdb/weft/internal/assert"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,14 +20,26 @@ import (
 // Replies to reads are consumed in place (zero copy into the page cache).
 //
 // Reconnection. When the connection breaks (the storage node restarted, say), the store dials
-// again, with backoff, for up to RequestTimeout; meanwhile calls wait. Commit batches that were
-// in flight are sent again on the new connection, in seq order, with the same (owner, epoch,
-// seq): the storage node applies each at most once and acknowledges a retried one again.
-// Reads, page directories, ownership renewals and id grants are retried once they fail with a
-// broken connection (an id grant retried may skip ids, never repeat them); catalog changes are
-// not retried. A refusal because the connection no longer holds this node's owner id
-// (ErrIdentityLost) counts as a broken connection: the store closes it and reconnects. If no connection can be made in time, every waiting call and batch fails with
-// the error.
+// again for as long as it is open, with jittered exponential backoff (redialBackoffFirst
+// doubling to redialBackoffMax), and logs one line when it loses the storage node and one when
+// it has it back. Commit batches that were in flight are kept and sent again on the new
+// connection, in seq order, with the same (owner, epoch, seq), however long the outage: the
+// storage node applies each at most once and acknowledges a retried one again. Reads, page
+// directories, ownership renewals and id grants are retried once they fail with a broken
+// connection (an id grant retried may skip ids, never repeat them); catalog changes are not
+// retried. A refusal because the connection no longer holds this node's owner id
+// (ErrIdentityLost) counts as a broken connection: the store closes it and reconnects.
+//
+// Outage. For the first RequestTimeout of an outage calls wait for the reconnect (within their
+// context). Past it the store is unavailable (unavail): calls fail at once with
+// ErrUnavailable, the outage channel is closed (the DB's waits for batches in flight select on
+// it, and its admission refuses commits), and DB.Err reports it, until the reconnect.
+//
+// Invariants (under mu):
+//   - dialing: no current connection; exactly one watch goroutine is redialing.
+//   - unavail implies dialing; it is cleared, and a fresh outage channel installed, when the
+//     new connection is.
+//   - a batch leaves commits only through finish or Close: an outage never fails one.
 type remoteStore struct {
 	opts Options
 	info store.Info
@@ -40,9 +53,25 @@ type remoteStore struct {
 	gen     uint64        // bumped per connection
 	genA    atomic.Uint64 // gen, for connGen
 	dialing bool
-	dead    error       // set when reconnecting gave up, or at Close
-	commits commitQueue // the batches in flight, in seq order
-	closed  bool
+	// unavail: dialing for longer than RequestTimeout (see Outage); unavailA mirrors it for
+	// lock-free checks. lostAt is when the connection broke, dialErr the last dial's error.
+	unavail  bool
+	unavailA atomic.Bool
+	lostAt   time.Time
+	dialErr  error
+	commits  commitQueue // the batches in flight, in seq order
+	closed   bool
+	// outage is closed when unavail is set and replaced by an open one on reconnect.
+	outage atomic.Pointer[chan struct{}]
+	// onUnavailable, when set (by the DB, before any outage), runs when unavail is set, with
+	// mu not held: it wakes the waiters that no reply will wake now.
+	onUnavailable func()
+	// onBack, when set (by the DB, before any outage), runs once a reconnect has resent the
+	// batches in flight, with mu not held.
+	onBack func()
+	// life ends at Close (stopLife): it cancels a redial's dial and its backoff wait.
+	life     context.Context
+	stopLife context.CancelFunc
 
 	// rmu guards openRead, the merged read that reads join (remoteread.go); a leaf lock.
 	rmu      sync.Mutex
@@ -52,7 +81,7 @@ type remoteStore struct {
 // remoteCommit is a batch in flight, kept until acknowledged so it can be sent again. It is
 // pooled: one that ended normally (finish) is reused once it has left the queue, its done has
 // returned and no send of it is running (popped, doneCalled, sends == 0, under mu); one failed
-// by Close or giveUp is dropped, as a late reply could still name it.
+// by Close is dropped, as a late reply could still name it.
 type remoteCommit struct {
 	s    *remoteStore
 	msg  sgio.Commit
@@ -114,7 +143,7 @@ func (q *commitQueue) popFinished(fn func(*remoteCommit)) {
 	}
 }
 
-// reset empties the queue (Close, giveUp), dropping its batches.
+// reset empties the queue (Close), dropping its batches.
 func (q *commitQueue) reset() {
 	clear(q.items)
 	q.items, q.head = q.items[:0], 0
@@ -124,8 +153,12 @@ func dialStore(ctx context.Context, opts Options) (store.Store, error) {
 	s := &remoteStore{opts: opts}
 	rand.Read(s.incarnation[:])
 	s.changed = sync.NewCond(&s.mu)
+	s.life, s.stopLife = context.WithCancel(context.Background())
+	open := make(chan struct{})
+	s.outage.Store(&open)
 	c, err := s.dialOwner(ctx, opts.OwnerInUseWait)
 	if err != nil {
+		s.stopLife()
 		return nil, err
 	}
 	h := c.Hello()
@@ -198,9 +231,8 @@ func (s *remoteStore) ownerInUseWait(ctx context.Context) time.Duration {
 func (s *remoteStore) Info() store.Info { return s.info }
 
 // watch waits for connection gen to break, then reconnects (redial), installs the new
-// connection as the next generation and resends the batches in flight (resendInFlight), or, if
-// the storage node stays unreachable, gives up (giveUp). It runs on its own goroutine, one per
-// connection.
+// connection as the next generation and resends the batches in flight (resendInFlight). It
+// runs on its own goroutine, one per connection, and ends at Close.
 func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	<-c.Done()
 	// Wait for the broken connection's sender to stop before anything is resent: it may
@@ -215,12 +247,13 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 		return
 	}
 	s.dialing = true
+	s.lostAt = time.Now()
+	s.dialErr = c.Err()
+	inFlight := len(s.pendingLocked())
 	s.mu.Unlock()
-	nc, err := s.redial()
-	if err != nil {
-		s.giveUp(err)
-		return
-	}
+	s.opts.Logger.Warn("txnode: lost the storage node; reconnecting until it is back (requests wait up to RequestTimeout, then fail with ErrUnavailable)",
+		"addr", s.opts.StoreAddr, "err", c.Err(), "batches in flight", inFlight)
+	nc := s.redial(gen)
 	if nc == nil {
 		return // closed while dialing
 	}
@@ -233,37 +266,131 @@ func (s *remoteStore) watch(c *sgio.Client, gen uint64) {
 	s.gen++
 	s.genA.Store(s.gen)
 	s.conn = nc
-	g := s.gen
+	if s.unavail {
+		open := make(chan struct{}) // first: a waiter that sees unavailA clear waits on it
+		s.outage.Store(&open)
+		s.unavail = false
+		s.unavailA.Store(false)
+	}
+	s.dialErr = nil
+	g, lost := s.gen, time.Since(s.lostAt)
 	s.mu.Unlock()
 	resent := s.resendInFlight(nc, g)
-	s.opts.Logger.Info("txnode: reconnected to the storage node", "addr", s.opts.StoreAddr, "resent batches", resent)
+	s.opts.Logger.Info("txnode: the storage node is back", "addr", s.opts.StoreAddr,
+		"after", lost.Round(time.Millisecond), "resent batches", resent)
+	s.mu.Lock()
+	back := s.onBack
+	s.mu.Unlock()
+	if back != nil {
+		back()
+	}
 	go s.watch(nc, g)
 }
 
+// The backoff between redials: jittered (a half to the whole of it), doubling from the first
+// to the last.
+const (
+	redialBackoffFirst = 10 * time.Millisecond
+	redialBackoffMax   = 2 * time.Second
+)
+
 // redial dials the storage node again, backing off between attempts, until it answers or the
-// deadline passes. An ErrOwnerInUse (another incarnation took the id after a lease of silence)
-// is worth waiting out for a lease plus a margin, like Open does. It returns a nil client and
-// no error when the store was closed meanwhile, and the last dial's error at the deadline.
-func (s *remoteStore) redial() (*sgio.Client, error) {
-	deadline := time.Now().Add(max(s.opts.RequestTimeout, s.info.Lease+OwnerInUseMargin))
-	backoff := 10 * time.Millisecond
+// store is closed (then it returns nil). An ErrOwnerInUse (another incarnation took the id
+// after a lease of silence) is waited out like any other refusal. Once the outage has lasted
+// RequestTimeout (seen between dials: a dial that hangs delays it by up to DialTimeout), the
+// store becomes unavailable (markUnavailable). gen is the broken connection's generation. It
+// runs on watch's goroutine and starts none (a goroutine per outage would outlive an
+// unclosed DB's checks for leaks, and needs none).
+func (s *remoteStore) redial(gen uint64) *sgio.Client {
+	graceC, stopGrace := s.newTimer(s.opts.RequestTimeout)
+	defer stopGrace()
+	backoff := redialBackoffFirst
 	for {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		nc, err := s.dial(ctx)
-		cancel()
+		nc, err := s.dial(s.life)
 		if err == nil {
-			return nc, nil
+			return nc
 		}
-		if !time.Now().Add(backoff).Before(deadline) {
-			return nil, err
+		if s.life.Err() != nil {
+			return nil
 		}
-		time.Sleep(backoff) // backoff between dials, not synchronisation
-		if s.isClosed() {
-			return nil, nil
+		s.mu.Lock()
+		s.dialErr = err
+		s.mu.Unlock()
+		wait := backoff/2 + mrand.N(backoff/2+1)
+		fired, stop := s.newTimer(wait)
+		for waiting := true; waiting; {
+			select {
+			case <-fired:
+				waiting = false
+			case <-graceC:
+				s.markUnavailable(gen)
+				graceC = nil // never ready again
+			case <-s.life.Done():
+				stop()
+				return nil
+			}
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
+		backoff = min(2*backoff, redialBackoffMax)
 	}
 }
+
+// newTimer is a timer that fires once after d, and its stop: Options' reconnectTimer in
+// tests, time.NewTimer's otherwise.
+func (s *remoteStore) newTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	if f := s.opts.reconnectTimer; f != nil {
+		return f(d)
+	}
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// markUnavailable makes the store unavailable when the outage of connection gen still goes on:
+// calls fail at once with ErrUnavailable, and the outage channel closes.
+func (s *remoteStore) markUnavailable(gen uint64) {
+	s.mu.Lock()
+	if s.closed || s.gen != gen || !s.dialing || s.unavail {
+		s.mu.Unlock()
+		return
+	}
+	s.unavail = true
+	s.unavailA.Store(true)
+	close(*s.outage.Load())
+	s.changed.Broadcast()
+	f := s.onUnavailable
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// unavailableErr is ErrUnavailable, with the outage's length and the last dial's error, while
+// the store is unavailable; nil otherwise. Lock-free when available.
+func (s *remoteStore) unavailableErr() error {
+	if !s.unavailA.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unavailLocked()
+}
+
+func (s *remoteStore) unavailLocked() error {
+	if !s.unavail {
+		return nil
+	}
+	return fmt.Errorf("%w: %s unreachable for %v: %w", ErrUnavailable, s.opts.StoreAddr,
+		time.Since(s.lostAt).Round(time.Millisecond), s.dialErr)
+}
+
+// disconnected reports whether a reconnect is in progress.
+func (s *remoteStore) disconnected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dialing
+}
+
+// outageC is closed while the store is unavailable. Any goroutine; lock-free.
+func (s *remoteStore) outageC() <-chan struct{} { return *s.outage.Load() }
 
 // resendInFlight resends the batches in flight on the new connection nc of generation g, in
 // seq order, before any new batch goes out on it: the storage node applies a connection's
@@ -298,25 +425,6 @@ func (s *remoteStore) resendInFlight(nc *sgio.Client, g uint64) int {
 	}
 }
 
-// giveUp marks the store dead after the storage node stayed unreachable past redial's
-// deadline: every batch in flight ends with ErrUnknownOutcome, and later calls fail.
-func (s *remoteStore) giveUp(err error) {
-	s.mu.Lock()
-	s.dead = fmt.Errorf("txnode: storage node at %s unreachable: %w", s.opts.StoreAddr, err)
-	s.dialing = false
-	failed := s.pendingLocked()
-	for _, rc := range failed {
-		rc.fin = true
-	}
-	s.commits.reset()
-	s.changed.Broadcast()
-	dead := s.dead
-	s.mu.Unlock()
-	for _, rc := range failed {
-		rc.done(0, fmt.Errorf("%w: %w", ErrUnknownOutcome, dead))
-	}
-}
-
 func (s *remoteStore) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -333,12 +441,12 @@ func (s *remoteStore) pendingLocked() []*remoteCommit {
 	return out
 }
 
-// client returns the current connection, waiting while a reconnect is in progress (for up
-// to a lease plus a margin, or RequestTimeout) or until ctx ends.
+// client returns the current connection, waiting while a reconnect is in progress until ctx
+// ends; ErrUnavailable at once while the store is unavailable.
 func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dialing && s.dead == nil && !s.closed {
+	if s.dialing && !s.unavail && !s.closed {
 		// Woken by the end of ctx too: a call must not wait out the whole reconnect
 		// (RequestTimeout) past its own deadline.
 		stop := context.AfterFunc(ctx, func() {
@@ -348,7 +456,7 @@ func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) 
 		})
 		defer stop()
 	}
-	for s.dialing && s.dead == nil && !s.closed {
+	for s.dialing && !s.unavail && !s.closed {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
 		}
@@ -357,8 +465,8 @@ func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) 
 	if s.closed {
 		return nil, 0, ErrClosed
 	}
-	if s.dead != nil {
-		return nil, 0, s.dead
+	if s.dialing {
+		return nil, 0, s.unavailLocked()
 	}
 	return s.conn, s.gen, nil
 }
@@ -393,7 +501,7 @@ func (s *remoteStore) callWith(ctx context.Context, m, reply sgio.Message, retry
 	}
 }
 
-// awaitNewConn waits until the connection after gen is up (or reconnecting gave up).
+// awaitNewConn waits until the connection after gen is up, or the store is unavailable.
 func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
 	stop := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
@@ -403,7 +511,7 @@ func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
 	defer stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.gen == gen && s.dead == nil && !s.closed && ctx.Err() == nil {
+	for s.gen == gen && !s.unavail && !s.closed && ctx.Err() == nil {
 		if !s.dialing && s.conn != nil && s.conn.Err() == nil {
 			return
 		}
@@ -581,13 +689,9 @@ func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
 		rc.msg.Segments = append(rc.msg.Segments, sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows})
 	}
 	s.mu.Lock()
-	if s.closed || s.dead != nil {
-		err := s.dead
+	if s.closed {
 		s.mu.Unlock()
-		if err == nil {
-			err = ErrClosed
-		}
-		done(0, err)
+		done(0, ErrClosed)
 		return
 	}
 	s.commits.push(rc)
@@ -711,7 +815,7 @@ func (s *remoteStore) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
-	if len(s.pendingLocked()) == 0 && !s.dialing && s.dead == nil && s.conn != nil && s.conn.Err() == nil {
+	if len(s.pendingLocked()) == 0 && !s.dialing && s.conn != nil && s.conn.Err() == nil {
 		c := s.conn
 		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), min(s.opts.RequestTimeout, releaseWaitMax))
@@ -722,6 +826,7 @@ func (s *remoteStore) Close() error {
 		s.mu.Lock()
 	}
 	s.closed = true
+	s.stopLife()
 	c := s.conn
 	failed := s.pendingLocked()
 	for _, rc := range failed {

@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -626,7 +627,8 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 			err = serr
 		}
 	}
-	if err != nil && p.write && err == ctx.Err() {
+	if err != nil && p.write && (err == ctx.Err() || errors.Is(err, ErrUnavailable)) {
+		// Sent (or queued to be), and kept for a resend on reconnect: it may yet apply.
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	return err
