@@ -130,8 +130,11 @@ func decodeTxnDecideRecord(p []byte) (id TxnID, d Decision, count uint16, lease 
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: decision %d", d)
 	case p[17] != 0 || binary.LittleEndian.Uint32(p[20:]) != 0:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: reserved bytes not zero")
-	case count > txnParticipantsMax || count < txnParticipantsMax && reported>>count != 0:
-		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: %d participants, reported %#x", count, reported)
+	case count > txnParticipantsMax || d == DecisionCommit && count < txnParticipantsMax && reported>>count != 0:
+		// An abort's reports beyond its count are no damage: count 0 is "participants
+		// unknown" (a resolver's abort), and the engine of b3f6c9d took any report of one and
+		// kept it when it learned the count (decisionMask: only counted bits matter).
+		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: %v of %d participants, reported %#x", d, count, reported)
 	case d == DecisionCommit && count == 0:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: commit of no participant")
 	}

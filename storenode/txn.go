@@ -131,8 +131,11 @@ type txnDecision struct {
 	at       time.Time
 }
 
+// allReported reports whether participants 0..count-1 all reported; never with count 0
+// (participants unknown). Reports beyond the count do not count (decisionMask).
 func (d *txnDecision) allReported() bool {
-	return d.count > 0 && d.reported == (uint64(1)<<d.count)-1 || d.count == txnParticipantsMax && d.reported == ^uint64(0)
+	m := decisionMask(d.count)
+	return d.count > 0 && d.reported&m == m
 }
 
 // txnBatchHash is the dedup hash of a prepared batch: its batch hash mixed with the id.
@@ -357,11 +360,9 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	}
 	if rec := e.txnDecisions[id]; rec != nil {
 		got, recorded = *rec, true
-		if rec.count == 0 && count > 0 {
-			// A resolver's abort (the only decision recorded without a count) learns it
-			// from the coordinator, whatever it asks, as decideLocked does.
-			rec.count = uint16(count)
-		}
+		// A resolver's abort (the only decision recorded without a count) learns it
+		// from the coordinator, whatever it asks, as decideLocked does.
+		e.learnCount(rec, count)
 	}
 	if !recorded {
 		got, recorded = e.forgottenLocked(id)
@@ -419,8 +420,8 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	}
 	e.sweepTxnDecisions()
 	if rec := e.txnDecisions[id]; rec != nil {
-		if rec.count == 0 && count > 0 && rec.d == d {
-			rec.count = uint16(count) // an abort recorded by a resolver learns the count
+		if rec.d == d {
+			e.learnCount(rec, count) // an abort recorded by a resolver learns the count
 		}
 		return *rec, nil
 	}
@@ -1048,8 +1049,13 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		if err := e.replayFits(lsn, c); err != nil {
 			return err
 		}
-		if e.txnParts[pr.id] != nil {
-			return nil // carried again by a checkpoint that did not publish
+		if old := e.txnParts[pr.id]; old != nil {
+			if old.decision == DecisionNone {
+				return nil // carried again by a checkpoint that did not publish
+			}
+			// Applied, reported and forgotten by the live engine (in memory only before the
+			// forgot record), then prepared again: the new part replaces it.
+			delete(e.txnParts, pr.id)
 		}
 		rec := append([]byte(nil), payload...) // the WAL's buffer is not ours
 		if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
@@ -1093,14 +1099,22 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
 		}
 		rec := e.txnDecisions[id]
+		if rec != nil && rec.d != d {
+			// The live engine forgot rec (an abort past TxnAbortKeep, in memory only) and,
+			// once its memory of it expired too, recorded id's decision afresh: the later
+			// record replaces it, as it did there.
+			delete(e.txnDecisions, id)
+			rec = nil
+		}
 		if rec == nil {
 			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
 			e.txnDecisions[id] = rec
-		} else if rec.d != d {
-			return corrupt.Errorf("storenode: replay: record %d: transaction %v decided %v, then %v", lsn, id, rec.d, d)
 		}
 		rec.count = max(rec.count, count)
 		rec.reported |= reported
+		if rec.count > 0 {
+			rec.reported &= decisionMask(rec.count)
+		}
 		if rec.allReported() {
 			// A commit every participant reported, or a decision forgotten and carried by a
 			// checkpoint (carryTxns); an abort all reported is forgotten as the sweep would.
