@@ -100,6 +100,12 @@ type Engine struct {
 	txnLocks      map[uint64]uint64 // frameKey -> slots of prepared rows
 	txnKick       chan struct{}
 	txnBytes      int64 // the prepare records the prepared parts hold
+	txnPrepared   int   // the parts prepared, decision not applied (MaxTxns bounds them)
+	// txnReplayed holds the parts replay rebuilt that are not forgotten yet, and
+	// txnReplayedAt when the engine opened: the resolver logs once when they are settled
+	// (txn_forget.go). Guarded by mu.
+	txnReplayed   map[TxnID]struct{}
+	txnReplayedAt time.Time
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
@@ -296,6 +302,7 @@ func Open(opts Options) (*Engine, error) {
 	e.mu.Lock()
 	if e.txnLive() {
 		e.startResolver()
+		e.kickResolver() // what replay rebuilt is settled now, not a TxnResolveInterval later
 	}
 	e.mu.Unlock()
 	return e, nil

@@ -246,8 +246,8 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if err := e.checkTxnLocks(b.Segments); err != nil {
 		return 0, err
 	}
-	if len(e.txnParts) >= e.opts.MaxTxns {
-		return 0, fmt.Errorf("%w: %d transactions prepared", ErrTxnBusy, len(e.txnParts))
+	if err := e.txnPartsRoom(); err != nil {
+		return 0, err
 	}
 	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
 	for i := range b.Segments {
@@ -283,6 +283,7 @@ func noAck(uint64, error) {}
 // installPart adds a prepared part and its row locks. Caller holds mu.
 func (e *Engine) installPart(p *txnPart) {
 	e.txnParts[p.id] = p
+	e.txnPrepared++
 	e.txnBytes += int64(len(p.rec))
 	e.startResolver()
 	for i := range p.batch.Segments {
@@ -747,6 +748,7 @@ func (e *Engine) noteAbortedUnprepared(id TxnID) {
 // as applied, to be reported. Caller holds mu.
 func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
 	e.unlockPart(p)
+	e.txnPrepared--
 	e.txnBytes -= int64(len(p.rec))
 	if d == DecisionCommit {
 		e.applyBatch(&p.batch, lsn)
@@ -803,6 +805,7 @@ type txnTask struct {
 	primary string
 	index   uint16
 	applied Decision
+	done    bool // reported: the part is forgotten at the pass's end (forgetReported)
 }
 
 // txnSegmentsMax bounds a prepared batch's segments: reserveFrames' bound of one batch.
@@ -883,6 +886,9 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
+	if e.forgetReported(tasks) > 0 && len(tasks) == txnTasksMax {
+		e.kickResolver() // a backlog (a restart's, a burst): the next pass now, not in a second
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -897,7 +903,8 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 // resolveRun resolves the tasks of one primary, one after another, until one fails (the
 // primary is skipped for the rest of the pass) or ctx ends; it returns that error.
 func (e *Engine) resolveRun(ctx context.Context, run []txnTask) error {
-	for _, t := range run {
+	for i := range run {
+		t := &run[i]
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -908,7 +915,7 @@ func (e *Engine) resolveRun(ctx context.Context, run []txnTask) error {
 	return nil
 }
 
-func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
+func (e *Engine) resolveOne(ctx context.Context, t *txnTask) error {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.TxnCallTimeout)
 	defer cancel()
 	if t.applied == DecisionNone {
@@ -941,11 +948,7 @@ func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	if p := e.txnParts[t.id]; p != nil && p.decision != DecisionNone {
-		delete(e.txnParts, t.id) // memory only: a replay reports again, which is harmless
-	}
-	e.mu.Unlock()
+	t.done = true
 	return nil
 }
 
@@ -1127,6 +1130,10 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		}
 		if rec := e.txnDecisions[id]; rec != nil {
 			e.noteReported(id, rec, index)
+		}
+	case kindTxnForgot:
+		if err := decodeTxnForgotRecord(payload, e.replayForgot); err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
 		}
 	}
 	return nil

@@ -2,7 +2,11 @@ package storenode
 
 import (
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -160,4 +164,114 @@ func TestTxnReplayPartForgottenThenPreparedAgain(t *testing.T) {
 			require.Equal(t, TxnStatus{Applied: second}, s.e.TxnStatus(txnID(1)))
 		})
 	}
+}
+
+// signalHandler is a slog.Handler that closes ch at the first record whose message
+// contains msg.
+type signalHandler struct {
+	msg  string
+	once *sync.Once
+	ch   chan struct{}
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
+}
+func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// commitTxns runs transactions first..first+n-1 of one participant, s, to the applied
+// state, decided at primary (named primaryName in the prepare: "" for s itself), and
+// reports them (the resolver's pass) when report is set.
+func commitTxns(t *testing.T, s *txnStore, primary *Engine, primaryName string, first, n int, report bool) {
+	t.Helper()
+	ctx := context.Background()
+	for i := first; i < first+n; i++ {
+		id := TxnID{0: 0x12, 14: byte(i >> 8), 15: byte(i)}
+		_, err := s.prepare(t, id, 5, primaryName, 0, uint64(i%64), uint64(i))
+		require.NoError(t, err)
+		_, err = primary.DecideTxn(ctx, id, 5, DecisionCommit, 1)
+		require.NoError(t, err)
+		require.NoError(t, s.e.ApplyTxn(id, DecisionCommit))
+		if report {
+			require.NoError(t, s.e.ResolveTxns(ctx))
+		}
+	}
+}
+
+// TestTxnRestartAfterReportedParts: a participant forgot each reported part in memory only,
+// so a restart rebuilt every part applied since the last checkpoint as "applied, not
+// reported", and Prepare counted them against MaxTxns: every prepare refused until the
+// resolver re-reported them, 256 a second (issue 22, defect 12). Now the forgot record
+// drops them at replay, and applied parts do not count against MaxTxns anyway (a power
+// loss may lose the record). Fails on b3f6c9d: ErrTxnBusy, "4 transactions prepared" (and
+// 20 parts after the kill).
+func TestTxnRestartAfterReportedParts(t *testing.T) {
+	for _, how := range []string{"kill", "powerloss"} {
+		t.Run(how, func(t *testing.T) {
+			s, opts, fs := txnFaultStore(t, Options{MaxTxns: 4})
+			commitTxns(t, s, s.e, "", 0, 20, true)
+			parts, _ := s.e.TxnCounts()
+			require.Zero(t, parts, "reported: forgotten")
+			// A forced record after the forgot records (which are not forced) makes them
+			// durable, as any transaction's next record does.
+			_, err := s.e.DecideTxn(context.Background(), txnID(200), 5, DecisionAbort, 1)
+			require.NoError(t, err)
+			if how == "kill" {
+				s = reopenTxnStore(t, s, opts, fs, true)
+				parts, _ := s.e.TxnCounts()
+				require.Zero(t, parts, "the forgot records replayed")
+			} else {
+				// The last pass's forgot record unsynced: lost. Its part comes back applied.
+				commitTxns(t, s, s.e, "", 20, 1, true)
+				fs.Crash(nil)
+				s.e.Close()
+				requireCheckNoDamage(t, fs, opts.Dir, "after the power loss")
+				e, err := Open(opts)
+				require.NoError(t, err)
+				t.Cleanup(func() { e.Close() })
+				s = setupTxnStore(t, e)
+			}
+			for i := range 4 {
+				_, err := s.prepare(t, txnID(byte(100+i)), 5, "", 0, uint64(i), 1)
+				require.NoError(t, err, "a prepare at once after the restart")
+			}
+		})
+	}
+}
+
+// TestTxnReplayedPartsSettledAtOnce: 300 applied parts not reported, carried across a
+// restart: the resolver starts on Open (not a TxnResolveInterval later), a pass that hit its
+// 256 tasks runs the next at once, and the node logs when what replay rebuilt is settled;
+// prepares are served meanwhile.
+func TestTxnReplayedPartsSettledAtOnce(t *testing.T) {
+	peers := &memPeers{}
+	primary := openTest(t, Options{TxnResolveInterval: -1, Logger: quietLogger})
+	peers.set("p", primary)
+	s, opts, _ := txnFaultStore(t, Options{MaxTxns: 32, TxnPeer: peers})
+	commitTxns(t, s, primary, "p", 0, 300, false)
+	parts, _ := s.e.TxnCounts()
+	require.Equal(t, 300, parts)
+	require.NoError(t, s.e.Close())
+
+	settled := signalHandler{msg: "replay rebuilt are settled", once: &sync.Once{}, ch: make(chan struct{})}
+	opts.Logger = slog.New(settled)
+	opts.TxnResolveInterval = time.Hour // no tick in the test: only kicks run passes
+	e, err := Open(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	s = setupTxnStore(t, e)
+	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 1)
+	require.NoError(t, err, "a prepare at once after the restart")
+	select {
+	case <-settled.ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the replayed parts were not settled")
+	}
+	parts, _ = e.TxnCounts()
+	require.Equal(t, 1, parts, "only the new prepare is left")
 }
