@@ -82,6 +82,15 @@ type Engine struct {
 	// prepared here (yet): a prepare of it arriving later is refused. Memory only, at most
 	// Options.MaxTxns, each kept Options.TxnAbortKeep. Guarded by mu.
 	txnAborted map[TxnID]time.Time
+	// txnAbortedQ lists txnAborted's entries oldest first (an id noted again has a newer
+	// entry too), at most Options.MaxTxns; txnAbortQ the abort decisions in the order
+	// recorded, txnAbortDoneQ those every participant reported in the order they did
+	// (txn_forget.go). txnVisited counts the entries their loops visited (tests). Guarded by
+	// mu.
+	txnAbortedQ   []txnAbortedEntry
+	txnAbortQ     []txnAbortEntry
+	txnAbortDoneQ []txnAbortEntry
+	txnVisited    uint64
 	// txnForgot remembers the decisions this node forgot as primary (a commit every
 	// participant reported, an abort swept), so that a resent Decide or an Ask of one is
 	// answered with it instead of deciding afresh (txn.go, forgetDecision). A checkpoint

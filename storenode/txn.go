@@ -363,7 +363,7 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 		got, recorded = *rec, true
 		// A resolver's abort (the only decision recorded without a count) learns it
 		// from the coordinator, whatever it asks, as decideLocked does.
-		e.learnCount(rec, count)
+		e.learnCount(id, rec, count)
 	}
 	if !recorded {
 		got, recorded = e.forgottenLocked(id)
@@ -422,7 +422,7 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	e.sweepTxnDecisions()
 	if rec := e.txnDecisions[id]; rec != nil {
 		if rec.d == d {
-			e.learnCount(rec, count) // an abort recorded by a resolver learns the count
+			e.learnCount(id, rec, count) // an abort recorded by a resolver learns the count
 		}
 		return *rec, nil
 	}
@@ -439,6 +439,7 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	}
 	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
 	e.txnDecisions[id] = rec
+	e.queueAbort(id, rec)
 	e.startResolver()
 	return *rec, nil
 }
@@ -529,9 +530,12 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 
 // noteReported sets a report and forgets a commit every participant applied. Caller holds mu.
 func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
+	was := rec.allReported()
 	rec.reported |= 1 << index
 	if rec.d == DecisionCommit && rec.allReported() {
 		e.forgetDecision(id, rec)
+	} else if !was && rec.allReported() {
+		e.queueAbortDone(id, rec) // forgotten by the next sweep once durable
 	}
 }
 
@@ -626,13 +630,32 @@ func (e *Engine) popForgotten() {
 func (e *Engine) sweepTxnDecisions() {
 	now := e.opts.Now()
 	e.expireForgotten(now)
-	if len(e.txnDecisions) == 0 {
-		return
-	}
-	for id, rec := range e.txnDecisions {
-		if rec.d == DecisionAbort && (rec.allReported() || now.Sub(rec.at) >= e.opts.TxnAbortKeep) && rec.lsn <= e.durableThrough() {
-			e.forgetDecision(id, rec)
+	// Both queues in the order their entries came (txn_forget.go): O(1) amortized, no scan
+	// of the decisions under mu.
+	durable := e.durableThrough()
+	for len(e.txnAbortDoneQ) > 0 {
+		q := e.txnAbortDoneQ[0]
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if q.lsn > durable {
+				break
+			}
+			e.forgetDecision(q.id, rec)
 		}
+		e.txnVisited++
+		e.txnAbortDoneQ[0] = txnAbortEntry{}
+		e.txnAbortDoneQ = e.txnAbortDoneQ[1:]
+	}
+	for len(e.txnAbortQ) > 0 {
+		q := e.txnAbortQ[0]
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if now.Sub(rec.at) < e.opts.TxnAbortKeep || rec.lsn > durable {
+				break
+			}
+			e.forgetDecision(q.id, rec)
+		}
+		e.txnVisited++
+		e.txnAbortQ[0] = txnAbortEntry{}
+		e.txnAbortQ = e.txnAbortQ[1:]
 	}
 }
 
@@ -727,21 +750,12 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 // oldest give way). Caller holds mu.
 func (e *Engine) noteAbortedUnprepared(id TxnID) {
 	now := e.opts.Now()
-	if len(e.txnAborted) >= e.opts.MaxTxns {
-		var oldest TxnID
-		var oldestAt time.Time
-		for k, at := range e.txnAborted {
-			if now.Sub(at) >= e.opts.TxnAbortKeep {
-				delete(e.txnAborted, k)
-			} else if oldestAt.IsZero() || at.Before(oldestAt) {
-				oldest, oldestAt = k, at
-			}
-		}
-		if len(e.txnAborted) >= e.opts.MaxTxns {
-			delete(e.txnAborted, oldest)
-		}
+	e.expireAbortedUnprepared(now) // O(1) amortized: txnAbortedQ, oldest first (txn_forget.go)
+	if len(e.txnAbortedQ) >= e.opts.MaxTxns {
+		e.popAbortedUnprepared()
 	}
 	e.txnAborted[id] = now
+	e.txnAbortedQ = append(e.txnAbortedQ, txnAbortedEntry{id: id, at: now})
 }
 
 // finishPart applies (commit: frames reserved) or drops a prepared part at lsn and keeps it
@@ -1112,6 +1126,7 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		if rec == nil {
 			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
 			e.txnDecisions[id] = rec
+			e.queueAbort(id, rec)
 		}
 		rec.count = max(rec.count, count)
 		rec.reported |= reported

@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/weftdb/weft/internal/assert"
 )
@@ -22,12 +23,16 @@ func decisionMask(count uint16) uint64 {
 // coordinator's Decide names, and drops the reports beyond it (no such participant: they
 // were made up), so that no state is carried that the count contradicts. In memory only: a
 // checkpoint carries it. Caller holds mu.
-func (e *Engine) learnCount(rec *txnDecision, count int) {
+func (e *Engine) learnCount(id TxnID, rec *txnDecision, count int) {
 	if rec.count != 0 || count <= 0 {
 		return
 	}
+	was := rec.allReported()
 	rec.count = uint16(count)
 	rec.reported &= decisionMask(rec.count)
+	if !was && rec.allReported() {
+		e.queueAbortDone(id, rec)
+	}
 }
 
 // txnAppliedPerPrepared bounds the applied parts not yet reported (each waits for its
@@ -113,4 +118,80 @@ func (e *Engine) noteTxnReplayed() {
 	e.opts.Logger.Info("storenode: replay rebuilt two-phase commit state", "dir", e.dir,
 		"prepared", e.txnPrepared, "applied_unreported", len(e.txnParts)-e.txnPrepared,
 		"decisions", len(e.txnDecisions), "forgotten_remembered", len(e.txnForgot))
+}
+
+// txnAbortedEntry is one abort applied to a transaction not prepared here (txnAborted), in
+// txnAbortedQ: it stands for txnAborted[id] while that is still at.
+type txnAbortedEntry struct {
+	id TxnID
+	at time.Time
+}
+
+// expireAbortedUnprepared drops the aborts of unprepared transactions older than
+// Options.TxnAbortKeep: the queue is oldest first, so it stops at the first young one.
+// Caller holds mu.
+func (e *Engine) expireAbortedUnprepared(now time.Time) {
+	for len(e.txnAbortedQ) > 0 && now.Sub(e.txnAbortedQ[0].at) >= e.opts.TxnAbortKeep {
+		e.popAbortedUnprepared()
+	}
+}
+
+// popAbortedUnprepared drops the oldest entry of txnAbortedQ, and its abort unless noted
+// again since (a prepare that found it expired may have dropped it already). Caller holds mu.
+func (e *Engine) popAbortedUnprepared() {
+	q := e.txnAbortedQ[0]
+	if at, ok := e.txnAborted[q.id]; ok && at.Equal(q.at) {
+		delete(e.txnAborted, q.id)
+	}
+	e.txnVisited++
+	e.txnAbortedQ[0] = txnAbortedEntry{}
+	e.txnAbortedQ = e.txnAbortedQ[1:]
+	if len(e.txnAbortedQ) == 0 {
+		e.txnAbortedQ = nil
+	}
+}
+
+// txnAbortEntry is one abort decision in txnAbortQ or txnAbortDoneQ: it stands for
+// txnDecisions[id] while that is still rec (a decision forgotten, or replaced in replay,
+// leaves its entries to be dropped when met); lsn is what must be durable before the
+// decision is forgotten (txnAbortDoneQ: the last record when every participant reported).
+type txnAbortEntry struct {
+	id  TxnID
+	rec *txnDecision
+	lsn uint64
+}
+
+// queueAbort queues a new abort decision for the sweep past Options.TxnAbortKeep (the
+// decisions are recorded in the order of their at, the engine clock). The entries of
+// aborts forgotten sooner (every participant reported) wait behind younger ones: at twice
+// the live decisions' bound (Options.MaxTxns) the queue drops them, keeping the live ones,
+// so each entry costs O(1) amortized. Caller holds mu.
+func (e *Engine) queueAbort(id TxnID, rec *txnDecision) {
+	if rec.d != DecisionAbort {
+		return
+	}
+	if len(e.txnAbortQ) >= 2*max(e.opts.MaxTxns, len(e.txnDecisions)) {
+		live := e.txnAbortQ[:0]
+		for _, q := range e.txnAbortQ {
+			if e.txnDecisions[q.id] == q.rec {
+				live = append(live, q)
+			}
+		}
+		e.txnVisited += uint64(len(e.txnAbortQ))
+		clear(e.txnAbortQ[len(live):])
+		e.txnAbortQ = live
+	}
+	e.txnAbortQ = append(e.txnAbortQ, txnAbortEntry{id: id, rec: rec})
+	if rec.allReported() {
+		e.queueAbortDone(id, rec)
+	}
+}
+
+// queueAbortDone queues an abort every participant reported, to be forgotten by the next
+// sweep once every record logged so far is durable. Caller holds mu.
+func (e *Engine) queueAbortDone(id TxnID, rec *txnDecision) {
+	if rec.d != DecisionAbort {
+		return
+	}
+	e.txnAbortDoneQ = append(e.txnAbortDoneQ, txnAbortEntry{id: id, rec: rec, lsn: max(rec.lsn, e.lastLSN)})
 }

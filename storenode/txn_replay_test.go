@@ -275,3 +275,63 @@ func TestTxnReplayedPartsSettledAtOnce(t *testing.T) {
 	parts, _ = e.TxnCounts()
 	require.Equal(t, 1, parts, "only the new prepare is left")
 }
+
+// TestTxnAbortMemoryCostConstant: past MaxTxns remembered aborts of unprepared transactions,
+// each TxnApply{abort} of a made-up id scanned the whole map under the engine lock, and so did
+// every Decide and resolver pass over the kept decisions (issue 22, defect 8: other owners'
+// commits stalled up to 1.5 s). Now each visits O(1) entries (amortized), counted by
+// txnVisited; and the memory still works: an abort of an unprepared transaction refuses its
+// late prepare, an abort every participant reported is forgotten by the next sweep, the
+// others past TxnAbortKeep. Fails with b3f6c9d's scans (each map entry visited counted):
+// thousands of entries a call.
+func TestTxnAbortMemoryCostConstant(t *testing.T) {
+	const maxTxns = 512
+	clock := &fakeClock{}
+	clock.Now()
+	s, _, _ := txnFaultStore(t, Options{MaxTxns: maxTxns, Now: clock.Now})
+	e, ctx := s.e, context.Background()
+	made := func(i int) TxnID {
+		return TxnID{0: 0xab, 12: byte(i >> 24), 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
+	}
+	visited := func() uint64 {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.txnVisited
+	}
+	for i := range maxTxns {
+		require.NoError(t, e.ApplyTxn(made(i), DecisionAbort))
+	}
+	const ops = 4 * maxTxns
+	before := visited()
+	for i := range ops {
+		require.NoError(t, e.ApplyTxn(made(maxTxns+i), DecisionAbort))
+	}
+	require.LessOrEqual(t, visited()-before, uint64(2*ops), "entries visited by %d aborts of unprepared transactions", ops)
+	_, err := s.prepare(t, made(maxTxns+ops-1), 5, "", 0, 1, 1)
+	require.ErrorIs(t, err, ErrTxnDecided, "the newest abort is remembered")
+	s.seq--
+
+	// maxTxns-1 aborts kept (count 0: never all reported), then decisions that every
+	// participant reports, each followed by a resolver pass (a sweep).
+	for i := range maxTxns - 1 {
+		_, err := e.DecideTxn(ctx, made(1<<20+i), 5, DecisionAbort, 0)
+		require.NoError(t, err)
+	}
+	before = visited()
+	for i := range ops {
+		id := made(2<<20 + i)
+		_, err := e.DecideTxn(ctx, id, 5, DecisionAbort, 1)
+		require.NoError(t, err)
+		require.NoError(t, e.ReportTxn(id, 0))
+		require.NoError(t, e.ResolveTxns(ctx))
+		require.Equal(t, TxnStatus{}, e.TxnStatus(id), "every participant reported: forgotten by the sweep")
+	}
+	require.LessOrEqual(t, visited()-before, uint64(4*ops), "entries visited by %d decides and sweeps", ops)
+	_, decisions := e.TxnCounts()
+	require.Equal(t, maxTxns-1, decisions)
+	clock.Advance(DefaultTxnAbortKeep)
+	require.NoError(t, e.ResolveTxns(ctx))
+	_, decisions = e.TxnCounts()
+	require.Zero(t, decisions, "past TxnAbortKeep: forgotten")
+	require.NoError(t, e.verify())
+}
