@@ -35,13 +35,18 @@ import (
 //   - a part or decision is installed when its record is handed to the WAL; nothing is
 //     answered about it (to the coordinator, a resolver or a peer) before that record is
 //     durable (waitDurable): a decision another node acts on can never be lost by a crash.
-//   - every txn record is forced (synced) in every sync mode: a prepare is a promise, a
-//     decision the commit point, an apply the condition of reporting it.
+//   - every txn record but the forgot record is forced (synced) in every sync mode: a
+//     prepare is a promise, a decision the commit point, an apply the condition of reporting
+//     it; a forgot record lost only makes its parts report again.
+//   - replay accepts every sequence of records the engine writes: where the live engine
+//     forgot something in memory only, the later record replaces it (txn_forget.go).
 //   - a checkpoint re-logs (carries) every live part and decision after its checkpoint LSN
 //     (carryTxns), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
 //     by at most the dirty pages of the WAL being replayed).
-//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns; the forgotten
+//   - the prepared parts (txnPrepared) and len(txnDecisions) are each at most
+//     Options.MaxTxns (applied parts waiting to report are bounded at a prepare,
+//     txnPartsRoom); no loop under mu visits more than O(1) entries amortized; the forgotten
 //     decisions remembered (txnForgot: a resent Decide is answered with them) at most
 //     Options.TxnForgetMax, the newest MaxTxns of them carried by each checkpoint too.
 

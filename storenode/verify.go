@@ -275,6 +275,9 @@ func (e *Engine) verifyTxns() error {
 	if prepared > e.opts.MaxTxns || len(e.txnDecisions) > e.opts.MaxTxns || e.txnBytes > e.opts.MaxTxnBytes {
 		return fmt.Errorf("storenode: %d parts prepared, %d decisions, %d bytes: past the bounds", prepared, len(e.txnDecisions), e.txnBytes)
 	}
+	if len(e.txnAbortedQ) > e.opts.MaxTxns || len(e.txnAborted) > len(e.txnAbortedQ) {
+		return fmt.Errorf("storenode: %d aborts of unprepared transactions in a queue of %d: past the bounds", len(e.txnAborted), len(e.txnAbortedQ))
+	}
 	if len(e.txnForgotQ) > e.opts.TxnForgetMax || len(e.txnForgot) > len(e.txnForgotQ) {
 		return fmt.Errorf("storenode: %d forgotten decisions in a queue of %d: past the bounds", len(e.txnForgot), len(e.txnForgotQ))
 	}
