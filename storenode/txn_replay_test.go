@@ -43,18 +43,22 @@ func reopenTxnStore(t *testing.T, s *txnStore, opts Options, fs *vfs.FaultFS, ki
 	return setupTxnStore(t, e)
 }
 
-// TestTxnReportOfAbortWithoutCount: a client's Decide(abort) of a made-up id with count 0
-// (participants unknown, as a resolver's abort), a report of participant 5, and a
-// checkpoint (here Close's) left a decide record of 0 participants reported 0x20, which replay
-// and Check refused: the store never opened again. It reopens, the abort kept (never all
+// TestTxnReportOfAbortWithoutCount: an abort recorded with count 0 (participants unknown: a
+// resolver's Ask once the coordinator's lease is gone, or on b3f6c9d any client's
+// Decide(abort) of a made-up id with count 0), a report of participant 5, and a checkpoint
+// (here Close's) left a decide record of 0 participants reported 0x20, which replay and
+// Check refused: the store never opened again. It reopens, the abort kept (never all
 // reported without a count) until the coordinator names the count, and a count learned
 // drops the reports beyond it. Fails on b3f6c9d: "decide record: 0 participants, reported
 // 0x20".
 func TestTxnReportOfAbortWithoutCount(t *testing.T) {
-	s, opts, fs := txnFaultStore(t, Options{})
+	leases := &memLeases{}
+	leases.kill(5)
+	s, opts, fs := txnFaultStore(t, Options{LeaseChecker: leases})
 	ctx := context.Background()
-	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 0)
+	d, err := s.e.AskTxn(ctx, txnID(1), 5)
 	require.NoError(t, err)
+	require.Equal(t, DecisionAbort, d, "the lease is gone: abort recorded, count 0")
 	require.NoError(t, s.e.ReportTxn(txnID(1), 5))
 	require.NoError(t, s.e.Checkpoint())
 	s = reopenTxnStore(t, s, opts, fs, false)
@@ -67,10 +71,10 @@ func TestTxnReportOfAbortWithoutCount(t *testing.T) {
 	require.NoError(t, s.e.ReportTxn(txnID(1), 0))
 	s = reopenTxnStore(t, s, opts, fs, false)
 	s.e.mu.Lock()
-	d := *s.e.txnDecisions[txnID(1)]
+	rec := *s.e.txnDecisions[txnID(1)]
 	s.e.mu.Unlock()
-	require.Equal(t, uint16(2), d.count)
-	require.Equal(t, uint64(1), d.reported, "the report of participant 5 of 2 is dropped")
+	require.Equal(t, uint16(2), rec.count)
+	require.Equal(t, uint64(1), rec.reported, "the report of participant 5 of 2 is dropped")
 	require.ErrorIs(t, s.e.ReportTxn(txnID(1), 5), ErrMalformed)
 	require.NoError(t, s.e.ReportTxn(txnID(1), 1))
 	require.NoError(t, s.e.ResolveTxns(ctx))
@@ -112,25 +116,30 @@ func TestDecideRecordOfAbortReportsBeyondCount(t *testing.T) {
 }
 
 // TestTxnReplayAbortForgottenThenCommit: an abort forgotten past TxnAbortKeep (in memory
-// only), its memory expired too, then a Decide(commit) of the same id under a live lease:
-// replay meets "abort, then commit" and must take the later one, as the engine did. Fails
-// on b3f6c9d: "transaction ... decided abort, then commit".
+// only), its memory expired too, then the id prepared here and decided commit under a live
+// lease: replay meets "abort, then commit" and must take the later one, as the engine did.
+// Fails on b3f6c9d: "transaction ... decided abort, then commit".
 func TestTxnReplayAbortForgottenThenCommit(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Now()
-	s, opts, fs := txnFaultStore(t, Options{Now: clock.Now, LeaseChecker: &memLeases{}})
+	leases := &memLeases{}
+	leases.kill(5)
+	s, opts, fs := txnFaultStore(t, Options{Now: clock.Now, LeaseChecker: leases})
 	ctx := context.Background()
-	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 0)
+	d, err := s.e.AskTxn(ctx, txnID(1), 5)
 	require.NoError(t, err)
+	require.Equal(t, DecisionAbort, d)
 	clock.Advance(DefaultTxnAbortKeep)
 	require.NoError(t, s.e.ResolveTxns(ctx)) // the sweep forgets it
 	require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
 	clock.Advance(DefaultTxnAbortKeep) // and the memory of it expires
-	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+	_, err = s.prepare(t, txnID(1), 6, "", 0, 1, 150)
+	require.NoError(t, err)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 6, DecisionCommit, 1)
 	require.NoError(t, err)
 	require.Equal(t, DecisionCommit, d)
 	s = reopenTxnStore(t, s, opts, fs, true)
-	require.Equal(t, TxnStatus{Primary: DecisionCommit}, s.e.TxnStatus(txnID(1)))
+	require.Equal(t, TxnStatus{Prepared: true, Primary: DecisionCommit}, s.e.TxnStatus(txnID(1)))
 }
 
 // TestTxnReplayPartForgottenThenPreparedAgain: a participant's part applied, reported and
@@ -142,19 +151,21 @@ func TestTxnReplayPartForgottenThenPreparedAgain(t *testing.T) {
 	for _, second := range []Decision{DecisionAbort, DecisionCommit} {
 		t.Run(second.String(), func(t *testing.T) {
 			peers := &memPeers{}
-			primary := openTest(t, Options{TxnResolveInterval: -1, Logger: quietLogger})
-			peers.set("p", primary)
+			primary := setupTxnStore(t, openTest(t, Options{TxnResolveInterval: -1, Logger: quietLogger}))
+			peers.set("p", primary.e)
 			s, opts, fs := txnFaultStore(t, Options{TxnPeer: peers})
 			ctx := context.Background()
 			s.put(t, 1, 100)
-			_, err := s.prepare(t, txnID(1), 5, "p", 0, 1, 150)
+			_, err := primary.prepare(t, txnID(1), 5, "", 0, 1, 1)
 			require.NoError(t, err)
-			_, err = primary.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 150)
+			require.NoError(t, err)
+			_, err = primary.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
 			require.NoError(t, err)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
 			require.NoError(t, s.e.ResolveTxns(ctx)) // reported, forgotten
 			require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
-			_, err = s.prepare(t, txnID(1), 5, "p", 0, 1, 250)
+			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 250)
 			require.NoError(t, err)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), second))
 			want := map[Decision]uint64{DecisionAbort: 150, DecisionCommit: 250}[second]
@@ -217,10 +228,9 @@ func TestTxnRestartAfterReportedParts(t *testing.T) {
 			commitTxns(t, s, s.e, "", 0, 20, true)
 			parts, _ := s.e.TxnCounts()
 			require.Zero(t, parts, "reported: forgotten")
-			// A forced record after the forgot records (which are not forced) makes them
-			// durable, as any transaction's next record does.
-			_, err := s.e.DecideTxn(context.Background(), txnID(200), 5, DecisionAbort, 1)
-			require.NoError(t, err)
+			// A record made durable after the forgot records (which are not forced) makes
+			// them durable, as any transaction's next record does.
+			s.put(t, 63, 1)
 			if how == "kill" {
 				s = reopenTxnStore(t, s, opts, fs, true)
 				parts, _ := s.e.TxnCounts()
@@ -249,11 +259,8 @@ func TestTxnRestartAfterReportedParts(t *testing.T) {
 // 256 tasks runs the next at once, and the node logs when what replay rebuilt is settled;
 // prepares are served meanwhile.
 func TestTxnReplayedPartsSettledAtOnce(t *testing.T) {
-	peers := &memPeers{}
-	primary := openTest(t, Options{TxnResolveInterval: -1, Logger: quietLogger})
-	peers.set("p", primary)
-	s, opts, _ := txnFaultStore(t, Options{MaxTxns: 32, TxnPeer: peers})
-	commitTxns(t, s, primary, "p", 0, 300, false)
+	s, opts, _ := txnFaultStore(t, Options{})
+	commitTxns(t, s, s.e, "", 0, 300, false)
 	parts, _ := s.e.TxnCounts()
 	require.Equal(t, 300, parts)
 	require.NoError(t, s.e.Close())
@@ -272,8 +279,9 @@ func TestTxnReplayedPartsSettledAtOnce(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the replayed parts were not settled")
 	}
-	parts, _ = e.TxnCounts()
+	parts, decisions := e.TxnCounts()
 	require.Equal(t, 1, parts, "only the new prepare is left")
+	require.Zero(t, decisions, "every commit reported: forgotten")
 }
 
 // TestTxnAbortMemoryCostConstant: past MaxTxns remembered aborts of unprepared transactions,
@@ -288,7 +296,9 @@ func TestTxnAbortMemoryCostConstant(t *testing.T) {
 	const maxTxns = 512
 	clock := &fakeClock{}
 	clock.Now()
-	s, _, _ := txnFaultStore(t, Options{MaxTxns: maxTxns, Now: clock.Now})
+	leases := &memLeases{}
+	leases.kill(5)
+	s, _, _ := txnFaultStore(t, Options{MaxTxns: maxTxns, Now: clock.Now, LeaseChecker: leases})
 	e, ctx := s.e, context.Background()
 	made := func(i int) TxnID {
 		return TxnID{0: 0xab, 12: byte(i >> 24), 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
@@ -311,16 +321,20 @@ func TestTxnAbortMemoryCostConstant(t *testing.T) {
 	require.ErrorIs(t, err, ErrTxnDecided, "the newest abort is remembered")
 	s.seq--
 
-	// maxTxns-1 aborts kept (count 0: never all reported), then decisions that every
-	// participant reports, each followed by a resolver pass (a sweep).
+	// maxTxns-1 aborts kept (a resolver's, count 0: never all reported), then aborts that
+	// learn their count from a coordinator's Decide and that every participant reports,
+	// each followed by a resolver pass (a sweep).
 	for i := range maxTxns - 1 {
-		_, err := e.DecideTxn(ctx, made(1<<20+i), 5, DecisionAbort, 0)
+		d, err := e.AskTxn(ctx, made(1<<20+i), 5)
 		require.NoError(t, err)
+		require.Equal(t, DecisionAbort, d)
 	}
 	before = visited()
 	for i := range ops {
 		id := made(2<<20 + i)
-		_, err := e.DecideTxn(ctx, id, 5, DecisionAbort, 1)
+		_, err := e.AskTxn(ctx, id, 5)
+		require.NoError(t, err)
+		_, err = e.DecideTxn(ctx, id, 5, DecisionAbort, 1)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(id, 0))
 		require.NoError(t, e.ResolveTxns(ctx))
