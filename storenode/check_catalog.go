@@ -125,9 +125,11 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 			}
 			t.epoch = max(t.epoch, epoch)
 		}
-	case kindTxnDecide, kindTxnReported, kindTxnApply:
+	case kindTxnDecide, kindTxnReported, kindTxnApply, kindTxnForgot:
 		var err error
 		switch rec.Kind {
+		case kindTxnForgot:
+			err = decodeTxnForgotRecord(rec.Payload, func(TxnID) {})
 		case kindTxnDecide:
 			_, _, _, _, _, err = decodeTxnDecideRecord(rec.Payload)
 		case kindTxnReported:

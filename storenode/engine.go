@@ -82,6 +82,15 @@ type Engine struct {
 	// prepared here (yet): a prepare of it arriving later is refused. Memory only, at most
 	// Options.MaxTxns, each kept Options.TxnAbortKeep. Guarded by mu.
 	txnAborted map[TxnID]time.Time
+	// txnAbortedQ lists txnAborted's entries oldest first (an id noted again has a newer
+	// entry too), at most Options.MaxTxns; txnAbortQ the abort decisions in the order
+	// recorded, txnAbortDoneQ those every participant reported in the order they did
+	// (txn_forget.go). txnVisited counts the entries their loops visited (tests). Guarded by
+	// mu.
+	txnAbortedQ   []txnAbortedEntry
+	txnAbortQ     []txnAbortEntry
+	txnAbortDoneQ []txnAbortEntry
+	txnVisited    uint64
 	// txnForgot remembers the decisions this node forgot as primary (a commit every
 	// participant reported, an abort swept), so that a resent Decide or an Ask of one is
 	// answered with it instead of deciding afresh (txn.go, forgetDecision). A checkpoint
@@ -102,8 +111,14 @@ type Engine struct {
 	txnBytes      int64 // the prepare records the prepared parts hold
 	// txnOwners is, per owner with a prepared part, its prepared parts and their bytes
 	// (txn_quota.go); txnCarry the running checkpoint's carry of the parts (txn_quota.go).
-	txnOwners map[uint64]txnOwnerUse
-	txnCarry  txnCarry
+	txnOwners   map[uint64]txnOwnerUse
+	txnCarry    txnCarry
+	txnPrepared int // the parts prepared, decision not applied (MaxTxns bounds them)
+	// txnReplayed holds the parts replay rebuilt that are not forgotten yet, and
+	// txnReplayedAt when the engine opened: the resolver logs once when they are settled
+	// (txn_forget.go). Guarded by mu.
+	txnReplayed   map[TxnID]struct{}
+	txnReplayedAt time.Time
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
@@ -306,6 +321,7 @@ func Open(opts Options) (*Engine, error) {
 	e.mu.Lock()
 	if e.txnLive() {
 		e.startResolver()
+		e.kickResolver() // what replay rebuilt is settled now, not a TxnResolveInterval later
 	}
 	e.mu.Unlock()
 	return e, nil

@@ -143,7 +143,8 @@ type Options struct {
 	// concurrently, so N unreachable primaries cost one TxnCallTimeout, not N); 0: 16. Keep
 	// it at most the TxnPeer's connection bound (server.PeerConfig.PeersMax, 64).
 	TxnResolvePrimariesMax int
-	// MaxTxns bounds the prepared transactions, and separately the kept decisions; beyond,
+	// MaxTxns bounds the prepared transactions (not the applied ones waiting to report to
+	// their primary: those at 16 x MaxTxns), and separately the kept decisions; beyond,
 	// PrepareTxn and DecideTxn fail with ErrTxnBusy.
 	MaxTxns int
 	// TxnForgetMax bounds the decisions a primary remembers after forgetting them (each

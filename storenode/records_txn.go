@@ -7,7 +7,8 @@ import (
 )
 
 // WAL records of the two-phase commit (txn.go). All integers little-endian; every record
-// starts with the transaction's 16-byte id. Part of the format; do not change.
+// but kindTxnForgot starts with the transaction's 16-byte id. Part of the format; do not
+// change.
 //
 //	kindTxnPrepare   txn [16] | lease i64 | index u16 | primary length u16 | reserved u32
 //	                 | primary (host:port, zero-padded to a multiple of 8)
@@ -17,6 +18,7 @@ import (
 //	kindTxnReported  txn [16] | index u16 | reserved [6]
 //	kindTxnApply     txn [16] | decision u8 | reserved u8 | index u16 | primary length u16
 //	                 | reserved u16 | primary (zero-padded to a multiple of 8)
+//	kindTxnForgot    count u16 | reserved [6] | txn [16] x count (1..256)
 //
 // A prepare record is a participant's promise: its batch, the primary to ask and its index
 // among the transaction's participants. A decide record is the decision at the primary
@@ -25,6 +27,10 @@ import (
 // applied the decision. An apply record is a participant applying the decision: with the
 // prepared batch still in the replayed state it applies (commit) or drops (abort) it; alone
 // (carried by a checkpoint after the batch was applied) it means "applied, not yet reported".
+// A forgot record lists the applied parts one resolver pass forgot, the primary having
+// acknowledged their reports: replay drops them (without it, every part applied since the
+// last checkpoint came back as "applied, not yet reported"). It is not forced: lost in a
+// crash, the parts come back and are reported again, which is harmless.
 //
 // The batch hash is the dedup window's hash of the prepare (txnBatchHash: the batch hash
 // mixed with the transaction id), so a Commit under the prepare's seq is never taken for it.
@@ -35,12 +41,15 @@ const (
 	kindTxnDecide   byte = 9
 	kindTxnReported byte = 10
 	kindTxnApply    byte = 11
+	kindTxnForgot   byte = 12
 
 	txnIDBytes          = 16
 	txnPrepareFixed     = 32
 	txnDecideBytes      = 40
 	txnReportedBytes    = 24
 	txnApplyFixed       = 24
+	txnForgotFixed      = 8
+	txnForgotIDsMax     = txnTasksMax
 	txnPrimaryBytesMax  = 255
 	txnParticipantsMax  = 64
 	txnPrimaryPadFactor = 8
@@ -130,8 +139,11 @@ func decodeTxnDecideRecord(p []byte) (id TxnID, d Decision, count uint16, lease 
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: decision %d", d)
 	case p[17] != 0 || binary.LittleEndian.Uint32(p[20:]) != 0:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: reserved bytes not zero")
-	case count > txnParticipantsMax || count < txnParticipantsMax && reported>>count != 0:
-		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: %d participants, reported %#x", count, reported)
+	case count > txnParticipantsMax || d == DecisionCommit && count < txnParticipantsMax && reported>>count != 0:
+		// An abort's reports beyond its count are no damage: count 0 is "participants
+		// unknown" (a resolver's abort), and the engine of b3f6c9d took any report of one and
+		// kept it when it learned the count (decisionMask: only counted bits matter).
+		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: %v of %d participants, reported %#x", d, count, reported)
 	case d == DecisionCommit && count == 0:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: commit of no participant")
 	}
@@ -186,4 +198,32 @@ func decodeTxnApplyRecord(p []byte) (id TxnID, d Decision, index uint16, primary
 		}
 	}
 	return id, d, index, string(p[txnApplyFixed : txnApplyFixed+n]), nil
+}
+
+func appendTxnForgotRecord(dst []byte, ids []TxnID) []byte {
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(ids)))
+	dst = append(dst, 0, 0, 0, 0, 0, 0)
+	for i := range ids {
+		dst = append(dst, ids[i][:]...)
+	}
+	return dst
+}
+
+// decodeTxnForgotRecord decodes a kindTxnForgot payload, calling fn with each id in order;
+// every error wraps corrupt.ErrCorruption (fn is called only once the record is whole).
+func decodeTxnForgotRecord(p []byte, fn func(TxnID)) error {
+	if len(p) < txnForgotFixed {
+		return corrupt.Errorf("storenode: forgot record of %d bytes", len(p))
+	}
+	n := int(binary.LittleEndian.Uint16(p))
+	switch {
+	case n == 0 || n > txnForgotIDsMax || len(p) != txnForgotFixed+n*txnIDBytes:
+		return corrupt.Errorf("storenode: forgot record of %d ids in %d bytes", n, len(p))
+	case binary.LittleEndian.Uint16(p[2:]) != 0 || binary.LittleEndian.Uint32(p[4:]) != 0:
+		return corrupt.Errorf("storenode: forgot record: reserved bytes not zero")
+	}
+	for i := range n {
+		fn(TxnID(p[txnForgotFixed+i*txnIDBytes:]))
+	}
+	return nil
 }

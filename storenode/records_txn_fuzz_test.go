@@ -69,3 +69,32 @@ func FuzzDecodeTxnRecords(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeTxnForgotRecord covers the forgot record (records_txn.go): every input decodes to
+// ids that re-encode to the same bytes, or fails with a corruption error, naming no id.
+func FuzzDecodeTxnForgotRecord(f *testing.F) {
+	f.Add(appendTxnForgotRecord(nil, []TxnID{{1, 2, 3, 15: 16}}))
+	f.Add(appendTxnForgotRecord(nil, []TxnID{{1}, {2}, {15: 3}}))
+	many := make([]TxnID, txnForgotIDsMax)
+	for i := range many {
+		many[i][0], many[i][15] = byte(i), byte(i>>8)
+	}
+	f.Add(appendTxnForgotRecord(nil, many))
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		var ids []TxnID
+		err := decodeTxnForgotRecord(p, func(id TxnID) { ids = append(ids, id) })
+		if err != nil {
+			if !errors.Is(err, corrupt.ErrCorruption) {
+				t.Fatalf("not a corruption error: %v", err)
+			}
+			if len(ids) != 0 {
+				t.Fatalf("%d ids named by a record refused", len(ids))
+			}
+			return
+		}
+		if again := appendTxnForgotRecord(nil, ids); !bytes.Equal(again, p) {
+			t.Fatalf("decoded record re-encodes differently:\n got %x\nwant %x", again, p)
+		}
+	})
+}

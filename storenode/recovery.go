@@ -91,6 +91,9 @@ func (e *Engine) recover() error {
 		DurableThrough: m.syncedLSN,
 	}, e.replayRecord)
 	e.replaying = false
+	if err == nil {
+		e.noteTxnReplayed()
+	}
 	if len(e.txnForgot) >= min(e.opts.MaxTxns, e.opts.TxnForgetMax) {
 		// The checkpoint carried as many forgotten decisions as it may: older ones may have
 		// been left behind (carryTxns), as a count eviction gives them way.
@@ -267,7 +270,7 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 		}
 	case kindCommitV1:
 		return oldCommitRecordError(rec.LSN)
-	case kindTxnPrepare, kindTxnDecide, kindTxnReported, kindTxnApply:
+	case kindTxnPrepare, kindTxnDecide, kindTxnReported, kindTxnApply, kindTxnForgot:
 		if err := e.replayTxn(rec.Kind, rec.LSN, rec.Payload); err != nil {
 			return err
 		}

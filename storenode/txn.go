@@ -35,14 +35,19 @@ import (
 //   - a part or decision is installed when its record is handed to the WAL; nothing is
 //     answered about it (to the coordinator, a resolver or a peer) before that record is
 //     durable (waitDurable): a decision another node acts on can never be lost by a crash.
-//   - every txn record is forced (synced) in every sync mode: a prepare is a promise, a
-//     decision the commit point, an apply the condition of reporting it.
+//   - every txn record but the forgot record is forced (synced) in every sync mode: a
+//     prepare is a promise, a decision the commit point, an apply the condition of reporting
+//     it; a forgot record lost only makes its parts report again.
+//   - replay accepts every sequence of records the engine writes: where the live engine
+//     forgot something in memory only, the later record replaces it (txn_forget.go).
 //   - a checkpoint re-logs (carries) every live part and decision after its checkpoint LSN
 //     (carryTxns; the prepared parts in chunks after its snapshot's hold, carryPrepared in
 //     txn_quota.go), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
 //     by at most the dirty pages of the WAL being replayed).
-//   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns; the forgotten
+//   - the prepared parts (txnPrepared) and len(txnDecisions) are each at most
+//     Options.MaxTxns (applied parts waiting to report are bounded at a prepare,
+//     txnPartsRoom); no loop under mu visits more than O(1) entries amortized; the forgotten
 //     decisions remembered (txnForgot: a resent Decide is answered with them) at most
 //     Options.TxnForgetMax, the newest MaxTxns of them carried by each checkpoint too.
 
@@ -132,8 +137,11 @@ type txnDecision struct {
 	at       time.Time
 }
 
+// allReported reports whether participants 0..count-1 all reported; never with count 0
+// (participants unknown). Reports beyond the count do not count (decisionMask).
 func (d *txnDecision) allReported() bool {
-	return d.count > 0 && d.reported == (uint64(1)<<d.count)-1 || d.count == txnParticipantsMax && d.reported == ^uint64(0)
+	m := decisionMask(d.count)
+	return d.count > 0 && d.reported&m == m
 }
 
 // txnBatchHash is the dedup hash of a prepared batch: its batch hash mixed with the id.
@@ -244,8 +252,8 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if err := e.checkTxnLocks(b.Segments); err != nil {
 		return 0, err
 	}
-	if len(e.txnParts) >= e.opts.MaxTxns {
-		return 0, fmt.Errorf("%w: %d transactions prepared", ErrTxnBusy, len(e.txnParts))
+	if err := e.txnPartsRoom(); err != nil {
+		return 0, err
 	}
 	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
 	for i := range b.Segments {
@@ -284,6 +292,7 @@ func noAck(uint64, error) {}
 // installPart adds a prepared part and its row locks. Caller holds mu.
 func (e *Engine) installPart(p *txnPart) {
 	e.txnParts[p.id] = p
+	e.txnPrepared++
 	e.txnBytes += int64(len(p.rec))
 	e.ownerQuotaAdd(p.batch.Owner, 1, len(p.rec))
 	e.startResolver()
@@ -370,11 +379,9 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	}
 	if rec := e.txnDecisions[id]; rec != nil {
 		got, recorded = *rec, true
-		if rec.count == 0 && count > 0 {
-			// A resolver's abort (the only decision recorded without a count) learns it
-			// from the coordinator, whatever it asks, as decideLocked does.
-			rec.count = uint16(count)
-		}
+		// A resolver's abort (the only decision recorded without a count) learns it
+		// from the coordinator, whatever it asks, as decideLocked does.
+		e.learnCount(id, rec, count)
 	}
 	if !recorded {
 		got, recorded = e.forgottenLocked(id)
@@ -383,8 +390,8 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	if recorded {
 		return e.answerDecision(id, asked, got)
 	}
-	if g, err := e.decideGuardEarly(owner, id, lease, d); err != nil || g == guardNoPart && d == DecisionAbort {
-		return g.answer(asked, err)
+	if g, applied, err := e.decideGuardEarly(owner, id, lease, d); err != nil || g == guardNoPart && d == DecisionAbort || g == guardApplied {
+		return g.answer(asked, applied, err)
 	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
@@ -407,9 +414,9 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 		e.mu.Unlock()
 		return DecisionNone, fmt.Errorf("%w: decide %v: the lease is gone, and forgotten decisions gave way since %v: it may be a commit forgotten, no abort recorded", ErrTxnBusy, id, e.opts.TxnAbortKeep)
 	}
-	if g, err := e.decideGuardLocked(owner, id, lease, &d); err != nil || g == guardNoPart {
+	if g, err := e.decideGuardLocked(owner, id, lease, &d); err != nil || g.ends() {
 		e.mu.Unlock()
-		return g.answer(asked, err)
+		return g.answer(asked, d, err)
 	}
 	rec, err := e.decideLocked(id, lease, d, count)
 	e.mu.Unlock()
@@ -439,8 +446,8 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	}
 	e.sweepTxnDecisions()
 	if rec := e.txnDecisions[id]; rec != nil {
-		if rec.count == 0 && count > 0 && rec.d == d {
-			rec.count = uint16(count) // an abort recorded by a resolver learns the count
+		if rec.d == d {
+			e.learnCount(id, rec, count) // an abort recorded by a resolver learns the count
 		}
 		return *rec, nil
 	}
@@ -457,6 +464,7 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	}
 	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
 	e.txnDecisions[id] = rec
+	e.queueAbort(id, rec)
 	e.startResolver()
 	return *rec, nil
 }
@@ -547,9 +555,12 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 
 // noteReported sets a report and forgets a commit every participant applied. Caller holds mu.
 func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
+	was := rec.allReported()
 	rec.reported |= 1 << index
 	if rec.d == DecisionCommit && rec.allReported() {
 		e.forgetDecision(id, rec)
+	} else if !was && rec.allReported() {
+		e.queueAbortDone(id, rec) // forgotten by the next sweep once durable
 	}
 }
 
@@ -644,13 +655,32 @@ func (e *Engine) popForgotten() {
 func (e *Engine) sweepTxnDecisions() {
 	now := e.opts.Now()
 	e.expireForgotten(now)
-	if len(e.txnDecisions) == 0 {
-		return
-	}
-	for id, rec := range e.txnDecisions {
-		if rec.d == DecisionAbort && (rec.allReported() || now.Sub(rec.at) >= e.opts.TxnAbortKeep) && rec.lsn <= e.durableThrough() {
-			e.forgetDecision(id, rec)
+	// Both queues in the order their entries came (txn_forget.go): O(1) amortized, no scan
+	// of the decisions under mu.
+	durable := e.durableThrough()
+	for len(e.txnAbortDoneQ) > 0 {
+		q := e.txnAbortDoneQ[0]
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if q.lsn > durable {
+				break
+			}
+			e.forgetDecision(q.id, rec)
 		}
+		e.txnVisited++
+		e.txnAbortDoneQ[0] = txnAbortEntry{}
+		e.txnAbortDoneQ = e.txnAbortDoneQ[1:]
+	}
+	for len(e.txnAbortQ) > 0 {
+		q := e.txnAbortQ[0]
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if now.Sub(rec.at) < e.opts.TxnAbortKeep || rec.lsn > durable {
+				break
+			}
+			e.forgetDecision(q.id, rec)
+		}
+		e.txnVisited++
+		e.txnAbortQ[0] = txnAbortEntry{}
+		e.txnAbortQ = e.txnAbortQ[1:]
 	}
 }
 
@@ -748,27 +778,19 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 // oldest give way). Caller holds mu.
 func (e *Engine) noteAbortedUnprepared(id TxnID) {
 	now := e.opts.Now()
-	if len(e.txnAborted) >= e.opts.MaxTxns {
-		var oldest TxnID
-		var oldestAt time.Time
-		for k, at := range e.txnAborted {
-			if now.Sub(at) >= e.opts.TxnAbortKeep {
-				delete(e.txnAborted, k)
-			} else if oldestAt.IsZero() || at.Before(oldestAt) {
-				oldest, oldestAt = k, at
-			}
-		}
-		if len(e.txnAborted) >= e.opts.MaxTxns {
-			delete(e.txnAborted, oldest)
-		}
+	e.expireAbortedUnprepared(now) // O(1) amortized: txnAbortedQ, oldest first (txn_forget.go)
+	if len(e.txnAbortedQ) >= e.opts.MaxTxns {
+		e.popAbortedUnprepared()
 	}
 	e.txnAborted[id] = now
+	e.txnAbortedQ = append(e.txnAbortedQ, txnAbortedEntry{id: id, at: now})
 }
 
 // finishPart applies (commit: frames reserved) or drops a prepared part at lsn and keeps it
 // as applied, to be reported. Caller holds mu.
 func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
 	e.unlockPart(p)
+	e.txnPrepared--
 	e.txnBytes -= int64(len(p.rec))
 	e.ownerQuotaAdd(p.batch.Owner, -1, -len(p.rec))
 	if d == DecisionCommit {
@@ -826,6 +848,7 @@ type txnTask struct {
 	primary string
 	index   uint16
 	applied Decision
+	done    bool // reported: the part is forgotten at the pass's end (forgetReported)
 }
 
 // txnSegmentsMax bounds a prepared batch's segments: reserveFrames' bound of one batch.
@@ -906,6 +929,9 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
+	if e.forgetReported(tasks) > 0 && len(tasks) == txnTasksMax {
+		e.kickResolver() // a backlog (a restart's, a burst): the next pass now, not in a second
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -920,7 +946,8 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 // resolveRun resolves the tasks of one primary, one after another, until one fails (the
 // primary is skipped for the rest of the pass) or ctx ends; it returns that error.
 func (e *Engine) resolveRun(ctx context.Context, run []txnTask) error {
-	for _, t := range run {
+	for i := range run {
+		t := &run[i]
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -931,7 +958,7 @@ func (e *Engine) resolveRun(ctx context.Context, run []txnTask) error {
 	return nil
 }
 
-func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
+func (e *Engine) resolveOne(ctx context.Context, t *txnTask) error {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.TxnCallTimeout)
 	defer cancel()
 	if t.applied == DecisionNone {
@@ -964,11 +991,7 @@ func (e *Engine) resolveOne(ctx context.Context, t txnTask) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	if p := e.txnParts[t.id]; p != nil && p.decision != DecisionNone {
-		delete(e.txnParts, t.id) // memory only: a replay reports again, which is harmless
-	}
-	e.mu.Unlock()
+	t.done = true
 	return nil
 }
 
@@ -1072,8 +1095,13 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		if err := e.replayFits(lsn, c); err != nil {
 			return err
 		}
-		if e.txnParts[pr.id] != nil {
-			return nil // carried again by a checkpoint that did not publish
+		if old := e.txnParts[pr.id]; old != nil {
+			if old.decision == DecisionNone {
+				return nil // carried again by a checkpoint that did not publish
+			}
+			// Applied, reported and forgotten by the live engine (in memory only before the
+			// forgot record), then prepared again: the new part replaces it.
+			delete(e.txnParts, pr.id)
 		}
 		rec := append([]byte(nil), payload...) // the WAL's buffer is not ours
 		if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
@@ -1117,14 +1145,23 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
 		}
 		rec := e.txnDecisions[id]
+		if rec != nil && rec.d != d {
+			// The live engine forgot rec (an abort past TxnAbortKeep, in memory only) and,
+			// once its memory of it expired too, recorded id's decision afresh: the later
+			// record replaces it, as it did there.
+			delete(e.txnDecisions, id)
+			rec = nil
+		}
 		if rec == nil {
 			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
 			e.txnDecisions[id] = rec
-		} else if rec.d != d {
-			return corrupt.Errorf("storenode: replay: record %d: transaction %v decided %v, then %v", lsn, id, rec.d, d)
+			e.queueAbort(id, rec)
 		}
 		rec.count = max(rec.count, count)
 		rec.reported |= reported
+		if rec.count > 0 {
+			rec.reported &= decisionMask(rec.count)
+		}
 		if rec.allReported() {
 			// A commit every participant reported, or a decision forgotten and carried by a
 			// checkpoint (carryTxns); an abort all reported is forgotten as the sweep would.
@@ -1137,6 +1174,10 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		}
 		if rec := e.txnDecisions[id]; rec != nil {
 			e.noteReported(id, rec, index)
+		}
+	case kindTxnForgot:
+		if err := decodeTxnForgotRecord(payload, e.replayForgot); err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
 		}
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 //
 // Invariants, under mu:
 //   - a commit is recorded only when the part is prepared here with an empty primary (this
-//     node is the primary), by the deciding owner (DecideTxnAs) under the deciding lease, or
-//     is already applied commit;
+//     node is the primary), by the deciding owner (DecideTxnAs) under the deciding lease; a
+//     part applied already answers with its decision, and nothing is recorded;
 //   - an abort of an id this node holds no part of (as primary) is answered abort with no
 //     record (remembered in memory as an abort applied, so that its prepare, if still on its
 //     way, is refused): the coordinator applies it to every participant itself, and a
@@ -43,17 +43,26 @@ func (e *Engine) DecideTxnAs(ctx context.Context, owner uint64, id TxnID, lease 
 type txnGuard uint8
 
 const (
-	guardGo     txnGuard = iota // go on to record (or find recorded) the decision
-	guardNoPart                 // no part held as primary, and abort is the answer: no record
+	guardGo      txnGuard = iota // go on to record (or find recorded) the decision
+	guardNoPart                  // no part held as primary, and abort is the answer: no record
+	guardApplied                 // the part here is applied: its decision is the answer, no record
 )
 
-// answer is a Decide's answer when the guard ends it: err, or (guardNoPart) abort, an error
-// matching ErrTxnDecided when commit was asked.
-func (g txnGuard) answer(asked Decision, err error) (Decision, error) {
-	if err != nil {
+// ends reports whether the guard answers the Decide itself, without a record.
+func (g txnGuard) ends() bool { return g == guardNoPart || g == guardApplied }
+
+// answer is a Decide's answer when the guard ends it: err; or (guardNoPart) abort, or
+// (guardApplied) the applied decision applied, with an error matching ErrTxnDecided when
+// another was asked.
+func (g txnGuard) answer(asked, applied Decision, err error) (Decision, error) {
+	switch {
+	case err != nil:
 		return DecisionNone, err
-	}
-	if asked == DecisionCommit {
+	case g == guardApplied && applied != asked:
+		return applied, fmt.Errorf("%w: %v asked, %v applied here", ErrTxnDecided, asked, applied)
+	case g == guardApplied:
+		return applied, nil
+	case asked == DecisionCommit:
 		return DecisionAbort, fmt.Errorf("%w: abort: the lease is gone and no part is prepared here", ErrTxnDecided)
 	}
 	return DecisionAbort, nil
@@ -66,15 +75,15 @@ func (g txnGuard) answer(asked Decision, err error) (Decision, error) {
 // forgotten past the keep, whose answer it lost, reports the outcome unknown), or
 // ErrTxnBusy while forgotten decisions gave way (it may be the resend of one of them,
 // which the coordinator would report aborted).
-func (e *Engine) decideGuardEarly(owner decider, id TxnID, lease int64, d Decision) (txnGuard, error) {
+func (e *Engine) decideGuardEarly(owner decider, id TxnID, lease int64, d Decision) (txnGuard, Decision, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	g, err := e.decideGuardLocked(owner, id, lease, &d)
 	if errors.Is(err, errTxnNoPart) && e.forgotLostLocked(id) {
-		return guardGo, fmt.Errorf("%w: decide %v: no part here, and forgotten decisions gave way since %v: it may be a commit forgotten",
+		return guardGo, d, fmt.Errorf("%w: decide %v: no part here, and forgotten decisions gave way since %v: it may be a commit forgotten",
 			ErrTxnBusy, id, e.opts.TxnAbortKeep)
 	}
-	return g, err
+	return g, d, err
 }
 
 // decideGuardLocked checks a Decide of d against the part held (see the file doc), turning
@@ -97,8 +106,11 @@ func (e *Engine) decideGuardLocked(owner decider, id TxnID, lease int64, d *Deci
 		return guardGo, fmt.Errorf("%w: transaction %v", errTxnNoPart, id)
 	}
 	if p.decision != DecisionNone {
-		*d = p.decision // applied here already: that is the decision
-		return guardGo, nil
+		// Applied here already, its decision forgotten (kept ones are answered above): that
+		// is the answer, and nothing is recorded (a commit recorded now would have no count:
+		// a record replay refuses).
+		*d = p.decision
+		return guardApplied, nil
 	}
 	if !owner.any && p.batch.Owner != owner.owner || p.lease != lease {
 		return guardGo, fmt.Errorf("%w: transaction %v is prepared here by another owner or under another lease", ErrTxnNotPrepared, id)

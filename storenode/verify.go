@@ -234,6 +234,7 @@ func (o *ownerState) verify() error {
 func (e *Engine) verifyTxns() error {
 	locks := make(map[uint64]uint64)
 	var held int64
+	prepared := 0
 	for id, p := range e.txnParts {
 		if p.id != id {
 			return fmt.Errorf("storenode: transaction %v filed under %v", p.id, id)
@@ -245,6 +246,7 @@ func (e *Engine) verifyTxns() error {
 			continue
 		}
 		held += int64(len(p.rec))
+		prepared++
 		for i := range p.batch.Segments {
 			s := &p.batch.Segments[i]
 			k := frameKey(s.Table, s.Page)
@@ -265,8 +267,16 @@ func (e *Engine) verifyTxns() error {
 			return fmt.Errorf("storenode: table %d page %d: locks %#x, the prepared batches lock %#x", uint32(k>>32), k&(1<<32-1), e.txnLocks[k], m)
 		}
 	}
-	if len(e.txnParts) > e.opts.MaxTxns || len(e.txnDecisions) > e.opts.MaxTxns || e.txnBytes > e.opts.MaxTxnBytes {
-		return fmt.Errorf("storenode: %d parts, %d decisions, %d bytes: past the bounds", len(e.txnParts), len(e.txnDecisions), e.txnBytes)
+	if prepared != e.txnPrepared {
+		return fmt.Errorf("storenode: %d parts prepared, counted %d", prepared, e.txnPrepared)
+	}
+	// Applied parts waiting to report are bounded at a prepare (txnPartsRoom), not here: a
+	// replay may rebuild more.
+	if prepared > e.opts.MaxTxns || len(e.txnDecisions) > e.opts.MaxTxns || e.txnBytes > e.opts.MaxTxnBytes {
+		return fmt.Errorf("storenode: %d parts prepared, %d decisions, %d bytes: past the bounds", prepared, len(e.txnDecisions), e.txnBytes)
+	}
+	if len(e.txnAbortedQ) > e.opts.MaxTxns || len(e.txnAborted) > len(e.txnAbortedQ) {
+		return fmt.Errorf("storenode: %d aborts of unprepared transactions in a queue of %d: past the bounds", len(e.txnAborted), len(e.txnAbortedQ))
 	}
 	if len(e.txnForgotQ) > e.opts.TxnForgetMax || len(e.txnForgot) > len(e.txnForgotQ) {
 		return fmt.Errorf("storenode: %d forgotten decisions in a queue of %d: past the bounds", len(e.txnForgot), len(e.txnForgotQ))

@@ -1,0 +1,197 @@
+package storenode
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weftdb/weft/internal/assert"
+)
+
+// Bounded memory of the two-phase commit (txn.go): what a participant and a primary forget,
+// and how replay accepts what the live engine wrote after forgetting something in memory.
+
+// decisionMask is the reported bits that count for a decision of count participants: bits
+// 0..count-1 (every bit for 64); none for count 0 (participants unknown).
+func decisionMask(count uint16) uint64 {
+	if count >= txnParticipantsMax {
+		return ^uint64(0)
+	}
+	return uint64(1)<<count - 1
+}
+
+// learnCount gives an abort recorded without a participant count (a resolver's) the count a
+// coordinator's Decide names, and drops the reports beyond it (no such participant: they
+// were made up), so that no state is carried that the count contradicts. In memory only: a
+// checkpoint carries it. Caller holds mu.
+func (e *Engine) learnCount(id TxnID, rec *txnDecision, count int) {
+	if rec.count != 0 || count <= 0 {
+		return
+	}
+	was := rec.allReported()
+	rec.count = uint16(count)
+	rec.reported &= decisionMask(rec.count)
+	if !was && rec.allReported() {
+		e.queueAbortDone(id, rec)
+	}
+}
+
+// txnAppliedPerPrepared bounds the applied parts not yet reported (each waits for its
+// primary to acknowledge a report) at this many times Options.MaxTxns: past it a prepare is
+// refused (ErrTxnBusy), so parts applied under a primary that never answers cannot grow
+// without bound. A restart's replay may rebuild more (reports whose forgot record was lost
+// with the crash, a store of b3f6c9d, which wrote none); the resolver settles them.
+const txnAppliedPerPrepared = 16
+
+// txnPartsRoom refuses a prepare past Options.MaxTxns prepared parts (applied ones waiting
+// to be reported do not count: they hold no rows and no batch), or past
+// txnAppliedPerPrepared times that many applied ones. Caller holds mu.
+func (e *Engine) txnPartsRoom() error {
+	if e.txnPrepared >= e.opts.MaxTxns {
+		return fmt.Errorf("%w: %d transactions prepared", ErrTxnBusy, e.txnPrepared)
+	}
+	if applied := len(e.txnParts) - e.txnPrepared; applied >= txnAppliedPerPrepared*e.opts.MaxTxns {
+		return fmt.Errorf("%w: %d applied transactions wait to report to their primaries", ErrTxnBusy, applied)
+	}
+	return nil
+}
+
+// forgetReported forgets the parts of a resolver pass whose reports the primary
+// acknowledged (done), in one hold of mu, and logs their ids in one forgot record, not
+// forced (lost in a crash, the parts come back and are reported again). It returns how many
+// it forgot. Called without mu.
+func (e *Engine) forgetReported(tasks []txnTask) int {
+	var ids []TxnID
+	e.mu.Lock()
+	for i := range tasks {
+		t := &tasks[i]
+		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != DecisionNone {
+			delete(e.txnParts, t.id)
+			ids = append(ids, t.id)
+		}
+	}
+	if len(ids) == 0 {
+		e.mu.Unlock()
+		return 0
+	}
+	assert.That(len(ids) <= txnForgotIDsMax, "storenode: forgot record bound")
+	if e.usable() == nil {
+		e.scratch = appendTxnForgotRecord(e.scratch[:0], ids)
+		// An error fails the engine (appendRecord); the parts are forgotten in memory anyway,
+		// as they were before this record: a replay reports them again.
+		_, _ = e.appendRecord(kindTxnForgot, e.scratch, false, noAck)
+	}
+	settled := false
+	if len(e.txnReplayed) > 0 {
+		for _, id := range ids {
+			delete(e.txnReplayed, id)
+		}
+		settled = len(e.txnReplayed) == 0
+	}
+	since := e.opts.Now().Sub(e.txnReplayedAt)
+	e.mu.Unlock()
+	if settled {
+		e.opts.Logger.Info("storenode: the two-phase commit parts replay rebuilt are settled", "dir", e.dir, "after", since)
+	}
+	return len(ids)
+}
+
+// replayForgot drops a part a forgot record names: applied, reported, forgotten. Caller
+// holds mu, in replay.
+func (e *Engine) replayForgot(id TxnID) {
+	if p := e.txnParts[id]; p != nil && p.decision != DecisionNone {
+		delete(e.txnParts, id)
+	}
+}
+
+// noteTxnReplayed logs, once at Open, what replay rebuilt of the two-phase commit, and
+// remembers the parts to be settled (forgetReported logs when the last one is). Caller
+// holds mu (or owns the engine, not shared yet).
+func (e *Engine) noteTxnReplayed() {
+	if !e.txnLive() {
+		return
+	}
+	e.txnReplayed = make(map[TxnID]struct{}, len(e.txnParts))
+	for id := range e.txnParts {
+		e.txnReplayed[id] = struct{}{}
+	}
+	e.txnReplayedAt = e.opts.Now()
+	e.opts.Logger.Info("storenode: replay rebuilt two-phase commit state", "dir", e.dir,
+		"prepared", e.txnPrepared, "applied_unreported", len(e.txnParts)-e.txnPrepared,
+		"decisions", len(e.txnDecisions), "forgotten_remembered", len(e.txnForgot))
+}
+
+// txnAbortedEntry is one abort applied to a transaction not prepared here (txnAborted), in
+// txnAbortedQ: it stands for txnAborted[id] while that is still at.
+type txnAbortedEntry struct {
+	id TxnID
+	at time.Time
+}
+
+// expireAbortedUnprepared drops the aborts of unprepared transactions older than
+// Options.TxnAbortKeep: the queue is oldest first, so it stops at the first young one.
+// Caller holds mu.
+func (e *Engine) expireAbortedUnprepared(now time.Time) {
+	for len(e.txnAbortedQ) > 0 && now.Sub(e.txnAbortedQ[0].at) >= e.opts.TxnAbortKeep {
+		e.popAbortedUnprepared()
+	}
+}
+
+// popAbortedUnprepared drops the oldest entry of txnAbortedQ, and its abort unless noted
+// again since (a prepare that found it expired may have dropped it already). Caller holds mu.
+func (e *Engine) popAbortedUnprepared() {
+	q := e.txnAbortedQ[0]
+	if at, ok := e.txnAborted[q.id]; ok && at.Equal(q.at) {
+		delete(e.txnAborted, q.id)
+	}
+	e.txnVisited++
+	e.txnAbortedQ[0] = txnAbortedEntry{}
+	e.txnAbortedQ = e.txnAbortedQ[1:]
+	if len(e.txnAbortedQ) == 0 {
+		e.txnAbortedQ = nil
+	}
+}
+
+// txnAbortEntry is one abort decision in txnAbortQ or txnAbortDoneQ: it stands for
+// txnDecisions[id] while that is still rec (a decision forgotten, or replaced in replay,
+// leaves its entries to be dropped when met); lsn is what must be durable before the
+// decision is forgotten (txnAbortDoneQ: the last record when every participant reported).
+type txnAbortEntry struct {
+	id  TxnID
+	rec *txnDecision
+	lsn uint64
+}
+
+// queueAbort queues a new abort decision for the sweep past Options.TxnAbortKeep (the
+// decisions are recorded in the order of their at, the engine clock). The entries of
+// aborts forgotten sooner (every participant reported) wait behind younger ones: at twice
+// the live decisions' bound (Options.MaxTxns) the queue drops them, keeping the live ones,
+// so each entry costs O(1) amortized. Caller holds mu.
+func (e *Engine) queueAbort(id TxnID, rec *txnDecision) {
+	if rec.d != DecisionAbort {
+		return
+	}
+	if len(e.txnAbortQ) >= 2*max(e.opts.MaxTxns, len(e.txnDecisions)) {
+		live := e.txnAbortQ[:0]
+		for _, q := range e.txnAbortQ {
+			if e.txnDecisions[q.id] == q.rec {
+				live = append(live, q)
+			}
+		}
+		e.txnVisited += uint64(len(e.txnAbortQ))
+		clear(e.txnAbortQ[len(live):])
+		e.txnAbortQ = live
+	}
+	e.txnAbortQ = append(e.txnAbortQ, txnAbortEntry{id: id, rec: rec})
+	if rec.allReported() {
+		e.queueAbortDone(id, rec)
+	}
+}
+
+// queueAbortDone queues an abort every participant reported, to be forgotten by the next
+// sweep once every record logged so far is durable. Caller holds mu.
+func (e *Engine) queueAbortDone(id TxnID, rec *txnDecision) {
+	if rec.d != DecisionAbort {
+		return
+	}
+	e.txnAbortDoneQ = append(e.txnAbortDoneQ, txnAbortEntry{id: id, rec: rec, lsn: max(rec.lsn, e.lastLSN)})
+}
