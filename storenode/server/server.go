@@ -171,7 +171,13 @@ const (
 	// looks at it again (gnet tells nobody when one drains): for the server-wide count
 	// (MaxOutboundBytesTotal) and to read again a connection the budget stopped. While the
 	// buffer does not move the interval doubles, up to outboundRecheckMax.
-	outboundRecheck    = 2 * time.Millisecond
+	outboundRecheck = 2 * time.Millisecond
+	// writeSliceBytes bounds what one wake-up of an event loop hands to gnet of one
+	// connection's write: a larger write goes out a slice per wake-up, the loop's other
+	// connections served between slices, the next slice once gnet's outbound buffer holds
+	// less than writeLowWater (server_gnet.go).
+	writeSliceBytes    = 256 << 10
+	writeLowWater      = 1 << 20
 	outboundRecheckMax = 64 * time.Millisecond
 	// stoppedInboundMaxBytes bounds the request bytes gnet buffers for a connection that
 	// MaxOutboundBytesTotal stopped (gnet reads its socket all the same): past it the
@@ -212,6 +218,10 @@ type Config struct {
 	// readHook, when set, runs on a read's goroutine before it builds each reply off the
 	// event loop (tests).
 	readHook func(sgio.Message)
+	// writeHook, when set, runs on the event loop before each writev of a gnet connection,
+	// with the session's owner, the bytes it hands to gnet and those of the write left to
+	// hand after it (a sliced write: writeSliceBytes) (tests).
+	writeHook func(owner uint64, n, left int)
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// Issue 22, defect 13, the write: a reply larger than writeSliceBytes is handed to gnet a
+// slice per wake-up of the event loop, never whole (gnet copies what the socket does not take
+// into its outbound buffer, on the loop: one 16 MiB copy per reply to a slow reader delayed the
+// loop's other connections). A reads 16 MiB and takes nothing while another connection of the
+// same loop pings three times: each ping is answered while A's reply is only partly handed to
+// gnet; then A reads it whole, and it went out in at least 16 slices of at most
+// writeSliceBytes. Fails on b3f6c9d (and on 42826c1): the reply was handed to gnet in one
+// writev, before any ping was answered.
+func TestLargeReplyWrittenInSlices(t *testing.T) {
+	const (
+		owner, reader, pinger = 9, 7, 8
+		pages                 = 4096 // of 64 rows of 64 bytes: 16 MiB of rows
+	)
+	var mu sync.Mutex
+	var slices, handed, maxSlice int
+	left := -1          // what A's reply has still to hand to gnet; -1 before it starts
+	var pongsLeft []int // left at each of the pinger's writes
+	first := make(chan struct{})
+	env := startServer(t, func(cfg *Config) {
+		cfg.EventLoops = 1 // every connection on one loop
+		cfg.writeHook = func(o uint64, n, l int) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch o {
+			case reader:
+				if left == 0 || left < 0 && n < 64<<10 {
+					return // the handshake's replies, the Pong after the reply
+				}
+				if left < 0 {
+					close(first)
+				}
+				slices++
+				handed += n
+				maxSlice = max(maxSlice, n)
+				left = l
+			case pinger:
+				pongsLeft = append(pongsLeft, left)
+			}
+		}
+	})
+	c := env.dial(owner)
+	ti, g := srvTable(t, c, "sliced", owner)
+	seq := g.LastSeq
+	fillPages(t, c, ti.Table, owner, g.Epoch, &seq, pages)
+	p := env.dial(pinger)
+	require.NoError(t, p.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+
+	a := dialRaw(t, env.addr)
+	a.maxBody = sgio.MaxBodyLimit
+	a.handshake(reader)
+	require.NoError(t, a.conn.(*net.TCPConn).SetReadBuffer(64<<10))
+	wants := make([]sgio.PageWant, pages)
+	for i := range wants {
+		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+	}
+	a.send(100, &sgio.ReadPages{Wants: wants})
+	select {
+	case <-first:
+	case <-srvCtx(t).Done():
+		t.Fatal("the reply was not handed to gnet")
+	}
+	mu.Lock()
+	pongsLeft = pongsLeft[:0]
+	mu.Unlock()
+	for range 3 {
+		require.NoError(t, p.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+	}
+	mu.Lock()
+	during := append([]int(nil), pongsLeft...)
+	mu.Unlock()
+
+	f := a.read()
+	require.Equal(t, sgio.TypeSegments, f.Type)
+	require.Equal(t, uint64(100), f.ID)
+	size := 8 + pages*sgio.SegmentHeaderSize + pages*64*64
+	require.Len(t, f.Body, size)
+	a.send(101, &sgio.Ping{})
+	require.Equal(t, sgio.TypePong, a.read().Type)
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("16 MiB reply: %d slices, the largest %d bytes; A's bytes left at the pongs: %v", slices, maxSlice, during)
+	require.Len(t, during, 3)
+	for i, l := range during {
+		require.Positive(t, l, "ping %d answered only after A's reply was all handed to gnet", i)
+	}
+	require.Equal(t, sgio.HeaderSize+size, handed)
+	require.GreaterOrEqual(t, slices, 16)
+	require.LessOrEqual(t, maxSlice, writeSliceBytes)
+	require.Zero(t, left)
+}
