@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -100,4 +101,55 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 	require.GreaterOrEqual(t, slices, 16)
 	require.LessOrEqual(t, maxSlice, writeSliceBytes)
 	require.Zero(t, left)
+}
+
+// The measurement (WEFT_SOAK=1): the pings of a connection on the same event loop as
+// a client that asks for 5 x 16 MiB of cached rows at once and reads them slowly (64 KiB a
+// millisecond), against the same pings alone. It logs the latencies (docs/operations.md's
+// limits table has them); it asserts only that every reply arrived whole.
+func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
+	if !soak() {
+		t.Skip("WEFT_SOAK=1 measures the pings of an event loop that serves a slow reader of 5 x 16 MiB")
+	}
+	const (
+		owner, reader = 9, 7
+		pages         = 4096 // of 64 rows of 64 bytes: 16 MiB of rows
+		reads         = 5
+	)
+	env := startServer(t, func(cfg *Config) {
+		cfg.EventLoops = 1
+		cfg.Options.CacheBytes = 64 << 20
+	})
+	c := env.dial(owner)
+	ti, g := srvTable(t, c, "soak", owner)
+	seq := g.LastSeq
+	fillPages(t, c, ti.Table, owner, g.Epoch, &seq, pages)
+	wants := make([]sgio.PageWant, pages)
+	for i := range wants {
+		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+	}
+	size := sgio.HeaderSize + 8 + pages*sgio.SegmentHeaderSize + pages*64*64
+	stop := env.pinger(t, "beside a slow reader of 5 x 16 MiB")
+	a := dialRaw(t, env.addr)
+	a.maxBody = sgio.MaxBodyLimit
+	a.handshake(reader)
+	start := time.Now()
+	var out []byte
+	for i := range reads {
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: wants})
+	}
+	a.write(out)
+	buf := make([]byte, 64<<10)
+	for got := 0; got < reads*size; {
+		n, err := a.conn.Read(buf)
+		require.NoError(t, err)
+		got += n
+		time.Sleep(time.Millisecond) // a slow reader: the pacing of the client, not a wait for the server
+	}
+	took := time.Since(start)
+	stop()
+	t.Logf("the slow reader took %v for its 5 x 16 MiB", took)
+	stop = env.pinger(t, "alone, as long")
+	time.Sleep(took) // the measurement's window
+	stop()
 }
