@@ -218,10 +218,10 @@ type Config struct {
 	// readHook, when set, runs on a read's goroutine before it builds each reply off the
 	// event loop (tests).
 	readHook func(sgio.Message)
-	// writeHook, when set, runs on the event loop before each writev of a gnet connection,
-	// with the session's owner, the bytes it hands to gnet and those of the write left to
-	// hand after it (a sliced write: writeSliceBytes) (tests).
-	writeHook func(owner uint64, n, left int)
+	// writeHook, when set, runs on the event loop after each writev of a gnet connection,
+	// with the session's owner, the bytes it handed to gnet, those of the write left to hand
+	// (a sliced write: writeSliceBytes) and the time it took (tests).
+	writeHook func(owner uint64, n, left int, took time.Duration)
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int

@@ -340,8 +340,10 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 		return errWriteLater
 	}
 	defer t.observe()
-	if h := t.sess.srv.cfg.writeHook; h != nil {
-		h(t.sess.owner, total, 0)
+	var start time.Time
+	h := t.sess.srv.cfg.writeHook
+	if h != nil {
+		start = time.Now()
 	}
 	for len(bufs) > 0 {
 		n := min(len(bufs), iovMax)
@@ -349,6 +351,9 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 			return err
 		}
 		bufs = bufs[n:]
+	}
+	if h != nil {
+		h(t.sess.owner, total, 0, time.Since(start))
 	}
 	return nil
 }
@@ -371,8 +376,10 @@ func (t *gnetTransport) writeSlice() error {
 		}
 	}
 	t.iov = iov[:0]
-	if h := t.sess.srv.cfg.writeHook; h != nil {
-		h(t.sess.owner, n, t.restLeft-n)
+	var start time.Time
+	h := t.sess.srv.cfg.writeHook
+	if h != nil {
+		start = time.Now()
 	}
 	_, err := t.c.Writev(iov)
 	clear(iov) // drop the references to the rows
@@ -392,6 +399,9 @@ func (t *gnetTransport) writeSlice() error {
 	}
 	if t.restLeft == 0 {
 		t.rest = nil
+	}
+	if h != nil {
+		h(t.sess.owner, n, t.restLeft, time.Since(start))
 	}
 	return nil
 }

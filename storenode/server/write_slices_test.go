@@ -2,6 +2,8 @@ package server
 
 import (
 	"net"
+	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +28,12 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 	)
 	var mu sync.Mutex
 	var slices, handed, maxSlice int
-	left := -1          // what A's reply has still to hand to gnet; -1 before it starts
+	left := -1          // what A's reply has still to hand to gnet; -1 before it started
 	var pongsLeft []int // left at each of the pinger's writes
 	first := make(chan struct{})
 	env := startServer(t, func(cfg *Config) {
 		cfg.EventLoops = 1 // every connection on one loop
-		cfg.writeHook = func(o uint64, n, l int) {
+		cfg.writeHook = func(o uint64, n, l int, _ time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch o {
@@ -75,7 +77,7 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 	mu.Lock()
 	pongsLeft = pongsLeft[:0]
 	mu.Unlock()
-	for range 3 {
+	for range 4 { // the hook of a write runs after it: the 4th pong says the 3rd's ran
 		require.NoError(t, p.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
 	}
 	mu.Lock()
@@ -93,7 +95,7 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("16 MiB reply: %d slices, the largest %d bytes; A's bytes left at the pongs: %v", slices, maxSlice, during)
-	require.Len(t, during, 3)
+	require.GreaterOrEqual(t, len(during), 3)
 	for i, l := range during {
 		require.Positive(t, l, "ping %d answered only after A's reply was all handed to gnet", i)
 	}
@@ -104,8 +106,8 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 }
 
 // The measurement (WEFT_SOAK=1): the pings of a connection on the same event loop as
-// a client that asks for 5 x 16 MiB of cached rows at once and reads them slowly (64 KiB a
-// millisecond), against the same pings alone. It logs the latencies (docs/operations.md's
+// a client that asks for 5 x 16 MiB of cached rows (the next once half the last is read) and
+// reads them slowly (64 KiB a millisecond), against the same pings alone. It logs the latencies (docs/operations.md's
 // limits table has them); it asserts only that every reply arrived whole.
 func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
 	if !soak() {
@@ -116,9 +118,20 @@ func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
 		pages         = 4096 // of 64 rows of 64 bytes: 16 MiB of rows
 		reads         = 5
 	)
+	var mu sync.Mutex
+	var writes int
+	var longest, spent time.Duration // of the loop's writevs of the reader's bytes
 	env := startServer(t, func(cfg *Config) {
 		cfg.EventLoops = 1
 		cfg.Options.CacheBytes = 64 << 20
+		cfg.writeHook = func(o uint64, _, _ int, took time.Duration) {
+			if o == reader {
+				mu.Lock()
+				writes++
+				longest, spent = max(longest, took), spent+took
+				mu.Unlock()
+			}
+		}
 	})
 	c := env.dial(owner)
 	ti, g := srvTable(t, c, "soak", owner)
@@ -129,18 +142,22 @@ func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
 		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 	}
 	size := sgio.HeaderSize + 8 + pages*sgio.SegmentHeaderSize + pages*64*64
-	stop := env.pinger(t, "beside a slow reader of 5 x 16 MiB")
+	stop := slowPings(t, env, "beside a slow reader of 5 x 16 MiB")
 	a := dialRaw(t, env.addr)
 	a.maxBody = sgio.MaxBodyLimit
 	a.handshake(reader)
 	start := time.Now()
-	var out []byte
-	for i := range reads {
-		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: wants})
-	}
-	a.write(out)
+	read := &sgio.ReadPages{Wants: wants}
+	a.send(100, read)
 	buf := make([]byte, 64<<10)
-	for got := 0; got < reads*size; {
+	for got, sent := 0, 1; got < reads*size; {
+		if sent < reads && got >= sent*size-size/2 {
+			// The next read once half of the last is taken: never more than 64 MiB
+			// (outboundMaxBytes) asked for and untaken, so that the code before slices
+			// (which copied the replies into gnet's outbound buffer) does not close it.
+			a.send(uint64(100+sent), read)
+			sent++
+		}
 		n, err := a.conn.Read(buf)
 		require.NoError(t, err)
 		got += n
@@ -148,8 +165,51 @@ func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
 	}
 	took := time.Since(start)
 	stop()
-	t.Logf("the slow reader took %v for its 5 x 16 MiB", took)
-	stop = env.pinger(t, "alone, as long")
+	mu.Lock()
+	t.Logf("the slow reader took %v for its 5 x 16 MiB; the loop handed them to gnet in %d writevs, %v in all, the longest %v",
+		took, writes, spent, longest)
+	mu.Unlock()
+	stop = slowPings(t, env, "alone, as long")
 	time.Sleep(took) // the measurement's window
 	stop()
+}
+
+// slowPings pings on a connection of its own until stop, which logs the latencies' quantiles
+// and how many pings took over 1 and 5 ms (the rare stalls a p99 does not show).
+func slowPings(t *testing.T, env *srvEnv, name string) (stop func()) {
+	c := env.dial(98)
+	done := make(chan struct{})
+	var lat []time.Duration
+	var failure error
+	ended := make(chan struct{})
+	ctx := srvCtx(t)
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			if err := c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}); err != nil {
+				failure = err
+				return
+			}
+			lat = append(lat, time.Since(start))
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+		require.NoError(t, failure)
+		require.NotEmpty(t, lat)
+		slices.Sort(lat)
+		over := func(d time.Duration) int {
+			return len(lat) - sort.Search(len(lat), func(i int) bool { return lat[i] > d })
+		}
+		t.Logf("%s: %d pings, p50 %v, p99 %v, p99.9 %v, max %v; over 1 ms %d, over 5 ms %d", name, len(lat),
+			lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)*999/1000], lat[len(lat)-1], over(time.Millisecond), over(5*time.Millisecond))
+		_ = c.Close()
+	}
 }
