@@ -130,7 +130,8 @@ const (
 	// DefaultIdleTimeout closes a session that sent nothing and had nothing in flight this
 	// long.
 	DefaultIdleTimeout = 5 * time.Minute
-	// DefaultWriteTimeout bounds one write to a TLS connection.
+	// DefaultWriteTimeout bounds one write to a TLS connection, and the time a sliced write
+	// to a gnet connection may take nothing (writeSliceBytes).
 	DefaultWriteTimeout = 10 * time.Second
 	// DefaultShutdownTimeout bounds Serve's graceful shutdown.
 	DefaultShutdownTimeout = 30 * time.Second
@@ -235,7 +236,9 @@ type Config struct {
 	// IdleTimeout closes a session that sent nothing and had nothing in flight for this long
 	// (DefaultIdleTimeout); negative disables it.
 	IdleTimeout time.Duration
-	// WriteTimeout bounds one write to a TLS connection (DefaultWriteTimeout).
+	// WriteTimeout bounds one write to a TLS connection, and the time a sliced write to a
+	// gnet connection (writeSliceBytes) moves not at all: then the connection is closed
+	// (DefaultWriteTimeout).
 	WriteTimeout time.Duration
 	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero.
 	EventLoops int
@@ -255,7 +258,7 @@ type Config struct {
 	// its body is copied or parsed.
 	MaxQueuedBytes, MaxQueuedBytesTotal int64
 	// MaxOutboundBytesTotal bounds the replies written but not yet taken by their clients
-	// (gnet's outbound buffers) on all connections (DefaultMaxOutboundBytesTotal). Over it, a
+	// (gnet's outbound buffers, the rest of sliced writes) on all connections (DefaultMaxOutboundBytesTotal). Over it, a
 	// connection with replies of its own still unwritten stops being read until they drain
 	// (checked every outboundRecheck); one whose output has drained is read on. Each
 	// connection is also bounded on its own (outboundMaxBytes: a client that lets more pile
