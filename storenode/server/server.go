@@ -86,7 +86,9 @@
 // connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
 // (outboundMaxBytes, checked before queueing) and on all connections (MaxOutboundBytesTotal:
 // over it, a connection with replies waiting is not read until they drain; the event loop
-// never waits), the slices of one writev (IOV_MAX), the time
+// never waits), what one wake-up of an event loop hands to gnet of one connection's write
+// (writeSliceBytes: a larger write goes out in slices that take turns with the loop's other
+// connections), the slices of one writev (IOV_MAX), the time
 // to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
 // the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
 // its flag and the peak measured under attack.
