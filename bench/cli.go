@@ -271,7 +271,7 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 			}
 		}()
 		for _, addr := range cd.addrs {
-			if _, err := storeSyncMode(ctx, addr, nil); err != nil {
+			if _, err := storeSyncMode(ctx, addr, cd.secret); err != nil {
 				return fmt.Errorf("storage node at %s: %w", addr, err)
 			}
 		}

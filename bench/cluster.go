@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -43,6 +45,7 @@ const clusterLogicalBase = uint64(1) << 62
 // clusterDeploy is the running cluster: the etcd member's endpoint and the storage nodes.
 type clusterDeploy struct {
 	etcd   string
+	secret []byte // the clients' secret of the storage nodes (the cluster node's)
 	addrs  []string
 	pids   []int
 	owners *atomic.Uint64 // the next backend's owner id (nonzero, one per node.Node)
@@ -88,6 +91,7 @@ func openCluster(ctx context.Context, cfg OpenConfig, d clusterDeploy) (_ *clust
 	n, err := node.Open(ctx, node.Config{
 		Etcd:       cluster.Config{Endpoints: []string{d.etcd}, Logger: logger},
 		Session:    cluster.SessionConfig{Owner: owner, Addr: fmt.Sprintf("crudbench-%d", owner)},
+		Secret:     d.secret,
 		CacheBytes: max(cfg.CacheBytes/int64(len(d.addrs)), 1),
 		Durability: durability,
 		Logger:     logger,
@@ -215,7 +219,7 @@ func (c *clusterBackend) remoteWAL() (bytes, syncs uint64) {
 	defer c.walMu.Unlock()
 	for i, addr := range c.dep.addrs {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		stats, err := StoreStats(ctx, addr, nil)
+		stats, err := StoreStats(ctx, addr, c.dep.secret)
 		cancel()
 		if err == nil {
 			if v, ok := walBytesStat(stats); ok {
@@ -263,6 +267,17 @@ func startCluster(ctx context.Context, dir string, n int, child storeChildConfig
 	}()
 	child.Etcd = e.endpoint
 	d := clusterDeploy{etcd: e.endpoint, owners: new(atomic.Uint64)}
+	// The roles' secrets, as `weft cluster up` makes them: the storage nodes read all three,
+	// the cluster node dials with the clients'.
+	var secrets [3][]byte
+	for i, f := range []*string{&child.SecretFile, &child.PeerSecretFile, &child.OperatorSecretFile} {
+		secrets[i] = []byte(sgio.GenerateSecret())
+		*f = filepath.Join(dir, fmt.Sprintf("secret-%d", i))
+		if err := os.WriteFile(*f, secrets[i], 0o600); err != nil {
+			return clusterDeploy{}, nil, fmt.Errorf("bench: cluster: %w", err)
+		}
+	}
+	d.secret = secrets[0]
 	for range n {
 		k, err := spawnStore(ctx, child, r.stderr)
 		if err != nil {

@@ -36,6 +36,12 @@ type storeChildConfig struct {
 	// Etcd is the cluster's etcd endpoint (--cluster): the node then verifies the grants of
 	// cluster-managed tables there, as cmd/storenode -etcd does.
 	Etcd string `json:"etcd,omitempty"`
+	// SecretFile, PeerSecretFile and OperatorSecretFile hold the roles' secrets (--cluster:
+	// clients', peers', operators'; files of mode 0600 the parent wrote): none for
+	// --spawn-store, a loopback node without secrets.
+	SecretFile         string `json:"secret_file,omitempty"`
+	PeerSecretFile     string `json:"peer_secret_file,omitempty"`
+	OperatorSecretFile string `json:"operator_secret_file,omitempty"`
 }
 
 // IsStoreChild reports whether this process was started by --spawn-store to be the storage

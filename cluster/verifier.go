@@ -103,3 +103,40 @@ func (g *TxGrants) Grant(ctx context.Context, table string, part uint32) (uint64
 	}
 	return o.Epoch(), o.Check, o.Release, nil
 }
+
+// MovePlace reads partition part of table's map entry and move record and etcd's revision
+// in one linearizable read (storenode.MoveVerifier: a storage node checks each move step of
+// a request against it): node is where the map places the partition ("" when it has no
+// such entry); from, to and epoch the recorded move's source, target and mover epoch (the
+// record's ModRevision), epoch 0 when none is recorded; revision etcd's at the read. An
+// invalid name wraps the verifier's fenced error; an unreachable etcd is ErrUnavailable.
+func (v *GrantVerifier) MovePlace(ctx context.Context, table string, part uint32) (node, from, to string, epoch, revision uint64, err error) {
+	if err := validTableName(table); err != nil {
+		return "", "", "", 0, 0, fmt.Errorf("%w: %w", v.fenced, err)
+	}
+	what := fmt.Sprintf("read the move of table %q partition %d", table, part)
+	resp, err := v.c.cli.Txn(ctx).Then(clientv3.OpGet(v.c.keys.move(table, part)), clientv3.OpGet(v.c.keys.part(table, part))).Commit()
+	if err != nil {
+		return "", "", "", 0, 0, unavailable(what, err)
+	}
+	if resp.Header == nil || resp.Header.Revision <= 0 || len(resp.Responses) != 2 {
+		return "", "", "", 0, 0, fmt.Errorf("%w: %s: etcd answered without a revision", ErrUnavailable, what)
+	}
+	mr, pr := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange()
+	if mr == nil || pr == nil {
+		return "", "", "", 0, 0, fmt.Errorf("%w: %s: etcd answered without the reads", ErrUnavailable, what)
+	}
+	if len(mr.Kvs) == 1 {
+		r, err := decodeMove(mr.Kvs[0].Value)
+		if err != nil {
+			return "", "", "", 0, 0, err
+		}
+		from, to, epoch = r.From, r.To, uint64(mr.Kvs[0].ModRevision)
+	}
+	if len(pr.Kvs) == 1 {
+		if node, err = decodePartition(pr.Kvs[0].Value); err != nil {
+			return "", "", "", 0, 0, err
+		}
+	}
+	return node, from, to, epoch, uint64(resp.Header.Revision), nil
+}

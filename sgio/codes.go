@@ -38,6 +38,7 @@ const (
 	CodeTxnLocked      Code = 21 // ErrTxnLocked: rows held by a prepared transaction
 	CodeTxnDecided     Code = 22 // ErrTxnDecided: another decision is recorded
 	CodeIdentityLost   Code = 23 // ErrIdentityLost: this connection no longer holds its owner id
+	CodeForbidden      Code = 24 // ErrForbidden: a request outside the caller's role
 	// Partition moves (docs/cluster.md, "Moving a partition"): 40.. (a range of their own).
 	CodeMoved    Code = 40 // ErrMoved: the partition's copy is moving or moved away
 	CodeMoveLost Code = 41 // ErrMoveLost: a move's mark is gone (the source restarted)
@@ -58,6 +59,7 @@ var codeTable = [...]struct {
 	{CodeOwned, ErrOwned},
 	{CodeOwnerInUse, ErrOwnerInUse},
 	{CodeIdentityLost, ErrIdentityLost},
+	{CodeForbidden, ErrForbidden},
 	{CodeMoved, ErrMoved}, // before ErrFenced, which it wraps
 	{CodeMoveLost, ErrMoveLost},
 	{CodeFenced, ErrFenced},

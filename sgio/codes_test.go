@@ -44,7 +44,7 @@ func TestCodesRoundTrip(t *testing.T) {
 		}
 		require.True(t, strings.HasPrefix(e.code.String(), "sgio: ") || e.code == CodeCorruption)
 	}
-	require.Len(t, seen, int(CodeIdentityLost)+2, "codes 1..CodeIdentityLost and the move range 40..41 are all used")
+	require.Len(t, seen, int(CodeForbidden)+2, "codes 1..CodeForbidden and the move range 40..41 are all used")
 }
 
 func TestCodeOf(t *testing.T) {

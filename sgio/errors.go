@@ -54,6 +54,10 @@ var (
 	// ErrWeakSecret is returned, before anything is sent, for a configured secret that is not
 	// hex or base64 of at least SecretBytesMin random bytes (ParseSecret).
 	ErrWeakSecret = errors.New("sgio: weak or malformed secret")
+	// ErrForbidden is returned for a request outside the role of the credential the caller
+	// authenticated with (client, peer or operator: docs/operations.md, "Roles and
+	// credentials"): it was refused before it touched anything.
+	ErrForbidden = newCodeSentinel(CodeForbidden, "sgio: request outside the caller's role")
 
 	// Catalog.
 

@@ -57,7 +57,8 @@ const (
 	TypeStatsReply  Type = 0xd0
 	TypeBackupChunk Type = 0xd1
 
-	// Two-phase commit: TypeTxnPrepare .. TypeTxnState, 0x60..0x64 and 0xe1 (txn.go).
+	// Two-phase commit: TypeTxnPrepare .. TypeTxnState, 0x60..0x64 and 0xe1 (txn.go);
+	// transactions in doubt: TypeTxnDoubt, TypeTxnDoubtList, 0x65 and 0xe2 (txn_doubt.go).
 
 	// Partition moves: TypeMove, TypeMoveWrite, TypeMoveState, 0x70, 0x71 and 0xf0 (move.go).
 
@@ -117,6 +118,8 @@ var types = [256]typeInfo{
 	TypeTxnAsk:             {"TxnAsk", TypeTxnState, func() Message { return new(TxnAsk) }},
 	TypeTxnReport:          {"TxnReport", TypeOK, func() Message { return new(TxnReport) }},
 	TypeTxnState:           {"TxnState", 0, func() Message { return new(TxnState) }},
+	TypeTxnDoubt:           {"TxnDoubt", TypeTxnDoubtList, func() Message { return new(TxnDoubt) }},
+	TypeTxnDoubtList:       {"TxnDoubtList", 0, func() Message { return new(TxnDoubtList) }},
 	TypeMove:               {"Move", TypeMoveState, func() Message { return new(Move) }},
 	TypeMoveWrite:          {"MoveWrite", TypeCommitAck, func() Message { return new(MoveWrite) }},
 	TypeMoveState:          {"MoveState", 0, func() Message { return new(MoveState) }},

@@ -85,6 +85,12 @@ func sampleMessages() []Message {
 		&TxnReport{Txn: [TxnIDSize]byte{6}, Index: 63},
 		&TxnState{Decision: TxnNone},
 		&TxnState{Decision: TxnCommit},
+		&TxnDoubt{Op: TxnDoubtOpList},
+		&TxnDoubt{Op: TxnDoubtOpAbort, Txn: [TxnIDSize]byte{7, 15: 1}},
+		&TxnDoubtList{Total: 3, Entries: []TxnDoubtEntry{
+			{Txn: [TxnIDSize]byte{8}, Owner: 11, Lease: 1 << 40, AgeMillis: 300_000, Table: 4, Primary: "10.0.0.7:7070"},
+			{Txn: [TxnIDSize]byte{9}, Owner: 12, Lease: -1, AgeMillis: 1, Table: 5}}},
+		&TxnDoubtList{},
 		&Move{Op: MoveOpActivate, Table: 7, Token: 0x1122334455667788, Floor: 9001, NextID: 1 << 40, MaxPages: 100},
 		&MoveWrite{Commit{Owner: 3, Seq: 1, Fences: []Fence{{Table: 7}}, Segments: []Segment{{Table: 7, RowBytes: 8, Page: 2, Data: 1, Clear: ^uint64(1), Rows: make([]byte, 8)}}}},
 		&MoveState{State: 1, More: true, Token: 5, NextID: 640, Pages: []uint64{1, 3, 1 << 50}},

@@ -21,7 +21,9 @@ import (
 // (source: token), 4 changes
 // (source: up to max pages written since the mark, given token), 5 freeze (source, under the
 // mover epoch in token: next id), 6 thaw (the mover epoch in token: a freeze of a higher one
-// stays), 7 retire, 8 activate (target: floor, next id). States: 0 live, 1 frozen, 2
+// stays), 7 retire (the mover epoch in token), 8 activate (target: the mover epoch in token,
+// floor, next id). A storage node with etcd verifies begin, freeze, thaw, retire and
+// activate against etcd's move record and map first (docs/cluster.md). States: 0 live, 1 frozen, 2
 // incoming, 3 retired (storenode.MoveState). Type codes 0x70, 0x71 and 0xf0. Part of the
 // format; do not change.
 
@@ -54,7 +56,7 @@ const moveStateMax = 3
 type Move struct {
 	Op       uint8
 	Table    uint32
-	Token    uint64 // changes: the mark's token; begin, freeze, thaw: the mover epoch
+	Token    uint64 // changes: the mark's token; begin, freeze, thaw, retire, activate: the mover epoch
 	Floor    uint64 // activate: the grant floor (grants of an epoch above it are taken)
 	NextID   uint64 // activate: the frozen source's id high-water mark
 	MaxPages uint32 // changes: at most this many pages (0: MovePagesMax)

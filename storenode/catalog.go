@@ -142,8 +142,10 @@ func (e *Engine) Tables() []TableInfo {
 // (the holder too, once its grant lapsed; anyone when no holder is registered, as on a
 // restored copy) only once etcd's partition map no longer has it (verifyClusterDrop:
 // ErrTableOwned while mapped, ErrGrantUnverified when etcd does not answer), so a drop waits
-// for etcd, with no lock held: any goroutine but an event loop. A storage node with no
-// GrantVerifier (no etcd: no grant can be registered) drops a cluster table as a local one.
+// for etcd, with no lock held: any goroutine but an event loop. A move's retired copy is
+// anyone's to drop, unless etcd's map places its partition on this node (verifyRetiredDrop).
+// A storage node with no GrantVerifier (no etcd: no grant can be registered) drops a
+// cluster table as a local one.
 func (e *Engine) DropTable(name string, owner uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -154,12 +156,30 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
-	// A retired copy of a move serves nothing and never will: anyone drops it. An incoming
-	// copy is not one: from the switch until its activation it is the copy the map points
-	// at (the only one that will serve the partition), and this node cannot tell whether the
-	// switch happened, so it is dropped as any cluster table (once the map has no such
-	// table); a move rolled back leaves it for the next move, which reuses it.
+	// A retired copy of a move serves nothing and never will: anyone drops it (unless the
+	// map places it here, below). An incoming copy is not one: from the switch until its
+	// activation it is the copy the map points at (the only one that will serve the
+	// partition), and this node cannot tell whether the switch happened, so it is dropped
+	// as any cluster table (once the map has no such table); a move rolled back leaves it
+	// for the next move, which reuses it.
 	moveCopy := e.moves != nil && stateOf(e.moveOf(t)) == MoveRetired
+	if moveCopy && e.opts.GrantVerifier != nil {
+		// Unless etcd's map places it here (a retire of before the steps were verified):
+		// asked with no lock held (move_verify.go).
+		e.mu.Unlock()
+		err := e.verifyRetiredDrop(t)
+		e.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if err := e.usable(); err != nil {
+			return err
+		}
+		if e.byName[name] != t {
+			return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		}
+		moveCopy = stateOf(e.moveOf(t)) == MoveRetired
+	}
 	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil && !moveCopy {
 		// A cluster table has no lease here (its grants are etcd's): its registered holder
 		// drops it while its etcd grant is current, anyone once etcd's map no longer has

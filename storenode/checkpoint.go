@@ -336,6 +336,13 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 	}
 	e.walBytesAtCkpt = e.stats.walBytes.Load()
 	e.beginTrigger()
+	e.mu.Unlock()
+	carried, err := e.carryPrepared() // in chunks, mu released between
+	if err != nil {
+		return nil, nil, err
+	}
+	e.ckptCarried = max(e.ckptCarried, carried)
+	e.mu.Lock()
 	n := len(e.cache.frames)
 	todo := make([]ckptWrite, 0, e.cache.dirtyFrames)
 	e.mu.Unlock()

@@ -14,6 +14,8 @@
 //	ownership.go   grants (owner, epoch), leases, id grants (AllocIDs)
 //	cluster.go     cluster-managed tables: etcd grants verified (GrantVerifier), never on
 //	               trust, above the persisted floor; ids of the partition only; no lease timer
+//	move.go        partition moves: a copy's move states, the change mark, MoveWrite
+//	move_verify.go a request's move steps verified in etcd (MoveVerifier), as grants are
 //	verify_slots.go etcd verification slots: at most 2 per connection, refused when none
 //	identity.go    owner ids claimed by one live incarnation (Connect, Disconnect)
 //	owners.go      the owners table: last seq and the dedup window per owner
@@ -27,6 +29,9 @@
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
 //	txn.go         two-phase commit: prepare, the primary's decision (a compare-and-set),
 //	               apply, reports, the resolver (records_txn.go: its WAL records)
+//	txn_guard.go   the primary decides only a part it holds prepared, by its owner
+//	txn_quota.go   per-owner bounds on prepared parts; the checkpoint's carry of them in chunks
+//	txn_doubt.go   parts in doubt past TxnInDoubtAfter: listed, aborted by an operator
 //	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers

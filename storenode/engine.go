@@ -100,6 +100,10 @@ type Engine struct {
 	txnLocks      map[uint64]uint64 // frameKey -> slots of prepared rows
 	txnKick       chan struct{}
 	txnBytes      int64 // the prepare records the prepared parts hold
+	// txnOwners is, per owner with a prepared part, its prepared parts and their bytes
+	// (txn_quota.go); txnCarry the running checkpoint's carry of the parts (txn_quota.go).
+	txnOwners map[uint64]txnOwnerUse
+	txnCarry  txnCarry
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
@@ -160,6 +164,9 @@ type Engine struct {
 	// verifyConns those of each connection (verify_slots.go).
 	verifySlots chan struct{}
 	verifyConns verifyConns
+	// moveSelf is the address the partition map names this node by, as the last verified
+	// move step gave it (move_verify.go); nil until one did.
+	moveSelf atomic.Pointer[string]
 
 	ckptReq chan struct{}
 	stop    chan struct{}
@@ -272,6 +279,7 @@ func Open(opts Options) (*Engine, error) {
 	e.leaseSeqs = make(map[uint64]uint64)
 	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
 	e.txnAborted = make(map[TxnID]time.Time)
+	e.txnOwners = make(map[uint64]txnOwnerUse)
 	e.txnForgot = make(map[TxnID]txnForgotten)
 	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)

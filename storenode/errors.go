@@ -110,6 +110,14 @@ var (
 	// ErrTxnBusy is returned when Options.MaxTxns transactions are prepared, or decisions
 	// kept.
 	ErrTxnBusy = newSentinel("storenode: too many transactions in doubt", sgio.ErrBusy)
+	// ErrTxnNotPrepared is returned by DecideTxn for a commit of a transaction whose part
+	// this node, its primary, does not hold prepared, and by DecideTxnAs for a decision of a
+	// part another owner prepared, or under another lease. It matches ErrTxnDecided (the
+	// transaction cannot commit here), and reads as it over the wire.
+	ErrTxnNotPrepared = newSentinel("storenode: transaction not prepared here by this owner", ErrTxnDecided)
+	// ErrTxnNotInDoubt is returned by AbortInDoubt for a transaction not prepared here, or
+	// prepared for less than Options.TxnInDoubtAfter. Over the wire it reads as ErrMalformed.
+	ErrTxnNotInDoubt = newSentinel("storenode: transaction not in doubt here", ErrMalformed)
 
 	// Partition moves (move.go).
 

@@ -28,8 +28,11 @@ import (
 //     rows of the table (ErrTxnLocked: a partition with transactions in doubt is not moved),
 //     and from then on no transaction can be prepared on it. A freeze is its mover's (the
 //     mover epoch, logged; a mover adopting a frozen source freezes it again under its own):
-//     MoveThaw undoes it (a move rolled back) only for that epoch or a higher one; MoveRetire fences the copy for good once the map points elsewhere:
+//     MoveThaw undoes it (a move rolled back) only for that epoch or a higher one; MoveRetire
+//     (of that epoch or a higher one) fences the copy for good once the map points elsewhere:
 //     it refuses everything, reads too (ErrMoved), and may be dropped.
+//   - A request's begin, freeze, retire, activate and thaw are verified against etcd first
+//     (VerifyMoveStep, move_verify.go); the methods here check states and epochs only.
 //
 // The states frozen, incoming and retired are logged (kindMoveState, synced before the call
 // returns) and carried by every checkpoint (re-logged after its checkpoint LSN, as the
@@ -440,9 +443,13 @@ func (e *Engine) MoveThaw(tableID uint32, epoch uint64) error {
 	}
 }
 
-// MoveRetire fences a frozen source for good (the map points at its copy). Retired already:
-// no-op.
-func (e *Engine) MoveRetire(tableID uint32) error {
+// MoveRetire fences a frozen source for good (the map points at its copy), for the mover of
+// epoch epoch: at least the freeze's (ErrFenced otherwise: a mover that lost the move, or a
+// stranger). Retired already: no-op.
+func (e *Engine) MoveRetire(tableID uint32, epoch uint64) error {
+	if epoch == 0 {
+		return fmt.Errorf("%w: move retire of mover epoch 0", ErrMalformed)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, m, err := e.moveTable(tableID)
@@ -453,20 +460,24 @@ func (e *Engine) MoveRetire(tableID uint32) error {
 	case MoveRetired:
 		return nil
 	case MoveFrozen:
+		if epoch < m.epoch {
+			return fmt.Errorf("%w: table %q is frozen by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		}
 		return e.setMoveState(t, MoveRetired, 0)
 	default:
 		return fmt.Errorf("%w: table %q is %v: only a frozen source retires", ErrMoveState, t.name, s)
 	}
 }
 
-// MoveActivate makes an incoming table live: no holder, epoch floor (grants of an epoch above
+// MoveActivate makes an incoming table live for the mover of epoch epoch (at least the
+// begin's: ErrFenced otherwise): no holder, epoch floor (grants of an epoch above
 // it are accepted: cluster.MoveFloor, the owner's epoch minus one, or an etcd revision
 // when nobody owns the partition), ids granted up to at least
-// nextID (the frozen source's). Live already with an epoch at least floor: no-op. Any
-// goroutine; it waits for the records' sync.
-func (e *Engine) MoveActivate(tableID uint32, floor, nextID uint64) error {
-	if floor == 0 || nextID > MaxRowID {
-		return fmt.Errorf("%w: activation with floor %d next id %d", ErrMalformed, floor, nextID)
+// nextID (the frozen source's). Live already with an epoch at least floor: only the id
+// high-water mark raised to nextID. Any goroutine; it waits for the records' sync.
+func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error {
+	if epoch == 0 || floor == 0 || nextID > MaxRowID {
+		return fmt.Errorf("%w: activation of mover epoch %d with floor %d next id %d", ErrMalformed, epoch, floor, nextID)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -475,15 +486,26 @@ func (e *Engine) MoveActivate(tableID uint32, floor, nextID uint64) error {
 		return err
 	}
 	e.leaseMu.Lock()
-	epoch := t.epoch
+	granted := t.epoch
 	e.leaseMu.Unlock()
 	switch s := stateOf(m); s {
 	case MoveLive:
-		if epoch >= floor {
+		if granted >= floor {
+			// Activated already (a retry, or a request that came first): the id high-water
+			// mark is raised to the source's all the same, so ids the source granted are
+			// never granted here again.
+			if nextID > t.nextID {
+				t.nextID = nextID
+				e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, nextID)
+				return e.appendAndWait(kindGrantIDs, e.scratch)
+			}
 			return nil
 		}
 		return fmt.Errorf("%w: table %q is live below the floor %d: not an incoming copy", ErrMoveState, t.name, floor)
 	case MoveIncoming:
+		if epoch < m.epoch {
+			return fmt.Errorf("%w: table %q is filled by mover epoch %d, not %d", ErrFenced, t.name, m.epoch, epoch)
+		}
 	default:
 		return fmt.Errorf("%w: table %q is %v: not an incoming copy", ErrMoveState, t.name, s)
 	}
@@ -494,7 +516,7 @@ func (e *Engine) MoveActivate(tableID uint32, floor, nextID uint64) error {
 			return err
 		}
 	}
-	if epoch < floor { // not logged already by an activation that stopped before its state
+	if granted < floor { // not logged already by an activation that stopped before its state
 		e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, 0, floor)
 		if _, err := e.appendRecord(kindGrantOwner, e.scratch, false, noAck); err != nil {
 			return err

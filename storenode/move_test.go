@@ -163,9 +163,9 @@ func TestMoveEngineSteps(t *testing.T) {
 		}
 	}
 	floor := p.v.grant("acct/switch", 0, 0) // the switch's revision
-	require.NoError(t, p.dst.MoveActivate(p.dstID, floor, next))
-	require.NoError(t, p.dst.MoveActivate(p.dstID, floor, next), "a retry")
-	require.NoError(t, p.src.MoveRetire(p.srcID))
+	require.NoError(t, p.dst.MoveActivate(p.dstID, 7, floor, next))
+	require.NoError(t, p.dst.MoveActivate(p.dstID, 7, floor, next), "a retry")
+	require.NoError(t, p.src.MoveRetire(p.srcID, 5))
 	_, _, _, err = p.src.ReadRowsAs(0, p.srcID, 1, ^uint64(0), nil)
 	require.ErrorIs(t, err, ErrMoved, "a retired copy serves nothing")
 
@@ -294,7 +294,7 @@ func TestMoveCopiesDroppable(t *testing.T) {
 	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.src.DropTable(name, 99), ErrTableOwned, "a frozen source is still the partition's copy")
-	require.NoError(t, p.src.MoveRetire(p.srcID))
+	require.NoError(t, p.src.MoveRetire(p.srcID, 5))
 	require.NoError(t, p.src.DropTable(name, 99))
 }
 

@@ -57,6 +57,10 @@ const (
 	DefaultMaxTxns            = 4096
 	DefaultTxnForgetMax       = 65536
 	DefaultMaxTxnBytes        = 256 << 20
+	// Per owner (txn_quota.go) and in doubt (txn_doubt.go).
+	DefaultMaxTxnsPerOwner     = 256
+	DefaultMaxTxnBytesPerOwner = 16 << 20
+	DefaultTxnInDoubtAfter     = 5 * time.Minute
 	// MinCacheBytes is the smallest disk page cache: a handful of pages still works (commits
 	// wait for checkpoints to make room), but not fewer than one batch can touch.
 	MinCacheBytes = 16 << 10
@@ -149,6 +153,17 @@ type Options struct {
 	// MaxTxnBytes bounds the bytes of the prepared batches held in memory (and re-logged by
 	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
 	MaxTxnBytes int64
+	// MaxTxnsPerOwner bounds the transactions one owner holds prepared here, and
+	// MaxTxnBytesPerOwner the bytes of their prepared batches; beyond, that owner's
+	// PrepareTxn fails with ErrTxnBusy while other owners still prepare (an owner whose
+	// transactions' primary is unreachable cannot take the whole of MaxTxns or MaxTxnBytes).
+	// 0: DefaultMaxTxnsPerOwner (256), DefaultMaxTxnBytesPerOwner (16 MiB).
+	MaxTxnsPerOwner     int
+	MaxTxnBytesPerOwner int64
+	// TxnInDoubtAfter is how long a part stays prepared, undecided, before it is in doubt:
+	// listed by TxnsInDoubt and abortable by an operator (AbortInDoubt). 0:
+	// DefaultTxnInDoubtAfter (5 min).
+	TxnInDoubtAfter time.Duration
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
 	Now func() time.Time
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
@@ -221,6 +236,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTxnBytes <= 0 {
 		o.MaxTxnBytes = DefaultMaxTxnBytes
+	}
+	if o.MaxTxnsPerOwner <= 0 {
+		o.MaxTxnsPerOwner = DefaultMaxTxnsPerOwner
+	}
+	if o.MaxTxnBytesPerOwner <= 0 {
+		o.MaxTxnBytesPerOwner = DefaultMaxTxnBytesPerOwner
+	}
+	if o.TxnInDoubtAfter <= 0 {
+		o.TxnInDoubtAfter = DefaultTxnInDoubtAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

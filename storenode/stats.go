@@ -92,7 +92,9 @@ type Stats struct {
 	// reported); TxnDecisions the decisions kept as a primary. TxnCommits and TxnAborts
 	// count prepared batches applied and dropped, TxnResolved those resolved by asking the
 	// primary, TxnResolverAborts the aborts recorded as primary for a resolver.
-	TxnPrepared, TxnDecisions                             int
+	TxnPrepared, TxnDecisions int
+	// TxnInDoubt is the parts prepared for at least Options.TxnInDoubtAfter (TxnsInDoubt).
+	TxnInDoubt                                            int
 	TxnCommits, TxnAborts, TxnResolved, TxnResolverAborts uint64
 }
 
@@ -112,6 +114,7 @@ func (e *Engine) Stats() Stats {
 		BackupHeldPages: len(e.heldPages),
 		TxnPrepared:     len(e.txnParts),
 		TxnDecisions:    len(e.txnDecisions),
+		TxnInDoubt:      e.txnInDoubtCount(),
 	}
 	e.mu.Unlock()
 	c := &e.stats
@@ -288,6 +291,8 @@ var engineStatDescs = []StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return nonNegative(s.TxnPrepared) }},
 	{Name: "txn_decisions", Help: "Two-phase commit decisions kept as the primary, until every participant reported.", Kind: StatGauge,
 		Value: func(s *Stats) uint64 { return nonNegative(s.TxnDecisions) }},
+	{Name: "txn_in_doubt", Help: "Two-phase commit parts prepared for Options.TxnInDoubtAfter or longer, undecided: listed and aborted by `weft txn`.", Kind: StatGauge,
+		Value: func(s *Stats) uint64 { return nonNegative(s.TxnInDoubt) }},
 	{Name: "txn_commits", Help: "Prepared batches applied (decision commit).", Kind: StatCounter,
 		Value: func(s *Stats) uint64 { return s.TxnCommits }},
 	{Name: "txn_aborts", Help: "Prepared batches dropped (decision abort).", Kind: StatCounter,

@@ -38,7 +38,8 @@ import (
 //   - every txn record is forced (synced) in every sync mode: a prepare is a promise, a
 //     decision the commit point, an apply the condition of reporting it.
 //   - a checkpoint re-logs (carries) every live part and decision after its checkpoint LSN
-//     (carryTxns), so the records recovery needs are never before the checkpoint, and no
+//     (carryTxns; the prepared parts in chunks after its snapshot's hold, carryPrepared in
+//     txn_quota.go), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
 //     by at most the dirty pages of the WAL being replayed).
 //   - len(txnParts) and len(txnDecisions) are each at most Options.MaxTxns; the forgotten
@@ -253,6 +254,9 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
 		return 0, fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
 	}
+	if err := e.checkOwnerQuota(b.Owner, size); err != nil {
+		return 0, err
+	}
 	// The record, owned: the part keeps it (the batch's rows alias it) until applied.
 	rec := make([]byte, 0, size)
 	rec = appendTxnPrepareHeader(rec, p.Txn, p.Lease, p.Index, p.Primary)
@@ -281,6 +285,7 @@ func noAck(uint64, error) {}
 func (e *Engine) installPart(p *txnPart) {
 	e.txnParts[p.id] = p
 	e.txnBytes += int64(len(p.rec))
+	e.ownerQuotaAdd(p.batch.Owner, 1, len(p.rec))
 	e.startResolver()
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
@@ -337,8 +342,16 @@ func (e *Engine) tableLocked(id uint32) bool {
 // lease is gone: a coordinator whose lease expired may have been resolved against already.
 // A decision already recorded is answered without the lease check (a resent Decide learns
 // the outcome while etcd is unreachable). ctx bounds the lease check; the wait for the
-// record's sync is bounded by the disk.
+// record's sync is bounded by the disk. A decision is recorded only for a transaction whose
+// prepared part this node holds as its primary (decideGuard, txn_guard.go): an abort of an id
+// it holds no part of is answered without a record, a commit refused with ErrTxnNotPrepared.
+// DecideTxn does not check which owner prepared the part (an embedded engine's caller is
+// trusted); DecideTxnAs does.
 func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decision, count int) (Decision, error) {
+	return e.decideTxn(ctx, decider{any: true}, id, lease, d, count)
+}
+
+func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease int64, d Decision, count int) (Decision, error) {
 	switch {
 	case d != DecisionCommit && d != DecisionAbort:
 		return DecisionNone, fmt.Errorf("%w: decision %d", ErrMalformed, d)
@@ -370,6 +383,9 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	if recorded {
 		return e.answerDecision(id, asked, got)
 	}
+	if g, err := e.decideGuardEarly(owner, id, lease, d); err != nil || g == guardNoPart && d == DecisionAbort {
+		return g.answer(asked, err)
+	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
 		checked = e.opts.Now()
@@ -390,6 +406,10 @@ func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decisio
 	if asked == DecisionCommit && d == DecisionAbort && e.forgotLostLocked(id) {
 		e.mu.Unlock()
 		return DecisionNone, fmt.Errorf("%w: decide %v: the lease is gone, and forgotten decisions gave way since %v: it may be a commit forgotten, no abort recorded", ErrTxnBusy, id, e.opts.TxnAbortKeep)
+	}
+	if g, err := e.decideGuardLocked(owner, id, lease, &d); err != nil || g == guardNoPart {
+		e.mu.Unlock()
+		return g.answer(asked, err)
 	}
 	rec, err := e.decideLocked(id, lease, d, count)
 	e.mu.Unlock()
@@ -700,6 +720,9 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		if !stallStart.IsZero() {
 			e.stats.noteStall(time.Since(stallStart))
 		}
+		if err := e.carryPartFirst(p); err != nil {
+			return 0, err
+		}
 		e.scratch = appendTxnApplyRecord(e.scratch[:0], id, d, p.index, p.primary)
 		lsn, err := e.appendRecord(kindTxnApply, e.scratch, true, noAck)
 		if err != nil {
@@ -747,6 +770,7 @@ func (e *Engine) noteAbortedUnprepared(id TxnID) {
 func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
 	e.unlockPart(p)
 	e.txnBytes -= int64(len(p.rec))
+	e.ownerQuotaAdd(p.batch.Owner, -1, -len(p.rec))
 	if d == DecisionCommit {
 		e.applyBatch(&p.batch, lsn)
 		e.unpinFrames(&p.batch, len(p.batch.Segments))
@@ -982,20 +1006,20 @@ func (e *Engine) resolveLoop() {
 	}
 }
 
-// carryTxns re-logs every live part and decision after the checkpoint LSN (see the file
-// doc) and returns the last LSN it appended (0 when none). Caller holds mu, in the same hold
-// as the checkpoint's snapshot.
+// carryTxns re-logs every applied part and decision after the checkpoint LSN (see the file
+// doc) and returns the last LSN it appended (0 when none); the prepared parts are listed to
+// be carried after this hold, in chunks (carryPrepared, txn_quota.go). Caller holds mu, in
+// the same hold as the checkpoint's snapshot.
 func (e *Engine) carryTxns() (uint64, error) {
 	var last uint64
+	e.carryBegin()
 	for _, p := range e.txnParts {
-		var lsn uint64
-		var err error
 		if p.decision == DecisionNone {
-			lsn, err = e.appendRecord(kindTxnPrepare, p.rec, false, noAck)
-		} else {
-			e.scratch = appendTxnApplyRecord(e.scratch[:0], p.id, p.decision, p.index, p.primary)
-			lsn, err = e.appendRecord(kindTxnApply, e.scratch, false, noAck)
+			e.carryLater(p.id)
+			continue
 		}
+		e.scratch = appendTxnApplyRecord(e.scratch[:0], p.id, p.decision, p.index, p.primary)
+		lsn, err := e.appendRecord(kindTxnApply, e.scratch, false, noAck)
 		if err != nil {
 			return 0, err
 		}

@@ -46,6 +46,7 @@ func TestTxnDuplicateReportWaitsDurable(t *testing.T) {
 			TxnResolveInterval: -1, Logger: quietLogger})
 		require.NoError(t, err)
 		id := txnID(1)
+		setupTxnStore(t, e).primaryPart(t, id, 5)
 		_, err = e.DecideTxn(context.Background(), id, 5, DecisionCommit, count)
 		require.NoError(t, err)
 
@@ -105,6 +106,8 @@ func TestTxnDecideRetryAnsweredWithoutEtcd(t *testing.T) {
 	leases := &memLeases{}
 	s := newTxnStore(t, Options{LeaseChecker: leases})
 	ctx := context.Background()
+	s.primaryPart(t, txnID(1), 5)
+	s.primaryPart(t, txnID(2), 5)
 	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
 	require.NoError(t, err)
 	require.Equal(t, DecisionCommit, d)

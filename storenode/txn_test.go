@@ -216,6 +216,9 @@ func TestTxnDecideCAS(t *testing.T) {
 	leases := &memLeases{}
 	s := newTxnStore(t, Options{LeaseChecker: leases})
 	ctx := context.Background()
+	for i, lease := range []int64{5, 6, 7, 8} {
+		s.primaryPart(t, txnID(byte(i+1)), lease)
+	}
 
 	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
 	require.NoError(t, err)
@@ -270,6 +273,8 @@ func TestTxnForget(t *testing.T) {
 	clock := fakeClock{}
 	s := newTxnStore(t, Options{Now: clock.Now, TxnAbortKeep: time.Minute})
 	ctx := context.Background()
+	s.primaryPart(t, txnID(1), 5)
+	s.primaryPart(t, txnID(2), 5)
 	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 3)
 	require.NoError(t, err)
 	for _, i := range []uint16{2, 0, 2} {
@@ -457,6 +462,7 @@ func TestTxnReportOnlyDurable(t *testing.T) {
 	b := newTxnStore(t, Options{TxnPeer: peers})
 	peers.set("a", a.e)
 	ctx := context.Background()
+	a.primaryPart(t, txnID(1), 3)
 	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
 	require.NoError(t, err)
 	_, err = a.e.DecideTxn(ctx, txnID(1), 3, DecisionCommit, 2)
@@ -516,6 +522,7 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	b := newTxnStore(t, Options{TxnPeer: peers, TxnResolveInterval: time.Hour})
 	peers.set("a", a.e)
 	ctx := context.Background()
+	a.primaryPart(t, txnID(1), 3)
 	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
 	require.NoError(t, err)
 	_, err = a.e.DecideTxn(ctx, txnID(1), 3, DecisionCommit, 2)
@@ -529,7 +536,8 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	}
 	require.NoError(t, b.e.Close()) // waits for the resolver's pass to end
 	require.Equal(t, TxnStatus{}, b.e.TxnStatus(txnID(1)), "forgotten once reported")
-	require.NoError(t, a.e.ReportTxn(txnID(1), 0))
+	require.NoError(t, a.e.ApplyTxn(txnID(1), DecisionCommit)) // the primary's own part
+	require.NoError(t, a.e.ResolveTxns(ctx))                   // reports it to itself
 	require.Equal(t, TxnStatus{}, a.e.TxnStatus(txnID(1)), "both reported")
 }
 
@@ -625,6 +633,7 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 
 	commitForgotten := func(id TxnID, lease int64) {
 		t.Helper()
+		s.primaryPart(t, id, lease)
 		d, err := s.e.DecideTxn(ctx, id, lease, DecisionCommit, 2)
 		require.NoError(t, err)
 		require.Equal(t, DecisionCommit, d)
@@ -660,6 +669,7 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 	require.Zero(t, decisions)
 
 	// A forgotten abort: its resend and a late commit are answered abort, nothing recorded.
+	s.primaryPart(t, txnID(3), 7)
 	leases.kill(7)
 	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionAbort, 2)
 	require.NoError(t, err)
@@ -712,6 +722,9 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 		e, err := Open(opts)
 		require.NoError(t, err)
 		ctx := context.Background()
+		s := setupTxnStore(t, e)
+		s.primaryPart(t, txnID(1), 5)
+		s.primaryPart(t, txnID(2), 5)
 		_, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(txnID(1), 0))
@@ -780,9 +793,12 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 	ctx := context.Background()
 	commitForgotten := func(e *Engine, id TxnID, lease int64) {
 		t.Helper()
+		setupTxnStore(t, e).primaryPart(t, id, lease)
 		_, err := e.DecideTxn(ctx, id, lease, DecisionCommit, 1)
 		require.NoError(t, err)
-		require.NoError(t, e.ReportTxn(id, 0))
+		require.NoError(t, e.ApplyTxn(id, DecisionCommit))
+		require.NoError(t, e.ResolveTxns(ctx)) // reports the part to itself, then forgets it
+		require.Equal(t, TxnStatus{}, e.TxnStatus(id))
 	}
 	t.Run("count", func(t *testing.T) {
 		clock := fakeClock{}
@@ -797,11 +813,14 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 		require.NotErrorIs(t, err, ErrTxnDecided)
 		_, decisions := s.e.TxnCounts()
 		require.Zero(t, decisions, "no abort recorded")
-		// Past TxnAbortKeep the coordinator trusts no abort anyway: recorded then.
+		// Past TxnAbortKeep the coordinator trusts no abort anyway: refused then, its part
+		// gone (ErrTxnNotPrepared matches ErrTxnDecided), nothing recorded.
 		clock.Advance(time.Minute)
-		d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		_, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		require.ErrorIs(t, err, ErrTxnNotPrepared)
 		require.ErrorIs(t, err, ErrTxnDecided)
-		require.Equal(t, DecisionAbort, d)
+		_, decisions = s.e.TxnCounts()
+		require.Zero(t, decisions)
 		require.NoError(t, s.e.verify())
 	})
 	t.Run("restart", func(t *testing.T) {

@@ -54,16 +54,20 @@ type Options struct {
 
 // Cluster is a test's cluster: an embedded etcd (behind its proxy: Etcd.Stop, Restart and
 // Cut take it away from every node and give it back), storage nodes as child processes, an
-// etcd client for the test, and the cluster's shared secret. Its methods: the test's
-// goroutine.
+// etcd client for the test, and the cluster's three secrets (docs/operations.md, "Roles and
+// credentials"). Its methods: the test's goroutine.
 type Cluster struct {
-	t       testing.TB
-	Etcd    *etcdtest.Server
-	Prefix  string
-	Secret  []byte
-	Client  *cluster.Client
-	Storage []*StorageNode
-	opts    Options
+	t      testing.TB
+	Etcd   *etcdtest.Server
+	Prefix string
+	// Secret is the clients' (the game servers'), PeerSecret the storage nodes' own (their
+	// resolvers'), OperatorSecret the operators' (moves, backups).
+	Secret         []byte
+	PeerSecret     []byte
+	OperatorSecret []byte
+	Client         *cluster.Client
+	Storage        []*StorageNode
+	opts           Options
 }
 
 var prefixSeq atomic.Int64
@@ -89,7 +93,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.GrantVerifyTimeout == 0 {
 		opts.GrantVerifyTimeout = 2 * time.Second
 	}
-	c := &Cluster{t: t, Etcd: etcdtest.Start(t), Prefix: opts.Prefix, Secret: []byte(sgio.GenerateSecret()), opts: opts}
+	c := &Cluster{t: t, Etcd: etcdtest.Start(t), Prefix: opts.Prefix, opts: opts,
+		Secret: []byte(sgio.GenerateSecret()), PeerSecret: []byte(sgio.GenerateSecret()), OperatorSecret: []byte(sgio.GenerateSecret())}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, err := cluster.Connect(ctx, cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: Quiet})
@@ -139,6 +144,8 @@ type storageSpec struct {
 	Etcd               []string
 	Prefix             string
 	Secret             string
+	PeerSecret         string
+	OperatorSecret     string
 	LeaseDuration      time.Duration
 	TxnResolveInterval time.Duration
 	TxnResolveAfter    time.Duration
@@ -157,6 +164,7 @@ func (c *Cluster) startStorage(i int) *StorageNode {
 	for try := 0; ; try++ {
 		addr = freeAddr(c.t)
 		spec := storageSpec{Dir: dir, Listen: addr, Etcd: c.Etcd.Endpoints(), Prefix: c.Prefix, Secret: string(c.Secret),
+			PeerSecret: string(c.PeerSecret), OperatorSecret: string(c.OperatorSecret),
 			LeaseDuration: c.opts.LeaseDuration, TxnResolveInterval: c.opts.TxnResolveInterval, TxnResolveAfter: c.opts.TxnResolveAfter,
 			GrantVerifyTimeout: c.opts.GrantVerifyTimeout}
 		ps := proctest.Spec{Name: fmt.Sprintf("storage node %d", i), Test: HelperTest,
@@ -211,7 +219,7 @@ func (c *Cluster) OpenNode(owner uint64, addr string) *node.Node {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
 		Etcd:    cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: Quiet},
 		Session: cluster.SessionConfig{Owner: owner, Addr: addr, TTL: cluster.TTLMin}})
 	require.NoError(c.t, err)
@@ -296,9 +304,10 @@ type NodeProc struct {
 // nodeSpec is a cluster-node child's configuration (roleEnv, role "node").
 type nodeSpec struct {
 	NodeSpec
-	Etcd   []string
-	Prefix string
-	Secret string
+	Etcd           []string
+	Prefix         string
+	Secret         string
+	OperatorSecret string
 }
 
 // StartNode starts a cluster-node child running spec's workload and waits for its "ready"
@@ -309,7 +318,7 @@ type nodeSpec struct {
 // it kills itself at a step of the two-phase commit (KillAt).
 func (c *Cluster) StartNode(spec NodeSpec) *NodeProc {
 	c.t.Helper()
-	ns := nodeSpec{NodeSpec: spec, Etcd: c.Etcd.Endpoints(), Prefix: c.Prefix, Secret: string(c.Secret)}
+	ns := nodeSpec{NodeSpec: spec, Etcd: c.Etcd.Endpoints(), Prefix: c.Prefix, Secret: string(c.Secret), OperatorSecret: string(c.OperatorSecret)}
 	var link *etcdtest.Proxy
 	if spec.OwnEtcdLink {
 		var err error

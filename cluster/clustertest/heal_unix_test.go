@@ -34,7 +34,7 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Six partitions: 0, 2, 4 on storage node 0 (the one killed), 1, 3, 5 on 1.
 	ids := createRows(t, c, "heal", 6, 1, 7)
-	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
 		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
 		Session:        cluster.SessionConfig{Owner: 0x4ea1, TTL: cluster.TTLMin},
 		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
@@ -155,7 +155,7 @@ func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
 	ids := createRows(t, c, "healold", 3, 1, 7)
-	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
 		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
 		Session:        cluster.SessionConfig{Owner: 0x4eb1, TTL: cluster.TTLMin},
 		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
@@ -243,7 +243,7 @@ func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
 	// Partitions 0 (owned) and 2 (not) on storage node 0, 1 on 1.
 	ids := createRows(t, c, "healwb", 3, 1, 7)
 	logs := &errLog{}
-	n, err := node.Open(ctx, node.Config{Logger: slog.New(logs), Secret: c.Secret, CacheBytes: 1 << 20,
+	n, err := node.Open(ctx, node.Config{Logger: slog.New(logs), Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
 		Etcd:       cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
 		Session:    cluster.SessionConfig{Owner: 0x4ec1, TTL: cluster.TTLMin},
 		Durability: txnode.WriteBack, FlushInterval: time.Hour,
@@ -303,7 +303,7 @@ func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
 	ids := createRows(t, c, "healshort", 1, 1, 7)
-	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, CacheBytes: 1 << 20,
+	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
 		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
 		Session:        cluster.SessionConfig{Owner: 0x4ed1, TTL: cluster.TTLMin},
 		RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})

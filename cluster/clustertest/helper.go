@@ -68,14 +68,15 @@ func runStorage(s storageSpec) error {
 	}
 	defer cli.Close()
 	srv, err := server.New(server.Config{
-		Listen: s.Listen, Secret: []byte(s.Secret), Logger: Quiet, EventLoops: 1,
+		Listen: s.Listen, Logger: Quiet, EventLoops: 1,
+		Secret: []byte(s.Secret), PeerSecret: []byte(s.PeerSecret), OperatorSecret: []byte(s.OperatorSecret),
 		Options: storenode.Options{
 			Dir: s.Dir, Sync: storenode.SyncNone, CacheBytes: 4 << 20, CheckpointWALBytes: 1 << 20,
 			LeaseDuration:      s.LeaseDuration,
 			GrantVerifier:      cluster.NewGrantVerifier(cli, storenode.ErrFenced),
 			GrantVerifyTimeout: s.GrantVerifyTimeout,
 			LeaseChecker:       cli,
-			TxnPeer:            server.NewTxnPeer(server.PeerConfig{Secret: []byte(s.Secret), Name: "clustertest-resolver"}),
+			TxnPeer:            server.NewTxnPeer(server.PeerConfig{Secret: []byte(s.PeerSecret), Name: "clustertest-resolver"}),
 			TxnResolveInterval: s.TxnResolveInterval,
 			TxnResolveAfter:    s.TxnResolveAfter,
 			Logger:             Quiet,
@@ -245,7 +246,7 @@ func (c *child) tryOpen(ctx context.Context) error {
 	if c.clock != nil {
 		sc.Clock = c.clock
 	}
-	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: []byte(c.s.Secret), CacheBytes: 1 << 20,
+	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: []byte(c.s.Secret), OperatorSecret: []byte(c.s.OperatorSecret), CacheBytes: 1 << 20,
 		RequestTimeout:     30 * time.Second, // a storage node restarted within it is redialled, its batches resent
 		OwnerLookupTimeout: c.s.OwnerLookupTimeout,
 		Etcd:               cluster.Config{Endpoints: c.s.Etcd, Prefix: c.s.Prefix, Logger: Quiet},

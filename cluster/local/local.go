@@ -3,7 +3,7 @@
 // storage nodes (storenode/server), each verifying the etcd grants of cluster-managed tables
 // as cmd/storenode -etcd does (cluster.GrantVerifier, which is a storenode.TableMapVerifier
 // too; the coordinators' leases read in etcd, Client as storenode.LeaseChecker; the
-// two-phase commit's resolver reaching the other storage nodes with the cluster's secret).
+// two-phase commit's resolver reaching the other storage nodes with the peers' secret).
 // `weft cluster up` (cmd/weft) and `crudbench --cluster` use it; docs/cluster.md, "Running a
 // local cluster".
 //
@@ -13,13 +13,18 @@
 //	               number of storage nodes and the etcd prefix, chosen at the first start and
 //	               kept: the partition map in etcd names the storage nodes by address and lives
 //	               under the prefix, so a restart must reuse them
-//	secret         the storage nodes' shared secret (hex of 32 random bytes), mode 0600
+//	secret         the storage nodes' clients' secret (game servers': hex of 32 random
+//	               bytes), mode 0600
+//	peer-secret    the storage nodes' peers' secret (each other's resolvers), mode 0600
+//	operator-secret  the operators' secret (weft backup, partition moves), mode 0600
 //	env            the settings a game server needs (Cluster.Env), for `. DIR/env` (values
 //	               quoted for sh; paths absolute)
 //	etcd/          etcd's data
 //	store-0/ ...   each storage node's store
 //
-// A restart on the same Dir reuses all of it: the tables, the partition map, the secret. It
+// A restart on the same Dir reuses all of it: the tables, the partition map, the secrets
+// (docs/operations.md, "Roles and credentials"; a Dir from before roles gets the two new
+// secret files at its next start). It
 // is not a production deployment: one etcd member, every node in one process (one crash
 // takes all of them), loopback only.
 package local
@@ -91,9 +96,18 @@ type Cluster struct {
 	Etcd, Prefix string
 	// Nodes are the storage nodes' addresses (host:port), in order.
 	Nodes []string
-	// SecretFile holds the storage nodes' shared secret; Secret is its text.
+	// SecretFile holds the storage nodes' clients' secret (a game server's: node.Config.Secret);
+	// Secret is its text.
 	SecretFile string
 	Secret     []byte
+	// PeerSecretFile holds the storage nodes' peers' secret (their resolvers': nobody
+	// else needs it); PeerSecret is its text.
+	PeerSecretFile string
+	PeerSecret     []byte
+	// OperatorSecretFile holds the operators' secret (weft backup, node.Config.OperatorSecret
+	// of a game server that moves partitions); OperatorSecret is its text.
+	OperatorSecretFile string
+	OperatorSecret     []byte
 	// Dirs are the storage nodes' store directories, in order.
 	Dirs []string
 
@@ -153,13 +167,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	secretFile := filepath.Join(cfg.Dir, "secret")
-	secret, err := loadSecret(secretFile)
-	if err != nil {
-		return nil, err
+	c := &Cluster{Prefix: cmp.Or(cfg.Prefix, lay.EtcdPrefix, "/weft/"), failed: make(chan struct{}), closing: make(chan struct{})}
+	for _, f := range []struct {
+		name   string
+		file   *string
+		secret *[]byte
+	}{{"secret", &c.SecretFile, &c.Secret}, {"peer-secret", &c.PeerSecretFile, &c.PeerSecret}, {"operator-secret", &c.OperatorSecretFile, &c.OperatorSecret}} {
+		*f.file = filepath.Join(cfg.Dir, f.name)
+		if *f.secret, err = loadSecret(*f.file); err != nil {
+			return nil, err
+		}
 	}
-	c := &Cluster{Prefix: cmp.Or(cfg.Prefix, lay.EtcdPrefix, "/weft/"), SecretFile: secretFile, Secret: secret,
-		failed: make(chan struct{}), closing: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -203,9 +221,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i, port := range lay.NodePorts {
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("store-%d", i))
 		opts := storenode.Options{Dir: dir, Sync: cfg.Sync, CacheBytes: cfg.CacheBytes, Logger: cfg.Logger}
-		c.peers = append(c.peers, WireEtcd(&opts, c.cli, server.PeerConfig{Secret: secret, Name: fmt.Sprintf("local-resolver-%d", i)}))
+		c.peers = append(c.peers, WireEtcd(&opts, c.cli, server.PeerConfig{Secret: c.PeerSecret, Name: fmt.Sprintf("local-resolver-%d", i)}))
 		srv, err := server.New(server.Config{
-			Listen: net.JoinHostPort(host, fmt.Sprint(port)), Secret: secret, Logger: cfg.Logger, Options: opts,
+			Listen: net.JoinHostPort(host, fmt.Sprint(port)), Logger: cfg.Logger, Options: opts,
+			Secret: c.Secret, PeerSecret: c.PeerSecret, OperatorSecret: c.OperatorSecret,
 		})
 		if err == nil {
 			err = srv.Start()
@@ -227,14 +246,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 
 // Env returns the settings a game server needs, as environment variables (KEY=value):
 // WEFT_ETCD (cluster.Config.Endpoints), WEFT_ETCD_PREFIX (cluster.Config.Prefix),
-// WEFT_STORAGE_NODES (comma-separated: node.Node.CreateTable's nodes) and WEFT_SECRET_FILE
-// (node.Config.Secret is its content).
+// WEFT_STORAGE_NODES (comma-separated: node.Node.CreateTable's nodes), WEFT_SECRET_FILE
+// (node.Config.Secret is its content) and WEFT_OPERATOR_SECRET_FILE (the operators':
+// `weft backup` reads it; node.Config.OperatorSecret of a game server that moves
+// partitions). The peers' secret is the storage nodes' alone: not in it.
 func (c *Cluster) Env() []string {
 	return []string{
 		"WEFT_ETCD=" + c.Etcd,
 		"WEFT_ETCD_PREFIX=" + c.Prefix,
 		"WEFT_STORAGE_NODES=" + strings.Join(c.Nodes, ","),
 		"WEFT_SECRET_FILE=" + c.SecretFile,
+		"WEFT_OPERATOR_SECRET_FILE=" + c.OperatorSecretFile,
 	}
 }
 
@@ -470,7 +492,7 @@ func loadSecret(name string) ([]byte, error) {
 // -etcd does: the grants of cluster-managed tables verified in etcd (cluster.GrantVerifier,
 // also the storenode.TableMapVerifier of a holder's drop), the coordinators' leases read
 // there (cli as storenode.LeaseChecker), and the two-phase commit's resolver reaching the
-// other storage nodes as a client (server.NewTxnPeer of peer: the cluster's secret). The
+// other storage nodes as a peer (server.NewTxnPeer of peer: the peers' secret). The
 // caller closes the returned Peer after the storage node stopped, and cli after that.
 func WireEtcd(opts *storenode.Options, cli *cluster.Client, peer server.PeerConfig) *server.Peer {
 	opts.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)

@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -147,4 +149,42 @@ func TestFirstStartRefusesBadPorts(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, lay.NodePorts, DefaultStorageNodes)
 	}
+}
+
+// TestRoleSecrets: a local cluster makes three secrets (clients', peers', operators'), each
+// in a file of mode 0600, all different, and its storage nodes tell them apart: the clients'
+// cannot back up, the operators' can. A restart reuses them.
+func TestRoleSecrets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := startOne(t, ctx, dir, "")
+	require.NoError(t, err)
+	files := []string{c.SecretFile, c.PeerSecretFile, c.OperatorSecretFile}
+	secrets := [][]byte{c.Secret, c.PeerSecret, c.OperatorSecret}
+	for i, f := range files {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		if runtime.GOOS != "windows" {
+			require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+		}
+		for j := range i {
+			require.NotEqual(t, secrets[j], secrets[i])
+		}
+	}
+	backup := func(secret []byte) error {
+		cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: c.Nodes[0], Secret: secret})
+		require.NoError(t, err)
+		defer cl.Close()
+		return cl.CallInto(ctx, &sgio.Backup{}, &sgio.BackupChunk{})
+	}
+	require.ErrorIs(t, backup(c.Secret), sgio.ErrForbidden)
+	require.NoError(t, backup(c.OperatorSecret))
+	require.Contains(t, c.Env(), "WEFT_OPERATOR_SECRET_FILE="+c.OperatorSecretFile)
+	require.NoError(t, c.Close(ctx))
+
+	c2, err := startOne(t, ctx, dir, "")
+	require.NoError(t, err)
+	require.Equal(t, secrets, [][]byte{c2.Secret, c2.PeerSecret, c2.OperatorSecret}, "kept across a restart")
+	require.NoError(t, c2.Close(ctx))
 }

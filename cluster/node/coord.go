@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,14 +82,23 @@ func hook(step string, i int) {
 // the primary's lease check).
 const coordRetry = 20 * time.Millisecond
 
-// txnID returns a transaction id unique in the cluster: the session's lease id, then this
-// node's counter.
+// txnID returns a transaction id unique in the cluster and not to be guessed: the session's
+// lease id, this node's counter (its low 32 bits: unique within a lease for 2^32
+// transactions), then 32 bits from crypto/rand, fresh for each transaction, so that an id
+// seen in a WAL or a backup says nothing about the next one (issue 22, defect 4).
 func (n *Node) txnID() [16]byte {
 	var id [16]byte
 	binary.BigEndian.PutUint64(id[:8], uint64(n.sess.Lease()))
-	binary.BigEndian.PutUint64(id[8:], n.txnSeq.Add(1))
+	binary.BigEndian.PutUint32(id[8:12], uint32(n.txnSeq.Add(1)))
+	_, _ = rand.Read(id[12:]) // crypto/rand.Read never fails; it crashes the program instead
+	if h := txnIDHook; h != nil {
+		h(id)
+	}
 	return id
 }
+
+// txnIDHook, set by tests only, hears each transaction id as it is made.
+var txnIDHook func(id [16]byte)
 
 // twoPhase commits tx's parts atomically (steps 1..4 above).
 func (n *Node) twoPhase(tx *Tx) error {

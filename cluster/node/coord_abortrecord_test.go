@@ -14,6 +14,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -38,6 +39,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
 	defer node.SetSerialPrepares(true)()
+	var ids []storenode.TxnID
+	defer node.SetTxnIDHook(func(id [16]byte) { ids = append(ids, id) })()
 	fired := false
 	defer node.SetCoordHook(func(step string, i int) {
 		if step != "prepared" || i != 1 || fired {
@@ -76,9 +79,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	// The background record's end (recorded, or given up): nothing else uses x's storage
 	// node meanwhile.
 	require.Eventually(t, func() bool { return node.Recording(a) == 0 }, 60*time.Second, 10*time.Millisecond)
-	var id storenode.TxnID // the node's first two-phase commit: its lease, then 1
-	binary.BigEndian.PutUint64(id[:8], uint64(a.Session().Lease()))
-	binary.BigEndian.PutUint64(id[8:], 1)
+	require.Len(t, ids, 1, "one two-phase commit")
+	id := ids[0]
 	d, err := primary.Engine().AskTxn(ctx, id, int64(a.Session().Lease()))
 	require.NoError(t, err)
 	require.Equal(t, storenode.DecisionAbort, d, "the abort is recorded at the primary (its prepared part is not left in doubt while the lease lives)")
@@ -114,7 +116,9 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 // (abortRecordMax, 64), their primary refusing every Decide for a while (ErrTxnBusy: its
 // kept decisions at MaxTxns): each is recorded once the primary takes decisions again. On
 // 9fe08b2 the 65th was dropped at once (a Warn record; "left to the resolvers"): its part,
-// if prepared, stays in doubt for as long as the coordinator's lease lives.
+// if prepared, stays in doubt for as long as the coordinator's lease lives. The primary
+// records an abort only of a part it holds (issue 22, defect 5): each transaction's part is
+// prepared at the primary first, by the node's owner under its lease, on a local table.
 func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 	ctx := testCtx(t)
 	const n = 65
@@ -123,25 +127,41 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 	tc := startTxnCluster(t, 1, func(o *storenode.Options) {
 		o.MaxTxns = n + 1
 		o.TxnAbortKeep = time.Hour
+		o.TxnResolveInterval = -1 // the test asks; no resolver of the parts
 		o.Now = func() time.Time { return time.Unix(0, now.Load()) }
 	})
 	a := tc.open(t, 0xa, "game-a:7000")
 	_, err := a.CreateTable(ctx, "acct", 64, 1, 1, tc.addrs) // dials the storage node
 	require.NoError(t, err)
 	eng := tc.srvs[0].Engine()
-	// The primary's kept decisions at MaxTxns: aborts of one participant not reported.
+	// The primary's kept decisions at MaxTxns: aborts a resolver recorded (the lease gone),
+	// participant count unknown, kept TxnAbortKeep.
 	for k := range n + 1 {
 		var id storenode.TxnID
 		id[0] = 0xff
 		binary.BigEndian.PutUint64(id[8:], uint64(k))
-		_, err := eng.DecideTxn(ctx, id, 1, storenode.DecisionAbort, 1)
+		d, err := eng.AskTxn(ctx, id, 1)
 		require.NoError(t, err)
+		require.Equal(t, storenode.DecisionAbort, d)
 	}
 	lease := int64(a.Session().Lease())
+	local, err := eng.CreateTable("local", 64)
+	require.NoError(t, err)
+	g, err := eng.Acquire(local.ID, 0xa, 0)
+	require.NoError(t, err)
+	_, _, err = eng.AllocIDs(local.ID, 0xa, g.Epoch, 2)
+	require.NoError(t, err)
 	ids := make([]storenode.TxnID, n)
 	for k := range ids {
 		binary.BigEndian.PutUint64(ids[k][:8], uint64(lease))
 		binary.BigEndian.PutUint64(ids[k][8:], uint64(k+1))
+		page, slot := uint64(k)/64, uint(k)%64
+		_, err := eng.PrepareTxn(&storenode.TxnPrepare{Txn: ids[k], Lease: lease, Batch: &storenode.Batch{Owner: 0xa,
+			Seq: g.LastSeq + uint64(k) + 1, Fences: []storenode.Fence{{Table: local.ID, Epoch: g.Epoch}},
+			Segments: []storenode.Segment{{Table: local.ID, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: make([]byte, 64)}}}}})
+		require.NoError(t, err)
+	}
+	for k := range ids {
 		node.RecordAbortLater(a, ids[k], lease, 1, tc.addrs[0])
 	}
 	_, err = eng.DecideTxn(ctx, ids[0], lease, storenode.DecisionAbort, 1)
@@ -153,6 +173,7 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 		d, err := eng.AskTxn(ctx, id, lease)
 		require.NoError(t, err)
 		require.Equal(t, storenode.DecisionAbort, d, "abort %d of %d recorded", k+1, n)
+		require.Equal(t, storenode.DecisionAbort, eng.TxnStatus(id).Primary, "abort %d of %d recorded", k+1, n)
 	}
 }
 

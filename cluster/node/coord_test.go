@@ -34,12 +34,12 @@ func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Option
 	tc.c = c
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	for range storageNodes {
-		peer := server.NewTxnPeer(server.PeerConfig{Secret: secret})
+		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret})
 		opts := storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, LeaseChecker: c, TxnPeer: peer}
 		if tune != nil {
 			tune(&opts)
 		}
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, Options: opts})
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret, Options: opts})
 		require.NoError(t, err)
 		require.NoError(t, srv.Start())
 		t.Cleanup(func() {

@@ -62,3 +62,14 @@ func SetCoordClock(now func() time.Time, trust time.Duration) (restore func()) {
 	coordNow, decideTrust = now, trust
 	return func() { coordNow, decideTrust = oldNow, oldTrust }
 }
+
+// NewTxnID returns the id n's next two-phase commit would get (tests only).
+func NewTxnID(n *Node) [16]byte { return n.txnID() }
+
+// SetTxnIDHook sets the hook that hears each transaction id made (tests only; set it before
+// any transaction runs) and returns what restores it.
+func SetTxnIDHook(h func(id [16]byte)) (restore func()) {
+	old := txnIDHook
+	txnIDHook = h
+	return func() { txnIDHook = old }
+}

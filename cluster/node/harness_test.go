@@ -22,6 +22,13 @@ const prefix = "/nodetest/"
 // authenticate as every storage node's client does.
 var secret = []byte("9f1c2e3d4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0")
 
+// peerSecret and operatorSecret are the storage nodes' other roles' secrets: their
+// resolvers dial each other with peerSecret, the nodes' movers with operatorSecret.
+var (
+	peerSecret     = []byte("0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9")
+	operatorSecret = []byte("f9e8d7c6b5a4938271605f4e3d2c1b0af9e8d7c6b5a4938271605f4e3d2c1b0a")
+)
+
 // testCtx bounds every wait of a test.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -50,7 +57,7 @@ func startCluster(t *testing.T, storageNodes int) *testCluster {
 	tc.c = c
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	for range storageNodes {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret,
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
 			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}})
 		require.NoError(t, err)
 		require.NoError(t, srv.Start())
@@ -84,6 +91,9 @@ func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	}
 	if cfg.Secret == nil {
 		cfg.Secret = secret
+	}
+	if cfg.OperatorSecret == nil {
+		cfg.OperatorSecret = operatorSecret
 	}
 	n, err := node.Open(testCtx(t), cfg)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/sgio"
@@ -17,7 +18,8 @@ import (
 // the source, switches the map in one etcd transaction that keeps the owner's grant (ownership
 // never changes hands at a switch), makes the copy live taking that grant (its floor just
 // below the grant's epoch; the floor read's etcd revision when nobody owns the partition) and fences
-// the source for good. Every step is
+// the source for good. The storage nodes verify each step that changes a copy's state
+// against etcd (begin, freeze, retire, activate, thaw, under this mover's epoch). Every step is
 // recorded (the etcd move record, the storage nodes' logged move states) so that a mover that
 // died anywhere is finished or rolled back by the next Move of the partition.
 
@@ -174,15 +176,19 @@ func (m *mover) run(ctx context.Context, to string) error {
 	return m.finish(ctx)
 }
 
-// dial connects to both storage nodes (as owner 0, like a resolver: the mover is no owner)
-// and opens the source's table.
+// dial connects to both storage nodes (as owner 0, like a resolver: the mover is no owner),
+// with the operators' secret (Config.OperatorSecret), and opens the source's table.
 func (m *mover) dial(ctx context.Context) error {
 	cfg := m.t.n.cfg
+	secret := cfg.OperatorSecret
+	if len(secret) == 0 {
+		secret = cfg.Secret
+	}
 	var err error
-	if m.src, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.From, Secret: cfg.Secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
+	if m.src, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.From, Secret: secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
 		return m.errorf("source %s: %w", m.rec.From, err)
 	}
-	if m.dst, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.To, Secret: cfg.Secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
+	if m.dst, err = sgio.Dial(ctx, sgio.ClientConfig{Addr: m.rec.To, Secret: secret, Name: "mover", DialTimeout: cfg.DialTimeout}); err != nil {
 		return m.errorf("target %s: %w", m.rec.To, err)
 	}
 	var ti sgio.TableInfo
@@ -195,6 +201,36 @@ func (m *mover) dial(ctx context.Context) error {
 
 func (m *mover) step(ctx context.Context, c *sgio.Client, op uint8, table uint32) (*sgio.MoveState, error) {
 	return c.MoveStep(ctx, &sgio.Move{Op: op, Table: table})
+}
+
+// moveStepTries bounds the tries of a verified step the storage node could not verify
+// (etcd slow or unreachable from it: sgio.ErrBusy); moveStepBackoff is the first wait
+// between tries, doubled each time.
+const (
+	moveStepTries   = 4
+	moveStepBackoff = 50 * time.Millisecond
+)
+
+// verified sends a move step the storage node verifies against etcd (begin, freeze, retire,
+// activate, thaw; storenode's VerifyMoveStep), under this mover's epoch, trying again a
+// bounded number of times while it answers that it could not verify it.
+func (m *mover) verified(ctx context.Context, c *sgio.Client, mv *sgio.Move) (*sgio.MoveState, error) {
+	mv.Token = m.epoch
+	wait := moveStepBackoff
+	for try := 1; ; try++ {
+		st, err := c.MoveStep(ctx, mv)
+		if err == nil || !errors.Is(err, sgio.ErrBusy) || try == moveStepTries {
+			return st, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		wait *= 2
+	}
 }
 
 // copyAndSwitch runs the steps up to the switch.
@@ -218,7 +254,7 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 			ErrMoveRefused, m.name, ti.Cluster, ti.RowBytes, layout, m.t.rowBytes))
 	}
 	m.dstID = ti.Table
-	if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpBegin, Table: m.dstID, Token: m.epoch}); err != nil {
+	if _, err := m.verified(ctx, m.dst, &sgio.Move{Op: sgio.MoveOpBegin, Table: m.dstID}); err != nil {
 		if errors.Is(err, sgio.ErrMalformed) {
 			return m.rollback(ctx, fmt.Errorf("%w: the target's table %q is not a fresh copy: %w", ErrMoveRefused, m.name, err))
 		}
@@ -259,7 +295,7 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	// Frozen under this mover's epoch, a frozen source found (a mover that died, a rollback
 	// cut short) too: the freeze taken over, so the late thaw of the mover that froze it
 	// (its rollback, after its record was deleted) cannot undo this move's freeze.
-	if _, err := m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID, Token: m.epoch}); err != nil {
+	if _, err := m.verified(ctx, m.src, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID}); err != nil {
 		if errors.Is(err, storenode.ErrTxnLocked) {
 			return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
 		}
@@ -360,12 +396,12 @@ func (m *mover) finish(ctx context.Context) error {
 		if err != nil {
 			return m.errorf("source %s: %w", m.rec.From, err)
 		}
-		if _, err := m.dst.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpActivate, Table: m.dstID, Floor: floor, NextID: st.NextID}); err != nil {
+		if _, err := m.verified(ctx, m.dst, &sgio.Move{Op: sgio.MoveOpActivate, Table: m.dstID, Floor: floor, NextID: st.NextID}); err != nil {
 			return m.errorf("activate at %s: %w", m.rec.To, err)
 		}
 	}
 	moveStep(MoveStepActivated)
-	if _, err := m.step(ctx, m.src, sgio.MoveOpRetire, m.srcID); err != nil {
+	if _, err := m.verified(ctx, m.src, &sgio.Move{Op: sgio.MoveOpRetire, Table: m.srcID}); err != nil {
 		return m.errorf("retire at %s: %w", m.rec.From, err)
 	}
 	moveStep(MoveStepRetired)
@@ -398,7 +434,7 @@ func (m *mover) rollback(ctx context.Context, cause error) error {
 		if err == nil && st.State == uint8(storenode.MoveFrozen) {
 			// Under this mover's epoch: a successor's freeze (it began after this record
 			// went) is of a higher one, and stays.
-			_, err = m.src.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: m.srcID, Token: m.epoch})
+			_, err = m.verified(ctx, m.src, &sgio.Move{Op: sgio.MoveOpThaw, Table: m.srcID})
 			if errors.Is(err, sgio.ErrFenced) {
 				err = nil
 			}

@@ -197,7 +197,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	w.check(t, ctx, reader)
 
 	// The old copy is fenced for good: it serves nothing.
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret})
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
@@ -254,7 +254,8 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	defer sess.Close(ctx)
 	g, err := sess.Acquire(ctx, "acct", 0)
 	require.NoError(t, err)
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
+	// The operator's secret: the test steps the move itself too (MoveOpStatus).
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret, OwnerID: owner})
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
@@ -316,29 +317,68 @@ func TestMoveConcurrentSameNodeRefused(t *testing.T) {
 	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
 }
 
+// TestMoveNeedsOperatorSecret: a move's steps are operators' requests (docs/operations.md,
+// "Roles and credentials"): a node without the operators' secret cannot move a partition
+// (its client secret is refused with ErrForbidden) and nothing is switched.
+func TestMoveNeedsOperatorSecret(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	n := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0x1}, OperatorSecret: []byte{}})
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	err = tbl.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, sgio.ErrForbidden)
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+}
+
 // A freeze is its mover's: the thaw of a mover whose move was given up (its rollback's thaw,
 // late) does not undo the freeze of a mover that took the frozen source over since, under a
-// higher mover epoch: the owner's writes stay refused until that move switches.
+// higher mover epoch: the owner's writes stay refused until that move switches. Each freeze
+// is its mover's recorded move (the storage node verifies it in etcd): the first mover's
+// record, then the successor's that took it over once the first's lease was gone.
 func TestMoveLateThawRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	n := tc.open(t, 0x1, "")
-	_, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret})
+	tm := tbl.Map()
+	first, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x8})
+	require.NoError(t, err)
+	rec := cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0], From: tc.addrs[0], To: tc.addrs[1], Lease: first.Lease()}
+	_, e1, err := tc.c.BeginMove(ctx, rec)
+	require.NoError(t, err)
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret})
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
 	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: 5}) // the first mover
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: uint64(e1)}) // the first mover
 	require.NoError(t, err)
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: 9}) // its successor
+	require.NoError(t, first.Close(ctx)) // its lease revoked: as a mover that died
+	second, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x9})
 	require.NoError(t, err)
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: 5})
-	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw")
+	defer second.Close(ctx)
+	rec.Lease = second.Lease()
+	rec2, e2, err := tc.c.BeginMove(ctx, rec) // taken over
+	require.NoError(t, err)
+	require.Greater(t, e2, e1)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: uint64(e2)}) // its successor
+	require.NoError(t, err)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: uint64(e1)})
+	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw, the successor's move recorded")
+	deleted, err := tc.c.EndMove(ctx, rec2)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: uint64(e1)})
+	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw, after the successor's record went")
 	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
 	require.NoError(t, err)
 	require.Equal(t, uint8(storenode.MoveFrozen), st.State)
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: uint64(e2)})
+	require.NoError(t, err, "the successor's thaw (its rollback)")
 }
 
 // A table of the partition's name already on the target with another layout (a leftover of

@@ -119,7 +119,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
 	tc := &testCluster{etcd: etcd, c: c}
 	for range 2 {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret,
+		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
 			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 300 * time.Millisecond}})
 		require.NoError(t, err)
 		require.NoError(t, srv.Start())

@@ -26,8 +26,15 @@ type Config struct {
 	// gives every storage node, txnode.Options.OwnerID), Addr (where this node takes
 	// requests: what a NotOwnerError names to the other nodes), TTL and margin.
 	Session cluster.SessionConfig
-	// Secret is the storage nodes' shared secret (txnode.Options.Secret).
+	// Secret is the storage nodes' clients' secret (txnode.Options.Secret; their
+	// server.Config.Secret): a game server's credential.
 	Secret []byte
+	// OperatorSecret is the storage nodes' operators' secret (their
+	// server.Config.OperatorSecret), which Table.Move's mover dials with: a move's steps and
+	// copies are operators' requests (docs/operations.md, "Roles and credentials"). Empty:
+	// Secret, which moves only on storage nodes without any secret (loopback). A game server
+	// that never moves a partition leaves it empty.
+	OperatorSecret []byte
 	// CacheBytes is the logical page cache of each storage node's transaction node
 	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
 	// to. txnode.DefaultCacheBytes when zero.

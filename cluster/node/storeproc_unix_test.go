@@ -61,7 +61,7 @@ func TestHelperStorageNode(t *testing.T) {
 	opts := storenode.Options{Dir: f[1], Sync: storenode.SyncNone, GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
 	switch f[3] {
 	case storeTwoPhase:
-		peer := server.NewTxnPeer(server.PeerConfig{Secret: secret})
+		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret})
 		defer peer.Close()
 		opts.LeaseChecker, opts.TxnPeer = c, peer
 		opts.TxnResolveAfter, opts.TxnResolveInterval = 200*time.Millisecond, 100*time.Millisecond
@@ -69,7 +69,7 @@ func TestHelperStorageNode(t *testing.T) {
 	default:
 		t.Fatalf("unknown mode %q", f[3])
 	}
-	srv, err := server.New(server.Config{Listen: f[2], Logger: quiet, EventLoops: 1, Secret: secret, Options: opts})
+	srv, err := server.New(server.Config{Listen: f[2], Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret, Options: opts})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
 	proctest.Printf("listening %s", srv.Addr())
@@ -176,7 +176,7 @@ func killedBySIGKILL(err error) bool {
 // ends soon.
 func openHelperNode(t *testing.T, ctx context.Context, endpoint string, owner uint64, addr string) *node.Node {
 	t.Helper()
-	n, err := node.Open(ctx, node.Config{Logger: quiet, Secret: secret,
+	n, err := node.Open(ctx, node.Config{Logger: quiet, Secret: secret, OperatorSecret: operatorSecret,
 		Etcd:    cluster.Config{Endpoints: []string{endpoint}, Prefix: prefix, Logger: quiet},
 		Session: cluster.SessionConfig{Owner: owner, Addr: addr, TTL: cluster.TTLMin}})
 	require.NoError(t, err)

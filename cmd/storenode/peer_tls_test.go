@@ -22,11 +22,13 @@ func TestRunPeerTLSCA(t *testing.T) {
 	certFile, keyFile, _ := writeCert(t) // self-signed for 127.0.0.1: its own CA
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte(runSecret+"\n"), 0o600))
+	peerSecret := filepath.Join(t.TempDir(), "peer-secret")
+	require.NoError(t, os.WriteFile(peerSecret, []byte(runPeerSecret+"\n"), 0o600))
 	primary := startRun(t, []string{"--dir", t.TempDir(), "--listen", "127.0.0.1:0", "--secret-file", secret,
-		"--tls-cert", certFile, "--tls-key", keyFile, "--sync", "none"}, nil)
+		"--peer-secret-file", peerSecret, "--tls-cert", certFile, "--tls-key", keyFile, "--sync", "none"}, nil)
 
 	peer := func(args ...string) (storenode.TxnPeer, error) {
-		cfg, err := parseConfig(append([]string{"--dir", t.TempDir(), "--secret-file", secret,
+		cfg, err := parseConfig(append([]string{"--dir", t.TempDir(), "--secret-file", secret, "--peer-secret-file", peerSecret,
 			"--tls-cert", certFile, "--tls-key", keyFile}, args...), func(string) string { return "" }, io.Discard)
 		require.NoError(t, err)
 		sc, err := cfg.serverConfig(slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -53,6 +53,8 @@ type config struct {
 	checkpointWAL   byteSize
 	lease           time.Duration
 	secretFile      string
+	peerSecretFile  string
+	opSecretFile    string
 	maxConns        int
 	maxInflight     int
 	maxBody         byteSize
@@ -100,7 +102,9 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.DurationVar(&cfg.checkpointEvery, "checkpoint-every", storenode.DefaultCheckpointInterval, "checkpoint this long after the last one when anything is dirty (0: never by time)")
 	fs.Var(&cfg.checkpointWAL, "checkpoint-wal", "checkpoint when the WAL has grown this much since the last one (0: never by size)")
 	fs.DurationVar(&cfg.lease, "lease", storenode.DefaultLeaseDuration, "ownership lease: how long a transaction node keeps a table without traffic")
-	fs.StringVar(&cfg.secretFile, "secret-file", "", "file holding the shared secret (must not be readable by group or others)")
+	fs.StringVar(&cfg.secretFile, "secret-file", "", "file holding the clients' (game servers') secret (must not be readable by group or others)")
+	fs.StringVar(&cfg.peerSecretFile, "peer-secret-file", "", "file holding the secret of the cluster's storage nodes: their resolvers' requests, and this node's resolver's to them (mode 0600)")
+	fs.StringVar(&cfg.opSecretFile, "operator-secret-file", "", "file holding the operators' secret: backups, partition moves, drops of other owners' tables (mode 0600)")
 	fs.IntVar(&cfg.maxConns, "max-conns", server.DefaultMaxConns, "most connections held at once")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", server.DefaultMaxInflight, "most requests in flight per connection")
 	fs.Var(&cfg.maxBody, "max-body", "largest request frame body (at most 64MiB)")
@@ -213,12 +217,31 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 	if cfg.idleTimeout == 0 {
 		sc.IdleTimeout = -1
 	}
-	if cfg.secretFile != "" {
-		secret, err := readSecretFile(cfg.secretFile)
+	// The roles' secrets (docs/operations.md, "Roles and credentials"): without any, every
+	// caller has every role (loopback only); with the clients' alone, no storage node's
+	// resolver and no operator is accepted.
+	for _, f := range []struct {
+		flag, name string
+		dst        *[]byte
+	}{
+		{"secret-file", cfg.secretFile, &sc.Secret},
+		{"peer-secret-file", cfg.peerSecretFile, &sc.PeerSecret},
+		{"operator-secret-file", cfg.opSecretFile, &sc.OperatorSecret},
+	} {
+		if f.name == "" {
+			continue
+		}
+		secret, err := readSecretFile(f.flag, f.name)
 		if err != nil {
 			return sc, err
 		}
-		sc.Secret = secret
+		*f.dst = secret
+	}
+	if cfg.secretFile != "" && cfg.peerSecretFile == "" {
+		logger.Warn("storenode: no --peer-secret-file: other storage nodes' resolvers are refused, so two-phase commits in doubt here and at them are not resolved")
+	}
+	if cfg.secretFile != "" && cfg.opSecretFile == "" {
+		logger.Warn("storenode: no --operator-secret-file: backups, partition moves and operators' drops are refused")
 	}
 	switch {
 	case cfg.tlsCert != "" && cfg.tlsKey != "":
@@ -231,11 +254,15 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 		return sc, errors.New("--tls-cert and --tls-key go together")
 	}
 	// The two-phase commit's resolver reaches other storage nodes (the primaries of the
-	// transactions prepared here) as a client, with the cluster's secret; over TLS when this
+	// transactions prepared here) as a peer, with the peers' secret (the clients' when none
+	// is configured: accepted only by a node without secrets); over TLS when this
 	// node serves TLS, verifying the peers against --tls-peer-ca (a cluster's private CA),
 	// else the system's roots. Without a CA that signed the peers' certificates the resolver
 	// cannot reach a primary, and transactions in doubt stay locked.
-	pc := server.PeerConfig{Secret: sc.Secret, Name: "storenode-resolver"}
+	pc := server.PeerConfig{Secret: sc.PeerSecret, Name: "storenode-resolver"}
+	if len(pc.Secret) == 0 {
+		pc.Secret = sc.Secret
+	}
 	switch {
 	case sc.TLS != nil:
 		pc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -257,27 +284,28 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 	return sc, nil
 }
 
-// readSecretFile reads the shared secret, refusing a file that group or others may read or
-// write: a secret anyone on the machine can read protects nothing. Surrounding white space
-// (the newline an editor adds) is not part of the secret.
-func readSecretFile(name string) ([]byte, error) {
+// readSecretFile reads the secret file name of flag flag (secret-file, peer-secret-file,
+// operator-secret-file), refusing a file that group or others may read or write: a secret
+// anyone on the machine can read protects nothing. Surrounding white space (the newline an
+// editor adds) is not part of the secret.
+func readSecretFile(flag, name string) ([]byte, error) {
 	fi, err := os.Stat(name)
 	if err != nil {
-		return nil, fmt.Errorf("--secret-file: %w", err)
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("--secret-file %s: mode %04o lets group or others read or write it; chmod 600 it", name, perm)
+		return nil, fmt.Errorf("--%s %s: mode %04o lets group or others read or write it; chmod 600 it", flag, name, perm)
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("--secret-file: %w", err)
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
-		return nil, fmt.Errorf("--secret-file %s: empty", name)
+		return nil, fmt.Errorf("--%s %s: empty", flag, name)
 	}
 	if _, err := sgio.ParseSecret(b); err != nil {
-		return nil, fmt.Errorf("--secret-file %s: %w (storenode -gen-secret makes one)", name, err)
+		return nil, fmt.Errorf("--%s %s: %w (storenode -gen-secret makes one)", flag, name, err)
 	}
 	return b, nil
 }

@@ -250,8 +250,55 @@ func TestRunSecretFile(t *testing.T) {
 	require.Contains(t, stderr, "gen-secret")
 }
 
-// runSecret is a valid secret (hex of 16 random bytes).
-const runSecret = "7d2f9c0b8e1a4536b2c9d0e1f2a3b4c5"
+// runSecret is a valid secret (hex of 16 random bytes); runPeerSecret and runOperatorSecret
+// are the other roles' (--peer-secret-file, --operator-secret-file).
+const (
+	runSecret         = "7d2f9c0b8e1a4536b2c9d0e1f2a3b4c5"
+	runPeerSecret     = "3e8a1f6c0d9b4725a6c3e0f1d2b9a8c7"
+	runOperatorSecret = "b5c4d3e2f1a09f8e7d6c5b4a39281706"
+)
+
+// TestRunRoleSecretFiles: --peer-secret-file and --operator-secret-file are checked as
+// --secret-file is (mode 0600, a valid secret, distinct from the others), and each secret
+// dials in as its role: the clients' cannot back up, the operators' can.
+func TestRunRoleSecretFiles(t *testing.T) {
+	write := func(name, text string, mode os.FileMode) string {
+		p := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(p, []byte(text+"\n"), mode))
+		return p
+	}
+	secret, peer, op := write("secret", runSecret, 0o600), write("peer", runPeerSecret, 0o600), write("op", runOperatorSecret, 0o600)
+	code, _, stderr := runOnce([]string{"--dir", t.TempDir(), "--secret-file", secret, "--peer-secret-file", write("p", runPeerSecret, 0o640)}, nil)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "--peer-secret-file")
+	require.Contains(t, stderr, "chmod 600")
+	code, _, stderr = runOnce([]string{"--dir", t.TempDir(), "--secret-file", secret, "--operator-secret-file", write("o", "weak", 0o600)}, nil)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "--operator-secret-file")
+	code, _, stderr = runOnce([]string{"--dir", t.TempDir(), "--secret-file", secret, "--operator-secret-file", secret}, nil)
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, stderr, "same secret")
+
+	r := startRun(t, []string{"--dir", t.TempDir(), "--listen", "127.0.0.1:0", "--secret-file", secret,
+		"--peer-secret-file", peer, "--operator-secret-file", op, "--sync", "none"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, c := range []struct {
+		secret string
+		want   error
+	}{{runSecret, sgio.ErrForbidden}, {runPeerSecret, sgio.ErrForbidden}, {runOperatorSecret, nil}} {
+		cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: r.server.String(), Secret: []byte(c.secret)})
+		require.NoError(t, err)
+		var chunk sgio.BackupChunk
+		err = cl.CallInto(ctx, &sgio.Backup{}, &chunk)
+		if c.want == nil {
+			require.NoError(t, err)
+		} else {
+			require.ErrorIs(t, err, c.want)
+		}
+		require.NoError(t, cl.Close())
+	}
+}
 
 func TestRunGenSecret(t *testing.T) {
 	code, stdout, _ := runOnce([]string{"-gen-secret"}, nil)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -364,6 +365,35 @@ func TestBackupCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, e.Tables())
 	require.NoError(t, e.Close())
+}
+
+// TestBackupNeedsOperatorSecret: a storage node with roles serves weft's backup to the
+// operators' secret (--operator-secret-file or $WEFT_OPERATOR_SECRET) only; the clients'
+// (--secret-file) is refused as outside its role, and still reads the tables.
+func TestBackupNeedsOperatorSecret(t *testing.T) {
+	const clientSecret, opSecret = "1f2e3d4c5b6a79880f1e2d3c4b5a6978", "8a7b6c5d4e3f20190a1b2c3d4e5f6071"
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Secret: []byte(clientSecret), OperatorSecret: []byte(opSecret),
+		Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone}})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	defer srv.Shutdown(context.Background())
+	addr := srv.Addr().String()
+	file := func(s string) string {
+		p := filepath.Join(t.TempDir(), "secret")
+		require.NoError(t, os.WriteFile(p, []byte(s+"\n"), 0o600))
+		return p
+	}
+	code, _, stderr := weft(t, "--store", addr, "--secret-file", file(clientSecret), "backup", "--out", filepath.Join(t.TempDir(), "b"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "outside the caller's role")
+	code, _, stderr = weft(t, "--store", addr, "--secret-file", file(clientSecret), "tables")
+	require.Zero(t, code, stderr)
+	code, _, stderr = weft(t, "--store", addr, "--secret-file", file(clientSecret), "--operator-secret-file", file(opSecret),
+		"backup", "--out", filepath.Join(t.TempDir(), "b"))
+	require.Zero(t, code, stderr)
+	t.Setenv("WEFT_OPERATOR_SECRET", opSecret)
+	code, _, stderr = weft(t, "--store", addr, "backup", "--out", filepath.Join(t.TempDir(), "c"))
+	require.Zero(t, code, stderr)
 }
 
 // TestBackupStoppedStore: weft --dir DIR backup copies a stopped store into a directory

@@ -64,7 +64,8 @@ func cmdCluster(ctx context.Context, g *globals, args []string, stdout io.Writer
 	for i, a := range c.Nodes {
 		fmt.Fprintf(stdout, "weft cluster: storage node %d at %s (%s)\n", i, a, c.Dirs[i])
 	}
-	fmt.Fprintf(stdout, "weft cluster: secret in %s\n", c.SecretFile)
+	fmt.Fprintf(stdout, "weft cluster: secrets in %s (clients: game servers), %s (storage nodes' peers), %s (operators: weft backup, moves)\n",
+		c.SecretFile, c.PeerSecretFile, c.OperatorSecretFile)
 	fmt.Fprintf(stdout, "# a game server's settings (node.Config; also in %s):\n", filepath.Join(filepath.Dir(c.SecretFile), "env"))
 	fmt.Fprint(stdout, c.EnvScript())
 	fmt.Fprintln(stdout, "weft cluster: up; Ctrl-C or SIGTERM stops it")

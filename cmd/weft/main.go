@@ -9,6 +9,7 @@
 //	weft verify data
 //	weft --store 127.0.0.1:7070 backup --out /backups/weft-2026-12-01
 //	weft cluster up --dir weft-cluster
+//	weft --store 127.0.0.1:7070 txn list
 //
 // It reads as a client that owns no table: a storage node serves it durable rows only (a
 // transaction node's cache may hold newer ones) and no game server loses ownership to it.
@@ -25,6 +26,9 @@
 // wrong with expected and found) and a summary, and exits 0 when the store is intact (notes,
 // such as a torn WAL tail a crash left, do not count), 1 when it found damage, 3 when it could
 // not check (the store is open in a running process, not a store, unreadable), 2 on bad usage.
+//
+// txn lists the two-phase commit parts in doubt at a running storage node, or aborts one
+// (txn.go; docs/operations.md, "Transactions in doubt").
 //
 // cluster up runs a local cluster in this process until SIGINT or SIGTERM (cluster.go,
 // package cluster/local): an embedded etcd and N storage nodes on loopback under --dir,
@@ -74,6 +78,7 @@ var commands = []command{
 	{"stats", "", "print the store's counters", cmdStats},
 	{"verify", "DIR [--max-findings N]", "check a stopped store offline: every checksum, page maps, free pages, WAL (exit 1: damaged, 3: cannot check)", cmdVerify},
 	{"backup", "--out DIR", "copy a running storage node (--store), commits going on, or a stopped store (--dir), into a new directory", cmdBackup},
+	{"txn", "list | abort TXN", "list the two-phase commit parts in doubt at a storage node (--store), or abort one", cmdTxn},
 	{"cluster", "up [--dir DIR] [--storage-nodes N] [--sync none]", "run a local cluster (etcd and N storage nodes on loopback) until Ctrl-C or SIGTERM", cmdCluster},
 }
 
@@ -82,6 +87,7 @@ type globals struct {
 	store      string
 	dir        string
 	secretFile string
+	opFile     string // the operators' secret file
 	timeout    time.Duration
 }
 
@@ -99,7 +105,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "\nflags:")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nThe secret comes from --secret-file or $WEFT_SECRET; the store from --store or $WEFT_STORE.")
+	fmt.Fprintln(w, "\nThe secret comes from --operator-secret-file or $WEFT_OPERATOR_SECRET (an operator's: backups need")
+	fmt.Fprintln(w, "it), else --secret-file or $WEFT_SECRET (a client's: reads only); the store from --store or $WEFT_STORE.")
 	fmt.Fprintln(w, "A backup directory is a store: start a storage node (or txnode.Open) on it to restore; its")
 	fmt.Fprintln(w, "first start bumps every table's epoch, so no transaction node keeps serving its old cache.")
 }
@@ -110,7 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&g.store, "store", os.Getenv("WEFT_STORE"), "storage node address, host:port (default $WEFT_STORE)")
 	fs.StringVar(&g.dir, "dir", "", "a stopped store's directory, read in this process")
-	fs.StringVar(&g.secretFile, "secret-file", "", "file holding the storage node's shared secret (default: $WEFT_SECRET)")
+	fs.StringVar(&g.secretFile, "secret-file", "", "file holding the storage node's clients' secret (default: $WEFT_SECRET)")
+	fs.StringVar(&g.opFile, "operator-secret-file", os.Getenv("WEFT_OPERATOR_SECRET_FILE"), "file holding the storage node's operators' secret, used before --secret-file (default $WEFT_OPERATOR_SECRET_FILE, else the secret in $WEFT_OPERATOR_SECRET)")
 	fs.DurationVar(&g.timeout, "timeout", time.Minute, "give up a command after this long")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -187,21 +195,33 @@ func (g *globals) open(ctx context.Context) (source, error) {
 	return nil, fmt.Errorf("%w: say where the store is: --store ADDR (or $WEFT_STORE), or --dir DIR", errUsage)
 }
 
-// secret reads the shared secret from --secret-file, else $WEFT_SECRET; none is no secret.
+// secret reads the secret weft dials with: the operators' (--operator-secret-file, else
+// $WEFT_OPERATOR_SECRET), else the clients' (--secret-file, else $WEFT_SECRET); none is no
+// secret. A storage node serves a client's secret reads only (docs/operations.md, "Roles and
+// credentials"): a backup needs the operators'.
 func (g *globals) secret() ([]byte, error) {
-	if g.secretFile == "" {
-		if s := os.Getenv("WEFT_SECRET"); s != "" {
+	if s, err := readSecret("operator-secret-file", g.opFile, "WEFT_OPERATOR_SECRET"); s != nil || err != nil {
+		return s, err
+	}
+	return readSecret("secret-file", g.secretFile, "WEFT_SECRET")
+}
+
+// readSecret reads the secret in file (of flag flag), else in environment variable env; nil
+// when neither is set.
+func readSecret(flag, file, env string) ([]byte, error) {
+	if file == "" {
+		if s := os.Getenv(env); s != "" {
 			return []byte(s), nil
 		}
 		return nil, nil
 	}
-	b, err := os.ReadFile(g.secretFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("--secret-file: %w", err)
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
-		return nil, fmt.Errorf("--secret-file %s: empty", g.secretFile)
+		return nil, fmt.Errorf("--%s %s: empty", flag, file)
 	}
 	return []byte(s), nil
 }

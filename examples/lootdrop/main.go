@@ -8,9 +8,12 @@
 //	go run ./examples/lootdrop                      # embedded, in a temporary directory
 //	go run ./examples/lootdrop -dir /tmp/loot       # embedded, kept (run again to go on)
 //	go run ./examples/lootdrop -store host:port     # against a storage node
+//	go run ./examples/lootdrop -store host:port -secret-file $WEFT_SECRET_FILE
+//	                                                # one with secrets: a game server's is the clients'
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -31,6 +34,7 @@ import (
 type config struct {
 	dir        string
 	store      string
+	secretFile string // the storage node's clients' secret (a game server's credential)
 	players    int
 	items      int
 	duration   time.Duration
@@ -45,6 +49,7 @@ func lootdrop() int {
 	var cfg config
 	flag.StringVar(&cfg.dir, "dir", "", "directory of the embedded store (default: a temporary one, removed at exit)")
 	flag.StringVar(&cfg.store, "store", "", "address (host:port) of a storage node to use instead of the embedded store")
+	flag.StringVar(&cfg.secretFile, "secret-file", "", "file holding the storage node's clients' secret (a game server's: WEFT_SECRET_FILE of `weft cluster up`)")
 	flag.IntVar(&cfg.players, "players", 64, "players, one goroutine each")
 	flag.IntVar(&cfg.items, "items", 20000, "items on the ground at the start of a new world")
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long the players play")
@@ -130,6 +135,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	opts := txnode.Options{Dir: cfg.dir, StoreAddr: cfg.store, CacheBytes: cfg.cacheBytes, SyncMode: cfg.syncMode}
 	if cfg.store != "" {
 		opts.Dir = ""
+	}
+	if cfg.secretFile != "" {
+		b, err := os.ReadFile(cfg.secretFile)
+		if err != nil {
+			return fmt.Errorf("lootdrop: secret: %w", err)
+		}
+		opts.Secret = bytes.TrimSpace(b)
 	}
 	if cfg.writeBack {
 		opts.Durability = txnode.WriteBack

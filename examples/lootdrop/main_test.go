@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -49,6 +52,28 @@ func TestLootdropTwiceOnStorageNode(t *testing.T) {
 	out.Reset()
 	require.NoError(t, run(context.Background(), cfg, &out), "the second run")
 	require.Contains(t, out.String(), "= 500 of 500")
+}
+
+// TestLootdropWithRoles: against a storage node with the three roles' secrets, the game
+// server plays with the clients' secret (-secret-file), twice in a row.
+func TestLootdropWithRoles(t *testing.T) {
+	secret := []byte(sgio.GenerateSecret())
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Secret: secret,
+		PeerSecret: []byte(sgio.GenerateSecret()), OperatorSecret: []byte(sgio.GenerateSecret()),
+		Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone}})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	defer func() { require.NoError(t, srv.Shutdown(context.Background())) }()
+	file := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(file, append(secret, '\n'), 0o600))
+	cfg := config{store: srv.Addr().String(), secretFile: file, players: 8, items: 500, duration: 200 * time.Millisecond,
+		cacheBytes: 1 << 20}
+	for range 2 {
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), cfg, &out))
+		require.Contains(t, out.String(), "= 500 of 500")
+	}
+	require.Zero(t, srv.Stats().ForbiddenRequests)
 }
 
 func TestLootdropStoreAddr(t *testing.T) {

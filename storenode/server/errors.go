@@ -11,6 +11,13 @@ import (
 // storage node's "storenode:" prefix, as do the server's log messages: they are the storage
 // node's voice.
 var (
+	// Configuring.
+
+	// ErrRoleSecrets is returned by New when two roles are configured with the same secret
+	// (Config.Secret, PeerSecret, OperatorSecret, compared as keys): the server could not
+	// tell them apart (roles.go).
+	ErrRoleSecrets = errors.New("storenode: two roles configured with the same secret")
+
 	// Starting.
 
 	// ErrFileLimit is returned by Start when the process's file descriptor limit

@@ -38,7 +38,7 @@ func TestPeerKeepsConnectionsInUse(t *testing.T) {
 	for i := range others {
 		others[i] = startServer(t, func(cfg *Config) { cfg.Options.LeaseChecker = &txnLeases{} })
 	}
-	peer := NewTxnPeer(PeerConfig{Secret: srvSecret, Name: "resolver", DialTimeout: srvTestTimeout, PeersMax: 2})
+	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, PeersMax: 2})
 	defer peer.Close()
 	id := storenode.TxnID{1}
 

@@ -204,8 +204,18 @@ type Config struct {
 	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs, as
 	// configured: hex or base64 of at least sgio.SecretBytesMin random bytes (sgio.ParseSecret;
 	// New refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback
-	// only: the proofs then only show that both sides speak Weft.
+	// only: the proofs then only show that both sides speak Weft. It is the clients' secret
+	// (game servers, transaction nodes): docs/operations.md, "Roles and credentials".
 	Secret []byte
+	// PeerSecret is the secret of the cluster's other storage nodes (their resolvers' Ask
+	// and Report), in Secret's format. Empty: no peer is accepted, unless no secret at all
+	// is configured (loopback: every caller has every role).
+	PeerSecret []byte
+	// OperatorSecret is the secret of operators (the weft CLI, the mover, cluster
+	// tooling: backups, moves, drops of other owners' tables), in Secret's format. Empty: no
+	// operator is accepted, unless no secret at all is configured. The three secrets must
+	// differ (New refuses duplicates with ErrRoleSecrets).
+	OperatorSecret []byte
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
 	TLS *tls.Config
 
@@ -370,7 +380,7 @@ type Server struct {
 	eng        *storenode.Engine
 	ownsEngine bool
 	hello      sgio.HelloReply // limits and mode; the nonce is per session
-	key        []byte          // the HMAC key: the decoded secret
+	keys       []roleKey       // the HMAC keys of the configured secrets, each with its roles (roles.go)
 	leaseNanos int64
 	adm        admission    // guarded by mu
 	logLimit   logLimiter   // rate of refusal logs
@@ -411,13 +421,13 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.checkListen(); err != nil {
 		return nil, err
 	}
-	key, err := sgio.ParseSecret(cfg.Secret)
+	keys, err := roleKeys(&cfg)
 	if err != nil {
-		return nil, fmt.Errorf("storenode: Config.Secret: %w", err)
+		return nil, err
 	}
 	s := &Server{
 		cfg:      cfg,
-		key:      key,
+		keys:     keys,
 		log:      cfg.Logger,
 		eng:      cfg.Engine,
 		sessions: make(map[*session]struct{}),
@@ -496,7 +506,8 @@ func (s *Server) Start() error {
 	}
 	s.log.Info("storenode: listening", "addr", s.addr.String(), "tls", s.cfg.TLS != nil,
 		"sync", s.eng.SyncMode().String(), "max_conns", s.cfg.MaxConns, "max_inflight", s.cfg.MaxInflight,
-		"max_body", s.cfg.MaxBody, "secret", len(s.cfg.Secret) > 0)
+		"max_body", s.cfg.MaxBody, "secret", len(s.cfg.Secret) > 0,
+		"peer_secret", len(s.cfg.PeerSecret) > 0, "operator_secret", len(s.cfg.OperatorSecret) > 0)
 	if s.cfg.OnListen != nil {
 		s.cfg.OnListen(s.addr)
 	}
@@ -676,6 +687,9 @@ type Stats struct {
 	// RejectedFrames counts frames that broke the protocol (bad magic, checksum, length,
 	// version, unknown type, malformed body); BusyReplies requests refused with ErrBusy.
 	RejectedFrames, BusyReplies uint64
+	// ForbiddenRequests counts requests refused with ErrForbidden: outside the role of the
+	// caller's secret (roles.go).
+	ForbiddenRequests uint64
 	// Requests counts requests received; Writes the writes (writev calls) that carried their
 	// replies; BytesIn and BytesOut the frame bytes received and sent.
 	Requests, Writes, BytesIn, BytesOut uint64
@@ -699,6 +713,7 @@ type serverCounters struct {
 	authFailures, authTimeouts  atomic.Uint64
 	idleCloses                  atomic.Uint64
 	rejectedFrames, busyReplies atomic.Uint64
+	forbiddenRequests           atomic.Uint64
 	requests, writes            atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
 	evictions, acceptErrors     atomic.Uint64
@@ -710,26 +725,27 @@ func (s *Server) Stats() Stats {
 	c := &s.counters
 	hs, au := s.admissionStats()
 	return Stats{
-		Conns:          uint64(max(s.conns.Load(), 0)),
-		ConnsAccepted:  c.accepted.Load(),
-		ConnsRejected:  c.rejected.Load(),
-		AuthFailures:   c.authFailures.Load(),
-		AuthTimeouts:   c.authTimeouts.Load(),
-		IdleCloses:     c.idleCloses.Load(),
-		RejectedFrames: c.rejectedFrames.Load(),
-		BusyReplies:    c.busyReplies.Load(),
-		Requests:       c.requests.Load(),
-		Writes:         c.writes.Load(),
-		BytesIn:        c.bytesIn.Load(),
-		BytesOut:       c.bytesOut.Load(),
-		InFlight:       s.requests.count(),
-		Handshaking:    uint64(hs),
-		Authenticated:  uint64(au),
-		Evictions:      c.evictions.Load(),
-		AcceptErrors:   c.acceptErrors.Load(),
-		QueuedBytes:    s.queued.Load(),
-		OutboundBytes:  s.outbound.Load(),
-		OutboundPauses: c.outboundPauses.Load(),
+		Conns:             uint64(max(s.conns.Load(), 0)),
+		ConnsAccepted:     c.accepted.Load(),
+		ConnsRejected:     c.rejected.Load(),
+		AuthFailures:      c.authFailures.Load(),
+		AuthTimeouts:      c.authTimeouts.Load(),
+		IdleCloses:        c.idleCloses.Load(),
+		RejectedFrames:    c.rejectedFrames.Load(),
+		BusyReplies:       c.busyReplies.Load(),
+		ForbiddenRequests: c.forbiddenRequests.Load(),
+		Requests:          c.requests.Load(),
+		Writes:            c.writes.Load(),
+		BytesIn:           c.bytesIn.Load(),
+		BytesOut:          c.bytesOut.Load(),
+		InFlight:          s.requests.count(),
+		Handshaking:       uint64(hs),
+		Authenticated:     uint64(au),
+		Evictions:         c.evictions.Load(),
+		AcceptErrors:      c.acceptErrors.Load(),
+		QueuedBytes:       s.queued.Load(),
+		OutboundBytes:     s.outbound.Load(),
+		OutboundPauses:    c.outboundPauses.Load(),
 	}
 }
 
@@ -767,6 +783,8 @@ var serverStatDescs = []storenode.StatDesc[Stats]{
 		Value: func(s *Stats) uint64 { return s.RejectedFrames }},
 	{Name: "busy_replies", Help: "Requests refused with ErrBusy: over --max-inflight or the queued-bytes bounds.", Kind: storenode.StatCounter,
 		Value: func(s *Stats) uint64 { return s.BusyReplies }},
+	{Name: "forbidden_requests", Help: "Requests refused with ErrForbidden: outside the role of the caller's secret (client, peer, operator).", Kind: storenode.StatCounter,
+		Value: func(s *Stats) uint64 { return s.ForbiddenRequests }},
 	{Name: "requests", Help: "Requests received after authentication.", Kind: storenode.StatCounter,
 		Value: func(s *Stats) uint64 { return s.Requests }},
 	{Name: "requests_in_flight", Help: "Requests received and not yet answered.", Kind: storenode.StatGauge,

@@ -36,7 +36,7 @@ func TestServerBackupOnePullAtATime(t *testing.T) {
 	})
 	env := startServer(t, func(cfg *Config) { cfg.Options.Dir, cfg.Options.FS = "db", fs })
 	ctx := srvCtx(t)
-	c := env.dial(7)
+	c := env.dial(7, asOperator)
 	ti, g := srvTable(t, c, "b", 7)
 	require.NoError(t, c.CallInto(ctx, srvCommit(ti.Table, 7, g.Epoch, g.LastSeq+1, []uint64{1}, 1), &sgio.CommitAck{}))
 

@@ -40,7 +40,7 @@ func pullAll(t *testing.T, c *sgio.Client, chunkMax uint32) (string, storenode.B
 
 func TestServerBackup(t *testing.T) {
 	env := startServer(t)
-	c := env.dial(testOwner)
+	c := env.dial(testOwner, asOperator)
 	ctx := srvCtx(t)
 	var ti sgio.TableInfo
 	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "items", RowBytes: 64}, &ti))
@@ -75,25 +75,25 @@ func TestServerBackup(t *testing.T) {
 func TestServerBackupRefusals(t *testing.T) {
 	env := startServer(t)
 	ctx := srvCtx(t)
-	c := env.dial(testOwner)
+	c := env.dial(testOwner, asOperator)
 	var chunk sgio.BackupChunk
 	err := c.CallInto(ctx, &sgio.Backup{Stream: 12345}, &chunk)
 	require.ErrorIs(t, err, sgio.ErrMalformed, "a stream this connection did not start")
 	require.NoError(t, c.CallInto(ctx, &sgio.Backup{}, &chunk))
 	err = c.CallInto(ctx, &sgio.Backup{}, &chunk)
 	require.ErrorIs(t, err, sgio.ErrBusy, "a second backup on the same connection")
-	other := env.dial(testOwner + 1)
+	other := env.dial(testOwner+1, asOperator)
 	err = other.CallInto(ctx, &sgio.Backup{Stream: chunk.Stream}, &chunk)
 	require.ErrorIs(t, err, sgio.ErrMalformed, "another connection's stream")
 
-	small := env.dial(testOwner+2, func(cfg *sgio.ClientConfig) { cfg.MaxBody = 2048 })
+	small := env.dial(testOwner+2, asOperator, func(cfg *sgio.ClientConfig) { cfg.MaxBody = 2048 })
 	err = small.CallInto(ctx, &sgio.Backup{}, &chunk)
 	require.ErrorIs(t, err, sgio.ErrFrameTooLarge)
 
 	// A malformed body (a reserved field set) gets an error reply; before authentication a
 	// Backup is refused like any request.
 	r := dialRaw(t, env.addr)
-	r.handshake(testOwner + 3)
+	r.handshakeWith(testOwner+3, srvOperatorSecret)
 	body := (&sgio.Backup{}).AppendBody(nil)
 	body[12] = 1
 	r.write(rawFrame(sgio.TypeBackup, 9, body))
@@ -109,7 +109,7 @@ func TestServerBackupAbandoned(t *testing.T) {
 	env := startServer(t)
 	env.watchCloses()
 	ctx := srvCtx(t)
-	c, err := env.tryDial(testOwner)
+	c, err := env.tryDial(testOwner, asOperator)
 	require.NoError(t, err)
 	var ti sgio.TableInfo
 	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "items", RowBytes: 64}, &ti))
@@ -120,7 +120,7 @@ func TestServerBackupAbandoned(t *testing.T) {
 	e := env.srv.Engine()
 	require.NoError(t, e.Checkpoint())
 
-	b := env.dial(testOwner + 1)
+	b := env.dial(testOwner+1, asOperator)
 	var chunk sgio.BackupChunk
 	require.NoError(t, b.CallInto(ctx, &sgio.Backup{}, &chunk)) // the meta file: the hold is on
 	n, _ := e.BackupHold()
@@ -158,7 +158,7 @@ func TestServerBackupClientStopsPulling(t *testing.T) {
 	backupPullWaitMax = 50 * time.Millisecond
 	env := startServer(t)
 	ctx := srvCtx(t)
-	c := env.dial(testOwner)
+	c := env.dial(testOwner, asOperator)
 	var chunk sgio.BackupChunk
 	require.NoError(t, c.CallInto(ctx, &sgio.Backup{}, &chunk))
 	e := env.srv.Engine()

@@ -41,6 +41,17 @@ var srvSecret = []byte("5c8e1f0a9b2d47e6a3f1c0d8b7e69a42")
 // srvOtherSecret is a valid secret that is not the server's.
 var srvOtherSecret = []byte("d0c3a9b8e7f61524a3b2c1d0e9f8a7b6")
 
+// srvPeerSecret and srvOperatorSecret are the test server's peer and operator secrets
+// (roles.go); srvSecret is its clients'.
+var (
+	srvPeerSecret     = []byte("7a41c9e03b5d82f6e1c4a7b09d3f5e28")
+	srvOperatorSecret = []byte("e93b1c7d05a2f84b6c1e9d3a7f052b4c")
+)
+
+// asPeer and asOperator dial with the peer's or the operator's secret (env.dial's mods).
+func asPeer(cfg *sgio.ClientConfig)     { cfg.Secret = srvPeerSecret }
+func asOperator(cfg *sgio.ClientConfig) { cfg.Secret = srvOperatorSecret }
+
 // srvEnv is one running server of a test.
 type srvEnv struct {
 	t     testing.TB
@@ -70,11 +81,13 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 	env := &srvEnv{t: t, logs: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := Config{
-		Listen:      "127.0.0.1:0",
-		Secret:      srvSecret,
-		EventLoops:  2,
-		Logger:      logger,
-		AuthTimeout: 5 * time.Second,
+		Listen:         "127.0.0.1:0",
+		Secret:         srvSecret,
+		PeerSecret:     srvPeerSecret,
+		OperatorSecret: srvOperatorSecret,
+		EventLoops:     2,
+		Logger:         logger,
+		AuthTimeout:    5 * time.Second,
 		// Short, so that tests of wrong proofs take little time; the delay itself is
 		// tested with its own value.
 		AuthFailDelay: 20 * time.Millisecond,
@@ -642,17 +655,27 @@ func (r *rawClient) hello(owner uint64) sgio.HelloReply {
 }
 
 // srvKey is srvSecret's HMAC key.
-func srvKey(t testing.TB) []byte {
-	k, err := sgio.ParseSecret(srvSecret)
+func srvKey(t testing.TB) []byte { return secretKey(t, srvSecret) }
+
+// secretKey is a secret's HMAC key.
+func secretKey(t testing.TB, secret []byte) []byte {
+	k, err := sgio.ParseSecret(secret)
 	require.NoError(t, err)
 	return k
 }
 
-// handshake runs the whole handshake as owner, checking the server's proof in AuthOK.
+// handshake runs the whole handshake as owner with the clients' secret, checking the
+// server's proof in AuthOK.
 func (r *rawClient) handshake(owner uint64) sgio.HelloReply {
 	r.t.Helper()
+	return r.handshakeWith(owner, srvSecret)
+}
+
+// handshakeWith is handshake with another role's secret.
+func (r *rawClient) handshakeWith(owner uint64, secret []byte) sgio.HelloReply {
+	r.t.Helper()
 	hr := r.hello(owner)
-	key := srvKey(r.t)
+	key := secretKey(r.t, secret)
 	r.send(1, &sgio.Auth{Proof: sgio.ClientProof(key, hr.Nonce, r.nonce, r.transcript)})
 	f := r.read()
 	require.Equal(r.t, sgio.TypeAuthOK, f.Type, "%v", f)

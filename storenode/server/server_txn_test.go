@@ -49,7 +49,7 @@ type txnNode struct {
 }
 
 func startTxnNode(t *testing.T, leases *txnLeases, clock *fakeClock) *txnNode {
-	peer := NewTxnPeer(PeerConfig{Secret: srvSecret, Name: "resolver", DialTimeout: srvTestTimeout})
+	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout})
 	env := startServer(t, func(cfg *Config) {
 		cfg.Options.LeaseChecker = leases
 		cfg.Options.TxnPeer = peer
@@ -180,10 +180,11 @@ func TestServerTxnRequests(t *testing.T) {
 	a.seq--
 	_, err = a.coord.DecideTxn(ctx, [16]byte{9}, 1, sgio.TxnCommit, 0)
 	require.ErrorIs(t, err, sgio.ErrMalformed)
-	st, err := other.AskTxn(ctx, [16]byte{9}, 1)
+	peer := a.env.dial(0, asPeer)
+	st, err := peer.AskTxn(ctx, [16]byte{9}, 1)
 	require.NoError(t, err)
 	require.Equal(t, sgio.TxnNone, st, "undecided, lease alive")
-	require.NoError(t, other.ReportTxn(ctx, [16]byte{9}, 3), "a report of an unknown transaction")
+	require.NoError(t, peer.ReportTxn(ctx, [16]byte{9}, 3), "a report of an unknown transaction")
 	require.NoError(t, other.ApplyTxn(ctx, [16]byte{9}, sgio.TxnAbort), "an abort of an unknown transaction")
 }
 

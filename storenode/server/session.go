@@ -50,6 +50,8 @@ type session struct {
 
 	// The loop's own fields.
 	state       sessionState
+	role        role   // the roles of the secret that verified the client's proof (roles.go)
+	key         []byte // that secret's HMAC key: the server's proof is made with it
 	owner       uint64
 	incarnation storenode.Incarnation // the Hello's; the owner id is claimed with it once authenticated
 	name        string
@@ -435,6 +437,10 @@ func (s *session) handle(f sgio.Frame) bool {
 		return !s.reject(f.ID, fmt.Errorf("storenode: %v is not a request of an open session: %w", f.Type, sgio.ErrMalformed), "protocol violation")
 	}
 	s.srv.counters.requests.Add(1)
+	if !s.role.allows(f.Type) {
+		s.forbid(f) // before the body is parsed, a lease renewed or anything queued
+		return true
+	}
 	if s.renewDue() {
 		s.renew() // on the loop: Engine.Renew takes no engine lock
 	}
@@ -555,7 +561,8 @@ func (s *session) auth(f sgio.Frame) bool {
 		s.srv.counters.rejectedFrames.Add(1)
 		return !s.reject(f.ID, err, "bad Auth")
 	}
-	if err := sgio.CheckClientProof(s.srv.key, s.serverNonce, s.clientNonce, s.transcript, a.Proof); err != nil {
+	r, key, err := s.srv.authRole(s.serverNonce, s.clientNonce, s.transcript, a.Proof)
+	if err != nil {
 		s.srv.counters.authFailures.Add(1)
 		s.state = stateFailed
 		s.srv.setHandshakeStage(s, hsFailed)
@@ -576,7 +583,7 @@ func (s *session) auth(f sgio.Frame) bool {
 	if err := s.claimOwner(); err != nil {
 		return !s.reject(f.ID, err, "owner id in use")
 	}
-	s.state = stateOpen
+	s.state, s.role, s.key = stateOpen, r, key
 	s.authed.Store(true)
 	s.srv.authenticated(s)
 	s.mu.Lock()
@@ -588,7 +595,7 @@ func (s *session) auth(f sgio.Frame) bool {
 	}
 	s.mu.Unlock()
 	s.logger().Debug("storenode: session open", "name", s.name)
-	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.srv.key, s.clientNonce, s.serverNonce, s.transcript)})
+	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.key, s.clientNonce, s.serverNonce, s.transcript)})
 	return true
 }
 
@@ -753,6 +760,9 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		if err := s.checkHolder(s.owner); err != nil {
 			return nil, nil, err
 		}
+		if err := s.mayDrop(m.Name); err != nil {
+			return nil, nil, err
+		}
 		if err := e.DropTable(m.Name, s.owner); err != nil {
 			return nil, nil, err
 		}
@@ -815,7 +825,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		return r, nil, nil
 	case *sgio.Stats:
 		return s.fits(s.srv.statsReply())
-	case *sgio.TxnDecide, *sgio.TxnApply, *sgio.TxnAsk, *sgio.TxnReport:
+	case *sgio.TxnDecide, *sgio.TxnApply, *sgio.TxnAsk, *sgio.TxnReport, *sgio.TxnDoubt:
 		r, _, err := s.execTxn(m)
 		return r, nil, err
 	case *sgio.Move:

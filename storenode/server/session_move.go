@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -13,7 +15,9 @@ import (
 // or a begin waits for its record's sync. MoveWrite carries rows: the loop bounds its body
 // against the queue's limits and copies it (as a Commit), then a goroutine of its own hands
 // it to Engine.MoveWrite, which waits for the record's sync. Any authenticated session may
-// send them (a mover is a cluster node, holding the cluster's secret, like a resolver).
+// send them (a mover is a cluster node, holding the cluster's secret, like a resolver); on
+// a node with etcd, begin, freeze, thaw, retire and activate run only once etcd's move
+// record and map allow them (storenode/move_verify.go), whoever sends them.
 
 // movePagesReply bounds the pages of one MoveState reply so that it fits smallReplyBound.
 const movePagesReply = (smallReplyBound - sgio.HeaderSize - 24) / 8
@@ -78,11 +82,40 @@ func (s *session) execMoveWrite(body []byte) (uint64, error) {
 	return s.srv.eng.MoveWrite(segs, epoch)
 }
 
-// execMove executes one Move step on the request's goroutine.
+// moveSteps are the Move ops verified against etcd before they run (VerifyMoveStep).
+var moveSteps = [...]storenode.MoveStep{
+	sgio.MoveOpBegin:    storenode.MoveStepBegin,
+	sgio.MoveOpFreeze:   storenode.MoveStepFreeze,
+	sgio.MoveOpThaw:     storenode.MoveStepThaw,
+	sgio.MoveOpRetire:   storenode.MoveStepRetire,
+	sgio.MoveOpActivate: storenode.MoveStepActivate,
+}
+
+// moveSelf is the address etcd's partition map must name this storage node by for its move
+// steps to be verified: the address it listens on (set before any session exists, never
+// changed). "" when that is an unspecified address (0.0.0.0, [::]), which the map cannot
+// name: such a node refuses verified move steps (storenode.ErrNoVerifier).
+func (srv *Server) moveSelf() string {
+	a, ok := srv.addr.(*net.TCPAddr)
+	if !ok || a.IP == nil || a.IP.IsUnspecified() {
+		return ""
+	}
+	return a.String()
+}
+
+// execMove executes one Move step on the request's goroutine. A step that changes the
+// table's move state is first verified against etcd (storenode's VerifyMoveStep: bounded by
+// the engine's GrantVerifyTimeout and its verification slots), "this node" being the
+// address the server listens on (moveSelf).
 func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
 	e := s.srv.eng
 	r := &sgio.MoveState{}
 	var err error
+	if int(m.Op) < len(moveSteps) && moveSteps[m.Op] != 0 {
+		if err := e.VerifyMoveStep(context.Background(), m.Table, moveSteps[m.Op], m.Token, m.Floor, s.srv.moveSelf(), s.id); err != nil {
+			return nil, err
+		}
+	}
 	switch m.Op {
 	case sgio.MoveOpBegin:
 		err = e.MoveBegin(m.Table, m.Token)
@@ -99,9 +132,9 @@ func (s *session) execMove(m *sgio.Move) (sgio.Message, error) {
 	case sgio.MoveOpThaw:
 		err = e.MoveThaw(m.Table, m.Token)
 	case sgio.MoveOpRetire:
-		err = e.MoveRetire(m.Table)
+		err = e.MoveRetire(m.Table, m.Token)
 	case sgio.MoveOpActivate:
-		err = e.MoveActivate(m.Table, m.Floor, m.NextID)
+		err = e.MoveActivate(m.Table, m.Token, m.Floor, m.NextID)
 	}
 	if err != nil {
 		return nil, err

@@ -21,8 +21,11 @@ import (
 // hands it to Engine.PrepareTxn, which waits for the record's sync. TxnDecide, TxnApply,
 // TxnAsk and TxnReport are small and run on the request goroutine (exec), never on the loop:
 // the primary's lease check (the LeaseChecker, etcd) and the waits for syncs happen there,
-// each bounded by txnRequestTimeout. Any authenticated session may send them (the resolvers
-// of other storage nodes connect with owner 0), like the reads.
+// each bounded by txnRequestTimeout. Who may send which is the role table's (roles.go):
+// coordinators (clients) prepare, decide and apply to their own parts; the resolvers of other
+// storage nodes (peers, owner 0) ask and report. A TxnDecide is checked against the
+// session's owner (Engine.DecideTxnAs): only the owner that prepared the primary's part
+// decides it.
 
 // txnRequestTimeout bounds the engine's work for one TxnDecide or TxnAsk (its lease check).
 const txnRequestTimeout = 10 * time.Second
@@ -127,20 +130,29 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 	return &sgio.CommitAck{LSN: lsn, Seq: v.Commit.Seq}, nil
 }
 
-// execTxn executes TxnDecide, TxnApply, TxnAsk and TxnReport on the request's goroutine.
+// execTxn executes TxnDecide, TxnApply, TxnAsk, TxnReport and TxnDoubt on the request's
+// goroutine.
 func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 	e := s.srv.eng
 	ctx, cancel := context.WithTimeout(context.Background(), txnRequestTimeout)
 	defer cancel()
 	switch m := m.(type) {
 	case *sgio.TxnDecide:
-		d, err := e.DecideTxn(ctx, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
+		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
 		if err != nil {
 			return nil, true, err
 		}
 		return &sgio.TxnState{Decision: uint8(d)}, true, nil
 	case *sgio.TxnApply:
-		if err := e.ApplyTxn(m.Txn, storenode.Decision(m.Decision)); err != nil {
+		// A coordinator applies the decision to its own parts only; a peer or an operator
+		// to any (roles.go).
+		var err error
+		if s.role&(rolePeer|roleOperator) == 0 {
+			err = e.ApplyTxnAs(m.Txn, storenode.Decision(m.Decision), s.owner)
+		} else {
+			err = e.ApplyTxn(m.Txn, storenode.Decision(m.Decision))
+		}
+		if err != nil {
 			return nil, true, err
 		}
 		return &sgio.OK{}, true, nil
@@ -155,6 +167,9 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 			return nil, true, err
 		}
 		return &sgio.OK{}, true, nil
+	case *sgio.TxnDoubt:
+		r, err := s.txnDoubt(m)
+		return r, true, err
 	}
 	return nil, false, nil
 }
@@ -162,7 +177,8 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 // PeerConfig configures a TxnPeer: how this storage node's resolver connects to the
 // primaries of its transactions, as a client of theirs (owner 0).
 type PeerConfig struct {
-	// Secret is the cluster's shared secret (sgio.ClientConfig.Secret).
+	// Secret is the peers' secret of the primaries (their Config.PeerSecret; empty on a
+	// loopback cluster without secrets): a resolver's Ask and Report are peers' requests.
 	Secret []byte
 	// TLS, when set, runs the connections over TLS.
 	TLS *tls.Config

@@ -1,0 +1,107 @@
+package storenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// The primary's guard on decisions (docs/cluster.md, "Two-phase commit"): a decision is
+// recorded only for a transaction whose prepared part this node holds as its primary, so
+// that Decides of made-up ids cannot fill the decisions table (bounded by Options.MaxTxns)
+// and refuse every real coordinator's.
+//
+// Invariants, under mu:
+//   - a commit is recorded only when the part is prepared here with an empty primary (this
+//     node is the primary), by the deciding owner (DecideTxnAs) under the deciding lease, or
+//     is already applied commit;
+//   - an abort of an id this node holds no part of (as primary) is answered abort with no
+//     record (remembered in memory as an abort applied, so that its prepare, if still on its
+//     way, is refused): the coordinator applies it to every participant itself, and a
+//     participant's resolver learns it once the lease is gone;
+//   - a decision recorded or forgotten is answered as before (a resent Decide of a commit
+//     forgotten, its part gone, still learns its outcome);
+//   - a Decide ended by the guard costs no lease check.
+
+// errTxnNoPart is ErrTxnNotPrepared for an id of which no part is held here as primary.
+var errTxnNoPart = newSentinel("storenode: no part of the transaction is prepared here, its primary", ErrTxnNotPrepared)
+
+// decider is who sends a Decide: an owner (checked against the part's), or any (the
+// embedded engine's caller).
+type decider struct {
+	owner uint64
+	any   bool
+}
+
+// DecideTxnAs is DecideTxn from owner, a storage node's session: a prepared part of another
+// owner, or under another lease, is refused with ErrTxnNotPrepared, commit and abort alike.
+func (e *Engine) DecideTxnAs(ctx context.Context, owner uint64, id TxnID, lease int64, d Decision, count int) (Decision, error) {
+	return e.decideTxn(ctx, decider{owner: owner}, id, lease, d, count)
+}
+
+// txnGuard is what decideGuard found of a transaction at its primary.
+type txnGuard uint8
+
+const (
+	guardGo     txnGuard = iota // go on to record (or find recorded) the decision
+	guardNoPart                 // no part held as primary, and abort is the answer: no record
+)
+
+// answer is a Decide's answer when the guard ends it: err, or (guardNoPart) abort, an error
+// matching ErrTxnDecided when commit was asked.
+func (g txnGuard) answer(asked Decision, err error) (Decision, error) {
+	if err != nil {
+		return DecisionNone, err
+	}
+	if asked == DecisionCommit {
+		return DecisionAbort, fmt.Errorf("%w: abort: the lease is gone and no part is prepared here", ErrTxnDecided)
+	}
+	return DecisionAbort, nil
+}
+
+// decideGuardEarly runs the guard before the lease check (decideGuardLocked, without
+// changing d): an abort of no part, a stranger's Decide and a commit of no part end here,
+// without asking etcd (a flood of made-up ids costs no lease check). A commit of no part is
+// ErrTxnNotPrepared (it matches ErrTxnDecided: the coordinator of a commit decided and
+// forgotten past the keep, whose answer it lost, reports the outcome unknown), or
+// ErrTxnBusy while forgotten decisions gave way (it may be the resend of one of them,
+// which the coordinator would report aborted).
+func (e *Engine) decideGuardEarly(owner decider, id TxnID, lease int64, d Decision) (txnGuard, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g, err := e.decideGuardLocked(owner, id, lease, &d)
+	if errors.Is(err, errTxnNoPart) && e.forgotLostLocked(id) {
+		return guardGo, fmt.Errorf("%w: decide %v: no part here, and forgotten decisions gave way since %v: it may be a commit forgotten",
+			ErrTxnBusy, id, e.opts.TxnAbortKeep)
+	}
+	return g, err
+}
+
+// decideGuardLocked checks a Decide of d against the part held (see the file doc), turning
+// d into the decision a part already applied took. Caller holds mu.
+func (e *Engine) decideGuardLocked(owner decider, id TxnID, lease int64, d *Decision) (txnGuard, error) {
+	if e.txnDecisions[id] != nil {
+		return guardGo, nil // decideLocked answers with it
+	}
+	if _, ok := e.forgottenLocked(id); ok {
+		return guardGo, nil
+	}
+	p := e.txnParts[id]
+	if p == nil || p.primary != "" {
+		if *d == DecisionAbort {
+			if p == nil {
+				e.noteAbortedUnprepared(id) // its prepare, still on its way, is refused
+			}
+			return guardNoPart, nil
+		}
+		return guardGo, fmt.Errorf("%w: transaction %v", errTxnNoPart, id)
+	}
+	if p.decision != DecisionNone {
+		*d = p.decision // applied here already: that is the decision
+		return guardGo, nil
+	}
+	if !owner.any && p.batch.Owner != owner.owner || p.lease != lease {
+		return guardGo, fmt.Errorf("%w: transaction %v is prepared here by another owner or under another lease", ErrTxnNotPrepared, id)
+	}
+	return guardGo, nil
+}

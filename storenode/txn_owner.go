@@ -1,0 +1,51 @@
+package storenode
+
+import (
+	"fmt"
+
+	"github.com/weftdb/weft/sgio"
+)
+
+// What a storage node's server checks before it lets a client touch a table or a
+// transaction part that may be another owner's (storenode/server's roles, docs/operations.md
+// "Roles and credentials").
+
+// TableHolder reports the owner that holds, or last held, table name's lease or registered
+// grant here: 0 when no owner ever did. ErrTableNotFound for no such table. Any goroutine.
+func (e *Engine) TableHolder(name string) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.byName[name]
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	return t.holder, nil
+}
+
+// ApplyTxnAs is ApplyTxn on behalf of owner (a coordinator's session): a part of id that
+// this node holds prepared for another owner is refused, untouched, with an error wrapping
+// sgio.ErrForbidden. The check and the apply run under one hold of the engine lock. A part
+// not held (never prepared here, or applied and forgotten) and an applied part are ApplyTxn's
+// to answer: no prepared rows remain there to change.
+func (e *Engine) ApplyTxnAs(id TxnID, d Decision, owner uint64) error {
+	if d != DecisionCommit && d != DecisionAbort {
+		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
+	}
+	e.mu.Lock()
+	if p := e.txnParts[id]; p != nil && p.decision == DecisionNone && p.batch.Owner != owner {
+		e.mu.Unlock()
+		return fmt.Errorf("storenode: transaction %v: the part here was prepared by another owner: %w", id, sgio.ErrForbidden)
+	}
+	lsn, err := e.applyTxnLocked(id, d)
+	e.mu.Unlock()
+	if err != nil || lsn == 0 {
+		return err
+	}
+	if err := e.waitDurable(lsn); err != nil {
+		return err
+	}
+	e.kickResolver()
+	return nil
+}
