@@ -236,14 +236,27 @@ func (h *gnetHandler) OnTraffic(c gnet.Conn) gnet.Action {
 	// A session paused behind a write in progress is read all the same once gnet holds more
 	// than stoppedInboundMaxBytes of its requests (gnet reads its socket anyway); its bound
 	// then applies: more than outboundMaxBytes of replies untaken closes it.
-	sess.readOn = c.InboundBuffered() > stoppedInboundMaxBytes
-	buf, _ := c.Peek(-1)
+	buffered := c.InboundBuffered()
+	sess.readOn = buffered > stoppedInboundMaxBytes
+	// At most inboundPeekMax (or the frame waited for) a turn: gnet copies what it peeks when
+	// its buffer wraps, and a turn that stops early (turnReplyMaxBytes) would copy all of a
+	// large backlog again each time. A turn that did not pause wakes the loop for the rest.
+	peek := buffered
+	if peek > inboundPeekMax {
+		peek = min(max(inboundPeekMax, sess.needBytes), buffered)
+	}
+	buf, _ := c.Peek(peek)
 	n, closeNow := sess.inbound(buf)
 	if n > 0 {
 		_, _ = c.Discard(n)
 	}
 	if closeNow {
 		return gnet.Close
+	}
+	if peek < buffered && !sess.paused {
+		if t, _ := sess.tr.(*gnetTransport); t != nil {
+			t.wake()
+		}
 	}
 	if t, _ := sess.tr.(*gnetTransport); t != nil && t.restDone != nil {
 		if unsent, held := t.unsent(), sess.pendingBytes(); int64(unsent)+held > outboundMaxBytes {
@@ -300,6 +313,10 @@ type gnetTransport struct {
 	yield    *time.Timer
 	cont     gnet.Runnable // gnet.RunnableFunc(t.continueWrite), made once
 }
+
+// inboundPeekMax bounds the inbound bytes one turn looks at (OnTraffic), unless a larger
+// frame is waited for.
+const inboundPeekMax = 1 << 20
 
 // errWriteLater is writeLoop's report that it started a sliced write: the session's done
 // (asyncWriteDone) runs on the loop once it is all handed to gnet.

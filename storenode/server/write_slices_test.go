@@ -213,3 +213,40 @@ func slowPings(t *testing.T, env *srvEnv, name string) (stop func()) {
 		_ = c.Close()
 	}
 }
+
+// A connection paused behind a sliced write its client does not take (its replies held
+// reached turnReplyMaxBytes) is not read by the session, but gnet reads its socket all the
+// same: a client that keeps sending must not grow gnet's inbound buffer without end. Past
+// stoppedInboundMaxBytes of requests buffered it is read again, and once more than
+// outboundMaxBytes of its replies are unsent it is closed (the write timeout, long here,
+// plays no part). Fails without session.readOn: the connection stayed paused, gnet took all
+// it sent, and nothing closed it before the write timeout.
+func TestSlicedWriteStalledClientThatKeepsSending(t *testing.T) {
+	env := startServer(t, func(cfg *Config) { cfg.WriteTimeout = time.Hour })
+	env.watchCloses()
+	owner := env.dial(5)
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+
+	a := dialRaw(t, env.addr)
+	a.handshake(0)
+	require.NoError(t, a.conn.(*net.TCPConn).SetReadBuffer(64<<10))
+	read := &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}}
+	var flood []byte
+	for i := 0; len(flood) <= stoppedInboundMaxBytes+(1<<20); i++ {
+		flood = sgio.AppendFrame(flood, uint64(100+i), read) // 256 KiB of reply each, none read
+	}
+	start := time.Now()
+	_, _ = a.conn.Write(flood) // may fail once the server closed the connection
+	env.waitClosed(1)
+	t.Logf("closed %v after the flood began", time.Since(start))
+	require.Contains(t, env.logs.String(), "client does not read its replies")
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+}
