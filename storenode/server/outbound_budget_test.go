@@ -91,7 +91,9 @@ func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
 	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
 
 	// A: 96 reads of the whole page (24 MiB of replies, more than loopback's socket buffers
-	// take), none read until all are answered: the rest waits in A's outbound buffer.
+	// take), none read until some wait for A (in gnet's outbound buffer, or in the rest of a
+	// write handed to gnet in slices, which waits for A to read: not every read is answered
+	// until then).
 	const reads = 96
 	before := env.srv.Stats().Requests
 	a := dialRaw(t, env.addr)
@@ -103,8 +105,8 @@ func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
 	a.write(out)
 	require.Eventually(t, func() bool {
 		st := env.srv.Stats()
-		return st.Requests >= before+reads && st.InFlight == 0 && st.OutboundBytes > 0
-	}, srvTestTimeout, time.Millisecond, "every read answered, some of it waiting for A")
+		return st.Requests > before && st.OutboundBytes > 0
+	}, srvTestTimeout, time.Millisecond, "reads answered, some of it waiting for A")
 
 	for i := range reads {
 		f := a.read()

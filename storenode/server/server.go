@@ -86,7 +86,9 @@
 // connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
 // (outboundMaxBytes, checked before queueing) and on all connections (MaxOutboundBytesTotal:
 // over it, a connection with replies waiting is not read until they drain; the event loop
-// never waits), the slices of one writev (IOV_MAX), the time
+// never waits), what one wake-up of an event loop hands to gnet of one connection's write
+// (writeSliceBytes: a larger write goes out in slices that take turns with the loop's other
+// connections), the slices of one writev (IOV_MAX), the time
 // to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
 // the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
 // its flag and the peak measured under attack.
@@ -130,7 +132,8 @@ const (
 	// DefaultIdleTimeout closes a session that sent nothing and had nothing in flight this
 	// long.
 	DefaultIdleTimeout = 5 * time.Minute
-	// DefaultWriteTimeout bounds one write to a TLS connection.
+	// DefaultWriteTimeout bounds one write to a TLS connection, and the time a sliced write
+	// to a gnet connection may take nothing (writeSliceBytes).
 	DefaultWriteTimeout = 10 * time.Second
 	// DefaultShutdownTimeout bounds Serve's graceful shutdown.
 	DefaultShutdownTimeout = 30 * time.Second
@@ -171,7 +174,13 @@ const (
 	// looks at it again (gnet tells nobody when one drains): for the server-wide count
 	// (MaxOutboundBytesTotal) and to read again a connection the budget stopped. While the
 	// buffer does not move the interval doubles, up to outboundRecheckMax.
-	outboundRecheck    = 2 * time.Millisecond
+	outboundRecheck = 2 * time.Millisecond
+	// writeSliceBytes bounds what one wake-up of an event loop hands to gnet of one
+	// connection's write: a larger write goes out a slice per wake-up, the loop's other
+	// connections served between slices, the next slice once gnet's outbound buffer holds
+	// less than writeLowWater (server_gnet.go).
+	writeSliceBytes    = 256 << 10
+	writeLowWater      = 1 << 20
 	outboundRecheckMax = 64 * time.Millisecond
 	// stoppedInboundMaxBytes bounds the request bytes gnet buffers for a connection that
 	// MaxOutboundBytesTotal stopped (gnet reads its socket all the same): past it the
@@ -222,6 +231,10 @@ type Config struct {
 	// readHook, when set, runs on a read's goroutine before it builds each reply off the
 	// event loop (tests).
 	readHook func(sgio.Message)
+	// writeHook, when set, runs on the event loop after each writev of a gnet connection,
+	// with the session's owner, the bytes it handed to gnet, those of the write left to hand
+	// (a sliced write: writeSliceBytes) and the time it took (tests).
+	writeHook func(owner uint64, n, left int, took time.Duration)
 	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
 	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
 	MaxInflight int
@@ -235,7 +248,9 @@ type Config struct {
 	// IdleTimeout closes a session that sent nothing and had nothing in flight for this long
 	// (DefaultIdleTimeout); negative disables it.
 	IdleTimeout time.Duration
-	// WriteTimeout bounds one write to a TLS connection (DefaultWriteTimeout).
+	// WriteTimeout bounds one write to a TLS connection, and the time a sliced write to a
+	// gnet connection (writeSliceBytes) moves not at all: then the connection is closed
+	// (DefaultWriteTimeout).
 	WriteTimeout time.Duration
 	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero.
 	EventLoops int
@@ -255,7 +270,7 @@ type Config struct {
 	// its body is copied or parsed.
 	MaxQueuedBytes, MaxQueuedBytesTotal int64
 	// MaxOutboundBytesTotal bounds the replies written but not yet taken by their clients
-	// (gnet's outbound buffers) on all connections (DefaultMaxOutboundBytesTotal). Over it, a
+	// (gnet's outbound buffers, the rest of sliced writes) on all connections (DefaultMaxOutboundBytesTotal). Over it, a
 	// connection with replies of its own still unwritten stops being read until they drain
 	// (checked every outboundRecheck); one whose output has drained is read on. Each
 	// connection is also bounded on its own (outboundMaxBytes: a client that lets more pile

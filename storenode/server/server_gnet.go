@@ -25,6 +25,22 @@ import (
 // goroutines with Conn.AsyncWritev, whose callback runs on the event loop once the bytes are
 // written or copied into gnet's outbound buffer. Every writev carries at most iovMax slices
 // (Linux refuses more with EINVAL, and gnet then closes the connection).
+//
+// A write of more than writeSliceBytes is sliced: gnet copies what the socket does not take
+// into its outbound buffer, on the loop, so one writev of a 16 MiB reply to a slow reader
+// cost the loop's other connections that copy (issue 22, defect 13: pings delayed 80-120 ms).
+// The transport hands such a write to gnet writeSliceBytes per wake-up of the loop: the next
+// slice comes on a later wake-up (a timer's Execute, a new pass of the poller, so the other
+// connections' events are served between), once gnet's outbound buffer holds less than
+// writeLowWater (else the recheck timer looks again, tick). The session stays busy until the
+// last slice is handed (its done then runs, on the loop), as for an async write.
+//
+// Invariants of a sliced write:
+//   - At most one (the session's busy flag); rest, restOff and restLeft are what is left of
+//     it, restDone ends it; restDone is nil when there is none.
+//   - The bytes of rest stay valid until restDone ran (they are the session's sending).
+//   - restDone runs exactly once: after the last slice, with the error of a failed writev, with
+//     net.ErrClosed once the connection closed (OnClose), or with the stall error.
 
 // iovMax is the kernel's limit on the slices of one writev (IOV_MAX, UIO_MAXIOV on Linux).
 const iovMax = 1024
@@ -217,13 +233,35 @@ func (h *gnetHandler) OnTraffic(c gnet.Conn) gnet.Action {
 	if need := sess.needBytes; need > 0 && c.InboundBuffered() < need {
 		return gnet.None // the rest of a large frame: do not re-peek what is already buffered
 	}
-	buf, _ := c.Peek(-1)
+	// A session paused behind a write in progress is read all the same once gnet holds more
+	// than stoppedInboundMaxBytes of its requests (gnet reads its socket anyway); its bound
+	// then applies: more than outboundMaxBytes of replies untaken closes it.
+	buffered := c.InboundBuffered()
+	sess.readOn = buffered > stoppedInboundMaxBytes
+	// At most inboundPeekMax (or the frame waited for) a turn: gnet copies what it peeks when
+	// its buffer wraps, and a turn that stops early (turnReplyMaxBytes) would copy all of a
+	// large backlog again each time. A turn that did not pause wakes the loop for the rest.
+	peek := buffered
+	if peek > inboundPeekMax {
+		peek = min(max(inboundPeekMax, sess.needBytes), buffered)
+	}
+	buf, _ := c.Peek(peek)
 	n, closeNow := sess.inbound(buf)
 	if n > 0 {
 		_, _ = c.Discard(n)
 	}
 	if closeNow {
 		return gnet.Close
+	}
+	if peek < buffered && !sess.paused {
+		if t, _ := sess.tr.(*gnetTransport); t != nil {
+			t.wake()
+		}
+	}
+	if t, _ := sess.tr.(*gnetTransport); t != nil && t.restDone != nil {
+		if unsent, held := t.unsent(), sess.pendingBytes(); int64(unsent)+held > outboundMaxBytes {
+			sess.closeWith(fmt.Sprintf("client does not read its replies: %d bytes unsent, %d more held", unsent, held), slog.LevelInfo)
+		}
 	}
 	return gnet.None
 }
@@ -232,6 +270,9 @@ func (h *gnetHandler) OnClose(c gnet.Conn, err error) gnet.Action {
 	if sess, _ := c.Context().(*session); sess != nil {
 		if t, _ := sess.tr.(*gnetTransport); t != nil {
 			t.forget()
+			sess.closed(err)
+			t.abandon()
+			return gnet.None
 		}
 		sess.closed(err)
 	}
@@ -248,8 +289,8 @@ type gnetTransport struct {
 	bufs   [][]byte
 	done   func(error)
 	runner gnet.Runnable // gnet.RunnableFunc(t.runAsync), made once
-	// The loop's own: the bytes of its outbound buffer as last seen (counted in
-	// Server.outbound); the timer that looks at it again while it is not empty, since gnet
+	// The loop's own: its unsent bytes as last seen (gnet's outbound buffer and the rest of a
+	// sliced write: counted in Server.outbound); the timer that looks at it again while it is not empty, since gnet
 	// tells nobody when a client drains it (made at the first need; armed: it is set), and
 	// whether the connection was stopped by the server-wide budget (the timer then wakes its
 	// reads).
@@ -259,12 +300,33 @@ type gnetTransport struct {
 	stopped bool
 	every   time.Duration // the timer's interval: doubles up to outboundRecheckMax while the buffer stays the same
 	ticker  gnet.Runnable // gnet.RunnableFunc(t.tick), made once
+	// The sliced write in progress, the loop's own (see the invariants above): rest[0][restOff:]
+	// and the rest of rest, restLeft bytes; iov is the scratch of one slice's writev; moved is
+	// when it last moved (a slice handed, the outbound buffer shrank), for the stall bound
+	// (Config.WriteTimeout); yield is the timer that continues it on a later wake-up.
+	rest     [][]byte
+	restOff  int
+	restLeft int
+	restDone func(error)
+	iov      [][]byte
+	moved    time.Time
+	yield    *time.Timer
+	cont     gnet.Runnable // gnet.RunnableFunc(t.continueWrite), made once
 }
+
+// inboundPeekMax bounds the inbound bytes one turn looks at (OnTraffic), unless a larger
+// frame is waited for.
+const inboundPeekMax = 1 << 20
+
+// errWriteLater is writeLoop's report that it started a sliced write: the session's done
+// (asyncWriteDone) runs on the loop once it is all handed to gnet.
+var errWriteLater = errors.New("storenode: the write continues in slices")
 
 func newGnetTransport(c gnet.Conn, sess *session) *gnetTransport {
 	t := &gnetTransport{c: c, sess: sess}
 	t.runner = gnet.RunnableFunc(t.runAsync)
 	t.ticker = gnet.RunnableFunc(t.tick)
+	t.cont = gnet.RunnableFunc(t.continueWrite)
 	return t
 }
 
@@ -272,19 +334,34 @@ func newGnetTransport(c gnet.Conn, sess *session) *gnetTransport {
 // outbound buffer when it returns, at most iovMax slices per writev. A client that lets more
 // than outboundMaxBytes pile up unread is cut off, checked before its bytes are queued: a
 // write that finds the outbound buffer non-empty and would take it past the bound fails
-// instead (an empty buffer always takes a write: it may go straight to the socket).
+// instead (an empty buffer always takes a write: it may go straight to the socket). A write
+// of more than writeSliceBytes hands its first slice and reports errWriteLater: the rest
+// follows on later wake-ups (continueWrite), and the session's asyncDoneFn ends it.
 func (t *gnetTransport) writeLoop(bufs [][]byte) error {
-	if queued := t.c.OutboundBuffered(); queued > 0 {
-		total := 0
-		for _, b := range bufs {
-			total += len(b)
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	if queued := t.c.OutboundBuffered(); queued > 0 && queued+total > outboundMaxBytes {
+		return fmt.Errorf("storenode: client does not read its replies: %d bytes queued, %d more to send: %w",
+			queued, total, sgio.ErrBusy)
+	}
+	if total > writeSliceBytes {
+		t.rest, t.restOff, t.restLeft, t.moved = bufs, 0, total, time.Now()
+		if err := t.writeSlice(); err != nil {
+			t.endSliced()
+			return err
 		}
-		if queued+total > outboundMaxBytes {
-			return fmt.Errorf("storenode: client does not read its replies: %d bytes queued, %d more to send: %w",
-				queued, total, sgio.ErrBusy)
-		}
+		t.restDone = t.sess.asyncDoneFn
+		t.next()
+		return errWriteLater
 	}
 	defer t.observe()
+	var start time.Time
+	h := t.sess.srv.cfg.writeHook
+	if h != nil {
+		start = time.Now()
+	}
 	for len(bufs) > 0 {
 		n := min(len(bufs), iovMax)
 		if _, err := t.c.Writev(bufs[:n]); err != nil {
@@ -292,14 +369,142 @@ func (t *gnetTransport) writeLoop(bufs [][]byte) error {
 		}
 		bufs = bufs[n:]
 	}
+	if h != nil {
+		h(t.sess.owner, total, 0, time.Since(start))
+	}
 	return nil
 }
 
-// observe counts the connection's outbound buffer, as it is now, in the server's total, and
-// while it is not empty arms the timer that looks again (tick): a client that drains it
+// writeSlice hands the next slice of the sliced write, at most writeSliceBytes and iovMax
+// pieces, to gnet. On the loop; a failed writev has closed the connection (OnClose ran).
+func (t *gnetTransport) writeSlice() error {
+	iov := t.iov[:0]
+	n := 0
+	for i, b := range t.rest {
+		if i == 0 {
+			b = b[t.restOff:]
+		}
+		if n+len(b) > writeSliceBytes {
+			b = b[:writeSliceBytes-n]
+		}
+		iov = append(iov, b)
+		if n += len(b); n == writeSliceBytes || len(iov) == iovMax {
+			break
+		}
+	}
+	t.iov = iov[:0]
+	var start time.Time
+	h := t.sess.srv.cfg.writeHook
+	if h != nil {
+		start = time.Now()
+	}
+	_, err := t.c.Writev(iov)
+	clear(iov) // drop the references to the rows
+	if err != nil {
+		return err
+	}
+	t.restLeft -= n
+	t.moved = time.Now()
+	for k := n; k > 0; {
+		if l := len(t.rest[0]) - t.restOff; k < l {
+			t.restOff += k
+			break
+		} else {
+			k -= l
+		}
+		t.rest, t.restOff = t.rest[1:], 0
+	}
+	if t.restLeft == 0 {
+		t.rest = nil
+	}
+	if h != nil {
+		h(t.sess.owner, n, t.restLeft, time.Since(start))
+	}
+	return nil
+}
+
+// next schedules the sliced write's next slice: on a later wake-up at once when gnet's
+// outbound buffer is below writeLowWater, else at the recheck timer's look (observe arms it:
+// the buffer is not empty). On the loop.
+func (t *gnetTransport) next() {
+	t.observe()
+	if t.c.OutboundBuffered() >= writeLowWater {
+		return
+	}
+	if t.yield == nil {
+		t.yield = time.AfterFunc(0, func() {
+			// On the timer's goroutine: the slice is the loop's (Execute). An error means the
+			// engine stopped, and OnClose has run or will.
+			_ = t.c.EventLoop().Execute(context.Background(), t.cont)
+		})
+		return
+	}
+	t.yield.Reset(0)
+}
+
+// continueWrite hands the sliced write's next slice, if gnet's outbound buffer has room for
+// it (else next is called again by the recheck timer), and ends the write once all is handed.
+// On the loop; nothing once the connection closed (OnClose ended the write).
+func (t *gnetTransport) continueWrite(context.Context) error {
+	if t.restDone == nil || t.sess.isClosedNow() {
+		return nil
+	}
+	if t.c.OutboundBuffered() >= writeLowWater {
+		return nil // tick looks again
+	}
+	done := t.restDone
+	t.restDone = nil // a failing writev closes the connection inside (OnClose): nothing to end there
+	err := t.writeSlice()
+	if err != nil || t.restLeft == 0 {
+		t.endSliced()
+		if err == nil {
+			t.observe()
+		}
+		done(err)
+		return nil
+	}
+	t.restDone = done
+	t.next()
+	return nil
+}
+
+// stalled ends a sliced write that moved for no Config.WriteTimeout (its client takes none of
+// its bytes) with an error, which closes the connection: as a TLS write's deadline does.
+func (t *gnetTransport) stalled() bool {
+	if t.restDone == nil || time.Since(t.moved) <= t.sess.srv.cfg.WriteTimeout {
+		return false
+	}
+	left := t.restLeft
+	done := t.endSliced()
+	done(fmt.Errorf("storenode: client does not read its replies: %d bytes queued, %d more to send, none taken for %v: %w",
+		t.c.OutboundBuffered(), left, t.sess.srv.cfg.WriteTimeout, sgio.ErrBusy))
+	return true
+}
+
+// abandon ends a sliced write whose connection closed; OnClose calls it after the session
+// closed (so that done does not close the connection again).
+func (t *gnetTransport) abandon() {
+	if done := t.endSliced(); done != nil {
+		done(net.ErrClosed)
+	}
+}
+
+// endSliced forgets the sliced write and returns its done (nil when there was none).
+func (t *gnetTransport) endSliced() func(error) {
+	done := t.restDone
+	t.rest, t.restOff, t.restLeft, t.restDone = nil, 0, 0, nil
+	return done
+}
+
+// unsent reports the bytes of the connection's replies handed to the transport that its
+// client has not taken: gnet's outbound buffer and the rest of a sliced write. On the loop.
+func (t *gnetTransport) unsent() int { return t.c.OutboundBuffered() + t.restLeft }
+
+// observe counts the connection's unsent bytes (unsent), as they are now, in the server's
+// total, and while there are some arms the timer that looks again (tick): a client that drains it
 // and sends nothing more must not keep its bytes in the total. On the loop.
 func (t *gnetTransport) observe() {
-	n := int64(t.c.OutboundBuffered())
+	n := int64(t.unsent())
 	if d := n - t.queued; d != 0 {
 		t.queued = n
 		if total := t.sess.srv.outbound.Add(d); d > 0 {
@@ -343,12 +548,19 @@ func (t *gnetTransport) tick(context.Context) error {
 	}
 	// A client that takes nothing is looked at less and less often (a stuck connection must
 	// not cost the loop a wake every outboundRecheck forever); one that moves, at once again.
-	if n := int64(t.c.OutboundBuffered()); n > 0 && n == t.queued {
+	if n := int64(t.unsent()); n > 0 && n == t.queued {
 		t.every = min(2*t.every, outboundRecheckMax)
 	} else {
 		t.every = outboundRecheck
+		t.moved = time.Now()
 	}
 	t.observe()
+	if t.restDone != nil {
+		if t.stalled() {
+			return nil
+		}
+		_ = t.continueWrite(context.Background())
+	}
 	if t.stopped {
 		t.stopped = false
 		t.wake()
@@ -386,6 +598,9 @@ func (t *gnetTransport) forget() {
 	if t.recheck != nil {
 		t.recheck.Stop()
 	}
+	if t.yield != nil {
+		t.yield.Stop()
+	}
 	t.armed, t.stopped = false, false
 }
 
@@ -411,7 +626,11 @@ func (t *gnetTransport) runAsync(context.Context) error {
 		done(net.ErrClosed) // OnClose ran: the connection (and maybe its fd) is gone
 		return nil
 	}
-	done(t.writeLoop(bufs))
+	if err := t.writeLoop(bufs); err != errWriteLater {
+		done(err)
+	} else {
+		t.restDone = done // sliced: done runs once the last slice is handed
+	}
 	return nil
 }
 

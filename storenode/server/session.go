@@ -61,6 +61,7 @@ type session struct {
 	replyMax    uint32                    // the largest reply body the client accepts
 	needBytes   int                       // a frame of this many bytes is incomplete: wait until they are buffered
 	paused      bool                      // the last turn stopped early (turnReplyMaxBytes); bytes remain
+	readOn      bool                      // read this turn even behind a write in progress (gnet: its inbound buffer is over stoppedInboundMaxBytes)
 	commitStart bool                      // a commit of this turn needs the commit goroutine started
 	turnReads   *readTurn                 // the slow-path reads of the current turn, for one goroutine; nil when none
 	turnNow     int64                     // the engine's clock in this turn, UnixNano; 0 until read
@@ -333,7 +334,7 @@ func (s *session) inbound(buf []byte) (n int, closeNow bool) {
 	}()
 	s.needBytes, s.turnNow, s.paused = 0, 0, false
 	s.mu.Lock()
-	if s.busy && s.pending.Len() >= turnReplyMaxBytes {
+	if s.busy && s.pending.Len() >= turnReplyMaxBytes && !s.readOn {
 		// The replies of earlier turns wait for the write in progress: read nothing more
 		// until it is done (writeDone wakes the loop).
 		s.wantWake, s.paused = true, true
@@ -996,6 +997,13 @@ func (s *session) flushLoop() {
 		bufs, counted := s.takePendingLocked()
 		s.mu.Unlock()
 		err := s.tr.writeLoop(bufs)
+		if err == errWriteLater {
+			// Sliced (gnet, server_gnet.go): asyncWriteDone ends it on the loop, later.
+			s.mu.Lock()
+			s.asyncCounted = counted
+			s.mu.Unlock()
+			return
+		}
 		s.writeDone(counted, err, false)
 		if err != nil {
 			return
