@@ -38,7 +38,8 @@ func TestPeerKeepsConnectionsInUse(t *testing.T) {
 	for i := range others {
 		others[i] = startServer(t, func(cfg *Config) { cfg.Options.LeaseChecker = &txnLeases{} })
 	}
-	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, PeersMax: 2})
+	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, PeersMax: 2,
+		Peers: []string{a.addr, others[0].addr, others[1].addr}})
 	defer peer.Close()
 	id := storenode.TxnID{1}
 

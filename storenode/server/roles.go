@@ -80,15 +80,16 @@ var roleTable = [0x80]role{
 	// execTxn); a participant's resolver (a peer) asks the primary and reports to it.
 	sgio.TypeTxnPrepare: roleClient | roleOperator,
 	sgio.TypeTxnDecide:  roleClient | roleOperator,
-	sgio.TypeTxnApply:   roleClient | rolePeer | roleOperator,
+	sgio.TypeTxnApply:   roleClient | roleOperator,
 	sgio.TypeTxnAsk:     rolePeer,
 	sgio.TypeTxnReport:  rolePeer,
 
 	// Operations: backups, and the mover's steps and copies (cluster/node's mover dials with
-	// the operator's secret; MoveWrite is also a peer's, for copies pushed by a storage node).
+	// the operator's secret). A peer sends none of them, nor TxnApply: a storage node dials
+	// another only as a resolver (Ask, Report).
 	sgio.TypeBackup:    roleOperator,
 	sgio.TypeMove:      roleOperator,
-	sgio.TypeMoveWrite: rolePeer | roleOperator,
+	sgio.TypeMoveWrite: roleOperator,
 
 	// Transactions in doubt, listed and aborted by an operator (weft txn).
 	sgio.TypeTxnDoubt: roleOperator,

@@ -20,6 +20,7 @@ func TestServerTxnDoubtListAndAbort(t *testing.T) {
 	ctx := srvCtx(t)
 	require.NoError(t, a.coord.CallInto(ctx, a.commit(1, 1000), &sgio.CommitAck{}))
 	txn := [16]byte{5}
+	leases.addNode("lost.example:7070") // a storage node of the map, gone
 	_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: 41, Index: 1, Primary: "lost.example:7070",
 		Commit: *a.commit(1, 990)})
 	require.NoError(t, err)

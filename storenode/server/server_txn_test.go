@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +17,25 @@ import (
 // txnLeases is the in-memory LeaseChecker of these tests (cluster.Client.LeaseAlive in a
 // cluster): leases live until killed.
 type txnLeases struct {
-	mu   sync.Mutex
-	dead map[int64]bool
+	mu    sync.Mutex
+	dead  map[int64]bool
+	nodes []string // the storage nodes: startTxnNode's (the partition map's, in etcd)
+}
+
+// StorageNodes is the PeerDirectory of the test's storage nodes.
+func (l *txnLeases) StorageNodes(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.nodes), nil
+}
+
+func (l *txnLeases) addNode(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.nodes = append(l.nodes, addr)
 }
 
 func (l *txnLeases) LeaseAlive(ctx context.Context, lease int64) (bool, error) {
@@ -49,7 +67,7 @@ type txnNode struct {
 }
 
 func startTxnNode(t *testing.T, leases *txnLeases, clock *fakeClock) *txnNode {
-	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout})
+	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, Directory: leases, Now: clock.Now})
 	env := startServer(t, func(cfg *Config) {
 		cfg.Options.LeaseChecker = leases
 		cfg.Options.TxnPeer = peer
@@ -58,6 +76,7 @@ func startTxnNode(t *testing.T, leases *txnLeases, clock *fakeClock) *txnNode {
 		cfg.Options.Now = clock.Now
 	})
 	t.Cleanup(func() { peer.Close() })
+	leases.addNode(env.addr)
 	n := &txnNode{env: env, peer: peer, coord: env.dial(testOwner)}
 	ti, g := srvTable(t, n.coord, "bank", testOwner)
 	n.table, n.epoch = ti.Table, g.Epoch
@@ -188,9 +207,11 @@ func TestServerTxnRequests(t *testing.T) {
 	require.NoError(t, other.ApplyTxn(ctx, [16]byte{9}, sgio.TxnAbort), "an abort of an unknown transaction")
 }
 
-// TestServerTxnPrimaryChecked: a TxnPrepare's primary is empty or host:port: anything else
-// is refused (ErrMalformed, nothing prepared) instead of a part whose resolver can never
-// reach its primary and so holds its rows locked until a coordinator applies a decision.
+// TestServerTxnPrimaryChecked: a TxnPrepare's primary is empty or host:port of a storage node
+// of the cluster (the PeerDirectory's): anything else is refused (ErrMalformed, nothing
+// prepared) instead of a part whose resolver can never reach its primary and so holds its
+// rows locked until a coordinator applies a decision (or, for a listener of the client's,
+// review defect 1: TestTxnPrimaryResolverHandshakeNotRelayable).
 func TestServerTxnPrimaryChecked(t *testing.T) {
 	leases, clock := &txnLeases{}, &fakeClock{}
 	a := startTxnNode(t, leases, clock)
@@ -204,6 +225,12 @@ func TestServerTxnPrimaryChecked(t *testing.T) {
 	require.Zero(t, parts)
 	for i, good := range []string{"127.0.0.1:7000", "[::1]:7000", "store-2.internal:7000"} {
 		_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{byte(10 + i)}, Index: 1, Primary: good, Commit: *a.commit(uint64(1+i), 1)})
+		require.ErrorIs(t, err, sgio.ErrMalformed, "primary %q: not a storage node of the cluster", good)
+		require.ErrorContains(t, err, "not a storage node of the cluster")
+		a.seq--
+		leases.addNode(good) // the map names it: known once the Peer reads the map again
+		clock.Advance(peerDirectoryMissEvery)
+		_, err = a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{byte(10 + i)}, Index: 1, Primary: good, Commit: *a.commit(uint64(1+i), 1)})
 		require.NoError(t, err, "primary %q", good)
 	}
 }

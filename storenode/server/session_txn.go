@@ -63,8 +63,8 @@ func (s *session) txnPrepare(f sgio.Frame) {
 // checkPrimaryAddr refuses a TxnPrepare's primary that is not empty and not host:port with a
 // host and a port number 1..65535 (no scheme, path or user): this node's resolver dials it
 // (Peer), and a prepared part whose primary cannot be dialed keeps its rows locked until its
-// coordinator applies a decision. Which hosts may be named is not restricted: only a client
-// holding the cluster's secret can send a prepare (docs/cluster.md, "Peers"). It allocates
+// coordinator applies a decision. That the host is one of the cluster's storage nodes is
+// checked off the loop, in prepare (Peer.CheckPrimary: it may read etcd). It allocates
 // nothing for a valid address; the event loop may call it.
 func checkPrimaryAddr(addr string) error {
 	if addr == "" {
@@ -109,6 +109,9 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 	if err := s.checkHolder(v.Commit.Owner); err != nil {
 		return nil, err
 	}
+	if err := s.checkPrimary(v.Primary); err != nil {
+		return nil, err
+	}
 	s.renew()
 	b := &storenode.Batch{Owner: v.Commit.Owner, Seq: v.Commit.Seq, Body: v.Body}
 	for i := range v.Commit.FenceCount() {
@@ -130,6 +133,28 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 	return &sgio.CommitAck{LSN: lsn, Seq: v.Commit.Seq}, nil
 }
 
+// primaryChecker is the TxnPeer's check of a prepare's primary (Peer.CheckPrimary).
+type primaryChecker interface {
+	CheckPrimary(ctx context.Context, addr string) error
+}
+
+// checkPrimary refuses a prepare naming a primary this node's resolver would not dial (not a
+// storage node of the cluster): the coordinator hears it at once, rather than its part
+// staying in doubt. Without a TxnPeer that checks, any primary is accepted (and the resolver,
+// if any, decides whether it dials it).
+func (s *session) checkPrimary(addr string) error {
+	pc, ok := s.srv.cfg.Options.TxnPeer.(primaryChecker)
+	if addr == "" || !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), txnRequestTimeout)
+	defer cancel()
+	if err := pc.CheckPrimary(ctx, addr); err != nil {
+		return fmt.Errorf("storenode: TxnPrepare: %w", err)
+	}
+	return nil
+}
+
 // execTxn executes TxnDecide, TxnApply, TxnAsk, TxnReport and TxnDoubt on the request's
 // goroutine.
 func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
@@ -144,10 +169,10 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 		}
 		return &sgio.TxnState{Decision: uint8(d)}, true, nil
 	case *sgio.TxnApply:
-		// A coordinator applies the decision to its own parts only; a peer or an operator
-		// to any (roles.go).
+		// A coordinator applies the decision to its own parts only; an operator to any
+		// (roles.go: a peer sends none).
 		var err error
-		if s.role&(rolePeer|roleOperator) == 0 {
+		if s.role&roleOperator == 0 {
 			err = e.ApplyTxnAs(m.Txn, storenode.Decision(m.Decision), s.owner)
 		} else {
 			err = e.ApplyTxn(m.Txn, storenode.Decision(m.Decision))
@@ -190,6 +215,15 @@ type PeerConfig struct {
 	// every kept one in use, dial one of their own for the call (at most the resolver's
 	// concurrent primaries, storenode.Options.TxnResolvePrimariesMax).
 	PeersMax int
+	// Peers are storage nodes' addresses (host:port, as coordinators name them) the resolver
+	// may dial: the static list of a deployment without etcd (-peers).
+	Peers []string
+	// Directory, when set, lists the other storage nodes the resolver may dial too: in
+	// cluster mode the partition map's (cluster.Client). With neither Peers nor Directory
+	// the resolver dials nobody (peer_directory.go).
+	Directory PeerDirectory
+	// Now is the clock of the Directory's cache; nil: time.Now.
+	Now func() time.Time
 }
 
 // Peer is the storenode.TxnPeer of a storage node: one sgio client per primary, dialed when
@@ -200,6 +234,7 @@ type PeerConfig struct {
 // closed when the call ends. Close it after the engine.
 type Peer struct {
 	cfg PeerConfig
+	dir *peerDirectory
 
 	mu      sync.Mutex
 	clients map[string]*peerClient
@@ -217,7 +252,19 @@ func NewTxnPeer(cfg PeerConfig) *Peer {
 	if cfg.PeersMax <= 0 {
 		cfg.PeersMax = 64
 	}
-	return &Peer{cfg: cfg, clients: make(map[string]*peerClient)}
+	return &Peer{cfg: cfg, dir: newPeerDirectory(&cfg), clients: make(map[string]*peerClient)}
+}
+
+// CheckPrimary returns nil when the Peer may dial addr (a storage node of the cluster:
+// PeerConfig.Peers, the Directory), or when it may dial nobody at all (no list configured: a
+// part naming addr then waits for its coordinator), else an error wrapping
+// ErrUnknownPrimary. A storage node's TxnPrepare calls it, so a client naming another
+// primary is told at once.
+func (p *Peer) CheckPrimary(ctx context.Context, addr string) error {
+	if addr == "" || !p.dir.configured() {
+		return nil
+	}
+	return p.dir.check(ctx, addr)
 }
 
 // client returns a live client of addr for one call, dialing it (without holding mu: a dial
@@ -246,6 +293,9 @@ func (p *Peer) client(ctx context.Context, addr string) (*peerClient, error) {
 	}
 	if pc != nil {
 		return pc, nil
+	}
+	if err := p.dir.check(ctx, addr); err != nil {
+		return nil, err // never dial with the peers' secret an address a client named
 	}
 	c, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: p.cfg.Secret, TLS: p.cfg.TLS, Name: p.cfg.Name,
 		DialTimeout: p.cfg.DialTimeout})
