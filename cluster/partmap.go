@@ -316,3 +316,26 @@ func (s *mapState) snapshot(rev int64) *Map {
 	}
 	return m
 }
+
+// StorageNodes lists, once each, the addresses of the storage nodes the partition map names
+// (every partition entry's, of complete tables or not): a linearizable read of the whole map.
+// A storage node's two-phase commit resolver dials only these (server.PeerDirectory;
+// docs/cluster.md, "Peers").
+func (c *Client) StorageNodes(ctx context.Context) ([]string, error) {
+	_, st, err := c.readMapState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool)
+	var nodes []string
+	for _, ps := range st.parts {
+		for _, e := range ps {
+			if !seen[e.addr] {
+				seen[e.addr] = true
+				nodes = append(nodes, e.addr)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	return nodes, nil
+}

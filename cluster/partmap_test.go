@@ -47,6 +47,27 @@ func TestMapCreateReadDrop(t *testing.T) {
 	require.Greater(t, tm2.Created, tm.Created)
 }
 
+// StorageNodes lists every node the map names, once each: the addresses a storage node's
+// resolver may dial (server.PeerDirectory).
+func TestMapStorageNodes(t *testing.T) {
+	ctx := testCtx(t)
+	c := sharedClient(t)
+	nodes, err := c.StorageNodes(ctx)
+	require.NoError(t, err)
+	require.Empty(t, nodes)
+	_, err = c.CreateTable(ctx, "a", Layout{Partitions: 3, StripePages: 2}, []string{"127.0.0.1:7002", "127.0.0.1:7001", "127.0.0.1:7002"})
+	require.NoError(t, err)
+	_, err = c.CreateTable(ctx, "b", Layout{Partitions: 1, StripePages: 2}, []string{"127.0.0.1:7003"})
+	require.NoError(t, err)
+	nodes, err = c.StorageNodes(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}, nodes)
+	require.NoError(t, c.DropTable(ctx, "b"))
+	nodes, err = c.StorageNodes(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"127.0.0.1:7001", "127.0.0.1:7002"}, nodes)
+}
+
 // The switch is a compare-and-set on the partition's revision: a switch from a stale read
 // changes nothing; so does one for a table dropped and created again.
 func TestMapSwitchIsCompareAndSet(t *testing.T) {

@@ -76,7 +76,7 @@ func runStorage(s storageSpec) error {
 			GrantVerifier:      cluster.NewGrantVerifier(cli, storenode.ErrFenced),
 			GrantVerifyTimeout: s.GrantVerifyTimeout,
 			LeaseChecker:       cli,
-			TxnPeer:            server.NewTxnPeer(server.PeerConfig{Secret: []byte(s.PeerSecret), Name: "clustertest-resolver"}),
+			TxnPeer:            server.NewTxnPeer(server.PeerConfig{Secret: []byte(s.PeerSecret), Name: "clustertest-resolver", Directory: cli}),
 			TxnResolveInterval: s.TxnResolveInterval,
 			TxnResolveAfter:    s.TxnResolveAfter,
 			Logger:             Quiet,

@@ -492,11 +492,15 @@ func loadSecret(name string) ([]byte, error) {
 // -etcd does: the grants of cluster-managed tables verified in etcd (cluster.GrantVerifier,
 // also the storenode.TableMapVerifier of a holder's drop), the coordinators' leases read
 // there (cli as storenode.LeaseChecker), and the two-phase commit's resolver reaching the
-// other storage nodes as a peer (server.NewTxnPeer of peer: the peers' secret). The
-// caller closes the returned Peer after the storage node stopped, and cli after that.
+// other storage nodes as a peer (server.NewTxnPeer of peer: the peers' secret; only the
+// partition map's storage nodes, cli as its Directory unless peer has one). The caller
+// closes the returned Peer after the storage node stopped, and cli after that.
 func WireEtcd(opts *storenode.Options, cli *cluster.Client, peer server.PeerConfig) *server.Peer {
 	opts.GrantVerifier = cluster.NewGrantVerifier(cli, storenode.ErrFenced)
 	opts.LeaseChecker = cli
+	if peer.Directory == nil {
+		peer.Directory = cli
+	}
 	p := server.NewTxnPeer(peer)
 	opts.TxnPeer = p
 	return p

@@ -22,7 +22,7 @@ import (
 
 // startTxnCluster is startCluster with the storage nodes' two-phase commit wired as
 // cmd/storenode -etcd wires it: etcd as the lease checker (cluster.Client.LeaseAlive), the
-// other storage nodes as peers (server.NewTxnPeer); tune adjusts each storage node's options
+// other storage nodes as peers (server.NewTxnPeer, the map's nodes only); tune adjusts each storage node's options
 // (the resolver's timing).
 func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Options)) *testCluster {
 	t.Helper()
@@ -34,7 +34,7 @@ func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Option
 	tc.c = c
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	for range storageNodes {
-		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret})
+		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret, Directory: c})
 		opts := storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, LeaseChecker: c, TxnPeer: peer}
 		if tune != nil {
 			tune(&opts)

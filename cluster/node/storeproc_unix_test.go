@@ -61,7 +61,7 @@ func TestHelperStorageNode(t *testing.T) {
 	opts := storenode.Options{Dir: f[1], Sync: storenode.SyncNone, GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
 	switch f[3] {
 	case storeTwoPhase:
-		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret})
+		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret, Directory: c})
 		defer peer.Close()
 		opts.LeaseChecker, opts.TxnPeer = c, peer
 		opts.TxnResolveAfter, opts.TxnResolveInterval = 200*time.Millisecond, 100*time.Millisecond

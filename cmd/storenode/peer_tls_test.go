@@ -29,7 +29,7 @@ func TestRunPeerTLSCA(t *testing.T) {
 
 	peer := func(args ...string) (storenode.TxnPeer, error) {
 		cfg, err := parseConfig(append([]string{"--dir", t.TempDir(), "--secret-file", secret, "--peer-secret-file", peerSecret,
-			"--tls-cert", certFile, "--tls-key", keyFile}, args...), func(string) string { return "" }, io.Discard)
+			"--tls-cert", certFile, "--tls-key", keyFile, "--peers", primary.server.String()}, args...), func(string) string { return "" }, io.Discard)
 		require.NoError(t, err)
 		sc, err := cfg.serverConfig(slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err != nil {

@@ -79,6 +79,10 @@ type config struct {
 	pprofPublic     bool
 	etcd            string
 	etcdPrefix      string
+	peers           string
+	// peerConfig is the resolver's, as serverConfig made it: run adds etcd's list of
+	// storage nodes (-etcd) to it.
+	peerConfig server.PeerConfig
 }
 
 // envPrefix prefixes every flag's environment variable: --max-conns is WEFT_MAX_CONNS.
@@ -130,6 +134,7 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.Var(&cfg.maxQueuedTotal, "max-queued-bytes-total", "most commit bytes queued on all connections")
 	fs.StringVar(&cfg.etcd, "etcd", "", "etcd client URLs, comma-separated (http://127.0.0.1:2379): verify the etcd grants of cluster-managed tables (off when empty: such grants are refused)")
 	fs.StringVar(&cfg.etcdPrefix, "etcd-prefix", "", "the cluster's key prefix in etcd (/weft/ when empty)")
+	fs.StringVar(&cfg.peers, "peers", "", "the other storage nodes' host:port, comma-separated, as coordinators name them: the two-phase commit's resolver dials only these and, with --etcd, the partition map's nodes (none: it dials no primary)")
 	fs.Var(&cfg.maxOutTotal, "max-outbound-bytes-total", "most reply bytes waiting for their clients on all connections; over it, connections with replies waiting are not read until they drain")
 	fs.BoolVar(&cfg.pprofPublic, "pprof-non-loopback", false, "serve /debug/pprof/ even when --metrics-listen is not a loopback address (it shows the command line)")
 	fs.Usage = func() {
@@ -280,6 +285,19 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 	case cfg.tlsPeerCA != "":
 		return sc, errors.New("--tls-peer-ca needs --tls-cert and --tls-key (peers speak TLS only when this node serves it)")
 	}
+	// It dials only the storage nodes of the cluster: --peers, and with --etcd the partition
+	// map's (run adds them); a primary a client names is never dialed with the peers' secret
+	// (docs/cluster.md, "Peers").
+	for _, a := range strings.Split(cfg.peers, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return sc, fmt.Errorf("--peers: %q is not host:port", a)
+		}
+		pc.Peers = append(pc.Peers, a)
+	}
+	cfg.peerConfig = pc
 	sc.Options.TxnPeer = server.NewTxnPeer(pc)
 	return sc, nil
 }
@@ -408,6 +426,14 @@ func run(ctx context.Context, env runEnv) int {
 		// A primary records abort for a resolver only once the coordinator's etcd lease is
 		// gone (Client.LeaseAlive, etcd's TimeToLive).
 		sc.Options.LeaseChecker = cli
+		// The resolver dials the storage nodes of the partition map too (cluster.Client's
+		// StorageNodes, read again every few seconds).
+		if p, ok := sc.Options.TxnPeer.(*server.Peer); ok {
+			_ = p.Close() // unused: it never dialed
+			pc := cfg.peerConfig
+			pc.Directory = cli
+			sc.Options.TxnPeer = server.NewTxnPeer(pc)
+		}
 	}
 	srv, err := server.New(sc)
 	if err != nil {
