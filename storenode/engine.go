@@ -188,6 +188,9 @@ type Engine struct {
 	bg      sync.WaitGroup
 
 	stats engineCounters
+	// lat records the latencies of the WAL's fdatasyncs and of data-file page reads
+	// (Latencies): any goroutine, no lock.
+	lat engineLatencies
 }
 
 // table is one table's state. Fields other than io are guarded by Engine.mu; pages is also

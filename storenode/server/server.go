@@ -113,6 +113,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/weftdb/weft/internal/latency"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -406,12 +407,15 @@ type Server struct {
 	done         chan struct{}  // closed when Shutdown finished
 	stopErr      error
 
-	conns     atomic.Int64 // sessions held, rejected ones included
-	requests  inflightTracker
-	workers   sync.WaitGroup // goroutines that call the engine for requests
-	rowBytes  sync.Map       // table id -> row size (ids are never reused)
-	counters  serverCounters
-	closeHook func(*session) // tests: runs after a session's connection closed
+	conns    atomic.Int64 // sessions held, rejected ones included
+	requests inflightTracker
+	workers  sync.WaitGroup // goroutines that call the engine for requests
+	rowBytes sync.Map       // table id -> row size (ids are never reused)
+	counters serverCounters
+	// commitLatency records each acknowledged Commit's time from its arrival on the event
+	// loop to its acknowledgement (CommitLatency).
+	commitLatency latency.Histogram
+	closeHook     func(*session) // tests: runs after a session's connection closed
 }
 
 // New checks cfg and returns a server that is not yet listening. It opens nothing:
@@ -719,6 +723,11 @@ type serverCounters struct {
 	evictions, acceptErrors     atomic.Uint64
 	outboundPauses              atomic.Uint64
 }
+
+// CommitLatency returns the histogram of acknowledged Commits' times, from a request's
+// arrival on the event loop to its acknowledgement (the engine's group commit and WAL sync
+// included). Any goroutine.
+func (s *Server) CommitLatency() latency.Snapshot { return s.commitLatency.Snapshot() }
 
 // Stats reports the server's counters.
 func (s *Server) Stats() Stats {
