@@ -65,7 +65,7 @@ var roleTable = [0x80]role{
 	sgio.TypeStats: rolesAll,
 
 	// A client's own tables: the catalog, ownership and ids, reads and commits. A drop of a
-	// table another owner holds (or last held) is an operator's (roleMayDrop).
+	// table another owner ever held here is an operator's (mayDrop).
 	sgio.TypeCreateTable:        roleClient | roleOperator,
 	sgio.TypeOpenTable:          roleClient | roleOperator,
 	sgio.TypeListTables:         roleClient | roleOperator,
@@ -189,15 +189,17 @@ func (s *session) forbid(f sgio.Frame) {
 }
 
 // mayDrop reports nil when the session may drop table name: an operator any table, a client
-// a table that no other owner holds or last held here (the engine then applies its own
-// rules: a live lease, etcd's map). A table that does not exist is the engine's to report.
+// a table no other owner ever held here (Engine.TableOnlyHeldBy: never granted, or the
+// client holds or last held its first grant), so that a client that acquires another
+// owner's released table cannot then drop it (the engine then applies its own rules: a live
+// lease, etcd's map). A table that does not exist is the engine's to report.
 func (s *session) mayDrop(name string) error {
 	if s.role&roleOperator != 0 {
 		return nil
 	}
-	holder, err := s.srv.eng.TableHolder(name)
-	if err != nil || holder == 0 || holder == s.owner {
+	only, err := s.srv.eng.TableOnlyHeldBy(name, s.owner)
+	if err != nil || only {
 		return nil
 	}
-	return fmt.Errorf("storenode: table %q is held by another owner: dropping it is an operator's request: %w", name, sgio.ErrForbidden)
+	return fmt.Errorf("storenode: table %q was held by another owner (or granted more than once): dropping it is an operator's request: %w", name, sgio.ErrForbidden)
 }

@@ -86,11 +86,10 @@ func TestOwnerIDNotTakenOverByPublishedIncarnation(t *testing.T) {
 // last holder, then drops it: mayDrop finds the holder is the session's owner. A game
 // server's secret drops any table whose holder released it (or whose lease ran out).
 //
-// What should happen: a client drops only tables it created or that no other owner held
-// (or a drop of a table with rows another owner wrote is an operator's), so the drop is
-// refused with ErrForbidden and the rows stay. Fails on d707e6a: the drop succeeds.
+// What should happen: a client drops only a table no other owner ever held (never granted,
+// or it holds its first grant), so the drop is refused with ErrForbidden and the rows stay.
+// Fails on b3f6c9d: the drop succeeds.
 func TestRolesClientCannotDropReleasedTableByAcquiringIt(t *testing.T) {
-	t.Skip("defect 4: fixed in the next commit")
 	env := startServer(t)
 	ctx := srvCtx(t)
 	a := env.dial(testOwner)
