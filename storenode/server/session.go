@@ -732,14 +732,28 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 	case *sgio.Ping:
 		return &sgio.Pong{}, nil, nil
 	case *sgio.CreateTable:
-		ti, err := e.CreateTable(m.Name, int(m.RowBytes))
+		// A client's tables are bounded per owner (MaxTablesPerOwner), an operator's by
+		// MaxTables alone.
+		var ti storenode.TableInfo
+		var err error
+		if s.role&roleOperator != 0 {
+			ti, err = e.CreateTable(m.Name, int(m.RowBytes))
+		} else {
+			ti, err = e.CreateTableAs(m.Name, int(m.RowBytes), s.owner)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
 		return wireTableInfo(ti), nil, nil
 	case *sgio.CreateClusterTable:
-		ti, err := e.CreateClusterTable(m.Name, int(m.RowBytes), storenode.ClusterLayout{
-			Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition})
+		l := storenode.ClusterLayout{Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition}
+		var ti storenode.TableInfo
+		var err error
+		if s.role&roleOperator != 0 {
+			ti, err = e.CreateClusterTable(m.Name, int(m.RowBytes), l)
+		} else {
+			ti, err = e.CreateClusterTableAs(m.Name, int(m.RowBytes), l, s.owner)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
