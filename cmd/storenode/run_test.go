@@ -224,6 +224,24 @@ func TestRunVersion(t *testing.T) {
 	require.Contains(t, stdout, "go1.")
 }
 
+// TestRunDeriveOwnerSecret: --derive-owner-secret prints the owner's secret derived from
+// --secret-file's (sgio.DeriveOwnerSecret), which a node of that clients' secret accepts
+// for that owner id only; without --secret-file, or with no owner id, it is a usage error.
+func TestRunDeriveOwnerSecret(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte(runSecret+"\n"), 0o600))
+	code, stdout, stderr := runOnce([]string{"--derive-owner-secret", "7", "--secret-file", secret}, nil)
+	require.Equal(t, exitOK, code, stderr)
+	want, err := sgio.DeriveOwnerSecret([]byte(runSecret), 7)
+	require.NoError(t, err)
+	require.Equal(t, want+"\n", stdout)
+	code, _, stderr = runOnce([]string{"--derive-owner-secret", "7"}, nil)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "needs --secret-file")
+	code, _, _ = runOnce([]string{"--derive-owner-secret", "seven", "--secret-file", secret}, nil)
+	require.Equal(t, exitUsage, code)
+}
+
 func TestRunSecretFile(t *testing.T) {
 	dir := t.TempDir()
 	secret := filepath.Join(t.TempDir(), "secret")

@@ -382,6 +382,7 @@ type Server struct {
 	ownsEngine bool
 	hello      sgio.HelloReply // limits and mode; the nonce is per session
 	keys       []roleKey       // the HMAC keys of the configured secrets, each with its roles (roles.go)
+	clientsKey []byte          // the clients' key, which the owners' keys derive from; nil when Secret is not set
 	leaseNanos int64
 	adm        admission    // guarded by mu
 	logLimit   logLimiter   // rate of refusal logs
@@ -430,12 +431,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:      cfg,
-		keys:     keys,
-		log:      cfg.Logger,
-		eng:      cfg.Engine,
-		sessions: make(map[*session]struct{}),
-		done:     make(chan struct{}),
+		cfg:        cfg,
+		keys:       keys,
+		clientsKey: clientsKey(keys),
+		log:        cfg.Logger,
+		eng:        cfg.Engine,
+		sessions:   make(map[*session]struct{}),
+		done:       make(chan struct{}),
 	}
 	if s.eng != nil {
 		s.configure()
