@@ -188,6 +188,9 @@ type Engine struct {
 	bg      sync.WaitGroup
 
 	stats engineCounters
+	// lat records the latencies of the WAL's fdatasyncs and of data-file page reads
+	// (Latencies): any goroutine, no lock.
+	lat engineLatencies
 }
 
 // table is one table's state. Fields other than io are guarded by Engine.mu; pages is also
@@ -200,6 +203,8 @@ type table struct {
 	nextID  uint64
 
 	holder     uint64    // also under Engine.leaseMu (see there)
+	creator    uint64    // the owner whose CreateTableAs created it since Open (createdAs); not logged
+	createdAs  bool      // created by CreateTableAs since Open: counts for creator while holder is 0
 	epoch      uint64    // also under Engine.leaseMu
 	leaseUntil time.Time // under Engine.leaseMu only
 	dropping   bool      // under Engine.leaseMu only: DropTable is logging the drop

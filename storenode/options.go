@@ -99,6 +99,13 @@ type Options struct {
 	// MaxTables bounds the live tables (each keeps its data file open); CreateTable fails
 	// with ErrTooManyTables beyond it.
 	MaxTables int
+	// MaxTablesPerOwner bounds the tables one owner's CreateTableAs (a client's CreateTable)
+	// may have here, so that one client cannot take all of MaxTables: those whose holder is
+	// the owner, and those it created since Open that nobody was granted yet (the catalog
+	// records no creator); dropped ones count until a checkpoint removes their files, as for
+	// MaxTables. CreateTableAs fails with ErrTooManyTables beyond it. 0: MaxTables/8, at
+	// least 1.
+	MaxTablesPerOwner int
 	// WALSegmentBytes is the size at which the WAL rolls to a new segment file.
 	WALSegmentBytes int64
 	// WALGather turns on the WAL's group gathering under SyncAlways (wal.Options.Gather):
@@ -201,6 +208,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTables <= 0 {
 		o.MaxTables = DefaultMaxTables
+	}
+	if o.MaxTablesPerOwner <= 0 {
+		o.MaxTablesPerOwner = max(1, o.MaxTables/8)
 	}
 	if o.WALSegmentBytes == 0 {
 		o.WALSegmentBytes = DefaultWALSegmentBytes
