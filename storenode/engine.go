@@ -122,6 +122,10 @@ type Engine struct {
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
+	// txnBackoff is, per primary whose last resolver run failed, when the resolver next
+	// calls it (txn_resolve.go); txnPass counts the passes (its pruning). Guarded by mu.
+	txnBackoff map[string]*txnBackoff
+	txnPass    uint64
 	// replayForce lets replay's frame reservations pass the cache budget instead of
 	// checkpointing while a txn is live (txn.go).
 	replayForce bool
