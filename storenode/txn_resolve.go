@@ -25,6 +25,10 @@ import (
 //     a run that completes clears it. After a backoff a pass retries at most
 //     txnProbesMax(Options.TxnResolvePrimariesMax) primaries that failed last time, so N
 //     unresponsive primaries cost a pass at most one TxnCallTimeout, not N/max.
+//   - No run but the first starts later than one TxnCallTimeout into the pass (the runs
+//     left go in the next pass, kicked at once), so fresh unresponsive primaries (new
+//     addresses) cost a pass about one TxnCallTimeout, not one per TxnResolvePrimariesMax
+//     of them, and do not hold up the next passes either.
 //   - e.txnBackoff holds only primaries some kept part names (pruned by every pass): at
 //     most one entry per part.
 
@@ -102,22 +106,30 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		runs[i] = append(runs[i], t)
 	}
 	errs := make([]error, len(runs))
-	failed := make([]bool, len(runs))
+	failed, started := make([]bool, len(runs)), make([]bool, len(runs))
+	left := false // runs not started within the pass's budget
 	if len(runs) == 1 {
+		started[0] = true
 		failed[0], errs[0] = e.resolveRun(ctx, runs[0])
 	} else {
 		slots := make(chan struct{}, e.opts.TxnResolvePrimariesMax)
 		var wg sync.WaitGroup
+		begun := time.Now()
 	start:
 		for i, run := range runs {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				for j := i; j < len(runs); j++ {
-					errs[j] = ctx.Err() // not started: its primary's backoff stays
-				}
 				break start
 			}
+			if i > 0 && time.Since(begun) >= e.opts.TxnCallTimeout {
+				// The budget: no run starts later than one TxnCallTimeout into the pass (a
+				// slot freed that late, its call timed out); the rest go in the next pass.
+				<-slots
+				left = true
+				break start
+			}
+			started[i] = true
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -127,7 +139,10 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
-	e.noteRuns(runs, errs, failed)
+	e.noteRuns(runs, errs, failed, started)
+	if left {
+		e.kickResolver()
+	}
 	tasks = tasks[:0]
 	for _, run := range runs {
 		tasks = append(tasks, run...)
@@ -170,6 +185,9 @@ func (e *Engine) resolveTasks(now time.Time) []txnTask {
 		var owner uint64
 		if p.decision == DecisionNone {
 			owner = p.batch.Owner
+		}
+		if len(byOwner[owner]) == txnTasksMax {
+			continue // more than one pass takes of one owner
 		}
 		byOwner[owner] = append(byOwner[owner], txnTask{id: p.id, lease: p.lease, primary: p.primary,
 			index: p.index, owner: owner, applied: p.decision})
@@ -219,15 +237,16 @@ func (e *Engine) resolveTasks(now time.Time) []txnTask {
 	return tasks
 }
 
-// noteRuns records the pass's runs in e.txnBackoff: a failed run's primary backs off
-// longer, a completed run's primary is cleared.
-func (e *Engine) noteRuns(runs [][]txnTask, errs []error, failed []bool) {
+// noteRuns records the pass's started runs in e.txnBackoff: a failed run's primary backs
+// off longer, a completed run's primary is cleared.
+func (e *Engine) noteRuns(runs [][]txnTask, errs []error, failed, started []bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.opts.Now()
 	for i, run := range runs {
 		primary := run[0].primary
 		switch {
+		case !started[i]: // its backoff stays
 		case failed[i]:
 			if e.txnBackoff == nil {
 				e.txnBackoff = make(map[string]*txnBackoff)

@@ -124,3 +124,27 @@ func TestTxnResolveFairOverOwnersAndBacksOff(t *testing.T) {
 	s.e.mu.Unlock()
 	require.Equal(t, 32*time.Second, txnBackoffFor(100), "bounded")
 }
+
+// TestTxnResolvePassBudget: no run starts later than one TxnCallTimeout into a pass, so fresh
+// unresponsive primaries (each call timing out) cost a pass about one TxnCallTimeout per
+// slot, not one per TxnResolvePrimariesMax of them: with one slot, a pass calls one of five
+// and leaves the rest to the next passes (the failed one backing off). Fails on b3f6c9d: the
+// pass calls all five, one after another.
+func TestTxnResolvePassBudget(t *testing.T) {
+	const primaries = 5
+	clock := &fakeClock{}
+	peer := newStuckPeer(primaries + 1) // never full: the calls time out
+	s := newTxnStore(t, Options{TxnPeer: peer, TxnResolveAfter: time.Second, TxnCallTimeout: 20 * time.Millisecond,
+		TxnResolvePrimariesMax: 1, Now: clock.Now})
+	for i := range primaries {
+		_, err := s.prepare(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
+		require.NoError(t, err)
+	}
+	clock.Advance(time.Second)
+	for pass := 1; pass <= 2; pass++ {
+		require.ErrorIs(t, s.e.ResolveTxns(context.Background()), context.DeadlineExceeded)
+		peer.mu.Lock()
+		require.Len(t, peer.calls, pass, "pass %d: one primary called a pass, each once", pass)
+		peer.mu.Unlock()
+	}
+}
