@@ -107,6 +107,9 @@ type Engine struct {
 	// commit given way, its coordinator trusting the abort). Guarded by mu.
 	txnForgotLost time.Time
 	txnLocks      map[uint64]uint64 // frameKey -> slots of prepared rows
+	// txnTables counts, per table id, the segments of prepared parts that write it (no
+	// entry for none): tableLocked is one map read, whatever the parts hold.
+	txnTables map[uint32]int
 	txnKick       chan struct{}
 	txnBytes      int64 // the prepare records the prepared parts hold
 	// txnOwners is, per owner with a prepared part, its prepared parts and their bytes
@@ -294,6 +297,7 @@ func Open(opts Options) (*Engine, error) {
 	e.leaseSeqs = make(map[uint64]uint64)
 	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
 	e.txnAborted = make(map[TxnID]time.Time)
+	e.txnTables = make(map[uint32]int)
 	e.txnOwners = make(map[uint64]txnOwnerUse)
 	e.txnForgot = make(map[TxnID]txnForgotten)
 	e.txnKick = make(chan struct{}, 1)

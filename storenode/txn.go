@@ -299,6 +299,7 @@ func (e *Engine) installPart(p *txnPart) {
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
 		e.txnLocks[frameKey(s.Table, s.Page)] |= s.Data | s.Clear
+		e.txnTables[s.Table]++
 	}
 }
 
@@ -311,6 +312,9 @@ func (e *Engine) unlockPart(p *txnPart) {
 			e.txnLocks[k] = m
 		} else {
 			delete(e.txnLocks, k)
+		}
+		if e.txnTables[s.Table]--; e.txnTables[s.Table] <= 0 {
+			delete(e.txnTables, s.Table)
 		}
 	}
 }
@@ -330,16 +334,12 @@ func (e *Engine) checkTxnLocks(segs []Segment) error {
 	return nil
 }
 
-// tableLocked reports whether a prepared transaction writes table id. Caller holds mu.
+// tableLocked reports whether a prepared transaction writes table id: O(1), a count kept
+// by installPart and unlockPart (an Acquire of another owner's table asks it under mu).
+// Caller holds mu.
 func (e *Engine) tableLocked(id uint32) bool {
-	for _, p := range e.txnParts {
-		for i := range p.batch.Segments {
-			if p.batch.Segments[i].Table == id {
-				return true
-			}
-		}
-	}
-	return false
+	e.txnVisited++ // one entry read (tests)
+	return e.txnTables[id] > 0
 }
 
 // DecideTxn records the decision d of transaction id at this node, its primary: a
