@@ -110,8 +110,8 @@ type Engine struct {
 	// txnTables counts, per table id, the segments of prepared parts that write it (no
 	// entry for none): tableLocked is one map read, whatever the parts hold.
 	txnTables map[uint32]int
-	txnKick       chan struct{}
-	txnBytes      int64 // the prepare records the prepared parts hold
+	txnKick   chan struct{}
+	txnBytes  int64 // the prepare records the prepared parts hold
 	// txnOwners is, per owner with a prepared part, its prepared parts and their bytes
 	// (txn_quota.go); txnCarry the running checkpoint's carry of the parts (txn_quota.go).
 	txnOwners   map[uint64]txnOwnerUse
