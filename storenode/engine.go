@@ -182,6 +182,7 @@ type Engine struct {
 	// verifyConns those of each connection (verify_slots.go).
 	verifySlots chan struct{}
 	verifyConns verifyConns
+	leaseChecks leaseChecks // the Decides' lease checks running (txn_lease.go)
 	// moveSelf is the address the partition map names this node by, as the last verified
 	// move step gave it (move_verify.go); nil until one did.
 	moveSelf atomic.Pointer[string]

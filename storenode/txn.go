@@ -395,8 +395,8 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
-		checked = e.opts.Now()
-		alive, err := e.opts.LeaseChecker.LeaseAlive(ctx, lease)
+		alive, at, err := e.checkDecideLease(ctx, owner.conn, lease) // slots, shared (txn_lease.go)
+		checked = at
 		if err != nil {
 			return DecisionNone, fmt.Errorf("storenode: decide %v: lease %d: %w", id, lease, err)
 		}
