@@ -114,9 +114,11 @@ type Engine struct {
 	txnBytes  int64 // the prepare records the prepared parts hold
 	// txnOwners is, per owner with a prepared part, its prepared parts and their bytes
 	// (txn_quota.go); txnCarry the running checkpoint's carry of the parts (txn_quota.go).
-	txnOwners   map[uint64]txnOwnerUse
-	txnCarry    txnCarry
-	txnPrepared int // the parts prepared, decision not applied (MaxTxns bounds them)
+	txnOwners map[uint64]txnOwnerUse
+	// txnDecisionOwners counts the kept decisions of each owner (txn_decisions.go).
+	txnDecisionOwners map[uint64]int
+	txnCarry          txnCarry
+	txnPrepared       int // the parts prepared, decision not applied (MaxTxns bounds them)
 	// txnReplayed holds the parts replay rebuilt that are not forgotten yet, and
 	// txnReplayedAt when the engine opened: the resolver logs once when they are settled
 	// (txn_forget.go). Guarded by mu.
@@ -300,6 +302,7 @@ func Open(opts Options) (*Engine, error) {
 	e.txnAborted = make(map[TxnID]time.Time)
 	e.txnTables = make(map[uint32]int)
 	e.txnOwners = make(map[uint64]txnOwnerUse)
+	e.txnDecisionOwners = make(map[uint64]int)
 	e.txnForgot = make(map[TxnID]txnForgotten)
 	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)

@@ -287,6 +287,15 @@ func (e *Engine) verifyTxns() error {
 	if len(e.txnForgotQ) > e.opts.TxnForgetMax || len(e.txnForgot) > len(e.txnForgotQ) {
 		return fmt.Errorf("storenode: %d forgotten decisions in a queue of %d: past the bounds", len(e.txnForgot), len(e.txnForgotQ))
 	}
+	decisionOwners := make(map[uint64]int)
+	for _, d := range e.txnDecisions {
+		if d.owner != 0 {
+			decisionOwners[d.owner]++
+		}
+	}
+	if !maps.Equal(decisionOwners, e.txnDecisionOwners) {
+		return fmt.Errorf("storenode: kept decisions per owner %v, counted %v", decisionOwners, e.txnDecisionOwners)
+	}
 	for id, d := range e.txnDecisions {
 		if d.d != DecisionCommit && d.d != DecisionAbort || d.count > txnParticipantsMax || d.d == DecisionCommit && d.allReported() {
 			return fmt.Errorf("storenode: decision of %v: %+v", id, *d)

@@ -20,11 +20,16 @@ import (
 // What should happen: a client cannot fill the decisions kept: decisions count against the
 // deciding owner's bounds (as its prepared parts do), or a commit whose participants never
 // prepared anywhere is not kept beyond a bound of time, so another owner's Decide succeeds.
-// Fails on d707e6a: the victim's Decide gets ErrTxnBusy.
+// So: kept decisions count against the owner of the part they were recorded for, at most
+// MaxTxnsPerOwner (storenode's txn_decisions.go): the attacker's Decides past it are refused
+// (ErrBusy), its part then aborted, and the victim's Decide succeeds. (Owner ids a client
+// makes up are the per-owner bounds' own defect, 5.) Fails on d707e6a: the victim's Decide
+// gets ErrTxnBusy.
 func TestTxnDecisionsNotFilledByPhantomParticipants(t *testing.T) {
-	const maxTxns = 16
+	const maxTxns, perOwner = 16, 4
 	env := startServer(t, func(cfg *Config) {
 		cfg.Options.MaxTxns = maxTxns
+		cfg.Options.MaxTxnsPerOwner = perOwner
 		cfg.Options.LeaseChecker = &txnLeases{}
 	})
 	ctx := srvCtx(t)
@@ -39,6 +44,11 @@ func TestTxnDecisionsNotFilledByPhantomParticipants(t *testing.T) {
 		_, err := c.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: 99, Commit: *m})
 		require.NoError(t, err)
 		d, err := c.DecideTxn(ctx, txn, 99, sgio.TxnCommit, 64)
+		if i >= perOwner {
+			require.ErrorIs(t, err, sgio.ErrBusy, "round %d: past the owner's kept decisions", i)
+			require.NoError(t, c.ApplyTxn(ctx, txn, sgio.TxnAbort))
+			continue
+		}
 		require.NoError(t, err)
 		require.Equal(t, sgio.TxnCommit, d)
 		require.NoError(t, c.ApplyTxn(ctx, txn, sgio.TxnCommit))
