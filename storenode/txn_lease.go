@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -70,6 +71,9 @@ func (e *Engine) checkDecideLease(ctx context.Context, conn uint64, lease int64)
 		return c.wait(ctx)
 	}
 	if err := e.takeVerifySlot(ctx, conn); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return false, time.Time{}, err
+		}
 		return false, time.Time{}, fmt.Errorf("%w: lease check: %v", ErrTxnBusy, err)
 	}
 	defer e.releaseVerifySlot(conn)
