@@ -421,7 +421,7 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 		e.mu.Unlock()
 		return g.answer(asked, d, err)
 	}
-	rec, err := e.decideLocked(id, lease, d, count, true)
+	rec, err := e.decideLocked(id, lease, d, count, !owner.any) // a session's Decide: bounded per owner
 	e.mu.Unlock()
 	if err != nil {
 		return DecisionNone, err

@@ -14,9 +14,10 @@ import (
 //
 //   - a kept decision counts against the owner of the primary's prepared part it was
 //     recorded for (txnDecision.owner; after a restart, the owner of the part replayed, or
-//     unknown: not counted); a Decide's new decision past Options.MaxTxnsPerOwner of its
-//     owner's is refused with ErrTxnBusy, for that owner only (the resolver's and the
-//     operator's aborts are never refused by it);
+//     unknown: not counted); a session's Decide (DecideTxnAs) of a new decision past
+//     Options.MaxTxnsPerOwner of its owner's is refused with ErrTxnBusy, for that owner only
+//     (the resolver's and the operator's aborts, and the embedded engine's trusted caller,
+//     DecideTxn, are never refused by it);
 //   - a decision kept for Options.TxnInDoubtAfter, some participant not reported, is
 //     listed by TxnsInDoubt (txn_doubt.go) for an operator to see.
 //

@@ -9,7 +9,7 @@ import (
 
 // TestTxnDecisionsPerOwnerBound: the decisions kept for an owner's parts (a commit naming
 // participants that never report is kept for ever) are at most MaxTxnsPerOwner: its next
-// Decide is refused with ErrTxnBusy, another owner's is not (issue 22's hostile review,
+// Decide from a session (DecideTxnAs) is refused with ErrTxnBusy, another owner's is not (issue 22's hostile review,
 // defect 6). After a restart the decisions of parts still prepared count again (a
 // checkpoint carries the decisions before the parts), those of applied parts do not (owner
 // unknown); a decision forgotten (every participant reported) frees its place. Kept for
@@ -23,7 +23,11 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 	s := setupTxnStore(t, e)
 	ctx := t.Context()
 	decide := func(e *Engine, n byte) error {
-		_, err := e.DecideTxn(ctx, txnID(n), 5, DecisionCommit, txnParticipantsMax)
+		owner := uint64(testOwner)
+		if n == 9 {
+			owner++
+		}
+		_, err := e.DecideTxnAs(ctx, owner, txnID(n), 5, DecisionCommit, txnParticipantsMax, 0)
 		return err
 	}
 	for n := byte(1); n <= 3; n++ {
