@@ -162,6 +162,7 @@ type Options struct {
 	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
 	MaxTxnBytes int64
 	// MaxTxnsPerOwner bounds the transactions one owner holds prepared here, and
+	// separately the decisions kept here for its parts (txn_decisions.go), and
 	// MaxTxnBytesPerOwner the bytes of their prepared batches; beyond, that owner's
 	// PrepareTxn fails with ErrTxnBusy while other owners still prepare (an owner whose
 	// transactions' primary is unreachable cannot take the whole of MaxTxns or MaxTxnBytes).
