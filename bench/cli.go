@@ -47,6 +47,8 @@ type Config struct {
 	Quiet      bool
 	// BenchLines adds one Go benchmark line per result to the report, for benchstat.
 	BenchLines bool
+	// Report is the HTML file of the runs over time (report.go); "" for none.
+	Report     string
 	StoreAddr  string
 	Secret     string
 	SpawnStore bool
@@ -94,6 +96,7 @@ func parseFlags(prog Program, args []string, stderr io.Writer) (*Config, error) 
 	fs.StringVar(&c.JSON, "json", "", "write the results to this file as JSON")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress bar or per-workload lines on stderr")
 	fs.BoolVar(&c.BenchLines, "bench-lines", false, "also print each result as a Go benchmark line (for benchstat)")
+	fs.StringVar(&c.Report, "report", "", "write each run's throughput and p50/p99/p999 over time to this HTML file (SVG charts)")
 	fs.StringVar(&c.StoreAddr, "store", "", "use the storage node at this address instead of the embedded store")
 	secretFile := ""
 	fs.StringVar(&secretFile, "secret-file", os.Getenv("WEFT_SECRET_FILE"), "file holding the --store storage node's clients' secret (default $WEFT_SECRET_FILE)")
@@ -390,6 +393,11 @@ func (r *runner) run(ctx context.Context, args []string) (err error) {
 	fmt.Fprintf(r.stdout, "load average at start %s, at end %s\n", orDash(meta.LoadAvgStart), orDash(meta.LoadAvgEnd))
 	if cfg.JSON != "" {
 		if err := writeJSON(cfg.JSON, Report{Meta: meta, Results: results}); err != nil {
+			return err
+		}
+	}
+	if cfg.Report != "" {
+		if err := writeReport(cfg.Report, meta, results); err != nil {
 			return err
 		}
 	}

@@ -39,6 +39,8 @@ type Result struct {
 	HitRatio   *float64 `json:"hit_ratio"`
 	Errors     uint64   `json:"errors"`
 	FirstError string   `json:"first_error,omitempty"`
+	// Series is the run over time: throughput and latency per interval (report.go).
+	Series []Point `json:"series,omitempty"`
 }
 
 // Meta describes a run in the JSON file.
@@ -89,6 +91,9 @@ func newResult(engine, workload string, cacheBytes int64, cacheSensitive bool, o
 	}
 	ls := summarize(o.hist)
 	r.P50us, r.P99us, r.P999us, r.MaxUs = ls.p50, ls.p99, ls.p999, ls.max
+	if o.interval > 0 {
+		r.Series = seriesPointsOf(o.series, o.interval)
+	}
 	if o.ops > 0 {
 		r.NetBytesPerOp = float64(o.after.NetBytes-o.before.NetBytes) / float64(o.ops)
 		r.WALBytesPerOp = float64(o.after.WALBytes-o.before.WALBytes) / float64(o.ops)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/weftdb/weft/internal/latency"
 )
 
 // Workload names, in the order a run performs them. Insert comes first so that delete, which
@@ -79,6 +81,8 @@ type outcome struct {
 	ops, reads uint64
 	elapsed    time.Duration
 	hist       *hdrhistogram.Histogram
+	series     []latency.Snapshot // the ops ended in each seriesInterval, all workers merged
+	interval   time.Duration
 	before     Stats
 	after      Stats
 	cpu        time.Duration // this process's CPU time during the run
@@ -96,6 +100,7 @@ type worker struct {
 	tb       *table
 	r        rng
 	h        *hdrhistogram.Histogram
+	series   series // the worker's ops by when they ended (report.go)
 	row      []byte
 	lo, hi   uint64 // the worker's own id range, for sequential workloads
 	pos      uint64
@@ -127,7 +132,8 @@ func runWorkload(ctx context.Context, tb *table, spec runSpec, hists []*hdrhisto
 	for i := range ws {
 		h := hists[i]
 		h.Reset()
-		w := &worker{idx: i, tb: tb, r: newRNG(seed + uint64(i)), h: h, row: make([]byte, tb.rowBytes), zipf: z}
+		w := &worker{idx: i, tb: tb, r: newRNG(seed + uint64(i)), h: h, row: make([]byte, tb.rowBytes), zipf: z,
+			series: newSeries(spec.duration)}
 		w.lo = tb.first + tb.n*uint64(i)/uint64(spec.workers)
 		w.hi = tb.first + tb.n*uint64(i+1)/uint64(spec.workers)
 		w.pos = w.lo
@@ -164,6 +170,7 @@ func runWorkload(ctx context.Context, tb *table, spec runSpec, hists []*hdrhisto
 	stopOnCancel()
 	out.after = tb.b.Stats()
 	out.hist = hists[0]
+	out.series, out.interval = mergeSeries(ws), ws[0].series.interval
 	for i, w := range ws {
 		if i > 0 {
 			out.hist.Merge(w.h)
@@ -257,6 +264,7 @@ func (w *worker) runSync(ctx context.Context, workload string, stop *atomic.Bool
 			continue
 		}
 		recordLatency(w.h, d)
+		w.series.record(t0+d, d)
 		w.ops++
 	}
 }
@@ -293,6 +301,7 @@ func (w *worker) runAsync(ctx context.Context, workload string, depth int, stop 
 				w.tb.inserted[w.idx] = append(w.tb.inserted[w.idx], op.id)
 			}
 			recordLatency(w.h, d)
+			w.series.record(op.t0+d, d)
 			w.ops++
 		}
 		*op = inflightOp{}

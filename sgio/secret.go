@@ -2,8 +2,11 @@ package sgio
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 )
@@ -68,4 +71,46 @@ func GenerateSecret() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails; it crashes the program instead
 	return hex.EncodeToString(b[:])
+}
+
+// Owner secrets. Every game server would otherwise hold the one clients' secret, which
+// proves any owner id a Hello claims. An owner's secret is derived from the clients' key:
+// a storage node, knowing only the clients' secret, checks a handshake's proof against it
+// for the owner id that Hello claims, and a session so proven is that owner's only (it
+// cannot claim another id: its key proves no other). The clients' secret itself still
+// proves any owner id (trusted deployments, transaction nodes that act for many owners).
+
+// ownerSecretLabel starts the derivation of an owner's key. Part of the format; do not change.
+const ownerSecretLabel = "weft owner secret v1"
+
+// OwnerKeySize is the size of an owner's derived key.
+const OwnerKeySize = sha256.Size
+
+// DeriveOwnerKey reports owner's HMAC key: HMAC-SHA256(clients' key, "weft owner secret v1" ||
+// owner as 8 bytes big-endian). clientsKey is ParseSecret's key of the clients' secret. Safe
+// for concurrent use.
+func DeriveOwnerKey(clientsKey []byte, owner uint64) [OwnerKeySize]byte {
+	var msg [len(ownerSecretLabel) + 8]byte
+	copy(msg[:], ownerSecretLabel)
+	binary.BigEndian.PutUint64(msg[len(ownerSecretLabel):], owner)
+	mac := hmac.New(sha256.New, clientsKey)
+	mac.Write(msg[:])
+	var k [OwnerKeySize]byte
+	mac.Sum(k[:0])
+	return k
+}
+
+// DeriveOwnerSecret reports owner's secret, as a secret text (hex, as GenerateSecret writes
+// one), derived from the clients' secret text (`storenode -derive-owner-secret`). An empty or
+// weak clients' secret is an error wrapping ErrWeakSecret: there is nothing to derive from.
+func DeriveOwnerSecret(clientsSecret []byte, owner uint64) (string, error) {
+	key, err := ParseSecret(clientsSecret)
+	if err != nil {
+		return "", err
+	}
+	if key == nil {
+		return "", fmt.Errorf("sgio: no clients' secret to derive owner %d's secret from: %w", owner, ErrWeakSecret)
+	}
+	k := DeriveOwnerKey(key, owner)
+	return hex.EncodeToString(k[:]), nil
 }

@@ -15,11 +15,36 @@ import (
 
 // CreateTable creates a table of rows of rowBytes bytes (8..4096, a multiple of 8).
 func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
-	return e.createTable(name, rowBytes, ClusterLayout{})
+	return e.createTable(name, rowBytes, ClusterLayout{}, 0, false)
 }
 
-// createTable creates a local table (cl zero) or a cluster-managed one (CreateClusterTable).
-func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout) (TableInfo, error) {
+// CreateTableAs is CreateTable on behalf of owner (a client's session): it fails with
+// ErrTooManyTables when owner has Options.MaxTablesPerOwner tables here (ownerTables).
+func (e *Engine) CreateTableAs(name string, rowBytes int, owner uint64) (TableInfo, error) {
+	return e.createTable(name, rowBytes, ClusterLayout{}, owner, true)
+}
+
+// ownerTables counts the tables that are owner's for MaxTablesPerOwner: those whose holder
+// (or last holder) is owner, and those owner created since Open that no owner was granted
+// yet; dropped ones included until a checkpoint removes their files. Caller holds mu.
+func (e *Engine) ownerTables(owner uint64) int {
+	n := 0
+	for _, t := range e.tables {
+		if t.holder == owner && owner != 0 || t.holder == 0 && t.createdAs && t.creator == owner {
+			n++
+		}
+	}
+	for _, t := range e.dropped {
+		if t.holder == owner && owner != 0 || t.holder == 0 && t.createdAs && t.creator == owner {
+			n++
+		}
+	}
+	return n
+}
+
+// createTable creates a local table (cl zero) or a cluster-managed one (CreateClusterTable),
+// on behalf of owner when as is set (CreateTableAs: MaxTablesPerOwner).
+func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout, owner uint64, as bool) (TableInfo, error) {
 	if err := checkName(name); err != nil {
 		return TableInfo{}, fmt.Errorf("%w: %q", err, name)
 	}
@@ -38,6 +63,12 @@ func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout) (Table
 	if n := len(e.tables) + len(e.dropped); n >= e.opts.MaxTables {
 		return TableInfo{}, fmt.Errorf("%w: %d tables (dropped ones count until a checkpoint removes their files), the limit is %d",
 			ErrTooManyTables, n, e.opts.MaxTables)
+	}
+	if as {
+		if n := e.ownerTables(owner); n >= e.opts.MaxTablesPerOwner {
+			return TableInfo{}, fmt.Errorf("%w: owner %d has %d tables here (held, or created and not yet granted; dropped ones count until a checkpoint), the limit per owner is %d",
+				ErrTooManyTables, owner, n, e.opts.MaxTablesPerOwner)
+		}
 	}
 	id := e.nextTable
 	if id == tableIDNone {
@@ -66,6 +97,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout) (Table
 	}
 	e.nextTable++
 	t := e.registerTable(id, name, geo, f, cl)
+	t.creator, t.createdAs = owner, as
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()

@@ -203,6 +203,16 @@ const DefaultGrantVerifyTimeout = 5 * time.Second
 // l.Partition). Its grants come from etcd only (RegisterGrant); its ids are those of the
 // partition's stripes.
 func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) (TableInfo, error) {
+	return e.createClusterTable(name, rowBytes, l, 0, false)
+}
+
+// CreateClusterTableAs is CreateClusterTable on behalf of owner (a client's session), under
+// Options.MaxTablesPerOwner as CreateTableAs.
+func (e *Engine) CreateClusterTableAs(name string, rowBytes int, l ClusterLayout, owner uint64) (TableInfo, error) {
+	return e.createClusterTable(name, rowBytes, l, owner, true)
+}
+
+func (e *Engine) createClusterTable(name string, rowBytes int, l ClusterLayout, owner uint64, as bool) (TableInfo, error) {
 	if err := l.Validate(); err != nil {
 		return TableInfo{}, err
 	}
@@ -210,7 +220,7 @@ func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) 
 		return TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is T%s%d",
 			ErrBadName, name, l.Partition, partitionSuffix, l.Partition)
 	}
-	return e.createTable(name, rowBytes, l)
+	return e.createTable(name, rowBytes, l, owner, as)
 }
 
 // RegisterGrant registers owner's etcd grant of epoch (the owner key's CreateRevision) for

@@ -45,3 +45,37 @@ func TestMaxTables(t *testing.T) {
 	_, err = e.CreateTable("c", 64)
 	require.NoError(t, err)
 }
+
+// TestMaxTablesPerOwner: CreateTableAs counts the tables an owner holds (or last held) and
+// those it created that nobody was granted yet; a table another owner acquires counts for
+// that owner; dropped ones count until a checkpoint; CreateTable (an operator's) is not
+// bounded per owner.
+func TestMaxTablesPerOwner(t *testing.T) {
+	const a, b = testOwner, testOwner + 1
+	e := openTest(t, Options{MaxTables: 16, MaxTablesPerOwner: 2})
+	_, err := e.CreateTableAs("a1", 64, a)
+	require.NoError(t, err)
+	a2, err := e.CreateTableAs("a2", 64, a)
+	require.NoError(t, err)
+	_, err = e.CreateTableAs("a3", 64, a)
+	require.ErrorIs(t, err, ErrTooManyTables, "owner a's bound")
+	_, err = e.CreateTableAs("b1", 64, b)
+	require.NoError(t, err, "another owner's bound is its own")
+	_, err = e.CreateTable("op", 64)
+	require.NoError(t, err, "an operator's table is not an owner's")
+
+	// b acquires a2: it counts for b now, not for a.
+	_, err = e.Acquire(a2.ID, b, 0)
+	require.NoError(t, err)
+	_, err = e.CreateTableAs("a3", 64, a)
+	require.NoError(t, err)
+	_, err = e.CreateTableAs("b2", 64, b)
+	require.ErrorIs(t, err, ErrTooManyTables, "b holds a2 and created b1")
+
+	require.NoError(t, e.DropTable("b1", b))
+	_, err = e.CreateTableAs("b2", 64, b)
+	require.ErrorIs(t, err, ErrTooManyTables, "a dropped table counts until a checkpoint")
+	require.NoError(t, e.Checkpoint())
+	_, err = e.CreateTableAs("b2", 64, b)
+	require.NoError(t, err)
+}

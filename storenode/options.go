@@ -99,6 +99,13 @@ type Options struct {
 	// MaxTables bounds the live tables (each keeps its data file open); CreateTable fails
 	// with ErrTooManyTables beyond it.
 	MaxTables int
+	// MaxTablesPerOwner bounds the tables one owner's CreateTableAs (a client's CreateTable)
+	// may have here, so that one client cannot take all of MaxTables: those whose holder is
+	// the owner, and those it created since Open that nobody was granted yet (the catalog
+	// records no creator); dropped ones count until a checkpoint removes their files, as for
+	// MaxTables. CreateTableAs fails with ErrTooManyTables beyond it. 0: MaxTables/8, at
+	// least 1.
+	MaxTablesPerOwner int
 	// WALSegmentBytes is the size at which the WAL rolls to a new segment file.
 	WALSegmentBytes int64
 	// WALGather turns on the WAL's group gathering under SyncAlways (wal.Options.Gather):
@@ -157,6 +164,7 @@ type Options struct {
 	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
 	MaxTxnBytes int64
 	// MaxTxnsPerOwner bounds the transactions one owner holds prepared here, and
+	// separately the decisions kept here for its parts (txn_decisions.go), and
 	// MaxTxnBytesPerOwner the bytes of their prepared batches; beyond, that owner's
 	// PrepareTxn fails with ErrTxnBusy while other owners still prepare (an owner whose
 	// transactions' primary is unreachable cannot take the whole of MaxTxns or MaxTxnBytes).
@@ -203,6 +211,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTables <= 0 {
 		o.MaxTables = DefaultMaxTables
+	}
+	if o.MaxTablesPerOwner <= 0 {
+		o.MaxTablesPerOwner = max(1, o.MaxTables/8)
 	}
 	if o.WALSegmentBytes == 0 {
 		o.WALSegmentBytes = DefaultWALSegmentBytes

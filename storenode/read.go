@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/logicpage"
@@ -160,7 +161,9 @@ func (e *Engine) readDiskPage(t *table, page uint64) (*[]byte, error) {
 	ent := t.entry(page)
 	var err error
 	if ent.disk != 0 {
+		start := time.Now()
 		_, err = t.data.ReadAt(*buf, int64(ent.disk-1)*int64(size))
+		e.lat.readMiss.Since(start)
 	} else {
 		clear(*buf)
 	}

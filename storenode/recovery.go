@@ -89,6 +89,7 @@ func (e *Engine) recover() error {
 		MaxRecordBytes: walRecordBytesMax,
 		After:          e.ckptLSN,
 		DurableThrough: m.syncedLSN,
+		SyncLatency:    &e.lat.walSync,
 	}, e.replayRecord)
 	e.replaying = false
 	if err == nil {

@@ -132,6 +132,9 @@ type txnDecision struct {
 	reported uint64
 	lsn      uint64 // of the decide record: answer only once durable
 	at       time.Time
+	// owner is the owner of the primary's prepared part the decision was recorded for,
+	// counted in txnDecisionOwners (txn_decisions.go); 0: unknown, not counted.
+	owner uint64
 }
 
 // allReported reports whether participants 0..count-1 all reported; never with count 0
@@ -296,6 +299,7 @@ func (e *Engine) installPart(p *txnPart) {
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
 		e.txnLocks[frameKey(s.Table, s.Page)] |= s.Data | s.Clear
+		e.txnTables[s.Table]++
 	}
 }
 
@@ -308,6 +312,9 @@ func (e *Engine) unlockPart(p *txnPart) {
 			e.txnLocks[k] = m
 		} else {
 			delete(e.txnLocks, k)
+		}
+		if e.txnTables[s.Table]--; e.txnTables[s.Table] <= 0 {
+			delete(e.txnTables, s.Table)
 		}
 	}
 }
@@ -327,16 +334,12 @@ func (e *Engine) checkTxnLocks(segs []Segment) error {
 	return nil
 }
 
-// tableLocked reports whether a prepared transaction writes table id. Caller holds mu.
+// tableLocked reports whether a prepared transaction writes table id: O(1), a count kept
+// by installPart and unlockPart (an Acquire of another owner's table asks it under mu).
+// Caller holds mu.
 func (e *Engine) tableLocked(id uint32) bool {
-	for _, p := range e.txnParts {
-		for i := range p.batch.Segments {
-			if p.batch.Segments[i].Table == id {
-				return true
-			}
-		}
-	}
-	return false
+	e.txnVisited++ // one entry read (tests)
+	return e.txnTables[id] > 0
 }
 
 // DecideTxn records the decision d of transaction id at this node, its primary: a
@@ -392,8 +395,8 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
-		checked = e.opts.Now()
-		alive, err := e.opts.LeaseChecker.LeaseAlive(ctx, lease)
+		alive, at, err := e.checkDecideLease(ctx, owner.conn, lease) // slots, shared (txn_lease.go)
+		checked = at
 		if err != nil {
 			return DecisionNone, fmt.Errorf("storenode: decide %v: lease %d: %w", id, lease, err)
 		}
@@ -415,7 +418,7 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 		e.mu.Unlock()
 		return g.answer(asked, d, err)
 	}
-	rec, err := e.decideLocked(id, lease, d, count)
+	rec, err := e.decideLocked(id, lease, d, count, !owner.any) // a session's Decide: bounded per owner
 	e.mu.Unlock()
 	if err != nil {
 		return DecisionNone, err
@@ -436,8 +439,9 @@ func (e *Engine) answerDecision(id TxnID, asked Decision, rec txnDecision) (Deci
 
 // decideLocked is the compare-and-set: it returns the recorded decision (a copy), logging d
 // if none was. A recorded decision other than d is returned as is; the caller names it.
+// A new decision of a Decide (quota) is refused past its owner's bound (txn_decisions.go).
 // Caller holds mu.
-func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txnDecision, error) {
+func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int, quota bool) (txnDecision, error) {
 	if err := e.usable(); err != nil {
 		return txnDecision{}, err
 	}
@@ -454,12 +458,19 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	if len(e.txnDecisions) >= e.opts.MaxTxns {
 		return txnDecision{}, fmt.Errorf("%w: %d decisions kept", ErrTxnBusy, len(e.txnDecisions))
 	}
+	owner := e.decisionOwner(id)
+	if quota {
+		if err := e.checkDecisionQuota(owner); err != nil {
+			return txnDecision{}, err
+		}
+	}
 	e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d, uint16(count), lease, 0)
 	lsn, err := e.appendRecord(kindTxnDecide, e.scratch, true, noAck)
 	if err != nil {
 		return txnDecision{}, err
 	}
 	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
+	e.countDecision(rec, owner)
 	e.txnDecisions[id] = rec
 	e.queueAbort(id, rec)
 	e.startResolver()
@@ -498,7 +509,7 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 			return DecisionNone, nil
 		}
 		e.mu.Lock()
-		got, err = e.decideLocked(id, lease, DecisionAbort, 0)
+		got, err = e.decideLocked(id, lease, DecisionAbort, 0, false)
 		e.mu.Unlock()
 		if err != nil {
 			return DecisionNone, err
@@ -584,6 +595,7 @@ type txnForgotEntry struct {
 // cannot trust an abort (docs/cluster.md, "What the coordinator must do"). Caller holds mu.
 func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
 	delete(e.txnDecisions, id)
+	e.countDecision(rec, 0)
 	now := e.opts.Now()
 	e.expireForgotten(now)
 	if len(e.txnForgotQ) >= e.opts.TxnForgetMax {
@@ -956,6 +968,9 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		p := &txnPart{id: pr.id, lease: pr.lease, primary: pr.primary, index: pr.index, hash: c.hash, lsn: lsn, at: e.opts.Now(), rec: rec,
 			batch: Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
 		e.installPart(p)
+		if d := e.txnDecisions[pr.id]; d != nil && d.owner == 0 && p.primary == "" {
+			e.countDecision(d, c.owner) // the decision was carried before its part
+		}
 		if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
 			e.owner(c.owner).applied(c.seq, lsn, c.hash)
 		}
@@ -996,10 +1011,12 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			// once its memory of it expired too, recorded id's decision afresh: the later
 			// record replaces it, as it did there.
 			delete(e.txnDecisions, id)
+			e.countDecision(rec, 0)
 			rec = nil
 		}
 		if rec == nil {
 			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
+			e.countDecision(rec, e.decisionOwner(id))
 			e.txnDecisions[id] = rec
 			e.queueAbort(id, rec)
 		}

@@ -10,18 +10,25 @@ import (
 // transaction part that may be another owner's (storenode/server's roles, docs/operations.md
 // "Roles and credentials").
 
-// TableHolder reports the owner that holds, or last held, table name's lease or registered
-// grant here: 0 when no owner ever did. ErrTableNotFound for no such table. Any goroutine.
-func (e *Engine) TableHolder(name string) (uint64, error) {
+// TableOnlyHeldBy reports whether no owner but owner ever held table name here: it was
+// never granted (epoch 0), or owner holds, or last held, its first grant (epoch 1: every
+// grant bumps the epoch and the epoch is logged, ownership.go). A cluster table's grants are
+// etcd's, registered here with etcd's epochs: for it, whether its registered holder is owner
+// or none (etcd, not this node, decides who may be granted it). ErrTableNotFound for no such
+// table. Any goroutine.
+func (e *Engine) TableOnlyHeldBy(name string, owner uint64) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, ok := e.byName[name]
 	if !ok {
-		return 0, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		return false, fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
-	return t.holder, nil
+	if t.holder != 0 && t.holder != owner {
+		return false, nil
+	}
+	return t.cluster.IsCluster() || t.epoch <= 1, nil
 }
 
 // ApplyTxnAs is ApplyTxn on behalf of owner (a coordinator's session): a part of id that

@@ -67,6 +67,16 @@ var (
 	ErrReadOnly = errors.New("txnode: write in a read-only transaction")
 	// ErrTxDone is returned for a call on a committed or rolled back Tx.
 	ErrTxDone = errors.New("txnode: transaction already finished")
+	// ErrFenced is returned when the storage node refused a table's write because this
+	// node's ownership of it is over (another node was granted it since, or a restored
+	// backup bumped its epoch): reopen the DB to acquire it anew.
+	ErrFenced = storenode.ErrFenced
+	// ErrMoved is returned for a table (a cluster partition) frozen for a move, or moved to
+	// another storage node: it matches ErrFenced; retry once the move is switched.
+	ErrMoved = storenode.ErrMoved
+	// ErrTxnBusy is returned when the storage node holds too many transactions in doubt (or
+	// this owner's share of them): back off and retry.
+	ErrTxnBusy = storenode.ErrTxnBusy
 )
 
 // commitError maps a store's commit error: an unknown outcome at the storage node (a failed

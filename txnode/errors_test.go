@@ -2,6 +2,7 @@ package txnode
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -62,4 +63,18 @@ func TestOpenDirTwiceInProcess(t *testing.T) {
 	db, err = Open(ctx, Options{Dir: dir, SyncMode: "none"})
 	require.NoError(t, err, "free once the first DB closed")
 	require.NoError(t, db.Close(ctx))
+}
+
+// The storage node's errors a game handles are txnode's own names (issue 23 item 10: a game
+// matched strings or imported storenode for them): each matches its storage node sentinel,
+// and ErrMoved matches ErrFenced, as the storage node's does.
+func TestGameErrorsExported(t *testing.T) {
+	for _, c := range []struct{ ours, theirs error }{
+		{ErrFenced, storenode.ErrFenced}, {ErrMoved, storenode.ErrMoved}, {ErrTxnBusy, storenode.ErrTxnBusy},
+		{ErrTxnLocked, storenode.ErrTxnLocked}, {ErrTxnDecided, storenode.ErrTxnDecided},
+	} {
+		require.ErrorIs(t, c.theirs, c.ours)
+		require.ErrorIs(t, fmt.Errorf("wrapped: %w", c.theirs), c.ours)
+	}
+	require.ErrorIs(t, ErrMoved, ErrFenced)
 }

@@ -3,6 +3,7 @@ package txnode
 import (
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -124,10 +125,14 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 		}()
 	}
 	<-stop
-	// B, with A's owner id, while A writes: refused, never let in to take A's tables.
-	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
+	// B, with A's owner id, while A writes: refused, never let in to take A's tables. It says
+	// once what it waits for (fails on db90132: it waited in silence; issue 23 item 5).
+	const waitLine = "the owner id is in use at the storage node"
+	logs := newLogCounter(waitLine)
+	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond, Logger: slog.New(logs)})
 	require.ErrorIs(t, err, ErrOwnerInUse)
 	require.NotContains(t, err.Error(), "epoch")
+	require.Equal(t, 1, logs.count(waitLine), "one line for the wait, not one a retry")
 	wg.Wait()
 	require.False(t, t.Failed())
 

@@ -192,14 +192,26 @@ func (s *remoteStore) dialOwner(ctx context.Context, wait time.Duration) (*sgio.
 	start := time.Now()
 	deadline := start.Add(wait)
 	backoff := 20 * time.Millisecond
+	waited := false
 	for {
 		c, err := s.dial(ctx)
+		if err == nil && waited {
+			s.opts.Logger.Info("txnode: the owner id is free at the storage node", "owner", s.opts.OwnerID,
+				"addr", s.opts.StoreAddr, "waited", time.Since(start).Round(time.Millisecond))
+		}
 		if err == nil || !errors.Is(err, sgio.ErrOwnerInUse) {
 			return c, err
 		}
 		if wait == 0 {
 			wait = s.ownerInUseWait(ctx)
 			deadline = start.Add(wait)
+		}
+		if !waited {
+			// One line for the wait, not one a retry: a silent stall of seconds is what
+			// the game developer of issue 23 met.
+			waited = true
+			s.opts.Logger.Warn("txnode: the owner id is in use at the storage node (another transaction node with it is connected, or one that stopped without Close has not been silent for a lease yet); waiting for it",
+				"owner", s.opts.OwnerID, "addr", s.opts.StoreAddr, "up_to", wait.Round(time.Millisecond))
 		}
 		if !time.Now().Add(backoff).Before(deadline) {
 			return nil, fmt.Errorf("txnode: gave up after %v (OwnerInUseWait): %w", wait.Round(time.Millisecond), err)

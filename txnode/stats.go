@@ -2,7 +2,10 @@ package txnode
 
 import (
 	"sync/atomic"
+	"time"
 	_ "unsafe" // go:linkname
+
+	"github.com/weftdb/weft/internal/latency"
 )
 
 // hitShards is how many padded cells a cache-hit counter has (the DB's and each table's): one per P (runtime.procPin's
@@ -38,6 +41,9 @@ type dbCounters struct {
 	rowsFetched atomic.Uint64
 	renewals    atomic.Uint64 // lease renewals that succeeded
 	renewFails  atomic.Uint64 // lease renewals that failed (renewLease)
+	// commitLat records each write transaction's commit, from its validation to its
+	// durable (Durable) or installed and acknowledged-in-order (WriteBack) answer.
+	commitLat latency.Histogram
 }
 
 // retire adds the lock-free hits of table t, being dropped, to the DB's (hits[0]): the
@@ -78,6 +84,12 @@ type Stats struct {
 	// re-registrations of cluster-managed tables' etcd grants too (a failure there stops
 	// the table only when the store fenced the grant or has no such table).
 	Renewals, RenewalFailures uint64
+	// CommitP50, CommitP99 and CommitP999 are percentiles of the commit latency of the write
+	// transactions since Open (from the commit's validation to its answer: in Durable mode
+	// the storage node's acknowledgement), each the upper bound of a power-of-two
+	// microsecond bucket (an estimate within a factor of two, as the storage node's
+	// weft_commit_latency_seconds histogram); 0 before the first.
+	CommitP50, CommitP99, CommitP999 time.Duration
 }
 
 // Stats returns the DB's counters.
@@ -110,6 +122,8 @@ func (db *DB) Stats() Stats {
 		RenewalFailures: db.stats.renewFails.Load(),
 		DirtyRows:       db.pipe.dirtyRows.Load(),
 	}
+	lat := db.stats.commitLat.Snapshot()
+	s.CommitP50, s.CommitP99, s.CommitP999 = lat.Quantile(0.5), lat.Quantile(0.99), lat.Quantile(0.999)
 	if s.Batches > 0 {
 		s.TxPerBatch = float64(db.stats.batchTx.Load()) / float64(s.Batches)
 	}

@@ -589,6 +589,8 @@ type commitWait struct {
 	// says nothing of the batches before it, which may still be out: it first waits until
 	// they are back (waitSettled).
 	ordered bool
+	// start (a write) is when its commit began: its answer's latency (Stats.CommitP99).
+	start time.Time
 }
 
 // wait returns once the transaction is durable in Durable mode; in WriteBack at once.
@@ -631,6 +633,9 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 		// Sent (or queued to be), and kept for a resend on reconnect: it may yet apply.
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
+	if err == nil && p.write && !p.start.IsZero() {
+		db.stats.commitLat.Since(p.start)
+	}
 	return err
 }
 
@@ -657,6 +662,7 @@ func (tx *Tx) commit() (commitWait, error) {
 		}
 		return commitWait{ver: tx.maxRead}, nil
 	}
+	start := time.Now()
 	tx.sortWrites()
 	// The lease once per table touched, read on the clock now: the tables written and the
 	// tables only read (reads of a table whose lease ran out since its first touch came from
@@ -701,7 +707,7 @@ func (tx *Tx) commit() (commitWait, error) {
 	tx.install(ver)
 	db.pipe.addDone()
 	db.stats.commits.Add(1)
-	return commitWait{ver: ver, write: true, readVer: tx.maxRead}, nil
+	return commitWait{ver: ver, write: true, readVer: tx.maxRead, start: start}, nil
 }
 
 // lockRow locks w's row. A row locked by another committer (who may wait in the pipeline's

@@ -16,28 +16,62 @@ type RowCodec[T any] interface {
 	UnmarshalRow(src []byte, v *T)
 }
 
-// TypedTable is a Table whose rows are values of T.
-type TypedTable[T any] struct {
-	t     *Table
+// RowTable is a table of rows as a typed view needs it: a *Table, or a cluster table
+// (cluster/node's *Table), whose single-row calls and scans have the same shape.
+type RowTable interface {
+	Name() string
+	RowBytes() int
+	Get(ctx context.Context, id uint64, dst []byte) error
+	Insert(ctx context.Context, row []byte) (uint64, error)
+	Put(ctx context.Context, id uint64, row []byte) error
+	Update(ctx context.Context, id uint64, fn func(row []byte) error) error
+	Delete(ctx context.Context, id uint64) error
+	Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, error]
+	ScanAll(ctx context.Context) iter.Seq2[Row, error]
+}
+
+var _ RowTable = (*Table)(nil)
+
+// TypedRows is a RowTable whose rows are values of T: its single-row calls and scans, each a
+// transaction of its own. TypedTable adds the calls inside a Tx of a plain table.
+type TypedRows[T any] struct {
+	t     RowTable
 	codec RowCodec[T]
 	bufs  sync.Pool // *[]byte of the row size
 }
 
+// TypedTable is a Table whose rows are values of T: TypedRows, and the same calls inside a
+// transaction (TxGet, TxPut, ...).
+type TypedTable[T any] struct {
+	*TypedRows[T]
+	t *Table
+}
+
 // Typed wraps table with codec; the codec's row size must be the table's.
 func Typed[T any](table *Table, codec RowCodec[T]) (*TypedTable[T], error) {
+	rows, err := TypedOf(table, codec)
+	if err != nil {
+		return nil, err
+	}
+	return &TypedTable[T]{TypedRows: rows, t: table}, nil
+}
+
+// TypedOf wraps any RowTable (a cluster table: node.Table) with codec; the codec's row size
+// must be the table's.
+func TypedOf[T any](table RowTable, codec RowCodec[T]) (*TypedRows[T], error) {
 	if codec.RowBytes() != table.RowBytes() {
 		return nil, fmt.Errorf("%w: codec writes %d bytes, table %q has %d-byte rows", ErrRowSize, codec.RowBytes(), table.Name(), table.RowBytes())
 	}
-	tt := &TypedTable[T]{t: table, codec: codec}
-	tt.bufs.New = func() any { b := make([]byte, table.RowBytes()); return &b }
-	return tt, nil
+	tr := &TypedRows[T]{t: table, codec: codec}
+	tr.bufs.New = func() any { b := make([]byte, table.RowBytes()); return &b }
+	return tr, nil
 }
 
 // Table returns the underlying table.
 func (tt *TypedTable[T]) Table() *Table { return tt.t }
 
 // Get reads row id into v.
-func (tt *TypedTable[T]) Get(ctx context.Context, id uint64, v *T) error {
+func (tt *TypedRows[T]) Get(ctx context.Context, id uint64, v *T) error {
 	b := tt.bufs.Get().(*[]byte)
 	defer tt.bufs.Put(b)
 	if err := tt.t.Get(ctx, id, *b); err != nil {
@@ -48,7 +82,7 @@ func (tt *TypedTable[T]) Get(ctx context.Context, id uint64, v *T) error {
 }
 
 // Insert adds v under a new id.
-func (tt *TypedTable[T]) Insert(ctx context.Context, v *T) (uint64, error) {
+func (tt *TypedRows[T]) Insert(ctx context.Context, v *T) (uint64, error) {
 	b := tt.bufs.Get().(*[]byte)
 	defer tt.bufs.Put(b)
 	tt.codec.MarshalRow(*b, v)
@@ -56,7 +90,7 @@ func (tt *TypedTable[T]) Insert(ctx context.Context, v *T) (uint64, error) {
 }
 
 // Put replaces row id with v.
-func (tt *TypedTable[T]) Put(ctx context.Context, id uint64, v *T) error {
+func (tt *TypedRows[T]) Put(ctx context.Context, id uint64, v *T) error {
 	b := tt.bufs.Get().(*[]byte)
 	defer tt.bufs.Put(b)
 	tt.codec.MarshalRow(*b, v)
@@ -64,13 +98,13 @@ func (tt *TypedTable[T]) Put(ctx context.Context, id uint64, v *T) error {
 }
 
 // Delete deletes row id.
-func (tt *TypedTable[T]) Delete(ctx context.Context, id uint64) error { return tt.t.Delete(ctx, id) }
+func (tt *TypedRows[T]) Delete(ctx context.Context, id uint64) error { return tt.t.Delete(ctx, id) }
 
 // Update reads row id into a T, calls fn, and writes what fn leaves in it, as a transaction of
 // its own (Table.Update): fn may run more than once (the transaction is retried on conflict),
 // so it must not have other effects. If fn returns an error nothing is written and Update
 // returns it; ErrNotFound when the row does not exist.
-func (tt *TypedTable[T]) Update(ctx context.Context, id uint64, fn func(v *T) error) error {
+func (tt *TypedRows[T]) Update(ctx context.Context, id uint64, fn func(v *T) error) error {
 	return tt.t.Update(ctx, id, func(row []byte) error { return tt.update(row, fn) })
 }
 
@@ -85,13 +119,13 @@ type TypedRow[T any] struct {
 // read consistently, the scan as a whole is not a snapshot (use TxScan for that). An error
 // ends the sequence as its last element. Call it from any goroutine; the sequence is used by
 // one.
-func (tt *TypedTable[T]) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[TypedRow[T], error] {
+func (tt *TypedRows[T]) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[TypedRow[T], error] {
 	return typedRows(tt.codec, tt.t.Scan(ctx, lo, hi))
 }
 
 // ScanAll returns every row of the table in id order, decoded: Scan over the whole id space
 // (Table.ScanAll), with no bound to pick.
-func (tt *TypedTable[T]) ScanAll(ctx context.Context) iter.Seq2[TypedRow[T], error] {
+func (tt *TypedRows[T]) ScanAll(ctx context.Context) iter.Seq2[TypedRow[T], error] {
 	return typedRows(tt.codec, tt.t.ScanAll(ctx))
 }
 
@@ -157,7 +191,7 @@ func (tt *TypedTable[T]) TxUpdate(tx *Tx, id uint64, fn func(v *T) error) error 
 }
 
 // update decodes row, calls fn and encodes the result back into row.
-func (tt *TypedTable[T]) update(row []byte, fn func(v *T) error) error {
+func (tt *TypedRows[T]) update(row []byte, fn func(v *T) error) error {
 	var v T
 	tt.codec.UnmarshalRow(row, &v)
 	if err := fn(&v); err != nil {

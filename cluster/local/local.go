@@ -14,7 +14,10 @@
 //	               kept: the partition map in etcd names the storage nodes by address and lives
 //	               under the prefix, so a restart must reuse them
 //	secret         the storage nodes' clients' secret (game servers': hex of 32 random
-//	               bytes), mode 0600
+//	               bytes), mode 0600: the master, which proves any owner id; a game
+//	               server of owner id N may be given its own owner's secret instead
+//	               (`storenode -derive-owner-secret N -secret-file DIR/secret`), which
+//	               proves N only
 //	peer-secret    the storage nodes' peers' secret (each other's resolvers), mode 0600
 //	operator-secret  the operators' secret (weft backup, partition moves), mode 0600
 //	env            the settings a game server needs (Cluster.Env), for `. DIR/env` (values

@@ -11,10 +11,12 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// A storage node's transaction node (txnode.DB) dies for good when the storage node stays
-// unreachable past its RequestTimeout (or a lease plus txnode.OwnerInUseMargin), or when its
-// commit pipeline fails (an unknown outcome, a refusal): txnode.DB.Err. The Node then replaces
-// it, on the storage node's next use:
+// A storage node's transaction node (txnode.DB) reports through txnode.DB.Err that it cannot
+// serve: while the storage node is unreachable (ErrUnavailable: it redials by itself and
+// heals, docs/operations.md "The game server's side: a storage node outage"), or for good
+// once its commit pipeline failed (an unknown outcome, a refusal). The Node replaces it on
+// either, on the storage node's next use (a replaced DB's outage ends with the new one's
+// dial):
 //
 //  1. found dead (Node.db checks Err on each use; a Table operation that failed asks it:
 //     noteErr), it leaves the Node's map and becomes a pending heal (replace);

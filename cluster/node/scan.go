@@ -7,6 +7,10 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
+// A cluster table is a txnode.RowTable: txnode.TypedOf gives it the typed API of a plain
+// table's single-row calls and scans.
+var _ txnode.RowTable = (*Table)(nil)
+
 // Scan returns the rows of ids in [lo, hi) in id order, over every partition: each
 // partition's rows come from its table (txnode.Table.Scan) where this node owns it, from its
 // storage node's durable rows (txnode.DurableTable.Scan) where it does not, and the

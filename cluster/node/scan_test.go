@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
 )
 
 // A cluster table scans like a plain table (issue 23 item 4): every partition's rows in id
@@ -64,3 +65,44 @@ func TestTableScanMergesPartitions(t *testing.T) {
 		t.Fatal("a row in an empty table")
 	}
 }
+
+// acct is the typed row of TestTypedClusterTable: a balance, as balanceRow lays it out.
+type acct struct{ balance uint64 }
+
+type acctCodec struct{}
+
+func (acctCodec) RowBytes() int                    { return 64 }
+func (acctCodec) MarshalRow(dst []byte, a *acct)   { copy(dst, balanceRow(a.balance)) }
+func (acctCodec) UnmarshalRow(src []byte, a *acct) { a.balance = balanceOf(src) }
+
+// A cluster table takes the typed API like a plain one (issue 23 item 4): txnode.TypedOf over
+// node.Table, its inserts, reads, updates and scans over every partition.
+func TestTypedClusterTable(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, _, ta, tb, accts := bankSetup(t, 3)
+	typed, err := txnode.TypedOf[acct](ta, acctCodec{})
+	require.NoError(t, err)
+	id, err := typed.Insert(ctx, &acct{balance: 5})
+	require.NoError(t, err)
+	require.NoError(t, typed.Update(ctx, id, func(a *acct) error { a.balance += 2; return nil }))
+	var got acct
+	require.NoError(t, typed.Get(ctx, id, &got))
+	require.Equal(t, uint64(7), got.balance)
+	require.NoError(t, typed.Get(ctx, accts[1][0], &got), "another owner's partition: its durable row")
+	require.EqualValues(t, initial, got.balance)
+	n := 0
+	for r, err := range typed.ScanAll(ctx) {
+		require.NoError(t, err)
+		if r.ID == id {
+			require.Equal(t, uint64(7), r.Value.balance)
+		}
+		n++
+	}
+	require.Equal(t, 7, n, "3 + 3 accounts and the new one")
+	_, err = txnode.TypedOf[acct](tb, wideCodec{})
+	require.ErrorIs(t, err, txnode.ErrRowSize)
+}
+
+type wideCodec struct{ acctCodec }
+
+func (wideCodec) RowBytes() int { return 128 }

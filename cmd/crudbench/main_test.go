@@ -107,8 +107,15 @@ func TestSmokeEmbedded(t *testing.T) {
 }
 
 func TestSmokeAsync(t *testing.T) {
-	rep, stdout := runCrudbench(t, "--async", "8", "--cache", "1MiB", "--sync", "none", "--bench-lines")
+	report := filepath.Join(t.TempDir(), "report.html")
+	rep, stdout := runCrudbench(t, "--async", "8", "--cache", "1MiB", "--sync", "none", "--bench-lines", "--report", report)
 	checkReport(t, rep, stdout, []string{"1MiB"})
+	html, err := os.ReadFile(report)
+	require.NoError(t, err, "--report writes the runs over time")
+	require.Equal(t, len(bench.Workloads), strings.Count(string(html), "<svg"), "a chart per run")
+	for _, r := range rep.Results {
+		require.NotEmpty(t, r.Series, "%s: its points in the JSON too", r.Workload)
+	}
 	require.Contains(t, stdout, "BenchmarkCRUD/", "--bench-lines adds the Go benchmark lines")
 	for _, r := range rep.Results {
 		// With sync none the log's fsyncs are id grants and checkpoints: no ops/sync figure.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/weftdb/weft/internal/latency"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -239,9 +240,12 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.metrics {
 		ch <- m.desc
 	}
+	ch <- histCommit
+	ch <- histWALSync
+	ch <- histReadMiss
 }
 
-// Collect reads the counters once and sends every metric.
+// Collect reads the counters once and sends every metric, then the latency histograms.
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	e := c.node.Engine()
 	if e == nil {
@@ -251,4 +255,34 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.metrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(&es, &ss))
 	}
+	lat := e.Latencies()
+	commit := c.node.CommitLatency()
+	for _, h := range []struct {
+		desc *prometheus.Desc
+		s    *latency.Snapshot
+	}{{histCommit, &commit}, {histWALSync, &lat.WALSync}, {histReadMiss, &lat.ReadMiss}} {
+		ch <- histogramMetric(h.desc, h.s)
+	}
+}
+
+// The latency histograms (internal/latency: power-of-two microsecond buckets).
+var (
+	histCommit = prometheus.NewDesc(metricPrefix+"commit_latency_seconds",
+		"Time of each acknowledged Commit, from its arrival to its acknowledgement (group commit and WAL sync included).", nil, nil)
+	histWALSync = prometheus.NewDesc(metricPrefix+"wal_fsync_seconds",
+		"Time of each fdatasync of the WAL.", nil, nil)
+	histReadMiss = prometheus.NewDesc(metricPrefix+"read_miss_seconds",
+		"Time of each page read from a data file (a disk page cache miss).", nil, nil)
+)
+
+// histogramMetric is s as a Prometheus histogram: cumulative counts under each finite bound,
+// the sum in seconds.
+func histogramMetric(desc *prometheus.Desc, s *latency.Snapshot) prometheus.Metric {
+	buckets := make(map[float64]uint64, latency.Buckets-1)
+	var cum uint64
+	for i := range latency.Buckets - 1 {
+		cum += s.Counts[i]
+		buckets[latency.Bound(i).Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(desc, s.Count(), s.Sum.Seconds(), buckets)
 }

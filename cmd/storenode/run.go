@@ -69,6 +69,7 @@ type config struct {
 	logFormat       string
 	version         bool
 	genSecret       bool
+	deriveOwner     string // --derive-owner-secret's owner id; empty when not given
 	seqGapWait      time.Duration
 	maxHandshakes   int
 	maxHsPerSource  int
@@ -119,6 +120,7 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
 	fs.BoolVar(&cfg.genSecret, "gen-secret", false, "print a new secret (hex of 32 random bytes) for --secret-file and exit")
+	fs.StringVar(&cfg.deriveOwner, "derive-owner-secret", "", "print the secret of this owner id (a game server's), derived from --secret-file's, and exit: it proves that owner id only")
 	cfg.maxQueued = server.DefaultMaxQueuedBytes
 	cfg.maxQueuedTotal = server.DefaultMaxQueuedBytesTotal
 	cfg.maxOutTotal = server.DefaultMaxOutboundBytesTotal
@@ -154,7 +156,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (*
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil || f.Name == "version" || f.Name == "gen-secret" {
+		if given[f.Name] || err != nil || f.Name == "version" || f.Name == "gen-secret" || f.Name == "derive-owner-secret" {
 			return
 		}
 		if v := getenv(envName(f.Name)); v != "" {
@@ -310,6 +312,23 @@ func readSecretFile(flag, name string) ([]byte, error) {
 	return b, nil
 }
 
+// deriveOwnerSecret reports the secret of --derive-owner-secret's owner id, derived from
+// --secret-file's clients' secret (sgio.DeriveOwnerSecret).
+func deriveOwnerSecret(cfg *config) (string, error) {
+	owner, err := strconv.ParseUint(cfg.deriveOwner, 10, 64)
+	if err != nil || owner == 0 {
+		return "", fmt.Errorf("--derive-owner-secret %q: want an owner id, a positive decimal integer", cfg.deriveOwner)
+	}
+	if cfg.secretFile == "" {
+		return "", errors.New("--derive-owner-secret needs --secret-file, the clients' secret it derives from")
+	}
+	clients, err := readSecretFile("secret-file", cfg.secretFile)
+	if err != nil {
+		return "", err
+	}
+	return sgio.DeriveOwnerSecret(clients, owner)
+}
+
 // newLogger builds the process's slog logger.
 func newLogger(cfg *config, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
@@ -378,6 +397,15 @@ func run(ctx context.Context, env runEnv) int {
 	}
 	if cfg.genSecret {
 		fmt.Fprintln(env.stdout, sgio.GenerateSecret())
+		return exitOK
+	}
+	if cfg.deriveOwner != "" {
+		secret, err := deriveOwnerSecret(cfg)
+		if err != nil {
+			fmt.Fprintln(env.stderr, "storenode:", err)
+			return exitUsage
+		}
+		fmt.Fprintln(env.stdout, secret)
 		return exitOK
 	}
 	logger, err := newLogger(cfg, env.stderr)

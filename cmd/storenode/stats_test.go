@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,13 +88,21 @@ func TestStatsTied(t *testing.T) {
 
 	engine, srv := storenode.StatDescs(), server.StatDescs()
 	require.Len(t, before, len(engine)+len(srv), "the wire carries exactly the tables' stats")
+	var hists []string // the latency histograms, beside the stats (latency.Histogram)
+	for name, typ := range types {
+		if typ == "histogram" {
+			hists = append(hists, name)
+		}
+	}
+	require.ElementsMatch(t, []string{"weft_commit_latency_seconds", "weft_wal_fsync_seconds", "weft_read_miss_seconds"}, hists)
 	ours := 0
 	for name := range metrics {
-		if len(name) > len(metricPrefix) && name[:len(metricPrefix)] == metricPrefix {
+		if strings.HasPrefix(name, metricPrefix) && !slices.ContainsFunc(hists, func(h string) bool { return strings.HasPrefix(name, h+"_") }) {
 			ours++
 		}
 	}
-	require.Equal(t, len(engine)+len(srv), ours, "/metrics carries exactly the tables' stats")
+	require.Equal(t, len(engine)+len(srv), ours, "/metrics carries exactly the tables' stats and the histograms")
+	require.Equal(t, float64(3), metrics["weft_commit_latency_seconds_count"], "the three commits")
 
 	for _, d := range engine {
 		v, ok := before[d.WireName()]

@@ -22,6 +22,9 @@ import (
 //     of session.handle, before its body is parsed or anything (a renewal, a queue, the
 //     engine) is touched; what a request may touch within an allowed type (another owner's
 //     table or transaction part) is checked where it is executed (roleMayDrop, TxnApply);
+//   - a client proves the clients' secret (the master: any owner id its Hello claims) or the
+//     derived secret of the owner id its Hello claims (sgio.DeriveOwnerKey: that owner id
+//     only, as no other id's key is derivable from it); a game server holds its owner's;
 //   - without any secret configured (loopback only) every session has every role, as before
 //     roles existed; a role whose secret is not configured is nobody's, but that of clients
 //     when Secret alone is empty (loopback only: clients then prove the empty key).
@@ -62,7 +65,7 @@ var roleTable = [0x80]role{
 	sgio.TypeStats: rolesAll,
 
 	// A client's own tables: the catalog, ownership and ids, reads and commits. A drop of a
-	// table another owner holds (or last held) is an operator's (roleMayDrop).
+	// table another owner ever held here is an operator's (mayDrop).
 	sgio.TypeCreateTable:        roleClient | roleOperator,
 	sgio.TypeOpenTable:          roleClient | roleOperator,
 	sgio.TypeListTables:         roleClient | roleOperator,
@@ -139,21 +142,41 @@ func roleKeys(c *Config) ([]roleKey, error) {
 	return keys, nil
 }
 
+// clientsKey reports the key of the clients' secret, from which the owners' keys derive
+// (sgio.DeriveOwnerKey): nil when Secret is not configured (no owner keys then).
+func clientsKey(keys []roleKey) []byte {
+	for _, k := range keys {
+		if k.role == roleClient && k.key != nil {
+			return k.key
+		}
+	}
+	return nil
+}
+
 // authRole reports the roles and the key of the secret that makes proof the client's proof
 // for these nonces and transcript, or an error wrapping sgio.ErrAuthFailed when none does.
-// Every key is tried (at most three HMACs), so the time taken does not say which matched.
-func (s *Server) authRole(serverNonce, clientNonce [sgio.NonceSize]byte, transcript [sgio.TranscriptSize]byte, proof [sgio.ProofSize]byte) (role, []byte, error) {
-	var r role
-	var key []byte
+// bound reports that the key is owner's derived key (sgio.DeriveOwnerKey: owner is the owner
+// id the Hello claims), whose session is a client of that owner id only; its key is written
+// into ownerKey, the session's. Every key is tried (at most three HMACs, and two more for
+// the owner's key when the clients' secret is configured: its derivation and its proof), so
+// the time taken does not say which matched.
+func (s *Server) authRole(owner uint64, ownerKey *[sgio.OwnerKeySize]byte, serverNonce, clientNonce [sgio.NonceSize]byte,
+	transcript [sgio.TranscriptSize]byte, proof [sgio.ProofSize]byte) (r role, key []byte, bound bool, err error) {
 	for _, k := range s.keys {
 		if sgio.ProofEqual(sgio.ClientProof(k.key, serverNonce, clientNonce, transcript), proof) && r == 0 {
 			r, key = k.role, k.key
 		}
 	}
-	if r == 0 {
-		return 0, nil, fmt.Errorf("sgio: client proof mismatch (wrong secret): %w", sgio.ErrAuthFailed)
+	if s.clientsKey != nil {
+		*ownerKey = sgio.DeriveOwnerKey(s.clientsKey, owner)
+		if sgio.ProofEqual(sgio.ClientProof(ownerKey[:], serverNonce, clientNonce, transcript), proof) && r == 0 {
+			r, key, bound = roleClient, ownerKey[:], true
+		}
 	}
-	return r, key, nil
+	if r == 0 {
+		return 0, nil, false, fmt.Errorf("sgio: client proof mismatch (wrong secret): %w", sgio.ErrAuthFailed)
+	}
+	return r, key, bound, nil
 }
 
 // forbid answers a request outside the session's roles with sgio.ErrForbidden and counts it;
@@ -166,15 +189,17 @@ func (s *session) forbid(f sgio.Frame) {
 }
 
 // mayDrop reports nil when the session may drop table name: an operator any table, a client
-// a table that no other owner holds or last held here (the engine then applies its own
-// rules: a live lease, etcd's map). A table that does not exist is the engine's to report.
+// a table no other owner ever held here (Engine.TableOnlyHeldBy: never granted, or the
+// client holds or last held its first grant), so that a client that acquires another
+// owner's released table cannot then drop it (the engine then applies its own rules: a live
+// lease, etcd's map). A table that does not exist is the engine's to report.
 func (s *session) mayDrop(name string) error {
 	if s.role&roleOperator != 0 {
 		return nil
 	}
-	holder, err := s.srv.eng.TableHolder(name)
-	if err != nil || holder == 0 || holder == s.owner {
+	only, err := s.srv.eng.TableOnlyHeldBy(name, s.owner)
+	if err != nil || only {
 		return nil
 	}
-	return fmt.Errorf("storenode: table %q is held by another owner: dropping it is an operator's request: %w", name, sgio.ErrForbidden)
+	return fmt.Errorf("storenode: table %q was held by another owner (or granted more than once): dropping it is an operator's request: %w", name, sgio.ErrForbidden)
 }

@@ -113,6 +113,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/weftdb/weft/internal/latency"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -381,6 +382,7 @@ type Server struct {
 	ownsEngine bool
 	hello      sgio.HelloReply // limits and mode; the nonce is per session
 	keys       []roleKey       // the HMAC keys of the configured secrets, each with its roles (roles.go)
+	clientsKey []byte          // the clients' key, which the owners' keys derive from; nil when Secret is not set
 	leaseNanos int64
 	adm        admission    // guarded by mu
 	logLimit   logLimiter   // rate of refusal logs
@@ -406,12 +408,15 @@ type Server struct {
 	done         chan struct{}  // closed when Shutdown finished
 	stopErr      error
 
-	conns     atomic.Int64 // sessions held, rejected ones included
-	requests  inflightTracker
-	workers   sync.WaitGroup // goroutines that call the engine for requests
-	rowBytes  sync.Map       // table id -> row size (ids are never reused)
-	counters  serverCounters
-	closeHook func(*session) // tests: runs after a session's connection closed
+	conns    atomic.Int64 // sessions held, rejected ones included
+	requests inflightTracker
+	workers  sync.WaitGroup // goroutines that call the engine for requests
+	rowBytes sync.Map       // table id -> row size (ids are never reused)
+	counters serverCounters
+	// commitLatency records each acknowledged Commit's time from its arrival on the event
+	// loop to its acknowledgement (CommitLatency).
+	commitLatency latency.Histogram
+	closeHook     func(*session) // tests: runs after a session's connection closed
 }
 
 // New checks cfg and returns a server that is not yet listening. It opens nothing:
@@ -426,12 +431,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:      cfg,
-		keys:     keys,
-		log:      cfg.Logger,
-		eng:      cfg.Engine,
-		sessions: make(map[*session]struct{}),
-		done:     make(chan struct{}),
+		cfg:        cfg,
+		keys:       keys,
+		clientsKey: clientsKey(keys),
+		log:        cfg.Logger,
+		eng:        cfg.Engine,
+		sessions:   make(map[*session]struct{}),
+		done:       make(chan struct{}),
 	}
 	if s.eng != nil {
 		s.configure()
@@ -719,6 +725,11 @@ type serverCounters struct {
 	evictions, acceptErrors     atomic.Uint64
 	outboundPauses              atomic.Uint64
 }
+
+// CommitLatency returns the histogram of acknowledged Commits' times, from a request's
+// arrival on the event loop to its acknowledgement (the engine's group commit and WAL sync
+// included). Any goroutine.
+func (s *Server) CommitLatency() latency.Snapshot { return s.commitLatency.Snapshot() }
 
 // Stats reports the server's counters.
 func (s *Server) Stats() Stats {

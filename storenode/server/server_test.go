@@ -52,6 +52,18 @@ var (
 func asPeer(cfg *sgio.ClientConfig)     { cfg.Secret = srvPeerSecret }
 func asOperator(cfg *sgio.ClientConfig) { cfg.Secret = srvOperatorSecret }
 
+// asOwner dials with owner's derived secret (sgio.DeriveOwnerSecret of srvSecret), as a game
+// server given only its own owner's secret.
+func asOwner(owner uint64) func(*sgio.ClientConfig) {
+	return func(cfg *sgio.ClientConfig) {
+		secret, err := sgio.DeriveOwnerSecret(srvSecret, owner)
+		if err != nil {
+			panic(err)
+		}
+		cfg.Secret = []byte(secret)
+	}
+}
+
 // srvEnv is one running server of a test.
 type srvEnv struct {
 	t     testing.TB

@@ -50,8 +50,10 @@ type session struct {
 
 	// The loop's own fields.
 	state       sessionState
-	role        role   // the roles of the secret that verified the client's proof (roles.go)
-	key         []byte // that secret's HMAC key: the server's proof is made with it
+	role        role                    // the roles of the secret that verified the client's proof (roles.go)
+	key         []byte                  // that secret's HMAC key: the server's proof is made with it
+	ownerKey    [sgio.OwnerKeySize]byte // the owner id's derived key (authRole); key when the session proved it
+	ownerBound  bool                    // the session proved its owner id's derived key, not the clients' secret
 	owner       uint64
 	incarnation storenode.Incarnation // the Hello's; the owner id is claimed with it once authenticated
 	name        string
@@ -561,7 +563,7 @@ func (s *session) auth(f sgio.Frame) bool {
 		s.srv.counters.rejectedFrames.Add(1)
 		return !s.reject(f.ID, err, "bad Auth")
 	}
-	r, key, err := s.srv.authRole(s.serverNonce, s.clientNonce, s.transcript, a.Proof)
+	r, key, bound, err := s.srv.authRole(s.owner, &s.ownerKey, s.serverNonce, s.clientNonce, s.transcript, a.Proof)
 	if err != nil {
 		s.srv.counters.authFailures.Add(1)
 		s.state = stateFailed
@@ -583,7 +585,7 @@ func (s *session) auth(f sgio.Frame) bool {
 	if err := s.claimOwner(); err != nil {
 		return !s.reject(f.ID, err, "owner id in use")
 	}
-	s.state, s.role, s.key = stateOpen, r, key
+	s.state, s.role, s.key, s.ownerBound = stateOpen, r, key, bound
 	s.authed.Store(true)
 	s.srv.authenticated(s)
 	s.mu.Lock()
@@ -594,7 +596,7 @@ func (s *session) auth(f sgio.Frame) bool {
 		s.idleTimer = time.AfterFunc(idle, s.idleCheck)
 	}
 	s.mu.Unlock()
-	s.logger().Debug("storenode: session open", "name", s.name)
+	s.logger().Debug("storenode: session open", "name", s.name, "role", s.role, "ownerBound", s.ownerBound)
 	s.replyLoop(f.ID, &sgio.AuthOK{Proof: sgio.ServerProof(s.key, s.clientNonce, s.serverNonce, s.transcript)})
 	return true
 }
@@ -730,7 +732,15 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 	case *sgio.Ping:
 		return &sgio.Pong{}, nil, nil
 	case *sgio.CreateTable:
-		ti, err := e.CreateTable(m.Name, int(m.RowBytes))
+		// A client's tables are bounded per owner (MaxTablesPerOwner), an operator's by
+		// MaxTables alone.
+		var ti storenode.TableInfo
+		var err error
+		if s.role&roleOperator != 0 {
+			ti, err = e.CreateTable(m.Name, int(m.RowBytes))
+		} else {
+			ti, err = e.CreateTableAs(m.Name, int(m.RowBytes), s.owner)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -739,8 +749,14 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		if err := s.mayCreateCluster(m); err != nil {
 			return nil, nil, err
 		}
-		ti, err := e.CreateClusterTable(m.Name, int(m.RowBytes), storenode.ClusterLayout{
-			Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition})
+		l := storenode.ClusterLayout{Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition}
+		var ti storenode.TableInfo
+		var err error
+		if s.role&roleOperator != 0 {
+			ti, err = e.CreateClusterTable(m.Name, int(m.RowBytes), l)
+		} else {
+			ti, err = e.CreateClusterTableAs(m.Name, int(m.RowBytes), l, s.owner)
+		}
 		if err != nil {
 			return nil, nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -29,6 +30,7 @@ type commitRequest struct {
 	id   uint64
 	seq  uint64
 	body *[]byte
+	at   time.Time // arrival on the event loop: the commit latency's start
 }
 
 // commit queues a Commit for the connection's commit goroutine, which submits the
@@ -60,7 +62,7 @@ func (s *session) commit(f sgio.Frame) {
 	body := getCommitBody(len(f.Body))
 	copy(*body, f.Body)
 	s.mu.Lock()
-	s.commits = append(s.commits, commitRequest{id: f.ID, seq: v.Seq, body: body})
+	s.commits = append(s.commits, commitRequest{id: f.ID, seq: v.Seq, body: body, at: time.Now()})
 	if !s.committing {
 		// Started at the end of the turn (startCommits), so that the goroutine takes all of
 		// the turn's commits at once.
@@ -155,7 +157,7 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 		b.Segments = append(b.Segments, storenode.Segment{Table: seg.Table,
 			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
 	}
-	a := getCommitAck(s, req.id, v.Seq)
+	a := getCommitAck(s, req.id, v.Seq, req.at)
 	s.srv.eng.Commit(b, a.done)
 	clear(b.Segments) // drop the references to the body's rows
 	b.Body = nil
@@ -167,19 +169,20 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 type commitAck struct {
 	s    *session
 	id   uint64
+	at   time.Time // the request's arrival: the commit latency's start
 	ack  sgio.CommitAck
 	done func(lsn uint64, err error)
 }
 
 var commitAcks sync.Pool // *commitAck
 
-func getCommitAck(s *session, id, seq uint64) *commitAck {
+func getCommitAck(s *session, id, seq uint64, at time.Time) *commitAck {
 	a, _ := commitAcks.Get().(*commitAck)
 	if a == nil {
 		a = &commitAck{}
 		a.done = a.finish
 	}
-	a.s, a.id, a.ack = s, id, sgio.CommitAck{Seq: seq}
+	a.s, a.id, a.at, a.ack = s, id, at, sgio.CommitAck{Seq: seq}
 	return a
 }
 
@@ -190,6 +193,7 @@ func (a *commitAck) finish(lsn uint64, err error) {
 		a.s.replyError(a.id, err, true)
 	} else {
 		a.ack.LSN = lsn
+		a.s.srv.commitLatency.Since(a.at)
 		a.s.reply(a.id, &a.ack, nil, true)
 	}
 	*a = commitAck{done: a.done}

@@ -3,6 +3,8 @@ package wal
 import (
 	"fmt"
 	"time"
+
+	"github.com/weftdb/weft/internal/latency"
 )
 
 // SyncMode says when the writer fdatasyncs a segment file.
@@ -81,6 +83,9 @@ type Options struct {
 	// GatherWait bounds a gather's wait; zero means half the duration of the previous
 	// fdatasync, at most DefaultGatherWaitMax.
 	GatherWait time.Duration
+	// SyncLatency, when set, records the time of every fdatasync of a segment file (the
+	// storage node's weft_wal_fsync_seconds histogram).
+	SyncLatency *latency.Histogram
 
 	// noPreallocate turns off File.Allocate of the active segment (preallocate); benchmarks
 	// compare both.

@@ -265,8 +265,12 @@ func assembleRecord(rec []byte, base int, refs []ref) []byte {
 
 // syncFile fdatasyncs the active segment and advances syncedThrough.
 func (w *WAL) syncFile() error {
+	start := time.Now()
 	if err := w.file.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", w.fileName(), err)
+	}
+	if w.opts.SyncLatency != nil {
+		w.opts.SyncLatency.Since(start)
 	}
 	w.syncs.Add(1)
 	w.syncedThrough.Store(w.writtenLSN)

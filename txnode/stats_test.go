@@ -1,0 +1,33 @@
+package txnode
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The game side's commit latency percentiles (issue 23 item 8): none before a write commits,
+// then ordered estimates of the commits made; reads do not count.
+func TestStatsCommitPercentiles(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer db.Close(ctx)
+	tb, err := db.CreateTable(ctx, "t", 64)
+	require.NoError(t, err)
+	s := db.Stats()
+	require.Zero(t, s.CommitP50)
+	require.Zero(t, s.CommitP999)
+	id, err := tb.Insert(ctx, make([]byte, 64))
+	require.NoError(t, err)
+	for range 20 {
+		require.NoError(t, tb.Update(ctx, id, func(r []byte) error { r[0]++; return nil }))
+	}
+	require.NoError(t, tb.Get(ctx, id, make([]byte, 64)))
+	s = db.Stats()
+	require.Positive(t, s.CommitP50)
+	require.LessOrEqual(t, s.CommitP50, s.CommitP99)
+	require.LessOrEqual(t, s.CommitP99, s.CommitP999)
+	require.Equal(t, uint64(21), db.stats.commitLat.Snapshot().Count(), "the insert and the 20 updates")
+}
