@@ -177,8 +177,16 @@ func (e *Engine) Tables() []TableInfo {
 // for etcd, with no lock held: any goroutine but an event loop. A move's retired copy is
 // anyone's to drop, unless etcd's map places its partition on this node (verifyRetiredDrop).
 // A storage node with no GrantVerifier (no etcd: no grant can be registered) drops a
-// cluster table as a local one.
+// cluster table as a local one. An operator drops a cluster table the map does not place
+// here with DropMisplacedTable.
 func (e *Engine) DropTable(name string, owner uint64) error {
+	return e.dropTable(name, owner, nil)
+}
+
+// dropTable is DropTable; misplaced, when not nil, is the table DropMisplacedTable found
+// etcd's map does not place here (no move state, no move of it recorded): dropped as a
+// retired copy is, if it is still name's and still has no move state.
+func (e *Engine) dropTable(name string, owner uint64, misplaced *table) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
@@ -187,6 +195,9 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	t, ok := e.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	if misplaced != nil && (t != misplaced || e.moveOf(t) != nil) {
+		return fmt.Errorf("%w: cluster table %q changed while the drop asked etcd", ErrTableOwned, name)
 	}
 	// A retired copy of a move serves nothing and never will: anyone drops it (unless the
 	// map places it here, below). An incoming copy is not one: from the switch until its
@@ -212,7 +223,7 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 		}
 		moveCopy = stateOf(e.moveOf(t)) == MoveRetired
 	}
-	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil && !moveCopy {
+	if t.cluster.IsCluster() && e.opts.GrantVerifier != nil && !moveCopy && misplaced == nil {
 		// A cluster table has no lease here (its grants are etcd's): its registered holder
 		// drops it while its etcd grant is current, anyone once etcd's map no longer has
 		// the table. etcd is asked with no lock held; a grant registered meanwhile (the
@@ -245,7 +256,7 @@ func (e *Engine) DropTable(name string, owner uint64) error {
 	// The check and the mark under one leaseMu: a renewal (which takes no mu) after it is
 	// refused, so no holder is told its lease is live while the table goes.
 	e.leaseMu.Lock()
-	live := e.liveHolder(t, owner) && !moveCopy
+	live := e.liveHolder(t, owner) && !moveCopy && misplaced == nil
 	t.dropping = !live
 	e.leaseMu.Unlock()
 	if live {

@@ -32,6 +32,8 @@
 //	txn_guard.go   the primary decides only a part it holds prepared, by its owner
 //	txn_quota.go   per-owner bounds on prepared parts; the checkpoint's carry of them in chunks
 //	txn_doubt.go   parts in doubt past TxnInDoubtAfter: listed, aborted by an operator
+//	txn_decisions.go  per-owner bounds on kept decisions; those kept past TxnInDoubtAfter listed
+//	txn_lease.go   a Decide's lease check: a verification slot, shared by the Decides of a lease
 //	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers

@@ -107,13 +107,18 @@ type Engine struct {
 	// commit given way, its coordinator trusting the abort). Guarded by mu.
 	txnForgotLost time.Time
 	txnLocks      map[uint64]uint64 // frameKey -> slots of prepared rows
-	txnKick       chan struct{}
-	txnBytes      int64 // the prepare records the prepared parts hold
+	// txnTables counts, per table id, the segments of prepared parts that write it (no
+	// entry for none): tableLocked is one map read, whatever the parts hold.
+	txnTables map[uint32]int
+	txnKick   chan struct{}
+	txnBytes  int64 // the prepare records the prepared parts hold
 	// txnOwners is, per owner with a prepared part, its prepared parts and their bytes
 	// (txn_quota.go); txnCarry the running checkpoint's carry of the parts (txn_quota.go).
-	txnOwners   map[uint64]txnOwnerUse
-	txnCarry    txnCarry
-	txnPrepared int // the parts prepared, decision not applied (MaxTxns bounds them)
+	txnOwners map[uint64]txnOwnerUse
+	// txnDecisionOwners counts the kept decisions of each owner (txn_decisions.go).
+	txnDecisionOwners map[uint64]int
+	txnCarry          txnCarry
+	txnPrepared       int // the parts prepared, decision not applied (MaxTxns bounds them)
 	// txnReplayed holds the parts replay rebuilt that are not forgotten yet, and
 	// txnReplayedAt when the engine opened: the resolver logs once when they are settled
 	// (txn_forget.go). Guarded by mu.
@@ -122,6 +127,10 @@ type Engine struct {
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
 	resolveCancel context.CancelFunc
+	// txnBackoff is, per primary whose last resolver run failed, when the resolver next
+	// calls it (txn_resolve.go); txnPass counts the passes (its pruning). Guarded by mu.
+	txnBackoff map[string]*txnBackoff
+	txnPass    uint64
 	// replayForce lets replay's frame reservations pass the cache budget instead of
 	// checkpointing while a txn is live (txn.go).
 	replayForce bool
@@ -179,6 +188,7 @@ type Engine struct {
 	// verifyConns those of each connection (verify_slots.go).
 	verifySlots chan struct{}
 	verifyConns verifyConns
+	leaseChecks leaseChecks // the Decides' lease checks running (txn_lease.go)
 	// moveSelf is the address the partition map names this node by, as the last verified
 	// move step gave it (move_verify.go); nil until one did.
 	moveSelf atomic.Pointer[string]
@@ -299,7 +309,9 @@ func Open(opts Options) (*Engine, error) {
 	e.leaseSeqs = make(map[uint64]uint64)
 	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
 	e.txnAborted = make(map[TxnID]time.Time)
+	e.txnTables = make(map[uint32]int)
 	e.txnOwners = make(map[uint64]txnOwnerUse)
+	e.txnDecisionOwners = make(map[uint64]int)
 	e.txnForgot = make(map[TxnID]txnForgotten)
 	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)

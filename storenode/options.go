@@ -147,8 +147,10 @@ type Options struct {
 	TxnCallTimeout time.Duration
 	// TxnResolvePrimariesMax bounds how many primaries one resolver pass calls at once (each
 	// primary's transactions are asked about one after another, distinct primaries
-	// concurrently, so N unreachable primaries cost one TxnCallTimeout, not N); 0: 16. Keep
-	// it at most the TxnPeer's connection bound (server.PeerConfig.PeersMax, 64).
+	// concurrently, so N unreachable primaries cost one TxnCallTimeout, not N; a primary
+	// that failed backs off, and a pass retries at most half of this many of them:
+	// txn_resolve.go); 0: 16. Keep it at most the TxnPeer's connection bound
+	// (server.PeerConfig.PeersMax, 64).
 	TxnResolvePrimariesMax int
 	// MaxTxns bounds the prepared transactions (not the applied ones waiting to report to
 	// their primary: those at 16 x MaxTxns), and separately the kept decisions; beyond,
@@ -162,6 +164,7 @@ type Options struct {
 	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
 	MaxTxnBytes int64
 	// MaxTxnsPerOwner bounds the transactions one owner holds prepared here, and
+	// separately the decisions kept here for its parts (txn_decisions.go), and
 	// MaxTxnBytesPerOwner the bytes of their prepared batches; beyond, that owner's
 	// PrepareTxn fails with ErrTxnBusy while other owners still prepare (an owner whose
 	// transactions' primary is unreachable cannot take the whole of MaxTxns or MaxTxnBytes).

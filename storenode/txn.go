@@ -5,9 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -135,6 +132,9 @@ type txnDecision struct {
 	reported uint64
 	lsn      uint64 // of the decide record: answer only once durable
 	at       time.Time
+	// owner is the owner of the primary's prepared part the decision was recorded for,
+	// counted in txnDecisionOwners (txn_decisions.go); 0: unknown, not counted.
+	owner uint64
 }
 
 // allReported reports whether participants 0..count-1 all reported; never with count 0
@@ -299,6 +299,7 @@ func (e *Engine) installPart(p *txnPart) {
 	for i := range p.batch.Segments {
 		s := &p.batch.Segments[i]
 		e.txnLocks[frameKey(s.Table, s.Page)] |= s.Data | s.Clear
+		e.txnTables[s.Table]++
 	}
 }
 
@@ -311,6 +312,9 @@ func (e *Engine) unlockPart(p *txnPart) {
 			e.txnLocks[k] = m
 		} else {
 			delete(e.txnLocks, k)
+		}
+		if e.txnTables[s.Table]--; e.txnTables[s.Table] <= 0 {
+			delete(e.txnTables, s.Table)
 		}
 	}
 }
@@ -330,16 +334,12 @@ func (e *Engine) checkTxnLocks(segs []Segment) error {
 	return nil
 }
 
-// tableLocked reports whether a prepared transaction writes table id. Caller holds mu.
+// tableLocked reports whether a prepared transaction writes table id: O(1), a count kept
+// by installPart and unlockPart (an Acquire of another owner's table asks it under mu).
+// Caller holds mu.
 func (e *Engine) tableLocked(id uint32) bool {
-	for _, p := range e.txnParts {
-		for i := range p.batch.Segments {
-			if p.batch.Segments[i].Table == id {
-				return true
-			}
-		}
-	}
-	return false
+	e.txnVisited++ // one entry read (tests)
+	return e.txnTables[id] > 0
 }
 
 // DecideTxn records the decision d of transaction id at this node, its primary: a
@@ -395,8 +395,8 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	}
 	var checked time.Time
 	if d == DecisionCommit && e.opts.LeaseChecker != nil {
-		checked = e.opts.Now()
-		alive, err := e.opts.LeaseChecker.LeaseAlive(ctx, lease)
+		alive, at, err := e.checkDecideLease(ctx, owner.conn, lease) // slots, shared (txn_lease.go)
+		checked = at
 		if err != nil {
 			return DecisionNone, fmt.Errorf("storenode: decide %v: lease %d: %w", id, lease, err)
 		}
@@ -418,7 +418,7 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 		e.mu.Unlock()
 		return g.answer(asked, d, err)
 	}
-	rec, err := e.decideLocked(id, lease, d, count)
+	rec, err := e.decideLocked(id, lease, d, count, !owner.any) // a session's Decide: bounded per owner
 	e.mu.Unlock()
 	if err != nil {
 		return DecisionNone, err
@@ -439,8 +439,9 @@ func (e *Engine) answerDecision(id TxnID, asked Decision, rec txnDecision) (Deci
 
 // decideLocked is the compare-and-set: it returns the recorded decision (a copy), logging d
 // if none was. A recorded decision other than d is returned as is; the caller names it.
+// A new decision of a Decide (quota) is refused past its owner's bound (txn_decisions.go).
 // Caller holds mu.
-func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txnDecision, error) {
+func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int, quota bool) (txnDecision, error) {
 	if err := e.usable(); err != nil {
 		return txnDecision{}, err
 	}
@@ -457,12 +458,19 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int) (txn
 	if len(e.txnDecisions) >= e.opts.MaxTxns {
 		return txnDecision{}, fmt.Errorf("%w: %d decisions kept", ErrTxnBusy, len(e.txnDecisions))
 	}
+	owner := e.decisionOwner(id)
+	if quota {
+		if err := e.checkDecisionQuota(owner); err != nil {
+			return txnDecision{}, err
+		}
+	}
 	e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d, uint16(count), lease, 0)
 	lsn, err := e.appendRecord(kindTxnDecide, e.scratch, true, noAck)
 	if err != nil {
 		return txnDecision{}, err
 	}
 	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
+	e.countDecision(rec, owner)
 	e.txnDecisions[id] = rec
 	e.queueAbort(id, rec)
 	e.startResolver()
@@ -501,7 +509,7 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 			return DecisionNone, nil
 		}
 		e.mu.Lock()
-		got, err = e.decideLocked(id, lease, DecisionAbort, 0)
+		got, err = e.decideLocked(id, lease, DecisionAbort, 0, false)
 		e.mu.Unlock()
 		if err != nil {
 			return DecisionNone, err
@@ -587,6 +595,7 @@ type txnForgotEntry struct {
 // cannot trust an abort (docs/cluster.md, "What the coordinator must do"). Caller holds mu.
 func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
 	delete(e.txnDecisions, id)
+	e.countDecision(rec, 0)
 	now := e.opts.Now()
 	e.expireForgotten(now)
 	if len(e.txnForgotQ) >= e.opts.TxnForgetMax {
@@ -841,159 +850,8 @@ func (e *Engine) TxnCounts() (parts, decisions int) {
 	return len(e.txnParts), len(e.txnDecisions)
 }
 
-// txnTask is one resolver step for a part: ask the primary (prepared) or report (applied).
-type txnTask struct {
-	id      TxnID
-	lease   int64
-	primary string
-	index   uint16
-	applied Decision
-	done    bool // reported: the part is forgotten at the pass's end (forgetReported)
-}
-
 // txnSegmentsMax bounds a prepared batch's segments: reserveFrames' bound of one batch.
 const txnSegmentsMax = 1 << 16
-
-// txnTasksMax bounds one resolver pass.
-const txnTasksMax = 256
-
-// ResolveTxns runs one resolver pass: for every part prepared for at least
-// Options.TxnResolveAfter (engine clock), ask its primary and apply the answer; for every
-// applied part, report to its primary and forget it once the primary acknowledged. Each call
-// to a primary is bounded by Options.TxnCallTimeout and ctx; no lock is held across it. One
-// primary's tasks run one after another, stopping at its first failure (it is skipped for the
-// rest of the pass); distinct primaries run concurrently on goroutines of the pass, at most
-// Options.TxnResolvePrimariesMax at once, all ended with ctx. It returns ctx's error if ctx
-// ended, else the first primary's error in address order (the pass goes on past it). The
-// background loop calls it every Options.TxnResolveInterval; tests call it directly.
-func (e *Engine) ResolveTxns(ctx context.Context) error {
-	e.mu.Lock()
-	if err := e.usable(); err != nil {
-		e.mu.Unlock()
-		return err
-	}
-	now := e.opts.Now()
-	var tasks []txnTask
-	for _, p := range e.txnParts {
-		if len(tasks) == txnTasksMax {
-			break
-		}
-		if p.decision == DecisionNone && now.Sub(p.at) < e.opts.TxnResolveAfter {
-			continue
-		}
-		if p.decision != DecisionNone && p.lsn > e.durableThrough() {
-			// Applied, the apply record not synced yet (ApplyTxn waits for it): a report now
-			// could let the primary forget a decision a crash would make this part ask for.
-			continue
-		}
-		tasks = append(tasks, txnTask{id: p.id, lease: p.lease, primary: p.primary, index: p.index, applied: p.decision})
-	}
-	e.sweepTxnDecisions()
-	e.mu.Unlock()
-	if len(tasks) == 0 {
-		return nil
-	}
-	// By primary, in the order first met: each primary's tasks run one after another, and
-	// a primary that failed is skipped for the rest of the pass (its run stops); distinct
-	// primaries run concurrently, at most TxnResolvePrimariesMax at once, so N unreachable
-	// primaries cost one TxnCallTimeout, not N.
-	slices.SortStableFunc(tasks, func(a, b txnTask) int { return strings.Compare(a.primary, b.primary) })
-	var runs [][]txnTask
-	for i := 0; i < len(tasks); {
-		j := i + 1
-		for j < len(tasks) && tasks[j].primary == tasks[i].primary {
-			j++
-		}
-		runs = append(runs, tasks[i:j])
-		i = j
-	}
-	errs := make([]error, len(runs))
-	if len(runs) == 1 {
-		errs[0] = e.resolveRun(ctx, runs[0])
-	} else {
-		slots := make(chan struct{}, e.opts.TxnResolvePrimariesMax)
-		var wg sync.WaitGroup
-	start:
-		for i, run := range runs {
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				break start
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				errs[i] = e.resolveRun(ctx, run)
-			}()
-		}
-		wg.Wait()
-	}
-	if e.forgetReported(tasks) > 0 && len(tasks) == txnTasksMax {
-		e.kickResolver() // a backlog (a restart's, a burst): the next pass now, not in a second
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// resolveRun resolves the tasks of one primary, one after another, until one fails (the
-// primary is skipped for the rest of the pass) or ctx ends; it returns that error.
-func (e *Engine) resolveRun(ctx context.Context, run []txnTask) error {
-	for i := range run {
-		t := &run[i]
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := e.resolveOne(ctx, t); err != nil {
-			return fmt.Errorf("storenode: resolve %v: %w", t.id, err)
-		}
-	}
-	return nil
-}
-
-func (e *Engine) resolveOne(ctx context.Context, t *txnTask) error {
-	ctx, cancel := context.WithTimeout(ctx, e.opts.TxnCallTimeout)
-	defer cancel()
-	if t.applied == DecisionNone {
-		var d Decision
-		var err error
-		if t.primary == "" {
-			d, err = e.AskTxn(ctx, t.id, t.lease)
-		} else if e.opts.TxnPeer != nil {
-			d, err = e.opts.TxnPeer.AskTxn(ctx, t.primary, t.id, t.lease)
-		} else {
-			return fmt.Errorf("storenode: no TxnPeer to reach the primary %s", t.primary)
-		}
-		if err != nil || d == DecisionNone {
-			return err
-		}
-		if err := e.ApplyTxn(t.id, d); err != nil {
-			return err
-		}
-		e.stats.txnResolved.Add(1)
-		t.applied = d
-	}
-	var err error
-	if t.primary == "" {
-		err = e.ReportTxn(t.id, t.index)
-	} else if e.opts.TxnPeer != nil {
-		err = e.opts.TxnPeer.ReportTxn(ctx, t.primary, t.id, t.index)
-	} else {
-		err = fmt.Errorf("storenode: no TxnPeer to reach the primary %s", t.primary)
-	}
-	if err != nil {
-		return err
-	}
-	t.done = true
-	return nil
-}
 
 // startResolver starts the resolver loop, once, when the engine first keeps a transaction
 // (an engine that never sees one runs no resolver). Caller holds mu, with the engine open.
@@ -1110,6 +968,9 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		p := &txnPart{id: pr.id, lease: pr.lease, primary: pr.primary, index: pr.index, hash: c.hash, lsn: lsn, at: e.opts.Now(), rec: rec,
 			batch: Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
 		e.installPart(p)
+		if d := e.txnDecisions[pr.id]; d != nil && d.owner == 0 && p.primary == "" {
+			e.countDecision(d, c.owner) // the decision was carried before its part
+		}
 		if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
 			e.owner(c.owner).applied(c.seq, lsn, c.hash)
 		}
@@ -1150,10 +1011,12 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			// once its memory of it expired too, recorded id's decision afresh: the later
 			// record replaces it, as it did there.
 			delete(e.txnDecisions, id)
+			e.countDecision(rec, 0)
 			rec = nil
 		}
 		if rec == nil {
 			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
+			e.countDecision(rec, e.decisionOwner(id))
 			e.txnDecisions[id] = rec
 			e.queueAbort(id, rec)
 		}

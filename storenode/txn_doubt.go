@@ -31,6 +31,11 @@ type TxnInDoubt struct {
 	Table   uint32 // the first table it writes
 	Age     time.Duration
 	Primary string // the primary's host:port; empty: this node
+	// Decision is, for a decision this node keeps as primary (not a part), the decision:
+	// kept for TxnInDoubtAfter, some participant not reported (txn_decisions.go). Owner is
+	// then its part's owner (0: unknown), Table 0, Primary empty. AbortInDoubt refuses it:
+	// a commit is never forgotten here (a participant may still ask for it).
+	Decision Decision
 }
 
 // txnInDoubtLocked returns p as in doubt at now, or false. Caller holds mu.
@@ -46,9 +51,10 @@ func (e *Engine) txnInDoubtLocked(p *txnPart, now time.Time) (TxnInDoubt, bool) 
 	return d, true
 }
 
-// TxnsInDoubt lists the parts prepared here for at least Options.TxnInDoubtAfter, the oldest
-// first, at most max of them (max <= 0: all, at most Options.MaxTxns), and how many there are.
-// Any goroutine may call it; the slice is the caller's.
+// TxnsInDoubt lists the parts prepared here for at least Options.TxnInDoubtAfter, and the
+// decisions kept here that long waiting for a participant's report (TxnInDoubt.Decision),
+// the oldest first, at most max of them (max <= 0: all, at most 2 x Options.MaxTxns), and
+// how many there are. Any goroutine may call it; the slice is the caller's.
 func (e *Engine) TxnsInDoubt(max int) ([]TxnInDoubt, int) {
 	e.mu.Lock()
 	now := e.opts.Now()
@@ -56,6 +62,11 @@ func (e *Engine) TxnsInDoubt(max int) ([]TxnInDoubt, int) {
 	for _, p := range e.txnParts {
 		if d, ok := e.txnInDoubtLocked(p, now); ok {
 			out = append(out, d)
+		}
+	}
+	for id, d := range e.txnDecisions {
+		if age := now.Sub(d.at); age >= e.opts.TxnInDoubtAfter && !d.allReported() {
+			out = append(out, TxnInDoubt{ID: id, Owner: d.owner, Lease: d.lease, Age: age, Decision: d.d})
 		}
 	}
 	e.mu.Unlock()
@@ -108,7 +119,7 @@ func (e *Engine) AbortInDoubt(id TxnID) (TxnInDoubt, error) {
 	}
 	var lsn uint64
 	if p.primary == "" {
-		rec, err := e.decideLocked(id, p.lease, DecisionAbort, 0)
+		rec, err := e.decideLocked(id, p.lease, DecisionAbort, 0, false)
 		if err != nil {
 			e.mu.Unlock()
 			return TxnInDoubt{}, err

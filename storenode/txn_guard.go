@@ -31,12 +31,15 @@ var errTxnNoPart = newSentinel("storenode: no part of the transaction is prepare
 type decider struct {
 	owner uint64
 	any   bool
+	conn  uint64 // the session's connection (its lease checks' slots, txn_lease.go); 0: the engine's caller
 }
 
-// DecideTxnAs is DecideTxn from owner, a storage node's session: a prepared part of another
-// owner, or under another lease, is refused with ErrTxnNotPrepared, commit and abort alike.
-func (e *Engine) DecideTxnAs(ctx context.Context, owner uint64, id TxnID, lease int64, d Decision, count int) (Decision, error) {
-	return e.decideTxn(ctx, decider{owner: owner}, id, lease, d, count)
+// DecideTxnAs is DecideTxn from owner, a storage node's session on connection conn: a
+// prepared part of another owner, or under another lease, is refused with ErrTxnNotPrepared,
+// commit and abort alike. The lease check takes one of conn's verification slots
+// (txn_lease.go): none free, the Decide is refused at once with ErrTxnBusy.
+func (e *Engine) DecideTxnAs(ctx context.Context, owner uint64, id TxnID, lease int64, d Decision, count int, conn uint64) (Decision, error) {
+	return e.decideTxn(ctx, decider{owner: owner, conn: conn}, id, lease, d, count)
 }
 
 // txnGuard is what decideGuard found of a transaction at its primary.

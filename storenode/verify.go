@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"fmt"
+	"maps"
 )
 
 // verify checks the invariants stated at the heads of pagecache.go, owners.go and engine.go
@@ -233,6 +234,7 @@ func (o *ownerState) verify() error {
 // holds mu.
 func (e *Engine) verifyTxns() error {
 	locks := make(map[uint64]uint64)
+	tables := make(map[uint32]int)
 	var held int64
 	prepared := 0
 	for id, p := range e.txnParts {
@@ -254,7 +256,11 @@ func (e *Engine) verifyTxns() error {
 				return fmt.Errorf("storenode: transaction %v: rows %#x of table %d page %d prepared twice", id, locks[k]&(s.Data|s.Clear), s.Table, s.Page)
 			}
 			locks[k] |= s.Data | s.Clear
+			tables[s.Table]++
 		}
+	}
+	if !maps.Equal(tables, e.txnTables) {
+		return fmt.Errorf("storenode: prepared segments per table %v, counted %v", tables, e.txnTables)
 	}
 	if held != e.txnBytes {
 		return fmt.Errorf("storenode: prepared batches hold %d bytes, counted %d", held, e.txnBytes)
@@ -280,6 +286,15 @@ func (e *Engine) verifyTxns() error {
 	}
 	if len(e.txnForgotQ) > e.opts.TxnForgetMax || len(e.txnForgot) > len(e.txnForgotQ) {
 		return fmt.Errorf("storenode: %d forgotten decisions in a queue of %d: past the bounds", len(e.txnForgot), len(e.txnForgotQ))
+	}
+	decisionOwners := make(map[uint64]int)
+	for _, d := range e.txnDecisions {
+		if d.owner != 0 {
+			decisionOwners[d.owner]++
+		}
+	}
+	if !maps.Equal(decisionOwners, e.txnDecisionOwners) {
+		return fmt.Errorf("storenode: kept decisions per owner %v, counted %v", decisionOwners, e.txnDecisionOwners)
 	}
 	for id, d := range e.txnDecisions {
 		if d.d != DecisionCommit && d.d != DecisionAbort || d.count > txnParticipantsMax || d.d == DecisionCommit && d.allReported() {

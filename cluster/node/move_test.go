@@ -390,12 +390,11 @@ func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
 	n := tc.open(t, 0x1, "")
 	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[1], Secret: secret})
+	// Created on the engine: a client's CreateClusterTable of a partition the map places on
+	// another node is refused (storenode's VerifyClusterCreate).
+	_, err = tc.srvs[1].Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64,
+		storenode.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0})
 	require.NoError(t, err)
-	defer cl.Close()
-	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Name: storenode.PartitionTableName("acct", 0),
-		Layout: sgio.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0}}, &ti))
 
 	err = tbl.Move(ctx, 0, tc.addrs[1])
 	require.ErrorIs(t, err, node.ErrMoveRefused)

@@ -53,6 +53,7 @@ type config struct {
 	checkpointWAL   byteSize
 	lease           time.Duration
 	secretFile      string
+	advertise       string
 	peerSecretFile  string
 	opSecretFile    string
 	maxConns        int
@@ -101,6 +102,7 @@ func newFlagSet(cfg *config, output io.Writer) *flag.FlagSet {
 	cfg.checkpointWAL = storenode.DefaultCheckpointWALBytes
 	cfg.maxBody = server.DefaultMaxBody
 	fs.StringVar(&cfg.listen, "listen", server.DefaultListen, "TCP address to serve on, host:port (a non-loopback address needs --secret-file)")
+	fs.StringVar(&cfg.advertise, "advertise", "", "with --etcd: the address the cluster's partition map names this node by, host:port (default: --listen; needed when that is 0.0.0.0 or [::])")
 	fs.StringVar(&cfg.dir, "dir", "", "store directory, created if missing (required)")
 	fs.Var(&cfg.cache, "cache", "disk page cache size, e.g. 512MiB, 4GiB")
 	fs.StringVar(&cfg.sync, "sync", "always", "WAL sync mode: always (fdatasync before each ack; survives power loss) or none (survives kill -9 only)")
@@ -188,6 +190,7 @@ func (cfg *config) serverConfig(logger *slog.Logger) (server.Config, error) {
 	}
 	sc = server.Config{
 		Listen:          cfg.listen,
+		Advertise:       cfg.advertise,
 		MaxConns:        cfg.maxConns,
 		MaxInflight:     cfg.maxInflight,
 		MaxBody:         uint32(cfg.maxBody),

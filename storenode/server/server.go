@@ -202,6 +202,11 @@ type Config struct {
 	// Listen is the TCP address, host:port; DefaultListen when empty. A port of 0 picks a
 	// free one (Addr reports it). A non-loopback address is refused unless Secret is set.
 	Listen string
+	// Advertise is the address the cluster names this storage node by (the partition map's
+	// entries in etcd: what game servers give CreateTable), against which move steps and
+	// clients' cluster table creations are verified; "" is the address it listens on, which
+	// must then be a specific one (a node listening on 0.0.0.0 or [::] needs Advertise).
+	Advertise string
 	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs, as
 	// configured: hex or base64 of at least sgio.SecretBytesMin random bytes (sgio.ParseSecret;
 	// New refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback

@@ -746,6 +746,9 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		}
 		return wireTableInfo(ti), nil, nil
 	case *sgio.CreateClusterTable:
+		if err := s.mayCreateCluster(m); err != nil {
+			return nil, nil, err
+		}
 		l := storenode.ClusterLayout{Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition}
 		var ti storenode.TableInfo
 		var err error
@@ -779,7 +782,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		if err := s.mayDrop(m.Name); err != nil {
 			return nil, nil, err
 		}
-		if err := e.DropTable(m.Name, s.owner); err != nil {
+		if err := s.dropTable(m.Name); err != nil {
 			return nil, nil, err
 		}
 		return &sgio.OK{}, nil, nil

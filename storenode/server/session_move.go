@@ -92,10 +92,14 @@ var moveSteps = [...]storenode.MoveStep{
 }
 
 // moveSelf is the address etcd's partition map must name this storage node by for its move
-// steps to be verified: the address it listens on (set before any session exists, never
-// changed). "" when that is an unspecified address (0.0.0.0, [::]), which the map cannot
-// name: such a node refuses verified move steps (storenode.ErrNoVerifier).
+// steps to be verified: Config.Advertise, else the address it listens on (set before any
+// session exists, never changed). "" when that is an unspecified address (0.0.0.0, [::]),
+// which the map cannot name: such a node refuses verified move steps
+// (storenode.ErrNoVerifier).
 func (srv *Server) moveSelf() string {
+	if srv.cfg.Advertise != "" {
+		return srv.cfg.Advertise
+	}
 	a, ok := srv.addr.(*net.TCPAddr)
 	if !ok || a.IP == nil || a.IP.IsUnspecified() {
 		return ""

@@ -163,7 +163,7 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 	defer cancel()
 	switch m := m.(type) {
 	case *sgio.TxnDecide:
-		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count))
+		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count), s.id)
 		if err != nil {
 			return nil, true, err
 		}
