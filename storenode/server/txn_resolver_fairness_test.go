@@ -66,8 +66,8 @@ func (w *askWatch) ReportTxn(ctx context.Context, addr string, id storenode.TxnI
 // TestTxnResolverNotDelayedByOthersUnreachablePrimaries: a resolver pass calls the
 // primaries of its parts TxnResolvePrimariesMax (16) at a time, each call up to
 // TxnCallTimeout (5 s by default). A client prepares, within its own per-owner bound (256),
-// parts of its own table naming as many distinct primaries that accept and never answer (its
-// own listeners). A real transaction's part at this node, whose coordinator decided commit at
+// parts of its own table naming as many distinct primaries that accept and never answer
+// (storage nodes of the map that hang: since review defect 1 a client can name no other). A real transaction's part at this node, whose coordinator decided commit at
 // its primary and died before applying here, must not wait behind them: on d707e6a the runs
 // started in the order of the primaries' addresses (the real primary's, "localhost:...",
 // after the client's), so its rows stayed locked for len(parts)/16 x TxnCallTimeout per pass
@@ -83,7 +83,7 @@ func TestTxnResolverNotDelayedByOthersUnreachablePrimaries(t *testing.T) {
 	leases, clock := &txnLeases{}, &fakeClock{}
 	primary := startTxnNode(t, leases, clock)
 	victim := storenode.TxnID{0x7a}
-	watch := &askWatch{Peer: NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: callTimeout}),
+	watch := &askWatch{Peer: NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: callTimeout, Directory: leases, Now: clock.Now}),
 		victim: victim, slots: slots, full: make(chan struct{}), asked: make(chan int, 1), reported: make(chan struct{}, 1)}
 	env := startServer(t, func(cfg *Config) {
 		cfg.Options.LeaseChecker = leases
@@ -96,27 +96,11 @@ func TestTxnResolverNotDelayedByOthersUnreachablePrimaries(t *testing.T) {
 	t.Cleanup(func() { watch.Peer.Close() }) // before the server's leak check
 	ctx := srvCtx(t)
 
-	// The transfer: prepared at both, decided commit at its primary, applied there only.
-	require.NoError(t, primary.coord.CallInto(ctx, primary.commit(1, 1000), &sgio.CommitAck{}))
-	_, err := primary.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: victim, Lease: 41, Index: 0, Commit: *primary.commit(1, 990)})
-	require.NoError(t, err)
-	v := env.dial(testOwner)
-	vt, vg := srvTable(t, v, "bank", testOwner)
-	_, port, _ := strings.Cut(primary.env.addr, ":")
-	_, err = v.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: victim, Lease: 41, Index: 1, Primary: "localhost:" + port,
-		Commit: *srvCommit(vt.Table, testOwner, vg.Epoch, vg.LastSeq+1, []uint64{1}, 1010)})
-	require.NoError(t, err)
-	d, err := primary.coord.DecideTxn(ctx, victim, 41, sgio.TxnCommit, 2)
-	require.NoError(t, err)
-	require.Equal(t, sgio.TxnCommit, d)
-	require.NoError(t, primary.coord.ApplyTxn(ctx, victim, sgio.TxnCommit))
-
-	// The client: parts naming primaries that accept and never answer.
-	const attacker = testOwner + 100
-	c := env.dial(attacker)
-	ti, g := srvTable(t, c, "mine", attacker)
+	// The hanging primaries: storage nodes of the map (a client can name no other primary:
+	// TestTxnPrimaryResolverHandshakeNotRelayable) that accept and never answer.
 	var held sync.WaitGroup
 	t.Cleanup(held.Wait)
+	hanging := make([]string, hangs)
 	for i := range hangs {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
@@ -138,8 +122,33 @@ func TestTxnResolverNotDelayedByOthersUnreachablePrimaries(t *testing.T) {
 				conns = append(conns, conn)
 			}
 		}()
+		hanging[i] = ln.Addr().String()
+		leases.addNode(hanging[i])
+	}
+	_, port, _ := strings.Cut(primary.env.addr, ":")
+	leases.addNode("localhost:" + port)
+
+	// The transfer: prepared at both, decided commit at its primary, applied there only.
+	require.NoError(t, primary.coord.CallInto(ctx, primary.commit(1, 1000), &sgio.CommitAck{}))
+	_, err := primary.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: victim, Lease: 41, Index: 0, Commit: *primary.commit(1, 990)})
+	require.NoError(t, err)
+	v := env.dial(testOwner)
+	vt, vg := srvTable(t, v, "bank", testOwner)
+	_, err = v.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: victim, Lease: 41, Index: 1, Primary: "localhost:" + port,
+		Commit: *srvCommit(vt.Table, testOwner, vg.Epoch, vg.LastSeq+1, []uint64{1}, 1010)})
+	require.NoError(t, err)
+	d, err := primary.coord.DecideTxn(ctx, victim, 41, sgio.TxnCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, sgio.TxnCommit, d)
+	require.NoError(t, primary.coord.ApplyTxn(ctx, victim, sgio.TxnCommit))
+
+	// The client: parts naming primaries that accept and never answer.
+	const attacker = testOwner + 100
+	c := env.dial(attacker)
+	ti, g := srvTable(t, c, "mine", attacker)
+	for i := range hangs {
 		m := srvCommit(ti.Table, attacker, g.Epoch, g.LastSeq+1+uint64(i), []uint64{uint64(i)}, 1)
-		_, err = c.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{0xa7, byte(i)}, Lease: 99, Index: 1, Primary: ln.Addr().String(), Commit: *m})
+		_, err = c.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{0xa7, byte(i)}, Lease: 99, Index: 1, Primary: hanging[i], Commit: *m})
 		require.NoError(t, err)
 	}
 
