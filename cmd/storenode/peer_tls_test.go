@@ -61,3 +61,28 @@ func TestRunPeerTLSCA(t *testing.T) {
 	_, err = cfg.serverConfig(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.ErrorContains(t, err, "--tls-peer-ca needs --tls-cert")
 }
+
+// TestRunPeersFlag: --peers lists the storage nodes the resolver may dial (and a TxnPrepare
+// may name as its primary); anything else is ErrUnknownPrimary, and an entry that is not
+// host:port is refused at start (review defect 1).
+func TestRunPeersFlag(t *testing.T) {
+	serverConfig := func(args ...string) (server.Config, error) {
+		cfg, err := parseConfig(append([]string{"--dir", t.TempDir()}, args...), func(string) string { return "" }, io.Discard)
+		require.NoError(t, err)
+		return cfg.serverConfig(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	sc, err := serverConfig("--peers", "10.0.0.2:7000, store-3.internal:7000")
+	require.NoError(t, err)
+	p := sc.Options.TxnPeer.(*server.Peer)
+	defer p.Close()
+	require.NoError(t, p.CheckPrimary(ctx, "10.0.0.2:7000"))
+	require.NoError(t, p.CheckPrimary(ctx, "store-3.internal:7000"))
+	require.ErrorIs(t, p.CheckPrimary(ctx, "10.0.0.9:7000"), server.ErrUnknownPrimary)
+	_, err = p.AskTxn(ctx, "10.0.0.9:7000", storenode.TxnID{1}, 1)
+	require.ErrorIs(t, err, server.ErrUnknownPrimary, "never dialed")
+
+	_, err = serverConfig("--peers", "10.0.0.2")
+	require.ErrorContains(t, err, "--peers")
+}
