@@ -14,7 +14,7 @@ import (
 // Invariants, under mu:
 //   - a commit is recorded only when the part is prepared here with an empty primary (this
 //     node is the primary), by the deciding owner (DecideTxnAs) under the deciding lease; a
-//     part applied already answers with its decision, and nothing is recorded;
+//     part applied commit already answers with its decision, and nothing is recorded;
 //   - an abort of an id this node holds no part of (as primary) is answered abort with no
 //     record (remembered in memory as an abort applied, so that its prepare, if still on its
 //     way, is refused): the coordinator applies it to every participant itself, and a
@@ -48,7 +48,7 @@ type txnGuard uint8
 const (
 	guardGo      txnGuard = iota // go on to record (or find recorded) the decision
 	guardNoPart                  // no part held as primary, and abort is the answer: no record
-	guardApplied                 // the part here is applied: its decision is the answer, no record
+	guardApplied                 // the part here is applied commit: the answer, no record
 )
 
 // ends reports whether the guard answers the Decide itself, without a record.
@@ -109,11 +109,15 @@ func (e *Engine) decideGuardLocked(owner decider, id TxnID, lease int64, d *Deci
 		return guardGo, fmt.Errorf("%w: transaction %v", errTxnNoPart, id)
 	}
 	if p.decision != DecisionNone {
-		// Applied here already, its decision forgotten (kept ones are answered above): that
-		// is the answer, and nothing is recorded (a commit recorded now would have no count:
-		// a record replay refuses).
+		// Applied here already (kept decisions are answered above): that is the decision.
+		// An abort is recorded as any abort (a resolver's Ask is then answered at once); a
+		// commit, whose decision was recorded and forgotten, is answered without a record (one
+		// recorded now would have no count: a record replay refuses).
 		*d = p.decision
-		return guardApplied, nil
+		if p.decision == DecisionCommit {
+			return guardApplied, nil
+		}
+		return guardGo, nil
 	}
 	if !owner.any && p.batch.Owner != owner.owner || p.lease != lease {
 		return guardGo, fmt.Errorf("%w: transaction %v is prepared here by another owner or under another lease", ErrTxnNotPrepared, id)
