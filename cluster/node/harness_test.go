@@ -49,13 +49,22 @@ type testCluster struct {
 
 func startCluster(t *testing.T, storageNodes int) *testCluster {
 	t.Helper()
+	return startClusterVerified(t, storageNodes, func(c *cluster.Client) storenode.GrantVerifier {
+		return cluster.NewGrantVerifier(c, storenode.ErrFenced)
+	})
+}
+
+// startClusterVerified is startCluster whose storage nodes verify grants and move steps with
+// the verifier verifier makes of the cluster's client (a flaky one, in a test).
+func startClusterVerified(t *testing.T, storageNodes int, verifier func(*cluster.Client) storenode.GrantVerifier) *testCluster {
+	t.Helper()
 	ctx := testCtx(t)
 	tc := &testCluster{etcd: etcdtest.Start(t)}
 	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	tc.c = c
-	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
+	v := verifier(c)
 	for range storageNodes {
 		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
 			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}})

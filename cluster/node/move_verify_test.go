@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 )
 
 // The storage node verifies move steps with the verifier it verifies grants with.
@@ -246,25 +243,12 @@ func (v *flakyVerifier) MovePlace(ctx context.Context, table string, part uint32
 // verified step (the target's begin), the move still recorded for the next Move.
 func TestMoveStepUnverifiableRetried(t *testing.T) {
 	ctx := testCtx(t)
-	tc := &testCluster{etcd: etcdtest.Start(t)}
-	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	tc.c = c
-	v := &flakyVerifier{GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
-	for range 3 {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
-			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, Logger: quiet, GrantVerifier: v}})
-		require.NoError(t, err)
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		})
-		tc.srvs = append(tc.srvs, srv)
-		tc.addrs = append(tc.addrs, srv.Addr().String())
-	}
+	var v *flakyVerifier
+	tc := startClusterVerified(t, 3, func(c *cluster.Client) storenode.GrantVerifier {
+		v = &flakyVerifier{GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
+		return v
+	})
+	c := tc.c
 	n := tc.open(t, 0x1, "")
 	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
 	require.NoError(t, err)
