@@ -702,11 +702,19 @@ func (e *Engine) sweepTxnDecisions() {
 // kept until its decision is applied). An abort of an unknown id is remembered for
 // Options.TxnAbortKeep: the transaction's prepare, if it comes after, is refused with
 // ErrTxnDecided. It returns once the apply record is synced.
-func (e *Engine) ApplyTxn(id TxnID, d Decision) error {
+func (e *Engine) ApplyTxn(id TxnID, d Decision) error { return e.applyTxn(id, d, decider{any: true}) }
+
+// applyTxn is ApplyTxn from by: a part prepared here by another owner than by's is refused,
+// untouched (ApplyTxnAs), under the same hold of the engine lock as the apply.
+func (e *Engine) applyTxn(id TxnID, d Decision, by decider) error {
 	if d != DecisionCommit && d != DecisionAbort {
 		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
 	}
 	e.mu.Lock()
+	if p := e.txnParts[id]; !by.any && p != nil && p.decision == DecisionNone && p.batch.Owner != by.owner {
+		e.mu.Unlock()
+		return fmt.Errorf("storenode: transaction %v: the part here was prepared by another owner: %w", id, sgio.ErrForbidden)
+	}
 	lsn, err := e.applyTxnLocked(id, d)
 	e.mu.Unlock()
 	if err != nil || lsn == 0 {

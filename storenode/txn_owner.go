@@ -1,10 +1,6 @@
 package storenode
 
-import (
-	"fmt"
-
-	"github.com/weftdb/weft/sgio"
-)
+import "fmt"
 
 // What a storage node's server checks before it lets a client touch a table or a
 // transaction part that may be another owner's (storenode/server's roles, docs/operations.md
@@ -37,22 +33,5 @@ func (e *Engine) TableOnlyHeldBy(name string, owner uint64) (bool, error) {
 // not held (never prepared here, or applied and forgotten) and an applied part are ApplyTxn's
 // to answer: no prepared rows remain there to change.
 func (e *Engine) ApplyTxnAs(id TxnID, d Decision, owner uint64) error {
-	if d != DecisionCommit && d != DecisionAbort {
-		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
-	}
-	e.mu.Lock()
-	if p := e.txnParts[id]; p != nil && p.decision == DecisionNone && p.batch.Owner != owner {
-		e.mu.Unlock()
-		return fmt.Errorf("storenode: transaction %v: the part here was prepared by another owner: %w", id, sgio.ErrForbidden)
-	}
-	lsn, err := e.applyTxnLocked(id, d)
-	e.mu.Unlock()
-	if err != nil || lsn == 0 {
-		return err
-	}
-	if err := e.waitDurable(lsn); err != nil {
-		return err
-	}
-	e.kickResolver()
-	return nil
+	return e.applyTxn(id, d, decider{owner: owner})
 }
