@@ -217,8 +217,11 @@ type table struct {
 	createdAs  bool      // created by CreateTableAs since Open: counts for creator while holder is 0
 	epoch      uint64    // also under Engine.leaseMu
 	leaseUntil time.Time // under Engine.leaseMu only
-	dropping   bool      // under Engine.leaseMu only: DropTable is logging the drop
-	writeLSN   uint64    // the last LSN that wrote the table: readers other than its holder wait for it
+	// leaseAtOpen: leaseUntil is the lease Open gave the last holder (it may still be alive),
+	// not renewed since; under Engine.leaseMu only. ErrTableOwned says so.
+	leaseAtOpen bool
+	dropping    bool   // under Engine.leaseMu only: DropTable is logging the drop
+	writeLSN    uint64 // the last LSN that wrote the table: readers other than its holder wait for it
 	// holderInc is the incarnation that held the holder's owner id when it was last granted
 	// or renewed the table (zero: none known, as after a restart or in an embedded engine);
 	// under Engine.leaseMu only. Only that incarnation reads the table as its holder

@@ -421,3 +421,30 @@ func TestReleaseSurvivesLateTraffic(t *testing.T) {
 		t.Fatal("a reconnect of the same incarnation closes its old connection")
 	}
 }
+
+// TestTableOwnedAfterRestartSaysWhy: after a restart a table's lease starts afresh for its
+// last holder (who may still be alive); another owner is refused with ErrTableOwned and told
+// why it waits and that the holder's owner id takes the table back at once, as it does. The
+// hint is only for a lease the restart began, not one its holder renewed since.
+func TestTableOwnedAfterRestartSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	now := fakeClock{}
+	e := openTest(t, Options{Dir: dir, Now: now.Now})
+	info, err := e.CreateTable("t", 64)
+	require.NoError(t, err)
+	_, err = e.Acquire(info.ID, 1, 0)
+	require.NoError(t, err)
+	_, err = e.Acquire(info.ID, 2, 0)
+	require.ErrorIs(t, err, ErrTableOwned)
+	require.NotContains(t, err.Error(), "restarts", "a lease granted since open has no restart hint")
+	require.NoError(t, e.Close())
+
+	e = openTest(t, Options{Dir: dir, Now: now.Now})
+	_, err = e.Acquire(info.ID, 2, 0)
+	require.ErrorIs(t, err, ErrTableOwned)
+	require.Contains(t, err.Error(), "its lease restarted when this storage node opened")
+	require.Contains(t, err.Error(), "Options.OwnerID")
+	g, err := e.Acquire(info.ID, 1, 0)
+	require.NoError(t, err, "the last holder's owner id takes its table back at once")
+	requireGranted(t, e, info.ID, 1, g.Epoch)
+}

@@ -64,14 +64,20 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, 
 	e.leaseMu.Lock()
 	now := e.opts.Now()
 	if e.liveHolder(t, owner) {
-		left := t.leaseUntil.Sub(now)
+		left, atOpen := t.leaseUntil.Sub(now), t.leaseAtOpen
 		e.leaseMu.Unlock()
+		if atOpen {
+			return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v: "+
+				"its lease restarted when this storage node opened and its holder has not renewed it since; "+
+				"a transaction node restarted with the holder's owner id (Options.OwnerID) takes it back at once",
+				ErrTableOwned, t.name, left)
+		}
 		return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
 			ErrTableOwned, t.name, left)
 	}
 	oldHolder, oldEpoch, oldLease, oldInc := t.holder, t.epoch, t.leaseUntil, t.holderInc
 	t.holder, t.epoch, t.holderInc = owner, t.epoch+1, inc
-	t.leaseUntil = now.Add(e.opts.LeaseDuration)
+	t.leaseUntil, t.leaseAtOpen = now.Add(e.opts.LeaseDuration), false
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch)
 	ch := make(chan error, 1)
@@ -154,7 +160,7 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 	if t.holder != owner || t.epoch != epoch {
 		return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
 	}
-	t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+	t.leaseUntil, t.leaseAtOpen = e.opts.Now().Add(e.opts.LeaseDuration), false
 	t.holderInc = inc
 	return Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
 }
@@ -179,7 +185,7 @@ func (e *Engine) applied(owner, seq, lsn, hash uint64) {
 // renews it).
 func (e *Engine) setLease(t *table, until time.Time) {
 	e.leaseMu.Lock()
-	t.leaseUntil = until
+	t.leaseUntil, t.leaseAtOpen = until, false
 	e.leaseMu.Unlock()
 }
 
@@ -219,7 +225,7 @@ func (e *Engine) Renew(owner uint64) {
 	until := e.opts.Now().Add(e.opts.LeaseDuration)
 	for _, t := range e.tables {
 		if t.holder == owner {
-			t.leaseUntil = until
+			t.leaseUntil, t.leaseAtOpen = until, false
 		}
 	}
 }

@@ -176,7 +176,7 @@ func (e *Engine) loadTable(mt *metaTable) error {
 	t.rows, t.used = bitmaptree.New(), bitmaptree.New()
 	t.pages = mt.pages
 	if t.holder != 0 && !e.opts.ExpireLeasesAtOpen && !t.cluster.IsCluster() {
-		t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+		t.leaseUntil, t.leaseAtOpen = e.opts.Now().Add(e.opts.LeaseDuration), true
 	}
 	e.tables[t.id] = t
 	e.byName[t.name] = t
@@ -263,7 +263,7 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 		}
 		t.holder, t.epoch = owner, epoch
 		if !e.opts.ExpireLeasesAtOpen && !t.cluster.IsCluster() {
-			t.leaseUntil = e.opts.Now().Add(e.opts.LeaseDuration)
+			t.leaseUntil, t.leaseAtOpen = e.opts.Now().Add(e.opts.LeaseDuration), true
 		}
 	case kindCommit:
 		if err := e.replayCommit(rec); err != nil {
