@@ -18,80 +18,30 @@
 //	server_read.go     reads: inline from the cache on the event loop, else on a goroutine
 //	server_backup.go   online backup over the wire, pulled piece by piece off the event loop
 //
-// # Server
+// # Rules
 //
-// The server speaks sgio's protocol over gnet v2 (event loops over epoll), or over crypto/tls
-// net.Conns when Config.TLS is set (gnet has no TLS); both run the same session code.
-// The server accepts connections on a listener of its own (server_accept.go: accept errors
-// such as EMFILE are retried after a back-off, never fatal) and hands them to gnet's event
-// loops. Per connection: the handshake (Hello; HelloReply with the server's challenge; Auth
-// with the client's proof; AuthOK with the server's: the client proves first, and a wrong
-// proof is answered after AuthFailDelay; nothing else is served before it; once the client
-// is authenticated its owner id is claimed by the Hello's incarnation, storenode's identity.go, or
-// refused with ErrOwnerInUse), then pipelined requests answered by request id. Readers other
-// than a table's holder are served only durable rows. The event loop decodes frames,
-// answers Ping and reads of cached pages inline (server_read.go: Engine.ReadCached takes the
-// engine's lock only if it is free at that instant), renews the owner's leases and answers
-// lease renewals (an Acquire with a grant's epoch) inline too (Engine.Renew and RenewGrant
-// take no engine lock: a checkpoint or a stream of commits holding it never delays a
-// renewal), and hands everything that may block or touch the disk
-// to goroutines: a turn's other reads to one goroutine, catalog, ownership and stats requests
-// each to their own (so replies may come out of order), commits to one commit goroutine per
-// connection that submits them to the engine in arrival order (the engine orders an owner's
-// batches by seq). Replies are gathered with sgio.Writer and written with one writev per
-// burst: by the event loop at the end of its turn, or with gnet's AsyncWritev from the
-// goroutines. Start binds the address and checks everything that needs no disk (the file
-// limit, gnet's boot) before it opens the engine, so a start that fails on them leaves the
-// store's directory as it was, or uncreated. docs/operations.md has the flags, metrics and
-// measurements.
+// docs/operations.md ("The server's internals") has them in full, with the reasons.
 //
-// # Buffer lifetimes
-//
-// The bytes of a frame belong to gnet's inbound buffer (or the TLS reader's buffer) and are
-// valid only during the event-loop turn that decoded them: gnet reuses them after Discard. So
-// nothing that outlives the turn aliases them. A request handed to a goroutine is parsed
-// first (the parsed message owns its fields), and a Commit's body is copied once into a
-// pooled buffer that the commit goroutine owns; the engine's Commit copies the rows into the
-// WAL record and its cache and does not retain the batch, so the buffer goes back to the pool
-// as soon as Commit returns, before the batch is durable. Replies go the other way: the rows
-// of a Segments reply live in a buffer owned by the reply until the write that carries it
-// has completed (gnet has written or copied the bytes, which it does before its AsyncWritev
-// callback runs); only then is the Writer reset.
-//
-// # Allocations
-//
-// The cached read and the commit paths allocate nothing of the server's own once warm
-// (alloc_test.go guards them through a loopback connection): the loop parses a ReadPages into
-// the session's reused message and answers it inline with the session's segments (a read
-// that leaves the loop takes a copy into its turn's pooled readTurn, which also holds the
-// turn's read list and reply); the rows of a Segments reply live in a pooled buffer
-// (getRowBuf) that the session gives back once the write carrying them has completed; commit
-// bodies and the engine's acknowledgement callbacks (commitAck) are pooled; the commit
-// goroutine, the async write's callback and gnet's runnable are method values made once per
-// session or connection. The reused slices are bounded (commitSegmentsKeep, readWantsKeep, readTurnKeep):
-// a large request's are dropped once it is handled. gnet's Execute allocates two objects per
-// reply written from a goroutine; nothing on the server's side can avoid them.
-//
-// # Limits
-//
-// Frames are length-checked before anything is allocated or waited for (a 4 GiB length header
-// is answered with an Error and a close; before authentication only handshake-sized frames,
-// sgio.HandshakeBodyMax), connections are bounded (MaxConns, and MaxHandshakes and
-// MaxHandshakesPerSource for those still in the handshake: over them a handshaking connection
-// is evicted, the oldest of those that failed their proof, else of those without a Hello, else
-// of all; when every slot is an authenticated session, an Error reply and a
-// close), so are requests in flight per connection (MaxInflight; over it, ErrBusy), the request
-// bytes queued per connection and in total, commits and reads waiting for a goroutine
-// (MaxQueuedBytes, MaxQueuedBytesTotal: checked before the body is copied or parsed), the replies one event-loop turn holds (turnReplyMaxBytes) and a
-// connection holds (connReplyMaxBytes), the bytes queued for a client that does not read
-// (outboundMaxBytes, checked before queueing) and on all connections (MaxOutboundBytesTotal:
-// over it, a connection with replies waiting is not read until they drain; the event loop
-// never waits), what one wake-up of an event loop hands to gnet of one connection's write
-// (writeSliceBytes: a larger write goes out in slices that take turns with the loop's other
-// connections), the slices of one writev (IOV_MAX), the time
-// to authenticate (AuthTimeout, counted from the connection's start, not reset by traffic) and
-// the time a session may sit idle (IdleTimeout). docs/operations.md lists every limit with
-// its flag and the peak measured under attack.
+//   - Transports: gnet v2 event loops, or crypto/tls net.Conns when Config.TLS is set; both
+//     run the same session code. Accept errors (EMFILE) are retried after a back-off.
+//   - Handshake: Hello, HelloReply (challenge), Auth (client proof first), AuthOK; nothing
+//     else is served before it; a wrong proof is answered after AuthFailDelay.
+//   - The event loop never blocks on disk: it answers Ping, cached reads (ReadCached takes the
+//     engine lock only if free) and lease renewals inline; everything else goes to goroutines;
+//     commits go to one commit goroutine per connection, in arrival order.
+//   - Readers other than a table's holder are served only durable rows.
+//   - Start checks everything that needs no disk before it opens the engine.
+//   - Frame bytes are valid only during the event-loop turn that decoded them: a request
+//     handed off is parsed first; a Commit body is copied once into a pooled buffer.
+//   - A reply's row buffer lives until the write carrying it completed; only then is the
+//     Writer reset.
+//   - The cached read and commit paths allocate nothing of the server's own once warm
+//     (alloc_test.go); reused slices are bounded (commitSegmentsKeep, readWantsKeep,
+//     readTurnKeep).
+//   - Everything is bounded: frame length (checked before allocating; HandshakeBodyMax before
+//     auth), MaxConns, MaxHandshakes(PerSource), MaxInflight, MaxQueuedBytes(Total),
+//     turnReplyMaxBytes, connReplyMaxBytes, outboundMaxBytes, MaxOutboundBytesTotal,
+//     writeSliceBytes, IOV_MAX, AuthTimeout, IdleTimeout (docs/operations.md lists each).
 package server
 
 import (
