@@ -40,7 +40,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // its handshake: MaxHandshakesPerSource idle connects during its last round trip were
 // enough, at any rate. Now an idle socket, or a connection whose proof was wrong, is evicted
 // before a client that was answered with HelloReply.
-func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
+func TestServerFloodSparesClientMidHandshake(t *testing.T) {
 	const perSource = 4
 	env := startServer(t, func(cfg *Config) {
 		cfg.MaxConns = 64
@@ -89,7 +89,7 @@ func TestReviewFloodSparesClientMidHandshake(t *testing.T) {
 // should reach) stayed in a directory under TMPDIR for the server's life: a kill -9 left
 // one behind for good each time, and a local process of the same user could connect to it.
 // It is now unlinked as soon as the event loops are proven running.
-func TestReviewGnetSocketUnlinked(t *testing.T) {
+func TestServerGnetSocketUnlinked(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	env := startServer(t, func(cfg *Config) { cfg.Options.Dir = filepath.Join(tmp, "data") })
@@ -109,7 +109,7 @@ func TestReviewGnetSocketUnlinked(t *testing.T) {
 // the pending replies without bound. A client that pipelines ListTables and reads nothing
 // made a TLS connection (whose write blocks until WriteTimeout) hold MaxInflight such replies:
 // 1024 x 40 KiB here, 1024 x 330 KiB with 4096 tables.
-func TestReviewListTablesRepliesBounded(t *testing.T) {
+func TestServerListTablesRepliesBounded(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
 	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
@@ -168,7 +168,7 @@ func TestReviewListTablesRepliesBounded(t *testing.T) {
 // Found in review: over TLS, every stranger whose TLS handshake failed (plain bytes sent to
 // the TLS port, a scanner) wrote a warning of its own: the one log line of a stranger that
 // was not rate-limited.
-func TestReviewTLSHandshakeFailuresRateLimited(t *testing.T) {
+func TestServerTLSHandshakeFailuresRateLimited(t *testing.T) {
 	serverTLS, _ := srvTLSConfigs(t)
 	const strangers = 100
 	env := startServer(t, func(cfg *Config) {
@@ -201,7 +201,7 @@ func TestReviewTLSHandshakeFailuresRateLimited(t *testing.T) {
 // handshake, with two goroutines, for up to AuthTimeout: a flood beyond MaxConns held a file
 // descriptor and two goroutines per connection, without bound. gnet closes such a connection
 // at once; so does TLS now.
-func TestReviewTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
+func TestServerTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
 	const maxConns = 4
 	env := startServer(t, func(cfg *Config) {
@@ -241,7 +241,7 @@ func TestReviewTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
 // to MaxBody each) waits on a goroutine, up to MaxInflight of them: 1024 x 16 MiB. They now
 // count against MaxQueuedBytes and MaxQueuedBytesTotal, as queued commits do: beyond, ErrBusy
 // before the body is parsed.
-func TestReviewStalledReadsBounded(t *testing.T) {
+func TestServerStalledReadsBounded(t *testing.T) {
 	serverTLS, clientTLS := srvTLSConfigs(t)
 	const maxQueued = 16 << 20
 	env := startServer(t, func(cfg *Config) {

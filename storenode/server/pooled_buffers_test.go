@@ -40,14 +40,14 @@ func checkLifetimeRows(p uint64, b []byte) (uint64, error) {
 	return v, nil
 }
 
-// TestReviewPooledBuffersPipelined: many reads pipelined on connections that also commit
+// TestServerPooledBuffersPipelined: many reads pipelined on connections that also commit
 // (the commit goroutine's reused Batch, pooled commitAcks) get, in every reply, the rows of
 // the pages they asked for, whole and never older than a version the same reader saw:
 // pooled row buffers, the loop's reused ReadPages and segments, and pooled readTurns are
 // never overwritten while a reply still references them. One client reads inline (its limit
 // allows it), one always off the loop (its small reply limit sends every read to a turn),
 // over plain TCP and TLS.
-func TestReviewPooledBuffersPipelined(t *testing.T) {
+func TestServerPooledBuffersPipelined(t *testing.T) {
 	for _, useTLS := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tls=%v", useTLS), func(t *testing.T) { testPooledBuffersPipelined(t, useTLS) })
 	}

@@ -13,16 +13,7 @@ import (
 // that commit deleted: what fn saw, or the absence, counts only then.
 func TestViewWaitsDurable(t *testing.T) {
 	ctx := context.Background()
-	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
-	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "h", 64)
-	require.NoError(t, err)
-	ids := insertRows(t, db, tb, 3)
-	hs.mu.Lock()
-	hs.released = false
-	hs.mu.Unlock()
+	hs, db, tb, ids := openHeldRows(t, 3)
 
 	s := db.Session()
 	ps := []*Pending{
@@ -68,16 +59,7 @@ func TestViewWaitsDurable(t *testing.T) {
 // Get (a View waited).
 func TestGetOfDeletedRowWaitsDurable(t *testing.T) {
 	ctx := context.Background()
-	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
-	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "h", 64)
-	require.NoError(t, err)
-	ids := insertRows(t, db, tb, 2)
-	hs.mu.Lock()
-	hs.released = false
-	hs.mu.Unlock()
+	hs, db, tb, ids := openHeldRows(t, 2)
 	defer hs.release() // before Close, which waits for the held deletion, on a failure
 
 	p := db.Session().Go(ctx, func(tx *Tx) error { return tx.Delete(tb, ids[1]) })
@@ -102,4 +84,23 @@ func TestGetOfDeletedRowWaitsDurable(t *testing.T) {
 		require.ErrorIs(t, recvWithin(t, done, "a Get after the release"), ErrNotFound)
 	}
 	require.NoError(t, p.Wait(ctx))
+}
+
+// openHeldRows opens a DB over a heldCommitStore, creates table "h" (64-byte rows) with n
+// rows committed durably, then holds back the acknowledgements of later commits. The DB
+// closes in the test's cleanup, after its defers (a deferred release comes first).
+func openHeldRows(t *testing.T, n int) (*heldCommitStore, *DB, *Table, []uint64) {
+	t.Helper()
+	ctx := context.Background()
+	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
+	db, err := Open(ctx, Options{Store: hs})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close(ctx) })
+	tb, err := db.CreateTable(ctx, "h", 64)
+	require.NoError(t, err)
+	ids := insertRows(t, db, tb, n)
+	hs.mu.Lock()
+	hs.released = false
+	hs.mu.Unlock()
+	return hs, db, tb, ids
 }
