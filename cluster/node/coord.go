@@ -51,6 +51,10 @@ var coordSerialPrepares bool
 // and returns the error the coordinator takes instead: a test can lose an answer.
 var coordDecideAnswer func(attempt int, err error) error
 
+// coordPrepareAnswer, when set by a test, sees each participant's Prepare answer and returns
+// the error the coordinator takes instead: a test can refuse a prepare.
+var coordPrepareAnswer func(i int, err error) error
+
 // coordNow is the coordinator's clock (a test's fake one).
 var coordNow = time.Now
 
@@ -132,6 +136,9 @@ func (n *Node) twoPhase(tx *Tx) error {
 		}
 		prep := func() {
 			c.prepared[i], errs[i] = w.tx.Prepare(info)
+			if h := coordPrepareAnswer; h != nil {
+				errs[i] = h(i, errs[i]) // a part prepared stays in c.prepared: the abort applies to it
+			}
 			mu.Lock()
 			answered++
 			k := answered

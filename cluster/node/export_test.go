@@ -73,3 +73,18 @@ func SetTxnIDHook(h func(id [16]byte)) (restore func()) {
 	txnIDHook = h
 	return func() { txnIDHook = old }
 }
+
+// SetPrepareAnswer sets the hook that sees each participant's Prepare answer
+// (coordPrepareAnswer) and returns what restores it.
+func SetPrepareAnswer(h func(i int, err error) error) (restore func()) {
+	old := coordPrepareAnswer
+	coordPrepareAnswer = h
+	return func() { coordPrepareAnswer = old }
+}
+
+// SetLockedRetries sets lockedRetries and lockedPauseMax and returns what restores them.
+func SetLockedRetries(n int, pauseMax time.Duration) (restore func()) {
+	oldN, oldMax := lockedRetries, lockedPauseMax
+	lockedRetries, lockedPauseMax = n, pauseMax
+	return func() { lockedRetries, lockedPauseMax = oldN, oldMax }
+}

@@ -67,6 +67,9 @@ type touch struct {
 // not own is a *NotOwnerError; Update returns that error even if fn did not. A grant lost
 // before the commit (txnode checks every touched partition's grant again then) fails the
 // commit with a *NotOwnerError too. A panic in fn rolls the attempt back and goes on up.
+// A commit refused because a storage node holds a row in doubt for another transaction
+// (txnode.ErrTxnLocked) is run again after a growing pause, for about 10 s at most, within
+// ctx; only then is ErrTxnLocked returned.
 //
 // As txnode.DB.Update, fn's own error is returned only once what fn read is durable (Durable
 // mode; if a batch it read from failed, fn runs again; if ctx ends first, ctx's error).
@@ -96,6 +99,7 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 			turn.Release()
 		}
 	}()
+	locked := 0 // the attempts refused with ErrTxnLocked
 	for attempt := 0; ; attempt++ {
 		if err := n.closedErr(); err != nil {
 			return err
@@ -144,6 +148,17 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 			return n.after(tx.mapLost(err))
 		}
 		err = tx.commit()
+		if errors.Is(err, txnode.ErrTxnLocked) && locked < lockedRetries && ctx.Err() == nil {
+			// A storage node holds a row in doubt for another transaction (its decision not
+			// applied there yet): documented as retryable, so retried here, boundedly, with
+			// a growing random pause (not counted as a conflict's retry).
+			locked++
+			if !pause(ctx, lockedPause(locked)) {
+				return n.after(err)
+			}
+			attempt--
+			continue
+		}
 		if errors.Is(err, txnode.ErrConflict) && attempt < txnode.DefaultMaxRetries {
 			if len(tx.writers) > 0 && len(tx.parts) > 1 && attempt > 0 {
 				// Two-phase commits whose prepares collided (each holding rows the other
@@ -400,6 +415,22 @@ func (tx *Tx) Insert(t *Table, row []byte) (uint64, error) {
 	}
 	id, err := ttx.Insert(tb, row)
 	return id, tx.failed(t, p, err)
+}
+
+// lockedRetries bounds the attempts Update makes again after a commit refused with
+// txnode.ErrTxnLocked (rows in doubt at a storage node); lockedPauseMax bounds the pause before
+// each (lockedPause). With the defaults, Update gives up (returning ErrTxnLocked) after about
+// 10 s of refusals, or when ctx ends. Vars for tests.
+var (
+	lockedRetries  = 64
+	lockedPauseMax = 250 * time.Millisecond
+)
+
+// lockedPause is a random pause in [d/2, d), d = 1ms doubling with the attempts up to
+// lockedPauseMax.
+func lockedPause(attempt int) time.Duration {
+	d := min(time.Millisecond<<min(attempt-1, 20), lockedPauseMax)
+	return d/2 + rand.N(d/2+1)
 }
 
 // conflictPauseMax bounds the pause before a two-phase commit runs again after a conflict.
