@@ -12,22 +12,23 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
 // Every code maps to one sentinel and back, and the sentinel survives the wire.
 func TestCodesRoundTrip(t *testing.T) {
 	seen := map[error]Code{}
-	for _, e := range codeTable {
-		require.NotZero(t, e.code)
-		_, dup := seen[e.err]
-		require.False(t, dup, "sentinel of %d used twice", e.code)
-		seen[e.err] = e.code
+	for _, e := range base.Codes() {
+		require.NotZero(t, e.Code)
+		_, dup := seen[e.Err]
+		require.False(t, dup, "sentinel of %d used twice", e.Code)
+		seen[e.Err] = e.Code
 
-		require.Equal(t, e.err, e.code.Err())
-		require.Equal(t, e.code, CodeOf(e.err), "%v", e.err)
-		wrapped := fmt.Errorf("storenode: commit of owner 3: %w", e.err)
-		require.Equal(t, e.code, CodeOf(wrapped))
+		require.Equal(t, e.Err, e.Code.Err())
+		require.Equal(t, e.Code, CodeOf(e.Err), "%v", e.Err)
+		wrapped := fmt.Errorf("storenode: commit of owner 3: %w", e.Err)
+		require.Equal(t, e.Code, CodeOf(wrapped))
 
 		// Across the wire: encode an Error reply, decode it, and the sentinel still matches.
 		frame := AppendFrame(nil, 1, NewErrorReply(wrapped))
@@ -36,13 +37,13 @@ func TestCodesRoundTrip(t *testing.T) {
 		var reply ErrorReply
 		require.NoError(t, reply.Parse(f.Body))
 		remote := reply.Err()
-		require.ErrorIs(t, remote, e.err)
+		require.ErrorIs(t, remote, e.Err)
 		require.Equal(t, wrapped.Error(), remote.Error(), "the server's message text")
-		require.Equal(t, e.code, CodeOf(remote), "a remote error passes through unchanged")
-		if e.code != CodeCorruption && e.code != CodeMalformed {
-			require.False(t, errors.Is(remote, corrupt.ErrCorruption), "%v", e.code)
+		require.Equal(t, e.Code, CodeOf(remote), "a remote error passes through unchanged")
+		if e.Code != CodeCorruption && e.Code != CodeMalformed {
+			require.False(t, errors.Is(remote, corrupt.ErrCorruption), "%v", e.Code)
 		}
-		require.True(t, strings.HasPrefix(e.code.String(), "sgio: ") || e.code == CodeCorruption)
+		require.True(t, strings.HasPrefix(e.Code.String(), "sgio: ") || e.Code == CodeCorruption)
 	}
 	require.Len(t, seen, int(CodeForbidden)+2, "codes 1..CodeForbidden and the move range 40..41 are all used")
 }
