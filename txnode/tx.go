@@ -601,8 +601,18 @@ func (p commitWait) wait(db *DB, ctx context.Context) error {
 	return p.waitDurable(db, ctx)
 }
 
-// waitDurable returns once the transaction is durable, in either mode.
+// waitDurable returns once the transaction is durable, in either mode, and records a
+// write's commit latency whichever way the answer came (already durable, or after a wait).
 func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
+	err := p.waitAnswer(db, ctx)
+	if err == nil && p.write && !p.start.IsZero() {
+		db.stats.commitLat.Since(p.start)
+	}
+	return err
+}
+
+// waitAnswer is waitDurable's wait for the answer.
+func (p commitWait) waitAnswer(db *DB, ctx context.Context) error {
 	if p.ver <= db.durableVer.Load() {
 		// Loaded after durableVer: a recovery records its failed range before durableVer
 		// passes it, and a committer of the range may reach its wait late (recover.go).
@@ -632,9 +642,6 @@ func (p commitWait) waitDurable(db *DB, ctx context.Context) error {
 	if err != nil && p.write && (err == ctx.Err() || errors.Is(err, ErrUnavailable)) {
 		// Sent (or queued to be), and kept for a resend on reconnect: it may yet apply.
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
-	}
-	if err == nil && p.write && !p.start.IsZero() {
-		db.stats.commitLat.Since(p.start)
 	}
 	return err
 }
