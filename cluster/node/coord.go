@@ -306,7 +306,13 @@ func (c *coordTxn) abort(ctx context.Context) {
 	// decided for the transaction, so sending it again is always safe.
 	err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionAbort, c.count)
 	if err != nil && !errors.Is(err, txnode.ErrTxnDecided) {
-		c.n.recordAbortLater(c.id, c.lease, c.count, c.primary, c.primaryAddr)
+		// The primary's own part is aborted after the record (by the recording goroutine):
+		// aborted first, the primary would hold no part of the transaction and record
+		// nothing (decideGuard), and a resolver's Ask would wait for the lease to end.
+		r := abortRecord{id: c.id, lease: c.lease, count: c.count, primary: c.primary, primaryAddr: c.primaryAddr, part: c.prepared[0]}
+		if c.n.recordAbortLater(r) {
+			c.prepared[0] = nil
+		}
 	}
 	c.apply(ctx, txnode.DecisionAbort)
 }
@@ -326,35 +332,38 @@ const (
 	abortRecordPauseMax = time.Second
 )
 
-// abortRecord is an abort to record at its primary (recordAbortLater).
+// abortRecord is an abort to record at its primary (recordAbortLater), and the primary's
+// prepared part (nil if none) to abort once it is recorded.
 type abortRecord struct {
 	id          [16]byte
 	lease       int64
 	count       int
 	primary     *txnode.DB
 	primaryAddr string
+	part        *txnode.Prepared
 }
 
-// recordAbortLater sends Decide(abort) of transaction id (lease, count participants) to its
-// primary again in the background, under the Node's context (Close abandons it), until the
-// primary answers: queued (n.aborts) for the recording goroutines, started up to
-// abortRecordMax. Any goroutine; it does not block.
-func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *txnode.DB, primaryAddr string) {
+// recordAbortLater sends Decide(abort) of r to its primary again in the background, under
+// the Node's context (Close abandons it), until the primary answers, then aborts r.part:
+// queued (n.aborts) for the recording goroutines, started up to abortRecordMax. It reports
+// whether r was queued: when not (the Node closed, the queue full), r.part is the caller's
+// to abort. Any goroutine; it does not block.
+func (n *Node) recordAbortLater(r abortRecord) bool {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return
+		return false
 	}
 	if len(n.aborts) >= abortRecordQueue {
 		n.mu.Unlock()
 		n.log.Warn("node: two-phase commit: too many aborts being recorded: this one is left to the storage nodes' resolvers (once the lease ends)",
-			"txn", fmt.Sprintf("%x", id))
-		return
+			"txn", fmt.Sprintf("%x", r.id))
+		return false
 	}
-	n.aborts = append(n.aborts, abortRecord{id: id, lease: lease, count: count, primary: primary, primaryAddr: primaryAddr})
+	n.aborts = append(n.aborts, r)
 	if n.recording >= abortRecordMax {
 		n.mu.Unlock()
-		return // a recording goroutine takes it once it is done with the one it has
+		return true // a recording goroutine takes it once it is done with the one it has
 	}
 	n.recording++
 	n.finishing.Add(1)
@@ -364,8 +373,15 @@ func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *tx
 		for {
 			n.mu.Lock()
 			if len(n.aborts) == 0 || n.bg.Err() != nil {
+				left := n.aborts
+				n.aborts = nil
 				n.recording--
 				n.mu.Unlock()
+				for _, r := range left {
+					if r.part != nil {
+						r.part.Abandon() // closing: its storage node's resolver finishes it
+					}
+				}
 				return
 			}
 			r := n.aborts[0]
@@ -376,8 +392,13 @@ func (n *Node) recordAbortLater(id [16]byte, lease int64, count int, primary *tx
 			}
 			n.mu.Unlock()
 			n.recordAbort(r)
+			if r.part != nil {
+				part := &coordTxn{n: n, prepared: []*txnode.Prepared{r.part}}
+				part.apply(n.bg, txnode.DecisionAbort) // abandoned if the Node closes
+			}
 		}
 	}()
+	return true
 }
 
 // recordAbort sends Decide(abort) of r to its primary until the primary answers or the Node
@@ -394,6 +415,7 @@ func (n *Node) recordAbort(r abortRecord) {
 			db, err = n.db(actx, r.primaryAddr) // the dead one replaced (heal.go)
 		}
 		if err == nil {
+			hook("abort-recording", try)
 			err = db.DecideTxn(actx, r.id, r.lease, txnode.DecisionAbort, r.count)
 		}
 		cancel()
@@ -426,6 +448,7 @@ func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
 			defer wg.Done()
 			for {
 				var err error
+				hook("applying", i)
 				if d == decisionUncertain {
 					_, err = p.ApplyUncertain(ctx)
 				} else {

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // Decide(abort) at the primary fails at once, so the node records it in the background, and
 // a resolver's Ask (a part the coordinator could not reach) is answered abort at once, while
 // the coordinator's lease still lives. On 258841e the abort was sent once, under the ended
-// context: nothing was recorded, and the Ask answered "none" (wait for the lease to end).
+// context: nothing was recorded, and the Ask answered "none" (wait for the lease to end). On
+// 98d3383 the primary's part could be aborted in the background before the record was sent:
+// the primary, holding no part, recorded nothing (a flake in CI's race step).
 func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
@@ -30,7 +33,24 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	var ids []storenode.TxnID
 	defer node.SetTxnIDHook(func(id [16]byte) { ids = append(ids, id) })()
 	fired := false
+	returned := make(chan struct{})  // the Update returned
+	var primaryApplying atomic.Int32 // Applies sent to the primary's part (participant 0)
+	var heldAtRecord *bool           // whether the primary held its part as the abort was recorded
+	var applyingAtRecord int32
 	defer node.SetCoordHook(func(step string, i int) {
+		switch {
+		case step == "applying" && i == 0:
+			primaryApplying.Add(1)
+			return
+		case step == "abort-recording" && i == 0:
+			// Held back until the Update returned (its part aborts done or handed on): the
+			// primary's part must still be prepared, no Apply sent to it, else the primary
+			// records nothing (it holds no part of the transaction).
+			<-returned
+			held := primary.Engine().TxnStatus(ids[0]).Prepared
+			heldAtRecord, applyingAtRecord = &held, primaryApplying.Load()
+			return
+		}
 		if step != "prepared" || i != 1 || fired {
 			return
 		}
@@ -58,12 +78,17 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 		}
 		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
 	})
+	close(returned)
 	require.ErrorIs(t, err, errStop)
 	require.True(t, fired)
 	require.Error(t, uctx.Err(), "the coordinator's context ended before its abort")
 
-	// The node's background work done (the abort applied to x's part, and recorded).
+	// The node's background work done (the abort recorded, then applied to x's part).
 	node.WaitFinishing(a)
+	require.NotNil(t, heldAtRecord, "the abort was recorded in the background")
+	require.True(t, *heldAtRecord, "the primary's part is aborted only after the abort is recorded")
+	require.Zero(t, applyingAtRecord, "no Apply is sent to the primary's part before its abort is recorded")
+	require.Positive(t, primaryApplying.Load(), "the primary's part aborted after the record")
 	require.NoError(t, a.Session().Check(), "the coordinator's lease lives")
 	require.Len(t, ids, 1, "one two-phase commit")
 	id := ids[0]

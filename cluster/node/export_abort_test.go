@@ -30,7 +30,7 @@ func Recording(n *Node) int {
 // storage node at addr in the background (recordAbortLater), over n's transaction node of
 // it (dialled).
 func RecordAbortLater(n *Node, id [16]byte, lease int64, count int, addr string) {
-	n.recordAbortLater(id, lease, count, n.current(addr), addr)
+	n.recordAbortLater(abortRecord{id: id, lease: lease, count: count, primary: n.current(addr), primaryAddr: addr})
 }
 
 // SetMapWatchHook sets testhook.MapWatch for a test and returns what restores it. Set it
