@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // TestHotPathsDoNotAllocate guards the paths the caches run per row. The race detector's
@@ -14,8 +15,8 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	g := mustGeometry(t, 64)
 	src, dst := newFrame(t, g), newFrame(t, g)
 	slices := make([][]byte, 0, 32)
-	full := Segment{Data: ^uint64(0), Rows: make([]byte, g.PageBytes())}
-	sparse := Segment{Data: 0x5555555555555555, Clear: 0x2222222222222222, Rows: make([]byte, g.MaskBytes(0x5555555555555555))}
+	full := base.Segment{Data: ^uint64(0), Rows: make([]byte, g.PageBytes())}
+	sparse := base.Segment{Data: 0x5555555555555555, Clear: 0x2222222222222222, Rows: make([]byte, g.MaskBytes(0x5555555555555555))}
 	row := make([]byte, 64)
 
 	tests := []struct {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -27,7 +28,7 @@ func TestErrorsWrapping(t *testing.T) {
 	require.Equal(t, "logicpage: bad row size 7: want a multiple of 8 in 8..4096", err.Error())
 
 	g := mustGeometry(t, 64)
-	err = g.CheckSegment(Segment{Page: 3, Data: 1, Clear: 1, Rows: make([]byte, 64)})
+	err = g.CheckSegment(base.Segment{Page: 3, Data: 1, Clear: 1, Rows: make([]byte, 64)})
 	require.ErrorIs(t, err, ErrSegment)
 	require.ErrorIs(t, err, corrupt.ErrCorruption)
 	require.True(t, strings.HasPrefix(err.Error(), "logicpage: bad segment: page 3: "), err.Error())

@@ -3,6 +3,7 @@ package logicpage_test
 import (
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -29,7 +30,7 @@ func ExampleFrame_Gather() {
 	for _, s := range slices {
 		rows = append(rows, s...) // what the wire does
 	}
-	seg := logicpage.Segment{Page: 0, Data: data, Clear: 1 << 5, Rows: rows}
+	seg := base.Segment{Page: 0, Data: data, Clear: 1 << 5, Rows: rows}
 	if err := g.CheckSegment(seg); err != nil {
 		panic(err)
 	}

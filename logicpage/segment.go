@@ -4,34 +4,16 @@ import (
 	"math/bits"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 )
-
-// Segment is a sparse segment of one logical page: the unit of IO in both directions and in the
-// WAL. Data has a bit for each slot whose bytes follow in Rows; Clear has a bit for each slot
-// that is (or becomes) absent and carries no bytes. Rows holds popcount(Data) rows of R bytes,
-// contiguous, in slot order, as a decoder produces them. The table a segment belongs to is the
-// wire's and the WAL's business, not this package's.
-//
-// A segment from outside the process (wire, WAL, data file) must pass CheckSegment before it
-// is applied.
-type Segment struct {
-	// Page is the logical page number (row ids Page*RowsPerPage ...).
-	Page uint64
-	// Data is the mask of slots whose rows follow in Rows.
-	Data uint64
-	// Clear is the mask of slots that are absent; disjoint from Data.
-	Clear uint64
-	// Rows is popcount(Data)*R bytes: the rows of Data in slot order.
-	Rows []byte
-}
 
 // CheckSegment returns nil if s is well formed for rows of this geometry: Page at most PageMax,
 // Data and Clear disjoint, and len(Rows) exactly popcount(Data)*R. An empty segment (both masks
 // zero, no rows) is well formed. Otherwise the error wraps ErrSegment and corrupt.ErrCorruption:
 // a segment that breaks these rules came from bad bytes. It allocates only when it fails.
-func (g Geometry) CheckSegment(s Segment) error {
+func (g Geometry) CheckSegment(s base.Segment) error {
 	if s.Page > PageMax {
 		return corrupt.Errorf("%w: page %d beyond the last page %d", ErrSegment, s.Page, uint64(PageMax))
 	}
@@ -74,28 +56,28 @@ func (f Frame) Gather(mask uint64, dst [][]byte) [][]byte {
 // s must be well formed (CheckSegment); s.Page is not compared with anything, the frame does not
 // know its page number. Apply writes with plain stores: the caller excludes concurrent readers
 // and writers of the touched slots and of Masks.Present (see ApplyShared otherwise).
-func (f Frame) Apply(s Segment) { f.applyOnly(s, ^uint64(0), false) }
+func (f Frame) Apply(s base.Segment) { f.applyOnly(s, ^uint64(0), false) }
 
 // ApplyOnly is Apply restricted to the slots of into: data rows outside into are skipped (their
 // bytes in s.Rows are stepped over), cleared slots outside into keep their bytes and present
 // bits. It serves the transaction node's rule "a fill writes only slots still invalid", so a
 // write that landed while a miss was in flight is not overwritten by older bytes.
-func (f Frame) ApplyOnly(s Segment, into uint64) { f.applyOnly(s, into, false) }
+func (f Frame) ApplyOnly(s base.Segment, into uint64) { f.applyOnly(s, into, false) }
 
 // ApplyShared is Apply for a frame that other goroutines read lock-free: rows are written with
 // StoreRow and cleared with atomic stores, and Present is updated with atomic OR and AND, so
 // readers that use LoadRow and atomic loads of Present race with nothing. Rows and Present
 // change word by word, not all at once: readers need a version check. It costs about one locked
 // instruction per 8 bytes written (see the package doc's Measured section).
-func (f Frame) ApplyShared(s Segment) { f.applyOnly(s, ^uint64(0), true) }
+func (f Frame) ApplyShared(s base.Segment) { f.applyOnly(s, ^uint64(0), true) }
 
 // ApplyOnlyShared is ApplyOnly with the writes of ApplyShared.
-func (f Frame) ApplyOnlyShared(s Segment, into uint64) { f.applyOnly(s, into, true) }
+func (f Frame) ApplyOnlyShared(s base.Segment, into uint64) { f.applyOnly(s, into, true) }
 
 // applyOnly is Apply, ApplyOnly and their shared forms. It walks runs of adjacent slots so that
 // a full page is one copy. A run of slots of Data&into is also contiguous in s.Rows, starting
 // after the popcount(Data) rows below its first slot.
-func (f Frame) applyOnly(s Segment, into uint64, shared bool) {
+func (f Frame) applyOnly(s base.Segment, into uint64, shared bool) {
 	r := f.g.rowBytes
 	if s.Data&s.Clear != 0 || len(s.Rows) != bits.OnesCount64(s.Data)*r {
 		assert.Failf("logicpage: apply unchecked segment of page %d: data %#x clear %#x rows %d bytes, row size %d",

@@ -1,6 +1,10 @@
 package logicpage
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/weftdb/weft/base"
+)
 
 // benchExtractApply moves the rows of mask from one frame to another the way the IO path does:
 // Gather into a reused slice list, land the slices contiguously in a reused buffer (what the
@@ -22,7 +26,7 @@ func benchExtractApply(b *testing.B, mask uint64, shared bool) {
 		for _, s := range slices {
 			wire = append(wire, s...)
 		}
-		s := Segment{Page: 1, Data: mask, Rows: wire}
+		s := base.Segment{Page: 1, Data: mask, Rows: wire}
 		if shared {
 			dst.ApplyShared(s)
 		} else {
@@ -76,7 +80,7 @@ func BenchmarkGather(b *testing.B) {
 // BenchmarkCheckSegment is the decoder's validation per segment.
 func BenchmarkCheckSegment(b *testing.B) {
 	g := mustGeometry(b, 64)
-	s := Segment{Page: 1, Data: 0xff << 8, Clear: 1, Rows: make([]byte, 8*64)}
+	s := base.Segment{Page: 1, Data: 0xff << 8, Clear: 1, Rows: make([]byte, 8*64)}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := g.CheckSegment(s); err != nil {

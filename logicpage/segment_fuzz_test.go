@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -38,7 +39,7 @@ func FuzzSegment(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sel uint8, page, data, clr uint64, rowBytes []byte) {
 		r := fuzzRowBytes[int(sel)%len(fuzzRowBytes)]
 		g := mustGeometry(t, r)
-		s := Segment{Page: page, Data: data, Clear: clr, Rows: rowBytes}
+		s := base.Segment{Page: page, Data: data, Clear: clr, Rows: rowBytes}
 
 		err := g.CheckSegment(s)
 		wellFormed := page <= PageMax && data&clr == 0 && len(rowBytes) == bits.OnesCount64(data)*r

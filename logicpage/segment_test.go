@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -63,26 +64,26 @@ func TestCheckSegment(t *testing.T) {
 	rows := func(n int) []byte { return make([]byte, n*64) }
 	tests := []struct {
 		name string
-		s    Segment
+		s    base.Segment
 		ok   bool
 	}{
-		{"empty", Segment{}, true},
-		{"empty rows not nil", Segment{Rows: []byte{}}, true},
-		{"one row", Segment{Page: 9, Data: 1 << 5, Rows: rows(1)}, true},
-		{"clear only", Segment{Page: 9, Clear: 0xf0}, true},
-		{"data and clear", Segment{Data: 0b0101, Clear: 0b1010, Rows: rows(2)}, true},
-		{"full page", Segment{Data: math.MaxUint64, Rows: rows(64)}, true},
-		{"full clear", Segment{Clear: math.MaxUint64}, true},
-		{"last page", Segment{Page: PageMax, Data: 1 << 63, Rows: rows(1)}, true},
-		{"page beyond ids", Segment{Page: PageMax + 1}, false},
-		{"page max uint64", Segment{Page: math.MaxUint64, Data: 1, Rows: rows(1)}, false},
-		{"masks overlap", Segment{Data: 0b11, Clear: 0b10, Rows: rows(2)}, false},
-		{"masks overlap at 63", Segment{Data: 1 << 63, Clear: math.MaxUint64, Rows: rows(1)}, false},
-		{"rows short", Segment{Data: 0b111, Rows: rows(2)}, false},
-		{"rows short by a byte", Segment{Data: 1, Rows: make([]byte, 63)}, false},
-		{"rows long", Segment{Data: 0b1, Rows: rows(2)}, false},
-		{"rows without data", Segment{Clear: 1, Rows: rows(1)}, false},
-		{"rows missing", Segment{Data: math.MaxUint64}, false},
+		{"empty", base.Segment{}, true},
+		{"empty rows not nil", base.Segment{Rows: []byte{}}, true},
+		{"one row", base.Segment{Page: 9, Data: 1 << 5, Rows: rows(1)}, true},
+		{"clear only", base.Segment{Page: 9, Clear: 0xf0}, true},
+		{"data and clear", base.Segment{Data: 0b0101, Clear: 0b1010, Rows: rows(2)}, true},
+		{"full page", base.Segment{Data: math.MaxUint64, Rows: rows(64)}, true},
+		{"full clear", base.Segment{Clear: math.MaxUint64}, true},
+		{"last page", base.Segment{Page: PageMax, Data: 1 << 63, Rows: rows(1)}, true},
+		{"page beyond ids", base.Segment{Page: PageMax + 1}, false},
+		{"page max uint64", base.Segment{Page: math.MaxUint64, Data: 1, Rows: rows(1)}, false},
+		{"masks overlap", base.Segment{Data: 0b11, Clear: 0b10, Rows: rows(2)}, false},
+		{"masks overlap at 63", base.Segment{Data: 1 << 63, Clear: math.MaxUint64, Rows: rows(1)}, false},
+		{"rows short", base.Segment{Data: 0b111, Rows: rows(2)}, false},
+		{"rows short by a byte", base.Segment{Data: 1, Rows: make([]byte, 63)}, false},
+		{"rows long", base.Segment{Data: 0b1, Rows: rows(2)}, false},
+		{"rows without data", base.Segment{Clear: 1, Rows: rows(1)}, false},
+		{"rows missing", base.Segment{Data: math.MaxUint64}, false},
 	}
 	for _, tt := range tests {
 		err := g.CheckSegment(tt.s)
@@ -98,9 +99,9 @@ func TestCheckSegment(t *testing.T) {
 func TestCheckSegmentRowSize(t *testing.T) {
 	for _, r := range testRowBytes {
 		g := mustGeometry(t, r)
-		require.NoError(t, g.CheckSegment(Segment{Data: 0b1001, Rows: make([]byte, 2*r)}))
-		require.Error(t, g.CheckSegment(Segment{Data: 0b1001, Rows: make([]byte, 2*r+8)}))
-		require.Error(t, g.CheckSegment(Segment{Data: 0b1001, Rows: make([]byte, 2*r-8)}))
+		require.NoError(t, g.CheckSegment(base.Segment{Data: 0b1001, Rows: make([]byte, 2*r)}))
+		require.Error(t, g.CheckSegment(base.Segment{Data: 0b1001, Rows: make([]byte, 2*r+8)}))
+		require.Error(t, g.CheckSegment(base.Segment{Data: 0b1001, Rows: make([]byte, 2*r-8)}))
 	}
 }
 
@@ -151,7 +152,7 @@ func TestGatherApplyRoundTrip(t *testing.T) {
 		}
 		for _, mask := range masks {
 			src := randomFrame(t, g, rng)
-			s := Segment{Page: rng.Uint64() >> 6, Data: mask, Rows: gatherRows(t, src, mask)}
+			s := base.Segment{Page: rng.Uint64() >> 6, Data: mask, Rows: gatherRows(t, src, mask)}
 			require.NoError(t, g.CheckSegment(s))
 
 			dst := newFrame(t, g)
@@ -171,7 +172,7 @@ func TestGatherApplyRoundTrip(t *testing.T) {
 
 // applyModel is the obvious slot-by-slot definition of ApplyOnly: the model the mask walks are
 // checked against.
-func applyModel(rows []byte, present uint64, r int, s Segment, into uint64) ([]byte, uint64) {
+func applyModel(rows []byte, present uint64, r int, s base.Segment, into uint64) ([]byte, uint64) {
 	out := bytes.Clone(rows)
 	next := 0
 	for slot := range RowsPerPage {
@@ -192,9 +193,9 @@ func applyModel(rows []byte, present uint64, r int, s Segment, into uint64) ([]b
 }
 
 // randomSegment returns a well-formed segment of random masks and bytes.
-func randomSegment(rng *rand.Rand, g Geometry) Segment {
+func randomSegment(rng *rand.Rand, g Geometry) base.Segment {
 	data := randomMask(rng)
-	s := Segment{Page: rng.Uint64N(PageMax + 1), Data: data, Clear: randomMask(rng) &^ data}
+	s := base.Segment{Page: rng.Uint64N(PageMax + 1), Data: data, Clear: randomMask(rng) &^ data}
 	s.Rows = make([]byte, g.MaskBytes(data))
 	fillRandom(rng, s.Rows)
 	return s
@@ -204,7 +205,7 @@ func randomSegment(rng *rand.Rand, g Geometry) Segment {
 type applyVariant struct {
 	name  string
 	only  bool // honours into; the others apply every slot
-	apply func(f Frame, s Segment, into uint64)
+	apply func(f Frame, s base.Segment, into uint64)
 }
 
 // honoured returns the slots the variant writes when asked for into.
@@ -216,10 +217,10 @@ func (v applyVariant) honoured(into uint64) uint64 {
 }
 
 var applyVariants = []applyVariant{
-	{"Apply", false, func(f Frame, s Segment, _ uint64) { f.Apply(s) }},
-	{"ApplyOnly", true, func(f Frame, s Segment, into uint64) { f.ApplyOnly(s, into) }},
-	{"ApplyShared", false, func(f Frame, s Segment, _ uint64) { f.ApplyShared(s) }},
-	{"ApplyOnlyShared", true, func(f Frame, s Segment, into uint64) { f.ApplyOnlyShared(s, into) }},
+	{"Apply", false, func(f Frame, s base.Segment, _ uint64) { f.Apply(s) }},
+	{"ApplyOnly", true, func(f Frame, s base.Segment, into uint64) { f.ApplyOnly(s, into) }},
+	{"ApplyShared", false, func(f Frame, s base.Segment, _ uint64) { f.ApplyShared(s) }},
+	{"ApplyOnlyShared", true, func(f Frame, s base.Segment, into uint64) { f.ApplyOnlyShared(s, into) }},
 }
 
 // TestApplyModel applies random segments through every variant to random frames and compares
@@ -260,7 +261,7 @@ func TestApplyOnlyFillRule(t *testing.T) {
 	copy(f.Row(2), "newwrite")
 	f.Masks.Present, f.Masks.Valid = 1<<2, 1<<2
 
-	fill := Segment{Data: 0b0110, Clear: 0b1000, Rows: []byte("row one!oldbytes")}
+	fill := base.Segment{Data: 0b0110, Clear: 0b1000, Rows: []byte("row one!oldbytes")}
 	f.ApplyOnly(fill, ^f.Masks.Valid)
 
 	require.Equal(t, []byte("row one!"), f.Row(1))
@@ -277,7 +278,7 @@ func TestApplyClearZeroesRows(t *testing.T) {
 	g := mustGeometry(t, 64)
 	f := randomFrame(t, g, rng)
 	f.Masks.Present = math.MaxUint64
-	f.Apply(Segment{Clear: 0xf0f0})
+	f.Apply(base.Segment{Clear: 0xf0f0})
 	require.Equal(t, ^uint64(0xf0f0), f.Masks.Present)
 	for slot := range RowsPerPage {
 		if 0xf0f0&(1<<slot) != 0 {
@@ -290,8 +291,8 @@ func TestApplyPanicsOnUncheckedSegment(t *testing.T) {
 	g := mustGeometry(t, 64)
 	f := newFrame(t, g)
 	for _, v := range applyVariants {
-		require.Panics(t, func() { v.apply(f, Segment{Data: 1, Clear: 1, Rows: make([]byte, 64)}, 1) }, v.name)
-		require.Panics(t, func() { v.apply(f, Segment{Data: 1, Rows: make([]byte, 8)}, 1) }, v.name)
+		require.Panics(t, func() { v.apply(f, base.Segment{Data: 1, Clear: 1, Rows: make([]byte, 64)}, 1) }, v.name)
+		require.Panics(t, func() { v.apply(f, base.Segment{Data: 1, Rows: make([]byte, 8)}, 1) }, v.name)
 	}
 }
 
@@ -327,7 +328,7 @@ func TestApplySharedConcurrent(t *testing.T) {
 		for j := range b {
 			b[j] = byte(i)
 		}
-		f.ApplyShared(Segment{Data: data, Clear: clr, Rows: b})
+		f.ApplyShared(base.Segment{Data: data, Clear: clr, Rows: b})
 	}
 	done.Store(true)
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // commitBatch returns a commit of nseg segments of rowsPerSeg 64-byte rows each, with rows
@@ -14,10 +15,10 @@ import (
 func commitBatch(nseg, rowsPerSeg int) *Commit {
 	const rowBytes = 64
 	buf := rows(nseg*rowsPerSeg, rowBytes, 1)
-	c := &Commit{Owner: 7, Seq: 1, Fences: []Fence{{Table: 1, Epoch: 3}}}
+	c := &Commit{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: 1, Epoch: 3}}}
 	mask := ^uint64(0) >> (64 - rowsPerSeg)
 	for i := range nseg {
-		c.Segments = append(c.Segments, Segment{
+		c.Segments = append(c.Segments, base.Segment{
 			Table: 1, RowBytes: rowBytes, Page: uint64(i) * 3, Data: mask,
 			Rows: buf[i*rowsPerSeg*rowBytes : (i+1)*rowsPerSeg*rowBytes],
 		})
@@ -52,7 +53,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		if err != nil {
 			panic(err)
 		}
-		var s Segment
+		var s base.Segment
 		it := v.Segments()
 		for it.Next(&s) {
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -291,7 +292,7 @@ func TestClientRejectsBadRequestsLocally(t *testing.T) {
 	ctx := testCtx(t)
 	_, err := c.Call(ctx, &OpenTable{Name: "bad name"})
 	require.ErrorIs(t, err, ErrBadName)
-	big := &Commit{Segments: []Segment{{Table: 1, RowBytes: 4096, Data: ^uint64(0), Rows: make([]byte, 64*4096)}}}
+	big := &Commit{Segments: []base.Segment{{Table: 1, RowBytes: 4096, Data: ^uint64(0), Rows: make([]byte, 64*4096)}}}
 	for range 4 {
 		big.Segments = append(big.Segments, big.Segments[0])
 	}
@@ -539,7 +540,7 @@ func TestClientSend(t *testing.T) {
 				bad.Add(1)
 				return
 			}
-			var s Segment
+			var s base.Segment
 			it.Next(&s)
 			if s.Page != uint64(i) || s.Data != 0b1011 || len(s.Rows) != 3*64 || s.Rows[0] != byte(i) {
 				bad.Add(1)

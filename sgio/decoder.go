@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+
+	"github.com/weftdb/weft/base"
 )
 
 // NewFrameReader returns a bufio.Reader over rd whose buffer holds one whole frame of up to
@@ -226,7 +228,7 @@ func (it *SegmentIter) Len() int { return it.left }
 // Filling the caller's Segment, rather than returning one, keeps the loop free of large
 // struct copies. Declare the iterator before the loop (it := v.Segments(); for it.Next(&s)
 // {...}): as a for-clause variable it would be copied every iteration.
-func (it *SegmentIter) Next(s *Segment) bool {
+func (it *SegmentIter) Next(s *base.Segment) bool {
 	if it.left == 0 {
 		return false
 	}
@@ -247,7 +249,7 @@ func (it *SegmentIter) Next(s *Segment) bool {
 // walkSegments validates n segments at r's offset and returns an iterator over them.
 func walkSegments(r *bodyReader, n int) SegmentIter {
 	start := r.off
-	var s Segment
+	var s base.Segment
 	for i := 0; i < n && r.err == nil; i++ {
 		parseSegment(r, &s)
 	}
@@ -308,9 +310,9 @@ func ViewCommit(body []byte) (CommitView, error) {
 func (v *CommitView) FenceCount() int { return len(v.fences) / fenceSize }
 
 // Fence reports fence i, 0 <= i < FenceCount.
-func (v *CommitView) Fence(i int) Fence {
+func (v *CommitView) Fence(i int) base.Fence {
 	b := v.fences[i*fenceSize : (i+1)*fenceSize]
-	return Fence{Table: binary.LittleEndian.Uint32(b), Epoch: binary.LittleEndian.Uint64(b[8:])}
+	return base.Fence{Table: binary.LittleEndian.Uint32(b), Epoch: binary.LittleEndian.Uint64(b[8:])}
 }
 
 // SegmentCount reports the number of segments.

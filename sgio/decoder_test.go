@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // oneByteReader returns at most one byte per Read, to exercise partial reads.
@@ -55,7 +56,7 @@ func TestReadFrameStream(t *testing.T) {
 }
 
 func TestReadFrameErrors(t *testing.T) {
-	frame := AppendFrame(nil, 1, &Commit{Owner: 1, Seq: 2, Segments: []Segment{{Table: 1, RowBytes: 64, Data: 0xff, Rows: rows(8, 64, 1)}}})
+	frame := AppendFrame(nil, 1, &Commit{Owner: 1, Seq: 2, Segments: []base.Segment{{Table: 1, RowBytes: 64, Data: 0xff, Rows: rows(8, 64, 1)}}})
 
 	// A stream that ends inside a frame, in the header or in the body.
 	for _, cut := range []int{1, HeaderSize - 1, HeaderSize, len(frame) - 1} {
@@ -101,14 +102,14 @@ func TestViewCommitMatchesParse(t *testing.T) {
 			it := v.Segments()
 			for i := range c.Segments {
 				require.Equal(t, len(c.Segments)-i, it.Len())
-				var s Segment
+				var s base.Segment
 				require.True(t, it.Next(&s))
 				require.Equal(t, c.Segments[i], s, "pass %d segment %d", pass, i)
 				if len(s.Rows) > 0 {
 					require.True(t, aliases(body, s.Rows), "rows alias the body")
 				}
 			}
-			require.False(t, it.Next(&Segment{}))
+			require.False(t, it.Next(&base.Segment{}))
 		}
 		for cut := range len(body) {
 			_, err := ViewCommit(body[:cut])
@@ -127,18 +128,18 @@ func TestViewSegmentsMatchesParse(t *testing.T) {
 		it, err := ViewSegments(body)
 		require.NoError(t, err)
 		for i := range s.Segments {
-			var got Segment
+			var got base.Segment
 			require.True(t, it.Next(&got))
 			require.Equal(t, s.Segments[i], got)
 		}
-		require.False(t, it.Next(&Segment{}))
+		require.False(t, it.Next(&base.Segment{}))
 		for cut := range len(body) {
 			_, err := ViewSegments(body[:cut])
 			require.ErrorIs(t, err, ErrMalformed)
 		}
 	}
 	var zero SegmentIter
-	require.False(t, zero.Next(&Segment{}))
+	require.False(t, zero.Next(&base.Segment{}))
 }
 
 // aliases reports whether sub lies inside buf's memory.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/checksum"
 )
@@ -150,7 +151,7 @@ func (w *Writer) Append(id uint64, m Message) {
 
 // gatherSegments gathers segment headers into the arena and rows by reference (or copied,
 // when shorter than CopyBelow).
-func (w *Writer) gatherSegments(segs []Segment, runs [][][]byte) {
+func (w *Writer) gatherSegments(segs []base.Segment, runs [][][]byte) {
 	for i := range segs {
 		s := &segs[i]
 		if runs == nil {

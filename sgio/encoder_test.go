@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 func flatten(v [][]byte) []byte { return bytes.Join(v, nil) }
@@ -36,8 +37,8 @@ func TestWriterMatchesAppendFrame(t *testing.T) {
 func TestWriterGathersRowsByReference(t *testing.T) {
 	page := rows(64, 64, 0) // one page frame of 64-byte rows
 	// Slots 0..3 and 10..11 as two runs of the page frame.
-	c := &Commit{Owner: 1, Seq: 2, Fences: []Fence{{Table: 5, Epoch: 1}},
-		Segments: []Segment{{Table: 5, RowBytes: 64, Page: 0, Data: 0b1100_0000_1111}},
+	c := &Commit{Owner: 1, Seq: 2, Fences: []base.Fence{{Table: 5, Epoch: 1}},
+		Segments: []base.Segment{{Table: 5, RowBytes: 64, Page: 0, Data: 0b1100_0000_1111}},
 		Runs:     [][][]byte{{page[0 : 4*64], page[10*64 : 12*64]}},
 	}
 	require.NoError(t, c.Validate())
@@ -57,7 +58,7 @@ func TestWriterGathersRowsByReference(t *testing.T) {
 	require.Equal(t, flatten(vec), flatten(dw.Buffers()))
 
 	// The same commit with Rows copied into one slice encodes to the same bytes.
-	flat := &Commit{Owner: 1, Seq: 2, Fences: c.Fences, Segments: []Segment{c.Segments[0]}}
+	flat := &Commit{Owner: 1, Seq: 2, Fences: c.Fences, Segments: []base.Segment{c.Segments[0]}}
 	flat.Segments[0].Rows = append(bytes.Clone(page[0:4*64]), page[10*64:12*64]...)
 	require.Equal(t, AppendFrame(nil, 9, flat), flatten(vec))
 
@@ -90,7 +91,7 @@ func TestWriterCoalescesScratch(t *testing.T) {
 
 func TestWriterPanicsOnInconsistentRows(t *testing.T) {
 	var w Writer
-	c := &Commit{Segments: []Segment{{Table: 1, RowBytes: 8, Data: 3, Rows: rows(1, 8, 0)}}}
+	c := &Commit{Segments: []base.Segment{{Table: 1, RowBytes: 8, Data: 3, Rows: rows(1, 8, 0)}}}
 	require.Panics(t, func() { w.Append(1, c) })
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -113,7 +114,7 @@ func checkBody(t *testing.T, typ Type, body []byte) {
 		if verr != nil || it.Len() != len(m.Segments) {
 			t.Fatalf("ViewSegments disagrees with Parse: %v", verr)
 		}
-		var got Segment
+		var got base.Segment
 		for _, s := range m.Segments {
 			if !it.Next(&got) || !segmentEqual(got, s) {
 				t.Fatalf("ViewSegments segment differs")
@@ -126,7 +127,7 @@ func checkBody(t *testing.T, typ Type, body []byte) {
 			t.Fatalf("ViewCommit disagrees with Parse: %v", verr)
 		}
 		it := v.Segments()
-		var got Segment
+		var got base.Segment
 		for _, s := range m.Segments {
 			if !it.Next(&got) || !segmentEqual(got, s) {
 				t.Fatalf("ViewCommit segment differs")
@@ -138,7 +139,7 @@ func checkBody(t *testing.T, typ Type, body []byte) {
 	}
 }
 
-func segmentEqual(a, b Segment) bool {
+func segmentEqual(a, b base.Segment) bool {
 	return a.Table == b.Table && a.RowBytes == b.RowBytes && a.Page == b.Page && a.Data == b.Data &&
 		a.Clear == b.Clear && bytes.Equal(a.Rows, b.Rows)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // goldenCommit is the Commit frame shown in docs/wire.md: two tables, two segments, rows of
@@ -16,8 +17,8 @@ import (
 func goldenCommit() (uint64, *Commit) {
 	return 42, &Commit{
 		Owner: 7, Seq: 3,
-		Fences: []Fence{{Table: 1, Epoch: 5}, {Table: 2, Epoch: 9}},
-		Segments: []Segment{
+		Fences: []base.Fence{{Table: 1, Epoch: 5}, {Table: 2, Epoch: 9}},
+		Segments: []base.Segment{
 			{Table: 1, RowBytes: 8, Page: 0, Data: 0b101, Clear: 0b010, Rows: []byte("slot-000slot-002")},
 			{Table: 2, RowBytes: 16, Page: 3, Data: 1 << 63, Rows: []byte("page3-slot63-row")},
 		},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -58,7 +59,7 @@ func sampleMessages() []Message {
 		&AllocIDs{Table: 3, Pages: 4, Owner: 11, Epoch: 12},
 		&IDRange{First: 640, Count: 256},
 		&ReadPages{Wants: []PageWant{{Table: 1, Page: 0, Want: 1}, {Table: 2, Page: PageMax, Want: ^uint64(0)}}},
-		&Segments{Segments: []Segment{
+		&Segments{Segments: []base.Segment{
 			{Table: 1, RowBytes: 8, Page: 0, Data: 1, Clear: 0, Rows: rows(1, 8, 0xa0)},
 			{Table: 2, RowBytes: 4096, Page: PageMax, Data: 0, Clear: ^uint64(0), Rows: []byte{}},
 			{Table: 3, RowBytes: 64, Page: 5, Data: 0xf0, Clear: 0x0f, Rows: rows(4, 64, 0x10)},
@@ -67,16 +68,16 @@ func sampleMessages() []Message {
 		&PageDir{Table: 4, MaxEntries: 100, Lo: 10, Hi: 1 << 50},
 		&PageDirReply{Next: 77, Entries: []PageEntry{{Page: 10, Present: 3}, {Page: 76, Present: 1 << 63}}},
 		&PageDirReply{Next: 1},
-		&Commit{Owner: 11, Seq: 99, Fences: []Fence{{Table: 1, Epoch: 12}, {Table: 3, Epoch: 2}},
-			Segments: []Segment{
+		&Commit{Owner: 11, Seq: 99, Fences: []base.Fence{{Table: 1, Epoch: 12}, {Table: 3, Epoch: 2}},
+			Segments: []base.Segment{
 				{Table: 1, RowBytes: 8, Page: 2, Data: 0b101, Clear: 0b010, Rows: rows(2, 8, 0x30)},
 				{Table: 3, RowBytes: 64, Page: 9, Data: ^uint64(0), Rows: rows(64, 64, 0)},
 				{Table: 3, RowBytes: 64, Page: 10, Clear: 1, Rows: []byte{}},
 			}},
 		&Commit{Owner: 1, Seq: 1},
 		&TxnPrepare{Txn: [TxnIDSize]byte{1, 15: 9}, Lease: 0x7eadbeef, Index: 3, Primary: "10.0.0.7:7070",
-			Commit: Commit{Owner: 11, Seq: 100, Fences: []Fence{{Table: 1, Epoch: 12}},
-				Segments: []Segment{{Table: 1, RowBytes: 8, Page: 2, Data: 0b11, Rows: rows(2, 8, 0x40)}}}},
+			Commit: Commit{Owner: 11, Seq: 100, Fences: []base.Fence{{Table: 1, Epoch: 12}},
+				Segments: []base.Segment{{Table: 1, RowBytes: 8, Page: 2, Data: 0b11, Rows: rows(2, 8, 0x40)}}}},
 		&TxnPrepare{Commit: Commit{Owner: 1, Seq: 1}},
 		&TxnDecide{Txn: [TxnIDSize]byte{2}, Lease: -1, Decision: TxnCommit, Count: 64},
 		&TxnDecide{Txn: [TxnIDSize]byte{3}, Lease: 5, Decision: TxnAbort},
@@ -92,7 +93,7 @@ func sampleMessages() []Message {
 			{Txn: [TxnIDSize]byte{9}, Owner: 12, Lease: -1, AgeMillis: 1, Table: 5}}},
 		&TxnDoubtList{},
 		&Move{Op: MoveOpActivate, Table: 7, Token: 0x1122334455667788, Floor: 9001, NextID: 1 << 40, MaxPages: 100},
-		&MoveWrite{Commit{Owner: 3, Seq: 1, Fences: []Fence{{Table: 7}}, Segments: []Segment{{Table: 7, RowBytes: 8, Page: 2, Data: 1, Clear: ^uint64(1), Rows: make([]byte, 8)}}}},
+		&MoveWrite{Commit{Owner: 3, Seq: 1, Fences: []base.Fence{{Table: 7}}, Segments: []base.Segment{{Table: 7, RowBytes: 8, Page: 2, Data: 1, Clear: ^uint64(1), Rows: make([]byte, 8)}}}},
 		&MoveState{State: 1, More: true, Token: 5, NextID: 640, Pages: []uint64{1, 3, 1 << 50}},
 		&MoveState{State: 2},
 		&CommitAck{LSN: 1234, Seq: 99},
@@ -170,7 +171,7 @@ func TestMessageParseRejectsBadFields(t *testing.T) {
 	put16 := func(b []byte, off int, v uint16) []byte { binary.LittleEndian.PutUint16(b[off:], v); return b }
 	put32 := func(b []byte, off int, v uint32) []byte { binary.LittleEndian.PutUint32(b[off:], v); return b }
 	put64 := func(b []byte, off int, v uint64) []byte { binary.LittleEndian.PutUint64(b[off:], v); return b }
-	seg := func(s Segment) []byte {
+	seg := func(s base.Segment) []byte {
 		return append(binary.LittleEndian.AppendUint64(nil, 1), AppendSegment(nil, &s)...)
 	}
 	cases := []struct {
@@ -198,13 +199,13 @@ func TestMessageParseRejectsBadFields(t *testing.T) {
 		{"readpages huge count", &ReadPages{}, put32(enc(&ReadPages{}), 0, ^uint32(0)), ErrTruncated},
 		{"readpages page", &ReadPages{}, enc(&ReadPages{Wants: []PageWant{{Page: PageMax + 1}}}), ErrMalformed},
 		{"pagedir count", &PageDirReply{}, put32(enc(&PageDirReply{}), 8, 1), ErrTruncated},
-		{"segment overlap", &Segments{}, seg(Segment{RowBytes: 8, Data: 3, Clear: 2, Rows: rows(2, 8, 1)}), ErrMalformed},
-		{"segment row size", &Segments{}, seg(Segment{RowBytes: 9, Data: 1, Rows: rows(1, 9, 1)[:8]}), ErrBadRowSize},
-		{"segment page", &Segments{}, seg(Segment{RowBytes: 8, Page: PageMax + 1}), ErrMalformed},
-		{"segment reserved", &Segments{}, put16(seg(Segment{RowBytes: 8}), 8+6, 1), ErrMalformed},
-		{"segment short rows", &Segments{}, seg(Segment{RowBytes: 8, Data: 3, Rows: rows(1, 8, 1)}), ErrTruncated},
+		{"segment overlap", &Segments{}, seg(base.Segment{RowBytes: 8, Data: 3, Clear: 2, Rows: rows(2, 8, 1)}), ErrMalformed},
+		{"segment row size", &Segments{}, seg(base.Segment{RowBytes: 9, Data: 1, Rows: rows(1, 9, 1)[:8]}), ErrBadRowSize},
+		{"segment page", &Segments{}, seg(base.Segment{RowBytes: 8, Page: PageMax + 1}), ErrMalformed},
+		{"segment reserved", &Segments{}, put16(seg(base.Segment{RowBytes: 8}), 8+6, 1), ErrMalformed},
+		{"segment short rows", &Segments{}, seg(base.Segment{RowBytes: 8, Data: 3, Rows: rows(1, 8, 1)}), ErrTruncated},
 		{"commit counts", &Commit{}, put32(put32(enc(&Commit{}), 16, 1<<20), 20, 1<<20), ErrTruncated},
-		{"commit fence reserved", &Commit{}, put32(enc(&Commit{Fences: []Fence{{1, 2}}}), 24+4, 1), ErrMalformed},
+		{"commit fence reserved", &Commit{}, put32(enc(&Commit{Fences: []base.Fence{{Table: 1, Epoch: 2}}}), 24+4, 1), ErrMalformed},
 		{"commit seg count", &Commit{}, put64(enc(&Commit{}), 16, 1<<32), ErrTruncated},
 		{"stats name", &StatsReply{}, enc(&StatsReply{Stats: []Stat{{Name: "a b"}}}), ErrBadName},
 		{"error code 0", &ErrorReply{}, enc(&ErrorReply{Message: "x"}), ErrMalformed},
@@ -230,7 +231,7 @@ func TestValidate(t *testing.T) {
 	require.ErrorIs(t, (&ReadPages{Wants: []PageWant{{Page: PageMax + 1}}}).Validate(), ErrMalformed)
 	require.ErrorIs(t, (&ErrorReply{}).Validate(), ErrMalformed)
 
-	c := &Commit{Segments: []Segment{{Table: 1, RowBytes: 8, Data: 3, Rows: rows(1, 8, 0)}}}
+	c := &Commit{Segments: []base.Segment{{Table: 1, RowBytes: 8, Data: 3, Rows: rows(1, 8, 0)}}}
 	require.ErrorIs(t, c.Validate(), ErrBadRowSize, "rows shorter than the data mask")
 	c.Runs = [][][]byte{{rows(1, 8, 0), rows(1, 8, 1)}}
 	require.NoError(t, c.Validate(), "runs replace Rows")

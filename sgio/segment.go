@@ -4,13 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+
+	"github.com/weftdb/weft/base"
 )
 
-// Segment is a sparse segment of one logical page: the unit of IO in both directions. Data has
-// a bit for each slot whose row follows in Rows; Clear has a bit for each slot that is (or
-// becomes) absent and carries no bytes.
-//
-// On the wire:
+// A segment (base.Segment) on the wire:
 //
 //	off size field
 //	0   4    table id
@@ -20,38 +18,24 @@ import (
 //	16  8    data mask
 //	24  8    clear mask (data & clear == 0)
 //	32  ...  popcount(data) * row bytes: the rows of the data mask, in slot order
-type Segment struct {
-	Table    uint32
-	RowBytes uint16
-	Page     uint64
-	Data     uint64
-	Clear    uint64
-	// Rows holds popcount(Data)*RowBytes bytes. A decoded segment's Rows aliases the frame
-	// body: valid until the frame's buffer is discarded. An encoded segment's Rows is sent by
-	// reference: it must not change until the write has completed.
-	Rows []byte
-}
 
-// RowsSize reports the number of row bytes the segment carries: popcount(Data)*RowBytes.
-func (s *Segment) RowsSize() int { return bits.OnesCount64(s.Data) * int(s.RowBytes) }
+// SegmentSize reports the segment's encoded size: header and rows.
+func SegmentSize(s *base.Segment) int { return SegmentHeaderSize + s.RowsSize() }
 
-// Size reports the segment's encoded size: header and rows.
-func (s *Segment) Size() int { return SegmentHeaderSize + s.RowsSize() }
-
-// checkHeader checks the rules of a segment's header fields.
-func (s *Segment) checkHeader() error {
-	if !s.headerOK() {
-		return s.headerError()
+// checkSegmentHeader checks the rules of a segment's header fields.
+func checkSegmentHeader(s *base.Segment) error {
+	if !segmentHeaderOK(s) {
+		return segmentHeaderError(s)
 	}
 	return nil
 }
 
-// headerOK is checkHeader's test, small enough to inline into the decoders' loops.
-func (s *Segment) headerOK() bool {
+// segmentHeaderOK is checkSegmentHeader's test, small enough to inline into the decoders' loops.
+func segmentHeaderOK(s *base.Segment) bool {
 	return s.RowBytes-RowBytesMin <= RowBytesMax-RowBytesMin && s.RowBytes&7 == 0 && s.Page <= PageMax && s.Data&s.Clear == 0
 }
 
-func (s *Segment) headerError() error {
+func segmentHeaderError(s *base.Segment) error {
 	if err := CheckRowBytes(int(s.RowBytes)); err != nil {
 		return err
 	}
@@ -65,11 +49,11 @@ func (s *Segment) headerError() error {
 
 // Validate reports whether s may be encoded: its header rules, and Rows of RowsSize bytes.
 // Its errors wrap ErrBadRowSize or ErrMalformed.
-func (s *Segment) Validate() error { return s.validate(len(s.Rows)) }
+func ValidateSegment(s *base.Segment) error { return validateSegment(s, len(s.Rows)) }
 
 // validate checks the header rules and a row byte count of rowsLen.
-func (s *Segment) validate(rowsLen int) error {
-	if err := s.checkHeader(); err != nil {
+func validateSegment(s *base.Segment, rowsLen int) error {
+	if err := checkSegmentHeader(s); err != nil {
 		return err
 	}
 	if want := s.RowsSize(); rowsLen != want {
@@ -80,7 +64,7 @@ func (s *Segment) validate(rowsLen int) error {
 }
 
 // putSegmentHeader writes s's header into b[:SegmentHeaderSize].
-func putSegmentHeader(b []byte, s *Segment) {
+func putSegmentHeader(b []byte, s *base.Segment) {
 	_ = b[SegmentHeaderSize-1]
 	binary.LittleEndian.PutUint32(b[0:], s.Table)
 	binary.LittleEndian.PutUint16(b[4:], s.RowBytes)
@@ -103,14 +87,14 @@ func AppendSegmentHeader(dst []byte, table uint32, rowBytes int, page, data, cle
 }
 
 // AppendSegment appends s, header and rows (copied), to dst and returns the extended slice.
-func AppendSegment(dst []byte, s *Segment) []byte {
+func AppendSegment(dst []byte, s *base.Segment) []byte {
 	var h [SegmentHeaderSize]byte
 	putSegmentHeader(h[:], s)
 	return append(append(dst, h[:]...), s.Rows...)
 }
 
 // parseSegment decodes one segment at r's offset; Rows aliases r's body.
-func parseSegment(r *bodyReader, s *Segment) {
+func parseSegment(r *bodyReader, s *base.Segment) {
 	if r.err != nil {
 		return
 	}
@@ -129,8 +113,8 @@ func parseSegment(r *bodyReader, s *Segment) {
 		r.fail(off+6, "segment reserved field not zero")
 		return
 	}
-	if !s.headerOK() {
-		r.check(s.headerError())
+	if !segmentHeaderOK(s) {
+		r.check(segmentHeaderError(s))
 		return
 	}
 	r.off = off + SegmentHeaderSize
@@ -138,7 +122,7 @@ func parseSegment(r *bodyReader, s *Segment) {
 }
 
 // validateSegments checks segs, with optional per-segment runs.
-func validateSegments(segs []Segment, runs [][][]byte) error {
+func validateSegments(segs []base.Segment, runs [][][]byte) error {
 	if runs != nil && len(runs) != len(segs) {
 		return fmt.Errorf("sgio: %d segments but %d row-run lists: %w", len(segs), len(runs), ErrMalformed)
 	}
@@ -147,7 +131,7 @@ func validateSegments(segs []Segment, runs [][][]byte) error {
 		if runs != nil {
 			n = runsSize(runs[i])
 		}
-		if err := segs[i].validate(n); err != nil {
+		if err := validateSegment(&segs[i], n); err != nil {
 			return fmt.Errorf("sgio: segment %d: %w", i, err)
 		}
 	}
@@ -162,16 +146,16 @@ func runsSize(runs [][]byte) int {
 	return n
 }
 
-func segmentsSize(segs []Segment) int {
+func segmentsSize(segs []base.Segment) int {
 	n := 0
 	for i := range segs {
-		n += segs[i].Size()
+		n += SegmentSize(&segs[i])
 	}
 	return n
 }
 
 // appendSegmentsCopy appends segs, copying rows from Rows or from runs.
-func appendSegmentsCopy(dst []byte, segs []Segment, runs [][][]byte) []byte {
+func appendSegmentsCopy(dst []byte, segs []base.Segment, runs [][][]byte) []byte {
 	for i := range segs {
 		if runs == nil {
 			dst = AppendSegment(dst, &segs[i])
@@ -256,7 +240,7 @@ func (m *ReadPages) Validate() error {
 //
 // Body: count u32, reserved u32, then count segments.
 type Segments struct {
-	Segments []Segment
+	Segments []base.Segment
 	// Runs, when not nil, gives segment i's rows as Runs[i], a gather list of row runs (for
 	// example from a page frame), and Segments[i].Rows is ignored. Only for encoding: Parse
 	// sets it to nil.
@@ -285,7 +269,7 @@ func (m *Segments) Parse(body []byte) error {
 	m.Segments = m.Segments[:0]
 	m.Runs = nil
 	for i := 0; i < n && r.err == nil; i++ {
-		var s Segment
+		var s base.Segment
 		parseSegment(&r, &s)
 		m.Segments = append(m.Segments, s)
 	}
@@ -294,12 +278,6 @@ func (m *Segments) Parse(body []byte) error {
 
 // Validate checks every segment.
 func (m *Segments) Validate() error { return validateSegments(m.Segments, m.Runs) }
-
-// Fence is the ownership epoch a commit batch claims for one table it touches.
-type Fence struct {
-	Table uint32
-	Epoch uint64
-}
 
 // fenceSize is the encoded size of a Fence: table u32, reserved u32, epoch.
 const fenceSize = 16
@@ -322,8 +300,8 @@ const commitFixed = 24
 type Commit struct {
 	Owner    uint64
 	Seq      uint64
-	Fences   []Fence
-	Segments []Segment
+	Fences   []base.Fence
+	Segments []base.Segment
 	// Runs, when not nil, gives segment i's rows as Runs[i], a gather list of row runs, and
 	// Segments[i].Rows is ignored. Only for encoding: Parse sets it to nil.
 	Runs [][][]byte
@@ -383,14 +361,14 @@ func (m *Commit) Parse(body []byte) error {
 		r.fail(r.off, "%d fences and %d segments do not fit in %d bytes", nf, ns, len(body)-r.off)
 	}
 	for i := 0; i < nf && r.err == nil; i++ {
-		var f Fence
+		var f base.Fence
 		f.Table = r.u32()
 		r.reserved32()
 		f.Epoch = r.u64()
 		m.Fences = append(m.Fences, f)
 	}
 	for i := 0; i < ns && r.err == nil; i++ {
-		var s Segment
+		var s base.Segment
 		parseSegment(&r, &s)
 		m.Segments = append(m.Segments, s)
 	}

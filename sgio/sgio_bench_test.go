@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 	"testing"
+
+	"github.com/weftdb/weft/base"
 )
 
 // benchBatches are the commit batches of the benchmarks: 128 one-row segments (random
@@ -22,10 +24,10 @@ var benchBatches = []struct {
 func benchCommit(segs, rowsPerSeg int) *Commit {
 	const rowBytes = 64
 	buf := rows(segs*rowsPerSeg, rowBytes, 1)
-	c := &Commit{Owner: 7, Seq: 1, Fences: []Fence{{Table: 1, Epoch: 3}}}
+	c := &Commit{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: 1, Epoch: 3}}}
 	mask := ^uint64(0) >> (64 - rowsPerSeg)
 	for i := range segs {
-		c.Segments = append(c.Segments, Segment{
+		c.Segments = append(c.Segments, base.Segment{
 			Table: 1, RowBytes: rowBytes, Page: uint64(i) * 3, Data: mask,
 			Rows: buf[i*rowsPerSeg*rowBytes : (i+1)*rowsPerSeg*rowBytes],
 		})
@@ -123,7 +125,7 @@ func BenchmarkCommitDecode(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var s Segment
+				var s base.Segment
 				it := v.Segments() // outside the for: a loop variable would be copied each round
 				for it.Next(&s) {
 					rowBytes += len(s.Rows)

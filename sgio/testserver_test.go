@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // testServer is a small storage-node stand-in built from this package's decoder and encoder:
@@ -206,7 +207,7 @@ func answer(f Frame) Message {
 		var reply Segments
 		for _, w := range m.Wants {
 			n := popcount(w.Want)
-			reply.Segments = append(reply.Segments, Segment{Table: w.Table, RowBytes: 64, Page: w.Page, Data: w.Want, Rows: rows(n, 64, byte(w.Page))})
+			reply.Segments = append(reply.Segments, base.Segment{Table: w.Table, RowBytes: 64, Page: w.Page, Data: w.Want, Rows: rows(n, 64, byte(w.Page))})
 		}
 		return &reply
 	}

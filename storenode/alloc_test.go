@@ -6,16 +6,16 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 )
 
 // The commit path hashes every batch for the dedup window: that allocates nothing.
 func TestBatchHashAllocs(t *testing.T) {
 	rows := make([]byte, 10*64)
-	b := &Batch{Owner: 1, Seq: 2, Fences: []Fence{{1, 2}}, Segments: []Segment{
-		{Table: 1, Segment: logicpage.Segment{Data: 1023, Rows: rows}}, {Table: 1, Segment: logicpage.Segment{Page: 1, Clear: 1}}}}
+	b := &Batch{Owner: 1, Seq: 2, Fences: []base.Fence{{Table: 1, Epoch: 2}}, Segments: []base.Segment{
+		{Table: 1, Data: 1023, Rows: rows}, {Table: 1, Page: 1, Clear: 1}}}
 	require.Zero(t, testing.AllocsPerRun(100, func() { batchHash(b) }))
 }
 
@@ -27,8 +27,8 @@ func TestCommitAllocs(t *testing.T) {
 		e, _, info, g := openFault(t, Options{Sync: mode}, testOwner)
 		ch := make(chan error, 1)
 		done := func(_ uint64, err error) { ch <- err }
-		b := &Batch{Owner: testOwner, Fences: []Fence{{Table: info.ID, Epoch: g.Epoch}},
-			Segments: []Segment{oneRow(info.ID, 65, row64(1))}}
+		b := &Batch{Owner: testOwner, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{oneRow(info.ID, 65, row64(1))}}
 		commit := func() {
 			b.Seq++
 			e.Commit(b, done)
@@ -64,8 +64,8 @@ func TestCommitKeptAllocs(t *testing.T) {
 			ch := make(chan error, 1)
 			done := func(_ uint64, err error) { ch <- err }
 			rows := make([]byte, 2*512)
-			b := &Batch{Owner: testOwner, Seq: g.LastSeq, Fences: []Fence{{Table: info.ID, Epoch: g.Epoch}},
-				Segments: []Segment{{Table: info.ID, Segment: logicpage.Segment{Page: 0, Data: 0b110, Rows: rows}}}}
+			b := &Batch{Owner: testOwner, Seq: g.LastSeq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+				Segments: []base.Segment{{Table: info.ID, Page: 0, Data: 0b110, Rows: rows}}}
 			var body []byte
 			commit := func() {
 				b.Seq++

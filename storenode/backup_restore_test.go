@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -29,12 +30,12 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 	require.NoError(t, err)
-	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commitAll := func(v uint64) {
 		for id := range uint64(1024) {
 			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
+			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
 			require.NoError(t, err)
 		}
 	}
@@ -108,8 +109,8 @@ func TestCheckBackupMarkers(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)
 
 	dir := filepath.Join(t.TempDir(), "copy")
@@ -148,8 +149,8 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 		require.NoError(t, err)
-		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-			Segments: []Segment{oneRow(ti.ID, 3, row64(uint64(33+i)))}})
+		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{oneRow(ti.ID, 3, row64(uint64(33+i)))}})
 		require.NoError(t, err)
 		grants = append(grants, g)
 		if i == 0 {
@@ -241,8 +242,8 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 		commitAll := func(e *Engine, epoch, v uint64) {
 			for id := range uint64(1024) {
 				seq++
-				_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: epoch}},
-					Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
+				_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
+					Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
 				require.NoError(t, err)
 			}
 		}
@@ -321,8 +322,8 @@ func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	seq := uint64(0)
 	commit := func() {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-			Segments: []Segment{oneRow(ti.ID, 1, row64(seq))}})
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{oneRow(ti.ID, 1, row64(seq))}})
 		require.NoError(t, err)
 	}
 	commit()
@@ -411,8 +412,8 @@ func TestBackupsOverlapUnderLoad(t *testing.T) {
 		}()
 		for v := uint64(1); v <= batches; v++ {
 			ids := rowsOf(v)
-			_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: v, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-				Segments: []Segment{oneRow(ti.ID, ids[0], row64(v)), oneRow(ti.ID, ids[1], row64(v))}})
+			_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: v, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+				Segments: []base.Segment{oneRow(ti.ID, ids[0], row64(v)), oneRow(ti.ID, ids[1], row64(v))}})
 			if err != nil {
 				return
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -39,8 +40,8 @@ func TestBackupIdleStore(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	dir2, _ := backupTo(t, e)
@@ -51,8 +52,8 @@ func TestBackupIdleStore(t *testing.T) {
 	// The restored copy bumped the epoch: the original's grant is fenced there.
 	_, err = c2.Acquire(ti.ID, testOwner, g.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = c2.CommitWait(&Batch{Owner: testOwner, Seq: 2, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-		Segments: []Segment{oneRow(ti.ID, 4, row64(44))}})
+	_, err = c2.CommitWait(&Batch{Owner: testOwner, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{oneRow(ti.ID, 4, row64(44))}})
 	require.ErrorIs(t, err, ErrFenced)
 	g2, err := c2.Acquire(ti.ID, testOwner, 0)
 	require.NoError(t, err)
@@ -74,11 +75,11 @@ func TestBackupWALTail(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 64)
 	require.NoError(t, err)
-	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commit := func(id, v uint64) {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v))}})
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v))}})
 		require.NoError(t, err)
 	}
 	for id := range uint64(2000) {
@@ -168,12 +169,12 @@ func TestBackupAbandonedReleasesHold(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 	require.NoError(t, err)
-	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commitAll := func(v uint64) {
 		for id := range uint64(1024) {
 			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
+			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
 			require.NoError(t, err)
 		}
 	}
@@ -274,8 +275,8 @@ func TestBackupCorruptPageFails(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
@@ -306,11 +307,11 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 4)
 		require.NoError(t, err)
 		next++
-		var segs []Segment
+		var segs []base.Segment
 		for id := range uint64(200) {
 			segs = append(segs, oneRow(ti.ID, id, row64(v+id)))
 		}
-		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: next, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
+		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: next, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
 		require.NoError(t, err)
 		return ti
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 )
 
 // fuzzStoreFiles builds a small store in memory (commits, a checkpoint, more commits) and
@@ -30,9 +30,9 @@ func fuzzStoreFiles(t testing.TB, open bool) (meta, data, seg []byte) {
 		if i == 4 {
 			require.NoError(t, e.Checkpoint())
 		}
-		_, err := e.CommitWait(&Batch{Owner: 3, Seq: i, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-			Segments: []Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: i % 3, Data: 0x5 << i, Clear: 0x10000,
-				Rows: checkRows(2, 16, i, i)}}}})
+		_, err := e.CommitWait(&Batch{Owner: 3, Seq: i, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{{Table: ti.ID, Page: i % 3, Data: 0x5 << i, Clear: 0x10000,
+				Rows: checkRows(2, 16, i, i)}}})
 		require.NoError(t, err)
 	}
 	if !open {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 )
 
 // Review of Check: states where its verdict and Open's disagreed, and a check that did not
@@ -92,8 +92,8 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 		_, _, err = e.AllocIDs(1, 9, g.Epoch, 64)
 		require.NoError(t, err)
 		for p := uint64(0); p < 40; p++ {
-			_, err = e.CommitWait(&Batch{Owner: 9, Seq: p + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
-				Segments: []Segment{{Table: 1, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 16, p, 9)}}}})
+			_, err = e.CommitWait(&Batch{Owner: 9, Seq: p + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+				Segments: []base.Segment{{Table: 1, Page: p, Data: ^uint64(0), Rows: checkRows(64, 16, p, 9)}}})
 			require.NoError(t, err)
 		}
 		require.NoError(t, e.Checkpoint())
@@ -134,19 +134,19 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 16 << 10, CheckpointWALBytes: -1, CheckpointInterval: -1,
 		Logger: quietLogger})
 	seq := uint64(0)
-	mk := func(name string) (TableInfo, []Fence) {
+	mk := func(name string) (TableInfo, []base.Fence) {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
 		g, err := e.Acquire(ti.ID, testOwner, 0)
 		require.NoError(t, err)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 		require.NoError(t, err)
-		return ti, []Fence{{Table: ti.ID, Epoch: g.Epoch}}
+		return ti, []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	}
-	commit := func(ti TableInfo, fences []Fence, n, v uint64) {
+	commit := func(ti TableInfo, fences []base.Fence, n, v uint64) {
 		for id := range n {
 			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
+			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
 			require.NoError(t, err)
 		}
 	}
@@ -209,16 +209,16 @@ func forgeWALRecord(b []byte, last uint64, kind byte, payload []byte) []byte {
 // publishes (a store that opens once and never again), Check must report as damage.
 func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
 	_, crash := buildSweepStore(t)
-	base := judgeStore(t, crash)
-	require.False(t, base.rep.Damaged(), "%v", base.rep.Findings)
-	last := base.rep.LastLSN
+	judged := judgeStore(t, crash)
+	require.False(t, judged.rep.Damaged(), "%v", judged.rep.Findings)
+	last := judged.rep.LastLSN
 	const segName = "db/wal/wal-0000000000000001.log"
 	commit := func(owner, seq uint64, table uint32, rowBytes int, page, data uint64) []byte {
 		rows := make([]byte, popcount(data)*rowBytes)
 		for i := range rows {
 			rows[i] = byte(i + 1)
 		}
-		b := &Batch{Owner: owner, Seq: seq, Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: data, Rows: rows}}}}
+		b := &Batch{Owner: owner, Seq: seq, Segments: []base.Segment{{Table: table, Page: page, Data: data, Rows: rows}}}
 		return appendCommitRecord(nil, b, 0, func(uint32) int { return rowBytes })
 	}
 	for _, c := range []struct {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 )
 
 // The byte-flip sweep: every byte of a small store's meta file, data file and WAL segment is
@@ -78,9 +78,9 @@ func buildSweepStore(t testing.TB) (clean, crash sweepFiles) {
 	seq := uint64(0)
 	commit := func(table uint32, epoch uint64, rowBytes int, page, data, clear uint64) {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: 3, Seq: seq, Fences: []Fence{{Table: table, Epoch: epoch}},
-			Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: data, Clear: clear,
-				Rows: checkRows(popcount(data), rowBytes, page, seq)}}}})
+		_, err := e.CommitWait(&Batch{Owner: 3, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+			Segments: []base.Segment{{Table: table, Page: page, Data: data, Clear: clear,
+				Rows: checkRows(popcount(data), rowBytes, page, seq)}}})
 		require.NoError(t, err)
 	}
 	for i := uint64(1); i <= 3; i++ {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode/wal"
 )
 
@@ -50,8 +50,8 @@ func checkRows(n, r int, page, version uint64) []byte {
 
 func buildCheckStores(t *testing.T) checkStores {
 	t.Helper()
-	base := t.TempDir()
-	s := checkStores{clean: filepath.Join(base, "clean"), crash: filepath.Join(base, "crash")}
+	dir := t.TempDir()
+	s := checkStores{clean: filepath.Join(dir, "clean"), crash: filepath.Join(dir, "crash")}
 	e, err := Open(checkTestOptions(s.clean))
 	require.NoError(t, err)
 	items, err := e.CreateTable("items", 64)
@@ -70,9 +70,9 @@ func buildCheckStores(t *testing.T) checkStores {
 	commit := func(table uint32, rowBytes int, page, data, clear, version uint64) {
 		t.Helper()
 		seq++
-		b := &Batch{Owner: checkOwner, Seq: seq, Fences: []Fence{{Table: table, Epoch: epochs[table]}},
-			Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: data, Clear: clear,
-				Rows: checkRows(popcount(data), rowBytes, page, version)}}}}
+		b := &Batch{Owner: checkOwner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epochs[table]}},
+			Segments: []base.Segment{{Table: table, Page: page, Data: data, Clear: clear,
+				Rows: checkRows(popcount(data), rowBytes, page, version)}}}
 		_, err := e.CommitWait(b)
 		require.NoError(t, err)
 	}
@@ -555,8 +555,8 @@ func TestCheckCatalogDamage(t *testing.T) {
 	g, err := e.Acquire(1, checkOwner, 0)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
-	b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
-		Segments: []Segment{{Table: 1, Segment: logicpage.Segment{Page: 100, Data: 1, Rows: make([]byte, 64)}}}}
+	b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: 1, Page: 100, Data: 1, Rows: make([]byte, 64)}}}
 	log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
 	require.NoError(t, err)
 	lsn, err := log.Append(context.Background(), kindCommit,
@@ -635,8 +635,8 @@ func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(b.ID, checkOwner, g.Epoch, 2)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: 1, Fences: []Fence{{Table: b.ID, Epoch: g.Epoch}},
-		Segments: []Segment{{Table: b.ID, Segment: logicpage.Segment{Page: 1, Data: 3, Rows: make([]byte, 64)}}}})
+	_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: 1, Fences: []base.Fence{{Table: b.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: b.ID, Page: 1, Data: 3, Rows: make([]byte, 64)}}})
 	require.NoError(t, err)
 	require.NoError(t, e.DropTable(a.Name, 0))
 	image := filepath.Join(t.TempDir(), "image")
@@ -667,8 +667,8 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	_, _, err = e.AllocIDs(ti.ID, checkOwner, g.Epoch, 6)
 	require.NoError(t, err)
 	for p := uint64(0); p < 6; p++ {
-		_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
-			Segments: []Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}}})
+		_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{{Table: ti.ID, Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}})
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.Checkpoint())

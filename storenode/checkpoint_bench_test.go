@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -43,7 +44,7 @@ func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
 	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, int(pages)); err != nil {
 		b.Fatal(err)
 	}
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	var (
 		mu        sync.Mutex
 		seq       uint64
@@ -51,7 +52,7 @@ func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
 		latencies []time.Duration
 		commits   int
 	)
-	commit := func(segs []Segment) <-chan error {
+	commit := func(segs []base.Segment) <-chan error {
 		ch := make(chan error, 1)
 		mu.Lock()
 		seq++
@@ -64,10 +65,10 @@ func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
 		// Dirty every page: 16 whole pages a commit.
 		var pending []<-chan error
 		for p := uint64(0); p < pages; p += 16 {
-			segs := make([]Segment, 0, 16)
+			segs := make([]base.Segment, 0, 16)
 			for q := p; q < min(p+16, pages); q++ {
 				off := (q - p) * logicpage.RowsPerPage * 64
-				segs = append(segs, Segment{Table: info.ID, Segment: logicpage.Segment{Page: q, Data: ^uint64(0), Rows: full[off : off+logicpage.RowsPerPage*64]}})
+				segs = append(segs, base.Segment{Table: info.ID, Page: q, Data: ^uint64(0), Rows: full[off : off+logicpage.RowsPerPage*64]})
 			}
 			pending = append(pending, commit(segs))
 			if len(pending) == 64 {
@@ -102,7 +103,7 @@ func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
 					default:
 					}
 					start := time.Now()
-					if err := <-commit([]Segment{oneRow(info.ID, rng.Uint64N(uint64(rows)), row)}); err != nil {
+					if err := <-commit([]base.Segment{oneRow(info.ID, rng.Uint64N(uint64(rows)), row)}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -166,7 +167,7 @@ func BenchmarkUpdateRandomScale(b *testing.B) {
 			if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, (rows+63)/64); err != nil {
 				b.Fatal(err)
 			}
-			fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+			fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 			seq := prefillTable(b, e, info.ID, fences, uint64(rows+63)/64)
 			slots := make(chan struct{}, 128)
 			var pending sync.WaitGroup
@@ -183,7 +184,7 @@ func BenchmarkUpdateRandomScale(b *testing.B) {
 			}
 			rng := rand.New(rand.NewPCG(3, uint64(rows)))
 			row := make([]byte, 64)
-			segs := make([]Segment, 1)
+			segs := make([]base.Segment, 1)
 			before := e.Stats()
 			start := time.Now()
 			for b.Loop() {
@@ -208,7 +209,7 @@ func BenchmarkUpdateRandomScale(b *testing.B) {
 
 // prefillTable commits every row of pages whole pages (16 a batch, 64 batches in flight) and
 // checkpoints; it returns the last seq used by benchOwner.
-func prefillTable(b *testing.B, e *Engine, table uint32, fences []Fence, pages uint64) uint64 {
+func prefillTable(b *testing.B, e *Engine, table uint32, fences []base.Fence, pages uint64) uint64 {
 	full := make([]byte, 16*logicpage.RowsPerPage*64)
 	var seq uint64
 	var pending []chan error
@@ -221,10 +222,10 @@ func prefillTable(b *testing.B, e *Engine, table uint32, fences []Fence, pages u
 		pending = pending[:0]
 	}
 	for p := uint64(0); p < pages; p += 16 {
-		segs := make([]Segment, 0, 16)
+		segs := make([]base.Segment, 0, 16)
 		for q := p; q < min(p+16, pages); q++ {
 			off := (q - p) * logicpage.RowsPerPage * 64
-			segs = append(segs, Segment{Table: table, Segment: logicpage.Segment{Page: q, Data: ^uint64(0), Rows: full[off : off+logicpage.RowsPerPage*64]}})
+			segs = append(segs, base.Segment{Table: table, Page: q, Data: ^uint64(0), Rows: full[off : off+logicpage.RowsPerPage*64]})
 		}
 		ch := make(chan error, 1)
 		seq++

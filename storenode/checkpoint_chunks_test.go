@@ -13,10 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode/wal"
 )
 
@@ -119,15 +119,15 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 // (segmentLastID), so Check must report them as damage, not pass the store.
 func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 	s := buildCheckStores(t)
-	for _, seg := range []logicpage.Segment{{Page: 100, Clear: 1}, {Page: 100}} {
+	for _, seg := range []base.Segment{{Table: 1, Page: 100, Clear: 1}, {Table: 1, Page: 100}} {
 		dir := copyStore(t, s.clean)
 		e, err := Open(checkTestOptions(dir))
 		require.NoError(t, err)
 		g, err := e.Acquire(1, checkOwner, 0)
 		require.NoError(t, err)
 		require.NoError(t, e.Close())
-		b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
-			Segments: []Segment{{Table: 1, Segment: seg}}}
+		b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+			Segments: []base.Segment{seg}}
 		log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
 		require.NoError(t, err)
 		lsn, err := log.Append(context.Background(), kindCommit,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -124,8 +125,8 @@ func TestCheckpointLoopRetriesDeferred(t *testing.T) {
 	commit := func() {
 		t.Helper()
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []Fence{{info.ID, g.Epoch}},
-			Segments: []Segment{oneRow(info.ID, seq%64+1, row64(seq))}})
+		_, err := e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{oneRow(info.ID, seq%64+1, row64(seq))}})
 		require.NoError(t, err)
 	}
 	next := func() time.Duration {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -92,7 +93,7 @@ func TestCacheTriggerTxnApplyStall(t *testing.T) {
 	require.Equal(t, budget/8, headroom)
 	require.False(t, pressure)
 
-	segs := make([]Segment, txnPages)
+	segs := make([]base.Segment, txnPages)
 	for i := range segs {
 		segs[i] = oneRow(s.table, uint64(pages+i)*logicpage.RowsPerPage, row64(uint64(i)))
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // memVerifier is an in-memory GrantVerifier: owner keys by (table, partition), each with its
@@ -112,11 +113,11 @@ func TestClusterTableIDsAndKinds(t *testing.T) {
 	}
 	require.Equal(t, [][2]uint64{{128, 128}, {512, 128}, {896, 128}, {1280, 128}}, got)
 	// A commit to a page of another partition is refused even below the next id.
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: epoch}},
-		Segments: []Segment{oneRow(ti.ID, 300, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
+		Segments: []base.Segment{oneRow(ti.ID, 300, row64(1))}})
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: epoch}},
-		Segments: []Segment{oneRow(ti.ID, 520, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
+		Segments: []base.Segment{oneRow(ti.ID, 520, row64(1))}})
 	require.NoError(t, err)
 
 	// Restart twice: from the WAL (no checkpoint: the create record of kind 7), then from the
@@ -202,8 +203,8 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, a, ea, 1)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = e.CommitWait(&Batch{Owner: a, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: ea}},
-		Segments: []Segment{oneRow(ti.ID, 130, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: a, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
+		Segments: []base.Segment{oneRow(ti.ID, 130, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
 
 	st := e.Stats()
@@ -250,8 +251,8 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 		_, err := e.RegisterGrant(ctx, ti.ID, 9, epoch)
 		done <- err
 	}()
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: local.ID, Epoch: g.Epoch}},
-		Segments: []Segment{oneRow(local.ID, 1, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{oneRow(local.ID, 1, row64(1))}})
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	cancel()

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -262,7 +263,7 @@ func (e *Engine) checkBatch(b *Batch) error {
 		if s.Page >= tablePagesMax {
 			return fmt.Errorf("%w: page %d of table %q beyond a table's last page %d", ErrMalformed, s.Page, t.name, tablePagesMax-1)
 		}
-		if err := t.geo.CheckSegment(s.Segment); err != nil {
+		if err := t.geo.CheckSegment(*s); err != nil {
 			return fmt.Errorf("%w: table %q: %w", ErrMalformed, t.name, err)
 		}
 		if t.cluster.IsCluster() && t.cluster.PartitionOfPage(s.Page) != t.cluster.Partition {
@@ -284,7 +285,7 @@ func (e *Engine) checkBatch(b *Batch) error {
 	return nil
 }
 
-func fenced(fences []Fence, table uint32) bool {
+func fenced(fences []base.Fence, table uint32) bool {
 	for _, f := range fences {
 		if f.Table == table {
 			return true
@@ -347,11 +348,11 @@ func (e *Engine) applyBatch(b *Batch, lsn uint64) {
 	}
 }
 
-func (e *Engine) applySegment(s *Segment, lsn uint64) {
+func (e *Engine) applySegment(s *base.Segment, lsn uint64) {
 	t := e.tables[s.Table]
 	id, _ := e.cache.lookup(frameKey(s.Table, s.Page))
 	var m logicpage.Masks
-	t.geo.Frame(e.cache.rows(id), &m).Apply(s.Segment)
+	t.geo.Frame(e.cache.rows(id), &m).Apply(*s)
 	f := &e.cache.frames[id]
 	f.valid |= s.Data | s.Clear
 	t.writeLSN = max(t.writeLSN, lsn)

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 )
 
 // Corruption of durable data: disk pages (bit flips, a zeroed sector, a valid disk page of
@@ -49,7 +49,7 @@ func newCorruptStore(t *testing.T) *corruptStore {
 			fillRow(rows[slot*64:(slot+1)*64], s.table, id, 1)
 			s.rows[id] = rows[slot*64 : (slot+1)*64]
 		}
-		s.commit(t, Segment{Table: s.table, Segment: logicpage.Segment{Page: page, Data: ^uint64(0), Rows: rows}})
+		s.commit(t, base.Segment{Table: s.table, Page: page, Data: ^uint64(0), Rows: rows})
 	}
 	require.NoError(t, s.e.Checkpoint())
 	require.NoError(t, s.e.Close())
@@ -67,9 +67,9 @@ func (s *corruptStore) acquire(t *testing.T) {
 	requireGranted(t, s.e, s.table, corruptOwner, g.Epoch)
 }
 
-func (s *corruptStore) commit(t *testing.T, segs ...Segment) {
+func (s *corruptStore) commit(t *testing.T, segs ...base.Segment) {
 	s.seq++
-	_, err := s.e.CommitWait(&Batch{Owner: corruptOwner, Seq: s.seq, Fences: []Fence{{s.table, s.epoch}}, Segments: segs})
+	_, err := s.e.CommitWait(&Batch{Owner: corruptOwner, Seq: s.seq, Fences: []base.Fence{{Table: s.table, Epoch: s.epoch}}, Segments: segs})
 	require.NoError(t, err)
 }
 
@@ -141,7 +141,7 @@ func TestCorruptDiskPages(t *testing.T) {
 		fillRow(fresh[slot*64:(slot+1)*64], s.table, 64+slot, 2)
 		s.rows[64+slot] = fresh[slot*64 : (slot+1)*64]
 	}
-	s.commit(t, Segment{Table: s.table, Segment: logicpage.Segment{Page: 1, Data: 0xf, Rows: fresh}})
+	s.commit(t, base.Segment{Table: s.table, Page: 1, Data: 0xf, Rows: fresh})
 	require.NoError(t, s.readPage(t, 1, 0xf))
 	require.ErrorIs(t, s.readPage(t, 1, 0x1f), corrupt.ErrCorruption)
 

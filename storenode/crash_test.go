@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -216,13 +217,13 @@ func TestHelperWriter(t *testing.T) {
 
 	var commitMu sync.Mutex
 	nextSeq := g.LastSeq + 1
-	fences := []Fence{{Table: table, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: table, Epoch: g.Epoch}}
 	var acks atomic.Uint64
 	for w := range killWriters {
 		go func() {
 			done := make(chan error, 1)
 			rows := make([]byte, killRowsPerBatch*killRowBytes)
-			segs := make([]Segment, killRowsPerBatch)
+			segs := make([]base.Segment, killRowsPerBatch)
 			for {
 				commitMu.Lock()
 				seq := nextSeq
@@ -231,7 +232,7 @@ func TestHelperWriter(t *testing.T) {
 					row := rows[j*killRowBytes : (j+1)*killRowBytes]
 					killRow(row, w, j, seq)
 					page, slot := logicpage.PageOf(killRowID(w, j))
-					segs[j] = Segment{Table: table, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: row}}
+					segs[j] = base.Segment{Table: table, Page: page, Data: 1 << slot, Rows: row}
 				}
 				e.Commit(&Batch{Owner: killOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { done <- err })
 				commitMu.Unlock()

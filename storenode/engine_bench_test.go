@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -26,7 +27,7 @@ const (
 )
 
 // benchEngine opens an engine in a fresh directory with one table of 64-byte rows, owned.
-func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []Fence) {
+func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []base.Fence) {
 	b.Helper()
 	if opts.Dir == "" {
 		opts.Dir = b.TempDir()
@@ -51,7 +52,7 @@ func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []Fence) {
 	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, benchTableRows/logicpage.RowsPerPage); err != nil {
 		b.Fatal(err)
 	}
-	return e, info.ID, []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	return e, info.ID, []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 }
 
 // benchCommitter hands batches of one owner to Commit with up to inflight of them waiting
@@ -61,12 +62,12 @@ func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []Fence) {
 type benchCommitter struct {
 	e       *Engine
 	table   uint32
-	fences  []Fence
+	fences  []base.Fence
 	rows    int
 	rng     *rand.Rand
 	seq     uint64
 	buf     []byte
-	segs    []Segment
+	segs    []base.Segment
 	slots   chan struct{}
 	errMu   sync.Mutex
 	err     error
@@ -74,7 +75,7 @@ type benchCommitter struct {
 	pending sync.WaitGroup
 }
 
-func newBenchCommitter(e *Engine, table uint32, fences []Fence, rows, inflight int) *benchCommitter {
+func newBenchCommitter(e *Engine, table uint32, fences []base.Fence, rows, inflight int) *benchCommitter {
 	c := &benchCommitter{
 		e: e, table: table, fences: fences, rows: rows,
 		rng:   rand.New(rand.NewPCG(1, uint64(rows))),
@@ -109,7 +110,7 @@ func (c *benchCommitter) commit() {
 			mask = ^uint64(0)
 		}
 		off := (c.rows - left) * 64
-		c.segs = append(c.segs, Segment{Table: c.table, Segment: logicpage.Segment{Page: page, Data: mask, Rows: c.buf[off : off+n*64]}})
+		c.segs = append(c.segs, base.Segment{Table: c.table, Page: page, Data: mask, Rows: c.buf[off : off+n*64]})
 		id += uint64(n)
 		left -= n
 	}
@@ -193,7 +194,7 @@ func BenchmarkReadRows(b *testing.B) {
 }
 
 // loadBenchTable fills the whole table with full-page batches and checkpoints it.
-func loadBenchTable(b *testing.B, e *Engine, table uint32, fences []Fence) {
+func loadBenchTable(b *testing.B, e *Engine, table uint32, fences []base.Fence) {
 	b.Helper()
 	c := newBenchCommitter(e, table, fences, 64, 64)
 	for page := range uint64(benchTableRows / 64) {
@@ -201,7 +202,7 @@ func loadBenchTable(b *testing.B, e *Engine, table uint32, fences []Fence) {
 		c.pending.Add(1)
 		c.seq++
 		e.Commit(&Batch{Owner: benchOwner, Seq: c.seq, Fences: fences,
-			Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: ^uint64(0), Rows: c.buf}}}}, c.done)
+			Segments: []base.Segment{{Table: table, Page: page, Data: ^uint64(0), Rows: c.buf}}}, c.done)
 	}
 	c.wait(b)
 	if err := e.Checkpoint(); err != nil {
@@ -267,7 +268,7 @@ func buildRecoveryStore(dir string, walBytes int64) (int64, error) {
 	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, benchTableRows/logicpage.RowsPerPage); err != nil {
 		return 0, err
 	}
-	c := newBenchCommitter(e, info.ID, []Fence{{Table: info.ID, Epoch: g.Epoch}}, 256, 64)
+	c := newBenchCommitter(e, info.ID, []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, 256, 64)
 	for e.Stats().WALBytes < uint64(walBytes) {
 		for range 1024 {
 			c.commit()
@@ -334,7 +335,7 @@ func benchCheckpointStall(b *testing.B, mode SyncMode, cache string) {
 				id := rng.Uint64N(benchTableRows)
 				mu.Lock()
 				seq++
-				batch := &Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(table, id, row)}}
+				batch := &Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(table, id, row)}}
 				ch := make(chan error, 1)
 				start := time.Now()
 				e.Commit(batch, func(_ uint64, err error) { ch <- err })

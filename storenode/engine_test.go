@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -32,14 +33,14 @@ func row64(v uint64) []byte {
 	return b
 }
 
-func oneRow(table uint32, id uint64, row []byte) Segment {
+func oneRow(table uint32, id uint64, row []byte) base.Segment {
 	page, slot := logicpage.PageOf(id)
-	return Segment{Table: table, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: row}}
+	return base.Segment{Table: table, Page: page, Data: 1 << slot, Rows: row}
 }
 
-func deleteRow(table uint32, id uint64) Segment {
+func deleteRow(table uint32, id uint64) base.Segment {
 	page, slot := logicpage.PageOf(id)
-	return Segment{Table: table, Segment: logicpage.Segment{Page: page, Clear: 1 << slot}}
+	return base.Segment{Table: table, Page: page, Clear: 1 << slot}
 }
 
 func readRow(t testing.TB, e *Engine, table uint32, id uint64) ([]byte, bool) {
@@ -65,13 +66,13 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	require.Equal(t, uint64(0), first)
 	require.Equal(t, uint64(128), n)
 
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 100; seq++ {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
-			Segments: []Segment{oneRow(info.ID, seq, row64(seq*100))}})
+			Segments: []base.Segment{oneRow(info.ID, seq, row64(seq*100))}})
 		require.NoError(t, err)
 	}
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{deleteRow(info.ID, 50)}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{deleteRow(info.ID, 50)}})
 	require.NoError(t, err)
 
 	check := func(e *Engine) {
@@ -90,7 +91,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	check(e)
 	require.NoError(t, e.Checkpoint())
 	check(e)
-	lsn102, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
+	lsn102, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
 
@@ -102,10 +103,10 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	require.Equal(t, uint64(99), tabs[0].Rows)
 	// The owner's seq survived: a different batch under an applied seq is rejected, not
 	// applied; the identical one is acknowledged again with its own LSN.
-	_, err = e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{oneRow(info.ID, 1, row64(0))}})
+	_, err = e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 1, row64(0))}})
 	require.ErrorIs(t, err, ErrSeqReused)
 	require.ErrorIs(t, err, ErrFenced, "on the wire: fenced")
-	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
+	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, err)
 	require.Equal(t, lsn102, lsn)
 	row, _ := readRow(t, e2, info.ID, 1)
@@ -122,10 +123,10 @@ func TestTinyCacheManyPages(t *testing.T) {
 	const n = 2000
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, n)
 	require.NoError(t, err)
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= n; seq++ {
 		id := seq * 37 % (n * 64)
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 		require.NoError(t, err)
 	}
 	verify := func(e *Engine) {
@@ -160,11 +161,11 @@ func TestFencing(t *testing.T) {
 	require.NoError(t, err)
 	requireGranted(t, e, info.ID, 2, g2.Epoch)
 	require.Greater(t, g2.Epoch, g1.Epoch)
-	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g1.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g1.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = e.Acquire(info.ID, 1, g1.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = e.CommitWait(&Batch{Owner: 2, Seq: 1, Fences: []Fence{{info.ID, g2.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: 2, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g2.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	require.NoError(t, err)
 }
 

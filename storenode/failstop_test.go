@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 )
@@ -130,7 +131,7 @@ func (s *failStore) requireFailStop(cause error) {
 	s.mu.Lock()
 	seq := s.seq + 1
 	s.mu.Unlock()
-	_, err := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []Fence{{mt.id, epoch}}, Segments: []Segment{oneRow(mt.id, 1, row64(1))}})
+	_, err := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: mt.id, Epoch: epoch}}, Segments: []base.Segment{oneRow(mt.id, 1, row64(1))}})
 	require.ErrorIs(t, err, ErrFailStop, "commit")
 	if cause != nil {
 		require.ErrorIs(t, err, cause, "the cause stays visible")
@@ -368,8 +369,8 @@ func TestFailStopNoSpaceCrossesTCP(t *testing.T) {
 	s.mu.Lock()
 	seq := s.seq + 1
 	s.mu.Unlock()
-	_, commitErr := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []Fence{{mt.id, s.epochs[mt.id]}},
-		Segments: []Segment{oneRow(mt.id, 1, row64(1))}})
+	_, commitErr := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: mt.id, Epoch: s.epochs[mt.id]}},
+		Segments: []base.Segment{oneRow(mt.id, 1, row64(1))}})
 	_, _, grantErr := s.e.AllocIDs(mt.id, failOwner, s.epochs[mt.id], 1)
 	_, _, _, readErr := s.e.ReadRows(mt.id, 0, 1, nil)
 	for _, err := range []error{first, commitErr, grantErr, readErr} {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -49,14 +50,14 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 		oneRow(info.ID, 128, row64(128)), oneRow(info.ID, 192, row64(192))))
 	require.NoError(t, err)
 
-	b := &Batch{Owner: fsyncgateOwner, Seq: 3, Fences: []Fence{{info.ID, g.Epoch}}}
+	b := &Batch{Owner: fsyncgateOwner, Seq: 3, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 	for p := range 8 {
 		var rows []byte
 		for s := range logicpage.RowsPerPage {
 			rows = append(rows, fsyncgateRow(p, s)...)
 		}
-		b.Segments = append(b.Segments, Segment{Table: info.ID,
-			Segment: logicpage.Segment{Page: uint64(10 + p), Data: ^uint64(0), Rows: rows}})
+		b.Segments = append(b.Segments, base.Segment{Table: info.ID,
+			Page: uint64(10 + p), Data: ^uint64(0), Rows: rows})
 	}
 	failWALSyncOnce(fs)
 	_, err = e.CommitWait(b)

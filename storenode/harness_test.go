@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -240,7 +241,7 @@ func (g *batchGen) next(owner, seq uint64, tables []*modelTable, epochs map[uint
 		}
 		seen[frameKey(mt.id, page)] = true
 		if !fenced(b.Fences, mt.id) {
-			b.Fences = append(b.Fences, Fence{Table: mt.id, Epoch: epochs[mt.id]})
+			b.Fences = append(b.Fences, base.Fence{Table: mt.id, Epoch: epochs[mt.id]})
 		}
 		var data, clr uint64
 		switch g.rng.IntN(4) {
@@ -272,7 +273,7 @@ func (g *batchGen) next(owner, seq uint64, tables []*modelTable, epochs map[uint
 			fillRow(rows[k*mt.rowBytes:(k+1)*mt.rowBytes], mt.id, id, g.version)
 			k++
 		}
-		b.Segments = append(b.Segments, Segment{Table: mt.id, Segment: logicpage.Segment{Page: page, Data: data, Clear: clr, Rows: rows}})
+		b.Segments = append(b.Segments, base.Segment{Table: mt.id, Page: page, Data: data, Clear: clr, Rows: rows})
 	}
 	return b
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -38,8 +39,8 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	return e, fs, info, g
 }
 
-func batchOf(owner, seq uint64, table uint32, epoch uint64, segs ...Segment) *Batch {
-	return &Batch{Owner: owner, Seq: seq, Fences: []Fence{{Table: table, Epoch: epoch}}, Segments: segs}
+func batchOf(owner, seq uint64, table uint32, epoch uint64, segs ...base.Segment) *Batch {
+	return &Batch{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}}, Segments: segs}
 }
 
 // commitAsync starts a Commit and returns the channel of its outcome.
@@ -131,8 +132,8 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 
 	// The window survives a checkpoint and a reopen, and replay.
 	require.NoError(t, e.Checkpoint())
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []Fence{{info.ID, g.Epoch + 1}},
-		Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch + 1}},
+		Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	require.NoError(t, err)
 	dir := e.dir
 	require.NoError(t, e.Close())

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weftdb/weft/base"
 )
 
 // BenchmarkCheckpointFewChanges measures a checkpoint that wrote few pages of a large table:
@@ -36,7 +38,7 @@ func BenchmarkCheckpointFewChanges(b *testing.B) {
 	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, (rows+63)/64); err != nil {
 		b.Fatal(err)
 	}
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	seq := prefillTable(b, e, info.ID, fences, uint64(rows+63)/64)
 	sizes := func() map[string]int64 {
 		ents, err := os.ReadDir(dir)
@@ -57,7 +59,7 @@ func BenchmarkCheckpointFewChanges(b *testing.B) {
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	row := make([]byte, 64)
-	segs := make([]Segment, 1)
+	segs := make([]base.Segment, 1)
 	prev := sizes()
 	var metaBytes, logBytes int64
 	var ckpt time.Duration

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
@@ -331,8 +332,8 @@ func (r *modelRun) renew() {
 	old := r.epochs[mt.id]
 	r.epochs[mt.id] = g.Epoch
 	// The old epoch is fenced now.
-	b := &Batch{Owner: modelOwner, Seq: r.seq + 1, Fences: []Fence{{mt.id, old}},
-		Segments: []Segment{{Table: mt.id, Segment: logicpage.Segment{Page: 0, Clear: 1}}}}
+	b := &Batch{Owner: modelOwner, Seq: r.seq + 1, Fences: []base.Fence{{Table: mt.id, Epoch: old}},
+		Segments: []base.Segment{{Table: mt.id, Page: 0, Clear: 1}}}
 	_, err = r.e.CommitWait(b)
 	require.ErrorIs(r.t, err, ErrFenced)
 }

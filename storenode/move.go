@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -151,7 +152,7 @@ func (e *Engine) moveRefusesRead(t *table, dir bool) error {
 }
 
 // moveNoteWrite remembers a written page for a marked source. Caller holds mu.
-func (e *Engine) moveNoteWrite(s *Segment) {
+func (e *Engine) moveNoteWrite(s *base.Segment) {
 	if m := e.moves[s.Table]; m != nil && m.dirty != nil {
 		m.dirty[s.Page/64] |= 1 << (s.Page % 64)
 	}
@@ -535,7 +536,7 @@ func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error
 // land over its successor's), pages of the table's partition; rows beyond the table's id
 // high-water mark raise it. It returns the record's LSN. The rows are copied into the WAL
 // during the call. Any goroutine.
-func (e *Engine) MoveWrite(segs []Segment, epoch uint64) (uint64, error) {
+func (e *Engine) MoveWrite(segs []base.Segment, epoch uint64) (uint64, error) {
 	if len(segs) == 0 || len(segs) > txnSegmentsMax {
 		return 0, fmt.Errorf("%w: move write of %d segments", ErrMalformed, len(segs))
 	}
@@ -562,7 +563,7 @@ func (e *Engine) MoveWrite(segs []Segment, epoch uint64) (uint64, error) {
 			if s.Page >= tablePagesMax {
 				return 0, fmt.Errorf("%w: page %d beyond a table's last page", ErrMalformed, s.Page)
 			}
-			if err := t.geo.CheckSegment(s.Segment); err != nil {
+			if err := t.geo.CheckSegment(*s); err != nil {
 				return 0, fmt.Errorf("%w: table %q: %w", ErrMalformed, t.name, err)
 			}
 			if t.cluster.PartitionOfPage(s.Page) != t.cluster.Partition {
@@ -575,7 +576,7 @@ func (e *Engine) MoveWrite(segs []Segment, epoch uint64) (uint64, error) {
 		b.Fences = b.Fences[:0]
 		for i := range segs {
 			if !fenced(b.Fences, segs[i].Table) {
-				b.Fences = append(b.Fences, Fence{Table: segs[i].Table})
+				b.Fences = append(b.Fences, base.Fence{Table: segs[i].Table})
 			}
 		}
 		room, err := e.reserveFrames(b)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 )
 
 // movePair is a source and a target engine holding one partition table each.
@@ -52,8 +52,8 @@ func newMovePair(t *testing.T) *movePair {
 // put writes row id = v on the source as its owner.
 func (p *movePair) put(id, v uint64) error {
 	p.seq++
-	_, err := p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []Fence{{p.srcID, p.epoch}},
-		Segments: []Segment{oneRow(p.srcID, id, row64(v))}})
+	_, err := p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}},
+		Segments: []base.Segment{oneRow(p.srcID, id, row64(v))}})
 	if err != nil {
 		p.seq-- // not applied: the seq is free again
 	}
@@ -63,11 +63,11 @@ func (p *movePair) put(id, v uint64) error {
 // copyPages copies pages from the source's durable rows into the target's copy.
 func (p *movePair) copyPages(t *testing.T, pages []uint64) {
 	t.Helper()
-	var segs []Segment
+	var segs []base.Segment
 	for _, pg := range pages {
 		data, _, rows, err := p.src.ReadRowsAs(0, p.srcID, pg, ^uint64(0), nil)
 		require.NoError(t, err)
-		segs = append(segs, Segment{Table: p.dstID, Segment: logicpage.Segment{Page: pg, Data: data, Clear: ^data, Rows: rows}})
+		segs = append(segs, base.Segment{Table: p.dstID, Page: pg, Data: data, Clear: ^data, Rows: rows})
 	}
 	if len(segs) > 0 {
 		_, err := p.dst.MoveWrite(segs, 7)
@@ -97,10 +97,10 @@ func TestMoveEngineSteps(t *testing.T) {
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 5))
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 5), "a retry")
 	require.ErrorIs(t, p.dst.MoveBegin(p.dstID, 4), ErrFenced, "a mover that lost the move")
-	_, err0 := p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Clear: ^uint64(0)}}}, 4)
+	_, err0 := p.dst.MoveWrite([]base.Segment{{Table: p.dstID, Page: 1, Clear: ^uint64(0)}}, 4)
 	require.ErrorIs(t, err0, ErrFenced, "its late write")
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 6), "a mover that took the move over")
-	_, err0 = p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Clear: ^uint64(0)}}}, 5)
+	_, err0 = p.dst.MoveWrite([]base.Segment{{Table: p.dstID, Page: 1, Clear: ^uint64(0)}}, 5)
 	require.ErrorIs(t, err0, ErrFenced, "the old mover's late write")
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 5+2))
 	// An incoming copy takes no grant and serves no untrusted read.
@@ -116,8 +116,8 @@ func TestMoveEngineSteps(t *testing.T) {
 	// Writes after the mark: an update, a delete (a whole page emptied), an insert.
 	require.NoError(t, p.put(65, 900))
 	p.seq++
-	_, err = p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []Fence{{p.srcID, p.epoch}},
-		Segments: []Segment{deleteRow(p.srcID, 192), deleteRow(p.srcID, 200)}})
+	_, err = p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}},
+		Segments: []base.Segment{deleteRow(p.srcID, 192), deleteRow(p.srcID, 200)}})
 	require.NoError(t, err)
 	require.NoError(t, p.put(321, 901))
 	changed, more, err := p.src.MoveChanges(p.srcID, token, 0, nil)
@@ -188,8 +188,8 @@ func TestMoveEngineSteps(t *testing.T) {
 	ti, err := p.dst.OpenTable(PartitionTableName("acct", 1))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, ti.NextID, next)
-	_, err = p.dst.CommitWait(&Batch{Owner: 33, Seq: 1, Fences: []Fence{{p.dstID, e3}},
-		Segments: []Segment{oneRow(p.dstID, 64, row64(7))}})
+	_, err = p.dst.CommitWait(&Batch{Owner: 33, Seq: 1, Fences: []base.Fence{{Table: p.dstID, Epoch: e3}},
+		Segments: []base.Segment{oneRow(p.dstID, 64, row64(7))}})
 	require.NoError(t, err)
 
 	// Both survive crashes: retired stays retired, the copy stays live.
@@ -228,7 +228,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	require.NoError(t, p.put(64, 1))
 	p.seq++
 	_, err := p.src.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
-		Fences: []Fence{{p.srcID, p.epoch}}, Segments: []Segment{oneRow(p.srcID, 65, row64(2))}}})
+		Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}}, Segments: []base.Segment{oneRow(p.srcID, 65, row64(2))}}})
 	require.NoError(t, err)
 	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.ErrorIs(t, err, ErrTxnLocked)
@@ -241,7 +241,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	// Frozen: no transaction can be prepared on it.
 	p.seq++
 	_, err = p.src.PrepareTxn(&TxnPrepare{Txn: txnID(2), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
-		Fences: []Fence{{p.srcID, p.epoch}}, Segments: []Segment{oneRow(p.srcID, 65, row64(3))}}})
+		Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}}, Segments: []base.Segment{oneRow(p.srcID, 65, row64(3))}}})
 	require.ErrorIs(t, err, ErrMoved)
 	// Thaw (a rollback): writes again.
 	p.seq--
@@ -337,11 +337,11 @@ func TestMoveWriterOwnerReserved(t *testing.T) {
 	require.ErrorIs(t, p.dst.Connect(MoveWriter, Incarnation{1}, 1, func() {}), ErrMalformed)
 	_, err = p.dst.Acquire(ti.ID, MoveWriter, 0)
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = p.dst.CommitWait(&Batch{Owner: MoveWriter, Seq: ^uint64(0), Fences: []Fence{{ti.ID, 1}},
-		Segments: []Segment{oneRow(ti.ID, 0, row64(1))}})
+	_, err = p.dst.CommitWait(&Batch{Owner: MoveWriter, Seq: ^uint64(0), Fences: []base.Fence{{Table: ti.ID, Epoch: 1}},
+		Segments: []base.Segment{oneRow(ti.ID, 0, row64(1))}})
 	require.ErrorIs(t, err, ErrMalformed)
 	_, err = p.dst.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: MoveWriter, Seq: ^uint64(0),
-		Fences: []Fence{{ti.ID, 1}}, Segments: []Segment{oneRow(ti.ID, 0, row64(1))}}})
+		Fences: []base.Fence{{Table: ti.ID, Epoch: 1}}, Segments: []base.Segment{oneRow(ti.ID, 0, row64(1))}}})
 	require.ErrorIs(t, err, ErrMalformed)
 	ep := p.v.grant("acct", 1, MoveWriter)
 	_, err = p.dst.RegisterGrant(context.Background(), p.dstID, MoveWriter, ep)
@@ -349,7 +349,7 @@ func TestMoveWriterOwnerReserved(t *testing.T) {
 
 	// Move writes go on, and survive a restart.
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 9))
-	_, err = p.dst.MoveWrite([]Segment{{Table: p.dstID, Segment: logicpage.Segment{Page: 1, Data: 1, Rows: row64(5)}}}, 9)
+	_, err = p.dst.MoveWrite([]base.Segment{{Table: p.dstID, Page: 1, Data: 1, Rows: row64(5)}}, 9)
 	require.NoError(t, err)
 	p.dst.crashForTest()
 	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
@@ -513,7 +513,7 @@ func TestMoveMarkMemoryPerPage(t *testing.T) {
 	const pages = 1 << 14
 	p.src.mu.Lock()
 	for pg := uint64(1); pg < pages; pg += 2 { // the partition's pages (stripes of one page)
-		p.src.moveNoteWrite(&Segment{Table: p.srcID, Segment: logicpage.Segment{Page: pg}})
+		p.src.moveNoteWrite(&base.Segment{Table: p.srcID, Page: pg})
 	}
 	entries := len(p.src.moves[p.srcID].dirty)
 	p.src.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -28,7 +29,7 @@ func TestPageLimitIsTablePagesMax(t *testing.T) {
 	require.Empty(t, dir)
 	require.Equal(t, uint64(tablePagesMax), next, "a page directory ends at the limit")
 
-	beyond := Segment{Table: info.ID, Segment: logicpage.Segment{Page: tablePagesMax, Data: 1, Rows: row64(8)}}
+	beyond := base.Segment{Table: info.ID, Page: tablePagesMax, Data: 1, Rows: row64(8)}
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, beyond))
 	require.ErrorIs(t, err, ErrMalformed)
 	require.Contains(t, err.Error(), strconv.FormatUint(last, 10), "the error names the last page")
@@ -49,7 +50,7 @@ func TestCommitBeyondGrantsRefused(t *testing.T) {
 	e, _, info, g := openFault(t, Options{}, testOwner)
 	next := tableInfo(t, e, info.ID).NextID
 	var seq uint64
-	commit := func(s Segment) error {
+	commit := func(s base.Segment) error {
 		seq++
 		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch, s))
 		if err != nil {
@@ -57,11 +58,11 @@ func TestCommitBeyondGrantsRefused(t *testing.T) {
 		}
 		return err
 	}
-	for _, s := range []Segment{
-		{Table: info.ID, Segment: logicpage.Segment{Page: tablePagesMax - 1, Data: 1, Rows: row64(1)}},
+	for _, s := range []base.Segment{
+		{Table: info.ID, Page: tablePagesMax - 1, Data: 1, Rows: row64(1)},
 		oneRow(info.ID, next, row64(2)),
-		{Table: info.ID, Segment: logicpage.Segment{Page: next / logicpage.RowsPerPage, Clear: 1}},
-		{Table: info.ID, Segment: logicpage.Segment{Page: next/logicpage.RowsPerPage - 1, Data: 1, Clear: 1 << 63, Rows: row64(3)}},
+		{Table: info.ID, Page: next / logicpage.RowsPerPage, Clear: 1},
+		{Table: info.ID, Page: next/logicpage.RowsPerPage - 1, Data: 1, Clear: 1 << 63, Rows: row64(3)},
 	} {
 		err := commit(s)
 		if s.Clear == 1<<63 {
@@ -85,14 +86,14 @@ func TestCommitEmptySegmentBeyondGrantsRefused(t *testing.T) {
 	next := tableInfo(t, e, info.ID).NextID
 	far := next/logicpage.RowsPerPage + 1000
 	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch,
-		Segment{Table: info.ID, Segment: logicpage.Segment{Page: far}}))
+		base.Segment{Table: info.ID, Page: far}))
 	require.ErrorIs(t, err, ErrMalformed)
 	require.Contains(t, err.Error(), "never granted")
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch,
-		Segment{Table: info.ID, Segment: logicpage.Segment{Page: next / logicpage.RowsPerPage}}))
+		base.Segment{Table: info.ID, Page: next / logicpage.RowsPerPage}))
 	require.ErrorIs(t, err, ErrMalformed, "the first page past the grants")
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch,
-		Segment{Table: info.ID, Segment: logicpage.Segment{Page: next/logicpage.RowsPerPage - 1}}))
+		base.Segment{Table: info.ID, Page: next/logicpage.RowsPerPage - 1}))
 	require.NoError(t, err, "an empty segment of a granted page is harmless")
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
@@ -122,7 +123,7 @@ func TestFarPageCostsBoundedMapAndMeta(t *testing.T) {
 		}
 		seq++
 		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch,
-			Segment{Table: info.ID, Segment: logicpage.Segment{Page: page, Data: 1 << 63, Rows: row64(seq)}}))
+			base.Segment{Table: info.ID, Page: page, Data: 1 << 63, Rows: row64(seq)}))
 		require.NoError(t, err)
 		require.NoError(t, e.Checkpoint())
 		require.Less(t, metaBytes(), bound, "meta file after a row in page %d", page)

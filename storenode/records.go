@@ -8,6 +8,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
@@ -87,27 +88,14 @@ func oldCommitRecordError(lsn uint64) error {
 		ErrOldFormat, lsn, kindCommitV1)
 }
 
-// Segment is one sparse segment of a commit batch: a logical page of one table, the rows of its
-// data mask and the slots its clear mask deletes.
-type Segment struct {
-	Table uint32
-	logicpage.Segment
-}
-
-// Fence names a table a batch writes and the ownership epoch its owner holds for it.
-type Fence struct {
-	Table uint32
-	Epoch uint64
-}
-
 // Batch is one commit batch: the segments of one or more transactions of one owner, applied
 // atomically. Seq orders an owner's batches (1, 2, 3, ...); a batch whose seq was already applied
 // is acknowledged again without being applied twice.
 type Batch struct {
 	Owner    uint64
 	Seq      uint64
-	Fences   []Fence
-	Segments []Segment
+	Fences   []base.Fence
+	Segments []base.Segment
 	// Body, when not nil, is the batch's sgio Commit body as received (the server's copy of
 	// the frame): the engine logs it as it is instead of encoding the batch again, so it
 	// must be exactly the encoding of Owner, Seq, Fences and Segments (whose rows alias it).
@@ -226,7 +214,7 @@ func (e *Engine) bodyMatches(b *Batch) bool {
 			return false
 		}
 	}
-	var seg sgio.Segment
+	var seg base.Segment
 	i := 0
 	for it := v.Segments(); it.Next(&seg); i++ {
 		s := &b.Segments[i]
@@ -243,8 +231,8 @@ func (e *Engine) bodyMatches(b *Batch) bool {
 type commitRecord struct {
 	owner, seq uint64
 	hash       uint64
-	fences     []Fence
-	segments   []Segment
+	fences     []base.Fence
+	segments   []base.Segment
 	rowBytes   []int
 }
 
@@ -264,22 +252,21 @@ func decodeCommitRecord(p []byte, rec *commitRecord) error {
 	rec.fences = rec.fences[:0]
 	for i := range v.FenceCount() {
 		f := v.Fence(i)
-		rec.fences = append(rec.fences, Fence{Table: f.Table, Epoch: f.Epoch})
+		rec.fences = append(rec.fences, f)
 	}
 	rec.segments = rec.segments[:0]
 	rec.rowBytes = rec.rowBytes[:0]
-	var seg sgio.Segment
+	var seg base.Segment
 	for it := v.Segments(); it.Next(&seg); {
 		r := int(seg.RowBytes)
 		g, err := logicpage.NewGeometry(r)
 		if err != nil {
 			return corrupt.Errorf("storenode: commit record: segment of table %d: %w", seg.Table, err)
 		}
-		s := Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}}
-		if err := g.CheckSegment(s.Segment); err != nil {
+		if err := g.CheckSegment(seg); err != nil {
 			return corrupt.Errorf("storenode: commit record: segment of table %d page %d: %w", seg.Table, seg.Page, err)
 		}
-		rec.segments = append(rec.segments, s)
+		rec.segments = append(rec.segments, seg)
 		rec.rowBytes = append(rec.rowBytes, r)
 	}
 	return nil

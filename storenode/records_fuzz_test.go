@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
@@ -115,19 +116,19 @@ func commitSeeds() [][]byte {
 	for i := range rows {
 		rows[i] = byte(i)
 	}
-	b := &Batch{Owner: 7, Seq: 9, Fences: []Fence{{1, 2}}, Segments: []Segment{
-		{Table: 1, Segment: logicpage.Segment{Page: 2, Data: 0b1011, Clear: 0b100, Rows: rows}},
-		{Table: 2, Segment: logicpage.Segment{Page: 0, Clear: 1}},
+	b := &Batch{Owner: 7, Seq: 9, Fences: []base.Fence{{Table: 1, Epoch: 2}}, Segments: []base.Segment{
+		{Table: 1, Page: 2, Data: 0b1011, Clear: 0b100, Rows: rows},
+		{Table: 2, Page: 0, Clear: 1},
 	}}
 	rb := func(uint32) int { return 64 }
 	kept := make([]byte, 8*64) // a run of rows commitPieces keeps
 	for i := range kept {
 		kept[i] = byte(i * 7)
 	}
-	mixed := &Batch{Owner: 3, Seq: 4, Fences: []Fence{{1, 2}, {2, 5}}, Segments: []Segment{
-		{Table: 1, Segment: logicpage.Segment{Page: 0, Data: 0xff, Rows: kept}},
-		{Table: 2, Segment: logicpage.Segment{Page: 1, Data: 1, Clear: 2, Rows: rows[:64]}},
-		{Table: 1, Segment: logicpage.Segment{Page: 3, Data: 0xff << 8, Rows: kept}},
+	mixed := &Batch{Owner: 3, Seq: 4, Fences: []base.Fence{{Table: 1, Epoch: 2}, {Table: 2, Epoch: 5}}, Segments: []base.Segment{
+		{Table: 1, Page: 0, Data: 0xff, Rows: kept},
+		{Table: 2, Page: 1, Data: 1, Clear: 2, Rows: rows[:64]},
+		{Table: 1, Page: 3, Data: 0xff << 8, Rows: kept},
 	}}
 	return [][]byte{appendCommitRecord(nil, b, batchHash(b), rb), appendCommitRecord(nil, &Batch{Owner: 1, Seq: 1}, 0, rb),
 		appendCommitRecord(nil, mixed, batchHash(mixed), rb)}

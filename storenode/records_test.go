@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode/wal"
 )
@@ -32,12 +32,12 @@ func joinPieces(ps []wal.Piece) []byte {
 // clear-only one.
 func mixedBatch(table uint32, epoch uint64) *Batch {
 	rows := checkRows(64, 64, 1, 1)
-	return &Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: table, Epoch: epoch}}, Segments: []Segment{
-		{Table: table, Segment: logicpage.Segment{Page: 0, Data: 1 << 3, Rows: rows[:64]}},
-		{Table: table, Segment: logicpage.Segment{Page: 1, Data: ^uint64(0), Rows: rows}},
-		{Table: table, Segment: logicpage.Segment{Page: 2, Clear: 0b110}},
-		{Table: table, Segment: logicpage.Segment{Page: 3, Data: 0xff, Rows: rows[:8*64]}},
-		{Table: table, Segment: logicpage.Segment{Page: 4, Data: 0b11, Rows: rows[64 : 3*64]}},
+	return &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: table, Epoch: epoch}}, Segments: []base.Segment{
+		{Table: table, Page: 0, Data: 1 << 3, Rows: rows[:64]},
+		{Table: table, Page: 1, Data: ^uint64(0), Rows: rows},
+		{Table: table, Page: 2, Clear: 0b110},
+		{Table: table, Page: 3, Data: 0xff, Rows: rows[:8*64]},
+		{Table: table, Page: 4, Data: 0b11, Rows: rows[64 : 3*64]},
 	}}
 }
 
@@ -47,9 +47,9 @@ func mixedBatch(table uint32, epoch uint64) *Batch {
 func TestCommitRecordIsWireBody(t *testing.T) {
 	e, _, info, g := openFault(t, Options{}, testOwner)
 	b := mixedBatch(info.ID, g.Epoch)
-	msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 	for _, s := range b.Segments {
-		msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+		msg.Segments = append(msg.Segments, base.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
 	}
 	body := msg.AppendBody(nil)
 	hash := batchHash(b)
@@ -106,15 +106,15 @@ func TestCommitBodyReplays(t *testing.T) {
 	b2.Seq = b1.Seq + 1
 	rows := checkRows(64, 64, 9, 9)
 	b2.Segments[1].Rows = rows
-	msg := &sgio.Commit{Owner: b2.Owner, Seq: b2.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	msg := &sgio.Commit{Owner: b2.Owner, Seq: b2.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 	for _, s := range b2.Segments {
-		msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+		msg.Segments = append(msg.Segments, base.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
 	}
 	b2.Body = msg.AppendBody(nil)
 	// The segments' rows alias the body, as the server's do.
 	v, err := sgio.ViewCommit(b2.Body)
 	require.NoError(t, err)
-	var seg sgio.Segment
+	var seg base.Segment
 	for i, it := 0, v.Segments(); it.Next(&seg); i++ {
 		b2.Segments[i].Rows = seg.Rows
 	}
@@ -235,23 +235,23 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, full+1)
 	require.NoError(t, err)
-	msg := &sgio.Commit{Owner: testOwner, Seq: g.LastSeq + 1, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	msg := &sgio.Commit{Owner: testOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 	for p := range uint64(full + 1) {
 		data := ^uint64(0)
 		if p == full {
 			data = 1<<last - 1
 		}
 		rows := bytes.Repeat([]byte{byte(p%256 + 1)}, bits.OnesCount64(data)*rowBytes)
-		msg.Segments = append(msg.Segments, sgio.Segment{Table: info.ID, RowBytes: rowBytes, Page: p, Data: data, Rows: rows})
+		msg.Segments = append(msg.Segments, base.Segment{Table: info.ID, RowBytes: rowBytes, Page: p, Data: data, Rows: rows})
 	}
 	body := msg.AppendBody(nil)
 	require.Equal(t, sgio.MaxBodyLimit, len(body))
 	v, err := sgio.ViewCommit(body)
 	require.NoError(t, err)
-	b := &Batch{Owner: v.Owner, Seq: v.Seq, Fences: []Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
-	var seg sgio.Segment
+	b := &Batch{Owner: v.Owner, Seq: v.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
+	var seg base.Segment
 	for it := v.Segments(); it.Next(&seg); {
-		b.Segments = append(b.Segments, Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Rows: seg.Rows}})
+		b.Segments = append(b.Segments, base.Segment{Table: seg.Table, Page: seg.Page, Data: seg.Data, Rows: seg.Rows})
 	}
 	_, err = e.CommitWait(b)
 	require.NoError(t, err)
@@ -279,9 +279,9 @@ func TestCommitBodyMismatch(t *testing.T) {
 	build := func(seq uint64) *Batch {
 		b := mixedBatch(info.ID, g.Epoch)
 		b.Seq = seq
-		msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+		msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 		for _, s := range b.Segments {
-			msg.Segments = append(msg.Segments, sgio.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
+			msg.Segments = append(msg.Segments, base.Segment{Table: s.Table, RowBytes: 64, Page: s.Page, Data: s.Data, Clear: s.Clear, Rows: s.Rows})
 		}
 		b.Body = msg.AppendBody(nil)
 		return b

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // RenewGrant takes no engine lock: it renews while mu is held (by a checkpoint, a stall of
@@ -21,7 +22,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(info.ID, 1, g.Epoch, 1)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	require.NoError(t, err)
 
 	e.mu.Lock()

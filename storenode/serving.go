@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -32,13 +33,13 @@ const PageDirEntriesMax = pageDirEntriesMax
 // reader is the reading owner: a read of a table it does not read as holder (holderReads: the
 // owner id and the incarnation granted the table) takes the slow path when the page has a
 // write that is not durable yet (ReadRowsAs waits for it there).
-func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []sgio.Segment, rows []byte) (out []byte, ok bool) {
+func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []base.Segment, rows []byte) (out []byte, ok bool) {
 	return e.ReadCachedUpTo(reader, wants, segs, rows, math.MaxInt)
 }
 
 // ReadCachedUpTo is ReadCached, giving up (ok false, nothing read) when the wanted rows that
 // exist are more than maxBytes: an event loop copies no more than that in one read.
-func (e *Engine) ReadCachedUpTo(reader uint64, wants []sgio.PageWant, segs []sgio.Segment, rows []byte, maxBytes int) (out []byte, ok bool) {
+func (e *Engine) ReadCachedUpTo(reader uint64, wants []sgio.PageWant, segs []base.Segment, rows []byte, maxBytes int) (out []byte, ok bool) {
 	if !e.mu.TryLock() {
 		return rows, false
 	}
@@ -89,7 +90,7 @@ func (e *Engine) ReadCachedUpTo(reader uint64, wants []sgio.PageWant, segs []sgi
 			hits++
 			rows = gatherRows(rows, e.cache.rows(id), t.geo, data)
 		}
-		segs[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(t.geo.RowBytes()), Page: w.Page, Data: data, Clear: clear}
+		segs[i] = base.Segment{Table: w.Table, RowBytes: uint16(t.geo.RowBytes()), Page: w.Page, Data: data, Clear: clear}
 		segs[i].Rows = rows[start:len(rows):len(rows)]
 	}
 	e.cache.hits += hits // counted as ReadRows does: pages whose rows came from the cache

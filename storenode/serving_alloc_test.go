@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestReadCachedAllocs(t *testing.T) {
 	e, table := servingEngine(t)
 	wants := []sgio.PageWant{{Table: table, Page: 0, Want: 0b1111}}
-	segs := make([]sgio.Segment, 1)
+	segs := make([]base.Segment, 1)
 	buf := make([]byte, 0, 4*64)
 	allocs := testing.AllocsPerRun(100, func() {
 		_, ok := e.ReadCached(testOwner, wants, segs, buf[:0])

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -19,9 +20,9 @@ func servingEngine(t *testing.T) (*Engine, uint32) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
 	require.NoError(t, err)
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for id := uint64(1); id <= 3; id++ {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 		require.NoError(t, err)
 	}
 	return e, info.ID
@@ -32,7 +33,7 @@ func servingEngine(t *testing.T) (*Engine, uint32) {
 func TestReadCached(t *testing.T) {
 	e, table := servingEngine(t)
 	wants := []sgio.PageWant{{Table: table, Page: 0, Want: 0b1111}}
-	segs := make([]sgio.Segment, 1)
+	segs := make([]base.Segment, 1)
 	for _, reader := range []uint64{testOwner, 0, 99} {
 		rows, ok := e.ReadCached(reader, wants, segs, nil)
 		require.True(t, ok, "reader %d", reader)
@@ -83,9 +84,9 @@ func TestReadCachedGivesUpCleanly(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
 	require.NoError(t, err)
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq, id := range []uint64{1, 65} { // pages 0 and 1
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
+		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.Close())
@@ -94,7 +95,7 @@ func TestReadCachedGivesUpCleanly(t *testing.T) {
 	require.NoError(t, err)
 
 	wants := []sgio.PageWant{{Table: info.ID, Page: 0, Want: ^uint64(0)}, {Table: info.ID, Page: 1, Want: ^uint64(0)}}
-	segs := make([]sgio.Segment, len(wants))
+	segs := make([]base.Segment, len(wants))
 	prefix := []byte("kept")
 	buf := append(make([]byte, 0, 1024), prefix...)
 	out, ok := e.ReadCached(0, wants, segs, buf)

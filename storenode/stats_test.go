@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 )
@@ -87,10 +88,10 @@ func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
 	require.NoError(t, err)
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 10; seq++ {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
-			Segments: []Segment{oneRow(info.ID, seq, row64(seq))}})
+			Segments: []base.Segment{oneRow(info.ID, seq, row64(seq))}})
 		require.NoError(t, err)
 	}
 	s := e.Stats()

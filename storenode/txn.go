@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/sgio"
@@ -321,7 +322,7 @@ func (e *Engine) unlockPart(p *txnPart) {
 
 // checkTxnLocks refuses segments that touch a row of a prepared transaction. Caller holds
 // mu. Without prepared transactions it costs one map length.
-func (e *Engine) checkTxnLocks(segs []Segment) error {
+func (e *Engine) checkTxnLocks(segs []base.Segment) error {
 	if len(e.txnLocks) == 0 {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 )
@@ -113,13 +114,13 @@ func setupTxnStore(t testing.TB, e *Engine) *txnStore {
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq}
 }
 
-func (s *txnStore) batch(segs ...Segment) *Batch {
+func (s *txnStore) batch(segs ...base.Segment) *Batch {
 	s.seq++
 	owner := s.owner
 	if owner == 0 {
 		owner = testOwner
 	}
-	return &Batch{Owner: owner, Seq: s.seq, Fences: []Fence{{s.table, s.epoch}}, Segments: segs}
+	return &Batch{Owner: owner, Seq: s.seq, Fences: []base.Fence{{Table: s.table, Epoch: s.epoch}}, Segments: segs}
 }
 
 func (s *txnStore) put(t testing.TB, id, v uint64) {
@@ -611,7 +612,7 @@ func TestTxnResolverLazy(t *testing.T) {
 // prepare, not stuck in doubt.
 func TestTxnPrepareTooLarge(t *testing.T) {
 	s := newTxnStore(t, Options{})
-	segs := make([]Segment, txnSegmentsMax+1)
+	segs := make([]base.Segment, txnSegmentsMax+1)
 	for i := range segs {
 		segs[i] = deleteRow(s.table, 0)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // TestVerifyFindsBrokenInvariants shows each check of Engine.verify can fail: one broken
@@ -17,10 +18,10 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	g, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
 	requireGranted(t, e, info.ID, testOwner, g.Epoch)
-	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
+	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
-			Segments: []Segment{oneRow(info.ID, id, row64(seq))}})
+			Segments: []base.Segment{oneRow(info.ID, id, row64(seq))}})
 		require.NoError(t, err)
 	}
 	for seq := uint64(1); seq <= 3; seq++ {

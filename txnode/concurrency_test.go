@@ -195,7 +195,7 @@ func (s *recordingStore) Commit(b *store.Batch, done func(uint64, error)) {
 		k := 0
 		for mask := seg.Data; mask != 0; mask &= mask - 1 {
 			slot := bits.TrailingZeros64(mask)
-			rows[seg.Page*64+uint64(slot)] = binary.LittleEndian.Uint64(seg.Rows[k*seg.RowBytes:])
+			rows[seg.Page*64+uint64(slot)] = binary.LittleEndian.Uint64(seg.Rows[k*int(seg.RowBytes):])
 			k++
 		}
 	}

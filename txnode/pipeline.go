@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -78,7 +79,7 @@ type batch struct {
 	lastVer  uint64
 	nTx      int
 	buf      []byte
-	segs     []store.Segment // Rows are set at send time (buf may move while it fills)
+	segs     []base.Segment // Rows are set at send time (buf may move while it fills)
 	segOff   []int
 	tables   []*tableState
 	frames   []frameRef
@@ -404,7 +405,7 @@ func (p *pipeline) add(tx *Tx) (uint64, error) {
 
 // segFlightBytes is what a page segment of a batch in flight costs beside its rows: the
 // segment, its offset, its frame reference and, should the frame be evicted, its ghost.
-const segFlightBytes = int64(unsafe.Sizeof(store.Segment{})+unsafe.Sizeof(frameRef{})) + 8 + 32
+const segFlightBytes = int64(unsafe.Sizeof(base.Segment{})+unsafe.Sizeof(frameRef{})) + 8 + 32
 
 // batchCost is what b counts against the in-flight bound.
 func batchCost(b *batch) int64 { return int64(len(b.buf)) + int64(len(b.segs))*segFlightBytes }
@@ -531,7 +532,7 @@ func (p *pipeline) appendTx(b *batch, tx *Tx, ver uint64) {
 		page, slot := logicpage.PageOf(w.id)
 		bit := uint64(1) << slot
 		if seg < 0 || b.segs[seg].Table != w.t.id || b.segs[seg].Page != page {
-			b.segs = append(b.segs, store.Segment{Table: w.t.id, RowBytes: w.t.rowBytes, Page: page})
+			b.segs = append(b.segs, base.Segment{Table: w.t.id, RowBytes: uint16(w.t.rowBytes), Page: page})
 			b.segOff = append(b.segOff, len(b.buf))
 			seg = len(b.segs) - 1
 			if !hasTable(b.tables, w.t) {
@@ -612,7 +613,7 @@ func (p *pipeline) appendTxFullPages(b *batch, tx *Tx, ver uint64) {
 				b.buf = b.buf[:n]
 			}
 		}
-		b.segs = append(b.segs, store.Segment{Table: w0.t.id, RowBytes: r, Page: page, Data: data | others, Clear: clr})
+		b.segs = append(b.segs, base.Segment{Table: w0.t.id, RowBytes: uint16(r), Page: page, Data: data | others, Clear: clr})
 		b.segOff = append(b.segOff, segOff)
 		if !hasTable(b.tables, w0.t) {
 			b.tables = append(b.tables, w0.t)
@@ -678,7 +679,7 @@ func (p *pipeline) launchLocked(b *batch) {
 		b.segs[i].Rows = b.buf[b.segOff[i]:end:end]
 	}
 	for _, t := range b.tables {
-		b.commit.Fences = append(b.commit.Fences, store.Fence{Table: t.id, Epoch: t.epoch.Load()})
+		b.commit.Fences = append(b.commit.Fences, base.Fence{Table: t.id, Epoch: t.epoch.Load()})
 	}
 	p.room.Broadcast()
 	p.mu.Unlock()
@@ -882,7 +883,7 @@ func (p *pipeline) flushEpoch() (cut uint64) {
 			continue
 		}
 		present := m.present.Load()
-		s := store.Segment{Table: t.id, RowBytes: t.rowBytes, Page: key & (1<<32 - 1), Data: d & present, Clear: d &^ present}
+		s := base.Segment{Table: t.id, RowBytes: uint16(t.rowBytes), Page: key & (1<<32 - 1), Data: d & present, Clear: d &^ present}
 		b.segOff = append(b.segOff, len(b.buf))
 		_, rows := frameWords(m, t.rowBytes)
 		b.buf = appendRows(b.buf, rows, t.rowBytes, s.Data)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -217,10 +218,10 @@ func (tx *Tx) prepareBatch() *store.Batch {
 		page, slot := logicpage.PageOf(w.id)
 		n := len(b.Segments)
 		if n == 0 || b.Segments[n-1].Table != w.t.id || b.Segments[n-1].Page != page {
-			b.Segments = append(b.Segments, store.Segment{Table: w.t.id, RowBytes: w.t.rowBytes, Page: page})
+			b.Segments = append(b.Segments, base.Segment{Table: w.t.id, RowBytes: uint16(w.t.rowBytes), Page: page})
 			offs = append(offs, len(rows))
 			if len(b.Fences) == 0 || b.Fences[len(b.Fences)-1].Table != w.t.id {
-				b.Fences = append(b.Fences, store.Fence{Table: w.t.id, Epoch: w.t.epoch.Load()})
+				b.Fences = append(b.Fences, base.Fence{Table: w.t.id, Epoch: w.t.epoch.Load()})
 			}
 			n++
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -454,7 +455,7 @@ func (b *readBatch) onReply(f sgio.Frame, err error) {
 		}
 	default:
 		it, _ := sgio.ViewSegments(f.Body) // checked above
-		var seg sgio.Segment
+		var seg base.Segment
 		for _, r := range members {
 			r.mu.Lock()
 			for i := range r.n {
@@ -482,7 +483,7 @@ func checkSegments(body []byte, wants []sgio.PageWant) error {
 	if it.Len() != len(wants) {
 		return fmt.Errorf("txnode: %d segments answer %d page requests: %w", it.Len(), len(wants), sgio.ErrMalformed)
 	}
-	var seg sgio.Segment
+	var seg base.Segment
 	for i := 0; it.Next(&seg); i++ {
 		if w := wants[i]; seg.Table != w.Table || seg.Page != w.Page {
 			return fmt.Errorf("txnode: segment %d is table %d page %d, the request's table %d page %d: %w",

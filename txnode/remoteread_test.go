@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -45,7 +46,7 @@ func segmentsBody(wants []sgio.PageWant, v byte) []byte {
 		for i := range row {
 			row[i] = v
 		}
-		r.Segments = append(r.Segments, sgio.Segment{Table: w.Table, RowBytes: 64, Page: w.Page, Data: w.Want, Rows: row})
+		r.Segments = append(r.Segments, base.Segment{Table: w.Table, RowBytes: 64, Page: w.Page, Data: w.Want, Rows: row})
 	}
 	return r.AppendBody(nil)
 }

@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/weftdb/weft/internal/assert"
 	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/assert"
 
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/txnode/store"
@@ -682,7 +684,7 @@ func fillFromSegments(body []byte, n int, fill func(int, uint64, uint64, []byte)
 	if it.Len() != n {
 		return fmt.Errorf("txnode: %d segments answer %d page requests: %w", it.Len(), n, sgio.ErrMalformed)
 	}
-	var seg sgio.Segment
+	var seg base.Segment
 	for i := 0; it.Next(&seg); i++ {
 		fill(i, seg.Data, seg.Clear, seg.Rows)
 	}
@@ -694,12 +696,9 @@ func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
 	rc := remoteCommitPool.Get().(*remoteCommit)
 	rc.s, rc.done = s, done
 	rc.msg.Owner, rc.msg.Seq = b.Owner, b.Seq
-	for _, f := range b.Fences {
-		rc.msg.Fences = append(rc.msg.Fences, sgio.Fence{Table: f.Table, Epoch: f.Epoch})
-	}
-	for _, g := range b.Segments {
-		rc.msg.Segments = append(rc.msg.Segments, sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows})
-	}
+	// Copied (the headers; the rows by reference): a send may still read msg after done.
+	rc.msg.Fences = append(rc.msg.Fences, b.Fences...)
+	rc.msg.Segments = append(rc.msg.Segments, b.Segments...)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -15,13 +15,7 @@ import (
 func (s *remoteStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
 	b := p.Batch
 	m := &sgio.TxnPrepare{Txn: p.Txn, Lease: p.Lease, Index: p.Index, Primary: p.Primary,
-		Commit: sgio.Commit{Owner: b.Owner, Seq: b.Seq}}
-	for _, f := range b.Fences {
-		m.Commit.Fences = append(m.Commit.Fences, sgio.Fence{Table: f.Table, Epoch: f.Epoch})
-	}
-	for _, g := range b.Segments {
-		m.Commit.Segments = append(m.Commit.Segments, sgio.Segment{Table: g.Table, RowBytes: uint16(g.RowBytes), Page: g.Page, Data: g.Data, Clear: g.Clear, Rows: g.Rows})
-	}
+		Commit: sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}}
 	var ack sgio.CommitAck
 	err := s.call(ctx, m, &ack, true)
 	return ack.LSN, err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -66,8 +66,8 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	prepared := row(99)
 	txn := storenode.TxnID{0: 0x7e, 15: 1}
 	_, err = e.PrepareTxn(&storenode.TxnPrepare{Txn: txn, Lease: lease, Batch: &storenode.Batch{Owner: coord, Seq: 1,
-		Fences:   []storenode.Fence{{Table: ti.ID, Epoch: epoch}},
-		Segments: []storenode.Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: first / 64, Data: 1 << (first % 64), Rows: prepared}}}}})
+		Fences:   []base.Fence{{Table: ti.ID, Epoch: epoch}},
+		Segments: []base.Segment{{Table: ti.ID, Page: first / 64, Data: 1 << (first % 64), Rows: prepared}}}})
 	require.NoError(t, err)
 	require.NoError(t, releaseCoord(ctx))
 	leases.kill(lease)

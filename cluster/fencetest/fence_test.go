@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/logicpage"
@@ -54,9 +55,9 @@ func row(v uint64) []byte {
 	return b
 }
 
-func oneRow(table uint32, id uint64, r []byte) storenode.Segment {
+func oneRow(table uint32, id uint64, r []byte) base.Segment {
 	page, slot := logicpage.PageOf(id)
-	return storenode.Segment{Table: table, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: r}}
+	return base.Segment{Table: table, Page: page, Data: 1 << slot, Rows: r}
 }
 
 // storedRows returns every row of table in e: id -> first word.
@@ -139,8 +140,8 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 	require.NoError(t, err)
 	first, _, err := e.AllocIDs(ti.ID, a, ea, 1)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 1, Fences: []storenode.Fence{{Table: ti.ID, Epoch: ea}},
-		Segments: []storenode.Segment{oneRow(ti.ID, first, row(1))}})
+	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
+		Segments: []base.Segment{oneRow(ti.ID, first, row(1))}})
 	require.NoError(t, err)
 
 	// b takes over: a's batches are fenced from the registration on.
@@ -150,8 +151,8 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 	require.Greater(t, ob.Epoch(), ea)
 	_, err = e.RegisterGrant(ctx, ti.ID, b, ob.Epoch())
 	require.NoError(t, err)
-	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 2, Fences: []storenode.Fence{{Table: ti.ID, Epoch: ea}},
-		Segments: []storenode.Segment{oneRow(ti.ID, first+1, row(2))}})
+	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
+		Segments: []base.Segment{oneRow(ti.ID, first+1, row(2))}})
 	require.ErrorIs(t, err, storenode.ErrFenced)
 
 	// a acquires again (a new owner key, above b's) while b still holds the storage node's

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/proctest"
@@ -178,8 +179,8 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 
 	// The storage node fences the old grant itself: a batch of the frozen node's epoch.
 	_, err = srv.Engine().CommitWait(&storenode.Batch{Owner: childOwner, Seq: 1 << 40,
-		Fences:   []storenode.Fence{{Table: ti.ID, Epoch: oldEpoch}},
-		Segments: []storenode.Segment{oneRow(ti.ID, id1, row(66))}})
+		Fences:   []base.Fence{{Table: ti.ID, Epoch: oldEpoch}},
+		Segments: []base.Segment{oneRow(ti.ID, id1, row(66))}})
 	require.ErrorIs(t, err, storenode.ErrFenced)
 
 	child.Cont()

@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -157,8 +157,8 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 		binary.BigEndian.PutUint64(ids[k][8:], uint64(k+1))
 		page, slot := uint64(k)/64, uint(k)%64
 		_, err := eng.PrepareTxn(&storenode.TxnPrepare{Txn: ids[k], Lease: lease, Batch: &storenode.Batch{Owner: 0xa,
-			Seq: g.LastSeq + uint64(k) + 1, Fences: []storenode.Fence{{Table: local.ID, Epoch: g.Epoch}},
-			Segments: []storenode.Segment{{Table: local.ID, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: make([]byte, 64)}}}}})
+			Seq: g.LastSeq + uint64(k) + 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{{Table: local.ID, Page: page, Data: 1 << slot, Rows: make([]byte, 64)}}}})
 		require.NoError(t, err)
 	}
 	for k := range ids {

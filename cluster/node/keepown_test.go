@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/sgio"
@@ -15,8 +16,8 @@ import (
 // keepCommit writes value v into row id of table (a 64-byte row) under owner's grant epoch.
 func keepCommit(ctx context.Context, cl *sgio.Client, table uint32, owner, epoch, seq, id, v uint64) error {
 	var ack sgio.CommitAck
-	return cl.CallInto(ctx, &sgio.Commit{Owner: owner, Seq: seq, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
-		Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: balanceRow(v)}}}, &ack)
+	return cl.CallInto(ctx, &sgio.Commit{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+		Segments: []base.Segment{{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: balanceRow(v)}}}, &ack)
 }
 
 // A move's switch keeps the owner's grant (docs/cluster.md, "Moving a partition"): while the

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -463,15 +464,15 @@ func (m *mover) fullCopy(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, m.errorf("target %s: %w", m.rec.To, err)
 	}
-	var stale []sgio.Segment
+	var stale []base.Segment
 	for _, p := range dstPages {
 		if _, found := slices.BinarySearch(srcPages, p); !found {
-			stale = append(stale, sgio.Segment{Table: m.dstID, RowBytes: uint16(m.t.rowBytes), Page: p, Clear: ^uint64(0)})
+			stale = append(stale, base.Segment{Table: m.dstID, RowBytes: uint16(m.t.rowBytes), Page: p, Clear: ^uint64(0)})
 		}
 	}
 	for len(stale) > 0 {
 		n := min(len(stale), 1024)
-		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID, Epoch: m.epoch}}, Segments: stale[:n]}}
+		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: m.dstID, Epoch: m.epoch}}, Segments: stale[:n]}}
 		if _, err := m.dst.WriteMove(ctx, w); err != nil {
 			return 0, m.errorf("write at %s: %w", m.rec.To, err)
 		}
@@ -516,7 +517,7 @@ func (m *mover) copyPages(ctx context.Context, pages []uint64) error {
 		if err := m.src.CallInto(ctx, rp, &segs); err != nil {
 			return m.errorf("read at %s: %w", m.rec.From, err)
 		}
-		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: m.dstID, Epoch: m.epoch}}}}
+		w := &sgio.MoveWrite{Commit: sgio.Commit{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: m.dstID, Epoch: m.epoch}}}}
 		for _, s := range segs.Segments {
 			s.Table = m.dstID
 			s.Rows = append([]byte(nil), s.Rows...)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/sgio"
@@ -267,8 +268,8 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	txn := [sgio.TxnIDSize]byte{1, 2, 3}
 	page, slot := ids.First/64, ids.First%64
 	_, err = cl.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: sess.Lease(), Commit: sgio.Commit{Owner: owner, Seq: gr.LastSeq + 1,
-		Fences:   []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch()}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: page, Data: 1 << slot, Rows: balanceRow(7)}}}})
+		Fences:   []base.Fence{{Table: ti.Table, Epoch: g.Epoch()}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Page: page, Data: 1 << slot, Rows: balanceRow(7)}}}})
 	require.NoError(t, err)
 	require.NoError(t, g.Release(ctx)) // the owner key must not stop the move: the transaction must
 

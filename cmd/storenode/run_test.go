@@ -29,6 +29,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -146,8 +147,8 @@ func TestRunServesCommitsMetricsAndStops(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 1}, &g))
 	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: 1, Epoch: g.Epoch, Pages: 1}, &sgio.IDRange{}))
 	row := make([]byte, 64)
-	commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: 1, Rows: row}}}
+	commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: 1, Rows: row}}}
 	require.NoError(t, c.CallInto(ctx, commit, &sgio.CommitAck{}))
 
 	base := "http://" + r.metrics.String()

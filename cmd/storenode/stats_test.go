@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
@@ -49,8 +50,8 @@ func TestStatsTied(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: 1, Epoch: g.Epoch, Pages: 1}, &ids))
 	rows := make([]byte, 3*64)
 	for seq := uint64(1); seq <= 3; seq++ {
-		commit := &sgio.Commit{Owner: 1, Seq: seq, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-			Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: 0b111, Rows: rows}}}
+		commit := &sgio.Commit{Owner: 1, Seq: seq, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+			Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: 0b111, Rows: rows}}}
 		require.NoError(t, c.CallInto(ctx, commit, &sgio.CommitAck{}))
 	}
 	require.NoError(t, node.Engine().Checkpoint())

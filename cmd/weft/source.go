@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -25,7 +26,7 @@ type source interface {
 	Tables(ctx context.Context) ([]tableInfo, error)
 	// ReadPages answers one sparse read per want, in order: the present rows of each want
 	// (data mask) and their bytes in slot order. The rows stay valid until the next call.
-	ReadPages(ctx context.Context, wants []sgio.PageWant) ([]sgio.Segment, error)
+	ReadPages(ctx context.Context, wants []sgio.PageWant) ([]base.Segment, error)
 	// PageDir lists the pages of [lo, hi) that hold rows, at most max, and where to go on.
 	PageDir(ctx context.Context, table uint32, lo, hi uint64, max int) ([]sgio.PageEntry, uint64, error)
 	// Stats returns the store's counters by name.
@@ -106,7 +107,7 @@ func (r *remoteSource) Tables(ctx context.Context) ([]tableInfo, error) {
 	return out, nil
 }
 
-func (r *remoteSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]sgio.Segment, error) {
+func (r *remoteSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]base.Segment, error) {
 	var segs sgio.Segments
 	if err := r.c.CallInto(ctx, &sgio.ReadPages{Wants: wants}, &segs); err != nil {
 		return nil, err
@@ -169,8 +170,8 @@ func (l *localSource) Tables(context.Context) ([]tableInfo, error) {
 	return out, nil
 }
 
-func (l *localSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]sgio.Segment, error) {
-	segs := make([]sgio.Segment, 0, len(wants))
+func (l *localSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]base.Segment, error) {
+	segs := make([]base.Segment, 0, len(wants))
 	l.buf = l.buf[:0]
 	type span struct{ from, to int }
 	spans := make([]span, 0, len(wants))
@@ -189,7 +190,7 @@ func (l *localSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]s
 		}
 		l.buf = out
 		spans = append(spans, span{from, len(out)})
-		segs = append(segs, sgio.Segment{Table: w.Table, RowBytes: uint16(t.RowBytes), Page: w.Page, Data: data, Clear: clear})
+		segs = append(segs, base.Segment{Table: w.Table, RowBytes: uint16(t.RowBytes), Page: w.Page, Data: data, Clear: clear})
 	}
 	for i := range segs { // l.buf may have moved while it grew
 		segs[i].Rows = l.buf[spans[i].from:spans[i].to]

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/testclock"
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -37,8 +37,8 @@ func TestTxnListAndAbort(t *testing.T) {
 	require.NoError(t, err)
 	id := storenode.TxnID{0x7e, 15: 1}
 	_, err = e.PrepareTxn(&storenode.TxnPrepare{Txn: id, Lease: 9, Primary: "lost.example:7070", Index: 1,
-		Batch: &storenode.Batch{Owner: 7, Seq: g.LastSeq + 1, Fences: []storenode.Fence{{Table: ti.ID, Epoch: g.Epoch}},
-			Segments: []storenode.Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: 0, Data: 1, Rows: make([]byte, 64)}}}}})
+		Batch: &storenode.Batch{Owner: 7, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			Segments: []base.Segment{{Table: ti.ID, Page: 0, Data: 1, Rows: make([]byte, 64)}}}})
 	require.NoError(t, err)
 	require.NoError(t, e.Release(ti.ID, 7, g.Epoch))
 	txn := hex.EncodeToString(id[:])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -73,8 +74,8 @@ func newAllocRig(t testing.TB) *allocRig {
 	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: allocPages}, &sgio.IDRange{}))
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
-	r.commit = sgio.Commit{Owner: testOwner, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
+	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Want: 1}}}
 	for range allocPages {
 		r.commitOne()
@@ -167,8 +168,8 @@ func newMissRig(t testing.TB) (*srvEnv, func()) {
 	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
-	r.commit = sgio.Commit{Owner: testOwner, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
+	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Want: 1}}}
 	for p := range uint64(pages) {
 		r.commit.Seq++

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -76,9 +77,9 @@ func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
 	seq := uint64(0)
 	commitAll := func(v uint64) *sgio.Commit {
 		seq++
-		c := &sgio.Commit{Owner: testOwner, Seq: seq, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
+		c := &sgio.Commit{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
 		for p := range uint64(pages) {
-			c.Segments = append(c.Segments, sgio.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 0xff, Rows: lifetimeRows(p, v)})
+			c.Segments = append(c.Segments, base.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 0xff, Rows: lifetimeRows(p, v)})
 		}
 		return c
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -39,11 +40,11 @@ func TestLargeCachedReadLeavesEventLoop(t *testing.T) {
 	var g sgio.Grant
 	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
 	require.NoError(t, srvGrant(ctx, c, ti.Table, 5, g.Epoch, pages))
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
 	want := &sgio.ReadPages{}
 	for p := range uint64(pages) {
 		rows := bytes.Repeat([]byte{byte(p + 1)}, 64*rowBytes)
-		commit.Segments = append(commit.Segments, sgio.Segment{Table: ti.Table, RowBytes: rowBytes, Page: p, Data: ^uint64(0), Rows: rows})
+		commit.Segments = append(commit.Segments, base.Segment{Table: ti.Table, RowBytes: rowBytes, Page: p, Data: ^uint64(0), Rows: rows})
 		want.Wants = append(want.Wants, sgio.PageWant{Table: ti.Table, Page: p, Want: ^uint64(0)})
 	}
 	require.NoError(t, c.CallInto(ctx, commit, &sgio.CommitAck{})) // the pages stay cached

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -138,7 +139,7 @@ var echoReplies = func() map[sgio.Type][]byte {
 		sgio.TypeAcquire:     &sgio.Grant{Table: 1, Owner: 1, Epoch: 1},
 		sgio.TypeAllocIDs:    &sgio.IDRange{Count: 64},
 		sgio.TypeCommit:      &sgio.CommitAck{LSN: 1, Seq: 1},
-		sgio.TypeReadPages:   &sgio.Segments{Segments: []sgio.Segment{{Table: 1, RowBytes: 64, Data: 1 << 1, Rows: make([]byte, 64)}}},
+		sgio.TypeReadPages:   &sgio.Segments{Segments: []base.Segment{{Table: 1, RowBytes: 64, Data: 1 << 1, Rows: make([]byte, 64)}}},
 	}
 	out := map[sgio.Type][]byte{}
 	for t, msg := range m {
@@ -262,8 +263,8 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 					var msg sgio.Message = &sgio.Ping{}
 					if op == "read1" {
 						table, epoch := benchTable(b, c, "bench", 1)
-						commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
-							Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1 << 1, Rows: row64(1)}}}
+						commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+							Segments: []base.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1 << 1, Rows: row64(1)}}}
 						if _, err := c.Call(context.Background(), commit); err != nil {
 							b.Fatal(err)
 						}
@@ -307,8 +308,8 @@ func benchCommit(b *testing.B, addr string, committers, conns int, weft bool) {
 		owner := uint64(100 + i)
 		c := benchDial(b, addr, owner)
 		table, epoch := benchTable(b, c, fmt.Sprintf("c%03d", i), owner)
-		owners[i] = &srvBenchOwner{c: c, commit: sgio.Commit{Owner: owner, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
-			Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1, Rows: row64(uint64(i))}}}}
+		owners[i] = &srvBenchOwner{c: c, commit: sgio.Commit{Owner: owner, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+			Segments: []base.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1, Rows: row64(uint64(i))}}}}
 	}
 	stats := func() (bytes uint64) {
 		if !weft {

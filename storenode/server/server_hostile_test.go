@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -201,9 +202,9 @@ func fillPages(t *testing.T, c *sgio.Client, table uint32, owner, epoch uint64, 
 	page := bytes.Repeat([]byte{0xab}, 64*64)
 	for first := 0; first < n; first += perBatch {
 		*seq++
-		m := &sgio.Commit{Owner: owner, Seq: *seq, Fences: []sgio.Fence{{Table: table, Epoch: epoch}}}
+		m := &sgio.Commit{Owner: owner, Seq: *seq, Fences: []base.Fence{{Table: table, Epoch: epoch}}}
 		for p := first; p < min(first+perBatch, n); p++ {
-			m.Segments = append(m.Segments, sgio.Segment{Table: table, RowBytes: 64, Page: uint64(p), Data: ^uint64(0), Rows: page})
+			m.Segments = append(m.Segments, base.Segment{Table: table, RowBytes: 64, Page: uint64(p), Data: ^uint64(0), Rows: page})
 		}
 		var ack sgio.CommitAck
 		require.NoError(t, c.CallInto(srvCtx(t), m, &ack))
@@ -329,16 +330,16 @@ func TestHostileCommitQueueBounded(t *testing.T) {
 	require.NoError(t, srvGrant(srvCtx(t), c, ti.Table, 8, g.Epoch, 256))
 	page := bytes.Repeat([]byte{1}, 64*64)
 	batch := func(seq uint64) *sgio.Commit {
-		m := &sgio.Commit{Owner: 8, Seq: seq, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
+		m := &sgio.Commit{Owner: 8, Seq: seq, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
 		for p := range 256 { // 1 MiB of rows
-			m.Segments = append(m.Segments, sgio.Segment{Table: ti.Table, RowBytes: 64, Page: uint64(p), Data: ^uint64(0), Rows: page})
+			m.Segments = append(m.Segments, base.Segment{Table: ti.Table, RowBytes: 64, Page: uint64(p), Data: ^uint64(0), Rows: page})
 		}
 		return m
 	}
 	// An owner the store knows nothing of may start at any seq: apply one batch first, so
 	// that the owner has a last applied seq and the next ones have a gap.
-	first := &sgio.Commit{Owner: 8, Seq: g.LastSeq + 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: ^uint64(0), Rows: page}}}
+	first := &sgio.Commit{Owner: 8, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Page: 0, Data: ^uint64(0), Rows: page}}}
 	require.NoError(t, c.CallInto(srvCtx(t), first, &sgio.CommitAck{}))
 	// Seqs after a gap: the first waits in the engine, the others behind it in the queue.
 	const sent = 12
@@ -600,8 +601,8 @@ func TestHostileSmallOnes(t *testing.T) {
 		require.Equal(t, q.hi, r.Next)
 	}
 
-	clearOnly := &sgio.Commit{Owner: 11, Seq: g.LastSeq + 2, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 128, Page: 0, Clear: 1}}}
+	clearOnly := &sgio.Commit{Owner: 11, Seq: g.LastSeq + 2, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 128, Page: 0, Clear: 1}}}
 	err := c.CallInto(srvCtx(t), clearOnly, &ack)
 	require.ErrorIs(t, err, sgio.ErrBadRowSize)
 	_, ok := srvReadRow(t, c, ti.Table, 0)

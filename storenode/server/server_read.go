@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -40,7 +41,7 @@ func (s *session) readInline(id uint64, m *sgio.ReadPages) bool {
 	n := len(m.Wants)
 	segs := s.inlineSegs
 	if cap(segs) < n {
-		segs = make([]sgio.Segment, n)
+		segs = make([]base.Segment, n)
 		if n <= readWantsKeep {
 			s.inlineSegs = segs
 		}
@@ -274,7 +275,7 @@ func (s *session) readPagesInto(m *sgio.ReadPages, reply *sgio.Segments) (sgio.M
 			return nil, nil, err
 		}
 		rows = out
-		reply.Segments[i] = sgio.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
+		reply.Segments[i] = base.Segment{Table: w.Table, RowBytes: uint16(rb), Page: w.Page, Data: data, Clear: clear,
 			Rows: rows[start:len(rows):len(rows)]}
 	}
 	if size := 8 + len(m.Wants)*sgio.SegmentHeaderSize + len(rows); size > int(s.replyMax) {

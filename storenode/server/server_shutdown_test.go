@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -44,8 +45,8 @@ func stormBatch(table uint32, owner, epoch, seq uint64, writer int) *sgio.Commit
 	for i := range stormRowIDs {
 		stormRow(rows[i*64:(i+1)*64], writer, seq, i)
 	}
-	return &sgio.Commit{Owner: owner, Seq: seq, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
-		Segments: []sgio.Segment{
+	return &sgio.Commit{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+		Segments: []base.Segment{
 			{Table: table, RowBytes: 64, Page: 0, Data: 0xf, Rows: rows[:256]},
 			{Table: table, RowBytes: 64, Page: 1, Data: 0xf, Rows: rows[256:]},
 		}}
@@ -53,7 +54,7 @@ func stormBatch(table uint32, owner, epoch, seq uint64, writer int) *sgio.Commit
 
 // checkStormRows checks a writer's rows as read back (segments for pages 0 and 1, mask 0xf
 // each) against the owner's last applied seq.
-func checkStormRows(segs []sgio.Segment, writer int, lastSeq uint64) error {
+func checkStormRows(segs []base.Segment, writer int, lastSeq uint64) error {
 	if len(segs) != 2 {
 		return fmt.Errorf("writer %d: %d segments", writer, len(segs))
 	}
@@ -214,11 +215,11 @@ func TestServerShutdownDuringCommitStorm(t *testing.T) {
 				require.NoError(t, err)
 				require.GreaterOrEqual(t, g.LastSeq, w.acked, "writer %d: an acknowledged batch was lost", w.writer)
 				require.LessOrEqual(t, g.LastSeq, w.sent, "writer %d", w.writer)
-				var segs []sgio.Segment
+				var segs []base.Segment
 				for page := range uint64(2) {
 					data, clear, rows, err := e.ReadRows(w.table, page, 0xf, nil)
 					require.NoError(t, err)
-					segs = append(segs, sgio.Segment{Page: page, Data: data, Clear: clear, Rows: rows})
+					segs = append(segs, base.Segment{Page: page, Data: data, Clear: clear, Rows: rows})
 				}
 				require.NoError(t, checkStormRows(segs, w.writer, g.LastSeq))
 				require.NotErrorIs(t, w.err, sgio.ErrFenced)

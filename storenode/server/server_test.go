@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -221,9 +222,9 @@ func srvRow(v uint64) []byte {
 
 // srvCommit builds a commit of one 64-byte row per id.
 func srvCommit(table uint32, owner, epoch, seq uint64, ids []uint64, v uint64) *sgio.Commit {
-	m := &sgio.Commit{Owner: owner, Seq: seq, Fences: []sgio.Fence{{Table: table, Epoch: epoch}}}
+	m := &sgio.Commit{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}}}
 	for _, id := range ids {
-		m.Segments = append(m.Segments, sgio.Segment{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: srvRow(v)})
+		m.Segments = append(m.Segments, base.Segment{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: srvRow(v)})
 	}
 	return m
 }
@@ -355,8 +356,8 @@ func TestServerRoundTrip(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, srvCommit(ti.Table, owner, 1, 1, []uint64{3, 70}, 100), &ack))
 	require.Equal(t, uint64(1), ack.Seq)
 	require.NotZero(t, ack.LSN)
-	del := &sgio.Commit{Owner: owner, Seq: 2, Fences: []sgio.Fence{{Table: ti.Table, Epoch: 1}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Page: 1, Clear: 1 << 6}}}
+	del := &sgio.Commit{Owner: owner, Seq: 2, Fences: []base.Fence{{Table: ti.Table, Epoch: 1}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Page: 1, Clear: 1 << 6}}}
 	require.NoError(t, c.CallInto(ctx, del, &ack))
 
 	row, ok := srvReadRow(t, c, ti.Table, 3)

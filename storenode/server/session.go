@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -110,7 +111,7 @@ type session struct {
 	// leaves the loop takes a copy, readRequest owns its message) and answered inline with
 	// inlineSegs in inlineReply, which the Writer has encoded before reply returns.
 	loopRead    sgio.ReadPages
-	inlineSegs  []sgio.Segment
+	inlineSegs  []base.Segment
 	inlineReply sgio.Segments
 }
 

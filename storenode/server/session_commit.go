@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -143,10 +143,10 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 	b.Fences = b.Fences[:0]
 	for i := range v.FenceCount() {
 		f := v.Fence(i)
-		b.Fences = append(b.Fences, storenode.Fence{Table: f.Table, Epoch: f.Epoch})
+		b.Fences = append(b.Fences, f)
 	}
 	b.Segments = b.Segments[:0]
-	var seg sgio.Segment
+	var seg base.Segment
 	for it := v.Segments(); it.Next(&seg); {
 		if err := s.checkRowSize(&seg); err != nil {
 			clear(b.Segments)
@@ -154,8 +154,7 @@ func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
 			s.replyError(req.id, err, true)
 			return
 		}
-		b.Segments = append(b.Segments, storenode.Segment{Table: seg.Table,
-			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
+		b.Segments = append(b.Segments, seg)
 	}
 	a := getCommitAck(s, req.id, v.Seq, req.at)
 	s.srv.eng.Commit(b, a.done)
@@ -203,7 +202,7 @@ func (a *commitAck) finish(lsn uint64, err error) {
 // checkRowSize checks that a segment's row size is its table's, clear-only segments
 // included: the engine knows a table's row size and checks row counts against it, but the
 // segment header's own claim is checked here.
-func (s *session) checkRowSize(seg *sgio.Segment) error {
+func (s *session) checkRowSize(seg *base.Segment) error {
 	rb, err := s.srv.tableRowBytes(seg.Table)
 	if err != nil {
 		return err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -70,14 +70,13 @@ func (s *session) execMoveWrite(body []byte) (uint64, error) {
 			return 0, fmt.Errorf("storenode: MoveWrite with fences of mover epochs %d and %d: %w", epoch, v.Fence(i).Epoch, sgio.ErrMalformed)
 		}
 	}
-	segs := make([]storenode.Segment, 0, v.SegmentCount())
-	var seg sgio.Segment
+	segs := make([]base.Segment, 0, v.SegmentCount())
+	var seg base.Segment
 	for it := v.Segments(); it.Next(&seg); {
 		if err := s.checkRowSize(&seg); err != nil {
 			return 0, err
 		}
-		segs = append(segs, storenode.Segment{Table: seg.Table,
-			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
+		segs = append(segs, seg)
 	}
 	return s.srv.eng.MoveWrite(segs, epoch)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -24,10 +25,10 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
 	const pages = 300
 	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
-	commit := &sgio.Commit{Owner: testOwner, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
+	commit := &sgio.Commit{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
 	read := &sgio.ReadPages{}
 	for p := range uint64(pages) {
-		commit.Segments = append(commit.Segments, sgio.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 1, Rows: row64(p)})
+		commit.Segments = append(commit.Segments, base.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 1, Rows: row64(p)})
 		read.Wants = append(read.Wants, sgio.PageWant{Table: ti.Table, Page: p, Want: 1})
 	}
 	_, err := c.Call(ctx, commit)
@@ -71,7 +72,7 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 
 // TestReadTurnReleaseBounded: a pooled turn goes back without what a large turn grew.
 func TestReadTurnReleaseBounded(t *testing.T) {
-	turn := &readTurn{reads: make([]readRequest, 0, 1000), reply: sgio.Segments{Segments: make([]sgio.Segment, 1000)}}
+	turn := &readTurn{reads: make([]readRequest, 0, 1000), reply: sgio.Segments{Segments: make([]base.Segment, 1000)}}
 	for range 100 {
 		turn.msgs = append(turn.msgs, &sgio.ReadPages{Wants: make([]sgio.PageWant, 1000)})
 	}

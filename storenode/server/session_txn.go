@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -116,15 +116,14 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 	b := &storenode.Batch{Owner: v.Commit.Owner, Seq: v.Commit.Seq, Body: v.Body}
 	for i := range v.Commit.FenceCount() {
 		f := v.Commit.Fence(i)
-		b.Fences = append(b.Fences, storenode.Fence{Table: f.Table, Epoch: f.Epoch})
+		b.Fences = append(b.Fences, f)
 	}
-	var seg sgio.Segment
+	var seg base.Segment
 	for it := v.Commit.Segments(); it.Next(&seg); {
 		if err := s.checkRowSize(&seg); err != nil {
 			return nil, err
 		}
-		b.Segments = append(b.Segments, storenode.Segment{Table: seg.Table,
-			Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
+		b.Segments = append(b.Segments, seg)
 	}
 	lsn, err := s.srv.eng.PrepareTxn(&storenode.TxnPrepare{Txn: v.Txn, Lease: v.Lease, Primary: v.Primary, Index: v.Index, Batch: b})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -95,11 +94,10 @@ func TestTxnPrimaryResolverHandshakeNotRelayable(t *testing.T) {
 	// The same part in the engine anyway: the resolver must not dial its primary.
 	b := &storenode.Batch{Owner: attacker, Seq: m.Seq}
 	for _, f := range m.Fences {
-		b.Fences = append(b.Fences, storenode.Fence{Table: f.Table, Epoch: f.Epoch})
+		b.Fences = append(b.Fences, f)
 	}
 	for _, sg := range m.Segments {
-		b.Segments = append(b.Segments, storenode.Segment{Table: sg.Table,
-			Segment: logicpage.Segment{Page: sg.Page, Data: sg.Data, Clear: sg.Clear, Rows: sg.Rows}})
+		b.Segments = append(b.Segments, sg)
 	}
 	_, err = a.eng().PrepareTxn(&storenode.TxnPrepare{Txn: [16]byte{0x72}, Lease: 99, Index: 1, Primary: ln.Addr().String(), Batch: b})
 	require.NoError(t, err)

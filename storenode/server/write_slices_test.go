@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -235,8 +236,8 @@ func TestSlicedWriteStalledClientThatKeepsSending(t *testing.T) {
 	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
 	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
 	rows := make([]byte, 64*sgio.RowBytesMax)
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
 	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
 
 	before := env.srv.Stats().Requests

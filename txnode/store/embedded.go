@@ -3,10 +3,8 @@ package store
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -18,8 +16,6 @@ type embedded struct {
 	// closed is set by Close: the calls the engine answers without an error of its own
 	// (ListTables, Ping) report the closed store after it, like every other.
 	closed atomic.Bool
-
-	segPool sync.Pool // *embeddedBatch
 }
 
 // OpenEmbedded opens (creating) an embedded store in opts.Dir: a storenode.Engine in this
@@ -153,34 +149,10 @@ func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
 		done(0, closedErr(storenode.ErrClosed))
 		return
 	}
-	sp, _ := s.segPool.Get().(*embeddedBatch)
-	if sp == nil {
-		sp = new(embeddedBatch)
-	}
-	segs := sp.segs[:0]
-	for _, seg := range b.Segments {
-		segs = append(segs, storenode.Segment{Table: seg.Table, Segment: logicpage.Segment{
-			Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}})
-	}
-	// Pooled too: the WAL may keep the rows (not the slices), so the engine's escape
-	// analysis moves whatever the Batch points at to the heap.
-	fences := sp.fences[:0]
-	for _, f := range b.Fences {
-		fences = append(fences, storenode.Fence{Table: f.Table, Epoch: f.Epoch})
-	}
 	// Commit copies the rows into the cache; the WAL may write them from the batch (kept, not
 	// copied), which the Store contract keeps unchanged until done. Commit keeps neither
 	// slice once it returns.
-	s.e.Commit(&storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: fences, Segments: segs}, done)
-	clear(segs)
-	sp.segs, sp.fences = segs[:0], fences[:0]
-	s.segPool.Put(sp)
-}
-
-// embeddedBatch is the pooled slices of one Commit's storenode.Batch.
-type embeddedBatch struct {
-	segs   []storenode.Segment
-	fences []storenode.Fence
+	s.e.Commit(&storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}, done)
 }
 
 func (s *embedded) Close() error {

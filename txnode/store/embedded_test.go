@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
@@ -45,8 +46,8 @@ func TestEmbeddedRoundTrip(t *testing.T) {
 	slot := first % logicpage.RowsPerPage
 	data := uint64(0b11) << slot
 	done := make(chan error, 1)
-	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch}},
-		Segments: []Segment{{Table: tab.ID, RowBytes: 64, Page: page, Data: data, Rows: rows}}},
+	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: tab.ID, RowBytes: 64, Page: page, Data: data, Rows: rows}}},
 		func(lsn uint64, err error) { done <- err })
 	select {
 	case err := <-done:
@@ -135,8 +136,8 @@ func TestEmbeddedAfterClose(t *testing.T) {
 	closed(err, "PageDir")
 	closed(s.Ping(ctx), "Ping")
 	done := make(chan error, 1)
-	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch}},
-		Segments: []Segment{{Table: tab.ID, RowBytes: 64, Page: 0, Clear: 1}}}, func(_ uint64, err error) { done <- err })
+	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: tab.ID, RowBytes: 64, Page: 0, Clear: 1}}}, func(_ uint64, err error) { done <- err })
 	closed(<-done, "Commit")
 }
 
@@ -157,10 +158,10 @@ func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
 		s.Commit(b, func(_ uint64, err error) { done <- err })
 		return <-done
 	}
-	fence := []Fence{{Table: tab.ID, Epoch: g.Epoch}}
+	fence := []base.Fence{{Table: tab.ID, Epoch: g.Epoch}}
 	row := make([]byte, 64)
-	seg := func(id uint64) []Segment {
-		return []Segment{{Table: tab.ID, RowBytes: 64, Page: id / logicpage.RowsPerPage, Data: 1 << (id % logicpage.RowsPerPage), Rows: row}}
+	seg := func(id uint64) []base.Segment {
+		return []base.Segment{{Table: tab.ID, RowBytes: 64, Page: id / logicpage.RowsPerPage, Data: 1 << (id % logicpage.RowsPerPage), Rows: row}}
 	}
 	require.NoError(t, commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first)}))
 
@@ -172,7 +173,7 @@ func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
 	_, errOwned := s.Acquire(ctx, tab.ID, 8, 0, 0)
 	_, errRenew := s.Acquire(ctx, tab.ID, 7, g.Epoch+1, 0)
 	_, _, errGrant := s.AllocIDs(ctx, tab.ID, 8, g.Epoch, 1)
-	errFenced := commit(&Batch{Owner: 7, Seq: 2, Fences: []Fence{{Table: tab.ID, Epoch: g.Epoch + 1}}, Segments: seg(first)})
+	errFenced := commit(&Batch{Owner: 7, Seq: 2, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch + 1}}, Segments: seg(first)})
 	errGranted := commit(&Batch{Owner: 7, Seq: 2, Fences: fence, Segments: seg(first + logicpage.RowsPerPage)})
 	errEmpty := commit(&Batch{Owner: 7, Seq: 2, Fences: fence})
 	errReused := commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first + 1)})

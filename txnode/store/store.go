@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/weftdb/weft/base"
 )
 
 // Store is the durable side of a transaction node: a storage node over TCP (txnode's remote
@@ -123,23 +125,6 @@ type PageInfo struct {
 type Batch struct {
 	Owner    uint64
 	Seq      uint64
-	Fences   []Fence
-	Segments []Segment
-}
-
-// Fence names a table the batch writes and the epoch its node holds for it.
-type Fence struct {
-	Table uint32
-	Epoch uint64
-}
-
-// Segment is one page's changes: rows of Data (in slot order, in Rows) and slots of Clear
-// deleted.
-type Segment struct {
-	Table    uint32
-	RowBytes int
-	Page     uint64
-	Data     uint64
-	Clear    uint64
-	Rows     []byte
+	Fences   []base.Fence
+	Segments []base.Segment
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 
-	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -55,16 +54,8 @@ func (s *embedded) PrepareTxn(ctx context.Context, p *TxnPrepare) (uint64, error
 		return 0, err
 	}
 	b := p.Batch
-	segs := make([]storenode.Segment, len(b.Segments))
-	for i, seg := range b.Segments {
-		segs[i] = storenode.Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Clear: seg.Clear, Rows: seg.Rows}}
-	}
-	fences := make([]storenode.Fence, len(b.Fences))
-	for i, f := range b.Fences {
-		fences[i] = storenode.Fence{Table: f.Table, Epoch: f.Epoch}
-	}
 	lsn, err := s.e.PrepareTxn(&storenode.TxnPrepare{Txn: storenode.TxnID(p.Txn), Lease: p.Lease, Primary: p.Primary, Index: p.Index,
-		Batch: &storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: fences, Segments: segs}})
+		Batch: &storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}})
 	return lsn, closedErr(err)
 }
 
