@@ -17,7 +17,10 @@
 //
 // # Files
 //
-//	db.go          DB: Open, Close, tables, ownership and lease renewal, durable version
+//	db.go          DB: Open, Close, tables (create, open, list, drop)
+//	adopt.go       a table's ownership taken: its grant (local, or etcd's), released at Close
+//	lease.go       lease renewal, serving (is the lease live), refusals latched
+//	versions.go    the durable version: commit and read waits, failed ranges, held batches
 //	table.go       Table: single-row operations (lock-free cache-hit Get), Update/View/Begin
 //	tx.go          Tx: optimistic, serializable concurrency control (Silo-style)
 //	view.go        View: a function run on a row in place in the cache, version-checked
