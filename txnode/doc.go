@@ -23,6 +23,7 @@
 //	versions.go    the durable version: commit and read waits, failed ranges, held batches
 //	table.go       Table: single-row operations (lock-free cache-hit Get), Update/View/Begin
 //	tx.go          Tx: optimistic, serializable concurrency control (Silo-style)
+//	tx_commit.go   a Tx's commit: rows locked, reads validated, installed; its wait
 //	view.go        View: a function run on a row in place in the cache, version-checked
 //	scan.go        Scan in id order, page directory to skip empty ranges, phantom protection
 //	session.go     asynchronous commits (Session.Go, Pending)
