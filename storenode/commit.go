@@ -31,7 +31,7 @@ import (
 // methods. Commit may block: while a batch waits for the batches before it in its owner's seq
 // order (at most Options.SeqGapWait), and while the cache waits for a checkpoint to make room.
 //
-// A batch whose seq the owner already applied is not applied again (see owners.go): if it is
+// A batch whose seq the owner already applied is not applied again (see dedup.go): if it is
 // the same batch (same hash) done reports its own LSN once that is durable; if not, it fails
 // with ErrSeqReused; a seq older than the dedup window fails with ErrUnknownOutcome.
 //

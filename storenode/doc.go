@@ -11,14 +11,14 @@
 //	engine.go      Engine, Open's state, the WAL hand-off (appendRecord), fail-stop
 //	options.go     Options, SyncMode and the defaults
 //	catalog.go     tables by id and name; ids never reused
-//	ownership.go   grants (owner, epoch), leases, id grants (AllocIDs)
+//	grants.go      grants (owner, epoch), leases, id grants (AllocIDs)
 //	cluster.go     cluster-managed tables: etcd grants verified (GrantVerifier), never on
 //	               trust, above the persisted floor; ids of the partition only; no lease timer
 //	move.go        partition moves: a copy's move states, the change mark, MoveWrite
 //	move_verify.go a request's move steps verified in etcd (MoveVerifier), as grants are
 //	verify_slots.go etcd verification slots: at most 2 per connection, refused when none
 //	identity.go    owner ids claimed by one live incarnation (Connect, Disconnect)
-//	owners.go      the owners table: last seq and the dedup window per owner
+//	dedup.go       the owners table: last seq and the dedup window per owner
 //	commit.go      the commit path: checks, seq order, WAL record, apply to the cache
 //	read.go        reads (ReadRows, ReadRowsAs, PageDir): durable-only for non-holders
 //	pagecache.go   the disk page cache: frames in slabs, partial frames, CLOCK

@@ -55,7 +55,7 @@ type Engine struct {
 	byName    map[string]*table
 	dropped   []*table // dropped, data file not yet removed
 	nextTable uint32
-	owners    map[uint64]*ownerState // the owners table (owners.go)
+	owners    map[uint64]*ownerState // the owners table (dedup.go)
 	cache     *pageCache
 	lastLSN   uint64 // last LSN handed to the WAL
 	ckptLSN   uint64 // last published checkpoint LSN

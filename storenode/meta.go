@@ -54,7 +54,7 @@ import (
 // The synced LSN is the WAL's synced-through LSN when the checkpoint was published (>= the
 // checkpoint LSN): recovery treats a bad WAL record at or below it as corruption, never as a
 // torn tail. A checkpoint taken inside replay publishes at least the synced LSN of the meta
-// file recovery loaded (those records stay proved durable). The owner windows are the dedup table (owners.go); a window's seqs are
+// file recovery loaded (those records stay proved durable). The owner windows are the dedup table (dedup.go); a window's seqs are
 // consecutive and end at the owner's last seq. A table's leaf and entry counts are its page
 // map's: the map log must decode to them.
 //

@@ -60,7 +60,7 @@ func TestDecodeMetaMemoryBoundedByBytes(t *testing.T) {
 	m := &metaState{ckptLSN: 100, syncedLSN: 100, nextTable: 1, owners: make(map[uint64]ownerState, owners)}
 	for id := uint64(1); id <= owners; id++ {
 		o := &ownerState{}
-		o.applied(5, 9, id)
+		o.remember(5, 9, id)
 		m.owners[id] = o.clone()
 	}
 	b := encodeMeta(m)
@@ -79,7 +79,7 @@ func TestDecodeMetaMemoryBoundedByBytes(t *testing.T) {
 	ent, ok := o.lookup(5)
 	require.True(t, ok)
 	require.Equal(t, dedupEntry{seq: 5, lsn: 9, hash: 77}, ent)
-	o.applied(6, 10, 1)
+	o.remember(6, 10, 1)
 	require.NoError(t, o.verify())
 	ent, ok = o.lookup(5)
 	require.True(t, ok, "the decoded entry survives the ring's growth")

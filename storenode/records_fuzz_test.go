@@ -20,7 +20,7 @@ import (
 func metaSeeds() [][]byte {
 	o := &ownerState{}
 	for seq := uint64(1); seq <= 5; seq++ {
-		o.applied(seq, seq+10, seq*0x9e3779b97f4a7c15)
+		o.remember(seq, seq+10, seq*0x9e3779b97f4a7c15)
 	}
 	m := &metaState{ckptLSN: 20, syncedLSN: 22, nextTable: 3, owners: map[uint64]ownerState{7: o.clone(), 9: {lastSeq: 3, lastLSN: 4}},
 		tables: []metaTable{

@@ -339,7 +339,7 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 	}
 	e.unpinFrames(b, len(c.segments))
 	if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
-		e.owner(c.owner).applied(c.seq, rec.LSN, c.hash)
+		e.owner(c.owner).remember(c.seq, rec.LSN, c.hash)
 	}
 	return nil
 }

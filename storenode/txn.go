@@ -981,7 +981,7 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			e.countDecision(d, c.owner) // the decision was carried before its part
 		}
 		if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
-			e.owner(c.owner).applied(c.seq, lsn, c.hash)
+			e.owner(c.owner).remember(c.seq, lsn, c.hash)
 		}
 	case kindTxnApply:
 		id, d, index, primary, err := decodeTxnApplyRecord(payload)

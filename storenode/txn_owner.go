@@ -8,7 +8,7 @@ import "fmt"
 
 // TableOnlyHeldBy reports whether no owner but owner ever held table name here: it was
 // never granted (epoch 0), or owner holds, or last held, its first grant (epoch 1: every
-// grant bumps the epoch and the epoch is logged, ownership.go). A cluster table's grants are
+// grant bumps the epoch and the epoch is logged, grants.go). A cluster table's grants are
 // etcd's, registered here with etcd's epochs: for it, whether its registered holder is owner
 // or none (etcd, not this node, decides who may be granted it). ErrTableNotFound for no such
 // table. Any goroutine.

@@ -5,7 +5,7 @@ import (
 	"maps"
 )
 
-// verify checks the invariants stated at the heads of pagecache.go, owners.go and engine.go
+// verify checks the invariants stated at the heads of pagecache.go, dedup.go and engine.go
 // (the table's used tree) by walking every frame, page-map entry and owner: O(cache + maps).
 // The model tests call it after every step in invariant builds (assert.Invariants: -race or
 // the weft_invariants tag); production never does. It waits for a running checkpoint (ckptMu)
@@ -69,7 +69,7 @@ func (e *Engine) verify() error {
 	return nil
 }
 
-// verifyLease checks a table's ownership state (ownership.go): a table has a holder exactly
+// verifyLease checks a table's ownership state (grants.go): a table has a holder exactly
 // when it was granted (epoch > 0), and no lease runs longer than one LeaseDuration from now
 // (every grant and renewal sets it to now plus the duration; the clock does not go back).
 func (e *Engine) verifyLease(t *table) error {
@@ -208,7 +208,7 @@ func countClass(slots map[[2]int32]int32, class int) int {
 	return n
 }
 
-// verify checks the window invariants of owners.go: n <= dedupWindow and the window holds
+// verify checks the window invariants of dedup.go: n <= dedupWindow and the window holds
 // lastSeq-n+1 .. lastSeq, the last at lastLSN.
 func (o *ownerState) verify() error {
 	if o.n < 0 || o.n > dedupWindow || (o.n > 0 && len(o.window) < o.n) {

@@ -17,9 +17,13 @@
 //
 // # Files
 //
-//	db.go          DB: Open, Close, tables, ownership and lease renewal, durable version
+//	db.go          DB: Open, Close, tables (create, open, list, drop)
+//	adopt.go       a table's ownership taken: its grant (local, or etcd's), released at Close
+//	lease.go       lease renewal, serving (is the lease live), refusals latched
+//	versions.go    the durable version: commit and read waits, failed ranges, held batches
 //	table.go       Table: single-row operations (lock-free cache-hit Get), Update/View/Begin
 //	tx.go          Tx: optimistic, serializable concurrency control (Silo-style)
+//	tx_commit.go   a Tx's commit: rows locked, reads validated, installed; its wait
 //	view.go        View: a function run on a row in place in the cache, version-checked
 //	scan.go        Scan in id order, page directory to skip empty ranges, phantom protection
 //	session.go     asynchronous commits (Session.Go, Pending)

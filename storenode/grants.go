@@ -165,22 +165,6 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 	return Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
 }
 
-// applied records an owner's applied batch in its owners-table entry (creating it) and in
-// leaseSeqs. Caller holds mu.
-func (e *Engine) applied(owner, seq, lsn, hash uint64) {
-	o := e.owner(owner)
-	if r, ok := e.refusedFresh[owner]; ok { // its first batch: the refusal moves to its entry
-		delete(e.refusedFresh, owner)
-		if r > seq && o.refused <= o.lastSeq {
-			o.refused = r
-		}
-	}
-	o.applied(seq, lsn, hash)
-	e.leaseMu.Lock()
-	e.leaseSeqs[owner] = seq
-	e.leaseMu.Unlock()
-}
-
 // setLease sets t's lease to end at until. Caller holds mu (a holder's commit or id grant
 // renews it).
 func (e *Engine) setLease(t *table, until time.Time) {

@@ -67,9 +67,10 @@ func (o *ownerState) refusedGap(seq uint64) error {
 	return nil
 }
 
-// applied records the applied batch (seq, lsn, hash): seq must be lastSeq+1, or any seq for
-// an owner with no window yet (replay after a checkpoint that expired nothing).
-func (o *ownerState) applied(seq, lsn, hash uint64) {
+// remember records the applied batch (seq, lsn, hash) in the window and as the last: seq must
+// be lastSeq+1, or any seq for an owner with no window yet (replay after a checkpoint that
+// expired nothing).
+func (o *ownerState) remember(seq, lsn, hash uint64) {
 	if len(o.window) < dedupWindow {
 		ring := make([]dedupEntry, dedupWindow)
 		for _, d := range o.entries() {
@@ -151,4 +152,20 @@ func (e *Engine) expireOwners() {
 		e.leaseMu.Unlock()
 		e.stats.ownersExpired.Add(1)
 	}
+}
+
+// applied records an owner's applied batch in its owners-table entry (creating it) and in
+// leaseSeqs. Caller holds mu.
+func (e *Engine) applied(owner, seq, lsn, hash uint64) {
+	o := e.owner(owner)
+	if r, ok := e.refusedFresh[owner]; ok { // its first batch: the refusal moves to its entry
+		delete(e.refusedFresh, owner)
+		if r > seq && o.refused <= o.lastSeq {
+			o.refused = r
+		}
+	}
+	o.remember(seq, lsn, hash)
+	e.leaseMu.Lock()
+	e.leaseSeqs[owner] = seq
+	e.leaseMu.Unlock()
 }
