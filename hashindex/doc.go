@@ -11,8 +11,9 @@
 //     goroutine. Insert and Delete run DB.Update (retried on conflict); Lookup is
 //     linearizable; IDs reads each row consistent, the sequence not a snapshot (like
 //     Table.Scan; TxIDs is one). An Index is safe for concurrent use.
-//   - Keys are exactly KeyBytes long (ErrKeySize) and are not retained. A second key on a
-//     unique index is ErrUniqueViolation; a (key, id) already held, ErrEntryExists.
+//   - Keys are exactly KeyBytes long (ErrKeySize) and are not retained. A second insert of
+//     a key into a unique index fails with ErrUniqueViolation; of a (key, id) already held
+//     by a non-unique one, with ErrEntryExists.
 //   - A Tx form failing with ErrUniqueViolation, ErrEntryExists, ErrNotFound or ErrKeySize
 //     wrote nothing; any other error may leave partial index writes: roll back, never commit.
 //   - A transaction keeps the pages it read cached until it ends: an operation on a chain
