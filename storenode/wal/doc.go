@@ -1,16 +1,11 @@
 // Package wal is the write-ahead log of the storage node: segment files of checksummed
 // records, written by one goroutine with group commit, and recovered on Open with a torn tail
-// told apart from corruption.
-//
-// The log is generic: a record is an opaque payload with a kind byte chosen by the storage
-// engine (commit batch, table creation, id grant, ownership grant, ...). Records have LSNs
-// 1, 2, 3, ... (a record count, not a byte offset).
-//
-// # Format
-//
-// A log is a directory of segment files named wal-<first LSN, 16 lowercase hex digits>.log,
-// plus the lock file LOCK. All integers are little-endian; docs/wal.md has the same
-// layout and a golden record.
+// told apart from corruption. The log is generic: a record is an opaque payload with a kind
+// byte chosen by the storage engine (commit batch, table creation, id grant, ownership grant,
+// ...). Records have LSNs 1, 2, 3, ... (a record count, not a byte offset). A log is a
+// directory of segment files named wal-<first LSN, 16 lowercase hex digits>.log, plus the
+// lock file LOCK. All integers are little-endian; docs/wal.md has the same layout and a
+// golden record (TestGoldenInDocs checks it).
 //
 //	segment file
 //	+----------------+--------+--------+-----+--------+----------------------------+
@@ -35,14 +30,10 @@
 //	32  n   payload
 //	    pad8(n)-n zero bytes
 //
-// An all-zero record header is the end of the written records.
+// An all-zero record header is the end of the written records. The active segment's blocks
+// are reserved a few MiB ahead of the writes (fallocate KEEP_SIZE; advisory).
 //
-// The active segment's blocks are reserved ahead of the writes (fallocate KEEP_SIZE, so the
-// file's size stays at the end of its records): 4 MiB ahead on creation and at Open, extended
-// to 4 MiB past a write that comes within 2 MiB of the reservation, never past SegmentBytes.
-// An empty log takes about 4 MiB of disk. The reservation is advisory: its failure is ignored.
-//
-// # Invariants
+// Rules:
 //
 //   - Records are consecutive: record k+1 follows record k, in the same segment or as the
 //     first record of the next one, whose name carries its LSN.
@@ -56,18 +47,13 @@
 //     that is corruption, not a torn write.
 //   - After a failed write or fsync the WAL is fail-stop: it acknowledges nothing more and
 //     never retries an fsync. Reopening recovers.
+//   - Open and the replay callback run on the caller's goroutine; every method of WAL may be
+//     called from any goroutine. The done callbacks of AppendAsync and AppendPiecesAsync run
+//     on the one writer goroutine, in LSN order: they must be quick and must not call
+//     Append, Sync, DropBefore or Close, which wait for it (AppendAsync is fine).
+//   - Append and AppendAsync copy the payload during the call. AppendPiecesAsync copies the
+//     pieces without Keep and writes the kept ones from the caller's memory: a kept piece
+//     must not change until its record's done has run.
 //
-// # Goroutines
-//
-// Open and the replay callback run on the caller's goroutine. Every method of WAL may be
-// called from any goroutine. One writer goroutine per WAL writes, syncs and calls the done
-// callbacks of AppendAsync and AppendPiecesAsync, in LSN order: they must be quick and must
-// not call Append, Sync, DropBefore or Close, which wait for that goroutine (AppendAsync is
-// fine).
-//
-// # Buffers
-//
-// Append and AppendAsync copy the payload during the call. AppendPiecesAsync copies the
-// pieces without Keep and writes the kept ones from the caller's memory (one pwritev per
-// group, vfs.WriteVecAt): a kept piece must not change until its record's done has run.
+// Reasons, history and measurements: docs/wal.md.
 package wal

@@ -1,22 +1,13 @@
 // Package store is the seam between a transaction node (package txnode) and its durable
-// store: the Store interface txnode talks to and the types that cross it. A game server never
-// needs it; it is for a test that wraps a store, a custom deployment, or a tool that opens the
-// embedded store with its own storenode.Options (a file system to count IO, say), each handed
+// store: the Store interface txnode talks to and the types that cross it. Its implementations
+// are the embedded store (OpenEmbedded: an in-process storenode.Engine, no TCP; txnode.Open
+// uses it for Options.Dir), txnode's unexported remote store (one pipelined sgio connection
+// to a storage node, with reconnection and resends; Options.StoreAddr) and tests' wrappers of
+// either. A game server never needs it; a test, a custom deployment or a tool hands a store
 // to txnode.Options.Store.
 //
-// # Who implements it
-//
-//   - The embedded store (OpenEmbedded, this package): an in-process storenode.Engine, no
-//     TCP. txnode.Open uses it for Options.Dir.
-//   - The remote store: a storage node over one pipelined sgio connection, with reconnection
-//     and resends. It lives in txnode, unexported, because it is txnode's options (secret,
-//     timeouts, OwnerInUseWait, logger) and errors; txnode.Open uses it for Options.StoreAddr.
-//   - Wrappers of either, in tests (counting, delaying or failing calls).
-//
-// # Who calls, on which goroutine
-//
-// A store is used by one txnode.DB, and every method but Close may be called from many
-// goroutines at once:
+// A store is used by one txnode.DB; every method but Close may be called from many goroutines
+// at once. Who calls each:
 //
 //	Info                 once, by txnode.Open, before anything else
 //	CreateTable,         the API caller (DB.CreateTable, DB.Table, DB.Tables, DB.DropTable)
@@ -31,55 +22,41 @@
 //	Close                once, by DB.Close, after every batch was acknowledged (or its
 //	                     context ended); nothing else is called after it
 //
-// Callbacks run on the store's goroutines and must not block: Read's fill (for the remote
-// store, the connection's receiver goroutine; for the embedded one, the caller's) and
-// Commit's done (the receiver, or the engine's WAL goroutine; for a batch refused or answered
-// at once, such as a fenced, malformed or retried one or any after Close, the goroutine
-// calling Commit, before Commit returns: hold no lock across Commit that done takes). Neither
-// may call back into the store's blocking methods. A Commit may itself block (the engine waits for the batches
-// before it in seq order, or for cache room); every other blocking method ends when its
-// context does. (The embedded store checks the context before it starts: a call with a done
-// context does nothing; once started, a catalog change or id grant waits for its WAL sync,
-// which only the disk bounds.)
+// Rules:
 //
-// # Buffers
+//   - Callbacks (Read's fill, Commit's done) run on the store's goroutines, must not block
+//     and must not call the store's blocking methods. done may run on the goroutine calling
+//     Commit, before Commit returns (a batch refused or answered at once, any after Close):
+//     hold no lock across Commit that done takes. done is called exactly once.
+//   - Commit may block (batches before it in seq order, cache room); every other blocking
+//     method ends when its context does. The embedded store does nothing for a done
+//     context; once started, a catalog change or id grant waits for its WAL sync.
+//   - Read keeps no reqs after it returns; the rows fill gets are valid only during that
+//     call. PageDir appends to dst and returns it, like append.
+//   - A batch, its fences, segments and rows must not change until done is called; the
+//     store does not touch them after.
 //
-//   - Read: reqs belongs to the caller and is not kept after Read returns. The rows fill gets
-//     are the store's (a reply frame, an engine buffer): valid only during that call.
-//   - PageDir appends to dst and returns it, like append.
-//   - Commit: the batch, its fences, segments and every segment's rows must not change until
-//     done is called, and the store does not touch them after it called done (the remote
-//     store keeps them to resend after a reconnect; the embedded one copies them into its
-//     WAL and cache before Commit returns). done is called exactly once.
-//
-// # Errors
-//
-// Errors are the storage node's sentinels (package storenode), wrapped with %w, so errors.Is
-// works with them for both stores: the embedded engine's read "storenode: ...", and one that
-// crossed TCP carries its wire code and matches the same sentinel (sgio.NewSentinel). By call:
+// Errors are storenode's sentinels wrapped with %w, so errors.Is matches for both stores
+// (over TCP through the wire code, sgio.NewSentinel). By call:
 //
 //   - CreateTable: storenode.ErrTableExists, ErrBadName, ErrRowSize, ErrTooManyTables (over
-//     TCP only its sgio.ErrBusy).
-//   - OpenTable, DropTable, and any call naming a dropped table: storenode.ErrTableNotFound;
-//     DropTable also ErrTableOwned (another owner's lease is live).
-//   - Acquire: storenode.ErrTableOwned while another owner holds a live lease (epoch 0), and
-//     ErrFenced for a renewal whose epoch is no longer the table's grant.
-//   - AllocIDs and Commit: storenode.ErrFenced when (owner, epoch) is not the table's grant:
-//     the node lost the table and must not write it.
-//   - Commit's done: an unknown outcome, which may survive: storenode.ErrUnknownOutcome (the
-//     batch's WAL write or fsync failed), or, from the remote store, txnode.ErrUnknownOutcome
-//     (closed, or it gave up reconnecting, with the batch in flight);
-//     ErrFailStop (the engine stopped after an IO failure; nothing of this batch applied),
-//     ErrSeqGap, ErrSeqReused, ErrMalformed, ErrBatchTooLarge. txnode treats every commit
-//     error as the end of committing for the DB.
-//   - Read and PageDir: storenode.ErrTableNotFound, and corrupt.ErrCorruption for bad stored
-//     bytes.
-//   - Every blocking method: the context's error when it ended first (a request already
-//     sent wraps sgio.ErrUnknownOutcome too); after Close, an error wrapping ErrClosed
-//     (txnode.ErrClosed) from both stores, and storenode.ErrClosed too from the embedded one.
-//   - Remote only: a broken connection is mended inside the store: reads, page directories,
-//     table lookups, id grants, renewals and in-flight batches are sent again on the next
-//     connection (CreateTable, DropTable and a first Acquire are not: they fail with the
-//     connection's error, wrapping sgio.ErrConnClosed).
-//     When no connection can be made in time, calls fail with the dial's error.
+//     TCP only its sgio.ErrBusy). OpenTable, DropTable and any call naming a dropped table:
+//     ErrTableNotFound; DropTable also ErrTableOwned (another owner's lease is live).
+//   - Acquire: ErrTableOwned (epoch 0, another owner's lease live); ErrFenced (a renewal of
+//     an epoch no longer the grant). AllocIDs and Commit: ErrFenced when (owner, epoch) is
+//     not the table's grant.
+//   - Commit's done: storenode.ErrUnknownOutcome (WAL write or fsync failed) or, remote,
+//     txnode.ErrUnknownOutcome (closed, or gave up reconnecting, batch in flight);
+//     ErrFailStop (nothing of the batch applied), ErrSeqGap, ErrSeqReused, ErrMalformed,
+//     ErrBatchTooLarge. txnode ends committing for the DB on any commit error.
+//   - Read and PageDir: ErrTableNotFound; corrupt.ErrCorruption for bad stored bytes.
+//   - Every blocking method: the context's error (a request already sent wraps
+//     sgio.ErrUnknownOutcome too); after Close, an error wrapping ErrClosed
+//     (txnode.ErrClosed), and from the embedded store storenode.ErrClosed too.
+//   - Remote only: a broken connection is mended inside the store and reads, page
+//     directories, table lookups, id grants, renewals and in-flight batches are resent;
+//     CreateTable, DropTable and a first Acquire fail with the connection's error (wrapping
+//     sgio.ErrConnClosed). With no connection in time, calls fail with the dial's error.
+//
+// Reasons and the full text: docs/txnode.md, "The store seam".
 package store
