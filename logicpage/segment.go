@@ -68,7 +68,7 @@ func (f Frame) ApplyOnly(s base.Segment, into uint64) { f.applyOnly(s, into, fal
 // StoreRow and cleared with atomic stores, and Present is updated with atomic OR and AND, so
 // readers that use LoadRow and atomic loads of Present race with nothing. Rows and Present
 // change word by word, not all at once: readers need a version check. It costs about one locked
-// instruction per 8 bytes written (see the package doc's Measured section).
+// instruction per 8 bytes written (docs/logicpage.md, "Measured").
 func (f Frame) ApplyShared(s base.Segment) { f.applyOnly(s, ^uint64(0), true) }
 
 // ApplyOnlyShared is ApplyOnly with the writes of ApplyShared.
