@@ -30,3 +30,11 @@ type Fence struct {
 	Table uint32
 	Epoch uint64
 }
+
+// PageWant is one page of a read: the slots of Page that the reader wants. The answer is one
+// Segment, Data = Want&present and Clear = Want&^present.
+type PageWant struct {
+	Table uint32
+	Page  uint64
+	Want  uint64
+}

@@ -64,7 +64,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	require.NoError(t, parsed.Parse(frame[HeaderSize:]))
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = parsed.Parse(frame[HeaderSize:]) }), "Commit.Parse into a warm Commit")
 
-	rp := &ReadPages{Wants: make([]PageWant, 100)}
+	rp := &ReadPages{Wants: make([]base.PageWant, 100)}
 	rpBody := rp.AppendBody(nil)
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = rp.Parse(rpBody) }), "ReadPages.Parse into a warm ReadPages")
 }

@@ -532,7 +532,7 @@ func TestClientSend(t *testing.T) {
 	var bad atomic.Int64
 	for i := range n {
 		wg.Add(1)
-		rp := &ReadPages{Wants: []PageWant{{Table: 1, Page: uint64(i), Want: 0b1011}}}
+		rp := &ReadPages{Wants: []base.PageWant{{Table: 1, Page: uint64(i), Want: 0b1011}}}
 		require.NoError(t, c.Send(ctx, rp, func(f Frame, err error) {
 			defer wg.Done()
 			it, verr := ViewSegments(f.Body)

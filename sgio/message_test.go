@@ -58,7 +58,7 @@ func sampleMessages() []Message {
 		&Grant{Table: 3, LeaseMillis: 5000, Owner: 11, Epoch: 12, LastSeq: 13},
 		&AllocIDs{Table: 3, Pages: 4, Owner: 11, Epoch: 12},
 		&IDRange{First: 640, Count: 256},
-		&ReadPages{Wants: []PageWant{{Table: 1, Page: 0, Want: 1}, {Table: 2, Page: PageMax, Want: ^uint64(0)}}},
+		&ReadPages{Wants: []base.PageWant{{Table: 1, Page: 0, Want: 1}, {Table: 2, Page: PageMax, Want: ^uint64(0)}}},
 		&Segments{Segments: []base.Segment{
 			{Table: 1, RowBytes: 8, Page: 0, Data: 1, Clear: 0, Rows: rows(1, 8, 0xa0)},
 			{Table: 2, RowBytes: 4096, Page: PageMax, Data: 0, Clear: ^uint64(0), Rows: []byte{}},
@@ -197,7 +197,7 @@ func TestMessageParseRejectsBadFields(t *testing.T) {
 		{"tablelist huge count", &TableList{}, put32(enc(&TableList{}), 0, 1<<31), ErrTruncated},
 		{"acquire reserved", &Acquire{}, put32(enc(&Acquire{}), 4, 1), ErrMalformed},
 		{"readpages huge count", &ReadPages{}, put32(enc(&ReadPages{}), 0, ^uint32(0)), ErrTruncated},
-		{"readpages page", &ReadPages{}, enc(&ReadPages{Wants: []PageWant{{Page: PageMax + 1}}}), ErrMalformed},
+		{"readpages page", &ReadPages{}, enc(&ReadPages{Wants: []base.PageWant{{Page: PageMax + 1}}}), ErrMalformed},
 		{"pagedir count", &PageDirReply{}, put32(enc(&PageDirReply{}), 8, 1), ErrTruncated},
 		{"segment overlap", &Segments{}, seg(base.Segment{RowBytes: 8, Data: 3, Clear: 2, Rows: rows(2, 8, 1)}), ErrMalformed},
 		{"segment row size", &Segments{}, seg(base.Segment{RowBytes: 9, Data: 1, Rows: rows(1, 9, 1)[:8]}), ErrBadRowSize},
@@ -228,7 +228,7 @@ func TestValidate(t *testing.T) {
 	require.ErrorIs(t, (&Hello{Name: "bad name"}).Validate(), ErrBadName)
 	require.ErrorIs(t, (&StatsReply{Stats: []Stat{{Name: ""}}}).Validate(), ErrBadName)
 	require.ErrorIs(t, (&TableList{Tables: []TableInfo{{Name: "t"}}}).Validate(), ErrBadRowSize)
-	require.ErrorIs(t, (&ReadPages{Wants: []PageWant{{Page: PageMax + 1}}}).Validate(), ErrMalformed)
+	require.ErrorIs(t, (&ReadPages{Wants: []base.PageWant{{Page: PageMax + 1}}}).Validate(), ErrMalformed)
 	require.ErrorIs(t, (&ErrorReply{}).Validate(), ErrMalformed)
 
 	c := &Commit{Segments: []base.Segment{{Table: 1, RowBytes: 8, Data: 3, Rows: rows(1, 8, 0)}}}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // growingRead is a ReadPages that takes wants until the sender seals it (a merged read).
@@ -16,7 +17,7 @@ type growingRead struct {
 	early   bool // AppendBody ran before Seal
 }
 
-func (g *growingRead) add(w PageWant) bool {
+func (g *growingRead) add(w base.PageWant) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.sealed {
@@ -60,7 +61,7 @@ func (g *growingRead) Validate() error {
 func TestClientSealsBeforeEncoding(t *testing.T) {
 	c := dialTest(t, newTestServer(t, nil))
 	ctx := testCtx(t)
-	g := &growingRead{rp: ReadPages{Wants: []PageWant{{Table: 1, Page: 0, Want: 1}}}}
+	g := &growingRead{rp: ReadPages{Wants: []base.PageWant{{Table: 1, Page: 0, Want: 1}}}}
 	replied := make(chan int, 1)
 	require.NoError(t, c.Send(ctx, g, func(f Frame, err error) {
 		it, verr := ViewSegments(f.Body)
@@ -71,7 +72,7 @@ func TestClientSealsBeforeEncoding(t *testing.T) {
 		replied <- it.Len()
 	}))
 	added := 1
-	for page := uint64(1); page < 1000 && g.add(PageWant{Table: 1, Page: page, Want: 1}); page++ {
+	for page := uint64(1); page < 1000 && g.add(base.PageWant{Table: 1, Page: page, Want: 1}); page++ {
 		added++
 	}
 	n := <-replied

@@ -171,20 +171,13 @@ func appendSegmentsCopy(dst []byte, segs []base.Segment, runs [][][]byte) []byte
 	return dst
 }
 
-// PageWant is one page of a ReadPages request: the slots the reader wants.
-type PageWant struct {
-	Table uint32
-	Page  uint64
-	Want  uint64
-}
-
 // pageWantSize is the encoded size of a PageWant: table u32, reserved u32, page, want.
 const pageWantSize = 24
 
 // ReadPages asks for rows: for each PageWant, the server answers with one Segment (in the same
 // order) whose Data is Want&present and whose Clear is Want&^present.
 type ReadPages struct {
-	Wants []PageWant
+	Wants []base.PageWant
 }
 
 // Type reports TypeReadPages.
@@ -213,7 +206,7 @@ func (m *ReadPages) Parse(body []byte) error {
 	r.reserved32()
 	m.Wants = m.Wants[:0]
 	for i := 0; i < n && r.err == nil; i++ {
-		var w PageWant
+		var w base.PageWant
 		w.Table = r.u32()
 		r.reserved32()
 		w.Page = r.u64()

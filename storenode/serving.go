@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/sgio"
 )
 
 // What a server needs of the engine beside its public API (package storenode/server): the
@@ -33,13 +32,13 @@ const PageDirEntriesMax = pageDirEntriesMax
 // reader is the reading owner: a read of a table it does not read as holder (holderReads: the
 // owner id and the incarnation granted the table) takes the slow path when the page has a
 // write that is not durable yet (ReadRowsAs waits for it there).
-func (e *Engine) ReadCached(reader uint64, wants []sgio.PageWant, segs []base.Segment, rows []byte) (out []byte, ok bool) {
+func (e *Engine) ReadCached(reader uint64, wants []base.PageWant, segs []base.Segment, rows []byte) (out []byte, ok bool) {
 	return e.ReadCachedUpTo(reader, wants, segs, rows, math.MaxInt)
 }
 
 // ReadCachedUpTo is ReadCached, giving up (ok false, nothing read) when the wanted rows that
 // exist are more than maxBytes: an event loop copies no more than that in one read.
-func (e *Engine) ReadCachedUpTo(reader uint64, wants []sgio.PageWant, segs []base.Segment, rows []byte, maxBytes int) (out []byte, ok bool) {
+func (e *Engine) ReadCachedUpTo(reader uint64, wants []base.PageWant, segs []base.Segment, rows []byte, maxBytes int) (out []byte, ok bool) {
 	if !e.mu.TryLock() {
 		return rows, false
 	}
@@ -99,7 +98,7 @@ func (e *Engine) ReadCachedUpTo(reader uint64, wants []sgio.PageWant, segs []bas
 
 // PresentRowsSize reports the bytes of the rows a read of wants would return: the wanted rows
 // that exist. It takes the engine's lock: not for an event loop.
-func (e *Engine) PresentRowsSize(wants []sgio.PageWant) (int, error) {
+func (e *Engine) PresentRowsSize(wants []base.PageWant) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	size := 0

@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/sgio"
 )
 
 // servingEngine opens an engine with one table whose rows 1..3 testOwner committed and
@@ -32,7 +31,7 @@ func servingEngine(t *testing.T) (*Engine, uint32) {
 // engine's lock taken it reports false at once (an event loop calls it).
 func TestReadCached(t *testing.T) {
 	e, table := servingEngine(t)
-	wants := []sgio.PageWant{{Table: table, Page: 0, Want: 0b1111}}
+	wants := []base.PageWant{{Table: table, Page: 0, Want: 0b1111}}
 	segs := make([]base.Segment, 1)
 	for _, reader := range []uint64{testOwner, 0, 99} {
 		rows, ok := e.ReadCached(reader, wants, segs, nil)
@@ -55,11 +54,11 @@ func TestReadCached(t *testing.T) {
 	e.mu.Unlock()
 	require.False(t, ok, "the engine's lock is taken: the slow path, not a wait")
 
-	_, ok = e.ReadCached(testOwner, []sgio.PageWant{{Table: table + 1, Page: 0, Want: 1}}, segs, nil)
+	_, ok = e.ReadCached(testOwner, []base.PageWant{{Table: table + 1, Page: 0, Want: 1}}, segs, nil)
 	require.False(t, ok, "no such table: the slow path reports the error")
-	_, err = e.PresentRowsSize([]sgio.PageWant{{Table: table + 1, Page: 0, Want: 1}})
+	_, err = e.PresentRowsSize([]base.PageWant{{Table: table + 1, Page: 0, Want: 1}})
 	require.ErrorIs(t, err, ErrTableNotFound)
-	_, err = e.PresentRowsSize([]sgio.PageWant{{Table: table, Page: tablePagesMax, Want: 1}})
+	_, err = e.PresentRowsSize([]base.PageWant{{Table: table, Page: tablePagesMax, Want: 1}})
 	require.ErrorIs(t, err, ErrMalformed)
 
 	rb, err := e.RowBytes(table)
@@ -94,7 +93,7 @@ func TestReadCachedGivesUpCleanly(t *testing.T) {
 	_, _, _, err = e.ReadRowsAs(0, info.ID, 0, ^uint64(0), nil) // page 0 cached, page 1 not
 	require.NoError(t, err)
 
-	wants := []sgio.PageWant{{Table: info.ID, Page: 0, Want: ^uint64(0)}, {Table: info.ID, Page: 1, Want: ^uint64(0)}}
+	wants := []base.PageWant{{Table: info.ID, Page: 0, Want: ^uint64(0)}, {Table: info.ID, Page: 1, Want: ^uint64(0)}}
 	segs := make([]base.Segment, len(wants))
 	prefix := []byte("kept")
 	buf := append(make([]byte, 0, 1024), prefix...)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -24,7 +25,7 @@ func newGateStore(s store.Store) *gateStore {
 	return &gateStore{Store: s, armed: make(chan struct{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
 }
 
-func (s *gateStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *gateStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	select {
 	case <-s.armed:
 		select {

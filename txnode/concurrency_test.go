@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -538,7 +539,7 @@ type fillSignalStore struct {
 	entered chan struct{}
 }
 
-func (s *fillSignalStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *fillSignalStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.Store.Read(ctx, reqs, fill)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -75,7 +76,7 @@ func (t *DurableTable) Get(ctx context.Context, id uint64, dst []byte) error {
 	}
 	bit := uint64(1) << slot
 	found := false
-	req := [1]store.ReadRequest{{Table: t.st.ID, Page: page, Want: bit}}
+	req := [1]base.PageWant{{Table: t.st.ID, Page: page, Want: bit}}
 	err := t.db.store.Read(ctx, req[:], func(_ int, data, _ uint64, rows []byte) {
 		if data&bit != 0 && len(rows) >= len(dst) {
 			copy(dst, rows[:len(dst)])

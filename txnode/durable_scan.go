@@ -5,6 +5,7 @@ import (
 	"iter"
 	"math/bits"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -27,7 +28,7 @@ func (t *DurableTable) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, e
 		rowBytes := t.st.RowBytes
 		loPage, hiPage := lo/logicpage.RowsPerPage, (hi+logicpage.RowsPerPage-1)/logicpage.RowsPerPage
 		var dir []store.PageInfo
-		reqs := make([]store.ReadRequest, 0, scanDirBatch)
+		reqs := make([]base.PageWant, 0, scanDirBatch)
 		pages := make([]struct { // what each request's reply left: rows in slot order
 			data uint64
 			rows []byte
@@ -42,7 +43,7 @@ func (t *DurableTable) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, e
 			}
 			reqs = reqs[:0]
 			for _, p := range dir {
-				reqs = append(reqs, store.ReadRequest{Table: t.st.ID, Page: p.Page, Want: p.Present})
+				reqs = append(reqs, base.PageWant{Table: t.st.ID, Page: p.Page, Want: p.Present})
 			}
 			err = t.db.store.Read(ctx, reqs, func(i int, data, _ uint64, rows []byte) {
 				pages[i].data = data

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -99,7 +100,7 @@ type countingStore struct {
 	pageDirs, reads, readPages, commits atomic.Int64
 }
 
-func (s *countingStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *countingStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	s.reads.Add(1)
 	s.readPages.Add(int64(len(reqs)))
 	return s.Store.Read(ctx, reqs, fill)
@@ -136,7 +137,7 @@ func newHeldReadStore(s store.Store) *heldReadStore {
 	return &heldReadStore{Store: s, entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (s *heldReadStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *heldReadStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.Store.Read(ctx, reqs, fill)
 	}

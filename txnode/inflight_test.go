@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -63,7 +64,7 @@ func (fs *flightStore) Commit(b *store.Batch, done func(uint64, error)) {
 	fs.mu.Unlock()
 }
 
-func (fs *flightStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (fs *flightStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	err := fs.Store.Read(ctx, reqs, fill)
 	fs.reads.Add(1)
 	if fs.onRead != nil {

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // A merged ReadPages must fit the request body the storage node accepts (its MaxBody, from
@@ -44,9 +44,9 @@ func TestMergedReadFitsServerMaxBody(t *testing.T) {
 		t.Fatal("the Ping was not sent")
 	}
 	read := func(first uint64, out chan<- error) {
-		reqs := make([]store.ReadRequest, 32)
+		reqs := make([]base.PageWant, 32)
 		for i := range reqs {
-			reqs[i] = store.ReadRequest{Table: tab.t.id, Page: first + uint64(i), Want: 1}
+			reqs[i] = base.PageWant{Table: tab.t.id, Page: first + uint64(i), Want: 1}
 		}
 		out <- st.Read(ctx, reqs, func(int, uint64, uint64, []byte) {})
 	}

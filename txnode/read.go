@@ -7,8 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // Cache misses. A random miss fetches only the missing rows of its page (64 bytes for a
@@ -75,7 +75,7 @@ func (db *DB) fetch(ctx context.Context, t *tableState, m *frameMeta, page, want
 	db.stats.rowsFetched.Add(uint64(bits.OnesCount64(missing)))
 	f := fetchPool.Get().(*fetchReq)
 	f.db, f.t, f.m = db, t, m
-	f.reqs[0] = store.ReadRequest{Table: t.id, Page: page, Want: missing}
+	f.reqs[0] = base.PageWant{Table: t.id, Page: page, Want: missing}
 	err := db.store.Read(ctx, f.reqs[:], f.fillFn)
 	*f = fetchReq{fillFn: f.fillFn} // Read has returned: fill runs no more (an abandoned read's reply is dropped)
 	fetchPool.Put(f)
@@ -88,7 +88,7 @@ type fetchReq struct {
 	db     *DB
 	t      *tableState
 	m      *frameMeta
-	reqs   [1]store.ReadRequest
+	reqs   [1]base.PageWant
 	fillFn func(int, uint64, uint64, []byte) // f.fill, made once
 }
 

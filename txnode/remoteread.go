@@ -9,7 +9,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // A remote read allocates nothing once warm: its request, reply callback and wait channel
@@ -40,12 +39,9 @@ var remoteReadPool = sync.Pool{New: func() any {
 	return r
 }}
 
-func getRemoteRead(reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) *remoteRead {
+func getRemoteRead(reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) *remoteRead {
 	r := remoteReadPool.Get().(*remoteRead)
-	r.msg.Wants = r.msg.Wants[:0]
-	for _, q := range reqs {
-		r.msg.Wants = append(r.msg.Wants, sgio.PageWant{Table: q.Table, Page: q.Page, Want: q.Want})
-	}
+	r.msg.Wants = append(r.msg.Wants[:0], reqs...) // the caller may reuse reqs once it returns
 	r.n, r.fill, r.abandoned, r.alone = len(reqs), fill, false, false
 	return r
 }
@@ -475,7 +471,7 @@ func (b *readBatch) onReply(f sgio.Frame, err error) {
 
 // checkSegments checks that body answers wants: one segment per want, in order, each of the
 // wanted table and page.
-func checkSegments(body []byte, wants []sgio.PageWant) error {
+func checkSegments(body []byte, wants []base.PageWant) error {
 	it, err := sgio.ViewSegments(body)
 	if err != nil {
 		return err

@@ -15,7 +15,6 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // batchMember is one read of a merged batch under test: what its fill saw.
@@ -24,13 +23,10 @@ type batchMember struct {
 	rows map[uint64][]byte // page -> rows filled
 }
 
-func newBatchMember(t *testing.T, b *readBatch, wants ...sgio.PageWant) *batchMember {
+func newBatchMember(t *testing.T, b *readBatch, wants ...base.PageWant) *batchMember {
 	t.Helper()
 	m := &batchMember{rows: map[uint64][]byte{}}
-	reqs := make([]store.ReadRequest, len(wants))
-	for i, w := range wants {
-		reqs[i] = store.ReadRequest{Table: w.Table, Page: w.Page, Want: w.Want}
-	}
+	reqs := wants
 	m.r = getRemoteRead(reqs, func(i int, data, clear uint64, rows []byte) {
 		m.rows[reqs[i].Page] = append([]byte(nil), rows...)
 	})
@@ -39,7 +35,7 @@ func newBatchMember(t *testing.T, b *readBatch, wants ...sgio.PageWant) *batchMe
 }
 
 // segmentsBody encodes a Segments reply of one 64-byte row (bytes v) per want.
-func segmentsBody(wants []sgio.PageWant, v byte) []byte {
+func segmentsBody(wants []base.PageWant, v byte) []byte {
 	r := &sgio.Segments{}
 	for _, w := range wants {
 		row := make([]byte, 64)
@@ -66,13 +62,13 @@ func outcome(t *testing.T, r *remoteRead) error {
 // and is woken; a member that gave up (abandoned) is skipped, the others are not.
 func TestReadBatchReplyFillsEachMember(t *testing.T) {
 	b := getReadBatch(nil)
-	a := newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 4, Want: 1}, sgio.PageWant{Table: 1, Page: 9, Want: 1})
-	gone := newBatchMember(t, b, sgio.PageWant{Table: 2, Page: 4, Want: 1})
-	c := newBatchMember(t, b, sgio.PageWant{Table: 2, Page: 5, Want: 1})
+	a := newBatchMember(t, b, base.PageWant{Table: 1, Page: 4, Want: 1}, base.PageWant{Table: 1, Page: 9, Want: 1})
+	gone := newBatchMember(t, b, base.PageWant{Table: 2, Page: 4, Want: 1})
+	c := newBatchMember(t, b, base.PageWant{Table: 2, Page: 5, Want: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.ErrorIs(t, gone.r.wait(ctx), context.Canceled) // abandoned
-	wants := append([]sgio.PageWant(nil), b.msg.Wants...)
+	wants := append([]base.PageWant(nil), b.msg.Wants...)
 	b.onReply(sgio.Frame{Type: sgio.TypeSegments, Body: segmentsBody(wants, 7)}, nil)
 	require.NoError(t, outcome(t, a.r))
 	require.NoError(t, outcome(t, c.r))
@@ -90,9 +86,9 @@ func TestReadBatchReplyChecked(t *testing.T) {
 	for _, name := range []string{"swapped", "short"} {
 		t.Run(name, func(t *testing.T) {
 			b := getReadBatch(nil)
-			a := newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 4, Want: 1})
-			c := newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 5, Want: 1})
-			wants := append([]sgio.PageWant(nil), b.msg.Wants...)
+			a := newBatchMember(t, b, base.PageWant{Table: 1, Page: 4, Want: 1})
+			c := newBatchMember(t, b, base.PageWant{Table: 1, Page: 5, Want: 1})
+			wants := append([]base.PageWant(nil), b.msg.Wants...)
 			if name == "swapped" {
 				wants[0], wants[1] = wants[1], wants[0]
 			} else {
@@ -112,8 +108,8 @@ func TestReadBatchReplyChecked(t *testing.T) {
 // error itself, and a broken connection is every member's (retryable) error.
 func TestReadBatchErrorReply(t *testing.T) {
 	b := getReadBatch(nil)
-	a := newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 4, Want: 1})
-	c := newBatchMember(t, b, sgio.PageWant{Table: 2, Page: 4, Want: 1})
+	a := newBatchMember(t, b, base.PageWant{Table: 1, Page: 4, Want: 1})
+	c := newBatchMember(t, b, base.PageWant{Table: 2, Page: 4, Want: 1})
 	b.onReply(sgio.Frame{Type: sgio.TypeError}, sgio.ErrTableNotFound)
 	require.ErrorIs(t, outcome(t, a.r), errReadAgain)
 	require.ErrorIs(t, outcome(t, c.r), errReadAgain)
@@ -121,13 +117,13 @@ func TestReadBatchErrorReply(t *testing.T) {
 	require.True(t, c.r.alone)
 
 	b = getReadBatch(nil)
-	lone := newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 4, Want: 1})
+	lone := newBatchMember(t, b, base.PageWant{Table: 1, Page: 4, Want: 1})
 	b.onReply(sgio.Frame{Type: sgio.TypeError}, sgio.ErrTableNotFound)
 	require.ErrorIs(t, outcome(t, lone.r), sgio.ErrTableNotFound)
 
 	b = getReadBatch(nil)
-	a = newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 4, Want: 1})
-	c = newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 5, Want: 1})
+	a = newBatchMember(t, b, base.PageWant{Table: 1, Page: 4, Want: 1})
+	c = newBatchMember(t, b, base.PageWant{Table: 1, Page: 5, Want: 1})
 	broken := errors.Join(sgio.ErrConnClosed, errors.New("read: EOF"))
 	b.onReply(sgio.Frame{}, broken)
 	require.ErrorIs(t, outcome(t, a.r), sgio.ErrConnClosed)
@@ -140,14 +136,14 @@ func TestReadBatchErrorReply(t *testing.T) {
 func TestReadBatchJoinBounds(t *testing.T) {
 	b := getReadBatch(nil)
 	for range readMergeWantsMax {
-		newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 1, Want: 1})
+		newBatchMember(t, b, base.PageWant{Table: 1, Page: 1, Want: 1})
 	}
-	extra := getRemoteRead([]store.ReadRequest{{Table: 1, Page: 2, Want: 1}}, func(int, uint64, uint64, []byte) {})
+	extra := getRemoteRead([]base.PageWant{{Table: 1, Page: 2, Want: 1}}, func(int, uint64, uint64, []byte) {})
 	require.False(t, b.join(nil, extra), "a full batch took another read")
 	require.Equal(t, 8+24*readMergeWantsMax, b.BodySize())
 
 	b = getReadBatch(nil)
-	newBatchMember(t, b, sgio.PageWant{Table: 1, Page: 1, Want: 1})
+	newBatchMember(t, b, base.PageWant{Table: 1, Page: 1, Want: 1})
 	b.Seal()
 	require.False(t, b.join(nil, extra), "a sealed batch took another read")
 	other := &sgio.Client{}

@@ -613,7 +613,7 @@ func (s *remoteStore) PageDir(ctx context.Context, table uint32, lo, hi uint64, 
 // Read sends its pages in a ReadPages frame, merged with the reads of other goroutines
 // (remoteread.go), and fills from the reply in place, on the connection's receiver goroutine.
 // Warm, it allocates nothing.
-func (s *remoteStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *remoteStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	ctx, release := boundCtx(ctx, s.opts.RequestTimeout)
 	defer release()
 	r := getRemoteRead(reqs, fill)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -160,12 +161,12 @@ func (tx *Tx) pinScanPages(t *tableState, pages []uint64, record bool) ([]*frame
 
 // fillScanPages reads the rows the pinned frames lack from the store, in one request.
 func (tx *Tx) fillScanPages(t *tableState, pages []uint64, frames []*frameMeta) error {
-	var reqs []store.ReadRequest
+	var reqs []base.PageWant
 	var reqFrames []*frameMeta
 	var ghostVer uint64
 	for i, m := range frames {
 		if v := m.valid.Load(); v != ^uint64(0) {
-			reqs = append(reqs, store.ReadRequest{Table: t.id, Page: pages[i], Want: ^v})
+			reqs = append(reqs, base.PageWant{Table: t.id, Page: pages[i], Want: ^v})
 			reqFrames = append(reqFrames, m)
 			if gv, gm := tx.db.cache.ghostOf(m); gm&^v != 0 {
 				ghostVer = max(ghostVer, gv)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -71,7 +72,7 @@ type ctxHeldStore struct {
 	release chan struct{}
 }
 
-func (s *ctxHeldStore) Read(ctx context.Context, reqs []store.ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *ctxHeldStore) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		select {

@@ -509,9 +509,9 @@ func (m *mover) copyPages(ctx context.Context, pages []uint64) error {
 	per := max(1, (1<<20)/(64*m.t.rowBytes))
 	for len(pages) > 0 {
 		n := min(per, len(pages))
-		rp := &sgio.ReadPages{Wants: make([]sgio.PageWant, n)}
+		rp := &sgio.ReadPages{Wants: make([]base.PageWant, n)}
 		for i, p := range pages[:n] {
-			rp.Wants[i] = sgio.PageWant{Table: m.srcID, Page: p, Want: ^uint64(0)}
+			rp.Wants[i] = base.PageWant{Table: m.srcID, Page: p, Want: ^uint64(0)}
 		}
 		var segs sgio.Segments
 		if err := m.src.CallInto(ctx, rp, &segs); err != nil {

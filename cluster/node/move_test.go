@@ -207,7 +207,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint8(storenode.MoveRetired), st.State)
 	var segs sgio.Segments
-	err = cl.CallInto(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: w.ids[0] / 64, Want: 1}}}, &segs)
+	err = cl.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: w.ids[0] / 64, Want: 1}}}, &segs)
 	require.ErrorIs(t, err, storenode.ErrMoved)
 
 	// A move to where the partition is: a no-op.

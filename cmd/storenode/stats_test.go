@@ -56,7 +56,7 @@ func TestStatsTied(t *testing.T) {
 	}
 	require.NoError(t, node.Engine().Checkpoint())
 	var seg sgio.Segments
-	require.NoError(t, c.CallInto(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 0b11}}}, &seg))
+	require.NoError(t, c.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: 0b11}}}, &seg))
 
 	wire := func() map[string]uint64 {
 		var rep sgio.StatsReply

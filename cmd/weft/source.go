@@ -26,7 +26,7 @@ type source interface {
 	Tables(ctx context.Context) ([]tableInfo, error)
 	// ReadPages answers one sparse read per want, in order: the present rows of each want
 	// (data mask) and their bytes in slot order. The rows stay valid until the next call.
-	ReadPages(ctx context.Context, wants []sgio.PageWant) ([]base.Segment, error)
+	ReadPages(ctx context.Context, wants []base.PageWant) ([]base.Segment, error)
 	// PageDir lists the pages of [lo, hi) that hold rows, at most max, and where to go on.
 	PageDir(ctx context.Context, table uint32, lo, hi uint64, max int) ([]sgio.PageEntry, uint64, error)
 	// Stats returns the store's counters by name.
@@ -107,7 +107,7 @@ func (r *remoteSource) Tables(ctx context.Context) ([]tableInfo, error) {
 	return out, nil
 }
 
-func (r *remoteSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]base.Segment, error) {
+func (r *remoteSource) ReadPages(ctx context.Context, wants []base.PageWant) ([]base.Segment, error) {
 	var segs sgio.Segments
 	if err := r.c.CallInto(ctx, &sgio.ReadPages{Wants: wants}, &segs); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (l *localSource) Tables(context.Context) ([]tableInfo, error) {
 	return out, nil
 }
 
-func (l *localSource) ReadPages(ctx context.Context, wants []sgio.PageWant) ([]base.Segment, error) {
+func (l *localSource) ReadPages(ctx context.Context, wants []base.PageWant) ([]base.Segment, error) {
 	segs := make([]base.Segment, 0, len(wants))
 	l.buf = l.buf[:0]
 	type span struct{ from, to int }
@@ -254,9 +254,9 @@ func scanRows(ctx context.Context, src source, t tableInfo, lo, hi uint64, visit
 		}
 		for len(dir) > 0 {
 			n := min(len(dir), perReq)
-			wants := make([]sgio.PageWant, n)
+			wants := make([]base.PageWant, n)
 			for i, e := range dir[:n] {
-				wants[i] = sgio.PageWant{Table: t.ID, Page: e.Page, Want: e.Present & idMask(e.Page, lo, hi)}
+				wants[i] = base.PageWant{Table: t.ID, Page: e.Page, Want: e.Present & idMask(e.Page, lo, hi)}
 			}
 			segs, err := src.ReadPages(ctx, wants)
 			if err != nil {
@@ -298,7 +298,7 @@ func idMask(page, lo, hi uint64) uint64 {
 // getRow reads row id of t into a new slice; sgio.ErrNotFound-like absence is errNoRow.
 func getRow(ctx context.Context, src source, t tableInfo, id uint64) ([]byte, error) {
 	page, slot := id/logicpage.RowsPerPage, id%logicpage.RowsPerPage
-	segs, err := src.ReadPages(ctx, []sgio.PageWant{{Table: t.ID, Page: page, Want: 1 << slot}})
+	segs, err := src.ReadPages(ctx, []base.PageWant{{Table: t.ID, Page: page, Want: 1 << slot}})
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func newAllocRig(t testing.TB) *allocRig {
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
-	r.read = sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Want: 1}}}
+	r.read = sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Want: 1}}}
 	for range allocPages {
 		r.commitOne()
 	}
@@ -170,7 +170,7 @@ func newMissRig(t testing.TB) (*srvEnv, func()) {
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
-	r.read = sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Want: 1}}}
+	r.read = sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Want: 1}}}
 	for p := range uint64(pages) {
 		r.commit.Seq++
 		r.commit.Segments[0].Page = p

@@ -40,7 +40,7 @@ func TestOutboundBudgetStopsReading(t *testing.T) {
 	a.handshake(0)
 	var out []byte
 	for i := range reads {
-		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
 	}
 	a.write(out)
 	require.Eventually(t, func() bool { return env.srv.Stats().OutboundPauses > 0 }, srvTestTimeout, time.Millisecond,
@@ -101,7 +101,7 @@ func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
 	a.handshake(0)
 	var out []byte
 	for i := range reads {
-		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
 	}
 	a.write(out)
 	require.Eventually(t, func() bool {
@@ -143,7 +143,7 @@ func TestOutboundBudgetStoppedClientThatKeepsSending(t *testing.T) {
 	before := env.srv.Stats().Requests
 	a := dialRaw(t, env.addr)
 	a.handshake(0)
-	read := &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}}
+	read := &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}}
 	var out []byte
 	for i := range first {
 		out = sgio.AppendFrame(out, uint64(100+i), read)

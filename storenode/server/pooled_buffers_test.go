@@ -141,7 +141,7 @@ func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
 				first := uint64((i*7 + r) % pages)
 				m := &sgio.ReadPages{}
 				for k := range n {
-					m.Wants = append(m.Wants, sgio.PageWant{Table: ti.Table, Page: (first + uint64(k)) % pages, Want: 0xff})
+					m.Wants = append(m.Wants, base.PageWant{Table: ti.Table, Page: (first + uint64(k)) % pages, Want: 0xff})
 				}
 				var got sgio.Segments
 				if err := c.CallInto(ctx, m, &got); err != nil {
@@ -181,7 +181,7 @@ func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
 	for _, c := range []*sgio.Client{w, slow} {
 		m := &sgio.ReadPages{}
 		for p := range uint64(pages) {
-			m.Wants = append(m.Wants, sgio.PageWant{Table: ti.Table, Page: p, Want: 0xff})
+			m.Wants = append(m.Wants, base.PageWant{Table: ti.Table, Page: p, Want: 0xff})
 		}
 		var got sgio.Segments
 		require.NoError(t, c.CallInto(context.WithoutCancel(ctx), m, &got))

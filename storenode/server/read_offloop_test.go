@@ -45,7 +45,7 @@ func TestLargeCachedReadLeavesEventLoop(t *testing.T) {
 	for p := range uint64(pages) {
 		rows := bytes.Repeat([]byte{byte(p + 1)}, 64*rowBytes)
 		commit.Segments = append(commit.Segments, base.Segment{Table: ti.Table, RowBytes: rowBytes, Page: p, Data: ^uint64(0), Rows: rows})
-		want.Wants = append(want.Wants, sgio.PageWant{Table: ti.Table, Page: p, Want: ^uint64(0)})
+		want.Wants = append(want.Wants, base.PageWant{Table: ti.Table, Page: p, Want: ^uint64(0)})
 	}
 	require.NoError(t, c.CallInto(ctx, commit, &sgio.CommitAck{})) // the pages stay cached
 	require.Greater(t, pages*64*rowBytes, inlineReadMaxBytes)

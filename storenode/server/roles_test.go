@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -126,7 +127,7 @@ func TestRolesPeerIsNoClient(t *testing.T) {
 	require.ErrorIs(t, p.CallInto(ctx, srvCommit(ti.Table, testOwner, g.Epoch, g.LastSeq+1, []uint64{1}, 1), &sgio.CommitAck{}), sgio.ErrForbidden, "Commit")
 	require.ErrorIs(t, p.CallInto(ctx, &sgio.CreateTable{Name: "p", RowBytes: 64}, &sgio.TableInfo{}), sgio.ErrForbidden, "CreateTable")
 	require.ErrorIs(t, p.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &sgio.Grant{}), sgio.ErrForbidden, "Acquire")
-	require.ErrorIs(t, p.CallInto(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table}}}, &sgio.Segments{}), sgio.ErrForbidden, "ReadPages")
+	require.ErrorIs(t, p.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table}}}, &sgio.Segments{}), sgio.ErrForbidden, "ReadPages")
 	require.ErrorIs(t, p.CallInto(ctx, &sgio.DropTable{Name: "t"}, &sgio.OK{}), sgio.ErrForbidden, "DropTable")
 	require.ErrorIs(t, p.CallInto(ctx, &sgio.Backup{}, &sgio.BackupChunk{}), sgio.ErrForbidden, "Backup")
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
@@ -210,7 +211,7 @@ func TestServerBadClients(t *testing.T) {
 		release := gfs.hold()
 		defer gfs.open(release)
 		for id := uint64(10); id < 14; id++ {
-			r.send(id, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: coldTable, Page: 0, Want: 2}}})
+			r.send(id, &sgio.ReadPages{Wants: []base.PageWant{{Table: coldTable, Page: 0, Want: 2}}})
 		}
 		<-gfs.entered
 		r.send(20, &sgio.Stats{})

@@ -268,7 +268,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 						if _, err := c.Call(context.Background(), commit); err != nil {
 							b.Fatal(err)
 						}
-						msg = &sgio.ReadPages{Wants: []sgio.PageWant{{Table: table, Page: 0, Want: 1 << 1}}}
+						msg = &sgio.ReadPages{Wants: []base.PageWant{{Table: table, Page: 0, Want: 1 << 1}}}
 					}
 					pipeline(b, c, msg, depth)
 				})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -276,9 +277,9 @@ func TestServerStalledReadsBounded(t *testing.T) {
 	env.srv.mu.Unlock()
 	require.NotNil(t, sess)
 
-	big := make([]sgio.PageWant, pages)
+	big := make([]base.PageWant, pages)
 	for i := range big {
-		big[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+		big[i] = base.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 	}
 	r.send(100, &sgio.ReadPages{Wants: big}) // and never read
 	waitFor(t, "the large reply's write stalls", func() bool {
@@ -288,9 +289,9 @@ func TestServerStalledReadsBounded(t *testing.T) {
 	})
 	// Reads of empty pages with large bodies (1 MiB each): their replies (1.3 MiB) find no
 	// room, so they wait, parsed.
-	empty := make([]sgio.PageWant, 40000)
+	empty := make([]base.PageWant, 40000)
 	for i := range empty {
-		empty[i] = sgio.PageWant{Table: ti.Table, Page: uint64(pages + i), Want: ^uint64(0)}
+		empty[i] = base.PageWant{Table: ti.Table, Page: uint64(pages + i), Want: ^uint64(0)}
 	}
 	req := &sgio.ReadPages{Wants: empty}
 	var frame []byte

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -56,7 +57,7 @@ func FuzzServerInbound(f *testing.F) {
 		return in
 	}
 	commit := srvCommit(ti.ID, fuzzOwner, g.Epoch, 1, []uint64{1, 2, 70}, 5)
-	read := &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.ID, Page: 0, Want: 0xff}, {Table: ti.ID, Page: 1, Want: 0x40}}}
+	read := &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.ID, Page: 0, Want: 0xff}, {Table: ti.ID, Page: 1, Want: 0x40}}}
 	f.Add(framed(0, &sgio.Ping{}, &sgio.Stats{}, &sgio.ListTables{}))
 	f.Add(framed(3, commit, read, &sgio.PageDir{Table: ti.ID, Hi: 10}))
 	f.Add(framed(0, &sgio.Acquire{Table: ti.ID, Owner: fuzzOwner, Epoch: g.Epoch}, &sgio.AllocIDs{Table: ti.ID, Owner: fuzzOwner, Epoch: g.Epoch, Pages: 1}))

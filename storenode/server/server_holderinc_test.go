@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -57,7 +58,7 @@ func TestServerNewIncarnationFastReadWaitsForSync(t *testing.T) {
 	got := make(chan result, 1)
 	go func() {
 		var r sgio.Segments
-		err := b.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
+		err := b.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
 		if err == nil {
 			got <- result{present: r.Segments[0].Data != 0}
 			return

@@ -238,9 +238,9 @@ func testRepliesOverIOVMax(t *testing.T, tlsOn bool) {
 	seq := g.LastSeq
 	fillPages(t, c, ti.Table, 5, g.Epoch, &seq, pages)
 
-	wants := make([]sgio.PageWant, pages)
+	wants := make([]base.PageWant, pages)
 	for i := range wants {
-		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+		wants[i] = base.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 	}
 	var r sgio.Segments
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.ReadPages{Wants: wants}, &r))
@@ -282,9 +282,9 @@ func TestHostileReadsOfEmptyTable(t *testing.T) {
 	c := env.dial(6, func(cfg *sgio.ClientConfig) { cfg.MaxBody = sgio.MaxBodyLimit })
 	var ti sgio.TableInfo
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big_rows", RowBytes: 4096}, &ti))
-	wants := make([]sgio.PageWant, 200)
+	wants := make([]base.PageWant, 200)
 	for i := range wants {
-		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+		wants[i] = base.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 	}
 	peak, measurable := peakRSS(t)
 	before := rssNow(t)
@@ -397,9 +397,9 @@ func TestHostileClientDoesNotRead(t *testing.T) {
 			r := dialRaw(t, env.addr)
 			r.maxBody = path.maxBody
 			r.handshake(10)
-			wants := make([]sgio.PageWant, path.pages)
+			wants := make([]base.PageWant, path.pages)
 			for i := range wants {
-				wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+				wants[i] = base.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 			}
 			var burst []byte
 			replies := (256 << 20) / (path.pages * 4096) // 256 MiB of replies, none read

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -225,7 +226,7 @@ func (w *killWriter) resume(ctx context.Context, c *sgio.Client) error {
 		return fmt.Errorf("writer %d: last applied seq %d, but only %d were sent", w.writer, g.LastSeq, w.sent)
 	}
 	var segs sgio.Segments
-	err = c.CallInto(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 0xf}, {Table: ti.Table, Page: 1, Want: 0xf}}}, &segs)
+	err = c.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: 0xf}, {Table: ti.Table, Page: 1, Want: 0xf}}}, &segs)
 	if err != nil {
 		return err
 	}

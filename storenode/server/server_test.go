@@ -233,7 +233,7 @@ func srvCommit(table uint32, owner, epoch, seq uint64, ids []uint64, v uint64) *
 func srvReadRow(t testing.TB, c *sgio.Client, table uint32, id uint64) ([]byte, bool) {
 	t.Helper()
 	var r sgio.Segments
-	err := c.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: table, Page: id / 64, Want: 1 << (id % 64)}}}, &r)
+	err := c.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []base.PageWant{{Table: table, Page: id / 64, Want: 1 << (id % 64)}}}, &r)
 	require.NoError(t, err)
 	require.Len(t, r.Segments, 1)
 	s := r.Segments[0]
@@ -368,7 +368,7 @@ func TestServerRoundTrip(t *testing.T) {
 	_, ok = srvReadRow(t, c, ti.Table, 4)
 	require.False(t, ok, "never written")
 	var segs sgio.Segments
-	err = c.CallInto(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: 99, Page: 0, Want: 1}}}, &segs)
+	err = c.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: 99, Page: 0, Want: 1}}}, &segs)
 	require.ErrorIs(t, err, sgio.ErrTableNotFound)
 
 	var dir sgio.PageDirReply
@@ -543,7 +543,7 @@ func TestServerOutOfOrderReplies(t *testing.T) {
 	defer gfs.open(release)
 	readDone := make(chan error, 1)
 	var got sgio.Segments
-	require.NoError(t, c.Send(ctx, &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 1}}},
+	require.NoError(t, c.Send(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 1}}},
 		func(f sgio.Frame, err error) {
 			if err == nil {
 				err = got.Parse(bytes.Clone(f.Body))

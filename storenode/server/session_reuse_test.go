@@ -29,7 +29,7 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	read := &sgio.ReadPages{}
 	for p := range uint64(pages) {
 		commit.Segments = append(commit.Segments, base.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 1, Rows: row64(p)})
-		read.Wants = append(read.Wants, sgio.PageWant{Table: ti.Table, Page: p, Want: 1})
+		read.Wants = append(read.Wants, base.PageWant{Table: ti.Table, Page: p, Want: 1})
 	}
 	_, err := c.Call(ctx, commit)
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 func TestReadTurnReleaseBounded(t *testing.T) {
 	turn := &readTurn{reads: make([]readRequest, 0, 1000), reply: sgio.Segments{Segments: make([]base.Segment, 1000)}}
 	for range 100 {
-		turn.msgs = append(turn.msgs, &sgio.ReadPages{Wants: make([]sgio.PageWant, 1000)})
+		turn.msgs = append(turn.msgs, &sgio.ReadPages{Wants: make([]base.PageWant, 1000)})
 	}
 	turn.used = len(turn.msgs)
 	turn.run = turn.runReads // release pools it: as turn() makes them

@@ -65,9 +65,9 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 	a.maxBody = sgio.MaxBodyLimit
 	a.handshake(reader)
 	require.NoError(t, a.conn.(*net.TCPConn).SetReadBuffer(64<<10))
-	wants := make([]sgio.PageWant, pages)
+	wants := make([]base.PageWant, pages)
 	for i := range wants {
-		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+		wants[i] = base.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 	}
 	a.send(100, &sgio.ReadPages{Wants: wants})
 	select {
@@ -138,9 +138,9 @@ func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
 	ti, g := srvTable(t, c, "soak", owner)
 	seq := g.LastSeq
 	fillPages(t, c, ti.Table, owner, g.Epoch, &seq, pages)
-	wants := make([]sgio.PageWant, pages)
+	wants := make([]base.PageWant, pages)
 	for i := range wants {
-		wants[i] = sgio.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
+		wants[i] = base.PageWant{Table: ti.Table, Page: uint64(i), Want: ^uint64(0)}
 	}
 	size := sgio.HeaderSize + 8 + pages*sgio.SegmentHeaderSize + pages*64*64
 	stop := slowPings(t, env, "beside a slow reader of 5 x 16 MiB")
@@ -244,7 +244,7 @@ func TestSlicedWriteStalledClientThatKeepsSending(t *testing.T) {
 	a := dialRaw(t, env.addr)
 	a.handshake(0)
 	require.NoError(t, a.conn.(*net.TCPConn).SetReadBuffer(64<<10))
-	read := &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}}
+	read := &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}}
 	var flood []byte
 	for i := 0; len(flood) <= stoppedInboundMaxBytes+(1<<20); i++ {
 		flood = sgio.AppendFrame(flood, uint64(100+i), read) // 256 KiB of reply each

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -117,7 +118,7 @@ func (s *embedded) AllocIDs(ctx context.Context, table uint32, owner, epoch uint
 	return first, count, closedErr(err)
 }
 
-func (s *embedded) Read(ctx context.Context, reqs []ReadRequest, fill func(int, uint64, uint64, []byte)) error {
+func (s *embedded) Read(ctx context.Context, reqs []base.PageWant, fill func(int, uint64, uint64, []byte)) error {
 	var buf []byte
 	for i, r := range reqs {
 		if err := ctx.Err(); err != nil {

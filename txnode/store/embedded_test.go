@@ -58,7 +58,7 @@ func TestEmbeddedRoundTrip(t *testing.T) {
 
 	want := data | 1<<(slot+2)
 	var got []byte
-	err = s.Read(ctx, []ReadRequest{{Table: tab.ID, Page: page, Want: want}}, func(i int, d, c uint64, r []byte) {
+	err = s.Read(ctx, []base.PageWant{{Table: tab.ID, Page: page, Want: want}}, func(i int, d, c uint64, r []byte) {
 		require.Equal(t, 0, i)
 		require.Equal(t, data, d)
 		require.Equal(t, want&^data, c)
@@ -128,7 +128,7 @@ func TestEmbeddedAfterClose(t *testing.T) {
 	closed(err, "Acquire")
 	_, _, err = s.AllocIDs(ctx, tab.ID, 7, g.Epoch, 1)
 	closed(err, "AllocIDs")
-	err = s.Read(ctx, []ReadRequest{{Table: tab.ID, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {
+	err = s.Read(ctx, []base.PageWant{{Table: tab.ID, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {
 		t.Error("fill after Close")
 	})
 	closed(err, "Read")
@@ -177,7 +177,7 @@ func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
 	errGranted := commit(&Batch{Owner: 7, Seq: 2, Fences: fence, Segments: seg(first + logicpage.RowsPerPage)})
 	errEmpty := commit(&Batch{Owner: 7, Seq: 2, Fences: fence})
 	errReused := commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first + 1)})
-	errRead := s.Read(ctx, []ReadRequest{{Table: tab.ID + 100, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {})
+	errRead := s.Read(ctx, []base.PageWant{{Table: tab.ID + 100, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {})
 	_, _, errDir := s.PageDir(ctx, tab.ID+100, 0, 1, 1, nil)
 	for _, c := range []struct {
 		err, want error

@@ -42,7 +42,7 @@ type Store interface {
 	// during the call. fill is never called after Read returns (a reply that arrives after
 	// its Read gave up is dropped), and Read keeps neither reqs nor fill: the caller may
 	// reuse both once it returns.
-	Read(ctx context.Context, reqs []ReadRequest, fill func(i int, data, clear uint64, rows []byte)) error
+	Read(ctx context.Context, reqs []base.PageWant, fill func(i int, data, clear uint64, rows []byte)) error
 	// PageDir lists the pages of [lo, hi) holding rows, at most max, appending to dst; next is
 	// where to continue (hi when done).
 	PageDir(ctx context.Context, table uint32, lo, hi uint64, max int, dst []PageInfo) ([]PageInfo, uint64, error)
@@ -105,13 +105,6 @@ type Grant struct {
 	Lease time.Duration
 	// LastSeq is the owner's last batch seq the store applied.
 	LastSeq uint64
-}
-
-// ReadRequest asks for the rows of want in one page.
-type ReadRequest struct {
-	Table uint32
-	Page  uint64
-	Want  uint64
 }
 
 // PageInfo is a page holding rows, with its present mask.
