@@ -282,7 +282,13 @@ func (c *pageCache) flight(m *frameMeta) *frameFlight {
 // holds the pipeline's mu (Durable) or flushMu (WriteBack) and a pin on m.
 func (c *pageCache) markFlight(m *frameMeta, mask, ver uint64) {
 	f := c.flight(m)
-	if f.ver.Load() <= c.settledVer.Load() {
+	old := f.ver.Load()
+	// - Versions in flight only grow per frame: a lower one would let a ghost's fetch wait
+	//   for too early a batch, and read the rows before a later batch applied.
+	if ver < old {
+		assert.Failf("txnode: rows marked in flight at version %d after %d", ver, old)
+	}
+	if old <= c.settledVer.Load() {
 		f.mask.Store(mask) // every earlier row in flight has settled
 	} else {
 		f.mask.Or(mask)
@@ -517,6 +523,8 @@ func (c *pageCache) pinAs(ctx context.Context, key uint64, rowBytes int, fresh u
 			ptBefore := c.pt.bytes()
 			c.pt.insert(key, id, m, m.mem.Load())
 			c.usedBytes += c.pt.bytes() - ptBefore // allocLocked made room for it
+			// - usedBytes <= budgetBytes, always.
+			assert.That(c.usedBytes <= c.budgetBytes, "txnode: page cache over its budget after a page table insert")
 			if len(c.tp.byTable) != 0 {
 				c.stickNewLocked(key, m) // a pinned table's new page (pin.go)
 			}
@@ -656,6 +664,9 @@ func (c *pageCache) allocLocked(rowBytes int) (int32, bool) {
 	mem := make([]uint64, frameMemWords(rowBytes))
 	m.mem.Store(&mem[0])
 	c.usedBytes += cost
+	// - usedBytes <= budgetBytes, always: room was made for the frame, its chunk and the
+	//   page table's growth.
+	assert.That(c.usedBytes+c.pt.growBytes() <= c.budgetBytes, "txnode: page cache over its budget after an allocation")
 	return id, true
 }
 

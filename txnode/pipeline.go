@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -111,6 +112,15 @@ type pipeline struct {
 	failVer  uint64 // firstVer of the earliest failed batch; max when none
 	closing  bool
 	stopped  atomic.Bool // failErr != nil || closing, for WriteBack's lock-free admission
+
+	// launchedSeq is the seq of the batch launched last, retiredSeq and retiredVer the seq and
+	// the last version of the batch retired last: batches launch and retire in increasing seq
+	// order, and their versions increase with their seqs (asserted in launchLocked and
+	// complete). A recovery lowers both seqs, with nothing in flight, to reuse the refused seq
+	// (recover.go); versions are never reused.
+	launchedSeq uint64
+	retiredSeq  uint64
+	retiredVer  uint64
 
 	// flightBytes is what the open batch and the batches in flight hold (batchCost), at most
 	// flightMax (Options.InflightBytes) but for one transaction admitted alone.
@@ -236,6 +246,9 @@ func (p *pipeline) newBatchLocked() *batch {
 // recycleLocked keeps b for reuse once nothing refers to it any more: it is retired and the
 // store is done with it. Caller holds mu.
 func (p *pipeline) recycleLocked(b *batch) {
+	// - Every batch that leaves the open slot or flight gives back its cost: what is counted
+	//   never goes below zero.
+	assert.That(p.flightBytes >= 0, "txnode: in-flight bytes below zero")
 	if !b.retired || !b.returned {
 		return
 	}
@@ -248,6 +261,8 @@ func (p *pipeline) recycleLocked(b *batch) {
 	*b = batch{buf: b.buf[:0], segs: b.segs[:0], segOff: b.segOff[:0], tables: b.tables[:0],
 		frames: b.frames[:0], commit: store.Batch{Fences: b.commit.Fences[:0]}, done: b.done}
 	p.free = append(p.free, b)
+	// - The free list is bounded (batchFreeMax).
+	assert.That(len(p.free) <= batchFreeMax, "txnode: free commit batches over their bound")
 }
 
 func (p *pipeline) kickNow() {
@@ -409,6 +424,16 @@ const segFlightBytes = int64(unsafe.Sizeof(base.Segment{})+unsafe.Sizeof(frameRe
 
 // batchCost is what b counts against the in-flight bound.
 func batchCost(b *batch) int64 { return int64(len(b.buf)) + int64(len(b.segs))*segFlightBytes }
+
+// flightBytesLocked recounts flightBytes: the cost of the open batch and of the batches in
+// flight. Caller holds mu.
+func (p *pipeline) flightBytesLocked() int64 {
+	n := batchCost(p.open)
+	for _, b := range p.inflight {
+		n += batchCost(b)
+	}
+	return n
+}
 
 // txFlightBytes is at least what appendTx adds to a batch's cost for tx (whole pages under
 // FullPageIO). tx.writes are sorted.
@@ -669,7 +694,16 @@ func (p *pipeline) sender() {
 func (p *pipeline) launchLocked(b *batch) {
 	b.seq = p.nextSeq
 	p.nextSeq++
+	// - Batches launch in increasing seq order (a prepare's seq may lie between two), so the
+	//   store applies them in the order their versions were given; only a recovery, with
+	//   nothing in flight, goes back to the refused seq (recover.go).
+	// - At most inflightMax batches are in flight: every caller waits for a free slot.
+	if b.seq <= p.launchedSeq {
+		assert.Failf("txnode: commit batch seq %d launched after seq %d", b.seq, p.launchedSeq)
+	}
+	p.launchedSeq = b.seq
 	p.inflight = append(p.inflight, b)
+	assert.That(len(p.inflight) <= inflightMax, "txnode: commit batches in flight over their bound")
 	b.commit = store.Batch{Owner: p.db.owner, Seq: b.seq, Segments: b.segs, Fences: b.commit.Fences[:0]}
 	for i := range b.segs {
 		end := len(b.buf)
@@ -696,6 +730,8 @@ func (p *pipeline) launchLocked(b *batch) {
 func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// - The store calls a batch's done once (store.Store.Commit).
+	assert.That(!b.completed, "txnode: commit batch completed twice")
 	b.lsn, b.err, b.completed = lsn, err, true
 	if err != nil && p.failErr == nil && p.refusedLocked(b, err) {
 		err = nil // recovering (recover.go): b fails with the range, the pipeline goes on
@@ -708,6 +744,13 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 		n := copy(p.inflight, p.inflight[1:]) // shift, not reslice: append would reallocate
 		p.inflight[n] = nil
 		p.inflight = p.inflight[:n]
+		// - Batches retire in increasing seq order, each with versions past the last
+		//   retired batch's: the durable and settled versions they advance only grow.
+		if x.seq <= p.retiredSeq || x.lastVer <= p.retiredVer {
+			assert.Failf("txnode: commit batch seq %d (versions ..%d) retired after seq %d (..%d)",
+				x.seq, x.lastVer, p.retiredSeq, p.retiredVer)
+		}
+		p.retiredSeq, p.retiredVer = x.seq, x.lastVer
 		if x.held {
 			p.answerHeldLocked(x)
 		}
@@ -745,6 +788,9 @@ func (p *pipeline) complete(b *batch, lsn uint64, err error) {
 	if len(p.inflight) == 0 {
 		p.settleLocked(0) // the batches dropped unsent
 	}
+	// - flightBytes is the cost of the open batch and of the batches in flight (recounted
+	//   in invariant builds only).
+	assert.That(!assert.Invariants || p.flightBytes == p.flightBytesLocked(), "txnode: in-flight bytes do not add up")
 	p.room.Broadcast()
 	p.db.cache.signalRoom()
 	if len(p.inflight) < inflightMax && p.open.nTx > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -247,7 +248,11 @@ func (p *pipeline) recover(rec *recovery) {
 		db.opts.Logger.Error("txnode: recovery from a refused commit batch failed; the node stops committing", "seq", rec.seq, "err", why)
 	}
 	if p.failErr == nil && !p.closing {
+		// - The seq order starts again at the refused seq, the storage node's next: every
+		//   batch is back (step 3) and none launched since (rec is set).
+		assert.That(len(p.inflight) == 0, "txnode: commit seq reset with batches in flight")
 		p.nextSeq = rec.seq
+		p.launchedSeq, p.retiredSeq = rec.seq-1, rec.seq-1
 		if rec.applied > 0 && len(p.inflight) == 0 {
 			db.advanceDurable(rec.applied)
 			p.settleLocked(rec.applied)

@@ -143,6 +143,10 @@ func (w *WAL) writeGroup(group []queued, buf []byte, refs []ref, wantSync bool) 
 			}
 		}
 		st := w.syncedThrough.Load()
+		// - Every record says what was synced before it, never itself or later: recovery
+		//   takes a valid record's synced LSN as proof that the records up to it were
+		//   durable (torn tail or corruption, recover.go).
+		assert.That(st <= w.writtenLSN, "wal: synced LSN past the written one")
 		total := len(buf)
 		r := 0 // refs[r:] belong to this record and the later ones
 		for i, q := range group {
@@ -188,6 +192,10 @@ func (w *WAL) writeGroup(group []queued, buf []byte, refs []ref, wantSync bool) 
 			return 0, 0
 		}
 		w.fileOff += int64(total)
+		// - A group is a run of consecutive LSNs, none past the last one queued
+		//   (writtenLSN <= nextLSN-1).
+		assert.That(group[len(group)-1].lsn == group[0].lsn+uint64(len(group))-1, "wal: group LSNs not consecutive")
+		assert.That(group[len(group)-1].lsn <= w.lastLSN.Load(), "wal: group written past the last LSN queued")
 		w.writtenLSN = group[len(group)-1].lsn
 		w.records.Add(uint64(len(group)))
 		w.bytes.Add(uint64(total))
@@ -273,6 +281,8 @@ func (w *WAL) syncFile() error {
 		w.opts.SyncLatency.Since(start)
 	}
 	w.syncs.Add(1)
+	// - syncedThrough <= writtenLSN, and it only grows.
+	assert.That(w.writtenLSN >= w.syncedThrough.Load(), "wal: synced LSN goes back")
 	w.syncedThrough.Store(w.writtenLSN)
 	return nil
 }
