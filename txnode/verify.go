@@ -116,6 +116,8 @@ func (c *pageCache) verify() error {
 	return nil
 }
 
+// verify checks the seq order of the batches in flight: increasing seqs below nextSeq,
+// increasing version ranges, bounded queues, and that a batch kept for reuse is empty.
 func (p *pipeline) verify() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
