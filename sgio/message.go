@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+
+	"github.com/weftdb/weft/base"
 )
 
 // Type is a frame's message type.
@@ -442,15 +444,9 @@ func (*Stats) Type() Type { return TypeStats }
 // Parse decodes body, which must be empty.
 func (*Stats) Parse(body []byte) error { return parseEmpty(TypeStats, body) }
 
-// Stat is one named counter.
-type Stat struct {
-	Name  string // CheckName
-	Value uint64
-}
-
 // StatsReply answers Stats.
 type StatsReply struct {
-	Stats []Stat
+	Stats []base.Stat
 }
 
 // statMin is the smallest encoded Stat: a one-byte name, padded.
@@ -488,7 +484,7 @@ func (m *StatsReply) Parse(body []byte) error {
 	m.Stats = m.Stats[:0]
 	for i := 0; i < n && r.err == nil; i++ {
 		v := r.u64()
-		m.Stats = append(m.Stats, Stat{Name: r.name(), Value: v})
+		m.Stats = append(m.Stats, base.Stat{Name: r.name(), Value: v})
 		r.align()
 	}
 	return r.done()

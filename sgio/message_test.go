@@ -104,7 +104,7 @@ func sampleMessages() []Message {
 		&BackupChunk{Stream: 5, Kind: BackupKindData, Num: 3, Offset: 8192, Data: rows(1, 4096, 7)},
 		&BackupChunk{Stream: 5, Kind: BackupKindWAL, Num: 1001, Data: []byte{}},
 		&BackupChunk{Stream: 5, Kind: BackupKindEnd, Num: 10, Offset: 12, Data: []byte{}},
-		&StatsReply{Stats: []Stat{{Name: "commits", Value: 5}, {Name: "wal.bytes_synced", Value: 1 << 62}}},
+		&StatsReply{Stats: []base.Stat{{Name: "commits", Value: 5}, {Name: "wal.bytes_synced", Value: 1 << 62}}},
 		&StatsReply{},
 		&ErrorReply{Code: CodeTableNotFound, Message: "storenode: table \"x\" not found"},
 		&ErrorReply{Code: CodeInternal},
@@ -207,7 +207,7 @@ func TestMessageParseRejectsBadFields(t *testing.T) {
 		{"commit counts", &Commit{}, put32(put32(enc(&Commit{}), 16, 1<<20), 20, 1<<20), ErrTruncated},
 		{"commit fence reserved", &Commit{}, put32(enc(&Commit{Fences: []base.Fence{{Table: 1, Epoch: 2}}}), 24+4, 1), ErrMalformed},
 		{"commit seg count", &Commit{}, put64(enc(&Commit{}), 16, 1<<32), ErrTruncated},
-		{"stats name", &StatsReply{}, enc(&StatsReply{Stats: []Stat{{Name: "a b"}}}), ErrBadName},
+		{"stats name", &StatsReply{}, enc(&StatsReply{Stats: []base.Stat{{Name: "a b"}}}), ErrBadName},
 		{"error code 0", &ErrorReply{}, enc(&ErrorReply{Message: "x"}), ErrMalformed},
 		{"error long message", &ErrorReply{}, enc(&ErrorReply{Code: 1, Message: strings.Repeat("m", ErrorMessageMax+1)}), ErrMalformed},
 		{"empty with bytes", &Ping{}, make([]byte, 8), ErrMalformed},
@@ -226,7 +226,7 @@ func TestValidate(t *testing.T) {
 	require.ErrorIs(t, (&CreateTable{RowBytes: 64, Name: ""}).Validate(), ErrBadName)
 	require.ErrorIs(t, (&CreateTable{RowBytes: 65, Name: "t"}).Validate(), ErrBadRowSize)
 	require.ErrorIs(t, (&Hello{Name: "bad name"}).Validate(), ErrBadName)
-	require.ErrorIs(t, (&StatsReply{Stats: []Stat{{Name: ""}}}).Validate(), ErrBadName)
+	require.ErrorIs(t, (&StatsReply{Stats: []base.Stat{{Name: ""}}}).Validate(), ErrBadName)
 	require.ErrorIs(t, (&TableList{Tables: []TableInfo{{Name: "t"}}}).Validate(), ErrBadRowSize)
 	require.ErrorIs(t, (&ReadPages{Wants: []base.PageWant{{Page: PageMax + 1}}}).Validate(), ErrMalformed)
 	require.ErrorIs(t, (&ErrorReply{}).Validate(), ErrMalformed)

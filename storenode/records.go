@@ -68,10 +68,12 @@ const (
 
 	// commitHashBytes is the batch hash before the Commit body of a commit record.
 	commitHashBytes = 8
-	// commitBodyFixedBytes and commitFenceBytes are sizes of the Commit body's parts
-	// (docs/wire.md): owner, seq and the counts; one fence.
-	commitBodyFixedBytes = 24
-	commitFenceBytes     = 16
+	// commitBodyFixedBytes, commitFenceBytes and commitSegmentHeaderBytes are sizes of the
+	// Commit body's parts (docs/wire.md): owner, seq and the counts; one fence; a segment's
+	// header.
+	commitBodyFixedBytes     = 24
+	commitFenceBytes         = 16
+	commitSegmentHeaderBytes = sgio.SegmentHeaderSize
 
 	// walRecordBytesMax is the engine's WAL record bound (wal.Options.MaxRecordBytes, on
 	// append and in recovery and Check): the largest commit record, a Commit body of
@@ -175,7 +177,7 @@ func (e *Engine) commitPieces(b *Batch, hash uint64) []wal.Piece {
 	// e.scratch is grown once to all it will hold, so the pieces cut from it stay valid.
 	need := commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
 	for i := range b.Segments {
-		need += sgio.SegmentHeaderSize
+		need += commitSegmentHeaderBytes
 		if n := len(b.Segments[i].Rows); n < commitKeepBytesMin {
 			need += n
 		}

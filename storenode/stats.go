@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/base"
 )
 
 // engineCounters are updated without the engine lock.
@@ -213,9 +213,9 @@ func (d StatDesc[T]) MetricValue(v uint64) float64 {
 }
 
 // AppendStats appends the wire stats of s, one per descriptor in table order, to dst.
-func AppendStats[T any](dst []sgio.Stat, descs []StatDesc[T], s *T) []sgio.Stat {
+func AppendStats[T any](dst []base.Stat, descs []StatDesc[T], s *T) []base.Stat {
 	for _, d := range descs {
-		dst = append(dst, sgio.Stat{Name: d.WireName(), Value: d.Value(s)})
+		dst = append(dst, base.Stat{Name: d.WireName(), Value: d.Value(s)})
 	}
 	return dst
 }

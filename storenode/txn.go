@@ -12,7 +12,6 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
-	"github.com/weftdb/weft/sgio"
 )
 
 // The storage node's side of two-phase commit (docs/cluster.md, "Two-phase commit").
@@ -258,7 +257,7 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	}
 	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
 	for i := range b.Segments {
-		size += sgio.SegmentHeaderSize + len(b.Segments[i].Rows)
+		size += commitSegmentHeaderBytes + len(b.Segments[i].Rows)
 	}
 	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
 		return 0, fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
@@ -714,7 +713,7 @@ func (e *Engine) applyTxn(id TxnID, d Decision, by decider) error {
 	e.mu.Lock()
 	if p := e.txnParts[id]; !by.any && p != nil && p.decision == DecisionNone && p.batch.Owner != by.owner {
 		e.mu.Unlock()
-		return fmt.Errorf("storenode: transaction %v: the part here was prepared by another owner: %w", id, sgio.ErrForbidden)
+		return fmt.Errorf("storenode: transaction %v: the part here was prepared by another owner: %w", id, base.ErrForbidden)
 	}
 	lsn, err := e.applyTxnLocked(id, d)
 	e.mu.Unlock()

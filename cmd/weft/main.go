@@ -49,7 +49,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -469,7 +469,7 @@ func knownStats() map[string]statInfo {
 // writeStats prints the counters (since the store was opened: zero after every restart, and
 // WAL replay does not count), then the levels now, each under a header line starting with #;
 // a stat this weft does not know (a newer node's) is printed with the levels.
-func writeStats(w io.Writer, stats []sgio.Stat, verbose bool) {
+func writeStats(w io.Writer, stats []base.Stat, verbose bool) {
 	known := knownStats()
 	width := 0 // the names' column fits the longest (checkpoint_last_duration_ns is 27)
 	for _, s := range stats {

@@ -30,7 +30,7 @@ type source interface {
 	// PageDir lists the pages of [lo, hi) that hold rows, at most max, and where to go on.
 	PageDir(ctx context.Context, table uint32, lo, hi uint64, max int) ([]sgio.PageEntry, uint64, error)
 	// Stats returns the store's counters by name.
-	Stats(ctx context.Context) ([]sgio.Stat, error)
+	Stats(ctx context.Context) ([]base.Stat, error)
 	Close() error
 }
 
@@ -126,7 +126,7 @@ func (r *remoteSource) PageDir(ctx context.Context, table uint32, lo, hi uint64,
 	return rep.Entries, rep.Next, nil
 }
 
-func (r *remoteSource) Stats(ctx context.Context) ([]sgio.Stat, error) {
+func (r *remoteSource) Stats(ctx context.Context) ([]base.Stat, error) {
 	var rep sgio.StatsReply
 	if err := r.c.CallInto(ctx, &sgio.Stats{}, &rep); err != nil {
 		return nil, err
@@ -221,7 +221,7 @@ func (l *localSource) PageDir(_ context.Context, table uint32, lo, hi uint64, ma
 
 // Stats returns the engine's stats (storenode.StatDescs), named as a storage node's StatsReply
 // names them; an engine opened in-process has no server, so no server stats.
-func (l *localSource) Stats(context.Context) ([]sgio.Stat, error) {
+func (l *localSource) Stats(context.Context) ([]base.Stat, error) {
 	s := l.e.Stats()
 	return storenode.AppendStats(nil, storenode.StatDescs(), &s), nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/latency"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -95,7 +96,7 @@ func (s *Server) statsReply() *sgio.StatsReply {
 	es := s.eng.Stats()
 	ss := s.Stats()
 	descs := StatDescs()
-	stats := make([]sgio.Stat, 0, len(storenode.StatDescs())+len(descs))
+	stats := make([]base.Stat, 0, len(storenode.StatDescs())+len(descs))
 	stats = storenode.AppendStats(stats, storenode.StatDescs(), &es)
 	return &sgio.StatsReply{Stats: storenode.AppendStats(stats, descs, &ss)}
 }
