@@ -193,7 +193,8 @@ func runNode(s nodeSpec) error {
 		s.Pace = 5 * time.Millisecond
 	}
 	c := &child{s: s, in: proctest.ChildInput()}
-	testhook.CoordStep = c.coordHook // before any transaction
+	hook := c.coordHook
+	testhook.CoordStep.Store(&hook) // before any transaction
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if s.BlindClock {

@@ -76,8 +76,8 @@ const decisionUncertain txnode.Decision = 0xff
 // hook calls testhook.CoordStep, when a test set it (before any transaction), at each step of
 // the protocol.
 func hook(step string, i int) {
-	if h := testhook.CoordStep; h != nil {
-		h(step, i)
+	if h := testhook.CoordStep.Load(); h != nil {
+		(*h)(step, i)
 	}
 }
 

@@ -13,9 +13,12 @@ func SetMoveStepHook(f func(step string)) { moveStepHook = f }
 // SetCoordHook sets the two-phase commit's step hook (testhook.CoordStep) for a test and
 // returns what restores it. Set it before any transaction runs.
 func SetCoordHook(h func(step string, i int)) (restore func()) {
-	old := testhook.CoordStep
-	testhook.CoordStep = h
-	return func() { testhook.CoordStep = old }
+	var p *func(string, int)
+	if h != nil {
+		p = &h
+	}
+	old := testhook.CoordStep.Swap(p)
+	return func() { testhook.CoordStep.Store(old) }
 }
 
 // SetSerialPrepares makes the two-phase commit prepare its participants one after another
