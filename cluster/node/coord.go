@@ -306,11 +306,17 @@ func (c *coordTxn) abort(ctx context.Context) {
 	// decided for the transaction, so sending it again is always safe.
 	err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionAbort, c.count)
 	if err != nil && !errors.Is(err, txnode.ErrTxnDecided) {
-		// The primary's own part is aborted after the record (by the recording goroutine):
-		// aborted first, the primary would hold no part of the transaction and record
-		// nothing (decideGuard), and a resolver's Ask would wait for the lease to end.
-		r := abortRecord{id: c.id, lease: c.lease, count: c.count, primary: c.primary, primaryAddr: c.primaryAddr, part: c.prepared[0]}
-		if c.n.recordAbortLater(r) {
+		// The primary's own part is aborted after a first try to record the abort: aborted
+		// first, the primary holds no part of the transaction and records nothing
+		// (decideGuard), and a resolver's Ask waits for the lease to end. With ctx ended the
+		// Decide above never reached the primary: the recording goroutine's first try is the
+		// first, and it aborts the part after it (recorded or not: a primary refusing the
+		// record, busy, must not keep the part's rows locked).
+		r := abortRecord{id: c.id, lease: c.lease, count: c.count, primary: c.primary, primaryAddr: c.primaryAddr}
+		if ctx.Err() != nil {
+			r.part = c.prepared[0]
+		}
+		if c.n.recordAbortLater(r) && r.part != nil {
 			c.prepared[0] = nil
 		}
 	}
@@ -333,7 +339,7 @@ const (
 )
 
 // abortRecord is an abort to record at its primary (recordAbortLater), and the primary's
-// prepared part (nil if none) to abort once it is recorded.
+// prepared part (nil if none) to abort after the first try to record it.
 type abortRecord struct {
 	id          [16]byte
 	lease       int64
@@ -344,8 +350,9 @@ type abortRecord struct {
 }
 
 // recordAbortLater sends Decide(abort) of r to its primary again in the background, under
-// the Node's context (Close abandons it), until the primary answers, then aborts r.part:
-// queued (n.aborts) for the recording goroutines, started up to abortRecordMax. It reports
+// the Node's context (Close abandons it), until the primary answers, aborting r.part after
+// the first try: queued (n.aborts) for the recording goroutines, started up to
+// abortRecordMax. It reports
 // whether r was queued: when not (the Node closed, the queue full), r.part is the caller's
 // to abort. Any goroutine; it does not block.
 func (n *Node) recordAbortLater(r abortRecord) bool {
@@ -392,10 +399,6 @@ func (n *Node) recordAbortLater(r abortRecord) bool {
 			}
 			n.mu.Unlock()
 			n.recordAbort(r)
-			if r.part != nil {
-				part := &coordTxn{n: n, prepared: []*txnode.Prepared{r.part}}
-				part.apply(n.bg, txnode.DecisionAbort) // abandoned if the Node closes
-			}
 		}
 	}()
 	return true
@@ -419,6 +422,12 @@ func (n *Node) recordAbort(r abortRecord) {
 			err = db.DecideTxn(actx, r.id, r.lease, txnode.DecisionAbort, r.count)
 		}
 		cancel()
+		if r.part != nil {
+			// The primary's part aborts after this first try (abort): in the background,
+			// while the tries go on (finishLater: abandoned if the Node closes).
+			n.finishLater(&coordTxn{n: n, prepared: []*txnode.Prepared{r.part}}, txnode.DecisionAbort)
+			r.part = nil
+		}
 		if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
 			return
 		}
