@@ -3,6 +3,7 @@ package storenode
 import (
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode/wal"
 )
 
@@ -129,7 +130,7 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 		var err error
 		switch rec.Kind {
 		case kindTxnForgot:
-			err = decodeTxnForgotRecord(rec.Payload, func(TxnID) {})
+			err = decodeTxnForgotRecord(rec.Payload, func(base.TxnID) {})
 		case kindTxnDecide:
 			_, _, _, _, _, err = decodeTxnDecideRecord(rec.Payload)
 		case kindTxnReported:

@@ -99,7 +99,7 @@ func TestCacheTriggerTxnApplyStall(t *testing.T) {
 	}
 	_, err = e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 9, Batch: s.batch(segs...)})
 	require.NoError(t, err)
-	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit)) // stalls until a checkpoint
+	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit)) // stalls until a checkpoint
 	e.mu.Lock()
 	headroom = e.trig.headroom
 	e.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/bitmaptree"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
@@ -76,12 +77,12 @@ type Engine struct {
 	moves map[uint32]*tableMove
 
 	// Two-phase commit (txn.go), under mu.
-	txnParts     map[TxnID]*txnPart
-	txnDecisions map[TxnID]*txnDecision
+	txnParts     map[base.TxnID]*txnPart
+	txnDecisions map[base.TxnID]*txnDecision
 	// txnAborted holds, by engine clock time, the aborts applied here to a transaction not
 	// prepared here (yet): a prepare of it arriving later is refused. Memory only, at most
 	// Options.MaxTxns, each kept Options.TxnAbortKeep. Guarded by mu.
-	txnAborted map[TxnID]time.Time
+	txnAborted map[base.TxnID]time.Time
 	// txnAbortedQ lists txnAborted's entries oldest first (an id noted again has a newer
 	// entry too), at most Options.MaxTxns; txnAbortQ the abort decisions in the order
 	// recorded, txnAbortDoneQ those every participant reported in the order they did
@@ -97,7 +98,7 @@ type Engine struct {
 	// carries the newest Options.MaxTxns (carryTxns), so a restart keeps those and what the
 	// replayed WAL holds. At most Options.TxnForgetMax, each kept
 	// Options.TxnAbortKeep; txnForgotQ lists them oldest first. Guarded by mu.
-	txnForgot    map[TxnID]txnForgotten
+	txnForgot    map[base.TxnID]txnForgotten
 	txnForgotQ   []txnForgotEntry
 	txnForgotSeq uint64
 	// txnForgotLost is when (engine clock) a forgotten decision younger than
@@ -122,7 +123,7 @@ type Engine struct {
 	// txnReplayed holds the parts replay rebuilt that are not forgotten yet, and
 	// txnReplayedAt when the engine opened: the resolver logs once when they are settled
 	// (txn_forget.go). Guarded by mu.
-	txnReplayed   map[TxnID]struct{}
+	txnReplayed   map[base.TxnID]struct{}
 	txnReplayedAt time.Time
 	// resolveCtx is the resolver loop's context, cancelled by Close (nil without the loop).
 	resolveCtx    context.Context
@@ -310,12 +311,12 @@ func Open(opts Options) (*Engine, error) {
 		start:       time.Now(),
 	}
 	e.leaseSeqs = make(map[uint64]uint64)
-	e.txnParts, e.txnDecisions, e.txnLocks = make(map[TxnID]*txnPart), make(map[TxnID]*txnDecision), make(map[uint64]uint64)
-	e.txnAborted = make(map[TxnID]time.Time)
+	e.txnParts, e.txnDecisions, e.txnLocks = make(map[base.TxnID]*txnPart), make(map[base.TxnID]*txnDecision), make(map[uint64]uint64)
+	e.txnAborted = make(map[base.TxnID]time.Time)
 	e.txnTables = make(map[uint32]int)
 	e.txnOwners = make(map[uint64]txnOwnerUse)
 	e.txnDecisionOwners = make(map[uint64]int)
-	e.txnForgot = make(map[TxnID]txnForgotten)
+	e.txnForgot = make(map[base.TxnID]txnForgotten)
 	e.txnKick = make(chan struct{}, 1)
 	e.cond = sync.NewCond(&e.mu)
 	e.walAckFn = e.walAck

@@ -235,7 +235,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	st, _, err := p.src.MoveStatus(p.srcID)
 	require.NoError(t, err)
 	require.Equal(t, MoveLive, st, "nothing frozen")
-	require.NoError(t, p.src.ApplyTxn(txnID(1), DecisionAbort))
+	require.NoError(t, p.src.ApplyTxn(txnID(1), base.DecisionAbort))
 	_, err = p.src.MoveFreeze(p.srcID, 5)
 	require.NoError(t, err)
 	// Frozen: no transaction can be prepared on it.

@@ -3,6 +3,7 @@ package storenode
 import (
 	"encoding/binary"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -66,7 +67,7 @@ func appendPadded(dst []byte, s string) []byte {
 }
 
 // appendTxnPrepareHeader appends a prepare record's fields before the batch hash.
-func appendTxnPrepareHeader(dst []byte, id TxnID, lease int64, index uint16, primary string) []byte {
+func appendTxnPrepareHeader(dst []byte, id base.TxnID, lease int64, index uint16, primary string) []byte {
 	dst = append(dst, id[:]...)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(lease))
 	dst = binary.LittleEndian.AppendUint16(dst, index)
@@ -77,7 +78,7 @@ func appendTxnPrepareHeader(dst []byte, id TxnID, lease int64, index uint16, pri
 
 // txnPrepareRecord is a decoded kindTxnPrepare payload; commit aliases the payload.
 type txnPrepareRecord struct {
-	id      TxnID
+	id      base.TxnID
 	lease   int64
 	index   uint16
 	primary string
@@ -118,7 +119,7 @@ func decodeTxnPrepareRecord(p []byte, rec *txnPrepareRecord) error {
 	return nil
 }
 
-func appendTxnDecideRecord(dst []byte, id TxnID, d Decision, count uint16, lease int64, reported uint64) []byte {
+func appendTxnDecideRecord(dst []byte, id base.TxnID, d base.Decision, count uint16, lease int64, reported uint64) []byte {
 	dst = append(dst, id[:]...)
 	dst = append(dst, byte(d), 0)
 	dst = binary.LittleEndian.AppendUint16(dst, count)
@@ -127,36 +128,36 @@ func appendTxnDecideRecord(dst []byte, id TxnID, d Decision, count uint16, lease
 	return binary.LittleEndian.AppendUint64(dst, reported)
 }
 
-func decodeTxnDecideRecord(p []byte) (id TxnID, d Decision, count uint16, lease int64, reported uint64, err error) {
+func decodeTxnDecideRecord(p []byte) (id base.TxnID, d base.Decision, count uint16, lease int64, reported uint64, err error) {
 	if len(p) != txnDecideBytes {
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record of %d bytes", len(p))
 	}
 	copy(id[:], p)
-	d, count = Decision(p[16]), binary.LittleEndian.Uint16(p[18:])
+	d, count = base.Decision(p[16]), binary.LittleEndian.Uint16(p[18:])
 	lease, reported = int64(binary.LittleEndian.Uint64(p[24:])), binary.LittleEndian.Uint64(p[32:])
 	switch {
-	case d != DecisionCommit && d != DecisionAbort:
+	case d != base.DecisionCommit && d != base.DecisionAbort:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: decision %d", d)
 	case p[17] != 0 || binary.LittleEndian.Uint32(p[20:]) != 0:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: reserved bytes not zero")
-	case count > txnParticipantsMax || d == DecisionCommit && count < txnParticipantsMax && reported>>count != 0:
+	case count > txnParticipantsMax || d == base.DecisionCommit && count < txnParticipantsMax && reported>>count != 0:
 		// An abort's reports beyond its count are no damage: count 0 is "participants
 		// unknown" (a resolver's abort), and the engine of b3f6c9d took any report of one and
 		// kept it when it learned the count (decisionMask: only counted bits matter).
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: %v of %d participants, reported %#x", d, count, reported)
-	case d == DecisionCommit && count == 0:
+	case d == base.DecisionCommit && count == 0:
 		return id, 0, 0, 0, 0, corrupt.Errorf("storenode: decide record: commit of no participant")
 	}
 	return id, d, count, lease, reported, nil
 }
 
-func appendTxnReportedRecord(dst []byte, id TxnID, index uint16) []byte {
+func appendTxnReportedRecord(dst []byte, id base.TxnID, index uint16) []byte {
 	dst = append(dst, id[:]...)
 	dst = binary.LittleEndian.AppendUint16(dst, index)
 	return append(dst, 0, 0, 0, 0, 0, 0)
 }
 
-func decodeTxnReportedRecord(p []byte) (id TxnID, index uint16, err error) {
+func decodeTxnReportedRecord(p []byte) (id base.TxnID, index uint16, err error) {
 	if len(p) != txnReportedBytes {
 		return id, 0, corrupt.Errorf("storenode: reported record of %d bytes", len(p))
 	}
@@ -168,7 +169,7 @@ func decodeTxnReportedRecord(p []byte) (id TxnID, index uint16, err error) {
 	return id, index, nil
 }
 
-func appendTxnApplyRecord(dst []byte, id TxnID, d Decision, index uint16, primary string) []byte {
+func appendTxnApplyRecord(dst []byte, id base.TxnID, d base.Decision, index uint16, primary string) []byte {
 	dst = append(dst, id[:]...)
 	dst = append(dst, byte(d), 0)
 	dst = binary.LittleEndian.AppendUint16(dst, index)
@@ -177,15 +178,15 @@ func appendTxnApplyRecord(dst []byte, id TxnID, d Decision, index uint16, primar
 	return appendPadded(dst, primary)
 }
 
-func decodeTxnApplyRecord(p []byte) (id TxnID, d Decision, index uint16, primary string, err error) {
+func decodeTxnApplyRecord(p []byte) (id base.TxnID, d base.Decision, index uint16, primary string, err error) {
 	if len(p) < txnApplyFixed {
 		return id, 0, 0, "", corrupt.Errorf("storenode: apply record of %d bytes", len(p))
 	}
 	copy(id[:], p)
-	d, index = Decision(p[16]), binary.LittleEndian.Uint16(p[18:])
+	d, index = base.Decision(p[16]), binary.LittleEndian.Uint16(p[18:])
 	n := int(binary.LittleEndian.Uint16(p[20:]))
 	switch {
-	case d != DecisionCommit && d != DecisionAbort:
+	case d != base.DecisionCommit && d != base.DecisionAbort:
 		return id, 0, 0, "", corrupt.Errorf("storenode: apply record: decision %d", d)
 	case p[17] != 0 || binary.LittleEndian.Uint16(p[22:]) != 0:
 		return id, 0, 0, "", corrupt.Errorf("storenode: apply record: reserved bytes not zero")
@@ -200,7 +201,7 @@ func decodeTxnApplyRecord(p []byte) (id TxnID, d Decision, index uint16, primary
 	return id, d, index, string(p[txnApplyFixed : txnApplyFixed+n]), nil
 }
 
-func appendTxnForgotRecord(dst []byte, ids []TxnID) []byte {
+func appendTxnForgotRecord(dst []byte, ids []base.TxnID) []byte {
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(ids)))
 	dst = append(dst, 0, 0, 0, 0, 0, 0)
 	for i := range ids {
@@ -211,7 +212,7 @@ func appendTxnForgotRecord(dst []byte, ids []TxnID) []byte {
 
 // decodeTxnForgotRecord decodes a kindTxnForgot payload, calling fn with each id in order;
 // every error wraps corrupt.ErrCorruption (fn is called only once the record is whole).
-func decodeTxnForgotRecord(p []byte, fn func(TxnID)) error {
+func decodeTxnForgotRecord(p []byte, fn func(base.TxnID)) error {
 	if len(p) < txnForgotFixed {
 		return corrupt.Errorf("storenode: forgot record of %d bytes", len(p))
 	}
@@ -223,7 +224,7 @@ func decodeTxnForgotRecord(p []byte, fn func(TxnID)) error {
 		return corrupt.Errorf("storenode: forgot record: reserved bytes not zero")
 	}
 	for i := range n {
-		fn(TxnID(p[txnForgotFixed+i*txnIDBytes:]))
+		fn(base.TxnID(p[txnForgotFixed+i*txnIDBytes:]))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -12,16 +13,16 @@ import (
 // input decodes to what re-encodes to the same bytes, or fails with a corruption error. The
 // first byte picks the decoder.
 func FuzzDecodeTxnRecords(f *testing.F) {
-	id := TxnID{1, 2, 3, 15: 16}
+	id := base.TxnID{1, 2, 3, 15: 16}
 	for _, c := range commitSeeds() {
 		f.Add(append(append([]byte{0}, appendTxnPrepareHeader(nil, id, 77, 3, "10.0.0.1:7000")...), c...))
 		f.Add(append(append([]byte{0}, appendTxnPrepareHeader(nil, id, -1, 0, "")...), c...))
 	}
-	f.Add(append([]byte{1}, appendTxnDecideRecord(nil, id, DecisionCommit, 3, 77, 5)...))
-	f.Add(append([]byte{1}, appendTxnDecideRecord(nil, id, DecisionAbort, 64, 77, ^uint64(0))...))
+	f.Add(append([]byte{1}, appendTxnDecideRecord(nil, id, base.DecisionCommit, 3, 77, 5)...))
+	f.Add(append([]byte{1}, appendTxnDecideRecord(nil, id, base.DecisionAbort, 64, 77, ^uint64(0))...))
 	f.Add(append([]byte{2}, appendTxnReportedRecord(nil, id, 63)...))
-	f.Add(append([]byte{3}, appendTxnApplyRecord(nil, id, DecisionAbort, 2, "h:1")...))
-	f.Add(append([]byte{3}, appendTxnApplyRecord(nil, id, DecisionCommit, 0, "")...))
+	f.Add(append([]byte{3}, appendTxnApplyRecord(nil, id, base.DecisionAbort, 2, "h:1")...))
+	f.Add(append([]byte{3}, appendTxnApplyRecord(nil, id, base.DecisionCommit, 0, "")...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return
@@ -73,17 +74,17 @@ func FuzzDecodeTxnRecords(f *testing.F) {
 // FuzzDecodeTxnForgotRecord covers the forgot record (records_txn.go): every input decodes to
 // ids that re-encode to the same bytes, or fails with a corruption error, naming no id.
 func FuzzDecodeTxnForgotRecord(f *testing.F) {
-	f.Add(appendTxnForgotRecord(nil, []TxnID{{1, 2, 3, 15: 16}}))
-	f.Add(appendTxnForgotRecord(nil, []TxnID{{1}, {2}, {15: 3}}))
-	many := make([]TxnID, txnForgotIDsMax)
+	f.Add(appendTxnForgotRecord(nil, []base.TxnID{{1, 2, 3, 15: 16}}))
+	f.Add(appendTxnForgotRecord(nil, []base.TxnID{{1}, {2}, {15: 3}}))
+	many := make([]base.TxnID, txnForgotIDsMax)
 	for i := range many {
 		many[i][0], many[i][15] = byte(i), byte(i>>8)
 	}
 	f.Add(appendTxnForgotRecord(nil, many))
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		var ids []TxnID
-		err := decodeTxnForgotRecord(p, func(id TxnID) { ids = append(ids, id) })
+		var ids []base.TxnID
+		err := decodeTxnForgotRecord(p, func(id base.TxnID) { ids = append(ids, id) })
 		if err != nil {
 			if !errors.Is(err, corrupt.ErrCorruption) {
 				t.Fatalf("not a corruption error: %v", err)

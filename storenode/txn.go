@@ -3,7 +3,6 @@ package storenode
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -48,36 +47,6 @@ import (
 //     decisions remembered (txnForgot: a resent Decide is answered with them) at most
 //     Options.TxnForgetMax, the newest MaxTxns of them carried by each checkpoint too.
 
-// TxnID identifies a distributed transaction; the coordinator makes it unique in the cluster
-// (for instance its etcd lease id and a counter).
-type TxnID [16]byte
-
-// String returns the id in hex.
-func (id TxnID) String() string { return hex.EncodeToString(id[:]) }
-
-// Decision is a transaction's outcome at its primary.
-type Decision uint8
-
-// Decisions. Part of the format (WAL and wire); do not change.
-const (
-	DecisionNone   Decision = 0 // undecided (only as an answer: never recorded)
-	DecisionCommit Decision = 1
-	DecisionAbort  Decision = 2
-)
-
-// String returns "none", "commit" or "abort".
-func (d Decision) String() string {
-	switch d {
-	case DecisionNone:
-		return "none"
-	case DecisionCommit:
-		return "commit"
-	case DecisionAbort:
-		return "abort"
-	}
-	return fmt.Sprintf("decision(%d)", uint8(d))
-}
-
 // LeaseChecker tells whether a coordinator's lease (an etcd lease id) is alive. Package
 // cluster implements it with Client.LeaseAlive; storenode does not import cluster. It is
 // called without any engine lock held, on the goroutine of the request or of the resolver,
@@ -90,14 +59,14 @@ type LeaseChecker interface {
 // report the decision applied. storenode/server implements it over sgio (NewTxnPeer); tests
 // link engines in memory. Called without any engine lock held.
 type TxnPeer interface {
-	AskTxn(ctx context.Context, primary string, id TxnID, lease int64) (Decision, error)
-	ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error
+	AskTxn(ctx context.Context, primary string, id base.TxnID, lease int64) (base.Decision, error)
+	ReportTxn(ctx context.Context, primary string, id base.TxnID, index uint16) error
 }
 
 // TxnPrepare is a participant's part of a transaction: the batch (fenced and deduplicated
 // exactly as a Commit) and what resolving it needs.
 type TxnPrepare struct {
-	Txn TxnID
+	Txn base.TxnID
 	// Lease is the coordinator's etcd lease: a resolver records abort at the primary only
 	// once it is gone.
 	Lease int64
@@ -112,7 +81,7 @@ type TxnPrepare struct {
 
 // txnPart is a participant's transaction. Guarded by mu.
 type txnPart struct {
-	id       TxnID
+	id       base.TxnID
 	lease    int64
 	primary  string
 	index    uint16
@@ -121,12 +90,12 @@ type txnPart struct {
 	at       time.Time
 	rec      []byte // owned prepare payload; nil once applied
 	batch    Batch  // the prepared batch, aliasing rec
-	decision Decision
+	decision base.Decision
 }
 
 // txnDecision is a primary's record of a decided transaction. Guarded by mu.
 type txnDecision struct {
-	d        Decision
+	d        base.Decision
 	count    uint16
 	lease    int64
 	reported uint64
@@ -145,7 +114,7 @@ func (d *txnDecision) allReported() bool {
 }
 
 // txnBatchHash is the dedup hash of a prepared batch: its batch hash mixed with the id.
-func txnBatchHash(b *Batch, id TxnID) uint64 {
+func txnBatchHash(b *Batch, id base.TxnID) uint64 {
 	var buf [24]byte
 	binary.LittleEndian.PutUint64(buf[:], batchHash(b))
 	copy(buf[8:], id[:])
@@ -230,12 +199,12 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 		break
 	}
 	if old := e.txnParts[p.Txn]; old != nil {
-		if old.decision != DecisionNone {
+		if old.decision != base.DecisionNone {
 			return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, p.Txn, old.decision)
 		}
 		return 0, fmt.Errorf("%w: transaction %v is prepared here under another seq", ErrMalformed, p.Txn)
 	}
-	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == DecisionAbort {
+	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == base.DecisionAbort {
 		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
 	}
 	if p.Primary == "" && len(e.txnForgot) > 0 {
@@ -356,16 +325,16 @@ func (e *Engine) tableLocked(id uint32) bool {
 // it holds no part of is answered without a record, a commit refused with ErrTxnNotPrepared.
 // DecideTxn does not check which owner prepared the part (an embedded engine's caller is
 // trusted); DecideTxnAs does.
-func (e *Engine) DecideTxn(ctx context.Context, id TxnID, lease int64, d Decision, count int) (Decision, error) {
+func (e *Engine) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
 	return e.decideTxn(ctx, decider{any: true}, id, lease, d, count)
 }
 
-func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease int64, d Decision, count int) (Decision, error) {
+func (e *Engine) decideTxn(ctx context.Context, owner decider, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
 	switch {
-	case d != DecisionCommit && d != DecisionAbort:
-		return DecisionNone, fmt.Errorf("%w: decision %d", ErrMalformed, d)
-	case count < 0 || count > txnParticipantsMax || d == DecisionCommit && count == 0:
-		return DecisionNone, fmt.Errorf("%w: %v of %d participants", ErrMalformed, d, count)
+	case d != base.DecisionCommit && d != base.DecisionAbort:
+		return base.DecisionNone, fmt.Errorf("%w: decision %d", ErrMalformed, d)
+	case count < 0 || count > txnParticipantsMax || d == base.DecisionCommit && count == 0:
+		return base.DecisionNone, fmt.Errorf("%w: %v of %d participants", ErrMalformed, d, count)
 	}
 	asked := d
 	// A decision already recorded is the answer (a coordinator resends its Decide when the
@@ -375,7 +344,7 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	recorded := false
 	if err := e.usable(); err != nil {
 		e.mu.Unlock()
-		return DecisionNone, err
+		return base.DecisionNone, err
 	}
 	if rec := e.txnDecisions[id]; rec != nil {
 		got, recorded = *rec, true
@@ -390,29 +359,29 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	if recorded {
 		return e.answerDecision(id, asked, got)
 	}
-	if g, applied, err := e.decideGuardEarly(owner, id, lease, d); err != nil || g == guardNoPart && d == DecisionAbort || g == guardApplied {
+	if g, applied, err := e.decideGuardEarly(owner, id, lease, d); err != nil || g == guardNoPart && d == base.DecisionAbort || g == guardApplied {
 		return g.answer(asked, applied, err)
 	}
 	var checked time.Time
-	if d == DecisionCommit && e.opts.LeaseChecker != nil {
+	if d == base.DecisionCommit && e.opts.LeaseChecker != nil {
 		alive, at, err := e.checkDecideLease(ctx, owner.conn, lease) // slots, shared (txn_lease.go)
 		checked = at
 		if err != nil {
-			return DecisionNone, fmt.Errorf("storenode: decide %v: lease %d: %w", id, lease, err)
+			return base.DecisionNone, fmt.Errorf("storenode: decide %v: lease %d: %w", id, lease, err)
 		}
 		if !alive {
-			d = DecisionAbort
+			d = base.DecisionAbort
 		}
 	}
 	e.mu.Lock()
-	if d == DecisionCommit && !checked.IsZero() && e.opts.Now().Sub(checked) > e.opts.TxnAbortKeep/2 {
+	if d == base.DecisionCommit && !checked.IsZero() && e.opts.Now().Sub(checked) > e.opts.TxnAbortKeep/2 {
 		// An abort a resolver recorded after the check could have been forgotten already.
 		e.mu.Unlock()
-		return DecisionNone, fmt.Errorf("%w: decide %v: the lease check is older than half of the abort keep time", ErrTxnBusy, id)
+		return base.DecisionNone, fmt.Errorf("%w: decide %v: the lease check is older than half of the abort keep time", ErrTxnBusy, id)
 	}
-	if asked == DecisionCommit && d == DecisionAbort && e.forgotLostLocked(id) {
+	if asked == base.DecisionCommit && d == base.DecisionAbort && e.forgotLostLocked(id) {
 		e.mu.Unlock()
-		return DecisionNone, fmt.Errorf("%w: decide %v: the lease is gone, and forgotten decisions gave way since %v: it may be a commit forgotten, no abort recorded", ErrTxnBusy, id, e.opts.TxnAbortKeep)
+		return base.DecisionNone, fmt.Errorf("%w: decide %v: the lease is gone, and forgotten decisions gave way since %v: it may be a commit forgotten, no abort recorded", ErrTxnBusy, id, e.opts.TxnAbortKeep)
 	}
 	if g, err := e.decideGuardLocked(owner, id, lease, &d); err != nil || g.ends() {
 		e.mu.Unlock()
@@ -421,15 +390,15 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id TxnID, lease i
 	rec, err := e.decideLocked(id, lease, d, count, !owner.any) // a session's Decide: bounded per owner
 	e.mu.Unlock()
 	if err != nil {
-		return DecisionNone, err
+		return base.DecisionNone, err
 	}
 	return e.answerDecision(id, asked, rec)
 }
 
 // answerDecision answers a Decide of asked with the recorded rec once its record is durable.
-func (e *Engine) answerDecision(id TxnID, asked Decision, rec txnDecision) (Decision, error) {
+func (e *Engine) answerDecision(id base.TxnID, asked base.Decision, rec txnDecision) (base.Decision, error) {
 	if err := e.waitDurable(rec.lsn); err != nil {
-		return DecisionNone, err
+		return base.DecisionNone, err
 	}
 	if rec.d != asked {
 		return rec.d, fmt.Errorf("%w: transaction %v: %v asked, %v recorded", ErrTxnDecided, id, asked, rec.d)
@@ -441,7 +410,7 @@ func (e *Engine) answerDecision(id TxnID, asked Decision, rec txnDecision) (Deci
 // if none was. A recorded decision other than d is returned as is; the caller names it.
 // A new decision of a Decide (quota) is refused past its owner's bound (txn_decisions.go).
 // Caller holds mu.
-func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int, quota bool) (txnDecision, error) {
+func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count int, quota bool) (txnDecision, error) {
 	if err := e.usable(); err != nil {
 		return txnDecision{}, err
 	}
@@ -482,11 +451,11 @@ func (e *Engine) decideLocked(id TxnID, lease int64, d Decision, count int, quot
 // abort, recorded first (the compare-and-set of DecideTxn, so a late commit fails); else
 // DecisionNone (undecided: ask again later). The answer is given only once its record is
 // synced. ctx bounds the lease check.
-func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, error) {
+func (e *Engine) AskTxn(ctx context.Context, id base.TxnID, lease int64) (base.Decision, error) {
 	e.mu.Lock()
 	if err := e.usable(); err != nil {
 		e.mu.Unlock()
-		return DecisionNone, err
+		return base.DecisionNone, err
 	}
 	rec := e.txnDecisions[id]
 	var got txnDecision
@@ -499,25 +468,25 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 	e.mu.Unlock()
 	if !known {
 		if e.opts.LeaseChecker == nil {
-			return DecisionNone, nil
+			return base.DecisionNone, nil
 		}
 		alive, err := e.opts.LeaseChecker.LeaseAlive(ctx, lease)
 		if err != nil {
-			return DecisionNone, fmt.Errorf("storenode: resolve %v: lease %d: %w", id, lease, err)
+			return base.DecisionNone, fmt.Errorf("storenode: resolve %v: lease %d: %w", id, lease, err)
 		}
 		if alive {
-			return DecisionNone, nil
+			return base.DecisionNone, nil
 		}
 		e.mu.Lock()
-		got, err = e.decideLocked(id, lease, DecisionAbort, 0, false)
+		got, err = e.decideLocked(id, lease, base.DecisionAbort, 0, false)
 		e.mu.Unlock()
 		if err != nil {
-			return DecisionNone, err
+			return base.DecisionNone, err
 		}
 		e.stats.txnResolvedAborts.Add(1)
 	}
 	if err := e.waitDurable(got.lsn); err != nil {
-		return DecisionNone, err
+		return base.DecisionNone, err
 	}
 	return got.d, nil
 }
@@ -528,7 +497,7 @@ func (e *Engine) AskTxn(ctx context.Context, id TxnID, lease int64) (Decision, e
 // report already noted, or of an unknown id, returns only once every record logged so far
 // is durable: the first report's record (or the one that forgot the commit) may still be
 // on its way to the disk, and the participant forgets its part on this answer.
-func (e *Engine) ReportTxn(id TxnID, index uint16) error {
+func (e *Engine) ReportTxn(id base.TxnID, index uint16) error {
 	if index >= txnParticipantsMax {
 		return fmt.Errorf("%w: report of participant %d", ErrMalformed, index)
 	}
@@ -541,7 +510,7 @@ func (e *Engine) ReportTxn(id TxnID, index uint16) error {
 	return e.waitDurable(lsn)
 }
 
-func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
+func (e *Engine) reportLocked(id base.TxnID, index uint16) (uint64, error) {
 	if err := e.usable(); err != nil {
 		return 0, err
 	}
@@ -562,10 +531,10 @@ func (e *Engine) reportLocked(id TxnID, index uint16) (uint64, error) {
 }
 
 // noteReported sets a report and forgets a commit every participant applied. Caller holds mu.
-func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
+func (e *Engine) noteReported(id base.TxnID, rec *txnDecision, index uint16) {
 	was := rec.allReported()
 	rec.reported |= 1 << index
-	if rec.d == DecisionCommit && rec.allReported() {
+	if rec.d == base.DecisionCommit && rec.allReported() {
 		e.forgetDecision(id, rec)
 	} else if !was && rec.allReported() {
 		e.queueAbortDone(id, rec) // forgotten by the next sweep once durable
@@ -574,14 +543,14 @@ func (e *Engine) noteReported(id TxnID, rec *txnDecision, index uint16) {
 
 // txnForgotten is a decision forgotten by this node, its primary (Engine.txnForgot).
 type txnForgotten struct {
-	d   Decision
+	d   base.Decision
 	at  time.Time // engine clock, when forgotten
 	seq uint64    // its txnForgotQ entry's
 }
 
 // txnForgotEntry is one forgotten decision in the order forgotten.
 type txnForgotEntry struct {
-	id  TxnID
+	id  base.TxnID
 	seq uint64
 }
 
@@ -593,7 +562,7 @@ type txnForgotEntry struct {
 // reported aborted) or a second commit nobody reports (a leak toward MaxTxns); an Ask is
 // answered with it too. A coordinator that lost its answer for longer than TxnAbortKeep
 // cannot trust an abort (docs/cluster.md, "What the coordinator must do"). Caller holds mu.
-func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
+func (e *Engine) forgetDecision(id base.TxnID, rec *txnDecision) {
 	delete(e.txnDecisions, id)
 	e.countDecision(rec, 0)
 	now := e.opts.Now()
@@ -611,7 +580,7 @@ func (e *Engine) forgetDecision(id TxnID, rec *txnDecision) {
 
 // forgottenLocked returns the forgotten decision of id, as a record already durable, if
 // remembered and younger than Options.TxnAbortKeep. Caller holds mu.
-func (e *Engine) forgottenLocked(id TxnID) (txnDecision, bool) {
+func (e *Engine) forgottenLocked(id base.TxnID) (txnDecision, bool) {
 	f, ok := e.txnForgot[id]
 	if !ok {
 		return txnDecision{}, false
@@ -625,7 +594,7 @@ func (e *Engine) forgottenLocked(id TxnID) (txnDecision, bool) {
 // forgotLostLocked reports whether id is neither decided nor remembered forgotten here
 // while a forgotten decision gave way less than Options.TxnAbortKeep ago (txnForgotLost):
 // id may be one of them. Caller holds mu.
-func (e *Engine) forgotLostLocked(id TxnID) bool {
+func (e *Engine) forgotLostLocked(id base.TxnID) bool {
 	if e.txnForgotLost.IsZero() || e.opts.Now().Sub(e.txnForgotLost) >= e.opts.TxnAbortKeep || e.txnDecisions[id] != nil {
 		return false
 	}
@@ -702,16 +671,18 @@ func (e *Engine) sweepTxnDecisions() {
 // kept until its decision is applied). An abort of an unknown id is remembered for
 // Options.TxnAbortKeep: the transaction's prepare, if it comes after, is refused with
 // ErrTxnDecided. It returns once the apply record is synced.
-func (e *Engine) ApplyTxn(id TxnID, d Decision) error { return e.applyTxn(id, d, decider{any: true}) }
+func (e *Engine) ApplyTxn(id base.TxnID, d base.Decision) error {
+	return e.applyTxn(id, d, decider{any: true})
+}
 
 // applyTxn is ApplyTxn from by: a part prepared here by another owner than by's is refused,
 // untouched (ApplyTxnAs), under the same hold of the engine lock as the apply.
-func (e *Engine) applyTxn(id TxnID, d Decision, by decider) error {
-	if d != DecisionCommit && d != DecisionAbort {
+func (e *Engine) applyTxn(id base.TxnID, d base.Decision, by decider) error {
+	if d != base.DecisionCommit && d != base.DecisionAbort {
 		return fmt.Errorf("%w: decision %d", ErrMalformed, d)
 	}
 	e.mu.Lock()
-	if p := e.txnParts[id]; !by.any && p != nil && p.decision == DecisionNone && p.batch.Owner != by.owner {
+	if p := e.txnParts[id]; !by.any && p != nil && p.decision == base.DecisionNone && p.batch.Owner != by.owner {
 		e.mu.Unlock()
 		return fmt.Errorf("storenode: transaction %v: the part here was prepared by another owner: %w", id, base.ErrForbidden)
 	}
@@ -727,7 +698,7 @@ func (e *Engine) applyTxn(id TxnID, d Decision, by decider) error {
 	return nil
 }
 
-func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
+func (e *Engine) applyTxnLocked(id base.TxnID, d base.Decision) (uint64, error) {
 	var stallStart time.Time
 	for {
 		if err := e.usable(); err != nil {
@@ -735,18 +706,18 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		}
 		p := e.txnParts[id]
 		if p == nil {
-			if d == DecisionAbort {
+			if d == base.DecisionAbort {
 				e.noteAbortedUnprepared(id)
 			}
 			return 0, nil
 		}
-		if p.decision != DecisionNone {
+		if p.decision != base.DecisionNone {
 			if p.decision != d {
 				return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, id, p.decision)
 			}
 			return p.lsn, nil
 		}
-		if d == DecisionCommit {
+		if d == base.DecisionCommit {
 			room, err := e.reserveFrames(&p.batch)
 			if err != nil {
 				return 0, err
@@ -773,7 +744,7 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 		e.scratch = appendTxnApplyRecord(e.scratch[:0], id, d, p.index, p.primary)
 		lsn, err := e.appendRecord(kindTxnApply, e.scratch, true, noAck)
 		if err != nil {
-			if d == DecisionCommit {
+			if d == base.DecisionCommit {
 				e.unpinFrames(&p.batch, len(p.batch.Segments))
 			}
 			return 0, err
@@ -793,7 +764,7 @@ func (e *Engine) applyTxnLocked(id TxnID, d Decision) (uint64, error) {
 // abort, or, once the primary forgot it, until the coordinator's lease ends. Kept
 // Options.TxnAbortKeep (the primary's own keep), at most Options.MaxTxns of them (the
 // oldest give way). Caller holds mu.
-func (e *Engine) noteAbortedUnprepared(id TxnID) {
+func (e *Engine) noteAbortedUnprepared(id base.TxnID) {
 	now := e.opts.Now()
 	e.expireAbortedUnprepared(now) // O(1) amortized: txnAbortedQ, oldest first (txn_forget.go)
 	if len(e.txnAbortedQ) >= e.opts.MaxTxns {
@@ -805,12 +776,12 @@ func (e *Engine) noteAbortedUnprepared(id TxnID) {
 
 // finishPart applies (commit: frames reserved) or drops a prepared part at lsn and keeps it
 // as applied, to be reported. Caller holds mu.
-func (e *Engine) finishPart(p *txnPart, d Decision, lsn uint64) {
+func (e *Engine) finishPart(p *txnPart, d base.Decision, lsn uint64) {
 	e.unlockPart(p)
 	e.txnPrepared--
 	e.txnBytes -= int64(len(p.rec))
 	e.ownerQuotaAdd(p.batch.Owner, -1, -len(p.rec))
-	if d == DecisionCommit {
+	if d == base.DecisionCommit {
 		e.applyBatch(&p.batch, lsn)
 		e.unpinFrames(&p.batch, len(p.batch.Segments))
 		e.stats.txnCommits.Add(1)
@@ -830,18 +801,18 @@ func (e *Engine) kickResolver() {
 
 // TxnStatus is a participant's view of one transaction, for tests and operations.
 type TxnStatus struct {
-	Prepared bool     // prepared, decision not applied
-	Applied  Decision // applied, not yet reported to the primary
-	Primary  Decision // this node's recorded decision, as primary (DecisionNone: none kept)
+	Prepared bool          // prepared, decision not applied
+	Applied  base.Decision // applied, not yet reported to the primary
+	Primary  base.Decision // this node's recorded decision, as primary (DecisionNone: none kept)
 }
 
 // TxnStatus reports what this node keeps of transaction id.
-func (e *Engine) TxnStatus(id TxnID) TxnStatus {
+func (e *Engine) TxnStatus(id base.TxnID) TxnStatus {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var s TxnStatus
 	if p := e.txnParts[id]; p != nil {
-		s.Prepared = p.decision == DecisionNone
+		s.Prepared = p.decision == base.DecisionNone
 		s.Applied = p.decision
 	}
 	if d := e.txnDecisions[id]; d != nil {
@@ -903,7 +874,7 @@ func (e *Engine) carryTxns() (uint64, error) {
 	var last uint64
 	e.carryBegin()
 	for _, p := range e.txnParts {
-		if p.decision == DecisionNone {
+		if p.decision == base.DecisionNone {
 			e.carryLater(p.id)
 			continue
 		}
@@ -962,7 +933,7 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			return err
 		}
 		if old := e.txnParts[pr.id]; old != nil {
-			if old.decision == DecisionNone {
+			if old.decision == base.DecisionNone {
 				return nil // carried again by a checkpoint that did not publish
 			}
 			// Applied, reported and forgotten by the live engine (in memory only before the
@@ -991,8 +962,8 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 		switch {
 		case p == nil:
 			e.txnParts[id] = &txnPart{id: id, primary: primary, index: index, decision: d, lsn: lsn, at: e.opts.Now()}
-		case p.decision == DecisionNone:
-			if d == DecisionCommit {
+		case p.decision == base.DecisionNone:
+			if d == base.DecisionCommit {
 				for {
 					room, err := e.reserveFrames(&p.batch)
 					if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // The two-phase commit's crash test: a child process runs one transfer between two stores
@@ -76,11 +77,11 @@ func TestHelperTxnCrash(t *testing.T) {
 		case "prepared-b":
 			_, err = b.prepare(t, id, txnCrashLease, "a", 1, 1, txnCrashBalance+txnCrashAmount)
 		case "decided":
-			_, err = ea.DecideTxn(ctx, id, txnCrashLease, DecisionCommit, 2)
+			_, err = ea.DecideTxn(ctx, id, txnCrashLease, base.DecisionCommit, 2)
 		case "applied-a":
-			err = ea.ApplyTxn(id, DecisionCommit)
+			err = ea.ApplyTxn(id, base.DecisionCommit)
 		case "applied-b":
-			err = eb.ApplyTxn(id, DecisionCommit)
+			err = eb.ApplyTxn(id, base.DecisionCommit)
 		case "reported":
 			err = eb.ResolveTxns(ctx)
 			if err == nil {
@@ -173,7 +174,7 @@ func checkTxnCrash(t *testing.T, dir string, stop int) {
 		require.True(t, sb.Prepared, "b: %+v", sb)
 	}
 	if reached("decided") && !reached("reported") {
-		require.Equal(t, DecisionCommit, sa.Primary, "a: %+v", sa)
+		require.Equal(t, base.DecisionCommit, sa.Primary, "a: %+v", sa)
 	}
 	if reached("applied-a") {
 		require.Equal(t, uint64(txnCrashBalance-txnCrashAmount), a.get(t, 1))
@@ -210,7 +211,7 @@ func checkTxnCrash(t *testing.T, dir string, stop int) {
 		_, decisions := ea.TxnCounts()
 		require.Zero(t, decisions, "the commit is forgotten once both reported")
 	} else {
-		_, err := ea.DecideTxn(ctx, id, txnCrashLease, DecisionCommit, 2)
+		_, err := ea.DecideTxn(ctx, id, txnCrashLease, base.DecisionCommit, 2)
 		require.ErrorIs(t, err, ErrTxnDecided, "a late commit after the resolvers' abort")
 	}
 }

@@ -3,6 +3,7 @@ package storenode
 import (
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 )
 
@@ -26,8 +27,8 @@ import (
 
 // decisionOwner returns the owner of id's part prepared here as its primary, or 0. Caller
 // holds mu.
-func (e *Engine) decisionOwner(id TxnID) uint64 {
-	if p := e.txnParts[id]; p != nil && p.primary == "" && p.decision == DecisionNone {
+func (e *Engine) decisionOwner(id base.TxnID) uint64 {
+	if p := e.txnParts[id]; p != nil && p.primary == "" && p.decision == base.DecisionNone {
 		return p.batch.Owner
 	}
 	return 0

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // TestTxnDecisionsPerOwnerBound: the decisions kept for an owner's parts (a commit naming
@@ -27,14 +28,14 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 		if n == 9 {
 			owner++
 		}
-		_, err := e.DecideTxnAs(ctx, owner, txnID(n), 5, DecisionCommit, txnParticipantsMax, 0)
+		_, err := e.DecideTxnAs(ctx, owner, txnID(n), 5, base.DecisionCommit, txnParticipantsMax, 0)
 		return err
 	}
 	for n := byte(1); n <= 3; n++ {
 		s.primaryPart(t, txnID(n), 5)
 		require.NoError(t, decide(e, n))
 	}
-	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit))
 	s.primaryPart(t, txnID(4), 5)
 	require.ErrorIs(t, decide(e, 4), ErrTxnBusy, "the owner's fourth decision kept")
 
@@ -53,23 +54,23 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	require.NoError(t, decide(e, 4), "after a restart, txn 1's decision (its part applied) counts no more")
-	require.NoError(t, e.ApplyTxn(txnID(2), DecisionCommit))
+	require.NoError(t, e.ApplyTxn(txnID(2), base.DecisionCommit))
 	s.e = e
 	s.primaryPart(t, txnID(5), 5)
 	require.ErrorIs(t, decide(e, 5), ErrTxnBusy, "after a restart, the decisions of the parts prepared count")
 
 	clock.Advance(time.Minute)
 	list, _ := e.TxnsInDoubt(0)
-	kept := map[TxnID]TxnInDoubt{}
+	kept := map[base.TxnID]TxnInDoubt{}
 	for _, d := range list {
-		if d.Decision != DecisionNone {
+		if d.Decision != base.DecisionNone {
 			kept[d.ID] = d
 		}
 	}
 	require.Len(t, kept, 5, "the commits kept a minute, their participants not all reported")
-	require.Equal(t, TxnInDoubt{ID: txnID(3), Owner: testOwner, Lease: 5, Age: time.Minute, Decision: DecisionCommit}, kept[txnID(3)])
+	require.Equal(t, TxnInDoubt{ID: txnID(3), Owner: testOwner, Lease: 5, Age: time.Minute, Decision: base.DecisionCommit}, kept[txnID(3)])
 
-	require.NoError(t, e.ApplyTxn(txnID(3), DecisionCommit))
+	require.NoError(t, e.ApplyTxn(txnID(3), base.DecisionCommit))
 	for i := range txnParticipantsMax {
 		require.NoError(t, e.ReportTxn(txnID(3), uint16(i)))
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/weftdb/weft/base"
 )
 
 // Transactions in doubt (issue 22, defect 7; docs/operations.md, "Transactions in doubt"): a
@@ -25,7 +27,7 @@ import (
 
 // TxnInDoubt is a prepared part in doubt, as TxnsInDoubt lists it.
 type TxnInDoubt struct {
-	ID      TxnID
+	ID      base.TxnID
 	Owner   uint64 // the owner that prepared it
 	Lease   int64  // the coordinator's lease
 	Table   uint32 // the first table it writes
@@ -35,13 +37,13 @@ type TxnInDoubt struct {
 	// kept for TxnInDoubtAfter, some participant not reported (txn_decisions.go). Owner is
 	// then its part's owner (0: unknown), Table 0, Primary empty. AbortInDoubt refuses it:
 	// a commit is never forgotten here (a participant may still ask for it).
-	Decision Decision
+	Decision base.Decision
 }
 
 // txnInDoubtLocked returns p as in doubt at now, or false. Caller holds mu.
 func (e *Engine) txnInDoubtLocked(p *txnPart, now time.Time) (TxnInDoubt, bool) {
 	age := now.Sub(p.at)
-	if p.decision != DecisionNone || age < e.opts.TxnInDoubtAfter {
+	if p.decision != base.DecisionNone || age < e.opts.TxnInDoubtAfter {
 		return TxnInDoubt{}, false
 	}
 	d := TxnInDoubt{ID: p.id, Owner: p.batch.Owner, Lease: p.lease, Age: age, Primary: p.primary}
@@ -88,7 +90,7 @@ func (e *Engine) txnInDoubtCount() int {
 	now := e.opts.Now()
 	n := 0
 	for _, p := range e.txnParts {
-		if p.decision == DecisionNone && now.Sub(p.at) >= e.opts.TxnInDoubtAfter {
+		if p.decision == base.DecisionNone && now.Sub(p.at) >= e.opts.TxnInDoubtAfter {
 			n++
 		}
 	}
@@ -100,7 +102,7 @@ func (e *Engine) txnInDoubtCount() int {
 // applied abort, its rows unlocked, and reported to its primary by the resolver. A part not
 // prepared here, or prepared for less than Options.TxnInDoubtAfter, is refused with
 // ErrTxnNotInDoubt. It returns what it aborted, once the records are synced.
-func (e *Engine) AbortInDoubt(id TxnID) (TxnInDoubt, error) {
+func (e *Engine) AbortInDoubt(id base.TxnID) (TxnInDoubt, error) {
 	e.mu.Lock()
 	if err := e.usable(); err != nil {
 		e.mu.Unlock()
@@ -119,12 +121,12 @@ func (e *Engine) AbortInDoubt(id TxnID) (TxnInDoubt, error) {
 	}
 	var lsn uint64
 	if p.primary == "" {
-		rec, err := e.decideLocked(id, p.lease, DecisionAbort, 0, false)
+		rec, err := e.decideLocked(id, p.lease, base.DecisionAbort, 0, false)
 		if err != nil {
 			e.mu.Unlock()
 			return TxnInDoubt{}, err
 		}
-		if rec.d != DecisionAbort {
+		if rec.d != base.DecisionAbort {
 			e.mu.Unlock()
 			return TxnInDoubt{}, fmt.Errorf("%w: transaction %v: %v recorded here, its primary: the resolver applies it", ErrTxnDecided, id, rec.d)
 		}
@@ -134,7 +136,7 @@ func (e *Engine) AbortInDoubt(id TxnID) (TxnInDoubt, error) {
 	if err := e.waitDurable(lsn); err != nil {
 		return TxnInDoubt{}, err
 	}
-	if err := e.ApplyTxn(id, DecisionAbort); err != nil {
+	if err := e.ApplyTxn(id, base.DecisionAbort); err != nil {
 		return TxnInDoubt{}, err
 	}
 	e.opts.Logger.Warn("storenode: transaction in doubt aborted by an operator", "txn", id.String(), "owner", d.Owner,

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // TestTxnInDoubtListedAndAborted: a part prepared and never decided, then the owner's
@@ -26,7 +27,7 @@ func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.prepare(t, txnID(3), 7, "", 0, 3, 350)
 	require.NoError(t, err)
-	_, err = e.DecideTxn(t.Context(), txnID(3), 7, DecisionCommit, 1)
+	_, err = e.DecideTxn(t.Context(), txnID(3), 7, base.DecisionCommit, 1)
 	require.NoError(t, err)
 	require.NoError(t, e.Release(s.table, testOwner, s.epoch))
 
@@ -51,10 +52,10 @@ func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	list, n = e.TxnsInDoubt(0)
 	require.Equal(t, 4, n, "three parts, and txn 3's commit kept here for its report")
 	require.Len(t, list, 4)
-	byID := map[TxnID]TxnInDoubt{}
+	byID := map[base.TxnID]TxnInDoubt{}
 	for _, d := range list {
-		if d.Decision != DecisionNone {
-			require.Equal(t, TxnInDoubt{ID: txnID(3), Owner: testOwner, Lease: 7, Age: d.Age, Decision: DecisionCommit}, d)
+		if d.Decision != base.DecisionNone {
+			require.Equal(t, TxnInDoubt{ID: txnID(3), Owner: testOwner, Lease: 7, Age: d.Age, Decision: base.DecisionCommit}, d)
 			continue
 		}
 		byID[d.ID] = d
@@ -72,13 +73,13 @@ func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	_, err = e.AbortInDoubt(txnID(3))
 	require.ErrorIs(t, err, ErrTxnDecided, "commit recorded at this node, its primary: not overridden")
 	require.True(t, e.TxnStatus(txnID(3)).Prepared)
-	require.NoError(t, e.ApplyTxn(txnID(3), DecisionCommit)) // what its resolver does
-	for _, id := range []TxnID{txnID(1), txnID(2)} {
+	require.NoError(t, e.ApplyTxn(txnID(3), base.DecisionCommit)) // what its resolver does
+	for _, id := range []base.TxnID{txnID(1), txnID(2)} {
 		d, err := e.AbortInDoubt(id)
 		require.NoError(t, err)
 		require.Equal(t, id, d.ID)
 	}
-	require.Equal(t, DecisionAbort, e.TxnStatus(txnID(1)).Primary, "the abort recorded at its primary")
+	require.Equal(t, base.DecisionAbort, e.TxnStatus(txnID(1)).Primary, "the abort recorded at its primary")
 	require.Zero(t, e.Stats().TxnInDoubt)
 	_, err = e.AbortInDoubt(txnID(1))
 	require.ErrorIs(t, err, ErrTxnNotInDoubt, "applied already")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -47,7 +48,7 @@ func TestTxnDuplicateReportWaitsDurable(t *testing.T) {
 		require.NoError(t, err)
 		id := txnID(1)
 		setupTxnStore(t, e).primaryPart(t, id, 5)
-		_, err = e.DecideTxn(context.Background(), id, 5, DecisionCommit, count)
+		_, err = e.DecideTxn(context.Background(), id, 5, base.DecisionCommit, count)
 		require.NoError(t, err)
 
 		var (
@@ -108,33 +109,33 @@ func TestTxnDecideRetryAnsweredWithoutEtcd(t *testing.T) {
 	ctx := context.Background()
 	s.primaryPart(t, txnID(1), 5)
 	s.primaryPart(t, txnID(2), 5)
-	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	d, err := s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 
 	leases.mu.Lock()
 	leases.err = errors.New("etcd unreachable")
 	leases.mu.Unlock()
-	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err, "the recorded commit, answered without asking etcd")
-	require.Equal(t, DecisionCommit, d)
-	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 2)
+	require.Equal(t, base.DecisionCommit, d)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionAbort, 2)
 	require.ErrorIs(t, err, ErrTxnDecided)
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 
 	// Nothing recorded: still no decision without the lease check.
-	_, err = s.e.DecideTxn(ctx, txnID(2), 5, DecisionCommit, 2)
+	_, err = s.e.DecideTxn(ctx, txnID(2), 5, base.DecisionCommit, 2)
 	require.Error(t, err)
 	require.NotErrorIs(t, err, ErrTxnDecided)
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
 
 	leases.mu.Lock()
 	leases.err = nil
 	leases.mu.Unlock()
 	leases.kill(5)
-	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err, "the recorded commit, its lease expired since")
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 }
 
 // TestTxnClusterGrantWaitsForResolution: a partition (a cluster table) with rows of a
@@ -171,7 +172,7 @@ func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 	eb := v.grant("acct", 1, b) // a's lease ran out in etcd: b is the owner there
 	_, err = e.RegisterGrant(ctx, ti.ID, b, eb)
 	require.ErrorIs(t, err, ErrTxnLocked, "granted with a transaction in doubt")
-	require.NoError(t, e.ApplyTxn(txnID(1), DecisionAbort))
+	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionAbort))
 	_, err = e.RegisterGrant(ctx, ti.ID, b, eb)
 	require.NoError(t, err, "resolved: granted")
 }
@@ -185,7 +186,7 @@ func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 func TestTxnAbortBeforePrepare(t *testing.T) {
 	clock := fakeClock{}
 	s := newTxnStore(t, Options{Now: clock.Now, TxnAbortKeep: time.Minute, MaxTxns: 4})
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort), "an abort of a transaction not prepared here")
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort), "an abort of a transaction not prepared here")
 	_, err := s.prepare(t, txnID(1), 3, "", 0, 1, 5)
 	require.ErrorIs(t, err, ErrTxnDecided, "the late prepare")
 	s.seq--
@@ -195,7 +196,7 @@ func TestTxnAbortBeforePrepare(t *testing.T) {
 	require.Equal(t, uint64(6), s.get(t, 1))
 
 	for i := byte(10); i < 20; i++ {
-		require.NoError(t, s.e.ApplyTxn(txnID(i), DecisionAbort))
+		require.NoError(t, s.e.ApplyTxn(txnID(i), base.DecisionAbort))
 		clock.Advance(time.Millisecond) // each older than the next
 	}
 	_, err = s.prepare(t, txnID(19), 3, "", 0, 2, 5)

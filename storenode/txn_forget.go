@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 )
 
@@ -23,7 +24,7 @@ func decisionMask(count uint16) uint64 {
 // coordinator's Decide names, and drops the reports beyond it (no such participant: they
 // were made up), so that no state is carried that the count contradicts. In memory only: a
 // checkpoint carries it. Caller holds mu.
-func (e *Engine) learnCount(id TxnID, rec *txnDecision, count int) {
+func (e *Engine) learnCount(id base.TxnID, rec *txnDecision, count int) {
 	if rec.count != 0 || count <= 0 {
 		return
 	}
@@ -60,11 +61,11 @@ func (e *Engine) txnPartsRoom() error {
 // forced (lost in a crash, the parts come back and are reported again). It returns how many
 // it forgot. Called without mu.
 func (e *Engine) forgetReported(tasks []txnTask) int {
-	var ids []TxnID
+	var ids []base.TxnID
 	e.mu.Lock()
 	for i := range tasks {
 		t := &tasks[i]
-		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != DecisionNone {
+		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != base.DecisionNone {
 			delete(e.txnParts, t.id)
 			ids = append(ids, t.id)
 		}
@@ -97,8 +98,8 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 
 // replayForgot drops a part a forgot record names: applied, reported, forgotten. Caller
 // holds mu, in replay.
-func (e *Engine) replayForgot(id TxnID) {
-	if p := e.txnParts[id]; p != nil && p.decision != DecisionNone {
+func (e *Engine) replayForgot(id base.TxnID) {
+	if p := e.txnParts[id]; p != nil && p.decision != base.DecisionNone {
 		delete(e.txnParts, id)
 	}
 }
@@ -110,7 +111,7 @@ func (e *Engine) noteTxnReplayed() {
 	if !e.txnLive() {
 		return
 	}
-	e.txnReplayed = make(map[TxnID]struct{}, len(e.txnParts))
+	e.txnReplayed = make(map[base.TxnID]struct{}, len(e.txnParts))
 	for id := range e.txnParts {
 		e.txnReplayed[id] = struct{}{}
 	}
@@ -123,7 +124,7 @@ func (e *Engine) noteTxnReplayed() {
 // txnAbortedEntry is one abort applied to a transaction not prepared here (txnAborted), in
 // txnAbortedQ: it stands for txnAborted[id] while that is still at.
 type txnAbortedEntry struct {
-	id TxnID
+	id base.TxnID
 	at time.Time
 }
 
@@ -156,7 +157,7 @@ func (e *Engine) popAbortedUnprepared() {
 // leaves its entries to be dropped when met); lsn is what must be durable before the
 // decision is forgotten (txnAbortDoneQ: the last record when every participant reported).
 type txnAbortEntry struct {
-	id  TxnID
+	id  base.TxnID
 	rec *txnDecision
 	lsn uint64
 }
@@ -166,8 +167,8 @@ type txnAbortEntry struct {
 // aborts forgotten sooner (every participant reported) wait behind younger ones: at twice
 // the live decisions' bound (Options.MaxTxns) the queue drops them, keeping the live ones,
 // so each entry costs O(1) amortized. Caller holds mu.
-func (e *Engine) queueAbort(id TxnID, rec *txnDecision) {
-	if rec.d != DecisionAbort {
+func (e *Engine) queueAbort(id base.TxnID, rec *txnDecision) {
+	if rec.d != base.DecisionAbort {
 		return
 	}
 	if len(e.txnAbortQ) >= 2*max(e.opts.MaxTxns, len(e.txnDecisions)) {
@@ -189,8 +190,8 @@ func (e *Engine) queueAbort(id TxnID, rec *txnDecision) {
 
 // queueAbortDone queues an abort every participant reported, to be forgotten by the next
 // sweep once every record logged so far is durable. Caller holds mu.
-func (e *Engine) queueAbortDone(id TxnID, rec *txnDecision) {
-	if rec.d != DecisionAbort {
+func (e *Engine) queueAbortDone(id base.TxnID, rec *txnDecision) {
+	if rec.d != base.DecisionAbort {
 		return
 	}
 	e.txnAbortDoneQ = append(e.txnAbortDoneQ, txnAbortEntry{id: id, rec: rec, lsn: max(rec.lsn, e.lastLSN)})

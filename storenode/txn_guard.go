@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/weftdb/weft/base"
 )
 
 // The primary's guard on decisions (docs/cluster.md, "Two-phase commit"): a decision is
@@ -38,7 +40,7 @@ type decider struct {
 // prepared part of another owner, or under another lease, is refused with ErrTxnNotPrepared,
 // commit and abort alike. The lease check takes one of conn's verification slots
 // (txn_lease.go): none free, the Decide is refused at once with ErrTxnBusy.
-func (e *Engine) DecideTxnAs(ctx context.Context, owner uint64, id TxnID, lease int64, d Decision, count int, conn uint64) (Decision, error) {
+func (e *Engine) DecideTxnAs(ctx context.Context, owner uint64, id base.TxnID, lease int64, d base.Decision, count int, conn uint64) (base.Decision, error) {
 	return e.decideTxn(ctx, decider{owner: owner, conn: conn}, id, lease, d, count)
 }
 
@@ -57,18 +59,18 @@ func (g txnGuard) ends() bool { return g == guardNoPart || g == guardApplied }
 // answer is a Decide's answer when the guard ends it: err; or (guardNoPart) abort, or
 // (guardApplied) the applied decision applied, with an error matching ErrTxnDecided when
 // another was asked.
-func (g txnGuard) answer(asked, applied Decision, err error) (Decision, error) {
+func (g txnGuard) answer(asked, applied base.Decision, err error) (base.Decision, error) {
 	switch {
 	case err != nil:
-		return DecisionNone, err
+		return base.DecisionNone, err
 	case g == guardApplied && applied != asked:
 		return applied, fmt.Errorf("%w: %v asked, %v applied here", ErrTxnDecided, asked, applied)
 	case g == guardApplied:
 		return applied, nil
-	case asked == DecisionCommit:
-		return DecisionAbort, fmt.Errorf("%w: abort: the lease is gone and no part is prepared here", ErrTxnDecided)
+	case asked == base.DecisionCommit:
+		return base.DecisionAbort, fmt.Errorf("%w: abort: the lease is gone and no part is prepared here", ErrTxnDecided)
 	}
-	return DecisionAbort, nil
+	return base.DecisionAbort, nil
 }
 
 // decideGuardEarly runs the guard before the lease check (decideGuardLocked, without
@@ -78,7 +80,7 @@ func (g txnGuard) answer(asked, applied Decision, err error) (Decision, error) {
 // forgotten past the keep, whose answer it lost, reports the outcome unknown), or
 // ErrTxnBusy while forgotten decisions gave way (it may be the resend of one of them,
 // which the coordinator would report aborted).
-func (e *Engine) decideGuardEarly(owner decider, id TxnID, lease int64, d Decision) (txnGuard, Decision, error) {
+func (e *Engine) decideGuardEarly(owner decider, id base.TxnID, lease int64, d base.Decision) (txnGuard, base.Decision, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	g, err := e.decideGuardLocked(owner, id, lease, &d)
@@ -91,7 +93,7 @@ func (e *Engine) decideGuardEarly(owner decider, id TxnID, lease int64, d Decisi
 
 // decideGuardLocked checks a Decide of d against the part held (see the file doc), turning
 // d into the decision a part already applied took. Caller holds mu.
-func (e *Engine) decideGuardLocked(owner decider, id TxnID, lease int64, d *Decision) (txnGuard, error) {
+func (e *Engine) decideGuardLocked(owner decider, id base.TxnID, lease int64, d *base.Decision) (txnGuard, error) {
 	if e.txnDecisions[id] != nil {
 		return guardGo, nil // decideLocked answers with it
 	}
@@ -100,7 +102,7 @@ func (e *Engine) decideGuardLocked(owner decider, id TxnID, lease int64, d *Deci
 	}
 	p := e.txnParts[id]
 	if p == nil || p.primary != "" {
-		if *d == DecisionAbort {
+		if *d == base.DecisionAbort {
 			if p == nil {
 				e.noteAbortedUnprepared(id) // its prepare, still on its way, is refused
 			}
@@ -108,13 +110,13 @@ func (e *Engine) decideGuardLocked(owner decider, id TxnID, lease int64, d *Deci
 		}
 		return guardGo, fmt.Errorf("%w: transaction %v", errTxnNoPart, id)
 	}
-	if p.decision != DecisionNone {
+	if p.decision != base.DecisionNone {
 		// Applied here already (kept decisions are answered above): that is the decision.
 		// An abort is recorded as any abort (a resolver's Ask is then answered at once); a
 		// commit, whose decision was recorded and forgotten, is answered without a record (one
 		// recorded now would have no count: a record replay refuses).
 		*d = p.decision
-		if p.decision == DecisionCommit {
+		if p.decision == base.DecisionCommit {
 			return guardApplied, nil
 		}
 		return guardGo, nil

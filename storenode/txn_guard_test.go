@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // primaryPart prepares id's part at s, its primary, as the protocol does before a Decide
 // (the coordinator prepares every participant, the primary's part too, then decides): row
 // 100 + the id's last byte.
-func (s *txnStore) primaryPart(t testing.TB, id TxnID, lease int64) {
+func (s *txnStore) primaryPart(t testing.TB, id base.TxnID, lease int64) {
 	t.Helper()
 	_, err := s.prepare(t, id, lease, "", 0, 100+uint64(id[15]), uint64(id[15]))
 	require.NoError(t, err)
@@ -32,20 +33,20 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(22, 5))
 	for i := range 4096 {
-		var id TxnID
+		var id base.TxnID
 		binary.LittleEndian.PutUint64(id[:8], rng.Uint64())
 		binary.LittleEndian.PutUint64(id[8:], rng.Uint64())
-		d := DecisionCommit
+		d := base.DecisionCommit
 		if i%2 == 1 {
-			d = DecisionAbort
+			d = base.DecisionAbort
 		}
 		got, err := e.DecideTxn(ctx, id, int64(rng.Uint64()>>1), d, txnParticipantsMax)
-		if d == DecisionCommit {
+		if d == base.DecisionCommit {
 			require.ErrorIs(t, err, ErrTxnNotPrepared, "Decide %d", i)
 			require.ErrorIs(t, err, ErrTxnDecided, "the transaction cannot commit here")
 		} else {
 			require.NoError(t, err, "Decide %d", i)
-			require.Equal(t, DecisionAbort, got)
+			require.Equal(t, base.DecisionAbort, got)
 		}
 	}
 	_, decisions := e.TxnCounts()
@@ -56,16 +57,16 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 		s := setupTxnStore(t, e)
 		id := txnID(byte(1 + round))
 		s.primaryPart(t, id, 5)
-		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, DecisionCommit, 1, 0)
+		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, base.DecisionCommit, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another owner decides")
-		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, DecisionAbort, 1, 0)
+		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, base.DecisionAbort, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another owner aborts")
-		_, err = e.DecideTxnAs(ctx, testOwner, id, 6, DecisionCommit, 1, 0)
+		_, err = e.DecideTxnAs(ctx, testOwner, id, 6, base.DecisionCommit, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another lease")
-		d, err := e.DecideTxnAs(ctx, testOwner, id, 5, DecisionCommit, 1, 0)
+		d, err := e.DecideTxnAs(ctx, testOwner, id, 5, base.DecisionCommit, 1, 0)
 		require.NoError(t, err, "round %d: the real coordinator's Decide", round)
-		require.Equal(t, DecisionCommit, d)
-		require.NoError(t, e.ApplyTxn(id, DecisionCommit))
+		require.Equal(t, base.DecisionCommit, d)
+		require.NoError(t, e.ApplyTxn(id, base.DecisionCommit))
 		require.NoError(t, e.ResolveTxns(ctx))
 		require.Equal(t, TxnStatus{}, e.TxnStatus(id))
 		require.NoError(t, e.Close())

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // gatedLeases is a LeaseChecker whose calls wait for release (or their context), each
@@ -43,8 +44,8 @@ func TestTxnDecideLeaseChecksShared(t *testing.T) {
 	answered := make(chan error, decides)
 	for range decides {
 		go func() {
-			d, err := s.e.DecideTxn(ctx, id, 5, DecisionCommit, 1)
-			if err == nil && d != DecisionCommit {
+			d, err := s.e.DecideTxn(ctx, id, 5, base.DecisionCommit, 1)
+			if err == nil && d != base.DecisionCommit {
 				err = ErrTxnDecided
 			}
 			answered <- err
@@ -64,5 +65,5 @@ func TestTxnDecideLeaseChecksShared(t *testing.T) {
 	for range decides {
 		require.NoError(t, <-answered)
 	}
-	require.Equal(t, TxnStatus{Prepared: true, Primary: DecisionCommit}, s.e.TxnStatus(id))
+	require.Equal(t, TxnStatus{Prepared: true, Primary: base.DecisionCommit}, s.e.TxnStatus(id))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // TestTxnConcurrentTransfers: workers (one owner and one table per store each) run transfers
@@ -84,7 +85,7 @@ func TestTxnConcurrentTransfers(t *testing.T) {
 			m := &models[w]
 			ctx := context.Background()
 			for k := range transfers {
-				id := TxnID{0: byte(w), 8: byte(k), 9: byte(k >> 8)}
+				id := base.TxnID{0: byte(w), 8: byte(k), 9: byte(k >> 8)}
 				lease := nextLease.Add(1)
 				ra, rb := uint64(rng.IntN(rows)), uint64(rng.IntN(rows))
 				amount := uint64(rng.IntN(10) + 1)
@@ -102,40 +103,40 @@ func TestTxnConcurrentTransfers(t *testing.T) {
 						t.Errorf("prepare b: %v", err)
 						return
 					}
-					if _, err := ea.DecideTxn(ctx, id, lease, DecisionAbort, 2); err != nil {
+					if _, err := ea.DecideTxn(ctx, id, lease, base.DecisionAbort, 2); err != nil {
 						t.Errorf("decide abort: %v", err)
 					}
-					if err := ea.ApplyTxn(id, DecisionAbort); err != nil {
+					if err := ea.ApplyTxn(id, base.DecisionAbort); err != nil {
 						t.Errorf("apply abort: %v", err)
 					}
 					continue
 				}
 				switch rng.IntN(4) {
 				case 0, 1: // commit, all told
-					d, err := ea.DecideTxn(ctx, id, lease, DecisionCommit, 2)
-					if err != nil || d != DecisionCommit {
+					d, err := ea.DecideTxn(ctx, id, lease, base.DecisionCommit, 2)
+					if err != nil || d != base.DecisionCommit {
 						t.Errorf("decide commit: %v %v", d, err)
 						return
 					}
 					m[0][ra] -= amount
 					m[1][rb] += amount
-					if err := ea.ApplyTxn(id, DecisionCommit); err != nil {
+					if err := ea.ApplyTxn(id, base.DecisionCommit); err != nil {
 						t.Errorf("apply a: %v", err)
 					}
-					if err := eb.ApplyTxn(id, DecisionCommit); err != nil {
+					if err := eb.ApplyTxn(id, base.DecisionCommit); err != nil {
 						t.Errorf("apply b: %v", err)
 					}
 				case 2: // the coordinator dies before deciding
 					leases.kill(lease)
 				case 3: // it decides commit, tells the primary only, and dies
-					if _, err := ea.DecideTxn(ctx, id, lease, DecisionCommit, 2); err != nil {
+					if _, err := ea.DecideTxn(ctx, id, lease, base.DecisionCommit, 2); err != nil {
 						t.Errorf("decide commit: %v", err)
 						return
 					}
 					m[0][ra] -= amount
 					m[1][rb] += amount
 					if rng.IntN(2) == 0 {
-						if err := ea.ApplyTxn(id, DecisionCommit); err != nil {
+						if err := ea.ApplyTxn(id, base.DecisionCommit); err != nil {
 							t.Errorf("apply a: %v", err)
 						}
 					}

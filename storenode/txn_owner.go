@@ -1,6 +1,10 @@
 package storenode
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/weftdb/weft/base"
+)
 
 // What a storage node's server checks before it lets a client touch a table or a
 // transaction part that may be another owner's (storenode/server's roles, docs/operations.md
@@ -32,6 +36,6 @@ func (e *Engine) TableOnlyHeldBy(name string, owner uint64) (bool, error) {
 // sgio.ErrForbidden. The check and the apply run under one hold of the engine lock. A part
 // not held (never prepared here, or applied and forgotten) and an applied part are ApplyTxn's
 // to answer: no prepared rows remain there to change.
-func (e *Engine) ApplyTxnAs(id TxnID, d Decision, owner uint64) error {
+func (e *Engine) ApplyTxnAs(id base.TxnID, d base.Decision, owner uint64) error {
 	return e.applyTxn(id, d, decider{owner: owner})
 }

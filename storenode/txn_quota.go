@@ -3,6 +3,7 @@ package storenode
 import (
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 )
 
@@ -60,8 +61,8 @@ const txnCarryBytes = 1 << 20
 
 // txnCarry is a checkpoint's carry of the prepared parts, after the snapshot's hold.
 type txnCarry struct {
-	ids     []TxnID            // listed in the snapshot's hold, in no order
-	pending map[TxnID]struct{} // not carried yet; nil while no carry runs
+	ids     []base.TxnID            // listed in the snapshot's hold, in no order
+	pending map[base.TxnID]struct{} // not carried yet; nil while no carry runs
 	// chunkBytes overrides txnCarryBytes (tests); between, when set (tests), runs between
 	// two chunks, mu released.
 	chunkBytes int
@@ -76,10 +77,10 @@ func (e *Engine) carryBegin() {
 }
 
 // carryLater lists a prepared part to carry after the snapshot's hold. Caller holds mu.
-func (e *Engine) carryLater(id TxnID) {
+func (e *Engine) carryLater(id base.TxnID) {
 	c := &e.txnCarry
 	if c.pending == nil {
-		c.pending = make(map[TxnID]struct{})
+		c.pending = make(map[base.TxnID]struct{})
 	}
 	c.ids = append(c.ids, id)
 	c.pending[id] = struct{}{}
@@ -122,7 +123,7 @@ func (e *Engine) carryPrepared() (uint64, error) {
 			}
 			delete(c.pending, id)
 			p := e.txnParts[id]
-			if p == nil || p.decision != DecisionNone {
+			if p == nil || p.decision != base.DecisionNone {
 				continue // applied: carryPartFirst carried it before its apply record
 			}
 			lsn, err := e.appendRecord(kindTxnPrepare, p.rec, false, noAck)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -37,7 +38,7 @@ func TestTxnPrepareOwnerQuota(t *testing.T) {
 	_, err = other.prepare(t, txnID(10), 1, "unreachable:1", 1, 1, 1)
 	require.NoError(t, err, "another owner still prepares")
 
-	require.NoError(t, s.e.ApplyTxn(txnID(0), DecisionAbort))
+	require.NoError(t, s.e.ApplyTxn(txnID(0), base.DecisionAbort))
 	_, err = s.prepare(t, txnID(5), 1, "unreachable:1", 1, 5, 1)
 	require.NoError(t, err, "the applied part gave its room back")
 	parts, _ := s.e.TxnCounts()
@@ -46,7 +47,7 @@ func TestTxnPrepareOwnerQuota(t *testing.T) {
 	// Bytes: a page of rows (4 KiB) fits MaxTxnBytesPerOwner once, not twice.
 	s = newTxnStore(t, Options{MaxTxnBytesPerOwner: 6 << 10})
 	other = ownerStore(t, s.e, "other", testOwner+1)
-	page := func(st *txnStore, id TxnID, pg uint64) error {
+	page := func(st *txnStore, id base.TxnID, pg uint64) error {
 		seg := oneRow(st.table, pg*64, nil)
 		seg.Data, seg.Rows = ^uint64(0), make([]byte, 64*64)
 		_, err := st.e.PrepareTxn(&TxnPrepare{Txn: id, Lease: 1, Primary: "unreachable:1", Index: 1, Batch: st.batch(seg)})
@@ -58,7 +59,7 @@ func TestTxnPrepareOwnerQuota(t *testing.T) {
 	require.NoError(t, page(s, txnID(1), 1))
 	require.ErrorIs(t, page(s, txnID(2), 2), ErrTxnBusy, "past MaxTxnBytesPerOwner")
 	require.NoError(t, page(other, txnID(3), 1), "another owner still prepares")
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort))
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort))
 	require.NoError(t, page(s, txnID(2), 2), "the applied part gave its bytes back")
 }
 
@@ -86,7 +87,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 		if chunks == 1 {
 			other.put(t, 1, 11) // would deadlock if the re-log held the lock
 			e.mu.Lock()
-			var notYet TxnID
+			var notYet base.TxnID
 			found := false
 			for id := range e.txnCarry.pending {
 				notYet, found = id, true
@@ -94,7 +95,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 			}
 			e.mu.Unlock()
 			require.True(t, found)
-			require.NoError(t, e.ApplyTxn(notYet, DecisionCommit))
+			require.NoError(t, e.ApplyTxn(notYet, base.DecisionCommit))
 		}
 	}
 	require.NoError(t, e.Checkpoint())
@@ -102,7 +103,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 	e.txnCarry.between = nil
 	committed := -1
 	for i := range parts {
-		if e.TxnStatus(txnID(byte(i))).Applied == DecisionCommit {
+		if e.TxnStatus(txnID(byte(i))).Applied == base.DecisionCommit {
 			committed = i
 		}
 	}
@@ -117,7 +118,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 	for i := range parts {
 		st := e.TxnStatus(txnID(byte(i)))
 		if i == committed {
-			require.Equal(t, DecisionCommit, st.Applied, "part %d", i)
+			require.Equal(t, base.DecisionCommit, st.Applied, "part %d", i)
 			require.Equal(t, uint64(100+i), s.get(t, uint64(i)))
 		} else {
 			require.True(t, st.Prepared, "part %d", i)

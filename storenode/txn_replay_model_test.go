@@ -41,9 +41,9 @@ type txnModelNode struct {
 	seq   uint64
 	// prepared is every id this node ever prepared: an applied part forgotten in memory
 	// (reported) may come back after a crash, as applied again.
-	prepared map[TxnID]bool
+	prepared map[base.TxnID]bool
 	// decided is every decision this node ever recorded as primary, by id.
-	decided map[TxnID]Decision
+	decided map[base.TxnID]base.Decision
 }
 
 type txnModel struct {
@@ -51,17 +51,17 @@ type txnModel struct {
 	leases *memLeases
 	peers  *memPeers
 	clock  *fakeClock
-	ids    []TxnID
+	ids    []base.TxnID
 }
 
 func newTxnModel(t require.TestingT) *txnModel {
 	m := &txnModel{leases: &memLeases{}, peers: &memPeers{}, clock: &fakeClock{}}
 	m.clock.Now() // copies share one time once it is set
 	for i := range 8 {
-		m.ids = append(m.ids, TxnID{0: 0x5e, 15: byte(i)})
+		m.ids = append(m.ids, base.TxnID{0: 0x5e, 15: byte(i)})
 	}
 	for i, name := range []string{"a", "b"} {
-		n := &txnModelNode{name: name, fs: vfs.NewFaultFS(), prepared: map[TxnID]bool{}, decided: map[TxnID]Decision{}}
+		n := &txnModelNode{name: name, fs: vfs.NewFaultFS(), prepared: map[base.TxnID]bool{}, decided: map[base.TxnID]base.Decision{}}
 		n.opts = Options{Dir: "db", FS: n.fs, Logger: quietLogger, Now: m.clock.Now, LeaseChecker: m.leases, TxnPeer: m.peers,
 			TxnResolveInterval: -1, TxnResolveAfter: time.Second, MaxTxns: 6, TxnForgetMax: 4, CheckpointInterval: -1}
 		m.nodes[i] = n
@@ -107,7 +107,7 @@ func (m *txnModel) close() {
 
 // txnModelPart is what a node keeps of one part, for comparing across a restart.
 type txnModelPart struct {
-	decision       Decision
+	decision       base.Decision
 	primary        string
 	index          uint16
 	owner, seq     uint64
@@ -116,14 +116,14 @@ type txnModelPart struct {
 }
 
 type txnModelDecision struct {
-	d        Decision
+	d        base.Decision
 	count    uint16
 	reported uint64 // counted bits only
 }
 
 type txnModelState struct {
-	parts     map[TxnID]txnModelPart
-	decisions map[TxnID]txnModelDecision
+	parts     map[base.TxnID]txnModelPart
+	decisions map[base.TxnID]txnModelDecision
 	rows      [txnModelRows]uint64
 }
 
@@ -136,7 +136,7 @@ func txnModelCounted(count uint16) uint64 {
 }
 
 func (n *txnModelNode) state(t require.TestingT) txnModelState {
-	s := txnModelState{parts: map[TxnID]txnModelPart{}, decisions: map[TxnID]txnModelDecision{}}
+	s := txnModelState{parts: map[base.TxnID]txnModelPart{}, decisions: map[base.TxnID]txnModelDecision{}}
 	e := n.e
 	e.mu.Lock()
 	for id, p := range e.txnParts {
@@ -191,17 +191,17 @@ func (m *txnModel) restart(t *rapid.T, n *txnModelNode) {
 			continue
 		}
 		require.NotEqual(t, "close", how, "node %s: part %v came back after a close", n.name, id)
-		require.NotEqual(t, DecisionNone, q.decision, "node %s: prepared part %v came back after %s", n.name, id, how)
+		require.NotEqual(t, base.DecisionNone, q.decision, "node %s: prepared part %v came back after %s", n.name, id, how)
 		require.True(t, n.prepared[id], "node %s: part %v came back after %s, never prepared here", n.name, id, how)
 	}
 	for id, d := range before.decisions {
 		q, ok := after.decisions[id]
-		if !ok && d.d == DecisionAbort && d.count > 0 && d.reported == txnModelCounted(d.count) {
+		if !ok && d.d == base.DecisionAbort && d.count > 0 && d.reported == txnModelCounted(d.count) {
 			continue // an abort every participant reported: forgotten (by replay, or the next sweep)
 		}
 		require.True(t, ok, "node %s: decision of %v lost after %s", n.name, id, how)
 		require.Equal(t, d.d, q.d, "node %s: decision of %v after %s", n.name, id, how)
-		if how == "close" || d.d == DecisionCommit {
+		if how == "close" || d.d == base.DecisionCommit {
 			require.Equal(t, d, q, "node %s: decision of %v after %s", n.name, id, how)
 		}
 	}
@@ -210,8 +210,8 @@ func (m *txnModel) restart(t *rapid.T, n *txnModelNode) {
 			continue
 		}
 		require.NotEqual(t, "close", how, "node %s: decision of %v came back after a close", n.name, id)
-		require.Equal(t, DecisionAbort, q.d, "node %s: decision of %v came back after %s", n.name, id, how)
-		require.Equal(t, DecisionAbort, n.decided[id], "node %s: decision of %v came back after %s", n.name, id, how)
+		require.Equal(t, base.DecisionAbort, q.d, "node %s: decision of %v came back after %s", n.name, id, how)
+		require.Equal(t, base.DecisionAbort, n.decided[id], "node %s: decision of %v came back after %s", n.name, id, how)
 	}
 }
 
@@ -234,7 +234,7 @@ func (m *txnModel) node(t *rapid.T) *txnModelNode {
 	return m.nodes[rapid.IntRange(0, 1).Draw(t, "node")]
 }
 
-func (m *txnModel) id(t *rapid.T) TxnID { return rapid.SampledFrom(m.ids).Draw(t, "id") }
+func (m *txnModel) id(t *rapid.T) base.TxnID { return rapid.SampledFrom(m.ids).Draw(t, "id") }
 
 func (m *txnModel) lease(t *rapid.T) int64 { return int64(rapid.IntRange(1, 3).Draw(t, "lease")) }
 
@@ -283,14 +283,14 @@ func (m *txnModel) actions() map[string]func(*rapid.T) {
 		},
 		"decide": func(t *rapid.T) {
 			n := m.node(t)
-			d := rapid.SampledFrom([]Decision{DecisionCommit, DecisionAbort}).Draw(t, "decision")
+			d := rapid.SampledFrom([]base.Decision{base.DecisionCommit, base.DecisionAbort}).Draw(t, "decision")
 			count := rapid.SampledFrom([]int{0, 1, 2, 3, 64}).Draw(t, "count")
 			_, err := n.e.DecideTxn(ctx, m.id(t), m.lease(t), d, count)
 			txnModelErr(t, n, "decide", err)
 		},
 		"apply": func(t *rapid.T) {
 			n := m.node(t)
-			d := rapid.SampledFrom([]Decision{DecisionCommit, DecisionAbort}).Draw(t, "decision")
+			d := rapid.SampledFrom([]base.Decision{base.DecisionCommit, base.DecisionAbort}).Draw(t, "decision")
 			txnModelErr(t, n, "apply", n.e.ApplyTxn(m.id(t), d))
 		},
 		"ask": func(t *rapid.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -58,15 +59,15 @@ func TestTxnReportOfAbortWithoutCount(t *testing.T) {
 	ctx := context.Background()
 	d, err := s.e.AskTxn(ctx, txnID(1), 5)
 	require.NoError(t, err)
-	require.Equal(t, DecisionAbort, d, "the lease is gone: abort recorded, count 0")
+	require.Equal(t, base.DecisionAbort, d, "the lease is gone: abort recorded, count 0")
 	require.NoError(t, s.e.ReportTxn(txnID(1), 5))
 	require.NoError(t, s.e.Checkpoint())
 	s = reopenTxnStore(t, s, opts, fs, false)
-	require.Equal(t, TxnStatus{Primary: DecisionAbort}, s.e.TxnStatus(txnID(1)))
+	require.Equal(t, TxnStatus{Primary: base.DecisionAbort}, s.e.TxnStatus(txnID(1)))
 
 	// The coordinator's Decide names 2 participants: the report of 5 is dropped, 0 and 1
 	// count.
-	_, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 2)
+	_, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionAbort, 2)
 	require.NoError(t, err)
 	require.NoError(t, s.e.ReportTxn(txnID(1), 0))
 	s = reopenTxnStore(t, s, opts, fs, false)
@@ -90,19 +91,19 @@ func TestTxnReportOfAbortWithoutCount(t *testing.T) {
 func TestDecideRecordOfAbortReportsBeyondCount(t *testing.T) {
 	id := txnID(1)
 	for _, c := range []struct {
-		d        Decision
+		d        base.Decision
 		count    uint16
 		reported uint64
 		ok       bool
 	}{
-		{DecisionAbort, 0, 0x20, true},
-		{DecisionAbort, 0, ^uint64(0), true},
-		{DecisionAbort, 2, 0x23, true},
-		{DecisionAbort, 64, ^uint64(0), true},
-		{DecisionCommit, 2, 0x3, true},
-		{DecisionCommit, 2, 0x4, false},
-		{DecisionCommit, 0, 0, false},
-		{DecisionAbort, 65, 0, false},
+		{base.DecisionAbort, 0, 0x20, true},
+		{base.DecisionAbort, 0, ^uint64(0), true},
+		{base.DecisionAbort, 2, 0x23, true},
+		{base.DecisionAbort, 64, ^uint64(0), true},
+		{base.DecisionCommit, 2, 0x3, true},
+		{base.DecisionCommit, 2, 0x4, false},
+		{base.DecisionCommit, 0, 0, false},
+		{base.DecisionAbort, 65, 0, false},
 	} {
 		rec := appendTxnDecideRecord(nil, id, c.d, c.count, 9, c.reported)
 		_, d, count, _, reported, err := decodeTxnDecideRecord(rec)
@@ -128,18 +129,18 @@ func TestTxnReplayAbortForgottenThenCommit(t *testing.T) {
 	ctx := context.Background()
 	d, err := s.e.AskTxn(ctx, txnID(1), 5)
 	require.NoError(t, err)
-	require.Equal(t, DecisionAbort, d)
+	require.Equal(t, base.DecisionAbort, d)
 	clock.Advance(DefaultTxnAbortKeep)
 	require.NoError(t, s.e.ResolveTxns(ctx)) // the sweep forgets it
 	require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
 	clock.Advance(DefaultTxnAbortKeep) // and the memory of it expires
 	_, err = s.prepare(t, txnID(1), 6, "", 0, 1, 150)
 	require.NoError(t, err)
-	d, err = s.e.DecideTxn(ctx, txnID(1), 6, DecisionCommit, 1)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 6, base.DecisionCommit, 1)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 	s = reopenTxnStore(t, s, opts, fs, true)
-	require.Equal(t, TxnStatus{Prepared: true, Primary: DecisionCommit}, s.e.TxnStatus(txnID(1)))
+	require.Equal(t, TxnStatus{Prepared: true, Primary: base.DecisionCommit}, s.e.TxnStatus(txnID(1)))
 }
 
 // TestTxnReplayPartForgottenThenPreparedAgain: a participant's part applied, reported and
@@ -148,7 +149,7 @@ func TestTxnReplayAbortForgottenThenCommit(t *testing.T) {
 // old one. Fails on b3f6c9d: "applied commit, then abort" for abort; for commit the second
 // prepare's rows lost after the kill.
 func TestTxnReplayPartForgottenThenPreparedAgain(t *testing.T) {
-	for _, second := range []Decision{DecisionAbort, DecisionCommit} {
+	for _, second := range []base.Decision{base.DecisionAbort, base.DecisionCommit} {
 		t.Run(second.String(), func(t *testing.T) {
 			peers := &memPeers{}
 			primary := setupTxnStore(t, openTest(t, Options{TxnResolveInterval: -1, Logger: quietLogger}))
@@ -160,15 +161,15 @@ func TestTxnReplayPartForgottenThenPreparedAgain(t *testing.T) {
 			require.NoError(t, err)
 			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 150)
 			require.NoError(t, err)
-			_, err = primary.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+			_, err = primary.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 			require.NoError(t, err)
-			require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
+			require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionCommit))
 			require.NoError(t, s.e.ResolveTxns(ctx)) // reported, forgotten
 			require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
 			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 250)
 			require.NoError(t, err)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), second))
-			want := map[Decision]uint64{DecisionAbort: 150, DecisionCommit: 250}[second]
+			want := map[base.Decision]uint64{base.DecisionAbort: 150, base.DecisionCommit: 250}[second]
 			require.Equal(t, want, s.get(t, 1))
 			s = reopenTxnStore(t, s, opts, fs, true)
 			require.Equal(t, want, s.get(t, 1))
@@ -202,12 +203,12 @@ func commitTxns(t *testing.T, s *txnStore, primary *Engine, primaryName string, 
 	t.Helper()
 	ctx := context.Background()
 	for i := first; i < first+n; i++ {
-		id := TxnID{0: 0x12, 14: byte(i >> 8), 15: byte(i)}
+		id := base.TxnID{0: 0x12, 14: byte(i >> 8), 15: byte(i)}
 		_, err := s.prepare(t, id, 5, primaryName, 0, uint64(i%64), uint64(i))
 		require.NoError(t, err)
-		_, err = primary.DecideTxn(ctx, id, 5, DecisionCommit, 1)
+		_, err = primary.DecideTxn(ctx, id, 5, base.DecisionCommit, 1)
 		require.NoError(t, err)
-		require.NoError(t, s.e.ApplyTxn(id, DecisionCommit))
+		require.NoError(t, s.e.ApplyTxn(id, base.DecisionCommit))
 		if report {
 			require.NoError(t, s.e.ResolveTxns(ctx))
 		}
@@ -300,8 +301,8 @@ func TestTxnAbortMemoryCostConstant(t *testing.T) {
 	leases.kill(5)
 	s, _, _ := txnFaultStore(t, Options{MaxTxns: maxTxns, Now: clock.Now, LeaseChecker: leases})
 	e, ctx := s.e, context.Background()
-	made := func(i int) TxnID {
-		return TxnID{0: 0xab, 12: byte(i >> 24), 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
+	made := func(i int) base.TxnID {
+		return base.TxnID{0: 0xab, 12: byte(i >> 24), 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)}
 	}
 	visited := func() uint64 {
 		e.mu.Lock()
@@ -309,12 +310,12 @@ func TestTxnAbortMemoryCostConstant(t *testing.T) {
 		return e.txnVisited
 	}
 	for i := range maxTxns {
-		require.NoError(t, e.ApplyTxn(made(i), DecisionAbort))
+		require.NoError(t, e.ApplyTxn(made(i), base.DecisionAbort))
 	}
 	const ops = 4 * maxTxns
 	before := visited()
 	for i := range ops {
-		require.NoError(t, e.ApplyTxn(made(maxTxns+i), DecisionAbort))
+		require.NoError(t, e.ApplyTxn(made(maxTxns+i), base.DecisionAbort))
 	}
 	require.LessOrEqual(t, visited()-before, uint64(2*ops), "entries visited by %d aborts of unprepared transactions", ops)
 	_, err := s.prepare(t, made(maxTxns+ops-1), 5, "", 0, 1, 1)
@@ -327,14 +328,14 @@ func TestTxnAbortMemoryCostConstant(t *testing.T) {
 	for i := range maxTxns - 1 {
 		d, err := e.AskTxn(ctx, made(1<<20+i), 5)
 		require.NoError(t, err)
-		require.Equal(t, DecisionAbort, d)
+		require.Equal(t, base.DecisionAbort, d)
 	}
 	before = visited()
 	for i := range ops {
 		id := made(2<<20 + i)
 		_, err := e.AskTxn(ctx, id, 5)
 		require.NoError(t, err)
-		_, err = e.DecideTxn(ctx, id, 5, DecisionAbort, 1)
+		_, err = e.DecideTxn(ctx, id, 5, base.DecisionAbort, 1)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(id, 0))
 		require.NoError(t, e.ResolveTxns(ctx))
@@ -365,20 +366,20 @@ func TestTxnDecideOfPartAppliedAfterDecisionForgotten(t *testing.T) {
 	id := txnID(1)
 	_, err := s.prepare(t, id, 5, "", 1, 1, 150)
 	require.NoError(t, err)
-	d, err := s.e.DecideTxn(ctx, id, 5, DecisionCommit, 1)
+	d, err := s.e.DecideTxn(ctx, id, 5, base.DecisionCommit, 1)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 	require.NoError(t, s.e.ReportTxn(id, 0))
 	require.NoError(t, s.e.ResolveTxns(ctx))
-	require.Equal(t, DecisionNone, s.e.TxnStatus(id).Primary, "the decision is forgotten")
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(id).Primary, "the decision is forgotten")
 	clock.Advance(2 * DefaultTxnAbortKeep) // and the memory of it expires
 	require.NoError(t, s.e.ResolveTxns(ctx))
-	require.NoError(t, s.e.ApplyTxn(id, DecisionCommit)) // the coordinator's apply, late
-	require.Equal(t, TxnStatus{Applied: DecisionCommit}, s.e.TxnStatus(id))
+	require.NoError(t, s.e.ApplyTxn(id, base.DecisionCommit)) // the coordinator's apply, late
+	require.Equal(t, TxnStatus{Applied: base.DecisionCommit}, s.e.TxnStatus(id))
 
-	d, err = s.e.DecideTxn(ctx, id, 5, DecisionAbort, 0)
+	d, err = s.e.DecideTxn(ctx, id, 5, base.DecisionAbort, 0)
 	require.ErrorIs(t, err, ErrTxnDecided, "the part here applied commit")
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 	require.NoError(t, s.e.Checkpoint())
 	s = reopenTxnStore(t, s, opts, fs, false)
 	s = reopenTxnStore(t, s, opts, fs, true)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/weftdb/weft/base"
 )
 
 // The resolver's pass (ResolveTxns): which parts it takes, in which order it calls their
@@ -34,12 +36,12 @@ import (
 
 // txnTask is one resolver step for a part: ask the primary (prepared) or report (applied).
 type txnTask struct {
-	id      TxnID
+	id      base.TxnID
 	lease   int64
 	primary string
 	index   uint16
 	owner   uint64 // the prepared batch's owner; 0 for an applied part (its batch is gone)
-	applied Decision
+	applied base.Decision
 	done    bool // reported: the part is forgotten at the pass's end (forgetReported)
 }
 
@@ -171,10 +173,10 @@ func (e *Engine) resolveTasks(now time.Time) []txnTask {
 		if b != nil {
 			b.seen = e.txnPass
 		}
-		if p.decision == DecisionNone && now.Sub(p.at) < e.opts.TxnResolveAfter {
+		if p.decision == base.DecisionNone && now.Sub(p.at) < e.opts.TxnResolveAfter {
 			continue
 		}
-		if p.decision != DecisionNone && p.lsn > e.durableThrough() {
+		if p.decision != base.DecisionNone && p.lsn > e.durableThrough() {
 			// Applied, the apply record not synced yet (ApplyTxn waits for it): a report now
 			// could let the primary forget a decision a crash would make this part ask for.
 			continue
@@ -183,7 +185,7 @@ func (e *Engine) resolveTasks(now time.Time) []txnTask {
 			continue
 		}
 		var owner uint64
-		if p.decision == DecisionNone {
+		if p.decision == base.DecisionNone {
 			owner = p.batch.Owner
 		}
 		if len(byOwner[owner]) == txnTasksMax {
@@ -286,8 +288,8 @@ func (e *Engine) resolveOne(ctx context.Context, t *txnTask) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.TxnCallTimeout)
 	defer cancel()
 	remote := t.primary != ""
-	if t.applied == DecisionNone {
-		var d Decision
+	if t.applied == base.DecisionNone {
+		var d base.Decision
 		var err error
 		if !remote {
 			d, err = e.AskTxn(ctx, t.id, t.lease)
@@ -299,7 +301,7 @@ func (e *Engine) resolveOne(ctx context.Context, t *txnTask) (bool, error) {
 		if err != nil {
 			return remote, err
 		}
-		if d == DecisionNone {
+		if d == base.DecisionNone {
 			return false, nil
 		}
 		if err := e.ApplyTxn(t.id, d); err != nil {

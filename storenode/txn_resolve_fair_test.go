@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // answeringPeer is a stuckPeer but for one primary, which answers at once (undecided); it
@@ -18,7 +19,7 @@ type answeringPeer struct {
 	before  int // calls to the others begun before answers' first ask; -1 until then
 }
 
-func (p *answeringPeer) AskTxn(ctx context.Context, primary string, id TxnID, lease int64) (Decision, error) {
+func (p *answeringPeer) AskTxn(ctx context.Context, primary string, id base.TxnID, lease int64) (base.Decision, error) {
 	if primary != p.answers {
 		return p.stuckPeer.AskTxn(ctx, primary, id, lease)
 	}
@@ -32,7 +33,7 @@ func (p *answeringPeer) AskTxn(ctx context.Context, primary string, id TxnID, le
 		close(p.asked)
 	}
 	p.calls[primary]++
-	return DecisionNone, nil
+	return base.DecisionNone, nil
 }
 
 // callsSince reports the calls per primary since the last callsSince.
@@ -60,7 +61,7 @@ func TestTxnResolveFairOverOwnersAndBacksOff(t *testing.T) {
 	s := newTxnStore(t, Options{TxnPeer: peer, TxnResolveAfter: time.Second, TxnCallTimeout: time.Hour,
 		TxnResolvePrimariesMax: slots, MaxTxnsPerOwner: 2 * hangs, Now: clock.Now})
 	for i := range hangs {
-		id := TxnID{0: 0x7f, 14: byte(i >> 8), 15: byte(i)}
+		id := base.TxnID{0: 0x7f, 14: byte(i >> 8), 15: byte(i)}
 		_, err := s.prepare(t, id, 5, fmt.Sprintf("10.0.%d.%d:7", i/256, i%256), 1, uint64(1+i), 5)
 		require.NoError(t, err)
 	}

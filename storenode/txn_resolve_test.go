@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // stuckPeer is a TxnPeer whose primaries are all unreachable: each call waits until its
@@ -53,11 +54,11 @@ func (p *stuckPeer) call(ctx context.Context, primary string) error {
 	}
 }
 
-func (p *stuckPeer) AskTxn(ctx context.Context, primary string, id TxnID, lease int64) (Decision, error) {
-	return DecisionNone, p.call(ctx, primary)
+func (p *stuckPeer) AskTxn(ctx context.Context, primary string, id base.TxnID, lease int64) (base.Decision, error) {
+	return base.DecisionNone, p.call(ctx, primary)
 }
 
-func (p *stuckPeer) ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error {
+func (p *stuckPeer) ReportTxn(ctx context.Context, primary string, id base.TxnID, index uint16) error {
 	return p.call(ctx, primary)
 }
 

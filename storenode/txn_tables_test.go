@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // acquireVisits runs an Acquire of table by owner and returns its error and the entries
@@ -49,7 +50,7 @@ func TestAcquireCostNotScaledByOthersPreparedParts(t *testing.T) {
 	_, err = e.Acquire(s.table, testOwner+1, 0)
 	require.ErrorIs(t, err, ErrTxnLocked, "replay counts the parts' tables")
 	for i := range parts {
-		require.NoError(t, e.ApplyTxn(txnID(byte(1+i)), DecisionAbort))
+		require.NoError(t, e.ApplyTxn(txnID(byte(1+i)), base.DecisionAbort))
 	}
 	_, err = e.Acquire(s.table, testOwner+1, 0)
 	require.NotErrorIs(t, err, ErrTxnLocked, "every part applied")

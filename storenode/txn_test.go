@@ -67,15 +67,15 @@ func (p *memPeers) get(name string) (*Engine, error) {
 	return nil, fmt.Errorf("no storage node %q", name)
 }
 
-func (p *memPeers) AskTxn(ctx context.Context, primary string, id TxnID, lease int64) (Decision, error) {
+func (p *memPeers) AskTxn(ctx context.Context, primary string, id base.TxnID, lease int64) (base.Decision, error) {
 	e, err := p.get(primary)
 	if err != nil {
-		return DecisionNone, err
+		return base.DecisionNone, err
 	}
 	return e.AskTxn(ctx, id, lease)
 }
 
-func (p *memPeers) ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error {
+func (p *memPeers) ReportTxn(ctx context.Context, primary string, id base.TxnID, index uint16) error {
 	e, err := p.get(primary)
 	if err != nil {
 		return err
@@ -144,12 +144,12 @@ func uint64FromRow(row []byte) uint64 {
 	return v
 }
 
-func (s *txnStore) prepare(t testing.TB, id TxnID, lease int64, primary string, index uint16, row, v uint64) (uint64, error) {
+func (s *txnStore) prepare(t testing.TB, id base.TxnID, lease int64, primary string, index uint16, row, v uint64) (uint64, error) {
 	t.Helper()
 	return s.e.PrepareTxn(&TxnPrepare{Txn: id, Lease: lease, Primary: primary, Index: index, Batch: s.batch(oneRow(s.table, row, row64(v)))})
 }
 
-func txnID(n byte) TxnID { return TxnID{0: 0x7e, 15: n} }
+func txnID(n byte) base.TxnID { return base.TxnID{0: 0x7e, 15: n} }
 
 // TestTxnPrepareApply: prepared rows are invisible and locked until the decision is applied;
 // commit writes them, abort drops them; applying again is a no-op, the other decision fails.
@@ -172,18 +172,18 @@ func TestTxnPrepareApply(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, s.e.DropTable("bank", testOwner), ErrTxnLocked)
 
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionCommit))
 	require.Equal(t, uint64(150), s.get(t, 1))
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit), "idempotent")
-	require.ErrorIs(t, s.e.ApplyTxn(txnID(1), DecisionAbort), ErrTxnDecided)
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionCommit), "idempotent")
+	require.ErrorIs(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort), ErrTxnDecided)
 	s.put(t, 1, 151) // unlocked
 
 	_, err = s.prepare(t, txnID(3), 9, "", 0, 2, 250)
 	require.NoError(t, err)
-	require.NoError(t, s.e.ApplyTxn(txnID(3), DecisionAbort))
+	require.NoError(t, s.e.ApplyTxn(txnID(3), base.DecisionAbort))
 	require.Equal(t, uint64(200), s.get(t, 2))
 	s.put(t, 2, 201)
-	require.NoError(t, s.e.ApplyTxn(txnID(99), DecisionCommit), "an unknown transaction")
+	require.NoError(t, s.e.ApplyTxn(txnID(99), base.DecisionCommit), "an unknown transaction")
 
 	// A retried prepare (same seq, same bytes) is acknowledged with its LSN; another
 	// transaction under that seq is refused.
@@ -221,50 +221,50 @@ func TestTxnDecideCAS(t *testing.T) {
 		s.primaryPart(t, txnID(byte(i+1)), lease)
 	}
 
-	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	d, err := s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, d)
-	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	require.Equal(t, base.DecisionCommit, d)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err, "the same decision again")
-	require.Equal(t, DecisionCommit, d)
-	d, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 2)
+	require.Equal(t, base.DecisionCommit, d)
+	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionAbort, 2)
 	require.ErrorIs(t, err, ErrTxnDecided)
 	require.Contains(t, err.Error(), "commit recorded")
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 
 	// Undecided, lease alive: the resolver hears "none".
 	got, err := s.e.AskTxn(ctx, txnID(2), 6)
 	require.NoError(t, err)
-	require.Equal(t, DecisionNone, got)
+	require.Equal(t, base.DecisionNone, got)
 	leases.kill(6)
 	got, err = s.e.AskTxn(ctx, txnID(2), 6)
 	require.NoError(t, err)
-	require.Equal(t, DecisionAbort, got)
-	_, err = s.e.DecideTxn(ctx, txnID(2), 6, DecisionCommit, 2)
+	require.Equal(t, base.DecisionAbort, got)
+	_, err = s.e.DecideTxn(ctx, txnID(2), 6, base.DecisionCommit, 2)
 	require.ErrorIs(t, err, ErrTxnDecided, "a late commit after a resolver's abort")
 	require.Contains(t, err.Error(), "abort recorded")
 
 	// A commit whose lease is gone records abort itself.
 	leases.kill(7)
-	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionCommit, 1)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, base.DecisionCommit, 1)
 	require.ErrorIs(t, err, ErrTxnDecided)
-	require.Equal(t, DecisionAbort, d)
-	require.Equal(t, DecisionAbort, s.e.TxnStatus(txnID(3)).Primary)
+	require.Equal(t, base.DecisionAbort, d)
+	require.Equal(t, base.DecisionAbort, s.e.TxnStatus(txnID(3)).Primary)
 
 	// A lease check that fails decides nothing.
 	leases.mu.Lock()
 	leases.err = errors.New("etcd unreachable")
 	leases.mu.Unlock()
-	_, err = s.e.DecideTxn(ctx, txnID(4), 8, DecisionCommit, 1)
+	_, err = s.e.DecideTxn(ctx, txnID(4), 8, base.DecisionCommit, 1)
 	require.Error(t, err)
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(4)).Primary)
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(4)).Primary)
 	_, err = s.e.AskTxn(ctx, txnID(4), 8)
 	require.Error(t, err)
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(4)).Primary)
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(4)).Primary)
 
-	_, err = s.e.DecideTxn(ctx, txnID(5), 8, DecisionCommit, 0)
+	_, err = s.e.DecideTxn(ctx, txnID(5), 8, base.DecisionCommit, 0)
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = s.e.DecideTxn(ctx, txnID(5), 8, DecisionNone, 1)
+	_, err = s.e.DecideTxn(ctx, txnID(5), 8, base.DecisionNone, 1)
 	require.ErrorIs(t, err, ErrMalformed)
 }
 
@@ -276,25 +276,25 @@ func TestTxnForget(t *testing.T) {
 	ctx := context.Background()
 	s.primaryPart(t, txnID(1), 5)
 	s.primaryPart(t, txnID(2), 5)
-	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 3)
+	_, err := s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 3)
 	require.NoError(t, err)
 	for _, i := range []uint16{2, 0, 2} {
 		require.NoError(t, s.e.ReportTxn(txnID(1), i))
-		require.Equal(t, DecisionCommit, s.e.TxnStatus(txnID(1)).Primary)
+		require.Equal(t, base.DecisionCommit, s.e.TxnStatus(txnID(1)).Primary)
 	}
 	require.ErrorIs(t, s.e.ReportTxn(txnID(1), 3), ErrMalformed, "participant beyond the count")
 	require.NoError(t, s.e.ReportTxn(txnID(1), 1))
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(1)).Primary, "forgotten")
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(1)).Primary, "forgotten")
 	require.NoError(t, s.e.ReportTxn(txnID(1), 1), "a report of a forgotten transaction")
 
-	_, err = s.e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 2)
+	_, err = s.e.DecideTxn(ctx, txnID(2), 5, base.DecisionAbort, 2)
 	require.NoError(t, err)
 	require.NoError(t, s.e.ReportTxn(txnID(2), 0))
 	require.NoError(t, s.e.ResolveTxns(ctx))
-	require.Equal(t, DecisionAbort, s.e.TxnStatus(txnID(2)).Primary, "kept: one participant has not reported")
+	require.Equal(t, base.DecisionAbort, s.e.TxnStatus(txnID(2)).Primary, "kept: one participant has not reported")
 	clock.Advance(time.Minute)
 	require.NoError(t, s.e.ResolveTxns(ctx))
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(2)).Primary, "forgotten after the keep time")
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(2)).Primary, "forgotten after the keep time")
 	_, decisions := s.e.TxnCounts()
 	require.Zero(t, decisions)
 }
@@ -323,7 +323,7 @@ func TestTxnRestart(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.prepare(t, txnID(2), 5, "peer:1", 1, 2, 250)
 	require.NoError(t, err)
-	_, err = e.DecideTxn(context.Background(), txnID(1), 5, DecisionCommit, 2)
+	_, err = e.DecideTxn(context.Background(), txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err)
 	for range 3 {
 		require.NoError(t, e.Checkpoint())
@@ -338,7 +338,7 @@ func TestTxnRestart(t *testing.T) {
 		e, err = Open(opts)
 		require.NoError(t, err)
 		s = setupTxnStore(t, e)
-		require.Equal(t, TxnStatus{Prepared: true, Primary: DecisionCommit}, e.TxnStatus(txnID(1)), "round %d", round)
+		require.Equal(t, TxnStatus{Prepared: true, Primary: base.DecisionCommit}, e.TxnStatus(txnID(1)), "round %d", round)
 		require.Equal(t, TxnStatus{Prepared: true}, e.TxnStatus(txnID(2)))
 		require.Equal(t, uint64(100), s.get(t, 1))
 		_, err = e.CommitWait(s.batch(oneRow(s.table, 2, row64(1))))
@@ -350,7 +350,7 @@ func TestTxnRestart(t *testing.T) {
 	e, err = Open(opts)
 	require.NoError(t, err)
 	s = setupTxnStore(t, e)
-	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit))
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
 	e, err = Open(opts)
@@ -358,10 +358,10 @@ func TestTxnRestart(t *testing.T) {
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	require.Equal(t, uint64(150), s.get(t, 1))
-	require.Equal(t, TxnStatus{Applied: DecisionCommit, Primary: DecisionCommit}, e.TxnStatus(txnID(1)), "applied, to report")
+	require.Equal(t, TxnStatus{Applied: base.DecisionCommit, Primary: base.DecisionCommit}, e.TxnStatus(txnID(1)), "applied, to report")
 	// The resolver reports to itself (this node is the primary): half the participants.
 	require.NoError(t, e.ResolveTxns(context.Background()), "txn 2 is too young to ask its primary")
-	require.Equal(t, TxnStatus{Primary: DecisionCommit}, e.TxnStatus(txnID(1)))
+	require.Equal(t, TxnStatus{Primary: base.DecisionCommit}, e.TxnStatus(txnID(1)))
 	require.NoError(t, e.ReportTxn(txnID(1), 1))
 	require.Equal(t, TxnStatus{}, e.TxnStatus(txnID(1)), "every participant reported: forgotten")
 }
@@ -397,7 +397,7 @@ func TestTxnResolve(t *testing.T) {
 	require.Equal(t, uint64(100), b.get(t, 1))
 	require.NoError(t, a.e.ResolveTxns(ctx))
 	require.Equal(t, uint64(100), a.get(t, 1))
-	_, err = a.e.DecideTxn(ctx, txnID(1), 11, DecisionCommit, 2)
+	_, err = a.e.DecideTxn(ctx, txnID(1), 11, base.DecisionCommit, 2)
 	require.ErrorIs(t, err, ErrTxnDecided, "the coordinator wakes up and commits: too late")
 
 	// Coordinator 2 (lease 12) decides commit at a, applies at a, dies before telling b.
@@ -405,11 +405,11 @@ func TestTxnResolve(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.prepare(t, txnID(2), 12, "a", 1, 1, 120)
 	require.NoError(t, err)
-	_, err = a.e.DecideTxn(ctx, txnID(2), 12, DecisionCommit, 2)
+	_, err = a.e.DecideTxn(ctx, txnID(2), 12, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.NoError(t, a.e.ApplyTxn(txnID(2), DecisionCommit))
+	require.NoError(t, a.e.ApplyTxn(txnID(2), base.DecisionCommit))
 	require.NoError(t, a.e.ResolveTxns(ctx)) // a reports to itself
-	require.Equal(t, DecisionCommit, a.e.TxnStatus(txnID(2)).Primary, "kept until b reports")
+	require.Equal(t, base.DecisionCommit, a.e.TxnStatus(txnID(2)).Primary, "kept until b reports")
 	clock.Advance(time.Second)
 	require.NoError(t, b.e.ResolveTxns(ctx), "lease 12 is alive, but commit is recorded")
 	require.Equal(t, uint64(120), b.get(t, 1))
@@ -435,7 +435,7 @@ func TestTxnBytesBounded(t *testing.T) {
 	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
 	require.ErrorIs(t, err, ErrTxnBusy)
 	s.seq--
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort))
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort))
 	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
 	require.NoError(t, err)
 }
@@ -446,7 +446,7 @@ type countingPeer struct {
 	reports int
 }
 
-func (p *countingPeer) ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error {
+func (p *countingPeer) ReportTxn(ctx context.Context, primary string, id base.TxnID, index uint16) error {
 	p.mu.Lock()
 	p.reports++
 	p.mu.Unlock()
@@ -466,9 +466,9 @@ func TestTxnReportOnlyDurable(t *testing.T) {
 	a.primaryPart(t, txnID(1), 3)
 	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
 	require.NoError(t, err)
-	_, err = a.e.DecideTxn(ctx, txnID(1), 3, DecisionCommit, 2)
+	_, err = a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.NoError(t, b.e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
 
 	b.e.mu.Lock()
 	p := b.e.txnParts[txnID(1)]
@@ -496,7 +496,7 @@ func TestTxnGrantWaitsForResolution(t *testing.T) {
 	clock.Advance(DefaultLeaseDuration + time.Second)
 	_, err = s.e.Acquire(s.table, testOwner+1, 0)
 	require.ErrorIs(t, err, ErrTxnLocked)
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionAbort))
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort))
 	_, err = s.e.Acquire(s.table, testOwner+1, 0)
 	require.NoError(t, err)
 }
@@ -504,10 +504,10 @@ func TestTxnGrantWaitsForResolution(t *testing.T) {
 // signalPeer tells a channel each time a report was delivered.
 type signalPeer struct {
 	memPeers
-	reported chan TxnID
+	reported chan base.TxnID
 }
 
-func (p *signalPeer) ReportTxn(ctx context.Context, primary string, id TxnID, index uint16) error {
+func (p *signalPeer) ReportTxn(ctx context.Context, primary string, id base.TxnID, index uint16) error {
 	err := p.memPeers.ReportTxn(ctx, primary, id, index)
 	if err == nil {
 		p.reported <- id
@@ -518,7 +518,7 @@ func (p *signalPeer) ReportTxn(ctx context.Context, primary string, id TxnID, in
 // TestTxnBackgroundResolver: the engine's own resolver loop reports an applied decision as
 // soon as it is applied (kicked, not waiting for its period), and stops with Close.
 func TestTxnBackgroundResolver(t *testing.T) {
-	peers := &signalPeer{reported: make(chan TxnID, 4)}
+	peers := &signalPeer{reported: make(chan base.TxnID, 4)}
 	a := newTxnStore(t, Options{})
 	b := newTxnStore(t, Options{TxnPeer: peers, TxnResolveInterval: time.Hour})
 	peers.set("a", a.e)
@@ -526,9 +526,9 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	a.primaryPart(t, txnID(1), 3)
 	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
 	require.NoError(t, err)
-	_, err = a.e.DecideTxn(ctx, txnID(1), 3, DecisionCommit, 2)
+	_, err = a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.NoError(t, b.e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
 	select {
 	case id := <-peers.reported:
 		require.Equal(t, txnID(1), id)
@@ -537,8 +537,8 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	}
 	require.NoError(t, b.e.Close()) // waits for the resolver's pass to end
 	require.Equal(t, TxnStatus{}, b.e.TxnStatus(txnID(1)), "forgotten once reported")
-	require.NoError(t, a.e.ApplyTxn(txnID(1), DecisionCommit)) // the primary's own part
-	require.NoError(t, a.e.ResolveTxns(ctx))                   // reports it to itself
+	require.NoError(t, a.e.ApplyTxn(txnID(1), base.DecisionCommit)) // the primary's own part
+	require.NoError(t, a.e.ResolveTxns(ctx))                        // reports it to itself
 	require.Equal(t, TxnStatus{}, a.e.TxnStatus(txnID(1)), "both reported")
 }
 
@@ -577,7 +577,7 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	s = setupTxnStore(t, e)
-	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit))
 	require.Equal(t, uint64(111), s.get(t, 1))
 	for p := uint64(1); p < pages; p++ {
 		require.Equal(t, p, s.get(t, p*64))
@@ -632,59 +632,59 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 	s := newTxnStore(t, Options{Now: clock.Now, LeaseChecker: leases, TxnAbortKeep: time.Minute, TxnForgetMax: 4})
 	ctx := context.Background()
 
-	commitForgotten := func(id TxnID, lease int64) {
+	commitForgotten := func(id base.TxnID, lease int64) {
 		t.Helper()
 		s.primaryPart(t, id, lease)
-		d, err := s.e.DecideTxn(ctx, id, lease, DecisionCommit, 2)
+		d, err := s.e.DecideTxn(ctx, id, lease, base.DecisionCommit, 2)
 		require.NoError(t, err)
-		require.Equal(t, DecisionCommit, d)
+		require.Equal(t, base.DecisionCommit, d)
 		require.NoError(t, s.e.ReportTxn(id, 0))
 		require.NoError(t, s.e.ReportTxn(id, 1))
-		require.Equal(t, DecisionNone, s.e.TxnStatus(id).Primary, "forgotten")
+		require.Equal(t, base.DecisionNone, s.e.TxnStatus(id).Primary, "forgotten")
 	}
 
 	// The lease alive: the resend is answered commit, nothing new kept.
 	commitForgotten(txnID(1), 5)
-	d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+	d, err := s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 	_, decisions := s.e.TxnCounts()
 	require.Zero(t, decisions, "no second commit record")
 
 	// The lease gone: still commit, no abort recorded.
 	commitForgotten(txnID(2), 6)
 	leases.kill(6)
-	d, err = s.e.DecideTxn(ctx, txnID(2), 6, DecisionCommit, 2)
+	d, err = s.e.DecideTxn(ctx, txnID(2), 6, base.DecisionCommit, 2)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, d)
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
+	require.Equal(t, base.DecisionCommit, d)
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
 	// An abort of it names the commit; an Ask hears commit; nothing recorded either way.
-	d, err = s.e.DecideTxn(ctx, txnID(2), 6, DecisionAbort, 2)
+	d, err = s.e.DecideTxn(ctx, txnID(2), 6, base.DecisionAbort, 2)
 	require.ErrorIs(t, err, ErrTxnDecided)
 	require.Contains(t, err.Error(), "commit recorded")
-	require.Equal(t, DecisionCommit, d)
+	require.Equal(t, base.DecisionCommit, d)
 	got, err := s.e.AskTxn(ctx, txnID(2), 6)
 	require.NoError(t, err)
-	require.Equal(t, DecisionCommit, got)
+	require.Equal(t, base.DecisionCommit, got)
 	_, decisions = s.e.TxnCounts()
 	require.Zero(t, decisions)
 
 	// A forgotten abort: its resend and a late commit are answered abort, nothing recorded.
 	s.primaryPart(t, txnID(3), 7)
 	leases.kill(7)
-	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionAbort, 2)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, base.DecisionAbort, 2)
 	require.NoError(t, err)
-	require.Equal(t, DecisionAbort, d)
+	require.Equal(t, base.DecisionAbort, d)
 	require.NoError(t, s.e.ReportTxn(txnID(3), 0))
 	require.NoError(t, s.e.ReportTxn(txnID(3), 1))
 	require.NoError(t, s.e.ResolveTxns(ctx)) // the sweep forgets it
-	require.Equal(t, DecisionNone, s.e.TxnStatus(txnID(3)).Primary)
-	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionAbort, 2)
+	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(3)).Primary)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, base.DecisionAbort, 2)
 	require.NoError(t, err)
-	require.Equal(t, DecisionAbort, d)
-	d, err = s.e.DecideTxn(ctx, txnID(3), 7, DecisionCommit, 2)
+	require.Equal(t, base.DecisionAbort, d)
+	d, err = s.e.DecideTxn(ctx, txnID(3), 7, base.DecisionCommit, 2)
 	require.ErrorIs(t, err, ErrTxnDecided)
-	require.Equal(t, DecisionAbort, d)
+	require.Equal(t, base.DecisionAbort, d)
 	_, decisions = s.e.TxnCounts()
 	require.Zero(t, decisions, "no new abort record")
 	require.NoError(t, s.e.verify())
@@ -703,9 +703,9 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 	// Decide again (the coordinator's rule: past this window it trusts no abort).
 	clock.Advance(time.Minute)
 	leases.kill(8)
-	d, err = s.e.DecideTxn(ctx, txnID(13), 8, DecisionCommit, 2)
+	d, err = s.e.DecideTxn(ctx, txnID(13), 8, base.DecisionCommit, 2)
 	require.ErrorIs(t, err, ErrTxnDecided)
-	require.Equal(t, DecisionAbort, d)
+	require.Equal(t, base.DecisionAbort, d)
 	s.e.mu.Lock()
 	require.LessOrEqual(t, len(s.e.txnForgotQ), 4)
 	s.e.mu.Unlock()
@@ -726,11 +726,11 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 		s := setupTxnStore(t, e)
 		s.primaryPart(t, txnID(1), 5)
 		s.primaryPart(t, txnID(2), 5)
-		_, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+		_, err = e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(txnID(1), 0))
 		require.NoError(t, e.ReportTxn(txnID(1), 1))
-		_, err = e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 1)
+		_, err = e.DecideTxn(ctx, txnID(2), 5, base.DecisionAbort, 1)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(txnID(2), 0))
 		require.NoError(t, e.ResolveTxns(ctx)) // sweeps the abort
@@ -748,12 +748,12 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 			require.NoError(t, err)
 			_, decisions = e.TxnCounts()
 			require.Zero(t, decisions, "checkpoint %v round %d: nothing live after the replay", ckpt, round)
-			d, err := e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+			d, err := e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 			require.NoError(t, err, "checkpoint %v round %d", ckpt, round)
-			require.Equal(t, DecisionCommit, d)
-			d, err = e.DecideTxn(ctx, txnID(2), 5, DecisionAbort, 1)
+			require.Equal(t, base.DecisionCommit, d)
+			d, err = e.DecideTxn(ctx, txnID(2), 5, base.DecisionAbort, 1)
 			require.NoError(t, err)
-			require.Equal(t, DecisionAbort, d)
+			require.Equal(t, base.DecisionAbort, d)
 			_, decisions = e.TxnCounts()
 			require.Zero(t, decisions, "no new record")
 			require.NoError(t, e.verify())
@@ -771,7 +771,7 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 func TestTxnPrepareAfterForgottenAbort(t *testing.T) {
 	s := newTxnStore(t, Options{TxnResolveInterval: -1})
 	ctx := context.Background()
-	_, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionAbort, 1)
+	_, err := s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionAbort, 1)
 	require.NoError(t, err)
 	require.NoError(t, s.e.ReportTxn(txnID(1), 0))
 	require.NoError(t, s.e.ResolveTxns(ctx))
@@ -792,12 +792,12 @@ func TestTxnPrepareAfterForgottenAbort(t *testing.T) {
 // recorded, both after the count eviction and after the restart.
 func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 	ctx := context.Background()
-	commitForgotten := func(e *Engine, id TxnID, lease int64) {
+	commitForgotten := func(e *Engine, id base.TxnID, lease int64) {
 		t.Helper()
 		setupTxnStore(t, e).primaryPart(t, id, lease)
-		_, err := e.DecideTxn(ctx, id, lease, DecisionCommit, 1)
+		_, err := e.DecideTxn(ctx, id, lease, base.DecisionCommit, 1)
 		require.NoError(t, err)
-		require.NoError(t, e.ApplyTxn(id, DecisionCommit))
+		require.NoError(t, e.ApplyTxn(id, base.DecisionCommit))
 		require.NoError(t, e.ResolveTxns(ctx)) // reports the part to itself, then forgets it
 		require.Equal(t, TxnStatus{}, e.TxnStatus(id))
 	}
@@ -809,7 +809,7 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 		commitForgotten(s.e, txnID(2), 6)
 		commitForgotten(s.e, txnID(3), 6) // txnID(1) gives way
 		leases.kill(5)
-		d, err := s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		d, err := s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 1)
 		require.ErrorIs(t, err, ErrTxnBusy, "a committed transaction answered %v", d)
 		require.NotErrorIs(t, err, ErrTxnDecided)
 		_, decisions := s.e.TxnCounts()
@@ -817,7 +817,7 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 		// Past TxnAbortKeep the coordinator trusts no abort anyway: refused then, its part
 		// gone (ErrTxnNotPrepared matches ErrTxnDecided), nothing recorded.
 		clock.Advance(time.Minute)
-		_, err = s.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		_, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 1)
 		require.ErrorIs(t, err, ErrTxnNotPrepared)
 		require.ErrorIs(t, err, ErrTxnDecided)
 		_, decisions = s.e.TxnCounts()
@@ -837,10 +837,10 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 		e, err = Open(opts)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, e.Close()) }()
-		d, err := e.DecideTxn(ctx, txnID(3), 6, DecisionCommit, 1)
+		d, err := e.DecideTxn(ctx, txnID(3), 6, base.DecisionCommit, 1)
 		require.NoError(t, err, "carried")
-		require.Equal(t, DecisionCommit, d)
-		d, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 1)
+		require.Equal(t, base.DecisionCommit, d)
+		d, err = e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 1)
 		require.ErrorIs(t, err, ErrTxnBusy, "a committed transaction answered %v", d)
 		require.NotErrorIs(t, err, ErrTxnDecided)
 		_, decisions := e.TxnCounts()
@@ -873,7 +873,7 @@ func TestTxnHolderReadOfPreparedRowsRefused(t *testing.T) {
 	require.Equal(t, uint64(1<<1), data)
 	require.Equal(t, uint64(100), uint64FromRow(rows), "the committed version")
 
-	require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
+	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionCommit))
 	_, _, rows, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
 	require.NoError(t, err)
 	require.Equal(t, uint64(150), uint64FromRow(rows), "the applied commit")

@@ -3,6 +3,8 @@ package storenode
 import (
 	"fmt"
 	"maps"
+
+	"github.com/weftdb/weft/base"
 )
 
 // verify checks the invariants stated at the heads of pagecache.go, dedup.go and engine.go
@@ -241,7 +243,7 @@ func (e *Engine) verifyTxns() error {
 		if p.id != id {
 			return fmt.Errorf("storenode: transaction %v filed under %v", p.id, id)
 		}
-		if p.decision != DecisionNone {
+		if p.decision != base.DecisionNone {
 			if p.rec != nil || len(p.batch.Segments) != 0 {
 				return fmt.Errorf("storenode: transaction %v applied %v still holds its batch", id, p.decision)
 			}
@@ -297,7 +299,7 @@ func (e *Engine) verifyTxns() error {
 		return fmt.Errorf("storenode: kept decisions per owner %v, counted %v", decisionOwners, e.txnDecisionOwners)
 	}
 	for id, d := range e.txnDecisions {
-		if d.d != DecisionCommit && d.d != DecisionAbort || d.count > txnParticipantsMax || d.d == DecisionCommit && d.allReported() {
+		if d.d != base.DecisionCommit && d.d != base.DecisionAbort || d.count > txnParticipantsMax || d.d == base.DecisionCommit && d.allReported() {
 			return fmt.Errorf("storenode: decision of %v: %+v", id, *d)
 		}
 	}

@@ -57,13 +57,13 @@ var (
 )
 
 // Decision is a two-phase commit's outcome.
-type Decision = store.Decision
+type Decision = base.Decision
 
 // Decisions.
 const (
-	DecisionNone   = store.DecisionNone // undecided (an answer only)
-	DecisionCommit = store.DecisionCommit
-	DecisionAbort  = store.DecisionAbort
+	DecisionNone   = base.DecisionNone // undecided (an answer only)
+	DecisionCommit = base.DecisionCommit
+	DecisionAbort  = base.DecisionAbort
 )
 
 // TxnInfo names a transaction of a two-phase commit and this part in it.
@@ -361,7 +361,7 @@ func (p *Prepared) Abandon() {
 // after a resolver recorded abort: the transaction aborted); any other error leaves the
 // decision unknown (send the same decision again: never another one). Any goroutine may call
 // it.
-func (db *DB) DecideTxn(ctx context.Context, id [16]byte, lease int64, d Decision, count int) error {
+func (db *DB) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d Decision, count int) error {
 	ts, err := db.txnStore()
 	if err != nil {
 		return err
@@ -379,7 +379,7 @@ func (db *DB) DecideTxn(ctx context.Context, id [16]byte, lease int64, d Decisio
 // ApplyTxn sends decision d of transaction id to this DB's storage node without a Prepared:
 // a coordinator aborts with it a part whose prepare it never learned the outcome of (it may
 // land later: the storage node then refuses it). Idempotent.
-func (db *DB) ApplyTxn(ctx context.Context, id [16]byte, d Decision) error {
+func (db *DB) ApplyTxn(ctx context.Context, id base.TxnID, d Decision) error {
 	ts, err := db.txnStore()
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -184,11 +185,11 @@ func (s *lostAnswerStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (
 	return lsn, err
 }
 
-func (s *lostAnswerStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+func (s *lostAnswerStore) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
 	return s.ts().DecideTxn(ctx, id, lease, d, count)
 }
 
-func (s *lostAnswerStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+func (s *lostAnswerStore) ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error {
 	return s.ts().ApplyTxn(ctx, id, d)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -21,11 +22,11 @@ func (s *unreachablePrepareStore) PrepareTxn(ctx context.Context, p *store.TxnPr
 	return 0, errUnreachable
 }
 
-func (s *unreachablePrepareStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+func (s *unreachablePrepareStore) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
 	return s.Store.(store.TxnStore).DecideTxn(ctx, id, lease, d, count)
 }
 
-func (s *unreachablePrepareStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+func (s *unreachablePrepareStore) ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error {
 	return s.Store.(store.TxnStore).ApplyTxn(ctx, id, d)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -482,11 +483,11 @@ func (h *holdStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64
 	return h.inner.PrepareTxn(ctx, p)
 }
 
-func (h *holdStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+func (h *holdStore) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
 	return h.inner.DecideTxn(ctx, id, lease, d, count)
 }
 
-func (h *holdStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+func (h *holdStore) ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error {
 	return h.inner.ApplyTxn(ctx, id, d)
 }
 

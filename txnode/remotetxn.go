@@ -3,6 +3,7 @@ package txnode
 import (
 	"context"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -21,12 +22,12 @@ func (s *remoteStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint
 	return ack.LSN, err
 }
 
-func (s *remoteStore) DecideTxn(ctx context.Context, id [16]byte, lease int64, d store.Decision, count int) (store.Decision, error) {
+func (s *remoteStore) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
 	var st sgio.TxnState
 	err := s.call(ctx, &sgio.TxnDecide{Txn: id, Lease: lease, Decision: uint8(d), Count: uint16(count)}, &st, true)
-	return store.Decision(st.Decision), err
+	return base.Decision(st.Decision), err
 }
 
-func (s *remoteStore) ApplyTxn(ctx context.Context, id [16]byte, d store.Decision) error {
+func (s *remoteStore) ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error {
 	return s.call(ctx, &sgio.TxnApply{Txn: id, Decision: uint8(d)}, &sgio.OK{}, true)
 }

@@ -64,7 +64,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	first, _, err := e.AllocIDs(ti.ID, coord, epoch, 1)
 	require.NoError(t, err)
 	prepared := row(99)
-	txn := storenode.TxnID{0: 0x7e, 15: 1}
+	txn := base.TxnID{0: 0x7e, 15: 1}
 	_, err = e.PrepareTxn(&storenode.TxnPrepare{Txn: txn, Lease: lease, Batch: &storenode.Batch{Owner: coord, Seq: 1,
 		Fences:   []base.Fence{{Table: ti.ID, Epoch: epoch}},
 		Segments: []base.Segment{{Table: ti.ID, Page: first / 64, Data: 1 << (first % 64), Rows: prepared}}}})
@@ -142,7 +142,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	// The resolver settles it (the coordinator's lease is gone: abort); the next try
 	// registers.
 	require.NoError(t, e.ResolveTxns(ctx))
-	require.Equal(t, storenode.TxnStatus{Primary: storenode.DecisionAbort}, e.TxnStatus(txn), "aborted (the part reported; the primary keeps the abort)")
+	require.Equal(t, storenode.TxnStatus{Primary: base.DecisionAbort}, e.TxnStatus(txn), "aborted (the part reported; the primary keeps the abort)")
 	tm2.fire <- time.Time{}
 	r := recvWithin(t, done, "the open after the resolution")
 	require.NoError(t, r.err)

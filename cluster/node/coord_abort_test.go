@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/storenode"
 )
 
 // A two-phase commit aborted (a prepare refused) after the coordinator's context ended: its
@@ -30,7 +30,7 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
 	defer node.SetSerialPrepares(true)()
-	var ids []storenode.TxnID
+	var ids []base.TxnID
 	defer node.SetTxnIDHook(func(id [16]byte) { ids = append(ids, id) })()
 	fired := false
 	returned := make(chan struct{})  // the Update returned
@@ -94,7 +94,7 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	id := ids[0]
 	d, err := primary.Engine().AskTxn(ctx, id, int64(a.Session().Lease()))
 	require.NoError(t, err)
-	require.Equal(t, storenode.DecisionAbort, d, "the primary holds the abort record: a resolver's Ask is answered at once")
+	require.Equal(t, base.DecisionAbort, d, "the primary holds the abort record: a resolver's Ask is answered at once")
 
 	// The rows are as before the transfer, and usable.
 	row := make([]byte, 64)

@@ -39,7 +39,7 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	uctx, ucancel := context.WithCancel(ctx)
 	defer ucancel()
 	defer node.SetSerialPrepares(true)()
-	var ids []storenode.TxnID
+	var ids []base.TxnID
 	defer node.SetTxnIDHook(func(id [16]byte) { ids = append(ids, id) })()
 	fired := false
 	defer node.SetCoordHook(func(step string, i int) {
@@ -83,7 +83,7 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	id := ids[0]
 	d, err := primary.Engine().AskTxn(ctx, id, int64(a.Session().Lease()))
 	require.NoError(t, err)
-	require.Equal(t, storenode.DecisionAbort, d, "the abort is recorded at the primary (its prepared part is not left in doubt while the lease lives)")
+	require.Equal(t, base.DecisionAbort, d, "the abort is recorded at the primary (its prepared part is not left in doubt while the lease lives)")
 
 	// x's partition is owned, its storage node up: a write goes through once the primary's
 	// resolver applied the abort to x's part (the first try may find the dead transaction
@@ -137,12 +137,12 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 	// The primary's kept decisions at MaxTxns: aborts a resolver recorded (the lease gone),
 	// participant count unknown, kept TxnAbortKeep.
 	for k := range n + 1 {
-		var id storenode.TxnID
+		var id base.TxnID
 		id[0] = 0xff
 		binary.BigEndian.PutUint64(id[8:], uint64(k))
 		d, err := eng.AskTxn(ctx, id, 1)
 		require.NoError(t, err)
-		require.Equal(t, storenode.DecisionAbort, d)
+		require.Equal(t, base.DecisionAbort, d)
 	}
 	lease := int64(a.Session().Lease())
 	local, err := eng.CreateTable("local", 64)
@@ -151,7 +151,7 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = eng.AllocIDs(local.ID, 0xa, g.Epoch, 2)
 	require.NoError(t, err)
-	ids := make([]storenode.TxnID, n)
+	ids := make([]base.TxnID, n)
 	for k := range ids {
 		binary.BigEndian.PutUint64(ids[k][:8], uint64(lease))
 		binary.BigEndian.PutUint64(ids[k][8:], uint64(k+1))
@@ -164,7 +164,7 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 	for k := range ids {
 		node.RecordAbortLater(a, ids[k], lease, 1, tc.addrs[0])
 	}
-	_, err = eng.DecideTxn(ctx, ids[0], lease, storenode.DecisionAbort, 1)
+	_, err = eng.DecideTxn(ctx, ids[0], lease, base.DecisionAbort, 1)
 	require.ErrorIs(t, err, storenode.ErrTxnBusy, "the primary takes no decision yet")
 	// The kept aborts expire (the next decision sweeps them): the primary takes decisions.
 	now.Add(int64(2 * time.Hour))
@@ -172,8 +172,8 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 	for k, id := range ids {
 		d, err := eng.AskTxn(ctx, id, lease)
 		require.NoError(t, err)
-		require.Equal(t, storenode.DecisionAbort, d, "abort %d of %d recorded", k+1, n)
-		require.Equal(t, storenode.DecisionAbort, eng.TxnStatus(id).Primary, "abort %d of %d recorded", k+1, n)
+		require.Equal(t, base.DecisionAbort, d, "abort %d of %d recorded", k+1, n)
+		require.Equal(t, base.DecisionAbort, eng.TxnStatus(id).Primary, "abort %d of %d recorded", k+1, n)
 	}
 }
 
@@ -205,7 +205,7 @@ func TestCoordAbortRecordNoLeakAtClose(t *testing.T) {
 	}
 	lease := int64(a.Session().Lease())
 	for k := range abortsAtClose {
-		var id storenode.TxnID
+		var id base.TxnID
 		binary.BigEndian.PutUint64(id[:8], uint64(lease))
 		binary.BigEndian.PutUint64(id[8:], uint64(k+1))
 		node.RecordAbortLater(a, id, lease, 1, gone)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -41,13 +42,13 @@ func TestRunPeerTLSCA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	id := storenode.TxnID{1}
+	id := base.TxnID{1}
 
 	p, err := peer("--tls-peer-ca", certFile)
 	require.NoError(t, err)
 	d, err := p.AskTxn(ctx, primary.server.String(), id, 1)
 	require.NoError(t, err, "the resolver reaches the primary over TLS with the cluster's CA")
-	require.Equal(t, storenode.DecisionNone, d, "undecided, and no lease checker to abort")
+	require.Equal(t, base.DecisionNone, d, "undecided, and no lease checker to abort")
 
 	p, err = peer()
 	require.NoError(t, err)
@@ -80,7 +81,7 @@ func TestRunPeersFlag(t *testing.T) {
 	require.NoError(t, p.CheckPrimary(ctx, "10.0.0.2:7000"))
 	require.NoError(t, p.CheckPrimary(ctx, "store-3.internal:7000"))
 	require.ErrorIs(t, p.CheckPrimary(ctx, "10.0.0.9:7000"), server.ErrUnknownPrimary)
-	_, err = p.AskTxn(ctx, "10.0.0.9:7000", storenode.TxnID{1}, 1)
+	_, err = p.AskTxn(ctx, "10.0.0.9:7000", base.TxnID{1}, 1)
 	require.ErrorIs(t, err, server.ErrUnknownPrimary, "never dialed")
 
 	_, err = serverConfig("--peers", "10.0.0.2")

@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/base"
 )
 
 // TestPeerDialsOnlyStorageNodes: a Peer dials only PeerConfig.Peers and its Directory's
@@ -29,7 +28,7 @@ func TestPeerDialsOnlyStorageNodes(t *testing.T) {
 		}
 	}()
 	ctx := srvCtx(t)
-	id := storenode.TxnID{1}
+	id := base.TxnID{1}
 
 	none := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, DialTimeout: srvTestTimeout})
 	defer none.Close()
@@ -41,7 +40,7 @@ func TestPeerDialsOnlyStorageNodes(t *testing.T) {
 	defer static.Close()
 	d, err := static.AskTxn(ctx, primary.addr, id, 7)
 	require.NoError(t, err)
-	require.Equal(t, storenode.DecisionNone, d)
+	require.Equal(t, base.DecisionNone, d)
 	_, err = static.AskTxn(ctx, ln.Addr().String(), id, 7)
 	require.ErrorIs(t, err, ErrUnknownPrimary)
 	require.ErrorIs(t, static.ReportTxn(ctx, ln.Addr().String(), id, 1), ErrUnknownPrimary)

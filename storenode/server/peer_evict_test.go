@@ -5,8 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/base"
 )
 
 // gateLease is a LeaseChecker whose checks wait for gate (a primary's etcd answering late);
@@ -41,10 +40,10 @@ func TestPeerKeepsConnectionsInUse(t *testing.T) {
 	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, PeersMax: 2,
 		Peers: []string{a.addr, others[0].addr, others[1].addr}})
 	defer peer.Close()
-	id := storenode.TxnID{1}
+	id := base.TxnID{1}
 
 	type answer struct {
-		d   storenode.Decision
+		d   base.Decision
 		err error
 	}
 	got := make(chan answer, 1)
@@ -56,12 +55,12 @@ func TestPeerKeepsConnectionsInUse(t *testing.T) {
 	for i := range 12 {
 		d, err := peer.AskTxn(srvCtx(t), others[i%2].addr, id, 7)
 		require.NoError(t, err)
-		require.Equal(t, storenode.DecisionNone, d, "the lease is alive")
+		require.Equal(t, base.DecisionNone, d, "the lease is alive")
 	}
 	close(slow.gate)
 	r := <-got
 	require.NoError(t, r.err, "A's call in flight lost its connection to another primary's dial")
-	require.Equal(t, storenode.DecisionNone, r.d)
+	require.Equal(t, base.DecisionNone, r.d)
 	peer.mu.Lock()
 	require.LessOrEqual(t, len(peer.clients), 2, "PeersMax")
 	peer.mu.Unlock()

@@ -87,7 +87,7 @@ func TestRolesOperatorApplyNotPeers(t *testing.T) {
 	require.ErrorIs(t, a.env.dial(0, asPeer).ApplyTxn(ctx, txn, sgio.TxnAbort), sgio.ErrForbidden)
 	require.True(t, a.eng().TxnStatus(txn).Prepared, "still prepared")
 	require.NoError(t, a.env.dial(0, asOperator).ApplyTxn(ctx, txn, sgio.TxnAbort))
-	require.Equal(t, storenode.DecisionAbort, a.eng().TxnStatus(txn).Applied)
+	require.Equal(t, base.DecisionAbort, a.eng().TxnStatus(txn).Applied)
 }
 
 // TestRolesClientCannotDropAnotherOwnersTable: a table another owner held (its lease

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -44,7 +45,7 @@ func TestServerTxnDoubtListAndAbort(t *testing.T) {
 	d, err := op.AbortInDoubt(ctx, txn)
 	require.NoError(t, err)
 	require.Equal(t, txn, d.Txn)
-	require.Equal(t, storenode.DecisionAbort, a.eng().TxnStatus(txn).Applied)
+	require.Equal(t, base.DecisionAbort, a.eng().TxnStatus(txn).Applied)
 	require.NoError(t, a.coord.CallInto(ctx, a.commit(1, 5), &sgio.CommitAck{}), "the row is unlocked")
 	require.Equal(t, uint64(5), a.balance(t, 1))
 }

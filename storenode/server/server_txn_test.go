@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -139,9 +140,9 @@ func TestServerTxnTwoNodes(t *testing.T) {
 	leases.kill(41)
 	require.NoError(t, b.eng().ResolveTxns(ctx))
 	require.Equal(t, storenode.TxnStatus{}, b.eng().TxnStatus(t1), "resolved to abort over TCP, reported")
-	require.Equal(t, storenode.DecisionAbort, a.eng().TxnStatus(t1).Primary)
+	require.Equal(t, base.DecisionAbort, a.eng().TxnStatus(t1).Primary)
 	require.NoError(t, a.eng().ResolveTxns(ctx))
-	require.Equal(t, storenode.TxnStatus{Primary: storenode.DecisionAbort}, a.eng().TxnStatus(t1),
+	require.Equal(t, storenode.TxnStatus{Primary: base.DecisionAbort}, a.eng().TxnStatus(t1),
 		"a resolver's abort (participant count unknown) is kept for TxnAbortKeep")
 	require.Equal(t, uint64(1000), a.balance(t, 1))
 	require.Equal(t, uint64(1000), b.balance(t, 1))

@@ -162,7 +162,7 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 	defer cancel()
 	switch m := m.(type) {
 	case *sgio.TxnDecide:
-		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, storenode.Decision(m.Decision), int(m.Count), s.id)
+		d, err := e.DecideTxnAs(ctx, s.owner, m.Txn, m.Lease, base.Decision(m.Decision), int(m.Count), s.id)
 		if err != nil {
 			return nil, true, err
 		}
@@ -172,9 +172,9 @@ func (s *session) execTxn(m sgio.Message) (sgio.Message, bool, error) {
 		// (roles.go: a peer sends none).
 		var err error
 		if s.role&roleOperator == 0 {
-			err = e.ApplyTxnAs(m.Txn, storenode.Decision(m.Decision), s.owner)
+			err = e.ApplyTxnAs(m.Txn, base.Decision(m.Decision), s.owner)
 		} else {
-			err = e.ApplyTxn(m.Txn, storenode.Decision(m.Decision))
+			err = e.ApplyTxn(m.Txn, base.Decision(m.Decision))
 		}
 		if err != nil {
 			return nil, true, err
@@ -346,18 +346,18 @@ func (p *Peer) done(addr string, pc *peerClient) {
 }
 
 // AskTxn asks the primary at addr for the decision of id.
-func (p *Peer) AskTxn(ctx context.Context, addr string, id storenode.TxnID, lease int64) (storenode.Decision, error) {
+func (p *Peer) AskTxn(ctx context.Context, addr string, id base.TxnID, lease int64) (base.Decision, error) {
 	pc, err := p.client(ctx, addr)
 	if err != nil {
-		return storenode.DecisionNone, err
+		return base.DecisionNone, err
 	}
 	defer p.done(addr, pc)
 	d, err := pc.c.AskTxn(ctx, id, lease)
-	return storenode.Decision(d), err
+	return base.Decision(d), err
 }
 
 // ReportTxn reports to the primary at addr that participant index applied id's decision.
-func (p *Peer) ReportTxn(ctx context.Context, addr string, id storenode.TxnID, index uint16) error {
+func (p *Peer) ReportTxn(ctx context.Context, addr string, id base.TxnID, index uint16) error {
 	pc, err := p.client(ctx, addr)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -16,7 +17,7 @@ import (
 func (s *session) txnDoubt(m *sgio.TxnDoubt) (sgio.Message, error) {
 	e := s.srv.eng
 	if m.Op == sgio.TxnDoubtOpAbort {
-		d, err := e.AbortInDoubt(storenode.TxnID(m.Txn))
+		d, err := e.AbortInDoubt(base.TxnID(m.Txn))
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -122,5 +123,5 @@ func TestTxnPrimaryResolverHandshakeNotRelayable(t *testing.T) {
 	d, err := a.coord.DecideTxn(ctx, victim, 41, sgio.TxnCommit, 1)
 	require.NoError(t, err)
 	require.Equal(t, sgio.TxnCommit, d)
-	require.Equal(t, storenode.DecisionNone, a.eng().TxnStatus(victim).Applied)
+	require.Equal(t, base.DecisionNone, a.eng().TxnStatus(victim).Applied)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -19,7 +20,7 @@ import (
 // and when its report to the primary returned.
 type askWatch struct {
 	*Peer
-	victim   storenode.TxnID
+	victim   base.TxnID
 	mu       sync.Mutex
 	others   int           // AskTxn calls begun about other transactions
 	inflight int           // of them, in flight
@@ -29,7 +30,7 @@ type askWatch struct {
 	reported chan struct{} // the victim's report to its primary returned OK
 }
 
-func (w *askWatch) AskTxn(ctx context.Context, addr string, id storenode.TxnID, lease int64) (storenode.Decision, error) {
+func (w *askWatch) AskTxn(ctx context.Context, addr string, id base.TxnID, lease int64) (base.Decision, error) {
 	w.mu.Lock()
 	if id == w.victim {
 		select {
@@ -52,7 +53,7 @@ func (w *askWatch) AskTxn(ctx context.Context, addr string, id storenode.TxnID, 
 	return d, err
 }
 
-func (w *askWatch) ReportTxn(ctx context.Context, addr string, id storenode.TxnID, index uint16) error {
+func (w *askWatch) ReportTxn(ctx context.Context, addr string, id base.TxnID, index uint16) error {
 	err := w.Peer.ReportTxn(ctx, addr, id, index)
 	if id == w.victim && err == nil {
 		select {
@@ -82,7 +83,7 @@ func TestTxnResolverNotDelayedByOthersUnreachablePrimaries(t *testing.T) {
 	const hangs, callTimeout, slots = 128, time.Hour, storenode.DefaultTxnResolvePrimariesMax
 	leases, clock := &txnLeases{}, &fakeClock{}
 	primary := startTxnNode(t, leases, clock)
-	victim := storenode.TxnID{0x7a}
+	victim := base.TxnID{0x7a}
 	watch := &askWatch{Peer: NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: callTimeout, Directory: leases, Now: clock.Now}),
 		victim: victim, slots: slots, full: make(chan struct{}), asked: make(chan int, 1), reported: make(chan struct{}, 1)}
 	env := startServer(t, func(cfg *Config) {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -22,25 +23,15 @@ type TxnStore interface {
 	// DecideTxn records decision d of transaction id at the store, its primary (a
 	// compare-and-set: storenode.Engine.DecideTxn) and returns the recorded decision; a
 	// different one already recorded is an error matching storenode.ErrTxnDecided.
-	DecideTxn(ctx context.Context, id [16]byte, lease int64, d Decision, count int) (Decision, error)
+	DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error)
 	// ApplyTxn applies decision d to the store's prepared part of transaction id
 	// (idempotent; an unknown id is no error).
-	ApplyTxn(ctx context.Context, id [16]byte, d Decision) error
+	ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error
 }
-
-// Decision is a two-phase commit's outcome (storenode.Decision).
-type Decision uint8
-
-// Decisions (as storenode's and the wire's).
-const (
-	DecisionNone   Decision = 0
-	DecisionCommit Decision = 1
-	DecisionAbort  Decision = 2
-)
 
 // TxnPrepare is one participant's part of a transaction (storenode.TxnPrepare).
 type TxnPrepare struct {
-	Txn   [16]byte
+	Txn   base.TxnID
 	Lease int64
 	// Index is the participant's number, 0..63; Primary the primary's host:port (empty
 	// when this store is the primary).
@@ -54,19 +45,19 @@ func (s *embedded) PrepareTxn(ctx context.Context, p *TxnPrepare) (uint64, error
 		return 0, err
 	}
 	b := p.Batch
-	lsn, err := s.e.PrepareTxn(&storenode.TxnPrepare{Txn: storenode.TxnID(p.Txn), Lease: p.Lease, Primary: p.Primary, Index: p.Index,
+	lsn, err := s.e.PrepareTxn(&storenode.TxnPrepare{Txn: p.Txn, Lease: p.Lease, Primary: p.Primary, Index: p.Index,
 		Batch: &storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}})
 	return lsn, closedErr(err)
 }
 
-func (s *embedded) DecideTxn(ctx context.Context, id [16]byte, lease int64, d Decision, count int) (Decision, error) {
-	got, err := s.e.DecideTxn(ctx, storenode.TxnID(id), lease, storenode.Decision(d), count)
-	return Decision(got), closedErr(err)
+func (s *embedded) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) (base.Decision, error) {
+	got, err := s.e.DecideTxn(ctx, id, lease, d, count)
+	return got, closedErr(err)
 }
 
-func (s *embedded) ApplyTxn(ctx context.Context, id [16]byte, d Decision) error {
+func (s *embedded) ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return closedErr(s.e.ApplyTxn(storenode.TxnID(id), storenode.Decision(d)))
+	return closedErr(s.e.ApplyTxn(id, d))
 }
