@@ -27,7 +27,9 @@
 //	view.go        View: a function run on a row in place in the cache, version-checked
 //	scan.go        Scan in id order, page directory to skip empty ranges, phantom protection
 //	session.go     asynchronous commits (Session.Go, Pending)
-//	pipeline.go    commit pipeline: group commit (Durable), flush epochs (WriteBack), failure
+//	pipeline.go    commit pipeline: admission, flush, close; pipeline_batch.go a commit's rows
+//	               copied into a batch, the in-flight cost; pipeline_flight.go launch, retire
+//	               in seq order, failure; pipeline_writeback.go WriteBack's flush epochs
 //	cache.go       the logical page cache: frames, budget, CLOCK, pins; pagetable.go its index
 //	read.go        cache misses and fills
 //	ids.go         row id allocation from whole pages granted by the store
