@@ -27,8 +27,11 @@
 //	view.go        View: a function run on a row in place in the cache, version-checked
 //	scan.go        Scan in id order, page directory to skip empty ranges, phantom protection
 //	session.go     asynchronous commits (Session.Go, Pending)
-//	pipeline.go    commit pipeline: group commit (Durable), flush epochs (WriteBack), failure
-//	cache.go       the logical page cache: frames, budget, CLOCK, pins; pagetable.go its index
+//	pipeline.go    commit pipeline: admission, flush, close; pipeline_batch.go a commit's rows
+//	               copied into a batch, the in-flight cost; pipeline_flight.go launch, retire
+//	               in seq order, failure; pipeline_writeback.go WriteBack's flush epochs
+//	cache.go       the logical page cache: frames, budget, CLOCK, pins; pagetable.go its
+//	               index; cache_flight.go its rows in flight: flight records, ghosts
 //	read.go        cache misses and fills
 //	ids.go         row id allocation from whole pages granted by the store
 //	pin.go         page pin sets (transaction and group-transaction cache policies) and
