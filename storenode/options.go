@@ -77,102 +77,100 @@ type Options struct {
 	FS vfs.FS
 	// Sync is the WAL's sync mode (SyncAlways by default).
 	Sync SyncMode
-	// CacheBytes bounds the disk page cache: page frames plus per-frame metadata.
+	// CacheBytes bounds the disk page cache, in bytes: page frames plus per-frame metadata.
+	// 0: DefaultCacheBytes (1 GiB); below MinCacheBytes (16 KiB): MinCacheBytes.
 	CacheBytes int64
-	// CheckpointWALBytes starts a background checkpoint when the WAL has grown by this many
-	// bytes since the last one began, and by at least the bytes of the dirty pages (so the
-	// pages checkpoints write stay about the bytes logged however large the dirty set; the
-	// cache trigger of docs/storage.md bounds it). Negative disables the trigger.
+	// CheckpointWALBytes starts a background checkpoint once the WAL grew this many bytes since
+	// the last one began, and at least the dirty pages' bytes (docs/storage.md, "Checkpoint").
+	// 0: DefaultCheckpointWALBytes (256 MiB); negative disables the trigger.
 	CheckpointWALBytes int64
 	// CheckpointInterval starts a background checkpoint this long after the last one when
-	// anything is dirty. Negative disables the timer.
+	// anything is dirty. 0: DefaultCheckpointInterval (5 min); negative disables the timer.
 	CheckpointInterval time.Duration
 	// LeaseDuration is how long an ownership grant lives without traffic from its owner.
+	// 0: DefaultLeaseDuration (10 s).
 	LeaseDuration time.Duration
 	// SeqGapWait bounds how long a batch waits for the batches before it in its owner's seq
-	// order before failing with ErrSeqGap.
+	// order before failing with ErrSeqGap. 0: DefaultSeqGapWait (5 s).
 	SeqGapWait time.Duration
-	// OwnerExpiry is how long an owner that holds no table and has no connection keeps its
-	// entry in the owners table (its dedup window) after its last applied batch; the count
-	// restarts at Open. Negative keeps every owner for ever.
+	// OwnerExpiry is how long an owner with no table and no connection keeps its owners-table
+	// entry (its dedup window) after its last applied batch or Open, whichever is later.
+	// 0: DefaultOwnerExpiry (24 h); negative keeps every owner for ever.
 	OwnerExpiry time.Duration
-	// MaxTables bounds the live tables (each keeps its data file open); CreateTable fails
-	// with ErrTooManyTables beyond it.
+	// MaxTables bounds the live tables, dropped ones counted until a checkpoint removes their
+	// files; CreateTable fails with ErrTooManyTables beyond it. 0 or negative:
+	// DefaultMaxTables (4096). docs/storage.md, "Tables and file descriptors".
 	MaxTables int
-	// MaxTablesPerOwner bounds the tables one owner's CreateTableAs (a client's CreateTable)
-	// may have here, so that one client cannot take all of MaxTables: those whose holder is
-	// the owner, and those it created since Open that nobody was granted yet (the catalog
-	// records no creator); dropped ones count until a checkpoint removes their files, as for
-	// MaxTables. CreateTableAs fails with ErrTooManyTables beyond it. 0: MaxTables/8, at
-	// least 1.
+	// MaxTablesPerOwner bounds the tables one owner's CreateTableAs may have here: held by it,
+	// or created by it since Open and granted to nobody, dropped ones counted as for MaxTables.
+	// Beyond: ErrTooManyTables. 0 or negative: MaxTables/8, at least 1. docs/storage.md.
 	MaxTablesPerOwner int
-	// WALSegmentBytes is the size at which the WAL rolls to a new segment file.
+	// WALSegmentBytes is the size at which the WAL rolls to a new segment file, in bytes.
+	// 0: DefaultWALSegmentBytes (64 MiB).
 	WALSegmentBytes int64
-	// WALGather turns on the WAL's group gathering under SyncAlways (wal.Options.Gather):
-	// faster when committers come back at once (1.6x for 128 in-process committers), slower
-	// end to end over TCP, so off by default (docs/wal.md, "Gathering").
+	// WALGather turns on the WAL's group gathering under SyncAlways (wal.Options.Gather).
+	// Off by default: it pays only when committers come back at once (docs/wal.md, "Gathering").
 	WALGather bool
-	// ExpireLeasesAtOpen ends, at Open, the leases of the owners recorded in the store, instead
-	// of giving them a fresh lease. Right for an embedded engine: the directory lock proves the
-	// process that held them is gone. Wrong for a storage node, whose owners outlive it.
+	// ExpireLeasesAtOpen ends, at Open, the leases of the owners recorded in the store instead
+	// of renewing them: right for an embedded engine, wrong for a storage node
+	// (docs/storage.md, "Options: the reasons").
 	ExpireLeasesAtOpen bool
-	// BackupTimeout bounds how long a backup holds its snapshot (Engine.Backup): meanwhile
-	// checkpoints keep the disk pages they replace, so the data files grow. A backup that
-	// takes longer fails with ErrBackupTimeout and releases its hold.
+	// BackupTimeout bounds how long a backup holds its snapshot (Engine.Backup); past it the
+	// backup fails with ErrBackupTimeout and releases its hold. 0 or negative:
+	// DefaultBackupTimeout (1 h). docs/operations.md, "Backup and restore".
 	BackupTimeout time.Duration
-	// GrantVerifier proves the etcd grants of cluster-managed tables (cluster.go) and reads
-	// etcd's revision for a restored copy's first open. Nil: this node refuses etcd grants
-	// (ErrNoVerifier) and the first open of a restored copy holding cluster tables; local
-	// tables work as without it. Package cluster implements it (cluster.GrantVerifier).
+	// GrantVerifier, package cluster's cluster.GrantVerifier, proves the etcd grants of
+	// cluster-managed tables (cluster.go) and reads etcd's revision for a restored copy's first
+	// open. Nil: etcd grants are refused (ErrNoVerifier), and so is the first open of a
+	// restored copy holding cluster tables; local tables work as without it.
 	GrantVerifier GrantVerifier
-	// GrantVerifyTimeout bounds one grant verification or revision read
-	// (DefaultGrantVerifyTimeout when zero).
+	// GrantVerifyTimeout bounds one grant verification or revision read. 0 or negative:
+	// DefaultGrantVerifyTimeout (5 s).
 	GrantVerifyTimeout time.Duration
-	// LeaseChecker tells a primary whether a coordinator's lease is alive (txn.go): without
-	// one, an undecided transaction is never resolved to abort here, and a commit decision is
-	// taken without the check.
+	// LeaseChecker tells a primary whether a coordinator's lease is alive (txn.go). Nil: an
+	// undecided transaction is never resolved to abort here, and a commit decision is taken
+	// without the check.
 	LeaseChecker LeaseChecker
 	// TxnPeer reaches other storage nodes, the primaries of the transactions prepared here;
 	// without one, only transactions whose primary is this node are resolved.
 	TxnPeer TxnPeer
 	// TxnResolveAfter is how long a prepared transaction waits for its coordinator before
-	// the resolver asks its primary (engine clock).
+	// the resolver asks its primary (engine clock). 0 or negative: DefaultTxnResolveAfter (5 s).
 	TxnResolveAfter time.Duration
-	// TxnResolveInterval is the resolver's period (it also runs when a decision is applied);
-	// negative: no background resolver (ResolveTxns by hand).
+	// TxnResolveInterval is the resolver's period (it also runs when a decision is applied).
+	// 0: DefaultTxnResolveInterval (1 s); negative: no background resolver (ResolveTxns by hand).
 	TxnResolveInterval time.Duration
 	// TxnAbortKeep is how long a primary keeps an abort that not every participant reported.
+	// 0 or negative: DefaultTxnAbortKeep (10 min).
 	TxnAbortKeep time.Duration
 	// TxnCallTimeout bounds each call of the resolver to a primary and its lease checks.
+	// 0 or negative: DefaultTxnCallTimeout (5 s).
 	TxnCallTimeout time.Duration
-	// TxnResolvePrimariesMax bounds how many primaries one resolver pass calls at once (each
-	// primary's transactions are asked about one after another, distinct primaries
-	// concurrently, so N unreachable primaries cost one TxnCallTimeout, not N; a primary
-	// that failed backs off, and a pass retries at most half of this many of them:
-	// txn_resolve.go); 0: 16. Keep it at most the TxnPeer's connection bound
-	// (server.PeerConfig.PeersMax, 64).
+	// TxnResolvePrimariesMax bounds the primaries one resolver pass calls at once; a pass
+	// retries at most half as many that failed (txn_resolve.go). 0 or negative: 16. Keep it at
+	// most the TxnPeer's connection bound (server.PeerConfig.PeersMax, 64). docs/cluster.md.
 	TxnResolvePrimariesMax int
-	// MaxTxns bounds the prepared transactions (not the applied ones waiting to report to
-	// their primary: those at 16 x MaxTxns), and separately the kept decisions; beyond,
-	// PrepareTxn and DecideTxn fail with ErrTxnBusy.
+	// MaxTxns bounds the prepared transactions (16 x MaxTxns the applied ones waiting to report
+	// to their primary), and separately the kept decisions; beyond, PrepareTxn and DecideTxn
+	// fail with ErrTxnBusy. 0 or negative: DefaultMaxTxns (4096).
 	MaxTxns int
-	// TxnForgetMax bounds the decisions a primary remembers after forgetting them (each
-	// TxnAbortKeep at most, about 100 bytes each: a resent Decide of one is answered with
-	// it); beyond, the oldest give way. 0: DefaultTxnForgetMax.
+	// TxnForgetMax bounds the decisions a primary remembers after forgetting them (each for
+	// TxnAbortKeep at most, about 100 bytes); beyond, the oldest give way. 0 or negative:
+	// DefaultTxnForgetMax (65536). docs/cluster.md, "The primary".
 	TxnForgetMax int
 	// MaxTxnBytes bounds the bytes of the prepared batches held in memory (and re-logged by
-	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy.
+	// each checkpoint); beyond, PrepareTxn fails with ErrTxnBusy. 0 or negative:
+	// DefaultMaxTxnBytes (256 MiB).
 	MaxTxnBytes int64
-	// MaxTxnsPerOwner bounds the transactions one owner holds prepared here, and
-	// separately the decisions kept here for its parts (txn_decisions.go), and
-	// MaxTxnBytesPerOwner the bytes of their prepared batches; beyond, that owner's
-	// PrepareTxn fails with ErrTxnBusy while other owners still prepare (an owner whose
-	// transactions' primary is unreachable cannot take the whole of MaxTxns or MaxTxnBytes).
-	// 0: DefaultMaxTxnsPerOwner (256), DefaultMaxTxnBytesPerOwner (16 MiB).
-	MaxTxnsPerOwner     int
+	// MaxTxnsPerOwner bounds the transactions one owner holds prepared here, and separately
+	// the decisions kept for its parts (txn_decisions.go: DecideTxnAs); beyond, that owner's
+	// fail with ErrTxnBusy while other owners' go on. 0 or negative: DefaultMaxTxnsPerOwner (256).
+	MaxTxnsPerOwner int
+	// MaxTxnBytesPerOwner bounds the bytes of one owner's prepared batches here, as
+	// MaxTxnsPerOwner. 0 or negative: DefaultMaxTxnBytesPerOwner (16 MiB).
 	MaxTxnBytesPerOwner int64
 	// TxnInDoubtAfter is how long a part stays prepared, undecided, before it is in doubt:
-	// listed by TxnsInDoubt and abortable by an operator (AbortInDoubt). 0:
+	// listed by TxnsInDoubt and abortable by an operator (AbortInDoubt). 0 or negative:
 	// DefaultTxnInDoubtAfter (5 min).
 	TxnInDoubtAfter time.Duration
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.

@@ -81,43 +81,33 @@ type Options struct {
 	// not import cluster, so a node without a cluster links no etcd. Nil: no cluster.
 	Grants Grants
 
-	// CacheBytes is the hard budget of the logical page cache. It counts the frames (64 rows
-	// and 64 version words each, rounded up to the allocator's size class), the per-frame
-	// metadata (allocated 64 frames at a time, 4 KiB), the page table and a fixed part (the
-	// chunk directory, 8 bytes per 64 frames the budget could hold, and 4 KiB of row-wait
-	// shards). Not counted: a few hundred bytes of structs and 4 bytes per frame id in
-	// free lists. At MinCacheBytes it holds 11 pages of 64-byte rows.
+	// CacheBytes is the hard budget of the logical page cache, in bytes: frames, their
+	// metadata, the page table and a fixed part (docs/txnode-concurrency.md, "The cache
+	// budget"). 0: DefaultCacheBytes (64 MiB); below MinCacheBytes (64 KiB, which holds 11
+	// pages of 64-byte rows): MinCacheBytes.
 	CacheBytes int64
-	// PinBytes is the pin budget: what the table pins (Table.Pin) may hold of the cache,
-	// frameCost per page (a page's 64 rows and 64 version words, rounded up to the
-	// allocator's size class). Zero: half of CacheBytes. At most three quarters of
-	// CacheBytes (Open fails above): transactions need the rest (a transaction whose pages
-	// do not fit beside the pinned ones fails with ErrCacheFull after CacheWait). Negative:
-	// no table may be pinned. DB.Pin's page ranges are not counted (they are bounded by the
-	// cache).
+	// PinBytes bounds what the table pins (Table.Pin) may hold of the cache, in bytes, at
+	// frameCost a page; DB.Pin's page ranges do not count. 0: half of CacheBytes; negative: no
+	// table may be pinned; above three quarters of CacheBytes Open fails (docs/txnode.md,
+	// "Options: where each rule is explained").
 	PinBytes int64
 	// CacheWait bounds how long a request waits for a frame when every frame is pinned or
-	// dirty (WriteBack rows not yet flushed), before it fails with ErrCacheFull (a context that ends sooner ends
-	// the wait sooner). It also bounds how long DB.Update keeps retrying a transaction that
-	// found the cache full while it held pages (it parks for the cache turn meanwhile).
+	// dirty, then fails with ErrCacheFull (its context may end the wait sooner), and how long
+	// DB.Update retries a transaction that found the cache full while it held pages.
+	// 0: DefaultCacheWait (2 s).
 	CacheWait time.Duration
-	// InflightBytes bounds what the commit batches not yet acknowledged hold: their rows
-	// (the batches' own copies) and, per page segment, about 100 bytes of bookkeeping (the
-	// segment, a frame reference and the ghost an evicted frame leaves). Frames whose rows
-	// are in flight may be evicted (the batch owns its copy), so the cache does not bound
-	// them: this does. A commit that would pass it waits for acknowledgements (its context
-	// ends the wait: nothing applied); one larger than the bound is admitted alone, when
-	// nothing else is in flight, and while it waits no other commit is admitted (so that a
-	// stream of small ones cannot keep it out). WriteBack's flusher waits likewise before it
-	// sends an epoch; a flush (Close, DropTable) waits for it only as long as its context
-	// allows.
+	// InflightBytes bounds what the commit batches not yet acknowledged hold, in bytes: their
+	// rows plus about 100 bytes a page segment. A commit that would pass it waits (its context
+	// ends the wait, nothing applied); one larger is admitted alone. 0 or negative:
+	// DefaultInflightBytes (8 MiB). docs/txnode-concurrency.md, "Rows in flight and eviction".
 	InflightBytes int64
 	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
 	// missing Close loses in each.
 	Durability Durability
-	// FlushInterval is WriteBack's flush period.
+	// FlushInterval is WriteBack's flush period. 0: DefaultFlushInterval (20 ms).
 	FlushInterval time.Duration
 	// MaxRetries bounds how often DB.Update runs its closure on conflicts.
+	// 0: DefaultMaxRetries (64).
 	MaxRetries int
 	// OwnerID identifies this node to the storage node; a random one when zero. A node that
 	// restarts with the same id continues its batch sequence. Two live nodes must not share
@@ -134,19 +124,19 @@ type Options struct {
 	Secret []byte
 	// DialTimeout and RequestTimeout bound the remote store's dial and each request. A call
 	// waits for a reconnect for up to RequestTimeout into an outage; past it, calls fail at
-	// once with ErrUnavailable until the storage node is back.
+	// once with ErrUnavailable until the storage node is back. 0: DefaultDialTimeout (5 s),
+	// DefaultRequestTimeout (10 s).
 	DialTimeout, RequestTimeout time.Duration
 	// OwnerInUseWait is how long Open keeps dialing while the storage node answers
-	// ErrOwnerInUse (another live incarnation holds OwnerID: it must close, or be silent for
-	// a lease). Zero (the default): the storage node's own lease (from its hello reply) plus
-	// OwnerInUseMargin, so a node restarted right after a crash opens once the dead one's
-	// lease has run out, however long the storage node's lease is. (Reconnects after Open
-	// keep dialing for as long as the DB is open.)
+	// ErrOwnerInUse (another live incarnation holds OwnerID). 0: the storage node's lease
+	// (from its hello reply) plus OwnerInUseMargin (2 s). Reconnects after Open keep dialing
+	// while the DB is open. docs/operations.md, "Restarting or replacing a transaction node".
 	OwnerInUseWait time.Duration
 
 	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
 	SyncMode string
-	// StoreCacheBytes is the embedded store's disk page cache.
+	// StoreCacheBytes is the embedded store's disk page cache, in bytes.
+	// 0: DefaultStoreCacheBytes (256 MiB).
 	StoreCacheBytes int64
 
 	// Logger receives lease and failure events; slog.Default() when nil.

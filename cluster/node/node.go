@@ -30,10 +30,9 @@ type Config struct {
 	// server.Config.Secret): a game server's credential.
 	Secret []byte
 	// OperatorSecret is the storage nodes' operators' secret (their
-	// server.Config.OperatorSecret), which Table.Move's mover dials with: a move's steps and
-	// copies are operators' requests (docs/operations.md, "Roles and credentials"). Empty:
-	// Secret, which moves only on storage nodes without any secret (loopback). A game server
-	// that never moves a partition leaves it empty.
+	// server.Config.OperatorSecret), which Table.Move's mover dials with (docs/operations.md,
+	// "Roles and credentials"). Empty: Secret, which moves only on storage nodes without any
+	// secret (loopback); a game server that never moves a partition leaves it empty.
 	OperatorSecret []byte
 	// CacheBytes is the logical page cache of each storage node's transaction node
 	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
@@ -44,7 +43,7 @@ type Config struct {
 	// most three quarters of it: Open fails above; none when negative).
 	PinBytes int64
 	// Durability of every commit (txnode.Options.Durability; Durable by default), and
-	// WriteBack's flush period (txnode.Options.FlushInterval).
+	// WriteBack's flush period (txnode.Options.FlushInterval; txnode's default when zero).
 	Durability    txnode.Durability
 	FlushInterval time.Duration
 	// DialTimeout and RequestTimeout bound each storage node's dial and requests (txnode's

@@ -106,11 +106,10 @@ type Config struct {
 	// clients' cluster table creations are verified; "" is the address it listens on, which
 	// must then be a specific one (a node listening on 0.0.0.0 or [::] needs Advertise).
 	Advertise string
-	// Secret is the shared secret of the handshake's mutual HMAC-SHA256 proofs, as
-	// configured: hex or base64 of at least sgio.SecretBytesMin random bytes (sgio.ParseSecret;
-	// New refuses anything else with sgio.ErrWeakSecret). Empty is allowed on loopback
-	// only: the proofs then only show that both sides speak Weft. It is the clients' secret
-	// (game servers, transaction nodes): docs/operations.md, "Roles and credentials".
+	// Secret is the clients' secret (game servers, transaction nodes) for the handshake's
+	// mutual HMAC-SHA256 proofs: hex or base64 of at least sgio.SecretBytesMin random bytes
+	// (sgio.ParseSecret; New refuses anything else with sgio.ErrWeakSecret). Empty: loopback
+	// only. docs/operations.md, "Roles and credentials".
 	Secret []byte
 	// PeerSecret is the secret of the cluster's other storage nodes (their resolvers' Ask
 	// and Report), in Secret's format. Empty: no peer is accepted, unless no secret at all
@@ -124,8 +123,9 @@ type Config struct {
 	// TLS, when set, serves over crypto/tls (net.Conn per connection) instead of gnet.
 	TLS *tls.Config
 
-	// MaxConns bounds the connections held at once (DefaultMaxConns). Start refuses to run
-	// (ErrFileLimit) when MaxConns, the tables and a margin exceed RLIMIT_NOFILE.
+	// MaxConns bounds the connections held at once. 0 or negative: DefaultMaxConns (1024).
+	// Start refuses to run (ErrFileLimit) when MaxConns, the tables and a margin exceed
+	// RLIMIT_NOFILE.
 	MaxConns int
 	// ReservedFiles is the file descriptors the embedding process holds beside the server's
 	// (the storenode binary's metrics listener and its connections, at most
@@ -140,24 +140,25 @@ type Config struct {
 	// with the session's owner, the bytes it handed to gnet, those of the write left to hand
 	// (a sliced write: writeSliceBytes) and the time it took (tests).
 	writeHook func(owner uint64, n, left int, took time.Duration)
-	// MaxInflight bounds the requests in flight per connection (DefaultMaxInflight); it is
-	// announced in HelloReply, and a request beyond it is answered with ErrBusy.
+	// MaxInflight bounds the requests in flight per connection, at most sgio.MaxInflightLimit;
+	// announced in HelloReply, a request beyond it is answered with ErrBusy. 0 or negative:
+	// DefaultMaxInflight (1024).
 	MaxInflight int
-	// MaxBody is the largest request body accepted, at most sgio.MaxBodyLimit
-	// (DefaultMaxBody); announced in HelloReply.
+	// MaxBody is the largest request body accepted, in bytes, announced in HelloReply; New
+	// refuses more than sgio.MaxBodyLimit. 0: DefaultMaxBody (16 MiB).
 	MaxBody uint32
-	// AuthTimeout bounds the time from connecting to a completed handshake
-	// (DefaultAuthTimeout). It is not extended by traffic: a client that sends one byte a
-	// second is closed at the deadline all the same.
+	// AuthTimeout bounds the time from connecting to a completed handshake, not extended by
+	// traffic (a client that sends one byte a second is closed at the deadline all the same).
+	// 0 or negative: DefaultAuthTimeout (10 s).
 	AuthTimeout time.Duration
-	// IdleTimeout closes a session that sent nothing and had nothing in flight for this long
-	// (DefaultIdleTimeout); negative disables it.
+	// IdleTimeout closes a session that sent nothing and had nothing in flight for this long.
+	// 0: DefaultIdleTimeout (5 min); negative disables it.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds one write to a TLS connection, and the time a sliced write to a
-	// gnet connection (writeSliceBytes) moves not at all: then the connection is closed
-	// (DefaultWriteTimeout).
+	// gnet connection (writeSliceBytes) moves not at all: then the connection is closed.
+	// 0 or negative: DefaultWriteTimeout (10 s).
 	WriteTimeout time.Duration
-	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero.
+	// EventLoops is the number of gnet event loops; GOMAXPROCS when zero or negative.
 	EventLoops int
 
 	// MaxHandshakes bounds the connections still in the handshake (DefaultMaxHandshakes, at
@@ -165,21 +166,18 @@ type Config struct {
 	// (DefaultMaxHandshakesPerSource). A connection over either evicts the oldest
 	// handshaking connection (server_accept.go).
 	MaxHandshakes, MaxHandshakesPerSource int
-	// AuthFailDelay delays the answer (and the close) to a wrong proof (DefaultAuthFailDelay);
-	// failed attempts are delayed, never locked out.
+	// AuthFailDelay delays the answer (and the close) to a wrong proof; failed attempts are
+	// delayed, never locked out. 0 or negative: DefaultAuthFailDelay (1 s).
 	AuthFailDelay time.Duration
-	// MaxQueuedBytes bounds the request bodies a connection has queued: its Commits not yet
-	// submitted to the engine and its reads (ReadPages, PageDir) waiting for their goroutine
-	// (DefaultMaxQueuedBytes); MaxQueuedBytesTotal bounds them on all connections
-	// (DefaultMaxQueuedBytesTotal). A request over either is answered with ErrBusy before
-	// its body is copied or parsed.
+	// MaxQueuedBytes bounds the request bodies one connection has queued (Commits not yet
+	// submitted, reads waiting for their goroutine), MaxQueuedBytesTotal those of all; a request
+	// over either gets ErrBusy before its body is copied or parsed. 0 or negative:
+	// DefaultMaxQueuedBytes (64 MiB), DefaultMaxQueuedBytesTotal (512 MiB).
 	MaxQueuedBytes, MaxQueuedBytesTotal int64
-	// MaxOutboundBytesTotal bounds the replies written but not yet taken by their clients
-	// (gnet's outbound buffers, the rest of sliced writes) on all connections (DefaultMaxOutboundBytesTotal). Over it, a
-	// connection with replies of its own still unwritten stops being read until they drain
-	// (checked every outboundRecheck); one whose output has drained is read on. Each
-	// connection is also bounded on its own (outboundMaxBytes: a client that lets more pile
-	// up is closed). Not for TLS, whose writes block the connection's own writer goroutine.
+	// MaxOutboundBytesTotal bounds the reply bytes not yet taken by their clients, over all
+	// gnet connections (not TLS): over it, a connection with replies of its own unwritten is
+	// not read until they drain. 0 or negative: DefaultMaxOutboundBytesTotal (512 MiB).
+	// docs/operations.md, "Limits against hostile and broken clients".
 	MaxOutboundBytesTotal int64
 
 	// Logger receives connection and lifecycle events; Options.Logger, else slog.Default().
@@ -187,7 +185,8 @@ type Config struct {
 	// OnListen, when set, is called once with the address the server listens on, before
 	// Start returns (Serve's way of telling a port-0 address).
 	OnListen func(addr net.Addr)
-	// ShutdownTimeout bounds Serve's graceful shutdown (DefaultShutdownTimeout).
+	// ShutdownTimeout bounds Serve's graceful shutdown. 0 or negative:
+	// DefaultShutdownTimeout (30 s).
 	ShutdownTimeout time.Duration
 }
 
