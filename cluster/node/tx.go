@@ -242,6 +242,55 @@ func (tx *Tx) lostAtCommit(err error) error {
 	return err
 }
 
+// movedAtPrepare maps a two-phase commit whose prepare the storage node at addr refused
+// because a partition there is being moved (txnode.ErrMoved: a source frozen for the move's
+// final catch-up, or a copy moved away) to that partition's *NotOwnerError, wrapping err (the
+// definite abort: ErrAborted, ErrMoved): the game retries, as after a write refused by a
+// move (Table.written). The partition stays owned: a refused prepare ends no grant, and the
+// switch keeps the grant (the Table follows the map and registers it with the new copy).
+func (tx *Tx) movedAtPrepare(addr string, err error) error {
+	u, ok := tx.movingAt(addr)
+	if !ok {
+		return err
+	}
+	t, p := u.t, u.p
+	if t.movedAway(tx.ctx, p, err) {
+		ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: t.parts[p].tb.Load() != nil}
+		if ne.Held {
+			ne.Holder = t.n.sess.Holder()
+		}
+		return fmt.Errorf("%w (moved to %s during the two-phase commit: retry it: %w)", ne, t.parts[p].addr(), err)
+	}
+	ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}
+	return fmt.Errorf("%w (being moved: this node owns it again once it is switched; retry: %w)", ne, err)
+}
+
+// movingAt returns the touched partition routed to the storage node at addr that a move
+// concerns: of several there, the first with a move recorded in etcd (else the first).
+func (tx *Tx) movingAt(addr string) (touch, bool) {
+	var at []touch
+	for _, u := range tx.touched {
+		if u.t.parts[u.p].addr() == addr {
+			at = append(at, u)
+		}
+	}
+	switch len(at) {
+	case 0:
+		return touch{}, false
+	case 1:
+		return at[0], true
+	}
+	for _, u := range at {
+		ctx, cancel := context.WithTimeout(tx.ctx, u.t.n.cfg.OwnerLookupTimeout)
+		_, ok, err := u.t.n.c.ReadMove(ctx, u.t.m.Name, u.p)
+		cancel()
+		if err == nil && ok {
+			return u, true
+		}
+	}
+	return at[0], true
+}
+
 // commit commits the parts: nothing touched, nothing to do; one storage node, its one-batch
 // Commit; else the read-only parts validated and the written ones by two-phase commit.
 func (tx *Tx) commit() error {
