@@ -102,6 +102,7 @@ func TestUpdatePrepareUnansweredSaysAborted(t *testing.T) {
 			cancel()
 		}
 	})()
+	defer a.Close(ctx) // before the hooks are restored: the abort's record goes on in the background
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()
 	err := xfer(uctx, a, ta, x, y, 10)
