@@ -88,6 +88,23 @@ func commitError(err error) error {
 	return err
 }
 
+// prepareLostError is Prepare's error when the prepare's answer never came (the context
+// ended after it was sent, the connection failed, the storage node's WAL failed): the
+// prepare may have landed, so the part must be aborted, never committed. It matches
+// ErrUnknownOutcome (the prepare's outcome, not a commit's) and the cause, but does not read
+// "commit outcome unknown": the coordinator that aborts knows the transaction aborted.
+type prepareLostError struct {
+	id    [16]byte
+	cause error
+}
+
+func (e *prepareLostError) Error() string {
+	return fmt.Sprintf("txnode: prepare of transaction %x: its answer was lost (it may have landed: abort it, never commit): %v", e.id, e.cause)
+}
+
+// Unwrap makes errors.Is(err, ErrUnknownOutcome) hold, and errors.Is of the cause.
+func (e *prepareLostError) Unwrap() []error { return []error{ErrUnknownOutcome, e.cause} }
+
 // errCacheBusy stops a transaction that needs a frame while the cache is full and it holds
 // others (it must not wait holding them); its retry loop rolls it back and waits for room.
 // It is ErrCacheFull to a caller that sees it.

@@ -176,7 +176,7 @@ func (tx *Tx) Prepare(info TxnInfo) (*Prepared, error) {
 	// done, Rollback a no-op; release comes with Apply or Abandon.
 	tx.done = true
 	if err != nil {
-		return p, fmt.Errorf("txnode: prepare of transaction %x: %w: %w", info.ID, ErrUnknownOutcome, err)
+		return p, &prepareLostError{id: info.ID, cause: err}
 	}
 	return p, nil
 }

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/weftdb/weft/cluster/internal/testhook"
+	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -22,7 +24,9 @@ import (
 //  2. Every participant is prepared (in parallel, one goroutine each, n <= 64), under the
 //     session's lease id, each batch fenced by its tables' epochs. Any refusal (or a prepare
 //     whose answer never came): abort recorded at the primary, abort applied to every part
-//     that was or may have been prepared, the transaction failed (ErrConflict: run again).
+//     that was or may have been prepared, the transaction failed: ErrConflict (run again)
+//     when every refusal was a conflict, else an error matching ErrAborted (definiteAbort:
+//     never txnode.ErrUnknownOutcome), a *NotOwnerError when a partition is being moved.
 //     An abort the primary did not answer (ctx ended, the primary busy or unreachable) is
 //     sent again in the background until recorded or Close (recordAbortLater: bounded
 //     goroutines and queue), so that a resolver's Ask is
@@ -162,7 +166,13 @@ func (n *Node) twoPhase(tx *Tx) error {
 		if allConflicts(errs) {
 			return txnode.ErrConflict
 		}
-		return definiteAbort(fmt.Errorf("node: two-phase commit %x: prepare: %w", c.id, err))
+		aborted := definiteAbort(c.id, err)
+		for i, perr := range errs {
+			if errors.Is(perr, txnode.ErrMoved) {
+				return tx.movedAtPrepare(tx.writers[i].addr, aborted)
+			}
+		}
+		return aborted
 	}
 	// Every write is locked: validate every read now.
 	for _, p := range c.prepared {
@@ -221,31 +231,56 @@ type coordTxn struct {
 	attempts    int
 }
 
-// definiteAbort maps the error of a failed prepare step: a prepare whose answer was lost
-// (txnode.ErrUnknownOutcome) leaves that part's fate unknown, but not the transaction's: the
-// coordinator never decides commit after a failed prepare, so it aborted. The caller must not
-// be told "outcome unknown" (it may have committed); the error keeps the text and the
-// context's error, if that was the cause.
-func definiteAbort(err error) error {
-	if !errors.Is(err, txnode.ErrUnknownOutcome) {
-		return err
+// definiteAbort is the error of a two-phase commit that failed at its prepare step (err:
+// the prepares' errors, joined). The coordinator never decides commit after a failed prepare
+// (it aborts every part), so the transaction aborted, whatever each prepare's own fate: one
+// whose answer was lost (txnode.ErrUnknownOutcome) may have landed, and is aborted too. The
+// caller must not be told "outcome unknown" (that it may have committed): the error reads
+// "aborted", matches ErrAborted and every cause but the unknown outcomes (a refusal such as
+// txnode.ErrTxnBusy or ErrMoved, the context's error), never txnode.ErrUnknownOutcome.
+func definiteAbort(id [16]byte, err error) error {
+	return &abortedError{id: id, err: err, causes: withoutUnknown(err)}
+}
+
+// abortedError is a two-phase commit aborted at its prepare step (definiteAbort).
+type abortedError struct {
+	id     [16]byte
+	err    error   // the prepares' errors, for the text
+	causes []error // err's chain without the unknown outcomes
+}
+
+func (e *abortedError) Error() string {
+	return fmt.Sprintf("node: two-phase commit %x aborted, nothing of it applied: prepare: %s", e.id, strings.ReplaceAll(e.err.Error(), "\n", "; "))
+}
+
+// Unwrap makes errors.Is(err, ErrAborted) hold, and errors.Is of each cause.
+func (e *abortedError) Unwrap() []error { return append([]error{ErrAborted}, e.causes...) }
+
+// withoutUnknown returns the errors of err's tree that are not an unknown outcome (txnode's,
+// or the storage node's and the wire's: a request whose answer was lost): err itself when
+// it matches none, else the branches of its tree (in order) that match none.
+func withoutUnknown(err error) []error {
+	if err == nil {
+		return nil
 	}
-	for _, cause := range []error{context.DeadlineExceeded, context.Canceled} {
-		if errors.Is(err, cause) {
-			return &abortedError{msg: err.Error(), cause: cause}
+	if !errors.Is(err, txnode.ErrUnknownOutcome) && !errors.Is(err, storenode.ErrUnknownOutcome) {
+		return []error{err}
+	}
+	var out []error
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if e != nil {
+				out = append(out, withoutUnknown(e)...)
+			}
+		}
+	case interface{ Unwrap() error }:
+		if e := u.Unwrap(); e != nil {
+			out = withoutUnknown(e)
 		}
 	}
-	return &abortedError{msg: err.Error()}
+	return out
 }
-
-// abortedError is a two-phase commit aborted after a prepare whose answer was lost.
-type abortedError struct {
-	msg   string
-	cause error // the context's error, or nil
-}
-
-func (e *abortedError) Error() string { return e.msg + " (the transaction aborted)" }
-func (e *abortedError) Unwrap() error { return e.cause }
 
 func allConflicts(errs []error) bool {
 	any := false

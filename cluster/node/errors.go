@@ -26,6 +26,17 @@ var (
 	// to a partition this node does not own. The error is a *NotOwnerError naming the holder
 	// (its address, where the game routes the request), when there is one.
 	ErrNotOwner = errors.New("node: partition not owned by this node")
+
+	// Committing.
+
+	// ErrAborted is wrapped by the error of a two-phase commit (an Update writing on several
+	// storage nodes) that failed at its prepare step: a storage node refused a prepare
+	// (txnode.ErrTxnBusy, txnode.ErrFenced, ..., wrapped too), or a prepare's answer was lost.
+	// The coordinator never decides commit after a failed prepare, so the transaction
+	// aborted: nothing of it is applied, and the error never matches
+	// txnode.ErrUnknownOutcome. A prepare refused because a partition is being moved
+	// (txnode.ErrMoved) is a *NotOwnerError wrapping it (retry the Update).
+	ErrAborted = errors.New("node: transaction aborted")
 )
 
 // NotOwnerError is ErrNotOwner with the partition and its holder as etcd has it (a

@@ -91,3 +91,27 @@ func SetLockedRetries(n int, pauseMax time.Duration) (restore func()) {
 	lockedRetries, lockedPauseMax = n, pauseMax
 	return func() { lockedRetries, lockedPauseMax = oldN, oldMax }
 }
+
+// SetMoveDoubtWait sets how long a move waits for the transactions in doubt at its source
+// (moveDoubtWaitMax) and returns what restores it.
+func SetMoveDoubtWait(max time.Duration) (restore func()) {
+	old := moveDoubtWaitMax
+	moveDoubtWaitMax = max
+	return func() { moveDoubtWaitMax = old }
+}
+
+// SetMoveDoubtHook sets the hook that hears each freeze refused for a transaction in doubt
+// (moveDoubtHook) and returns what restores it.
+func SetMoveDoubtHook(h func(refused int)) (restore func()) {
+	old := moveDoubtHook
+	moveDoubtHook = h
+	return func() { moveDoubtHook = old }
+}
+
+// SetMoveTimer sets the timer and clock of a move's waits for transactions in doubt
+// (moveAfter, moveNow) and returns what restores them.
+func SetMoveTimer(after func(d time.Duration) (<-chan time.Time, func() bool), now func() time.Time) (restore func()) {
+	oldAfter, oldNow := moveAfter, moveNow
+	moveAfter, moveNow = after, now
+	return func() { moveAfter, moveNow = oldAfter, oldNow }
+}

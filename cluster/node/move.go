@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -24,9 +25,10 @@ import (
 // recorded (the etcd move record, the storage nodes' logged move states) so that a mover that
 // died anywhere is finished or rolled back by the next Move of the partition.
 
-// ErrMoveRefused is returned by Move for a partition that cannot move now: a transaction
-// in doubt holds its rows at the source (storenode.ErrTxnLocked wrapped), or the target's
-// table of that name is not a fresh copy.
+// ErrMoveRefused is returned by Move for a partition that cannot move now: transactions in
+// doubt kept its rows locked at the source for longer than a move waits for them (10 s:
+// txnode.ErrTxnLocked wrapped, the message says how long and how many freezes were
+// refused), or the target's table of that name is not a fresh copy.
 var ErrMoveRefused = errors.New("node: partition move refused")
 
 // Move steps, in order, as the test hook hears them. Part of the documented protocol.
@@ -69,9 +71,15 @@ const (
 // (follow.go).
 // A move recorded by a mover that died is resumed (to must be its target, else
 // cluster.ErrMoveInProgress); a Move of a partition another Move of this node is running is
-// cluster.ErrMoveInProgress. Refused with ErrMoveRefused while a transaction in doubt holds
-// rows of the partition at the source (try again once it is decided). Any goroutine; ctx
-// bounds the whole move (a move cut short by ctx is resumed by the next Move).
+// cluster.ErrMoveInProgress. While a transaction in doubt (a two-phase commit prepared, not
+// yet decided) holds rows of the partition at the source, the source cannot be frozen: the
+// move waits its turn, trying the freeze again after a growing pause (up to 25 ms), the
+// partition written meanwhile, for at most 10 s from the first refusal, within ctx; so a move
+// under two-phase load goes through without the caller retrying. Only past that bound is it
+// refused, rolled back, with ErrMoveRefused (a transaction in doubt that long has a dead
+// coordinator: its storage node's resolver decides it once that coordinator's lease is gone;
+// Move again then). Any goroutine; ctx bounds the whole move (a move cut short by ctx is
+// resumed by the next Move).
 func (t *Table) Move(ctx context.Context, part uint32, to string) error {
 	if err := t.n.closedErr(); err != nil {
 		return err
@@ -296,11 +304,8 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	// Frozen under this mover's epoch, a frozen source found (a mover that died, a rollback
 	// cut short) too: the freeze taken over, so the late thaw of the mover that froze it
 	// (its rollback, after its record was deleted) cannot undo this move's freeze.
-	if _, err := m.verified(ctx, m.src, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID}); err != nil {
-		if errors.Is(err, storenode.ErrTxnLocked) {
-			return m.rollback(ctx, fmt.Errorf("%w: %w", ErrMoveRefused, err))
-		}
-		return m.errorf("freeze at %s: %w", m.rec.From, err)
+	if err := m.freeze(ctx, &token); err != nil {
+		return err
 	}
 	moveStep(MoveStepFrozen)
 
@@ -363,6 +368,84 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	}
 	moveStep(MoveStepSwitched)
 	return nil
+}
+
+// The wait of a freeze for the transactions in doubt at the source (mover.freeze): at most
+// moveDoubtWaitMax from the first refusal, the freeze tried again after a random pause in
+// [d/2, d), d = moveDoubtPauseMin doubling to moveDoubtPauseMax. A transaction in doubt is
+// decided within a few round trips unless its coordinator died (then its storage node's
+// resolver decides it once the coordinator's lease is gone): the bound lets a move wait out
+// two-phase load, not a dead coordinator. Vars for tests.
+var (
+	moveDoubtWaitMax  = 10 * time.Second
+	moveDoubtPauseMin = time.Millisecond
+	moveDoubtPauseMax = 25 * time.Millisecond
+)
+
+// moveAfter is the timer of the freeze's pauses (time.NewTimer's channel and Stop; a test's
+// fake one), moveNow its clock.
+var (
+	moveAfter = func(d time.Duration) (<-chan time.Time, func() bool) {
+		t := time.NewTimer(d)
+		return t.C, t.Stop
+	}
+	moveNow = time.Now
+)
+
+// moveDoubtHook, set by tests only, hears each freeze refused for a transaction in doubt
+// (the refusals so far), before the pause.
+var moveDoubtHook func(refused int)
+
+// freeze freezes the source under this mover's epoch (a frozen source found is taken over).
+// While a transaction in doubt holds rows of the partition there (storenode.ErrTxnLocked:
+// the source cannot be frozen with a decision still to land on it), the move waits its turn:
+// the freeze is tried again after a growing random pause, the source live and written
+// meanwhile, a catch-up round before each try keeping the tail to copy while frozen short.
+// Not held between tries: a freeze holding the partition's writes while it waited would fail
+// them for as long as the slowest transaction in doubt (and, given up, leave its owner's
+// tables fenced). Past moveDoubtWaitMax of refusals the move is rolled back: ErrMoveRefused,
+// saying why. When ctx ends first the move stays recorded (the next Move resumes it).
+func (m *mover) freeze(ctx context.Context, token *uint64) error {
+	var first time.Time
+	wait := moveDoubtPauseMin
+	for refused := 1; ; refused++ {
+		_, err := m.verified(ctx, m.src, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, storenode.ErrTxnLocked) {
+			return m.errorf("freeze at %s: %w", m.rec.From, err)
+		}
+		now := moveNow()
+		if first.IsZero() {
+			first = now
+		}
+		if waited := now.Sub(first); waited >= moveDoubtWaitMax {
+			return m.rollback(ctx, fmt.Errorf("%w: transactions in doubt kept rows of the partition locked at the source %s for %v (%d freezes refused; a move waits at most %v for them to be decided): %w",
+				ErrMoveRefused, m.rec.From, waited.Round(time.Millisecond), refused, moveDoubtWaitMax, err))
+		}
+		if h := moveDoubtHook; h != nil {
+			h(refused)
+		}
+		c, stop := moveAfter(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-c:
+		case <-ctx.Done():
+			stop()
+			return m.errorf("freeze at %s: %w (waiting for a transaction in doubt there to be decided: %w)", m.rec.From, ctx.Err(), err)
+		}
+		wait = min(2*wait, moveDoubtPauseMax)
+		if *token == 0 {
+			continue // a frozen source found: it has no mark (it is not refused either)
+		}
+		if _, err := m.catchUp(ctx, *token, moveTailPages); errors.Is(err, sgio.ErrMoveLost) {
+			if *token, err = m.fullCopy(ctx); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+	}
 }
 
 // finish completes a switched move: the copy live at the grant floor (cluster.MoveFloor:

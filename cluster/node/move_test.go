@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -273,9 +274,21 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, g.Release(ctx)) // the owner key must not stop the move: the transaction must
 
+	// The move waits for the transaction for its bound (10 s), on a fake clock here: each
+	// pause between freezes is a second of it.
+	var fake atomic.Int64
+	start := time.Now()
+	restore := node.SetMoveTimer(func(time.Duration) (<-chan time.Time, func() bool) {
+		fake.Add(int64(time.Second))
+		c := make(chan time.Time, 1)
+		c <- start
+		return c, func() bool { return false }
+	}, func() time.Time { return start.Add(time.Duration(fake.Load())) })
 	err = tbl.Move(ctx, 0, tc.addrs[1])
+	restore()
 	require.ErrorIs(t, err, node.ErrMoveRefused)
 	require.ErrorIs(t, err, storenode.ErrTxnLocked)
+	require.Contains(t, err.Error(), "for 10s (11 freezes refused; a move waits at most 10s", "the message says why")
 	m, err := tc.c.ReadMap(ctx)
 	require.NoError(t, err)
 	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")

@@ -47,10 +47,11 @@ type txPart struct {
 	wrote bool
 }
 
-// touch is one partition a transaction routed to.
+// touch is one partition a transaction routed to, and the storage node it was routed to.
 type touch struct {
-	t *Table
-	p uint32
+	t    *Table
+	p    uint32
+	addr string
 }
 
 // Update runs fn in a read-write transaction over owned partitions on any storage nodes and
@@ -66,7 +67,11 @@ type touch struct {
 // finish the transaction either way: all of it or none). A row of a partition this node does
 // not own is a *NotOwnerError; Update returns that error even if fn did not. A grant lost
 // before the commit (txnode checks every touched partition's grant again then) fails the
-// commit with a *NotOwnerError too. A panic in fn rolls the attempt back and goes on up.
+// commit with a *NotOwnerError too, and so does a two-phase commit's prepare refused because a
+// partition is being moved (txnode.ErrMoved: retry; the partition stays owned). Any other
+// failed prepare aborts the transaction: its error matches ErrAborted (and the refusal, such
+// as txnode.ErrTxnBusy), never txnode.ErrUnknownOutcome: nothing of it was applied. A panic
+// in fn rolls the attempt back and goes on up.
 // A commit refused because a storage node holds a row in doubt for another transaction
 // (txnode.ErrTxnLocked) is run again after a growing pause, for about 10 s at most, within
 // ctx; only then is ErrTxnLocked returned.
@@ -242,6 +247,56 @@ func (tx *Tx) lostAtCommit(err error) error {
 	return err
 }
 
+// movedAtPrepare maps a two-phase commit whose prepare the storage node at addr refused
+// because a partition there is being moved (txnode.ErrMoved: a source frozen for the move's
+// final catch-up, or a copy moved away) to that partition's *NotOwnerError, wrapping err (the
+// definite abort: ErrAborted, ErrMoved): the game retries, as after a write refused by a
+// move (Table.written). The partition stays owned: a refused prepare ends no grant, and the
+// switch keeps the grant (the Table follows the map and registers it with the new copy).
+func (tx *Tx) movedAtPrepare(addr string, err error) error {
+	u, ok := tx.movingAt(addr)
+	if !ok {
+		return err
+	}
+	t, p := u.t, u.p
+	if t.parts[p].addr() != addr || t.movedAway(tx.ctx, p, err) {
+		ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: t.parts[p].tb.Load() != nil}
+		if ne.Held {
+			ne.Holder = t.n.sess.Holder()
+		}
+		return fmt.Errorf("%w (moved to %s during the two-phase commit: retry it: %w)", ne, t.parts[p].addr(), err)
+	}
+	ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}
+	return fmt.Errorf("%w (being moved: this node owns it again once it is switched; retry: %w)", ne, err)
+}
+
+// movingAt returns the touched partition the transaction routed to the storage node at addr
+// that a move concerns: of several there, the first with a move recorded in etcd (else the
+// first).
+func (tx *Tx) movingAt(addr string) (touch, bool) {
+	var at []touch
+	for _, u := range tx.touched {
+		if u.addr == addr {
+			at = append(at, u)
+		}
+	}
+	switch len(at) {
+	case 0:
+		return touch{}, false
+	case 1:
+		return at[0], true
+	}
+	for _, u := range at {
+		ctx, cancel := context.WithTimeout(tx.ctx, u.t.n.cfg.OwnerLookupTimeout)
+		_, ok, err := u.t.n.c.ReadMove(ctx, u.t.m.Name, u.p)
+		cancel()
+		if err == nil && ok {
+			return u, true
+		}
+	}
+	return at[0], true
+}
+
 // commit commits the parts: nothing touched, nothing to do; one storage node, its one-batch
 // Commit; else the read-only parts validated and the written ones by two-phase commit.
 func (tx *Tx) commit() error {
@@ -331,8 +386,8 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		part.wrote = true
 		tx.writers = append(tx.writers, part)
 	}
-	if !slices.Contains(tx.touched, touch{t, p}) {
-		tx.touched = append(tx.touched, touch{t, p})
+	if !slices.ContainsFunc(tx.touched, func(u touch) bool { return u.t == t && u.p == p }) {
+		tx.touched = append(tx.touched, touch{t, p, part.addr})
 	}
 	return part.tx, tb, nil
 }
