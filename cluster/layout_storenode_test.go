@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -20,7 +21,7 @@ func TestPropLayoutStorenodeAgrees(t *testing.T) {
 			l.StripePages = rapid.Uint32Range(1, StripePagesMax).Draw(t, "stripe wide")
 		}
 		part := rapid.Uint32Range(0, l.Partitions-1).Draw(t, "part")
-		sl := storenode.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: part}
+		sl := base.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: part}
 		require.NoError(t, sl.Validate())
 		id := rapid.Uint64Range(0, storenode.MaxRowID+1<<30).Draw(t, "id")
 		require.Equal(t, l.Of(id), sl.PartitionOf(id))
@@ -29,12 +30,12 @@ func TestPropLayoutStorenodeAgrees(t *testing.T) {
 		if ok && want >= storenode.MaxRowID {
 			ok = false
 		}
-		got, gotOK := sl.NextID(id)
+		got, gotOK := storenode.PartitionNextID(sl, id)
 		require.Equal(t, ok, gotOK, "id %d", id)
 		if ok {
 			require.Equal(t, want, got, "id %d", id)
 		}
 	})
-	require.Equal(t, uint32(PartitionsMax), uint32(storenode.ClusterPartitionsMax))
-	require.Equal(t, uint32(StripePagesMax), uint32(storenode.ClusterStripePagesMax))
+	require.Equal(t, uint32(PartitionsMax), uint32(base.ClusterPartitionsMax))
+	require.Equal(t, uint32(StripePagesMax), uint32(base.ClusterStripePagesMax))
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 )
 
@@ -14,7 +15,7 @@ import (
 // changing one changes the meaning of every byte already written.
 const (
 	// RowsPerPage is the number of rows in a logical page: one bit per slot in a uint64 mask.
-	RowsPerPage = 64
+	RowsPerPage = base.RowsPerPage
 	// DiskPageAlign is the alignment and size granularity of a disk page, in bytes.
 	DiskPageAlign = 4096
 	// RowBytesMin is the smallest row size a table may have.

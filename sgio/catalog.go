@@ -1,6 +1,10 @@
 package sgio
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/weftdb/weft/base"
+)
 
 // Catalog, ownership and id messages.
 
@@ -43,44 +47,30 @@ func (m *CreateTable) Validate() error {
 	return CheckRowBytes(int(m.RowBytes))
 }
 
-// ClusterLayout is a cluster-managed table's layout and partition (docs/cluster.md): the
-// partitioned table's Partitions and StripePages, and the Partition the table holds.
-type ClusterLayout struct {
-	Partitions  uint32 // 1..ClusterPartitionsMax
-	StripePages uint32 // 1..ClusterStripePagesMax
-	Partition   uint32 // < Partitions
-}
-
-// Bounds of a ClusterLayout. Part of the format; do not change.
-const (
-	ClusterPartitionsMax  = 1 << 16
-	ClusterStripePagesMax = 1 << 20
-)
-
-// Validate checks the layout's bounds (ErrMalformed).
-func (l ClusterLayout) Validate() error {
-	if l.Partitions == 0 || l.Partitions > ClusterPartitionsMax || l.StripePages == 0 ||
-		l.StripePages > ClusterStripePagesMax || l.Partition >= l.Partitions {
-		return fmt.Errorf("sgio: cluster layout of %d partitions, stripes of %d pages, partition %d: %w",
-			l.Partitions, l.StripePages, l.Partition, ErrMalformed)
+// checkLayout is l.Validate in the wire's words.
+func checkLayout(l *base.ClusterLayout) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("sgio: %w", err)
 	}
 	return nil
 }
 
-func (l *ClusterLayout) appendTo(dst []byte) []byte {
+// appendLayout appends l's encoding: partitions, stripe pages, partition, reserved u32.
+func appendLayout(dst []byte, l *base.ClusterLayout) []byte {
 	dst = le32(dst, l.Partitions)
 	dst = le32(dst, l.StripePages)
 	dst = le32(dst, l.Partition)
 	return le32(dst, 0)
 }
 
-func (l *ClusterLayout) parseFrom(r *bodyReader) {
+// parseLayout decodes a layout (appendLayout) into l and validates it.
+func parseLayout(r *bodyReader, l *base.ClusterLayout) {
 	l.Partitions = r.u32()
 	l.StripePages = r.u32()
 	l.Partition = r.u32()
 	r.reserved32()
 	if r.err == nil {
-		r.check(l.Validate())
+		r.check(checkLayout(l))
 	}
 }
 
@@ -90,7 +80,7 @@ func (l *ClusterLayout) parseFrom(r *bodyReader) {
 // (storenode.PartitionTableName). Answered with TableInfo.
 type CreateClusterTable struct {
 	RowBytes uint16 // CheckRowBytes
-	Layout   ClusterLayout
+	Layout   base.ClusterLayout
 	Name     string // CheckName
 }
 
@@ -105,7 +95,7 @@ func (m *CreateClusterTable) AppendBody(dst []byte) []byte {
 	start := len(dst)
 	dst = le16(dst, m.RowBytes)
 	dst = le16(dst, 0)
-	dst = m.Layout.appendTo(dst)
+	dst = appendLayout(dst, &m.Layout)
 	dst = appendStr(dst, m.Name)
 	return appendPad(dst, start)
 }
@@ -115,7 +105,7 @@ func (m *CreateClusterTable) Parse(body []byte) error {
 	r := bodyReader{t: TypeCreateClusterTable, b: body}
 	m.RowBytes = r.u16()
 	r.reserved16()
-	m.Layout.parseFrom(&r)
+	parseLayout(&r, &m.Layout)
 	m.Name = r.name()
 	if r.err == nil {
 		r.check(CheckRowBytes(int(m.RowBytes)))
@@ -128,7 +118,7 @@ func (m *CreateClusterTable) Validate() error {
 	if err := CheckName(m.Name); err != nil {
 		return err
 	}
-	if err := m.Layout.Validate(); err != nil {
+	if err := checkLayout(&m.Layout); err != nil {
 		return err
 	}
 	return CheckRowBytes(int(m.RowBytes))
@@ -190,7 +180,7 @@ type TableInfo struct {
 	NextID   uint64 // the id high-water mark: no row id at or above it was ever granted
 	// Cluster is the layout of a cluster-managed table; zero (Partitions 0) for a local one.
 	// On the wire: flag TableCluster, then the layout after NextID.
-	Cluster ClusterLayout
+	Cluster base.ClusterLayout
 	Name    string // the table's name
 }
 
@@ -215,7 +205,7 @@ func (m *TableInfo) appendTo(dst []byte) []byte {
 	if m.Cluster.Partitions != 0 {
 		dst = le16(dst, TableCluster)
 		dst = le64(dst, m.NextID)
-		dst = m.Cluster.appendTo(dst)
+		dst = appendLayout(dst, &m.Cluster)
 	} else {
 		dst = le16(dst, 0)
 		dst = le64(dst, m.NextID)
@@ -229,12 +219,12 @@ func (m *TableInfo) parseFrom(r *bodyReader) {
 	m.RowBytes = r.u16()
 	flags := r.u16()
 	m.NextID = r.u64()
-	m.Cluster = ClusterLayout{}
+	m.Cluster = base.ClusterLayout{}
 	if r.err == nil && flags&^TableCluster != 0 {
 		r.fail(4, "unknown table flags %#x", flags)
 	}
 	if flags&TableCluster != 0 {
-		m.Cluster.parseFrom(r)
+		parseLayout(r, &m.Cluster)
 	}
 	m.Name = r.name()
 	if r.err == nil {
@@ -265,7 +255,7 @@ func (m *TableInfo) Validate() error {
 		return err
 	}
 	if m.Cluster.Partitions != 0 {
-		if err := m.Cluster.Validate(); err != nil {
+		if err := checkLayout(&m.Cluster); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // The byte layouts of docs/wire.md, pinned for the catalog and ownership messages.
@@ -24,9 +25,9 @@ func TestCatalogLayouts(t *testing.T) {
 		{&AllocIDs{Table: 3, Pages: 2, Owner: 4, Epoch: 5}, "03000000" + "02000000" + "0400000000000000" + "0500000000000000"},
 		{&IDRange{First: 128, Count: 64}, "8000000000000000" + "4000000000000000"},
 		{&Acquire{Table: 3, Flags: AcquireEtcdGrant, Owner: 4, Epoch: 5}, "03000000" + "01000000" + "0400000000000000" + "0500000000000000"},
-		{&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 4, StripePages: 2, Partition: 3}, Name: "a.p3"},
+		{&CreateClusterTable{RowBytes: 64, Layout: base.ClusterLayout{Partitions: 4, StripePages: 2, Partition: 3}, Name: "a.p3"},
 			"4000" + "0000" + "04000000" + "02000000" + "03000000" + "00000000" + "0400" + "612e7033" + "000000000000"},
-		{&TableInfo{Table: 1, RowBytes: 8, NextID: 64, Name: "t.p1", Cluster: ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}},
+		{&TableInfo{Table: 1, RowBytes: 8, NextID: 64, Name: "t.p1", Cluster: base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}},
 			"01000000" + "0800" + "0100" + "4000000000000000" + "02000000" + "01000000" + "01000000" + "00000000" + "0400" + "742e7031" + "0000"},
 	}
 	for _, c := range cases {
@@ -40,10 +41,10 @@ func TestClusterFieldsRefused(t *testing.T) {
 	bad := []Message{
 		&Acquire{Table: 1, Flags: 2, Owner: 1, Epoch: 1},
 		&Acquire{Table: 1, Flags: AcquireEtcdGrant, Owner: 1},
-		&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 2, StripePages: 1, Partition: 2}, Name: "a.p2"},
-		&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 0, StripePages: 1}, Name: "a.p0"},
-		&CreateClusterTable{RowBytes: 64, Layout: ClusterLayout{Partitions: 1, StripePages: ClusterStripePagesMax + 1}, Name: "a.p0"},
-		&TableInfo{Table: 1, RowBytes: 64, Name: "a.p0", Cluster: ClusterLayout{Partitions: 1, StripePages: 0}},
+		&CreateClusterTable{RowBytes: 64, Layout: base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 2}, Name: "a.p2"},
+		&CreateClusterTable{RowBytes: 64, Layout: base.ClusterLayout{Partitions: 0, StripePages: 1}, Name: "a.p0"},
+		&CreateClusterTable{RowBytes: 64, Layout: base.ClusterLayout{Partitions: 1, StripePages: base.ClusterStripePagesMax + 1}, Name: "a.p0"},
+		&TableInfo{Table: 1, RowBytes: 64, Name: "a.p0", Cluster: base.ClusterLayout{Partitions: 1, StripePages: 0}},
 	}
 	for _, m := range bad {
 		require.ErrorIs(t, m.Validate(), ErrMalformed, "%#v", m)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/bitmaptree"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
@@ -15,13 +16,13 @@ import (
 
 // CreateTable creates a table of rows of rowBytes bytes (8..4096, a multiple of 8).
 func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
-	return e.createTable(name, rowBytes, ClusterLayout{}, 0, false)
+	return e.createTable(name, rowBytes, base.ClusterLayout{}, 0, false)
 }
 
 // CreateTableAs is CreateTable on behalf of owner (a client's session): it fails with
 // ErrTooManyTables when owner has Options.MaxTablesPerOwner tables here (ownerTables).
 func (e *Engine) CreateTableAs(name string, rowBytes int, owner uint64) (TableInfo, error) {
-	return e.createTable(name, rowBytes, ClusterLayout{}, owner, true)
+	return e.createTable(name, rowBytes, base.ClusterLayout{}, owner, true)
 }
 
 // ownerTables counts the tables that are owner's for MaxTablesPerOwner: those whose holder
@@ -44,7 +45,7 @@ func (e *Engine) ownerTables(owner uint64) int {
 
 // createTable creates a local table (cl zero) or a cluster-managed one (CreateClusterTable),
 // on behalf of owner when as is set (CreateTableAs: MaxTablesPerOwner).
-func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout, owner uint64, as bool) (TableInfo, error) {
+func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, owner uint64, as bool) (TableInfo, error) {
 	if err := checkName(name); err != nil {
 		return TableInfo{}, fmt.Errorf("%w: %q", err, name)
 	}
@@ -108,7 +109,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl ClusterLayout, owner 
 }
 
 // addTable registers a table and creates its data file. Caller holds mu.
-func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl ClusterLayout) (*table, error) {
+func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl base.ClusterLayout) (*table, error) {
 	f, err := e.fs.Create(dataFileName(e.dir, id))
 	if err != nil {
 		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
@@ -119,7 +120,7 @@ func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl Clu
 // registerTable adds a table whose data file f is open. Caller holds mu.
 // A cluster table's layout (cl) is set before the table is published: renewals read it
 // under leaseMu alone.
-func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File, cl ClusterLayout) *table {
+func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f vfs.File, cl base.ClusterLayout) *table {
 	t := &table{id: id, name: name, geo: geo, rows: bitmaptree.New(), used: bitmaptree.New(), data: f}
 	t.setCluster(cl)
 	e.leaseMu.Lock() // lease renewals find tables under it alone
@@ -131,12 +132,12 @@ func (e *Engine) registerTable(id uint32, name string, geo logicpage.Geometry, f
 
 // setCluster makes t a cluster-managed table of layout cl (nothing for a zero cl): its next
 // id is its partition's first. Before t is published (registerTable).
-func (t *table) setCluster(cl ClusterLayout) {
+func (t *table) setCluster(cl base.ClusterLayout) {
 	if !cl.IsCluster() {
 		return
 	}
 	t.cluster = cl
-	if first, ok := cl.NextID(t.nextID); ok {
+	if first, ok := PartitionNextID(cl, t.nextID); ok {
 		t.nextID = first
 	}
 }

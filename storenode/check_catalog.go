@@ -66,7 +66,7 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 			id       uint32
 			rowBytes int
 			name     string
-			cl       ClusterLayout
+			cl       base.ClusterLayout
 			err      error
 		)
 		if rec.Kind == kindCreateTable {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -32,53 +33,9 @@ import (
 //     verifications run at once, each bounded by Options.GrantVerifyTimeout; a connection
 //     gets a slot at once or is refused (verify_slots.go).
 
-// ClusterLayout is a cluster-managed table's place in its partitioned table: the table's
-// layout (cluster.Layout: Partitions, StripePages) and the partition this table holds.
-// The zero value marks a local table.
-type ClusterLayout struct {
-	// Partitions is the partitioned table's partition count, 1..ClusterPartitionsMax.
-	Partitions uint32
-	// StripePages is the pages of a stripe, 1..ClusterStripePagesMax.
-	StripePages uint32
-	// Partition is the partition this table holds, < Partitions.
-	Partition uint32
-}
-
-// Bounds of a ClusterLayout: cluster.PartitionsMax and cluster.StripePagesMax. Part of the
-// format; do not change.
-const (
-	ClusterPartitionsMax  = 1 << 16
-	ClusterStripePagesMax = 1 << 20
-)
-
-// IsCluster reports whether l marks a cluster-managed table.
-func (l ClusterLayout) IsCluster() bool { return l.Partitions != 0 }
-
-// Validate reports whether l is a usable layout (ErrMalformed otherwise).
-func (l ClusterLayout) Validate() error {
-	if l.Partitions == 0 || l.Partitions > ClusterPartitionsMax || l.StripePages == 0 ||
-		l.StripePages > ClusterStripePagesMax || l.Partition >= l.Partitions {
-		return fmt.Errorf("%w: cluster layout of %d partitions, stripes of %d pages, partition %d",
-			ErrMalformed, l.Partitions, l.StripePages, l.Partition)
-	}
-	return nil
-}
-
-// PartitionOf is the partition of row id: (id / 64 / StripePages) % Partitions, the
-// cluster's partition function (cluster.Layout.Of; a test in package cluster checks that the
-// two agree). l must be valid.
-func (l ClusterLayout) PartitionOf(id uint64) uint32 {
-	return l.PartitionOfPage(id / logicpage.RowsPerPage)
-}
-
-// PartitionOfPage is the partition of every row of logical page page.
-func (l ClusterLayout) PartitionOfPage(page uint64) uint32 {
-	return uint32(page / uint64(l.StripePages) % uint64(l.Partitions))
-}
-
-// NextID is the smallest id >= id of l's partition, false when there is none below
+// PartitionNextID is the smallest id >= id of l's partition, false when there is none below
 // MaxRowID (cluster.Layout.Next bounded by the table's id space).
-func (l ClusterLayout) NextID(id uint64) (uint64, bool) {
+func PartitionNextID(l base.ClusterLayout, id uint64) (uint64, bool) {
 	if id >= MaxRowID {
 		// No id of the table's space is above it; and near 2^64 the stripe start below
 		// would wrap around.
@@ -103,8 +60,8 @@ func (l ClusterLayout) NextID(id uint64) (uint64, bool) {
 	return start, true
 }
 
-// stripeEnd is one past the last id of the stripe holding id.
-func (l ClusterLayout) stripeEnd(id uint64) uint64 {
+// layoutStripeEnd is one past the last id of l's stripe holding id.
+func layoutStripeEnd(l base.ClusterLayout, id uint64) uint64 {
 	stripe := uint64(l.StripePages) * logicpage.RowsPerPage
 	return id - id%stripe + stripe
 }
@@ -202,19 +159,19 @@ const DefaultGrantVerifyTimeout = 5 * time.Second
 // partition l.Partition of a partitioned table: name must be PartitionTableName(table,
 // l.Partition). Its grants come from etcd only (RegisterGrant); its ids are those of the
 // partition's stripes.
-func (e *Engine) CreateClusterTable(name string, rowBytes int, l ClusterLayout) (TableInfo, error) {
+func (e *Engine) CreateClusterTable(name string, rowBytes int, l base.ClusterLayout) (TableInfo, error) {
 	return e.createClusterTable(name, rowBytes, l, 0, false)
 }
 
 // CreateClusterTableAs is CreateClusterTable on behalf of owner (a client's session), under
 // Options.MaxTablesPerOwner as CreateTableAs.
-func (e *Engine) CreateClusterTableAs(name string, rowBytes int, l ClusterLayout, owner uint64) (TableInfo, error) {
+func (e *Engine) CreateClusterTableAs(name string, rowBytes int, l base.ClusterLayout, owner uint64) (TableInfo, error) {
 	return e.createClusterTable(name, rowBytes, l, owner, true)
 }
 
-func (e *Engine) createClusterTable(name string, rowBytes int, l ClusterLayout, owner uint64, as bool) (TableInfo, error) {
+func (e *Engine) createClusterTable(name string, rowBytes int, l base.ClusterLayout, owner uint64, as bool) (TableInfo, error) {
 	if err := l.Validate(); err != nil {
-		return TableInfo{}, err
+		return TableInfo{}, fmt.Errorf("storenode: %w", err)
 	}
 	if _, ok := clusterTableName(name, l.Partition); !ok {
 		return TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is T%s%d",
@@ -473,11 +430,11 @@ func (e *Engine) verifyGrantFrom(ctx context.Context, conn uint64, table string,
 // clusterAllocIDs is AllocIDs for a cluster table: up to pages pages of ids of the table's
 // partition from its next id, within one stripe (a grant is one run of ids). Caller holds mu.
 func (t *table) clusterAllocIDs(pages int) (first, count uint64, err error) {
-	first, ok := t.cluster.NextID(t.nextID)
+	first, ok := PartitionNextID(t.cluster, t.nextID)
 	if !ok {
 		return 0, 0, fmt.Errorf("%w: table %q has no ids of partition %d left (row ids stop below %d)", ErrMalformed, t.name, t.cluster.Partition, uint64(MaxRowID))
 	}
-	count = min(uint64(pages)*logicpage.RowsPerPage, t.cluster.stripeEnd(first)-first, MaxRowID-first)
+	count = min(uint64(pages)*logicpage.RowsPerPage, layoutStripeEnd(t.cluster, first)-first, MaxRowID-first)
 	return first, count, nil
 }
 

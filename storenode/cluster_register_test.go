@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -99,7 +100,7 @@ func TestClusterRegisterAnsweredOnlyDurable(t *testing.T) {
 		GrantVerifier: v}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	const a, b = 11, 22
 	const ea, eb = 100, 200
@@ -149,17 +150,17 @@ func TestClusterRegisterAnsweredOnlyDurable(t *testing.T) {
 // NextID never answers an id below the one asked, also for ids at and past MaxRowID up to
 // 2^64-1, where the last round of stripes below 2^64 is partial (its stripe start wraps).
 func TestClusterNextIDHighIDs(t *testing.T) {
-	layouts := []ClusterLayout{
+	layouts := []base.ClusterLayout{
 		{Partitions: 3, StripePages: 1, Partition: 1},
 		{Partitions: 3, StripePages: 1, Partition: 2},
 		{Partitions: 1, StripePages: 1, Partition: 0},
 		{Partitions: 5, StripePages: 7, Partition: 4},
-		{Partitions: ClusterPartitionsMax, StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1},
+		{Partitions: base.ClusterPartitionsMax, StripePages: base.ClusterStripePagesMax, Partition: base.ClusterPartitionsMax - 1},
 	}
 	ids := []uint64{MaxRowID - 1, MaxRowID, MaxRowID + 1, 1 << 63, ^uint64(0) - 200, ^uint64(0) - 64, ^uint64(0) - 1, ^uint64(0)}
 	for _, l := range layouts {
 		for _, id := range ids {
-			next, ok := l.NextID(id)
+			next, ok := PartitionNextID(l, id)
 			if ok {
 				require.GreaterOrEqual(t, next, id, "layout %+v id %d", l, id)
 				require.Less(t, next, uint64(MaxRowID), "layout %+v id %d", l, id)

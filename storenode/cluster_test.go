@@ -70,7 +70,7 @@ func (v *memVerifier) Revision(ctx context.Context) (uint64, error) {
 	return v.rev, nil
 }
 
-var testLayout = ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1}
+var testLayout = base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1}
 
 func TestClusterTableIDsAndKinds(t *testing.T) {
 	v := newMemVerifier()
@@ -78,7 +78,7 @@ func TestClusterTableIDsAndKinds(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, GrantVerifier: v})
 	_, err := e.CreateClusterTable("acct", 64, testLayout)
 	require.ErrorIs(t, err, ErrBadName, "the name must be the partition's")
-	_, err = e.CreateClusterTable(PartitionTableName("acct", 1), 64, ClusterLayout{Partitions: 3, StripePages: 2, Partition: 3})
+	_, err = e.CreateClusterTable(PartitionTableName("acct", 1), 64, base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 3})
 	require.ErrorIs(t, err, ErrMalformed)
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
 	require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 
 	// Without a verifier: refused.
 	noV := openTest(t, Options{})
-	ti2, err := noV.CreateClusterTable(PartitionTableName("x", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti2, err := noV.CreateClusterTable(PartitionTableName("x", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	_, err = noV.RegisterGrant(ctx, ti2.ID, a, 7)
 	require.ErrorIs(t, err, ErrNoVerifier)
@@ -232,7 +232,7 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 func TestClusterVerifyHoldsNoLock(t *testing.T) {
 	v := newMemVerifier()
 	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	local, err := e.CreateTable("local", 64)
 	require.NoError(t, err)
@@ -269,7 +269,7 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 func TestClusterRestoreFloor(t *testing.T) {
 	v := newMemVerifier()
 	e := openTest(t, Options{GrantVerifier: v})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	local, err := e.CreateTable("local", 64)
 	require.NoError(t, err)
@@ -351,7 +351,7 @@ func TestClusterVerifySlotsBounded(t *testing.T) {
 	n := grantVerifySlots + 8
 	v := &countVerifier{entered: make(chan struct{}, n), release: make(chan struct{}), deadline: true}
 	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	errs := make(chan error, n)
 	for i := range n {
@@ -401,7 +401,7 @@ func TestClusterRegisterConcurrentFloor(t *testing.T) {
 	t.Logf("seed %d (WEFT_SEED replays)", seed)
 	dir := t.TempDir()
 	e := openTest(t, Options{Dir: dir, Sync: SyncNone, GrantVerifier: anyVerifier{}})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	workers, each := scaled(4, 8, 16), scaled(20, 50, 200)
 	var maxDone atomic.Uint64

@@ -210,7 +210,7 @@ type table struct {
 	id      uint32
 	name    string
 	geo     logicpage.Geometry
-	cluster ClusterLayout // zero for a local table; set before the table is published, then immutable
+	cluster base.ClusterLayout // zero for a local table; set before the table is published, then immutable
 	nextID  uint64
 
 	holder     uint64    // also under Engine.leaseMu (see there)
@@ -261,7 +261,7 @@ type TableInfo struct {
 	Rows uint64
 	// Cluster is the layout and partition of a cluster-managed table (cluster.go); zero for
 	// a local table.
-	Cluster ClusterLayout
+	Cluster base.ClusterLayout
 }
 
 // Grant is a table's write ownership: Owner may commit to Table while it presents Epoch, and

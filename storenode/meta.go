@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
@@ -105,7 +106,7 @@ type metaTable struct {
 	holder   uint64
 	epoch    uint64
 	pages    *pageMap // sealed
-	cluster  ClusterLayout
+	cluster  base.ClusterLayout
 	// densePages is the page count of a version-2 (dense) map as read: Check's offsets follow
 	// the layout read. 0 for version 3.
 	densePages uint64
@@ -381,7 +382,7 @@ func decodeMetaClusters(p []byte, m *metaState) ([]byte, error) {
 	prev := uint32(0)
 	for i := range n {
 		id := binary.LittleEndian.Uint32(p)
-		cl := ClusterLayout{Partitions: binary.LittleEndian.Uint32(p[4:]), StripePages: binary.LittleEndian.Uint32(p[8:]),
+		cl := base.ClusterLayout{Partitions: binary.LittleEndian.Uint32(p[4:]), StripePages: binary.LittleEndian.Uint32(p[8:]),
 			Partition: binary.LittleEndian.Uint32(p[12:])}
 		p = p[metaClusterBytes:]
 		if i > 0 && id <= prev {

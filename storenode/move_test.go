@@ -25,7 +25,7 @@ type movePair struct {
 	seq          uint64
 }
 
-var moveLayout = ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
+var moveLayout = base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
 
 func newMovePair(t *testing.T) *movePair {
 	t.Helper()

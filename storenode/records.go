@@ -298,7 +298,7 @@ func decodeCreateRecord(p []byte) (id uint32, rowBytes int, name string, err err
 	return id, rowBytes, name, nil
 }
 
-func appendCreateClusterRecord(dst []byte, id uint32, rowBytes int, name string, cl ClusterLayout) []byte {
+func appendCreateClusterRecord(dst []byte, id uint32, rowBytes int, name string, cl base.ClusterLayout) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, id)
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(rowBytes))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(name)))
@@ -312,14 +312,14 @@ func appendCreateClusterRecord(dst []byte, id uint32, rowBytes int, name string,
 // decodeCreateClusterRecord decodes a kindCreateClusterTable payload: the table's fields as
 // decodeCreateRecord checks them, a valid layout, and a name that is its partition's
 // (PartitionTableName).
-func decodeCreateClusterRecord(p []byte) (id uint32, rowBytes int, name string, cl ClusterLayout, err error) {
+func decodeCreateClusterRecord(p []byte) (id uint32, rowBytes int, name string, cl base.ClusterLayout, err error) {
 	if len(p) < 24 {
 		return 0, 0, "", cl, corrupt.Errorf("storenode: create-cluster-table record of %d bytes", len(p))
 	}
 	id = binary.LittleEndian.Uint32(p)
 	rowBytes = int(binary.LittleEndian.Uint16(p[4:]))
 	n := int(binary.LittleEndian.Uint16(p[6:]))
-	cl = ClusterLayout{Partitions: binary.LittleEndian.Uint32(p[8:]), StripePages: binary.LittleEndian.Uint32(p[12:]),
+	cl = base.ClusterLayout{Partitions: binary.LittleEndian.Uint32(p[8:]), StripePages: binary.LittleEndian.Uint32(p[12:]),
 		Partition: binary.LittleEndian.Uint32(p[16:])}
 	if len(p) != 24+n || binary.LittleEndian.Uint32(p[20:]) != 0 {
 		return 0, 0, "", cl, corrupt.Errorf("storenode: create-cluster-table record: name of %d bytes in %d", n, len(p)-24)
@@ -332,7 +332,7 @@ func decodeCreateClusterRecord(p []byte) (id uint32, rowBytes int, name string, 
 }
 
 // checkClusterEntry checks a cluster table's row size, name and layout as read from disk.
-func checkClusterEntry(rowBytes int, name string, cl ClusterLayout) error {
+func checkClusterEntry(rowBytes int, name string, cl base.ClusterLayout) error {
 	if _, gerr := logicpage.NewGeometry(rowBytes); gerr != nil || checkName(name) != nil {
 		return fmt.Errorf("%q row size %d", name, rowBytes)
 	}

@@ -37,9 +37,9 @@ func metaSeeds() [][]byte {
 	mc.nextTable = 5
 	mc.tables = append(slices.Clone(m.tables),
 		metaTable{id: 3, rowBytes: 64, name: "acct.p1", nextID: 128, holder: 9, epoch: 1 << 40,
-			cluster: ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}},
-		metaTable{id: 4, rowBytes: 64, name: "x.p65535", cluster: ClusterLayout{Partitions: ClusterPartitionsMax,
-			StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1}})
+			cluster: base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}},
+		metaTable{id: 4, rowBytes: 64, name: "x.p65535", cluster: base.ClusterLayout{Partitions: base.ClusterPartitionsMax,
+			StripePages: base.ClusterStripePagesMax, Partition: base.ClusterPartitionsMax - 1}})
 	v5, _ := encodeMetaAndLog(&mc)
 	return [][]byte{v4, encodeMeta(empty), denseMetaSeed(), v5, v3} // v3 last: TestMetaSparseUpgrade
 }
@@ -232,9 +232,9 @@ func FuzzDecodeCatalogRecords(f *testing.F) {
 
 // FuzzDecodeClusterRecord covers the create record of a cluster-managed table (kind 7).
 func FuzzDecodeClusterRecord(f *testing.F) {
-	f.Add(appendCreateClusterRecord(nil, 3, 64, "acct.p1", ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}))
-	f.Add(appendCreateClusterRecord(nil, 9, 4096, "x.p65535", ClusterLayout{Partitions: ClusterPartitionsMax,
-		StripePages: ClusterStripePagesMax, Partition: ClusterPartitionsMax - 1}))
+	f.Add(appendCreateClusterRecord(nil, 3, 64, "acct.p1", base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}))
+	f.Add(appendCreateClusterRecord(nil, 9, 4096, "x.p65535", base.ClusterLayout{Partitions: base.ClusterPartitionsMax,
+		StripePages: base.ClusterStripePagesMax, Partition: base.ClusterPartitionsMax - 1}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		id, rb, name, cl, err := decodeCreateClusterRecord(p)
 		if err != nil {

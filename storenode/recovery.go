@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/bitmaptree"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
@@ -209,7 +210,7 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 			id       uint32
 			rowBytes int
 			name     string
-			cl       ClusterLayout
+			cl       base.ClusterLayout
 			err      error
 		)
 		if rec.Kind == kindCreateTable {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -97,7 +98,7 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 2))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, g.calls.Load())
-	sl := storenode.ClusterLayout(layout)
+	sl := base.ClusterLayout(layout)
 	var ids []uint64
 	for i := range 100 {
 		id, err := tb.Insert(ctx, row(uint64(i)))

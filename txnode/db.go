@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -111,7 +112,7 @@ type tableState struct {
 	grantCheck   func() error
 	grantRelease func(context.Context) error
 	// layout is a cluster-managed table's layout and partition (Partitions 0: local).
-	layout store.ClusterLayout
+	layout base.ClusterLayout
 	// storeFenced, for a cluster-managed table, latches the store's refusal of this node's
 	// grant (ErrFenced on an id grant or a commit batch: a newer grant is registered there,
 	// or the store is a restored copy whose floor is above it): no check of the grant makes
@@ -291,7 +292,7 @@ func (db *DB) CreateClusterTable(ctx context.Context, table string, rowBytes int
 
 // ClusterLayout is a cluster-managed table's layout (cluster.Layout) and the partition a
 // table holds.
-type ClusterLayout = store.ClusterLayout
+type ClusterLayout = base.ClusterLayout
 
 // freshNow is the cache's pageCache.freshNow: the slots of a page whose ids this node has
 // not handed out yet.

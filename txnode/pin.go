@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // PinSet holds pages of a table in the cache until Release: the seed's transaction and
@@ -80,7 +80,7 @@ func (ps *PinSet) Release() {
 type tablePin struct {
 	table    uint32
 	rowBytes int
-	layout   store.ClusterLayout // Partitions 0: a local table, every page is its
+	layout   base.ClusterLayout // Partitions 0: a local table, every page is its
 	// frames are the frames it holds a pin on, by page key.
 	frames map[uint64]*frameMeta
 	// overflow counts the pages made for the table while pinned that the budget left

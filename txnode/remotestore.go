@@ -535,7 +535,7 @@ func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
 
 func tableFrom(t sgio.TableInfo) store.Table {
 	return store.Table{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID,
-		Cluster: store.ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
+		Cluster: base.ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
 }
 
 func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (store.Table, error) {
@@ -544,10 +544,10 @@ func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int
 	return tableFrom(r), err
 }
 
-func (s *remoteStore) CreateClusterTable(ctx context.Context, name string, rowBytes int, l store.ClusterLayout) (store.Table, error) {
+func (s *remoteStore) CreateClusterTable(ctx context.Context, name string, rowBytes int, l base.ClusterLayout) (store.Table, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.CreateClusterTable{RowBytes: uint16(rowBytes), Name: name,
-		Layout: sgio.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition}}, &r, false)
+		Layout: base.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition}}, &r, false)
 	return tableFrom(r), err
 }
 

@@ -52,7 +52,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.NoError(t, srv.Start())
 	defer srv.Shutdown(ctx)
 	name := storenode.PartitionTableName("acct", 0)
-	ti, err := e.CreateClusterTable(name, 64, storenode.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 
 	// The coordinator registers its grant and prepares a row, then dies: its etcd grant and

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/storenode"
@@ -66,7 +67,7 @@ func TestConcurrentOpenKeepsGrant(t *testing.T) {
 	hs := &hookStore{Store: es}
 	st := store.Store(hs)
 	name := storenode.PartitionTableName("acct", 0)
-	_, err = st.CreateClusterTable(ctx, name, 64, store.ClusterLayout{Partitions: 1, StripePages: 1})
+	_, err = st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	const owner = 0x51
 	s := newSession(t, c, owner, 0)

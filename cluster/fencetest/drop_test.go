@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/storenode"
@@ -32,7 +33,7 @@ func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 		GrantVerifyTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	defer func() { e.Close() }()
-	l := storenode.ClusterLayout{Partitions: 2, StripePages: 1}
+	l := base.ClusterLayout{Partitions: 2, StripePages: 1}
 	n0, n1 := storenode.PartitionTableName("acct", 0), storenode.PartitionTableName("acct", 1)
 	t0, err := e.CreateClusterTable(n0, 64, l)
 	require.NoError(t, err)
@@ -76,7 +77,7 @@ func TestClusterTableDropHolderlessOrLapsedHolder(t *testing.T) {
 		GrantVerifyTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer func() { e.Close() }()
-	l := storenode.ClusterLayout{Partitions: 2, StripePages: 1}
+	l := base.ClusterLayout{Partitions: 2, StripePages: 1}
 	n0, n1 := storenode.PartitionTableName("acct", 0), storenode.PartitionTableName("acct", 1)
 	_, err = e.CreateClusterTable(n0, 64, l)
 	require.NoError(t, err)

@@ -106,7 +106,7 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { e.Close() }()
 	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 1), 64,
-		storenode.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
+		base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
 	require.NoError(t, err)
 
 	const a, b = 101, 202
@@ -187,7 +187,7 @@ func TestRestoredCopyFloorFromEtcd(t *testing.T) {
 	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v})
 	require.NoError(t, err)
 	defer e.Close()
-	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, storenode.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	sa := newSession(t, c, 1, 0)
 	oa, err := sa.Acquire(ctx, "acct", 0)

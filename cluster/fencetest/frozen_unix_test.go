@@ -137,7 +137,7 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 	addr := srv.Addr().String()
 	_, err = c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 1, StripePages: 1}, []string{addr})
 	require.NoError(t, err)
-	ti, err := srv.Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, storenode.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := srv.Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 
 	child := proctest.Start(t, proctest.Spec{Name: "frozen transaction node", Test: "TestHelperFrozenTxnode",

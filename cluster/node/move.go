@@ -247,7 +247,7 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	// The target's copy: created, or found incoming (a retry), or refused.
 	var ti sgio.TableInfo
 	l := m.t.m.Layout
-	layout := sgio.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}
+	layout := base.ClusterLayout{Partitions: uint32(l.Partitions), StripePages: uint32(l.StripePages), Partition: m.part}
 	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name, Layout: layout}, &ti)
 	if errors.Is(err, storenode.ErrTableExists) {
 		err = m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti)

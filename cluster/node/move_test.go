@@ -407,7 +407,7 @@ func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
 	// Created on the engine: a client's CreateClusterTable of a partition the map places on
 	// another node is refused (storenode's VerifyClusterCreate).
 	_, err = tc.srvs[1].Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64,
-		storenode.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0})
+		base.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0})
 	require.NoError(t, err)
 
 	err = tbl.Move(ctx, 0, tc.addrs[1])

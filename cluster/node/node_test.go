@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
@@ -323,7 +324,7 @@ func TestCreateTableCompletes(t *testing.T) {
 	_, err := tc.c.CreateTable(ctx, "half", cluster.Layout{Partitions: 3, StripePages: 2}, tc.addrs)
 	require.NoError(t, err)
 	_, err = tc.srvs[1].Engine().CreateClusterTable(storenode.PartitionTableName("half", 1), 64,
-		storenode.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1})
+		base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1})
 	require.NoError(t, err)
 	a := tc.open(t, 0xa, "game-a:7000")
 	_, err = a.OpenTable(ctx, "half")

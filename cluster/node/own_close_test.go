@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
@@ -34,7 +35,7 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 
 	// The move's copy on storage node 0, then the switch (no owner holds partition 1).
 	_, err = tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
-		storenode.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
+		base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
 	require.NoError(t, err)
 	tm := ta.Map()
 	_, err = tc.c.SwitchPartition(ctx, "mv", tm.Created, 1, tm.Revs[1], tc.addrs[0])

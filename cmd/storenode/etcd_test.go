@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/sgio"
@@ -41,7 +42,7 @@ func TestRunEtcdVerifiesGrants(t *testing.T) {
 		cl := dial(t, r.server.String(), nil, nil)
 		var ti sgio.TableInfo
 		require.NoError(t, cl.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Name: storenode.PartitionTableName("acct", 0),
-			Layout: sgio.ClusterLayout{Partitions: 1, StripePages: 1}}, &ti))
+			Layout: base.ClusterLayout{Partitions: 1, StripePages: 1}}, &ti))
 		err := cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: 1, Epoch: o.Epoch() + 1}, &sgio.Grant{})
 		if !withEtcd {
 			require.ErrorIs(t, err, sgio.ErrUnsupported)

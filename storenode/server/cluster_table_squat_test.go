@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -45,7 +46,7 @@ func TestClusterTableSquatDroppable(t *testing.T) {
 	env := startServer(t, func(cfg *Config) { cfg.Options.GrantVerifier = v })
 	ctx := srvCtx(t)
 	name := storenode.PartitionTableName("acct", 1)
-	create := &sgio.CreateClusterTable{RowBytes: 8, Name: name, Layout: sgio.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}}
+	create := &sgio.CreateClusterTable{RowBytes: 8, Name: name, Layout: base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}}
 	c := env.dial(testOwner + 100)
 	require.ErrorIs(t, c.CallInto(ctx, create, &sgio.TableInfo{}), sgio.ErrForbidden,
 		"a client's partition table on a node the map does not place it on")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -51,7 +52,7 @@ func TestServerEtcdGrantOffLoop(t *testing.T) {
 	c := env.dial(5)
 	ctx := srvCtx(t)
 	var ti sgio.TableInfo
-	layout := sgio.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
+	layout := base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
 	require.NoError(t, c.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Layout: layout, Name: storenode.PartitionTableName("acct", 1)}, &ti))
 	require.Equal(t, layout, ti.Cluster)
 	var listed sgio.TableList

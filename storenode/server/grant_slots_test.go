@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -53,7 +54,7 @@ func TestGrantVerificationPerConnectionCap(t *testing.T) {
 	ctx := srvCtx(t)
 	c := env.dial(5)
 	var ti sgio.TableInfo
-	layout := sgio.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
+	layout := base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
 	require.NoError(t, c.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Layout: layout, Name: storenode.PartitionTableName("acct", 1)}, &ti))
 
 	results := make(chan error, hostile*each)

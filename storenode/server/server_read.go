@@ -218,7 +218,7 @@ const smallReplyBound = 4 << 10
 
 // tableInfoBodyMax is the largest TableInfo in a TableList: a name of sgio.NameMax bytes and
 // a cluster layout.
-var tableInfoBodyMax = (&sgio.TableInfo{Name: strings.Repeat("n", sgio.NameMax), Cluster: sgio.ClusterLayout{Partitions: 1}}).BodySize()
+var tableInfoBodyMax = (&sgio.TableInfo{Name: strings.Repeat("n", sgio.NameMax), Cluster: base.ClusterLayout{Partitions: 1}}).BodySize()
 
 // replySizeBound bounds the reply to a request answered by a goroutine, reserved before the
 // reply is built (reserveRoom): a ReadPages's rows that exist now (more rows inserted

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -287,7 +288,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		if err := s.mayCreateCluster(m); err != nil {
 			return nil, nil, err
 		}
-		l := storenode.ClusterLayout{Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition}
+		l := base.ClusterLayout{Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition}
 		var ti storenode.TableInfo
 		var err error
 		if s.role&roleOperator != 0 {
@@ -402,5 +403,5 @@ func (s *session) fits(m sgio.Message) (sgio.Message, *[]byte, error) {
 
 func wireTableInfo(ti storenode.TableInfo) *sgio.TableInfo {
 	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name,
-		Cluster: sgio.ClusterLayout{Partitions: ti.Cluster.Partitions, StripePages: ti.Cluster.StripePages, Partition: ti.Cluster.Partition}}
+		Cluster: base.ClusterLayout{Partitions: ti.Cluster.Partitions, StripePages: ti.Cluster.StripePages, Partition: ti.Cluster.Partition}}
 }

@@ -37,7 +37,7 @@ func (s *embedded) Info() Info {
 
 func tableOf(t storenode.TableInfo) Table {
 	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID,
-		Cluster: ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
+		Cluster: base.ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
 }
 
 func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (Table, error) {
@@ -48,11 +48,11 @@ func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (
 	return tableOf(t), closedErr(err)
 }
 
-func (s *embedded) CreateClusterTable(ctx context.Context, name string, rowBytes int, l ClusterLayout) (Table, error) {
+func (s *embedded) CreateClusterTable(ctx context.Context, name string, rowBytes int, l base.ClusterLayout) (Table, error) {
 	if err := ctx.Err(); err != nil {
 		return Table{}, err
 	}
-	t, err := s.e.CreateClusterTable(name, rowBytes, storenode.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition})
+	t, err := s.e.CreateClusterTable(name, rowBytes, base.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition})
 	return tableOf(t), closedErr(err)
 }
 

@@ -18,7 +18,7 @@ type Store interface {
 	CreateTable(ctx context.Context, name string, rowBytes int) (Table, error)
 	// CreateClusterTable creates a cluster-managed table of rowBytes-byte rows holding
 	// partition layout.Partition (docs/cluster.md); name is storenode.PartitionTableName's.
-	CreateClusterTable(ctx context.Context, name string, rowBytes int, layout ClusterLayout) (Table, error)
+	CreateClusterTable(ctx context.Context, name string, rowBytes int, layout base.ClusterLayout) (Table, error)
 	// OpenTable looks a table up by name.
 	OpenTable(ctx context.Context, name string) (Table, error)
 	// ListTables lists every table, in no particular order.
@@ -81,13 +81,7 @@ type Table struct {
 	// NextID is the table's id high-water mark: no row lives at or above it.
 	NextID uint64
 	// Cluster is a cluster-managed table's layout; zero (Partitions 0) for a local table.
-	Cluster ClusterLayout
-}
-
-// ClusterLayout is a cluster-managed table's layout and the partition it holds
-// (storenode.ClusterLayout).
-type ClusterLayout struct {
-	Partitions, StripePages, Partition uint32
+	Cluster base.ClusterLayout
 }
 
 // AcquireFlags modify an Acquire.
