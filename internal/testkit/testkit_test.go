@@ -1,0 +1,49 @@
+package testkit
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// A WAL fsync waits for Release and then fails with ErrEIO when told to; a sync of any other
+// file goes through at once.
+func TestBlockSyncs(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		fs := vfs.NewFaultFS()
+		require.NoError(t, fs.MkdirAll("d/wal"))
+		other, err := fs.Create("d/data")
+		require.NoError(t, err)
+		wal, err := fs.Create("d/wal/0001")
+		require.NoError(t, err)
+		b := NewBlockSyncs(fs)
+		require.NoError(t, other.Sync(), "not a WAL file")
+		done := make(chan error, 1)
+		go func() { done <- wal.Sync() }()
+		b.WaitBlocked(t, 10*time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("the WAL fsync went through before Release: %v", err)
+		default:
+		}
+		b.Release(fail)
+		err = <-done
+		if fail {
+			require.ErrorIs(t, err, ErrEIO)
+		} else {
+			require.NoError(t, err)
+		}
+	}
+}
+
+func TestRow64(t *testing.T) {
+	r := Row64(10)
+	require.Len(t, r, 64)
+	for i := range 8 {
+		require.Equal(t, uint64(10+i), binary.LittleEndian.Uint64(r[i*8:]))
+	}
+}
