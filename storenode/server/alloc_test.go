@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -74,7 +75,7 @@ func newAllocRig(t testing.TB) *allocRig {
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: testkit.Row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Want: 1}}}
 	for range allocPages {
 		r.commitOne()
@@ -168,7 +169,7 @@ func newMissRig(t testing.TB) (*srvEnv, func()) {
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: testkit.Row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Want: 1}}}
 	for p := range uint64(pages) {
 		r.commit.Seq++

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -263,7 +264,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 					if op == "read1" {
 						table, epoch := benchTable(b, c, "bench", 1)
 						commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
-							Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1 << 1, Rows: row64(1)}}}
+							Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1 << 1, Rows: testkit.Row64(1)}}}
 						if _, err := c.Call(context.Background(), commit); err != nil {
 							b.Fatal(err)
 						}
@@ -308,7 +309,7 @@ func benchCommit(b *testing.B, addr string, committers, conns int, weft bool) {
 		c := benchDial(b, addr, owner)
 		table, epoch := benchTable(b, c, fmt.Sprintf("c%03d", i), owner)
 		owners[i] = &srvBenchOwner{c: c, commit: sgio.Commit{Owner: owner, Fences: []sgio.Fence{{Table: table, Epoch: epoch}},
-			Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1, Rows: row64(uint64(i))}}}}
+			Segments: []sgio.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1, Rows: testkit.Row64(uint64(i))}}}}
 	}
 	stats := func() (bytes uint64) {
 		if !weft {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -127,10 +128,10 @@ type killWriter struct {
 }
 
 func TestServerKill9(t *testing.T) {
-	cycles := scaled(5, 20, 200)
+	cycles := testseed.Scaled(5, 20, 200)
 	const writers = 64
 	seed := rand.Uint64()
-	if s, ok := envSeed(t); ok {
+	if s, ok := testseed.Replay(t); ok {
 		seed = s
 	}
 	rng := rand.New(rand.NewPCG(seed, 2))

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -210,20 +210,11 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// srvRow is a 64-byte row: words v, v+1, ...
-func srvRow(v uint64) []byte {
-	b := make([]byte, 64)
-	for i := range 8 {
-		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
-	}
-	return b
-}
-
 // srvCommit builds a commit of one 64-byte row per id.
 func srvCommit(table uint32, owner, epoch, seq uint64, ids []uint64, v uint64) *sgio.Commit {
 	m := &sgio.Commit{Owner: owner, Seq: seq, Fences: []sgio.Fence{{Table: table, Epoch: epoch}}}
 	for _, id := range ids {
-		m.Segments = append(m.Segments, sgio.Segment{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: srvRow(v)})
+		m.Segments = append(m.Segments, sgio.Segment{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: testkit.Row64(v)})
 	}
 	return m
 }
@@ -361,7 +352,7 @@ func TestServerRoundTrip(t *testing.T) {
 
 	row, ok := srvReadRow(t, c, ti.Table, 3)
 	require.True(t, ok)
-	require.Equal(t, srvRow(100), row)
+	require.Equal(t, testkit.Row64(100), row)
 	_, ok = srvReadRow(t, c, ti.Table, 70)
 	require.False(t, ok, "deleted")
 	_, ok = srvReadRow(t, c, ti.Table, 4)
@@ -428,7 +419,7 @@ func TestServerFencing(t *testing.T) {
 	require.NoError(t, b.CallInto(ctx, srvCommit(ti.Table, 2, gb.Epoch, 1, []uint64{1}, 30), &ack))
 	row, ok := srvReadRow(t, b, ti.Table, 1)
 	require.True(t, ok)
-	require.Equal(t, srvRow(30), row)
+	require.Equal(t, testkit.Row64(30), row)
 }
 
 // TestServerLeaseRenewedByTraffic: any request from the owner (a Ping here) renews its leases.
@@ -466,7 +457,7 @@ func TestServerRetriedBatch(t *testing.T) {
 	require.Equal(t, uint64(1), again.Seq)
 	row, ok := srvReadRow(t, c, ti.Table, 5)
 	require.True(t, ok)
-	require.Equal(t, srvRow(2), row, "the retried batch was applied again")
+	require.Equal(t, testkit.Row64(2), row, "the retried batch was applied again")
 	st := env.srv.Engine().Stats()
 	require.Equal(t, uint64(2), st.Commits)
 	require.Equal(t, uint64(1), st.RetriedBatches)
@@ -494,7 +485,7 @@ func TestServerPipelinedCommitsInOrder(t *testing.T) {
 	}
 	row, ok := srvReadRow(t, c, ti.Table, 100)
 	require.True(t, ok)
-	require.Equal(t, srvRow(n), row, "the last batch in seq order wins")
+	require.Equal(t, testkit.Row64(n), row, "the last batch in seq order wins")
 }
 
 func TestServerTLS(t *testing.T) {
@@ -512,7 +503,7 @@ func TestServerTLS(t *testing.T) {
 	}
 	row, ok := srvReadRow(t, c, ti.Table, 7)
 	require.True(t, ok)
-	require.Equal(t, srvRow(7), row)
+	require.Equal(t, testkit.Row64(7), row)
 
 	// A client that does not trust the certificate fails the TLS handshake; a plain-TCP
 	// client gets nowhere; a wrong secret still fails over TLS.
@@ -559,7 +550,7 @@ func TestServerOutOfOrderReplies(t *testing.T) {
 	// A read of a cached page is answered while the other waits: replies out of order.
 	row, ok := srvReadRow(t, c, ti.Table, 64+20)
 	require.True(t, ok)
-	require.Equal(t, srvRow(20), row)
+	require.Equal(t, testkit.Row64(20), row)
 	select {
 	case err := <-readDone:
 		t.Fatalf("the blocked read finished before it was released: %v", err)
@@ -567,7 +558,7 @@ func TestServerOutOfOrderReplies(t *testing.T) {
 	}
 	gfs.open(release)
 	require.NoError(t, <-readDone)
-	require.Equal(t, srvRow(11), got.Segments[0].Rows)
+	require.Equal(t, testkit.Row64(11), got.Segments[0].Rows)
 }
 
 // gateFS holds data-file reads at a gate while one is set; entered receives one value per

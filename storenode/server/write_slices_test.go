@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -110,7 +111,7 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 // reads them slowly (64 KiB a millisecond), against the same pings alone. It logs the latencies (docs/operations.md's
 // limits table has them); it asserts only that every reply arrived whole.
 func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
-	if !soak() {
+	if !testseed.Soak() {
 		t.Skip("WEFT_SOAK=1 measures the pings of an event loop that serves a slow reader of 5 x 16 MiB")
 	}
 	const (
