@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -386,7 +387,7 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 // every batch acknowledged before it began. Batch v writes value v into two rows on two
 // pages, so a copy with a page image from the wrong checkpoint, or a batch in part, shows.
 func TestBackupsOverlapUnderLoad(t *testing.T) {
-	batches := uint64(scaled(600, 2400, 20000))
+	batches := uint64(testseed.Scaled(600, 2400, 20000))
 	e := openTest(t, Options{Sync: SyncNone, CheckpointWALBytes: 16 << 10, WALSegmentBytes: 32 << 10})
 	ti, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
@@ -442,7 +443,7 @@ func TestBackupsOverlapUnderLoad(t *testing.T) {
 	}
 	const workers = 3
 	var sawHeld atomic.Bool
-	perWorker := scaled(4, 8, 40)
+	perWorker := testseed.Scaled(4, 8, 40)
 	var runs []copyRun // guarded by mu
 	errs := make(chan error, workers)
 	for w := range workers {

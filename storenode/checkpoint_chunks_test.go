@@ -15,6 +15,7 @@ import (
 
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode/wal"
@@ -317,8 +318,8 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	const pages = 40
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)
-	cycles := scaled(8, 30, 200)
-	commitsA := scaled(150, 600, 5000)
+	cycles := testseed.Scaled(8, 30, 200)
+	commitsA := testseed.Scaled(150, 600, 5000)
 
 	var (
 		seqMu sync.Mutex
@@ -443,7 +444,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 // every acknowledged row survives, a table whose drop was acknowledged stays dropped, and a
 // table whose drop was still in flight is either gone or whole (never missing a row).
 func TestCheckpointChunksPowerLossBesideDrops(t *testing.T) {
-	for run := range scaled(6, 20, 200) {
+	for run := range testseed.Scaled(6, 20, 200) {
 		testCheckpointChunksPowerLoss(t, run)
 		if t.Failed() {
 			return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -26,8 +27,8 @@ func TestCheckpointConcurrentCommits(t *testing.T) {
 
 func testCheckpointConcurrentCommits(t *testing.T, mode SyncMode) {
 	const committers = 4
-	pages := uint64(scaled(96, 400, 2000))
-	commitsEach := scaled(150, 1500, 20000)
+	pages := uint64(testseed.Scaled(96, 400, 2000))
+	commitsEach := testseed.Scaled(150, 1500, 20000)
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: int64(pages/3) * (4096 + frameOverheadBytes)}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // memVerifier is an in-memory GrantVerifier: owner keys by (table, partition), each with its
@@ -394,7 +396,7 @@ func (anyVerifier) Revision(context.Context) (uint64, error) { return 1, nil }
 // success, and so does it after a restart.
 func TestClusterRegisterConcurrentFloor(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	if s, ok := envSeed(t); ok {
+	if s, ok := testseed.Replay(t); ok {
 		seed = s
 	}
 	t.Logf("seed %d (WEFT_SEED replays)", seed)
@@ -402,7 +404,7 @@ func TestClusterRegisterConcurrentFloor(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, Sync: SyncNone, GrantVerifier: anyVerifier{}})
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	workers, each := scaled(4, 8, 16), scaled(20, 50, 200)
+	workers, each := testseed.Scaled(4, 8, 16), testseed.Scaled(20, 50, 200)
 	var maxDone atomic.Uint64
 	errs := make(chan error, workers)
 	for w := range workers {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -319,7 +320,7 @@ func TestKill9(t *testing.T) {
 	if os.Getenv(killChildEnv) != "" {
 		t.Skip("in the writer child")
 	}
-	runKill9(t, scaled(8, 40, 400))
+	runKill9(t, testseed.Scaled(8, 40, 400))
 }
 
 // TestKill9KeptRows is TestKill9 with rows of 256 bytes: each row is a run the WAL writes
@@ -332,12 +333,12 @@ func TestKill9KeptRows(t *testing.T) {
 	require.GreaterOrEqual(t, 256, commitKeepBytesMin)
 	killRowBytes = 256
 	t.Cleanup(func() { killRowBytes = 64 })
-	runKill9(t, scaled(4, 12, 100))
+	runKill9(t, testseed.Scaled(4, 12, 100))
 }
 
 func runKill9(t *testing.T, cycles int) {
 	seed := uint64(time.Now().UnixNano())
-	if s, ok := envSeed(t); ok {
+	if s, ok := testseed.Replay(t); ok {
 		seed = s
 	}
 	t.Logf("%d cycles, seed %d", cycles, seed)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -227,7 +228,7 @@ func abandon(e *Engine) {
 // synced. The WAL is in the OS page cache; the figure is the replay's speed, not the disk's.
 func BenchmarkRecovery(b *testing.B) {
 	walBytes := int64(64 << 20)
-	if soak() {
+	if testseed.Soak() {
 		walBytes = 1 << 30
 	}
 	dir := b.TempDir()

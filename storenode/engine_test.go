@@ -1,10 +1,10 @@
 package storenode
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -23,14 +23,8 @@ func openTest(t testing.TB, opts Options) *Engine {
 	return e
 }
 
-// row64 builds a 64-byte row whose words are v, v+1, ...
-func row64(v uint64) []byte {
-	b := make([]byte, 64)
-	for i := range 8 {
-		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
-	}
-	return b
-}
+// row64 is testkit.Row64: the words of the row are v, v+1, ...
+func row64(v uint64) []byte { return testkit.Row64(v) }
 
 func oneRow(table uint32, id uint64, row []byte) Segment {
 	page, slot := logicpage.PageOf(id)

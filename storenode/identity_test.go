@@ -1,14 +1,13 @@
 package storenode
 
 import (
-	"errors"
 	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -232,60 +231,14 @@ func TestDropTableNeedsLease(t *testing.T) {
 	require.NoError(t, e.DropTable("b", 2), "no live owner")
 }
 
-// blockSyncs makes every WAL fsync wait until release is called, then fail with EIO when fail
-// is set. waiting counts fsyncs blocked.
-type blockSyncs struct {
-	mu      sync.Mutex
-	gate    chan struct{}
-	fail    bool
-	waiting int
-}
+// blockSyncs is testkit.BlockSyncs under the names this package's tests (move_test.go too)
+// call it by, its waits bounded by idWait.
+type blockSyncs struct{ *testkit.BlockSyncs }
 
-func newBlockSyncs(fs *vfs.FaultFS) *blockSyncs {
-	b := &blockSyncs{gate: make(chan struct{})}
-	fs.Inject(func(op vfs.Op) error {
-		if op.Kind != vfs.OpSync || !strings.Contains(op.Name, "wal/") {
-			return nil
-		}
-		b.mu.Lock()
-		b.waiting++
-		gate := b.gate
-		b.mu.Unlock()
-		<-gate
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.fail {
-			return errEIO
-		}
-		return nil
-	})
-	return b
-}
+func newBlockSyncs(fs *vfs.FaultFS) blockSyncs { return blockSyncs{testkit.NewBlockSyncs(fs)} }
 
-var errEIO = errors.New("injected EIO")
-
-func (b *blockSyncs) release(fail bool) {
-	b.mu.Lock()
-	b.fail = fail
-	close(b.gate)
-	b.mu.Unlock()
-}
-
-// waitBlocked spins (yielding) until an fsync is blocked.
-func (b *blockSyncs) waitBlocked(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for {
-		b.mu.Lock()
-		n := b.waiting
-		b.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no fsync blocked")
-		runtime.Gosched()
-	}
-}
+func (b blockSyncs) release(fail bool)        { b.Release(fail) }
+func (b blockSyncs) waitBlocked(t *testing.T) { t.Helper(); b.WaitBlocked(t, idWait) }
 
 // waitDurableWaiter spins (yielding) until ch has a result or the engine has a durability
 // waiter (a retry or a non-owner read waiting for its LSN).

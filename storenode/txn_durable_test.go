@@ -1,10 +1,8 @@
 package storenode
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -12,21 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 )
-
-// goroutinesIn counts the goroutines whose stack has fn: for a goroutine parked inside the
-// engine, which no channel reports.
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte(fn))
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
 
 // errReportLost is the WAL write error TestTxnDuplicateReportWaitsDurable injects.
 var errReportLost = errors.New("test: the report record's write is lost")
@@ -77,7 +63,7 @@ func TestTxnDuplicateReportWaitsDurable(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		var early error
 		returned := false
-		for !returned && goroutinesIn("storenode.(*Engine).waitDurable") < 2 {
+		for !returned && testkit.GoroutinesIn("storenode.(*Engine).waitDurable") < 2 {
 			select {
 			case early = <-second:
 				returned = true

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // TestTxnConcurrentTransfers: workers (one owner and one table per store each) run transfers
@@ -21,12 +23,12 @@ import (
 // resolvers finish everything, and every row is what the workers' model says: each transfer
 // applied on both stores exactly when its primary recorded commit. WEFT_SEED replays.
 func TestTxnConcurrentTransfers(t *testing.T) {
-	seed, ok := envSeed(t)
+	seed, ok := testseed.Replay(t)
 	if !ok {
 		seed = rand.Uint64()
 	}
 	t.Logf("WEFT_SEED=%d", seed)
-	workers, transfers := scaled(2, 4, 8), scaled(30, 100, 1000)
+	workers, transfers := testseed.Scaled(2, 4, 8), testseed.Scaled(30, 100, 1000)
 	leases, peers, clock := &memLeases{}, &memPeers{}, &fakeClock{}
 	// The engine clock moves with the checkpoint loop (1 ms a round), so the background
 	// resolvers take parts in doubt during the run; the final pass moves it past every part.
