@@ -5,9 +5,9 @@ package txnode
 import (
 	"context"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // BenchmarkGetLarge is the cache-hit read at a size that misses the CPU caches: 4M rows of 64
@@ -42,7 +42,7 @@ func BenchmarkGetLarge(b *testing.B) {
 		b.Run(o.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(max(1, 128/runtime.GOMAXPROCS(0)))
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				rng, buf := newXorshift(), make([]byte, 64)
 				for pb.Next() {
@@ -52,19 +52,9 @@ func BenchmarkGetLarge(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// processCPU is the process's user and system CPU time so far: the cost per op on a machine
-// whose other processes take cores from the benchmark.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 const largeRows = 4 << 20

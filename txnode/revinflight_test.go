@@ -1,14 +1,14 @@
 package txnode
 
 import (
-	"bytes"
 	"context"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -106,14 +106,6 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	require.Zero(t, m.valid.Load()&(1<<(ids[0]%64)), "the failed batch's row, never durable, is invalid")
 }
 
-// goroutinesIn counts the goroutines whose stack has fn (for waitUntil: a goroutine parked
-// inside the node, which no channel reports).
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	return bytes.Count(buf, []byte(fn))
-}
-
 // TestInflightBytesLargeCommitNotStarved: a commit larger than Options.InflightBytes is
 // admitted alone, once nothing is in flight. On 1b60889 smaller commits kept being admitted
 // past it while it waited (each fit beside what was in flight), so with a steady stream of
@@ -136,7 +128,7 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 	require.NoError(t, db.pipe.flush(ctx))
 	fs.hold()
 	const waitFn = "txnode.(*pipeline).waitRoomLocked("
-	require.Zero(t, goroutinesIn(waitFn))
+	require.Zero(t, testkit.GoroutinesIn(waitFn))
 
 	a := db.Session().Go(ctx, func(tx *Tx) error { return tx.Update(tb, ids[0], incRow) })
 	require.NoError(t, a.err)
@@ -151,13 +143,13 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 			return nil
 		})
 	}()
-	waitUntil(t, "the large commit to wait for room in flight", func() bool { return goroutinesIn(waitFn) == 1 })
+	waitUntil(t, "the large commit to wait for room in flight", func() bool { return testkit.GoroutinesIn(waitFn) == 1 })
 	small := make(chan *Pending, 1)
 	go func() {
 		small <- db.Session().Go(ctx, func(tx *Tx) error { return tx.Update(tb, ids[4*64], incRow) })
 	}()
 	waitUntil(t, "the small commit to be admitted or to wait", func() bool {
-		return fs.queued() == 2 || goroutinesIn(waitFn) == 2
+		return fs.queued() == 2 || testkit.GoroutinesIn(waitFn) == 2
 	})
 	fs.releaseOne()
 	require.NoError(t, a.Wait(ctx))
