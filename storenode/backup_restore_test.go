@@ -24,12 +24,7 @@ import (
 // On 71787ea the 16 pages stayed held until B2 ended (and the dropped table's file stayed).
 func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 16)
 	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commitAll := func(v uint64) {
@@ -103,13 +98,8 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 // (exit 0 from weft verify) while Open refused it with ErrBackupIncomplete.
 func TestCheckBackupMarkers(t *testing.T) {
 	e := openTest(t, Options{})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	ti, g := ownedTable(t, e, "items", 1)
+	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)
 
@@ -313,12 +303,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 // backup ran a checkpoint first.
 func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 1)
 	seq := uint64(0)
 	commit := func() {
 		seq++
@@ -389,12 +374,7 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 func TestBackupsOverlapUnderLoad(t *testing.T) {
 	batches := uint64(testseed.Scaled(600, 2400, 20000))
 	e := openTest(t, Options{Sync: SyncNone, CheckpointWALBytes: 16 << 10, WALSegmentBytes: 32 << 10})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 16)
 	rowsOf := func(v uint64) [2]uint64 { return [2]uint64{v % 16 * 64, (v+8)%16*64 + 1} }
 
 	var mu sync.Mutex

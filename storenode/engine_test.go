@@ -26,6 +26,19 @@ func openTest(t testing.TB, opts Options) *Engine {
 // row64 is testkit.Row64: the words of the row are v, v+1, ...
 func row64(v uint64) []byte { return testkit.Row64(v) }
 
+// ownedTable creates a table of 64-byte rows in e, takes a new grant of it for testOwner and
+// grants that owner ids for pages pages.
+func ownedTable(t testing.TB, e *Engine, name string, pages int) (TableInfo, Grant) {
+	t.Helper()
+	ti, err := e.CreateTable(name, 64)
+	require.NoError(t, err)
+	g, err := e.Acquire(ti.ID, testOwner, 0)
+	require.NoError(t, err)
+	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, pages)
+	require.NoError(t, err)
+	return ti, g
+}
+
 func oneRow(table uint32, id uint64, row []byte) Segment {
 	page, slot := logicpage.PageOf(id)
 	return Segment{Table: table, Segment: logicpage.Segment{Page: page, Data: 1 << slot, Rows: row}}

@@ -81,12 +81,7 @@ func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "items", 1)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 10; seq++ {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
