@@ -79,7 +79,7 @@ func TestReadCachedGivesUpCleanly(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.Close())
-	e = openTest(t, Options{Dir: dir, Sync: SyncAlways})        // nothing cached
+	e = openTest(t, Options{Dir: dir, Sync: SyncAlways})         // nothing cached
 	_, _, _, err := e.ReadRowsAs(0, info.ID, 0, ^uint64(0), nil) // page 0 cached, page 1 not
 	require.NoError(t, err)
 
