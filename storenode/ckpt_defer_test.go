@@ -115,11 +115,7 @@ func TestCheckpointLoopRetriesDeferred(t *testing.T) {
 	e, err := Open(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
-	info, err := e.CreateTable("a", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, failOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, failOwner, g.Epoch)
+	info, g := ownedTable(t, e, "a", failOwner, testGrantPages)
 	seq := uint64(0)
 	commit := func() {
 		t.Helper()

@@ -127,12 +127,7 @@ const besideOwner = testOwner + 100
 
 func commitsBesideCheckpoints(t testing.TB, fs *vfs.FaultFS, e *Engine) *besideCommits {
 	t.Helper()
-	info, err := e.CreateTable("beside", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, besideOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, besideOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "beside", besideOwner, 1)
 	b := &besideCommits{t: t, fs: fs, e: e, table: info.ID, epoch: g.Epoch}
 	b.on = true
 	b.commit() // its frame is cached from here on
@@ -187,12 +182,7 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	e := openTest(t, Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 80 * cost})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 20)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", testOwner, 20)
 	e.mu.Lock()
 	budget := e.cache.budgetBytes
 	e.trig.headroom = budget / 2 // as a checkpoint beside inserts measures it

@@ -25,12 +25,7 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	beside := commitsBesideCheckpoints(t, fs, e)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", testOwner, pages)
 	var seq uint64
 	pass := func(version uint64) {
 		row := make([]byte, 64)

@@ -26,15 +26,15 @@ func openTest(t testing.TB, opts Options) *Engine {
 // row64 is testkit.Row64: the words of the row are v, v+1, ...
 func row64(v uint64) []byte { return testkit.Row64(v) }
 
-// ownedTable creates a table of 64-byte rows in e, takes a new grant of it for testOwner and
-// grants that owner ids for pages pages.
-func ownedTable(t testing.TB, e *Engine, name string, pages int) (TableInfo, Grant) {
+// ownedTable creates a table of 64-byte rows in e, takes a new grant of it for owner and
+// grants that owner the ids of the table's first pages pages.
+func ownedTable(t testing.TB, e *Engine, name string, owner uint64, pages int) (TableInfo, Grant) {
 	t.Helper()
 	ti, err := e.CreateTable(name, 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
+	g, err := e.Acquire(ti.ID, owner, 0)
 	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, pages)
+	_, _, err = e.AllocIDs(ti.ID, owner, g.Epoch, pages)
 	require.NoError(t, err)
 	return ti, g
 }
@@ -155,12 +155,8 @@ func TestTinyCacheManyPages(t *testing.T) {
 func TestFencing(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g1, err := e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, 1, g1.Epoch)
-	_, err = e.Acquire(info.ID, 2, 0)
+	info, g1 := ownedTable(t, e, "t", 1, testGrantPages)
+	_, err := e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	now.Advance(DefaultLeaseDuration + 1)
 	g2, err := e.Acquire(info.ID, 2, 0)

@@ -176,11 +176,7 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
+	info, g := ownedTable(t, e, "t", testOwner, testGrantPages)
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 

@@ -28,11 +28,7 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	e, err := Open(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, owner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, owner, g.Epoch)
+	info, g := ownedTable(t, e, "t", owner, testGrantPages)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return e, fs, info, g
 }
@@ -67,11 +63,7 @@ func waitErr(t *testing.T, ch <-chan error, what string) error {
 // 767c454, which acknowledged A's batch without applying it.
 func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 	e := openTest(t, Options{})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	ga, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, ga.Epoch)
+	info, ga := ownedTable(t, e, "t", testOwner, testGrantPages)
 	for seq := uint64(1); seq <= 3; seq++ {
 		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
 		require.NoError(t, err)
@@ -99,11 +91,7 @@ func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 // outcome.
 func TestRetryAckedWithOwnLSN(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
+	info, g := ownedTable(t, e, "t", testOwner, testGrantPages)
 	var sent []*Batch
 	var lsns []uint64
 	for seq := uint64(1); seq <= dedupWindow+6; seq++ {
@@ -148,12 +136,8 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 // rejected at once. Fails on 767c454, which held it back for SeqGapWait first.
 func TestFenceBeforeSeqGapWait(t *testing.T) {
 	e := openTest(t, Options{SeqGapWait: time.Hour})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
-	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	info, g := ownedTable(t, e, "t", testOwner, testGrantPages)
+	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 	err = waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")
 	require.ErrorIs(t, err, ErrFenced)

@@ -139,12 +139,7 @@ func mapLogStore(t *testing.T) (dir string, ids []uint64) {
 	opts := checkTestOptions(dir)
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 300)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", testOwner, 300)
 	seq := uint64(0)
 	commit := func(id uint64) {
 		seq++

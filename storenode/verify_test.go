@@ -12,11 +12,7 @@ import (
 // owner window, each restored before the next.
 func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	e := openTest(t, Options{})
-	info, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
+	info, g := ownedTable(t, e, "items", testOwner, testGrantPages)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
