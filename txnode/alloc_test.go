@@ -20,8 +20,7 @@ func allocSetup(t *testing.T, opts Options) (*DB, *Table, []uint64) {
 	db, err := Open(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close(ctx) })
-	tb, err := db.CreateTable(ctx, "alloc", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "alloc", 64)
 	ids := make([]uint64, 256)
 	for i := range ids {
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
@@ -124,8 +123,7 @@ func TestRemoteMissAllocs(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, CacheBytes: 64 << 10, OwnerID: 43})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "misses", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "misses", 64)
 	ids := make([]uint64, 64*64) // 64 pages: four times what the cache holds
 	for i := range ids {
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))

@@ -35,8 +35,7 @@ func TestEndedContextAppliesNothing(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "c", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "c", 64)
 			ids := insertRows(t, db, tb, 3)
 			before := tableValues(t, tb)
 			ended, cancel := context.WithCancel(ctx)
@@ -100,8 +99,7 @@ func TestInsertUnknownOutcomeKeepsID(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close(ctx)
 	defer hs.release() // first: a failed assertion must not leave Close waiting for acks
-	tb, err := db.CreateTable(ctx, "u", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "u", 64)
 	first, err := tb.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)
 	hs.mu.Lock()
@@ -143,8 +141,7 @@ func TestRowSizeChecked(t *testing.T) {
 		for _, wb := range []Durability{Durable, WriteBack} {
 			t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb]+"/"+map[int]string{64: "64", 4096: "4096"}[rowBytes], func(t *testing.T) {
 				db := openEmbedded(t, "", Options{Durability: wb})
-				tb, err := db.CreateTable(ctx, "r", rowBytes)
-				require.NoError(t, err)
+				tb := newTable(t, ctx, db, "r", rowBytes)
 				id, err := tb.Insert(ctx, u64Row(rowBytes, 7))
 				require.NoError(t, err)
 				for _, bad := range [][]byte{nil, {}, make([]byte, rowBytes-8), make([]byte, rowBytes+8)} {
@@ -217,8 +214,7 @@ func TestClosurePanicRollsBack(t *testing.T) {
 		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb], func(t *testing.T) {
 			// 64 KiB: 13 frames of 64-byte rows. Rows on 40 pages.
 			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: MinCacheBytes, CacheWait: 10 * time.Second})
-			tb, err := db.CreateTable(ctx, "p", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "p", 64)
 			ids := insertRows(t, db, tb, 40*64)
 			require.NoError(t, db.pipe.flush(ctx))
 			before := tableValues(t, tb)
@@ -294,8 +290,7 @@ func TestClosurePanicRollsBack(t *testing.T) {
 func TestKeptTxIsDone(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "k", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "k", 64)
 	ids := insertRows(t, db, tb, 4)
 	var kept []*Tx
 	require.NoError(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return tx.Put(tb, ids[0], u64Row(64, 10)) }))
@@ -347,8 +342,7 @@ func TestKeptTxIsDone(t *testing.T) {
 func TestScanRowDataStable(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "d", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "d", 64)
 	ids := insertRows(t, db, tb, 20)
 	other := ids[19]
 	bump := func(r []byte) error { fillRow(r, checkRow(t, r)+1000); return nil }
@@ -395,8 +389,7 @@ func TestLeaseClockSteppedBack(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "l", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "l", 64)
 	id, err := tb.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)
 	buf := make([]byte, 64)
@@ -423,8 +416,7 @@ func TestFullPageIOKeepsEarlierWrite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{FullPageIO: true})
-	tb, err := db.CreateTable(ctx, "f", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "f", 64)
 	ids := insertRows(t, db, tb, 64)
 	x, y := ids[3], ids[4]
 	var armed atomic.Bool
@@ -460,8 +452,7 @@ func TestFullPageIOConcurrentSamePage(t *testing.T) {
 		workers, incs = 4, 100
 	}
 	db := openEmbedded(t, "", Options{FullPageIO: true})
-	tb, err := db.CreateTable(ctx, "fc", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "fc", 64)
 	ids := insertRows(t, db, tb, 64)
 	const rowsEach = 4
 	errs := make(chan error, workers)

@@ -93,8 +93,7 @@ func TestRemoteMissCancelledParent(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "cancelled", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "cancelled", 64)
 	ids := make([]uint64, 64*30)
 	for i := range ids {
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))

@@ -28,10 +28,8 @@ func TestWorkingSetOfMixedRowSizes(t *testing.T) {
 		budget += 64
 	}
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: budget, CacheWait: time.Hour})
-	bt, err := db.CreateTable(ctx, "big", 4096)
-	require.NoError(t, err)
-	st, err := db.CreateTable(ctx, "small", 8)
-	require.NoError(t, err)
+	bt := newTable(t, ctx, db, "big", 4096)
+	st := newTable(t, ctx, db, "small", 8)
 	bigIDs := insertRows(t, db, bt, 3*64)
 	smallIDs := insertRows(t, db, st, 3*64)
 
@@ -139,8 +137,7 @@ func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	acct := newTable(t, ctx, db, "acct", 64)
 	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
 	require.NoError(t, err)
 
@@ -185,8 +182,7 @@ func TestSessionClosureErrorAfterDurable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := c.opener(t)(Options{})
-			acct, err := db.CreateTable(ctx, "acct", 64)
-			require.NoError(t, err)
+			acct := newTable(t, ctx, db, "acct", 64)
 			id, err := acct.Insert(ctx, u64Row(64, 5))
 			require.NoError(t, err)
 			require.NoError(t, db.pipe.flush(ctx))
@@ -214,8 +210,7 @@ func TestCloseHonoursContext(t *testing.T) {
 	db, err := Open(ctx, Options{Store: store})
 	require.NoError(t, err)
 	defer close(store.release) // the held batch fails at the end (Close may have waited for it)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	id, err := tb.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)
 
@@ -250,8 +245,7 @@ func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 128) // two pages
 	require.NoError(t, db.pipe.flush(ctx))
 	a, b := ids[0], ids[64]
@@ -311,8 +305,7 @@ func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	store.armed.Store(true)
 	first := make(chan error, 1)
 	go func() {
@@ -343,8 +336,7 @@ func TestInsertIfAbsentPairOneCommits(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := c.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			begin := func() *Tx {
 				tx, err := db.Begin(ctx, true)
 				require.NoError(t, err)
@@ -357,7 +349,7 @@ func TestInsertIfAbsentPairOneCommits(t *testing.T) {
 			tx1, tx2 := begin(), begin()
 			defer tx1.Rollback()
 			defer tx2.Rollback()
-			_, err = tx1.Insert(tb, u64Row(64, 1))
+			_, err := tx1.Insert(tb, u64Row(64, 1))
 			require.NoError(t, err)
 			_, err = tx2.Insert(tb, u64Row(64, 2))
 			require.NoError(t, err)
@@ -417,10 +409,8 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
-	other, err := db.CreateTable(ctx, "other", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
+	other := newTable(t, ctx, db, "other", 64)
 	ids := insertRows(t, db, tb, inflightMax)
 	oid, err := other.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)

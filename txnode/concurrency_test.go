@@ -69,10 +69,8 @@ func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
-	p, err := db.CreateTable(ctx, "p", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
+	p := newTable(t, ctx, db, "p", 64)
 
 	// Hold the flusher inside the store with one epoch, then dirty 192 row bytes: the next
 	// commit waits in add for an epoch that cannot be cut.
@@ -148,10 +146,8 @@ func TestLatePinKeepsCommittedRow(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{CacheBytes: MinCacheBytes})
-			x, err := db.CreateTable(ctx, "x", 64)
-			require.NoError(t, err)
-			y, err := db.CreateTable(ctx, "y", 64)
-			require.NoError(t, err)
+			x := newTable(t, ctx, db, "x", 64)
+			y := newTable(t, ctx, db, "y", 64)
 			first, err := x.Insert(ctx, u64Row(64, 1)) // the grant, and page 0 in the cache
 			require.NoError(t, err)
 
@@ -218,8 +214,7 @@ func TestWriteBackEpochsInCutOrder(t *testing.T) {
 	db, err := Open(ctx, Options{Store: rec, Durability: WriteBack, FlushInterval: time.Millisecond})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	writers, flushers, run := 8, 12, time.Second
 	if testing.Short() {
 		writers, flushers, run = 4, 6, 300*time.Millisecond
@@ -297,10 +292,8 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{FlushInterval: time.Hour})
-			a, err := db.CreateTable(ctx, "a", 64)
-			require.NoError(t, err)
-			b, err := db.CreateTable(ctx, "b", 64)
-			require.NoError(t, err)
+			a := newTable(t, ctx, db, "a", 64)
+			b := newTable(t, ctx, db, "b", 64)
 			aIDs := insertRows(t, db, a, 64)
 			bIDs := insertRows(t, db, b, 64)
 
@@ -367,7 +360,7 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 			close(stop)
 			wg.Wait()
 			require.NoError(t, db.pipe.failure(), "the node keeps committing")
-			_, err = b.Insert(ctx, u64Row(64, 9))
+			_, err := b.Insert(ctx, u64Row(64, 9))
 			require.NoError(t, err)
 			_, err = db.Table(ctx, "a")
 			require.ErrorIs(t, err, ErrTableNotFound)
@@ -458,8 +451,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 65) // page 0, and id 64 of a two-page grant (pages 1 and 2)
 	require.Equal(t, uint64(64), ids[64])
 	require.Equal(t, uint64(192), x.t.idHigh.Load())
@@ -503,8 +495,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 func TestFillSkipsLockedSlot(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{})
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 2)
 	_, m, err := db.cache.pin(ctx, pageKey(x.t.id, 0), 64, 0, 0)
 	require.NoError(t, err)
@@ -563,8 +554,7 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 8)
 	id, res := holdInsert(t, db, store, x, ids)
 
@@ -601,8 +591,7 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 func TestCacheWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Hour})
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 64*40)
 	var sets []*PinSet
 	defer func() {
@@ -639,8 +628,7 @@ func TestRemoteReconnectHonoursContext(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	_, err = db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	newTable(t, ctx, db, "x", 64)
 	stop()
 	rs := db.store.(*remoteStore)
 	waitUntil(t, "the reconnect", func() bool {
@@ -686,8 +674,7 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	db, err := Open(ctx, Options{Store: store})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	acct := newTable(t, ctx, db, "acct", 64)
 	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
 	require.NoError(t, err)
 
@@ -740,8 +727,7 @@ func TestAddWaitHonoursContext(t *testing.T) {
 		}
 		db.Close(ctx)
 	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 4)
 	store.armed.Store(true)
 	db.pipe.flushSoon()

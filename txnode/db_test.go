@@ -36,8 +36,7 @@ func TestCRUDAndReopen(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{})
-	items, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
+	items := newTable(t, ctx, db, "items", 64)
 
 	var ids []uint64
 	for i := range 300 {
@@ -91,11 +90,11 @@ func TestTransferConserves(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []Durability{Durable, WriteBack} {
 		db := openEmbedded(t, "", Options{Durability: mode, CacheBytes: 256 << 10})
-		acct, err := db.CreateTable(ctx, "acct", 64)
-		require.NoError(t, err)
+		acct := newTable(t, ctx, db, "acct", 64)
 		const n = 2000
 		ids := make([]uint64, n)
 		for i := range ids {
+			var err error
 			ids[i], err = acct.Insert(ctx, row(100))
 			require.NoError(t, err)
 		}
@@ -135,7 +134,7 @@ func TestTransferConserves(t *testing.T) {
 		}
 		wg.Wait()
 		var total uint64
-		err = db.View(ctx, func(tx *Tx) error {
+		err := db.View(ctx, func(tx *Tx) error {
 			total = 0
 			buf := make([]byte, 64)
 			for _, id := range ids {
@@ -163,8 +162,7 @@ func TestDropTableThroughWrappedStore(t *testing.T) {
 	db, err := Open(ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	items, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
+	items := newTable(t, ctx, db, "items", 64)
 	_, err = items.Insert(ctx, make([]byte, 64))
 	require.NoError(t, err)
 	require.NoError(t, db.DropTable(ctx, "items"))
@@ -180,8 +178,7 @@ func TestCatalogAfterClose(t *testing.T) {
 	for _, c := range openConfigs(t) {
 		t.Run(c.name, func(t *testing.T) {
 			db := c.opener(t)(Options{})
-			_, err := db.CreateTable(ctx, "items", 64)
-			require.NoError(t, err)
+			newTable(t, ctx, db, "items", 64)
 			require.NoError(t, db.Close(ctx))
 			ts, err := db.Tables(ctx)
 			require.ErrorIs(t, err, ErrClosed, "Tables")
@@ -210,10 +207,8 @@ func TestCatalogDoneContext(t *testing.T) {
 			require.ErrorIs(t, err, context.Canceled, "CreateTable")
 			_, err = db.Table(ctx, "items")
 			require.ErrorIs(t, err, ErrTableNotFound, "nothing was created")
-			_, err = db.CreateTable(ctx, "items", 64)
-			require.NoError(t, err)
-			_, err = db.CreateTable(ctx, "free", 64)
-			require.NoError(t, err)
+			newTable(t, ctx, db, "items", 64)
+			newTable(t, ctx, db, "free", 64)
 			_, err = db.Tables(done)
 			require.ErrorIs(t, err, context.Canceled, "Tables")
 			require.ErrorIs(t, db.DropTable(done, "items"), context.Canceled, "DropTable of an open table")

@@ -65,8 +65,7 @@ func TestDurableTableScan(t *testing.T) {
 	db, err := Open(ctx, Options{Dir: t.TempDir()})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "items", 64)
 	var ids []uint64
 	row := make([]byte, 64)
 	for i := range 300 {

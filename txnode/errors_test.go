@@ -23,9 +23,8 @@ func TestStoreErrorsReadRight(t *testing.T) {
 		}
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
+			newTable(t, ctx, db, "items", 64)
 			_, err := db.CreateTable(ctx, "items", 64)
-			require.NoError(t, err)
-			_, err = db.CreateTable(ctx, "items", 64)
 			require.ErrorIs(t, err, ErrTableExists)
 			require.ErrorIs(t, err, storenode.ErrTableExists)
 			require.ErrorIs(t, err, sgio.ErrTableExists)

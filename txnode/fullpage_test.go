@@ -19,8 +19,7 @@ func TestFullPageIOAblation(t *testing.T) {
 		proxy := startCountingProxy(t, addr)
 		db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 9, FullPageIO: full})
 		require.NoError(t, err)
-		items, err := db.CreateTable(ctx, "items", 64)
-		require.NoError(t, err)
+		items := newTable(t, ctx, db, "items", 64)
 		for i := range 64 * 16 {
 			_, err := items.Insert(ctx, row(uint64(i)))
 			require.NoError(t, err)

@@ -21,6 +21,14 @@ import (
 // every reopen) sees the same data. The remote store is one more entry: its store func
 // (remoteStoreConfig) starts a storage node and sets Options.StoreAddr.
 
+// newTable creates the table name of rowBytes-byte rows in db, failing the test on error.
+func newTable(t testing.TB, ctx context.Context, db *DB, name string, rowBytes int) *Table {
+	t.Helper()
+	tb, err := db.CreateTable(ctx, name, rowBytes)
+	require.NoError(t, err)
+	return tb
+}
+
 // openConfig is one way to run the transaction node.
 type openConfig struct {
 	name       string

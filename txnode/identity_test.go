@@ -69,8 +69,7 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 	const owner = 0x5151
 	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner})
 	require.NoError(t, err)
-	ta, err := a.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	ta := newTable(t, ctx, a, "acct", 64)
 
 	writers, per := 8, 200
 	if testing.Short() {
@@ -239,8 +238,7 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x77})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "ctr", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "ctr", 64)
 
 	workers, per := 16, 150
 	if testing.Short() {
@@ -317,8 +315,7 @@ func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer db.Close(ctx)
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			id, err := tb.Insert(ctx, row(1))
 			require.NoError(t, err)
 			fs.Inject(func(op vfs.Op) error {

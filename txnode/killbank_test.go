@@ -121,10 +121,8 @@ func TestKillBank(t *testing.T) {
 	const owner = 99
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 256 << 10, RequestTimeout: 30 * time.Second})
 	require.NoError(t, err)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
-	logT, err := db.CreateTable(ctx, "log", 64)
-	require.NoError(t, err)
+	acct := newTable(t, ctx, db, "acct", 64)
+	logT := newTable(t, ctx, db, "log", 64)
 	const accounts, opening = 5000, 1000
 	ids := make([]uint64, accounts)
 	for i := range ids {

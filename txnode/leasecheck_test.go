@@ -34,8 +34,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 78, clock: clock})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "l", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "l", 64)
 	ids := insertRows(t, db, tb, 64)
 	buf := make([]byte, 64)
 
@@ -72,8 +71,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 
 	// A closure's own error resting on reads made after the lease ran out is not returned
 	// as if it stood (a table adopted now, so its lease is live at the first read).
-	q, err := db.CreateTable(ctx, "q", 64)
-	require.NoError(t, err)
+	q := newTable(t, ctx, db, "q", 64)
 	qids := insertRows(t, db, q, 2)
 	errMine := errors.New("insufficient funds")
 	err = db.Update(ctx, func(tx *Tx) error {
@@ -89,8 +87,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	require.ErrorIs(t, err, ErrLeaseExpired)
 
 	// And between a read-only transaction's reads and its commit (a table adopted now).
-	r, err := db.CreateTable(ctx, "r", 64)
-	require.NoError(t, err)
+	r := newTable(t, ctx, db, "r", 64)
 	rids := insertRows(t, db, r, 2)
 	ro, err := db.Begin(ctx, false)
 	require.NoError(t, err)

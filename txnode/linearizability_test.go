@@ -225,8 +225,7 @@ const linFillerPages = 32
 // linSetUp creates the table, the keys' rows (value 0, one page apart) and the filler rows.
 func linSetUp(t *testing.T, db *DB) (tb *Table, keys, filler []uint64) {
 	ctx := context.Background()
-	tb, err := db.CreateTable(ctx, "lin", 64)
-	require.NoError(t, err)
+	tb = newTable(t, ctx, db, "lin", 64)
 	ids := insertRows(t, db, tb, (linKeys+linFillerPages)*64)
 	keys = make([]uint64, linKeys)
 	for k := range keys {

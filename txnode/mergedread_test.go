@@ -30,8 +30,7 @@ func TestMergedReadFitsServerMaxBody(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: p.ln.Addr().String(), CacheBytes: 64 << 10, OwnerID: 45})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
 	st := db.store.(*remoteStore)
 	require.Equal(t, 1, st.conn.MaxInflight())
 

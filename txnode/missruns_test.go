@@ -18,8 +18,7 @@ func TestInterleavedSequentialReaders(t *testing.T) {
 	{
 		db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 		require.NoError(t, err)
-		tb, err := db.CreateTable(ctx, "seq", 64)
-		require.NoError(t, err)
+		tb := newTable(t, ctx, db, "seq", 64)
 		insertRows(t, db, tb, streams*pages*64)
 		require.NoError(t, db.Close(ctx))
 	}

@@ -83,8 +83,7 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 		RequestTimeout: requestTimeout, DialTimeout: 200 * time.Millisecond, Logger: slog.New(logs)})
 	require.NoError(t, err)
 	require.Equal(t, lease, db.info.Lease)
-	tab, err := db.CreateTable(ctx, "players", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "players", 64)
 
 	const writers = 4
 	ids := make([]uint64, writers)
@@ -289,8 +288,7 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 31, RequestTimeout: grace,
 		DialTimeout: time.Second, Logger: slog.New(logs), reconnectTimer: timers.timer})
 	require.NoError(t, err)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
 	id, err := tab.Insert(ctx, row(1))
 	require.NoError(t, err)
 
@@ -369,8 +367,7 @@ func TestCloseDuringOutage(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 32, RequestTimeout: grace,
 		Logger: slog.New(newLogCounter()), reconnectTimer: timers.timer})
 	require.NoError(t, err)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
 	id, err := tab.Insert(ctx, row(1))
 	require.NoError(t, err)
 

@@ -37,8 +37,7 @@ func TestCloseWithPrepareUnansweredWriteBack(t *testing.T) {
 	s := &unreachablePrepareStore{Store: newLocalStore(t, "")}
 	db, err := Open(ctx, Options{Store: s, CacheBytes: 1 << 20, Durability: WriteBack})
 	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	a, err := tb.Insert(ctx, prepRow(1))
 	require.NoError(t, err)
 	b, err := tb.Insert(ctx, prepRow(2))

@@ -36,8 +36,7 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, CacheBytes: 256 << 10, OwnerID: 42})
 	require.NoError(t, err)
 	require.Equal(t, "none", db.info.SyncMode)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	acct := newTable(t, ctx, db, "acct", 64)
 	const n = 3000 // 47 pages: more than the 256 KiB cache keeps with room to spare
 	ids := make([]uint64, n)
 	for i := range ids {
@@ -113,8 +112,7 @@ func TestRemoteStorageNodeRestart(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 7})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	acct := newTable(t, ctx, db, "acct", 64)
 	const n = 500
 	ids := make([]uint64, n)
 	for i := range ids {

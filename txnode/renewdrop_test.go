@@ -55,8 +55,7 @@ func TestRenewalRacingDropIsNoFailure(t *testing.T) {
 	db, err := Open(ctx, Options{Store: st, clock: &fakeLeaseClock{}})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "r", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "r", 64)
 	_, err = tb.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)
 

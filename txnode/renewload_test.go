@@ -36,8 +36,7 @@ func TestRenewalsUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close(ctx)
 	require.Equal(t, lease, db.info.Lease)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
 	ids := make([]uint64, 4096)
 	for i := range ids {
 		ids[i], err = tab.Insert(ctx, row(uint64(i)))

@@ -29,8 +29,7 @@ func TestWriteBackCloseHonoursCtxAtInflightBound(t *testing.T) {
 			db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
 				InflightBytes: 64 + segFlightBytes})
 			require.NoError(t, err)
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			ids := insertRows(t, db, tb, 128)
 			require.NoError(t, db.pipe.flush(ctx))
 			fs.hold()
@@ -85,8 +84,7 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	db, err := Open(ctx, Options{Store: cs})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 4)
 	require.NoError(t, db.pipe.flush(ctx))
 
@@ -122,8 +120,7 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 64*5)
 	require.NoError(t, db.pipe.flush(ctx))
 	fs.hold()
@@ -193,8 +190,7 @@ func TestGhostFetchAfterAbandonedClose(t *testing.T) {
 	db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
 		CacheBytes: MinCacheBytes, CacheWait: time.Minute})
 	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	const pages = 24
 	require.Less(t, db.cache.framesMax(64), pages-1)
 	ids := insertRows(t, db, tb, 64*pages)
@@ -254,8 +250,7 @@ func TestScanOverGhostPages(t *testing.T) {
 				fs.openAll()
 				require.NoError(t, db.Close(context.Background()))
 			}()
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			const pages = 40
 			require.Less(t, 3*db.cache.framesMax(64), pages)
 			ids := insertRows(t, db, tb, 64*pages)
@@ -342,8 +337,7 @@ func TestGhostFetchHonoursCtx(t *testing.T) {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	const pages = 24
 	require.Less(t, db.cache.framesMax(64), pages-1)
 	ids := insertRows(t, db, tb, 64*pages)

@@ -28,8 +28,7 @@ func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	a, err := db.CreateTable(ctx, "a", 64)
-	require.NoError(t, err)
+	a := newTable(t, ctx, db, "a", 64)
 	aids := insertRows(t, db, a, 2)
 	clock.n.Add(int64(30 * time.Minute)) // a's lease (45 usable minutes) has 15 left
 	b, err := db.CreateTable(ctx, "b", 64)
@@ -139,10 +138,8 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x78, CacheBytes: 256 << 10})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "ctr", 64)
-	require.NoError(t, err)
-	big, err := db.CreateTable(ctx, "big", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "ctr", 64)
+	big := newTable(t, ctx, db, "big", 64)
 	bigN := 64 * 80 // 80 pages: more than the cache holds
 	bigIDs := make([]uint64, 0, bigN)
 	sess := db.Session()
@@ -345,8 +342,7 @@ func TestAbandonedReadLateReply(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, CacheWait: time.Minute})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "late", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "late", 64)
 	pages := 40
 	ids := make([]uint64, 64*pages)
 	for i := range ids {
@@ -427,8 +423,7 @@ func TestFiredRequestTimeoutNotReused(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, RequestTimeout: 500 * time.Millisecond})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "fired", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "fired", 64)
 	ids := make([]uint64, 64*30)
 	for i := range ids {
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
@@ -462,8 +457,7 @@ func TestPlainScanStopsAtLeaseEnd(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "ps", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "ps", 64)
 	ids := insertRows(t, db, tb, 64*3)
 	n := 0
 	var last error

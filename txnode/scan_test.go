@@ -49,13 +49,13 @@ func TestTxScanOwnWrites(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "s", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "s", 64)
 			ids := insertRows(t, db, tb, 100)
 			var inserted uint64
-			err = db.Update(ctx, func(tx *Tx) error {
+			err := db.Update(ctx, func(tx *Tx) error {
 				require.NoError(t, tx.Delete(tb, ids[10]))
 				require.NoError(t, tx.Put(tb, ids[11], u64Row(64, 1111)))
+				var err error
 				inserted, err = tx.Insert(tb, u64Row(64, 2222))
 				require.NoError(t, err)
 				want := map[uint64]uint64{}
@@ -139,10 +139,8 @@ func TestScanPhantoms(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					open := cfg.opener(t)
 					db := open(Options{})
-					tb, err := db.CreateTable(ctx, "p", 64)
-					require.NoError(t, err)
-					other, err := db.CreateTable(ctx, "other", 64)
-					require.NoError(t, err)
+					tb := newTable(t, ctx, db, "p", 64)
+					other := newTable(t, ctx, db, "other", 64)
 					ids := insertRows(t, db, tb, 150) // two full pages and a partial one
 					oid, err := other.Insert(ctx, u64Row(64, 0))
 					require.NoError(t, err)
@@ -185,8 +183,7 @@ func TestTableScanSkipsEmpty(t *testing.T) {
 	dir := t.TempDir()
 	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "sparse", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "sparse", 64)
 	const pages = 100
 	ids := insertRows(t, db, tb, pages*64)
 	var keep []uint64

@@ -57,8 +57,7 @@ func TestSessionInFlight(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "counters", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "counters", 64)
 			ids := insertRows(t, db, tb, 64)
 			s := db.Session()
 			var ps []*Pending
@@ -149,8 +148,7 @@ func TestSessionBatchFailure(t *testing.T) {
 			fs.failAt.Store(1 << 40)
 			db, err := Open(ctx, Options{Store: fs, Durability: mode})
 			require.NoError(t, err)
-			tb, err := db.CreateTable(ctx, "f", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "f", 64)
 			ids := insertRows(t, db, tb, 64)
 			require.NoError(t, db.pipe.flush(ctx))
 			fs.failAt.Store(fs.n.Load() + 3) // the third batch from now fails
@@ -235,8 +233,7 @@ func TestPendingContext(t *testing.T) {
 	db, err := Open(ctx, Options{Store: hs})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "h", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "h", 64)
 	ids := insertRows(t, db, tb, 4)
 	hs.mu.Lock()
 	hs.released = false

@@ -84,8 +84,7 @@ func TestSparseIO(t *testing.T) {
 	{
 		db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 5})
 		require.NoError(t, err)
-		items, err := db.CreateTable(ctx, "items", 64)
-		require.NoError(t, err)
+		items := newTable(t, ctx, db, "items", 64)
 		for i := range rows {
 			_, err := items.Insert(ctx, row(uint64(i)))
 			require.NoError(t, err)

@@ -28,8 +28,7 @@ func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
 			dir := t.TempDir()
 			db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 			require.NoError(t, err)
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			fillTable(t, ctx, db, tb, 1, 0) // one page: the Pin's last
 			require.NoError(t, db.Close(ctx))
 
@@ -110,8 +109,7 @@ func TestTablePinWaiterOutlivesFailedPin(t *testing.T) {
 	dir := t.TempDir()
 	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	fillTable(t, ctx, db, tb, 2, 0)
 	require.NoError(t, db.Close(ctx))
 

@@ -19,8 +19,7 @@ import (
 func TestView(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 128)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 128)
 	ids := insertRows(t, db, tb, 3)
 	require.NoError(t, tb.Delete(ctx, ids[2]))
 	want := make([]byte, 128)
@@ -63,6 +62,7 @@ func TestView(t *testing.T) {
 	dir := db.opts.Dir
 	require.NoError(t, db.Close(ctx))
 	db = openEmbedded(t, dir, Options{})
+	var err error
 	tb, err = db.Table(ctx, "v")
 	require.NoError(t, err)
 	require.NoError(t, tb.View(ctx, ids[1], keep))
@@ -82,8 +82,7 @@ func TestView(t *testing.T) {
 func TestTxViewConflict(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 2)
 
 	tx, err := db.Begin(ctx, false)
@@ -140,8 +139,7 @@ func TestViewConcurrentWriter(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
 	const r = 256
-	tb, err := db.CreateTable(ctx, "v", r)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", r)
 	ids := insertRows(t, db, tb, 2)
 	require.NoError(t, tb.Put(ctx, ids[0], u64Row(r, 0)))
 	require.NoError(t, tb.Put(ctx, ids[1], u64Row(r, 0)))
@@ -206,8 +204,7 @@ func TestViewConcurrentWriter(t *testing.T) {
 func TestViewRetainedIsMisuse(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 1)
 	require.NoError(t, tb.Put(ctx, ids[0], u64Row(64, 1)))
 	var kept []byte
@@ -232,11 +229,11 @@ func TestViewPanicReleases(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{})
-	tb, err := db.CreateTable(ctx, "v", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 2)
 	require.NoError(t, db.Close(ctx))
 	db = openEmbedded(t, dir, Options{}) // an empty cache: View takes the slow path
+	var err error
 	tb, err = db.Table(ctx, "v")
 	require.NoError(t, err)
 	require.NotPanics(t, func() {
@@ -257,8 +254,7 @@ func TestViewUnderEviction(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{CacheBytes: 1 << 20})
 	const r = 64
-	tb, err := db.CreateTable(ctx, "v", r)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", r)
 	rows := 64 * 600 // 600 pages, ~2.7 MiB of frames: about a third fit
 	if testing.Short() {
 		rows = 64 * 300

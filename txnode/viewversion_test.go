@@ -17,8 +17,7 @@ import (
 func TestViewVersion(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 128)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 128)
 	ids := insertRows(t, db, tb, 3)
 	require.NoError(t, tb.Delete(ctx, ids[2]))
 	want := make([]byte, 128)
@@ -56,6 +55,7 @@ func TestViewVersion(t *testing.T) {
 	dir := db.opts.Dir
 	require.NoError(t, db.Close(ctx))
 	db = openEmbedded(t, dir, Options{})
+	var err error
 	tb, err = db.Table(ctx, "v")
 	require.NoError(t, err)
 	require.NoError(t, tb.ViewVersion(ctx, ids[1], keep))
@@ -76,8 +76,7 @@ func TestViewVersionIdentifiesBytes(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{CacheBytes: 1 << 20})
 	const r = 64
-	tb, err := db.CreateTable(ctx, "v", r)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", r)
 	rows, n := 64*600, 4000
 	if testing.Short() {
 		rows, n = 64*300, 1000
