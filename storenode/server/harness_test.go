@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -52,4 +53,26 @@ func waitDurableWaiter(t *testing.T, e *storenode.Engine, ready func() bool) {
 		require.True(t, time.Now().Before(deadline), "nothing waits for durability")
 		runtime.Gosched()
 	}
+}
+
+// readResult is what readRowAsync's read returned: whether the row came back, or the error.
+type readResult struct {
+	present bool
+	err     error
+}
+
+// readRowAsync reads row id of table through c (one ReadPages) in a goroutine; the channel
+// gets its result.
+func readRowAsync(t *testing.T, c *sgio.Client, table uint32, id uint64) chan readResult {
+	got := make(chan readResult, 1)
+	go func() {
+		var r sgio.Segments
+		err := c.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: table, Page: id / 64, Want: 1 << (id % 64)}}}, &r)
+		if err == nil {
+			got <- readResult{present: r.Segments[0].Data != 0}
+			return
+		}
+		got <- readResult{err: err}
+	}()
+	return got
 }

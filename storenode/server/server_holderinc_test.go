@@ -51,20 +51,7 @@ func TestServerNewIncarnationFastReadWaitsForSync(t *testing.T) {
 	case <-time.After(srvTestTimeout):
 		t.Fatal("the silent holder's connection stays open")
 	}
-	type result struct {
-		present bool
-		err     error
-	}
-	got := make(chan result, 1)
-	go func() {
-		var r sgio.Segments
-		err := b.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
-		if err == nil {
-			got <- result{present: r.Segments[0].Data != 0}
-			return
-		}
-		got <- result{err: err}
-	}()
+	got := readRowAsync(t, b, ti.Table, 3)
 	waitDurableWaiter(t, env.srv.Engine(), func() bool { return len(got) > 0 })
 	require.Empty(t, got, "the new incarnation was served a row not durable yet")
 	released = true

@@ -150,20 +150,7 @@ func TestServerNonOwnerReadWaitsForSync(t *testing.T) {
 	require.Equal(t, testkit.Row64(33), row)
 
 	reader := env.dial(6)
-	type result struct {
-		present bool
-		err     error
-	}
-	got := make(chan result, 1)
-	go func() {
-		var r sgio.Segments
-		err := reader.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []sgio.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
-		if err == nil {
-			got <- result{present: r.Segments[0].Data != 0}
-			return
-		}
-		got <- result{err: err}
-	}()
+	got := readRowAsync(t, reader, ti.Table, 3)
 	waitDurableWaiter(t, env.srv.Engine(), func() bool { return len(got) > 0 })
 	require.Empty(t, got, "answered before the row was durable")
 	block.Release(false)

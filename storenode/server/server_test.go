@@ -266,6 +266,23 @@ func srvGrant(ctx context.Context, c *sgio.Client, table uint32, owner, epoch ui
 	return c.CallInto(ctx, &sgio.AllocIDs{Table: table, Owner: owner, Epoch: epoch, Pages: uint32((want - ti.NextID) / logicpage.RowsPerPage)}, &sgio.IDRange{})
 }
 
+// bigPage creates the table "big" of the largest rows through owner (the client of owner id 5),
+// takes its grant and commits its page 0 full (64 rows of zeros, 256 KiB): a page whose reads
+// fill a connection's output fast.
+func bigPage(t testing.TB, owner *sgio.Client) sgio.TableInfo {
+	t.Helper()
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	return ti
+}
+
 func TestServerHandshake(t *testing.T) {
 	env := startServer(t)
 	c := env.dial(1)

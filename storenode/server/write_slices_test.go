@@ -230,15 +230,7 @@ func TestSlicedWriteStalledClientThatKeepsSending(t *testing.T) {
 	env := startServer(t, func(cfg *Config) { cfg.WriteTimeout = time.Hour })
 	env.watchCloses()
 	owner := env.dial(5)
-	var ti sgio.TableInfo
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
-	var g sgio.Grant
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
-	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
-	rows := make([]byte, 64*sgio.RowBytesMax)
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []sgio.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []sgio.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
-	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	ti := bigPage(t, owner)
 
 	before := env.srv.Stats().Requests
 	a := dialRaw(t, env.addr)
