@@ -24,7 +24,7 @@ import (
 // On 71787ea the 16 pages stayed held until B2 ended (and the dropped table's file stayed).
 func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	ti, g := ownedTable(t, e, "items", testOwner, 16)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commitAll := func(v uint64) {
@@ -98,7 +98,7 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 // (exit 0 from weft verify) while Open refused it with ErrBackupIncomplete.
 func TestCheckBackupMarkers(t *testing.T) {
 	e := openTest(t, Options{})
-	ti, g := ownedTable(t, e, "items", testOwner, 1)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)
@@ -303,7 +303,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 // backup ran a checkpoint first.
 func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	ti, g := ownedTable(t, e, "items", testOwner, 1)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	seq := uint64(0)
 	commit := func() {
 		seq++
@@ -374,7 +374,7 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 func TestBackupsOverlapUnderLoad(t *testing.T) {
 	batches := uint64(testseed.Scaled(600, 2400, 20000))
 	e := openTest(t, Options{Sync: SyncNone, CheckpointWALBytes: 16 << 10, WALSegmentBytes: 32 << 10})
-	ti, g := ownedTable(t, e, "items", testOwner, 16)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	rowsOf := func(v uint64) [2]uint64 { return [2]uint64{v % 16 * 64, (v+8)%16*64 + 1} }
 
 	var mu sync.Mutex

@@ -33,7 +33,7 @@ func TestBackupIdleStore(t *testing.T) {
 	require.Empty(t, c.Tables())
 
 	// An idle store with a table and rows, checkpointed: the copy holds them, and no WAL.
-	ti, g := ownedTable(t, e, "items", testOwner, 1)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestBackupIdleStore(t *testing.T) {
 // must replay, written while the backup runs (the sink commits between pieces).
 func TestBackupWALTail(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 64 << 10})
-	ti, g := ownedTable(t, e, "items", testOwner, 64)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 64)
 	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commit := func(id, v uint64) {
@@ -152,7 +152,7 @@ func (s *blockSink) WriteChunk(ctx context.Context, f BackupFile, off int64, b [
 // dropping the WAL.
 func TestBackupAbandonedReleasesHold(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 32 << 10})
-	ti, g := ownedTable(t, e, "items", testOwner, 16)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commitAll := func(v uint64) {
@@ -253,7 +253,7 @@ func TestBackupDirRefusesBadPieces(t *testing.T) {
 // TestBackupCorruptPageFails: a damaged data page fails the backup; it is never copied.
 func TestBackupCorruptPageFails(t *testing.T) {
 	e := openTest(t, Options{})
-	ti, g := ownedTable(t, e, "items", testOwner, 1)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, err)

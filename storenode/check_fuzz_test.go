@@ -20,12 +20,7 @@ func fuzzStoreFiles(t testing.TB, open bool) (meta, data, seg []byte) {
 	ffs := vfs.NewFaultFS()
 	e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
 	require.NoError(t, err)
-	ti, err := e.CreateTable("t", 16)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, 3, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, 3, g.Epoch, 4)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "t", 16, 3, 4)
 	for i := uint64(1); i <= 6; i++ {
 		if i == 4 {
 			require.NoError(t, e.Checkpoint())

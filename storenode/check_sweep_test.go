@@ -88,12 +88,7 @@ func buildSweepStore(t testing.TB) (clean, crash sweepFiles) {
 	}
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.DropTable(gone.Name, 3))
-	again, err := e.CreateTable("gone", 8)
-	require.NoError(t, err)
-	g2, err := e.Acquire(again.ID, 3, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(again.ID, 3, g2.Epoch, 1)
-	require.NoError(t, err)
+	again, g2 := ownedTable(t, e, "gone", 8, 3, 1)
 	commit(again.ID, g2.Epoch, 8, 0, 0x3, 0)
 	for i := uint64(4); i <= 6; i++ {
 		commit(ti.ID, g.Epoch, 16, i%3, 0x5<<i, 0x10000)

@@ -629,12 +629,7 @@ func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 	a, err := e.CreateTable("a", 8)
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
-	b, err := e.CreateTable("b", 32)
-	require.NoError(t, err)
-	g, err := e.Acquire(b.ID, checkOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(b.ID, checkOwner, g.Epoch, 2)
-	require.NoError(t, err)
+	b, g := ownedTable(t, e, "b", 32, checkOwner, 2)
 	_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: 1, Fences: []Fence{{Table: b.ID, Epoch: g.Epoch}},
 		Segments: []Segment{{Table: b.ID, Segment: logicpage.Segment{Page: 1, Data: 3, Rows: make([]byte, 64)}}}})
 	require.NoError(t, err)
@@ -660,12 +655,7 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	e, err := Open(checkTestOptions(dir))
 	require.NoError(t, err)
-	ti, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, checkOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, checkOwner, g.Epoch, 6)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "t", 64, checkOwner, 6)
 	for p := uint64(0); p < 6; p++ {
 		_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}}})

@@ -39,7 +39,7 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, g := ownedTable(t, e, "t", testOwner, 1)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 1)
 	commit := func(e *Engine, seq, id uint64) {
 		ch := make(chan error, 1)
 		e.Commit(batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row64(100+id))), func(_ uint64, err error) { ch <- err })
@@ -190,7 +190,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, g := ownedTable(t, e, "t", testOwner, 200)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 200)
 	seq := uint64(0)
 	commit := func(e *Engine, id uint64) {
 		seq++

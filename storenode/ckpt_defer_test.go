@@ -115,7 +115,7 @@ func TestCheckpointLoopRetriesDeferred(t *testing.T) {
 	e, err := Open(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
-	info, g := ownedTable(t, e, "a", failOwner, testGrantPages)
+	info, g := ownedTable(t, e, "a", 64, failOwner, testGrantPages)
 	seq := uint64(0)
 	commit := func() {
 		t.Helper()

@@ -127,7 +127,7 @@ const besideOwner = testOwner + 100
 
 func commitsBesideCheckpoints(t testing.TB, fs *vfs.FaultFS, e *Engine) *besideCommits {
 	t.Helper()
-	info, g := ownedTable(t, e, "beside", besideOwner, 1)
+	info, g := ownedTable(t, e, "beside", 64, besideOwner, 1)
 	b := &besideCommits{t: t, fs: fs, e: e, table: info.ID, epoch: g.Epoch}
 	b.on = true
 	b.commit() // its frame is cached from here on
@@ -182,7 +182,7 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	e := openTest(t, Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 80 * cost})
-	info, g := ownedTable(t, e, "t", testOwner, 20)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 20)
 	e.mu.Lock()
 	budget := e.cache.budgetBytes
 	e.trig.headroom = budget / 2 // as a checkpoint beside inserts measures it

@@ -25,7 +25,7 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	beside := commitsBesideCheckpoints(t, fs, e)
-	info, g := ownedTable(t, e, "t", testOwner, pages)
+	info, g := ownedTable(t, e, "t", 64, testOwner, pages)
 	var seq uint64
 	pass := func(version uint64) {
 		row := make([]byte, 64)

@@ -235,7 +235,7 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	local, g := ownedTable(t, e, "local", testOwner, 1)
+	local, g := ownedTable(t, e, "local", 64, testOwner, 1)
 	block := make(chan struct{})
 	v.mu.Lock()
 	v.block = block

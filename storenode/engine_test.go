@@ -26,11 +26,11 @@ func openTest(t testing.TB, opts Options) *Engine {
 // row64 is testkit.Row64: the words of the row are v, v+1, ...
 func row64(v uint64) []byte { return testkit.Row64(v) }
 
-// ownedTable creates a table of 64-byte rows in e, takes a new grant of it for owner and
+// ownedTable creates a table of rowBytes-byte rows in e, takes a new grant of it for owner and
 // grants that owner the ids of the table's first pages pages.
-func ownedTable(t testing.TB, e *Engine, name string, owner uint64, pages int) (TableInfo, Grant) {
+func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64, pages int) (TableInfo, Grant) {
 	t.Helper()
-	ti, err := e.CreateTable(name, 64)
+	ti, err := e.CreateTable(name, rowBytes)
 	require.NoError(t, err)
 	g, err := e.Acquire(ti.ID, owner, 0)
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestTinyCacheManyPages(t *testing.T) {
 func TestFencing(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
-	info, g1 := ownedTable(t, e, "t", 1, testGrantPages)
+	info, g1 := ownedTable(t, e, "t", 64, 1, testGrantPages)
 	_, err := e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	now.Advance(DefaultLeaseDuration + 1)

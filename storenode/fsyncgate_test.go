@@ -36,7 +36,7 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, g := ownedTable(t, e, "t", fsyncgateOwner, testGrantPages)
+	info, g := ownedTable(t, e, "t", 64, fsyncgateOwner, testGrantPages)
 	_, err = e.CommitWait(batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())

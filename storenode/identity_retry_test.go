@@ -176,7 +176,7 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, g := ownedTable(t, e, "t", testOwner, testGrantPages)
+	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 

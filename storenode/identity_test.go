@@ -28,7 +28,7 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	e, err := Open(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
-	info, g := ownedTable(t, e, "t", owner, testGrantPages)
+	info, g := ownedTable(t, e, "t", 64, owner, testGrantPages)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return e, fs, info, g
 }
@@ -63,7 +63,7 @@ func waitErr(t *testing.T, ch <-chan error, what string) error {
 // 767c454, which acknowledged A's batch without applying it.
 func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 	e := openTest(t, Options{})
-	info, ga := ownedTable(t, e, "t", testOwner, testGrantPages)
+	info, ga := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	for seq := uint64(1); seq <= 3; seq++ {
 		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
 		require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 // outcome.
 func TestRetryAckedWithOwnLSN(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	info, g := ownedTable(t, e, "t", testOwner, testGrantPages)
+	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	var sent []*Batch
 	var lsns []uint64
 	for seq := uint64(1); seq <= dedupWindow+6; seq++ {
@@ -136,7 +136,7 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 // rejected at once. Fails on 767c454, which held it back for SeqGapWait first.
 func TestFenceBeforeSeqGapWait(t *testing.T) {
 	e := openTest(t, Options{SeqGapWait: time.Hour})
-	info, g := ownedTable(t, e, "t", testOwner, testGrantPages)
+	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 	err = waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")

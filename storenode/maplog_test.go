@@ -139,7 +139,7 @@ func mapLogStore(t *testing.T) (dir string, ids []uint64) {
 	opts := checkTestOptions(dir)
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, g := ownedTable(t, e, "t", testOwner, 300)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 300)
 	seq := uint64(0)
 	commit := func(id uint64) {
 		seq++

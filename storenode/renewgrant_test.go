@@ -15,13 +15,8 @@ import (
 func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(info.ID, 1, g.Epoch, 1)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
+	info, g := ownedTable(t, e, "t", 64, 1, 1)
+	_, err := e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
 	require.NoError(t, err)
 
 	e.mu.Lock()

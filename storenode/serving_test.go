@@ -13,7 +13,7 @@ import (
 func servingEngine(t *testing.T) (*Engine, uint32) {
 	t.Helper()
 	e := openTest(t, Options{Sync: SyncAlways})
-	info, g := ownedTable(t, e, "t", testOwner, 1)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 1)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for id := uint64(1); id <= 3; id++ {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
@@ -72,7 +72,7 @@ func TestReadCached(t *testing.T) {
 func TestReadCachedGivesUpCleanly(t *testing.T) {
 	dir := t.TempDir()
 	e := openTest(t, Options{Dir: dir, Sync: SyncAlways})
-	info, g := ownedTable(t, e, "t", testOwner, 2)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 2)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq, id := range []uint64{1, 65} { // pages 0 and 1
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})

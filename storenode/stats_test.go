@@ -81,7 +81,7 @@ func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	info, g := ownedTable(t, e, "items", testOwner, 1)
+	info, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 10; seq++ {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,

@@ -12,7 +12,7 @@ import (
 // owner window, each restored before the next.
 func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	e := openTest(t, Options{})
-	info, g := ownedTable(t, e, "items", testOwner, testGrantPages)
+	info, g := ownedTable(t, e, "items", 64, testOwner, testGrantPages)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
 		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
