@@ -184,8 +184,7 @@ func TestCoordAbortRecordNoLeakAtClose(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
 	warm := tc.open(t, 0xc, "")
-	_, err := warm.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	createTable(t, ctx, warm, "acct", 64, 2, 1, tc.addrs)
 	opts := []goleak.Option{goleak.IgnoreCurrent(),
 		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 	cfg := node.Config{Etcd: cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},

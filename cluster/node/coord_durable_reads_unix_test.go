@@ -26,8 +26,7 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	child := startStoreProc(t, tc.etcd.Endpoints()[0], "127.0.0.1:0", storeTwoPhase) // killed (a stopped one too) at the test's end
 	addr := child.Addr
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 60 * time.Second})
-	ta, err := a.CreateTable(ctx, "acct", 64, 1, 1, []string{addr})
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 1, 1, []string{addr})
 	require.NoError(t, ta.Own(ctx, 0))
 	x, err := ta.Insert(ctx, acctRow(0, 0))
 	require.NoError(t, err)

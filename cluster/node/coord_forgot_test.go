@@ -34,8 +34,7 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 				o.TxnAbortKeep = time.Minute
 			})
 			a := tc.open(t, 0xa, "game-a:7000")
-			ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-			require.NoError(t, err)
+			ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 			require.NoError(t, ta.Own(ctx, 0, 1))
 			x, err := ta.Insert(ctx, acctRow(initial, 0))
 			require.NoError(t, err)
@@ -77,8 +76,7 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 			}
 
 			b := tc.open(t, 0xb, "game-b:7000")
-			tb, err := b.OpenTable(ctx, "acct")
-			require.NoError(t, err)
+			tb := openTable(t, ctx, b, "acct")
 			dst := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, x, dst))
 			require.Equal(t, uint64(initial-10), balanceOf(dst))

@@ -48,8 +48,7 @@ func TestHelperCoordNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	n := openHelperNode(t, ctx, endpoint, owner, "game-a:7000")
-	tbl, err := n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "acct")
 	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
 	fmt.Printf("lease %d\n", n.Session().Lease())
 	armed := false
@@ -100,8 +99,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 		o.TxnResolveAfter = time.Millisecond
 	})
 	setup := tc.open(t, 0x5e, "")
-	tbl, err := setup.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
 	var ids []string
 	model := map[uint64]uint64{}
@@ -176,8 +174,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 			apply(model, *inflight)
 		}
 		b := tc.open(t, 0xb0+uint64(round), "game-b:7000")
-		tb, err := b.OpenTable(ctx, "acct")
-		require.NoError(t, err)
+		tb := openTable(t, ctx, b, "acct")
 		require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "the partitions are granted again once resolved")
 		got := map[uint64]uint64{}
 		dst := make([]byte, 64)

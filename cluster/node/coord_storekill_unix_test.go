@@ -43,8 +43,7 @@ func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
 	addrs := append(append([]string(nil), tc.addrs...), childAddr)
 
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 30 * time.Second})
-	ta, err := a.CreateTable(ctx, "acct", 64, partitions, 1, addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, partitions, 1, addrs)
 	require.NoError(t, ta.Own(ctx, parts(partitions, 0)...))
 	var ids, onChild []uint64
 	for range 12 {
@@ -139,8 +138,7 @@ func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
 		require.Less(t, pass, 200, "parts left in doubt: %d", left)
 	}
 	r := tc.open(t, 0xc, "")
-	tr, err := r.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tr := openTable(t, ctx, r, "acct")
 	var bal, rec uint64
 	dst := make([]byte, 64)
 	for _, id := range ids {

@@ -60,9 +60,9 @@ func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Option
 func twoAccounts(t *testing.T, ctx context.Context, tc *testCluster) (a *node.Node, ta *node.Table, x, y uint64) {
 	t.Helper()
 	a = tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta = createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
+	var err error
 	x, err = ta.Insert(ctx, acctRow(initial, 0))
 	require.NoError(t, err)
 	y, err = ta.Insert(ctx, acctRow(initial, 0))
@@ -148,10 +148,8 @@ func bankAcross(t *testing.T, durability txnode.Durability) {
 	tc := startTxnCluster(t, 3, nil)
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Durability: durability})
 	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000"}, Durability: durability})
-	ta, err := a.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, partitions, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, ta.Own(ctx, parts(partitions, 0)...))
 	require.NoError(t, tb.Own(ctx, parts(partitions, 1)...))
 	var accts [2][]uint64
@@ -299,8 +297,7 @@ func TestTwoPhaseCommitNoWriteSkew(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	byNode := map[string][]uint64{}
 	for range 4 {

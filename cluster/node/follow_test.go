@@ -24,20 +24,17 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	}
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
 	before := w.grant(t, ctx)
 
 	reader := tc.open(t, 0x3, "")
-	rtbl, err := reader.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	rtbl := openTable(t, ctx, reader, "acct")
 	row := make([]byte, 64)
 	require.NoError(t, rtbl.Get(ctx, w.ids[0], row))
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	started, moved := make(chan struct{}), make(chan error, 1)
 	go func() {
 		<-started
@@ -90,7 +87,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	w.n.Close(ctx) // its error may be the source transaction node's refused batch (fail-stop pipeline)
 	require.NoError(t, tc.c.DropTable(ctx, "acct"))
 	for try := 0; ; try++ {
-		err = rtbl.Get(ctx, w.ids[0], row)
+		err := rtbl.Get(ctx, w.ids[0], row)
 		if errors.Is(err, cluster.ErrTableNotFound) {
 			break
 		}
@@ -108,8 +105,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
 	// Partitions 0 and 2 on storage node 0, 1 on storage node 1.
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 3, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 2))
 	ids := map[uint32]uint64{}
 	for len(ids) < 2 {
@@ -120,8 +116,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	moved := make(chan error, 1)
 	go func() { moved <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
 	// Write partition 0 until the freeze refuses a write (or the move ends first).
@@ -177,8 +172,7 @@ func TestOwnRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, n, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 1))
 	fired := false
 	restore := node.SetRaceHook(func(where string) {
@@ -207,14 +201,12 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
-	tbl, err := owner.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
 	id, err := tbl.Insert(ctx, balanceRow(1))
 	require.NoError(t, err)
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "race")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	fired := false
 	restore := node.SetRaceHook(func(where string) {
@@ -247,8 +239,7 @@ func TestOpenTableRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	creator := tc.open(t, 0x1, "")
-	ct, err := creator.CreateTable(ctx, "race", 64, 1, 1, tc.addrs)
-	require.NoError(t, err)
+	ct := createTable(t, ctx, creator, "race", 64, 1, 1, tc.addrs)
 	require.NoError(t, ct.Own(ctx, 0))
 	id, err := ct.Insert(ctx, balanceRow(3))
 	require.NoError(t, err)
@@ -263,8 +254,7 @@ func TestOpenTableRacingHeal(t *testing.T) {
 		}
 	})
 	defer restore()
-	tbl, err := n.OpenTable(ctx, "race")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "race")
 	require.True(t, fired)
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row))

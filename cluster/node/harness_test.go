@@ -38,6 +38,23 @@ func testCtx(t *testing.T) context.Context {
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// createTable creates the table name through n (rowBytes-byte rows, partitions partitions of
+// stripePages pages each, on the storage nodes nodes), failing the test on error.
+func createTable(t *testing.T, ctx context.Context, n *node.Node, name string, rowBytes, partitions, stripePages int, nodes []string) *node.Table {
+	t.Helper()
+	tbl, err := n.CreateTable(ctx, name, rowBytes, partitions, stripePages, nodes)
+	require.NoError(t, err)
+	return tbl
+}
+
+// openTable opens the table name through n, failing the test on error.
+func openTable(t *testing.T, ctx context.Context, n *node.Node, name string) *node.Table {
+	t.Helper()
+	tbl, err := n.OpenTable(ctx, name)
+	require.NoError(t, err)
+	return tbl
+}
+
 // testCluster is a real etcd and real storage nodes on 127.0.0.1, each verifying grants in
 // etcd (cluster.GrantVerifier), as cmd/storenode -etcd runs them.
 type testCluster struct {

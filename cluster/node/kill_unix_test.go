@@ -33,8 +33,7 @@ func TestHelperBankNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	n := openHelperNode(t, ctx, endpoint, 0xa, "game-a:7000")
-	tbl, err := n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "acct")
 	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
 	fmt.Println("ready")
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -67,8 +66,7 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	}
 	tc := startCluster(t, 3)
 	setup := tc.open(t, 0x5e, "")
-	tbl, err := setup.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
 	var ids []string
 	model := map[uint64]uint64{}
@@ -128,8 +126,7 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	}
 
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "b takes the killed node's partitions")
 	got := map[uint64]uint64{}
 	dst := make([]byte, 64)

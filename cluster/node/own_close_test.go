@@ -28,12 +28,11 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "mv", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "mv", 64, 2, 1, tc.addrs)
 	require.Equal(t, tc.addrs[1], ta.Map().Nodes[1])
 
 	// The move's copy on storage node 0, then the switch (no owner holds partition 1).
-	_, err = tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
+	_, err := tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
 		storenode.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
 	require.NoError(t, err)
 	tm := ta.Map()
@@ -47,8 +46,7 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	require.Equal(t, tc.addrs[0], ta.NodeOf(64), "the handle owns partition 1 at its old storage node")
 	require.Equal(t, []uint32{1}, ta.Owned())
 
-	fresh, err := a.OpenTable(ctx, "mv")
-	require.NoError(t, err)
+	fresh := openTable(t, ctx, a, "mv")
 	require.Equal(t, tc.addrs[0], fresh.Map().Nodes[1], "OpenTable returns the stale handle")
 	require.NoError(t, fresh.Own(ctx, 1))
 	id, err := fresh.Insert(ctx, balanceRow(9))
@@ -69,8 +67,7 @@ func TestClosedNodeErrClosed(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "cl", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "cl", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	id, err := ta.Insert(ctx, balanceRow(1))
 	require.NoError(t, err)
@@ -101,8 +98,7 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "gl", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "gl", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	id, err := ta.Insert(ctx, balanceRow(1))
 	require.NoError(t, err)
@@ -125,8 +121,7 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	require.Empty(t, ta.Owned())
 
 	b := tc.open(t, 0xb, "")
-	tb, err := b.OpenTable(ctx, "gl")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "gl")
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")
@@ -139,8 +134,7 @@ func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "dt", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	id, err := ta.Insert(ctx, balanceRow(5))
 	require.NoError(t, err)
@@ -180,12 +174,10 @@ func TestOwnNotBlockedByOwnWait(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "ow", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "ow", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "ow")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "ow")
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -217,12 +209,10 @@ func TestCloseEndsOwnWait(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "cw", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "cw", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "cw")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "cw")
 
 	spy := &doneSpy{Context: ctx, asked: make(chan struct{})}
 	waited := make(chan error, 1)
@@ -255,10 +245,8 @@ func TestFencedWriteNotOwner(t *testing.T) {
 		Session:            cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
 		OwnerLookupTimeout: 300 * time.Millisecond})
 	b := tc.open(t, 0xb, "game-b:7000")
-	ta, err := a.CreateTable(ctx, "fz", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err := b.OpenTable(ctx, "fz")
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "fz", 64, 2, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "fz")
 	require.NoError(t, ta.Own(ctx, 0))
 	id, err := ta.Insert(ctx, balanceRow(1))
 	require.NoError(t, err)
@@ -306,8 +294,7 @@ func TestCloseLeaksNoGoroutine(t *testing.T) {
 	tc := startCluster(t, 2)
 	// Dial the storage nodes once, so their servers' per-connection state exists.
 	warm := tc.open(t, 0xc, "")
-	_, err := warm.CreateTable(ctx, "lk", 64, 4, 1, tc.addrs)
-	require.NoError(t, err)
+	createTable(t, ctx, warm, "lk", 64, 4, 1, tc.addrs)
 	opts := []goleak.Option{goleak.IgnoreCurrent(),
 		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 
@@ -315,8 +302,7 @@ func TestCloseLeaksNoGoroutine(t *testing.T) {
 		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Logger: quiet, Secret: secret, CacheBytes: 1 << 20}
 	a, err := node.Open(ctx, cfg)
 	require.NoError(t, err)
-	ta, err := a.OpenTable(ctx, "lk")
-	require.NoError(t, err)
+	ta := openTable(t, ctx, a, "lk")
 	require.NoError(t, ta.Own(ctx, 0, 1, 2, 3))
 	for range 8 {
 		_, err := ta.Insert(ctx, balanceRow(1))
