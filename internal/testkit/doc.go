@@ -4,6 +4,9 @@
 //   - File-system faults (syncs.go): BlockSyncs holds a FaultFS's WAL fsyncs until the test
 //     releases them, and fails them with ErrEIO when asked.
 //   - Rows (rows.go): Row64, the 64-byte row of the engine's tests.
+//   - The race detector (race.go): RaceOn, and SkipUnderRace for the suites of child
+//     processes whose leases the race detector would stretch past their budget.
+//   - Stacks and the system (goroutines.go, sys_*.go): GoroutinesIn, AllocatedBytes, ProcessCPU.
 //
 // Seeds and suite sizes are internal/testseed's (Seed, Replay, Scaled), the fake clock
 // internal/testclock's; the embedded etcd and its cuttable proxy are cluster/etcdtest's, child

@@ -47,3 +47,13 @@ func TestRow64(t *testing.T) {
 		require.Equal(t, uint64(10+i), binary.LittleEndian.Uint64(r[i*8:]))
 	}
 }
+
+// SkipUnderRace skips exactly when the race detector is on.
+func TestSkipUnderRace(t *testing.T) {
+	ran := false
+	t.Run("suite", func(t *testing.T) {
+		SkipUnderRace(t, "a kill suite (child processes)")
+		ran = true
+	})
+	require.Equal(t, !RaceOn, ran)
+}
