@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -110,9 +111,7 @@ func freeLoopbackAddr(t *testing.T) string {
 }
 
 func TestKillBank(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := context.Background()
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
 	node := startNodeProc(t, dir, addr)

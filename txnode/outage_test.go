@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -61,9 +62,7 @@ func (h *logCounter) count(key string) int {
 // and tick; Close succeeds. Fails on b3f6c9d: the node gave up after a lease plus
 // OwnerInUseMargin, and every later call failed with "storage node ... unreachable" for good.
 func TestStorageNodeOutageHeals(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	const lease = time.Second
 	t.Setenv(helperLeaseEnv, lease.String())
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
