@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -90,9 +91,7 @@ func TestHelperCoordNode(t *testing.T) {
 // whole exactly when the primary had recorded commit (killed after the Decide), absent
 // otherwise, never half applied. Another node then owns the partitions and goes on.
 func TestCoordinatorKilledAtEachStep(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 3, func(o *storenode.Options) {
 		o.TxnResolveInterval = -1 // the test runs the passes

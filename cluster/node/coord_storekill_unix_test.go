@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 )
@@ -26,9 +27,7 @@ import (
 // conserved, and the received counts hold every acknowledged transfer and at most those whose
 // outcome was unknown besides.
 func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t)
 	before, after := 30, 30
 	if testing.Short() {

@@ -12,6 +12,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -147,3 +148,6 @@ func parts(n, parity int) []uint32 {
 	}
 	return out
 }
+
+// raceOn is testkit.RaceOn, under the name move_kill_unix_test.go uses.
+const raceOn = testkit.RaceOn

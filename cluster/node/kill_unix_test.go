@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // killHelperEnv carries "etcd endpoint|account ids, comma-separated" to TestHelperBankNode.
@@ -56,9 +58,7 @@ func TestHelperBankNode(t *testing.T) {
 // partitions once its lease expired (OwnWait) and finds every acknowledged transfer, and at
 // most the one in flight besides, each whole; it continues; the total is conserved.
 func TestKilledNodeTakenOver(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t)
 	acks := 80
 	if testing.Short() {
