@@ -18,6 +18,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
@@ -121,9 +122,7 @@ func TestHelperFrozenTxnode(t *testing.T) {
 // nothing it wrote after the takeover is in the store; a batch under its old epoch is fenced
 // by the storage node itself.
 func TestFrozenTxnodeFenced(t *testing.T) {
-	if raceOn {
-		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a freeze suite (child processes)")
 	ctx := testCtx(t)
 	etcd := etcdtest.Start(t)
 	c := connect(t, etcd.Endpoints())
