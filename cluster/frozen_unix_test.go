@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // helperEnv names the etcd endpoint and prefix of TestHelperFrozenOwner's child process.
@@ -70,9 +71,7 @@ func TestHelperFrozenOwner(t *testing.T) {
 // higher epoch; resumed (SIGCONT), the frozen owner vouches for nothing, at once (its clock,
 // not its keepalive goroutine, decides), and learns the grant is lost.
 func TestOwnershipFrozenOwner(t *testing.T) {
-	if raceOn {
-		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a freeze suite (child processes)")
 	ctx := testCtx(t)
 	srv := sharedEtcd(t)
 	prefix := newPrefix(t)
