@@ -218,8 +218,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 	for _, kill := range []bool{false, true} {
 		fs := vfs.NewFaultFS()
 		opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, WALSegmentBytes: 32 << 10}
-		e, err := Open(opts)
-		require.NoError(t, err)
+		e := openEngine(t, opts)
 		ti, err := e.CreateTable("items", 64)
 		require.NoError(t, err)
 		gone, err := e.CreateTable("gone", 64)
@@ -264,8 +263,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 		e.Close()
 
 		requireCheckNoDamage(t, fs, "db", "after the crash")
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		n, held := e.BackupHold()
 		require.Zero(t, n)
 		require.Zero(t, held)

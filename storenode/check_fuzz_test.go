@@ -18,8 +18,7 @@ import (
 // has them (open) when open is set, else after Close.
 func fuzzStoreFiles(t testing.TB, open bool) (meta, data, seg []byte) {
 	ffs := vfs.NewFaultFS()
-	e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
 	ti, g := ownedTable(t, e, "t", 16, 3, 4)
 	for i := uint64(1); i <= 6; i++ {
 		if i == 4 {

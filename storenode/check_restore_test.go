@@ -39,8 +39,7 @@ func TestCheckIncompleteBackupIsDamage(t *testing.T) {
 // first Open then does both.
 func TestCheckRestoredCopyUnchanged(t *testing.T) {
 	s := buildCheckStores(t)
-	e, err := Open(checkTestOptions(copyStore(t, s.clean)))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(copyStore(t, s.clean)))
 	dst := filepath.Join(t.TempDir(), "restored")
 	bd, err := NewBackupDir(nil, dst)
 	require.NoError(t, err)
@@ -60,8 +59,7 @@ func TestCheckRestoredCopyUnchanged(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dst, restoredName))
 	require.NoError(t, err)
 
-	r, err := Open(checkTestOptions(dst))
-	require.NoError(t, err)
+	r := openEngine(t, checkTestOptions(dst))
 	require.NoError(t, r.Close())
 	_, err = os.Stat(filepath.Join(dst, restoredName))
 	require.ErrorIs(t, err, os.ErrNotExist)
@@ -181,8 +179,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	rep := runCheck(t, dir)
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 	for range 2 {
-		c, err := Open(checkTestOptions(dir))
-		require.NoError(t, err)
+		c := openEngine(t, checkTestOptions(dir))
 		require.NoError(t, c.Close())
 		rep = runCheck(t, dir)
 		require.False(t, rep.Damaged(), "%v", rep.Findings)

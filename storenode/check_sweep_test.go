@@ -65,8 +65,7 @@ func readSweepFiles(t testing.TB, ffs *vfs.FaultFS) sweepFiles {
 // after Close (clean) and as they were while it ran (crash: what kill -9 leaves).
 func buildSweepStore(t testing.TB) (clean, crash sweepFiles) {
 	ffs := vfs.NewFaultFS()
-	e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
 	ti, err := e.CreateTable("t", 16)
 	require.NoError(t, err)
 	gone, err := e.CreateTable("gone", 8)

@@ -52,8 +52,7 @@ func buildCheckStores(t *testing.T) checkStores {
 	t.Helper()
 	base := t.TempDir()
 	s := checkStores{clean: filepath.Join(base, "clean"), crash: filepath.Join(base, "crash")}
-	e, err := Open(checkTestOptions(s.clean))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(s.clean))
 	items, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
 	wide, err := e.CreateTable("wide", 136) // 64*136 bytes of rows in a 12 KiB disk page: padding
@@ -282,8 +281,7 @@ func TestCheckCleanStores(t *testing.T) {
 	require.EqualValues(t, 6, rep.FreeDiskPages, "the old copies of items pages 1..5 and wide page 1, rewritten at Close")
 
 	// The store opens, and checks clean again after recovery made it its own.
-	e, err := Open(checkTestOptions(copyStore(t, s.crash)))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(copyStore(t, s.crash)))
 	dir := e.dir
 	require.NoError(t, e.Close())
 	rep = runCheck(t, dir)
@@ -293,9 +291,8 @@ func TestCheckCleanStores(t *testing.T) {
 func TestCheckRefusesRunningStore(t *testing.T) {
 	s := buildCheckStores(t)
 	dir := copyStore(t, s.clean)
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
-	_, err = Check(context.Background(), dir, CheckOptions{})
+	e := openEngine(t, checkTestOptions(dir))
+	_, err := Check(context.Background(), dir, CheckOptions{})
 	require.ErrorIs(t, err, ErrLocked)
 	require.ErrorContains(t, err, "stop it before checking")
 	// An Engine of this process holds it: the error says so, never "another process"
@@ -550,8 +547,7 @@ func TestCheckCatalogDamage(t *testing.T) {
 	// A WAL commit to rows never granted. The engine refuses such a commit, so the record is
 	// appended to the stopped store's log directly, as a buggy or older engine would have.
 	dir = copyStore(t, s.clean)
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	g, err := e.Acquire(1, checkOwner, 0)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
@@ -617,15 +613,13 @@ func requireCheckNoDamage(t *testing.T, fsys vfs.FS, dir string, msg string) {
 // in the WAL only, check clean (no false damage), before and after recovery.
 func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	require.NoError(t, e.Close())
 	rep := runCheck(t, dir) // an empty store
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 	require.Empty(t, rep.Findings)
 
-	e, err = Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e = openEngine(t, checkTestOptions(dir))
 	a, err := e.CreateTable("a", 8)
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
@@ -653,16 +647,15 @@ func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 // and 5 hold rows up to 383, and the WAL after the checkpoint grants up to 1024.)
 func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	ti, g := ownedTable(t, e, "t", 64, checkOwner, 6)
 	for p := uint64(0); p < 6; p++ {
-		_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		_, err := e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}}})
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.Checkpoint())
-	_, _, err = e.AllocIDs(ti.ID, checkOwner, g.Epoch, 10)
+	_, _, err := e.AllocIDs(ti.ID, checkOwner, g.Epoch, 10)
 	require.NoError(t, err)
 	image := filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
@@ -676,8 +669,7 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 // ownership record grants.
 func TestCheckEpochGrantedTwice(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	ti, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())

@@ -37,8 +37,7 @@ var errDropWriteLost = errors.New("test: the drop record's write is lost")
 func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, testOwner, 1)
 	commit := func(e *Engine, seq, id uint64) {
 		ch := make(chan error, 1)
@@ -49,8 +48,7 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	require.NoError(t, e.Checkpoint()) // page 0 gets a disk copy
 	require.NoError(t, e.Close())
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	commit(e, 2, 1) // a partial frame: the checkpoint reads the disk copy, releasing mu
 
 	dataFile := strings.TrimPrefix(dataFileName("db", info.ID), "/")
@@ -97,8 +95,7 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	fs.Crash(nil)
 	fs.Inject(nil)
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	got, err := e.OpenTable("t")
 	require.NoError(t, err, "the drop never became durable: the table is still there")
@@ -117,8 +114,7 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 	s := buildCheckStores(t)
 	for _, seg := range []logicpage.Segment{{Page: 100, Clear: 1}, {Page: 100}} {
 		dir := copyStore(t, s.clean)
-		e, err := Open(checkTestOptions(dir))
-		require.NoError(t, err)
+		e := openEngine(t, checkTestOptions(dir))
 		g, err := e.Acquire(1, checkOwner, 0)
 		require.NoError(t, err)
 		require.NoError(t, e.Close())
@@ -188,8 +184,7 @@ func encodeDenseMeta(m *metaState) []byte {
 func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, testOwner, 200)
 	seq := uint64(0)
 	commit := func(e *Engine, id uint64) {
@@ -230,8 +225,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	require.Contains(t, d[0].What, fmt.Sprintf("meta offset %d", metaHeaderBytes+metaTableBytes+8+130*metaEntryBytes))
 	require.NoError(t, fs.WriteFile(dataFileName("db", info.ID), data))
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	for _, id := range ids[:4] {
 		row, ok := readRow(t, e, info.ID, id)
 		require.True(t, ok, "row %d", id)
@@ -249,8 +243,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, metaVersionDense, binary.LittleEndian.Uint32(cb[8:]), "the copy's meta file is version 2")
 	requireCheckNoDamage(t, cfs, "copy", "backup of a version-2 store")
-	c, err := Open(Options{Dir: "copy", FS: cfs, Logger: quietLogger, CheckpointInterval: -1})
-	require.NoError(t, err)
+	c := openEngine(t, Options{Dir: "copy", FS: cfs, Logger: quietLogger, CheckpointInterval: -1})
 	for _, id := range ids[:4] {
 		row, ok := readRow(t, c, info.ID, id)
 		require.True(t, ok, "row %d in the copy", id)
@@ -269,8 +262,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	require.NotZero(t, m.logGen, "the upgrade wrote a map log")
 	requireCheckNoDamage(t, fs, "db", "upgraded store")
 	fs.Crash(nil)
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	for _, id := range ids {
 		row, ok := readRow(t, e, info.ID, id)
@@ -298,8 +290,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 3, copyBytes: 2 * 4096, installWrites: 1}
 	info, err := e.CreateTable("a", 64)
 	require.NoError(t, err)
@@ -409,8 +400,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	require.NoError(t, e.Close())
 	fs.Crash(nil)
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	require.NoError(t, e.verify())
 	names := map[string]bool{}
@@ -446,8 +436,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 1 + run%3, copyBytes: 4096, installWrites: 1}
 	info, err := e.CreateTable("a", 64)
 	require.NoError(t, err)

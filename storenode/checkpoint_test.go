@@ -32,8 +32,7 @@ func testCheckpointConcurrentCommits(t *testing.T, mode SyncMode) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: int64(pages/3) * (4096 + frameOverheadBytes)}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	// Small chunks: every checkpoint crosses many chunk boundaries, with commits between.
 	e.ckptChunk = ckptChunks{scanFrames: 5, copyBytes: 3 * 4096, installWrites: 2}
 	info, err := e.CreateTable("t", 64)
@@ -141,8 +140,7 @@ func testCheckpointConcurrentCommits(t *testing.T, mode SyncMode) {
 	}
 	check(e)
 	require.NoError(t, e.Close())
-	e2, err := Open(opts)
-	require.NoError(t, err)
+	e2 := openEngine(t, opts)
 	defer e2.Close()
 	check(e2)
 }

@@ -112,8 +112,7 @@ func TestCheckpointLoopRetriesDeferred(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		ckptRetryAfter: func(d time.Duration) <-chan time.Time { waits <- d; return fire }}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	info, g := ownedTable(t, e, "a", 64, failOwner, testGrantPages)
 	seq := uint64(0)

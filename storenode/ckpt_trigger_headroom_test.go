@@ -226,8 +226,7 @@ func TestCacheTriggerReplayCheckpointKeepsHeadroom(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 256 * cost}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	g, err := e.Acquire(info.ID, testOwner, 0)
@@ -248,8 +247,7 @@ func TestCacheTriggerReplayCheckpointKeepsHeadroom(t *testing.T) {
 	fs.CrashKeepAll()
 
 	opts.CacheBytes = 32 * cost
-	e2, err := Open(opts)
-	require.NoError(t, err)
+	e2 := openEngine(t, opts)
 	defer e2.Close()
 	require.Positive(t, e2.Stats().Checkpoints, "replay checkpointed")
 	e2.mu.Lock()

@@ -17,9 +17,16 @@ func openTest(t testing.TB, opts Options) *Engine {
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
+	e := openEngine(t, opts)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// openEngine opens an engine with opts, failing the test on error; the caller closes it.
+func openEngine(t testing.TB, opts Options) *Engine {
+	t.Helper()
 	e, err := Open(opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { e.Close() })
 	return e
 }
 

@@ -34,10 +34,9 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 	// runs with a small cache, so its replay must checkpoint.
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, fsyncgateOwner, testGrantPages)
-	_, err = e.CommitWait(batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	_, err := e.CommitWait(batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	// Acknowledged after the checkpoint: replay makes these pages dirty before the big batch.
@@ -107,8 +106,7 @@ func fsyncgateCheck(t *testing.T, opts Options, table uint32, what string) {
 func TestFsyncgateRecovery(t *testing.T) {
 	// Power loss right after recovery.
 	fs, opts, table := fsyncgateSetup(t)
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	require.NotZero(t, e.Stats().Checkpoints, "replay needed a checkpoint")
 	fs.Crash(nil)
 	e.Close()
@@ -117,8 +115,7 @@ func TestFsyncgateRecovery(t *testing.T) {
 	// Power loss at every mutating operation of recovery.
 	fs, opts, _ = fsyncgateSetup(t)
 	before := fs.Ops()
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	recoveryOps := fs.Ops() - before
 	e.Close()
 	for k := int64(0); k < recoveryOps; k++ {

@@ -23,8 +23,7 @@ func TestNewIncarnationReadsDurableOnly(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var clock fakeClock
 			fs := vfs.NewFaultFS()
-			e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, Now: clock.Now})
-			require.NoError(t, err)
+			e := openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, Now: clock.Now})
 			t.Cleanup(func() { e.Close() })
 			info, err := e.CreateTable("t", 64)
 			require.NoError(t, err)

@@ -174,10 +174,9 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
-	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, err)
 
 	// Batches acknowledged while the checkpoint syncs its data file: the meta file's synced
@@ -226,8 +225,7 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 
 	// Replay with a small cache checkpoints between records.
 	opts.CacheBytes = 32 << 10
-	e2, err := Open(opts)
-	require.NoError(t, err)
+	e2 := openEngine(t, opts)
 	m2, _, err := loadMeta(fs, "db")
 	require.NoError(t, err)
 	require.Greater(t, m2.ckptLSN, m.ckptLSN, "replay checkpointed")

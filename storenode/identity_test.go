@@ -25,8 +25,7 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = -1
 	}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	info, g := ownedTable(t, e, "t", 64, owner, testGrantPages)
 	requireGranted(t, e, info.ID, owner, g.Epoch)

@@ -137,8 +137,7 @@ func mapLogStore(t *testing.T) (dir string, ids []uint64) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "store")
 	opts := checkTestOptions(dir)
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, testOwner, 300)
 	seq := uint64(0)
 	commit := func(id uint64) {
@@ -164,8 +163,7 @@ func mapLogStore(t *testing.T) (dir string, ids []uint64) {
 
 func requireRows(t *testing.T, dir string, ids []uint64) {
 	t.Helper()
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	defer e.Close()
 	for _, id := range ids {
 		row, ok := readRow(t, e, 1, id)
@@ -250,8 +248,7 @@ func TestSparseMetaStoreOpensAndUpgrades(t *testing.T) {
 	writeTestFile(t, filepath.Join(dir, metaName), encodeSparseMeta(m))
 	requireCheckNoDamage(t, vfs.Default, dir, "version-3 store")
 	requireRows(t, dir, ids)
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	g, err := e.Acquire(1, testOwner, 0)
 	require.NoError(t, err)
 	ch := make(chan error, 1)

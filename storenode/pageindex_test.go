@@ -149,8 +149,7 @@ func TestPageIndexChargedToBudget(t *testing.T) {
 	const budget = 64 << 10 // about 15 frames of 4 KiB pages
 	const spread = 40       // pages k<<20, k < spread
 	fs := vfs.NewFaultFS()
-	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: budget})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: budget})
 	defer e.Close()
 	info, err := e.CreateTable("sparse", 64)
 	require.NoError(t, err)

@@ -132,8 +132,7 @@ func TestFarPageCostsBoundedMapAndMeta(t *testing.T) {
 		require.Less(t, mem, bound, "page-map memory after a row in page %d", page)
 	}
 	require.NoError(t, e.Close())
-	e2, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
-	require.NoError(t, err)
+	e2 := openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
 	defer e2.Close()
 	for i, page := range []uint64{1 << 22, tablePagesMax - 1} {
 		data, _, rows, err := e2.ReadRows(info.ID, page, 1<<63, nil)

@@ -124,8 +124,7 @@ func TestCommitBodyReplays(t *testing.T) {
 	fs.SetCrashPoint(0)
 	e.Close()
 	fs.CrashKeepAll()
-	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
-	require.NoError(t, err)
+	e = openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
 	defer e.Close()
 	for slot := range uint64(64) {
 		row, ok := readRow(t, e, info.ID, 64+slot)
@@ -145,8 +144,7 @@ func TestCommitBodyReplays(t *testing.T) {
 func TestOldCommitRecordRefused(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
@@ -177,8 +175,7 @@ func TestOldCommitRecordRefused(t *testing.T) {
 	require.NoError(t, err)
 	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
 	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	require.NoError(t, e.Close())
 }
 
@@ -188,8 +185,7 @@ func TestOldCommitRecordRefused(t *testing.T) {
 func TestCheckOldCommitRecord(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
@@ -261,8 +257,7 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
 	require.NoError(t, err)
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
-	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
-	require.NoError(t, err)
+	e = openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
 	defer e.Close()
 	row, ok := readRow(t, e, info.ID, full*64+last-1)
 	require.True(t, ok)

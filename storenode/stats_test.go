@@ -79,8 +79,7 @@ func TestStatUnits(t *testing.T) {
 func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 10; seq++ {
@@ -94,8 +93,7 @@ func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	fs.CrashKeepAll() // kill -9: the next Open replays the ten commits
 	_ = e.Close()
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	row, ok := readRow(t, e, info.ID, 10)
 	require.True(t, ok, "replayed")

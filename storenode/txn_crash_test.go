@@ -58,8 +58,7 @@ func TestHelperTxnCrash(t *testing.T) {
 	require.NoError(t, err)
 	ckpt := os.Getenv(txnCrashCkptEnv) == "1"
 	peers := &memPeers{}
-	ea, err := Open(txnCrashOptions(filepath.Join(dir, "a"), peers, nil, nil))
-	require.NoError(t, err)
+	ea := openEngine(t, txnCrashOptions(filepath.Join(dir, "a"), peers, nil, nil))
 	eb, err := Open(txnCrashOptions(filepath.Join(dir, "b"), peers, nil, nil))
 	require.NoError(t, err)
 	peers.set("a", ea)
@@ -146,11 +145,9 @@ func runTxnCrashChild(t *testing.T, dir string, stop int, ckpt bool) {
 
 func checkTxnCrash(t *testing.T, dir string, stop int) {
 	peers, leases, clock := &memPeers{}, &memLeases{}, &fakeClock{}
-	ea, err := Open(txnCrashOptions(filepath.Join(dir, "a"), peers, leases, clock))
-	require.NoError(t, err)
+	ea := openEngine(t, txnCrashOptions(filepath.Join(dir, "a"), peers, leases, clock))
 	defer ea.Close()
-	eb, err := Open(txnCrashOptions(filepath.Join(dir, "b"), peers, leases, clock))
-	require.NoError(t, err)
+	eb := openEngine(t, txnCrashOptions(filepath.Join(dir, "b"), peers, leases, clock))
 	defer eb.Close()
 	peers.set("a", ea)
 	peers.set("b", eb)

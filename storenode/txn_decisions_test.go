@@ -18,8 +18,7 @@ import (
 func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 	clock := &fakeClock{}
 	opts := Options{Dir: t.TempDir(), Now: clock.Now, TxnResolveInterval: -1, MaxTxnsPerOwner: 3, TxnInDoubtAfter: time.Minute}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	ctx := t.Context()
 	decide := func(e *Engine, n byte) error {
@@ -49,8 +48,7 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	require.NoError(t, decide(e, 4), "after a restart, txn 1's decision (its part applied) counts no more")
 	require.NoError(t, e.ApplyTxn(txnID(2), DecisionCommit))

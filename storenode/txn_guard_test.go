@@ -27,8 +27,7 @@ func (s *txnStore) primaryPart(t testing.TB, id TxnID, lease int64) {
 func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 	leases := &countingLeases{}
 	opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases, MaxTxns: 64}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(22, 5))
 	for i := range 4096 {
@@ -56,7 +55,7 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 		s := setupTxnStore(t, e)
 		id := txnID(byte(1 + round))
 		s.primaryPart(t, id, 5)
-		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, DecisionCommit, 1, 0)
+		_, err := e.DecideTxnAs(ctx, testOwner+1, id, 5, DecisionCommit, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another owner decides")
 		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, DecisionAbort, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another owner aborts")
@@ -69,8 +68,7 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 		require.NoError(t, e.ResolveTxns(ctx))
 		require.Equal(t, TxnStatus{}, e.TxnStatus(id))
 		require.NoError(t, e.Close())
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		_, decisions = e.TxnCounts()
 		require.Zero(t, decisions, "round %d: nothing live after the restart", round)
 	}

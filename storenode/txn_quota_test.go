@@ -70,8 +70,7 @@ func TestTxnPrepareOwnerQuota(t *testing.T) {
 func TestTxnCarryInChunks(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, TxnResolveInterval: -1, Logger: quietLogger}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	other := ownerStore(t, e, "other", testOwner+1)
 	const parts = 8
@@ -110,8 +109,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 	fs.CrashKeepAll()
 	_ = e.Close()
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	for i := range parts {

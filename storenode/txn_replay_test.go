@@ -18,8 +18,7 @@ func txnFaultStore(t *testing.T, opts Options) (*txnStore, Options, *vfs.FaultFS
 	t.Helper()
 	fs := vfs.NewFaultFS()
 	opts.Dir, opts.FS, opts.Logger, opts.TxnResolveInterval = "db", fs, quietLogger, -1
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	return setupTxnStore(t, e), opts, fs
 }
@@ -36,8 +35,7 @@ func reopenTxnStore(t *testing.T, s *txnStore, opts Options, fs *vfs.FaultFS, ki
 		require.NoError(t, s.e.Close())
 	}
 	requireCheckNoDamage(t, fs, opts.Dir, "before the reopen")
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	require.NoError(t, e.verify())
 	return setupTxnStore(t, e)
@@ -241,8 +239,7 @@ func TestTxnRestartAfterReportedParts(t *testing.T) {
 				fs.Crash(nil)
 				s.e.Close()
 				requireCheckNoDamage(t, fs, opts.Dir, "after the power loss")
-				e, err := Open(opts)
-				require.NoError(t, err)
+				e := openEngine(t, opts)
 				t.Cleanup(func() { e.Close() })
 				s = setupTxnStore(t, e)
 			}
@@ -268,11 +265,10 @@ func TestTxnReplayedPartsSettledAtOnce(t *testing.T) {
 	settled := signalHandler{msg: "replay rebuilt are settled", once: &sync.Once{}, ch: make(chan struct{})}
 	opts.Logger = slog.New(settled)
 	opts.TxnResolveInterval = time.Hour // no tick in the test: only kicks run passes
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	s = setupTxnStore(t, e)
-	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 1)
+	_, err := s.prepare(t, txnID(1), 5, "", 0, 1, 1)
 	require.NoError(t, err, "a prepare at once after the restart")
 	select {
 	case <-settled.ch:

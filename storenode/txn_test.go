@@ -314,11 +314,10 @@ func TestTxnBusy(t *testing.T) {
 func TestTxnRestart(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir, TxnResolveInterval: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	s.put(t, 1, 100)
-	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 150)
+	_, err := s.prepare(t, txnID(1), 5, "", 0, 1, 150)
 	require.NoError(t, err)
 	_, err = s.prepare(t, txnID(2), 5, "peer:1", 1, 2, 250)
 	require.NoError(t, err)
@@ -334,8 +333,7 @@ func TestTxnRestart(t *testing.T) {
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 
 	for round := range 3 {
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		s = setupTxnStore(t, e)
 		require.Equal(t, TxnStatus{Prepared: true, Primary: DecisionCommit}, e.TxnStatus(txnID(1)), "round %d", round)
 		require.Equal(t, TxnStatus{Prepared: true}, e.TxnStatus(txnID(2)))
@@ -346,14 +344,12 @@ func TestTxnRestart(t *testing.T) {
 		require.NoError(t, e.Close())
 	}
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	s = setupTxnStore(t, e)
 	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit))
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	require.Equal(t, uint64(150), s.get(t, 1))
@@ -549,11 +545,10 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CacheBytes: 4 << 20, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		TxnResolveInterval: -1, Logger: quietLogger}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	const pages = 200
-	_, err = grantPages(e, s.table, testOwner, s.epoch, pages)
+	_, err := grantPages(e, s.table, testOwner, s.epoch, pages)
 	require.NoError(t, err)
 	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 111)
 	require.NoError(t, err)
@@ -572,8 +567,7 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 		fs.CrashKeepAll() // before any checkpoint of the running engine
 		_ = e.Close()
 	}
-	e, err = Open(small)
-	require.NoError(t, err)
+	e = openEngine(t, small)
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	require.NoError(t, e.ApplyTxn(txnID(1), DecisionCommit))
@@ -587,8 +581,7 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 // recovers one): the single-node paths run no extra goroutine.
 func TestTxnResolverLazy(t *testing.T) {
 	dir := t.TempDir()
-	e, err := Open(Options{Dir: dir})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: dir})
 	s := setupTxnStore(t, e)
 	s.put(t, 1, 1)
 	running := func(e *Engine) bool {
@@ -597,12 +590,11 @@ func TestTxnResolverLazy(t *testing.T) {
 		return e.resolveCtx != nil
 	}
 	require.False(t, running(e), "no transaction: no resolver")
-	_, err = s.prepare(t, txnID(1), 1, "", 0, 2, 2)
+	_, err := s.prepare(t, txnID(1), 1, "", 0, 2, 2)
 	require.NoError(t, err)
 	require.True(t, running(e))
 	require.NoError(t, e.Close())
-	e, err = Open(Options{Dir: dir})
-	require.NoError(t, err)
+	e = openEngine(t, Options{Dir: dir})
 	defer e.Close()
 	require.True(t, running(e), "recovered a transaction in doubt")
 }
@@ -719,13 +711,12 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 	for _, ckpt := range []bool{false, true} {
 		leases := &memLeases{}
 		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases}
-		e, err := Open(opts)
-		require.NoError(t, err)
+		e := openEngine(t, opts)
 		ctx := context.Background()
 		s := setupTxnStore(t, e)
 		s.primaryPart(t, txnID(1), 5)
 		s.primaryPart(t, txnID(2), 5)
-		_, err = e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+		_, err := e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(txnID(1), 0))
 		require.NoError(t, e.ReportTxn(txnID(1), 1))
@@ -743,8 +734,7 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 		leases.kill(5)
 
 		for round := range 2 {
-			e, err = Open(opts)
-			require.NoError(t, err)
+			e = openEngine(t, opts)
 			_, decisions = e.TxnCounts()
 			require.Zero(t, decisions, "checkpoint %v round %d: nothing live after the replay", ckpt, round)
 			d, err := e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
@@ -826,15 +816,13 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 	t.Run("restart", func(t *testing.T) {
 		leases := &memLeases{}
 		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases, MaxTxns: 2}
-		e, err := Open(opts)
-		require.NoError(t, err)
+		e := openEngine(t, opts)
 		commitForgotten(e, txnID(1), 5)
 		commitForgotten(e, txnID(2), 6)
 		commitForgotten(e, txnID(3), 6)
 		require.NoError(t, e.Close()) // carries the newest 2
 		leases.kill(5)
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		defer func() { require.NoError(t, e.Close()) }()
 		d, err := e.DecideTxn(ctx, txnID(3), 6, DecisionCommit, 1)
 		require.NoError(t, err, "carried")
