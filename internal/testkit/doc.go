@@ -6,6 +6,8 @@
 //   - Rows (rows.go): Row64, the 64-byte row of the engine's tests.
 //   - The race detector (race.go): RaceOn, and SkipUnderRace for the suites of child
 //     processes whose leases the race detector would stretch past their budget.
+//   - Helper processes (helper.go): HelperSpec, the spec a parent test hands its re-executed
+//     child, skipping the helper when run as a plain test.
 //   - Stacks and the system (goroutines.go, sys_*.go): GoroutinesIn, AllocatedBytes, ProcessCPU.
 //
 // Seeds and suite sizes are internal/testseed's (Seed, Replay, Scaled), the fake clock

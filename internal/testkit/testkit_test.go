@@ -57,3 +57,17 @@ func TestSkipUnderRace(t *testing.T) {
 	})
 	require.Equal(t, !RaceOn, ran)
 }
+
+// HelperSpec returns the parent's spec, and skips the helper when there is none.
+func TestHelperSpec(t *testing.T) {
+	const env = "WEFT_TESTKIT_HELPER_SPEC"
+	t.Setenv(env, "a|b")
+	require.Equal(t, "a|b", HelperSpec(t, env, "TestHelperSpec"))
+	t.Setenv(env, "")
+	ran := false
+	t.Run("unset", func(t *testing.T) {
+		HelperSpec(t, env, "TestHelperSpec")
+		ran = true
+	})
+	require.False(t, ran, "a helper with no spec skips")
+}
