@@ -95,8 +95,7 @@ func TestInsertUnknownOutcomeKeepsID(t *testing.T) {
 	ctx := context.Background()
 	hs := &sentCommitStore{heldCommitStore: &heldCommitStore{Store: newLocalStore(t, ""), released: true},
 		sent: make(chan struct{}, 1)}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: hs})
 	defer db.Close(ctx)
 	defer hs.release() // first: a failed assertion must not leave Close waiting for acks
 	tb := newTable(t, ctx, db, "u", 64)
@@ -386,8 +385,7 @@ func TestLeaseClockSteppedBack(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "l", 64)
 	id, err := tb.Insert(ctx, u64Row(64, 1))

@@ -90,12 +90,12 @@ func TestRemoteMissCancelledParent(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startGateProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "cancelled", 64)
 	ids := make([]uint64, 64*30)
 	for i := range ids {
+		var err error
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
 		require.NoError(t, err)
 	}

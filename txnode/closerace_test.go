@@ -61,16 +61,14 @@ func TestCloseRacingMissIsErrClosed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			open, stop := mk(t)
 			defer stop()
-			db, err := Open(ctx, Options{Store: open(), OwnerID: 1000})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: open(), OwnerID: 1000})
 			items := newTable(t, ctx, db, "items", 64)
 			id, err := items.Insert(ctx, row(1))
 			require.NoError(t, err)
 			require.NoError(t, db.Close(ctx))
 
 			gate := newGateStore(open())
-			db, err = Open(ctx, Options{Store: gate, OwnerID: 1000})
-			require.NoError(t, err)
+			db = openDB(t, ctx, Options{Store: gate, OwnerID: 1000})
 			items, err = db.Table(ctx, "items")
 			require.NoError(t, err)
 			close(gate.armed)

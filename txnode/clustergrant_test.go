@@ -83,16 +83,14 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	_, err = st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 2), 64, layout)
 	require.NoError(t, err)
 
-	plain, err := Open(ctx, Options{Store: st, OwnerID: owner})
-	require.NoError(t, err)
+	plain := openDB(t, ctx, Options{Store: st, OwnerID: owner})
 	_, err = plain.Table(ctx, storenode.PartitionTableName("acct", 2))
 	require.ErrorContains(t, err, "Options.Grants")
 	require.NoError(t, plain.Close(ctx))
 
 	st, err = store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 2))
 	require.NoError(t, err)
@@ -137,8 +135,7 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	g.mu.Lock()
 	g.owner, g.staleNext = owner, 5
 	g.mu.Unlock()
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 0))
 	require.NoError(t, err, "the fenced grant was released and a new one taken")
 	require.EqualValues(t, 3, g.calls.Load())
@@ -166,8 +163,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			name := storenode.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
-			db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 			defer db.Close(ctx)
 			tb, err := db.Table(ctx, name)
 			require.NoError(t, err)
@@ -213,8 +209,7 @@ func TestDropClusterTableReleasesGrant(t *testing.T) {
 	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
 	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
@@ -261,8 +256,7 @@ func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
 	_, err = es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: cs, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: cs, OwnerID: owner, Grants: g})
 	opened := make(chan error, 1)
 	go func() {
 		_, err := db.Table(ctx, name)

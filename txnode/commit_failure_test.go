@@ -95,8 +95,7 @@ func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, e
 func TestAdoptHoldsNoLockOverPipeline(t *testing.T) {
 	ctx := context.Background()
 	store := &acquireSignalStore{Store: newLocalStore(t, ""), acquired: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	defer db.Close(ctx)
 	db.pipe.mu.Lock()
 	locked := true
@@ -128,8 +127,7 @@ func TestAdoptHoldsNoLockOverPipeline(t *testing.T) {
 func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	released := false
 	defer func() {
 		if !released {
@@ -207,8 +205,7 @@ func TestSessionClosureErrorAfterDurable(t *testing.T) {
 func TestCloseHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	defer close(store.release) // the held batch fails at the end (Close may have waited for it)
 	tb := newTable(t, ctx, db, "t", 64)
 	id, err := tb.Insert(ctx, u64Row(64, 1))
@@ -236,8 +233,7 @@ func TestCloseHonoursContext(t *testing.T) {
 func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
 	released := false
 	defer func() {
 		if !released {
@@ -296,8 +292,7 @@ func (s *gatedAllocStore) AllocIDs(ctx context.Context, table uint32, owner, epo
 func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := &gatedAllocStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	released := false
 	defer func() {
 		if !released {
@@ -400,8 +395,7 @@ func (s *heldFailAckStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailAckStore{heldFailStore: heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	released := false
 	defer func() {
 		if !released {

@@ -60,8 +60,7 @@ func (s *gatedCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256) // epochs of at most 128 row bytes
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
 	released := false
 	defer func() {
 		if !released {
@@ -74,7 +73,7 @@ func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 
 	// Hold the flusher inside the store with one epoch, then dirty 192 row bytes: the next
 	// commit waits in add for an epoch that cannot be cut.
-	_, err = x.Insert(ctx, u64Row(64, 1))
+	_, err := x.Insert(ctx, u64Row(64, 1))
 	require.NoError(t, err)
 	store.armed.Store(true)
 	db.pipe.flushSoon()
@@ -211,8 +210,7 @@ func (s *recordingStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestWriteBackEpochsInCutOrder(t *testing.T) {
 	ctx := context.Background()
 	rec := &recordingStore{Store: newLocalStore(t, "")}
-	db, err := Open(ctx, Options{Store: rec, Durability: WriteBack, FlushInterval: time.Millisecond})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: rec, Durability: WriteBack, FlushInterval: time.Millisecond})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
 	writers, flushers, run := 8, 12, time.Second
@@ -442,8 +440,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 	remote, err := dialStore(ctx, Options{StoreAddr: addr, OwnerID: 1000}.withDefaults())
 	require.NoError(t, err)
 	store := newGatedCommitStore(&fillSignalStore{Store: remote, entered: make(chan struct{})}, 256)
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour, OwnerID: 1000})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour, OwnerID: 1000})
 	released := false
 	defer func() {
 		if !released {
@@ -545,8 +542,7 @@ func (s *fillSignalStore) Read(ctx context.Context, reqs []store.ReadRequest, fi
 func TestLockedRowReadHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256)
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
 	released := false
 	defer func() {
 		if !released {
@@ -625,8 +621,7 @@ func TestCacheWaitHonoursContext(t *testing.T) {
 func TestRemoteReconnectHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	addr, stop := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second})
 	defer db.Close(ctx)
 	newTable(t, ctx, db, "x", 64)
 	stop()
@@ -638,7 +633,7 @@ func TestRemoteReconnectHonoursContext(t *testing.T) {
 	})
 	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err = db.Tables(c)
+	_, err := db.Tables(c)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -671,8 +666,7 @@ func (s *heldFailStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	defer db.Close(ctx)
 	acct := newTable(t, ctx, db, "acct", 64)
 	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
@@ -718,8 +712,7 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 func TestAddWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256)
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
 	released := false
 	defer func() {
 		if !released {

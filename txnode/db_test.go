@@ -19,8 +19,7 @@ func openEmbedded(t testing.TB, dir string, opts Options) *DB {
 	if opts.SyncMode == "" {
 		opts.SyncMode = "none"
 	}
-	db, err := Open(context.Background(), opts)
-	require.NoError(t, err)
+	db := openDB(t, context.Background(), opts)
 	t.Cleanup(func() { db.Close(context.Background()) })
 	return db
 }
@@ -159,11 +158,10 @@ func TestTransferConserves(t *testing.T) {
 // failed with ErrTableOwned against the node's own live grant.
 func TestDropTableThroughWrappedStore(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
 	defer db.Close(ctx)
 	items := newTable(t, ctx, db, "items", 64)
-	_, err = items.Insert(ctx, make([]byte, 64))
+	_, err := items.Insert(ctx, make([]byte, 64))
 	require.NoError(t, err)
 	require.NoError(t, db.DropTable(ctx, "items"))
 	_, err = db.Table(ctx, "items")

@@ -20,8 +20,7 @@ func TestDurableTable(t *testing.T) {
 	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
 	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	layout := ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
 	name := storenode.PartitionTableName("acct", 1)
@@ -62,8 +61,7 @@ func TestDurableTable(t *testing.T) {
 // and the deleted rows, across page boundaries, and stops when asked.
 func TestDurableTableScan(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: t.TempDir()})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "items", 64)
 	var ids []uint64

@@ -52,9 +52,8 @@ func TestStoreErrorsReadRight(t *testing.T) {
 func TestOpenDirTwiceInProcess(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-	require.NoError(t, err)
-	_, err = Open(ctx, Options{Dir: dir, SyncMode: "none"})
+	db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+	_, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 	require.ErrorIs(t, err, storenode.ErrAlreadyOpen)
 	require.ErrorIs(t, err, storenode.ErrLocked)
 	require.NotContains(t, err.Error(), "another process")

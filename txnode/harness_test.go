@@ -21,6 +21,14 @@ import (
 // every reopen) sees the same data. The remote store is one more entry: its store func
 // (remoteStoreConfig) starts a storage node and sets Options.StoreAddr.
 
+// openDB opens a DB with opts, failing the test on error; the caller closes it.
+func openDB(t testing.TB, ctx context.Context, opts Options) *DB {
+	t.Helper()
+	db, err := Open(ctx, opts)
+	require.NoError(t, err)
+	return db
+}
+
 // newTable creates the table name of rowBytes-byte rows in db, failing the test on error.
 func newTable(t testing.TB, ctx context.Context, db *DB, name string, rowBytes int) *Table {
 	t.Helper()
@@ -83,8 +91,7 @@ func (c openConfig) opener(t testing.TB) func(opts Options) *DB {
 		t.Helper()
 		opts.Durability = c.durability
 		setStore(&opts)
-		db, err := Open(context.Background(), opts)
-		require.NoError(t, err)
+		db := openDB(t, context.Background(), opts)
 		t.Cleanup(func() { db.Close(context.Background()) })
 		return db
 	}

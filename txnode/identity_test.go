@@ -67,8 +67,7 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 	ctx := context.Background()
 	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	const owner = 0x5151
-	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner})
-	require.NoError(t, err)
+	a := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner})
 	ta := newTable(t, ctx, a, "acct", 64)
 
 	writers, per := 8, 200
@@ -128,7 +127,7 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 	// once what it waits for (fails on db90132: it waited in silence; issue 23 item 5).
 	const waitLine = "the owner id is in use at the storage node"
 	logs := newLogCounter(waitLine)
-	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond, Logger: slog.New(logs)})
+	_, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond, Logger: slog.New(logs)})
 	require.ErrorIs(t, err, ErrOwnerInUse)
 	require.NotContains(t, err.Error(), "epoch")
 	require.Equal(t, 1, logs.count(waitLine), "one line for the wait, not one a retry")
@@ -137,8 +136,7 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 
 	// A closes (Release): B gets in at once, with its tables and its batch sequence.
 	require.NoError(t, a.Close(ctx))
-	b, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
-	require.NoError(t, err)
+	b := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
 	defer b.Close(ctx)
 	tb, err := b.Table(ctx, "acct")
 	require.NoError(t, err)
@@ -235,8 +233,7 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	ctx := context.Background()
 	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startHalfProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x77})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x77})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "ctr", 64)
 
@@ -246,6 +243,7 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	}
 	ids := make([]uint64, workers)
 	for w := range ids {
+		var err error
 		ids[w], err = tb.Insert(ctx, row(0))
 		require.NoError(t, err)
 	}

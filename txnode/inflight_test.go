@@ -167,8 +167,7 @@ func TestTinyCacheAsyncInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
-	db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: 2 * time.Minute})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: 2 * time.Minute})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
@@ -260,8 +259,7 @@ func TestInflightBytesBound(t *testing.T) {
 	fs := newFlightStore(t, newLocalStore(t, ""))
 	const perTx = 64 + segFlightBytes // one 64-byte row on a page of its own
 	const fit = 5
-	db, err := Open(ctx, Options{Store: fs, InflightBytes: fit * perTx})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, InflightBytes: fit * perTx})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))

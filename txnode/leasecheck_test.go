@@ -31,8 +31,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &countingLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 78, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 78, clock: clock})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "l", 64)
 	ids := insertRows(t, db, tb, 64)

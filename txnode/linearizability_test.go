@@ -402,8 +402,7 @@ func linKilledStore(t *testing.T, mode Durability) {
 	require.NoError(t, db.Close(ctx))
 	require.LessOrEqual(t, rec.unknown.Load(), int64(clients), "a client stops writing after one unknown outcome")
 
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner})
 	defer db2.Close(ctx)
 	linFinalReads(t, rec, db2, clients)
 	linCheck(t, rec.ops)

@@ -16,8 +16,7 @@ func TestInterleavedSequentialReaders(t *testing.T) {
 	dir := t.TempDir()
 	const streams, pages = 16, 4
 	{
-		db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-		require.NoError(t, err)
+		db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
 		tb := newTable(t, ctx, db, "seq", 64)
 		insertRows(t, db, tb, streams*pages*64)
 		require.NoError(t, db.Close(ctx))

@@ -190,8 +190,7 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	require.LessOrEqual(t, logs.count(renw), 1, "renewal failures of an outage are not logged per table and tick")
 
 	// What the storage node has, read by a fresh transaction node.
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
 	defer db2.Close(ctx)
 	tab2, err := db2.Table(ctx, "players")
 	require.NoError(t, err)
@@ -344,8 +343,7 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	}
 	timers.mu.Unlock()
 
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 31})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 31})
 	defer db2.Close(ctx)
 	tab2, err := db2.Table(ctx, "t")
 	require.NoError(t, err)

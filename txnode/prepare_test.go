@@ -196,8 +196,7 @@ func TestPrepareAnswerLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := &lostAnswerStore{Store: newLocalStore(t, "")}
-	db, err := Open(ctx, Options{Store: s, CacheBytes: 1 << 20})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: s, CacheBytes: 1 << 20})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
 	a, err := tb.Insert(ctx, prepRow(1))

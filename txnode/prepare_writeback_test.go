@@ -35,8 +35,7 @@ func TestCloseWithPrepareUnansweredWriteBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	s := &unreachablePrepareStore{Store: newLocalStore(t, "")}
-	db, err := Open(ctx, Options{Store: s, CacheBytes: 1 << 20, Durability: WriteBack})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: s, CacheBytes: 1 << 20, Durability: WriteBack})
 	tb := newTable(t, ctx, db, "t", 64)
 	a, err := tb.Insert(ctx, prepRow(1))
 	require.NoError(t, err)

@@ -55,8 +55,7 @@ func TestRefusedRenewalStopsServing(t *testing.T) {
 			require.NoError(t, err)
 			st := &refusingStore{Store: inner, lease: 80 * time.Millisecond, refusal: refusal}
 			clock := &fakeLeaseClock{} // frozen: the lease never runs out by time
-			db, err := Open(ctx, Options{Store: st, clock: clock})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: st, clock: clock})
 			defer db.Close(ctx)
 			tb := newTable(t, ctx, db, "f", 64)
 			id, err := tb.Insert(ctx, u64Row(64, 1))

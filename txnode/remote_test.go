@@ -33,13 +33,13 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	addr, stop := startStorageNode(t, dir)
-	db, err := Open(ctx, Options{StoreAddr: addr, CacheBytes: 256 << 10, OwnerID: 42})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, CacheBytes: 256 << 10, OwnerID: 42})
 	require.Equal(t, "none", db.info.SyncMode)
 	acct := newTable(t, ctx, db, "acct", 64)
 	const n = 3000 // 47 pages: more than the 256 KiB cache keeps with room to spare
 	ids := make([]uint64, n)
 	for i := range ids {
+		var err error
 		ids[i], err = acct.Insert(ctx, row(100))
 		require.NoError(t, err)
 	}
@@ -90,14 +90,12 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	// The node restarts with its owner id against a restarted storage node: it takes its
 	// tables back at once (another owner would wait out the lease) and sees the same state.
 	addr2, _ := startStorageNode(t, dir)
-	db2, err := Open(ctx, Options{StoreAddr: addr2, CacheBytes: 128 << 10, OwnerID: 42})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr2, CacheBytes: 128 << 10, OwnerID: 42})
 	defer db2.Close(ctx)
 	acct2, err := db2.Table(ctx, "acct")
 	require.NoError(t, err)
 	require.Equal(t, uint64(100*n), sum(db2, acct2))
-	other, err := Open(ctx, Options{StoreAddr: addr2, OwnerID: 43})
-	require.NoError(t, err)
+	other := openDB(t, ctx, Options{StoreAddr: addr2, OwnerID: 43})
 	defer other.Close(ctx)
 	_, err = other.Table(ctx, "acct")
 	require.ErrorIs(t, err, ErrTableOwned)
@@ -109,13 +107,13 @@ func TestRemoteStorageNodeRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	addr, stop := startStorageNode(t, dir)
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 7})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 7})
 	defer db.Close(ctx)
 	acct := newTable(t, ctx, db, "acct", 64)
 	const n = 500
 	ids := make([]uint64, n)
 	for i := range ids {
+		var err error
 		ids[i], err = acct.Insert(ctx, row(100))
 		require.NoError(t, err)
 	}

@@ -52,8 +52,7 @@ func TestRenewalRacingDropIsNoFailure(t *testing.T) {
 	inner, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	require.NoError(t, err)
 	st := &heldRenewalStore{Store: inner, lease: time.Second, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: st, clock: &fakeLeaseClock{}})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, clock: &fakeLeaseClock{}})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "r", 64)
 	_, err = tb.Insert(ctx, u64Row(64, 1))

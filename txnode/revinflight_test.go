@@ -81,8 +81,7 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cs := &catchStore{Store: newLocalStore(t, ""), caught: make(chan heldCommit, 4)}
-	db, err := Open(ctx, Options{Store: cs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: cs})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 4)
@@ -114,8 +113,7 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
 	const perTx = 64 + segFlightBytes // one 64-byte row on a page of its own
-	db, err := Open(ctx, Options{Store: fs, InflightBytes: 2 * perTx})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, InflightBytes: 2 * perTx})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
@@ -331,8 +329,7 @@ func TestGhostFetchHonoursCtx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
-	db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))

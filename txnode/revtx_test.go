@@ -25,8 +25,7 @@ func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
 	defer db.Close(ctx)
 	a := newTable(t, ctx, db, "a", 64)
 	aids := insertRows(t, db, a, 2)
@@ -135,8 +134,7 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	ctx := context.Background()
 	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startHalfProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x78, CacheBytes: 256 << 10})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x78, CacheBytes: 256 << 10})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "ctr", 64)
 	big := newTable(t, ctx, db, "big", 64)
@@ -166,6 +164,7 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	}
 	ids := make([]uint64, sessions)
 	for w := range ids {
+		var err error
 		ids[w], err = tb.Insert(ctx, row(0))
 		require.NoError(t, err)
 	}
@@ -339,13 +338,13 @@ func TestAbandonedReadLateReply(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startGateProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, CacheWait: time.Minute})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, CacheWait: time.Minute})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "late", 64)
 	pages := 40
 	ids := make([]uint64, 64*pages)
 	for i := range ids {
+		var err error
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
 		require.NoError(t, err)
 		require.NoError(t, tb.Put(ctx, ids[i], u64Row(64, ids[i]^0xfeed)))
@@ -420,12 +419,12 @@ func TestFiredRequestTimeoutNotReused(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startGateProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, RequestTimeout: 500 * time.Millisecond})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, RequestTimeout: 500 * time.Millisecond})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "fired", 64)
 	ids := make([]uint64, 64*30)
 	for i := range ids {
+		var err error
 		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
 		require.NoError(t, err)
 	}
@@ -454,8 +453,7 @@ func TestPlainScanStopsAtLeaseEnd(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "ps", 64)
 	ids := insertRows(t, db, tb, 64*3)

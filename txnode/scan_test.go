@@ -181,8 +181,7 @@ func TestScanPhantoms(t *testing.T) {
 func TestTableScanSkipsEmpty(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
 	tb := newTable(t, ctx, db, "sparse", 64)
 	const pages = 100
 	ids := insertRows(t, db, tb, pages*64)
@@ -205,9 +204,9 @@ func TestTableScanSkipsEmpty(t *testing.T) {
 	require.NoError(t, db.Close(ctx))
 
 	cs := &countingStore{Store: newLocalStore(t, dir)}
-	db, err = Open(ctx, Options{Store: cs})
-	require.NoError(t, err)
+	db = openDB(t, ctx, Options{Store: cs})
 	defer db.Close(ctx)
+	var err error
 	tb, err = db.Table(ctx, "sparse")
 	require.NoError(t, err)
 	cs.reset()

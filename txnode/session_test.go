@@ -146,8 +146,7 @@ func TestSessionBatchFailure(t *testing.T) {
 		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[mode], func(t *testing.T) {
 			fs := &failingStore{Store: newLocalStore(t, "")}
 			fs.failAt.Store(1 << 40)
-			db, err := Open(ctx, Options{Store: fs, Durability: mode})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: fs, Durability: mode})
 			tb := newTable(t, ctx, db, "f", 64)
 			ids := insertRows(t, db, tb, 64)
 			require.NoError(t, db.pipe.flush(ctx))
@@ -170,7 +169,7 @@ func TestSessionBatchFailure(t *testing.T) {
 					}
 				}
 			}
-			err = s.Flush(ctx)
+			err := s.Flush(ctx)
 			require.ErrorIs(t, err, errInjected)
 			// Outcomes in issue order: successes, then failures only.
 			failed := false
@@ -230,8 +229,7 @@ func (s *heldCommitStore) release() {
 func TestPendingContext(t *testing.T) {
 	ctx := context.Background()
 	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: hs})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "h", 64)
 	ids := insertRows(t, db, tb, 4)
@@ -247,7 +245,7 @@ func TestPendingContext(t *testing.T) {
 	require.ErrorIs(t, p.Wait(ended), ErrUnknownOutcome)
 	require.ErrorIs(t, s.Flush(ended), ErrUnknownOutcome)
 	// A synchronous commit with a context ended before it is installed: nothing applied.
-	err = tb.Put(ended, ids[1], u64Row(64, 6))
+	err := tb.Put(ended, ids[1], u64Row(64, 6))
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, ErrUnknownOutcome)
 	// One whose context ends once it is installed: outcome unknown.

@@ -82,8 +82,7 @@ func TestSparseIO(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	const rows = 64 * 64 // 64 full pages
 	{
-		db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 5})
-		require.NoError(t, err)
+		db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 5})
 		items := newTable(t, ctx, db, "items", 64)
 		for i := range rows {
 			_, err := items.Insert(ctx, row(uint64(i)))
@@ -93,8 +92,7 @@ func TestSparseIO(t *testing.T) {
 	}
 
 	proxy := startCountingProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 5})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 5})
 	defer db.Close(ctx)
 	items, err := db.Table(ctx, "items")
 	require.NoError(t, err)

@@ -12,8 +12,7 @@ import (
 // then ordered estimates of the commits made; reads do not count.
 func TestStatsCommitPercentiles(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: t.TempDir()})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
 	s := db.Stats()
@@ -37,11 +36,10 @@ func TestStatsCommitPercentiles(t *testing.T) {
 // not recorded on that path: TestStatsCommitPercentiles counted 19 of 21 in CI).
 func TestStatsCommitLatencyAlreadyDurable(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: t.TempDir()})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
-	_, err = tb.Insert(ctx, make([]byte, 64))
+	_, err := tb.Insert(ctx, make([]byte, 64))
 	require.NoError(t, err)
 	ver := db.durableVer.Load()
 	require.Positive(t, ver)

@@ -26,16 +26,15 @@ func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			dir := t.TempDir()
-			db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
 			tb := newTable(t, ctx, db, "t", 64)
 			fillTable(t, ctx, db, tb, 1, 0) // one page: the Pin's last
 			require.NoError(t, db.Close(ctx))
 
 			held := newHeldReadStore(newLocalStore(t, dir))
-			db, err = Open(ctx, Options{Store: held})
-			require.NoError(t, err)
+			db = openDB(t, ctx, Options{Store: held})
 			defer db.Close(ctx)
+			var err error
 			tb, err = db.Table(ctx, "t")
 			require.NoError(t, err)
 
@@ -107,16 +106,15 @@ func TestTablePinWaiterOutlivesFailedPin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
 	tb := newTable(t, ctx, db, "t", 64)
 	fillTable(t, ctx, db, tb, 2, 0)
 	require.NoError(t, db.Close(ctx))
 
 	held := &ctxHeldStore{Store: newLocalStore(t, dir), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err = Open(ctx, Options{Store: held})
-	require.NoError(t, err)
+	db = openDB(t, ctx, Options{Store: held})
 	defer db.Close(ctx)
+	var err error
 	tb, err = db.Table(ctx, "t")
 	require.NoError(t, err)
 

@@ -44,8 +44,7 @@ func TestViewVersionAfterFailedBatchApplied(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			ls := &lostAckStore{Store: newLocalStore(t, "")}
-			db, err := Open(ctx, Options{Store: ls, Durability: mode})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: ls, Durability: mode})
 			t.Cleanup(func() { db.Close(ctx) })
 			tb := newTable(t, ctx, db, "v", 64)
 			id, err := tb.Insert(ctx, u64Row(64, 1))
