@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -168,10 +169,7 @@ func openKillTable(e *Engine) (uint32, Grant, error) {
 
 // TestHelperWriter is the writer child of TestKill9; without killChildEnv it does nothing.
 func TestHelperWriter(t *testing.T) {
-	dir := os.Getenv(killChildEnv)
-	if dir == "" {
-		t.Skip("the writer child of TestKill9")
-	}
+	dir := testkit.HelperSpec(t, killChildEnv, "TestKill9")
 	out := bufio.NewWriter(os.Stdout)
 	var outMu sync.Mutex
 	say := func(format string, args ...any) {

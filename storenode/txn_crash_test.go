@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // The two-phase commit's crash test: a child process runs one transfer between two stores
@@ -50,10 +52,7 @@ func txnCrashOptions(dir string, peers *memPeers, leases *memLeases, clock *fake
 // TestHelperTxnCrash is the child: it runs the transfer's steps through txnCrashStopEnv, then
 // waits to be killed.
 func TestHelperTxnCrash(t *testing.T) {
-	dir := os.Getenv(txnCrashDirEnv)
-	if dir == "" {
-		t.Skip("the child of TestTxnKill9")
-	}
+	dir := testkit.HelperSpec(t, txnCrashDirEnv, "TestTxnKill9")
 	stop, err := strconv.Atoi(os.Getenv(txnCrashStopEnv))
 	require.NoError(t, err)
 	ckpt := os.Getenv(txnCrashCkptEnv) == "1"

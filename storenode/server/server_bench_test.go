@@ -47,10 +47,7 @@ const (
 // TestServerBenchHelper is a benchmark's server process; it skips unless run as one. It
 // serves until its stdin closes.
 func TestServerBenchHelper(t *testing.T) {
-	kind := os.Getenv(benchHelperEnv)
-	if kind == "" {
-		t.Skip("a server process of the benchmarks")
-	}
+	kind := testkit.HelperSpec(t, benchHelperEnv, "the server benchmarks")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -40,10 +41,7 @@ const (
 // TestServerHelper is the child storage node of TestServerKill9; it skips unless run as one.
 // It serves until its stdin closes (the parent died) or it is killed.
 func TestServerHelper(t *testing.T) {
-	dir := os.Getenv(srvHelperDirEnv)
-	if dir == "" {
-		t.Skip("the child storage node of TestServerKill9")
-	}
+	dir := testkit.HelperSpec(t, srvHelperDirEnv, "TestServerKill9")
 	mode, _ := storenode.ParseSyncMode(os.Getenv(srvHelperSyncEnv))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
