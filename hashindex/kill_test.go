@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/hashindex"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -32,10 +33,7 @@ const killWriterEnv = "WEFT_HASHINDEX_KILL_WRITER"
 
 // TestHelperKillWriter is not a test: it is the writer process of TestKill9.
 func TestHelperKillWriter(t *testing.T) {
-	spec := os.Getenv(killWriterEnv)
-	if spec == "" {
-		t.Skip("helper process of TestKill9")
-	}
+	spec := testkit.HelperSpec(t, killWriterEnv, "TestKill9")
 	dir, rest, _ := strings.Cut(spec, "@")
 	startStr, mode, _ := strings.Cut(rest, "@")
 	start, err := strconv.Atoi(startStr)
