@@ -35,10 +35,7 @@ const coordHelperEnv = "WEFT_COORD_KILL_HELPER"
 // coordinator's step hook: "prepared" after k prepares answered, "prepared-all", "decided",
 // "applied" after k applies answered), printing "kill" first.
 func TestHelperCoordNode(t *testing.T) {
-	spec := os.Getenv(coordHelperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, coordHelperEnv, "TestCoordinatorKilledAtEachStep")
 	f := strings.Split(spec, "|")
 	endpoint, step := f[0], f[1]
 	k, err := strconv.Atoi(f[2])

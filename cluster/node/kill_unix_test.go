@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,10 +25,7 @@ const killHelperEnv = "WEFT_NODE_KILL_HELPER"
 // TTL, moving money between the given accounts (pairs on one storage node) for ever. Before
 // each transfer it prints "try FROM TO AMOUNT", after it returned nil "ok".
 func TestHelperBankNode(t *testing.T) {
-	spec := os.Getenv(killHelperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, killHelperEnv, "TestKilledNodeTakenOver")
 	endpoint, list, _ := strings.Cut(spec, "|")
 	ids := parseIDs(t, list)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
