@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,10 +37,7 @@ const childOwner, takerOwner = 0xc1, 0xc2
 // "ok ID" or "err CLASS MESSAGE"; "flush" flushes (prints "ok" or "err ..."); "get ID" prints
 // "ok V" or "err CLASS MESSAGE".
 func TestHelperFrozenTxnode(t *testing.T) {
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, helperEnv, "TestFrozenTxnodeFenced")
 	endpoint, addr, _ := strings.Cut(spec, "|")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
