@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +25,7 @@ const helperEnv = "WEFT_CLUSTER_HELPER"
 // stdin, one line each: "check" prints the ownership's Check as ok, lapsed or lost; "wait"
 // waits for the ownership to be lost and prints lost.
 func TestHelperFrozenOwner(t *testing.T) {
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, helperEnv, "TestOwnershipFrozenOwner")
 	endpoint, prefix, _ := strings.Cut(spec, "|")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
