@@ -85,53 +85,69 @@ func TestCRUDAndReopen(t *testing.T) {
 	require.Greater(t, id, ids[len(ids)-1])
 }
 
+// openAccounts creates the table "acct" in db with n accounts of balance 100 (row) and
+// returns it and their ids.
+func openAccounts(t *testing.T, ctx context.Context, db *DB, n int) (*Table, []uint64) {
+	t.Helper()
+	acct := newTable(t, ctx, db, "acct", 64)
+	ids := make([]uint64, n)
+	for i := range ids {
+		var err error
+		ids[i], err = acct.Insert(ctx, row(100))
+		require.NoError(t, err)
+	}
+	return acct, ids
+}
+
+// transferAll moves money between the accounts ids of acct: 16 goroutines, rounds transfers
+// of 1 each (a pseudo-random pair, never one account to itself), each in its own db.Update;
+// with skipEmpty an account at 0 gives nothing. A failed transfer fails the test.
+func transferAll(t *testing.T, ctx context.Context, db *DB, acct *Table, ids []uint64, rounds int, skipEmpty bool) {
+	n := len(ids)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, b := make([]byte, 64), make([]byte, 64)
+			for i := range rounds {
+				from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
+				if from == to {
+					continue
+				}
+				err := db.Update(ctx, func(tx *Tx) error {
+					if err := tx.Get(acct, from, a); err != nil {
+						return err
+					}
+					if err := tx.Get(acct, to, b); err != nil {
+						return err
+					}
+					va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
+					if skipEmpty && va == 0 {
+						return nil
+					}
+					if err := tx.Put(acct, from, row(va-1)); err != nil {
+						return err
+					}
+					return tx.Put(acct, to, row(vb+1))
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 func TestTransferConserves(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []Durability{Durable, WriteBack} {
 		db := openEmbedded(t, "", Options{Durability: mode, CacheBytes: 256 << 10})
-		acct := newTable(t, ctx, db, "acct", 64)
 		const n = 2000
-		ids := make([]uint64, n)
-		for i := range ids {
-			var err error
-			ids[i], err = acct.Insert(ctx, row(100))
-			require.NoError(t, err)
-		}
-		var wg sync.WaitGroup
-		for g := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a, b := make([]byte, 64), make([]byte, 64)
-				for i := range 200 {
-					from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
-					if from == to {
-						continue
-					}
-					err := db.Update(ctx, func(tx *Tx) error {
-						if err := tx.Get(acct, from, a); err != nil {
-							return err
-						}
-						if err := tx.Get(acct, to, b); err != nil {
-							return err
-						}
-						va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
-						if va == 0 {
-							return nil
-						}
-						if err := tx.Put(acct, from, row(va-1)); err != nil {
-							return err
-						}
-						return tx.Put(acct, to, row(vb+1))
-					})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		acct, ids := openAccounts(t, ctx, db, n)
+		transferAll(t, ctx, db, acct, ids, 200, true)
 		var total uint64
 		err := db.View(ctx, func(tx *Tx) error {
 			total = 0

@@ -62,35 +62,5 @@ const largeRows = 4 << 20
 // largeOpen loads the table of BenchmarkGetLarge (once per -count round).
 func largeOpen(b *testing.B) (*DB, *Table, []uint64) {
 	b.Helper()
-	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: b.TempDir(), SyncMode: "none", CacheBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close(ctx) })
-	tb, err := db.CreateTable(ctx, "large", 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ids := make([]uint64, 0, largeRows)
-	row := make([]byte, 64)
-	for len(ids) < largeRows {
-		err := db.Update(ctx, func(tx *Tx) error {
-			for range min(4096, largeRows-len(ids)) {
-				id, err := tx.Insert(tb, row)
-				if err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := db.pipe.flush(ctx); err != nil {
-		b.Fatal(err)
-	}
-	return db, tb, ids
+	return benchLoad(b, Options{Dir: b.TempDir(), SyncMode: "none", CacheBytes: 1 << 30}, "large", largeRows, 4096)
 }

@@ -35,46 +35,9 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	addr, stop := startStorageNode(t, dir)
 	db := openDB(t, ctx, Options{StoreAddr: addr, CacheBytes: 256 << 10, OwnerID: 42})
 	require.Equal(t, "none", db.info.SyncMode)
-	acct := newTable(t, ctx, db, "acct", 64)
 	const n = 3000 // 47 pages: more than the 256 KiB cache keeps with room to spare
-	ids := make([]uint64, n)
-	for i := range ids {
-		var err error
-		ids[i], err = acct.Insert(ctx, row(100))
-		require.NoError(t, err)
-	}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a, b := make([]byte, 64), make([]byte, 64)
-			for i := range 150 {
-				from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
-				if from == to {
-					continue
-				}
-				err := db.Update(ctx, func(tx *Tx) error {
-					if err := tx.Get(acct, from, a); err != nil {
-						return err
-					}
-					if err := tx.Get(acct, to, b); err != nil {
-						return err
-					}
-					va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
-					if err := tx.Put(acct, from, row(va-1)); err != nil {
-						return err
-					}
-					return tx.Put(acct, to, row(vb+1))
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	acct, ids := openAccounts(t, ctx, db, n)
+	transferAll(t, ctx, db, acct, ids, 150, false)
 	sum := func(db *DB, acct *Table) uint64 {
 		var total uint64
 		for r, err := range acct.Scan(ctx, 0, ^uint64(0)) {
