@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -70,4 +71,31 @@ func TestHelperSpec(t *testing.T) {
 		ran = true
 	})
 	require.False(t, ran, "a helper with no spec skips")
+}
+
+// A client trusting TLSConfigs' pool completes a handshake with its server over loopback, and
+// WriteCert's files load as a key pair.
+func TestTLSConfigs(t *testing.T) {
+	server, client := TLSConfigs(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", server)
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			err = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+		accepted <- err
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), client)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	require.NoError(t, <-accepted)
+
+	certFile, keyFile, pool := WriteCert(t)
+	_, err = tls.LoadX509KeyPair(certFile, keyFile)
+	require.NoError(t, err)
+	require.NotNil(t, pool)
 }
