@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 func TestClientHandshake(t *testing.T) {
@@ -122,7 +123,7 @@ var (
 )
 
 func TestClientTLS(t *testing.T) {
-	serverCfg, clientCfg := tlsConfigs(t)
+	serverCfg, clientCfg := testkit.TLSConfigs(t)
 	s := newTestServer(t, testSecret, withTLS(serverCfg))
 	c := dialTest(t, s, func(cfg *ClientConfig) { cfg.TLS = clientCfg })
 	var g Grant
