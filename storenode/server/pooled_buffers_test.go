@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 )
@@ -55,7 +56,7 @@ func TestServerPooledBuffersPipelined(t *testing.T) {
 }
 
 func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
-	var serverTLS, clientTLS = srvTLSConfigs(t)
+	var serverTLS, clientTLS = testkit.TLSConfigs(t)
 	env := startServer(t, func(cfg *Config) {
 		if useTLS {
 			cfg.TLS = serverTLS

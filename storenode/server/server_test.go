@@ -3,16 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"path"
 	"strings"
@@ -506,7 +500,7 @@ func TestServerPipelinedCommitsInOrder(t *testing.T) {
 }
 
 func TestServerTLS(t *testing.T) {
-	serverTLS, clientTLS := srvTLSConfigs(t)
+	serverTLS, clientTLS := testkit.TLSConfigs(t)
 	env := startServer(t, func(cfg *Config) { cfg.TLS = serverTLS })
 	c := env.dial(1, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS })
 	ctx := srvCtx(t)
@@ -774,31 +768,4 @@ func (b *bytesReader) frame() (sgio.Frame, error) {
 			return sgio.Frame{}, rerr
 		}
 	}
-}
-
-// srvTLSConfigs returns a server config with a fresh self-signed certificate for 127.0.0.1
-// and a client config that trusts it.
-func srvTLSConfigs(t testing.TB) (server, client *tls.Config) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "weft storenode test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
-		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 }
