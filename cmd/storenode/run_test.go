@@ -4,17 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -334,37 +328,12 @@ func TestRunGenSecret(t *testing.T) {
 
 func TestRunTLS(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile, pool := writeCert(t)
+	certFile, keyFile, pool := testkit.WriteCert(t)
 	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--sync", "none"}, nil)
 	c := dial(t, r.server.String(), nil, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	require.NoError(t, c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}))
-}
-
-// writeCert writes a self-signed certificate for 127.0.0.1 and its key as PEM files.
-func writeCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "storenode test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool = x509.NewCertPool()
-	pool.AddCert(leaf)
-	return certFile, keyFile, pool
 }
 
 func TestByteSize(t *testing.T) {
