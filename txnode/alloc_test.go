@@ -22,9 +22,7 @@ func allocSetup(t *testing.T, opts Options) (*DB, *Table, []uint64) {
 	tb := newTable(t, ctx, db, "alloc", 64)
 	ids := make([]uint64, 256)
 	for i := range ids {
-		var err error
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 	}
 	return db, tb, ids
 }
@@ -125,9 +123,7 @@ func TestRemoteMissAllocs(t *testing.T) {
 	tb := newTable(t, ctx, db, "misses", 64)
 	ids := make([]uint64, 64*64) // 64 pages: four times what the cache holds
 	for i := range ids {
-		var err error
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 	}
 	buf := make([]byte, 64)
 	row := u64Row(64, 7)

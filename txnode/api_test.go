@@ -99,8 +99,7 @@ func TestInsertUnknownOutcomeKeepsID(t *testing.T) {
 	defer db.Close(ctx)
 	defer hs.release() // first: a failed assertion must not leave Close waiting for acks
 	tb := newTable(t, ctx, db, "u", 64)
-	first, err := tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	first := insertRow(t, ctx, tb, u64Row(64, 1))
 	hs.mu.Lock()
 	hs.released = false
 	hs.mu.Unlock()
@@ -141,8 +140,7 @@ func TestRowSizeChecked(t *testing.T) {
 			t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb]+"/"+map[int]string{64: "64", 4096: "4096"}[rowBytes], func(t *testing.T) {
 				db := openEmbedded(t, "", Options{Durability: wb})
 				tb := newTable(t, ctx, db, "r", rowBytes)
-				id, err := tb.Insert(ctx, u64Row(rowBytes, 7))
-				require.NoError(t, err)
+				id := insertRow(t, ctx, tb, u64Row(rowBytes, 7))
 				for _, bad := range [][]byte{nil, {}, make([]byte, rowBytes-8), make([]byte, rowBytes+8)} {
 					_, err := tb.Insert(ctx, bad)
 					require.ErrorIs(t, err, ErrRowSize, "Insert of %d bytes", len(bad))
@@ -388,8 +386,7 @@ func TestLeaseClockSteppedBack(t *testing.T) {
 	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "l", 64)
-	id, err := tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, u64Row(64, 1))
 	buf := make([]byte, 64)
 	clock.n.Add(int64(44 * time.Minute)) // within three quarters of the hour
 	require.NoError(t, tb.Get(ctx, id, buf))

@@ -95,9 +95,7 @@ func TestRemoteMissCancelledParent(t *testing.T) {
 	tb := newTable(t, ctx, db, "cancelled", 64)
 	ids := make([]uint64, 64*30)
 	for i := range ids {
-		var err error
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 	}
 	require.NoError(t, db.pipe.flush(ctx))
 	buf := make([]byte, 64)

@@ -63,12 +63,12 @@ func TestCloseRacingMissIsErrClosed(t *testing.T) {
 			defer stop()
 			db := openDB(t, ctx, Options{Store: open(), OwnerID: 1000})
 			items := newTable(t, ctx, db, "items", 64)
-			id, err := items.Insert(ctx, row(1))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, items, row(1))
 			require.NoError(t, db.Close(ctx))
 
 			gate := newGateStore(open())
 			db = openDB(t, ctx, Options{Store: gate, OwnerID: 1000})
+			var err error
 			items, err = db.Table(ctx, "items")
 			require.NoError(t, err)
 			close(gate.armed)

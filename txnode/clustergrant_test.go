@@ -98,8 +98,7 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	sl := storenode.ClusterLayout(layout)
 	var ids []uint64
 	for i := range 100 {
-		id, err := tb.Insert(ctx, row(uint64(i)))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tb, row(uint64(i)))
 		require.Equal(t, uint32(2), sl.PartitionOf(id), "id %d", id)
 		ids = append(ids, id)
 	}
@@ -140,8 +139,7 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	require.NoError(t, err, "the fenced grant was released and a new one taken")
 	require.EqualValues(t, 3, g.calls.Load())
 	require.EqualValues(t, 2, g.releases.Load())
-	_, err = tb.Insert(ctx, row(1))
-	require.NoError(t, err)
+	insertRow(t, ctx, tb, row(1))
 	require.NoError(t, db.Close(ctx))
 	require.EqualValues(t, 3, g.releases.Load(), "Close releases the grant")
 }
@@ -171,8 +169,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			// and this page's frame stays cached and valid.
 			var ids []uint64
 			for i := range logicpage.RowsPerPage {
-				id, err := tb.Insert(ctx, row(uint64(i)))
-				require.NoError(t, err)
+				id := insertRow(t, ctx, tb, row(uint64(i)))
 				ids = append(ids, id)
 			}
 			dst := make([]byte, 64)
@@ -213,8 +210,7 @@ func TestDropClusterTableReleasesGrant(t *testing.T) {
 	defer db.Close(ctx)
 	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	_, err = tb.Insert(ctx, row(1))
-	require.NoError(t, err)
+	insertRow(t, ctx, tb, row(1))
 	require.NoError(t, db.DropTable(ctx, storenode.PartitionTableName("acct", 0)))
 	require.EqualValues(t, 1, g.releases.Load(), "the dropped table's grant is released")
 	g.mu.Lock()
@@ -292,8 +288,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 			defer db.Close(ctx)
 			tb, err := db.Table(ctx, name)
 			require.NoError(t, err)
-			id, err := tb.Insert(ctx, row(7))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tb, row(7))
 			dst := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, id, dst))
 

@@ -181,8 +181,7 @@ func TestSessionClosureErrorAfterDurable(t *testing.T) {
 			ctx := context.Background()
 			db := c.opener(t)(Options{})
 			acct := newTable(t, ctx, db, "acct", 64)
-			id, err := acct.Insert(ctx, u64Row(64, 5))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, acct, u64Row(64, 5))
 			require.NoError(t, db.pipe.flush(ctx))
 			errLow := errors.New("too low")
 			p := db.Session().Go(ctx, func(tx *Tx) error {
@@ -208,8 +207,7 @@ func TestCloseHonoursContext(t *testing.T) {
 	db := openDB(t, ctx, Options{Store: store})
 	defer close(store.release) // the held batch fails at the end (Close may have waited for it)
 	tb := newTable(t, ctx, db, "t", 64)
-	id, err := tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, u64Row(64, 1))
 
 	store.armed.Store(true)
 	put := make(chan error, 1)
@@ -406,8 +404,7 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	tb := newTable(t, ctx, db, "t", 64)
 	other := newTable(t, ctx, db, "other", 64)
 	ids := insertRows(t, db, tb, inflightMax)
-	oid, err := other.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	oid := insertRow(t, ctx, other, u64Row(64, 1))
 
 	store.armed.Store(true)
 	errs := make(chan error, inflightMax+1)

@@ -73,14 +73,12 @@ func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 
 	// Hold the flusher inside the store with one epoch, then dirty 192 row bytes: the next
 	// commit waits in add for an epoch that cannot be cut.
-	_, err := x.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	insertRow(t, ctx, x, u64Row(64, 1))
 	store.armed.Store(true)
 	db.pipe.flushSoon()
 	recvWithin(t, store.entered, "the flusher in Commit")
 	for i := range 3 {
-		_, err = x.Insert(ctx, u64Row(64, uint64(10+i)))
-		require.NoError(t, err)
+		insertRow(t, ctx, x, u64Row(64, uint64(10+i)))
 	}
 
 	// Both race through DB.Update (a conflict retries): whatever the interleaving, exactly
@@ -155,8 +153,7 @@ func TestLatePinKeepsCommittedRow(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, first+1, idA)
 			// B inserts the id after it and commits.
-			idB, err := x.Insert(ctx, u64Row(64, 2))
-			require.NoError(t, err)
+			idB := insertRow(t, ctx, x, u64Row(64, 2))
 			require.Equal(t, idA+1, idB)
 			// The page's frame is evicted: other pages fill the cache.
 			ids := insertRows(t, db, y, 64*40)
@@ -358,9 +355,8 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 			close(stop)
 			wg.Wait()
 			require.NoError(t, db.pipe.failure(), "the node keeps committing")
-			_, err := b.Insert(ctx, u64Row(64, 9))
-			require.NoError(t, err)
-			_, err = db.Table(ctx, "a")
+			insertRow(t, ctx, b, u64Row(64, 9))
+			_, err := db.Table(ctx, "a")
 			require.ErrorIs(t, err, ErrTableNotFound)
 
 			// An unknown name: ErrTableNotFound, and no flush of b's unflushed rows.

@@ -39,8 +39,7 @@ func TestCRUDAndReopen(t *testing.T) {
 
 	var ids []uint64
 	for i := range 300 {
-		id, err := items.Insert(ctx, row(uint64(i)))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, items, row(uint64(i)))
 		ids = append(ids, id)
 	}
 	got := make([]byte, 64)
@@ -80,8 +79,7 @@ func TestCRUDAndReopen(t *testing.T) {
 		}
 	}
 	// New ids never reuse old ones.
-	id, err := items2.Insert(ctx, row(9999))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, items2, row(9999))
 	require.Greater(t, id, ids[len(ids)-1])
 }
 
@@ -92,9 +90,7 @@ func openAccounts(t *testing.T, ctx context.Context, db *DB, n int) (*Table, []u
 	acct := newTable(t, ctx, db, "acct", 64)
 	ids := make([]uint64, n)
 	for i := range ids {
-		var err error
-		ids[i], err = acct.Insert(ctx, row(100))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, acct, row(100))
 	}
 	return acct, ids
 }
@@ -177,10 +173,9 @@ func TestDropTableThroughWrappedStore(t *testing.T) {
 	db := openDB(t, ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
 	defer db.Close(ctx)
 	items := newTable(t, ctx, db, "items", 64)
-	_, err := items.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	insertRow(t, ctx, items, make([]byte, 64))
 	require.NoError(t, db.DropTable(ctx, "items"))
-	_, err = db.Table(ctx, "items")
+	_, err := db.Table(ctx, "items")
 	require.ErrorIs(t, err, ErrTableNotFound)
 }
 

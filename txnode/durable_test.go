@@ -38,8 +38,7 @@ func TestDurableTable(t *testing.T) {
 	tb, err := db.Table(ctx, name)
 	require.NoError(t, err)
 	require.NoError(t, tb.Serving())
-	id, err := tb.Insert(ctx, row(7))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, row(7))
 	d2, err := db.OpenDurable(ctx, name)
 	require.NoError(t, err)
 	dst := make([]byte, 64)
@@ -68,8 +67,7 @@ func TestDurableTableScan(t *testing.T) {
 	row := make([]byte, 64)
 	for i := range 300 {
 		row[0] = byte(i)
-		id, err := tb.Insert(ctx, row)
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tb, row)
 		ids = append(ids, id)
 	}
 	for _, i := range []int{0, 63, 64, 150} {

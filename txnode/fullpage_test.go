@@ -20,8 +20,7 @@ func TestFullPageIOAblation(t *testing.T) {
 		db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 9, FullPageIO: full})
 		items := newTable(t, ctx, db, "items", 64)
 		for i := range 64 * 16 {
-			_, err := items.Insert(ctx, row(uint64(i)))
-			require.NoError(t, err)
+			insertRow(t, ctx, items, row(uint64(i)))
 		}
 		up0, _ := proxy.snapshot()
 		for k := range 100 {

@@ -37,6 +37,14 @@ func newTable(t testing.TB, ctx context.Context, db *DB, name string, rowBytes i
 	return tb
 }
 
+// insertRow inserts r into tb, failing the test on error, and returns its id.
+func insertRow(t testing.TB, ctx context.Context, tb *Table, r []byte) uint64 {
+	t.Helper()
+	id, err := tb.Insert(ctx, r)
+	require.NoError(t, err)
+	return id
+}
+
 // openConfig is one way to run the transaction node.
 type openConfig struct {
 	name       string

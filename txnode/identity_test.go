@@ -48,8 +48,7 @@ func TestCloseReleasesTables(t *testing.T) {
 			tb, err = db.Table(ctx, "loot")
 		}
 		require.NoError(t, err, "run %d", run)
-		_, err = tb.Insert(ctx, row(uint64(run)))
-		require.NoError(t, err)
+		insertRow(t, ctx, tb, row(uint64(run)))
 		n := 0
 		for _, err := range tb.Scan(ctx, 0, ^uint64(0)) {
 			require.NoError(t, err)
@@ -243,9 +242,7 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	}
 	ids := make([]uint64, workers)
 	for w := range ids {
-		var err error
-		ids[w], err = tb.Insert(ctx, row(0))
-		require.NoError(t, err)
+		ids[w] = insertRow(t, ctx, tb, row(0))
 	}
 	var total atomic.Int64
 	cutAt := int64(workers * per / 3)
@@ -314,8 +311,7 @@ func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
 			require.NoError(t, err)
 			defer db.Close(ctx)
 			tb := newTable(t, ctx, db, "t", 64)
-			id, err := tb.Insert(ctx, row(1))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tb, row(1))
 			fs.Inject(func(op vfs.Op) error {
 				if op.Kind == vfs.OpSync && strings.Contains(op.Name, "wal/") {
 					return syscall.EIO

@@ -121,9 +121,7 @@ func TestKillBank(t *testing.T) {
 	const accounts, opening = 5000, 1000
 	ids := make([]uint64, accounts)
 	for i := range ids {
-		var err error
-		ids[i], err = acct.Insert(ctx, row(opening))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, acct, row(opening))
 	}
 
 	kills := 3

@@ -87,8 +87,7 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	const writers = 4
 	ids := make([]uint64, writers)
 	for i := range ids {
-		ids[i], err = tab.Insert(ctx, row(0))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tab, row(0))
 	}
 
 	// Each writer owns a row and writes 1, 2, 3, ... to it: the row must end at its last
@@ -160,8 +159,7 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	require.Eventually(t, func() bool { return tab.Get(ctx, ids[0], buf) == nil }, 10*time.Second, 5*time.Millisecond,
 		"reads succeed again once the storage node is back")
 	t.Logf("healed %v after the restart", time.Since(restarted).Round(time.Millisecond))
-	newID, err := tab.Insert(ctx, row(7))
-	require.NoError(t, err)
+	newID := insertRow(t, ctx, tab, row(7))
 	stop.Store(true)
 	wg.Wait()
 	select {
@@ -287,8 +285,7 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 		DialTimeout: time.Second, Logger: slog.New(logs), reconnectTimer: timers.timer})
 	require.NoError(t, err)
 	tab := newTable(t, ctx, db, "t", 64)
-	id, err := tab.Insert(ctx, row(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tab, row(1))
 
 	proxy.set(false)
 	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")
@@ -365,8 +362,7 @@ func TestCloseDuringOutage(t *testing.T) {
 		Logger: slog.New(newLogCounter()), reconnectTimer: timers.timer})
 	require.NoError(t, err)
 	tab := newTable(t, ctx, db, "t", 64)
-	id, err := tab.Insert(ctx, row(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tab, row(1))
 
 	proxy.set(false)
 	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")

@@ -31,12 +31,9 @@ func TestPreparedRowsLockedInCache(t *testing.T) {
 			defer cancel()
 			db := c.opener(t)(Options{CacheBytes: 1 << 20})
 			tb := newTable(t, ctx, db, "t", 64)
-			a, err := tb.Insert(ctx, prepRow(1))
-			require.NoError(t, err)
-			b, err := tb.Insert(ctx, prepRow(2))
-			require.NoError(t, err)
-			other, err := tb.Insert(ctx, prepRow(3))
-			require.NoError(t, err)
+			a := insertRow(t, ctx, tb, prepRow(1))
+			b := insertRow(t, ctx, tb, prepRow(2))
+			other := insertRow(t, ctx, tb, prepRow(3))
 
 			id := [16]byte{1, 2, 3}
 			tx, err := db.Begin(ctx, true)
@@ -111,8 +108,7 @@ func TestPrepareConflicts(t *testing.T) {
 	defer cancel()
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: 1 << 20})
 	tb := newTable(t, ctx, db, "t", 64)
-	a, err := tb.Insert(ctx, prepRow(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, tb, prepRow(1))
 
 	reader, err := db.Begin(ctx, true)
 	require.NoError(t, err)
@@ -144,8 +140,7 @@ func TestPrepareRefusedGivesSeqBack(t *testing.T) {
 			defer cancel()
 			db := c.opener(t)(Options{CacheBytes: 1 << 20})
 			tb := newTable(t, ctx, db, "t", 64)
-			a, err := tb.Insert(ctx, prepRow(1))
-			require.NoError(t, err)
+			a := insertRow(t, ctx, tb, prepRow(1))
 			id := [16]byte{7}
 			require.NoError(t, db.ApplyTxn(ctx, id, DecisionAbort)) // remembered: its prepare is refused
 			tx, err := db.Begin(ctx, true)
@@ -199,10 +194,8 @@ func TestPrepareAnswerLost(t *testing.T) {
 	db := openDB(t, ctx, Options{Store: s, CacheBytes: 1 << 20})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
-	a, err := tb.Insert(ctx, prepRow(1))
-	require.NoError(t, err)
-	b, err := tb.Insert(ctx, prepRow(2))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, tb, prepRow(1))
+	b := insertRow(t, ctx, tb, prepRow(2))
 	tx, err := db.Begin(ctx, true)
 	require.NoError(t, err)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))

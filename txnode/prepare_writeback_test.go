@@ -37,10 +37,8 @@ func TestCloseWithPrepareUnansweredWriteBack(t *testing.T) {
 	s := &unreachablePrepareStore{Store: newLocalStore(t, "")}
 	db := openDB(t, ctx, Options{Store: s, CacheBytes: 1 << 20, Durability: WriteBack})
 	tb := newTable(t, ctx, db, "t", 64)
-	a, err := tb.Insert(ctx, prepRow(1))
-	require.NoError(t, err)
-	b, err := tb.Insert(ctx, prepRow(2))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, tb, prepRow(1))
+	b := insertRow(t, ctx, tb, prepRow(2))
 	tx, err := db.Begin(ctx, true)
 	require.NoError(t, err)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))

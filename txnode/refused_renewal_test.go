@@ -58,8 +58,7 @@ func TestRefusedRenewalStopsServing(t *testing.T) {
 			db := openDB(t, ctx, Options{Store: st, clock: clock})
 			defer db.Close(ctx)
 			tb := newTable(t, ctx, db, "f", 64)
-			id, err := tb.Insert(ctx, u64Row(64, 1))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tb, u64Row(64, 1))
 			buf := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, id, buf))
 

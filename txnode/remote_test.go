@@ -76,9 +76,7 @@ func TestRemoteStorageNodeRestart(t *testing.T) {
 	const n = 500
 	ids := make([]uint64, n)
 	for i := range ids {
-		var err error
-		ids[i], err = acct.Insert(ctx, row(100))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, acct, row(100))
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex

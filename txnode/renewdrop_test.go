@@ -55,8 +55,7 @@ func TestRenewalRacingDropIsNoFailure(t *testing.T) {
 	db := openDB(t, ctx, Options{Store: st, clock: &fakeLeaseClock{}})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "r", 64)
-	_, err = tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	insertRow(t, ctx, tb, u64Row(64, 1))
 
 	st.hold.Store(true)
 	select {

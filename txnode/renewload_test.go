@@ -38,9 +38,7 @@ func TestRenewalsUnderLoad(t *testing.T) {
 	tab := newTable(t, ctx, db, "t", 64)
 	ids := make([]uint64, 4096)
 	for i := range ids {
-		var err error
-		ids[i], err = tab.Insert(ctx, row(uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tab, row(uint64(i)))
 	}
 
 	var stop atomic.Bool

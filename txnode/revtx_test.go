@@ -73,8 +73,7 @@ func TestGetEvictionStorm(t *testing.T) {
 		tbs[i] = tb
 		n := 64 * 6 // six pages each: 1.6 MB of 4096-byte rows alone
 		for j := 0; j < n; j++ {
-			id, err := tb.Insert(ctx, row(r, 0, 0))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tb, row(r, 0, 0))
 			require.NoError(t, tb.Put(ctx, id, row(r, id, 0)))
 			ids[i] = append(ids[i], id)
 		}
@@ -164,9 +163,7 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	}
 	ids := make([]uint64, sessions)
 	for w := range ids {
-		var err error
-		ids[w], err = tb.Insert(ctx, row(0))
-		require.NoError(t, err)
+		ids[w] = insertRow(t, ctx, tb, row(0))
 	}
 	var total atomic.Int64
 	cuts := map[int64]bool{int64(sessions * per / 4): true, int64(sessions * per / 2): true, int64(sessions * per * 3 / 4): true}
@@ -344,9 +341,7 @@ func TestAbandonedReadLateReply(t *testing.T) {
 	pages := 40
 	ids := make([]uint64, 64*pages)
 	for i := range ids {
-		var err error
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 		require.NoError(t, tb.Put(ctx, ids[i], u64Row(64, ids[i]^0xfeed)))
 	}
 	require.NoError(t, db.pipe.flush(ctx))
@@ -424,9 +419,7 @@ func TestFiredRequestTimeoutNotReused(t *testing.T) {
 	tb := newTable(t, ctx, db, "fired", 64)
 	ids := make([]uint64, 64*30)
 	for i := range ids {
-		var err error
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 	}
 	require.NoError(t, db.pipe.flush(ctx))
 	buf := make([]byte, 64)

@@ -108,13 +108,11 @@ func TestScanPhantoms(t *testing.T) {
 	firstPage := func(ids []uint64) (uint64, uint64) { return ids[0], ids[0] + 64 }
 	changes := []change{
 		{"insert into the last page", all, func(t *testing.T, tb *Table, ids []uint64, k int) {
-			_, err := tb.Insert(ctx, u64Row(64, 7))
-			require.NoError(t, err)
+			insertRow(t, ctx, tb, u64Row(64, 7))
 		}, true},
 		{"insert past the high-water mark", all, func(t *testing.T, tb *Table, ids []uint64, k int) {
 			for range 200 { // takes a new grant: ids no scan has seen a page of
-				_, err := tb.Insert(ctx, u64Row(64, 7))
-				require.NoError(t, err)
+				insertRow(t, ctx, tb, u64Row(64, 7))
 			}
 		}, true},
 		{"delete", firstPage, func(t *testing.T, tb *Table, ids []uint64, k int) {
@@ -142,11 +140,11 @@ func TestScanPhantoms(t *testing.T) {
 					tb := newTable(t, ctx, db, "p", 64)
 					other := newTable(t, ctx, db, "other", 64)
 					ids := insertRows(t, db, tb, 150) // two full pages and a partial one
-					oid, err := other.Insert(ctx, u64Row(64, 0))
-					require.NoError(t, err)
+					oid := insertRow(t, ctx, other, u64Row(64, 0))
 					if reopen {
 						require.NoError(t, db.Close(ctx))
 						db = open(Options{})
+						var err error
 						tb, err = db.Table(ctx, "p")
 						require.NoError(t, err)
 						other, err = db.Table(ctx, "other")

@@ -85,8 +85,7 @@ func TestSparseIO(t *testing.T) {
 		db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 5})
 		items := newTable(t, ctx, db, "items", 64)
 		for i := range rows {
-			_, err := items.Insert(ctx, row(uint64(i)))
-			require.NoError(t, err)
+			insertRow(t, ctx, items, row(uint64(i)))
 		}
 		require.NoError(t, db.Close(ctx))
 	}

@@ -18,8 +18,7 @@ func TestStatsCommitPercentiles(t *testing.T) {
 	s := db.Stats()
 	require.Zero(t, s.CommitP50)
 	require.Zero(t, s.CommitP999)
-	id, err := tb.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, make([]byte, 64))
 	for range 20 {
 		require.NoError(t, tb.Update(ctx, id, func(r []byte) error { r[0]++; return nil }))
 	}
@@ -39,8 +38,7 @@ func TestStatsCommitLatencyAlreadyDurable(t *testing.T) {
 	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
 	tb := newTable(t, ctx, db, "t", 64)
-	_, err := tb.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	insertRow(t, ctx, tb, make([]byte, 64))
 	ver := db.durableVer.Load()
 	require.Positive(t, ver)
 	before := db.stats.commitLat.Snapshot().Count()

@@ -146,8 +146,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.NoError(t, r.err)
 	dst := make([]byte, 64)
 	require.ErrorIs(t, r.tb.Get(ctx, first, dst), ErrNotFound, "the aborted prepared row never appears")
-	id, err := r.tb.Insert(ctx, row(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, r.tb, row(5))
 	require.NoError(t, r.tb.Get(ctx, id, dst))
 	require.Equal(t, row(5), dst)
 }

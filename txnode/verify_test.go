@@ -14,8 +14,7 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: 1 << 20})
 	tb := newTable(t, ctx, db, "items", 64)
 	for v := range uint64(200) {
-		_, err := tb.Insert(ctx, u64Row(64, v))
-		require.NoError(t, err)
+		insertRow(t, ctx, tb, u64Row(64, v))
 	}
 	require.NoError(t, db.verify())
 

@@ -21,8 +21,7 @@ func TestViewVersionAfterFailedBatchApplied(t *testing.T) {
 			db := openDB(t, ctx, Options{Store: ls, Durability: mode})
 			t.Cleanup(func() { db.Close(ctx) })
 			tb := newTable(t, ctx, db, "v", 64)
-			id, err := tb.Insert(ctx, u64Row(64, 1))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tb, u64Row(64, 1))
 			require.NoError(t, db.pipe.flush(ctx))
 
 			var got, ver uint64
@@ -32,7 +31,7 @@ func TestViewVersionAfterFailedBatchApplied(t *testing.T) {
 			v1 := ver
 
 			ls.Armed.Store(true)
-			err = tb.Put(ctx, id, u64Row(64, 2))
+			err := tb.Put(ctx, id, u64Row(64, 2))
 			if mode == WriteBack {
 				require.NoError(t, err)
 				err = db.pipe.flush(ctx)
