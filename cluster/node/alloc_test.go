@@ -23,8 +23,7 @@ func TestOwnedTableHotPathAllocs(t *testing.T) {
 	require.NoError(t, tbl.Own(ctx, 0))
 	var ids []uint64
 	for range 8 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids = append(ids, id)
 	}
 	buf := make([]byte, 64)

@@ -36,10 +36,8 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 			a := tc.open(t, 0xa, "game-a:7000")
 			ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 			require.NoError(t, ta.Own(ctx, 0, 1))
-			x, err := ta.Insert(ctx, acctRow(initial, 0))
-			require.NoError(t, err)
-			y, err := ta.Insert(ctx, acctRow(initial, 0))
-			require.NoError(t, err)
+			x := insertRow(t, ctx, ta, acctRow(initial, 0))
+			y := insertRow(t, ctx, ta, acctRow(initial, 0))
 			require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
 
 			coordClock := &testclock.Fake{}
@@ -63,7 +61,7 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 				return errors.New("the answer was lost")
 			})()
 
-			err = xfer(ctx, a, ta, x, y, 10)
+			err := xfer(ctx, a, ta, x, y, 10)
 			if late {
 				require.ErrorIs(t, err, txnode.ErrUnknownOutcome)
 				require.NotErrorIs(t, err, txnode.ErrTxnDecided)

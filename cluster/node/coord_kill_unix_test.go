@@ -100,8 +100,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 	var ids []string
 	model := map[uint64]uint64{}
 	for range 12 {
-		id, err := tbl.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 		ids = append(ids, strconv.FormatUint(id, 10))
 		model[id] = initial
 	}

@@ -46,8 +46,7 @@ func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
 	require.NoError(t, ta.Own(ctx, parts(partitions, 0)...))
 	var ids, onChild []uint64
 	for range 12 {
-		id, err := ta.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, acctRow(initial, 0))
 		ids = append(ids, id)
 		if ta.NodeOf(id) == childAddr {
 			onChild = append(onChild, id)

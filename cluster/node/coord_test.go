@@ -62,11 +62,8 @@ func twoAccounts(t *testing.T, ctx context.Context, tc *testCluster) (a *node.No
 	a = tc.open(t, 0xa, "game-a:7000")
 	ta = createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
-	var err error
-	x, err = ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err = ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
+	x = insertRow(t, ctx, ta, acctRow(initial, 0))
+	y = insertRow(t, ctx, ta, acctRow(initial, 0))
 	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
 	return a, ta, x, y
 }
@@ -155,8 +152,7 @@ func bankAcross(t *testing.T, durability txnode.Durability) {
 	var accts [2][]uint64
 	for i, tbl := range []*node.Table{ta, tb} {
 		for range perNode {
-			id, err := tbl.Insert(ctx, acctRow(initial, 0))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 			accts[i] = append(accts[i], id)
 		}
 	}
@@ -301,8 +297,7 @@ func TestTwoPhaseCommitNoWriteSkew(t *testing.T) {
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	byNode := map[string][]uint64{}
 	for range 4 {
-		id, err := ta.Insert(ctx, acctRow(0, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, acctRow(0, 0))
 		byNode[ta.NodeOf(id)] = append(byNode[ta.NodeOf(id)], id)
 	}
 	require.Len(t, byNode, 2)

@@ -66,8 +66,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 		for try := 0; w.put(t, ctx, i, v); try++ {
 			require.Less(t, try, 20, "the owner did not take the partition back after the move")
 		}
-		id, err := w.tbl.Insert(ctx, balanceRow(v))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, w.tbl, balanceRow(v))
 		w.fresh[id] = v
 	}
 	require.Equal(t, tc.addrs[1], w.tbl.NodeOf(w.ids[0]))
@@ -109,8 +108,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	require.NoError(t, tbl.Own(ctx, 0, 2))
 	ids := map[uint32]uint64{}
 	for len(ids) < 2 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids[tbl.Partition(id)] = id
 	}
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
@@ -186,8 +184,7 @@ func TestOwnRacingHeal(t *testing.T) {
 	require.True(t, fired)
 	require.ElementsMatch(t, []uint32{1, 0}, tbl.Owned())
 	for p := uint32(0); p < 2; p++ {
-		id, err := tbl.Insert(ctx, balanceRow(uint64(p)))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(uint64(p)))
 		require.NoError(t, tbl.Put(ctx, id, balanceRow(5)), "partition %d", tbl.Partition(id))
 	}
 }
@@ -203,8 +200,7 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
 	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	mover := tc.open(t, 0x2, "")
 	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
@@ -241,8 +237,7 @@ func TestOpenTableRacingHeal(t *testing.T) {
 	creator := tc.open(t, 0x1, "")
 	ct := createTable(t, ctx, creator, "race", 64, 1, 1, tc.addrs)
 	require.NoError(t, ct.Own(ctx, 0))
-	id, err := ct.Insert(ctx, balanceRow(3))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ct, balanceRow(3))
 	require.NoError(t, creator.Close(ctx))
 
 	n := tc.open(t, 0x2, "")

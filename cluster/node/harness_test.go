@@ -48,6 +48,14 @@ func createTable(t *testing.T, ctx context.Context, n *node.Node, name string, r
 	return tbl
 }
 
+// insertRow inserts r into tbl, failing the test on error, and returns its id.
+func insertRow(t *testing.T, ctx context.Context, tbl *node.Table, r []byte) uint64 {
+	t.Helper()
+	id, err := tbl.Insert(ctx, r)
+	require.NoError(t, err)
+	return id
+}
+
 // openTable opens the table name through n, failing the test on error.
 func openTable(t *testing.T, ctx context.Context, n *node.Node, name string) *node.Table {
 	t.Helper()

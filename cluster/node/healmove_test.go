@@ -38,8 +38,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
 	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 
 	before, held, err := tc.c.Owner(ctx, "race", 0)

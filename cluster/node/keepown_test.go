@@ -147,8 +147,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	mover := tc.open(t, 0x2, "")
 	tbl := createTable(t, ctx, owner, "own2", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 	before, held, err := tc.c.Owner(ctx, "own2", 0)
 	require.NoError(t, err)
@@ -202,8 +201,7 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	b := tc.open(t, 0x3, "")
 	btbl := openTable(t, ctx, b, "own3")
 	require.NoError(t, btbl.Own(ctx, 0))
-	id, err := btbl.Insert(ctx, balanceRow(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, btbl, balanceRow(5))
 	require.EqualValues(t, 0, btbl.Partition(id))
 }
 
@@ -252,7 +250,6 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	b := tc.open(t, 0x3, "")
 	btbl := openTable(t, ctx, b, "res")
 	require.NoError(t, btbl.Own(ctx, 0))
-	id, err := btbl.Insert(ctx, balanceRow(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, btbl, balanceRow(5))
 	require.EqualValues(t, 0, btbl.Partition(id))
 }

@@ -67,8 +67,7 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	var ids []string
 	model := map[uint64]uint64{}
 	for range 24 {
-		id, err := tbl.Insert(ctx, balanceRow(initial))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(initial))
 		ids = append(ids, strconv.FormatUint(id, 10))
 		model[id] = initial
 	}

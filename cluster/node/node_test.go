@@ -39,8 +39,7 @@ func bankSetup(t *testing.T, perNode int) (tc *testCluster, a, b *node.Node, ta,
 	require.NoError(t, tb.Own(ctx, parts(partitions, 1)...))
 	for i, tbl := range []*node.Table{ta, tb} {
 		for range perNode {
-			id, err := tbl.Insert(ctx, balanceRow(initial))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tbl, balanceRow(initial))
 			accts[i] = append(accts[i], id)
 		}
 	}
@@ -328,8 +327,7 @@ func TestCreateTableCompletes(t *testing.T) {
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
 	ids := map[uint32]bool{}
 	for range 6 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids[tbl.Partition(id)] = true
 	}
 	require.Len(t, ids, 3)
@@ -421,8 +419,7 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 	require.ErrorIs(t, err, node.ErrNotOwner)
 	require.ErrorContains(t, err, "Table.Own or OwnWait")
 	require.NoError(t, tb.Own(ctx, 1))
-	id, err := tb.Insert(ctx, balanceRow(42))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, balanceRow(42))
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, id, dst), "the owner sees its cached row")
 	require.EqualValues(t, 42, balanceOf(dst))
@@ -451,8 +448,7 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	ta := createTable(t, ctx, a, "acct", 64, 6, 1, tc.addrs)
 	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, ta.Own(ctx, 0, 1, 2))
-	id, err := ta.Insert(ctx, balanceRow(initial))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(initial))
 
 	px.Cut(true)
 	require.NoError(t, tb.OwnWait(ctx, 0, 1, 2), "b takes a's partitions once a's lease expired")
@@ -537,8 +533,7 @@ func TestOwnWhileInserting(t *testing.T) {
 	// After the Owns, inserts reach every partition.
 	parts := map[uint32]bool{}
 	for range 6 {
-		id, err := ta.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, balanceRow(1))
 		parts[ta.Partition(id)] = true
 	}
 	require.Len(t, parts, 6)

@@ -49,8 +49,7 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	fresh := openTable(t, ctx, a, "mv")
 	require.Equal(t, tc.addrs[0], fresh.Map().Nodes[1], "OpenTable returns the stale handle")
 	require.NoError(t, fresh.Own(ctx, 1))
-	id, err := fresh.Insert(ctx, balanceRow(9))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, fresh, balanceRow(9))
 	require.EqualValues(t, 1, fresh.Partition(id))
 	require.Equal(t, tc.addrs[0], fresh.NodeOf(id))
 	// The row is on storage node 0's copy, where the map says.
@@ -69,8 +68,7 @@ func TestClosedNodeErrClosed(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	ta := createTable(t, ctx, a, "cl", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
-	id, err := ta.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(1))
 	other := id + 64 // partition 1: not owned
 	require.EqualValues(t, 1, ta.Partition(other))
 	require.NoError(t, a.Close(ctx))
@@ -81,7 +79,7 @@ func TestClosedNodeErrClosed(t *testing.T) {
 	require.ErrorIs(t, ta.Put(ctx, id, balanceRow(2)), node.ErrClosed, "Put")
 	require.ErrorIs(t, ta.Update(ctx, id, func([]byte) error { return nil }), node.ErrClosed, "Update")
 	require.ErrorIs(t, ta.Delete(ctx, id), node.ErrClosed, "Delete")
-	_, err = ta.Insert(ctx, balanceRow(3))
+	_, err := ta.Insert(ctx, balanceRow(3))
 	require.ErrorIs(t, err, node.ErrClosed, "Insert")
 	require.ErrorIs(t, ta.Own(ctx, 1), node.ErrClosed, "Own")
 	require.ErrorIs(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, id, balanceRow(4)) }), node.ErrClosed, "Node.Update")
@@ -100,10 +98,9 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	ta := createTable(t, ctx, a, "gl", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
-	id, err := ta.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(1))
 	runs := 0
-	err = a.Update(ctx, func(tx *node.Tx) error {
+	err := a.Update(ctx, func(tx *node.Tx) error {
 		runs++
 		if err := tx.Put(ta, id, balanceRow(2)); err != nil {
 			return err
@@ -136,13 +133,12 @@ func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	ta := createTable(t, ctx, a, "dt", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
-	id, err := ta.Insert(ctx, balanceRow(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(5))
 	require.NoError(t, a.Close(ctx))
 	require.NoError(t, tc.c.DropTable(ctx, "dt"))
 
 	b := tc.open(t, 0xb, "game-b:7000")
-	_, err = b.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
+	_, err := b.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
 	require.ErrorIs(t, err, cluster.ErrTableExists, "the dropped table's partition tables taken as the new one's")
 	// Either partition's leftover may be named: the storage nodes are listed in map order.
 	require.Condition(t, func() bool {
@@ -248,14 +244,12 @@ func TestFencedWriteNotOwner(t *testing.T) {
 	ta := createTable(t, ctx, a, "fz", 64, 2, 1, tc.addrs)
 	tb := openTable(t, ctx, b, "fz")
 	require.NoError(t, ta.Own(ctx, 0))
-	id, err := ta.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(1))
 	require.NoError(t, ta.Own(ctx, 1))
 	var id1 uint64
 	for i := 0; ta.Partition(id1) != 1; i++ {
 		require.Less(t, i, 4, "round robin over partitions 0 and 1")
-		id1, err = ta.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id1 = insertRow(t, ctx, ta, balanceRow(1))
 	}
 
 	px.Cut(true) // a hears nothing of what follows
@@ -305,8 +299,7 @@ func TestCloseLeaksNoGoroutine(t *testing.T) {
 	ta := openTable(t, ctx, a, "lk")
 	require.NoError(t, ta.Own(ctx, 0, 1, 2, 3))
 	for range 8 {
-		_, err := ta.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		insertRow(t, ctx, ta, balanceRow(1))
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -46,8 +46,7 @@ func TestPinPartition(t *testing.T) {
 	for i := range 128 {
 		row := make([]byte, rowBytes)
 		row[0] = byte(i)
-		id, err := ta.Insert(ctx, row)
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, row)
 		require.Equal(t, uint32(0), ta.Partition(id))
 		zone = append(zone, id)
 	}
@@ -114,8 +113,7 @@ func TestPinReleasedWhenGrantLost(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	ta := createTable(t, ctx, a, "zones", 64, 1, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
-	_, err := ta.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	insertRow(t, ctx, ta, make([]byte, 64))
 	require.NoError(t, ta.Pin(ctx))
 	require.True(t, ta.Stats()[0].Pinned)
 	require.Positive(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)
