@@ -27,13 +27,7 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
-	commitAll := func(v uint64) {
-		for id := range uint64(1024) {
-			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
-			require.NoError(t, err)
-		}
-	}
+	commitAll := func(v uint64) { commitRows(t, e, &seq, ti.ID, fences, v) }
 	gone, err := e.CreateTable("gone", 64)
 	require.NoError(t, err)
 	commitAll(0)
@@ -42,13 +36,7 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	// B1 holds the first snapshot.
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
-	s1 := &blockSink{started: make(chan struct{})}
-	done1 := make(chan error, 1)
-	go func() {
-		_, err := e.Backup(ctx1, s1)
-		done1 <- err
-	}()
-	<-s1.started
+	done1 := startBlockedBackup(ctx1, e)
 	commitAll(10_000)
 	require.NoError(t, e.DropTable("gone", testOwner))
 	require.NoError(t, e.Checkpoint())
@@ -99,9 +87,8 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 func TestCheckBackupMarkers(t *testing.T) {
 	e := openTest(t, Options{})
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
-	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
-	require.NoError(t, err)
 
 	dir := filepath.Join(t.TempDir(), "copy")
 	d, err := NewBackupDir(nil, dir)
@@ -139,9 +126,8 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 		require.NoError(t, err)
-		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []Segment{oneRow(ti.ID, 3, row64(uint64(33+i)))}})
-		require.NoError(t, err)
 		grants = append(grants, g)
 		if i == 0 {
 			require.NoError(t, e.Checkpoint()) // a's rows in a page, b's in the WAL tail
@@ -229,23 +215,12 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 		require.NoError(t, err)
 		seq := uint64(0)
 		commitAll := func(e *Engine, epoch, v uint64) {
-			for id := range uint64(1024) {
-				seq++
-				_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: epoch}},
-					Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
-				require.NoError(t, err)
-			}
+			commitRows(t, e, &seq, ti.ID, []Fence{{Table: ti.ID, Epoch: epoch}}, v)
 		}
 		commitAll(e, g.Epoch, 0)
 		require.NoError(t, e.Checkpoint())
 		ctx, cancel := context.WithCancel(context.Background())
-		s := &blockSink{started: make(chan struct{})}
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.Backup(ctx, s)
-			done <- err
-		}()
-		<-s.started
+		done := startBlockedBackup(ctx, e)
 		commitAll(e, g.Epoch, 10_000)
 		require.NoError(t, e.DropTable("gone", testOwner))
 		require.NoError(t, e.Checkpoint())
@@ -305,9 +280,8 @@ func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	seq := uint64(0)
 	commit := func() {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []Segment{oneRow(ti.ID, 1, row64(seq))}})
-		require.NoError(t, err)
 	}
 	commit()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -34,9 +34,8 @@ func TestBackupIdleStore(t *testing.T) {
 
 	// An idle store with a table and rows, checkpointed: the copy holds them, and no WAL.
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
-	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
-	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	dir2, _ := backupTo(t, e)
 	c2 := openTest(t, Options{Dir: dir2})
@@ -44,7 +43,7 @@ func TestBackupIdleStore(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, row64(33), row)
 	// The restored copy bumped the epoch: the original's grant is fenced there.
-	_, err = c2.Acquire(ti.ID, testOwner, g.Epoch)
+	_, err := c2.Acquire(ti.ID, testOwner, g.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = c2.CommitWait(&Batch{Owner: testOwner, Seq: 2, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 4, row64(44))}})
@@ -68,8 +67,7 @@ func TestBackupWALTail(t *testing.T) {
 	seq := uint64(0)
 	commit := func(id, v uint64) {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v))}})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v))}})
 	}
 	for id := range uint64(2000) {
 		commit(id, id)
@@ -147,6 +145,29 @@ func (s *blockSink) WriteChunk(ctx context.Context, f BackupFile, off int64, b [
 	return ctx.Err()
 }
 
+// startBlockedBackup starts a Backup of e under ctx into a blockSink that blocks on the first
+// piece of a data file, and returns once it blocks; the channel gets the Backup's error.
+func startBlockedBackup(ctx context.Context, e *Engine) <-chan error {
+	s := &blockSink{started: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Backup(ctx, s)
+		done <- err
+	}()
+	<-s.started
+	return done
+}
+
+// commitRows commits rows 0 to 1023 of table, row id holding row64(v+id), one batch each
+// under fences, the batches numbered on from *seq; each is durable before the next.
+func commitRows(t *testing.T, e *Engine, seq *uint64, table uint32, fences []Fence, v uint64) {
+	t.Helper()
+	for id := range uint64(1024) {
+		*seq++
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: *seq, Fences: fences, Segments: []Segment{oneRow(table, id, row64(v+id))}})
+	}
+}
+
 // TestBackupAbandonedReleasesHold: a backup whose sink stalls holds replaced disk pages and
 // WAL segments; cancelling it (the client went away) frees them, and checkpoints go on
 // dropping the WAL.
@@ -155,25 +176,13 @@ func TestBackupAbandonedReleasesHold(t *testing.T) {
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	fences := []Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
-	commitAll := func(v uint64) {
-		for id := range uint64(1024) {
-			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
-			require.NoError(t, err)
-		}
-	}
+	commitAll := func(v uint64) { commitRows(t, e, &seq, ti.ID, fences, v) }
 	commitAll(0)
 	require.NoError(t, e.Checkpoint())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := &blockSink{started: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.Backup(ctx, s)
-		done <- err
-	}()
-	<-s.started
+	done := startBlockedBackup(ctx, e)
 	commitAll(10_000)
 	require.NoError(t, e.Checkpoint())
 	n, held := e.BackupHold()
@@ -254,15 +263,14 @@ func TestBackupDirRefusesBadPieces(t *testing.T) {
 func TestBackupCorruptPageFails(t *testing.T) {
 	e := openTest(t, Options{})
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
-	_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 3, row64(33))}})
-	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
 	tb := e.tables[ti.ID]
 	disk := tb.pages.get(0).disk
 	e.mu.Unlock()
-	_, err = tb.data.WriteAt([]byte{0xff}, int64(disk-1)*int64(tb.geo.DiskPageBytes())+7)
+	_, err := tb.data.WriteAt([]byte{0xff}, int64(disk-1)*int64(tb.geo.DiskPageBytes())+7)
 	require.NoError(t, err)
 	d, err := NewBackupDir(nil, filepath.Join(t.TempDir(), "copy"))
 	require.NoError(t, err)
@@ -290,8 +298,7 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 		for id := range uint64(200) {
 			segs = append(segs, oneRow(ti.ID, id, row64(v+id)))
 		}
-		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: next, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: next, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
 		return ti
 	}
 	keep := mk("keep", 0)

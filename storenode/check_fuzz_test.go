@@ -24,10 +24,9 @@ func fuzzStoreFiles(t testing.TB, open bool) (meta, data, seg []byte) {
 		if i == 4 {
 			require.NoError(t, e.Checkpoint())
 		}
-		_, err := e.CommitWait(&Batch{Owner: 3, Seq: i, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: 3, Seq: i, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: i % 3, Data: 0x5 << i, Clear: 0x10000,
 				Rows: checkRows(2, 16, i, i)}}}})
-		require.NoError(t, err)
 	}
 	if !open {
 		require.NoError(t, e.Close())

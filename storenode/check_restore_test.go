@@ -90,9 +90,8 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 		_, _, err = e.AllocIDs(1, 9, g.Epoch, 64)
 		require.NoError(t, err)
 		for p := uint64(0); p < 40; p++ {
-			_, err = e.CommitWait(&Batch{Owner: 9, Seq: p + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
+			commitWait(t, e, &Batch{Owner: 9, Seq: p + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
 				Segments: []Segment{{Table: 1, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 16, p, 9)}}}})
-			require.NoError(t, err)
 		}
 		require.NoError(t, e.Checkpoint())
 		require.NoError(t, e.Close())
@@ -144,8 +143,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	commit := func(ti TableInfo, fences []Fence, n, v uint64) {
 		for id := range n {
 			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
-			require.NoError(t, err)
+			commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(ti.ID, id, row64(v+id))}})
 		}
 	}
 	items, fi := mk("items")

@@ -77,10 +77,9 @@ func buildSweepStore(t testing.TB) (clean, crash sweepFiles) {
 	seq := uint64(0)
 	commit := func(table uint32, epoch uint64, rowBytes int, page, data, clear uint64) {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: 3, Seq: seq, Fences: []Fence{{Table: table, Epoch: epoch}},
+		commitWait(t, e, &Batch{Owner: 3, Seq: seq, Fences: []Fence{{Table: table, Epoch: epoch}},
 			Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: data, Clear: clear,
 				Rows: checkRows(popcount(data), rowBytes, page, seq)}}}})
-		require.NoError(t, err)
 	}
 	for i := uint64(1); i <= 3; i++ {
 		commit(ti.ID, g.Epoch, 16, i%3, 0x5<<i, 0x10000)

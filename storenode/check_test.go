@@ -72,8 +72,7 @@ func buildCheckStores(t *testing.T) checkStores {
 		b := &Batch{Owner: checkOwner, Seq: seq, Fences: []Fence{{Table: table, Epoch: epochs[table]}},
 			Segments: []Segment{{Table: table, Segment: logicpage.Segment{Page: page, Data: data, Clear: clear,
 				Rows: checkRows(popcount(data), rowBytes, page, version)}}}}
-		_, err := e.CommitWait(b)
-		require.NoError(t, err)
+		commitWait(t, e, b)
 	}
 	for p := uint64(0); p < 6; p++ {
 		commit(items.ID, 64, p, ^uint64(0), 0, 1)
@@ -624,9 +623,8 @@ func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	b, g := ownedTable(t, e, "b", 32, checkOwner, 2)
-	_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: 1, Fences: []Fence{{Table: b.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &Batch{Owner: checkOwner, Seq: 1, Fences: []Fence{{Table: b.ID, Epoch: g.Epoch}},
 		Segments: []Segment{{Table: b.ID, Segment: logicpage.Segment{Page: 1, Data: 3, Rows: make([]byte, 64)}}}})
-	require.NoError(t, err)
 	require.NoError(t, e.DropTable(a.Name, 0))
 	image := filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
@@ -650,9 +648,8 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	e := openEngine(t, checkTestOptions(dir))
 	ti, g := ownedTable(t, e, "t", 64, checkOwner, 6)
 	for p := uint64(0); p < 6; p++ {
-		_, err := e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: checkOwner, Seq: p + 1, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []Segment{{Table: ti.ID, Segment: logicpage.Segment{Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}}})
-		require.NoError(t, err)
 	}
 	require.NoError(t, e.Checkpoint())
 	_, _, err := e.AllocIDs(ti.ID, checkOwner, g.Epoch, 10)

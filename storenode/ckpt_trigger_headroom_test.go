@@ -39,8 +39,7 @@ func TestCacheTriggerCountsIndexBytes(t *testing.T) {
 	e.mu.Unlock()
 	for k := range uint64(frames) {
 		id := k * pixFan * logicpage.RowsPerPage
-		_, err := e.CommitWait(batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(k))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(k))))
 		e.mu.Lock()
 		index := e.cache.index.bytes
 		room := budget - e.cache.dirtyBytes - index
@@ -188,8 +187,7 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 	e.trig.headroom = budget / 2 // as a checkpoint beside inserts measures it
 	e.mu.Unlock()
 	for p := range uint64(20) { // a quarter of the cache: no trigger
-		_, err := e.CommitWait(batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
 	}
 	require.NoError(t, e.Checkpoint()) // nothing committed beside it
 	e.mu.Lock()
@@ -199,8 +197,7 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 
 	// A grant logged beside the checkpoint is no commit either.
 	for p := range uint64(20) { // the cached pages again: no allocation
-		_, err := e.CommitWait(batchOf(testOwner, 21+p, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p+1))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, 21+p, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p+1))))
 	}
 	var once sync.Once
 	var grantErr error
@@ -235,8 +232,7 @@ func TestCacheTriggerReplayCheckpointKeepsHeadroom(t *testing.T) {
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)
 	for p := range uint64(pages) {
-		_, err := e.CommitWait(batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
 	}
 	// Stop without a checkpoint: a failed checkpoint write makes the engine fail-stop, so
 	// Close publishes nothing and the WAL holds every commit.

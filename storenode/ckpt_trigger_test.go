@@ -34,8 +34,7 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 			binary.LittleEndian.PutUint64(row, id)
 			binary.LittleEndian.PutUint64(row[8:], version)
 			seq++
-			_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row)))
-			require.NoError(t, err)
+			commitWait(t, e, batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row)))
 		}
 	}
 	pass(1) // allocates every frame

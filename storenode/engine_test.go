@@ -30,6 +30,15 @@ func openEngine(t testing.TB, opts Options) *Engine {
 	return e
 }
 
+// commitWait commits b to e and waits for it to be durable, failing the test on error, and
+// returns its LSN.
+func commitWait(t testing.TB, e *Engine, b *Batch) uint64 {
+	t.Helper()
+	lsn, err := e.CommitWait(b)
+	require.NoError(t, err)
+	return lsn
+}
+
 // row64 is testkit.Row64: the words of the row are v, v+1, ...
 func row64(v uint64) []byte { return testkit.Row64(v) }
 
@@ -81,12 +90,10 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 100; seq++ {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []Segment{oneRow(info.ID, seq, row64(seq*100))}})
-		require.NoError(t, err)
 	}
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{deleteRow(info.ID, 50)}})
-	require.NoError(t, err)
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{deleteRow(info.ID, 50)}})
 
 	check := func(e *Engine) {
 		for id := uint64(1); id <= 100; id++ {
@@ -104,8 +111,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	check(e)
 	require.NoError(t, e.Checkpoint())
 	check(e)
-	lsn102, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
-	require.NoError(t, err)
+	lsn102 := commitWait(t, e, &Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, e.Close())
 
 	e2 := openTest(t, Options{Dir: dir})
@@ -119,8 +125,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	_, err = e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []Segment{oneRow(info.ID, 1, row64(0))}})
 	require.ErrorIs(t, err, ErrSeqReused)
 	require.ErrorIs(t, err, ErrFenced, "on the wire: fenced")
-	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
-	require.NoError(t, err)
+	lsn := commitWait(t, e2, &Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.Equal(t, lsn102, lsn)
 	row, _ := readRow(t, e2, info.ID, 1)
 	require.Equal(t, row64(100), row)
@@ -139,8 +144,7 @@ func TestTinyCacheManyPages(t *testing.T) {
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= n; seq++ {
 		id := seq * 37 % (n * 64)
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	verify := func(e *Engine) {
 		for seq := uint64(1); seq <= n; seq++ {
@@ -174,8 +178,7 @@ func TestFencing(t *testing.T) {
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = e.Acquire(info.ID, 1, g1.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = e.CommitWait(&Batch{Owner: 2, Seq: 1, Fences: []Fence{{info.ID, g2.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
-	require.NoError(t, err)
+	commitWait(t, e, &Batch{Owner: 2, Seq: 1, Fences: []Fence{{info.ID, g2.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
 }
 
 // TestLockedDirectory: a directory an engine of this process has open is refused with

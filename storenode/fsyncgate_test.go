@@ -36,13 +36,11 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, fsyncgateOwner, testGrantPages)
-	_, err := e.CommitWait(batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, e.Checkpoint())
 	// Acknowledged after the checkpoint: replay makes these pages dirty before the big batch.
-	_, err = e.CommitWait(batchOf(fsyncgateOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 64, row64(64)),
+	commitWait(t, e, batchOf(fsyncgateOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 64, row64(64)),
 		oneRow(info.ID, 128, row64(128)), oneRow(info.ID, 192, row64(192))))
-	require.NoError(t, err)
 
 	b := &Batch{Owner: fsyncgateOwner, Seq: 3, Fences: []Fence{{info.ID, g.Epoch}}}
 	for p := range 8 {
@@ -54,7 +52,7 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 			Segment: logicpage.Segment{Page: uint64(10 + p), Data: ^uint64(0), Rows: rows}})
 	}
 	failWALSyncOnce(fs)
-	_, err = e.CommitWait(b)
+	_, err := e.CommitWait(b)
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	e.Close()
 	fs.CrashKeepAll()

@@ -22,12 +22,11 @@ import (
 func TestRetryAfterFailStopKeepsOutcome(t *testing.T) {
 	e, fs, info, g := openFault(t, Options{}, testOwner)
 	durable := batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1)))
-	lsn1, err := e.CommitWait(durable)
-	require.NoError(t, err)
+	lsn1 := commitWait(t, e, durable)
 
 	fs.SetFailAt(vfs.OpSync, 1, nil)
 	failed := batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2)))
-	_, err = e.CommitWait(failed)
+	_, err := e.CommitWait(failed)
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	require.ErrorIs(t, err, ErrFailStop)
 
@@ -116,8 +115,7 @@ func startWriteChain(t *testing.T, e *Engine, fs *vfs.FaultFS, table uint32, epo
 		}
 	})
 	// The first batch starts the chain.
-	_, err := e.CommitWait(batchOf(testOwner, 1, table, epoch, oneRow(table, 64, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 1, table, epoch, oneRow(table, 64, row64(1))))
 	return c
 }
 
@@ -176,8 +174,7 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e := openEngine(t, opts)
 	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
-	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 
 	// Batches acknowledged while the checkpoint syncs its data file: the meta file's synced
 	// LSN covers them, its checkpoint LSN does not.

@@ -64,14 +64,12 @@ func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 	e := openTest(t, Options{})
 	info, ga := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	for seq := uint64(1); seq <= 3; seq++ {
-		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
 	}
 	gb, err := e.Acquire(info.ID, testOwner, 0) // node B, same owner id
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), gb.LastSeq)
-	_, err = e.CommitWait(batchOf(testOwner, 4, info.ID, gb.Epoch, oneRow(info.ID, 10, row64(1000))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 4, info.ID, gb.Epoch, oneRow(info.ID, 10, row64(1000))))
 
 	_, err = e.CommitWait(batchOf(testOwner, 4, info.ID, ga.Epoch, oneRow(info.ID, 10, row64(2000))))
 	require.ErrorIs(t, err, ErrSeqReused, "A's seq 4 is not B's seq 4")
@@ -95,20 +93,17 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 	var lsns []uint64
 	for seq := uint64(1); seq <= dedupWindow+6; seq++ {
 		b := batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, seq%100, row64(seq)))
-		lsn, err := e.CommitWait(b)
-		require.NoError(t, err)
+		lsn := commitWait(t, e, b)
 		sent, lsns = append(sent, b), append(lsns, lsn)
 	}
 	last := len(sent) - 1
-	lsn, err := e.CommitWait(sent[last-2])
-	require.NoError(t, err)
+	lsn := commitWait(t, e, sent[last-2])
 	require.Equal(t, lsns[last-2], lsn, "the retried batch's own LSN")
 
 	// The fences moved (a new grant to the same owner): the retry is still the same batch.
-	_, err = e.Acquire(info.ID, testOwner, 0)
+	_, err := e.Acquire(info.ID, testOwner, 0)
 	require.NoError(t, err)
-	lsn, err = e.CommitWait(sent[last])
-	require.NoError(t, err)
+	lsn = commitWait(t, e, sent[last])
 	require.Equal(t, lsns[last], lsn)
 
 	_, err = e.CommitWait(sent[0])
@@ -117,14 +112,12 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 
 	// The window survives a checkpoint and a reopen, and replay.
 	require.NoError(t, e.Checkpoint())
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []Fence{{info.ID, g.Epoch + 1}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []Fence{{info.ID, g.Epoch + 1}},
 		Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
-	require.NoError(t, err)
 	dir := e.dir
 	require.NoError(t, e.Close())
 	e2 := openTest(t, Options{Dir: dir, Sync: SyncNone})
-	lsn, err = e2.CommitWait(sent[last-1])
-	require.NoError(t, err)
+	lsn = commitWait(t, e2, sent[last-1])
 	require.Equal(t, lsns[last-1], lsn, "from the meta file")
 	other := batchOf(testOwner, sent[last-1].Seq, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3)))
 	_, err = e2.CommitWait(other)
@@ -136,9 +129,8 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 func TestFenceBeforeSeqGapWait(t *testing.T) {
 	e := openTest(t, Options{SeqGapWait: time.Hour})
 	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
-	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
-	err = waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")
+	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	err := waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")
 	require.ErrorIs(t, err, ErrFenced)
 	err = waitErr(t, commitAsync(e, batchOf(testOwner+1, 9, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2)))), "other owner's commit")
 	require.ErrorIs(t, err, ErrFenced)
@@ -161,22 +153,19 @@ func TestOwnersTableBounded(t *testing.T) {
 	ga, err := e.Acquire(info.ID, 5, 0)
 	require.NoError(t, err)
 	requireGranted(t, e, info.ID, 5, ga.Epoch)
-	_, err = e.CommitWait(batchOf(5, 1, info.ID, ga.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(5, 1, info.ID, ga.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.Equal(t, 1, e.Stats().Owners)
 	require.NoError(t, e.Release(info.ID, 5, ga.Epoch))
 	gb, err := e.Acquire(info.ID, 6, 0)
 	require.NoError(t, err)
 	requireGranted(t, e, info.ID, 6, gb.Epoch)
-	_, err = e.CommitWait(batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
 
 	clock.Advance(30 * time.Minute)
 	require.NoError(t, e.Checkpoint())
 	require.Equal(t, 2, e.Stats().Owners, "owner 5 idle for less than OwnerExpiry")
 	clock.Advance(31 * time.Minute)
-	_, err = e.CommitWait(batchOf(6, 2, info.ID, gb.Epoch, oneRow(info.ID, 3, row64(3))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(6, 2, info.ID, gb.Epoch, oneRow(info.ID, 3, row64(3))))
 	require.NoError(t, e.Checkpoint())
 	st := e.Stats()
 	require.Equal(t, 1, st.Owners, "owner 5 expired; owner 6 holds the table")

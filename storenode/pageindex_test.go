@@ -169,8 +169,7 @@ func TestPageIndexChargedToBudget(t *testing.T) {
 	}
 	for k := range uint64(spread) {
 		id := k << 20 * logicpage.RowsPerPage
-		_, err := e.CommitWait(batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(id))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(id))))
 		check(fmt.Sprintf("commit %d", k))
 	}
 	require.NoError(t, e.Checkpoint())

@@ -121,9 +121,8 @@ func TestFarPageCostsBoundedMapAndMeta(t *testing.T) {
 			next += n
 		}
 		seq++
-		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch,
+		commitWait(t, e, batchOf(testOwner, seq, info.ID, g.Epoch,
 			Segment{Table: info.ID, Segment: logicpage.Segment{Page: page, Data: 1 << 63, Rows: row64(seq)}}))
-		require.NoError(t, err)
 		require.NoError(t, e.Checkpoint())
 		require.Less(t, metaBytes(), bound, "meta file after a row in page %d", page)
 		e.mu.Lock()

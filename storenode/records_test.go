@@ -100,8 +100,7 @@ func TestCommitBodyReplays(t *testing.T) {
 	require.NoError(t, err)
 	b1 := mixedBatch(info.ID, g.Epoch)
 	b1.Seq = g.LastSeq + 1
-	_, err = e.CommitWait(b1)
-	require.NoError(t, err)
+	commitWait(t, e, b1)
 	b2 := mixedBatch(info.ID, g.Epoch)
 	b2.Seq = b1.Seq + 1
 	rows := checkRows(64, 64, 9, 9)
@@ -118,8 +117,7 @@ func TestCommitBodyReplays(t *testing.T) {
 	for i, it := 0, v.Segments(); it.Next(&seg); i++ {
 		b2.Segments[i].Rows = seg.Rows
 	}
-	_, err = e.CommitWait(b2)
-	require.NoError(t, err)
+	commitWait(t, e, b2)
 	// kill -9: no checkpoint, so the WAL replays both records.
 	fs.SetCrashPoint(0)
 	e.Close()
@@ -249,8 +247,7 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	for it := v.Segments(); it.Next(&seg); {
 		b.Segments = append(b.Segments, Segment{Table: seg.Table, Segment: logicpage.Segment{Page: seg.Page, Data: seg.Data, Rows: seg.Rows}})
 	}
-	_, err = e.CommitWait(b)
-	require.NoError(t, err)
+	commitWait(t, e, b)
 	fs.SetCrashPoint(0)
 	e.Close()
 	fs.CrashKeepAll()

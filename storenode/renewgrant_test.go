@@ -16,8 +16,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
 	info, g := ownedTable(t, e, "t", 64, 1, 1)
-	_, err := e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
-	require.NoError(t, err)
+	commitWait(t, e, &Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})
 
 	e.mu.Lock()
 	done := make(chan error, 1)
@@ -43,7 +42,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	}
 	e.mu.Unlock()
 	// Past the original lease, renewed: another owner is refused.
-	_, err = e.Acquire(info.ID, 2, 0)
+	_, err := e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 
 	_, err = e.RenewGrant(info.ID, 1, g.Epoch+1)

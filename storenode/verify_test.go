@@ -15,9 +15,8 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	info, g := ownedTable(t, e, "items", 64, testOwner, testGrantPages)
 	fences := []Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []Segment{oneRow(info.ID, id, row64(seq))}})
-		require.NoError(t, err)
 	}
 	for seq := uint64(1); seq <= 3; seq++ {
 		commit(seq, seq*uint64(1000))
