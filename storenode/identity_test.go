@@ -212,6 +212,57 @@ func newBlockSyncs(fs *vfs.FaultFS) blockSyncs { return blockSyncs{testkit.NewBl
 func (b blockSyncs) release(fail bool)        { b.Release(fail) }
 func (b blockSyncs) waitBlocked(t *testing.T) { t.Helper(); b.WaitBlocked(t, idWait) }
 
+// readResult is what readRowAsync or pageDirAsync's read returned.
+type readResult struct {
+	data  uint64
+	pages int
+	err   error
+}
+
+// readRowAsync reads row 70 (page 1, slot 6) of table as reader in a goroutine; the channel
+// gets the present-rows mask.
+func readRowAsync(e *Engine, reader uint64, table uint32) chan readResult {
+	rows := make(chan readResult, 1)
+	go func() {
+		data, _, _, err := e.ReadRowsAs(reader, table, 1, 1<<6, nil)
+		rows <- readResult{data: data, err: err}
+	}()
+	return rows
+}
+
+// pageDirAsync reads the page directory of table's first 10 pages as reader in a goroutine;
+// the channel gets how many pages it listed.
+func pageDirAsync(e *Engine, reader uint64, table uint32) chan readResult {
+	dir := make(chan readResult, 1)
+	go func() {
+		pages, _, err := e.PageDirAs(reader, table, 0, 10, 0, nil)
+		dir <- readResult{pages: len(pages), err: err}
+	}()
+	return dir
+}
+
+// heldReadsDone checks, once the blocked fsync of commit (the batch writing row 70) was
+// released, failed when fail is set, what the reads held behind it got: all failed with the
+// fsync, or the row and its page. It reports whether the batch is durable (the test goes on).
+func heldReadsDone(t *testing.T, fail bool, commit <-chan error, rows, dir chan readResult) bool {
+	t.Helper()
+	r := <-rows
+	d := <-dir
+	err := waitErr(t, commit, "the commit")
+	if fail {
+		require.Error(t, err)
+		require.Error(t, r.err, "the row was never durable")
+		require.Error(t, d.err)
+		return false
+	}
+	require.NoError(t, err)
+	require.NoError(t, r.err)
+	require.Equal(t, uint64(1<<6), r.data)
+	require.NoError(t, d.err)
+	require.Equal(t, 1, d.pages)
+	return true
+}
+
 // waitDurableWaiter spins (yielding) until ch has a result or the engine has a durability
 // waiter (a retry or a non-owner read waiting for its LSN).
 func waitDurableWaiter(t *testing.T, e *Engine, ready func() bool) {
@@ -285,37 +336,13 @@ func TestNonOwnerReadsDurableOnly(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, uint64(1<<6), data)
 
-			type readResult struct {
-				data  uint64
-				pages int
-				err   error
-			}
-			rows := make(chan readResult, 1)
-			go func() {
-				data, _, _, err := e.ReadRowsAs(testOwner+1, info.ID, 1, 1<<6, nil)
-				rows <- readResult{data: data, err: err}
-			}()
+			rows := readRowAsync(e, testOwner+1, info.ID)
 			waitDurableWaiter(t, e, func() bool { return len(rows) > 0 })
-			dir := make(chan readResult, 1)
-			go func() {
-				pages, _, err := e.PageDirAs(0, info.ID, 0, 10, 0, nil)
-				dir <- readResult{pages: len(pages), err: err}
-			}()
+			dir := pageDirAsync(e, 0, info.ID)
 			block.release(fail)
-			r := <-rows
-			d := <-dir
-			err = waitErr(t, commit, "the commit")
-			if fail {
-				require.Error(t, err)
-				require.Error(t, r.err, "the row was never durable")
-				require.Error(t, d.err)
+			if !heldReadsDone(t, fail, commit, rows, dir) {
 				return
 			}
-			require.NoError(t, err)
-			require.NoError(t, r.err)
-			require.Equal(t, uint64(1<<6), r.data)
-			require.NoError(t, d.err)
-			require.Equal(t, 1, d.pages)
 		})
 	}
 }
