@@ -68,9 +68,7 @@ func TestCloseRacingMissIsErrClosed(t *testing.T) {
 
 			gate := newGateStore(open())
 			db = openDB(t, ctx, Options{Store: gate, OwnerID: 1000})
-			var err error
-			items, err = db.Table(ctx, "items")
-			require.NoError(t, err)
+			items = openTable(t, ctx, db, "items")
 			close(gate.armed)
 			got := make(chan error, 1)
 			go func() { got <- items.Get(ctx, id, make([]byte, 64)) }()

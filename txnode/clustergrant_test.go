@@ -92,8 +92,7 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	require.NoError(t, err)
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
-	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 2))
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, storenode.PartitionTableName("acct", 2))
 	require.EqualValues(t, 1, g.calls.Load())
 	sl := storenode.ClusterLayout(layout)
 	var ids []uint64
@@ -163,8 +162,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			require.NoError(t, err)
 			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 			defer db.Close(ctx)
-			tb, err := db.Table(ctx, name)
-			require.NoError(t, err)
+			tb := openTable(t, ctx, db, name)
 			// A page of rows: the next insert needs ids of a page of its own (an id grant),
 			// and this page's frame stays cached and valid.
 			var ids []uint64
@@ -286,8 +284,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 				renewed: func(_ string, err error) { renewed <- err }})
 			require.NoError(t, err)
 			defer db.Close(ctx)
-			tb, err := db.Table(ctx, name)
-			require.NoError(t, err)
+			tb := openTable(t, ctx, db, name)
 			id := insertRow(t, ctx, tb, row(7))
 			dst := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, id, dst))

@@ -62,8 +62,7 @@ func TestCRUDAndReopen(t *testing.T) {
 	require.NoError(t, db.Close(ctx))
 
 	db2 := openEmbedded(t, dir, Options{})
-	items2, err := db2.Table(ctx, "items")
-	require.NoError(t, err)
+	items2 := openTable(t, ctx, db2, "items")
 	for i, id := range ids {
 		err := items2.Get(ctx, id, got)
 		switch i {

@@ -35,8 +35,7 @@ func TestDurableTable(t *testing.T) {
 	_, err = db.OpenDurable(ctx, "nope")
 	require.ErrorIs(t, err, ErrTableNotFound)
 
-	tb, err := db.Table(ctx, name)
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, name)
 	require.NoError(t, tb.Serving())
 	id := insertRow(t, ctx, tb, row(7))
 	d2, err := db.OpenDurable(ctx, name)

@@ -37,6 +37,14 @@ func newTable(t testing.TB, ctx context.Context, db *DB, name string, rowBytes i
 	return tb
 }
 
+// openTable opens the table name in db, failing the test on error.
+func openTable(t testing.TB, ctx context.Context, db *DB, name string) *Table {
+	t.Helper()
+	tb, err := db.Table(ctx, name)
+	require.NoError(t, err)
+	return tb
+}
+
 // insertRow inserts r into tb, failing the test on error, and returns its id.
 func insertRow(t testing.TB, ctx context.Context, tb *Table, r []byte) uint64 {
 	t.Helper()

@@ -137,8 +137,7 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 	require.NoError(t, a.Close(ctx))
 	b := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
 	defer b.Close(ctx)
-	tb, err := b.Table(ctx, "acct")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "acct")
 	gone := make(map[uint64]bool)
 	for _, id := range deleted {
 		gone[id] = true

@@ -204,10 +204,8 @@ func TestKillBank(t *testing.T) {
 	// Verify with a fresh transaction node (same owner: it takes its tables back at once).
 	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
 	defer db2.Close(ctx)
-	acct2, err := db2.Table(ctx, "acct")
-	require.NoError(t, err)
-	log2, err := db2.Table(ctx, "log")
-	require.NoError(t, err)
+	acct2 := openTable(t, ctx, db2, "acct")
+	log2 := openTable(t, ctx, db2, "log")
 	expect := make(map[uint64]uint64, accounts)
 	for _, id := range ids {
 		expect[id] = opening

@@ -253,8 +253,7 @@ func linNoise(tb *Table, filler []uint64, stop <-chan struct{}, wg *sync.WaitGro
 // after everything else.
 func linFinalReads(t *testing.T, rec *linRecorder, db *DB, client int) {
 	ctx := context.Background()
-	tb, err := db.Table(ctx, "lin")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, "lin")
 	ids := scanIDs(t, tb.Scan(ctx, 0, math.MaxUint64))
 	buf := make([]byte, 64)
 	for k := range linKeys {

@@ -24,8 +24,7 @@ func TestInterleavedSequentialReaders(t *testing.T) {
 	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"}) // a cold cache
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.Table(ctx, "seq")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, "seq")
 	buf := make([]byte, 64)
 	before := db.Stats().PageMisses
 	for i := range uint64(pages * 64) {

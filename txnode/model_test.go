@@ -611,9 +611,7 @@ func TestModelConcurrent(t *testing.T) {
 			}
 			require.NoError(t, db.Close(ctx))
 			db = open(opts)
-			var err error
-			tb, err = db.Table(ctx, "shared")
-			require.NoError(t, err)
+			tb = openTable(t, ctx, db, "shared")
 			check(db, tb)
 		})
 	}

@@ -190,8 +190,7 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	// What the storage node has, read by a fresh transaction node.
 	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
 	defer db2.Close(ctx)
-	tab2, err := db2.Table(ctx, "players")
-	require.NoError(t, err)
+	tab2 := openTable(t, ctx, db2, "players")
 	check(tab2)
 }
 
@@ -342,8 +341,7 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 
 	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 31})
 	defer db2.Close(ctx)
-	tab2, err := db2.Table(ctx, "t")
-	require.NoError(t, err)
+	tab2 := openTable(t, ctx, db2, "t")
 	require.NoError(t, tab2.Get(ctx, id, buf))
 	require.Equal(t, uint64(4), binary.LittleEndian.Uint64(buf))
 }

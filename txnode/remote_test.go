@@ -55,12 +55,11 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	addr2, _ := startStorageNode(t, dir)
 	db2 := openDB(t, ctx, Options{StoreAddr: addr2, CacheBytes: 128 << 10, OwnerID: 42})
 	defer db2.Close(ctx)
-	acct2, err := db2.Table(ctx, "acct")
-	require.NoError(t, err)
+	acct2 := openTable(t, ctx, db2, "acct")
 	require.Equal(t, uint64(100*n), sum(db2, acct2))
 	other := openDB(t, ctx, Options{StoreAddr: addr2, OwnerID: 43})
 	defer other.Close(ctx)
-	_, err = other.Table(ctx, "acct")
+	_, err := other.Table(ctx, "acct")
 	require.ErrorIs(t, err, ErrTableOwned)
 }
 

@@ -144,11 +144,8 @@ func TestScanPhantoms(t *testing.T) {
 					if reopen {
 						require.NoError(t, db.Close(ctx))
 						db = open(Options{})
-						var err error
-						tb, err = db.Table(ctx, "p")
-						require.NoError(t, err)
-						other, err = db.Table(ctx, "other")
-						require.NoError(t, err)
+						tb = openTable(t, ctx, db, "p")
+						other = openTable(t, ctx, db, "other")
 					}
 					lo, hi := c.rng(ids)
 					for k, readOnly := range []bool{false, true} {
@@ -204,9 +201,7 @@ func TestTableScanSkipsEmpty(t *testing.T) {
 	cs := &countingStore{Store: newLocalStore(t, dir)}
 	db = openDB(t, ctx, Options{Store: cs})
 	defer db.Close(ctx)
-	var err error
-	tb, err = db.Table(ctx, "sparse")
-	require.NoError(t, err)
+	tb = openTable(t, ctx, db, "sparse")
 	cs.reset()
 	require.Equal(t, keep, scanIDs(t, tb.Scan(ctx, 0, math.MaxUint64)))
 	const full = 10 + 10 + 1

@@ -93,8 +93,7 @@ func TestSparseIO(t *testing.T) {
 	proxy := startCountingProxy(t, addr)
 	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 5})
 	defer db.Close(ctx)
-	items, err := db.Table(ctx, "items")
-	require.NoError(t, err)
+	items := openTable(t, ctx, db, "items")
 
 	// One random single-row miss.
 	const readPagesRequest = sgio.HeaderSize + 8 + 24                     // one PageWant

@@ -34,9 +34,7 @@ func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
 			held := newHeldReadStore(newLocalStore(t, dir))
 			db = openDB(t, ctx, Options{Store: held})
 			defer db.Close(ctx)
-			var err error
-			tb, err = db.Table(ctx, "t")
-			require.NoError(t, err)
+			tb = openTable(t, ctx, db, "t")
 
 			held.armed.Store(true)
 			res := make(chan error, 1)
@@ -48,7 +46,7 @@ func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
 				tb.Unpin()
 			}
 			close(held.release)
-			err = recvWithin(t, res, "the Pin")
+			err := recvWithin(t, res, "the Pin")
 			require.Error(t, err, "a Pin ended while in flight")
 			if drop {
 				require.ErrorIs(t, err, ErrTableNotFound)
@@ -114,9 +112,7 @@ func TestTablePinWaiterOutlivesFailedPin(t *testing.T) {
 	held := &ctxHeldStore{Store: newLocalStore(t, dir), entered: make(chan struct{}), release: make(chan struct{})}
 	db = openDB(t, ctx, Options{Store: held})
 	defer db.Close(ctx)
-	var err error
-	tb, err = db.Table(ctx, "t")
-	require.NoError(t, err)
+	tb = openTable(t, ctx, db, "t")
 
 	held.armed.Store(true)
 	actx, acancel := context.WithCancel(ctx)

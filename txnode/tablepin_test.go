@@ -171,11 +171,8 @@ func TestTableStatsExact(t *testing.T) {
 			require.NoError(t, db.Close(ctx))
 
 			db = open(Options{}) // a cold cache
-			var err error
-			tb, err = db.Table(ctx, "t")
-			require.NoError(t, err)
-			other, err = db.Table(ctx, "o")
-			require.NoError(t, err)
+			tb = openTable(t, ctx, db, "t")
+			other = openTable(t, ctx, db, "o")
 			buf := make([]byte, 64)
 			want := func(hits, misses uint64) {
 				t.Helper()
