@@ -26,8 +26,7 @@ func TestFastPathAfterFailedBatchApplied(t *testing.T) {
 	db, err := txnode.Open(ctx, txnode.Options{Store: ls})
 	require.NoError(t, err)
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true})
 	n := 60
 	for i := range n {
 		require.NoError(t, ix.Insert(ctx, playerName(i), uint64(i)+1))

@@ -200,8 +200,7 @@ func killWriter(t *testing.T, writeBack bool) {
 	defer db.Close(ctx)
 	players, names, err := openPlayers(ctx, db)
 	require.NoError(t, err)
-	st, err := names.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, names)
 	if writeBack {
 		// What survived of each round: its acknowledged inserts up to the last surviving one
 		// (a prefix), with the deletes of the transactions in it.
