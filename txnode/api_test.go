@@ -294,8 +294,7 @@ func TestKeptTxIsDone(t *testing.T) {
 	require.NoError(t, db.View(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }))
 	require.ErrorIs(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return ErrNotFound }), ErrNotFound)
 	require.NoError(t, db.Session().Go(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }).Wait(ctx))
-	manual, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	manual := openTx(t, ctx, db, true)
 	require.NoError(t, manual.Commit())
 	kept = append(kept, manual)
 

@@ -331,8 +331,7 @@ func TestInsertIfAbsentPairOneCommits(t *testing.T) {
 			db := c.opener(t)(Options{})
 			tb := newTable(t, ctx, db, "t", 64)
 			begin := func() *Tx {
-				tx, err := db.Begin(ctx, true)
-				require.NoError(t, err)
+				tx := openTx(t, ctx, db, true)
 				for _, err := range tx.Scan(tb, 0, 1<<40) {
 					require.NoError(t, err)
 					require.FailNow(t, "the table is empty")

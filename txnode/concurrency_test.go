@@ -414,8 +414,7 @@ func holdInsert(t *testing.T, db *DB, store *gatedCommitStore, x *Table, ids []u
 	for i := range 3 {
 		require.NoError(t, x.Put(ctx, ids[i], u64Row(64, uint64(100+i))))
 	}
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	id, err := tx.Insert(x, u64Row(64, 4242))
 	require.NoError(t, err)
 	res := make(chan error, 1)

@@ -45,6 +45,14 @@ func openTable(t testing.TB, ctx context.Context, db *DB, name string) *Table {
 	return tb
 }
 
+// openTx begins a transaction in db (writable: Begin's argument), failing the test on error.
+func openTx(t testing.TB, ctx context.Context, db *DB, writable bool) *Tx {
+	t.Helper()
+	tx, err := db.Begin(ctx, writable)
+	require.NoError(t, err)
+	return tx
+}
+
 // insertRow inserts r into tb, failing the test on error, and returns its id.
 func insertRow(t testing.TB, ctx context.Context, tb *Table, r []byte) uint64 {
 	t.Helper()

@@ -60,8 +60,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	require.Equal(t, int64(2), clock.reads.Load()-before, "a 64-row update: the first read and the commit")
 
 	// The lease runs out between a writer's reads and its commit.
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	defer tx.Rollback()
 	require.NoError(t, tx.Put(tb, ids[0], u64Row(64, 1)))
 	clock.n.Add(int64(46 * time.Minute)) // past three quarters of the hour
@@ -73,7 +72,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	q := newTable(t, ctx, db, "q", 64)
 	qids := insertRows(t, db, q, 2)
 	errMine := errors.New("insufficient funds")
-	err = db.Update(ctx, func(tx *Tx) error {
+	err := db.Update(ctx, func(tx *Tx) error {
 		if err := tx.Get(q, qids[0], buf); err != nil {
 			return err
 		}
@@ -88,8 +87,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	// And between a read-only transaction's reads and its commit (a table adopted now).
 	r := newTable(t, ctx, db, "r", 64)
 	rids := insertRows(t, db, r, 2)
-	ro, err := db.Begin(ctx, false)
-	require.NoError(t, err)
+	ro := openTx(t, ctx, db, false)
 	defer ro.Rollback()
 	require.NoError(t, ro.Get(r, rids[0], buf))
 	clock.n.Add(int64(46 * time.Minute))

@@ -36,8 +36,7 @@ func TestPreparedRowsLockedInCache(t *testing.T) {
 			other := insertRow(t, ctx, tb, prepRow(3))
 
 			id := [16]byte{1, 2, 3}
-			tx, err := db.Begin(ctx, true)
-			require.NoError(t, err)
+			tx := openTx(t, ctx, db, true)
 			require.NoError(t, tx.Put(tb, a, prepRow(100)))
 			require.NoError(t, tx.Put(tb, b, prepRow(200)))
 			p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})
@@ -67,12 +66,10 @@ func TestPreparedRowsLockedInCache(t *testing.T) {
 			}()
 			// Rows not prepared commit meanwhile, and another transaction prepares and
 			// aborts on them.
-			tx2, err := db.Begin(ctx, true)
-			require.NoError(t, err)
+			tx2 := openTx(t, ctx, db, true)
 			require.NoError(t, tx2.Put(tb, other, prepRow(30)))
 			require.NoError(t, tx2.Commit(), "rows not prepared commit meanwhile")
-			tx2, err = db.Begin(ctx, true)
-			require.NoError(t, err)
+			tx2 = openTx(t, ctx, db, true)
 			require.NoError(t, tx2.Put(tb, other, prepRow(31)))
 			p2, err := tx2.Prepare(TxnInfo{ID: [16]byte{9}, Lease: 1})
 			require.NoError(t, err)
@@ -110,14 +107,12 @@ func TestPrepareConflicts(t *testing.T) {
 	tb := newTable(t, ctx, db, "t", 64)
 	a := insertRow(t, ctx, tb, prepRow(1))
 
-	reader, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	reader := openTx(t, ctx, db, true)
 	dst := make([]byte, 64)
 	require.NoError(t, reader.Get(tb, a, dst))
 	require.NoError(t, reader.Put(tb, a, prepRow(2))) // in the write set, not locked yet
 
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))
 	p, err := tx.Prepare(TxnInfo{ID: [16]byte{1}, Lease: 1})
 	require.NoError(t, err)
@@ -143,8 +138,7 @@ func TestPrepareRefusedGivesSeqBack(t *testing.T) {
 			a := insertRow(t, ctx, tb, prepRow(1))
 			id := [16]byte{7}
 			require.NoError(t, db.ApplyTxn(ctx, id, DecisionAbort)) // remembered: its prepare is refused
-			tx, err := db.Begin(ctx, true)
-			require.NoError(t, err)
+			tx := openTx(t, ctx, db, true)
 			require.NoError(t, tx.Put(tb, a, prepRow(100)))
 			p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})
 			require.Nil(t, p)
@@ -196,8 +190,7 @@ func TestPrepareAnswerLost(t *testing.T) {
 	tb := newTable(t, ctx, db, "t", 64)
 	a := insertRow(t, ctx, tb, prepRow(1))
 	b := insertRow(t, ctx, tb, prepRow(2))
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))
 	id := [16]byte{5}
 	p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})

@@ -35,8 +35,7 @@ func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	bids := insertRows(t, db, b, 1)
 	buf := make([]byte, 64)
 
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	defer tx.Rollback()
 	require.NoError(t, tx.Get(a, aids[0], buf))
 	clock.n.Add(int64(20 * time.Minute)) // a's lease ran out; b's has 25 minutes left

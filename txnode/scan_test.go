@@ -149,8 +149,7 @@ func TestScanPhantoms(t *testing.T) {
 					}
 					lo, hi := c.rng(ids)
 					for k, readOnly := range []bool{false, true} {
-						tx, err := db.Begin(ctx, !readOnly)
-						require.NoError(t, err)
+						tx := openTx(t, ctx, db, !readOnly)
 						n := len(scanIDs(t, tx.Scan(tb, lo, hi)))
 						require.Positive(t, n)
 						if !readOnly {
@@ -158,7 +157,7 @@ func TestScanPhantoms(t *testing.T) {
 							require.NoError(t, tx.Put(other, oid, u64Row(64, uint64(n))))
 						}
 						c.do(t, tb, ids, k)
-						err = tx.Commit()
+						err := tx.Commit()
 						if c.conflict {
 							require.ErrorIs(t, err, ErrConflict, "read-only %v", readOnly)
 						} else {

@@ -103,8 +103,7 @@ func TestView(t *testing.T) {
 	require.Equal(t, uint64(1), db.Stats().PageMisses)
 	require.ErrorIs(t, tb.View(ctx, ids[2], never), ErrNotFound)
 	require.False(t, called)
-	tx, err := db.Begin(ctx, false)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, false)
 	require.NoError(t, tx.Commit())
 	require.ErrorIs(t, tx.View(tb, ids[1], keep), ErrTxDone)
 }
@@ -118,8 +117,7 @@ func TestTxViewConflict(t *testing.T) {
 	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 2)
 
-	tx, err := db.Begin(ctx, false)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, false)
 	var seen uint64
 	require.NoError(t, tx.View(tb, ids[0], func(row []byte) error {
 		seen = binary.LittleEndian.Uint64(row)
