@@ -98,14 +98,12 @@ func TestCheckBackupMarkers(t *testing.T) {
 	require.NoError(t, d.Close()) // every file is there, but Finish never ran
 	_, err = Open(Options{Dir: dir})
 	require.ErrorIs(t, err, ErrBackupIncomplete)
-	rep, err := Check(context.Background(), dir, CheckOptions{})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 	require.True(t, rep.Damaged(), "Check calls intact a directory Open refuses: %v", rep.Findings)
 	require.Contains(t, rep.Findings[0].String(), backupIncompleteName)
 
 	dir2, _ := backupTo(t, e)
-	rep, err = Check(context.Background(), dir2, CheckOptions{})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), dir2, CheckOptions{})
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 	require.Len(t, rep.Findings, 1, "%v", rep.Findings)
 	require.Contains(t, rep.Findings[0].String(), restoredName)
@@ -122,8 +120,7 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 	for i, name := range []string{"a", "b"} {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 		require.NoError(t, err)
 		commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
@@ -209,8 +206,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 		require.NoError(t, err)
 		gone, err := e.CreateTable("gone", 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 		require.NoError(t, err)
 		seq := uint64(0)
@@ -247,8 +243,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, row64(20_000+id), row)
 		}
-		g, err = e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g = acquire(t, e, ti.ID, testOwner, 0)
 		commitAll(e, g.Epoch, 30_000)
 		require.NoError(t, e.Checkpoint())
 		commitAll(e, g.Epoch, 40_000)
@@ -318,8 +313,7 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
 	ti, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, testOwner, 0)
 	dir, _ := backupTo(t, e)
 
 	clock := &fakeClock{}

@@ -48,14 +48,12 @@ func TestBackupIdleStore(t *testing.T) {
 	_, err = c2.CommitWait(&Batch{Owner: testOwner, Seq: 2, Fences: []Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []Segment{oneRow(ti.ID, 4, row64(44))}})
 	require.ErrorIs(t, err, ErrFenced)
-	g2, err := c2.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, c2, ti.ID, testOwner, 0)
 	require.Greater(t, g2.Epoch, g.Epoch+restoreEpochGap-1)
 	require.NoError(t, c2.Close())
 	// The bump happens once: the marker is gone after the first open.
 	c3 := openTest(t, Options{Dir: dir2})
-	_, err = c3.Acquire(ti.ID, testOwner, g2.Epoch)
-	require.NoError(t, err)
+	acquire(t, c3, ti.ID, testOwner, g2.Epoch)
 }
 
 // TestBackupWALTail backs up a store whose WAL after the checkpoint holds batches the copy
@@ -289,8 +287,7 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 	mk := func(name string, v uint64) TableInfo {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 4)
 		require.NoError(t, err)
 		next++

@@ -85,8 +85,7 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 		e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger,
 			ExpireLeasesAtOpen: true})
 		require.NoError(t, err)
-		g, err := e.Acquire(1, 9, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, 1, 9, 0)
 		_, _, err = e.AllocIDs(1, 9, g.Epoch, 64)
 		require.NoError(t, err)
 		for p := uint64(0); p < 40; p++ {
@@ -104,8 +103,7 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 	ffs.Inject(nil)
 
 	// Checked again, stopped: clean.
-	rep, err = Check(context.Background(), "db", CheckOptions{FS: ffs})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), "db", CheckOptions{FS: ffs})
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 }
 
@@ -134,8 +132,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	mk := func(name string) (TableInfo, []Fence) {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 		require.NoError(t, err)
 		return ti, []Fence{{Table: ti.ID, Epoch: g.Epoch}}
@@ -244,8 +241,7 @@ func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			files := crash.clone()
 			files[segName] = forgeWALRecord(files[segName], last, c.kind, c.payload)
-			rep, err := Check(context.Background(), "db", CheckOptions{FS: files.fs(t)})
-			require.NoError(t, err)
+			rep := requireChecked(t, context.Background(), "db", CheckOptions{FS: files.fs(t)})
 			require.EqualValues(t, last+1, rep.LastLSN, "the forged record is read: %v", rep.Findings)
 			ffs := files.fs(t)
 			opts := Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}

@@ -35,6 +35,14 @@ type checkStores struct {
 	lastLSN      uint64 // the crash copy's last WAL record
 }
 
+// requireChecked runs Check on dir, failing the test on error, and returns its report.
+func requireChecked(t testing.TB, ctx context.Context, dir string, opts CheckOptions) *CheckReport {
+	t.Helper()
+	rep, err := Check(ctx, dir, opts)
+	require.NoError(t, err)
+	return rep
+}
+
 func checkTestOptions(dir string) Options {
 	return Options{Dir: dir, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
 }
@@ -60,8 +68,7 @@ func buildCheckStores(t *testing.T) checkStores {
 	seq := uint64(0)
 	epochs := map[uint32]uint64{}
 	for _, id := range []uint32{items.ID, wide.ID} {
-		g, err := e.Acquire(id, checkOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, id, checkOwner, 0)
 		epochs[id] = g.Epoch
 		_, _, err = e.AllocIDs(id, checkOwner, g.Epoch, 8)
 		require.NoError(t, err)
@@ -136,8 +143,7 @@ func treeOf(t *testing.T, dir string) map[string]string {
 func runCheck(t *testing.T, dir string) *CheckReport {
 	t.Helper()
 	before := treeOf(t, dir)
-	rep, err := Check(context.Background(), dir, CheckOptions{})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 	require.Equal(t, before, treeOf(t, dir), "Check changed the directory")
 	return rep
 }
@@ -547,8 +553,7 @@ func TestCheckCatalogDamage(t *testing.T) {
 	// appended to the stopped store's log directly, as a buggy or older engine would have.
 	dir = copyStore(t, s.clean)
 	e := openEngine(t, checkTestOptions(dir))
-	g, err := e.Acquire(1, checkOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, 1, checkOwner, 0)
 	require.NoError(t, e.Close())
 	b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
 		Segments: []Segment{{Table: 1, Segment: logicpage.Segment{Page: 100, Data: 1, Rows: make([]byte, 64)}}}}
@@ -589,8 +594,7 @@ func TestCheckNotes(t *testing.T) {
 			editEntry(&m.tables[0].pages, i, func(e *mapEntry) { e.crc ^= 1 })
 		}
 	})
-	rep, err := Check(context.Background(), dir, CheckOptions{MaxFindings: 3})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), dir, CheckOptions{MaxFindings: 3})
 	require.Len(t, rep.Findings, 3)
 	require.Equal(t, loadTestMeta(t, dir).tables[0].pages.count()-3, rep.Omitted)
 	require.Equal(t, loadTestMeta(t, dir).tables[0].pages.count(), rep.DamageCount())
@@ -670,8 +674,7 @@ func TestCheckEpochGrantedTwice(t *testing.T) {
 	ti, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
-	g, err := e.Acquire(ti.ID, checkOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, checkOwner, 0)
 	image := filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
 	require.NoError(t, e.Close())

@@ -115,8 +115,7 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 	for _, seg := range []logicpage.Segment{{Page: 100, Clear: 1}, {Page: 100}} {
 		dir := copyStore(t, s.clean)
 		e := openEngine(t, checkTestOptions(dir))
-		g, err := e.Acquire(1, checkOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, 1, checkOwner, 0)
 		require.NoError(t, e.Close())
 		b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []Fence{{Table: 1, Epoch: g.Epoch}},
 			Segments: []Segment{{Table: 1, Segment: seg}}}
@@ -218,8 +217,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	damaged := append([]byte(nil), data...)
 	damaged[int64(ent.disk-1)*4096+100] ^= 1
 	require.NoError(t, fs.WriteFile(dataFileName("db", info.ID), damaged))
-	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	d := damages(rep)
 	require.Len(t, d, 1, "%v", rep.Findings)
 	require.Contains(t, d[0].What, fmt.Sprintf("meta offset %d", metaHeaderBytes+metaTableBytes+8+130*metaEntryBytes))
@@ -250,8 +248,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 		require.Equal(t, row64(id), row)
 	}
 	require.NoError(t, c.Close())
-	g, err = e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g = acquire(t, e, info.ID, testOwner, 0)
 	seq = g.LastSeq
 	commit(e, ids[4])
 	require.NoError(t, e.Checkpoint())
@@ -294,8 +291,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	e.ckptChunk = ckptChunks{scanFrames: 3, copyBytes: 2 * 4096, installWrites: 1}
 	info, err := e.CreateTable("a", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 40
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)
@@ -440,8 +436,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 	e.ckptChunk = ckptChunks{scanFrames: 1 + run%3, copyBytes: 4096, installWrites: 1}
 	info, err := e.CreateTable("a", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 20
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)

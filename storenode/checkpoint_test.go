@@ -37,8 +37,7 @@ func testCheckpointConcurrentCommits(t *testing.T, mode SyncMode) {
 	e.ckptChunk = ckptChunks{scanFrames: 5, copyBytes: 3 * 4096, installWrites: 2}
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, int(pages))
 	require.NoError(t, err)
 

@@ -267,8 +267,7 @@ func TestClusterRestoreFloor(t *testing.T) {
 	require.NoError(t, err)
 	local, err := e.CreateTable("local", 64)
 	require.NoError(t, err)
-	gl, err := e.Acquire(local.ID, testOwner, 0)
-	require.NoError(t, err)
+	gl := acquire(t, e, local.ID, testOwner, 0)
 	ea := v.grant("acct", 0, testOwner)
 	_, err = e.RegisterGrant(context.Background(), ti.ID, testOwner, ea)
 	require.NoError(t, err)
@@ -304,8 +303,7 @@ func TestClusterRestoreFloor(t *testing.T) {
 	// The local table was bumped.
 	_, err = c.Acquire(local.ID, testOwner, gl.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	g2, err := c.Acquire(local.ID, testOwner, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, c, local.ID, testOwner, 0)
 	require.Greater(t, g2.Epoch, uint64(restoreEpochGap))
 }
 

@@ -30,6 +30,15 @@ func openEngine(t testing.TB, opts Options) *Engine {
 	return e
 }
 
+// acquire grants owner table in e (Engine.Acquire: epoch 0 for a new grant, else a renewal),
+// failing the test on error.
+func acquire(t testing.TB, e *Engine, table uint32, owner, epoch uint64) Grant {
+	t.Helper()
+	g, err := e.Acquire(table, owner, epoch)
+	require.NoError(t, err)
+	return g
+}
+
 // commitWait commits b to e and waits for it to be durable, failing the test on error, and
 // returns its LSN.
 func commitWait(t testing.TB, e *Engine, b *Batch) uint64 {
@@ -48,8 +57,7 @@ func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64
 	t.Helper()
 	ti, err := e.CreateTable(name, rowBytes)
 	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, owner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, owner, 0)
 	_, _, err = e.AllocIDs(ti.ID, owner, g.Epoch, pages)
 	require.NoError(t, err)
 	return ti, g
@@ -80,8 +88,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	info, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), info.ID)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	require.Equal(t, uint64(1), g.Epoch)
 	first, n, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
 	require.NoError(t, err)
@@ -136,8 +143,7 @@ func TestTinyCacheManyPages(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, CacheBytes: MinCacheBytes})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const n = 2000
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, n)
 	require.NoError(t, err)
@@ -170,8 +176,7 @@ func TestFencing(t *testing.T) {
 	_, err := e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	now.Advance(DefaultLeaseDuration + 1)
-	g2, err := e.Acquire(info.ID, 2, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, e, info.ID, 2, 0)
 	requireGranted(t, e, info.ID, 2, g2.Epoch)
 	require.Greater(t, g2.Epoch, g1.Epoch)
 	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []Fence{{info.ID, g1.Epoch}}, Segments: []Segment{oneRow(info.ID, 1, row64(1))}})

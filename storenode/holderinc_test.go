@@ -29,8 +29,7 @@ func TestNewIncarnationReadsDurableOnly(t *testing.T) {
 			require.NoError(t, err)
 			incA, incB := Incarnation{0xa}, Incarnation{0xb}
 			require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-			g, err := e.Acquire(info.ID, testOwner, 0)
-			require.NoError(t, err)
+			g := acquire(t, e, info.ID, testOwner, 0)
 			requireGranted(t, e, info.ID, testOwner, g.Epoch)
 
 			block := newBlockSyncs(fs)
@@ -62,8 +61,7 @@ func TestNewIncarnationReadsDurableOnly(t *testing.T) {
 			}
 
 			// Granted the table (a new epoch), the new incarnation is its holder.
-			g2, err := e.Acquire(info.ID, testOwner, 0)
-			require.NoError(t, err)
+			g2 := acquire(t, e, info.ID, testOwner, 0)
 			require.True(t, e.holderReadsNow(info.ID, testOwner), "epoch %d", g2.Epoch)
 		})
 	}
@@ -87,8 +85,7 @@ func TestRenewalFromReplacedConnection(t *testing.T) {
 	require.NoError(t, err)
 	incA, incB := Incarnation{0xa}, Incarnation{0xb}
 	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	require.True(t, e.holderReadsNow(info.ID, testOwner))
 
 	clock.Advance(e.LeaseDuration())
@@ -170,8 +167,7 @@ func TestReplacedConnectionStaysReplacedAfterNextCloses(t *testing.T) {
 	require.NoError(t, err)
 	incA, incB := Incarnation{0xa}, Incarnation{0xb}
 	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 
 	clock.Advance(e.LeaseDuration())
 	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))

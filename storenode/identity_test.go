@@ -101,12 +101,11 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 	require.Equal(t, lsns[last-2], lsn, "the retried batch's own LSN")
 
 	// The fences moved (a new grant to the same owner): the retry is still the same batch.
-	_, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	acquire(t, e, info.ID, testOwner, 0)
 	lsn = commitWait(t, e, sent[last])
 	require.Equal(t, lsns[last], lsn)
 
-	_, err = e.CommitWait(sent[0])
+	_, err := e.CommitWait(sent[0])
 	require.ErrorIs(t, err, ErrUnknownOutcome, "seq 1 fell out of the window")
 	require.Equal(t, uint64(2), e.Stats().RetriedBatches)
 
@@ -150,14 +149,12 @@ func TestOwnersTableBounded(t *testing.T) {
 	}
 	require.Equal(t, 0, e.Stats().Owners, "rejected batches create no owner")
 
-	ga, err := e.Acquire(info.ID, 5, 0)
-	require.NoError(t, err)
+	ga := acquire(t, e, info.ID, 5, 0)
 	requireGranted(t, e, info.ID, 5, ga.Epoch)
 	commitWait(t, e, batchOf(5, 1, info.ID, ga.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.Equal(t, 1, e.Stats().Owners)
 	require.NoError(t, e.Release(info.ID, 5, ga.Epoch))
-	gb, err := e.Acquire(info.ID, 6, 0)
-	require.NoError(t, err)
+	gb := acquire(t, e, info.ID, 6, 0)
 	requireGranted(t, e, info.ID, 6, gb.Epoch)
 	commitWait(t, e, batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
 
@@ -190,10 +187,8 @@ func TestDropTableNeedsLease(t *testing.T) {
 	ib, err := e.CreateTable("b", 64)
 	require.NoError(t, err)
 	ia, _ := e.OpenTable("a")
-	_, err = e.Acquire(ia.ID, 1, 0)
-	require.NoError(t, err)
-	_, err = e.Acquire(ib.ID, 1, 0)
-	require.NoError(t, err)
+	acquire(t, e, ia.ID, 1, 0)
+	acquire(t, e, ib.ID, 1, 0)
 
 	err = e.DropTable("a", 2)
 	require.ErrorIs(t, err, ErrTableOwned)
@@ -356,8 +351,7 @@ func TestReleaseSurvivesLateTraffic(t *testing.T) {
 	require.NoError(t, err)
 	inc := Incarnation{1}
 	require.NoError(t, e.Connect(9, inc, 100, func() {}))
-	_, err = e.Acquire(info.ID, 9, 0)
-	require.NoError(t, err)
+	acquire(t, e, info.ID, 9, 0)
 	require.ErrorIs(t, e.Connect(9, Incarnation{2}, 101, func() {}), ErrOwnerInUse)
 	require.NoError(t, e.ReleaseOwner(9, 100))
 	require.ErrorIs(t, e.ReleaseOwner(9, 555), ErrIdentityLost, "only the holding connection releases")
@@ -384,8 +378,7 @@ func TestTableOwnedAfterRestartSaysWhy(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, Now: now.Now})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	_, err = e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
+	acquire(t, e, info.ID, 1, 0)
 	_, err = e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	require.NotContains(t, err.Error(), "restarts", "a lease granted since open has no restart hint")

@@ -153,8 +153,7 @@ func TestPageIndexChargedToBudget(t *testing.T) {
 	defer e.Close()
 	info, err := e.CreateTable("sparse", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	for granted := uint64(0); granted < spread<<20; granted += idPagesPerGrantMax {
 		_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, idPagesPerGrantMax)
 		require.NoError(t, err)

@@ -209,8 +209,7 @@ func TestCheckOldCommitRecord(t *testing.T) {
 	require.NoError(t, err)
 	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
 	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
-	rep, err = Check(context.Background(), "db", CheckOptions{FS: fs})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 }
 
@@ -225,8 +224,7 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	e, fs, _, _ := openFault(t, Options{CheckpointWALBytes: -1, CacheBytes: 256 << 20}, testOwner)
 	info, err := e.CreateTable("big", rowBytes)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, full+1)
 	require.NoError(t, err)
 	msg := &sgio.Commit{Owner: testOwner, Seq: g.LastSeq + 1, Fences: []sgio.Fence{{Table: info.ID, Epoch: g.Epoch}}}
@@ -251,8 +249,7 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	fs.SetCrashPoint(0)
 	e.Close()
 	fs.CrashKeepAll()
-	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 	e = openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
 	defer e.Close()

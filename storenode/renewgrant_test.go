@@ -54,8 +54,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 
 	// Lapsed and granted to another owner: the old grant is fenced, and stays so.
 	now.Advance(DefaultLeaseDuration + 1)
-	g2, err := e.Acquire(info.ID, 2, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, e, info.ID, 2, 0)
 	_, err = e.RenewGrant(info.ID, 1, g.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = e.RenewGrant(info.ID, 2, g2.Epoch)
@@ -86,8 +85,7 @@ func TestRenewGrantRacesNewGrant(t *testing.T) {
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	holder := uint64(1)
-	g, err := e.Acquire(info.ID, holder, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, holder, 0)
 	for range rounds {
 		now.Advance(DefaultLeaseDuration + 1) // lapsed
 		other := 3 - holder
@@ -117,8 +115,7 @@ func TestRenewGrantAfterClose(t *testing.T) {
 	e := openTest(t, Options{Now: now.Now})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, 1, 0)
 	require.NoError(t, e.Close())
 
 	_, err = e.RenewGrant(info.ID, 1, g.Epoch)

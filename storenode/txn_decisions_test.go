@@ -39,8 +39,7 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 
 	info, err := e.CreateTable("other", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner+1, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner+1, 0)
 	requireGranted(t, e, info.ID, testOwner+1, g.Epoch)
 	o := &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq, owner: testOwner + 1}
 	o.primaryPart(t, txnID(9), 5)

@@ -19,13 +19,10 @@ func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	opts := Options{Dir: t.TempDir(), Now: clock.Now, TxnResolveInterval: -1, TxnInDoubtAfter: time.Minute}
 	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
-	_, err := s.prepare(t, txnID(1), 5, "", 0, 1, 150)
-	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(2), 6, "lost:7070", 1, 2, 250)
-	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(3), 7, "", 0, 3, 350)
-	require.NoError(t, err)
-	_, err = e.DecideTxn(t.Context(), txnID(3), 7, DecisionCommit, 1)
+	s.requirePrepared(t, txnID(1), 5, "", 0, 1, 150)
+	s.requirePrepared(t, txnID(2), 6, "lost:7070", 1, 2, 250)
+	s.requirePrepared(t, txnID(3), 7, "", 0, 3, 350)
+	_, err := e.DecideTxn(t.Context(), txnID(3), 7, DecisionCommit, 1)
 	require.NoError(t, err)
 	require.NoError(t, e.Release(s.table, testOwner, s.epoch))
 

@@ -141,8 +141,7 @@ func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 	first, _, err := e.AllocIDs(ti.ID, a, ea, 1)
 	require.NoError(t, err)
 	s := &txnStore{e: e, table: ti.ID, epoch: ea, owner: a}
-	_, err = s.prepare(t, txnID(1), 3, "", 0, first, 7)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 3, "", 0, first, 7)
 
 	_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
 	require.NoError(t, err, "a renewal of the current grant")

@@ -15,8 +15,7 @@ import (
 // 100 + the id's last byte.
 func (s *txnStore) primaryPart(t testing.TB, id TxnID, lease int64) {
 	t.Helper()
-	_, err := s.prepare(t, id, lease, "", 0, 100+uint64(id[15]), uint64(id[15]))
-	require.NoError(t, err)
+	s.requirePrepared(t, id, lease, "", 0, 100+uint64(id[15]), uint64(id[15]))
 }
 
 // TestTxnDecideFloodOfUnpreparedIDs: Decide{commit, 64 participants} of 4096 made-up ids

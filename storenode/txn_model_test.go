@@ -206,8 +206,7 @@ func tableStore(t testing.TB, e *Engine, w int) *txnStore {
 	info, err := e.CreateTable(fmt.Sprintf("w%d", w), 64)
 	require.NoError(t, err)
 	owner := uint64(100 + w)
-	g, err := e.Acquire(info.ID, owner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, owner, 0)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, owner: owner}
 }

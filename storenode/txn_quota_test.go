@@ -13,8 +13,7 @@ func ownerStore(t testing.TB, e *Engine, name string, owner uint64) *txnStore {
 	t.Helper()
 	info, err := e.CreateTable(name, 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, owner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, owner, 0)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq, owner: owner}
 }
@@ -75,8 +74,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 	other := ownerStore(t, e, "other", testOwner+1)
 	const parts = 8
 	for i := range parts {
-		_, err := s.prepare(t, txnID(byte(i)), 1, "", 0, uint64(i), uint64(100+i))
-		require.NoError(t, err)
+		s.requirePrepared(t, txnID(byte(i)), 1, "", 0, uint64(i), uint64(100+i))
 	}
 	e.txnCarry.chunkBytes = 1 // one record a chunk
 	chunks := 0

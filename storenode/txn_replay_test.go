@@ -131,8 +131,7 @@ func TestTxnReplayAbortForgottenThenCommit(t *testing.T) {
 	require.NoError(t, s.e.ResolveTxns(ctx)) // the sweep forgets it
 	require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
 	clock.Advance(DefaultTxnAbortKeep) // and the memory of it expires
-	_, err = s.prepare(t, txnID(1), 6, "", 0, 1, 150)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 6, "", 0, 1, 150)
 	d, err = s.e.DecideTxn(ctx, txnID(1), 6, DecisionCommit, 1)
 	require.NoError(t, err)
 	require.Equal(t, DecisionCommit, d)
@@ -154,17 +153,14 @@ func TestTxnReplayPartForgottenThenPreparedAgain(t *testing.T) {
 			s, opts, fs := txnFaultStore(t, Options{TxnPeer: peers})
 			ctx := context.Background()
 			s.put(t, 1, 100)
-			_, err := primary.prepare(t, txnID(1), 5, "", 0, 1, 1)
-			require.NoError(t, err)
-			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 150)
-			require.NoError(t, err)
-			_, err = primary.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
+			primary.requirePrepared(t, txnID(1), 5, "", 0, 1, 1)
+			s.requirePrepared(t, txnID(1), 5, "p", 1, 1, 150)
+			_, err := primary.e.DecideTxn(ctx, txnID(1), 5, DecisionCommit, 2)
 			require.NoError(t, err)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), DecisionCommit))
 			require.NoError(t, s.e.ResolveTxns(ctx)) // reported, forgotten
 			require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
-			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 250)
-			require.NoError(t, err)
+			s.requirePrepared(t, txnID(1), 5, "p", 1, 1, 250)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), second))
 			want := map[Decision]uint64{DecisionAbort: 150, DecisionCommit: 250}[second]
 			require.Equal(t, want, s.get(t, 1))
@@ -201,9 +197,8 @@ func commitTxns(t *testing.T, s *txnStore, primary *Engine, primaryName string, 
 	ctx := context.Background()
 	for i := first; i < first+n; i++ {
 		id := TxnID{0: 0x12, 14: byte(i >> 8), 15: byte(i)}
-		_, err := s.prepare(t, id, 5, primaryName, 0, uint64(i%64), uint64(i))
-		require.NoError(t, err)
-		_, err = primary.DecideTxn(ctx, id, 5, DecisionCommit, 1)
+		s.requirePrepared(t, id, 5, primaryName, 0, uint64(i%64), uint64(i))
+		_, err := primary.DecideTxn(ctx, id, 5, DecisionCommit, 1)
 		require.NoError(t, err)
 		require.NoError(t, s.e.ApplyTxn(id, DecisionCommit))
 		if report {
@@ -359,8 +354,7 @@ func TestTxnDecideOfPartAppliedAfterDecisionForgotten(t *testing.T) {
 	s, opts, fs := txnFaultStore(t, Options{Now: clock.Now})
 	ctx := context.Background()
 	id := txnID(1)
-	_, err := s.prepare(t, id, 5, "", 1, 1, 150)
-	require.NoError(t, err)
+	s.requirePrepared(t, id, 5, "", 1, 1, 150)
 	d, err := s.e.DecideTxn(ctx, id, 5, DecisionCommit, 1)
 	require.NoError(t, err)
 	require.Equal(t, DecisionCommit, d)
