@@ -6,6 +6,8 @@
 //   - Rows (rows.go): Row64, the 64-byte row of the engine's tests.
 //   - The race detector (race.go): RaceOn, and SkipUnderRace for the suites of child
 //     processes whose leases the race detector would stretch past their budget.
+//   - Files and output (files.go): TreeState, a directory tree's state to compare; SyncBuffer, a
+//     buffer safe for concurrent writers (a run's or a logger's output).
 //   - TLS (tls.go): SelfSigned, TLSConfigs and WriteCert, a fresh certificate for 127.0.0.1.
 //   - Helper processes (helper.go): HelperSpec, the spec a parent test hands its re-executed
 //     child, skipping the helper when run as a plain test.

@@ -3,6 +3,8 @@ package testkit
 import (
 	"crypto/tls"
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -98,4 +100,22 @@ func TestTLSConfigs(t *testing.T) {
 	_, err = tls.LoadX509KeyPair(certFile, keyFile)
 	require.NoError(t, err)
 	require.NotNil(t, pool)
+}
+
+// TreeState tells a changed file from an unchanged tree; SyncBuffer keeps what is written.
+func TestTreeStateAndSyncBuffer(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a"), []byte("x"), 0o644))
+	before := TreeState(t, dir)
+	require.Equal(t, before, TreeState(t, dir))
+	require.Contains(t, before, "a")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a"), []byte("y"), 0o644))
+	require.NotEqual(t, before["a"], TreeState(t, dir)["a"])
+
+	var b SyncBuffer
+	_, err := b.Write([]byte("ab"))
+	require.NoError(t, err)
+	_, err = b.Write([]byte("c"))
+	require.NoError(t, err)
+	require.Equal(t, "abc", b.String())
 }
