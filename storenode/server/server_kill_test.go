@@ -72,7 +72,7 @@ func TestServerHelper(t *testing.T) {
 type srvChild struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan error
 }
 
@@ -84,7 +84,7 @@ func startSrvChild(t *testing.T, dir string, mode storenode.SyncMode) *srvChild 
 	require.NoError(t, err)
 	_, err = cmd.StdinPipe() // closed when the parent exits, which stops an orphaned child
 	require.NoError(t, err)
-	ch := &srvChild{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	ch := &srvChild{cmd: cmd, stderr: &testkit.SyncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = ch.stderr
 	require.NoError(t, cmd.Start())
 	addrs := make(chan string, 1)

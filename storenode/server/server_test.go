@@ -64,7 +64,7 @@ type srvEnv struct {
 	srv   *Server
 	addr  string
 	dir   string
-	logs  *syncBuffer
+	logs  *testkit.SyncBuffer
 	clock *fakeClock // the engine's lease clock, when the test asked for one
 
 	closedMu sync.Mutex
@@ -84,7 +84,7 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 		opts := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 		tt.Cleanup(func() { goleak.VerifyNone(tt, opts...) })
 	}
-	env := &srvEnv{t: t, logs: &syncBuffer{}}
+	env := &srvEnv{t: t, logs: &testkit.SyncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := Config{
 		Listen:         "127.0.0.1:0",
@@ -184,24 +184,6 @@ func srvCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), srvTestTimeout)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // srvCommit builds a commit of one 64-byte row per id.
