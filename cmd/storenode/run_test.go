@@ -2,11 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,30 +24,12 @@ import (
 
 const testTimeout = 20 * time.Second
 
-// syncBuffer collects a run's output, safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // running is a run in a goroutine.
 type running struct {
 	cancel          context.CancelFunc
 	code            chan int
 	server, metrics net.Addr
-	stderr          *syncBuffer
+	stderr          *testkit.SyncBuffer
 }
 
 // startRun runs the program with args and env until stopped; it fails the test if the
@@ -59,7 +37,7 @@ type running struct {
 func startRun(t *testing.T, args []string, env map[string]string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, code: make(chan int, 1), stderr: &syncBuffer{}}
+	r := &running{cancel: cancel, code: make(chan int, 1), stderr: &testkit.SyncBuffer{}}
 	ready := make(chan struct{})
 	go func() {
 		r.code <- run(ctx, runEnv{
@@ -101,7 +79,7 @@ func (r *running) stop(t *testing.T) int {
 }
 
 func runOnce(args []string, env map[string]string) (code int, stdout, stderr string) {
-	var out, errb syncBuffer
+	var out, errb testkit.SyncBuffer
 	code = run(context.Background(), runEnv{args: args, getenv: func(k string) string { return env[k] }, stdout: &out, stderr: &errb})
 	return code, out.String(), errb.String()
 }
@@ -411,7 +389,7 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	runFailing := func(args []string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		var errb syncBuffer
+		var errb testkit.SyncBuffer
 		code := run(ctx, runEnv{args: args, getenv: func(string) string { return "" }, stdout: io.Discard, stderr: &errb})
 		return code, errb.String()
 	}
@@ -449,34 +427,11 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0"}, nil)
 	require.Equal(t, exitOK, r.stop(t))
-	before := treeState(t, dir)
+	before := testkit.TreeState(t, dir)
 	require.NotEmpty(t, before)
 	for _, tc := range cases {
 		code, stderr := runFailing(append([]string{"--dir", dir}, tc.args...))
 		require.Equal(t, tc.code, code, "%s: %s", tc.name, stderr)
-		require.Equal(t, before, treeState(t, dir), tc.name)
+		require.Equal(t, before, testkit.TreeState(t, dir), tc.name)
 	}
-}
-
-// treeState describes every entry under dir: mode, time and, for a file, size and a hash.
-func treeState(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	state := map[string]string{}
-	require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		st := fi.Mode().String() + " " + fi.ModTime().Format(time.RFC3339Nano)
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			st += fmt.Sprintf(" %d %x", len(b), sha256.Sum256(b))
-		}
-		rel, _ := filepath.Rel(dir, p)
-		state[rel] = st
-		return nil
-	}))
-	return state
 }
