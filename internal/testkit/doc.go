@@ -13,7 +13,8 @@
 //     child, skipping the helper when run as a plain test.
 //   - Stacks and the system (goroutines.go, sys_*.go): GoroutinesIn, AllocatedBytes, ProcessCPU.
 //
-// Seeds and suite sizes are internal/testseed's (Seed, Replay, Scaled), the fake clock
+// Store faults for a transaction node's tests are in internal/testkit/faultstore (it imports
+// txnode/store, and so the engine). Seeds and suite sizes are internal/testseed's (Seed, Replay, Scaled), the fake clock
 // internal/testclock's; the embedded etcd and its cuttable proxy are cluster/etcdtest's, child
 // processes cluster/proctest's.
 //
