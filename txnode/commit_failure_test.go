@@ -128,22 +128,9 @@ func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
 	db := openDB(t, ctx, Options{Store: store})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release) // or Close waits for the held batch for ever
-		}
-		db.Close(ctx)
-	}()
-	acct := newTable(t, ctx, db, "acct", 64)
-	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
-	require.NoError(t, err)
-
-	store.armed.Store(true)
-	drained := make(chan error, 1)
-	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
-	recvWithin(t, store.entered, "the batch")
-	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	acct, id, drained := heldFailDrain(t, ctx, db, store)
 
 	errInsufficient := errors.New("insufficient funds")
 	p := db.Session().Go(ctx, func(tx *Tx) error {
@@ -165,11 +152,10 @@ func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, p.Wait(c), context.Canceled, "nothing applied: the context's own error")
 	require.NotErrorIs(t, p.Wait(c), ErrUnknownOutcome)
-	close(store.release)
-	released = true
+	release()
 	require.ErrorIs(t, recvWithin(t, drained, "the drain"), errInjected)
 	recvWithin(t, p.Done(), "the pending, once the batch failed")
-	err = p.Wait(ctx)
+	err := p.Wait(ctx)
 	require.NotErrorIs(t, err, errInsufficient, "the closure's error rested on a commit that failed")
 	require.ErrorIs(t, err, errInjected)
 }
@@ -232,13 +218,8 @@ func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
 	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 128) // two pages
 	require.NoError(t, db.pipe.flush(ctx))
@@ -253,8 +234,7 @@ func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 	go func() { flushed <- db.pipe.flush(ctx) }()
 	recvWithin(t, store.entered, "the epoch")
 	require.NoError(t, tb.Put(ctx, b, u64Row(64, 2000))) // dirty, in no epoch yet
-	close(store.release)
-	released = true
+	release()
 	require.ErrorIs(t, recvWithin(t, flushed, "the failed epoch"), errInjected)
 	db.pipe.flushEpoch() // the flusher's next cut (the failure also asks for one)
 
@@ -291,13 +271,8 @@ func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := &gatedAllocStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
 	db := openDB(t, ctx, Options{Store: store})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	tb := newTable(t, ctx, db, "t", 64)
 	store.armed.Store(true)
 	first := make(chan error, 1)
@@ -314,8 +289,7 @@ func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 		second <- err
 	}()
 	require.ErrorIs(t, recvWithin(t, second, "an insert with an ended context, behind a grant"), context.Canceled)
-	close(store.release)
-	released = true
+	release()
 	require.NoError(t, recvWithin(t, first, "the first insert"))
 }
 
@@ -393,13 +367,8 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailAckStore{heldFailStore: heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}}
 	db := openDB(t, ctx, Options{Store: store})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	tb := newTable(t, ctx, db, "t", 64)
 	other := newTable(t, ctx, db, "other", 64)
 	ids := insertRows(t, db, tb, inflightMax)
@@ -420,8 +389,7 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	}
 	go func() { errs <- other.Put(ctx, oid, u64Row(64, 2)) }() // stays in the open batch
 	waitUntil(t, "the open batch", func() bool { _, n := inflight(); return n == 1 })
-	close(store.release)
-	released = true
+	release()
 	for range inflightMax + 1 {
 		require.ErrorIs(t, recvWithin(t, errs, "a commit of the failed pipeline"), errInjected)
 	}

@@ -61,13 +61,8 @@ func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256) // epochs of at most 128 row bytes
 	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	x := newTable(t, ctx, db, "x", 64)
 	p := newTable(t, ctx, db, "p", 64)
 
@@ -108,8 +103,7 @@ func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 		errs = append(errs, err)
 	case <-time.After(time.Second):
 	}
-	close(store.release)
-	released = true
+	release()
 	for len(errs) < 2 {
 		errs = append(errs, recvWithin(t, results, "the commits"))
 	}
@@ -436,13 +430,8 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 	require.NoError(t, err)
 	store := newGatedCommitStore(&fillSignalStore{Store: remote, entered: make(chan struct{})}, 256)
 	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour, OwnerID: 1000})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 65) // page 0, and id 64 of a two-page grant (pages 1 and 2)
 	require.Equal(t, uint64(64), ids[64])
@@ -476,8 +465,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 	_, err = db.Tables(callCtx)
 	require.NoError(t, err, "a request on the connection while a fill met a locked row")
 
-	close(store.release)
-	released = true
+	release()
 	require.NoError(t, recvWithin(t, res, "the insert"))
 	require.NoError(t, recvWithin(t, read, "the read"))
 }
@@ -538,13 +526,8 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256)
 	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 8)
 	id, res := holdInsert(t, db, store, x, ids)
@@ -568,8 +551,7 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 		case <-time.After(10 * time.Second): // a watchdog: the fixed reads end after 50 ms
 		}
 	}
-	close(store.release)
-	released = true
+	release()
 	require.NoError(t, recvWithin(t, res, "the insert"))
 	require.Len(t, errs, 2, "reads of a locked row returned after their context ended")
 	for _, err := range errs {
@@ -653,6 +635,36 @@ func (s *heldFailStore) Commit(b *store.Batch, done func(uint64, error)) {
 	s.Store.Commit(b, done)
 }
 
+// releaseBeforeClose returns release, which closes gate (a test store's, holding a batch
+// until it closes), and closeDB, for the test to defer: it closes gate if release never ran
+// (a test that failed midway), else Close would wait for the held batch for ever, then db.
+func releaseBeforeClose(ctx context.Context, db *DB, gate chan struct{}) (release, closeDB func()) {
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	return release, func() {
+		release()
+		db.Close(ctx)
+	}
+}
+
+// heldFailDrain creates "acct" in db (whose store is store) with one row of balance 100,
+// durable, then arms store and drains the balance (a Put of 0) in a goroutine: once the Put is
+// installed (its row unlocked) and its batch held by store, to fail when released, it returns
+// the table, the row and the channel of the Put's outcome.
+func heldFailDrain(t *testing.T, ctx context.Context, db *DB, store *heldFailStore) (*Table, uint64, chan error) {
+	t.Helper()
+	acct := newTable(t, ctx, db, "acct", 64)
+	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
+	require.NoError(t, err)
+
+	store.armed.Store(true)
+	drained := make(chan error, 1)
+	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
+	recvWithin(t, store.entered, "the batch")
+	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+	return acct, id, drained
+}
+
 // Item 3: a closure's error escaped before what the closure read was durable. A closure read
 // a balance written by a commit whose batch then failed, returned "insufficient funds", and
 // Update returned that at once, although the balance it rested on never became durable. Now
@@ -663,15 +675,7 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
 	db := openDB(t, ctx, Options{Store: store})
 	defer db.Close(ctx)
-	acct := newTable(t, ctx, db, "acct", 64)
-	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
-	require.NoError(t, err)
-
-	store.armed.Store(true)
-	drained := make(chan error, 1)
-	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
-	recvWithin(t, store.entered, "the batch")
-	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+	acct, id, drained := heldFailDrain(t, ctx, db, store)
 
 	errInsufficient := errors.New("insufficient funds")
 	var runs atomic.Int32
@@ -695,7 +699,7 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	<-read // the closure saw the balance of 0, not durable yet
 	close(store.release)
 	require.ErrorIs(t, recvWithin(t, drained, "the drain"), errInjected)
-	err = recvWithin(t, res, "the Update")
+	err := recvWithin(t, res, "the Update")
 	require.NotErrorIs(t, err, errInsufficient, "the closure's error rested on a commit that failed")
 	require.ErrorIs(t, err, errInjected, "run again, the closure read 100 and its commit met the failed node")
 	require.GreaterOrEqual(t, runs.Load(), int32(2))
@@ -708,13 +712,8 @@ func TestAddWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256)
 	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
 	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 4)
 	store.armed.Store(true)
@@ -734,8 +733,7 @@ func TestAddWaitHonoursContext(t *testing.T) {
 	case got = <-res:
 	case <-time.After(10 * time.Second): // a watchdog: the fixed commit ends after 50 ms
 	}
-	close(store.release)
-	released = true
+	release()
 	require.ErrorIs(t, got, context.DeadlineExceeded)
 	buf := make([]byte, 64)
 	require.NoError(t, x.Get(ctx, ids[3], buf))
