@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,25 +53,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 		require.NoError(t, node.DieDB(ctx, a, ta.NodeOf(x)))
 		ucancel()
 	})()
-	errStop := errors.New("stop")
-	attempts := 0
-	err = a.Update(uctx, func(tx *node.Tx) error {
-		if attempts++; attempts > 1 {
-			return errStop
-		}
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(ta, x, f); err != nil {
-			return err
-		}
-		if err := tx.Get(ta, y, g); err != nil {
-			return err
-		}
-		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
-			return err
-		}
-		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
-	})
-	require.ErrorIs(t, err, errStop)
+	err = transferOnce(uctx, a, ta, x, y)
+	require.ErrorIs(t, err, errOneAttempt)
 	require.True(t, fired)
 	require.NoError(t, a.Session().Check(), "the coordinator's lease lives")
 
