@@ -68,6 +68,16 @@ func (g *memGrants) VerifyGrant(ctx context.Context, table string, p uint32, own
 
 func (g *memGrants) Revision(context.Context) (uint64, error) { return g.rev, nil }
 
+// grantStore is an embedded store in a fresh directory whose grants g verifies: a memGrants
+// of owner at revision 10.
+func grantStore(t *testing.T, owner uint64) (*memGrants, store.Store) {
+	t.Helper()
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	return g, st
+}
+
 // A cluster-managed table is served under the grant Options.Grants gives (registered with
 // the store, which verifies it): its ids are its partition's, and once the grant's check
 // fails, cached reads and writes fail with ErrLeaseExpired. Without Options.Grants the
@@ -154,9 +164,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 		t.Run(write, func(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
-			g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-			st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-			require.NoError(t, err)
+			g, st := grantStore(t, owner)
 			name := storenode.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
@@ -201,9 +209,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 func TestDropClusterTableReleasesGrant(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
-	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	require.NoError(t, err)
+	g, st := grantStore(t, owner)
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
@@ -243,11 +249,9 @@ func (s *closingStore) Close() error {
 func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
-	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-	es, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	require.NoError(t, err)
+	g, es := grantStore(t, owner)
 	name := storenode.PartitionTableName("acct", 0)
-	_, err = es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	_, err := es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
 	db := openDB(t, ctx, Options{Store: cs, OwnerID: owner, Grants: g})
@@ -272,9 +276,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
-			g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-			st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-			require.NoError(t, err)
+			g, st := grantStore(t, owner)
 			name := storenode.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // A cluster table created with CreateDurableClusterTable takes no grant; a DurableTable reads
@@ -17,9 +16,7 @@ import (
 func TestDurableTable(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
-	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	require.NoError(t, err)
+	g, st := grantStore(t, owner)
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	layout := ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}

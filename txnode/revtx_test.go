@@ -253,6 +253,28 @@ type gateProxy struct {
 	conns  []net.Conn
 }
 
+// coldPageZero opens a DB over a gate proxy to a fresh storage node, with a 64 KiB cache (opts
+// adds to it), and in it the table name: 30 pages of rows (row i of value i), flushed, then
+// pages 1 to 29 read, so page 0 is evicted. The caller closes the DB.
+func coldPageZero(t *testing.T, ctx context.Context, name string, opts Options) (*gateProxy, *DB, *Table, []uint64) {
+	t.Helper()
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startGateProxy(t, addr)
+	opts.StoreAddr, opts.CacheBytes = proxy.ln.Addr().String(), 64<<10
+	db := openDB(t, ctx, opts)
+	tb := newTable(t, ctx, db, name, 64)
+	ids := make([]uint64, 64*30)
+	for i := range ids {
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
+	}
+	require.NoError(t, db.pipe.flush(ctx))
+	buf := make([]byte, 64)
+	for p := 1; p < 30; p++ { // page 0 evicted
+		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
+	}
+	return proxy, db, tb, ids
+}
+
 func startGateProxy(t *testing.T, target string) *gateProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -411,20 +433,9 @@ func TestAbandonedReadLateReply(t *testing.T) {
 // the pool: every later Read ends at once with DeadlineExceeded).
 func TestFiredRequestTimeoutNotReused(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	proxy := startGateProxy(t, addr)
-	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, RequestTimeout: 500 * time.Millisecond})
+	proxy, db, tb, ids := coldPageZero(t, ctx, "fired", Options{RequestTimeout: 500 * time.Millisecond})
 	defer db.Close(ctx)
-	tb := newTable(t, ctx, db, "fired", 64)
-	ids := make([]uint64, 64*30)
-	for i := range ids {
-		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
-	}
-	require.NoError(t, db.pipe.flush(ctx))
 	buf := make([]byte, 64)
-	for p := 1; p < 30; p++ { // page 0 evicted
-		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
-	}
 	proxy.setPaused(true)
 	require.ErrorIs(t, tb.Get(ctx, ids[0], buf), context.DeadlineExceeded)
 	proxy.setPaused(false)
