@@ -35,8 +35,7 @@ func TestHelperFrozenOwner(t *testing.T) {
 	s, err := c.NewSession(ctx, SessionConfig{Owner: 1, TTL: testTTL})
 	require.NoError(t, err)
 	defer s.Close(ctx)
-	o, err := s.Acquire(ctx, "t", 0)
-	require.NoError(t, err)
+	o := acquire(t, ctx, s, "t", 0)
 	fmt.Printf("epoch %d\n", o.Epoch())
 	for cmd := range proctest.ChildInput() {
 		switch cmd {
