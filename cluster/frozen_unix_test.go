@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // helperEnv names the etcd endpoint and prefix of TestHelperFrozenOwner's child process.
@@ -25,10 +25,7 @@ const helperEnv = "WEFT_CLUSTER_HELPER"
 // stdin, one line each: "check" prints the ownership's Check as ok, lapsed or lost; "wait"
 // waits for the ownership to be lost and prints lost.
 func TestHelperFrozenOwner(t *testing.T) {
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, helperEnv, "TestOwnershipFrozenOwner")
 	endpoint, prefix, _ := strings.Cut(spec, "|")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -38,8 +35,7 @@ func TestHelperFrozenOwner(t *testing.T) {
 	s, err := c.NewSession(ctx, SessionConfig{Owner: 1, TTL: testTTL})
 	require.NoError(t, err)
 	defer s.Close(ctx)
-	o, err := s.Acquire(ctx, "t", 0)
-	require.NoError(t, err)
+	o := acquire(t, ctx, s, "t", 0)
 	fmt.Printf("epoch %d\n", o.Epoch())
 	for cmd := range proctest.ChildInput() {
 		switch cmd {
@@ -70,9 +66,7 @@ func TestHelperFrozenOwner(t *testing.T) {
 // higher epoch; resumed (SIGCONT), the frozen owner vouches for nothing, at once (its clock,
 // not its keepalive goroutine, decides), and learns the grant is lost.
 func TestOwnershipFrozenOwner(t *testing.T) {
-	if raceOn {
-		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a freeze suite (child processes)")
 	ctx := testCtx(t)
 	srv := sharedEtcd(t)
 	prefix := newPrefix(t)

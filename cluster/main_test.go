@@ -73,6 +73,14 @@ func connect(t *testing.T, prefix string, endpoints ...string) *Client {
 	return c
 }
 
+// acquire takes partition p of table through s, failing the test on error.
+func acquire(t *testing.T, ctx context.Context, s *Session, table string, p uint32) *Ownership {
+	t.Helper()
+	o, err := s.Acquire(ctx, table, p)
+	require.NoError(t, err)
+	return o
+}
+
 // newPrefix is a prefix no other test uses.
 func newPrefix(t *testing.T) string {
 	return fmt.Sprintf("/test/%s-%d/", t.Name(), prefixSeq.Add(1))

@@ -204,10 +204,8 @@ func TestWatchersAfterCompaction(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 	s := newSession(t, cp, 1, nil)
-	o0, err := s.Acquire(ctx, "t", 0)
-	require.NoError(t, err)
-	o1, err := s.Acquire(ctx, "t", 1)
-	require.NoError(t, err)
+	o0 := acquire(t, ctx, s, "t", 0)
+	o1 := acquire(t, ctx, s, "t", 1)
 
 	p.Cut(true)
 	rev, err := c.SwitchPartition(ctx, "t", tm.Created, 1, tm.Revs[1], "moved:1")

@@ -86,8 +86,7 @@ func TestOwnershipAcquireAfterFailedReleaseNewEpoch(t *testing.T) {
 	c := sharedClient(t)
 	createTable(t, c, "t", 1)
 	s := newSession(t, c, 1, nil)
-	o, err := s.Acquire(ctx, "t", 0)
-	require.NoError(t, err)
+	o := acquire(t, ctx, s, "t", 0)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorIs(t, o.Release(gone), ErrUnavailable)
@@ -97,8 +96,7 @@ func TestOwnershipAcquireAfterFailedReleaseNewEpoch(t *testing.T) {
 	require.True(t, ok, "the failed release left the key")
 	require.Equal(t, o.Epoch(), h.Epoch)
 
-	o2, err := s.Acquire(ctx, "t", 0)
-	require.NoError(t, err)
+	o2 := acquire(t, ctx, s, "t", 0)
 	require.Greater(t, o2.Epoch(), o.Epoch(), "a released grant's epoch came back")
 	requireServing(t, o2)
 	require.ErrorIs(t, o.Check(), ErrLost, "the released grant stays lost")
@@ -212,13 +210,11 @@ func TestOwnershipVerifyJudgesOnlyWhatItRead(t *testing.T) {
 	var after func()
 	c.cli.KV = hookTxnKV{KV: c.cli.KV, after: &after}
 	s := newSession(t, c, 1, nil)
-	o1, err := s.Acquire(ctx, "t", 0)
-	require.NoError(t, err)
+	o1 := acquire(t, ctx, s, "t", 0)
 	var o2 *Ownership
 	after = func() { // verify's read is answered: o1's key, at o1's epoch
 		require.NoError(t, o1.Release(ctx))
-		o2, err = s.Acquire(ctx, "t", 0)
-		require.NoError(t, err)
+		o2 = acquire(t, ctx, s, "t", 0)
 	}
 	require.NoError(t, s.verify(ctx, false))
 	require.NotNil(t, o2)

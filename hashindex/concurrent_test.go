@@ -46,8 +46,7 @@ func TestUniqueRaceNeverBothCommit(t *testing.T) {
 				require.Equal(t, uint64(2), id)
 			}
 		}
-		_, err = ix.Verify(ctx)
-		require.NoError(t, err)
+		verifyIndex(t, ctx, ix)
 	}
 }
 
@@ -72,8 +71,7 @@ func concurrentInsertLookup(t *testing.T, mode txnode.Durability) {
 	db, err := txnode.Open(ctx, txnode.Options{Dir: t.TempDir(), SyncMode: "none", Durability: mode})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
 
 	owner := make([]atomic.Int64, keys) // writer+1 that claimed key i
 	var claimed atomic.Int64            // keys [0, claimed) have an owner... in order of a ticket
@@ -137,8 +135,7 @@ func concurrentInsertLookup(t *testing.T, mode txnode.Durability) {
 	wg.Wait()
 	close(stop)
 	rg.Wait()
-	st, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, ix)
 	require.Equal(t, keys, st.Entries)
 	for k := range keys {
 		id, err := ix.Lookup(ctx, key8(k))
@@ -160,8 +157,7 @@ func TestConcurrentMixed(t *testing.T) {
 	}
 	db := openDB(t, t.TempDir())
 	defer db.Close(ctx)
-	ix, err := hashindex.Create(ctx, db, "kinds", hashindex.Options{KeyBytes: 8, RowBytes: 64})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "kinds", hashindex.Options{KeyBytes: 8, RowBytes: 64})
 	models := make([]map[[2]uint64]bool, writers)
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -214,8 +210,7 @@ func TestHotKeyGrowsNoBuckets(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, t.TempDir())
 	defer db.Close(ctx)
-	ix, err := hashindex.Create(ctx, db, "kinds", hashindex.Options{KeyBytes: 4})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "kinds", hashindex.Options{KeyBytes: 4})
 	sword := []byte("swrd")
 	for lo := 0; lo < 2000; lo += 250 {
 		require.NoError(t, db.Update(ctx, func(tx *txnode.Tx) error {
@@ -230,8 +225,7 @@ func TestHotKeyGrowsNoBuckets(t *testing.T) {
 	for i := range 40 { // a few other kinds
 		require.NoError(t, ix.Insert(ctx, []byte{'k', byte(i), 0, 0}, uint64(i)))
 	}
-	st, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, ix)
 	require.Equal(t, 2040, st.Entries)
 	require.LessOrEqual(t, st.Buckets, 16, "%+v", st)
 	var ids []uint64
@@ -244,8 +238,7 @@ func TestHotKeyGrowsNoBuckets(t *testing.T) {
 	for id := 0; id < 2000; id += 2 {
 		require.NoError(t, ix.Delete(ctx, sword, uint64(id)))
 	}
-	st2, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	st2 := verifyIndex(t, ctx, ix)
 	require.Equal(t, 1040, st2.Entries)
 	t.Logf("after inserts %+v, after deletes %+v", st, st2)
 }

@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"github.com/weftdb/weft/internal/checksum"
-	"github.com/weftdb/weft/internal/corrupt"
 	"testing"
 	"time"
+
+	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/corrupt"
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/hashindex"
@@ -21,8 +22,7 @@ func TestTxDirectoryRefreshHonoursTxContext(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, t.TempDir())
 	defer func() { db.Close(ctx) }()
-	grower, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
-	require.NoError(t, err)
+	grower := createIndex(t, ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
 	stale, err := hashindex.Open(ctx, db, "names") // one bucket in its snapshot
 	require.NoError(t, err)
 	n := 400
@@ -73,8 +73,7 @@ func TestVerifyHugeBucketCount(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, t.TempDir())
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
 	row := make([]byte, ix.Table().RowBytes())
 	var hdrID uint64
 	for r, err := range ix.Table().ScanAll(ctx) {
@@ -90,7 +89,7 @@ func TestVerifyHugeBucketCount(t *testing.T) {
 	binary.LittleEndian.PutUint64(row[40:], binary.LittleEndian.Uint64(row[32:])+1) // tail != head
 	binary.LittleEndian.PutUint32(row[0:], checksum.Of(row[4:64]))
 	require.NoError(t, ix.Table().Put(ctx, hdrID, row))
-	_, err = ix.Verify(ctx)
+	_, err := ix.Verify(ctx)
 	require.ErrorIs(t, err, corrupt.ErrCorruption)
 }
 
@@ -101,8 +100,7 @@ func TestDirectoryAheadOfTableRecovers(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, t.TempDir())
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
 	n := 300
 	for i := range n {
 		require.NoError(t, ix.Insert(ctx, key8(i), uint64(i)+1))
@@ -128,8 +126,7 @@ func TestDirectoryAheadOfTableRecovers(t *testing.T) {
 	for i := n; i < 2*n; i++ {
 		require.NoError(t, ix.Insert(ctx, key8(i), uint64(i)+1))
 	}
-	st, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, ix)
 	require.Equal(t, 2*n, st.Entries)
 }
 
@@ -140,8 +137,7 @@ func TestFastPathCatchesFlippedBit(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, t.TempDir())
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
 	n := 40
 	for i := range n {
 		require.NoError(t, ix.Insert(ctx, key8(i), uint64(i)+1))
@@ -181,8 +177,7 @@ func TestFastPathCatchesFlippedBit(t *testing.T) {
 func TestUseAfterClose(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, t.TempDir())
-	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 8})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 8})
 	for i := range 100 {
 		require.NoError(t, ix.Insert(ctx, key8(i%7), uint64(i)+1))
 	}
@@ -196,7 +191,7 @@ func TestUseAfterClose(t *testing.T) {
 			require.ErrorIs(t, err, txnode.ErrClosed)
 		}
 	}
-	_, err = ix.Verify(ctx)
+	_, err := ix.Verify(ctx)
 	require.ErrorIs(t, err, txnode.ErrClosed)
 	_, err = ix.Lookup(ctx, nil)
 	require.ErrorIs(t, err, hashindex.ErrKeySize)

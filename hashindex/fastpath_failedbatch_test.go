@@ -3,38 +3,15 @@ package hashindex_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/hashindex"
+	"github.com/weftdb/weft/internal/testkit/faultstore"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 	"github.com/weftdb/weft/txnode/store"
 )
-
-// lostAckStore applies every commit batch, but while armed reports the acknowledgement of
-// one as failed: a storage node that applied a batch whose acknowledgement never came back.
-type lostAckStore struct {
-	store.Store
-	armed atomic.Bool
-}
-
-var errAckLost = errors.New("acknowledgement lost")
-
-func (s *lostAckStore) Commit(b *store.Batch, done func(uint64, error)) {
-	if !s.armed.CompareAndSwap(true, false) {
-		s.Store.Commit(b, done)
-		return
-	}
-	s.Store.Commit(b, func(lsn uint64, err error) {
-		if err == nil {
-			err = errAckLost
-		}
-		done(lsn, err)
-	})
-}
 
 // TestFastPathAfterFailedBatchApplied: a bucket row verified at its version, then rewritten
 // damaged (two entries' ids swapped, the checksum field kept) by a raw Table write whose
@@ -45,12 +22,11 @@ func TestFastPathAfterFailedBatchApplied(t *testing.T) {
 	ctx := context.Background()
 	es, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, ExpireLeasesAtOpen: true})
 	require.NoError(t, err)
-	ls := &lostAckStore{Store: es}
+	ls := &faultstore.LostAck{Store: es}
 	db, err := txnode.Open(ctx, txnode.Options{Store: ls})
 	require.NoError(t, err)
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true})
 	n := 60
 	for i := range n {
 		require.NoError(t, ix.Insert(ctx, playerName(i), uint64(i)+1))
@@ -77,8 +53,8 @@ func TestFastPathAfterFailedBatchApplied(t *testing.T) {
 	ida, idb := binary.LittleEndian.Uint64(row[a:]), binary.LittleEndian.Uint64(row[b:])
 	binary.LittleEndian.PutUint64(row[a:], idb)
 	binary.LittleEndian.PutUint64(row[b:], ida)
-	ls.armed.Store(true)
-	require.ErrorIs(t, tb.Put(ctx, bid, row), errAckLost)
+	ls.Armed.Store(true)
+	require.ErrorIs(t, tb.Put(ctx, bid, row), faultstore.ErrAckLost)
 	for i := range n {
 		id, err := ix.Lookup(ctx, playerName(i))
 		if err != nil {

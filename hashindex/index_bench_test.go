@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/hashindex"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -93,25 +95,25 @@ func BenchmarkLookup(b *testing.B) {
 			row := make([]byte, 64)
 			b.ReportAllocs()
 			x := uint64(1)
-			cpu0 := processCPU()
+			cpu0 := testkit.ProcessCPU()
 			for b.Loop() {
 				if err := f.players.Get(ctx, f.ids[next(&x, set)], row); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 		b.Run(fmt.Sprintf("rows=%d/op=Lookup", set), func(b *testing.B) {
 			b.ReportAllocs()
 			x := uint64(1)
-			cpu0 := processCPU()
+			cpu0 := testkit.ProcessCPU()
 			for b.Loop() {
 				i := next(&x, set)
 				if _, err := f.names.Lookup(ctx, flat[16*i:16*i+16]); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 		b.Run(fmt.Sprintf("rows=%d/op=TxLookup", set), func(b *testing.B) {
 			b.ReportAllocs()

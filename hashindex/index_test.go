@@ -19,6 +19,22 @@ func openDB(t *testing.T, dir string) *txnode.DB {
 	return db
 }
 
+// createIndex creates the index name over db, failing the test on error.
+func createIndex(t *testing.T, ctx context.Context, db *txnode.DB, name string, opts hashindex.Options) *hashindex.Index {
+	t.Helper()
+	ix, err := hashindex.Create(ctx, db, name, opts)
+	require.NoError(t, err)
+	return ix
+}
+
+// verifyIndex verifies ix (Index.Verify), failing the test on an error, and returns its stats.
+func verifyIndex(t *testing.T, ctx context.Context, ix *hashindex.Index) hashindex.Stats {
+	t.Helper()
+	st, err := ix.Verify(ctx)
+	require.NoError(t, err)
+	return st
+}
+
 func key8(i int) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(i)*0x1000193) }
 
 func TestUniqueGrowDeleteReopen(t *testing.T) {
@@ -26,8 +42,7 @@ func TestUniqueGrowDeleteReopen(t *testing.T) {
 	dir := t.TempDir()
 	db := openDB(t, dir)
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "names", hashindex.Options{KeyBytes: 8, Unique: true, RowBytes: 64})
 	n := 3000
 	if testing.Short() {
 		n = 800
@@ -35,8 +50,7 @@ func TestUniqueGrowDeleteReopen(t *testing.T) {
 	for i := range n {
 		require.NoError(t, ix.Insert(ctx, key8(i), uint64(i)+100))
 	}
-	st, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, ix)
 	require.Equal(t, n, st.Entries)
 	require.Greater(t, st.Buckets, n/4, "%+v", st)
 	for i := range n {
@@ -45,15 +59,14 @@ func TestUniqueGrowDeleteReopen(t *testing.T) {
 		require.Equal(t, uint64(i)+100, id)
 	}
 	require.ErrorIs(t, ix.Insert(ctx, key8(7), 1), hashindex.ErrUniqueViolation)
-	_, err = ix.Lookup(ctx, key8(n+1))
+	_, err := ix.Lookup(ctx, key8(n+1))
 	require.ErrorIs(t, err, hashindex.ErrNotFound)
 	for i := 0; i < n; i += 2 {
 		require.NoError(t, ix.Delete(ctx, key8(i), uint64(i)+100))
 	}
 	require.ErrorIs(t, ix.Delete(ctx, key8(0), 100), hashindex.ErrNotFound)
 	require.ErrorIs(t, ix.Delete(ctx, key8(1), 5), hashindex.ErrNotFound)
-	st, err = ix.Verify(ctx)
-	require.NoError(t, err)
+	st = verifyIndex(t, ctx, ix)
 	require.Equal(t, n/2, st.Entries)
 
 	require.NoError(t, db.Close(ctx))
@@ -69,8 +82,7 @@ func TestUniqueGrowDeleteReopen(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, uint64(i)+100, id)
 	}
-	_, err = ix.Verify(ctx)
-	require.NoError(t, err)
+	verifyIndex(t, ctx, ix)
 }
 
 // rowsOfKind returns the ids of the index table's rows of a kind (the byte at offset 4 of
@@ -111,10 +123,8 @@ func TestCorruptionReported(t *testing.T) {
 	_, err = hashindex.Open(ctx, db, "missing")
 	require.ErrorIs(t, err, txnode.ErrTableNotFound)
 
-	a, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
-	require.NoError(t, err)
-	b, err := hashindex.Create(ctx, db, "b", hashindex.Options{KeyBytes: 8, Unique: true})
-	require.NoError(t, err)
+	a := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 8, Unique: true})
+	b := createIndex(t, ctx, db, "b", hashindex.Options{KeyBytes: 8, Unique: true})
 	for i := range 50 {
 		require.NoError(t, a.Insert(ctx, key8(i), uint64(i)))
 		require.NoError(t, b.Insert(ctx, key8(i), uint64(i)))
@@ -141,8 +151,7 @@ func TestCorruptionReported(t *testing.T) {
 	for i, id := range aBuckets {
 		require.NoError(t, a.Table().Put(ctx, id, saved[i]))
 	}
-	_, err = a.Verify(ctx)
-	require.NoError(t, err)
+	verifyIndex(t, ctx, a)
 
 	// A flipped bit in a bucket row, in its header (bucket number), which every read sums.
 	// (Byte 30 was the first entry's: the test failed whenever the salt left aBuckets[0]
@@ -173,8 +182,7 @@ func TestCorruptionReported(t *testing.T) {
 	require.ErrorIs(t, err, corrupt.ErrCorruption)
 	a, err = hashindex.Open(ctx, db, "a")
 	require.NoError(t, err)
-	_, err = a.Verify(ctx)
-	require.NoError(t, err)
+	verifyIndex(t, ctx, a)
 }
 
 func TestOptionsAndKeySize(t *testing.T) {
@@ -191,13 +199,11 @@ func TestOptionsAndKeySize(t *testing.T) {
 	require.Equal(t, 256, hashindex.DefaultRowBytes(16)) // 24 + 8*24 = 216, rounded to 256
 	require.Equal(t, 128, hashindex.DefaultRowBytes(4))
 	require.Equal(t, 2176, hashindex.DefaultRowBytes(256))
-	ix, err := hashindex.Create(ctx, db, "x", hashindex.Options{KeyBytes: 16, Buckets: 100})
-	require.NoError(t, err)
-	st, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "x", hashindex.Options{KeyBytes: 16, Buckets: 100})
+	st := verifyIndex(t, ctx, ix)
 	require.Equal(t, 128, st.Buckets)
 	require.Equal(t, 9, st.EntriesPerRow) // (256-24)/24
-	_, err = hashindex.Create(ctx, db, "x", hashindex.Options{KeyBytes: 16})
+	_, err := hashindex.Create(ctx, db, "x", hashindex.Options{KeyBytes: 16})
 	require.ErrorIs(t, err, storenode.ErrTableExists)
 	k, err := ix.Key("alice")
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/hashindex"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -32,10 +33,7 @@ const killWriterEnv = "WEFT_HASHINDEX_KILL_WRITER"
 
 // TestHelperKillWriter is not a test: it is the writer process of TestKill9.
 func TestHelperKillWriter(t *testing.T) {
-	spec := os.Getenv(killWriterEnv)
-	if spec == "" {
-		t.Skip("helper process of TestKill9")
-	}
+	spec := testkit.HelperSpec(t, killWriterEnv, "TestKill9")
 	dir, rest, _ := strings.Cut(spec, "@")
 	startStr, mode, _ := strings.Cut(rest, "@")
 	start, err := strconv.Atoi(startStr)
@@ -202,8 +200,7 @@ func killWriter(t *testing.T, writeBack bool) {
 	defer db.Close(ctx)
 	players, names, err := openPlayers(ctx, db)
 	require.NoError(t, err)
-	st, err := names.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, names)
 	if writeBack {
 		// What survived of each round: its acknowledged inserts up to the last surviving one
 		// (a prefix), with the deletes of the transactions in it.

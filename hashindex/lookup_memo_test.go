@@ -29,8 +29,7 @@ func TestFastPathCatchesSwappedIDs(t *testing.T) {
 			ctx := context.Background()
 			db := openDB(t, t.TempDir())
 			defer func() { db.Close(ctx) }()
-			ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: c.kb, Unique: true})
-			require.NoError(t, err)
+			ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: c.kb, Unique: true})
 			key := func(i int) []byte {
 				if c.kb == 16 {
 					return playerName(i)
@@ -93,8 +92,7 @@ func TestLookupTornBucketRow(t *testing.T) {
 			ctx := context.Background()
 			db := openDB(t, t.TempDir())
 			defer func() { db.Close(ctx) }()
-			ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: kb, Unique: true})
-			require.NoError(t, err)
+			ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: kb, Unique: true})
 			key := func(i int) []byte {
 				if kb == 16 {
 					return playerName(i)
@@ -180,8 +178,7 @@ func TestLookupLinearizable(t *testing.T) {
 	}
 	db := openDB(t, t.TempDir())
 	defer db.Close(ctx)
-	ix, err := hashindex.Create(ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true, RowBytes: 96})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "a", hashindex.Options{KeyBytes: 16, Unique: true, RowBytes: 96})
 	n := writers * keysEach
 	// seq[k] is 2g once key k's g-th operation returned, odd while one is in flight; after
 	// g operations the key is present with id k<<32|g when g is odd, absent when g is even.
@@ -243,7 +240,6 @@ func TestLookupLinearizable(t *testing.T) {
 	for range 2 {
 		require.NoError(t, <-readerDone)
 	}
-	st, err := ix.Verify(ctx)
-	require.NoError(t, err)
+	st := verifyIndex(t, ctx, ix)
 	t.Logf("%d lookups checked; %+v", checked.Load(), st)
 }

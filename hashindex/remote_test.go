@@ -33,8 +33,7 @@ func TestRemoteStore(t *testing.T) {
 	const small = 144 << 10 // 8 frames of 64 bucket rows with the cache's metadata, the index ~10: lookups miss
 	db := open(addr, small)
 	defer func() { db.Close(ctx) }()
-	ix, err := hashindex.Create(ctx, db, "names", hashindex.Options{KeyBytes: 16, Unique: true})
-	require.NoError(t, err)
+	ix := createIndex(t, ctx, db, "names", hashindex.Options{KeyBytes: 16, Unique: true})
 	n := 3000          // -short too: fewer keys would fit the small cache
 	for i := range n { // one transaction each: a split touches up to five pages
 		require.NoError(t, ix.Insert(ctx, playerName(i), uint64(i)))
@@ -56,8 +55,7 @@ func TestRemoteStore(t *testing.T) {
 		if !verify {
 			return
 		}
-		st, err := ix.Verify(ctx)
-		require.NoError(t, err)
+		st := verifyIndex(t, ctx, ix)
 		require.Equal(t, n-(n+2)/3, st.Entries)
 	}
 	check(ix, false)
@@ -69,6 +67,7 @@ func TestRemoteStore(t *testing.T) {
 
 	require.NoError(t, db.Close(ctx))
 	db = open(addr, 4<<20) // Verify reads the whole index in one transaction
+	var err error
 	ix, err = hashindex.Open(ctx, db, "names")
 	require.NoError(t, err)
 	check(ix, true)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 func TestClientHandshake(t *testing.T) {
@@ -123,7 +124,7 @@ var (
 )
 
 func TestClientTLS(t *testing.T) {
-	serverCfg, clientCfg := tlsConfigs(t)
+	serverCfg, clientCfg := testkit.TLSConfigs(t)
 	s := newTestServer(t, testSecret, withTLS(serverCfg))
 	c := dialTest(t, s, func(cfg *ClientConfig) { cfg.TLS = clientCfg })
 	var g Grant

@@ -3,15 +3,9 @@ package sgio
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"sync"
 	"testing"
@@ -295,40 +289,7 @@ func framesIn(t testing.TB, b []byte) []Frame {
 	return fs
 }
 
-// tlsConfigs returns a server config with a fresh self-signed certificate for 127.0.0.1 and a
-// client config that trusts it.
-func tlsConfigs(t testing.TB) (server, client *tls.Config) {
-	cert, pool := selfSigned(t)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
-		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
-}
-
 // withTLS wraps the server's listener in TLS.
 func withTLS(cfg *tls.Config) func(*testServer) {
 	return func(s *testServer) { s.ln = tls.NewListener(s.ln, cfg) }
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and a pool that trusts it.
-func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "weft test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true,
-
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }

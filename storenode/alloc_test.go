@@ -53,14 +53,8 @@ func TestCommitKeptAllocs(t *testing.T) {
 	}{{SyncNone, nil}, {SyncAlways, nil}, {SyncNone, vfs.NewFaultFS()}, {SyncAlways, vfs.NewFaultFS()}} {
 		mode := c.mode
 		for _, withBody := range []bool{false, true} {
-			e, err := Open(Options{Dir: t.TempDir(), FS: c.fs, Sync: mode, Logger: quietLogger, CheckpointInterval: -1})
-			require.NoError(t, err)
-			info, err := e.CreateTable("t", 512)
-			require.NoError(t, err)
-			g, err := e.Acquire(info.ID, testOwner, 0)
-			require.NoError(t, err)
-			_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
-			require.NoError(t, err)
+			e := openEngine(t, Options{Dir: t.TempDir(), FS: c.fs, Sync: mode, Logger: quietLogger, CheckpointInterval: -1})
+			info, g := ownedTable(t, e, "t", 512, testOwner, 1)
 			ch := make(chan error, 1)
 			done := func(_ uint64, err error) { ch <- err }
 			rows := make([]byte, 2*512)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -24,21 +25,10 @@ import (
 // On 71787ea the 16 pages stayed held until B2 ended (and the dropped table's file stayed).
 func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
-	commitAll := func(v uint64) {
-		for id := range uint64(1024) {
-			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
-			require.NoError(t, err)
-		}
-	}
+	commitAll := func(v uint64) { commitRows(t, e, &seq, ti.ID, fences, v) }
 	gone, err := e.CreateTable("gone", 64)
 	require.NoError(t, err)
 	commitAll(0)
@@ -47,13 +37,7 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 	// B1 holds the first snapshot.
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
-	s1 := &blockSink{started: make(chan struct{})}
-	done1 := make(chan error, 1)
-	go func() {
-		_, err := e.Backup(ctx1, s1)
-		done1 <- err
-	}()
-	<-s1.started
+	done1 := startBlockedBackup(ctx1, e)
 	commitAll(10_000)
 	require.NoError(t, e.DropTable("gone", testOwner))
 	require.NoError(t, e.Checkpoint())
@@ -103,15 +87,9 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 // (exit 0 from weft verify) while Open refused it with ErrBackupIncomplete.
 func TestCheckBackupMarkers(t *testing.T) {
 	e := openTest(t, Options{})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
-	require.NoError(t, err)
 
 	dir := filepath.Join(t.TempDir(), "copy")
 	d, err := NewBackupDir(nil, dir)
@@ -121,14 +99,12 @@ func TestCheckBackupMarkers(t *testing.T) {
 	require.NoError(t, d.Close()) // every file is there, but Finish never ran
 	_, err = Open(Options{Dir: dir})
 	require.ErrorIs(t, err, ErrBackupIncomplete)
-	rep, err := Check(context.Background(), dir, CheckOptions{})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 	require.True(t, rep.Damaged(), "Check calls intact a directory Open refuses: %v", rep.Findings)
 	require.Contains(t, rep.Findings[0].String(), backupIncompleteName)
 
 	dir2, _ := backupTo(t, e)
-	rep, err = Check(context.Background(), dir2, CheckOptions{})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), dir2, CheckOptions{})
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 	require.Len(t, rep.Findings, 1, "%v", rep.Findings)
 	require.Contains(t, rep.Findings[0].String(), restoredName)
@@ -145,13 +121,11 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 	for i, name := range []string{"a", "b"} {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 		require.NoError(t, err)
-		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(ti.ID, 3, row64(uint64(33+i)))}})
-		require.NoError(t, err)
 		grants = append(grants, g)
 		if i == 0 {
 			require.NoError(t, e.Checkpoint()) // a's rows in a page, b's in the WAL tail
@@ -228,35 +202,22 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 	for _, kill := range []bool{false, true} {
 		fs := vfs.NewFaultFS()
 		opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, WALSegmentBytes: 32 << 10}
-		e, err := Open(opts)
-		require.NoError(t, err)
+		e := openEngine(t, opts)
 		ti, err := e.CreateTable("items", 64)
 		require.NoError(t, err)
 		gone, err := e.CreateTable("gone", 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 		require.NoError(t, err)
 		seq := uint64(0)
 		commitAll := func(e *Engine, epoch, v uint64) {
-			for id := range uint64(1024) {
-				seq++
-				_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
-					Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
-				require.NoError(t, err)
-			}
+			commitRows(t, e, &seq, ti.ID, []base.Fence{{Table: ti.ID, Epoch: epoch}}, v)
 		}
 		commitAll(e, g.Epoch, 0)
 		require.NoError(t, e.Checkpoint())
 		ctx, cancel := context.WithCancel(context.Background())
-		s := &blockSink{started: make(chan struct{})}
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.Backup(ctx, s)
-			done <- err
-		}()
-		<-s.started
+		done := startBlockedBackup(ctx, e)
 		commitAll(e, g.Epoch, 10_000)
 		require.NoError(t, e.DropTable("gone", testOwner))
 		require.NoError(t, e.Checkpoint())
@@ -274,8 +235,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 		e.Close()
 
 		requireCheckNoDamage(t, fs, "db", "after the crash")
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		n, held := e.BackupHold()
 		require.Zero(t, n)
 		require.Zero(t, held)
@@ -284,8 +244,7 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, row64(20_000+id), row)
 		}
-		g, err = e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g = acquire(t, e, ti.ID, testOwner, 0)
 		commitAll(e, g.Epoch, 30_000)
 		require.NoError(t, e.Checkpoint())
 		commitAll(e, g.Epoch, 40_000)
@@ -313,18 +272,12 @@ func TestBackupOriginCrashDuringHold(t *testing.T) {
 // backup ran a checkpoint first.
 func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	seq := uint64(0)
 	commit := func() {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(ti.ID, 1, row64(seq))}})
-		require.NoError(t, err)
 	}
 	commit()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -361,8 +314,7 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
 	ti, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, testOwner, 0)
 	dir, _ := backupTo(t, e)
 
 	clock := &fakeClock{}
@@ -387,14 +339,9 @@ func TestRestoredTableNotKeptByFencedOwner(t *testing.T) {
 // every batch acknowledged before it began. Batch v writes value v into two rows on two
 // pages, so a copy with a page image from the wrong checkpoint, or a batch in part, shows.
 func TestBackupsOverlapUnderLoad(t *testing.T) {
-	batches := uint64(scaled(600, 2400, 20000))
+	batches := uint64(testseed.Scaled(600, 2400, 20000))
 	e := openTest(t, Options{Sync: SyncNone, CheckpointWALBytes: 16 << 10, WALSegmentBytes: 32 << 10})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
 	rowsOf := func(v uint64) [2]uint64 { return [2]uint64{v % 16 * 64, (v+8)%16*64 + 1} }
 
 	var mu sync.Mutex
@@ -443,7 +390,7 @@ func TestBackupsOverlapUnderLoad(t *testing.T) {
 	}
 	const workers = 3
 	var sawHeld atomic.Bool
-	perWorker := scaled(4, 8, 40)
+	perWorker := testseed.Scaled(4, 8, 40)
 	var runs []copyRun // guarded by mu
 	errs := make(chan error, workers)
 	for w := range workers {

@@ -34,15 +34,9 @@ func TestBackupIdleStore(t *testing.T) {
 	require.Empty(t, c.Tables())
 
 	// An idle store with a table and rows, checkpointed: the copy holds them, and no WAL.
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
-	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	dir2, _ := backupTo(t, e)
 	c2 := openTest(t, Options{Dir: dir2})
@@ -50,37 +44,29 @@ func TestBackupIdleStore(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, row64(33), row)
 	// The restored copy bumped the epoch: the original's grant is fenced there.
-	_, err = c2.Acquire(ti.ID, testOwner, g.Epoch)
+	_, err := c2.Acquire(ti.ID, testOwner, g.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = c2.CommitWait(&Batch{Owner: testOwner, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 4, row64(44))}})
 	require.ErrorIs(t, err, ErrFenced)
-	g2, err := c2.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, c2, ti.ID, testOwner, 0)
 	require.Greater(t, g2.Epoch, g.Epoch+restoreEpochGap-1)
 	require.NoError(t, c2.Close())
 	// The bump happens once: the marker is gone after the first open.
 	c3 := openTest(t, Options{Dir: dir2})
-	_, err = c3.Acquire(ti.ID, testOwner, g2.Epoch)
-	require.NoError(t, err)
+	acquire(t, c3, ti.ID, testOwner, g2.Epoch)
 }
 
 // TestBackupWALTail backs up a store whose WAL after the checkpoint holds batches the copy
 // must replay, written while the backup runs (the sink commits between pieces).
 func TestBackupWALTail(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 64 << 10})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 64)
-	require.NoError(t, err)
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 64)
 	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	seq := uint64(0)
 	commit := func(id, v uint64) {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v))}})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v))}})
 	}
 	for id := range uint64(2000) {
 		commit(id, id)
@@ -158,31 +144,9 @@ func (s *blockSink) WriteChunk(ctx context.Context, f BackupFile, off int64, b [
 	return ctx.Err()
 }
 
-// TestBackupAbandonedReleasesHold: a backup whose sink stalls holds replaced disk pages and
-// WAL segments; cancelling it (the client went away) frees them, and checkpoints go on
-// dropping the WAL.
-func TestBackupAbandonedReleasesHold(t *testing.T) {
-	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 32 << 10})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
-	require.NoError(t, err)
-	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
-	seq := uint64(0)
-	commitAll := func(v uint64) {
-		for id := range uint64(1024) {
-			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
-			require.NoError(t, err)
-		}
-	}
-	commitAll(0)
-	require.NoError(t, e.Checkpoint())
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// startBlockedBackup starts a Backup of e under ctx into a blockSink that blocks on the first
+// piece of a data file, and returns once it blocks; the channel gets the Backup's error.
+func startBlockedBackup(ctx context.Context, e *Engine) <-chan error {
 	s := &blockSink{started: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
@@ -190,6 +154,34 @@ func TestBackupAbandonedReleasesHold(t *testing.T) {
 		done <- err
 	}()
 	<-s.started
+	return done
+}
+
+// commitRows commits rows 0 to 1023 of table, row id holding row64(v+id), one batch each
+// under fences, the batches numbered on from *seq; each is durable before the next.
+func commitRows(t *testing.T, e *Engine, seq *uint64, table uint32, fences []base.Fence, v uint64) {
+	t.Helper()
+	for id := range uint64(1024) {
+		*seq++
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: *seq, Fences: fences, Segments: []base.Segment{oneRow(table, id, row64(v+id))}})
+	}
+}
+
+// TestBackupAbandonedReleasesHold: a backup whose sink stalls holds replaced disk pages and
+// WAL segments; cancelling it (the client went away) frees them, and checkpoints go on
+// dropping the WAL.
+func TestBackupAbandonedReleasesHold(t *testing.T) {
+	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 32 << 10})
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 16)
+	fences := []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
+	seq := uint64(0)
+	commitAll := func(v uint64) { commitRows(t, e, &seq, ti.ID, fences, v) }
+	commitAll(0)
+	require.NoError(t, e.Checkpoint())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := startBlockedBackup(ctx, e)
 	commitAll(10_000)
 	require.NoError(t, e.Checkpoint())
 	n, held := e.BackupHold()
@@ -269,21 +261,15 @@ func TestBackupDirRefusesBadPieces(t *testing.T) {
 // TestBackupCorruptPageFails: a damaged data page fails the backup; it is never copied.
 func TestBackupCorruptPageFails(t *testing.T) {
 	e := openTest(t, Options{})
-	ti, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
-	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
 	tb := e.tables[ti.ID]
 	disk := tb.pages.get(0).disk
 	e.mu.Unlock()
-	_, err = tb.data.WriteAt([]byte{0xff}, int64(disk-1)*int64(tb.geo.DiskPageBytes())+7)
+	_, err := tb.data.WriteAt([]byte{0xff}, int64(disk-1)*int64(tb.geo.DiskPageBytes())+7)
 	require.NoError(t, err)
 	d, err := NewBackupDir(nil, filepath.Join(t.TempDir(), "copy"))
 	require.NoError(t, err)
@@ -302,8 +288,7 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 	mk := func(name string, v uint64) TableInfo {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 4)
 		require.NoError(t, err)
 		next++
@@ -311,8 +296,7 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 		for id := range uint64(200) {
 			segs = append(segs, oneRow(ti.ID, id, row64(v+id)))
 		}
-		_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: next, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: next, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
 		return ti
 	}
 	keep := mk("keep", 0)

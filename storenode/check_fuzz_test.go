@@ -18,22 +18,15 @@ import (
 // has them (open) when open is set, else after Close.
 func fuzzStoreFiles(t testing.TB, open bool) (meta, data, seg []byte) {
 	ffs := vfs.NewFaultFS()
-	e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
-	require.NoError(t, err)
-	ti, err := e.CreateTable("t", 16)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, 3, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, 3, g.Epoch, 4)
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
+	ti, g := ownedTable(t, e, "t", 16, 3, 4)
 	for i := uint64(1); i <= 6; i++ {
 		if i == 4 {
 			require.NoError(t, e.Checkpoint())
 		}
-		_, err := e.CommitWait(&Batch{Owner: 3, Seq: i, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: 3, Seq: i, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{{Table: ti.ID, Page: i % 3, Data: 0x5 << i, Clear: 0x10000,
 				Rows: checkRows(2, 16, i, i)}}})
-		require.NoError(t, err)
 	}
 	if !open {
 		require.NoError(t, e.Close())

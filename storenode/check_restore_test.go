@@ -39,8 +39,7 @@ func TestCheckIncompleteBackupIsDamage(t *testing.T) {
 // first Open then does both.
 func TestCheckRestoredCopyUnchanged(t *testing.T) {
 	s := buildCheckStores(t)
-	e, err := Open(checkTestOptions(copyStore(t, s.clean)))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(copyStore(t, s.clean)))
 	dst := filepath.Join(t.TempDir(), "restored")
 	bd, err := NewBackupDir(nil, dst)
 	require.NoError(t, err)
@@ -60,8 +59,7 @@ func TestCheckRestoredCopyUnchanged(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dst, restoredName))
 	require.NoError(t, err)
 
-	r, err := Open(checkTestOptions(dst))
-	require.NoError(t, err)
+	r := openEngine(t, checkTestOptions(dst))
 	require.NoError(t, r.Close())
 	_, err = os.Stat(filepath.Join(dst, restoredName))
 	require.ErrorIs(t, err, os.ErrNotExist)
@@ -87,14 +85,12 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 		e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger,
 			ExpireLeasesAtOpen: true})
 		require.NoError(t, err)
-		g, err := e.Acquire(1, 9, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, 1, 9, 0)
 		_, _, err = e.AllocIDs(1, 9, g.Epoch, 64)
 		require.NoError(t, err)
 		for p := uint64(0); p < 40; p++ {
-			_, err = e.CommitWait(&Batch{Owner: 9, Seq: p + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+			commitWait(t, e, &Batch{Owner: 9, Seq: p + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
 				Segments: []base.Segment{{Table: 1, Page: p, Data: ^uint64(0), Rows: checkRows(64, 16, p, 9)}}})
-			require.NoError(t, err)
 		}
 		require.NoError(t, e.Checkpoint())
 		require.NoError(t, e.Close())
@@ -107,8 +103,7 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 	ffs.Inject(nil)
 
 	// Checked again, stopped: clean.
-	rep, err = Check(context.Background(), "db", CheckOptions{FS: ffs})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), "db", CheckOptions{FS: ffs})
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 }
 
@@ -137,8 +132,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	mk := func(name string) (TableInfo, []base.Fence) {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
-		g, err := e.Acquire(ti.ID, testOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 16)
 		require.NoError(t, err)
 		return ti, []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
@@ -146,8 +140,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	commit := func(ti TableInfo, fences []base.Fence, n, v uint64) {
 		for id := range n {
 			seq++
-			_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
-			require.NoError(t, err)
+			commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
 		}
 	}
 	items, fi := mk("items")
@@ -181,8 +174,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	rep := runCheck(t, dir)
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 	for range 2 {
-		c, err := Open(checkTestOptions(dir))
-		require.NoError(t, err)
+		c := openEngine(t, checkTestOptions(dir))
 		require.NoError(t, c.Close())
 		rep = runCheck(t, dir)
 		require.False(t, rep.Damaged(), "%v", rep.Findings)
@@ -249,8 +241,7 @@ func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			files := crash.clone()
 			files[segName] = forgeWALRecord(files[segName], last, c.kind, c.payload)
-			rep, err := Check(context.Background(), "db", CheckOptions{FS: files.fs(t)})
-			require.NoError(t, err)
+			rep := requireChecked(t, context.Background(), "db", CheckOptions{FS: files.fs(t)})
 			require.EqualValues(t, last+1, rep.LastLSN, "the forged record is read: %v", rep.Findings)
 			ffs := files.fs(t)
 			opts := Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}

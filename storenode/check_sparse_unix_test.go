@@ -54,8 +54,7 @@ func TestCheckOddFilesDoNotHang(t *testing.T) {
 // sees a crash; it must report the damage.
 func TestCheckHugeSparseMeta(t *testing.T) {
 	if dir := os.Getenv("WEFT_CHECK_SPARSE_DIR"); dir != "" {
-		rep, err := Check(context.Background(), dir, CheckOptions{})
-		require.NoError(t, err)
+		rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 		for _, f := range rep.Findings {
 			t.Log(f.String())
 		}
@@ -102,8 +101,7 @@ func TestCheckHugeSparseMeta(t *testing.T) {
 // here, so the parent sees a crash; it must report the damage, and Open must refuse it.
 func TestHugeSparseMapLog(t *testing.T) {
 	if dir := os.Getenv("WEFT_CHECK_SPARSE_LOG_DIR"); dir != "" {
-		rep, err := Check(context.Background(), dir, CheckOptions{})
-		require.NoError(t, err)
+		rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 		for _, f := range rep.Findings {
 			t.Log(f.String())
 		}

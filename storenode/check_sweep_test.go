@@ -65,35 +65,27 @@ func readSweepFiles(t testing.TB, ffs *vfs.FaultFS) sweepFiles {
 // after Close (clean) and as they were while it ran (crash: what kill -9 leaves).
 func buildSweepStore(t testing.TB) (clean, crash sweepFiles) {
 	ffs := vfs.NewFaultFS()
-	e, err := Open(Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: "db", FS: ffs, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger})
 	ti, err := e.CreateTable("t", 16)
 	require.NoError(t, err)
 	gone, err := e.CreateTable("gone", 8)
 	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, 3, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, 3, 0)
 	_, _, err = e.AllocIDs(ti.ID, 3, g.Epoch, 4)
 	require.NoError(t, err)
 	seq := uint64(0)
 	commit := func(table uint32, epoch uint64, rowBytes int, page, data, clear uint64) {
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: 3, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+		commitWait(t, e, &Batch{Owner: 3, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
 			Segments: []base.Segment{{Table: table, Page: page, Data: data, Clear: clear,
 				Rows: checkRows(popcount(data), rowBytes, page, seq)}}})
-		require.NoError(t, err)
 	}
 	for i := uint64(1); i <= 3; i++ {
 		commit(ti.ID, g.Epoch, 16, i%3, 0x5<<i, 0x10000)
 	}
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.DropTable(gone.Name, 3))
-	again, err := e.CreateTable("gone", 8)
-	require.NoError(t, err)
-	g2, err := e.Acquire(again.ID, 3, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(again.ID, 3, g2.Epoch, 1)
-	require.NoError(t, err)
+	again, g2 := ownedTable(t, e, "gone", 8, 3, 1)
 	commit(again.ID, g2.Epoch, 8, 0, 0x3, 0)
 	for i := uint64(4); i <= 6; i++ {
 		commit(ti.ID, g.Epoch, 16, i%3, 0x5<<i, 0x10000)

@@ -35,6 +35,14 @@ type checkStores struct {
 	lastLSN      uint64 // the crash copy's last WAL record
 }
 
+// requireChecked runs Check on dir, failing the test on error, and returns its report.
+func requireChecked(t testing.TB, ctx context.Context, dir string, opts CheckOptions) *CheckReport {
+	t.Helper()
+	rep, err := Check(ctx, dir, opts)
+	require.NoError(t, err)
+	return rep
+}
+
 func checkTestOptions(dir string) Options {
 	return Options{Dir: dir, CheckpointWALBytes: -1, CheckpointInterval: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
 }
@@ -52,8 +60,7 @@ func buildCheckStores(t *testing.T) checkStores {
 	t.Helper()
 	dir := t.TempDir()
 	s := checkStores{clean: filepath.Join(dir, "clean"), crash: filepath.Join(dir, "crash")}
-	e, err := Open(checkTestOptions(s.clean))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(s.clean))
 	items, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
 	wide, err := e.CreateTable("wide", 136) // 64*136 bytes of rows in a 12 KiB disk page: padding
@@ -61,8 +68,7 @@ func buildCheckStores(t *testing.T) checkStores {
 	seq := uint64(0)
 	epochs := map[uint32]uint64{}
 	for _, id := range []uint32{items.ID, wide.ID} {
-		g, err := e.Acquire(id, checkOwner, 0)
-		require.NoError(t, err)
+		g := acquire(t, e, id, checkOwner, 0)
 		epochs[id] = g.Epoch
 		_, _, err = e.AllocIDs(id, checkOwner, g.Epoch, 8)
 		require.NoError(t, err)
@@ -73,8 +79,7 @@ func buildCheckStores(t *testing.T) checkStores {
 		b := &Batch{Owner: checkOwner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epochs[table]}},
 			Segments: []base.Segment{{Table: table, Page: page, Data: data, Clear: clear,
 				Rows: checkRows(popcount(data), rowBytes, page, version)}}}
-		_, err := e.CommitWait(b)
-		require.NoError(t, err)
+		commitWait(t, e, b)
 	}
 	for p := uint64(0); p < 6; p++ {
 		commit(items.ID, 64, p, ^uint64(0), 0, 1)
@@ -138,8 +143,7 @@ func treeOf(t *testing.T, dir string) map[string]string {
 func runCheck(t *testing.T, dir string) *CheckReport {
 	t.Helper()
 	before := treeOf(t, dir)
-	rep, err := Check(context.Background(), dir, CheckOptions{})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 	require.Equal(t, before, treeOf(t, dir), "Check changed the directory")
 	return rep
 }
@@ -282,8 +286,7 @@ func TestCheckCleanStores(t *testing.T) {
 	require.EqualValues(t, 6, rep.FreeDiskPages, "the old copies of items pages 1..5 and wide page 1, rewritten at Close")
 
 	// The store opens, and checks clean again after recovery made it its own.
-	e, err := Open(checkTestOptions(copyStore(t, s.crash)))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(copyStore(t, s.crash)))
 	dir := e.dir
 	require.NoError(t, e.Close())
 	rep = runCheck(t, dir)
@@ -293,9 +296,8 @@ func TestCheckCleanStores(t *testing.T) {
 func TestCheckRefusesRunningStore(t *testing.T) {
 	s := buildCheckStores(t)
 	dir := copyStore(t, s.clean)
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
-	_, err = Check(context.Background(), dir, CheckOptions{})
+	e := openEngine(t, checkTestOptions(dir))
+	_, err := Check(context.Background(), dir, CheckOptions{})
 	require.ErrorIs(t, err, ErrLocked)
 	require.ErrorContains(t, err, "stop it before checking")
 	// An Engine of this process holds it: the error says so, never "another process"
@@ -550,10 +552,8 @@ func TestCheckCatalogDamage(t *testing.T) {
 	// A WAL commit to rows never granted. The engine refuses such a commit, so the record is
 	// appended to the stopped store's log directly, as a buggy or older engine would have.
 	dir = copyStore(t, s.clean)
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
-	g, err := e.Acquire(1, checkOwner, 0)
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
+	g := acquire(t, e, 1, checkOwner, 0)
 	require.NoError(t, e.Close())
 	b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: 1, Page: 100, Data: 1, Rows: make([]byte, 64)}}}
@@ -594,8 +594,7 @@ func TestCheckNotes(t *testing.T) {
 			editEntry(&m.tables[0].pages, i, func(e *mapEntry) { e.crc ^= 1 })
 		}
 	})
-	rep, err := Check(context.Background(), dir, CheckOptions{MaxFindings: 3})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), dir, CheckOptions{MaxFindings: 3})
 	require.Len(t, rep.Findings, 3)
 	require.Equal(t, loadTestMeta(t, dir).tables[0].pages.count()-3, rep.Omitted)
 	require.Equal(t, loadTestMeta(t, dir).tables[0].pages.count(), rep.DamageCount())
@@ -617,27 +616,19 @@ func requireCheckNoDamage(t *testing.T, fsys vfs.FS, dir string, msg string) {
 // in the WAL only, check clean (no false damage), before and after recovery.
 func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	require.NoError(t, e.Close())
 	rep := runCheck(t, dir) // an empty store
 	require.False(t, rep.Damaged(), "%v", rep.Findings)
 	require.Empty(t, rep.Findings)
 
-	e, err = Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e = openEngine(t, checkTestOptions(dir))
 	a, err := e.CreateTable("a", 8)
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
-	b, err := e.CreateTable("b", 32)
-	require.NoError(t, err)
-	g, err := e.Acquire(b.ID, checkOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(b.ID, checkOwner, g.Epoch, 2)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: 1, Fences: []base.Fence{{Table: b.ID, Epoch: g.Epoch}},
+	b, g := ownedTable(t, e, "b", 32, checkOwner, 2)
+	commitWait(t, e, &Batch{Owner: checkOwner, Seq: 1, Fences: []base.Fence{{Table: b.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: b.ID, Page: 1, Data: 3, Rows: make([]byte, 64)}}})
-	require.NoError(t, err)
 	require.NoError(t, e.DropTable(a.Name, 0))
 	image := filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
@@ -658,21 +649,14 @@ func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 // and 5 hold rows up to 383, and the WAL after the checkpoint grants up to 1024.)
 func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
-	ti, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(ti.ID, checkOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(ti.ID, checkOwner, g.Epoch, 6)
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
+	ti, g := ownedTable(t, e, "t", 64, checkOwner, 6)
 	for p := uint64(0); p < 6; p++ {
-		_, err = e.CommitWait(&Batch{Owner: checkOwner, Seq: p + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: checkOwner, Seq: p + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{{Table: ti.ID, Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}})
-		require.NoError(t, err)
 	}
 	require.NoError(t, e.Checkpoint())
-	_, _, err = e.AllocIDs(ti.ID, checkOwner, g.Epoch, 10)
+	_, _, err := e.AllocIDs(ti.ID, checkOwner, g.Epoch, 10)
 	require.NoError(t, err)
 	image := filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
@@ -686,13 +670,11 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 // ownership record grants.
 func TestCheckEpochGrantedTwice(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	ti, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
-	g, err := e.Acquire(ti.ID, checkOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, checkOwner, 0)
 	image := filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
 	require.NoError(t, e.Close())

@@ -26,24 +26,10 @@ func BenchmarkCommitLatencyInCheckpoint(b *testing.B) {
 }
 
 func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
-	e, err := Open(Options{Dir: b.TempDir(), Sync: SyncNone, CheckpointWALBytes: -1, CheckpointInterval: time.Hour,
-		CacheBytes: int64(rows)*64*2 + 64<<20, Logger: quietLogger})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	info, err := e.CreateTable("bench", 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := e.Acquire(info.ID, benchOwner, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
 	pages := uint64(rows / logicpage.RowsPerPage)
-	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, int(pages)); err != nil {
-		b.Fatal(err)
-	}
+	opts := Options{Dir: b.TempDir(), Sync: SyncNone, CheckpointWALBytes: -1, CheckpointInterval: time.Hour,
+		CacheBytes: int64(rows)*64*2 + 64<<20, Logger: quietLogger}
+	e, info, g := benchTable(b, opts, int(pages))
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	var (
 		mu        sync.Mutex
@@ -150,23 +136,9 @@ func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
 func BenchmarkUpdateRandomScale(b *testing.B) {
 	for _, rows := range []int{300_000, 3_000_000} {
 		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) {
-			e, err := Open(Options{Dir: b.TempDir(), Sync: SyncNone, CheckpointWALBytes: 16 << 20, CheckpointInterval: time.Hour,
-				CacheBytes: int64(rows)*64*2 + 64<<20, Logger: quietLogger})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			info, err := e.CreateTable("bench", 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			g, err := e.Acquire(info.ID, benchOwner, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, (rows+63)/64); err != nil {
-				b.Fatal(err)
-			}
+			opts := Options{Dir: b.TempDir(), Sync: SyncNone, CheckpointWALBytes: 16 << 20, CheckpointInterval: time.Hour,
+				CacheBytes: int64(rows)*64*2 + 64<<20, Logger: quietLogger}
+			e, info, g := benchTable(b, opts, (rows+63)/64)
 			fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 			seq := prefillTable(b, e, info.ID, fences, uint64(rows+63)/64)
 			slots := make(chan struct{}, 128)

@@ -16,6 +16,7 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/storenode/wal"
 )
@@ -36,14 +37,8 @@ var errDropWriteLost = errors.New("test: the drop record's write is lost")
 func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 1)
 	commit := func(e *Engine, seq, id uint64) {
 		ch := make(chan error, 1)
 		e.Commit(batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row64(100+id))), func(_ uint64, err error) { ch <- err })
@@ -53,8 +48,7 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	require.NoError(t, e.Checkpoint()) // page 0 gets a disk copy
 	require.NoError(t, e.Close())
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	commit(e, 2, 1) // a partial frame: the checkpoint reads the disk copy, releasing mu
 
 	dataFile := strings.TrimPrefix(dataFileName("db", info.ID), "/")
@@ -101,8 +95,7 @@ func TestCheckpointTableDroppedMidCheckpointKeepsRows(t *testing.T) {
 	fs.Crash(nil)
 	fs.Inject(nil)
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	got, err := e.OpenTable("t")
 	require.NoError(t, err, "the drop never became durable: the table is still there")
@@ -121,10 +114,8 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 	s := buildCheckStores(t)
 	for _, seg := range []base.Segment{{Table: 1, Page: 100, Clear: 1}, {Table: 1, Page: 100}} {
 		dir := copyStore(t, s.clean)
-		e, err := Open(checkTestOptions(dir))
-		require.NoError(t, err)
-		g, err := e.Acquire(1, checkOwner, 0)
-		require.NoError(t, err)
+		e := openEngine(t, checkTestOptions(dir))
+		g := acquire(t, e, 1, checkOwner, 0)
 		require.NoError(t, e.Close())
 		b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
 			Segments: []base.Segment{seg}}
@@ -192,14 +183,8 @@ func encodeDenseMeta(m *metaState) []byte {
 func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 200)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 200)
 	seq := uint64(0)
 	commit := func(e *Engine, id uint64) {
 		seq++
@@ -232,15 +217,13 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	damaged := append([]byte(nil), data...)
 	damaged[int64(ent.disk-1)*4096+100] ^= 1
 	require.NoError(t, fs.WriteFile(dataFileName("db", info.ID), damaged))
-	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	d := damages(rep)
 	require.Len(t, d, 1, "%v", rep.Findings)
 	require.Contains(t, d[0].What, fmt.Sprintf("meta offset %d", metaHeaderBytes+metaTableBytes+8+130*metaEntryBytes))
 	require.NoError(t, fs.WriteFile(dataFileName("db", info.ID), data))
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	for _, id := range ids[:4] {
 		row, ok := readRow(t, e, info.ID, id)
 		require.True(t, ok, "row %d", id)
@@ -258,16 +241,14 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, metaVersionDense, binary.LittleEndian.Uint32(cb[8:]), "the copy's meta file is version 2")
 	requireCheckNoDamage(t, cfs, "copy", "backup of a version-2 store")
-	c, err := Open(Options{Dir: "copy", FS: cfs, Logger: quietLogger, CheckpointInterval: -1})
-	require.NoError(t, err)
+	c := openEngine(t, Options{Dir: "copy", FS: cfs, Logger: quietLogger, CheckpointInterval: -1})
 	for _, id := range ids[:4] {
 		row, ok := readRow(t, c, info.ID, id)
 		require.True(t, ok, "row %d in the copy", id)
 		require.Equal(t, row64(id), row)
 	}
 	require.NoError(t, c.Close())
-	g, err = e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g = acquire(t, e, info.ID, testOwner, 0)
 	seq = g.LastSeq
 	commit(e, ids[4])
 	require.NoError(t, e.Checkpoint())
@@ -278,8 +259,7 @@ func TestDenseMetaStoreChecksOpensAndUpgrades(t *testing.T) {
 	require.NotZero(t, m.logGen, "the upgrade wrote a map log")
 	requireCheckNoDamage(t, fs, "db", "upgraded store")
 	fs.Crash(nil)
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	for _, id := range ids {
 		row, ok := readRow(t, e, info.ID, id)
@@ -307,18 +287,16 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 3, copyBytes: 2 * 4096, installWrites: 1}
 	info, err := e.CreateTable("a", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 40
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)
-	cycles := scaled(8, 30, 200)
-	commitsA := scaled(150, 600, 5000)
+	cycles := testseed.Scaled(8, 30, 200)
+	commitsA := testseed.Scaled(150, 600, 5000)
 
 	var (
 		seqMu sync.Mutex
@@ -418,8 +396,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	require.NoError(t, e.Close())
 	fs.Crash(nil)
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	require.NoError(t, e.verify())
 	names := map[string]bool{}
@@ -443,7 +420,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 // every acknowledged row survives, a table whose drop was acknowledged stays dropped, and a
 // table whose drop was still in flight is either gone or whole (never missing a row).
 func TestCheckpointChunksPowerLossBesideDrops(t *testing.T) {
-	for run := range scaled(6, 20, 200) {
+	for run := range testseed.Scaled(6, 20, 200) {
 		testCheckpointChunksPowerLoss(t, run)
 		if t.Failed() {
 			return
@@ -455,13 +432,11 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 1 + run%3, copyBytes: 4096, installWrites: 1}
 	info, err := e.CreateTable("a", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 20
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)

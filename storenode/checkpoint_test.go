@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -26,19 +27,17 @@ func TestCheckpointConcurrentCommits(t *testing.T) {
 
 func testCheckpointConcurrentCommits(t *testing.T, mode SyncMode) {
 	const committers = 4
-	pages := uint64(scaled(96, 400, 2000))
-	commitsEach := scaled(150, 1500, 20000)
+	pages := uint64(testseed.Scaled(96, 400, 2000))
+	commitsEach := testseed.Scaled(150, 1500, 20000)
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: int64(pages/3) * (4096 + frameOverheadBytes)}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	// Small chunks: every checkpoint crosses many chunk boundaries, with commits between.
 	e.ckptChunk = ckptChunks{scanFrames: 5, copyBytes: 3 * 4096, installWrites: 2}
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, int(pages))
 	require.NoError(t, err)
 
@@ -140,8 +139,7 @@ func testCheckpointConcurrentCommits(t *testing.T, mode SyncMode) {
 	}
 	check(e)
 	require.NoError(t, e.Close())
-	e2, err := Open(opts)
-	require.NoError(t, err)
+	e2 := openEngine(t, opts)
 	defer e2.Close()
 	check(e2)
 }

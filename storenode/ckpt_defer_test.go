@@ -113,21 +113,15 @@ func TestCheckpointLoopRetriesDeferred(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		ckptRetryAfter: func(d time.Duration) <-chan time.Time { waits <- d; return fire }}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
-	info, err := e.CreateTable("a", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, failOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, failOwner, g.Epoch)
+	info, g := ownedTable(t, e, "a", 64, failOwner, testGrantPages)
 	seq := uint64(0)
 	commit := func() {
 		t.Helper()
 		seq++
-		_, err := e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(info.ID, seq%64+1, row64(seq))}})
-		require.NoError(t, err)
 	}
 	next := func() time.Duration {
 		t.Helper()

@@ -30,8 +30,7 @@ func TestCacheTriggerCountsIndexBytes(t *testing.T) {
 	defer e.Close()
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, frames*pixFan)
 	require.NoError(t, err)
 	e.mu.Lock()
@@ -40,8 +39,7 @@ func TestCacheTriggerCountsIndexBytes(t *testing.T) {
 	e.mu.Unlock()
 	for k := range uint64(frames) {
 		id := k * pixFan * logicpage.RowsPerPage
-		_, err := e.CommitWait(batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(k))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(k))))
 		e.mu.Lock()
 		index := e.cache.index.bytes
 		room := budget - e.cache.dirtyBytes - index
@@ -128,12 +126,7 @@ const besideOwner = testOwner + 100
 
 func commitsBesideCheckpoints(t testing.TB, fs *vfs.FaultFS, e *Engine) *besideCommits {
 	t.Helper()
-	info, err := e.CreateTable("beside", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, besideOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, besideOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "beside", 64, besideOwner, 1)
 	b := &besideCommits{t: t, fs: fs, e: e, table: info.ID, epoch: g.Epoch}
 	b.on = true
 	b.commit() // its frame is cached from here on
@@ -188,19 +181,13 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	e := openTest(t, Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 80 * cost})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 20)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 20)
 	e.mu.Lock()
 	budget := e.cache.budgetBytes
 	e.trig.headroom = budget / 2 // as a checkpoint beside inserts measures it
 	e.mu.Unlock()
 	for p := range uint64(20) { // a quarter of the cache: no trigger
-		_, err := e.CommitWait(batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
 	}
 	require.NoError(t, e.Checkpoint()) // nothing committed beside it
 	e.mu.Lock()
@@ -210,8 +197,7 @@ func TestCacheTriggerIdleCheckpointKeepsHeadroom(t *testing.T) {
 
 	// A grant logged beside the checkpoint is no commit either.
 	for p := range uint64(20) { // the cached pages again: no allocation
-		_, err := e.CommitWait(batchOf(testOwner, 21+p, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p+1))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, 21+p, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p+1))))
 	}
 	var once sync.Once
 	var grantErr error
@@ -237,18 +223,15 @@ func TestCacheTriggerReplayCheckpointKeepsHeadroom(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncNone,
 		CheckpointInterval: -1, CheckpointWALBytes: -1, CacheBytes: 256 * cost}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 60 // under half the first cache, over the second
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
 	require.NoError(t, err)
 	for p := range uint64(pages) {
-		_, err := e.CommitWait(batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, p+1, info.ID, g.Epoch, oneRow(info.ID, p*logicpage.RowsPerPage, row64(p))))
 	}
 	// Stop without a checkpoint: a failed checkpoint write makes the engine fail-stop, so
 	// Close publishes nothing and the WAL holds every commit.
@@ -259,8 +242,7 @@ func TestCacheTriggerReplayCheckpointKeepsHeadroom(t *testing.T) {
 	fs.CrashKeepAll()
 
 	opts.CacheBytes = 32 * cost
-	e2, err := Open(opts)
-	require.NoError(t, err)
+	e2 := openEngine(t, opts)
 	defer e2.Close()
 	require.Positive(t, e2.Stats().Checkpoints, "replay checkpointed")
 	e2.mu.Lock()

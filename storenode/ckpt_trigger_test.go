@@ -25,12 +25,7 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 	require.NoError(t, err)
 	defer e.Close()
 	beside := commitsBesideCheckpoints(t, fs, e)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", 64, testOwner, pages)
 	var seq uint64
 	pass := func(version uint64) {
 		row := make([]byte, 64)
@@ -39,8 +34,7 @@ func TestCacheTriggerLetsHeldTableGrowDirty(t *testing.T) {
 			binary.LittleEndian.PutUint64(row, id)
 			binary.LittleEndian.PutUint64(row[8:], version)
 			seq++
-			_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row)))
-			require.NoError(t, err)
+			commitWait(t, e, batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, id, row)))
 		}
 	}
 	pass(1) // allocates every frame

@@ -98,8 +98,7 @@ func TestClusterRegisterAnsweredOnlyDurable(t *testing.T) {
 	v := newStepVerifier(3)
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		GrantVerifier: v}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	const a, b = 11, 22
@@ -140,8 +139,7 @@ func TestClusterRegisterAnsweredOnlyDurable(t *testing.T) {
 	require.Error(t, <-regB)
 	_ = e.Close()
 	fs.Inject(nil)
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	_, _, err = e.AllocIDs(ti.ID, a, ea, 1)
 	require.NoError(t, err, "a still holds the table: b's grant never became durable")

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // memVerifier is an in-memory GrantVerifier: owner keys by (table, partition), each with its
@@ -116,9 +118,8 @@ func TestClusterTableIDsAndKinds(t *testing.T) {
 	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 300, row64(1))}})
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 520, row64(1))}})
-	require.NoError(t, err)
 
 	// Restart twice: from the WAL (no checkpoint: the create record of kind 7), then from the
 	// meta file (version 5); the layout, the ids and the grant stay.
@@ -234,12 +235,7 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	local, err := e.CreateTable("local", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(local.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(local.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	local, g := ownedTable(t, e, "local", 64, testOwner, 1)
 	block := make(chan struct{})
 	v.mu.Lock()
 	v.block = block
@@ -251,9 +247,8 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 		_, err := e.RegisterGrant(ctx, ti.ID, 9, epoch)
 		done <- err
 	}()
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(local.ID, 1, row64(1))}})
-	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	cancel()
 	err = <-done
@@ -273,8 +268,7 @@ func TestClusterRestoreFloor(t *testing.T) {
 	require.NoError(t, err)
 	local, err := e.CreateTable("local", 64)
 	require.NoError(t, err)
-	gl, err := e.Acquire(local.ID, testOwner, 0)
-	require.NoError(t, err)
+	gl := acquire(t, e, local.ID, testOwner, 0)
 	ea := v.grant("acct", 0, testOwner)
 	_, err = e.RegisterGrant(context.Background(), ti.ID, testOwner, ea)
 	require.NoError(t, err)
@@ -310,8 +304,7 @@ func TestClusterRestoreFloor(t *testing.T) {
 	// The local table was bumped.
 	_, err = c.Acquire(local.ID, testOwner, gl.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	g2, err := c.Acquire(local.ID, testOwner, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, c, local.ID, testOwner, 0)
 	require.Greater(t, g2.Epoch, uint64(restoreEpochGap))
 }
 
@@ -395,7 +388,7 @@ func (anyVerifier) Revision(context.Context) (uint64, error) { return 1, nil }
 // success, and so does it after a restart.
 func TestClusterRegisterConcurrentFloor(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	if s, ok := envSeed(t); ok {
+	if s, ok := testseed.Replay(t); ok {
 		seed = s
 	}
 	t.Logf("seed %d (WEFT_SEED replays)", seed)
@@ -403,7 +396,7 @@ func TestClusterRegisterConcurrentFloor(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, Sync: SyncNone, GrantVerifier: anyVerifier{}})
 	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	workers, each := scaled(4, 8, 16), scaled(20, 50, 200)
+	workers, each := testseed.Scaled(4, 8, 16), testseed.Scaled(20, 50, 200)
 	var maxDone atomic.Uint64
 	errs := make(chan error, workers)
 	for w := range workers {

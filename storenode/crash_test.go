@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/testkit"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -168,10 +170,7 @@ func openKillTable(e *Engine) (uint32, Grant, error) {
 
 // TestHelperWriter is the writer child of TestKill9; without killChildEnv it does nothing.
 func TestHelperWriter(t *testing.T) {
-	dir := os.Getenv(killChildEnv)
-	if dir == "" {
-		t.Skip("the writer child of TestKill9")
-	}
+	dir := testkit.HelperSpec(t, killChildEnv, "TestKill9")
 	out := bufio.NewWriter(os.Stdout)
 	var outMu sync.Mutex
 	say := func(format string, args ...any) {
@@ -320,7 +319,7 @@ func TestKill9(t *testing.T) {
 	if os.Getenv(killChildEnv) != "" {
 		t.Skip("in the writer child")
 	}
-	runKill9(t, scaled(8, 40, 400))
+	runKill9(t, testseed.Scaled(8, 40, 400))
 }
 
 // TestKill9KeptRows is TestKill9 with rows of 256 bytes: each row is a run the WAL writes
@@ -333,12 +332,12 @@ func TestKill9KeptRows(t *testing.T) {
 	require.GreaterOrEqual(t, 256, commitKeepBytesMin)
 	killRowBytes = 256
 	t.Cleanup(func() { killRowBytes = 64 })
-	runKill9(t, scaled(4, 12, 100))
+	runKill9(t, testseed.Scaled(4, 12, 100))
 }
 
 func runKill9(t *testing.T, cycles int) {
 	seed := uint64(time.Now().UnixNano())
-	if s, ok := envSeed(t); ok {
+	if s, ok := testseed.Replay(t); ok {
 		seed = s
 	}
 	t.Logf("%d cycles, seed %d", cycles, seed)

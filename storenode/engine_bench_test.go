@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -36,6 +37,15 @@ func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []base.Fence) {
 		opts.CheckpointInterval = time.Hour
 	}
 	opts.Logger = quietLogger
+	e, info, g := benchTable(b, opts, benchTableRows/logicpage.RowsPerPage)
+	return e, info.ID, []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
+}
+
+// benchTable opens an engine with opts (closed when b ends), creates the table "bench" of
+// 64-byte rows, takes benchOwner's grant of it and grants that owner the ids of its first
+// pages pages.
+func benchTable(b *testing.B, opts Options, pages int) (*Engine, TableInfo, Grant) {
+	b.Helper()
 	e, err := Open(opts)
 	if err != nil {
 		b.Fatal(err)
@@ -49,10 +59,10 @@ func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []base.Fence) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, benchTableRows/logicpage.RowsPerPage); err != nil {
+	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, pages); err != nil {
 		b.Fatal(err)
 	}
-	return e, info.ID, []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
+	return e, info, g
 }
 
 // benchCommitter hands batches of one owner to Commit with up to inflight of them waiting
@@ -228,7 +238,7 @@ func abandon(e *Engine) {
 // synced. The WAL is in the OS page cache; the figure is the replay's speed, not the disk's.
 func BenchmarkRecovery(b *testing.B) {
 	walBytes := int64(64 << 20)
-	if soak() {
+	if testseed.Soak() {
 		walBytes = 1 << 30
 	}
 	dir := b.TempDir()

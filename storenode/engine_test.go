@@ -1,11 +1,11 @@
 package storenode
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -18,19 +18,50 @@ func openTest(t testing.TB, opts Options) *Engine {
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	return e
 }
 
-// row64 builds a 64-byte row whose words are v, v+1, ...
-func row64(v uint64) []byte {
-	b := make([]byte, 64)
-	for i := range 8 {
-		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
-	}
-	return b
+// openEngine opens an engine with opts, failing the test on error; the caller closes it.
+func openEngine(t testing.TB, opts Options) *Engine {
+	t.Helper()
+	e, err := Open(opts)
+	require.NoError(t, err)
+	return e
+}
+
+// acquire grants owner table in e (Engine.Acquire: epoch 0 for a new grant, else a renewal),
+// failing the test on error.
+func acquire(t testing.TB, e *Engine, table uint32, owner, epoch uint64) Grant {
+	t.Helper()
+	g, err := e.Acquire(table, owner, epoch)
+	require.NoError(t, err)
+	return g
+}
+
+// commitWait commits b to e and waits for it to be durable, failing the test on error, and
+// returns its LSN.
+func commitWait(t testing.TB, e *Engine, b *Batch) uint64 {
+	t.Helper()
+	lsn, err := e.CommitWait(b)
+	require.NoError(t, err)
+	return lsn
+}
+
+// row64 is testkit.Row64: the words of the row are v, v+1, ...
+func row64(v uint64) []byte { return testkit.Row64(v) }
+
+// ownedTable creates a table of rowBytes-byte rows in e, takes a new grant of it for owner and
+// grants that owner the ids of the table's first pages pages.
+func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64, pages int) (TableInfo, Grant) {
+	t.Helper()
+	ti, err := e.CreateTable(name, rowBytes)
+	require.NoError(t, err)
+	g := acquire(t, e, ti.ID, owner, 0)
+	_, _, err = e.AllocIDs(ti.ID, owner, g.Epoch, pages)
+	require.NoError(t, err)
+	return ti, g
 }
 
 func oneRow(table uint32, id uint64, row []byte) base.Segment {
@@ -58,8 +89,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	info, err := e.CreateTable("items", 64)
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), info.ID)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	require.Equal(t, uint64(1), g.Epoch)
 	first, n, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
 	require.NoError(t, err)
@@ -68,12 +98,10 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 100; seq++ {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []base.Segment{oneRow(info.ID, seq, row64(seq*100))}})
-		require.NoError(t, err)
 	}
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{deleteRow(info.ID, 50)}})
-	require.NoError(t, err)
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{deleteRow(info.ID, 50)}})
 
 	check := func(e *Engine) {
 		for id := uint64(1); id <= 100; id++ {
@@ -91,8 +119,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	check(e)
 	require.NoError(t, e.Checkpoint())
 	check(e)
-	lsn102, err := e.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
-	require.NoError(t, err)
+	lsn102 := commitWait(t, e, &Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, e.Close())
 
 	e2 := openTest(t, Options{Dir: dir})
@@ -106,8 +133,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	_, err = e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 1, row64(0))}})
 	require.ErrorIs(t, err, ErrSeqReused)
 	require.ErrorIs(t, err, ErrFenced, "on the wire: fenced")
-	lsn, err := e2.CommitWait(&Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
-	require.NoError(t, err)
+	lsn := commitWait(t, e2, &Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.Equal(t, lsn102, lsn)
 	row, _ := readRow(t, e2, info.ID, 1)
 	require.Equal(t, row64(100), row)
@@ -118,16 +144,14 @@ func TestTinyCacheManyPages(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, CacheBytes: MinCacheBytes})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	const n = 2000
 	_, err = grantPages(e, info.ID, testOwner, g.Epoch, n)
 	require.NoError(t, err)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= n; seq++ {
 		id := seq * 37 % (n * 64)
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	verify := func(e *Engine) {
 		for seq := uint64(1); seq <= n; seq++ {
@@ -149,24 +173,18 @@ func TestTinyCacheManyPages(t *testing.T) {
 func TestFencing(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g1, err := e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, 1, g1.Epoch)
-	_, err = e.Acquire(info.ID, 2, 0)
+	info, g1 := ownedTable(t, e, "t", 64, 1, testGrantPages)
+	_, err := e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	now.Advance(DefaultLeaseDuration + 1)
-	g2, err := e.Acquire(info.ID, 2, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, e, info.ID, 2, 0)
 	requireGranted(t, e, info.ID, 2, g2.Epoch)
 	require.Greater(t, g2.Epoch, g1.Epoch)
 	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g1.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = e.Acquire(info.ID, 1, g1.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = e.CommitWait(&Batch{Owner: 2, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g2.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
-	require.NoError(t, err)
+	commitWait(t, e, &Batch{Owner: 2, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g2.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 }
 
 // TestLockedDirectory: a directory an engine of this process has open is refused with

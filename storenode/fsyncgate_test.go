@@ -35,20 +35,13 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 	// runs with a small cache, so its replay must checkpoint.
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, fsyncgateOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, fsyncgateOwner, g.Epoch)
-	_, err = e.CommitWait(batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	e := openEngine(t, opts)
+	info, g := ownedTable(t, e, "t", 64, fsyncgateOwner, testGrantPages)
+	commitWait(t, e, batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.NoError(t, e.Checkpoint())
 	// Acknowledged after the checkpoint: replay makes these pages dirty before the big batch.
-	_, err = e.CommitWait(batchOf(fsyncgateOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 64, row64(64)),
+	commitWait(t, e, batchOf(fsyncgateOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 64, row64(64)),
 		oneRow(info.ID, 128, row64(128)), oneRow(info.ID, 192, row64(192))))
-	require.NoError(t, err)
 
 	b := &Batch{Owner: fsyncgateOwner, Seq: 3, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 	for p := range 8 {
@@ -60,7 +53,7 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 			Page: uint64(10 + p), Data: ^uint64(0), Rows: rows})
 	}
 	failWALSyncOnce(fs)
-	_, err = e.CommitWait(b)
+	_, err := e.CommitWait(b)
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	e.Close()
 	fs.CrashKeepAll()
@@ -112,8 +105,7 @@ func fsyncgateCheck(t *testing.T, opts Options, table uint32, what string) {
 func TestFsyncgateRecovery(t *testing.T) {
 	// Power loss right after recovery.
 	fs, opts, table := fsyncgateSetup(t)
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	require.NotZero(t, e.Stats().Checkpoints, "replay needed a checkpoint")
 	fs.Crash(nil)
 	e.Close()
@@ -122,8 +114,7 @@ func TestFsyncgateRecovery(t *testing.T) {
 	// Power loss at every mutating operation of recovery.
 	fs, opts, _ = fsyncgateSetup(t)
 	before := fs.Ops()
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	recoveryOps := fs.Ops() - before
 	e.Close()
 	for k := int64(0); k < recoveryOps; k++ {

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/logicpage"
 )
 
@@ -26,22 +25,12 @@ import (
 // Environment:
 //
 //	WEFT_SOAK=1         raises every randomised suite's counts (kill cycles, power-loss seeds,
-//	                    model steps) for a soak run; see scaled.
+//	                    model steps) for a soak run; see testseed.Scaled.
 //	WEFT_SEED=<n>       replays one seed of the power-loss and model suites, or the random
 //	                    choices of the kill -9 suite (each prints its seed).
 
 // quietLogger drops the engine's logs: fail-stop is expected in these tests.
 var quietLogger = slog.New(slog.DiscardHandler)
-
-// soak reports whether WEFT_SOAK asks for a soak run.
-func soak() bool { return testseed.Soak() }
-
-// scaled returns the count of a randomised suite: short under -short, normal in CI, soak
-// under WEFT_SOAK.
-func scaled(short, normal, soakCount int) int { return testseed.Scaled(short, normal, soakCount) }
-
-// envSeed returns the seed WEFT_SEED names, if any (internal/testseed).
-func envSeed(t testing.TB) (uint64, bool) { return testseed.Replay(t) }
 
 // modelTable is the expected content of one table.
 type modelTable struct {

@@ -23,15 +23,13 @@ func TestNewIncarnationReadsDurableOnly(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var clock fakeClock
 			fs := vfs.NewFaultFS()
-			e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, Now: clock.Now})
-			require.NoError(t, err)
+			e := openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, Now: clock.Now})
 			t.Cleanup(func() { e.Close() })
 			info, err := e.CreateTable("t", 64)
 			require.NoError(t, err)
 			incA, incB := Incarnation{0xa}, Incarnation{0xb}
 			require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-			g, err := e.Acquire(info.ID, testOwner, 0)
-			require.NoError(t, err)
+			g := acquire(t, e, info.ID, testOwner, 0)
 			requireGranted(t, e, info.ID, testOwner, g.Epoch)
 
 			block := newBlockSyncs(fs)
@@ -52,43 +50,18 @@ func TestNewIncarnationReadsDurableOnly(t *testing.T) {
 			clock.Advance(e.LeaseDuration())
 			require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
 
-			type readResult struct {
-				data  uint64
-				pages int
-				err   error
-			}
-			rows := make(chan readResult, 1)
-			go func() {
-				data, _, _, err := e.ReadRowsAs(testOwner, info.ID, 1, 1<<6, nil)
-				rows <- readResult{data: data, err: err}
-			}()
+			rows := readRowAsync(e, testOwner, info.ID)
 			waitDurableWaiter(t, e, func() bool { return len(rows) > 0 })
 			require.Empty(t, rows, "the new incarnation was served a row not durable yet")
-			dir := make(chan readResult, 1)
-			go func() {
-				pages, _, err := e.PageDirAs(testOwner, info.ID, 0, 10, 0, nil)
-				dir <- readResult{pages: len(pages), err: err}
-			}()
+			dir := pageDirAsync(e, testOwner, info.ID)
 			released = true
 			block.release(fail)
-			r := <-rows
-			d := <-dir
-			err = waitErr(t, commit, "the commit")
-			if fail {
-				require.Error(t, err)
-				require.Error(t, r.err, "the row was never durable")
-				require.Error(t, d.err)
+			if !heldReadsDone(t, fail, commit, rows, dir) {
 				return
 			}
-			require.NoError(t, err)
-			require.NoError(t, r.err)
-			require.Equal(t, uint64(1<<6), r.data)
-			require.NoError(t, d.err)
-			require.Equal(t, 1, d.pages)
 
 			// Granted the table (a new epoch), the new incarnation is its holder.
-			g2, err := e.Acquire(info.ID, testOwner, 0)
-			require.NoError(t, err)
+			g2 := acquire(t, e, info.ID, testOwner, 0)
 			require.True(t, e.holderReadsNow(info.ID, testOwner), "epoch %d", g2.Epoch)
 		})
 	}
@@ -112,8 +85,7 @@ func TestRenewalFromReplacedConnection(t *testing.T) {
 	require.NoError(t, err)
 	incA, incB := Incarnation{0xa}, Incarnation{0xb}
 	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	require.True(t, e.holderReadsNow(info.ID, testOwner))
 
 	clock.Advance(e.LeaseDuration())
@@ -195,8 +167,7 @@ func TestReplacedConnectionStaysReplacedAfterNextCloses(t *testing.T) {
 	require.NoError(t, err)
 	incA, incB := Incarnation{0xa}, Incarnation{0xb}
 	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 
 	clock.Advance(e.LeaseDuration())
 	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))

@@ -22,12 +22,11 @@ import (
 func TestRetryAfterFailStopKeepsOutcome(t *testing.T) {
 	e, fs, info, g := openFault(t, Options{}, testOwner)
 	durable := batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1)))
-	lsn1, err := e.CommitWait(durable)
-	require.NoError(t, err)
+	lsn1 := commitWait(t, e, durable)
 
 	fs.SetFailAt(vfs.OpSync, 1, nil)
 	failed := batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2)))
-	_, err = e.CommitWait(failed)
+	_, err := e.CommitWait(failed)
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	require.ErrorIs(t, err, ErrFailStop)
 
@@ -116,8 +115,7 @@ func startWriteChain(t *testing.T, e *Engine, fs *vfs.FaultFS, table uint32, epo
 		}
 	})
 	// The first batch starts the chain.
-	_, err := e.CommitWait(batchOf(testOwner, 1, table, epoch, oneRow(table, 64, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 1, table, epoch, oneRow(table, 64, row64(1))))
 	return c
 }
 
@@ -174,15 +172,9 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
-	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	e := openEngine(t, opts)
+	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
+	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 
 	// Batches acknowledged while the checkpoint syncs its data file: the meta file's synced
 	// LSN covers them, its checkpoint LSN does not.
@@ -230,8 +222,7 @@ func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
 
 	// Replay with a small cache checkpoints between records.
 	opts.CacheBytes = 32 << 10
-	e2, err := Open(opts)
-	require.NoError(t, err)
+	e2 := openEngine(t, opts)
 	m2, _, err := loadMeta(fs, "db")
 	require.NoError(t, err)
 	require.Greater(t, m2.ckptLSN, m.ckptLSN, "replay checkpointed")

@@ -1,15 +1,14 @@
 package storenode
 
 import (
-	"errors"
 	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -27,14 +26,9 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = -1
 	}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, owner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, owner, g.Epoch)
+	info, g := ownedTable(t, e, "t", 64, owner, testGrantPages)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return e, fs, info, g
 }
@@ -69,20 +63,14 @@ func waitErr(t *testing.T, ch <-chan error, what string) error {
 // 767c454, which acknowledged A's batch without applying it.
 func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 	e := openTest(t, Options{})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	ga, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, ga.Epoch)
+	info, ga := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	for seq := uint64(1); seq <= 3; seq++ {
-		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, seq, info.ID, ga.Epoch, oneRow(info.ID, seq, row64(seq))))
 	}
 	gb, err := e.Acquire(info.ID, testOwner, 0) // node B, same owner id
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), gb.LastSeq)
-	_, err = e.CommitWait(batchOf(testOwner, 4, info.ID, gb.Epoch, oneRow(info.ID, 10, row64(1000))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 4, info.ID, gb.Epoch, oneRow(info.ID, 10, row64(1000))))
 
 	_, err = e.CommitWait(batchOf(testOwner, 4, info.ID, ga.Epoch, oneRow(info.ID, 10, row64(2000))))
 	require.ErrorIs(t, err, ErrSeqReused, "A's seq 4 is not B's seq 4")
@@ -101,45 +89,35 @@ func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 // outcome.
 func TestRetryAckedWithOwnLSN(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
+	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
 	var sent []*Batch
 	var lsns []uint64
 	for seq := uint64(1); seq <= dedupWindow+6; seq++ {
 		b := batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, seq%100, row64(seq)))
-		lsn, err := e.CommitWait(b)
-		require.NoError(t, err)
+		lsn := commitWait(t, e, b)
 		sent, lsns = append(sent, b), append(lsns, lsn)
 	}
 	last := len(sent) - 1
-	lsn, err := e.CommitWait(sent[last-2])
-	require.NoError(t, err)
+	lsn := commitWait(t, e, sent[last-2])
 	require.Equal(t, lsns[last-2], lsn, "the retried batch's own LSN")
 
 	// The fences moved (a new grant to the same owner): the retry is still the same batch.
-	_, err = e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	lsn, err = e.CommitWait(sent[last])
-	require.NoError(t, err)
+	acquire(t, e, info.ID, testOwner, 0)
+	lsn = commitWait(t, e, sent[last])
 	require.Equal(t, lsns[last], lsn)
 
-	_, err = e.CommitWait(sent[0])
+	_, err := e.CommitWait(sent[0])
 	require.ErrorIs(t, err, ErrUnknownOutcome, "seq 1 fell out of the window")
 	require.Equal(t, uint64(2), e.Stats().RetriedBatches)
 
 	// The window survives a checkpoint and a reopen, and replay.
 	require.NoError(t, e.Checkpoint())
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch + 1}},
+	commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch + 1}},
 		Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
-	require.NoError(t, err)
 	dir := e.dir
 	require.NoError(t, e.Close())
 	e2 := openTest(t, Options{Dir: dir, Sync: SyncNone})
-	lsn, err = e2.CommitWait(sent[last-1])
-	require.NoError(t, err)
+	lsn = commitWait(t, e2, sent[last-1])
 	require.Equal(t, lsns[last-1], lsn, "from the meta file")
 	other := batchOf(testOwner, sent[last-1].Seq, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3)))
 	_, err = e2.CommitWait(other)
@@ -150,14 +128,9 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 // rejected at once. Fails on 767c454, which held it back for SeqGapWait first.
 func TestFenceBeforeSeqGapWait(t *testing.T) {
 	e := openTest(t, Options{SeqGapWait: time.Hour})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
-	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
-	err = waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")
+	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
+	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	err := waitErr(t, commitAsync(e, batchOf(testOwner, 5, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2)))), "stale commit")
 	require.ErrorIs(t, err, ErrFenced)
 	err = waitErr(t, commitAsync(e, batchOf(testOwner+1, 9, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2)))), "other owner's commit")
 	require.ErrorIs(t, err, ErrFenced)
@@ -177,25 +150,20 @@ func TestOwnersTableBounded(t *testing.T) {
 	}
 	require.Equal(t, 0, e.Stats().Owners, "rejected batches create no owner")
 
-	ga, err := e.Acquire(info.ID, 5, 0)
-	require.NoError(t, err)
+	ga := acquire(t, e, info.ID, 5, 0)
 	requireGranted(t, e, info.ID, 5, ga.Epoch)
-	_, err = e.CommitWait(batchOf(5, 1, info.ID, ga.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(5, 1, info.ID, ga.Epoch, oneRow(info.ID, 1, row64(1))))
 	require.Equal(t, 1, e.Stats().Owners)
 	require.NoError(t, e.Release(info.ID, 5, ga.Epoch))
-	gb, err := e.Acquire(info.ID, 6, 0)
-	require.NoError(t, err)
+	gb := acquire(t, e, info.ID, 6, 0)
 	requireGranted(t, e, info.ID, 6, gb.Epoch)
-	_, err = e.CommitWait(batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(6, 1, info.ID, gb.Epoch, oneRow(info.ID, 2, row64(2))))
 
 	clock.Advance(30 * time.Minute)
 	require.NoError(t, e.Checkpoint())
 	require.Equal(t, 2, e.Stats().Owners, "owner 5 idle for less than OwnerExpiry")
 	clock.Advance(31 * time.Minute)
-	_, err = e.CommitWait(batchOf(6, 2, info.ID, gb.Epoch, oneRow(info.ID, 3, row64(3))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(6, 2, info.ID, gb.Epoch, oneRow(info.ID, 3, row64(3))))
 	require.NoError(t, e.Checkpoint())
 	st := e.Stats()
 	require.Equal(t, 1, st.Owners, "owner 5 expired; owner 6 holds the table")
@@ -220,10 +188,8 @@ func TestDropTableNeedsLease(t *testing.T) {
 	ib, err := e.CreateTable("b", 64)
 	require.NoError(t, err)
 	ia, _ := e.OpenTable("a")
-	_, err = e.Acquire(ia.ID, 1, 0)
-	require.NoError(t, err)
-	_, err = e.Acquire(ib.ID, 1, 0)
-	require.NoError(t, err)
+	acquire(t, e, ia.ID, 1, 0)
+	acquire(t, e, ib.ID, 1, 0)
 
 	err = e.DropTable("a", 2)
 	require.ErrorIs(t, err, ErrTableOwned)
@@ -233,59 +199,64 @@ func TestDropTableNeedsLease(t *testing.T) {
 	require.NoError(t, e.DropTable("b", 2), "no live owner")
 }
 
-// blockSyncs makes every WAL fsync wait until release is called, then fail with EIO when fail
-// is set. waiting counts fsyncs blocked.
-type blockSyncs struct {
-	mu      sync.Mutex
-	gate    chan struct{}
-	fail    bool
-	waiting int
+// blockSyncs is testkit.BlockSyncs under the names this package's tests (move_test.go too)
+// call it by, its waits bounded by idWait.
+type blockSyncs struct{ *testkit.BlockSyncs }
+
+func newBlockSyncs(fs *vfs.FaultFS) blockSyncs { return blockSyncs{testkit.NewBlockSyncs(fs)} }
+
+func (b blockSyncs) release(fail bool)        { b.Release(fail) }
+func (b blockSyncs) waitBlocked(t *testing.T) { t.Helper(); b.WaitBlocked(t, idWait) }
+
+// readResult is what readRowAsync or pageDirAsync's read returned.
+type readResult struct {
+	data  uint64
+	pages int
+	err   error
 }
 
-func newBlockSyncs(fs *vfs.FaultFS) *blockSyncs {
-	b := &blockSyncs{gate: make(chan struct{})}
-	fs.Inject(func(op vfs.Op) error {
-		if op.Kind != vfs.OpSync || !strings.Contains(op.Name, "wal/") {
-			return nil
-		}
-		b.mu.Lock()
-		b.waiting++
-		gate := b.gate
-		b.mu.Unlock()
-		<-gate
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.fail {
-			return errEIO
-		}
-		return nil
-	})
-	return b
+// readRowAsync reads row 70 (page 1, slot 6) of table as reader in a goroutine; the channel
+// gets the present-rows mask.
+func readRowAsync(e *Engine, reader uint64, table uint32) chan readResult {
+	rows := make(chan readResult, 1)
+	go func() {
+		data, _, _, err := e.ReadRowsAs(reader, table, 1, 1<<6, nil)
+		rows <- readResult{data: data, err: err}
+	}()
+	return rows
 }
 
-var errEIO = errors.New("injected EIO")
-
-func (b *blockSyncs) release(fail bool) {
-	b.mu.Lock()
-	b.fail = fail
-	close(b.gate)
-	b.mu.Unlock()
+// pageDirAsync reads the page directory of table's first 10 pages as reader in a goroutine;
+// the channel gets how many pages it listed.
+func pageDirAsync(e *Engine, reader uint64, table uint32) chan readResult {
+	dir := make(chan readResult, 1)
+	go func() {
+		pages, _, err := e.PageDirAs(reader, table, 0, 10, 0, nil)
+		dir <- readResult{pages: len(pages), err: err}
+	}()
+	return dir
 }
 
-// waitBlocked spins (yielding) until an fsync is blocked.
-func (b *blockSyncs) waitBlocked(t *testing.T) {
+// heldReadsDone checks, once the blocked fsync of commit (the batch writing row 70) was
+// released, failed when fail is set, what the reads held behind it got: all failed with the
+// fsync, or the row and its page. It reports whether the batch is durable (the test goes on).
+func heldReadsDone(t *testing.T, fail bool, commit <-chan error, rows, dir chan readResult) bool {
 	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for {
-		b.mu.Lock()
-		n := b.waiting
-		b.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no fsync blocked")
-		runtime.Gosched()
+	r := <-rows
+	d := <-dir
+	err := waitErr(t, commit, "the commit")
+	if fail {
+		require.Error(t, err)
+		require.Error(t, r.err, "the row was never durable")
+		require.Error(t, d.err)
+		return false
 	}
+	require.NoError(t, err)
+	require.NoError(t, r.err)
+	require.Equal(t, uint64(1<<6), r.data)
+	require.NoError(t, d.err)
+	require.Equal(t, 1, d.pages)
+	return true
 }
 
 // waitDurableWaiter spins (yielding) until ch has a result or the engine has a durability
@@ -361,37 +332,13 @@ func TestNonOwnerReadsDurableOnly(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, uint64(1<<6), data)
 
-			type readResult struct {
-				data  uint64
-				pages int
-				err   error
-			}
-			rows := make(chan readResult, 1)
-			go func() {
-				data, _, _, err := e.ReadRowsAs(testOwner+1, info.ID, 1, 1<<6, nil)
-				rows <- readResult{data: data, err: err}
-			}()
+			rows := readRowAsync(e, testOwner+1, info.ID)
 			waitDurableWaiter(t, e, func() bool { return len(rows) > 0 })
-			dir := make(chan readResult, 1)
-			go func() {
-				pages, _, err := e.PageDirAs(0, info.ID, 0, 10, 0, nil)
-				dir <- readResult{pages: len(pages), err: err}
-			}()
+			dir := pageDirAsync(e, 0, info.ID)
 			block.release(fail)
-			r := <-rows
-			d := <-dir
-			err = waitErr(t, commit, "the commit")
-			if fail {
-				require.Error(t, err)
-				require.Error(t, r.err, "the row was never durable")
-				require.Error(t, d.err)
+			if !heldReadsDone(t, fail, commit, rows, dir) {
 				return
 			}
-			require.NoError(t, err)
-			require.NoError(t, r.err)
-			require.Equal(t, uint64(1<<6), r.data)
-			require.NoError(t, d.err)
-			require.Equal(t, 1, d.pages)
 		})
 	}
 }
@@ -405,8 +352,7 @@ func TestReleaseSurvivesLateTraffic(t *testing.T) {
 	require.NoError(t, err)
 	inc := Incarnation{1}
 	require.NoError(t, e.Connect(9, inc, 100, func() {}))
-	_, err = e.Acquire(info.ID, 9, 0)
-	require.NoError(t, err)
+	acquire(t, e, info.ID, 9, 0)
 	require.ErrorIs(t, e.Connect(9, Incarnation{2}, 101, func() {}), ErrOwnerInUse)
 	require.NoError(t, e.ReleaseOwner(9, 100))
 	require.ErrorIs(t, e.ReleaseOwner(9, 555), ErrIdentityLost, "only the holding connection releases")
@@ -433,8 +379,7 @@ func TestTableOwnedAfterRestartSaysWhy(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, Now: now.Now})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	_, err = e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
+	acquire(t, e, info.ID, 1, 0)
 	_, err = e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 	require.NotContains(t, err.Error(), "restarts", "a lease granted since open has no restart hint")

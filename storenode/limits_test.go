@@ -65,8 +65,7 @@ func TestMaxTablesPerOwner(t *testing.T) {
 	require.NoError(t, err, "an operator's table is not an owner's")
 
 	// b acquires a2: it counts for b now, not for a.
-	_, err = e.Acquire(a2.ID, b, 0)
-	require.NoError(t, err)
+	acquire(t, e, a2.ID, b, 0)
 	_, err = e.CreateTableAs("a3", 64, a)
 	require.NoError(t, err)
 	_, err = e.CreateTableAs("b2", 64, b)

@@ -21,23 +21,9 @@ import (
 func BenchmarkCheckpointFewChanges(b *testing.B) {
 	const rows, updates = 3_000_000, 100
 	dir := b.TempDir()
-	e, err := Open(Options{Dir: dir, Sync: SyncNone, CheckpointWALBytes: -1, CheckpointInterval: time.Hour,
-		CacheBytes: int64(rows)*64*2 + 64<<20, Logger: quietLogger})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	info, err := e.CreateTable("bench", 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := e.Acquire(info.ID, benchOwner, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := grantPages(e, info.ID, benchOwner, g.Epoch, (rows+63)/64); err != nil {
-		b.Fatal(err)
-	}
+	opts := Options{Dir: dir, Sync: SyncNone, CheckpointWALBytes: -1, CheckpointInterval: time.Hour,
+		CacheBytes: int64(rows)*64*2 + 64<<20, Logger: quietLogger}
+	e, info, g := benchTable(b, opts, (rows+63)/64)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	seq := prefillTable(b, e, info.ID, fences, uint64(rows+63)/64)
 	sizes := func() map[string]int64 {

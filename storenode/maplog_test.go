@@ -137,14 +137,8 @@ func mapLogStore(t *testing.T) (dir string, ids []uint64) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "store")
 	opts := checkTestOptions(dir)
-	e, err := Open(opts)
-	require.NoError(t, err)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, 300)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 300)
 	seq := uint64(0)
 	commit := func(id uint64) {
 		seq++
@@ -169,8 +163,7 @@ func mapLogStore(t *testing.T) (dir string, ids []uint64) {
 
 func requireRows(t *testing.T, dir string, ids []uint64) {
 	t.Helper()
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
 	defer e.Close()
 	for _, id := range ids {
 		row, ok := readRow(t, e, 1, id)
@@ -255,10 +248,8 @@ func TestSparseMetaStoreOpensAndUpgrades(t *testing.T) {
 	writeTestFile(t, filepath.Join(dir, metaName), encodeSparseMeta(m))
 	requireCheckNoDamage(t, vfs.Default, dir, "version-3 store")
 	requireRows(t, dir, ids)
-	e, err := Open(checkTestOptions(dir))
-	require.NoError(t, err)
-	g, err := e.Acquire(1, testOwner, 0)
-	require.NoError(t, err)
+	e := openEngine(t, checkTestOptions(dir))
+	g := acquire(t, e, 1, testOwner, 0)
 	ch := make(chan error, 1)
 	e.Commit(batchOf(testOwner, g.LastSeq+1, 1, g.Epoch, oneRow(1, 7, row64(7))), func(_ uint64, err error) { ch <- err })
 	require.NoError(t, <-ch)

@@ -16,8 +16,7 @@ import (
 func TestOpenRefusesOldMetaFormat(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	require.NoError(t, e.Close())
 	b, err := fs.ReadFile("db/meta")
 	require.NoError(t, err)

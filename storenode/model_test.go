@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 )
@@ -28,7 +29,7 @@ import (
 // goroutines make IO timing vary, but the sequence of calls and their expected results do not).
 
 func TestModel(t *testing.T) {
-	seed, replay := envSeed(t)
+	seed, replay := testseed.Replay(t)
 	if !replay {
 		seed = uint64(time.Now().UnixNano())
 	}
@@ -37,7 +38,7 @@ func TestModel(t *testing.T) {
 		cacheBytes int64
 	}{{"tiny", MinCacheBytes}, {"large", 8 << 20}} {
 		t.Run("cache="+c.name, func(t *testing.T) {
-			steps := scaled(300, 1500, 20000)
+			steps := testseed.Scaled(300, 1500, 20000)
 			runModel(t, seed, c.cacheBytes, steps)
 		})
 	}

@@ -149,13 +149,11 @@ func TestPageIndexChargedToBudget(t *testing.T) {
 	const budget = 64 << 10 // about 15 frames of 4 KiB pages
 	const spread = 40       // pages k<<20, k < spread
 	fs := vfs.NewFaultFS()
-	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: budget})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: budget})
 	defer e.Close()
 	info, err := e.CreateTable("sparse", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	for granted := uint64(0); granted < spread<<20; granted += idPagesPerGrantMax {
 		_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, idPagesPerGrantMax)
 		require.NoError(t, err)
@@ -170,8 +168,7 @@ func TestPageIndexChargedToBudget(t *testing.T) {
 	}
 	for k := range uint64(spread) {
 		id := k << 20 * logicpage.RowsPerPage
-		_, err := e.CommitWait(batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(id))))
-		require.NoError(t, err)
+		commitWait(t, e, batchOf(testOwner, k+1, info.ID, g.Epoch, oneRow(info.ID, id, row64(id))))
 		check(fmt.Sprintf("commit %d", k))
 	}
 	require.NoError(t, e.Checkpoint())

@@ -122,9 +122,8 @@ func TestFarPageCostsBoundedMapAndMeta(t *testing.T) {
 			next += n
 		}
 		seq++
-		_, err := e.CommitWait(batchOf(testOwner, seq, info.ID, g.Epoch,
+		commitWait(t, e, batchOf(testOwner, seq, info.ID, g.Epoch,
 			base.Segment{Table: info.ID, Page: page, Data: 1 << 63, Rows: row64(seq)}))
-		require.NoError(t, err)
 		require.NoError(t, e.Checkpoint())
 		require.Less(t, metaBytes(), bound, "meta file after a row in page %d", page)
 		e.mu.Lock()
@@ -133,8 +132,7 @@ func TestFarPageCostsBoundedMapAndMeta(t *testing.T) {
 		require.Less(t, mem, bound, "page-map memory after a row in page %d", page)
 	}
 	require.NoError(t, e.Close())
-	e2, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
-	require.NoError(t, err)
+	e2 := openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
 	defer e2.Close()
 	for i, page := range []uint64{1 << 22, tablePagesMax - 1} {
 		data, _, rows, err := e2.ReadRows(info.ID, page, 1<<63, nil)

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // editEntry replaces *pm with a version whose entry of page fn changed (tests that damage a
@@ -20,7 +22,7 @@ func editEntry(pm **pageMap, page uint64, fn func(*mapEntry)) {
 // The page map against a Go map: sets and removals at random pages (clustered and spread up
 // to the page limit), versions that share nodes and stay unchanged, ranks, iteration order.
 func TestPageMapModel(t *testing.T) {
-	seed, _ := envSeed(t)
+	seed, _ := testseed.Replay(t)
 	rng := rand.New(rand.NewPCG(seed, 13))
 	var pm *pageMap
 	model := map[uint64]mapEntry{}
@@ -39,7 +41,7 @@ func TestPageMapModel(t *testing.T) {
 			return rng.Uint64N(300)
 		}
 	}
-	for round := range scaled(30, 200, 2000) {
+	for round := range testseed.Scaled(30, 200, 2000) {
 		ed := pm.edit()
 		for range rng.IntN(50) {
 			page := pageOf()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -34,11 +35,11 @@ import (
 const powerOwner = 5
 
 func TestPowerLoss(t *testing.T) {
-	if seed, ok := envSeed(t); ok {
+	if seed, ok := testseed.Replay(t); ok {
 		runPowerLoss(t, seed)
 		return
 	}
-	seeds := scaled(60, 300, 3000)
+	seeds := testseed.Scaled(60, 300, 3000)
 	base := uint64(time.Now().UnixNano())
 	t.Logf("seeds %d..%d (replay one with WEFT_SEED=<seed>)", base, base+uint64(seeds)-1)
 	for i := range seeds {

@@ -80,34 +80,42 @@ func denseMetaSeed() []byte {
 	return binary.LittleEndian.AppendUint32(b, 0)
 }
 
+// checkMetaRoundTrip checks a meta file's bytes b as the meta fuzzers do: b decodes, or fails
+// with a corruption (or old-format) error; what decodes re-encodes to b, or, upgraded from an
+// older version, to an encoding that decodes and re-encodes to itself.
+func checkMetaRoundTrip(t *testing.T, b []byte) {
+	t.Helper()
+	m, err := decodeMeta(b)
+	if err != nil {
+		if !errors.Is(err, corrupt.ErrCorruption) && !errors.Is(err, ErrOldFormat) {
+			t.Fatalf("not a corruption error: %v", err)
+		}
+		return
+	}
+	got := encodeMeta(m)
+	if m.version != metaVersion && m.version != metaVersionCluster {
+		// Upgraded: the version-4 encoding decodes to the same state.
+		m2, err := decodeMeta(got)
+		if err != nil {
+			t.Fatalf("upgraded meta does not decode: %v", err)
+		}
+		if again := encodeMeta(m2); !bytes.Equal(again, got) {
+			t.Fatalf("upgraded meta re-encodes differently")
+		}
+		return
+	}
+	if !bytes.Equal(got, b) {
+		t.Fatalf("decoded meta re-encodes differently:\n got %x\nwant %x", got, b)
+	}
+}
+
 func FuzzDecodeMeta(f *testing.F) {
 	for _, s := range metaSeeds() {
 		f.Add(s)
 		f.Add(s[:len(s)/2])
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decodeMeta(b)
-		if err != nil {
-			if !errors.Is(err, corrupt.ErrCorruption) && !errors.Is(err, ErrOldFormat) {
-				t.Fatalf("not a corruption error: %v", err)
-			}
-			return
-		}
-		got := encodeMeta(m)
-		if m.version != metaVersion && m.version != metaVersionCluster {
-			// Upgraded: the version-4 encoding decodes to the same state.
-			m2, err := decodeMeta(got)
-			if err != nil {
-				t.Fatalf("upgraded meta does not decode: %v", err)
-			}
-			if again := encodeMeta(m2); !bytes.Equal(again, got) {
-				t.Fatalf("upgraded meta re-encodes differently")
-			}
-			return
-		}
-		if !bytes.Equal(got, b) {
-			t.Fatalf("decoded meta re-encodes differently:\n got %x\nwant %x", got, b)
-		}
+		checkMetaRoundTrip(t, b)
 	})
 }
 

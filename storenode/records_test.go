@@ -100,8 +100,7 @@ func TestCommitBodyReplays(t *testing.T) {
 	require.NoError(t, err)
 	b1 := mixedBatch(info.ID, g.Epoch)
 	b1.Seq = g.LastSeq + 1
-	_, err = e.CommitWait(b1)
-	require.NoError(t, err)
+	commitWait(t, e, b1)
 	b2 := mixedBatch(info.ID, g.Epoch)
 	b2.Seq = b1.Seq + 1
 	rows := checkRows(64, 64, 9, 9)
@@ -118,14 +117,12 @@ func TestCommitBodyReplays(t *testing.T) {
 	for i, it := 0, v.Segments(); it.Next(&seg); i++ {
 		b2.Segments[i].Rows = seg.Rows
 	}
-	_, err = e.CommitWait(b2)
-	require.NoError(t, err)
+	commitWait(t, e, b2)
 	// kill -9: no checkpoint, so the WAL replays both records.
 	fs.SetCrashPoint(0)
 	e.Close()
 	fs.CrashKeepAll()
-	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
-	require.NoError(t, err)
+	e = openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1})
 	defer e.Close()
 	for slot := range uint64(64) {
 		row, ok := readRow(t, e, info.ID, 64+slot)
@@ -145,8 +142,7 @@ func TestCommitBodyReplays(t *testing.T) {
 func TestOldCommitRecordRefused(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
@@ -177,8 +173,7 @@ func TestOldCommitRecordRefused(t *testing.T) {
 	require.NoError(t, err)
 	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
 	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	require.NoError(t, e.Close())
 }
 
@@ -188,8 +183,7 @@ func TestOldCommitRecordRefused(t *testing.T) {
 func TestCheckOldCommitRecord(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
@@ -215,8 +209,7 @@ func TestCheckOldCommitRecord(t *testing.T) {
 	require.NoError(t, err)
 	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
 	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
-	rep, err = Check(context.Background(), "db", CheckOptions{FS: fs})
-	require.NoError(t, err)
+	rep = requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 }
 
@@ -231,8 +224,7 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	e, fs, _, _ := openFault(t, Options{CheckpointWALBytes: -1, CacheBytes: 256 << 20}, testOwner)
 	info, err := e.CreateTable("big", rowBytes)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, full+1)
 	require.NoError(t, err)
 	msg := &sgio.Commit{Owner: testOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
@@ -253,16 +245,13 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	for it := v.Segments(); it.Next(&seg); {
 		b.Segments = append(b.Segments, base.Segment{Table: seg.Table, Page: seg.Page, Data: seg.Data, Rows: seg.Rows})
 	}
-	_, err = e.CommitWait(b)
-	require.NoError(t, err)
+	commitWait(t, e, b)
 	fs.SetCrashPoint(0)
 	e.Close()
 	fs.CrashKeepAll()
-	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
-	e, err = Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
-	require.NoError(t, err)
+	e = openEngine(t, Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, CacheBytes: 256 << 20})
 	defer e.Close()
 	row, ok := readRow(t, e, info.ID, full*64+last-1)
 	require.True(t, ok)

@@ -17,13 +17,12 @@ import (
 // batches waited out SeqGapWait (an hour here).
 func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
 	e, _, info, g := openFault(t, Options{SeqGapWait: time.Hour}, testOwner)
-	_, err := e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 
 	// Seq 3 arrives first and waits for seq 2; seq 2 is refused (a stale epoch).
 	waiting := commitAsync(e, batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
 	waitGapWaiter(t, e)
-	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2))))
+	_, err := e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch+7, oneRow(info.ID, 2, row64(2))))
 	require.ErrorIs(t, err, ErrFenced)
 	err = waitErr(t, waiting, "the batch waiting behind the refused one")
 	require.ErrorIs(t, err, ErrSeqGap)
@@ -34,10 +33,8 @@ func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, ErrSeqGap)
 
 	// The owner fills the gap: applied, and the window goes on.
-	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
-	require.NoError(t, err)
-	_, err = e.CommitWait(batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
+	commitWait(t, e, batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
 	for id := uint64(1); id <= 3; id++ {
 		row, ok := readRow(t, e, info.ID, id)
 		require.True(t, ok, "row %d", id)
@@ -79,10 +76,8 @@ func TestRefusedFirstBatchFailsLaterSeqs(t *testing.T) {
 	require.False(t, ok)
 
 	// The owner sends seq 1 again: applied, and the window goes on; the refusal is forgotten.
-	_, err = e.CommitWait(batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
-	require.NoError(t, err)
-	_, err = e.CommitWait(batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
-	require.NoError(t, err)
+	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	commitWait(t, e, batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
 	for id := uint64(1); id <= 2; id++ {
 		row, ok := readRow(t, e, info.ID, id)
 		require.True(t, ok, "row %d", id)

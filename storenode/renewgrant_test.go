@@ -16,14 +16,8 @@ import (
 func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(info.ID, 1, g.Epoch, 1)
-	require.NoError(t, err)
-	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", 64, 1, 1)
+	commitWait(t, e, &Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 
 	e.mu.Lock()
 	done := make(chan error, 1)
@@ -49,7 +43,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	}
 	e.mu.Unlock()
 	// Past the original lease, renewed: another owner is refused.
-	_, err = e.Acquire(info.ID, 2, 0)
+	_, err := e.Acquire(info.ID, 2, 0)
 	require.ErrorIs(t, err, ErrTableOwned)
 
 	_, err = e.RenewGrant(info.ID, 1, g.Epoch+1)
@@ -61,8 +55,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 
 	// Lapsed and granted to another owner: the old grant is fenced, and stays so.
 	now.Advance(DefaultLeaseDuration + 1)
-	g2, err := e.Acquire(info.ID, 2, 0)
-	require.NoError(t, err)
+	g2 := acquire(t, e, info.ID, 2, 0)
 	_, err = e.RenewGrant(info.ID, 1, g.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = e.RenewGrant(info.ID, 2, g2.Epoch)
@@ -93,8 +86,7 @@ func TestRenewGrantRacesNewGrant(t *testing.T) {
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	holder := uint64(1)
-	g, err := e.Acquire(info.ID, holder, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, holder, 0)
 	for range rounds {
 		now.Advance(DefaultLeaseDuration + 1) // lapsed
 		other := 3 - holder
@@ -124,8 +116,7 @@ func TestRenewGrantAfterClose(t *testing.T) {
 	e := openTest(t, Options{Now: now.Now})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, 1, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, 1, 0)
 	require.NoError(t, e.Close())
 
 	_, err = e.RenewGrant(info.ID, 1, g.Epoch)

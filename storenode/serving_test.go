@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 	"github.com/weftdb/weft/base"
 )
 
@@ -13,16 +12,10 @@ import (
 func servingEngine(t *testing.T) (*Engine, uint32) {
 	t.Helper()
 	e := openTest(t, Options{Sync: SyncAlways})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 1)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for id := uint64(1); id <= 3; id++ {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	return e, info.ID
 }
@@ -77,20 +70,14 @@ func TestReadCached(t *testing.T) {
 func TestReadCachedGivesUpCleanly(t *testing.T) {
 	dir := t.TempDir()
 	e := openTest(t, Options{Dir: dir, Sync: SyncAlways})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 2)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", 64, testOwner, 2)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq, id := range []uint64{1, 65} { // pages 0 and 1
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
-		require.NoError(t, err)
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	require.NoError(t, e.Close())
-	e = openTest(t, Options{Dir: dir, Sync: SyncAlways})        // nothing cached
-	_, _, _, err = e.ReadRowsAs(0, info.ID, 0, ^uint64(0), nil) // page 0 cached, page 1 not
+	e = openTest(t, Options{Dir: dir, Sync: SyncAlways})         // nothing cached
+	_, _, _, err := e.ReadRowsAs(0, info.ID, 0, ^uint64(0), nil) // page 0 cached, page 1 not
 	require.NoError(t, err)
 
 	wants := []base.PageWant{{Table: info.ID, Page: 0, Want: ^uint64(0)}, {Table: info.ID, Page: 1, Want: ^uint64(0)}}

@@ -80,19 +80,12 @@ func TestStatUnits(t *testing.T) {
 func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
-	info, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	_, _, err = e.AllocIDs(info.ID, testOwner, g.Epoch, 1)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
+	info, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 10; seq++ {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []base.Segment{oneRow(info.ID, seq, row64(seq))}})
-		require.NoError(t, err)
 	}
 	s := e.Stats()
 	require.Equal(t, uint64(10), s.Commits)
@@ -100,8 +93,7 @@ func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	fs.CrashKeepAll() // kill -9: the next Open replays the ten commits
 	_ = e.Close()
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	row, ok := readRow(t, e, info.ID, 10)
 	require.True(t, ok, "replayed")

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // The two-phase commit's crash test: a child process runs one transfer between two stores
@@ -51,16 +53,12 @@ func txnCrashOptions(dir string, peers *memPeers, leases *memLeases, clock *fake
 // TestHelperTxnCrash is the child: it runs the transfer's steps through txnCrashStopEnv, then
 // waits to be killed.
 func TestHelperTxnCrash(t *testing.T) {
-	dir := os.Getenv(txnCrashDirEnv)
-	if dir == "" {
-		t.Skip("the child of TestTxnKill9")
-	}
+	dir := testkit.HelperSpec(t, txnCrashDirEnv, "TestTxnKill9")
 	stop, err := strconv.Atoi(os.Getenv(txnCrashStopEnv))
 	require.NoError(t, err)
 	ckpt := os.Getenv(txnCrashCkptEnv) == "1"
 	peers := &memPeers{}
-	ea, err := Open(txnCrashOptions(filepath.Join(dir, "a"), peers, nil, nil))
-	require.NoError(t, err)
+	ea := openEngine(t, txnCrashOptions(filepath.Join(dir, "a"), peers, nil, nil))
 	eb, err := Open(txnCrashOptions(filepath.Join(dir, "b"), peers, nil, nil))
 	require.NoError(t, err)
 	peers.set("a", ea)
@@ -147,11 +145,9 @@ func runTxnCrashChild(t *testing.T, dir string, stop int, ckpt bool) {
 
 func checkTxnCrash(t *testing.T, dir string, stop int) {
 	peers, leases, clock := &memPeers{}, &memLeases{}, &fakeClock{}
-	ea, err := Open(txnCrashOptions(filepath.Join(dir, "a"), peers, leases, clock))
-	require.NoError(t, err)
+	ea := openEngine(t, txnCrashOptions(filepath.Join(dir, "a"), peers, leases, clock))
 	defer ea.Close()
-	eb, err := Open(txnCrashOptions(filepath.Join(dir, "b"), peers, leases, clock))
-	require.NoError(t, err)
+	eb := openEngine(t, txnCrashOptions(filepath.Join(dir, "b"), peers, leases, clock))
 	defer eb.Close()
 	peers.set("a", ea)
 	peers.set("b", eb)

@@ -19,8 +19,7 @@ import (
 func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 	clock := &fakeClock{}
 	opts := Options{Dir: t.TempDir(), Now: clock.Now, TxnResolveInterval: -1, MaxTxnsPerOwner: 3, TxnInDoubtAfter: time.Minute}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	ctx := t.Context()
 	decide := func(e *Engine, n byte) error {
@@ -41,8 +40,7 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 
 	info, err := e.CreateTable("other", 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner+1, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner+1, 0)
 	requireGranted(t, e, info.ID, testOwner+1, g.Epoch)
 	o := &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq, owner: testOwner + 1}
 	o.primaryPart(t, txnID(9), 5)
@@ -50,8 +48,7 @@ func TestTxnDecisionsPerOwnerBound(t *testing.T) {
 
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	require.NoError(t, decide(e, 4), "after a restart, txn 1's decision (its part applied) counts no more")
 	require.NoError(t, e.ApplyTxn(txnID(2), base.DecisionCommit))

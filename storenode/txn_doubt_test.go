@@ -18,16 +18,12 @@ import (
 func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	clock := &fakeClock{}
 	opts := Options{Dir: t.TempDir(), Now: clock.Now, TxnResolveInterval: -1, TxnInDoubtAfter: time.Minute}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
-	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 150)
-	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(2), 6, "lost:7070", 1, 2, 250)
-	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(3), 7, "", 0, 3, 350)
-	require.NoError(t, err)
-	_, err = e.DecideTxn(t.Context(), txnID(3), 7, base.DecisionCommit, 1)
+	s.requirePrepared(t, txnID(1), 5, "", 0, 1, 150)
+	s.requirePrepared(t, txnID(2), 6, "lost:7070", 1, 2, 250)
+	s.requirePrepared(t, txnID(3), 7, "", 0, 3, 350)
+	_, err := e.DecideTxn(t.Context(), txnID(3), 7, base.DecisionCommit, 1)
 	require.NoError(t, err)
 	require.NoError(t, e.Release(s.table, testOwner, s.epoch))
 
@@ -45,8 +41,7 @@ func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	require.ErrorIs(t, err, ErrTxnNotInDoubt)
 
 	require.NoError(t, e.Close())
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	locked(e)
 	clock.Advance(time.Minute)
 	list, n = e.TxnsInDoubt(0)
@@ -85,8 +80,7 @@ func TestTxnInDoubtListedAndAborted(t *testing.T) {
 	require.ErrorIs(t, err, ErrTxnNotInDoubt, "applied already")
 
 	require.NoError(t, e.Close())
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	list, _ = e.TxnsInDoubt(0)
 	require.Empty(t, list)

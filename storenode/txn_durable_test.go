@@ -1,10 +1,8 @@
 package storenode
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -13,21 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 )
-
-// goroutinesIn counts the goroutines whose stack has fn: for a goroutine parked inside the
-// engine, which no channel reports.
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte(fn))
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
 
 // errReportLost is the WAL write error TestTxnDuplicateReportWaitsDurable injects.
 var errReportLost = errors.New("test: the report record's write is lost")
@@ -78,7 +64,7 @@ func TestTxnDuplicateReportWaitsDurable(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		var early error
 		returned := false
-		for !returned && goroutinesIn("storenode.(*Engine).waitDurable") < 2 {
+		for !returned && testkit.GoroutinesIn("storenode.(*Engine).waitDurable") < 2 {
 			select {
 			case early = <-second:
 				returned = true
@@ -156,8 +142,7 @@ func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 	first, _, err := e.AllocIDs(ti.ID, a, ea, 1)
 	require.NoError(t, err)
 	s := &txnStore{e: e, table: ti.ID, epoch: ea, owner: a}
-	_, err = s.prepare(t, txnID(1), 3, "", 0, first, 7)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 3, "", 0, first, 7)
 
 	_, err = e.RegisterGrant(ctx, ti.ID, a, ea)
 	require.NoError(t, err, "a renewal of the current grant")

@@ -16,8 +16,7 @@ import (
 // 100 + the id's last byte.
 func (s *txnStore) primaryPart(t testing.TB, id base.TxnID, lease int64) {
 	t.Helper()
-	_, err := s.prepare(t, id, lease, "", 0, 100+uint64(id[15]), uint64(id[15]))
-	require.NoError(t, err)
+	s.requirePrepared(t, id, lease, "", 0, 100+uint64(id[15]), uint64(id[15]))
 }
 
 // TestTxnDecideFloodOfUnpreparedIDs: Decide{commit, 64 participants} of 4096 made-up ids
@@ -28,8 +27,7 @@ func (s *txnStore) primaryPart(t testing.TB, id base.TxnID, lease int64) {
 func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 	leases := &countingLeases{}
 	opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases, MaxTxns: 64}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(22, 5))
 	for i := range 4096 {
@@ -57,7 +55,7 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 		s := setupTxnStore(t, e)
 		id := txnID(byte(1 + round))
 		s.primaryPart(t, id, 5)
-		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, base.DecisionCommit, 1, 0)
+		_, err := e.DecideTxnAs(ctx, testOwner+1, id, 5, base.DecisionCommit, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another owner decides")
 		_, err = e.DecideTxnAs(ctx, testOwner+1, id, 5, base.DecisionAbort, 1, 0)
 		require.ErrorIs(t, err, ErrTxnNotPrepared, "another owner aborts")
@@ -70,8 +68,7 @@ func TestTxnDecideFloodOfUnpreparedIDs(t *testing.T) {
 		require.NoError(t, e.ResolveTxns(ctx))
 		require.Equal(t, TxnStatus{}, e.TxnStatus(id))
 		require.NoError(t, e.Close())
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		_, decisions = e.TxnCounts()
 		require.Zero(t, decisions, "round %d: nothing live after the restart", round)
 	}

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testseed"
 )
 
 // TestTxnConcurrentTransfers: workers (one owner and one table per store each) run transfers
@@ -22,12 +24,12 @@ import (
 // resolvers finish everything, and every row is what the workers' model says: each transfer
 // applied on both stores exactly when its primary recorded commit. WEFT_SEED replays.
 func TestTxnConcurrentTransfers(t *testing.T) {
-	seed, ok := envSeed(t)
+	seed, ok := testseed.Replay(t)
 	if !ok {
 		seed = rand.Uint64()
 	}
 	t.Logf("WEFT_SEED=%d", seed)
-	workers, transfers := scaled(2, 4, 8), scaled(30, 100, 1000)
+	workers, transfers := testseed.Scaled(2, 4, 8), testseed.Scaled(30, 100, 1000)
 	leases, peers, clock := &memLeases{}, &memPeers{}, &fakeClock{}
 	// The engine clock moves with the checkpoint loop (1 ms a round), so the background
 	// resolvers take parts in doubt during the run; the final pass moves it past every part.
@@ -205,8 +207,7 @@ func tableStore(t testing.TB, e *Engine, w int) *txnStore {
 	info, err := e.CreateTable(fmt.Sprintf("w%d", w), 64)
 	require.NoError(t, err)
 	owner := uint64(100 + w)
-	g, err := e.Acquire(info.ID, owner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, owner, 0)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, owner: owner}
 }

@@ -14,8 +14,7 @@ func ownerStore(t testing.TB, e *Engine, name string, owner uint64) *txnStore {
 	t.Helper()
 	info, err := e.CreateTable(name, 64)
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, owner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, owner, 0)
 	requireGranted(t, e, info.ID, owner, g.Epoch)
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq, owner: owner}
 }
@@ -71,14 +70,12 @@ func TestTxnPrepareOwnerQuota(t *testing.T) {
 func TestTxnCarryInChunks(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, TxnResolveInterval: -1, Logger: quietLogger}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	other := ownerStore(t, e, "other", testOwner+1)
 	const parts = 8
 	for i := range parts {
-		_, err := s.prepare(t, txnID(byte(i)), 1, "", 0, uint64(i), uint64(100+i))
-		require.NoError(t, err)
+		s.requirePrepared(t, txnID(byte(i)), 1, "", 0, uint64(i), uint64(100+i))
 	}
 	e.txnCarry.chunkBytes = 1 // one record a chunk
 	chunks := 0
@@ -111,8 +108,7 @@ func TestTxnCarryInChunks(t *testing.T) {
 	fs.CrashKeepAll()
 	_ = e.Close()
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	for i := range parts {

@@ -19,8 +19,7 @@ func txnFaultStore(t *testing.T, opts Options) (*txnStore, Options, *vfs.FaultFS
 	t.Helper()
 	fs := vfs.NewFaultFS()
 	opts.Dir, opts.FS, opts.Logger, opts.TxnResolveInterval = "db", fs, quietLogger, -1
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	return setupTxnStore(t, e), opts, fs
 }
@@ -37,8 +36,7 @@ func reopenTxnStore(t *testing.T, s *txnStore, opts Options, fs *vfs.FaultFS, ki
 		require.NoError(t, s.e.Close())
 	}
 	requireCheckNoDamage(t, fs, opts.Dir, "before the reopen")
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	require.NoError(t, e.verify())
 	return setupTxnStore(t, e)
@@ -134,8 +132,7 @@ func TestTxnReplayAbortForgottenThenCommit(t *testing.T) {
 	require.NoError(t, s.e.ResolveTxns(ctx)) // the sweep forgets it
 	require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
 	clock.Advance(DefaultTxnAbortKeep) // and the memory of it expires
-	_, err = s.prepare(t, txnID(1), 6, "", 0, 1, 150)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 6, "", 0, 1, 150)
 	d, err = s.e.DecideTxn(ctx, txnID(1), 6, base.DecisionCommit, 1)
 	require.NoError(t, err)
 	require.Equal(t, base.DecisionCommit, d)
@@ -157,17 +154,14 @@ func TestTxnReplayPartForgottenThenPreparedAgain(t *testing.T) {
 			s, opts, fs := txnFaultStore(t, Options{TxnPeer: peers})
 			ctx := context.Background()
 			s.put(t, 1, 100)
-			_, err := primary.prepare(t, txnID(1), 5, "", 0, 1, 1)
-			require.NoError(t, err)
-			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 150)
-			require.NoError(t, err)
-			_, err = primary.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
+			primary.requirePrepared(t, txnID(1), 5, "", 0, 1, 1)
+			s.requirePrepared(t, txnID(1), 5, "p", 1, 1, 150)
+			_, err := primary.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 			require.NoError(t, err)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionCommit))
 			require.NoError(t, s.e.ResolveTxns(ctx)) // reported, forgotten
 			require.Equal(t, TxnStatus{}, s.e.TxnStatus(txnID(1)))
-			_, err = s.prepare(t, txnID(1), 5, "p", 1, 1, 250)
-			require.NoError(t, err)
+			s.requirePrepared(t, txnID(1), 5, "p", 1, 1, 250)
 			require.NoError(t, s.e.ApplyTxn(txnID(1), second))
 			want := map[base.Decision]uint64{base.DecisionAbort: 150, base.DecisionCommit: 250}[second]
 			require.Equal(t, want, s.get(t, 1))
@@ -204,9 +198,8 @@ func commitTxns(t *testing.T, s *txnStore, primary *Engine, primaryName string, 
 	ctx := context.Background()
 	for i := first; i < first+n; i++ {
 		id := base.TxnID{0: 0x12, 14: byte(i >> 8), 15: byte(i)}
-		_, err := s.prepare(t, id, 5, primaryName, 0, uint64(i%64), uint64(i))
-		require.NoError(t, err)
-		_, err = primary.DecideTxn(ctx, id, 5, base.DecisionCommit, 1)
+		s.requirePrepared(t, id, 5, primaryName, 0, uint64(i%64), uint64(i))
+		_, err := primary.DecideTxn(ctx, id, 5, base.DecisionCommit, 1)
 		require.NoError(t, err)
 		require.NoError(t, s.e.ApplyTxn(id, base.DecisionCommit))
 		if report {
@@ -242,8 +235,7 @@ func TestTxnRestartAfterReportedParts(t *testing.T) {
 				fs.Crash(nil)
 				s.e.Close()
 				requireCheckNoDamage(t, fs, opts.Dir, "after the power loss")
-				e, err := Open(opts)
-				require.NoError(t, err)
+				e := openEngine(t, opts)
 				t.Cleanup(func() { e.Close() })
 				s = setupTxnStore(t, e)
 			}
@@ -269,11 +261,10 @@ func TestTxnReplayedPartsSettledAtOnce(t *testing.T) {
 	settled := signalHandler{msg: "replay rebuilt are settled", once: &sync.Once{}, ch: make(chan struct{})}
 	opts.Logger = slog.New(settled)
 	opts.TxnResolveInterval = time.Hour // no tick in the test: only kicks run passes
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	t.Cleanup(func() { e.Close() })
 	s = setupTxnStore(t, e)
-	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 1)
+	_, err := s.prepare(t, txnID(1), 5, "", 0, 1, 1)
 	require.NoError(t, err, "a prepare at once after the restart")
 	select {
 	case <-settled.ch:
@@ -364,8 +355,7 @@ func TestTxnDecideOfPartAppliedAfterDecisionForgotten(t *testing.T) {
 	s, opts, fs := txnFaultStore(t, Options{Now: clock.Now})
 	ctx := context.Background()
 	id := txnID(1)
-	_, err := s.prepare(t, id, 5, "", 1, 1, 150)
-	require.NoError(t, err)
+	s.requirePrepared(t, id, 5, "", 1, 1, 150)
 	d, err := s.e.DecideTxn(ctx, id, 5, base.DecisionCommit, 1)
 	require.NoError(t, err)
 	require.Equal(t, base.DecisionCommit, d)

@@ -62,12 +62,10 @@ func TestTxnResolveFairOverOwnersAndBacksOff(t *testing.T) {
 		TxnResolvePrimariesMax: slots, MaxTxnsPerOwner: 2 * hangs, Now: clock.Now})
 	for i := range hangs {
 		id := base.TxnID{0: 0x7f, 14: byte(i >> 8), 15: byte(i)}
-		_, err := s.prepare(t, id, 5, fmt.Sprintf("10.0.%d.%d:7", i/256, i%256), 1, uint64(1+i), 5)
-		require.NoError(t, err)
+		s.requirePrepared(t, id, 5, fmt.Sprintf("10.0.%d.%d:7", i/256, i%256), 1, uint64(1+i), 5)
 	}
 	other := ownerStore(t, s.e, "other", testOwner+1)
-	_, err := other.prepare(t, txnID(1), 5, real, 1, 1, 5)
-	require.NoError(t, err)
+	other.requirePrepared(t, txnID(1), 5, real, 1, 1, 5)
 	clock.Advance(time.Second)
 
 	ctx := context.Background()
@@ -138,8 +136,7 @@ func TestTxnResolvePassBudget(t *testing.T) {
 	s := newTxnStore(t, Options{TxnPeer: peer, TxnResolveAfter: time.Second, TxnCallTimeout: 20 * time.Millisecond,
 		TxnResolvePrimariesMax: 1, Now: clock.Now})
 	for i := range primaries {
-		_, err := s.prepare(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
-		require.NoError(t, err)
+		s.requirePrepared(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
 	}
 	clock.Advance(time.Second)
 	for pass := 1; pass <= 2; pass++ {

@@ -80,12 +80,10 @@ func TestTxnResolvePrimariesConcurrently(t *testing.T) {
 			s := newTxnStore(t, Options{TxnPeer: peer, TxnResolveAfter: time.Nanosecond, TxnCallTimeout: time.Hour,
 				TxnResolvePrimariesMax: bound})
 			for i := range primaries {
-				_, err := s.prepare(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
-				require.NoError(t, err)
+				s.requirePrepared(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
 			}
 			// A second transaction of the first primary: skipped once that primary failed.
-			_, err := s.prepare(t, txnID(9), 5, "10.0.0.1:7", 1, 9, 5)
-			require.NoError(t, err)
+			s.requirePrepared(t, txnID(9), 5, "10.0.0.1:7", 1, 9, 5)
 
 			done := make(chan error, 1)
 			go func() { done <- s.e.ResolveTxns(context.Background()) }()
@@ -122,8 +120,7 @@ func TestTxnResolvePassCancelled(t *testing.T) {
 	peer := newStuckPeer(primaries)
 	s := newTxnStore(t, Options{TxnPeer: peer, TxnResolveAfter: time.Nanosecond, TxnCallTimeout: time.Hour})
 	for i := range primaries {
-		_, err := s.prepare(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
-		require.NoError(t, err)
+		s.requirePrepared(t, txnID(byte(1+i)), 5, fmt.Sprintf("10.0.0.%d:7", i+1), 1, uint64(1+i), 5)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -33,8 +33,7 @@ func TestAcquireCostNotScaledByOthersPreparedParts(t *testing.T) {
 	s := newTxnStore(t, opts)
 	const parts = 32
 	for i := range parts {
-		_, err := s.prepare(t, txnID(byte(1+i)), 9, "127.0.0.1:1", 1, uint64(1+i), 1)
-		require.NoError(t, err)
+		s.requirePrepared(t, txnID(byte(1+i)), 9, "127.0.0.1:1", 1, uint64(1+i), 1)
 	}
 	other, err := s.e.CreateTable("other", 64)
 	require.NoError(t, err)

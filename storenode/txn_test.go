@@ -108,8 +108,7 @@ func setupTxnStore(t testing.TB, e *Engine) *txnStore {
 		info, err = e.CreateTable("bank", 64)
 	}
 	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
+	g := acquire(t, e, info.ID, testOwner, 0)
 	requireGranted(t, e, info.ID, testOwner, g.Epoch)
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq}
 }
@@ -149,6 +148,14 @@ func (s *txnStore) prepare(t testing.TB, id base.TxnID, lease int64, primary str
 	return s.e.PrepareTxn(&TxnPrepare{Txn: id, Lease: lease, Primary: primary, Index: index, Batch: s.batch(oneRow(s.table, row, row64(v)))})
 }
 
+// requirePrepared is prepare that fails the test on error.
+func (s *txnStore) requirePrepared(t testing.TB, id base.TxnID, lease int64, primary string, index uint16, row, v uint64) uint64 {
+	t.Helper()
+	lsn, err := s.prepare(t, id, lease, primary, index, row, v)
+	require.NoError(t, err)
+	return lsn
+}
+
 func txnID(n byte) base.TxnID { return base.TxnID{0: 0x7e, 15: n} }
 
 // TestTxnPrepareApply: prepared rows are invisible and locked until the decision is applied;
@@ -158,10 +165,9 @@ func TestTxnPrepareApply(t *testing.T) {
 	s.put(t, 1, 100)
 	s.put(t, 2, 200)
 
-	_, err := s.prepare(t, txnID(1), 9, "", 0, 1, 150)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 9, "", 0, 1, 150)
 	require.Equal(t, uint64(100), s.get(t, 1), "a prepared row reads as its committed version")
-	_, err = s.e.CommitWait(s.batch(oneRow(s.table, 1, row64(1))))
+	_, err := s.e.CommitWait(s.batch(oneRow(s.table, 1, row64(1))))
 	require.ErrorIs(t, err, ErrTxnLocked, "a commit touching a prepared row")
 	require.ErrorIs(t, err, sgio.ErrTxnLocked, "the wire's sentinel matches too")
 	s.seq-- // the refused batch did not take its seq
@@ -178,8 +184,7 @@ func TestTxnPrepareApply(t *testing.T) {
 	require.ErrorIs(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort), ErrTxnDecided)
 	s.put(t, 1, 151) // unlocked
 
-	_, err = s.prepare(t, txnID(3), 9, "", 0, 2, 250)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(3), 9, "", 0, 2, 250)
 	require.NoError(t, s.e.ApplyTxn(txnID(3), base.DecisionAbort))
 	require.Equal(t, uint64(200), s.get(t, 2))
 	s.put(t, 2, 201)
@@ -303,8 +308,7 @@ func TestTxnForget(t *testing.T) {
 func TestTxnBusy(t *testing.T) {
 	s := newTxnStore(t, Options{MaxTxns: 2})
 	for i := range 2 {
-		_, err := s.prepare(t, txnID(byte(i)), 1, "", 0, uint64(i), 1)
-		require.NoError(t, err)
+		s.requirePrepared(t, txnID(byte(i)), 1, "", 0, uint64(i), 1)
 	}
 	_, err := s.prepare(t, txnID(9), 1, "", 0, 9, 1)
 	require.ErrorIs(t, err, ErrTxnBusy)
@@ -315,28 +319,23 @@ func TestTxnBusy(t *testing.T) {
 func TestTxnRestart(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Dir: dir, TxnResolveInterval: -1}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	s.put(t, 1, 100)
-	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 150)
-	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(2), 5, "peer:1", 1, 2, 250)
-	require.NoError(t, err)
-	_, err = e.DecideTxn(context.Background(), txnID(1), 5, base.DecisionCommit, 2)
+	s.requirePrepared(t, txnID(1), 5, "", 0, 1, 150)
+	s.requirePrepared(t, txnID(2), 5, "peer:1", 1, 2, 250)
+	_, err := e.DecideTxn(context.Background(), txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err)
 	for range 3 {
 		require.NoError(t, e.Checkpoint())
 	}
 	require.NoError(t, e.Close())
 
-	rep, err := Check(context.Background(), dir, CheckOptions{})
-	require.NoError(t, err)
+	rep := requireChecked(t, context.Background(), dir, CheckOptions{})
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 
 	for round := range 3 {
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		s = setupTxnStore(t, e)
 		require.Equal(t, TxnStatus{Prepared: true, Primary: base.DecisionCommit}, e.TxnStatus(txnID(1)), "round %d", round)
 		require.Equal(t, TxnStatus{Prepared: true}, e.TxnStatus(txnID(2)))
@@ -347,14 +346,12 @@ func TestTxnRestart(t *testing.T) {
 		require.NoError(t, e.Close())
 	}
 
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	s = setupTxnStore(t, e)
 	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit))
 	require.NoError(t, e.Checkpoint())
 	require.NoError(t, e.Close())
-	e, err = Open(opts)
-	require.NoError(t, err)
+	e = openEngine(t, opts)
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	require.Equal(t, uint64(150), s.get(t, 1))
@@ -382,10 +379,8 @@ func TestTxnResolve(t *testing.T) {
 	b.put(t, 1, 100)
 
 	// Coordinator 1 (lease 11): prepares a -10 at a (primary, participant 0) and +10 at b.
-	_, err := a.prepare(t, txnID(1), 11, "", 0, 1, 90)
-	require.NoError(t, err)
-	_, err = b.prepare(t, txnID(1), 11, "a", 1, 1, 110)
-	require.NoError(t, err)
+	a.requirePrepared(t, txnID(1), 11, "", 0, 1, 90)
+	b.requirePrepared(t, txnID(1), 11, "a", 1, 1, 110)
 	require.NoError(t, b.e.ResolveTxns(ctx))
 	require.True(t, b.e.TxnStatus(txnID(1)).Prepared, "too young to resolve")
 	clock.Advance(time.Second)
@@ -397,14 +392,12 @@ func TestTxnResolve(t *testing.T) {
 	require.Equal(t, uint64(100), b.get(t, 1))
 	require.NoError(t, a.e.ResolveTxns(ctx))
 	require.Equal(t, uint64(100), a.get(t, 1))
-	_, err = a.e.DecideTxn(ctx, txnID(1), 11, base.DecisionCommit, 2)
+	_, err := a.e.DecideTxn(ctx, txnID(1), 11, base.DecisionCommit, 2)
 	require.ErrorIs(t, err, ErrTxnDecided, "the coordinator wakes up and commits: too late")
 
 	// Coordinator 2 (lease 12) decides commit at a, applies at a, dies before telling b.
-	_, err = a.prepare(t, txnID(2), 12, "", 0, 1, 80)
-	require.NoError(t, err)
-	_, err = b.prepare(t, txnID(2), 12, "a", 1, 1, 120)
-	require.NoError(t, err)
+	a.requirePrepared(t, txnID(2), 12, "", 0, 1, 80)
+	b.requirePrepared(t, txnID(2), 12, "a", 1, 1, 120)
 	_, err = a.e.DecideTxn(ctx, txnID(2), 12, base.DecisionCommit, 2)
 	require.NoError(t, err)
 	require.NoError(t, a.e.ApplyTxn(txnID(2), base.DecisionCommit))
@@ -430,14 +423,12 @@ func TestTxnResolve(t *testing.T) {
 // a decision is applied.
 func TestTxnBytesBounded(t *testing.T) {
 	s := newTxnStore(t, Options{MaxTxnBytes: 300})
-	_, err := s.prepare(t, txnID(1), 1, "", 0, 1, 1)
-	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
+	s.requirePrepared(t, txnID(1), 1, "", 0, 1, 1)
+	_, err := s.prepare(t, txnID(2), 1, "", 0, 2, 1)
 	require.ErrorIs(t, err, ErrTxnBusy)
 	s.seq--
 	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort))
-	_, err = s.prepare(t, txnID(2), 1, "", 0, 2, 1)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(2), 1, "", 0, 2, 1)
 }
 
 // countingPeer counts the reports a resolver sends.
@@ -464,9 +455,8 @@ func TestTxnReportOnlyDurable(t *testing.T) {
 	peers.set("a", a.e)
 	ctx := context.Background()
 	a.primaryPart(t, txnID(1), 3)
-	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
-	require.NoError(t, err)
-	_, err = a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
+	b.requirePrepared(t, txnID(1), 3, "a", 1, 1, 5)
+	_, err := a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
 	require.NoError(t, err)
 	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
 
@@ -491,10 +481,9 @@ func TestTxnReportOnlyDurable(t *testing.T) {
 func TestTxnGrantWaitsForResolution(t *testing.T) {
 	clock := fakeClock{}
 	s := newTxnStore(t, Options{Now: clock.Now})
-	_, err := s.prepare(t, txnID(1), 3, "", 0, 1, 5)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 3, "", 0, 1, 5)
 	clock.Advance(DefaultLeaseDuration + time.Second)
-	_, err = s.e.Acquire(s.table, testOwner+1, 0)
+	_, err := s.e.Acquire(s.table, testOwner+1, 0)
 	require.ErrorIs(t, err, ErrTxnLocked)
 	require.NoError(t, s.e.ApplyTxn(txnID(1), base.DecisionAbort))
 	_, err = s.e.Acquire(s.table, testOwner+1, 0)
@@ -524,9 +513,8 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	peers.set("a", a.e)
 	ctx := context.Background()
 	a.primaryPart(t, txnID(1), 3)
-	_, err := b.prepare(t, txnID(1), 3, "a", 1, 1, 5)
-	require.NoError(t, err)
-	_, err = a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
+	b.requirePrepared(t, txnID(1), 3, "a", 1, 1, 5)
+	_, err := a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
 	require.NoError(t, err)
 	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
 	select {
@@ -550,14 +538,12 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CacheBytes: 4 << 20, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		TxnResolveInterval: -1, Logger: quietLogger}
-	e, err := Open(opts)
-	require.NoError(t, err)
+	e := openEngine(t, opts)
 	s := setupTxnStore(t, e)
 	const pages = 200
-	_, err = grantPages(e, s.table, testOwner, s.epoch, pages)
+	_, err := grantPages(e, s.table, testOwner, s.epoch, pages)
 	require.NoError(t, err)
-	_, err = s.prepare(t, txnID(1), 5, "", 0, 1, 111)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 5, "", 0, 1, 111)
 	for p := uint64(1); p < pages; p++ {
 		s.put(t, p*64, p)
 	}
@@ -573,8 +559,7 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 		fs.CrashKeepAll() // before any checkpoint of the running engine
 		_ = e.Close()
 	}
-	e, err = Open(small)
-	require.NoError(t, err)
+	e = openEngine(t, small)
 	defer e.Close()
 	s = setupTxnStore(t, e)
 	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit))
@@ -588,8 +573,7 @@ func TestTxnReplayOverCacheKeepsPrepared(t *testing.T) {
 // recovers one): the single-node paths run no extra goroutine.
 func TestTxnResolverLazy(t *testing.T) {
 	dir := t.TempDir()
-	e, err := Open(Options{Dir: dir})
-	require.NoError(t, err)
+	e := openEngine(t, Options{Dir: dir})
 	s := setupTxnStore(t, e)
 	s.put(t, 1, 1)
 	running := func(e *Engine) bool {
@@ -598,12 +582,10 @@ func TestTxnResolverLazy(t *testing.T) {
 		return e.resolveCtx != nil
 	}
 	require.False(t, running(e), "no transaction: no resolver")
-	_, err = s.prepare(t, txnID(1), 1, "", 0, 2, 2)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 1, "", 0, 2, 2)
 	require.True(t, running(e))
 	require.NoError(t, e.Close())
-	e, err = Open(Options{Dir: dir})
-	require.NoError(t, err)
+	e = openEngine(t, Options{Dir: dir})
 	defer e.Close()
 	require.True(t, running(e), "recovered a transaction in doubt")
 }
@@ -720,13 +702,12 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 	for _, ckpt := range []bool{false, true} {
 		leases := &memLeases{}
 		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases}
-		e, err := Open(opts)
-		require.NoError(t, err)
+		e := openEngine(t, opts)
 		ctx := context.Background()
 		s := setupTxnStore(t, e)
 		s.primaryPart(t, txnID(1), 5)
 		s.primaryPart(t, txnID(2), 5)
-		_, err = e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
+		_, err := e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 		require.NoError(t, err)
 		require.NoError(t, e.ReportTxn(txnID(1), 0))
 		require.NoError(t, e.ReportTxn(txnID(1), 1))
@@ -744,8 +725,7 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 		leases.kill(5)
 
 		for round := range 2 {
-			e, err = Open(opts)
-			require.NoError(t, err)
+			e = openEngine(t, opts)
 			_, decisions = e.TxnCounts()
 			require.Zero(t, decisions, "checkpoint %v round %d: nothing live after the replay", ckpt, round)
 			d, err := e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
@@ -760,8 +740,7 @@ func TestTxnForgottenDecisionRestart(t *testing.T) {
 			require.NoError(t, e.Checkpoint())
 			require.NoError(t, e.Close())
 		}
-		rep, err := Check(ctx, opts.Dir, CheckOptions{})
-		require.NoError(t, err)
+		rep := requireChecked(t, ctx, opts.Dir, CheckOptions{})
 		require.False(t, rep.Damaged(), "%+v", rep.Findings)
 	}
 }
@@ -827,15 +806,13 @@ func TestTxnForgottenDecisionGivenWay(t *testing.T) {
 	t.Run("restart", func(t *testing.T) {
 		leases := &memLeases{}
 		opts := Options{Dir: t.TempDir(), TxnResolveInterval: -1, LeaseChecker: leases, MaxTxns: 2}
-		e, err := Open(opts)
-		require.NoError(t, err)
+		e := openEngine(t, opts)
 		commitForgotten(e, txnID(1), 5)
 		commitForgotten(e, txnID(2), 6)
 		commitForgotten(e, txnID(3), 6)
 		require.NoError(t, e.Close()) // carries the newest 2
 		leases.kill(5)
-		e, err = Open(opts)
-		require.NoError(t, err)
+		e = openEngine(t, opts)
 		defer func() { require.NoError(t, e.Close()) }()
 		d, err := e.DecideTxn(ctx, txnID(3), 6, base.DecisionCommit, 1)
 		require.NoError(t, err, "carried")
@@ -858,10 +835,9 @@ func TestTxnHolderReadOfPreparedRowsRefused(t *testing.T) {
 	s := newTxnStore(t, Options{})
 	s.put(t, 1, 100)
 	s.put(t, 3, 300)
-	_, err := s.prepare(t, txnID(1), 9, "", 0, 1, 150)
-	require.NoError(t, err)
+	s.requirePrepared(t, txnID(1), 9, "", 0, 1, 150)
 
-	_, _, _, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
+	_, _, _, err := s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
 	require.ErrorIs(t, err, ErrTxnLocked, "the holder's read of a prepared row")
 	require.ErrorIs(t, err, sgio.ErrTxnLocked)
 	data, _, rows, err := s.e.ReadRowsAs(testOwner, s.table, 0, 1<<3, nil)

@@ -13,16 +13,11 @@ import (
 // owner window, each restored before the next.
 func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	e := openTest(t, Options{})
-	info, err := e.CreateTable("items", 64)
-	require.NoError(t, err)
-	g, err := e.Acquire(info.ID, testOwner, 0)
-	require.NoError(t, err)
-	requireGranted(t, e, info.ID, testOwner, g.Epoch)
+	info, g := ownedTable(t, e, "items", 64, testOwner, testGrantPages)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
-		_, err := e.CommitWait(&Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []base.Segment{oneRow(info.ID, id, row64(seq))}})
-		require.NoError(t, err)
 	}
 	for seq := uint64(1); seq <= 3; seq++ {
 		commit(seq, seq*uint64(1000))

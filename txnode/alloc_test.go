@@ -17,15 +17,12 @@ import (
 func allocSetup(t *testing.T, opts Options) (*DB, *Table, []uint64) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := Open(ctx, opts)
-	require.NoError(t, err)
+	db := openDB(t, ctx, opts)
 	t.Cleanup(func() { db.Close(ctx) })
-	tb, err := db.CreateTable(ctx, "alloc", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "alloc", 64)
 	ids := make([]uint64, 256)
 	for i := range ids {
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 	}
 	return db, tb, ids
 }
@@ -121,15 +118,12 @@ func TestRemoteMissAllocs(t *testing.T) {
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
 	node := startNodeProc(t, dir, addr)
 	defer node.kill()
-	db, err := Open(ctx, Options{StoreAddr: addr, CacheBytes: 64 << 10, OwnerID: 43})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, CacheBytes: 64 << 10, OwnerID: 43})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "misses", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "misses", 64)
 	ids := make([]uint64, 64*64) // 64 pages: four times what the cache holds
 	for i := range ids {
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 	}
 	buf := make([]byte, 64)
 	row := u64Row(64, 7)

@@ -35,8 +35,7 @@ func TestEndedContextAppliesNothing(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "c", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "c", 64)
 			ids := insertRows(t, db, tb, 3)
 			before := tableValues(t, tb)
 			ended, cancel := context.WithCancel(ctx)
@@ -96,14 +95,11 @@ func TestInsertUnknownOutcomeKeepsID(t *testing.T) {
 	ctx := context.Background()
 	hs := &sentCommitStore{heldCommitStore: &heldCommitStore{Store: newLocalStore(t, ""), released: true},
 		sent: make(chan struct{}, 1)}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: hs})
 	defer db.Close(ctx)
 	defer hs.release() // first: a failed assertion must not leave Close waiting for acks
-	tb, err := db.CreateTable(ctx, "u", 64)
-	require.NoError(t, err)
-	first, err := tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "u", 64)
+	first := insertRow(t, ctx, tb, u64Row(64, 1))
 	hs.mu.Lock()
 	hs.released = false
 	hs.mu.Unlock()
@@ -143,10 +139,8 @@ func TestRowSizeChecked(t *testing.T) {
 		for _, wb := range []Durability{Durable, WriteBack} {
 			t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb]+"/"+map[int]string{64: "64", 4096: "4096"}[rowBytes], func(t *testing.T) {
 				db := openEmbedded(t, "", Options{Durability: wb})
-				tb, err := db.CreateTable(ctx, "r", rowBytes)
-				require.NoError(t, err)
-				id, err := tb.Insert(ctx, u64Row(rowBytes, 7))
-				require.NoError(t, err)
+				tb := newTable(t, ctx, db, "r", rowBytes)
+				id := insertRow(t, ctx, tb, u64Row(rowBytes, 7))
 				for _, bad := range [][]byte{nil, {}, make([]byte, rowBytes-8), make([]byte, rowBytes+8)} {
 					_, err := tb.Insert(ctx, bad)
 					require.ErrorIs(t, err, ErrRowSize, "Insert of %d bytes", len(bad))
@@ -217,8 +211,7 @@ func TestClosurePanicRollsBack(t *testing.T) {
 		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb], func(t *testing.T) {
 			// 64 KiB: 13 frames of 64-byte rows. Rows on 40 pages.
 			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: MinCacheBytes, CacheWait: 10 * time.Second})
-			tb, err := db.CreateTable(ctx, "p", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "p", 64)
 			ids := insertRows(t, db, tb, 40*64)
 			require.NoError(t, db.pipe.flush(ctx))
 			before := tableValues(t, tb)
@@ -294,16 +287,14 @@ func TestClosurePanicRollsBack(t *testing.T) {
 func TestKeptTxIsDone(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "k", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "k", 64)
 	ids := insertRows(t, db, tb, 4)
 	var kept []*Tx
 	require.NoError(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return tx.Put(tb, ids[0], u64Row(64, 10)) }))
 	require.NoError(t, db.View(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }))
 	require.ErrorIs(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return ErrNotFound }), ErrNotFound)
 	require.NoError(t, db.Session().Go(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }).Wait(ctx))
-	manual, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	manual := openTx(t, ctx, db, true)
 	require.NoError(t, manual.Commit())
 	kept = append(kept, manual)
 
@@ -347,8 +338,7 @@ func TestKeptTxIsDone(t *testing.T) {
 func TestScanRowDataStable(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "d", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "d", 64)
 	ids := insertRows(t, db, tb, 20)
 	other := ids[19]
 	bump := func(r []byte) error { fillRow(r, checkRow(t, r)+1000); return nil }
@@ -392,13 +382,10 @@ func TestLeaseClockSteppedBack(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "l", 64)
-	require.NoError(t, err)
-	id, err := tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "l", 64)
+	id := insertRow(t, ctx, tb, u64Row(64, 1))
 	buf := make([]byte, 64)
 	clock.n.Add(int64(44 * time.Minute)) // within three quarters of the hour
 	require.NoError(t, tb.Get(ctx, id, buf))
@@ -423,8 +410,7 @@ func TestFullPageIOKeepsEarlierWrite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{FullPageIO: true})
-	tb, err := db.CreateTable(ctx, "f", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "f", 64)
 	ids := insertRows(t, db, tb, 64)
 	x, y := ids[3], ids[4]
 	var armed atomic.Bool
@@ -460,8 +446,7 @@ func TestFullPageIOConcurrentSamePage(t *testing.T) {
 		workers, incs = 4, 100
 	}
 	db := openEmbedded(t, "", Options{FullPageIO: true})
-	tb, err := db.CreateTable(ctx, "fc", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "fc", 64)
 	ids := insertRows(t, db, tb, 64)
 	const rowsEach = 4
 	errs := make(chan error, workers)

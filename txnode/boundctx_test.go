@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/weftdb/weft/storenode"
 )
 
 // TestBoundCtxCancellableParent: the pooled bound of a context without a deadline also ends
@@ -88,23 +86,9 @@ func TestBoundCtxCancellableParent(t *testing.T) {
 // misses (under fresh bounds) succeed.
 func TestRemoteMissCancelledParent(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	proxy := startGateProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10})
-	require.NoError(t, err)
+	proxy, db, tb, ids := coldPageZero(t, ctx, "cancelled", Options{})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "cancelled", 64)
-	require.NoError(t, err)
-	ids := make([]uint64, 64*30)
-	for i := range ids {
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
-	}
-	require.NoError(t, db.pipe.flush(ctx))
 	buf := make([]byte, 64)
-	for p := 1; p < 30; p++ { // page 0 evicted
-		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
-	}
 	select {
 	case <-proxy.held: // a stale token
 	default:

@@ -69,6 +69,16 @@ func (g *memGrants) VerifyGrant(ctx context.Context, table string, p uint32, own
 
 func (g *memGrants) Revision(context.Context) (uint64, error) { return g.rev, nil }
 
+// grantStore is an embedded store in a fresh directory whose grants g verifies: a memGrants
+// of owner at revision 10.
+func grantStore(t *testing.T, owner uint64) (*memGrants, store.Store) {
+	t.Helper()
+	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
+	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
+	require.NoError(t, err)
+	return g, st
+}
+
 // A cluster-managed table is served under the grant Options.Grants gives (registered with
 // the store, which verifies it): its ids are its partition's, and once the grant's check
 // fails, cached reads and writes fail with ErrLeaseExpired. Without Options.Grants the
@@ -84,25 +94,21 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	_, err = st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 2), 64, layout)
 	require.NoError(t, err)
 
-	plain, err := Open(ctx, Options{Store: st, OwnerID: owner})
-	require.NoError(t, err)
+	plain := openDB(t, ctx, Options{Store: st, OwnerID: owner})
 	_, err = plain.Table(ctx, storenode.PartitionTableName("acct", 2))
 	require.ErrorContains(t, err, "Options.Grants")
 	require.NoError(t, plain.Close(ctx))
 
 	st, err = store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
-	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 2))
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, storenode.PartitionTableName("acct", 2))
 	require.EqualValues(t, 1, g.calls.Load())
 	sl := base.ClusterLayout(layout)
 	var ids []uint64
 	for i := range 100 {
-		id, err := tb.Insert(ctx, row(uint64(i)))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tb, row(uint64(i)))
 		require.Equal(t, uint32(2), sl.PartitionOf(id), "id %d", id)
 		ids = append(ids, id)
 	}
@@ -138,14 +144,12 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	g.mu.Lock()
 	g.owner, g.staleNext = owner, 5
 	g.mu.Unlock()
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 0))
 	require.NoError(t, err, "the fenced grant was released and a new one taken")
 	require.EqualValues(t, 3, g.calls.Load())
 	require.EqualValues(t, 2, g.releases.Load())
-	_, err = tb.Insert(ctx, row(1))
-	require.NoError(t, err)
+	insertRow(t, ctx, tb, row(1))
 	require.NoError(t, db.Close(ctx))
 	require.EqualValues(t, 3, g.releases.Load(), "Close releases the grant")
 }
@@ -161,23 +165,18 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 		t.Run(write, func(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
-			g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-			st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-			require.NoError(t, err)
+			g, st := grantStore(t, owner)
 			name := storenode.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
-			db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 			defer db.Close(ctx)
-			tb, err := db.Table(ctx, name)
-			require.NoError(t, err)
+			tb := openTable(t, ctx, db, name)
 			// A page of rows: the next insert needs ids of a page of its own (an id grant),
 			// and this page's frame stays cached and valid.
 			var ids []uint64
 			for i := range logicpage.RowsPerPage {
-				id, err := tb.Insert(ctx, row(uint64(i)))
-				require.NoError(t, err)
+				id := insertRow(t, ctx, tb, row(uint64(i)))
 				ids = append(ids, id)
 			}
 			dst := make([]byte, 64)
@@ -211,16 +210,12 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 func TestDropClusterTableReleasesGrant(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
-	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	require.NoError(t, err)
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	g, st := grantStore(t, owner)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	_, err = tb.Insert(ctx, row(1))
-	require.NoError(t, err)
+	insertRow(t, ctx, tb, row(1))
 	require.NoError(t, db.DropTable(ctx, storenode.PartitionTableName("acct", 0)))
 	require.EqualValues(t, 1, g.releases.Load(), "the dropped table's grant is released")
 	g.mu.Lock()
@@ -255,15 +250,12 @@ func (s *closingStore) Close() error {
 func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
-	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-	es, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	require.NoError(t, err)
+	g, es := grantStore(t, owner)
 	name := storenode.PartitionTableName("acct", 0)
-	_, err = es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	_, err := es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: cs, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: cs, OwnerID: owner, Grants: g})
 	opened := make(chan error, 1)
 	go func() {
 		_, err := db.Table(ctx, name)
@@ -285,9 +277,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
-			g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-			st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-			require.NoError(t, err)
+			g, st := grantStore(t, owner)
 			name := storenode.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
@@ -297,10 +287,8 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 				renewed: func(_ string, err error) { renewed <- err }})
 			require.NoError(t, err)
 			defer db.Close(ctx)
-			tb, err := db.Table(ctx, name)
-			require.NoError(t, err)
-			id, err := tb.Insert(ctx, row(7))
-			require.NoError(t, err)
+			tb := openTable(t, ctx, db, name)
+			id := insertRow(t, ctx, tb, row(7))
 			dst := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, id, dst))
 

@@ -28,10 +28,8 @@ func TestWorkingSetOfMixedRowSizes(t *testing.T) {
 		budget += 64
 	}
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: budget, CacheWait: time.Hour})
-	bt, err := db.CreateTable(ctx, "big", 4096)
-	require.NoError(t, err)
-	st, err := db.CreateTable(ctx, "small", 8)
-	require.NoError(t, err)
+	bt := newTable(t, ctx, db, "big", 4096)
+	st := newTable(t, ctx, db, "small", 8)
 	bigIDs := insertRows(t, db, bt, 3*64)
 	smallIDs := insertRows(t, db, st, 3*64)
 
@@ -97,8 +95,7 @@ func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, e
 func TestAdoptHoldsNoLockOverPipeline(t *testing.T) {
 	ctx := context.Background()
 	store := &acquireSignalStore{Store: newLocalStore(t, ""), acquired: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	defer db.Close(ctx)
 	db.pipe.mu.Lock()
 	locked := true
@@ -130,25 +127,10 @@ func TestAdoptHoldsNoLockOverPipeline(t *testing.T) {
 func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release) // or Close waits for the held batch for ever
-		}
-		db.Close(ctx)
-	}()
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
-	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
-	require.NoError(t, err)
-
-	store.armed.Store(true)
-	drained := make(chan error, 1)
-	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
-	recvWithin(t, store.entered, "the batch")
-	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+	db := openDB(t, ctx, Options{Store: store})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	acct, id, drained := heldFailDrain(t, ctx, db, store)
 
 	errInsufficient := errors.New("insufficient funds")
 	p := db.Session().Go(ctx, func(tx *Tx) error {
@@ -170,11 +152,10 @@ func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, p.Wait(c), context.Canceled, "nothing applied: the context's own error")
 	require.NotErrorIs(t, p.Wait(c), ErrUnknownOutcome)
-	close(store.release)
-	released = true
+	release()
 	require.ErrorIs(t, recvWithin(t, drained, "the drain"), errInjected)
 	recvWithin(t, p.Done(), "the pending, once the batch failed")
-	err = p.Wait(ctx)
+	err := p.Wait(ctx)
 	require.NotErrorIs(t, err, errInsufficient, "the closure's error rested on a commit that failed")
 	require.ErrorIs(t, err, errInjected)
 }
@@ -185,10 +166,8 @@ func TestSessionClosureErrorAfterDurable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := c.opener(t)(Options{})
-			acct, err := db.CreateTable(ctx, "acct", 64)
-			require.NoError(t, err)
-			id, err := acct.Insert(ctx, u64Row(64, 5))
-			require.NoError(t, err)
+			acct := newTable(t, ctx, db, "acct", 64)
+			id := insertRow(t, ctx, acct, u64Row(64, 5))
 			require.NoError(t, db.pipe.flush(ctx))
 			errLow := errors.New("too low")
 			p := db.Session().Go(ctx, func(tx *Tx) error {
@@ -211,13 +190,10 @@ func TestSessionClosureErrorAfterDurable(t *testing.T) {
 func TestCloseHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
 	defer close(store.release) // the held batch fails at the end (Close may have waited for it)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
-	id, err := tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
+	id := insertRow(t, ctx, tb, u64Row(64, 1))
 
 	store.armed.Store(true)
 	put := make(chan error, 1)
@@ -241,17 +217,10 @@ func TestCloseHonoursContext(t *testing.T) {
 func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 128) // two pages
 	require.NoError(t, db.pipe.flush(ctx))
 	a, b := ids[0], ids[64]
@@ -265,8 +234,7 @@ func TestWriteBackFailureInvalidatesUnflushedRows(t *testing.T) {
 	go func() { flushed <- db.pipe.flush(ctx) }()
 	recvWithin(t, store.entered, "the epoch")
 	require.NoError(t, tb.Put(ctx, b, u64Row(64, 2000))) // dirty, in no epoch yet
-	close(store.release)
-	released = true
+	release()
 	require.ErrorIs(t, recvWithin(t, flushed, "the failed epoch"), errInjected)
 	db.pipe.flushEpoch() // the flusher's next cut (the failure also asks for one)
 
@@ -302,17 +270,10 @@ func (s *gatedAllocStore) AllocIDs(ctx context.Context, table uint32, owner, epo
 func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := &gatedAllocStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	tb := newTable(t, ctx, db, "t", 64)
 	store.armed.Store(true)
 	first := make(chan error, 1)
 	go func() {
@@ -328,8 +289,7 @@ func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 		second <- err
 	}()
 	require.ErrorIs(t, recvWithin(t, second, "an insert with an ended context, behind a grant"), context.Canceled)
-	close(store.release)
-	released = true
+	release()
 	require.NoError(t, recvWithin(t, first, "the first insert"))
 }
 
@@ -343,11 +303,9 @@ func TestInsertIfAbsentPairOneCommits(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := c.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			begin := func() *Tx {
-				tx, err := db.Begin(ctx, true)
-				require.NoError(t, err)
+				tx := openTx(t, ctx, db, true)
 				for _, err := range tx.Scan(tb, 0, 1<<40) {
 					require.NoError(t, err)
 					require.FailNow(t, "the table is empty")
@@ -357,7 +315,7 @@ func TestInsertIfAbsentPairOneCommits(t *testing.T) {
 			tx1, tx2 := begin(), begin()
 			defer tx1.Rollback()
 			defer tx2.Rollback()
-			_, err = tx1.Insert(tb, u64Row(64, 1))
+			_, err := tx1.Insert(tb, u64Row(64, 1))
 			require.NoError(t, err)
 			_, err = tx2.Insert(tb, u64Row(64, 2))
 			require.NoError(t, err)
@@ -408,22 +366,13 @@ func (s *heldFailAckStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	ctx := context.Background()
 	store := &heldFailAckStore{heldFailStore: heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
-	other, err := db.CreateTable(ctx, "other", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	tb := newTable(t, ctx, db, "t", 64)
+	other := newTable(t, ctx, db, "other", 64)
 	ids := insertRows(t, db, tb, inflightMax)
-	oid, err := other.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	oid := insertRow(t, ctx, other, u64Row(64, 1))
 
 	store.armed.Store(true)
 	errs := make(chan error, inflightMax+1)
@@ -440,8 +389,7 @@ func TestFailedPipelineReleasesOpenBatch(t *testing.T) {
 	}
 	go func() { errs <- other.Put(ctx, oid, u64Row(64, 2)) }() // stays in the open batch
 	waitUntil(t, "the open batch", func() bool { _, n := inflight(); return n == 1 })
-	close(store.release)
-	released = true
+	release()
 	for range inflightMax + 1 {
 		require.ErrorIs(t, recvWithin(t, errs, "a commit of the failed pipeline"), errInjected)
 	}

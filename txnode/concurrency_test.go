@@ -61,30 +61,20 @@ func (s *gatedCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256) // epochs of at most 128 row bytes
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
-	p, err := db.CreateTable(ctx, "p", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	x := newTable(t, ctx, db, "x", 64)
+	p := newTable(t, ctx, db, "p", 64)
 
 	// Hold the flusher inside the store with one epoch, then dirty 192 row bytes: the next
 	// commit waits in add for an epoch that cannot be cut.
-	_, err = x.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	insertRow(t, ctx, x, u64Row(64, 1))
 	store.armed.Store(true)
 	db.pipe.flushSoon()
 	recvWithin(t, store.entered, "the flusher in Commit")
 	for i := range 3 {
-		_, err = x.Insert(ctx, u64Row(64, uint64(10+i)))
-		require.NoError(t, err)
+		insertRow(t, ctx, x, u64Row(64, uint64(10+i)))
 	}
 
 	// Both race through DB.Update (a conflict retries): whatever the interleaving, exactly
@@ -114,8 +104,7 @@ func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 		errs = append(errs, err)
 	case <-time.After(time.Second):
 	}
-	close(store.release)
-	released = true
+	release()
 	for len(errs) < 2 {
 		errs = append(errs, recvWithin(t, results, "the commits"))
 	}
@@ -149,10 +138,8 @@ func TestLatePinKeepsCommittedRow(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{CacheBytes: MinCacheBytes})
-			x, err := db.CreateTable(ctx, "x", 64)
-			require.NoError(t, err)
-			y, err := db.CreateTable(ctx, "y", 64)
-			require.NoError(t, err)
+			x := newTable(t, ctx, db, "x", 64)
+			y := newTable(t, ctx, db, "y", 64)
 			first, err := x.Insert(ctx, u64Row(64, 1)) // the grant, and page 0 in the cache
 			require.NoError(t, err)
 
@@ -161,8 +148,7 @@ func TestLatePinKeepsCommittedRow(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, first+1, idA)
 			// B inserts the id after it and commits.
-			idB, err := x.Insert(ctx, u64Row(64, 2))
-			require.NoError(t, err)
+			idB := insertRow(t, ctx, x, u64Row(64, 2))
 			require.Equal(t, idA+1, idB)
 			// The page's frame is evicted: other pages fill the cache.
 			ids := insertRows(t, db, y, 64*40)
@@ -216,11 +202,9 @@ func (s *recordingStore) Commit(b *store.Batch, done func(uint64, error)) {
 func TestWriteBackEpochsInCutOrder(t *testing.T) {
 	ctx := context.Background()
 	rec := &recordingStore{Store: newLocalStore(t, "")}
-	db, err := Open(ctx, Options{Store: rec, Durability: WriteBack, FlushInterval: time.Millisecond})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: rec, Durability: WriteBack, FlushInterval: time.Millisecond})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	writers, flushers, run := 8, 12, time.Second
 	if testing.Short() {
 		writers, flushers, run = 4, 6, 300*time.Millisecond
@@ -298,10 +282,8 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{FlushInterval: time.Hour})
-			a, err := db.CreateTable(ctx, "a", 64)
-			require.NoError(t, err)
-			b, err := db.CreateTable(ctx, "b", 64)
-			require.NoError(t, err)
+			a := newTable(t, ctx, db, "a", 64)
+			b := newTable(t, ctx, db, "b", 64)
 			aIDs := insertRows(t, db, a, 64)
 			bIDs := insertRows(t, db, b, 64)
 
@@ -368,9 +350,8 @@ func TestDropTableUnderWriteLoad(t *testing.T) {
 			close(stop)
 			wg.Wait()
 			require.NoError(t, db.pipe.failure(), "the node keeps committing")
-			_, err = b.Insert(ctx, u64Row(64, 9))
-			require.NoError(t, err)
-			_, err = db.Table(ctx, "a")
+			insertRow(t, ctx, b, u64Row(64, 9))
+			_, err := db.Table(ctx, "a")
 			require.ErrorIs(t, err, ErrTableNotFound)
 
 			// An unknown name: ErrTableNotFound, and no flush of b's unflushed rows.
@@ -428,8 +409,7 @@ func holdInsert(t *testing.T, db *DB, store *gatedCommitStore, x *Table, ids []u
 	for i := range 3 {
 		require.NoError(t, x.Put(ctx, ids[i], u64Row(64, uint64(100+i))))
 	}
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	id, err := tx.Insert(x, u64Row(64, 4242))
 	require.NoError(t, err)
 	res := make(chan error, 1)
@@ -450,17 +430,10 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 	remote, err := dialStore(ctx, Options{StoreAddr: addr, OwnerID: 1000}.withDefaults())
 	require.NoError(t, err)
 	store := newGatedCommitStore(&fillSignalStore{Store: remote, entered: make(chan struct{})}, 256)
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour, OwnerID: 1000})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour, OwnerID: 1000})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 65) // page 0, and id 64 of a two-page grant (pages 1 and 2)
 	require.Equal(t, uint64(64), ids[64])
 	require.Equal(t, uint64(192), x.t.idHigh.Load())
@@ -493,8 +466,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 	_, err = db.Tables(callCtx)
 	require.NoError(t, err, "a request on the connection while a fill met a locked row")
 
-	close(store.release)
-	released = true
+	release()
 	require.NoError(t, recvWithin(t, res, "the insert"))
 	require.NoError(t, recvWithin(t, read, "the read"))
 }
@@ -504,8 +476,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 func TestFillSkipsLockedSlot(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{})
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 2)
 	_, m, err := db.cache.pin(ctx, pageKey(x.t.id, 0), 64, 0, 0)
 	require.NoError(t, err)
@@ -555,17 +526,10 @@ func (s *fillSignalStore) Read(ctx context.Context, reqs []base.PageWant, fill f
 func TestLockedRowReadHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256)
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 8)
 	id, res := holdInsert(t, db, store, x, ids)
 
@@ -588,8 +552,7 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 		case <-time.After(10 * time.Second): // a watchdog: the fixed reads end after 50 ms
 		}
 	}
-	close(store.release)
-	released = true
+	release()
 	require.NoError(t, recvWithin(t, res, "the insert"))
 	require.Len(t, errs, 2, "reads of a locked row returned after their context ended")
 	for _, err := range errs {
@@ -602,8 +565,7 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 func TestCacheWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Hour})
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 64*40)
 	var sets []*PinSet
 	defer func() {
@@ -637,11 +599,9 @@ func TestCacheWaitHonoursContext(t *testing.T) {
 func TestRemoteReconnectHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	addr, stop := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 1000, RequestTimeout: 5 * time.Second})
 	defer db.Close(ctx)
-	_, err = db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	newTable(t, ctx, db, "x", 64)
 	stop()
 	rs := db.store.(*remoteStore)
 	waitUntil(t, "the reconnect", func() bool {
@@ -651,7 +611,7 @@ func TestRemoteReconnectHonoursContext(t *testing.T) {
 	})
 	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err = db.Tables(c)
+	_, err := db.Tables(c)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -676,19 +636,25 @@ func (s *heldFailStore) Commit(b *store.Batch, done func(uint64, error)) {
 	s.Store.Commit(b, done)
 }
 
-// Item 3: a closure's error escaped before what the closure read was durable. A closure read
-// a balance written by a commit whose batch then failed, returned "insufficient funds", and
-// Update returned that at once, although the balance it rested on never became durable. Now
-// Update waits for the durability of what the closure read, and runs it again when the batch
-// failed: it then reads the durable balance and succeeds.
-func TestClosureErrorWaitsForReadDurability(t *testing.T) {
-	ctx := context.Background()
-	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: store})
-	require.NoError(t, err)
-	defer db.Close(ctx)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+// releaseBeforeClose returns release, which closes gate (a test store's, holding a batch
+// until it closes), and closeDB, for the test to defer: it closes gate if release never ran
+// (a test that failed midway), else Close would wait for the held batch for ever, then db.
+func releaseBeforeClose(ctx context.Context, db *DB, gate chan struct{}) (release, closeDB func()) {
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	return release, func() {
+		release()
+		db.Close(ctx)
+	}
+}
+
+// heldFailDrain creates "acct" in db (whose store is store) with one row of balance 100,
+// durable, then arms store and drains the balance (a Put of 0) in a goroutine: once the Put is
+// installed (its row unlocked) and its batch held by store, to fail when released, it returns
+// the table, the row and the channel of the Put's outcome.
+func heldFailDrain(t *testing.T, ctx context.Context, db *DB, store *heldFailStore) (*Table, uint64, chan error) {
+	t.Helper()
+	acct := newTable(t, ctx, db, "acct", 64)
 	id, err := acct.Insert(ctx, u64Row(64, 100)) // durable: 100
 	require.NoError(t, err)
 
@@ -697,6 +663,20 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	go func() { drained <- acct.Put(ctx, id, u64Row(64, 0)) }() // installed, its batch to fail
 	recvWithin(t, store.entered, "the batch")
 	waitUntil(t, "the drain installed", func() bool { return !rowLocked(db, acct, id) })
+	return acct, id, drained
+}
+
+// Item 3: a closure's error escaped before what the closure read was durable. A closure read
+// a balance written by a commit whose batch then failed, returned "insufficient funds", and
+// Update returned that at once, although the balance it rested on never became durable. Now
+// Update waits for the durability of what the closure read, and runs it again when the batch
+// failed: it then reads the durable balance and succeeds.
+func TestClosureErrorWaitsForReadDurability(t *testing.T) {
+	ctx := context.Background()
+	store := &heldFailStore{Store: newLocalStore(t, ""), entered: make(chan struct{}), release: make(chan struct{})}
+	db := openDB(t, ctx, Options{Store: store})
+	defer db.Close(ctx)
+	acct, id, drained := heldFailDrain(t, ctx, db, store)
 
 	errInsufficient := errors.New("insufficient funds")
 	var runs atomic.Int32
@@ -720,7 +700,7 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 	<-read // the closure saw the balance of 0, not durable yet
 	close(store.release)
 	require.ErrorIs(t, recvWithin(t, drained, "the drain"), errInjected)
-	err = recvWithin(t, res, "the Update")
+	err := recvWithin(t, res, "the Update")
 	require.NotErrorIs(t, err, errInsufficient, "the closure's error rested on a commit that failed")
 	require.ErrorIs(t, err, errInjected, "run again, the closure read 100 and its commit met the failed node")
 	require.GreaterOrEqual(t, runs.Load(), int32(2))
@@ -732,17 +712,10 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 func TestAddWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
 	store := newGatedCommitStore(newLocalStore(t, ""), 256)
-	db, err := Open(ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	require.NoError(t, err)
-	released := false
-	defer func() {
-		if !released {
-			close(store.release)
-		}
-		db.Close(ctx)
-	}()
-	x, err := db.CreateTable(ctx, "x", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	defer closeDB()
+	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 4)
 	store.armed.Store(true)
 	db.pipe.flushSoon()
@@ -761,8 +734,7 @@ func TestAddWaitHonoursContext(t *testing.T) {
 	case got = <-res:
 	case <-time.After(10 * time.Second): // a watchdog: the fixed commit ends after 50 ms
 	}
-	close(store.release)
-	released = true
+	release()
 	require.ErrorIs(t, got, context.DeadlineExceeded)
 	buf := make([]byte, 64)
 	require.NoError(t, x.Get(ctx, ids[3], buf))

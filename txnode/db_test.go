@@ -19,8 +19,7 @@ func openEmbedded(t testing.TB, dir string, opts Options) *DB {
 	if opts.SyncMode == "" {
 		opts.SyncMode = "none"
 	}
-	db, err := Open(context.Background(), opts)
-	require.NoError(t, err)
+	db := openDB(t, context.Background(), opts)
 	t.Cleanup(func() { db.Close(context.Background()) })
 	return db
 }
@@ -36,13 +35,11 @@ func TestCRUDAndReopen(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{})
-	items, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
+	items := newTable(t, ctx, db, "items", 64)
 
 	var ids []uint64
 	for i := range 300 {
-		id, err := items.Insert(ctx, row(uint64(i)))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, items, row(uint64(i)))
 		ids = append(ids, id)
 	}
 	got := make([]byte, 64)
@@ -65,8 +62,7 @@ func TestCRUDAndReopen(t *testing.T) {
 	require.NoError(t, db.Close(ctx))
 
 	db2 := openEmbedded(t, dir, Options{})
-	items2, err := db2.Table(ctx, "items")
-	require.NoError(t, err)
+	items2 := openTable(t, ctx, db2, "items")
 	for i, id := range ids {
 		err := items2.Get(ctx, id, got)
 		switch i {
@@ -82,60 +78,73 @@ func TestCRUDAndReopen(t *testing.T) {
 		}
 	}
 	// New ids never reuse old ones.
-	id, err := items2.Insert(ctx, row(9999))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, items2, row(9999))
 	require.Greater(t, id, ids[len(ids)-1])
+}
+
+// openAccounts creates the table "acct" in db with n accounts of balance 100 (row) and
+// returns it and their ids.
+func openAccounts(t *testing.T, ctx context.Context, db *DB, n int) (*Table, []uint64) {
+	t.Helper()
+	acct := newTable(t, ctx, db, "acct", 64)
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = insertRow(t, ctx, acct, row(100))
+	}
+	return acct, ids
+}
+
+// transferAll moves money between the accounts ids of acct: 16 goroutines, rounds transfers
+// of 1 each (a pseudo-random pair, never one account to itself), each in its own db.Update;
+// with skipEmpty an account at 0 gives nothing. A failed transfer fails the test.
+func transferAll(t *testing.T, ctx context.Context, db *DB, acct *Table, ids []uint64, rounds int, skipEmpty bool) {
+	n := len(ids)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, b := make([]byte, 64), make([]byte, 64)
+			for i := range rounds {
+				from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
+				if from == to {
+					continue
+				}
+				err := db.Update(ctx, func(tx *Tx) error {
+					if err := tx.Get(acct, from, a); err != nil {
+						return err
+					}
+					if err := tx.Get(acct, to, b); err != nil {
+						return err
+					}
+					va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
+					if skipEmpty && va == 0 {
+						return nil
+					}
+					if err := tx.Put(acct, from, row(va-1)); err != nil {
+						return err
+					}
+					return tx.Put(acct, to, row(vb+1))
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestTransferConserves(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []Durability{Durable, WriteBack} {
 		db := openEmbedded(t, "", Options{Durability: mode, CacheBytes: 256 << 10})
-		acct, err := db.CreateTable(ctx, "acct", 64)
-		require.NoError(t, err)
 		const n = 2000
-		ids := make([]uint64, n)
-		for i := range ids {
-			ids[i], err = acct.Insert(ctx, row(100))
-			require.NoError(t, err)
-		}
-		var wg sync.WaitGroup
-		for g := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a, b := make([]byte, 64), make([]byte, 64)
-				for i := range 200 {
-					from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
-					if from == to {
-						continue
-					}
-					err := db.Update(ctx, func(tx *Tx) error {
-						if err := tx.Get(acct, from, a); err != nil {
-							return err
-						}
-						if err := tx.Get(acct, to, b); err != nil {
-							return err
-						}
-						va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
-						if va == 0 {
-							return nil
-						}
-						if err := tx.Put(acct, from, row(va-1)); err != nil {
-							return err
-						}
-						return tx.Put(acct, to, row(vb+1))
-					})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		acct, ids := openAccounts(t, ctx, db, n)
+		transferAll(t, ctx, db, acct, ids, 200, true)
 		var total uint64
-		err = db.View(ctx, func(tx *Tx) error {
+		err := db.View(ctx, func(tx *Tx) error {
 			total = 0
 			buf := make([]byte, 64)
 			for _, id := range ids {
@@ -160,15 +169,12 @@ func TestTransferConserves(t *testing.T) {
 // failed with ErrTableOwned against the node's own live grant.
 func TestDropTableThroughWrappedStore(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: &countingStore{Store: newLocalStore(t, "")}})
 	defer db.Close(ctx)
-	items, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
-	_, err = items.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	items := newTable(t, ctx, db, "items", 64)
+	insertRow(t, ctx, items, make([]byte, 64))
 	require.NoError(t, db.DropTable(ctx, "items"))
-	_, err = db.Table(ctx, "items")
+	_, err := db.Table(ctx, "items")
 	require.ErrorIs(t, err, ErrTableNotFound)
 }
 
@@ -180,8 +186,7 @@ func TestCatalogAfterClose(t *testing.T) {
 	for _, c := range openConfigs(t) {
 		t.Run(c.name, func(t *testing.T) {
 			db := c.opener(t)(Options{})
-			_, err := db.CreateTable(ctx, "items", 64)
-			require.NoError(t, err)
+			newTable(t, ctx, db, "items", 64)
 			require.NoError(t, db.Close(ctx))
 			ts, err := db.Tables(ctx)
 			require.ErrorIs(t, err, ErrClosed, "Tables")
@@ -210,10 +215,8 @@ func TestCatalogDoneContext(t *testing.T) {
 			require.ErrorIs(t, err, context.Canceled, "CreateTable")
 			_, err = db.Table(ctx, "items")
 			require.ErrorIs(t, err, ErrTableNotFound, "nothing was created")
-			_, err = db.CreateTable(ctx, "items", 64)
-			require.NoError(t, err)
-			_, err = db.CreateTable(ctx, "free", 64)
-			require.NoError(t, err)
+			newTable(t, ctx, db, "items", 64)
+			newTable(t, ctx, db, "free", 64)
 			_, err = db.Tables(done)
 			require.ErrorIs(t, err, context.Canceled, "Tables")
 			require.ErrorIs(t, db.DropTable(done, "items"), context.Canceled, "DropTable of an open table")

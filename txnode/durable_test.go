@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // A cluster table created with CreateDurableClusterTable takes no grant; a DurableTable reads
@@ -17,11 +16,8 @@ import (
 func TestDurableTable(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
-	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
-	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	require.NoError(t, err)
-	db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	require.NoError(t, err)
+	g, st := grantStore(t, owner)
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	layout := ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
 	name := storenode.PartitionTableName("acct", 1)
@@ -36,11 +32,9 @@ func TestDurableTable(t *testing.T) {
 	_, err = db.OpenDurable(ctx, "nope")
 	require.ErrorIs(t, err, ErrTableNotFound)
 
-	tb, err := db.Table(ctx, name)
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, name)
 	require.NoError(t, tb.Serving())
-	id, err := tb.Insert(ctx, row(7))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, row(7))
 	d2, err := db.OpenDurable(ctx, name)
 	require.NoError(t, err)
 	dst := make([]byte, 64)
@@ -62,17 +56,14 @@ func TestDurableTable(t *testing.T) {
 // and the deleted rows, across page boundaries, and stops when asked.
 func TestDurableTableScan(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: t.TempDir()})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "items", 64)
 	var ids []uint64
 	row := make([]byte, 64)
 	for i := range 300 {
 		row[0] = byte(i)
-		id, err := tb.Insert(ctx, row)
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tb, row)
 		ids = append(ids, id)
 	}
 	for _, i := range []int{0, 63, 64, 150} {

@@ -23,9 +23,8 @@ func TestStoreErrorsReadRight(t *testing.T) {
 		}
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
+			newTable(t, ctx, db, "items", 64)
 			_, err := db.CreateTable(ctx, "items", 64)
-			require.NoError(t, err)
-			_, err = db.CreateTable(ctx, "items", 64)
 			require.ErrorIs(t, err, ErrTableExists)
 			require.ErrorIs(t, err, storenode.ErrTableExists)
 			require.ErrorIs(t, err, sgio.ErrTableExists)
@@ -53,9 +52,8 @@ func TestStoreErrorsReadRight(t *testing.T) {
 func TestOpenDirTwiceInProcess(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-	require.NoError(t, err)
-	_, err = Open(ctx, Options{Dir: dir, SyncMode: "none"})
+	db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+	_, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 	require.ErrorIs(t, err, storenode.ErrAlreadyOpen)
 	require.ErrorIs(t, err, storenode.ErrLocked)
 	require.NotContains(t, err.Error(), "another process")

@@ -17,13 +17,10 @@ func TestFullPageIOAblation(t *testing.T) {
 	for i, full := range []bool{false, true} {
 		addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 		proxy := startCountingProxy(t, addr)
-		db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 9, FullPageIO: full})
-		require.NoError(t, err)
-		items, err := db.CreateTable(ctx, "items", 64)
-		require.NoError(t, err)
+		db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 9, FullPageIO: full})
+		items := newTable(t, ctx, db, "items", 64)
 		for i := range 64 * 16 {
-			_, err := items.Insert(ctx, row(uint64(i)))
-			require.NoError(t, err)
+			insertRow(t, ctx, items, row(uint64(i)))
 		}
 		up0, _ := proxy.snapshot()
 		for k := range 100 {

@@ -22,6 +22,46 @@ import (
 // every reopen) sees the same data. The remote store is one more entry: its store func
 // (remoteStoreConfig) starts a storage node and sets Options.StoreAddr.
 
+// openDB opens a DB with opts, failing the test on error; the caller closes it.
+func openDB(t testing.TB, ctx context.Context, opts Options) *DB {
+	t.Helper()
+	db, err := Open(ctx, opts)
+	require.NoError(t, err)
+	return db
+}
+
+// newTable creates the table name of rowBytes-byte rows in db, failing the test on error.
+func newTable(t testing.TB, ctx context.Context, db *DB, name string, rowBytes int) *Table {
+	t.Helper()
+	tb, err := db.CreateTable(ctx, name, rowBytes)
+	require.NoError(t, err)
+	return tb
+}
+
+// openTable opens the table name in db, failing the test on error.
+func openTable(t testing.TB, ctx context.Context, db *DB, name string) *Table {
+	t.Helper()
+	tb, err := db.Table(ctx, name)
+	require.NoError(t, err)
+	return tb
+}
+
+// openTx begins a transaction in db (writable: Begin's argument), failing the test on error.
+func openTx(t testing.TB, ctx context.Context, db *DB, writable bool) *Tx {
+	t.Helper()
+	tx, err := db.Begin(ctx, writable)
+	require.NoError(t, err)
+	return tx
+}
+
+// insertRow inserts r into tb, failing the test on error, and returns its id.
+func insertRow(t testing.TB, ctx context.Context, tb *Table, r []byte) uint64 {
+	t.Helper()
+	id, err := tb.Insert(ctx, r)
+	require.NoError(t, err)
+	return id
+}
+
 // openConfig is one way to run the transaction node.
 type openConfig struct {
 	name       string
@@ -76,8 +116,7 @@ func (c openConfig) opener(t testing.TB) func(opts Options) *DB {
 		t.Helper()
 		opts.Durability = c.durability
 		setStore(&opts)
-		db, err := Open(context.Background(), opts)
-		require.NoError(t, err)
+		db := openDB(t, context.Background(), opts)
 		t.Cleanup(func() { db.Close(context.Background()) })
 		return db
 	}

@@ -115,14 +115,10 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, fs := newAnswerRig(t)
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g1, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g2, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g3, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	g1 := insertRow(t, ctx, r.gold, row(1))
+	g2 := insertRow(t, ctx, r.gold, row(1))
+	g3 := insertRow(t, ctx, r.gold, row(1))
 
 	// A prepared part on g3, applied later.
 	ptx, err := r.db.Begin(ctx, true)
@@ -195,12 +191,9 @@ func TestHeldBatchAbandonedUnknown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, fs := newAnswerRig(t)
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g1, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g2, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	g1 := insertRow(t, ctx, r.gold, row(1))
+	g2 := insertRow(t, ctx, r.gold, row(1))
 
 	r.fenceAcct()
 	fs.armed.Store(true)
@@ -270,10 +263,8 @@ func refusalDuringClose(t *testing.T, forget bool) {
 			}
 		}
 	}
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g1, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	g1 := insertRow(t, ctx, r.gold, row(1))
 
 	r.fenceAcct()
 	fs.armed.Store(true)

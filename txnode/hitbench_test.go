@@ -5,9 +5,9 @@ package txnode
 import (
 	"context"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // BenchmarkGetLarge is the cache-hit read at a size that misses the CPU caches: 4M rows of 64
@@ -42,7 +42,7 @@ func BenchmarkGetLarge(b *testing.B) {
 		b.Run(o.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(max(1, 128/runtime.GOMAXPROCS(0)))
-			cpu0 := processCPU(b)
+			cpu0 := testkit.ProcessCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				rng, buf := newXorshift(), make([]byte, 64)
 				for pb.Next() {
@@ -52,19 +52,9 @@ func BenchmarkGetLarge(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// processCPU is the process's user and system CPU time so far: the cost per op on a machine
-// whose other processes take cores from the benchmark.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 const largeRows = 4 << 20
@@ -72,35 +62,5 @@ const largeRows = 4 << 20
 // largeOpen loads the table of BenchmarkGetLarge (once per -count round).
 func largeOpen(b *testing.B) (*DB, *Table, []uint64) {
 	b.Helper()
-	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: b.TempDir(), SyncMode: "none", CacheBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close(ctx) })
-	tb, err := db.CreateTable(ctx, "large", 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ids := make([]uint64, 0, largeRows)
-	row := make([]byte, 64)
-	for len(ids) < largeRows {
-		err := db.Update(ctx, func(tx *Tx) error {
-			for range min(4096, largeRows-len(ids)) {
-				id, err := tx.Insert(tb, row)
-				if err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := db.pipe.flush(ctx); err != nil {
-		b.Fatal(err)
-	}
-	return db, tb, ids
+	return benchLoad(b, Options{Dir: b.TempDir(), SyncMode: "none", CacheBytes: 1 << 30}, "large", largeRows, 4096)
 }

@@ -129,8 +129,7 @@ func (p *stallProxy) unstall() {
 func TestCloseHonoursContextWithBatchInFlight(t *testing.T) {
 	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	p := startStallProxy(t, addr)
-	db, err := Open(context.Background(), Options{StoreAddr: p.ln.Addr().String(), OwnerID: 78})
-	require.NoError(t, err)
+	db := openDB(t, context.Background(), Options{StoreAddr: p.ln.Addr().String(), OwnerID: 78})
 	tb, err := db.CreateTable(context.Background(), "t", 64)
 	require.NoError(t, err)
 	_, err = tb.Insert(context.Background(), row(1))
@@ -166,11 +165,10 @@ func TestIdleNodeKeepsItsOwnerID(t *testing.T) {
 	const lease = 2 * time.Second
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: lease})
 	ctx := context.Background()
-	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 91})
-	require.NoError(t, err)
+	a := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 91})
 	defer a.Close(ctx)
 	// Another incarnation of owner 91 keeps trying for two and a half leases: refused all along.
-	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: 91, OwnerInUseWait: lease * 5 / 2})
+	_, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 91, OwnerInUseWait: lease * 5 / 2})
 	require.ErrorIs(t, err, ErrOwnerInUse)
 }
 
@@ -186,10 +184,9 @@ func TestOwnerInUseWaitFollowsTheStorageNodesLease(t *testing.T) {
 	const lease = time.Second
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: lease})
 	ctx := context.Background()
-	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 92})
-	require.NoError(t, err)
+	a := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 92})
 	defer a.Close(ctx)
-	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: 92})
+	_, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 92})
 	require.ErrorIs(t, err, ErrOwnerInUse)
 	require.ErrorContains(t, err, fmt.Sprintf("gave up after %v", lease+OwnerInUseMargin))
 }

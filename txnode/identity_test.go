@@ -48,8 +48,7 @@ func TestCloseReleasesTables(t *testing.T) {
 			tb, err = db.Table(ctx, "loot")
 		}
 		require.NoError(t, err, "run %d", run)
-		_, err = tb.Insert(ctx, row(uint64(run)))
-		require.NoError(t, err)
+		insertRow(t, ctx, tb, row(uint64(run)))
 		n := 0
 		for _, err := range tb.Scan(ctx, 0, ^uint64(0)) {
 			require.NoError(t, err)
@@ -67,10 +66,8 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 	ctx := context.Background()
 	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	const owner = 0x5151
-	a, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner})
-	require.NoError(t, err)
-	ta, err := a.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	a := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner})
+	ta := newTable(t, ctx, a, "acct", 64)
 
 	writers, per := 8, 200
 	if testing.Short() {
@@ -129,7 +126,7 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 	// once what it waits for (fails on db90132: it waited in silence; issue 23 item 5).
 	const waitLine = "the owner id is in use at the storage node"
 	logs := newLogCounter(waitLine)
-	_, err = Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond, Logger: slog.New(logs)})
+	_, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond, Logger: slog.New(logs)})
 	require.ErrorIs(t, err, ErrOwnerInUse)
 	require.NotContains(t, err.Error(), "epoch")
 	require.Equal(t, 1, logs.count(waitLine), "one line for the wait, not one a retry")
@@ -138,11 +135,9 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 
 	// A closes (Release): B gets in at once, with its tables and its batch sequence.
 	require.NoError(t, a.Close(ctx))
-	b, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
-	require.NoError(t, err)
+	b := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, OwnerInUseWait: 300 * time.Millisecond})
 	defer b.Close(ctx)
-	tb, err := b.Table(ctx, "acct")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "acct")
 	gone := make(map[uint64]bool)
 	for _, id := range deleted {
 		gone[id] = true
@@ -236,11 +231,9 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	ctx := context.Background()
 	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startHalfProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x77})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x77})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "ctr", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "ctr", 64)
 
 	workers, per := 16, 150
 	if testing.Short() {
@@ -248,8 +241,7 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	}
 	ids := make([]uint64, workers)
 	for w := range ids {
-		ids[w], err = tb.Insert(ctx, row(0))
-		require.NoError(t, err)
+		ids[w] = insertRow(t, ctx, tb, row(0))
 	}
 	var total atomic.Int64
 	cutAt := int64(workers * per / 3)
@@ -317,10 +309,8 @@ func TestFsyncErrorIsUnknownOutcome(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer db.Close(ctx)
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
-			id, err := tb.Insert(ctx, row(1))
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
+			id := insertRow(t, ctx, tb, row(1))
 			fs.Inject(func(op vfs.Op) error {
 				if op.Kind == vfs.OpSync && strings.Contains(op.Name, "wal/") {
 					return syscall.EIO

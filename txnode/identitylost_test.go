@@ -37,8 +37,7 @@ func testIdentityLost(t *testing.T, first string) {
 	defer db.Close(ctx)
 	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
-	id, err := tb.Insert(ctx, row(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, row(1))
 
 	// The owner id released on the node's current connection, behind the DB's back.
 	rs := db.store.(*remoteStore)

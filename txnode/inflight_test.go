@@ -168,14 +168,12 @@ func TestTinyCacheAsyncInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
-	db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: 2 * time.Minute})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: 2 * time.Minute})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	const pages, workers = 48, 4
 	require.Less(t, 3*db.cache.framesMax(64), pages)
 	ids := insertRows(t, db, tb, 64*pages)
@@ -262,14 +260,12 @@ func TestInflightBytesBound(t *testing.T) {
 	fs := newFlightStore(t, newLocalStore(t, ""))
 	const perTx = 64 + segFlightBytes // one 64-byte row on a page of its own
 	const fit = 5
-	db, err := Open(ctx, Options{Store: fs, InflightBytes: fit * perTx})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, InflightBytes: fit * perTx})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 64*(fit+2))
 	require.NoError(t, db.pipe.flush(ctx))
 	fs.hold()
@@ -351,8 +347,7 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 				fs.openAll()
 				require.NoError(t, db.Close(context.Background()))
 			}()
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			const pages, hotPerPage = 44, 2
 			require.Less(t, 3*db.cache.framesMax(64), pages)
 			ids := insertRows(t, db, tb, 64*pages)

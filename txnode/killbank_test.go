@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -36,10 +37,7 @@ const helperLeaseEnv = "WEFT_TXNODE_HELPER_LEASE"
 
 // TestHelperStorageNode is not a test: it is the storage node process of TestKillBank.
 func TestHelperStorageNode(t *testing.T) {
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper process of TestKillBank")
-	}
+	spec := testkit.HelperSpec(t, helperEnv, "TestKillBank")
 	dir, addr, _ := strings.Cut(spec, "@")
 	var lease time.Duration // storenode's default unless helperLeaseEnv says
 	if v := os.Getenv(helperLeaseEnv); v != "" {
@@ -110,26 +108,20 @@ func freeLoopbackAddr(t *testing.T) string {
 }
 
 func TestKillBank(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := context.Background()
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
 	node := startNodeProc(t, dir, addr)
 	defer func() { node.kill() }()
 
 	const owner = 99
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 256 << 10, RequestTimeout: 30 * time.Second})
-	require.NoError(t, err)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
-	logT, err := db.CreateTable(ctx, "log", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 256 << 10, RequestTimeout: 30 * time.Second})
+	acct := newTable(t, ctx, db, "acct", 64)
+	logT := newTable(t, ctx, db, "log", 64)
 	const accounts, opening = 5000, 1000
 	ids := make([]uint64, accounts)
 	for i := range ids {
-		ids[i], err = acct.Insert(ctx, row(opening))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, acct, row(opening))
 	}
 
 	kills := 3
@@ -210,13 +202,10 @@ func TestKillBank(t *testing.T) {
 	require.Zero(t, failCount.Load(), "no transfer may fail: the store reconnects and resends")
 
 	// Verify with a fresh transaction node (same owner: it takes its tables back at once).
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
 	defer db2.Close(ctx)
-	acct2, err := db2.Table(ctx, "acct")
-	require.NoError(t, err)
-	log2, err := db2.Table(ctx, "log")
-	require.NoError(t, err)
+	acct2 := openTable(t, ctx, db2, "acct")
+	log2 := openTable(t, ctx, db2, "log")
 	expect := make(map[uint64]uint64, accounts)
 	for _, id := range ids {
 		expect[id] = opening

@@ -31,11 +31,9 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &countingLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 78, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 78, clock: clock})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "l", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "l", 64)
 	ids := insertRows(t, db, tb, 64)
 	buf := make([]byte, 64)
 
@@ -62,8 +60,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	require.Equal(t, int64(2), clock.reads.Load()-before, "a 64-row update: the first read and the commit")
 
 	// The lease runs out between a writer's reads and its commit.
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	defer tx.Rollback()
 	require.NoError(t, tx.Put(tb, ids[0], u64Row(64, 1)))
 	clock.n.Add(int64(46 * time.Minute)) // past three quarters of the hour
@@ -72,11 +69,10 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 
 	// A closure's own error resting on reads made after the lease ran out is not returned
 	// as if it stood (a table adopted now, so its lease is live at the first read).
-	q, err := db.CreateTable(ctx, "q", 64)
-	require.NoError(t, err)
+	q := newTable(t, ctx, db, "q", 64)
 	qids := insertRows(t, db, q, 2)
 	errMine := errors.New("insufficient funds")
-	err = db.Update(ctx, func(tx *Tx) error {
+	err := db.Update(ctx, func(tx *Tx) error {
 		if err := tx.Get(q, qids[0], buf); err != nil {
 			return err
 		}
@@ -89,11 +85,9 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	require.ErrorIs(t, err, ErrLeaseExpired)
 
 	// And between a read-only transaction's reads and its commit (a table adopted now).
-	r, err := db.CreateTable(ctx, "r", 64)
-	require.NoError(t, err)
+	r := newTable(t, ctx, db, "r", 64)
 	rids := insertRows(t, db, r, 2)
-	ro, err := db.Begin(ctx, false)
-	require.NoError(t, err)
+	ro := openTx(t, ctx, db, false)
 	defer ro.Rollback()
 	require.NoError(t, ro.Get(r, rids[0], buf))
 	clock.n.Add(int64(46 * time.Minute))

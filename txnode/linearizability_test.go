@@ -225,8 +225,7 @@ const linFillerPages = 32
 // linSetUp creates the table, the keys' rows (value 0, one page apart) and the filler rows.
 func linSetUp(t *testing.T, db *DB) (tb *Table, keys, filler []uint64) {
 	ctx := context.Background()
-	tb, err := db.CreateTable(ctx, "lin", 64)
-	require.NoError(t, err)
+	tb = newTable(t, ctx, db, "lin", 64)
 	ids := insertRows(t, db, tb, (linKeys+linFillerPages)*64)
 	keys = make([]uint64, linKeys)
 	for k := range keys {
@@ -254,8 +253,7 @@ func linNoise(tb *Table, filler []uint64, stop <-chan struct{}, wg *sync.WaitGro
 // after everything else.
 func linFinalReads(t *testing.T, rec *linRecorder, db *DB, client int) {
 	ctx := context.Background()
-	tb, err := db.Table(ctx, "lin")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, "lin")
 	ids := scanIDs(t, tb.Scan(ctx, 0, math.MaxUint64))
 	buf := make([]byte, 64)
 	for k := range linKeys {
@@ -403,8 +401,7 @@ func linKilledStore(t *testing.T, mode Durability) {
 	require.NoError(t, db.Close(ctx))
 	require.LessOrEqual(t, rec.unknown.Load(), int64(clients), "a client stops writing after one unknown outcome")
 
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner})
 	defer db2.Close(ctx)
 	linFinalReads(t, rec, db2, clients)
 	linCheck(t, rec.ops)

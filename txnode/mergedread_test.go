@@ -27,11 +27,9 @@ func TestMergedReadFitsServerMaxBody(t *testing.T) {
 	require.NoError(t, srv.Start())
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	p := startGateProxy(t, srv.Addr().String())
-	db, err := Open(ctx, Options{StoreAddr: p.ln.Addr().String(), CacheBytes: 64 << 10, OwnerID: 45})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: p.ln.Addr().String(), CacheBytes: 64 << 10, OwnerID: 45})
 	defer db.Close(ctx)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
 	st := db.store.(*remoteStore)
 	require.Equal(t, 1, st.conn.MaxInflight())
 

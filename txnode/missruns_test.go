@@ -16,18 +16,15 @@ func TestInterleavedSequentialReaders(t *testing.T) {
 	dir := t.TempDir()
 	const streams, pages = 16, 4
 	{
-		db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-		require.NoError(t, err)
-		tb, err := db.CreateTable(ctx, "seq", 64)
-		require.NoError(t, err)
+		db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+		tb := newTable(t, ctx, db, "seq", 64)
 		insertRows(t, db, tb, streams*pages*64)
 		require.NoError(t, db.Close(ctx))
 	}
 	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"}) // a cold cache
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.Table(ctx, "seq")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, db, "seq")
 	buf := make([]byte, 64)
 	before := db.Stats().PageMisses
 	for i := range uint64(pages * 64) {

@@ -575,8 +575,7 @@ func TestModelConcurrent(t *testing.T) {
 			open := cfg.opener(t)
 			opts := Options{CacheBytes: 128 << 10, CacheWait: 10 * time.Second} // ~27 frames: pages come and go
 			db := open(opts)
-			tb, err := db.CreateTable(ctx, "shared", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "shared", 64)
 			const ownerShift = 48 // row value: owner<<48 | counter
 			models := make([]map[uint64]uint64, workers)
 			var wg sync.WaitGroup
@@ -612,8 +611,7 @@ func TestModelConcurrent(t *testing.T) {
 			}
 			require.NoError(t, db.Close(ctx))
 			db = open(opts)
-			tb, err = db.Table(ctx, "shared")
-			require.NoError(t, err)
+			tb = openTable(t, ctx, db, "shared")
 			check(db, tb)
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -61,9 +62,7 @@ func (h *logCounter) count(key string) int {
 // and tick; Close succeeds. Fails on b3f6c9d: the node gave up after a lease plus
 // OwnerInUseMargin, and every later call failed with "storage node ... unreachable" for good.
 func TestStorageNodeOutageHeals(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	const lease = time.Second
 	t.Setenv(helperLeaseEnv, lease.String())
 	dir, addr := t.TempDir(), freeLoopbackAddr(t)
@@ -83,14 +82,12 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 		RequestTimeout: requestTimeout, DialTimeout: 200 * time.Millisecond, Logger: slog.New(logs)})
 	require.NoError(t, err)
 	require.Equal(t, lease, db.info.Lease)
-	tab, err := db.CreateTable(ctx, "players", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "players", 64)
 
 	const writers = 4
 	ids := make([]uint64, writers)
 	for i := range ids {
-		ids[i], err = tab.Insert(ctx, row(0))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tab, row(0))
 	}
 
 	// Each writer owns a row and writes 1, 2, 3, ... to it: the row must end at its last
@@ -162,8 +159,7 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	require.Eventually(t, func() bool { return tab.Get(ctx, ids[0], buf) == nil }, 10*time.Second, 5*time.Millisecond,
 		"reads succeed again once the storage node is back")
 	t.Logf("healed %v after the restart", time.Since(restarted).Round(time.Millisecond))
-	newID, err := tab.Insert(ctx, row(7))
-	require.NoError(t, err)
+	newID := insertRow(t, ctx, tab, row(7))
 	stop.Store(true)
 	wg.Wait()
 	select {
@@ -192,11 +188,9 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	require.LessOrEqual(t, logs.count(renw), 1, "renewal failures of an outage are not logged per table and tick")
 
 	// What the storage node has, read by a fresh transaction node.
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: 1 << 20})
 	defer db2.Close(ctx)
-	tab2, err := db2.Table(ctx, "players")
-	require.NoError(t, err)
+	tab2 := openTable(t, ctx, db2, "players")
 	check(tab2)
 }
 
@@ -289,10 +283,8 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 31, RequestTimeout: grace,
 		DialTimeout: time.Second, Logger: slog.New(logs), reconnectTimer: timers.timer})
 	require.NoError(t, err)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
-	id, err := tab.Insert(ctx, row(1))
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
+	id := insertRow(t, ctx, tab, row(1))
 
 	proxy.set(false)
 	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")
@@ -347,11 +339,9 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	}
 	timers.mu.Unlock()
 
-	db2, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 31})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 31})
 	defer db2.Close(ctx)
-	tab2, err := db2.Table(ctx, "t")
-	require.NoError(t, err)
+	tab2 := openTable(t, ctx, db2, "t")
 	require.NoError(t, tab2.Get(ctx, id, buf))
 	require.Equal(t, uint64(4), binary.LittleEndian.Uint64(buf))
 }
@@ -369,10 +359,8 @@ func TestCloseDuringOutage(t *testing.T) {
 	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 32, RequestTimeout: grace,
 		Logger: slog.New(newLogCounter()), reconnectTimer: timers.timer})
 	require.NoError(t, err)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
-	id, err := tab.Insert(ctx, row(1))
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
+	id := insertRow(t, ctx, tab, row(1))
 
 	proxy.set(false)
 	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")

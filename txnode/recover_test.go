@@ -110,13 +110,11 @@ func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			r := newFenceRig(t, remote)
-			a, err := r.acct.Insert(ctx, row(1))
-			require.NoError(t, err)
-			gid, err := r.gold.Insert(ctx, row(1))
-			require.NoError(t, err)
+			a := insertRow(t, ctx, r.acct, row(1))
+			gid := insertRow(t, ctx, r.gold, row(1))
 
 			r.fenceAcct()
-			err = r.acct.Put(ctx, a, row(2))
+			err := r.acct.Put(ctx, a, row(2))
 			require.Error(t, err)
 			require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "%v", err)
 			_, err = r.acct.Insert(ctx, row(3))
@@ -124,8 +122,7 @@ func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
 
 			for i := uint64(2); i < 20; i++ {
 				require.NoError(t, r.gold.Put(ctx, gid, row(i)), "gold after acct was fenced")
-				_, err := r.gold.Insert(ctx, row(i))
-				require.NoError(t, err)
+				insertRow(t, ctx, r.gold, row(i))
 			}
 			dst := make([]byte, 64)
 			require.NoError(t, r.gold.Get(ctx, gid, dst))
@@ -182,8 +179,7 @@ func fenceUnderWriters(t *testing.T, remote bool) {
 	}
 	r := newFenceRig(t, remote)
 	ins := func(tb *Table) uint64 {
-		id, err := tb.Insert(ctx, row(0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tb, row(0))
 		return id
 	}
 	xs, ys, zs, cs := make([]uint64, nA), make([]uint64, nA), make([]uint64, nB), make([]uint64, nC)
@@ -370,10 +366,8 @@ func assertNoErr(t *testing.T, err error, what string) bool {
 func TestCommitWaitAfterResumeSeesFailedRange(t *testing.T) {
 	ctx := context.Background()
 	r := newFenceRig(t, false)
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	gid, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()
 
 	tx, err := r.db.Begin(ctx, true)
@@ -416,10 +410,8 @@ func prepareDuringRefusal(t *testing.T, remote bool, i byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r := newFenceRig(t, remote)
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	gid, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()
 
 	start := make(chan struct{})
@@ -504,10 +496,8 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 		hs.Store, hs.inner = st, st.(store.TxnStore)
 		return hs
 	})
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	gid, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()
 	gapWait := make(chan struct{}, 1)
 	r.db.testHookWait = func(what string) {
@@ -664,10 +654,8 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 		fs.Store, fs.inner = st, st.(store.TxnStore)
 		return fs
 	})
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	gid, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()
 	fs.hold.Store(r.acct.t.id)
 
@@ -721,6 +709,7 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 		default:
 		}
 	}
+	var err error // the committer's answer
 	if cancelCommit {
 		require.NoError(t, early, "the committer of a batch still out was answered")
 		cancelCommitCtx() // the wait honours its context: the outcome is unknown then

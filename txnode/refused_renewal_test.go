@@ -55,13 +55,10 @@ func TestRefusedRenewalStopsServing(t *testing.T) {
 			require.NoError(t, err)
 			st := &refusingStore{Store: inner, lease: 80 * time.Millisecond, refusal: refusal}
 			clock := &fakeLeaseClock{} // frozen: the lease never runs out by time
-			db, err := Open(ctx, Options{Store: st, clock: clock})
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: st, clock: clock})
 			defer db.Close(ctx)
-			tb, err := db.CreateTable(ctx, "f", 64)
-			require.NoError(t, err)
-			id, err := tb.Insert(ctx, u64Row(64, 1))
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "f", 64)
+			id := insertRow(t, ctx, tb, u64Row(64, 1))
 			buf := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, id, buf))
 

@@ -33,49 +33,11 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	addr, stop := startStorageNode(t, dir)
-	db, err := Open(ctx, Options{StoreAddr: addr, CacheBytes: 256 << 10, OwnerID: 42})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, CacheBytes: 256 << 10, OwnerID: 42})
 	require.Equal(t, "none", db.info.SyncMode)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
 	const n = 3000 // 47 pages: more than the 256 KiB cache keeps with room to spare
-	ids := make([]uint64, n)
-	for i := range ids {
-		ids[i], err = acct.Insert(ctx, row(100))
-		require.NoError(t, err)
-	}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a, b := make([]byte, 64), make([]byte, 64)
-			for i := range 150 {
-				from, to := ids[(g*7919+i*31)%n], ids[(g*104729+i*17+1)%n]
-				if from == to {
-					continue
-				}
-				err := db.Update(ctx, func(tx *Tx) error {
-					if err := tx.Get(acct, from, a); err != nil {
-						return err
-					}
-					if err := tx.Get(acct, to, b); err != nil {
-						return err
-					}
-					va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
-					if err := tx.Put(acct, from, row(va-1)); err != nil {
-						return err
-					}
-					return tx.Put(acct, to, row(vb+1))
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	acct, ids := openAccounts(t, ctx, db, n)
+	transferAll(t, ctx, db, acct, ids, 150, false)
 	sum := func(db *DB, acct *Table) uint64 {
 		var total uint64
 		for r, err := range acct.Scan(ctx, 0, ^uint64(0)) {
@@ -91,16 +53,13 @@ func TestRemoteCRUDAndTransfer(t *testing.T) {
 	// The node restarts with its owner id against a restarted storage node: it takes its
 	// tables back at once (another owner would wait out the lease) and sees the same state.
 	addr2, _ := startStorageNode(t, dir)
-	db2, err := Open(ctx, Options{StoreAddr: addr2, CacheBytes: 128 << 10, OwnerID: 42})
-	require.NoError(t, err)
+	db2 := openDB(t, ctx, Options{StoreAddr: addr2, CacheBytes: 128 << 10, OwnerID: 42})
 	defer db2.Close(ctx)
-	acct2, err := db2.Table(ctx, "acct")
-	require.NoError(t, err)
+	acct2 := openTable(t, ctx, db2, "acct")
 	require.Equal(t, uint64(100*n), sum(db2, acct2))
-	other, err := Open(ctx, Options{StoreAddr: addr2, OwnerID: 43})
-	require.NoError(t, err)
+	other := openDB(t, ctx, Options{StoreAddr: addr2, OwnerID: 43})
 	defer other.Close(ctx)
-	_, err = other.Table(ctx, "acct")
+	_, err := other.Table(ctx, "acct")
 	require.ErrorIs(t, err, ErrTableOwned)
 }
 
@@ -110,16 +69,13 @@ func TestRemoteStorageNodeRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	addr, stop := startStorageNode(t, dir)
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 7})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 7})
 	defer db.Close(ctx)
-	acct, err := db.CreateTable(ctx, "acct", 64)
-	require.NoError(t, err)
+	acct := newTable(t, ctx, db, "acct", 64)
 	const n = 500
 	ids := make([]uint64, n)
 	for i := range ids {
-		ids[i], err = acct.Insert(ctx, row(100))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, acct, row(100))
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex

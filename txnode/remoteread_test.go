@@ -159,14 +159,14 @@ func TestRemoteMergedMissesGetTheirRows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	db, err := Open(ctx, Options{StoreAddr: addr, CacheBytes: 64 << 10, OwnerID: 44})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, CacheBytes: 64 << 10, OwnerID: 44})
 	defer db.Close(ctx)
 	sizes := []int{64, 256}
 	rows := 64 * 40 // 40 pages a table: several times what the cache holds
 	tables := make([]*Table, len(sizes))
 	ids := make([][]uint64, len(sizes))
 	for k, rb := range sizes {
+		var err error
 		tables[k], err = db.CreateTable(ctx, fmt.Sprintf("m%d", rb), rb)
 		require.NoError(t, err)
 		for i := range rows {

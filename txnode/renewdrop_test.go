@@ -52,13 +52,10 @@ func TestRenewalRacingDropIsNoFailure(t *testing.T) {
 	inner, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	require.NoError(t, err)
 	st := &heldRenewalStore{Store: inner, lease: time.Second, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	db, err := Open(ctx, Options{Store: st, clock: &fakeLeaseClock{}})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: st, clock: &fakeLeaseClock{}})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "r", 64)
-	require.NoError(t, err)
-	_, err = tb.Insert(ctx, u64Row(64, 1))
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "r", 64)
+	insertRow(t, ctx, tb, u64Row(64, 1))
 
 	st.hold.Store(true)
 	select {

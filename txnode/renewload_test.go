@@ -32,16 +32,13 @@ func TestRenewalsUnderLoad(t *testing.T) {
 	node := startNodeProc(t, t.TempDir(), addr)
 	t.Cleanup(node.kill)
 	ctx := context.Background()
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 77, CacheBytes: 64 << 20})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 77, CacheBytes: 64 << 20})
 	defer db.Close(ctx)
 	require.Equal(t, lease, db.info.Lease)
-	tab, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tab := newTable(t, ctx, db, "t", 64)
 	ids := make([]uint64, 4096)
 	for i := range ids {
-		ids[i], err = tab.Insert(ctx, row(uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tab, row(uint64(i)))
 	}
 
 	var stop atomic.Bool

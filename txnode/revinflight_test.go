@@ -1,14 +1,14 @@
 package txnode
 
 import (
-	"bytes"
 	"context"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -29,8 +29,7 @@ func TestWriteBackCloseHonoursCtxAtInflightBound(t *testing.T) {
 			db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
 				InflightBytes: 64 + segFlightBytes})
 			require.NoError(t, err)
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			ids := insertRows(t, db, tb, 128)
 			require.NoError(t, db.pipe.flush(ctx))
 			fs.hold()
@@ -82,11 +81,9 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cs := &catchStore{Store: newLocalStore(t, ""), caught: make(chan heldCommit, 4)}
-	db, err := Open(ctx, Options{Store: cs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: cs})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 4)
 	require.NoError(t, db.pipe.flush(ctx))
 
@@ -106,14 +103,6 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	require.Zero(t, m.valid.Load()&(1<<(ids[0]%64)), "the failed batch's row, never durable, is invalid")
 }
 
-// goroutinesIn counts the goroutines whose stack has fn (for waitUntil: a goroutine parked
-// inside the node, which no channel reports).
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	return bytes.Count(buf, []byte(fn))
-}
-
 // TestInflightBytesLargeCommitNotStarved: a commit larger than Options.InflightBytes is
 // admitted alone, once nothing is in flight. On 1b60889 smaller commits kept being admitted
 // past it while it waited (each fit beside what was in flight), so with a steady stream of
@@ -124,19 +113,17 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
 	const perTx = 64 + segFlightBytes // one 64-byte row on a page of its own
-	db, err := Open(ctx, Options{Store: fs, InflightBytes: 2 * perTx})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, InflightBytes: 2 * perTx})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 64*5)
 	require.NoError(t, db.pipe.flush(ctx))
 	fs.hold()
 	const waitFn = "txnode.(*pipeline).waitRoomLocked("
-	require.Zero(t, goroutinesIn(waitFn))
+	require.Zero(t, testkit.GoroutinesIn(waitFn))
 
 	a := db.Session().Go(ctx, func(tx *Tx) error { return tx.Update(tb, ids[0], incRow) })
 	require.NoError(t, a.err)
@@ -151,13 +138,13 @@ func TestInflightBytesLargeCommitNotStarved(t *testing.T) {
 			return nil
 		})
 	}()
-	waitUntil(t, "the large commit to wait for room in flight", func() bool { return goroutinesIn(waitFn) == 1 })
+	waitUntil(t, "the large commit to wait for room in flight", func() bool { return testkit.GoroutinesIn(waitFn) == 1 })
 	small := make(chan *Pending, 1)
 	go func() {
 		small <- db.Session().Go(ctx, func(tx *Tx) error { return tx.Update(tb, ids[4*64], incRow) })
 	}()
 	waitUntil(t, "the small commit to be admitted or to wait", func() bool {
-		return fs.queued() == 2 || goroutinesIn(waitFn) == 2
+		return fs.queued() == 2 || testkit.GoroutinesIn(waitFn) == 2
 	})
 	fs.releaseOne()
 	require.NoError(t, a.Wait(ctx))
@@ -201,8 +188,7 @@ func TestGhostFetchAfterAbandonedClose(t *testing.T) {
 	db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
 		CacheBytes: MinCacheBytes, CacheWait: time.Minute})
 	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	const pages = 24
 	require.Less(t, db.cache.framesMax(64), pages-1)
 	ids := insertRows(t, db, tb, 64*pages)
@@ -262,8 +248,7 @@ func TestScanOverGhostPages(t *testing.T) {
 				fs.openAll()
 				require.NoError(t, db.Close(context.Background()))
 			}()
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			const pages = 40
 			require.Less(t, 3*db.cache.framesMax(64), pages)
 			ids := insertRows(t, db, tb, 64*pages)
@@ -344,14 +329,12 @@ func TestGhostFetchHonoursCtx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
-	db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))
 	}()
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	const pages = 24
 	require.Less(t, db.cache.framesMax(64), pages-1)
 	ids := insertRows(t, db, tb, 64*pages)

@@ -25,11 +25,9 @@ func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
 	defer db.Close(ctx)
-	a, err := db.CreateTable(ctx, "a", 64)
-	require.NoError(t, err)
+	a := newTable(t, ctx, db, "a", 64)
 	aids := insertRows(t, db, a, 2)
 	clock.n.Add(int64(30 * time.Minute)) // a's lease (45 usable minutes) has 15 left
 	b, err := db.CreateTable(ctx, "b", 64)
@@ -37,8 +35,7 @@ func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	bids := insertRows(t, db, b, 1)
 	buf := make([]byte, 64)
 
-	tx, err := db.Begin(ctx, true)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, true)
 	defer tx.Rollback()
 	require.NoError(t, tx.Get(a, aids[0], buf))
 	clock.n.Add(int64(20 * time.Minute)) // a's lease ran out; b's has 25 minutes left
@@ -75,8 +72,7 @@ func TestGetEvictionStorm(t *testing.T) {
 		tbs[i] = tb
 		n := 64 * 6 // six pages each: 1.6 MB of 4096-byte rows alone
 		for j := 0; j < n; j++ {
-			id, err := tb.Insert(ctx, row(r, 0, 0))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tb, row(r, 0, 0))
 			require.NoError(t, tb.Put(ctx, id, row(r, id, 0)))
 			ids[i] = append(ids[i], id)
 		}
@@ -136,13 +132,10 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	ctx := context.Background()
 	addr, srv := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startHalfProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x78, CacheBytes: 256 << 10})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 0x78, CacheBytes: 256 << 10})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "ctr", 64)
-	require.NoError(t, err)
-	big, err := db.CreateTable(ctx, "big", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "ctr", 64)
+	big := newTable(t, ctx, db, "big", 64)
 	bigN := 64 * 80 // 80 pages: more than the cache holds
 	bigIDs := make([]uint64, 0, bigN)
 	sess := db.Session()
@@ -169,8 +162,7 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	}
 	ids := make([]uint64, sessions)
 	for w := range ids {
-		ids[w], err = tb.Insert(ctx, row(0))
-		require.NoError(t, err)
+		ids[w] = insertRow(t, ctx, tb, row(0))
 	}
 	var total atomic.Int64
 	cuts := map[int64]bool{int64(sessions * per / 4): true, int64(sessions * per / 2): true, int64(sessions * per * 3 / 4): true}
@@ -261,6 +253,28 @@ type gateProxy struct {
 	conns  []net.Conn
 }
 
+// coldPageZero opens a DB over a gate proxy to a fresh storage node, with a 64 KiB cache (opts
+// adds to it), and in it the table name: 30 pages of rows (row i of value i), flushed, then
+// pages 1 to 29 read, so page 0 is evicted. The caller closes the DB.
+func coldPageZero(t *testing.T, ctx context.Context, name string, opts Options) (*gateProxy, *DB, *Table, []uint64) {
+	t.Helper()
+	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
+	proxy := startGateProxy(t, addr)
+	opts.StoreAddr, opts.CacheBytes = proxy.ln.Addr().String(), 64<<10
+	db := openDB(t, ctx, opts)
+	tb := newTable(t, ctx, db, name, 64)
+	ids := make([]uint64, 64*30)
+	for i := range ids {
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
+	}
+	require.NoError(t, db.pipe.flush(ctx))
+	buf := make([]byte, 64)
+	for p := 1; p < 30; p++ { // page 0 evicted
+		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
+	}
+	return proxy, db, tb, ids
+}
+
 func startGateProxy(t *testing.T, target string) *gateProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -342,16 +356,13 @@ func TestAbandonedReadLateReply(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
 	proxy := startGateProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, CacheWait: time.Minute})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, CacheWait: time.Minute})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "late", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "late", 64)
 	pages := 40
 	ids := make([]uint64, 64*pages)
 	for i := range ids {
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
+		ids[i] = insertRow(t, ctx, tb, u64Row(64, uint64(i)))
 		require.NoError(t, tb.Put(ctx, ids[i], u64Row(64, ids[i]^0xfeed)))
 	}
 	require.NoError(t, db.pipe.flush(ctx))
@@ -422,23 +433,9 @@ func TestAbandonedReadLateReply(t *testing.T) {
 // the pool: every later Read ends at once with DeadlineExceeded).
 func TestFiredRequestTimeoutNotReused(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startIdentityNode(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone})
-	proxy := startGateProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), CacheBytes: 64 << 10, RequestTimeout: 500 * time.Millisecond})
-	require.NoError(t, err)
+	proxy, db, tb, ids := coldPageZero(t, ctx, "fired", Options{RequestTimeout: 500 * time.Millisecond})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "fired", 64)
-	require.NoError(t, err)
-	ids := make([]uint64, 64*30)
-	for i := range ids {
-		ids[i], err = tb.Insert(ctx, u64Row(64, uint64(i)))
-		require.NoError(t, err)
-	}
-	require.NoError(t, db.pipe.flush(ctx))
 	buf := make([]byte, 64)
-	for p := 1; p < 30; p++ { // page 0 evicted
-		require.NoError(t, tb.Get(ctx, ids[64*p], buf))
-	}
 	proxy.setPaused(true)
 	require.ErrorIs(t, tb.Get(ctx, ids[0], buf), context.DeadlineExceeded)
 	proxy.setPaused(false)
@@ -459,11 +456,9 @@ func TestPlainScanStopsAtLeaseEnd(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
 	clock.n.Store(int64(1000 * time.Hour))
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "ps", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "ps", 64)
 	ids := insertRows(t, db, tb, 64*3)
 	n := 0
 	var last error

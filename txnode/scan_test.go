@@ -49,13 +49,13 @@ func TestTxScanOwnWrites(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "s", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "s", 64)
 			ids := insertRows(t, db, tb, 100)
 			var inserted uint64
-			err = db.Update(ctx, func(tx *Tx) error {
+			err := db.Update(ctx, func(tx *Tx) error {
 				require.NoError(t, tx.Delete(tb, ids[10]))
 				require.NoError(t, tx.Put(tb, ids[11], u64Row(64, 1111)))
+				var err error
 				inserted, err = tx.Insert(tb, u64Row(64, 2222))
 				require.NoError(t, err)
 				want := map[uint64]uint64{}
@@ -108,13 +108,11 @@ func TestScanPhantoms(t *testing.T) {
 	firstPage := func(ids []uint64) (uint64, uint64) { return ids[0], ids[0] + 64 }
 	changes := []change{
 		{"insert into the last page", all, func(t *testing.T, tb *Table, ids []uint64, k int) {
-			_, err := tb.Insert(ctx, u64Row(64, 7))
-			require.NoError(t, err)
+			insertRow(t, ctx, tb, u64Row(64, 7))
 		}, true},
 		{"insert past the high-water mark", all, func(t *testing.T, tb *Table, ids []uint64, k int) {
 			for range 200 { // takes a new grant: ids no scan has seen a page of
-				_, err := tb.Insert(ctx, u64Row(64, 7))
-				require.NoError(t, err)
+				insertRow(t, ctx, tb, u64Row(64, 7))
 			}
 		}, true},
 		{"delete", firstPage, func(t *testing.T, tb *Table, ids []uint64, k int) {
@@ -139,25 +137,19 @@ func TestScanPhantoms(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					open := cfg.opener(t)
 					db := open(Options{})
-					tb, err := db.CreateTable(ctx, "p", 64)
-					require.NoError(t, err)
-					other, err := db.CreateTable(ctx, "other", 64)
-					require.NoError(t, err)
+					tb := newTable(t, ctx, db, "p", 64)
+					other := newTable(t, ctx, db, "other", 64)
 					ids := insertRows(t, db, tb, 150) // two full pages and a partial one
-					oid, err := other.Insert(ctx, u64Row(64, 0))
-					require.NoError(t, err)
+					oid := insertRow(t, ctx, other, u64Row(64, 0))
 					if reopen {
 						require.NoError(t, db.Close(ctx))
 						db = open(Options{})
-						tb, err = db.Table(ctx, "p")
-						require.NoError(t, err)
-						other, err = db.Table(ctx, "other")
-						require.NoError(t, err)
+						tb = openTable(t, ctx, db, "p")
+						other = openTable(t, ctx, db, "other")
 					}
 					lo, hi := c.rng(ids)
 					for k, readOnly := range []bool{false, true} {
-						tx, err := db.Begin(ctx, !readOnly)
-						require.NoError(t, err)
+						tx := openTx(t, ctx, db, !readOnly)
 						n := len(scanIDs(t, tx.Scan(tb, lo, hi)))
 						require.Positive(t, n)
 						if !readOnly {
@@ -165,7 +157,7 @@ func TestScanPhantoms(t *testing.T) {
 							require.NoError(t, tx.Put(other, oid, u64Row(64, uint64(n))))
 						}
 						c.do(t, tb, ids, k)
-						err = tx.Commit()
+						err := tx.Commit()
 						if c.conflict {
 							require.ErrorIs(t, err, ErrConflict, "read-only %v", readOnly)
 						} else {
@@ -183,10 +175,8 @@ func TestScanPhantoms(t *testing.T) {
 func TestTableScanSkipsEmpty(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "sparse", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+	tb := newTable(t, ctx, db, "sparse", 64)
 	const pages = 100
 	ids := insertRows(t, db, tb, pages*64)
 	var keep []uint64
@@ -208,11 +198,9 @@ func TestTableScanSkipsEmpty(t *testing.T) {
 	require.NoError(t, db.Close(ctx))
 
 	cs := &countingStore{Store: newLocalStore(t, dir)}
-	db, err = Open(ctx, Options{Store: cs})
-	require.NoError(t, err)
+	db = openDB(t, ctx, Options{Store: cs})
 	defer db.Close(ctx)
-	tb, err = db.Table(ctx, "sparse")
-	require.NoError(t, err)
+	tb = openTable(t, ctx, db, "sparse")
 	cs.reset()
 	require.Equal(t, keep, scanIDs(t, tb.Scan(ctx, 0, math.MaxUint64)))
 	const full = 10 + 10 + 1

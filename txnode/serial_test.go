@@ -75,8 +75,7 @@ func TestSerialWriteSkew(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "oncall", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "oncall", 64)
 			ids := insertRows(t, db, tb, 2)
 			for round := range serialRounds() {
 				require.NoError(t, tb.Put(ctx, ids[0], valueRow(1)))
@@ -117,8 +116,7 @@ func TestSerialLostUpdate(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "counter", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "counter", 64)
 			id := insertRows(t, db, tb, 1)[0]
 			require.NoError(t, tb.Put(ctx, id, valueRow(0)))
 			var committed atomic.Int64
@@ -164,8 +162,7 @@ func TestSerialReadOnlyAnomaly(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "accts", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "accts", 64)
 			ids := insertRows(t, db, tb, 2)
 			x, y := ids[0], ids[1]
 			anomalies := 0
@@ -363,8 +360,7 @@ func TestSerialBankAuditors(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "bank", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "bank", 64)
 			var ids []uint64
 			require.NoError(t, db.Update(ctx, func(tx *Tx) error {
 				for range accounts {

@@ -57,8 +57,7 @@ func TestSessionInFlight(t *testing.T) {
 	for _, cfg := range openConfigs(t) {
 		t.Run(cfg.name, func(t *testing.T) {
 			db := cfg.opener(t)(Options{})
-			tb, err := db.CreateTable(ctx, "counters", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "counters", 64)
 			ids := insertRows(t, db, tb, 64)
 			s := db.Session()
 			var ps []*Pending
@@ -147,10 +146,8 @@ func TestSessionBatchFailure(t *testing.T) {
 		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[mode], func(t *testing.T) {
 			fs := &failingStore{Store: newLocalStore(t, "")}
 			fs.failAt.Store(1 << 40)
-			db, err := Open(ctx, Options{Store: fs, Durability: mode})
-			require.NoError(t, err)
-			tb, err := db.CreateTable(ctx, "f", 64)
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Store: fs, Durability: mode})
+			tb := newTable(t, ctx, db, "f", 64)
 			ids := insertRows(t, db, tb, 64)
 			require.NoError(t, db.pipe.flush(ctx))
 			fs.failAt.Store(fs.n.Load() + 3) // the third batch from now fails
@@ -172,7 +169,7 @@ func TestSessionBatchFailure(t *testing.T) {
 					}
 				}
 			}
-			err = s.Flush(ctx)
+			err := s.Flush(ctx)
 			require.ErrorIs(t, err, errInjected)
 			// Outcomes in issue order: successes, then failures only.
 			failed := false
@@ -232,11 +229,9 @@ func (s *heldCommitStore) release() {
 func TestPendingContext(t *testing.T) {
 	ctx := context.Background()
 	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: hs})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "h", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "h", 64)
 	ids := insertRows(t, db, tb, 4)
 	hs.mu.Lock()
 	hs.released = false
@@ -250,7 +245,7 @@ func TestPendingContext(t *testing.T) {
 	require.ErrorIs(t, p.Wait(ended), ErrUnknownOutcome)
 	require.ErrorIs(t, s.Flush(ended), ErrUnknownOutcome)
 	// A synchronous commit with a context ended before it is installed: nothing applied.
-	err = tb.Put(ended, ids[1], u64Row(64, 6))
+	err := tb.Put(ended, ids[1], u64Row(64, 6))
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, ErrUnknownOutcome)
 	// One whose context ends once it is installed: outcome unknown.

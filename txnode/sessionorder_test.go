@@ -21,10 +21,8 @@ func TestSessionOrderAcrossRefusal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, fs := newAnswerRig(t)
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	gid, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	gid := insertRow(t, ctx, r.gold, row(1))
 
 	fs.armed.Store(true)
 	s := r.db.Session()
@@ -72,10 +70,8 @@ func TestSessionOrderAcrossFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, fs := newAnswerRig(t)
-	gid, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g2, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	gid := insertRow(t, ctx, r.gold, row(1))
+	g2 := insertRow(t, ctx, r.gold, row(1))
 
 	fs.armed.Store(true)
 	s := r.db.Session()
@@ -88,7 +84,7 @@ func TestSessionOrderAcrossFailure(t *testing.T) {
 
 	ended, cancelEnded := context.WithCancel(ctx)
 	cancelEnded()
-	err = pb.Wait(ended)
+	err := pb.Wait(ended)
 	require.ErrorIs(t, err, context.Canceled, "a later pending resolved before the session's earlier write")
 
 	first.deliver()
@@ -142,14 +138,10 @@ func TestSessionReadOfDroppedBatchAfterHeldWrite(t *testing.T) {
 		}
 		as.armed.Store(false)
 	}()
-	a, err := r.acct.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g1, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g2, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
-	g3, err := r.gold.Insert(ctx, row(1))
-	require.NoError(t, err)
+	a := insertRow(t, ctx, r.acct, row(1))
+	g1 := insertRow(t, ctx, r.gold, row(1))
+	g2 := insertRow(t, ctx, r.gold, row(1))
+	g3 := insertRow(t, ctx, r.gold, row(1))
 
 	r.fenceAcct()
 	as.armed.Store(true)

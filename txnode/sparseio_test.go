@@ -82,23 +82,18 @@ func TestSparseIO(t *testing.T) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	const rows = 64 * 64 // 64 full pages
 	{
-		db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 5})
-		require.NoError(t, err)
-		items, err := db.CreateTable(ctx, "items", 64)
-		require.NoError(t, err)
+		db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 5})
+		items := newTable(t, ctx, db, "items", 64)
 		for i := range rows {
-			_, err := items.Insert(ctx, row(uint64(i)))
-			require.NoError(t, err)
+			insertRow(t, ctx, items, row(uint64(i)))
 		}
 		require.NoError(t, db.Close(ctx))
 	}
 
 	proxy := startCountingProxy(t, addr)
-	db, err := Open(ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 5})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: proxy.ln.Addr().String(), OwnerID: 5})
 	defer db.Close(ctx)
-	items, err := db.Table(ctx, "items")
-	require.NoError(t, err)
+	items := openTable(t, ctx, db, "items")
 
 	// One random single-row miss.
 	const readPagesRequest = sgio.HeaderSize + 8 + 24                     // one PageWant

@@ -12,16 +12,13 @@ import (
 // then ordered estimates of the commits made; reads do not count.
 func TestStatsCommitPercentiles(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: t.TempDir()})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	s := db.Stats()
 	require.Zero(t, s.CommitP50)
 	require.Zero(t, s.CommitP999)
-	id, err := tb.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, make([]byte, 64))
 	for range 20 {
 		require.NoError(t, tb.Update(ctx, id, func(r []byte) error { r[0]++; return nil }))
 	}
@@ -38,13 +35,10 @@ func TestStatsCommitPercentiles(t *testing.T) {
 // not recorded on that path: TestStatsCommitPercentiles counted 19 of 21 in CI).
 func TestStatsCommitLatencyAlreadyDurable(t *testing.T) {
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: t.TempDir()})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: t.TempDir()})
 	defer db.Close(ctx)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
-	_, err = tb.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
+	insertRow(t, ctx, tb, make([]byte, 64))
 	ver := db.durableVer.Load()
 	require.Positive(t, ver)
 	before := db.stats.commitLat.Snapshot().Count()

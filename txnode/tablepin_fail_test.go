@@ -27,19 +27,15 @@ func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			dir := t.TempDir()
-			db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-			require.NoError(t, err)
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+			tb := newTable(t, ctx, db, "t", 64)
 			fillTable(t, ctx, db, tb, 1, 0) // one page: the Pin's last
 			require.NoError(t, db.Close(ctx))
 
 			held := newHeldReadStore(newLocalStore(t, dir))
-			db, err = Open(ctx, Options{Store: held})
-			require.NoError(t, err)
+			db = openDB(t, ctx, Options{Store: held})
 			defer db.Close(ctx)
-			tb, err = db.Table(ctx, "t")
-			require.NoError(t, err)
+			tb = openTable(t, ctx, db, "t")
 
 			held.armed.Store(true)
 			res := make(chan error, 1)
@@ -51,7 +47,7 @@ func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
 				tb.Unpin()
 			}
 			close(held.release)
-			err = recvWithin(t, res, "the Pin")
+			err := recvWithin(t, res, "the Pin")
 			require.Error(t, err, "a Pin ended while in flight")
 			if drop {
 				require.ErrorIs(t, err, ErrTableNotFound)
@@ -109,19 +105,15 @@ func TestTablePinWaiterOutlivesFailedPin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	db, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
-	require.NoError(t, err)
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+	tb := newTable(t, ctx, db, "t", 64)
 	fillTable(t, ctx, db, tb, 2, 0)
 	require.NoError(t, db.Close(ctx))
 
 	held := &ctxHeldStore{Store: newLocalStore(t, dir), entered: make(chan struct{}), release: make(chan struct{})}
-	db, err = Open(ctx, Options{Store: held})
-	require.NoError(t, err)
+	db = openDB(t, ctx, Options{Store: held})
 	defer db.Close(ctx)
-	tb, err = db.Table(ctx, "t")
-	require.NoError(t, err)
+	tb = openTable(t, ctx, db, "t")
 
 	held.armed.Store(true)
 	actx, acancel := context.WithCancel(ctx)

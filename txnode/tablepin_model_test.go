@@ -191,8 +191,7 @@ func TestVerifyPinsCatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := openConfigs(t)[0].opener(t)(Options{})
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	fillTable(t, ctx, db, tb, 1, 0)
 	require.NoError(t, tb.Pin(ctx))
 	c := db.cache

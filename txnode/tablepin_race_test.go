@@ -29,8 +29,7 @@ func TestTablePinConcurrent(t *testing.T) {
 			var mu sync.Mutex // guards tables
 			tables := map[string]*Table{}
 			mk := func(name string) {
-				tb, err := db.CreateTable(ctx, name, 64)
-				require.NoError(t, err)
+				tb := newTable(t, ctx, db, name, 64)
 				fillTable(t, ctx, db, tb, 1+rand.IntN(4), 0)
 				mu.Lock()
 				tables[name] = tb

@@ -39,10 +39,8 @@ func TestTablePinSurvivesScan(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			db := cfg.opener(t)(Options{CacheBytes: 256 << 10, CacheWait: time.Second})
-			zone, err := db.CreateTable(ctx, "zone", 64)
-			require.NoError(t, err)
-			big, err := db.CreateTable(ctx, "big", 64)
-			require.NoError(t, err)
+			zone := newTable(t, ctx, db, "zone", 64)
+			big := newTable(t, ctx, db, "big", 64)
 			zoneIDs := fillTable(t, ctx, db, zone, 8, 0)
 			fillTable(t, ctx, db, big, 150, 1<<20) // ~3 times the cache
 
@@ -112,12 +110,9 @@ func TestTablePinBudget(t *testing.T) {
 
 	cost := frameCost(64)
 	db := open(Options{CacheBytes: 1 << 20, PinBytes: 4 * cost})
-	a, err := db.CreateTable(ctx, "a", 64)
-	require.NoError(t, err)
-	b, err := db.CreateTable(ctx, "b", 64)
-	require.NoError(t, err)
-	c, err := db.CreateTable(ctx, "c", 64)
-	require.NoError(t, err)
+	a := newTable(t, ctx, db, "a", 64)
+	b := newTable(t, ctx, db, "b", 64)
+	c := newTable(t, ctx, db, "c", 64)
 	fillTable(t, ctx, db, a, 8, 0)
 	fillTable(t, ctx, db, b, 2, 0)
 	fillTable(t, ctx, db, c, 2, 0)
@@ -157,8 +152,7 @@ func TestTablePinBudget(t *testing.T) {
 
 	// No budget at all.
 	db2 := cfg.opener(t)(Options{CacheBytes: 1 << 20, PinBytes: -1})
-	b2, err := db2.CreateTable(ctx, "b", 64)
-	require.NoError(t, err)
+	b2 := newTable(t, ctx, db2, "b", 64)
 	require.ErrorIs(t, b2.Pin(ctx), ErrPinBudget)
 }
 
@@ -170,19 +164,15 @@ func TestTableStatsExact(t *testing.T) {
 			defer cancel()
 			open := cfg.opener(t)
 			db := open(Options{})
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
-			other, err := db.CreateTable(ctx, "o", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
+			other := newTable(t, ctx, db, "o", 64)
 			ids := fillTable(t, ctx, db, tb, 1, 0)
 			fillTable(t, ctx, db, other, 1, 0)
 			require.NoError(t, db.Close(ctx))
 
 			db = open(Options{}) // a cold cache
-			tb, err = db.Table(ctx, "t")
-			require.NoError(t, err)
-			other, err = db.Table(ctx, "o")
-			require.NoError(t, err)
+			tb = openTable(t, ctx, db, "t")
+			other = openTable(t, ctx, db, "o")
 			buf := make([]byte, 64)
 			want := func(hits, misses uint64) {
 				t.Helper()

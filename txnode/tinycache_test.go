@@ -25,8 +25,7 @@ func TestTinyCacheProgress(t *testing.T) {
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
 			db := cfg.opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Minute})
-			tb, err := db.CreateTable(ctx, "t", 64)
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "t", 64)
 			const pages = 40
 			ids := insertRows(t, db, tb, 64*pages)
 			require.NoError(t, db.pipe.flush(ctx))
@@ -129,8 +128,7 @@ func TestFramesMax(t *testing.T) {
 		}
 	}
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Hour})
-	tb, err := db.CreateTable(ctx, "t", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 64*20)
 	res := make(chan error, 1)
 	go func() {

@@ -91,8 +91,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	}
 
 	// A context that ends while the transaction is in doubt ends the wait; the grant goes.
-	db1, err := Open(ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
-	require.NoError(t, err)
+	db1 := openDB(t, ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
 	cctx, cancel := context.WithCancel(ctx)
 	opened := make(chan error, 1)
 	go func() {
@@ -116,8 +115,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.EqualValues(t, 3, g.releases.Load(), "the grant of the open that Close ended")
 
-	db, err := Open(ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
 	defer db.Close(ctx)
 	type result struct {
 		tb  *Table
@@ -148,8 +146,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.NoError(t, r.err)
 	dst := make([]byte, 64)
 	require.ErrorIs(t, r.tb.Get(ctx, first, dst), ErrNotFound, "the aborted prepared row never appears")
-	id, err := r.tb.Insert(ctx, row(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, r.tb, row(5))
 	require.NoError(t, r.tb.Get(ctx, id, dst))
 	require.Equal(t, row(5), dst)
 }

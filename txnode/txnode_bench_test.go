@@ -31,13 +31,20 @@ var benchModes = []benchMode{
 
 func benchOpen(b *testing.B, m benchMode, rows int) (*DB, *Table, []uint64) {
 	b.Helper()
+	return benchLoad(b, Options{Dir: b.TempDir(), SyncMode: m.sync, Durability: m.durability, CacheBytes: 64 << 20}, "bench", rows, 1024)
+}
+
+// benchLoad opens a DB with opts (closed when b ends), creates the table name of 64-byte rows
+// and inserts rows zero rows, perTx to a transaction, all flushed to the store.
+func benchLoad(b *testing.B, opts Options, name string, rows, perTx int) (*DB, *Table, []uint64) {
+	b.Helper()
 	ctx := context.Background()
-	db, err := Open(ctx, Options{Dir: b.TempDir(), SyncMode: m.sync, Durability: m.durability, CacheBytes: 64 << 20})
+	db, err := Open(ctx, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close(ctx) })
-	tb, err := db.CreateTable(ctx, "bench", 64)
+	tb, err := db.CreateTable(ctx, name, 64)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,7 +52,7 @@ func benchOpen(b *testing.B, m benchMode, rows int) (*DB, *Table, []uint64) {
 	row := make([]byte, 64)
 	for len(ids) < rows {
 		err := db.Update(ctx, func(tx *Tx) error {
-			for range min(1024, rows-len(ids)) {
+			for range min(perTx, rows-len(ids)) {
 				id, err := tx.Insert(tb, row)
 				if err != nil {
 					return err

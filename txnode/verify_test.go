@@ -12,11 +12,9 @@ import (
 func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: 1 << 20})
-	tb, err := db.CreateTable(ctx, "items", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "items", 64)
 	for v := range uint64(200) {
-		_, err := tb.Insert(ctx, u64Row(64, v))
-		require.NoError(t, err)
+		insertRow(t, ctx, tb, u64Row(64, v))
 	}
 	require.NoError(t, db.verify())
 

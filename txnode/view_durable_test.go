@@ -93,11 +93,9 @@ func openHeldRows(t *testing.T, n int) (*heldCommitStore, *DB, *Table, []uint64)
 	t.Helper()
 	ctx := context.Background()
 	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
-	db, err := Open(ctx, Options{Store: hs})
-	require.NoError(t, err)
+	db := openDB(t, ctx, Options{Store: hs})
 	t.Cleanup(func() { db.Close(ctx) })
-	tb, err := db.CreateTable(ctx, "h", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "h", 64)
 	ids := insertRows(t, db, tb, n)
 	hs.mu.Lock()
 	hs.released = false

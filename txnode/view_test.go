@@ -13,18 +13,55 @@ import (
 	"github.com/weftdb/weft/internal/assert"
 )
 
+// viewTable opens an embedded DB with the table "v" of 128-byte rows holding three rows, the
+// third deleted, and returns the DB, the table, the ids and the second row's bytes (Get's).
+func viewTable(t *testing.T, ctx context.Context) (*DB, *Table, []uint64, []byte) {
+	t.Helper()
+	db := openEmbedded(t, "", Options{})
+	tb := newTable(t, ctx, db, "v", 128)
+	ids := insertRows(t, db, tb, 3)
+	require.NoError(t, tb.Delete(ctx, ids[2]))
+	want := make([]byte, 128)
+	require.NoError(t, tb.Get(ctx, ids[1], want))
+	return db, tb, ids, want
+}
+
+// insertZeroRows inserts at least rows rows of zeros into tb, 512 to a transaction (a whole
+// number of transactions), and returns their ids.
+func insertZeroRows(t *testing.T, ctx context.Context, db *DB, tb *Table, rows int) []uint64 {
+	t.Helper()
+	ids := make([]uint64, 0, rows)
+	for len(ids) < rows {
+		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+			for range 512 {
+				id, err := tx.Insert(tb, make([]byte, tb.RowBytes()))
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return nil
+		}))
+	}
+	return ids
+}
+
+// reopenEmbedded closes db and opens an embedded DB on its directory again (an empty cache),
+// and in it the table name.
+func reopenEmbedded(t *testing.T, ctx context.Context, db *DB, name string) (*DB, *Table) {
+	t.Helper()
+	dir := db.opts.Dir
+	require.NoError(t, db.Close(ctx))
+	db = openEmbedded(t, dir, Options{})
+	return db, openTable(t, ctx, db, name)
+}
+
 // TestView: Table.View and Tx.View show the row Get copies, ErrNotFound without calling fn
 // for a row that does not exist (deleted, or never granted), fn's own error as it returned
 // it, and, in a transaction, its own pending writes.
 func TestView(t *testing.T) {
 	ctx := context.Background()
-	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 128)
-	require.NoError(t, err)
-	ids := insertRows(t, db, tb, 3)
-	require.NoError(t, tb.Delete(ctx, ids[2]))
-	want := make([]byte, 128)
-	require.NoError(t, tb.Get(ctx, ids[1], want))
+	db, tb, ids, want := viewTable(t, ctx)
 
 	var got []byte
 	keep := func(row []byte) error { got = append(got[:0], row...); return nil }
@@ -60,18 +97,13 @@ func TestView(t *testing.T) {
 	// A cold row (a DB reopened on the directory starts with an empty cache): the slow
 	// path fetches it, then calls fn.
 	require.NoError(t, tb.Get(ctx, ids[1], want))
-	dir := db.opts.Dir
-	require.NoError(t, db.Close(ctx))
-	db = openEmbedded(t, dir, Options{})
-	tb, err = db.Table(ctx, "v")
-	require.NoError(t, err)
+	db, tb = reopenEmbedded(t, ctx, db, "v")
 	require.NoError(t, tb.View(ctx, ids[1], keep))
 	require.Equal(t, want, got)
 	require.Equal(t, uint64(1), db.Stats().PageMisses)
 	require.ErrorIs(t, tb.View(ctx, ids[2], never), ErrNotFound)
 	require.False(t, called)
-	tx, err := db.Begin(ctx, false)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, false)
 	require.NoError(t, tx.Commit())
 	require.ErrorIs(t, tx.View(tb, ids[1], keep), ErrTxDone)
 }
@@ -82,12 +114,10 @@ func TestView(t *testing.T) {
 func TestTxViewConflict(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 2)
 
-	tx, err := db.Begin(ctx, false)
-	require.NoError(t, err)
+	tx := openTx(t, ctx, db, false)
 	var seen uint64
 	require.NoError(t, tx.View(tb, ids[0], func(row []byte) error {
 		seen = binary.LittleEndian.Uint64(row)
@@ -140,8 +170,7 @@ func TestViewConcurrentWriter(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
 	const r = 256
-	tb, err := db.CreateTable(ctx, "v", r)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", r)
 	ids := insertRows(t, db, tb, 2)
 	require.NoError(t, tb.Put(ctx, ids[0], u64Row(r, 0)))
 	require.NoError(t, tb.Put(ctx, ids[1], u64Row(r, 0)))
@@ -206,8 +235,7 @@ func TestViewConcurrentWriter(t *testing.T) {
 func TestViewRetainedIsMisuse(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 1)
 	require.NoError(t, tb.Put(ctx, ids[0], u64Row(64, 1)))
 	var kept []byte
@@ -232,13 +260,11 @@ func TestViewPanicReleases(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{})
-	tb, err := db.CreateTable(ctx, "v", 64)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", 64)
 	ids := insertRows(t, db, tb, 2)
 	require.NoError(t, db.Close(ctx))
 	db = openEmbedded(t, dir, Options{}) // an empty cache: View takes the slow path
-	tb, err = db.Table(ctx, "v")
-	require.NoError(t, err)
+	tb = openTable(t, ctx, db, "v")
 	require.NotPanics(t, func() {
 		defer func() { require.Equal(t, "boom", recover()) }()
 		_ = tb.View(ctx, ids[0], func([]byte) error { panic("boom") })
@@ -257,25 +283,12 @@ func TestViewUnderEviction(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{CacheBytes: 1 << 20})
 	const r = 64
-	tb, err := db.CreateTable(ctx, "v", r)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", r)
 	rows := 64 * 600 // 600 pages, ~2.7 MiB of frames: about a third fit
 	if testing.Short() {
 		rows = 64 * 300
 	}
-	ids := make([]uint64, 0, rows)
-	for len(ids) < rows {
-		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
-			for range 512 {
-				id, err := tx.Insert(tb, make([]byte, r))
-				if err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return nil
-		}))
-	}
+	ids := insertZeroRows(t, ctx, db, tb, rows)
 	for lo := 0; lo < len(ids); lo += 512 {
 		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
 			for _, id := range ids[lo:min(len(ids), lo+512)] {

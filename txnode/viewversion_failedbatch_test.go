@@ -2,37 +2,11 @@ package txnode
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"github.com/weftdb/weft/txnode/store"
+	"github.com/weftdb/weft/internal/testkit/faultstore"
 )
-
-// lostAckStore applies every commit batch, but while armed reports the acknowledgement of
-// one as failed: a storage node that applied a batch whose acknowledgement never came back
-// (a connection broken after the write, the resends exhausted), so the node gives up on a
-// batch the store holds.
-type lostAckStore struct {
-	store.Store
-	armed atomic.Bool
-}
-
-var errAckLost = errors.New("acknowledgement lost")
-
-func (s *lostAckStore) Commit(b *store.Batch, done func(uint64, error)) {
-	if !s.armed.CompareAndSwap(true, false) {
-		s.Store.Commit(b, done)
-		return
-	}
-	s.Store.Commit(b, func(lsn uint64, err error) {
-		if err == nil {
-			err = errAckLost
-		}
-		done(lsn, err)
-	})
-}
 
 // TestViewVersionAfterFailedBatchApplied: a row's version identifies its bytes
 // (Table.ViewVersion) also when a batch failed at the node but reached the store. The
@@ -43,14 +17,11 @@ func TestViewVersionAfterFailedBatchApplied(t *testing.T) {
 	for name, mode := range map[string]Durability{"Durable": Durable, "WriteBack": WriteBack} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			ls := &lostAckStore{Store: newLocalStore(t, "")}
-			db, err := Open(ctx, Options{Store: ls, Durability: mode})
-			require.NoError(t, err)
+			ls := &faultstore.LostAck{Store: newLocalStore(t, "")}
+			db := openDB(t, ctx, Options{Store: ls, Durability: mode})
 			t.Cleanup(func() { db.Close(ctx) })
-			tb, err := db.CreateTable(ctx, "v", 64)
-			require.NoError(t, err)
-			id, err := tb.Insert(ctx, u64Row(64, 1))
-			require.NoError(t, err)
+			tb := newTable(t, ctx, db, "v", 64)
+			id := insertRow(t, ctx, tb, u64Row(64, 1))
 			require.NoError(t, db.pipe.flush(ctx))
 
 			var got, ver uint64
@@ -59,17 +30,17 @@ func TestViewVersionAfterFailedBatchApplied(t *testing.T) {
 			require.Equal(t, uint64(1), got)
 			v1 := ver
 
-			ls.armed.Store(true)
-			err = tb.Put(ctx, id, u64Row(64, 2))
+			ls.Armed.Store(true)
+			err := tb.Put(ctx, id, u64Row(64, 2))
 			if mode == WriteBack {
 				require.NoError(t, err)
 				err = db.pipe.flush(ctx)
 			}
-			require.ErrorIs(t, err, errAckLost)
+			require.ErrorIs(t, err, faultstore.ErrAckLost)
 
 			err = tb.ViewVersion(ctx, id, keep)
 			if mode == Durable && err != nil {
-				require.ErrorIs(t, err, errAckLost)
+				require.ErrorIs(t, err, faultstore.ErrAckLost)
 				return
 			}
 			require.NoError(t, err)

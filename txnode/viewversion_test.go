@@ -16,13 +16,7 @@ import (
 // a cold row (the slow path) the row and a version too.
 func TestViewVersion(t *testing.T) {
 	ctx := context.Background()
-	db := openEmbedded(t, "", Options{})
-	tb, err := db.CreateTable(ctx, "v", 128)
-	require.NoError(t, err)
-	ids := insertRows(t, db, tb, 3)
-	require.NoError(t, tb.Delete(ctx, ids[2]))
-	want := make([]byte, 128)
-	require.NoError(t, tb.Get(ctx, ids[1], want))
+	db, tb, ids, want := viewTable(t, ctx)
 
 	var got []byte
 	var ver uint64
@@ -53,11 +47,7 @@ func TestViewVersion(t *testing.T) {
 
 	// A cold row: the slow path fetches it, then calls fn with the version it was filled at.
 	require.NoError(t, tb.Get(ctx, ids[1], want))
-	dir := db.opts.Dir
-	require.NoError(t, db.Close(ctx))
-	db = openEmbedded(t, dir, Options{})
-	tb, err = db.Table(ctx, "v")
-	require.NoError(t, err)
+	db, tb = reopenEmbedded(t, ctx, db, "v")
 	require.NoError(t, tb.ViewVersion(ctx, ids[1], keep))
 	require.Equal(t, want, got)
 	require.Equal(t, uint64(1), db.Stats().PageMisses)
@@ -76,25 +66,12 @@ func TestViewVersionIdentifiesBytes(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{CacheBytes: 1 << 20})
 	const r = 64
-	tb, err := db.CreateTable(ctx, "v", r)
-	require.NoError(t, err)
+	tb := newTable(t, ctx, db, "v", r)
 	rows, n := 64*600, 4000
 	if testing.Short() {
 		rows, n = 64*300, 1000
 	}
-	ids := make([]uint64, 0, rows)
-	for len(ids) < rows {
-		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
-			for range 512 {
-				id, err := tx.Insert(tb, make([]byte, r))
-				if err != nil {
-					return err
-				}
-				ids = append(ids, id)
-			}
-			return nil
-		}))
-	}
+	ids := insertZeroRows(t, ctx, db, tb, rows)
 	type seen struct{ id, ver uint64 }
 	var mu sync.Mutex
 	bytesOf := map[seen]uint64{} // the row's value (u64Row) at that version

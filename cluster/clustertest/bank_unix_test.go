@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -29,9 +30,7 @@ const crossNode = true
 // there (none half applied; a transfer that failed is there whole or not at all). WEFT_SOAK=1
 // runs it longer.
 func TestBankStorageNodesKilled(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	kills, perPart, acksPerPhase := 3, 3, 20
 	if testing.Short() {
 		kills, perPart, acksPerPhase = 2, 2, 10

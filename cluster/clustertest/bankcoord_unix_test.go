@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -35,9 +36,7 @@ import (
 // value plus the transfers whose log rows are there (none half applied, the crashed ones
 // included: whole or absent). WEFT_SOAK=1 runs it longer.
 func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	rounds, perPart, acksPerPhase := 4, 2, 10
 	if os.Getenv("WEFT_SOAK") == "1" {
 		rounds, perPart, acksPerPhase = 16, 6, 60

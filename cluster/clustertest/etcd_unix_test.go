@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // events multiplexes the stdout lines of several children for the test's goroutine.
@@ -91,9 +92,7 @@ func (e *events) until(what string, cond func() bool, fn func(who int, line stri
 // (every acknowledged increment in the final chain, none acknowledged twice) holds on every
 // partition.
 func TestEtcdRestartedUnderWrites(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 150*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 3})
 	const parts = 6 // partition p on storage node p%3: each node writes on all three

@@ -9,14 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // The harness's own checks: a storage node killed with -9 and restarted serves its rows again
 // on the same address; a stopped one serves again once continued.
 func TestHarnessStorageNodeRestart(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 90*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
 	ids := createRows(t, c, "t", 1, 3, 7)

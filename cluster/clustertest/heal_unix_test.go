@@ -18,6 +18,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -27,9 +28,7 @@ import (
 // partitions it owned there, and goes on writing and reading without a reopen; every
 // acknowledged write is on the storage node.
 func TestStorageNodeBackNodeHeals(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Six partitions: 0, 2, 4 on storage node 0 (the one killed), 1, 3, 5 on 1.
@@ -148,9 +147,7 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 // 6387942 the heal knew only the newest handle per name, so the replaced one kept its
 // owned tables on the dead transaction node and never wrote again.
 func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
@@ -235,9 +232,7 @@ func (l *errLog) all() []string {
 // it silently. On 6387942 the dead transaction node's Close error (its unflushed commits) was
 // discarded: nothing said that acknowledged writes were lost.
 func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Partitions 0 (owned) and 2 (not) on storage node 0, 1 on 1.
@@ -297,9 +292,7 @@ func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
 // On 6387942 each call waited the whole backoff from its own start and a wait cut short
 // doubled it: past 1 s, no call ever dialled again.
 func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
 	ids := createRows(t, c, "healshort", 1, 1, 7)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -29,9 +30,7 @@ import (
 // owns the partitions and sends its batches: each storage node must refuse them itself, on
 // the real write path (the class "fenced": storenode.ErrFenced over the wire).
 func TestFrozenOwnerFencedOnEveryStorageNode(t *testing.T) {
-	if raceOn {
-		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a freeze suite (child processes)")
 	t.Run("local", func(t *testing.T) { testFrozenOwner(t, false) })
 	t.Run("blind", func(t *testing.T) { testFrozenOwner(t, true) })
 }

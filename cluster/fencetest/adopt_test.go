@@ -10,7 +10,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 	"github.com/weftdb/weft/txnode/store"
@@ -56,10 +55,7 @@ func (s *hookStore) OpenTable(ctx context.Context, name string) (store.Table, er
 // the first open returns serves, and the owner key stays in etcd.
 func TestConcurrentOpenKeepsGrant(t *testing.T) {
 	ctx := testCtx(t)
-	srv := etcdtest.Start(t)
-	c := connect(t, srv.Endpoints())
-	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 1, StripePages: 1}, []string{"n0:1"})
-	require.NoError(t, err)
+	_, c := acctCluster(t, ctx, 1)
 	v := &pausedVerifier{GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced),
 		entered: make(chan struct{}, 4), gate: make(chan struct{})}
 	es, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v})

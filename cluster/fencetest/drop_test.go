@@ -8,7 +8,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -19,14 +18,8 @@ import (
 // unverified, not let through.
 func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 	ctx := testCtx(t)
-	srv := etcdtest.Start(t)
-	c := connect(t, srv.Endpoints())
-	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 2, StripePages: 1}, []string{"n0:1", "n1:1"})
-	require.NoError(t, err)
-	px, err := etcdtest.NewProxy(srv.Addr())
-	require.NoError(t, err)
-	t.Cleanup(px.Close)
-	vc := connect(t, []string{px.Endpoint()})
+	srv, c := acctCluster(t, ctx, 2)
+	px, vc := proxiedClient(t, srv)
 	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
 	var _ storenode.TableMapVerifier = v
 	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v,
@@ -68,10 +61,7 @@ func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 // lapsed holder's copy were dropped while mapped and granted to another node.
 func TestClusterTableDropHolderlessOrLapsedHolder(t *testing.T) {
 	ctx := testCtx(t)
-	srv := etcdtest.Start(t)
-	c := connect(t, srv.Endpoints())
-	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 2, StripePages: 1}, []string{"n0:1", "n1:1"})
-	require.NoError(t, err)
+	_, c := acctCluster(t, ctx, 2)
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v,
 		GrantVerifyTimeout: 5 * time.Second})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -47,6 +48,30 @@ func newSession(t *testing.T, c *cluster.Client, owner uint64, ttl time.Duration
 	return s
 }
 
+// acctCluster starts an etcd server, connects a client to it and creates the table "acct" of
+// partitions partitions (one stripe page each) on storage nodes n0:1, n1:1, ....
+func acctCluster(t *testing.T, ctx context.Context, partitions int) (*etcdtest.Server, *cluster.Client) {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	c := connect(t, srv.Endpoints())
+	nodes := make([]string, partitions)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("n%d:1", i)
+	}
+	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: uint32(partitions), StripePages: 1}, nodes)
+	require.NoError(t, err)
+	return srv, c
+}
+
+// proxiedClient is a client of srv through a proxy the test can cut (closed at its end).
+func proxiedClient(t *testing.T, srv *etcdtest.Server) (*etcdtest.Proxy, *cluster.Client) {
+	t.Helper()
+	px, err := etcdtest.NewProxy(srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	return px, connect(t, []string{px.Endpoint()})
+}
+
 func row(v uint64) []byte {
 	b := make([]byte, 64)
 	for i := range 8 {
@@ -88,15 +113,9 @@ func storedRows(t *testing.T, e *storenode.Engine, table uint32) map[uint64]uint
 // grant goes through).
 func TestRegisterVerifiedInEtcd(t *testing.T) {
 	ctx := testCtx(t)
-	srv := etcdtest.Start(t)
-	c := connect(t, srv.Endpoints())
-	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 2, StripePages: 1}, []string{"n0:1", "n1:1"})
-	require.NoError(t, err)
+	srv, c := acctCluster(t, ctx, 2)
 	// The verifier's own client goes through a proxy the test can cut.
-	px, err := etcdtest.NewProxy(srv.Addr())
-	require.NoError(t, err)
-	t.Cleanup(px.Close)
-	vc := connect(t, []string{px.Endpoint()})
+	px, vc := proxiedClient(t, srv)
 	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
 	var _ storenode.GrantVerifier = v
 
@@ -179,10 +198,7 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 // grants made before (and after) the backup are refused, the next one is accepted.
 func TestRestoredCopyFloorFromEtcd(t *testing.T) {
 	ctx := testCtx(t)
-	srv := etcdtest.Start(t)
-	c := connect(t, srv.Endpoints())
-	_, err := c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 1, StripePages: 1}, []string{"n0:1"})
-	require.NoError(t, err)
+	_, c := acctCluster(t, ctx, 1)
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v})
 	require.NoError(t, err)

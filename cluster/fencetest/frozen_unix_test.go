@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
@@ -38,10 +38,7 @@ const childOwner, takerOwner = 0xc1, 0xc2
 // "ok ID" or "err CLASS MESSAGE"; "flush" flushes (prints "ok" or "err ..."); "get ID" prints
 // "ok V" or "err CLASS MESSAGE".
 func TestHelperFrozenTxnode(t *testing.T) {
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, helperEnv, "TestFrozenTxnodeFenced")
 	endpoint, addr, _ := strings.Cut(spec, "|")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -122,9 +119,7 @@ func TestHelperFrozenTxnode(t *testing.T) {
 // nothing it wrote after the takeover is in the store; a batch under its old epoch is fenced
 // by the storage node itself.
 func TestFrozenTxnodeFenced(t *testing.T) {
-	if raceOn {
-		t.Skip("a freeze suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a freeze suite (child processes)")
 	ctx := testCtx(t)
 	etcd := etcdtest.Start(t)
 	c := connect(t, etcd.Endpoints())

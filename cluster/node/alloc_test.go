@@ -19,13 +19,11 @@ func TestOwnedTableHotPathAllocs(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	n := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa11c}, Durability: txnode.WriteBack})
-	tbl, err := n.CreateTable(ctx, "alloc", 64, 1, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, n, "alloc", 64, 1, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
 	var ids []uint64
 	for range 8 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids = append(ids, id)
 	}
 	buf := make([]byte, 64)

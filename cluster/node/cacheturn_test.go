@@ -31,8 +31,7 @@ func updateWaitsForCacheTurn(t *testing.T, storageNodes int) {
 	ctx := testCtx(t)
 	tc := startCluster(t, storageNodes)
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, CacheBytes: txnode.MinCacheBytes})
-	ta, err := a.CreateTable(ctx, "acct", 64, storageNodes, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, storageNodes, 1, tc.addrs)
 	parts := make([]uint32, storageNodes)
 	for p := range parts {
 		parts[p] = uint32(p)

@@ -13,6 +13,31 @@ import (
 	"github.com/weftdb/weft/cluster/node"
 )
 
+// errOneAttempt is what transferOnce's transaction returns when run again.
+var errOneAttempt = errors.New("stop")
+
+// transferOnce moves 10 from account x to account y (rows of ta) in one attempt of a.Update:
+// run again (a conflict, a failed commit), the transaction returns errOneAttempt instead.
+func transferOnce(ctx context.Context, a *node.Node, ta *node.Table, x, y uint64) error {
+	attempts := 0
+	return a.Update(ctx, func(tx *node.Tx) error {
+		if attempts++; attempts > 1 {
+			return errOneAttempt
+		}
+		f, g := make([]byte, 64), make([]byte, 64)
+		if err := tx.Get(ta, x, f); err != nil {
+			return err
+		}
+		if err := tx.Get(ta, y, g); err != nil {
+			return err
+		}
+		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
+			return err
+		}
+		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
+	})
+}
+
 // A two-phase commit aborted (a prepare refused) after the coordinator's context ended: its
 // Decide(abort) at the primary fails at once, so the node records it in the background, and
 // a resolver's Ask (a part the coordinator could not reach) is answered abort at once, while
@@ -60,26 +85,9 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 		require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, y, acctRow(initial+1, 0)) }))
 		ucancel()
 	})()
-	errStop := errors.New("stop")
-	attempts := 0
-	err = a.Update(uctx, func(tx *node.Tx) error {
-		if attempts++; attempts > 1 {
-			return errStop // the run after the conflict: no second two-phase commit
-		}
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(ta, x, f); err != nil {
-			return err
-		}
-		if err := tx.Get(ta, y, g); err != nil {
-			return err
-		}
-		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
-			return err
-		}
-		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
-	})
+	err = transferOnce(uctx, a, ta, x, y) // a retry is errOneAttempt: no second two-phase commit
 	close(returned)
-	require.ErrorIs(t, err, errStop)
+	require.ErrorIs(t, err, errOneAttempt)
 	require.True(t, fired)
 	require.Error(t, uctx.Err(), "the coordinator's context ended before its abort")
 
@@ -127,25 +135,8 @@ func TestCoordAbortRecordAbandonedAtClose(t *testing.T) {
 		cancel()
 		ucancel()
 	})()
-	errStop := errors.New("stop")
-	attempts := 0
-	err = a.Update(uctx, func(tx *node.Tx) error {
-		if attempts++; attempts > 1 {
-			return errStop
-		}
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(ta, x, f); err != nil {
-			return err
-		}
-		if err := tx.Get(ta, y, g); err != nil {
-			return err
-		}
-		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
-			return err
-		}
-		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
-	})
-	require.ErrorIs(t, err, errStop)
+	err = transferOnce(uctx, a, ta, x, y)
+	require.ErrorIs(t, err, errOneAttempt)
 	require.True(t, fired)
 	closed := make(chan struct{})
 	go func() {

@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,25 +53,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 		require.NoError(t, node.DieDB(ctx, a, ta.NodeOf(x)))
 		ucancel()
 	})()
-	errStop := errors.New("stop")
-	attempts := 0
-	err = a.Update(uctx, func(tx *node.Tx) error {
-		if attempts++; attempts > 1 {
-			return errStop
-		}
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(ta, x, f); err != nil {
-			return err
-		}
-		if err := tx.Get(ta, y, g); err != nil {
-			return err
-		}
-		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {
-			return err
-		}
-		return tx.Put(ta, y, acctRow(balanceOf(g)+10, 1))
-	})
-	require.ErrorIs(t, err, errStop)
+	err = transferOnce(uctx, a, ta, x, y)
+	require.ErrorIs(t, err, errOneAttempt)
 	require.True(t, fired)
 	require.NoError(t, a.Session().Check(), "the coordinator's lease lives")
 
@@ -184,8 +166,7 @@ func TestCoordAbortRecordNoLeakAtClose(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
 	warm := tc.open(t, 0xc, "")
-	_, err := warm.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	createTable(t, ctx, warm, "acct", 64, 2, 1, tc.addrs)
 	opts := []goleak.Option{goleak.IgnoreCurrent(),
 		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 	cfg := node.Config{Etcd: cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},

@@ -26,11 +26,9 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	child := startStoreProc(t, tc.etcd.Endpoints()[0], "127.0.0.1:0", storeTwoPhase) // killed (a stopped one too) at the test's end
 	addr := child.Addr
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 60 * time.Second})
-	ta, err := a.CreateTable(ctx, "acct", 64, 1, 1, []string{addr})
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 1, 1, []string{addr})
 	require.NoError(t, ta.Own(ctx, 0))
-	x, err := ta.Insert(ctx, acctRow(0, 0))
-	require.NoError(t, err)
+	x := insertRow(t, ctx, ta, acctRow(0, 0))
 
 	// Stop returns once every thread of the storage node has stopped: with the signal only
 	// sent, on a loaded machine it could still answer the deposit's commit.
@@ -68,7 +66,7 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	}
 	child.Cont()
 	require.NoError(t, <-deposit)
-	err = a.Update(ctx, func(tx *node.Tx) error {
+	err := a.Update(ctx, func(tx *node.Tx) error {
 		d := make([]byte, 64)
 		if err := tx.Get(ta, x, d); err != nil {
 			return err

@@ -34,13 +34,10 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 				o.TxnAbortKeep = time.Minute
 			})
 			a := tc.open(t, 0xa, "game-a:7000")
-			ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-			require.NoError(t, err)
+			ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 			require.NoError(t, ta.Own(ctx, 0, 1))
-			x, err := ta.Insert(ctx, acctRow(initial, 0))
-			require.NoError(t, err)
-			y, err := ta.Insert(ctx, acctRow(initial, 0))
-			require.NoError(t, err)
+			x := insertRow(t, ctx, ta, acctRow(initial, 0))
+			y := insertRow(t, ctx, ta, acctRow(initial, 0))
 			require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
 
 			coordClock := &testclock.Fake{}
@@ -64,7 +61,7 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 				return errors.New("the answer was lost")
 			})()
 
-			err = xfer(ctx, a, ta, x, y, 10)
+			err := xfer(ctx, a, ta, x, y, 10)
 			if late {
 				require.ErrorIs(t, err, txnode.ErrUnknownOutcome)
 				require.NotErrorIs(t, err, txnode.ErrTxnDecided)
@@ -77,8 +74,7 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 			}
 
 			b := tc.open(t, 0xb, "game-b:7000")
-			tb, err := b.OpenTable(ctx, "acct")
-			require.NoError(t, err)
+			tb := openTable(t, ctx, b, "acct")
 			dst := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, x, dst))
 			require.Equal(t, uint64(initial-10), balanceOf(dst))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -34,10 +35,7 @@ const coordHelperEnv = "WEFT_COORD_KILL_HELPER"
 // coordinator's step hook: "prepared" after k prepares answered, "prepared-all", "decided",
 // "applied" after k applies answered), printing "kill" first.
 func TestHelperCoordNode(t *testing.T) {
-	spec := os.Getenv(coordHelperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, coordHelperEnv, "TestCoordinatorKilledAtEachStep")
 	f := strings.Split(spec, "|")
 	endpoint, step := f[0], f[1]
 	k, err := strconv.Atoi(f[2])
@@ -48,8 +46,7 @@ func TestHelperCoordNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	n := openHelperNode(t, ctx, endpoint, owner, "game-a:7000")
-	tbl, err := n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "acct")
 	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
 	fmt.Printf("lease %d\n", n.Session().Lease())
 	armed := false
@@ -91,23 +88,19 @@ func TestHelperCoordNode(t *testing.T) {
 // whole exactly when the primary had recorded commit (killed after the Decide), absent
 // otherwise, never half applied. Another node then owns the partitions and goes on.
 func TestCoordinatorKilledAtEachStep(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 3, func(o *storenode.Options) {
 		o.TxnResolveInterval = -1 // the test runs the passes
 		o.TxnResolveAfter = time.Millisecond
 	})
 	setup := tc.open(t, 0x5e, "")
-	tbl, err := setup.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
 	var ids []string
 	model := map[uint64]uint64{}
 	for range 12 {
-		id, err := tbl.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 		ids = append(ids, strconv.FormatUint(id, 10))
 		model[id] = initial
 	}
@@ -176,8 +169,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 			apply(model, *inflight)
 		}
 		b := tc.open(t, 0xb0+uint64(round), "game-b:7000")
-		tb, err := b.OpenTable(ctx, "acct")
-		require.NoError(t, err)
+		tb := openTable(t, ctx, b, "acct")
 		require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "the partitions are granted again once resolved")
 		got := map[uint64]uint64{}
 		dst := make([]byte, 64)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 )
@@ -26,9 +27,7 @@ import (
 // conserved, and the received counts hold every acknowledged transfer and at most those whose
 // outcome was unknown besides.
 func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t)
 	before, after := 30, 30
 	if testing.Short() {
@@ -43,13 +42,11 @@ func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
 	addrs := append(append([]string(nil), tc.addrs...), childAddr)
 
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, RequestTimeout: 30 * time.Second})
-	ta, err := a.CreateTable(ctx, "acct", 64, partitions, 1, addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, partitions, 1, addrs)
 	require.NoError(t, ta.Own(ctx, parts(partitions, 0)...))
 	var ids, onChild []uint64
 	for range 12 {
-		id, err := ta.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, acctRow(initial, 0))
 		ids = append(ids, id)
 		if ta.NodeOf(id) == childAddr {
 			onChild = append(onChild, id)
@@ -139,8 +136,7 @@ func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
 		require.Less(t, pass, 200, "parts left in doubt: %d", left)
 	}
 	r := tc.open(t, 0xc, "")
-	tr, err := r.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tr := openTable(t, ctx, r, "acct")
 	var bal, rec uint64
 	dst := make([]byte, 64)
 	for _, id := range ids {

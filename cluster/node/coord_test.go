@@ -60,13 +60,10 @@ func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Option
 func twoAccounts(t *testing.T, ctx context.Context, tc *testCluster) (a *node.Node, ta *node.Table, x, y uint64) {
 	t.Helper()
 	a = tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta = createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
-	x, err = ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
-	y, err = ta.Insert(ctx, acctRow(initial, 0))
-	require.NoError(t, err)
+	x = insertRow(t, ctx, ta, acctRow(initial, 0))
+	y = insertRow(t, ctx, ta, acctRow(initial, 0))
 	require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
 	return a, ta, x, y
 }
@@ -148,17 +145,14 @@ func bankAcross(t *testing.T, durability txnode.Durability) {
 	tc := startTxnCluster(t, 3, nil)
 	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Durability: durability})
 	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000"}, Durability: durability})
-	ta, err := a.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, partitions, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, ta.Own(ctx, parts(partitions, 0)...))
 	require.NoError(t, tb.Own(ctx, parts(partitions, 1)...))
 	var accts [2][]uint64
 	for i, tbl := range []*node.Table{ta, tb} {
 		for range perNode {
-			id, err := tbl.Insert(ctx, acctRow(initial, 0))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 			accts[i] = append(accts[i], id)
 		}
 	}
@@ -299,13 +293,11 @@ func TestTwoPhaseCommitNoWriteSkew(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	byNode := map[string][]uint64{}
 	for range 4 {
-		id, err := ta.Insert(ctx, acctRow(0, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, acctRow(0, 0))
 		byNode[ta.NodeOf(id)] = append(byNode[ta.NodeOf(id)], id)
 	}
 	require.Len(t, byNode, 2)

@@ -66,8 +66,7 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	// And durably so: another node, owning the partitions after a's Close, reads the same.
 	require.NoError(t, a.Close(ctx))
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, tb.OwnWait(ctx, 0, 1))
 	require.NoError(t, tb.Get(ctx, x, dst))
 	require.Equal(t, uint64(initial-10), balanceOf(dst))

@@ -24,20 +24,17 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	}
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
 	before := w.grant(t, ctx)
 
 	reader := tc.open(t, 0x3, "")
-	rtbl, err := reader.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	rtbl := openTable(t, ctx, reader, "acct")
 	row := make([]byte, 64)
 	require.NoError(t, rtbl.Get(ctx, w.ids[0], row))
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	started, moved := make(chan struct{}), make(chan error, 1)
 	go func() {
 		<-started
@@ -69,8 +66,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 		for try := 0; w.put(t, ctx, i, v); try++ {
 			require.Less(t, try, 20, "the owner did not take the partition back after the move")
 		}
-		id, err := w.tbl.Insert(ctx, balanceRow(v))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, w.tbl, balanceRow(v))
 		w.fresh[id] = v
 	}
 	require.Equal(t, tc.addrs[1], w.tbl.NodeOf(w.ids[0]))
@@ -90,7 +86,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	w.n.Close(ctx) // its error may be the source transaction node's refused batch (fail-stop pipeline)
 	require.NoError(t, tc.c.DropTable(ctx, "acct"))
 	for try := 0; ; try++ {
-		err = rtbl.Get(ctx, w.ids[0], row)
+		err := rtbl.Get(ctx, w.ids[0], row)
 		if errors.Is(err, cluster.ErrTableNotFound) {
 			break
 		}
@@ -108,20 +104,17 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
 	// Partitions 0 and 2 on storage node 0, 1 on storage node 1.
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 3, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 2))
 	ids := map[uint32]uint64{}
 	for len(ids) < 2 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids[tbl.Partition(id)] = id
 	}
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	moved := make(chan error, 1)
 	go func() { moved <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
 	// Write partition 0 until the freeze refuses a write (or the move ends first).
@@ -177,8 +170,7 @@ func TestOwnRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, n, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 1))
 	fired := false
 	restore := node.SetRaceHook(func(where string) {
@@ -192,8 +184,7 @@ func TestOwnRacingHeal(t *testing.T) {
 	require.True(t, fired)
 	require.ElementsMatch(t, []uint32{1, 0}, tbl.Owned())
 	for p := uint32(0); p < 2; p++ {
-		id, err := tbl.Insert(ctx, balanceRow(uint64(p)))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(uint64(p)))
 		require.NoError(t, tbl.Put(ctx, id, balanceRow(5)), "partition %d", tbl.Partition(id))
 	}
 }
@@ -207,14 +198,11 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
-	tbl, err := owner.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "race")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	fired := false
 	restore := node.SetRaceHook(func(where string) {
@@ -247,11 +235,9 @@ func TestOpenTableRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	creator := tc.open(t, 0x1, "")
-	ct, err := creator.CreateTable(ctx, "race", 64, 1, 1, tc.addrs)
-	require.NoError(t, err)
+	ct := createTable(t, ctx, creator, "race", 64, 1, 1, tc.addrs)
 	require.NoError(t, ct.Own(ctx, 0))
-	id, err := ct.Insert(ctx, balanceRow(3))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ct, balanceRow(3))
 	require.NoError(t, creator.Close(ctx))
 
 	n := tc.open(t, 0x2, "")
@@ -263,8 +249,7 @@ func TestOpenTableRacingHeal(t *testing.T) {
 		}
 	})
 	defer restore()
-	tbl, err := n.OpenTable(ctx, "race")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "race")
 	require.True(t, fired)
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row))

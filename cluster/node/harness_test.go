@@ -12,6 +12,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -37,6 +38,31 @@ func testCtx(t *testing.T) context.Context {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// createTable creates the table name through n (rowBytes-byte rows, partitions partitions of
+// stripePages pages each, on the storage nodes nodes), failing the test on error.
+func createTable(t *testing.T, ctx context.Context, n *node.Node, name string, rowBytes, partitions, stripePages int, nodes []string) *node.Table {
+	t.Helper()
+	tbl, err := n.CreateTable(ctx, name, rowBytes, partitions, stripePages, nodes)
+	require.NoError(t, err)
+	return tbl
+}
+
+// insertRow inserts r into tbl, failing the test on error, and returns its id.
+func insertRow(t *testing.T, ctx context.Context, tbl *node.Table, r []byte) uint64 {
+	t.Helper()
+	id, err := tbl.Insert(ctx, r)
+	require.NoError(t, err)
+	return id
+}
+
+// openTable opens the table name through n, failing the test on error.
+func openTable(t *testing.T, ctx context.Context, n *node.Node, name string) *node.Table {
+	t.Helper()
+	tbl, err := n.OpenTable(ctx, name)
+	require.NoError(t, err)
+	return tbl
+}
 
 // testCluster is a real etcd and real storage nodes on 127.0.0.1, each verifying grants in
 // etcd (cluster.GrantVerifier), as cmd/storenode -etcd runs them.
@@ -130,3 +156,6 @@ func parts(n, parity int) []uint32 {
 	}
 	return out
 }
+
+// raceOn is testkit.RaceOn, under the name move_kill_unix_test.go uses.
+const raceOn = testkit.RaceOn

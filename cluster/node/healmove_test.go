@@ -36,11 +36,9 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	mover := tc.open(t, 0x2, "")
 	t.Cleanup(unhold) // before the Nodes close: their sessions wait for the watch goroutine
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
-	tbl, err := owner.CreateTable(ctx, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 
 	before, held, err := tc.c.Owner(ctx, "race", 0)
@@ -48,8 +46,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	require.True(t, held)
 	// From now on the owner's session hears nothing of its owner keys.
 	hold.Store(true)
-	mtbl, err := mover.OpenTable(ctx, "race")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	// The owner's next operation follows the switch from the map (not from a write the
 	// retired source refuses, which would forget the owned table first).

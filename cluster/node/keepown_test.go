@@ -31,8 +31,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.CreateTable(ctx, "keep", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	mtbl := createTable(t, ctx, mover, "keep", 64, 2, 1, tc.addrs)
 	name := storenode.PartitionTableName("keep", 0)
 
 	const owner = 0x55
@@ -66,8 +65,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 
 	// Another node cannot own the partition while the owner's session lives.
 	taker := tc.open(t, 0x3, "")
-	ttbl, err := taker.OpenTable(ctx, "keep")
-	require.NoError(t, err)
+	ttbl := openTable(t, ctx, taker, "keep")
 	oerr := ttbl.Own(ctx, 0)
 	var oe *node.NotOwnerError
 	require.ErrorAs(t, oerr, &oe, "another node took the partition from a live owner at the switch")
@@ -148,21 +146,17 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	mover := tc.open(t, 0x2, "")
-	tbl, err := owner.CreateTable(ctx, "own2", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "own2", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 	before, held, err := tc.c.Owner(ctx, "own2", 0)
 	require.NoError(t, err)
 	require.True(t, held)
-	mtbl, err := mover.OpenTable(ctx, "own2")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "own2")
 
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
-	tbl2, err := owner.OpenTable(ctx, "own2")
-	require.NoError(t, err)
+	tbl2 := openTable(t, ctx, owner, "own2")
 	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
 	require.ErrorIs(t, tbl2.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
 	h, held, err := tc.c.Owner(ctx, "own2", 0)
@@ -193,13 +187,11 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.CreateTable(ctx, "own3", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	mtbl := createTable(t, ctx, mover, "own3", 64, 2, 1, tc.addrs)
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 
 	a := tc.open(t, 0x1, "")
-	atbl, err := a.OpenTable(ctx, "own3")
-	require.NoError(t, err)
+	atbl := openTable(t, ctx, a, "own3")
 	require.ErrorIs(t, atbl.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
 	_, held, err := tc.c.Owner(ctx, "own3", 0)
 	require.NoError(t, err)
@@ -208,11 +200,9 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	require.NoError(t, <-moved)
 
 	b := tc.open(t, 0x3, "")
-	btbl, err := b.OpenTable(ctx, "own3")
-	require.NoError(t, err)
+	btbl := openTable(t, ctx, b, "own3")
 	require.NoError(t, btbl.Own(ctx, 0))
-	id, err := btbl.Insert(ctx, balanceRow(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, btbl, balanceRow(5))
 	require.EqualValues(t, 0, btbl.Partition(id))
 }
 
@@ -226,8 +216,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.CreateTable(ctx, "res", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	mtbl := createTable(t, ctx, mover, "res", 64, 2, 1, tc.addrs)
 	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x55})
 	require.NoError(t, err)
 	defer sess.Close(ctx)
@@ -260,10 +249,8 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	require.False(t, recorded)
 
 	b := tc.open(t, 0x3, "")
-	btbl, err := b.OpenTable(ctx, "res")
-	require.NoError(t, err)
+	btbl := openTable(t, ctx, b, "res")
 	require.NoError(t, btbl.Own(ctx, 0))
-	id, err := btbl.Insert(ctx, balanceRow(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, btbl, balanceRow(5))
 	require.EqualValues(t, 0, btbl.Partition(id))
 }

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // killHelperEnv carries "etcd endpoint|account ids, comma-separated" to TestHelperBankNode.
@@ -24,17 +25,13 @@ const killHelperEnv = "WEFT_NODE_KILL_HELPER"
 // TTL, moving money between the given accounts (pairs on one storage node) for ever. Before
 // each transfer it prints "try FROM TO AMOUNT", after it returned nil "ok".
 func TestHelperBankNode(t *testing.T) {
-	spec := os.Getenv(killHelperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, killHelperEnv, "TestKilledNodeTakenOver")
 	endpoint, list, _ := strings.Cut(spec, "|")
 	ids := parseIDs(t, list)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	n := openHelperNode(t, ctx, endpoint, 0xa, "game-a:7000")
-	tbl, err := n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "acct")
 	require.NoError(t, tbl.OwnWait(ctx, parts(partitions, 0)...))
 	fmt.Println("ready")
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -57,9 +54,7 @@ func TestHelperBankNode(t *testing.T) {
 // partitions once its lease expired (OwnWait) and finds every acknowledged transfer, and at
 // most the one in flight besides, each whole; it continues; the total is conserved.
 func TestKilledNodeTakenOver(t *testing.T) {
-	if raceOn {
-		t.Skip("a kill suite (child processes): not under -race; the plain pass runs it")
-	}
+	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t)
 	acks := 80
 	if testing.Short() {
@@ -67,14 +62,12 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	}
 	tc := startCluster(t, 3)
 	setup := tc.open(t, 0x5e, "")
-	tbl, err := setup.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
 	var ids []string
 	model := map[uint64]uint64{}
 	for range 24 {
-		id, err := tbl.Insert(ctx, balanceRow(initial))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(initial))
 		ids = append(ids, strconv.FormatUint(id, 10))
 		model[id] = initial
 	}
@@ -128,8 +121,7 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	}
 
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "b takes the killed node's partitions")
 	got := map[uint64]uint64{}
 	dst := make([]byte, 64)

@@ -34,17 +34,13 @@ func bankSetup(t *testing.T, perNode int) (tc *testCluster, a, b *node.Node, ta,
 	tc = startCluster(t, 3)
 	a = tc.open(t, 0xa, "game-a:7000")
 	b = tc.open(t, 0xb, "game-b:7000")
-	var err error
-	ta, err = a.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err = b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ta = createTable(t, ctx, a, "acct", 64, partitions, 1, tc.addrs)
+	tb = openTable(t, ctx, b, "acct")
 	require.NoError(t, ta.Own(ctx, parts(partitions, 0)...))
 	require.NoError(t, tb.Own(ctx, parts(partitions, 1)...))
 	for i, tbl := range []*node.Table{ta, tb} {
 		for range perNode {
-			id, err := tbl.Insert(ctx, balanceRow(initial))
-			require.NoError(t, err)
+			id := insertRow(t, ctx, tbl, balanceRow(initial))
 			accts[i] = append(accts[i], id)
 		}
 	}
@@ -56,8 +52,7 @@ func bankSetup(t *testing.T, perNode int) (tc *testCluster, a, b *node.Node, ta,
 func total(t *testing.T, tc *testCluster, accts [2][]uint64) uint64 {
 	ctx := testCtx(t)
 	n := tc.open(t, 0xc, "")
-	tbl, err := n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tbl := openTable(t, ctx, n, "acct")
 	dst := make([]byte, 64)
 	var sum uint64
 	for _, ids := range accts {
@@ -310,8 +305,7 @@ func TestRoutingAndNotOwner(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrTableExists)
 	_, err = a.CreateTable(ctx, "acct", 128, partitions, 1, tc.addrs)
 	require.ErrorIs(t, err, cluster.ErrTableExists)
-	again, err := a.CreateTable(ctx, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, err)
+	again := createTable(t, ctx, a, "acct", 64, partitions, 1, tc.addrs)
 	require.Same(t, ta, again)
 }
 
@@ -330,13 +324,11 @@ func TestCreateTableCompletes(t *testing.T) {
 	_, err = a.OpenTable(ctx, "half")
 	require.ErrorIs(t, err, node.ErrIncomplete)
 	require.ErrorContains(t, err, "partition 0")
-	tbl, err := a.CreateTable(ctx, "half", 64, 3, 2, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, a, "half", 64, 3, 2, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
 	ids := map[uint32]bool{}
 	for range 6 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids[tbl.Partition(id)] = true
 	}
 	require.Len(t, ids, 3)
@@ -353,8 +345,7 @@ func TestCreateTableCompletes(t *testing.T) {
 		require.NotContains(t, m.Tables, bad.name)
 	}
 	b := tc.open(t, 0xb, "")
-	_, err = b.OpenTable(ctx, "half")
-	require.NoError(t, err)
+	openTable(t, ctx, b, "half")
 	_, err = b.OpenTable(ctx, "nope")
 	require.ErrorIs(t, err, cluster.ErrTableNotFound)
 }
@@ -421,18 +412,15 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000"},
 		Durability: txnode.WriteBack, FlushInterval: 1 << 40})
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "acct")
 	// An insert before any Own says which call is missing (fails on 678405d: the error named
 	// no call; issue 23 item 4).
-	_, err = tb.Insert(ctx, balanceRow(42))
+	_, err := tb.Insert(ctx, balanceRow(42))
 	require.ErrorIs(t, err, node.ErrNotOwner)
 	require.ErrorContains(t, err, "Table.Own or OwnWait")
 	require.NoError(t, tb.Own(ctx, 1))
-	id, err := tb.Insert(ctx, balanceRow(42))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tb, balanceRow(42))
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, id, dst), "the owner sees its cached row")
 	require.EqualValues(t, 42, balanceOf(dst))
@@ -458,13 +446,10 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
 		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}, OwnerLookupTimeout: 500 * time.Millisecond})
 	b := tc.open(t, 0xb, "game-b:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 6, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err := b.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 6, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, ta.Own(ctx, 0, 1, 2))
-	id, err := ta.Insert(ctx, balanceRow(initial))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(initial))
 
 	px.Cut(true)
 	require.NoError(t, tb.OwnWait(ctx, 0, 1, 2), "b takes a's partitions once a's lease expired")
@@ -516,8 +501,7 @@ func TestOwnWhileInserting(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "acct", 64, 6, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 6, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	inserts := 200
 	if testing.Short() {
@@ -550,8 +534,7 @@ func TestOwnWhileInserting(t *testing.T) {
 	// After the Owns, inserts reach every partition.
 	parts := map[uint32]bool{}
 	for range 6 {
-		id, err := ta.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, balanceRow(1))
 		parts[ta.Partition(id)] = true
 	}
 	require.Len(t, parts, 6)

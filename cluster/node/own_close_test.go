@@ -29,12 +29,11 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "mv", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "mv", 64, 2, 1, tc.addrs)
 	require.Equal(t, tc.addrs[1], ta.Map().Nodes[1])
 
 	// The move's copy on storage node 0, then the switch (no owner holds partition 1).
-	_, err = tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
+	_, err := tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
 		base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
 	require.NoError(t, err)
 	tm := ta.Map()
@@ -48,12 +47,10 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	require.Equal(t, tc.addrs[0], ta.NodeOf(64), "the handle owns partition 1 at its old storage node")
 	require.Equal(t, []uint32{1}, ta.Owned())
 
-	fresh, err := a.OpenTable(ctx, "mv")
-	require.NoError(t, err)
+	fresh := openTable(t, ctx, a, "mv")
 	require.Equal(t, tc.addrs[0], fresh.Map().Nodes[1], "OpenTable returns the stale handle")
 	require.NoError(t, fresh.Own(ctx, 1))
-	id, err := fresh.Insert(ctx, balanceRow(9))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, fresh, balanceRow(9))
 	require.EqualValues(t, 1, fresh.Partition(id))
 	require.Equal(t, tc.addrs[0], fresh.NodeOf(id))
 	// The row is on storage node 0's copy, where the map says.
@@ -70,11 +67,9 @@ func TestClosedNodeErrClosed(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "cl", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "cl", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
-	id, err := ta.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(1))
 	other := id + 64 // partition 1: not owned
 	require.EqualValues(t, 1, ta.Partition(other))
 	require.NoError(t, a.Close(ctx))
@@ -85,7 +80,7 @@ func TestClosedNodeErrClosed(t *testing.T) {
 	require.ErrorIs(t, ta.Put(ctx, id, balanceRow(2)), node.ErrClosed, "Put")
 	require.ErrorIs(t, ta.Update(ctx, id, func([]byte) error { return nil }), node.ErrClosed, "Update")
 	require.ErrorIs(t, ta.Delete(ctx, id), node.ErrClosed, "Delete")
-	_, err = ta.Insert(ctx, balanceRow(3))
+	_, err := ta.Insert(ctx, balanceRow(3))
 	require.ErrorIs(t, err, node.ErrClosed, "Insert")
 	require.ErrorIs(t, ta.Own(ctx, 1), node.ErrClosed, "Own")
 	require.ErrorIs(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, id, balanceRow(4)) }), node.ErrClosed, "Node.Update")
@@ -102,13 +97,11 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "gl", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "gl", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
-	id, err := ta.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(1))
 	runs := 0
-	err = a.Update(ctx, func(tx *node.Tx) error {
+	err := a.Update(ctx, func(tx *node.Tx) error {
 		runs++
 		if err := tx.Put(ta, id, balanceRow(2)); err != nil {
 			return err
@@ -126,8 +119,7 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	require.Empty(t, ta.Owned())
 
 	b := tc.open(t, 0xb, "")
-	tb, err := b.OpenTable(ctx, "gl")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "gl")
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")
@@ -140,16 +132,14 @@ func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "dt", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
-	id, err := ta.Insert(ctx, balanceRow(5))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(5))
 	require.NoError(t, a.Close(ctx))
 	require.NoError(t, tc.c.DropTable(ctx, "dt"))
 
 	b := tc.open(t, 0xb, "game-b:7000")
-	_, err = b.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
+	_, err := b.CreateTable(ctx, "dt", 64, 2, 1, tc.addrs)
 	require.ErrorIs(t, err, cluster.ErrTableExists, "the dropped table's partition tables taken as the new one's")
 	// Either partition's leftover may be named: the storage nodes are listed in map order.
 	require.Condition(t, func() bool {
@@ -181,12 +171,10 @@ func TestOwnNotBlockedByOwnWait(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "ow", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "ow", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "ow")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "ow")
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -218,12 +206,10 @@ func TestCloseEndsOwnWait(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "cw", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "cw", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.OpenTable(ctx, "cw")
-	require.NoError(t, err)
+	tb := openTable(t, ctx, b, "cw")
 
 	spy := &doneSpy{Context: ctx, asked: make(chan struct{})}
 	waited := make(chan error, 1)
@@ -256,19 +242,15 @@ func TestFencedWriteNotOwner(t *testing.T) {
 		Session:            cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
 		OwnerLookupTimeout: 300 * time.Millisecond})
 	b := tc.open(t, 0xb, "game-b:7000")
-	ta, err := a.CreateTable(ctx, "fz", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	tb, err := b.OpenTable(ctx, "fz")
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "fz", 64, 2, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "fz")
 	require.NoError(t, ta.Own(ctx, 0))
-	id, err := ta.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ta, balanceRow(1))
 	require.NoError(t, ta.Own(ctx, 1))
 	var id1 uint64
 	for i := 0; ta.Partition(id1) != 1; i++ {
 		require.Less(t, i, 4, "round robin over partitions 0 and 1")
-		id1, err = ta.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id1 = insertRow(t, ctx, ta, balanceRow(1))
 	}
 
 	px.Cut(true) // a hears nothing of what follows
@@ -307,8 +289,7 @@ func TestCloseLeaksNoGoroutine(t *testing.T) {
 	tc := startCluster(t, 2)
 	// Dial the storage nodes once, so their servers' per-connection state exists.
 	warm := tc.open(t, 0xc, "")
-	_, err := warm.CreateTable(ctx, "lk", 64, 4, 1, tc.addrs)
-	require.NoError(t, err)
+	createTable(t, ctx, warm, "lk", 64, 4, 1, tc.addrs)
 	opts := []goleak.Option{goleak.IgnoreCurrent(),
 		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 
@@ -316,12 +297,10 @@ func TestCloseLeaksNoGoroutine(t *testing.T) {
 		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Logger: quiet, Secret: secret, CacheBytes: 1 << 20}
 	a, err := node.Open(ctx, cfg)
 	require.NoError(t, err)
-	ta, err := a.OpenTable(ctx, "lk")
-	require.NoError(t, err)
+	ta := openTable(t, ctx, a, "lk")
 	require.NoError(t, ta.Own(ctx, 0, 1, 2, 3))
 	for range 8 {
-		_, err := ta.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		insertRow(t, ctx, ta, balanceRow(1))
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

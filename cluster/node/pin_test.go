@@ -20,8 +20,7 @@ func TestPinPartition(t *testing.T) {
 	tc := startCluster(t, 1)
 	const rowBytes = 1024 // 64 KiB pages: the 1 MiB cache holds about 13
 	b := tc.open(t, 0xb, "game-b:7000")
-	tb, err := b.CreateTable(ctx, "zones", rowBytes, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tb := createTable(t, ctx, b, "zones", rowBytes, 2, 1, tc.addrs)
 	require.NoError(t, tb.Own(ctx, 1))
 	var big []uint64
 	for range 32 { // 32 pages of partition 1
@@ -40,16 +39,14 @@ func TestPinPartition(t *testing.T) {
 	require.NoError(t, b.Close(ctx)) // gives partition 1 up
 
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.OpenTable(ctx, "zones")
-	require.NoError(t, err)
+	ta := openTable(t, ctx, a, "zones")
 	require.ErrorIs(t, ta.Pin(ctx, 0), node.ErrNotOwner)
 	require.NoError(t, ta.Own(ctx, 0))
 	var zone []uint64
 	for i := range 128 {
 		row := make([]byte, rowBytes)
 		row[0] = byte(i)
-		id, err := ta.Insert(ctx, row)
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, row)
 		require.Equal(t, uint32(0), ta.Partition(id))
 		zone = append(zone, id)
 	}
@@ -114,11 +111,9 @@ func TestPinReleasedWhenGrantLost(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	a := tc.open(t, 0xa, "game-a:7000")
-	ta, err := a.CreateTable(ctx, "zones", 64, 1, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "zones", 64, 1, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0))
-	_, err = ta.Insert(ctx, make([]byte, 64))
-	require.NoError(t, err)
+	insertRow(t, ctx, ta, make([]byte, 64))
 	require.NoError(t, ta.Pin(ctx))
 	require.True(t, ta.Stats()[0].Pinned)
 	require.Positive(t, a.StoreStats()[tc.addrs[0]].PinnedBytes)

@@ -52,14 +52,12 @@ func TestTableScanMergesPartitions(t *testing.T) {
 
 	// A node that owns nothing scans every partition's durable rows.
 	c := tc.open(t, 0xc, "")
-	tcOwn, err := c.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tcOwn := openTable(t, ctx, c, "acct")
 	ids, bal := scan(tcOwn, 0, ^uint64(0))
 	require.Equal(t, want, ids)
 	require.EqualValues(t, 777, bal[accts[1][3]])
 
-	empty, err := a.CreateTable(ctx, "empty", 64, 4, 1, tc.addrs)
-	require.NoError(t, err)
+	empty := createTable(t, ctx, a, "empty", 64, 4, 1, tc.addrs)
 	for _, err := range empty.ScanAll(ctx) {
 		require.NoError(t, err)
 		t.Fatal("a row in an empty table")

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/cluster/proctest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -47,10 +47,7 @@ const (
 // then, for each line "resolve" on stdin, runs one resolver pass and prints "parts N" (the
 // parts it keeps). It exits when stdin closes.
 func TestHelperStorageNode(t *testing.T) {
-	spec := os.Getenv(storeHelperEnv)
-	if spec == "" {
-		t.Skip("helper process only")
-	}
+	spec := testkit.HelperSpec(t, storeHelperEnv, "this package's kill and freeze tests")
 	f := strings.Split(spec, "|")
 	require.Len(t, f, 4, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)

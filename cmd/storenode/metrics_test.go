@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -27,7 +28,7 @@ func TestMetricsPprofBounded(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 
 	ln, err := listenMetrics("127.0.0.1:0")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -20,7 +21,7 @@ import (
 // verified peers against the system's roots alone, so every call to a primary failed and
 // transactions in doubt stayed locked until their coordinator applied a decision.
 func TestRunPeerTLSCA(t *testing.T) {
-	certFile, keyFile, _ := writeCert(t) // self-signed for 127.0.0.1: its own CA
+	certFile, keyFile, _ := testkit.WriteCert(t) // self-signed for 127.0.0.1: its own CA
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte(runSecret+"\n"), 0o600))
 	peerSecret := filepath.Join(t.TempDir(), "peer-secret")

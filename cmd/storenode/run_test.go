@@ -2,19 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -22,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,35 +19,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
 const testTimeout = 20 * time.Second
-
-// syncBuffer collects a run's output, safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // running is a run in a goroutine.
 type running struct {
 	cancel          context.CancelFunc
 	code            chan int
 	server, metrics net.Addr
-	stderr          *syncBuffer
+	stderr          *testkit.SyncBuffer
 }
 
 // startRun runs the program with args and env until stopped; it fails the test if the
@@ -66,7 +38,7 @@ type running struct {
 func startRun(t *testing.T, args []string, env map[string]string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, code: make(chan int, 1), stderr: &syncBuffer{}}
+	r := &running{cancel: cancel, code: make(chan int, 1), stderr: &testkit.SyncBuffer{}}
 	ready := make(chan struct{})
 	go func() {
 		r.code <- run(ctx, runEnv{
@@ -108,7 +80,7 @@ func (r *running) stop(t *testing.T) int {
 }
 
 func runOnce(args []string, env map[string]string) (code int, stdout, stderr string) {
-	var out, errb syncBuffer
+	var out, errb testkit.SyncBuffer
 	code = run(context.Background(), runEnv{args: args, getenv: func(k string) string { return env[k] }, stdout: &out, stderr: &errb})
 	return code, out.String(), errb.String()
 }
@@ -335,37 +307,12 @@ func TestRunGenSecret(t *testing.T) {
 
 func TestRunTLS(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile, pool := writeCert(t)
+	certFile, keyFile, pool := testkit.WriteCert(t)
 	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--sync", "none"}, nil)
 	c := dial(t, r.server.String(), nil, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	require.NoError(t, c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}))
-}
-
-// writeCert writes a self-signed certificate for 127.0.0.1 and its key as PEM files.
-func writeCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "storenode test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool = x509.NewCertPool()
-	pool.AddCert(leaf)
-	return certFile, keyFile, pool
 }
 
 func TestByteSize(t *testing.T) {
@@ -443,7 +390,7 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	runFailing := func(args []string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		var errb syncBuffer
+		var errb testkit.SyncBuffer
 		code := run(ctx, runEnv{args: args, getenv: func(string) string { return "" }, stdout: io.Discard, stderr: &errb})
 		return code, errb.String()
 	}
@@ -481,34 +428,11 @@ func TestRunFailedStartLeavesNothingBehind(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	r := startRun(t, []string{"--dir", dir, "--listen", "127.0.0.1:0"}, nil)
 	require.Equal(t, exitOK, r.stop(t))
-	before := treeState(t, dir)
+	before := testkit.TreeState(t, dir)
 	require.NotEmpty(t, before)
 	for _, tc := range cases {
 		code, stderr := runFailing(append([]string{"--dir", dir}, tc.args...))
 		require.Equal(t, tc.code, code, "%s: %s", tc.name, stderr)
-		require.Equal(t, before, treeState(t, dir), tc.name)
+		require.Equal(t, before, testkit.TreeState(t, dir), tc.name)
 	}
-}
-
-// treeState describes every entry under dir: mode, time and, for a file, size and a hash.
-func treeState(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	state := map[string]string{}
-	require.NoError(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		st := fi.Mode().String() + " " + fi.ModTime().Format(time.RFC3339Nano)
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			st += fmt.Sprintf(" %d %x", len(b), sha256.Sum256(b))
-		}
-		rel, _ := filepath.Rel(dir, p)
-		state[rel] = st
-		return nil
-	}))
-	return state
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -75,7 +76,7 @@ func newAllocRig(t testing.TB) *allocRig {
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: testkit.Row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Want: 1}}}
 	for range allocPages {
 		r.commitOne()
@@ -169,7 +170,7 @@ func newMissRig(t testing.TB) (*srvEnv, func()) {
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: row64(1)}}}
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: testkit.Row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Want: 1}}}
 	for p := range uint64(pages) {
 		r.commit.Seq++

@@ -1,24 +1,21 @@
 package server
 
 import (
-	"encoding/binary"
-	"errors"
 	"log/slog"
 	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/internal/testseed"
-	"github.com/weftdb/weft/internal/vfs"
+	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
 
 // Helpers the server's tests share with the engine's (storenode's harness_test.go,
-// engine_test.go, identity_test.go keep their own copies: test code is not exported).
+// engine_test.go, identity_test.go keep their own copies: test code is not exported; what
+// needs no engine is in internal/testkit).
 
 // testGrantPages is how many id pages the tests grant a table before they write it (the
 // engine refuses rows never granted); as storenode's harness_test.go.
@@ -45,80 +42,6 @@ func openTest(t testing.TB, opts storenode.Options) *storenode.Engine {
 	return e
 }
 
-// row64 builds a 64-byte row whose words are v, v+1, ...
-func row64(v uint64) []byte {
-	b := make([]byte, 64)
-	for i := range 8 {
-		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
-	}
-	return b
-}
-
-// soak reports whether WEFT_SOAK asks for a soak run.
-func soak() bool { return testseed.Soak() }
-
-// scaled returns the count of a randomised suite: short under -short, normal in CI, soak
-// under WEFT_SOAK.
-func scaled(short, normal, soakCount int) int { return testseed.Scaled(short, normal, soakCount) }
-
-// envSeed returns the seed WEFT_SEED names, if any (internal/testseed).
-func envSeed(t testing.TB) (uint64, bool) { return testseed.Replay(t) }
-
-// blockSyncs makes every WAL fsync wait until release is called, then fail with EIO when fail
-// is set. waiting counts fsyncs blocked.
-type blockSyncs struct {
-	mu      sync.Mutex
-	gate    chan struct{}
-	fail    bool
-	waiting int
-}
-
-func newBlockSyncs(fs *vfs.FaultFS) *blockSyncs {
-	b := &blockSyncs{gate: make(chan struct{})}
-	fs.Inject(func(op vfs.Op) error {
-		if op.Kind != vfs.OpSync || !strings.Contains(op.Name, "wal/") {
-			return nil
-		}
-		b.mu.Lock()
-		b.waiting++
-		gate := b.gate
-		b.mu.Unlock()
-		<-gate
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.fail {
-			return errEIO
-		}
-		return nil
-	})
-	return b
-}
-
-var errEIO = errors.New("injected EIO")
-
-func (b *blockSyncs) release(fail bool) {
-	b.mu.Lock()
-	b.fail = fail
-	close(b.gate)
-	b.mu.Unlock()
-}
-
-// waitBlocked spins (yielding) until an fsync is blocked.
-func (b *blockSyncs) waitBlocked(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for {
-		b.mu.Lock()
-		n := b.waiting
-		b.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no fsync blocked")
-		runtime.Gosched()
-	}
-}
-
 // waitDurableWaiter spins (yielding) until ready reports true or the engine has a durability
 // waiter (a retry or a non-owner read waiting for its LSN).
 func waitDurableWaiter(t *testing.T, e *storenode.Engine, ready func() bool) {
@@ -131,4 +54,26 @@ func waitDurableWaiter(t *testing.T, e *storenode.Engine, ready func() bool) {
 		require.True(t, time.Now().Before(deadline), "nothing waits for durability")
 		runtime.Gosched()
 	}
+}
+
+// readResult is what readRowAsync's read returned: whether the row came back, or the error.
+type readResult struct {
+	present bool
+	err     error
+}
+
+// readRowAsync reads row id of table through c (one ReadPages) in a goroutine; the channel
+// gets its result.
+func readRowAsync(t *testing.T, c *sgio.Client, table uint32, id uint64) chan readResult {
+	got := make(chan readResult, 1)
+	go func() {
+		var r sgio.Segments
+		err := c.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []base.PageWant{{Table: table, Page: id / 64, Want: 1 << (id % 64)}}}, &r)
+		if err == nil {
+			got <- readResult{present: r.Segments[0].Data != 0}
+			return
+		}
+		got <- readResult{err: err}
+	}()
+	return got
 }

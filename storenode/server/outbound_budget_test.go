@@ -21,15 +21,7 @@ func TestOutboundBudgetStopsReading(t *testing.T) {
 	const budget = 2 << 20
 	env := startServer(t, func(cfg *Config) { cfg.MaxOutboundBytesTotal = budget })
 	owner := env.dial(5)
-	var ti sgio.TableInfo
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
-	var g sgio.Grant
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
-	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
-	rows := make([]byte, 64*sgio.RowBytesMax)
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
-	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	ti := bigPage(t, owner)
 
 	// A: reads of the whole page (256 KiB each), sent at once, and no reply read.
 	reads := 240
@@ -81,15 +73,7 @@ func TestOutboundBudgetStopsReading(t *testing.T) {
 func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
 	env := startServer(t)
 	owner := env.dial(5)
-	var ti sgio.TableInfo
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
-	var g sgio.Grant
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
-	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
-	rows := make([]byte, 64*sgio.RowBytesMax)
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
-	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	ti := bigPage(t, owner)
 
 	// A: 96 reads of the whole page (24 MiB of replies, more than loopback's socket buffers
 	// take), none read until some wait for A (in gnet's outbound buffer, or in the rest of a
@@ -129,15 +113,7 @@ func TestOutboundBudgetStoppedClientThatKeepsSending(t *testing.T) {
 	const budget = 1 << 20
 	env := startServer(t, func(cfg *Config) { cfg.MaxOutboundBytesTotal = budget })
 	owner := env.dial(5)
-	var ti sgio.TableInfo
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
-	var g sgio.Grant
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
-	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
-	rows := make([]byte, 64*sgio.RowBytesMax)
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
-	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	ti := bigPage(t, owner)
 
 	const first = 32 // 8 MiB of replies, none read: over the budget
 	before := env.srv.Stats().Requests

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -55,7 +57,7 @@ func TestServerPooledBuffersPipelined(t *testing.T) {
 }
 
 func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
-	var serverTLS, clientTLS = srvTLSConfigs(t)
+	var serverTLS, clientTLS = testkit.TLSConfigs(t)
 	env := startServer(t, func(cfg *Config) {
 		if useTLS {
 			cfg.TLS = serverTLS
@@ -89,8 +91,8 @@ func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
 	// The readers: the owner's own connection (inline reads), and a second connection of
 	// another owner with a small reply limit (every read leaves the loop). Both pipeline.
 	slow := env.dial(testOwner+1, withTLS, func(cfg *sgio.ClientConfig) { cfg.MaxBody = 16 << 10 })
-	versions := scaled(40, 200, 2000)
-	readers := scaled(4, 8, 8)
+	versions := testseed.Scaled(40, 200, 2000)
+	readers := testseed.Scaled(4, 8, 8)
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	report := func(err error) { // the first error is enough
@@ -134,7 +136,7 @@ func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
 		go func() {
 			defer wg.Done()
 			seen := make([]uint64, pages)
-			for i := range scaled(200, 1000, 5000) {
+			for i := range testseed.Scaled(200, 1000, 5000) {
 				// A read of a rotating run of pages (1..4), so replies differ in size
 				// and in which pages they carry.
 				n := 1 + (i+r)%4

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -76,7 +77,7 @@ func TestServerRenewalDuringEngineLock(t *testing.T) {
 	go func() { ckptDone <- env.srv.Engine().Checkpoint() }()
 
 	// Commits on the owner's connection, stalled behind the engine's lock.
-	commits := scaled(16, 64, 256)
+	commits := testseed.Scaled(16, 64, 256)
 	acks := make(chan error, commits)
 	for i := range commits {
 		m := srvCommit(ti.Table, 5, g.Epoch, 2+uint64(i), []uint64{uint64(200 + i)}, uint64(i))
@@ -90,7 +91,7 @@ func TestServerRenewalDuringEngineLock(t *testing.T) {
 		err := owner.CallInto(ctx, &sgio.Acquire{Table: table, Owner: 5, Epoch: epoch}, &r)
 		return r, err
 	}
-	for range scaled(4, 8, 32) {
+	for range testseed.Scaled(4, 8, 32) {
 		clock.Advance(lease / 2)
 		r, err := renew(ti.Table, g.Epoch)
 		require.NoError(t, err, "a renewal while the engine's lock is held")

@@ -11,6 +11,7 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 )
@@ -275,7 +276,7 @@ func TestServerBadClients(t *testing.T) {
 		for id, want := range map[uint64]uint64{1: 1, 2: 3, 3: 2, 4: 4} {
 			row, ok := srvReadRow(t, c, ti.Table, id)
 			require.True(t, ok)
-			require.Equal(t, srvRow(want), row, "row %d", id)
+			require.Equal(t, testkit.Row64(want), row, "row %d", id)
 		}
 		st := env.srv.Engine().Stats()
 		require.Equal(t, uint64(4), st.Commits)

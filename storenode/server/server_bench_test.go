@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -47,10 +48,7 @@ const (
 // TestServerBenchHelper is a benchmark's server process; it skips unless run as one. It
 // serves until its stdin closes.
 func TestServerBenchHelper(t *testing.T) {
-	kind := os.Getenv(benchHelperEnv)
-	if kind == "" {
-		t.Skip("a server process of the benchmarks")
-	}
+	kind := testkit.HelperSpec(t, benchHelperEnv, "the server benchmarks")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
@@ -264,7 +262,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 					if op == "read1" {
 						table, epoch := benchTable(b, c, "bench", 1)
 						commit := &sgio.Commit{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: table, Epoch: epoch}},
-							Segments: []base.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1 << 1, Rows: row64(1)}}}
+							Segments: []base.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1 << 1, Rows: testkit.Row64(1)}}}
 						if _, err := c.Call(context.Background(), commit); err != nil {
 							b.Fatal(err)
 						}
@@ -309,7 +307,7 @@ func benchCommit(b *testing.B, addr string, committers, conns int, weft bool) {
 		c := benchDial(b, addr, owner)
 		table, epoch := benchTable(b, c, fmt.Sprintf("c%03d", i), owner)
 		owners[i] = &srvBenchOwner{c: c, commit: sgio.Commit{Owner: owner, Fences: []base.Fence{{Table: table, Epoch: epoch}},
-			Segments: []base.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1, Rows: row64(uint64(i))}}}}
+			Segments: []base.Segment{{Table: table, RowBytes: 64, Page: 0, Data: 1, Rows: testkit.Row64(uint64(i))}}}}
 	}
 	stats := func() (bytes uint64) {
 		if !weft {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -111,7 +112,7 @@ func TestServerGnetSocketUnlinked(t *testing.T) {
 // made a TLS connection (whose write blocks until WriteTimeout) hold MaxInflight such replies:
 // 1024 x 40 KiB here, 1024 x 330 KiB with 4096 tables.
 func TestServerListTablesRepliesBounded(t *testing.T) {
-	serverTLS, clientTLS := srvTLSConfigs(t)
+	serverTLS, clientTLS := testkit.TLSConfigs(t)
 	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
 		cfg.WriteTimeout = 2 * time.Second // the close that ends the test
@@ -170,7 +171,7 @@ func TestServerListTablesRepliesBounded(t *testing.T) {
 // the TLS port, a scanner) wrote a warning of its own: the one log line of a stranger that
 // was not rate-limited.
 func TestServerTLSHandshakeFailuresRateLimited(t *testing.T) {
-	serverTLS, _ := srvTLSConfigs(t)
+	serverTLS, _ := testkit.TLSConfigs(t)
 	const strangers = 100
 	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
@@ -203,7 +204,7 @@ func TestServerTLSHandshakeFailuresRateLimited(t *testing.T) {
 // descriptor and two goroutines per connection, without bound. gnet closes such a connection
 // at once; so does TLS now.
 func TestServerTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
-	serverTLS, clientTLS := srvTLSConfigs(t)
+	serverTLS, clientTLS := testkit.TLSConfigs(t)
 	const maxConns = 4
 	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS
@@ -243,7 +244,7 @@ func TestServerTLSRefusedBeyondLingerClosedAtOnce(t *testing.T) {
 // count against MaxQueuedBytes and MaxQueuedBytesTotal, as queued commits do: beyond, ErrBusy
 // before the body is parsed.
 func TestServerStalledReadsBounded(t *testing.T) {
-	serverTLS, clientTLS := srvTLSConfigs(t)
+	serverTLS, clientTLS := testkit.TLSConfigs(t)
 	const maxQueued = 16 << 20
 	env := startServer(t, func(cfg *Config) {
 		cfg.TLS = serverTLS

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -26,21 +26,21 @@ func TestServerNewIncarnationFastReadWaitsForSync(t *testing.T) {
 	})
 	a := env.dial(9, withIncarnation(0xa))
 	ti, g := srvTable(t, a, "t", 9)
-	block := newBlockSyncs(fs)
+	block := testkit.NewBlockSyncs(fs)
 	released := false
 	t.Cleanup(func() {
 		if !released {
-			block.release(true)
+			block.Release(true)
 		}
 	})
 	acked := make(chan error, 1)
 	go func() {
 		acked <- a.CallInto(srvCtx(t), srvCommit(ti.Table, 9, g.Epoch, 1, []uint64{3}, 33), &sgio.CommitAck{})
 	}()
-	block.waitBlocked(t)
+	block.WaitBlocked(t, idWait)
 	row, ok := srvReadRow(t, a, ti.Table, 3) // the writing incarnation sees its own write
 	require.True(t, ok)
-	require.Equal(t, srvRow(33), row)
+	require.Equal(t, testkit.Row64(33), row)
 
 	// A falls silent for a lease; B, a new incarnation of owner 9, claims the id (A's
 	// connection is closed).
@@ -51,24 +51,11 @@ func TestServerNewIncarnationFastReadWaitsForSync(t *testing.T) {
 	case <-time.After(srvTestTimeout):
 		t.Fatal("the silent holder's connection stays open")
 	}
-	type result struct {
-		present bool
-		err     error
-	}
-	got := make(chan result, 1)
-	go func() {
-		var r sgio.Segments
-		err := b.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
-		if err == nil {
-			got <- result{present: r.Segments[0].Data != 0}
-			return
-		}
-		got <- result{err: err}
-	}()
+	got := readRowAsync(t, b, ti.Table, 3)
 	waitDurableWaiter(t, env.srv.Engine(), func() bool { return len(got) > 0 })
 	require.Empty(t, got, "the new incarnation was served a row not durable yet")
 	released = true
-	block.release(false)
+	block.Release(false)
 	<-acked // A's connection closed: its ack may be lost; the row is durable either way
 	r := <-got
 	require.NoError(t, r.err)

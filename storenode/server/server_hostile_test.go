@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -229,7 +230,7 @@ func testRepliesOverIOVMax(t *testing.T, tlsOn bool) {
 	env := startServer(t, func(cfg *Config) {
 		cfg.Options.CacheBytes = 64 << 20
 		if tlsOn {
-			cfg.TLS, clientTLS = srvTLSConfigs(t)
+			cfg.TLS, clientTLS = testkit.TLSConfigs(t)
 		}
 	})
 	c := env.dial(5, func(cfg *sgio.ClientConfig) { cfg.MaxBody = 32 << 20; cfg.TLS = clientTLS })

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
@@ -114,7 +114,7 @@ func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
 	ti, g := srvTable(t, c, "t", 5)
 	fs.Inject(func(op vfs.Op) error {
 		if op.Kind == vfs.OpSync && strings.Contains(op.Name, "wal/") {
-			return errEIO
+			return testkit.ErrEIO
 		}
 		return nil
 	})
@@ -139,34 +139,21 @@ func TestServerNonOwnerReadWaitsForSync(t *testing.T) {
 	})
 	owner := env.dial(5)
 	ti, g := srvTable(t, owner, "t", 5)
-	block := newBlockSyncs(fs)
+	block := testkit.NewBlockSyncs(fs)
 	acked := make(chan error, 1)
 	go func() {
 		acked <- owner.CallInto(srvCtx(t), srvCommit(ti.Table, 5, g.Epoch, 1, []uint64{3}, 33), &sgio.CommitAck{})
 	}()
-	block.waitBlocked(t)
+	block.WaitBlocked(t, idWait)
 	row, ok := srvReadRow(t, owner, ti.Table, 3) // the owner sees its own write
 	require.True(t, ok)
-	require.Equal(t, srvRow(33), row)
+	require.Equal(t, testkit.Row64(33), row)
 
 	reader := env.dial(6)
-	type result struct {
-		present bool
-		err     error
-	}
-	got := make(chan result, 1)
-	go func() {
-		var r sgio.Segments
-		err := reader.CallInto(srvCtx(t), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: 1 << 3}}}, &r)
-		if err == nil {
-			got <- result{present: r.Segments[0].Data != 0}
-			return
-		}
-		got <- result{err: err}
-	}()
+	got := readRowAsync(t, reader, ti.Table, 3)
 	waitDurableWaiter(t, env.srv.Engine(), func() bool { return len(got) > 0 })
 	require.Empty(t, got, "answered before the row was durable")
-	block.release(false)
+	block.Release(false)
 	require.NoError(t, <-acked)
 	r := <-got
 	require.NoError(t, r.err)

@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -40,10 +42,7 @@ const (
 // TestServerHelper is the child storage node of TestServerKill9; it skips unless run as one.
 // It serves until its stdin closes (the parent died) or it is killed.
 func TestServerHelper(t *testing.T) {
-	dir := os.Getenv(srvHelperDirEnv)
-	if dir == "" {
-		t.Skip("the child storage node of TestServerKill9")
-	}
+	dir := testkit.HelperSpec(t, srvHelperDirEnv, "TestServerKill9")
 	mode, _ := storenode.ParseSyncMode(os.Getenv(srvHelperSyncEnv))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -74,7 +73,7 @@ func TestServerHelper(t *testing.T) {
 type srvChild struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan error
 }
 
@@ -86,7 +85,7 @@ func startSrvChild(t *testing.T, dir string, mode storenode.SyncMode) *srvChild 
 	require.NoError(t, err)
 	_, err = cmd.StdinPipe() // closed when the parent exits, which stops an orphaned child
 	require.NoError(t, err)
-	ch := &srvChild{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	ch := &srvChild{cmd: cmd, stderr: &testkit.SyncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = ch.stderr
 	require.NoError(t, cmd.Start())
 	addrs := make(chan string, 1)
@@ -128,10 +127,10 @@ type killWriter struct {
 }
 
 func TestServerKill9(t *testing.T) {
-	cycles := scaled(5, 20, 200)
+	cycles := testseed.Scaled(5, 20, 200)
 	const writers = 64
 	seed := rand.Uint64()
-	if s, ok := envSeed(t); ok {
+	if s, ok := testseed.Replay(t); ok {
 		seed = s
 	}
 	rng := rand.New(rand.NewPCG(seed, 2))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -178,7 +179,7 @@ func TestServerShutdownDuringCommitStorm(t *testing.T) {
 				cfg.Options.Dir, cfg.Options.Sync = dir, mode
 				cfg.Options.CheckpointWALBytes = 256 << 10
 			})
-			writers := scaled(8, 32, 64)
+			writers := testseed.Scaled(8, 32, 64)
 			ctx := srvCtx(t)
 			ws := make([]*stormWriter, writers)
 			clients := make([]*sgio.Client, writers)

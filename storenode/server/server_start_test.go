@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"io/fs"
@@ -11,11 +10,11 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 )
 
@@ -26,28 +25,7 @@ func dirState(t *testing.T, dir string) map[string]string {
 	if _, err := os.Lstat(dir); os.IsNotExist(err) {
 		return nil
 	}
-	state := map[string]string{}
-	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st := fi.Mode().String() + " " + fi.ModTime().Format(time.RFC3339Nano)
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			st += fmt.Sprintf(" %d %x", len(b), sha256.Sum256(b))
-		}
-		rel, _ := filepath.Rel(dir, p)
-		state[rel] = st
-		return nil
-	}))
-	return state
+	return testkit.TreeState(t, dir)
 }
 
 // A server that cannot start for a reason known before the disk is touched (its address in

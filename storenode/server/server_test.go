@@ -3,17 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"path"
 	"strings"
@@ -25,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/internal/vfs"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -71,7 +65,7 @@ type srvEnv struct {
 	srv   *Server
 	addr  string
 	dir   string
-	logs  *syncBuffer
+	logs  *testkit.SyncBuffer
 	clock *fakeClock // the engine's lease clock, when the test asked for one
 
 	closedMu sync.Mutex
@@ -91,7 +85,7 @@ func startServer(t testing.TB, mods ...srvOpts) *srvEnv {
 		opts := []goleak.Option{goleak.IgnoreCurrent(), goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
 		tt.Cleanup(func() { goleak.VerifyNone(tt, opts...) })
 	}
-	env := &srvEnv{t: t, logs: &syncBuffer{}}
+	env := &srvEnv{t: t, logs: &testkit.SyncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := Config{
 		Listen:         "127.0.0.1:0",
@@ -193,38 +187,11 @@ func srvCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// srvRow is a 64-byte row: words v, v+1, ...
-func srvRow(v uint64) []byte {
-	b := make([]byte, 64)
-	for i := range 8 {
-		binary.LittleEndian.PutUint64(b[i*8:], v+uint64(i))
-	}
-	return b
-}
-
 // srvCommit builds a commit of one 64-byte row per id.
 func srvCommit(table uint32, owner, epoch, seq uint64, ids []uint64, v uint64) *sgio.Commit {
 	m := &sgio.Commit{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}}}
 	for _, id := range ids {
-		m.Segments = append(m.Segments, base.Segment{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: srvRow(v)})
+		m.Segments = append(m.Segments, base.Segment{Table: table, RowBytes: 64, Page: id / 64, Data: 1 << (id % 64), Rows: testkit.Row64(v)})
 	}
 	return m
 }
@@ -274,6 +241,23 @@ func srvGrant(ctx context.Context, c *sgio.Client, table uint32, owner, epoch ui
 		return nil
 	}
 	return c.CallInto(ctx, &sgio.AllocIDs{Table: table, Owner: owner, Epoch: epoch, Pages: uint32((want - ti.NextID) / logicpage.RowsPerPage)}, &sgio.IDRange{})
+}
+
+// bigPage creates the table "big" of the largest rows through owner (the client of owner id 5),
+// takes its grant and commits its page 0 full (64 rows of zeros, 256 KiB): a page whose reads
+// fill a connection's output fast.
+func bigPage(t testing.TB, owner *sgio.Client) sgio.TableInfo {
+	t.Helper()
+	var ti sgio.TableInfo
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
+	var g sgio.Grant
+	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
+	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
+	rows := make([]byte, 64*sgio.RowBytesMax)
+	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
+		Segments: []base.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
+	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	return ti
 }
 
 func TestServerHandshake(t *testing.T) {
@@ -362,7 +346,7 @@ func TestServerRoundTrip(t *testing.T) {
 
 	row, ok := srvReadRow(t, c, ti.Table, 3)
 	require.True(t, ok)
-	require.Equal(t, srvRow(100), row)
+	require.Equal(t, testkit.Row64(100), row)
 	_, ok = srvReadRow(t, c, ti.Table, 70)
 	require.False(t, ok, "deleted")
 	_, ok = srvReadRow(t, c, ti.Table, 4)
@@ -429,7 +413,7 @@ func TestServerFencing(t *testing.T) {
 	require.NoError(t, b.CallInto(ctx, srvCommit(ti.Table, 2, gb.Epoch, 1, []uint64{1}, 30), &ack))
 	row, ok := srvReadRow(t, b, ti.Table, 1)
 	require.True(t, ok)
-	require.Equal(t, srvRow(30), row)
+	require.Equal(t, testkit.Row64(30), row)
 }
 
 // TestServerLeaseRenewedByTraffic: any request from the owner (a Ping here) renews its leases.
@@ -467,7 +451,7 @@ func TestServerRetriedBatch(t *testing.T) {
 	require.Equal(t, uint64(1), again.Seq)
 	row, ok := srvReadRow(t, c, ti.Table, 5)
 	require.True(t, ok)
-	require.Equal(t, srvRow(2), row, "the retried batch was applied again")
+	require.Equal(t, testkit.Row64(2), row, "the retried batch was applied again")
 	st := env.srv.Engine().Stats()
 	require.Equal(t, uint64(2), st.Commits)
 	require.Equal(t, uint64(1), st.RetriedBatches)
@@ -495,11 +479,11 @@ func TestServerPipelinedCommitsInOrder(t *testing.T) {
 	}
 	row, ok := srvReadRow(t, c, ti.Table, 100)
 	require.True(t, ok)
-	require.Equal(t, srvRow(n), row, "the last batch in seq order wins")
+	require.Equal(t, testkit.Row64(n), row, "the last batch in seq order wins")
 }
 
 func TestServerTLS(t *testing.T) {
-	serverTLS, clientTLS := srvTLSConfigs(t)
+	serverTLS, clientTLS := testkit.TLSConfigs(t)
 	env := startServer(t, func(cfg *Config) { cfg.TLS = serverTLS })
 	c := env.dial(1, func(cfg *sgio.ClientConfig) { cfg.TLS = clientTLS })
 	ctx := srvCtx(t)
@@ -513,7 +497,7 @@ func TestServerTLS(t *testing.T) {
 	}
 	row, ok := srvReadRow(t, c, ti.Table, 7)
 	require.True(t, ok)
-	require.Equal(t, srvRow(7), row)
+	require.Equal(t, testkit.Row64(7), row)
 
 	// A client that does not trust the certificate fails the TLS handshake; a plain-TCP
 	// client gets nowhere; a wrong secret still fails over TLS.
@@ -560,7 +544,7 @@ func TestServerOutOfOrderReplies(t *testing.T) {
 	// A read of a cached page is answered while the other waits: replies out of order.
 	row, ok := srvReadRow(t, c, ti.Table, 64+20)
 	require.True(t, ok)
-	require.Equal(t, srvRow(20), row)
+	require.Equal(t, testkit.Row64(20), row)
 	select {
 	case err := <-readDone:
 		t.Fatalf("the blocked read finished before it was released: %v", err)
@@ -568,7 +552,7 @@ func TestServerOutOfOrderReplies(t *testing.T) {
 	}
 	gfs.open(release)
 	require.NoError(t, <-readDone)
-	require.Equal(t, srvRow(11), got.Segments[0].Rows)
+	require.Equal(t, testkit.Row64(11), got.Segments[0].Rows)
 }
 
 // gateFS holds data-file reads at a gate while one is set; entered receives one value per
@@ -767,31 +751,4 @@ func (b *bytesReader) frame() (sgio.Frame, error) {
 			return sgio.Frame{}, rerr
 		}
 	}
-}
-
-// srvTLSConfigs returns a server config with a fresh self-signed certificate for 127.0.0.1
-// and a client config that trusts it.
-func srvTLSConfigs(t testing.TB) (server, client *tls.Config) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "weft storenode test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
-		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -23,7 +24,7 @@ func TestTLSReadBufferGrowsWithArrivals(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { tlsReadBufGrown = nil }) // after the server's stop (cleanups run last first)
-	serverTLS, clientTLS := srvTLSConfigs(t)
+	serverTLS, clientTLS := testkit.TLSConfigs(t)
 	env := startServer(t, func(cfg *Config) { cfg.TLS = serverTLS })
 	maxBody := env.srv.cfg.MaxBody
 	require.GreaterOrEqual(t, maxBody, uint32(1<<20))

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -28,7 +29,7 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	commit := &sgio.Commit{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
 	read := &sgio.ReadPages{}
 	for p := range uint64(pages) {
-		commit.Segments = append(commit.Segments, base.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 1, Rows: row64(p)})
+		commit.Segments = append(commit.Segments, base.Segment{Table: ti.Table, RowBytes: 64, Page: p, Data: 1, Rows: testkit.Row64(p)})
 		read.Wants = append(read.Wants, base.PageWant{Table: ti.Table, Page: p, Want: 1})
 	}
 	_, err := c.Call(ctx, commit)

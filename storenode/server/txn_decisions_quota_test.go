@@ -27,11 +27,7 @@ import (
 // gets ErrTxnBusy.
 func TestTxnDecisionsNotFilledByPhantomParticipants(t *testing.T) {
 	const maxTxns, perOwner = 16, 4
-	env := startServer(t, func(cfg *Config) {
-		cfg.Options.MaxTxns = maxTxns
-		cfg.Options.MaxTxnsPerOwner = perOwner
-		cfg.Options.LeaseChecker = &txnLeases{}
-	})
+	env := startQuotaServer(t, maxTxns, perOwner)
 	ctx := srvCtx(t)
 	const attacker = testOwner + 100
 	c := env.dial(attacker)

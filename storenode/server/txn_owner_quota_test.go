@@ -9,6 +9,16 @@ import (
 	"github.com/weftdb/weft/sgio"
 )
 
+// startQuotaServer starts a server whose engine keeps at most maxTxns transactions, perOwner
+// of them per owner, its leases checked by a txnLeases.
+func startQuotaServer(t *testing.T, maxTxns, perOwner int) *srvEnv {
+	return startServer(t, func(cfg *Config) {
+		cfg.Options.MaxTxns = maxTxns
+		cfg.Options.MaxTxnsPerOwner = perOwner
+		cfg.Options.LeaseChecker = &txnLeases{}
+	})
+}
+
 // TestTxnOwnerQuotaNotBypassedByOwnerIDs: the per-owner bounds on prepared parts (issue 22,
 // defect 6: MaxTxnsPerOwner, so that one owner's transactions whose primary is unreachable
 // cannot take the whole of MaxTxns) count owner ids, and a session's owner id was whatever
@@ -24,11 +34,7 @@ import (
 // accepted (and with the shared clients' secret the victim's prepare gets ErrTxnBusy).
 func TestTxnOwnerQuotaNotBypassedByOwnerIDs(t *testing.T) {
 	const maxTxns, perOwner = 16, 4
-	env := startServer(t, func(cfg *Config) {
-		cfg.Options.MaxTxns = maxTxns
-		cfg.Options.MaxTxnsPerOwner = perOwner
-		cfg.Options.LeaseChecker = &txnLeases{}
-	})
+	env := startQuotaServer(t, maxTxns, perOwner)
 	ctx := srvCtx(t)
 	const attacker = 1000
 	for i := range maxTxns / perOwner {

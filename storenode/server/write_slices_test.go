@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -111,7 +112,7 @@ func TestLargeReplyWrittenInSlices(t *testing.T) {
 // reads them slowly (64 KiB a millisecond), against the same pings alone. It logs the latencies (docs/operations.md's
 // limits table has them); it asserts only that every reply arrived whole.
 func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
-	if !soak() {
+	if !testseed.Soak() {
 		t.Skip("WEFT_SOAK=1 measures the pings of an event loop that serves a slow reader of 5 x 16 MiB")
 	}
 	const (
@@ -230,15 +231,7 @@ func TestSlicedWriteStalledClientThatKeepsSending(t *testing.T) {
 	env := startServer(t, func(cfg *Config) { cfg.WriteTimeout = time.Hour })
 	env.watchCloses()
 	owner := env.dial(5)
-	var ti sgio.TableInfo
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.CreateTable{Name: "big", RowBytes: sgio.RowBytesMax}, &ti))
-	var g sgio.Grant
-	require.NoError(t, owner.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: 5}, &g))
-	require.NoError(t, srvGrant(srvCtx(t), owner, ti.Table, 5, g.Epoch, 1))
-	rows := make([]byte, 64*sgio.RowBytesMax)
-	commit := &sgio.Commit{Owner: 5, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: sgio.RowBytesMax, Page: 0, Data: ^uint64(0), Rows: rows}}}
-	require.NoError(t, owner.CallInto(srvCtx(t), commit, &sgio.CommitAck{}))
+	ti := bigPage(t, owner)
 
 	before := env.srv.Stats().Requests
 	a := dialRaw(t, env.addr)

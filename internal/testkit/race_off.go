@@ -1,0 +1,6 @@
+//go:build !race
+
+package testkit
+
+// RaceOn reports a build with the race detector.
+const RaceOn = false
