@@ -77,7 +77,7 @@ func parseLayout(r *bodyReader, l *base.ClusterLayout) {
 // CreateClusterTable creates a cluster-managed table (docs/cluster.md) of rows of RowBytes
 // bytes holding partition Layout.Partition: its grants come from etcd only (Acquire with
 // AcquireEtcdGrant), its ids are its partition's. Name is the partition's table name
-// (storenode.PartitionTableName). Answered with TableInfo.
+// (base.PartitionTableName). Answered with TableInfo.
 type CreateClusterTable struct {
 	RowBytes uint16 // CheckRowBytes
 	Layout   base.ClusterLayout

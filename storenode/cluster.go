@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 
 // Cluster-managed tables (docs/cluster.md, "The storage node: fencing by grant revision").
 // Partition p of a partitioned table T of a cluster lives on its storage node as a table of
-// its own, named PartitionTableName(T, p), created cluster-managed (CreateClusterTable): its
+// its own, named base.PartitionTableName(T, p), created cluster-managed (CreateClusterTable): its
 // catalog entry carries the table's layout and the partition, so a restart, a restore and
 // Check know it. Invariants:
 //
@@ -66,23 +65,11 @@ func layoutStripeEnd(l base.ClusterLayout, id uint64) uint64 {
 	return id - id%stripe + stripe
 }
 
-// partitionSuffix separates a partitioned table's name from the partition number in the
-// name of the partition's table on a storage node. Part of the format; do not change.
-const partitionSuffix = ".p"
-
-// PartitionTableName is the name of partition p of the partitioned table table on its
-// storage node: table + ".p" + p in decimal ("accounts.p3"). A storage node's names are
-// 1..64 bytes of [A-Za-z0-9_.-], so a partitioned table stored on storage nodes must have a
-// name of that alphabet, short enough for the suffix.
-func PartitionTableName(table string, p uint32) string {
-	return table + partitionSuffix + strconv.FormatUint(uint64(p), 10)
-}
-
 // clusterTableName returns the partitioned table's name of the storage node's table name
 // holding partition p, false when name does not end in p's suffix or leaves no name before it.
 func clusterTableName(name string, p uint32) (string, bool) {
-	base, ok := strings.CutSuffix(name, PartitionTableName("", p))
-	return base, ok && base != ""
+	t, ok := strings.CutSuffix(name, base.PartitionTableName("", p))
+	return t, ok && t != ""
 }
 
 // GrantVerifier proves the etcd grants of cluster-managed tables. Package cluster implements
@@ -156,7 +143,7 @@ const grantVerifySlots = 16
 const DefaultGrantVerifyTimeout = 5 * time.Second
 
 // CreateClusterTable creates a cluster-managed table of rows of rowBytes bytes holding
-// partition l.Partition of a partitioned table: name must be PartitionTableName(table,
+// partition l.Partition of a partitioned table: name must be base.PartitionTableName(table,
 // l.Partition). Its grants come from etcd only (RegisterGrant); its ids are those of the
 // partition's stripes.
 func (e *Engine) CreateClusterTable(name string, rowBytes int, l base.ClusterLayout) (TableInfo, error) {
@@ -174,8 +161,8 @@ func (e *Engine) createClusterTable(name string, rowBytes int, l base.ClusterLay
 		return TableInfo{}, fmt.Errorf("storenode: %w", err)
 	}
 	if _, ok := clusterTableName(name, l.Partition); !ok {
-		return TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is T%s%d",
-			ErrBadName, name, l.Partition, partitionSuffix, l.Partition)
+		return TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is %s",
+			ErrBadName, name, l.Partition, base.PartitionTableName("T", l.Partition))
 	}
 	return e.createTable(name, rowBytes, l, owner, as)
 }

@@ -99,7 +99,7 @@ func TestClusterRegisterAnsweredOnlyDurable(t *testing.T) {
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: SyncAlways, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		GrantVerifier: v}
 	e := openEngine(t, opts)
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	const a, b = 11, 22
 	const ea, eb = 100, 200

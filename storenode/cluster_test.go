@@ -80,9 +80,9 @@ func TestClusterTableIDsAndKinds(t *testing.T) {
 	e := openTest(t, Options{Dir: dir, GrantVerifier: v})
 	_, err := e.CreateClusterTable("acct", 64, testLayout)
 	require.ErrorIs(t, err, ErrBadName, "the name must be the partition's")
-	_, err = e.CreateClusterTable(PartitionTableName("acct", 1), 64, base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 3})
+	_, err = e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 3})
 	require.ErrorIs(t, err, ErrMalformed)
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, testLayout)
 	require.NoError(t, err)
 	require.Equal(t, testLayout, ti.Cluster)
 	require.EqualValues(t, 128, ti.NextID, "the partition's first id")
@@ -162,14 +162,14 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 	v := newMemVerifier()
 	dir := t.TempDir()
 	e := openTest(t, Options{Dir: dir, GrantVerifier: v})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, testLayout)
 	require.NoError(t, err)
 	ctx := context.Background()
 	const a, b = 11, 22
 
 	// Without a verifier: refused.
 	noV := openTest(t, Options{})
-	ti2, err := noV.CreateClusterTable(PartitionTableName("x", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti2, err := noV.CreateClusterTable(base.PartitionTableName("x", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	_, err = noV.RegisterGrant(ctx, ti2.ID, a, 7)
 	require.ErrorIs(t, err, ErrNoVerifier)
@@ -233,7 +233,7 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 func TestClusterVerifyHoldsNoLock(t *testing.T) {
 	v := newMemVerifier()
 	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	local, g := ownedTable(t, e, "local", 64, testOwner, 1)
 	block := make(chan struct{})
@@ -264,7 +264,7 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 func TestClusterRestoreFloor(t *testing.T) {
 	v := newMemVerifier()
 	e := openTest(t, Options{GrantVerifier: v})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	local, err := e.CreateTable("local", 64)
 	require.NoError(t, err)
@@ -344,7 +344,7 @@ func TestClusterVerifySlotsBounded(t *testing.T) {
 	n := grantVerifySlots + 8
 	v := &countVerifier{entered: make(chan struct{}, n), release: make(chan struct{}), deadline: true}
 	e := openTest(t, Options{GrantVerifier: v, GrantVerifyTimeout: time.Minute})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	errs := make(chan error, n)
 	for i := range n {
@@ -394,7 +394,7 @@ func TestClusterRegisterConcurrentFloor(t *testing.T) {
 	t.Logf("seed %d (WEFT_SEED replays)", seed)
 	dir := t.TempDir()
 	e := openTest(t, Options{Dir: dir, Sync: SyncNone, GrantVerifier: anyVerifier{}})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	workers, each := testseed.Scaled(4, 8, 16), testseed.Scaled(20, 50, 200)
 	var maxDone atomic.Uint64

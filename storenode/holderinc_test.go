@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -114,7 +115,7 @@ func TestGrantFromReplacedConnection(t *testing.T) {
 	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now, GrantVerifier: v})
 	local, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, testLayout)
 	require.NoError(t, err)
 	incA, incB := Incarnation{0xa}, Incarnation{0xb}
 	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))

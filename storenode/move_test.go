@@ -32,7 +32,7 @@ func newMovePair(t *testing.T) *movePair {
 	p := &movePair{v: newMemVerifier(), srcDir: t.TempDir(), dstDir: t.TempDir(), owner: 11}
 	p.src = openTest(t, Options{Dir: p.srcDir, GrantVerifier: p.v, TxnResolveInterval: -1})
 	p.dst = openTest(t, Options{Dir: p.dstDir, GrantVerifier: p.v, TxnResolveInterval: -1})
-	name := PartitionTableName("acct", 1)
+	name := base.PartitionTableName("acct", 1)
 	ti, err := p.src.CreateClusterTable(name, 64, moveLayout)
 	require.NoError(t, err)
 	p.srcID = ti.ID
@@ -185,7 +185,7 @@ func TestMoveEngineSteps(t *testing.T) {
 	e3 := p.v.grant("acct", 1, 33)
 	_, err = p.dst.RegisterGrant(context.Background(), p.dstID, 33, e3)
 	require.NoError(t, err)
-	ti, err := p.dst.OpenTable(PartitionTableName("acct", 1))
+	ti, err := p.dst.OpenTable(base.PartitionTableName("acct", 1))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, ti.NextID, next)
 	_, err = p.dst.CommitWait(&Batch{Owner: 33, Seq: 1, Fences: []base.Fence{{Table: p.dstID, Epoch: e3}},
@@ -284,7 +284,7 @@ func TestMoveErrorsMatchFenced(t *testing.T) {
 // the switch and its activation it is the partition's only copy the map points at.
 func TestMoveCopiesDroppable(t *testing.T) {
 	p := newMovePair(t)
-	name := PartitionTableName("acct", 1)
+	name := base.PartitionTableName("acct", 1)
 	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "a live cluster table of a mapped table")
 	require.NoError(t, p.dst.MoveBegin(p.dstID, 3))
 	require.ErrorIs(t, p.dst.DropTable(name, 99), ErrTableOwned, "an incoming copy of a mapped table")
@@ -393,7 +393,7 @@ func TestMoveFreezeWindowRefusesCommits(t *testing.T) {
 	e, err := Open(Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, GrantVerifier: v, TxnResolveInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, moveLayout)
 	require.NoError(t, err)
 	const owner = 11
 	epoch := v.grant("acct", 1, owner)
@@ -469,7 +469,7 @@ func TestMoveFreezeCarriedByCheckpointDuringSync(t *testing.T) {
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, GrantVerifier: v, TxnResolveInterval: -1}
 	e, err := Open(opts)
 	require.NoError(t, err)
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, moveLayout)
 	require.NoError(t, err)
 
 	block := newBlockSyncs(fs)

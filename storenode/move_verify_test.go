@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // Each verified move step's rule against etcd's view (move_verify.go): a row per case, the
@@ -63,13 +64,13 @@ func TestMoveStepRules(t *testing.T) {
 // verifier cannot read moves refuses every verified step; epoch 0 is malformed.
 func TestMoveVerifyWithoutMoveVerifier(t *testing.T) {
 	e := openTest(t, Options{})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, moveLayout)
 	require.NoError(t, err)
 	require.NoError(t, e.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, ^uint64(0), 0, "a", 0))
 
 	v := newMemVerifier()
 	g := openTest(t, Options{GrantVerifier: v})
-	ti, err = g.CreateClusterTable(PartitionTableName("acct", 1), 64, moveLayout)
+	ti, err = g.CreateClusterTable(base.PartitionTableName("acct", 1), 64, moveLayout)
 	require.NoError(t, err)
 	require.ErrorIs(t, g.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, 5, 0, "a", 0), ErrNoVerifier)
 	require.ErrorIs(t, g.VerifyMoveStep(context.Background(), ti.ID, MoveStepFreeze, 0, 0, "a", 0), ErrMalformed)

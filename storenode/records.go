@@ -311,7 +311,7 @@ func appendCreateClusterRecord(dst []byte, id uint32, rowBytes int, name string,
 
 // decodeCreateClusterRecord decodes a kindCreateClusterTable payload: the table's fields as
 // decodeCreateRecord checks them, a valid layout, and a name that is its partition's
-// (PartitionTableName).
+// (base.PartitionTableName).
 func decodeCreateClusterRecord(p []byte) (id uint32, rowBytes int, name string, cl base.ClusterLayout, err error) {
 	if len(p) < 24 {
 		return 0, 0, "", cl, corrupt.Errorf("storenode: create-cluster-table record of %d bytes", len(p))

@@ -132,7 +132,7 @@ func TestTxnDecideRetryAnsweredWithoutEtcd(t *testing.T) {
 func TestTxnClusterGrantWaitsForResolution(t *testing.T) {
 	v := newMemVerifier()
 	e := openTest(t, Options{GrantVerifier: v, TxnResolveInterval: -1})
-	ti, err := e.CreateClusterTable(PartitionTableName("acct", 1), 64, testLayout)
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64, testLayout)
 	require.NoError(t, err)
 	ctx := context.Background()
 	const a, b = 11, 22

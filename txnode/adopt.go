@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -118,7 +119,7 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 // acquireCluster takes the etcd grant of a cluster-managed table's partition from
 // Options.Grants and registers it with the store, which verifies it in etcd before it
 // answers. The partitioned table's name is st's name without its partition suffix
-// (storenode.PartitionTableName). A grant the store fences (a restored copy's floor is above
+// (base.PartitionTableName). A grant the store fences (a restored copy's floor is above
 // it, or a newer grant was registered meanwhile) is released and taken again once, as a new
 // grant with a higher epoch; a grant the store does not take is released. A partition with
 // transactions in doubt is waited for (registerClusterGrant), holding the grant.
@@ -126,14 +127,14 @@ func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, 
 	if db.opts.Grants == nil {
 		return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
 	}
-	base, ok := strings.CutSuffix(st.Name, storenode.PartitionTableName("", st.Cluster.Partition))
-	if !ok || base == "" {
+	parted, ok := strings.CutSuffix(st.Name, base.PartitionTableName("", st.Cluster.Partition))
+	if !ok || parted == "" {
 		return store.Grant{}, nil, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
 	}
 	for try := 0; ; try++ {
-		epoch, check, release, err := db.opts.Grants.Grant(ctx, base, st.Cluster.Partition)
+		epoch, check, release, err := db.opts.Grants.Grant(ctx, parted, st.Cluster.Partition)
 		if err != nil {
-			return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", base, st.Cluster.Partition, err)
+			return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", parted, st.Cluster.Partition, err)
 		}
 		g, err := db.registerClusterGrant(ctx, st, epoch, check)
 		if err == nil {

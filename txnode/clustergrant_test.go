@@ -91,11 +91,11 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	st, err := store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
 	layout := ClusterLayout{Partitions: 4, StripePages: 1, Partition: 2}
-	_, err = st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 2), 64, layout)
+	_, err = st.CreateClusterTable(ctx, base.PartitionTableName("acct", 2), 64, layout)
 	require.NoError(t, err)
 
 	plain := openDB(t, ctx, Options{Store: st, OwnerID: owner})
-	_, err = plain.Table(ctx, storenode.PartitionTableName("acct", 2))
+	_, err = plain.Table(ctx, base.PartitionTableName("acct", 2))
 	require.ErrorContains(t, err, "Options.Grants")
 	require.NoError(t, plain.Close(ctx))
 
@@ -103,7 +103,7 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	require.NoError(t, err)
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
-	tb := openTable(t, ctx, db, storenode.PartitionTableName("acct", 2))
+	tb := openTable(t, ctx, db, base.PartitionTableName("acct", 2))
 	require.EqualValues(t, 1, g.calls.Load())
 	sl := base.ClusterLayout(layout)
 	var ids []uint64
@@ -132,7 +132,7 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	g := &memGrants{keys: map[string][2]uint64{}, owner: other, rev: 10}
 	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	ti, err := st.CreateClusterTable(ctx, storenode.PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := st.CreateClusterTable(ctx, base.PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	// Another owner registered revision 11; its grant is released in etcd (the key goes).
 	epoch, _, release, err := g.Grant(ctx, "acct", 0)
@@ -145,7 +145,7 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	g.owner, g.staleNext = owner, 5
 	g.mu.Unlock()
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
-	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 0))
+	tb, err := db.Table(ctx, base.PartitionTableName("acct", 0))
 	require.NoError(t, err, "the fenced grant was released and a new one taken")
 	require.EqualValues(t, 3, g.calls.Load())
 	require.EqualValues(t, 2, g.releases.Load())
@@ -166,7 +166,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
 			g, st := grantStore(t, owner)
-			name := storenode.PartitionTableName("acct", 0)
+			name := base.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
 			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
@@ -216,7 +216,7 @@ func TestDropClusterTableReleasesGrant(t *testing.T) {
 	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	insertRow(t, ctx, tb, row(1))
-	require.NoError(t, db.DropTable(ctx, storenode.PartitionTableName("acct", 0)))
+	require.NoError(t, db.DropTable(ctx, base.PartitionTableName("acct", 0)))
 	require.EqualValues(t, 1, g.releases.Load(), "the dropped table's grant is released")
 	g.mu.Lock()
 	_, held := g.keys["acct/0"]
@@ -251,7 +251,7 @@ func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
 	g, es := grantStore(t, owner)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	_, err := es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
@@ -278,7 +278,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
 			g, st := grantStore(t, owner)
-			name := storenode.PartitionTableName("acct", 0)
+			name := base.PartitionTableName("acct", 0)
 			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
 			tick := make(chan time.Time)

@@ -277,13 +277,13 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 }
 
 // CreateClusterTable creates a cluster-managed table holding partition layout.Partition of
-// the partitioned table table (its name at the store: storenode.PartitionTableName) and
+// the partitioned table table (its name at the store: base.PartitionTableName) and
 // takes its write ownership through Options.Grants.
 func (db *DB) CreateClusterTable(ctx context.Context, table string, rowBytes int, layout ClusterLayout) (*Table, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
 	}
-	st, err := db.store.CreateClusterTable(ctx, storenode.PartitionTableName(table, layout.Partition), rowBytes, layout)
+	st, err := db.store.CreateClusterTable(ctx, base.PartitionTableName(table, layout.Partition), rowBytes, layout)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func (db *DB) OpenDurable(ctx context.Context, name string) (*DurableTable, erro
 }
 
 // CreateDurableClusterTable creates a cluster-managed table holding partition layout.Partition
-// of the partitioned table table (its name at the store: storenode.PartitionTableName), like
+// of the partitioned table table (its name at the store: base.PartitionTableName), like
 // CreateClusterTable, but takes no ownership: it returns a DurableTable. A name already in use
 // is ErrTableExists (compare the existing one's Cluster and RowBytes to tell a retry from a
 // clash).

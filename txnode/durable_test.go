@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/base"
 )
 
 // A cluster table created with CreateDurableClusterTable takes no grant; a DurableTable reads
@@ -20,7 +20,7 @@ func TestDurableTable(t *testing.T) {
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	layout := ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
-	name := storenode.PartitionTableName("acct", 1)
+	name := base.PartitionTableName("acct", 1)
 	d, err := db.CreateDurableClusterTable(ctx, name, 64, layout)
 	require.NoError(t, err)
 	require.EqualValues(t, 0, g.calls.Load(), "no grant taken")

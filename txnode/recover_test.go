@@ -144,7 +144,7 @@ func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
 			require.NoError(t, r.db.Close(ctx))
 
 			r.open()
-			gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+			gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
 			require.NoError(t, err)
 			require.NoError(t, gold.Get(ctx, gid, dst))
 			require.Equal(t, row(21), dst, "durable at the store")
@@ -333,7 +333,7 @@ func fenceUnderWriters(t *testing.T, remote bool) {
 	mu.Unlock()
 	require.NoError(t, r.db.Close(ctx))
 	r.open()
-	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
 	require.NoError(t, err)
 	dst := make([]byte, 64)
 	for i, id := range xs {
@@ -443,7 +443,7 @@ func prepareDuringRefusal(t *testing.T, remote bool, i byte) {
 	require.NoError(t, r.gold.Put(ctx, gid, row(7)), "the pipeline resumed")
 	require.NoError(t, r.db.Close(ctx))
 	r.open()
-	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
 	require.NoError(t, err)
 	require.NoError(t, gold.Get(ctx, gid, dst))
 	require.Equal(t, row(7), dst)
@@ -784,7 +784,7 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	// The store holds what the acknowledged batch wrote, and only that.
 	fs.refused.Store(0)
 	r.open()
-	gold, err := r.db.Table(ctx, storenode.PartitionTableName("gold", 0))
+	gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
 	require.NoError(t, err)
 	require.NoError(t, gold.Get(ctx, gid, dst))
 	require.Equal(t, want, dst)

@@ -51,7 +51,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, srv.Start())
 	defer srv.Shutdown(ctx)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	ti, err := e.CreateClusterTable(name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 

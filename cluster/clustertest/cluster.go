@@ -15,12 +15,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/cluster/proctest"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/storenode"
 )
 
 // HelperTest is the helper test every package using this harness defines, one line:
@@ -351,8 +351,8 @@ func (c *Cluster) FenceProbe(ctx context.Context, addr, table string, part uint3
 	}
 	defer cl.Close()
 	var ti sgio.TableInfo
-	if err := cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName(table, part)}, &ti); err != nil {
-		return fmt.Errorf("clustertest: open %s on %s: %w", storenode.PartitionTableName(table, part), addr, err)
+	if err := cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName(table, part)}, &ti); err != nil {
+		return fmt.Errorf("clustertest: open %s on %s: %w", base.PartitionTableName(table, part), addr, err)
 	}
 	return cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &sgio.Grant{})
 }

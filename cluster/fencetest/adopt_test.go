@@ -62,7 +62,7 @@ func TestConcurrentOpenKeepsGrant(t *testing.T) {
 	require.NoError(t, err)
 	hs := &hookStore{Store: es}
 	st := store.Store(hs)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	_, err = st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	const owner = 0x51

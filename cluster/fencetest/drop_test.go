@@ -27,7 +27,7 @@ func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { e.Close() }()
 	l := base.ClusterLayout{Partitions: 2, StripePages: 1}
-	n0, n1 := storenode.PartitionTableName("acct", 0), storenode.PartitionTableName("acct", 1)
+	n0, n1 := base.PartitionTableName("acct", 0), base.PartitionTableName("acct", 1)
 	t0, err := e.CreateClusterTable(n0, 64, l)
 	require.NoError(t, err)
 	l.Partition = 1
@@ -68,7 +68,7 @@ func TestClusterTableDropHolderlessOrLapsedHolder(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { e.Close() }()
 	l := base.ClusterLayout{Partitions: 2, StripePages: 1}
-	n0, n1 := storenode.PartitionTableName("acct", 0), storenode.PartitionTableName("acct", 1)
+	n0, n1 := base.PartitionTableName("acct", 0), base.PartitionTableName("acct", 1)
 	_, err = e.CreateClusterTable(n0, 64, l)
 	require.NoError(t, err)
 	l.Partition = 1

@@ -124,7 +124,7 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 	e, err := storenode.Open(opts)
 	require.NoError(t, err)
 	defer func() { e.Close() }()
-	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 1), 64,
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 1), 64,
 		base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
 	require.NoError(t, err)
 
@@ -203,7 +203,7 @@ func TestRestoredCopyFloorFromEtcd(t *testing.T) {
 	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v})
 	require.NoError(t, err)
 	defer e.Close()
-	ti, err := e.CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := e.CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	sa := newSession(t, c, 1, 0)
 	oa, err := sa.Acquire(ctx, "acct", 0)

@@ -50,7 +50,7 @@ func TestHelperFrozenTxnode(t *testing.T) {
 	db, err := txnode.Open(ctx, txnode.Options{StoreAddr: addr, OwnerID: childOwner, Durability: txnode.WriteBack,
 		FlushInterval: time.Hour, Grants: &cluster.TxGrants{Session: s}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	tb, err := db.Table(ctx, storenode.PartitionTableName("acct", 0))
+	tb, err := db.Table(ctx, base.PartitionTableName("acct", 0))
 	require.NoError(t, err)
 	fmt.Printf("ready\n")
 	class := func(err error) string {
@@ -132,7 +132,7 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 	addr := srv.Addr().String()
 	_, err = c.CreateTable(ctx, "acct", cluster.Layout{Partitions: 1, StripePages: 1}, []string{addr})
 	require.NoError(t, err)
-	ti, err := srv.Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := srv.Engine().CreateClusterTable(base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 
 	child := proctest.Start(t, proctest.Spec{Name: "frozen transaction node", Test: "TestHelperFrozenTxnode",
@@ -164,7 +164,7 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 		Grants: &cluster.TxGrants{Session: sb, Wait: true}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer db2.Close(context.Background())
-	tb2, err := db2.Table(ctx, storenode.PartitionTableName("acct", 0))
+	tb2, err := db2.Table(ctx, base.PartitionTableName("acct", 0))
 	require.NoError(t, err)
 	id2, err := tb2.Insert(ctx, row(2))
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
@@ -139,7 +140,7 @@ func (t *Table) moved(ctx context.Context, p uint32, to string, switchRev int64)
 // to rejoin on the next try).
 func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int64, last bool) (*txnode.DB, error) {
 	pt := &t.parts[p]
-	name := storenode.PartitionTableName(t.m.Name, p)
+	name := base.PartitionTableName(t.m.Name, p)
 	db, err := t.n.db(ctx, to)
 	if err != nil {
 		return nil, err

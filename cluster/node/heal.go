@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
@@ -137,7 +138,7 @@ func (t *Table) current(ctx context.Context) error {
 			if try == 2 {
 				break // healed again meanwhile: its reown has the handle
 			}
-			d, err := db.OpenDurable(ctx, storenode.PartitionTableName(t.m.Name, uint32(p)))
+			d, err := db.OpenDurable(ctx, base.PartitionTableName(t.m.Name, uint32(p)))
 			if err != nil {
 				return fmt.Errorf("node: open table %q partition %d on %s: %w", t.m.Name, p, r.addr, err)
 			}
@@ -289,7 +290,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 			if r.addr != addr {
 				continue
 			}
-			name := storenode.PartitionTableName(t.m.Name, uint32(p))
+			name := base.PartitionTableName(t.m.Name, uint32(p))
 			d, err := db.OpenDurable(ctx, name)
 			if errors.Is(err, txnode.ErrTableNotFound) || errors.Is(err, storenode.ErrMoved) {
 				// Dropped or moved away meanwhile: the old handle fails its reads (and

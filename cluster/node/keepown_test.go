@@ -32,7 +32,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	tc := startCluster(t, 2)
 	mover := tc.open(t, 0x2, "")
 	mtbl := createTable(t, ctx, mover, "keep", 64, 2, 1, tc.addrs)
-	name := storenode.PartitionTableName("keep", 0)
+	name := base.PartitionTableName("keep", 0)
 
 	const owner = 0x55
 	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: owner, Addr: "game-5:7000"})

@@ -96,7 +96,7 @@ func (t *Table) Move(ctx context.Context, part uint32, to string) error {
 		return fmt.Errorf("node: move table %q partition %d: %w: another Move of it runs on this node", t.m.Name, part, cluster.ErrMoveInProgress)
 	}
 	defer movesRunning.Delete(key)
-	m := &mover{t: t, part: part, name: storenode.PartitionTableName(t.m.Name, part)}
+	m := &mover{t: t, part: part, name: base.PartitionTableName(t.m.Name, part)}
 	defer m.close()
 	return m.run(ctx, to)
 }

@@ -203,7 +203,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName("acct", 0)}, &ti))
 	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
 	require.NoError(t, err)
 	require.Equal(t, uint8(storenode.MoveRetired), st.State)
@@ -261,7 +261,7 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName("acct", 0)}, &ti))
 	var gr sgio.Grant
 	require.NoError(t, cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: g.Epoch()}, &gr))
 	var ids sgio.IDRange
@@ -368,7 +368,7 @@ func TestMoveLateThawRefused(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: storenode.PartitionTableName("acct", 0)}, &ti))
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName("acct", 0)}, &ti))
 	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: uint64(e1)}) // the first mover
 	require.NoError(t, err)
 	require.NoError(t, first.Close(ctx)) // its lease revoked: as a mover that died
@@ -406,7 +406,7 @@ func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
 	require.NoError(t, err)
 	// Created on the engine: a client's CreateClusterTable of a partition the map places on
 	// another node is refused (storenode's VerifyClusterCreate).
-	_, err = tc.srvs[1].Engine().CreateClusterTable(storenode.PartitionTableName("acct", 0), 64,
+	_, err = tc.srvs[1].Engine().CreateClusterTable(base.PartitionTableName("acct", 0), 64,
 		base.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0})
 	require.NoError(t, err)
 

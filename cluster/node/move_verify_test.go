@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/sgio"
@@ -73,7 +74,7 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
 	w := newMoveWriter(t, ctx, owner, tbl, 8)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	s := newStranger(t, ctx, tc, tc.addrs[0], name)
 
 	attack := func(why string) {
@@ -119,7 +120,7 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
 	newMoveWriter(t, ctx, owner, tbl, 4)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	s := newStranger(t, ctx, tc, tc.addrs[0], name)
 	// A verified step (refused) tells the node its address, as any move would.
 	require.ErrorIs(t, s.step(ctx, sgio.MoveOpFreeze, 1, 0), storenode.ErrFenced)
@@ -145,7 +146,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	src := newStranger(t, ctx, tc, tc.addrs[0], name)
 	var dst *stranger
 
@@ -189,7 +190,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, err)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
-	name := storenode.PartitionTableName("acct", 0)
+	name := base.PartitionTableName("acct", 0)
 	src := newStranger(t, ctx, tc, tc.addrs[0], name)
 
 	mover := tc.open(t, 0x2, "")
@@ -212,7 +213,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	w.check(t, ctx, tc.open(t, 0x3, ""))
 
 	// Partition 1, on tc.addrs[1], was never granted.
-	fresh := newStranger(t, ctx, tc, tc.addrs[1], storenode.PartitionTableName("acct", 1))
+	fresh := newStranger(t, ctx, tc, tc.addrs[1], base.PartitionTableName("acct", 1))
 	require.ErrorIs(t, fresh.step(ctx, sgio.MoveOpBegin, fresh.rev(t, ctx), 0), storenode.ErrFenced, "begin with no move recorded")
 	require.Equal(t, storenode.MoveLive, fresh.state(t, ctx))
 	ptbl, err := tc.open(t, 0x4, "").OpenTable(ctx, "acct")

@@ -12,6 +12,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
@@ -326,7 +327,7 @@ func (g grants) moving(ctx context.Context, table string, part uint32) bool {
 // CreateTable creates a partitioned table of rowBytes-byte rows: partitions partitions of
 // stripePages-page stripes (cluster.Layout), partition p on storage node
 // nodes[p%len(nodes)]. It writes the partition map in etcd first (cluster.Client.CreateTable),
-// then creates each partition's table on its storage node (storenode.PartitionTableName,
+// then creates each partition's table on its storage node (base.PartitionTableName,
 // cluster-managed, owned by nobody yet: Own takes partitions). A retry with the same
 // arguments completes a creation that stopped between the two (and returns the table when it
 // is complete); a table of that name with another layout, placement or row size is
@@ -348,9 +349,9 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 	if _, err := logicpage.NewGeometry(rowBytes); err != nil {
 		return nil, fmt.Errorf("node: create table %q: %w", name, err)
 	}
-	if err := storageName(storenode.PartitionTableName(name, uint32(partitions-1))); err != nil {
+	if err := storageName(base.PartitionTableName(name, uint32(partitions-1))); err != nil {
 		return nil, fmt.Errorf("node: create table %q: its partition tables' names (%q): %w",
-			name, storenode.PartitionTableName(name, uint32(partitions-1)), err)
+			name, base.PartitionTableName(name, uint32(partitions-1)), err)
 	}
 	layout := cluster.Layout{Partitions: uint32(partitions), StripePages: uint32(stripePages)}
 	place := make([]string, partitions)
@@ -376,7 +377,7 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 		if err != nil {
 			return nil, err
 		}
-		pname := storenode.PartitionTableName(name, uint32(p))
+		pname := base.PartitionTableName(name, uint32(p))
 		cl := txnode.ClusterLayout{Partitions: layout.Partitions, StripePages: layout.StripePages, Partition: uint32(p)}
 		d, err := db.CreateDurableClusterTable(ctx, pname, rowBytes, cl)
 		if errors.Is(err, txnode.ErrTableExists) {
@@ -428,7 +429,7 @@ func (n *Node) noLeftovers(ctx context.Context, name string, place []string) err
 			have[ti.Name] = true
 		}
 		for _, p := range ps {
-			if pname := storenode.PartitionTableName(name, p); have[pname] {
+			if pname := base.PartitionTableName(name, p); have[pname] {
 				return fmt.Errorf("node: create table %q: %w: partition table %q is already on storage node %s, though the map has no such table (a dropped table's, rows and all: drop it there first)",
 					name, cluster.ErrTableExists, pname, addr)
 			}
@@ -466,7 +467,7 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 		if err != nil {
 			return nil, err
 		}
-		d, err := db.OpenDurable(ctx, storenode.PartitionTableName(name, uint32(p)))
+		d, err := db.OpenDurable(ctx, base.PartitionTableName(name, uint32(p)))
 		if errors.Is(err, txnode.ErrTableNotFound) {
 			return nil, fmt.Errorf("node: open table %q: partition %d is not on storage node %s: %w (%w)", name, p, addr, ErrIncomplete, err)
 		}

@@ -185,7 +185,7 @@ func TestRoutingAndNotOwner(t *testing.T) {
 			addr := ta.NodeOf(id)
 			require.Equal(t, tc.addrs[p%3], addr)
 			srv := tc.srvs[p%3]
-			ti, err := srv.Engine().OpenTable(storenode.PartitionTableName("acct", p))
+			ti, err := srv.Engine().OpenTable(base.PartitionTableName("acct", p))
 			require.NoError(t, err)
 			data, _, rows, err := srv.Engine().ReadRows(ti.ID, id/64, 1<<(id%64), nil)
 			require.NoError(t, err)
@@ -317,7 +317,7 @@ func TestCreateTableCompletes(t *testing.T) {
 	// Step 1 only, and one partition's table of step 2.
 	_, err := tc.c.CreateTable(ctx, "half", cluster.Layout{Partitions: 3, StripePages: 2}, tc.addrs)
 	require.NoError(t, err)
-	_, err = tc.srvs[1].Engine().CreateClusterTable(storenode.PartitionTableName("half", 1), 64,
+	_, err = tc.srvs[1].Engine().CreateClusterTable(base.PartitionTableName("half", 1), 64,
 		base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1})
 	require.NoError(t, err)
 	a := tc.open(t, 0xa, "game-a:7000")

@@ -33,7 +33,7 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	require.Equal(t, tc.addrs[1], ta.Map().Nodes[1])
 
 	// The move's copy on storage node 0, then the switch (no owner holds partition 1).
-	_, err := tc.srvs[0].Engine().CreateClusterTable(storenode.PartitionTableName("mv", 1), 64,
+	_, err := tc.srvs[0].Engine().CreateClusterTable(base.PartitionTableName("mv", 1), 64,
 		base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1})
 	require.NoError(t, err)
 	tm := ta.Map()
@@ -54,7 +54,7 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 	require.EqualValues(t, 1, fresh.Partition(id))
 	require.Equal(t, tc.addrs[0], fresh.NodeOf(id))
 	// The row is on storage node 0's copy, where the map says.
-	ti, err := tc.srvs[0].Engine().OpenTable(storenode.PartitionTableName("mv", 1))
+	ti, err := tc.srvs[0].Engine().OpenTable(base.PartitionTableName("mv", 1))
 	require.NoError(t, err)
 	data, _, _, err := tc.srvs[0].Engine().ReadRows(ti.ID, id/64, 1<<(id%64), nil)
 	require.NoError(t, err)
@@ -143,8 +143,8 @@ func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrTableExists, "the dropped table's partition tables taken as the new one's")
 	// Either partition's leftover may be named: the storage nodes are listed in map order.
 	require.Condition(t, func() bool {
-		return strings.Contains(err.Error(), storenode.PartitionTableName("dt", 0)) ||
-			strings.Contains(err.Error(), storenode.PartitionTableName("dt", 1))
+		return strings.Contains(err.Error(), base.PartitionTableName("dt", 0)) ||
+			strings.Contains(err.Error(), base.PartitionTableName("dt", 1))
 	}, "the error names a leftover partition table: %v", err)
 	m, err := tc.c.ReadMap(ctx)
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestFencedWriteNotOwner(t *testing.T) {
 	require.NoError(t, ta.Put(ctx, id1, balanceRow(5)))
 	require.Equal(t, []uint32{1}, ta.Owned())
 	srv := tc.srvs[0]
-	ti, err := srv.Engine().OpenTable(storenode.PartitionTableName("fz", 0))
+	ti, err := srv.Engine().OpenTable(base.PartitionTableName("fz", 0))
 	require.NoError(t, err)
 	_, _, rows, err := srv.Engine().ReadRows(ti.ID, id/64, 1<<(id%64), nil)
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
@@ -249,7 +250,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
 	pre := t.n.sess.Held(t.m.Name, p) != nil
-	tb, err := db.Table(gctx, storenode.PartitionTableName(t.m.Name, p))
+	tb, err := db.Table(gctx, base.PartitionTableName(t.m.Name, p))
 	var oe *cluster.OwnedError
 	switch {
 	case errors.As(err, &oe):

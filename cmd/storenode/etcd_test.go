@@ -11,7 +11,6 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/storenode"
 )
 
 // With -etcd and -etcd-prefix the storage node verifies etcd grants in that etcd, under that
@@ -41,7 +40,7 @@ func TestRunEtcdVerifiesGrants(t *testing.T) {
 		r := startRun(t, args, nil)
 		cl := dial(t, r.server.String(), nil, nil)
 		var ti sgio.TableInfo
-		require.NoError(t, cl.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Name: storenode.PartitionTableName("acct", 0),
+		require.NoError(t, cl.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Name: base.PartitionTableName("acct", 0),
 			Layout: base.ClusterLayout{Partitions: 1, StripePages: 1}}, &ti))
 		err := cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: 1, Epoch: o.Epoch() + 1}, &sgio.Grant{})
 		if !withEtcd {

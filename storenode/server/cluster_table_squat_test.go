@@ -45,7 +45,7 @@ func TestClusterTableSquatDroppable(t *testing.T) {
 	v.place.Store(&elsewhere)
 	env := startServer(t, func(cfg *Config) { cfg.Options.GrantVerifier = v })
 	ctx := srvCtx(t)
-	name := storenode.PartitionTableName("acct", 1)
+	name := base.PartitionTableName("acct", 1)
 	create := &sgio.CreateClusterTable{RowBytes: 8, Name: name, Layout: base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}}
 	c := env.dial(testOwner + 100)
 	require.ErrorIs(t, c.CallInto(ctx, create, &sgio.TableInfo{}), sgio.ErrForbidden,

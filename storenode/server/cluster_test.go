@@ -53,7 +53,7 @@ func TestServerEtcdGrantOffLoop(t *testing.T) {
 	ctx := srvCtx(t)
 	var ti sgio.TableInfo
 	layout := base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Layout: layout, Name: storenode.PartitionTableName("acct", 1)}, &ti))
+	require.NoError(t, c.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Layout: layout, Name: base.PartitionTableName("acct", 1)}, &ti))
 	require.Equal(t, layout, ti.Cluster)
 	var listed sgio.TableList
 	require.NoError(t, c.CallInto(ctx, &sgio.ListTables{}, &listed))

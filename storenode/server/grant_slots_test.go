@@ -55,7 +55,7 @@ func TestGrantVerificationPerConnectionCap(t *testing.T) {
 	c := env.dial(5)
 	var ti sgio.TableInfo
 	layout := base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Layout: layout, Name: storenode.PartitionTableName("acct", 1)}, &ti))
+	require.NoError(t, c.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: 64, Layout: layout, Name: base.PartitionTableName("acct", 1)}, &ti))
 
 	results := make(chan error, hostile*each)
 	for h := range hostile {

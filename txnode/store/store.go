@@ -17,7 +17,7 @@ type Store interface {
 	// CreateTable creates a table of rowBytes-byte rows.
 	CreateTable(ctx context.Context, name string, rowBytes int) (Table, error)
 	// CreateClusterTable creates a cluster-managed table of rowBytes-byte rows holding
-	// partition layout.Partition (docs/cluster.md); name is storenode.PartitionTableName's.
+	// partition layout.Partition (docs/cluster.md); name is base.PartitionTableName's.
 	CreateClusterTable(ctx context.Context, name string, rowBytes int, layout base.ClusterLayout) (Table, error)
 	// OpenTable looks a table up by name.
 	OpenTable(ctx context.Context, name string) (Table, error)
