@@ -9,7 +9,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -143,7 +142,7 @@ func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, 
 		if rerr := release(ctx); rerr != nil {
 			db.opts.Logger.Warn("txnode: release of an etcd grant the store refused", "table", st.Name, "err", rerr)
 		}
-		if try > 0 || !errors.Is(err, storenode.ErrFenced) {
+		if try > 0 || !errors.Is(err, ErrFenced) {
 			return store.Grant{}, nil, nil, err
 		}
 	}
@@ -169,7 +168,7 @@ func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch ui
 	wait := txnLockedWaitFirst
 	for {
 		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
-		if err == nil || !errors.Is(err, storenode.ErrTxnLocked) {
+		if err == nil || !errors.Is(err, ErrTxnLocked) {
 			return g, err
 		}
 		if cerr := check(); cerr != nil {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -94,13 +93,13 @@ func (t *DurableTable) Get(ctx context.Context, id uint64, dst []byte) error {
 
 // Serving returns nil while this node may serve the table (its lease, or for a
 // cluster-managed table its etcd grant, holds), else the error the table's reads and writes
-// fail with (ErrLeaseExpired wrapping the grant's error, and storenode.ErrFenced once the
+// fail with (ErrLeaseExpired wrapping the grant's error, and ErrFenced once the
 // store fenced the grant; ErrTableNotFound once dropped). One clock read or grant check; no
 // allocation on success.
 func (t *Table) Serving() error {
 	err := t.t.serving()
-	if err != nil && t.t.storeFenced.Load() && !t.t.storeGone.Load() && !errors.Is(err, storenode.ErrFenced) {
-		return fmt.Errorf("%w (%w)", err, storenode.ErrFenced)
+	if err != nil && t.t.storeFenced.Load() && !t.t.storeGone.Load() && !errors.Is(err, ErrFenced) {
+		return fmt.Errorf("%w (%w)", err, ErrFenced)
 	}
 	return err
 }

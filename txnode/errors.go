@@ -77,12 +77,37 @@ var (
 	// ErrTxnBusy is returned when the storage node holds too many transactions in doubt (or
 	// this owner's share of them): back off and retry.
 	ErrTxnBusy = storenode.ErrTxnBusy
+	// ErrTxnLocked is returned by Prepare (and fails a commit batch) when the storage node
+	// holds a row of the batch locked for another prepared transaction. Retryable once that
+	// transaction is decided.
+	ErrTxnLocked = storenode.ErrTxnLocked
+	// ErrTxnDecided is returned when a transaction's recorded decision is not the one asked
+	// (DecideTxn of commit after a resolver recorded abort: the transaction aborted).
+	ErrTxnDecided = storenode.ErrTxnDecided
+)
+
+// The storage node's sentinels this package checks for but does not re-export: the same
+// values, so errors.Is matches them for both stores, and the engine is imported only here and
+// where the embedded store is opened (embedded.go).
+var (
+	// errSeqGap is the storage node's refusal of a batch that waited too long for the batches
+	// before it in seq order: the batch was not applied.
+	errSeqGap = storenode.ErrSeqGap
+	// errMalformed is the storage node's refusal of a request that breaks the protocol's rules.
+	errMalformed = storenode.ErrMalformed
+	// errBatchTooLarge is the storage node's refusal of a batch touching too many pages.
+	errBatchTooLarge = storenode.ErrBatchTooLarge
+	// errStoreUnknownOutcome is the storage node's unknown outcome of a batch (commitError
+	// maps it to ErrUnknownOutcome).
+	errStoreUnknownOutcome = storenode.ErrUnknownOutcome
+	// errEngineClosed is the embedded engine's error after its Close.
+	errEngineClosed = storenode.ErrClosed
 )
 
 // commitError maps a store's commit error: an unknown outcome at the storage node (a failed
 // WAL write or fsync, a seq beyond the dedup window) is this package's ErrUnknownOutcome.
 func commitError(err error) error {
-	if err != nil && errors.Is(err, storenode.ErrUnknownOutcome) && !errors.Is(err, ErrUnknownOutcome) {
+	if err != nil && errors.Is(err, errStoreUnknownOutcome) && !errors.Is(err, ErrUnknownOutcome) {
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	return err

@@ -7,7 +7,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -130,10 +129,10 @@ func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duratio
 	cancel()
 	if err != nil {
 		switch {
-		case errors.Is(err, storenode.ErrTableNotFound):
+		case errors.Is(err, ErrTableNotFound):
 			t.storeGone.Store(true)
 			t.storeFenced.Store(true)
-		case errors.Is(err, storenode.ErrFenced):
+		case errors.Is(err, ErrFenced):
 			t.storeFenced.Store(true)
 		}
 		select {
@@ -156,7 +155,7 @@ func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duratio
 // such table because this node's DropTable is dropping it (or dropped it) meanwhile: the
 // renewal raced the drop, nothing failed.
 func droppedHere(t *tableState, err error) bool {
-	return errors.Is(err, storenode.ErrTableNotFound) && (t.dropping.Load() || t.dropped.Load())
+	return errors.Is(err, ErrTableNotFound) && (t.dropping.Load() || t.dropped.Load())
 }
 
 // renewLease renews t's lease once, on its own goroutine (renewLeases). The renewal is given
@@ -176,7 +175,7 @@ func (db *DB) renewLease(ctx context.Context, t *tableState, period time.Duratio
 	g, err := db.store.Acquire(ctx, t.id, db.owner, t.epoch.Load(), 0)
 	cancel()
 	if err != nil {
-		if errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) {
+		if errors.Is(err, ErrFenced) || errors.Is(err, ErrTableNotFound) {
 			// The store granted the table since (another owner, or a restored
 			// backup's epoch bump), or has no such table (dropped by another
 			// node, or a restored backup older than the table): this node's
@@ -212,7 +211,7 @@ func (t *tableState) serving() error {
 				return fmt.Errorf("%w: %q was dropped at the store", ErrTableNotFound, t.name)
 			}
 			return fmt.Errorf("%w: %q: the store fenced this node's etcd grant (%w: a newer one is registered, or the store was restored): reopen the table under a new grant",
-				ErrLeaseExpired, t.name, storenode.ErrFenced)
+				ErrLeaseExpired, t.name, ErrFenced)
 		}
 		if err := t.grantCheck(); err != nil {
 			return fmt.Errorf("%w: %q: %w", ErrLeaseExpired, t.name, err)
@@ -245,7 +244,7 @@ func (t *tableState) serving() error {
 // noteFenced latches a cluster-managed table's grant as fenced by the store when err says so
 // (storeFenced). Any goroutine.
 func (t *tableState) noteFenced(err error) {
-	if t.grantCheck != nil && errors.Is(err, storenode.ErrFenced) {
+	if t.grantCheck != nil && errors.Is(err, ErrFenced) {
 		t.storeFenced.Store(true)
 	}
 }
@@ -280,11 +279,11 @@ func (db *DB) latchRefused(ctx context.Context, t *tableState) (latched bool, er
 		switch {
 		case err == nil:
 			return false, nil
-		case errors.Is(err, storenode.ErrTableNotFound):
+		case errors.Is(err, ErrTableNotFound):
 			t.storeGone.Store(true)
 			t.storeFenced.Store(true)
 			return true, nil
-		case errors.Is(err, storenode.ErrFenced):
+		case errors.Is(err, ErrFenced):
 			t.storeFenced.Store(true)
 			return true, nil
 		}
@@ -297,7 +296,7 @@ func (db *DB) latchRefused(ctx context.Context, t *tableState) (latched bool, er
 	switch {
 	case err == nil:
 		return false, nil
-	case errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound) || errors.Is(err, storenode.ErrTableOwned):
+	case errors.Is(err, ErrFenced) || errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrTableOwned):
 		t.leaseUntil.Store(leaseLapsed)
 		return true, nil
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -44,13 +43,6 @@ import (
 // (the seq is taken, or given back).
 
 var (
-	// ErrTxnLocked is returned by Prepare (and fails a commit batch) when the storage node
-	// holds a row of the batch locked for another prepared transaction. Retryable once that
-	// transaction is decided.
-	ErrTxnLocked = storenode.ErrTxnLocked
-	// ErrTxnDecided is returned when a transaction's recorded decision is not the one asked
-	// (DecideTxn of commit after a resolver recorded abort: the transaction aborted).
-	ErrTxnDecided = storenode.ErrTxnDecided
 	// ErrNoTxnStore is returned by Prepare, DecideTxn and ApplyTxn over a store that does not
 	// do two-phase commit (store.TxnStore).
 	ErrNoTxnStore = errors.New("txnode: the store does not do two-phase commit")
@@ -446,8 +438,8 @@ func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *store.TxnPrepare) (tak
 
 // refusal reports whether err is the storage node's refusal of a prepare, which takes no seq.
 func refusal(err error) bool {
-	for _, e := range []error{storenode.ErrTxnLocked, storenode.ErrTxnDecided, storenode.ErrTxnBusy, storenode.ErrFenced,
-		storenode.ErrTableNotFound, storenode.ErrMalformed, storenode.ErrBatchTooLarge} {
+	for _, e := range []error{ErrTxnLocked, ErrTxnDecided, ErrTxnBusy, ErrFenced,
+		ErrTableNotFound, errMalformed, errBatchTooLarge} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -486,7 +478,7 @@ func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
 		case refusal(err) || gap:
 			p.endPrepare(tp.Batch.Seq, false)
 			return
-		case errors.Is(err, ErrClosed) || errors.Is(err, storenode.ErrClosed):
+		case errors.Is(err, ErrClosed) || errors.Is(err, errEngineClosed):
 			p.giveUpPrepare()
 			return
 		}

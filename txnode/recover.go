@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/weftdb/weft/internal/assert"
-	"github.com/weftdb/weft/storenode"
 )
 
 // Recovery from a refused batch (Durable). A commit batch the store refuses as fenced (a
@@ -71,7 +70,7 @@ func knownRefusal(err error) bool {
 	if errors.Is(err, ErrUnknownOutcome) {
 		return false
 	}
-	return errors.Is(err, storenode.ErrFenced) || errors.Is(err, storenode.ErrTableNotFound)
+	return errors.Is(err, ErrFenced) || errors.Is(err, ErrTableNotFound)
 }
 
 // refusedLocked takes b's error err into a recovery, starting one if needed; it reports
@@ -354,7 +353,7 @@ func (p *pipeline) earlierOutLocked(seq uint64) bool {
 
 // isSeqGap reports whether err is the storage node's ErrSeqGap: the batch was not applied.
 func isSeqGap(err error) bool {
-	return errors.Is(err, storenode.ErrSeqGap) && !errors.Is(err, ErrUnknownOutcome)
+	return errors.Is(err, errSeqGap) && !errors.Is(err, ErrUnknownOutcome)
 }
 
 // earlierInFlightLocked reports whether a batch before b is in flight and not back yet.
