@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -172,12 +170,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		st == nil && opts.Dir == "" && opts.StoreAddr == "":
 		return nil, errors.New("txnode: set exactly one of Options.Dir, Options.StoreAddr and Options.Store")
 	case opts.Dir != "":
-		sync, ok := storenode.ParseSyncMode(opts.SyncMode)
-		if !ok {
-			return nil, fmt.Errorf("txnode: sync mode %q: want always or none", opts.SyncMode)
-		}
-		s, err := store.OpenEmbedded(storenode.Options{Dir: opts.Dir, Sync: sync, CacheBytes: opts.StoreCacheBytes,
-			Logger: opts.Logger, ExpireLeasesAtOpen: true})
+		s, err := openEmbeddedStore(opts)
 		if err != nil {
 			return nil, err
 		}

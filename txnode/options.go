@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -55,11 +54,8 @@ const (
 	DefaultDialTimeout    = 5 * time.Second
 	// OwnerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
 	// measures the holder's silence on its own clock, from its last renewal.
-	OwnerInUseMargin = 2 * time.Second
-	// ownerInUseLeaseFallback is the lease OwnerInUseWait's default assumes when the storage
-	// node's own cannot be read.
-	ownerInUseLeaseFallback = storenode.DefaultLeaseDuration
-	DefaultStoreCacheBytes  = 256 << 20
+	OwnerInUseMargin       = 2 * time.Second
+	DefaultStoreCacheBytes = 256 << 20
 	// MinCacheBytes is the smallest logical page cache.
 	MinCacheBytes = 64 << 10
 )
