@@ -1,6 +1,9 @@
 package base
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // partitionSuffix separates a partitioned table's name from the partition number in the
 // name of the partition's table on a storage node. Part of the format; do not change.
@@ -12,4 +15,15 @@ const partitionSuffix = ".p"
 // name of that alphabet, short enough for the suffix.
 func PartitionTableName(table string, p uint32) string {
 	return table + partitionSuffix + strconv.FormatUint(uint64(p), 10)
+}
+
+// Grant is a table's write ownership: Owner may commit to Table while it presents Epoch, and
+// renews it (by traffic, or Acquire with its epoch) within Lease; 0 is for ever (the embedded
+// store, which nobody else reaches). LastSeq is the owner's last batch seq the store applied.
+type Grant struct {
+	Table   uint32
+	Owner   uint64
+	Epoch   uint64
+	Lease   time.Duration
+	LastSeq uint64
 }

@@ -117,7 +117,7 @@ func TestCheckBackupMarkers(t *testing.T) {
 // gone, Check finds no damage, and an Open after that bumps nothing.
 func TestRestoreFirstOpenCrashes(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
-	var grants []Grant
+	var grants []base.Grant
 	for i, name := range []string{"a", "b"} {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
@@ -146,7 +146,7 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 }
 
 // restoreFirstOpenCrashes crashes the first open of a fresh copy (backup) at every point.
-func restoreFirstOpenCrashes(t *testing.T, backup func() *vfs.FaultFS, grants []Grant, opts Options) {
+func restoreFirstOpenCrashes(t *testing.T, backup func() *vfs.FaultFS, grants []base.Grant, opts Options) {
 	for k := int64(0); ; k++ {
 		fs := backup()
 		opts.FS = fs

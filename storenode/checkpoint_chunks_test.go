@@ -332,7 +332,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 		for c := range cycles {
 			ti, err := e.CreateTable(fmt.Sprintf("b%d", c), 64)
 			if err == nil {
-				var gb Grant
+				var gb base.Grant
 				if gb, err = e.Acquire(ti.ID, testOwner, 0); err == nil {
 					if _, err = grantPages(e, ti.ID, testOwner, gb.Epoch, 4); err == nil {
 						for id := uint64(0); id < 4*64 && err == nil; id += 17 {

@@ -178,7 +178,7 @@ func (e *Engine) createClusterTable(name string, rowBytes int, l base.ClusterLay
 // (ErrGrantKind); so does a node without a GrantVerifier (ErrNoVerifier). ctx bounds the
 // wait for a verification slot and the verification (with Options.GrantVerifyTimeout). Any
 // goroutine but an event loop: it may wait for etcd.
-func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (Grant, error) {
+func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch uint64) (base.Grant, error) {
 	return e.RegisterGrantFrom(ctx, tableID, owner, epoch, 0)
 }
 
@@ -190,7 +190,7 @@ func (e *Engine) RegisterGrant(ctx context.Context, tableID uint32, owner, epoch
 // registration waits for no verification slot: one it may not take now (at most
 // grantVerifyConnMax per connection, verify_slots.go) is refused at once with
 // ErrGrantUnverified. Any goroutine but an event loop.
-func (e *Engine) RegisterGrantFrom(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (Grant, error) {
+func (e *Engine) RegisterGrantFrom(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (base.Grant, error) {
 	g, registered, err := e.registerGrant(ctx, tableID, owner, epoch, conn)
 	switch {
 	case registered:
@@ -204,46 +204,46 @@ func (e *Engine) RegisterGrantFrom(ctx context.Context, tableID uint32, owner, e
 }
 
 // registerGrant is RegisterGrant; registered reports a new grant logged.
-func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (_ Grant, registered bool, _ error) {
+func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch, conn uint64) (_ base.Grant, registered bool, _ error) {
 	if owner == 0 || owner == MoveWriter || epoch == 0 {
-		return Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
+		return base.Grant{}, false, fmt.Errorf("%w: etcd grant of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
 	t, table, part, curLSN, err := e.registerCheck(tableID, owner, epoch, conn)
 	if err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	if curLSN != 0 { // a renewal: answered once the grant's record is durable
 		if err := e.waitGrantDurable(ctx, curLSN); err != nil {
-			return Grant{}, false, err
+			return base.Grant{}, false, err
 		}
 		return t, false, nil
 	}
 	if err := e.verifyGrantFrom(ctx, conn, table, part, owner, epoch); err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	tb, err := e.table(tableID)
 	if err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	if err := e.identFenced(owner); err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	if err := e.moveRefuses(tb); err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	inc, err := e.identIncFrom(owner, conn)
 	if err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	e.leaseMu.Lock()
 	if tb.dropping {
 		e.leaseMu.Unlock()
-		return Grant{}, false, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
+		return base.Grant{}, false, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
 	}
 	if tb.holder == owner && tb.epoch == epoch { // registered meanwhile by a concurrent call
 		e.leaseMu.Unlock()
@@ -255,17 +255,17 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		err := e.waitGrantDurable(ctx, lsn)
 		e.mu.Lock()
 		if err != nil {
-			return Grant{}, false, err
+			return base.Grant{}, false, err
 		}
 		return g, false, nil
 	}
 	if epoch <= tb.epoch {
 		e.leaseMu.Unlock()
-		return Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
+		return base.Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, tb.name, epoch, tb.epoch)
 	}
 	if err := e.grantWaitsForTxns(tb); err != nil {
 		e.leaseMu.Unlock()
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	oldHolder, oldEpoch, oldInc := tb.holder, tb.epoch, tb.holderInc
 	tb.holder, tb.epoch, tb.holderInc = owner, epoch, inc
@@ -277,7 +277,7 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Lock()
 		tb.holder, tb.epoch, tb.holderInc = oldHolder, oldEpoch, oldInc
 		e.leaseMu.Unlock()
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	tb.grantLSN = lsn
 	g := e.grant(tb, owner)
@@ -286,7 +286,7 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 	err = <-ch
 	e.mu.Lock()
 	if err != nil {
-		return Grant{}, false, err
+		return base.Grant{}, false, err
 	}
 	return g, true, nil
 }
@@ -296,31 +296,31 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 // curLSN, the LSN its record must be durable through before it is answered (a record of a
 // concurrent registration may still wait for its fsync); otherwise the partitioned table's
 // name and the partition to verify.
-func (e *Engine) registerCheck(tableID uint32, owner, epoch, conn uint64) (g Grant, table string, part uint32, curLSN uint64, err error) {
+func (e *Engine) registerCheck(tableID uint32, owner, epoch, conn uint64) (g base.Grant, table string, part uint32, curLSN uint64, err error) {
 	if e.opts.GrantVerifier == nil {
-		return Grant{}, "", 0, 0, fmt.Errorf("%w: this storage node has no etcd configured", ErrNoVerifier)
+		return base.Grant{}, "", 0, 0, fmt.Errorf("%w: this storage node has no etcd configured", ErrNoVerifier)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
-		return Grant{}, "", 0, 0, err
+		return base.Grant{}, "", 0, 0, err
 	}
 	t, err := e.table(tableID)
 	if err != nil {
-		return Grant{}, "", 0, 0, err
+		return base.Grant{}, "", 0, 0, err
 	}
 	if !t.cluster.IsCluster() {
-		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q is local: its grants are this storage node's (Acquire without the etcd-grant flag)", ErrGrantKind, t.name)
+		return base.Grant{}, "", 0, 0, fmt.Errorf("%w: table %q is local: its grants are this storage node's (Acquire without the etcd-grant flag)", ErrGrantKind, t.name)
 	}
 	if err := e.identFenced(owner); err != nil {
-		return Grant{}, "", 0, 0, err
+		return base.Grant{}, "", 0, 0, err
 	}
 	if err := e.moveRefuses(t); err != nil {
-		return Grant{}, "", 0, 0, err
+		return base.Grant{}, "", 0, 0, err
 	}
 	inc, err := e.identIncFrom(owner, conn)
 	if err != nil {
-		return Grant{}, "", 0, 0, err
+		return base.Grant{}, "", 0, 0, err
 	}
 	e.leaseMu.Lock()
 	holder, cur0 := t.holder, t.epoch
@@ -334,13 +334,13 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch, conn uint64) (g Gra
 		return g, "", 0, max(t.grantLSN, 1), nil // 1: durable at once (LSNs start at 1)
 	}
 	if epoch <= cur0 {
-		return Grant{}, "", 0, 0, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
+		return base.Grant{}, "", 0, 0, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the table's %d", ErrFenced, t.name, epoch, cur0)
 	}
 	if err := e.grantWaitsForTxns(t); err != nil { // before etcd is asked; checked again at the record
-		return Grant{}, "", 0, 0, err
+		return base.Grant{}, "", 0, 0, err
 	}
-	base, _ := clusterTableName(t.name, t.cluster.Partition)
-	return Grant{}, base, t.cluster.Partition, 0, nil
+	parted, _ := clusterTableName(t.name, t.cluster.Partition)
+	return base.Grant{}, parted, t.cluster.Partition, 0, nil
 }
 
 // waitGrantDurable waits until the WAL is durable through lsn, the record of a grant being

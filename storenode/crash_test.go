@@ -153,16 +153,16 @@ func verifyKillRows(e *Engine, table uint32, lastAck []uint64, ownerSeq uint64) 
 }
 
 // openKillTable opens (or creates) the writers' table and takes its ownership.
-func openKillTable(e *Engine) (uint32, Grant, error) {
+func openKillTable(e *Engine) (uint32, base.Grant, error) {
 	info, err := e.OpenTable(killTable)
 	if err != nil {
 		if info, err = e.CreateTable(killTable, killRowBytes); err != nil {
-			return 0, Grant{}, err
+			return 0, base.Grant{}, err
 		}
 	}
 	g, err := e.Acquire(info.ID, killOwner, 0)
 	if err != nil {
-		return 0, Grant{}, err
+		return 0, base.Grant{}, err
 	}
 	_, err = grantPages(e, info.ID, killOwner, g.Epoch, killGrantPages)
 	return info.ID, g, err

@@ -264,16 +264,6 @@ type TableInfo struct {
 	Cluster base.ClusterLayout
 }
 
-// Grant is a table's write ownership: Owner may commit to Table while it presents Epoch, and
-// should renew (by traffic or Acquire with its epoch) within Lease.
-type Grant struct {
-	Table   uint32
-	Owner   uint64
-	Epoch   uint64
-	Lease   time.Duration
-	LastSeq uint64 // the owner's last applied batch seq
-}
-
 // PageInfo is one page of a page directory: a page that holds rows, and which.
 type PageInfo struct {
 	Page    uint64

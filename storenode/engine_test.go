@@ -33,7 +33,7 @@ func openEngine(t testing.TB, opts Options) *Engine {
 
 // acquire grants owner table in e (Engine.Acquire: epoch 0 for a new grant, else a renewal),
 // failing the test on error.
-func acquire(t testing.TB, e *Engine, table uint32, owner, epoch uint64) Grant {
+func acquire(t testing.TB, e *Engine, table uint32, owner, epoch uint64) base.Grant {
 	t.Helper()
 	g, err := e.Acquire(table, owner, epoch)
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func row64(v uint64) []byte { return testkit.Row64(v) }
 
 // ownedTable creates a table of rowBytes-byte rows in e, takes a new grant of it for owner and
 // grants that owner the ids of the table's first pages pages.
-func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64, pages int) (TableInfo, Grant) {
+func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64, pages int) (TableInfo, base.Grant) {
 	t.Helper()
 	ti, err := e.CreateTable(name, rowBytes)
 	require.NoError(t, err)

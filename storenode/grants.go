@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
+
+	"github.com/weftdb/weft/base"
 )
 
 // Ownership and id grants. One owner (a transaction node) writes a table at a time. A grant is
@@ -23,7 +25,7 @@ import (
 // Acquire grants owner the write ownership of table. With epoch 0 it asks for a new grant: it
 // succeeds when the table is free, held by owner already, or held by another owner whose lease
 // has expired, and it bumps the epoch. With a nonzero epoch it renews that grant (RenewGrant).
-func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
+func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (base.Grant, error) {
 	return e.AcquireFrom(tableID, owner, epoch, 0)
 }
 
@@ -31,9 +33,9 @@ func (e *Engine) Acquire(tableID uint32, owner, epoch uint64) (Grant, error) {
 // session), which must still hold owner's identity (HoldsIdent), checked together with
 // reading the incarnation the grant makes the table's holder (holderReads): else
 // ErrIdentityLost, nothing granted. Any goroutine but an event loop.
-func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, error) {
+func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (base.Grant, error) {
 	if owner == 0 || owner == MoveWriter {
-		return Grant{}, fmt.Errorf("%w: owner id %d (0 and 2^64-1 are reserved)", ErrMalformed, owner)
+		return base.Grant{}, fmt.Errorf("%w: owner id %d (0 and 2^64-1 are reserved)", ErrMalformed, owner)
 	}
 	if epoch != 0 {
 		return e.RenewGrantFrom(tableID, owner, epoch, conn)
@@ -41,25 +43,25 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
-		return Grant{}, err
+		return base.Grant{}, err
 	}
 	t, err := e.table(tableID)
 	if err != nil {
-		return Grant{}, err
+		return base.Grant{}, err
 	}
 	if t.cluster.IsCluster() {
-		return Grant{}, clusterLocalGrantError(t)
+		return base.Grant{}, clusterLocalGrantError(t)
 	}
 	if t.holder != owner && e.tableLocked(t.id) {
 		// A new owner would cache rows that a pending decision may still change (txn.go).
-		return Grant{}, fmt.Errorf("%w: table %q has rows of a transaction in doubt: granted once it is resolved", ErrTxnLocked, t.name)
+		return base.Grant{}, fmt.Errorf("%w: table %q has rows of a transaction in doubt: granted once it is resolved", ErrTxnLocked, t.name)
 	}
 	// The old lease's check and the new holder under one leaseMu: a renewal by the old holder
 	// (which takes no mu) either came first, and then its lease is live, or sees the new
 	// holder and is fenced. If the grant cannot be logged the old holder is put back.
 	inc, err := e.identIncFrom(owner, conn)
 	if err != nil {
-		return Grant{}, err
+		return base.Grant{}, err
 	}
 	e.leaseMu.Lock()
 	now := e.opts.Now()
@@ -67,12 +69,12 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, 
 		left, atOpen := t.leaseUntil.Sub(now), t.leaseAtOpen
 		e.leaseMu.Unlock()
 		if atOpen {
-			return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v: "+
+			return base.Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v: "+
 				"its lease restarted when this storage node opened and its holder has not renewed it since; "+
 				"a transaction node restarted with the holder's owner id (Options.OwnerID) takes it back at once",
 				ErrTableOwned, t.name, left)
 		}
-		return Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
+		return base.Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
 			ErrTableOwned, t.name, left)
 	}
 	oldHolder, oldEpoch, oldLease, oldInc := t.holder, t.epoch, t.leaseUntil, t.holderInc
@@ -85,14 +87,14 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (Grant, 
 		e.leaseMu.Lock()
 		t.holder, t.epoch, t.leaseUntil, t.holderInc = oldHolder, oldEpoch, oldLease, oldInc
 		e.leaseMu.Unlock()
-		return Grant{}, err
+		return base.Grant{}, err
 	}
 	g := e.grant(t, owner)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()
 	if err != nil {
-		return Grant{}, err
+		return base.Grant{}, err
 	}
 	return g, nil
 }
@@ -102,8 +104,8 @@ func clusterLocalGrantError(t *table) error {
 	return fmt.Errorf("%w: table %q is cluster-managed: its grants come from etcd (register one with the etcd-grant flag)", ErrGrantKind, t.name)
 }
 
-func (e *Engine) grant(t *table, owner uint64) Grant {
-	g := Grant{Table: t.id, Owner: owner, Epoch: t.epoch, Lease: e.opts.LeaseDuration}
+func (e *Engine) grant(t *table, owner uint64) base.Grant {
+	g := base.Grant{Table: t.id, Owner: owner, Epoch: t.epoch, Lease: e.opts.LeaseDuration}
 	if o := e.owners[owner]; o != nil {
 		g.LastSeq = o.lastSeq
 	}
@@ -117,7 +119,7 @@ func (e *Engine) grant(t *table, owner uint64) Grant {
 // and leaseMu for a few loads and stores, so a checkpoint or commits holding mu never delay
 // it: a storage node's event loop answers it itself. Any goroutine. The grant's LastSeq is
 // the owner's last applied seq, as a new grant's (leaseSeqs).
-func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) {
+func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (base.Grant, error) {
 	return e.RenewGrantFrom(tableID, owner, epoch, 0)
 }
 
@@ -126,25 +128,25 @@ func (e *Engine) RenewGrant(tableID uint32, owner, epoch uint64) (Grant, error) 
 // as the renewal: else ErrIdentityLost. The renewal makes the identity's incarnation the one
 // that reads t as its holder (holderReads); checked apart, a claim of another incarnation in
 // between would have been given that. Any goroutine, an event loop included.
-func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Grant, error) {
+func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (base.Grant, error) {
 	if owner == 0 || epoch == 0 {
-		return Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
+		return base.Grant{}, fmt.Errorf("%w: renewal of owner %d epoch %d", ErrMalformed, owner, epoch)
 	}
 	if e.shut.Load() {
-		return Grant{}, ErrClosed
+		return base.Grant{}, ErrClosed
 	}
 	if err := e.failure(); err != nil {
-		return Grant{}, err
+		return base.Grant{}, err
 	}
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	var inc Incarnation // the renewer's: it knows the grant (holderReads)
 	if id := e.idents[owner]; conn != 0 && !id.holds(conn) {
-		return Grant{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
+		return base.Grant{}, fmt.Errorf("%w: owner %d, connection %d (replaced or released)", ErrIdentityLost, owner, conn)
 	}
 	if id := e.idents[owner]; id != nil {
 		if id.released {
-			return Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
+			return base.Grant{}, fmt.Errorf("%w: owner %d released its tables", ErrFenced, owner)
 		}
 		inc = id.inc
 	}
@@ -152,17 +154,17 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (Gran
 	defer e.leaseMu.Unlock()
 	t, ok := e.tables[tableID]
 	if !ok || t.dropping {
-		return Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
+		return base.Grant{}, fmt.Errorf("%w: id %d", ErrTableNotFound, tableID)
 	}
 	if t.cluster.IsCluster() {
-		return Grant{}, clusterLocalGrantError(t)
+		return base.Grant{}, clusterLocalGrantError(t)
 	}
 	if t.holder != owner || t.epoch != epoch {
-		return Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
+		return base.Grant{}, fmt.Errorf("%w: table %q: the grant of epoch %d is no longer current", ErrFenced, t.name, epoch)
 	}
 	t.leaseUntil, t.leaseAtOpen = e.opts.Now().Add(e.opts.LeaseDuration), false
 	t.holderInc = inc
-	return Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
+	return base.Grant{Table: t.id, Owner: owner, Epoch: epoch, Lease: e.opts.LeaseDuration, LastSeq: e.leaseSeqs[owner]}, nil
 }
 
 // setLease sets t's lease to end at until. Caller holds mu (a holder's commit or id grant

@@ -92,7 +92,7 @@ func TestRenewGrantRacesNewGrant(t *testing.T) {
 		other := 3 - holder
 		var wg sync.WaitGroup
 		var renewErr, grantErr error
-		var g2 Grant
+		var g2 base.Grant
 		wg.Add(2)
 		go func() { defer wg.Done(); _, renewErr = e.RenewGrant(info.ID, holder, g.Epoch) }()
 		go func() { defer wg.Done(); g2, grantErr = e.Acquire(info.ID, other, 0) }()

@@ -71,7 +71,7 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 		db.mu.Unlock()
 	}()
 	start := db.opts.clock.nanos()
-	var g store.Grant
+	var g base.Grant
 	var check func() error
 	var release func(context.Context) error
 	if st.Cluster.Partitions != 0 {
@@ -122,18 +122,18 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 // it, or a newer grant was registered meanwhile) is released and taken again once, as a new
 // grant with a higher epoch; a grant the store does not take is released. A partition with
 // transactions in doubt is waited for (registerClusterGrant), holding the grant.
-func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, func() error, func(context.Context) error, error) {
+func (db *DB) acquireCluster(ctx context.Context, st store.Table) (base.Grant, func() error, func(context.Context) error, error) {
 	if db.opts.Grants == nil {
-		return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
+		return base.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
 	}
 	parted, ok := strings.CutSuffix(st.Name, base.PartitionTableName("", st.Cluster.Partition))
 	if !ok || parted == "" {
-		return store.Grant{}, nil, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
+		return base.Grant{}, nil, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
 	}
 	for try := 0; ; try++ {
 		epoch, check, release, err := db.opts.Grants.Grant(ctx, parted, st.Cluster.Partition)
 		if err != nil {
-			return store.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", parted, st.Cluster.Partition, err)
+			return base.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", parted, st.Cluster.Partition, err)
 		}
 		g, err := db.registerClusterGrant(ctx, st, epoch, check)
 		if err == nil {
@@ -143,7 +143,7 @@ func (db *DB) acquireCluster(ctx context.Context, st store.Table) (store.Grant, 
 			db.opts.Logger.Warn("txnode: release of an etcd grant the store refused", "table", st.Name, "err", rerr)
 		}
 		if try > 0 || !errors.Is(err, ErrFenced) {
-			return store.Grant{}, nil, nil, err
+			return base.Grant{}, nil, nil, err
 		}
 	}
 }
@@ -164,7 +164,7 @@ const (
 // refuses it otherwise, ctx ends (its error, wrapping the refusal), Close begins (ErrClosed)
 // or the grant's check fails (it lapsed or was lost meanwhile: that error). Any goroutine but
 // a connection's receiver.
-func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch uint64, check func() error) (store.Grant, error) {
+func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch uint64, check func() error) (base.Grant, error) {
 	wait := txnLockedWaitFirst
 	for {
 		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)
@@ -172,7 +172,7 @@ func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch ui
 			return g, err
 		}
 		if cerr := check(); cerr != nil {
-			return store.Grant{}, fmt.Errorf("txnode: table %q: the grant ended while waiting for transactions in doubt: %w", st.Name, cerr)
+			return base.Grant{}, fmt.Errorf("txnode: table %q: the grant ended while waiting for transactions in doubt: %w", st.Name, cerr)
 		}
 		db.opts.Logger.Debug("txnode: registration waits for transactions in doubt", "table", st.Name, "wait", wait)
 		var fired <-chan time.Time
@@ -187,10 +187,10 @@ func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch ui
 		case <-fired:
 		case <-ctx.Done():
 			stop()
-			return store.Grant{}, fmt.Errorf("txnode: table %q: %w (waiting for transactions in doubt: %w)", st.Name, ctx.Err(), err)
+			return base.Grant{}, fmt.Errorf("txnode: table %q: %w (waiting for transactions in doubt: %w)", st.Name, ctx.Err(), err)
 		case <-db.stop:
 			stop()
-			return store.Grant{}, ErrClosed
+			return base.Grant{}, ErrClosed
 		}
 		wait = min(2*wait, txnLockedWaitMax)
 	}

@@ -232,7 +232,7 @@ type closingStore struct {
 	closing  chan struct{} // closed by Close
 }
 
-func (s *closingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+func (s *closingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (base.Grant, error) {
 	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)
 	close(s.acquired)
 	<-s.closing

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -77,7 +78,7 @@ type acquireSignalStore struct {
 	acquired chan struct{}
 }
 
-func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+func (s *acquireSignalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (base.Grant, error) {
 	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.acquired)

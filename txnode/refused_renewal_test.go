@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -30,11 +31,11 @@ func (s *refusingStore) Info() store.Info {
 	return i
 }
 
-func (s *refusingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+func (s *refusingStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (base.Grant, error) {
 	if epoch != 0 {
 		s.renewals.Add(1)
 		if s.refuse.Load() {
-			return store.Grant{}, s.refusal
+			return base.Grant{}, s.refusal
 		}
 	}
 	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)

@@ -579,7 +579,7 @@ func (s *remoteStore) DropTable(ctx context.Context, name string, _ uint64) erro
 	return s.call(ctx, &sgio.DropTable{Name: name}, &sgio.OK{}, false)
 }
 
-func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (base.Grant, error) {
 	var r sgio.Grant
 	// A renewal of the store's own lease (a nonzero epoch, no flags) is urgent: it must not
 	// wait behind the commits and reads of a busy connection (sgio.Client.CallIntoUrgent);
@@ -589,7 +589,7 @@ func (s *remoteStore) Acquire(ctx context.Context, table uint32, owner, epoch ui
 	renewal := epoch != 0
 	urgent := renewal && flags == 0
 	err := s.callWith(ctx, &sgio.Acquire{Table: table, Flags: uint32(flags), Owner: owner, Epoch: epoch}, &r, renewal, urgent)
-	return store.Grant{Table: r.Table, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
+	return base.Grant{Table: r.Table, Owner: r.Owner, Epoch: r.Epoch, Lease: time.Duration(r.LeaseMillis) * time.Millisecond, LastSeq: r.LastSeq}, err
 }
 
 func (s *remoteStore) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {

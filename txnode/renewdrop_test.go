@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -28,13 +29,13 @@ func (s *heldRenewalStore) Info() store.Info {
 	return i
 }
 
-func (s *heldRenewalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (store.Grant, error) {
+func (s *heldRenewalStore) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags store.AcquireFlags) (base.Grant, error) {
 	if epoch != 0 && s.hold.CompareAndSwap(true, false) {
 		s.entered <- struct{}{}
 		select {
 		case <-s.release:
 		case <-ctx.Done():
-			return store.Grant{}, ctx.Err()
+			return base.Grant{}, ctx.Err()
 		}
 	}
 	g, err := s.Store.Acquire(ctx, table, owner, epoch, flags)

@@ -329,7 +329,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 		if err := s.checkHolder(m.Owner); err != nil {
 			return nil, nil, err
 		}
-		var g storenode.Grant
+		var g base.Grant
 		var err error
 		if m.Flags&sgio.AcquireEtcdGrant != 0 {
 			// Bounded by the engine's GrantVerifyTimeout and its verification slots.

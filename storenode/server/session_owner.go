@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -18,7 +19,7 @@ import (
 // way.
 func (s *session) renewGrant(id uint64, a *sgio.Acquire) {
 	err := s.checkHolder(a.Owner)
-	var g storenode.Grant
+	var g base.Grant
 	if err == nil {
 		g, err = s.srv.eng.RenewGrantFrom(a.Table, a.Owner, a.Epoch, s.id)
 	}

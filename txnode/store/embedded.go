@@ -95,19 +95,19 @@ func (s *embedded) DropTable(ctx context.Context, name string, owner uint64) err
 	return closedErr(s.e.DropTable(name, owner))
 }
 
-func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags AcquireFlags) (Grant, error) {
+func (s *embedded) Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags AcquireFlags) (base.Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return Grant{}, err
+		return base.Grant{}, err
 	}
-	var g storenode.Grant
+	var g base.Grant
 	var err error
 	if flags&AcquireEtcdGrant != 0 {
 		g, err = s.e.RegisterGrant(ctx, table, owner, epoch)
 	} else {
 		g, err = s.e.Acquire(table, owner, epoch)
 	}
-	// Nobody else can reach an embedded engine: the lease never needs checking.
-	return Grant{Table: g.Table, Epoch: g.Epoch, LastSeq: g.LastSeq}, closedErr(err)
+	g.Lease = 0 // nobody else can reach an embedded engine: the lease never needs checking
+	return g, closedErr(err)
 }
 
 func (s *embedded) AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (uint64, uint64, error) {

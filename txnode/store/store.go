@@ -32,7 +32,7 @@ type Store interface {
 	// AcquireEtcdGrant in flags it registers the etcd grant of revision epoch of a
 	// cluster-managed table instead (the store verifies it in etcd: it may take a round trip
 	// to etcd); a current grant registered again is a renewal.
-	Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags AcquireFlags) (Grant, error)
+	Acquire(ctx context.Context, table uint32, owner, epoch uint64, flags AcquireFlags) (base.Grant, error)
 	// AllocIDs grants whole pages of new row ids; the grant is durable when it returns.
 	AllocIDs(ctx context.Context, table uint32, owner, epoch uint64, pages int) (first, count uint64, err error)
 
@@ -90,16 +90,6 @@ type AcquireFlags uint32
 // AcquireEtcdGrant: the epoch is an etcd grant's revision of a cluster-managed table
 // (sgio.AcquireEtcdGrant).
 const AcquireEtcdGrant AcquireFlags = 1
-
-// Grant is a table's write ownership.
-type Grant struct {
-	Table uint32
-	Epoch uint64
-	// Lease is how long the grant lives without renewal; 0: for ever.
-	Lease time.Duration
-	// LastSeq is the owner's last batch seq the store applied.
-	LastSeq uint64
-}
 
 // PageInfo is a page holding rows, with its present mask.
 type PageInfo struct {
