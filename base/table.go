@@ -27,3 +27,18 @@ type Grant struct {
 	Lease   time.Duration
 	LastSeq uint64
 }
+
+// TableInfo describes a table as its storage node keeps it.
+//   - NextID is the id high-water mark: every id below it has been granted (for a
+//     cluster-managed table: every id of its partition below it); no row lives at or above it.
+//   - Rows is the number of rows present, as the engine counts them (storenode.Engine, the
+//     embedded store); the wire does not carry it, so a remote store's is 0.
+//   - Cluster is a cluster-managed table's layout and partition; zero for a local table.
+type TableInfo struct {
+	ID       uint32
+	Name     string
+	RowBytes int
+	NextID   uint64
+	Rows     uint64
+	Cluster  ClusterLayout
+}

@@ -285,7 +285,7 @@ func TestBackupCorruptPageFails(t *testing.T) {
 func TestBackupDuringCatalogChanges(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
 	next := uint64(0)
-	mk := func(name string, v uint64) TableInfo {
+	mk := func(name string, v uint64) base.TableInfo {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
 		g := acquire(t, e, ti.ID, testOwner, 0)
@@ -305,7 +305,7 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "copy")
 	d, err := NewBackupDir(nil, dir)
 	require.NoError(t, err)
-	var late TableInfo
+	var late base.TableInfo
 	s := &hookSink{d: d, hook: func(f BackupFile) {
 		if f.Kind == BackupData && f.Num == uint64(keep.ID) {
 			require.NoError(t, e.DropTable("gone", testOwner))

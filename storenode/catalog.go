@@ -15,13 +15,13 @@ import (
 // writes the whole catalog into the meta file.
 
 // CreateTable creates a table of rows of rowBytes bytes (8..4096, a multiple of 8).
-func (e *Engine) CreateTable(name string, rowBytes int) (TableInfo, error) {
+func (e *Engine) CreateTable(name string, rowBytes int) (base.TableInfo, error) {
 	return e.createTable(name, rowBytes, base.ClusterLayout{}, 0, false)
 }
 
 // CreateTableAs is CreateTable on behalf of owner (a client's session): it fails with
 // ErrTooManyTables when owner has Options.MaxTablesPerOwner tables here (ownerTables).
-func (e *Engine) CreateTableAs(name string, rowBytes int, owner uint64) (TableInfo, error) {
+func (e *Engine) CreateTableAs(name string, rowBytes int, owner uint64) (base.TableInfo, error) {
 	return e.createTable(name, rowBytes, base.ClusterLayout{}, owner, true)
 }
 
@@ -45,35 +45,35 @@ func (e *Engine) ownerTables(owner uint64) int {
 
 // createTable creates a local table (cl zero) or a cluster-managed one (CreateClusterTable),
 // on behalf of owner when as is set (CreateTableAs: MaxTablesPerOwner).
-func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, owner uint64, as bool) (TableInfo, error) {
+func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, owner uint64, as bool) (base.TableInfo, error) {
 	if err := checkName(name); err != nil {
-		return TableInfo{}, fmt.Errorf("%w: %q", err, name)
+		return base.TableInfo{}, fmt.Errorf("%w: %q", err, name)
 	}
 	geo, err := logicpage.NewGeometry(rowBytes)
 	if err != nil {
-		return TableInfo{}, fmt.Errorf("%w: %w", ErrRowSize, err)
+		return base.TableInfo{}, fmt.Errorf("%w: %w", ErrRowSize, err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
-		return TableInfo{}, err
+		return base.TableInfo{}, err
 	}
 	if _, ok := e.byName[name]; ok {
-		return TableInfo{}, fmt.Errorf("%w: %q", ErrTableExists, name)
+		return base.TableInfo{}, fmt.Errorf("%w: %q", ErrTableExists, name)
 	}
 	if n := len(e.tables) + len(e.dropped); n >= e.opts.MaxTables {
-		return TableInfo{}, fmt.Errorf("%w: %d tables (dropped ones count until a checkpoint removes their files), the limit is %d",
+		return base.TableInfo{}, fmt.Errorf("%w: %d tables (dropped ones count until a checkpoint removes their files), the limit is %d",
 			ErrTooManyTables, n, e.opts.MaxTables)
 	}
 	if as {
 		if n := e.ownerTables(owner); n >= e.opts.MaxTablesPerOwner {
-			return TableInfo{}, fmt.Errorf("%w: owner %d has %d tables here (held, or created and not yet granted; dropped ones count until a checkpoint), the limit per owner is %d",
+			return base.TableInfo{}, fmt.Errorf("%w: owner %d has %d tables here (held, or created and not yet granted; dropped ones count until a checkpoint), the limit per owner is %d",
 				ErrTooManyTables, owner, n, e.opts.MaxTablesPerOwner)
 		}
 	}
 	id := e.nextTable
 	if id == tableIDNone {
-		return TableInfo{}, fmt.Errorf("%w: every table id has been used", ErrTooManyTables)
+		return base.TableInfo{}, fmt.Errorf("%w: every table id has been used", ErrTooManyTables)
 	}
 	// The data file first: if it cannot be made (no file descriptor left, say) the request
 	// fails and nothing was logged. A file left by a record that then fails is an orphan,
@@ -81,9 +81,9 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 	f, err := e.fs.Create(dataFileName(e.dir, id))
 	if err != nil {
 		if isFileLimit(err) {
-			return TableInfo{}, fmt.Errorf("%w: create table %q: %w", ErrTooManyTables, name, err)
+			return base.TableInfo{}, fmt.Errorf("%w: create table %q: %w", ErrTooManyTables, name, err)
 		}
-		return TableInfo{}, fmt.Errorf("storenode: create table %q: %w", name, err)
+		return base.TableInfo{}, fmt.Errorf("storenode: create table %q: %w", name, err)
 	}
 	kind := kindCreateTable
 	e.scratch = appendCreateRecord(e.scratch[:0], id, rowBytes, name)
@@ -94,7 +94,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 	ch := make(chan error, 1)
 	if _, err := e.appendRecord(kind, e.scratch, true, func(_ uint64, err error) { ch <- err }); err != nil {
 		f.Close()
-		return TableInfo{}, err
+		return base.TableInfo{}, err
 	}
 	e.nextTable++
 	t := e.registerTable(id, name, geo, f, cl)
@@ -103,7 +103,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 	err = <-ch
 	e.mu.Lock()
 	if err != nil {
-		return TableInfo{}, err
+		return base.TableInfo{}, err
 	}
 	return t.info(), nil
 }
@@ -143,28 +143,28 @@ func (t *table) setCluster(cl base.ClusterLayout) {
 }
 
 // OpenTable returns the table's description.
-func (e *Engine) OpenTable(name string) (TableInfo, error) {
+func (e *Engine) OpenTable(name string) (base.TableInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return TableInfo{}, ErrClosed
+		return base.TableInfo{}, ErrClosed
 	}
 	t, ok := e.byName[name]
 	if !ok {
-		return TableInfo{}, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		return base.TableInfo{}, fmt.Errorf("%w: %q", ErrTableNotFound, name)
 	}
 	return t.info(), nil
 }
 
 // Tables lists every table, by id.
-func (e *Engine) Tables() []TableInfo {
+func (e *Engine) Tables() []base.TableInfo {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]TableInfo, 0, len(e.tables))
+	out := make([]base.TableInfo, 0, len(e.tables))
 	for _, t := range e.tables {
 		out = append(out, t.info())
 	}
-	slices.SortFunc(out, func(a, b TableInfo) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out, func(a, b base.TableInfo) int { return int(a.ID) - int(b.ID) })
 	return out
 }
 

@@ -129,7 +129,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone, WALSegmentBytes: 16 << 10, CheckpointWALBytes: -1, CheckpointInterval: -1,
 		Logger: quietLogger})
 	seq := uint64(0)
-	mk := func(name string) (TableInfo, []base.Fence) {
+	mk := func(name string) (base.TableInfo, []base.Fence) {
 		ti, err := e.CreateTable(name, 64)
 		require.NoError(t, err)
 		g := acquire(t, e, ti.ID, testOwner, 0)
@@ -137,7 +137,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 		require.NoError(t, err)
 		return ti, []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}
 	}
-	commit := func(ti TableInfo, fences []base.Fence, n, v uint64) {
+	commit := func(ti base.TableInfo, fences []base.Fence, n, v uint64) {
 		for id := range n {
 			seq++
 			commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})

@@ -326,7 +326,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 			latest[id] = uint64(i+1)<<20 | id
 		}
 	}()
-	var kept TableInfo
+	var kept base.TableInfo
 	go func() { // create, commit, drop
 		defer wg.Done()
 		for c := range cycles {
@@ -538,7 +538,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 	e, err = Open(opts)
 	require.NoError(t, err, "run %d", run)
 	defer e.Close()
-	present := map[string]TableInfo{}
+	present := map[string]base.TableInfo{}
 	for _, ti := range e.Tables() {
 		present[ti.Name] = ti
 	}

@@ -146,22 +146,22 @@ const DefaultGrantVerifyTimeout = 5 * time.Second
 // partition l.Partition of a partitioned table: name must be base.PartitionTableName(table,
 // l.Partition). Its grants come from etcd only (RegisterGrant); its ids are those of the
 // partition's stripes.
-func (e *Engine) CreateClusterTable(name string, rowBytes int, l base.ClusterLayout) (TableInfo, error) {
+func (e *Engine) CreateClusterTable(name string, rowBytes int, l base.ClusterLayout) (base.TableInfo, error) {
 	return e.createClusterTable(name, rowBytes, l, 0, false)
 }
 
 // CreateClusterTableAs is CreateClusterTable on behalf of owner (a client's session), under
 // Options.MaxTablesPerOwner as CreateTableAs.
-func (e *Engine) CreateClusterTableAs(name string, rowBytes int, l base.ClusterLayout, owner uint64) (TableInfo, error) {
+func (e *Engine) CreateClusterTableAs(name string, rowBytes int, l base.ClusterLayout, owner uint64) (base.TableInfo, error) {
 	return e.createClusterTable(name, rowBytes, l, owner, true)
 }
 
-func (e *Engine) createClusterTable(name string, rowBytes int, l base.ClusterLayout, owner uint64, as bool) (TableInfo, error) {
+func (e *Engine) createClusterTable(name string, rowBytes int, l base.ClusterLayout, owner uint64, as bool) (base.TableInfo, error) {
 	if err := l.Validate(); err != nil {
-		return TableInfo{}, fmt.Errorf("storenode: %w", err)
+		return base.TableInfo{}, fmt.Errorf("storenode: %w", err)
 	}
 	if _, ok := clusterTableName(name, l.Partition); !ok {
-		return TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is %s",
+		return base.TableInfo{}, fmt.Errorf("%w: cluster table %q: the name of partition %d of table T is %s",
 			ErrBadName, name, l.Partition, base.PartitionTableName("T", l.Partition))
 	}
 	return e.createTable(name, rowBytes, l, owner, as)

@@ -248,22 +248,6 @@ type dupAck struct {
 	done func(uint64, error)
 }
 
-// TableInfo describes a table.
-type TableInfo struct {
-	ID       uint32
-	Name     string
-	RowBytes int
-	// NextID is the id high-water mark: every id below it has been granted (for a
-	// cluster-managed table: every id of its partition below it; no row lives at or above
-	// it either way).
-	NextID uint64
-	// Rows is the number of rows present.
-	Rows uint64
-	// Cluster is the layout and partition of a cluster-managed table (cluster.go); zero for
-	// a local table.
-	Cluster base.ClusterLayout
-}
-
 // PageInfo is one page of a page directory: a page that holds rows, and which.
 type PageInfo struct {
 	Page    uint64
@@ -435,8 +419,8 @@ func (e *Engine) table(id uint32) (*table, error) {
 	return t, nil
 }
 
-func (t *table) info() TableInfo {
-	return TableInfo{ID: t.id, Name: t.name, RowBytes: t.geo.RowBytes(), NextID: t.nextID, Rows: t.rows.Count(), Cluster: t.cluster}
+func (t *table) info() base.TableInfo {
+	return base.TableInfo{ID: t.id, Name: t.name, RowBytes: t.geo.RowBytes(), NextID: t.nextID, Rows: t.rows.Count(), Cluster: t.cluster}
 }
 
 // presentWord returns the present mask of a page from the table's bitmap-tree.

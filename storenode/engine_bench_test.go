@@ -44,7 +44,7 @@ func benchEngine(b *testing.B, opts Options) (*Engine, uint32, []base.Fence) {
 // benchTable opens an engine with opts (closed when b ends), creates the table "bench" of
 // 64-byte rows, takes benchOwner's grant of it and grants that owner the ids of its first
 // pages pages.
-func benchTable(b *testing.B, opts Options, pages int) (*Engine, TableInfo, base.Grant) {
+func benchTable(b *testing.B, opts Options, pages int) (*Engine, base.TableInfo, base.Grant) {
 	b.Helper()
 	e, err := Open(opts)
 	if err != nil {

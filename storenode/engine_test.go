@@ -54,7 +54,7 @@ func row64(v uint64) []byte { return testkit.Row64(v) }
 
 // ownedTable creates a table of rowBytes-byte rows in e, takes a new grant of it for owner and
 // grants that owner the ids of the table's first pages pages.
-func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64, pages int) (TableInfo, base.Grant) {
+func ownedTable(t testing.TB, e *Engine, name string, rowBytes int, owner uint64, pages int) (base.TableInfo, base.Grant) {
 	t.Helper()
 	ti, err := e.CreateTable(name, rowBytes)
 	require.NoError(t, err)

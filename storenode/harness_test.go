@@ -124,7 +124,7 @@ func pageDir(e *Engine, table uint32) (map[uint64]uint64, error) {
 // checkTable compares one table of e with mt: its row size and row count, its page directory
 // and the bytes of every present row; a read of absent rows must report them clear.
 func checkTable(e *Engine, mt *modelTable) error {
-	var info TableInfo
+	var info base.TableInfo
 	found := false
 	for _, ti := range e.Tables() {
 		if ti.ID == mt.id {

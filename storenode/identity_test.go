@@ -19,7 +19,7 @@ import (
 const idWait = 20 * time.Second
 
 // openFault opens an engine on a FaultFS in "db" with one 64-byte table held by owner.
-func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS, TableInfo, base.Grant) {
+func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS, base.TableInfo, base.Grant) {
 	t.Helper()
 	fs := vfs.NewFaultFS()
 	opts.Dir, opts.FS, opts.Logger = "db", fs, quietLogger

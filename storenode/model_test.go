@@ -383,7 +383,7 @@ func (r *modelRun) requireTables() {
 	require.Equal(r.t, slices.Sorted(maps.Keys(r.m.tables)), ids, "tables")
 }
 
-func tableInfo(t testing.TB, e *Engine, id uint32) TableInfo {
+func tableInfo(t testing.TB, e *Engine, id uint32) base.TableInfo {
 	t.Helper()
 	for _, ti := range e.Tables() {
 		if ti.ID == id {
@@ -391,7 +391,7 @@ func tableInfo(t testing.TB, e *Engine, id uint32) TableInfo {
 		}
 	}
 	t.Fatalf("table %d missing", id)
-	return TableInfo{}
+	return base.TableInfo{}
 }
 
 func describeBatch(b *Batch) string {

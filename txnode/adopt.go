@@ -40,7 +40,7 @@ func (db *DB) releaseGrants(ctx context.Context) {
 // would take the grant a second time: a local table's epoch bumped past the one the first
 // adopt installs, or, for a cluster table, the very etcd grant the first one holds (the
 // session hands it out again), released if the second registration fails.
-func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
+func (db *DB) adopt(ctx context.Context, st base.TableInfo) (*Table, error) {
 	geo, err := logicpage.NewGeometry(st.RowBytes)
 	if err != nil {
 		return nil, err
@@ -122,7 +122,7 @@ func (db *DB) adopt(ctx context.Context, st store.Table) (*Table, error) {
 // it, or a newer grant was registered meanwhile) is released and taken again once, as a new
 // grant with a higher epoch; a grant the store does not take is released. A partition with
 // transactions in doubt is waited for (registerClusterGrant), holding the grant.
-func (db *DB) acquireCluster(ctx context.Context, st store.Table) (base.Grant, func() error, func(context.Context) error, error) {
+func (db *DB) acquireCluster(ctx context.Context, st base.TableInfo) (base.Grant, func() error, func(context.Context) error, error) {
 	if db.opts.Grants == nil {
 		return base.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
 	}
@@ -164,7 +164,7 @@ const (
 // refuses it otherwise, ctx ends (its error, wrapping the refusal), Close begins (ErrClosed)
 // or the grant's check fails (it lapsed or was lost meanwhile: that error). Any goroutine but
 // a connection's receiver.
-func (db *DB) registerClusterGrant(ctx context.Context, st store.Table, epoch uint64, check func() error) (base.Grant, error) {
+func (db *DB) registerClusterGrant(ctx context.Context, st base.TableInfo, epoch uint64, check func() error) (base.Grant, error) {
 	wait := txnLockedWaitFirst
 	for {
 		g, err := db.store.Acquire(ctx, st.ID, db.owner, epoch, store.AcquireEtcdGrant)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // DurableTable is a read-only handle on a table this node does not own: each Get asks the
@@ -19,7 +18,7 @@ import (
 // use.
 type DurableTable struct {
 	db *DB
-	st store.Table
+	st base.TableInfo
 }
 
 // OpenDurable opens a table for durable reads only (DurableTable), without taking its

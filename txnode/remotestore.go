@@ -533,25 +533,25 @@ func (s *remoteStore) awaitNewConn(ctx context.Context, gen uint64) {
 	}
 }
 
-func tableFrom(t sgio.TableInfo) store.Table {
-	return store.Table{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID,
+func tableFrom(t sgio.TableInfo) base.TableInfo {
+	return base.TableInfo{ID: t.Table, Name: t.Name, RowBytes: int(t.RowBytes), NextID: t.NextID,
 		Cluster: base.ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
 }
 
-func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (store.Table, error) {
+func (s *remoteStore) CreateTable(ctx context.Context, name string, rowBytes int) (base.TableInfo, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.CreateTable{RowBytes: uint16(rowBytes), Name: name}, &r, false)
 	return tableFrom(r), err
 }
 
-func (s *remoteStore) CreateClusterTable(ctx context.Context, name string, rowBytes int, l base.ClusterLayout) (store.Table, error) {
+func (s *remoteStore) CreateClusterTable(ctx context.Context, name string, rowBytes int, l base.ClusterLayout) (base.TableInfo, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.CreateClusterTable{RowBytes: uint16(rowBytes), Name: name,
-		Layout: base.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition}}, &r, false)
+		Layout: l}, &r, false)
 	return tableFrom(r), err
 }
 
-func (s *remoteStore) OpenTable(ctx context.Context, name string) (store.Table, error) {
+func (s *remoteStore) OpenTable(ctx context.Context, name string) (base.TableInfo, error) {
 	var r sgio.TableInfo
 	err := s.call(ctx, &sgio.OpenTable{Name: name}, &r, true)
 	return tableFrom(r), err
@@ -561,12 +561,12 @@ func (s *remoteStore) Ping(ctx context.Context) error {
 	return s.call(ctx, &sgio.Ping{}, &sgio.Pong{}, true)
 }
 
-func (s *remoteStore) ListTables(ctx context.Context) ([]store.Table, error) {
+func (s *remoteStore) ListTables(ctx context.Context) ([]base.TableInfo, error) {
 	var r sgio.TableList
 	if err := s.call(ctx, &sgio.ListTables{}, &r, true); err != nil {
 		return nil, err
 	}
-	out := make([]store.Table, len(r.Tables))
+	out := make([]base.TableInfo, len(r.Tables))
 	for i, t := range r.Tables {
 		out[i] = tableFrom(t)
 	}

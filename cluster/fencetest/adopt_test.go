@@ -39,7 +39,7 @@ type hookStore struct {
 	afterOpen atomic.Pointer[context.CancelFunc]
 }
 
-func (s *hookStore) OpenTable(ctx context.Context, name string) (store.Table, error) {
+func (s *hookStore) OpenTable(ctx context.Context, name string) (base.TableInfo, error) {
 	t, err := s.Store.OpenTable(ctx, name)
 	if f := s.afterOpen.Load(); f != nil {
 		(*f)()

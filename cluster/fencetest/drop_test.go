@@ -36,7 +36,7 @@ func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 
 	const a, b = 101, 202
 	sa := newSession(t, c, a, 0)
-	for _, ti := range []storenode.TableInfo{t0, t1} {
+	for _, ti := range []base.TableInfo{t0, t1} {
 		o, err := sa.Acquire(ctx, "acct", ti.Cluster.Partition)
 		require.NoError(t, err)
 		_, err = e.RegisterGrant(ctx, ti.ID, a, o.Epoch())

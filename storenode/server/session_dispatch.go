@@ -273,7 +273,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 	case *sgio.CreateTable:
 		// A client's tables are bounded per owner (MaxTablesPerOwner), an operator's by
 		// MaxTables alone.
-		var ti storenode.TableInfo
+		var ti base.TableInfo
 		var err error
 		if s.role&roleOperator != 0 {
 			ti, err = e.CreateTable(m.Name, int(m.RowBytes))
@@ -289,7 +289,7 @@ func (s *session) exec(m sgio.Message) (reply sgio.Message, keep *[]byte, err er
 			return nil, nil, err
 		}
 		l := base.ClusterLayout{Partitions: m.Layout.Partitions, StripePages: m.Layout.StripePages, Partition: m.Layout.Partition}
-		var ti storenode.TableInfo
+		var ti base.TableInfo
 		var err error
 		if s.role&roleOperator != 0 {
 			ti, err = e.CreateClusterTable(m.Name, int(m.RowBytes), l)
@@ -401,7 +401,7 @@ func (s *session) fits(m sgio.Message) (sgio.Message, *[]byte, error) {
 	return m, nil, nil
 }
 
-func wireTableInfo(ti storenode.TableInfo) *sgio.TableInfo {
+func wireTableInfo(ti base.TableInfo) *sgio.TableInfo {
 	return &sgio.TableInfo{Table: ti.ID, RowBytes: uint16(ti.RowBytes), NextID: ti.NextID, Name: ti.Name,
 		Cluster: base.ClusterLayout{Partitions: ti.Cluster.Partitions, StripePages: ti.Cluster.StripePages, Partition: ti.Cluster.Partition}}
 }

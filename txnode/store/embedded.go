@@ -35,33 +35,28 @@ func (s *embedded) Info() Info {
 	return Info{SyncMode: s.e.SyncMode().String(), MaxBatchBytes: 64 << 20}
 }
 
-func tableOf(t storenode.TableInfo) Table {
-	return Table{ID: t.ID, Name: t.Name, RowBytes: t.RowBytes, NextID: t.NextID,
-		Cluster: base.ClusterLayout{Partitions: t.Cluster.Partitions, StripePages: t.Cluster.StripePages, Partition: t.Cluster.Partition}}
-}
-
-func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (Table, error) {
+func (s *embedded) CreateTable(ctx context.Context, name string, rowBytes int) (base.TableInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return Table{}, err
+		return base.TableInfo{}, err
 	}
 	t, err := s.e.CreateTable(name, rowBytes)
-	return tableOf(t), closedErr(err)
+	return t, closedErr(err)
 }
 
-func (s *embedded) CreateClusterTable(ctx context.Context, name string, rowBytes int, l base.ClusterLayout) (Table, error) {
+func (s *embedded) CreateClusterTable(ctx context.Context, name string, rowBytes int, l base.ClusterLayout) (base.TableInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return Table{}, err
+		return base.TableInfo{}, err
 	}
-	t, err := s.e.CreateClusterTable(name, rowBytes, base.ClusterLayout{Partitions: l.Partitions, StripePages: l.StripePages, Partition: l.Partition})
-	return tableOf(t), closedErr(err)
+	t, err := s.e.CreateClusterTable(name, rowBytes, l)
+	return t, closedErr(err)
 }
 
-func (s *embedded) OpenTable(ctx context.Context, name string) (Table, error) {
+func (s *embedded) OpenTable(ctx context.Context, name string) (base.TableInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return Table{}, err
+		return base.TableInfo{}, err
 	}
 	t, err := s.e.OpenTable(name)
-	return tableOf(t), closedErr(err)
+	return t, closedErr(err)
 }
 
 func (s *embedded) Ping(ctx context.Context) error {
@@ -74,18 +69,14 @@ func (s *embedded) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (s *embedded) ListTables(ctx context.Context) ([]Table, error) {
+func (s *embedded) ListTables(ctx context.Context) ([]base.TableInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if s.closed.Load() {
 		return nil, closedErr(storenode.ErrClosed)
 	}
-	var out []Table
-	for _, t := range s.e.Tables() {
-		out = append(out, tableOf(t))
-	}
-	return out, nil
+	return s.e.Tables(), nil
 }
 
 func (s *embedded) DropTable(ctx context.Context, name string, owner uint64) error {

@@ -32,7 +32,7 @@ func TestEmbeddedRoundTrip(t *testing.T) {
 
 	tab, err := s.CreateTable(ctx, "items", 64)
 	require.NoError(t, err)
-	require.Equal(t, Table{ID: tab.ID, Name: "items", RowBytes: 64}, tab)
+	require.Equal(t, base.TableInfo{ID: tab.ID, Name: "items", RowBytes: 64}, tab)
 	g, err := s.Acquire(ctx, tab.ID, 7, 0, 0)
 	require.NoError(t, err)
 	require.NotZero(t, g.Epoch)

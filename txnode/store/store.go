@@ -15,14 +15,14 @@ type Store interface {
 	Info() Info
 
 	// CreateTable creates a table of rowBytes-byte rows.
-	CreateTable(ctx context.Context, name string, rowBytes int) (Table, error)
+	CreateTable(ctx context.Context, name string, rowBytes int) (base.TableInfo, error)
 	// CreateClusterTable creates a cluster-managed table of rowBytes-byte rows holding
 	// partition layout.Partition (docs/cluster.md); name is base.PartitionTableName's.
-	CreateClusterTable(ctx context.Context, name string, rowBytes int, layout base.ClusterLayout) (Table, error)
+	CreateClusterTable(ctx context.Context, name string, rowBytes int, layout base.ClusterLayout) (base.TableInfo, error)
 	// OpenTable looks a table up by name.
-	OpenTable(ctx context.Context, name string) (Table, error)
+	OpenTable(ctx context.Context, name string) (base.TableInfo, error)
 	// ListTables lists every table, in no particular order.
-	ListTables(ctx context.Context) ([]Table, error)
+	ListTables(ctx context.Context) ([]base.TableInfo, error)
 	// DropTable deletes a table and its rows on behalf of owner (the caller's owner id): the
 	// table's holder, or anyone when no other owner's lease is live. A remote store drops on
 	// behalf of its connection's owner id, which is owner.
@@ -71,17 +71,6 @@ type Info struct {
 	Lease time.Duration
 	// MaxBatchBytes bounds one commit batch's encoded size.
 	MaxBatchBytes int
-}
-
-// Table describes a table as the store knows it.
-type Table struct {
-	ID       uint32
-	Name     string
-	RowBytes int
-	// NextID is the table's id high-water mark: no row lives at or above it.
-	NextID uint64
-	// Cluster is a cluster-managed table's layout; zero (Partitions 0) for a local table.
-	Cluster base.ClusterLayout
 }
 
 // AcquireFlags modify an Acquire.
