@@ -14,7 +14,7 @@ import (
 // The commit path hashes every batch for the dedup window: that allocates nothing.
 func TestBatchHashAllocs(t *testing.T) {
 	rows := make([]byte, 10*64)
-	b := &Batch{Owner: 1, Seq: 2, Fences: []base.Fence{{Table: 1, Epoch: 2}}, Segments: []base.Segment{
+	b := &base.Batch{Owner: 1, Seq: 2, Fences: []base.Fence{{Table: 1, Epoch: 2}}, Segments: []base.Segment{
 		{Table: 1, Data: 1023, Rows: rows}, {Table: 1, Page: 1, Clear: 1}}}
 	require.Zero(t, testing.AllocsPerRun(100, func() { batchHash(b) }))
 }
@@ -27,7 +27,7 @@ func TestCommitAllocs(t *testing.T) {
 		e, _, info, g := openFault(t, Options{Sync: mode}, testOwner)
 		ch := make(chan error, 1)
 		done := func(_ uint64, err error) { ch <- err }
-		b := &Batch{Owner: testOwner, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+		b := &base.Batch{Owner: testOwner, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(info.ID, 65, row64(1))}}
 		commit := func() {
 			b.Seq++
@@ -58,7 +58,7 @@ func TestCommitKeptAllocs(t *testing.T) {
 			ch := make(chan error, 1)
 			done := func(_ uint64, err error) { ch <- err }
 			rows := make([]byte, 2*512)
-			b := &Batch{Owner: testOwner, Seq: g.LastSeq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+			b := &base.Batch{Owner: testOwner, Seq: g.LastSeq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
 				Segments: []base.Segment{{Table: info.ID, Page: 0, Data: 0b110, Rows: rows}}}
 			var body []byte
 			commit := func() {

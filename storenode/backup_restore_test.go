@@ -88,7 +88,7 @@ func TestBackupOverlappingHoldsFreePages(t *testing.T) {
 func TestCheckBackupMarkers(t *testing.T) {
 	e := openTest(t, Options{})
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
 
 	dir := filepath.Join(t.TempDir(), "copy")
@@ -124,7 +124,7 @@ func TestRestoreFirstOpenCrashes(t *testing.T) {
 		g := acquire(t, e, ti.ID, testOwner, 0)
 		_, _, err = e.AllocIDs(ti.ID, testOwner, g.Epoch, 1)
 		require.NoError(t, err)
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: uint64(i + 1), Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(ti.ID, 3, row64(uint64(33+i)))}})
 		grants = append(grants, g)
 		if i == 0 {
@@ -276,7 +276,7 @@ func TestBackupBusyBeforeCheckpoint(t *testing.T) {
 	seq := uint64(0)
 	commit := func() {
 		seq++
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(ti.ID, 1, row64(seq))}})
 	}
 	commit()
@@ -359,7 +359,7 @@ func TestBackupsOverlapUnderLoad(t *testing.T) {
 		}()
 		for v := uint64(1); v <= batches; v++ {
 			ids := rowsOf(v)
-			_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: v, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+			_, err = e.CommitWait(&base.Batch{Owner: testOwner, Seq: v, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 				Segments: []base.Segment{oneRow(ti.ID, ids[0], row64(v)), oneRow(ti.ID, ids[1], row64(v))}})
 			if err != nil {
 				return

@@ -35,7 +35,7 @@ func TestBackupIdleStore(t *testing.T) {
 
 	// An idle store with a table and rows, checkpointed: the copy holds them, and no WAL.
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, e.Checkpoint())
 	dir2, _ := backupTo(t, e)
@@ -46,7 +46,7 @@ func TestBackupIdleStore(t *testing.T) {
 	// The restored copy bumped the epoch: the original's grant is fenced there.
 	_, err := c2.Acquire(ti.ID, testOwner, g.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = c2.CommitWait(&Batch{Owner: testOwner, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	_, err = c2.CommitWait(&base.Batch{Owner: testOwner, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 4, row64(44))}})
 	require.ErrorIs(t, err, ErrFenced)
 	g2 := acquire(t, c2, ti.ID, testOwner, 0)
@@ -66,7 +66,7 @@ func TestBackupWALTail(t *testing.T) {
 	seq := uint64(0)
 	commit := func(id, v uint64) {
 		seq++
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v))}})
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v))}})
 	}
 	for id := range uint64(2000) {
 		commit(id, id)
@@ -163,7 +163,7 @@ func commitRows(t *testing.T, e *Engine, seq *uint64, table uint32, fences []bas
 	t.Helper()
 	for id := range uint64(1024) {
 		*seq++
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: *seq, Fences: fences, Segments: []base.Segment{oneRow(table, id, row64(v+id))}})
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: *seq, Fences: fences, Segments: []base.Segment{oneRow(table, id, row64(v+id))}})
 	}
 }
 
@@ -262,7 +262,7 @@ func TestBackupDirRefusesBadPieces(t *testing.T) {
 func TestBackupCorruptPageFails(t *testing.T) {
 	e := openTest(t, Options{})
 	ti, g := ownedTable(t, e, "items", 64, testOwner, 1)
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 3, row64(33))}})
 	require.NoError(t, e.Checkpoint())
 	e.mu.Lock()
@@ -296,7 +296,7 @@ func TestBackupDuringCatalogChanges(t *testing.T) {
 		for id := range uint64(200) {
 			segs = append(segs, oneRow(ti.ID, id, row64(v+id)))
 		}
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: next, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: next, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}}, Segments: segs})
 		return ti
 	}
 	keep := mk("keep", 0)

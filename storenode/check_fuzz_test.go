@@ -24,7 +24,7 @@ func fuzzStoreFiles(t testing.TB, open bool) (meta, data, seg []byte) {
 		if i == 4 {
 			require.NoError(t, e.Checkpoint())
 		}
-		commitWait(t, e, &Batch{Owner: 3, Seq: i, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &base.Batch{Owner: 3, Seq: i, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{{Table: ti.ID, Page: i % 3, Data: 0x5 << i, Clear: 0x10000,
 				Rows: checkRows(2, 16, i, i)}}})
 	}

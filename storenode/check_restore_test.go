@@ -89,7 +89,7 @@ func TestCheckRacingOpenOfLocklessCopy(t *testing.T) {
 		_, _, err = e.AllocIDs(1, 9, g.Epoch, 64)
 		require.NoError(t, err)
 		for p := uint64(0); p < 40; p++ {
-			commitWait(t, e, &Batch{Owner: 9, Seq: p + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+			commitWait(t, e, &base.Batch{Owner: 9, Seq: p + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
 				Segments: []base.Segment{{Table: 1, Page: p, Data: ^uint64(0), Rows: checkRows(64, 16, p, 9)}}})
 		}
 		require.NoError(t, e.Checkpoint())
@@ -140,7 +140,7 @@ func TestCheckBackupOfBusyStore(t *testing.T) {
 	commit := func(ti base.TableInfo, fences []base.Fence, n, v uint64) {
 		for id := range n {
 			seq++
-			commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
+			commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(ti.ID, id, row64(v+id))}})
 		}
 	}
 	items, fi := mk("items")
@@ -210,7 +210,7 @@ func TestCheckAgreesWithRecoveryOnForgedRecords(t *testing.T) {
 		for i := range rows {
 			rows[i] = byte(i + 1)
 		}
-		b := &Batch{Owner: owner, Seq: seq, Segments: []base.Segment{{Table: table, Page: page, Data: data, Rows: rows}}}
+		b := &base.Batch{Owner: owner, Seq: seq, Segments: []base.Segment{{Table: table, Page: page, Data: data, Rows: rows}}}
 		return appendCommitRecord(nil, b, 0, func(uint32) int { return rowBytes })
 	}
 	for _, c := range []struct {

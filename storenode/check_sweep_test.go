@@ -76,7 +76,7 @@ func buildSweepStore(t testing.TB) (clean, crash sweepFiles) {
 	seq := uint64(0)
 	commit := func(table uint32, epoch uint64, rowBytes int, page, data, clear uint64) {
 		seq++
-		commitWait(t, e, &Batch{Owner: 3, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
+		commitWait(t, e, &base.Batch{Owner: 3, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}},
 			Segments: []base.Segment{{Table: table, Page: page, Data: data, Clear: clear,
 				Rows: checkRows(popcount(data), rowBytes, page, seq)}}})
 	}

@@ -76,7 +76,7 @@ func buildCheckStores(t *testing.T) checkStores {
 	commit := func(table uint32, rowBytes int, page, data, clear, version uint64) {
 		t.Helper()
 		seq++
-		b := &Batch{Owner: checkOwner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epochs[table]}},
+		b := &base.Batch{Owner: checkOwner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epochs[table]}},
 			Segments: []base.Segment{{Table: table, Page: page, Data: data, Clear: clear,
 				Rows: checkRows(popcount(data), rowBytes, page, version)}}}
 		commitWait(t, e, b)
@@ -555,7 +555,7 @@ func TestCheckCatalogDamage(t *testing.T) {
 	e := openEngine(t, checkTestOptions(dir))
 	g := acquire(t, e, 1, checkOwner, 0)
 	require.NoError(t, e.Close())
-	b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+	b := &base.Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: 1, Page: 100, Data: 1, Rows: make([]byte, 64)}}}
 	log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
 	require.NoError(t, err)
@@ -627,7 +627,7 @@ func TestCheckCatalogChangesAfterCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.Checkpoint())
 	b, g := ownedTable(t, e, "b", 32, checkOwner, 2)
-	commitWait(t, e, &Batch{Owner: checkOwner, Seq: 1, Fences: []base.Fence{{Table: b.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &base.Batch{Owner: checkOwner, Seq: 1, Fences: []base.Fence{{Table: b.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: b.ID, Page: 1, Data: 3, Rows: make([]byte, 64)}}})
 	require.NoError(t, e.DropTable(a.Name, 0))
 	image := filepath.Join(t.TempDir(), "image")
@@ -652,7 +652,7 @@ func TestCheckGrantAfterCheckpointStart(t *testing.T) {
 	e := openEngine(t, checkTestOptions(dir))
 	ti, g := ownedTable(t, e, "t", 64, checkOwner, 6)
 	for p := uint64(0); p < 6; p++ {
-		commitWait(t, e, &Batch{Owner: checkOwner, Seq: p + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &base.Batch{Owner: checkOwner, Seq: p + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{{Table: ti.ID, Page: p, Data: ^uint64(0), Rows: checkRows(64, 64, p, 1)}}})
 	}
 	require.NoError(t, e.Checkpoint())

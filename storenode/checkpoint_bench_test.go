@@ -42,7 +42,7 @@ func benchCommitLatencyInCheckpoint(b *testing.B, rows int) {
 		ch := make(chan error, 1)
 		mu.Lock()
 		seq++
-		e.Commit(&Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { ch <- err })
+		e.Commit(&base.Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { ch <- err })
 		mu.Unlock()
 		return ch
 	}
@@ -164,7 +164,7 @@ func BenchmarkUpdateRandomScale(b *testing.B) {
 				pending.Add(1)
 				seq++
 				segs[0] = oneRow(info.ID, rng.Uint64N(uint64(rows)), row)
-				e.Commit(&Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, done)
+				e.Commit(&base.Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, done)
 			}
 			pending.Wait()
 			elapsed := time.Since(start).Seconds()
@@ -201,7 +201,7 @@ func prefillTable(b *testing.B, e *Engine, table uint32, fences []base.Fence, pa
 		}
 		ch := make(chan error, 1)
 		seq++
-		e.Commit(&Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { ch <- err })
+		e.Commit(&base.Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { ch <- err })
 		if pending = append(pending, ch); len(pending) == 64 {
 			flush()
 		}

@@ -117,7 +117,7 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 		e := openEngine(t, checkTestOptions(dir))
 		g := acquire(t, e, 1, checkOwner, 0)
 		require.NoError(t, e.Close())
-		b := &Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
+		b := &base.Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
 			Segments: []base.Segment{seg}}
 		log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
 		require.NoError(t, err)

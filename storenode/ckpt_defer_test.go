@@ -120,7 +120,7 @@ func TestCheckpointLoopRetriesDeferred(t *testing.T) {
 	commit := func() {
 		t.Helper()
 		seq++
-		commitWait(t, e, &Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
+		commitWait(t, e, &base.Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{oneRow(info.ID, seq%64+1, row64(seq))}})
 	}
 	next := func() time.Duration {

@@ -95,7 +95,7 @@ func TestCacheTriggerTxnApplyStall(t *testing.T) {
 	for i := range segs {
 		segs[i] = oneRow(s.table, uint64(pages+i)*logicpage.RowsPerPage, row64(uint64(i)))
 	}
-	_, err = e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 9, Batch: s.batch(segs...)})
+	_, err = e.PrepareTxn(&base.TxnPrepare{Txn: txnID(1), Lease: 9, Batch: s.batch(segs...)})
 	require.NoError(t, err)
 	require.NoError(t, e.ApplyTxn(txnID(1), base.DecisionCommit)) // stalls until a checkpoint
 	e.mu.Lock()

@@ -115,10 +115,10 @@ func TestClusterTableIDsAndKinds(t *testing.T) {
 	}
 	require.Equal(t, [][2]uint64{{128, 128}, {512, 128}, {896, 128}, {1280, 128}}, got)
 	// A commit to a page of another partition is refused even below the next id.
-	_, err = e.CommitWait(&Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
+	_, err = e.CommitWait(&base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 300, row64(1))}})
 	require.ErrorIs(t, err, ErrMalformed)
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: epoch}},
 		Segments: []base.Segment{oneRow(ti.ID, 520, row64(1))}})
 
 	// Restart twice: from the WAL (no checkpoint: the create record of kind 7), then from the
@@ -204,7 +204,7 @@ func TestClusterRegisterGrantFencing(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = e.AllocIDs(ti.ID, a, ea, 1)
 	require.ErrorIs(t, err, ErrFenced)
-	_, err = e.CommitWait(&Batch{Owner: a, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
+	_, err = e.CommitWait(&base.Batch{Owner: a, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
 		Segments: []base.Segment{oneRow(ti.ID, 130, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
 
@@ -247,7 +247,7 @@ func TestClusterVerifyHoldsNoLock(t *testing.T) {
 		_, err := e.RegisterGrant(ctx, ti.ID, 9, epoch)
 		done <- err
 	}()
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{oneRow(local.ID, 1, row64(1))}})
 	require.NoError(t, e.Checkpoint())
 	cancel()

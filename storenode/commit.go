@@ -42,14 +42,14 @@ import (
 // it may be found after a restart. The dedup window is consulted before the fail-stop check: a
 // retry after a fail-stop gets the outcome of the batch it repeats (durable: its LSN; in
 // doubt: ErrUnknownOutcome), and only a batch never applied fails with a plain ErrFailStop.
-func (e *Engine) Commit(b *Batch, done func(lsn uint64, err error)) {
+func (e *Engine) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	if err := e.commit(b, done); err != nil {
 		done(0, err)
 	}
 }
 
 // CommitWait is Commit that waits for the outcome.
-func (e *Engine) CommitWait(b *Batch) (uint64, error) {
+func (e *Engine) CommitWait(b *base.Batch) (uint64, error) {
 	type result struct {
 		lsn uint64
 		err error
@@ -60,7 +60,7 @@ func (e *Engine) CommitWait(b *Batch) (uint64, error) {
 	return r.lsn, r.err
 }
 
-func (e *Engine) commit(b *Batch, done func(uint64, error)) error {
+func (e *Engine) commit(b *base.Batch, done func(uint64, error)) error {
 	if b.Owner == 0 || b.Owner == MoveWriter || b.Seq == 0 {
 		return fmt.Errorf("%w: batch with owner %d seq %d", ErrMalformed, b.Owner, b.Seq)
 	}
@@ -231,7 +231,7 @@ func (e *Engine) owner(id uint64) *ownerState {
 }
 
 // checkBatch validates a batch against the catalog and the fences. Caller holds mu.
-func (e *Engine) checkBatch(b *Batch) error {
+func (e *Engine) checkBatch(b *base.Batch) error {
 	if len(b.Segments) == 0 {
 		return fmt.Errorf("%w: batch without segments", ErrMalformed)
 	}
@@ -303,7 +303,7 @@ func fenced(fences []base.Fence, table uint32) bool {
 // a later segment could take it, and the batch would be applied to a frame that is gone. On
 // success the caller unpins them (unpinFrames) once the batch is applied or abandoned; on
 // failure they are unpinned here.
-func (e *Engine) reserveFrames(b *Batch) (bool, error) {
+func (e *Engine) reserveFrames(b *base.Batch) (bool, error) {
 	for i := range b.Segments {
 		s := &b.Segments[i]
 		key := frameKey(s.Table, s.Page)
@@ -329,7 +329,7 @@ func (e *Engine) reserveFrames(b *Batch) (bool, error) {
 }
 
 // unpinFrames unpins the frames reserveFrames pinned for the first n segments of b.
-func (e *Engine) unpinFrames(b *Batch, n int) {
+func (e *Engine) unpinFrames(b *base.Batch, n int) {
 	for i := range b.Segments[:n] {
 		s := &b.Segments[i]
 		id, ok := e.cache.lookup(frameKey(s.Table, s.Page))
@@ -342,7 +342,7 @@ func (e *Engine) unpinFrames(b *Batch, n int) {
 
 // applyBatch writes b's rows into the cache and the bitmap-trees. Caller holds mu and has
 // reserved the frames.
-func (e *Engine) applyBatch(b *Batch, lsn uint64) {
+func (e *Engine) applyBatch(b *base.Batch, lsn uint64) {
 	for i := range b.Segments {
 		e.applySegment(&b.Segments[i], lsn)
 	}

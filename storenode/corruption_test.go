@@ -69,7 +69,7 @@ func (s *corruptStore) acquire(t *testing.T) {
 
 func (s *corruptStore) commit(t *testing.T, segs ...base.Segment) {
 	s.seq++
-	_, err := s.e.CommitWait(&Batch{Owner: corruptOwner, Seq: s.seq, Fences: []base.Fence{{Table: s.table, Epoch: s.epoch}}, Segments: segs})
+	_, err := s.e.CommitWait(&base.Batch{Owner: corruptOwner, Seq: s.seq, Fences: []base.Fence{{Table: s.table, Epoch: s.epoch}}, Segments: segs})
 	require.NoError(t, err)
 }
 

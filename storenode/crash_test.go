@@ -233,7 +233,7 @@ func TestHelperWriter(t *testing.T) {
 					page, slot := logicpage.PageOf(killRowID(w, j))
 					segs[j] = base.Segment{Table: table, Page: page, Data: 1 << slot, Rows: row}
 				}
-				e.Commit(&Batch{Owner: killOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { done <- err })
+				e.Commit(&base.Batch{Owner: killOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { done <- err })
 				commitMu.Unlock()
 				if err := <-done; err != nil {
 					fail("commit seq %d: %v", seq, err)

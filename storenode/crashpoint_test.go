@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/vfs"
 )
 
@@ -31,7 +32,7 @@ type crashPointRun struct {
 	epochs map[uint32]uint64
 	idsHi  map[uint32]uint64
 
-	batches  map[uint64]*Batch
+	batches  map[uint64]*base.Batch
 	issued   uint64
 	acked    uint64
 	dropping uint32 // a table whose drop was sent but not acknowledged
@@ -57,7 +58,7 @@ func newCrashPointRun(fs *vfs.FaultFS) *crashPointRun {
 		m:       newStoreModel(),
 		epochs:  make(map[uint32]uint64),
 		idsHi:   make(map[uint32]uint64),
-		batches: make(map[uint64]*Batch),
+		batches: make(map[uint64]*base.Batch),
 	}
 }
 

@@ -3,6 +3,8 @@ package storenode
 import (
 	"fmt"
 	"time"
+
+	"github.com/weftdb/weft/base"
 )
 
 // The owners table: per owner id, the last applied batch seq and a window of the most recent
@@ -116,7 +118,7 @@ func (o *ownerState) clone() ownerState {
 // retried answers a batch whose seq the owner already applied (b.Seq <= o.lastSeq). Caller
 // holds mu. It returns the LSN to acknowledge the batch with once durable, or the error that
 // rejects it.
-func (o *ownerState) retried(b *Batch, hash uint64) (uint64, error) {
+func (o *ownerState) retried(b *base.Batch, hash uint64) (uint64, error) {
 	ent, ok := o.lookup(b.Seq)
 	if !ok {
 		return 0, fmt.Errorf("%w: batch seq %d was applied before the %d batches the storage node remembers (last applied %d)",

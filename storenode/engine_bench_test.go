@@ -125,7 +125,7 @@ func (c *benchCommitter) commit() {
 		left -= n
 	}
 	c.seq++
-	c.e.Commit(&Batch{Owner: benchOwner, Seq: c.seq, Fences: c.fences, Segments: c.segs}, c.done)
+	c.e.Commit(&base.Batch{Owner: benchOwner, Seq: c.seq, Fences: c.fences, Segments: c.segs}, c.done)
 }
 
 func (c *benchCommitter) wait(b *testing.B) {
@@ -211,7 +211,7 @@ func loadBenchTable(b *testing.B, e *Engine, table uint32, fences []base.Fence) 
 		c.slots <- struct{}{}
 		c.pending.Add(1)
 		c.seq++
-		e.Commit(&Batch{Owner: benchOwner, Seq: c.seq, Fences: fences,
+		e.Commit(&base.Batch{Owner: benchOwner, Seq: c.seq, Fences: fences,
 			Segments: []base.Segment{{Table: table, Page: page, Data: ^uint64(0), Rows: c.buf}}}, c.done)
 	}
 	c.wait(b)
@@ -345,7 +345,7 @@ func benchCheckpointStall(b *testing.B, mode SyncMode, cache string) {
 				id := rng.Uint64N(benchTableRows)
 				mu.Lock()
 				seq++
-				batch := &Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(table, id, row)}}
+				batch := &base.Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(table, id, row)}}
 				ch := make(chan error, 1)
 				start := time.Now()
 				e.Commit(batch, func(_ uint64, err error) { ch <- err })

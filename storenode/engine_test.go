@@ -42,7 +42,7 @@ func acquire(t testing.TB, e *Engine, table uint32, owner, epoch uint64) base.Gr
 
 // commitWait commits b to e and waits for it to be durable, failing the test on error, and
 // returns its LSN.
-func commitWait(t testing.TB, e *Engine, b *Batch) uint64 {
+func commitWait(t testing.TB, e *Engine, b *base.Batch) uint64 {
 	t.Helper()
 	lsn, err := e.CommitWait(b)
 	require.NoError(t, err)
@@ -98,10 +98,10 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 100; seq++ {
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []base.Segment{oneRow(info.ID, seq, row64(seq*100))}})
 	}
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{deleteRow(info.ID, 50)}})
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{deleteRow(info.ID, 50)}})
 
 	check := func(e *Engine) {
 		for id := uint64(1); id <= 100; id++ {
@@ -119,7 +119,7 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	check(e)
 	require.NoError(t, e.Checkpoint())
 	check(e)
-	lsn102 := commitWait(t, e, &Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
+	lsn102 := commitWait(t, e, &base.Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.NoError(t, e.Close())
 
 	e2 := openTest(t, Options{Dir: dir})
@@ -130,10 +130,10 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 	require.Equal(t, uint64(99), tabs[0].Rows)
 	// The owner's seq survived: a different batch under an applied seq is rejected, not
 	// applied; the identical one is acknowledged again with its own LSN.
-	_, err = e2.CommitWait(&Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 1, row64(0))}})
+	_, err = e2.CommitWait(&base.Batch{Owner: testOwner, Seq: 101, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 1, row64(0))}})
 	require.ErrorIs(t, err, ErrSeqReused)
 	require.ErrorIs(t, err, ErrFenced, "on the wire: fenced")
-	lsn := commitWait(t, e2, &Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
+	lsn := commitWait(t, e2, &base.Batch{Owner: testOwner, Seq: 102, Fences: fences, Segments: []base.Segment{oneRow(info.ID, 7, row64(7*100))}})
 	require.Equal(t, lsn102, lsn)
 	row, _ := readRow(t, e2, info.ID, 1)
 	require.Equal(t, row64(100), row)
@@ -151,7 +151,7 @@ func TestTinyCacheManyPages(t *testing.T) {
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= n; seq++ {
 		id := seq * 37 % (n * 64)
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	verify := func(e *Engine) {
 		for seq := uint64(1); seq <= n; seq++ {
@@ -180,11 +180,11 @@ func TestFencing(t *testing.T) {
 	g2 := acquire(t, e, info.ID, 2, 0)
 	requireGranted(t, e, info.ID, 2, g2.Epoch)
 	require.Greater(t, g2.Epoch, g1.Epoch)
-	_, err = e.CommitWait(&Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g1.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
+	_, err = e.CommitWait(&base.Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g1.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	require.ErrorIs(t, err, ErrFenced)
 	_, err = e.Acquire(info.ID, 1, g1.Epoch)
 	require.ErrorIs(t, err, ErrFenced)
-	commitWait(t, e, &Batch{Owner: 2, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g2.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
+	commitWait(t, e, &base.Batch{Owner: 2, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g2.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 }
 
 // TestLockedDirectory: a directory an engine of this process has open is refused with

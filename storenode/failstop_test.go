@@ -36,7 +36,7 @@ type failStore struct {
 	commitMu sync.Mutex // assigns seqs and calls Commit, so seq order is commit order
 	mu       sync.Mutex // guards the fields below; done callbacks take it
 	seq      uint64
-	batches  map[uint64]*Batch
+	batches  map[uint64]*base.Batch
 	acked    uint64
 }
 
@@ -49,7 +49,7 @@ func newFailStore(t *testing.T, opts Options) *failStore {
 	s := &failStore{
 		t: t, fs: fs, opts: opts, m: newStoreModel(), epochs: make(map[uint32]uint64),
 		gen:     batchGen{rng: rand.New(rand.NewPCG(4, 4)), pages: 8, segsMax: 3},
-		batches: make(map[uint64]*Batch),
+		batches: make(map[uint64]*base.Batch),
 	}
 	var err error
 	s.e, err = Open(opts)
@@ -131,7 +131,7 @@ func (s *failStore) requireFailStop(cause error) {
 	s.mu.Lock()
 	seq := s.seq + 1
 	s.mu.Unlock()
-	_, err := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: mt.id, Epoch: epoch}}, Segments: []base.Segment{oneRow(mt.id, 1, row64(1))}})
+	_, err := s.e.CommitWait(&base.Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: mt.id, Epoch: epoch}}, Segments: []base.Segment{oneRow(mt.id, 1, row64(1))}})
 	require.ErrorIs(t, err, ErrFailStop, "commit")
 	if cause != nil {
 		require.ErrorIs(t, err, cause, "the cause stays visible")
@@ -369,7 +369,7 @@ func TestFailStopNoSpaceCrossesTCP(t *testing.T) {
 	s.mu.Lock()
 	seq := s.seq + 1
 	s.mu.Unlock()
-	_, commitErr := s.e.CommitWait(&Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: mt.id, Epoch: s.epochs[mt.id]}},
+	_, commitErr := s.e.CommitWait(&base.Batch{Owner: failOwner, Seq: seq, Fences: []base.Fence{{Table: mt.id, Epoch: s.epochs[mt.id]}},
 		Segments: []base.Segment{oneRow(mt.id, 1, row64(1))}})
 	_, _, grantErr := s.e.AllocIDs(mt.id, failOwner, s.epochs[mt.id], 1)
 	_, _, _, readErr := s.e.ReadRows(mt.id, 0, 1, nil)

@@ -43,7 +43,7 @@ func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
 	commitWait(t, e, batchOf(fsyncgateOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 64, row64(64)),
 		oneRow(info.ID, 128, row64(128)), oneRow(info.ID, 192, row64(192))))
 
-	b := &Batch{Owner: fsyncgateOwner, Seq: 3, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
+	b := &base.Batch{Owner: fsyncgateOwner, Seq: 3, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}
 	for p := range 8 {
 		var rows []byte
 		for s := range logicpage.RowsPerPage {

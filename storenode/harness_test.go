@@ -62,7 +62,7 @@ func (m *storeModel) clone() *storeModel {
 
 // apply applies a batch the way the engine must: data rows take their bytes, clear rows go.
 // Row slices are shared with the batch, which the tests never change after building it.
-func (m *storeModel) apply(b *Batch) {
+func (m *storeModel) apply(b *base.Batch) {
 	for i := range b.Segments {
 		s := &b.Segments[i]
 		mt := m.tables[s.Table]
@@ -218,8 +218,8 @@ type batchGen struct {
 }
 
 // next returns a batch of owner with seq over tables (each with its fence epoch).
-func (g *batchGen) next(owner, seq uint64, tables []*modelTable, epochs map[uint32]uint64) *Batch {
-	b := &Batch{Owner: owner, Seq: seq}
+func (g *batchGen) next(owner, seq uint64, tables []*modelTable, epochs map[uint32]uint64) *base.Batch {
+	b := &base.Batch{Owner: owner, Seq: seq}
 	nSegs := 1 + g.rng.IntN(g.segsMax)
 	seen := make(map[uint64]bool)
 	for range nSegs {

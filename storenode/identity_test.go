@@ -33,12 +33,12 @@ func openFault(t *testing.T, opts Options, owner uint64) (*Engine, *vfs.FaultFS,
 	return e, fs, info, g
 }
 
-func batchOf(owner, seq uint64, table uint32, epoch uint64, segs ...base.Segment) *Batch {
-	return &Batch{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}}, Segments: segs}
+func batchOf(owner, seq uint64, table uint32, epoch uint64, segs ...base.Segment) *base.Batch {
+	return &base.Batch{Owner: owner, Seq: seq, Fences: []base.Fence{{Table: table, Epoch: epoch}}, Segments: segs}
 }
 
 // commitAsync starts a Commit and returns the channel of its outcome.
-func commitAsync(e *Engine, b *Batch) <-chan error {
+func commitAsync(e *Engine, b *base.Batch) <-chan error {
 	ch := make(chan error, 1)
 	go func() {
 		_, err := e.CommitWait(b)
@@ -90,7 +90,7 @@ func TestStaleIncarnationSeqIsRejected(t *testing.T) {
 func TestRetryAckedWithOwnLSN(t *testing.T) {
 	e := openTest(t, Options{Sync: SyncNone})
 	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
-	var sent []*Batch
+	var sent []*base.Batch
 	var lsns []uint64
 	for seq := uint64(1); seq <= dedupWindow+6; seq++ {
 		b := batchOf(testOwner, seq, info.ID, g.Epoch, oneRow(info.ID, seq%100, row64(seq)))
@@ -112,7 +112,7 @@ func TestRetryAckedWithOwnLSN(t *testing.T) {
 
 	// The window survives a checkpoint and a reopen, and replay.
 	require.NoError(t, e.Checkpoint())
-	commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch + 1}},
+	commitWait(t, e, &base.Batch{Owner: testOwner, Seq: uint64(len(sent) + 1), Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch + 1}},
 		Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 	dir := e.dir
 	require.NoError(t, e.Close())

@@ -62,7 +62,7 @@ func BenchmarkCheckpointFewChanges(b *testing.B) {
 		for range updates {
 			seq++
 			segs[0] = oneRow(info.ID, rng.Uint64N(rows), row)
-			e.Commit(&Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { ch <- err })
+			e.Commit(&base.Batch{Owner: benchOwner, Seq: seq, Fences: fences, Segments: segs}, func(_ uint64, err error) { ch <- err })
 		}
 		for range updates {
 			if err := <-ch; err != nil {

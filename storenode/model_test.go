@@ -56,8 +56,8 @@ type modelRun struct {
 	epochs map[uint32]uint64
 	idsHi  map[uint32]uint64 // id high-water mark per table: every id below was granted
 	seq    uint64
-	sent   map[uint64]*Batch // the last batches applied, by seq, for identical retries
-	lsns   map[uint64]uint64 // their LSNs
+	sent   map[uint64]*base.Batch // the last batches applied, by seq, for identical retries
+	lsns   map[uint64]uint64      // their LSNs
 	gen    batchGen
 	names  int      // scratch tables created, for their names
 	trail  []string // the last steps, for the failure message
@@ -182,7 +182,7 @@ func (r *modelRun) commit() {
 	require.NotZero(r.t, lsn)
 	r.m.apply(b)
 	if r.sent == nil {
-		r.sent, r.lsns = make(map[uint64]*Batch), make(map[uint64]uint64)
+		r.sent, r.lsns = make(map[uint64]*base.Batch), make(map[uint64]uint64)
 	}
 	r.sent[r.seq], r.lsns[r.seq] = b, lsn
 	delete(r.sent, r.seq-4)
@@ -333,7 +333,7 @@ func (r *modelRun) renew() {
 	old := r.epochs[mt.id]
 	r.epochs[mt.id] = g.Epoch
 	// The old epoch is fenced now.
-	b := &Batch{Owner: modelOwner, Seq: r.seq + 1, Fences: []base.Fence{{Table: mt.id, Epoch: old}},
+	b := &base.Batch{Owner: modelOwner, Seq: r.seq + 1, Fences: []base.Fence{{Table: mt.id, Epoch: old}},
 		Segments: []base.Segment{{Table: mt.id, Page: 0, Clear: 1}}}
 	_, err = r.e.CommitWait(b)
 	require.ErrorIs(r.t, err, ErrFenced)
@@ -394,7 +394,7 @@ func tableInfo(t testing.TB, e *Engine, id uint32) base.TableInfo {
 	return base.TableInfo{}
 }
 
-func describeBatch(b *Batch) string {
+func describeBatch(b *base.Batch) string {
 	var sb strings.Builder
 	for i, s := range b.Segments {
 		if i > 0 {

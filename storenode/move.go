@@ -540,7 +540,7 @@ func (e *Engine) MoveWrite(segs []base.Segment, epoch uint64) (uint64, error) {
 	if len(segs) == 0 || len(segs) > txnSegmentsMax {
 		return 0, fmt.Errorf("%w: move write of %d segments", ErrMalformed, len(segs))
 	}
-	b := &Batch{Owner: MoveWriter, Segments: segs}
+	b := &base.Batch{Owner: MoveWriter, Segments: segs}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for {

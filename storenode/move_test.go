@@ -52,7 +52,7 @@ func newMovePair(t *testing.T) *movePair {
 // put writes row id = v on the source as its owner.
 func (p *movePair) put(id, v uint64) error {
 	p.seq++
-	_, err := p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}},
+	_, err := p.src.CommitWait(&base.Batch{Owner: p.owner, Seq: p.seq, Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}},
 		Segments: []base.Segment{oneRow(p.srcID, id, row64(v))}})
 	if err != nil {
 		p.seq-- // not applied: the seq is free again
@@ -116,7 +116,7 @@ func TestMoveEngineSteps(t *testing.T) {
 	// Writes after the mark: an update, a delete (a whole page emptied), an insert.
 	require.NoError(t, p.put(65, 900))
 	p.seq++
-	_, err = p.src.CommitWait(&Batch{Owner: p.owner, Seq: p.seq, Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}},
+	_, err = p.src.CommitWait(&base.Batch{Owner: p.owner, Seq: p.seq, Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}},
 		Segments: []base.Segment{deleteRow(p.srcID, 192), deleteRow(p.srcID, 200)}})
 	require.NoError(t, err)
 	require.NoError(t, p.put(321, 901))
@@ -188,7 +188,7 @@ func TestMoveEngineSteps(t *testing.T) {
 	ti, err := p.dst.OpenTable(base.PartitionTableName("acct", 1))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, ti.NextID, next)
-	_, err = p.dst.CommitWait(&Batch{Owner: 33, Seq: 1, Fences: []base.Fence{{Table: p.dstID, Epoch: e3}},
+	_, err = p.dst.CommitWait(&base.Batch{Owner: 33, Seq: 1, Fences: []base.Fence{{Table: p.dstID, Epoch: e3}},
 		Segments: []base.Segment{oneRow(p.dstID, 64, row64(7))}})
 	require.NoError(t, err)
 
@@ -227,7 +227,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	p := newMovePair(t)
 	require.NoError(t, p.put(64, 1))
 	p.seq++
-	_, err := p.src.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
+	_, err := p.src.PrepareTxn(&base.TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &base.Batch{Owner: p.owner, Seq: p.seq,
 		Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}}, Segments: []base.Segment{oneRow(p.srcID, 65, row64(2))}}})
 	require.NoError(t, err)
 	_, err = p.src.MoveFreeze(p.srcID, 5)
@@ -240,7 +240,7 @@ func TestMoveFreezeRefusedInDoubt(t *testing.T) {
 	require.NoError(t, err)
 	// Frozen: no transaction can be prepared on it.
 	p.seq++
-	_, err = p.src.PrepareTxn(&TxnPrepare{Txn: txnID(2), Lease: 5, Batch: &Batch{Owner: p.owner, Seq: p.seq,
+	_, err = p.src.PrepareTxn(&base.TxnPrepare{Txn: txnID(2), Lease: 5, Batch: &base.Batch{Owner: p.owner, Seq: p.seq,
 		Fences: []base.Fence{{Table: p.srcID, Epoch: p.epoch}}, Segments: []base.Segment{oneRow(p.srcID, 65, row64(3))}}})
 	require.ErrorIs(t, err, ErrMoved)
 	// Thaw (a rollback): writes again.
@@ -337,10 +337,10 @@ func TestMoveWriterOwnerReserved(t *testing.T) {
 	require.ErrorIs(t, p.dst.Connect(MoveWriter, Incarnation{1}, 1, func() {}), ErrMalformed)
 	_, err = p.dst.Acquire(ti.ID, MoveWriter, 0)
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = p.dst.CommitWait(&Batch{Owner: MoveWriter, Seq: ^uint64(0), Fences: []base.Fence{{Table: ti.ID, Epoch: 1}},
+	_, err = p.dst.CommitWait(&base.Batch{Owner: MoveWriter, Seq: ^uint64(0), Fences: []base.Fence{{Table: ti.ID, Epoch: 1}},
 		Segments: []base.Segment{oneRow(ti.ID, 0, row64(1))}})
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = p.dst.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &Batch{Owner: MoveWriter, Seq: ^uint64(0),
+	_, err = p.dst.PrepareTxn(&base.TxnPrepare{Txn: txnID(1), Lease: 5, Batch: &base.Batch{Owner: MoveWriter, Seq: ^uint64(0),
 		Fences: []base.Fence{{Table: ti.ID, Epoch: 1}}, Segments: []base.Segment{oneRow(ti.ID, 0, row64(1))}}})
 	require.ErrorIs(t, err, ErrMalformed)
 	ep := p.v.grant("acct", 1, MoveWriter)
@@ -412,7 +412,7 @@ func TestMoveFreezeWindowRefusesCommits(t *testing.T) {
 	committed := commitAsync(e, batchOf(owner, 1, ti.ID, epoch, oneRow(ti.ID, first, row64(1))))
 	prepared := make(chan error, 1)
 	go func() {
-		_, err := e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Lease: 5, Batch: batchOf(owner, 2, ti.ID, epoch, oneRow(ti.ID, first+1, row64(2)))})
+		_, err := e.PrepareTxn(&base.TxnPrepare{Txn: txnID(1), Lease: 5, Batch: batchOf(owner, 2, ti.ID, epoch, oneRow(ti.ID, first+1, row64(2)))})
 		prepared <- err
 	}()
 	// Each either answers at once (refused) or is applied and waits behind the held sync.

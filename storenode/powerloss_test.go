@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
 )
@@ -69,9 +70,9 @@ type powerRun struct {
 	// The round in flight, under mu.
 	mu      sync.Mutex
 	tables  []*modelTable
-	batches map[uint64]*Batch // by seq, for seqs > baseSeq
-	issued  uint64            // highest seq handed to Commit
-	acked   uint64            // highest seq acknowledged
+	batches map[uint64]*base.Batch // by seq, for seqs > baseSeq
+	issued  uint64                 // highest seq handed to Commit
+	acked   uint64                 // highest seq acknowledged
 	// synced is the highest seq known durable under SyncNone: acknowledged before a call
 	// that syncs the WAL began (a checkpoint, or a table creation or grant, which are
 	// synced with every record before them).
@@ -176,7 +177,7 @@ func (r *powerRun) checkRecovered(e *Engine, round int) {
 		r.idsHi[mt.id] = max(r.idsHi[mt.id], next)
 	}
 	r.base, r.baseSeq, r.issued, r.acked, r.synced = want, c, c, c, c
-	r.batches = make(map[uint64]*Batch)
+	r.batches = make(map[uint64]*base.Batch)
 }
 
 // runRound runs the workload on e until the crash point, then cuts the power.

@@ -90,28 +90,10 @@ func oldCommitRecordError(lsn uint64) error {
 		ErrOldFormat, lsn, kindCommitV1)
 }
 
-// Batch is one commit batch: the segments of one or more transactions of one owner, applied
-// atomically. Seq orders an owner's batches (1, 2, 3, ...); a batch whose seq was already applied
-// is acknowledged again without being applied twice.
-type Batch struct {
-	Owner    uint64
-	Seq      uint64
-	Fences   []base.Fence
-	Segments []base.Segment
-	// Body, when not nil, is the batch's sgio Commit body as received (the server's copy of
-	// the frame): the engine logs it as it is instead of encoding the batch again, so it
-	// must be exactly the encoding of Owner, Seq, Fences and Segments (whose rows alias it).
-	// The WAL copies it during Commit (into its group buffer, while the bytes are hot: writing
-	// it from the caller's buffer with pwritev measured slower end to end, docs/storage.md),
-	// so Commit does not retain it. Nil: the engine encodes the body itself (the embedded
-	// store), and the WAL may write runs of the segments' rows from their memory until done.
-	Body []byte
-}
-
 // batchHash is the identity of a batch's bytes for the dedup window: xxhash64 over its fences
 // and segments (table, page, masks, rows) in order. A retry of an applied seq is acknowledged
 // again only if its hash is the applied batch's. It reads b only; any goroutine may call it.
-func batchHash(b *Batch) uint64 {
+func batchHash(b *base.Batch) uint64 {
 	var d xxhash.Digest
 	d.Reset()
 	var hdr [40]byte
@@ -140,7 +122,7 @@ func batchHash(b *Batch) uint64 {
 // appendCommitRecord appends b's commit record, rows copied, to dst: the hash, then the Commit
 // body (sgio's encoders, so the bytes are the wire's). rowBytes gives a table's row size. The
 // commit path does not copy the rows (commitPieces); this is for tests and tools.
-func appendCommitRecord(dst []byte, b *Batch, hash uint64, rowBytes func(table uint32) int) []byte {
+func appendCommitRecord(dst []byte, b *base.Batch, hash uint64, rowBytes func(table uint32) int) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, hash)
 	dst = sgio.AppendCommitHeader(dst, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
 	for _, f := range b.Fences {
@@ -163,7 +145,7 @@ const commitKeepBytesMin = 256
 // batch carries its received Commit body, that body (copied); else the body encoded here,
 // headers in e.scratch (copied by the WAL) and each large run of rows kept. Caller
 // holds mu (e.scratch, e.pieces). The pieces are valid until the next call.
-func (e *Engine) commitPieces(b *Batch, hash uint64) []wal.Piece {
+func (e *Engine) commitPieces(b *base.Batch, hash uint64) []wal.Piece {
 	e.pieces = e.pieces[:0]
 	if b.Body != nil {
 		// The Batch.Body contract, checked in invariants builds (-race included): the bytes
@@ -206,7 +188,7 @@ func (e *Engine) commitPieces(b *Batch, hash uint64) []wal.Piece {
 
 // bodyMatches reports whether b.Body is the Commit body of b's owner, seq, fences and
 // segments, with each table's row size in the segment headers. Caller holds mu (e.tables).
-func (e *Engine) bodyMatches(b *Batch) bool {
+func (e *Engine) bodyMatches(b *base.Batch) bool {
 	v, err := sgio.ViewCommit(b.Body)
 	if err != nil || v.Owner != b.Owner || v.Seq != b.Seq || v.FenceCount() != len(b.Fences) || v.SegmentCount() != len(b.Segments) {
 		return false

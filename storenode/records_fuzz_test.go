@@ -124,7 +124,7 @@ func commitSeeds() [][]byte {
 	for i := range rows {
 		rows[i] = byte(i)
 	}
-	b := &Batch{Owner: 7, Seq: 9, Fences: []base.Fence{{Table: 1, Epoch: 2}}, Segments: []base.Segment{
+	b := &base.Batch{Owner: 7, Seq: 9, Fences: []base.Fence{{Table: 1, Epoch: 2}}, Segments: []base.Segment{
 		{Table: 1, Page: 2, Data: 0b1011, Clear: 0b100, Rows: rows},
 		{Table: 2, Page: 0, Clear: 1},
 	}}
@@ -133,12 +133,12 @@ func commitSeeds() [][]byte {
 	for i := range kept {
 		kept[i] = byte(i * 7)
 	}
-	mixed := &Batch{Owner: 3, Seq: 4, Fences: []base.Fence{{Table: 1, Epoch: 2}, {Table: 2, Epoch: 5}}, Segments: []base.Segment{
+	mixed := &base.Batch{Owner: 3, Seq: 4, Fences: []base.Fence{{Table: 1, Epoch: 2}, {Table: 2, Epoch: 5}}, Segments: []base.Segment{
 		{Table: 1, Page: 0, Data: 0xff, Rows: kept},
 		{Table: 2, Page: 1, Data: 1, Clear: 2, Rows: rows[:64]},
 		{Table: 1, Page: 3, Data: 0xff << 8, Rows: kept},
 	}}
-	return [][]byte{appendCommitRecord(nil, b, batchHash(b), rb), appendCommitRecord(nil, &Batch{Owner: 1, Seq: 1}, 0, rb),
+	return [][]byte{appendCommitRecord(nil, b, batchHash(b), rb), appendCommitRecord(nil, &base.Batch{Owner: 1, Seq: 1}, 0, rb),
 		appendCommitRecord(nil, mixed, batchHash(mixed), rb)}
 }
 
@@ -155,7 +155,7 @@ func FuzzDecodeCommitRecord(f *testing.F) {
 			}
 			return
 		}
-		b := &Batch{Owner: rec.owner, Seq: rec.seq, Fences: rec.fences, Segments: rec.segments}
+		b := &base.Batch{Owner: rec.owner, Seq: rec.seq, Fences: rec.fences, Segments: rec.segments}
 		// Row sizes are per segment in the record: appendCommitRecord asks once per segment,
 		// in order.
 		i := 0

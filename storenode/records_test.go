@@ -30,9 +30,9 @@ func joinPieces(ps []wal.Piece) []byte {
 
 // mixedBatch has segments whose rows are copied (under commitKeepBytesMin) and kept, and a
 // clear-only one.
-func mixedBatch(table uint32, epoch uint64) *Batch {
+func mixedBatch(table uint32, epoch uint64) *base.Batch {
 	rows := checkRows(64, 64, 1, 1)
-	return &Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: table, Epoch: epoch}}, Segments: []base.Segment{
+	return &base.Batch{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: table, Epoch: epoch}}, Segments: []base.Segment{
 		{Table: table, Page: 0, Data: 1 << 3, Rows: rows[:64]},
 		{Table: table, Page: 1, Data: ^uint64(0), Rows: rows},
 		{Table: table, Page: 2, Clear: 0b110},
@@ -240,7 +240,7 @@ func TestCommitBodyAtLimit(t *testing.T) {
 	require.Equal(t, sgio.MaxBodyLimit, len(body))
 	v, err := sgio.ViewCommit(body)
 	require.NoError(t, err)
-	b := &Batch{Owner: v.Owner, Seq: v.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
+	b := &base.Batch{Owner: v.Owner, Seq: v.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
 	var seg base.Segment
 	for it := v.Segments(); it.Next(&seg); {
 		b.Segments = append(b.Segments, base.Segment{Table: seg.Table, Page: seg.Page, Data: seg.Data, Rows: seg.Rows})
@@ -265,7 +265,7 @@ func TestCommitBodyMismatch(t *testing.T) {
 	e, _, info, g := openFault(t, Options{CheckpointWALBytes: -1}, testOwner)
 	_, _, err := e.AllocIDs(info.ID, testOwner, g.Epoch, 8)
 	require.NoError(t, err)
-	build := func(seq uint64) *Batch {
+	build := func(seq uint64) *base.Batch {
 		b := mixedBatch(info.ID, g.Epoch)
 		b.Seq = seq
 		msg := &sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}}

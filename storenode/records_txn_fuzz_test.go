@@ -35,7 +35,7 @@ func FuzzDecodeTxnRecords(f *testing.F) {
 			var rec txnPrepareRecord
 			if err = decodeTxnPrepareRecord(p, &rec); err == nil {
 				c := &rec.commit
-				b := &Batch{Owner: c.owner, Seq: c.seq, Fences: c.fences, Segments: c.segments}
+				b := &base.Batch{Owner: c.owner, Seq: c.seq, Fences: c.fences, Segments: c.segments}
 				i := 0
 				again = appendTxnPrepareHeader(nil, rec.id, rec.lease, rec.index, rec.primary)
 				again = appendCommitRecord(again, b, c.hash, func(uint32) int { i++; return c.rowBytes[i-1] })

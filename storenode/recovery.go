@@ -312,7 +312,7 @@ func (e *Engine) replayCommit(rec wal.Record) error {
 				rec.LSN, last, s.Table, t.nextID)
 		}
 	}
-	b := &Batch{Segments: c.segments}
+	b := &base.Batch{Segments: c.segments}
 	for {
 		room, err := e.reserveFrames(b)
 		if err != nil {

@@ -17,7 +17,7 @@ func TestRenewGrantWithoutEngineLock(t *testing.T) {
 	now := fakeClock{}
 	e := openTest(t, Options{Now: now.Now})
 	info, g := ownedTable(t, e, "t", 64, 1, 1)
-	commitWait(t, e, &Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
+	commitWait(t, e, &base.Batch{Owner: 1, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Segments: []base.Segment{oneRow(info.ID, 1, row64(1))}})
 
 	e.mu.Lock()
 	done := make(chan error, 1)

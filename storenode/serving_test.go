@@ -15,7 +15,7 @@ func servingEngine(t *testing.T) (*Engine, uint32) {
 	info, g := ownedTable(t, e, "t", 64, testOwner, 1)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for id := uint64(1); id <= 3; id++ {
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: id, Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	return e, info.ID
 }
@@ -73,7 +73,7 @@ func TestReadCachedGivesUpCleanly(t *testing.T) {
 	info, g := ownedTable(t, e, "t", 64, testOwner, 2)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq, id := range []uint64{1, 65} { // pages 0 and 1
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: uint64(seq + 1), Fences: fences, Segments: []base.Segment{oneRow(info.ID, id, row64(id))}})
 	}
 	require.NoError(t, e.Close())
 	e = openTest(t, Options{Dir: dir, Sync: SyncAlways})         // nothing cached

@@ -84,7 +84,7 @@ func TestStatsCountCommitsSinceOpenNotReplay(t *testing.T) {
 	info, g := ownedTable(t, e, "items", 64, testOwner, 1)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= 10; seq++ {
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []base.Segment{oneRow(info.ID, seq, row64(seq))}})
 	}
 	s := e.Stats()

@@ -63,22 +63,6 @@ type TxnPeer interface {
 	ReportTxn(ctx context.Context, primary string, id base.TxnID, index uint16) error
 }
 
-// TxnPrepare is a participant's part of a transaction: the batch (fenced and deduplicated
-// exactly as a Commit) and what resolving it needs.
-type TxnPrepare struct {
-	Txn base.TxnID
-	// Lease is the coordinator's etcd lease: a resolver records abort at the primary only
-	// once it is gone.
-	Lease int64
-	// Primary is the host:port of the transaction's primary storage node, where the decision
-	// is recorded; empty when this node is the primary.
-	Primary string
-	// Index is this participant's index among the transaction's participants (0..63), as
-	// the coordinator numbers them in Decide's count.
-	Index uint16
-	Batch *Batch
-}
-
 // txnPart is a participant's transaction. Guarded by mu.
 type txnPart struct {
 	id       base.TxnID
@@ -88,8 +72,8 @@ type txnPart struct {
 	hash     uint64 // the prepare's dedup hash
 	lsn      uint64 // of the prepare (or apply) record
 	at       time.Time
-	rec      []byte // owned prepare payload; nil once applied
-	batch    Batch  // the prepared batch, aliasing rec
+	rec      []byte     // owned prepare payload; nil once applied
+	batch    base.Batch // the prepared batch, aliasing rec
 	decision base.Decision
 }
 
@@ -114,7 +98,7 @@ func (d *txnDecision) allReported() bool {
 }
 
 // txnBatchHash is the dedup hash of a prepared batch: its batch hash mixed with the id.
-func txnBatchHash(b *Batch, id base.TxnID) uint64 {
+func txnBatchHash(b *base.Batch, id base.TxnID) uint64 {
 	var buf [24]byte
 	binary.LittleEndian.PutUint64(buf[:], batchHash(b))
 	copy(buf[8:], id[:])
@@ -127,7 +111,7 @@ func txnBatchHash(b *Batch, id base.TxnID) uint64 {
 // already applied the transaction or, as its primary, recorded abort. It returns the prepare
 // record's LSN once synced. The rows are not applied: readers keep seeing the committed
 // version until ApplyTxn(commit). PrepareTxn does not retain p or the batch's memory.
-func (e *Engine) PrepareTxn(p *TxnPrepare) (uint64, error) {
+func (e *Engine) PrepareTxn(p *base.TxnPrepare) (uint64, error) {
 	b := p.Batch
 	if b == nil || b.Owner == 0 || b.Owner == MoveWriter || b.Seq == 0 {
 		return 0, fmt.Errorf("%w: prepare without a batch, owner or seq (or of the reserved owner id)", ErrMalformed)
@@ -153,7 +137,7 @@ func (e *Engine) PrepareTxn(p *TxnPrepare) (uint64, error) {
 	return lsn, nil
 }
 
-func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
+func (e *Engine) prepareLocked(p *base.TxnPrepare, hash uint64) (uint64, error) {
 	b := p.Batch
 	var gapDeadline time.Time
 	for {
@@ -244,7 +228,7 @@ func (e *Engine) prepareLocked(p *TxnPrepare, hash uint64) (uint64, error) {
 	if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
 		return 0, fmt.Errorf("storenode: prepare: own record: %w", err)
 	}
-	part.batch = Batch{Owner: b.Owner, Seq: b.Seq, Fences: pr.commit.fences, Segments: pr.commit.segments}
+	part.batch = base.Batch{Owner: b.Owner, Seq: b.Seq, Fences: pr.commit.fences, Segments: pr.commit.segments}
 	lsn, err := e.appendRecord(kindTxnPrepare, rec, true, noAck)
 	if err != nil {
 		return 0, err
@@ -788,7 +772,7 @@ func (e *Engine) finishPart(p *txnPart, d base.Decision, lsn uint64) {
 	} else {
 		e.stats.txnAborts.Add(1)
 	}
-	p.decision, p.lsn, p.rec, p.batch = d, lsn, nil, Batch{}
+	p.decision, p.lsn, p.rec, p.batch = d, lsn, nil, base.Batch{}
 }
 
 // kickResolver asks the resolver loop for a pass now; it never blocks.
@@ -945,7 +929,7 @@ func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
 			return err
 		}
 		p := &txnPart{id: pr.id, lease: pr.lease, primary: pr.primary, index: pr.index, hash: c.hash, lsn: lsn, at: e.opts.Now(), rec: rec,
-			batch: Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
+			batch: base.Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
 		e.installPart(p)
 		if d := e.txnDecisions[pr.id]; d != nil && d.owner == 0 && p.primary == "" {
 			e.countDecision(d, c.owner) // the decision was carried before its part

@@ -49,7 +49,7 @@ func TestTxnPrepareOwnerQuota(t *testing.T) {
 	page := func(st *txnStore, id base.TxnID, pg uint64) error {
 		seg := oneRow(st.table, pg*64, nil)
 		seg.Data, seg.Rows = ^uint64(0), make([]byte, 64*64)
-		_, err := st.e.PrepareTxn(&TxnPrepare{Txn: id, Lease: 1, Primary: "unreachable:1", Index: 1, Batch: st.batch(seg)})
+		_, err := st.e.PrepareTxn(&base.TxnPrepare{Txn: id, Lease: 1, Primary: "unreachable:1", Index: 1, Batch: st.batch(seg)})
 		if err != nil {
 			st.seq--
 		}

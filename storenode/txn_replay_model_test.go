@@ -74,7 +74,7 @@ func newTxnModel(t require.TestingT) *txnModel {
 		require.NoError(t, err)
 		for r := range uint64(txnModelRows) {
 			n.seq++
-			_, err := n.e.CommitWait(&Batch{Owner: testOwner, Seq: n.seq, Fences: []base.Fence{{Table: n.table, Epoch: n.epoch}},
+			_, err := n.e.CommitWait(&base.Batch{Owner: testOwner, Seq: n.seq, Fences: []base.Fence{{Table: n.table, Epoch: n.epoch}},
 				Segments: []base.Segment{oneRow(n.table, r, row64(1000))}})
 			require.NoError(t, err)
 		}
@@ -260,8 +260,8 @@ func (m *txnModel) actions() map[string]func(*rapid.T) {
 			row := uint64(rapid.IntRange(0, txnModelRows-1).Draw(t, "row"))
 			n.seq++
 			id := m.id(t)
-			_, err := n.e.PrepareTxn(&TxnPrepare{Txn: id, Lease: m.lease(t), Primary: primary, Index: index,
-				Batch: &Batch{Owner: testOwner, Seq: n.seq, Fences: []base.Fence{{Table: n.table, Epoch: n.epoch}},
+			_, err := n.e.PrepareTxn(&base.TxnPrepare{Txn: id, Lease: m.lease(t), Primary: primary, Index: index,
+				Batch: &base.Batch{Owner: testOwner, Seq: n.seq, Fences: []base.Fence{{Table: n.table, Epoch: n.epoch}},
 					Segments: []base.Segment{oneRow(n.table, row, row64(uint64(rapid.IntRange(1, 999).Draw(t, "value"))))}}})
 			if err != nil {
 				n.seq-- // a refused prepare takes no seq
@@ -274,7 +274,7 @@ func (m *txnModel) actions() map[string]func(*rapid.T) {
 			n := m.node(t)
 			n.seq++
 			row := uint64(rapid.IntRange(0, txnModelRows-1).Draw(t, "row"))
-			_, err := n.e.CommitWait(&Batch{Owner: testOwner, Seq: n.seq, Fences: []base.Fence{{Table: n.table, Epoch: n.epoch}},
+			_, err := n.e.CommitWait(&base.Batch{Owner: testOwner, Seq: n.seq, Fences: []base.Fence{{Table: n.table, Epoch: n.epoch}},
 				Segments: []base.Segment{oneRow(n.table, row, row64(uint64(rapid.IntRange(1, 999).Draw(t, "value"))))}})
 			if err != nil {
 				n.seq--

@@ -113,13 +113,13 @@ func setupTxnStore(t testing.TB, e *Engine) *txnStore {
 	return &txnStore{e: e, table: info.ID, epoch: g.Epoch, seq: g.LastSeq}
 }
 
-func (s *txnStore) batch(segs ...base.Segment) *Batch {
+func (s *txnStore) batch(segs ...base.Segment) *base.Batch {
 	s.seq++
 	owner := s.owner
 	if owner == 0 {
 		owner = testOwner
 	}
-	return &Batch{Owner: owner, Seq: s.seq, Fences: []base.Fence{{Table: s.table, Epoch: s.epoch}}, Segments: segs}
+	return &base.Batch{Owner: owner, Seq: s.seq, Fences: []base.Fence{{Table: s.table, Epoch: s.epoch}}, Segments: segs}
 }
 
 func (s *txnStore) put(t testing.TB, id, v uint64) {
@@ -145,7 +145,7 @@ func uint64FromRow(row []byte) uint64 {
 
 func (s *txnStore) prepare(t testing.TB, id base.TxnID, lease int64, primary string, index uint16, row, v uint64) (uint64, error) {
 	t.Helper()
-	return s.e.PrepareTxn(&TxnPrepare{Txn: id, Lease: lease, Primary: primary, Index: index, Batch: s.batch(oneRow(s.table, row, row64(v)))})
+	return s.e.PrepareTxn(&base.TxnPrepare{Txn: id, Lease: lease, Primary: primary, Index: index, Batch: s.batch(oneRow(s.table, row, row64(v)))})
 }
 
 // requirePrepared is prepare that fails the test on error.
@@ -193,13 +193,13 @@ func TestTxnPrepareApply(t *testing.T) {
 	// A retried prepare (same seq, same bytes) is acknowledged with its LSN; another
 	// transaction under that seq is refused.
 	b := s.batch(oneRow(s.table, 4, row64(4)))
-	p := &TxnPrepare{Txn: txnID(4), Lease: 9, Batch: b}
+	p := &base.TxnPrepare{Txn: txnID(4), Lease: 9, Batch: b}
 	lsn, err := s.e.PrepareTxn(p)
 	require.NoError(t, err)
 	again, err := s.e.PrepareTxn(p)
 	require.NoError(t, err)
 	require.Equal(t, lsn, again)
-	_, err = s.e.PrepareTxn(&TxnPrepare{Txn: txnID(5), Lease: 9, Batch: b})
+	_, err = s.e.PrepareTxn(&base.TxnPrepare{Txn: txnID(5), Lease: 9, Batch: b})
 	require.ErrorIs(t, err, ErrSeqReused)
 	_, err = s.e.CommitWait(b)
 	require.ErrorIs(t, err, ErrSeqReused, "a commit under a prepare's seq is not taken for it")
@@ -598,7 +598,7 @@ func TestTxnPrepareTooLarge(t *testing.T) {
 	for i := range segs {
 		segs[i] = deleteRow(s.table, 0)
 	}
-	_, err := s.e.PrepareTxn(&TxnPrepare{Txn: txnID(1), Batch: s.batch(segs...)})
+	_, err := s.e.PrepareTxn(&base.TxnPrepare{Txn: txnID(1), Batch: s.batch(segs...)})
 	require.ErrorIs(t, err, ErrBatchTooLarge)
 }
 

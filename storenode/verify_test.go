@@ -16,7 +16,7 @@ func TestVerifyFindsBrokenInvariants(t *testing.T) {
 	info, g := ownedTable(t, e, "items", 64, testOwner, testGrantPages)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	commit := func(seq, id uint64) {
-		commitWait(t, e, &Batch{Owner: testOwner, Seq: seq, Fences: fences,
+		commitWait(t, e, &base.Batch{Owner: testOwner, Seq: seq, Fences: fences,
 			Segments: []base.Segment{oneRow(info.ID, id, row64(seq))}})
 	}
 	for seq := uint64(1); seq <= 3; seq++ {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // Regression tests of the API rules a game developer relies on (package doc, "Rules"): what
@@ -78,7 +78,7 @@ type sentCommitStore struct {
 	sent chan struct{}
 }
 
-func (s *sentCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *sentCommitStore) Commit(b *base.Batch, done func(uint64, error)) {
 	// Before the batch goes on: the acknowledgement (and so the committer's return) comes
 	// after the report, so a committer that returned has its report in sent.
 	select {

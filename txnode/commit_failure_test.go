@@ -349,7 +349,7 @@ type heldFailAckStore struct {
 	lsn  atomic.Uint64
 }
 
-func (s *heldFailAckStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *heldFailAckStore) Commit(b *base.Batch, done func(uint64, error)) {
 	if s.held.Load() {
 		done(s.lsn.Add(1)+1<<40, nil)
 		return

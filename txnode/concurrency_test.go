@@ -46,7 +46,7 @@ func (s *gatedCommitStore) Info() store.Info {
 	return info
 }
 
-func (s *gatedCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *gatedCommitStore) Commit(b *base.Batch, done func(uint64, error)) {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		<-s.release
@@ -176,7 +176,7 @@ type recordingStore struct {
 	batches map[uint64]map[uint64]uint64 // seq -> row id -> first word
 }
 
-func (s *recordingStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *recordingStore) Commit(b *base.Batch, done func(uint64, error)) {
 	rows := make(map[uint64]uint64)
 	for _, seg := range b.Segments {
 		k := 0
@@ -624,7 +624,7 @@ type heldFailStore struct {
 	release chan struct{}
 }
 
-func (s *heldFailStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *heldFailStore) Commit(b *base.Batch, done func(uint64, error)) {
 	if s.armed.CompareAndSwap(true, false) {
 		close(s.entered)
 		go func() {

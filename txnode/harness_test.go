@@ -150,7 +150,7 @@ func (s *countingStore) PageDir(ctx context.Context, table uint32, lo, hi uint64
 	return s.Store.PageDir(ctx, table, lo, hi, max, dst)
 }
 
-func (s *countingStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *countingStore) Commit(b *base.Batch, done func(uint64, error)) {
 	s.commits.Add(1)
 	s.Store.Commit(b, done)
 }
@@ -206,7 +206,7 @@ type ackStore struct {
 	lsn uint64
 }
 
-func (s *ackStore) Commit(_ *store.Batch, done func(uint64, error)) {
+func (s *ackStore) Commit(_ *base.Batch, done func(uint64, error)) {
 	s.mu.Lock()
 	s.lsn++
 	lsn := s.lsn

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
@@ -32,7 +33,7 @@ type heldAnswer struct {
 	once *sync.Once // a test that failed midway delivers the rest at cleanup
 }
 
-func (f *answerStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+func (f *answerStore) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	if !f.armed.Load() {
 		f.Store.Commit(b, done)
 		return

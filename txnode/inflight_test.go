@@ -41,7 +41,7 @@ type flightStore struct {
 }
 
 type heldCommit struct {
-	b    *store.Batch
+	b    *base.Batch
 	done func(uint64, error)
 }
 
@@ -54,7 +54,7 @@ func newFlightStore(t *testing.T, s store.Store) *flightStore {
 	return fs
 }
 
-func (fs *flightStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (fs *flightStore) Commit(b *base.Batch, done func(uint64, error)) {
 	fs.mu.Lock()
 	fs.queue = append(fs.queue, heldCommit{b, done})
 	if !fs.open {

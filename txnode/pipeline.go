@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // The commit pipeline turns committed transactions into commit batches.
@@ -77,7 +76,7 @@ type batch struct {
 	segOff   []int
 	tables   []*tableState
 	frames   []frameRef
-	commit   store.Batch
+	commit   base.Batch
 	// done is the store's callback for this batch, made once with the batch.
 	done func(lsn uint64, err error)
 

@@ -12,7 +12,6 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // newBatchLocked returns an empty batch, a reused one when there is one. Caller holds mu.
@@ -44,7 +43,7 @@ func (p *pipeline) recycleLocked(b *batch) {
 	clear(b.tables)
 	clear(b.frames)
 	*b = batch{buf: b.buf[:0], segs: b.segs[:0], segOff: b.segOff[:0], tables: b.tables[:0],
-		frames: b.frames[:0], commit: store.Batch{Fences: b.commit.Fences[:0]}, done: b.done}
+		frames: b.frames[:0], commit: base.Batch{Fences: b.commit.Fences[:0]}, done: b.done}
 	p.free = append(p.free, b)
 	// - The free list is bounded (batchFreeMax).
 	assert.That(len(p.free) <= batchFreeMax, "txnode: free commit batches over their bound")

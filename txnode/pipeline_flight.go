@@ -12,7 +12,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // sender sends the open batch whenever it has transactions and a slot is free.
@@ -49,7 +48,7 @@ func (p *pipeline) launchLocked(b *batch) {
 	p.launchedSeq = b.seq
 	p.inflight = append(p.inflight, b)
 	assert.That(len(p.inflight) <= inflightMax, "txnode: commit batches in flight over their bound")
-	b.commit = store.Batch{Owner: p.db.owner, Seq: b.seq, Segments: b.segs, Fences: b.commit.Fences[:0]}
+	b.commit = base.Batch{Owner: p.db.owner, Seq: b.seq, Segments: b.segs, Fences: b.commit.Fences[:0]}
 	for i := range b.segs {
 		end := len(b.buf)
 		if i+1 < len(b.segs) {

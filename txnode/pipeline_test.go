@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"github.com/weftdb/weft/txnode/store"
+	"github.com/weftdb/weft/base"
 )
 
 // doneTwiceStore acknowledges commit batches at once, as ackStore does; armed, it calls one
@@ -19,7 +19,7 @@ type doneTwiceStore struct {
 	panicked chan any
 }
 
-func (s *doneTwiceStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *doneTwiceStore) Commit(b *base.Batch, done func(uint64, error)) {
 	s.ackStore.Commit(b, done)
 	if s.armed.CompareAndSwap(true, false) {
 		func() {

@@ -156,7 +156,7 @@ func (tx *Tx) Prepare(info TxnInfo) (*Prepared, error) {
 		tx.Rollback()
 		return nil, ErrConflict
 	}
-	tp := &store.TxnPrepare{Txn: info.ID, Lease: info.Lease, Index: info.Index, Primary: info.Primary, Batch: tx.prepareBatch()}
+	tp := &base.TxnPrepare{Txn: info.ID, Lease: info.Lease, Index: info.Index, Primary: info.Primary, Batch: tx.prepareBatch()}
 	p := &Prepared{tx: tx, db: db, ts: ts, info: info}
 	taken, err := db.pipe.prepare(tx, ts, tp)
 	if err != nil && !taken {
@@ -201,8 +201,8 @@ func (tx *Tx) tryLockRow(w *writeRec) bool {
 
 // prepareBatch copies the (sorted, locked) write set into a batch of its own: one segment
 // per page, a fence per table at its current epoch. Owner and Seq are set by the pipeline.
-func (tx *Tx) prepareBatch() *store.Batch {
-	b := &store.Batch{}
+func (tx *Tx) prepareBatch() *base.Batch {
+	b := &base.Batch{}
 	var rows []byte
 	var offs []int
 	for i := range tx.writes {
@@ -384,7 +384,7 @@ func (db *DB) ApplyTxn(ctx context.Context, id base.TxnID, d Decision) error {
 // launched until the storage node answered (prepHold). taken reports whether the seq may have
 // been consumed (prepared, or the answer lost: then a goroutine sends it again until the
 // storage node answers, and only then lets later batches go).
-func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *store.TxnPrepare) (taken bool, err error) {
+func (p *pipeline) prepare(tx *Tx, ts store.TxnStore, tp *base.TxnPrepare) (taken bool, err error) {
 	db := p.db
 	ctx := tx.ctx
 	if db.opts.Durability == WriteBack {
@@ -449,7 +449,7 @@ func refusal(err error) bool {
 
 // resendPrepare sends a prepare whose answer was lost again until the storage node answers
 // (or the pipeline stops), then lets later batches go.
-func (p *pipeline) resendPrepare(ts store.TxnStore, tp *store.TxnPrepare) {
+func (p *pipeline) resendPrepare(ts store.TxnStore, tp *base.TxnPrepare) {
 	for {
 		select {
 		case <-p.stop:

@@ -163,7 +163,7 @@ type lostAnswerStore struct {
 
 func (s *lostAnswerStore) ts() store.TxnStore { return s.Store.(store.TxnStore) }
 
-func (s *lostAnswerStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+func (s *lostAnswerStore) PrepareTxn(ctx context.Context, p *base.TxnPrepare) (uint64, error) {
 	lsn, err := s.ts().PrepareTxn(ctx, p)
 	if err == nil && s.lost.Add(1) == 1 {
 		return 0, context.DeadlineExceeded

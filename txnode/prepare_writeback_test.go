@@ -18,7 +18,7 @@ type unreachablePrepareStore struct{ store.Store }
 
 var errUnreachable = errors.New("test: storage node unreachable")
 
-func (s *unreachablePrepareStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+func (s *unreachablePrepareStore) PrepareTxn(ctx context.Context, p *base.TxnPrepare) (uint64, error) {
 	return 0, errUnreachable
 }
 

@@ -458,7 +458,7 @@ type holdStore struct {
 	inner store.TxnStore
 }
 
-func (h *holdStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+func (h *holdStore) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	id := h.hold.Load()
 	for _, f := range b.Fences {
 		if id != 0 && f.Table == id {
@@ -471,7 +471,7 @@ func (h *holdStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
 	h.Store.Commit(b, done)
 }
 
-func (h *holdStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+func (h *holdStore) PrepareTxn(ctx context.Context, p *base.TxnPrepare) (uint64, error) {
 	return h.inner.PrepareTxn(ctx, p)
 }
 
@@ -585,7 +585,7 @@ const (
 	nextLost
 )
 
-func (f *nextStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+func (f *nextStore) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	hold := func(lsn uint64, err error) { f.held <- func() { done(lsn, err) } }
 	if n := f.refused.Load(); n != 0 && b.Seq == n+1 && f.next.CompareAndSwap(false, true) {
 		switch f.mode {

@@ -692,7 +692,7 @@ func fillFromSegments(body []byte, n int, fill func(int, uint64, uint64, []byte)
 }
 
 // Commit sends a batch; the rows are gathered into the write by reference.
-func (s *remoteStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *remoteStore) Commit(b *base.Batch, done func(uint64, error)) {
 	rc := remoteCommitPool.Get().(*remoteCommit)
 	rc.s, rc.done = s, done
 	rc.msg.Owner, rc.msg.Seq = b.Owner, b.Seq

@@ -5,7 +5,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // The remote store's two-phase commit calls (store.TxnStore). Each is retried on a new
@@ -13,7 +12,7 @@ import (
 // same bytes answer its LSN), a decision sent again is the same compare-and-set, an apply is
 // idempotent.
 
-func (s *remoteStore) PrepareTxn(ctx context.Context, p *store.TxnPrepare) (uint64, error) {
+func (s *remoteStore) PrepareTxn(ctx context.Context, p *base.TxnPrepare) (uint64, error) {
 	b := p.Batch
 	m := &sgio.TxnPrepare{Txn: p.Txn, Lease: p.Lease, Index: p.Index, Primary: p.Primary,
 		Commit: sgio.Commit{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
@@ -61,7 +62,7 @@ type catchStore struct {
 	caught chan heldCommit
 }
 
-func (s *catchStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *catchStore) Commit(b *base.Batch, done func(uint64, error)) {
 	if s.armed.Load() {
 		s.caught <- heldCommit{b, done}
 		return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -132,7 +133,7 @@ type failingStore struct {
 	n, failAt atomic.Int64
 }
 
-func (s *failingStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *failingStore) Commit(b *base.Batch, done func(uint64, error)) {
 	if s.n.Add(1) >= s.failAt.Load() {
 		done(0, errInjected)
 		return
@@ -202,7 +203,7 @@ type heldCommitStore struct {
 	acks     []func()
 }
 
-func (s *heldCommitStore) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *heldCommitStore) Commit(b *base.Batch, done func(uint64, error)) {
 	s.Store.Commit(b, func(lsn uint64, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -102,7 +103,7 @@ type blockStore struct {
 	release chan struct{}
 }
 
-func (f *blockStore) Commit(b *store.Batch, done func(lsn uint64, err error)) {
+func (f *blockStore) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	if f.block.CompareAndSwap(true, false) {
 		f.blocked <- struct{}{}
 		<-f.release

@@ -65,7 +65,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.NoError(t, err)
 	prepared := row(99)
 	txn := base.TxnID{0: 0x7e, 15: 1}
-	_, err = e.PrepareTxn(&storenode.TxnPrepare{Txn: txn, Lease: lease, Batch: &storenode.Batch{Owner: coord, Seq: 1,
+	_, err = e.PrepareTxn(&base.TxnPrepare{Txn: txn, Lease: lease, Batch: &base.Batch{Owner: coord, Seq: 1,
 		Fences:   []base.Fence{{Table: ti.ID, Epoch: epoch}},
 		Segments: []base.Segment{{Table: ti.ID, Page: first / 64, Data: 1 << (first % 64), Rows: prepared}}}})
 	require.NoError(t, err)

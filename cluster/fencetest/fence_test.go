@@ -159,7 +159,7 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 	require.NoError(t, err)
 	first, _, err := e.AllocIDs(ti.ID, a, ea, 1)
 	require.NoError(t, err)
-	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
+	_, err = e.CommitWait(&base.Batch{Owner: a, Seq: 1, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
 		Segments: []base.Segment{oneRow(ti.ID, first, row(1))}})
 	require.NoError(t, err)
 
@@ -170,7 +170,7 @@ func TestRegisterVerifiedInEtcd(t *testing.T) {
 	require.Greater(t, ob.Epoch(), ea)
 	_, err = e.RegisterGrant(ctx, ti.ID, b, ob.Epoch())
 	require.NoError(t, err)
-	_, err = e.CommitWait(&storenode.Batch{Owner: a, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
+	_, err = e.CommitWait(&base.Batch{Owner: a, Seq: 2, Fences: []base.Fence{{Table: ti.ID, Epoch: ea}},
 		Segments: []base.Segment{oneRow(ti.ID, first+1, row(2))}})
 	require.ErrorIs(t, err, storenode.ErrFenced)
 

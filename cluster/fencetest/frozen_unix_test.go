@@ -173,7 +173,7 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 	require.Greater(t, h2.Epoch, oldEpoch)
 
 	// The storage node fences the old grant itself: a batch of the frozen node's epoch.
-	_, err = srv.Engine().CommitWait(&storenode.Batch{Owner: childOwner, Seq: 1 << 40,
+	_, err = srv.Engine().CommitWait(&base.Batch{Owner: childOwner, Seq: 1 << 40,
 		Fences:   []base.Fence{{Table: ti.ID, Epoch: oldEpoch}},
 		Segments: []base.Segment{oneRow(ti.ID, id1, row(66))}})
 	require.ErrorIs(t, err, storenode.ErrFenced)

@@ -138,7 +138,7 @@ func TestCoordAbortRecordsPastTheGoroutines(t *testing.T) {
 		binary.BigEndian.PutUint64(ids[k][:8], uint64(lease))
 		binary.BigEndian.PutUint64(ids[k][8:], uint64(k+1))
 		page, slot := uint64(k)/64, uint(k)%64
-		_, err := eng.PrepareTxn(&storenode.TxnPrepare{Txn: ids[k], Lease: lease, Batch: &storenode.Batch{Owner: 0xa,
+		_, err := eng.PrepareTxn(&base.TxnPrepare{Txn: ids[k], Lease: lease, Batch: &base.Batch{Owner: 0xa,
 			Seq: g.LastSeq + uint64(k) + 1, Fences: []base.Fence{{Table: local.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{{Table: local.ID, Page: page, Data: 1 << slot, Rows: make([]byte, 64)}}}})
 		require.NoError(t, err)

@@ -36,8 +36,8 @@ func TestTxnListAndAbort(t *testing.T) {
 	_, _, err = e.AllocIDs(ti.ID, 7, g.Epoch, 1)
 	require.NoError(t, err)
 	id := base.TxnID{0x7e, 15: 1}
-	_, err = e.PrepareTxn(&storenode.TxnPrepare{Txn: id, Lease: 9, Primary: "lost.example:7070", Index: 1,
-		Batch: &storenode.Batch{Owner: 7, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
+	_, err = e.PrepareTxn(&base.TxnPrepare{Txn: id, Lease: 9, Primary: "lost.example:7070", Index: 1,
+		Batch: &base.Batch{Owner: 7, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: ti.ID, Epoch: g.Epoch}},
 			Segments: []base.Segment{{Table: ti.ID, Page: 0, Data: 1, Rows: make([]byte, 64)}}}})
 	require.NoError(t, err)
 	require.NoError(t, e.Release(ti.ID, 7, g.Epoch))

@@ -106,7 +106,7 @@ type session struct {
 	commitLoopFn func()      // s.commitLoop
 	asyncDoneFn  func(error) // s.asyncWriteDone: the transport's writeAsync callback
 	// The commit goroutine's own, reused from one run to the next (commitLoop).
-	commitBatch storenode.Batch
+	commitBatch base.Batch
 	commitQueue []commitRequest
 	// The loop's own, reused per request: a ReadPages is parsed into loopRead (a read that
 	// leaves the loop takes a copy, readRequest owns its message) and answered inline with

@@ -9,7 +9,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/storenode"
 )
 
 // The commit path of a session. The event loop validates a Commit's body, checks the queue's
@@ -126,7 +125,7 @@ func compareSeq(a, b commitRequest) int { return cmp.Compare(a.seq, b.seq) }
 // commitOne submits one batch. The engine does not retain the batch or its rows once Commit
 // returns, so the body goes back to the pool then; the reply is sent when the engine reports
 // the outcome.
-func (s *session) commitOne(b *storenode.Batch, req commitRequest) {
+func (s *session) commitOne(b *base.Batch, req commitRequest) {
 	defer func() {
 		s.queueRelease(int64(len(*req.body)))
 		putCommitBody(req.body)

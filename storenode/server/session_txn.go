@@ -113,7 +113,7 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 		return nil, err
 	}
 	s.renew()
-	b := &storenode.Batch{Owner: v.Commit.Owner, Seq: v.Commit.Seq, Body: v.Body}
+	b := &base.Batch{Owner: v.Commit.Owner, Seq: v.Commit.Seq, Body: v.Body}
 	for i := range v.Commit.FenceCount() {
 		f := v.Commit.Fence(i)
 		b.Fences = append(b.Fences, f)
@@ -125,7 +125,7 @@ func (s *session) prepare(body []byte) (*sgio.CommitAck, error) {
 		}
 		b.Segments = append(b.Segments, seg)
 	}
-	lsn, err := s.srv.eng.PrepareTxn(&storenode.TxnPrepare{Txn: v.Txn, Lease: v.Lease, Primary: v.Primary, Index: v.Index, Batch: b})
+	lsn, err := s.srv.eng.PrepareTxn(&base.TxnPrepare{Txn: v.Txn, Lease: v.Lease, Primary: v.Primary, Index: v.Index, Batch: b})
 	if err != nil {
 		return nil, err
 	}

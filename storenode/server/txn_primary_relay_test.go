@@ -10,7 +10,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/storenode"
 )
 
 // relayFrame copies the next whole frame from r to w, as read, and returns its type.
@@ -93,14 +92,14 @@ func TestTxnPrimaryResolverHandshakeNotRelayable(t *testing.T) {
 	require.ErrorContains(t, err, "not a storage node of the cluster")
 
 	// The same part in the engine anyway: the resolver must not dial its primary.
-	b := &storenode.Batch{Owner: attacker, Seq: m.Seq}
+	b := &base.Batch{Owner: attacker, Seq: m.Seq}
 	for _, f := range m.Fences {
 		b.Fences = append(b.Fences, f)
 	}
 	for _, sg := range m.Segments {
 		b.Segments = append(b.Segments, sg)
 	}
-	_, err = a.eng().PrepareTxn(&storenode.TxnPrepare{Txn: [16]byte{0x72}, Lease: 99, Index: 1, Primary: ln.Addr().String(), Batch: b})
+	_, err = a.eng().PrepareTxn(&base.TxnPrepare{Txn: [16]byte{0x72}, Lease: 99, Index: 1, Primary: ln.Addr().String(), Batch: b})
 	require.NoError(t, err)
 
 	clock.Advance(time.Second)

@@ -136,7 +136,7 @@ func (s *embedded) PageDir(ctx context.Context, table uint32, lo, hi uint64, max
 	return dst, next, closedErr(err)
 }
 
-func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
+func (s *embedded) Commit(b *base.Batch, done func(uint64, error)) {
 	if s.closed.Load() {
 		done(0, closedErr(storenode.ErrClosed))
 		return
@@ -144,7 +144,7 @@ func (s *embedded) Commit(b *Batch, done func(uint64, error)) {
 	// Commit copies the rows into the cache; the WAL may write them from the batch (kept, not
 	// copied), which the Store contract keeps unchanged until done. Commit keeps neither
 	// slice once it returns.
-	s.e.Commit(&storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}, done)
+	s.e.Commit(b, done)
 }
 
 func (s *embedded) Close() error {

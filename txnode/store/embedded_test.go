@@ -46,7 +46,7 @@ func TestEmbeddedRoundTrip(t *testing.T) {
 	slot := first % logicpage.RowsPerPage
 	data := uint64(0b11) << slot
 	done := make(chan error, 1)
-	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch}},
+	s.Commit(&base.Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: tab.ID, RowBytes: 64, Page: page, Data: data, Rows: rows}}},
 		func(lsn uint64, err error) { done <- err })
 	select {
@@ -136,7 +136,7 @@ func TestEmbeddedAfterClose(t *testing.T) {
 	closed(err, "PageDir")
 	closed(s.Ping(ctx), "Ping")
 	done := make(chan error, 1)
-	s.Commit(&Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch}},
+	s.Commit(&base.Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: tab.ID, RowBytes: 64, Page: 0, Clear: 1}}}, func(_ uint64, err error) { done <- err })
 	closed(<-done, "Commit")
 }
@@ -153,7 +153,7 @@ func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
 	require.NoError(t, err)
 	first, _, err := s.AllocIDs(ctx, tab.ID, 7, g.Epoch, 1)
 	require.NoError(t, err)
-	commit := func(b *Batch) error {
+	commit := func(b *base.Batch) error {
 		done := make(chan error, 1)
 		s.Commit(b, func(_ uint64, err error) { done <- err })
 		return <-done
@@ -163,7 +163,7 @@ func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
 	seg := func(id uint64) []base.Segment {
 		return []base.Segment{{Table: tab.ID, RowBytes: 64, Page: id / logicpage.RowsPerPage, Data: 1 << (id % logicpage.RowsPerPage), Rows: row}}
 	}
-	require.NoError(t, commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first)}))
+	require.NoError(t, commit(&base.Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first)}))
 
 	_, errExists := s.CreateTable(ctx, "items", 64)
 	_, errName := s.CreateTable(ctx, "bad name", 64)
@@ -173,10 +173,10 @@ func TestEmbeddedErrorsReadAsStorenode(t *testing.T) {
 	_, errOwned := s.Acquire(ctx, tab.ID, 8, 0, 0)
 	_, errRenew := s.Acquire(ctx, tab.ID, 7, g.Epoch+1, 0)
 	_, _, errGrant := s.AllocIDs(ctx, tab.ID, 8, g.Epoch, 1)
-	errFenced := commit(&Batch{Owner: 7, Seq: 2, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch + 1}}, Segments: seg(first)})
-	errGranted := commit(&Batch{Owner: 7, Seq: 2, Fences: fence, Segments: seg(first + logicpage.RowsPerPage)})
-	errEmpty := commit(&Batch{Owner: 7, Seq: 2, Fences: fence})
-	errReused := commit(&Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first + 1)})
+	errFenced := commit(&base.Batch{Owner: 7, Seq: 2, Fences: []base.Fence{{Table: tab.ID, Epoch: g.Epoch + 1}}, Segments: seg(first)})
+	errGranted := commit(&base.Batch{Owner: 7, Seq: 2, Fences: fence, Segments: seg(first + logicpage.RowsPerPage)})
+	errEmpty := commit(&base.Batch{Owner: 7, Seq: 2, Fences: fence})
+	errReused := commit(&base.Batch{Owner: 7, Seq: 1, Fences: fence, Segments: seg(first + 1)})
 	errRead := s.Read(ctx, []base.PageWant{{Table: tab.ID + 100, Page: 0, Want: 1}}, func(int, uint64, uint64, []byte) {})
 	_, _, errDir := s.PageDir(ctx, tab.ID+100, 0, 1, 1, nil)
 	for _, c := range []struct {

@@ -51,7 +51,7 @@ type Store interface {
 	// or with an error. The batch and its rows must not change until done is called. done
 	// may run on any goroutine, must be quick and must not call back into the store's
 	// blocking methods.
-	Commit(b *Batch, done func(lsn uint64, err error))
+	Commit(b *base.Batch, done func(lsn uint64, err error))
 
 	// Ping is traffic and nothing else: a node that holds no table still keeps its owner id
 	// live at a storage node with it (another incarnation may take an id silent for a lease).
@@ -84,13 +84,4 @@ const AcquireEtcdGrant AcquireFlags = 1
 type PageInfo struct {
 	Page    uint64
 	Present uint64
-}
-
-// Batch is one commit batch: the segments of one or more transactions of a node, atomic as a
-// whole. Rows of segment i are Segments[i].Rows, popcount(Data)*RowBytes bytes.
-type Batch struct {
-	Owner    uint64
-	Seq      uint64
-	Fences   []base.Fence
-	Segments []base.Segment
 }

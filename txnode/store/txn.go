@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/storenode"
 )
 
 // TxnStore is the two-phase commit side of a Store (docs/cluster.md, "Two-phase commit"):
@@ -19,7 +18,7 @@ type TxnStore interface {
 	// seq window, then fences; refused with ErrTxnLocked, ErrTxnDecided or ErrTxnBusy) and
 	// returns the prepare record's LSN. The batch is not kept once it returns. A refused
 	// prepare does not take its seq.
-	PrepareTxn(ctx context.Context, p *TxnPrepare) (uint64, error)
+	PrepareTxn(ctx context.Context, p *base.TxnPrepare) (uint64, error)
 	// DecideTxn records decision d of transaction id at the store, its primary (a
 	// compare-and-set: storenode.Engine.DecideTxn) and returns the recorded decision; a
 	// different one already recorded is an error matching storenode.ErrTxnDecided.
@@ -29,24 +28,11 @@ type TxnStore interface {
 	ApplyTxn(ctx context.Context, id base.TxnID, d base.Decision) error
 }
 
-// TxnPrepare is one participant's part of a transaction (storenode.TxnPrepare).
-type TxnPrepare struct {
-	Txn   base.TxnID
-	Lease int64
-	// Index is the participant's number, 0..63; Primary the primary's host:port (empty
-	// when this store is the primary).
-	Index   uint16
-	Primary string
-	Batch   *Batch
-}
-
-func (s *embedded) PrepareTxn(ctx context.Context, p *TxnPrepare) (uint64, error) {
+func (s *embedded) PrepareTxn(ctx context.Context, p *base.TxnPrepare) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	b := p.Batch
-	lsn, err := s.e.PrepareTxn(&storenode.TxnPrepare{Txn: p.Txn, Lease: p.Lease, Primary: p.Primary, Index: p.Index,
-		Batch: &storenode.Batch{Owner: b.Owner, Seq: b.Seq, Fences: b.Fences, Segments: b.Segments}})
+	lsn, err := s.e.PrepareTxn(p) // the engine keeps a copy of its own (its prepare record)
 	return lsn, closedErr(err)
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -25,7 +26,7 @@ type LostAck struct {
 }
 
 // Commit applies b; while armed, its acknowledgement reports ErrAckLost instead of success.
-func (s *LostAck) Commit(b *store.Batch, done func(uint64, error)) {
+func (s *LostAck) Commit(b *base.Batch, done func(uint64, error)) {
 	if !s.Armed.CompareAndSwap(true, false) {
 		s.Store.Commit(b, done)
 		return
