@@ -10,8 +10,8 @@ import (
 	"github.com/weftdb/weft/storenode"
 )
 
-// The storage node keeps its own copy of the partition function (storenode.ClusterLayout: it
-// does not import this package); both agree on every id, and its NextID is Layout.Next
+// The storage node keeps its own copy of the partition function (base.ClusterLayout: it
+// does not import this package); both agree on every id, and storenode.PartitionNextID is Layout.Next
 // bounded by the storage node's id space.
 func TestPropLayoutStorenodeAgrees(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
