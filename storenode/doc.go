@@ -27,8 +27,11 @@
 //	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
 //	pagemap.go     a table's page map in memory: a sparse radix tree, versions by path copying
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
-//	txn.go         two-phase commit: prepare, the primary's decision (a compare-and-set),
-//	               apply, reports, the resolver (records_txn.go: its WAL records)
+//	txn.go         two-phase commit: its invariants, prepare, row locks, the resolver loop,
+//	               the checkpoint's carry and replay (records_txn.go: its WAL records)
+//	txn_decide.go  the primary's decision (a compare-and-set), Asks, participants' reports
+//	txn_apply.go   a participant's apply of a decision: write or drop the part, unlock
+//	txn_forget.go  what a participant and a primary forget, and the forgotten decisions kept
 //	txn_guard.go   the primary decides only a part it holds prepared, by its owner
 //	txn_quota.go   per-owner bounds on prepared parts; the checkpoint's carry of them in chunks
 //	txn_doubt.go   parts in doubt past TxnInDoubtAfter: listed, aborted by an operator

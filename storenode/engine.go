@@ -94,7 +94,7 @@ type Engine struct {
 	txnVisited    uint64
 	// txnForgot remembers the decisions this node forgot as primary (a commit every
 	// participant reported, an abort swept), so that a resent Decide or an Ask of one is
-	// answered with it instead of deciding afresh (txn.go, forgetDecision). A checkpoint
+	// answered with it instead of deciding afresh (txn_forget.go, forgetDecision). A checkpoint
 	// carries the newest Options.MaxTxns (carryTxns), so a restart keeps those and what the
 	// replayed WAL holds. At most Options.TxnForgetMax, each kept
 	// Options.TxnAbortKeep; txnForgotQ lists them oldest first. Guarded by mu.

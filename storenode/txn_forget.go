@@ -196,3 +196,124 @@ func (e *Engine) queueAbortDone(id base.TxnID, rec *txnDecision) {
 	}
 	e.txnAbortDoneQ = append(e.txnAbortDoneQ, txnAbortEntry{id: id, rec: rec, lsn: max(rec.lsn, e.lastLSN)})
 }
+
+// txnForgotten is a decision forgotten by this node, its primary (Engine.txnForgot).
+type txnForgotten struct {
+	d   base.Decision
+	at  time.Time // engine clock, when forgotten
+	seq uint64    // its txnForgotQ entry's
+}
+
+// txnForgotEntry is one forgotten decision in the order forgotten.
+type txnForgotEntry struct {
+	id  base.TxnID
+	seq uint64
+}
+
+// forgetDecision forgets a decision every participant reported (or an abort past
+// Options.TxnAbortKeep) and remembers it in txnForgot, Options.TxnAbortKeep at most (the
+// oldest give way past Options.TxnForgetMax): the coordinator's resend of a Decide whose answer
+// it lost, after every participant's resolver learned the decision and reported, is
+// answered with it, instead of recording abort (the lease gone: a committed transaction
+// reported aborted) or a second commit nobody reports (a leak toward MaxTxns); an Ask is
+// answered with it too. A coordinator that lost its answer for longer than TxnAbortKeep
+// cannot trust an abort (docs/cluster.md, "What the coordinator must do"). Caller holds mu.
+func (e *Engine) forgetDecision(id base.TxnID, rec *txnDecision) {
+	delete(e.txnDecisions, id)
+	e.countDecision(rec, 0)
+	now := e.opts.Now()
+	e.expireForgotten(now)
+	if len(e.txnForgotQ) >= e.opts.TxnForgetMax {
+		if q := e.txnForgotQ[0]; e.txnForgot[q.id].seq == q.seq {
+			e.txnForgotLost = now // a young one gives way (the expired ones went above)
+		}
+		e.popForgotten()
+	}
+	e.txnForgotSeq++
+	e.txnForgot[id] = txnForgotten{d: rec.d, at: now, seq: e.txnForgotSeq}
+	e.txnForgotQ = append(e.txnForgotQ, txnForgotEntry{id: id, seq: e.txnForgotSeq})
+}
+
+// forgottenLocked returns the forgotten decision of id, as a record already durable, if
+// remembered and younger than Options.TxnAbortKeep. Caller holds mu.
+func (e *Engine) forgottenLocked(id base.TxnID) (txnDecision, bool) {
+	f, ok := e.txnForgot[id]
+	if !ok {
+		return txnDecision{}, false
+	}
+	if e.opts.Now().Sub(f.at) >= e.opts.TxnAbortKeep {
+		return txnDecision{}, false
+	}
+	return txnDecision{d: f.d, at: f.at}, true
+}
+
+// forgotLostLocked reports whether id is neither decided nor remembered forgotten here
+// while a forgotten decision gave way less than Options.TxnAbortKeep ago (txnForgotLost):
+// id may be one of them. Caller holds mu.
+func (e *Engine) forgotLostLocked(id base.TxnID) bool {
+	if e.txnForgotLost.IsZero() || e.opts.Now().Sub(e.txnForgotLost) >= e.opts.TxnAbortKeep || e.txnDecisions[id] != nil {
+		return false
+	}
+	_, ok := e.forgottenLocked(id)
+	return !ok
+}
+
+// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. Caller
+// holds mu.
+func (e *Engine) expireForgotten(now time.Time) {
+	for len(e.txnForgotQ) > 0 {
+		f := e.txnForgot[e.txnForgotQ[0].id]
+		if f.seq == e.txnForgotQ[0].seq && now.Sub(f.at) < e.opts.TxnAbortKeep {
+			return
+		}
+		e.popForgotten()
+	}
+}
+
+// popForgotten drops the oldest forgotten decision. Caller holds mu.
+func (e *Engine) popForgotten() {
+	q := e.txnForgotQ[0]
+	if f, ok := e.txnForgot[q.id]; ok && f.seq == q.seq {
+		delete(e.txnForgot, q.id)
+	}
+	e.txnForgotQ[0] = txnForgotEntry{}
+	e.txnForgotQ = e.txnForgotQ[1:]
+	if len(e.txnForgotQ) == 0 {
+		e.txnForgotQ = nil
+	}
+}
+
+// sweepTxnDecisions forgets the aborts every participant reported or older than
+// Options.TxnAbortKeep, and drops the forgotten decisions past it. Caller holds mu. A forgotten abort is answered abort again by
+// AskTxn (the lease is gone) and refuses a late commit (DecideTxn checks the lease first).
+func (e *Engine) sweepTxnDecisions() {
+	now := e.opts.Now()
+	e.expireForgotten(now)
+	// Both queues in the order their entries came (txn_forget.go): O(1) amortized, no scan
+	// of the decisions under mu.
+	durable := e.durableThrough()
+	for len(e.txnAbortDoneQ) > 0 {
+		q := e.txnAbortDoneQ[0]
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if q.lsn > durable {
+				break
+			}
+			e.forgetDecision(q.id, rec)
+		}
+		e.txnVisited++
+		e.txnAbortDoneQ[0] = txnAbortEntry{}
+		e.txnAbortDoneQ = e.txnAbortDoneQ[1:]
+	}
+	for len(e.txnAbortQ) > 0 {
+		q := e.txnAbortQ[0]
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if now.Sub(rec.at) < e.opts.TxnAbortKeep || rec.lsn > durable {
+				break
+			}
+			e.forgetDecision(q.id, rec)
+		}
+		e.txnVisited++
+		e.txnAbortQ[0] = txnAbortEntry{}
+		e.txnAbortQ = e.txnAbortQ[1:]
+	}
+}
