@@ -39,8 +39,10 @@
 //	tablestats.go  per-table cache hits and misses (Table.Stats)
 //	typed.go       typed rows over a RowCodec
 //	prepare.go     two-phase commit's participant: Tx.Prepare, Prepared.Apply, DB.DecideTxn
-//	remotestore.go the remote store (TCP); the Store interface and the embedded store are
-//	               package txnode/store
+//	remotestore.go the remote store (TCP): dial, calls, the Store methods; the Store
+//	               interface and the embedded store are package txnode/store
+//	remotecommit.go  the remote store's batches in flight: the commit queue, sends, acks
+//	remoteredial.go  its reconnection: redial with backoff, the outage, resend in flight
 //
 // # Contracts
 //
