@@ -172,12 +172,6 @@ func (s *remoteStore) ownerInUseWait(ctx context.Context) time.Duration {
 
 func (s *remoteStore) Info() store.Info { return s.info }
 
-func (s *remoteStore) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // client returns the current connection, waiting while a reconnect is in progress until ctx
 // ends; ErrUnavailable at once while the store is unavailable.
 func (s *remoteStore) client(ctx context.Context) (*sgio.Client, uint64, error) {
