@@ -1,6 +1,3 @@
-// The directory snapshot: bucket numbers to their primary row ids, refreshed from the
-// committed rows, and a hash's home bucket found through it.
-
 package hashindex
 
 import (
@@ -13,6 +10,9 @@ import (
 
 	"github.com/weftdb/weft/internal/corrupt"
 )
+
+// The directory snapshot: bucket numbers to their primary row ids, refreshed from the
+// committed rows, and a hash's home bucket found through it.
 
 // memoOf is what dirSlot.checked holds once its row passed every check (its checksum
 // included) at version ver (txnode's row version, which is below 2^63): never 0, which

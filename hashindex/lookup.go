@@ -1,6 +1,3 @@
-// Reading buckets: Lookup's cache-hit fast path, on the primary row in place in the cache,
-// and the general walk of a bucket's chain that lookups, writes and Verify share.
-
 package hashindex
 
 import (
@@ -11,6 +8,9 @@ import (
 
 	"github.com/weftdb/weft/internal/corrupt"
 )
+
+// Reading buckets: Lookup's cache-hit fast path, on the primary row in place in the cache,
+// and the general walk of a bucket's chain that lookups, writes and Verify share.
 
 // fastResult is what Lookup's fast path found.
 type fastResult uint8

@@ -1,6 +1,3 @@
-// A Client's connection goroutines: the sender writes what is queued in one writev, the
-// receiver hands each reply to its slot; a failure of either fails every request left.
-
 package sgio
 
 import (
@@ -9,6 +6,9 @@ import (
 	"runtime"
 	"time"
 )
+
+// A Client's connection goroutines: the sender writes what is queued in one writev, the
+// receiver hands each reply to its slot; a failure of either fails every request left.
 
 // sentItem is a request the sender took: its id and slot, and its message until written.
 type sentItem struct {

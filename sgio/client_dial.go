@@ -1,6 +1,3 @@
-// Connecting a Client: its configuration, Dial, and the handshake (Hello, then each side's
-// proof of the shared secret) run before the connection's goroutines start.
-
 package sgio
 
 import (
@@ -12,6 +9,9 @@ import (
 	"net"
 	"time"
 )
+
+// Connecting a Client: its configuration, Dial, and the handshake (Hello, then each side's
+// proof of the shared secret) run before the connection's goroutines start.
 
 // ClientConfig configures Dial.
 type ClientConfig struct {

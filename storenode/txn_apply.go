@@ -1,6 +1,3 @@
-// A participant's apply of a decision (txn.go): ApplyTxn writes or drops the prepared part,
-// unlocks its rows and keeps it to be reported.
-
 package storenode
 
 import (
@@ -9,6 +6,9 @@ import (
 
 	"github.com/weftdb/weft/base"
 )
+
+// A participant's apply of a decision (txn.go): ApplyTxn writes or drops the prepared part,
+// unlocks its rows and keeps it to be reported.
 
 // ApplyTxn applies the decision d of transaction id at this participant: commit writes the
 // prepared batch (as a Commit would, at the apply record's LSN), abort drops it; either way

@@ -1,6 +1,3 @@
-// The primary's side of two-phase commit (txn.go): recording a transaction's decision
-// (DecideTxn), answering a participant's Ask, and noting the participants' reports.
-
 package storenode
 
 import (
@@ -10,6 +7,9 @@ import (
 
 	"github.com/weftdb/weft/base"
 )
+
+// The primary's side of two-phase commit (txn.go): recording a transaction's decision
+// (DecideTxn), answering a participant's Ask, and noting the participants' reports.
 
 // DecideTxn records the decision d of transaction id at this node, its primary: a
 // compare-and-set. The first decision is logged (synced) and kept; the same decision again

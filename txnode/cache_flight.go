@@ -1,6 +1,3 @@
-// The cache's rows in flight: each frame's flight record, the ghosts that frames evicted with
-// rows in flight leave, the settled version, and the invalidation of a failed batch's rows.
-
 package txnode
 
 import (
@@ -8,6 +5,9 @@ import (
 
 	"github.com/weftdb/weft/internal/assert"
 )
+
+// The cache's rows in flight: each frame's flight record, the ghosts that frames evicted with
+// rows in flight leave, the settled version, and the invalidation of a failed batch's rows.
 
 // frameFlight is a frame's flight record: ver is the highest commit version (WriteBack: the
 // epoch's cut) of its rows handed to a commit batch, mask the slots of such rows since the

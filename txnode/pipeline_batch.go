@@ -1,6 +1,3 @@
-// The commit pipeline's batches: a commit's rows copied into the open batch (appendTx), what
-// a batch costs against the in-flight bound, and retired batches kept for reuse.
-
 package txnode
 
 import (
@@ -13,6 +10,9 @@ import (
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/logicpage"
 )
+
+// The commit pipeline's batches: a commit's rows copied into the open batch (appendTx), what
+// a batch costs against the in-flight bound, and retired batches kept for reuse.
 
 // newBatchLocked returns an empty batch, a reused one when there is one. Caller holds mu.
 func (p *pipeline) newBatchLocked() *batch {

@@ -1,6 +1,3 @@
-// The commit pipeline's batches in flight: launched in seq order by the sender, completed by
-// the store, retired and settled in seq order; the pipeline's fail-stop.
-
 package txnode
 
 import (
@@ -13,6 +10,9 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
 )
+
+// The commit pipeline's batches in flight: launched in seq order by the sender, completed by
+// the store, retired and settled in seq order; the pipeline's fail-stop.
 
 // sender sends the open batch whenever it has transactions and a slot is free.
 func (p *pipeline) sender() {

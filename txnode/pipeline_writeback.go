@@ -1,6 +1,3 @@
-// The commit pipeline in WriteBack: dirty frames noted at install, and the flusher's epochs,
-// each a consistent cut of every dirty row into one batch.
-
 package txnode
 
 import (
@@ -8,6 +5,9 @@ import (
 
 	"github.com/weftdb/weft/base"
 )
+
+// The commit pipeline in WriteBack: dirty frames noted at install, and the flusher's epochs,
+// each a consistent cut of every dirty row into one batch.
 
 // noteDirty records a frame that became dirty (WriteBack).
 func (p *pipeline) noteDirty(m *frameMeta) {

@@ -1,6 +1,3 @@
-// The remote store's commit path: the batches in flight (remoteCommit, pooled, in the
-// commitQueue, seq order), their sends, acknowledgements and recycling.
-
 package txnode
 
 import (
@@ -10,6 +7,9 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 )
+
+// The remote store's commit path: the batches in flight (remoteCommit, pooled, in the
+// commitQueue, seq order), their sends, acknowledgements and recycling.
 
 // remoteCommit is a batch in flight, kept until acknowledged so it can be sent again. It is
 // pooled: one that ended normally (finish) is reused once it has left the queue, its done has

@@ -1,6 +1,3 @@
-// The remote store's reconnection: watching a connection, redialing with backoff, the outage
-// (unavailable), resending the batches in flight, and which errors break a connection.
-
 package txnode
 
 import (
@@ -11,6 +8,9 @@ import (
 
 	"github.com/weftdb/weft/sgio"
 )
+
+// The remote store's reconnection: watching a connection, redialing with backoff, the outage
+// (unavailable), resending the batches in flight, and which errors break a connection.
 
 // watch waits for connection gen to break, then reconnects (redial), installs the new
 // connection as the next generation and resends the batches in flight (resendInFlight). It
