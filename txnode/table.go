@@ -166,14 +166,14 @@ func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
 	if len(row) != t.t.rowBytes {
 		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.t.name, t.t.rowBytes)
 	}
-	return t.db.retry(ctx, true, nil, t, id, nil, row)
+	return t.db.retry(ctx, true, txWork{t: t, id: id, row: rowChange{put: row}})
 }
 
 // Update calls fn with a copy of row id and writes what fn leaves in it. fn may run more than
 // once (the transaction is retried on conflict): it must not have other effects. If fn returns
 // an error nothing is written and Update returns it.
 func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error) error {
-	return t.db.retry(ctx, true, nil, t, id, fn, nil)
+	return t.db.retry(ctx, true, txWork{t: t, id: id, row: rowChange{update: fn, isUpdate: true}})
 }
 
 // Delete deletes row id. It returns ErrNotFound when the row does not exist.
@@ -208,12 +208,21 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	}
 }
 
-// retry runs one transaction (read-write when writable), retrying conflicts: either fn(tx), or,
-// without allocating a closure, the update of row id by ufn or put.
+// txWork is one transaction's work for retry: the caller's function of the transaction (tx,
+// DB.Update and DB.View), or, when tx is nil, change row of row id of t, without a closure
+// (Table.Put and Table.Update).
+type txWork struct {
+	tx  func(*Tx) error
+	t   *Table
+	id  uint64
+	row rowChange
+}
+
+// retry runs w in one transaction (read-write when writable), retrying conflicts.
 //
-// A panic in fn (or ufn) rolls the running transaction back (its pins and buffers released,
+// A panic in w's function rolls the running transaction back (its pins and buffers released,
 // nothing written) and goes on up the caller's goroutine unchanged.
-func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *Table, id uint64, ufn func([]byte) error, put []byte) error {
+func (db *DB) retry(ctx context.Context, writable bool, w txWork) error {
 	var busySince time.Time
 	var running *Tx // the transaction a panic in fn would leave behind
 	turn := false   // holds the cache turn (retryBusy)
@@ -232,11 +241,11 @@ func (db *DB) retry(ctx context.Context, writable bool, fn func(*Tx) error, t *T
 		}
 		running = tx
 		tx.turn = turn
-		if fn != nil {
+		if w.tx != nil {
 			tx.exposed = true
-			err = fn(tx)
+			err = w.tx(tx)
 		} else {
-			err = tx.update(t.t, id, ufn, put)
+			err = tx.update(w.t.t, w.id, w.row)
 		}
 		running = nil
 		if tx.busy.t != nil {
@@ -301,12 +310,12 @@ func (db *DB) readFailed(err error) bool {
 // the transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
 // kept, it returns ErrTxDone for ever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, true, fn, nil, 0, nil, nil)
+	return db.retry(ctx, true, txWork{tx: fn})
 }
 
 // View runs fn in a read-only transaction, retrying on conflict like Update.
 func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, false, fn, nil, 0, nil, nil)
+	return db.retry(ctx, false, txWork{tx: fn})
 }
 
 // Begin starts a transaction to run by hand: Commit or Rollback it. A conflict at Commit is

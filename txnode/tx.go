@@ -373,32 +373,40 @@ func (tx *Tx) Get(table *Table, id uint64, dst []byte) error {
 
 // Put replaces row id of table with row. It returns ErrNotFound when the row does not exist.
 func (tx *Tx) Put(table *Table, id uint64, row []byte) error {
-	return tx.update(table.t, id, nil, row)
+	return tx.update(table.t, id, rowChange{put: row})
 }
 
 // Update calls fn with a copy of row id of table; what fn leaves in the slice is written at
 // commit. If fn returns an error nothing is written and Update returns it. It returns
 // ErrNotFound when the row does not exist.
 func (tx *Tx) Update(table *Table, id uint64, fn func(row []byte) error) error {
-	return tx.update(table.t, id, fn, nil)
+	return tx.update(table.t, id, rowChange{update: fn, isUpdate: true})
 }
 
-// apply runs fn on row, or copies put into it when fn is nil (Put, without a closure).
-func apply(row []byte, fn func([]byte) error, put []byte) error {
-	if fn == nil {
-		copy(row, put)
+// rowChange is the change of one row, without a closure for a Put: the caller's update when
+// isUpdate, else a copy of put.
+type rowChange struct {
+	update   func(row []byte) error
+	put      []byte
+	isUpdate bool
+}
+
+// apply makes c in row.
+func (c rowChange) apply(row []byte) error {
+	if !c.isUpdate {
+		copy(row, c.put)
 		return nil
 	}
-	return fn(row)
+	return c.update(row)
 }
 
-// update is Update with fn, or Put of put (fn nil).
-func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []byte) error {
+// update makes change c in row id of t.
+func (tx *Tx) update(t *tableState, id uint64, c rowChange) error {
 	if err := tx.checkWrite(t); err != nil {
 		return err
 	}
-	if fn == nil {
-		if err := checkRowSize(t, put); err != nil {
+	if !c.isUpdate {
+		if err := checkRowSize(t, c.put); err != nil {
 			return err
 		}
 	}
@@ -409,7 +417,7 @@ func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []
 			return ErrNotFound
 		}
 		tx.scratch = append(tx.scratch[:0], tx.buf[w.off:int(w.off)+r]...)
-		if err := apply(tx.scratch, fn, put); err != nil {
+		if err := c.apply(tx.scratch); err != nil {
 			return err
 		}
 		copy(tx.buf[w.off:], tx.scratch)
@@ -423,7 +431,7 @@ func (tx *Tx) update(t *tableState, id uint64, fn func(row []byte) error, put []
 		err = ErrNotFound
 	}
 	if err == nil {
-		err = apply(row, fn, put)
+		err = c.apply(row)
 	}
 	if err != nil {
 		tx.buf = tx.buf[:off]
