@@ -60,8 +60,19 @@ const (
 	MinCacheBytes = 64 << 10
 )
 
-// Options configure Open. Zero fields take their defaults.
+// Options configure Open. Zero fields take their defaults. The fields come in groups, each for
+// a deployment:
+//   - where the rows are: exactly one of Dir (embedded), StoreAddr (a storage node over TCP)
+//     and Store;
+//   - every deployment: Durability, FlushInterval, CacheBytes, PinBytes, CacheWait,
+//     InflightBytes, MaxRetries, OwnerID, Logger;
+//   - the embedded store only: SyncMode, StoreCacheBytes;
+//   - a storage node over TCP only: Secret, DialTimeout, RequestTimeout, OwnerInUseWait;
+//   - a cluster only: Grants;
+//   - benchmarks only: FullPageIO.
 type Options struct {
+	// Where the rows are: exactly one of Dir, StoreAddr and Store.
+
 	// Dir is the directory of the embedded store (an in-process storage engine, no TCP):
 	// the default deployment. Exactly one of Dir, StoreAddr and Store must be set.
 	Dir string
@@ -71,12 +82,13 @@ type Options struct {
 	// storenode.Options of your own); Close closes it. Most programs set Dir or StoreAddr.
 	Store store.Store
 
-	// Grants hands out the etcd grants of cluster-managed tables (docs/cluster.md): a table the
-	// store reports as cluster-managed is served only under a grant from it (and fails to open
-	// without it). Package cluster implements it on a Session (cluster.TxGrants); txnode does
-	// not import cluster, so a node without a cluster links no etcd. Nil: no cluster.
-	Grants Grants
+	// Every deployment.
 
+	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
+	// missing Close loses in each.
+	Durability Durability
+	// FlushInterval is WriteBack's flush period. 0: DefaultFlushInterval (20 ms).
+	FlushInterval time.Duration
 	// CacheBytes is the hard budget of the logical page cache, in bytes: frames, their
 	// metadata, the page table and a fixed part (docs/txnode-concurrency.md, "The cache
 	// budget"). 0: DefaultCacheBytes (64 MiB); below MinCacheBytes (64 KiB, which holds 11
@@ -97,11 +109,6 @@ type Options struct {
 	// ends the wait, nothing applied); one larger is admitted alone. 0 or negative:
 	// DefaultInflightBytes (8 MiB). docs/txnode-concurrency.md, "Rows in flight and eviction".
 	InflightBytes int64
-	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
-	// missing Close loses in each.
-	Durability Durability
-	// FlushInterval is WriteBack's flush period. 0: DefaultFlushInterval (20 ms).
-	FlushInterval time.Duration
 	// MaxRetries bounds how often DB.Update runs its closure on conflicts.
 	// 0: DefaultMaxRetries (64).
 	MaxRetries int
@@ -109,10 +116,18 @@ type Options struct {
 	// restarts with the same id continues its batch sequence. Two live nodes must not share
 	// one: the second is refused with ErrOwnerInUse (see OwnerInUseWait).
 	OwnerID uint64
+	// Logger receives lease and failure events; slog.Default() when nil.
+	Logger *slog.Logger
 
-	// FullPageIO makes the node fetch and ship whole pages instead of sparse rows: an
-	// ablation that shows what sparse IO saves (crudbench --full-page-io). Not for production.
-	FullPageIO bool
+	// The embedded store (Dir) only.
+
+	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
+	SyncMode string
+	// StoreCacheBytes is the embedded store's disk page cache, in bytes.
+	// 0: DefaultStoreCacheBytes (256 MiB).
+	StoreCacheBytes int64
+
+	// A storage node over TCP (StoreAddr) only.
 
 	// Secret is the storage node's shared secret (remote store), as configured there: hex or
 	// base64 of at least 16 random bytes (sgio.ParseSecret; anything else fails Open with
@@ -129,14 +144,19 @@ type Options struct {
 	// while the DB is open. docs/operations.md, "Restarting or replacing a transaction node".
 	OwnerInUseWait time.Duration
 
-	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
-	SyncMode string
-	// StoreCacheBytes is the embedded store's disk page cache, in bytes.
-	// 0: DefaultStoreCacheBytes (256 MiB).
-	StoreCacheBytes int64
+	// A cluster (docs/cluster.md) only.
 
-	// Logger receives lease and failure events; slog.Default() when nil.
-	Logger *slog.Logger
+	// Grants hands out the etcd grants of cluster-managed tables (docs/cluster.md): a table the
+	// store reports as cluster-managed is served only under a grant from it (and fails to open
+	// without it). Package cluster implements it on a Session (cluster.TxGrants); txnode does
+	// not import cluster, so a node without a cluster links no etcd. Nil: no cluster.
+	Grants Grants
+
+	// Benchmarks only.
+
+	// FullPageIO makes the node fetch and ship whole pages instead of sparse rows: an
+	// ablation that shows what sparse IO saves (crudbench --full-page-io). Not for production.
+	FullPageIO bool
 
 	// clock is the lease clock (monotonic); tests inject one.
 	clock leaseClock
