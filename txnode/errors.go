@@ -84,6 +84,23 @@ var (
 	// ErrTxnDecided is returned when a transaction's recorded decision is not the one asked
 	// (DecideTxn of commit after a resolver recorded abort: the transaction aborted).
 	ErrTxnDecided = storenode.ErrTxnDecided
+	// ErrBadName is returned by CreateTable and Table for a name outside 1..64 bytes of
+	// [A-Za-z0-9_.-].
+	ErrBadName = storenode.ErrBadName
+	// ErrLocked is returned by Open when another process holds Dir; ErrAlreadyOpen (this
+	// process holds it: Close the other DB first) matches it too.
+	ErrLocked      = storenode.ErrLocked
+	ErrAlreadyOpen = storenode.ErrAlreadyOpen
+	// ErrOldFormat is returned by Open for a Dir an older build wrote in a format this one does
+	// not read.
+	ErrOldFormat = storenode.ErrOldFormat
+	// ErrFailStop is returned by every call after the storage engine stopped on a failed
+	// write or sync (a full or failing disk): reopen the DB (embedded) or restart the storage
+	// node; nothing acknowledged is lost.
+	ErrFailStop = storenode.ErrFailStop
+	// ErrTooManyTables is returned by CreateTable when the embedded store holds its most tables
+	// (a storage node over TCP answers it as busy).
+	ErrTooManyTables = storenode.ErrTooManyTables
 )
 
 // The storage node's sentinels this package checks for but does not re-export: the same

@@ -40,6 +40,7 @@ func TestStoreErrorsReadRight(t *testing.T) {
 			}
 			_, err = db.CreateTable(ctx, "bad name!", 64)
 			require.ErrorIs(t, err, storenode.ErrBadName)
+			require.ErrorIs(t, err, ErrBadName)
 			if embedded {
 				require.NotContains(t, err.Error(), "sgio")
 			}
@@ -56,6 +57,8 @@ func TestOpenDirTwiceInProcess(t *testing.T) {
 	_, err := Open(ctx, Options{Dir: dir, SyncMode: "none"})
 	require.ErrorIs(t, err, storenode.ErrAlreadyOpen)
 	require.ErrorIs(t, err, storenode.ErrLocked)
+	require.ErrorIs(t, err, ErrAlreadyOpen)
+	require.ErrorIs(t, err, ErrLocked)
 	require.NotContains(t, err.Error(), "another process")
 	require.NoError(t, db.Close(ctx))
 	db, err = Open(ctx, Options{Dir: dir, SyncMode: "none"})
@@ -70,6 +73,8 @@ func TestGameErrorsExported(t *testing.T) {
 	for _, c := range []struct{ ours, theirs error }{
 		{ErrFenced, storenode.ErrFenced}, {ErrMoved, storenode.ErrMoved}, {ErrTxnBusy, storenode.ErrTxnBusy},
 		{ErrTxnLocked, storenode.ErrTxnLocked}, {ErrTxnDecided, storenode.ErrTxnDecided},
+		{ErrBadName, storenode.ErrBadName}, {ErrLocked, storenode.ErrLocked}, {ErrOldFormat, storenode.ErrOldFormat},
+		{ErrFailStop, storenode.ErrFailStop}, {ErrTooManyTables, storenode.ErrTooManyTables},
 	} {
 		require.ErrorIs(t, c.theirs, c.ours)
 		require.ErrorIs(t, fmt.Errorf("wrapped: %w", c.theirs), c.ours)
