@@ -110,9 +110,11 @@ func (t *Table) refollow(ctx context.Context, m *cluster.Map) error {
 	}
 	for p := range t.parts {
 		r := t.parts[p].r.Load()
-		if r.addr == tm.Nodes[p] || tm.Revs[p] <= r.rev {
+		if tm.Revs[p] <= r.rev {
 			continue
 		}
+		// Switched since this route, to another storage node, or back to this one (moved
+		// away and back while this handle did nothing): its table there is a fresh copy.
 		if err := t.moved(ctx, uint32(p), tm.Nodes[p], tm.Revs[p]); err != nil {
 			return err // not seen yet: the next operation tries again
 		}

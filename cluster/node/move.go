@@ -251,6 +251,9 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	err := m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name, Layout: layout}, &ti)
 	if errors.Is(err, storenode.ErrTableExists) {
 		err = m.dst.CallInto(ctx, &sgio.OpenTable{Name: m.name}, &ti)
+		if err == nil {
+			err = m.dropRetired(ctx, &ti, layout)
+		}
 	}
 	if err != nil {
 		return m.errorf("target %s: %w", m.rec.To, err)
@@ -395,6 +398,23 @@ var (
 // moveDoubtHook, set by tests only, hears each freeze refused for a transaction in doubt
 // (the refusals so far), before the pause.
 var moveDoubtHook func(refused int)
+
+// dropRetired drops the target's table ti when it is the retired copy of an earlier move of
+// the partition away from the target (a source fenced for good, serving nothing), and
+// creates the fresh copy in its place, into ti: so a partition can move back to a storage
+// node that once held it. The storage node drops a retired copy for anyone, unless etcd's
+// map places the partition there (then it refuses, and so does this move). Any other table
+// is left as it is (an incoming copy is reused; another is refused by the begin).
+func (m *mover) dropRetired(ctx context.Context, ti *sgio.TableInfo, layout base.ClusterLayout) error {
+	st, err := m.step(ctx, m.dst, sgio.MoveOpStatus, ti.Table)
+	if err != nil || st.State != uint8(storenode.MoveRetired) {
+		return err
+	}
+	if err := m.dst.CallInto(ctx, &sgio.DropTable{Name: m.name}, &sgio.OK{}); err != nil && !errors.Is(err, storenode.ErrTableNotFound) {
+		return fmt.Errorf("drop the retired copy of an earlier move: %w", err)
+	}
+	return m.dst.CallInto(ctx, &sgio.CreateClusterTable{RowBytes: uint16(m.t.rowBytes), Name: m.name, Layout: layout}, ti)
+}
 
 // freeze freezes the source under this mover's epoch (a frozen source found is taken over).
 // While a transaction in doubt holds rows of the partition there (storenode.ErrTxnLocked:

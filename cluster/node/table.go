@@ -63,6 +63,9 @@ type part struct {
 	// moved (follow.go): once the map switches it, the node registers the session's grant
 	// (the one the switch kept, or a new one) with its new storage node.
 	rejoin atomic.Bool
+	// released is set once Release gave the partition up (own.go): as after a lost grant,
+	// this node cannot own it again.
+	released atomic.Bool
 }
 
 func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Table {
@@ -96,7 +99,8 @@ func (t *Table) Partition(id uint64) uint32 { return t.m.Layout.Of(id) }
 func (t *Table) NodeOf(id uint64) string { return t.parts[t.m.Layout.Of(id)].addr() }
 
 // Owned returns the partitions this node owns, in the order Own took them. The slice is
-// the caller's.
+// the caller's. A partition it does not list may be mid-move (owned again once the move's
+// switch is followed), lost for good or released: OwnState tells them apart.
 func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load()...) }
 
 // Own acquires partitions for writing under the node's session, at once: a partition another
@@ -240,6 +244,9 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if pt.lost.Load() {
 		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 			t.m.Name, p, cluster.ErrLost)
+	}
+	if pt.released.Load() {
+		return nil, fmt.Errorf("%w: table %q partition %d (Table.Release); reopen the node to own it again", ErrReleased, t.m.Name, p)
 	}
 	db, err := t.n.db(ctx, pt.addr())
 	if err != nil {

@@ -1,0 +1,59 @@
+package node_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// A partition moves back to a storage node that once held it: the retired copy its first
+// move left there (fenced for good, serving nothing) is dropped by the second move, which
+// copies afresh. Its owner writes on through the same handle across both moves, and another
+// node reads the last write from the storage node it is back on. Before, the second move
+// was refused (ErrMoveRefused: the target's table was not a fresh copy).
+//
+// The owner is a node that never owned the partition on its first storage node: one that
+// did keeps that table's state in its transaction node there (txnode), and fails to own the
+// fresh copy ("dropped at the store") until it is reopened.
+func TestMoveBackToFormerNode(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0x1, "game-1:7000")
+	mover := tc.open(t, 0x2, "game-2:7000")
+	owner := tc.open(t, 0x3, "game-3:7000")
+	ta, err := a.CreateTable(ctx, "back", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0))
+	id := insertRow(t, ctx, ta, balanceRow(1))
+	require.EqualValues(t, 0, ta.Partition(id))
+	require.NoError(t, ta.Release(ctx, 0))
+	mt := openTable(t, ctx, mover, "back")
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+
+	tbl := openTable(t, ctx, owner, "back")
+	require.NoError(t, tbl.Own(ctx, 0))
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
+	require.NoError(t, tbl.Put(ctx, id, balanceRow(11)))
+
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[0]), "back to the storage node that held it")
+	var perr error
+	for try := 0; try < 10; try++ { // the *NotOwnerErrors of a move are retried
+		if perr = tbl.Put(ctx, id, balanceRow(12)); perr == nil {
+			break
+		}
+	}
+	require.NoError(t, perr, "the owner writes on after the move back")
+	require.Equal(t, tc.addrs[0], tbl.NodeOf(id))
+	require.Equal(t, node.OwnHeld, tbl.OwnState(0))
+	dst := make([]byte, 64)
+	require.NoError(t, tbl.Get(ctx, id, dst))
+	require.Equal(t, uint64(12), balanceOf(dst))
+
+	// Another node's durable read, from the copy the map points at again.
+	require.NoError(t, tbl.Release(ctx, 0))
+	require.NoError(t, mt.Get(ctx, id, dst))
+	require.Equal(t, uint64(12), balanceOf(dst))
+	require.Equal(t, tc.addrs[0], mt.NodeOf(id))
+}

@@ -1,0 +1,210 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/txnode"
+)
+
+// Ownership of a partition, as a Table knows it (OwnState): the owned table (part.tb), and
+// the flags of a partition not owned now (part.rejoin: dropped because it is being moved,
+// owned again once the map switches it; part.lost: its grant ended for good; part.released:
+// given up by Release). At most one of the three flags is set while tb is nil; tb set
+// implies none of them but rejoin, which the follow clears as it stores the new table.
+
+// OwnState is what this node knows of its ownership of one partition (Table.OwnState).
+type OwnState uint8
+
+const (
+	// OwnNone: not owned, and nothing keeps this node from owning it (Own may take it):
+	// never owned through this handle, or given up after a move this node could not
+	// follow (the target refused its grant: follow.go).
+	OwnNone OwnState = iota
+	// OwnHeld: owned (listed by Table.Owned); writes go through this node's cache.
+	OwnHeld
+	// OwnMoving: owned, but being moved: a write found the frozen source (or a fence while
+	// a move of the partition is recorded in etcd), so the partition is not listed by
+	// Owned, and its writes fail with a *NotOwnerError to retry. The node keeps the grant
+	// (the switch keeps it) and owns the partition again, under the same grant, once the
+	// map switches it (the next operation of the handle follows): OwnHeld then, or OwnNone
+	// if the new storage node refused the grant.
+	OwnMoving
+	// OwnLost: the grant ended for good: the session's lease expired or the session closed,
+	// the owner key went, or a storage node fenced it (another node's newer grant). Its
+	// writes fail with a *NotOwnerError naming the new holder; this Node cannot own the
+	// partition again (its transaction node keeps the table's state: reopen the Node).
+	OwnLost
+	// OwnReleased: given up by Table.Release. Like OwnLost, this Node cannot own it again
+	// (Own fails with ErrReleased): reopen the Node.
+	OwnReleased
+)
+
+// String returns the state's name.
+func (s OwnState) String() string {
+	switch s {
+	case OwnNone:
+		return "none"
+	case OwnHeld:
+		return "held"
+	case OwnMoving:
+		return "moving"
+	case OwnLost:
+		return "lost"
+	case OwnReleased:
+		return "released"
+	}
+	return fmt.Sprintf("OwnState(%d)", uint8(s))
+}
+
+// OwnState returns what this handle knows of the node's ownership of partition p (OwnState):
+// tells a partition mid-move (OwnMoving: owned again once the move's switch is followed)
+// from one lost for good (OwnLost: fenced, expired, taken by another node) or given up
+// (OwnReleased), neither of which Owned lists. It reflects what this handle's operations
+// found, reading nothing: a grant lost that no operation has run into yet is still
+// OwnHeld, and a partition whose move froze it before any write found out is OwnHeld until
+// one does. OwnNone for a partition the table does not have. Any goroutine may call it.
+func (t *Table) OwnState(p uint32) OwnState {
+	if p >= uint32(len(t.parts)) {
+		return OwnNone
+	}
+	pt := &t.parts[p]
+	switch {
+	case pt.tb.Load() != nil:
+		return OwnHeld
+	case pt.released.Load():
+		return OwnReleased
+	case pt.lost.Load():
+		return OwnLost
+	case pt.rejoin.Load():
+		return OwnMoving
+	}
+	return OwnNone
+}
+
+// Release gives up partitions parts without closing the Node, each in turn: it stops this
+// handle's writes of the partition (later ones fail with a *NotOwnerError naming the new
+// holder, or nobody), waits until every commit the partition's transaction node admitted
+// before is durable at its storage node (in WriteBack mode it asks for a flush: the
+// acknowledged commits not flushed yet are written first, so the next owner reads them),
+// then releases the grant: its owner key is deleted in etcd, so another node's Own of the
+// partition succeeds at once (its newer grant replaces this one at the storage node, which
+// verifies it in etcd), not a lease later. A partition being moved (OwnMoving) has its grant
+// released too, and is not owned again after the switch.
+//
+// Releasing a partition this handle does not own (OwnNone, OwnLost, OwnReleased) is a
+// no-op; one the table does not have is cluster.ErrInvalid (nothing released). The grant
+// is the Node's, shared by its handles of the table: another handle that owns the partition
+// loses it too. Once released, this Node cannot own the partition again (Own fails with
+// ErrReleased; reopen the Node), as after a lost grant: its transaction node keeps the
+// partition table's state for its life.
+//
+// Writes of the partition still running when Release starts (begun before it, on this
+// handle or in a Node.Update) are not waited for: one that commits before the flush is
+// written with it, one that commits after fails (its grant gone), or, in WriteBack mode,
+// may be acknowledged and lost with its epoch. Stop writing a partition before releasing it.
+//
+// When the wait fails (ctx ends, the transaction node failed) the partition stays owned,
+// and Release returns that error, wrapped; when etcd refuses the release, the partition is
+// released here but its owner key stays until the session's lease ends (the grant stopped
+// vouching: this node serves it no more). The partitions before it stay released.
+func (t *Table) Release(ctx context.Context, parts ...uint32) error {
+	if err := t.n.closedErr(); err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if p >= uint32(len(t.parts)) {
+			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
+		}
+	}
+	var done []uint32
+	for _, p := range parts {
+		if slices.Contains(done, p) {
+			continue
+		}
+		if err := t.releaseOne(ctx, p); err != nil {
+			return t.n.after(err)
+		}
+		done = append(done, p)
+	}
+	return nil
+}
+
+// releaseOne is Release of partition p, one Own or Release of it at a time (owning).
+func (t *Table) releaseOne(ctx context.Context, p uint32) error {
+	pt := &t.parts[p]
+	select {
+	case pt.owning <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("node: release table %q partition %d: %w", t.m.Name, p, ctx.Err())
+	}
+	defer func() { <-pt.owning }()
+	tb := pt.tb.Load()
+	if tb == nil && !pt.rejoin.Load() {
+		return nil
+	}
+	// Writes of this handle are refused from here (owner: not owned, not to rejoin), and a
+	// move's follow does not own it again (movedOn: no table, no rejoin).
+	pt.released.Store(true)
+	pt.rejoin.Store(false)
+	if tb != nil {
+		if !pt.tb.CompareAndSwap(tb, nil) {
+			// A write found the grant lost meanwhile (drop, moving): owned no more.
+			tb = nil
+		}
+		t.unsetOwned(p)
+	}
+	if tb != nil {
+		if err := t.n.durable(ctx, tb.DB()); err != nil {
+			pt.released.Store(false)
+			if pt.tb.CompareAndSwap(nil, tb) {
+				t.setOwned(p)
+			}
+			return fmt.Errorf("node: release table %q partition %d: its commits are not durable yet: %w (still owned)", t.m.Name, p, err)
+		}
+		tb.Unpin() // its pages are no longer this node's to cache (pin.go)
+	}
+	if o := t.n.sess.Held(t.m.Name, p); o != nil {
+		if err := o.Release(ctx); err != nil {
+			return fmt.Errorf("node: release table %q partition %d: %w (not served here any more; its owner key stays until it is deleted or the session's lease ends)",
+				t.m.Name, p, err)
+		}
+	}
+	return nil
+}
+
+// The waits of durable for the transaction node's durable version: doubling from the first
+// to the last, then every last.
+const (
+	durableWaitFirst = time.Millisecond
+	durableWaitMax   = 50 * time.Millisecond
+)
+
+// durable returns once every commit db admitted before the call is durable at its storage
+// node (acknowledged; in WriteBack mode flushed, a flush asked for at once), or db failed
+// for good (its error), or ctx ended. txnode has no wait for its commit counter (a
+// Session's Flush waits for the session's own commits), so this reads the counters
+// (txnode.Stats: CommitVersion, DurableVersion) until the durable one reaches it, asking for
+// a flush (Session.Flush kicks the pipeline, and in WriteBack the flusher) each time.
+func (n *Node) durable(ctx context.Context, db *txnode.DB) error {
+	target := db.Stats().CommitVersion
+	wait := durableWaitFirst
+	for {
+		if err := db.Session().Flush(ctx); err != nil {
+			return err
+		}
+		if db.Stats().DurableVersion >= target {
+			return nil
+		}
+		if err := db.Err(); err != nil {
+			return err
+		}
+		if !pause(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(2*wait, durableWaitMax)
+	}
+}
