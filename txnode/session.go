@@ -150,6 +150,19 @@ func (p *Pending) Done() <-chan struct{} {
 	return p.done
 }
 
+// Flush waits until every transaction committed on db before the call (by any session) is
+// durable; in WriteBack mode it flushes them now. It returns the error that keeps them from it
+// (a failed batch, the DB closed) or ctx's error if ctx ends first (their outcome then is
+// unknown to the caller: each transaction's own Pending or Update tells).
+func (db *DB) Flush(ctx context.Context) error {
+	if db.opts.Durability == WriteBack {
+		db.pipe.flushSoon()
+	} else {
+		db.pipe.kickNow()
+	}
+	return db.waitDurable(ctx, db.commitVer.Load())
+}
+
 // Flush waits until every transaction the session committed is durable. It returns the
 // error that keeps them from it (a failed batch) or one wrapping ErrUnknownOutcome if ctx
 // ends first; a closure's error stays with its own Pending.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/txnode"
 )
 
 // Ownership of a partition, as a Table knows it (OwnState): the owned table (part.tb), and
@@ -158,7 +156,7 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		t.unsetOwned(p)
 	}
 	if tb != nil {
-		if err := t.n.durable(ctx, tb.DB()); err != nil {
+		if err := tb.DB().Flush(ctx); err != nil {
 			pt.released.Store(false)
 			if pt.tb.CompareAndSwap(nil, tb) {
 				t.setOwned(p)
@@ -174,37 +172,4 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		}
 	}
 	return nil
-}
-
-// The waits of durable for the transaction node's durable version: doubling from the first
-// to the last, then every last.
-const (
-	durableWaitFirst = time.Millisecond
-	durableWaitMax   = 50 * time.Millisecond
-)
-
-// durable returns once every commit db admitted before the call is durable at its storage
-// node (acknowledged; in WriteBack mode flushed, a flush asked for at once), or db failed
-// for good (its error), or ctx ended. txnode has no wait for its commit counter (a
-// Session's Flush waits for the session's own commits), so this reads the counters
-// (txnode.Stats: CommitVersion, DurableVersion) until the durable one reaches it, asking for
-// a flush (Session.Flush kicks the pipeline, and in WriteBack the flusher) each time.
-func (n *Node) durable(ctx context.Context, db *txnode.DB) error {
-	target := db.Stats().CommitVersion
-	wait := durableWaitFirst
-	for {
-		if err := db.Session().Flush(ctx); err != nil {
-			return err
-		}
-		if db.Stats().DurableVersion >= target {
-			return nil
-		}
-		if err := db.Err(); err != nil {
-			return err
-		}
-		if !pause(ctx, wait) {
-			return ctx.Err()
-		}
-		wait = min(2*wait, durableWaitMax)
-	}
 }
