@@ -155,12 +155,18 @@ func (p *Pending) Done() <-chan struct{} {
 // (a failed batch, the DB closed) or ctx's error if ctx ends first (their outcome then is
 // unknown to the caller: each transaction's own Pending or Update tells).
 func (db *DB) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The target before the flush is asked for: a commit after the flusher's cut but before
+	// the read would set a target that flush does not cover (pipeline.flush's cutReq).
+	ver := db.commitVer.Load()
 	if db.opts.Durability == WriteBack {
 		db.pipe.flushSoon()
 	} else {
 		db.pipe.kickNow()
 	}
-	return db.waitDurable(ctx, db.commitVer.Load())
+	return db.waitDurable(ctx, ver)
 }
 
 // Flush waits until every transaction the session committed is durable. It returns the

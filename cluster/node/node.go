@@ -104,6 +104,16 @@ type Node struct {
 	// ones waiting for them (at most abortRecordQueue). Guarded by mu.
 	recording int
 	aborts    []abortRecord
+
+	// released holds the partitions Table.Release gave up (own.go), as releasedKey: seen by
+	// every handle of their table, none of which owns them again.
+	released sync.Map
+}
+
+// releasedKey names a partition in Node.released.
+type releasedKey struct {
+	table string
+	part  uint32
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db

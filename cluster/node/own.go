@@ -73,7 +73,7 @@ func (t *Table) OwnState(p uint32) OwnState {
 	switch {
 	case pt.tb.Load() != nil:
 		return OwnHeld
-	case pt.released.Load():
+	case pt.released.Load() || t.wasReleased(p):
 		return OwnReleased
 	case pt.lost.Load():
 		return OwnLost
@@ -131,9 +131,18 @@ func (t *Table) Release(ctx context.Context, parts ...uint32) error {
 	return nil
 }
 
+// wasReleased reports whether a Release of any handle of the table gave partition p up.
+func (t *Table) wasReleased(p uint32) bool {
+	_, ok := t.n.released.Load(releasedKey{t.m.Name, p})
+	return ok
+}
+
 // releaseOne is Release of partition p, one Own or Release of it at a time (owning).
 func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 	pt := &t.parts[p]
+	if err := ctx.Err(); err != nil { // ended before: nothing released (the select picks at random)
+		return fmt.Errorf("node: release table %q partition %d: %w", t.m.Name, p, err)
+	}
 	select {
 	case pt.owning <- struct{}{}:
 	case <-ctx.Done():
@@ -147,7 +156,7 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 	// Writes of this handle are refused from here (owner: not owned, not to rejoin), and a
 	// move's follow does not own it again (movedOn: no table, no rejoin).
 	pt.released.Store(true)
-	pt.rejoin.Store(false)
+	rejoin := pt.rejoin.Swap(false)
 	if tb != nil {
 		if !pt.tb.CompareAndSwap(tb, nil) {
 			// A write found the grant lost meanwhile (drop, moving): owned no more.
@@ -156,8 +165,13 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		t.unsetOwned(p)
 	}
 	if tb != nil {
-		if err := tb.DB().Flush(ctx); err != nil {
+		err := tb.DB().Flush(ctx)
+		if err == nil {
+			err = ctx.Err() // ended during the flush: the grant's release would fail; kept
+		}
+		if err != nil {
 			pt.released.Store(false)
+			pt.rejoin.Store(rejoin)
 			if pt.tb.CompareAndSwap(nil, tb) {
 				t.setOwned(p)
 			}
@@ -165,6 +179,7 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		}
 		tb.Unpin() // its pages are no longer this node's to cache (pin.go)
 	}
+	t.n.released.Store(releasedKey{t.m.Name, p}, struct{}{})
 	if o := t.n.sess.Held(t.m.Name, p); o != nil {
 		if err := o.Release(ctx); err != nil {
 			return fmt.Errorf("node: release table %q partition %d: %w (not served here any more; its owner key stays until it is deleted or the session's lease ends)",

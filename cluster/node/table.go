@@ -241,12 +241,12 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if tb := pt.tb.Load(); tb != nil {
 		return tb, nil
 	}
+	if pt.released.Load() || t.wasReleased(p) {
+		return nil, fmt.Errorf("%w: table %q partition %d (Table.Release); reopen the node to own it again", ErrReleased, t.m.Name, p)
+	}
 	if pt.lost.Load() {
 		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
 			t.m.Name, p, cluster.ErrLost)
-	}
-	if pt.released.Load() {
-		return nil, fmt.Errorf("%w: table %q partition %d (Table.Release); reopen the node to own it again", ErrReleased, t.m.Name, p)
 	}
 	db, err := t.n.db(ctx, pt.addr())
 	if err != nil {
