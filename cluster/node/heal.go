@@ -206,7 +206,11 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 			}
 		}
 	}
-	return n.dialed(addr, sc, h, err, true)
+	// A dial the caller's context cut short (it started with little of it left, after the
+	// backoff's wait) is not a failed dial: the backoff does not grow, and the next call
+	// dials at once. Counted, calls of 1 s deadlines could each wait out most of a backoff
+	// above 1 s, then dial with too little time, for ever (TestStorageNodeBackShortDeadlinesHeal).
+	return n.dialed(addr, sc, h, err, err != nil && ctx.Err() == nil)
 }
 
 // dialed ends dial: sc gets the new transaction node or err (tried: a dial failed, so the
