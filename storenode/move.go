@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
@@ -26,8 +27,10 @@ import (
 //     restart forgets the mark, and MoveChanges then fails with ErrMoveLost); MoveChanges
 //     hands them out, a bounded number per call. MoveFreeze stops every grant, id grant and
 //     commit of the table (ErrMoved; reads go on), refused while a prepared transaction holds
-//     rows of the table (ErrTxnLocked: a partition with transactions in doubt is not moved),
-//     and from then on no transaction can be prepared on it. A freeze is its mover's (the
+//     rows of the table (ErrTxnLocked: a partition with transactions in doubt is not moved;
+//     the refusal drains the table: new prepares of it are refused, ErrMoved, for
+//     MoveDrainFor, so the ones in doubt decide and the next freeze is not refused for new
+//     ones), and from then on no transaction can be prepared on it. A freeze is its mover's (the
 //     mover epoch, logged; a mover adopting a frozen source freezes it again under its own):
 //     MoveThaw undoes it (a move rolled back) only for that epoch or a higher one; MoveRetire
 //     (of that epoch or a higher one) fences the copy for good once the map points elsewhere:
@@ -99,7 +102,16 @@ type tableMove struct {
 	// Memory only.
 	token uint64
 	dirty map[uint64]uint64
+	// drainUntil is the end of a source's drain: a freeze refused for a transaction in doubt
+	// refuses new prepares of the table (ErrMoved) until then, so the ones in doubt decide
+	// and the mover's next freeze is not refused again for new ones. Memory only.
+	drainUntil time.Time
 }
+
+// MoveDrainFor is how long a freeze refused for a transaction in doubt refuses new prepares
+// of the table: longer than a mover's pause between freezes (cluster/node), short enough
+// that a mover that died leaves the partition's two-phase commits refused only briefly.
+const MoveDrainFor = time.Second
 
 func appendMoveStateRecord(dst []byte, table uint32, s MoveState, epoch uint64) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, table)
@@ -134,6 +146,25 @@ func (e *Engine) moveRefuses(t *table) error {
 	}
 	if m := e.moves[t.id]; m != nil && m.state != MoveLive {
 		return fmt.Errorf("%w: table %q is %v", ErrMoved, t.name, m.state)
+	}
+	return nil
+}
+
+// moveDrains is the check of a prepare of b: ErrMoved while a table it writes drains for a
+// move's freeze (MoveFreeze refused for a transaction in doubt). Caller holds mu.
+func (e *Engine) moveDrains(b *base.Batch) error {
+	if e.moves == nil {
+		return nil
+	}
+	for i := range b.Fences {
+		m := e.moves[b.Fences[i].Table]
+		if m == nil || m.drainUntil.IsZero() {
+			continue
+		}
+		if left := m.drainUntil.Sub(e.opts.Now()); left > 0 {
+			return fmt.Errorf("%w: table %d drains its transactions in doubt for a move's freeze (%v left)", ErrMoved, b.Fences[i].Table, left.Round(time.Millisecond))
+		}
+		m.drainUntil = time.Time{}
 	}
 	return nil
 }
@@ -413,7 +444,15 @@ func (e *Engine) MoveFreeze(tableID uint32, epoch uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: table %q is %v: not a source", ErrMoveState, t.name, s)
 	}
 	if e.tableLocked(t.id) {
-		return 0, fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: it moves once they are decided", ErrTxnLocked, t.name)
+		if m == nil {
+			if e.moves == nil {
+				e.moves = make(map[uint32]*tableMove)
+			}
+			m = &tableMove{}
+			e.moves[t.id] = m
+		}
+		m.drainUntil = e.opts.Now().Add(MoveDrainFor)
+		return 0, fmt.Errorf("%w: partition table %q has rows of a transaction in doubt: it moves once they are decided (new prepares refused for %v)", ErrTxnLocked, t.name, MoveDrainFor)
 	}
 	if err := e.setMoveState(t, MoveFrozen, epoch); err != nil {
 		return 0, err

@@ -160,6 +160,10 @@ func (e *Engine) prepareLocked(p *base.TxnPrepare, hash uint64) (uint64, error) 
 			e.noteRefused(b.Owner, o, b.Seq)
 			return 0, err
 		}
+		if err := e.moveDrains(b); err != nil {
+			e.noteRefused(b.Owner, o, b.Seq)
+			return 0, err
+		}
 		if o == nil {
 			if err := e.freshRefusedGap(b.Owner, b.Seq); err != nil {
 				return 0, err

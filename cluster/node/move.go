@@ -423,7 +423,9 @@ func (m *mover) dropRetired(ctx context.Context, ti *sgio.TableInfo, layout base
 // meanwhile, a catch-up round before each try keeping the tail to copy while frozen short.
 // Not held between tries: a freeze holding the partition's writes while it waited would fail
 // them for as long as the slowest transaction in doubt (and, given up, leave its owner's
-// tables fenced). Past moveDoubtWaitMax of refusals the move is rolled back: ErrMoveRefused,
+// tables fenced). Each refusal drains the source for storenode.MoveDrainFor instead: its
+// new prepares are refused (not-owner, retried by their callers), its commits go on, so
+// under steady two-phase load the transactions in doubt run out and a freeze gets in. Past moveDoubtWaitMax of refusals the move is rolled back: ErrMoveRefused,
 // saying why. When ctx ends first the move stays recorded (the next Move resumes it).
 func (m *mover) freeze(ctx context.Context, token *uint64) error {
 	var first time.Time
