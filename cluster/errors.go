@@ -58,6 +58,9 @@ type Holder struct {
 	Addr string
 	// Epoch is the holder's grant revision.
 	Epoch uint64
+	// WriteBack is set for a holder that acknowledges writes before they are durable
+	// (txnode WriteBack): a move asks it to flush before the freeze (moveflush.go).
+	WriteBack bool
 }
 
 // OwnedError is the error of an Acquire that found the partition held by another session.

@@ -35,6 +35,49 @@ type Ownership struct {
 	seenDel    int64 // pending only: the latest delete of the key the watch saw
 	seenCreate int64 // pending only: the latest CreateRevision of a put the watch saw
 	missed     bool  // pending only: a compaction took watch events the key may have had
+	// flush is the mover epoch of the partition's flush request (moveflush.go), 0 when
+	// none; flushRev the revision it was read at (watch events at or below it are old).
+	flush    atomic.Int64
+	flushRev int64
+}
+
+// FlushRequested returns the mover epoch whose flush request is on the partition (a move
+// about to freeze its source; moveflush.go), 0 when none.
+func (o *Ownership) FlushRequested() int64 { return o.flush.Load() }
+
+// flushEvent takes a watch event on the partition's flush request. Caller holds s.mu.
+func (o *Ownership) flushEvent(ev *clientv3.Event) {
+	if ev.Kv.ModRevision <= o.flushRev {
+		return
+	}
+	o.flushRev = ev.Kv.ModRevision
+	var epoch int64
+	if ev.Type != clientv3.EventTypeDelete {
+		e, err := decodeFlush(ev.Kv.Value)
+		if err != nil {
+			return // not a request this node can answer: the mover's wait ends unanswered
+		}
+		epoch = e
+	}
+	o.flush.Store(epoch)
+	if f := o.s.moveFlush; f != nil && o.epoch.Load() != 0 {
+		f(o, epoch)
+	}
+}
+
+// AckFlush answers the flush request of mover epoch epoch: this grant's acknowledged writes
+// of the partition are flushed. Written only while the owner key is still this grant's.
+func (o *Ownership) AckFlush(ctx context.Context, epoch int64) error {
+	c, grant := o.s.c, int64(o.epoch.Load())
+	resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(o.key), "=", grant)).
+		Then(clientv3.OpPut(c.keys.flushed(o.table, o.part), string(encodeFlushed(epoch, grant)), clientv3.WithLease(o.s.lease))).Commit()
+	if err != nil {
+		return unavailable(fmt.Sprintf("answer the flush request of table %q partition %d", o.table, o.part), err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: table %q partition %d: the grant is gone", ErrLost, o.table, o.part)
+	}
+	return nil
 }
 
 // Table returns the table's name.
@@ -197,7 +240,7 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 	for {
 		resp, err = s.c.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.CreateRevision(pk), ">", 0)).
-			Then(clientv3.OpPut(key, string(encodeOwner(s.holder)), clientv3.WithLease(s.lease))).
+			Then(clientv3.OpPut(key, string(encodeOwner(s.holder)), clientv3.WithLease(s.lease)), clientv3.OpGet(s.c.keys.flush(table, part))).
 			Else(clientv3.OpGet(key), clientv3.OpGet(pk, clientv3.WithCountOnly())).
 			Commit()
 		if err != nil || resp.Succeeded {
@@ -223,6 +266,19 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 		err = unavailable(fmt.Sprintf("acquire table %q partition %d", table, part), err)
 	case resp.Succeeded:
 		epoch = resp.Header.Revision
+		// The flush request as of the grant (a move that asked before it is answered as
+		// one that asks after); the watch's events at or below the grant are older.
+		s.mu.Lock()
+		if o.flushRev < epoch {
+			o.flushRev = epoch
+			o.flush.Store(0)
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+				if e, derr := decodeFlush(kvs[0].Value); derr == nil {
+					o.flush.Store(e)
+				}
+			}
+		}
+		s.mu.Unlock()
 	default:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		switch {
@@ -266,6 +322,9 @@ func (s *Session) acquire(ctx context.Context, table string, part uint32) (*Owne
 		return nil, 0, o.lostErr
 	}
 	s.notify()
+	if e := o.flush.Load(); e != 0 && s.moveFlush != nil {
+		s.moveFlush(o, e)
+	}
 	return o, 0, nil
 }
 

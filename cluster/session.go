@@ -55,6 +55,9 @@ type SessionConfig struct {
 	// Addr is where the node takes requests for the partitions it owns, written in its
 	// owner keys (at most 255 bytes; may be empty).
 	Addr string
+	// WriteBack is set for a node that acknowledges writes before they are durable
+	// (txnode WriteBack), written in its owner keys: a move asks it to flush first.
+	WriteBack bool
 	// TTL is the lease TTL asked of etcd, a whole number of seconds, TTLMin..TTLMax
 	// (TTLDefault when zero). etcd may grant a longer one; the session uses what it grants.
 	TTL time.Duration
@@ -65,6 +68,12 @@ type SessionConfig struct {
 	Margin time.Duration
 	// Clock is the deadline's clock (the system's monotonic clock when nil).
 	Clock Clock
+
+	// MoveFlush, when set, is called when a move asks for a flush of a partition this
+	// session holds (epoch: the asking mover's epoch), or ends its request (epoch 0); on
+	// the owner-key watch's goroutine, under the session's lock: it must not block or call
+	// the session (cluster/node starts the flush on a goroutine of its own). moveflush.go.
+	MoveFlush func(o *Ownership, epoch int64)
 
 	// hookKeepAlive and hookRenewed, set by internal tests, run in the keepalive goroutine
 	// after a keepalive returned (before the deadline moves) and after a renewal ended;
@@ -84,6 +93,8 @@ type Session struct {
 	clock  Clock
 	origin time.Time
 	holder Holder // Epoch unused
+	// moveFlush is SessionConfig.MoveFlush.
+	moveFlush func(o *Ownership, epoch int64)
 
 	// deadline is nanoseconds after origin; the session vouches strictly before it.
 	deadline atomic.Int64
@@ -144,11 +155,12 @@ func (c *Client) NewSession(ctx context.Context, cfg SessionConfig) (*Session, e
 	}
 	s := &Session{
 		c: c, lease: resp.ID, ttl: granted, margin: margin, clock: clock, origin: origin,
-		holder:  Holder{Owner: cfg.Owner, Incarnation: cfg.Incarnation, Addr: cfg.Addr},
-		owned:   make(map[string]*Ownership),
-		retired: make(map[string]int64),
-		changed: make(chan struct{}),
-		closed:  make(chan struct{}),
+		holder:    Holder{Owner: cfg.Owner, Incarnation: cfg.Incarnation, Addr: cfg.Addr, WriteBack: cfg.WriteBack},
+		moveFlush: cfg.MoveFlush,
+		owned:     make(map[string]*Ownership),
+		retired:   make(map[string]int64),
+		changed:   make(chan struct{}),
+		closed:    make(chan struct{}),
 
 		hookKeepAlive: cfg.hookKeepAlive, hookRenewed: cfg.hookRenewed, hookWatch: cfg.hookWatch,
 		hookWatched: cfg.hookWatched,
@@ -407,6 +419,9 @@ func (s *Session) watchOwners(ctx context.Context, rev int64) {
 				rev = ev.Kv.ModRevision
 				o := s.owned[string(ev.Kv.Key)]
 				if o == nil {
+					if ok, isFlush := flushOwnerKey(string(ev.Kv.Key)); isFlush && s.owned[ok] != nil {
+						s.owned[ok].flushEvent(ev)
+					}
 					continue
 				}
 				o.event(ev)

@@ -30,7 +30,9 @@ import (
 //	  4+n u32 crc32c of bytes 0..4+n
 //	owner (36 + n bytes)
 //	  0  u8  version (1)   1 u8 kind (3)   2 u16 address length n (0..255)
-//	  4  u32 reserved (0)  8 u64 owner id (nonzero)   16 [16] incarnation
+//	  4  u8  flags (bit 0: the holder writes back, so a move asks it to flush first:
+//	         moveflush.go; other bits 0)   5 [3] reserved (0)
+//	  8  u64 owner id (nonzero)   16 [16] incarnation
 //	  32 n   address (where the holder takes requests; may be empty)
 //	  32+n u32 crc32c of bytes 0..32+n
 //
@@ -170,11 +172,18 @@ func decodePartition(b []byte) (string, error) {
 	return string(b[4 : 4+n]), nil
 }
 
+// ownerWriteBack is the owner value's flag of a holder that writes back.
+const ownerWriteBack = 1
+
 func encodeOwner(h Holder) []byte {
 	b := make([]byte, 0, 36+len(h.Addr))
 	b = append(b, valueVersion, kindOwner)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.Addr)))
-	b = binary.LittleEndian.AppendUint32(b, 0)
+	var flags byte
+	if h.WriteBack {
+		flags |= ownerWriteBack
+	}
+	b = append(b, flags, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, h.Owner)
 	b = append(b, h.Incarnation[:]...)
 	b = append(b, h.Addr...)
@@ -190,10 +199,10 @@ func decodeOwner(b []byte) (Holder, error) {
 	if n > addrBytesMax || len(b) != 36+n {
 		return Holder{}, corrupt.Errorf("cluster: owner value: address of %d bytes in a %d-byte value", n, len(b))
 	}
-	if binary.LittleEndian.Uint32(b[4:]) != 0 {
-		return Holder{}, corrupt.Errorf("cluster: owner value: reserved bytes set")
+	if b[4]&^ownerWriteBack != 0 || b[5] != 0 || b[6] != 0 || b[7] != 0 {
+		return Holder{}, corrupt.Errorf("cluster: owner value: reserved bits set")
 	}
-	h := Holder{Owner: binary.LittleEndian.Uint64(b[8:]), Addr: string(b[32 : 32+n])}
+	h := Holder{Owner: binary.LittleEndian.Uint64(b[8:]), Addr: string(b[32 : 32+n]), WriteBack: b[4]&ownerWriteBack != 0}
 	copy(h.Incarnation[:], b[16:32])
 	if h.Owner == 0 {
 		return Holder{}, corrupt.Errorf("cluster: owner value: owner id 0")

@@ -14,6 +14,9 @@ func FuzzDecodeValues(f *testing.F) {
 	f.Add(encodeTable(Layout{Partitions: 3, StripePages: 2}))
 	f.Add(encodePartition("127.0.0.1:7070"))
 	f.Add(encodeOwner(Holder{Owner: 9, Incarnation: [16]byte{9}, Addr: "h:1"}))
+	f.Add(encodeOwner(Holder{Owner: 9, Addr: "h:1", WriteBack: true}))
+	f.Add(encodeFlush(12))
+	f.Add(encodeFlushed(12, 7))
 	f.Add([]byte("t/0000000f"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -31,6 +34,16 @@ func FuzzDecodeValues(f *testing.F) {
 		if h, err := decodeOwner(b); err == nil {
 			require.NotZero(t, h.Owner)
 			require.Equal(t, b, encodeOwner(h))
+		} else {
+			require.ErrorIs(t, err, corrupt.ErrCorruption)
+		}
+		if e, err := decodeFlush(b); err == nil {
+			require.Equal(t, b, encodeFlush(e))
+		} else {
+			require.ErrorIs(t, err, corrupt.ErrCorruption)
+		}
+		if e, g, err := decodeFlushed(b); err == nil {
+			require.Equal(t, b, encodeFlushed(e, g))
 		} else {
 			require.ErrorIs(t, err, corrupt.ErrCorruption)
 		}

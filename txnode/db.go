@@ -130,6 +130,9 @@ type tableState struct {
 	// dropping closes the table to new commits while DropTable flushes what was admitted
 	// before; set under the pipeline's mu (see pipeline.add), reads keep working.
 	dropping atomic.Bool
+	// held closes the table to new commits while a partition move flushes what was
+	// admitted before (Table.HoldWrites; hold.go); set and read as dropping is.
+	held atomic.Bool
 	// idHigh is one past the highest id that can hold a row: the store's high-water mark
 	// at open, raised by every grant. Read by every Get: it and the fields above are
 	// read-mostly, the fields below are written by commits and misses (another line).

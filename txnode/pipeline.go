@@ -241,18 +241,35 @@ func (p *pipeline) flushSoon() {
 // version, so a flush after this waits for every commit admitted before. WriteBack: add
 // checks under wbMu (read), so the next cut waits for every install admitted before.
 func (p *pipeline) closeTable(t *tableState, closed bool) {
-	p.mu.Lock()
-	t.dropping.Store(closed)
-	p.mu.Unlock()
+	p.closeWrites(&t.dropping, closed)
 }
 
-// droppingErr is ErrTableNotFound for a transaction that writes a table being dropped.
+// closeWrites sets flag (a table's dropping or held) as closeTable does: once it returns
+// with closed, add refuses a transaction that writes the table, and every commit admitted
+// before has its version (WriteBack: its install is done), so a flush after it covers them.
+func (p *pipeline) closeWrites(flag *atomic.Bool, closed bool) {
+	p.mu.Lock()
+	flag.Store(closed)
+	p.mu.Unlock()
+	if closed && p.db.opts.Durability == WriteBack {
+		// An install that checked the flag before it was set holds wbMu (read) until it has
+		// its version and is installed: taking it for writing waits for them (a barrier).
+		p.wbMu.Lock()
+		p.wbMu.Unlock()
+	}
+}
+
+// droppingErr is ErrTableNotFound for a transaction that writes a table being dropped, and
+// ErrMoved for one that writes a table whose writes are held (Table.HoldWrites).
 func droppingErr(tx *Tx) error {
 	var last *tableState
 	for i := range tx.writes {
 		if t := tx.writes[i].t; t != last {
 			if t.dropping.Load() {
 				return fmt.Errorf("%w: %q is being dropped", ErrTableNotFound, t.name)
+			}
+			if t.held.Load() {
+				return fmt.Errorf("%w: %q: its writes are held while its partition moves; retry once the move ends", ErrMoved, t.name)
 			}
 			last = t
 		}

@@ -201,7 +201,9 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 		t.forget(p, was)
 		return db, nil
 	}
+	t.holdIfMoving(p, tb)
 	if pt.tb.CompareAndSwap(was, tb) {
+		t.heldAfterStore(p, tb)
 		if was != nil {
 			was.Unpin()
 		}

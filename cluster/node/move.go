@@ -37,6 +37,7 @@ const (
 	MoveStepIncoming  = "incoming"  // the target's table exists, incoming
 	MoveStepCopied    = "copied"    // the source's rows as of the mark are on the target
 	MoveStepCaughtUp  = "caught-up" // the changes since the mark are, but for a short tail
+	MoveStepFlushed   = "flushed"   // the owner flushed its writes and holds new ones (moveflush.go)
 	MoveStepFrozen    = "frozen"    // the source refuses commits and grants
 	MoveStepFinal     = "final"     // the target holds the frozen source's rows exactly
 	MoveStepSwitched  = "switched"  // the map points at the target; the owner keeps its grant
@@ -307,6 +308,9 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 	// Frozen under this mover's epoch, a frozen source found (a mover that died, a rollback
 	// cut short) too: the freeze taken over, so the late thaw of the mover that froze it
 	// (its rollback, after its record was deleted) cannot undo this move's freeze.
+	if err := m.ownerFlushed(ctx); err != nil {
+		return err
+	}
 	if err := m.freeze(ctx, &token); err != nil {
 		return err
 	}
@@ -393,6 +397,8 @@ var (
 		return t.C, t.Stop
 	}
 	moveNow = time.Now
+	// moveFlushWaitMax bounds the wait for the owner's flush before the freeze.
+	moveFlushWaitMax = 10 * time.Second
 )
 
 // moveDoubtHook, set by tests only, hears each freeze refused for a transaction in doubt
@@ -514,8 +520,33 @@ func (m *mover) finish(ctx context.Context) error {
 	if _, err := m.t.n.c.EndMove(ctx, m.rec); err != nil {
 		return m.errorf("%w", err)
 	}
+	if err := m.t.n.c.EndFlush(ctx, m.t.m.Name, m.part, int64(m.epoch)); err != nil {
+		return m.errorf("switched and done, but the owner's writes stay held until its flush request is ended (the next Move of the partition ends it): %w", err)
+	}
 	moveStep(MoveStepDone)
 	return nil
+}
+
+// ownerFlushed asks the partition's holder to flush and waits, at most moveFlushWaitMax,
+// for its answer (cluster.RequestFlush; moveflush.go): a WriteBack owner's acknowledged
+// writes are durable at the source before it freezes. No holder: none to wait for. No
+// answer in time: the move rolls back (ErrMoveRefused, naming the holder).
+func (m *mover) ownerFlushed(ctx context.Context) error {
+	c := m.t.n.c
+	if err := c.RequestFlush(ctx, m.rec, int64(m.epoch)); err != nil {
+		return m.errorf("%w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, moveFlushWaitMax)
+	err := c.WaitFlushed(wctx, m.t.m.Name, m.part, int64(m.epoch))
+	cancel()
+	switch {
+	case err == nil:
+		moveStep(MoveStepFlushed)
+		return nil
+	case ctx.Err() != nil:
+		return m.errorf("wait for the owner's flush: %w", err)
+	}
+	return m.rollback(ctx, fmt.Errorf("%w: the partition's owner did not flush its writes within %v: %w", ErrMoveRefused, moveFlushWaitMax, err))
 }
 
 // rollback undoes a move that did not switch: the record deleted (only if it is still this
@@ -548,6 +579,10 @@ func (m *mover) rollback(ctx context.Context, cause error) error {
 		if err != nil {
 			return m.errorf("%w (rolling back: thaw at %s: %w)", cause, m.rec.From, err)
 		}
+	}
+	// The source is live (or not the map's): its owner writes it again.
+	if err := m.t.n.c.EndFlush(ctx, m.t.m.Name, m.part, int64(m.epoch)); err != nil {
+		return m.errorf("%w (rolling back: the owner's writes stay held until the next Move of the partition: %w)", cause, err)
 	}
 	return m.errorf("%w", cause)
 }

@@ -108,6 +108,13 @@ type Node struct {
 	// released holds the partitions Table.Release gave up (own.go), as releasedKey: seen by
 	// every handle of their table, none of which owns them again.
 	released sync.Map
+
+	// flushReqs holds the mover epoch of each flush request on a partition this node owns
+	// (moveFlushKey → int64; moveflush.go); flushClosed, under flushMu, stops new flush
+	// goroutines once Close began.
+	flushReqs   sync.Map
+	flushMu     sync.Mutex
+	flushClosed bool
 }
 
 // releasedKey names a partition in Node.released.
@@ -150,7 +157,15 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	s, err := c.NewSession(ctx, cfg.Session)
+	var self atomic.Pointer[Node] // the session's MoveFlush calls it once it exists
+	scfg := cfg.Session
+	scfg.WriteBack = cfg.Durability == txnode.WriteBack
+	scfg.MoveFlush = func(o *cluster.Ownership, epoch int64) {
+		if n := self.Load(); n != nil {
+			n.onMoveFlush(o, epoch)
+		}
+	}
+	s, err := c.NewSession(ctx, scfg)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("node: %w", err)
@@ -162,8 +177,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Node{cfg: cfg, c: c, sess: s, w: w, log: cfg.Logger, bg: bg, bgCancel: cancel,
-		dbs: make(map[string]*storeConn), tables: make(map[string]*Table), heals: make(map[string]*pendingHeal)}, nil
+	n := &Node{cfg: cfg, c: c, sess: s, w: w, log: cfg.Logger, bg: bg, bgCancel: cancel,
+		dbs: make(map[string]*storeConn), tables: make(map[string]*Table), heals: make(map[string]*pendingHeal)}
+	self.Store(n)
+	return n, nil
 }
 
 // Session returns the node's ownership session (its lease, deadline; closing it gives up
@@ -198,6 +215,9 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	// Two-phase commits still finishing in the background give up (their parts are
 	// abandoned: the storage nodes' resolvers finish them) before their DBs close.
+	n.flushMu.Lock()
+	n.flushClosed = true // no flush for a move starts from here (moveflush.go)
+	n.flushMu.Unlock()
 	n.bgCancel()
 	n.finishing.Wait()
 	var errs []error

@@ -172,7 +172,7 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		if err != nil {
 			pt.released.Store(false)
 			pt.rejoin.Store(rejoin)
-			if pt.tb.CompareAndSwap(nil, tb) {
+			if pt.tb.CompareAndSwap(nil, tb) { // the same table: held already if a move asked
 				t.setOwned(p)
 			}
 			return fmt.Errorf("node: release table %q partition %d: its commits are not durable yet: %w (still owned)", t.m.Name, p, err)

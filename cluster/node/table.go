@@ -186,7 +186,9 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			took[i] = tb
 		}
 		for i, tb := range took {
+			t.holdIfMoving(need[i], tb)
 			t.parts[need[i]].tb.Store(tb)
+			t.heldAfterStore(need[i], tb)
 		}
 		t.setOwned(need[:len(took)]...)
 	}
@@ -403,6 +405,9 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // written is the error of a write to partition p through the owned table: a lost grant
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
+	if herr, ok := t.heldWrite(p, t.parts[p].tb.Load(), err); ok {
+		return herr
+	}
 	if !t.gone(p, err) {
 		return t.n.after(t.n.noteErr(t.parts[p].addr(), err))
 	}
@@ -470,7 +475,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	if err := t.follow(ctx); err != nil {
 		return 0, t.n.after(err)
 	}
-	for {
+	for tried := 1; ; {
 		owned := *t.owned.Load()
 		if len(owned) == 0 {
 			return 0, fmt.Errorf("%w: this node owns no partition of table %q (Table.Own or OwnWait the partitions it writes first)", ErrNotOwner, t.m.Name)
@@ -485,6 +490,13 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			continue
 		}
 		id, err := tb.Insert(ctx, row)
+		if herr, held := t.heldWrite(p, tb, err); held {
+			if len(owned) > 1 && tried < len(owned) {
+				tried++
+				continue // another owned partition takes it
+			}
+			return 0, herr
+		}
 		if t.gone(p, err) {
 			if !t.movedAway(ctx, p, err) && !t.moving(ctx, p, err) {
 				t.drop(p)

@@ -240,6 +240,11 @@ func (tx *Tx) mapLost(err error) error {
 // as a write refused on the spot is (the partition is forgotten as owned).
 func (tx *Tx) lostAtCommit(err error) error {
 	for _, u := range tx.touched {
+		if herr, ok := u.t.heldWrite(u.p, u.t.parts[u.p].tb.Load(), err); ok {
+			return herr
+		}
+	}
+	for _, u := range tx.touched {
 		if tb := u.t.parts[u.p].tb.Load(); tb != nil && isLost(tb.Serving()) {
 			return u.t.written(tx.ctx, u.p, err)
 		}
