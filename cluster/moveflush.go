@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -40,6 +41,9 @@ const (
 	kindFlush   = 5
 	kindFlushed = 6
 )
+
+// flushWatchRetry is the pause before WaitFlushed reads again after its watch broke.
+const flushWatchRetry = 100 * time.Millisecond
 
 const (
 	flushSuffix   = "/flush"
@@ -153,11 +157,22 @@ func (c *Client) WaitFlushed(ctx context.Context, table string, part uint32, epo
 		// Watch the owner key and the answer from after the read; any change: read again.
 		wctx, cancel := context.WithCancel(ctx)
 		wch := c.cli.Watch(clientv3.WithRequireLeader(wctx), ok, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		var failed bool
 		select {
-		case <-wch:
+		case wr, open := <-wch:
+			failed = !open || wr.Err() != nil
 		case <-ctx.Done():
 		}
 		cancel()
+		if failed {
+			// The watch broke (no leader, compacted): read again after a pause, not at once.
+			t := time.NewTimer(flushWatchRetry)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: table %q partition %d: its holder %d (%s) did not flush for the move: %w",
 				ErrUnavailable, table, part, holder.Owner, holder.Addr, err)
