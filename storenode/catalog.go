@@ -108,15 +108,6 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 	return t.info(), nil
 }
 
-// addTable registers a table and creates its data file. Caller holds mu.
-func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl base.ClusterLayout) (*table, error) {
-	f, err := e.fs.Create(dataFileName(e.dir, id))
-	if err != nil {
-		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
-	}
-	return e.registerTable(id, name, geo, f, cl), nil
-}
-
 // registerTable adds a table whose data file f is open. Caller holds mu.
 // A cluster table's layout (cl) is set before the table is published: renewals read it
 // under leaseMu alone.

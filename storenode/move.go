@@ -261,19 +261,6 @@ func (e *Engine) carryMoves() (uint64, error) {
 	return last, nil
 }
 
-// replayMoveState applies a kindMoveState record. Caller holds mu.
-func (e *Engine) replayMoveState(lsn uint64, p []byte) error {
-	id, s, epoch, err := decodeMoveStateRecord(p)
-	if err != nil {
-		return err
-	}
-	if _, ok := e.tables[id]; !ok {
-		return corrupt.Errorf("storenode: replay: record %d: move state of unknown table %d", lsn, id)
-	}
-	e.applyMoveState(id, s, epoch)
-	return nil
-}
-
 // moveTable looks up a cluster table for a move call. Caller holds mu.
 func (e *Engine) moveTable(tableID uint32) (*table, *tableMove, error) {
 	if err := e.usable(); err != nil {

@@ -96,14 +96,6 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 	return len(ids)
 }
 
-// replayForgot drops a part a forgot record names: applied, reported, forgotten. Caller
-// holds mu, in replay.
-func (e *Engine) replayForgot(id base.TxnID) {
-	if p := e.txnParts[id]; p != nil && p.decision != base.DecisionNone {
-		delete(e.txnParts, id)
-	}
-}
-
 // noteTxnReplayed logs, once at Open, what replay rebuilt of the two-phase commit, and
 // remembers the parts to be settled (forgetReported logs when the last one is). Caller
 // holds mu (or owns the engine, not shared yet).
