@@ -77,9 +77,11 @@ func (e *Engine) applyRecord(kind byte, payload []byte, lsn uint64) error {
 			return corrupt.Errorf("storenode: replay: table %d created twice", id)
 		}
 		geo, _ := logicpage.NewGeometry(rowBytes)
-		if _, err := e.applyCreateTable(id, name, geo, cl, nil); err != nil {
-			return err
+		f, err := e.fs.Create(dataFileName(e.dir, id))
+		if err != nil {
+			return fmt.Errorf("storenode: create table %q: %w", name, err)
 		}
+		e.applyCreateTable(id, name, geo, cl, f)
 	case kindDropTable:
 		id, err := decodeDropRecord(payload)
 		if err != nil {
@@ -138,19 +140,13 @@ func (e *Engine) applyRecord(kind byte, payload []byte, lsn uint64) error {
 	return nil
 }
 
-// applyCreateTable registers table id with its data file f (created here when f is nil:
-// replay; the live path creates it before the record, so a file that cannot be made logs
-// nothing) and raises the next table id past it. Caller holds mu.
-func (e *Engine) applyCreateTable(id uint32, name string, geo logicpage.Geometry, cl base.ClusterLayout, f vfs.File) (*table, error) {
-	if f == nil {
-		var err error
-		if f, err = e.fs.Create(dataFileName(e.dir, id)); err != nil {
-			return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
-		}
-	}
+// applyCreateTable registers table id with its data file f, open (the live path creates it
+// before the record, so a file that cannot be made logs nothing), and raises the next table
+// id past it. Caller holds mu.
+func (e *Engine) applyCreateTable(id uint32, name string, geo logicpage.Geometry, cl base.ClusterLayout, f vfs.File) *table {
 	t := e.registerTable(id, name, geo, f, cl)
 	e.nextTable = max(e.nextTable, id+1)
-	return t, nil
+	return t
 }
 
 // applyDropTable drops t by the record at lsn: its file goes once a checkpoint after lsn no

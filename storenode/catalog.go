@@ -96,8 +96,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 		f.Close()
 		return base.TableInfo{}, err
 	}
-	e.nextTable++
-	t := e.registerTable(id, name, geo, f, cl)
+	t := e.applyCreateTable(id, name, geo, cl, f) // id is nextTable: it becomes id+1
 	t.creator, t.createdAs = owner, as
 	e.mu.Unlock()
 	err = <-ch
@@ -263,8 +262,7 @@ func (e *Engine) dropTable(name string, owner uint64, misplaced *table) error {
 		e.leaseMu.Unlock()
 		return err
 	}
-	e.removeTable(t)
-	t.dropLSN = lsn
+	e.applyDropTable(t, lsn)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()

@@ -237,8 +237,7 @@ func (e *Engine) prepareLocked(p *base.TxnPrepare, hash uint64) (uint64, error) 
 		return 0, err
 	}
 	part.lsn = lsn
-	e.installPart(part)
-	e.applied(b.Owner, b.Seq, lsn, hash)
+	e.applyPrepare(part)
 	e.cond.Broadcast()
 	return lsn, nil
 }

@@ -66,7 +66,7 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 	for i := range tasks {
 		t := &tasks[i]
 		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != base.DecisionNone {
-			delete(e.txnParts, t.id)
+			e.applyForgot(t.id)
 			ids = append(ids, t.id)
 		}
 	}
