@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
@@ -39,8 +40,17 @@ func TestReplayEqualsLive(t *testing.T) {
 		require.NoError(t, err)
 		seeds = []uint64{n}
 	}
+	kinds := map[byte]int{}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runReplayEqualsLive(t, seed, 800) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			for k, n := range runReplayEqualsLive(t, seed, 800) {
+				kinds[k] += n
+			}
+		})
+	}
+	for _, k := range []byte{kindCreateTable, kindCreateClusterTable, kindDropTable, kindGrantIDs, kindGrantOwner, kindCommit,
+		kindTxnPrepare, kindTxnDecide, kindTxnReported, kindTxnApply, kindTxnForgot, kindMoveState} {
+		require.NotZero(t, kinds[k], "seeds %v: no record of kind %d logged (the runs must cover every kind)", seeds, k)
 	}
 }
 
@@ -58,18 +68,20 @@ type replayRun struct {
 	ids    []base.TxnID
 	kinds  map[byte]int // records logged, by kind (the run must cover them)
 	names  int
-	src    uint32 // the move's source: a cluster table registered to replayOwners[0]
-	dst    uint32 // the move's target copy
+	src    uint32 // the move's source: a cluster table of partition 0, registered by etcd
+	dst    uint32 // the move's target copy: a cluster table of partition 1
+	srcN   int    // the partitioned table names of src and dst: m<n>
+	dstN   int
 	mover  uint64 // the target's mover epoch
 }
 
 var replayOwners = []uint64{101, 102, 103}
 
-const replayLayoutName = "acct"
-
 var replayLayout = base.ClusterLayout{Partitions: 2, StripePages: 1}
 
-func runReplayEqualsLive(t *testing.T, seed uint64, steps int) {
+// runReplayEqualsLive runs one seed of steps operations and returns the records it logged by
+// kind.
+func runReplayEqualsLive(t *testing.T, seed uint64, steps int) map[byte]int {
 	r := &replayRun{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), fs: vfs.NewFaultFS(), v: newMemVerifier(),
 		leases: &memLeases{}, peers: &memPeers{}, kinds: map[byte]int{}, mover: 1}
 	clock := &fakeClock{}
@@ -85,24 +97,15 @@ func runReplayEqualsLive(t *testing.T, seed uint64, steps int) {
 	for range 2 {
 		r.createLocal()
 	}
-	l := replayLayout
-	l.Partition = 0
-	ti, err := r.e.CreateClusterTable(base.PartitionTableName(replayLayoutName, 0), 64, l)
-	require.NoError(t, err)
-	r.src = ti.ID
-	l.Partition = 1
-	ti, err = r.e.CreateClusterTable(base.PartitionTableName(replayLayoutName, 1), 64, l)
-	require.NoError(t, err)
-	r.dst = ti.ID
-	r.kinds[kindCreateClusterTable] += 2
-	r.registerSource()
+	r.newSource()
+	r.newTarget()
 
 	ops := []struct {
 		weight int
 		fn     func()
 	}{
 		{20, r.commit}, {4, r.acquire}, {2, r.release}, {4, r.allocIDs}, {2, r.createLocal}, {1, r.drop},
-		{8, r.prepare}, {5, r.decide}, {5, r.apply}, {3, r.report}, {2, r.ask}, {2, r.resolve}, {1, r.killLease},
+		{8, r.prepare}, {5, r.decide}, {5, r.apply}, {3, r.report}, {2, r.ask}, {3, r.resolve}, {1, r.killLease},
 		{2, r.registerSource}, {4, r.move},
 	}
 	total := 0
@@ -124,10 +127,6 @@ func runReplayEqualsLive(t *testing.T, seed uint64, steps int) {
 	r.e.mu.Unlock()
 	require.Zero(t, ckpt, "seed %d: a checkpoint ran: its records would not be replayed", seed)
 	require.NoError(t, r.e.waitDurable(last), "seed %d", seed) // the forgot records are not forced
-	for _, k := range []byte{kindCreateTable, kindCreateClusterTable, kindDropTable, kindGrantIDs, kindGrantOwner, kindCommit,
-		kindTxnPrepare, kindTxnDecide, kindTxnReported, kindTxnApply, kindTxnForgot, kindMoveState} {
-		require.NotZero(t, r.kinds[k], "seed %d: no record of kind %d logged (the run must cover every kind)", seed, k)
-	}
 	t.Logf("seed %d: records by kind %v, last LSN %d", seed, r.kinds, last)
 	live := captureReplayState(t, r.e)
 
@@ -139,7 +138,8 @@ func runReplayEqualsLive(t *testing.T, seed uint64, steps int) {
 	replayed := r.e.lastLSN
 	r.e.mu.Unlock()
 	require.Equal(t, last, replayed, "seed %d: replay did not reach the live engine's last record", seed)
-	require.Equal(t, live, captureReplayState(t, r.e), "seed %d: replayed state differs from the live one", seed)
+	requireSameLines(t, live, captureReplayState(t, r.e), fmt.Sprintf("seed %d: replayed state differs from the live one", seed))
+	return r.kinds
 }
 
 // logged counts a record of kind if the engine's last LSN moved past before.
@@ -161,7 +161,7 @@ func (r *replayRun) lastLSN() uint64 {
 func (r *replayRun) localTables() []uint32 {
 	var ids []uint32
 	for _, ti := range r.e.Tables() {
-		if ti.ID != r.src && ti.ID != r.dst {
+		if !ti.Cluster.IsCluster() {
 			ids = append(ids, ti.ID)
 		}
 	}
@@ -233,10 +233,35 @@ func (r *replayRun) release() {
 	}
 }
 
+// clusterTable creates partition p of table m<n> (n: the next name), of layout replayLayout.
+func (r *replayRun) clusterTable(p uint32) (uint32, int) {
+	r.names++
+	l := replayLayout
+	l.Partition = p
+	before := r.lastLSN()
+	ti, err := r.e.CreateClusterTable(base.PartitionTableName(fmt.Sprintf("m%d", r.names), p), 64, l)
+	require.NoError(r.t, err)
+	r.logged(kindCreateClusterTable, before)
+	return ti.ID, r.names
+}
+
+// newSource makes a new cluster table the move's source (the last one was retired) and
+// registers a grant of it.
+func (r *replayRun) newSource() {
+	r.src, r.srcN = r.clusterTable(0)
+	r.registerSource()
+}
+
+// newTarget makes a new cluster table the move's target (the last one was activated).
+func (r *replayRun) newTarget() {
+	r.dst, r.dstN = r.clusterTable(1)
+	r.mover++
+}
+
 // registerSource registers a new etcd grant of the move's source to a random owner.
 func (r *replayRun) registerSource() {
 	owner := r.owner()
-	epoch := r.v.grant(replayLayoutName, 0, owner)
+	epoch := r.v.grant(fmt.Sprintf("m%d", r.srcN), 0, owner)
 	before := r.lastLSN()
 	if _, err := r.e.RegisterGrant(context.Background(), r.src, owner, epoch); err == nil {
 		r.logged(kindGrantOwner, before)
@@ -359,16 +384,38 @@ func (r *replayRun) decide() {
 	}
 }
 
+// apply applies a decision to a prepared part (mostly) or to a random id.
 func (r *replayRun) apply() {
+	id := r.txnID()
+	r.e.mu.Lock()
+	if r.rnd.IntN(4) > 0 {
+		for kept, p := range r.e.txnParts {
+			if p.decision == base.DecisionNone {
+				id = kept
+				break
+			}
+		}
+	}
+	r.e.mu.Unlock()
 	before := r.lastLSN()
-	if err := r.e.ApplyTxn(r.txnID(), r.decision()); err == nil {
+	if err := r.e.ApplyTxn(id, r.decision()); err == nil {
 		r.logged(kindTxnApply, before)
 	}
 }
 
+// report reports a participant of a kept decision's id (mostly) or of a random id.
 func (r *replayRun) report() {
+	id := r.txnID()
+	r.e.mu.Lock()
+	if r.rnd.IntN(4) > 0 {
+		for kept := range r.e.txnDecisions {
+			id = kept
+			break
+		}
+	}
+	r.e.mu.Unlock()
 	before := r.lastLSN()
-	if err := r.e.ReportTxn(r.txnID(), uint16(r.rnd.IntN(3))); err == nil {
+	if err := r.e.ReportTxn(id, uint16(r.rnd.IntN(3))); err == nil {
 		r.logged(kindTxnReported, before)
 	}
 }
@@ -439,9 +486,10 @@ func (r *replayRun) move() {
 		}
 		return
 	case 3:
-		err = r.e.MoveActivate(r.dst, r.mover, r.v.grant(replayLayoutName, 1, 0), uint64(8+r.rnd.IntN(4))*logicpage.RowsPerPage)
+		err = r.e.MoveActivate(r.dst, r.mover, r.v.grant(fmt.Sprintf("m%d", r.dstN), 1, 0), uint64(8+r.rnd.IntN(4))*logicpage.RowsPerPage)
 		if err == nil {
 			r.logged(kindGrantOwner, before)
+			r.newTarget()
 		}
 		return
 	case 4:
@@ -450,7 +498,11 @@ func (r *replayRun) move() {
 	case 5:
 		err = r.e.MoveThaw(r.src, r.mover)
 	case 6:
-		err = r.e.MoveRetire(r.src, r.mover)
+		if err = r.e.MoveRetire(r.src, r.mover); err == nil {
+			r.logged(kindMoveState, before)
+			r.newSource()
+		}
+		return
 	}
 	if err == nil {
 		r.logged(kindMoveState, before)
@@ -460,7 +512,7 @@ func (r *replayRun) move() {
 // captureReplayState renders what TestReplayEqualsLive compares, a line per item, sorted:
 // everything the records make, none of the soft state (leases, incarnations, times, resolver
 // backoff, move marks).
-func captureReplayState(t *testing.T, e *Engine) string {
+func captureReplayState(t *testing.T, e *Engine) []string {
 	t.Helper()
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
@@ -469,13 +521,15 @@ func captureReplayState(t *testing.T, e *Engine) string {
 	// one may have swept it already, a replay only queued it.
 	e.sweepTxnDecisions()
 	add("last LSN %d", e.lastLSN)
-	add("meta %x", encodeMeta(e.snapshotMeta())) // catalog, grants, next ids, the dedup table
+	meta := encodeMeta(e.snapshotMeta()) // catalog, grants, next ids, the dedup table
+	add("meta %d bytes, xxhash %x", len(meta), xxhash.Sum64(meta))
 	for _, tb := range e.dropped {
 		add("dropped %d %s at %d", tb.id, tb.name, tb.dropLSN)
 	}
 	for id, p := range e.txnParts {
-		add("part %x: decision %v primary %q index %d lease %d hash %x lsn %d owner %d seq %d fences %v segments %v rec %x",
-			id, p.decision, p.primary, p.index, p.lease, p.hash, p.lsn, p.batch.Owner, p.batch.Seq, p.batch.Fences, p.batch.Segments, p.rec)
+		add("part %x: decision %v primary %q index %d lease %d hash %x lsn %d owner %d seq %d fences %v segments %s rec %x",
+			id, p.decision, p.primary, p.index, p.lease, p.hash, p.lsn, p.batch.Owner, p.batch.Seq, p.batch.Fences,
+			replaySegments(p.batch.Segments), xxhash.Sum64(p.rec))
 	}
 	for id, d := range e.txnDecisions {
 		add("decision %x: %v count %d lease %d reported %#x lsn %d owner %d", id, d.d, d.count, d.lease, d.reported, d.lsn, d.owner)
@@ -497,7 +551,9 @@ func captureReplayState(t *testing.T, e *Engine) string {
 	}
 	add("prepared %d bytes %d", e.txnPrepared, e.txnBytes)
 	for id, m := range e.moves {
-		add("move %d: %v epoch %d", id, m.state, m.epoch)
+		if m.state != MoveLive { // a live table's entry holds a mark or a drain: memory only
+			add("move %d: %v epoch %d", id, m.state, m.epoch)
+		}
 	}
 	tables := make(map[uint32]uint64, len(e.tables))
 	for id, tb := range e.tables {
@@ -507,9 +563,38 @@ func captureReplayState(t *testing.T, e *Engine) string {
 	for id, nextID := range tables {
 		for page := range (nextID + logicpage.RowsPerPage - 1) / logicpage.RowsPerPage {
 			data, _, rows, err := e.ReadRows(id, page, ^uint64(0), nil)
-			add("rows %d page %d: %#x %x %v", id, page, data, rows, err)
+			add("rows %d page %d: %#x, xxhash %x, %v", id, page, data, xxhash.Sum64(rows), err)
 		}
 	}
 	slices.Sort(lines)
-	return strings.Join(lines, "\n")
+	return lines
+}
+
+// replaySegments renders segments with their rows' hashes.
+func replaySegments(segs []base.Segment) string {
+	var b strings.Builder
+	for _, s := range segs {
+		fmt.Fprintf(&b, "{table %d page %d data %#x clear %#x rows %x} ", s.Table, s.Page, s.Data, s.Clear, xxhash.Sum64(s.Rows))
+	}
+	return b.String()
+}
+
+// requireSameLines fails with the lines only one of live and replayed has (at most 20 each).
+func requireSameLines(t *testing.T, live, replayed []string, msg string) {
+	t.Helper()
+	in := func(lines []string, l string) bool { _, ok := slices.BinarySearch(lines, l); return ok }
+	var diff []string
+	for _, l := range live {
+		if !in(replayed, l) && len(diff) < 20 {
+			diff = append(diff, "- live only:     "+l)
+		}
+	}
+	for _, l := range replayed {
+		if !in(live, l) && len(diff) < 40 {
+			diff = append(diff, "+ replayed only: "+l)
+		}
+	}
+	if len(diff) > 0 || len(live) != len(replayed) {
+		t.Fatalf("%s:\n%s", msg, strings.Join(diff, "\n"))
+	}
 }
