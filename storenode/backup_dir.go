@@ -296,7 +296,8 @@ func (e *Engine) finishRestore() error {
 				return fmt.Errorf("storenode: restore: raise the floor of %q: %w", t.name, err)
 			}
 			e.leaseMu.Lock()
-			t.holder, t.epoch, t.leaseUntil = 0, epoch, time.Time{}
+			e.applyGrantOwnerLocked(t, 0, epoch)
+			t.leaseUntil = time.Time{}
 			e.leaseMu.Unlock()
 			continue
 		}
@@ -312,7 +313,8 @@ func (e *Engine) finishRestore() error {
 			return fmt.Errorf("storenode: restore: bump the epoch of %q: %w", t.name, err)
 		}
 		e.leaseMu.Lock()
-		t.holder, t.epoch, t.leaseUntil = 0, epoch, time.Time{}
+		e.applyGrantOwnerLocked(t, 0, epoch)
+		t.leaseUntil = time.Time{}
 		e.leaseMu.Unlock()
 	}
 	e.mu.Unlock()

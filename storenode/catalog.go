@@ -96,8 +96,7 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 		f.Close()
 		return base.TableInfo{}, err
 	}
-	e.nextTable++
-	t := e.registerTable(id, name, geo, f, cl)
+	t := e.applyCreateTable(id, name, geo, cl, f) // id is nextTable: it becomes id+1
 	t.creator, t.createdAs = owner, as
 	e.mu.Unlock()
 	err = <-ch
@@ -106,15 +105,6 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 		return base.TableInfo{}, err
 	}
 	return t.info(), nil
-}
-
-// addTable registers a table and creates its data file. Caller holds mu.
-func (e *Engine) addTable(id uint32, name string, geo logicpage.Geometry, cl base.ClusterLayout) (*table, error) {
-	f, err := e.fs.Create(dataFileName(e.dir, id))
-	if err != nil {
-		return nil, fmt.Errorf("storenode: create table %q: %w", name, err)
-	}
-	return e.registerTable(id, name, geo, f, cl), nil
 }
 
 // registerTable adds a table whose data file f is open. Caller holds mu.
@@ -272,8 +262,7 @@ func (e *Engine) dropTable(name string, owner uint64, misplaced *table) error {
 		e.leaseMu.Unlock()
 		return err
 	}
-	e.removeTable(t)
-	t.dropLSN = lsn
+	e.applyDropTable(t, lsn)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()

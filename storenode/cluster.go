@@ -268,7 +268,8 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		return base.Grant{}, false, err
 	}
 	oldHolder, oldEpoch, oldInc := tb.holder, tb.epoch, tb.holderInc
-	tb.holder, tb.epoch, tb.holderInc = owner, epoch, inc
+	e.applyGrantOwnerLocked(tb, owner, epoch)
+	tb.holderInc = inc
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], tb.id, owner, epoch)
 	ch := make(chan error, 1)

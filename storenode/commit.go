@@ -150,9 +150,7 @@ func (e *Engine) commit(b *base.Batch, done func(uint64, error)) error {
 		e.unpinFrames(b, len(b.Segments))
 		return err
 	}
-	e.applyBatch(b, lsn)
-	e.unpinFrames(b, len(b.Segments))
-	e.applied(b.Owner, b.Seq, lsn, hash)
+	e.applyCommitBatch(b, hash, lsn)
 	e.stats.commits.Add(1)
 	e.cond.Broadcast() // the owner's next seq may be waiting
 	if e.cachePressure() || e.walPressure() {

@@ -27,8 +27,10 @@
 //	meta.go        the meta file a checkpoint publishes (page maps, catalog, grants)
 //	pagemap.go     a table's page map in memory: a sparse radix tree, versions by path copying
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
+//	applyrec.go    the apply of every record kind, one function per kind: replay's, and the
+//	               live paths' after (grants: before) their append
 //	txn.go         two-phase commit: its invariants, prepare, row locks, the resolver loop,
-//	               the checkpoint's carry and replay (records_txn.go: its WAL records)
+//	               the checkpoint's carry (records_txn.go: its WAL records)
 //	txn_decide.go  the primary's decision (a compare-and-set), Asks, participants' reports
 //	txn_apply.go   a participant's apply of a decision: write or drop the part, unlock
 //	txn_forget.go  what a participant and a primary forget, and the forgotten decisions kept
@@ -37,7 +39,7 @@
 //	txn_doubt.go   parts in doubt past TxnInDoubtAfter: listed, aborted by an operator
 //	txn_decisions.go  per-owner bounds on kept decisions; those kept past TxnInDoubtAfter listed
 //	txn_lease.go   a Decide's lease check: a verification slot, shared by the Decides of a lease
-//	recovery.go    Open: lock, meta, WAL replay, bitmap-trees, dedup table
+//	recovery.go    Open: lock, meta, WAL replay (applyRecord), bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers
 //	check.go       the offline check of a store (Check; check_catalog.go, check_tables.go)

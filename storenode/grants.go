@@ -78,7 +78,8 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (base.Gr
 			ErrTableOwned, t.name, left)
 	}
 	oldHolder, oldEpoch, oldLease, oldInc := t.holder, t.epoch, t.leaseUntil, t.holderInc
-	t.holder, t.epoch, t.holderInc = owner, t.epoch+1, inc
+	e.applyGrantOwnerLocked(t, owner, t.epoch+1)
+	t.holderInc = inc
 	t.leaseUntil, t.leaseAtOpen = now.Add(e.opts.LeaseDuration), false
 	e.leaseMu.Unlock()
 	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, t.epoch)
@@ -261,7 +262,7 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	}
 	// Advance before waiting, so a concurrent grant takes the next range; if the record then
 	// fails, those ids are skipped, never handed out twice.
-	t.nextID = first + count
+	e.applyGrantIDs(t, first+count) // first is at or above t.nextID
 	e.setLease(t, e.opts.Now().Add(e.opts.LeaseDuration))
 	e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, first+count)
 	if err := e.appendAndWait(kindGrantIDs, e.scratch); err != nil {

@@ -261,19 +261,6 @@ func (e *Engine) carryMoves() (uint64, error) {
 	return last, nil
 }
 
-// replayMoveState applies a kindMoveState record. Caller holds mu.
-func (e *Engine) replayMoveState(lsn uint64, p []byte) error {
-	id, s, epoch, err := decodeMoveStateRecord(p)
-	if err != nil {
-		return err
-	}
-	if _, ok := e.tables[id]; !ok {
-		return corrupt.Errorf("storenode: replay: record %d: move state of unknown table %d", lsn, id)
-	}
-	e.applyMoveState(id, s, epoch)
-	return nil
-}
-
 // moveTable looks up a cluster table for a move call. Caller holds mu.
 func (e *Engine) moveTable(tableID uint32) (*table, *tableMove, error) {
 	if err := e.usable(); err != nil {
@@ -535,7 +522,7 @@ func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error
 			// mark is raised to the source's all the same, so ids the source granted are
 			// never granted here again.
 			if nextID > t.nextID {
-				t.nextID = nextID
+				e.applyGrantIDs(t, nextID)
 				e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, nextID)
 				return e.appendAndWait(kindGrantIDs, e.scratch)
 			}
@@ -550,7 +537,7 @@ func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error
 		return fmt.Errorf("%w: table %q is %v: not an incoming copy", ErrMoveState, t.name, s)
 	}
 	if nextID > t.nextID {
-		t.nextID = nextID
+		e.applyGrantIDs(t, nextID)
 		e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, nextID)
 		if _, err := e.appendRecord(kindGrantIDs, e.scratch, false, noAck); err != nil {
 			return err
@@ -562,7 +549,7 @@ func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error
 			return err
 		}
 		e.leaseMu.Lock()
-		t.holder, t.epoch = 0, floor
+		e.applyGrantOwnerLocked(t, 0, floor)
 		e.leaseMu.Unlock()
 	}
 	return e.setMoveState(t, MoveLive, 0)
@@ -631,7 +618,7 @@ func (e *Engine) MoveWrite(segs []base.Segment, epoch uint64) (uint64, error) {
 					}
 				}
 				if next > t.nextID {
-					t.nextID = next
+					e.applyGrantIDs(t, next)
 					e.scratch = appendGrantIDsRecord(e.scratch[:0], t.id, next)
 					if _, err := e.appendRecord(kindGrantIDs, e.scratch, false, noAck); err != nil {
 						e.unpinFrames(b, len(segs))
@@ -660,9 +647,7 @@ func (e *Engine) MoveWrite(segs []base.Segment, epoch uint64) (uint64, error) {
 		e.unpinFrames(b, len(segs))
 		return 0, err
 	}
-	e.applyBatch(b, lsn)
-	e.unpinFrames(b, len(segs))
-	e.applied(b.Owner, b.Seq, lsn, hash)
+	e.applyCommitBatch(b, hash, lsn)
 	e.mu.Unlock()
 	err = <-ch
 	e.mu.Lock()

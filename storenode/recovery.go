@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/bitmaptree"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
@@ -197,151 +196,17 @@ func (e *Engine) loadTable(mt *metaTable) error {
 	return nil
 }
 
-// replayRecord applies one WAL record during recovery.
+// replayRecord applies one WAL record during recovery (applyRecord, applyrec.go).
 func (e *Engine) replayRecord(rec wal.Record) error {
 	if rec.LSN != e.lastLSN+1 {
 		return corrupt.Errorf("storenode: replay: record %d after %d", rec.LSN, e.lastLSN)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	switch rec.Kind {
-	case kindCreateTable, kindCreateClusterTable:
-		var (
-			id       uint32
-			rowBytes int
-			name     string
-			cl       base.ClusterLayout
-			err      error
-		)
-		if rec.Kind == kindCreateTable {
-			id, rowBytes, name, err = decodeCreateRecord(rec.Payload)
-		} else {
-			id, rowBytes, name, cl, err = decodeCreateClusterRecord(rec.Payload)
-		}
-		if err != nil {
-			return err
-		}
-		if id == 0 || id == tableIDNone {
-			return corrupt.Errorf("storenode: replay: record %d creates table %d, an id never granted", rec.LSN, id)
-		}
-		if _, ok := e.tables[id]; ok || id < e.nextTable && e.tablesByIDAll(id) != nil {
-			return corrupt.Errorf("storenode: replay: table %d created twice", id)
-		}
-		geo, _ := logicpage.NewGeometry(rowBytes)
-		if _, err := e.addTable(id, name, geo, cl); err != nil {
-			return err
-		}
-		e.nextTable = max(e.nextTable, id+1)
-	case kindDropTable:
-		id, err := decodeDropRecord(rec.Payload)
-		if err != nil {
-			return err
-		}
-		t, ok := e.tables[id]
-		if !ok {
-			return corrupt.Errorf("storenode: replay: drop of unknown table %d", id)
-		}
-		e.removeTable(t)
-		t.dropLSN = rec.LSN
-	case kindGrantIDs:
-		id, next, err := decodeGrantIDsRecord(rec.Payload)
-		if err != nil {
-			return err
-		}
-		t, ok := e.tables[id]
-		if !ok {
-			return corrupt.Errorf("storenode: replay: id grant for unknown table %d", id)
-		}
-		t.nextID = max(t.nextID, next)
-	case kindGrantOwner:
-		id, owner, epoch, err := decodeGrantOwnerRecord(rec.Payload)
-		if err != nil {
-			return err
-		}
-		t, ok := e.tables[id]
-		if !ok {
-			return corrupt.Errorf("storenode: replay: ownership grant for unknown table %d", id)
-		}
-		t.holder, t.epoch = owner, epoch
-		if !e.opts.ExpireLeasesAtOpen && !t.cluster.IsCluster() {
-			t.leaseUntil, t.leaseAtOpen = e.opts.Now().Add(e.opts.LeaseDuration), true
-		}
-	case kindCommit:
-		if err := e.replayCommit(rec); err != nil {
-			return err
-		}
-	case kindCommitV1:
-		return oldCommitRecordError(rec.LSN)
-	case kindTxnPrepare, kindTxnDecide, kindTxnReported, kindTxnApply, kindTxnForgot:
-		if err := e.replayTxn(rec.Kind, rec.LSN, rec.Payload); err != nil {
-			return err
-		}
-	case kindMoveState:
-		if err := e.replayMoveState(rec.LSN, rec.Payload); err != nil {
-			return err
-		}
-	default:
-		return corrupt.Errorf("storenode: replay: record %d of unknown kind %d", rec.LSN, rec.Kind)
+	if err := e.applyRecord(rec.Kind, rec.Payload, rec.LSN); err != nil {
+		return err
 	}
 	e.lastLSN = rec.LSN
-	return nil
-}
-
-// replayCommit applies a commit record into the cache. Caller holds mu. It reserves a frame
-// for every page of the record before it applies any: when the cache has no room, it
-// checkpoints first, with the record not applied at all, so a checkpoint never holds part of
-// a record while its LSN is before it (a checkpoint LSN is never inside a record).
-func (e *Engine) replayCommit(rec wal.Record) error {
-	var c commitRecord
-	if err := decodeCommitRecord(rec.Payload, &c); err != nil {
-		return fmt.Errorf("storenode: replay: record %d: %w", rec.LSN, err)
-	}
-	if c.owner == 0 || c.seq == 0 {
-		// Commit refuses both; the dedup table of a checkpoint could not hold them.
-		return corrupt.Errorf("storenode: replay: record %d: commit of owner %d seq %d", rec.LSN, c.owner, c.seq)
-	}
-	for i := range c.segments {
-		s := &c.segments[i]
-		t, ok := e.tables[s.Table]
-		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= tablePagesMax {
-			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
-				rec.LSN, s.Table, c.rowBytes[i], s.Page)
-		}
-		if last := segmentLastID(s.Page, s.Data, s.Clear); last >= t.nextID {
-			return corrupt.Errorf("storenode: replay: record %d: row %d of table %d was never granted (next id %d)",
-				rec.LSN, last, s.Table, t.nextID)
-		}
-	}
-	b := &base.Batch{Segments: c.segments}
-	for {
-		room, err := e.reserveFrames(b)
-		if err != nil {
-			return fmt.Errorf("storenode: replay: record %d: %w", rec.LSN, err)
-		}
-		if room {
-			break
-		}
-		if e.txnLive() || e.movesLive() {
-			// A checkpoint now would publish a checkpoint LSN past the records of the live
-			// transactions, which only a running engine's checkpoints carry (txn.go).
-			e.replayForce = true
-			continue
-		}
-		// Full of dirty pages: write them out before this record.
-		e.mu.Unlock()
-		err = e.checkpoint(true)
-		e.mu.Lock()
-		if err != nil {
-			return err
-		}
-	}
-	for i := range c.segments {
-		e.applySegment(&c.segments[i], rec.LSN)
-	}
-	e.unpinFrames(b, len(c.segments))
-	if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
-		e.owner(c.owner).remember(c.seq, rec.LSN, c.hash)
-	}
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/assert"
-	"github.com/weftdb/weft/internal/corrupt"
 )
 
 // The storage node's side of two-phase commit (docs/cluster.md, "Two-phase commit").
@@ -238,8 +237,7 @@ func (e *Engine) prepareLocked(p *base.TxnPrepare, hash uint64) (uint64, error) 
 		return 0, err
 	}
 	part.lsn = lsn
-	e.installPart(part)
-	e.applied(b.Owner, b.Seq, lsn, hash)
+	e.applyPrepare(part)
 	e.cond.Broadcast()
 	return lsn, nil
 }
@@ -424,127 +422,3 @@ func (e *Engine) carryTxns() (uint64, error) {
 
 // txnLive reports whether any part or decision is kept. Caller holds mu.
 func (e *Engine) txnLive() bool { return len(e.txnParts) > 0 || len(e.txnDecisions) > 0 }
-
-// replayTxn applies one txn record in recovery. Caller holds mu.
-func (e *Engine) replayTxn(kind byte, lsn uint64, payload []byte) error {
-	switch kind {
-	case kindTxnPrepare:
-		var pr txnPrepareRecord
-		if err := decodeTxnPrepareRecord(payload, &pr); err != nil {
-			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
-		}
-		c := &pr.commit
-		if c.owner == 0 || c.seq == 0 {
-			return corrupt.Errorf("storenode: replay: record %d: prepare of owner %d seq %d", lsn, c.owner, c.seq)
-		}
-		if err := e.replayFits(lsn, c); err != nil {
-			return err
-		}
-		if old := e.txnParts[pr.id]; old != nil {
-			if old.decision == base.DecisionNone {
-				return nil // carried again by a checkpoint that did not publish
-			}
-			// Applied, reported and forgotten by the live engine (in memory only before the
-			// forgot record), then prepared again: the new part replaces it.
-			delete(e.txnParts, pr.id)
-		}
-		rec := append([]byte(nil), payload...) // the WAL's buffer is not ours
-		if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
-			return err
-		}
-		p := &txnPart{id: pr.id, lease: pr.lease, primary: pr.primary, index: pr.index, hash: c.hash, lsn: lsn, at: e.opts.Now(), rec: rec,
-			batch: base.Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
-		e.installPart(p)
-		if d := e.txnDecisions[pr.id]; d != nil && d.owner == 0 && p.primary == "" {
-			e.countDecision(d, c.owner) // the decision was carried before its part
-		}
-		if o := e.owners[c.owner]; o == nil || c.seq > o.lastSeq {
-			e.owner(c.owner).remember(c.seq, lsn, c.hash)
-		}
-	case kindTxnApply:
-		id, d, index, primary, err := decodeTxnApplyRecord(payload)
-		if err != nil {
-			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
-		}
-		p := e.txnParts[id]
-		switch {
-		case p == nil:
-			e.txnParts[id] = &txnPart{id: id, primary: primary, index: index, decision: d, lsn: lsn, at: e.opts.Now()}
-		case p.decision == base.DecisionNone:
-			if d == base.DecisionCommit {
-				for {
-					room, err := e.reserveFrames(&p.batch)
-					if err != nil {
-						return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
-					}
-					if room {
-						break
-					}
-					e.replayForce = true // no checkpoint in replay while a txn is live
-				}
-			}
-			e.finishPart(p, d, lsn)
-		case p.decision != d:
-			return corrupt.Errorf("storenode: replay: record %d: transaction %v applied %v, then %v", lsn, id, p.decision, d)
-		}
-	case kindTxnDecide:
-		id, d, count, lease, reported, err := decodeTxnDecideRecord(payload)
-		if err != nil {
-			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
-		}
-		rec := e.txnDecisions[id]
-		if rec != nil && rec.d != d {
-			// The live engine forgot rec (an abort past TxnAbortKeep, in memory only) and,
-			// once its memory of it expired too, recorded id's decision afresh: the later
-			// record replaces it, as it did there.
-			delete(e.txnDecisions, id)
-			e.countDecision(rec, 0)
-			rec = nil
-		}
-		if rec == nil {
-			rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
-			e.countDecision(rec, e.decisionOwner(id))
-			e.txnDecisions[id] = rec
-			e.queueAbort(id, rec)
-		}
-		rec.count = max(rec.count, count)
-		rec.reported |= reported
-		if rec.count > 0 {
-			rec.reported &= decisionMask(rec.count)
-		}
-		if rec.allReported() {
-			// A commit every participant reported, or a decision forgotten and carried by a
-			// checkpoint (carryTxns); an abort all reported is forgotten as the sweep would.
-			e.forgetDecision(id, rec)
-		}
-	case kindTxnReported:
-		id, index, err := decodeTxnReportedRecord(payload)
-		if err != nil {
-			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
-		}
-		if rec := e.txnDecisions[id]; rec != nil {
-			e.noteReported(id, rec, index)
-		}
-	case kindTxnForgot:
-		if err := decodeTxnForgotRecord(payload, e.replayForgot); err != nil {
-			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
-		}
-	}
-	return nil
-}
-
-// replayFits checks a replayed batch's segments against the catalog, as replayCommit does.
-func (e *Engine) replayFits(lsn uint64, c *commitRecord) error {
-	for i := range c.segments {
-		s := &c.segments[i]
-		t, ok := e.tables[s.Table]
-		if !ok || t.geo.RowBytes() != c.rowBytes[i] || s.Page >= tablePagesMax {
-			return corrupt.Errorf("storenode: replay: record %d: segment of table %d (row size %d, page %d) does not fit the catalog",
-				lsn, s.Table, c.rowBytes[i], s.Page)
-		}
-		if last := segmentLastID(s.Page, s.Data, s.Clear); last >= t.nextID {
-			return corrupt.Errorf("storenode: replay: record %d: row %d of table %d was never granted (next id %d)", lsn, last, s.Table, t.nextID)
-		}
-	}
-	return nil
-}

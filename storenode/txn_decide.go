@@ -138,10 +138,7 @@ func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count
 	if err != nil {
 		return txnDecision{}, err
 	}
-	rec := &txnDecision{d: d, count: uint16(count), lease: lease, lsn: lsn, at: e.opts.Now()}
-	e.countDecision(rec, owner)
-	e.txnDecisions[id] = rec
-	e.queueAbort(id, rec)
+	rec := e.applyDecide(id, d, uint16(count), lease, 0, lsn) // new: counted for owner, queued
 	e.startResolver()
 	return *rec, nil
 }

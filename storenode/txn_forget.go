@@ -66,7 +66,7 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 	for i := range tasks {
 		t := &tasks[i]
 		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != base.DecisionNone {
-			delete(e.txnParts, t.id)
+			e.applyForgot(t.id)
 			ids = append(ids, t.id)
 		}
 	}
@@ -94,14 +94,6 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 		e.opts.Logger.Info("storenode: the two-phase commit parts replay rebuilt are settled", "dir", e.dir, "after", since)
 	}
 	return len(ids)
-}
-
-// replayForgot drops a part a forgot record names: applied, reported, forgotten. Caller
-// holds mu, in replay.
-func (e *Engine) replayForgot(id base.TxnID) {
-	if p := e.txnParts[id]; p != nil && p.decision != base.DecisionNone {
-		delete(e.txnParts, id)
-	}
 }
 
 // noteTxnReplayed logs, once at Open, what replay rebuilt of the two-phase commit, and
