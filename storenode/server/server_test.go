@@ -162,6 +162,22 @@ func (env *srvEnv) waitClosed(n int) {
 }
 
 // dial connects an sgio client as owner and closes it at the end of the test.
+// sessionOf returns the server's session of owner (the test fails if there is none; of
+// several, any one).
+func (env *srvEnv) sessionOf(t testing.TB, owner uint64) *session {
+	t.Helper()
+	var sess *session
+	env.srv.mu.Lock()
+	for x := range env.srv.sessions {
+		if x.owner == owner {
+			sess = x
+		}
+	}
+	env.srv.mu.Unlock()
+	require.NotNil(t, sess)
+	return sess
+}
+
 func (env *srvEnv) dial(owner uint64, mods ...func(*sgio.ClientConfig)) *sgio.Client {
 	env.t.Helper()
 	c, err := env.tryDial(owner, mods...)

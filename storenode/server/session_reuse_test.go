@@ -34,15 +34,7 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, read, &got))
 	require.Len(t, got.Segments, pages)
 
-	var sess *session
-	env.srv.mu.Lock()
-	for x := range env.srv.sessions {
-		if x.owner == testOwner {
-			sess = x
-		}
-	}
-	env.srv.mu.Unlock()
-	require.NotNil(t, sess)
+	sess := env.sessionOf(t, testOwner)
 	deadline := time.Now().Add(srvTestTimeout)
 	for {
 		sess.mu.Lock()
