@@ -129,6 +129,15 @@ func withClock(c **fakeClock) srvOpts {
 	}
 }
 
+// withFaultFS puts the engine on a fresh fault-injecting file system (directory "db"),
+// returned through *fs, and has it fsync every commit (SyncAlways).
+func withFaultFS(fs **vfs.FaultFS) srvOpts {
+	return func(cfg *Config) {
+		*fs = vfs.NewFaultFS()
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", *fs, storenode.SyncAlways
+	}
+}
+
 // stop shuts the server down (idempotent) and checks it stopped cleanly.
 func (env *srvEnv) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), srvTestTimeout)
