@@ -247,14 +247,21 @@ func srvTable(t testing.TB, c *sgio.Client, name string, owner uint64) (sgio.Tab
 	return ti, g
 }
 
-// srvAllocTable creates table name (64-byte rows) through c, has testOwner acquire it and
-// allocates it pages pages of ids (sgio.AllocIDs).
-func srvAllocTable(t testing.TB, ctx context.Context, c *sgio.Client, name string, pages uint32) (sgio.TableInfo, sgio.Grant) {
+// srvAcquired creates table name (64-byte rows) through c and has testOwner acquire it (no
+// ids granted: srvAllocTable, srvGrant).
+func srvAcquired(t testing.TB, ctx context.Context, c *sgio.Client, name string) (sgio.TableInfo, sgio.Grant) {
 	t.Helper()
 	var ti sgio.TableInfo
 	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: name, RowBytes: 64}, &ti))
 	var g sgio.Grant
 	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
+	return ti, g
+}
+
+// srvAllocTable is srvAcquired, then allocates the table pages pages of ids (sgio.AllocIDs).
+func srvAllocTable(t testing.TB, ctx context.Context, c *sgio.Client, name string, pages uint32) (sgio.TableInfo, sgio.Grant) {
+	t.Helper()
+	ti, g := srvAcquired(t, ctx, c, name)
 	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
 	return ti, g
 }
