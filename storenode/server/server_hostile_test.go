@@ -446,38 +446,8 @@ func TestHostileHandshakeFlood(t *testing.T) {
 		cfg.MaxHandshakesPerSource = 16
 	})
 	stopPing := env.pinger(t, "handshake flood")
-	flooding := make(chan struct{})
-	var floodWG sync.WaitGroup
 	var opened atomic.Int64
-	for range 4 {
-		floodWG.Add(1)
-		go func() {
-			defer floodWG.Done()
-			var held []net.Conn
-			defer func() {
-				for _, c := range held {
-					_ = c.Close()
-				}
-			}()
-			for {
-				select {
-				case <-flooding:
-					return
-				default:
-				}
-				c, err := net.Dial("tcp", env.addr)
-				if err != nil {
-					continue
-				}
-				opened.Add(1)
-				held = append(held, c)
-				if len(held) > 100 {
-					_ = held[0].Close()
-					held = held[1:]
-				}
-			}
-		}()
-	}
+	stopFlood := testkit.FloodIdleSockets(4, 100, func() (net.Conn, error) { return net.Dial("tcp", env.addr) }, &opened)
 	start := time.Now()
 	const legit = 40
 	firstTry := 0
@@ -501,8 +471,7 @@ func TestHostileHandshakeFlood(t *testing.T) {
 		_ = c.Close()
 	}
 	elapsed := time.Since(start)
-	close(flooding)
-	floodWG.Wait()
+	stopFlood()
 	stopPing()
 	sort.Slice(dialTimes, func(i, j int) bool { return dialTimes[i] < dialTimes[j] })
 	st := env.srv.Stats()
