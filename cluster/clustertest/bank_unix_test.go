@@ -68,11 +68,7 @@ func TestBankStorageNodesKilled(t *testing.T) {
 	classes := map[string]int{}
 	record := func(who int, line string) {
 		f := clustertest.Fields(line)
-		num := func(i int) uint64 {
-			v, err := strconv.ParseUint(f[i], 10, 64)
-			require.NoError(t, err, line)
-			return v
-		}
+		num := fieldNum(t, line, f)
 		switch f[0] {
 		case "try":
 			tries[who][num(1)] = xfer{who: who, seq: num(1), from: num(2), to: num(3)}
@@ -194,4 +190,14 @@ func bankModel(accts []uint64, initial uint64) map[uint64]uint64 {
 		model[id] = initial
 	}
 	return model
+}
+
+// fieldNum returns field i of line (f is clustertest.Fields of it) as a number; the test
+// fails if it is not one.
+func fieldNum(t *testing.T, line string, f []string) func(i int) uint64 {
+	return func(i int) uint64 {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		require.NoError(t, err, line)
+		return v
+	}
 }

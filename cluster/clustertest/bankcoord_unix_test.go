@@ -91,11 +91,7 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 	kills := map[string]int{}
 	record := func(who int, line string) {
 		f := clustertest.Fields(line)
-		num := func(i int) uint64 {
-			v, err := strconv.ParseUint(f[i], 10, 64)
-			require.NoError(t, err, line)
-			return v
-		}
+		num := fieldNum(t, line, f)
 		key := func() [2]uint64 { return [2]uint64{uint64(who), num(1)} }
 		switch f[0] {
 		case "try":
