@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/internal/testkit"
@@ -33,7 +32,7 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Six partitions: 0, 2, 4 on storage node 0 (the one killed), 1, 3, 5 on 1.
 	ids := createRows(t, c, "heal", 6, 1, 7)
-	n := openHealNode(t, ctx, c, 0x4ea1, node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	n := c.OpenNodeWith(0x4ea1, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
 	tbl, err := n.OpenTable(ctx, "heal")
 	require.NoError(t, err)
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
@@ -134,7 +133,7 @@ func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
 	ids := createRows(t, c, "healold", 3, 1, 7)
-	n := openHealNode(t, ctx, c, 0x4eb1, node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	n := c.OpenNodeWith(0x4eb1, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
 	tbl, err := n.OpenTable(ctx, "healold")
 	require.NoError(t, err)
 	for p, id := range ids {
@@ -199,7 +198,7 @@ func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
 	// Partitions 0 (owned) and 2 (not) on storage node 0, 1 on 1.
 	ids := createRows(t, c, "healwb", 3, 1, 7)
 	logs := &errLog{}
-	n := openHealNode(t, ctx, c, 0x4ec1, node.Config{Logger: slog.New(logs),
+	n := c.OpenNodeWith(0x4ec1, "", node.Config{Logger: slog.New(logs),
 		Durability: txnode.WriteBack, FlushInterval: time.Hour,
 		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
 	tbl, err := n.OpenTable(ctx, "healwb")
@@ -238,7 +237,7 @@ func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
 	ids := createRows(t, c, "healshort", 1, 1, 7)
-	n := openHealNode(t, ctx, c, 0x4ed1, node.Config{RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
+	n := c.OpenNodeWith(0x4ed1, "", node.Config{RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
 	tbl, err := n.OpenTable(ctx, "healshort")
 	require.NoError(t, err)
 	require.NoError(t, tbl.Own(ctx, 0))
@@ -264,27 +263,6 @@ func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
 	}
 	require.True(t, healed, "calls of 1 s deadlines never healed")
 	require.EqualValues(t, 10, readU64(t, ctx, tbl, ids[0]))
-}
-
-// openHealNode opens an in-process cluster node of c (owner id owner, a session of
-// cluster.TTLMin, a 1 MiB cache) with cfg's own settings (timeouts, durability; its Logger, or
-// clustertest.Quiet), closed at the test's end.
-func openHealNode(t *testing.T, ctx context.Context, c *clustertest.Cluster, owner uint64, cfg node.Config) *node.Node {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = clustertest.Quiet
-	}
-	cfg.Secret, cfg.OperatorSecret, cfg.CacheBytes = c.Secret, c.OperatorSecret, 1<<20
-	cfg.Etcd = cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet}
-	cfg.Session = cluster.SessionConfig{Owner: owner, TTL: cluster.TTLMin}
-	n, err := node.Open(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
-	return n
 }
 
 // writeUntilFails calls write until it fails (100 calls at the most: a killed storage node's
