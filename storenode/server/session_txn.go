@@ -40,8 +40,7 @@ func (s *session) txnPrepare(f sgio.Frame) {
 		err = s.checkOwner(v.Commit.Owner)
 	}
 	if err != nil {
-		s.srv.counters.rejectedFrames.Add(1)
-		s.replyError(f.ID, err, false)
+		s.replyRejected(f.ID, err)
 		return
 	}
 	body, ok := s.queueBody(f)
