@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/sgio"
-	"github.com/weftdb/weft/txnode"
 )
 
 // --cluster N runs the workloads through a cluster node (package cluster/node) over N
@@ -78,15 +76,11 @@ type clusterBackend struct {
 }
 
 func openCluster(ctx context.Context, cfg OpenConfig, d clusterDeploy) (_ *clusterBackend, err error) {
-	durability := txnode.Durable
-	switch cfg.Durability {
-	case "", "durable":
-	case "writeback":
-		durability = txnode.WriteBack
-	default:
-		return nil, fmt.Errorf("bench: durability %q: want durable or writeback", cfg.Durability)
+	durability, err := parseDurability(cfg.Durability)
+	if err != nil {
+		return nil, err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := warnLogger()
 	owner := d.owners.Add(1)
 	n, err := node.Open(ctx, node.Config{
 		Etcd:       cluster.Config{Endpoints: []string{d.etcd}, Logger: logger},

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -24,7 +23,7 @@ func serveStore(ctx context.Context, dir string, cfg storeChildConfig, ready fun
 	if !ok {
 		return fmt.Errorf("sync mode %q: want always or none", cfg.Sync)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := warnLogger()
 	opts := storenode.Options{Dir: dir, Sync: sync, CacheBytes: cfg.CacheBytes, Logger: logger}
 	var secrets [3][]byte // the clients', the peers', the operators' (docs/operations.md, "Roles and credentials")
 	for i, name := range []string{cfg.SecretFile, cfg.PeerSecretFile, cfg.OperatorSecretFile} {

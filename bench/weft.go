@@ -65,16 +65,28 @@ type weftBackend struct {
 	syncLast uint64 // and its WAL syncs
 }
 
-func openWeft(ctx context.Context, cfg OpenConfig, d weftDeploy) (_ *weftBackend, err error) {
-	durability := txnode.Durable
-	switch cfg.Durability {
+// parseDurability parses a run's durability: durable (the default, "") or writeback.
+func parseDurability(s string) (txnode.Durability, error) {
+	switch s {
 	case "", "durable":
+		return txnode.Durable, nil
 	case "writeback":
-		durability = txnode.WriteBack
-	default:
-		return nil, fmt.Errorf("bench: durability %q: want durable or writeback", cfg.Durability)
+		return txnode.WriteBack, nil
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return 0, fmt.Errorf("bench: durability %q: want durable or writeback", s)
+}
+
+// warnLogger is the benchmarks' logger of Weft's components: warnings and above, to stderr.
+func warnLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func openWeft(ctx context.Context, cfg OpenConfig, d weftDeploy) (_ *weftBackend, err error) {
+	durability, err := parseDurability(cfg.Durability)
+	if err != nil {
+		return nil, err
+	}
+	logger := warnLogger()
 	w := &weftBackend{dep: d}
 	opts := txnode.Options{CacheBytes: cfg.CacheBytes, Durability: durability, Logger: logger, FullPageIO: d.fullPageIO}
 	name := "crud"

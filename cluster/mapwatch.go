@@ -66,15 +66,20 @@ func (c *Client) readMapState(ctx context.Context) (*Map, *mapState, error) {
 // Map returns the current local copy (never nil). Lock-free, no allocation.
 func (w *MapWatcher) Map() *Map { return w.cur.Load() }
 
+// current returns the local copy and the channel closed at its next change, read together.
+func (w *MapWatcher) current() (*Map, chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur.Load(), w.change
+}
+
 // WaitRevision waits until the local copy reflects etcd revision rev or later and returns
 // it; it fails with ctx's error, or once the watcher is closed. Map changes arrive as
 // events; a revision that changed no map key arrives only through a progress notification:
 // use Sync for "as current as etcd".
 func (w *MapWatcher) WaitRevision(ctx context.Context, rev int64) (*Map, error) {
 	for {
-		w.mu.Lock()
-		m, ch := w.cur.Load(), w.change
-		w.mu.Unlock()
+		m, ch := w.current()
 		if m.Revision >= rev {
 			return m, nil
 		}
@@ -97,9 +102,7 @@ func (w *MapWatcher) Sync(ctx context.Context) (*Map, error) {
 	}
 	rev := resp.Header.Revision
 	for {
-		w.mu.Lock()
-		m, ch := w.cur.Load(), w.change
-		w.mu.Unlock()
+		m, ch := w.current()
 		if m.Revision >= rev {
 			return m, nil
 		}

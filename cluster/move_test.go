@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,16 +70,7 @@ func TestMoveSwitchKeepsOwnerKey(t *testing.T) {
 func TestMoveFloorFencesGrantsEndedAfterSwitch(t *testing.T) {
 	ctx := testCtx(t)
 	c := sharedClient(t)
-	tm, err := c.CreateTable(ctx, "mvf", Layout{Partitions: 1, StripePages: 1}, []string{"127.0.0.1:7001"})
-	require.NoError(t, err)
-	mover, err := c.NewSession(ctx, SessionConfig{Owner: 9})
-	require.NoError(t, err)
-	defer mover.Close(ctx)
-	rec, _, err := c.BeginMove(ctx, MoveRecord{Table: "mvf", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
-		From: tm.Nodes[0], To: "127.0.0.1:7003", Lease: mover.Lease()})
-	require.NoError(t, err)
-	rev, err := c.SwitchMoved(ctx, rec, 0)
-	require.NoError(t, err)
+	rec, rev := switchedMove(t, ctx, c, "mvf")
 
 	a, err := c.NewSession(ctx, SessionConfig{Owner: 1})
 	require.NoError(t, err)
@@ -104,20 +96,29 @@ func TestMoveFloorFencesGrantsEndedAfterSwitch(t *testing.T) {
 func TestMoveSwitchUnowned(t *testing.T) {
 	ctx := testCtx(t)
 	c := sharedClient(t)
-	tm, err := c.CreateTable(ctx, "mv", Layout{Partitions: 1, StripePages: 1}, []string{"127.0.0.1:7001"})
-	require.NoError(t, err)
-	mover, err := c.NewSession(ctx, SessionConfig{Owner: 9})
-	require.NoError(t, err)
-	defer mover.Close(ctx)
-	rec, _, err := c.BeginMove(ctx, MoveRecord{Table: "mv", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
-		From: tm.Nodes[0], To: "127.0.0.1:7003", Lease: mover.Lease()})
-	require.NoError(t, err)
-	rev, err := c.SwitchMoved(ctx, rec, 0)
-	require.NoError(t, err)
+	rec, rev := switchedMove(t, ctx, c, "mv")
 	_, held, err := c.Owner(ctx, "mv", 0)
 	require.NoError(t, err)
 	require.False(t, held)
 	floor, err := c.MoveFloor(ctx, rec)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, floor, uint64(rev))
+}
+
+// switchedMove creates table name (one partition, on 127.0.0.1:7001), begins the move of its
+// partition to 127.0.0.1:7003 under a mover's session (owner 9, closed at the test's end)
+// and switches it with no owner key; it returns the move's record and the switch's revision.
+func switchedMove(t *testing.T, ctx context.Context, c *Client, name string) (MoveRecord, int64) {
+	t.Helper()
+	tm, err := c.CreateTable(ctx, name, Layout{Partitions: 1, StripePages: 1}, []string{"127.0.0.1:7001"})
+	require.NoError(t, err)
+	mover, err := c.NewSession(ctx, SessionConfig{Owner: 9})
+	require.NoError(t, err)
+	t.Cleanup(func() { mover.Close(ctx) })
+	rec, _, err := c.BeginMove(ctx, MoveRecord{Table: name, Part: 0, Created: tm.Created, Rev: tm.Revs[0],
+		From: tm.Nodes[0], To: "127.0.0.1:7003", Lease: mover.Lease()})
+	require.NoError(t, err)
+	rev, err := c.SwitchMoved(ctx, rec, 0)
+	require.NoError(t, err)
+	return rec, rev
 }

@@ -14,9 +14,7 @@ import (
 // buggy writer would leave it) is reported as corruption, not walked for ever.
 func TestChainLoopReported(t *testing.T) {
 	ctx := context.Background()
-	db, err := txnode.Open(ctx, txnode.Options{Dir: t.TempDir(), SyncMode: "none"})
-	require.NoError(t, err)
-	defer db.Close(ctx)
+	db := openTestDB(t)
 	// One bucket that never splits: a non-unique index of one key.
 	ix, err := Create(ctx, db, "ix", Options{KeyBytes: 8, RowBytes: 64})
 	require.NoError(t, err)
@@ -58,4 +56,15 @@ func TestChainLoopReported(t *testing.T) {
 	}
 	_, err = ix.Verify(ctx)
 	require.NoError(t, err)
+}
+
+// openTestDB opens an embedded store (no fsync) in a fresh directory, closed at the test's
+// end: the internal tests' openDB.
+func openTestDB(t *testing.T) *txnode.DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := txnode.Open(ctx, txnode.Options{Dir: t.TempDir(), SyncMode: "none"})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close(ctx) })
+	return db
 }

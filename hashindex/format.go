@@ -223,6 +223,11 @@ func keyHash(salt uint64, key []byte) uint64 {
 		copy(tail[:], key)
 		h = bits.RotateLeft64((h^binary.LittleEndian.Uint64(tail[:]))*hashMul, hashRot)
 	}
+	return mixHash(h)
+}
+
+// mixHash is keyHash's finalizer: it spreads every bit of h over the result.
+func mixHash(h uint64) uint64 {
 	h ^= h >> 30
 	h *= mixMul1
 	h ^= h >> 27
@@ -238,12 +243,7 @@ func keyHash16(salt, k0, k1 uint64) uint64 {
 	h := salt ^ n*hashMul
 	h = bits.RotateLeft64((h^k0)*hashMul, hashRot)
 	h = bits.RotateLeft64((h^k1)*hashMul, hashRot)
-	h ^= h >> 30
-	h *= mixMul1
-	h ^= h >> 27
-	h *= mixMul2
-	h ^= h >> 31
-	return h
+	return mixHash(h)
 }
 
 // address is the linear-hashing address of hash h among n buckets, and the level it was

@@ -7,16 +7,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/internal/corrupt"
-	"github.com/weftdb/weft/txnode"
 )
 
 // TestVerifyFindsDuplicates: a bucket row holding one entry twice (with a valid checksum) is
 // reported by Verify, on a unique index (the key twice) and a non-unique one (the pair twice).
 func TestVerifyFindsDuplicates(t *testing.T) {
 	ctx := context.Background()
-	db, err := txnode.Open(ctx, txnode.Options{Dir: t.TempDir(), SyncMode: "none"})
-	require.NoError(t, err)
-	defer db.Close(ctx)
+	db := openTestDB(t)
 	for _, unique := range []bool{true, false} {
 		name := "nonunique"
 		if unique {

@@ -10,22 +10,6 @@ import (
 	"github.com/weftdb/weft/base"
 )
 
-// commitBatch returns a commit of nseg segments of rowsPerSeg 64-byte rows each, with rows
-// from one buffer (the batch's own buffer, as the commit pipeline builds it).
-func commitBatch(nseg, rowsPerSeg int) *Commit {
-	const rowBytes = 64
-	buf := rows(nseg*rowsPerSeg, rowBytes, 1)
-	c := &Commit{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: 1, Epoch: 3}}}
-	mask := ^uint64(0) >> (64 - rowsPerSeg)
-	for i := range nseg {
-		c.Segments = append(c.Segments, base.Segment{
-			Table: 1, RowBytes: rowBytes, Page: uint64(i) * 3, Data: mask,
-			Rows: buf[i*rowsPerSeg*rowBytes : (i+1)*rowsPerSeg*rowBytes],
-		})
-	}
-	return c
-}
-
 // The hot paths allocate nothing once warm.
 func TestHotPathsDoNotAllocate(t *testing.T) {
 	c := commitBatch(128, 1)

@@ -190,10 +190,7 @@ func TestClientBatchesQueuedRequestsIntoOneWrite(t *testing.T) {
 
 	const queued = 50
 	pingDone := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctx, &Ping{})
-		pingDone <- err
-	}()
+	goPing(ctx, c, pingDone)
 	first := <-gate.entered // the sender is now held in this write
 	require.Len(t, framesIn(t, first), 1)
 	idx := make([]uint32, queued)
@@ -224,6 +221,14 @@ func TestClientBatchesQueuedRequestsIntoOneWrite(t *testing.T) {
 }
 
 // holdServer records requests and answers only when the test says so.
+// goPing calls a Ping through c under ctx on a goroutine of its own; its error goes to done.
+func goPing(ctx context.Context, c *Client, done chan<- error) {
+	go func() {
+		_, err := c.Call(ctx, &Ping{})
+		done <- err
+	}()
+}
+
 func holdServer(t *testing.T, got chan<- Frame) *testServer {
 	return newTestServer(t, nil, func(s *testServer) {
 		s.handle = func(sc *serverConn, f Frame) { got <- f }
@@ -354,10 +359,7 @@ func TestClientClose(t *testing.T) {
 	c := dialTest(t, holdServer(t, got))
 	ctx := testCtx(t)
 	done := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctx, &Ping{})
-		done <- err
-	}()
+	goPing(ctx, c, done)
 	<-got
 	require.NoError(t, c.Close())
 	err := <-done
@@ -434,15 +436,10 @@ func TestClientCancelBeforeSend(t *testing.T) {
 	var a Acquire
 	require.NoError(t, a.Parse(f.Body))
 	require.Equal(t, uint64(1), a.Owner)
-	s.mu.Lock()
-	sc := s.conns[0]
-	s.mu.Unlock()
+	sc := s.conn0()
 	sc.reply(f.ID, answer(f)) // the late reply to A is dropped
 	pingDone := make(chan error, 1)
-	go func() {
-		_, err := c.Call(testCtx(t), &Ping{})
-		pingDone <- err
-	}()
+	goPing(testCtx(t), c, pingDone)
 	f = <-got
 	require.Equal(t, TypePing, f.Type, "B never reached the server")
 	sc.reply(f.ID, answer(f))
@@ -467,15 +464,10 @@ func TestClientCancelAfterSend(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, c.MaxInflight()-1, len(c.free), "the slot is held until the reply")
 
-	s.mu.Lock()
-	sc := s.conns[0]
-	s.mu.Unlock()
+	sc := s.conn0()
 	sc.reply(f.ID, answer(f))
 	pong := make(chan error, 1)
-	go func() {
-		_, err := c.Call(testCtx(t), &Ping{})
-		pong <- err
-	}()
+	goPing(testCtx(t), c, pong)
 	sc.reply((<-got).ID, &Pong{})
 	require.NoError(t, <-pong)
 	require.Equal(t, c.MaxInflight(), len(c.free))
@@ -490,10 +482,7 @@ func TestClientInflightBound(t *testing.T) {
 	ctx := testCtx(t)
 	results := make(chan error, 3)
 	for range 2 {
-		go func() {
-			_, err := c.Call(ctx, &Ping{})
-			results <- err
-		}()
+		goPing(ctx, c, results)
 	}
 	f1, f2 := <-got, <-got
 
@@ -505,13 +494,8 @@ func TestClientInflightBound(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	// With a longer context it proceeds as soon as a reply frees a slot.
-	go func() {
-		_, err := c.Call(ctx, &Ping{})
-		results <- err
-	}()
-	s.mu.Lock()
-	sc := s.conns[0]
-	s.mu.Unlock()
+	goPing(ctx, c, results)
+	sc := s.conn0()
 	sc.reply(f1.ID, &Pong{})
 	f3 := <-got
 	sc.reply(f2.ID, &Pong{})

@@ -18,10 +18,7 @@ func TestClientUrgentBeyondFullWindow(t *testing.T) {
 	ctx := testCtx(t)
 	held := make(chan error, 2)
 	for range 2 {
-		go func() {
-			_, err := c.Call(ctx, &Ping{})
-			held <- err
-		}()
+		goPing(ctx, c, held)
 	}
 	f1, f2 := <-got, <-got // the window is full, the replies held
 
@@ -43,9 +40,7 @@ func TestClientUrgentBeyondFullWindow(t *testing.T) {
 	err = c.CallIntoUrgent(short2, &Ping{}, &Pong{})
 	require.ErrorIs(t, err, ErrBusy)
 
-	s.mu.Lock()
-	sc := s.conns[0]
-	s.mu.Unlock()
+	sc := s.conn0()
 	sc.reply(f3.ID, answer(f3))
 	require.NoError(t, <-renewed)
 	sc.reply(f1.ID, answer(f1))
@@ -67,10 +62,7 @@ func TestClientUrgentJumpsTheQueue(t *testing.T) {
 	release := gate.hold()
 	ctx := testCtx(t)
 	pingDone := make(chan error, 1)
-	go func() {
-		_, err := c.Call(ctx, &Ping{})
-		pingDone <- err
-	}()
+	goPing(ctx, c, pingDone)
 	<-gate.entered // the sender is held in this write
 
 	var idx []uint32
@@ -103,10 +95,7 @@ func TestClientUrgentJumpsTheQueue(t *testing.T) {
 
 	// A withdrawn urgent request leaves the count too.
 	release = gate.hold()
-	go func() {
-		_, err := c.Call(ctx, &Ping{})
-		pingDone <- err
-	}()
+	goPing(ctx, c, pingDone)
 	<-gate.entered
 	ended, cancel := context.WithCancel(ctx)
 	n, err := c.start(ended, &Ping{}, nil, true)

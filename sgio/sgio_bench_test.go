@@ -20,8 +20,10 @@ var benchBatches = []struct {
 	{"batch=16x64row", 16, 64},
 }
 
-// benchCommit returns a commit of segs segments of rowsPerSeg 64-byte rows from one buffer.
-func benchCommit(segs, rowsPerSeg int) *Commit {
+// commitBatch returns a commit of segs segments of rowsPerSeg 64-byte rows each, with rows
+// from one buffer (the batch's own buffer, as the commit pipeline builds it); the benchmarks'
+// and the allocation tests' batch.
+func commitBatch(segs, rowsPerSeg int) *Commit {
 	const rowBytes = 64
 	buf := rows(segs*rowsPerSeg, rowBytes, 1)
 	c := &Commit{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: 1, Epoch: 3}}}
@@ -42,7 +44,7 @@ func benchCommit(segs, rowsPerSeg int) *Commit {
 // buffer.
 func BenchmarkCommitEncode(b *testing.B) {
 	for _, bb := range benchBatches {
-		c := benchCommit(bb.segs, bb.rowsPerSeg)
+		c := commitBatch(bb.segs, bb.rowsPerSeg)
 		size := int64(HeaderSize + c.BodySize())
 		for _, mode := range []struct {
 			name      string
@@ -74,7 +76,7 @@ func BenchmarkCommitEncode(b *testing.B) {
 // are Writer.WriteTo (one writev), mode=copy is AppendFrame and one Write.
 func BenchmarkCommitWrite(b *testing.B) {
 	for _, bb := range benchBatches {
-		c := benchCommit(bb.segs, bb.rowsPerSeg)
+		c := commitBatch(bb.segs, bb.rowsPerSeg)
 		size := int64(HeaderSize + c.BodySize())
 		for _, mode := range []struct {
 			name      string
@@ -110,7 +112,7 @@ func BenchmarkCommitWrite(b *testing.B) {
 // Commit.Parse into a reused Commit.
 func BenchmarkCommitDecode(b *testing.B) {
 	for _, bb := range benchBatches {
-		c := benchCommit(bb.segs, bb.rowsPerSeg)
+		c := commitBatch(bb.segs, bb.rowsPerSeg)
 		frame := AppendFrame(nil, 1, c)
 		b.Run(bb.name+"/mode=view", func(b *testing.B) {
 			b.SetBytes(int64(len(frame)))

@@ -82,6 +82,13 @@ func newTestServer(t testing.TB, secret []byte, opts ...func(*testServer)) *test
 
 func (s *testServer) addr() string { return s.ln.Addr().String() }
 
+// conn0 returns the first connection the server accepted (the test knows there is one).
+func (s *testServer) conn0() *serverConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[0]
+}
+
 func (s *testServer) accept() {
 	defer s.wg.Done()
 	for {

@@ -3,6 +3,7 @@
 package clustertest_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
+	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/txnode"
 )
@@ -66,11 +68,7 @@ func TestBankStorageNodesKilled(t *testing.T) {
 	classes := map[string]int{}
 	record := func(who int, line string) {
 		f := clustertest.Fields(line)
-		num := func(i int) uint64 {
-			v, err := strconv.ParseUint(f[i], 10, 64)
-			require.NoError(t, err, line)
-			return v
-		}
+		num := fieldNum(t, line, f)
 		switch f[0] {
 		case "try":
 			tries[who][num(1)] = xfer{who: who, seq: num(1), from: num(2), to: num(3)}
@@ -118,11 +116,7 @@ func TestBankStorageNodesKilled(t *testing.T) {
 	t.Logf("%d transfers acknowledged, %d failed (%v), %d storage-node kills", len(acked), len(failed), classes, kills)
 
 	// Read through a node opened now (it owns nothing: the storage nodes' durable rows).
-	reader := c.OpenNode(0xc, "")
-	r, err := reader.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	lt, err := reader.OpenTable(ctx, "xlog")
-	require.NoError(t, err)
+	r, lt := openBankReader(t, ctx, c)
 	owners := []uint64{0xa, 0xb}
 	buf := make([]byte, lt.RowBytes())
 	// logged returns the transfer's log row (from, to, moved), if it is there.
@@ -130,23 +124,9 @@ func TestBankStorageNodesKilled(t *testing.T) {
 		if !x.hasLog {
 			return 0, 0, 0, false
 		}
-		err := lt.Get(ctx, x.log, buf)
-		if errors.Is(err, txnode.ErrNotFound) {
-			return 0, 0, 0, false
-		}
-		require.NoError(t, err)
-		w := func(i int) uint64 { return binary.LittleEndian.Uint64(buf[8*i:]) }
-		if w(3) != owners[x.who] || w(4) != x.seq {
-			return 0, 0, 0, false // the id went to another row
-		}
-		require.Equal(t, x.from, w(0))
-		require.Equal(t, x.to, w(1))
-		return w(0), w(1), w(2), true
+		return bankLogRow(t, ctx, lt, buf, x.log, owners[x.who], x.seq, x.from, x.to)
 	}
-	model := map[uint64]uint64{}
-	for _, id := range accts {
-		model[id] = initial
-	}
+	model := bankModel(accts, initial)
 	apply := func(x xfer, must bool) {
 		from, to, moved, ok := logged(x)
 		if must {
@@ -170,4 +150,54 @@ func TestBankStorageNodesKilled(t *testing.T) {
 		require.Equal(t, model[id], got, "account %d: its opening balance plus the logged transfers", id)
 	}
 	require.Equal(t, uint64(len(accts))*initial, total, "the total is conserved")
+}
+
+// openBankReader opens the bank's tables through a node opened now (owner 0xc, owning
+// nothing: it reads the storage nodes' durable rows).
+func openBankReader(t *testing.T, ctx context.Context, c *clustertest.Cluster) (acct, xlog *node.Table) {
+	t.Helper()
+	reader := c.OpenNode(0xc, "")
+	acct, err := reader.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	xlog, err = reader.OpenTable(ctx, "xlog")
+	require.NoError(t, err)
+	return acct, xlog
+}
+
+// bankLogRow reads log row id of lt into buf and returns its transfer (from, to, moved) if it
+// is transfer seq of owner (its from and to must then be wantFrom and wantTo); ok is false if
+// the row is not there or the id went to another row.
+func bankLogRow(t *testing.T, ctx context.Context, lt *node.Table, buf []byte, id, owner, seq, wantFrom, wantTo uint64) (from, to, moved uint64, ok bool) {
+	t.Helper()
+	err := lt.Get(ctx, id, buf)
+	if errors.Is(err, txnode.ErrNotFound) {
+		return 0, 0, 0, false
+	}
+	require.NoError(t, err)
+	w := func(i int) uint64 { return binary.LittleEndian.Uint64(buf[8*i:]) }
+	if w(3) != owner || w(4) != seq {
+		return 0, 0, 0, false // the id went to another row
+	}
+	require.Equal(t, wantFrom, w(0))
+	require.Equal(t, wantTo, w(1))
+	return w(0), w(1), w(2), true
+}
+
+// bankModel is the bank's balances at the opening: initial in every account.
+func bankModel(accts []uint64, initial uint64) map[uint64]uint64 {
+	model := map[uint64]uint64{}
+	for _, id := range accts {
+		model[id] = initial
+	}
+	return model
+}
+
+// fieldNum returns field i of line (f is clustertest.Fields of it) as a number; the test
+// fails if it is not one.
+func fieldNum(t *testing.T, line string, f []string) func(i int) uint64 {
+	return func(i int) uint64 {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		require.NoError(t, err, line)
+		return v
+	}
 }

@@ -4,8 +4,6 @@ package clustertest_test
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"maps"
 	"os"
 	"slices"
@@ -18,7 +16,6 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/internal/testkit"
-	"github.com/weftdb/weft/txnode"
 )
 
 // The bank, end to end: 3 storage-node processes, 2 cluster-node processes making
@@ -94,11 +91,7 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 	kills := map[string]int{}
 	record := func(who int, line string) {
 		f := clustertest.Fields(line)
-		num := func(i int) uint64 {
-			v, err := strconv.ParseUint(f[i], 10, 64)
-			require.NoError(t, err, line)
-			return v
-		}
+		num := fieldNum(t, line, f)
 		key := func() [2]uint64 { return [2]uint64{uint64(who), num(1)} }
 		switch f[0] {
 		case "try":
@@ -202,31 +195,13 @@ func TestBankCoordinatorAndStorageNodeKilled(t *testing.T) {
 	}
 	t.Logf("resolved %v after the nodes' ends", time.Since(waited).Round(time.Millisecond))
 
-	reader := c.OpenNode(0xc, "")
-	rt, err := reader.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	lt, err := reader.OpenTable(ctx, "xlog")
-	require.NoError(t, err)
+	rt, lt := openBankReader(t, ctx, c)
 	buf := make([]byte, lt.RowBytes())
 	// logged returns the log row id's transfer (from, to, moved) if it is x's.
 	logged := func(x *xfer, id uint64) (from, to, moved uint64, ok bool) {
-		err := lt.Get(ctx, id, buf)
-		if errors.Is(err, txnode.ErrNotFound) {
-			return 0, 0, 0, false
-		}
-		require.NoError(t, err)
-		w := func(i int) uint64 { return binary.LittleEndian.Uint64(buf[8*i:]) }
-		if w(3) != incs[x.who].owner || w(4) != x.seq {
-			return 0, 0, 0, false // the id went to another row
-		}
-		require.Equal(t, x.from, w(0))
-		require.Equal(t, x.to, w(1))
-		return w(0), w(1), w(2), true
+		return bankLogRow(t, ctx, lt, buf, id, incs[x.who].owner, x.seq, x.from, x.to)
 	}
-	model := map[uint64]uint64{}
-	for _, id := range accts {
-		model[id] = initial
-	}
+	model := bankModel(accts, initial)
 	// apply adds x's transfer to the model if one of its runs' log rows is there (at most
 	// one: a transfer applied twice is a failure too).
 	apply := func(x *xfer, must bool) {

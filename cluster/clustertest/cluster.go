@@ -214,14 +214,25 @@ func mustJSON(v any) string {
 }
 
 // OpenNode opens an in-process cluster node (owner id owner, taking requests at addr) of the
-// cluster, with a session of cluster.TTLMin; closed at the test's end.
+// cluster, with a session of cluster.TTLMin and a 1 MiB cache; closed at the test's end.
 func (c *Cluster) OpenNode(owner uint64, addr string) *node.Node {
 	c.t.Helper()
+	return c.OpenNodeWith(owner, addr, node.Config{})
+}
+
+// OpenNodeWith is OpenNode with cfg's own settings (timeouts, durability, flush interval; its
+// Logger, or Quiet when nil); the cluster's secrets, etcd, session and cache replace cfg's.
+func (c *Cluster) OpenNodeWith(owner uint64, addr string, cfg node.Config) *node.Node {
+	c.t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = Quiet
+	}
+	cfg.Secret, cfg.OperatorSecret, cfg.CacheBytes = c.Secret, c.OperatorSecret, 1<<20
+	cfg.Etcd = cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: Quiet}
+	cfg.Session = cluster.SessionConfig{Owner: owner, Addr: addr, TTL: cluster.TTLMin}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := node.Open(ctx, node.Config{Logger: Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
-		Etcd:    cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: Quiet},
-		Session: cluster.SessionConfig{Owner: owner, Addr: addr, TTL: cluster.TTLMin}})
+	n, err := node.Open(ctx, cfg)
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

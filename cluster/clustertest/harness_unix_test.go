@@ -22,8 +22,7 @@ func TestHarnessStorageNodeRestart(t *testing.T) {
 	s := c.Storage[0]
 	for round := range 3 {
 		s.Kill()
-		s.Restart()
-		require.Equal(t, "listening "+s.Addr, s.Ready())
+		restartStorage(t, s)
 		r, err := c.OpenNode(uint64(0x100+round), "").OpenTable(ctx, "t")
 		require.NoError(t, err, "round %d", round)
 		for _, id := range ids {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/clustertest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/internal/testkit"
@@ -33,16 +32,7 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Six partitions: 0, 2, 4 on storage node 0 (the one killed), 1, 3, 5 on 1.
 	ids := createRows(t, c, "heal", 6, 1, 7)
-	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
-		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
-		Session:        cluster.SessionConfig{Owner: 0x4ea1, TTL: cluster.TTLMin},
-		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
+	n := c.OpenNodeWith(0x4ea1, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
 	tbl, err := n.OpenTable(ctx, "heal")
 	require.NoError(t, err)
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
@@ -76,13 +66,7 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 	s0.Kill()
 	// Writes to the dead storage node's partitions wait for it, then fail once its
 	// transaction node gives up (RequestTimeout, or its lease plus txnode.OwnerInUseMargin).
-	var putErr error
-	for range 100 {
-		if putErr = put(); putErr != nil {
-			break
-		}
-	}
-	require.Error(t, putErr)
+	putErr := writeUntilFails(t, put)
 	t.Logf("write after the kill: %v", putErr)
 	// Still down: later calls fail (a dial that fails, then a backoff), they do not hang.
 	for range 3 {
@@ -92,20 +76,17 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 		require.Error(t, err)
 	}
 
-	s0.Restart()
-	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	restartStorage(t, s0)
 	// The node heals on its next uses: a write may fail while it redials (backoff), then
 	// succeeds, without OpenTable or Own.
-	healed := false
-	for try := 0; try < 200 && !healed; try++ {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		healed = tbl.Put(octx, ids[0], u64Row(seq+1)) == nil
-		cancel()
-		if healed {
-			seq++
-			lastPut = seq
+	healed := untilWithin(ctx, 200, func(octx context.Context) bool {
+		if tbl.Put(octx, ids[0], u64Row(seq+1)) != nil {
+			return false
 		}
-	}
+		seq++
+		lastPut = seq
+		return true
+	})
 	require.True(t, healed, "the node did not heal")
 	require.ElementsMatch(t, []uint32{0, 1, 2}, tbl.Owned())
 	for range 24 {
@@ -152,16 +133,7 @@ func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
 	ids := createRows(t, c, "healold", 3, 1, 7)
-	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
-		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
-		Session:        cluster.SessionConfig{Owner: 0x4eb1, TTL: cluster.TTLMin},
-		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
+	n := c.OpenNodeWith(0x4eb1, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
 	tbl, err := n.OpenTable(ctx, "healold")
 	require.NoError(t, err)
 	for p, id := range ids {
@@ -180,21 +152,9 @@ func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(8)))
 
 	s0.Kill()
-	var putErr error
-	for range 100 {
-		if putErr = tbl.Put(ctx, ids[0], u64Row(9)); putErr != nil {
-			break
-		}
-	}
-	require.Error(t, putErr)
-	s0.Restart()
-	require.Equal(t, "listening "+s0.Addr, s0.Ready())
-	healed := false
-	for try := 0; try < 200 && !healed; try++ {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		healed = tbl.Put(octx, ids[2], u64Row(10)) == nil
-		cancel()
-	}
+	writeUntilFails(t, func() error { return tbl.Put(ctx, ids[0], u64Row(9)) })
+	restartStorage(t, s0)
+	healed := untilWithin(ctx, 200, func(octx context.Context) bool { return tbl.Put(octx, ids[2], u64Row(10)) == nil })
 	require.True(t, healed, "the replaced handle did not heal")
 	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
 	require.NoError(t, tbl.Put(ctx, ids[0], u64Row(11)))
@@ -238,17 +198,9 @@ func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
 	// Partitions 0 (owned) and 2 (not) on storage node 0, 1 on 1.
 	ids := createRows(t, c, "healwb", 3, 1, 7)
 	logs := &errLog{}
-	n, err := node.Open(ctx, node.Config{Logger: slog.New(logs), Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
-		Etcd:       cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
-		Session:    cluster.SessionConfig{Owner: 0x4ec1, TTL: cluster.TTLMin},
+	n := c.OpenNodeWith(0x4ec1, "", node.Config{Logger: slog.New(logs),
 		Durability: txnode.WriteBack, FlushInterval: time.Hour,
 		RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
 	tbl, err := n.OpenTable(ctx, "healwb")
 	require.NoError(t, err)
 	require.NoError(t, tbl.Own(ctx, 0))
@@ -261,21 +213,10 @@ func TestStorageNodeBackWriteBackLossReported(t *testing.T) {
 	s0.Kill()
 	// Its transaction node gives up on it: a durable read that cannot reach it.
 	b := make([]byte, 64)
-	dead := false
-	for try := 0; try < 100 && !dead; try++ {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		dead = tbl.Get(octx, ids[2], b) != nil
-		cancel()
-	}
+	dead := untilWithin(ctx, 100, func(octx context.Context) bool { return tbl.Get(octx, ids[2], b) != nil })
 	require.True(t, dead)
-	s0.Restart()
-	require.Equal(t, "listening "+s0.Addr, s0.Ready())
-	healed := false
-	for try := 0; try < 200 && !healed; try++ {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		healed = tbl.Put(octx, ids[0], u64Row(9)) == nil
-		cancel()
-	}
+	restartStorage(t, s0)
+	healed := untilWithin(ctx, 200, func(octx context.Context) bool { return tbl.Put(octx, ids[0], u64Row(9)) == nil })
 	require.True(t, healed)
 	found := false
 	for _, m := range logs.all() {
@@ -296,16 +237,7 @@ func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
 	ctx := testCtx(t, 120*time.Second)
 	c := clustertest.Start(t, clustertest.Options{StorageNodes: 1})
 	ids := createRows(t, c, "healshort", 1, 1, 7)
-	n, err := node.Open(ctx, node.Config{Logger: clustertest.Quiet, Secret: c.Secret, OperatorSecret: c.OperatorSecret, CacheBytes: 1 << 20,
-		Etcd:           cluster.Config{Endpoints: c.Etcd.Endpoints(), Prefix: c.Prefix, Logger: clustertest.Quiet},
-		Session:        cluster.SessionConfig{Owner: 0x4ed1, TTL: cluster.TTLMin},
-		RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
+	n := c.OpenNodeWith(0x4ed1, "", node.Config{RequestTimeout: 200 * time.Millisecond, DialTimeout: 200 * time.Millisecond})
 	tbl, err := n.OpenTable(ctx, "healshort")
 	require.NoError(t, err)
 	require.NoError(t, tbl.Own(ctx, 0))
@@ -319,23 +251,52 @@ func TestStorageNodeBackShortDeadlinesHeal(t *testing.T) {
 	}
 	s0.Kill()
 	// Its transaction node gives up on it (a write waits past RequestTimeout).
-	var putErr error
-	for range 100 {
-		if putErr = tbl.Put(ctx, ids[0], u64Row(9)); putErr != nil {
-			break
-		}
-	}
-	require.Error(t, putErr)
+	writeUntilFails(t, func() error { return tbl.Put(ctx, ids[0], u64Row(9)) })
 	// Down: enough failed calls for the backoff to pass the calls' deadline.
 	for range 12 {
 		require.Error(t, put(9))
 	}
-	s0.Restart()
-	require.Equal(t, "listening "+s0.Addr, s0.Ready())
+	restartStorage(t, s0)
 	healed := false
 	for try := 0; try < 40 && !healed; try++ {
 		healed = put(10) == nil
 	}
 	require.True(t, healed, "calls of 1 s deadlines never healed")
 	require.EqualValues(t, 10, readU64(t, ctx, tbl, ids[0]))
+}
+
+// writeUntilFails calls write until it fails (100 calls at the most: a killed storage node's
+// writes wait for it, then fail) and returns that error; the test fails if none did.
+func writeUntilFails(t *testing.T, write func() error) error {
+	t.Helper()
+	var err error
+	for range 100 {
+		if err = write(); err != nil {
+			break
+		}
+	}
+	require.Error(t, err)
+	return err
+}
+
+// restartStorage restarts killed storage node s and waits until it listens again.
+func restartStorage(t *testing.T, s *clustertest.StorageNode) {
+	t.Helper()
+	s.Restart()
+	require.Equal(t, "listening "+s.Addr, s.Ready())
+}
+
+// untilWithin calls try, each call with a 5 s deadline under ctx, until it reports true (tries
+// calls at the most), and returns whether it did.
+func untilWithin(ctx context.Context, tries int, try func(ctx context.Context) bool) bool {
+	done := false
+	for range tries {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		done = try(octx)
+		cancel()
+		if done {
+			break
+		}
+	}
+	return done
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 )
 
@@ -164,36 +165,7 @@ func TestMainEMFILE(t *testing.T) {
 
 	// The flood: idle sockets, reconnecting as the node closes them, for floodFor.
 	const floodFor = 4 * time.Second
-	floodStop := make(chan struct{})
-	var floodWG sync.WaitGroup
-	for range 4 {
-		floodWG.Add(1)
-		go func() {
-			defer floodWG.Done()
-			var held []net.Conn
-			defer func() {
-				for _, c := range held {
-					_ = c.Close()
-				}
-			}()
-			for {
-				select {
-				case <-floodStop:
-					return
-				default:
-				}
-				c, err := net.DialTimeout("tcp", nodeAddr, time.Second)
-				if err != nil {
-					continue
-				}
-				held = append(held, c)
-				if len(held) > 150 {
-					_ = held[0].Close()
-					held = held[1:]
-				}
-			}
-		}()
-	}
+	stopFlood := testkit.FloodIdleSockets(4, 150, func() (net.Conn, error) { return net.DialTimeout("tcp", nodeAddr, time.Second) }, nil)
 
 	// Throughout: the legitimate clients ping, the prober asks /healthz.
 	var lat []time.Duration
@@ -210,8 +182,7 @@ func TestMainEMFILE(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "/healthz while serving: %s", body)
 		healthChecks++
 	}
-	close(floodStop)
-	floodWG.Wait()
+	stopFlood()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	t.Logf("during the flood: %d pings, p50 %v, p99 %v, max %v; %d health checks, all 200", len(lat),
 		lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1], healthChecks)

@@ -15,6 +15,15 @@ import (
 	"github.com/weftdb/weft/storenode/server"
 )
 
+// startLoopbackMetrics serves node's metrics (no public pprof) on a free loopback port; the
+// caller closes it.
+func startLoopbackMetrics(t *testing.T, node *server.Server, logger *slog.Logger) *metricsServer {
+	t.Helper()
+	ln, err := listenMetrics("127.0.0.1:0")
+	require.NoError(t, err)
+	return startMetrics(ln, false, node, logger)
+}
+
 // Finding 9 of issue 11: pprof shows the command line (the data directory, the secret file's
 // path) and runs profiles as long as asked. It is served on loopback only unless
 // --pprof-non-loopback, and a profile or trace is bounded to profileSecondsMax.
@@ -31,9 +40,7 @@ func TestMetricsPprofBounded(t *testing.T) {
 	logs := &testkit.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 
-	ln, err := listenMetrics("127.0.0.1:0")
-	require.NoError(t, err)
-	m := startMetrics(ln, false, node, logger)
+	m := startLoopbackMetrics(t, node, logger)
 	base := "http://" + m.addr.String()
 	code, _ := get(base, "/debug/pprof/cmdline")
 	require.Equal(t, http.StatusOK, code, "pprof on loopback")
@@ -47,7 +54,7 @@ func TestMetricsPprofBounded(t *testing.T) {
 
 	// A non-loopback address (every interface, reached here through loopback): no pprof.
 	for _, public := range []bool{false, true} {
-		ln, err = listenMetrics("0.0.0.0:0")
+		ln, err := listenMetrics("0.0.0.0:0")
 		require.NoError(t, err)
 		m = startMetrics(ln, public, node, logger)
 		_, port, _ := net.SplitHostPort(m.addr.String())

@@ -33,9 +33,7 @@ func TestStatsTied(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, node.Start())
 	t.Cleanup(func() { _ = node.Shutdown(context.Background()) })
-	ln, err := listenMetrics("127.0.0.1:0")
-	require.NoError(t, err)
-	m := startMetrics(ln, false, node, slog.New(slog.DiscardHandler))
+	m := startLoopbackMetrics(t, node, slog.New(slog.DiscardHandler))
 	t.Cleanup(m.close)
 
 	// Traffic that gives most stats a value: commits, a checkpoint, cached reads.

@@ -261,6 +261,19 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs is parseArgs for a command that takes flags only: a positional argument is a
+// usage error.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: %s takes no arguments", errUsage, fs.Name())
+	}
+	return nil
+}
+
 func parseID(s, what string) (uint64, error) {
 	v, err := strconv.ParseUint(s, 0, 64)
 	if err != nil {
@@ -272,12 +285,8 @@ func parseID(s, what string) (uint64, error) {
 func cmdTables(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tables", flag.ContinueOnError)
 	count := fs.Bool("count", false, "count the rows of each table (a storage node does not report them: one page-directory pass per table)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return fmt.Errorf("%w: tables takes no arguments", errUsage)
 	}
 	src, err := g.open(ctx)
 	if err != nil {
@@ -429,12 +438,8 @@ func cmdScan(ctx context.Context, g *globals, args []string, stdout io.Writer) e
 func cmdStats(ctx context.Context, g *globals, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	verbose := fs.Bool("v", false, "print what each stat counts beside it")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return fmt.Errorf("%w: stats takes no arguments", errUsage)
 	}
 	src, err := g.open(ctx)
 	if err != nil {

@@ -59,6 +59,18 @@ func fill(t *testing.T, db *txnode.DB, n int) (ids []uint64, rows map[uint64][]b
 	return ids, rows
 }
 
+// filledDir is a closed embedded store in a fresh directory, filled by fill with n rows.
+func filledDir(t *testing.T, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := txnode.Open(ctx, txnode.Options{Dir: dir})
+	require.NoError(t, err)
+	fill(t, db, n)
+	require.NoError(t, db.Close(ctx))
+	return dir
+}
+
 func checkCommands(t *testing.T, where []string, ids []uint64, rows map[uint64][]byte) {
 	code, out, errOut := weft(t, append(where, "tables", "--count")...)
 	require.Zero(t, code, errOut)

@@ -29,11 +29,7 @@ func dirBytes(t *testing.T, dir string) map[string]string {
 
 func TestVerify(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := txnode.Open(ctx, txnode.Options{Dir: dir})
-	require.NoError(t, err)
-	fill(t, db, 300)
-	require.NoError(t, db.Close(ctx))
+	dir := filledDir(t, 300)
 
 	// An intact store: exit 0 and a summary.
 	before := dirBytes(t, dir)
@@ -46,7 +42,7 @@ func TestVerify(t *testing.T) {
 	require.Equal(t, before, dirBytes(t, dir), "verify changed the store")
 
 	// A running store is refused (exit 3), not read behind its owner's back.
-	db, err = txnode.Open(ctx, txnode.Options{Dir: dir})
+	db, err := txnode.Open(ctx, txnode.Options{Dir: dir})
 	require.NoError(t, err)
 	code, _, errOut = weft(t, "verify", dir)
 	require.Equal(t, exitUnchecked, code)

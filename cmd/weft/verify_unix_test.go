@@ -3,25 +3,17 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/weftdb/weft/txnode"
 )
 
 // TestVerifyOddDirectories: the exit status of stores Open refuses or Check cannot read.
 func TestVerifyOddDirectories(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := txnode.Open(ctx, txnode.Options{Dir: dir})
-	require.NoError(t, err)
-	fill(t, db, 100)
-	require.NoError(t, db.Close(ctx))
+	dir := filledDir(t, 100)
 
 	// An unfinished backup: damage, exit 1.
 	marker := filepath.Join(dir, "BACKUP-INCOMPLETE")

@@ -12,6 +12,8 @@
 //   - Helper processes (helper.go): HelperSpec, the spec a parent test hands its re-executed
 //     child, skipping the helper when run as a plain test.
 //   - Stacks and the system (goroutines.go, sys_*.go): GoroutinesIn, AllocatedBytes, ProcessCPU.
+//   - Floods (flood.go): FloodIdleSockets, idle connections opened as fast as a server takes
+//     them (the hostile-client tests of the server and of the storenode binary).
 //
 // Store faults for a transaction node's tests are in internal/testkit/faultstore (it imports
 // txnode/store, and so the engine). Seeds and suite sizes are internal/testseed's (Seed, Replay, Scaled), the fake clock

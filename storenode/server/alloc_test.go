@@ -65,22 +65,24 @@ type allocRig struct {
 const allocPages = 64
 
 func newAllocRig(t testing.TB) *allocRig {
-	env := startServer(t)
+	r := allocRigOn(t, startServer(t), allocPages)
+	for range allocPages {
+		r.commitOne()
+	}
+	return r
+}
+
+// allocRigOn dials env as testOwner and creates the rig's table "allocs" of pages id pages,
+// nothing written yet; its commit and read are of one row (page 0 until set).
+func allocRigOn(t testing.TB, env *srvEnv, pages uint32) *allocRig {
+	t.Helper()
 	c := env.dial(testOwner)
-	ctx := srvCtx(t)
-	var ti sgio.TableInfo
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "allocs", RowBytes: 64}, &ti))
-	var g sgio.Grant
-	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
-	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: allocPages}, &sgio.IDRange{}))
+	ti, g := srvAllocTable(t, srvCtx(t), c, "allocs", pages)
 	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
 	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
 	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
 		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: testkit.Row64(1)}}}
 	r.read = sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Want: 1}}}
-	for range allocPages {
-		r.commitOne()
-	}
 	return r
 }
 
@@ -159,19 +161,8 @@ func TestServerSlowReadAllocs(t *testing.T) {
 // read of one row that nearly always misses its cache.
 func newMissRig(t testing.TB) (*srvEnv, func()) {
 	env := startServer(t, func(c *Config) { c.Options.CacheBytes = 128 << 10 })
-	c := env.dial(testOwner)
-	ctx := srvCtx(t)
-	var ti sgio.TableInfo
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "allocs", RowBytes: 64}, &ti))
-	var g sgio.Grant
-	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
 	const pages = 256
-	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
-	r := &allocRig{c: c, table: ti.Table, done: make(chan error, 1)}
-	r.cb = func(_ sgio.Frame, err error) { r.done <- err }
-	r.commit = sgio.Commit{Owner: testOwner, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Data: 1, Rows: testkit.Row64(1)}}}
-	r.read = sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Want: 1}}}
+	r := allocRigOn(t, env, pages)
 	for p := range uint64(pages) {
 		r.commit.Seq++
 		r.commit.Segments[0].Page = p

@@ -11,10 +11,7 @@ import (
 // A server whose connections and tables cannot have their file descriptors refuses to start,
 // saying which numbers do not fit.
 func TestServerFileLimit(t *testing.T) {
-	srv, err := New(Config{Listen: "127.0.0.1:0", MaxConns: 1000, fileLimit: 1000,
-		Options: storenode.Options{Dir: t.TempDir(), Logger: quietLogger}})
-	require.NoError(t, err)
-	err = srv.Start()
+	err := startFileLimited(t, Config{MaxConns: 1000, fileLimit: 1000})
 	require.ErrorIs(t, err, ErrFileLimit)
 	require.ErrorContains(t, err, "1064 connections")
 	require.ErrorContains(t, err, "RLIMIT_NOFILE is 1000")
@@ -31,14 +28,8 @@ func TestServerFileLimit(t *testing.T) {
 // Fails before the fix, which counted connections, tables and the margin only, and started.
 func TestServerFileLimitCountsEventLoops(t *testing.T) {
 	const loops = 256
-	srv, err := New(Config{Listen: "127.0.0.1:0", MaxConns: 100, EventLoops: loops,
-		fileLimit: 100 + rejectLingerMax + fileMargin + 2*loops - 1,
-		Options:   storenode.Options{Dir: t.TempDir(), Logger: quietLogger}})
-	require.NoError(t, err)
-	err = srv.Start()
-	if err == nil {
-		srv.Shutdown(srvCtx(t))
-	}
+	err := startFileLimited(t, Config{MaxConns: 100, EventLoops: loops,
+		fileLimit: 100 + rejectLingerMax + fileMargin + 2*loops - 1})
 	require.ErrorIs(t, err, ErrFileLimit)
 	require.ErrorContains(t, err, "256 event loops")
 }
@@ -50,14 +41,8 @@ func TestServerFileLimitCountsEventLoops(t *testing.T) {
 func TestServerFileLimitCountsReservedFiles(t *testing.T) {
 	const reserved = 33
 	fits := uint64(100 + rejectLingerMax + loopFiles(2) + fileMargin)
-	srv, err := New(Config{Listen: "127.0.0.1:0", MaxConns: 100, EventLoops: 2, ReservedFiles: reserved,
-		fileLimit: fits + reserved - 1,
-		Options:   storenode.Options{Dir: t.TempDir(), Logger: quietLogger}})
-	require.NoError(t, err)
-	err = srv.Start()
-	if err == nil {
-		srv.Shutdown(srvCtx(t))
-	}
+	err := startFileLimited(t, Config{MaxConns: 100, EventLoops: 2, ReservedFiles: reserved,
+		fileLimit: fits + reserved - 1})
 	require.ErrorIs(t, err, ErrFileLimit)
 	require.ErrorContains(t, err, "33 reserved")
 
@@ -65,4 +50,19 @@ func TestServerFileLimitCountsReservedFiles(t *testing.T) {
 		cfg.MaxConns, cfg.EventLoops, cfg.ReservedFiles = 100, 2, reserved
 		cfg.fileLimit = fits + reserved
 	})
+}
+
+// startFileLimited starts a server of cfg on 127.0.0.1:0 over a fresh engine and returns
+// Start's error; a server that started is shut down.
+func startFileLimited(t *testing.T, cfg Config) error {
+	t.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Options = storenode.Options{Dir: t.TempDir(), Logger: quietLogger}
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	err = srv.Start()
+	if err == nil {
+		srv.Shutdown(srvCtx(t))
+	}
+	return err
 }

@@ -28,13 +28,7 @@ func TestOutboundBudgetStopsReading(t *testing.T) {
 	if testing.Short() {
 		reads = 120
 	}
-	a := dialRaw(t, env.addr)
-	a.handshake(0)
-	var out []byte
-	for i := range reads {
-		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
-	}
-	a.write(out)
+	a := sendPageReads(t, env, ti.Table, reads)
 	require.Eventually(t, func() bool { return env.srv.Stats().OutboundPauses > 0 }, srvTestTimeout, time.Millisecond,
 		"the connection over the budget was stopped")
 
@@ -81,13 +75,7 @@ func TestOutboundBudgetFollowsADrainedIdleConnection(t *testing.T) {
 	// until then).
 	const reads = 96
 	before := env.srv.Stats().Requests
-	a := dialRaw(t, env.addr)
-	a.handshake(0)
-	var out []byte
-	for i := range reads {
-		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: 0, Want: ^uint64(0)}}})
-	}
-	a.write(out)
+	a := sendPageReads(t, env, ti.Table, reads)
 	require.Eventually(t, func() bool {
 		st := env.srv.Stats()
 		return st.Requests > before && st.OutboundBytes > 0
@@ -144,4 +132,18 @@ func TestOutboundBudgetStoppedClientThatKeepsSending(t *testing.T) {
 	require.Eventually(t, func() bool { return env.srv.Stats().Requests > before+first }, srvTestTimeout, time.Millisecond,
 		"the connection holding %d MiB of requests was read again", len(flood)>>20)
 	_ = a.conn.Close() // what it asked for is cut off with the connection
+}
+
+// sendPageReads dials env (owner 0) and sends n reads of table's whole page 0 at once (ids
+// 100 up), reading no reply.
+func sendPageReads(t *testing.T, env *srvEnv, table uint32, n int) *rawClient {
+	t.Helper()
+	a := dialRaw(t, env.addr)
+	a.handshake(0)
+	var out []byte
+	for i := range n {
+		out = sgio.AppendFrame(out, uint64(100+i), &sgio.ReadPages{Wants: []base.PageWant{{Table: table, Page: 0, Want: ^uint64(0)}}})
+	}
+	a.write(out)
+	return a
 }

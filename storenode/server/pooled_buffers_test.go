@@ -71,11 +71,7 @@ func testPooledBuffersPipelined(t *testing.T, useTLS bool) {
 	ctx := srvCtx(t)
 	const pages = 16
 	w := env.dial(testOwner, withTLS)
-	var ti sgio.TableInfo
-	require.NoError(t, w.CallInto(ctx, &sgio.CreateTable{Name: "life", RowBytes: 64}, &ti))
-	var g sgio.Grant
-	require.NoError(t, w.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
-	require.NoError(t, w.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
+	ti, g := srvAllocTable(t, ctx, w, "life", pages)
 	seq := uint64(0)
 	commitAll := func(v uint64) *sgio.Commit {
 		seq++

@@ -62,8 +62,7 @@ var backupStreams atomic.Uint64
 func (s *session) backupRequest(f sgio.Frame) {
 	var m sgio.Backup
 	if err := m.Parse(f.Body); err != nil {
-		s.srv.counters.rejectedFrames.Add(1)
-		s.replyError(f.ID, err, false)
+		s.replyRejected(f.ID, err)
 		return
 	}
 	if !s.begin(f.ID) {

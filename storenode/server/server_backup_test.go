@@ -42,10 +42,7 @@ func TestServerBackup(t *testing.T) {
 	env := startServer(t)
 	c := env.dial(testOwner, asOperator)
 	ctx := srvCtx(t)
-	var ti sgio.TableInfo
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "items", RowBytes: 64}, &ti))
-	var g sgio.Grant
-	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
+	ti, g := srvAcquired(t, ctx, c, "items")
 	seq := uint64(0)
 	fillPages(t, c, ti.Table, testOwner, g.Epoch, &seq, 40)
 
@@ -111,10 +108,7 @@ func TestServerBackupAbandoned(t *testing.T) {
 	ctx := srvCtx(t)
 	c, err := env.tryDial(testOwner, asOperator)
 	require.NoError(t, err)
-	var ti sgio.TableInfo
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "items", RowBytes: 64}, &ti))
-	var g sgio.Grant
-	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
+	ti, g := srvAcquired(t, ctx, c, "items")
 	seq := uint64(0)
 	fillPages(t, c, ti.Table, testOwner, g.Epoch, &seq, 8)
 	e := env.srv.Engine()

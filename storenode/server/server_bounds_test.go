@@ -129,25 +129,9 @@ func TestServerListTablesRepliesBounded(t *testing.T) {
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.ListTables{}, &list))
 	replySize := int64(sgio.HeaderSize + list.BodySize())
 
-	raw, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
-	require.NoError(t, err)
-	require.NoError(t, raw.(*net.TCPConn).SetReadBuffer(4096))
-	ctls := clientTLS.Clone()
-	ctls.ServerName = "127.0.0.1"
-	tc := tls.Client(raw, ctls)
-	t.Cleanup(func() { _ = raw.Close() })
-	_ = tc.SetDeadline(time.Now().Add(srvTestTimeout))
-	r := &rawClient{t: t, conn: tc, br: newBytesReader(tc), nonce: sgio.NewNonce()}
+	r := dialSlowTLS(t, env, clientTLS, 0)
 	r.handshake(2)
-	var sess *session
-	env.srv.mu.Lock()
-	for x := range env.srv.sessions {
-		if x.owner == 2 {
-			sess = x
-		}
-	}
-	env.srv.mu.Unlock()
-	require.NotNil(t, sess)
+	sess := env.sessionOf(t, 2)
 
 	const pipelined = 1024
 	var burst []byte
@@ -258,25 +242,9 @@ func TestServerStalledReadsBounded(t *testing.T) {
 	const pages = 3800 // a reply of 15 MiB: alone under connReplyMaxBytes
 	fillPages(t, c, ti.Table, 9, g.Epoch, &seq, pages)
 
-	raw, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
-	require.NoError(t, err)
-	require.NoError(t, raw.(*net.TCPConn).SetReadBuffer(4096))
-	t.Cleanup(func() { _ = raw.Close() })
-	ctls := clientTLS.Clone()
-	ctls.ServerName = "127.0.0.1"
-	tc := tls.Client(raw, ctls)
-	_ = tc.SetDeadline(time.Now().Add(srvTestTimeout))
-	r := &rawClient{t: t, conn: tc, br: newBytesReader(tc), nonce: sgio.NewNonce(), maxBody: 32 << 20}
+	r := dialSlowTLS(t, env, clientTLS, 32<<20)
 	r.handshake(10)
-	var sess *session
-	env.srv.mu.Lock()
-	for x := range env.srv.sessions {
-		if x.owner == 10 {
-			sess = x
-		}
-	}
-	env.srv.mu.Unlock()
-	require.NotNil(t, sess)
+	sess := env.sessionOf(t, 10)
 
 	big := make([]base.PageWant, pages)
 	for i := range big {
@@ -307,4 +275,20 @@ func TestServerStalledReadsBounded(t *testing.T) {
 	sess.mu.Unlock()
 	require.LessOrEqual(t, queued, int64(maxQueued))
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}))
+}
+
+// dialSlowTLS dials env over TLS with a 4 KiB socket read buffer (a client that reads
+// slowly: the server's writes to it stall soon), closed at the test's end; maxBody is the
+// reply limit its Hello announces (1 MiB when 0). Not yet handshaken.
+func dialSlowTLS(t *testing.T, env *srvEnv, clientTLS *tls.Config, maxBody uint32) *rawClient {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", env.addr, srvTestTimeout)
+	require.NoError(t, err)
+	require.NoError(t, raw.(*net.TCPConn).SetReadBuffer(4096))
+	t.Cleanup(func() { _ = raw.Close() })
+	ctls := clientTLS.Clone()
+	ctls.ServerName = "127.0.0.1"
+	tc := tls.Client(raw, ctls)
+	_ = tc.SetDeadline(time.Now().Add(srvTestTimeout))
+	return &rawClient{t: t, conn: tc, br: newBytesReader(tc), nonce: sgio.NewNonce(), maxBody: maxBody}
 }

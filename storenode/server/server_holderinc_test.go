@@ -19,11 +19,9 @@ import (
 // with ReadCached's holderReads reverted to heldBy (the owner id alone): the new incarnation
 // got the row while its fsync was blocked.
 func TestServerNewIncarnationFastReadWaitsForSync(t *testing.T) {
-	fs := vfs.NewFaultFS()
+	var fs *vfs.FaultFS
 	var clock *fakeClock
-	env := startServer(t, withClock(&clock), func(cfg *Config) {
-		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, storenode.SyncAlways
-	})
+	env := startServer(t, withClock(&clock), withFaultFS(&fs))
 	a := env.dial(9, withIncarnation(0xa))
 	ti, g := srvTable(t, a, "t", 9)
 	block := testkit.NewBlockSyncs(fs)

@@ -69,13 +69,27 @@ func rssNow(t *testing.T) int64 {
 // logs the latencies and fails the test if a ping failed.
 func (env *srvEnv) pinger(t *testing.T, name string) (stop func()) {
 	c := env.dial(98)
+	pings := pingLoop(c, func() context.Context { return srvCtx(t) })
+	return func() {
+		lat, failure := pings()
+		require.NoError(t, failure, "the legitimate client's ping failed")
+		require.NotEmpty(t, lat)
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		t.Logf("%s: legitimate client's ping: %d pings, p50 %v, p99 %v, max %v", name, len(lat),
+			lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+	}
+}
+
+// pingLoop pings through c on a goroutine of its own, each ping under a context of ctx, until
+// a ping fails or stop is called; stop ends the loop and returns the pings' latencies and the
+// failure, if one did.
+func pingLoop(c *sgio.Client, ctx func() context.Context) (stop func() ([]time.Duration, error)) {
 	done := make(chan struct{})
-	var wg sync.WaitGroup
+	ended := make(chan struct{})
 	var lat []time.Duration
 	var failure error
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer close(ended)
 		for {
 			select {
 			case <-done:
@@ -83,21 +97,17 @@ func (env *srvEnv) pinger(t *testing.T, name string) (stop func()) {
 			default:
 			}
 			start := time.Now()
-			if err := c.CallInto(srvCtx(t), &sgio.Ping{}, &sgio.Pong{}); err != nil {
+			if err := c.CallInto(ctx(), &sgio.Ping{}, &sgio.Pong{}); err != nil {
 				failure = err
 				return
 			}
 			lat = append(lat, time.Since(start))
 		}
 	}()
-	return func() {
+	return func() ([]time.Duration, error) {
 		close(done)
-		wg.Wait()
-		require.NoError(t, failure, "the legitimate client's ping failed")
-		require.NotEmpty(t, lat)
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		t.Logf("%s: legitimate client's ping: %d pings, p50 %v, p99 %v, max %v", name, len(lat),
-			lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+		<-ended
+		return lat, failure
 	}
 }
 
@@ -436,38 +446,8 @@ func TestHostileHandshakeFlood(t *testing.T) {
 		cfg.MaxHandshakesPerSource = 16
 	})
 	stopPing := env.pinger(t, "handshake flood")
-	flooding := make(chan struct{})
-	var floodWG sync.WaitGroup
 	var opened atomic.Int64
-	for range 4 {
-		floodWG.Add(1)
-		go func() {
-			defer floodWG.Done()
-			var held []net.Conn
-			defer func() {
-				for _, c := range held {
-					_ = c.Close()
-				}
-			}()
-			for {
-				select {
-				case <-flooding:
-					return
-				default:
-				}
-				c, err := net.Dial("tcp", env.addr)
-				if err != nil {
-					continue
-				}
-				opened.Add(1)
-				held = append(held, c)
-				if len(held) > 100 {
-					_ = held[0].Close()
-					held = held[1:]
-				}
-			}
-		}()
-	}
+	stopFlood := testkit.FloodIdleSockets(4, 100, func() (net.Conn, error) { return net.Dial("tcp", env.addr) }, &opened)
 	start := time.Now()
 	const legit = 40
 	firstTry := 0
@@ -491,8 +471,7 @@ func TestHostileHandshakeFlood(t *testing.T) {
 		_ = c.Close()
 	}
 	elapsed := time.Since(start)
-	close(flooding)
-	floodWG.Wait()
+	stopFlood()
 	stopPing()
 	sort.Slice(dialTimes, func(i, j int) bool { return dialTimes[i] < dialTimes[j] })
 	st := env.srv.Stats()

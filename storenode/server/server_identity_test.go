@@ -106,10 +106,8 @@ func TestServerLostIdentityIsNotFenced(t *testing.T) {
 // A commit whose WAL fsync fails is an unknown outcome across TCP (code 17), not a definite
 // failure; later ones fail definitely with FailStop. Fails on 767c454 (FailStop for both).
 func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
-	fs := vfs.NewFaultFS()
-	env := startServer(t, func(cfg *Config) {
-		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, storenode.SyncAlways
-	})
+	var fs *vfs.FaultFS
+	env := startServer(t, withFaultFS(&fs))
 	c := env.dial(5)
 	ti, g := srvTable(t, c, "t", 5)
 	fs.Inject(func(op vfs.Op) error {
@@ -133,10 +131,8 @@ func TestServerWALErrorIsUnknownOutcome(t *testing.T) {
 // path as on the slow one: its ReadPages waits for the fsync of the row's batch. Fails on
 // 767c454, which answered from the cache while the fsync ran.
 func TestServerNonOwnerReadWaitsForSync(t *testing.T) {
-	fs := vfs.NewFaultFS()
-	env := startServer(t, func(cfg *Config) {
-		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", fs, storenode.SyncAlways
-	})
+	var fs *vfs.FaultFS
+	env := startServer(t, withFaultFS(&fs))
 	owner := env.dial(5)
 	ti, g := srvTable(t, owner, "t", 5)
 	block := testkit.NewBlockSyncs(fs)

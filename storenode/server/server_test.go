@@ -129,6 +129,15 @@ func withClock(c **fakeClock) srvOpts {
 	}
 }
 
+// withFaultFS puts the engine on a fresh fault-injecting file system (directory "db"),
+// returned through *fs, and has it fsync every commit (SyncAlways).
+func withFaultFS(fs **vfs.FaultFS) srvOpts {
+	return func(cfg *Config) {
+		*fs = vfs.NewFaultFS()
+		cfg.Options.Dir, cfg.Options.FS, cfg.Options.Sync = "db", *fs, storenode.SyncAlways
+	}
+}
+
 // stop shuts the server down (idempotent) and checks it stopped cleanly.
 func (env *srvEnv) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), srvTestTimeout)
@@ -162,6 +171,22 @@ func (env *srvEnv) waitClosed(n int) {
 }
 
 // dial connects an sgio client as owner and closes it at the end of the test.
+// sessionOf returns the server's session of owner (the test fails if there is none; of
+// several, any one).
+func (env *srvEnv) sessionOf(t testing.TB, owner uint64) *session {
+	t.Helper()
+	var sess *session
+	env.srv.mu.Lock()
+	for x := range env.srv.sessions {
+		if x.owner == owner {
+			sess = x
+		}
+	}
+	env.srv.mu.Unlock()
+	require.NotNil(t, sess)
+	return sess
+}
+
 func (env *srvEnv) dial(owner uint64, mods ...func(*sgio.ClientConfig)) *sgio.Client {
 	env.t.Helper()
 	c, err := env.tryDial(owner, mods...)
@@ -219,6 +244,25 @@ func srvTable(t testing.TB, c *sgio.Client, name string, owner uint64) (sgio.Tab
 	var g sgio.Grant
 	require.NoError(t, c.CallInto(srvCtx(t), &sgio.Acquire{Table: ti.Table, Owner: owner}, &g))
 	require.NoError(t, srvGrant(srvCtx(t), c, ti.Table, owner, g.Epoch, testGrantPages))
+	return ti, g
+}
+
+// srvAcquired creates table name (64-byte rows) through c and has testOwner acquire it (no
+// ids granted: srvAllocTable, srvGrant).
+func srvAcquired(t testing.TB, ctx context.Context, c *sgio.Client, name string) (sgio.TableInfo, sgio.Grant) {
+	t.Helper()
+	var ti sgio.TableInfo
+	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: name, RowBytes: 64}, &ti))
+	var g sgio.Grant
+	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
+	return ti, g
+}
+
+// srvAllocTable is srvAcquired, then allocates the table pages pages of ids (sgio.AllocIDs).
+func srvAllocTable(t testing.TB, ctx context.Context, c *sgio.Client, name string, pages uint32) (sgio.TableInfo, sgio.Grant) {
+	t.Helper()
+	ti, g := srvAcquired(t, ctx, c, name)
+	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
 	return ti, g
 }
 

@@ -44,22 +44,13 @@ func (s *session) commit(f sgio.Frame) {
 		err = s.checkOwner(v.Owner)
 	}
 	if err != nil {
-		s.srv.counters.rejectedFrames.Add(1)
-		s.replyError(f.ID, err, false)
+		s.replyRejected(f.ID, err)
 		return
 	}
-	n := int64(len(f.Body))
-	if err := s.queueAdd(n); err != nil {
-		s.srv.counters.busyReplies.Add(1)
-		s.replyError(f.ID, err, false)
+	body, ok := s.queueBody(f)
+	if !ok {
 		return
 	}
-	if !s.begin(f.ID) {
-		s.queueRelease(n)
-		return
-	}
-	body := getCommitBody(len(f.Body))
-	copy(*body, f.Body)
 	s.mu.Lock()
 	s.commits = append(s.commits, commitRequest{id: f.ID, seq: v.Seq, body: body, at: time.Now()})
 	if !s.committing {
@@ -218,6 +209,25 @@ var commitBodies sync.Pool // *[]byte
 
 // commitBodyKeepMax bounds the bodies kept in the pool.
 const commitBodyKeepMax = 1 << 20
+
+// queueBody takes f's body into the request queue's bounds (a busy reply when it would pass
+// them) and begins request f.ID; it returns a pooled copy of the body (putCommitBody), or
+// false when f was answered or not begun (nothing then stays taken). The loop calls it.
+func (s *session) queueBody(f sgio.Frame) (*[]byte, bool) {
+	n := int64(len(f.Body))
+	if err := s.queueAdd(n); err != nil {
+		s.srv.counters.busyReplies.Add(1)
+		s.replyError(f.ID, err, false)
+		return nil, false
+	}
+	if !s.begin(f.ID) {
+		s.queueRelease(n)
+		return nil, false
+	}
+	body := getCommitBody(len(f.Body))
+	copy(*body, f.Body)
+	return body, true
+}
 
 func getCommitBody(n int) *[]byte {
 	if p, ok := commitBodies.Get().(*[]byte); ok && cap(*p) >= n {

@@ -188,8 +188,7 @@ func (s *session) handle(f sgio.Frame) bool {
 		m = sgio.NewMessage(f.Type)
 	}
 	if err := m.Parse(f.Body); err != nil {
-		s.srv.counters.rejectedFrames.Add(1)
-		s.replyError(f.ID, err, false)
+		s.replyRejected(f.ID, err)
 		return true
 	}
 	switch f.Type {

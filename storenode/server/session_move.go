@@ -24,18 +24,10 @@ const movePagesReply = (smallReplyBound - sgio.HeaderSize - 24) / 8
 
 // moveWrite queues a MoveWrite: bounded, copied, then run on its own goroutine.
 func (s *session) moveWrite(f sgio.Frame) {
-	n := int64(len(f.Body))
-	if err := s.queueAdd(n); err != nil {
-		s.srv.counters.busyReplies.Add(1)
-		s.replyError(f.ID, err, false)
+	body, ok := s.queueBody(f)
+	if !ok {
 		return
 	}
-	if !s.begin(f.ID) {
-		s.queueRelease(n)
-		return
-	}
-	body := getCommitBody(len(f.Body))
-	copy(*body, f.Body)
 	s.srv.workers.Add(1)
 	go s.runMoveWrite(f.ID, body)
 }

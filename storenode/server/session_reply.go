@@ -46,6 +46,13 @@ func (s *session) replyError(id uint64, err error, counted bool) {
 	s.reply(id, r, nil, counted)
 }
 
+// replyRejected counts a request refused before it was begun (a body or field that does not
+// check out) among the rejected frames and replies err to it, not counted as in flight.
+func (s *session) replyRejected(id uint64, err error) {
+	s.srv.counters.rejectedFrames.Add(1)
+	s.replyError(id, err, false)
+}
+
 // reply queues a reply and starts a write unless one is in progress or the loop will write
 // at the end of its turn. counted says whether it ends a request in flight; keep is a buffer
 // the reply's rows live in (pooled: getRowBuf), kept until the write is done, then put back.

@@ -20,12 +20,8 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	env := startServer(t)
 	c := env.dial(testOwner)
 	ctx := srvCtx(t)
-	var ti sgio.TableInfo
-	require.NoError(t, c.CallInto(ctx, &sgio.CreateTable{Name: "big", RowBytes: 64}, &ti))
-	var g sgio.Grant
-	require.NoError(t, c.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Owner: testOwner}, &g))
 	const pages = 300
-	require.NoError(t, c.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Owner: testOwner, Epoch: g.Epoch, Pages: pages}, &sgio.IDRange{}))
+	ti, g := srvAllocTable(t, ctx, c, "big", pages)
 	commit := &sgio.Commit{Owner: testOwner, Seq: 1, Fences: []base.Fence{{Table: ti.Table, Epoch: g.Epoch}}}
 	read := &sgio.ReadPages{}
 	for p := range uint64(pages) {
@@ -38,15 +34,7 @@ func TestServerReusedSlicesBounded(t *testing.T) {
 	require.NoError(t, c.CallInto(ctx, read, &got))
 	require.Len(t, got.Segments, pages)
 
-	var sess *session
-	env.srv.mu.Lock()
-	for x := range env.srv.sessions {
-		if x.owner == testOwner {
-			sess = x
-		}
-	}
-	env.srv.mu.Unlock()
-	require.NotNil(t, sess)
+	sess := env.sessionOf(t, testOwner)
 	deadline := time.Now().Add(srvTestTimeout)
 	for {
 		sess.mu.Lock()

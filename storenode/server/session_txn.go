@@ -40,22 +40,13 @@ func (s *session) txnPrepare(f sgio.Frame) {
 		err = s.checkOwner(v.Commit.Owner)
 	}
 	if err != nil {
-		s.srv.counters.rejectedFrames.Add(1)
-		s.replyError(f.ID, err, false)
+		s.replyRejected(f.ID, err)
 		return
 	}
-	n := int64(len(f.Body))
-	if err := s.queueAdd(n); err != nil {
-		s.srv.counters.busyReplies.Add(1)
-		s.replyError(f.ID, err, false)
+	body, ok := s.queueBody(f)
+	if !ok {
 		return
 	}
-	if !s.begin(f.ID) {
-		s.queueRelease(n)
-		return
-	}
-	body := getCommitBody(len(f.Body))
-	copy(*body, f.Body)
 	s.srv.workers.Add(1)
 	go s.runPrepare(f.ID, body)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net"
 	"slices"
 	"sort"
@@ -180,30 +181,10 @@ func TestSoakLargeReadsSlowReaderPings(t *testing.T) {
 // and how many pings took over 1 and 5 ms (the rare stalls a p99 does not show).
 func slowPings(t *testing.T, env *srvEnv, name string) (stop func()) {
 	c := env.dial(98)
-	done := make(chan struct{})
-	var lat []time.Duration
-	var failure error
-	ended := make(chan struct{})
 	ctx := srvCtx(t)
-	go func() {
-		defer close(ended)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			start := time.Now()
-			if err := c.CallInto(ctx, &sgio.Ping{}, &sgio.Pong{}); err != nil {
-				failure = err
-				return
-			}
-			lat = append(lat, time.Since(start))
-		}
-	}()
+	pings := pingLoop(c, func() context.Context { return ctx })
 	return func() {
-		close(done)
-		<-ended
+		lat, failure := pings()
 		require.NoError(t, failure)
 		require.NotEmpty(t, lat)
 		slices.Sort(lat)
