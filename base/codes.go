@@ -38,6 +38,7 @@ const (
 	CodeTxnDecided     Code = 22 // ErrTxnDecided: another decision is recorded
 	CodeIdentityLost   Code = 23 // ErrIdentityLost: this connection no longer holds its owner id
 	CodeForbidden      Code = 24 // ErrForbidden: a request outside the caller's role
+	CodeTxnBusy        Code = 25 // ErrTxnBusy: too many transactions in doubt (matches ErrBusy)
 	// Partition moves (docs/cluster.md, "Moving a partition"): 40.. (a range of their own).
 	CodeMoved    Code = 40 // ErrMoved: the partition's copy is moving or moved away
 	CodeMoveLost Code = 41 // ErrMoveLost: a move's mark is gone (the source restarted)
@@ -69,6 +70,7 @@ var codeTable = [...]struct {
 	{CodeNoSpace, ErrNoSpace},
 	{CodeFailStop, ErrFailStop},
 	{CodeFrameTooLarge, ErrFrameTooLarge},
+	{CodeTxnBusy, ErrTxnBusy}, // before ErrBusy, which it wraps
 	{CodeBusy, ErrBusy},
 	{CodeShuttingDown, ErrShuttingDown},
 	{CodeConnClosed, ErrConnClosed},

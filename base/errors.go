@@ -104,6 +104,10 @@ var (
 	// ErrBusy is returned when a limit is reached: the in-flight bound of a connection (the
 	// wait for a free slot ended with the caller's context), or a server-side bound.
 	ErrBusy = newCodeSentinel(CodeBusy, "sgio: busy")
+	// ErrTxnBusy is returned when a storage node holds as many transactions in doubt
+	// (prepared parts, kept decisions) as it may: a two-phase commit to retry later. It
+	// matches ErrBusy (a peer that does not know the code reads it as Internal).
+	ErrTxnBusy = newCodeSentinel(CodeTxnBusy, "sgio: too many transactions in doubt", ErrBusy)
 	// ErrShuttingDown is returned by a server that is closing.
 	ErrShuttingDown = newCodeSentinel(CodeShuttingDown, "sgio: shutting down")
 	// ErrInternal is returned for a failure with no more specific code, and for error codes

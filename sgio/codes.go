@@ -36,6 +36,7 @@ const (
 	CodeTxnDecided     = base.CodeTxnDecided
 	CodeIdentityLost   = base.CodeIdentityLost
 	CodeForbidden      = base.CodeForbidden
+	CodeTxnBusy        = base.CodeTxnBusy
 	CodeMoved          = base.CodeMoved
 	CodeMoveLost       = base.CodeMoveLost
 )

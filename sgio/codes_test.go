@@ -45,7 +45,7 @@ func TestCodesRoundTrip(t *testing.T) {
 		}
 		require.True(t, strings.HasPrefix(e.Code.String(), "sgio: ") || e.Code == CodeCorruption)
 	}
-	require.Len(t, seen, int(CodeForbidden)+2, "codes 1..CodeForbidden and the move range 40..41 are all used")
+	require.Len(t, seen, int(CodeTxnBusy)+2, "codes 1..CodeTxnBusy and the move range 40..41 are all used")
 }
 
 func TestCodeOf(t *testing.T) {

@@ -62,6 +62,7 @@ var (
 	ErrSeqGap         = base.ErrSeqGap
 	ErrTxnLocked      = base.ErrTxnLocked
 	ErrTxnDecided     = base.ErrTxnDecided
+	ErrTxnBusy        = base.ErrTxnBusy
 	ErrMoved          = base.ErrMoved
 	ErrMoveLost       = base.ErrMoveLost
 	ErrNoSpace        = base.ErrNoSpace

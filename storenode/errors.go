@@ -109,7 +109,7 @@ var (
 	ErrTxnDecided = base.NewSentinel(base.CodeTxnDecided, "storenode: transaction already decided otherwise")
 	// ErrTxnBusy is returned when Options.MaxTxns transactions are prepared, or decisions
 	// kept.
-	ErrTxnBusy = newSentinel("storenode: too many transactions in doubt", base.ErrBusy)
+	ErrTxnBusy = base.NewSentinel(base.CodeTxnBusy, "storenode: too many transactions in doubt")
 	// ErrTxnNotPrepared is returned by DecideTxn for a commit of a transaction whose part
 	// this node, its primary, does not hold prepared, and by DecideTxnAs for a decision of a
 	// part another owner prepared, or under another lease. It matches ErrTxnDecided (the

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/sgio"
+	"github.com/weftdb/weft/storenode"
 )
 
 // startQuotaServer starts a server whose engine keeps at most maxTxns transactions, perOwner
@@ -30,7 +31,7 @@ func startQuotaServer(t *testing.T, maxTxns, perOwner int) *srvEnv {
 // What should happen: a game server holds its own owner's derived secret
 // (sgio.DeriveOwnerSecret), which proves that owner id only: 16 owner ids need 16 secrets,
 // the made-up ids are refused at authentication, the one owner's parts stop at its quota
-// (ErrTxnBusy, ErrBusy on the wire), and another owner's prepare succeeds. Fails on b3f6c9d: no derived secret is
+// (ErrTxnBusy, which matches ErrBusy), and another owner's prepare succeeds. Fails on b3f6c9d: no derived secret is
 // accepted (and with the shared clients' secret the victim's prepare gets ErrTxnBusy).
 func TestTxnOwnerQuotaNotBypassedByOwnerIDs(t *testing.T) {
 	const maxTxns, perOwner = 16, 4
@@ -52,6 +53,7 @@ func TestTxnOwnerQuotaNotBypassedByOwnerIDs(t *testing.T) {
 				Primary: "127.0.0.1:1", Commit: *m})
 			if j == perOwner {
 				require.ErrorIs(t, err, sgio.ErrBusy, "the owner's quota of prepared parts")
+				require.ErrorIs(t, err, storenode.ErrTxnBusy, "the reason crosses TCP (code 25)")
 				break
 			}
 			require.NoError(t, err)
