@@ -37,22 +37,23 @@ func (n *Node) onMoveFlush(o *cluster.Ownership, epoch int64) {
 		return // not asked (the owner values say so), nothing to flush
 	}
 	k := moveFlushKey{o.Table(), o.Part()}
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
 	if epoch == 0 {
 		n.flushReqs.Delete(k)
-		n.moveFlushLater(func() { n.resumeAfterMove(k) })
+		n.moveFlushLaterLocked(func() { n.resumeAfterMove(k) })
 		return
 	}
 	n.flushReqs.Store(k, epoch)
-	if _, tb := n.moveFlushTable(k); tb != nil {
-		tb.HoldWrites() // at once: no write of the partition is acknowledged from here
+	for _, pt := range n.moveFlushTables(k) {
+		pt.tb.HoldWrites() // at once: no write of the partition is acknowledged from here
 	}
-	n.moveFlushLater(func() { n.flushForMove(k, epoch) })
+	n.moveFlushLaterLocked(func() { n.flushForMove(k, epoch) })
 }
 
-// moveFlushLater runs fn on a goroutine Close waits for (finishing), unless closing.
-func (n *Node) moveFlushLater(fn func()) {
-	n.flushMu.Lock()
-	defer n.flushMu.Unlock()
+// moveFlushLaterLocked runs fn on a goroutine Close waits for (finishing), unless closing.
+// Caller holds flushMu, which also orders a request's hold against an ended one's resume.
+func (n *Node) moveFlushLaterLocked(fn func()) {
 	if n.flushClosed {
 		return
 	}
@@ -63,17 +64,38 @@ func (n *Node) moveFlushLater(fn func()) {
 	}()
 }
 
-// moveFlushTable returns the Table of k's table and the partition's txnode table (nil when
-// it has none: not owned through a handle, or an Own still in progress, which holds it
-// itself: holdIfMoving).
-func (n *Node) moveFlushTable(k moveFlushKey) (*Table, *txnode.Table) {
-	n.mu.Lock()
-	t := n.tables[k.table]
-	n.mu.Unlock()
-	if t == nil || int(k.part) >= len(t.parts) {
-		return nil, nil
+// heldPart is one live handle's table of a partition.
+type heldPart struct {
+	t  *Table
+	tb *txnode.Table
+}
+
+// moveFlushTables returns the partition's txnode table in every live handle of k's table
+// (a handle opened after a move is another Table; an older one may still own partitions).
+// An Own still in progress is not among them: it holds its table itself (holdIfMoving).
+func (n *Node) moveFlushTables(k moveFlushKey) []heldPart {
+	var out []heldPart
+	for _, t := range n.liveHandles(k.table) {
+		if int(k.part) < len(t.parts) {
+			if tb := t.parts[k.part].tb.Load(); tb != nil {
+				out = append(out, heldPart{t, tb})
+			}
+		}
 	}
-	return t, t.parts[k.part].tb.Load()
+	return out
+}
+
+// liveHandles returns the live Table handles of the named table.
+func (n *Node) liveHandles(name string) []*Table {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*Table
+	for _, w := range n.handles {
+		if t := w.Value(); t != nil && t.m.Name == name {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // flushForMove flushes partition k's writes for the request of mover epoch epoch and
@@ -81,21 +103,25 @@ func (n *Node) moveFlushTable(k moveFlushKey) (*Table, *txnode.Table) {
 // progress answers once it has one (holdIfMoving); none comes when the grant was lost, and
 // the mover then waits in vain and rolls back.
 func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
-	t, tb := n.moveFlushTable(k)
-	if tb == nil {
+	held := n.moveFlushTables(k)
+	if len(held) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(n.bg, n.moveFlushTimeout())
 	defer cancel()
-	if err := tb.FlushHeld(ctx); err != nil {
-		n.log.Warn("node: flush for a move", "table", k.table, "part", k.part, "err", err)
-		return
+	for _, h := range held {
+		if err := h.tb.FlushHeld(ctx); err != nil {
+			n.log.Warn("node: flush for a move", "table", k.table, "part", k.part, "err", err)
+			return
+		}
 	}
 	if e, ok := n.flushReqs.Load(k); !ok || e.(int64) != epoch {
 		return // ended or asked again meanwhile: that one answers
 	}
-	if t.parts[k.part].tb.Load() != tb {
-		return // another table set meanwhile: its setter's flush answers (holdIfMoving)
+	for _, h := range held {
+		if h.t.parts[k.part].tb.Load() != h.tb {
+			return // another table set meanwhile: its setter's flush answers (holdIfMoving)
+		}
 	}
 	o := n.sess.Held(k.table, k.part)
 	if o == nil {
@@ -121,13 +147,15 @@ func (n *Node) moveFlushTimeout() time.Duration {
 func (t *Table) holdIfMoving(p uint32, tb *txnode.Table) {
 	n := t.n
 	k := moveFlushKey{t.m.Name, p}
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
 	e, ok := n.flushReqs.Load(k)
 	if !ok {
 		return
 	}
 	tb.HoldWrites()
 	epoch := e.(int64)
-	n.moveFlushLater(func() { n.flushForMove(k, epoch) })
+	n.moveFlushLaterLocked(func() { n.flushForMove(k, epoch) })
 }
 
 // heldAfterStore is holdIfMoving after the store.
@@ -137,32 +165,35 @@ func (t *Table) heldAfterStore(p uint32, tb *txnode.Table) {
 	}
 }
 
-// resumeAfterMove writes partition k again once its request ended: after the map is synced
-// (a switched partition is routed to its target by then), and only if no new request came.
+// resumeAfterMove writes partition k again once its request ended: after each handle's
+// map is synced (a switched partition is routed to its target by then), and only if no new
+// request came.
 func (n *Node) resumeAfterMove(k moveFlushKey) {
-	wait := 50 * time.Millisecond
-	for n.bg.Err() == nil {
-		t, _ := n.moveFlushTable(k)
-		if t == nil {
-			return
+	for _, t := range n.liveHandles(k.table) {
+		wait := 50 * time.Millisecond
+		for {
+			err := t.resync(n.bg)
+			if err == nil || errors.Is(err, cluster.ErrTableNotFound) {
+				break
+			}
+			n.log.Warn("node: sync the map after a move", "table", k.table, "part", k.part, "err", err)
+			select {
+			case <-time.After(wait/2 + rand.N(wait/2+1)): // a retry's pause
+			case <-n.bg.Done():
+				return
+			}
+			wait = min(2*wait, moveFlushRetryMax)
 		}
-		err := t.resync(n.bg)
-		if err == nil || errors.Is(err, cluster.ErrTableNotFound) {
-			break
-		}
-		n.log.Warn("node: sync the map after a move", "table", k.table, "part", k.part, "err", err)
-		select {
-		case <-time.After(wait/2 + rand.N(wait/2+1)): // a retry's pause
-		case <-n.bg.Done():
-			return
-		}
-		wait = min(2*wait, moveFlushRetryMax)
 	}
+	n.flushMu.Lock()
+	defer n.flushMu.Unlock()
 	if _, ok := n.flushReqs.Load(k); ok {
 		return // asked again: that request's end resumes it
 	}
-	if _, tb := n.moveFlushTable(k); tb != nil && tb.WritesHeld() {
-		tb.ResumeWrites()
+	for _, h := range n.moveFlushTables(k) {
+		if h.tb.WritesHeld() {
+			h.tb.ResumeWrites()
+		}
 	}
 }
 

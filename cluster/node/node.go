@@ -110,8 +110,9 @@ type Node struct {
 	released sync.Map
 
 	// flushReqs holds the mover epoch of each flush request on a partition this node owns
-	// (moveFlushKey → int64; moveflush.go); flushClosed, under flushMu, stops new flush
-	// goroutines once Close began.
+	// (moveFlushKey → int64; moveflush.go), changed under flushMu, which also orders the
+	// holds and resumes of the partitions' tables; flushClosed, under flushMu, stops new
+	// flush goroutines once Close began.
 	flushReqs   sync.Map
 	flushMu     sync.Mutex
 	flushClosed bool
