@@ -527,7 +527,7 @@ func (p *pipeline) installApplied(tx *Tx) {
 	db := p.db
 	if db.opts.Durability == WriteBack {
 		p.wbMu.RLock()
-		tx.install(db.commitVer.Add(1))
+		tx.installRows(db.commitVer.Add(1), true)
 		p.wbMu.RUnlock()
 		return
 	}

@@ -296,7 +296,14 @@ func (tx *Tx) lockedByMe(m *frameMeta, slot uint8) bool {
 }
 
 // install writes the rows into the cache with version ver and unlocks them.
-func (tx *Tx) install(ver uint64) {
+func (tx *Tx) install(ver uint64) { tx.installRows(ver, false) }
+
+// installRows is install; applied says the rows are applied at the storage node already (a
+// committed two-phase part): in WriteBack they are marked dirty (sent again in the next
+// epoch: the same bytes), but not in a table whose writes are held (hold.go), whose source
+// may be frozen for a move by the time of that epoch: it would refuse it, and fail the
+// pipeline with every other table's acknowledged writes.
+func (tx *Tx) installRows(ver uint64, applied bool) {
 	wb := tx.db.opts.Durability == WriteBack
 	for i := range tx.writes {
 		w := &tx.writes[i]
@@ -320,7 +327,7 @@ func (tx *Tx) install(ver uint64) {
 			}
 		}
 		w.m.valid.Or(bit)
-		if wb {
+		if wb && !(applied && w.t.held.Load()) {
 			old := w.m.dirty.Or(bit)
 			if old == 0 {
 				tx.db.pipe.noteDirty(w.m)

@@ -115,3 +115,10 @@ func SetMoveTimer(after func(d time.Duration) (<-chan time.Time, func() bool), n
 	moveAfter, moveNow = after, now
 	return func() { moveAfter, moveNow = oldAfter, oldNow }
 }
+
+// SetMoveFlushHook sets the hook of the owner's steps of a move's flush (moveflush.go) and
+// returns what restores it.
+func SetMoveFlushHook(h func(step string)) (restore func()) {
+	old := moveFlushHook.Swap(&h)
+	return func() { moveFlushHook.Store(old) }
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/cluster"
@@ -26,6 +27,16 @@ import (
 
 // moveFlushKey names a partition's flush request in Node.flushReqs.
 type moveFlushKey = releasedKey
+
+// moveFlushHook, set by tests, hears the owner's steps: "answered" (a request answered),
+// "resumed" (a request's end handled: the partition is written again, or stays held).
+var moveFlushHook atomic.Pointer[func(step string)]
+
+func moveFlushStep(step string) {
+	if h := moveFlushHook.Load(); h != nil {
+		(*h)(step)
+	}
+}
 
 // moveFlushRetryMax bounds the pause between tries to sync the map after a request ended.
 const moveFlushRetryMax = 2 * time.Second
@@ -129,7 +140,9 @@ func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
 	}
 	if err := o.AckFlush(ctx, epoch); err != nil {
 		n.log.Warn("node: answer a move's flush request", "table", k.table, "part", k.part, "err", err)
+		return
 	}
+	moveFlushStep("answered")
 }
 
 // moveFlushTimeout bounds one flush and its answer.
@@ -187,6 +200,7 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	}
 	n.flushMu.Lock()
 	defer n.flushMu.Unlock()
+	defer moveFlushStep("resumed")
 	if _, ok := n.flushReqs.Load(k); ok {
 		return // asked again: that request's end resumes it
 	}

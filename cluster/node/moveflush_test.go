@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,6 +27,7 @@ func (tc *testCluster) openWriteBack(t *testing.T, owner uint64) *node.Node {
 // owner read the old row, with no error anywhere (a hostile review, session 11).
 func TestMoveKeepsWriteBackWrites(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa2)
 	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
@@ -44,8 +48,9 @@ func TestMoveKeepsWriteBackWrites(t *testing.T) {
 	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
 	require.NoError(t, tbl.Get(ctx, id, got))
 	require.Equal(t, balanceRow(7), got, "the owner reads its write")
-	// The owner writes on, on the target, once the move ended.
-	require.NoError(t, putRetry(t, tbl, id, balanceRow(8)))
+	// The owner writes on, on the target, once it heard the move end.
+	waitStep(t, resumed)
+	require.NoError(t, tbl.Put(ctx, id, balanceRow(8)))
 	require.NoError(t, owner.Close(ctx))
 	require.NoError(t, mt.Get(ctx, id, got))
 	require.Equal(t, balanceRow(8), got, "flushed to the target at Close")
@@ -56,6 +61,7 @@ func TestMoveKeepsWriteBackWrites(t *testing.T) {
 // go on; once the move ended it writes the partition on the target.
 func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa3)
 	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
@@ -95,7 +101,8 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, ids[1], balanceRow(3)), "the other partition is written on")
 	close(release)
 	require.NoError(t, <-errc)
-	require.NoError(t, putRetry(t, tbl, ids[0], balanceRow(4)))
+	waitStep(t, resumed)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(4)))
 	got := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(4), got)
@@ -106,16 +113,160 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	require.Equal(t, balanceRow(3), got)
 }
 
-// putRetry is Put, run again while it fails as not-owner (the follow of a move that just
-// ended), a bounded number of times.
-func putRetry(t *testing.T, tbl *node.Table, id uint64, row []byte) error {
-	t.Helper()
-	var err error
-	for range 50 {
-		var ne *node.NotOwnerError
-		if err = tbl.Put(testCtx(t), id, row); err == nil || !errors.As(err, &ne) {
-			return err
+// A move rolled back after the owner flushed (here: a two-phase commit of the owner held in
+// doubt at the source past the move's wait) ends the request, and the owner writes the
+// partition again at its source. The transaction, decided after the flush, is applied, and
+// its rows, installed in a held table, are not sent again to the source (which may be
+// frozen by then: it would refuse the epoch and fail the owner's pipeline).
+func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
+	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
+	answered := hearMoveFlush(t, "answered")
+	tc := startTxnCluster(t, 2, nil)
+	owner := tc.openWriteBack(t, 0xa4)
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1))
+	var ids [2]uint64
+	for ids[0] == 0 || ids[1] == 0 {
+		id, err := tbl.Insert(ctx, acctRow(initial, 0))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+
+	defer node.SetMoveDoubtWait(200 * time.Millisecond)()
+	holding, moved := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer node.SetCoordHook(func(step string, _ int) {
+		if step == "prepared-all" {
+			once.Do(func() {
+				close(holding)
+				select {
+				case <-moved:
+				case <-ctx.Done():
+				}
+			})
+		}
+	})()
+	xerr := make(chan error, 1)
+	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
+	<-holding
+
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	err = mt.Move(ctx, 0, tc.addrs[1])
+	require.ErrorIs(t, err, node.ErrMoveRefused, "the transaction in doubt outlasted the move's wait")
+	waitStep(t, answered)
+	close(moved)
+	require.NoError(t, <-xerr, "the transaction commits")
+	waitStep(t, resumed)
+
+	require.NoError(t, tbl.Put(ctx, ids[0], acctRow(7, 0)), "written again at the source")
+	require.NoError(t, owner.Close(ctx), "its flush at Close: nothing was refused")
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[1], got))
+	require.Equal(t, acctRow(initial+10, 1), got, "the transaction's rows are durable")
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, acctRow(7, 0), got)
+	require.Equal(t, tc.addrs[0], mt.NodeOf(ids[0]), "the partition stayed")
+}
+
+// A two-phase commit of the owner decided after its flush for a move (its part in doubt at
+// the source made the freeze wait) installs its rows in the held table: they are applied at
+// the source already, so they must not be sent again, for the source is frozen and then
+// retired; an epoch holding them would be refused and fail the owner's pipeline, losing the
+// acknowledged writes of the partitions beside it on that storage node.
+func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
+	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
+	tc := startTxnCluster(t, 2, nil)
+	owner := tc.openWriteBack(t, 0xa5)
+	a, b := tc.addrs[0], tc.addrs[1]
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 3, 1, []string{a, b, a})
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
+	var ids [3]uint64
+	for ids[0] == 0 || ids[1] == 0 || ids[2] == 0 {
+		id, err := tbl.Insert(ctx, acctRow(initial, 0))
+		require.NoError(t, err)
+		if ids[tbl.Partition(id)] == 0 {
+			ids[tbl.Partition(id)] = id
 		}
 	}
-	return err
+
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	defer node.SetCoordHook(func(step string, _ int) {
+		if step == "prepared-all" {
+			once.Do(func() {
+				close(holding)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			})
+		}
+	})()
+	var refusedOnce sync.Once
+	defer node.SetMoveDoubtHook(func(int) { refusedOnce.Do(func() { close(release) }) })()
+	xerr := make(chan error, 1)
+	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
+	<-holding
+
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, b), "the move waits out the transaction, then goes through")
+	require.NoError(t, <-xerr, "the transaction commits")
+	waitStep(t, resumed)
+
+	require.NoError(t, tbl.Put(ctx, ids[2], acctRow(5, 0)), "acknowledged beside the moved partition, on its old storage node")
+	require.NoError(t, owner.Close(ctx), "its flush at Close: nothing refused")
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[2], got))
+	require.Equal(t, acctRow(5, 0), got, "the write beside the moved partition is kept")
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, acctRow(initial-10, 0), got, "the transaction's rows were copied")
+}
+
+// hearMoveFlush returns a channel that hears each time the owner's side of a move's flush
+// takes step (moveflush.go's hook), for the test's length.
+func hearMoveFlush(t *testing.T, step string) <-chan struct{} {
+	t.Helper()
+	ch := make(chan struct{}, 16)
+	prev := moveFlushSteps.Load()
+	hooks := map[string]chan struct{}{step: ch}
+	if prev != nil {
+		for k, v := range *prev {
+			hooks[k] = v
+		}
+	}
+	moveFlushSteps.Store(&hooks)
+	if prev == nil {
+		restore := node.SetMoveFlushHook(func(s string) {
+			if m := moveFlushSteps.Load(); m != nil {
+				if c, ok := (*m)[s]; ok {
+					select {
+					case c <- struct{}{}:
+					default:
+					}
+				}
+			}
+		})
+		t.Cleanup(func() { restore(); moveFlushSteps.Store(nil) })
+	}
+	return ch
+}
+
+var moveFlushSteps atomic.Pointer[map[string]chan struct{}]
+
+// waitStep waits for one step heard on ch, bounded by the test's context.
+func waitStep(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-testCtx(t).Done():
+		t.Fatal("the owner's step was never heard")
+	}
 }
