@@ -10,6 +10,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // The owner's side of a move's flush request (cluster/moveflush.go; docs/cluster.md,
@@ -44,7 +45,7 @@ func (n *Node) onMoveFlush(o *cluster.Ownership, epoch int64) {
 	}
 	n.flushReqs.Store(k, epoch)
 	if _, tb := n.moveFlushTable(k); tb != nil {
-		tb.HoldWrites() // at once: no write of the partition is acknowledged from here
+		txncoord.HoldWrites(tb) // at once: no write of the partition is acknowledged from here
 	}
 	n.moveFlushLater(func() { n.flushForMove(k, epoch) })
 }
@@ -87,7 +88,7 @@ func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
 	}
 	ctx, cancel := context.WithTimeout(n.bg, n.moveFlushTimeout())
 	defer cancel()
-	if err := tb.FlushHeld(ctx); err != nil {
+	if err := txncoord.FlushHeld(ctx, tb); err != nil {
 		n.log.Warn("node: flush for a move", "table", k.table, "part", k.part, "err", err)
 		return
 	}
@@ -125,14 +126,14 @@ func (t *Table) holdIfMoving(p uint32, tb *txnode.Table) {
 	if !ok {
 		return
 	}
-	tb.HoldWrites()
+	txncoord.HoldWrites(tb)
 	epoch := e.(int64)
 	n.moveFlushLater(func() { n.flushForMove(k, epoch) })
 }
 
 // heldAfterStore is holdIfMoving after the store.
 func (t *Table) heldAfterStore(p uint32, tb *txnode.Table) {
-	if !tb.WritesHeld() {
+	if !txncoord.WritesHeld(tb) {
 		t.holdIfMoving(p, tb)
 	}
 }
@@ -161,15 +162,15 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	if _, ok := n.flushReqs.Load(k); ok {
 		return // asked again: that request's end resumes it
 	}
-	if _, tb := n.moveFlushTable(k); tb != nil && tb.WritesHeld() {
-		tb.ResumeWrites()
+	if _, tb := n.moveFlushTable(k); tb != nil && txncoord.WritesHeld(tb) {
+		txncoord.ResumeWrites(tb)
 	}
 }
 
 // heldWrite maps a write of owned partition p refused because its writes are held for a
 // move (txnode.ErrMoved from tb, held) to the partition's *NotOwnerError; ok false otherwise.
 func (t *Table) heldWrite(p uint32, tb *txnode.Table, err error) (error, bool) {
-	if tb == nil || !errors.Is(err, storenode.ErrMoved) || !tb.WritesHeld() {
+	if tb == nil || !errors.Is(err, storenode.ErrMoved) || !txncoord.WritesHeld(tb) {
 		return err, false
 	}
 	ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}
