@@ -16,7 +16,7 @@ import (
 // The owner's side of a move's flush request (cluster/moveflush.go; docs/cluster.md,
 // "Writes during a move"). A mover asks a WriteBack owner before it freezes the source (a
 // Durable one is not asked: every write it acknowledged is durable); then:
-//   - the partition's table holds its writes (txnode.Table.HoldWrites: refused, never
+//   - the partition's table holds its writes (txncoord.HoldWrites: refused, never
 //     acknowledged; the caller gets a *NotOwnerError and retries) and its DB flushes every
 //     commit admitted before; then the request is answered;
 //   - a table of the partition set while a request stands (Own, a heal's replacement, the

@@ -202,7 +202,7 @@ func (tx *Tx) anyConflict() bool {
 	return false
 }
 
-// waitReads waits until every part's reads are durable (txnode.Tx.WaitReads).
+// waitReads waits until every part's reads are durable (txncoord.WaitReads).
 func (tx *Tx) waitReads() error {
 	for _, pt := range tx.parts {
 		if err := txncoord.WaitReads(pt.tx); err != nil {
@@ -212,7 +212,7 @@ func (tx *Tx) waitReads() error {
 	return nil
 }
 
-// cacheBusy returns the first part sent back for the cache turn (txnode.Tx.CacheBusy), or nil.
+// cacheBusy returns the first part sent back for the cache turn (txncoord.CacheBusy), or nil.
 func (tx *Tx) cacheBusy() *txnode.Tx {
 	for _, pt := range tx.parts {
 		if txncoord.CacheBusy(pt.tx) {
