@@ -19,24 +19,24 @@ func TestCacheTurnAPI(t *testing.T) {
 	tx, err := db.Begin(ctx, true)
 	require.NoError(t, err)
 	defer tx.Rollback()
-	require.False(t, tx.CacheBusy())
-	var c CacheTurn
-	require.ErrorIs(t, c.Wait(tx), errNotBusy)
+	require.False(t, tx.cacheBusy())
+	var c cacheTurn
+	require.ErrorIs(t, c.wait(tx), errNotBusy)
 	require.False(t, tx.done, "left as is")
-	c.Hold(tx)
+	c.hold(tx)
 	require.False(t, tx.turn)
-	c.Release()
+	c.releaseLoop()
 
 	// Held: a busy transaction's Wait takes the turn; Hold gives it to the next attempt.
 	tx.busy = busyPage{t: &tableState{}}
-	require.NoError(t, c.Wait(tx))
+	require.NoError(t, c.wait(tx))
 	require.True(t, tx.done, "rolled back")
 	next, err := db.Begin(ctx, true)
 	require.NoError(t, err)
-	c.Hold(next)
+	c.hold(next)
 	require.True(t, next.turn)
 	next.Rollback()
-	c.Release()
+	c.releaseLoop()
 	require.NoError(t, db.cache.takeTurn(ctx, time.Now().Add(time.Minute)), "given back")
 	db.cache.giveTurn()
 }
@@ -49,17 +49,17 @@ func TestCacheTurnReuse(t *testing.T) {
 	db, err := Open(ctx, Options{Dir: t.TempDir()})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	var c CacheTurn
+	var c cacheTurn
 	tx, err := db.Begin(ctx, true)
 	require.NoError(t, err)
 	tx.busy = busyPage{t: &tableState{}}
-	require.NoError(t, c.Wait(tx))
-	c.since = c.since.Add(-2 * db.opts.CacheWait) // the first loop began long ago
-	c.Release()
+	require.NoError(t, c.wait(tx))
+	c.Since = c.Since.Add(-2 * db.opts.CacheWait) // the first loop began long ago
+	c.releaseLoop()
 
 	tx, err = db.Begin(ctx, true)
 	require.NoError(t, err)
 	tx.busy = busyPage{t: &tableState{}}
-	require.NoError(t, c.Wait(tx), "a new loop")
-	c.Release()
+	require.NoError(t, c.wait(tx), "a new loop")
+	c.releaseLoop()
 }

@@ -90,7 +90,7 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 	dir := t.TempDir()
 	st, err := store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	layout := ClusterLayout{Partitions: 4, StripePages: 1, Partition: 2}
+	layout := base.ClusterLayout{Partitions: 4, StripePages: 1, Partition: 2}
 	_, err = st.CreateClusterTable(ctx, base.PartitionTableName("acct", 2), 64, layout)
 	require.NoError(t, err)
 
@@ -132,7 +132,7 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	g := &memGrants{keys: map[string][2]uint64{}, owner: other, rev: 10}
 	st, err := store.OpenEmbedded(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	ti, err := st.CreateClusterTable(ctx, base.PartitionTableName("acct", 0), 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	ti, err := st.CreateClusterTable(ctx, base.PartitionTableName("acct", 0), 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	// Another owner registered revision 11; its grant is released in etcd (the key goes).
 	epoch, _, release, err := g.Grant(ctx, "acct", 0)
@@ -167,7 +167,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			const owner, other = 0x42, 0x43
 			g, st := grantStore(t, owner)
 			name := base.PartitionTableName("acct", 0)
-			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+			ti, err := st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
 			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 			defer db.Close(ctx)
@@ -213,7 +213,7 @@ func TestDropClusterTableReleasesGrant(t *testing.T) {
 	g, st := grantStore(t, owner)
 	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
-	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	insertRow(t, ctx, tb, row(1))
 	require.NoError(t, db.DropTable(ctx, base.PartitionTableName("acct", 0)))
@@ -252,7 +252,7 @@ func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
 	const owner = 0x42
 	g, es := grantStore(t, owner)
 	name := base.PartitionTableName("acct", 0)
-	_, err := es.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	_, err := es.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
 	db := openDB(t, ctx, Options{Store: cs, OwnerID: owner, Grants: g})
@@ -279,7 +279,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 			const owner, other = 0x42, 0x43
 			g, st := grantStore(t, owner)
 			name := base.PartitionTableName("acct", 0)
-			ti, err := st.CreateClusterTable(ctx, name, 64, ClusterLayout{Partitions: 1, StripePages: 1})
+			ti, err := st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
 			tick := make(chan time.Time)
 			renewed := make(chan error, 1)
@@ -335,11 +335,11 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 			if how == "newer grant" {
 				require.ErrorIs(t, rerr, storenode.ErrFenced)
 				require.ErrorIs(t, tb.Get(ctx, id, dst), ErrLeaseExpired, "a cached read after the store fenced the grant")
-				require.ErrorIs(t, tb.Serving(), storenode.ErrFenced)
+				require.ErrorIs(t, tb.servingErr(), storenode.ErrFenced)
 			} else {
 				require.ErrorIs(t, rerr, storenode.ErrTableNotFound)
 				require.ErrorIs(t, tb.Get(ctx, id, dst), ErrTableNotFound, "a cached read of a table dropped at the store")
-				require.ErrorIs(t, tb.Serving(), ErrTableNotFound)
+				require.ErrorIs(t, tb.servingErr(), ErrTableNotFound)
 			}
 			_, err = tb.Insert(ctx, row(8))
 			require.Error(t, err)

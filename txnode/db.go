@@ -131,7 +131,7 @@ type tableState struct {
 	// before; set under the pipeline's mu (see pipeline.add), reads keep working.
 	dropping atomic.Bool
 	// held closes the table to new commits while a partition move flushes what was
-	// admitted before (Table.HoldWrites; hold.go); set and read as dropping is.
+	// admitted before (txncoord.HoldWrites; hold.go); set and read as dropping is.
 	held atomic.Bool
 	// idHigh is one past the highest id that can hold a row: the store's high-water mark
 	// at open, raised by every grant. Read by every Get: it and the fields above are
@@ -272,10 +272,10 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 	return db.adopt(ctx, st)
 }
 
-// CreateClusterTable creates a cluster-managed table holding partition layout.Partition of
+// createClusterTable creates a cluster-managed table holding partition layout.Partition of
 // the partitioned table table (its name at the store: base.PartitionTableName) and
-// takes its write ownership through Options.Grants.
-func (db *DB) CreateClusterTable(ctx context.Context, table string, rowBytes int, layout ClusterLayout) (*Table, error) {
+// takes its write ownership through Options.Grants (txncoord.CreateClusterTable).
+func (db *DB) createClusterTable(ctx context.Context, table string, rowBytes int, layout base.ClusterLayout) (*Table, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -285,10 +285,6 @@ func (db *DB) CreateClusterTable(ctx context.Context, table string, rowBytes int
 	}
 	return db.adopt(ctx, st)
 }
-
-// ClusterLayout is a cluster-managed table's layout (cluster.Layout) and the partition a
-// table holds.
-type ClusterLayout = base.ClusterLayout
 
 // freshNow is the cache's pageCache.freshNow: the slots of a page whose ids this node has
 // not handed out yet.

@@ -3,7 +3,9 @@
 // a storage node over TCP (Options.StoreAddr) or by an in-process storage engine
 // (Options.Dir, the embedded default). Both stores implement one interface, store.Store
 // (package txnode/store, which documents the seam: who calls what, buffers, errors), so every
-// test and benchmark runs both ways; a game server needs nothing from that package.
+// test and benchmark runs both ways; a game server needs nothing from that package. The
+// cluster coordinator's surface (two-phase commit, durable reads of unowned partitions, held
+// writes, the cache turn; package cluster/node) is package txnode/txncoord.
 //
 // # Using it
 //
@@ -38,7 +40,8 @@
 //	               table pins (Table.Pin: a table's or partition's pages held, within PinBytes)
 //	tablestats.go  per-table cache hits and misses (Table.Stats)
 //	typed.go       typed rows over a RowCodec
-//	prepare.go     two-phase commit's participant: Tx.Prepare, Prepared.Apply, DB.DecideTxn
+//	coord.go       the coordinator's surface handed to txncoord (internal/coordbridge)
+//	prepare.go     two-phase commit's participant (txncoord.Prepare, Prepared.Apply, DecideTxn)
 //	remotestore.go the remote store (TCP): dial, calls, the Store methods; the Store
 //	               interface and the embedded store are package txnode/store
 //	remotecommit.go  the remote store's batches in flight: the commit queue, sends, acks
@@ -79,7 +82,7 @@
 //     installed, durability unknown.
 //   - Every wait (miss, full cache, commit, undurable row) blocks only its own goroutine and
 //     ends when its context does.
-//   - Two-phase commit (Tx.Prepare, DB.DecideTxn, Prepared.Apply) locks rows in this cache
+//   - Two-phase commit (txncoord.Prepare, DecideTxn, Prepared.Apply) locks rows in this cache
 //     until applied; a Prepare that finds a row locked fails at once with ErrConflict.
 //   - No callback on a connection's receiver goroutine blocks or spins; nobody waits for a
 //     row lock on a goroutine a committer's waits depend on (docs/txnode-concurrency.md).

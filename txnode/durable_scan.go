@@ -10,14 +10,14 @@ import (
 	"github.com/weftdb/weft/txnode/store"
 )
 
-// Scan returns the rows of ids in [lo, hi) in id order, as the store has them durably (see
-// DurableTable): the store's page directory skips empty ranges, then the pages holding rows
+// scan returns the rows of ids in [lo, hi) in id order, as the store has them durably (see
+// durableTable): the store's page directory skips empty ranges, then the pages holding rows
 // are read scanDirBatch at a time, only their present rows crossing the wire. A read pass,
 // not a snapshot. Row.Data stays valid until the loop asks for the next row. An error ends
 // the sequence as its last element.
-func (t *DurableTable) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, error] {
+func (t *durableTable) scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, error] {
 	return func(yield func(Row, error) bool) {
-		if t.db.closed.Load() {
+		if t.DB.closed.Load() {
 			yield(Row{}, ErrClosed)
 			return
 		}
@@ -25,7 +25,7 @@ func (t *DurableTable) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, e
 		if lo >= hi {
 			return
 		}
-		rowBytes := t.st.RowBytes
+		rowBytes := t.Info.RowBytes
 		loPage, hiPage := lo/logicpage.RowsPerPage, (hi+logicpage.RowsPerPage-1)/logicpage.RowsPerPage
 		var dir []store.PageInfo
 		reqs := make([]base.PageWant, 0, scanDirBatch)
@@ -36,16 +36,16 @@ func (t *DurableTable) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, e
 		out := make([]byte, rowBytes)
 		for page := loPage; page < hiPage; {
 			var err error
-			dir, page, err = t.db.store.PageDir(ctx, t.st.ID, page, hiPage, scanDirBatch, dir[:0])
+			dir, page, err = t.DB.store.PageDir(ctx, t.Info.ID, page, hiPage, scanDirBatch, dir[:0])
 			if err != nil {
 				yield(Row{}, err)
 				return
 			}
 			reqs = reqs[:0]
 			for _, p := range dir {
-				reqs = append(reqs, base.PageWant{Table: t.st.ID, Page: p.Page, Want: p.Present})
+				reqs = append(reqs, base.PageWant{Table: t.Info.ID, Page: p.Page, Want: p.Present})
 			}
-			err = t.db.store.Read(ctx, reqs, func(i int, data, _ uint64, rows []byte) {
+			err = t.DB.store.Read(ctx, reqs, func(i int, data, _ uint64, rows []byte) {
 				pages[i].data = data
 				pages[i].rows = append(pages[i].rows[:0], rows[:min(len(rows), bits.OnesCount64(data)*rowBytes)]...)
 			})
@@ -73,9 +73,4 @@ func (t *DurableTable) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[Row, e
 			}
 		}
 	}
-}
-
-// ScanAll returns every row of the table in id order, as Scan(ctx, 0, ∞).
-func (t *DurableTable) ScanAll(ctx context.Context) iter.Seq2[Row, error] {
-	return t.Scan(ctx, 0, ^uint64(0))
 }

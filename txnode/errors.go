@@ -77,12 +77,12 @@ var (
 	// ErrTxnBusy is returned when the storage node holds too many transactions in doubt (or
 	// this owner's share of them): back off and retry.
 	ErrTxnBusy = storenode.ErrTxnBusy
-	// ErrTxnLocked is returned by Prepare (and fails a commit batch) when the storage node
-	// holds a row of the batch locked for another prepared transaction. Retryable once that
-	// transaction is decided.
+	// ErrTxnLocked is returned by txncoord.Prepare (and fails a commit batch) when the storage
+	// node holds a row of the batch locked for another prepared transaction. Retryable once
+	// that transaction is decided.
 	ErrTxnLocked = storenode.ErrTxnLocked
 	// ErrTxnDecided is returned when a transaction's recorded decision is not the one asked
-	// (DecideTxn of commit after a resolver recorded abort: the transaction aborted).
+	// (txncoord.DecideTxn of commit after a resolver recorded abort: the transaction aborted).
 	ErrTxnDecided = storenode.ErrTxnDecided
 	// ErrBadName is returned by CreateTable and Table for a name outside 1..64 bytes of
 	// [A-Za-z0-9_.-].

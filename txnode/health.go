@@ -37,6 +37,3 @@ func (db *DB) outageC() <-chan struct{} {
 
 // DB returns the transaction node the table belongs to: a Tx uses only tables of its own DB.
 func (t *Table) DB() *DB { return t.db }
-
-// DB returns the transaction node the durable-read handle belongs to.
-func (t *DurableTable) DB() *DB { return t.db }

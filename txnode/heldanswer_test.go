@@ -126,9 +126,9 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ptx.Put(r.gold, g3, row(9)))
 	txid := [16]byte{9, 9}
-	prep, err := ptx.Prepare(TxnInfo{ID: txid, Lease: 1})
+	prep, err := ptx.prepare(txnInfo{ID: txid, Lease: 1})
 	require.NoError(t, err)
-	require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
+	require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
 
 	r.fenceAcct()
 	fs.armed.Store(true)
@@ -166,7 +166,7 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 	require.ErrorIs(t, r.db.pipe.failure(), ErrUnknownOutcome)
 
 	// The applied part joins the last batch in flight: y.
-	require.NoError(t, prep.Apply(ctx, DecisionCommit))
+	require.NoError(t, prep.apply(ctx, base.DecisionCommit))
 	x.deliver() // x retires, then y
 
 	for _, c := range []struct {

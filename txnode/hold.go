@@ -3,28 +3,28 @@ package txnode
 import "context"
 
 // Held writes: what a partition move asks of a WriteBack owner before it freezes the source
-// (cluster/node; docs/cluster.md, "Writes during a move"). Rules:
-//   - HoldWrites refuses every commit and prepare that writes the table from its return on
+// (cluster/node, through txncoord; docs/cluster.md, "Writes during a move"). Rules:
+//   - holdWrites refuses every commit and prepare that writes the table from its return on
 //     (ErrMoved: never acknowledged, so retried by the caller), reads go on;
 //   - every commit admitted before has its version once it returns, so the Flush in
-//     FlushHeld makes all of them durable: nothing acknowledged is left only in the cache
+//     flushHeld makes all of them durable: nothing acknowledged is left only in the cache
 //     when the source freezes;
-//   - ResumeWrites admits them again (the move rolled back: the table is written where it
+//   - resumeWrites admits them again (the move rolled back: the table is written where it
 //     was).
 
-// HoldWrites refuses the commits that write t from now on with ErrMoved, until ResumeWrites.
+// holdWrites refuses the commits that write t from now on with ErrMoved, until resumeWrites.
 // Any goroutine; idempotent.
-func (t *Table) HoldWrites() { t.db.pipe.closeWrites(&t.t.held, true) }
+func (t *Table) holdWrites() { t.db.pipe.closeWrites(&t.t.held, true) }
 
-// ResumeWrites ends HoldWrites. Idempotent.
-func (t *Table) ResumeWrites() { t.db.pipe.closeWrites(&t.t.held, false) }
+// resumeWrites ends holdWrites. Idempotent.
+func (t *Table) resumeWrites() { t.db.pipe.closeWrites(&t.t.held, false) }
 
-// WritesHeld reports whether t's writes are held.
-func (t *Table) WritesHeld() bool { return t.t.held.Load() }
+// writesHeld reports whether t's writes are held.
+func (t *Table) writesHeld() bool { return t.t.held.Load() }
 
-// FlushHeld holds t's writes and waits until every commit of the DB admitted before is
+// flushHeld holds t's writes and waits until every commit of the DB admitted before is
 // durable (DB.Flush): the owner's side of a move's flush request.
-func (t *Table) FlushHeld(ctx context.Context) error {
-	t.HoldWrites()
+func (t *Table) flushHeld(ctx context.Context) error {
+	t.holdWrites()
 	return t.db.Flush(ctx)
 }

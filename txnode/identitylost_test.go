@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -35,7 +36,7 @@ func testIdentityLost(t *testing.T, first string) {
 		renewed: func(_ string, err error) { renewed <- err }})
 	require.NoError(t, err)
 	defer db.Close(ctx)
-	tb, err := db.CreateClusterTable(ctx, "acct", 64, ClusterLayout{Partitions: 1, StripePages: 1})
+	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	id := insertRow(t, ctx, tb, row(1))
 
@@ -52,7 +53,7 @@ func testIdentityLost(t *testing.T, first string) {
 	if first == "commit" {
 		// The batch refused on the old connection is sent again on a new one.
 		require.NoError(t, tb.Put(ctx, id, row(3)), "the commit reconnected and was sent again")
-		require.NoError(t, tb.Serving(), "a lost identity latches nothing")
+		require.NoError(t, tb.servingErr(), "a lost identity latches nothing")
 		require.NoError(t, tb.Get(ctx, id, dst))
 		require.Equal(t, row(3), dst)
 	}
@@ -67,7 +68,7 @@ func testIdentityLost(t *testing.T, first string) {
 		t.Fatal("no re-registration ended")
 	}
 	require.NoError(t, err, "the re-registration reconnected and registered again")
-	require.NoError(t, tb.Serving(), "a lost identity latches nothing")
+	require.NoError(t, tb.servingErr(), "a lost identity latches nothing")
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.NoError(t, tb.Put(ctx, id, row(2)), "and the table commits on the new connection")
 	require.NoError(t, tb.Get(ctx, id, dst))

@@ -260,7 +260,7 @@ func (p *pipeline) closeWrites(flag *atomic.Bool, closed bool) {
 }
 
 // droppingErr is ErrTableNotFound for a transaction that writes a table being dropped, and
-// ErrMoved for one that writes a table whose writes are held (Table.HoldWrites).
+// ErrMoved for one that writes a table whose writes are held (txncoord.HoldWrites).
 func droppingErr(tx *Tx) error {
 	var last *tableState
 	for i := range tx.writes {

@@ -9,14 +9,16 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/txnode/internal/coordbridge"
 	"github.com/weftdb/weft/txnode/store"
 )
 
 // Two-phase commit, the participant's side in a transaction node (docs/cluster.md,
 // "Two-phase commit"). A coordinator (package cluster/node) runs one Tx per transaction
-// node (per storage node) and, when more than one writes, prepares each (Tx.Prepare),
-// records the decision at the primary (DB.DecideTxn) and applies it to every part
-// (Prepared.Apply).
+// node (per storage node) and, when more than one writes, prepares each (txncoord.Prepare),
+// records the decision at the primary (txncoord.DecideTxn) and applies it to every part
+// (Prepared.Apply). The implementation is here, unexported; package txnode/txncoord is its
+// API (internal/coordbridge hands it over).
 //
 // Invariants:
 //   - Prepare validates exactly as Commit does (the write set locked, Silo's insert rule,
@@ -42,70 +44,54 @@ import (
 // holds its later batches until the prepare, sent again in the background, is answered
 // (the seq is taken, or given back).
 
-var (
-	// ErrNoTxnStore is returned by Prepare, DecideTxn and ApplyTxn over a store that does not
-	// do two-phase commit (store.TxnStore).
-	ErrNoTxnStore = errors.New("txnode: the store does not do two-phase commit")
-)
+// txnInfo names a transaction of a two-phase commit and this part in it (txncoord.TxnInfo).
+type txnInfo = coordbridge.TxnInfo
 
-// Decision is a two-phase commit's outcome.
-type Decision = base.Decision
-
-// Decisions.
-const (
-	DecisionNone   = base.DecisionNone // undecided (an answer only)
-	DecisionCommit = base.DecisionCommit
-	DecisionAbort  = base.DecisionAbort
-)
-
-// TxnInfo names a transaction of a two-phase commit and this part in it.
-type TxnInfo struct {
-	// ID is unique in the cluster (the coordinator's lease id and a counter).
-	ID [16]byte
-	// Lease is the coordinator's etcd lease id: once it is gone, resolvers may record abort.
-	Lease int64
-	// Index is this part's participant number, 0..63 (the Decide's count is their number).
-	Index uint16
-	// Primary is the host:port of the primary storage node; empty when this part's storage
-	// node is the primary.
-	Primary string
-}
-
-// Prepared is a transaction prepared at this node's storage node: its rows are locked in
-// the cache until Apply (or Abandon). Its methods are for one goroutine at a time (the
-// coordinator's), which may hand it to another.
-type Prepared struct {
-	tx   *Tx
-	db   *DB
-	ts   store.TxnStore
-	info TxnInfo
-	done bool
-}
+// prepared is a transaction prepared at this node's storage node (txncoord.Prepared): its
+// rows are locked in the cache until apply (or abandon). Its methods are for one goroutine at
+// a time (the coordinator's), which may hand it to another.
+type prepared coordbridge.Part[Tx]
 
 // txnStore returns db's store's two-phase commit side.
 func (db *DB) txnStore() (store.TxnStore, error) {
 	ts, ok := db.store.(store.TxnStore)
 	if !ok {
-		return nil, ErrNoTxnStore
+		return nil, coordbridge.ErrNoTxnStore
 	}
 	return ts, nil
 }
 
-// Prepare validates the transaction as Commit would and prepares it at the storage node as
+// prepare validates the transaction as Commit would and prepares it at the storage node as
 // part info.Index of transaction info.ID, keeping its rows locked here (see the invariants
 // above). The transaction must have written something (a part that only read is checked
-// with Validate). It returns:
-//   - (p, nil): prepared; decide, then p.Apply the decision.
+// with validateLive). It returns:
+//   - (p, nil): prepared; decide, then p.apply the decision.
 //   - (nil, err): not prepared, the rows unlocked, the Tx finished: ErrConflict (a read
 //     changed, or a row to write is locked by another transaction committing or prepared
 //     here: retry the whole transaction), the storage node's refusal (ErrTxnLocked,
 //     ErrFenced, ...), a lease or grant error.
-//   - (p, err wrapping ErrUnknownOutcome): the prepare may have landed; abort it (p.Apply
+//   - (p, err wrapping ErrUnknownOutcome): the prepare may have landed; abort it (p.apply
 //     of DecisionAbort), never commit.
 //
 // The Tx must come from DB.Begin. It is finished either way (its methods return ErrTxDone,
-// Rollback is a no-op); p holds it.
-func (tx *Tx) Prepare(info TxnInfo) (*Prepared, error) {
+// Rollback is a no-op); p holds it. txncoord.Prepare is prepareLock, then prepareSend into
+// its own Prepared.
+func (tx *Tx) prepare(info txnInfo) (*prepared, error) {
+	ts, err := tx.prepareLock()
+	if err != nil {
+		return nil, err
+	}
+	p := new(prepared)
+	held, err := tx.prepareSend(ts, info, p)
+	if !held {
+		return nil, err
+	}
+	return p, err
+}
+
+// prepareLock is prepare up to its validation: nil when the write set is locked and every
+// read validated, else the Tx is finished (but for a closure's Tx) and the rows unlocked.
+func (tx *Tx) prepareLock() (store.TxnStore, error) {
 	if tx.done {
 		return nil, ErrTxDone
 	}
@@ -156,21 +142,29 @@ func (tx *Tx) Prepare(info TxnInfo) (*Prepared, error) {
 		tx.Rollback()
 		return nil, ErrConflict
 	}
+	return ts, nil
+}
+
+// prepareSend is the rest of prepare, after prepareLock: it sends the prepare and fills p.
+// held reports whether p holds the Tx (prepared, or its answer lost: then err wraps
+// ErrUnknownOutcome); when not, the rows are unlocked and the Tx finished.
+func (tx *Tx) prepareSend(ts store.TxnStore, info txnInfo, p *prepared) (held bool, err error) {
+	db := tx.db
 	tp := &base.TxnPrepare{Txn: info.ID, Lease: info.Lease, Index: info.Index, Primary: info.Primary, Batch: tx.prepareBatch()}
-	p := &Prepared{tx: tx, db: db, ts: ts, info: info}
+	*p = prepared{Tx: tx, TS: ts, Info: info}
 	taken, err := db.pipe.prepare(tx, ts, tp)
 	if err != nil && !taken {
 		tx.unlockAll()
 		tx.Rollback()
-		return nil, fmt.Errorf("txnode: prepare of transaction %x: %w", info.ID, err)
+		return false, fmt.Errorf("txnode: prepare of transaction %x: %w", info.ID, err)
 	}
-	// The Prepared holds the Tx now (its pins, locks and write set): its own methods are
-	// done, Rollback a no-op; release comes with Apply or Abandon.
+	// The prepared holds the Tx now (its pins, locks and write set): its own methods are
+	// done, Rollback a no-op; release comes with apply or abandon.
 	tx.done = true
 	if err != nil {
-		return p, &prepareLostError{id: info.ID, cause: err}
+		return true, &prepareLostError{id: info.ID, cause: err}
 	}
-	return p, nil
+	return true, nil
 }
 
 // sortWrites sorts the write set by table and id (the lock order) and reindexes it.
@@ -235,90 +229,87 @@ func (tx *Tx) prepareBatch() *base.Batch {
 	return b
 }
 
-// Validate checks again that everything the prepared transaction read is unchanged (its own
+// validate checks again that everything the prepared transaction read is unchanged (its own
 // rows stay locked): a coordinator validates every part once all are prepared, so the
 // reads of all its parts hold at one moment, while every write of the transaction is
 // locked (serializable across storage nodes). ErrConflict when a read changed; the lease
 // or grant error of a table no longer served.
-func (p *Prepared) Validate() error {
-	if p.done {
+func (p *prepared) validate() error {
+	if p.Done {
 		return ErrTxDone
 	}
-	if !p.tx.validate() {
-		p.db.stats.aborts.Add(1)
+	if !p.Tx.validate() {
+		p.Tx.db.stats.aborts.Add(1)
 		return ErrConflict
 	}
-	return p.tx.leasesLive()
+	return p.Tx.leasesLive()
 }
 
-// Info returns the transaction and part the Prepared was prepared as.
-func (p *Prepared) Info() TxnInfo { return p.info }
-
-// Apply sends decision d to this part's storage node, retried until it answers or ctx ends,
+// apply sends decision d to this part's storage node, retried until it answers or ctx ends,
 // then finishes the part here: commit installs the rows (a new commit version) and unlocks
 // them, abort unlocks them with their old values. Call it only with the decision recorded
 // at the primary (or abort for a part whose prepare failed). If ctx ends first, the rows stay
-// locked and the error wraps ctx's: call Apply again (or Abandon); the storage node's
+// locked and the error wraps ctx's: call apply again (or abandon); the storage node's
 // resolver finishes the part on its own meanwhile. If the storage node applied the other
 // decision (ErrTxnDecided: a resolver's), the part is finished with that one here too and
 // the error says so.
-func (p *Prepared) Apply(ctx context.Context, d Decision) error {
-	if p.done {
+func (p *prepared) apply(ctx context.Context, d base.Decision) error {
+	if p.Done {
 		return ErrTxDone
 	}
-	if d != DecisionCommit && d != DecisionAbort {
+	if d != base.DecisionCommit && d != base.DecisionAbort {
 		return fmt.Errorf("txnode: apply of decision %d", d)
 	}
-	err := p.ts.ApplyTxn(ctx, p.info.ID, d)
+	err := p.TS.ApplyTxn(ctx, p.Info.ID, d)
 	var other bool
 	if errors.Is(err, ErrTxnDecided) {
-		other, d = true, DecisionCommit+DecisionAbort-d
+		other, d = true, base.DecisionCommit+base.DecisionAbort-d
 	} else if err != nil {
-		return fmt.Errorf("txnode: apply %v to transaction %x: %w", d, p.info.ID, err)
+		return fmt.Errorf("txnode: apply %v to transaction %x: %w", d, p.Info.ID, err)
 	}
 	p.finish(d)
 	if other {
-		return fmt.Errorf("txnode: apply to transaction %x: the storage node applied %v: %w", p.info.ID, decisionName(d), err)
+		return fmt.Errorf("txnode: apply to transaction %x: the storage node applied %v: %w", p.Info.ID, decisionName(d), err)
 	}
 	return nil
 }
 
-// ApplyUncertain is Apply(abort) for a coordinator that cannot tell whether the
+// applyUncertain is apply(abort) for a coordinator that cannot tell whether the
 // transaction committed (the primary answered abort after the coordinator's commit decision
 // went unanswered for longer than the primary remembers forgotten decisions): it sends abort
 // to this part's storage node, retried until it answers or ctx ends (the same errors as
-// Apply), then drops the part's rows from the cache instead of unlocking their old values,
+// apply), then drops the part's rows from the cache instead of unlocking their old values,
 // so their next read fetches what the storage node holds (committed or not). It returns
-// DecisionCommit when the storage node says it applied commit (ErrTxnDecided), else
-// DecisionNone (the storage node settled the part: aborted it, or applied and forgot it).
-// Any goroutine may call it, one at a time per Prepared.
-func (p *Prepared) ApplyUncertain(ctx context.Context) (Decision, error) {
-	if p.done {
-		return DecisionNone, ErrTxDone
+// base.DecisionCommit when the storage node says it applied commit (ErrTxnDecided), else
+// base.DecisionNone (the storage node settled the part: aborted it, or applied and forgot it).
+// Any goroutine may call it, one at a time per prepared.
+func (p *prepared) applyUncertain(ctx context.Context) (base.Decision, error) {
+	if p.Done {
+		return base.DecisionNone, ErrTxDone
 	}
-	err := p.ts.ApplyTxn(ctx, p.info.ID, DecisionAbort)
-	got := DecisionNone
+	err := p.TS.ApplyTxn(ctx, p.Info.ID, base.DecisionAbort)
+	got := base.DecisionNone
 	if errors.Is(err, ErrTxnDecided) {
-		got = DecisionCommit
+		got = base.DecisionCommit
 	} else if err != nil {
-		return DecisionNone, fmt.Errorf("txnode: apply abort (uncertain) to transaction %x: %w", p.info.ID, err)
+		return base.DecisionNone, fmt.Errorf("txnode: apply abort (uncertain) to transaction %x: %w", p.Info.ID, err)
 	}
-	p.Abandon()
+	p.abandon()
 	return got, nil
 }
 
-func decisionName(d Decision) string {
-	if d == DecisionCommit {
+func decisionName(d base.Decision) string {
+	if d == base.DecisionCommit {
 		return "commit"
 	}
 	return "abort"
 }
 
 // finish installs (commit) or unlocks (abort) the part's rows and ends the Tx.
-func (p *Prepared) finish(d Decision) {
-	p.done = true
-	tx := p.tx
-	if d == DecisionCommit {
+func (p *prepared) finish(d base.Decision) {
+	p.Done = true
+	tx := p.Tx
+	if d == base.DecisionCommit {
 		tx.db.pipe.installApplied(tx)
 		tx.db.stats.commits.Add(1)
 	} else {
@@ -327,17 +318,17 @@ func (p *Prepared) finish(d Decision) {
 	tx.release()
 }
 
-// Abandon gives the part up without knowing its decision: its rows are unlocked and dropped
+// abandon gives the part up without knowing its decision: its rows are unlocked and dropped
 // from the cache (their next read fetches what the storage node holds, which its resolver
 // settles). For a coordinator that cannot learn the decision before this DB closes; a
 // local commit of such a row before the storage node settled it fails the node's commit
 // pipeline (ErrTxnLocked), so only call it when the DB is closing.
-func (p *Prepared) Abandon() {
-	if p.done {
+func (p *prepared) abandon() {
+	if p.Done {
 		return
 	}
-	p.done = true
-	tx := p.tx
+	p.Done = true
+	tx := p.Tx
 	for i := range tx.writes {
 		w := &tx.writes[i]
 		_, slot := logicpage.PageOf(w.id)
@@ -347,13 +338,13 @@ func (p *Prepared) Abandon() {
 	tx.release()
 }
 
-// DecideTxn records decision d of transaction id, of count participants, at this DB's
+// decideTxn records decision d of transaction id, of count participants, at this DB's
 // storage node (the transaction's primary): a compare-and-set. It returns nil when d is the
 // recorded decision; an error matching ErrTxnDecided when the other one is (a commit asked
 // after a resolver recorded abort: the transaction aborted); any other error leaves the
 // decision unknown (send the same decision again: never another one). Any goroutine may call
 // it.
-func (db *DB) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d Decision, count int) error {
+func (db *DB) decideTxn(ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) error {
 	ts, err := db.txnStore()
 	if err != nil {
 		return err
@@ -368,10 +359,10 @@ func (db *DB) DecideTxn(ctx context.Context, id base.TxnID, lease int64, d Decis
 	return nil
 }
 
-// ApplyTxn sends decision d of transaction id to this DB's storage node without a Prepared:
+// applyTxn sends decision d of transaction id to this DB's storage node without a prepared:
 // a coordinator aborts with it a part whose prepare it never learned the outcome of (it may
 // land later: the storage node then refuses it). Idempotent.
-func (db *DB) ApplyTxn(ctx context.Context, id base.TxnID, d Decision) error {
+func (db *DB) applyTxn(ctx context.Context, id base.TxnID, d base.Decision) error {
 	ts, err := db.txnStore()
 	if err != nil {
 		return err
@@ -578,10 +569,11 @@ func appendFrames(b *batch, tx *Tx) {
 	}
 }
 
-// Validate checks that everything the transaction read is unchanged and its tables still
-// served, without ending it: ErrConflict, or the lease or grant error. A coordinator calls
-// it on a part whose closure failed, to tell a conflict (retry) from the closure's own error.
-func (tx *Tx) Validate() error {
+// validateLive checks that everything the transaction read is unchanged and its tables
+// still served, without ending it: ErrConflict, or the lease or grant error. A coordinator
+// calls it on a part whose closure failed, to tell a conflict (retry) from the closure's own
+// error (txncoord.Validate).
+func (tx *Tx) validateLive() error {
 	if tx.done {
 		return ErrTxDone
 	}

@@ -40,7 +40,7 @@ func TestPreparedRowsLockedInCache(t *testing.T) {
 			tx := openTx(t, ctx, db, true)
 			require.NoError(t, tx.Put(tb, a, prepRow(100)))
 			require.NoError(t, tx.Put(tb, b, prepRow(200)))
-			p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})
+			p, err := tx.prepare(txnInfo{ID: id, Lease: 1})
 			require.NoError(t, err)
 			require.ErrorIs(t, tx.Put(tb, a, prepRow(5)), ErrTxDone)
 
@@ -72,18 +72,18 @@ func TestPreparedRowsLockedInCache(t *testing.T) {
 			require.NoError(t, tx2.Commit(), "rows not prepared commit meanwhile")
 			tx2 = openTx(t, ctx, db, true)
 			require.NoError(t, tx2.Put(tb, other, prepRow(31)))
-			p2, err := tx2.Prepare(TxnInfo{ID: [16]byte{9}, Lease: 1})
+			p2, err := tx2.prepare(txnInfo{ID: [16]byte{9}, Lease: 1})
 			require.NoError(t, err)
-			require.NoError(t, db.DecideTxn(ctx, [16]byte{9}, 1, DecisionAbort, 1))
-			require.NoError(t, p2.Apply(ctx, DecisionAbort))
+			require.NoError(t, db.decideTxn(ctx, [16]byte{9}, 1, base.DecisionAbort, 1))
+			require.NoError(t, p2.apply(ctx, base.DecisionAbort))
 			require.NoError(t, tb.Get(ctx, other, dst))
 			require.Equal(t, uint64(30), binary.LittleEndian.Uint64(dst), "abort leaves the old value")
 
-			require.NoError(t, db.DecideTxn(ctx, id, 1, DecisionCommit, 1))
-			require.NoError(t, db.DecideTxn(ctx, id, 1, DecisionCommit, 1), "the same decision again")
-			require.ErrorIs(t, db.DecideTxn(ctx, id, 1, DecisionAbort, 1), ErrTxnDecided)
-			require.NoError(t, p.Apply(ctx, DecisionCommit))
-			require.ErrorIs(t, p.Apply(ctx, DecisionCommit), ErrTxDone)
+			require.NoError(t, db.decideTxn(ctx, id, 1, base.DecisionCommit, 1))
+			require.NoError(t, db.decideTxn(ctx, id, 1, base.DecisionCommit, 1), "the same decision again")
+			require.ErrorIs(t, db.decideTxn(ctx, id, 1, base.DecisionAbort, 1), ErrTxnDecided)
+			require.NoError(t, p.apply(ctx, base.DecisionCommit))
+			require.ErrorIs(t, p.apply(ctx, base.DecisionCommit), ErrTxDone)
 			select {
 			case v := <-got:
 				require.Equal(t, uint64(100), v)
@@ -115,14 +115,14 @@ func TestPrepareConflicts(t *testing.T) {
 
 	tx := openTx(t, ctx, db, true)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))
-	p, err := tx.Prepare(TxnInfo{ID: [16]byte{1}, Lease: 1})
+	p, err := tx.prepare(txnInfo{ID: [16]byte{1}, Lease: 1})
 	require.NoError(t, err)
 
-	_, err = reader.Prepare(TxnInfo{ID: [16]byte{2}, Lease: 1})
+	_, err = reader.prepare(txnInfo{ID: [16]byte{2}, Lease: 1})
 	require.ErrorIs(t, err, ErrConflict, "a row held by a prepared transaction: conflict, no wait")
-	require.NoError(t, p.Validate())
-	require.NoError(t, db.DecideTxn(ctx, [16]byte{1}, 1, DecisionCommit, 1))
-	require.NoError(t, p.Apply(ctx, DecisionCommit))
+	require.NoError(t, p.validate())
+	require.NoError(t, db.decideTxn(ctx, [16]byte{1}, 1, base.DecisionCommit, 1))
+	require.NoError(t, p.apply(ctx, base.DecisionCommit))
 	require.NoError(t, tb.Get(ctx, a, dst))
 	require.Equal(t, uint64(100), binary.LittleEndian.Uint64(dst))
 }
@@ -138,10 +138,10 @@ func TestPrepareRefusedGivesSeqBack(t *testing.T) {
 			tb := newTable(t, ctx, db, "t", 64)
 			a := insertRow(t, ctx, tb, prepRow(1))
 			id := [16]byte{7}
-			require.NoError(t, db.ApplyTxn(ctx, id, DecisionAbort)) // remembered: its prepare is refused
+			require.NoError(t, db.applyTxn(ctx, id, base.DecisionAbort)) // remembered: its prepare is refused
 			tx := openTx(t, ctx, db, true)
 			require.NoError(t, tx.Put(tb, a, prepRow(100)))
-			p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})
+			p, err := tx.prepare(txnInfo{ID: id, Lease: 1})
 			require.Nil(t, p)
 			require.ErrorIs(t, err, ErrTxnDecided)
 			require.False(t, errors.Is(err, ErrUnknownOutcome))
@@ -194,14 +194,14 @@ func TestPrepareAnswerLost(t *testing.T) {
 	tx := openTx(t, ctx, db, true)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))
 	id := [16]byte{5}
-	p, err := tx.Prepare(TxnInfo{ID: id, Lease: 1})
+	p, err := tx.prepare(txnInfo{ID: id, Lease: 1})
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	require.NotNil(t, p)
 	// A commit meanwhile is held until the resent prepare is answered, then goes.
 	require.NoError(t, db.Update(ctx, func(tx *Tx) error { return tx.Put(tb, b, prepRow(20)) }))
 	require.GreaterOrEqual(t, s.lost.Load(), int64(2), "the prepare was sent again")
-	require.NoError(t, db.DecideTxn(ctx, id, 1, DecisionAbort, 1))
-	require.NoError(t, p.Apply(ctx, DecisionAbort))
+	require.NoError(t, db.decideTxn(ctx, id, 1, base.DecisionAbort, 1))
+	require.NoError(t, p.apply(ctx, base.DecisionAbort))
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, a, dst))
 	require.Equal(t, uint64(1), binary.LittleEndian.Uint64(dst))

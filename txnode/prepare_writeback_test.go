@@ -42,7 +42,7 @@ func TestCloseWithPrepareUnansweredWriteBack(t *testing.T) {
 	b := insertRow(t, ctx, tb, prepRow(2))
 	tx := openTx(t, ctx, db, true)
 	require.NoError(t, tx.Put(tb, a, prepRow(100)))
-	p, err := tx.Prepare(TxnInfo{ID: [16]byte{9}, Lease: 1})
+	p, err := tx.prepare(txnInfo{ID: [16]byte{9}, Lease: 1})
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	require.NotNil(t, p)
 	// A commit acknowledged meanwhile (WriteBack): dirty, its epoch held behind the prepare.

@@ -50,10 +50,10 @@ func newFenceRigWrapped(t *testing.T, remote bool, wrap func(store.Store) store.
 	}
 	r.open()
 	var err error
-	lay := ClusterLayout{Partitions: 1, StripePages: 1}
-	r.acct, err = r.db.CreateClusterTable(ctx, "acct", 64, lay)
+	lay := base.ClusterLayout{Partitions: 1, StripePages: 1}
+	r.acct, err = r.db.createClusterTable(ctx, "acct", 64, lay)
 	require.NoError(t, err)
-	r.gold, err = r.db.CreateClusterTable(ctx, "gold", 64, lay)
+	r.gold, err = r.db.createClusterTable(ctx, "gold", 64, lay)
 	require.NoError(t, err)
 	if remote {
 		r.fencer, err = dialStore(ctx, Options{StoreAddr: r.addr, OwnerID: rigOther}.withDefaults())
@@ -134,10 +134,10 @@ func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
 			tx, err := r.db.Begin(ctx, true)
 			require.NoError(t, err)
 			require.NoError(t, tx.Put(r.gold, gid, row(20)))
-			p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+			p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
 			require.NoError(t, err)
-			require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
-			require.NoError(t, p.Apply(ctx, DecisionCommit))
+			require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
+			require.NoError(t, p.apply(ctx, base.DecisionCommit))
 			require.NoError(t, r.gold.Get(ctx, gid, dst))
 			require.Equal(t, row(20), dst)
 			require.NoError(t, r.gold.Put(ctx, gid, row(21)))
@@ -425,12 +425,12 @@ func prepareDuringRefusal(t *testing.T, remote bool, i byte) {
 	require.NoError(t, tx.Put(r.gold, gid, row(5)))
 	close(start)
 	txid := [16]byte{9, i}
-	p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+	p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
 	want := row(1)
 	switch {
 	case err == nil:
-		require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
-		require.NoError(t, p.Apply(ctx, DecisionCommit))
+		require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
+		require.NoError(t, p.apply(ctx, base.DecisionCommit))
 		want = row(5)
 	default:
 		require.Nil(t, p, "a prepare refused for the seq gap of a refused batch is not taken: %v", err)
@@ -515,13 +515,13 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Put(r.gold, gid, row(5)))
 	type prepRes struct {
-		p   *Prepared
+		p   *prepared
 		err error
 	}
 	prep := make(chan prepRes, 1)
 	txid := [16]byte{8, 8}
 	go func() {
-		p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+		p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
 		prep <- prepRes{p, err}
 	}()
 	var res prepRes
@@ -551,10 +551,10 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	tx, err = r.db.Begin(ctx, true)
 	require.NoError(t, err)
 	require.NoError(t, tx.Put(r.gold, gid, row(5)))
-	p, err := tx.Prepare(TxnInfo{ID: txid, Lease: 1})
+	p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
 	require.NoError(t, err)
-	require.NoError(t, r.db.DecideTxn(ctx, txid, 1, DecisionCommit, 1))
-	require.NoError(t, p.Apply(ctx, DecisionCommit))
+	require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
+	require.NoError(t, p.apply(ctx, base.DecisionCommit))
 	require.NoError(t, r.gold.Put(ctx, gid, row(7)))
 	dst := make([]byte, 64)
 	require.NoError(t, r.gold.Get(ctx, gid, dst))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/weftdb/weft/base"
 )
 
 // checkPinsLocked checks the table pins' invariants (pin.go) against the cache. Caller
@@ -172,7 +173,7 @@ func TestTablePinModel(t *testing.T) {
 // TestTablePinPartitionPages: a cluster-managed table's pin holds only its partition's
 // pages (pagesBelow and holds agree with cluster.Layout.OfPage's rule).
 func TestTablePinPartitionPages(t *testing.T) {
-	p := &tablePin{layout: ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1}}
+	p := &tablePin{layout: base.ClusterLayout{Partitions: 3, StripePages: 2, Partition: 1}}
 	var got []uint64
 	p.pagesBelow(17*64+1, func(page uint64) bool { got = append(got, page); return true })
 	require.Equal(t, []uint64{2, 3, 8, 9, 14, 15}, got)

@@ -47,14 +47,14 @@ func (tx *Tx) abort(err error) error {
 	return err
 }
 
-// WaitReads waits, in Durable mode, until every row the transaction read so far is durable
+// waitReads waits, in Durable mode, until every row the transaction read so far is durable
 // (DB.Update does so before it returns its closure's own error, which may rest on a commit
 // not yet durable: a balance found too low). It returns nil once they are (at once in
 // WriteBack, or when nothing read is pending); ErrConflict when a batch holding one of them
 // failed (what was read never happened: run the transaction again); the context's error if
 // it ends first. The transaction stays open: Rollback it after. For a Tx from Begin, on its
 // goroutine.
-func (tx *Tx) WaitReads() error {
+func (tx *Tx) waitReads() error {
 	if tx.done {
 		return ErrTxDone
 	}

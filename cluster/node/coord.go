@@ -13,6 +13,7 @@ import (
 	"github.com/weftdb/weft/cluster/internal/testhook"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // The two-phase commit's coordinator (docs/cluster.md, "What the coordinator must do"):
@@ -40,7 +41,7 @@ import (
 //     primary may have forgotten the commit, and the outcome is reported unknown.
 //  4. The decision applied to every participant (in parallel), each retried until answered;
 //     each part's rows stay locked in this node's cache until its storage node answered,
-//     then take the committed values (txnode.Prepared.Apply). A part whose transaction node
+//     then take the committed values (txncoord.Prepared.Apply). A part whose transaction node
 //     died and was closed (heal.go) is abandoned: its storage node's resolver settles it.
 //  5. Whatever ctx does after the decision was sent, the transaction is finished in the
 //     background (the same Decide resent until answered, then the Applies) until Close; the
@@ -75,7 +76,7 @@ var decideTrust = time.Minute
 // decisionUncertain is decide's answer when abort was recorded but the transaction may
 // have committed (see decideTrust): it is reported as txnode.ErrUnknownOutcome, and the
 // parts are aborted at their storage nodes and dropped from the caches.
-const decisionUncertain txnode.Decision = 0xff
+const decisionUncertain txncoord.Decision = 0xff
 
 // hook calls testhook.CoordStep, when a test set it (before any transaction), at each step of
 // the protocol.
@@ -128,18 +129,18 @@ func (n *Node) twoPhase(tx *Tx) error {
 	}
 	primaryAddr := tx.writers[0].addr
 	c := &coordTxn{n: n, id: n.txnID(), lease: n.sess.Lease(), primary: tx.writers[0].db, primaryAddr: primaryAddr, count: len(tx.writers)}
-	c.prepared = make([]*txnode.Prepared, len(tx.writers))
+	c.prepared = make([]*txncoord.Prepared, len(tx.writers))
 	errs := make([]error, len(tx.writers))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	answered := 0
 	for i, w := range tx.writers {
-		info := txnode.TxnInfo{ID: c.id, Lease: c.lease, Index: uint16(i)}
+		info := txncoord.TxnInfo{ID: c.id, Lease: c.lease, Index: uint16(i)}
 		if i > 0 {
 			info.Primary = primaryAddr
 		}
 		prep := func() {
-			c.prepared[i], errs[i] = w.tx.Prepare(info)
+			c.prepared[i], errs[i] = txncoord.Prepare(w.tx, info)
 			if h := coordPrepareAnswer; h != nil {
 				errs[i] = h(i, errs[i]) // a part prepared stays in c.prepared: the abort applies to it
 			}
@@ -205,11 +206,11 @@ func (n *Node) twoPhase(tx *Tx) error {
 		c.apply(ctx, decisionUncertain)
 		return fmt.Errorf("node: two-phase commit %x: %w: the primary answered abort after a commit decision unanswered for %v or more: it may have committed and been forgotten", c.id, txnode.ErrUnknownOutcome, decideTrust)
 	}
-	if d == txnode.DecisionAbort {
-		c.apply(ctx, txnode.DecisionAbort)
+	if d == txncoord.DecisionAbort {
+		c.apply(ctx, txncoord.DecisionAbort)
 		return fmt.Errorf("node: two-phase commit %x: the primary recorded abort (the session's lease ended): %w", c.id, txnode.ErrTxnDecided)
 	}
-	c.apply(ctx, txnode.DecisionCommit)
+	c.apply(ctx, txncoord.DecisionCommit)
 	return nil
 }
 
@@ -222,7 +223,7 @@ type coordTxn struct {
 	// primaryAddr is the primary's storage node address.
 	primaryAddr string
 	count       int
-	prepared    []*txnode.Prepared // nil where not prepared (refused)
+	prepared    []*txncoord.Prepared // nil where not prepared (refused)
 	// Of decide (one goroutine at a time: the caller's, then the background's): when the
 	// first Decide(commit) was sent (coordNow), whether an answer was lost since, and the
 	// attempts made.
@@ -300,29 +301,29 @@ func allConflicts(errs []error) bool {
 // answer was lost more than decideTrust after the first Decide: the primary may have
 // forgotten the commit), or, when ctx ends first, an error wrapping
 // txnode.ErrUnknownOutcome (the transaction is then finished in the background).
-func (c *coordTxn) decide(ctx context.Context) (txnode.Decision, error) {
+func (c *coordTxn) decide(ctx context.Context) (txncoord.Decision, error) {
 	if c.firstDecide.IsZero() {
 		c.firstDecide = coordNow()
 	}
 	for {
-		err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionCommit, c.count)
+		err := txncoord.DecideTxn(ctx, c.primary, c.id, c.lease, txncoord.DecisionCommit, c.count)
 		if h := coordDecideAnswer; h != nil {
 			err = h(c.attempts, err)
 		}
 		c.attempts++
 		switch {
 		case err == nil:
-			return txnode.DecisionCommit, nil
+			return txncoord.DecisionCommit, nil
 		case errors.Is(err, txnode.ErrTxnDecided):
 			if c.lost && coordNow().Sub(c.firstDecide) >= decideTrust {
 				return decisionUncertain, nil
 			}
-			return txnode.DecisionAbort, nil
+			return txncoord.DecisionAbort, nil
 		}
 		c.lost = true
 		switch {
 		case ctx.Err() != nil || c.n.closedErr() != nil:
-			c.n.finishLater(c, txnode.DecisionNone)
+			c.n.finishLater(c, txncoord.DecisionNone)
 			return 0, fmt.Errorf("node: two-phase commit %x: %w: the decision sent, its answer not received (%w)", c.id, txnode.ErrUnknownOutcome, err)
 		}
 		if !pause(ctx, coordRetry) {
@@ -339,7 +340,7 @@ func (c *coordTxn) abort(ctx context.Context) {
 	// The primary's record makes a resolver's Ask answer at once (a part this node could
 	// not reach is settled without waiting for the lease to end). Nothing else is ever
 	// decided for the transaction, so sending it again is always safe.
-	err := c.primary.DecideTxn(ctx, c.id, c.lease, txnode.DecisionAbort, c.count)
+	err := txncoord.DecideTxn(ctx, c.primary, c.id, c.lease, txncoord.DecisionAbort, c.count)
 	if err != nil && !errors.Is(err, txnode.ErrTxnDecided) {
 		// The primary's own part is aborted after a first try to record the abort: aborted
 		// first, the primary holds no part of the transaction and records nothing
@@ -355,7 +356,7 @@ func (c *coordTxn) abort(ctx context.Context) {
 			c.prepared[0] = nil
 		}
 	}
-	c.apply(ctx, txnode.DecisionAbort)
+	c.apply(ctx, txncoord.DecisionAbort)
 }
 
 // Bounds of the abort records sent again in the background (recordAbortLater): at most
@@ -381,7 +382,7 @@ type abortRecord struct {
 	count       int
 	primary     *txnode.DB
 	primaryAddr string
-	part        *txnode.Prepared
+	part        *txncoord.Prepared
 }
 
 // recordAbortLater sends Decide(abort) of r to its primary again in the background, under
@@ -454,13 +455,13 @@ func (n *Node) recordAbort(r abortRecord) {
 		}
 		if err == nil {
 			hook("abort-recording", try)
-			err = db.DecideTxn(actx, r.id, r.lease, txnode.DecisionAbort, r.count)
+			err = txncoord.DecideTxn(actx, db, r.id, r.lease, txncoord.DecisionAbort, r.count)
 		}
 		cancel()
 		if r.part != nil {
 			// The primary's part aborts after this first try (abort): in the background,
 			// while the tries go on (finishLater: abandoned if the Node closes).
-			n.finishLater(&coordTxn{n: n, prepared: []*txnode.Prepared{r.part}}, txnode.DecisionAbort)
+			n.finishLater(&coordTxn{n: n, prepared: []*txncoord.Prepared{r.part}}, txncoord.DecisionAbort)
 			r.part = nil
 		}
 		if err == nil || errors.Is(err, txnode.ErrTxnDecided) {
@@ -478,7 +479,7 @@ func (n *Node) recordAbort(r abortRecord) {
 
 // apply applies d to every prepared part, in parallel, each retried until answered, ctx
 // ends or the Node closes; the rest is finished in the background (abandoned once closed).
-func (c *coordTxn) apply(ctx context.Context, d txnode.Decision) {
+func (c *coordTxn) apply(ctx context.Context, d txncoord.Decision) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	answered := 0
@@ -548,7 +549,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 // same Decide(commit) until answered when d is DecisionNone, then the decision applied to
 // every part left. A part left when Close comes is abandoned (its rows dropped from the
 // cache): its storage node's resolver finishes it.
-func (n *Node) finishLater(c *coordTxn, d txnode.Decision) {
+func (n *Node) finishLater(c *coordTxn, d txncoord.Decision) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -560,7 +561,7 @@ func (n *Node) finishLater(c *coordTxn, d txnode.Decision) {
 	go func() {
 		defer n.finishing.Done()
 		ctx := n.bg
-		if d == txnode.DecisionNone {
+		if d == txncoord.DecisionNone {
 			var err error
 			if d, err = c.decide(ctx); err != nil {
 				return // decide handed it on again, or the Node is closing: abandoned there

@@ -10,6 +10,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // A Table follows the partition map (the Node's cluster.MapWatcher): each operation first
@@ -38,7 +39,7 @@ import (
 // route is a partition's storage node and its durable-read handle there.
 type route struct {
 	addr    string
-	durable *txnode.DurableTable
+	durable *txncoord.DurableTable
 	// rev is the partition entry's etcd revision this route follows (cluster.TableMap.Revs):
 	// a map snapshot older than it (a watcher behind the handle's own read) changes nothing.
 	rev int64
@@ -147,7 +148,7 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	if err != nil {
 		return nil, err
 	}
-	d, err := db.OpenDurable(ctx, name)
+	d, err := txncoord.OpenDurable(ctx, db, name)
 	if err != nil {
 		return nil, fmt.Errorf("node: table %q partition %d moved to %s: %w", t.m.Name, p, to, err)
 	}
@@ -176,7 +177,7 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	wait := coordRetry
 	for try := 0; ; try++ {
 		if tb, err = db.Table(tctx, name); err == nil {
-			err = tb.Serving()
+			err = txncoord.Serving(tb)
 		}
 		if !errors.Is(err, storenode.ErrMoved) || try == followActivateTries {
 			break

@@ -10,6 +10,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // A storage node's transaction node (txnode.DB) reports through txnode.DB.Err that it cannot
@@ -138,7 +139,7 @@ func (t *Table) current(ctx context.Context) error {
 			if try == 2 {
 				break // healed again meanwhile: its reown has the handle
 			}
-			d, err := db.OpenDurable(ctx, base.PartitionTableName(t.m.Name, uint32(p)))
+			d, err := txncoord.OpenDurable(ctx, db, base.PartitionTableName(t.m.Name, uint32(p)))
 			if err != nil {
 				return fmt.Errorf("node: open table %q partition %d on %s: %w", t.m.Name, p, r.addr, err)
 			}
@@ -282,7 +283,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 	type fix struct {
 		t      *Table
 		p      uint32
-		d      *txnode.DurableTable
+		d      *txncoord.DurableTable
 		o, was *txnode.Table
 		r      *route
 	}
@@ -295,7 +296,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 				continue
 			}
 			name := base.PartitionTableName(t.m.Name, uint32(p))
-			d, err := db.OpenDurable(ctx, name)
+			d, err := txncoord.OpenDurable(ctx, db, name)
 			if errors.Is(err, txnode.ErrTableNotFound) || errors.Is(err, storenode.ErrMoved) {
 				// Dropped or moved away meanwhile: the old handle fails its reads (and
 				// a moved partition is followed: follow.go).
@@ -311,7 +312,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 			if f.was != nil && !pt.lost.Load() {
 				tb, err := db.Table(context.WithValue(ctx, keepGrantKey{}, true), name)
 				if err == nil {
-					err = tb.Serving()
+					err = txncoord.Serving(tb)
 				}
 				switch {
 				case errors.Is(err, storenode.ErrMoved):

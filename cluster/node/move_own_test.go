@@ -5,12 +5,13 @@ import (
 	"errors"
 	"time"
 
-	"github.com/weftdb/weft/cluster/etcdtest"
-	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/storenode"
+	"github.com/weftdb/weft/storenode/server"
 
 	"github.com/stretchr/testify/require"
 

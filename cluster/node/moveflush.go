@@ -11,12 +11,13 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // The owner's side of a move's flush request (cluster/moveflush.go; docs/cluster.md,
 // "Writes during a move"). A mover asks a WriteBack owner before it freezes the source (a
 // Durable one is not asked: every write it acknowledged is durable); then:
-//   - the partition's table holds its writes (txnode.Table.HoldWrites: refused, never
+//   - the partition's table holds its writes (txncoord.HoldWrites: refused, never
 //     acknowledged; the caller gets a *NotOwnerError and retries) and its DB flushes every
 //     commit admitted before; then the request is answered;
 //   - a table of the partition set while a request stands (Own, a heal's replacement, the
@@ -57,7 +58,7 @@ func (n *Node) onMoveFlush(o *cluster.Ownership, epoch int64) {
 	}
 	n.flushReqs.Store(k, epoch)
 	for _, pt := range n.moveFlushTables(k) {
-		pt.tb.HoldWrites() // at once: no write of the partition is acknowledged from here
+		txncoord.HoldWrites(pt.tb) // at once: no write of the partition is acknowledged from here
 	}
 	n.moveFlushLaterLocked(func() { n.flushForMove(k, epoch) })
 }
@@ -121,7 +122,7 @@ func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
 	ctx, cancel := context.WithTimeout(n.bg, n.moveFlushTimeout())
 	defer cancel()
 	for _, h := range held {
-		if err := h.tb.FlushHeld(ctx); err != nil {
+		if err := txncoord.FlushHeld(ctx, h.tb); err != nil {
 			n.log.Warn("node: flush for a move", "table", k.table, "part", k.part, "err", err)
 			return
 		}
@@ -166,14 +167,14 @@ func (t *Table) holdIfMoving(p uint32, tb *txnode.Table) {
 	if !ok {
 		return
 	}
-	tb.HoldWrites()
+	txncoord.HoldWrites(tb)
 	epoch := e.(int64)
 	n.moveFlushLaterLocked(func() { n.flushForMove(k, epoch) })
 }
 
 // heldAfterStore is holdIfMoving after the store.
 func (t *Table) heldAfterStore(p uint32, tb *txnode.Table) {
-	if !tb.WritesHeld() {
+	if !txncoord.WritesHeld(tb) {
 		t.holdIfMoving(p, tb)
 	}
 }
@@ -205,8 +206,8 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 		return // asked again: that request's end resumes it
 	}
 	for _, h := range n.moveFlushTables(k) {
-		if h.tb.WritesHeld() {
-			h.tb.ResumeWrites()
+		if txncoord.WritesHeld(h.tb) {
+			txncoord.ResumeWrites(h.tb)
 		}
 	}
 }
@@ -214,7 +215,7 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 // heldWrite maps a write of owned partition p refused because its writes are held for a
 // move (txnode.ErrMoved from tb, held) to the partition's *NotOwnerError; ok false otherwise.
 func (t *Table) heldWrite(p uint32, tb *txnode.Table, err error) (error, bool) {
-	if tb == nil || !errors.Is(err, storenode.ErrMoved) || !tb.WritesHeld() {
+	if tb == nil || !errors.Is(err, storenode.ErrMoved) || !txncoord.WritesHeld(tb) {
 		return err, false
 	}
 	ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}

@@ -17,6 +17,7 @@ import (
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // Config is how Open joins a cluster.
@@ -402,17 +403,17 @@ func (n *Node) CreateTable(ctx context.Context, name string, rowBytes, partition
 	if err != nil {
 		return nil, fmt.Errorf("node: create table %q: %w", name, err)
 	}
-	durable := make([]*txnode.DurableTable, partitions)
+	durable := make([]*txncoord.DurableTable, partitions)
 	for p := range durable {
 		db, err := n.db(ctx, tm.Nodes[p])
 		if err != nil {
 			return nil, err
 		}
 		pname := base.PartitionTableName(name, uint32(p))
-		cl := txnode.ClusterLayout{Partitions: layout.Partitions, StripePages: layout.StripePages, Partition: uint32(p)}
-		d, err := db.CreateDurableClusterTable(ctx, pname, rowBytes, cl)
+		cl := txncoord.ClusterLayout{Partitions: layout.Partitions, StripePages: layout.StripePages, Partition: uint32(p)}
+		d, err := txncoord.CreateDurableClusterTable(ctx, db, pname, rowBytes, cl)
 		if errors.Is(err, txnode.ErrTableExists) {
-			if d, err = db.OpenDurable(ctx, pname); err == nil && (d.RowBytes() != rowBytes || d.Cluster() != cl) {
+			if d, err = txncoord.OpenDurable(ctx, db, pname); err == nil && (d.RowBytes() != rowBytes || d.Cluster() != cl) {
 				err = fmt.Errorf("%w: %q on %s has %d-byte rows, layout %+v, not %d and %+v",
 					cluster.ErrTableExists, pname, tm.Nodes[p], d.RowBytes(), d.Cluster(), rowBytes, cl)
 			}
@@ -491,14 +492,14 @@ func (n *Node) OpenTable(ctx context.Context, name string) (*Table, error) {
 	if t != nil && sameMap(t.m, tm) {
 		return t, nil
 	}
-	durable := make([]*txnode.DurableTable, len(tm.Nodes))
+	durable := make([]*txncoord.DurableTable, len(tm.Nodes))
 	rowBytes := 0
 	for p, addr := range tm.Nodes {
 		db, err := n.db(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
-		d, err := db.OpenDurable(ctx, base.PartitionTableName(name, uint32(p)))
+		d, err := txncoord.OpenDurable(ctx, db, base.PartitionTableName(name, uint32(p)))
 		if errors.Is(err, txnode.ErrTableNotFound) {
 			return nil, fmt.Errorf("node: open table %q: partition %d is not on storage node %s: %w (%w)", name, p, addr, ErrIncomplete, err)
 		}
@@ -554,7 +555,7 @@ func sameMap(a, b *cluster.TableMap) bool {
 }
 
 // addTable registers an opened table (or returns the one another call registered first).
-func (n *Node) addTable(tm *cluster.TableMap, durable []*txnode.DurableTable) (*Table, error) {
+func (n *Node) addTable(tm *cluster.TableMap, durable []*txncoord.DurableTable) (*Table, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {

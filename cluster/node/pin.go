@@ -7,6 +7,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // Cache policy per partition. Each owned partition is a table of its storage node's
@@ -102,7 +103,7 @@ func (t *Table) Stats() []PartitionStats {
 // node fenced the grant), as an operation on them would: their pins are released.
 func (t *Table) forgetLost() {
 	for p := range t.parts {
-		if tb := t.parts[p].tb.Load(); tb != nil && isLost(tb.Serving()) {
+		if tb := t.parts[p].tb.Load(); tb != nil && isLost(txncoord.Serving(tb)) {
 			t.drop(uint32(p))
 		}
 	}

@@ -13,7 +13,7 @@ var _ txnode.RowTable = (*Table)(nil)
 
 // Scan returns the rows of ids in [lo, hi) in id order, over every partition: each
 // partition's rows come from its table (txnode.Table.Scan) where this node owns it, from its
-// storage node's durable rows (txnode.DurableTable.Scan) where it does not, and the
+// storage node's durable rows (txncoord.DurableTable.Scan) where it does not, and the
 // partitions' sequences are merged by id. A read pass, not a snapshot (Tx.Scan is a
 // transaction's). Row.Data stays valid until the loop asks for the next row. An error ends
 // the sequence as its last element.

@@ -12,6 +12,7 @@ import (
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // Table is a partitioned table as this node sees it: every partition's storage node (the
@@ -23,7 +24,7 @@ import (
 // Safe for concurrent use.
 //
 // Reads of a partition this node owns are served from its cache (txnode); reads of the others
-// from the storage node's durable rows (txnode.DurableTable), which may be older than what
+// from the storage node's durable rows (txncoord.DurableTable), which may be older than what
 // the owner's cache holds. Writes to a partition this node does not own fail with a
 // *NotOwnerError naming the holder. Inserts go to the partitions this node owns, round robin.
 type Table struct {
@@ -68,7 +69,7 @@ type part struct {
 	released atomic.Bool
 }
 
-func newTable(n *Node, tm *cluster.TableMap, durable []*txnode.DurableTable) *Table {
+func newTable(n *Node, tm *cluster.TableMap, durable []*txncoord.DurableTable) *Table {
 	t := &Table{n: n, m: tm, rowBytes: durable[0].RowBytes(), parts: make([]part, len(tm.Nodes))}
 	for p := range t.parts {
 		t.parts[p].r.Store(&route{addr: tm.Nodes[p], durable: durable[p], rev: revAt(tm, p)})
@@ -275,7 +276,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
-	if err := tb.Serving(); isLost(err) {
+	if err := txncoord.Serving(tb); isLost(err) {
 		// A table this transaction node opened before whose grant is gone (txnode keeps
 		// the table's state for the DB's life).
 		pt.lost.Store(true)
@@ -339,7 +340,7 @@ func (t *Table) gone(p uint32, err error) bool {
 		return false
 	}
 	tb := t.parts[p].tb.Load()
-	return tb == nil || isLost(tb.Serving())
+	return tb == nil || isLost(txncoord.Serving(tb))
 }
 
 // drop forgets partition p's ownership after its grant was lost.

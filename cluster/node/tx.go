@@ -10,6 +10,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // Tx is a transaction over the partitions this node owns, on any number of storage nodes
@@ -36,7 +37,7 @@ type Tx struct {
 	touched []touch
 	// turn is the run's cache turn (nil until a part was first sent back for it): each part
 	// begun runs with it when it holds that part's storage node's turn.
-	turn *txnode.CacheTurn
+	turn *txncoord.CacheTurn
 }
 
 // txPart is the transaction's part on one storage node.
@@ -80,7 +81,7 @@ type touch struct {
 // mode; if a batch it read from failed, fn runs again; if ctx ends first, ctx's error).
 // As it too, a part that needs a page while its cache is full and it holds others is run
 // again after the attempt was rolled back and parked for that cache's turn
-// (txnode.CacheTurn, one turn held at a time), for at most txnode.Options.CacheWait in all;
+// (txncoord.CacheTurn, one turn held at a time), for at most txnode.Options.CacheWait in all;
 // then Update returns txnode.ErrCacheFull.
 func (n *Node) Update(ctx context.Context, fn func(tx *Tx) error) error {
 	return n.run(ctx, true, fn)
@@ -98,7 +99,7 @@ func (n *Node) View(ctx context.Context, fn func(tx *Tx) error) error {
 }
 
 func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) error {
-	var turn *txnode.CacheTurn // as txnode.DB.Update's loop: taken when a part is sent back
+	var turn *txncoord.CacheTurn // as txnode.DB.Update's loop: taken when a part is sent back
 	defer func() {
 		if turn != nil {
 			turn.Release()
@@ -124,7 +125,7 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 				}
 			}
 			if turn == nil {
-				turn = new(txnode.CacheTurn)
+				turn = new(txncoord.CacheTurn)
 			}
 			if werr := turn.Wait(busy); werr != nil {
 				busy.Rollback()
@@ -194,27 +195,27 @@ func runBody(tx *Tx, fn func(*Tx) error) error {
 // anyConflict reports whether a part's reads changed (the closure's error may come from it).
 func (tx *Tx) anyConflict() bool {
 	for _, pt := range tx.parts {
-		if errors.Is(pt.tx.Validate(), txnode.ErrConflict) {
+		if errors.Is(txncoord.Validate(pt.tx), txnode.ErrConflict) {
 			return true
 		}
 	}
 	return false
 }
 
-// waitReads waits until every part's reads are durable (txnode.Tx.WaitReads).
+// waitReads waits until every part's reads are durable (txncoord.WaitReads).
 func (tx *Tx) waitReads() error {
 	for _, pt := range tx.parts {
-		if err := pt.tx.WaitReads(); err != nil {
+		if err := txncoord.WaitReads(pt.tx); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// cacheBusy returns the first part sent back for the cache turn (txnode.Tx.CacheBusy), or nil.
+// cacheBusy returns the first part sent back for the cache turn (txncoord.CacheBusy), or nil.
 func (tx *Tx) cacheBusy() *txnode.Tx {
 	for _, pt := range tx.parts {
-		if pt.tx.CacheBusy() {
+		if txncoord.CacheBusy(pt.tx) {
 			return pt.tx
 		}
 	}
@@ -245,7 +246,7 @@ func (tx *Tx) lostAtCommit(err error) error {
 		}
 	}
 	for _, u := range tx.touched {
-		if tb := u.t.parts[u.p].tb.Load(); tb != nil && isLost(tb.Serving()) {
+		if tb := u.t.parts[u.p].tb.Load(); tb != nil && isLost(txncoord.Serving(tb)) {
 			return u.t.written(tx.ctx, u.p, err)
 		}
 	}
