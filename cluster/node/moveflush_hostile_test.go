@@ -1,0 +1,194 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/cluster/node"
+)
+
+// Hostile review of the move's flush request (moveflush.go): each test names the defect it
+// shows; a test that fails is a defect, not a flaky one.
+
+// putWithin is Put, run again while it fails as not-owner (a follow, a flush request still
+// being ended), until it succeeds or d has passed; it returns the last error.
+func putWithin(t *testing.T, tbl *node.Table, id uint64, row []byte, d time.Duration) error {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := tbl.Put(testCtx(t), id, row)
+		var ne *node.NotOwnerError
+		if err == nil || !errors.As(err, &ne) || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// ownTwo creates WriteBack owner's table "wb" of 2 partitions, owns both, and returns it with
+// a row id of each partition.
+func ownTwo(t *testing.T, ctx context.Context, tc *testCluster, owner *node.Node) (*node.Table, [2]uint64) {
+	t.Helper()
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1))
+	var ids [2]uint64
+	for ids[0] == 0 || ids[1] == 0 {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+	return tbl, ids
+}
+
+// Defect: the owner's side finds the partition's table only through the Node's latest handle
+// of the table (n.tables), but a handle opened after a move (OpenTable with a changed map)
+// replaces it there while the first handle goes on owning and writing. Should: a move of a
+// partition the first handle owns asks that handle's table to flush, and the move completes
+// with its acknowledged write. Does: nothing is held or flushed (the latest handle owns
+// nothing), the request is never answered, and the move is refused after moveFlushWaitMax
+// (10 s) with ErrMoveRefused.
+func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb1)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[1]), "a first move, of the other partition")
+	_, err = owner.OpenTable(ctx, "wb") // the game server opens the table again: a fresh handle
+	require.NoError(t, err)
+
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(7)), "acknowledged, in the owner's cache only")
+	mt, err = mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	start := time.Now()
+	err = mt.Move(ctx, 0, tc.addrs[1])
+	require.NoError(t, err, "the owning handle flushes and the move goes through (it took %v)", time.Since(start).Round(time.Millisecond))
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
+}
+
+// Defect: the request's end resumes the writes only of the partition's table in the Node's
+// latest handle. A handle opened during the move (after the switch) replaces the owning one
+// there; the owning handle that followed the switch while the request stood has its target
+// table held, and nothing resumes it. Should: once the move is done, the owner writes the
+// partition again through the handle that owns it. Does: every write of it is refused as
+// held (not-owner, "retry once the move ends") for ever, the move long done.
+func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb2)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+
+	var hookErr error
+	node.SetMoveStepHook(func(step string) {
+		if step != node.MoveStepRetired || hookErr != nil {
+			return
+		}
+		// The request stands (it ends after the record): a second handle is opened (the
+		// map changed: a fresh one), and the owning handle follows the switch.
+		if _, hookErr = owner.OpenTable(ctx, "wb"); hookErr != nil {
+			return
+		}
+		got := make([]byte, 64)
+		for deadline := time.Now().Add(5 * time.Second); tbl.NodeOf(ids[0]) != tc.addrs[1]; {
+			if hookErr = tbl.Get(ctx, ids[0], got); hookErr != nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				hookErr = errors.New("the owning handle did not follow the switch within 5 s")
+				return
+			}
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+	node.SetMoveStepHook(nil)
+	require.NoError(t, hookErr)
+
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(5), 3*time.Second),
+		"the move is done: the owning handle writes the partition again")
+}
+
+// Defect: a move taken over after its switch by another mover (the first one died: its
+// lease gone) ends only its own epoch's flush request (EndFlush compares the value), and the
+// resumed move does not ask again (switched already: no ownerFlushed), so the dead mover's
+// request stays in etcd for ever. Should: once the resumed move is done the owner writes the
+// partition again. Does: its writes of the partition are refused as held, for good (the
+// follow to the target holds the new table too, the request still standing).
+func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb3)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(6)))
+
+	dead := tc.open(t, 0xd, "")
+	dt, err := dead.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepSwitched {
+			cancel() // the mover dies right after its switch
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.Error(t, dt.Move(mctx, 0, tc.addrs[1]), "cut short after the switch")
+	node.SetMoveStepHook(nil)
+	require.NoError(t, dead.Close(ctx), "its lease ends: its move can be taken over")
+
+	mover := tc.open(t, 0xe, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the move taken over completes")
+	_, recorded, err := tc.c.ReadMove(ctx, "wb", 0)
+	require.NoError(t, err)
+	require.False(t, recorded, "the move is done")
+
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(6), got, "the flushed write was copied")
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(8), 3*time.Second),
+		"the move is done: its owner writes the partition again")
+}
+
+// Defect: a Move cut short by its ctx after it asked the owner to flush, before the freeze,
+// leaves the flush request in etcd (no lease, only a mover ends it), so the owner's writes of
+// a live, unfrozen source are refused until somebody runs Move of the partition again (a
+// mover that crashed there does the same). Should: a source that is not frozen is written by
+// its owner (as it is for a Durable owner, and was before the request existed), or the hold
+// ends within a bound. Does: every write of the partition is refused as held, indefinitely.
+func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb4)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFlushed {
+			cancel() // the operator gives up (or the mover dies) before the freeze
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.Error(t, mt.Move(mctx, 0, tc.addrs[1]))
+	node.SetMoveStepHook(nil)
+	require.NoError(t, mover.Close(ctx))
+
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(2), 5*time.Second),
+		"the source was never frozen: its owner writes it")
+}
