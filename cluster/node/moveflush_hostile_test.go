@@ -59,7 +59,7 @@ func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
 	mover := tc.open(t, 0xd, "")
 	mt, err := mover.OpenTable(ctx, "wb")
 	require.NoError(t, err)
-	require.NoError(t, mt.Move(ctx, 1, tc.addrs[1]), "a first move, of the other partition")
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0]), "a first move, of the other partition")
 	_, err = owner.OpenTable(ctx, "wb") // the game server opens the table again: a fresh handle
 	require.NoError(t, err)
 
