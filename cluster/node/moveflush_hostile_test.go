@@ -192,3 +192,86 @@ func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
 	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(2), 5*time.Second),
 		"the source was never frozen: its owner writes it")
 }
+
+// holdAtFlushed starts a Move of partition 0 of mt to `to` that stops once the owner has
+// flushed (its writes of the partition held) until release is called; it returns once
+// there, and the move's result channel.
+func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
+	t.Helper()
+	flushed, hold := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFlushed {
+			close(flushed)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	moved = make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, 0, to) }()
+	select {
+	case <-flushed:
+	case err := <-moved:
+		t.Fatalf("the move ended before the owner flushed: %v", err)
+	}
+	return release, moved
+}
+
+// A transaction of the owner (Node.Update) that writes a held partition, alone (one storage
+// node) or with the other partition (a two-phase commit across both storage nodes), fails
+// as the partition's *NotOwnerError (never acknowledged: retried), commits nothing of the
+// other partition, and runs once the move is done.
+func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb5)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+
+	var ne *node.NotOwnerError
+	err = owner.Update(ctx, func(tx *node.Tx) error { return tx.Put(tbl, ids[0], balanceRow(2)) })
+	require.True(t, errors.As(err, &ne), "one storage node: not-owner, got %v", err)
+	require.EqualValues(t, 0, ne.Part)
+	err = owner.Update(ctx, func(tx *node.Tx) error {
+		if err := tx.Put(tbl, ids[1], balanceRow(3)); err != nil {
+			return err
+		}
+		return tx.Put(tbl, ids[0], balanceRow(3))
+	})
+	require.True(t, errors.As(err, &ne), "two-phase: not-owner, got %v", err)
+	require.EqualValues(t, 0, ne.Part)
+	got := make([]byte, 64)
+	require.NoError(t, tbl.Get(ctx, ids[1], got))
+	require.Equal(t, balanceRow(1), got, "nothing of the refused transaction committed")
+
+	release()
+	require.NoError(t, <-moved)
+	var uerr error
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		uerr = owner.Update(ctx, func(tx *node.Tx) error {
+			if err := tx.Put(tbl, ids[1], balanceRow(4)); err != nil {
+				return err
+			}
+			return tx.Put(tbl, ids[0], balanceRow(4))
+		})
+		if uerr == nil || !errors.As(uerr, &ne) || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.NoError(t, uerr, "the move done: the transaction commits")
+	require.NoError(t, owner.Close(ctx))
+	for _, id := range ids {
+		require.NoError(t, mt.Get(ctx, id, got))
+		require.Equal(t, balanceRow(4), got)
+	}
+}
