@@ -275,3 +275,94 @@ func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 		require.Equal(t, balanceRow(4), got)
 	}
 }
+
+// Defect: a two-phase commit prepared before the hold and applied after the owner's flush
+// installs its rows in the owner's WriteBack cache as dirty (txnode installApplied: "sent
+// again in the next epoch"), with no check of the hold. The mover freezes once the
+// transaction is decided, so the next epoch of that transaction node carries rows of the
+// frozen (then retired) source under the owner's epoch: the storage node refuses the whole
+// epoch (ErrMoved), and a WriteBack pipeline never recovers from a refused epoch. Should: the
+// owner's later acknowledged write of another partition on the same storage node is durable
+// (Close flushes it). Does: Close's flush is refused and that write is lost.
+func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	owner := tc.openWriteBack(t, 0xb6)
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 4, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1, 2, 3))
+	var ids [4]uint64
+	for ids[0] == 0 || ids[1] == 0 || ids[2] == 0 || ids[3] == 0 {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+	src := tbl.NodeOf(ids[0])
+	var same, other uint64 // a partition beside partition 0 at its source, one elsewhere
+	for p := 1; p < 4; p++ {
+		if tbl.NodeOf(ids[p]) == src {
+			same = ids[p]
+		} else {
+			other = ids[p]
+		}
+	}
+	require.NotZero(t, same)
+	require.NotZero(t, other)
+	to := tbl.NodeOf(other)
+	require.NoError(t, owner.Close(ctx)) // the inserts durable; reopened below
+	owner = tc.openWriteBack(t, 0xb6)
+	tbl, err = owner.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1, 2, 3))
+
+	// A transfer between partition 0 and the other storage node's partition, held once
+	// prepared (in doubt at the source) until the owner flushed for the move.
+	prepared, flushed := make(chan struct{}), make(chan struct{})
+	var once bool
+	defer node.SetCoordHook(func(step string, _ int) {
+		if step == "prepared-all" && !once {
+			once = true
+			close(prepared)
+			select {
+			case <-flushed:
+			case <-ctx.Done():
+			}
+		}
+	})()
+	defer owner.Close(ctx) // before the hooks are restored
+	txErr := make(chan error, 1)
+	go func() {
+		txErr <- owner.Update(ctx, func(tx *node.Tx) error {
+			if err := tx.Put(tbl, ids[0], balanceRow(5)); err != nil {
+				return err
+			}
+			return tx.Put(tbl, other, balanceRow(5))
+		})
+	}()
+	select {
+	case <-prepared:
+	case err := <-txErr:
+		t.Fatalf("the transfer ended before it was prepared: %v", err)
+	}
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFlushed {
+			close(flushed) // the transaction decides and installs after the owner's flush
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, to), "the move waits out the transaction in doubt")
+	node.SetMoveStepHook(nil)
+	require.NoError(t, <-txErr)
+
+	require.NoError(t, tbl.Put(ctx, same, balanceRow(9)), "acknowledged: a partition not moved")
+	closeErr := owner.Close(ctx)
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, same, got))
+	require.Equal(t, balanceRow(9), got, "the acknowledged write of the partition beside the moved one is durable (Close: %v)", closeErr)
+	require.NoError(t, closeErr, "Close flushes every acknowledged write")
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(5), got, "the transfer was copied")
+}
