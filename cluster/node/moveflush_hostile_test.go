@@ -366,3 +366,85 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	require.NoError(t, mt.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(5), got, "the transfer was copied")
 }
+
+// Regression guard (the drain, storenode move.go): a two-phase commit whose prepare a
+// drained source refuses (ErrMoved, though nothing is frozen) fails as not-owner (retried);
+// when the move is then refused (the transaction in doubt outlived its wait) and rolled
+// back, the owner still owns the partition and writes it without an Own.
+func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa7, "")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	var in [2][]uint64 // two rows of each partition: one per transfer
+	for len(in[0]) < 2 || len(in[1]) < 2 {
+		id, err := ta.Insert(ctx, acctRow(100, 0))
+		require.NoError(t, err)
+		p := ta.Partition(id)
+		in[p] = append(in[p], id)
+	}
+	ids := [2]uint64{in[0][0], in[1][0]}
+	defer node.SetMoveDoubtWait(300 * time.Millisecond)()
+
+	prepared, decide := make(chan struct{}), make(chan struct{})
+	var once bool
+	defer node.SetCoordHook(func(step string, _ int) {
+		if step == "prepared-all" && !once {
+			once = true
+			close(prepared)
+			select {
+			case <-decide:
+			case <-ctx.Done():
+			}
+		}
+	})()
+	defer a.Close(ctx) // before the hooks are restored
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(decide)
+		}
+	}
+	defer release()
+	first := make(chan error, 1)
+	go func() { first <- xfer(ctx, a, ta, ids[0], ids[1], 1) }()
+	select {
+	case <-prepared:
+	case err := <-first:
+		t.Fatalf("the transfer ended before it was prepared: %v", err)
+	}
+
+	refused := make(chan struct{})
+	var refusedOnce bool
+	defer node.SetMoveDoubtHook(func(int) {
+		if !refusedOnce {
+			refusedOnce = true
+			close(refused)
+		}
+	})()
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	moved := make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
+	select {
+	case <-refused:
+	case err := <-moved:
+		t.Fatalf("the move ended before a freeze was refused: %v", err)
+	}
+	// The source drains: this transfer's prepare there is refused.
+	xctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = xfer(xctx, a, ta, in[1][1], in[0][1], 1)
+	cancel()
+	var ne *node.NotOwnerError
+	require.True(t, errors.As(err, &ne), "a drained prepare is not-owner (retried), got %v", err)
+	require.ErrorIs(t, <-moved, node.ErrMoveRefused, "the transaction in doubt outlived the move's wait")
+	release()
+	require.NoError(t, <-first)
+
+	require.NoError(t, putWithin(t, ta, ids[0], acctRow(7, 0), 3*time.Second),
+		"the move rolled back: the partition is still this node's, written on")
+}
