@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
+	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
 )
 
 // Hostile review of the move's flush request (moveflush.go): each test names the defect it
@@ -447,4 +450,33 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 
 	require.NoError(t, putWithin(t, ta, ids[0], acctRow(7, 0), 3*time.Second),
 		"the move rolled back: the partition is still this node's, written on")
+}
+
+// Regression guard: a WriteBack owner closed while its writes are held for a move (the
+// request standing) closes cleanly, leaves no goroutine behind (goleak), and the move
+// goes on without it; the write it acknowledged before the move is on the target.
+func TestMoveFlushOwnerClosedWhileHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0xd, "")
+	opts := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
+	owner, err := node.Open(ctx, node.Config{Etcd: cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},
+		Session: cluster.SessionConfig{Owner: 0xb7}, Logger: quiet, Secret: secret, CacheBytes: 1 << 20,
+		Durability: txnode.WriteBack, FlushInterval: 1 << 40})
+	require.NoError(t, err)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(3)))
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+	require.NoError(t, owner.Close(ctx), "closed while its writes of partition 0 are held")
+	release()
+	require.NoError(t, <-moved)
+	node.SetMoveStepHook(nil)
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(3), got)
+	require.NoError(t, mover.Close(ctx))
+	goleak.VerifyNone(t, opts...)
 }
