@@ -521,3 +521,32 @@ func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 		require.Equal(t, balanceRow(uint64(10+i)), got)
 	}
 }
+
+// A heal of the source's transaction node while the owner's writes are held for a move:
+// the replacement's table of the partition is held too (no write acknowledged into a cache
+// the flush did not cover), and once the move is done the owner writes the partition on
+// the target.
+func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb9)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	src := tbl.NodeOf(ids[0])
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+	require.NoError(t, node.KillDB(ctx, owner, src), "the source's transaction node replaced")
+	err = tbl.Put(ctx, ids[0], balanceRow(2))
+	var ne *node.NotOwnerError
+	require.True(t, errors.As(err, &ne), "held on the replacement too, got %v", err)
+	require.ErrorIs(t, err, txnode.ErrMoved)
+	release()
+	require.NoError(t, <-moved)
+	node.SetMoveStepHook(nil)
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(4), 3*time.Second))
+	require.NoError(t, owner.Close(ctx))
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(4), got)
+}
