@@ -171,6 +171,9 @@ func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 // mover that crashed there does the same). Should: a source that is not frozen is written by
 // its owner (as it is for a Durable owner, and was before the request existed), or the hold
 // ends within a bound. Does: every write of the partition is refused as held, indefinitely.
+// (docs/cluster.md accepts this: "A mover that dies leaves the request ... until the next
+// Move of the partition ends"; a design choice to confirm: before the request existed, a
+// WriteBack owner went on writing a source no mover had frozen.)
 func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
