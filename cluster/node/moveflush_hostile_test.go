@@ -14,8 +14,9 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// Hostile review of the move's flush request (moveflush.go): each test names the defect it
-// shows; a test that fails is a defect, not a flaky one.
+// Hostile review of the move's flush request (moveflush.go). A test whose comment begins
+// "Defect:" fails until that defect is fixed (deterministically: hooks, no timing); the
+// "Regression guard" ones pass and assert what held.
 
 // putWithin is Put, run again while it fails as not-owner (a follow, a flush request still
 // being ended), until it succeeds or d has passed; it returns the last error.
@@ -230,7 +231,7 @@ func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string)
 	return release, moved
 }
 
-// A transaction of the owner (Node.Update) that writes a held partition, alone (one storage
+// Regression guard: a transaction of the owner (Node.Update) that writes a held partition, alone (one storage
 // node) or with the other partition (a two-phase commit across both storage nodes), fails
 // as the partition's *NotOwnerError (never acknowledged: retried), commits nothing of the
 // other partition, and runs once the move is done.
@@ -525,7 +526,7 @@ func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 	}
 }
 
-// A heal of the source's transaction node while the owner's writes are held for a move:
+// Regression guard: a heal of the source's transaction node while the owner's writes are held for a move:
 // the replacement's table of the partition is held too (no write acknowledged into a cache
 // the flush did not cover), and once the move is done the owner writes the partition on
 // the target.
