@@ -554,3 +554,26 @@ func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 	require.NoError(t, mt.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(4), got)
 }
+
+// Regression guard: a WriteBack owner that moves its own partition (the mover is the owner
+// node: its own watch hears its request) flushes, the move completes with its acknowledged
+// write, and it writes the partition on at the target.
+func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xbb)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(6)))
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+	reader := tc.open(t, 0xd, "")
+	rt, err := reader.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	got := make([]byte, 64)
+	require.NoError(t, rt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(6), got, "the acknowledged write was copied")
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(7), 3*time.Second))
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
+	require.NoError(t, owner.Close(ctx))
+	require.NoError(t, rt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(7), got)
+}
