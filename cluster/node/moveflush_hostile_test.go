@@ -16,7 +16,7 @@ import (
 
 // Hostile review of the move's flush request (moveflush.go). A test whose comment begins
 // "Defect:" fails until that defect is fixed (deterministically: hooks, no timing); the
-// "Regression guard" ones pass and assert what held.
+// "Regression guard" ones pass (on lead at efaff6c; three of them failed on 02a9bc7).
 
 // putWithin is Put, run again while it fails as not-owner (a follow, a flush request still
 // being ended), until it succeeds or d has passed; it returns the last error.
@@ -48,7 +48,8 @@ func ownTwo(t *testing.T, ctx context.Context, tc *testCluster, owner *node.Node
 	return tbl, ids
 }
 
-// Defect: the owner's side finds the partition's table only through the Node's latest handle
+// Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
+// held): the owner's side found the partition's table only through the Node's latest handle
 // of the table (n.tables), but a handle opened after a move (OpenTable with a changed map)
 // replaces it there while the first handle goes on owning and writing. Should: a move of a
 // partition the first handle owns asks that handle's table to flush, and the move completes
@@ -78,7 +79,8 @@ func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
 	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
 }
 
-// Defect: the request's end resumes the writes only of the partition's table in the Node's
+// Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
+// resumed): the request's end resumed the writes only of the partition's table in the Node's
 // latest handle. A handle opened during the move (after the switch) replaces the owning one
 // there; the owning handle that followed the switch while the request stood has its target
 // table held, and nothing resumes it. Should: once the move is done, the owner writes the
@@ -283,14 +285,16 @@ func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 	}
 }
 
-// Defect: a two-phase commit prepared before the hold and applied after the owner's flush
-// installs its rows in the owner's WriteBack cache as dirty (txnode installApplied: "sent
-// again in the next epoch"), with no check of the hold. The mover freezes once the
-// transaction is decided, so the next epoch of that transaction node carries rows of the
-// frozen (then retired) source under the owner's epoch: the storage node refuses the whole
-// epoch (ErrMoved), and a WriteBack pipeline never recovers from a refused epoch. Should: the
-// owner's later acknowledged write of another partition on the same storage node is durable
-// (Close flushes it). Does: Close's flush is refused and that write is lost.
+// Regression guard (a defect of 82f69a2, fixed on lead by 98dac2f: a part installed in a
+// held table is not marked dirty): a two-phase commit prepared before the hold and applied
+// after the owner's flush installed its rows in the owner's WriteBack cache as dirty (txnode
+// installApplied: "sent again in the next epoch"), with no check of the hold. The mover
+// freezes once the transaction is decided, so the next epoch of that transaction node
+// carried rows of the frozen (then retired) source under the owner's epoch: the storage node
+// refused the whole epoch (ErrMoved), and a WriteBack pipeline never recovers from a refused
+// epoch. Should: the owner's later acknowledged write of another partition on the same
+// storage node is durable (Close flushes it). Did: Close's flush was refused ("wb.p0" is
+// retired) and that write was lost.
 func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
