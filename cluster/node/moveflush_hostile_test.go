@@ -581,3 +581,37 @@ func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
 	require.NoError(t, rt.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(7), got)
 }
+
+// Defect (follow.go's refollow, older than the flush request; resumeAfterMove inherits it):
+// a handle follows the map's moves in partition order and stops at the first it cannot
+// follow, so one partition moved earlier to a storage node that is down now keeps every
+// later partition's route as it was. Should: partition 1, moved between two live storage
+// nodes, is written again once its move is done. Does: its writes stay refused (WriteBack:
+// held, the resume's map sync failing and retried for as long as the third node is down;
+// a Durable owner is refused the same way: "wb.p1 is retired") because partition 0, which
+// the owner does not even own, moved earlier to the third storage node, down now.
+func TestMoveWritesWaitForAnUnrelatedDownStorageNode(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 3)
+	a, b, c := tc.addrs[0], tc.addrs[1], tc.addrs[2]
+	owner := tc.openWriteBack(t, 0xbc)
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, []string{a, b})
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 1)) // partition 0 is not the owner's: it hears no request of it
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tbl.Partition(id))
+	require.Equal(t, b, tbl.NodeOf(id))
+
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, c), "partition 0 to the third storage node")
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	tc.srvs[2].Shutdown(sctx) // ... which goes down before the owner's handle followed it
+	cancel()
+	require.NoError(t, mt.Move(ctx, 1, a), "partition 1 between the two live storage nodes")
+
+	require.NoError(t, putWithin(t, tbl, id, balanceRow(2), 3*time.Second),
+		"partition 1's move is done and both its storage nodes are up: it is written")
+}
