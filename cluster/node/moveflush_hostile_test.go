@@ -1,0 +1,617 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/txnode"
+)
+
+// Hostile review of the move's flush request (moveflush.go). A test whose comment begins
+// "Defect:" fails until that defect is fixed (deterministically: hooks, no timing); the
+// "Regression guard" ones pass (on lead at efaff6c; three of them failed on 02a9bc7).
+
+// putWithin is Put, run again while it fails as not-owner (a follow, a flush request still
+// being ended), until it succeeds or d has passed; it returns the last error.
+func putWithin(t *testing.T, tbl *node.Table, id uint64, row []byte, d time.Duration) error {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := tbl.Put(testCtx(t), id, row)
+		var ne *node.NotOwnerError
+		if err == nil || !errors.As(err, &ne) || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
+// ownTwo creates WriteBack owner's table "wb" of 2 partitions, owns both, and returns it with
+// a row id of each partition.
+func ownTwo(t *testing.T, ctx context.Context, tc *testCluster, owner *node.Node) (*node.Table, [2]uint64) {
+	t.Helper()
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1))
+	var ids [2]uint64
+	for ids[0] == 0 || ids[1] == 0 {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+	return tbl, ids
+}
+
+// Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
+// held): the owner's side found the partition's table only through the Node's latest handle
+// of the table (n.tables), but a handle opened after a move (OpenTable with a changed map)
+// replaces it there while the first handle goes on owning and writing. Should: a move of a
+// partition the first handle owns asks that handle's table to flush, and the move completes
+// with its acknowledged write. Does: nothing is held or flushed (the latest handle owns
+// nothing), the request is never answered, and the move is refused after moveFlushWaitMax
+// (10 s) with ErrMoveRefused.
+func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb1)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0]), "a first move, of the other partition")
+	_, err = owner.OpenTable(ctx, "wb") // the game server opens the table again: a fresh handle
+	require.NoError(t, err)
+
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(7)), "acknowledged, in the owner's cache only")
+	mt, err = mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	start := time.Now()
+	err = mt.Move(ctx, 0, tc.addrs[1])
+	require.NoError(t, err, "the owning handle flushes and the move goes through (it took %v)", time.Since(start).Round(time.Millisecond))
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
+}
+
+// Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
+// resumed): the request's end resumed the writes only of the partition's table in the Node's
+// latest handle. A handle opened during the move (after the switch) replaces the owning one
+// there; the owning handle that followed the switch while the request stood has its target
+// table held, and nothing resumes it. Should: once the move is done, the owner writes the
+// partition again through the handle that owns it. Does: every write of it is refused as
+// held (not-owner, "retry once the move ends") for ever, the move long done.
+func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb2)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+
+	var hookErr error
+	node.SetMoveStepHook(func(step string) {
+		if step != node.MoveStepRetired || hookErr != nil {
+			return
+		}
+		// The request stands (it ends after the record): a second handle is opened (the
+		// map changed: a fresh one), and the owning handle follows the switch.
+		if _, hookErr = owner.OpenTable(ctx, "wb"); hookErr != nil {
+			return
+		}
+		got := make([]byte, 64)
+		for deadline := time.Now().Add(5 * time.Second); tbl.NodeOf(ids[0]) != tc.addrs[1]; {
+			if hookErr = tbl.Get(ctx, ids[0], got); hookErr != nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				hookErr = errors.New("the owning handle did not follow the switch within 5 s")
+				return
+			}
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+	node.SetMoveStepHook(nil)
+	require.NoError(t, hookErr)
+
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(5), 3*time.Second),
+		"the move is done: the owning handle writes the partition again")
+}
+
+// Defect: a move taken over after its switch by another mover (the first one died: its
+// lease gone) ends only its own epoch's flush request (EndFlush compares the value), and the
+// resumed move does not ask again (switched already: no ownerFlushed), so the dead mover's
+// request stays in etcd for ever. Should: once the resumed move is done the owner writes the
+// partition again. Does: its writes of the partition are refused as held, for good (the
+// follow to the target holds the new table too, the request still standing).
+func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb3)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(6)))
+
+	dead := tc.open(t, 0xd, "")
+	dt, err := dead.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepSwitched {
+			cancel() // the mover dies right after its switch
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.Error(t, dt.Move(mctx, 0, tc.addrs[1]), "cut short after the switch")
+	node.SetMoveStepHook(nil)
+	require.NoError(t, dead.Close(ctx), "its lease ends: its move can be taken over")
+
+	mover := tc.open(t, 0xe, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the move taken over completes")
+	_, recorded, err := tc.c.ReadMove(ctx, "wb", 0)
+	require.NoError(t, err)
+	require.False(t, recorded, "the move is done")
+
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(6), got, "the flushed write was copied")
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(8), 3*time.Second),
+		"the move is done: its owner writes the partition again")
+}
+
+// Defect: a Move cut short by its ctx after it asked the owner to flush, before the freeze,
+// leaves the flush request in etcd (no lease, only a mover ends it), so the owner's writes of
+// a live, unfrozen source are refused until somebody runs Move of the partition again (a
+// mover that crashed there does the same). Should: a source that is not frozen is written by
+// its owner (as it is for a Durable owner, and was before the request existed), or the hold
+// ends within a bound. Does: every write of the partition is refused as held, indefinitely.
+// (docs/cluster.md accepts this: "A mover that dies leaves the request ... until the next
+// Move of the partition ends"; a design choice to confirm: before the request existed, a
+// WriteBack owner went on writing a source no mover had frozen.)
+func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb4)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFlushed {
+			cancel() // the operator gives up (or the mover dies) before the freeze
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.Error(t, mt.Move(mctx, 0, tc.addrs[1]))
+	node.SetMoveStepHook(nil)
+	require.NoError(t, mover.Close(ctx))
+
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(2), 5*time.Second),
+		"the source was never frozen: its owner writes it")
+}
+
+// holdAtFlushed starts a Move of partition 0 of mt to `to` that stops once the owner has
+// flushed (its writes of the partition held) until release is called; it returns once
+// there, and the move's result channel.
+func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
+	t.Helper()
+	flushed, hold := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFlushed {
+			close(flushed)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	moved = make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, 0, to) }()
+	select {
+	case <-flushed:
+	case err := <-moved:
+		t.Fatalf("the move ended before the owner flushed: %v", err)
+	}
+	return release, moved
+}
+
+// Regression guard: a transaction of the owner (Node.Update) that writes a held partition, alone (one storage
+// node) or with the other partition (a two-phase commit across both storage nodes), fails
+// as the partition's *NotOwnerError (never acknowledged: retried), commits nothing of the
+// other partition, and runs once the move is done.
+func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb5)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+
+	var ne *node.NotOwnerError
+	err = owner.Update(ctx, func(tx *node.Tx) error { return tx.Put(tbl, ids[0], balanceRow(2)) })
+	require.True(t, errors.As(err, &ne), "one storage node: not-owner, got %v", err)
+	require.EqualValues(t, 0, ne.Part)
+	err = owner.Update(ctx, func(tx *node.Tx) error {
+		if err := tx.Put(tbl, ids[1], balanceRow(3)); err != nil {
+			return err
+		}
+		return tx.Put(tbl, ids[0], balanceRow(3))
+	})
+	require.True(t, errors.As(err, &ne), "two-phase: not-owner, got %v", err)
+	require.EqualValues(t, 0, ne.Part)
+	got := make([]byte, 64)
+	require.NoError(t, tbl.Get(ctx, ids[1], got))
+	require.Equal(t, balanceRow(1), got, "nothing of the refused transaction committed")
+
+	release()
+	require.NoError(t, <-moved)
+	var uerr error
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		uerr = owner.Update(ctx, func(tx *node.Tx) error {
+			if err := tx.Put(tbl, ids[1], balanceRow(4)); err != nil {
+				return err
+			}
+			return tx.Put(tbl, ids[0], balanceRow(4))
+		})
+		if uerr == nil || !errors.As(uerr, &ne) || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.NoError(t, uerr, "the move done: the transaction commits")
+	require.NoError(t, owner.Close(ctx))
+	for _, id := range ids {
+		require.NoError(t, mt.Get(ctx, id, got))
+		require.Equal(t, balanceRow(4), got)
+	}
+}
+
+// Regression guard (a defect of 82f69a2, fixed on lead by 98dac2f: a part installed in a
+// held table is not marked dirty): a two-phase commit prepared before the hold and applied
+// after the owner's flush installed its rows in the owner's WriteBack cache as dirty (txnode
+// installApplied: "sent again in the next epoch"), with no check of the hold. The mover
+// freezes once the transaction is decided, so the next epoch of that transaction node
+// carried rows of the frozen (then retired) source under the owner's epoch: the storage node
+// refused the whole epoch (ErrMoved), and a WriteBack pipeline never recovers from a refused
+// epoch. Should: the owner's later acknowledged write of another partition on the same
+// storage node is durable (Close flushes it). Did: Close's flush was refused ("wb.p0" is
+// retired) and that write was lost.
+func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	owner := tc.openWriteBack(t, 0xb6)
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 4, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1, 2, 3))
+	var ids [4]uint64
+	for ids[0] == 0 || ids[1] == 0 || ids[2] == 0 || ids[3] == 0 {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		ids[tbl.Partition(id)] = id
+	}
+	src := tbl.NodeOf(ids[0])
+	var same, other uint64 // a partition beside partition 0 at its source, one elsewhere
+	for p := 1; p < 4; p++ {
+		if tbl.NodeOf(ids[p]) == src {
+			same = ids[p]
+		} else {
+			other = ids[p]
+		}
+	}
+	require.NotZero(t, same)
+	require.NotZero(t, other)
+	to := tbl.NodeOf(other)
+	require.NoError(t, owner.Close(ctx)) // the inserts durable; reopened below
+	owner = tc.openWriteBack(t, 0xb6)
+	tbl, err = owner.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 0, 1, 2, 3))
+
+	// A transfer between partition 0 and the other storage node's partition, held once
+	// prepared (in doubt at the source) until the owner flushed for the move.
+	prepared, flushed := make(chan struct{}), make(chan struct{})
+	var once bool
+	defer node.SetCoordHook(func(step string, _ int) {
+		if step == "prepared-all" && !once {
+			once = true
+			close(prepared)
+			select {
+			case <-flushed:
+			case <-ctx.Done():
+			}
+		}
+	})()
+	defer owner.Close(ctx) // before the hooks are restored
+	txErr := make(chan error, 1)
+	go func() {
+		txErr <- owner.Update(ctx, func(tx *node.Tx) error {
+			if err := tx.Put(tbl, ids[0], balanceRow(5)); err != nil {
+				return err
+			}
+			return tx.Put(tbl, other, balanceRow(5))
+		})
+	}()
+	select {
+	case <-prepared:
+	case err := <-txErr:
+		t.Fatalf("the transfer ended before it was prepared: %v", err)
+	}
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFlushed {
+			close(flushed) // the transaction decides and installs after the owner's flush
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, to), "the move waits out the transaction in doubt")
+	node.SetMoveStepHook(nil)
+	require.NoError(t, <-txErr)
+
+	require.NoError(t, tbl.Put(ctx, same, balanceRow(9)), "acknowledged: a partition not moved")
+	closeErr := owner.Close(ctx)
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, same, got))
+	require.Equal(t, balanceRow(9), got, "the acknowledged write of the partition beside the moved one is durable (Close: %v)", closeErr)
+	require.NoError(t, closeErr, "Close flushes every acknowledged write")
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(5), got, "the transfer was copied")
+}
+
+// Regression guard (the drain, storenode move.go): a two-phase commit whose prepare a
+// drained source refuses (ErrMoved, though nothing is frozen) fails as not-owner (retried);
+// when the move is then refused (the transaction in doubt outlived its wait) and rolled
+// back, the owner still owns the partition and writes it without an Own.
+func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa7, "")
+	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
+	require.NoError(t, err)
+	require.NoError(t, ta.Own(ctx, 0, 1))
+	var in [2][]uint64 // two rows of each partition: one per transfer
+	for len(in[0]) < 2 || len(in[1]) < 2 {
+		id, err := ta.Insert(ctx, acctRow(100, 0))
+		require.NoError(t, err)
+		p := ta.Partition(id)
+		in[p] = append(in[p], id)
+	}
+	ids := [2]uint64{in[0][0], in[1][0]}
+	defer node.SetMoveDoubtWait(300 * time.Millisecond)()
+
+	prepared, decide := make(chan struct{}), make(chan struct{})
+	var once bool
+	defer node.SetCoordHook(func(step string, _ int) {
+		if step == "prepared-all" && !once {
+			once = true
+			close(prepared)
+			select {
+			case <-decide:
+			case <-ctx.Done():
+			}
+		}
+	})()
+	defer a.Close(ctx) // before the hooks are restored
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(decide)
+		}
+	}
+	defer release()
+	first := make(chan error, 1)
+	go func() { first <- xfer(ctx, a, ta, ids[0], ids[1], 1) }()
+	select {
+	case <-prepared:
+	case err := <-first:
+		t.Fatalf("the transfer ended before it was prepared: %v", err)
+	}
+
+	refused := make(chan struct{})
+	var refusedOnce bool
+	defer node.SetMoveDoubtHook(func(int) {
+		if !refusedOnce {
+			refusedOnce = true
+			close(refused)
+		}
+	})()
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "acct")
+	require.NoError(t, err)
+	moved := make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
+	select {
+	case <-refused:
+	case err := <-moved:
+		t.Fatalf("the move ended before a freeze was refused: %v", err)
+	}
+	// The source drains: this transfer's prepare there is refused.
+	xctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = xfer(xctx, a, ta, in[1][1], in[0][1], 1)
+	cancel()
+	var ne *node.NotOwnerError
+	require.True(t, errors.As(err, &ne), "a drained prepare is not-owner (retried), got %v", err)
+	require.ErrorIs(t, <-moved, node.ErrMoveRefused, "the transaction in doubt outlived the move's wait")
+	release()
+	require.NoError(t, <-first)
+
+	require.NoError(t, putWithin(t, ta, ids[0], acctRow(7, 0), 3*time.Second),
+		"the move rolled back: the partition is still this node's, written on")
+}
+
+// Regression guard: a WriteBack owner closed while its writes are held for a move (the
+// request standing) closes cleanly, leaves no goroutine behind (goleak), and the move
+// goes on without it; the write it acknowledged before the move is on the target.
+func TestMoveFlushOwnerClosedWhileHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	mover := tc.open(t, 0xd, "")
+	opts := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*goWorker).run.func1")}
+	owner, err := node.Open(ctx, node.Config{Etcd: cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet},
+		Session: cluster.SessionConfig{Owner: 0xb7}, Logger: quiet, Secret: secret, CacheBytes: 1 << 20,
+		Durability: txnode.WriteBack, FlushInterval: 1 << 40})
+	require.NoError(t, err)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(3)))
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+	require.NoError(t, owner.Close(ctx), "closed while its writes of partition 0 are held")
+	release()
+	require.NoError(t, <-moved)
+	node.SetMoveStepHook(nil)
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(3), got)
+	require.NoError(t, mover.Close(ctx))
+	goleak.VerifyNone(t, opts...)
+}
+
+// Regression guard: while partition 0's writes are held, Insert puts every row in the other
+// owned partition (none fails, none lands in the held one); once the move is done, the
+// rows are there, on their storage node, and Insert uses partition 0 again.
+func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb8)
+	tbl, _ := ownTwo(t, ctx, tc, owner)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+	var added []uint64
+	for i := range 8 {
+		id, err := tbl.Insert(ctx, balanceRow(uint64(10+i)))
+		require.NoError(t, err, "insert %d while partition 0 is held", i)
+		require.EqualValues(t, 1, tbl.Partition(id), "insert %d", i)
+		added = append(added, id)
+	}
+	release()
+	require.NoError(t, <-moved)
+	node.SetMoveStepHook(nil)
+	var in0 bool
+	for deadline := time.Now().Add(3 * time.Second); !in0 && time.Now().Before(deadline); {
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		var ne *node.NotOwnerError
+		if errors.As(err, &ne) {
+			continue // the follow of the move just done, or its hold not ended yet
+		}
+		require.NoError(t, err)
+		in0 = in0 || tbl.Partition(id) == 0
+	}
+	require.True(t, in0, "partition 0 takes inserts again")
+	require.NoError(t, owner.Close(ctx))
+	got := make([]byte, 64)
+	for i, id := range added {
+		require.NoError(t, mt.Get(ctx, id, got))
+		require.Equal(t, balanceRow(uint64(10+i)), got)
+	}
+}
+
+// Regression guard: a heal of the source's transaction node while the owner's writes are held for a move:
+// the replacement's table of the partition is held too (no write acknowledged into a cache
+// the flush did not cover), and once the move is done the owner writes the partition on
+// the target.
+func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xb9)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	src := tbl.NodeOf(ids[0])
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
+	require.NoError(t, node.KillDB(ctx, owner, src), "the source's transaction node replaced")
+	err = tbl.Put(ctx, ids[0], balanceRow(2))
+	var ne *node.NotOwnerError
+	require.True(t, errors.As(err, &ne), "held on the replacement too, got %v", err)
+	require.ErrorIs(t, err, txnode.ErrMoved)
+	release()
+	require.NoError(t, <-moved)
+	node.SetMoveStepHook(nil)
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(4), 3*time.Second))
+	require.NoError(t, owner.Close(ctx))
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(4), got)
+}
+
+// Regression guard: a WriteBack owner that moves its own partition (the mover is the owner
+// node: its own watch hears its request) flushes, the move completes with its acknowledged
+// write, and it writes the partition on at the target.
+func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xbb)
+	tbl, ids := ownTwo(t, ctx, tc, owner)
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(6)))
+	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
+	reader := tc.open(t, 0xd, "")
+	rt, err := reader.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	got := make([]byte, 64)
+	require.NoError(t, rt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(6), got, "the acknowledged write was copied")
+	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(7), 3*time.Second))
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
+	require.NoError(t, owner.Close(ctx))
+	require.NoError(t, rt.Get(ctx, ids[0], got))
+	require.Equal(t, balanceRow(7), got)
+}
+
+// Defect (follow.go's refollow, older than the flush request; resumeAfterMove inherits it):
+// a handle follows the map's moves in partition order and stops at the first it cannot
+// follow, so one partition moved earlier to a storage node that is down now keeps every
+// later partition's route as it was. Should: partition 1, moved between two live storage
+// nodes, is written again once its move is done. Does: its writes stay refused (WriteBack:
+// held, the resume's map sync failing and retried for as long as the third node is down;
+// a Durable owner is refused the same way: "wb.p1 is retired") because partition 0, which
+// the owner does not even own, moved earlier to the third storage node, down now.
+func TestMoveWritesWaitForAnUnrelatedDownStorageNode(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 3)
+	a, b, c := tc.addrs[0], tc.addrs[1], tc.addrs[2]
+	owner := tc.openWriteBack(t, 0xbc)
+	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, []string{a, b})
+	require.NoError(t, err)
+	require.NoError(t, tbl.Own(ctx, 1)) // partition 0 is not the owner's: it hears no request of it
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tbl.Partition(id))
+	require.Equal(t, b, tbl.NodeOf(id))
+
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, c), "partition 0 to the third storage node")
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	tc.srvs[2].Shutdown(sctx) // ... which goes down before the owner's handle followed it
+	cancel()
+	require.NoError(t, mt.Move(ctx, 1, a), "partition 1 between the two live storage nodes")
+
+	require.NoError(t, putWithin(t, tbl, id, balanceRow(2), 3*time.Second),
+		"partition 1's move is done and both its storage nodes are up: it is written")
+}
