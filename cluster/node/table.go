@@ -55,16 +55,16 @@ type part struct {
 	// owning serialises Own of the partition (a one-slot semaphore: its wait honours the
 	// caller's context; an OwnWait waiting out a holder holds up no other partition).
 	owning chan struct{}
-	// lost is set once the partition's grant was lost (released by Close, expired, taken):
-	// the transaction node keeps the table's state, so this node cannot own it again; reopen
-	// the Node (a new session) to.
+	// lost is set once the partition's grant was lost (released by Close, expired, taken,
+	// released through another handle); Own may take it again (tableAfresh), under a new
+	// grant, and clears it.
 	lost atomic.Bool
 	// rejoin is set when this node's owned table was dropped because the partition is being
 	// moved (follow.go): once the map switches it, the node registers the session's grant
 	// (the one the switch kept, or a new one) with its new storage node.
 	rejoin atomic.Bool
-	// released is set once Release gave the partition up (own.go): as after a lost grant,
-	// this node cannot own it again.
+	// released is set once this handle's Release gave the partition up (own.go); Own may
+	// take it again, and clears it.
 	released atomic.Bool
 }
 
@@ -187,7 +187,10 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		}
 		for i, tb := range took {
 			t.holdIfMoving(need[i], tb)
-			t.parts[need[i]].tb.Store(tb)
+			pt := &t.parts[need[i]]
+			pt.tb.Store(tb)
+			pt.lost.Store(false)
+			pt.released.Store(false)
 			t.heldAfterStore(need[i], tb)
 		}
 		t.setOwned(need[:len(took)]...)
@@ -243,13 +246,6 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if tb := pt.tb.Load(); tb != nil {
 		return tb, nil
 	}
-	if pt.released.Load() || t.wasReleased(p) {
-		return nil, fmt.Errorf("%w: table %q partition %d (Table.Release); reopen the node to own it again", ErrReleased, t.m.Name, p)
-	}
-	if pt.lost.Load() {
-		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-			t.m.Name, p, cluster.ErrLost)
-	}
 	db, err := t.n.db(ctx, pt.addr())
 	if err != nil {
 		return nil, err
@@ -259,7 +255,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
 	pre := t.n.sess.Held(t.m.Name, p) != nil
-	tb, err := db.Table(gctx, base.PartitionTableName(t.m.Name, p))
+	tb, err := t.tableAfresh(gctx, db, base.PartitionTableName(t.m.Name, p))
 	var oe *cluster.OwnedError
 	switch {
 	case errors.As(err, &oe):
@@ -276,13 +272,33 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
 	if err := tb.Serving(); isLost(err) {
-		// A table this transaction node opened before whose grant is gone (txnode keeps
-		// the table's state for the DB's life).
-		pt.lost.Store(true)
-		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-			t.m.Name, p, err)
+		// Lost again at once (tableAfresh opened it afresh): not owned.
+		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w)", t.m.Name, p, err)
 	}
 	return tb, nil
+}
+
+// tableAfresh is db.Table(ctx, name): it opens a partition's table under the session's grant.
+// A table state the transaction node kept from an earlier ownership whose grant ended (lost,
+// fenced, released by another handle: isLost; or its table gone at the storage node, a copy
+// a move away retired there before the partition came back) is forgotten first
+// (txnode.Table.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
+// dropped) and the table opened afresh, under the grant the session holds or a new one, its
+// rows read again from the storage node. Without that the transaction node would keep the
+// ended state for its life, and this Node could never own the partition again. The forget
+// is of the very state db.Table returned (a concurrent one's fresh state is not forgotten).
+func (t *Table) tableAfresh(ctx context.Context, db *txnode.DB, name string) (*txnode.Table, error) {
+	tb, err := db.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if serr := tb.Serving(); !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
+		return tb, nil
+	}
+	if err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true)); err != nil {
+		return nil, fmt.Errorf("node: table %q: forget the table of an ended grant: %w", name, err)
+	}
+	return db.Table(ctx, name)
 }
 
 // placed checks, in one linearizable read of the map, that partitions ps are still where
@@ -322,11 +338,12 @@ func nodeAt(tm *cluster.TableMap, p uint32) string {
 }
 
 // isLost reports whether err says a partition's grant ended for good: cluster.ErrLost (the
-// session closed, the lease expired, the owner key went), or storenode.ErrFenced (the
+// session closed, the lease expired, the owner key went), storenode.ErrFenced (the
 // storage node refused it: a newer grant is registered there, which this node may not have
-// heard of yet, cut off from etcd).
+// heard of yet, cut off from etcd), or txnode.ErrForgotten (the table's state was forgotten:
+// released through another handle, or taken up afresh by one: tableAfresh).
 func isLost(err error) bool {
-	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced))
+	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced) || errors.Is(err, txnode.ErrForgotten))
 }
 
 // gone reports whether err, of an operation on partition p's owned table, says p's grant
