@@ -269,6 +269,10 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 			// is left to its users, but for the move's refusal (as before).
 			t.releaseUnused(p)
 		}
+		if errors.Is(err, cluster.ErrSessionClosed) {
+			// The session grants nothing more: only a new one (a Node opened again) does.
+			return nil, fmt.Errorf("node: own table %q partition %d: this node's session ended (%w): reopen the node to own it again", t.m.Name, p, err)
+		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
 	if err := tb.Serving(); isLost(err) {
