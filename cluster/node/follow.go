@@ -177,7 +177,7 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	for try := 0; ; try++ {
 		// Afresh: a table state this transaction node kept from an earlier ownership of the
 		// partition here (moved away and back) is forgotten first (tableAfresh).
-		if tb, err = t.tableAfresh(tctx, db, name); err == nil {
+		if tb, err = t.tableAfresh(tctx, db, name, d.ID()); err == nil {
 			err = tb.Serving()
 		}
 		if !errors.Is(err, storenode.ErrMoved) || try == followActivateTries {

@@ -255,7 +255,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
 	pre := t.n.sess.Held(t.m.Name, p) != nil
-	tb, err := t.tableAfresh(gctx, db, base.PartitionTableName(t.m.Name, p))
+	tb, err := t.tableAfresh(gctx, db, base.PartitionTableName(t.m.Name, p), 0)
 	var oe *cluster.OwnedError
 	switch {
 	case errors.As(err, &oe):
@@ -284,19 +284,27 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 
 // tableAfresh is db.Table(ctx, name): it opens a partition's table under the session's grant.
 // A table state the transaction node kept from an earlier ownership whose grant ended (lost,
-// fenced, released by another handle: isLost; or its table gone at the storage node, a copy
-// a move away retired there before the partition came back) is forgotten first
+// fenced, released by another handle: isLost), or of a copy that is not the storage node's
+// table now (a copy a move away retired there before the partition came back: its table
+// there has another id than storeID, read now unless given, or is gone), is forgotten first
 // (txnode.Table.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
 // dropped) and the table opened afresh, under the grant the session holds or a new one, its
 // rows read again from the storage node. Without that the transaction node would keep the
 // ended state for its life, and this Node could never own the partition again. The forget
 // is of the very state db.Table returned (a concurrent one's fresh state is not forgotten).
-func (t *Table) tableAfresh(ctx context.Context, db *txnode.DB, name string) (*txnode.Table, error) {
+func (t *Table) tableAfresh(ctx context.Context, db *txnode.DB, name string, storeID uint32) (*txnode.Table, error) {
+	if storeID == 0 {
+		d, err := db.OpenDurable(ctx, name) // one read of the store's table list
+		if err != nil {
+			return nil, err
+		}
+		storeID = d.ID()
+	}
 	tb, err := db.Table(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if serr := tb.Serving(); !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
+	if serr := tb.Serving(); tb.ID() == storeID && !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
 		return tb, nil
 	}
 	if err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true)); err != nil {
