@@ -73,6 +73,9 @@ type DB struct {
 	// forgottenIDs are the ids of tables whose state this node forgot (forget.go), until
 	// the table is acquired again. Guarded by mu; nil until the first forget.
 	forgottenIDs map[uint32]struct{}
+	// forgetting is a one-slot semaphore: one forget at a time (forget.go). Made under mu
+	// by the first forget.
+	forgetting chan struct{}
 
 	closed    atomic.Bool
 	closeOnce sync.Once

@@ -83,9 +83,23 @@ func (t *Table) Forget(ctx context.Context) error {
 	return t.db.forget(ctx, t.t)
 }
 
-// forget is Forget of state t (see above). Concurrent forgets of one state each flush; the
-// first to remove it releases its grant.
+// forget is Forget of state t (see above), one at a time in the DB: a forget that failed
+// reopens the table to commits, which must not undo the close of another one flushing (its
+// flush would not cover the commits admitted since, and in WriteBack their frames would be
+// dropped unwritten).
 func (db *DB) forget(ctx context.Context, t *tableState) error {
+	db.mu.Lock()
+	if db.forgetting == nil {
+		db.forgetting = make(chan struct{}, 1)
+	}
+	sem := db.forgetting
+	db.mu.Unlock()
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("txnode: forget table %q: %w (not forgotten)", t.name, ctx.Err())
+	}
+	defer func() { <-sem }()
 	if t.dropped.Load() {
 		return nil
 	}
@@ -103,22 +117,25 @@ func (db *DB) forget(ctx context.Context, t *tableState) error {
 		return fmt.Errorf("txnode: forget table %q: its commits are not durable yet: %w (not forgotten)", t.name, err)
 	}
 	db.mu.Lock()
-	current := db.tables[t.name] == t
-	if current {
-		delete(db.tables, t.name)
-		delete(db.byID, t.id)
-		db.stats.retire(t)
-		if db.forgottenIDs == nil {
-			db.forgottenIDs = make(map[uint32]struct{})
-		}
-		db.forgottenIDs[t.id] = struct{}{}
+	if db.tables[t.name] != t {
+		// Dropped meanwhile (DropTable): its frames and grant went with it.
+		t.forgotten.Store(false)
+		db.mu.Unlock()
+		return nil
 	}
+	delete(db.tables, t.name)
+	delete(db.byID, t.id)
+	db.stats.retire(t)
+	if db.forgottenIDs == nil {
+		db.forgottenIDs = make(map[uint32]struct{})
+	}
+	db.forgottenIDs[t.id] = struct{}{}
 	// dropped, after forgotten: serving tells a forgotten state from a dropped one, and
 	// every check of dropped (pins, renewals, latches, transactions) stops the state.
 	t.dropped.Store(true)
 	db.mu.Unlock()
 	db.cache.dropTable(t.id)
-	if current && t.grantRelease != nil {
+	if t.grantRelease != nil {
 		if rerr := t.grantRelease(ctx); rerr != nil {
 			return fmt.Errorf("txnode: forget table %q: release its etcd grant: %w (forgotten all the same)", t.name, rerr)
 		}
