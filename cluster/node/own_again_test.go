@@ -10,7 +10,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
+	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -126,6 +128,52 @@ func TestOwnAgainAfterLostGrant(t *testing.T) {
 	require.NoError(t, tb.Own(ctx, 0))
 	require.NoError(t, tb.Get(ctx, x, dst))
 	require.Equal(t, uint64(7), balanceOf(dst))
+}
+
+// A Node owns a partition again after the storage node fenced its grant: a, cut off from
+// etcd, does not hear that its owner key went; b owns the partition and writes, and a's
+// write is refused by the storage node (storenode.ErrFenced). Once a hears etcd again and b
+// releases the partition, a owns it again (its fenced table state forgotten, a new grant)
+// and reads b's write.
+func TestOwnAgainAfterFence(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	px, err := etcdtest.NewProxy(tc.etcd.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
+		Session:            cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
+		OwnerLookupTimeout: 300 * time.Millisecond})
+	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000", TTL: time.Hour}})
+	ta := createTable(t, ctx, a, "fenceagain", 64, 1, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "fenceagain")
+	require.NoError(t, ta.Own(ctx, 0))
+	x := insertRow(t, ctx, ta, balanceRow(1))
+
+	px.Cut(true) // a hears nothing of what follows
+	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/fenceagain/%08x", prefix, 0))
+	require.NoError(t, err)
+	require.NoError(t, tb.Own(ctx, 0))
+	require.NoError(t, tb.Put(ctx, x, balanceRow(2)))
+	err = ta.Put(ctx, x, balanceRow(3))
+	require.ErrorIs(t, err, node.ErrNotOwner, "a's fenced write")
+	require.ErrorIs(t, err, storenode.ErrFenced)
+	require.Equal(t, node.OwnLost, ta.OwnState(0))
+	px.Cut(false)
+
+	require.NoError(t, tb.Release(ctx, 0))
+	require.NoError(t, ta.Own(ctx, 0), "a owns the partition whose grant was fenced again")
+	dst := make([]byte, 64)
+	require.NoError(t, ta.Get(ctx, x, dst))
+	require.Equal(t, uint64(2), balanceOf(dst), "b's write")
+	require.NoError(t, ta.Put(ctx, x, balanceRow(4)))
+	require.NoError(t, ta.Release(ctx, 0))
+	require.NoError(t, tb.Own(ctx, 0))
+	require.NoError(t, tb.Get(ctx, x, dst))
+	require.Equal(t, uint64(4), balanceOf(dst))
 }
 
 // A Node owns a partition on a storage node it owned it on before, after the partition
