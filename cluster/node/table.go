@@ -109,7 +109,11 @@ func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load().
 // with cluster.ErrMapChanged (two linearizable map reads per call, before the grants and
 // after). Each
 // grant is registered with the partition's storage node (which verifies it in etcd) before
-// Own returns. Owning a partition already owned is a no-op.
+// Own returns. Owning a partition already owned is a no-op. A partition this Node released
+// or lost (OwnReleased, OwnLost), or owned before on a storage node it moved away from and
+// back to, is owned again under a new grant (or the session's, if it still holds one): its
+// transaction node forgets the table state it kept (tableAfresh), and its rows are read
+// afresh from the storage node.
 func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(ctx, false, parts) }
 
 // OwnWait is Own waiting, for each partition, until its holder releases it or its lease
