@@ -86,6 +86,7 @@ func (db *DB) adopt(ctx context.Context, st base.TableInfo) (*Table, error) {
 	// frame creation takes it, under the cache's mutex, in freshNow; a completing batch
 	// takes the cache's mutex under the pipeline's), so it is never held while taking another.
 	db.pipe.noteLastSeq(g.LastSeq)
+	db.forgottenFrames(st.ID)
 	db.mu.Lock()
 	if db.grantsReleased && release != nil {
 		// Close gave up the grants already, without this one: give it up here, or it

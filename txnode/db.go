@@ -70,6 +70,12 @@ type DB struct {
 	// grantsReleased is set (under mu) once Close gave up the etcd grants: an adopt that
 	// registers later gives its own up at once (ErrClosed).
 	grantsReleased bool
+	// forgottenIDs are the ids of tables whose state this node forgot (forget.go), until
+	// the table is acquired again. Guarded by mu; nil until the first forget.
+	forgottenIDs map[uint32]struct{}
+	// forgetting is a one-slot semaphore: one forget at a time (forget.go). Made under mu
+	// by the first forget.
+	forgetting chan struct{}
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -133,6 +139,9 @@ type tableState struct {
 	// held closes the table to new commits while a partition move flushes what was
 	// admitted before (txncoord.HoldWrites; hold.go); set and read as dropping is.
 	held atomic.Bool
+	// forgotten is set while Table.Forget forgets this state and for good once it did
+	// (forget.go): its commits fail with ErrForgotten, and its reads too once dropped is set.
+	forgotten atomic.Bool
 	// idHigh is one past the highest id that can hold a row: the store's high-water mark
 	// at open, raised by every grant. Read by every Get: it and the fields above are
 	// read-mostly, the fields below are written by commits and misses (another line).

@@ -203,6 +203,9 @@ func (db *DB) renewLease(ctx context.Context, t *tableState, period time.Duratio
 // serving reports whether this node may serve t: not dropped, lease live.
 func (t *tableState) serving() error {
 	if t.dropped.Load() {
+		if t.forgotten.Load() {
+			return t.forgottenErr()
+		}
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, t.name)
 	}
 	if t.grantCheck != nil {

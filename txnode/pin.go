@@ -313,6 +313,9 @@ func (t *Table) Unpin() {
 	c := t.db.cache
 	c.mu.Lock()
 	p := c.tp.byTable[t.t.id]
+	if t.t.dropped.Load() {
+		p = nil // its pin went with it; one under its id now is a forgotten table's next state's (forget.go)
+	}
 	var frames map[uint64]*frameMeta
 	if p != nil {
 		frames = c.unstickLocked(p)

@@ -27,11 +27,6 @@ var (
 	// (its address, where the game routes the request), when there is one.
 	ErrNotOwner = errors.New("node: partition not owned by this node")
 
-	// ErrReleased is returned by Own and OwnWait for a partition this Node gave up
-	// (Table.Release): its transaction node keeps the partition table's state, so the Node
-	// cannot own it again; reopen the Node to.
-	ErrReleased = errors.New("node: partition released by this node")
-
 	// Committing.
 
 	// ErrAborted is wrapped by the error of a two-phase commit (an Update writing on several

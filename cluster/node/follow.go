@@ -176,7 +176,9 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	tctx := context.WithValue(ctx, keepGrantKey{}, true)
 	wait := coordRetry
 	for try := 0; ; try++ {
-		if tb, err = db.Table(tctx, name); err == nil {
+		// Afresh: a table state this transaction node kept from an earlier ownership of the
+		// partition here (moved away and back) is forgotten first (tableAfresh).
+		if tb, err = t.tableAfresh(tctx, db, name, d.ID()); err == nil {
 			err = txncoord.Serving(tb)
 		}
 		if !errors.Is(err, storenode.ErrMoved) || try == followActivateTries {
@@ -209,6 +211,7 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 			was.Unpin()
 		}
 		pt.rejoin.Store(false)
+		pt.lost.Store(false)
 		t.setOwned(p)
 	}
 	return db, nil

@@ -14,9 +14,9 @@ import (
 // node reads the last write from the storage node it is back on. Before, the second move
 // was refused (ErrMoveRefused: the target's table was not a fresh copy).
 //
-// The owner is a node that never owned the partition on its first storage node: one that
-// did keeps that table's state in its transaction node there (txnode), and fails to own the
-// fresh copy ("dropped at the store") until it is reopened.
+// The owner is a node that never owned the partition on its first storage node; one that
+// did owns the fresh copy too (its kept table state is forgotten:
+// TestOwnAgainAfterMoveAwayAndBack).
 func TestMoveBackToFormerNode(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)

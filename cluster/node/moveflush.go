@@ -27,7 +27,10 @@ import (
 //     again. A table of the source left behind by the switch stays held: never written.
 
 // moveFlushKey names a partition's flush request in Node.flushReqs.
-type moveFlushKey = releasedKey
+type moveFlushKey struct {
+	table string
+	part  uint32
+}
 
 // moveFlushHook, set by tests, hears the owner's steps: "answered" (a request answered),
 // "resumed" (a request's end handled: the partition is written again, or stays held).

@@ -106,10 +106,6 @@ type Node struct {
 	recording int
 	aborts    []abortRecord
 
-	// released holds the partitions Table.Release gave up (own.go), as releasedKey: seen by
-	// every handle of their table, none of which owns them again.
-	released sync.Map
-
 	// flushReqs holds the mover epoch of each flush request on a partition this node owns
 	// (moveFlushKey → int64; moveflush.go), changed under flushMu, which also orders the
 	// holds and resumes of the partitions' tables; flushClosed, under flushMu, stops new
@@ -117,12 +113,6 @@ type Node struct {
 	flushReqs   sync.Map
 	flushMu     sync.Mutex
 	flushClosed bool
-}
-
-// releasedKey names a partition in Node.released.
-type releasedKey struct {
-	table string
-	part  uint32
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db
@@ -305,8 +295,8 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
 // Its releases do nothing once keep is set (the transaction node is being replaced: heal.go),
-// nor, called with a context of keepGrantKey, while a move of the partition is recorded
-// (keepGrantKey).
+// nor called with a context of holdGrantKey, nor, called with a context of keepGrantKey,
+// while a move of the partition is recorded (keepGrantKey).
 type grants struct {
 	s    *cluster.Session
 	c    *cluster.Client
@@ -328,7 +318,7 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 	}
 	release := o.Release
 	return o.Epoch(), o.Check, func(ctx context.Context) error {
-		if g.keep.Load() || ctx.Value(keepGrantKey{}) != nil && g.moving(ctx, table, part) {
+		if g.keep.Load() || ctx.Value(holdGrantKey{}) != nil || ctx.Value(keepGrantKey{}) != nil && g.moving(ctx, table, part) {
 			return nil
 		}
 		return release(ctx)
@@ -346,6 +336,11 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 // gives up (forget). Outside a move (no record, or etcd not answering) a refused grant is
 // released as txnode does.
 type keepGrantKey struct{}
+
+// holdGrantKey, in the context of txnode.Table.Forget (own.go, table.go tableAfresh), keeps
+// the grant whatever happens: the node releases it itself (Release, after the forget), or it
+// is lost already, or the session's grant is the one to register again (a move's follow).
+type holdGrantKey struct{}
 
 // moving reports whether a move of partition part of table is recorded in etcd (false when
 // etcd does not answer within a second, or within ctx).

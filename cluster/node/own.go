@@ -11,8 +11,9 @@ import (
 // Ownership of a partition, as a Table knows it (OwnState): the owned table (part.tb), and
 // the flags of a partition not owned now (part.rejoin: dropped because it is being moved,
 // owned again once the map switches it; part.lost: its grant ended for good; part.released:
-// given up by Release). At most one of the three flags is set while tb is nil; tb set
-// implies none of them but rejoin, which the follow clears as it stores the new table.
+// given up by this handle's Release). At most one of the three flags is set while tb is nil;
+// tb set implies none of them but rejoin, which the follow clears as it stores the new table
+// (an Own clears lost and released as it stores it).
 
 // OwnState is what this node knows of its ownership of one partition (Table.OwnState).
 type OwnState uint8
@@ -32,12 +33,13 @@ const (
 	// if the new storage node refused the grant.
 	OwnMoving
 	// OwnLost: the grant ended for good: the session's lease expired or the session closed,
-	// the owner key went, or a storage node fenced it (another node's newer grant). Its
-	// writes fail with a *NotOwnerError naming the new holder; this Node cannot own the
-	// partition again (its transaction node keeps the table's state: reopen the Node).
+	// the owner key went, or a storage node fenced it (another node's newer grant), or
+	// another handle of this Node released it. Its writes fail with a *NotOwnerError naming
+	// the new holder. Own may take it again under a new grant (the session's, if it lives:
+	// a closed or expired session grants nothing more), once nobody else holds it.
 	OwnLost
-	// OwnReleased: given up by Table.Release. Like OwnLost, this Node cannot own it again
-	// (Own fails with ErrReleased): reopen the Node.
+	// OwnReleased: given up by this handle's Table.Release. Own may take it again, once
+	// nobody else holds it.
 	OwnReleased
 )
 
@@ -61,7 +63,7 @@ func (s OwnState) String() string {
 // OwnState returns what this handle knows of the node's ownership of partition p (OwnState):
 // tells a partition mid-move (OwnMoving: owned again once the move's switch is followed)
 // from one lost for good (OwnLost: fenced, expired, taken by another node) or given up
-// (OwnReleased), neither of which Owned lists. It reflects what this handle's operations
+// (OwnReleased, by this handle), neither of which Owned lists. It reflects what this handle's operations
 // found, reading nothing: a grant lost that no operation has run into yet is still
 // OwnHeld, and a partition whose move froze it before any write found out is OwnHeld until
 // one does. OwnNone for a partition the table does not have. Any goroutine may call it.
@@ -73,7 +75,7 @@ func (t *Table) OwnState(p uint32) OwnState {
 	switch {
 	case pt.tb.Load() != nil:
 		return OwnHeld
-	case pt.released.Load() || t.wasReleased(p):
+	case pt.released.Load():
 		return OwnReleased
 	case pt.lost.Load():
 		return OwnLost
@@ -96,9 +98,10 @@ func (t *Table) OwnState(p uint32) OwnState {
 // Releasing a partition this handle does not own (OwnNone, OwnLost, OwnReleased) is a
 // no-op; one the table does not have is cluster.ErrInvalid (nothing released). The grant
 // is the Node's, shared by its handles of the table: another handle that owns the partition
-// loses it too. Once released, this Node cannot own the partition again (Own fails with
-// ErrReleased; reopen the Node), as after a lost grant: its transaction node keeps the
-// partition table's state for its life.
+// loses it too (OwnLost). The partition's transaction node forgets its table
+// (txnode.Table.Forget: its cached rows, its pin, its state), so a later Own of it, through
+// any handle of this Node, takes a new grant and reads the rows afresh from the storage
+// node: players move between servers and back.
 //
 // Writes of the partition still running when Release starts (begun before it, on this
 // handle or in a Node.Update) are not waited for: one that commits before the flush is
@@ -131,12 +134,6 @@ func (t *Table) Release(ctx context.Context, parts ...uint32) error {
 	return nil
 }
 
-// wasReleased reports whether a Release of any handle of the table gave partition p up.
-func (t *Table) wasReleased(p uint32) bool {
-	_, ok := t.n.released.Load(releasedKey{t.m.Name, p})
-	return ok
-}
-
 // releaseOne is Release of partition p, one Own or Release of it at a time (owning).
 func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 	pt := &t.parts[p]
@@ -165,10 +162,12 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		t.unsetOwned(p)
 	}
 	if tb != nil {
-		err := tb.DB().Flush(ctx)
-		if err == nil {
-			err = ctx.Err() // ended during the flush: the grant's release would fail; kept
-		}
+		// Forgotten (txnode: closed to commits, flushed, its frames and pin dropped) before
+		// the grant's release, which the forget leaves to this node (holdGrantKey): an
+		// acknowledged write is durable first, and nothing of this node's reaches the
+		// storage node under the grant after it. A ctx that ends during the flush forgets
+		// nothing (the grant's release would fail): kept.
+		err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true))
 		if err != nil {
 			pt.released.Store(false)
 			pt.rejoin.Store(rejoin)
@@ -177,9 +176,7 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 			}
 			return fmt.Errorf("node: release table %q partition %d: its commits are not durable yet: %w (still owned)", t.m.Name, p, err)
 		}
-		tb.Unpin() // its pages are no longer this node's to cache (pin.go)
 	}
-	t.n.released.Store(releasedKey{t.m.Name, p}, struct{}{})
 	if o := t.n.sess.Held(t.m.Name, p); o != nil {
 		if err := o.Release(ctx); err != nil {
 			return fmt.Errorf("node: release table %q partition %d: %w (not served here any more; its owner key stays until it is deleted or the session's lease ends)",

@@ -20,7 +20,8 @@ import (
 // reads the releasing node's last acknowledged write (in WriteBack mode, with a flush period
 // that never comes, only Release's flush writes it); the released partition's writes from
 // the releasing node fail with a *NotOwnerError naming the new holder, its other partition
-// keeps working, and it cannot own the released one again (ErrReleased). Releasing it again,
+// keeps working, and it cannot own the released one again while b holds it (a *NotOwnerError
+// naming b; once b releases it, a owns it again: own_again_test.go). Releasing it again,
 // or a partition not owned, is a no-op; one the table does not have, cluster.ErrInvalid.
 func TestReleaseHandsOverAtOnce(t *testing.T) {
 	for _, d := range []struct {
@@ -77,9 +78,11 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 			require.NoError(t, ta.Get(ctx, y, dst))
 			require.Equal(t, uint64(12), balanceOf(dst))
 
-			// Released for good on this Node; releasing again, or what a does not own, is a
-			// no-op; a partition the table does not have is refused.
-			require.ErrorIs(t, ta.Own(ctx, 0), node.ErrReleased)
+			// b holds it: a's Own is refused, naming b; releasing again, or what a does not
+			// own, is a no-op; a partition the table does not have is refused.
+			err = ta.Own(ctx, 0)
+			require.ErrorAs(t, err, &ne)
+			require.Equal(t, "game-b:7000", ne.Holder.Addr)
 			require.NoError(t, ta.Release(ctx, 0))
 			require.NoError(t, tb.Release(ctx, 1), "b does not own partition 1: a no-op")
 			require.Equal(t, []uint32{1}, ta.Owned())

@@ -56,16 +56,16 @@ type part struct {
 	// owning serialises Own of the partition (a one-slot semaphore: its wait honours the
 	// caller's context; an OwnWait waiting out a holder holds up no other partition).
 	owning chan struct{}
-	// lost is set once the partition's grant was lost (released by Close, expired, taken):
-	// the transaction node keeps the table's state, so this node cannot own it again; reopen
-	// the Node (a new session) to.
+	// lost is set once the partition's grant was lost (released by Close, expired, taken,
+	// released through another handle); Own may take it again (tableAfresh), under a new
+	// grant, and clears it.
 	lost atomic.Bool
 	// rejoin is set when this node's owned table was dropped because the partition is being
 	// moved (follow.go): once the map switches it, the node registers the session's grant
 	// (the one the switch kept, or a new one) with its new storage node.
 	rejoin atomic.Bool
-	// released is set once Release gave the partition up (own.go): as after a lost grant,
-	// this node cannot own it again.
+	// released is set once this handle's Release gave the partition up (own.go); Own may
+	// take it again, and clears it.
 	released atomic.Bool
 }
 
@@ -110,7 +110,11 @@ func (t *Table) Owned() []uint32 { return append([]uint32(nil), *t.owned.Load().
 // with cluster.ErrMapChanged (two linearizable map reads per call, before the grants and
 // after). Each
 // grant is registered with the partition's storage node (which verifies it in etcd) before
-// Own returns. Owning a partition already owned is a no-op.
+// Own returns. Owning a partition already owned is a no-op. A partition this Node released
+// or lost (OwnReleased, OwnLost), or owned before on a storage node it moved away from and
+// back to, is owned again under a new grant (or the session's, if it still holds one): its
+// transaction node forgets the table state it kept (tableAfresh), and its rows are read
+// afresh from the storage node.
 func (t *Table) Own(ctx context.Context, parts ...uint32) error { return t.own(ctx, false, parts) }
 
 // OwnWait is Own waiting, for each partition, until its holder releases it or its lease
@@ -188,7 +192,10 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		}
 		for i, tb := range took {
 			t.holdIfMoving(need[i], tb)
-			t.parts[need[i]].tb.Store(tb)
+			pt := &t.parts[need[i]]
+			pt.tb.Store(tb)
+			pt.lost.Store(false)
+			pt.released.Store(false)
 			t.heldAfterStore(need[i], tb)
 		}
 		t.setOwned(need[:len(took)]...)
@@ -244,13 +251,6 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 	if tb := pt.tb.Load(); tb != nil {
 		return tb, nil
 	}
-	if pt.released.Load() || t.wasReleased(p) {
-		return nil, fmt.Errorf("%w: table %q partition %d (Table.Release); reopen the node to own it again", ErrReleased, t.m.Name, p)
-	}
-	if pt.lost.Load() {
-		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-			t.m.Name, p, cluster.ErrLost)
-	}
 	db, err := t.n.db(ctx, pt.addr())
 	if err != nil {
 		return nil, err
@@ -260,7 +260,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 		gctx = context.WithValue(gctx, waitKey{}, true)
 	}
 	pre := t.n.sess.Held(t.m.Name, p) != nil
-	tb, err := db.Table(gctx, base.PartitionTableName(t.m.Name, p))
+	tb, err := t.tableAfresh(gctx, db, base.PartitionTableName(t.m.Name, p), 0)
 	var oe *cluster.OwnedError
 	switch {
 	case errors.As(err, &oe):
@@ -274,16 +274,48 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 			// is left to its users, but for the move's refusal (as before).
 			t.releaseUnused(p)
 		}
+		if errors.Is(err, cluster.ErrSessionClosed) {
+			// The session grants nothing more: only a new one (a Node opened again) does.
+			return nil, fmt.Errorf("node: own table %q partition %d: this node's session ended (%w): reopen the node to own it again", t.m.Name, p, err)
+		}
 		return nil, fmt.Errorf("node: own table %q partition %d on %s: %w", t.m.Name, p, pt.addr(), err)
 	}
 	if err := txncoord.Serving(tb); isLost(err) {
-		// A table this transaction node opened before whose grant is gone (txnode keeps
-		// the table's state for the DB's life).
-		pt.lost.Store(true)
-		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w); reopen the node to own it again",
-			t.m.Name, p, err)
+		// Lost again at once (tableAfresh opened it afresh): not owned.
+		return nil, fmt.Errorf("node: table %q partition %d: this node's grant was lost (%w)", t.m.Name, p, err)
 	}
 	return tb, nil
+}
+
+// tableAfresh is db.Table(ctx, name): it opens a partition's table under the session's grant.
+// A table state the transaction node kept from an earlier ownership whose grant ended (lost,
+// fenced, released by another handle: isLost), or of a copy that is not the storage node's
+// table now (a copy a move away retired there before the partition came back: its table
+// there has another id than storeID, read now unless given, or is gone), is forgotten first
+// (txnode.Table.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
+// dropped) and the table opened afresh, under the grant the session holds or a new one, its
+// rows read again from the storage node. Without that the transaction node would keep the
+// ended state for its life, and this Node could never own the partition again. The forget
+// is of the very state db.Table returned (a concurrent one's fresh state is not forgotten).
+func (t *Table) tableAfresh(ctx context.Context, db *txnode.DB, name string, storeID uint32) (*txnode.Table, error) {
+	if storeID == 0 {
+		d, err := txncoord.OpenDurable(ctx, db, name) // one read of the store's table list
+		if err != nil {
+			return nil, err
+		}
+		storeID = d.ID()
+	}
+	tb, err := db.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if serr := txncoord.Serving(tb); tb.ID() == storeID && !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
+		return tb, nil
+	}
+	if err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true)); err != nil {
+		return nil, fmt.Errorf("node: table %q: forget the table of an ended grant: %w", name, err)
+	}
+	return db.Table(ctx, name)
 }
 
 // placed checks, in one linearizable read of the map, that partitions ps are still where
@@ -323,11 +355,12 @@ func nodeAt(tm *cluster.TableMap, p uint32) string {
 }
 
 // isLost reports whether err says a partition's grant ended for good: cluster.ErrLost (the
-// session closed, the lease expired, the owner key went), or storenode.ErrFenced (the
+// session closed, the lease expired, the owner key went), storenode.ErrFenced (the
 // storage node refused it: a newer grant is registered there, which this node may not have
-// heard of yet, cut off from etcd).
+// heard of yet, cut off from etcd), or txnode.ErrForgotten (the table's state was forgotten:
+// released through another handle, or taken up afresh by one: tableAfresh).
 func isLost(err error) bool {
-	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced))
+	return err != nil && (errors.Is(err, cluster.ErrLost) || errors.Is(err, storenode.ErrFenced) || errors.Is(err, txnode.ErrForgotten))
 }
 
 // gone reports whether err, of an operation on partition p's owned table, says p's grant

@@ -151,6 +151,10 @@ func (t *DurableTable) Name() string { return t.d.Info.Name }
 // RowBytes returns the table's row size.
 func (t *DurableTable) RowBytes() int { return t.d.Info.RowBytes }
 
+// ID returns the table's id in the store, as it was when the handle was opened (a table
+// dropped and created again there has a new one).
+func (t *DurableTable) ID() uint32 { return t.d.Info.ID }
+
 // Cluster returns a cluster-managed table's layout and partition (Partitions 0: a local table).
 func (t *DurableTable) Cluster() ClusterLayout { return t.d.Info.Cluster }
 
