@@ -71,6 +71,9 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 				ErrTooManyTables, owner, n, e.opts.MaxTablesPerOwner)
 		}
 	}
+	if e.opts.Proposer != nil {
+		return e.createTableProposed(name, rowBytes, cl, owner, as)
+	}
 	id := e.nextTable
 	if id == tableIDNone {
 		return base.TableInfo{}, fmt.Errorf("%w: every table id has been used", ErrTooManyTables)
