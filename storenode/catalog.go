@@ -58,6 +58,9 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 	if err := e.usable(); err != nil {
 		return base.TableInfo{}, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return base.TableInfo{}, err
+	}
 	if _, ok := e.byName[name]; ok {
 		return base.TableInfo{}, fmt.Errorf("%w: %q", ErrTableExists, name)
 	}

@@ -45,6 +45,9 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (base.Gr
 	if err := e.usable(); err != nil {
 		return base.Grant{}, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return base.Grant{}, err
+	}
 	t, err := e.table(tableID)
 	if err != nil {
 		return base.Grant{}, err
@@ -242,6 +245,9 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
+		return 0, 0, err
+	}
+	if err := e.checkLeader(); err != nil {
 		return 0, 0, err
 	}
 	t, err := e.table(tableID)

@@ -52,8 +52,9 @@ type Proposer interface {
 	// synced on a majority in every sync mode.
 	Propose(kind byte, p []wal.Piece, force bool, id uint64) error
 	// Lease reports until when (unix nanoseconds of the engine clock) this replica leads
-	// under its leader lease (docs/replication.md, 2.2), ok false when it does not lead.
-	// Not consulted yet (reads under the lease come with stage R4).
+	// under its leader lease (docs/replication.md, 2.2), ok false when it does not lead. A
+	// replica that does not lead refuses requests with ErrNotLeader before any check (until
+	// is not consulted yet: reads under the lease come with stage R4).
 	Lease() (until int64, ok bool)
 }
 
@@ -86,6 +87,18 @@ type proposal struct {
 
 // replicated reports whether the engine is a replica (Options.Proposer set).
 func (e *Engine) replicated() bool { return e.opts.Proposer != nil }
+
+// checkLeader refuses a request with ErrNotLeader on a replica that does not lead (nil when
+// standalone). Caller holds mu.
+func (e *Engine) checkLeader() error {
+	if e.opts.Proposer == nil {
+		return nil
+	}
+	if _, ok := e.opts.Proposer.Lease(); !ok {
+		return ErrNotLeader
+	}
+	return nil
+}
 
 // propose hands record (kind, p) to the Proposer under a new id with w as its waiter. Caller
 // holds mu. On error nothing was proposed and w will not be called.
@@ -344,6 +357,9 @@ func (e *Engine) applyCommitEntry(payload []byte, index uint64) (uint64, error, 
 // done gets the outcome at apply. A seq proposed and not applied yet (a resend) is proposed
 // again: the apply of the second answers from the dedup window.
 func (e *Engine) commitProposed(b *base.Batch, hash uint64, done func(uint64, error)) error {
+	if err := e.checkLeader(); err != nil {
+		return err
+	}
 	var gapDeadline time.Time
 	for {
 		if e.closed {
