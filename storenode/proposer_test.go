@@ -7,10 +7,13 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
@@ -48,12 +51,15 @@ func TestReplicatedEnginesAgree(t *testing.T) {
 			total.dupEntries += c.dupEntries
 			total.leaderChanges += c.leaderChanges
 			total.acked += c.acked
+			total.checkpoints += c.checkpoints
+			total.diskReads += c.diskReads
 		})
 	}
 	t.Logf("seeds %v: %+v", seeds, total)
 	require.NotZero(t, total.staleAtApply, "no stale owner was refused at apply")
 	require.NotZero(t, total.dupEntries, "no batch was committed twice")
 	require.NotZero(t, total.leaderChanges)
+	require.NotZero(t, total.diskReads, "no page was evicted and read back")
 }
 
 // replCounts are what a run of TestReplicatedEnginesAgree covered.
@@ -62,6 +68,8 @@ type replCounts struct {
 	dupEntries    int // commit entries of an (owner, seq) committed before
 	leaderChanges int
 	acked         int
+	checkpoints   uint64 // by every engine, Close's not counted
+	diskReads     uint64 // pages evicted and read back (the small cache's seeds)
 }
 
 // replRun is one run: the group, its clients, the random source.
@@ -100,14 +108,21 @@ const replRowBytes = 16
 func runReplicatedEnginesAgree(t *testing.T, seed uint64, steps int) replCounts {
 	r := &replRun{t: t, seed: seed, rnd: rand.New(rand.NewPCG(seed, seed^0x7e91)), g: newMemGroup(t, 3), clock: &fakeClock{}}
 	r.clock.Now()
+	cache := int64(0) // the default: nothing evicted
+	if seed%2 == 0 {
+		cache = MinCacheBytes // 16 pages of 1 KiB for up to 32: applies wait for checkpoints
+	}
 	for i := range r.g.engines {
 		r.g.engines[i] = openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, Now: r.clock.Now,
 			CheckpointInterval: -1, TxnResolveInterval: -1, OwnerExpiry: -1, Sync: SyncAlways, SeqGapWait: 2 * time.Second,
-			Proposer: &memProposer{g: r.g, self: i}})
+			CacheBytes: cache, Proposer: &memProposer{g: r.g, self: i}})
 	}
+	closed := false
 	defer func() {
 		for _, e := range r.g.engines {
-			e.Close()
+			if !closed {
+				e.Close()
+			}
 		}
 	}()
 	r.g.changeLeader(0)
@@ -119,7 +134,7 @@ func runReplicatedEnginesAgree(t *testing.T, seed uint64, steps int) replCounts 
 		fn     func()
 	}{
 		{30, r.send}, {4, r.resend}, {3, r.sendToFollower}, {20, r.commitTail}, {20, r.apply},
-		{2, r.changeLeader}, {1, r.steal},
+		{2, r.changeLeader}, {1, r.steal}, {1, r.checkpoint},
 	}
 	total := 0
 	for _, op := range ops {
@@ -139,6 +154,10 @@ func runReplicatedEnginesAgree(t *testing.T, seed uint64, steps int) replCounts 
 	}
 	r.g.drain()
 	r.check()
+	closed = true
+	for i, e := range r.g.engines {
+		require.NoError(t, e.Close(), "seed %d: close engine %d", seed, i) // its final checkpoint
+	}
 	return r.counts
 }
 
@@ -318,6 +337,12 @@ func (r *replRun) apply() {
 	}
 }
 
+// checkpoint checkpoints a random engine at its applied index.
+func (r *replRun) checkpoint() {
+	i := r.rnd.IntN(len(r.g.engines))
+	require.NoError(r.t, r.g.engines[i].Checkpoint(), "seed %d: checkpoint of engine %d", r.seed, i)
+}
+
 func (r *replRun) changeLeader() {
 	r.g.changeLeader(r.rnd.IntN(len(r.g.engines)))
 	r.counts.leaderChanges++
@@ -379,6 +404,23 @@ func (r *replRun) steal() {
 	r.clients = append(r.clients, c)
 }
 
+// replicaState is captureReplayState without what is local to a replica: the meta line is
+// the meta's catalog, grants, next ids and dedup windows without the published page maps
+// (each replica checkpoints on its own: docs/replication.md 1.3).
+func replicaState(t *testing.T, e *Engine) []string {
+	lines := slices.DeleteFunc(captureReplayState(t, e), func(l string) bool { return strings.HasPrefix(l, "meta ") })
+	e.mu.Lock()
+	m := e.snapshotMeta()
+	e.mu.Unlock()
+	for i := range m.tables {
+		m.tables[i].pages = nil
+	}
+	meta := encodeMeta(m)
+	lines = append(lines, fmt.Sprintf("meta without page maps %d bytes, xxhash %x", len(meta), xxhash.Sum64(meta)))
+	slices.Sort(lines)
+	return lines
+}
+
 // check compares the engines and counts each one's applied commits against its dedup table.
 func (r *replRun) check() {
 	var want []string
@@ -390,7 +432,9 @@ func (r *replRun) check() {
 		}
 		e.mu.Unlock()
 		require.Equal(r.t, seqs, e.stats.commits.Load(), "seed %d engine %d: commits applied vs seqs in the dedup table", r.seed, i)
-		got := captureReplayState(r.t, e)
+		r.counts.checkpoints += e.stats.checkpoints.Load()
+		r.counts.diskReads += e.stats.diskReads.Load()
+		got := replicaState(r.t, e)
 		if i == 0 {
 			want = got
 			continue
