@@ -35,7 +35,8 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     drops, two-phase commit, moves, cluster tables, checkpoint carries (stage R2b).
+//     drops, two-phase commit, moves, cluster tables, checkpoint carries (stage R2b); and a
+//     replica expires no owner on its own clock (expireOwners) until expiry is proposed.
 //
 // Deviations from the design's table (docs/replication.md, 5): ApplyCommitted takes the entry's
 // proposal id (the envelope's `proposal`, 1.4) to find the waiter; Propose takes the WAL's
@@ -357,13 +358,13 @@ func (e *Engine) applyCommitEntry(payload []byte, index uint64) (uint64, error, 
 // done gets the outcome at apply. A seq proposed and not applied yet (a resend) is proposed
 // again: the apply of the second answers from the dedup window.
 func (e *Engine) commitProposed(b *base.Batch, hash uint64, done func(uint64, error)) error {
-	if err := e.checkLeader(); err != nil {
-		return err
-	}
 	var gapDeadline time.Time
 	for {
 		if e.closed {
 			return ErrClosed
+		}
+		if err := e.checkLeader(); err != nil {
+			return err // also for a gap waiter whose replica stopped leading
 		}
 		o := e.owners[b.Owner]
 		if o != nil && b.Seq <= o.lastSeq {

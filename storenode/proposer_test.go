@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"os"
@@ -468,4 +469,45 @@ func (r *replRun) check() {
 		}
 	}
 	r.t.Logf("seed %d: %+v, log %d entries", r.seed, r.counts, len(r.g.log))
+}
+
+// TestReplicaRefuses: a replica that does not lead refuses requests with ErrNotLeader, nothing
+// proposed; under a Proposer the kinds not replicated yet fail with ErrNotReplicated, nothing
+// applied; ApplyCommitted on a standalone engine is an error.
+func TestReplicaRefuses(t *testing.T) {
+	g := newMemGroup(t, 2)
+	for i := range g.engines {
+		g.engines[i] = openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, CheckpointInterval: -1,
+			TxnResolveInterval: -1, Proposer: &memProposer{g: g, self: i}})
+		defer g.engines[i].Close()
+	}
+	g.changeLeader(0)
+	var info base.TableInfo
+	require.NoError(t, g.call(func() (err error) { info, err = g.engines[0].CreateTable("t", 16); return err }))
+	g.apply(1, math.MaxInt)
+
+	f := g.engines[1]
+	_, err := f.CreateTable("u", 16)
+	require.ErrorIs(t, err, ErrNotLeader)
+	_, err = f.Acquire(info.ID, 7, 0)
+	require.ErrorIs(t, err, ErrNotLeader)
+	_, _, err = f.AllocIDs(info.ID, 7, 1, 1)
+	require.ErrorIs(t, err, ErrNotLeader)
+	_, err = f.CommitWait(&base.Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: 1}},
+		Segments: []base.Segment{{Table: info.ID, RowBytes: 16, Page: 0, Data: 1, Rows: make([]byte, 16)}}})
+	require.ErrorIs(t, err, ErrNotLeader)
+	g.mu.Lock()
+	require.Empty(t, g.tail, "a follower proposed")
+	g.mu.Unlock()
+
+	err = g.engines[0].DropTable("t", 0)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	_, err = g.engines[0].OpenTable("t")
+	require.NoError(t, err, "the table was dropped")
+
+	e := openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, CheckpointInterval: -1})
+	defer e.Close()
+	require.Error(t, e.ApplyCommitted(1, 0, kindCreateTable, appendCreateRecord(nil, 1, 16, "t")))
+	_, err = e.OpenTable("t")
+	require.ErrorIs(t, err, ErrTableNotFound)
 }
