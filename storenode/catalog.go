@@ -58,6 +58,9 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 	if err := e.usable(); err != nil {
 		return base.TableInfo{}, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return base.TableInfo{}, err
+	}
 	if _, ok := e.byName[name]; ok {
 		return base.TableInfo{}, fmt.Errorf("%w: %q", ErrTableExists, name)
 	}
@@ -70,6 +73,9 @@ func (e *Engine) createTable(name string, rowBytes int, cl base.ClusterLayout, o
 			return base.TableInfo{}, fmt.Errorf("%w: owner %d has %d tables here (held, or created and not yet granted; dropped ones count until a checkpoint), the limit per owner is %d",
 				ErrTooManyTables, owner, n, e.opts.MaxTablesPerOwner)
 		}
+	}
+	if e.opts.Proposer != nil {
+		return e.createTableProposed(name, rowBytes, cl, owner, as)
 	}
 	id := e.nextTable
 	if id == tableIDNone {

@@ -286,7 +286,7 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 	e.publishedMapLog(snap, oldLog)
 	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written, old)
 	e.removeDroppedFiles(gone)
-	if !replay {
+	if !replay && e.opts.Proposer == nil { // a replica's log is the group's (truncated by it, stage R6)
 		if err := e.log.DropBefore(keepFrom + 1); err != nil {
 			return fmt.Errorf("storenode: checkpoint: drop WAL segments: %w", err)
 		}

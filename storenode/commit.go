@@ -67,6 +67,9 @@ func (e *Engine) commit(b *base.Batch, done func(uint64, error)) error {
 	hash := batchHash(b) // outside mu: it reads every row
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.opts.Proposer != nil {
+		return e.commitProposed(b, hash, done)
+	}
 	var gapDeadline time.Time
 	var stallStart time.Time
 	for {

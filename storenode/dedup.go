@@ -133,7 +133,9 @@ func (o *ownerState) retried(b *base.Batch, hash uint64) (uint64, error) {
 // expireOwners drops owners that hold no table, have no live identity and have been idle for
 // Options.OwnerExpiry. Caller holds mu.
 func (e *Engine) expireOwners() {
-	if e.opts.OwnerExpiry < 0 || len(e.owners) == 0 {
+	if e.opts.OwnerExpiry < 0 || len(e.owners) == 0 || e.replicated() {
+		// A replica expires nothing on its own clock: replicas would answer a late retry
+		// differently (docs/replication.md 1.2; kindExpired, stage R2b, proposes expiry).
 		return
 	}
 	now := e.opts.Now()

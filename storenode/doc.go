@@ -29,6 +29,8 @@
 //	records.go     the engine's WAL record kinds and payloads (storenode/wal frames them)
 //	applyrec.go    the apply of every record kind, one function per kind: replay's, and the
 //	               live paths' after (grants: before) their append
+//	proposer.go    a replica (Options.Proposer): records proposed, applied at commit by
+//	               ApplyCommitted, the leader's pending overlay (docs/replication.md)
 //	txn.go         two-phase commit: its invariants, prepare, row locks, the resolver loop,
 //	               the checkpoint's carry (records_txn.go: its WAL records)
 //	txn_decide.go  the primary's decision (a compare-and-set), Asks, participants' reports

@@ -73,6 +73,9 @@ type Engine struct {
 	pieces         []wal.Piece // a commit record's payload for the WAL (commitPieces)
 	onePiece       [1]wal.Piece
 
+	// repl is a replica's pending overlay and waiting proposals (proposer.go); under mu.
+	repl replState
+
 	// moves holds the tables a partition move concerns (move.go); nil while none. Under mu.
 	moves map[uint32]*tableMove
 
@@ -339,7 +342,11 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.shut.Store(true)
 	e.cond.Broadcast()
+	lost := e.dropProposals()
 	e.mu.Unlock()
+	for _, w := range lost {
+		w.done(0, fmt.Errorf("%w: proposal given up: %w", ErrUnknownOutcome, ErrClosed))
+	}
 	close(e.stop)
 	if e.resolveCancel != nil {
 		e.resolveCancel()
@@ -443,6 +450,11 @@ func (e *Engine) appendRecord(kind byte, payload []byte, force bool, done func(u
 // appendPieces is appendRecord with a payload of pieces: the WAL copies those without Keep
 // and writes the kept ones from their memory, which must not change until done has run.
 func (e *Engine) appendPieces(kind byte, payload []wal.Piece, force bool, done func(uint64, error)) (uint64, error) {
+	if e.opts.Proposer != nil {
+		// A replica's replicated paths propose (proposer.go); what reaches here is a kind
+		// that is not replicated yet.
+		return 0, fmt.Errorf("%w: record kind %d", ErrNotReplicated, kind)
+	}
 	lsn := e.lastLSN + 1
 	e.walAcksMu.Lock()
 	e.walAcks.push(pendingAck{lsn: lsn, done: done})

@@ -157,6 +157,15 @@ var (
 	ErrCheckpointDeferred = newSentinel("storenode: checkpoint deferred: out of file descriptors", base.ErrBusy)
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = newSentinel("storenode: engine closed", base.ErrShuttingDown)
+
+	// Replication (proposer.go). Not on the wire yet (stage R5 gives them codes).
+
+	// ErrNotLeader is what a Proposer returns for a proposal it refused because its replica
+	// is not the group's leader: nothing was proposed, the request may go to the leader.
+	ErrNotLeader = errors.New("storenode: not the leader of the replica group")
+	// ErrNotReplicated is returned under Options.Proposer by the requests whose record kind
+	// is not replicated yet (drops, two-phase commit, moves, cluster tables; stage R2b).
+	ErrNotReplicated = errors.New("storenode: not replicated yet")
 )
 
 // sentinel is an error with a fixed message that also matches its parent under errors.Is (the

@@ -45,6 +45,9 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (base.Gr
 	if err := e.usable(); err != nil {
 		return base.Grant{}, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return base.Grant{}, err
+	}
 	t, err := e.table(tableID)
 	if err != nil {
 		return base.Grant{}, err
@@ -76,6 +79,10 @@ func (e *Engine) AcquireFrom(tableID uint32, owner, epoch, conn uint64) (base.Gr
 		}
 		return base.Grant{}, fmt.Errorf("%w: table %q is held by another owner for up to another %v",
 			ErrTableOwned, t.name, left)
+	}
+	if e.opts.Proposer != nil {
+		e.leaseMu.Unlock()
+		return e.acquireProposed(t, owner, inc)
 	}
 	oldHolder, oldEpoch, oldLease, oldInc := t.holder, t.epoch, t.leaseUntil, t.holderInc
 	e.applyGrantOwnerLocked(t, owner, t.epoch+1)
@@ -240,6 +247,9 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	if err := e.usable(); err != nil {
 		return 0, 0, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return 0, 0, err
+	}
 	t, err := e.table(tableID)
 	if err != nil {
 		return 0, 0, err
@@ -249,6 +259,9 @@ func (e *Engine) AllocIDs(tableID uint32, owner, epoch uint64, pages int) (first
 	}
 	if err := e.moveRefuses(t); err != nil {
 		return 0, 0, err
+	}
+	if e.opts.Proposer != nil {
+		return e.allocIDsProposed(t, pages)
 	}
 	count = uint64(pages) * 64
 	first = t.nextID

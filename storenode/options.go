@@ -175,6 +175,10 @@ type Options struct {
 	TxnInDoubtAfter time.Duration
 	// Now is the clock for leases; time.Now when nil. Tests inject a fake clock.
 	Now func() time.Time
+	// Proposer, when set, makes the engine a replica of a replicated store (proposer.go,
+	// docs/replication.md): its records go to the Proposer instead of the WAL, and their
+	// effects are applied by ApplyCommitted once committed. nil: standalone, the WAL path.
+	Proposer Proposer
 	// Logger receives checkpoint and recovery events; slog.Default() when nil.
 	Logger *slog.Logger
 
