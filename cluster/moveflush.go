@@ -111,14 +111,28 @@ func (c *Client) RequestFlush(ctx context.Context, r MoveRecord, epoch int64) er
 }
 
 // EndFlush deletes the flush request of partition part of table and its answer, if the
-// request is still epoch's (a mover's end of its move, after the source is live again or
-// retired): its holder writes the partition again.
+// request is of mover epoch epoch or an earlier one (a mover's end of its move, after the
+// source is live again or retired; a mover that took the move over ends its predecessor's
+// request too): its holder writes the partition again. A later mover's request stays.
 func (c *Client) EndFlush(ctx context.Context, table string, part uint32, epoch int64) error {
 	fk := c.keys.flush(table, part)
-	_, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(fk), "=", string(encodeFlush(epoch)))).
+	what := fmt.Sprintf("end the flush request of table %q partition %d", table, part)
+	resp, err := c.cli.Get(ctx, fk)
+	if err != nil {
+		return unavailable(what, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	kv := resp.Kvs[0]
+	if e, err := decodeFlush(kv.Value); err == nil && e > epoch {
+		return nil // a later mover's
+	}
+	// (A request that does not decode is no mover's of this version: ended as well.)
+	_, err = c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(fk), "=", kv.ModRevision)).
 		Then(clientv3.OpDelete(fk), clientv3.OpDelete(c.keys.flushed(table, part))).Commit()
 	if err != nil {
-		return unavailable(fmt.Sprintf("end the flush request of table %q partition %d", table, part), err)
+		return unavailable(what, err)
 	}
 	return nil
 }

@@ -109,6 +109,7 @@ func (t *Table) refollow(ctx context.Context, m *cluster.Map) error {
 	if err != nil {
 		return fmt.Errorf("node: table %q: %w", t.m.Name, err)
 	}
+	var errs []error
 	for p := range t.parts {
 		r := t.parts[p].r.Load()
 		if tm.Revs[p] <= r.rev {
@@ -116,12 +117,38 @@ func (t *Table) refollow(ctx context.Context, m *cluster.Map) error {
 		}
 		// Switched since this route, to another storage node, or back to this one (moved
 		// away and back while this handle did nothing): its table there is a fresh copy.
+		// One that cannot be followed now (its new storage node down) does not keep the
+		// others from being followed.
 		if err := t.moved(ctx, uint32(p), tm.Nodes[p], tm.Revs[p]); err != nil {
-			return err // not seen yet: the next operation tries again
+			errs = append(errs, err)
 		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...) // not seen yet: the next operation tries the rest again
 	}
 	t.seen.Store(m)
 	return nil
+}
+
+// resyncPart is resync for partition p alone: nil once p's route follows etcd's map as of
+// the read (another partition it could not follow, its new storage node down, is that
+// partition's operations' concern).
+func (t *Table) resyncPart(ctx context.Context, p uint32) error {
+	sctx, cancel := context.WithTimeout(ctx, t.n.cfg.OwnerLookupTimeout)
+	m, err := t.n.w.Sync(sctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("node: table %q: read the partition map: %w", t.m.Name, err)
+	}
+	err = t.refollow(ctx, m)
+	if err == nil {
+		return nil
+	}
+	tm, terr := m.Table(t.m.Name)
+	if terr != nil || tm.Created != t.m.Created || tm.Revs[p] <= t.parts[p].r.Load().rev {
+		return nil // p's route is current (or the table is gone: nothing to follow)
+	}
+	return err
 }
 
 // moved routes partition p to storage node to, switched there at revision switchRev, and

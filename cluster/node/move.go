@@ -121,6 +121,9 @@ type mover struct {
 	src, dst *sgio.Client
 	srcID    uint32
 	dstID    uint32
+	// srcLive: the source was live when this mover found it (not frozen by an earlier
+	// one), so until its own freeze succeeds the owner may write it (endFlushUnfrozen).
+	srcLive bool
 }
 
 func (m *mover) close() {
@@ -281,6 +284,7 @@ func (m *mover) copyAndSwitch(ctx context.Context) error {
 		return m.errorf("source %s: %w", m.rec.From, err)
 	}
 	var token uint64
+	m.srcLive = st.State == 0
 	if st.State == 0 { // live: mark, copy, catch up
 		if token, err = m.fullCopy(ctx); err != nil {
 			return err
@@ -437,6 +441,11 @@ func (m *mover) freeze(ctx context.Context, token *uint64) error {
 	var first time.Time
 	wait := moveDoubtPauseMin
 	for refused := 1; ; refused++ {
+		if err := ctx.Err(); err != nil {
+			// Ended before this try (none sent; an earlier one was refused): live.
+			m.endFlushUnfrozen(ctx)
+			return m.errorf("freeze at %s: %w", m.rec.From, err)
+		}
 		_, err := m.verified(ctx, m.src, &sgio.Move{Op: sgio.MoveOpFreeze, Table: m.srcID})
 		if err == nil {
 			return nil
@@ -460,6 +469,7 @@ func (m *mover) freeze(ctx context.Context, token *uint64) error {
 		case <-c:
 		case <-ctx.Done():
 			stop()
+			m.endFlushUnfrozen(ctx) // the last freeze was refused: the source is live
 			return m.errorf("freeze at %s: %w (waiting for a transaction in doubt there to be decided: %w)", m.rec.From, ctx.Err(), err)
 		}
 		wait = min(2*wait, moveDoubtPauseMax)
@@ -527,6 +537,22 @@ func (m *mover) finish(ctx context.Context) error {
 	return nil
 }
 
+// endFlushUnfrozen ends this mover's flush request when its ctx ended before its freeze and
+// the source was live (not frozen by an earlier mover): the owner writes it again, as it
+// would have without the request (the move stays recorded; the next Move asks again). Its
+// own short context: the caller's has ended. Best effort: a request left stands until the
+// next Move of the partition ends.
+func (m *mover) endFlushUnfrozen(ctx context.Context) {
+	if !m.srcLive {
+		return
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.t.n.cfg.OwnerLookupTimeout)
+	defer cancel()
+	if err := m.t.n.c.EndFlush(ectx, m.t.m.Name, m.part, int64(m.epoch)); err != nil {
+		m.t.n.log.Warn("node: end a move's flush request", "table", m.t.m.Name, "part", m.part, "err", err)
+	}
+}
+
 // ownerFlushed asks the partition's holder to flush and waits, at most moveFlushWaitMax,
 // for its answer (cluster.RequestFlush; moveflush.go): a WriteBack owner's acknowledged
 // writes are durable at the source before it freezes. No holder: none to wait for. No
@@ -544,6 +570,7 @@ func (m *mover) ownerFlushed(ctx context.Context) error {
 		moveStep(MoveStepFlushed)
 		return nil
 	case ctx.Err() != nil:
+		m.endFlushUnfrozen(ctx)
 		return m.errorf("wait for the owner's flush: %w", err)
 	}
 	return m.rollback(ctx, fmt.Errorf("%w: the partition's owner did not flush its writes within %v: %w", ErrMoveRefused, moveFlushWaitMax, err))

@@ -189,7 +189,7 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	for _, t := range n.liveHandles(k.table) {
 		wait := 50 * time.Millisecond
 		for {
-			err := t.resync(n.bg)
+			err := t.resyncPart(n.bg, k.part)
 			if err == nil || errors.Is(err, cluster.ErrTableNotFound) {
 				break
 			}

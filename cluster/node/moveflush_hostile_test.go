@@ -14,19 +14,24 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// Hostile review of the move's flush request (moveflush.go). A test whose comment begins
-// "Defect:" fails until that defect is fixed (deterministically: hooks, no timing); the
-// "Regression guard" ones pass (on lead at efaff6c; three of them failed on 02a9bc7).
+// Hostile review of the move's flush request (moveflush.go): each test is a defect found and
+// fixed ("Regression test") or an attack that held ("Regression guard"); deterministic
+// (hooks, no timing).
 
-// putWithin is Put, run again while it fails as not-owner (a follow, a flush request still
-// being ended), until it succeeds or d has passed; it returns the last error.
-func putWithin(t *testing.T, tbl *node.Table, id uint64, row []byte, d time.Duration) error {
+// putAfterResume is Put, run again after each time the owner's side of a move's flush handled
+// a request's end (resumed), while it fails as not-owner (a flush request still being ended,
+// a follow); bounded by the test's context.
+func putAfterResume(t *testing.T, tbl *node.Table, id uint64, row []byte, resumed <-chan struct{}) error {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	for {
 		err := tbl.Put(testCtx(t), id, row)
 		var ne *node.NotOwnerError
-		if err == nil || !errors.As(err, &ne) || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &ne) {
+			return err
+		}
+		select {
+		case <-resumed:
+		case <-testCtx(t).Done():
 			return err
 		}
 	}
@@ -88,6 +93,7 @@ func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
 // held (not-owner, "retry once the move ends") for ever, the move long done.
 func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xb2)
 	tbl, ids := ownTwo(t, ctx, tc, owner)
@@ -121,11 +127,12 @@ func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
 	node.SetMoveStepHook(nil)
 	require.NoError(t, hookErr)
 
-	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(5), 3*time.Second),
+	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(5), resumed),
 		"the move is done: the owning handle writes the partition again")
 }
 
-// Defect: a move taken over after its switch by another mover (the first one died: its
+// Regression test (a defect of 82f69a2, fixed: EndFlush ends a request of its epoch or an
+// earlier one): a move taken over after its switch by another mover (the first one died: its
 // lease gone) ends only its own epoch's flush request (EndFlush compares the value), and the
 // resumed move does not ask again (switched already: no ownerFlushed), so the dead mover's
 // request stays in etcd for ever. Should: once the resumed move is done the owner writes the
@@ -133,6 +140,7 @@ func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
 // follow to the target holds the new table too, the request still standing).
 func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xb3)
 	tbl, ids := ownTwo(t, ctx, tc, owner)
@@ -164,11 +172,12 @@ func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 	got := make([]byte, 64)
 	require.NoError(t, mt.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(6), got, "the flushed write was copied")
-	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(8), 3*time.Second),
+	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(8), resumed),
 		"the move is done: its owner writes the partition again")
 }
 
-// Defect: a Move cut short by its ctx after it asked the owner to flush, before the freeze,
+// Regression test (a defect of 82f69a2, fixed: a mover whose ctx ends before its freeze
+// ends its request, endFlushUnfrozen): a Move cut short by its ctx after it asked the owner to flush, before the freeze,
 // leaves the flush request in etcd (no lease, only a mover ends it), so the owner's writes of
 // a live, unfrozen source are refused until somebody runs Move of the partition again (a
 // mover that crashed there does the same). Should: a source that is not frozen is written by
@@ -179,6 +188,7 @@ func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 // WriteBack owner went on writing a source no mover had frozen.)
 func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xb4)
 	tbl, ids := ownTwo(t, ctx, tc, owner)
@@ -198,7 +208,7 @@ func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
 	node.SetMoveStepHook(nil)
 	require.NoError(t, mover.Close(ctx))
 
-	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(2), 5*time.Second),
+	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(2), resumed),
 		"the source was never frozen: its owner writes it")
 }
 
@@ -384,6 +394,7 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 // back, the owner still owns the partition and writes it without an Own.
 func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startTxnCluster(t, 2, nil)
 	a := tc.open(t, 0xa7, "")
 	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
@@ -456,7 +467,7 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 	release()
 	require.NoError(t, <-first)
 
-	require.NoError(t, putWithin(t, ta, ids[0], acctRow(7, 0), 3*time.Second),
+	require.NoError(t, putAfterResume(t, ta, ids[0], acctRow(7, 0), resumed),
 		"the move rolled back: the partition is still this node's, written on")
 }
 
@@ -536,6 +547,7 @@ func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 // the target.
 func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xb9)
 	tbl, ids := ownTwo(t, ctx, tc, owner)
@@ -552,7 +564,7 @@ func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 	release()
 	require.NoError(t, <-moved)
 	node.SetMoveStepHook(nil)
-	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(4), 3*time.Second))
+	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(4), resumed))
 	require.NoError(t, owner.Close(ctx))
 	got := make([]byte, 64)
 	require.NoError(t, mt.Get(ctx, ids[0], got))
@@ -564,6 +576,7 @@ func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 // write, and it writes the partition on at the target.
 func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xbb)
 	tbl, ids := ownTwo(t, ctx, tc, owner)
@@ -575,15 +588,16 @@ func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
 	got := make([]byte, 64)
 	require.NoError(t, rt.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(6), got, "the acknowledged write was copied")
-	require.NoError(t, putWithin(t, tbl, ids[0], balanceRow(7), 3*time.Second))
+	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(7), resumed))
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
 	require.NoError(t, owner.Close(ctx))
 	require.NoError(t, rt.Get(ctx, ids[0], got))
 	require.Equal(t, balanceRow(7), got)
 }
 
-// Defect (follow.go's refollow, older than the flush request; resumeAfterMove inherits it):
-// a handle follows the map's moves in partition order and stops at the first it cannot
+// Regression test (a defect of follow.go's refollow, older than the flush request, which
+// resumeAfterMove inherited; fixed: refollow goes on past a partition it cannot follow, and
+// the resume needs only its partition's route current, resyncPart): a handle followed the map's moves in partition order and stops at the first it cannot
 // follow, so one partition moved earlier to a storage node that is down now keeps every
 // later partition's route as it was. Should: partition 1, moved between two live storage
 // nodes, is written again once its move is done. Does: its writes stay refused (WriteBack:
@@ -592,6 +606,7 @@ func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
 // the owner does not even own, moved earlier to the third storage node, down now.
 func TestMoveWritesWaitForAnUnrelatedDownStorageNode(t *testing.T) {
 	ctx := testCtx(t)
+	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 3)
 	a, b, c := tc.addrs[0], tc.addrs[1], tc.addrs[2]
 	owner := tc.openWriteBack(t, 0xbc)
@@ -612,6 +627,6 @@ func TestMoveWritesWaitForAnUnrelatedDownStorageNode(t *testing.T) {
 	cancel()
 	require.NoError(t, mt.Move(ctx, 1, a), "partition 1 between the two live storage nodes")
 
-	require.NoError(t, putWithin(t, tbl, id, balanceRow(2), 3*time.Second),
+	require.NoError(t, putAfterResume(t, tbl, id, balanceRow(2), resumed),
 		"partition 1's move is done and both its storage nodes are up: it is written")
 }
