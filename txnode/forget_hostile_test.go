@@ -80,3 +80,33 @@ func TestForgetReopenedByFailedDropTableLosesAckedWrite(t *testing.T) {
 		require.Equal(t, row(2), dst)
 	}
 }
+
+// A Pin in flight across a Forget of its table (its page fetch held at the store while the
+// state is forgotten) fails with ErrTableNotFound ("was dropped": pinEndedLocked tells a
+// forgotten state from a dropped one by nothing), not with ErrForgotten, which Forget's
+// contract gives every call of the forgotten state's handles and which cluster/node counts
+// as a lost grant (its Pin passes any other error to the game as is, the partition still
+// listed as owned). Should: errors.Is(err, ErrForgotten). Does: ErrTableNotFound only.
+func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g, st := grantStore(t, owner)
+	hs := newHeldReadStore(st)
+	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	defer db.Close(ctx)
+	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	insertRow(t, ctx, tb, row(1))
+	require.NoError(t, tb.Forget(ctx))
+	tb = openTable(t, ctx, db, base.PartitionTableName("acct", 0)) // its page not cached
+
+	hs.armed.Store(true)
+	pinned := make(chan error, 1)
+	go func() { pinned <- tb.Pin(ctx) }()
+	recvWithin(t, hs.entered, "the Pin's fetch at the store")
+	require.NoError(t, tb.Forget(ctx))
+	close(hs.release)
+	err = recvWithin(t, pinned, "the Pin")
+	require.Error(t, err)
+	require.ErrorIs(t, err, ErrForgotten, "the Pin of a forgotten state: %v", err)
+}

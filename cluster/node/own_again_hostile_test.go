@@ -92,3 +92,4 @@ func TestScanOfPartitionReleasedByOtherHandleFailsForGood(t *testing.T) {
 	require.NoError(t, t2.Get(ctx, x, dst), "Get reads it")
 	require.EqualValues(t, 7, balanceOf(dst))
 }
+
