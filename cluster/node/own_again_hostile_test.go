@@ -93,3 +93,62 @@ func TestScanOfPartitionReleasedByOtherHandleFailsForGood(t *testing.T) {
 	require.EqualValues(t, 7, balanceOf(dst))
 }
 
+
+// A Release through one handle while another handle of the same Node has the partition
+// OwnMoving (a write of it found the source frozen by a move: to be owned again once the
+// move's switch is followed) gives the grant up (the owner key deleted), but the other
+// handle's follow of the switch then acquires the partition again under a new grant, as
+// if nothing had been released: the Node owns the partition the game released, and
+// another node's Own fails naming it. Release says the grant is the Node's: another handle
+// that owns the partition loses it too (OwnLost).
+// Should: after the move, t1 not own partition 0 (OwnLost) and b own it. Does: t1 owns it
+// again (OwnHeld) under a new owner key, and b's Own is refused naming a.
+func TestReleaseByOtherHandleReownedByMovingHandle(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	b := tc.open(t, 0xb, "game-b:7000")
+	mover := tc.open(t, 0xc, "")
+	t1 := createTable(t, ctx, a, "relmov", 64, 2, 1, tc.addrs)
+	require.NoError(t, t1.Own(ctx, 0))
+	x := insertRow(t, ctx, t1, balanceRow(1))
+	require.EqualValues(t, 0, t1.Partition(x))
+	mt := openTable(t, ctx, mover, "relmov")
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
+	t2 := openTable(t, ctx, a, "relmov")
+	require.NotSame(t, t1, t2)
+	require.NoError(t, t2.Own(ctx, 0))
+
+	frozen, thaw := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFrozen {
+			close(frozen)
+			<-thaw
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	moved := make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
+	select {
+	case <-frozen:
+	case err := <-moved:
+		require.FailNow(t, "the move ended before its freeze", "%v", err)
+	}
+	require.ErrorIs(t, t1.Put(ctx, x, balanceRow(2)), node.ErrNotOwner, "the frozen source refuses the write")
+	require.Equal(t, node.OwnMoving, t1.OwnState(0))
+	require.NoError(t, t2.Release(ctx, 0), "the game gives partition 0 up")
+	_, held, err := tc.c.Owner(ctx, "relmov", 0)
+	require.NoError(t, err)
+	require.False(t, held, "released")
+	close(thaw)
+	require.NoError(t, <-moved)
+
+	tb := openTable(t, ctx, b, "relmov")
+	dst := make([]byte, 64)
+	require.NoError(t, t1.Get(ctx, x, dst)) // t1 follows the switch
+	require.Equal(t, tc.addrs[1], t1.NodeOf(x))
+	h, held, err := tc.c.Owner(ctx, "relmov", 0)
+	require.NoError(t, err)
+	assert.False(t, held, "a re-acquired the partition it released: holder %+v; t1 %v", h, t1.OwnState(0))
+	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
+}
