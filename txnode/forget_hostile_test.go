@@ -110,4 +110,3 @@ func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorIs(t, err, ErrForgotten, "the Pin of a forgotten state: %v", err)
 }
-

@@ -93,7 +93,6 @@ func TestScanOfPartitionReleasedByOtherHandleFailsForGood(t *testing.T) {
 	require.EqualValues(t, 7, balanceOf(dst))
 }
 
-
 // A Release through one handle while another handle of the same Node has the partition
 // OwnMoving (a write of it found the source frozen by a move: to be owned again once the
 // move's switch is followed) gives the grant up (the owner key deleted), but the other
