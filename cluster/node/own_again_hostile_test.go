@@ -151,3 +151,32 @@ func TestReleaseByOtherHandleReownedByMovingHandle(t *testing.T) {
 	assert.False(t, held, "a re-acquired the partition it released: holder %+v; t1 %v", h, t1.OwnState(0))
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
 }
+
+// Own through a handle that still holds the table state another handle of the same Node
+// released (forgotten: txnode.ErrForgotten; the grant given up) is a no-op: own skips every
+// partition whose table is set, without asking whether it still serves, so Own returns nil
+// while the Node owns nothing, and the next write fails with a *NotOwnerError (nobody holds
+// the partition). Should: Own take the partition again (a new grant), and the Put succeed.
+// Does: Own returns nil, nobody holds the partition, and the Put fails with ErrNotOwner.
+func TestOwnAfterReleaseByOtherHandleIsNoOp(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	mover := tc.open(t, 0xc, "")
+	t1 := createTable(t, ctx, a, "ownnoop", 64, 2, 1, tc.addrs)
+	require.NoError(t, t1.Own(ctx, 0))
+	x := insertRow(t, ctx, t1, balanceRow(1))
+	require.EqualValues(t, 0, t1.Partition(x))
+	mt := openTable(t, ctx, mover, "ownnoop")
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
+	t2 := openTable(t, ctx, a, "ownnoop")
+	require.NotSame(t, t1, t2)
+	require.NoError(t, t2.Own(ctx, 0))
+	require.NoError(t, t2.Release(ctx, 0))
+
+	require.NoError(t, t1.Own(ctx, 0), "the game owns partition 0 again through t1")
+	_, held, err := tc.c.Owner(ctx, "ownnoop", 0)
+	require.NoError(t, err)
+	assert.True(t, held, "Own returned nil: the Node holds the partition")
+	require.NoError(t, t1.Put(ctx, x, balanceRow(2)), "a write after Own")
+}
