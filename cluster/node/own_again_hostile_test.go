@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -179,4 +180,92 @@ func TestOwnAfterReleaseByOtherHandleIsNoOp(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, held, "Own returned nil: the Node holds the partition")
 	require.NoError(t, t1.Put(ctx, x, balanceRow(2)), "a write after Own")
+}
+
+// Regression guard (held in this review): a WriteBack Release cut short at every point by
+// its context's deadline either keeps the partition owned and usable (the forget's flush
+// did not finish: nothing forgotten), or releases it here (its owner key kept when etcd's
+// release did not finish: Own takes it again under it); either way every acknowledged
+// write is read by the next owner.
+func TestReleaseCutShortKeepsEveryAckedWrite(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.openWriteBack(t, 0xa)
+	b := tc.openWriteBack(t, 0xb)
+	ta := createTable(t, ctx, a, "reldl", 64, 1, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "reldl")
+	require.NoError(t, ta.Own(ctx, 0))
+	x := insertRow(t, ctx, ta, balanceRow(1))
+	v := uint64(1)
+	dst := make([]byte, 64)
+	for i := range 40 {
+		v++
+		require.NoError(t, ta.Put(ctx, x, balanceRow(v)))
+		rctx, cancel := context.WithTimeout(ctx, time.Duration(i*50)*time.Microsecond)
+		err := ta.Release(rctx, 0)
+		cancel()
+		if err != nil && ta.OwnState(0) == node.OwnReleased {
+			require.NoError(t, ta.Own(ctx, 0), "i=%d: a owns again under its kept key", i)
+			require.NoError(t, ta.Get(ctx, x, dst))
+			require.Equal(t, v, balanceOf(dst), "i=%d", i)
+			require.NoError(t, ta.Release(ctx, 0))
+		} else if err != nil {
+			require.Equal(t, node.OwnHeld, ta.OwnState(0), "i=%d %v", i, err)
+			require.NoError(t, ta.Get(ctx, x, dst), "i=%d after %v", i, err)
+			require.Equal(t, v, balanceOf(dst))
+			v++
+			require.NoError(t, ta.Put(ctx, x, balanceRow(v)), "i=%d after %v", i, err)
+			require.NoError(t, ta.Release(ctx, 0))
+		}
+		require.NoError(t, tb.Own(ctx, 0), "i=%d", i)
+		require.NoError(t, tb.Get(ctx, x, dst))
+		require.Equal(t, v, balanceOf(dst), "i=%d", i)
+		require.NoError(t, tb.Release(ctx, 0))
+		require.NoError(t, ta.Own(ctx, 0))
+	}
+}
+
+// Regression guard (held in this review): writes of a WriteBack owner running while its
+// Release forgets the partition are either acknowledged and then read by the next owner,
+// or refused: the last acknowledged one is what b reads, in every round.
+func TestReleaseDuringWritesKeepsAckedWrites(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 1)
+	a := tc.openWriteBack(t, 0xa)
+	b := tc.openWriteBack(t, 0xb)
+	ta := createTable(t, ctx, a, "relw", 64, 1, 1, tc.addrs)
+	tb := openTable(t, ctx, b, "relw")
+	require.NoError(t, ta.Own(ctx, 0))
+	x := insertRow(t, ctx, ta, balanceRow(0))
+	dst := make([]byte, 64)
+	var v uint64
+	for round := range 8 {
+		acked := make(chan uint64, 1)
+		started := make(chan struct{})
+		go func() {
+			last := v
+			for n := v + 1; ; n++ {
+				if err := ta.Put(ctx, x, balanceRow(n)); err != nil {
+					acked <- last
+					return
+				}
+				last = n
+				if n == v+3 {
+					close(started)
+				}
+			}
+		}()
+		select {
+		case <-started:
+		case last := <-acked:
+			require.FailNow(t, "a's writes failed before its Release", "round %d, last %d", round, last)
+		}
+		require.NoError(t, ta.Release(ctx, 0))
+		v = <-acked
+		require.NoError(t, tb.Own(ctx, 0), "round %d", round)
+		require.NoError(t, tb.Get(ctx, x, dst))
+		require.Equal(t, v, balanceOf(dst), "round %d: the last write a acknowledged", round)
+		require.NoError(t, tb.Release(ctx, 0))
+		require.NoError(t, ta.Own(ctx, 0))
+	}
 }
