@@ -269,3 +269,60 @@ func TestReleaseDuringWritesKeepsAckedWrites(t *testing.T) {
 		require.NoError(t, ta.Own(ctx, 0))
 	}
 }
+
+// Regression guard (held in this review): a Release of a partition with a two-phase commit
+// prepared on it (docs/cluster.md, "Owning again, the edges": not waited for), at the
+// coordinator's steps once both parts are prepared (before their validation), after the
+// validation, and after the decision: the transaction commits or
+// aborts as a whole, and the next owner (whose registration waits for the part to be
+// settled) reads its outcome.
+func TestReleaseDuringTwoPhaseCommitNextOwnerReadsOutcome(t *testing.T) {
+	for _, at := range []string{"prepared", "prepared-all", "decided"} {
+		t.Run(at, func(t *testing.T) {
+			ctx := testCtx(t)
+			tc := startCluster(t, 2)
+			a := tc.open(t, 0xa, "game-a:7000")
+			b := tc.open(t, 0xb, "game-b:7000")
+			ta := createTable(t, ctx, a, "rel2pc", 64, 2, 1, tc.addrs)
+			tb := openTable(t, ctx, b, "rel2pc")
+			require.NoError(t, ta.Own(ctx, 0, 1))
+			ids := map[uint32]uint64{}
+			for len(ids) < 2 {
+				id := insertRow(t, ctx, ta, balanceRow(1))
+				ids[ta.Partition(id)] = id
+			}
+			x, y := ids[0], ids[1]
+			require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
+			fired := false
+			var relErr error
+			defer node.SetCoordHook(func(step string, i int) {
+				if step != at || fired || step == "prepared" && i != 2 {
+					return
+				}
+				fired = true
+				relErr = ta.Release(ctx, 0)
+			})()
+			uerr := a.Update(ctx, func(tx *node.Tx) error {
+				if err := tx.Put(ta, x, balanceRow(2)); err != nil {
+					return err
+				}
+				return tx.Put(ta, y, balanceRow(2))
+			})
+			require.True(t, fired, "a two-phase commit")
+			require.NoError(t, relErr)
+			require.NoError(t, tb.Own(ctx, 0))
+			dst := make([]byte, 64)
+			require.NoError(t, tb.Get(ctx, x, dst))
+			got := balanceOf(dst)
+			require.NoError(t, ta.Get(ctx, y, dst))
+			if uerr == nil {
+				require.EqualValues(t, 2, got, "committed: x's new value")
+				require.EqualValues(t, 2, balanceOf(dst))
+			} else {
+				require.EqualValues(t, 1, got, "not committed (%v): x's old value", uerr)
+				require.EqualValues(t, 1, balanceOf(dst))
+			}
+			t.Logf("%s: update %v", at, uerr)
+		})
+	}
+}
