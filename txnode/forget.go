@@ -13,8 +13,8 @@ import (
 // or loses its grant, so that it can own the partition again later (cluster/node).
 //
 // Invariants:
-//   - nothing acknowledged is lost: the table is closed to commits first (closeTable, as
-//     DropTable does), then every commit admitted before is made durable (pipeline.flush:
+//   - nothing acknowledged is lost: the table is closed to commits first (forgotten, with
+//     closeTable's barrier, as DropTable closes it), then every commit admitted before is made durable (pipeline.flush:
 //     WriteBack flushes an epoch), and only then is the state forgotten; a flush that fails,
 //     or a ctx that ends before the state is forgotten, reopens the table as it was;
 //   - a forgotten state never serves again: forgotten is set before the table is closed to
@@ -103,17 +103,16 @@ func (db *DB) forget(ctx context.Context, t *tableState) error {
 	if t.dropped.Load() {
 		return nil
 	}
-	// forgotten first: the commits refused from here fail with ErrForgotten (droppingErr),
-	// while reads are served until dropped is set.
-	t.forgotten.Store(true)
-	db.pipe.closeTable(t, true)
+	// forgotten closes the table to commits (droppingErr: ErrForgotten) with closeTable's
+	// barrier, a flag of its own: a DropTable that fails reopens what it closed (dropping),
+	// never this close. Reads are served until dropped is set.
+	db.pipe.closeWrites(&t.forgotten, true)
 	err := db.pipe.flush(ctx)
 	if err == nil {
 		err = ctx.Err() // ended during the flush: the caller's next step would fail; kept
 	}
 	if err != nil {
-		t.forgotten.Store(false)
-		db.pipe.closeTable(t, false)
+		db.pipe.closeWrites(&t.forgotten, false)
 		return fmt.Errorf("txnode: forget table %q: its commits are not durable yet: %w (not forgotten)", t.name, err)
 	}
 	db.mu.Lock()

@@ -301,6 +301,9 @@ func (c *pageCache) pinEndedLocked(st *tableState, p *tablePin) error {
 	if c.tp.byTable[st.id] == p {
 		return nil
 	}
+	if st.forgotten.Load() {
+		return st.forgottenErr()
+	}
 	if st.dropped.Load() {
 		return fmt.Errorf("%w: %q was dropped", ErrTableNotFound, st.name)
 	}

@@ -265,10 +265,10 @@ func droppingErr(tx *Tx) error {
 	var last *tableState
 	for i := range tx.writes {
 		if t := tx.writes[i].t; t != last {
+			if t.forgotten.Load() {
+				return t.forgottenErr()
+			}
 			if t.dropping.Load() {
-				if t.forgotten.Load() {
-					return t.forgottenErr()
-				}
 				return fmt.Errorf("%w: %q is being dropped", ErrTableNotFound, t.name)
 			}
 			if t.held.Load() {

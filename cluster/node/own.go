@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/weftdb/weft/cluster"
+	"github.com/weftdb/weft/txnode"
 )
 
 // Ownership of a partition, as a Table knows it (OwnState): the owned table (part.tb), and
@@ -168,6 +170,13 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		// storage node under the grant after it. A ctx that ends during the flush forgets
 		// nothing (the grant's release would fail): kept.
 		err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true))
+		if errors.Is(err, txnode.ErrClosed) || errors.Is(err, txnode.ErrFailStop) {
+			// Its transaction node is dead (closed by a heal, or failed for good): nothing
+			// of it can be flushed any more (Durable: its acknowledged commits are in the
+			// storage node's WAL; WriteBack: lost with it, as in a crash, and logged by the
+			// heal), and its successor never had the partition. The grant goes.
+			err = nil
+		}
 		if err != nil {
 			pt.released.Store(false)
 			pt.rejoin.Store(rejoin)
@@ -175,6 +184,13 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 				t.setOwned(p)
 			}
 			return fmt.Errorf("node: release table %q partition %d: its commits are not durable yet: %w (still owned)", t.m.Name, p, err)
+		}
+	}
+	// The grant is the Node's: another handle of the table that was to own the partition
+	// again at a move's switch (rejoin) does not (its follow would take a new grant).
+	for _, h := range t.n.liveHandles(t.m.Name) {
+		if h != t && h.m.Created == t.m.Created && int(p) < len(h.parts) {
+			h.parts[p].rejoin.Store(false)
 		}
 	}
 	if o := t.n.sess.Held(t.m.Name, p); o != nil {

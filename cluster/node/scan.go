@@ -5,6 +5,7 @@ import (
 	"iter"
 
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // A cluster table is a txnode.RowTable: txnode.TypedOf gives it the typed API of a plain
@@ -62,7 +63,18 @@ func (t *Table) Scan(ctx context.Context, lo, hi uint64) iter.Seq2[txnode.Row, e
 				return
 			}
 			h := &heads[p]
-			if tb := pt.tb.Load(); tb != nil {
+			tb := pt.tb.Load()
+			if tb != nil {
+				if serr := txncoord.Serving(tb); t.gone(uint32(p), serr) {
+					// Its grant ended (another handle released it, a fence): not owned
+					// any more, read from its storage node, as Get does.
+					if !t.moving(ctx, uint32(p), serr) {
+						t.drop(uint32(p))
+					}
+					tb = nil
+				}
+			}
+			if tb != nil {
 				h.next, h.stop = iter.Pull2(tb.Scan(ctx, lo, hi))
 				h.addr = pt.addr()
 			} else {

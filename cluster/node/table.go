@@ -133,6 +133,11 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		if p >= uint32(len(t.parts)) {
 			return fmt.Errorf("node: %w: table %q has no partition %d", cluster.ErrInvalid, t.m.Name, p)
 		}
+		if tb := t.parts[p].tb.Load(); tb != nil && errors.Is(txncoord.Serving(tb), txnode.ErrForgotten) {
+			// Released through another handle of this Node (its table forgotten, the
+			// grant given up): not owned here any more; owned afresh below.
+			t.drop(p)
+		}
 		if t.parts[p].tb.Load() == nil && !slices.Contains(need, p) {
 			need = append(need, p)
 		}
