@@ -326,3 +326,45 @@ func TestReleaseDuringTwoPhaseCommitNextOwnerReadsOutcome(t *testing.T) {
 		})
 	}
 }
+
+// A heal of a storage node's transaction node (heal.go: reown) re-acquires a partition
+// another handle of the same Node released: reown registers again every partition a live
+// handle still holds a table of, and the first handle still holds the table state the
+// Release forgot (it has not used it since), so reown takes a new grant (the session no
+// longer holds one) and the Node owns the partition the game gave up.
+// Should: after the heal nobody hold partition 0, and b own it. Does: a holds it again (a
+// new owner key), and b's Own is refused naming a.
+func TestHealReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	b := tc.open(t, 0xb, "game-b:7000")
+	mover := tc.open(t, 0xc, "")
+	t1 := createTable(t, ctx, a, "healrel", 64, 2, 1, tc.addrs)
+	require.NoError(t, t1.Own(ctx, 0))
+	x := insertRow(t, ctx, t1, balanceRow(1))
+	require.EqualValues(t, 0, t1.Partition(x))
+	mt := openTable(t, ctx, mover, "healrel")
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
+	t2 := openTable(t, ctx, a, "healrel")
+	require.NotSame(t, t1, t2)
+	require.NoError(t, t2.Own(ctx, 0))
+	require.NoError(t, t2.Release(ctx, 0), "the game gives partition 0 up")
+	_, held, err := tc.c.Owner(ctx, "healrel", 0)
+	require.NoError(t, err)
+	require.False(t, held)
+
+	require.NoError(t, node.DieDB(ctx, a, tc.addrs[0]))
+	dst := make([]byte, 64)
+	for try := 0; try < 3; try++ { // the first read finds the dead transaction node, a later one heals it
+		if err = t2.Get(ctx, x, dst); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err, "reads work again once healed")
+	h, held, err := tc.c.Owner(ctx, "healrel", 0)
+	require.NoError(t, err)
+	assert.False(t, held, "the heal re-acquired the released partition: holder %+v, t1 %v", h, t1.OwnState(0))
+	tb := openTable(t, ctx, b, "healrel")
+	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
+}
