@@ -368,3 +368,36 @@ func TestHealReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
 	tb := openTable(t, ctx, b, "healrel")
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
 }
+
+// A move's follow (follow.go: movedOn) re-acquires, at the target, a partition another
+// handle of the same Node released: the first handle still holds the table state the
+// Release forgot (unused since), movedOn takes it for an owned partition and registers the
+// session's grant at the target, a new one since the session holds none, so the Node owns
+// the partition the game gave up. (TestReleaseByOtherHandleReownedByMovingHandle is the
+// same through a handle that found the move first, OwnMoving.)
+// Should: after the move nobody hold partition 0. Does: a holds it again.
+func TestFollowReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	mover := tc.open(t, 0xc, "")
+	t1 := createTable(t, ctx, a, "followrel", 64, 2, 1, tc.addrs)
+	require.NoError(t, t1.Own(ctx, 0))
+	x := insertRow(t, ctx, t1, balanceRow(1))
+	require.EqualValues(t, 0, t1.Partition(x))
+	mt := openTable(t, ctx, mover, "followrel")
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
+	t2 := openTable(t, ctx, a, "followrel")
+	require.NotSame(t, t1, t2)
+	require.NoError(t, t2.Own(ctx, 0))
+	require.NoError(t, t2.Release(ctx, 0), "the game gives partition 0 up")
+
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+	require.NoError(t, node.SyncMap(ctx, a))
+	dst := make([]byte, 64)
+	require.NoError(t, t1.Get(ctx, x, dst)) // t1 follows the switch
+	require.Equal(t, tc.addrs[1], t1.NodeOf(x))
+	h, held, err := tc.c.Owner(ctx, "followrel", 0)
+	require.NoError(t, err)
+	require.False(t, held, "the follow re-acquired the released partition: holder %+v, t1 %v", h, t1.OwnState(0))
+}
