@@ -401,3 +401,35 @@ func TestFollowReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, held, "the follow re-acquired the released partition: holder %+v, t1 %v", h, t1.OwnState(0))
 }
+
+// Regression guard (held in this review): a handle that did nothing while its partition
+// moved away and back reads, after the move back, what another handle of the same Node
+// wrote at the other storage node meanwhile, not the rows it cached before the first move
+// (its table state on the first storage node is forgotten: another table id there now).
+func TestIdleHandleAfterMoveAwayAndBackReadsOtherHandlesWrite(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	a := tc.open(t, 0xa, "game-a:7000")
+	mover := tc.open(t, 0xc, "")
+	t1 := createTable(t, ctx, a, "idleback", 64, 2, 1, tc.addrs)
+	require.NoError(t, t1.Own(ctx, 0))
+	x := insertRow(t, ctx, t1, balanceRow(1))
+	require.EqualValues(t, 0, t1.Partition(x))
+	dst := make([]byte, 64)
+	require.NoError(t, t1.Get(ctx, x, dst)) // cached at the first storage node
+	mt := openTable(t, ctx, mover, "idleback")
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+	t2 := openTable(t, ctx, a, "idleback")
+	require.NotSame(t, t1, t2)
+	require.NoError(t, t2.Own(ctx, 0))
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = t2.Put(ctx, x, balanceRow(2)); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[0]))
+	require.NoError(t, t1.Get(ctx, x, dst)) // whatever the node's map watcher has seen yet
+	require.EqualValues(t, 2, balanceOf(dst), "t2's write at the other storage node")
+}
