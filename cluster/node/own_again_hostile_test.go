@@ -18,13 +18,15 @@ import (
 // is named after the defect it shows and fails while the defect stands.
 
 // Release on a storage node whose transaction node died never succeeds: every other
-// operation heals the transaction node first (Table.heal, Node.db), Release does not: it
-// forgets the table on the dead transaction node, whose Forget fails (ErrClosed), so the
-// partition stays "still owned" and its etcd grant held, and a retry fails the same way,
-// for ever, while another node cannot own it until this node's session ends.
-// Should: Release heal (as Own does) or give the grant up (nothing of a dead transaction
-// node is to flush: Durable, its acknowledged commits are on the storage node's WAL), and b
-// own the partition. Does: both Releases fail ("still owned"), and b's Own is refused.
+// operation heals the transaction node first (Table.heal, Node.db: the next use replaces a
+// dead one), Release does not. It forgets the table on the dead transaction node, whose
+// Forget fails (ErrClosed), so the partition stays "still owned" (as Release's doc says of a
+// failed transaction node) and its etcd grant held, but a retry fails the same way, for
+// ever: another node cannot own the partition until this node's session ends, unless the
+// game happens to read or write it meanwhile (which heals).
+// Should: a retried Release succeed (healed, as Own heals; Durable: the dead node's
+// acknowledged commits are on the storage node's WAL), and b own the partition. Does: every
+// Release fails ("still owned"), and b's Own is refused naming a.
 func TestReleaseOnDeadTransactionNodeNeverReleases(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
@@ -37,10 +39,16 @@ func TestReleaseOnDeadTransactionNodeNeverReleases(t *testing.T) {
 	require.NoError(t, ta.Put(ctx, x, balanceRow(2)))
 
 	require.NoError(t, node.DieDB(ctx, a, ta.NodeOf(x)))
-	err1 := ta.Release(ctx, 0)
-	err2 := ta.Release(ctx, 0)
-	assert.NoError(t, err1, "Release after the partition's transaction node died")
-	require.NoError(t, err2, "Release again")
+	if err := ta.Release(ctx, 0); err != nil { // documented: the transaction node failed
+		t.Logf("the first Release: %v", err)
+		require.Equal(t, node.OwnHeld, ta.OwnState(0))
+	}
+	for try := 0; ta.OwnState(0) == node.OwnHeld; try++ {
+		err := ta.Release(ctx, 0)
+		if try == 2 {
+			require.NoError(t, err, "Release retried after the transaction node died")
+		}
+	}
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, x, dst))
