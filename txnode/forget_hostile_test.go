@@ -110,3 +110,37 @@ func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorIs(t, err, ErrForgotten, "the Pin of a forgotten state: %v", err)
 }
+
+// The other way round: a Forget that fails (its ctx ends during its flush) while a DropTable
+// of the same table flushes reopens the table to commits under the drop, so a commit
+// admitted then is acknowledged (WriteBack) although DropTable closed the table to commits
+// ("they fail with ErrTableNotFound") and drops it with its unwritten frame.
+// Should: the Put fail with ErrTableNotFound. Does: it is acknowledged.
+func TestFailedForgetReopensTableBeingDropped(t *testing.T) {
+	ctx := context.Background()
+	const owner = 0x42
+	g, st := grantStore(t, owner)
+	gs := newForgetGateStore(st)
+	db := openDB(t, ctx, Options{Store: gs, OwnerID: owner, Grants: g, Durability: WriteBack, FlushInterval: time.Hour})
+	defer db.Close(ctx)
+	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	name := base.PartitionTableName("acct", 0)
+	x := insertRow(t, ctx, tb, row(1))
+	require.NoError(t, db.Flush(ctx))
+	require.NoError(t, tb.Put(ctx, x, row(2)))
+
+	gs.armed.Store(true)
+	dropped := make(chan error, 1)
+	go func() { dropped <- db.DropTable(ctx, name) }()
+	recvWithin(t, gs.entered, "the drop's flush at the store")
+	// The flusher waits in the store: the forget's flush cannot even cut, and gives up
+	// when its ctx ends.
+	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	require.Error(t, tb.Forget(fctx), "a Forget whose flush cannot finish")
+	cancel()
+	perr := tb.Put(ctx, x, row(3))
+	close(gs.gate)
+	require.NoError(t, recvWithin(t, dropped, "the drop"))
+	require.ErrorIs(t, perr, ErrTableNotFound, "a write of a table being dropped")
+}
