@@ -55,5 +55,6 @@ func init() {
 		ResumeWrites: (*Table).resumeWrites,
 		WritesHeld:   (*Table).writesHeld,
 		FlushHeld:    (*Table).flushHeld,
+		Opened:       (*DB).opened,
 	})
 }

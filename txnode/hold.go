@@ -19,6 +19,17 @@ func (t *Table) holdWrites() { t.db.pipe.closeWrites(&t.t.held, true) }
 // resumeWrites ends holdWrites. Idempotent.
 func (t *Table) resumeWrites() { t.db.pipe.closeWrites(&t.t.held, false) }
 
+// opened returns the table name as this node has it open (nil when it has not): no store
+// call, no grant taken.
+func (db *DB) opened(name string) *Table {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if t := db.tables[name]; t != nil {
+		return &Table{db: db, t: t}
+	}
+	return nil
+}
+
 // writesHeld reports whether t's writes are held.
 func (t *Table) writesHeld() bool { return t.t.held.Load() }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
@@ -79,15 +80,19 @@ func (n *Node) moveFlushLaterLocked(fn func()) {
 	}()
 }
 
-// heldPart is one live handle's table of a partition.
+// heldPart is one live handle's table of a partition (t nil: the table as the transaction
+// node of the partition's storage node has it open, whatever handle owns it).
 type heldPart struct {
 	t  *Table
 	tb *txnode.Table
 }
 
 // moveFlushTables returns the partition's txnode table in every live handle of k's table
-// (a handle opened after a move is another Table; an older one may still own partitions).
-// An Own still in progress is not among them: it holds its table itself (holdIfMoving).
+// (a handle opened after a move is another Table; an older one may still own partitions),
+// and as the transaction node of the storage node the map places it on has it open: a
+// handle the game let go (collected: the Node's list of handles is weak) leaves the table
+// open there, its acknowledged writes in the cache. An Own still in progress is not among
+// them: it holds its table itself (holdIfMoving).
 func (n *Node) moveFlushTables(k moveFlushKey) []heldPart {
 	var out []heldPart
 	for _, t := range n.liveHandles(k.table) {
@@ -97,7 +102,22 @@ func (n *Node) moveFlushTables(k moveFlushKey) []heldPart {
 			}
 		}
 	}
+	if db, name := n.partitionDB(k); db != nil {
+		if tb := txncoord.Opened(db, name); tb != nil {
+			out = append(out, heldPart{nil, tb})
+		}
+	}
 	return out
+}
+
+// partitionDB returns the transaction node of the storage node the Node's map places
+// partition k on, and the partition's table name there (nil when none is dialled).
+func (n *Node) partitionDB(k moveFlushKey) (*txnode.DB, string) {
+	tm, err := n.w.Map().Table(k.table)
+	if err != nil || int(k.part) >= len(tm.Nodes) {
+		return nil, ""
+	}
+	return n.current(tm.Nodes[k.part]), base.PartitionTableName(k.table, k.part)
 }
 
 // liveHandles returns the live Table handles of the named table.
@@ -134,7 +154,7 @@ func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
 		return // ended or asked again meanwhile: that one answers
 	}
 	for _, h := range held {
-		if h.t.parts[k.part].tb.Load() != h.tb {
+		if h.t != nil && h.t.parts[k.part].tb.Load() != h.tb {
 			return // another table set meanwhile: its setter's flush answers (holdIfMoving)
 		}
 	}
@@ -209,6 +229,8 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 		return // asked again: that request's end resumes it
 	}
 	for _, h := range n.moveFlushTables(k) {
+		// (The transaction node's table, h.t nil, is of the storage node the synced map
+		// places the partition on: its source after a rollback, its target after a switch.)
 		if txncoord.WritesHeld(h.tb) {
 			txncoord.ResumeWrites(h.tb)
 		}

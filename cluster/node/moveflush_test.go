@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -228,6 +229,43 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 	require.Equal(t, acctRow(5, 0), got, "the write beside the moved partition is kept")
 	require.NoError(t, mt.Get(ctx, ids[0], got))
 	require.Equal(t, acctRow(initial-10, 0), got, "the transaction's rows were copied")
+}
+
+// A move keeps the acknowledged writes of a partition whose owning handle the game let go:
+// the Node's list of handles is weak, so a collected handle is not among them, but the
+// partition's table stays open in its storage node's transaction node, its writes in the
+// cache; the owner's side flushes that table too (moveFlushTables). Found when a hostile
+// review's test failed in a long run only (the GC had taken the handle): the request went
+// unanswered and the move was refused after 10 s.
+func TestMoveKeepsWritesOfACollectedHandle(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startCluster(t, 2)
+	owner := tc.openWriteBack(t, 0xa6)
+	id := func() uint64 {
+		tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
+		require.NoError(t, err)
+		require.NoError(t, tbl.Own(ctx, 0))
+		id, err := tbl.Insert(ctx, balanceRow(1))
+		require.NoError(t, err)
+		require.NoError(t, tbl.Put(ctx, id, balanceRow(9)), "acknowledged, in the owner's cache only")
+		return id
+	}()
+	_, err := owner.OpenTable(ctx, "wb") // the Node's latest handle is another (the first weak only)...
+	require.NoError(t, err)
+	mover := tc.open(t, 0xd, "")
+	mt, err := mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0]), "a move of the other partition changes the map")
+	_, err = owner.OpenTable(ctx, "wb") // ... and this one replaces it: the first is collectable
+	require.NoError(t, err)
+	runtime.GC()
+	runtime.GC()
+	mt, err = mover.OpenTable(ctx, "wb")
+	require.NoError(t, err)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the owner flushed: the move goes through")
+	got := make([]byte, 64)
+	require.NoError(t, mt.Get(ctx, id, got))
+	require.Equal(t, balanceRow(9), got, "the acknowledged write was copied")
 }
 
 // hearMoveFlush returns a channel that hears each time the owner's side of a move's flush

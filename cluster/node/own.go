@@ -186,11 +186,15 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 			return fmt.Errorf("node: release table %q partition %d: its commits are not durable yet: %w (still owned)", t.m.Name, p, err)
 		}
 	}
-	// The grant is the Node's: another handle of the table that was to own the partition
-	// again at a move's switch (rejoin) does not (its follow would take a new grant).
+	// The grant is the Node's: every other handle of the table loses the partition too
+	// (OwnLost), the table it holds (forgotten) and its rejoin at a move's switch alike, or
+	// its follow or a heal would take the grant again.
 	for _, h := range t.n.liveHandles(t.m.Name) {
 		if h != t && h.m.Created == t.m.Created && int(p) < len(h.parts) {
 			h.parts[p].rejoin.Store(false)
+			if h.parts[p].tb.Load() != nil {
+				h.drop(p)
+			}
 		}
 	}
 	if o := t.n.sess.Held(t.m.Name, p); o != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// Hostile review of owning a partition again (Table.Release, txnode.Table.Forget). Each test
-// is named after the defect it shows and fails while the defect stands.
+// Hostile review of owning a partition again (Table.Release, txnode.Table.Forget): each test
+// is named after the defect it showed, fixed since (or after the attack that held).
 
 // Release on a storage node whose transaction node died never succeeds: every other
 // operation heals the transaction node first (Table.heal, Node.db: the next use replaces a

@@ -88,6 +88,11 @@ func WaitReads(tx *txnode.Tx) error { return fn.WaitReads(tx) }
 // grant check; no allocation on success.
 func Serving(t *txnode.Table) error { return fn.Serving(t) }
 
+// Opened returns db's table name if the node has it open, nil if not (no store call, no
+// grant taken): a move's flush finds there the table of a partition the Node owns through
+// a handle the game let go.
+func Opened(db *txnode.DB, name string) *txnode.Table { return fn.Opened(db, name) }
+
 // Held writes: what a partition move asks of a WriteBack owner before it freezes the source
 // (docs/cluster.md, "Writes during a move"). HoldWrites refuses every commit and prepare that
 // writes the table from its return on (txnode.ErrMoved: never acknowledged, so retried by the

@@ -87,6 +87,7 @@ type Funcs[DB, Table, Tx, Row any] struct {
 	ResumeWrites func(t *Table)
 	WritesHeld   func(t *Table) bool
 	FlushHeld    func(t *Table, ctx context.Context) error
+	Opened       func(db *DB, name string) *Table
 }
 
 var funcs any
