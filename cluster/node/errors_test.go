@@ -23,8 +23,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	// Partition 2 on the third storage node puts it in the map (its peers take it as a
 	// primary at once), partitions 0 and 1 on the first two.
-	ta, err := a.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 3, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	x, err := ta.Insert(ctx, acctRow(initial, 0))
 	require.NoError(t, err)
@@ -36,8 +35,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	require.NotEqual(t, tc.addrs[2], ta.NodeOf(y))
 
 	mover := tc.open(t, 0xb, "")
-	mt, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mt := openTable(t, ctx, mover, "acct")
 	frozen, release := make(chan struct{}), make(chan struct{})
 	node.SetMoveStepHook(func(step string) {
 		if step == node.MoveStepFrozen {

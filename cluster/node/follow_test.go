@@ -153,8 +153,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
 	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
-	r, err := tc.open(t, 0x3, "").OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	r := openTable(t, ctx, tc.open(t, 0x3, ""), "acct")
 	row := make([]byte, 64)
 	for p, id := range ids {
 		require.NoError(t, r.Get(ctx, id, row))

@@ -13,6 +13,7 @@ import (
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/internal/testkit"
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -159,3 +160,75 @@ func parts(n, parity int) []uint32 {
 
 // raceOn is testkit.RaceOn, under the name move_kill_unix_test.go uses.
 const raceOn = testkit.RaceOn
+
+// ownFirstRow owns partition 0 of tbl and inserts a row of balance 1 there, failing the
+// test unless the row lands in partition 0; it returns the row's id.
+func ownFirstRow(t *testing.T, ctx context.Context, tbl *node.Table) uint64 {
+	t.Helper()
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+	return id
+}
+
+// holder reads the holder of partition part of table from etcd, and whether it is held.
+func (tc *testCluster) holder(t *testing.T, ctx context.Context, table string, part uint32) (cluster.Holder, bool) {
+	t.Helper()
+	h, held, err := tc.c.Owner(ctx, table, part)
+	require.NoError(t, err)
+	return h, held
+}
+
+// placed reads etcd's map: the storage node partition part of table is placed on.
+func (tc *testCluster) placed(t *testing.T, ctx context.Context, table string, part int) string {
+	t.Helper()
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	return m.Tables[table].Nodes[part]
+}
+
+// moveRecorded reports whether etcd holds a move record of partition part of table.
+func (tc *testCluster) moveRecorded(t *testing.T, ctx context.Context, table string, part uint32) bool {
+	t.Helper()
+	_, recorded, err := tc.c.ReadMove(ctx, table, part)
+	require.NoError(t, err)
+	return recorded
+}
+
+// dialPartition dials the storage node at addr with the operators' secret as owner owner and
+// opens its table name (a partition's), closing the client when the test ends; it returns
+// the client and the table's id there.
+func dialPartition(t *testing.T, ctx context.Context, addr string, owner uint64, name string) (*sgio.Client, uint32) {
+	t.Helper()
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: operatorSecret, OwnerID: owner})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
+	return cl, ti.Table
+}
+
+// moveState asks cl's storage node for the move state of its table table.
+func moveState(t *testing.T, ctx context.Context, cl *sgio.Client, table uint32) storenode.MoveState {
+	t.Helper()
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: table})
+	require.NoError(t, err)
+	return storenode.MoveState(st.State)
+}
+
+// onMoveStepOnce sets the move step hook to run f at the first step step of any move,
+// clearing the hook when the test ends; called reports whether f ran.
+func onMoveStepOnce(t *testing.T, step string, f func()) (called func() bool) {
+	t.Helper()
+	hooked := false
+	node.SetMoveStepHook(func(s string) {
+		if s != step || hooked {
+			return
+		}
+		hooked = true
+		f()
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	return func() bool { return hooked }
+}

@@ -41,8 +41,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 
-	before, held, err := tc.c.Owner(ctx, "race", 0)
-	require.NoError(t, err)
+	before, held := tc.holder(t, ctx, "race", 0)
 	require.True(t, held)
 	// From now on the owner's session hears nothing of its owner keys.
 	hold.Store(true)
@@ -87,8 +86,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	require.NoError(t, perr)
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
 	require.Equal(t, []uint32{0}, tbl.Owned())
-	r, err := tc.open(t, 0x3, "").OpenTable(ctx, "race")
-	require.NoError(t, err)
+	r := openTable(t, ctx, tc.open(t, 0x3, ""), "race")
 	row := make([]byte, 64)
 	require.NoError(t, r.Get(ctx, id, row))
 	require.EqualValues(t, 2, balanceOf(row))

@@ -54,8 +54,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.NoError(t, keepCommit(ctx, src, ti.Table, owner, epoch, gr.LastSeq+1, id, 7))
 
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	h, held, err := tc.c.Owner(ctx, "keep", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "keep", 0)
 	require.True(t, held, "the switch keeps the owner key")
 	require.Equal(t, epoch, h.Epoch, "the same grant")
 	require.NoError(t, g.Check(), "the owner's grant still vouches")
@@ -95,8 +94,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	// writes; the old owner's late commit at the target is fenced.
 	require.NoError(t, sess.Close(ctx))
 	require.NoError(t, ttbl.Own(ctx, 0))
-	h, held, err = tc.c.Owner(ctx, "keep", 0)
-	require.NoError(t, err)
+	h, held = tc.holder(t, ctx, "keep", 0)
 	require.True(t, held)
 	require.EqualValues(t, 0x3, h.Owner)
 	require.Greater(t, h.Epoch, epoch)
@@ -150,8 +148,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	require.NoError(t, tbl.Own(ctx, 0))
 	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
-	before, held, err := tc.c.Owner(ctx, "own2", 0)
-	require.NoError(t, err)
+	before, held := tc.holder(t, ctx, "own2", 0)
 	require.True(t, held)
 	mtbl := openTable(t, ctx, mover, "own2")
 
@@ -159,8 +156,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	tbl2 := openTable(t, ctx, owner, "own2")
 	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
 	require.ErrorIs(t, tbl2.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
-	h, held, err := tc.c.Owner(ctx, "own2", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "own2", 0)
 	require.True(t, held, "the refused Own kept the grant")
 	require.Equal(t, before, h)
 	release()
@@ -173,8 +169,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 		}
 	}
 	require.NoError(t, perr, "the first handle writes on under the kept grant")
-	h, held, err = tc.c.Owner(ctx, "own2", 0)
-	require.NoError(t, err)
+	h, held = tc.holder(t, ctx, "own2", 0)
 	require.True(t, held)
 	require.Equal(t, before, h)
 }
@@ -193,8 +188,7 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	a := tc.open(t, 0x1, "")
 	atbl := openTable(t, ctx, a, "own3")
 	require.ErrorIs(t, atbl.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
-	_, held, err := tc.c.Owner(ctx, "own3", 0)
-	require.NoError(t, err)
+	_, held := tc.holder(t, ctx, "own3", 0)
 	require.False(t, held, "the refused Own released the grant nothing uses")
 	release()
 	require.NoError(t, <-moved)
@@ -233,9 +227,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	defer node.SetMoveStepHook(nil)
 	require.Error(t, mtbl.Move(mctx, 0, tc.addrs[1]), "cut short after the activation")
 	node.SetMoveStepHook(nil)
-	_, recorded, err := tc.c.ReadMove(ctx, "res", 0)
-	require.NoError(t, err)
-	require.True(t, recorded, "the move is not done")
+	require.True(t, tc.moveRecorded(t, ctx, "res", 0), "the move is not done")
 
 	require.NoError(t, g.Release(ctx))
 	rec, _, err := tc.c.ReadMove(ctx, "res", 0)
@@ -244,9 +236,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, floor, g.Epoch(), "the floor read now is above the one the copy took")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]), "the resumed move completes")
-	_, recorded, err = tc.c.ReadMove(ctx, "res", 0)
-	require.NoError(t, err)
-	require.False(t, recorded)
+	require.False(t, tc.moveRecorded(t, ctx, "res", 0))
 
 	b := tc.open(t, 0x3, "")
 	btbl := openTable(t, ctx, b, "res")

@@ -58,20 +58,14 @@ func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
 	ownerClient.Store(owner.Client())
 	mover := tc.open(t, 0x2, "")
 	t.Cleanup(unhold) // before the Nodes close
-	tbl, err := owner.CreateTable(ctx, "twoh", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
-	require.EqualValues(t, 0, tbl.Partition(id))
+	tbl := createTable(t, ctx, owner, "twoh", 64, 2, 1, tc.addrs)
+	id := ownFirstRow(t, ctx, tbl)
 
 	hold.Store(true)
-	mtbl, err := mover.OpenTable(ctx, "twoh")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "twoh")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 
-	tbl2, err := owner.OpenTable(ctx, "twoh")
-	require.NoError(t, err)
+	tbl2 := openTable(t, ctx, owner, "twoh")
 	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
 	wrote := make(chan error, 1)
 	go func() {
@@ -136,8 +130,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 		return tc.openConfig(t, node.Config{Etcd: direct, Session: cluster.SessionConfig{Owner: owner}})
 	}
 	mover := open(0x2)
-	mtbl, err := mover.CreateTable(ctx, "own4", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	mtbl := createTable(t, ctx, mover, "own4", 64, 2, 1, tc.addrs)
 
 	// The move holds before its freeze: the source takes grants, the record is there.
 	copied, hold := make(chan struct{}), make(chan struct{})
@@ -160,8 +153,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	}
 
 	a := open(0x1)
-	atbl, err := a.OpenTable(ctx, "own4")
-	require.NoError(t, err)
+	atbl := openTable(t, ctx, a, "own4")
 	etcd.Cut(true)
 	require.ErrorIs(t, atbl.Own(ctx, 0), sgio.ErrBusy, "the source cannot verify the grant (storenode.ErrGrantUnverified)")
 	etcd.Cut(false)
@@ -172,8 +164,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	unhold()
 	require.NoError(t, <-moved)
 	b := open(0x3)
-	btbl, err := b.OpenTable(ctx, "own4")
-	require.NoError(t, err)
+	btbl := openTable(t, ctx, b, "own4")
 	// The storage nodes' etcd link comes back with grpc's reconnection backoff: a
 	// verification meanwhile is ErrBusy (each try bounded by GrantVerifyTimeout).
 	for try := 0; try < 100; try++ {
@@ -196,24 +187,17 @@ func TestMoveFollowCallerDeadlineKeepsGrant(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	mover := tc.open(t, 0x2, "")
-	tbl, err := owner.CreateTable(ctx, "dl", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
-	require.EqualValues(t, 0, tbl.Partition(id))
-	before, held, err := tc.c.Owner(ctx, "dl", 0)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "dl", 64, 2, 1, tc.addrs)
+	id := ownFirstRow(t, ctx, tbl)
+	before, held := tc.holder(t, ctx, "dl", 0)
 	require.True(t, held)
-	mtbl, err := mover.OpenTable(ctx, "dl")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "dl")
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 
 	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	require.Error(t, tbl.Put(pctx, id, balanceRow(2)), "refused at the frozen source, the target not live")
 	cancel()
-	h, held, err := tc.c.Owner(ctx, "dl", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "dl", 0)
 	require.True(t, held, "the caller's deadline gave up the grant the switch kept")
 	require.Equal(t, before, h)
 	release()

@@ -29,12 +29,8 @@ type stranger struct {
 
 func newStranger(t *testing.T, ctx context.Context, tc *testCluster, addr, name string) *stranger {
 	t.Helper()
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: operatorSecret, OwnerID: 0x77})
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Close() })
-	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
-	return &stranger{cl: cl, table: ti.Table, v: cluster.NewGrantVerifier(tc.c, storenode.ErrFenced)}
+	cl, table := dialPartition(t, ctx, addr, 0x77, name)
+	return &stranger{cl: cl, table: table, v: cluster.NewGrantVerifier(tc.c, storenode.ErrFenced)}
 }
 
 // rev is etcd's current revision: an epoch at least every recorded move's.
@@ -55,9 +51,7 @@ func (s *stranger) drop(ctx context.Context, name string) error {
 }
 
 func (s *stranger) state(t *testing.T, ctx context.Context) storenode.MoveState {
-	st, err := s.cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: s.table})
-	require.NoError(t, err)
-	return storenode.MoveState(st.State)
+	return moveState(t, ctx, s.cl, s.table)
 }
 
 // A client holding the cluster's secret but no move cannot freeze, retire and then drop a
@@ -71,8 +65,7 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	w := newMoveWriter(t, ctx, owner, tbl, 8)
 	name := base.PartitionTableName("acct", 0)
 	s := newStranger(t, ctx, tc, tc.addrs[0], name)
@@ -89,22 +82,15 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	require.False(t, w.put(t, ctx, 0, 2), "the owner writes on")
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	hooked := false
-	node.SetMoveStepHook(func(step string) {
-		if step != node.MoveStepFrozen || hooked {
-			return
-		}
-		hooked = true
+	mtbl := openTable(t, ctx, mover, "acct")
+	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 		require.ErrorIs(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), storenode.ErrFenced, "retire before the switch")
 		require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned, "drop of the frozen source")
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 	})
-	defer node.SetMoveStepHook(nil)
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	require.True(t, hooked)
+	require.True(t, hooked())
 	require.Equal(t, storenode.MoveRetired, s.state(t, ctx), "the mover's retire, after the switch")
 	w.check(t, ctx, tc.open(t, 0x3, ""))
 }
@@ -117,15 +103,14 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
 	owner := tc.open(t, 0x1, "")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	newMoveWriter(t, ctx, owner, tbl, 4)
 	name := base.PartitionTableName("acct", 0)
 	s := newStranger(t, ctx, tc, tc.addrs[0], name)
 	// A verified step (refused) tells the node its address, as any move would.
 	require.ErrorIs(t, s.step(ctx, sgio.MoveOpFreeze, 1, 0), storenode.ErrFenced)
 	eng := tc.srvs[0].Engine()
-	_, err = eng.MoveFreeze(s.table, 1)
+	_, err := eng.MoveFreeze(s.table, 1)
 	require.NoError(t, err)
 	require.NoError(t, eng.MoveRetire(s.table, 1))
 	require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned)
@@ -143,16 +128,14 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
 	name := base.PartitionTableName("acct", 0)
 	src := newStranger(t, ctx, tc, tc.addrs[0], name)
 	var dst *stranger
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	var steps []string
 	node.SetMoveStepHook(func(step string) {
 		steps = append(steps, step)
@@ -187,28 +170,20 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
 	name := base.PartitionTableName("acct", 0)
 	src := newStranger(t, ctx, tc, tc.addrs[0], name)
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	hooked := false
-	node.SetMoveStepHook(func(step string) {
-		if step != node.MoveStepFrozen || hooked {
-			return
-		}
-		hooked = true
+	mtbl := openTable(t, ctx, mover, "acct")
+	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, src.rev(t, ctx), 0), storenode.ErrFenced, "thaw while the move is recorded")
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, ^uint64(0), 0), storenode.ErrFenced, "thaw under 2^64-1")
 		require.Equal(t, storenode.MoveFrozen, src.state(t, ctx))
 	})
-	defer node.SetMoveStepHook(nil)
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	require.True(t, hooked)
+	require.True(t, hooked())
 	w.reown(t, ctx)
 	w.check(t, ctx, tc.open(t, 0x3, ""))
 
@@ -216,8 +191,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	fresh := newStranger(t, ctx, tc, tc.addrs[1], base.PartitionTableName("acct", 1))
 	require.ErrorIs(t, fresh.step(ctx, sgio.MoveOpBegin, fresh.rev(t, ctx), 0), storenode.ErrFenced, "begin with no move recorded")
 	require.Equal(t, storenode.MoveLive, fresh.state(t, ctx))
-	ptbl, err := tc.open(t, 0x4, "").OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ptbl := openTable(t, ctx, tc.open(t, 0x4, ""), "acct")
 	require.NoError(t, ptbl.Own(ctx, 1))
 	id, err := ptbl.Insert(ctx, balanceRow(9))
 	require.NoError(t, err)
@@ -249,22 +223,18 @@ func TestMoveStepUnverifiableRetried(t *testing.T) {
 		v = &flakyVerifier{GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
 		return v
 	})
-	c := tc.c
 	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs[:2])
 
 	v.fails.Store(2)
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[2]))
 	require.EqualValues(t, 0, max(v.fails.Load(), 0), "both failures were met")
 
 	v.fails.Store(1 << 30)
-	err = tbl.Move(ctx, 1, tc.addrs[2])
+	err := tbl.Move(ctx, 1, tc.addrs[2])
 	require.ErrorIs(t, err, sgio.ErrBusy)
 	require.EqualValues(t, 1<<30-4, v.fails.Load(), "four tries of the begin")
-	_, recorded, err := c.ReadMove(ctx, "acct", 1)
-	require.NoError(t, err)
-	require.True(t, recorded, "left for the next Move")
+	require.True(t, tc.moveRecorded(t, ctx, "acct", 1), "left for the next Move")
 	v.fails.Store(0)
 	require.NoError(t, tbl.Move(ctx, 1, tc.addrs[2]))
 }

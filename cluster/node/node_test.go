@@ -486,11 +486,10 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 func TestWrongSecretRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
-	_, err := tc.open(t, 0xa, "").CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	createTable(t, ctx, tc.open(t, 0xa, ""), "acct", 64, 2, 1, tc.addrs)
 	bad := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb},
 		Secret: []byte("a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f91"), DialTimeout: 5 * time.Second})
-	_, err = bad.OpenTable(ctx, "acct")
+	_, err := bad.OpenTable(ctx, "acct")
 	require.ErrorIs(t, err, sgio.ErrAuthFailed)
 	require.NotErrorIs(t, err, sgio.ErrWeakSecret)
 }

@@ -108,8 +108,7 @@ func TestOwnStateMovingAndLost(t *testing.T) {
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
 	b := tc.open(t, 0xb, "game-b:7000")
-	ta, err := a.CreateTable(ctx, "st", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "st", 64, 2, 1, tc.addrs)
 	require.Equal(t, tc.addrs[0], ta.Map().Nodes[0])
 	require.Equal(t, node.OwnNone, ta.OwnState(0))
 	require.Equal(t, node.OwnNone, ta.OwnState(7), "no such partition")
@@ -142,7 +141,7 @@ func TestOwnStateMovingAndLost(t *testing.T) {
 	case err := <-moved:
 		require.FailNow(t, "the move ended before its freeze", "%v", err)
 	}
-	err = ta.Put(ctx, x, balanceRow(2))
+	err := ta.Put(ctx, x, balanceRow(2))
 	require.ErrorIs(t, err, node.ErrNotOwner, "a write to the frozen source")
 	require.Equal(t, node.OwnMoving, ta.OwnState(0))
 	require.Equal(t, []uint32{1}, ta.Owned())
