@@ -144,11 +144,7 @@ func TestSessionReadOfDroppedBatchAfterHeldWrite(t *testing.T) {
 	g2 := insertRow(t, ctx, r.gold, row(1))
 	g3 := insertRow(t, ctx, r.gold, row(1))
 
-	r.fenceAcct()
-	as.armed.Store(true)
-	putErr := make(chan error, 1)
-	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
-	refusal := as.next(t, ctx)
+	refusal, putErr := as.refuseWrite(t, ctx, r, func() error { return r.acct.Put(ctx, a, row(2)) })
 	s := r.db.Session()
 	pw := s.Go(ctx, func(tx *Tx) error { return tx.Put(r.gold, g1, row(5)) })
 	x = as.next(t, ctx) // the session's write: held once the refusal is known
