@@ -26,86 +26,83 @@ func TestCacheBudget(t *testing.T) {
 		rows, reads = 100_000, 5_000
 	}
 	const budget = 1 << 20
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{CacheBytes: budget})
-			tb, err := db.CreateTable(ctx, "many", 64)
-			require.NoError(t, err)
+	eachConfig(t, Options{CacheBytes: budget}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb, err := db.CreateTable(ctx, "many", 64)
+		require.NoError(t, err)
 
-			var peak atomic.Int64
-			done := make(chan struct{})
-			var sampler sync.WaitGroup
-			sampler.Add(1)
-			go func() {
-				defer sampler.Done()
-				tick := time.NewTicker(time.Millisecond)
-				defer tick.Stop()
-				for {
-					peak.Store(max(peak.Load(), db.Stats().CacheBytes))
-					select {
-					case <-done:
-						return
-					case <-tick.C:
-					}
+		var peak atomic.Int64
+		done := make(chan struct{})
+		var sampler sync.WaitGroup
+		sampler.Add(1)
+		go func() {
+			defer sampler.Done()
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for {
+				peak.Store(max(peak.Load(), db.Stats().CacheBytes))
+				select {
+				case <-done:
+					return
+				case <-tick.C:
 				}
-			}()
+			}
+		}()
 
-			var ids sync.Map // writer -> []uint64
-			var wg sync.WaitGroup
-			for w := range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var mine []uint64
-					row := make([]byte, 64)
-					for len(mine) < rows/writers {
-						n := min(1000, rows/writers-len(mine))
-						var got []uint64
-						err := db.Update(ctx, func(tx *Tx) error {
-							got = got[:0]
-							for range n {
-								fillRow(row, uint64(len(mine)+len(got))<<8|uint64(w))
-								id, err := tx.Insert(tb, row)
-								if err != nil {
-									return err
-								}
-								got = append(got, id)
+		var ids sync.Map // writer -> []uint64
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []uint64
+				row := make([]byte, 64)
+				for len(mine) < rows/writers {
+					n := min(1000, rows/writers-len(mine))
+					var got []uint64
+					err := db.Update(ctx, func(tx *Tx) error {
+						got = got[:0]
+						for range n {
+							fillRow(row, uint64(len(mine)+len(got))<<8|uint64(w))
+							id, err := tx.Insert(tb, row)
+							if err != nil {
+								return err
 							}
-							return nil
-						})
-						if err != nil {
-							t.Errorf("writer %d: %v", w, err)
-							return
+							got = append(got, id)
 						}
-						mine = append(mine, got...)
+						return nil
+					})
+					if err != nil {
+						t.Errorf("writer %d: %v", w, err)
+						return
 					}
-					ids.Store(w, mine)
-				}()
-			}
-			wg.Wait()
-			require.False(t, t.Failed())
+					mine = append(mine, got...)
+				}
+				ids.Store(w, mine)
+			}()
+		}
+		wg.Wait()
+		require.False(t, t.Failed())
 
-			// Random reads: nearly all miss, fill and evict.
-			rng := rand.New(rand.NewPCG(1, 2))
-			buf := make([]byte, 64)
-			for range reads {
-				w := rng.IntN(writers)
-				v, _ := ids.Load(w)
-				mine := v.([]uint64)
-				i := rng.IntN(len(mine))
-				require.NoError(t, tb.Get(ctx, mine[i], buf))
-				require.Equal(t, uint64(i)<<8|uint64(w), checkRow(t, buf))
-			}
-			close(done)
-			sampler.Wait()
-			st := db.Stats()
-			t.Logf("%d rows; peak cache bytes %d of %d; %+v", rows, peak.Load(), budget, st)
-			require.LessOrEqual(t, peak.Load(), int64(budget))
-			require.LessOrEqual(t, st.CacheBytes, int64(budget))
-			require.Greater(t, st.Evictions, uint64(rows/64/2), "pages should have been evicted")
-		})
-	}
+		// Random reads: nearly all miss, fill and evict.
+		rng := rand.New(rand.NewPCG(1, 2))
+		buf := make([]byte, 64)
+		for range reads {
+			w := rng.IntN(writers)
+			v, _ := ids.Load(w)
+			mine := v.([]uint64)
+			i := rng.IntN(len(mine))
+			require.NoError(t, tb.Get(ctx, mine[i], buf))
+			require.Equal(t, uint64(i)<<8|uint64(w), checkRow(t, buf))
+		}
+		close(done)
+		sampler.Wait()
+		st := db.Stats()
+		t.Logf("%d rows; peak cache bytes %d of %d; %+v", rows, peak.Load(), budget, st)
+		require.LessOrEqual(t, peak.Load(), int64(budget))
+		require.LessOrEqual(t, st.CacheBytes, int64(budget))
+		require.Greater(t, st.Evictions, uint64(rows/64/2), "pages should have been evicted")
+	})
 }
 
 // TestCacheFullFailsInTime pins every frame, with pin sets and then with open transactions:
@@ -301,43 +298,40 @@ func TestFillKeepsNewerRow(t *testing.T) {
 // earlier inserts into it reached the store: the new frame must not claim the page empty.
 // (It did: a fresh frame was made with every slot valid and absent, hiding the earlier rows.)
 func TestInsertAfterEviction(t *testing.T) {
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{CacheBytes: MinCacheBytes})
-			a, err := db.CreateTable(ctx, "a", 64)
-			require.NoError(t, err)
-			b, err := db.CreateTable(ctx, "b", 64)
-			require.NoError(t, err)
-			first, err := a.Insert(ctx, u64Row(64, 1))
-			require.NoError(t, err)
-			// Enough other pages to evict a's page (the cache holds about 13 frames).
-			for range 40 {
-				require.NoError(t, db.Update(ctx, func(tx *Tx) error {
-					for range 64 {
-						if _, err := tx.Insert(b, u64Row(64, 2)); err != nil {
-							return err
-						}
+	eachConfig(t, Options{CacheBytes: MinCacheBytes}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		a, err := db.CreateTable(ctx, "a", 64)
+		require.NoError(t, err)
+		b, err := db.CreateTable(ctx, "b", 64)
+		require.NoError(t, err)
+		first, err := a.Insert(ctx, u64Row(64, 1))
+		require.NoError(t, err)
+		// Enough other pages to evict a's page (the cache holds about 13 frames).
+		for range 40 {
+			require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+				for range 64 {
+					if _, err := tx.Insert(b, u64Row(64, 2)); err != nil {
+						return err
 					}
-					return nil
-				}))
-				require.NoError(t, db.pipe.flush(ctx))
-			}
-			require.Positive(t, db.Stats().Evictions)
-			second, err := a.Insert(ctx, u64Row(64, 3))
+				}
+				return nil
+			}))
+			require.NoError(t, db.pipe.flush(ctx))
+		}
+		require.Positive(t, db.Stats().Evictions)
+		second, err := a.Insert(ctx, u64Row(64, 3))
+		require.NoError(t, err)
+		require.Equal(t, first/64, second/64, "same page")
+		buf := make([]byte, 64)
+		require.NoError(t, a.Get(ctx, first, buf), "the first row")
+		require.Equal(t, uint64(1), checkRow(t, buf))
+		var got []uint64
+		for r, err := range a.Scan(ctx, 0, second+1) {
 			require.NoError(t, err)
-			require.Equal(t, first/64, second/64, "same page")
-			buf := make([]byte, 64)
-			require.NoError(t, a.Get(ctx, first, buf), "the first row")
-			require.Equal(t, uint64(1), checkRow(t, buf))
-			var got []uint64
-			for r, err := range a.Scan(ctx, 0, second+1) {
-				require.NoError(t, err)
-				got = append(got, r.ID)
-			}
-			require.Equal(t, []uint64{first, second}, got)
-		})
-	}
+			got = append(got, r.ID)
+		}
+		require.Equal(t, []uint64{first, second}, got)
+	})
 }
 
 // TestFarIDs reads and writes ids far beyond anything granted. They hold no row; their page

@@ -254,3 +254,12 @@ func recvWithin[T any](t testing.TB, ch <-chan T, what string) T {
 		return zero
 	}
 }
+
+// eachConfig runs f as a subtest of every configuration (openConfigs), on a DB its opener
+// opened with opts.
+func eachConfig(t *testing.T, opts Options, f func(t *testing.T, db *DB)) {
+	t.Helper()
+	for _, cfg := range openConfigs(t) {
+		t.Run(cfg.name, func(t *testing.T) { f(t, cfg.opener(t)(opts)) })
+	}
+}

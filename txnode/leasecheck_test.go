@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/weftdb/weft/storenode"
 )
 
 // countingLeaseClock is a fakeLeaseClock that counts its reads.
@@ -28,11 +27,8 @@ func (c *countingLeaseClock) nanos() int64 {
 // ErrLeaseExpired (on 26994d0 it committed: only the reads checked the lease).
 func TestLeaseReadOncePerTable(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &countingLeaseClock{}
-	clock.n.Store(int64(1000 * time.Hour))
-	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 78, clock: clock})
-	defer db.Close(ctx)
+	db := openHourLeaseDB(t, ctx, 78, clock)
 	tb := newTable(t, ctx, db, "l", 64)
 	ids := insertRows(t, db, tb, 64)
 	buf := make([]byte, 64)

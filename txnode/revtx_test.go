@@ -22,11 +22,8 @@ import (
 // c783a6d only the written tables' leases were checked at commit: the transfer committed.
 func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
-	clock.n.Store(int64(1000 * time.Hour))
-	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
-	defer db.Close(ctx)
+	db := openHourLeaseDB(t, ctx, 79, clock)
 	a := newTable(t, ctx, db, "a", 64)
 	aids := insertRows(t, db, a, 2)
 	clock.n.Add(int64(30 * time.Minute)) // a's lease (45 usable minutes) has 15 left
@@ -453,11 +450,8 @@ func TestFiredRequestTimeoutNotReused(t *testing.T) {
 // for as long as the loop ran.
 func TestPlainScanStopsAtLeaseEnd(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
-	clock.n.Store(int64(1000 * time.Hour))
-	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
-	defer db.Close(ctx)
+	db := openHourLeaseDB(t, ctx, 80, clock)
 	tb := newTable(t, ctx, db, "ps", 64)
 	ids := insertRows(t, db, tb, 64*3)
 	n := 0
