@@ -162,23 +162,16 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 // connection while leaving the storage node's side open and silent, as a NAT timeout or a
 // client-side network reset does: the storage node still sees the old connection open.
 type halfProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	pairs  [][2]net.Conn // client side, node side
-	cuts   atomic.Int64
+	proxyConns // client side, node side, of each connection in turn
+	target     string
+	cuts       atomic.Int64
 }
 
 func startHalfProxy(t *testing.T, target string) *halfProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &halfProxy{ln: ln, target: target}
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
-		p.mu.Lock()
-		p.pairs = append(p.pairs, [2]net.Conn{c, s})
-		p.mu.Unlock()
-		p.wg.Add(2)
+	p := &halfProxy{target: target}
+	p.ln = listenLoopback(t)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
+		p.add(c, s)
 		go p.pipe(s, c)
 		go p.pipe(c, s)
 	})
@@ -207,21 +200,10 @@ func (p *halfProxy) pipe(dst, src net.Conn) {
 func (p *halfProxy) cutClients() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, pair := range p.pairs {
-		pair[0].Close()
+	for i := 0; i < len(p.conns); i += 2 {
+		p.conns[i].Close()
 	}
 	p.cuts.Add(1)
-}
-
-func (p *halfProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, pair := range p.pairs {
-		pair[0].Close()
-		pair[1].Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 // The client side of the connection drops mid-load while the storage node still sees it

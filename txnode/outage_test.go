@@ -197,18 +197,14 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 // switchProxy forwards connections to a storage node while up; down cuts the open ones and
 // closes each new one at once (a storage node gone: every dial fails).
 type switchProxy struct {
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	up    bool
-	conns []net.Conn
+	proxyConns
+	up bool
 }
 
 func startSwitchProxy(t *testing.T, target string) *switchProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &switchProxy{ln: ln, up: true}
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+	p := &switchProxy{up: true}
+	p.ln = listenLoopback(t)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if !p.up {
@@ -222,7 +218,7 @@ func startSwitchProxy(t *testing.T, target string) *switchProxy {
 		go func() { defer p.wg.Done(); io.Copy(c, s); c.Close() }()
 	})
 	t.Cleanup(func() {
-		ln.Close()
+		p.ln.Close()
 		p.set(false)
 		p.wg.Wait()
 	})

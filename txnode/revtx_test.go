@@ -240,14 +240,11 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 // gateProxy forwards client and storage node bytes; while paused it holds what the storage
 // node sends (and reports on held that it holds some).
 type gateProxy struct {
-	ln     net.Listener
-	wg     sync.WaitGroup
-	mu     sync.Mutex
+	proxyConns
 	cond   *sync.Cond
 	paused bool
 	held   chan struct{}
 	sent   chan struct{} // a token per chunk the client sent while paused
-	conns  []net.Conn
 }
 
 // coldPageZero opens a DB over a gate proxy to a fresh storage node, with a 64 KiB cache (opts
@@ -273,27 +270,18 @@ func coldPageZero(t *testing.T, ctx context.Context, name string, opts Options) 
 }
 
 func startGateProxy(t *testing.T, target string) *gateProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &gateProxy{ln: ln, held: make(chan struct{}, 1), sent: make(chan struct{}, 1024)}
+	p := &gateProxy{held: make(chan struct{}, 1), sent: make(chan struct{}, 1024)}
+	p.ln = listenLoopback(t)
 	p.cond = sync.NewCond(&p.mu)
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
+		p.add(c, s)
 		go p.pipe(s, c, false)
 		go p.pipe(c, s, true)
 	})
 	t.Cleanup(func() {
 		p.ln.Close()
 		p.setPaused(false)
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
+		p.closeConns()
 	})
 	return p
 }
