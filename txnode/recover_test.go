@@ -87,13 +87,7 @@ func (r *fenceRig) open() {
 
 // fenceAcct registers another owner's newer grant of acct at the store.
 func (r *fenceRig) fenceAcct() {
-	r.g.mu.Lock()
-	r.g.rev++
-	rev := r.g.rev
-	r.g.keys["acct/0"] = [2]uint64{rigOther, rev}
-	r.g.mu.Unlock()
-	_, err := r.fencer.Acquire(context.Background(), r.acct.t.id, rigOther, rev, store.AcquireEtcdGrant)
-	require.NoError(r.t, err)
+	r.g.grantOther(r.t, context.Background(), r.fencer, "acct/0", r.acct.t.id, rigOther)
 }
 
 func rowVal(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
