@@ -12,7 +12,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // answerStore sends every commit batch to the store but, once armed, holds back each
@@ -62,10 +61,7 @@ func (a heldAnswer) deliverErr(err error) { a.once.Do(func() { a.done(0, err) })
 // answer still held is delivered, so a test that failed midway does not leave Close waiting.
 func newAnswerRig(t *testing.T) (*fenceRig, *answerStore) {
 	fs := &answerStore{holdStore: &holdStore{held: make(chan func(), 4)}, answers: make(chan heldAnswer, 16)}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		fs.Store, fs.inner = st, st.(store.TxnStore)
-		return fs
-	})
+	r := newHoldRig(t, fs.holdStore, fs)
 	var mu sync.Mutex
 	var taken []heldAnswer
 	fs.taken = func(a heldAnswer) {

@@ -238,36 +238,9 @@ func fenceUnderWriters(t *testing.T, remote bool) {
 			}
 		}()
 	}
-	for j := range nB {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var v uint64
-				err := r.db.Update(ctx, func(tx *Tx) error {
-					buf := make([]byte, 64)
-					if err := tx.Get(r.gold, xs[j%nA], buf); err != nil {
-						return err
-					}
-					v = rowVal(buf)
-					return tx.Put(r.gold, zs[j], row(v))
-				})
-				if !assertNoErr(t, err, "B writer") {
-					return
-				}
-				mu.Lock()
-				lastB[j] = v
-				mu.Unlock()
-				committed()
-			}
-		}()
-	}
-	for k := range nC {
+	// untilStop runs step over and over in a goroutine of wg until stop is closed or step
+	// returns false.
+	untilStop := func(step func() bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -277,21 +250,50 @@ func fenceUnderWriters(t *testing.T, remote bool) {
 					return
 				default:
 				}
-				err := r.db.Update(ctx, func(tx *Tx) error {
-					return tx.Update(r.gold, cs[k], func(b []byte) error {
-						copy(b, row(rowVal(b)+1))
-						return nil
-					})
-				})
-				if !assertNoErr(t, err, "C writer") {
+				if !step() {
 					return
 				}
-				mu.Lock()
-				countC[k]++
-				mu.Unlock()
-				committed()
 			}
 		}()
+	}
+	for j := range nB {
+		untilStop(func() bool {
+			var v uint64
+			err := r.db.Update(ctx, func(tx *Tx) error {
+				buf := make([]byte, 64)
+				if err := tx.Get(r.gold, xs[j%nA], buf); err != nil {
+					return err
+				}
+				v = rowVal(buf)
+				return tx.Put(r.gold, zs[j], row(v))
+			})
+			if !assertNoErr(t, err, "B writer") {
+				return false
+			}
+			mu.Lock()
+			lastB[j] = v
+			mu.Unlock()
+			committed()
+			return true
+		})
+	}
+	for k := range nC {
+		untilStop(func() bool {
+			err := r.db.Update(ctx, func(tx *Tx) error {
+				return tx.Update(r.gold, cs[k], func(b []byte) error {
+					copy(b, row(rowVal(b)+1))
+					return nil
+				})
+			})
+			if !assertNoErr(t, err, "C writer") {
+				return false
+			}
+			mu.Lock()
+			countC[k]++
+			mu.Unlock()
+			committed()
+			return true
+		})
 	}
 	bcDone := make(chan struct{}) // every B and C writer ended (an error: the test fails)
 	go func() { wg.Wait(); close(bcDone) }()
@@ -452,6 +454,15 @@ type holdStore struct {
 	inner store.TxnStore
 }
 
+// newHoldRig is an embedded fenceRig whose DB opens on outer, a store built on h, which
+// wraps the rig's embedded store.
+func newHoldRig(t *testing.T, h *holdStore, outer store.Store) *fenceRig {
+	return newFenceRigWrapped(t, false, func(st store.Store) store.Store {
+		h.Store, h.inner = st, st.(store.TxnStore)
+		return outer
+	})
+}
+
 func (h *holdStore) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	id := h.hold.Load()
 	for _, f := range b.Fences {
@@ -486,10 +497,7 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hs := &holdStore{held: make(chan func(), 4)}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		hs.Store, hs.inner = st, st.(store.TxnStore)
-		return hs
-	})
+	r := newHoldRig(t, hs, hs)
 	a := insertRow(t, ctx, r.acct, row(1))
 	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()
@@ -644,10 +652,7 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	commitCtx, cancelCommitCtx := context.WithCancel(ctx)
 	defer cancelCommitCtx()
 	fs := &nextStore{holdStore: &holdStore{held: make(chan func(), 4)}, mode: mode}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		fs.Store, fs.inner = st, st.(store.TxnStore)
-		return fs
-	})
+	r := newHoldRig(t, fs.holdStore, fs)
 	a := insertRow(t, ctx, r.acct, row(1))
 	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()

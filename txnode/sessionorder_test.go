@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // A Session's pendings resolve in the order it issued them, a refused batch too: a write
@@ -119,10 +118,7 @@ func TestSessionReadOfDroppedBatchAfterHeldWrite(t *testing.T) {
 	defer cancel()
 	as := &answerStore{holdStore: &holdStore{held: make(chan func(), 4)}, answers: make(chan heldAnswer, 16)}
 	bs := &blockStore{answerStore: as, blocked: make(chan struct{}, 1), release: make(chan struct{})}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		as.Store, as.inner = st, st.(store.TxnStore)
-		return bs
-	})
+	r := newHoldRig(t, as.holdStore, bs)
 	as.taken = func(heldAnswer) {}
 	released := false
 	var x, y heldAnswer
