@@ -36,24 +36,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 
 	mover := tc.open(t, 0xb, "")
 	mt := openTable(t, ctx, mover, "acct")
-	frozen, release := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFrozen {
-			close(frozen)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	moved := make(chan error, 1)
-	go func() { moved <- mt.Move(ctx, px, tc.addrs[2]) }()
-	select {
-	case <-frozen:
-	case err := <-moved:
-		require.FailNow(t, "the move ended before its freeze", "%v", err)
-	}
+	release, moved := freezeHold(t, ctx, mt, px, tc.addrs[2])
 
 	err = xfer(ctx, a, ta, x, y, 10)
 	var ne *node.NotOwnerError

@@ -101,10 +101,8 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 // moved one does on the target.
 func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
 	// Partitions 0 and 2 on storage node 0, 1 on storage node 1.
-	tbl := createTable(t, ctx, owner, "acct", 64, 3, 1, tc.addrs)
+	tc, _, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 3)
 	require.NoError(t, tbl.Own(ctx, 0, 2))
 	ids := map[uint32]uint64{}
 	for len(ids) < 2 {
@@ -167,9 +165,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 // owned on the closed transaction node, and every write of it failed for good.
 func TestOwnRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	n := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, n, "race", 64, 2, 1, tc.addrs)
+	tc, n, tbl := startWithTable(t, ctx, 1, 0x1, "", "race", 2)
 	require.NoError(t, tbl.Own(ctx, 1))
 	fired := false
 	restore := node.SetRaceHook(func(where string) {
@@ -194,10 +190,8 @@ func TestOwnRacingHeal(t *testing.T) {
 // 6387942 it did: the partition was reported not owned and its reads failed for good.
 func TestMoveFollowRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "")
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
-	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "", "race", 2)
 	require.NoError(t, tbl.Own(ctx, 0))
 	id := insertRow(t, ctx, tbl, balanceRow(1))
 	mover := tc.open(t, 0x2, "")
@@ -232,9 +226,7 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 // 6387942 it did: the handle's reads of that storage node failed for good.
 func TestOpenTableRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	creator := tc.open(t, 0x1, "")
-	ct := createTable(t, ctx, creator, "race", 64, 1, 1, tc.addrs)
+	tc, creator, ct := startWithTable(t, ctx, 1, 0x1, "", "race", 1)
 	require.NoError(t, ct.Own(ctx, 0))
 	id := insertRow(t, ctx, ct, balanceRow(3))
 	require.NoError(t, creator.Close(ctx))

@@ -232,3 +232,40 @@ func onMoveStepOnce(t *testing.T, step string, f func()) (called func() bool) {
 	t.Cleanup(func() { node.SetMoveStepHook(nil) })
 	return func() bool { return hooked }
 }
+
+// freezeHold starts a Move of partition part of mt to `to` that stops once the source is
+// frozen (before the final catch-up) until release is closed or ctx ends; it returns once
+// the source is frozen, and the move's result channel.
+func freezeHold(t *testing.T, ctx context.Context, mt *node.Table, part uint32, to string) (release chan struct{}, moved chan error) {
+	t.Helper()
+	frozen := make(chan struct{})
+	release = make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFrozen {
+			close(frozen)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	moved = make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, part, to) }()
+	select {
+	case <-frozen:
+	case err := <-moved:
+		require.FailNow(t, "the move ended before its freeze", "%v", err)
+	}
+	return release, moved
+}
+
+// startWithTable starts a cluster of storageNodes storage nodes and opens a node of owner at
+// addr, which creates table name (64-byte rows, partitions partitions of one stripe page,
+// placed over all the storage nodes).
+func startWithTable(t *testing.T, ctx context.Context, storageNodes int, owner uint64, addr, name string, partitions int) (*testCluster, *node.Node, *node.Table) {
+	t.Helper()
+	tc := startCluster(t, storageNodes)
+	n := tc.open(t, owner, addr)
+	return tc, n, createTable(t, ctx, n, name, 64, partitions, 1, tc.addrs)
+}

@@ -29,9 +29,7 @@ func keepCommit(ctx context.Context, cl *sgio.Client, table uint32, owner, epoch
 // On b47b8eb the switch deleted the owner key: the other node's Own succeeded at once.
 func TestMoveKeepsOwnerGrant(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	mover := tc.open(t, 0x2, "")
-	mtbl := createTable(t, ctx, mover, "keep", 64, 2, 1, tc.addrs)
+	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "keep", 2)
 	name := base.PartitionTableName("keep", 0)
 
 	const owner = 0x55
@@ -180,9 +178,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 // partition until the node's session ends.
 func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	mover := tc.open(t, 0x2, "")
-	mtbl := createTable(t, ctx, mover, "own3", 64, 2, 1, tc.addrs)
+	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "own3", 2)
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 
 	a := tc.open(t, 0x1, "")
@@ -208,9 +204,7 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 // failed for good.
 func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	mover := tc.open(t, 0x2, "")
-	mtbl := createTable(t, ctx, mover, "res", 64, 2, 1, tc.addrs)
+	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "res", 2)
 	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x55})
 	require.NoError(t, err)
 	defer sess.Close(ctx)

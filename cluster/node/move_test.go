@@ -229,9 +229,7 @@ func TestMoveInProgressRefused(t *testing.T) {
 // (the source live, the map and the record untouched) and succeeds once it is decided.
 func TestMoveRefusedInDoubt(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs)
+	tc, _, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 
 	// A coordinator's prepare on partition 0 at its storage node, never decided.
 	const owner = 0x55
@@ -284,9 +282,7 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 // catch-up.
 func TestMoveConcurrentSameNodeRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs)
+	tc, n, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 	other := openTable(t, ctx, n, "acct")
 	var second error
 	var fired atomic.Bool
@@ -321,9 +317,7 @@ func TestMoveNeedsOperatorSecret(t *testing.T) {
 // record, then the successor's that took it over once the first's lease was gone.
 func TestMoveLateThawRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs)
+	tc, _, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 	tm := tbl.Map()
 	first, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x8})
 	require.NoError(t, err)
@@ -360,9 +354,7 @@ func TestMoveLateThawRefused(t *testing.T) {
 // untouched. It was switched to, and the partition could no longer be opened.
 func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs)
+	tc, n, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 	// Created on the engine: a client's CreateClusterTable of a partition the map places on
 	// another node is refused (storenode's VerifyClusterCreate).
 	_, err := tc.srvs[1].Engine().CreateClusterTable(base.PartitionTableName("acct", 0), 64,

@@ -63,9 +63,7 @@ func (s *stranger) state(t *testing.T, ctx context.Context) storenode.MoveState 
 // and the drop all succeeded, and the owner's rows were gone.
 func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 8)
 	name := base.PartitionTableName("acct", 0)
 	s := newStranger(t, ctx, tc, tc.addrs[0], name)
@@ -101,9 +99,7 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 // a retired copy.
 func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	owner := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 1, 0x1, "", "acct", 2)
 	newMoveWriter(t, ctx, owner, tbl, 4)
 	name := base.PartitionTableName("acct", 0)
 	s := newStranger(t, ctx, tc, tc.addrs[0], name)
@@ -126,9 +122,7 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 // the freeze under 2^64-1 was taken and the move failed.
 func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
 	name := base.PartitionTableName("acct", 0)
 	src := newStranger(t, ctx, tc, tc.addrs[0], name)
@@ -168,9 +162,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 // owner acquires and writes it. On b3f6c9d both were taken.
 func TestMoveThawAndBeginVerified(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
 	name := base.PartitionTableName("acct", 0)
 	src := newStranger(t, ctx, tc, tc.addrs[0], name)

@@ -498,9 +498,7 @@ func TestWrongSecretRefused(t *testing.T) {
 // the inserts spread over the new partitions too.
 func TestOwnWhileInserting(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "acct", 64, 6, 1, tc.addrs)
+	_, _, ta := startWithTable(t, ctx, 2, 0xa, "game-a:7000", "acct", 6)
 	require.NoError(t, ta.Own(ctx, 0))
 	inserts := 200
 	if testing.Short() {

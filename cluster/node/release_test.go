@@ -123,24 +123,7 @@ func TestOwnStateMovingAndLost(t *testing.T) {
 
 	// Mid-move: partition 0 frozen at its source.
 	mt := openTable(t, ctx, b, "st")
-	frozen, release := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFrozen {
-			close(frozen)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	moved := make(chan error, 1)
-	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
-	select {
-	case <-frozen:
-	case err := <-moved:
-		require.FailNow(t, "the move ended before its freeze", "%v", err)
-	}
+	release, moved := freezeHold(t, ctx, mt, 0, tc.addrs[1])
 	err := ta.Put(ctx, x, balanceRow(2))
 	require.ErrorIs(t, err, node.ErrNotOwner, "a write to the frozen source")
 	require.Equal(t, node.OwnMoving, ta.OwnState(0))
