@@ -32,7 +32,7 @@ func tableValues(t *testing.T, tb *Table) map[uint64]uint64 {
 // it with ctx.Err(): nothing applied, not ErrUnknownOutcome, and Insert returns no id.
 func TestEndedContextAppliesNothing(t *testing.T) {
 	ctx := context.Background()
-	eachConfig(t, Options{}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		tb := newTable(t, ctx, db, "c", 64)
 		ids := insertRows(t, db, tb, 3)
 		before := tableValues(t, tb)

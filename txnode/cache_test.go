@@ -26,7 +26,7 @@ func TestCacheBudget(t *testing.T) {
 		rows, reads = 100_000, 5_000
 	}
 	const budget = 1 << 20
-	eachConfig(t, Options{CacheBytes: budget}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{CacheBytes: budget}, func(t *testing.T, db *DB) {
 		ctx := context.Background()
 		tb, err := db.CreateTable(ctx, "many", 64)
 		require.NoError(t, err)
@@ -298,7 +298,7 @@ func TestFillKeepsNewerRow(t *testing.T) {
 // earlier inserts into it reached the store: the new frame must not claim the page empty.
 // (It did: a fresh frame was made with every slot valid and absent, hiding the earlier rows.)
 func TestInsertAfterEviction(t *testing.T) {
-	eachConfig(t, Options{CacheBytes: MinCacheBytes}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{CacheBytes: MinCacheBytes}, func(t *testing.T, db *DB) {
 		ctx := context.Background()
 		a, err := db.CreateTable(ctx, "a", 64)
 		require.NoError(t, err)

@@ -183,7 +183,7 @@ func TestDropTableThroughWrappedStore(t *testing.T) {
 // (the remote store said ErrClosed).
 func TestCatalogAfterClose(t *testing.T) {
 	ctx := context.Background()
-	eachConfig(t, Options{}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		newTable(t, ctx, db, "items", 64)
 		require.NoError(t, db.Close(ctx))
 		ts, err := db.Tables(ctx)
@@ -205,7 +205,7 @@ func TestCatalogDoneContext(t *testing.T) {
 	ctx := context.Background()
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	eachConfig(t, Options{}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		_, err := db.CreateTable(done, "items", 64)
 		require.ErrorIs(t, err, context.Canceled, "CreateTable")
 		_, err = db.Table(ctx, "items")

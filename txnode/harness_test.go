@@ -255,11 +255,11 @@ func recvWithin[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 }
 
-// eachConfig runs f as a subtest of every configuration (openConfigs), on a DB its opener
-// opened with opts.
-func eachConfig(t *testing.T, opts Options, f func(t *testing.T, db *DB)) {
+// eachConfig runs f as a subtest of each configuration of cfgs (openConfigs, or a part of
+// it), on a DB its opener opened with opts.
+func eachConfig(t *testing.T, cfgs []openConfig, opts Options, f func(t *testing.T, db *DB)) {
 	t.Helper()
-	for _, cfg := range openConfigs(t) {
+	for _, cfg := range cfgs {
 		t.Run(cfg.name, func(t *testing.T) { f(t, cfg.opener(t)(opts)) })
 	}
 }

@@ -46,7 +46,7 @@ func insertRows(t *testing.T, db *DB, tb *Table, n int) []uint64 {
 
 func TestTxScanOwnWrites(t *testing.T) {
 	ctx := context.Background()
-	eachConfig(t, Options{}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		tb := newTable(t, ctx, db, "s", 64)
 		ids := insertRows(t, db, tb, 100)
 		var inserted uint64

@@ -55,7 +55,7 @@ func TestSessionInFlight(t *testing.T) {
 		n = 3000
 	}
 	ctx := context.Background()
-	eachConfig(t, Options{}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		tb := newTable(t, ctx, db, "counters", 64)
 		ids := insertRows(t, db, tb, 64)
 		s := db.Session()
