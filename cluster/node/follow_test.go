@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/node"
 )
 
 // A partition moved under its owner's writes: the owner keeps writing through the same
@@ -167,16 +166,10 @@ func TestOwnRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
 	tc, n, tbl := startWithTable(t, ctx, 1, 0x1, "", "race", 2)
 	require.NoError(t, tbl.Own(ctx, 1))
-	fired := false
-	restore := node.SetRaceHook(func(where string) {
-		if where == "own" && !fired {
-			fired = true
-			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
-		}
-	})
+	restore, fired := killDBAt(t, ctx, n, tc.addrs[0], "own")
 	require.NoError(t, tbl.Own(ctx, 0))
 	restore()
-	require.True(t, fired)
+	require.True(t, fired())
 	require.ElementsMatch(t, []uint32{1, 0}, tbl.Owned())
 	for p := uint32(0); p < 2; p++ {
 		id := insertRow(t, ctx, tbl, balanceRow(uint64(p)))
@@ -197,13 +190,7 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 	mover := tc.open(t, 0x2, "")
 	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	fired := false
-	restore := node.SetRaceHook(func(where string) {
-		if where == "moved" && !fired {
-			fired = true
-			require.NoError(t, node.KillDB(ctx, owner, tc.addrs[1]))
-		}
-	})
+	restore, fired := killDBAt(t, ctx, owner, tc.addrs[1], "moved")
 	defer restore()
 	var perr error
 	for try := 0; try < 10; try++ {
@@ -211,7 +198,7 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 			break
 		}
 	}
-	require.True(t, fired)
+	require.True(t, fired())
 	require.NoError(t, perr)
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
 	row := make([]byte, 64)
@@ -232,16 +219,10 @@ func TestOpenTableRacingHeal(t *testing.T) {
 	require.NoError(t, creator.Close(ctx))
 
 	n := tc.open(t, 0x2, "")
-	fired := false
-	restore := node.SetRaceHook(func(where string) {
-		if where == "open" && !fired {
-			fired = true
-			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
-		}
-	})
+	restore, fired := killDBAt(t, ctx, n, tc.addrs[0], "open")
 	defer restore()
 	tbl := openTable(t, ctx, n, "race")
-	require.True(t, fired)
+	require.True(t, fired())
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row))
 	require.EqualValues(t, 3, balanceOf(row))

@@ -161,6 +161,19 @@ func parts(n, parity int) []uint32 {
 // raceOn is testkit.RaceOn, under the name move_kill_unix_test.go uses.
 const raceOn = testkit.RaceOn
 
+// ownTwoRows owns partitions 0 and 1 of tbl and inserts a row of balance 1 in each,
+// returning their ids (x in partition 0, y in partition 1).
+func ownTwoRows(t *testing.T, ctx context.Context, tbl *node.Table) (x, y uint64) {
+	t.Helper()
+	require.NoError(t, tbl.Own(ctx, 0, 1))
+	ids := map[uint32]uint64{}
+	for len(ids) < 2 {
+		id := insertRow(t, ctx, tbl, balanceRow(1))
+		ids[tbl.Partition(id)] = id
+	}
+	return ids[0], ids[1]
+}
+
 // ownFirstRow owns partition 0 of tbl and inserts a row of balance 1 there, failing the
 // test unless the row lands in partition 0; it returns the row's id.
 func ownFirstRow(t *testing.T, ctx context.Context, tbl *node.Table) uint64 {
@@ -196,12 +209,12 @@ func (tc *testCluster) moveRecorded(t *testing.T, ctx context.Context, table str
 	return recorded
 }
 
-// dialPartition dials the storage node at addr with the operators' secret as owner owner and
-// opens its table name (a partition's), closing the client when the test ends; it returns
-// the client and the table's id there.
-func dialPartition(t *testing.T, ctx context.Context, addr string, owner uint64, name string) (*sgio.Client, uint32) {
+// dialPartition dials the storage node at addr with secret (a client's, or the operators')
+// as owner owner and opens its table name (a partition's), closing the client when the test
+// ends; it returns the client and the table's id there.
+func dialPartition(t *testing.T, ctx context.Context, addr string, secret []byte, owner uint64, name string) (*sgio.Client, uint32) {
 	t.Helper()
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: operatorSecret, OwnerID: owner})
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: secret, OwnerID: owner})
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
 	var ti sgio.TableInfo
@@ -268,4 +281,19 @@ func startWithTable(t *testing.T, ctx context.Context, storageNodes int, owner u
 	tc := startCluster(t, storageNodes)
 	n := tc.open(t, owner, addr)
 	return tc, n, createTable(t, ctx, n, name, 64, partitions, 1, tc.addrs)
+}
+
+// killDBAt sets the race hook to kill n's transaction node of the storage node at addr
+// (node.KillDB) the first time the race point where is reached; it returns what restores the
+// hook, and fired, which reports whether the kill ran.
+func killDBAt(t *testing.T, ctx context.Context, n *node.Node, addr, where string) (restore func(), fired func() bool) {
+	t.Helper()
+	killed := false
+	restore = node.SetRaceHook(func(w string) {
+		if w == where && !killed {
+			killed = true
+			require.NoError(t, node.KillDB(ctx, n, addr))
+		}
+	})
+	return restore, func() bool { return killed }
 }

@@ -39,17 +39,13 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	g, err := sess.Acquire(ctx, "keep", 0)
 	require.NoError(t, err)
 	epoch := g.Epoch()
-	src, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
-	require.NoError(t, err)
-	defer src.Close()
-	var ti sgio.TableInfo
-	require.NoError(t, src.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
+	src, srcTable := dialPartition(t, ctx, tc.addrs[0], secret, owner, name)
 	var gr sgio.Grant
-	require.NoError(t, src.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &gr))
+	require.NoError(t, src.CallInto(ctx, &sgio.Acquire{Table: srcTable, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &gr))
 	var ids sgio.IDRange
-	require.NoError(t, src.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Pages: 1, Owner: owner, Epoch: epoch}, &ids))
+	require.NoError(t, src.CallInto(ctx, &sgio.AllocIDs{Table: srcTable, Pages: 1, Owner: owner, Epoch: epoch}, &ids))
 	id := ids.First
-	require.NoError(t, keepCommit(ctx, src, ti.Table, owner, epoch, gr.LastSeq+1, id, 7))
+	require.NoError(t, keepCommit(ctx, src, srcTable, owner, epoch, gr.LastSeq+1, id, 7))
 
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	h, held := tc.holder(t, ctx, "keep", 0)
@@ -71,22 +67,18 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.Equal(t, epoch, oe.Holder.Epoch)
 
 	// The owner registers the same grant with the target and commits there.
-	dst, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[1], Secret: secret, OwnerID: owner})
-	require.NoError(t, err)
-	defer dst.Close()
-	var dti sgio.TableInfo
-	require.NoError(t, dst.CallInto(ctx, &sgio.OpenTable{Name: name}, &dti))
+	dst, dstTable := dialPartition(t, ctx, tc.addrs[1], secret, owner, name)
 	var dgr sgio.Grant
-	require.NoError(t, dst.CallInto(ctx, &sgio.Acquire{Table: dti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &dgr))
+	require.NoError(t, dst.CallInto(ctx, &sgio.Acquire{Table: dstTable, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &dgr))
 	require.Equal(t, epoch, dgr.Epoch)
 	seq := dgr.LastSeq + 1
-	require.NoError(t, keepCommit(ctx, dst, dti.Table, owner, epoch, seq, id, 8))
+	require.NoError(t, keepCommit(ctx, dst, dstTable, owner, epoch, seq, id, 8))
 	row := make([]byte, 64)
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 8, balanceOf(row))
 	// An older grant than the kept one is fenced at the target.
 	var old sgio.Grant
-	require.ErrorIs(t, dst.CallInto(ctx, &sgio.Acquire{Table: dti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch - 1}, &old), storenode.ErrFenced)
+	require.ErrorIs(t, dst.CallInto(ctx, &sgio.Acquire{Table: dstTable, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch - 1}, &old), storenode.ErrFenced)
 
 	// The owner's lease ends: the other node acquires the partition with a higher epoch and
 	// writes; the old owner's late commit at the target is fenced.
@@ -97,7 +89,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.EqualValues(t, 0x3, h.Owner)
 	require.Greater(t, h.Epoch, epoch)
 	require.NoError(t, ttbl.Put(ctx, id, balanceRow(9)))
-	require.ErrorIs(t, keepCommit(ctx, dst, dti.Table, owner, epoch, seq+1, id, 10), storenode.ErrFenced)
+	require.ErrorIs(t, keepCommit(ctx, dst, dstTable, owner, epoch, seq+1, id, 10), storenode.ErrFenced)
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 9, balanceOf(row))
 }

@@ -193,7 +193,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	w.check(t, ctx, reader)
 
 	// The old copy is fenced for good: it serves nothing.
-	cl, table := dialPartition(t, ctx, tc.addrs[0], 0, base.PartitionTableName("acct", 0))
+	cl, table := dialPartition(t, ctx, tc.addrs[0], operatorSecret, 0, base.PartitionTableName("acct", 0))
 	require.Equal(t, storenode.MoveRetired, moveState(t, ctx, cl, table))
 	var segs sgio.Segments
 	err := cl.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: table, Page: w.ids[0] / 64, Want: 1}}}, &segs)
@@ -239,7 +239,7 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	g, err := sess.Acquire(ctx, "acct", 0)
 	require.NoError(t, err)
 	// The operator's secret: the test steps the move itself too (MoveOpStatus).
-	cl, table := dialPartition(t, ctx, tc.addrs[0], owner, base.PartitionTableName("acct", 0))
+	cl, table := dialPartition(t, ctx, tc.addrs[0], operatorSecret, owner, base.PartitionTableName("acct", 0))
 	var gr sgio.Grant
 	require.NoError(t, cl.CallInto(ctx, &sgio.Acquire{Table: table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: g.Epoch()}, &gr))
 	var ids sgio.IDRange
@@ -324,7 +324,7 @@ func TestMoveLateThawRefused(t *testing.T) {
 	rec := cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0], From: tc.addrs[0], To: tc.addrs[1], Lease: first.Lease()}
 	_, e1, err := tc.c.BeginMove(ctx, rec)
 	require.NoError(t, err)
-	cl, table := dialPartition(t, ctx, tc.addrs[0], 0, base.PartitionTableName("acct", 0))
+	cl, table := dialPartition(t, ctx, tc.addrs[0], operatorSecret, 0, base.PartitionTableName("acct", 0))
 	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: table, Token: uint64(e1)}) // the first mover
 	require.NoError(t, err)
 	require.NoError(t, first.Close(ctx)) // its lease revoked: as a mover that died

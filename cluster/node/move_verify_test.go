@@ -29,7 +29,7 @@ type stranger struct {
 
 func newStranger(t *testing.T, ctx context.Context, tc *testCluster, addr, name string) *stranger {
 	t.Helper()
-	cl, table := dialPartition(t, ctx, addr, 0x77, name)
+	cl, table := dialPartition(t, ctx, addr, operatorSecret, 0x77, name)
 	return &stranger{cl: cl, table: table, v: cluster.NewGrantVerifier(tc.c, storenode.ErrFenced)}
 }
 

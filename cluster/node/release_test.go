@@ -35,13 +35,7 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 			b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000", TTL: time.Hour}})
 			ta := createTable(t, ctx, a, "rel", 64, 2, 1, tc.addrs)
 			tb := openTable(t, ctx, b, "rel")
-			require.NoError(t, ta.Own(ctx, 0, 1))
-			ids := map[uint32]uint64{}
-			for len(ids) < 2 {
-				id := insertRow(t, ctx, ta, balanceRow(1))
-				ids[ta.Partition(id)] = id
-			}
-			x, y := ids[0], ids[1]
+			x, y := ownTwoRows(t, ctx, ta)
 			require.NoError(t, ta.Put(ctx, x, balanceRow(7)))
 			require.NoError(t, ta.Put(ctx, y, balanceRow(8)))
 			// b cannot take partition 0 while a holds it.
@@ -112,13 +106,7 @@ func TestOwnStateMovingAndLost(t *testing.T) {
 	require.Equal(t, tc.addrs[0], ta.Map().Nodes[0])
 	require.Equal(t, node.OwnNone, ta.OwnState(0))
 	require.Equal(t, node.OwnNone, ta.OwnState(7), "no such partition")
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	ids := map[uint32]uint64{}
-	for len(ids) < 2 {
-		id := insertRow(t, ctx, ta, balanceRow(1))
-		ids[ta.Partition(id)] = id
-	}
-	x, y := ids[0], ids[1]
+	x, y := ownTwoRows(t, ctx, ta)
 	require.Equal(t, node.OwnHeld, ta.OwnState(0))
 
 	// Mid-move: partition 0 frozen at its source.
