@@ -85,27 +85,45 @@ func startCluster(t *testing.T, storageNodes int) *testCluster {
 // the verifier verifier makes of the cluster's client (a flaky one, in a test).
 func startClusterVerified(t *testing.T, storageNodes int, verifier func(*cluster.Client) storenode.GrantVerifier) *testCluster {
 	t.Helper()
+	tc := newTestCluster(t)
+	v := verifier(tc.c)
+	for range storageNodes {
+		tc.addServer(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}, nil)
+	}
+	return tc
+}
+
+// newTestCluster starts etcd and connects the cluster's client: a testCluster with no
+// storage node yet.
+func newTestCluster(t *testing.T) *testCluster {
+	t.Helper()
 	ctx := testCtx(t)
 	tc := &testCluster{etcd: etcdtest.Start(t)}
 	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	tc.c = c
-	v := verifier(c)
-	for range storageNodes {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
-			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}})
-		require.NoError(t, err)
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		})
-		tc.srvs = append(tc.srvs, srv)
-		tc.addrs = append(tc.addrs, srv.Addr().String())
-	}
 	return tc
+}
+
+// addServer starts a storage node of opts on 127.0.0.1 (the three roles' secrets) and adds
+// it to tc; it shuts down when the test ends, then stopped, when set, runs.
+func (tc *testCluster) addServer(t *testing.T, opts storenode.Options, stopped func()) {
+	t.Helper()
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
+		Options: opts})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		if stopped != nil {
+			stopped()
+		}
+	})
+	tc.srvs = append(tc.srvs, srv)
+	tc.addrs = append(tc.addrs, srv.Addr().String())
 }
 
 // open opens a cluster node of owner id owner, taking requests at addr.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 
 	"github.com/stretchr/testify/require"
 
@@ -114,17 +113,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
 	tc := &testCluster{etcd: etcd, c: c}
 	for range 2 {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
-			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 300 * time.Millisecond}})
-		require.NoError(t, err)
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		})
-		tc.srvs = append(tc.srvs, srv)
-		tc.addrs = append(tc.addrs, srv.Addr().String())
+		tc.addServer(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 300 * time.Millisecond}, nil)
 	}
 	open := func(owner uint64) *node.Node {
 		return tc.openConfig(t, node.Config{Etcd: direct, Session: cluster.SessionConfig{Owner: owner}})
