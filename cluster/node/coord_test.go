@@ -77,11 +77,8 @@ func receivedOf(row []byte) uint64 { return binary.LittleEndian.Uint64(row[8:]) 
 // transfer at the receiver: the received counts sum to the acknowledged transfers.
 func xfer(ctx context.Context, n *node.Node, t *node.Table, from, to, amount uint64) error {
 	return n.Update(ctx, func(tx *node.Tx) error {
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(t, from, f); err != nil {
-			return err
-		}
-		if err := tx.Get(t, to, g); err != nil {
+		f, g, err := getPair(tx, t, from, to)
+		if err != nil {
 			return err
 		}
 		amount = min(amount, balanceOf(f))

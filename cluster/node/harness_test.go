@@ -315,3 +315,12 @@ func killDBAt(t *testing.T, ctx context.Context, n *node.Node, addr, where strin
 	})
 	return restore, func() bool { return killed }
 }
+
+// getPair reads rows x and y of tbl in tx (y only once x was read).
+func getPair(tx *node.Tx, tbl *node.Table, x, y uint64) (a, b []byte, err error) {
+	a, b = make([]byte, 64), make([]byte, 64)
+	if err = tx.Get(tbl, x, a); err == nil {
+		err = tx.Get(tbl, y, b)
+	}
+	return a, b, err
+}

@@ -32,14 +32,11 @@ import (
 // which ended the first handle's grant: no stale read.
 // Fails on 7f9ad60: the first handle read 1 after the second acknowledged 2.
 func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(release) }) }
+	gate := newWatchGate()
 	var ownerClient atomic.Pointer[cluster.Client]
 	t.Cleanup(node.SetMapWatchHook(func(c any) {
-		if c == any(ownerClient.Load()) && hold.Load() {
-			<-release
+		if c == any(ownerClient.Load()) {
+			gate.wait()
 		}
 	}))
 	waiting := make(chan struct{}, 1)
@@ -56,11 +53,11 @@ func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
 	owner := tc.open(t, 0x1, "")
 	ownerClient.Store(owner.Client())
 	mover := tc.open(t, 0x2, "")
-	t.Cleanup(unhold) // before the Nodes close
+	t.Cleanup(gate.open) // before the Nodes close
 	tbl := createTable(t, ctx, owner, "twoh", 64, 2, 1, tc.addrs)
 	id := ownFirstRow(t, ctx, tbl)
 
-	hold.Store(true)
+	gate.hold.Store(true)
 	mtbl := openTable(t, ctx, mover, "twoh")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 
@@ -83,13 +80,13 @@ func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
 		row := make([]byte, 64)
 		require.NoError(t, tbl.Get(ctx, id, row))
 		require.EqualValues(t, 1, balanceOf(row))
-		unhold()
+		gate.open()
 		require.NoError(t, <-wrote, "the second handle owns and writes at the target")
 	}
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row), "the first handle's read")
 	require.EqualValues(t, 2, balanceOf(row), "the first handle's read after the second handle's acknowledged write")
-	unhold()
+	gate.open()
 }
 
 // An Own refused during a move for another reason than the move (here the storage node

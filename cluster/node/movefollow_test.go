@@ -97,19 +97,16 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 // On b47b8eb the switch deleted the owner key: the other node owned the partition at once
 // and committed, and the owner's cached read missed that acknowledged commit (a stale read).
 func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(release) }) }
+	gate := newWatchGate()
 	var ownerClient atomic.Pointer[cluster.Client]
 	t.Cleanup(node.SetOwnerWatchHook(func(owner uint64) {
-		if owner == 0x1 && hold.Load() {
-			<-release
+		if owner == 0x1 {
+			gate.wait()
 		}
 	}))
 	t.Cleanup(node.SetMapWatchHook(func(c any) {
-		if c == any(ownerClient.Load()) && hold.Load() {
-			<-release
+		if c == any(ownerClient.Load()) {
+			gate.wait()
 		}
 	}))
 	ctx := testCtx(t)
@@ -118,13 +115,13 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	ownerClient.Store(owner.Client())
 	mover := tc.open(t, 0x2, "")
 	taker := tc.open(t, 0x3, "")
-	t.Cleanup(unhold) // before the Nodes close
+	t.Cleanup(gate.open) // before the Nodes close
 	tbl := createTable(t, ctx, owner, "stale", 64, 2, 1, tc.addrs)
 	id := ownFirstRow(t, ctx, tbl)
 	before, held := tc.holder(t, ctx, "stale", 0)
 	require.True(t, held)
 
-	hold.Store(true)
+	gate.hold.Store(true)
 	mtbl := openTable(t, ctx, mover, "stale")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	ttbl := openTable(t, ctx, taker, "stale")
@@ -138,7 +135,7 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row), "the owner's cached read")
 	require.EqualValues(t, 1, balanceOf(row), "the owner's cached read is the last acknowledged write")
-	unhold()
+	gate.open()
 
 	// The owner hears of the switch and writes on, under the grant the switch kept.
 	var perr error
@@ -156,3 +153,23 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 3, balanceOf(row))
 }
+
+// watchGate holds back the watch deliveries a test's hook passes through it: once hold is
+// set, wait blocks until open is called (at most once; later calls do nothing).
+type watchGate struct {
+	hold    atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func newWatchGate() *watchGate { return &watchGate{release: make(chan struct{})} }
+
+// wait blocks while the gate holds, until it is opened.
+func (g *watchGate) wait() {
+	if g.hold.Load() {
+		<-g.release
+	}
+}
+
+// open lets every delivery held, and every later one, through.
+func (g *watchGate) open() { g.once.Do(func() { close(g.release) }) }

@@ -68,11 +68,8 @@ func total(t *testing.T, tc *testCluster, accts [2][]uint64) uint64 {
 // allows.
 func transfer(ctx context.Context, n *node.Node, t *node.Table, from, to, amount uint64) error {
 	return n.Update(ctx, func(tx *node.Tx) error {
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(t, from, f); err != nil {
-			return err
-		}
-		if err := tx.Get(t, to, g); err != nil {
+		f, g, err := getPair(tx, t, from, to)
+		if err != nil {
 			return err
 		}
 		if balanceOf(f) < amount {
