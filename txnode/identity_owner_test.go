@@ -73,8 +73,8 @@ func startStallProxy(t *testing.T, target string) *stallProxy {
 	p.ln = listenLoopback(t)
 	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
 		p.add(c, s)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.forward(s, c, p.waitStalled)
+		go p.forward(c, s, p.waitStalled)
 	})
 	t.Cleanup(func() {
 		p.unstall()
@@ -83,22 +83,10 @@ func startStallProxy(t *testing.T, target string) *stallProxy {
 	return p
 }
 
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if p.stalled.Load() {
-				<-p.release
-			}
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
+// waitStalled waits, while the proxy is stalled, until release.
+func (p *stallProxy) waitStalled() {
+	if p.stalled.Load() {
+		<-p.release
 	}
 }
 

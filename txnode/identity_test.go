@@ -23,6 +23,23 @@ import (
 // nodes with one owner id, and a connection dropped on the client side only.
 
 // startIdentityNode runs a storage node and returns its address and server.
+// requireEachAppliedOnce checks that every counter of ids in tb is per (each increment of
+// each writer, its what, acknowledged once is there once), then closes db (of owner owner)
+// and checks that srv applied each of its batches once: its applied commits are the seqs 1..n.
+func requireEachAppliedOnce(t *testing.T, ctx context.Context, srv *server.Server, db *DB, tb *Table, ids []uint64, per int, owner uint64, what string) {
+	t.Helper()
+	got := make([]byte, 64)
+	for w, id := range ids {
+		require.NoError(t, tb.Get(ctx, id, got))
+		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "%s %d", what, w)
+	}
+	require.NoError(t, db.Close(ctx))
+	st := srv.Engine().Stats()
+	g, err := srv.Engine().Acquire(tb.t.id, owner, 0)
+	require.NoError(t, err)
+	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+}
+
 func startIdentityNode(t *testing.T, opts storenode.Options) (string, *server.Server) {
 	t.Helper()
 	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Options: opts})
@@ -172,28 +189,11 @@ func startHalfProxy(t *testing.T, target string) *halfProxy {
 	p.ln = listenLoopback(t)
 	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
 		p.add(c, s)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.forward(s, c, nil) // never closes the node's side
+		go p.forward(c, s, nil)
 	})
 	t.Cleanup(p.close)
 	return p
-}
-
-// pipe copies src to dst until either fails; it never closes the node's side.
-func (p *halfProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // cutClients closes the client side of every connection so far.
@@ -255,17 +255,8 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	require.Equal(t, int64(1), proxy.cuts.Load())
 
 	// Every increment acknowledged once is there once: each counter is exactly per.
-	got := make([]byte, 64)
-	for w, id := range ids {
-		require.NoError(t, tb.Get(ctx, id, got))
-		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "worker %d", w)
-	}
 	// And the storage node applied each batch once: its applied commits are the seqs 1..n.
-	require.NoError(t, db.Close(ctx))
-	st := srv.Engine().Stats()
-	g, err := srv.Engine().Acquire(tb.t.id, 0x77, 0)
-	require.NoError(t, err)
-	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+	requireEachAppliedOnce(t, ctx, srv, db, tb, ids, per, 0x77, "worker")
 }
 
 // How an fsync error reaches the caller: the storage node's WAL fsync fails for a commit

@@ -71,3 +71,25 @@ func (p *proxyConns) close() {
 	p.ln.Close()
 	p.closeConns()
 }
+
+// forward copies src to dst in chunks of up to 64 KiB until either fails, calling before
+// (when set) ahead of each chunk's write; it closes neither side. The caller counted it in
+// wg (add).
+func (p *proxyConns) forward(dst, src net.Conn, before func()) {
+	defer p.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if before != nil {
+				before()
+			}
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

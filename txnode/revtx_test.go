@@ -225,16 +225,7 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	rwg.Wait()
 	require.False(t, t.Failed())
 	require.Equal(t, int64(3), proxy.cuts.Load())
-	got := make([]byte, 64)
-	for w, id := range ids {
-		require.NoError(t, tb.Get(ctx, id, got))
-		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "session %d", w)
-	}
-	require.NoError(t, db.Close(ctx))
-	st := srv.Engine().Stats()
-	g, err := srv.Engine().Acquire(tb.t.id, 0x78, 0)
-	require.NoError(t, err)
-	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+	requireEachAppliedOnce(t, ctx, srv, db, tb, ids, per, 0x78, "session")
 }
 
 // gateProxy forwards client and storage node bytes; while paused it holds what the storage
