@@ -22,7 +22,6 @@ import (
 // Owner identity and retries through the public API over TCP: Release on Close, two live
 // nodes with one owner id, and a connection dropped on the client side only.
 
-// startIdentityNode runs a storage node and returns its address and server.
 // requireEachAppliedOnce checks that every counter of ids in tb is per (each increment of
 // each writer, its what, acknowledged once is there once), then closes db (of owner owner)
 // and checks that srv applied each of its batches once: its applied commits are the seqs 1..n.
@@ -40,6 +39,7 @@ func requireEachAppliedOnce(t *testing.T, ctx context.Context, srv *server.Serve
 	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
 }
 
+// startIdentityNode runs a storage node and returns its address and server.
 func startIdentityNode(t *testing.T, opts storenode.Options) (string, *server.Server) {
 	t.Helper()
 	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Options: opts})

@@ -85,7 +85,6 @@ var benchSeed atomic.Uint64
 
 func newXorshift() xorshift { return xorshift(benchSeed.Add(0x9E3779B97F4A7C15) | 1) }
 
-// runBench runs op serially (goroutines=1, b.Loop) and from 128 goroutines (RunParallel).
 // benchEachMode runs, as a sub-benchmark of each mode of modes, runBench of the operation op
 // makes over a fresh DB of rows rows (benchOpen).
 func benchEachMode(b *testing.B, modes []benchMode, rows int, op func(ctx context.Context, db *DB, tb *Table, ids []uint64) func(*xorshift, []byte) error) {
@@ -97,6 +96,7 @@ func benchEachMode(b *testing.B, modes []benchMode, rows int, op func(ctx contex
 	}
 }
 
+// runBench runs op serially (goroutines=1, b.Loop) and from 128 goroutines (RunParallel).
 func runBench(b *testing.B, op func(rng *xorshift, buf []byte) error) {
 	for _, g := range []int{1, 128} {
 		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
