@@ -119,14 +119,7 @@ func TestCacheFullFailsInTime(t *testing.T) {
 			require.NoError(t, err)
 			const pages = 200 // far more than 256 KiB holds (about 55 frames of 64-byte rows)
 			for range pages {
-				require.NoError(t, db.Update(ctx, func(tx *Tx) error {
-					for range 64 {
-						if _, err := tx.Insert(tb, u64Row(64, 1)); err != nil {
-							return err
-						}
-					}
-					return nil
-				}))
+				insertPageOf(t, ctx, db, tb, 1)
 			}
 			require.NoError(t, db.pipe.flush(ctx))
 			lastRow := uint64(pages*64 - 1)
@@ -308,14 +301,7 @@ func TestInsertAfterEviction(t *testing.T) {
 		require.NoError(t, err)
 		// Enough other pages to evict a's page (the cache holds about 13 frames).
 		for range 40 {
-			require.NoError(t, db.Update(ctx, func(tx *Tx) error {
-				for range 64 {
-					if _, err := tx.Insert(b, u64Row(64, 2)); err != nil {
-						return err
-					}
-				}
-				return nil
-			}))
+			insertPageOf(t, ctx, db, b, 2)
 			require.NoError(t, db.pipe.flush(ctx))
 		}
 		require.Positive(t, db.Stats().Evictions)
@@ -374,4 +360,18 @@ func TestFarIDs(t *testing.T) {
 	ps.Release()
 	require.NoError(t, b.Get(ctx, bid, buf))
 	require.Equal(t, uint64(42), checkRow(t, buf))
+}
+
+// insertPageOf inserts a page of rows of value v (64 of them) into tb in one transaction,
+// failing the test on error.
+func insertPageOf(t *testing.T, ctx context.Context, db *DB, tb *Table, v uint64) {
+	t.Helper()
+	require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+		for range 64 {
+			if _, err := tx.Insert(tb, u64Row(64, v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
 }
