@@ -15,6 +15,9 @@ import (
 	"github.com/weftdb/weft/storenode"
 )
 
+// acctP0 is the storage nodes' table of partition 0 of "acct", the table these tests move.
+var acctP0 = base.PartitionTableName("acct", 0)
+
 // The storage node verifies move steps with the verifier it verifies grants with.
 var _ storenode.MoveVerifier = (*cluster.GrantVerifier)(nil)
 
@@ -65,15 +68,14 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	ctx := testCtx(t)
 	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 8)
-	name := base.PartitionTableName("acct", 0)
-	s := newStranger(t, ctx, tc, tc.addrs[0], name)
+	s := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	attack := func(why string) {
 		for _, epoch := range []uint64{1, s.rev(t, ctx), ^uint64(0)} {
 			require.ErrorIs(t, s.step(ctx, sgio.MoveOpFreeze, epoch, 0), storenode.ErrFenced, "%s: freeze under epoch %d", why, epoch)
 		}
 		require.Error(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), "%s: retire", why)
-		require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned, "%s: drop", why)
+		require.ErrorIs(t, s.drop(ctx, acctP0), storenode.ErrTableOwned, "%s: drop", why)
 	}
 	attack("no move recorded")
 	require.Equal(t, storenode.MoveLive, s.state(t, ctx))
@@ -84,7 +86,7 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 		require.ErrorIs(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), storenode.ErrFenced, "retire before the switch")
-		require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned, "drop of the frozen source")
+		require.ErrorIs(t, s.drop(ctx, acctP0), storenode.ErrTableOwned, "drop of the frozen source")
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 	})
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
@@ -101,16 +103,15 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 	ctx := testCtx(t)
 	tc, owner, tbl := startWithTable(t, ctx, 1, 0x1, "", "acct", 2)
 	newMoveWriter(t, ctx, owner, tbl, 4)
-	name := base.PartitionTableName("acct", 0)
-	s := newStranger(t, ctx, tc, tc.addrs[0], name)
+	s := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	// A verified step (refused) tells the node its address, as any move would.
 	require.ErrorIs(t, s.step(ctx, sgio.MoveOpFreeze, 1, 0), storenode.ErrFenced)
 	eng := tc.srvs[0].Engine()
 	_, err := eng.MoveFreeze(s.table, 1)
 	require.NoError(t, err)
 	require.NoError(t, eng.MoveRetire(s.table, 1))
-	require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned)
-	_, err = eng.OpenTable(name)
+	require.ErrorIs(t, s.drop(ctx, acctP0), storenode.ErrTableOwned)
+	_, err = eng.OpenTable(acctP0)
 	require.NoError(t, err, "the copy is kept")
 }
 
@@ -124,8 +125,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
-	name := base.PartitionTableName("acct", 0)
-	src := newStranger(t, ctx, tc, tc.addrs[0], name)
+	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	var dst *stranger
 
 	mover := tc.open(t, 0x2, "")
@@ -138,7 +138,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 			require.ErrorIs(t, src.step(ctx, sgio.MoveOpFreeze, ^uint64(0), 0), storenode.ErrFenced, "freeze under 2^64-1")
 			require.Equal(t, storenode.MoveLive, src.state(t, ctx))
 		case node.MoveStepSwitched:
-			dst = newStranger(t, ctx, tc, tc.addrs[1], name)
+			dst = newStranger(t, ctx, tc, tc.addrs[1], acctP0)
 			rev := dst.rev(t, ctx)
 			require.ErrorIs(t, dst.step(ctx, sgio.MoveOpActivate, rev, ^uint64(0)), storenode.ErrFenced, "floor 2^64-1")
 			require.ErrorIs(t, dst.step(ctx, sgio.MoveOpActivate, ^uint64(0), 1), storenode.ErrFenced, "epoch 2^64-1")
@@ -164,8 +164,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	ctx := testCtx(t)
 	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
-	name := base.PartitionTableName("acct", 0)
-	src := newStranger(t, ctx, tc, tc.addrs[0], name)
+	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	mover := tc.open(t, 0x2, "")
 	mtbl := openTable(t, ctx, mover, "acct")
