@@ -291,14 +291,7 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, db.Err())
 	// A commit whose batch goes out during the outage waits for it.
-	putErr := make(chan error, 1)
-	go func() { putErr <- tab.Put(ctx, id, row(2)) }()
-	rs := db.remote
-	require.Eventually(t, func() bool {
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		return len(rs.pendingLocked()) == 1
-	}, 10*time.Second, time.Millisecond)
+	putErr := putPending(t, ctx, db, tab, id)
 
 	timers.fire <- time.Now() // RequestTimeout into the outage
 	err = recvWithin(t, putErr, "the answer of a commit in flight")
@@ -360,6 +353,19 @@ func TestCloseDuringOutage(t *testing.T) {
 
 	proxy.set(false)
 	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")
+	putErr := putPending(t, ctx, db, tab, id)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- db.Close(ctx) }()
+	timers.fire <- time.Now()
+	require.ErrorIs(t, recvWithin(t, closeErr, "Close during an outage"), ErrUnavailable)
+	require.ErrorIs(t, recvWithin(t, putErr, "the commit in flight"), ErrUnknownOutcome)
+	require.ErrorIs(t, db.Err(), ErrClosed)
+}
+
+// putPending writes row(2) to row id of tab in the background and returns once its batch is
+// out to db's remote store, unanswered (its one request pending); it returns the write's error.
+func putPending(t *testing.T, ctx context.Context, db *DB, tab *Table, id uint64) <-chan error {
+	t.Helper()
 	putErr := make(chan error, 1)
 	go func() { putErr <- tab.Put(ctx, id, row(2)) }()
 	rs := db.remote
@@ -368,10 +374,5 @@ func TestCloseDuringOutage(t *testing.T) {
 		defer rs.mu.Unlock()
 		return len(rs.pendingLocked()) == 1
 	}, 10*time.Second, time.Millisecond)
-	closeErr := make(chan error, 1)
-	go func() { closeErr <- db.Close(ctx) }()
-	timers.fire <- time.Now()
-	require.ErrorIs(t, recvWithin(t, closeErr, "Close during an outage"), ErrUnavailable)
-	require.ErrorIs(t, recvWithin(t, putErr, "the commit in flight"), ErrUnknownOutcome)
-	require.ErrorIs(t, db.Err(), ErrClosed)
+	return putErr
 }
