@@ -263,3 +263,10 @@ func eachConfig(t *testing.T, cfgs []openConfig, opts Options, f func(t *testing
 		t.Run(cfg.name, func(t *testing.T) { f(t, cfg.opener(t)(opts)) })
 	}
 }
+
+// boolSubtests runs f as two subtests: off, of f(t, false), then on, of f(t, true).
+func boolSubtests(t *testing.T, off, on string, f func(t *testing.T, b bool)) {
+	t.Helper()
+	t.Run(off, func(t *testing.T) { f(t, false) })
+	t.Run(on, func(t *testing.T) { f(t, true) })
+}

@@ -96,54 +96,48 @@ func rowVal(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 // only: commits of the other table over the same store go on without reopening the DB
 // (on 691c95a every later commit of every table failed with the refused batch's error).
 func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
-	for _, remote := range []bool{false, true} {
-		name := "embedded"
-		if remote {
-			name = "remote"
+	boolSubtests(t, "embedded", "remote", func(t *testing.T, remote bool) {
+		ctx := context.Background()
+		r := newFenceRig(t, remote)
+		a := insertRow(t, ctx, r.acct, row(1))
+		gid := insertRow(t, ctx, r.gold, row(1))
+
+		r.fenceAcct()
+		err := r.acct.Put(ctx, a, row(2))
+		require.Error(t, err)
+		require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "%v", err)
+		_, err = r.acct.Insert(ctx, row(3))
+		require.ErrorIs(t, err, ErrLeaseExpired, "acct is latched as fenced")
+
+		for i := uint64(2); i < 20; i++ {
+			require.NoError(t, r.gold.Put(ctx, gid, row(i)), "gold after acct was fenced")
+			insertRow(t, ctx, r.gold, row(i))
 		}
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			r := newFenceRig(t, remote)
-			a := insertRow(t, ctx, r.acct, row(1))
-			gid := insertRow(t, ctx, r.gold, row(1))
+		dst := make([]byte, 64)
+		require.NoError(t, r.gold.Get(ctx, gid, dst))
+		require.Equal(t, row(19), dst)
 
-			r.fenceAcct()
-			err := r.acct.Put(ctx, a, row(2))
-			require.Error(t, err)
-			require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "%v", err)
-			_, err = r.acct.Insert(ctx, row(3))
-			require.ErrorIs(t, err, ErrLeaseExpired, "acct is latched as fenced")
+		// The two-phase commit's prepare takes the owner's next seq after the recovery
+		// (the refused seq, sent again): prepared, decided, applied; commits go on.
+		txid := [16]byte{7, 7}
+		tx, err := r.db.Begin(ctx, true)
+		require.NoError(t, err)
+		require.NoError(t, tx.Put(r.gold, gid, row(20)))
+		p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
+		require.NoError(t, err)
+		require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
+		require.NoError(t, p.apply(ctx, base.DecisionCommit))
+		require.NoError(t, r.gold.Get(ctx, gid, dst))
+		require.Equal(t, row(20), dst)
+		require.NoError(t, r.gold.Put(ctx, gid, row(21)))
+		require.NoError(t, r.db.Close(ctx))
 
-			for i := uint64(2); i < 20; i++ {
-				require.NoError(t, r.gold.Put(ctx, gid, row(i)), "gold after acct was fenced")
-				insertRow(t, ctx, r.gold, row(i))
-			}
-			dst := make([]byte, 64)
-			require.NoError(t, r.gold.Get(ctx, gid, dst))
-			require.Equal(t, row(19), dst)
-
-			// The two-phase commit's prepare takes the owner's next seq after the recovery
-			// (the refused seq, sent again): prepared, decided, applied; commits go on.
-			txid := [16]byte{7, 7}
-			tx, err := r.db.Begin(ctx, true)
-			require.NoError(t, err)
-			require.NoError(t, tx.Put(r.gold, gid, row(20)))
-			p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
-			require.NoError(t, err)
-			require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
-			require.NoError(t, p.apply(ctx, base.DecisionCommit))
-			require.NoError(t, r.gold.Get(ctx, gid, dst))
-			require.Equal(t, row(20), dst)
-			require.NoError(t, r.gold.Put(ctx, gid, row(21)))
-			require.NoError(t, r.db.Close(ctx))
-
-			r.open()
-			gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
-			require.NoError(t, err)
-			require.NoError(t, gold.Get(ctx, gid, dst))
-			require.Equal(t, row(21), dst, "durable at the store")
-		})
-	}
+		r.open()
+		gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
+		require.NoError(t, err)
+		require.NoError(t, gold.Get(ctx, gid, dst))
+		require.Equal(t, row(21), dst, "durable at the store")
+	})
 }
 
 // Concurrent writers on both tables while acct is fenced: A writers write a fresh token to
