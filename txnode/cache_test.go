@@ -110,88 +110,85 @@ func TestCacheBudget(t *testing.T) {
 // again once the pins are released.
 func TestCacheFullFailsInTime(t *testing.T) {
 	const wait = 50 * time.Millisecond
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang fails
-			defer cancel()
-			db := cfg.opener(t)(Options{CacheBytes: 256 << 10, CacheWait: wait})
-			tb, err := db.CreateTable(ctx, "pinned", 64)
-			require.NoError(t, err)
-			const pages = 200 // far more than 256 KiB holds (about 55 frames of 64-byte rows)
-			for range pages {
-				insertPageOf(t, ctx, db, tb, 1)
-			}
-			require.NoError(t, db.pipe.flush(ctx))
-			lastRow := uint64(pages*64 - 1)
+	eachConfig(t, openConfigs(t), Options{CacheBytes: 256 << 10, CacheWait: wait}, func(t *testing.T, db *DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang fails
+		defer cancel()
+		tb, err := db.CreateTable(ctx, "pinned", 64)
+		require.NoError(t, err)
+		const pages = 200 // far more than 256 KiB holds (about 55 frames of 64-byte rows)
+		for range pages {
+			insertPageOf(t, ctx, db, tb, 1)
+		}
+		require.NoError(t, db.pipe.flush(ctx))
+		lastRow := uint64(pages*64 - 1)
 
-			// One pin set over everything: it cannot hold it all.
+		// One pin set over everything: it cannot hold it all.
+		start := time.Now()
+		_, err = db.Pin(ctx, tb, 0, pages*64)
+		require.ErrorIs(t, err, ErrCacheFull)
+		require.GreaterOrEqual(t, time.Since(start), wait)
+
+		// Pin sets of one page each, until the cache is full of them.
+		var sets []*PinSet
+		for page := uint64(0); ; page++ {
+			ps, err := db.Pin(ctx, tb, page*64, page*64+1)
+			if err != nil {
+				require.ErrorIs(t, err, ErrCacheFull)
+				break
+			}
+			sets = append(sets, ps)
+		}
+		t.Logf("%d pages pinned", len(sets))
+		require.Less(t, len(sets), pages)
+		buf := make([]byte, 64)
+		expectFull := func(what string, f func() error) {
+			t.Helper()
 			start := time.Now()
-			_, err = db.Pin(ctx, tb, 0, pages*64)
-			require.ErrorIs(t, err, ErrCacheFull)
-			require.GreaterOrEqual(t, time.Since(start), wait)
-
-			// Pin sets of one page each, until the cache is full of them.
-			var sets []*PinSet
-			for page := uint64(0); ; page++ {
-				ps, err := db.Pin(ctx, tb, page*64, page*64+1)
-				if err != nil {
-					require.ErrorIs(t, err, ErrCacheFull)
-					break
-				}
-				sets = append(sets, ps)
-			}
-			t.Logf("%d pages pinned", len(sets))
-			require.Less(t, len(sets), pages)
-			buf := make([]byte, 64)
-			expectFull := func(what string, f func() error) {
-				t.Helper()
-				start := time.Now()
-				err := f()
-				took := time.Since(start)
-				require.ErrorIs(t, err, ErrCacheFull, what)
-				require.GreaterOrEqual(t, took, wait, what)
-				require.Less(t, took, 10*time.Second, what) // bounded, however slow the machine
-			}
-			expectFull("Get", func() error { return tb.Get(ctx, lastRow, buf) })
-			expectFull("Put", func() error { return tb.Put(ctx, lastRow, buf) })
-			expectFull("Update", func() error {
-				return db.Update(ctx, func(tx *Tx) error { return tx.Get(tb, lastRow, buf) })
-			})
-			expectFull("Scan", func() error {
-				for _, err := range tb.Scan(ctx, lastRow, lastRow+1) {
-					return err
-				}
-				return nil
-			})
-			for _, ps := range sets {
-				ps.Release()
-			}
-			require.NoError(t, tb.Get(ctx, lastRow, buf))
-
-			// Open transactions holding one page each, until the cache is full of them.
-			var txs []*Tx
-			for page := uint64(0); page < pages; page++ {
-				tx, err := db.Begin(ctx, false)
-				require.NoError(t, err)
-				if err := tx.Get(tb, page*64, buf); err != nil {
-					require.ErrorIs(t, err, ErrCacheFull)
-					tx.Rollback()
-					break
-				}
-				txs = append(txs, tx)
-			}
-			t.Logf("%d transactions open", len(txs))
-			require.Less(t, len(txs), pages)
-			expectFull("Get", func() error { return tb.Get(ctx, lastRow, buf) })
-			expectFull("View", func() error {
-				return db.View(ctx, func(tx *Tx) error { return tx.Get(tb, lastRow, buf) })
-			})
-			for _, tx := range txs {
-				require.NoError(t, tx.Commit())
-			}
-			require.NoError(t, tb.Get(ctx, lastRow, buf))
+			err := f()
+			took := time.Since(start)
+			require.ErrorIs(t, err, ErrCacheFull, what)
+			require.GreaterOrEqual(t, took, wait, what)
+			require.Less(t, took, 10*time.Second, what) // bounded, however slow the machine
+		}
+		expectFull("Get", func() error { return tb.Get(ctx, lastRow, buf) })
+		expectFull("Put", func() error { return tb.Put(ctx, lastRow, buf) })
+		expectFull("Update", func() error {
+			return db.Update(ctx, func(tx *Tx) error { return tx.Get(tb, lastRow, buf) })
 		})
-	}
+		expectFull("Scan", func() error {
+			for _, err := range tb.Scan(ctx, lastRow, lastRow+1) {
+				return err
+			}
+			return nil
+		})
+		for _, ps := range sets {
+			ps.Release()
+		}
+		require.NoError(t, tb.Get(ctx, lastRow, buf))
+
+		// Open transactions holding one page each, until the cache is full of them.
+		var txs []*Tx
+		for page := uint64(0); page < pages; page++ {
+			tx, err := db.Begin(ctx, false)
+			require.NoError(t, err)
+			if err := tx.Get(tb, page*64, buf); err != nil {
+				require.ErrorIs(t, err, ErrCacheFull)
+				tx.Rollback()
+				break
+			}
+			txs = append(txs, tx)
+		}
+		t.Logf("%d transactions open", len(txs))
+		require.Less(t, len(txs), pages)
+		expectFull("Get", func() error { return tb.Get(ctx, lastRow, buf) })
+		expectFull("View", func() error {
+			return db.View(ctx, func(tx *Tx) error { return tx.Get(tb, lastRow, buf) })
+		})
+		for _, tx := range txs {
+			require.NoError(t, tx.Commit())
+		}
+		require.NoError(t, tb.Get(ctx, lastRow, buf))
+	})
 }
 
 // TestFillKeepsNewerRow holds a miss's answer from the store while another goroutine writes
