@@ -324,3 +324,12 @@ func getPair(tx *node.Tx, tbl *node.Table, x, y uint64) (a, b []byte, err error)
 	}
 	return a, b, err
 }
+
+// etcdProxy starts a proxy to tc's etcd (one a test can cut), closed when the test ends.
+func (tc *testCluster) etcdProxy(t *testing.T) *etcdtest.Proxy {
+	t.Helper()
+	px, err := etcdtest.NewProxy(tc.etcd.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	return px
+}

@@ -32,9 +32,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	t.Cleanup(gate.open) // before the Nodes close: their sessions wait for the watch goroutine
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
 	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id := insertRow(t, ctx, tbl, balanceRow(1))
-	require.EqualValues(t, 0, tbl.Partition(id))
+	id := ownFirstRow(t, ctx, tbl)
 
 	before, held := tc.holder(t, ctx, "race", 0)
 	require.True(t, held)

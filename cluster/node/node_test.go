@@ -14,7 +14,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -437,9 +436,7 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 3)
-	px, err := etcdtest.NewProxy(tc.etcd.Addr())
-	require.NoError(t, err)
-	t.Cleanup(px.Close)
+	px := tc.etcdProxy(t)
 	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
 		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}, OwnerLookupTimeout: 500 * time.Millisecond})
 	b := tc.open(t, 0xb, "game-b:7000")
@@ -451,7 +448,7 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	px.Cut(true)
 	require.NoError(t, tb.OwnWait(ctx, 0, 1, 2), "b takes a's partitions once a's lease expired")
 	require.NoError(t, tb.Update(ctx, id, func(r []byte) error { copy(r, balanceRow(initial+1)); return nil }))
-	err = ta.Put(ctx, id, balanceRow(5))
+	err := ta.Put(ctx, id, balanceRow(5))
 	require.ErrorIs(t, err, txnode.ErrLeaseExpired, "a past its deadline writes nothing")
 	require.ErrorIs(t, err, cluster.ErrLapsed)
 	// A write to a partition a never owned, while a cannot reach etcd: refused within the

@@ -15,7 +15,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 )
@@ -223,9 +222,7 @@ func TestCloseEndsOwnWait(t *testing.T) {
 func TestFencedWriteNotOwner(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
-	px, err := etcdtest.NewProxy(tc.etcd.Addr())
-	require.NoError(t, err)
-	t.Cleanup(px.Close)
+	px := tc.etcdProxy(t)
 	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
 		Session:            cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
 		OwnerLookupTimeout: 300 * time.Millisecond})
