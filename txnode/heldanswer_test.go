@@ -57,9 +57,10 @@ func (f *answerStore) next(t *testing.T, ctx context.Context) heldAnswer {
 func (a heldAnswer) deliver()             { a.once.Do(func() { a.done(a.lsn, a.err) }) }
 func (a heldAnswer) deliverErr(err error) { a.once.Do(func() { a.done(0, err) }) }
 
-// newAnswerRig is a fenceRig over an answerStore. At cleanup (before the DB's Close) every
-// answer still held is delivered, so a test that failed midway does not leave Close waiting.
-func newAnswerRig(t *testing.T) (*fenceRig, *answerStore) {
+// newAnswerRig is a fenceRig over an answerStore, and the test's context: 30 s, cancelled
+// when the test ends. At cleanup (after that cancel, before the DB's Close) every answer
+// still held is delivered, so a test that failed midway does not leave Close waiting.
+func newAnswerRig(t *testing.T) (context.Context, *fenceRig, *answerStore) {
 	fs := &answerStore{holdStore: &holdStore{held: make(chan func(), 4)}, answers: make(chan heldAnswer, 16)}
 	r := newHoldRig(t, fs.holdStore, fs)
 	var mu sync.Mutex
@@ -85,7 +86,9 @@ func newAnswerRig(t *testing.T) (*fenceRig, *answerStore) {
 			}
 		}
 	})
-	return r, fs
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, r, fs
 }
 
 // refuseWrite fences acct and arms f, then runs write (a write of acct) in the background:
@@ -144,9 +147,7 @@ func waitNoRecovery(ctx context.Context, p *pipeline) {
 // hold up by firstVer and the extended lastVer, found none, and the committer waited for
 // ever: a wait that never ends).
 func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	a := insertRow(t, ctx, r.acct, row(1))
 	g1 := insertRow(t, ctx, r.gold, row(1))
 	g2 := insertRow(t, ctx, r.gold, row(1))
@@ -199,9 +200,7 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 // got the pipeline's failure, here a later batch's ErrClosed: "nothing applied", for a batch
 // a storage node that forgot the refusal may still apply).
 func TestHeldBatchAbandonedUnknown(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	a := insertRow(t, ctx, r.acct, row(1))
 	g1 := insertRow(t, ctx, r.gold, row(1))
 	g2 := insertRow(t, ctx, r.gold, row(1))
@@ -240,9 +239,7 @@ func TestRefusalDuringCloseLaterBatchAnswer(t *testing.T) {
 }
 
 func refusalDuringClose(t *testing.T, forget bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	closing := make(chan struct{}, 1)
 	var watch atomic.Bool
 	r.db.testHookWait = func(what string) {

@@ -18,9 +18,7 @@ import (
 // (on e630a9e its Pending returned the range's ErrConflict at once, the earlier write still
 // unanswered).
 func TestSessionOrderAcrossRefusal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	a := insertRow(t, ctx, r.acct, row(1))
 	gid := insertRow(t, ctx, r.gold, row(1))
 
@@ -67,9 +65,7 @@ func TestSessionOrderAcrossRefusal(t *testing.T) {
 // came first): the session's write in it resolves no earlier than its write before (on
 // e630a9e it returned the pipeline's failure at once, the earlier write still out).
 func TestSessionOrderAcrossFailure(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	gid := insertRow(t, ctx, r.gold, row(1))
 	g2 := insertRow(t, ctx, r.gold, row(1))
 
