@@ -32,43 +32,40 @@ func tableValues(t *testing.T, tb *Table) map[uint64]uint64 {
 // it with ctx.Err(): nothing applied, not ErrUnknownOutcome, and Insert returns no id.
 func TestEndedContextAppliesNothing(t *testing.T) {
 	ctx := context.Background()
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "c", 64)
-			ids := insertRows(t, db, tb, 3)
-			before := tableValues(t, tb)
-			ended, cancel := context.WithCancel(ctx)
-			cancel()
-			check := func(what string, err error) {
-				t.Helper()
-				require.ErrorIs(t, err, context.Canceled, what)
-				require.NotErrorIs(t, err, ErrUnknownOutcome, what)
-			}
-			id, err := tb.Insert(ended, u64Row(64, 100))
-			check("Insert", err)
-			require.Zero(t, id, "an Insert that did not happen has no id")
-			check("Put", tb.Put(ended, ids[0], u64Row(64, 101)))
-			check("Update", tb.Update(ended, ids[1], func(r []byte) error { fillRow(r, 102); return nil }))
-			check("Delete", tb.Delete(ended, ids[2]))
-			check("DB.Update", db.Update(ended, func(tx *Tx) error {
-				if err := tx.Put(tb, ids[0], u64Row(64, 103)); err != nil {
-					return err
-				}
-				_, err := tx.Insert(tb, u64Row(64, 104))
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		tb := newTable(t, ctx, db, "c", 64)
+		ids := insertRows(t, db, tb, 3)
+		before := tableValues(t, tb)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		check := func(what string, err error) {
+			t.Helper()
+			require.ErrorIs(t, err, context.Canceled, what)
+			require.NotErrorIs(t, err, ErrUnknownOutcome, what)
+		}
+		id, err := tb.Insert(ended, u64Row(64, 100))
+		check("Insert", err)
+		require.Zero(t, id, "an Insert that did not happen has no id")
+		check("Put", tb.Put(ended, ids[0], u64Row(64, 101)))
+		check("Update", tb.Update(ended, ids[1], func(r []byte) error { fillRow(r, 102); return nil }))
+		check("Delete", tb.Delete(ended, ids[2]))
+		check("DB.Update", db.Update(ended, func(tx *Tx) error {
+			if err := tx.Put(tb, ids[0], u64Row(64, 103)); err != nil {
 				return err
-			}))
-			check("Session.Go", db.Session().Go(ended, func(tx *Tx) error {
-				return tx.Put(tb, ids[1], u64Row(64, 105))
-			}).Wait(ctx))
-			tx, err := db.Begin(ended, true)
-			require.NoError(t, err)
-			require.NoError(t, tx.Put(tb, ids[2], u64Row(64, 106)))
-			check("Tx.Commit", tx.Commit())
-			require.NoError(t, db.pipe.flush(ctx))
-			require.Equal(t, before, tableValues(t, tb), "nothing may be applied")
-		})
-	}
+			}
+			_, err := tx.Insert(tb, u64Row(64, 104))
+			return err
+		}))
+		check("Session.Go", db.Session().Go(ended, func(tx *Tx) error {
+			return tx.Put(tb, ids[1], u64Row(64, 105))
+		}).Wait(ctx))
+		tx, err := db.Begin(ended, true)
+		require.NoError(t, err)
+		require.NoError(t, tx.Put(tb, ids[2], u64Row(64, 106)))
+		check("Tx.Commit", tx.Commit())
+		require.NoError(t, db.pipe.flush(ctx))
+		require.Equal(t, before, tableValues(t, tb), "nothing may be applied")
+	})
 }
 
 // sentCommitStore reports every commit batch handed to it on sent (held acknowledgements
@@ -374,16 +371,29 @@ type fakeLeaseClock struct{ n atomic.Int64 }
 
 func (c *fakeLeaseClock) nanos() int64 { return c.n.Load() }
 
+func (c *fakeLeaseClock) set(d time.Duration) { c.n.Store(int64(d)) }
+
+// openHourLeaseDB opens a DB of owner owner over TCP to a storage node whose leases last an
+// hour, on the lease clock clock, set to 1000 h; the DB closes when the test ends.
+func openHourLeaseDB(t *testing.T, ctx context.Context, owner uint64, clock interface {
+	leaseClock
+	set(time.Duration)
+}) *DB {
+	t.Helper()
+	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
+	clock.set(1000 * time.Hour)
+	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: owner, clock: clock})
+	t.Cleanup(func() { db.Close(ctx) })
+	return db
+}
+
 // TestLeaseClockSteppedBack: the lease runs on the injected (monotonic) clock, and once this
 // node saw its lease run out, a clock that goes back does not let it serve again: on 767c454
 // the lease was wall-clock UnixNano, so a wall clock stepped back revived an expired lease.
 func TestLeaseClockSteppedBack(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
-	clock.n.Store(int64(1000 * time.Hour))
-	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 77, clock: clock})
-	defer db.Close(ctx)
+	db := openHourLeaseDB(t, ctx, 77, clock)
 	tb := newTable(t, ctx, db, "l", 64)
 	id := insertRow(t, ctx, tb, u64Row(64, 1))
 	buf := make([]byte, 64)

@@ -69,6 +69,41 @@ func (g *memGrants) VerifyGrant(ctx context.Context, table string, p uint32, own
 
 func (g *memGrants) Revision(context.Context) (uint64, error) { return g.rev, nil }
 
+// grantStoreAcct is grantStore with partition 0 of a cluster table "acct" (one partition of
+// one stripe page) created in the store; it returns the partition's name and id there.
+func grantStoreAcct(t *testing.T, ctx context.Context, owner uint64) (*memGrants, store.Store, string, uint32) {
+	t.Helper()
+	g, st := grantStore(t, owner)
+	name := base.PartitionTableName("acct", 0)
+	ti, err := st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
+	require.NoError(t, err)
+	return g, st, name, ti.ID
+}
+
+// grantOther registers owner other's grant of key ("table/p"), newer than any before, in g
+// and at st (table, st's id of the partition), failing the test on error: a fence of
+// this node's grant that its own check has not heard of.
+func (g *memGrants) grantOther(t testing.TB, ctx context.Context, st store.Store, key string, table uint32, other uint64) {
+	t.Helper()
+	g.mu.Lock()
+	g.rev++
+	rev := g.rev
+	g.keys[key] = [2]uint64{other, rev}
+	g.mu.Unlock()
+	_, err := st.Acquire(ctx, table, other, rev, store.AcquireEtcdGrant)
+	require.NoError(t, err)
+}
+
+// openRenewing opens a DB of opts whose grant renewals run on the test's ticks: a send on
+// tick starts one, and renewed gets each re-registration's error.
+func openRenewing(t testing.TB, ctx context.Context, opts Options) (db *DB, tick chan time.Time, renewed chan error) {
+	t.Helper()
+	tick, renewed = make(chan time.Time), make(chan error, 1)
+	opts.renewTick = tick
+	opts.renewed = func(_ string, err error) { renewed <- err }
+	return openDB(t, ctx, opts), tick, renewed
+}
+
 // grantStore is an embedded store in a fresh directory whose grants g verifies: a memGrants
 // of owner at revision 10.
 func grantStore(t *testing.T, owner uint64) (*memGrants, store.Store) {
@@ -165,10 +200,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 		t.Run(write, func(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
-			g, st := grantStore(t, owner)
-			name := base.PartitionTableName("acct", 0)
-			ti, err := st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
-			require.NoError(t, err)
+			g, st, name, table := grantStoreAcct(t, ctx, owner)
 			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 			defer db.Close(ctx)
 			tb := openTable(t, ctx, db, name)
@@ -184,14 +216,9 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 
 			// The other owner's grant, newer, registered at the store; this node's check
 			// still vouches (it has not heard).
-			g.mu.Lock()
-			g.rev++
-			rev := g.rev
-			g.keys["acct/0"] = [2]uint64{other, rev}
-			g.mu.Unlock()
-			_, err = st.Acquire(ctx, ti.ID, other, rev, store.AcquireEtcdGrant)
-			require.NoError(t, err)
+			g.grantOther(t, ctx, st, "acct/0", table, other)
 
+			var err error
 			if write == "commit" {
 				err = tb.Put(ctx, ids[1], row(100))
 			} else {
@@ -277,15 +304,8 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
-			g, st := grantStore(t, owner)
-			name := base.PartitionTableName("acct", 0)
-			ti, err := st.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
-			require.NoError(t, err)
-			tick := make(chan time.Time)
-			renewed := make(chan error, 1)
-			db, err := Open(ctx, Options{Store: st, OwnerID: owner, Grants: g, renewTick: tick,
-				renewed: func(_ string, err error) { renewed <- err }})
-			require.NoError(t, err)
+			g, st, name, table := grantStoreAcct(t, ctx, owner)
+			db, tick, renewed := openRenewing(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
 			defer db.Close(ctx)
 			tb := openTable(t, ctx, db, name)
 			id := insertRow(t, ctx, tb, row(7))
@@ -315,13 +335,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 			require.EqualValues(t, 1, db.Stats().Renewals)
 
 			if how == "newer grant" {
-				g.mu.Lock()
-				g.rev++
-				rev := g.rev
-				g.keys["acct/0"] = [2]uint64{other, rev}
-				g.mu.Unlock()
-				_, err = st.Acquire(ctx, ti.ID, other, rev, store.AcquireEtcdGrant)
-				require.NoError(t, err)
+				g.grantOther(t, ctx, st, "acct/0", table, other)
 			} else {
 				// Dropped at the store behind this DB's back (the embedded store's grants
 				// never lapse, so only this owner id may drop it here; a storage node lets
@@ -341,7 +355,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 				require.ErrorIs(t, tb.Get(ctx, id, dst), ErrTableNotFound, "a cached read of a table dropped at the store")
 				require.ErrorIs(t, tb.servingErr(), ErrTableNotFound)
 			}
-			_, err = tb.Insert(ctx, row(8))
+			_, err := tb.Insert(ctx, row(8))
 			require.Error(t, err)
 
 			// Latched: later ticks do not ask the store again, nor revive the table.

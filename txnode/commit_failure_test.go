@@ -163,25 +163,22 @@ func TestSessionClosureErrorWaitsForReadDurability(t *testing.T) {
 
 // TestSessionClosureErrorAfterDurable: a closure's error over durable rows is Wait's at once.
 func TestSessionClosureErrorAfterDurable(t *testing.T) {
-	for _, c := range openConfigs(t)[:2] {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := c.opener(t)(Options{})
-			acct := newTable(t, ctx, db, "acct", 64)
-			id := insertRow(t, ctx, acct, u64Row(64, 5))
-			require.NoError(t, db.pipe.flush(ctx))
-			errLow := errors.New("too low")
-			p := db.Session().Go(ctx, func(tx *Tx) error {
-				buf := make([]byte, 64)
-				if err := tx.Get(acct, id, buf); err != nil {
-					return err
-				}
-				return errLow
-			})
-			recvWithin(t, p.Done(), "the pending")
-			require.ErrorIs(t, p.Wait(ctx), errLow)
+	eachConfig(t, openConfigs(t)[:2], Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		acct := newTable(t, ctx, db, "acct", 64)
+		id := insertRow(t, ctx, acct, u64Row(64, 5))
+		require.NoError(t, db.pipe.flush(ctx))
+		errLow := errors.New("too low")
+		p := db.Session().Go(ctx, func(tx *Tx) error {
+			buf := make([]byte, 64)
+			if err := tx.Get(acct, id, buf); err != nil {
+				return err
+			}
+			return errLow
 		})
-	}
+		recvWithin(t, p.Done(), "the pending")
+		require.ErrorIs(t, p.Wait(ctx), errLow)
+	})
 }
 
 // TestCloseHonoursContext: Close waits for the batches in flight only as long as its context
@@ -300,44 +297,41 @@ func TestInsertWaitForGrantHonoursContext(t *testing.T) {
 // "insert if fewer than K" kept aborting every attempt (a livelock). Now a transaction bumps
 // the epoch only from the value it recorded: the second one aborts alone.
 func TestInsertIfAbsentPairOneCommits(t *testing.T) {
-	for _, c := range openConfigs(t)[:2] {
-		t.Run(c.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := c.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "t", 64)
-			begin := func() *Tx {
-				tx := openTx(t, ctx, db, true)
-				for _, err := range tx.Scan(tb, 0, 1<<40) {
-					require.NoError(t, err)
-					require.FailNow(t, "the table is empty")
-				}
-				return tx
-			}
-			tx1, tx2 := begin(), begin()
-			defer tx1.Rollback()
-			defer tx2.Rollback()
-			_, err := tx1.Insert(tb, u64Row(64, 1))
-			require.NoError(t, err)
-			_, err = tx2.Insert(tb, u64Row(64, 2))
-			require.NoError(t, err)
-			var err2 error
-			db.testHookBumped = func(tx *Tx) {
-				if tx == tx1 {
-					err2 = tx2.Commit() // commits, bumps and validates while tx1 is between the two
-				}
-			}
-			err1 := tx1.Commit()
-			db.testHookBumped = nil
-			require.ErrorIs(t, err2, ErrConflict, "tx2 validated after tx1's bump")
-			require.NoError(t, err1, "one of the two must commit")
-			n := 0
-			for _, err := range tb.Scan(ctx, 0, 1<<40) {
+	eachConfig(t, openConfigs(t)[:2], Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb := newTable(t, ctx, db, "t", 64)
+		begin := func() *Tx {
+			tx := openTx(t, ctx, db, true)
+			for _, err := range tx.Scan(tb, 0, 1<<40) {
 				require.NoError(t, err)
-				n++
+				require.FailNow(t, "the table is empty")
 			}
-			require.Equal(t, 1, n)
-		})
-	}
+			return tx
+		}
+		tx1, tx2 := begin(), begin()
+		defer tx1.Rollback()
+		defer tx2.Rollback()
+		_, err := tx1.Insert(tb, u64Row(64, 1))
+		require.NoError(t, err)
+		_, err = tx2.Insert(tb, u64Row(64, 2))
+		require.NoError(t, err)
+		var err2 error
+		db.testHookBumped = func(tx *Tx) {
+			if tx == tx1 {
+				err2 = tx2.Commit() // commits, bumps and validates while tx1 is between the two
+			}
+		}
+		err1 := tx1.Commit()
+		db.testHookBumped = nil
+		require.ErrorIs(t, err2, ErrConflict, "tx2 validated after tx1's bump")
+		require.NoError(t, err1, "one of the two must commit")
+		n := 0
+		for _, err := range tb.Scan(ctx, 0, 1<<40) {
+			require.NoError(t, err)
+			n++
+		}
+		require.Equal(t, 1, n)
+	})
 }
 
 // heldFailAckStore is heldFailStore, and once the held batch entered it acknowledges every

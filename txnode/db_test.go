@@ -183,21 +183,18 @@ func TestDropTableThroughWrappedStore(t *testing.T) {
 // (the remote store said ErrClosed).
 func TestCatalogAfterClose(t *testing.T) {
 	ctx := context.Background()
-	for _, c := range openConfigs(t) {
-		t.Run(c.name, func(t *testing.T) {
-			db := c.opener(t)(Options{})
-			newTable(t, ctx, db, "items", 64)
-			require.NoError(t, db.Close(ctx))
-			ts, err := db.Tables(ctx)
-			require.ErrorIs(t, err, ErrClosed, "Tables")
-			require.Empty(t, ts)
-			_, err = db.CreateTable(ctx, "other", 64)
-			require.ErrorIs(t, err, ErrClosed, "CreateTable")
-			_, err = db.Table(ctx, "items")
-			require.ErrorIs(t, err, ErrClosed, "Table")
-			require.ErrorIs(t, db.DropTable(ctx, "items"), ErrClosed, "DropTable")
-		})
-	}
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		newTable(t, ctx, db, "items", 64)
+		require.NoError(t, db.Close(ctx))
+		ts, err := db.Tables(ctx)
+		require.ErrorIs(t, err, ErrClosed, "Tables")
+		require.Empty(t, ts)
+		_, err = db.CreateTable(ctx, "other", 64)
+		require.ErrorIs(t, err, ErrClosed, "CreateTable")
+		_, err = db.Table(ctx, "items")
+		require.ErrorIs(t, err, ErrClosed, "Table")
+		require.ErrorIs(t, db.DropTable(ctx, "items"), ErrClosed, "DropTable")
+	})
 }
 
 // TestCatalogDoneContext: a catalog call with a context already done does nothing and returns
@@ -208,22 +205,19 @@ func TestCatalogDoneContext(t *testing.T) {
 	ctx := context.Background()
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	for _, c := range openConfigs(t) {
-		t.Run(c.name, func(t *testing.T) {
-			db := c.opener(t)(Options{})
-			_, err := db.CreateTable(done, "items", 64)
-			require.ErrorIs(t, err, context.Canceled, "CreateTable")
-			_, err = db.Table(ctx, "items")
-			require.ErrorIs(t, err, ErrTableNotFound, "nothing was created")
-			newTable(t, ctx, db, "items", 64)
-			newTable(t, ctx, db, "free", 64)
-			_, err = db.Tables(done)
-			require.ErrorIs(t, err, context.Canceled, "Tables")
-			require.ErrorIs(t, db.DropTable(done, "items"), context.Canceled, "DropTable of an open table")
-			require.ErrorIs(t, db.DropTable(done, "free2"), context.Canceled, "DropTable of a name this node has not opened (none such)")
-			ts, err := db.Tables(ctx)
-			require.NoError(t, err)
-			require.Len(t, ts, 2, "nothing was dropped")
-		})
-	}
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		_, err := db.CreateTable(done, "items", 64)
+		require.ErrorIs(t, err, context.Canceled, "CreateTable")
+		_, err = db.Table(ctx, "items")
+		require.ErrorIs(t, err, ErrTableNotFound, "nothing was created")
+		newTable(t, ctx, db, "items", 64)
+		newTable(t, ctx, db, "free", 64)
+		_, err = db.Tables(done)
+		require.ErrorIs(t, err, context.Canceled, "Tables")
+		require.ErrorIs(t, db.DropTable(done, "items"), context.Canceled, "DropTable of an open table")
+		require.ErrorIs(t, db.DropTable(done, "free2"), context.Canceled, "DropTable of a name this node has not opened (none such)")
+		ts, err := db.Tables(ctx)
+		require.NoError(t, err)
+		require.Len(t, ts, 2, "nothing was dropped")
+	})
 }

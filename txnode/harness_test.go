@@ -254,3 +254,19 @@ func recvWithin[T any](t testing.TB, ch <-chan T, what string) T {
 		return zero
 	}
 }
+
+// eachConfig runs f as a subtest of each configuration of cfgs (openConfigs, or a part of
+// it), on a DB its opener opened with opts.
+func eachConfig(t *testing.T, cfgs []openConfig, opts Options, f func(t *testing.T, db *DB)) {
+	t.Helper()
+	for _, cfg := range cfgs {
+		t.Run(cfg.name, func(t *testing.T) { f(t, cfg.opener(t)(opts)) })
+	}
+}
+
+// boolSubtests runs f as two subtests: off, of f(t, false), then on, of f(t, true).
+func boolSubtests(t *testing.T, off, on string, f func(t *testing.T, b bool)) {
+	t.Helper()
+	t.Run(off, func(t *testing.T) { f(t, false) })
+	t.Run(on, func(t *testing.T) { f(t, true) })
+}

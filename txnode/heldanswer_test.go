@@ -12,7 +12,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // answerStore sends every commit batch to the store but, once armed, holds back each
@@ -58,14 +57,12 @@ func (f *answerStore) next(t *testing.T, ctx context.Context) heldAnswer {
 func (a heldAnswer) deliver()             { a.once.Do(func() { a.done(a.lsn, a.err) }) }
 func (a heldAnswer) deliverErr(err error) { a.once.Do(func() { a.done(0, err) }) }
 
-// newAnswerRig is a fenceRig over an answerStore. At cleanup (before the DB's Close) every
-// answer still held is delivered, so a test that failed midway does not leave Close waiting.
-func newAnswerRig(t *testing.T) (*fenceRig, *answerStore) {
+// newAnswerRig is a fenceRig over an answerStore, and the test's context: 30 s, cancelled
+// when the test ends. At cleanup (after that cancel, before the DB's Close) every answer
+// still held is delivered, so a test that failed midway does not leave Close waiting.
+func newAnswerRig(t *testing.T) (context.Context, *fenceRig, *answerStore) {
 	fs := &answerStore{holdStore: &holdStore{held: make(chan func(), 4)}, answers: make(chan heldAnswer, 16)}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		fs.Store, fs.inner = st, st.(store.TxnStore)
-		return fs
-	})
+	r := newHoldRig(t, fs.holdStore, fs)
 	var mu sync.Mutex
 	var taken []heldAnswer
 	fs.taken = func(a heldAnswer) {
@@ -89,7 +86,44 @@ func newAnswerRig(t *testing.T) (*fenceRig, *answerStore) {
 			}
 		}
 	})
-	return r, fs
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, r, fs
+}
+
+// refuseWrite fences acct and arms f, then runs write (a write of acct) in the background:
+// the store refuses its batch. It returns the refusal's held answer and write's error.
+func (f *answerStore) refuseWrite(t *testing.T, ctx context.Context, r *fenceRig, write func() error) (heldAnswer, <-chan error) {
+	t.Helper()
+	r.fenceAcct()
+	f.armed.Store(true)
+	putErr := make(chan error, 1)
+	go func() { putErr <- write() }()
+	return f.next(t, ctx), putErr
+}
+
+// putTx writes v to row id of tbl in a transaction of its own, committed.
+func putTx(ctx context.Context, db *DB, tbl *Table, id uint64, v []byte) error {
+	tx, err := db.Begin(ctx, true)
+	if err == nil {
+		err = tx.Put(tbl, id, v)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	return err
+}
+
+// commitAsync writes v to row id of tbl in a transaction of its own and commits it in the
+// background, returning the commit's error.
+func commitAsync(t *testing.T, ctx context.Context, db *DB, tbl *Table, id uint64, v []byte) <-chan error {
+	t.Helper()
+	ch := make(chan error, 1)
+	tx, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, tx.Put(tbl, id, v))
+	go func() { ch <- tx.Commit() }()
+	return ch
 }
 
 // waitNoRecovery waits until no recovery is in progress (endRecoveryLocked broadcasts room).
@@ -113,9 +147,7 @@ func waitNoRecovery(ctx context.Context, p *pipeline) {
 // hold up by firstVer and the extended lastVer, found none, and the committer waited for
 // ever: a wait that never ends).
 func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	a := insertRow(t, ctx, r.acct, row(1))
 	g1 := insertRow(t, ctx, r.gold, row(1))
 	g2 := insertRow(t, ctx, r.gold, row(1))
@@ -130,32 +162,11 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
 
-	r.fenceAcct()
-	fs.armed.Store(true)
-	putErr := make(chan error, 1)
-	go func() {
-		tx, err := r.db.Begin(ctx, true)
-		if err == nil {
-			err = tx.Put(r.acct, a, row(2))
-		}
-		if err == nil {
-			err = tx.Commit()
-		}
-		putErr <- err
-	}()
-	refusal := fs.next(t, ctx) // batch r: refused (fenced), held
-
-	commit := func(id uint64, v uint64) <-chan error {
-		ch := make(chan error, 1)
-		tx, err := r.db.Begin(ctx, true)
-		require.NoError(t, err)
-		require.NoError(t, tx.Put(r.gold, id, row(v)))
-		go func() { ch <- tx.Commit() }()
-		return ch
-	}
-	xErr := commit(g1, 5)
+	// batch r: refused (fenced), held
+	refusal, putErr := fs.refuseWrite(t, ctx, r, func() error { return putTx(ctx, r.db, r.acct, a, row(2)) })
+	xErr := commitAsync(t, ctx, r.db, r.gold, g1, row(5))
 	x := fs.next(t, ctx) // batch x (ErrSeqGap at the store), held
-	yErr := commit(g2, 6)
+	yErr := commitAsync(t, ctx, r.db, r.gold, g2, row(6))
 	y := fs.next(t, ctx) // batch y, held
 	require.Less(t, refusal.seq, x.seq)
 	require.Less(t, x.seq, y.seq)
@@ -189,38 +200,15 @@ func TestHeldBatchJoinedByAppliedPartAnswered(t *testing.T) {
 // got the pipeline's failure, here a later batch's ErrClosed: "nothing applied", for a batch
 // a storage node that forgot the refusal may still apply).
 func TestHeldBatchAbandonedUnknown(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	a := insertRow(t, ctx, r.acct, row(1))
 	g1 := insertRow(t, ctx, r.gold, row(1))
 	g2 := insertRow(t, ctx, r.gold, row(1))
 
-	r.fenceAcct()
-	fs.armed.Store(true)
-	putErr := make(chan error, 1)
-	go func() {
-		tx, err := r.db.Begin(ctx, true)
-		if err == nil {
-			err = tx.Put(r.acct, a, row(2))
-		}
-		if err == nil {
-			err = tx.Commit()
-		}
-		putErr <- err
-	}()
-	refusal := fs.next(t, ctx)
-	commit := func(id uint64, v uint64) <-chan error {
-		ch := make(chan error, 1)
-		tx, err := r.db.Begin(ctx, true)
-		require.NoError(t, err)
-		require.NoError(t, tx.Put(r.gold, id, row(v)))
-		go func() { ch <- tx.Commit() }()
-		return ch
-	}
-	xErr := commit(g1, 5)
+	refusal, putErr := fs.refuseWrite(t, ctx, r, func() error { return putTx(ctx, r.db, r.acct, a, row(2)) })
+	xErr := commitAsync(t, ctx, r.db, r.gold, g1, row(5))
 	fs.next(t, ctx) // x: never answered
-	commit(g2, 6)
+	commitAsync(t, ctx, r.db, r.gold, g2, row(6))
 	y := fs.next(t, ctx)
 
 	refusal.deliver() // the recovery starts; x and y are held
@@ -251,9 +239,7 @@ func TestRefusalDuringCloseLaterBatchAnswer(t *testing.T) {
 }
 
 func refusalDuringClose(t *testing.T, forget bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	closing := make(chan struct{}, 1)
 	var watch atomic.Bool
 	r.db.testHookWait = func(what string) {
@@ -267,16 +253,8 @@ func refusalDuringClose(t *testing.T, forget bool) {
 	a := insertRow(t, ctx, r.acct, row(1))
 	g1 := insertRow(t, ctx, r.gold, row(1))
 
-	r.fenceAcct()
-	fs.armed.Store(true)
-	putErr := make(chan error, 1)
-	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
-	refusal := fs.next(t, ctx)
-	tx, err := r.db.Begin(ctx, true)
-	require.NoError(t, err)
-	require.NoError(t, tx.Put(r.gold, g1, row(5)))
-	xErr := make(chan error, 1)
-	go func() { xErr <- tx.Commit() }()
+	refusal, putErr := fs.refuseWrite(t, ctx, r, func() error { return r.acct.Put(ctx, a, row(2)) })
+	xErr := commitAsync(t, ctx, r.db, r.gold, g1, row(5))
 	x := fs.next(t, ctx)
 
 	watch.Store(true)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,55 +63,30 @@ func TestRemoteCallDuringReconnectHonoursContext(t *testing.T) {
 // then on it forwards nothing (both sides stay open, as with a storage node hung in an
 // fsync) until release.
 type stallProxy struct {
-	ln      net.Listener
+	proxyConns
 	stalled atomic.Bool
 	release chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
 }
 
 func startStallProxy(t *testing.T, target string) *stallProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &stallProxy{ln: ln, release: make(chan struct{})}
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+	p := &stallProxy{release: make(chan struct{})}
+	p.ln = listenLoopback(t)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
+		p.add(c, s)
+		go p.forward(s, c, p.waitStalled)
+		go p.forward(c, s, p.waitStalled)
 	})
 	t.Cleanup(func() {
 		p.unstall()
-		p.ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
+		p.close()
 	})
 	return p
 }
 
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if p.stalled.Load() {
-				<-p.release
-			}
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
+// waitStalled waits, while the proxy is stalled, until release.
+func (p *stallProxy) waitStalled() {
+	if p.stalled.Load() {
+		<-p.release
 	}
 }
 

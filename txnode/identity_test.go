@@ -22,6 +22,23 @@ import (
 // Owner identity and retries through the public API over TCP: Release on Close, two live
 // nodes with one owner id, and a connection dropped on the client side only.
 
+// requireEachAppliedOnce checks that every counter of ids in tb is per (each increment of
+// each writer, its what, acknowledged once is there once), then closes db (of owner owner)
+// and checks that srv applied each of its batches once: its applied commits are the seqs 1..n.
+func requireEachAppliedOnce(t *testing.T, ctx context.Context, srv *server.Server, db *DB, tb *Table, ids []uint64, per int, owner uint64, what string) {
+	t.Helper()
+	got := make([]byte, 64)
+	for w, id := range ids {
+		require.NoError(t, tb.Get(ctx, id, got))
+		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "%s %d", what, w)
+	}
+	require.NoError(t, db.Close(ctx))
+	st := srv.Engine().Stats()
+	g, err := srv.Engine().Acquire(tb.t.id, owner, 0)
+	require.NoError(t, err)
+	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+}
+
 // startIdentityNode runs a storage node and returns its address and server.
 func startIdentityNode(t *testing.T, opts storenode.Options) (string, *server.Server) {
 	t.Helper()
@@ -162,66 +179,31 @@ func TestTwoLiveNodesOneOwnerID(t *testing.T) {
 // connection while leaving the storage node's side open and silent, as a NAT timeout or a
 // client-side network reset does: the storage node still sees the old connection open.
 type halfProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	pairs  [][2]net.Conn // client side, node side
-	cuts   atomic.Int64
+	proxyConns // client side, node side, of each connection in turn
+	target     string
+	cuts       atomic.Int64
 }
 
 func startHalfProxy(t *testing.T, target string) *halfProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &halfProxy{ln: ln, target: target}
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
-		p.mu.Lock()
-		p.pairs = append(p.pairs, [2]net.Conn{c, s})
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+	p := &halfProxy{target: target}
+	p.ln = listenLoopback(t)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
+		p.add(c, s)
+		go p.forward(s, c, nil) // never closes the node's side
+		go p.forward(c, s, nil)
 	})
 	t.Cleanup(p.close)
 	return p
-}
-
-// pipe copies src to dst until either fails; it never closes the node's side.
-func (p *halfProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 64<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // cutClients closes the client side of every connection so far.
 func (p *halfProxy) cutClients() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, pair := range p.pairs {
-		pair[0].Close()
+	for i := 0; i < len(p.conns); i += 2 {
+		p.conns[i].Close()
 	}
 	p.cuts.Add(1)
-}
-
-func (p *halfProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, pair := range p.pairs {
-		pair[0].Close()
-		pair[1].Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 // The client side of the connection drops mid-load while the storage node still sees it
@@ -273,17 +255,8 @@ func TestClientSideDropMidLoad(t *testing.T) {
 	require.Equal(t, int64(1), proxy.cuts.Load())
 
 	// Every increment acknowledged once is there once: each counter is exactly per.
-	got := make([]byte, 64)
-	for w, id := range ids {
-		require.NoError(t, tb.Get(ctx, id, got))
-		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "worker %d", w)
-	}
 	// And the storage node applied each batch once: its applied commits are the seqs 1..n.
-	require.NoError(t, db.Close(ctx))
-	st := srv.Engine().Stats()
-	g, err := srv.Engine().Acquire(tb.t.id, 0x77, 0)
-	require.NoError(t, err)
-	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+	requireEachAppliedOnce(t, ctx, srv, db, tb, ids, per, 0x77, "worker")
 }
 
 // How an fsync error reaches the caller: the storage node's WAL fsync fails for a commit

@@ -30,11 +30,7 @@ func testIdentityLost(t *testing.T, first string) {
 	const owner = 0x42
 	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	tick := make(chan time.Time)
-	renewed := make(chan error, 1)
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, Grants: g, renewTick: tick,
-		renewed: func(_ string, err error) { renewed <- err }})
-	require.NoError(t, err)
+	db, tick, renewed := openRenewing(t, ctx, Options{StoreAddr: addr, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)

@@ -169,15 +169,9 @@ func TestTinyCacheAsyncInFlight(t *testing.T) {
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
 	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: 2 * time.Minute})
-	defer func() {
-		fs.openAll()
-		require.NoError(t, db.Close(context.Background()))
-	}()
-	tb := newTable(t, ctx, db, "t", 64)
+	defer closeFlightDB(t, fs, db)
 	const pages, workers = 48, 4
-	require.Less(t, 3*db.cache.framesMax(64), pages)
-	ids := insertRows(t, db, tb, 64*pages)
-	require.NoError(t, db.pipe.flush(ctx))
+	tb, ids := flushedPages(t, ctx, db, pages)
 	waits := make(chan string, 16)
 	db.testHookWait = func(what string) {
 		select {
@@ -261,10 +255,7 @@ func TestInflightBytesBound(t *testing.T) {
 	const perTx = 64 + segFlightBytes // one 64-byte row on a page of its own
 	const fit = 5
 	db := openDB(t, ctx, Options{Store: fs, InflightBytes: fit * perTx})
-	defer func() {
-		fs.openAll()
-		require.NoError(t, db.Close(context.Background()))
-	}()
+	defer closeFlightDB(t, fs, db)
 	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 64*(fit+2))
 	require.NoError(t, db.pipe.flush(ctx))
@@ -343,15 +334,9 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 			db, err := Open(ctx, Options{Store: fs, OwnerID: owner, CacheBytes: MinCacheBytes, CacheWait: time.Minute,
 				Durability: mode, FlushInterval: time.Millisecond, FullPageIO: c.fullPage})
 			require.NoError(t, err)
-			defer func() {
-				fs.openAll()
-				require.NoError(t, db.Close(context.Background()))
-			}()
-			tb := newTable(t, ctx, db, "t", 64)
+			defer closeFlightDB(t, fs, db)
 			const pages, hotPerPage = 44, 2
-			require.Less(t, 3*db.cache.framesMax(64), pages)
-			ids := insertRows(t, db, tb, 64*pages)
-			require.NoError(t, db.pipe.flush(ctx))
+			tb, ids := flushedPages(t, ctx, db, pages)
 			var hot []uint64 // rows, all starting at 0
 			for p := range pages {
 				for k := range hotPerPage {
@@ -480,4 +465,23 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 			require.NoError(t, db.cache.verify())
 		})
 	}
+}
+
+// closeFlightDB lets every batch fs holds through, then closes db, failing the test on
+// error: a test's deferred end.
+func closeFlightDB(t *testing.T, fs *flightStore, db *DB) {
+	t.Helper()
+	fs.openAll()
+	require.NoError(t, db.Close(context.Background()))
+}
+
+// flushedPages creates table "t" of 64-byte rows in db and fills pages pages of it, durable,
+// failing the test unless they are more than three times the cache's frames.
+func flushedPages(t *testing.T, ctx context.Context, db *DB, pages int) (*Table, []uint64) {
+	t.Helper()
+	tb := newTable(t, ctx, db, "t", 64)
+	require.Less(t, 3*db.cache.framesMax(64), pages)
+	ids := insertRows(t, db, tb, 64*pages)
+	require.NoError(t, db.pipe.flush(ctx))
+	return tb, ids
 }

@@ -135,20 +135,27 @@ func (db *DB) renewGrant(ctx context.Context, t *tableState, period time.Duratio
 		case errors.Is(err, ErrFenced):
 			t.storeFenced.Store(true)
 		}
-		select {
-		case <-db.stop: // Close ended it: nothing failed
-		default:
-			if droppedHere(t, err) {
-				return
-			}
-			db.stats.renewFails.Add(1)
-			if !db.outageErr(err) {
-				db.opts.Logger.Warn("txnode: re-registration of an etcd grant failed", "table", t.name, "err", err)
-			}
-		}
+		db.renewFailed(t, err, "txnode: re-registration of an etcd grant failed")
 		return
 	}
 	db.stats.renewals.Add(1)
+}
+
+// renewFailed counts a failed renewal or re-registration of t (err) and logs it as msg
+// unless err is an outage's; nothing failed when Close ended it or this node's DropTable
+// raced it (droppedHere).
+func (db *DB) renewFailed(t *tableState, err error, msg string) {
+	select {
+	case <-db.stop: // Close ended it: nothing failed
+	default:
+		if droppedHere(t, err) {
+			return
+		}
+		db.stats.renewFails.Add(1)
+		if !db.outageErr(err) {
+			db.opts.Logger.Warn(msg, "table", t.name, "err", err)
+		}
+	}
 }
 
 // droppedHere reports whether err, a renewal's or re-registration's, says the store has no
@@ -183,17 +190,7 @@ func (db *DB) renewLease(ctx context.Context, t *tableState, period time.Duratio
 			// table at once, not at lease end.
 			t.leaseUntil.Store(leaseLapsed)
 		}
-		select {
-		case <-db.stop: // Close ended it: nothing failed
-		default:
-			if droppedHere(t, err) {
-				return
-			}
-			db.stats.renewFails.Add(1)
-			if !db.outageErr(err) {
-				db.opts.Logger.Warn("txnode: lease renewal failed", "table", t.name, "err", err)
-			}
-		}
+		db.renewFailed(t, err, "txnode: lease renewal failed")
 		return
 	}
 	t.leaseUntil.Store(start + int64(leaseUsable(g.Lease)))

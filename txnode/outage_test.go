@@ -197,18 +197,14 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 // switchProxy forwards connections to a storage node while up; down cuts the open ones and
 // closes each new one at once (a storage node gone: every dial fails).
 type switchProxy struct {
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	up    bool
-	conns []net.Conn
+	proxyConns
+	up bool
 }
 
 func startSwitchProxy(t *testing.T, target string) *switchProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &switchProxy{ln: ln, up: true}
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
+	p := &switchProxy{up: true}
+	p.ln = listenLoopback(t)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if !p.up {
@@ -222,7 +218,7 @@ func startSwitchProxy(t *testing.T, target string) *switchProxy {
 		go func() { defer p.wg.Done(); io.Copy(c, s); c.Close() }()
 	})
 	t.Cleanup(func() {
-		ln.Close()
+		p.ln.Close()
 		p.set(false)
 		p.wg.Wait()
 	})
@@ -295,14 +291,7 @@ func TestOutageUnavailableThenBack(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, db.Err())
 	// A commit whose batch goes out during the outage waits for it.
-	putErr := make(chan error, 1)
-	go func() { putErr <- tab.Put(ctx, id, row(2)) }()
-	rs := db.remote
-	require.Eventually(t, func() bool {
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		return len(rs.pendingLocked()) == 1
-	}, 10*time.Second, time.Millisecond)
+	putErr := putPending(t, ctx, db, tab, id)
 
 	timers.fire <- time.Now() // RequestTimeout into the outage
 	err = recvWithin(t, putErr, "the answer of a commit in flight")
@@ -364,6 +353,19 @@ func TestCloseDuringOutage(t *testing.T) {
 
 	proxy.set(false)
 	recvWithin(t, timers.graceSet, "the outage's RequestTimeout timer")
+	putErr := putPending(t, ctx, db, tab, id)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- db.Close(ctx) }()
+	timers.fire <- time.Now()
+	require.ErrorIs(t, recvWithin(t, closeErr, "Close during an outage"), ErrUnavailable)
+	require.ErrorIs(t, recvWithin(t, putErr, "the commit in flight"), ErrUnknownOutcome)
+	require.ErrorIs(t, db.Err(), ErrClosed)
+}
+
+// putPending writes row(2) to row id of tab in the background and returns once its batch is
+// out to db's remote store, unanswered (its one request pending); it returns the write's error.
+func putPending(t *testing.T, ctx context.Context, db *DB, tab *Table, id uint64) <-chan error {
+	t.Helper()
 	putErr := make(chan error, 1)
 	go func() { putErr <- tab.Put(ctx, id, row(2)) }()
 	rs := db.remote
@@ -372,10 +374,5 @@ func TestCloseDuringOutage(t *testing.T) {
 		defer rs.mu.Unlock()
 		return len(rs.pendingLocked()) == 1
 	}, 10*time.Second, time.Millisecond)
-	closeErr := make(chan error, 1)
-	go func() { closeErr <- db.Close(ctx) }()
-	timers.fire <- time.Now()
-	require.ErrorIs(t, recvWithin(t, closeErr, "Close during an outage"), ErrUnavailable)
-	require.ErrorIs(t, recvWithin(t, putErr, "the commit in flight"), ErrUnknownOutcome)
-	require.ErrorIs(t, db.Err(), ErrClosed)
+	return putErr
 }

@@ -87,13 +87,7 @@ func (r *fenceRig) open() {
 
 // fenceAcct registers another owner's newer grant of acct at the store.
 func (r *fenceRig) fenceAcct() {
-	r.g.mu.Lock()
-	r.g.rev++
-	rev := r.g.rev
-	r.g.keys["acct/0"] = [2]uint64{rigOther, rev}
-	r.g.mu.Unlock()
-	_, err := r.fencer.Acquire(context.Background(), r.acct.t.id, rigOther, rev, store.AcquireEtcdGrant)
-	require.NoError(r.t, err)
+	r.g.grantOther(r.t, context.Background(), r.fencer, "acct/0", r.acct.t.id, rigOther)
 }
 
 func rowVal(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
@@ -102,54 +96,48 @@ func rowVal(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 // only: commits of the other table over the same store go on without reopening the DB
 // (on 691c95a every later commit of every table failed with the refused batch's error).
 func TestFencedTableDoesNotStopOtherTables(t *testing.T) {
-	for _, remote := range []bool{false, true} {
-		name := "embedded"
-		if remote {
-			name = "remote"
+	boolSubtests(t, "embedded", "remote", func(t *testing.T, remote bool) {
+		ctx := context.Background()
+		r := newFenceRig(t, remote)
+		a := insertRow(t, ctx, r.acct, row(1))
+		gid := insertRow(t, ctx, r.gold, row(1))
+
+		r.fenceAcct()
+		err := r.acct.Put(ctx, a, row(2))
+		require.Error(t, err)
+		require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "%v", err)
+		_, err = r.acct.Insert(ctx, row(3))
+		require.ErrorIs(t, err, ErrLeaseExpired, "acct is latched as fenced")
+
+		for i := uint64(2); i < 20; i++ {
+			require.NoError(t, r.gold.Put(ctx, gid, row(i)), "gold after acct was fenced")
+			insertRow(t, ctx, r.gold, row(i))
 		}
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			r := newFenceRig(t, remote)
-			a := insertRow(t, ctx, r.acct, row(1))
-			gid := insertRow(t, ctx, r.gold, row(1))
+		dst := make([]byte, 64)
+		require.NoError(t, r.gold.Get(ctx, gid, dst))
+		require.Equal(t, row(19), dst)
 
-			r.fenceAcct()
-			err := r.acct.Put(ctx, a, row(2))
-			require.Error(t, err)
-			require.True(t, errors.Is(err, storenode.ErrFenced) || errors.Is(err, ErrLeaseExpired), "%v", err)
-			_, err = r.acct.Insert(ctx, row(3))
-			require.ErrorIs(t, err, ErrLeaseExpired, "acct is latched as fenced")
+		// The two-phase commit's prepare takes the owner's next seq after the recovery
+		// (the refused seq, sent again): prepared, decided, applied; commits go on.
+		txid := [16]byte{7, 7}
+		tx, err := r.db.Begin(ctx, true)
+		require.NoError(t, err)
+		require.NoError(t, tx.Put(r.gold, gid, row(20)))
+		p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
+		require.NoError(t, err)
+		require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
+		require.NoError(t, p.apply(ctx, base.DecisionCommit))
+		require.NoError(t, r.gold.Get(ctx, gid, dst))
+		require.Equal(t, row(20), dst)
+		require.NoError(t, r.gold.Put(ctx, gid, row(21)))
+		require.NoError(t, r.db.Close(ctx))
 
-			for i := uint64(2); i < 20; i++ {
-				require.NoError(t, r.gold.Put(ctx, gid, row(i)), "gold after acct was fenced")
-				insertRow(t, ctx, r.gold, row(i))
-			}
-			dst := make([]byte, 64)
-			require.NoError(t, r.gold.Get(ctx, gid, dst))
-			require.Equal(t, row(19), dst)
-
-			// The two-phase commit's prepare takes the owner's next seq after the recovery
-			// (the refused seq, sent again): prepared, decided, applied; commits go on.
-			txid := [16]byte{7, 7}
-			tx, err := r.db.Begin(ctx, true)
-			require.NoError(t, err)
-			require.NoError(t, tx.Put(r.gold, gid, row(20)))
-			p, err := tx.prepare(txnInfo{ID: txid, Lease: 1})
-			require.NoError(t, err)
-			require.NoError(t, r.db.decideTxn(ctx, txid, 1, base.DecisionCommit, 1))
-			require.NoError(t, p.apply(ctx, base.DecisionCommit))
-			require.NoError(t, r.gold.Get(ctx, gid, dst))
-			require.Equal(t, row(20), dst)
-			require.NoError(t, r.gold.Put(ctx, gid, row(21)))
-			require.NoError(t, r.db.Close(ctx))
-
-			r.open()
-			gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
-			require.NoError(t, err)
-			require.NoError(t, gold.Get(ctx, gid, dst))
-			require.Equal(t, row(21), dst, "durable at the store")
-		})
-	}
+		r.open()
+		gold, err := r.db.Table(ctx, base.PartitionTableName("gold", 0))
+		require.NoError(t, err)
+		require.NoError(t, gold.Get(ctx, gid, dst))
+		require.Equal(t, row(21), dst, "durable at the store")
+	})
 }
 
 // Concurrent writers on both tables while acct is fenced: A writers write a fresh token to
@@ -244,36 +232,9 @@ func fenceUnderWriters(t *testing.T, remote bool) {
 			}
 		}()
 	}
-	for j := range nB {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				var v uint64
-				err := r.db.Update(ctx, func(tx *Tx) error {
-					buf := make([]byte, 64)
-					if err := tx.Get(r.gold, xs[j%nA], buf); err != nil {
-						return err
-					}
-					v = rowVal(buf)
-					return tx.Put(r.gold, zs[j], row(v))
-				})
-				if !assertNoErr(t, err, "B writer") {
-					return
-				}
-				mu.Lock()
-				lastB[j] = v
-				mu.Unlock()
-				committed()
-			}
-		}()
-	}
-	for k := range nC {
+	// untilStop runs step over and over in a goroutine of wg until stop is closed or step
+	// returns false.
+	untilStop := func(step func() bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -283,21 +244,50 @@ func fenceUnderWriters(t *testing.T, remote bool) {
 					return
 				default:
 				}
-				err := r.db.Update(ctx, func(tx *Tx) error {
-					return tx.Update(r.gold, cs[k], func(b []byte) error {
-						copy(b, row(rowVal(b)+1))
-						return nil
-					})
-				})
-				if !assertNoErr(t, err, "C writer") {
+				if !step() {
 					return
 				}
-				mu.Lock()
-				countC[k]++
-				mu.Unlock()
-				committed()
 			}
 		}()
+	}
+	for j := range nB {
+		untilStop(func() bool {
+			var v uint64
+			err := r.db.Update(ctx, func(tx *Tx) error {
+				buf := make([]byte, 64)
+				if err := tx.Get(r.gold, xs[j%nA], buf); err != nil {
+					return err
+				}
+				v = rowVal(buf)
+				return tx.Put(r.gold, zs[j], row(v))
+			})
+			if !assertNoErr(t, err, "B writer") {
+				return false
+			}
+			mu.Lock()
+			lastB[j] = v
+			mu.Unlock()
+			committed()
+			return true
+		})
+	}
+	for k := range nC {
+		untilStop(func() bool {
+			err := r.db.Update(ctx, func(tx *Tx) error {
+				return tx.Update(r.gold, cs[k], func(b []byte) error {
+					copy(b, row(rowVal(b)+1))
+					return nil
+				})
+			})
+			if !assertNoErr(t, err, "C writer") {
+				return false
+			}
+			mu.Lock()
+			countC[k]++
+			mu.Unlock()
+			committed()
+			return true
+		})
 	}
 	bcDone := make(chan struct{}) // every B and C writer ended (an error: the test fails)
 	go func() { wg.Wait(); close(bcDone) }()
@@ -458,6 +448,15 @@ type holdStore struct {
 	inner store.TxnStore
 }
 
+// newHoldRig is an embedded fenceRig whose DB opens on outer, a store built on h, which
+// wraps the rig's embedded store.
+func newHoldRig(t *testing.T, h *holdStore, outer store.Store) *fenceRig {
+	return newFenceRigWrapped(t, false, func(st store.Store) store.Store {
+		h.Store, h.inner = st, st.(store.TxnStore)
+		return outer
+	})
+}
+
 func (h *holdStore) Commit(b *base.Batch, done func(lsn uint64, err error)) {
 	id := h.hold.Load()
 	for _, f := range b.Fences {
@@ -492,10 +491,7 @@ func TestPrepareSeqGapBeforeRefusal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hs := &holdStore{held: make(chan func(), 4)}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		hs.Store, hs.inner = st, st.(store.TxnStore)
-		return hs
-	})
+	r := newHoldRig(t, hs, hs)
 	a := insertRow(t, ctx, r.acct, row(1))
 	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()
@@ -650,10 +646,7 @@ func testAckAfterRefusal(t *testing.T, mode int, readsRefused, cancelCommit, ses
 	commitCtx, cancelCommitCtx := context.WithCancel(ctx)
 	defer cancelCommitCtx()
 	fs := &nextStore{holdStore: &holdStore{held: make(chan func(), 4)}, mode: mode}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		fs.Store, fs.inner = st, st.(store.TxnStore)
-		return fs
-	})
+	r := newHoldRig(t, fs.holdStore, fs)
 	a := insertRow(t, ctx, r.acct, row(1))
 	gid := insertRow(t, ctx, r.gold, row(1))
 	r.fenceAcct()

@@ -201,11 +201,7 @@ func TestGhostFetchAfterAbandonedClose(t *testing.T) {
 	buf := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, ids[0], buf))
 	require.Equal(t, uint64(2), checkRow(t, buf))
-	for p := 1; p < pages; p++ { // evict the row's page
-		require.NoError(t, tb.Get(ctx, ids[p*64], buf))
-	}
-	_, m := db.cache.lookup(pageKey(tb.t.id, ids[0]/64))
-	require.Nil(t, m, "the row's page was evicted")
+	evictFirstPage(t, ctx, db, tb, ids, pages, buf)
 
 	waits := make(chan string, 4)
 	db.testHookWait = func(what string) { waits <- what }
@@ -344,11 +340,7 @@ func TestGhostFetchHonoursCtx(t *testing.T) {
 	p := db.Session().Go(ctx, func(tx *Tx) error { return tx.Put(tb, ids[0], u64Row(64, 7)) })
 	require.NoError(t, p.err)
 	buf := make([]byte, 64)
-	for i := 1; i < pages; i++ { // evict the row's page
-		require.NoError(t, tb.Get(ctx, ids[i*64], buf))
-	}
-	_, m := db.cache.lookup(pageKey(tb.t.id, ids[0]/64))
-	require.Nil(t, m, "the row's page was evicted")
+	evictFirstPage(t, ctx, db, tb, ids, pages, buf)
 
 	waits := make(chan string, 4)
 	db.testHookWait = func(what string) { waits <- what }
@@ -363,4 +355,15 @@ func TestGhostFetchHonoursCtx(t *testing.T) {
 	require.NoError(t, p.Wait(ctx))
 	require.NoError(t, tb.Get(ctx, ids[0], buf))
 	require.Equal(t, uint64(7), checkRow(t, buf))
+}
+
+// evictFirstPage reads a row of each of pages 1 to pages-1 of ids (64 a page) into buf,
+// failing the test unless that evicted page 0 from db's cache.
+func evictFirstPage(t *testing.T, ctx context.Context, db *DB, tb *Table, ids []uint64, pages int, buf []byte) {
+	t.Helper()
+	for p := 1; p < pages; p++ {
+		require.NoError(t, tb.Get(ctx, ids[p*64], buf))
+	}
+	_, m := db.cache.lookup(pageKey(tb.t.id, ids[0]/64))
+	require.Nil(t, m, "the row's page was evicted")
 }

@@ -22,11 +22,8 @@ import (
 // c783a6d only the written tables' leases were checked at commit: the transfer committed.
 func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
-	clock.n.Store(int64(1000 * time.Hour))
-	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 79, clock: clock})
-	defer db.Close(ctx)
+	db := openHourLeaseDB(t, ctx, 79, clock)
 	a := newTable(t, ctx, db, "a", 64)
 	aids := insertRows(t, db, a, 2)
 	clock.n.Add(int64(30 * time.Minute)) // a's lease (45 usable minutes) has 15 left
@@ -228,29 +225,17 @@ func TestSessionGoDropsMidLoad(t *testing.T) {
 	rwg.Wait()
 	require.False(t, t.Failed())
 	require.Equal(t, int64(3), proxy.cuts.Load())
-	got := make([]byte, 64)
-	for w, id := range ids {
-		require.NoError(t, tb.Get(ctx, id, got))
-		require.Equal(t, uint64(per), binary.LittleEndian.Uint64(got), "session %d", w)
-	}
-	require.NoError(t, db.Close(ctx))
-	st := srv.Engine().Stats()
-	g, err := srv.Engine().Acquire(tb.t.id, 0x78, 0)
-	require.NoError(t, err)
-	require.Equal(t, g.LastSeq, st.Commits, "every seq applied exactly once")
+	requireEachAppliedOnce(t, ctx, srv, db, tb, ids, per, 0x78, "session")
 }
 
 // gateProxy forwards client and storage node bytes; while paused it holds what the storage
 // node sends (and reports on held that it holds some).
 type gateProxy struct {
-	ln     net.Listener
-	wg     sync.WaitGroup
-	mu     sync.Mutex
+	proxyConns
 	cond   *sync.Cond
 	paused bool
 	held   chan struct{}
 	sent   chan struct{} // a token per chunk the client sent while paused
-	conns  []net.Conn
 }
 
 // coldPageZero opens a DB over a gate proxy to a fresh storage node, with a 64 KiB cache (opts
@@ -276,27 +261,18 @@ func coldPageZero(t *testing.T, ctx context.Context, name string, opts Options) 
 }
 
 func startGateProxy(t *testing.T, target string) *gateProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &gateProxy{ln: ln, held: make(chan struct{}, 1), sent: make(chan struct{}, 1024)}
+	p := &gateProxy{held: make(chan struct{}, 1), sent: make(chan struct{}, 1024)}
+	p.ln = listenLoopback(t)
 	p.cond = sync.NewCond(&p.mu)
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
+		p.add(c, s)
 		go p.pipe(s, c, false)
 		go p.pipe(c, s, true)
 	})
 	t.Cleanup(func() {
 		p.ln.Close()
 		p.setPaused(false)
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
+		p.closeConns()
 	})
 	return p
 }
@@ -453,11 +429,8 @@ func TestFiredRequestTimeoutNotReused(t *testing.T) {
 // for as long as the loop ran.
 func TestPlainScanStopsAtLeaseEnd(t *testing.T) {
 	ctx := context.Background()
-	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, LeaseDuration: time.Hour})
 	clock := &fakeLeaseClock{}
-	clock.n.Store(int64(1000 * time.Hour))
-	db := openDB(t, ctx, Options{StoreAddr: addr, OwnerID: 80, clock: clock})
-	defer db.Close(ctx)
+	db := openHourLeaseDB(t, ctx, 80, clock)
 	tb := newTable(t, ctx, db, "ps", 64)
 	ids := insertRows(t, db, tb, 64*3)
 	n := 0

@@ -46,47 +46,44 @@ func insertRows(t *testing.T, db *DB, tb *Table, n int) []uint64 {
 
 func TestTxScanOwnWrites(t *testing.T) {
 	ctx := context.Background()
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "s", 64)
-			ids := insertRows(t, db, tb, 100)
-			var inserted uint64
-			err := db.Update(ctx, func(tx *Tx) error {
-				require.NoError(t, tx.Delete(tb, ids[10]))
-				require.NoError(t, tx.Put(tb, ids[11], u64Row(64, 1111)))
-				var err error
-				inserted, err = tx.Insert(tb, u64Row(64, 2222))
-				require.NoError(t, err)
-				want := map[uint64]uint64{}
-				for i, id := range ids {
-					want[id] = uint64(i)
-				}
-				delete(want, ids[10])
-				want[ids[11]] = 1111
-				want[inserted] = 2222
-				got := map[uint64]uint64{}
-				last := uint64(0)
-				for r, err := range tx.Scan(tb, 0, math.MaxUint64) {
-					require.NoError(t, err)
-					require.True(t, len(got) == 0 || r.ID > last, "ids ascend")
-					last = r.ID
-					got[r.ID] = checkRow(t, r.Data)
-				}
-				require.Equal(t, want, got)
-				// A sub-range, and an empty one.
-				require.Equal(t, []uint64{ids[9], ids[11], ids[12]}, scanIDs(t, tx.Scan(tb, ids[9], ids[13])))
-				require.Empty(t, scanIDs(t, tx.Scan(tb, ids[10], ids[11])))
-				return nil
-			})
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		tb := newTable(t, ctx, db, "s", 64)
+		ids := insertRows(t, db, tb, 100)
+		var inserted uint64
+		err := db.Update(ctx, func(tx *Tx) error {
+			require.NoError(t, tx.Delete(tb, ids[10]))
+			require.NoError(t, tx.Put(tb, ids[11], u64Row(64, 1111)))
+			var err error
+			inserted, err = tx.Insert(tb, u64Row(64, 2222))
 			require.NoError(t, err)
-			// Committed: the plain scan sees the same.
-			got := scanIDs(t, tb.Scan(ctx, 0, math.MaxUint64))
-			require.Len(t, got, 100)
-			require.NotContains(t, got, ids[10])
-			require.Contains(t, got, inserted)
+			want := map[uint64]uint64{}
+			for i, id := range ids {
+				want[id] = uint64(i)
+			}
+			delete(want, ids[10])
+			want[ids[11]] = 1111
+			want[inserted] = 2222
+			got := map[uint64]uint64{}
+			last := uint64(0)
+			for r, err := range tx.Scan(tb, 0, math.MaxUint64) {
+				require.NoError(t, err)
+				require.True(t, len(got) == 0 || r.ID > last, "ids ascend")
+				last = r.ID
+				got[r.ID] = checkRow(t, r.Data)
+			}
+			require.Equal(t, want, got)
+			// A sub-range, and an empty one.
+			require.Equal(t, []uint64{ids[9], ids[11], ids[12]}, scanIDs(t, tx.Scan(tb, ids[9], ids[13])))
+			require.Empty(t, scanIDs(t, tx.Scan(tb, ids[10], ids[11])))
+			return nil
 		})
-	}
+		require.NoError(t, err)
+		// Committed: the plain scan sees the same.
+		got := scanIDs(t, tb.Scan(ctx, 0, math.MaxUint64))
+		require.Len(t, got, 100)
+		require.NotContains(t, got, ids[10])
+		require.Contains(t, got, inserted)
+	})
 }
 
 // TestScanPhantoms: a manual transaction scans a range, another commit changes the range,

@@ -70,41 +70,44 @@ func okOrConflict(t testing.TB, err error) bool {
 	return err == nil
 }
 
-func TestSerialWriteSkew(t *testing.T) {
-	for _, cfg := range serialConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "oncall", 64)
-			ids := insertRows(t, db, tb, 2)
-			for round := range serialRounds() {
-				require.NoError(t, tb.Put(ctx, ids[0], valueRow(1)))
-				require.NoError(t, tb.Put(ctx, ids[1], valueRow(1)))
-				leave := func(me, other uint64) func() {
-					return func() {
-						okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
-							a, b := make([]byte, 64), make([]byte, 64)
-							if err := tx.Get(tb, me, a); err != nil {
-								return err
-							}
-							if err := tx.Get(tb, other, b); err != nil {
-								return err
-							}
-							if valueOf(t, a)+valueOf(t, b) < 2 {
-								return nil // the other one left: stay
-							}
-							return tx.Put(tb, me, valueRow(0))
-						}))
-					}
-				}
-				race(leave(ids[0], ids[1]), leave(ids[1], ids[0]))
-				a, b := make([]byte, 64), make([]byte, 64)
-				require.NoError(t, tb.Get(ctx, ids[0], a))
-				require.NoError(t, tb.Get(ctx, ids[1], b))
-				require.GreaterOrEqual(t, valueOf(t, a)+valueOf(t, b), int64(1), "round %d: both left", round)
-			}
-		})
+// getPair reads rows x and y of tb in tx (y only once x was read).
+func getPair(tx *Tx, tb *Table, x, y uint64) (a, b []byte, err error) {
+	a, b = make([]byte, 64), make([]byte, 64)
+	if err = tx.Get(tb, x, a); err == nil {
+		err = tx.Get(tb, y, b)
 	}
+	return a, b, err
+}
+
+func TestSerialWriteSkew(t *testing.T) {
+	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb := newTable(t, ctx, db, "oncall", 64)
+		ids := insertRows(t, db, tb, 2)
+		for round := range serialRounds() {
+			require.NoError(t, tb.Put(ctx, ids[0], valueRow(1)))
+			require.NoError(t, tb.Put(ctx, ids[1], valueRow(1)))
+			leave := func(me, other uint64) func() {
+				return func() {
+					okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
+						a, b, err := getPair(tx, tb, me, other)
+						if err != nil {
+							return err
+						}
+						if valueOf(t, a)+valueOf(t, b) < 2 {
+							return nil // the other one left: stay
+						}
+						return tx.Put(tb, me, valueRow(0))
+					}))
+				}
+			}
+			race(leave(ids[0], ids[1]), leave(ids[1], ids[0]))
+			a, b := make([]byte, 64), make([]byte, 64)
+			require.NoError(t, tb.Get(ctx, ids[0], a))
+			require.NoError(t, tb.Get(ctx, ids[1], b))
+			require.GreaterOrEqual(t, valueOf(t, a)+valueOf(t, b), int64(1), "round %d: both left", round)
+		}
+	})
 }
 
 func TestSerialLostUpdate(t *testing.T) {
@@ -112,45 +115,42 @@ func TestSerialLostUpdate(t *testing.T) {
 	if testing.Short() {
 		workers, incs = 4, 50
 	}
-	for _, cfg := range serialConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "counter", 64)
-			id := insertRows(t, db, tb, 1)[0]
-			require.NoError(t, tb.Put(ctx, id, valueRow(0)))
-			var committed atomic.Int64
-			var fns []func()
-			for w := range workers {
-				fns = append(fns, func() {
-					buf := make([]byte, 64)
-					for i := range incs {
-						var err error
-						if (w+i)%2 == 0 { // a read-modify-write transaction
-							err = db.Update(ctx, func(tx *Tx) error {
-								if err := tx.Get(tb, id, buf); err != nil {
-									return err
-								}
-								return tx.Put(tb, id, valueRow(valueOf(t, buf)+1))
-							})
-						} else { // the single-row closure
-							err = tb.Update(ctx, id, func(row []byte) error {
-								fillRow(row, uint64(valueOf(t, row)+1))
-								return nil
-							})
-						}
-						if okOrConflict(t, err) {
-							committed.Add(1)
-						}
+	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb := newTable(t, ctx, db, "counter", 64)
+		id := insertRows(t, db, tb, 1)[0]
+		require.NoError(t, tb.Put(ctx, id, valueRow(0)))
+		var committed atomic.Int64
+		var fns []func()
+		for w := range workers {
+			fns = append(fns, func() {
+				buf := make([]byte, 64)
+				for i := range incs {
+					var err error
+					if (w+i)%2 == 0 { // a read-modify-write transaction
+						err = db.Update(ctx, func(tx *Tx) error {
+							if err := tx.Get(tb, id, buf); err != nil {
+								return err
+							}
+							return tx.Put(tb, id, valueRow(valueOf(t, buf)+1))
+						})
+					} else { // the single-row closure
+						err = tb.Update(ctx, id, func(row []byte) error {
+							fillRow(row, uint64(valueOf(t, row)+1))
+							return nil
+						})
 					}
-				})
-			}
-			race(fns...)
-			buf := make([]byte, 64)
-			require.NoError(t, tb.Get(ctx, id, buf))
-			require.Equal(t, committed.Load(), valueOf(t, buf), "increments lost")
-		})
-	}
+					if okOrConflict(t, err) {
+						committed.Add(1)
+					}
+				}
+			})
+		}
+		race(fns...)
+		buf := make([]byte, 64)
+		require.NoError(t, tb.Get(ctx, id, buf))
+		require.Equal(t, committed.Load(), valueOf(t, buf), "increments lost")
+	})
 }
 
 // TestSerialReadOnlyAnomaly: checking x and savings y start at 0. T1 deposits 20 into
@@ -158,82 +158,73 @@ func TestSerialLostUpdate(t *testing.T) {
 // only reads x and y. Under snapshot isolation T3 can see y = 20 and x = 0 (T1 but not T2)
 // while T2 did not see T1 (x = -11): no serial order explains that.
 func TestSerialReadOnlyAnomaly(t *testing.T) {
-	for _, cfg := range serialConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "accts", 64)
-			ids := insertRows(t, db, tb, 2)
-			x, y := ids[0], ids[1]
-			anomalies := 0
-			for round := range serialRounds() {
-				require.NoError(t, tb.Put(ctx, x, valueRow(0)))
-				require.NoError(t, tb.Put(ctx, y, valueRow(0)))
-				t1 := func() {
-					okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
-						buf := make([]byte, 64)
-						if err := tx.Get(tb, y, buf); err != nil {
-							return err
-						}
-						return tx.Put(tb, y, valueRow(valueOf(t, buf)+20))
-					}))
-				}
-				t2 := func() {
-					okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
-						a, b := make([]byte, 64), make([]byte, 64)
-						if err := tx.Get(tb, x, a); err != nil {
-							return err
-						}
-						if err := tx.Get(tb, y, b); err != nil {
-							return err
-						}
-						nx := valueOf(t, a) - 10
-						if nx+valueOf(t, b) < 0 {
-							nx--
-						}
-						return tx.Put(tb, x, valueRow(nx))
-					}))
-				}
-				var sawX, sawY int64
-				var t3ok bool
-				t3 := func() {
-					byScan := round%2 == 0
-					t3ok = okOrConflict(t, db.View(ctx, func(tx *Tx) error {
-						if byScan {
-							for r, err := range tx.Scan(tb, x, y+1) {
-								if err != nil {
-									return err
-								}
-								if r.ID == x {
-									sawX = valueOf(t, r.Data)
-								} else {
-									sawY = valueOf(t, r.Data)
-								}
-							}
-							return nil
-						}
-						a, b := make([]byte, 64), make([]byte, 64)
-						if err := tx.Get(tb, x, a); err != nil {
-							return err
-						}
-						if err := tx.Get(tb, y, b); err != nil {
-							return err
-						}
-						sawX, sawY = valueOf(t, a), valueOf(t, b)
-						return nil
-					}))
-				}
-				race(t1, t2, t3)
-				buf := make([]byte, 64)
-				require.NoError(t, tb.Get(ctx, x, buf))
-				finalX := valueOf(t, buf)
-				if t3ok && sawX == 0 && sawY == 20 && finalX == -11 {
-					anomalies++
-				}
+	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb := newTable(t, ctx, db, "accts", 64)
+		ids := insertRows(t, db, tb, 2)
+		x, y := ids[0], ids[1]
+		anomalies := 0
+		for round := range serialRounds() {
+			require.NoError(t, tb.Put(ctx, x, valueRow(0)))
+			require.NoError(t, tb.Put(ctx, y, valueRow(0)))
+			t1 := func() {
+				okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
+					buf := make([]byte, 64)
+					if err := tx.Get(tb, y, buf); err != nil {
+						return err
+					}
+					return tx.Put(tb, y, valueRow(valueOf(t, buf)+20))
+				}))
 			}
-			require.Zero(t, anomalies, "read-only anomalies")
-		})
-	}
+			t2 := func() {
+				okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
+					a, b, err := getPair(tx, tb, x, y)
+					if err != nil {
+						return err
+					}
+					nx := valueOf(t, a) - 10
+					if nx+valueOf(t, b) < 0 {
+						nx--
+					}
+					return tx.Put(tb, x, valueRow(nx))
+				}))
+			}
+			var sawX, sawY int64
+			var t3ok bool
+			t3 := func() {
+				byScan := round%2 == 0
+				t3ok = okOrConflict(t, db.View(ctx, func(tx *Tx) error {
+					if byScan {
+						for r, err := range tx.Scan(tb, x, y+1) {
+							if err != nil {
+								return err
+							}
+							if r.ID == x {
+								sawX = valueOf(t, r.Data)
+							} else {
+								sawY = valueOf(t, r.Data)
+							}
+						}
+						return nil
+					}
+					a, b, err := getPair(tx, tb, x, y)
+					if err != nil {
+						return err
+					}
+					sawX, sawY = valueOf(t, a), valueOf(t, b)
+					return nil
+				}))
+			}
+			race(t1, t2, t3)
+			buf := make([]byte, 64)
+			require.NoError(t, tb.Get(ctx, x, buf))
+			finalX := valueOf(t, buf)
+			if t3ok && sawX == 0 && sawY == 20 && finalX == -11 {
+				anomalies++
+			}
+		}
+		require.Zero(t, anomalies, "read-only anomalies")
+	})
 }
 
 // TestSerialPhantomInsertIfEmpty: transactions race to insert into a fresh table if it is
@@ -242,63 +233,60 @@ func TestSerialReadOnlyAnomaly(t *testing.T) {
 // the ids of the next page. Exactly one may commit each time.
 func TestSerialPhantomInsertIfEmpty(t *testing.T) {
 	const racers, retries = 4, 8 // ids taken in a round: at most 36, all in the next page
-	for _, cfg := range serialConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{MaxRetries: retries})
-			for round := range serialRounds() {
-				variant := round % 3
-				tb, err := db.CreateTable(ctx, fmt.Sprintf("p%d", round), 64)
-				require.NoError(t, err)
-				var lo uint64
-				if variant > 0 {
-					ids := insertRows(t, db, tb, 64) // the first grant is one page
-					lo = ids[63] + 1
-					require.Equal(t, lo, tb.t.idHigh.Load(), "the grant is used up")
-				}
-				var committed atomic.Int32
-				var fns []func()
-				for range racers {
-					fns = append(fns, func() {
-						err := db.Update(ctx, func(tx *Tx) error {
-							if variant == 2 {
-								// By Get of each id of the next page (every insert of the
-								// round lands there: at most racers*(MaxRetries+1) ids).
-								buf := make([]byte, 64)
-								for id := lo; id < lo+64; id++ {
-									err := tx.Get(tb, id, buf)
-									if err == nil {
-										return nil
-									}
-									if !errors.Is(err, ErrNotFound) {
-										return err
-									}
+	eachConfig(t, serialConfigs(t), Options{MaxRetries: retries}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		for round := range serialRounds() {
+			variant := round % 3
+			tb, err := db.CreateTable(ctx, fmt.Sprintf("p%d", round), 64)
+			require.NoError(t, err)
+			var lo uint64
+			if variant > 0 {
+				ids := insertRows(t, db, tb, 64) // the first grant is one page
+				lo = ids[63] + 1
+				require.Equal(t, lo, tb.t.idHigh.Load(), "the grant is used up")
+			}
+			var committed atomic.Int32
+			var fns []func()
+			for range racers {
+				fns = append(fns, func() {
+					err := db.Update(ctx, func(tx *Tx) error {
+						if variant == 2 {
+							// By Get of each id of the next page (every insert of the
+							// round lands there: at most racers*(MaxRetries+1) ids).
+							buf := make([]byte, 64)
+							for id := lo; id < lo+64; id++ {
+								err := tx.Get(tb, id, buf)
+								if err == nil {
+									return nil
 								}
-							} else {
-								for _, err := range tx.Scan(tb, lo, 1<<40) {
-									if err != nil {
-										return err
-									}
-									return nil // not empty
+								if !errors.Is(err, ErrNotFound) {
+									return err
 								}
 							}
-							_, err := tx.Insert(tb, valueRow(1))
-							return err
-						})
-						okOrConflict(t, err)
+						} else {
+							for _, err := range tx.Scan(tb, lo, 1<<40) {
+								if err != nil {
+									return err
+								}
+								return nil // not empty
+							}
+						}
+						_, err := tx.Insert(tb, valueRow(1))
+						return err
 					})
-				}
-				race(fns...)
-				n := 0
-				for _, err := range tb.Scan(ctx, lo, 1<<40) {
-					require.NoError(t, err)
-					n++
-				}
-				committed.Store(int32(n))
-				require.Equal(t, int32(1), committed.Load(), "round %d (variant %d): rows past %d", round, variant, lo)
+					okOrConflict(t, err)
+				})
 			}
-		})
-	}
+			race(fns...)
+			n := 0
+			for _, err := range tb.Scan(ctx, lo, 1<<40) {
+				require.NoError(t, err)
+				n++
+			}
+			committed.Store(int32(n))
+			require.Equal(t, int32(1), committed.Load(), "round %d (variant %d): rows past %d", round, variant, lo)
+		}
+	})
 }
 
 // TestSerialPhantomInsertIfFewer: transactions insert a row only if the table holds fewer
@@ -306,45 +294,42 @@ func TestSerialPhantomInsertIfEmpty(t *testing.T) {
 func TestSerialPhantomInsertIfFewer(t *testing.T) {
 	const k = 10
 	workers, tries := 6, 6
-	for _, cfg := range serialConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{})
-			rounds := max(serialRounds()/5, 4)
-			for round := range rounds {
-				tb, err := db.CreateTable(ctx, fmt.Sprintf("k%d", round), 64)
-				require.NoError(t, err)
-				var fns []func()
-				for range workers {
-					fns = append(fns, func() {
-						for range tries {
-							okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
-								n := 0
-								for _, err := range tx.Scan(tb, 0, 1<<40) {
-									if err != nil {
-										return err
-									}
-									n++
+	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		rounds := max(serialRounds()/5, 4)
+		for round := range rounds {
+			tb, err := db.CreateTable(ctx, fmt.Sprintf("k%d", round), 64)
+			require.NoError(t, err)
+			var fns []func()
+			for range workers {
+				fns = append(fns, func() {
+					for range tries {
+						okOrConflict(t, db.Update(ctx, func(tx *Tx) error {
+							n := 0
+							for _, err := range tx.Scan(tb, 0, 1<<40) {
+								if err != nil {
+									return err
 								}
-								if n >= k {
-									return nil
-								}
-								_, err := tx.Insert(tb, valueRow(int64(n)))
-								return err
-							}))
-						}
-					})
-				}
-				race(fns...)
-				n := 0
-				for _, err := range tb.Scan(ctx, 0, 1<<40) {
-					require.NoError(t, err)
-					n++
-				}
-				require.Equal(t, k, n, "round %d", round)
+								n++
+							}
+							if n >= k {
+								return nil
+							}
+							_, err := tx.Insert(tb, valueRow(int64(n)))
+							return err
+						}))
+					}
+				})
 			}
-		})
-	}
+			race(fns...)
+			n := 0
+			for _, err := range tb.Scan(ctx, 0, 1<<40) {
+				require.NoError(t, err)
+				n++
+			}
+			require.Equal(t, k, n, "round %d", round)
+		}
+	})
 }
 
 // TestSerialBankAuditors: random transfers among accounts while auditors sum every balance,
@@ -356,104 +341,101 @@ func TestSerialBankAuditors(t *testing.T) {
 		accounts, workers, run = 128, 4, 300*time.Millisecond
 	}
 	const opening = 100
-	for _, cfg := range serialConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "bank", 64)
-			var ids []uint64
-			require.NoError(t, db.Update(ctx, func(tx *Tx) error {
-				for range accounts {
-					id, err := tx.Insert(tb, valueRow(opening))
-					if err != nil {
-						return err
-					}
-					ids = append(ids, id)
+	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb := newTable(t, ctx, db, "bank", 64)
+		var ids []uint64
+		require.NoError(t, db.Update(ctx, func(tx *Tx) error {
+			for range accounts {
+				id, err := tx.Insert(tb, valueRow(opening))
+				if err != nil {
+					return err
 				}
-				return nil
-			}))
-			lo, hi := ids[0], ids[len(ids)-1]+1
-			total := int64(accounts * opening)
-			end := time.Now().Add(run) // how long to run, not a synchronisation
-			var transfers, audits atomic.Int64
-			var fns []func()
-			for w := range workers {
-				fns = append(fns, func() {
-					rng := rand.New(rand.NewPCG(uint64(w), 7))
-					a, b := make([]byte, 64), make([]byte, 64)
-					for time.Now().Before(end) && !t.Failed() {
-						from, to := ids[rng.IntN(len(ids))], ids[rng.IntN(len(ids))]
-						if from == to {
-							continue
-						}
-						amount := int64(1 + rng.IntN(20))
-						err := db.Update(ctx, func(tx *Tx) error {
-							if err := tx.Get(tb, from, a); err != nil {
-								return err
-							}
-							if err := tx.Get(tb, to, b); err != nil {
-								return err
-							}
-							if valueOf(t, a) < amount {
-								return nil
-							}
-							if err := tx.Put(tb, from, valueRow(valueOf(t, a)-amount)); err != nil {
-								return err
-							}
-							return tx.Put(tb, to, valueRow(valueOf(t, b)+amount))
-						})
-						if okOrConflict(t, err) {
-							transfers.Add(1)
-						}
-					}
-				})
+				ids = append(ids, id)
 			}
-			audit := func(byScan bool) func() {
-				return func() {
-					buf := make([]byte, 64)
-					for time.Now().Before(end) && !t.Failed() {
-						var sum int64
-						var n int
-						err := db.View(ctx, func(tx *Tx) error {
-							sum, n = 0, 0
-							if byScan {
-								for r, err := range tx.Scan(tb, lo, hi) {
-									if err != nil {
-										return err
-									}
-									sum += valueOf(t, r.Data)
-									n++
-								}
-								return nil
-							}
-							for _, id := range ids {
-								if err := tx.Get(tb, id, buf); err != nil {
+			return nil
+		}))
+		lo, hi := ids[0], ids[len(ids)-1]+1
+		total := int64(accounts * opening)
+		end := time.Now().Add(run) // how long to run, not a synchronisation
+		var transfers, audits atomic.Int64
+		var fns []func()
+		for w := range workers {
+			fns = append(fns, func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				a, b := make([]byte, 64), make([]byte, 64)
+				for time.Now().Before(end) && !t.Failed() {
+					from, to := ids[rng.IntN(len(ids))], ids[rng.IntN(len(ids))]
+					if from == to {
+						continue
+					}
+					amount := int64(1 + rng.IntN(20))
+					err := db.Update(ctx, func(tx *Tx) error {
+						if err := tx.Get(tb, from, a); err != nil {
+							return err
+						}
+						if err := tx.Get(tb, to, b); err != nil {
+							return err
+						}
+						if valueOf(t, a) < amount {
+							return nil
+						}
+						if err := tx.Put(tb, from, valueRow(valueOf(t, a)-amount)); err != nil {
+							return err
+						}
+						return tx.Put(tb, to, valueRow(valueOf(t, b)+amount))
+					})
+					if okOrConflict(t, err) {
+						transfers.Add(1)
+					}
+				}
+			})
+		}
+		audit := func(byScan bool) func() {
+			return func() {
+				buf := make([]byte, 64)
+				for time.Now().Before(end) && !t.Failed() {
+					var sum int64
+					var n int
+					err := db.View(ctx, func(tx *Tx) error {
+						sum, n = 0, 0
+						if byScan {
+							for r, err := range tx.Scan(tb, lo, hi) {
+								if err != nil {
 									return err
 								}
-								sum += valueOf(t, buf)
+								sum += valueOf(t, r.Data)
 								n++
 							}
 							return nil
-						})
-						if okOrConflict(t, err) {
-							audits.Add(1)
-							if sum != total || n != accounts {
-								t.Errorf("audit (scan %v) saw %d accounts summing to %d, want %d summing to %d", byScan, n, sum, accounts, total)
-								return
+						}
+						for _, id := range ids {
+							if err := tx.Get(tb, id, buf); err != nil {
+								return err
 							}
+							sum += valueOf(t, buf)
+							n++
+						}
+						return nil
+					})
+					if okOrConflict(t, err) {
+						audits.Add(1)
+						if sum != total || n != accounts {
+							t.Errorf("audit (scan %v) saw %d accounts summing to %d, want %d summing to %d", byScan, n, sum, accounts, total)
+							return
 						}
 					}
 				}
 			}
-			fns = append(fns, audit(false), audit(true))
-			race(fns...)
-			var sum int64
-			for r, err := range tb.Scan(ctx, lo, hi) {
-				require.NoError(t, err)
-				sum += valueOf(t, r.Data)
-			}
-			require.Equal(t, total, sum)
-			t.Logf("%d transfers, %d audits", transfers.Load(), audits.Load())
-		})
-	}
+		}
+		fns = append(fns, audit(false), audit(true))
+		race(fns...)
+		var sum int64
+		for r, err := range tb.Scan(ctx, lo, hi) {
+			require.NoError(t, err)
+			sum += valueOf(t, r.Data)
+		}
+		require.Equal(t, total, sum)
+		t.Logf("%d transfers, %d audits", transfers.Load(), audits.Load())
+	})
 }

@@ -55,74 +55,71 @@ func TestSessionInFlight(t *testing.T) {
 		n = 3000
 	}
 	ctx := context.Background()
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			db := cfg.opener(t)(Options{})
-			tb := newTable(t, ctx, db, "counters", 64)
-			ids := insertRows(t, db, tb, 64)
-			s := db.Session()
-			var ps []*Pending
-			errOdd := errors.New("odd one out")
-			want := make(map[uint64]uint64) // counter in word 1
-			buf := make([]byte, 64)
-			for _, id := range ids {
-				require.NoError(t, tb.Get(ctx, id, buf))
-				want[id] = binary.LittleEndian.Uint64(buf[8:])
-			}
-			for i := range n {
-				id := ids[i%len(ids)]
-				var p *Pending
-				switch {
-				case i%1000 == 999: // a closure that fails: only its own pending says so
-					p = s.Go(ctx, func(tx *Tx) error {
-						require.NoError(t, tx.Put(tb, id, u64Row(64, 0)))
-						return errOdd
+	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
+		tb := newTable(t, ctx, db, "counters", 64)
+		ids := insertRows(t, db, tb, 64)
+		s := db.Session()
+		var ps []*Pending
+		errOdd := errors.New("odd one out")
+		want := make(map[uint64]uint64) // counter in word 1
+		buf := make([]byte, 64)
+		for _, id := range ids {
+			require.NoError(t, tb.Get(ctx, id, buf))
+			want[id] = binary.LittleEndian.Uint64(buf[8:])
+		}
+		for i := range n {
+			id := ids[i%len(ids)]
+			var p *Pending
+			switch {
+			case i%1000 == 999: // a closure that fails: only its own pending says so
+				p = s.Go(ctx, func(tx *Tx) error {
+					require.NoError(t, tx.Put(tb, id, u64Row(64, 0)))
+					return errOdd
+				})
+				require.ErrorIs(t, p.Wait(ctx), errOdd)
+			case i%100 == 50: // read-only: resolves after the writes issued before it
+				p = s.Go(ctx, func(tx *Tx) error {
+					buf := make([]byte, 64)
+					return tx.Get(tb, id, buf)
+				})
+			default:
+				p = s.Go(ctx, func(tx *Tx) error {
+					return tx.Update(tb, id, func(row []byte) error {
+						binary.LittleEndian.PutUint64(row[8:], binary.LittleEndian.Uint64(row[8:])+1)
+						return nil
 					})
-					require.ErrorIs(t, p.Wait(ctx), errOdd)
-				case i%100 == 50: // read-only: resolves after the writes issued before it
-					p = s.Go(ctx, func(tx *Tx) error {
-						buf := make([]byte, 64)
-						return tx.Get(tb, id, buf)
-					})
-				default:
-					p = s.Go(ctx, func(tx *Tx) error {
-						return tx.Update(tb, id, func(row []byte) error {
-							binary.LittleEndian.PutUint64(row[8:], binary.LittleEndian.Uint64(row[8:])+1)
-							return nil
-						})
-					})
-					want[id]++
-				}
-				ps = append(ps, p)
-				if i%2500 == 0 {
-					checkIssueOrder(t, ps)
-				}
+				})
+				want[id]++
 			}
-			inFlight := len(ps) - checkIssueOrder(t, ps)
-			require.NoError(t, s.Flush(ctx))
-			checkIssueOrder(t, ps)
-			for i, p := range ps {
-				ok, err := resolved(p)
-				require.True(t, ok, "Flush returned before pending %d resolved", i)
-				if i%1000 == 999 {
-					require.ErrorIs(t, err, errOdd)
-				} else {
-					require.NoError(t, err, "pending %d", i)
-				}
-				select {
-				case <-p.Done():
-				default:
-					require.Fail(t, "Done not closed after Flush", "pending %d", i)
-				}
+			ps = append(ps, p)
+			if i%2500 == 0 {
+				checkIssueOrder(t, ps)
 			}
-			for id, w := range want {
-				require.NoError(t, tb.Get(ctx, id, buf))
-				require.Equal(t, w, binary.LittleEndian.Uint64(buf[8:]), "row %d", id)
+		}
+		inFlight := len(ps) - checkIssueOrder(t, ps)
+		require.NoError(t, s.Flush(ctx))
+		checkIssueOrder(t, ps)
+		for i, p := range ps {
+			ok, err := resolved(p)
+			require.True(t, ok, "Flush returned before pending %d resolved", i)
+			if i%1000 == 999 {
+				require.ErrorIs(t, err, errOdd)
+			} else {
+				require.NoError(t, err, "pending %d", i)
 			}
-			st := db.Stats()
-			t.Logf("%d transactions, %d still in flight when the loop ended; %+v", n, inFlight, st)
-		})
-	}
+			select {
+			case <-p.Done():
+			default:
+				require.Fail(t, "Done not closed after Flush", "pending %d", i)
+			}
+		}
+		for id, w := range want {
+			require.NoError(t, tb.Get(ctx, id, buf))
+			require.Equal(t, w, binary.LittleEndian.Uint64(buf[8:]), "row %d", id)
+		}
+		st := db.Stats()
+		t.Logf("%d transactions, %d still in flight when the loop ended; %+v", n, inFlight, st)
+	})
 }
 
 var errInjected = errors.New("injected commit failure")

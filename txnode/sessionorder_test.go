@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
-	"github.com/weftdb/weft/txnode/store"
 )
 
 // A Session's pendings resolve in the order it issued them, a refused batch too: a write
@@ -19,9 +18,7 @@ import (
 // (on e630a9e its Pending returned the range's ErrConflict at once, the earlier write still
 // unanswered).
 func TestSessionOrderAcrossRefusal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	a := insertRow(t, ctx, r.acct, row(1))
 	gid := insertRow(t, ctx, r.gold, row(1))
 
@@ -68,9 +65,7 @@ func TestSessionOrderAcrossRefusal(t *testing.T) {
 // came first): the session's write in it resolves no earlier than its write before (on
 // e630a9e it returned the pipeline's failure at once, the earlier write still out).
 func TestSessionOrderAcrossFailure(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, fs := newAnswerRig(t)
+	ctx, r, fs := newAnswerRig(t)
 	gid := insertRow(t, ctx, r.gold, row(1))
 	g2 := insertRow(t, ctx, r.gold, row(1))
 
@@ -119,10 +114,7 @@ func TestSessionReadOfDroppedBatchAfterHeldWrite(t *testing.T) {
 	defer cancel()
 	as := &answerStore{holdStore: &holdStore{held: make(chan func(), 4)}, answers: make(chan heldAnswer, 16)}
 	bs := &blockStore{answerStore: as, blocked: make(chan struct{}, 1), release: make(chan struct{})}
-	r := newFenceRigWrapped(t, false, func(st store.Store) store.Store {
-		as.Store, as.inner = st, st.(store.TxnStore)
-		return bs
-	})
+	r := newHoldRig(t, as.holdStore, bs)
 	as.taken = func(heldAnswer) {}
 	released := false
 	var x, y heldAnswer
@@ -144,11 +136,7 @@ func TestSessionReadOfDroppedBatchAfterHeldWrite(t *testing.T) {
 	g2 := insertRow(t, ctx, r.gold, row(1))
 	g3 := insertRow(t, ctx, r.gold, row(1))
 
-	r.fenceAcct()
-	as.armed.Store(true)
-	putErr := make(chan error, 1)
-	go func() { putErr <- r.acct.Put(ctx, a, row(2)) }()
-	refusal := as.next(t, ctx)
+	refusal, putErr := as.refuseWrite(t, ctx, r, func() error { return r.acct.Put(ctx, a, row(2)) })
 	s := r.db.Session()
 	pw := s.Go(ctx, func(tx *Tx) error { return tx.Put(r.gold, g1, row(5)) })
 	x = as.next(t, ctx) // the session's write: held once the refusal is known

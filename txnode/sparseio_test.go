@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,23 +16,16 @@ import (
 // countingProxy forwards loopback TCP connections to a storage node and counts the bytes in
 // each direction: the wire's own witness of what crosses it.
 type countingProxy struct {
-	ln       net.Listener
+	proxyConns
 	target   string
 	up, down atomic.Int64 // bytes client->node, node->client
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    []net.Conn
 }
 
 func startCountingProxy(t *testing.T, target string) *countingProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &countingProxy{ln: ln, target: target}
-	acceptPairs(ln, target, &p.wg, func(c, s net.Conn) {
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
+	p := &countingProxy{target: target}
+	p.ln = listenLoopback(t)
+	acceptPairs(p.ln, target, &p.wg, func(c, s net.Conn) {
+		p.add(c, s)
 		go p.pipe(s, c, &p.up)
 		go p.pipe(c, s, &p.down)
 	})
@@ -59,16 +51,6 @@ func (p *countingProxy) pipe(dst, src net.Conn, n *atomic.Int64) {
 			return
 		}
 	}
-}
-
-func (p *countingProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }
 
 func (p *countingProxy) snapshot() (up, down int64) { return p.up.Load(), p.down.Load() }

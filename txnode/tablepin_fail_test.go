@@ -18,45 +18,39 @@ import (
 // table's last page ends that Pin: it fails (Unpin's contract: a Pin in flight fails), and
 // nothing is left pinned. The Pin used to return nil with no pin held.
 func TestTablePinEndedWhileFetchingLastPage(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		name := "unpin"
+	boolSubtests(t, "unpin", "drop", func(t *testing.T, drop bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		dir := t.TempDir()
+		db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
+		tb := newTable(t, ctx, db, "t", 64)
+		fillTable(t, ctx, db, tb, 1, 0) // one page: the Pin's last
+		require.NoError(t, db.Close(ctx))
+
+		held := newHeldReadStore(newLocalStore(t, dir))
+		db = openDB(t, ctx, Options{Store: held})
+		defer db.Close(ctx)
+		tb = openTable(t, ctx, db, "t")
+
+		held.armed.Store(true)
+		res := make(chan error, 1)
+		go func() { res <- tb.Pin(ctx) }()
+		recvWithin(t, held.entered, "the Pin's fetch")
 		if drop {
-			name = "drop"
+			require.NoError(t, db.DropTable(ctx, "t"))
+		} else {
+			tb.Unpin()
 		}
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			dir := t.TempDir()
-			db := openDB(t, ctx, Options{Dir: dir, SyncMode: "none"})
-			tb := newTable(t, ctx, db, "t", 64)
-			fillTable(t, ctx, db, tb, 1, 0) // one page: the Pin's last
-			require.NoError(t, db.Close(ctx))
-
-			held := newHeldReadStore(newLocalStore(t, dir))
-			db = openDB(t, ctx, Options{Store: held})
-			defer db.Close(ctx)
-			tb = openTable(t, ctx, db, "t")
-
-			held.armed.Store(true)
-			res := make(chan error, 1)
-			go func() { res <- tb.Pin(ctx) }()
-			recvWithin(t, held.entered, "the Pin's fetch")
-			if drop {
-				require.NoError(t, db.DropTable(ctx, "t"))
-			} else {
-				tb.Unpin()
-			}
-			close(held.release)
-			err := recvWithin(t, res, "the Pin")
-			require.Error(t, err, "a Pin ended while in flight")
-			if drop {
-				require.ErrorIs(t, err, ErrTableNotFound)
-			}
-			require.False(t, tb.Stats().Pinned)
-			require.Zero(t, db.Stats().PinnedBytes)
-			require.NoError(t, db.cache.verify())
-		})
-	}
+		close(held.release)
+		err := recvWithin(t, res, "the Pin")
+		require.Error(t, err, "a Pin ended while in flight")
+		if drop {
+			require.ErrorIs(t, err, ErrTableNotFound)
+		}
+		require.False(t, tb.Stats().Pinned)
+		require.Zero(t, db.Stats().PinnedBytes)
+		require.NoError(t, db.cache.verify())
+	})
 }
 
 // ctxHeldStore holds one armed Read until release or the end of the Read's context (which

@@ -34,67 +34,64 @@ func fillTable(t *testing.T, ctx context.Context, db *DB, tb *Table, pages int, 
 // reads) of a table several times the cache; every read of them afterwards is a hit. The
 // same sequence without the pin misses (so the test can fail).
 func TestTablePinSurvivesScan(t *testing.T) {
-	for _, cfg := range openConfigs(t) {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			db := cfg.opener(t)(Options{CacheBytes: 256 << 10, CacheWait: time.Second})
-			zone := newTable(t, ctx, db, "zone", 64)
-			big := newTable(t, ctx, db, "big", 64)
-			zoneIDs := fillTable(t, ctx, db, zone, 8, 0)
-			fillTable(t, ctx, db, big, 150, 1<<20) // ~3 times the cache
+	eachConfig(t, openConfigs(t), Options{CacheBytes: 256 << 10, CacheWait: time.Second}, func(t *testing.T, db *DB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		zone := newTable(t, ctx, db, "zone", 64)
+		big := newTable(t, ctx, db, "big", 64)
+		zoneIDs := fillTable(t, ctx, db, zone, 8, 0)
+		fillTable(t, ctx, db, big, 150, 1<<20) // ~3 times the cache
 
-			buf := make([]byte, 64)
-			sweep := func() {
-				n := 0
-				for _, err := range big.Scan(ctx, 0, ^uint64(0)) {
-					require.NoError(t, err)
-					n++
-				}
-				require.Equal(t, 150*64, n)
-				rng := rand.New(rand.NewPCG(1, 2))
-				for range 500 {
-					err := big.Get(ctx, rng.Uint64N(150*64), buf)
-					if err != nil {
-						require.ErrorIs(t, err, ErrNotFound) // ids are the store's, not 0..n
-					}
+		buf := make([]byte, 64)
+		sweep := func() {
+			n := 0
+			for _, err := range big.Scan(ctx, 0, ^uint64(0)) {
+				require.NoError(t, err)
+				n++
+			}
+			require.Equal(t, 150*64, n)
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 500 {
+				err := big.Get(ctx, rng.Uint64N(150*64), buf)
+				if err != nil {
+					require.ErrorIs(t, err, ErrNotFound) // ids are the store's, not 0..n
 				}
 			}
-			readZone := func() {
-				for i, id := range zoneIDs {
-					require.NoError(t, zone.Get(ctx, id, buf))
-					require.Equal(t, uint64(i), checkRow(t, buf))
-				}
+		}
+		readZone := func() {
+			for i, id := range zoneIDs {
+				require.NoError(t, zone.Get(ctx, id, buf))
+				require.Equal(t, uint64(i), checkRow(t, buf))
 			}
+		}
 
-			require.NoError(t, zone.Pin(ctx))
-			st := zone.Stats()
-			require.True(t, st.Pinned)
-			// Every page below the id high-water mark (the store's grants: 1+2+4+8 pages).
-			pages := int((zone.t.idHigh.Load() + 63) / 64)
-			require.Equal(t, 15, pages)
-			require.Equal(t, pages, st.PinnedPages)
-			require.Equal(t, int64(pages)*frameCost(64), st.PinnedBytes)
-			require.Equal(t, int64(pages)*frameCost(64), db.Stats().PinnedBytes)
-			ev := db.Stats().Evictions
-			sweep()
-			require.Greater(t, db.Stats().Evictions, ev+100, "the sweep evicted")
-			before := zone.Stats()
-			readZone()
-			after := zone.Stats()
-			require.Equal(t, before.Misses, after.Misses, "a pinned page was evicted")
-			require.Equal(t, before.Hits+uint64(len(zoneIDs)), after.Hits)
-			require.LessOrEqual(t, db.Stats().CacheBytes, int64(256<<10))
+		require.NoError(t, zone.Pin(ctx))
+		st := zone.Stats()
+		require.True(t, st.Pinned)
+		// Every page below the id high-water mark (the store's grants: 1+2+4+8 pages).
+		pages := int((zone.t.idHigh.Load() + 63) / 64)
+		require.Equal(t, 15, pages)
+		require.Equal(t, pages, st.PinnedPages)
+		require.Equal(t, int64(pages)*frameCost(64), st.PinnedBytes)
+		require.Equal(t, int64(pages)*frameCost(64), db.Stats().PinnedBytes)
+		ev := db.Stats().Evictions
+		sweep()
+		require.Greater(t, db.Stats().Evictions, ev+100, "the sweep evicted")
+		before := zone.Stats()
+		readZone()
+		after := zone.Stats()
+		require.Equal(t, before.Misses, after.Misses, "a pinned page was evicted")
+		require.Equal(t, before.Hits+uint64(len(zoneIDs)), after.Hits)
+		require.LessOrEqual(t, db.Stats().CacheBytes, int64(256<<10))
 
-			zone.Unpin()
-			require.False(t, zone.Stats().Pinned)
-			require.Zero(t, db.Stats().PinnedBytes)
-			sweep()
-			before = zone.Stats()
-			readZone()
-			require.Greater(t, zone.Stats().Misses, before.Misses, "unpinned, the sweep evicts the zone")
-		})
-	}
+		zone.Unpin()
+		require.False(t, zone.Stats().Pinned)
+		require.Zero(t, db.Stats().PinnedBytes)
+		sweep()
+		before = zone.Stats()
+		readZone()
+		require.Greater(t, zone.Stats().Misses, before.Misses, "unpinned, the sweep evicts the zone")
+	})
 }
 
 // TestTablePinBudget: a pin past Options.PinBytes fails with ErrPinBudget and pins nothing;

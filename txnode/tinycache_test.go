@@ -21,57 +21,54 @@ func TestTinyCacheProgress(t *testing.T) {
 	if testing.Short() {
 		workers, txPerWorker = 16, 10
 	}
-	for _, cfg := range openConfigs(t)[:2] {
-		t.Run(cfg.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := cfg.opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Minute})
-			tb := newTable(t, ctx, db, "t", 64)
-			const pages = 40
-			ids := insertRows(t, db, tb, 64*pages)
-			require.NoError(t, db.pipe.flush(ctx))
-			before := db.Stats()
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			for w := range workers {
-				wg.Go(func() {
-					rng := rand.New(rand.NewPCG(uint64(w), 9))
-					buf := make([]byte, 64)
-					for range txPerWorker {
-						n := 1 + rng.IntN(6)
-						rows := make([]uint64, n)
-						for i := range rows {
-							rows[i] = ids[rng.IntN(pages)*64+rng.IntN(64)]
-						}
-						err := db.Update(ctx, func(tx *Tx) error {
-							for _, id := range rows {
-								if err := tx.Get(tb, id, buf); err != nil {
-									return err
-								}
-							}
-							return tx.Put(tb, rows[0], u64Row(64, uint64(w)))
-						})
-						if err != nil {
-							errs <- err
-							return
-						}
+	eachConfig(t, openConfigs(t)[:2], Options{CacheBytes: MinCacheBytes, CacheWait: time.Minute}, func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		tb := newTable(t, ctx, db, "t", 64)
+		const pages = 40
+		ids := insertRows(t, db, tb, 64*pages)
+		require.NoError(t, db.pipe.flush(ctx))
+		before := db.Stats()
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 9))
+				buf := make([]byte, 64)
+				for range txPerWorker {
+					n := 1 + rng.IntN(6)
+					rows := make([]uint64, n)
+					for i := range rows {
+						rows[i] = ids[rng.IntN(pages)*64+rng.IntN(64)]
 					}
-				})
-			}
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			recvWithin(t, done, "the transactions")
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
-			st := db.Stats()
-			commits, retries := st.Commits-before.Commits, st.Retries-before.Retries
-			t.Logf("%d commits, %d retries, %d evictions; cache %d bytes", commits, retries, st.Evictions-before.Evictions, st.CacheBytes)
-			require.Equal(t, uint64(workers*txPerWorker), commits)
-			require.LessOrEqual(t, retries, 20*commits, "busy retries per transaction")
-			require.LessOrEqual(t, st.CacheBytes, int64(MinCacheBytes))
-		})
-	}
+					err := db.Update(ctx, func(tx *Tx) error {
+						for _, id := range rows {
+							if err := tx.Get(tb, id, buf); err != nil {
+								return err
+							}
+						}
+						return tx.Put(tb, rows[0], u64Row(64, uint64(w)))
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		recvWithin(t, done, "the transactions")
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		st := db.Stats()
+		commits, retries := st.Commits-before.Commits, st.Retries-before.Retries
+		t.Logf("%d commits, %d retries, %d evictions; cache %d bytes", commits, retries, st.Evictions-before.Evictions, st.CacheBytes)
+		require.Equal(t, uint64(workers*txPerWorker), commits)
+		require.LessOrEqual(t, retries, 20*commits, "busy retries per transaction")
+		require.LessOrEqual(t, st.CacheBytes, int64(MinCacheBytes))
+	})
 }
 
 // TestCacheBytesCountsMetadata fills caches of a few sizes with frames and compares the

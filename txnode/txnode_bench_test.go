@@ -85,6 +85,17 @@ var benchSeed atomic.Uint64
 
 func newXorshift() xorshift { return xorshift(benchSeed.Add(0x9E3779B97F4A7C15) | 1) }
 
+// benchEachMode runs, as a sub-benchmark of each mode of modes, runBench of the operation op
+// makes over a fresh DB of rows rows (benchOpen).
+func benchEachMode(b *testing.B, modes []benchMode, rows int, op func(ctx context.Context, db *DB, tb *Table, ids []uint64) func(*xorshift, []byte) error) {
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			db, tb, ids := benchOpen(b, m, rows)
+			runBench(b, op(context.Background(), db, tb, ids))
+		})
+	}
+}
+
 // runBench runs op serially (goroutines=1, b.Loop) and from 128 goroutines (RunParallel).
 func runBench(b *testing.B, op func(rng *xorshift, buf []byte) error) {
 	for _, g := range []int{1, 128} {
@@ -116,96 +127,66 @@ func runBench(b *testing.B, op func(rng *xorshift, buf []byte) error) {
 }
 
 func BenchmarkGet(b *testing.B) {
-	for _, m := range benchModes {
-		b.Run(m.name, func(b *testing.B) {
-			runBench(b, func() func(*xorshift, []byte) error {
-				_, tb, ids := benchOpen(b, m, benchRows)
-				ctx := context.Background()
-				return func(rng *xorshift, buf []byte) error {
-					return tb.Get(ctx, ids[rng.next()%uint64(len(ids))], buf)
-				}
-			}())
-		})
-	}
+	benchEachMode(b, benchModes, benchRows, func(ctx context.Context, _ *DB, tb *Table, ids []uint64) func(*xorshift, []byte) error {
+		return func(rng *xorshift, buf []byte) error {
+			return tb.Get(ctx, ids[rng.next()%uint64(len(ids))], buf)
+		}
+	})
 }
 
 func BenchmarkPut(b *testing.B) {
 	modes := append(slices.Clone(benchModes), benchMode{"mode=durable/sync=always", Durable, "always"})
-	for _, m := range modes {
-		b.Run(m.name, func(b *testing.B) {
-			runBench(b, func() func(*xorshift, []byte) error {
-				_, tb, ids := benchOpen(b, m, benchRows)
-				ctx := context.Background()
-				return func(rng *xorshift, buf []byte) error {
-					return tb.Put(ctx, ids[rng.next()%uint64(len(ids))], buf)
-				}
-			}())
-		})
-	}
+	benchEachMode(b, modes, benchRows, func(ctx context.Context, _ *DB, tb *Table, ids []uint64) func(*xorshift, []byte) error {
+		return func(rng *xorshift, buf []byte) error {
+			return tb.Put(ctx, ids[rng.next()%uint64(len(ids))], buf)
+		}
+	})
 }
 
 func BenchmarkUpdate(b *testing.B) {
-	for _, m := range benchModes {
-		b.Run(m.name, func(b *testing.B) {
-			runBench(b, func() func(*xorshift, []byte) error {
-				_, tb, ids := benchOpen(b, m, benchRows)
-				ctx := context.Background()
-				inc := func(row []byte) error {
-					binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)+1)
-					return nil
-				}
-				return func(rng *xorshift, _ []byte) error {
-					return tb.Update(ctx, ids[rng.next()%uint64(len(ids))], inc)
-				}
-			}())
-		})
-	}
+	benchEachMode(b, benchModes, benchRows, func(ctx context.Context, _ *DB, tb *Table, ids []uint64) func(*xorshift, []byte) error {
+		inc := func(row []byte) error {
+			binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)+1)
+			return nil
+		}
+		return func(rng *xorshift, _ []byte) error {
+			return tb.Update(ctx, ids[rng.next()%uint64(len(ids))], inc)
+		}
+	})
 }
 
 func BenchmarkInsert(b *testing.B) {
-	for _, m := range benchModes {
-		b.Run(m.name, func(b *testing.B) {
-			runBench(b, func() func(*xorshift, []byte) error {
-				_, tb, _ := benchOpen(b, m, 0)
-				ctx := context.Background()
-				return func(_ *xorshift, buf []byte) error {
-					_, err := tb.Insert(ctx, buf)
-					return err
-				}
-			}())
-		})
-	}
+	benchEachMode(b, benchModes, 0, func(ctx context.Context, _ *DB, tb *Table, _ []uint64) func(*xorshift, []byte) error {
+		return func(_ *xorshift, buf []byte) error {
+			_, err := tb.Insert(ctx, buf)
+			return err
+		}
+	})
 }
 
 // BenchmarkTransfer is a two-row read-write transaction: move one unit between two random
 // rows.
 func BenchmarkTransfer(b *testing.B) {
-	for _, m := range benchModes {
-		b.Run(m.name, func(b *testing.B) {
-			runBench(b, func() func(*xorshift, []byte) error {
-				db, tb, ids := benchOpen(b, m, benchRows)
-				ctx := context.Background()
-				return func(rng *xorshift, buf []byte) error {
-					from, to := ids[rng.next()%uint64(len(ids))], ids[rng.next()%uint64(len(ids))]
-					if from == to {
-						return nil
-					}
-					return db.Update(ctx, func(tx *Tx) error {
-						if err := tx.Update(tb, from, func(row []byte) error {
-							binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)-1)
-							return nil
-						}); err != nil {
-							return err
-						}
-						return tx.Update(tb, to, func(row []byte) error {
-							binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)+1)
-							return nil
-						})
-					})
+	benchEachMode(b, benchModes, benchRows, func(ctx context.Context, db *DB, tb *Table, ids []uint64) func(*xorshift, []byte) error {
+		return func(rng *xorshift, buf []byte) error {
+			from, to := ids[rng.next()%uint64(len(ids))], ids[rng.next()%uint64(len(ids))]
+			if from == to {
+				return nil
+			}
+			return db.Update(ctx, func(tx *Tx) error {
+				if err := tx.Update(tb, from, func(row []byte) error {
+					binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)-1)
+					return nil
+				}); err != nil {
+					return err
 				}
-			}())
-		})
-	}
+				return tx.Update(tb, to, func(row []byte) error {
+					binary.LittleEndian.PutUint64(row, binary.LittleEndian.Uint64(row)+1)
+					return nil
+				})
+			})
+		}
+	})
 }
 
 // BenchmarkSessionGo: one goroutine keeps asynchronous updates in flight, waiting for

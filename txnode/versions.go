@@ -3,6 +3,7 @@ package txnode
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -150,18 +151,24 @@ func (db *DB) advanceDurable(ver uint64) {
 	db.durableMu.Lock()
 	if ver > db.durableVer.Load() {
 		db.durableVer.Store(ver)
-		keep := db.durableWaiters[:0]
-		for _, w := range db.durableWaiters {
-			if w.ver <= ver {
-				w.wakeLocked()
-			} else {
-				keep = append(keep, w)
-			}
-		}
-		clear(db.durableWaiters[len(keep):])
-		db.durableWaiters = keep
+		db.wakeDurableLocked(0, ver)
 	}
 	db.durableMu.Unlock()
+}
+
+// wakeDurableLocked wakes the durable waiters for versions lo..hi and drops them from
+// durableWaiters. durableMu is held.
+func (db *DB) wakeDurableLocked(lo, hi uint64) {
+	keep := db.durableWaiters[:0]
+	for _, w := range db.durableWaiters {
+		if w.ver >= lo && w.ver <= hi {
+			w.wakeLocked()
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(db.durableWaiters[len(keep):])
+	db.durableWaiters = keep
 }
 
 // failDurable records that no version from fromVer on will become durable (a batch failed)
@@ -170,16 +177,7 @@ func (db *DB) failDurable(fromVer uint64) {
 	db.batchFailed.Store(true)
 	db.durableMu.Lock()
 	db.durableFailVer = min(db.durableFailVer, fromVer)
-	keep := db.durableWaiters[:0]
-	for _, w := range db.durableWaiters {
-		if w.ver >= db.durableFailVer {
-			w.wakeLocked()
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	clear(db.durableWaiters[len(keep):])
-	db.durableWaiters = keep
+	db.wakeDurableLocked(db.durableFailVer, math.MaxUint64)
 	db.durableMu.Unlock()
 }
 
@@ -251,16 +249,7 @@ func (db *DB) releaseHeld(lo, hi uint64, refused bool, ans error, okBelow uint64
 			break
 		}
 	}
-	keep := db.durableWaiters[:0]
-	for _, w := range db.durableWaiters {
-		if w.ver >= lo && w.ver <= hi {
-			w.wakeLocked()
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	clear(db.durableWaiters[len(keep):])
-	db.durableWaiters = keep
+	db.wakeDurableLocked(lo, hi)
 }
 
 // verRange is a range of commit versions that failed: their batches were refused by the
@@ -326,15 +315,6 @@ func (db *DB) failRange(lo, hi uint64, err error) bool {
 	rs = append(rs, verRange{lo: lo, hi: hi, err: err})
 	db.failRanges.Store(&rs)
 	db.failHi.Store(max(db.failHi.Load(), hi))
-	keep := db.durableWaiters[:0]
-	for _, w := range db.durableWaiters {
-		if w.ver >= lo && w.ver <= hi {
-			w.wakeLocked()
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	clear(db.durableWaiters[len(keep):])
-	db.durableWaiters = keep
+	db.wakeDurableLocked(lo, hi)
 	return true
 }

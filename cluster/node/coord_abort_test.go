@@ -24,11 +24,8 @@ func transferOnce(ctx context.Context, a *node.Node, ta *node.Table, x, y uint64
 		if attempts++; attempts > 1 {
 			return errOneAttempt
 		}
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(ta, x, f); err != nil {
-			return err
-		}
-		if err := tx.Get(ta, y, g); err != nil {
+		f, g, err := getPair(tx, ta, x, y)
+		if err != nil {
 			return err
 		}
 		if err := tx.Put(ta, x, acctRow(balanceOf(f)-10, 0)); err != nil {

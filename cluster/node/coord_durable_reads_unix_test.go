@@ -38,21 +38,23 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 		deposit <- a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, acctRow(100, 0)) })
 	}()
 	errRich, errNotYet := errors.New("rich"), errors.New("deposit not installed yet")
+	// richOrNot reads x and fails: errRich once the deposit is installed, else errNotYet.
+	richOrNot := func(tx *node.Tx) error {
+		d := make([]byte, 64)
+		if err := tx.Get(ta, x, d); err != nil {
+			return err
+		}
+		if balanceOf(d) == 100 {
+			return errRich
+		}
+		return errNotYet
+	}
 	waited := false
 	start := time.Now()
 	for !waited {
 		require.Less(t, time.Since(start), 30*time.Second, "the deposit never installed x") // a bound, not a synchronisation
 		uctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err := a.Update(uctx, func(tx *node.Tx) error {
-			d := make([]byte, 64)
-			if err := tx.Get(ta, x, d); err != nil {
-				return err
-			}
-			if balanceOf(d) == 100 {
-				return errRich
-			}
-			return errNotYet
-		})
+		err := a.Update(uctx, richOrNot)
 		cancel()
 		switch {
 		case errors.Is(err, errNotYet):
@@ -66,15 +68,6 @@ func TestUpdateClosureErrorWaitsForDurableReads(t *testing.T) {
 	}
 	child.Cont()
 	require.NoError(t, <-deposit)
-	err := a.Update(ctx, func(tx *node.Tx) error {
-		d := make([]byte, 64)
-		if err := tx.Get(ta, x, d); err != nil {
-			return err
-		}
-		if balanceOf(d) == 100 {
-			return errRich
-		}
-		return errNotYet
-	})
+	err := a.Update(ctx, richOrNot)
 	require.ErrorIs(t, err, errRich, "durable now: the closure's error is returned")
 }

@@ -94,23 +94,12 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 		o.TxnResolveInterval = -1 // the test runs the passes
 		o.TxnResolveAfter = time.Millisecond
 	})
-	setup := tc.open(t, 0x5e, "")
-	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
-	var ids []string
-	model := map[uint64]uint64{}
-	for range 12 {
-		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
-		ids = append(ids, strconv.FormatUint(id, 10))
-		model[id] = initial
-	}
-	require.NoError(t, setup.Close(ctx))
+	ids, model := seedAccounts(t, ctx, tc, 12, acctRow(initial, 0))
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: nil})
 	require.NoError(t, err)
 	defer etcd.Close()
 
-	type xf struct{ from, to, amount uint64 }
-	apply := func(m map[uint64]uint64, x xf) {
+	apply := func(m map[uint64]uint64, x tryLine) {
 		amt := min(x.amount, m[x.from])
 		m[x.from] -= amt
 		m[x.to] += amt
@@ -130,7 +119,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 		child := startHelper(t, "TestHelperCoordNode", fmt.Sprintf("%s=%s|%s|%d|%d|%s", coordHelperEnv, tc.etcd.Endpoints()[0], s.step, s.k, 0xa0+round, strings.Join(ids, ",")), "lease ")
 		lease, err := strconv.ParseInt(strings.TrimPrefix(child.Ready(), "lease "), 10, 64)
 		require.NoError(t, err)
-		var inflight *xf
+		var inflight *tryLine
 		killed := false
 		for {
 			l, err := child.Next(ctx)
@@ -140,10 +129,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 			require.NoError(t, err, "no answer from the child")
 			switch {
 			case strings.HasPrefix(l, "try "):
-				var x xf
-				_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
-				require.NoError(t, err)
-				inflight = &x
+				inflight = parseTry(t, l)
 			case l == "ok":
 				require.NotNil(t, inflight)
 				apply(model, *inflight)
@@ -171,15 +157,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 		b := tc.open(t, 0xb0+uint64(round), "game-b:7000")
 		tb := openTable(t, ctx, b, "acct")
 		require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "the partitions are granted again once resolved")
-		got := map[uint64]uint64{}
-		dst := make([]byte, 64)
-		var sum uint64
-		for id := range model {
-			require.NoError(t, tb.Get(ctx, id, dst))
-			got[id] = balanceOf(dst)
-			sum += got[id]
-		}
-		require.Equal(t, uint64(len(model))*initial, sum, "the total is conserved")
+		got := balancesConserved(t, ctx, tb, model)
 		require.True(t, maps.Equal(model, got), "round %d (%s): every acknowledged transfer, the one in flight committed=%v: want %v, got %v",
 			round, s.step, s.committed, model, got)
 		// The node goes on across storage nodes, then gives the partitions back.
@@ -192,7 +170,7 @@ func TestCoordinatorKilledAtEachStep(t *testing.T) {
 			}
 		}
 		require.NoError(t, xfer(ctx, b, tb, from, to, 1))
-		apply(model, xf{from, to, 1})
+		apply(model, tryLine{from, to, 1})
 		require.NoError(t, b.Close(ctx))
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
@@ -26,12 +25,8 @@ import (
 // (the resolver's timing).
 func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Options)) *testCluster {
 	t.Helper()
-	ctx := testCtx(t)
-	tc := &testCluster{etcd: etcdtest.Start(t)}
-	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	tc.c = c
+	tc := newTestCluster(t)
+	c := tc.c
 	v := cluster.NewGrantVerifier(c, storenode.ErrFenced)
 	for range storageNodes {
 		peer := server.NewTxnPeer(server.PeerConfig{Secret: peerSecret, Directory: c})
@@ -39,17 +34,7 @@ func startTxnCluster(t *testing.T, storageNodes int, tune func(*storenode.Option
 		if tune != nil {
 			tune(&opts)
 		}
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret, Options: opts})
-		require.NoError(t, err)
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-			peer.Close()
-		})
-		tc.srvs = append(tc.srvs, srv)
-		tc.addrs = append(tc.addrs, srv.Addr().String())
+		tc.addServer(t, opts, func() { peer.Close() })
 	}
 	return tc
 }
@@ -92,11 +77,8 @@ func receivedOf(row []byte) uint64 { return binary.LittleEndian.Uint64(row[8:]) 
 // transfer at the receiver: the received counts sum to the acknowledged transfers.
 func xfer(ctx context.Context, n *node.Node, t *node.Table, from, to, amount uint64) error {
 	return n.Update(ctx, func(tx *node.Tx) error {
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(t, from, f); err != nil {
-			return err
-		}
-		if err := tx.Get(t, to, g); err != nil {
+		f, g, err := getPair(tx, t, from, to)
+		if err != nil {
 			return err
 		}
 		amount = min(amount, balanceOf(f))

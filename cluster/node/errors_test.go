@@ -23,8 +23,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	// Partition 2 on the third storage node puts it in the map (its peers take it as a
 	// primary at once), partitions 0 and 1 on the first two.
-	ta, err := a.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 3, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	x, err := ta.Insert(ctx, acctRow(initial, 0))
 	require.NoError(t, err)
@@ -36,26 +35,8 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	require.NotEqual(t, tc.addrs[2], ta.NodeOf(y))
 
 	mover := tc.open(t, 0xb, "")
-	mt, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	frozen, release := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFrozen {
-			close(frozen)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	moved := make(chan error, 1)
-	go func() { moved <- mt.Move(ctx, px, tc.addrs[2]) }()
-	select {
-	case <-frozen:
-	case err := <-moved:
-		require.FailNow(t, "the move ended before its freeze", "%v", err)
-	}
+	mt := openTable(t, ctx, mover, "acct")
+	release, moved := freezeHold(t, ctx, mt, px, tc.addrs[2])
 
 	err = xfer(ctx, a, ta, x, y, 10)
 	var ne *node.NotOwnerError

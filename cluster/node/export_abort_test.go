@@ -36,7 +36,5 @@ func RecordAbortLater(n *Node, id [16]byte, lease int64, count int, addr string)
 // SetMapWatchHook sets testhook.MapWatch for a test and returns what restores it. Set it
 // before any Node of the test opens (its map watcher's goroutine reads it).
 func SetMapWatchHook(h func(client any)) (restore func()) {
-	old := testhook.MapWatch
-	testhook.MapWatch = h
-	return func() { testhook.MapWatch = old }
+	return swapForTest(&testhook.MapWatch, h)
 }

@@ -9,9 +9,7 @@ import (
 // SetOwnerWatchHook sets testhook.OwnerWatch for a test and returns what restores it. Set it
 // before any Node of the test opens (its session's watch goroutine reads it).
 func SetOwnerWatchHook(h func(owner uint64)) (restore func()) {
-	old := testhook.OwnerWatch
-	testhook.OwnerWatch = h
-	return func() { testhook.OwnerWatch = old }
+	return swapForTest(&testhook.OwnerWatch, h)
 }
 
 // SyncMap brings n's map watcher up to etcd's revision (a linearizable read).

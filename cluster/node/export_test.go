@@ -7,6 +7,13 @@ import (
 	"github.com/weftdb/weft/cluster/internal/testhook"
 )
 
+// swapForTest sets *p to v and returns what restores the value it had.
+func swapForTest[T any](p *T, v T) (restore func()) {
+	old := *p
+	*p = v
+	return func() { *p = old }
+}
+
 // SetMoveStepHook sets the hook Move calls after each durable step (tests only).
 func SetMoveStepHook(f func(step string)) { moveStepHook = f }
 
@@ -24,16 +31,12 @@ func SetCoordHook(h func(step string, i int)) (restore func()) {
 // SetSerialPrepares makes the two-phase commit prepare its participants one after another
 // (coordSerialPrepares) and returns what restores it.
 func SetSerialPrepares(on bool) (restore func()) {
-	old := coordSerialPrepares
-	coordSerialPrepares = on
-	return func() { coordSerialPrepares = old }
+	return swapForTest(&coordSerialPrepares, on)
 }
 
 // SetRaceHook sets raceHook (tests only) and returns what restores it.
 func SetRaceHook(h func(where string)) (restore func()) {
-	old := raceHook
-	raceHook = h
-	return func() { raceHook = old }
+	return swapForTest(&raceHook, h)
 }
 
 // KillDB makes the transaction node of the storage node at addr dead as a give-up would
@@ -54,9 +57,7 @@ func KillDB(ctx context.Context, n *Node, addr string) error {
 // SetDecideAnswer sets the hook that sees each Decide(commit) answer (coordDecideAnswer) and
 // returns what restores it.
 func SetDecideAnswer(h func(attempt int, err error) error) (restore func()) {
-	old := coordDecideAnswer
-	coordDecideAnswer = h
-	return func() { coordDecideAnswer = old }
+	return swapForTest(&coordDecideAnswer, h)
 }
 
 // SetCoordClock sets the coordinator's clock and decideTrust and returns what restores them.
@@ -72,17 +73,13 @@ func NewTxnID(n *Node) [16]byte { return n.txnID() }
 // SetTxnIDHook sets the hook that hears each transaction id made (tests only; set it before
 // any transaction runs) and returns what restores it.
 func SetTxnIDHook(h func(id [16]byte)) (restore func()) {
-	old := txnIDHook
-	txnIDHook = h
-	return func() { txnIDHook = old }
+	return swapForTest(&txnIDHook, h)
 }
 
 // SetPrepareAnswer sets the hook that sees each participant's Prepare answer
 // (coordPrepareAnswer) and returns what restores it.
 func SetPrepareAnswer(h func(i int, err error) error) (restore func()) {
-	old := coordPrepareAnswer
-	coordPrepareAnswer = h
-	return func() { coordPrepareAnswer = old }
+	return swapForTest(&coordPrepareAnswer, h)
 }
 
 // SetLockedRetries sets lockedRetries and lockedPauseMax and returns what restores them.
@@ -95,17 +92,13 @@ func SetLockedRetries(n int, pauseMax time.Duration) (restore func()) {
 // SetMoveDoubtWait sets how long a move waits for the transactions in doubt at its source
 // (moveDoubtWaitMax) and returns what restores it.
 func SetMoveDoubtWait(max time.Duration) (restore func()) {
-	old := moveDoubtWaitMax
-	moveDoubtWaitMax = max
-	return func() { moveDoubtWaitMax = old }
+	return swapForTest(&moveDoubtWaitMax, max)
 }
 
 // SetMoveDoubtHook sets the hook that hears each freeze refused for a transaction in doubt
 // (moveDoubtHook) and returns what restores it.
 func SetMoveDoubtHook(h func(refused int)) (restore func()) {
-	old := moveDoubtHook
-	moveDoubtHook = h
-	return func() { moveDoubtHook = old }
+	return swapForTest(&moveDoubtHook, h)
 }
 
 // SetMoveTimer sets the timer and clock of a move's waits for transactions in doubt

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/node"
 )
 
 // A partition moved under its owner's writes: the owner keeps writing through the same
@@ -101,10 +100,8 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 // moved one does on the target.
 func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
 	// Partitions 0 and 2 on storage node 0, 1 on storage node 1.
-	tbl := createTable(t, ctx, owner, "acct", 64, 3, 1, tc.addrs)
+	tc, _, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 3)
 	require.NoError(t, tbl.Own(ctx, 0, 2))
 	ids := map[uint32]uint64{}
 	for len(ids) < 2 {
@@ -153,8 +150,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
 	require.ElementsMatch(t, []uint32{0, 2}, tbl.Owned())
-	r, err := tc.open(t, 0x3, "").OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	r := openTable(t, ctx, tc.open(t, 0x3, ""), "acct")
 	row := make([]byte, 64)
 	for p, id := range ids {
 		require.NoError(t, r.Get(ctx, id, row))
@@ -168,20 +164,12 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 // owned on the closed transaction node, and every write of it failed for good.
 func TestOwnRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	n := tc.open(t, 0x1, "")
-	tbl := createTable(t, ctx, n, "race", 64, 2, 1, tc.addrs)
+	tc, n, tbl := startWithTable(t, ctx, 1, 0x1, "", "race", 2)
 	require.NoError(t, tbl.Own(ctx, 1))
-	fired := false
-	restore := node.SetRaceHook(func(where string) {
-		if where == "own" && !fired {
-			fired = true
-			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
-		}
-	})
+	restore, fired := killDBAt(t, ctx, n, tc.addrs[0], "own")
 	require.NoError(t, tbl.Own(ctx, 0))
 	restore()
-	require.True(t, fired)
+	require.True(t, fired())
 	require.ElementsMatch(t, []uint32{1, 0}, tbl.Owned())
 	for p := uint32(0); p < 2; p++ {
 		id := insertRow(t, ctx, tbl, balanceRow(uint64(p)))
@@ -195,22 +183,14 @@ func TestOwnRacingHeal(t *testing.T) {
 // 6387942 it did: the partition was reported not owned and its reads failed for good.
 func TestMoveFollowRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "")
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
-	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "", "race", 2)
 	require.NoError(t, tbl.Own(ctx, 0))
 	id := insertRow(t, ctx, tbl, balanceRow(1))
 	mover := tc.open(t, 0x2, "")
 	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	fired := false
-	restore := node.SetRaceHook(func(where string) {
-		if where == "moved" && !fired {
-			fired = true
-			require.NoError(t, node.KillDB(ctx, owner, tc.addrs[1]))
-		}
-	})
+	restore, fired := killDBAt(t, ctx, owner, tc.addrs[1], "moved")
 	defer restore()
 	var perr error
 	for try := 0; try < 10; try++ {
@@ -218,7 +198,7 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 			break
 		}
 	}
-	require.True(t, fired)
+	require.True(t, fired())
 	require.NoError(t, perr)
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
 	row := make([]byte, 64)
@@ -233,24 +213,16 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 // 6387942 it did: the handle's reads of that storage node failed for good.
 func TestOpenTableRacingHeal(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	creator := tc.open(t, 0x1, "")
-	ct := createTable(t, ctx, creator, "race", 64, 1, 1, tc.addrs)
+	tc, creator, ct := startWithTable(t, ctx, 1, 0x1, "", "race", 1)
 	require.NoError(t, ct.Own(ctx, 0))
 	id := insertRow(t, ctx, ct, balanceRow(3))
 	require.NoError(t, creator.Close(ctx))
 
 	n := tc.open(t, 0x2, "")
-	fired := false
-	restore := node.SetRaceHook(func(where string) {
-		if where == "open" && !fired {
-			fired = true
-			require.NoError(t, node.KillDB(ctx, n, tc.addrs[0]))
-		}
-	})
+	restore, fired := killDBAt(t, ctx, n, tc.addrs[0], "open")
 	defer restore()
 	tbl := openTable(t, ctx, n, "race")
-	require.True(t, fired)
+	require.True(t, fired())
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row))
 	require.EqualValues(t, 3, balanceOf(row))

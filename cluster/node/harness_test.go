@@ -13,6 +13,7 @@ import (
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/internal/testkit"
+	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 )
@@ -84,27 +85,45 @@ func startCluster(t *testing.T, storageNodes int) *testCluster {
 // the verifier verifier makes of the cluster's client (a flaky one, in a test).
 func startClusterVerified(t *testing.T, storageNodes int, verifier func(*cluster.Client) storenode.GrantVerifier) *testCluster {
 	t.Helper()
+	tc := newTestCluster(t)
+	v := verifier(tc.c)
+	for range storageNodes {
+		tc.addServer(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}, nil)
+	}
+	return tc
+}
+
+// newTestCluster starts etcd and connects the cluster's client: a testCluster with no
+// storage node yet.
+func newTestCluster(t *testing.T) *testCluster {
+	t.Helper()
 	ctx := testCtx(t)
 	tc := &testCluster{etcd: etcdtest.Start(t)}
 	c, err := cluster.Connect(ctx, cluster.Config{Endpoints: tc.etcd.Endpoints(), Prefix: prefix, Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	tc.c = c
-	v := verifier(c)
-	for range storageNodes {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
-			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v}})
-		require.NoError(t, err)
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		})
-		tc.srvs = append(tc.srvs, srv)
-		tc.addrs = append(tc.addrs, srv.Addr().String())
-	}
 	return tc
+}
+
+// addServer starts a storage node of opts on 127.0.0.1 (the three roles' secrets) and adds
+// it to tc; it shuts down when the test ends, then stopped, when set, runs.
+func (tc *testCluster) addServer(t *testing.T, opts storenode.Options, stopped func()) {
+	t.Helper()
+	srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
+		Options: opts})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		if stopped != nil {
+			stopped()
+		}
+	})
+	tc.srvs = append(tc.srvs, srv)
+	tc.addrs = append(tc.addrs, srv.Addr().String())
 }
 
 // open opens a cluster node of owner id owner, taking requests at addr.
@@ -159,3 +178,158 @@ func parts(n, parity int) []uint32 {
 
 // raceOn is testkit.RaceOn, under the name move_kill_unix_test.go uses.
 const raceOn = testkit.RaceOn
+
+// ownTwoRows owns partitions 0 and 1 of tbl and inserts a row of balance 1 in each,
+// returning their ids (x in partition 0, y in partition 1).
+func ownTwoRows(t *testing.T, ctx context.Context, tbl *node.Table) (x, y uint64) {
+	t.Helper()
+	require.NoError(t, tbl.Own(ctx, 0, 1))
+	ids := map[uint32]uint64{}
+	for len(ids) < 2 {
+		id := insertRow(t, ctx, tbl, balanceRow(1))
+		ids[tbl.Partition(id)] = id
+	}
+	return ids[0], ids[1]
+}
+
+// ownFirstRow owns partition 0 of tbl and inserts a row of balance 1 there, failing the
+// test unless the row lands in partition 0; it returns the row's id.
+func ownFirstRow(t *testing.T, ctx context.Context, tbl *node.Table) uint64 {
+	t.Helper()
+	require.NoError(t, tbl.Own(ctx, 0))
+	id, err := tbl.Insert(ctx, balanceRow(1))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, tbl.Partition(id))
+	return id
+}
+
+// holder reads the holder of partition part of table from etcd, and whether it is held.
+func (tc *testCluster) holder(t *testing.T, ctx context.Context, table string, part uint32) (cluster.Holder, bool) {
+	t.Helper()
+	h, held, err := tc.c.Owner(ctx, table, part)
+	require.NoError(t, err)
+	return h, held
+}
+
+// placed reads etcd's map: the storage node partition part of table is placed on.
+func (tc *testCluster) placed(t *testing.T, ctx context.Context, table string, part int) string {
+	t.Helper()
+	m, err := tc.c.ReadMap(ctx)
+	require.NoError(t, err)
+	return m.Tables[table].Nodes[part]
+}
+
+// moveRecorded reports whether etcd holds a move record of partition part of table.
+func (tc *testCluster) moveRecorded(t *testing.T, ctx context.Context, table string, part uint32) bool {
+	t.Helper()
+	_, recorded, err := tc.c.ReadMove(ctx, table, part)
+	require.NoError(t, err)
+	return recorded
+}
+
+// dialPartition dials the storage node at addr with secret (a client's, or the operators')
+// as owner owner and opens its table name (a partition's), closing the client when the test
+// ends; it returns the client and the table's id there.
+func dialPartition(t *testing.T, ctx context.Context, addr string, secret []byte, owner uint64, name string) (*sgio.Client, uint32) {
+	t.Helper()
+	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: secret, OwnerID: owner})
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.Close() })
+	var ti sgio.TableInfo
+	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
+	return cl, ti.Table
+}
+
+// moveState asks cl's storage node for the move state of its table table.
+func moveState(t *testing.T, ctx context.Context, cl *sgio.Client, table uint32) storenode.MoveState {
+	t.Helper()
+	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: table})
+	require.NoError(t, err)
+	return storenode.MoveState(st.State)
+}
+
+// onMoveStepOnce sets the move step hook to run f at the first step step of any move,
+// clearing the hook when the test ends; called reports whether f ran.
+func onMoveStepOnce(t *testing.T, step string, f func()) (called func() bool) {
+	t.Helper()
+	hooked := false
+	node.SetMoveStepHook(func(s string) {
+		if s != step || hooked {
+			return
+		}
+		hooked = true
+		f()
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	return func() bool { return hooked }
+}
+
+// freezeHold starts a Move of partition part of mt to `to` that stops once the source is
+// frozen (before the final catch-up) until release is closed or ctx ends; it returns once
+// the source is frozen, and the move's result channel.
+func freezeHold(t *testing.T, ctx context.Context, mt *node.Table, part uint32, to string) (release chan struct{}, moved chan error) {
+	t.Helper()
+	frozen := make(chan struct{})
+	release = make(chan struct{})
+	node.SetMoveStepHook(func(step string) {
+		if step == node.MoveStepFrozen {
+			close(frozen)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	moved = make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, part, to) }()
+	select {
+	case <-frozen:
+	case err := <-moved:
+		require.FailNow(t, "the move ended before its freeze", "%v", err)
+	}
+	return release, moved
+}
+
+// startWithTable starts a cluster of storageNodes storage nodes and opens a node of owner at
+// addr, which creates table name (64-byte rows, partitions partitions of one stripe page,
+// placed over all the storage nodes).
+func startWithTable(t *testing.T, ctx context.Context, storageNodes int, owner uint64, addr, name string, partitions int) (*testCluster, *node.Node, *node.Table) {
+	t.Helper()
+	tc := startCluster(t, storageNodes)
+	n := tc.open(t, owner, addr)
+	return tc, n, createTable(t, ctx, n, name, 64, partitions, 1, tc.addrs)
+}
+
+// killDBAt sets the race hook to kill n's transaction node of the storage node at addr
+// (node.KillDB) the first time the race point where is reached; it returns what restores the
+// hook, and fired, which reports whether the kill ran.
+func killDBAt(t *testing.T, ctx context.Context, n *node.Node, addr, where string) (restore func(), fired func() bool) {
+	t.Helper()
+	killed := false
+	restore = node.SetRaceHook(func(w string) {
+		if w == where && !killed {
+			killed = true
+			require.NoError(t, node.KillDB(ctx, n, addr))
+		}
+	})
+	return restore, func() bool { return killed }
+}
+
+// getPair reads rows x and y of tbl in tx (y only once x was read).
+func getPair(tx *node.Tx, tbl *node.Table, x, y uint64) (a, b []byte, err error) {
+	a, b = make([]byte, 64), make([]byte, 64)
+	if err = tx.Get(tbl, x, a); err == nil {
+		err = tx.Get(tbl, y, b)
+	}
+	return a, b, err
+}
+
+// etcdProxy starts a proxy to tc's etcd (one a test can cut), closed when the test ends.
+func (tc *testCluster) etcdProxy(t *testing.T) *etcdtest.Proxy {
+	t.Helper()
+	px, err := etcdtest.NewProxy(tc.etcd.Addr())
+	require.NoError(t, err)
+	t.Cleanup(px.Close)
+	return px
+}

@@ -1,8 +1,6 @@
 package node_test
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,33 +17,27 @@ import (
 // this race as a known gap, the partition reported lost; until the switch kept the owner
 // key, the target refused the grant as fenced and txnode's acquireCluster took a new one.)
 func TestHealRacingMoveFollow(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(release) }) }
+	gate := newWatchGate()
 	// Set before any Node opens (the sessions' watch goroutines read it); restored after
 	// they all closed (cleanups run last first).
 	t.Cleanup(node.SetOwnerWatchHook(func(owner uint64) {
-		if owner == 0x1 && hold.Load() {
-			<-release
+		if owner == 0x1 {
+			gate.wait()
 		}
 	}))
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	mover := tc.open(t, 0x2, "")
-	t.Cleanup(unhold) // before the Nodes close: their sessions wait for the watch goroutine
+	t.Cleanup(gate.open) // before the Nodes close: their sessions wait for the watch goroutine
 	// Partition 0 on storage node 0, 1 on storage node 1 (its transaction node dialled).
 	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id := insertRow(t, ctx, tbl, balanceRow(1))
-	require.EqualValues(t, 0, tbl.Partition(id))
+	id := ownFirstRow(t, ctx, tbl)
 
-	before, held, err := tc.c.Owner(ctx, "race", 0)
-	require.NoError(t, err)
+	before, held := tc.holder(t, ctx, "race", 0)
 	require.True(t, held)
 	// From now on the owner's session hears nothing of its owner keys.
-	hold.Store(true)
+	gate.hold.Store(true)
 	mtbl := openTable(t, ctx, mover, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	// The owner's next operation follows the switch from the map (not from a write the
@@ -74,7 +66,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 		require.EqualValues(t, 0x1, h.Owner)
 		require.Equal(t, before, h, "the grant the switch kept")
 		require.Less(t, h.Epoch, uint64(rm.Revs[0]), "from before the switch")
-		unhold()
+		gate.open()
 	})
 	defer restore()
 	var perr error
@@ -87,8 +79,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	require.NoError(t, perr)
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
 	require.Equal(t, []uint32{0}, tbl.Owned())
-	r, err := tc.open(t, 0x3, "").OpenTable(ctx, "race")
-	require.NoError(t, err)
+	r := openTable(t, ctx, tc.open(t, 0x3, ""), "race")
 	row := make([]byte, 64)
 	require.NoError(t, r.Get(ctx, id, row))
 	require.EqualValues(t, 2, balanceOf(row))

@@ -29,9 +29,7 @@ func keepCommit(ctx context.Context, cl *sgio.Client, table uint32, owner, epoch
 // On b47b8eb the switch deleted the owner key: the other node's Own succeeded at once.
 func TestMoveKeepsOwnerGrant(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	mover := tc.open(t, 0x2, "")
-	mtbl := createTable(t, ctx, mover, "keep", 64, 2, 1, tc.addrs)
+	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "keep", 2)
 	name := base.PartitionTableName("keep", 0)
 
 	const owner = 0x55
@@ -41,21 +39,16 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	g, err := sess.Acquire(ctx, "keep", 0)
 	require.NoError(t, err)
 	epoch := g.Epoch()
-	src, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: secret, OwnerID: owner})
-	require.NoError(t, err)
-	defer src.Close()
-	var ti sgio.TableInfo
-	require.NoError(t, src.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
+	src, srcTable := dialPartition(t, ctx, tc.addrs[0], secret, owner, name)
 	var gr sgio.Grant
-	require.NoError(t, src.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &gr))
+	require.NoError(t, src.CallInto(ctx, &sgio.Acquire{Table: srcTable, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &gr))
 	var ids sgio.IDRange
-	require.NoError(t, src.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Pages: 1, Owner: owner, Epoch: epoch}, &ids))
+	require.NoError(t, src.CallInto(ctx, &sgio.AllocIDs{Table: srcTable, Pages: 1, Owner: owner, Epoch: epoch}, &ids))
 	id := ids.First
-	require.NoError(t, keepCommit(ctx, src, ti.Table, owner, epoch, gr.LastSeq+1, id, 7))
+	require.NoError(t, keepCommit(ctx, src, srcTable, owner, epoch, gr.LastSeq+1, id, 7))
 
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	h, held, err := tc.c.Owner(ctx, "keep", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "keep", 0)
 	require.True(t, held, "the switch keeps the owner key")
 	require.Equal(t, epoch, h.Epoch, "the same grant")
 	require.NoError(t, g.Check(), "the owner's grant still vouches")
@@ -74,34 +67,29 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.Equal(t, epoch, oe.Holder.Epoch)
 
 	// The owner registers the same grant with the target and commits there.
-	dst, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[1], Secret: secret, OwnerID: owner})
-	require.NoError(t, err)
-	defer dst.Close()
-	var dti sgio.TableInfo
-	require.NoError(t, dst.CallInto(ctx, &sgio.OpenTable{Name: name}, &dti))
+	dst, dstTable := dialPartition(t, ctx, tc.addrs[1], secret, owner, name)
 	var dgr sgio.Grant
-	require.NoError(t, dst.CallInto(ctx, &sgio.Acquire{Table: dti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &dgr))
+	require.NoError(t, dst.CallInto(ctx, &sgio.Acquire{Table: dstTable, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch}, &dgr))
 	require.Equal(t, epoch, dgr.Epoch)
 	seq := dgr.LastSeq + 1
-	require.NoError(t, keepCommit(ctx, dst, dti.Table, owner, epoch, seq, id, 8))
+	require.NoError(t, keepCommit(ctx, dst, dstTable, owner, epoch, seq, id, 8))
 	row := make([]byte, 64)
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 8, balanceOf(row))
 	// An older grant than the kept one is fenced at the target.
 	var old sgio.Grant
-	require.ErrorIs(t, dst.CallInto(ctx, &sgio.Acquire{Table: dti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch - 1}, &old), storenode.ErrFenced)
+	require.ErrorIs(t, dst.CallInto(ctx, &sgio.Acquire{Table: dstTable, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: epoch - 1}, &old), storenode.ErrFenced)
 
 	// The owner's lease ends: the other node acquires the partition with a higher epoch and
 	// writes; the old owner's late commit at the target is fenced.
 	require.NoError(t, sess.Close(ctx))
 	require.NoError(t, ttbl.Own(ctx, 0))
-	h, held, err = tc.c.Owner(ctx, "keep", 0)
-	require.NoError(t, err)
+	h, held = tc.holder(t, ctx, "keep", 0)
 	require.True(t, held)
 	require.EqualValues(t, 0x3, h.Owner)
 	require.Greater(t, h.Epoch, epoch)
 	require.NoError(t, ttbl.Put(ctx, id, balanceRow(9)))
-	require.ErrorIs(t, keepCommit(ctx, dst, dti.Table, owner, epoch, seq+1, id, 10), storenode.ErrFenced)
+	require.ErrorIs(t, keepCommit(ctx, dst, dstTable, owner, epoch, seq+1, id, 10), storenode.ErrFenced)
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 9, balanceOf(row))
 }
@@ -147,11 +135,8 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	owner := tc.open(t, 0x1, "")
 	mover := tc.open(t, 0x2, "")
 	tbl := createTable(t, ctx, owner, "own2", 64, 2, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id := insertRow(t, ctx, tbl, balanceRow(1))
-	require.EqualValues(t, 0, tbl.Partition(id))
-	before, held, err := tc.c.Owner(ctx, "own2", 0)
-	require.NoError(t, err)
+	id := ownFirstRow(t, ctx, tbl)
+	before, held := tc.holder(t, ctx, "own2", 0)
 	require.True(t, held)
 	mtbl := openTable(t, ctx, mover, "own2")
 
@@ -159,8 +144,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	tbl2 := openTable(t, ctx, owner, "own2")
 	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
 	require.ErrorIs(t, tbl2.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
-	h, held, err := tc.c.Owner(ctx, "own2", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "own2", 0)
 	require.True(t, held, "the refused Own kept the grant")
 	require.Equal(t, before, h)
 	release()
@@ -173,8 +157,7 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 		}
 	}
 	require.NoError(t, perr, "the first handle writes on under the kept grant")
-	h, held, err = tc.c.Owner(ctx, "own2", 0)
-	require.NoError(t, err)
+	h, held = tc.holder(t, ctx, "own2", 0)
 	require.True(t, held)
 	require.Equal(t, before, h)
 }
@@ -185,16 +168,13 @@ func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 // partition until the node's session ends.
 func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	mover := tc.open(t, 0x2, "")
-	mtbl := createTable(t, ctx, mover, "own3", 64, 2, 1, tc.addrs)
+	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "own3", 2)
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 
 	a := tc.open(t, 0x1, "")
 	atbl := openTable(t, ctx, a, "own3")
 	require.ErrorIs(t, atbl.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
-	_, held, err := tc.c.Owner(ctx, "own3", 0)
-	require.NoError(t, err)
+	_, held := tc.holder(t, ctx, "own3", 0)
 	require.False(t, held, "the refused Own released the grant nothing uses")
 	release()
 	require.NoError(t, <-moved)
@@ -214,9 +194,7 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 // failed for good.
 func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	mover := tc.open(t, 0x2, "")
-	mtbl := createTable(t, ctx, mover, "res", 64, 2, 1, tc.addrs)
+	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "res", 2)
 	sess, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x55})
 	require.NoError(t, err)
 	defer sess.Close(ctx)
@@ -233,9 +211,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	defer node.SetMoveStepHook(nil)
 	require.Error(t, mtbl.Move(mctx, 0, tc.addrs[1]), "cut short after the activation")
 	node.SetMoveStepHook(nil)
-	_, recorded, err := tc.c.ReadMove(ctx, "res", 0)
-	require.NoError(t, err)
-	require.True(t, recorded, "the move is not done")
+	require.True(t, tc.moveRecorded(t, ctx, "res", 0), "the move is not done")
 
 	require.NoError(t, g.Release(ctx))
 	rec, _, err := tc.c.ReadMove(ctx, "res", 0)
@@ -244,9 +220,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, floor, g.Epoch(), "the floor read now is above the one the copy took")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]), "the resumed move completes")
-	_, recorded, err = tc.c.ReadMove(ctx, "res", 0)
-	require.NoError(t, err)
-	require.False(t, recorded)
+	require.False(t, tc.moveRecorded(t, ctx, "res", 0))
 
 	b := tc.open(t, 0x3, "")
 	btbl := openTable(t, ctx, b, "res")

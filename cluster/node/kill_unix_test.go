@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,41 +60,27 @@ func TestKilledNodeTakenOver(t *testing.T) {
 		acks = 25
 	}
 	tc := startCluster(t, 3)
-	setup := tc.open(t, 0x5e, "")
-	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
-	var ids []string
-	model := map[uint64]uint64{}
-	for range 24 {
-		id := insertRow(t, ctx, tbl, balanceRow(initial))
-		ids = append(ids, strconv.FormatUint(id, 10))
-		model[id] = initial
-	}
-	require.NoError(t, setup.Close(ctx)) // releases the partitions
+	ids, model := seedAccounts(t, ctx, tc, 24, balanceRow(initial))
 
 	child := startHelper(t, "TestHelperBankNode", killHelperEnv+"="+tc.etcd.Endpoints()[0]+"|"+strings.Join(ids, ","), "ready")
 	next := func() string {
 		t.Helper()
 		return child.Line(ctx) // fails the test once the child exited or ctx ended
 	}
-	type xfer struct{ from, to, amount uint64 }
-	apply := func(m map[uint64]uint64, x xfer) {
+	apply := func(m map[uint64]uint64, x tryLine) {
 		if m[x.from] >= x.amount {
 			m[x.from] -= x.amount
 			m[x.to] += x.amount
 		}
 	}
-	var inflight *xfer
+	var inflight *tryLine
 	// Until acks transfers are acknowledged and the next one has begun: the kill lands
 	// while a transfer is in flight (before, during or after its commit).
 	for done := 0; done < acks || inflight == nil; {
 		l := next()
 		switch {
 		case strings.HasPrefix(l, "try "):
-			var x xfer
-			_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
-			require.NoError(t, err)
-			inflight = &x
+			inflight = parseTry(t, l)
 		case l == "ok":
 			require.NotNil(t, inflight)
 			apply(model, *inflight)
@@ -110,10 +95,7 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	for l := range child.Lines() {
 		switch {
 		case strings.HasPrefix(l, "try "):
-			var x xfer
-			_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
-			require.NoError(t, err)
-			inflight = &x
+			inflight = parseTry(t, l)
 		case l == "ok" && inflight != nil:
 			apply(model, *inflight)
 			inflight = nil
@@ -123,15 +105,7 @@ func TestKilledNodeTakenOver(t *testing.T) {
 	b := tc.open(t, 0xb, "game-b:7000")
 	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, tb.OwnWait(ctx, parts(partitions, 0)...), "b takes the killed node's partitions")
-	got := map[uint64]uint64{}
-	dst := make([]byte, 64)
-	var sum uint64
-	for id := range model {
-		require.NoError(t, tb.Get(ctx, id, dst))
-		got[id] = balanceOf(dst)
-		sum += got[id]
-	}
-	require.Equal(t, uint64(len(model))*initial, sum, "the total is conserved")
+	got := balancesConserved(t, ctx, tb, model)
 	if inflight != nil {
 		with := maps.Clone(model)
 		apply(with, *inflight)

@@ -29,8 +29,7 @@ func TestMoveUnderTwoPhaseLoadWaitsItsTurn(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	// Partition 2 on the third storage node puts it in the map (its peers take it as a
 	// primary at once); the accounts are in partitions 0 and 1, on the first two.
-	ta, err := a.CreateTable(ctx, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 3, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	var in [2][]uint64 // the accounts of partitions 0 and 1
 	for len(in[0]) < accounts/2 || len(in[1]) < accounts/2 {
@@ -106,8 +105,7 @@ func TestMoveUnderTwoPhaseLoadWaitsItsTurn(t *testing.T) {
 	}
 
 	mover := tc.open(t, 0xb, "")
-	mt, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mt := openTable(t, ctx, mover, "acct")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[2]), "the move waits out the transactions in doubt")
 	require.GreaterOrEqual(t, refusals.Load(), int32(1), "a freeze was refused for a transaction in doubt")
 	// The transfers go on on the new copy.

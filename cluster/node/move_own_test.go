@@ -11,7 +11,6 @@ import (
 
 	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/storenode"
-	"github.com/weftdb/weft/storenode/server"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,14 +32,11 @@ import (
 // which ended the first handle's grant: no stale read.
 // Fails on 7f9ad60: the first handle read 1 after the second acknowledged 2.
 func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(release) }) }
+	gate := newWatchGate()
 	var ownerClient atomic.Pointer[cluster.Client]
 	t.Cleanup(node.SetMapWatchHook(func(c any) {
-		if c == any(ownerClient.Load()) && hold.Load() {
-			<-release
+		if c == any(ownerClient.Load()) {
+			gate.wait()
 		}
 	}))
 	waiting := make(chan struct{}, 1)
@@ -57,21 +53,15 @@ func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
 	owner := tc.open(t, 0x1, "")
 	ownerClient.Store(owner.Client())
 	mover := tc.open(t, 0x2, "")
-	t.Cleanup(unhold) // before the Nodes close
-	tbl, err := owner.CreateTable(ctx, "twoh", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
-	require.EqualValues(t, 0, tbl.Partition(id))
+	t.Cleanup(gate.open) // before the Nodes close
+	tbl := createTable(t, ctx, owner, "twoh", 64, 2, 1, tc.addrs)
+	id := ownFirstRow(t, ctx, tbl)
 
-	hold.Store(true)
-	mtbl, err := mover.OpenTable(ctx, "twoh")
-	require.NoError(t, err)
+	gate.hold.Store(true)
+	mtbl := openTable(t, ctx, mover, "twoh")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 
-	tbl2, err := owner.OpenTable(ctx, "twoh")
-	require.NoError(t, err)
+	tbl2 := openTable(t, ctx, owner, "twoh")
 	require.Equal(t, tc.addrs[1], tbl2.NodeOf(id), "the fresh handle routes to the target")
 	wrote := make(chan error, 1)
 	go func() {
@@ -90,13 +80,13 @@ func TestMoveSecondHandleOwnNoStaleRead(t *testing.T) {
 		row := make([]byte, 64)
 		require.NoError(t, tbl.Get(ctx, id, row))
 		require.EqualValues(t, 1, balanceOf(row))
-		unhold()
+		gate.open()
 		require.NoError(t, <-wrote, "the second handle owns and writes at the target")
 	}
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row), "the first handle's read")
 	require.EqualValues(t, 2, balanceOf(row), "the first handle's read after the second handle's acknowledged write")
-	unhold()
+	gate.open()
 }
 
 // An Own refused during a move for another reason than the move (here the storage node
@@ -120,24 +110,13 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
 	tc := &testCluster{etcd: etcd, c: c}
 	for range 2 {
-		srv, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: quiet, EventLoops: 1, Secret: secret, PeerSecret: peerSecret, OperatorSecret: operatorSecret,
-			Options: storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 300 * time.Millisecond}})
-		require.NoError(t, err)
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		})
-		tc.srvs = append(tc.srvs, srv)
-		tc.addrs = append(tc.addrs, srv.Addr().String())
+		tc.addServer(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v, GrantVerifyTimeout: 300 * time.Millisecond}, nil)
 	}
 	open := func(owner uint64) *node.Node {
 		return tc.openConfig(t, node.Config{Etcd: direct, Session: cluster.SessionConfig{Owner: owner}})
 	}
 	mover := open(0x2)
-	mtbl, err := mover.CreateTable(ctx, "own4", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	mtbl := createTable(t, ctx, mover, "own4", 64, 2, 1, tc.addrs)
 
 	// The move holds before its freeze: the source takes grants, the record is there.
 	copied, hold := make(chan struct{}), make(chan struct{})
@@ -160,8 +139,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	}
 
 	a := open(0x1)
-	atbl, err := a.OpenTable(ctx, "own4")
-	require.NoError(t, err)
+	atbl := openTable(t, ctx, a, "own4")
 	etcd.Cut(true)
 	require.ErrorIs(t, atbl.Own(ctx, 0), sgio.ErrBusy, "the source cannot verify the grant (storenode.ErrGrantUnverified)")
 	etcd.Cut(false)
@@ -172,8 +150,7 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 	unhold()
 	require.NoError(t, <-moved)
 	b := open(0x3)
-	btbl, err := b.OpenTable(ctx, "own4")
-	require.NoError(t, err)
+	btbl := openTable(t, ctx, b, "own4")
 	// The storage nodes' etcd link comes back with grpc's reconnection backoff: a
 	// verification meanwhile is ErrBusy (each try bounded by GrantVerifyTimeout).
 	for try := 0; try < 100; try++ {
@@ -196,24 +173,17 @@ func TestMoveFollowCallerDeadlineKeepsGrant(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	mover := tc.open(t, 0x2, "")
-	tbl, err := owner.CreateTable(ctx, "dl", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
-	require.EqualValues(t, 0, tbl.Partition(id))
-	before, held, err := tc.c.Owner(ctx, "dl", 0)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "dl", 64, 2, 1, tc.addrs)
+	id := ownFirstRow(t, ctx, tbl)
+	before, held := tc.holder(t, ctx, "dl", 0)
 	require.True(t, held)
-	mtbl, err := mover.OpenTable(ctx, "dl")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "dl")
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 
 	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	require.Error(t, tbl.Put(pctx, id, balanceRow(2)), "refused at the frozen source, the target not live")
 	cancel()
-	h, held, err := tc.c.Owner(ctx, "dl", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "dl", 0)
 	require.True(t, held, "the caller's deadline gave up the grant the switch kept")
 	require.Equal(t, before, h)
 	release()

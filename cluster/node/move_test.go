@@ -111,14 +111,12 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	}
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
 	before := w.grant(t, ctx)
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	started, moved := make(chan struct{}), make(chan error, 1)
 	frozen, wrote := make(chan struct{}), make(chan struct{})
 	node.SetMoveStepHook(func(step string) {
@@ -187,28 +185,18 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 		w.fresh[id] = v
 	}
 	require.Equal(t, tc.addrs[1], w.tbl.NodeOf(w.ids[0]))
-	m, err := tc.c.ReadMap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
-	_, ok, err := tc.c.ReadMove(ctx, "acct", 0)
-	require.NoError(t, err)
-	require.False(t, ok, "the move record is gone")
+	require.Equal(t, tc.addrs[1], tc.placed(t, ctx, "acct", 0))
+	require.False(t, tc.moveRecorded(t, ctx, "acct", 0), "the move record is gone")
 	require.Equal(t, before, w.grant(t, ctx), "the owner's grant outlives the move: the switch keeps it")
 
 	reader := tc.open(t, 0x3, "")
 	w.check(t, ctx, reader)
 
 	// The old copy is fenced for good: it serves nothing.
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret})
-	require.NoError(t, err)
-	defer cl.Close()
-	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName("acct", 0)}, &ti))
-	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
-	require.NoError(t, err)
-	require.Equal(t, uint8(storenode.MoveRetired), st.State)
+	cl, table := dialPartition(t, ctx, tc.addrs[0], operatorSecret, 0, base.PartitionTableName("acct", 0))
+	require.Equal(t, storenode.MoveRetired, moveState(t, ctx, cl, table))
 	var segs sgio.Segments
-	err = cl.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: ti.Table, Page: w.ids[0] / 64, Want: 1}}}, &segs)
+	err := cl.CallInto(ctx, &sgio.ReadPages{Wants: []base.PageWant{{Table: table, Page: w.ids[0] / 64, Want: 1}}}, &segs)
 	require.ErrorIs(t, err, storenode.ErrMoved)
 
 	// A move to where the partition is: a no-op.
@@ -221,11 +209,10 @@ func TestMoveInProgressRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 3)
 	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs[:2])
 	other := tc.open(t, 0x9, "")
 	tm := tbl.Map()
-	_, _, err = tc.c.BeginMove(ctx, cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
+	_, _, err := tc.c.BeginMove(ctx, cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0],
 		From: tc.addrs[0], To: tc.addrs[2], Lease: other.Session().Lease()})
 	require.NoError(t, err)
 	err = tbl.Move(ctx, 0, tc.addrs[1])
@@ -235,19 +222,14 @@ func TestMoveInProgressRefused(t *testing.T) {
 	require.NoError(t, other.Close(ctx)) // revokes its lease: as a mover that died, one TTL later
 	// The recorded move is taken over by a Move to its target, and completes.
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[2]))
-	m, err := tc.c.ReadMap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, tc.addrs[2], m.Tables["acct"].Nodes[0])
+	require.Equal(t, tc.addrs[2], tc.placed(t, ctx, "acct", 0))
 }
 
 // A partition with a transaction in doubt at its source is not moved: the move rolls back
 // (the source live, the map and the record untouched) and succeeds once it is decided.
 func TestMoveRefusedInDoubt(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, _, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 
 	// A coordinator's prepare on partition 0 at its storage node, never decided.
 	const owner = 0x55
@@ -257,20 +239,16 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	g, err := sess.Acquire(ctx, "acct", 0)
 	require.NoError(t, err)
 	// The operator's secret: the test steps the move itself too (MoveOpStatus).
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret, OwnerID: owner})
-	require.NoError(t, err)
-	defer cl.Close()
-	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName("acct", 0)}, &ti))
+	cl, table := dialPartition(t, ctx, tc.addrs[0], operatorSecret, owner, base.PartitionTableName("acct", 0))
 	var gr sgio.Grant
-	require.NoError(t, cl.CallInto(ctx, &sgio.Acquire{Table: ti.Table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: g.Epoch()}, &gr))
+	require.NoError(t, cl.CallInto(ctx, &sgio.Acquire{Table: table, Flags: sgio.AcquireEtcdGrant, Owner: owner, Epoch: g.Epoch()}, &gr))
 	var ids sgio.IDRange
-	require.NoError(t, cl.CallInto(ctx, &sgio.AllocIDs{Table: ti.Table, Pages: 1, Owner: owner, Epoch: g.Epoch()}, &ids))
+	require.NoError(t, cl.CallInto(ctx, &sgio.AllocIDs{Table: table, Pages: 1, Owner: owner, Epoch: g.Epoch()}, &ids))
 	txn := [sgio.TxnIDSize]byte{1, 2, 3}
 	page, slot := ids.First/64, ids.First%64
 	_, err = cl.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: sess.Lease(), Commit: sgio.Commit{Owner: owner, Seq: gr.LastSeq + 1,
-		Fences:   []base.Fence{{Table: ti.Table, Epoch: g.Epoch()}},
-		Segments: []base.Segment{{Table: ti.Table, RowBytes: 64, Page: page, Data: 1 << slot, Rows: balanceRow(7)}}}})
+		Fences:   []base.Fence{{Table: table, Epoch: g.Epoch()}},
+		Segments: []base.Segment{{Table: table, RowBytes: 64, Page: page, Data: 1 << slot, Rows: balanceRow(7)}}}})
 	require.NoError(t, err)
 	require.NoError(t, g.Release(ctx)) // the owner key must not stop the move: the transaction must
 
@@ -289,15 +267,9 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 	require.ErrorIs(t, err, node.ErrMoveRefused)
 	require.ErrorIs(t, err, storenode.ErrTxnLocked)
 	require.Contains(t, err.Error(), "for 10s (11 freezes refused; a move waits at most 10s", "the message says why")
-	m, err := tc.c.ReadMap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
-	_, recorded, err := tc.c.ReadMove(ctx, "acct", 0)
-	require.NoError(t, err)
-	require.False(t, recorded, "rolled back")
-	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
-	require.NoError(t, err)
-	require.Equal(t, uint8(storenode.MoveLive), st.State, "the source is live")
+	require.Equal(t, tc.addrs[0], tc.placed(t, ctx, "acct", 0), "not switched")
+	require.False(t, tc.moveRecorded(t, ctx, "acct", 0), "rolled back")
+	require.Equal(t, storenode.MoveLive, moveState(t, ctx, cl, table), "the source is live")
 
 	// Decided (abort): the move goes through.
 	require.NoError(t, cl.ApplyTxn(ctx, txn, sgio.TxnAbort))
@@ -310,12 +282,8 @@ func TestMoveRefusedInDoubt(t *testing.T) {
 // catch-up.
 func TestMoveConcurrentSameNodeRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	other, err := n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	tc, n, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
+	other := openTable(t, ctx, n, "acct")
 	var second error
 	var fired atomic.Bool
 	node.SetMoveStepHook(func(step string) {
@@ -326,9 +294,7 @@ func TestMoveConcurrentSameNodeRefused(t *testing.T) {
 	defer node.SetMoveStepHook(nil)
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
 	require.ErrorIs(t, second, cluster.ErrMoveInProgress)
-	m, err := tc.c.ReadMap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, tc.addrs[1], m.Tables["acct"].Nodes[0])
+	require.Equal(t, tc.addrs[1], tc.placed(t, ctx, "acct", 0))
 }
 
 // TestMoveNeedsOperatorSecret: a move's steps are operators' requests (docs/operations.md,
@@ -338,13 +304,10 @@ func TestMoveNeedsOperatorSecret(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 2)
 	n := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0x1}, OperatorSecret: []byte{}})
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	err = tbl.Move(ctx, 0, tc.addrs[1])
+	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs)
+	err := tbl.Move(ctx, 0, tc.addrs[1])
 	require.ErrorIs(t, err, sgio.ErrForbidden)
-	m, err := tc.c.ReadMap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
+	require.Equal(t, tc.addrs[0], tc.placed(t, ctx, "acct", 0), "not switched")
 }
 
 // A freeze is its mover's: the thaw of a mover whose move was given up (its rollback's thaw,
@@ -354,22 +317,15 @@ func TestMoveNeedsOperatorSecret(t *testing.T) {
 // record, then the successor's that took it over once the first's lease was gone.
 func TestMoveLateThawRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, _, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 	tm := tbl.Map()
 	first, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x8})
 	require.NoError(t, err)
 	rec := cluster.MoveRecord{Table: "acct", Part: 0, Created: tm.Created, Rev: tm.Revs[0], From: tc.addrs[0], To: tc.addrs[1], Lease: first.Lease()}
 	_, e1, err := tc.c.BeginMove(ctx, rec)
 	require.NoError(t, err)
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: tc.addrs[0], Secret: operatorSecret})
-	require.NoError(t, err)
-	defer cl.Close()
-	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: base.PartitionTableName("acct", 0)}, &ti))
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: uint64(e1)}) // the first mover
+	cl, table := dialPartition(t, ctx, tc.addrs[0], operatorSecret, 0, base.PartitionTableName("acct", 0))
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: table, Token: uint64(e1)}) // the first mover
 	require.NoError(t, err)
 	require.NoError(t, first.Close(ctx)) // its lease revoked: as a mover that died
 	second, err := tc.c.NewSession(ctx, cluster.SessionConfig{Owner: 0x9})
@@ -379,19 +335,17 @@ func TestMoveLateThawRefused(t *testing.T) {
 	rec2, e2, err := tc.c.BeginMove(ctx, rec) // taken over
 	require.NoError(t, err)
 	require.Greater(t, e2, e1)
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: ti.Table, Token: uint64(e2)}) // its successor
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpFreeze, Table: table, Token: uint64(e2)}) // its successor
 	require.NoError(t, err)
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: uint64(e1)})
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: table, Token: uint64(e1)})
 	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw, the successor's move recorded")
 	deleted, err := tc.c.EndMove(ctx, rec2)
 	require.NoError(t, err)
 	require.True(t, deleted)
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: uint64(e1)})
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: table, Token: uint64(e1)})
 	require.ErrorIs(t, err, storenode.ErrFenced, "the first mover's late thaw, after the successor's record went")
-	st, err := cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: ti.Table})
-	require.NoError(t, err)
-	require.Equal(t, uint8(storenode.MoveFrozen), st.State)
-	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: ti.Table, Token: uint64(e2)})
+	require.Equal(t, storenode.MoveFrozen, moveState(t, ctx, cl, table))
+	_, err = cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpThaw, Table: table, Token: uint64(e2)})
 	require.NoError(t, err, "the successor's thaw (its rollback)")
 }
 
@@ -400,24 +354,16 @@ func TestMoveLateThawRefused(t *testing.T) {
 // untouched. It was switched to, and the partition could no longer be opened.
 func TestMoveRefusedOtherLayoutAtTarget(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, n, tbl := startWithTable(t, ctx, 2, 0x1, "", "acct", 2)
 	// Created on the engine: a client's CreateClusterTable of a partition the map places on
 	// another node is refused (storenode's VerifyClusterCreate).
-	_, err = tc.srvs[1].Engine().CreateClusterTable(base.PartitionTableName("acct", 0), 64,
+	_, err := tc.srvs[1].Engine().CreateClusterTable(base.PartitionTableName("acct", 0), 64,
 		base.ClusterLayout{Partitions: 1, StripePages: 1, Partition: 0})
 	require.NoError(t, err)
 
 	err = tbl.Move(ctx, 0, tc.addrs[1])
 	require.ErrorIs(t, err, node.ErrMoveRefused)
-	m, err := tc.c.ReadMap(ctx)
-	require.NoError(t, err)
-	require.Equal(t, tc.addrs[0], m.Tables["acct"].Nodes[0], "not switched")
-	_, recorded, err := tc.c.ReadMove(ctx, "acct", 0)
-	require.NoError(t, err)
-	require.False(t, recorded, "rolled back")
-	_, err = n.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	require.Equal(t, tc.addrs[0], tc.placed(t, ctx, "acct", 0), "not switched")
+	require.False(t, tc.moveRecorded(t, ctx, "acct", 0), "rolled back")
+	openTable(t, ctx, n, "acct")
 }

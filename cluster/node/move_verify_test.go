@@ -15,6 +15,9 @@ import (
 	"github.com/weftdb/weft/storenode"
 )
 
+// acctP0 is the storage nodes' table of partition 0 of "acct", the table these tests move.
+var acctP0 = base.PartitionTableName("acct", 0)
+
 // The storage node verifies move steps with the verifier it verifies grants with.
 var _ storenode.MoveVerifier = (*cluster.GrantVerifier)(nil)
 
@@ -29,12 +32,8 @@ type stranger struct {
 
 func newStranger(t *testing.T, ctx context.Context, tc *testCluster, addr, name string) *stranger {
 	t.Helper()
-	cl, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: addr, Secret: operatorSecret, OwnerID: 0x77})
-	require.NoError(t, err)
-	t.Cleanup(func() { cl.Close() })
-	var ti sgio.TableInfo
-	require.NoError(t, cl.CallInto(ctx, &sgio.OpenTable{Name: name}, &ti))
-	return &stranger{cl: cl, table: ti.Table, v: cluster.NewGrantVerifier(tc.c, storenode.ErrFenced)}
+	cl, table := dialPartition(t, ctx, addr, operatorSecret, 0x77, name)
+	return &stranger{cl: cl, table: table, v: cluster.NewGrantVerifier(tc.c, storenode.ErrFenced)}
 }
 
 // rev is etcd's current revision: an epoch at least every recorded move's.
@@ -55,9 +54,7 @@ func (s *stranger) drop(ctx context.Context, name string) error {
 }
 
 func (s *stranger) state(t *testing.T, ctx context.Context) storenode.MoveState {
-	st, err := s.cl.MoveStep(ctx, &sgio.Move{Op: sgio.MoveOpStatus, Table: s.table})
-	require.NoError(t, err)
-	return storenode.MoveState(st.State)
+	return moveState(t, ctx, s.cl, s.table)
 }
 
 // A client holding the cluster's secret but no move cannot freeze, retire and then drop a
@@ -69,42 +66,31 @@ func (s *stranger) state(t *testing.T, ctx context.Context) storenode.MoveState 
 // and the drop all succeeded, and the owner's rows were gone.
 func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 8)
-	name := base.PartitionTableName("acct", 0)
-	s := newStranger(t, ctx, tc, tc.addrs[0], name)
+	s := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	attack := func(why string) {
 		for _, epoch := range []uint64{1, s.rev(t, ctx), ^uint64(0)} {
 			require.ErrorIs(t, s.step(ctx, sgio.MoveOpFreeze, epoch, 0), storenode.ErrFenced, "%s: freeze under epoch %d", why, epoch)
 		}
 		require.Error(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), "%s: retire", why)
-		require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned, "%s: drop", why)
+		require.ErrorIs(t, s.drop(ctx, acctP0), storenode.ErrTableOwned, "%s: drop", why)
 	}
 	attack("no move recorded")
 	require.Equal(t, storenode.MoveLive, s.state(t, ctx))
 	require.False(t, w.put(t, ctx, 0, 2), "the owner writes on")
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	hooked := false
-	node.SetMoveStepHook(func(step string) {
-		if step != node.MoveStepFrozen || hooked {
-			return
-		}
-		hooked = true
+	mtbl := openTable(t, ctx, mover, "acct")
+	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 		require.ErrorIs(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), storenode.ErrFenced, "retire before the switch")
-		require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned, "drop of the frozen source")
+		require.ErrorIs(t, s.drop(ctx, acctP0), storenode.ErrTableOwned, "drop of the frozen source")
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 	})
-	defer node.SetMoveStepHook(nil)
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	require.True(t, hooked)
+	require.True(t, hooked())
 	require.Equal(t, storenode.MoveRetired, s.state(t, ctx), "the mover's retire, after the switch")
 	w.check(t, ctx, tc.open(t, 0x3, ""))
 }
@@ -115,21 +101,17 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 // a retired copy.
 func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	owner := tc.open(t, 0x1, "")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, owner, tbl := startWithTable(t, ctx, 1, 0x1, "", "acct", 2)
 	newMoveWriter(t, ctx, owner, tbl, 4)
-	name := base.PartitionTableName("acct", 0)
-	s := newStranger(t, ctx, tc, tc.addrs[0], name)
+	s := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	// A verified step (refused) tells the node its address, as any move would.
 	require.ErrorIs(t, s.step(ctx, sgio.MoveOpFreeze, 1, 0), storenode.ErrFenced)
 	eng := tc.srvs[0].Engine()
-	_, err = eng.MoveFreeze(s.table, 1)
+	_, err := eng.MoveFreeze(s.table, 1)
 	require.NoError(t, err)
 	require.NoError(t, eng.MoveRetire(s.table, 1))
-	require.ErrorIs(t, s.drop(ctx, name), storenode.ErrTableOwned)
-	_, err = eng.OpenTable(name)
+	require.ErrorIs(t, s.drop(ctx, acctP0), storenode.ErrTableOwned)
+	_, err = eng.OpenTable(acctP0)
 	require.NoError(t, err, "the copy is kept")
 }
 
@@ -141,18 +123,13 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 // the freeze under 2^64-1 was taken and the move failed.
 func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
-	name := base.PartitionTableName("acct", 0)
-	src := newStranger(t, ctx, tc, tc.addrs[0], name)
+	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	var dst *stranger
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	mtbl := openTable(t, ctx, mover, "acct")
 	var steps []string
 	node.SetMoveStepHook(func(step string) {
 		steps = append(steps, step)
@@ -161,7 +138,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 			require.ErrorIs(t, src.step(ctx, sgio.MoveOpFreeze, ^uint64(0), 0), storenode.ErrFenced, "freeze under 2^64-1")
 			require.Equal(t, storenode.MoveLive, src.state(t, ctx))
 		case node.MoveStepSwitched:
-			dst = newStranger(t, ctx, tc, tc.addrs[1], name)
+			dst = newStranger(t, ctx, tc, tc.addrs[1], acctP0)
 			rev := dst.rev(t, ctx)
 			require.ErrorIs(t, dst.step(ctx, sgio.MoveOpActivate, rev, ^uint64(0)), storenode.ErrFenced, "floor 2^64-1")
 			require.ErrorIs(t, dst.step(ctx, sgio.MoveOpActivate, ^uint64(0), 1), storenode.ErrFenced, "epoch 2^64-1")
@@ -185,30 +162,19 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 // owner acquires and writes it. On b3f6c9d both were taken.
 func TestMoveThawAndBeginVerified(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl, err := owner.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
-	name := base.PartitionTableName("acct", 0)
-	src := newStranger(t, ctx, tc, tc.addrs[0], name)
+	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	mover := tc.open(t, 0x2, "")
-	mtbl, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
-	hooked := false
-	node.SetMoveStepHook(func(step string) {
-		if step != node.MoveStepFrozen || hooked {
-			return
-		}
-		hooked = true
+	mtbl := openTable(t, ctx, mover, "acct")
+	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, src.rev(t, ctx), 0), storenode.ErrFenced, "thaw while the move is recorded")
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, ^uint64(0), 0), storenode.ErrFenced, "thaw under 2^64-1")
 		require.Equal(t, storenode.MoveFrozen, src.state(t, ctx))
 	})
-	defer node.SetMoveStepHook(nil)
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	require.True(t, hooked)
+	require.True(t, hooked())
 	w.reown(t, ctx)
 	w.check(t, ctx, tc.open(t, 0x3, ""))
 
@@ -216,8 +182,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	fresh := newStranger(t, ctx, tc, tc.addrs[1], base.PartitionTableName("acct", 1))
 	require.ErrorIs(t, fresh.step(ctx, sgio.MoveOpBegin, fresh.rev(t, ctx), 0), storenode.ErrFenced, "begin with no move recorded")
 	require.Equal(t, storenode.MoveLive, fresh.state(t, ctx))
-	ptbl, err := tc.open(t, 0x4, "").OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	ptbl := openTable(t, ctx, tc.open(t, 0x4, ""), "acct")
 	require.NoError(t, ptbl.Own(ctx, 1))
 	id, err := ptbl.Insert(ctx, balanceRow(9))
 	require.NoError(t, err)
@@ -249,22 +214,18 @@ func TestMoveStepUnverifiableRetried(t *testing.T) {
 		v = &flakyVerifier{GrantVerifier: cluster.NewGrantVerifier(c, storenode.ErrFenced)}
 		return v
 	})
-	c := tc.c
 	n := tc.open(t, 0x1, "")
-	tbl, err := n.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs[:2])
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, n, "acct", 64, 2, 1, tc.addrs[:2])
 
 	v.fails.Store(2)
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[2]))
 	require.EqualValues(t, 0, max(v.fails.Load(), 0), "both failures were met")
 
 	v.fails.Store(1 << 30)
-	err = tbl.Move(ctx, 1, tc.addrs[2])
+	err := tbl.Move(ctx, 1, tc.addrs[2])
 	require.ErrorIs(t, err, sgio.ErrBusy)
 	require.EqualValues(t, 1<<30-4, v.fails.Load(), "four tries of the begin")
-	_, recorded, err := c.ReadMove(ctx, "acct", 1)
-	require.NoError(t, err)
-	require.True(t, recorded, "left for the next Move")
+	require.True(t, tc.moveRecorded(t, ctx, "acct", 1), "left for the next Move")
 	v.fails.Store(0)
 	require.NoError(t, tbl.Move(ctx, 1, tc.addrs[2]))
 }

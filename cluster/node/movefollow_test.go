@@ -27,16 +27,10 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.open(t, 0x1, "")
 	mover := tc.open(t, 0x2, "")
-	tbl, err := owner.CreateTable(ctx, "act", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
-	require.EqualValues(t, 0, tbl.Partition(id))
-	mtbl, err := mover.OpenTable(ctx, "act")
-	require.NoError(t, err)
-	before, held, err := tc.c.Owner(ctx, "act", 0)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "act", 64, 2, 1, tc.addrs)
+	id := ownFirstRow(t, ctx, tbl)
+	mtbl := openTable(t, ctx, mover, "act")
+	before, held := tc.holder(t, ctx, "act", 0)
 	require.True(t, held)
 
 	switched := make(chan struct{})
@@ -88,8 +82,7 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	require.NoError(t, perr, "the owner writes on through the same handle once the target is live")
 	require.Equal(t, []uint32{0}, tbl.Owned())
 	// The grant the switch kept, kept through the target's refusals too.
-	after, held, err := tc.c.Owner(ctx, "act", 0)
-	require.NoError(t, err)
+	after, held := tc.holder(t, ctx, "act", 0)
 	require.True(t, held)
 	require.Equal(t, before, after)
 }
@@ -104,19 +97,16 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 // On b47b8eb the switch deleted the owner key: the other node owned the partition at once
 // and committed, and the owner's cached read missed that acknowledged commit (a stale read).
 func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	var once sync.Once
-	unhold := func() { once.Do(func() { close(release) }) }
+	gate := newWatchGate()
 	var ownerClient atomic.Pointer[cluster.Client]
 	t.Cleanup(node.SetOwnerWatchHook(func(owner uint64) {
-		if owner == 0x1 && hold.Load() {
-			<-release
+		if owner == 0x1 {
+			gate.wait()
 		}
 	}))
 	t.Cleanup(node.SetMapWatchHook(func(c any) {
-		if c == any(ownerClient.Load()) && hold.Load() {
-			<-release
+		if c == any(ownerClient.Load()) {
+			gate.wait()
 		}
 	}))
 	ctx := testCtx(t)
@@ -125,23 +115,16 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	ownerClient.Store(owner.Client())
 	mover := tc.open(t, 0x2, "")
 	taker := tc.open(t, 0x3, "")
-	t.Cleanup(unhold) // before the Nodes close
-	tbl, err := owner.CreateTable(ctx, "stale", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
-	require.EqualValues(t, 0, tbl.Partition(id))
-	before, held, err := tc.c.Owner(ctx, "stale", 0)
-	require.NoError(t, err)
+	t.Cleanup(gate.open) // before the Nodes close
+	tbl := createTable(t, ctx, owner, "stale", 64, 2, 1, tc.addrs)
+	id := ownFirstRow(t, ctx, tbl)
+	before, held := tc.holder(t, ctx, "stale", 0)
 	require.True(t, held)
 
-	hold.Store(true)
-	mtbl, err := mover.OpenTable(ctx, "stale")
-	require.NoError(t, err)
+	gate.hold.Store(true)
+	mtbl := openTable(t, ctx, mover, "stale")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
-	ttbl, err := taker.OpenTable(ctx, "stale")
-	require.NoError(t, err)
+	ttbl := openTable(t, ctx, taker, "stale")
 	oerr := ttbl.Own(ctx, 0)
 	var oe *node.NotOwnerError
 	require.ErrorAs(t, oerr, &oe, "another node owns the partition while its owner's session lives")
@@ -152,7 +135,7 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	row := make([]byte, 64)
 	require.NoError(t, tbl.Get(ctx, id, row), "the owner's cached read")
 	require.EqualValues(t, 1, balanceOf(row), "the owner's cached read is the last acknowledged write")
-	unhold()
+	gate.open()
 
 	// The owner hears of the switch and writes on, under the grant the switch kept.
 	var perr error
@@ -164,10 +147,29 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	require.NoError(t, perr, "the owner writes on through the same handle")
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
 	require.Equal(t, []uint32{0}, tbl.Owned())
-	after, held, err := tc.c.Owner(ctx, "stale", 0)
-	require.NoError(t, err)
+	after, held := tc.holder(t, ctx, "stale", 0)
 	require.True(t, held)
 	require.Equal(t, before, after, "the same grant, before and after the move")
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 3, balanceOf(row))
 }
+
+// watchGate holds back the watch deliveries a test's hook passes through it: once hold is
+// set, wait blocks until open is called (at most once; later calls do nothing).
+type watchGate struct {
+	hold    atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func newWatchGate() *watchGate { return &watchGate{release: make(chan struct{})} }
+
+// wait blocks while the gate holds, until it is opened.
+func (g *watchGate) wait() {
+	if g.hold.Load() {
+		<-g.release
+	}
+}
+
+// open lets every delivery held, and every later one, through.
+func (g *watchGate) open() { g.once.Do(func() { close(g.release) }) }

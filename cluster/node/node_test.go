@@ -14,7 +14,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/sgio"
@@ -68,11 +67,8 @@ func total(t *testing.T, tc *testCluster, accts [2][]uint64) uint64 {
 // allows.
 func transfer(ctx context.Context, n *node.Node, t *node.Table, from, to, amount uint64) error {
 	return n.Update(ctx, func(tx *node.Tx) error {
-		f, g := make([]byte, 64), make([]byte, 64)
-		if err := tx.Get(t, from, f); err != nil {
-			return err
-		}
-		if err := tx.Get(t, to, g); err != nil {
+		f, g, err := getPair(tx, t, from, to)
+		if err != nil {
 			return err
 		}
 		if balanceOf(f) < amount {
@@ -440,9 +436,7 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 3)
-	px, err := etcdtest.NewProxy(tc.etcd.Addr())
-	require.NoError(t, err)
-	t.Cleanup(px.Close)
+	px := tc.etcdProxy(t)
 	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
 		Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: cluster.TTLMin}, OwnerLookupTimeout: 500 * time.Millisecond})
 	b := tc.open(t, 0xb, "game-b:7000")
@@ -454,7 +448,7 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 	px.Cut(true)
 	require.NoError(t, tb.OwnWait(ctx, 0, 1, 2), "b takes a's partitions once a's lease expired")
 	require.NoError(t, tb.Update(ctx, id, func(r []byte) error { copy(r, balanceRow(initial+1)); return nil }))
-	err = ta.Put(ctx, id, balanceRow(5))
+	err := ta.Put(ctx, id, balanceRow(5))
 	require.ErrorIs(t, err, txnode.ErrLeaseExpired, "a past its deadline writes nothing")
 	require.ErrorIs(t, err, cluster.ErrLapsed)
 	// A write to a partition a never owned, while a cannot reach etcd: refused within the
@@ -486,11 +480,10 @@ func TestTakeoverAfterLeaseExpiry(t *testing.T) {
 func TestWrongSecretRefused(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
-	_, err := tc.open(t, 0xa, "").CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	createTable(t, ctx, tc.open(t, 0xa, ""), "acct", 64, 2, 1, tc.addrs)
 	bad := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb},
 		Secret: []byte("a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f91"), DialTimeout: 5 * time.Second})
-	_, err = bad.OpenTable(ctx, "acct")
+	_, err := bad.OpenTable(ctx, "acct")
 	require.ErrorIs(t, err, sgio.ErrAuthFailed)
 	require.NotErrorIs(t, err, sgio.ErrWeakSecret)
 }
@@ -499,9 +492,7 @@ func TestWrongSecretRefused(t *testing.T) {
 // the inserts spread over the new partitions too.
 func TestOwnWhileInserting(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "acct", 64, 6, 1, tc.addrs)
+	_, _, ta := startWithTable(t, ctx, 2, 0xa, "game-a:7000", "acct", 6)
 	require.NoError(t, ta.Own(ctx, 0))
 	inserts := 200
 	if testing.Short() {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
-	"github.com/weftdb/weft/cluster/etcdtest"
 	"github.com/weftdb/weft/cluster/node"
 	"github.com/weftdb/weft/storenode"
 )
@@ -27,9 +26,7 @@ import (
 // the map again and routes to the new storage node too.
 func TestOwnAfterSwitchRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "mv", 64, 2, 1, tc.addrs)
+	tc, a, ta := startWithTable(t, ctx, 2, 0xa, "game-a:7000", "mv", 2)
 	require.Equal(t, tc.addrs[1], ta.Map().Nodes[1])
 
 	// The move's copy on storage node 0, then the switch (no owner holds partition 1).
@@ -65,9 +62,7 @@ func TestOwnAfterSwitchRefused(t *testing.T) {
 // ErrClosed (errors.Is), whichever layer below noticed first.
 func TestClosedNodeErrClosed(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "cl", 64, 2, 1, tc.addrs)
+	tc, a, ta := startWithTable(t, ctx, 1, 0xa, "game-a:7000", "cl", 2)
 	require.NoError(t, ta.Own(ctx, 0))
 	id := insertRow(t, ctx, ta, balanceRow(1))
 	other := id + 64 // partition 1: not owned
@@ -95,9 +90,7 @@ func TestClosedNodeErrClosed(t *testing.T) {
 // no longer listed as owned; nothing is written.
 func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "gl", 64, 2, 1, tc.addrs)
+	tc, a, ta := startWithTable(t, ctx, 1, 0xa, "game-a:7000", "gl", 2)
 	require.NoError(t, ta.Own(ctx, 0))
 	id := insertRow(t, ctx, ta, balanceRow(1))
 	runs := 0
@@ -130,9 +123,7 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 // table's (its rows would reappear): it refuses before it writes the map.
 func TestCreateTableRefusesDroppedLeftovers(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "dt", 64, 2, 1, tc.addrs)
+	tc, a, ta := startWithTable(t, ctx, 2, 0xa, "game-a:7000", "dt", 2)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	id := insertRow(t, ctx, ta, balanceRow(5))
 	require.NoError(t, a.Close(ctx))
@@ -169,9 +160,7 @@ func (c *doneSpy) Done() <-chan struct{} {
 // waited for it regardless of its context).
 func TestOwnNotBlockedByOwnWait(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "ow", 64, 2, 1, tc.addrs)
+	tc, _, ta := startWithTable(t, ctx, 1, 0xa, "game-a:7000", "ow", 2)
 	require.NoError(t, ta.Own(ctx, 0))
 	b := tc.open(t, 0xb, "game-b:7000")
 	tb := openTable(t, ctx, b, "ow")
@@ -204,9 +193,7 @@ func TestOwnNotBlockedByOwnWait(t *testing.T) {
 // with ErrClosed (not the layers' closed errors, nor a wait until its own context ends).
 func TestCloseEndsOwnWait(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "cw", 64, 2, 1, tc.addrs)
+	tc, _, ta := startWithTable(t, ctx, 1, 0xa, "game-a:7000", "cw", 2)
 	require.NoError(t, ta.Own(ctx, 0))
 	b := tc.open(t, 0xb, "game-b:7000")
 	tb := openTable(t, ctx, b, "cw")
@@ -235,9 +222,7 @@ func TestCloseEndsOwnWait(t *testing.T) {
 func TestFencedWriteNotOwner(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startCluster(t, 1)
-	px, err := etcdtest.NewProxy(tc.etcd.Addr())
-	require.NoError(t, err)
-	t.Cleanup(px.Close)
+	px := tc.etcdProxy(t)
 	a := tc.openConfig(t, node.Config{Etcd: cluster.Config{Endpoints: []string{px.Endpoint()}},
 		Session:            cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
 		OwnerLookupTimeout: 300 * time.Millisecond})

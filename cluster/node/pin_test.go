@@ -109,9 +109,7 @@ func TestOpenRefusesPinBytesOverCache(t *testing.T) {
 // pinned, its pages held, until an operation on the partition noticed.
 func TestPinReleasedWhenGrantLost(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 1)
-	a := tc.open(t, 0xa, "game-a:7000")
-	ta := createTable(t, ctx, a, "zones", 64, 1, 1, tc.addrs)
+	tc, a, ta := startWithTable(t, ctx, 1, 0xa, "game-a:7000", "zones", 1)
 	require.NoError(t, ta.Own(ctx, 0))
 	insertRow(t, ctx, ta, make([]byte, 64))
 	require.NoError(t, ta.Pin(ctx))

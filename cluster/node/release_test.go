@@ -36,13 +36,7 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 			b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000", TTL: time.Hour}})
 			ta := createTable(t, ctx, a, "rel", 64, 2, 1, tc.addrs)
 			tb := openTable(t, ctx, b, "rel")
-			require.NoError(t, ta.Own(ctx, 0, 1))
-			ids := map[uint32]uint64{}
-			for len(ids) < 2 {
-				id := insertRow(t, ctx, ta, balanceRow(1))
-				ids[ta.Partition(id)] = id
-			}
-			x, y := ids[0], ids[1]
+			x, y := ownTwoRows(t, ctx, ta)
 			require.NoError(t, ta.Put(ctx, x, balanceRow(7)))
 			require.NoError(t, ta.Put(ctx, y, balanceRow(8)))
 			// b cannot take partition 0 while a holds it.
@@ -111,41 +105,17 @@ func TestOwnStateMovingAndLost(t *testing.T) {
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
 	b := tc.open(t, 0xb, "game-b:7000")
-	ta, err := a.CreateTable(ctx, "st", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "st", 64, 2, 1, tc.addrs)
 	require.Equal(t, tc.addrs[0], ta.Map().Nodes[0])
 	require.Equal(t, node.OwnNone, ta.OwnState(0))
 	require.Equal(t, node.OwnNone, ta.OwnState(7), "no such partition")
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	ids := map[uint32]uint64{}
-	for len(ids) < 2 {
-		id := insertRow(t, ctx, ta, balanceRow(1))
-		ids[ta.Partition(id)] = id
-	}
-	x, y := ids[0], ids[1]
+	x, y := ownTwoRows(t, ctx, ta)
 	require.Equal(t, node.OwnHeld, ta.OwnState(0))
 
 	// Mid-move: partition 0 frozen at its source.
 	mt := openTable(t, ctx, b, "st")
-	frozen, release := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFrozen {
-			close(frozen)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	moved := make(chan error, 1)
-	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
-	select {
-	case <-frozen:
-	case err := <-moved:
-		require.FailNow(t, "the move ended before its freeze", "%v", err)
-	}
-	err = ta.Put(ctx, x, balanceRow(2))
+	release, moved := freezeHold(t, ctx, mt, 0, tc.addrs[1])
+	err := ta.Put(ctx, x, balanceRow(2))
 	require.ErrorIs(t, err, node.ErrNotOwner, "a write to the frozen source")
 	require.Equal(t, node.OwnMoving, ta.OwnState(0))
 	require.Equal(t, []uint32{1}, ta.Owned())

@@ -191,3 +191,50 @@ func parseIDs(t *testing.T, list string) []uint64 {
 	}
 	return ids
 }
+
+// seedAccounts creates table "acct" (partitions partitions of one page) through a setup node
+// of owner 0x5e that owns the even partitions, inserts accounts rows r (of balance initial)
+// there and closes the node, releasing the partitions. It returns the rows' ids in decimal
+// (for a helper's spec) and the model: id -> balance.
+func seedAccounts(t *testing.T, ctx context.Context, tc *testCluster, accounts int, r []byte) (ids []string, model map[uint64]uint64) {
+	t.Helper()
+	setup := tc.open(t, 0x5e, "")
+	tbl := createTable(t, ctx, setup, "acct", 64, partitions, 1, tc.addrs)
+	require.NoError(t, tbl.Own(ctx, parts(partitions, 0)...))
+	model = map[uint64]uint64{}
+	for range accounts {
+		id := insertRow(t, ctx, tbl, r)
+		ids = append(ids, strconv.FormatUint(id, 10))
+		model[id] = initial
+	}
+	require.NoError(t, setup.Close(ctx))
+	return ids, model
+}
+
+// tryLine is a transfer a helper child announced: "try FROM TO AMOUNT".
+type tryLine struct{ from, to, amount uint64 }
+
+// parseTry parses a child's "try FROM TO AMOUNT" line l.
+func parseTry(t *testing.T, l string) *tryLine {
+	t.Helper()
+	var x tryLine
+	_, err := fmt.Sscanf(l, "try %d %d %d", &x.from, &x.to, &x.amount)
+	require.NoError(t, err)
+	return &x
+}
+
+// balancesConserved reads the balance of every account of model through tb and fails the
+// test unless they add up to the accounts' initial total; it returns them: id -> balance.
+func balancesConserved(t *testing.T, ctx context.Context, tb *node.Table, model map[uint64]uint64) map[uint64]uint64 {
+	t.Helper()
+	got := map[uint64]uint64{}
+	dst := make([]byte, 64)
+	var sum uint64
+	for id := range model {
+		require.NoError(t, tb.Get(ctx, id, dst))
+		got[id] = balanceOf(dst)
+		sum += got[id]
+	}
+	require.Equal(t, uint64(len(model))*initial, sum, "the total is conserved")
+	return got
+}
