@@ -35,7 +35,7 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     drops, two-phase commit, moves, cluster tables, checkpoint carries (stage R2b); and a
+//     two-phase commit, moves, cluster grants, checkpoint carries (stage R2b); and a
 //     replica expires no owner on its own clock (expireOwners) until expiry is proposed.
 //
 // Deviations from the design's table (docs/replication.md, 5): ApplyCommitted takes the entry's
@@ -245,8 +245,17 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 	switch kind {
 	case kindCommit:
 		return e.applyCommitEntry(payload, index)
-	case kindCreateTable:
-		id, _, name, err := decodeCreateRecord(payload)
+	case kindCreateTable, kindCreateClusterTable:
+		var (
+			id   uint32
+			name string
+			err  error
+		)
+		if kind == kindCreateTable {
+			id, _, name, err = decodeCreateRecord(payload)
+		} else {
+			id, _, name, _, err = decodeCreateClusterRecord(payload)
+		}
 		if err != nil {
 			return 0, nil, err
 		}
@@ -265,6 +274,14 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		return index, nil, nil
 	case kindGrantIDs:
+		id, _, err := decodeGrantIDsRecord(payload)
+		if err != nil {
+			return 0, nil, err
+		}
+		if _, ok := e.tables[id]; !ok {
+			// Dropped by an entry applied first.
+			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
+		}
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err
 		}
@@ -279,7 +296,8 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		t, ok := e.tables[id]
 		if !ok {
-			return 0, nil, corrupt.Errorf("storenode: apply entry %d: ownership grant for unknown table %d", index, id)
+			// Dropped by an entry applied first.
+			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
 		}
 		if epoch <= t.epoch {
 			return 0, fmt.Errorf("%w: table %q: the grant of epoch %d was overtaken by another", ErrTableOwned, t.name, epoch), nil
@@ -290,6 +308,26 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		if e.repl.epochs[id] <= epoch {
 			delete(e.repl.epochs, id)
 		}
+		return index, nil, nil
+	case kindDropTable:
+		id, err := decodeDropRecord(payload)
+		if err != nil {
+			return 0, nil, err
+		}
+		t, ok := e.tables[id]
+		if !ok {
+			// Two drops proposed before either applied: the later is refused.
+			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
+		}
+		if e.tableLocked(id) {
+			// A prepare applied between the leader's check and the drop.
+			return 0, fmt.Errorf("%w: table %q has rows of a prepared transaction", ErrTxnLocked, t.name), nil
+		}
+		if err := e.applyRecord(kind, payload, index); err != nil {
+			return 0, nil, err
+		}
+		delete(e.repl.nextIDs, id)
+		delete(e.repl.epochs, id)
 		return index, nil, nil
 	}
 	return 0, nil, fmt.Errorf("%w: record kind %d", ErrNotReplicated, kind)
@@ -436,17 +474,19 @@ func (e *Engine) commitProposed(b *base.Batch, hash uint64, done func(uint64, er
 // createTableProposed is createTable under a Proposer, after its checks, mu held: the id is
 // the next past the applied and the proposed creates; the data file is made at apply.
 func (e *Engine) createTableProposed(name string, rowBytes int, cl base.ClusterLayout, owner uint64, as bool) (base.TableInfo, error) {
-	if cl.IsCluster() {
-		return base.TableInfo{}, fmt.Errorf("%w: cluster table %q", ErrNotReplicated, name)
-	}
 	id := max(e.nextTable, e.repl.table)
 	if id == tableIDNone {
 		return base.TableInfo{}, fmt.Errorf("%w: every table id has been used", ErrTooManyTables)
 	}
+	kind := kindCreateTable
 	e.scratch = appendCreateRecord(e.scratch[:0], id, rowBytes, name)
+	if cl.IsCluster() {
+		kind = kindCreateClusterTable
+		e.scratch = appendCreateClusterRecord(e.scratch[:0], id, rowBytes, name, cl)
+	}
 	payload := e.scratch
 	e.repl.table = id + 1 // before the wait: a create proposed meanwhile takes the next id
-	if err := e.proposeRecord(kindCreateTable, payload); err != nil {
+	if err := e.proposeRecord(kind, payload); err != nil {
 		return base.TableInfo{}, err
 	}
 	t, ok := e.tables[id]
@@ -455,6 +495,20 @@ func (e *Engine) createTableProposed(name string, rowBytes int, cl base.ClusterL
 	}
 	t.creator, t.createdAs = owner, as
 	return t.info(), nil
+}
+
+// dropTableProposed is dropTable under a Proposer, its checks made and t marked dropping (no
+// renewal is answered meanwhile), mu held: the drop is proposed and applied on every replica
+// by its entry, rechecked there (a table dropped or locked by an entry applied first refuses
+// it). A drop refused or given up unmarks t if it is still the table.
+func (e *Engine) dropTableProposed(t *table, payload []byte) error {
+	err := e.proposeRecord(kindDropTable, payload)
+	if err != nil && !t.dropped {
+		e.leaseMu.Lock()
+		t.dropping = false
+		e.leaseMu.Unlock()
+	}
+	return err
 }
 
 // allocIDsProposed is AllocIDs under a Proposer, after its checks, mu held: the ids start past
