@@ -1,9 +1,11 @@
 package storenode
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/weftdb/weft/base"
@@ -35,8 +37,9 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     two-phase commit, moves, cluster grants, checkpoint carries (stage R2b); and a
-//     replica expires no owner on its own clock (expireOwners) until expiry is proposed.
+//     two-phase commit, moves, cluster grants, checkpoint carries (stage R2b).
+//   - a replica expires no owner on its own clock: the leader's checkpoint proposes the
+//     expiry (proposeExpiry, kindExpired) and every replica applies it.
 //
 // Deviations from the design's table (docs/replication.md, 5): ApplyCommitted takes the entry's
 // proposal id (the envelope's `proposal`, 1.4) to find the waiter; Propose takes the WAL's
@@ -67,6 +70,9 @@ type replState struct {
 	table   uint32               // one past the highest table id proposed (0: none)
 	nextIDs map[uint32]uint64    // by table: id high-water mark proposed
 	epochs  map[uint32]uint64    // by table: epoch proposed
+	// expiring: an expiry record (kindExpired) of this leader waits for its apply; the next
+	// checkpoint proposes none (the owners it names would be named again).
+	expiring bool
 }
 
 // pendSeq is an owner's commits waiting: the highest seq proposed and how many wait.
@@ -168,6 +174,7 @@ func (e *Engine) dropProposals() []*proposal {
 	clear(r.nextIDs)
 	clear(r.epochs)
 	r.table = 0
+	r.expiring = false
 	return out
 }
 
@@ -212,6 +219,9 @@ func (e *Engine) ApplyCommitted(index, id uint64, kind byte, payload []byte) err
 	e.lastLSN = index
 	if w != nil && w.kind == kindCommit {
 		e.commitSettled(w.owner)
+	}
+	if w != nil && w.kind == kindExpired {
+		e.repl.expiring = false
 	}
 	e.cond.Broadcast() // seqs advanced, gaps closed
 	if kind == kindCommit && e.cachePressure() {
@@ -307,6 +317,11 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		if e.repl.epochs[id] <= epoch {
 			delete(e.repl.epochs, id)
+		}
+		return index, nil, nil
+	case kindExpired:
+		if err := e.applyRecord(kind, payload, index); err != nil {
+			return 0, nil, err
 		}
 		return index, nil, nil
 	case kindDropTable:
@@ -495,6 +510,34 @@ func (e *Engine) createTableProposed(name string, rowBytes int, cl base.ClusterL
 	}
 	t.creator, t.createdAs = owner, as
 	return t.info(), nil
+}
+
+// proposeExpiry is expireOwners on a replica, mu held: the leader decides on its clock which
+// owners expire and proposes them (kindExpired, with each one's last applied seq); every
+// replica drops them at the entry's apply, rechecked there (applyExpired). A follower, or a
+// leader whose last expiry waits for its apply, proposes nothing. Nobody waits for the
+// outcome: an expiry lost with a leadership is decided again by the next leader.
+func (e *Engine) proposeExpiry() {
+	if e.repl.expiring || e.checkLeader() != nil {
+		return
+	}
+	var owners []expiredOwner
+	e.idleOwners(func(id uint64, o *ownerState) bool {
+		owners = append(owners, expiredOwner{owner: id, seq: o.lastSeq})
+		return len(owners) < expiredOwnersMax
+	})
+	if len(owners) == 0 {
+		return
+	}
+	slices.SortFunc(owners, func(a, b expiredOwner) int { return cmp.Compare(a.owner, b.owner) })
+	e.onePiece[0] = wal.Piece{Bytes: appendExpiredRecord(nil, owners)} // copied by Propose
+	err := e.propose(kindExpired, e.onePiece[:], false, &proposal{done: func(uint64, error) {}})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		e.opts.Logger.Warn("storenode: owner expiry not proposed", "owners", len(owners), "err", err)
+		return
+	}
+	e.repl.expiring = true
 }
 
 // dropTableProposed is dropTable under a Proposer, its checks made and t marked dropping (no

@@ -50,6 +50,7 @@ func TestReplicatedEnginesAgree(t *testing.T) {
 			c := runReplicatedEnginesAgree(t, seed, 600)
 			total.staleAtApply += c.staleAtApply
 			total.dropsAtApply += c.dropsAtApply
+			total.ownersExpired += c.ownersExpired
 			total.dupEntries += c.dupEntries
 			total.leaderChanges += c.leaderChanges
 			total.acked += c.acked
@@ -60,6 +61,7 @@ func TestReplicatedEnginesAgree(t *testing.T) {
 	t.Logf("seeds %v: %+v", seeds, total)
 	require.NotZero(t, total.staleAtApply, "no stale owner was refused at apply")
 	require.NotZero(t, total.dropsAtApply, "no drop was refused at apply")
+	require.NotZero(t, total.ownersExpired, "no owner expired")
 	require.NotZero(t, total.dupEntries, "no batch was committed twice")
 	require.NotZero(t, total.leaderChanges)
 	require.NotZero(t, total.diskReads, "no page was evicted and read back")
@@ -67,9 +69,10 @@ func TestReplicatedEnginesAgree(t *testing.T) {
 
 // replCounts are what a run of TestReplicatedEnginesAgree covered.
 type replCounts struct {
-	staleAtApply  int // batches of a stale owner refused (ErrFenced) after they were proposed
-	dropsAtApply  int // drops refused at apply (the table dropped by the drop proposed before)
-	dupEntries    int // commit entries of an (owner, seq) committed before
+	staleAtApply  int    // batches of a stale owner refused (ErrFenced) after they were proposed
+	dropsAtApply  int    // drops refused at apply (the table dropped by the drop proposed before)
+	ownersExpired uint64 // owners dropped by expiry entries, summed over the engines
+	dupEntries    int    // commit entries of an (owner, seq) committed before
 	leaderChanges int
 	acked         int
 	checkpoints   uint64 // by every engine, Close's not counted
@@ -111,6 +114,10 @@ type replBatch struct {
 
 const replRowBytes = 16
 
+// replOwnerExpiry is the engines' OwnerExpiry: the checkpoint op passes it now and then, so the
+// leader proposes the expiry of the stale owners (their tables taken by steal).
+const replOwnerExpiry = time.Hour
+
 func runReplicatedEnginesAgree(t *testing.T, seed uint64, steps int) replCounts {
 	r := &replRun{t: t, seed: seed, rnd: rand.New(rand.NewPCG(seed, seed^0x7e91)), g: newMemGroup(t, 3), clock: &fakeClock{}, tables: map[string]bool{}}
 	r.clock.Now()
@@ -120,7 +127,7 @@ func runReplicatedEnginesAgree(t *testing.T, seed uint64, steps int) replCounts 
 	}
 	for i := range r.g.engines {
 		r.g.engines[i] = openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, Now: r.clock.Now,
-			CheckpointInterval: -1, TxnResolveInterval: -1, OwnerExpiry: -1, Sync: SyncAlways, SeqGapWait: 2 * time.Second,
+			CheckpointInterval: -1, TxnResolveInterval: -1, OwnerExpiry: replOwnerExpiry, Sync: SyncAlways, SeqGapWait: 2 * time.Second,
 			CacheBytes: cache, Proposer: &memProposer{g: r.g, self: i}})
 	}
 	closed := false
@@ -344,9 +351,17 @@ func (r *replRun) apply() {
 	}
 }
 
-// checkpoint checkpoints a random engine at its applied index.
+// checkpoint checkpoints a random engine at its applied index; now and then the clock passes
+// OwnerExpiry first and the leader checkpoints, proposing the expiry of the idle owners that
+// hold no table (every replica drops them at the entry's apply, none on its own clock).
 func (r *replRun) checkpoint() {
 	i := r.rnd.IntN(len(r.g.engines))
+	if r.rnd.IntN(3) == 0 {
+		r.clock.Advance(replOwnerExpiry + time.Second)
+		r.g.mu.Lock()
+		i = r.g.leader
+		r.g.mu.Unlock()
+	}
 	require.NoError(r.t, r.g.engines[i].Checkpoint(), "seed %d: checkpoint of engine %d", r.seed, i)
 }
 
@@ -491,6 +506,16 @@ func replicaState(t *testing.T, e *Engine) []string {
 
 // check compares the engines and counts each one's applied commits against its dedup table.
 func (r *replRun) check() {
+	expired := map[uint64]uint64{} // owner -> the highest seq an expiry entry names
+	for index := uint64(1); ; index++ {
+		ent, ok := r.g.entry(index)
+		if !ok {
+			break
+		}
+		if ent.kind == kindExpired {
+			require.NoError(r.t, decodeExpiredRecord(ent.payload, func(x expiredOwner) { expired[x.owner] = max(expired[x.owner], x.seq) }))
+		}
+	}
 	var want []string
 	for i, e := range r.g.engines {
 		e.mu.Lock()
@@ -498,7 +523,13 @@ func (r *replRun) check() {
 		for _, o := range e.owners {
 			seqs += o.lastSeq // every owner's first seq is 1, and its seqs apply in order
 		}
+		for owner, seq := range expired {
+			if e.owners[owner] == nil {
+				seqs += seq // dropped by an expiry entry: the last seq one names
+			}
+		}
 		e.mu.Unlock()
+		r.counts.ownersExpired += e.stats.ownersExpired.Load()
 		require.Equal(r.t, seqs, e.stats.commits.Load(), "seed %d engine %d: commits applied vs seqs in the dedup table", r.seed, i)
 		r.counts.checkpoints += e.stats.checkpoints.Load()
 		r.counts.diskReads += e.stats.diskReads.Load()
@@ -543,7 +574,9 @@ func (r *replRun) check() {
 	for _, c := range r.clients {
 		o := e.owners[c.owner]
 		for seq := range c.acks {
-			require.True(r.t, o != nil && seq <= o.lastSeq, "seed %d: owner %d seq %d acknowledged, not applied", r.seed, c.owner, seq)
+			applied := o != nil && seq <= o.lastSeq || o == nil && seq <= expired[c.owner]
+			require.True(r.t, applied, "seed %d: owner %d seq %d acknowledged, not applied", r.seed, c.owner, seq)
+			require.True(r.t, o != nil || c.stale, "seed %d: owner %d expired while it holds its table", r.seed, c.owner)
 		}
 	}
 	r.t.Logf("seed %d: %+v, log %d entries", r.seed, r.counts, len(r.g.log))
