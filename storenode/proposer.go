@@ -37,7 +37,7 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     two-phase commit, moves, cluster grants, checkpoint carries (stage R2b).
+//     two-phase commit, moves, checkpoint carries (stage R2b).
 //   - a replica expires no owner on its own clock: the leader's checkpoint proposes the
 //     expiry (proposeExpiry, kindExpired) and every replica applies it.
 //
@@ -318,6 +318,9 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		if e.repl.epochs[id] <= epoch {
 			delete(e.repl.epochs, id)
 		}
+		if t.cluster.IsCluster() {
+			t.grantLSN = index // a renewal is answered once it is applied here (registerCheck)
+		}
 		return index, nil, nil
 	case kindExpired:
 		if err := e.applyRecord(kind, payload, index); err != nil {
@@ -557,13 +560,17 @@ func (e *Engine) dropTableProposed(t *table, payload []byte) error {
 // allocIDsProposed is AllocIDs under a Proposer, after its checks, mu held: the ids start past
 // the applied and the proposed grants.
 func (e *Engine) allocIDsProposed(t *table, pages int) (first, count uint64, err error) {
+	from := max(t.nextID, e.repl.nextIDs[t.id])
 	if t.cluster.IsCluster() {
-		return 0, 0, fmt.Errorf("%w: id grant of cluster table %q", ErrNotReplicated, t.name)
-	}
-	count = uint64(pages) * logicpage.RowsPerPage
-	first = max(t.nextID, e.repl.nextIDs[t.id])
-	if first+count < first || first+count > MaxRowID {
-		return 0, 0, fmt.Errorf("%w: table %q has no ids left (row ids stop below %d)", ErrMalformed, t.name, uint64(MaxRowID))
+		// Ids of the partition's stripes only, one run within a stripe (cluster.go).
+		if first, count, err = t.clusterAllocIDsFrom(from, pages); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		count, first = uint64(pages)*logicpage.RowsPerPage, from
+		if first+count < first || first+count > MaxRowID {
+			return 0, 0, fmt.Errorf("%w: table %q has no ids left (row ids stop below %d)", ErrMalformed, t.name, uint64(MaxRowID))
+		}
 	}
 	if e.repl.nextIDs == nil {
 		e.repl.nextIDs = make(map[uint32]uint64)
@@ -575,6 +582,41 @@ func (e *Engine) allocIDsProposed(t *table, pages int) (first, count uint64, err
 		return 0, 0, err
 	}
 	return first, count, nil
+}
+
+// registerGrantProposed is a new etcd grant (registerGrant) under a Proposer, verified in etcd
+// and checked, mu held: the ownership record is proposed (a grant not above one proposed
+// before is refused, ErrFenced) and applied on every replica, where a grant not above the
+// table's epoch is refused. The holder's incarnation is the leader's soft state, set once the
+// grant is applied, if it is still the table's. A registration of the same grant proposed
+// twice (concurrent calls) is answered as registered by both.
+func (e *Engine) registerGrantProposed(t *table, owner, epoch uint64, inc Incarnation) (base.Grant, bool, error) {
+	if p := e.repl.epochs[t.id]; p > epoch {
+		return base.Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the %d of a grant proposed", ErrFenced, t.name, epoch, p)
+	}
+	if e.repl.epochs == nil {
+		e.repl.epochs = make(map[uint32]uint64)
+	}
+	e.repl.epochs[t.id] = epoch
+	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, epoch)
+	err := e.proposeRecord(kindGrantOwner, e.scratch)
+	e.leaseMu.Lock()
+	ours := !t.dropped && t.holder == owner && t.epoch == epoch
+	if ours {
+		t.holderInc = inc
+	}
+	e.leaseMu.Unlock()
+	switch {
+	case err == nil || ours && errors.Is(err, ErrTableOwned):
+		// Applied (a grant above it may have applied since, as a registration that came
+		// while the standalone record synced), or applied by a concurrent call's entry.
+		g := e.grant(t, owner)
+		g.Epoch, g.Lease = epoch, 0
+		return g, err == nil, nil
+	case errors.Is(err, ErrTableOwned):
+		return base.Grant{}, false, fmt.Errorf("%w: table %q: the etcd grant of revision %d was overtaken by another", ErrFenced, t.name, epoch)
+	}
+	return base.Grant{}, false, err
 }
 
 // acquireProposed is a new grant (AcquireFrom) under a Proposer, the old lease checked, mu

@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -625,4 +626,70 @@ func TestReplicaRefuses(t *testing.T) {
 	require.Error(t, e.ApplyCommitted(1, 0, kindCreateTable, appendCreateRecord(nil, 1, 16, "t")))
 	_, err = e.OpenTable("t")
 	require.ErrorIs(t, err, ErrTableNotFound)
+}
+
+// TestReplicatedClusterGrants: cluster tables under a Proposer. A cluster create, etcd grant
+// registrations (verified on the leader, proposed, applied on every replica), a renewal, and
+// cluster id grants (the partition's stripes) reach every engine; a registration proposed
+// behind a higher one is refused on the leader (ErrFenced), two proposed in epoch order both
+// apply, a follower refuses with ErrNotLeader, and entries delivered twice change nothing.
+func TestReplicatedClusterGrants(t *testing.T) {
+	v := newMemVerifier()
+	g := newMemGroup(t, 3)
+	for i := range g.engines {
+		g.engines[i] = openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, CheckpointInterval: -1,
+			TxnResolveInterval: -1, GrantVerifier: v, Proposer: &memProposer{g: g, self: i}})
+		defer g.engines[i].Close()
+	}
+	g.changeLeader(0)
+	ctx := context.Background()
+	e := g.engines[0]
+	name := base.PartitionTableName("c", testLayout.Partition)
+	var info base.TableInfo
+	require.NoError(t, g.call(func() (err error) { info, err = e.CreateClusterTable(name, 16, testLayout); return err }))
+	ra := v.grant("c", testLayout.Partition, 7)
+	_, err := g.engines[1].RegisterGrant(ctx, info.ID, 7, ra)
+	require.ErrorIs(t, err, ErrNotLeader)
+	require.NoError(t, g.call(func() error { _, err := e.RegisterGrant(ctx, info.ID, 7, ra); return err }))
+	require.NoError(t, g.call(func() error { _, err := e.RegisterGrant(ctx, info.ID, 7, ra); return err }), "the renewal")
+	var first [2]uint64
+	for i := range first {
+		require.NoError(t, g.call(func() (err error) { first[i], _, err = e.AllocIDs(info.ID, 7, ra, 1); return err }))
+	}
+	require.Equal(t, testLayout.Partition*testLayout.StripePages*64, uint32(first[0]), "the partition's first stripe")
+	require.Greater(t, first[1], first[0])
+
+	// Owner 8's grant, then owner 9's above it, both proposed before either commits; a
+	// registration of owner 8's lower revision after 9's is proposed is refused on the leader.
+	rb := v.grant("c", testLayout.Partition, 8)
+	errs := make(chan error, 2)
+	go func() { _, err := e.RegisterGrant(ctx, info.ID, 8, rb); errs <- err }()
+	<-g.proposed
+	rc := v.grant("c", testLayout.Partition, 9)
+	go func() { _, err := e.RegisterGrant(ctx, info.ID, 9, rc); errs <- err }()
+	<-g.proposed
+	v.mu.Lock()
+	v.keys[fmt.Sprintf("c/%d", testLayout.Partition)] = [2]uint64{8, rb} // etcd as 8's call saw it
+	v.mu.Unlock()
+	_, err = e.RegisterGrant(ctx, info.ID, 8, rb)
+	require.ErrorIs(t, err, ErrFenced, "a grant below a proposed one")
+	g.commit(math.MaxInt, func() bool { return true }) // every entry twice
+	for i := range g.engines {
+		g.apply(i, math.MaxInt)
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	var want []string
+	for i, r := range g.engines {
+		r.mu.Lock()
+		tb := r.tables[info.ID]
+		require.Equal(t, [3]uint64{9, rc, first[1] + 64}, [3]uint64{tb.holder, tb.epoch, tb.nextID}, "engine %d", i)
+		r.mu.Unlock()
+		got := replicaState(t, r)
+		if i == 0 {
+			want = got
+			continue
+		}
+		requireSameLines(t, want, got, fmt.Sprintf("engine %d differs from engine 0", i))
+	}
 }
