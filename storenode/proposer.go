@@ -47,7 +47,9 @@ import (
 
 // Proposer hands a replicated engine's records to the group's log (repl.Node; an in-memory one
 // in the tests). Its methods are called with the engine's mu held: they must not call back into
-// the engine, and must not block but for backpressure (a bounded queue, as the WAL's).
+// the engine, and must not block but for backpressure (a bounded queue, as the WAL's). Lease is
+// also called with no lock of the engine held, from an event loop (RenewGrant): it never
+// blocks.
 type Proposer interface {
 	// Propose appends record (kind, p) under proposal id to the log, or returns an error and
 	// proposes nothing (ErrNotLeader: this replica does not lead). It copies the pieces

@@ -605,6 +605,12 @@ func TestReplicaRefuses(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotLeader)
 	_, _, err = f.AllocIDs(info.ID, 7, 1, 1)
 	require.ErrorIs(t, err, ErrNotLeader)
+	require.NoError(t, g.call(func() error { _, err := g.engines[0].Acquire(info.ID, 7, 0); return err }))
+	g.apply(1, math.MaxInt)
+	_, err = f.RenewGrant(info.ID, 7, 1)
+	require.ErrorIs(t, err, ErrNotLeader, "a follower renewed")
+	_, err = g.engines[0].RenewGrant(info.ID, 7, 1)
+	require.NoError(t, err)
 	_, err = f.CommitWait(&base.Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: info.ID, Epoch: 1}},
 		Segments: []base.Segment{{Table: info.ID, RowBytes: 16, Page: 0, Data: 1, Rows: make([]byte, 16)}}})
 	require.ErrorIs(t, err, ErrNotLeader)
