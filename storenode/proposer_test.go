@@ -418,6 +418,9 @@ func (r *replRun) steal() {
 	require.False(r.t, acked, "seed %d: the stale owner's batch was acknowledged", r.seed)
 	r.g.mu.Lock()
 	ent := r.g.log[len(r.g.log)-1] // proposed behind the grant: refused at apply, not before
+	for i := len(r.g.log) - 1; ent.kind == kindExpired && i > 0; i-- {
+		ent = r.g.log[i-1] // an expiry a background checkpoint proposed meanwhile
+	}
 	r.g.mu.Unlock()
 	var rec commitRecord
 	require.Equal(r.t, kindCommit, ent.kind, "seed %d: the stale batch was not proposed", r.seed)
