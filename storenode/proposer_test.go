@@ -702,3 +702,79 @@ func TestReplicatedClusterGrants(t *testing.T) {
 		requireSameLines(t, want, got, fmt.Sprintf("engine %d differs from engine 0", i))
 	}
 }
+
+// TestReplicatedExpiryRecheck: the apply of an expiry entry rechecks the owner against the
+// applied state. Owner 7 lost its table to owner 8 and is idle past OwnerExpiry; its grant of
+// a new table is proposed, and the leader's checkpoint, which sees only the applied state,
+// proposes 7's expiry behind it: the grant applies first, so no engine drops 7 (its window
+// stays: a retry of its last batch is still answered from it). Owner 9, idle and holding
+// nothing, expires on every engine, the leader's included, and not before the entry applies.
+func TestReplicatedExpiryRecheck(t *testing.T) {
+	clock := &fakeClock{}
+	clock.Now()
+	g := newMemGroup(t, 3)
+	for i := range g.engines {
+		g.engines[i] = openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, Now: clock.Now, CheckpointInterval: -1,
+			TxnResolveInterval: -1, OwnerExpiry: time.Hour, Proposer: &memProposer{g: g, self: i}})
+		defer g.engines[i].Close()
+	}
+	g.changeLeader(0)
+	e := g.engines[0]
+	var t1, t2 base.TableInfo
+	var ep [2]uint64
+	require.NoError(t, g.call(func() (err error) {
+		if t1, err = e.CreateTable("t1", 16); err != nil {
+			return err
+		}
+		if t2, err = e.CreateTable("t2", 16); err != nil {
+			return err
+		}
+		for i, owner := range []uint64{7, 9} {
+			gr, err := e.Acquire(t1.ID, owner, 0)
+			if err != nil {
+				return err
+			}
+			ep[i] = gr.Epoch
+			if i == 0 {
+				if _, _, err := e.AllocIDs(t1.ID, owner, gr.Epoch, 1); err != nil {
+					return err
+				}
+			}
+			if _, err := e.CommitWait(&base.Batch{Owner: owner, Seq: 1, Fences: []base.Fence{{Table: t1.ID, Epoch: gr.Epoch}},
+				Segments: []base.Segment{{Table: t1.ID, RowBytes: 16, Page: 0, Data: 1, Rows: make([]byte, 16)}}}); err != nil {
+				return err
+			}
+			clock.Advance(e.LeaseDuration() + time.Second) // the next owner takes t1
+		}
+		_, err = e.Acquire(t1.ID, 8, 0)
+		return err
+	}))
+	clock.Advance(time.Hour + time.Second)
+	done := make(chan error, 1)
+	go func() { _, err := e.Acquire(t2.ID, 7, 0); done <- err }()
+	<-g.proposed
+	require.NoError(t, e.Checkpoint()) // proposes the expiry of 7 and 9 behind 7's grant
+	g.mu.Lock()
+	require.Len(t, g.tail, 2)
+	require.Equal(t, kindExpired, g.tail[1].kind)
+	var named []uint64
+	require.NoError(t, decodeExpiredRecord(g.tail[1].payload, func(x expiredOwner) { named = append(named, x.owner) }))
+	g.mu.Unlock()
+	require.Equal(t, []uint64{7, 9}, named)
+	has := func(r *Engine, owner uint64) bool { // no require under mu: a failure's Close takes it
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.owners[owner] != nil
+	}
+	require.True(t, has(e, 9), "the leader expired an owner before the entry applied")
+	g.drain()
+	require.NoError(t, <-done)
+	for i, r := range g.engines {
+		require.True(t, has(r, 7), "engine %d dropped an owner that holds a table", i)
+		require.False(t, has(r, 9), "engine %d kept an expired owner", i)
+	}
+	lsn, err := e.CommitWait(&base.Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: t1.ID, Epoch: ep[0]}},
+		Segments: []base.Segment{{Table: t1.ID, RowBytes: 16, Page: 0, Data: 1, Rows: make([]byte, 16)}}})
+	require.NoError(t, err, "a retry of 7's last batch, answered from its window")
+	require.NotZero(t, lsn)
+}
