@@ -528,6 +528,9 @@ func (e *Engine) proposeExpiry() {
 	}
 	var owners []expiredOwner
 	e.idleOwners(func(id uint64, o *ownerState) bool {
+		if _, ok := e.repl.seqs[id]; ok {
+			return true // batches proposed: not idle
+		}
 		owners = append(owners, expiredOwner{owner: id, seq: o.lastSeq})
 		return len(owners) < expiredOwnersMax
 	})
