@@ -28,6 +28,7 @@ import (
 //	11 txn apply              finishPart              applyTxn (txn_apply.go)
 //	12 txn forgot             applyForgot             forgetReported (txn_forget.go)
 //	16 move state             applyMoveState          setMoveState (move.go)
+//	19 expired (replicas)     applyExpired            proposeExpiry (proposer.go)
 //
 // Invariants and where live and replay still differ:
 //   - applyRecord's checks never fail for a record the live engine wrote: the live path made
@@ -140,6 +141,10 @@ func (e *Engine) applyRecord(kind byte, payload []byte, lsn uint64) error {
 			return corrupt.Errorf("storenode: replay: record %d: move state of unknown table %d", lsn, id)
 		}
 		e.applyMoveState(id, s, epoch)
+	case kindExpired:
+		if err := e.applyExpired(payload); err != nil {
+			return fmt.Errorf("storenode: replay: record %d: %w", lsn, err)
+		}
 	default:
 		return corrupt.Errorf("storenode: replay: record %d of unknown kind %d", lsn, kind)
 	}

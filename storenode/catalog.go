@@ -189,6 +189,9 @@ func (e *Engine) dropTable(name string, owner uint64, misplaced *table) error {
 	if err := e.usable(); err != nil {
 		return err
 	}
+	if err := e.checkLeader(); err != nil {
+		return err
+	}
 	t, ok := e.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrTableNotFound, name)
@@ -260,6 +263,9 @@ func (e *Engine) dropTable(name string, owner uint64, misplaced *table) error {
 		return fmt.Errorf("%w: table %q: drop it from the node that holds it, or after its lease ends", ErrTableOwned, name)
 	}
 	e.scratch = appendDropRecord(e.scratch[:0], t.id)
+	if e.opts.Proposer != nil {
+		return e.dropTableProposed(t, e.scratch)
+	}
 	ch := make(chan error, 1)
 	lsn, err := e.appendRecord(kindDropTable, e.scratch, true, func(_ uint64, err error) { ch <- err })
 	if err != nil {

@@ -181,6 +181,10 @@ func (k *checkCatalog) record(c *checker, rec wal.Record, file string, off int64
 		} else {
 			live(id, "move state")
 		}
+	case kindExpired:
+		if err := decodeExpiredRecord(rec.Payload, func(expiredOwner) {}); err != nil {
+			bad(0, "expiry record: %v", err)
+		}
 	default:
 		bad(0, "record of unknown kind %d", rec.Kind)
 	}

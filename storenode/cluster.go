@@ -267,6 +267,10 @@ func (e *Engine) registerGrant(ctx context.Context, tableID uint32, owner, epoch
 		e.leaseMu.Unlock()
 		return base.Grant{}, false, err
 	}
+	if e.opts.Proposer != nil {
+		e.leaseMu.Unlock()
+		return e.registerGrantProposed(tb, owner, epoch, inc)
+	}
 	oldHolder, oldEpoch, oldInc := tb.holder, tb.epoch, tb.holderInc
 	e.applyGrantOwnerLocked(tb, owner, epoch)
 	tb.holderInc = inc
@@ -304,6 +308,9 @@ func (e *Engine) registerCheck(tableID uint32, owner, epoch, conn uint64) (g bas
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.usable(); err != nil {
+		return base.Grant{}, "", 0, 0, err
+	}
+	if err := e.checkLeader(); err != nil {
 		return base.Grant{}, "", 0, 0, err
 	}
 	t, err := e.table(tableID)
@@ -418,7 +425,13 @@ func (e *Engine) verifyGrantFrom(ctx context.Context, conn uint64, table string,
 // clusterAllocIDs is AllocIDs for a cluster table: up to pages pages of ids of the table's
 // partition from its next id, within one stripe (a grant is one run of ids). Caller holds mu.
 func (t *table) clusterAllocIDs(pages int) (first, count uint64, err error) {
-	first, ok := PartitionNextID(t.cluster, t.nextID)
+	return t.clusterAllocIDsFrom(t.nextID, pages)
+}
+
+// clusterAllocIDsFrom is clusterAllocIDs from the high-water mark next (a replica's leader:
+// past the grants proposed, allocIDsProposed).
+func (t *table) clusterAllocIDsFrom(next uint64, pages int) (first, count uint64, err error) {
+	first, ok := PartitionNextID(t.cluster, next)
 	if !ok {
 		return 0, 0, fmt.Errorf("%w: table %q has no ids of partition %d left (row ids stop below %d)", ErrMalformed, t.name, t.cluster.Partition, uint64(MaxRowID))
 	}

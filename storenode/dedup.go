@@ -131,13 +131,28 @@ func (o *ownerState) retried(b *base.Batch, hash uint64) (uint64, error) {
 }
 
 // expireOwners drops owners that hold no table, have no live identity and have been idle for
-// Options.OwnerExpiry. Caller holds mu.
+// Options.OwnerExpiry. A replica decides nothing on its own clock (replicas would answer a
+// late retry differently, docs/replication.md 1.2): its leader proposes the expiry
+// (proposeExpiry, kindExpired) and every replica drops the owners at its apply. Caller holds
+// mu.
 func (e *Engine) expireOwners() {
-	if e.opts.OwnerExpiry < 0 || len(e.owners) == 0 || e.replicated() {
-		// A replica expires nothing on its own clock: replicas would answer a late retry
-		// differently (docs/replication.md 1.2; kindExpired, stage R2b, proposes expiry).
+	if e.opts.OwnerExpiry < 0 || len(e.owners) == 0 {
 		return
 	}
+	if e.replicated() {
+		e.proposeExpiry()
+		return
+	}
+	e.idleOwners(func(id uint64, _ *ownerState) bool {
+		e.dropOwner(id)
+		return true
+	})
+}
+
+// idleOwners calls fn for each owner that holds no table, has no live identity and has been
+// idle for Options.OwnerExpiry, until fn returns false. fn may drop the owner. Caller holds
+// mu.
+func (e *Engine) idleOwners(fn func(id uint64, o *ownerState) bool) {
 	now := e.opts.Now()
 	holders := make(map[uint64]bool, len(e.tables))
 	for _, t := range e.tables {
@@ -149,13 +164,46 @@ func (e *Engine) expireOwners() {
 		if holders[id] || now.Sub(o.active) < e.opts.OwnerExpiry || e.hasIdent(id, now) {
 			continue
 		}
-		delete(e.owners, id)
-		delete(e.refusedFresh, id)
-		e.leaseMu.Lock()
-		delete(e.leaseSeqs, id)
-		e.leaseMu.Unlock()
-		e.stats.ownersExpired.Add(1)
+		if !fn(id, o) {
+			return
+		}
 	}
+}
+
+// dropOwner forgets owner id: its dedup window, refused-gap memory and lease seq. Caller
+// holds mu.
+func (e *Engine) dropOwner(id uint64) {
+	delete(e.owners, id)
+	delete(e.refusedFresh, id)
+	e.leaseMu.Lock()
+	delete(e.leaseSeqs, id)
+	e.leaseMu.Unlock()
+	e.stats.ownersExpired.Add(1)
+}
+
+// applyExpired drops the owners expiry record p names whose last applied seq is still the
+// record's and that hold no table (a batch or a grant applied since the leader decided keeps
+// the owner, on every replica alike). Owners gone already are skipped (a record a checkpoint
+// covers, replayed). Caller holds mu.
+func (e *Engine) applyExpired(p []byte) error {
+	var holders map[uint64]bool
+	return decodeExpiredRecord(p, func(x expiredOwner) {
+		o := e.owners[x.owner]
+		if o == nil || o.lastSeq != x.seq {
+			return
+		}
+		if holders == nil {
+			holders = make(map[uint64]bool, len(e.tables))
+			for _, t := range e.tables {
+				if t.holder != 0 {
+					holders[t.holder] = true
+				}
+			}
+		}
+		if !holders[x.owner] {
+			e.dropOwner(x.owner)
+		}
+	})
 }
 
 // applied records an owner's applied batch in its owners-table entry (creating it) and in

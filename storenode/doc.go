@@ -30,7 +30,8 @@
 //	applyrec.go    the apply of every record kind, one function per kind: replay's, and the
 //	               live paths' after (grants: before) their append
 //	proposer.go    a replica (Options.Proposer): records proposed, applied at commit by
-//	               ApplyCommitted, the leader's pending overlay (docs/replication.md)
+//	               ApplyCommitted, the leader's pending overlay (docs/replication.md);
+//	               records_repl.go: the kinds only a replica writes (owner expiry)
 //	txn.go         two-phase commit: its invariants, prepare, row locks, the resolver loop,
 //	               the checkpoint's carry (records_txn.go: its WAL records)
 //	txn_decide.go  the primary's decision (a compare-and-set), Asks, participants' reports

@@ -164,7 +164,8 @@ var (
 	// is not the group's leader: nothing was proposed, the request may go to the leader.
 	ErrNotLeader = errors.New("storenode: not the leader of the replica group")
 	// ErrNotReplicated is returned under Options.Proposer by the requests whose record kind
-	// is not replicated yet (drops, two-phase commit, moves, cluster tables; stage R2b).
+	// is not replicated yet: two-phase commit and moves (their checkpoint carries need a
+	// replica's txnstate file first, docs/replication.md 5).
 	ErrNotReplicated = errors.New("storenode: not replicated yet")
 )
 

@@ -146,6 +146,13 @@ func (e *Engine) RenewGrantFrom(tableID uint32, owner, epoch, conn uint64) (base
 	if err := e.failure(); err != nil {
 		return base.Grant{}, err
 	}
+	if p := e.opts.Proposer; p != nil {
+		// A replica renews only while it leads: a follower's answer could be stale (the
+		// table granted since, at the leader). Under the lease itself: stage R4.
+		if _, ok := p.Lease(); !ok {
+			return base.Grant{}, ErrNotLeader
+		}
+	}
 	e.identMu.Lock()
 	defer e.identMu.Unlock()
 	var inc Incarnation // the renewer's: it knows the grant (holderReads)

@@ -24,11 +24,11 @@ type memGroup struct {
 	t        testing.TB
 	mu       sync.Mutex
 	engines  []*Engine
-	leader   int        // the engine whose Proposer accepts proposals; -1 during a change
-	tail     []memEntry // proposed, not committed
-	log      []memEntry // committed: log[i] is the entry of index i+1
-	applied  []int      // per engine, the entries of log applied
-	proposed chan struct{}
+	leader   int           // the engine whose Proposer accepts proposals; -1 during a change
+	tail     []memEntry    // proposed, not committed
+	log      []memEntry    // committed: log[i] is the entry of index i+1
+	applied  []int         // per engine, the entries of log applied
+	proposed chan struct{} // signalled by each proposal but an expiry's
 }
 
 // memEntry is one proposed record.
@@ -61,6 +61,9 @@ func (p *memProposer) Propose(kind byte, pieces []wal.Piece, force bool, id uint
 		payload = append(payload, pc.Bytes...)
 	}
 	g.tail = append(g.tail, memEntry{kind: kind, payload: payload, id: id})
+	if kind == kindExpired {
+		return nil // proposed by any checkpoint, the background ones too: not a call's signal
+	}
 	select {
 	case g.proposed <- struct{}{}:
 	default:

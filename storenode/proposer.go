@@ -1,9 +1,11 @@
 package storenode
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/weftdb/weft/base"
@@ -35,8 +37,9 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     drops, two-phase commit, moves, cluster tables, checkpoint carries (stage R2b); and a
-//     replica expires no owner on its own clock (expireOwners) until expiry is proposed.
+//     two-phase commit, moves, checkpoint carries (stage R2b).
+//   - a replica expires no owner on its own clock: the leader's checkpoint proposes the
+//     expiry (proposeExpiry, kindExpired) and every replica applies it.
 //
 // Deviations from the design's table (docs/replication.md, 5): ApplyCommitted takes the entry's
 // proposal id (the envelope's `proposal`, 1.4) to find the waiter; Propose takes the WAL's
@@ -44,7 +47,9 @@ import (
 
 // Proposer hands a replicated engine's records to the group's log (repl.Node; an in-memory one
 // in the tests). Its methods are called with the engine's mu held: they must not call back into
-// the engine, and must not block but for backpressure (a bounded queue, as the WAL's).
+// the engine, and must not block but for backpressure (a bounded queue, as the WAL's). Lease is
+// also called with no lock of the engine held, from an event loop (RenewGrant): it never
+// blocks.
 type Proposer interface {
 	// Propose appends record (kind, p) under proposal id to the log, or returns an error and
 	// proposes nothing (ErrNotLeader: this replica does not lead). It copies the pieces
@@ -67,6 +72,9 @@ type replState struct {
 	table   uint32               // one past the highest table id proposed (0: none)
 	nextIDs map[uint32]uint64    // by table: id high-water mark proposed
 	epochs  map[uint32]uint64    // by table: epoch proposed
+	// expiring: an expiry record (kindExpired) of this leader waits for its apply; the next
+	// checkpoint proposes none (the owners it names would be named again).
+	expiring bool
 }
 
 // pendSeq is an owner's commits waiting: the highest seq proposed and how many wait.
@@ -168,6 +176,7 @@ func (e *Engine) dropProposals() []*proposal {
 	clear(r.nextIDs)
 	clear(r.epochs)
 	r.table = 0
+	r.expiring = false
 	return out
 }
 
@@ -213,6 +222,9 @@ func (e *Engine) ApplyCommitted(index, id uint64, kind byte, payload []byte) err
 	if w != nil && w.kind == kindCommit {
 		e.commitSettled(w.owner)
 	}
+	if w != nil && w.kind == kindExpired {
+		e.repl.expiring = false
+	}
 	e.cond.Broadcast() // seqs advanced, gaps closed
 	if kind == kindCommit && e.cachePressure() {
 		e.requestCheckpoint()
@@ -245,8 +257,17 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 	switch kind {
 	case kindCommit:
 		return e.applyCommitEntry(payload, index)
-	case kindCreateTable:
-		id, _, name, err := decodeCreateRecord(payload)
+	case kindCreateTable, kindCreateClusterTable:
+		var (
+			id   uint32
+			name string
+			err  error
+		)
+		if kind == kindCreateTable {
+			id, _, name, err = decodeCreateRecord(payload)
+		} else {
+			id, _, name, _, err = decodeCreateClusterRecord(payload)
+		}
 		if err != nil {
 			return 0, nil, err
 		}
@@ -265,6 +286,14 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		return index, nil, nil
 	case kindGrantIDs:
+		id, _, err := decodeGrantIDsRecord(payload)
+		if err != nil {
+			return 0, nil, err
+		}
+		if _, ok := e.tables[id]; !ok {
+			// Dropped by an entry applied first.
+			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
+		}
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err
 		}
@@ -279,7 +308,8 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		t, ok := e.tables[id]
 		if !ok {
-			return 0, nil, corrupt.Errorf("storenode: apply entry %d: ownership grant for unknown table %d", index, id)
+			// Dropped by an entry applied first.
+			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
 		}
 		if epoch <= t.epoch {
 			return 0, fmt.Errorf("%w: table %q: the grant of epoch %d was overtaken by another", ErrTableOwned, t.name, epoch), nil
@@ -290,6 +320,34 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		if e.repl.epochs[id] <= epoch {
 			delete(e.repl.epochs, id)
 		}
+		if t.cluster.IsCluster() {
+			t.grantLSN = index // a renewal is answered once it is applied here (registerCheck)
+		}
+		return index, nil, nil
+	case kindExpired:
+		if err := e.applyRecord(kind, payload, index); err != nil {
+			return 0, nil, err
+		}
+		return index, nil, nil
+	case kindDropTable:
+		id, err := decodeDropRecord(payload)
+		if err != nil {
+			return 0, nil, err
+		}
+		t, ok := e.tables[id]
+		if !ok {
+			// Two drops proposed before either applied: the later is refused.
+			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
+		}
+		if e.tableLocked(id) {
+			// A prepare applied between the leader's check and the drop.
+			return 0, fmt.Errorf("%w: table %q has rows of a prepared transaction", ErrTxnLocked, t.name), nil
+		}
+		if err := e.applyRecord(kind, payload, index); err != nil {
+			return 0, nil, err
+		}
+		delete(e.repl.nextIDs, id)
+		delete(e.repl.epochs, id)
 		return index, nil, nil
 	}
 	return 0, nil, fmt.Errorf("%w: record kind %d", ErrNotReplicated, kind)
@@ -436,17 +494,19 @@ func (e *Engine) commitProposed(b *base.Batch, hash uint64, done func(uint64, er
 // createTableProposed is createTable under a Proposer, after its checks, mu held: the id is
 // the next past the applied and the proposed creates; the data file is made at apply.
 func (e *Engine) createTableProposed(name string, rowBytes int, cl base.ClusterLayout, owner uint64, as bool) (base.TableInfo, error) {
-	if cl.IsCluster() {
-		return base.TableInfo{}, fmt.Errorf("%w: cluster table %q", ErrNotReplicated, name)
-	}
 	id := max(e.nextTable, e.repl.table)
 	if id == tableIDNone {
 		return base.TableInfo{}, fmt.Errorf("%w: every table id has been used", ErrTooManyTables)
 	}
+	kind := kindCreateTable
 	e.scratch = appendCreateRecord(e.scratch[:0], id, rowBytes, name)
+	if cl.IsCluster() {
+		kind = kindCreateClusterTable
+		e.scratch = appendCreateClusterRecord(e.scratch[:0], id, rowBytes, name, cl)
+	}
 	payload := e.scratch
 	e.repl.table = id + 1 // before the wait: a create proposed meanwhile takes the next id
-	if err := e.proposeRecord(kindCreateTable, payload); err != nil {
+	if err := e.proposeRecord(kind, payload); err != nil {
 		return base.TableInfo{}, err
 	}
 	t, ok := e.tables[id]
@@ -457,16 +517,65 @@ func (e *Engine) createTableProposed(name string, rowBytes int, cl base.ClusterL
 	return t.info(), nil
 }
 
+// proposeExpiry is expireOwners on a replica, mu held: the leader decides on its clock which
+// owners expire and proposes them (kindExpired, with each one's last applied seq); every
+// replica drops them at the entry's apply, rechecked there (applyExpired). A follower, or a
+// leader whose last expiry waits for its apply, proposes nothing. Nobody waits for the
+// outcome: an expiry lost with a leadership is decided again by the next leader.
+func (e *Engine) proposeExpiry() {
+	if e.repl.expiring || e.checkLeader() != nil {
+		return
+	}
+	var owners []expiredOwner
+	e.idleOwners(func(id uint64, o *ownerState) bool {
+		if _, ok := e.repl.seqs[id]; ok {
+			return true // batches proposed: not idle
+		}
+		owners = append(owners, expiredOwner{owner: id, seq: o.lastSeq})
+		return len(owners) < expiredOwnersMax
+	})
+	if len(owners) == 0 {
+		return
+	}
+	slices.SortFunc(owners, func(a, b expiredOwner) int { return cmp.Compare(a.owner, b.owner) })
+	e.onePiece[0] = wal.Piece{Bytes: appendExpiredRecord(nil, owners)} // copied by Propose
+	err := e.propose(kindExpired, e.onePiece[:], false, &proposal{done: func(uint64, error) {}})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		e.opts.Logger.Warn("storenode: owner expiry not proposed", "owners", len(owners), "err", err)
+		return
+	}
+	e.repl.expiring = true
+}
+
+// dropTableProposed is dropTable under a Proposer, its checks made and t marked dropping (no
+// renewal is answered meanwhile), mu held: the drop is proposed and applied on every replica
+// by its entry, rechecked there (a table dropped or locked by an entry applied first refuses
+// it). A drop refused or given up unmarks t if it is still the table.
+func (e *Engine) dropTableProposed(t *table, payload []byte) error {
+	err := e.proposeRecord(kindDropTable, payload)
+	if err != nil && !t.dropped {
+		e.leaseMu.Lock()
+		t.dropping = false
+		e.leaseMu.Unlock()
+	}
+	return err
+}
+
 // allocIDsProposed is AllocIDs under a Proposer, after its checks, mu held: the ids start past
 // the applied and the proposed grants.
 func (e *Engine) allocIDsProposed(t *table, pages int) (first, count uint64, err error) {
+	from := max(t.nextID, e.repl.nextIDs[t.id])
 	if t.cluster.IsCluster() {
-		return 0, 0, fmt.Errorf("%w: id grant of cluster table %q", ErrNotReplicated, t.name)
-	}
-	count = uint64(pages) * logicpage.RowsPerPage
-	first = max(t.nextID, e.repl.nextIDs[t.id])
-	if first+count < first || first+count > MaxRowID {
-		return 0, 0, fmt.Errorf("%w: table %q has no ids left (row ids stop below %d)", ErrMalformed, t.name, uint64(MaxRowID))
+		// Ids of the partition's stripes only, one run within a stripe (cluster.go).
+		if first, count, err = t.clusterAllocIDsFrom(from, pages); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		count, first = uint64(pages)*logicpage.RowsPerPage, from
+		if first+count < first || first+count > MaxRowID {
+			return 0, 0, fmt.Errorf("%w: table %q has no ids left (row ids stop below %d)", ErrMalformed, t.name, uint64(MaxRowID))
+		}
 	}
 	if e.repl.nextIDs == nil {
 		e.repl.nextIDs = make(map[uint32]uint64)
@@ -478,6 +587,41 @@ func (e *Engine) allocIDsProposed(t *table, pages int) (first, count uint64, err
 		return 0, 0, err
 	}
 	return first, count, nil
+}
+
+// registerGrantProposed is a new etcd grant (registerGrant) under a Proposer, verified in etcd
+// and checked, mu held: the ownership record is proposed (a grant not above one proposed
+// before is refused, ErrFenced) and applied on every replica, where a grant not above the
+// table's epoch is refused. The holder's incarnation is the leader's soft state, set once the
+// grant is applied, if it is still the table's. A registration of the same grant proposed
+// twice (concurrent calls) is answered as registered by both.
+func (e *Engine) registerGrantProposed(t *table, owner, epoch uint64, inc Incarnation) (base.Grant, bool, error) {
+	if p := e.repl.epochs[t.id]; p > epoch {
+		return base.Grant{}, false, fmt.Errorf("%w: table %q: etcd grant of revision %d is not above the %d of a grant proposed", ErrFenced, t.name, epoch, p)
+	}
+	if e.repl.epochs == nil {
+		e.repl.epochs = make(map[uint32]uint64)
+	}
+	e.repl.epochs[t.id] = epoch
+	e.scratch = appendGrantOwnerRecord(e.scratch[:0], t.id, owner, epoch)
+	err := e.proposeRecord(kindGrantOwner, e.scratch)
+	e.leaseMu.Lock()
+	ours := !t.dropped && t.holder == owner && t.epoch == epoch
+	if ours {
+		t.holderInc = inc
+	}
+	e.leaseMu.Unlock()
+	switch {
+	case err == nil || ours && errors.Is(err, ErrTableOwned):
+		// Applied (a grant above it may have applied since, as a registration that came
+		// while the standalone record synced), or applied by a concurrent call's entry.
+		g := e.grant(t, owner)
+		g.Epoch, g.Lease = epoch, 0
+		return g, err == nil, nil
+	case errors.Is(err, ErrTableOwned):
+		return base.Grant{}, false, fmt.Errorf("%w: table %q: the etcd grant of revision %d was overtaken by another", ErrFenced, t.name, epoch)
+	}
+	return base.Grant{}, false, err
 }
 
 // acquireProposed is a new grant (AcquireFrom) under a Proposer, the old lease checked, mu
