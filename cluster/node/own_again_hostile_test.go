@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,14 +302,14 @@ func TestReleaseDuringTwoPhaseCommitNextOwnerReadsOutcome(t *testing.T) {
 			}
 			x, y := ids[0], ids[1]
 			require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
-			fired := false
-			var relErr error
+			// The hook runs on each part's goroutine: fired once, atomically.
+			var fired atomic.Bool
+			relErr := make(chan error, 1)
 			defer node.SetCoordHook(func(step string, i int) {
-				if step != at || fired || step == "prepared" && i != 2 {
+				if step != at || step == "prepared" && i != 2 || !fired.CompareAndSwap(false, true) {
 					return
 				}
-				fired = true
-				relErr = ta.Release(ctx, 0)
+				relErr <- ta.Release(ctx, 0)
 			})()
 			uerr := a.Update(ctx, func(tx *node.Tx) error {
 				if err := tx.Put(ta, x, balanceRow(2)); err != nil {
@@ -316,8 +317,8 @@ func TestReleaseDuringTwoPhaseCommitNextOwnerReadsOutcome(t *testing.T) {
 				}
 				return tx.Put(ta, y, balanceRow(2))
 			})
-			require.True(t, fired, "a two-phase commit")
-			require.NoError(t, relErr)
+			require.True(t, fired.Load(), "a two-phase commit")
+			require.NoError(t, <-relErr)
 			require.NoError(t, tb.Own(ctx, 0))
 			dst := make([]byte, 64)
 			require.NoError(t, tb.Get(ctx, x, dst))
