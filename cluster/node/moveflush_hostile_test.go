@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,10 +340,9 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	// A transfer between partition 0 and the other storage node's partition, held once
 	// prepared (in doubt at the source) until the owner flushed for the move.
 	prepared, flushed := make(chan struct{}), make(chan struct{})
-	var once bool
+	var once atomic.Bool // the hook runs on the coordinators' goroutines
 	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" && !once {
-			once = true
+		if step == "prepared-all" && once.CompareAndSwap(false, true) {
 			close(prepared)
 			select {
 			case <-flushed:
@@ -411,10 +411,9 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 	defer node.SetMoveDoubtWait(300 * time.Millisecond)()
 
 	prepared, decide := make(chan struct{}), make(chan struct{})
-	var once bool
+	var once atomic.Bool // the hook runs on the coordinators' goroutines
 	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" && !once {
-			once = true
+		if step == "prepared-all" && once.CompareAndSwap(false, true) {
 			close(prepared)
 			select {
 			case <-decide:
