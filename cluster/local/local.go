@@ -355,6 +355,14 @@ func loadLayout(cfg Config) (layout, error) {
 	if n == 0 {
 		n = DefaultStorageNodes
 	}
+	// Picked ports stay bound until all are picked: closed one by one, the kernel could
+	// hand the same port out twice (a start refused as "repeated", CI of 0126799).
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
 	ports := func(first, count int) ([]int, error) {
 		out := make([]int, count)
 		for i := range out {
@@ -362,11 +370,12 @@ func loadLayout(cfg Config) (layout, error) {
 				out[i] = first + i
 				continue
 			}
-			p, err := freePort()
+			l, err := freePort()
 			if err != nil {
 				return nil, err
 			}
-			out[i] = p
+			held = append(held, l)
+			out[i] = l.Addr().(*net.TCPAddr).Port
 		}
 		return out, nil
 	}
@@ -448,16 +457,15 @@ func (lay layout) check() error {
 	return nil
 }
 
-// freePort returns a loopback port that was free a moment ago (another process may take it
-// before the cluster binds it: the start then fails, and a second start in a fresh Dir
-// picks others).
-func freePort() (int, error) {
+// freePort binds a free loopback port; the caller closes it before the cluster binds the
+// port (another process may take it in between: the start then fails, and a second start
+// in a fresh Dir picks others).
+func freePort() (net.Listener, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, fmt.Errorf("local: pick a port: %w", err)
+		return nil, fmt.Errorf("local: pick a port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l, nil
 }
 
 // loadSecret reads the secret file, or writes a new secret to it (mode 0600). A file that
