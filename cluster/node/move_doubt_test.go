@@ -122,8 +122,17 @@ func TestMoveUnderTwoPhaseLoadWaitsItsTurn(t *testing.T) {
 	}
 	require.NotEqual(t, from, ta.NodeOf(in[0][0]))
 	require.Equal(t, tc.addrs[2], ta.NodeOf(in[0][0]))
-	balance, _, err := sums(ctx, a, ta, all)
+	balance, received, err := sums(ctx, a, ta, all)
 	require.NoError(t, err)
+	if balance != uint64(len(all))*initial {
+		// Once in CI (docs/cluster.md, Known gaps): say where the money went.
+		dst := make([]byte, 64)
+		for _, id := range all {
+			err := a.View(ctx, func(tx *node.Tx) error { return tx.Get(ta, id, dst) })
+			t.Logf("account %d (partition %d, %s): balance %d, received %d (%v)", id, ta.Partition(id), ta.NodeOf(id), balanceOf(dst), receivedOf(dst), err)
+		}
+		t.Logf("received in all %d, transfers acknowledged %d, freezes refused %d", received, committed.Load(), refusals.Load())
+	}
 	require.Equal(t, uint64(len(all))*initial, balance, "no money made or lost")
 }
 
