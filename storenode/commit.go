@@ -60,6 +60,25 @@ func (e *Engine) CommitWait(b *base.Batch) (uint64, error) {
 	return r.lsn, r.err
 }
 
+// admitChecks is the check of a commit batch b of owner entry o (nil: none) that no wait
+// changes, standalone and under a Proposer alike: its fences and rows (checkBatch), rows
+// locked by a prepared transaction, and a fresh owner's refused seqs. A refusal of the first
+// two is noted (noteRefused). Caller holds mu.
+func (e *Engine) admitChecks(b *base.Batch, o *ownerState) error {
+	if err := e.checkBatch(b); err != nil {
+		e.noteRefused(b.Owner, o, b.Seq)
+		return err
+	}
+	if err := e.checkTxnLocks(b.Segments); err != nil {
+		e.noteRefused(b.Owner, o, b.Seq)
+		return err
+	}
+	if o == nil {
+		return e.freshRefusedGap(b.Owner, b.Seq)
+	}
+	return nil
+}
+
 func (e *Engine) commit(b *base.Batch, done func(uint64, error)) error {
 	if b.Owner == 0 || b.Owner == MoveWriter || b.Seq == 0 {
 		return fmt.Errorf("%w: batch with owner %d seq %d", ErrMalformed, b.Owner, b.Seq)
@@ -95,18 +114,8 @@ func (e *Engine) commit(b *base.Batch, done func(uint64, error)) error {
 			return err
 		}
 		// Fences before any wait: a stale owner is rejected at once, never held back.
-		if err := e.checkBatch(b); err != nil {
-			e.noteRefused(b.Owner, o, b.Seq)
+		if err := e.admitChecks(b, o); err != nil {
 			return err
-		}
-		if err := e.checkTxnLocks(b.Segments); err != nil {
-			e.noteRefused(b.Owner, o, b.Seq)
-			return err
-		}
-		if o == nil {
-			if err := e.freshRefusedGap(b.Owner, b.Seq); err != nil {
-				return err
-			}
 		}
 		// An owner the table does not know (new, or expired) starts its window at any seq.
 		if o != nil && b.Seq > o.lastSeq+1 {

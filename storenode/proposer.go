@@ -439,18 +439,8 @@ func (e *Engine) commitProposed(b *base.Batch, hash uint64, done func(uint64, er
 		if err := e.failure(); err != nil {
 			return err
 		}
-		if err := e.checkBatch(b); err != nil {
-			e.noteRefused(b.Owner, o, b.Seq)
+		if err := e.admitChecks(b, o); err != nil {
 			return err
-		}
-		if err := e.checkTxnLocks(b.Segments); err != nil {
-			e.noteRefused(b.Owner, o, b.Seq)
-			return err
-		}
-		if o == nil {
-			if err := e.freshRefusedGap(b.Owner, b.Seq); err != nil {
-				return err
-			}
 		}
 		ps, pending := e.repl.seqs[b.Owner]
 		last, known := ps.seq, pending
