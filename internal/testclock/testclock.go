@@ -41,3 +41,12 @@ func (c *Fake) Advance(d time.Duration) {
 	*c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
+
+// After is a timer for code that waits on the clock: it advances the clock by d and returns
+// a channel that has fired, so a wait of d takes no real time and the clock shows it passed.
+func (c *Fake) After(d time.Duration) <-chan time.Time {
+	c.Advance(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.Now()
+	return ch
+}

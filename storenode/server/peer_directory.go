@@ -22,7 +22,11 @@ import (
 //   - the Directory is read when the list is older than peerDirectoryTTL or lacks the
 //     address, at most once per peerDirectoryMissEvery (a client naming made-up primaries
 //     cannot load etcd), one read at a time, each bounded by peerDirectoryReadTimeout; a
-//     failed read keeps the last list (a storage node known stays known while etcd is away).
+//     failed read keeps the last list (a storage node known stays known while etcd is away);
+//   - an address the list lacks, read less than peerDirectoryMissEvery ago, waits for the
+//     next read (once, within its context; the lock not held): a list read just before a
+//     partition moved to a storage node that held none would otherwise refuse, for up to
+//     peerDirectoryMissEvery, every prepare naming it as primary.
 
 // PeerDirectory lists the addresses of the cluster's storage nodes: in cluster mode the
 // partition map's (cluster.Client.StorageNodes). Any goroutine may call it.
@@ -50,6 +54,7 @@ type peerDirectory struct {
 	static map[string]bool
 	dir    PeerDirectory
 	now    func() time.Time
+	after  func(time.Duration) <-chan time.Time
 
 	mu      sync.Mutex // held during a read of dir: one at a time
 	known   map[string]bool
@@ -59,9 +64,12 @@ type peerDirectory struct {
 }
 
 func newPeerDirectory(cfg *PeerConfig) *peerDirectory {
-	d := &peerDirectory{static: make(map[string]bool, len(cfg.Peers)), dir: cfg.Directory, now: cfg.Now}
+	d := &peerDirectory{static: make(map[string]bool, len(cfg.Peers)), dir: cfg.Directory, now: cfg.Now, after: cfg.After}
 	if d.now == nil {
 		d.now = time.Now
+	}
+	if d.after == nil {
+		d.after = time.After
 	}
 	for _, a := range cfg.Peers {
 		d.static[a] = true
@@ -84,23 +92,41 @@ func (d *peerDirectory) check(ctx context.Context, addr string) error {
 		}
 		return fmt.Errorf("%w: %s is not in PeerConfig.Peers (-peers)", ErrUnknownPrimary, addr)
 	}
+	for waited := false; ; waited = true {
+		in, readOK, wait, err := d.lookup(ctx, addr)
+		switch {
+		case in:
+			return nil
+		case !readOK && err != nil:
+			return fmt.Errorf("storenode: primary %s: the list of storage nodes: %w", addr, err)
+		case wait > 0 && !waited && ctx.Err() == nil:
+			select {
+			case <-d.after(wait):
+				continue // the list read afresh: addr may have joined since the last read
+			case <-ctx.Done():
+			}
+		}
+		return fmt.Errorf("%w: %s is not in the partition map's storage nodes", ErrUnknownPrimary, addr)
+	}
+}
+
+// lookup reports whether addr is in the list, reading the Directory first when the list is
+// stale or lacks addr and the last read is not too recent; wait is how long until the next
+// read is allowed (0 when this lookup read, or may). Under mu.
+func (d *peerDirectory) lookup(ctx context.Context, addr string) (in, readOK bool, wait time.Duration, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := d.now()
-	in := d.known[addr]
+	in = d.known[addr]
 	stale := !d.readOK || now.Sub(d.readAt) >= peerDirectoryTTL
-	var err error
-	if (!in || stale) && (d.triedAt.IsZero() || now.Sub(d.triedAt) >= peerDirectoryMissEvery) {
-		err = d.read(ctx, now)
-		in = d.known[addr]
+	if in && !stale {
+		return true, true, 0, nil
 	}
-	switch {
-	case in:
-		return nil
-	case !d.readOK && err != nil:
-		return fmt.Errorf("storenode: primary %s: the list of storage nodes: %w", addr, err)
+	if !d.triedAt.IsZero() && now.Sub(d.triedAt) < peerDirectoryMissEvery {
+		return in, d.readOK, d.triedAt.Add(peerDirectoryMissEvery).Sub(now), nil
 	}
-	return fmt.Errorf("%w: %s is not in the partition map's storage nodes", ErrUnknownPrimary, addr)
+	err = d.read(ctx, now)
+	return d.known[addr], d.readOK, 0, err
 }
 
 // read reads the Directory (under mu); a failure keeps the last list.

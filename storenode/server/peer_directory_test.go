@@ -89,36 +89,66 @@ func (d *countingDirectory) set(fail bool, nodes ...string) {
 func TestPeerDirectoryReadsBounded(t *testing.T) {
 	clock := &fakeClock{}
 	dir := &countingDirectory{nodes: []string{"a:1"}}
-	d := newPeerDirectory(&PeerConfig{Directory: dir, Now: clock.Now})
+	d := newPeerDirectory(&PeerConfig{Directory: dir, Now: clock.Now, After: clock.After})
 	ctx := srvCtx(t)
 
 	require.NoError(t, d.check(ctx, "a:1"))
 	require.Equal(t, 1, dir.reads)
+	begin := clock.Now()
 	for range 100 {
 		require.NoError(t, d.check(ctx, "a:1"))
 		require.ErrorIs(t, d.check(ctx, "made-up:1"), ErrUnknownPrimary)
 	}
-	require.Equal(t, 1, dir.reads, "no read within peerDirectoryMissEvery")
+	// Each made-up address waited for the next read allowed (the fake timer moves the clock).
+	elapsed := clock.Now().Sub(begin)
+	require.Equal(t, 100*peerDirectoryMissEvery, elapsed, "each miss waited out the window once")
+	require.Equal(t, 1+int(elapsed/peerDirectoryMissEvery), dir.reads, "one read per peerDirectoryMissEvery at most")
+	reads := dir.reads
 
 	dir.set(false, "a:1", "b:1") // a node joins
 	clock.Advance(peerDirectoryMissEvery)
 	require.NoError(t, d.check(ctx, "b:1"))
-	require.Equal(t, 2, dir.reads)
+	require.Equal(t, reads+1, dir.reads)
 
 	dir.set(true) // etcd away: the last list stays
 	clock.Advance(peerDirectoryTTL)
 	require.NoError(t, d.check(ctx, "a:1"))
-	require.Equal(t, 3, dir.reads)
+	require.Equal(t, reads+2, dir.reads)
 	require.NoError(t, d.check(ctx, "b:1"))
-	require.Equal(t, 3, dir.reads, "the failed read is retried at most every peerDirectoryMissEvery")
+	require.Equal(t, reads+2, dir.reads, "the failed read is retried at most every peerDirectoryMissEvery")
 
 	dir.set(false, "b:1") // a left the map
 	clock.Advance(peerDirectoryTTL)
 	require.ErrorIs(t, d.check(ctx, "a:1"), ErrUnknownPrimary)
-	require.Equal(t, 4, dir.reads)
+	require.Equal(t, reads+3, dir.reads)
 
-	never := newPeerDirectory(&PeerConfig{Directory: &countingDirectory{fail: true}, Now: clock.Now})
+	never := newPeerDirectory(&PeerConfig{Directory: &countingDirectory{fail: true}, Now: clock.Now, After: clock.After})
 	err := never.check(ctx, "a:1")
 	require.Error(t, err)
 	require.NotErrorIs(t, err, ErrUnknownPrimary, "etcd's failure, told as such")
+}
+
+// A storage node that joins the map just after the list was read (a partition moved to a
+// node that held none) is known to the next check that names it: the check waits for the
+// next read allowed instead of refusing until the list is read again for another reason
+// (before, every prepare naming it as primary was refused for up to peerDirectoryMissEvery).
+func TestPeerDirectoryMissWaitsForNextRead(t *testing.T) {
+	clock := &fakeClock{}
+	dir := &countingDirectory{nodes: []string{"a:1"}}
+	d := newPeerDirectory(&PeerConfig{Directory: dir, Now: clock.Now, After: clock.After})
+	ctx := srvCtx(t)
+
+	require.NoError(t, d.check(ctx, "a:1"))
+	dir.set(false, "a:1", "b:1") // b joins the map right after the read
+	begin := clock.Now()
+	require.NoError(t, d.check(ctx, "b:1"), "found by the next read")
+	require.Equal(t, 2, dir.reads)
+	require.Equal(t, peerDirectoryMissEvery, clock.Now().Sub(begin), "waited for the window, no longer")
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	at := clock.Now()
+	require.ErrorIs(t, d.check(ended, "c:1"), ErrUnknownPrimary)
+	require.Equal(t, at, clock.Now(), "a context ended does not wait")
+	require.Equal(t, 2, dir.reads)
 }

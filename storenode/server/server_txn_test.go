@@ -68,7 +68,7 @@ type txnNode struct {
 }
 
 func startTxnNode(t *testing.T, leases *txnLeases, clock *fakeClock) *txnNode {
-	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, Directory: leases, Now: clock.Now})
+	peer := NewTxnPeer(PeerConfig{Secret: srvPeerSecret, Name: "resolver", DialTimeout: srvTestTimeout, Directory: leases, Now: clock.Now, After: clock.After})
 	env := startServer(t, func(cfg *Config) {
 		cfg.Options.LeaseChecker = leases
 		cfg.Options.TxnPeer = peer

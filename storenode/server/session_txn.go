@@ -214,6 +214,8 @@ type PeerConfig struct {
 	Directory PeerDirectory
 	// Now is the clock of the Directory's cache; nil: time.Now.
 	Now func() time.Time
+	// After is the timer of a check's wait for the Directory's next read; nil: time.After.
+	After func(time.Duration) <-chan time.Time
 }
 
 // Peer is the storenode.TxnPeer of a storage node: one sgio client per primary, dialed when
@@ -249,7 +251,8 @@ func NewTxnPeer(cfg PeerConfig) *Peer {
 // PeerConfig.Peers, the Directory), or when it may dial nobody at all (no list configured: a
 // part naming addr then waits for its coordinator), else an error wrapping
 // ErrUnknownPrimary. A storage node's TxnPrepare calls it, so a client naming another
-// primary is told at once.
+// primary is told before any part is kept (within peerDirectoryMissEvery: a miss waits for
+// the Directory's next read).
 func (p *Peer) CheckPrimary(ctx context.Context, addr string) error {
 	if addr == "" || !p.dir.configured() {
 		return nil
