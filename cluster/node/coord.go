@@ -192,6 +192,12 @@ func (n *Node) twoPhase(tx *Tx) error {
 			return err
 		}
 	}
+	// Validated where the partitions are served still (a table replaced since it was
+	// touched validated against a cache nothing writes any more).
+	if err := tx.stillServed(); err != nil {
+		c.abort(ctx)
+		return err
+	}
 	hook("prepared-all", len(c.prepared))
 	if err := n.sess.Check(); err != nil {
 		c.abort(ctx)

@@ -48,11 +48,13 @@ type txPart struct {
 	wrote bool
 }
 
-// touch is one partition a transaction routed to, and the storage node it was routed to.
+// touch is one partition a transaction routed to, the storage node it was routed to, and
+// the owned table that served it: the rows it read were validated against that table's cache.
 type touch struct {
 	t    *Table
 	p    uint32
 	addr string
+	tb   *txnode.Table
 }
 
 // Update runs fn in a read-write transaction over owned partitions on any storage nodes and
@@ -137,7 +139,9 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 		if err != nil {
 			// fn's own error may rest on reads a concurrent commit changed (they are no
 			// snapshot): then it runs again, as for a conflict.
-			conflict := tx.anyConflict()
+			// A routing conflict (a partition's table replaced during the transaction)
+			// is one too.
+			conflict := errors.Is(tx.err, txnode.ErrConflict) || tx.anyConflict()
 			if !conflict && tx.err == nil {
 				// As txnode.DB.Update: fn's own error is returned only once what fn read is
 				// durable; a read from a batch that failed never happened: run again.
@@ -310,7 +314,12 @@ func (tx *Tx) commit() error {
 	case len(tx.parts) == 0:
 		return nil
 	case len(tx.parts) == 1:
-		return tx.parts[0].tx.Commit()
+		if err := tx.parts[0].tx.Commit(); err != nil || len(tx.writers) > 0 {
+			// Written: the storage node took the batch, so the partition was not moved
+			// yet (a frozen source refuses commits): the table that served it was current.
+			return err
+		}
+		return tx.stillServed()
 	case len(tx.writers) == 0:
 		for i, pt := range tx.parts {
 			if err := pt.tx.Commit(); err != nil {
@@ -320,7 +329,7 @@ func (tx *Tx) commit() error {
 				return err
 			}
 		}
-		return nil
+		return tx.stillServed()
 	}
 	return tx.n.twoPhase(tx)
 }
@@ -392,10 +401,35 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		part.wrote = true
 		tx.writers = append(tx.writers, part)
 	}
-	if !slices.ContainsFunc(tx.touched, func(u touch) bool { return u.t == t && u.p == p }) {
-		tx.touched = append(tx.touched, touch{t, p, part.addr})
+	if i := slices.IndexFunc(tx.touched, func(u touch) bool { return u.t == t && u.p == p }); i < 0 {
+		tx.touched = append(tx.touched, touch{t, p, part.addr, tb})
+	} else if tx.touched[i].tb != tb {
+		tx.err = tx.touched[i].replaced()
+		return nil, nil, tx.err
 	}
 	return part.tx, tb, nil
+}
+
+// replaced is the conflict of a transaction whose partition is served by another owned
+// table than the one it first touched (moved, healed onto a new transaction node, owned
+// again): what it read there was validated against a cache nothing writes any more, so its
+// reads may be stale. Update runs the transaction again.
+func (u touch) replaced() error {
+	return fmt.Errorf("node: table %q partition %d: %w: its owned table was replaced during the transaction (moved, healed or owned again)",
+		u.t.m.Name, u.p, txnode.ErrConflict)
+}
+
+// stillServed checks, once the transaction's reads are validated, that every partition it
+// touched is still served by the owned table that served it: validated there, the reads were
+// current at validation (every write of a partition goes through the table serving it).
+// The conflict of the first one replaced (touch.replaced), else nil.
+func (tx *Tx) stillServed() error {
+	for _, u := range tx.touched {
+		if u.t.parts[u.p].tb.Load() != u.tb {
+			return u.replaced()
+		}
+	}
+	return nil
 }
 
 // maxParticipants is the two-phase commit's bound on participants (sgio.TxnParticipantsMax).
