@@ -125,7 +125,8 @@ func TestMoveUnderTwoPhaseLoadWaitsItsTurn(t *testing.T) {
 	balance, received, err := sums(ctx, a, ta, all)
 	require.NoError(t, err)
 	if balance != uint64(len(all))*initial {
-		// Once in CI (docs/cluster.md, Known gaps): say where the money went.
+		// Say where the money went (a lost update once showed as balances off by one with
+		// the received counts right: TestTxReadBeforeMoveWrittenAfterRunsAgain).
 		dst := make([]byte, 64)
 		for _, id := range all {
 			err := a.View(ctx, func(tx *node.Tx) error { return tx.Get(ta, id, dst) })
