@@ -34,17 +34,11 @@ func FuzzDecode(f *testing.F) {
 		if HeaderBytes+v.FenceCount()*FenceBytes+v.SegmentCount()*SegmentHeaderBytes > len(body) {
 			t.Fatalf("%d fences and %d segments from a body of %d", v.FenceCount(), v.SegmentCount(), len(body))
 		}
-		var fences []base.Fence
-		for i := range v.FenceCount() {
-			fences = append(fences, v.Fence(i))
-		}
-		var segs []base.Segment
-		it := v.Segments()
-		for s := (base.Segment{}); it.Next(&s); {
-			if err := ValidateSegment(&s); err != nil {
-				t.Fatalf("decoded segment does not validate: %v", err)
+		fences, segs := collect(&v)
+		for i := range segs {
+			if err := ValidateSegment(&segs[i]); err != nil {
+				t.Fatalf("decoded segment %d does not validate: %v", i, err)
 			}
-			segs = append(segs, s)
 		}
 		if len(segs) != v.SegmentCount() {
 			t.Fatalf("iterator gave %d of %d segments", len(segs), v.SegmentCount())
