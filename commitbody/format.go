@@ -89,7 +89,7 @@ func SegmentsSize(segs []base.Segment) int {
 	return n
 }
 
-// Size reports the size of the Commit body of fences fences and segs.
-func Size(fences int, segs []base.Segment) int {
-	return HeaderBytes + FenceBytes*fences + SegmentsSize(segs)
+// Size reports the encoded size of a Commit body of n fences and the segments segs.
+func Size(n int, segs []base.Segment) int {
+	return HeaderBytes + FenceBytes*n + SegmentsSize(segs)
 }

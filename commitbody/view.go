@@ -8,7 +8,8 @@ import (
 )
 
 // View is a checked, allocation-free view of a Commit body. Its fences and segments alias the
-// body: valid as long as the body is (for a frame, until its buffer is discarded).
+// body: valid as long as the body is (for a frame, until its buffer is discarded). Its methods
+// only read, so any number of goroutines may call them.
 type View struct {
 	Owner  uint64
 	Seq    uint64
