@@ -26,6 +26,10 @@ var (
 	// ErrMalformed is returned for a frame or body that breaks the format's rules (reserved
 	// fields not zero, counts beyond the body, overlapping masks, trailing bytes).
 	ErrMalformed = newCodeSentinel(CodeMalformed, "sgio: malformed message", corrupt.ErrCorruption)
+	// ErrTruncated is returned for a body shorter than its own fields say (a count beyond the
+	// bytes left, rows cut short). It has no code of its own: it crosses the wire as
+	// ErrMalformed, its parent.
+	ErrTruncated = NewPlainSentinel("sgio: truncated message", ErrMalformed)
 	// ErrBadName is returned for a table or stat name outside 1..NameMax bytes of
 	// [A-Za-z0-9_.-], or a client name that is neither empty nor such a name.
 	ErrBadName = newCodeSentinel(CodeBadName, "sgio: bad name")
@@ -138,7 +142,7 @@ type sentinel struct {
 }
 
 // NewPlainSentinel returns a sentinel error with no code of its own that reads as msg and
-// matches parents under errors.Is (the wire's ErrTruncated, which matches ErrMalformed).
+// matches parents under errors.Is (ErrTruncated, which matches ErrMalformed).
 func NewPlainSentinel(msg string, parents ...error) error {
 	return &sentinel{msg: msg, parents: parents}
 }

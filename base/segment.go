@@ -12,7 +12,7 @@ import "math/bits"
 //   - RowBytes is the row size its sender meant: the wire carries it and the server checks it
 //     against the table; the engine reads Rows by the table's own geometry.
 //   - A segment from outside the process (wire, WAL, data file) is checked before it is
-//     applied (logicpage.Geometry.CheckSegment, sgio's decoders).
+//     applied (logicpage.Geometry.CheckSegment, commitbody's decoder).
 type Segment struct {
 	Table    uint32
 	RowBytes uint16

@@ -4,13 +4,14 @@ import (
 	"fmt"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 )
 
 // Catalog, ownership and id messages.
 
 // CreateTable creates a table of rows of RowBytes bytes.
 type CreateTable struct {
-	RowBytes uint16 // CheckRowBytes
+	RowBytes uint16 // commitbody.CheckRowBytes
 	Name     string // CheckName
 }
 
@@ -34,7 +35,7 @@ func (m *CreateTable) Parse(body []byte) error {
 	m.RowBytes = r.u16()
 	m.Name = r.name()
 	if r.err == nil {
-		r.check(CheckRowBytes(int(m.RowBytes)))
+		r.check(commitbody.CheckRowBytes(int(m.RowBytes)))
 	}
 	return r.done()
 }
@@ -44,7 +45,7 @@ func (m *CreateTable) Validate() error {
 	if err := CheckName(m.Name); err != nil {
 		return err
 	}
-	return CheckRowBytes(int(m.RowBytes))
+	return commitbody.CheckRowBytes(int(m.RowBytes))
 }
 
 // checkLayout is l.Validate in the wire's words.
@@ -79,7 +80,7 @@ func parseLayout(r *bodyReader, l *base.ClusterLayout) {
 // AcquireEtcdGrant), its ids are its partition's. Name is the partition's table name
 // (base.PartitionTableName). Answered with TableInfo.
 type CreateClusterTable struct {
-	RowBytes uint16 // CheckRowBytes
+	RowBytes uint16 // commitbody.CheckRowBytes
 	Layout   base.ClusterLayout
 	Name     string // CheckName
 }
@@ -108,7 +109,7 @@ func (m *CreateClusterTable) Parse(body []byte) error {
 	parseLayout(&r, &m.Layout)
 	m.Name = r.name()
 	if r.err == nil {
-		r.check(CheckRowBytes(int(m.RowBytes)))
+		r.check(commitbody.CheckRowBytes(int(m.RowBytes)))
 	}
 	return r.done()
 }
@@ -121,7 +122,7 @@ func (m *CreateClusterTable) Validate() error {
 	if err := checkLayout(&m.Layout); err != nil {
 		return err
 	}
-	return CheckRowBytes(int(m.RowBytes))
+	return commitbody.CheckRowBytes(int(m.RowBytes))
 }
 
 // OpenTable looks a table up by name.
@@ -228,7 +229,7 @@ func (m *TableInfo) parseFrom(r *bodyReader) {
 	}
 	m.Name = r.name()
 	if r.err == nil {
-		r.check(CheckRowBytes(int(m.RowBytes)))
+		r.check(commitbody.CheckRowBytes(int(m.RowBytes)))
 	}
 	r.align()
 }
@@ -259,7 +260,7 @@ func (m *TableInfo) Validate() error {
 			return err
 		}
 	}
-	return CheckRowBytes(int(m.RowBytes))
+	return commitbody.CheckRowBytes(int(m.RowBytes))
 }
 
 // ListTables asks for every table.

@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 
-	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 )
 
 // NewFrameReader returns a bufio.Reader over rd whose buffer holds one whole frame of up to
@@ -212,52 +211,9 @@ func (r *bodyReader) done() error {
 	return r.err
 }
 
-// SegmentIter walks the segments of a body that ViewSegments or ViewCommit validated, without
-// allocating. The segments' Rows alias the body. The zero SegmentIter is empty. An iterator
-// may be used by one goroutine at a time; copies iterate independently.
-type SegmentIter struct {
-	b    []byte // the segments, back to back
-	off  int    // of the next segment in b
-	left int
-}
-
-// Len reports the number of segments not yet returned by Next.
-func (it *SegmentIter) Len() int { return it.left }
-
-// Next fills s with the next segment and reports true, or reports false when none is left.
-// Filling the caller's Segment, rather than returning one, keeps the loop free of large
-// struct copies. Declare the iterator before the loop (it := v.Segments(); for it.Next(&s)
-// {...}): as a for-clause variable it would be copied every iteration.
-func (it *SegmentIter) Next(s *base.Segment) bool {
-	if it.left == 0 {
-		return false
-	}
-	h := it.b[it.off : it.off+SegmentHeaderSize : it.off+SegmentHeaderSize]
-	s.Table = binary.LittleEndian.Uint32(h[0:])
-	s.RowBytes = binary.LittleEndian.Uint16(h[4:])
-	s.Page = binary.LittleEndian.Uint64(h[8:])
-	s.Data = binary.LittleEndian.Uint64(h[16:])
-	s.Clear = binary.LittleEndian.Uint64(h[24:])
-	start := it.off + SegmentHeaderSize
-	end := start + bits.OnesCount64(s.Data)*int(s.RowBytes)
-	s.Rows = it.b[start:end:end]
-	it.off = end
-	it.left--
-	return true
-}
-
-// walkSegments validates n segments at r's offset and returns an iterator over them.
-func walkSegments(r *bodyReader, n int) SegmentIter {
-	start := r.off
-	var s base.Segment
-	for i := 0; i < n && r.err == nil; i++ {
-		parseSegment(r, &s)
-	}
-	if r.err != nil {
-		return SegmentIter{}
-	}
-	return SegmentIter{b: r.b[start:r.off], left: n}
-}
+// SegmentIter walks the segments of a body that ViewSegments or ViewCommit checked, without
+// allocating: commitbody's iterator, the one decoder of segments.
+type SegmentIter = commitbody.SegmentIter
 
 // ViewSegments validates a Segments body, as Segments.Parse does, and returns an iterator over
 // its segments. It allocates nothing (except on failure); the segments alias body.
@@ -265,58 +221,26 @@ func ViewSegments(body []byte) (SegmentIter, error) {
 	r := bodyReader{t: TypeSegments, b: body}
 	n := r.count(SegmentHeaderSize)
 	r.reserved32()
-	it := walkSegments(&r, n)
+	if r.err != nil {
+		return SegmentIter{}, r.err
+	}
+	it, end, err := commitbody.WalkSegments(body, r.off, n)
+	if err != nil {
+		r.check(err)
+		return SegmentIter{}, r.err
+	}
+	r.off = end
 	if err := r.done(); err != nil {
 		return SegmentIter{}, err
 	}
 	return it, nil
 }
 
-// CommitView is a validated, allocation-free view of a Commit body. Its fences and segments
-// alias the body: valid until the frame's buffer is discarded.
-type CommitView struct {
-	Owner  uint64
-	Seq    uint64
-	fences []byte
-	segs   SegmentIter
-}
+// CommitView is a validated, allocation-free view of a Commit body: commitbody's, which the
+// storage engine decodes its WAL commit records with. Its fences and segments alias the body:
+// valid until the frame's buffer is discarded.
+type CommitView = commitbody.View
 
-// ViewCommit validates a Commit body, as Commit.Parse does, and returns a view of it. It
-// allocates nothing (except on failure).
-func ViewCommit(body []byte) (CommitView, error) {
-	r := bodyReader{t: TypeCommit, b: body}
-	var v CommitView
-	v.Owner = r.u64()
-	v.Seq = r.u64()
-	nf := r.count(fenceSize)
-	ns := r.count(SegmentHeaderSize)
-	start := r.off
-	for i := 0; i < nf && r.err == nil; i++ {
-		r.u32()
-		r.reserved32()
-		r.u64()
-	}
-	if r.err == nil {
-		v.fences = body[start:r.off]
-	}
-	v.segs = walkSegments(&r, ns)
-	if err := r.done(); err != nil {
-		return CommitView{}, err
-	}
-	return v, nil
-}
-
-// FenceCount reports the number of fences.
-func (v *CommitView) FenceCount() int { return len(v.fences) / fenceSize }
-
-// Fence reports fence i, 0 <= i < FenceCount.
-func (v *CommitView) Fence(i int) base.Fence {
-	b := v.fences[i*fenceSize : (i+1)*fenceSize]
-	return base.Fence{Table: binary.LittleEndian.Uint32(b), Epoch: binary.LittleEndian.Uint64(b[8:])}
-}
-
-// SegmentCount reports the number of segments.
-func (v *CommitView) SegmentCount() int { return v.segs.Len() }
-
-// Segments returns a new iterator over the segments, from the first.
-func (v *CommitView) Segments() SegmentIter { return v.segs }
+// ViewCommit validates a Commit body, as Commit.Parse does, and returns a view of it
+// (commitbody.Decode). It allocates nothing (except on failure).
+func ViewCommit(body []byte) (CommitView, error) { return commitbody.Decode(body) }

@@ -1,11 +1,13 @@
 // Package sgio is Weft's wire protocol between a transaction node and a storage node: sparse
-// scatter-gather page IO. It holds the frame format, the message types, sparse segments, the
-// error codes that carry sentinel errors across TCP, the handshake's proofs, a gathering
-// encoder (Writer), a stream decoder (Decode, ReadFrame) and a pipelined client connection
-// (Client). It is mechanism without policy: no server (the storage node's gnet server uses
-// Decode and Writer), no retries, no reconnects.
+// scatter-gather page IO. It holds the frame format, the message types, the error codes that
+// carry sentinel errors across TCP, the handshake's proofs, a gathering encoder (Writer), a
+// stream decoder (Decode, ReadFrame) and a pipelined client connection (Client). It is
+// mechanism without policy: no server (the storage node's gnet server uses Decode and
+// Writer), no retries, no reconnects. The Commit body and the sparse segment are
+// commitbody's codec, which the storage engine shares for its WAL commit records; Commit,
+// Segments, ViewCommit and ViewSegments call it.
 //
-//	frame (24-byte header, then the body)     sparse segment (in Commit and Segments bodies)
+//	frame (24-byte header, then the body)     sparse segment (commitbody; in Commit and Segments)
 //	off size field                            off size field
 //	0   4    magic        'W' 'E' 'F' 'T'     0   4    table id
 //	4   1    version      Version (2)         4   2    row bytes    8..4096, a multiple of 8

@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/checksum"
 )
@@ -127,7 +128,7 @@ func (w *Writer) Append(id uint64, m Message) {
 	putHeader(hdr, m.Type(), id, size)
 	switch m := m.(type) {
 	case *Commit:
-		m.appendFixed(w.scratch(commitFixed + fenceSize*len(m.Fences))[:0])
+		m.appendFixed(w.scratch(commitbody.HeaderBytes + commitbody.FenceBytes*len(m.Fences))[:0])
 		w.gatherSegments(m.Segments, m.Runs)
 	case *Segments:
 		fixed := w.scratch(8)
@@ -160,15 +161,15 @@ func (w *Writer) gatherSegments(segs []base.Segment, runs [][][]byte) {
 			}
 			if len(s.Rows) < w.copyBelow() { // header and rows in one piece
 				b := w.scratch(SegmentHeaderSize + len(s.Rows))
-				putSegmentHeader(b, s)
+				commitbody.PutSegmentHeader(b, s)
 				copy(b[SegmentHeaderSize:], s.Rows)
 				continue
 			}
-			putSegmentHeader(w.scratch(SegmentHeaderSize), s)
+			commitbody.PutSegmentHeader(w.scratch(SegmentHeaderSize), s)
 			w.ref(s.Rows)
 			continue
 		}
-		putSegmentHeader(w.scratch(SegmentHeaderSize), s)
+		commitbody.PutSegmentHeader(w.scratch(SegmentHeaderSize), s)
 		n := 0
 		for _, r := range runs[i] {
 			w.rows(r)

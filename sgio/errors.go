@@ -25,11 +25,6 @@ var (
 	// ErrUnknownType is returned for a frame whose message type this side does not know.
 	ErrUnknownType = base.NewPlainSentinel("sgio: unknown message type", ErrUnsupported)
 
-	// Parsing a body, and checking a message before it is sent.
-
-	// ErrTruncated is returned for a body shorter than its own fields say.
-	ErrTruncated = base.NewPlainSentinel("sgio: truncated message", ErrMalformed)
-
 	// Handshake.
 
 	// ErrWeakSecret is returned, before anything is sent, for a configured secret that is not
@@ -49,6 +44,7 @@ var (
 	ErrFrameTooLarge  = base.ErrFrameTooLarge
 	ErrUnsupported    = base.ErrUnsupported
 	ErrMalformed      = base.ErrMalformed
+	ErrTruncated      = base.ErrTruncated
 	ErrBadName        = base.ErrBadName
 	ErrBadRowSize     = base.ErrBadRowSize
 	ErrAuthFailed     = base.ErrAuthFailed

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/checksum"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
@@ -23,8 +24,9 @@ const (
 	// 8-aligned buffer sees every body, and every row in it, 8-aligned.
 	BodyAlign = 8
 	// MaxBodyLimit is the hard protocol maximum of a body length; a receiver may configure a
-	// lower maximum.
-	MaxBodyLimit = 64 << 20
+	// lower maximum. It is the largest Commit body (commitbody.BodyBytesMax), the bound the
+	// storage engine's WAL commit records share.
+	MaxBodyLimit = commitbody.BodyBytesMax
 
 	// RowsPerPage is the number of rows in a logical page: one bit per slot in a uint64 mask.
 	// It, PageMax, TablePagesMax and the row size bounds are logicpage's, the one definition
@@ -39,8 +41,9 @@ const (
 	// RowBytesMin and RowBytesMax bound a table's row size, which is also a multiple of 8.
 	RowBytesMin = logicpage.RowBytesMin
 	RowBytesMax = logicpage.RowBytesMax
-	// SegmentHeaderSize is the size of a sparse segment's header; its rows follow it.
-	SegmentHeaderSize = 32
+	// SegmentHeaderSize is the size of a sparse segment's header; its rows follow it
+	// (commitbody's format).
+	SegmentHeaderSize = commitbody.SegmentHeaderBytes
 
 	// NameMax is the longest table, stat or client name.
 	NameMax = 64

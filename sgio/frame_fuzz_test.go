@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -121,7 +122,7 @@ func checkBody(t *testing.T, typ Type, body []byte) {
 			}
 		}
 	case *Commit:
-		elems, minSize = len(m.Segments)+len(m.Fences), fenceSize
+		elems, minSize = len(m.Segments)+len(m.Fences), commitbody.FenceBytes
 		v, verr := ViewCommit(body)
 		if verr != nil || v.SegmentCount() != len(m.Segments) || v.FenceCount() != len(m.Fences) {
 			t.Fatalf("ViewCommit disagrees with Parse: %v", verr)

@@ -191,15 +191,6 @@ func CheckName(name string) error {
 	return nil
 }
 
-// CheckRowBytes reports whether n is a valid row size: RowBytesMin..RowBytesMax, a multiple of
-// 8. The error wraps ErrBadRowSize.
-func CheckRowBytes(n int) error {
-	if n < RowBytesMin || n > RowBytesMax || n%8 != 0 {
-		return fmt.Errorf("sgio: row size %d, want %d..%d and a multiple of 8: %w", n, RowBytesMin, RowBytesMax, ErrBadRowSize)
-	}
-	return nil
-}
-
 // Encoding helpers. A string is a u16 length and its bytes; a body ends with zero padding to
 // a multiple of BodyAlign.
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -172,7 +173,7 @@ func TestMessageParseRejectsBadFields(t *testing.T) {
 	put32 := func(b []byte, off int, v uint32) []byte { binary.LittleEndian.PutUint32(b[off:], v); return b }
 	put64 := func(b []byte, off int, v uint64) []byte { binary.LittleEndian.PutUint64(b[off:], v); return b }
 	seg := func(s base.Segment) []byte {
-		return append(binary.LittleEndian.AppendUint64(nil, 1), AppendSegment(nil, &s)...)
+		return append(binary.LittleEndian.AppendUint64(nil, 1), commitbody.AppendSegment(nil, &s)...)
 	}
 	cases := []struct {
 		name string
@@ -251,12 +252,6 @@ func TestCheckName(t *testing.T) {
 	}
 	for _, bad := range []string{"", " ", "a b", "é", "a/b", "a\x00", strings.Repeat("n", NameMax+1)} {
 		require.ErrorIs(t, CheckName(bad), ErrBadName, "%q", bad)
-	}
-	for _, ok := range []int{8, 16, 64, 4096} {
-		require.NoError(t, CheckRowBytes(ok))
-	}
-	for _, bad := range []int{0, 7, 9, 4095, 4104, -8} {
-		require.ErrorIs(t, CheckRowBytes(bad), ErrBadRowSize, "%d", bad)
 	}
 }
 

@@ -1,125 +1,15 @@
 package sgio
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math/bits"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 )
 
-// A segment (base.Segment) on the wire:
-//
-//	off size field
-//	0   4    table id
-//	4   2    row bytes (RowBytesMin..RowBytesMax, a multiple of 8)
-//	6   2    reserved, 0
-//	8   8    page number (<= PageMax)
-//	16  8    data mask
-//	24  8    clear mask (data & clear == 0)
-//	32  ...  popcount(data) * row bytes: the rows of the data mask, in slot order
-
-// SegmentSize reports the segment's encoded size: header and rows.
-func SegmentSize(s *base.Segment) int { return SegmentHeaderSize + s.RowsSize() }
-
-// checkSegmentHeader checks the rules of a segment's header fields.
-func checkSegmentHeader(s *base.Segment) error {
-	if !segmentHeaderOK(s) {
-		return segmentHeaderError(s)
-	}
-	return nil
-}
-
-// segmentHeaderOK is checkSegmentHeader's test, small enough to inline into the decoders' loops.
-func segmentHeaderOK(s *base.Segment) bool {
-	return s.RowBytes-RowBytesMin <= RowBytesMax-RowBytesMin && s.RowBytes&7 == 0 && s.Page <= PageMax && s.Data&s.Clear == 0
-}
-
-func segmentHeaderError(s *base.Segment) error {
-	if err := CheckRowBytes(int(s.RowBytes)); err != nil {
-		return err
-	}
-	if s.Page > PageMax {
-		return fmt.Errorf("sgio: segment of table %d: page %d beyond the last page %d: %w", s.Table, s.Page, uint64(PageMax), ErrMalformed)
-	}
-	both := s.Data & s.Clear
-	return fmt.Errorf("sgio: segment of table %d page %d: data mask %#016x and clear mask %#016x share slots %#016x: %w",
-		s.Table, s.Page, s.Data, s.Clear, both, ErrMalformed)
-}
-
-// Validate reports whether s may be encoded: its header rules, and Rows of RowsSize bytes.
-// Its errors wrap ErrBadRowSize or ErrMalformed.
-func ValidateSegment(s *base.Segment) error { return validateSegment(s, len(s.Rows)) }
-
-// validate checks the header rules and a row byte count of rowsLen.
-func validateSegment(s *base.Segment, rowsLen int) error {
-	if err := checkSegmentHeader(s); err != nil {
-		return err
-	}
-	if want := s.RowsSize(); rowsLen != want {
-		return fmt.Errorf("sgio: segment of table %d page %d: %d row bytes for %d rows of %d bytes, want %d: %w",
-			s.Table, s.Page, rowsLen, bits.OnesCount64(s.Data), s.RowBytes, want, ErrBadRowSize)
-	}
-	return nil
-}
-
-// putSegmentHeader writes s's header into b[:SegmentHeaderSize].
-func putSegmentHeader(b []byte, s *base.Segment) {
-	_ = b[SegmentHeaderSize-1]
-	binary.LittleEndian.PutUint32(b[0:], s.Table)
-	binary.LittleEndian.PutUint16(b[4:], s.RowBytes)
-	binary.LittleEndian.PutUint16(b[6:], 0)
-	binary.LittleEndian.PutUint64(b[8:], s.Page)
-	binary.LittleEndian.PutUint64(b[16:], s.Data)
-	binary.LittleEndian.PutUint64(b[24:], s.Clear)
-}
-
-// AppendSegmentHeader appends the header of a segment of table's page with the given row size
-// and masks (the rows follow it: popcount(data)*rowBytes bytes) and returns the extended
-// slice. It is the one encoder of the header, for the wire and for the storage node's WAL,
-// whose commit records carry Commit bodies; it checks nothing (Validate does).
-func AppendSegmentHeader(dst []byte, table uint32, rowBytes int, page, data, clear uint64) []byte {
-	dst = le32(dst, table)
-	dst = append(dst, byte(rowBytes), byte(rowBytes>>8), 0, 0)
-	dst = le64(dst, page)
-	dst = le64(dst, data)
-	return le64(dst, clear)
-}
-
-// AppendSegment appends s, header and rows (copied), to dst and returns the extended slice.
-func AppendSegment(dst []byte, s *base.Segment) []byte {
-	var h [SegmentHeaderSize]byte
-	putSegmentHeader(h[:], s)
-	return append(append(dst, h[:]...), s.Rows...)
-}
-
-// parseSegment decodes one segment at r's offset; Rows aliases r's body.
-func parseSegment(r *bodyReader, s *base.Segment) {
-	if r.err != nil {
-		return
-	}
-	off := r.off
-	if len(r.b)-off < SegmentHeaderSize {
-		r.truncated(SegmentHeaderSize)
-		return
-	}
-	h := r.b[off : off+SegmentHeaderSize : off+SegmentHeaderSize]
-	s.Table = binary.LittleEndian.Uint32(h[0:])
-	s.RowBytes = binary.LittleEndian.Uint16(h[4:])
-	s.Page = binary.LittleEndian.Uint64(h[8:])
-	s.Data = binary.LittleEndian.Uint64(h[16:])
-	s.Clear = binary.LittleEndian.Uint64(h[24:])
-	if binary.LittleEndian.Uint16(h[6:]) != 0 {
-		r.fail(off+6, "segment reserved field not zero")
-		return
-	}
-	if !segmentHeaderOK(s) {
-		r.check(segmentHeaderError(s))
-		return
-	}
-	r.off = off + SegmentHeaderSize
-	s.Rows = r.take(s.RowsSize())
-}
+// A segment (base.Segment) on the wire is commitbody's (its package doc has the layout): its
+// encoders, its rules and its decoder (commitbody.WalkSegments) serve the Segments reply here
+// and the Commit body (commitbody.Decode).
 
 // validateSegments checks segs, with optional per-segment runs.
 func validateSegments(segs []base.Segment, runs [][][]byte) error {
@@ -131,7 +21,7 @@ func validateSegments(segs []base.Segment, runs [][][]byte) error {
 		if runs != nil {
 			n = runsSize(runs[i])
 		}
-		if err := validateSegment(&segs[i], n); err != nil {
+		if err := commitbody.ValidateSegmentRows(&segs[i], n); err != nil {
 			return fmt.Errorf("sgio: segment %d: %w", i, err)
 		}
 	}
@@ -146,23 +36,15 @@ func runsSize(runs [][]byte) int {
 	return n
 }
 
-func segmentsSize(segs []base.Segment) int {
-	n := 0
-	for i := range segs {
-		n += SegmentSize(&segs[i])
-	}
-	return n
-}
-
 // appendSegmentsCopy appends segs, copying rows from Rows or from runs.
 func appendSegmentsCopy(dst []byte, segs []base.Segment, runs [][][]byte) []byte {
 	for i := range segs {
 		if runs == nil {
-			dst = AppendSegment(dst, &segs[i])
+			dst = commitbody.AppendSegment(dst, &segs[i])
 			continue
 		}
 		var h [SegmentHeaderSize]byte
-		putSegmentHeader(h[:], &segs[i])
+		commitbody.PutSegmentHeader(h[:], &segs[i])
 		dst = append(dst, h[:]...)
 		for _, r := range runs[i] {
 			dst = append(dst, r...)
@@ -244,7 +126,7 @@ type Segments struct {
 func (*Segments) Type() Type { return TypeSegments }
 
 // BodySize reports the encoded body length.
-func (m *Segments) BodySize() int { return 8 + segmentsSize(m.Segments) }
+func (m *Segments) BodySize() int { return 8 + commitbody.SegmentsSize(m.Segments) }
 
 // AppendBody appends the encoded body, copying the rows.
 func (m *Segments) AppendBody(dst []byte) []byte {
@@ -256,27 +138,17 @@ func (m *Segments) AppendBody(dst []byte) []byte {
 // Parse decodes body. The segments' Rows alias body. To walk a body without filling a slice,
 // use ViewSegments.
 func (m *Segments) Parse(body []byte) error {
-	r := bodyReader{t: TypeSegments, b: body}
-	n := r.count(SegmentHeaderSize)
-	r.reserved32()
 	m.Segments = m.Segments[:0]
 	m.Runs = nil
-	for i := 0; i < n && r.err == nil; i++ {
-		var s base.Segment
-		parseSegment(&r, &s)
+	it, err := ViewSegments(body)
+	for s := (base.Segment{}); it.Next(&s); {
 		m.Segments = append(m.Segments, s)
 	}
-	return r.done()
+	return err
 }
 
 // Validate checks every segment.
 func (m *Segments) Validate() error { return validateSegments(m.Segments, m.Runs) }
-
-// fenceSize is the encoded size of a Fence: table u32, reserved u32, epoch.
-const fenceSize = 16
-
-// commitFixed is the size of a Commit body before its fences: owner, seq, two counts.
-const commitFixed = 24
 
 // Commit is a commit batch: the segments of one or more transactions of one owner, applied
 // atomically, with the owner's seq and one Fence per table the segments touch.
@@ -290,6 +162,9 @@ const commitFixed = 24
 //	20  4    segment count
 //	24  16*n fences {table u32, reserved u32, epoch u64}
 //	... segments (Segment), back to back
+//
+// The body's codec is commitbody's, which the storage engine shares for its WAL commit
+// records: Commit encodes with it and parses with ViewCommit.
 type Commit struct {
 	Owner    uint64
 	Seq      uint64
@@ -304,34 +179,14 @@ type Commit struct {
 func (*Commit) Type() Type { return TypeCommit }
 
 // BodySize reports the encoded body length.
-func (m *Commit) BodySize() int {
-	return commitFixed + fenceSize*len(m.Fences) + segmentsSize(m.Segments)
-}
+func (m *Commit) BodySize() int { return commitbody.Size(len(m.Fences), m.Segments) }
 
 func (m *Commit) appendFixed(dst []byte) []byte {
-	dst = AppendCommitHeader(dst, m.Owner, m.Seq, len(m.Fences), len(m.Segments))
+	dst = commitbody.AppendHeader(dst, m.Owner, m.Seq, len(m.Fences), len(m.Segments))
 	for _, f := range m.Fences {
-		dst = AppendFence(dst, f.Table, f.Epoch)
+		dst = commitbody.AppendFence(dst, f.Table, f.Epoch)
 	}
 	return dst
-}
-
-// AppendCommitHeader appends the fixed fields of a Commit body (owner, seq, the fence and
-// segment counts) and returns the extended slice; the fences (AppendFence) and the segments
-// (AppendSegmentHeader and the rows) follow. Commit.AppendBody and the storage node's WAL
-// encode with it.
-func AppendCommitHeader(dst []byte, owner, seq uint64, fences, segments int) []byte {
-	dst = le64(dst, owner)
-	dst = le64(dst, seq)
-	dst = le32(dst, uint32(fences))
-	return le32(dst, uint32(segments))
-}
-
-// AppendFence appends one fence of a Commit body and returns the extended slice.
-func AppendFence(dst []byte, table uint32, epoch uint64) []byte {
-	dst = le32(dst, table)
-	dst = le32(dst, 0)
-	return le64(dst, epoch)
 }
 
 // AppendBody appends the encoded body, copying the rows.
@@ -342,30 +197,19 @@ func (m *Commit) AppendBody(dst []byte) []byte {
 // Parse decodes body. The segments' Rows alias body. To walk a body without filling slices,
 // use ViewCommit.
 func (m *Commit) Parse(body []byte) error {
-	r := bodyReader{t: TypeCommit, b: body}
-	m.Owner = r.u64()
-	m.Seq = r.u64()
-	nf := r.count(fenceSize)
-	ns := r.count(SegmentHeaderSize)
 	m.Fences = m.Fences[:0]
 	m.Segments = m.Segments[:0]
 	m.Runs = nil
-	if r.err == nil && uint64(nf)*fenceSize+uint64(ns)*SegmentHeaderSize > uint64(len(body)-r.off) {
-		r.fail(r.off, "%d fences and %d segments do not fit in %d bytes", nf, ns, len(body)-r.off)
+	v, err := ViewCommit(body)
+	m.Owner, m.Seq = v.Owner, v.Seq
+	for i := range v.FenceCount() {
+		m.Fences = append(m.Fences, v.Fence(i))
 	}
-	for i := 0; i < nf && r.err == nil; i++ {
-		var f base.Fence
-		f.Table = r.u32()
-		r.reserved32()
-		f.Epoch = r.u64()
-		m.Fences = append(m.Fences, f)
-	}
-	for i := 0; i < ns && r.err == nil; i++ {
-		var s base.Segment
-		parseSegment(&r, &s)
+	it := v.Segments()
+	for s := (base.Segment{}); it.Next(&s); {
 		m.Segments = append(m.Segments, s)
 	}
-	return r.done()
+	return err
 }
 
 // Validate checks every segment.

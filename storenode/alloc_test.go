@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/sgio"
 )
 
 // The commit path hashes every batch for the dedup window: that allocates nothing.
@@ -64,9 +64,9 @@ func TestCommitKeptAllocs(t *testing.T) {
 			commit := func() {
 				b.Seq++
 				if withBody {
-					body = sgio.AppendCommitHeader(body[:0], b.Owner, b.Seq, 1, 1)
-					body = sgio.AppendFence(body, info.ID, g.Epoch)
-					body = sgio.AppendSegmentHeader(body, info.ID, 512, 0, 0b110, 0)
+					body = commitbody.AppendHeader(body[:0], b.Owner, b.Seq, 1, 1)
+					body = commitbody.AppendFence(body, info.ID, g.Epoch)
+					body = commitbody.AppendSegmentHeader(body, info.ID, 512, 0, 0b110, 0)
 					body = append(body, rows...)
 					b.Body = body
 				}

@@ -9,10 +9,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/logicpage"
-	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode/wal"
 )
 
@@ -26,7 +26,7 @@ import (
 //	kindDropTable    table u32
 //	kindGrantIDs     table u32 | reserved u32 | next id u64        (the new high-water mark)
 //	kindGrantOwner   table u32 | reserved u32 | owner u64 | epoch u64
-//	kindCommit       batch hash u64 | the batch's sgio Commit body, byte for byte:
+//	kindCommit       batch hash u64 | the batch's Commit body (commitbody), byte for byte:
 //	                 owner u64 | seq u64 | fence count u32 | segment count u32
 //	                 | fences {table u32 | reserved u32 | epoch u64}
 //	                 | segments {table u32 | row bytes u16 | reserved u16 | page u64
@@ -34,10 +34,12 @@ import (
 //
 // A commit record is the batch as the owner sent it (docs/wire.md, "Commit"): the storage
 // node's server hands the received body to the WAL as it is (no re-encoding, one copy into
-// the WAL's group buffer), and recovery decodes it with sgio.ViewCommit, the wire's fuzzed
-// decoder; there is one format of a commit batch, not one per side. The engine encodes the
-// same bytes for a batch that came without its body (the embedded store), with runs of rows
-// of commitKeepBytesMin or more kept by reference (AppendPiecesAsync), not copied.
+// the WAL's group buffer), and recovery decodes it with commitbody.Decode, the fuzzed decoder
+// behind the wire's ViewCommit; there is one format of a commit batch, not one per side, and
+// one codec of it, which the engine shares with the wire without importing the wire. The
+// engine encodes the same bytes for a batch that came without its body (the embedded
+// store), with runs of rows of commitKeepBytesMin or more kept by reference
+// (AppendPiecesAsync), not copied.
 //
 // The batch hash (batchHash: xxhash64 of the fences and the segments as the owner sent them) is
 // what the dedup window remembers of an applied batch, so a retry after a restart is told apart
@@ -69,16 +71,17 @@ const (
 	// commitHashBytes is the batch hash before the Commit body of a commit record.
 	commitHashBytes = 8
 	// commitBodyFixedBytes, commitFenceBytes and commitSegmentHeaderBytes are sizes of the
-	// Commit body's parts (docs/wire.md): owner, seq and the counts; one fence; a segment's
+	// Commit body's parts (commitbody): owner, seq and the counts; one fence; a segment's
 	// header.
-	commitBodyFixedBytes     = 24
-	commitFenceBytes         = 16
-	commitSegmentHeaderBytes = sgio.SegmentHeaderSize
+	commitBodyFixedBytes     = commitbody.HeaderBytes
+	commitFenceBytes         = commitbody.FenceBytes
+	commitSegmentHeaderBytes = commitbody.SegmentHeaderBytes
 
 	// walRecordBytesMax is the engine's WAL record bound (wal.Options.MaxRecordBytes, on
 	// append and in recovery and Check): the largest commit record, a Commit body of
-	// sgio.MaxBodyLimit (the most a server accepts) after its batch hash.
-	walRecordBytesMax = sgio.MaxBodyLimit + commitHashBytes
+	// commitbody.BodyBytesMax (the wire's MaxBodyLimit, the most a server accepts) after its
+	// batch hash.
+	walRecordBytesMax = commitbody.BodyBytesMax + commitHashBytes
 )
 
 // oldCommitRecordError is the error of a first-format commit record (kindCommitV1) at lsn after
@@ -120,17 +123,17 @@ func batchHash(b *base.Batch) uint64 {
 }
 
 // appendCommitRecord appends b's commit record, rows copied, to dst: the hash, then the Commit
-// body (sgio's encoders, so the bytes are the wire's). rowBytes gives a table's row size. The
+// body (commitbody's encoders, so the bytes are the wire's). rowBytes gives a table's row size. The
 // commit path does not copy the rows (commitPieces); this is for tests and tools.
 func appendCommitRecord(dst []byte, b *base.Batch, hash uint64, rowBytes func(table uint32) int) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, hash)
-	dst = sgio.AppendCommitHeader(dst, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
+	dst = commitbody.AppendHeader(dst, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
 	for _, f := range b.Fences {
-		dst = sgio.AppendFence(dst, f.Table, f.Epoch)
+		dst = commitbody.AppendFence(dst, f.Table, f.Epoch)
 	}
 	for i := range b.Segments {
 		s := &b.Segments[i]
-		dst = sgio.AppendSegmentHeader(dst, s.Table, rowBytes(s.Table), s.Page, s.Data, s.Clear)
+		dst = commitbody.AppendSegmentHeader(dst, s.Table, rowBytes(s.Table), s.Page, s.Data, s.Clear)
 		dst = append(dst, s.Rows...)
 	}
 	return dst
@@ -166,14 +169,14 @@ func (e *Engine) commitPieces(b *base.Batch, hash uint64) []wal.Piece {
 	}
 	e.scratch = slices.Grow(e.scratch[:0], need)
 	e.scratch = binary.LittleEndian.AppendUint64(e.scratch, hash)
-	e.scratch = sgio.AppendCommitHeader(e.scratch, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
+	e.scratch = commitbody.AppendHeader(e.scratch, b.Owner, b.Seq, len(b.Fences), len(b.Segments))
 	for _, f := range b.Fences {
-		e.scratch = sgio.AppendFence(e.scratch, f.Table, f.Epoch)
+		e.scratch = commitbody.AppendFence(e.scratch, f.Table, f.Epoch)
 	}
 	from := 0 // start of the scratch run not yet in a piece
 	for i := range b.Segments {
 		s := &b.Segments[i]
-		e.scratch = sgio.AppendSegmentHeader(e.scratch, s.Table, e.tables[s.Table].geo.RowBytes(), s.Page, s.Data, s.Clear)
+		e.scratch = commitbody.AppendSegmentHeader(e.scratch, s.Table, e.tables[s.Table].geo.RowBytes(), s.Page, s.Data, s.Clear)
 		if len(s.Rows) < commitKeepBytesMin {
 			e.scratch = append(e.scratch, s.Rows...)
 			continue
@@ -189,7 +192,7 @@ func (e *Engine) commitPieces(b *base.Batch, hash uint64) []wal.Piece {
 // bodyMatches reports whether b.Body is the Commit body of b's owner, seq, fences and
 // segments, with each table's row size in the segment headers. Caller holds mu (e.tables).
 func (e *Engine) bodyMatches(b *base.Batch) bool {
-	v, err := sgio.ViewCommit(b.Body)
+	v, err := commitbody.Decode(b.Body)
 	if err != nil || v.Owner != b.Owner || v.Seq != b.Seq || v.FenceCount() != len(b.Fences) || v.SegmentCount() != len(b.Segments) {
 		return false
 	}
@@ -221,14 +224,14 @@ type commitRecord struct {
 }
 
 // decodeCommitRecord decodes a kindCommit payload: the hash, then a Commit body checked by
-// sgio.ViewCommit, and every segment against its row size's geometry. Every error wraps
+// commitbody.Decode, and every segment against its row size's geometry. Every error wraps
 // corrupt.ErrCorruption. rec's slices are reused.
 func decodeCommitRecord(p []byte, rec *commitRecord) error {
 	if len(p) < commitHashBytes {
 		return corrupt.Errorf("storenode: commit record of %d bytes", len(p))
 	}
 	rec.hash = binary.LittleEndian.Uint64(p)
-	v, err := sgio.ViewCommit(p[commitHashBytes:])
+	v, err := commitbody.Decode(p[commitHashBytes:])
 	if err != nil {
 		return corrupt.Errorf("storenode: commit record: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/commitbody"
 	"github.com/weftdb/weft/internal/assert"
 	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/vfs"
@@ -111,7 +112,7 @@ func TestCommitBodyReplays(t *testing.T) {
 	}
 	b2.Body = msg.AppendBody(nil)
 	// The segments' rows alias the body, as the server's do.
-	v, err := sgio.ViewCommit(b2.Body)
+	v, err := commitbody.Decode(b2.Body)
 	require.NoError(t, err)
 	var seg base.Segment
 	for i, it := 0, v.Segments(); it.Next(&seg); i++ {
@@ -153,7 +154,7 @@ func TestOldCommitRecordRefused(t *testing.T) {
 	v1 = binary.LittleEndian.AppendUint64(v1, 0)
 	v1 = binary.LittleEndian.AppendUint32(v1, 1)
 	v1 = binary.LittleEndian.AppendUint32(v1, 0)
-	v1 = sgio.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
+	v1 = commitbody.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
 	log, err := wal.Open(fs, walDir("db"), wal.Options{}, nil)
 	require.NoError(t, err)
 	lsn, err := log.Append(context.Background(), kindCommitV1, [][]byte{v1}, false)
@@ -192,7 +193,7 @@ func TestCheckOldCommitRecord(t *testing.T) {
 	v1 = binary.LittleEndian.AppendUint64(v1, 0)
 	v1 = binary.LittleEndian.AppendUint32(v1, 1)
 	v1 = binary.LittleEndian.AppendUint32(v1, 0)
-	v1 = sgio.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
+	v1 = commitbody.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
 	log, err := wal.Open(fs, walDir("db"), wal.Options{}, nil)
 	require.NoError(t, err)
 	lsn, err := log.Append(context.Background(), kindCommitV1, [][]byte{v1}, false)
@@ -213,8 +214,8 @@ func TestCheckOldCommitRecord(t *testing.T) {
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 }
 
-// TestCommitBodyAtLimit: a Commit body of sgio.MaxBodyLimit bytes (the most a server may be
-// configured to accept, MaxBody) commits and replays: its WAL record is the body plus the
+// TestCommitBodyAtLimit: a Commit body of commitbody.BodyBytesMax bytes (the most a server may
+// be configured to accept, MaxBody) commits and replays: its WAL record is the body plus the
 // batch hash, so the WAL's record bound must leave room for the hash.
 func TestCommitBodyAtLimit(t *testing.T) {
 	if testing.Short() {
@@ -237,8 +238,8 @@ func TestCommitBodyAtLimit(t *testing.T) {
 		msg.Segments = append(msg.Segments, base.Segment{Table: info.ID, RowBytes: rowBytes, Page: p, Data: data, Rows: rows})
 	}
 	body := msg.AppendBody(nil)
-	require.Equal(t, sgio.MaxBodyLimit, len(body))
-	v, err := sgio.ViewCommit(body)
+	require.Equal(t, commitbody.BodyBytesMax, len(body))
+	v, err := commitbody.Decode(body)
 	require.NoError(t, err)
 	b := &base.Batch{Owner: v.Owner, Seq: v.Seq, Fences: []base.Fence{{Table: info.ID, Epoch: g.Epoch}}, Body: body}
 	var seg base.Segment
