@@ -56,5 +56,6 @@ func init() {
 		WritesHeld:   (*Table).writesHeld,
 		FlushHeld:    (*Table).flushHeld,
 		Opened:       (*DB).opened,
+		Supersede:    func(t *Table) { t.t.superseded.Store(true) },
 	})
 }

@@ -142,6 +142,10 @@ type tableState struct {
 	// forgotten is set while Table.Forget forgets this state and for good once it did
 	// (forget.go): its commits fail with ErrForgotten, and its reads too once dropped is set.
 	forgotten atomic.Bool
+	// superseded is set, for good, once another table serves this one's partition
+	// (txncoord.Supersede: a cluster node moved it, or healed it onto a new transaction
+	// node): nothing writes this cache any more, so a read from it validates no longer.
+	superseded atomic.Bool
 	// idHigh is one past the highest id that can hold a row: the store's high-water mark
 	// at open, raised by every grant. Read by every Get: it and the fields above are
 	// read-mostly, the fields below are written by commits and misses (another line).

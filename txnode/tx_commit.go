@@ -274,6 +274,13 @@ func (tx *Tx) validate() bool {
 			return false
 		}
 	}
+	// Last, after every version: a table superseded now was not when they were read here
+	// (its successor is published only after the mark), so no write they miss was made.
+	for _, t := range tx.leased {
+		if t.superseded.Load() {
+			return false
+		}
+	}
 	return true
 }
 

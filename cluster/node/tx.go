@@ -315,8 +315,9 @@ func (tx *Tx) commit() error {
 		return nil
 	case len(tx.parts) == 1:
 		if err := tx.parts[0].tx.Commit(); err != nil || len(tx.writers) > 0 {
-			// Written: the storage node took the batch, so the partition was not moved
-			// yet (a frozen source refuses commits): the table that served it was current.
+			// Written: validated inside the commit, where a table replaced meanwhile was
+			// superseded before its successor was published (follow.go, heal.go): a read
+			// of it fails the validation there. Checked here, it could not be undone.
 			return err
 		}
 		return tx.stillServed()

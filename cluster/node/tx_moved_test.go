@@ -125,3 +125,50 @@ func putRetry(ctx context.Context, n *node.Node, t *node.Table, id uint64, row [
 	}
 	return err
 }
+
+// A one-batch transaction that read a partition before it moved and writes another
+// partition of the same storage node is run again too: its storage node takes the batch (the
+// partition written is not moving), and the read was validated in the source's cache; the
+// source's table is superseded before the target's is published (txncoord.Supersede), so
+// the validation fails (before, the row written was computed from the stale read).
+func TestOneBatchTxReadBeforeMoveRunsAgain(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 3, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	defer a.Close(ctx)
+	ta := createTable(t, ctx, a, "acct", 64, 4, 1, tc.addrs)
+	require.NoError(t, ta.Own(ctx, 0, 3))
+	var x, z uint64 // in partitions 0 (moved) and 3, both on the first storage node
+	for x == 0 || z == 0 {
+		id, err := ta.Insert(ctx, acctRow(initial, 0))
+		require.NoError(t, err)
+		switch ta.Partition(id) {
+		case 0:
+			x = id
+		case 3:
+			z = id
+		}
+	}
+	require.Equal(t, ta.NodeOf(x), ta.NodeOf(z), "partitions 0 and 3 share a storage node")
+	mover := tc.open(t, 0xb, "")
+	mt := openTable(t, ctx, mover, "acct")
+
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		row := make([]byte, 64)
+		if err := tx.Get(ta, x, row); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			require.NoError(t, mt.Move(ctx, 0, tc.addrs[2]))
+			require.NoError(t, putRetry(ctx, a, ta, x, acctRow(balanceOf(row)+5, 0)))
+		}
+		return tx.Put(ta, z, acctRow(balanceOf(row), 0)) // z copies x as read
+	})
+	require.NoError(t, err)
+	dst := make([]byte, 64)
+	require.NoError(t, a.View(ctx, func(tx *node.Tx) error { return tx.Get(ta, z, dst) }))
+	require.Equal(t, uint64(initial+5), balanceOf(dst), "z copies x as it is after the move, not as it was read before")
+	require.Equal(t, 2, attempts, "the transaction ran again once the partition it read moved")
+}

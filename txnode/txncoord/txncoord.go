@@ -99,6 +99,13 @@ func Opened(db *txnode.DB, name string) *txnode.Table { return fn.Opened(db, nam
 // caller), reads go on; every commit admitted before has its version once it returns, so
 // FlushHeld makes all of them durable; ResumeWrites admits them again (the move rolled back).
 
+// Supersede marks t as no longer serving its partition, for good: another table serves it
+// from now (a move's target, a heal's new transaction node). Every transaction that read t
+// fails its validation from then on (txnode.ErrConflict: run it again, through the new
+// table): nothing writes t's cache any more, so its versions prove nothing. Call it before
+// the new table is published to transactions. Any goroutine; idempotent.
+func Supersede(t *txnode.Table) { fn.Supersede(t) }
+
 // HoldWrites refuses the commits that write t from now on with txnode.ErrMoved, until
 // ResumeWrites. Any goroutine; idempotent.
 func HoldWrites(t *txnode.Table) { fn.HoldWrites(t) }

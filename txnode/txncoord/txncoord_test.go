@@ -124,3 +124,54 @@ func TestCacheTurnNotBusy(t *testing.T) {
 	c.Hold(tx)
 	c.Release()
 }
+
+// A superseded table validates no read: a transaction that read it fails its commit with
+// ErrConflict, read-only or writing another table, and so does a prepared part's Validate;
+// one begun after reads it as before and fails too (the mark is for good).
+func TestSupersededTableValidatesNoRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, tb := open(t, ctx)
+	other, err := db.CreateTable(ctx, "other", 64)
+	require.NoError(t, err)
+	id, err := tb.Insert(ctx, row(1))
+	require.NoError(t, err)
+	oid, err := other.Insert(ctx, row(2))
+	require.NoError(t, err)
+	pid, err := other.Insert(ctx, row(2)) // the prepared part's (its rows stay locked)
+	require.NoError(t, err)
+	dst := make([]byte, 64)
+
+	view, err := db.Begin(ctx, false)
+	require.NoError(t, err)
+	require.NoError(t, view.Get(tb, id, dst))
+	write, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, write.Get(tb, id, dst))
+	require.NoError(t, write.Put(other, oid, row(3)))
+	part, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, part.Get(tb, id, dst))
+	require.NoError(t, part.Put(other, pid, row(4)))
+	p, err := txncoord.Prepare(part, txncoord.TxnInfo{ID: [16]byte{9}, Lease: 1})
+	require.NoError(t, err)
+
+	txncoord.Supersede(tb)
+	require.ErrorIs(t, view.Commit(), txnode.ErrConflict)
+	require.ErrorIs(t, write.Commit(), txnode.ErrConflict)
+	require.ErrorIs(t, p.Validate(), txnode.ErrConflict)
+	require.NoError(t, p.Apply(ctx, txncoord.DecisionAbort))
+	for _, r := range []uint64{oid, pid} {
+		require.NoError(t, other.Get(ctx, r, dst))
+		require.Equal(t, row(2), dst, "nothing of the writes committed")
+	}
+
+	again, err := db.Begin(ctx, false)
+	require.NoError(t, err)
+	require.NoError(t, again.Get(tb, id, dst))
+	require.ErrorIs(t, again.Commit(), txnode.ErrConflict, "superseded for good")
+	untouched, err := db.Begin(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, untouched.Put(other, oid, row(5)))
+	require.NoError(t, untouched.Commit(), "a transaction that did not touch it commits")
+}

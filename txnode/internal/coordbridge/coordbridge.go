@@ -88,6 +88,7 @@ type Funcs[DB, Table, Tx, Row any] struct {
 	WritesHeld   func(t *Table) bool
 	FlushHeld    func(t *Table, ctx context.Context) error
 	Opened       func(db *DB, name string) *Table
+	Supersede    func(t *Table)
 }
 
 var funcs any
