@@ -136,3 +136,189 @@ func TestHostileOneBatchCommitReadOfMovedPartitionIsChecked(t *testing.T) {
 		})
 	}
 }
+
+// DEFECT. stillServed compares each touched partition's owned table with the one its handle
+// holds NOW, without following the map first: a handle that did nothing since a move's switch
+// still holds the source's old owned table, so the check passes although the partition is
+// served, and written, through the target. Another handle of the same Node, opened after the
+// switch (OpenTable; Own waits until the Node's watcher has the switch: watcherAt), writes it
+// there. T1 (handle H1) reads x (partition 0, on S0) and y (partition 1, on S1) and clears y,
+// every row routed before the switch; partition 0 moves to S2, T2 (handle H2) clears x there
+// (reading y); T1's two-phase commit validates x in S0's old owned table (nothing writes it),
+// and stillServed finds H1 still holding it. Both flags end cleared: write skew. What should
+// happen: the commit learns the partition is served elsewhere (follow the map, or compare the
+// route's revision with the watcher's, before the check) and fails with txnode.ErrConflict;
+// Update runs T1 again, which then sees x cleared.
+func TestHostileTwoPhaseStillServedFollowsTheMap(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 3, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	h1 := createTable(t, ctx, a, "oncall", 64, 2, 1, tc.addrs[:2])
+	require.NoError(t, h1.Own(ctx, 0, 1))
+	var x, y uint64
+	for x == 0 || y == 0 {
+		id := insertRow(t, ctx, h1, onCall(1))
+		switch h1.Partition(id) {
+		case 0:
+			x = id
+		case 1:
+			y = id
+		}
+	}
+	require.NotEqual(t, h1.NodeOf(x), h1.NodeOf(y))
+	mover := tc.open(t, 0xb, "")
+	mt := openTable(t, ctx, mover, "oncall")
+
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		if err := clearIfBoth(tx, h1, x, y, y, nil); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			// Every row of T1 routed: x's partition moves, and T2 clears x through a
+			// handle opened after the switch.
+			require.NoError(t, mt.Move(ctx, 0, tc.addrs[2]))
+			h2 := openTable(t, ctx, a, "oncall")
+			require.NoError(t, h2.Own(ctx, 0, 1))
+			require.Equal(t, tc.addrs[2], h2.NodeOf(x))
+			require.NoError(t, updateRetry(ctx, a, func(tx *node.Tx) error {
+				return clearIfBoth(tx, h2, x, y, x, nil)
+			}))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	fx, fy := flags(t, ctx, a, h1, x, y)
+	require.Equal(t, uint64(0), fx, "T2 cleared x")
+	require.Equal(t, uint64(1), fy, "write skew: T1's read of x was validated at the source's old owned table, which its handle still held (attempts %d)", attempts)
+}
+
+// DEFECT (the same hole as TestHostileTwoPhaseStillServedFollowsTheMap, in a View). A View
+// reads x through handle H1 (partition 0, on S0); partition 0 moves to S2, and a transfer
+// through handle H2 (opened after the switch) moves 10 from x to y (y on S1); the View then
+// reads y through H2. stillServed finds H1 still holding S0's old owned table (H1 did nothing
+// since the switch) and the View returns x before the transfer and y after it: 10 made. What
+// should happen: the View's commit follows the map (H1 switched) and fails with
+// txnode.ErrConflict; View runs it again and sees the total.
+func TestHostileViewAcrossHandlesSeesTheTotal(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 3, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	h1 := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs[:2])
+	require.NoError(t, h1.Own(ctx, 0, 1))
+	var x, y uint64
+	for x == 0 || y == 0 {
+		id := insertRow(t, ctx, h1, acctRow(initial, 0))
+		switch h1.Partition(id) {
+		case 0:
+			x = id
+		case 1:
+			y = id
+		}
+	}
+	mover := tc.open(t, 0xb, "")
+	mt := openTable(t, ctx, mover, "acct")
+
+	var h2 *node.Table
+	attempts := 0
+	var sum uint64
+	err := a.View(ctx, func(tx *node.Tx) error {
+		attempts++
+		dst := make([]byte, 64)
+		if err := tx.Get(h1, x, dst); err != nil {
+			return err
+		}
+		sum = balanceOf(dst)
+		if attempts == 1 {
+			require.NoError(t, mt.Move(ctx, 0, tc.addrs[2]))
+			h2 = openTable(t, ctx, a, "acct")
+			require.NoError(t, h2.Own(ctx, 0, 1))
+			require.NoError(t, updateRetry(ctx, a, func(tx *node.Tx) error {
+				f, g, err := getPair(tx, h2, x, y)
+				if err != nil {
+					return err
+				}
+				if err := tx.Put(h2, x, acctRow(balanceOf(f)-10, receivedOf(f))); err != nil {
+					return err
+				}
+				return tx.Put(h2, y, acctRow(balanceOf(g)+10, receivedOf(g)+1))
+			}))
+		}
+		if err := tx.Get(h2, y, dst); err != nil {
+			return err
+		}
+		sum += balanceOf(dst)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2*initial), sum, "the View saw x before the transfer and y after it (attempts %d)", attempts)
+}
+
+// GUARD (holds). A partition released and owned again (through another node meanwhile, which
+// cleared x) while a transaction that read it runs: the transaction's later access to it is
+// refused as replaced (route), and Update runs it again, on fresh rows.
+func TestHostileReleasedAndOwnedAgainReadThenWrittenRunsAgain(t *testing.T) {
+	ctx := testCtx(t)
+	tc, a, ta, _, x, y := twoFlagsOnOneNode(t, ctx, txnode.Durable)
+	b := tc.open(t, 0xc, "game-c:7000")
+	tb := openTable(t, ctx, b, "oncall")
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		f, g, err := getPair(tx, ta, x, y)
+		if err != nil {
+			return err
+		}
+		if attempts == 1 {
+			releaseOwnElsewhereAndBack(t, ctx, ta, tb, x)
+		}
+		if balanceOf(f) == 1 && balanceOf(g) == 1 {
+			return tx.Put(ta, x, onCall(0)) // x: the partition owned afresh
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, attempts, "run again once its table was replaced")
+	fx, fy := flags(t, ctx, a, ta, x, y)
+	require.Equal(t, [2]uint64{0, 1}, [2]uint64{fx, fy}, "the other node's clear of x kept, y untouched")
+}
+
+// releaseOwnElsewhereAndBack releases x's partition from ta, has tb (another node's handle)
+// own it and clear x then release it, and owns it again through ta.
+func releaseOwnElsewhereAndBack(t *testing.T, ctx context.Context, ta, tb *node.Table, x uint64) {
+	t.Helper()
+	p := ta.Partition(x)
+	require.NoError(t, ta.Release(ctx, p))
+	require.NoError(t, tb.Own(ctx, p))
+	require.NoError(t, tb.Put(ctx, x, onCall(0)))
+	require.NoError(t, tb.Release(ctx, p))
+	require.NoError(t, ta.Own(ctx, p))
+}
+
+// DEFECT (an error that should be a retry). The same release and Own afresh, the transaction
+// writing only the OTHER partition (one batch, on the same storage node): its commit is
+// refused (the read table's state was forgotten: no write skew), but with the forgotten
+// table's error, not the txnode.ErrConflict docs/cluster.md promises for "an Own afresh"
+// ("fails its commit with txnode.ErrConflict, and Update/View run it again"), nor the
+// *NotOwnerError Update's doc gives a grant lost before the commit: the game sees a failure
+// of a transaction over partitions it owns, and nothing tells it to retry. What should
+// happen: Update runs it again (it then sees x cleared and writes nothing).
+func TestHostileReleasedAndOwnedAgainOneBatchCommitRunsAgain(t *testing.T) {
+	ctx := testCtx(t)
+	tc, a, ta, _, x, y := twoFlagsOnOneNode(t, ctx, txnode.Durable)
+	b := tc.open(t, 0xc, "game-c:7000")
+	tb := openTable(t, ctx, b, "oncall")
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		return clearIfBoth(tx, ta, x, y, y, func() {
+			if attempts == 1 {
+				releaseOwnElsewhereAndBack(t, ctx, ta, tb, x)
+			}
+		})
+	})
+	fx, fy := flags(t, ctx, a, ta, x, y)
+	require.Equal(t, [2]uint64{0, 1}, [2]uint64{fx, fy}, "no write skew")
+	require.NoError(t, err, "run again (attempts %d)", attempts)
+}
