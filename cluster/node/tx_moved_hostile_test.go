@@ -322,3 +322,54 @@ func TestHostileReleasedAndOwnedAgainOneBatchCommitRunsAgain(t *testing.T) {
 	require.Equal(t, [2]uint64{0, 1}, [2]uint64{fx, fy}, "no write skew")
 	require.NoError(t, err, "run again (attempts %d)", attempts)
 }
+
+// GUARD (holds if it passes). A one-batch commit that wrote partition 0 through the source's
+// owned table, the partition moved away and BACK (the same grant: the switch keeps it) while
+// the transaction ran, a write made on the target meanwhile: "its storage node took the
+// batch, so the partition was not moved" would be false if the source took the old table's
+// batch when the partition came back. The source's copy that came back is another table
+// (another id): the batch is refused, and the write made meanwhile is kept.
+func TestHostileOneBatchCommitAfterMoveAwayAndBackLosesNothing(t *testing.T) {
+	t.Run("durable", func(t *testing.T) { oneBatchAwayAndBack(t, txnode.Durable) })
+	t.Run("writeback", func(t *testing.T) { oneBatchAwayAndBack(t, txnode.WriteBack) })
+}
+
+func oneBatchAwayAndBack(t *testing.T, d txnode.Durability) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, Durability: d})
+	ta := createTable(t, ctx, a, "acct", 64, 1, 1, tc.addrs[:1])
+	require.NoError(t, ta.Own(ctx, 0))
+	x := insertRow(t, ctx, ta, acctRow(initial, 0))
+	mover := tc.open(t, 0xb, "")
+	mt := openTable(t, ctx, mover, "acct")
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		dst := make([]byte, 64)
+		if err := tx.Get(ta, x, dst); err != nil {
+			return err
+		}
+		if err := tx.Put(ta, x, acctRow(balanceOf(dst)-1, receivedOf(dst))); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+			require.NoError(t, putRetry(ctx, a, ta, x, acctRow(initial+5, 0)))
+			require.NoError(t, mt.Move(ctx, 0, tc.addrs[0]))
+		}
+		return nil
+	})
+	t.Logf("outcome %v, attempts %d", err, attempts)
+	var ne *node.NotOwnerError
+	if err != nil {
+		require.True(t, errors.As(err, &ne) || errors.Is(err, txnode.ErrConflict), "a retryable refusal: %v", err)
+	}
+	dst := make([]byte, 64)
+	require.NoError(t, updateRetry(ctx, a, func(tx *node.Tx) error { return tx.Get(ta, x, dst) }))
+	if err == nil {
+		require.Equal(t, uint64(initial+5-1), balanceOf(dst), "run again over the target's write (attempts %d)", attempts)
+	} else {
+		require.Equal(t, uint64(initial+5), balanceOf(dst), "the target's write kept")
+	}
+}
