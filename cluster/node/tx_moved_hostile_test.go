@@ -373,3 +373,50 @@ func oneBatchAwayAndBack(t *testing.T, d txnode.Durability) {
 		require.Equal(t, uint64(initial+5), balanceOf(dst), "the target's write kept")
 	}
 }
+
+// GUARD (holds). A heal (the storage node's transaction node replaced) between a
+// transaction's reads and its write on that storage node: the write's route finds the
+// transaction node replaced (a conflict), and Update runs it again on the new one.
+func TestHostileHealMidTransactionOneBatchRunsAgain(t *testing.T) {
+	ctx := testCtx(t)
+	tc, a, ta, _, x, y := twoFlagsOnOneNode(t, ctx, txnode.Durable)
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		return clearIfBoth(tx, ta, x, y, y, func() {
+			if attempts == 1 {
+				require.NoError(t, node.KillDB(ctx, a, tc.addrs[0]))
+			}
+		})
+	})
+	require.NoError(t, err, "run again on the healed transaction node (attempts %d)", attempts)
+	require.Equal(t, 2, attempts)
+	fx, fy := flags(t, ctx, a, ta, x, y)
+	require.Equal(t, [2]uint64{1, 0}, [2]uint64{fx, fy})
+}
+
+// DEFECT (an error that should be a retry). The same heal after the transaction's last
+// access (its write routed, nothing touched after): the commit goes to the dead transaction
+// node and Update returns "txnode: closed" (as if the Node were closed) though the partitions
+// are owned and served by the new one. docs/cluster.md counts "a heal's new
+// transaction node" among the replacements that fail the commit with txnode.ErrConflict and
+// run it again; what should happen: Update runs it again on the new transaction node and it
+// commits (the partitions are still owned).
+func TestHostileHealAfterLastAccessOneBatchRunsAgain(t *testing.T) {
+	ctx := testCtx(t)
+	tc, a, ta, _, x, y := twoFlagsOnOneNode(t, ctx, txnode.Durable)
+	attempts := 0
+	err := a.Update(ctx, func(tx *node.Tx) error {
+		attempts++
+		if err := clearIfBoth(tx, ta, x, y, y, nil); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			require.NoError(t, node.KillDB(ctx, a, tc.addrs[0]))
+		}
+		return nil
+	})
+	require.NoError(t, err, "run again on the healed transaction node (attempts %d)", attempts)
+	fx, fy := flags(t, ctx, a, ta, x, y)
+	require.Equal(t, [2]uint64{1, 0}, [2]uint64{fx, fy})
+}
