@@ -56,6 +56,7 @@ func init() {
 		WritesHeld:   (*Table).writesHeld,
 		FlushHeld:    (*Table).flushHeld,
 		Opened:       (*DB).opened,
-		Supersede:    func(t *Table) { t.t.superseded.Store(true) },
+		Supersede:    (*Table).supersede,
+		Same:         func(a, b *Table) bool { return a != nil && b != nil && a.t == b.t },
 	})
 }

@@ -19,6 +19,17 @@ func (t *Table) holdWrites() { t.db.pipe.closeWrites(&t.t.held, true) }
 // resumeWrites ends holdWrites. Idempotent.
 func (t *Table) resumeWrites() { t.db.pipe.closeWrites(&t.t.held, false) }
 
+// supersede marks t's state superseded by by's (txncoord.Supersede): nothing but a handle of
+// one state is the same table, so two handles of one state are no replacement. It reports
+// whether it marked.
+func (t *Table) supersede(by *Table) bool {
+	if t == nil || by != nil && by.t == t.t {
+		return false
+	}
+	t.t.superseded.Store(true)
+	return true
+}
+
 // opened returns the table name as this node has it open (nil when it has not): no store
 // call, no grant taken.
 func (db *DB) opened(name string) *Table {

@@ -327,6 +327,11 @@ func (tx *Tx) serving(t *tableState) error {
 // it still holds when they are validated.
 func (tx *Tx) leasesLive() error {
 	for _, t := range tx.leased {
+		if t.superseded.Load() {
+			// Replaced (txncoord.Supersede): whatever its lease says, a conflict, run
+			// again through its successor.
+			return fmt.Errorf("%w: table %q serves its partition no more: another table does (moved, healed or owned again)", ErrConflict, t.name)
+		}
 		if err := t.serving(); err != nil {
 			return err
 		}

@@ -228,12 +228,14 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 	if err != nil {
 		t.n.log.Warn("node: an owned partition moved; owning it again on its new storage node failed",
 			"table", t.m.Name, "part", p, "to", to, "err", err)
-		t.supersede(was, nil)
+		if was != nil {
+			t.n.unpublish(t.m.Name, p, was) // the source's: it serves the partition no more
+		}
 		t.forget(p, was)
 		return db, nil
 	}
 	t.holdIfMoving(p, tb)
-	t.supersede(was, tb)
+	t.n.publish(t.m.Name, p, tb)
 	if pt.tb.CompareAndSwap(was, tb) {
 		t.heldAfterStore(p, tb)
 		if was != nil {
@@ -244,16 +246,6 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 		t.setOwned(p)
 	}
 	return db, nil
-}
-
-// supersede marks was, the source's table of a moved partition, as serving it no more
-// (txncoord.Supersede), before its successor tb (nil: none) is published: no transaction
-// then validates a read of was after a write through tb. Until then this node writes the
-// partition only through was (no other node holds its grant), so reads of it stay current.
-func (t *Table) supersede(was, tb *txnode.Table) {
-	if was != nil && was != tb {
-		txncoord.Supersede(was)
-	}
 }
 
 // followActivateTries bounds the grants a move's follow registers again with a target that

@@ -338,10 +338,8 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 		pt := &f.t.parts[f.p]
 		pt.r.CompareAndSwap(f.r, &route{addr: addr, durable: f.d, rev: f.r.rev}) // not if moved meanwhile
 		if f.o != nil {
-			if f.was != nil && f.was != f.o {
-				txncoord.Supersede(f.was) // before its successor is published (as a move's)
-			}
 			f.t.holdIfMoving(f.p, f.o)
+			n.publish(f.t.m.Name, f.p, f.o)
 			if pt.tb.CompareAndSwap(f.was, f.o) { // not if dropped meanwhile
 				f.t.heldAfterStore(f.p, f.o)
 			}

@@ -113,6 +113,9 @@ type Node struct {
 	flushReqs   sync.Map
 	flushMu     sync.Mutex
 	flushClosed bool
+
+	// pub is the owned table serving each partition (publish.go).
+	pub published
 }
 
 // storeConn is the transaction node of one storage node: dialled once (ready closed when db

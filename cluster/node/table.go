@@ -197,6 +197,7 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		}
 		for i, tb := range took {
 			t.holdIfMoving(need[i], tb)
+			t.n.publish(t.m.Name, need[i], tb)
 			pt := &t.parts[need[i]]
 			pt.tb.Store(tb)
 			pt.lost.Store(false)

@@ -404,7 +404,7 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 	}
 	if i := slices.IndexFunc(tx.touched, func(u touch) bool { return u.t == t && u.p == p }); i < 0 {
 		tx.touched = append(tx.touched, touch{t, p, part.addr, tb})
-	} else if tx.touched[i].tb != tb {
+	} else if !txncoord.Same(tx.touched[i].tb, tb) {
 		tx.err = tx.touched[i].replaced()
 		return nil, nil, tx.err
 	}
@@ -421,12 +421,12 @@ func (u touch) replaced() error {
 }
 
 // stillServed checks, once the transaction's reads are validated, that every partition it
-// touched is still served by the owned table that served it: validated there, the reads were
+// touched is still served by the owned table that served it (a handle of its state): validated there, the reads were
 // current at validation (every write of a partition goes through the table serving it).
 // The conflict of the first one replaced (touch.replaced), else nil.
 func (tx *Tx) stillServed() error {
 	for _, u := range tx.touched {
-		if u.t.parts[u.p].tb.Load() != u.tb {
+		if !txncoord.Same(u.t.parts[u.p].tb.Load(), u.tb) {
 			return u.replaced()
 		}
 	}

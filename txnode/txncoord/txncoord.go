@@ -99,12 +99,17 @@ func Opened(db *txnode.DB, name string) *txnode.Table { return fn.Opened(db, nam
 // caller), reads go on; every commit admitted before has its version once it returns, so
 // FlushHeld makes all of them durable; ResumeWrites admits them again (the move rolled back).
 
-// Supersede marks t as no longer serving its partition, for good: another table serves it
-// from now (a move's target, a heal's new transaction node). Every transaction that read t
-// fails its validation from then on (txnode.ErrConflict: run it again, through the new
-// table): nothing writes t's cache any more, so its versions prove nothing. Call it before
-// the new table is published to transactions. Any goroutine; idempotent.
-func Supersede(t *txnode.Table) { fn.Supersede(t) }
+// Supersede marks old as no longer serving its partition, for good, when by (nil: none) is
+// another table (not a handle of old's own state: Same): by serves it from now (a move's
+// target, a heal's new transaction node). Every transaction that read old fails its
+// validation from then on (txnode.ErrConflict: run it again, through by): nothing writes
+// old's cache any more, so its versions prove nothing. Call it before by is published to
+// transactions. It reports whether it marked old. Any goroutine; idempotent.
+func Supersede(old, by *txnode.Table) bool { return fn.Supersede(old, by) }
+
+// Same reports whether a and b are handles of one table state (one cache: DB.Table returns
+// a new handle each call).
+func Same(a, b *txnode.Table) bool { return fn.Same(a, b) }
 
 // HoldWrites refuses the commits that write t from now on with txnode.ErrMoved, until
 // ResumeWrites. Any goroutine; idempotent.

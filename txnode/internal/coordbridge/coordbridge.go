@@ -88,7 +88,8 @@ type Funcs[DB, Table, Tx, Row any] struct {
 	WritesHeld   func(t *Table) bool
 	FlushHeld    func(t *Table, ctx context.Context) error
 	Opened       func(db *DB, name string) *Table
-	Supersede    func(t *Table)
+	Supersede    func(old, by *Table) bool
+	Same         func(a, b *Table) bool
 }
 
 var funcs any
