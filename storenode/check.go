@@ -295,6 +295,9 @@ func (c *checker) run() (*CheckReport, error) {
 	if err := c.noteMapLogs(names, m); err != nil {
 		return nil, err
 	}
+	if err := c.checkTxnState(names, m); err != nil {
+		return nil, err
+	}
 	c.cat.init(m)
 	offs := metaTableOffsets(m)
 	byName := make(map[string]uint32, len(m.tables))

@@ -258,6 +258,13 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		}
 	}()
 
+	if snap.txnState != 0 {
+		// Fsynced here; its directory entry by syncDataFiles, before the meta names it.
+		if err := e.writeTxnState(snap.txnState, snap.txnEntries); err != nil {
+			return err
+		}
+		snap.txnEntries = nil
+	}
 	written, touched, copiedLSN, err := e.writeDirtyPages(todo)
 	if err != nil {
 		return err
@@ -284,6 +291,9 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		return err
 	}
 	e.publishedMapLog(snap, oldLog)
+	if snap.txnState != 0 {
+		e.removeTxnStates(snap.txnState)
+	}
 	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written, old)
 	e.removeDroppedFiles(gone)
 	if !replay && e.opts.Proposer == nil { // a replica's log is the group's (truncated by it, stage R6)
@@ -318,7 +328,12 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 	}
 	snap := e.snapshotMeta()
 	e.ckptCarried = 0
-	if !e.replaying && (e.txnLive() || len(e.txnForgot) > 0) {
+	if e.replicated() {
+		// A replica's log is the group's: its transaction and move states go to the
+		// checkpoint's sidecar instead of carried records (txnstate.go).
+		snap.txnState, snap.txnEntries = snap.ckptLSN, e.snapshotTxnState(snap.ckptLSN)
+	}
+	if !e.replicated() && !e.replaying && (e.txnLive() || len(e.txnForgot) > 0) {
 		carried, err := e.carryTxns()
 		if err != nil {
 			e.mu.Unlock()
@@ -326,7 +341,7 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 		}
 		e.ckptCarried = carried
 	}
-	if !e.replaying && e.moves != nil {
+	if !e.replicated() && !e.replaying && e.moves != nil {
 		carried, err := e.carryMoves()
 		if err != nil {
 			e.mu.Unlock()

@@ -75,6 +75,10 @@ type replState struct {
 	// expiring: an expiry record (kindExpired) of this leader waits for its apply; the next
 	// checkpoint proposes none (the owners it names would be named again).
 	expiring bool
+	// txnStates are the indexes of the transaction state sidecars in the directory this
+	// engine knows of: the one its meta file names and any written since (txnstate.go).
+	// Guarded by ckptMu (Open: the engine is not shared yet).
+	txnStates []uint64
 }
 
 // pendSeq is an owner's commits waiting: the highest seq proposed and how many wait.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +19,8 @@ import (
 // (catalog, grants, dedup table, page maps, checkpoint LSN); open the data files and rebuild
 // the bitmap-trees (rows present, disk pages in use) from the page maps; replay the WAL after
 // the checkpoint LSN (table creations and drops, id and ownership grants, commit batches into
-// partial cache frames, owners' seqs); remove data files no table owns.
+// partial cache frames, owners' seqs), after a replica's checkpoint's transaction state
+// sidecar (txnstate.go); remove data files no table owns and sidecars the meta does not name.
 //
 // Replay may produce more dirty pages than the cache holds; then it checkpoints between two
 // records (never inside one), so recovery keeps the cache's memory bound. The WAL replays only
@@ -81,6 +83,14 @@ func (e *Engine) recover() error {
 	}
 
 	e.replaying = true
+	if m.txnState != 0 {
+		// A replica's checkpoint: its transaction and move states (txnstate.go).
+		e.repl.txnStates = append(e.repl.txnStates[:0], m.txnState)
+		if err := e.loadTxnState(m.txnState); err != nil {
+			e.replaying = false
+			return err
+		}
+	}
 	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
 		Sync:           wal.SyncMode(e.opts.Sync),
 		Gather:         e.opts.WALGather,
@@ -218,6 +228,14 @@ func (e *Engine) removeOrphans() error {
 		return fmt.Errorf("storenode: list %s: %w", e.dir, err)
 	}
 	for _, n := range names {
+		if index, ok := parseTxnStateName(n); ok && !slices.Contains(e.repl.txnStates, index) {
+			// A sidecar the meta file does not name: an older checkpoint's not removed, or
+			// one of a checkpoint that did not publish.
+			if err := e.fs.Remove(path.Join(e.dir, n)); err != nil {
+				return fmt.Errorf("storenode: remove old transaction state %s: %w", n, err)
+			}
+			continue
+		}
 		idText, ok := strings.CutPrefix(n, "table-")
 		if !ok {
 			continue
