@@ -91,16 +91,24 @@ func (e *Engine) recover() error {
 			return err
 		}
 	}
+	after, durable, replay := e.ckptLSN, m.syncedLSN, e.replayRecord
+	if e.replicated() {
+		// A replica appends no engine record to its WAL (its records are the group's log,
+		// which re-delivers the entries after the checkpoint index: docs/replication.md 1.4),
+		// so the WAL holds none, whatever the meta's index; one that does is a standalone
+		// store's, which a replica cannot take over this way.
+		after, durable, replay = 0, 0, e.replayOnReplica
+	}
 	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
 		Sync:           wal.SyncMode(e.opts.Sync),
 		Gather:         e.opts.WALGather,
 		SegmentBytes:   e.opts.WALSegmentBytes,
 		MaxQueueBytes:  64 << 20,
 		MaxRecordBytes: walRecordBytesMax,
-		After:          e.ckptLSN,
-		DurableThrough: m.syncedLSN,
+		After:          after,
+		DurableThrough: durable,
 		SyncLatency:    &e.lat.walSync,
-	}, e.replayRecord)
+	}, replay)
 	e.replaying = false
 	if err == nil {
 		e.noteTxnReplayed()
@@ -129,7 +137,7 @@ func (e *Engine) recover() error {
 	if err := e.fs.SyncDir(path.Dir(path.Clean(e.dir))); err != nil {
 		return fmt.Errorf("storenode: open %s: sync parent dir: %w", e.dir, err)
 	}
-	if got := log.LastLSN(); got != e.lastLSN {
+	if got := log.LastLSN(); got != e.lastLSN && !e.replicated() {
 		return corrupt.Errorf("storenode: %s: WAL ends at LSN %d, replay reached %d", e.dir, got, e.lastLSN)
 	}
 	e.durableLSN = e.lastLSN
@@ -218,6 +226,14 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 	}
 	e.lastLSN = rec.LSN
 	return nil
+}
+
+// replayOnReplica refuses a WAL record found at a replica's Open: the engine of a replica
+// writes none (recover).
+func (e *Engine) replayOnReplica(rec wal.Record) error {
+	return fmt.Errorf("%w: the WAL of a replica (Options.Proposer set) holds record %d of kind %d: "+
+		"a standalone store, or one of a build before replicas kept their log apart, cannot be opened as a replica",
+		ErrNotReplicated, rec.LSN, rec.Kind)
 }
 
 // removeOrphans deletes data files that no table owns (a table dropped and checkpointed, or
