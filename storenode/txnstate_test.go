@@ -77,7 +77,6 @@ func (r *replicaTxnStore) reopen() {
 	r.g.engines[0] = r.e
 }
 
-
 // populate makes every kind of state a sidecar holds: prepared parts (one this node's as
 // primary, one of another primary), a part applied (commit) and one dropped (abort), not yet
 // reported, decisions kept (commit, abort), a forgotten decision and a frozen move.
