@@ -21,6 +21,11 @@ import (
 // LSN in the meta file atomically, and only then free the old disk pages, mark the copied
 // frames clean (unless written again since) and drop WAL segments wholly below the LSN.
 //
+// A replica's checkpoint (Options.Proposer set) carries no record after its LSN: it writes its
+// transaction and move states to the sidecar txnstate-<LSN> (txnstate.go), fsynced before any
+// page is written, its directory entry by the data files' directory fsync, and names it in the
+// meta file (version 6); the older sidecars go once that meta file is published.
+//
 // Any IO error in a checkpoint makes the engine fail-stop: nothing was published, the WAL still
 // holds everything, and a reopen recovers. Except a want of file descriptors before the meta
 // file's rename: that checkpoint is abandoned and tried again later (ckpt_defer.go).

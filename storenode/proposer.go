@@ -37,7 +37,8 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     two-phase commit, moves, checkpoint carries (stage R2b).
+//     two-phase commit, moves (stage R2b). A replica's checkpoint carries nothing in the log:
+//     it writes its transaction and move states to its sidecar (txnstate.go).
 //   - a replica expires no owner on its own clock: the leader's checkpoint proposes the
 //     expiry (proposeExpiry, kindExpired) and every replica applies it.
 //

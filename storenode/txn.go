@@ -39,7 +39,9 @@ import (
 //     (carryTxns; the prepared parts in chunks after its snapshot's hold, carryPrepared in
 //     txn_quota.go), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
-//     by at most the dirty pages of the WAL being replayed).
+//     by at most the dirty pages of the WAL being replayed). A replica's checkpoint
+//     (Options.Proposer set) carries nothing: it writes the same state to its sidecar
+//     (snapshotTxnState, txnstate.go).
 //   - the prepared parts (txnPrepared) and len(txnDecisions) are each at most
 //     Options.MaxTxns (applied parts waiting to report are bounded at a prepare,
 //     txnPartsRoom); no loop under mu visits more than O(1) entries amortized; the forgotten
