@@ -224,7 +224,7 @@ func (e *Engine) ApplyCommitted(index, id uint64, kind byte, payload []byte) err
 		return err
 	}
 	e.lastLSN = index
-	if w != nil && w.kind == kindCommit {
+	if w != nil && (w.kind == kindCommit || w.kind == kindTxnPrepare) {
 		e.commitSettled(w.owner)
 	}
 	if w != nil && w.kind == kindExpired {
@@ -329,6 +329,10 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 			t.grantLSN = index // a renewal is answered once it is applied here (registerCheck)
 		}
 		return index, nil, nil
+	case kindTxnPrepare:
+		return e.applyPrepareEntry(payload, index) // txn_repl.go
+	case kindTxnDecide:
+		return e.applyDecideEntry(payload, index)
 	case kindExpired:
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err

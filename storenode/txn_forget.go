@@ -25,7 +25,7 @@ func decisionMask(count uint16) uint64 {
 // were made up), so that no state is carried that the count contradicts. In memory only: a
 // checkpoint carries it. Caller holds mu.
 func (e *Engine) learnCount(id base.TxnID, rec *txnDecision, count int) {
-	if rec.count != 0 || count <= 0 {
+	if rec.count != 0 || count <= 0 || e.replicated() { // a replica's would be the leader's alone (txn_repl.go)
 		return
 	}
 	was := rec.allReported()

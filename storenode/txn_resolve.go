@@ -89,6 +89,11 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		e.mu.Unlock()
 		return err
 	}
+	if e.replicated() {
+		// Its applies, reports, forgot records and sweeps are not replicated yet (txn_repl.go).
+		e.mu.Unlock()
+		return nil
+	}
 	tasks := e.resolveTasks(e.opts.Now())
 	e.sweepTxnDecisions()
 	e.mu.Unlock()

@@ -1,0 +1,219 @@
+package storenode
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/corrupt"
+	"github.com/weftdb/weft/storenode/wal"
+)
+
+// Two-phase commit on a replica (docs/replication.md 1.2; proposer.go): a prepare (kind 8)
+// and a decision (kind 9) are checked on the leader and proposed; every replica applies them
+// in ApplyCommitted, rechecked against its applied state alone.
+//
+// Invariants:
+//   - what decides an entry's outcome at apply is the applied state only, so every replica
+//     decides alike: a prepare's dedup window (a seq applied is answered from it, never
+//     prepared twice), fences, locks, seq order, the part or the primary's abort already
+//     there, the bounds on parts, bytes and the owner's quota; a decision's compare-and-set
+//     (the first decision applied is the one kept; a later entry is answered with it) and
+//     the bound on decisions kept.
+//   - what is decided on a clock is decided on the leader before it proposes (D3): a
+//     prepare refused for a decision this primary forgot, or for an abort applied here before
+//     it came (txnAborted: the leader's soft state, as ApplyTxn of an unknown id logs
+//     nothing), both within Options.TxnAbortKeep; a decision's lease check in etcd.
+//   - a replica sweeps no decision and learns no count on its own (sweepTxnDecisions and
+//     learnCount change kept decisions on the engine clock, or in memory only): those wait
+//     for their kind-19 entries. Applies (11), reports (10), forgot records (12) and the
+//     resolver are not replicated yet: ErrNotReplicated, and a replica's resolver does
+//     nothing (ResolveTxns).
+//   - a part's at (TxnsInDoubt) is each replica's own clock at apply: soft state.
+
+// prepareProposed is prepareLocked under a Proposer, mu held: checked against the applied
+// state plus the owner's commits and prepares proposed (a seq gap waits, at most
+// Options.SeqGapWait), proposed, and answered once applied (mu released meanwhile) with the
+// index of the entry that prepared it (a retry: of the first).
+func (e *Engine) prepareProposed(p *base.TxnPrepare, hash uint64) (uint64, error) {
+	b := p.Batch
+	var gapDeadline time.Time
+	for {
+		if e.closed {
+			return 0, ErrClosed
+		}
+		if err := e.checkLeader(); err != nil {
+			return 0, err
+		}
+		o := e.owners[b.Owner]
+		if o != nil && b.Seq <= o.lastSeq {
+			lsn, err := o.retried(b, hash)
+			if err != nil {
+				return 0, err
+			}
+			e.stats.retried.Add(1)
+			return lsn, nil
+		}
+		if err := e.failure(); err != nil {
+			return 0, err
+		}
+		if err := e.checkBatch(b); err != nil {
+			e.noteRefused(b.Owner, o, b.Seq)
+			return 0, err
+		}
+		if err := e.moveDrains(b); err != nil {
+			e.noteRefused(b.Owner, o, b.Seq)
+			return 0, err
+		}
+		if o == nil {
+			if err := e.freshRefusedGap(b.Owner, b.Seq); err != nil {
+				return 0, err
+			}
+		}
+		ps, pending := e.repl.seqs[b.Owner]
+		last, known := ps.seq, pending
+		if o != nil {
+			last, known = max(last, o.lastSeq), true
+		}
+		if !known || b.Seq <= last+1 {
+			break
+		}
+		if o != nil {
+			if err := o.refusedGap(b.Seq); err != nil {
+				return 0, err
+			}
+		}
+		if gapDeadline.IsZero() {
+			gapDeadline = time.Now().Add(e.opts.SeqGapWait)
+			timer := time.AfterFunc(e.opts.SeqGapWait, e.wake)
+			defer timer.Stop()
+		}
+		if !time.Now().Before(gapDeadline) {
+			return 0, fmt.Errorf("%w: batch seq %d, last applied or proposed %d", ErrSeqGap, b.Seq, last)
+		}
+		e.gapWaiters++
+		e.cond.Wait()
+		e.gapWaiters--
+	}
+	if err := e.prepareAdmits(p.Txn, p.Primary, b, prepareSize(p), true); err != nil {
+		return 0, err
+	}
+	rec, _, err := e.preparePart(p, hash)
+	if err != nil {
+		return 0, err
+	}
+	type outcome struct {
+		index uint64
+		err   error
+	}
+	ch := make(chan outcome, 1)
+	e.onePiece[0] = wal.Piece{Bytes: rec}
+	err = e.propose(kindTxnPrepare, e.onePiece[:], true, &proposal{owner: b.Owner, done: func(index uint64, err error) { ch <- outcome{index, err} }})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		return 0, err
+	}
+	if e.repl.seqs == nil {
+		e.repl.seqs = make(map[uint64]pendSeq)
+	}
+	ps := e.repl.seqs[b.Owner]
+	e.repl.seqs[b.Owner] = pendSeq{seq: max(ps.seq, b.Seq), n: ps.n + 1}
+	e.mu.Unlock()
+	r := <-ch
+	e.mu.Lock()
+	return r.index, r.err
+}
+
+// applyPrepareEntry applies a committed prepare entry at index, decided on the applied state
+// alone (see the file doc). Caller holds mu.
+func (e *Engine) applyPrepareEntry(payload []byte, index uint64) (uint64, error, error) {
+	var pr txnPrepareRecord
+	if err := decodeTxnPrepareRecord(payload, &pr); err != nil {
+		return 0, nil, err
+	}
+	c := &pr.commit
+	if c.owner == 0 || c.owner == MoveWriter || c.seq == 0 {
+		return 0, nil, corrupt.Errorf("storenode: apply entry %d: prepare of owner %d seq %d", index, c.owner, c.seq)
+	}
+	b := &base.Batch{Owner: c.owner, Seq: c.seq, Fences: c.fences, Segments: c.segments}
+	o := e.owners[b.Owner]
+	if o != nil && b.Seq <= o.lastSeq {
+		e.stats.retried.Add(1)
+		lsn, err := o.retried(b, c.hash)
+		return lsn, err, nil
+	}
+	if err := e.checkBatch(b); err != nil {
+		return 0, err, nil
+	}
+	if o != nil && b.Seq != o.lastSeq+1 {
+		return 0, fmt.Errorf("%w: batch seq %d, last applied %d", ErrSeqGap, b.Seq, o.lastSeq), nil
+	}
+	for i := range c.rowBytes {
+		if t := e.tables[b.Segments[i].Table]; t.geo.RowBytes() != c.rowBytes[i] {
+			return 0, fmt.Errorf("%w: table %q has rows of %d bytes, the batch %d", ErrRowSize, t.name, t.geo.RowBytes(), c.rowBytes[i]), nil
+		}
+	}
+	if err := e.prepareAdmits(pr.id, pr.primary, b, len(payload), false); err != nil {
+		return 0, err, nil
+	}
+	rec := append([]byte(nil), payload...) // the log's buffer is not ours
+	if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
+		return 0, nil, err
+	}
+	part := &txnPart{id: pr.id, lease: pr.lease, primary: pr.primary, index: pr.index, hash: c.hash, lsn: index, at: e.opts.Now(), rec: rec,
+		batch: base.Batch{Owner: c.owner, Seq: c.seq, Fences: pr.commit.fences, Segments: pr.commit.segments}}
+	e.applyPrepare(part)
+	return index, nil, nil
+}
+
+// decideProposed is decideLocked's record under a Proposer, mu held, its checks made: the
+// decision is proposed and the decision kept once it is applied returned (mu released
+// meanwhile): d, or the one an entry applied first recorded.
+func (e *Engine) decideProposed(id base.TxnID, lease int64, d base.Decision, count int) (txnDecision, error) {
+	if err := e.checkLeader(); err != nil {
+		return txnDecision{}, err
+	}
+	ch := make(chan error, 1)
+	e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d, uint16(count), lease, 0)
+	e.onePiece[0] = wal.Piece{Bytes: e.scratch}
+	err := e.propose(kindTxnDecide, e.onePiece[:], true, &proposal{done: func(_ uint64, err error) { ch <- err }})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		return txnDecision{}, err
+	}
+	e.mu.Unlock()
+	err = <-ch
+	e.mu.Lock()
+	if err != nil {
+		return txnDecision{}, err
+	}
+	if rec := e.txnDecisions[id]; rec != nil {
+		return *rec, nil
+	}
+	if f, ok := e.forgottenLocked(id); ok {
+		return f, nil
+	}
+	return txnDecision{}, fmt.Errorf("%w: decision of %v applied, then forgotten before it was answered", ErrUnknownOutcome, id)
+}
+
+// applyDecideEntry applies a committed decide entry at index: the first decision of an id
+// applied is kept (a later entry of it changes nothing and is answered with the kept one);
+// a new one past Options.MaxTxns kept is refused. Caller holds mu.
+func (e *Engine) applyDecideEntry(payload []byte, index uint64) (uint64, error, error) {
+	id, d, count, lease, reported, err := decodeTxnDecideRecord(payload)
+	if err != nil {
+		return 0, nil, err
+	}
+	if reported != 0 {
+		return 0, nil, corrupt.Errorf("storenode: apply entry %d: a decision proposed with reports %#x", index, reported)
+	}
+	if rec := e.txnDecisions[id]; rec != nil {
+		return rec.lsn, nil, nil
+	}
+	if len(e.txnDecisions) >= e.opts.MaxTxns {
+		return 0, fmt.Errorf("%w: %d decisions kept", ErrTxnBusy, len(e.txnDecisions)), nil
+	}
+	e.applyDecide(id, d, count, lease, 0, index)
+	e.startResolver()
+	return index, nil, nil
+}

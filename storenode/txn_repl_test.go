@@ -1,0 +1,210 @@
+package storenode
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/vfs"
+)
+
+// replTxnGroup is three replicas of a memGroup with table "bank" (rows of 64 bytes) held by
+// testOwner with one page of ids, for the replicated two-phase commit tests.
+type replTxnGroup struct {
+	t     *testing.T
+	g     *memGroup
+	fss   []*vfs.FaultFS
+	table uint32
+	epoch uint64
+	seq   uint64
+}
+
+func replOptions(g *memGroup, fs vfs.FS, i int) Options {
+	return Options{Dir: "db", FS: fs, Logger: quietLogger, CheckpointInterval: -1, TxnResolveInterval: -1,
+		OwnerExpiry: time.Hour, Proposer: &memProposer{g: g, self: i}}
+}
+
+func newReplTxnGroup(t *testing.T) *replTxnGroup {
+	r := &replTxnGroup{t: t, g: newMemGroup(t, 3)}
+	for i := range r.g.engines {
+		fs := vfs.NewFaultFS()
+		r.fss = append(r.fss, fs)
+		r.g.engines[i] = openEngine(t, replOptions(r.g, fs, i))
+		e := r.g.engines[i]
+		t.Cleanup(func() { e.Close() })
+	}
+	r.g.changeLeader(0)
+	e := r.g.engines[0]
+	var info base.TableInfo
+	require.NoError(t, r.g.call(func() (err error) { info, err = e.CreateTable("bank", 64); return err }))
+	var gr base.Grant
+	require.NoError(t, r.g.call(func() (err error) { gr, err = e.Acquire(info.ID, testOwner, 0); return err }))
+	require.NoError(t, r.g.call(func() error { _, _, err := e.AllocIDs(info.ID, testOwner, gr.Epoch, 1); return err }))
+	r.table, r.epoch = info.ID, gr.Epoch
+	r.g.drain()
+	return r
+}
+
+func (r *replTxnGroup) leader() *Engine {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.g.engines[r.g.leader]
+}
+
+// prep is a prepare of testOwner's next seq writing row to v.
+func (r *replTxnGroup) prep(id base.TxnID, primary string, index uint16, row, v uint64) *base.TxnPrepare {
+	r.seq++
+	return &base.TxnPrepare{Txn: id, Lease: 99, Primary: primary, Index: index, Batch: &base.Batch{Owner: testOwner, Seq: r.seq,
+		Fences: []base.Fence{{Table: r.table, Epoch: r.epoch}}, Segments: []base.Segment{oneRow(r.table, row, row64(v))}}}
+}
+
+// prepare proposes p on e, committing and applying everything proposed until it returns.
+func (r *replTxnGroup) prepare(e *Engine, p *base.TxnPrepare) (uint64, error) {
+	var lsn uint64
+	err := r.g.call(func() (err error) { lsn, err = e.PrepareTxn(p); return err })
+	return lsn, err
+}
+
+func (r *replTxnGroup) decide(e *Engine, id base.TxnID, d base.Decision, count int) (base.Decision, error) {
+	var got base.Decision
+	err := r.g.call(func() (err error) { got, err = e.DecideTxn(context.Background(), id, 99, d, count); return err })
+	return got, err
+}
+
+// async runs fn on a goroutine once the group's proposal signal is drained, and waits until
+// fn proposed (its entry is in the tail, not committed): two calls so run propose before
+// either applies.
+func (r *replTxnGroup) async(fn func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case <-r.g.proposed:
+	case err := <-done:
+		r.t.Fatalf("returned before it proposed: %v", err)
+	case <-time.After(10 * time.Second): // a bound, not a synchronisation
+		r.t.Fatal("nothing proposed")
+	}
+	return done
+}
+
+// requireAgree requires every replica to hold the same state (all entries applied).
+func (r *replTxnGroup) requireAgree(msg string) []string {
+	r.g.drain()
+	want := captureReplayState(r.t, r.g.engines[0])
+	for i, e := range r.g.engines[1:] {
+		requireSameLines(r.t, want, captureReplayState(r.t, e), msg+": replica "+string(rune('1'+i)))
+	}
+	return want
+}
+
+// TestReplicatedPrepareDecide: prepares and decisions proposed on the leader are applied on
+// every replica alike: a retry is answered from the dedup window, an entry delivered twice is
+// applied once, a prepare of locked rows proposed before the lock applied is refused at apply
+// (everywhere), of two decisions proposed for one transaction the first applied is kept and
+// the second's caller told so; followers refuse with ErrNotLeader; a new leader prepares on;
+// a replica rebuilt from the log and one reopened from its checkpoint (txnstate) agree.
+func TestReplicatedPrepareDecide(t *testing.T) {
+	r := newReplTxnGroup(t)
+	e := r.leader()
+	a := r.prep(txnID(1), "", 0, 1, 10)
+	lsn, err := r.prepare(e, a)
+	require.NoError(t, err)
+	for i, x := range r.g.engines {
+		require.True(t, x.TxnStatus(txnID(1)).Prepared, "replica %d", i)
+	}
+	again, err := r.prepare(e, a) // a retry: the dedup window answers
+	require.NoError(t, err)
+	require.Equal(t, lsn, again)
+	_, err = e.CommitWait(&base.Batch{Owner: testOwner, Seq: r.seq + 1, Fences: []base.Fence{{Table: r.table, Epoch: r.epoch}},
+		Segments: []base.Segment{oneRow(r.table, 1, row64(5))}})
+	require.ErrorIs(t, err, ErrTxnLocked)
+
+	// An entry delivered twice: the second copy is answered from the window.
+	b := r.prep(txnID(2), "primary:1", 1, 2, 20)
+	done := r.async(func() error { _, err := e.PrepareTxn(b); return err })
+	r.g.commit(math.MaxInt, func() bool { return true })
+	for i := range r.g.engines {
+		r.g.apply(i, math.MaxInt)
+	}
+	require.NoError(t, <-done)
+
+	// Two prepares of one row, both proposed before either applied: the second is refused
+	// at apply, on every replica.
+	c, d := r.prep(txnID(3), "primary:1", 0, 3, 30), r.prep(txnID(4), "primary:1", 0, 3, 40)
+	doneC := r.async(func() error { _, err := e.PrepareTxn(c); return err })
+	doneD := r.async(func() error { _, err := e.PrepareTxn(d); return err })
+	r.g.drain()
+	require.NoError(t, <-doneC)
+	require.ErrorIs(t, <-doneD, ErrTxnLocked)
+	r.seq-- // d's seq was refused: the next prepare takes it
+	for i, x := range r.g.engines {
+		require.True(t, x.TxnStatus(txnID(3)).Prepared, "replica %d", i)
+		require.False(t, x.TxnStatus(txnID(4)).Prepared, "replica %d", i)
+	}
+
+	// Decisions: the compare-and-set at apply.
+	got, err := r.decide(e, txnID(1), base.DecisionCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, base.DecisionCommit, got)
+	got, err = r.decide(e, txnID(1), base.DecisionAbort, 2)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	require.Equal(t, base.DecisionCommit, got)
+	_, err = r.prepare(e, r.prep(txnID(5), "", 0, 5, 50))
+	require.NoError(t, err)
+	commitDone := r.async(func() error { _, err := e.DecideTxn(context.Background(), txnID(5), 99, base.DecisionCommit, 1); return err })
+	abortDone := r.async(func() error { _, err := e.DecideTxn(context.Background(), txnID(5), 99, base.DecisionAbort, 1); return err })
+	r.g.drain()
+	require.NoError(t, <-commitDone)
+	require.ErrorIs(t, <-abortDone, ErrTxnDecided)
+	for i, x := range r.g.engines {
+		require.Equal(t, base.DecisionCommit, x.TxnStatus(txnID(1)).Primary, "replica %d", i)
+		require.Equal(t, base.DecisionCommit, x.TxnStatus(txnID(5)).Primary, "replica %d", i)
+	}
+
+	// Followers refuse; applying a decision is not replicated yet.
+	f := r.g.engines[1]
+	_, err = f.PrepareTxn(r.prep(txnID(6), "", 0, 6, 60))
+	require.ErrorIs(t, err, ErrNotLeader)
+	r.seq--
+	_, err = f.DecideTxn(context.Background(), txnID(1), 99, base.DecisionCommit, 2)
+	require.ErrorIs(t, err, ErrNotLeader)
+	require.ErrorIs(t, e.ApplyTxn(txnID(3), base.DecisionCommit), ErrNotReplicated)
+	state := r.requireAgree("after the first leader")
+
+	// A new leader goes on from the applied state.
+	r.g.changeLeader(1)
+	_, err = r.prepare(f, r.prep(txnID(7), "primary:2", 2, 7, 70))
+	require.NoError(t, err)
+	_, err = r.decide(f, txnID(3), base.DecisionAbort, 0) // not prepared here as primary: no record
+	require.NoError(t, err)
+	state = r.requireAgree("after a leader change")
+	require.NotEqual(t, len(state), 0)
+
+	// A replica rebuilt from the whole log agrees.
+	fresh := openEngine(t, replOptions(r.g, vfs.NewFaultFS(), 3))
+	defer fresh.Close()
+	for index := uint64(1); ; index++ {
+		ent, ok := r.g.entry(index)
+		if !ok {
+			break
+		}
+		require.NoError(t, fresh.ApplyCommitted(index, 0, ent.kind, ent.payload), "entry %d", index)
+	}
+	requireSameLines(t, state, captureReplayState(t, fresh), "a replica rebuilt from the log")
+
+	// A replica reopened from its checkpoint (its sidecar) agrees, and applies on.
+	x := r.g.engines[2]
+	require.NoError(t, x.Checkpoint())
+	require.NoError(t, x.Close())
+	x = openEngine(t, replOptions(r.g, r.fss[2], 2))
+	defer x.Close()
+	r.g.engines[2] = x
+	requireSameLines(t, state, captureReplayState(t, x), "a replica reopened from its checkpoint")
+	_, err = r.prepare(f, r.prep(txnID(8), "", 0, 8, 80))
+	require.NoError(t, err)
+	r.requireAgree("after the reopened replica applied on")
+}
