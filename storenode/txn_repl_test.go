@@ -155,8 +155,14 @@ func TestReplicatedPrepareDecide(t *testing.T) {
 	require.Equal(t, base.DecisionCommit, got)
 	_, err = r.prepare(e, r.prep(txnID(5), "", 0, 5, 50))
 	require.NoError(t, err)
-	commitDone := r.async(func() error { _, err := e.DecideTxn(context.Background(), txnID(5), 99, base.DecisionCommit, 1); return err })
-	abortDone := r.async(func() error { _, err := e.DecideTxn(context.Background(), txnID(5), 99, base.DecisionAbort, 1); return err })
+	commitDone := r.async(func() error {
+		_, err := e.DecideTxn(context.Background(), txnID(5), 99, base.DecisionCommit, 1)
+		return err
+	})
+	abortDone := r.async(func() error {
+		_, err := e.DecideTxn(context.Background(), txnID(5), 99, base.DecisionAbort, 1)
+		return err
+	})
 	r.g.drain()
 	require.NoError(t, <-commitDone)
 	require.ErrorIs(t, <-abortDone, ErrTxnDecided)
