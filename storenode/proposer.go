@@ -333,6 +333,10 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		return e.applyPrepareEntry(payload, index) // txn_repl.go
 	case kindTxnDecide:
 		return e.applyDecideEntry(payload, index)
+	case kindTxnApply:
+		return e.applyApplyEntry(payload, index)
+	case kindTxnReported:
+		return e.applyReportedEntry(payload, index)
 	case kindExpired:
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err

@@ -224,12 +224,18 @@ func (e *Engine) reportLocked(id base.TxnID, index uint16) (uint64, error) {
 	if err := e.usable(); err != nil {
 		return 0, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return 0, err
+	}
 	rec := e.txnDecisions[id]
 	if rec == nil || rec.reported&(1<<index) != 0 {
 		return e.lastLSN, nil // the record that noted it (or forgot id) is at most this
 	}
 	if rec.count > 0 && index >= rec.count {
 		return 0, fmt.Errorf("%w: transaction %v: report of participant %d of %d", ErrMalformed, id, index, rec.count)
+	}
+	if e.replicated() {
+		return e.reportProposed(id, index) // txn_repl.go
 	}
 	e.scratch = appendTxnReportedRecord(e.scratch[:0], id, index)
 	lsn, err := e.appendRecord(kindTxnReported, e.scratch, true, noAck)

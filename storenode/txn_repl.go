@@ -26,9 +26,9 @@ import (
 //     nothing), both within Options.TxnAbortKeep; a decision's lease check in etcd.
 //   - a replica sweeps no decision and learns no count on its own (sweepTxnDecisions and
 //     learnCount change kept decisions on the engine clock, or in memory only): those wait
-//     for their kind-19 entries. Applies (11), reports (10), forgot records (12) and the
-//     resolver are not replicated yet: ErrNotReplicated, and a replica's resolver does
-//     nothing (ResolveTxns).
+//     for their kind-19 entries. A decision's apply (11) and a participant's report (10) are
+//     proposed and applied as prepares are; forgot records (12) and the resolver are not
+//     replicated yet: a replica's resolver does nothing (ResolveTxns).
 //   - a part's at (TxnsInDoubt) is each replica's own clock at apply: soft state.
 
 // prepareProposed is prepareLocked under a Proposer, mu held: checked against the applied
@@ -173,18 +173,8 @@ func (e *Engine) decideProposed(id base.TxnID, lease int64, d base.Decision, cou
 	if err := e.checkLeader(); err != nil {
 		return txnDecision{}, err
 	}
-	ch := make(chan error, 1)
 	e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d, uint16(count), lease, 0)
-	e.onePiece[0] = wal.Piece{Bytes: e.scratch}
-	err := e.propose(kindTxnDecide, e.onePiece[:], true, &proposal{done: func(_ uint64, err error) { ch <- err }})
-	e.onePiece[0] = wal.Piece{}
-	if err != nil {
-		return txnDecision{}, err
-	}
-	e.mu.Unlock()
-	err = <-ch
-	e.mu.Lock()
-	if err != nil {
+	if _, err := e.proposeWait(kindTxnDecide, e.scratch); err != nil {
 		return txnDecision{}, err
 	}
 	if rec := e.txnDecisions[id]; rec != nil {
@@ -215,5 +205,127 @@ func (e *Engine) applyDecideEntry(payload []byte, index uint64) (uint64, error, 
 	}
 	e.applyDecide(id, d, count, lease, 0, index)
 	e.startResolver()
+	return index, nil, nil
+}
+
+// proposeWait proposes a forced one-piece record and waits for its outcome, mu released
+// meanwhile: the index it names, or the refusal decided at apply. Caller holds mu; it is held
+// again on return.
+func (e *Engine) proposeWait(kind byte, payload []byte) (uint64, error) {
+	type outcome struct {
+		index uint64
+		err   error
+	}
+	ch := make(chan outcome, 1)
+	e.onePiece[0] = wal.Piece{Bytes: payload}
+	err := e.propose(kind, e.onePiece[:], true, &proposal{done: func(index uint64, err error) { ch <- outcome{index, err} }})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		return 0, err
+	}
+	e.mu.Unlock()
+	r := <-ch
+	e.mu.Lock()
+	return r.index, r.err
+}
+
+// applyTxnProposed is applyTxnLocked under a Proposer, mu held: an unknown id's abort is
+// remembered on the leader (txnAborted: soft state), a part's decision applied before is
+// answered, else the apply is proposed and answered once applied.
+func (e *Engine) applyTxnProposed(id base.TxnID, d base.Decision) (uint64, error) {
+	if err := e.usable(); err != nil {
+		return 0, err
+	}
+	if err := e.checkLeader(); err != nil {
+		return 0, err
+	}
+	p := e.txnParts[id]
+	switch {
+	case p == nil:
+		if d == base.DecisionAbort {
+			e.noteAbortedUnprepared(id)
+		}
+		return 0, nil
+	case p.decision == d:
+		return p.lsn, nil
+	case p.decision != base.DecisionNone:
+		return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, id, p.decision)
+	}
+	e.scratch = appendTxnApplyRecord(e.scratch[:0], id, d, p.index, p.primary)
+	return e.proposeWait(kindTxnApply, e.scratch)
+}
+
+// applyApplyEntry applies a committed apply entry at index to the part it names, if still
+// prepared (commit: frames reserved first, waiting for a checkpoint if the cache is full); a
+// part applied before answers with its apply's index, or ErrTxnDecided for the other
+// decision; an unknown id changes nothing. Caller holds mu; it may wait with mu released.
+func (e *Engine) applyApplyEntry(payload []byte, index uint64) (uint64, error, error) {
+	id, d, _, _, err := decodeTxnApplyRecord(payload)
+	if err != nil {
+		return 0, nil, err
+	}
+	for {
+		p := e.txnParts[id]
+		switch {
+		case p == nil:
+			return index, nil, nil // applied, reported and forgotten since the proposal
+		case p.decision == d:
+			return p.lsn, nil, nil
+		case p.decision != base.DecisionNone:
+			return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, id, p.decision), nil
+		}
+		if d == base.DecisionCommit {
+			room, err := e.reserveFrames(&p.batch)
+			if err != nil {
+				return 0, nil, err
+			}
+			if !room {
+				// Full of dirty pages: wait for a checkpoint to clean some, as a commit does.
+				gen := e.ckptGen
+				e.trig.stalled = true
+				e.requestCheckpoint()
+				for e.ckptGen == gen && e.usable() == nil {
+					e.cond.Wait()
+				}
+				if err := e.usable(); err != nil {
+					return 0, nil, err
+				}
+				continue // the part is looked up again: mu was released
+			}
+		}
+		e.finishPart(p, d, index)
+		if e.cachePressure() {
+			e.requestCheckpoint()
+		}
+		return index, nil, nil
+	}
+}
+
+// reportProposed is reportLocked under a Proposer, mu held, id's decision kept and the
+// report new: the report is proposed and answered once applied.
+func (e *Engine) reportProposed(id base.TxnID, index uint16) (uint64, error) {
+	if err := e.checkLeader(); err != nil {
+		return 0, err
+	}
+	e.scratch = appendTxnReportedRecord(e.scratch[:0], id, index)
+	return e.proposeWait(kindTxnReported, e.scratch)
+}
+
+// applyReportedEntry applies a committed report entry at index: noted if id's decision is
+// kept and the report new and within its count (a commit every participant reported is
+// forgotten, as live); else nothing changes. Caller holds mu.
+func (e *Engine) applyReportedEntry(payload []byte, index uint64) (uint64, error, error) {
+	id, n, err := decodeTxnReportedRecord(payload)
+	if err != nil {
+		return 0, nil, err
+	}
+	rec := e.txnDecisions[id]
+	if rec == nil || rec.reported&(1<<n) != 0 {
+		return index, nil, nil
+	}
+	if rec.count > 0 && n >= rec.count {
+		return 0, fmt.Errorf("%w: transaction %v: report of participant %d of %d", ErrMalformed, id, n, rec.count), nil
+	}
+	e.noteReported(id, rec, n)
 	return index, nil, nil
 }

@@ -2,6 +2,7 @@ package storenode
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -96,17 +97,19 @@ func (r *replTxnGroup) requireAgree(msg string) []string {
 	r.g.drain()
 	want := captureReplayState(r.t, r.g.engines[0])
 	for i, e := range r.g.engines[1:] {
-		requireSameLines(r.t, want, captureReplayState(r.t, e), msg+": replica "+string(rune('1'+i)))
+		requireSameLines(r.t, want, captureReplayState(r.t, e), fmt.Sprintf("%s: replica %d", msg, i+1))
 	}
 	return want
 }
 
-// TestReplicatedPrepareDecide: prepares and decisions proposed on the leader are applied on
-// every replica alike: a retry is answered from the dedup window, an entry delivered twice is
-// applied once, a prepare of locked rows proposed before the lock applied is refused at apply
-// (everywhere), of two decisions proposed for one transaction the first applied is kept and
-// the second's caller told so; followers refuse with ErrNotLeader; a new leader prepares on;
-// a replica rebuilt from the log and one reopened from its checkpoint (txnstate) agree.
+// TestReplicatedPrepareDecide: prepares, decisions, applies and reports proposed on the
+// leader are applied on every replica alike: a retry is answered from the dedup window, an
+// entry delivered twice is applied once, a prepare of locked rows proposed before the lock
+// applied is refused at apply (everywhere), of two decisions (or applies) proposed for one
+// transaction the first applied is kept and the second's caller told so, a commit every
+// participant reported is forgotten everywhere; followers refuse with ErrNotLeader; a new
+// leader prepares on; a replica rebuilt from the log and one reopened from its checkpoint
+// (txnstate) agree.
 func TestReplicatedPrepareDecide(t *testing.T) {
 	r := newReplTxnGroup(t)
 	e := r.leader()
@@ -178,7 +181,39 @@ func TestReplicatedPrepareDecide(t *testing.T) {
 	r.seq--
 	_, err = f.DecideTxn(context.Background(), txnID(1), 99, base.DecisionCommit, 2)
 	require.ErrorIs(t, err, ErrNotLeader)
-	require.ErrorIs(t, e.ApplyTxn(txnID(3), base.DecisionCommit), ErrNotReplicated)
+	require.ErrorIs(t, f.ApplyTxn(txnID(3), base.DecisionAbort), ErrNotLeader)
+	require.ErrorIs(t, f.ReportTxn(txnID(1), 0), ErrNotLeader)
+
+	// Applies and reports: the primary's own part commits, a part aborts (again: answered,
+	// the other decision: refused); two applies of one part proposed at once, the first
+	// applied wins; the primary's commit is forgotten once both participants reported.
+	apply := func(id base.TxnID, d base.Decision) error {
+		return r.g.call(func() error { return e.ApplyTxn(id, d) })
+	}
+	require.NoError(t, apply(txnID(1), base.DecisionCommit))
+	require.NoError(t, apply(txnID(3), base.DecisionAbort))
+	require.NoError(t, apply(txnID(3), base.DecisionAbort))
+	require.ErrorIs(t, apply(txnID(3), base.DecisionCommit), ErrTxnDecided)
+	commitApply := r.async(func() error { return e.ApplyTxn(txnID(2), base.DecisionCommit) })
+	abortApply := r.async(func() error { return e.ApplyTxn(txnID(2), base.DecisionAbort) })
+	r.g.drain()
+	require.NoError(t, <-commitApply)
+	require.ErrorIs(t, <-abortApply, ErrTxnDecided)
+	require.NoError(t, r.g.call(func() error { return e.ReportTxn(txnID(1), 0) }))
+	require.NoError(t, r.g.call(func() error { return e.ReportTxn(txnID(1), 1) }))
+	r.g.drain()
+	for i, x := range r.g.engines {
+		for row, want := range map[uint64]uint64{1: 10, 2: 20} {
+			got, ok := readRow(t, x, r.table, row)
+			require.True(t, ok, "replica %d row %d", i, row)
+			require.Equal(t, want, uint64FromRow(got), "replica %d row %d", i, row)
+		}
+		_, ok := readRow(t, x, r.table, 3)
+		require.False(t, ok, "replica %d: the aborted part's row", i)
+		require.Equal(t, base.DecisionCommit, x.TxnStatus(txnID(1)).Applied, "replica %d", i)
+		require.Equal(t, base.DecisionNone, x.TxnStatus(txnID(1)).Primary, "replica %d: the reported commit is kept", i)
+		require.Equal(t, base.DecisionAbort, x.TxnStatus(txnID(3)).Applied, "replica %d", i)
+	}
 	state := r.requireAgree("after the first leader")
 
 	// A new leader goes on from the applied state.
@@ -205,12 +240,20 @@ func TestReplicatedPrepareDecide(t *testing.T) {
 	// A replica reopened from its checkpoint (its sidecar) agrees, and applies on.
 	x := r.g.engines[2]
 	require.NoError(t, x.Checkpoint())
+	before := sidecarState(captureReplayState(t, x)) // after it: the page maps are in the meta
 	require.NoError(t, x.Close())
 	x = openEngine(t, replOptions(r.g, r.fss[2], 2))
 	defer x.Close()
 	r.g.engines[2] = x
-	requireSameLines(t, state, captureReplayState(t, x), "a replica reopened from its checkpoint")
+	requireSameLines(t, before, sidecarState(captureReplayState(t, x)), "a replica reopened from its checkpoint")
 	_, err = r.prepare(f, r.prep(txnID(8), "", 0, 8, 80))
 	require.NoError(t, err)
-	r.requireAgree("after the reopened replica applied on")
+	r.g.drain()
+	for _, x := range r.g.engines {
+		require.NoError(t, x.Checkpoint()) // every page map in its meta, as the reopened one's
+	}
+	want := sidecarState(captureReplayState(t, r.g.engines[0]))
+	for i, x := range r.g.engines[1:] {
+		requireSameLines(t, want, sidecarState(captureReplayState(t, x)), fmt.Sprintf("after the reopened replica applied on: replica %d", i+1))
+	}
 }
