@@ -337,6 +337,11 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		return e.applyApplyEntry(payload, index)
 	case kindTxnReported:
 		return e.applyReportedEntry(payload, index)
+	case kindTxnForgot:
+		if err := decodeTxnForgotRecord(payload, e.applyForgot); err != nil {
+			return 0, nil, err
+		}
+		return index, nil, nil
 	case kindExpired:
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err

@@ -66,7 +66,9 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 	for i := range tasks {
 		t := &tasks[i]
 		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != base.DecisionNone {
-			e.applyForgot(t.id)
+			if !e.replicated() { // a replica forgets at the entry's apply
+				e.applyForgot(t.id)
+			}
 			ids = append(ids, t.id)
 		}
 	}
@@ -75,6 +77,11 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 		return 0
 	}
 	assert.That(len(ids) <= txnForgotIDsMax, "storenode: forgot record bound")
+	if e.replicated() {
+		e.proposeForgot(ids) // txn_repl.go
+		e.mu.Unlock()
+		return len(ids)
+	}
 	if e.usable() == nil {
 		e.scratch = appendTxnForgotRecord(e.scratch[:0], ids)
 		// An error fails the engine (appendRecord); the parts are forgotten in memory anyway,

@@ -27,8 +27,9 @@ import (
 //   - a replica sweeps no decision and learns no count on its own (sweepTxnDecisions and
 //     learnCount change kept decisions on the engine clock, or in memory only): those wait
 //     for their kind-19 entries. A decision's apply (11) and a participant's report (10) are
-//     proposed and applied as prepares are; forgot records (12) and the resolver are not
-//     replicated yet: a replica's resolver does nothing (ResolveTxns).
+//     proposed and applied as prepares are; the resolver runs on the leader only
+//     (ResolveTxns), through the same calls, and proposes its forgot records (12, not
+//     forced, nobody waits: lost with a leadership, the parts are reported again).
 //   - a part's at (TxnsInDoubt) is each replica's own clock at apply: soft state.
 
 // prepareProposed is prepareLocked under a Proposer, mu held: checked against the applied
@@ -328,4 +329,15 @@ func (e *Engine) applyReportedEntry(payload []byte, index uint64) (uint64, error
 	}
 	e.noteReported(id, rec, n)
 	return index, nil, nil
+}
+
+// proposeForgot proposes the forgot record of ids, applied parts whose reports the primary
+// acknowledged (forgetReported); every replica forgets them at its apply. Caller holds mu.
+func (e *Engine) proposeForgot(ids []base.TxnID) {
+	e.onePiece[0] = wal.Piece{Bytes: appendTxnForgotRecord(nil, ids)} // copied by Propose
+	err := e.propose(kindTxnForgot, e.onePiece[:], false, &proposal{done: func(uint64, error) {}})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		e.opts.Logger.Debug("storenode: forgot record not proposed", "parts", len(ids), "err", err)
+	}
 }

@@ -18,6 +18,8 @@ import (
 type replTxnGroup struct {
 	t     *testing.T
 	g     *memGroup
+	peers *memPeers  // the replicas' TxnPeer
+	clock *fakeClock // the replicas' clock
 	fss   []*vfs.FaultFS
 	table uint32
 	epoch uint64
@@ -30,11 +32,13 @@ func replOptions(g *memGroup, fs vfs.FS, i int) Options {
 }
 
 func newReplTxnGroup(t *testing.T) *replTxnGroup {
-	r := &replTxnGroup{t: t, g: newMemGroup(t, 3)}
+	r := &replTxnGroup{t: t, g: newMemGroup(t, 3), peers: &memPeers{}, clock: &fakeClock{}}
 	for i := range r.g.engines {
 		fs := vfs.NewFaultFS()
 		r.fss = append(r.fss, fs)
-		r.g.engines[i] = openEngine(t, replOptions(r.g, fs, i))
+		opts := replOptions(r.g, fs, i)
+		opts.TxnPeer, opts.Now = r.peers, r.clock.Now
+		r.g.engines[i] = openEngine(t, opts)
 		e := r.g.engines[i]
 		t.Cleanup(func() { e.Close() })
 	}
@@ -256,4 +260,38 @@ func TestReplicatedPrepareDecide(t *testing.T) {
 	for i, x := range r.g.engines[1:] {
 		requireSameLines(t, want, sidecarState(captureReplayState(t, x)), fmt.Sprintf("after the reopened replica applied on: replica %d", i+1))
 	}
+}
+
+// TestReplicatedResolver: the leader's resolver settles a replicated participant's part
+// against a standalone primary: it asks the decision, applies it (proposed), reports it and
+// proposes the forgot record; every replica ends with the rows applied and the part
+// forgotten. A follower's resolver does nothing.
+func TestReplicatedResolver(t *testing.T) {
+	r := newReplTxnGroup(t)
+	e := r.leader()
+	ps := newTxnStore(t, Options{})
+	r.peers.set("primary", ps.e)
+	id := txnID(40)
+	ps.requirePrepared(t, id, 99, "", 0, 1, 1)
+	_, err := r.prepare(e, r.prep(id, "primary", 1, 4, 44))
+	require.NoError(t, err)
+	got, err := ps.e.DecideTxn(context.Background(), id, 99, base.DecisionCommit, 2)
+	require.NoError(t, err)
+	require.Equal(t, base.DecisionCommit, got)
+
+	r.clock.Advance(DefaultTxnResolveAfter) // the coordinator is late: the resolver asks
+	f := r.g.engines[1]
+	require.NoError(t, f.ResolveTxns(context.Background()))
+	r.g.mu.Lock()
+	require.Empty(t, r.g.tail, "a follower's resolver proposed")
+	r.g.mu.Unlock()
+	require.NoError(t, r.g.call(func() error { return e.ResolveTxns(context.Background()) }))
+	r.g.drain() // the forgot record: nobody waits for it
+	for i, x := range r.g.engines {
+		require.Equal(t, TxnStatus{}, x.TxnStatus(id), "replica %d kept the part", i)
+		row, ok := readRow(t, x, r.table, 4)
+		require.True(t, ok, "replica %d", i)
+		require.EqualValues(t, 44, uint64FromRow(row), "replica %d", i)
+	}
+	r.requireAgree("after the resolver")
 }

@@ -89,13 +89,14 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		e.mu.Unlock()
 		return err
 	}
-	if e.replicated() {
-		// Its applies, reports, forgot records and sweeps are not replicated yet (txn_repl.go).
+	if e.checkLeader() != nil {
 		e.mu.Unlock()
-		return nil
+		return nil // a follower's parts are resolved by the leader's entries (txn_repl.go)
 	}
 	tasks := e.resolveTasks(e.opts.Now())
-	e.sweepTxnDecisions()
+	if !e.replicated() { // a replica's sweep waits for its kind-19 entries (txn_repl.go)
+		e.sweepTxnDecisions()
+	}
 	e.mu.Unlock()
 	if len(tasks) == 0 {
 		return nil
