@@ -76,6 +76,9 @@ type replState struct {
 	// expiring: an expiry record (kindExpired) of this leader waits for its apply; the next
 	// checkpoint proposes none (the owners it names would be named again).
 	expiring bool
+	// expiringTxns: a decision expiry record (kindTxnExpired) of this leader waits for its
+	// apply; the next sweep proposes none.
+	expiringTxns bool
 	// txnStates are the indexes of the transaction state sidecars in the directory this
 	// engine knows of: the one its meta file names and any written since (txnstate.go).
 	// Guarded by ckptMu (Open: the engine is not shared yet).
@@ -181,7 +184,7 @@ func (e *Engine) dropProposals() []*proposal {
 	clear(r.nextIDs)
 	clear(r.epochs)
 	r.table = 0
-	r.expiring = false
+	r.expiring, r.expiringTxns = false, false
 	return out
 }
 
@@ -229,6 +232,9 @@ func (e *Engine) ApplyCommitted(index, id uint64, kind byte, payload []byte) err
 	}
 	if w != nil && w.kind == kindExpired {
 		e.repl.expiring = false
+	}
+	if w != nil && w.kind == kindTxnExpired {
+		e.repl.expiringTxns = false
 	}
 	e.cond.Broadcast() // seqs advanced, gaps closed
 	if kind == kindCommit && e.cachePressure() {
@@ -339,6 +345,11 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		return e.applyReportedEntry(payload, index)
 	case kindTxnForgot:
 		if err := decodeTxnForgotRecord(payload, e.applyForgot); err != nil {
+			return 0, nil, err
+		}
+		return index, nil, nil
+	case kindTxnExpired:
+		if err := decodeTxnExpiredRecord(payload, e.applyTxnExpired); err != nil {
 			return 0, nil, err
 		}
 		return index, nil, nil

@@ -118,7 +118,7 @@ func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count
 	if err := e.usable(); err != nil {
 		return txnDecision{}, err
 	}
-	if !e.replicated() { // a replica's sweep waits for its kind-19 entries (txn_repl.go)
+	if !e.replicated() { // a replica's is the leader's resolver's entry (proposeTxnExpiry)
 		e.sweepTxnDecisions()
 	}
 	if rec := e.txnDecisions[id]; rec != nil {

@@ -24,9 +24,12 @@ import (
 //     prepare refused for a decision this primary forgot, or for an abort applied here before
 //     it came (txnAborted: the leader's soft state, as ApplyTxn of an unknown id logs
 //     nothing), both within Options.TxnAbortKeep; a decision's lease check in etcd.
-//   - a replica sweeps no decision and learns no count on its own (sweepTxnDecisions and
-//     learnCount change kept decisions on the engine clock, or in memory only): those wait
-//     for their kind-19 entries. A decision's apply (11) and a participant's report (10) are
+//   - a replica sweeps no decision on its own clock: the leader's resolver pass proposes the
+//     aborts its sweep would forget (proposeTxnExpiry, kindTxnExpired) and every replica
+//     forgets them at the entry, if still the abort of that decide LSN. It learns no count
+//     (learnCount changes a kept abort in memory only; a record for it is left). The memory of
+//     forgotten decisions (txnForgot) and its expiry stay each replica's soft state: only the
+//     leader's checks consult them. A decision's apply (11) and a participant's report (10) are
 //     proposed and applied as prepares are; the resolver runs on the leader only
 //     (ResolveTxns), through the same calls, and proposes its forgot records (12, not
 //     forced, nobody waits: lost with a leadership, the parts are reported again).
@@ -339,5 +342,85 @@ func (e *Engine) proposeForgot(ids []base.TxnID) {
 	e.onePiece[0] = wal.Piece{}
 	if err != nil {
 		e.opts.Logger.Debug("storenode: forgot record not proposed", "parts", len(ids), "err", err)
+	}
+}
+
+// proposeTxnExpiry is sweepTxnDecisions on a replica's leader, mu held: the aborts the sweep
+// would forget (every participant reported, the records durable; or older than
+// Options.TxnAbortKeep on the leader's clock) are proposed, each with its decide LSN, at most
+// expiredTxnsMax at a time and one record waiting at a time; every replica forgets them at
+// the entry's apply (applyTxnExpired). The forgotten decisions past the keep are dropped here,
+// as the sweep does (each replica's soft state). Nobody waits: an expiry lost with a
+// leadership is decided again by the next leader.
+func (e *Engine) proposeTxnExpiry() {
+	now := e.opts.Now()
+	e.expireForgotten(now)
+	if e.repl.expiringTxns || e.checkLeader() != nil {
+		return
+	}
+	durable := e.durableThrough()
+	var txns []expiredTxn
+	named := make(map[base.TxnID]bool)
+	add := func(id base.TxnID, rec *txnDecision) {
+		if !named[id] {
+			named[id] = true
+			txns = append(txns, expiredTxn{id: id, lsn: rec.lsn})
+		}
+	}
+	// Both queues in the order their entries came, as the sweep: the stale heads (decisions
+	// forgotten or replaced since) are dropped, the candidates kept until their entry applies.
+	for len(e.txnAbortDoneQ) > 0 && e.txnDecisions[e.txnAbortDoneQ[0].id] != e.txnAbortDoneQ[0].rec {
+		e.txnVisited++
+		e.txnAbortDoneQ[0] = txnAbortEntry{}
+		e.txnAbortDoneQ = e.txnAbortDoneQ[1:]
+	}
+	for _, q := range e.txnAbortDoneQ {
+		if len(txns) == expiredTxnsMax {
+			break
+		}
+		e.txnVisited++
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if q.lsn > durable {
+				break
+			}
+			add(q.id, rec)
+		}
+	}
+	for len(e.txnAbortQ) > 0 && e.txnDecisions[e.txnAbortQ[0].id] != e.txnAbortQ[0].rec {
+		e.txnVisited++
+		e.txnAbortQ[0] = txnAbortEntry{}
+		e.txnAbortQ = e.txnAbortQ[1:]
+	}
+	for _, q := range e.txnAbortQ {
+		if len(txns) == expiredTxnsMax {
+			break
+		}
+		e.txnVisited++
+		if rec := e.txnDecisions[q.id]; rec == q.rec && rec != nil {
+			if now.Sub(rec.at) < e.opts.TxnAbortKeep || rec.lsn > durable {
+				break
+			}
+			add(q.id, rec)
+		}
+	}
+	if len(txns) == 0 {
+		return
+	}
+	e.onePiece[0] = wal.Piece{Bytes: appendTxnExpiredRecord(nil, txns)} // copied by Propose
+	err := e.propose(kindTxnExpired, e.onePiece[:], false, &proposal{done: func(uint64, error) {}})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		e.opts.Logger.Debug("storenode: decision expiry not proposed", "decisions", len(txns), "err", err)
+		return
+	}
+	e.repl.expiringTxns = true
+}
+
+// applyTxnExpired forgets the abort a decision expiry record names if it is still the one
+// decided at its LSN (a decision applied since, or one already forgotten, is left). Caller
+// holds mu.
+func (e *Engine) applyTxnExpired(x expiredTxn) {
+	if rec := e.txnDecisions[x.id]; rec != nil && rec.d == base.DecisionAbort && rec.lsn == x.lsn {
+		e.forgetDecision(x.id, rec)
 	}
 }

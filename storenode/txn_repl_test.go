@@ -295,3 +295,48 @@ func TestReplicatedResolver(t *testing.T) {
 	}
 	r.requireAgree("after the resolver")
 }
+
+// TestReplicatedDecisionExpiry: an abort kept as primary is forgotten on every replica by the
+// leader's decision expiry entry once older than TxnAbortKeep on the leader's clock, never by
+// a follower on its own; the leader answers a resent Decide from its forgotten decisions.
+func TestReplicatedDecisionExpiry(t *testing.T) {
+	r := newReplTxnGroup(t)
+	e := r.leader()
+	ctx := context.Background()
+	id := txnID(50)
+	_, err := r.prepare(e, r.prep(id, "", 0, 9, 90))
+	require.NoError(t, err)
+	got, err := r.decide(e, id, base.DecisionAbort, 2) // participant 1 never reports
+	require.NoError(t, err)
+	require.Equal(t, base.DecisionAbort, got)
+	require.NoError(t, r.g.call(func() error { return e.ResolveTxns(ctx) }))
+	r.g.mu.Lock()
+	require.Empty(t, r.g.tail, "a young abort's expiry was proposed")
+	r.g.mu.Unlock()
+
+	r.clock.Advance(DefaultTxnAbortKeep)
+	for i, x := range r.g.engines[1:] {
+		require.NoError(t, x.ResolveTxns(ctx))
+		require.Equal(t, base.DecisionAbort, x.TxnStatus(id).Primary, "follower %d forgot on its own clock", i+1)
+	}
+	require.NoError(t, r.g.call(func() error { return e.ResolveTxns(ctx) }))
+	r.g.drain()
+	expiries := 0
+	for index := uint64(1); ; index++ {
+		ent, ok := r.g.entry(index)
+		if !ok {
+			break
+		}
+		if ent.kind == kindTxnExpired {
+			expiries++
+		}
+	}
+	require.Equal(t, 1, expiries, "decision expiry entries")
+	for i, x := range r.g.engines {
+		require.Equal(t, TxnStatus{}, x.TxnStatus(id), "replica %d", i)
+	}
+	got, err = r.decide(e, id, base.DecisionAbort, 2)
+	require.NoError(t, err, "a resent Decide")
+	require.Equal(t, base.DecisionAbort, got)
+	r.requireAgree("after the expiry")
+}

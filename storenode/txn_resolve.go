@@ -94,7 +94,9 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		return nil // a follower's parts are resolved by the leader's entries (txn_repl.go)
 	}
 	tasks := e.resolveTasks(e.opts.Now())
-	if !e.replicated() { // a replica's sweep waits for its kind-19 entries (txn_repl.go)
+	if e.replicated() {
+		e.proposeTxnExpiry() // the leader's sweep, applied by every replica (txn_repl.go)
+	} else {
 		e.sweepTxnDecisions()
 	}
 	e.mu.Unlock()
