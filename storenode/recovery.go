@@ -83,6 +83,11 @@ func (e *Engine) recover() error {
 	}
 
 	e.replaying = true
+	if m.txnState != 0 && !e.replicated() {
+		e.replaying = false
+		return fmt.Errorf("storenode: open %s: a replica's store (meta version 6, %s): its log is the group's, open it with Options.Proposer",
+			e.dir, txnStateName(m.txnState))
+	}
 	if m.txnState != 0 {
 		// A replica's checkpoint: its transaction and move states (txnstate.go).
 		e.repl.txnStates = append(e.repl.txnStates[:0], m.txnState)

@@ -246,6 +246,10 @@ func TestTxnStateDamageRefused(t *testing.T) {
 			require.NoError(t, r.fs.WriteFile(name, good))
 		})
 	}
+	standalone := r.opts
+	standalone.Proposer = nil
+	_, err = Open(standalone)
+	require.ErrorContains(t, err, "open it with Options.Proposer", "a replica's store opened standalone")
 	r.e = openEngine(t, r.opts) // intact again
 	require.True(t, r.e.TxnStatus(txnID(1)).Prepared)
 	require.NoError(t, r.e.Close())
