@@ -97,14 +97,26 @@ func (r *replicaTxnStore) populate() {
 // hash (a standalone checkpoint's carried apply record has neither either).
 var appliedPart = regexp.MustCompile(`^(part \S+: decision (commit|abort) .*) lease -?\d+ hash [0-9a-f]+ (.*)$`)
 
-// sidecarState is captureReplayState's lines without what no checkpoint keeps.
+// decisionOwner matches a kept decision's owner (counted for the owner's bound on decisions,
+// MaxTxnsPerOwner): known only while the primary's part is prepared when the decision is
+// recorded, so a checkpoint taken after the part applied, standalone or not, loses it.
+var decisionOwner = regexp.MustCompile(`^(decision .*) owner \d+$`)
+
+// sidecarState is captureReplayState's lines without what no checkpoint keeps (an applied
+// part's lease and hash, a decision's owner and the owners' counts of them).
 func sidecarState(lines []string) []string {
-	out := make([]string, len(lines))
-	for i, l := range lines {
-		out[i] = appliedPart.ReplaceAllString(l, "$1 $3")
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		if ownerDecisions.MatchString(l) {
+			continue
+		}
+		l = appliedPart.ReplaceAllString(l, "$1 $3")
+		out = append(out, decisionOwner.ReplaceAllString(l, "$1"))
 	}
 	return out
 }
+
+var ownerDecisions = regexp.MustCompile(`^owner \d+ decisions \d+$`)
 
 func (r *replicaTxnStore) sidecars() []string {
 	names, err := r.fs.List("db")
