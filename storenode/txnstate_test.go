@@ -3,6 +3,7 @@ package storenode
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"path"
 	"regexp"
@@ -316,4 +317,59 @@ func TestMetaReplicaRoundTrip(t *testing.T) {
 		_, err = decodeMeta(encodeMeta(m))
 		require.ErrorIs(t, err, corrupt.ErrCorruption)
 	}
+}
+
+// txnStateCrashRun builds a replica with a checkpoint of the populated state (before), changes
+// it (a part forgotten, one prepared, the move ended), and checkpoints again; crashAt, when
+// non-negative, lets that second checkpoint run crashAt mutating IO operations only. It
+// returns the store, the state before, and the operations the second checkpoint attempted.
+func txnStateCrashRun(t *testing.T, crashAt int64) (*replicaTxnStore, []string, int64) {
+	r := newReplicaTxnStore(t)
+	r.populate()
+	require.NoError(t, r.e.Checkpoint())
+	before := sidecarState(captureReplayState(t, r.e))
+	r.inject(kindTxnForgot, appendTxnForgotRecord(nil, []base.TxnID{txnID(3)}))
+	r.prepare(txnID(9), 5, 4, "", 0)
+	r.inject(kindMoveState, appendMoveStateRecord(nil, r.clust.ID, MoveLive, 0))
+	if crashAt >= 0 {
+		r.fs.SetCrashPoint(crashAt)
+	}
+	ops0 := r.fs.Ops()
+	err := r.e.Checkpoint()
+	if crashAt < 0 {
+		require.NoError(t, err)
+	}
+	return r, before, r.fs.Ops() - ops0
+}
+
+// TestTxnStateCrashPoints: a replica's checkpoint crashed at every mutating IO operation (then
+// power cut, unsynced writes lost) reopens, never refused for its sidecar, to the state of the
+// checkpoint before or of the one that crashed, and keeps only the sidecar its meta names.
+func TestTxnStateCrashPoints(t *testing.T) {
+	full, before, total := txnStateCrashRun(t, -1)
+	after := sidecarState(captureReplayState(t, full.e))
+	require.NotEqual(t, before, after)
+	require.NoError(t, full.e.Close())
+	t.Logf("a replica's checkpoint: %d mutating IO operations", total)
+	require.Greater(t, total, int64(4))
+	sawBefore, sawAfter := false, false
+	for k := int64(0); k <= total; k++ {
+		r, before, _ := txnStateCrashRun(t, k)
+		r.e.Close()
+		r.fs.Crash(rand.New(rand.NewPCG(uint64(k), 3)))
+		e, err := Open(r.opts)
+		require.NoError(t, err, "crash point %d of %d", k, total)
+		got := sidecarState(captureReplayState(t, e))
+		if slices.Equal(got, before) {
+			sawBefore = true
+		} else {
+			requireSameLines(t, after, got, fmt.Sprintf("crash point %d of %d: neither the old checkpoint's state nor the new", k, total))
+			sawAfter = true
+		}
+		m, _, err := loadMeta(r.fs, "db")
+		require.NoError(t, err)
+		require.Equal(t, []string{txnStateName(m.txnState)}, r.sidecars(), "crash point %d", k)
+		require.NoError(t, e.Close())
+	}
+	require.True(t, sawBefore && sawAfter, "the crash points reached both states")
 }
