@@ -406,6 +406,12 @@ func readTxnStateFile(fs vfs.FS, name string) ([]byte, error) {
 	if size > txnStateBytesMax {
 		return nil, corrupt.Errorf("storenode: %s: size %d", name, size)
 	}
+	if size > txnStateStreamBytes {
+		// Checked by streaming first: a damaged (or sparse) file costs no allocation of its size.
+		if err := precheckTxnState(f, size); err != nil {
+			return nil, fmt.Errorf("storenode: %s: %w", name, err)
+		}
+	}
 	b := make([]byte, size)
 	if n, err := f.ReadAt(b, 0); n != len(b) {
 		if err == nil || errors.Is(err, io.EOF) {
@@ -414,6 +420,52 @@ func readTxnStateFile(fs vfs.FS, name string) ([]byte, error) {
 		return nil, fmt.Errorf("storenode: read %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// txnStateStreamBytes is the size above which readTxnStateFile checks a sidecar's magic and
+// checksum by streaming it, txnStateWriteBytes at a time, before reading it into memory.
+const txnStateStreamBytes = 1 << 20
+
+// precheckTxnState checks the magic and checksum of the sidecar f of size bytes with
+// decodeTxnState's errors, reading it txnStateWriteBytes at a time.
+func precheckTxnState(f vfs.File, size int64) error {
+	buf := make([]byte, txnStateWriteBytes)
+	read := func(b []byte, off int64) error {
+		n, err := f.ReadAt(b, off)
+		if n == len(b) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			return corrupt.Errorf("storenode: txnstate: %d bytes read at %d of %d: the file shrank", n, off, size)
+		}
+		return fmt.Errorf("storenode: read txnstate at %d: %w", off, err)
+	}
+	body := size - txnStateTrailerBytes
+	var crc uint32
+	for off := int64(0); off < body; {
+		b := buf[:min(int64(len(buf)), body-off)]
+		if err := read(b, off); err != nil {
+			return err
+		}
+		if off == 0 {
+			if string(b[:len(txnStateMagic)]) != txnStateMagic {
+				return corrupt.Errorf("storenode: txnstate: offset 0: bad magic %q", b[:len(txnStateMagic)])
+			}
+			crc = checksum.Of(b)
+		} else {
+			crc = checksum.Update(crc, b)
+		}
+		off += int64(len(b))
+	}
+	tr := buf[:txnStateTrailerBytes]
+	if err := read(tr, body); err != nil {
+		return err
+	}
+	if want := binary.LittleEndian.Uint32(tr); crc != want {
+		return corrupt.Errorf("storenode: txnstate: offset %d: checksum %#08x stored, %#08x computed over bytes [0, %d): torn or damaged",
+			body, want, crc, body)
+	}
+	return nil
 }
 
 // loadTxnState applies the sidecar the meta file names (index) at Open, before the WAL's

@@ -1,6 +1,7 @@
 package storenode
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -372,4 +373,32 @@ func TestTxnStateCrashPoints(t *testing.T) {
 		require.NoError(t, e.Close())
 	}
 	require.True(t, sawBefore && sawAfter, "the crash points reached both states")
+}
+
+// TestTxnStateLargeStreamed: a sidecar over 1 MiB (a large prepared batch) reads back whole,
+// and one damaged near its end is refused by the streamed check before it is read into memory.
+func TestTxnStateLargeStreamed(t *testing.T) {
+	id := base.TxnID{1, 0xbb}
+	b := &base.Batch{Owner: 7, Seq: 1, Fences: []base.Fence{{Table: 1, Epoch: 1}}}
+	for page := range uint64(40) {
+		b.Segments = append(b.Segments, base.Segment{Table: 1, RowBytes: 512, Page: page, Data: ^uint64(0), Rows: bytes.Repeat([]byte{byte(page)}, 64*512)})
+	}
+	rec := appendTxnPrepareHeader(nil, id, 42, 0, "")
+	rec = appendCommitRecord(rec, b, txnBatchHash(b, id), func(uint32) int { return 512 })
+	ents := []txnStateEntry{{kind: kindTxnPrepare, lsn: 3, payload: rec}}
+	data := encodeTxnStateBytes(9, ents)
+	require.Greater(t, len(data), txnStateStreamBytes)
+	fs := vfs.NewFaultFS()
+	require.NoError(t, fs.MkdirAll("db"))
+	name := path.Join("db", txnStateName(9))
+	require.NoError(t, fs.WriteFile(name, data))
+	got, err := readTxnState(fs, "db", 9)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, rec, got[0].payload)
+	data[len(data)-100] ^= 1
+	require.NoError(t, fs.WriteFile(name, data))
+	_, err = readTxnState(fs, "db", 9)
+	require.ErrorIs(t, err, corrupt.ErrCorruption)
+	require.ErrorContains(t, err, "torn or damaged")
 }
