@@ -29,7 +29,12 @@ import (
 //	12 txn forgot             applyForgot             forgetReported (txn_forget.go)
 //	16 move state             applyMoveState          setMoveState (move.go)
 //	19 expired (replicas)     applyExpired            proposeExpiry (proposer.go)
+//	20 txn expired (replicas) applyTxnExpired         proposeTxnExpiry (txn_repl.go); an
+//	                                                  entry only: replay refuses the kind
 //
+// On a replica, ApplyCommitted's applyEntry (proposer.go) rechecks an entry on the applied
+// state before the same apply functions (the 2PC kinds: txn_repl.go), and Open applies a
+// replica checkpoint's sidecar with applyRecord (txnstate.go).
 // Invariants and where live and replay still differ:
 //   - applyRecord's checks never fail for a record the live engine wrote: the live path made
 //     the same checks (and stronger ones) before it appended.
