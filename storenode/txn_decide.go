@@ -118,9 +118,7 @@ func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count
 	if err := e.usable(); err != nil {
 		return txnDecision{}, err
 	}
-	if !e.replicated() { // a replica's is the leader's resolver's entry (proposeTxnExpiry)
-		e.sweepTxnDecisions()
-	}
+	e.sweepTxnDecisions() // a replica's: none (the leader's resolver proposes it)
 	if rec := e.txnDecisions[id]; rec != nil {
 		if rec.d == d {
 			e.learnCount(id, rec, count) // an abort recorded by a resolver learns the count

@@ -228,8 +228,14 @@ func (e *Engine) forgetDecision(id base.TxnID, rec *txnDecision) {
 		}
 		e.popForgotten()
 	}
+	e.rememberForgotten(id, rec.d, now)
+}
+
+// rememberForgotten appends decision d of id, forgotten at at, to the forgotten decisions
+// remembered, newest last (forgetDecision; a replica's Open from its sidecar). Caller holds mu.
+func (e *Engine) rememberForgotten(id base.TxnID, d base.Decision, at time.Time) {
 	e.txnForgotSeq++
-	e.txnForgot[id] = txnForgotten{d: rec.d, at: now, seq: e.txnForgotSeq}
+	e.txnForgot[id] = txnForgotten{d: d, at: at, seq: e.txnForgotSeq}
 	e.txnForgotQ = append(e.txnForgotQ, txnForgotEntry{id: id, seq: e.txnForgotSeq})
 }
 
@@ -257,9 +263,14 @@ func (e *Engine) forgotLostLocked(id base.TxnID) bool {
 	return !ok
 }
 
-// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. Caller
-// holds mu.
+// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. A replica
+// drops none by age (only TxnForgetMax bounds them): which decisions it remembers is then
+// decided by the log alone, alike on every replica; their age is the leader's check at its
+// answer (forgottenLocked). Caller holds mu.
 func (e *Engine) expireForgotten(now time.Time) {
+	if e.replicated() {
+		return
+	}
 	for len(e.txnForgotQ) > 0 {
 		f := e.txnForgot[e.txnForgotQ[0].id]
 		if f.seq == e.txnForgotQ[0].seq && now.Sub(f.at) < e.opts.TxnAbortKeep {
@@ -286,6 +297,9 @@ func (e *Engine) popForgotten() {
 // Options.TxnAbortKeep, and drops the forgotten decisions past it. Caller holds mu. A forgotten abort is answered abort again by
 // AskTxn (the lease is gone) and refuses a late commit (DecideTxn checks the lease first).
 func (e *Engine) sweepTxnDecisions() {
+	if e.replicated() {
+		return // the leader proposes a replica's sweep (proposeTxnExpiry, txn_repl.go)
+	}
 	now := e.opts.Now()
 	e.expireForgotten(now)
 	// Both queues in the order their entries came (txn_forget.go): O(1) amortized, no scan

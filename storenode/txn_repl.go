@@ -27,9 +27,9 @@ import (
 //   - a replica sweeps no decision on its own clock: the leader's resolver pass proposes the
 //     aborts its sweep would forget (proposeTxnExpiry, kindTxnExpired) and every replica
 //     forgets them at the entry, if still the abort of that decide LSN. It learns no count
-//     (learnCount changes a kept abort in memory only; a record for it is left). The memory of
-//     forgotten decisions (txnForgot) and its expiry stay each replica's soft state: only the
-//     leader's checks consult them. A decision's apply (11) and a participant's report (10) are
+//     (learnCount changes a kept abort in memory only; a record for it is left). Nor does it
+//     drop a forgotten decision by age (expireForgotten): the forgotten decisions it remembers
+//     follow the log; their age (at, each replica's clock) is the leader's check alone. A decision's apply (11) and a participant's report (10) are
 //     proposed and applied as prepares are; the resolver runs on the leader only
 //     (ResolveTxns), through the same calls, and proposes its forgot records (12, not
 //     forced, nobody waits: lost with a leadership, the parts are reported again).

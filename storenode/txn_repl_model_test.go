@@ -75,14 +75,21 @@ func runReplicatedTxnsAgree(t *testing.T, seed uint64, steps int) {
 			}
 			call(func() error { _, err := e.PrepareTxn(p); return err })
 		case k < 5:
-			d := base.Decision(1 + rng.IntN(2))
-			call(func() error { _, err := e.DecideTxn(ctx, id, 99, d, 1+rng.IntN(2)); return err })
+			d, count := base.Decision(1+rng.IntN(2)), 1+rng.IntN(2)
+			call(func() error { _, err := e.DecideTxn(ctx, id, 99, d, count); return err })
 		case k < 7:
 			d := base.Decision(1 + rng.IntN(2))
 			call(func() error { return e.ApplyTxn(id, d) })
 		case k < 8:
-			index := uint16(rng.IntN(2))
-			call(func() error { return e.ReportTxn(id, index) })
+			switch rng.IntN(3) {
+			case 0:
+				index := uint16(rng.IntN(2))
+				call(func() error { return e.ReportTxn(id, index) })
+			case 1: // the leader's resolver: asks, applies, reports, forgets, sweeps
+				call(func() error { return e.ResolveTxns(ctx) })
+			default: // time passes on every replica's clock
+				r.clock.Advance(time.Duration(rng.Int64N(int64(DefaultTxnAbortKeep / 2))))
+			}
 		case k < 10:
 			r.g.commit(rng.IntN(8), func() bool { return rng.IntN(8) == 0 })
 			for i := range r.g.engines {
@@ -107,23 +114,32 @@ func runReplicatedTxnsAgree(t *testing.T, seed uint64, steps int) {
 			r.g.engines[i] = x
 		}
 	}
-	r.g.drain()
 	outcomes := make(map[string]int)
+	timeout := time.NewTimer(20 * time.Second) // a bound, not a synchronisation
+	defer timeout.Stop()
 	for _, done := range calls {
-		select {
-		case err := <-done: // its outcome is the replicas' business: they must agree on it
-			switch {
-			case err == nil:
-				outcomes["ok"]++
-			case errors.Is(err, ErrUnknownOutcome):
-				outcomes["unknown"]++
-			default:
-				outcomes["refused"]++
+		r.g.drain()
+	wait:
+		for {
+			select {
+			case err := <-done: // its outcome is the replicas' business: they must agree on it
+				switch {
+				case err == nil:
+					outcomes["ok"]++
+				case errors.Is(err, ErrUnknownOutcome):
+					outcomes["unknown"]++
+				default:
+					outcomes["refused"]++
+				}
+				break wait
+			case <-r.g.proposed: // a resolver's next call
+				r.g.drain()
+			case <-timeout.C:
+				t.Fatalf("seed %d: a call did not return with the log drained", seed)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("seed %d: a call did not return after the log was drained", seed)
 		}
 	}
+	r.g.drain()
 	parts, decisions := r.g.engines[0].TxnCounts()
 	t.Logf("seed %d: calls %v, %d entries, %d parts and %d decisions kept", seed, outcomes, len(r.g.log), parts, decisions)
 	r.g.drain()

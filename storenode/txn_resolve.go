@@ -96,9 +96,8 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 	tasks := e.resolveTasks(e.opts.Now())
 	if e.replicated() {
 		e.proposeTxnExpiry() // the leader's sweep, applied by every replica (txn_repl.go)
-	} else {
-		e.sweepTxnDecisions()
 	}
+	e.sweepTxnDecisions() // a replica's: none
 	e.mu.Unlock()
 	if len(tasks) == 0 {
 		return nil

@@ -33,15 +33,22 @@ import (
 // An entry's payload is the WAL record of its kind, byte for byte, and Open applies it as
 // replay applies that record (applyRecord), at the entry's LSN:
 //
-//	8  kindTxnPrepare   a prepared part: its prepare record (LSN: the prepare's)
-//	11 kindTxnApply     a part applied, not yet reported (LSN: the apply's)
-//	9  kindTxnDecide    a decision kept (LSN: the decide's), or a forgotten decision still
-//	                    answered (count 64, every participant reported: applied, it is
-//	                    forgotten again; LSN: the checkpoint index), as carryTxns logs it
-//	16 kindMoveState    a table's move state other than live (LSN: the checkpoint index)
+//	8   kindTxnPrepare  a prepared part: its prepare record (LSN: the prepare's)
+//	11  kindTxnApply    a part applied, not yet reported (LSN: the apply's)
+//	9   kindTxnDecide   a decision kept, with its reports (LSN: the decide's); kept as is,
+//	                    even an abort every participant reported (forgotten by the sweep's
+//	                    entry, as on the replicas that did not reopen)
+//	137 forgotten       a decision forgotten and still remembered (txnForgot): a decide
+//	                    record of count 64, every participant reported, lease 0 (LSN: the
+//	                    checkpoint index); in the order forgotten, oldest first, the newest
+//	                    Options.MaxTxns (Open notes the rest lost: txnForgotLost)
+//	16  kindMoveState   a table's move state other than live (LSN: the checkpoint index)
 //
-// Entries come parts first (8 and 11, ascending id), then decisions (ascending id), then move
-// states (ascending table id); an id appears once per group; LSNs are in 1..index.
+// Entries come parts first (8 and 11, ascending id), then decisions (ascending id), then the
+// forgotten decisions (in their order), then move states (ascending table id); an id appears
+// once per group; LSNs are in 1..index. Open applies parts and move states as replay applies
+// their records (applyRecord), keeps decisions as they were (keepDecision) and remembers the
+// forgotten ones in their order (rememberForgotten).
 //
 // Invariants:
 //   - the sidecar is the state of the checkpoint's snapshot, taken in the same hold of mu as
@@ -61,6 +68,9 @@ const (
 	txnStateEntryBytes   = 16
 	txnStateTrailerBytes = 8
 	txnStatePrefix       = "txnstate-"
+	// txnStateForgotten is the entry kind of a forgotten decision (a sidecar's own kind:
+	// the decide record's, high bit set).
+	txnStateForgotten byte = 0x80 | kindTxnDecide
 )
 
 // txnStateBytesMax bounds a sidecar's size before it is read into memory: the prepared
@@ -99,8 +109,10 @@ func txnStateGroup(kind byte) int {
 		return 0
 	case kindTxnDecide:
 		return 1
-	case kindMoveState:
+	case txnStateForgotten:
 		return 2
+	case kindMoveState:
+		return 3
 	}
 	return -1
 }
@@ -122,15 +134,13 @@ func (e *Engine) snapshotTxnState(index uint64) []txnStateEntry {
 		out = append(out, txnStateEntry{kind: kindTxnDecide, lsn: max(d.lsn, 1),
 			payload: appendTxnDecideRecord(nil, id, d.d, d.count, d.lease, d.reported)})
 	}
-	// The newest MaxTxns forgotten decisions, as carryTxns carries them.
-	now := e.opts.Now()
+	// The newest MaxTxns forgotten decisions, in their order (as carryTxns, which bounds this
+	// hold the same way). Not filtered by age: a replica drops none by it (expireForgotten).
 	for _, q := range e.txnForgotQ[max(0, len(e.txnForgotQ)-e.opts.MaxTxns):] {
-		f, ok := e.txnForgot[q.id]
-		if !ok || f.seq != q.seq || now.Sub(f.at) >= e.opts.TxnAbortKeep || e.txnDecisions[q.id] != nil {
-			continue
+		if f, ok := e.txnForgot[q.id]; ok && f.seq == q.seq {
+			out = append(out, txnStateEntry{kind: txnStateForgotten, lsn: index,
+				payload: appendTxnDecideRecord(nil, q.id, f.d, txnParticipantsMax, 0, ^uint64(0))})
 		}
-		out = append(out, txnStateEntry{kind: kindTxnDecide, lsn: index,
-			payload: appendTxnDecideRecord(nil, q.id, f.d, txnParticipantsMax, 0, ^uint64(0))})
 	}
 	for id, m := range e.moves {
 		if m.state != MoveLive {
@@ -140,12 +150,16 @@ func (e *Engine) snapshotTxnState(index uint64) []txnStateEntry {
 	return out
 }
 
-// sortTxnState puts entries in the file's order (parts, decisions, move states; each by id).
-// A transaction id is the payload's first 16 bytes, a table id its first 4 (move state).
+// sortTxnState puts entries in the file's order (parts, decisions, forgotten decisions as
+// listed, move states; each but the forgotten by id). A transaction id is the payload's first
+// 16 bytes, a table id its first 4 (move state).
 func sortTxnState(entries []txnStateEntry) {
-	slices.SortFunc(entries, func(a, b txnStateEntry) int {
+	slices.SortStableFunc(entries, func(a, b txnStateEntry) int {
 		if c := cmp.Compare(txnStateGroup(a.kind), txnStateGroup(b.kind)); c != 0 {
 			return c
+		}
+		if a.kind == txnStateForgotten {
+			return 0 // in the order forgotten
 		}
 		if a.kind == kindMoveState {
 			return cmp.Compare(binary.LittleEndian.Uint32(a.payload), binary.LittleEndian.Uint32(b.payload))
@@ -239,6 +253,7 @@ func decodeTxnState(b []byte) (index uint64, entries []txnStateEntry, err error)
 	entries = make([]txnStateEntry, 0, n) // bounded by the bytes just above
 	parts := make(map[base.TxnID]struct{})
 	decisions := make(map[base.TxnID]struct{})
+	forgotten := make(map[base.TxnID]struct{})
 	moves := make(map[uint32]struct{})
 	off := txnStateHeaderBytes
 	group := 0
@@ -268,7 +283,7 @@ func decodeTxnState(b []byte) (index uint64, entries []txnStateEntry, err error)
 				return 0, nil, corrupt.Errorf("storenode: txnstate: offset %d: entry %d: padding not zero", off, i)
 			}
 		}
-		if err := checkTxnStateEntry(&ent, parts, decisions, moves); err != nil {
+		if err := checkTxnStateEntry(&ent, parts, decisions, forgotten, moves); err != nil {
 			return 0, nil, fmt.Errorf("storenode: txnstate: offset %d: entry %d: %w", off-txnStateEntryBytes, i, err)
 		}
 		off += pad8(int(size))
@@ -282,7 +297,7 @@ func decodeTxnState(b []byte) (index uint64, entries []txnStateEntry, err error)
 
 // checkTxnStateEntry decodes one entry's payload with its record's decoder and checks its id
 // is new in its group.
-func checkTxnStateEntry(ent *txnStateEntry, parts, decisions map[base.TxnID]struct{}, moves map[uint32]struct{}) error {
+func checkTxnStateEntry(ent *txnStateEntry, parts, decisions, forgotten map[base.TxnID]struct{}, moves map[uint32]struct{}) error {
 	var (
 		id   base.TxnID
 		seen map[base.TxnID]struct{}
@@ -309,6 +324,20 @@ func checkTxnStateEntry(ent *txnStateEntry, parts, decisions map[base.TxnID]stru
 			return err
 		}
 		seen = decisions
+	case txnStateForgotten:
+		var (
+			count    uint16
+			lease    int64
+			reported uint64
+			err      error
+		)
+		if id, _, count, lease, reported, err = decodeTxnDecideRecord(ent.payload); err != nil {
+			return err
+		}
+		if count != txnParticipantsMax || lease != 0 || reported != ^uint64(0) {
+			return corrupt.Errorf("storenode: forgotten decision of %v: count %d, lease %d, reported %#x", id, count, lease, reported)
+		}
+		seen = forgotten
 	case kindMoveState:
 		table, s, _, err := decodeMoveStateRecord(ent.payload)
 		if err != nil {
@@ -479,9 +508,21 @@ func (e *Engine) loadTxnState(index uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, ent := range entries {
-		if err := e.applyRecord(ent.kind, ent.payload, ent.lsn); err != nil {
+		var err error
+		switch ent.kind {
+		case kindTxnDecide:
+			id, d, count, lease, reported, _ := decodeTxnDecideRecord(ent.payload) // checked by decodeTxnState
+			e.keepDecision(id, d, count, lease, reported, ent.lsn)
+		case txnStateForgotten:
+			id, d, _, _, _, _ := decodeTxnDecideRecord(ent.payload)
+			e.rememberForgotten(id, d, e.opts.Now())
+		default:
+			err = e.applyRecord(ent.kind, ent.payload, ent.lsn)
+		}
+		if err != nil {
 			return fmt.Errorf("storenode: %s: entry %d: %w", path.Join(e.dir, txnStateName(index)), i, err)
 		}
 	}
 	return nil
 }
+

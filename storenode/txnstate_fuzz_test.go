@@ -27,7 +27,9 @@ func txnStateSeeds() [][]byte {
 	decide := txnStateEntry{kind: kindTxnDecide, lsn: 7, payload: appendTxnDecideRecord(nil, id, base.DecisionCommit, 3, 77, 5)}
 	forgot := txnStateEntry{kind: kindTxnDecide, lsn: 9, payload: appendTxnDecideRecord(nil, other, base.DecisionAbort, txnParticipantsMax, 0, ^uint64(0))}
 	move := txnStateEntry{kind: kindMoveState, lsn: 9, payload: appendMoveStateRecord(nil, 4, MoveIncoming, 12)}
-	sets := [][]txnStateEntry{nil, {apply}, {decide, forgot}, {move}, {apply, decide, forgot, move}}
+	gone := txnStateEntry{kind: txnStateForgotten, lsn: 9, payload: appendTxnDecideRecord(nil, base.TxnID{8}, base.DecisionCommit, txnParticipantsMax, 0, ^uint64(0))}
+	gone2 := txnStateEntry{kind: txnStateForgotten, lsn: 9, payload: appendTxnDecideRecord(nil, base.TxnID{2}, base.DecisionAbort, txnParticipantsMax, 0, ^uint64(0))}
+	sets := [][]txnStateEntry{nil, {apply}, {decide, forgot}, {move}, {gone, gone2}, {apply, decide, forgot, gone, gone2, move}}
 	for _, p := range prepares {
 		sets = append(sets, []txnStateEntry{p}, []txnStateEntry{p, apply, decide, move})
 	}
@@ -96,13 +98,17 @@ func TestTxnStateCodec(t *testing.T) {
 	live := txnStateEntry{kind: kindMoveState, lsn: 1, payload: appendMoveStateRecord(nil, 3, MoveLive, 0)}
 	late := txnStateEntry{kind: kindTxnApply, lsn: 10, payload: apply.payload}
 	for name, ents := range map[string][]txnStateEntry{
-		"decision before part": {decide, apply},
-		"move before decision": {move, decide},
-		"part twice":           {apply, apply},
-		"decision twice":       {decide, decide},
-		"move twice":           {move, move},
-		"live move":            {live},
-		"LSN past the index":   {late},
+		"decision before part":   {decide, apply},
+		"move before decision":   {move, decide},
+		"part twice":             {apply, apply},
+		"decision twice":         {decide, decide},
+		"move twice":             {move, move},
+		"live move":              {live},
+		"forgotten with a lease": {{kind: txnStateForgotten, lsn: 1, payload: appendTxnDecideRecord(nil, id, base.DecisionCommit, txnParticipantsMax, 5, ^uint64(0))}},
+		"forgotten twice": {{kind: txnStateForgotten, lsn: 1, payload: appendTxnDecideRecord(nil, id, base.DecisionCommit, txnParticipantsMax, 0, ^uint64(0))},
+			{kind: txnStateForgotten, lsn: 1, payload: appendTxnDecideRecord(nil, id, base.DecisionAbort, txnParticipantsMax, 0, ^uint64(0))}},
+		"move before forgotten": {move, {kind: txnStateForgotten, lsn: 1, payload: appendTxnDecideRecord(nil, id, base.DecisionCommit, txnParticipantsMax, 0, ^uint64(0))}},
+		"LSN past the index":    {late},
 	} {
 		if _, _, err := decodeTxnState(encodeTxnStateBytes(9, ents)); !errors.Is(err, corrupt.ErrCorruption) {
 			t.Fatalf("%s: %v", name, err)
