@@ -525,4 +525,3 @@ func (e *Engine) loadTxnState(index uint64) error {
 	}
 	return nil
 }
-
