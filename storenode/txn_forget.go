@@ -25,9 +25,18 @@ func decisionMask(count uint16) uint64 {
 // were made up), so that no state is carried that the count contradicts. In memory only: a
 // checkpoint carries it. Caller holds mu.
 func (e *Engine) learnCount(id base.TxnID, rec *txnDecision, count int) {
-	if rec.count != 0 || count <= 0 || e.replicated() { // a replica's would be the leader's alone (txn_repl.go)
+	if rec.count != 0 || count <= 0 {
 		return
 	}
+	if e.replicated() {
+		e.proposeLearnCount(id, rec, count) // every replica learns it at the entry (txn_repl.go)
+		return
+	}
+	e.setCount(id, rec, count)
+}
+
+// setCount is learnCount's change of rec. Caller holds mu.
+func (e *Engine) setCount(id base.TxnID, rec *txnDecision, count int) {
 	was := rec.allReported()
 	rec.count = uint16(count)
 	rec.reported &= decisionMask(rec.count)

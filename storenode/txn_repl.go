@@ -26,8 +26,9 @@ import (
 //     nothing), both within Options.TxnAbortKeep; a decision's lease check in etcd.
 //   - a replica sweeps no decision on its own clock: the leader's resolver pass proposes the
 //     aborts its sweep would forget (proposeTxnExpiry, kindTxnExpired) and every replica
-//     forgets them at the entry, if still the abort of that decide LSN. It learns no count
-//     (learnCount changes a kept abort in memory only; a record for it is left). Nor does it
+//     forgets them at the entry, if still the abort of that decide LSN. An abort kept without
+//     a count learns it from a later Decide by an entry too (proposeLearnCount: a decide
+//     record of the same decision; its apply sets the count of a kept abort of none). Nor does it
 //     drop a forgotten decision by age (expireForgotten): the forgotten decisions it remembers
 //     follow the log; their age (at, each replica's clock) is the leader's check alone. A decision's apply (11) and a participant's report (10) are
 //     proposed and applied as prepares are; the resolver runs on the leader only
@@ -202,6 +203,9 @@ func (e *Engine) applyDecideEntry(payload []byte, index uint64) (uint64, error, 
 		return 0, nil, corrupt.Errorf("storenode: apply entry %d: a decision proposed with reports %#x", index, reported)
 	}
 	if rec := e.txnDecisions[id]; rec != nil {
+		if rec.d == d && rec.count == 0 && count > 0 {
+			e.setCount(id, rec, int(count)) // a count learned (proposeLearnCount), or a racing Decide's
+		}
 		return rec.lsn, nil, nil
 	}
 	if len(e.txnDecisions) >= e.opts.MaxTxns {
@@ -422,5 +426,22 @@ func (e *Engine) proposeTxnExpiry() {
 func (e *Engine) applyTxnExpired(x expiredTxn) {
 	if rec := e.txnDecisions[x.id]; rec != nil && rec.d == base.DecisionAbort && rec.lsn == x.lsn {
 		e.forgetDecision(x.id, rec)
+	}
+}
+
+// proposeLearnCount is learnCount on a replica's leader, mu held: a decide record of rec's
+// decision with count is proposed, and every replica sets the count of the abort kept
+// without one at its apply (applyDecideEntry). Nobody waits: the Decide is answered with the
+// decision kept; a count lost with a leadership is learned from the next Decide, or the
+// abort is forgotten by age.
+func (e *Engine) proposeLearnCount(id base.TxnID, rec *txnDecision, count int) {
+	if e.checkLeader() != nil {
+		return
+	}
+	e.onePiece[0] = wal.Piece{Bytes: appendTxnDecideRecord(nil, id, rec.d, uint16(count), rec.lease, 0)} // copied by Propose
+	err := e.propose(kindTxnDecide, e.onePiece[:], true, &proposal{done: func(uint64, error) {}})
+	e.onePiece[0] = wal.Piece{}
+	if err != nil {
+		e.opts.Logger.Debug("storenode: a decision's count not proposed", "txn", id.String(), "err", err)
 	}
 }

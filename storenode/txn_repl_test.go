@@ -340,3 +340,33 @@ func TestReplicatedDecisionExpiry(t *testing.T) {
 	require.Equal(t, base.DecisionAbort, got)
 	r.requireAgree("after the expiry")
 }
+
+// TestReplicatedAbortLearnsCount: an abort recorded without a participant count learns it from
+// a later Decide by an entry, on every replica; its participants' reports then let the
+// leader's next pass forget it everywhere, before TxnAbortKeep.
+func TestReplicatedAbortLearnsCount(t *testing.T) {
+	r := newReplTxnGroup(t)
+	e := r.leader()
+	id := txnID(60)
+	_, err := r.prepare(e, r.prep(id, "", 0, 11, 110))
+	require.NoError(t, err)
+	_, err = r.decide(e, id, base.DecisionAbort, 0) // count unknown
+	require.NoError(t, err)
+	_, err = r.decide(e, id, base.DecisionAbort, 2) // answered from the kept abort, the count learned
+	require.NoError(t, err)
+	r.g.drain()
+	for i, x := range r.g.engines {
+		x.mu.Lock()
+		require.EqualValues(t, 2, x.txnDecisions[id].count, "replica %d", i)
+		x.mu.Unlock()
+	}
+	for index := range uint16(2) {
+		require.NoError(t, r.g.call(func() error { return e.ReportTxn(id, index) }))
+	}
+	require.NoError(t, r.g.call(func() error { return e.ResolveTxns(context.Background()) }))
+	r.g.drain()
+	for i, x := range r.g.engines {
+		require.Equal(t, base.DecisionNone, x.TxnStatus(id).Primary, "replica %d kept the reported abort", i)
+	}
+	r.requireAgree("after the reports")
+}
