@@ -29,7 +29,12 @@ import (
 //	12 txn forgot             applyForgot             forgetReported (txn_forget.go)
 //	16 move state             applyMoveState          setMoveState (move.go)
 //	19 expired (replicas)     applyExpired            proposeExpiry (proposer.go)
+//	20 txn expired (replicas) applyTxnExpired         proposeTxnExpiry (txn_repl.go); an
+//	                                                  entry only: replay refuses the kind
 //
+// On a replica, ApplyCommitted's applyEntry (proposer.go) rechecks an entry on the applied
+// state before the same apply functions (the 2PC kinds: txn_repl.go), and Open applies a
+// replica checkpoint's sidecar with applyRecord (txnstate.go).
 // Invariants and where live and replay still differ:
 //   - applyRecord's checks never fail for a record the live engine wrote: the live path made
 //     the same checks (and stronger ones) before it appended.
@@ -368,10 +373,7 @@ func (e *Engine) applyDecide(id base.TxnID, d base.Decision, count uint16, lease
 		rec = nil
 	}
 	if rec == nil {
-		rec = &txnDecision{d: d, count: count, lease: lease, lsn: lsn, at: e.opts.Now()}
-		e.countDecision(rec, e.decisionOwner(id))
-		e.txnDecisions[id] = rec
-		e.queueAbort(id, rec)
+		rec = e.keepDecision(id, d, count, lease, 0, lsn)
 	}
 	rec.count = max(rec.count, count)
 	rec.reported |= reported
@@ -383,6 +385,20 @@ func (e *Engine) applyDecide(id base.TxnID, d base.Decision, count uint16, lease
 		// checkpoint (carryTxns); an abort all reported is forgotten as the sweep would.
 		e.forgetDecision(id, rec)
 	}
+	return rec
+}
+
+// keepDecision keeps a new decision of id (none kept) with its reports, counted for its owner
+// (decisionOwner) and queued for the abort sweep (an abort every participant reported: for
+// its next pass). Caller holds mu.
+func (e *Engine) keepDecision(id base.TxnID, d base.Decision, count uint16, lease int64, reported, lsn uint64) *txnDecision {
+	rec := &txnDecision{d: d, count: count, lease: lease, reported: reported, lsn: lsn, at: e.opts.Now()}
+	if count > 0 {
+		rec.reported &= decisionMask(count)
+	}
+	e.countDecision(rec, e.decisionOwner(id))
+	e.txnDecisions[id] = rec
+	e.queueAbort(id, rec)
 	return rec
 }
 

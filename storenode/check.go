@@ -295,6 +295,9 @@ func (c *checker) run() (*CheckReport, error) {
 	if err := c.noteMapLogs(names, m); err != nil {
 		return nil, err
 	}
+	if err := c.checkTxnState(names, m); err != nil {
+		return nil, err
+	}
 	c.cat.init(m)
 	offs := metaTableOffsets(m)
 	byName := make(map[string]uint32, len(m.tables))
@@ -400,8 +403,17 @@ func (c *checker) checkWAL(listErr error) error {
 		}
 		return nil
 	}
-	res, err := wal.Check(c.fs, dir, wal.Options{After: c.meta.ckptLSN, DurableThrough: c.meta.syncedLSN, MaxRecordBytes: walRecordBytesMax},
+	after, durable, replica := c.meta.ckptLSN, c.meta.syncedLSN, c.meta.txnState != 0
+	if replica {
+		after, durable = 0, 0 // a replica's WAL holds no engine record, as Open reads it (recover)
+	}
+	res, err := wal.Check(c.fs, dir, wal.Options{After: after, DurableThrough: durable, MaxRecordBytes: walRecordBytesMax},
 		func(rec wal.Record, at wal.Position) error {
+			if replica {
+				c.damage(Finding{File: path.Join("wal", at.File), Offset: at.Offset, LSN: rec.LSN,
+					What: fmt.Sprintf("a record of kind %d in a replica's WAL, which holds none: Open refuses it", rec.Kind)})
+				return nil
+			}
 			if rec.Kind == kindCommitV1 {
 				return oldCommitRecordError(rec.LSN) // as Open: not damage, an old format
 			}
@@ -441,6 +453,9 @@ func (c *checker) checkWAL(listErr error) error {
 		}
 		c.note(Finding{File: path.Join("wal", t.File), Offset: t.Offset, LSN: t.LSN,
 			What: what + ": writes after the last sync that a crash cut (never acknowledged under sync=always)"})
+	}
+	if replica {
+		res.LastLSN = c.meta.ckptLSN // the group's log re-delivers what follows
 	}
 	c.checkAfterWAL(res.LastLSN)
 	return nil

@@ -21,6 +21,11 @@ import (
 // LSN in the meta file atomically, and only then free the old disk pages, mark the copied
 // frames clean (unless written again since) and drop WAL segments wholly below the LSN.
 //
+// A replica's checkpoint (Options.Proposer set) carries no record after its LSN: it writes its
+// transaction and move states to the sidecar txnstate-<LSN> (txnstate.go), fsynced before any
+// page is written, its directory entry by the data files' directory fsync, and names it in the
+// meta file (version 6); the older sidecars go once that meta file is published.
+//
 // Any IO error in a checkpoint makes the engine fail-stop: nothing was published, the WAL still
 // holds everything, and a reopen recovers. Except a want of file descriptors before the meta
 // file's rename: that checkpoint is abandoned and tried again later (ckpt_defer.go).
@@ -258,6 +263,13 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		}
 	}()
 
+	if snap.txnState != 0 {
+		// Fsynced here; its directory entry by syncDataFiles, before the meta names it.
+		if err := e.writeTxnState(snap.txnState, snap.txnEntries); err != nil {
+			return err
+		}
+		snap.txnEntries = nil
+	}
 	written, touched, copiedLSN, err := e.writeDirtyPages(todo)
 	if err != nil {
 		return err
@@ -284,6 +296,9 @@ func (e *Engine) checkpoint(replay bool) (err error) {
 		return err
 	}
 	e.publishedMapLog(snap, oldLog)
+	if snap.txnState != 0 {
+		e.removeTxnStates(snap.txnState)
+	}
 	gone, keepFrom := e.installCheckpoint(snap.ckptLSN, newPages, written, old)
 	e.removeDroppedFiles(gone)
 	if !replay && e.opts.Proposer == nil { // a replica's log is the group's (truncated by it, stage R6)
@@ -318,7 +333,12 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 	}
 	snap := e.snapshotMeta()
 	e.ckptCarried = 0
-	if !e.replaying && (e.txnLive() || len(e.txnForgot) > 0) {
+	if e.replicated() {
+		// A replica's log is the group's: its transaction and move states go to the
+		// checkpoint's sidecar instead of carried records (txnstate.go).
+		snap.txnState, snap.txnEntries = snap.ckptLSN, e.snapshotTxnState(snap.ckptLSN)
+	}
+	if !e.replicated() && !e.replaying && (e.txnLive() || len(e.txnForgot) > 0) {
 		carried, err := e.carryTxns()
 		if err != nil {
 			e.mu.Unlock()
@@ -326,7 +346,7 @@ func (e *Engine) beginCheckpoint() (*metaState, []ckptWrite, error) {
 		}
 		e.ckptCarried = carried
 	}
-	if !e.replaying && e.moves != nil {
+	if !e.replicated() && !e.replaying && e.moves != nil {
 		carried, err := e.carryMoves()
 		if err != nil {
 			e.mu.Unlock()

@@ -31,7 +31,8 @@
 //	               live paths' after (grants: before) their append
 //	proposer.go    a replica (Options.Proposer): records proposed, applied at commit by
 //	               ApplyCommitted, the leader's pending overlay (docs/replication.md);
-//	               records_repl.go: the kinds only a replica writes (owner expiry)
+//	               records_repl.go: the kinds only a replica writes (owner, decision expiry)
+//	txnstate.go    a replica's checkpoint's transaction and move states (txnstate-<index>)
 //	txn.go         two-phase commit: its invariants, prepare, row locks, the resolver loop,
 //	               the checkpoint's carry (records_txn.go: its WAL records)
 //	txn_decide.go  the primary's decision (a compare-and-set), Asks, participants' reports
@@ -42,6 +43,7 @@
 //	txn_doubt.go   parts in doubt past TxnInDoubtAfter: listed, aborted by an operator
 //	txn_decisions.go  per-owner bounds on kept decisions; those kept past TxnInDoubtAfter listed
 //	txn_lease.go   a Decide's lease check: a verification slot, shared by the Decides of a lease
+//	txn_repl.go    two-phase commit on a replica: proposed on the leader, applied everywhere
 //	recovery.go    Open: lock, meta, WAL replay (applyRecord), bitmap-trees, dedup table
 //	backup.go      online backup (Engine.Backup): a snapshot's files handed to a sink
 //	backup_dir.go  a backup written to a directory (BackupDir) and the restore markers

@@ -43,6 +43,9 @@ import (
 //	|   per cluster-managed table (ascending id): id u32 |          |
 //	|   partitions u32 | stripe pages u32 | partition u32           |
 //	+---------------------------------------------------------------+
+//	| version 6 only (after the cluster section, whose count may be  |
+//	|   0): txnstate index u64 (= checkpoint LSN) | reserved u64      |
+//	+---------------------------------------------------------------+
 //	| crc32c u32 over everything before it | reserved u32            |
 //	+---------------------------------------------------------------+
 //
@@ -59,6 +62,13 @@ import (
 // consecutive and end at the owner's last seq. A table's leaf and entry counts are its page
 // map's: the map log must decode to them.
 //
+// Version 6 is a replica's (Options.Proposer set, docs/replication.md 1.2): version 5 whose
+// cluster section may be empty, followed by the replica section naming the checkpoint's
+// transaction state sidecar, txnstate-<index> (txnstate.go), which holds the two-phase commit
+// parts, decisions and move states a standalone checkpoint carries in the WAL instead. Every
+// checkpoint of a replica writes version 6 and its sidecar; a standalone store never writes
+// it (version 4 or 5, byte for byte as before). The index equals the checkpoint LSN.
+//
 // Versions 3 and 2 are read and upgraded (the next checkpoint writes a map log and version 4).
 // Version 3 is the same file with a 48-byte header (no map log fields) and each table's
 // sparse page map after its name: leaf count leaf records, ascending, of leaf index u32 |
@@ -74,6 +84,7 @@ const (
 	metaMagic          = "WEFTMETA"
 	metaVersion        = 4
 	metaVersionCluster = 5 // version 4 and the cluster section
+	metaVersionReplica = 6 // version 5, its cluster section possibly empty, and the replica section
 	metaVersionSparse  = 3 // read and upgraded: the page map inside the meta file
 	metaVersionDense   = 2 // read and upgraded: a dense page map
 	metaHeaderBytes    = 48
@@ -83,6 +94,7 @@ const (
 	metaEntryBytes     = 24
 	metaOwnerBytes     = 32
 	metaClusterBytes   = 16 // one entry of the cluster section
+	metaReplicaBytes   = 16 // the replica section (version 6)
 	metaDedupBytes     = 24
 	metaTrailerBytes   = 8
 	metaName           = "meta"
@@ -127,6 +139,12 @@ type metaState struct {
 	logGen    uint64 // version 4: the map log's generation (0: none, every map empty)
 	logLen    uint64 // version 4: the map log's published length
 	mapLog    []byte // the map log's bytes, when a backup read them
+	// txnState is the checkpoint index of the transaction state sidecar the meta file names
+	// (version 6, a replica's; 0: none, versions 2 to 5).
+	txnState uint64
+	// txnEntries is a replica's checkpoint's sidecar, captured with the snapshot and written
+	// before the meta file (checkpoint only).
+	txnEntries []txnStateEntry
 }
 
 func encodeMeta(m *metaState) []byte {
@@ -142,7 +160,11 @@ func encodeMeta(m *metaState) []byte {
 		}
 	}
 	version := uint32(metaVersion)
-	if clusters > 0 {
+	switch {
+	case m.txnState != 0:
+		version = metaVersionReplica
+		size += 8 + clusters*metaClusterBytes + metaReplicaBytes
+	case clusters > 0:
 		version = metaVersionCluster
 		size += 8 + clusters*metaClusterBytes
 	}
@@ -188,7 +210,7 @@ func encodeMeta(m *metaState) []byte {
 			b = binary.LittleEndian.AppendUint64(b, d.hash)
 		}
 	}
-	if clusters > 0 {
+	if version >= metaVersionCluster {
 		b = binary.LittleEndian.AppendUint32(b, uint32(clusters))
 		b = binary.LittleEndian.AppendUint32(b, 0)
 		for _, t := range m.tables { // ascending id: the catalog's order
@@ -199,6 +221,10 @@ func encodeMeta(m *metaState) []byte {
 				b = binary.LittleEndian.AppendUint32(b, t.cluster.Partition)
 			}
 		}
+	}
+	if version == metaVersionReplica {
+		b = binary.LittleEndian.AppendUint64(b, m.txnState)
+		b = binary.LittleEndian.AppendUint64(b, 0)
 	}
 	b = binary.LittleEndian.AppendUint32(b, checksum.Of(b))
 	b = binary.LittleEndian.AppendUint32(b, 0)
@@ -236,12 +262,12 @@ func decodeMeta(b []byte) (*metaState, error) {
 		return nil, corrupt.Errorf("storenode: meta: bad magic %q", b[:8])
 	}
 	version := binary.LittleEndian.Uint32(b[8:])
-	if version != metaVersionCluster && version != metaVersion && version != metaVersionSparse && version != metaVersionDense {
+	if version != metaVersionReplica && version != metaVersionCluster && version != metaVersion && version != metaVersionSparse && version != metaVersionDense {
 		if v := version; v < metaVersionDense {
 			return nil, fmt.Errorf("%w: meta file format version %d, this build reads versions %d to %d only "+
 				"(open the store with the build that wrote it and export its rows)", ErrOldFormat, v, metaVersionDense, metaVersion)
 		}
-		return nil, corrupt.Errorf("storenode: meta: version %d, want %d..%d", version, metaVersionDense, metaVersionCluster)
+		return nil, corrupt.Errorf("storenode: meta: version %d, want %d..%d", version, metaVersionDense, metaVersionReplica)
 	}
 	m := &metaState{
 		version:   version,
@@ -354,11 +380,21 @@ func decodeMeta(b []byte) (*metaState, error) {
 		}
 		m.owners[id] = o
 	}
-	if version == metaVersionCluster {
+	if version >= metaVersionCluster {
 		var err error
-		if p, err = decodeMetaClusters(p, m); err != nil {
+		if p, err = decodeMetaClusters(p, m, version == metaVersionReplica); err != nil {
 			return nil, err
 		}
+	}
+	if version == metaVersionReplica {
+		if len(p) < metaReplicaBytes {
+			return nil, corrupt.Errorf("storenode: meta: truncated replica section")
+		}
+		m.txnState = binary.LittleEndian.Uint64(p)
+		if m.txnState != m.ckptLSN || m.txnState == 0 || binary.LittleEndian.Uint64(p[8:]) != 0 {
+			return nil, corrupt.Errorf("storenode: meta: replica section names txnstate %d, checkpoint LSN %d", m.txnState, m.ckptLSN)
+		}
+		p = p[metaReplicaBytes:]
 	}
 	if len(p) != 0 {
 		return nil, corrupt.Errorf("storenode: meta: %d trailing bytes", len(p))
@@ -366,15 +402,16 @@ func decodeMeta(b []byte) (*metaState, error) {
 	return m, nil
 }
 
-// decodeMetaClusters decodes a version-5 cluster section into m's tables and returns the rest
-// of p. Entries ascend by id, each naming one of m's tables, with a valid layout that the
-// table's name agrees with; there is at least one (version 4 has none).
-func decodeMetaClusters(p []byte, m *metaState) ([]byte, error) {
+// decodeMetaClusters decodes a version-5 (or 6) cluster section into m's tables and returns the
+// rest of p. Entries ascend by id, each naming one of m's tables, with a valid layout that the
+// table's name agrees with; there is at least one (version 4 has none) unless empty is allowed
+// (version 6 always has the section).
+func decodeMetaClusters(p []byte, m *metaState, empty bool) ([]byte, error) {
 	if len(p) < 8 {
 		return nil, corrupt.Errorf("storenode: meta: truncated cluster section")
 	}
 	n := uint64(binary.LittleEndian.Uint32(p))
-	if n == 0 || n > uint64(len(m.tables)) || binary.LittleEndian.Uint32(p[4:]) != 0 || uint64(len(p)-8) < n*metaClusterBytes {
+	if n == 0 && !empty || n > uint64(len(m.tables)) || binary.LittleEndian.Uint32(p[4:]) != 0 || uint64(len(p)-8) < n*metaClusterBytes {
 		return nil, corrupt.Errorf("storenode: meta: cluster section of %d entries for %d tables in %d bytes", n, len(m.tables), len(p))
 	}
 	p = p[8:]

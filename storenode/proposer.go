@@ -37,7 +37,8 @@ import (
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
 //   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     two-phase commit, moves, checkpoint carries (stage R2b).
+//     two-phase commit, moves (stage R2b). A replica's checkpoint carries nothing in the log:
+//     it writes its transaction and move states to its sidecar (txnstate.go).
 //   - a replica expires no owner on its own clock: the leader's checkpoint proposes the
 //     expiry (proposeExpiry, kindExpired) and every replica applies it.
 //
@@ -75,6 +76,13 @@ type replState struct {
 	// expiring: an expiry record (kindExpired) of this leader waits for its apply; the next
 	// checkpoint proposes none (the owners it names would be named again).
 	expiring bool
+	// expiringTxns: a decision expiry record (kindTxnExpired) of this leader waits for its
+	// apply; the next sweep proposes none.
+	expiringTxns bool
+	// txnStates are the indexes of the transaction state sidecars in the directory this
+	// engine knows of: the one its meta file names and any written since (txnstate.go).
+	// Guarded by ckptMu (Open: the engine is not shared yet).
+	txnStates []uint64
 }
 
 // pendSeq is an owner's commits waiting: the highest seq proposed and how many wait.
@@ -176,7 +184,7 @@ func (e *Engine) dropProposals() []*proposal {
 	clear(r.nextIDs)
 	clear(r.epochs)
 	r.table = 0
-	r.expiring = false
+	r.expiring, r.expiringTxns = false, false
 	return out
 }
 
@@ -219,11 +227,14 @@ func (e *Engine) ApplyCommitted(index, id uint64, kind byte, payload []byte) err
 		return err
 	}
 	e.lastLSN = index
-	if w != nil && w.kind == kindCommit {
+	if w != nil && (w.kind == kindCommit || w.kind == kindTxnPrepare) {
 		e.commitSettled(w.owner)
 	}
 	if w != nil && w.kind == kindExpired {
 		e.repl.expiring = false
+	}
+	if w != nil && w.kind == kindTxnExpired {
+		e.repl.expiringTxns = false
 	}
 	e.cond.Broadcast() // seqs advanced, gaps closed
 	if kind == kindCommit && e.cachePressure() {
@@ -322,6 +333,24 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		if t.cluster.IsCluster() {
 			t.grantLSN = index // a renewal is answered once it is applied here (registerCheck)
+		}
+		return index, nil, nil
+	case kindTxnPrepare:
+		return e.applyPrepareEntry(payload, index) // txn_repl.go
+	case kindTxnDecide:
+		return e.applyDecideEntry(payload, index)
+	case kindTxnApply:
+		return e.applyApplyEntry(payload, index)
+	case kindTxnReported:
+		return e.applyReportedEntry(payload, index)
+	case kindTxnForgot:
+		if err := decodeTxnForgotRecord(payload, e.applyForgot); err != nil {
+			return 0, nil, err
+		}
+		return index, nil, nil
+	case kindTxnExpired:
+		if err := decodeTxnExpiredRecord(payload, e.applyTxnExpired); err != nil {
+			return 0, nil, err
 		}
 		return index, nil, nil
 	case kindExpired:

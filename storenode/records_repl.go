@@ -3,6 +3,7 @@ package storenode
 import (
 	"encoding/binary"
 
+	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/corrupt"
 )
 
@@ -20,9 +21,20 @@ import (
 // holds no table, so a batch applied in between keeps the owner on every replica alike.
 // Kinds 17 (owner claim) and 18 (owner release) are left for the identities' records.
 //
+//	kindTxnExpired   count u16 (1..expiredTxnsMax) | reserved [6]
+//	                 | {txn [16] | decide LSN u64} x count
+//
+// A decision expiry record is the leader's sweep of the aborts it keeps as primary
+// (sweepTxnDecisions' rule, on its clock): each named abort every participant reported (its
+// records durable), or older than Options.TxnAbortKeep. Its apply forgets an abort only if
+// the decision kept for the id is still the abort decided at that LSN. It is an entry of the
+// group's log only (ApplyCommitted): a standalone engine's sweep logs nothing, so replay and
+// Check refuse the kind in an engine's WAL.
+//
 // Part of the format; do not change.
 const (
-	kindExpired byte = 19
+	kindExpired    byte = 19
+	kindTxnExpired byte = 20
 
 	// expiredFixed is an expiry record's header; expiredOwnerBytes one owner's entry.
 	expiredFixed      = 8
@@ -30,7 +42,57 @@ const (
 	// expiredOwnersMax bounds the owners of one expiry record (16 KiB of entries): the
 	// leader proposes the rest at its next checkpoint.
 	expiredOwnersMax = 1024
+
+	// expiredTxnBytes is one decision's entry of a decision expiry record; expiredTxnsMax
+	// bounds its decisions (24 KiB): the leader proposes the rest at its next pass.
+	expiredTxnBytes = 24
+	expiredTxnsMax  = 1024
 )
+
+// expiredTxn is one abort a decision expiry record names and the LSN of its decide record.
+type expiredTxn struct {
+	id  base.TxnID
+	lsn uint64
+}
+
+// appendTxnExpiredRecord appends the decision expiry record of txns (1..expiredTxnsMax of
+// them) to dst.
+func appendTxnExpiredRecord(dst []byte, txns []expiredTxn) []byte {
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(txns)))
+	dst = append(dst, 0, 0, 0, 0, 0, 0)
+	for _, x := range txns {
+		dst = append(dst, x.id[:]...)
+		dst = binary.LittleEndian.AppendUint64(dst, x.lsn)
+	}
+	return dst
+}
+
+// decodeTxnExpiredRecord checks decision expiry record p whole, then calls fn for each
+// decision it names, in order; a record refused (a corruption error) names none.
+func decodeTxnExpiredRecord(p []byte, fn func(expiredTxn)) error {
+	if len(p) < expiredFixed {
+		return corrupt.Errorf("storenode: decision expiry record of %d bytes", len(p))
+	}
+	n := int(binary.LittleEndian.Uint16(p))
+	switch {
+	case n == 0 || n > expiredTxnsMax || len(p) != expiredFixed+n*expiredTxnBytes:
+		return corrupt.Errorf("storenode: decision expiry record of %d decisions in %d bytes", n, len(p))
+	case binary.LittleEndian.Uint16(p[2:]) != 0 || binary.LittleEndian.Uint32(p[4:]) != 0:
+		return corrupt.Errorf("storenode: decision expiry record: reserved bytes not zero")
+	}
+	for i := range n {
+		q := p[expiredFixed+i*expiredTxnBytes:]
+		x := expiredTxn{id: base.TxnID(q), lsn: binary.LittleEndian.Uint64(q[txnIDBytes:])}
+		if x.lsn == 0 {
+			return corrupt.Errorf("storenode: decision expiry record: decision %d at LSN 0", i)
+		}
+	}
+	for i := range n {
+		q := p[expiredFixed+i*expiredTxnBytes:]
+		fn(expiredTxn{id: base.TxnID(q), lsn: binary.LittleEndian.Uint64(q[txnIDBytes:])})
+	}
+	return nil
+}
 
 // expiredOwner is one owner an expiry record names and its last applied seq then.
 type expiredOwner struct {

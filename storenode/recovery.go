@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +19,8 @@ import (
 // (catalog, grants, dedup table, page maps, checkpoint LSN); open the data files and rebuild
 // the bitmap-trees (rows present, disk pages in use) from the page maps; replay the WAL after
 // the checkpoint LSN (table creations and drops, id and ownership grants, commit batches into
-// partial cache frames, owners' seqs); remove data files no table owns.
+// partial cache frames, owners' seqs), after a replica's checkpoint's transaction state
+// sidecar (txnstate.go); remove data files no table owns and sidecars the meta does not name.
 //
 // Replay may produce more dirty pages than the cache holds; then it checkpoints between two
 // records (never inside one), so recovery keeps the cache's memory bound. The WAL replays only
@@ -81,16 +83,37 @@ func (e *Engine) recover() error {
 	}
 
 	e.replaying = true
+	if m.txnState != 0 && !e.replicated() {
+		e.replaying = false
+		return fmt.Errorf("storenode: open %s: a replica's store (meta version 6, %s): its log is the group's, open it with Options.Proposer",
+			e.dir, txnStateName(m.txnState))
+	}
+	if m.txnState != 0 {
+		// A replica's checkpoint: its transaction and move states (txnstate.go).
+		e.repl.txnStates = append(e.repl.txnStates[:0], m.txnState)
+		if err := e.loadTxnState(m.txnState); err != nil {
+			e.replaying = false
+			return err
+		}
+	}
+	after, durable, replay := e.ckptLSN, m.syncedLSN, e.replayRecord
+	if e.replicated() {
+		// A replica appends no engine record to its WAL (its records are the group's log,
+		// which re-delivers the entries after the checkpoint index: docs/replication.md 1.4),
+		// so the WAL holds none, whatever the meta's index; one that does is a standalone
+		// store's, which a replica cannot take over this way.
+		after, durable, replay = 0, 0, e.replayOnReplica
+	}
 	log, err := wal.Open(e.fs, walDir(e.dir), wal.Options{
 		Sync:           wal.SyncMode(e.opts.Sync),
 		Gather:         e.opts.WALGather,
 		SegmentBytes:   e.opts.WALSegmentBytes,
 		MaxQueueBytes:  64 << 20,
 		MaxRecordBytes: walRecordBytesMax,
-		After:          e.ckptLSN,
-		DurableThrough: m.syncedLSN,
+		After:          after,
+		DurableThrough: durable,
 		SyncLatency:    &e.lat.walSync,
-	}, e.replayRecord)
+	}, replay)
 	e.replaying = false
 	if err == nil {
 		e.noteTxnReplayed()
@@ -119,7 +142,7 @@ func (e *Engine) recover() error {
 	if err := e.fs.SyncDir(path.Dir(path.Clean(e.dir))); err != nil {
 		return fmt.Errorf("storenode: open %s: sync parent dir: %w", e.dir, err)
 	}
-	if got := log.LastLSN(); got != e.lastLSN {
+	if got := log.LastLSN(); got != e.lastLSN && !e.replicated() {
 		return corrupt.Errorf("storenode: %s: WAL ends at LSN %d, replay reached %d", e.dir, got, e.lastLSN)
 	}
 	e.durableLSN = e.lastLSN
@@ -210,6 +233,14 @@ func (e *Engine) replayRecord(rec wal.Record) error {
 	return nil
 }
 
+// replayOnReplica refuses a WAL record found at a replica's Open: the engine of a replica
+// writes none (recover).
+func (e *Engine) replayOnReplica(rec wal.Record) error {
+	return fmt.Errorf("%w: the WAL of a replica (Options.Proposer set) holds record %d of kind %d: "+
+		"a standalone store, or one of a build before replicas kept their log apart, cannot be opened as a replica",
+		ErrNotReplicated, rec.LSN, rec.Kind)
+}
+
 // removeOrphans deletes data files that no table owns (a table dropped and checkpointed, or
 // created and lost with an unsynced WAL tail).
 func (e *Engine) removeOrphans() error {
@@ -218,6 +249,14 @@ func (e *Engine) removeOrphans() error {
 		return fmt.Errorf("storenode: list %s: %w", e.dir, err)
 	}
 	for _, n := range names {
+		if index, ok := parseTxnStateName(n); ok && !slices.Contains(e.repl.txnStates, index) {
+			// A sidecar the meta file does not name: an older checkpoint's not removed, or
+			// one of a checkpoint that did not publish.
+			if err := e.fs.Remove(path.Join(e.dir, n)); err != nil {
+				return fmt.Errorf("storenode: remove old transaction state %s: %w", n, err)
+			}
+			continue
+		}
 		idText, ok := strings.CutPrefix(n, "table-")
 		if !ok {
 			continue

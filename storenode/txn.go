@@ -39,7 +39,9 @@ import (
 //     (carryTxns; the prepared parts in chunks after its snapshot's hold, carryPrepared in
 //     txn_quota.go), so the records recovery needs are never before the checkpoint, and no
 //     checkpoint runs during replay while any is live (the cache may then pass its budget,
-//     by at most the dirty pages of the WAL being replayed).
+//     by at most the dirty pages of the WAL being replayed). A replica's checkpoint
+//     (Options.Proposer set) carries nothing: it writes the same state to its sidecar
+//     (snapshotTxnState, txnstate.go).
 //   - the prepared parts (txnPrepared) and len(txnDecisions) are each at most
 //     Options.MaxTxns (applied parts waiting to report are bounded at a prepare,
 //     txnPartsRoom); no loop under mu visits more than O(1) entries amortized; the forgotten
@@ -125,7 +127,15 @@ func (e *Engine) PrepareTxn(p *base.TxnPrepare) (uint64, error) {
 	}
 	hash := txnBatchHash(b, p.Txn)
 	e.mu.Lock()
-	lsn, err := e.prepareLocked(p, hash)
+	var (
+		lsn uint64
+		err error
+	)
+	if e.replicated() {
+		lsn, err = e.prepareProposed(p, hash) // txn_repl.go
+	} else {
+		lsn, err = e.prepareLocked(p, hash)
+	}
 	e.mu.Unlock()
 	if err != nil {
 		return 0, err
@@ -185,53 +195,13 @@ func (e *Engine) prepareLocked(p *base.TxnPrepare, hash uint64) (uint64, error) 
 		}
 		break
 	}
-	if old := e.txnParts[p.Txn]; old != nil {
-		if old.decision != base.DecisionNone {
-			return 0, fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, p.Txn, old.decision)
-		}
-		return 0, fmt.Errorf("%w: transaction %v is prepared here under another seq", ErrMalformed, p.Txn)
-	}
-	if d := e.txnDecisions[p.Txn]; d != nil && p.Primary == "" && d.d == base.DecisionAbort {
-		return 0, fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, p.Txn)
-	}
-	if p.Primary == "" && len(e.txnForgot) > 0 {
-		if f, ok := e.forgottenLocked(p.Txn); ok {
-			return 0, fmt.Errorf("%w: transaction %v: the primary decided %v (and forgot it)", ErrTxnDecided, p.Txn, f.d)
-		}
-	}
-	if at, ok := e.txnAborted[p.Txn]; ok {
-		if e.opts.Now().Sub(at) < e.opts.TxnAbortKeep {
-			return 0, fmt.Errorf("%w: transaction %v: abort was applied here before this prepare came", ErrTxnDecided, p.Txn)
-		}
-		delete(e.txnAborted, p.Txn)
-	}
-	if err := e.checkTxnLocks(b.Segments); err != nil {
+	if err := e.prepareAdmits(p.Txn, p.Primary, b, prepareSize(p), true); err != nil {
 		return 0, err
 	}
-	if err := e.txnPartsRoom(); err != nil {
+	rec, part, err := e.preparePart(p, hash)
+	if err != nil {
 		return 0, err
 	}
-	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
-	for i := range b.Segments {
-		size += commitSegmentHeaderBytes + len(b.Segments[i].Rows)
-	}
-	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
-		return 0, fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
-	}
-	if err := e.checkOwnerQuota(b.Owner, size); err != nil {
-		return 0, err
-	}
-	// The record, owned: the part keeps it (the batch's rows alias it) until applied.
-	rec := make([]byte, 0, size)
-	rec = appendTxnPrepareHeader(rec, p.Txn, p.Lease, p.Index, p.Primary)
-	rec = appendCommitRecord(rec, b, hash, func(t uint32) int { return e.tables[t].geo.RowBytes() })
-	assert.That(len(rec) == size, "storenode: prepare record size")
-	part := &txnPart{id: p.Txn, lease: p.Lease, primary: p.Primary, index: p.Index, hash: hash, at: e.opts.Now(), rec: rec}
-	var pr txnPrepareRecord
-	if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
-		return 0, fmt.Errorf("storenode: prepare: own record: %w", err)
-	}
-	part.batch = base.Batch{Owner: b.Owner, Seq: b.Seq, Fences: pr.commit.fences, Segments: pr.commit.segments}
 	lsn, err := e.appendRecord(kindTxnPrepare, rec, true, noAck)
 	if err != nil {
 		return 0, err
@@ -243,6 +213,73 @@ func (e *Engine) prepareLocked(p *base.TxnPrepare, hash uint64) (uint64, error) 
 }
 
 func noAck(uint64, error) {}
+
+// prepareAdmits is the check of a prepare of transaction id (primary, batch b, a record of
+// size bytes) after its seq's: the transaction not prepared or applied here, nor aborted by
+// this primary; when clock, nor decided and forgotten by this primary, nor aborted here before
+// it came, both within Options.TxnAbortKeep on the engine clock (a replica's apply leaves
+// those to the leader: txn_repl.go); its rows not locked; room for it (parts, bytes, the
+// owner's quota). Caller holds mu.
+func (e *Engine) prepareAdmits(id base.TxnID, primary string, b *base.Batch, size int, clock bool) error {
+	if old := e.txnParts[id]; old != nil {
+		if old.decision != base.DecisionNone {
+			return fmt.Errorf("%w: transaction %v: this participant applied %v", ErrTxnDecided, id, old.decision)
+		}
+		return fmt.Errorf("%w: transaction %v is prepared here under another seq", ErrMalformed, id)
+	}
+	if d := e.txnDecisions[id]; d != nil && primary == "" && d.d == base.DecisionAbort {
+		return fmt.Errorf("%w: transaction %v: the primary recorded abort", ErrTxnDecided, id)
+	}
+	if clock && primary == "" && len(e.txnForgot) > 0 {
+		if f, ok := e.forgottenLocked(id); ok {
+			return fmt.Errorf("%w: transaction %v: the primary decided %v (and forgot it)", ErrTxnDecided, id, f.d)
+		}
+	}
+	if at, ok := e.txnAborted[id]; ok && clock {
+		if e.opts.Now().Sub(at) < e.opts.TxnAbortKeep {
+			return fmt.Errorf("%w: transaction %v: abort was applied here before this prepare came", ErrTxnDecided, id)
+		}
+		delete(e.txnAborted, id)
+	}
+	if err := e.checkTxnLocks(b.Segments); err != nil {
+		return err
+	}
+	if err := e.txnPartsRoom(); err != nil {
+		return err
+	}
+	if e.txnBytes+int64(size) > e.opts.MaxTxnBytes {
+		return fmt.Errorf("%w: %d bytes of prepared batches held, %d more would pass the limit %d", ErrTxnBusy, e.txnBytes, size, e.opts.MaxTxnBytes)
+	}
+	return e.checkOwnerQuota(b.Owner, size)
+}
+
+// prepareSize is the size of p's prepare record.
+func prepareSize(p *base.TxnPrepare) int {
+	b := p.Batch
+	size := txnPrepareFixed + padTo8(len(p.Primary)) + commitHashBytes + commitBodyFixedBytes + commitFenceBytes*len(b.Fences)
+	for i := range b.Segments {
+		size += commitSegmentHeaderBytes + len(b.Segments[i].Rows)
+	}
+	return size
+}
+
+// preparePart encodes p's prepare record, owned (the part keeps it, the batch's rows alias
+// it, until applied), and the part it makes, lsn not set. Caller holds mu.
+func (e *Engine) preparePart(p *base.TxnPrepare, hash uint64) ([]byte, *txnPart, error) {
+	b := p.Batch
+	size := prepareSize(p)
+	rec := make([]byte, 0, size)
+	rec = appendTxnPrepareHeader(rec, p.Txn, p.Lease, p.Index, p.Primary)
+	rec = appendCommitRecord(rec, b, hash, func(t uint32) int { return e.tables[t].geo.RowBytes() })
+	assert.That(len(rec) == size, "storenode: prepare record size")
+	part := &txnPart{id: p.Txn, lease: p.Lease, primary: p.Primary, index: p.Index, hash: hash, at: e.opts.Now(), rec: rec}
+	var pr txnPrepareRecord
+	if err := decodeTxnPrepareRecord(rec, &pr); err != nil {
+		return nil, nil, fmt.Errorf("storenode: prepare: own record: %w", err)
+	}
+	part.batch = base.Batch{Owner: b.Owner, Seq: b.Seq, Fences: pr.commit.fences, Segments: pr.commit.segments}
+	return rec, part, nil
+}
 
 // installPart adds a prepared part and its row locks. Caller holds mu.
 func (e *Engine) installPart(p *txnPart) {

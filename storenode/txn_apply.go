@@ -47,6 +47,9 @@ func (e *Engine) applyTxn(id base.TxnID, d base.Decision, by decider) error {
 }
 
 func (e *Engine) applyTxnLocked(id base.TxnID, d base.Decision) (uint64, error) {
+	if e.replicated() {
+		return e.applyTxnProposed(id, d) // txn_repl.go
+	}
 	var stallStart time.Time
 	for {
 		if err := e.usable(); err != nil {

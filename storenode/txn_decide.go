@@ -46,6 +46,10 @@ func (e *Engine) decideTxn(ctx context.Context, owner decider, id base.TxnID, le
 		e.mu.Unlock()
 		return base.DecisionNone, err
 	}
+	if err := e.checkLeader(); err != nil { // a follower's decisions may lag the log
+		e.mu.Unlock()
+		return base.DecisionNone, err
+	}
 	if rec := e.txnDecisions[id]; rec != nil {
 		got, recorded = *rec, true
 		// A resolver's abort (the only decision recorded without a count) learns it
@@ -114,7 +118,7 @@ func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count
 	if err := e.usable(); err != nil {
 		return txnDecision{}, err
 	}
-	e.sweepTxnDecisions()
+	e.sweepTxnDecisions() // a replica's: none (the leader's resolver proposes it)
 	if rec := e.txnDecisions[id]; rec != nil {
 		if rec.d == d {
 			e.learnCount(id, rec, count) // an abort recorded by a resolver learns the count
@@ -132,6 +136,9 @@ func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count
 		if err := e.checkDecisionQuota(owner); err != nil {
 			return txnDecision{}, err
 		}
+	}
+	if e.replicated() {
+		return e.decideProposed(id, lease, d, count) // txn_repl.go
 	}
 	e.scratch = appendTxnDecideRecord(e.scratch[:0], id, d, uint16(count), lease, 0)
 	lsn, err := e.appendRecord(kindTxnDecide, e.scratch, true, noAck)
@@ -151,6 +158,10 @@ func (e *Engine) decideLocked(id base.TxnID, lease int64, d base.Decision, count
 func (e *Engine) AskTxn(ctx context.Context, id base.TxnID, lease int64) (base.Decision, error) {
 	e.mu.Lock()
 	if err := e.usable(); err != nil {
+		e.mu.Unlock()
+		return base.DecisionNone, err
+	}
+	if err := e.checkLeader(); err != nil {
 		e.mu.Unlock()
 		return base.DecisionNone, err
 	}
@@ -211,12 +222,18 @@ func (e *Engine) reportLocked(id base.TxnID, index uint16) (uint64, error) {
 	if err := e.usable(); err != nil {
 		return 0, err
 	}
+	if err := e.checkLeader(); err != nil {
+		return 0, err
+	}
 	rec := e.txnDecisions[id]
 	if rec == nil || rec.reported&(1<<index) != 0 {
 		return e.lastLSN, nil // the record that noted it (or forgot id) is at most this
 	}
 	if rec.count > 0 && index >= rec.count {
 		return 0, fmt.Errorf("%w: transaction %v: report of participant %d of %d", ErrMalformed, id, index, rec.count)
+	}
+	if e.replicated() {
+		return e.reportProposed(id, index) // txn_repl.go
 	}
 	e.scratch = appendTxnReportedRecord(e.scratch[:0], id, index)
 	lsn, err := e.appendRecord(kindTxnReported, e.scratch, true, noAck)

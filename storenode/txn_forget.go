@@ -28,6 +28,15 @@ func (e *Engine) learnCount(id base.TxnID, rec *txnDecision, count int) {
 	if rec.count != 0 || count <= 0 {
 		return
 	}
+	if e.replicated() {
+		e.proposeLearnCount(id, rec, count) // every replica learns it at the entry (txn_repl.go)
+		return
+	}
+	e.setCount(id, rec, count)
+}
+
+// setCount is learnCount's change of rec. Caller holds mu.
+func (e *Engine) setCount(id base.TxnID, rec *txnDecision, count int) {
 	was := rec.allReported()
 	rec.count = uint16(count)
 	rec.reported &= decisionMask(rec.count)
@@ -66,7 +75,9 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 	for i := range tasks {
 		t := &tasks[i]
 		if p := e.txnParts[t.id]; t.done && p != nil && p.decision != base.DecisionNone {
-			e.applyForgot(t.id)
+			if !e.replicated() { // a replica forgets at the entry's apply
+				e.applyForgot(t.id)
+			}
 			ids = append(ids, t.id)
 		}
 	}
@@ -75,6 +86,11 @@ func (e *Engine) forgetReported(tasks []txnTask) int {
 		return 0
 	}
 	assert.That(len(ids) <= txnForgotIDsMax, "storenode: forgot record bound")
+	if e.replicated() {
+		e.proposeForgot(ids) // txn_repl.go
+		e.mu.Unlock()
+		return len(ids)
+	}
 	if e.usable() == nil {
 		e.scratch = appendTxnForgotRecord(e.scratch[:0], ids)
 		// An error fails the engine (appendRecord); the parts are forgotten in memory anyway,
@@ -221,8 +237,14 @@ func (e *Engine) forgetDecision(id base.TxnID, rec *txnDecision) {
 		}
 		e.popForgotten()
 	}
+	e.rememberForgotten(id, rec.d, now)
+}
+
+// rememberForgotten appends decision d of id, forgotten at at, to the forgotten decisions
+// remembered, newest last (forgetDecision; a replica's Open from its sidecar). Caller holds mu.
+func (e *Engine) rememberForgotten(id base.TxnID, d base.Decision, at time.Time) {
 	e.txnForgotSeq++
-	e.txnForgot[id] = txnForgotten{d: rec.d, at: now, seq: e.txnForgotSeq}
+	e.txnForgot[id] = txnForgotten{d: d, at: at, seq: e.txnForgotSeq}
 	e.txnForgotQ = append(e.txnForgotQ, txnForgotEntry{id: id, seq: e.txnForgotSeq})
 }
 
@@ -250,9 +272,14 @@ func (e *Engine) forgotLostLocked(id base.TxnID) bool {
 	return !ok
 }
 
-// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. Caller
-// holds mu.
+// expireForgotten drops the forgotten decisions older than Options.TxnAbortKeep. A replica
+// drops none by age (only TxnForgetMax bounds them): which decisions it remembers is then
+// decided by the log alone, alike on every replica; their age is the leader's check at its
+// answer (forgottenLocked). Caller holds mu.
 func (e *Engine) expireForgotten(now time.Time) {
+	if e.replicated() {
+		return
+	}
 	for len(e.txnForgotQ) > 0 {
 		f := e.txnForgot[e.txnForgotQ[0].id]
 		if f.seq == e.txnForgotQ[0].seq && now.Sub(f.at) < e.opts.TxnAbortKeep {
@@ -279,6 +306,9 @@ func (e *Engine) popForgotten() {
 // Options.TxnAbortKeep, and drops the forgotten decisions past it. Caller holds mu. A forgotten abort is answered abort again by
 // AskTxn (the lease is gone) and refuses a late commit (DecideTxn checks the lease first).
 func (e *Engine) sweepTxnDecisions() {
+	if e.replicated() {
+		return // the leader proposes a replica's sweep (proposeTxnExpiry, txn_repl.go)
+	}
 	now := e.opts.Now()
 	e.expireForgotten(now)
 	// Both queues in the order their entries came (txn_forget.go): O(1) amortized, no scan

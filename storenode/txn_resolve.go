@@ -89,8 +89,15 @@ func (e *Engine) ResolveTxns(ctx context.Context) error {
 		e.mu.Unlock()
 		return err
 	}
+	if e.checkLeader() != nil {
+		e.mu.Unlock()
+		return nil // a follower's parts are resolved by the leader's entries (txn_repl.go)
+	}
 	tasks := e.resolveTasks(e.opts.Now())
-	e.sweepTxnDecisions()
+	if e.replicated() {
+		e.proposeTxnExpiry() // the leader's sweep, applied by every replica (txn_repl.go)
+	}
+	e.sweepTxnDecisions() // a replica's: none
 	e.mu.Unlock()
 	if len(tasks) == 0 {
 		return nil
