@@ -34,8 +34,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	require.NotEqual(t, tc.addrs[2], ta.NodeOf(x))
 	require.NotEqual(t, tc.addrs[2], ta.NodeOf(y))
 
-	mover := tc.open(t, 0xb, "")
-	mt := openTable(t, ctx, mover, "acct")
+	_, mt := tc.openNodeTable(t, ctx, 0xb, "acct")
 	release, moved := freezeHold(t, ctx, mt, px, tc.addrs[2])
 
 	err = xfer(ctx, a, ta, x, y, 10)

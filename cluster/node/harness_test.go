@@ -16,6 +16,7 @@ import (
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
+	"github.com/weftdb/weft/txnode"
 )
 
 const prefix = "/nodetest/"
@@ -159,6 +160,14 @@ func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	return n
 }
 
+// openNodeTable opens a node of owner with no game address (a mover's, a reader's) and its
+// handle of the table name.
+func (tc *testCluster) openNodeTable(t *testing.T, ctx context.Context, owner uint64, name string) (*node.Node, *node.Table) {
+	t.Helper()
+	n := tc.open(t, owner, "")
+	return n, openTable(t, ctx, n, name)
+}
+
 func balanceRow(v uint64) []byte {
 	b := make([]byte, 64)
 	binary.LittleEndian.PutUint64(b, v)
@@ -197,8 +206,7 @@ func ownTwoRows(t *testing.T, ctx context.Context, tbl *node.Table) (x, y uint64
 func ownFirstRow(t *testing.T, ctx context.Context, tbl *node.Table) uint64 {
 	t.Helper()
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 	return id
 }
@@ -289,6 +297,78 @@ func freezeHold(t *testing.T, ctx context.Context, mt *node.Table, part uint32, 
 		require.FailNow(t, "the move ended before its freeze", "%v", err)
 	}
 	return release, moved
+}
+
+// eachDurability runs f as a subtest for each durability mode: "durable" and "writeback".
+func eachDurability(t *testing.T, f func(t *testing.T, mode txnode.Durability)) {
+	t.Helper()
+	for _, d := range []struct {
+		name string
+		mode txnode.Durability
+	}{{"durable", txnode.Durable}, {"writeback", txnode.WriteBack}} {
+		t.Run(d.name, func(t *testing.T) { f(t, d.mode) })
+	}
+}
+
+// holdAtStep starts a Move of partition part of mt to `to` that stops at its step step until
+// the returned release is called (at the latest when the test ends); it returns once the move
+// is there, and the move's result channel. A move that ends first fails the test: "the move
+// ended before " and before.
+func holdAtStep(t *testing.T, ctx context.Context, mt *node.Table, part uint32, to, step, before string) (release func(), moved chan error) {
+	t.Helper()
+	reached, hold := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(s string) {
+		if s == step {
+			close(reached)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	moved = make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, part, to) }()
+	select {
+	case <-reached:
+	case err := <-moved:
+		t.Fatalf("the move ended before %s: %v", before, err)
+	}
+	return release, moved
+}
+
+// moveCutShortAt runs a Move of partition part of mt to `to` whose context ends at its step
+// step (the mover dies, or its operator gives up, there), and returns the Move's error.
+func moveCutShortAt(t *testing.T, ctx context.Context, mt *node.Table, part uint32, to, step string) error {
+	t.Helper()
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(s string) {
+		if s == step {
+			cancel()
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	return mt.Move(mctx, part, to)
+}
+
+// switchHold holds a Move of partition 0 of mt to `to` at its switch (before the activation):
+// holdAtStep.
+func switchHold(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
+	t.Helper()
+	return holdAtStep(t, ctx, mt, 0, to, node.MoveStepSwitched, "its switch")
+}
+
+// holdAtFlushed holds a Move of partition 0 of mt to `to` once the owner has flushed (its
+// writes of the partition held): holdAtStep.
+func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
+	t.Helper()
+	return holdAtStep(t, ctx, mt, 0, to, node.MoveStepFlushed, "the owner flushed")
 }
 
 // startWithTable starts a cluster of storageNodes storage nodes and opens a node of owner at

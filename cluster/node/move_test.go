@@ -34,8 +34,7 @@ func newMoveWriter(t *testing.T, ctx context.Context, n *node.Node, tbl *node.Ta
 	w := &moveWriter{n: n, name: tbl.Name(), tbl: tbl, acked: map[uint64]uint64{}, unknown: map[uint64][]uint64{}, fresh: map[uint64]uint64{}}
 	require.NoError(t, tbl.Own(ctx, 0))
 	for len(w.ids) < rows {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		require.Equal(t, uint32(0), tbl.Partition(id))
 		w.ids = append(w.ids, id)
 		w.acked[id] = 1
@@ -115,8 +114,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
 	before := w.grant(t, ctx)
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	started, moved := make(chan struct{}), make(chan error, 1)
 	frozen, wrote := make(chan struct{}), make(chan struct{})
 	node.SetMoveStepHook(func(step string) {

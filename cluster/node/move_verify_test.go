@@ -81,8 +81,7 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	require.Equal(t, storenode.MoveLive, s.state(t, ctx))
 	require.False(t, w.put(t, ctx, 0, 2), "the owner writes on")
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 		require.ErrorIs(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), storenode.ErrFenced, "retire before the switch")
@@ -128,8 +127,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	var dst *stranger
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	var steps []string
 	node.SetMoveStepHook(func(step string) {
 		steps = append(steps, step)
@@ -166,8 +164,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	w := newMoveWriter(t, ctx, owner, tbl, 4)
 	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, src.rev(t, ctx), 0), storenode.ErrFenced, "thaw while the move is recorded")
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, ^uint64(0), 0), storenode.ErrFenced, "thaw under 2^64-1")
@@ -184,8 +181,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	require.Equal(t, storenode.MoveLive, fresh.state(t, ctx))
 	ptbl := openTable(t, ctx, tc.open(t, 0x4, ""), "acct")
 	require.NoError(t, ptbl.Own(ctx, 1))
-	id, err := ptbl.Insert(ctx, balanceRow(9))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ptbl, balanceRow(9))
 	require.Equal(t, uint32(1), ptbl.Partition(id))
 }
 

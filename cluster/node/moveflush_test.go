@@ -31,17 +31,13 @@ func TestMoveKeepsWriteBackWrites(t *testing.T) {
 	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa2)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 	require.NoError(t, tbl.Put(ctx, id, balanceRow(7)), "acknowledged, in the owner's cache only")
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
 
 	got := make([]byte, 64)
@@ -65,13 +61,11 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa3)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 1))
 	var ids [2]uint64
 	for ids[0] == 0 || ids[1] == 0 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids[tbl.Partition(id)] = id
 	}
 
@@ -83,9 +77,7 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 		}
 	})
 	defer node.SetMoveStepHook(nil)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	errc := make(chan error, 1)
 	go func() { errc <- mt.Move(ctx, 0, tc.addrs[1]) }()
 	select {
@@ -94,7 +86,7 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 		close(release)
 		t.Fatalf("the move ended before the owner flushed: %v", err)
 	}
-	err = tbl.Put(ctx, ids[0], balanceRow(2))
+	err := tbl.Put(ctx, ids[0], balanceRow(2))
 	var ne *node.NotOwnerError
 	require.True(t, errors.As(err, &ne), "a held write is not-owner, got %v", err)
 	require.True(t, ne.Held)
@@ -125,13 +117,11 @@ func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
 	answered := hearMoveFlush(t, "answered")
 	tc := startTxnCluster(t, 2, nil)
 	owner := tc.openWriteBack(t, 0xa4)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 1))
 	var ids [2]uint64
 	for ids[0] == 0 || ids[1] == 0 {
-		id, err := tbl.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 		ids[tbl.Partition(id)] = id
 	}
 
@@ -153,10 +143,8 @@ func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
 	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
 	<-holding
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
-	err = mt.Move(ctx, 0, tc.addrs[1])
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
+	err := mt.Move(ctx, 0, tc.addrs[1])
 	require.ErrorIs(t, err, node.ErrMoveRefused, "the transaction in doubt outlasted the move's wait")
 	waitStep(t, answered)
 	close(moved)
@@ -184,13 +172,11 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 	tc := startTxnCluster(t, 2, nil)
 	owner := tc.openWriteBack(t, 0xa5)
 	a, b := tc.addrs[0], tc.addrs[1]
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 3, 1, []string{a, b, a})
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 3, 1, []string{a, b, a})
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
 	var ids [3]uint64
 	for ids[0] == 0 || ids[1] == 0 || ids[2] == 0 {
-		id, err := tbl.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 		if ids[tbl.Partition(id)] == 0 {
 			ids[tbl.Partition(id)] = id
 		}
@@ -215,9 +201,7 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
 	<-holding
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 0, b), "the move waits out the transaction, then goes through")
 	require.NoError(t, <-xerr, "the transaction commits")
 	waitStep(t, resumed)
@@ -242,26 +226,21 @@ func TestMoveKeepsWritesOfACollectedHandle(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa6)
 	id := func() uint64 {
-		tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-		require.NoError(t, err)
+		tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 		require.NoError(t, tbl.Own(ctx, 0))
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		require.NoError(t, tbl.Put(ctx, id, balanceRow(9)), "acknowledged, in the owner's cache only")
 		return id
 	}()
 	_, err := owner.OpenTable(ctx, "wb") // the Node's latest handle is another (the first weak only)...
 	require.NoError(t, err)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	mover, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0]), "a move of the other partition changes the map")
 	_, err = owner.OpenTable(ctx, "wb") // ... and this one replaces it: the first is collectable
 	require.NoError(t, err)
 	runtime.GC()
 	runtime.GC()
-	mt, err = mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	mt = openTable(t, ctx, mover, "wb")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the owner flushed: the move goes through")
 	got := make([]byte, 64)
 	require.NoError(t, mt.Get(ctx, id, got))

@@ -50,8 +50,7 @@ func bankSetup(t *testing.T, perNode int) (tc *testCluster, a, b *node.Node, ta,
 // partition's durable rows on its storage node.
 func total(t *testing.T, tc *testCluster, accts [2][]uint64) uint64 {
 	ctx := testCtx(t)
-	n := tc.open(t, 0xc, "")
-	tbl := openTable(t, ctx, n, "acct")
+	_, tbl := tc.openNodeTable(t, ctx, 0xc, "acct")
 	dst := make([]byte, 64)
 	var sum uint64
 	for _, ids := range accts {

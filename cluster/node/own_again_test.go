@@ -23,63 +23,58 @@ import (
 // flush period that never comes, only Release's flush writes it). Three rounds. Before,
 // a's second Own failed with ErrReleased for the Node's life.
 func TestOwnAgainAfterRelease(t *testing.T) {
-	for _, d := range []struct {
-		name string
-		mode txnode.Durability
-	}{{"durable", txnode.Durable}, {"writeback", txnode.WriteBack}} {
-		t.Run(d.name, func(t *testing.T) {
-			ctx := testCtx(t)
-			tc := startCluster(t, 1)
-			cfg := func(owner uint64, addr string) node.Config {
-				return node.Config{Session: cluster.SessionConfig{Owner: owner, Addr: addr, TTL: time.Hour},
-					Durability: d.mode, FlushInterval: 1 << 40}
-			}
-			a := tc.openConfig(t, cfg(0xa, "game-a:7000"))
-			b := tc.openConfig(t, cfg(0xb, "game-b:7000"))
-			ta := createTable(t, ctx, a, "again", 64, 2, 1, tc.addrs)
-			tb := openTable(t, ctx, b, "again")
-			require.NoError(t, ta.Own(ctx, 0))
-			x := insertRow(t, ctx, ta, balanceRow(1))
-			require.EqualValues(t, 0, ta.Partition(x))
-			dst := make([]byte, 64)
-			v := uint64(1)
-			for round := range 3 {
-				require.NoError(t, ta.Pin(ctx, 0), "round %d", round)
-				v++
-				require.NoError(t, ta.Put(ctx, x, balanceRow(v)))
-				require.NoError(t, ta.Get(ctx, x, dst)) // cached at a
-				require.NoError(t, ta.Release(ctx, 0))
-				require.Equal(t, node.OwnReleased, ta.OwnState(0))
-
-				require.NoError(t, tb.Own(ctx, 0), "round %d: b owns the released partition at once", round)
-				require.NoError(t, tb.Get(ctx, x, dst))
-				require.Equal(t, v, balanceOf(dst), "round %d: a's last write before its Release", round)
-				v++
-				require.NoError(t, tb.Put(ctx, x, balanceRow(v)))
-				err := ta.Own(ctx, 0)
-				var ne *node.NotOwnerError
-				require.ErrorAs(t, err, &ne, "round %d: b holds it", round)
-				require.Equal(t, "game-b:7000", ne.Holder.Addr)
-				require.NoError(t, tb.Release(ctx, 0))
-
-				require.NoError(t, ta.Own(ctx, 0), "round %d: a owns it again", round)
-				require.Equal(t, node.OwnHeld, ta.OwnState(0))
-				require.Equal(t, []uint32{0}, ta.Owned())
-				require.NoError(t, ta.Get(ctx, x, dst))
-				require.Equal(t, v, balanceOf(dst), "round %d: b's write, not a's cached row", round)
-				require.False(t, ta.Stats()[0].Pinned, "round %d: the pin went with the release", round)
-				v++
-				require.NoError(t, ta.Put(ctx, x, balanceRow(v)))
-				id := insertRow(t, ctx, ta, balanceRow(v))
-				require.EqualValues(t, 0, ta.Partition(id))
-				require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, id, balanceRow(v+1)) }))
-			}
+	eachDurability(t, func(t *testing.T, mode txnode.Durability) {
+		ctx := testCtx(t)
+		tc := startCluster(t, 1)
+		cfg := func(owner uint64, addr string) node.Config {
+			return node.Config{Session: cluster.SessionConfig{Owner: owner, Addr: addr, TTL: time.Hour},
+				Durability: mode, FlushInterval: 1 << 40}
+		}
+		a := tc.openConfig(t, cfg(0xa, "game-a:7000"))
+		b := tc.openConfig(t, cfg(0xb, "game-b:7000"))
+		ta := createTable(t, ctx, a, "again", 64, 2, 1, tc.addrs)
+		tb := openTable(t, ctx, b, "again")
+		require.NoError(t, ta.Own(ctx, 0))
+		x := insertRow(t, ctx, ta, balanceRow(1))
+		require.EqualValues(t, 0, ta.Partition(x))
+		dst := make([]byte, 64)
+		v := uint64(1)
+		for round := range 3 {
+			require.NoError(t, ta.Pin(ctx, 0), "round %d", round)
+			v++
+			require.NoError(t, ta.Put(ctx, x, balanceRow(v)))
+			require.NoError(t, ta.Get(ctx, x, dst)) // cached at a
 			require.NoError(t, ta.Release(ctx, 0))
-			require.NoError(t, tb.Own(ctx, 0))
+			require.Equal(t, node.OwnReleased, ta.OwnState(0))
+
+			require.NoError(t, tb.Own(ctx, 0), "round %d: b owns the released partition at once", round)
 			require.NoError(t, tb.Get(ctx, x, dst))
-			require.Equal(t, v, balanceOf(dst), "a's last write, read by b")
-		})
-	}
+			require.Equal(t, v, balanceOf(dst), "round %d: a's last write before its Release", round)
+			v++
+			require.NoError(t, tb.Put(ctx, x, balanceRow(v)))
+			err := ta.Own(ctx, 0)
+			var ne *node.NotOwnerError
+			require.ErrorAs(t, err, &ne, "round %d: b holds it", round)
+			require.Equal(t, "game-b:7000", ne.Holder.Addr)
+			require.NoError(t, tb.Release(ctx, 0))
+
+			require.NoError(t, ta.Own(ctx, 0), "round %d: a owns it again", round)
+			require.Equal(t, node.OwnHeld, ta.OwnState(0))
+			require.Equal(t, []uint32{0}, ta.Owned())
+			require.NoError(t, ta.Get(ctx, x, dst))
+			require.Equal(t, v, balanceOf(dst), "round %d: b's write, not a's cached row", round)
+			require.False(t, ta.Stats()[0].Pinned, "round %d: the pin went with the release", round)
+			v++
+			require.NoError(t, ta.Put(ctx, x, balanceRow(v)))
+			id := insertRow(t, ctx, ta, balanceRow(v))
+			require.EqualValues(t, 0, ta.Partition(id))
+			require.NoError(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, id, balanceRow(v+1)) }))
+		}
+		require.NoError(t, ta.Release(ctx, 0))
+		require.NoError(t, tb.Own(ctx, 0))
+		require.NoError(t, tb.Get(ctx, x, dst))
+		require.Equal(t, v, balanceOf(dst), "a's last write, read by b")
+	})
 }
 
 // A Node owns a partition again after losing its grant: its owner key deleted, b owns the

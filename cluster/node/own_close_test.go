@@ -111,8 +111,7 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrLost)
 	require.Empty(t, ta.Owned())
 
-	b := tc.open(t, 0xb, "")
-	tb := openTable(t, ctx, b, "gl")
+	_, tb := tc.openNodeTable(t, ctx, 0xb, "gl")
 	dst := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, id, dst))
 	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")

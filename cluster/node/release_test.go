@@ -24,75 +24,70 @@ import (
 // naming b; once b releases it, a owns it again: own_again_test.go). Releasing it again,
 // or a partition not owned, is a no-op; one the table does not have, cluster.ErrInvalid.
 func TestReleaseHandsOverAtOnce(t *testing.T) {
-	for _, d := range []struct {
-		name string
-		mode txnode.Durability
-	}{{"durable", txnode.Durable}, {"writeback", txnode.WriteBack}} {
-		t.Run(d.name, func(t *testing.T) {
-			ctx := testCtx(t)
-			tc := startCluster(t, 1)
-			a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
-				Durability: d.mode, FlushInterval: 1 << 40})
-			b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000", TTL: time.Hour}})
-			ta := createTable(t, ctx, a, "rel", 64, 2, 1, tc.addrs)
-			tb := openTable(t, ctx, b, "rel")
-			x, y := ownTwoRows(t, ctx, ta)
-			require.NoError(t, ta.Put(ctx, x, balanceRow(7)))
-			require.NoError(t, ta.Put(ctx, y, balanceRow(8)))
-			// b cannot take partition 0 while a holds it.
-			require.ErrorIs(t, tb.Own(ctx, 0), node.ErrNotOwner)
+	eachDurability(t, func(t *testing.T, mode txnode.Durability) {
+		ctx := testCtx(t)
+		tc := startCluster(t, 1)
+		a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000", TTL: time.Hour},
+			Durability: mode, FlushInterval: 1 << 40})
+		b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000", TTL: time.Hour}})
+		ta := createTable(t, ctx, a, "rel", 64, 2, 1, tc.addrs)
+		tb := openTable(t, ctx, b, "rel")
+		x, y := ownTwoRows(t, ctx, ta)
+		require.NoError(t, ta.Put(ctx, x, balanceRow(7)))
+		require.NoError(t, ta.Put(ctx, y, balanceRow(8)))
+		// b cannot take partition 0 while a holds it.
+		require.ErrorIs(t, tb.Own(ctx, 0), node.ErrNotOwner)
 
-			require.NoError(t, ta.Release(ctx, 0))
-			require.Equal(t, []uint32{1}, ta.Owned())
-			require.Equal(t, node.OwnReleased, ta.OwnState(0))
-			require.Equal(t, node.OwnHeld, ta.OwnState(1))
-			require.NoError(t, tb.Own(ctx, 0), "b owns the released partition at once")
-			dst := make([]byte, 64)
-			require.NoError(t, tb.Get(ctx, x, dst))
-			require.Equal(t, uint64(7), balanceOf(dst), "a's last write before Release, read by the new owner")
-			require.NoError(t, tb.Put(ctx, x, balanceRow(9)))
+		require.NoError(t, ta.Release(ctx, 0))
+		require.Equal(t, []uint32{1}, ta.Owned())
+		require.Equal(t, node.OwnReleased, ta.OwnState(0))
+		require.Equal(t, node.OwnHeld, ta.OwnState(1))
+		require.NoError(t, tb.Own(ctx, 0), "b owns the released partition at once")
+		dst := make([]byte, 64)
+		require.NoError(t, tb.Get(ctx, x, dst))
+		require.Equal(t, uint64(7), balanceOf(dst), "a's last write before Release, read by the new owner")
+		require.NoError(t, tb.Put(ctx, x, balanceRow(9)))
 
-			// a: the released partition's writes refused, naming b; its reads durable.
-			err := ta.Put(ctx, x, balanceRow(10))
-			var ne *node.NotOwnerError
-			require.ErrorAs(t, err, &ne)
-			require.True(t, ne.Held)
-			require.Equal(t, "game-b:7000", ne.Holder.Addr)
-			require.ErrorIs(t, ta.Update(ctx, x, func([]byte) error { return nil }), node.ErrNotOwner)
-			require.ErrorIs(t, ta.Delete(ctx, x), node.ErrNotOwner)
-			require.ErrorIs(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, balanceRow(11)) }), node.ErrNotOwner)
-			require.NoError(t, ta.Get(ctx, x, dst))
-			require.Equal(t, uint64(9), balanceOf(dst), "a reads b's durable write")
+		// a: the released partition's writes refused, naming b; its reads durable.
+		err := ta.Put(ctx, x, balanceRow(10))
+		var ne *node.NotOwnerError
+		require.ErrorAs(t, err, &ne)
+		require.True(t, ne.Held)
+		require.Equal(t, "game-b:7000", ne.Holder.Addr)
+		require.ErrorIs(t, ta.Update(ctx, x, func([]byte) error { return nil }), node.ErrNotOwner)
+		require.ErrorIs(t, ta.Delete(ctx, x), node.ErrNotOwner)
+		require.ErrorIs(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, balanceRow(11)) }), node.ErrNotOwner)
+		require.NoError(t, ta.Get(ctx, x, dst))
+		require.Equal(t, uint64(9), balanceOf(dst), "a reads b's durable write")
 
-			// a's other partition keeps working; its inserts go there only.
-			require.NoError(t, ta.Put(ctx, y, balanceRow(12)))
-			for range 3 {
-				require.EqualValues(t, 1, ta.Partition(insertRow(t, ctx, ta, balanceRow(1))))
-			}
-			require.NoError(t, ta.Get(ctx, y, dst))
-			require.Equal(t, uint64(12), balanceOf(dst))
+		// a's other partition keeps working; its inserts go there only.
+		require.NoError(t, ta.Put(ctx, y, balanceRow(12)))
+		for range 3 {
+			require.EqualValues(t, 1, ta.Partition(insertRow(t, ctx, ta, balanceRow(1))))
+		}
+		require.NoError(t, ta.Get(ctx, y, dst))
+		require.Equal(t, uint64(12), balanceOf(dst))
 
-			// b holds it: a's Own is refused, naming b; releasing again, or what a does not
-			// own, is a no-op; a partition the table does not have is refused.
-			err = ta.Own(ctx, 0)
-			require.ErrorAs(t, err, &ne)
-			require.Equal(t, "game-b:7000", ne.Holder.Addr)
-			require.NoError(t, ta.Release(ctx, 0))
-			require.NoError(t, tb.Release(ctx, 1), "b does not own partition 1: a no-op")
-			require.Equal(t, []uint32{1}, ta.Owned())
-			require.ErrorIs(t, ta.Release(ctx, 1, 2), cluster.ErrInvalid)
-			require.Equal(t, []uint32{1}, ta.Owned(), "nothing released by a refused call")
+		// b holds it: a's Own is refused, naming b; releasing again, or what a does not
+		// own, is a no-op; a partition the table does not have is refused.
+		err = ta.Own(ctx, 0)
+		require.ErrorAs(t, err, &ne)
+		require.Equal(t, "game-b:7000", ne.Holder.Addr)
+		require.NoError(t, ta.Release(ctx, 0))
+		require.NoError(t, tb.Release(ctx, 1), "b does not own partition 1: a no-op")
+		require.Equal(t, []uint32{1}, ta.Owned())
+		require.ErrorIs(t, ta.Release(ctx, 1, 2), cluster.ErrInvalid)
+		require.Equal(t, []uint32{1}, ta.Owned(), "nothing released by a refused call")
 
-			// Releasing the last one: a owns nothing, b takes it at once too.
-			require.NoError(t, ta.Release(ctx, 1, 1))
-			require.Empty(t, ta.Owned())
-			_, err = ta.Insert(ctx, balanceRow(1))
-			require.ErrorIs(t, err, node.ErrNotOwner)
-			require.NoError(t, tb.Own(ctx, 1))
-			require.NoError(t, tb.Get(ctx, y, dst))
-			require.Equal(t, uint64(12), balanceOf(dst))
-		})
-	}
+		// Releasing the last one: a owns nothing, b takes it at once too.
+		require.NoError(t, ta.Release(ctx, 1, 1))
+		require.Empty(t, ta.Owned())
+		_, err = ta.Insert(ctx, balanceRow(1))
+		require.ErrorIs(t, err, node.ErrNotOwner)
+		require.NoError(t, tb.Own(ctx, 1))
+		require.NoError(t, tb.Get(ctx, y, dst))
+		require.Equal(t, uint64(12), balanceOf(dst))
+	})
 }
 
 // OwnState tells a partition mid-move from one lost for good, neither of which Owned lists.
