@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -355,6 +356,24 @@ func moveCutShortAt(t *testing.T, ctx context.Context, mt *node.Table, part uint
 	})
 	defer node.SetMoveStepHook(nil)
 	return mt.Move(mctx, part, to)
+}
+
+// holdCoordAt sets the coordinator hook to hold the first coordinator that reaches step step
+// there until release is closed or ctx ends (the hook runs on the coordinators' goroutines:
+// any other passes); reached is closed once one is held. restore puts the hook back.
+func holdCoordAt(ctx context.Context, step string, release <-chan struct{}) (reached chan struct{}, restore func()) {
+	reached = make(chan struct{})
+	var once atomic.Bool
+	restore = node.SetCoordHook(func(s string, _ int) {
+		if s == step && once.CompareAndSwap(false, true) {
+			close(reached)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	})
+	return reached, restore
 }
 
 // switchHold holds a Move of partition 0 of mt to `to` at its switch (before the activation):

@@ -108,9 +108,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	if testing.Short() {
 		rows, writes = 40, 150
 	}
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
 	w := newMoveWriter(t, ctx, owner, tbl, rows)
 	before := w.grant(t, ctx)
 

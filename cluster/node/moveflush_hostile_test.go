@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,17 +268,9 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 
 	// A transfer between partition 0 and the other storage node's partition, held once
 	// prepared (in doubt at the source) until the owner flushed for the move.
-	prepared, flushed := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool // the hook runs on the coordinators' goroutines
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" && once.CompareAndSwap(false, true) {
-			close(prepared)
-			select {
-			case <-flushed:
-			case <-ctx.Done():
-			}
-		}
-	})()
+	flushed := make(chan struct{})
+	prepared, restoreHook := holdCoordAt(ctx, "prepared-all", flushed)
+	defer restoreHook()
 	defer owner.Close(ctx) // before the hooks are restored
 	txErr := make(chan error, 1)
 	go func() {
@@ -336,17 +327,9 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 	ids := [2]uint64{in[0][0], in[1][0]}
 	defer node.SetMoveDoubtWait(300 * time.Millisecond)()
 
-	prepared, decide := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool // the hook runs on the coordinators' goroutines
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" && once.CompareAndSwap(false, true) {
-			close(prepared)
-			select {
-			case <-decide:
-			case <-ctx.Done():
-			}
-		}
-	})()
+	decide := make(chan struct{})
+	prepared, restoreHook := holdCoordAt(ctx, "prepared-all", decide)
+	defer restoreHook()
 	defer a.Close(ctx) // before the hooks are restored
 	released := false
 	release := func() {

@@ -126,19 +126,9 @@ func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
 	}
 
 	defer node.SetMoveDoubtWait(200 * time.Millisecond)()
-	holding, moved := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" {
-			once.Do(func() {
-				close(holding)
-				select {
-				case <-moved:
-				case <-ctx.Done():
-				}
-			})
-		}
-	})()
+	moved := make(chan struct{})
+	holding, restoreHook := holdCoordAt(ctx, "prepared-all", moved)
+	defer restoreHook()
 	xerr := make(chan error, 1)
 	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
 	<-holding
@@ -182,19 +172,9 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 		}
 	}
 
-	holding, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" {
-			once.Do(func() {
-				close(holding)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			})
-		}
-	})()
+	release := make(chan struct{})
+	holding, restoreHook := holdCoordAt(ctx, "prepared-all", release)
+	defer restoreHook()
 	var refusedOnce sync.Once
 	defer node.SetMoveDoubtHook(func(int) { refusedOnce.Do(func() { close(release) }) })()
 	xerr := make(chan error, 1)
