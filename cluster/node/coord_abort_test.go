@@ -139,18 +139,11 @@ func TestCoordAbortRecordAbandonedAtClose(t *testing.T) {
 	err = transferOnce(uctx, a, ta, x, y)
 	require.ErrorIs(t, err, errOneAttempt)
 	require.True(t, fired)
-	closed := make(chan struct{})
-	go func() {
+	returnsWithin(t, 30*time.Second, "Node.Close waited for the background abort record", func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		a.Close(cctx) // its error may be the gone primary's transaction node's
 		cancel()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Node.Close waited for the background abort record")
-	}
+	})
 }
 
 // A two-phase commit aborted (a prepare refused) while the primary's transaction node died
@@ -218,16 +211,8 @@ func TestCoordAbortRecordedWhenPrimaryDied(t *testing.T) {
 	// The node's background work ends: the abort's Apply of x's part over the dead
 	// transaction node never succeeds (its storage node's resolver settled that part), so
 	// the part is abandoned, not retried every 20 ms until Close.
-	done := make(chan struct{})
-	go func() {
-		node.WaitFinishing(a)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the node's background work did not end: an Apply over a closed transaction node is retried until Close")
-	}
+	returnsWithin(t, 30*time.Second, "the node's background work did not end: an Apply over a closed transaction node is retried until Close",
+		func() { node.WaitFinishing(a) })
 }
 
 // More aborts to record in the background than goroutines may record them at once

@@ -311,6 +311,22 @@ func eachDurability(t *testing.T, f func(t *testing.T, mode txnode.Durability)) 
 	}
 }
 
+// returnsWithin runs f on a goroutine of its own and fails the test with msg unless f returns
+// within d.
+func returnsWithin(t *testing.T, d time.Duration, msg string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatal(msg)
+	}
+}
+
 // holdAtStep starts a Move of partition part of mt to `to` that stops at its step step until
 // the returned release is called (at the latest when the test ends); it returns once the move
 // is there, and the move's result channel. A move that ends first fails the test: "the move
