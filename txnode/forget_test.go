@@ -95,6 +95,21 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 	}
 }
 
+// forgottenAcct opens a DB of owner 0x42 (its grants g) through a heldReadStore, not armed,
+// whose table "acct" (acctTable) got row x, row(1), and was then forgotten. The caller
+// closes the DB.
+func forgottenAcct(t *testing.T, ctx context.Context) (db *DB, g *memGrants, hs *heldReadStore, tb *Table, name string, x uint64) {
+	t.Helper()
+	const owner = 0x42
+	g, st := grantStore(t, owner)
+	hs = newHeldReadStore(st)
+	db = openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	tb, name = acctTable(t, ctx, db)
+	x = insertRow(t, ctx, tb, row(1))
+	require.NoError(t, tb.Forget(ctx))
+	return db, g, hs, tb, name, x
+}
+
 // A reader of the forgotten state whose fetch was in flight across the forget, a re-open and
 // a write through the new state fills a frame nobody serves any more: the new state reads
 // its own write, never the older rows the held fetch brought. Readers racing forgets and
@@ -102,14 +117,8 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 // read of a freed frame).
 func TestForgetTableConcurrentReader(t *testing.T) {
 	ctx := context.Background()
-	const owner = 0x42
-	g, st := grantStore(t, owner)
-	hs := newHeldReadStore(st)
-	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	db, g, hs, _, name, x := forgottenAcct(t, ctx)
 	defer db.Close(ctx)
-	tb, name := acctTable(t, ctx, db)
-	x := insertRow(t, ctx, tb, row(1))
-	require.NoError(t, tb.Forget(ctx))
 
 	// The held fetch: a miss of the re-opened state, its answer (row 1) held back.
 	tb2 := openTable(t, ctx, db, name)
@@ -276,14 +285,8 @@ func TestForgetReopenedByFailedDropTableLosesAckedWrite(t *testing.T) {
 // listed as owned). Should: errors.Is(err, ErrForgotten). Does: ErrTableNotFound only.
 func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
 	ctx := context.Background()
-	const owner = 0x42
-	g, st := grantStore(t, owner)
-	hs := newHeldReadStore(st)
-	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	db, _, hs, tb, _, _ := forgottenAcct(t, ctx)
 	defer db.Close(ctx)
-	tb, _ := acctTable(t, ctx, db)
-	insertRow(t, ctx, tb, row(1))
-	require.NoError(t, tb.Forget(ctx))
 	tb = openTable(t, ctx, db, base.PartitionTableName("acct", 0)) // its page not cached
 
 	hs.armed.Store(true)
