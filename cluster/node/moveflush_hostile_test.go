@@ -42,13 +42,8 @@ func putAfterResume(t *testing.T, tbl *node.Table, id uint64, row []byte, resume
 func ownTwo(t *testing.T, ctx context.Context, tc *testCluster, owner *node.Node) (*node.Table, [2]uint64) {
 	t.Helper()
 	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, 0, 1))
-	var ids [2]uint64
-	for ids[0] == 0 || ids[1] == 0 {
-		id := insertRow(t, ctx, tbl, balanceRow(1))
-		ids[tbl.Partition(id)] = id
-	}
-	return tbl, ids
+	x, y := ownTwoRows(t, ctx, tbl)
+	return tbl, [2]uint64{x, y}
 }
 
 // startOwnTwo starts a cluster of two storage nodes and opens a WriteBack node of owner whose

@@ -61,13 +61,7 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa3)
-	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, tbl.Own(ctx, 0, 1))
-	var ids [2]uint64
-	for ids[0] == 0 || ids[1] == 0 {
-		id := insertRow(t, ctx, tbl, balanceRow(1))
-		ids[tbl.Partition(id)] = id
-	}
+	tbl, ids := ownTwo(t, ctx, tc, owner)
 
 	flushed, release := make(chan struct{}), make(chan struct{})
 	node.SetMoveStepHook(func(step string) {

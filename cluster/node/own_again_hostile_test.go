@@ -253,13 +253,7 @@ func TestReleaseDuringTwoPhaseCommitNextOwnerReadsOutcome(t *testing.T) {
 			b := tc.open(t, 0xb, "game-b:7000")
 			ta := createTable(t, ctx, a, "rel2pc", 64, 2, 1, tc.addrs)
 			tb := openTable(t, ctx, b, "rel2pc")
-			require.NoError(t, ta.Own(ctx, 0, 1))
-			ids := map[uint32]uint64{}
-			for len(ids) < 2 {
-				id := insertRow(t, ctx, ta, balanceRow(1))
-				ids[ta.Partition(id)] = id
-			}
-			x, y := ids[0], ids[1]
+			x, y := ownTwoRows(t, ctx, ta)
 			require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
 			// The hook runs on each part's goroutine: fired once, atomically.
 			var fired atomic.Bool

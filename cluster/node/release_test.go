@@ -284,13 +284,7 @@ func TestOwnAgainAfterLostGrant(t *testing.T) {
 	b := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xb, Addr: "game-b:7000", TTL: time.Hour}})
 	ta := createTable(t, ctx, a, "lostagain", 64, 2, 1, tc.addrs)
 	tb := openTable(t, ctx, b, "lostagain")
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	ids := map[uint32]uint64{}
-	for len(ids) < 2 {
-		id := insertRow(t, ctx, ta, balanceRow(1))
-		ids[ta.Partition(id)] = id
-	}
-	x, y := ids[0], ids[1]
+	x, y := ownTwoRows(t, ctx, ta)
 	dst := make([]byte, 64)
 	require.NoError(t, ta.Get(ctx, x, dst)) // cached at a
 
