@@ -40,14 +40,10 @@ func SetRaceHook(h func(where string)) (restore func()) {
 }
 
 // KillDB makes the transaction node of the storage node at addr dead as a give-up would
-// (its grants kept, as heal.go keeps them), then uses the storage node (heal.go replaces it).
+// (its grants kept, as heal.go keeps them: DieDB), then uses the storage node (heal.go
+// replaces it).
 func KillDB(ctx context.Context, n *Node, addr string) error {
-	n.mu.Lock()
-	sc := n.dbs[addr]
-	n.mu.Unlock()
-	<-sc.ready
-	sc.keep.Store(true)
-	if err := sc.db.Close(ctx); err != nil {
+	if err := DieDB(ctx, n, addr); err != nil {
 		return err
 	}
 	_, err := n.db(ctx, addr)

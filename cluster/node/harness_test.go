@@ -212,12 +212,33 @@ func ownFirstRow(t *testing.T, ctx context.Context, tbl *node.Table) uint64 {
 	return id
 }
 
+// startOwnedFirst starts a cluster of two storage nodes and opens an owner node (0x1) and a
+// mover node (0x2), neither with a game address; the owner creates the table name of two
+// partitions and owns its first row (ownFirstRow), id.
+func startOwnedFirst(t *testing.T, ctx context.Context, name string) (tc *testCluster, owner, mover *node.Node, tbl *node.Table, id uint64) {
+	t.Helper()
+	tc = startCluster(t, 2)
+	owner = tc.open(t, 0x1, "")
+	mover = tc.open(t, 0x2, "")
+	tbl = createTable(t, ctx, owner, name, 64, 2, 1, tc.addrs)
+	return tc, owner, mover, tbl, ownFirstRow(t, ctx, tbl)
+}
+
 // holder reads the holder of partition part of table from etcd, and whether it is held.
 func (tc *testCluster) holder(t *testing.T, ctx context.Context, table string, part uint32) (cluster.Holder, bool) {
 	t.Helper()
 	h, held, err := tc.c.Owner(ctx, table, part)
 	require.NoError(t, err)
 	return h, held
+}
+
+// heldBy reads the holder of partition part of table from etcd, failing the test unless the
+// partition is held.
+func (tc *testCluster) heldBy(t *testing.T, ctx context.Context, table string, part uint32) cluster.Holder {
+	t.Helper()
+	h, held := tc.holder(t, ctx, table, part)
+	require.True(t, held)
+	return h
 }
 
 // placed reads etcd's map: the storage node partition part of table is placed on.

@@ -100,13 +100,8 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 // Own released the grant and the partition could change hands during the move.
 func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "")
-	mover := tc.open(t, 0x2, "")
-	tbl := createTable(t, ctx, owner, "own2", 64, 2, 1, tc.addrs)
-	id := ownFirstRow(t, ctx, tbl)
-	before, held := tc.holder(t, ctx, "own2", 0)
-	require.True(t, held)
+	tc, owner, mover, tbl, id := startOwnedFirst(t, ctx, "own2")
+	before := tc.heldBy(t, ctx, "own2", 0)
 	mtbl := openTable(t, ctx, mover, "own2")
 
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
