@@ -48,8 +48,7 @@ func transferOnce(ctx context.Context, a *node.Node, ta *node.Table, x, y uint64
 // the primary, holding no part, recorded nothing (a flake in CI's race step).
 func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
 	primary := tc.srvAt(ta.NodeOf(x)) // x's storage node: written first, participant 0
 
@@ -117,8 +116,7 @@ func TestCoordAbortRecordedAfterContextEnded(t *testing.T) {
 // wait out the tries).
 func TestCoordAbortRecordAbandonedAtClose(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
 	primary := tc.srvAt(ta.NodeOf(x))
 	uctx, ucancel := context.WithCancel(ctx)

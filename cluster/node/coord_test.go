@@ -53,6 +53,15 @@ func twoAccounts(t *testing.T, ctx context.Context, tc *testCluster) (a *node.No
 	return a, ta, x, y
 }
 
+// startTwoAccounts starts a cluster of two two-phase-commit storage nodes (startTxnCluster)
+// and sets up twoAccounts on it.
+func startTwoAccounts(t *testing.T, ctx context.Context) (tc *testCluster, a *node.Node, ta *node.Table, x, y uint64) {
+	t.Helper()
+	tc = startTxnCluster(t, 2, nil)
+	a, ta, x, y = twoAccounts(t, ctx, tc)
+	return tc, a, ta, x, y
+}
+
 // srvAt returns tc's storage node listening at addr (nil if none).
 func (tc *testCluster) srvAt(addr string) *server.Server {
 	for i, a := range tc.addrs {
@@ -219,8 +228,7 @@ func bankAcross(t *testing.T, durability txnode.Durability) {
 // prepared bytes; once the commit is applied it sees the committed values.
 func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	decided := make(chan struct{})
 	release := make(chan struct{})

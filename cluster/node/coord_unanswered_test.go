@@ -17,8 +17,7 @@ import (
 // Applies over closed transaction nodes until its context ends.
 func TestCoordCloseDuringApplyReturns(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	closed := make(chan error, 1)
 	defer node.SetCoordHook(func(step string, _ int) {
@@ -45,8 +44,7 @@ func TestCoordCloseDuringApplyReturns(t *testing.T) {
 // locked in the cache until then: the reads below wait for it).
 func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
 
 	uctx, ucancel := context.WithCancel(ctx)
@@ -80,8 +78,7 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 // transaction may have committed).
 func TestCoordPrepareUnansweredIsDefiniteAbort(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
 	var second *server.Server // y's storage node: prepared second (x is written first)
 	for i, addr := range tc.addrs {

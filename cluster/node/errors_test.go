@@ -71,8 +71,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 // and neither reads nor matches "commit outcome unknown" (txnode.ErrUnknownOutcome).
 func TestUpdatePrepareUnansweredSaysAborted(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	second := tc.srvAt(ta.NodeOf(y)) // prepared second (x is written first)
 	defer node.SetSerialPrepares(true)()
 	defer node.SetCoordHook(func(step string, i int) {
