@@ -62,6 +62,25 @@ func startTwoAccounts(t *testing.T, ctx context.Context) (tc *testCluster, a *no
 	return tc, a, ta, x, y
 }
 
+// shutDownWhenPrepared makes the coordinator prepare its parts one at a time and shuts the
+// storage node second down once the first prepare is answered (step "prepared", one
+// answered), so the second part's prepare is never answered; it returns what restores both
+// hooks.
+func shutDownWhenPrepared(second *server.Server) (restore func()) {
+	serial := node.SetSerialPrepares(true)
+	hook := node.SetCoordHook(func(step string, i int) {
+		if step == "prepared" && i == 1 {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			second.Shutdown(sctx)
+			cancel()
+		}
+	})
+	return func() {
+		hook()
+		serial()
+	}
+}
+
 // srvAt returns tc's storage node listening at addr (nil if none).
 func (tc *testCluster) srvAt(addr string) *server.Server {
 	for i, a := range tc.addrs {

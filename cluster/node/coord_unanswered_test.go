@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -80,20 +79,7 @@ func TestCoordPrepareUnansweredIsDefiniteAbort(t *testing.T) {
 	ctx := testCtx(t)
 	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
-	var second *server.Server // y's storage node: prepared second (x is written first)
-	for i, addr := range tc.addrs {
-		if addr == ta.NodeOf(y) {
-			second = tc.srvs[i]
-		}
-	}
-	defer node.SetSerialPrepares(true)()
-	defer node.SetCoordHook(func(step string, i int) {
-		if step == "prepared" && i == 1 {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			second.Shutdown(sctx)
-			cancel()
-		}
-	})()
+	defer shutDownWhenPrepared(tc.srvAt(ta.NodeOf(y)))() // y's storage node: prepared second (x is written first)
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()
 	err = xfer(uctx, a, ta, x, y, 10)

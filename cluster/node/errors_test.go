@@ -72,15 +72,8 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 func TestUpdatePrepareUnansweredSaysAborted(t *testing.T) {
 	ctx := testCtx(t)
 	tc, a, ta, x, y := startTwoAccounts(t, ctx)
-	second := tc.srvAt(ta.NodeOf(y)) // prepared second (x is written first)
-	defer node.SetSerialPrepares(true)()
-	defer node.SetCoordHook(func(step string, i int) {
-		if step == "prepared" && i == 1 {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			second.Shutdown(sctx)
-			cancel()
-		}
-	})()
+	// y's storage node: prepared second (x is written first).
+	defer shutDownWhenPrepared(tc.srvAt(ta.NodeOf(y)))()
 	defer a.Close(ctx) // before the hooks are restored: the abort's record goes on in the background
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()
