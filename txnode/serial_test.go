@@ -371,10 +371,7 @@ func TestSerialBankAuditors(t *testing.T) {
 					}
 					amount := int64(1 + rng.IntN(20))
 					err := db.Update(ctx, func(tx *Tx) error {
-						if err := tx.Get(tb, from, a); err != nil {
-							return err
-						}
-						if err := tx.Get(tb, to, b); err != nil {
+						if err := getTwo(tx, tb, from, to, a, b); err != nil {
 							return err
 						}
 						if valueOf(t, a) < amount {
