@@ -3,12 +3,15 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
@@ -230,6 +233,17 @@ func (tc *testCluster) holder(t *testing.T, ctx context.Context, table string, p
 	h, held, err := tc.c.Owner(ctx, table, part)
 	require.NoError(t, err)
 	return h, held
+}
+
+// deleteOwnerKey deletes the owner key of partition part of table in etcd through a client of
+// its own, behind every node's back.
+func (tc *testCluster) deleteOwnerKey(t *testing.T, ctx context.Context, table string, part uint32) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/%s/%08x", prefix, table, part))
+	require.NoError(t, err)
 }
 
 // heldBy reads the holder of partition part of table from etcd, failing the test unless the

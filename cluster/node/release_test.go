@@ -3,13 +3,10 @@ package node_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
@@ -130,11 +127,7 @@ func TestOwnStateMovingAndLost(t *testing.T) {
 	require.Equal(t, tc.addrs[1], ta.NodeOf(x))
 
 	// Lost: partition 1's owner key deleted, b owning it.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	defer cli.Close()
-	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/st/%08x", prefix, 1))
-	require.NoError(t, err)
+	tc.deleteOwnerKey(t, ctx, "st", 1)
 	tb := openTable(t, ctx, b, "st")
 	require.NoError(t, tb.Own(ctx, 1))
 	err = ta.Put(ctx, y, balanceRow(4))
@@ -288,11 +281,7 @@ func TestOwnAgainAfterLostGrant(t *testing.T) {
 	dst := make([]byte, 64)
 	require.NoError(t, ta.Get(ctx, x, dst)) // cached at a
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	defer cli.Close()
-	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/lostagain/%08x", prefix, 0))
-	require.NoError(t, err)
+	tc.deleteOwnerKey(t, ctx, "lostagain", 0)
 	require.NoError(t, tb.Own(ctx, 0))
 	require.NoError(t, tb.Put(ctx, x, balanceRow(5)))
 	var ne *node.NotOwnerError
@@ -337,11 +326,7 @@ func TestOwnAgainAfterFence(t *testing.T) {
 	x := insertRow(t, ctx, ta, balanceRow(1))
 
 	px.Cut(true) // a hears nothing of what follows
-	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	defer cli.Close()
-	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/fenceagain/%08x", prefix, 0))
-	require.NoError(t, err)
+	tc.deleteOwnerKey(t, ctx, "fenceagain", 0)
 	require.NoError(t, tb.Own(ctx, 0))
 	require.NoError(t, tb.Put(ctx, x, balanceRow(2)))
 	err = ta.Put(ctx, x, balanceRow(3))
