@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // testTTL is the shortest lease etcd grants on its default timing: for the tests that wait
@@ -28,11 +29,7 @@ func newSessionTTL(t *testing.T, c *Client, owner uint64, clock Clock, ttl time.
 	t.Helper()
 	s, err := c.NewSession(testCtx(t), SessionConfig{Owner: owner, Addr: fmt.Sprintf("node%d:1", owner), TTL: ttl, Clock: clock})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
+	testkit.CloseAtCleanup(t, 5*time.Second, s.Close)
 	return s
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
@@ -40,11 +41,7 @@ func newSession(t *testing.T, c *cluster.Client, owner uint64, ttl time.Duration
 	t.Helper()
 	s, err := c.NewSession(testCtx(t), cluster.SessionConfig{Owner: owner, TTL: ttl})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
+	testkit.CloseAtCleanup(t, 5*time.Second, s.Close)
 	return s
 }
 

@@ -156,11 +156,7 @@ func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	}
 	n, err := node.Open(testCtx(t), cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
+	testkit.CloseAtCleanup(t, 10*time.Second, n.Close)
 	return n
 }
 
