@@ -21,8 +21,7 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	if testing.Short() {
 		rows, writes = 30, 120
 	}
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, rows)
+	tc, w := startMoveWriter(t, ctx, rows)
 	before := w.grant(t, ctx)
 
 	_, rtbl := tc.openNodeTable(t, ctx, 0x3, "acct")

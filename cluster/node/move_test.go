@@ -42,6 +42,14 @@ func newMoveWriter(t *testing.T, ctx context.Context, n *node.Node, tbl *node.Ta
 	return w
 }
 
+// startMoveWriter starts a cluster of two storage nodes and an owner node (0x1, game-1:7000)
+// whose table "acct" of two partitions gets rows rows in partition 0 (newMoveWriter).
+func startMoveWriter(t *testing.T, ctx context.Context, rows int) (*testCluster, *moveWriter) {
+	t.Helper()
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
+	return tc, newMoveWriter(t, ctx, owner, tbl, rows)
+}
+
 // put writes value v to row i; it reports whether the owner lost the partition.
 func (w *moveWriter) put(t *testing.T, ctx context.Context, i int, v uint64) bool {
 	id := w.ids[i%len(w.ids)]
@@ -108,8 +116,7 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	if testing.Short() {
 		rows, writes = 40, 150
 	}
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, rows)
+	tc, w := startMoveWriter(t, ctx, rows)
 	before := w.grant(t, ctx)
 
 	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")

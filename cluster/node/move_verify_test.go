@@ -66,8 +66,7 @@ func (s *stranger) state(t *testing.T, ctx context.Context) storenode.MoveState 
 // and the drop all succeeded, and the owner's rows were gone.
 func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	ctx := testCtx(t)
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, 8)
+	tc, w := startMoveWriter(t, ctx, 8)
 	s := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	attack := func(why string) {
@@ -122,8 +121,7 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 // the freeze under 2^64-1 was taken and the move failed.
 func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, 4)
+	tc, w := startMoveWriter(t, ctx, 4)
 	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	var dst *stranger
 
@@ -160,8 +158,7 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 // owner acquires and writes it. On b3f6c9d both were taken.
 func TestMoveThawAndBeginVerified(t *testing.T) {
 	ctx := testCtx(t)
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, 4)
+	tc, w := startMoveWriter(t, ctx, 4)
 	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
