@@ -289,8 +289,7 @@ func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 	require.Equal(t, uint64(initial-10), <-got, "the waiting reader sees the committed value")
-	require.NoError(t, ta.Get(ctx, y, dst))
-	require.Equal(t, uint64(initial+10), balanceOf(dst))
+	requireBalance(t, ctx, ta, y, dst, initial+10)
 }
 
 // Write skew across storage nodes: T1 reads r (storage node A) and writes y (A) and x = r+1

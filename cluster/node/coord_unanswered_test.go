@@ -56,19 +56,15 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	err = xfer(uctx, a, ta, x, y, 10)
 	require.ErrorIs(t, err, txnode.ErrUnknownOutcome)
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(initial-10), balanceOf(dst), "committed in the background")
-	require.NoError(t, ta.Get(ctx, y, dst))
-	require.Equal(t, uint64(initial+10), balanceOf(dst))
+	requireBalance(t, ctx, ta, x, dst, initial-10, "committed in the background")
+	requireBalance(t, ctx, ta, y, dst, initial+10)
 	// And durably so: another node, owning the partitions after a's Close, reads the same.
 	require.NoError(t, a.Close(ctx))
 	b := tc.open(t, 0xb, "game-b:7000")
 	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, tb.OwnWait(ctx, 0, 1))
-	require.NoError(t, tb.Get(ctx, x, dst))
-	require.Equal(t, uint64(initial-10), balanceOf(dst))
-	require.NoError(t, tb.Get(ctx, y, dst))
-	require.Equal(t, uint64(initial+10), balanceOf(dst))
+	requireBalance(t, ctx, tb, x, dst, initial-10)
+	requireBalance(t, ctx, tb, y, dst, initial+10)
 }
 
 // A prepare whose answer never comes (its storage node gone) while another part's prepare

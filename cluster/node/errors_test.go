@@ -62,8 +62,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2*initial), balance)
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(initial-10), balanceOf(dst), "only the retried transfer committed")
+	requireBalance(t, ctx, ta, x, dst, initial-10, "only the retried transfer committed")
 }
 
 // A two-phase commit whose second prepare's answer never comes (its storage node shut down)

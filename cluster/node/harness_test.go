@@ -176,6 +176,14 @@ func balanceRow(v uint64) []byte {
 
 func balanceOf(row []byte) uint64 { return binary.LittleEndian.Uint64(row) }
 
+// requireBalance reads row id of tbl into dst, failing the test on error or unless the row's
+// balance is want.
+func requireBalance(t *testing.T, ctx context.Context, tbl *node.Table, id uint64, dst []byte, want uint64, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, tbl.Get(ctx, id, dst))
+	require.Equal(t, want, balanceOf(dst), msgAndArgs...)
+}
+
 // parts returns the partitions p of n with p%2 == parity.
 func parts(n, parity int) []uint32 {
 	var out []uint32

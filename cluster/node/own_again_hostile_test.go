@@ -52,8 +52,7 @@ func TestReleaseOnDeadTransactionNodeNeverReleases(t *testing.T) {
 	}
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
 	dst := make([]byte, 64)
-	require.NoError(t, tb.Get(ctx, x, dst))
-	require.EqualValues(t, 2, balanceOf(dst), "a's acknowledged write")
+	requireBalance(t, ctx, tb, x, dst, 2, "a's acknowledged write")
 }
 
 // A scan of a partition another handle of the same Node released: Release forgets the
@@ -174,8 +173,7 @@ func TestReleaseCutShortKeepsEveryAckedWrite(t *testing.T) {
 		cancel()
 		if err != nil && ta.OwnState(0) == node.OwnReleased {
 			require.NoError(t, ta.Own(ctx, 0), "i=%d: a owns again under its kept key", i)
-			require.NoError(t, ta.Get(ctx, x, dst))
-			require.Equal(t, v, balanceOf(dst), "i=%d", i)
+			requireBalance(t, ctx, ta, x, dst, v, "i=%d", i)
 			require.NoError(t, ta.Release(ctx, 0))
 		} else if err != nil {
 			require.Equal(t, node.OwnHeld, ta.OwnState(0), "i=%d %v", i, err)
@@ -186,8 +184,7 @@ func TestReleaseCutShortKeepsEveryAckedWrite(t *testing.T) {
 			require.NoError(t, ta.Release(ctx, 0))
 		}
 		require.NoError(t, tb.Own(ctx, 0), "i=%d", i)
-		require.NoError(t, tb.Get(ctx, x, dst))
-		require.Equal(t, v, balanceOf(dst), "i=%d", i)
+		requireBalance(t, ctx, tb, x, dst, v, "i=%d", i)
 		require.NoError(t, tb.Release(ctx, 0))
 		require.NoError(t, ta.Own(ctx, 0))
 	}
@@ -231,8 +228,7 @@ func TestReleaseDuringWritesKeepsAckedWrites(t *testing.T) {
 		require.NoError(t, ta.Release(ctx, 0))
 		v = <-acked
 		require.NoError(t, tb.Own(ctx, 0), "round %d", round)
-		require.NoError(t, tb.Get(ctx, x, dst))
-		require.Equal(t, v, balanceOf(dst), "round %d: the last write a acknowledged", round)
+		requireBalance(t, ctx, tb, x, dst, v, "round %d: the last write a acknowledged", round)
 		require.NoError(t, tb.Release(ctx, 0))
 		require.NoError(t, ta.Own(ctx, 0))
 	}

@@ -110,8 +110,7 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 
 	_, tb := tc.openNodeTable(t, ctx, 0xb, "gl")
 	dst := make([]byte, 64)
-	require.NoError(t, tb.Get(ctx, id, dst))
-	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")
+	requireBalance(t, ctx, tb, id, dst, 1, "the refused commit wrote nothing")
 }
 
 // A table dropped from the map (cluster.Client.DropTable) leaves its partition tables on the

@@ -44,8 +44,7 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 		require.Equal(t, node.OwnHeld, ta.OwnState(1))
 		require.NoError(t, tb.Own(ctx, 0), "b owns the released partition at once")
 		dst := make([]byte, 64)
-		require.NoError(t, tb.Get(ctx, x, dst))
-		require.Equal(t, uint64(7), balanceOf(dst), "a's last write before Release, read by the new owner")
+		requireBalance(t, ctx, tb, x, dst, 7, "a's last write before Release, read by the new owner")
 		require.NoError(t, tb.Put(ctx, x, balanceRow(9)))
 
 		// a: the released partition's writes refused, naming b; its reads durable.
@@ -57,16 +56,14 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 		require.ErrorIs(t, ta.Update(ctx, x, func([]byte) error { return nil }), node.ErrNotOwner)
 		require.ErrorIs(t, ta.Delete(ctx, x), node.ErrNotOwner)
 		require.ErrorIs(t, a.Update(ctx, func(tx *node.Tx) error { return tx.Put(ta, x, balanceRow(11)) }), node.ErrNotOwner)
-		require.NoError(t, ta.Get(ctx, x, dst))
-		require.Equal(t, uint64(9), balanceOf(dst), "a reads b's durable write")
+		requireBalance(t, ctx, ta, x, dst, 9, "a reads b's durable write")
 
 		// a's other partition keeps working; its inserts go there only.
 		require.NoError(t, ta.Put(ctx, y, balanceRow(12)))
 		for range 3 {
 			require.EqualValues(t, 1, ta.Partition(insertRow(t, ctx, ta, balanceRow(1))))
 		}
-		require.NoError(t, ta.Get(ctx, y, dst))
-		require.Equal(t, uint64(12), balanceOf(dst))
+		requireBalance(t, ctx, ta, y, dst, 12)
 
 		// b holds it: a's Own is refused, naming b; releasing again, or what a does not
 		// own, is a no-op; a partition the table does not have is refused.
@@ -85,8 +82,7 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 		_, err = ta.Insert(ctx, balanceRow(1))
 		require.ErrorIs(t, err, node.ErrNotOwner)
 		require.NoError(t, tb.Own(ctx, 1))
-		require.NoError(t, tb.Get(ctx, y, dst))
-		require.Equal(t, uint64(12), balanceOf(dst))
+		requireBalance(t, ctx, tb, y, dst, 12)
 	})
 }
 
@@ -202,8 +198,7 @@ func TestReleasedPartitionIsNotOwnedAgainThroughAnotherHandle(t *testing.T) {
 	ta2 := openTable(t, ctx, a, "reown")
 	require.NotSame(t, ta, ta2, "a second handle")
 	require.NoError(t, ta2.Own(ctx, 0), "owned again through another handle of the Node")
-	require.NoError(t, ta2.Get(ctx, x, dst))
-	require.Equal(t, uint64(9), balanceOf(dst), "a stale cached row, after owning a released partition again")
+	requireBalance(t, ctx, ta2, x, dst, 9, "a stale cached row, after owning a released partition again")
 }
 
 // A Node owns a partition again after releasing it, as players move between servers and
@@ -238,8 +233,7 @@ func TestOwnAgainAfterRelease(t *testing.T) {
 			require.Equal(t, node.OwnReleased, ta.OwnState(0))
 
 			require.NoError(t, tb.Own(ctx, 0), "round %d: b owns the released partition at once", round)
-			require.NoError(t, tb.Get(ctx, x, dst))
-			require.Equal(t, v, balanceOf(dst), "round %d: a's last write before its Release", round)
+			requireBalance(t, ctx, tb, x, dst, v, "round %d: a's last write before its Release", round)
 			v++
 			require.NoError(t, tb.Put(ctx, x, balanceRow(v)))
 			err := ta.Own(ctx, 0)
@@ -251,8 +245,7 @@ func TestOwnAgainAfterRelease(t *testing.T) {
 			require.NoError(t, ta.Own(ctx, 0), "round %d: a owns it again", round)
 			require.Equal(t, node.OwnHeld, ta.OwnState(0))
 			require.Equal(t, []uint32{0}, ta.Owned())
-			require.NoError(t, ta.Get(ctx, x, dst))
-			require.Equal(t, v, balanceOf(dst), "round %d: b's write, not a's cached row", round)
+			requireBalance(t, ctx, ta, x, dst, v, "round %d: b's write, not a's cached row", round)
 			require.False(t, ta.Stats()[0].Pinned, "round %d: the pin went with the release", round)
 			v++
 			require.NoError(t, ta.Put(ctx, x, balanceRow(v)))
@@ -262,8 +255,7 @@ func TestOwnAgainAfterRelease(t *testing.T) {
 		}
 		require.NoError(t, ta.Release(ctx, 0))
 		require.NoError(t, tb.Own(ctx, 0))
-		require.NoError(t, tb.Get(ctx, x, dst))
-		require.Equal(t, v, balanceOf(dst), "a's last write, read by b")
+		requireBalance(t, ctx, tb, x, dst, v, "a's last write, read by b")
 	})
 }
 
@@ -294,15 +286,13 @@ func TestOwnAgainAfterLostGrant(t *testing.T) {
 	require.NoError(t, tb.Release(ctx, 0))
 	require.NoError(t, ta.Own(ctx, 0), "a owns the partition it lost again")
 	require.Equal(t, node.OwnHeld, ta.OwnState(0))
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(5), balanceOf(dst), "b's write, not a's cached row")
+	requireBalance(t, ctx, ta, x, dst, 5, "b's write, not a's cached row")
 	require.NoError(t, ta.Put(ctx, x, balanceRow(7)))
 	require.NoError(t, ta.Put(ctx, y, balanceRow(8)), "partition 1 was never lost")
 	require.ElementsMatch(t, []uint32{0, 1}, ta.Owned())
 	require.NoError(t, ta.Release(ctx, 0))
 	require.NoError(t, tb.Own(ctx, 0))
-	require.NoError(t, tb.Get(ctx, x, dst))
-	require.Equal(t, uint64(7), balanceOf(dst))
+	requireBalance(t, ctx, tb, x, dst, 7)
 }
 
 // A Node owns a partition again after the storage node fenced its grant: a, cut off from
@@ -338,13 +328,11 @@ func TestOwnAgainAfterFence(t *testing.T) {
 	require.NoError(t, tb.Release(ctx, 0))
 	require.NoError(t, ta.Own(ctx, 0), "a owns the partition whose grant was fenced again")
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(2), balanceOf(dst), "b's write")
+	requireBalance(t, ctx, ta, x, dst, 2, "b's write")
 	require.NoError(t, ta.Put(ctx, x, balanceRow(4)))
 	require.NoError(t, ta.Release(ctx, 0))
 	require.NoError(t, tb.Own(ctx, 0))
-	require.NoError(t, tb.Get(ctx, x, dst))
-	require.Equal(t, uint64(4), balanceOf(dst))
+	requireBalance(t, ctx, tb, x, dst, 4)
 }
 
 // A Node owns a partition on a storage node it owned it on before, after the partition
@@ -383,8 +371,7 @@ func TestOwnAgainAfterMoveAwayAndBack(t *testing.T) {
 	require.Equal(t, tc.addrs[0], ta.NodeOf(x))
 	require.Equal(t, node.OwnHeld, ta.OwnState(0))
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(3), balanceOf(dst))
+	requireBalance(t, ctx, ta, x, dst, 3)
 
 	// Released, moved away and back again by the mover, owned again by a.
 	require.NoError(t, ta.Release(ctx, 0))
@@ -392,10 +379,8 @@ func TestOwnAgainAfterMoveAwayAndBack(t *testing.T) {
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[0]))
 	require.NoError(t, ta.Own(ctx, 0), "owned again where it is back")
 	require.Equal(t, tc.addrs[0], ta.NodeOf(x))
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(3), balanceOf(dst))
+	requireBalance(t, ctx, ta, x, dst, 3)
 	put(4)
 	require.NoError(t, ta.Release(ctx, 0))
-	require.NoError(t, mt.Get(ctx, x, dst))
-	require.Equal(t, uint64(4), balanceOf(dst), "the mover's durable read of a's last write")
+	requireBalance(t, ctx, mt, x, dst, 4, "the mover's durable read of a's last write")
 }
