@@ -176,6 +176,14 @@ func balanceRow(v uint64) []byte {
 
 func balanceOf(row []byte) uint64 { return binary.LittleEndian.Uint64(row) }
 
+// requireRow reads row id of tbl into dst, failing the test on error or unless the row is
+// want.
+func requireRow(t *testing.T, ctx context.Context, tbl *node.Table, id uint64, dst, want []byte, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, tbl.Get(ctx, id, dst))
+	require.Equal(t, want, dst, msgAndArgs...)
+}
+
 // requireBalance reads row id of tbl into dst, failing the test on error or unless the row's
 // balance is want.
 func requireBalance(t *testing.T, ctx context.Context, tbl *node.Table, id uint64, dst []byte, want uint64, msgAndArgs ...any) {

@@ -77,8 +77,7 @@ func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
 	err := mt.Move(ctx, 0, tc.addrs[1])
 	require.NoError(t, err, "the owning handle flushes and the move goes through (it took %v)", time.Since(start).Round(time.Millisecond))
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(7), "the acknowledged write was copied")
 }
 
 // Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
@@ -146,8 +145,7 @@ func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 	require.False(t, tc.moveRecorded(t, ctx, "wb", 0), "the move is done")
 
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(6), got, "the flushed write was copied")
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(6), "the flushed write was copied")
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(8), resumed),
 		"the move is done: its owner writes the partition again")
 }
@@ -198,8 +196,7 @@ func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 	require.True(t, errors.As(err, &ne), "two-phase: not-owner, got %v", err)
 	require.EqualValues(t, 0, ne.Part)
 	got := make([]byte, 64)
-	require.NoError(t, tbl.Get(ctx, ids[1], got))
-	require.Equal(t, balanceRow(1), got, "nothing of the refused transaction committed")
+	requireRow(t, ctx, tbl, ids[1], got, balanceRow(1), "nothing of the refused transaction committed")
 
 	release()
 	require.NoError(t, <-moved)
@@ -218,8 +215,7 @@ func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 	require.NoError(t, uerr, "the move done: the transaction commits")
 	require.NoError(t, owner.Close(ctx))
 	for _, id := range ids {
-		require.NoError(t, mt.Get(ctx, id, got))
-		require.Equal(t, balanceRow(4), got)
+		requireRow(t, ctx, mt, id, got, balanceRow(4))
 	}
 }
 
@@ -295,11 +291,9 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, same, balanceRow(9)), "acknowledged: a partition not moved")
 	closeErr := owner.Close(ctx)
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, same, got))
-	require.Equal(t, balanceRow(9), got, "the acknowledged write of the partition beside the moved one is durable (Close: %v)", closeErr)
+	requireRow(t, ctx, mt, same, got, balanceRow(9), "the acknowledged write of the partition beside the moved one is durable (Close: %v)", closeErr)
 	require.NoError(t, closeErr, "Close flushes every acknowledged write")
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(5), got, "the transfer was copied")
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(5), "the transfer was copied")
 }
 
 // Regression guard (the drain, storenode move.go): a two-phase commit whose prepare a
@@ -394,8 +388,7 @@ func TestMoveFlushOwnerClosedWhileHeld(t *testing.T) {
 	require.NoError(t, <-moved)
 	node.SetMoveStepHook(nil)
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(3), got)
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(3))
 	require.NoError(t, mover.Close(ctx))
 	goleak.VerifyNone(t, opts...)
 }
@@ -432,8 +425,7 @@ func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 	require.NoError(t, owner.Close(ctx))
 	got := make([]byte, 64)
 	for i, id := range added {
-		require.NoError(t, mt.Get(ctx, id, got))
-		require.Equal(t, balanceRow(uint64(10+i)), got)
+		requireRow(t, ctx, mt, id, got, balanceRow(uint64(10+i)))
 	}
 }
 
@@ -459,8 +451,7 @@ func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(4), resumed))
 	require.NoError(t, owner.Close(ctx))
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(4), got)
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(4))
 }
 
 // Regression guard: a WriteBack owner that moves its own partition (the mover is the owner
@@ -474,13 +465,11 @@ func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
 	_, rt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	got := make([]byte, 64)
-	require.NoError(t, rt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(6), got, "the acknowledged write was copied")
+	requireRow(t, ctx, rt, ids[0], got, balanceRow(6), "the acknowledged write was copied")
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(7), resumed))
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
 	require.NoError(t, owner.Close(ctx))
-	require.NoError(t, rt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(7), got)
+	requireRow(t, ctx, rt, ids[0], got, balanceRow(7))
 }
 
 // Regression test (a defect of follow.go's refollow, older than the flush request, which

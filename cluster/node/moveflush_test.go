@@ -43,14 +43,12 @@ func TestMoveKeepsWriteBackWrites(t *testing.T) {
 	got := make([]byte, 64)
 	require.NoError(t, mt.Get(ctx, id, got), "another node reads the moved copy's durable row")
 	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
-	require.NoError(t, tbl.Get(ctx, id, got))
-	require.Equal(t, balanceRow(7), got, "the owner reads its write")
+	requireRow(t, ctx, tbl, id, got, balanceRow(7), "the owner reads its write")
 	// The owner writes on, on the target, once it heard the move end.
 	waitStep(t, resumed)
 	require.NoError(t, tbl.Put(ctx, id, balanceRow(8)))
 	require.NoError(t, owner.Close(ctx))
-	require.NoError(t, mt.Get(ctx, id, got))
-	require.Equal(t, balanceRow(8), got, "flushed to the target at Close")
+	requireRow(t, ctx, mt, id, got, balanceRow(8), "flushed to the target at Close")
 }
 
 // From the owner's flush until the move ends, its writes of the partition are refused as
@@ -91,13 +89,10 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	waitStep(t, resumed)
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(4)))
 	got := make([]byte, 64)
-	require.NoError(t, tbl.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(4), got)
+	requireRow(t, ctx, tbl, ids[0], got, balanceRow(4))
 	require.NoError(t, owner.Close(ctx))
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(4), got)
-	require.NoError(t, mt.Get(ctx, ids[1], got))
-	require.Equal(t, balanceRow(3), got)
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(4))
+	requireRow(t, ctx, mt, ids[1], got, balanceRow(3))
 }
 
 // A move rolled back after the owner flushed (here: a two-phase commit of the owner held in
@@ -138,10 +133,8 @@ func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, ids[0], acctRow(7, 0)), "written again at the source")
 	require.NoError(t, owner.Close(ctx), "its flush at Close: nothing was refused")
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[1], got))
-	require.Equal(t, acctRow(initial+10, 1), got, "the transaction's rows are durable")
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, acctRow(7, 0), got)
+	requireRow(t, ctx, mt, ids[1], got, acctRow(initial+10, 1), "the transaction's rows are durable")
+	requireRow(t, ctx, mt, ids[0], got, acctRow(7, 0))
 	require.Equal(t, tc.addrs[0], mt.NodeOf(ids[0]), "the partition stayed")
 }
 
@@ -183,10 +176,8 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, ids[2], acctRow(5, 0)), "acknowledged beside the moved partition, on its old storage node")
 	require.NoError(t, owner.Close(ctx), "its flush at Close: nothing refused")
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[2], got))
-	require.Equal(t, acctRow(5, 0), got, "the write beside the moved partition is kept")
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, acctRow(initial-10, 0), got, "the transaction's rows were copied")
+	requireRow(t, ctx, mt, ids[2], got, acctRow(5, 0), "the write beside the moved partition is kept")
+	requireRow(t, ctx, mt, ids[0], got, acctRow(initial-10, 0), "the transaction's rows were copied")
 }
 
 // A move keeps the acknowledged writes of a partition whose owning handle the game let go:
@@ -217,8 +208,7 @@ func TestMoveKeepsWritesOfACollectedHandle(t *testing.T) {
 	mt = openTable(t, ctx, mover, "wb")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the owner flushed: the move goes through")
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, id, got))
-	require.Equal(t, balanceRow(9), got, "the acknowledged write was copied")
+	requireRow(t, ctx, mt, id, got, balanceRow(9), "the acknowledged write was copied")
 }
 
 // hearMoveFlush returns a channel that hears each time the owner's side of a move's flush
