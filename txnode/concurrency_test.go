@@ -473,8 +473,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 func TestFillSkipsLockedSlot(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{})
-	x := newTable(t, ctx, db, "x", 64)
-	ids := insertRows(t, db, x, 2)
+	x, ids := newTableRows(t, ctx, db, "x", 2)
 	_, m, err := db.cache.pin(ctx, pageKey(x.t.id, 0), 64, 0, 0)
 	require.NoError(t, err)
 	defer db.cache.unpin(m)
