@@ -69,6 +69,16 @@ func proxiedClient(t *testing.T, srv *etcdtest.Server) (*etcdtest.Proxy, *cluste
 	return px, connect(t, []string{px.Endpoint()})
 }
 
+// verifiedAcct starts acctCluster's etcd with "acct" of two partitions, and returns its
+// client, a proxy to the etcd the test can cut, and a grant verifier (fenced:
+// storenode.ErrFenced) whose own client goes through that proxy.
+func verifiedAcct(t *testing.T, ctx context.Context) (*cluster.Client, *etcdtest.Proxy, *cluster.GrantVerifier) {
+	t.Helper()
+	srv, c := acctCluster(t, ctx, 2)
+	px, vc := proxiedClient(t, srv)
+	return c, px, cluster.NewGrantVerifier(vc, storenode.ErrFenced)
+}
+
 func row(v uint64) []byte {
 	b := make([]byte, 64)
 	for i := range 8 {
@@ -110,10 +120,7 @@ func storedRows(t *testing.T, e *storenode.Engine, table uint32) map[uint64]uint
 // grant goes through).
 func TestRegisterVerifiedInEtcd(t *testing.T) {
 	ctx := testCtx(t)
-	srv, c := acctCluster(t, ctx, 2)
-	// The verifier's own client goes through a proxy the test can cut.
-	px, vc := proxiedClient(t, srv)
-	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
+	c, px, v := verifiedAcct(t, ctx)
 	var _ storenode.GrantVerifier = v
 
 	dir := t.TempDir()
