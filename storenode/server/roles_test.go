@@ -21,8 +21,7 @@ func TestRolesClientRefusedOutsideItsRole(t *testing.T) {
 	env := startServer(t)
 	ctx := srvCtx(t)
 	c := env.dial(testOwner)
-	ti, g := srvTable(t, c, "t", testOwner)
-	require.NoError(t, c.CallInto(ctx, srvCommit(ti.Table, testOwner, g.Epoch, g.LastSeq+1, []uint64{1}, 1), &sgio.CommitAck{}))
+	ti, _ := srvTableWithRow(t, ctx, c, "t", 1)
 
 	var chunk sgio.BackupChunk
 	require.ErrorIs(t, c.CallInto(ctx, &sgio.Backup{}, &chunk), sgio.ErrForbidden, "Backup")
@@ -223,8 +222,7 @@ func TestRolesClientCannotDropReleasedTableByClaimingItsOwnerID(t *testing.T) {
 	env := startServer(t)
 	ctx := srvCtx(t)
 	a := env.dial(testOwner, asOwner(testOwner), func(cfg *sgio.ClientConfig) { cfg.Incarnation = [16]byte{0xa} })
-	ti, g := srvTable(t, a, "a", testOwner)
-	require.NoError(t, a.CallInto(ctx, srvCommit(ti.Table, testOwner, g.Epoch, g.LastSeq+1, []uint64{1}, 5), &sgio.CommitAck{}))
+	srvTableWithRow(t, ctx, a, "a", 5)
 	require.NoError(t, a.CallInto(ctx, &sgio.Release{Owner: testOwner}, &sgio.OK{}))
 	require.NoError(t, a.Close())
 
@@ -258,8 +256,7 @@ func TestOwnerIDNotTakenOverByPublishedIncarnation(t *testing.T) {
 	ctx := srvCtx(t)
 	inc := [16]byte{0x1c, 0xa7}
 	victim := env.dial(testOwner, asOwner(testOwner), func(cfg *sgio.ClientConfig) { cfg.Incarnation = inc })
-	ti, g := srvTable(t, victim, "bank", testOwner)
-	require.NoError(t, victim.CallInto(ctx, srvCommit(ti.Table, testOwner, g.Epoch, g.LastSeq+1, []uint64{1}, 100), &sgio.CommitAck{}))
+	ti, g := srvTableWithRow(t, ctx, victim, "bank", 100)
 
 	const thiefOwner = testOwner + 100
 	thief, err := env.tryDial(testOwner, asOwner(thiefOwner), func(cfg *sgio.ClientConfig) { cfg.Incarnation = inc })
@@ -291,8 +288,7 @@ func TestRolesClientCannotDropReleasedTableByAcquiringIt(t *testing.T) {
 	env := startServer(t)
 	ctx := srvCtx(t)
 	a := env.dial(testOwner)
-	ti, g := srvTable(t, a, "a", testOwner)
-	require.NoError(t, a.CallInto(ctx, srvCommit(ti.Table, testOwner, g.Epoch, g.LastSeq+1, []uint64{1}, 5), &sgio.CommitAck{}))
+	ti, _ := srvTableWithRow(t, ctx, a, "a", 5)
 	require.NoError(t, a.CallInto(ctx, &sgio.Release{Owner: testOwner}, &sgio.OK{}))
 
 	const thief = testOwner + 100
