@@ -99,6 +99,18 @@ func newProxy(t *testing.T, target string) *etcdtest.Proxy {
 	return p
 }
 
+// proxiedClients connects two clients of one fresh prefix to the shared etcd: c directly, ca
+// through p, a proxy the test can cut.
+func proxiedClients(t *testing.T) (c, ca *Client, p *etcdtest.Proxy) {
+	t.Helper()
+	srv := sharedEtcd(t)
+	prefix := newPrefix(t)
+	c = connect(t, prefix, srv.Endpoints()...)
+	p = newProxy(t, srv.Addr())
+	ca = connect(t, prefix, p.Endpoint())
+	return c, ca, p
+}
+
 // fakeClock is a Clock that moves only by advance.
 type fakeClock struct {
 	mu sync.Mutex

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // testTTL is the shortest lease etcd grants on its default timing: for the tests that wait
@@ -28,11 +29,7 @@ func newSessionTTL(t *testing.T, c *Client, owner uint64, clock Clock, ttl time.
 	t.Helper()
 	s, err := c.NewSession(testCtx(t), SessionConfig{Owner: owner, Addr: fmt.Sprintf("node%d:1", owner), TTL: ttl, Clock: clock})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
+	testkit.CloseAtCleanup(t, 5*time.Second, s.Close)
 	return s
 }
 
@@ -45,6 +42,15 @@ func createTable(t *testing.T, c *Client, name string, parts uint32) *TableMap {
 	tm, err := c.CreateTable(testCtx(t), name, Layout{Partitions: parts, StripePages: 1}, nodes)
 	require.NoError(t, err)
 	return tm
+}
+
+// sessionOfT returns the test's context, the shared client with a table "t" of one partition
+// created, and a session of owner 1 (the real clock).
+func sessionOfT(t *testing.T) (context.Context, *Client, *Session) {
+	t.Helper()
+	c := sharedClient(t)
+	createTable(t, c, "t", 1)
+	return testCtx(t), c, newSession(t, c, 1, nil)
 }
 
 // Sessions race for one partition, round after round: exactly one wins each round, the
@@ -152,10 +158,7 @@ func TestOwnershipCloseHandsOver(t *testing.T) {
 
 // Dropping the table deletes its owner keys: the owner hears of it through its watch.
 func TestOwnershipLostWithDrop(t *testing.T) {
-	ctx := testCtx(t)
-	c := sharedClient(t)
-	createTable(t, c, "t", 1)
-	s := newSession(t, c, 1, nil)
+	ctx, c, s := sessionOfT(t)
 	o := acquire(t, ctx, s, "t", 0)
 	require.NoError(t, c.DropTable(ctx, "t"))
 	select {
@@ -172,11 +175,7 @@ func TestOwnershipLostWithDrop(t *testing.T) {
 // once back, it learns its lease is gone and the ownership is lost for good.
 func TestOwnershipLeaseExpiryHandsOver(t *testing.T) {
 	ctx := testCtx(t)
-	srv := sharedEtcd(t)
-	prefix := newPrefix(t)
-	c := connect(t, prefix, srv.Endpoints()...)
-	p := newProxy(t, srv.Addr())
-	ca := connect(t, prefix, p.Endpoint())
+	c, ca, p := proxiedClients(t)
 	rounds := 2
 	if testing.Short() {
 		rounds = 1
@@ -301,11 +300,7 @@ func TestOwnershipEtcdRestart(t *testing.T) {
 // not the watch: the watch is held up here until the end.
 func TestOwnershipLapseVerifiesKeys(t *testing.T) {
 	ctx := testCtx(t)
-	srv := sharedEtcd(t)
-	prefix := newPrefix(t)
-	c := connect(t, prefix, srv.Endpoints()...)
-	p := newProxy(t, srv.Addr())
-	ca := connect(t, prefix, p.Endpoint())
+	c, ca, p := proxiedClients(t)
 	createTable(t, c, "t", 2)
 	// More owner keys than one etcd transaction reads (the proof reads them in batches).
 	createTable(t, c, "u", 127)
@@ -415,10 +410,7 @@ func TestSessionConfigBounds(t *testing.T) {
 }
 
 func TestOwnershipCheckAllocs(t *testing.T) {
-	ctx := testCtx(t)
-	c := sharedClient(t)
-	createTable(t, c, "t", 1)
-	s := newSession(t, c, 1, nil)
+	ctx, _, s := sessionOfT(t)
 	o := acquire(t, ctx, s, "t", 0)
 	var bad error
 	allocs := testing.AllocsPerRun(100, func() {
@@ -437,10 +429,7 @@ func TestOwnershipCheckAllocs(t *testing.T) {
 // An Acquire whose reply was lost left the key in etcd, bound to the session's lease: the
 // next Acquire adopts it with its epoch, and another session cannot take it.
 func TestOwnershipAcquireAdoptsOwnKey(t *testing.T) {
-	ctx := testCtx(t)
-	c := sharedClient(t)
-	createTable(t, c, "t", 1)
-	s := newSession(t, c, 1, nil)
+	ctx, c, s := sessionOfT(t)
 	put, err := c.cli.Put(ctx, c.keys.owner("t", 0), string(encodeOwner(s.Holder())), clientv3.WithLease(clientv3.LeaseID(s.Lease())))
 	require.NoError(t, err)
 	_, err = newSession(t, c, 2, nil).Acquire(ctx, "t", 0)
@@ -508,10 +497,7 @@ func TestLeaseAlive(t *testing.T) {
 // An Acquire under a lease etcd no longer has (expired or revoked before the keepalive
 // goroutine heard of it) ends the session: ErrLost, not an unavailable etcd.
 func TestOwnershipAcquireUnderGoneLease(t *testing.T) {
-	ctx := testCtx(t)
-	c := sharedClient(t)
-	createTable(t, c, "t", 1)
-	s := newSession(t, c, 1, nil)
+	ctx, c, s := sessionOfT(t)
 	_, err := c.cli.Revoke(ctx, clientv3.LeaseID(s.Lease()))
 	require.NoError(t, err)
 	_, err = s.Acquire(ctx, "t", 0)

@@ -82,10 +82,7 @@ func TestMapWatcherBrokenPartitionRepaired(t *testing.T) {
 // released grant still in flight would pass the storage node's fence under the new grant):
 // it takes the partition with a new, higher epoch.
 func TestOwnershipAcquireAfterFailedReleaseNewEpoch(t *testing.T) {
-	ctx := testCtx(t)
-	c := sharedClient(t)
-	createTable(t, c, "t", 1)
-	s := newSession(t, c, 1, nil)
+	ctx, c, s := sessionOfT(t)
 	o := acquire(t, ctx, s, "t", 0)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()

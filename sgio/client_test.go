@@ -177,21 +177,28 @@ func TestClientPipelining(t *testing.T) {
 	require.Equal(t, c.MaxInflight(), len(c.free), "every slot is free again")
 }
 
+// heldSender dials a test server through a gateConn, lets Hello and Auth through, holds the
+// connection's writes (release lets them go) and sends a ping, whose result goes to
+// pingDone; it returns once the sender is held in the write of that ping, first its bytes.
+func heldSender(t *testing.T, ctx context.Context) (c *Client, gate *gateConn, release chan struct{}, pingDone chan error, first []byte) {
+	t.Helper()
+	s := newTestServer(t, nil)
+	c = dialTest(t, s, withGate(&gate))
+	<-gate.entered // Hello
+	<-gate.entered // Auth
+	release = gate.hold()
+	pingDone = make(chan error, 1)
+	goPing(ctx, c, pingDone)
+	return c, gate, release, pingDone, <-gate.entered
+}
+
 // Deterministic batching: while the sender is held in a write, requests queue up; the next
 // write carries all of them, as one Write on the connection.
 func TestClientBatchesQueuedRequestsIntoOneWrite(t *testing.T) {
-	s := newTestServer(t, nil)
-	var gate *gateConn
-	c := dialTest(t, s, withGate(&gate))
-	<-gate.entered // Hello
-	<-gate.entered // Auth
-	release := gate.hold()
 	ctx := testCtx(t)
+	c, gate, release, pingDone, first := heldSender(t, ctx) // the sender is now held in the write of first
 
 	const queued = 50
-	pingDone := make(chan error, 1)
-	goPing(ctx, c, pingDone)
-	first := <-gate.entered // the sender is now held in this write
 	require.Len(t, framesIn(t, first), 1)
 	idx := make([]uint32, queued)
 	for i := range queued {
@@ -474,17 +481,26 @@ func TestClientCancelAfterSend(t *testing.T) {
 	require.NoError(t, c.Err())
 }
 
-func TestClientInflightBound(t *testing.T) {
-	got := make(chan Frame, 8)
-	s := holdServer(t, got)
-	c := dialTest(t, s, func(cfg *ClientConfig) { cfg.MaxInflight = 2 })
+// fullWindow dials a holding server (holdServer: its frames go to got, unanswered) with a
+// window of two requests and fills the window with two pings, whose results go to results;
+// it returns got, the server, the client and the two frames held.
+func fullWindow(t *testing.T, ctx context.Context, results chan<- error) (got chan Frame, s *testServer, c *Client, f1, f2 Frame) {
+	t.Helper()
+	got = make(chan Frame, 8)
+	s = holdServer(t, got)
+	c = dialTest(t, s, func(cfg *ClientConfig) { cfg.MaxInflight = 2 })
 	require.Equal(t, 2, c.MaxInflight())
-	ctx := testCtx(t)
-	results := make(chan error, 3)
 	for range 2 {
 		goPing(ctx, c, results)
 	}
-	f1, f2 := <-got, <-got
+	f1, f2 = <-got, <-got
+	return got, s, c, f1, f2
+}
+
+func TestClientInflightBound(t *testing.T) {
+	ctx := testCtx(t)
+	results := make(chan error, 3)
+	got, s, c, f1, f2 := fullWindow(t, ctx, results)
 
 	// A third request waits for a slot until its context ends: ErrBusy.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)

@@ -11,16 +11,9 @@ import (
 // An urgent request (a lease renewal) does not wait for a window full of other requests: it
 // takes the slot kept beyond the bound, and once that is taken it waits like any other.
 func TestClientUrgentBeyondFullWindow(t *testing.T) {
-	got := make(chan Frame, 8)
-	s := holdServer(t, got)
-	c := dialTest(t, s, func(cfg *ClientConfig) { cfg.MaxInflight = 2 })
-	require.Equal(t, 2, c.MaxInflight())
 	ctx := testCtx(t)
 	held := make(chan error, 2)
-	for range 2 {
-		goPing(ctx, c, held)
-	}
-	f1, f2 := <-got, <-got // the window is full, the replies held
+	got, s, c, f1, f2 := fullWindow(t, ctx, held) // the window is full, the replies held
 
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
@@ -54,16 +47,8 @@ func TestClientUrgentBeyondFullWindow(t *testing.T) {
 // Urgent requests queued while the sender is busy go out in its next write ahead of the
 // requests queued before them, urgent ones in their own submission order.
 func TestClientUrgentJumpsTheQueue(t *testing.T) {
-	s := newTestServer(t, nil)
-	var gate *gateConn
-	c := dialTest(t, s, withGate(&gate))
-	<-gate.entered // Hello
-	<-gate.entered // Auth
-	release := gate.hold()
 	ctx := testCtx(t)
-	pingDone := make(chan error, 1)
-	goPing(ctx, c, pingDone)
-	<-gate.entered // the sender is held in this write
+	c, gate, release, pingDone, _ := heldSender(t, ctx) // the sender is held in the write of a ping
 
 	var idx []uint32
 	for i := range 3 {

@@ -76,6 +76,21 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// addBodySeeds seeds f, a fuzz target of (pick, body) over types, with the body of every
+// sample message of one of types: under its index in types, and under the next index (the
+// same bytes under the next type).
+func addBodySeeds(f *testing.F, types []Type) {
+	for _, m := range sampleMessages() {
+		for i, t := range types {
+			if m.Type() == t {
+				body := m.AppendBody(nil)
+				f.Add(uint8(i), body)
+				f.Add(uint8(i+1), body)
+			}
+		}
+	}
+}
+
 // checkBody parses body as type t: a parse either fails as malformed or round-trips exactly,
 // and lists never hold more elements than the body has bytes for.
 func checkBody(t *testing.T, typ Type, body []byte) {

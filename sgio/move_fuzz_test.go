@@ -11,15 +11,7 @@ import (
 // re-encodes to itself.
 func FuzzMoveMessages(f *testing.F) {
 	moveTypes := []Type{TypeMove, TypeMoveWrite, TypeMoveState}
-	for _, m := range sampleMessages() {
-		for i, t := range moveTypes {
-			if m.Type() == t {
-				body := m.AppendBody(nil)
-				f.Add(uint8(i), body)
-				f.Add(uint8(i+1), body) // the same bytes under the next type
-			}
-		}
-	}
+	addBodySeeds(f, moveTypes)
 	f.Add(uint8(2), []byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, pick uint8, body []byte) {
 		checkBody(t, moveTypes[int(pick)%len(moveTypes)], body)

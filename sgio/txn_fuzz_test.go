@@ -7,15 +7,7 @@ import "testing"
 // re-encodes to itself.
 func FuzzTxnMessages(f *testing.F) {
 	txnTypes := []Type{TypeTxnPrepare, TypeTxnDecide, TypeTxnApply, TypeTxnAsk, TypeTxnReport, TypeTxnState}
-	for _, m := range sampleMessages() {
-		for i, t := range txnTypes {
-			if m.Type() == t {
-				body := m.AppendBody(nil)
-				f.Add(uint8(i), body)
-				f.Add(uint8(i+1), body) // the same bytes under the next type
-			}
-		}
-	}
+	addBodySeeds(f, txnTypes)
 	f.Fuzz(func(t *testing.T, pick uint8, body []byte) {
 		checkBody(t, txnTypes[int(pick)%len(txnTypes)], body)
 	})

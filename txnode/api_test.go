@@ -33,8 +33,7 @@ func tableValues(t *testing.T, tb *Table) map[uint64]uint64 {
 func TestEndedContextAppliesNothing(t *testing.T) {
 	ctx := context.Background()
 	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
-		tb := newTable(t, ctx, db, "c", 64)
-		ids := insertRows(t, db, tb, 3)
+		tb, ids := newTableRows(t, ctx, db, "c", 3)
 		before := tableValues(t, tb)
 		ended, cancel := context.WithCancel(ctx)
 		cancel()
@@ -284,8 +283,7 @@ func TestClosurePanicRollsBack(t *testing.T) {
 func TestKeptTxIsDone(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb := newTable(t, ctx, db, "k", 64)
-	ids := insertRows(t, db, tb, 4)
+	tb, ids := newTableRows(t, ctx, db, "k", 4)
 	var kept []*Tx
 	require.NoError(t, db.Update(ctx, func(tx *Tx) error { kept = append(kept, tx); return tx.Put(tb, ids[0], u64Row(64, 10)) }))
 	require.NoError(t, db.View(ctx, func(tx *Tx) error { kept = append(kept, tx); return nil }))
@@ -335,8 +333,7 @@ func TestKeptTxIsDone(t *testing.T) {
 func TestScanRowDataStable(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb := newTable(t, ctx, db, "d", 64)
-	ids := insertRows(t, db, tb, 20)
+	tb, ids := newTableRows(t, ctx, db, "d", 20)
 	other := ids[19]
 	bump := func(r []byte) error { fillRow(r, checkRow(t, r)+1000); return nil }
 	require.NoError(t, db.Update(ctx, func(tx *Tx) error {
@@ -420,8 +417,7 @@ func TestFullPageIOKeepsEarlierWrite(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{FullPageIO: true})
-	tb := newTable(t, ctx, db, "f", 64)
-	ids := insertRows(t, db, tb, 64)
+	tb, ids := newTableRows(t, ctx, db, "f", 64)
 	x, y := ids[3], ids[4]
 	var armed atomic.Bool
 	inA, goA := make(chan struct{}), make(chan struct{})
@@ -456,8 +452,7 @@ func TestFullPageIOConcurrentSamePage(t *testing.T) {
 		workers, incs = 4, 100
 	}
 	db := openEmbedded(t, "", Options{FullPageIO: true})
-	tb := newTable(t, ctx, db, "fc", 64)
-	ids := insertRows(t, db, tb, 64)
+	tb, ids := newTableRows(t, ctx, db, "fc", 64)
 	const rowsEach = 4
 	errs := make(chan error, workers)
 	for w := range workers {

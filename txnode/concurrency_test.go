@@ -60,11 +60,8 @@ func (s *gatedCommitStore) Commit(b *base.Batch, done func(uint64, error)) {
 // the second validated in the gap and both committed: two rows in a table meant to hold one.
 func TestPhantomInsertWhileFirstWaitsInAdd(t *testing.T) {
 	ctx := context.Background()
-	store := newGatedCommitStore(newLocalStore(t, ""), 256) // epochs of at most 128 row bytes
-	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	db, store, x, release, closeDB := gatedWriteBack(t, ctx) // epochs of at most 128 row bytes
 	defer closeDB()
-	x := newTable(t, ctx, db, "x", 64)
 	p := newTable(t, ctx, db, "p", 64)
 
 	// Hold the flusher inside the store with one epoch, then dirty 192 row bytes: the next
@@ -476,8 +473,7 @@ func TestRemoteFillSkipsLockedRow(t *testing.T) {
 func TestFillSkipsLockedSlot(t *testing.T) {
 	ctx := context.Background()
 	db := openConfigs(t)[0].opener(t)(Options{})
-	x := newTable(t, ctx, db, "x", 64)
-	ids := insertRows(t, db, x, 2)
+	x, ids := newTableRows(t, ctx, db, "x", 2)
 	_, m, err := db.cache.pin(ctx, pageKey(x.t.id, 0), 64, 0, 0)
 	require.NoError(t, err)
 	defer db.cache.unpin(m)
@@ -525,11 +521,8 @@ func (s *fillSignalStore) Read(ctx context.Context, reqs []base.PageWant, fill f
 // context ends.
 func TestLockedRowReadHonoursContext(t *testing.T) {
 	ctx := context.Background()
-	store := newGatedCommitStore(newLocalStore(t, ""), 256)
-	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	db, store, x, release, closeDB := gatedWriteBack(t, ctx)
 	defer closeDB()
-	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 8)
 	id, res := holdInsert(t, db, store, x, ids)
 
@@ -648,6 +641,17 @@ func releaseBeforeClose(ctx context.Context, db *DB, gate chan struct{}) (releas
 	}
 }
 
+// gatedWriteBack opens a WriteBack DB (a flush period that never comes) on a local store
+// behind a gatedCommitStore of 256 bytes (epochs of at most 128 row bytes), with its table
+// "x" of 64-byte rows; release and closeDB are releaseBeforeClose's.
+func gatedWriteBack(t *testing.T, ctx context.Context) (db *DB, store *gatedCommitStore, x *Table, release, closeDB func()) {
+	t.Helper()
+	store = newGatedCommitStore(newLocalStore(t, ""), 256)
+	db = openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
+	release, closeDB = releaseBeforeClose(ctx, db, store.release)
+	return db, store, newTable(t, ctx, db, "x", 64), release, closeDB
+}
+
 // heldFailDrain creates "acct" in db (whose store is store) with one row of balance 100,
 // durable, then arms store and drains the balance (a Put of 0) in a goroutine: once the Put is
 // installed (its row unlocked) and its batch held by store, to fail when released, it returns
@@ -711,11 +715,8 @@ func TestClosureErrorWaitsForReadDurability(t *testing.T) {
 // context ends, before it is installed: nothing applied.
 func TestAddWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
-	store := newGatedCommitStore(newLocalStore(t, ""), 256)
-	db := openDB(t, ctx, Options{Store: store, Durability: WriteBack, FlushInterval: time.Hour})
-	release, closeDB := releaseBeforeClose(ctx, db, store.release)
+	db, store, x, release, closeDB := gatedWriteBack(t, ctx)
 	defer closeDB()
-	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 4)
 	store.armed.Store(true)
 	db.pipe.flushSoon()

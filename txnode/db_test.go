@@ -111,10 +111,7 @@ func transferAll(t *testing.T, ctx context.Context, db *DB, acct *Table, ids []u
 					continue
 				}
 				err := db.Update(ctx, func(tx *Tx) error {
-					if err := tx.Get(acct, from, a); err != nil {
-						return err
-					}
-					if err := tx.Get(acct, to, b); err != nil {
+					if err := getTwo(tx, acct, from, to, a, b); err != nil {
 						return err
 					}
 					va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)

@@ -24,8 +24,7 @@ func TestGetFrameReassignedTwice(t *testing.T) {
 func testFrameReassignedTwice(t *testing.T, view bool) {
 	ctx := context.Background()
 	db := openEmbedded(t, t.TempDir(), Options{})
-	tb := newTable(t, ctx, db, "g", 64)
-	ids := insertRows(t, db, tb, 2)
+	tb, ids := newTableRows(t, ctx, db, "g", 2)
 	require.NoError(t, db.pipe.flush(ctx))
 	buf := make([]byte, 64)
 	require.NoError(t, tb.Get(ctx, ids[1], buf))

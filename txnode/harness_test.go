@@ -62,6 +62,14 @@ func insertRow(t testing.TB, ctx context.Context, tb *Table, r []byte) uint64 {
 	return id
 }
 
+// getTwo reads rows x and y of tb in tx into a and b (y only once x was read).
+func getTwo(tx *Tx, tb *Table, x, y uint64, a, b []byte) error {
+	if err := tx.Get(tb, x, a); err != nil {
+		return err
+	}
+	return tx.Get(tb, y, b)
+}
+
 // openConfig is one way to run the transaction node.
 type openConfig struct {
 	name       string

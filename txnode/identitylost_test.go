@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -32,8 +31,7 @@ func testIdentityLost(t *testing.T, first string) {
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
 	db, tick, renewed := openRenewing(t, ctx, Options{StoreAddr: addr, OwnerID: owner, Grants: g})
 	defer db.Close(ctx)
-	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
-	require.NoError(t, err)
+	tb, _ := acctTable(t, ctx, db)
 	id := insertRow(t, ctx, tb, row(1))
 
 	// The owner id released on the node's current connection, behind the DB's back.
@@ -58,6 +56,7 @@ func testIdentityLost(t *testing.T, first string) {
 	case <-cctx.Done():
 		t.Fatal("no renewal loop took the tick")
 	}
+	var err error
 	select {
 	case err = <-renewed:
 	case <-cctx.Done():

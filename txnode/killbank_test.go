@@ -148,10 +148,7 @@ func TestKillBank(t *testing.T) {
 				amount := uint64(rng.IntN(10) + 1)
 				var logID uint64
 				err := db.Update(ctx, func(tx *Tx) error {
-					if err := tx.Get(acct, from, a); err != nil {
-						return err
-					}
-					if err := tx.Get(acct, to, b); err != nil {
+					if err := getTwo(tx, acct, from, to, a, b); err != nil {
 						return err
 					}
 					va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)

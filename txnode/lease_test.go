@@ -33,8 +33,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	ctx := context.Background()
 	clock := &countingLeaseClock{}
 	db := openHourLeaseDB(t, ctx, 78, clock)
-	tb := newTable(t, ctx, db, "l", 64)
-	ids := insertRows(t, db, tb, 64)
+	tb, ids := newTableRows(t, ctx, db, "l", 64)
 	buf := make([]byte, 64)
 
 	before := clock.reads.Load()
@@ -69,8 +68,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 
 	// A closure's own error resting on reads made after the lease ran out is not returned
 	// as if it stood (a table adopted now, so its lease is live at the first read).
-	q := newTable(t, ctx, db, "q", 64)
-	qids := insertRows(t, db, q, 2)
+	q, qids := newTableRows(t, ctx, db, "q", 2)
 	errMine := errors.New("insufficient funds")
 	err := db.Update(ctx, func(tx *Tx) error {
 		if err := tx.Get(q, qids[0], buf); err != nil {
@@ -85,8 +83,7 @@ func TestLeaseReadOncePerTable(t *testing.T) {
 	require.ErrorIs(t, err, ErrLeaseExpired)
 
 	// And between a read-only transaction's reads and its commit (a table adopted now).
-	r := newTable(t, ctx, db, "r", 64)
-	rids := insertRows(t, db, r, 2)
+	r, rids := newTableRows(t, ctx, db, "r", 2)
 	ro := openTx(t, ctx, db, false)
 	defer ro.Rollback()
 	require.NoError(t, ro.Get(r, rids[0], buf))

@@ -91,10 +91,7 @@ func TestRemoteStorageNodeRestart(t *testing.T) {
 				}
 				err := db.Update(ctx, func(tx *Tx) error {
 					a, b := make([]byte, 64), make([]byte, 64)
-					if err := tx.Get(acct, from, a); err != nil {
-						return err
-					}
-					if err := tx.Get(acct, to, b); err != nil {
+					if err := getTwo(tx, acct, from, to, a, b); err != nil {
 						return err
 					}
 					if err := tx.Put(acct, from, row(binary.LittleEndian.Uint64(a)-1)); err != nil {

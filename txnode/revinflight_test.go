@@ -30,8 +30,7 @@ func TestWriteBackCloseHonoursCtxAtInflightBound(t *testing.T) {
 			db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
 				InflightBytes: 64 + segFlightBytes})
 			require.NoError(t, err)
-			tb := newTable(t, ctx, db, "t", 64)
-			ids := insertRows(t, db, tb, 128)
+			tb, ids := newTableRows(t, ctx, db, "t", 128)
 			require.NoError(t, db.pipe.flush(ctx))
 			fs.hold()
 			require.NoError(t, tb.Put(ctx, ids[0], u64Row(64, 1)))
@@ -84,8 +83,7 @@ func TestFailedBatchInvalidatesFrameAfterUndoneEviction(t *testing.T) {
 	cs := &catchStore{Store: newLocalStore(t, ""), caught: make(chan heldCommit, 4)}
 	db := openDB(t, ctx, Options{Store: cs})
 	defer db.Close(ctx)
-	tb := newTable(t, ctx, db, "t", 64)
-	ids := insertRows(t, db, tb, 4)
+	tb, ids := newTableRows(t, ctx, db, "t", 4)
 	require.NoError(t, db.pipe.flush(ctx))
 
 	cs.armed.Store(true)

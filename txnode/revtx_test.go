@@ -24,8 +24,7 @@ func TestLeaseOfReadTableCheckedAtWriteCommit(t *testing.T) {
 	ctx := context.Background()
 	clock := &fakeLeaseClock{}
 	db := openHourLeaseDB(t, ctx, 79, clock)
-	a := newTable(t, ctx, db, "a", 64)
-	aids := insertRows(t, db, a, 2)
+	a, aids := newTableRows(t, ctx, db, "a", 2)
 	clock.n.Add(int64(30 * time.Minute)) // a's lease (45 usable minutes) has 15 left
 	b, err := db.CreateTable(ctx, "b", 64)
 	require.NoError(t, err) // b's lease is live for 45 minutes from now

@@ -44,11 +44,18 @@ func insertRows(t *testing.T, db *DB, tb *Table, n int) []uint64 {
 	return ids
 }
 
+// newTableRows creates the table name of 64-byte rows in db and inserts n rows in it
+// (insertRows), failing the test on error; it returns the table and the rows' ids.
+func newTableRows(t *testing.T, ctx context.Context, db *DB, name string, n int) (*Table, []uint64) {
+	t.Helper()
+	tb := newTable(t, ctx, db, name, 64)
+	return tb, insertRows(t, db, tb, n)
+}
+
 func TestTxScanOwnWrites(t *testing.T) {
 	ctx := context.Background()
 	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
-		tb := newTable(t, ctx, db, "s", 64)
-		ids := insertRows(t, db, tb, 100)
+		tb, ids := newTableRows(t, ctx, db, "s", 100)
 		var inserted uint64
 		err := db.Update(ctx, func(tx *Tx) error {
 			require.NoError(t, tx.Delete(tb, ids[10]))

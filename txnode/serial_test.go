@@ -82,8 +82,7 @@ func getPair(tx *Tx, tb *Table, x, y uint64) (a, b []byte, err error) {
 func TestSerialWriteSkew(t *testing.T) {
 	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		ctx := context.Background()
-		tb := newTable(t, ctx, db, "oncall", 64)
-		ids := insertRows(t, db, tb, 2)
+		tb, ids := newTableRows(t, ctx, db, "oncall", 2)
 		for round := range serialRounds() {
 			require.NoError(t, tb.Put(ctx, ids[0], valueRow(1)))
 			require.NoError(t, tb.Put(ctx, ids[1], valueRow(1)))
@@ -160,8 +159,7 @@ func TestSerialLostUpdate(t *testing.T) {
 func TestSerialReadOnlyAnomaly(t *testing.T) {
 	eachConfig(t, serialConfigs(t), Options{}, func(t *testing.T, db *DB) {
 		ctx := context.Background()
-		tb := newTable(t, ctx, db, "accts", 64)
-		ids := insertRows(t, db, tb, 2)
+		tb, ids := newTableRows(t, ctx, db, "accts", 2)
 		x, y := ids[0], ids[1]
 		anomalies := 0
 		for round := range serialRounds() {
@@ -371,10 +369,7 @@ func TestSerialBankAuditors(t *testing.T) {
 					}
 					amount := int64(1 + rng.IntN(20))
 					err := db.Update(ctx, func(tx *Tx) error {
-						if err := tx.Get(tb, from, a); err != nil {
-							return err
-						}
-						if err := tx.Get(tb, to, b); err != nil {
+						if err := getTwo(tx, tb, from, to, a, b); err != nil {
 							return err
 						}
 						if valueOf(t, a) < amount {

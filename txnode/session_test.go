@@ -56,8 +56,7 @@ func TestSessionInFlight(t *testing.T) {
 	}
 	ctx := context.Background()
 	eachConfig(t, openConfigs(t), Options{}, func(t *testing.T, db *DB) {
-		tb := newTable(t, ctx, db, "counters", 64)
-		ids := insertRows(t, db, tb, 64)
+		tb, ids := newTableRows(t, ctx, db, "counters", 64)
 		s := db.Session()
 		var ps []*Pending
 		errOdd := errors.New("odd one out")
@@ -145,8 +144,7 @@ func TestSessionBatchFailure(t *testing.T) {
 			fs := &failingStore{Store: newLocalStore(t, "")}
 			fs.failAt.Store(1 << 40)
 			db := openDB(t, ctx, Options{Store: fs, Durability: mode})
-			tb := newTable(t, ctx, db, "f", 64)
-			ids := insertRows(t, db, tb, 64)
+			tb, ids := newTableRows(t, ctx, db, "f", 64)
 			require.NoError(t, db.pipe.flush(ctx))
 			fs.failAt.Store(fs.n.Load() + 3) // the third batch from now fails
 
@@ -229,8 +227,7 @@ func TestPendingContext(t *testing.T) {
 	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
 	db := openDB(t, ctx, Options{Store: hs})
 	defer db.Close(ctx)
-	tb := newTable(t, ctx, db, "h", 64)
-	ids := insertRows(t, db, tb, 4)
+	tb, ids := newTableRows(t, ctx, db, "h", 4)
 	hs.mu.Lock()
 	hs.released = false
 	hs.mu.Unlock()

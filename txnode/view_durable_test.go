@@ -95,8 +95,7 @@ func openHeldRows(t *testing.T, n int) (*heldCommitStore, *DB, *Table, []uint64)
 	hs := &heldCommitStore{Store: newLocalStore(t, ""), released: true}
 	db := openDB(t, ctx, Options{Store: hs})
 	t.Cleanup(func() { db.Close(ctx) })
-	tb := newTable(t, ctx, db, "h", 64)
-	ids := insertRows(t, db, tb, n)
+	tb, ids := newTableRows(t, ctx, db, "h", n)
 	hs.mu.Lock()
 	hs.released = false
 	hs.mu.Unlock()

@@ -114,8 +114,7 @@ func TestView(t *testing.T) {
 func TestTxViewConflict(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb := newTable(t, ctx, db, "v", 64)
-	ids := insertRows(t, db, tb, 2)
+	tb, ids := newTableRows(t, ctx, db, "v", 2)
 
 	tx := openTx(t, ctx, db, false)
 	var seen uint64
@@ -235,8 +234,7 @@ func TestViewConcurrentWriter(t *testing.T) {
 func TestViewRetainedIsMisuse(t *testing.T) {
 	ctx := context.Background()
 	db := openEmbedded(t, "", Options{})
-	tb := newTable(t, ctx, db, "v", 64)
-	ids := insertRows(t, db, tb, 1)
+	tb, ids := newTableRows(t, ctx, db, "v", 1)
 	require.NoError(t, tb.Put(ctx, ids[0], u64Row(64, 1)))
 	var kept []byte
 	require.NoError(t, tb.View(ctx, ids[0], func(row []byte) error {
@@ -260,8 +258,7 @@ func TestViewPanicReleases(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	db := openEmbedded(t, dir, Options{})
-	tb := newTable(t, ctx, db, "v", 64)
-	ids := insertRows(t, db, tb, 2)
+	tb, ids := newTableRows(t, ctx, db, "v", 2)
 	require.NoError(t, db.Close(ctx))
 	db = openEmbedded(t, dir, Options{}) // an empty cache: View takes the slow path
 	tb = openTable(t, ctx, db, "v")

@@ -21,6 +21,19 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
+// startHealing starts a cluster of two storage nodes with the table name of parts partitions,
+// one row of value 7 in each (createRows), and opens a node of owner whose transaction nodes
+// give up after a short RequestTimeout (300 ms), with its handle of the table.
+func startHealing(t *testing.T, ctx context.Context, owner uint64, name string, parts int) (*clustertest.Cluster, *node.Node, *node.Table, []uint64) {
+	t.Helper()
+	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
+	ids := createRows(t, c, name, parts, 1, 7)
+	n := c.OpenNodeWith(owner, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
+	tbl, err := n.OpenTable(ctx, name)
+	require.NoError(t, err)
+	return c, n, tbl, ids
+}
+
 // A storage node killed with -9 and kept down past its transaction node's (short, injected)
 // RequestTimeout: the cluster node's transaction node of it gives up for good (txnode.DB.Err),
 // the node replaces it once the storage node is back, re-registers the grants of the
@@ -29,12 +42,8 @@ import (
 func TestStorageNodeBackNodeHeals(t *testing.T) {
 	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 120*time.Second)
-	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Six partitions: 0, 2, 4 on storage node 0 (the one killed), 1, 3, 5 on 1.
-	ids := createRows(t, c, "heal", 6, 1, 7)
-	n := c.OpenNodeWith(0x4ea1, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
-	tbl, err := n.OpenTable(ctx, "heal")
-	require.NoError(t, err)
+	c, n, tbl, ids := startHealing(t, ctx, 0x4ea1, "heal", 6)
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
 	s0 := c.StorageOf(tbl.NodeOf(ids[0]))
 	require.NotNil(t, s0)
@@ -130,12 +139,8 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 func TestStorageNodeBackReplacedHandleHeals(t *testing.T) {
 	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	ctx := testCtx(t, 120*time.Second)
-	c := clustertest.Start(t, clustertest.Options{StorageNodes: 2})
 	// Three partitions: 0, 2 on storage node 0 (the one killed), 1 on 1.
-	ids := createRows(t, c, "healold", 3, 1, 7)
-	n := c.OpenNodeWith(0x4eb1, "", node.Config{RequestTimeout: 300 * time.Millisecond, DialTimeout: time.Second})
-	tbl, err := n.OpenTable(ctx, "healold")
-	require.NoError(t, err)
+	c, n, tbl, ids := startHealing(t, ctx, 0x4eb1, "healold", 3)
 	for p, id := range ids {
 		require.EqualValues(t, p, tbl.Partition(id))
 	}

@@ -18,9 +18,7 @@ import (
 // unverified, not let through.
 func TestClusterTableDropOnlyByHolderOrUnmapped(t *testing.T) {
 	ctx := testCtx(t)
-	srv, c := acctCluster(t, ctx, 2)
-	px, vc := proxiedClient(t, srv)
-	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
+	c, px, v := verifiedAcct(t, ctx)
 	var _ storenode.TableMapVerifier = v
 	e, err := storenode.Open(storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: v,
 		GrantVerifyTimeout: 2 * time.Second})

@@ -15,6 +15,7 @@ import (
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/logicpage"
 	"github.com/weftdb/weft/storenode"
 )
@@ -40,11 +41,7 @@ func newSession(t *testing.T, c *cluster.Client, owner uint64, ttl time.Duration
 	t.Helper()
 	s, err := c.NewSession(testCtx(t), cluster.SessionConfig{Owner: owner, TTL: ttl})
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
+	testkit.CloseAtCleanup(t, 5*time.Second, s.Close)
 	return s
 }
 
@@ -70,6 +67,16 @@ func proxiedClient(t *testing.T, srv *etcdtest.Server) (*etcdtest.Proxy, *cluste
 	require.NoError(t, err)
 	t.Cleanup(px.Close)
 	return px, connect(t, []string{px.Endpoint()})
+}
+
+// verifiedAcct starts acctCluster's etcd with "acct" of two partitions, and returns its
+// client, a proxy to the etcd the test can cut, and a grant verifier (fenced:
+// storenode.ErrFenced) whose own client goes through that proxy.
+func verifiedAcct(t *testing.T, ctx context.Context) (*cluster.Client, *etcdtest.Proxy, *cluster.GrantVerifier) {
+	t.Helper()
+	srv, c := acctCluster(t, ctx, 2)
+	px, vc := proxiedClient(t, srv)
+	return c, px, cluster.NewGrantVerifier(vc, storenode.ErrFenced)
 }
 
 func row(v uint64) []byte {
@@ -113,10 +120,7 @@ func storedRows(t *testing.T, e *storenode.Engine, table uint32) map[uint64]uint
 // grant goes through).
 func TestRegisterVerifiedInEtcd(t *testing.T) {
 	ctx := testCtx(t)
-	srv, c := acctCluster(t, ctx, 2)
-	// The verifier's own client goes through a proxy the test can cut.
-	px, vc := proxiedClient(t, srv)
-	v := cluster.NewGrantVerifier(vc, storenode.ErrFenced)
+	c, px, v := verifiedAcct(t, ctx)
 	var _ storenode.GrantVerifier = v
 
 	dir := t.TempDir()

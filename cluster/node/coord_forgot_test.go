@@ -76,10 +76,8 @@ func TestResentDecideAfterForgottenCommit(t *testing.T) {
 			b := tc.open(t, 0xb, "game-b:7000")
 			tb := openTable(t, ctx, b, "acct")
 			dst := make([]byte, 64)
-			require.NoError(t, tb.Get(ctx, x, dst))
-			require.Equal(t, uint64(initial-10), balanceOf(dst))
-			require.NoError(t, tb.Get(ctx, y, dst))
-			require.Equal(t, uint64(initial+10), balanceOf(dst))
+			requireBalance(t, ctx, tb, x, dst, initial-10)
+			requireBalance(t, ctx, tb, y, dst, initial+10)
 		})
 	}
 }

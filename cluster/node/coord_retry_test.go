@@ -16,8 +16,7 @@ import (
 // for another transaction) is run again by Update itself: the caller sees success.
 func TestCoordRetryTxnLocked(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	var refused atomic.Int32
 	restore := node.SetPrepareAnswer(func(i int, err error) error {
@@ -38,8 +37,7 @@ func TestCoordRetryTxnLocked(t *testing.T) {
 // attempts are spent, and nothing was written.
 func TestCoordRetryTxnLockedBounded(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	defer node.SetLockedRetries(3, time.Millisecond)()
 	var refused atomic.Int32
@@ -64,8 +62,7 @@ func TestCoordRetryTxnLockedBounded(t *testing.T) {
 // however their prepares interleave: conflicts and rows in doubt are retried inside Update.
 func TestCoordRetryContendingUpdates(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	const rounds = 50
 	var wg sync.WaitGroup

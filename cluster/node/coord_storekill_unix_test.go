@@ -135,8 +135,7 @@ func TestStorageNodeKilledDuringCrossNodeTransfers(t *testing.T) {
 		}
 		require.Less(t, pass, 200, "parts left in doubt: %d", left)
 	}
-	r := tc.open(t, 0xc, "")
-	tr := openTable(t, ctx, r, "acct")
+	_, tr := tc.openNodeTable(t, ctx, 0xc, "acct")
 	var bal, rec uint64
 	dst := make([]byte, 64)
 	for _, id := range ids {

@@ -53,6 +53,34 @@ func twoAccounts(t *testing.T, ctx context.Context, tc *testCluster) (a *node.No
 	return a, ta, x, y
 }
 
+// startTwoAccounts starts a cluster of two two-phase-commit storage nodes (startTxnCluster)
+// and sets up twoAccounts on it.
+func startTwoAccounts(t *testing.T, ctx context.Context) (tc *testCluster, a *node.Node, ta *node.Table, x, y uint64) {
+	t.Helper()
+	tc = startTxnCluster(t, 2, nil)
+	a, ta, x, y = twoAccounts(t, ctx, tc)
+	return tc, a, ta, x, y
+}
+
+// shutDownWhenPrepared makes the coordinator prepare its parts one at a time and shuts the
+// storage node second down once the first prepare is answered (step "prepared", one
+// answered), so the second part's prepare is never answered; it returns what restores both
+// hooks.
+func shutDownWhenPrepared(second *server.Server) (restore func()) {
+	serial := node.SetSerialPrepares(true)
+	hook := node.SetCoordHook(func(step string, i int) {
+		if step == "prepared" && i == 1 {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			second.Shutdown(sctx)
+			cancel()
+		}
+	})
+	return func() {
+		hook()
+		serial()
+	}
+}
+
 // srvAt returns tc's storage node listening at addr (nil if none).
 func (tc *testCluster) srvAt(addr string) *server.Server {
 	for i, a := range tc.addrs {
@@ -219,8 +247,7 @@ func bankAcross(t *testing.T, durability txnode.Durability) {
 // prepared bytes; once the commit is applied it sees the committed values.
 func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	decided := make(chan struct{})
 	release := make(chan struct{})
@@ -262,8 +289,7 @@ func TestPreparedRowsLockedInOwnerCache(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 	require.Equal(t, uint64(initial-10), <-got, "the waiting reader sees the committed value")
-	require.NoError(t, ta.Get(ctx, y, dst))
-	require.Equal(t, uint64(initial+10), balanceOf(dst))
+	requireBalance(t, ctx, ta, y, dst, initial+10)
 }
 
 // Write skew across storage nodes: T1 reads r (storage node A) and writes y (A) and x = r+1

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
 )
 
@@ -17,8 +16,7 @@ import (
 // Applies over closed transaction nodes until its context ends.
 func TestCoordCloseDuringApplyReturns(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	_, a, ta, x, y := startTwoAccounts(t, ctx)
 
 	closed := make(chan error, 1)
 	defer node.SetCoordHook(func(step string, _ int) {
@@ -45,8 +43,7 @@ func TestCoordCloseDuringApplyReturns(t *testing.T) {
 // locked in the cache until then: the reads below wait for it).
 func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
 
 	uctx, ucancel := context.WithCancel(ctx)
@@ -59,19 +56,15 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 	err = xfer(uctx, a, ta, x, y, 10)
 	require.ErrorIs(t, err, txnode.ErrUnknownOutcome)
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(initial-10), balanceOf(dst), "committed in the background")
-	require.NoError(t, ta.Get(ctx, y, dst))
-	require.Equal(t, uint64(initial+10), balanceOf(dst))
+	requireBalance(t, ctx, ta, x, dst, initial-10, "committed in the background")
+	requireBalance(t, ctx, ta, y, dst, initial+10)
 	// And durably so: another node, owning the partitions after a's Close, reads the same.
 	require.NoError(t, a.Close(ctx))
 	b := tc.open(t, 0xb, "game-b:7000")
 	tb := openTable(t, ctx, b, "acct")
 	require.NoError(t, tb.OwnWait(ctx, 0, 1))
-	require.NoError(t, tb.Get(ctx, x, dst))
-	require.Equal(t, uint64(initial-10), balanceOf(dst))
-	require.NoError(t, tb.Get(ctx, y, dst))
-	require.Equal(t, uint64(initial+10), balanceOf(dst))
+	requireBalance(t, ctx, tb, x, dst, initial-10)
+	requireBalance(t, ctx, tb, y, dst, initial+10)
 }
 
 // A prepare whose answer never comes (its storage node gone) while another part's prepare
@@ -80,23 +73,9 @@ func TestCoordDecideUnansweredResendsCommit(t *testing.T) {
 // transaction may have committed).
 func TestCoordPrepareUnansweredIsDefiniteAbort(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
 	var err error
-	var second *server.Server // y's storage node: prepared second (x is written first)
-	for i, addr := range tc.addrs {
-		if addr == ta.NodeOf(y) {
-			second = tc.srvs[i]
-		}
-	}
-	defer node.SetSerialPrepares(true)()
-	defer node.SetCoordHook(func(step string, i int) {
-		if step == "prepared" && i == 1 {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			second.Shutdown(sctx)
-			cancel()
-		}
-	})()
+	defer shutDownWhenPrepared(tc.srvAt(ta.NodeOf(y)))() // y's storage node: prepared second (x is written first)
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()
 	err = xfer(uctx, a, ta, x, y, 10)

@@ -34,8 +34,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	require.NotEqual(t, tc.addrs[2], ta.NodeOf(x))
 	require.NotEqual(t, tc.addrs[2], ta.NodeOf(y))
 
-	mover := tc.open(t, 0xb, "")
-	mt := openTable(t, ctx, mover, "acct")
+	_, mt := tc.openNodeTable(t, ctx, 0xb, "acct")
 	release, moved := freezeHold(t, ctx, mt, px, tc.addrs[2])
 
 	err = xfer(ctx, a, ta, x, y, 10)
@@ -63,8 +62,7 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2*initial), balance)
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, x, dst))
-	require.Equal(t, uint64(initial-10), balanceOf(dst), "only the retried transfer committed")
+	requireBalance(t, ctx, ta, x, dst, initial-10, "only the retried transfer committed")
 }
 
 // A two-phase commit whose second prepare's answer never comes (its storage node shut down)
@@ -72,17 +70,9 @@ func TestUpdateMovedSourceGivesNotOwner(t *testing.T) {
 // and neither reads nor matches "commit outcome unknown" (txnode.ErrUnknownOutcome).
 func TestUpdatePrepareUnansweredSaysAborted(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 2, nil)
-	a, ta, x, y := twoAccounts(t, ctx, tc)
-	second := tc.srvAt(ta.NodeOf(y)) // prepared second (x is written first)
-	defer node.SetSerialPrepares(true)()
-	defer node.SetCoordHook(func(step string, i int) {
-		if step == "prepared" && i == 1 {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			second.Shutdown(sctx)
-			cancel()
-		}
-	})()
+	tc, a, ta, x, y := startTwoAccounts(t, ctx)
+	// y's storage node: prepared second (x is written first).
+	defer shutDownWhenPrepared(tc.srvAt(ta.NodeOf(y)))()
 	defer a.Close(ctx) // before the hooks are restored: the abort's record goes on in the background
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()

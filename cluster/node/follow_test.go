@@ -21,19 +21,14 @@ func TestMoveOwnerFollowsMap(t *testing.T) {
 	if testing.Short() {
 		rows, writes = 30, 120
 	}
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
-	w := newMoveWriter(t, ctx, owner, tbl, rows)
+	tc, w := startMoveWriter(t, ctx, rows)
 	before := w.grant(t, ctx)
 
-	reader := tc.open(t, 0x3, "")
-	rtbl := openTable(t, ctx, reader, "acct")
+	_, rtbl := tc.openNodeTable(t, ctx, 0x3, "acct")
 	row := make([]byte, 64)
 	require.NoError(t, rtbl.Get(ctx, w.ids[0], row))
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	started, moved := make(chan struct{}), make(chan error, 1)
 	go func() {
 		<-started
@@ -110,8 +105,7 @@ func TestMoveSourceOtherPartitionsHeal(t *testing.T) {
 	}
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(ids[2]))
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	moved := make(chan error, 1)
 	go func() { moved <- mtbl.Move(ctx, 0, tc.addrs[1]) }()
 	// Write partition 0 until the freeze refuses a write (or the move ends first).
@@ -187,8 +181,7 @@ func TestMoveFollowRacingHeal(t *testing.T) {
 	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "", "race", 2)
 	require.NoError(t, tbl.Own(ctx, 0))
 	id := insertRow(t, ctx, tbl, balanceRow(1))
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "race")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "race")
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]))
 	restore, fired := killDBAt(t, ctx, owner, tc.addrs[1], "moved")
 	defer restore()

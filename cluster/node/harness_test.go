@@ -3,11 +3,15 @@ package node_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/etcdtest"
@@ -16,6 +20,7 @@ import (
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
+	"github.com/weftdb/weft/txnode"
 )
 
 const prefix = "/nodetest/"
@@ -151,12 +156,16 @@ func (tc *testCluster) openConfig(t *testing.T, cfg node.Config) *node.Node {
 	}
 	n, err := node.Open(testCtx(t), cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
+	testkit.CloseAtCleanup(t, 10*time.Second, n.Close)
 	return n
+}
+
+// openNodeTable opens a node of owner with no game address (a mover's, a reader's) and its
+// handle of the table name.
+func (tc *testCluster) openNodeTable(t *testing.T, ctx context.Context, owner uint64, name string) (*node.Node, *node.Table) {
+	t.Helper()
+	n := tc.open(t, owner, "")
+	return n, openTable(t, ctx, n, name)
 }
 
 func balanceRow(v uint64) []byte {
@@ -166,6 +175,22 @@ func balanceRow(v uint64) []byte {
 }
 
 func balanceOf(row []byte) uint64 { return binary.LittleEndian.Uint64(row) }
+
+// requireRow reads row id of tbl into dst, failing the test on error or unless the row is
+// want.
+func requireRow(t *testing.T, ctx context.Context, tbl *node.Table, id uint64, dst, want []byte, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, tbl.Get(ctx, id, dst))
+	require.Equal(t, want, dst, msgAndArgs...)
+}
+
+// requireBalance reads row id of tbl into dst, failing the test on error or unless the row's
+// balance is want.
+func requireBalance(t *testing.T, ctx context.Context, tbl *node.Table, id uint64, dst []byte, want uint64, msgAndArgs ...any) {
+	t.Helper()
+	require.NoError(t, tbl.Get(ctx, id, dst))
+	require.Equal(t, want, balanceOf(dst), msgAndArgs...)
+}
 
 // parts returns the partitions p of n with p%2 == parity.
 func parts(n, parity int) []uint32 {
@@ -197,10 +222,21 @@ func ownTwoRows(t *testing.T, ctx context.Context, tbl *node.Table) (x, y uint64
 func ownFirstRow(t *testing.T, ctx context.Context, tbl *node.Table) uint64 {
 	t.Helper()
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 	return id
+}
+
+// startOwnedFirst starts a cluster of two storage nodes and opens an owner node (0x1) and a
+// mover node (0x2), neither with a game address; the owner creates the table name of two
+// partitions and owns its first row (ownFirstRow), id.
+func startOwnedFirst(t *testing.T, ctx context.Context, name string) (tc *testCluster, owner, mover *node.Node, tbl *node.Table, id uint64) {
+	t.Helper()
+	tc = startCluster(t, 2)
+	owner = tc.open(t, 0x1, "")
+	mover = tc.open(t, 0x2, "")
+	tbl = createTable(t, ctx, owner, name, 64, 2, 1, tc.addrs)
+	return tc, owner, mover, tbl, ownFirstRow(t, ctx, tbl)
 }
 
 // holder reads the holder of partition part of table from etcd, and whether it is held.
@@ -209,6 +245,26 @@ func (tc *testCluster) holder(t *testing.T, ctx context.Context, table string, p
 	h, held, err := tc.c.Owner(ctx, table, part)
 	require.NoError(t, err)
 	return h, held
+}
+
+// deleteOwnerKey deletes the owner key of partition part of table in etcd through a client of
+// its own, behind every node's back.
+func (tc *testCluster) deleteOwnerKey(t *testing.T, ctx context.Context, table string, part uint32) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer cli.Close()
+	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/%s/%08x", prefix, table, part))
+	require.NoError(t, err)
+}
+
+// heldBy reads the holder of partition part of table from etcd, failing the test unless the
+// partition is held.
+func (tc *testCluster) heldBy(t *testing.T, ctx context.Context, table string, part uint32) cluster.Holder {
+	t.Helper()
+	h, held := tc.holder(t, ctx, table, part)
+	require.True(t, held)
+	return h
 }
 
 // placed reads etcd's map: the storage node partition part of table is placed on.
@@ -289,6 +345,112 @@ func freezeHold(t *testing.T, ctx context.Context, mt *node.Table, part uint32, 
 		require.FailNow(t, "the move ended before its freeze", "%v", err)
 	}
 	return release, moved
+}
+
+// eachDurability runs f as a subtest for each durability mode: "durable" and "writeback".
+func eachDurability(t *testing.T, f func(t *testing.T, mode txnode.Durability)) {
+	t.Helper()
+	for _, d := range []struct {
+		name string
+		mode txnode.Durability
+	}{{"durable", txnode.Durable}, {"writeback", txnode.WriteBack}} {
+		t.Run(d.name, func(t *testing.T) { f(t, d.mode) })
+	}
+}
+
+// returnsWithin runs f on a goroutine of its own and fails the test with msg unless f returns
+// within d.
+func returnsWithin(t *testing.T, d time.Duration, msg string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatal(msg)
+	}
+}
+
+// holdAtStep starts a Move of partition part of mt to `to` that stops at its step step until
+// the returned release is called (at the latest when the test ends); it returns once the move
+// is there, and the move's result channel. A move that ends first fails the test: "the move
+// ended before " and before.
+func holdAtStep(t *testing.T, ctx context.Context, mt *node.Table, part uint32, to, step, before string) (release func(), moved chan error) {
+	t.Helper()
+	reached, hold := make(chan struct{}), make(chan struct{})
+	node.SetMoveStepHook(func(s string) {
+		if s == step {
+			close(reached)
+			<-hold
+		}
+	})
+	t.Cleanup(func() { node.SetMoveStepHook(nil) })
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	t.Cleanup(release)
+	moved = make(chan error, 1)
+	go func() { moved <- mt.Move(ctx, part, to) }()
+	select {
+	case <-reached:
+	case err := <-moved:
+		t.Fatalf("the move ended before %s: %v", before, err)
+	}
+	return release, moved
+}
+
+// moveCutShortAt runs a Move of partition part of mt to `to` whose context ends at its step
+// step (the mover dies, or its operator gives up, there), and returns the Move's error.
+func moveCutShortAt(t *testing.T, ctx context.Context, mt *node.Table, part uint32, to, step string) error {
+	t.Helper()
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node.SetMoveStepHook(func(s string) {
+		if s == step {
+			cancel()
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	return mt.Move(mctx, part, to)
+}
+
+// holdCoordAt sets the coordinator hook to hold the first coordinator that reaches step step
+// there until release is closed or ctx ends (the hook runs on the coordinators' goroutines:
+// any other passes); reached is closed once one is held. restore puts the hook back.
+func holdCoordAt(ctx context.Context, step string, release <-chan struct{}) (reached chan struct{}, restore func()) {
+	reached = make(chan struct{})
+	var once atomic.Bool
+	restore = node.SetCoordHook(func(s string, _ int) {
+		if s == step && once.CompareAndSwap(false, true) {
+			close(reached)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	})
+	return reached, restore
+}
+
+// switchHold holds a Move of partition 0 of mt to `to` at its switch (before the activation):
+// holdAtStep.
+func switchHold(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
+	t.Helper()
+	return holdAtStep(t, ctx, mt, 0, to, node.MoveStepSwitched, "its switch")
+}
+
+// holdAtFlushed holds a Move of partition 0 of mt to `to` once the owner has flushed (its
+// writes of the partition held): holdAtStep.
+func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
+	t.Helper()
+	return holdAtStep(t, ctx, mt, 0, to, node.MoveStepFlushed, "the owner flushed")
 }
 
 // startWithTable starts a cluster of storageNodes storage nodes and opens a node of owner at

@@ -34,8 +34,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 	tbl := createTable(t, ctx, owner, "race", 64, 2, 1, tc.addrs)
 	id := ownFirstRow(t, ctx, tbl)
 
-	before, held := tc.holder(t, ctx, "race", 0)
-	require.True(t, held)
+	before := tc.heldBy(t, ctx, "race", 0)
 	// From now on the owner's session hears nothing of its owner keys.
 	gate.hold.Store(true)
 	mtbl := openTable(t, ctx, mover, "race")
@@ -60,9 +59,7 @@ func TestHealRacingMoveFollow(t *testing.T) {
 		require.NoError(t, err)
 		rm, err := tm.Table("race")
 		require.NoError(t, err)
-		h, held, err := tc.c.Owner(ctx, "race", 0)
-		require.NoError(t, err)
-		require.True(t, held)
+		h := tc.heldBy(t, ctx, "race", 0)
 		require.EqualValues(t, 0x1, h.Owner)
 		require.Equal(t, before, h, "the grant the switch kept")
 		require.Less(t, h.Epoch, uint64(rm.Revs[0]), "from before the switch")

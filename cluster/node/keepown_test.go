@@ -57,8 +57,7 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.Less(t, epoch, uint64(m.Tables["keep"].Revs[0]), "the grant is from before the switch")
 
 	// Another node cannot own the partition while the owner's session lives.
-	taker := tc.open(t, 0x3, "")
-	ttbl := openTable(t, ctx, taker, "keep")
+	_, ttbl := tc.openNodeTable(t, ctx, 0x3, "keep")
 	oerr := ttbl.Own(ctx, 0)
 	var oe *node.NotOwnerError
 	require.ErrorAs(t, oerr, &oe, "another node took the partition from a live owner at the switch")
@@ -94,36 +93,6 @@ func TestMoveKeepsOwnerGrant(t *testing.T) {
 	require.EqualValues(t, 9, balanceOf(row))
 }
 
-// switchHold starts a Move of partition 0 of mtbl to `to` that stops at its switch (before
-// the activation) until the returned release is called; it returns once the switch is done,
-// and the move's result channel.
-func switchHold(t *testing.T, ctx context.Context, mtbl *node.Table, to string) (release func(), moved chan error) {
-	switched, hold := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepSwitched {
-			close(switched)
-			<-hold
-		}
-	})
-	t.Cleanup(func() { node.SetMoveStepHook(nil) })
-	released := false
-	release = func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
-	t.Cleanup(release)
-	moved = make(chan error, 1)
-	go func() { moved <- mtbl.Move(ctx, 0, to) }()
-	select {
-	case <-switched:
-	case err := <-moved:
-		t.Fatalf("the move ended before its switch: %v", err)
-	}
-	return release, moved
-}
-
 // An Own through a second handle of the owner, switched but not activated yet (the target
 // refuses every grant: storenode.ErrMoved), fails, and must not give up the grant the first
 // handle holds (txnode releases a refused grant; during a move cluster/node keeps it): the
@@ -131,13 +100,8 @@ func switchHold(t *testing.T, ctx context.Context, mtbl *node.Table, to string) 
 // Own released the grant and the partition could change hands during the move.
 func TestMoveOwnDuringSwitchKeepsGrant(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "")
-	mover := tc.open(t, 0x2, "")
-	tbl := createTable(t, ctx, owner, "own2", 64, 2, 1, tc.addrs)
-	id := ownFirstRow(t, ctx, tbl)
-	before, held := tc.holder(t, ctx, "own2", 0)
-	require.True(t, held)
+	tc, owner, mover, tbl, id := startOwnedFirst(t, ctx, "own2")
+	before := tc.heldBy(t, ctx, "own2", 0)
 	mtbl := openTable(t, ctx, mover, "own2")
 
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
@@ -171,16 +135,14 @@ func TestMoveOwnRefusedReleasesUnused(t *testing.T) {
 	tc, _, mtbl := startWithTable(t, ctx, 2, 0x2, "", "own3", 2)
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 
-	a := tc.open(t, 0x1, "")
-	atbl := openTable(t, ctx, a, "own3")
+	_, atbl := tc.openNodeTable(t, ctx, 0x1, "own3")
 	require.ErrorIs(t, atbl.Own(ctx, 0), storenode.ErrMoved, "the target is not live yet")
 	_, held := tc.holder(t, ctx, "own3", 0)
 	require.False(t, held, "the refused Own released the grant nothing uses")
 	release()
 	require.NoError(t, <-moved)
 
-	b := tc.open(t, 0x3, "")
-	btbl := openTable(t, ctx, b, "own3")
+	_, btbl := tc.openNodeTable(t, ctx, 0x3, "own3")
 	require.NoError(t, btbl.Own(ctx, 0))
 	id := insertRow(t, ctx, btbl, balanceRow(5))
 	require.EqualValues(t, 0, btbl.Partition(id))
@@ -201,16 +163,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	g, err := sess.Acquire(ctx, "res", 0)
 	require.NoError(t, err)
 
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepActivated {
-			cancel()
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	require.Error(t, mtbl.Move(mctx, 0, tc.addrs[1]), "cut short after the activation")
-	node.SetMoveStepHook(nil)
+	require.Error(t, moveCutShortAt(t, ctx, mtbl, 0, tc.addrs[1], node.MoveStepActivated), "cut short after the activation")
 	require.True(t, tc.moveRecorded(t, ctx, "res", 0), "the move is not done")
 
 	require.NoError(t, g.Release(ctx))
@@ -222,8 +175,7 @@ func TestMoveResumedAfterActivationKeepsFloor(t *testing.T) {
 	require.NoError(t, mtbl.Move(ctx, 0, tc.addrs[1]), "the resumed move completes")
 	require.False(t, tc.moveRecorded(t, ctx, "res", 0))
 
-	b := tc.open(t, 0x3, "")
-	btbl := openTable(t, ctx, b, "res")
+	_, btbl := tc.openNodeTable(t, ctx, 0x3, "res")
 	require.NoError(t, btbl.Own(ctx, 0))
 	id := insertRow(t, ctx, btbl, balanceRow(5))
 	require.EqualValues(t, 0, btbl.Partition(id))

@@ -76,8 +76,7 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 		// An owner node per step: a write refused by a frozen source fail-stops the owner's
 		// commit pipeline to that storage node (txnode today), its other tables there too.
 		owner := tc.open(t, 0x100+uint64(i), "game-1:7000")
-		tbl, err := owner.CreateTable(ctx, name, 64, 2, 1, []string{addr, target})
-		require.NoError(t, err)
+		tbl := createTable(t, ctx, owner, name, 64, 2, 1, []string{addr, target})
 		w := newMoveWriter(t, ctx, owner, tbl, rows)
 		for v := range uint64(rows) {
 			require.False(t, w.put(t, ctx, int(v), 10+v))
@@ -112,13 +111,11 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 		if step == node.MoveStepSwitched {
 			// Switched, not active yet: owning the partition on the target is refused for
 			// now (the copy takes no grant yet), and works once the move is complete.
-			tbl2, err := owner.OpenTable(ctx, name)
-			require.NoError(t, err)
+			tbl2 := openTable(t, ctx, owner, name)
 			require.Error(t, tbl2.Own(ctx, 0))
 		}
 		// The next Move completes it.
-		mtbl, err := mover.OpenTable(ctx, name)
-		require.NoError(t, err)
+		mtbl := openTable(t, ctx, mover, name)
 		require.NoError(t, mtbl.Move(ctx, 0, target), "step %s", step)
 		if !lost {
 			// The switch kept the grant: the write is refused (the frozen source), or the

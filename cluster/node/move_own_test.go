@@ -170,13 +170,8 @@ func TestMoveOwnRefusedOtherwiseReleasesUnused(t *testing.T) {
 func TestMoveFollowCallerDeadlineKeepsGrant(t *testing.T) {
 	t.Skip("known defect: a follow cut short by the caller's context releases the grant the switch kept (movedOn forgets on any failure); rev3 report")
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "")
-	mover := tc.open(t, 0x2, "")
-	tbl := createTable(t, ctx, owner, "dl", 64, 2, 1, tc.addrs)
-	id := ownFirstRow(t, ctx, tbl)
-	before, held := tc.holder(t, ctx, "dl", 0)
-	require.True(t, held)
+	tc, _, mover, tbl, id := startOwnedFirst(t, ctx, "dl")
+	before := tc.heldBy(t, ctx, "dl", 0)
 	mtbl := openTable(t, ctx, mover, "dl")
 	release, moved := switchHold(t, ctx, mtbl, tc.addrs[1])
 

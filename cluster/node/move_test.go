@@ -34,13 +34,20 @@ func newMoveWriter(t *testing.T, ctx context.Context, n *node.Node, tbl *node.Ta
 	w := &moveWriter{n: n, name: tbl.Name(), tbl: tbl, acked: map[uint64]uint64{}, unknown: map[uint64][]uint64{}, fresh: map[uint64]uint64{}}
 	require.NoError(t, tbl.Own(ctx, 0))
 	for len(w.ids) < rows {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		require.Equal(t, uint32(0), tbl.Partition(id))
 		w.ids = append(w.ids, id)
 		w.acked[id] = 1
 	}
 	return w
+}
+
+// startMoveWriter starts a cluster of two storage nodes and an owner node (0x1, game-1:7000)
+// whose table "acct" of two partitions gets rows rows in partition 0 (newMoveWriter).
+func startMoveWriter(t *testing.T, ctx context.Context, rows int) (*testCluster, *moveWriter) {
+	t.Helper()
+	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
+	return tc, newMoveWriter(t, ctx, owner, tbl, rows)
 }
 
 // put writes value v to row i; it reports whether the owner lost the partition.
@@ -109,14 +116,10 @@ func TestMoveUnderWriteLoad(t *testing.T) {
 	if testing.Short() {
 		rows, writes = 40, 150
 	}
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "game-1:7000")
-	tbl := createTable(t, ctx, owner, "acct", 64, 2, 1, tc.addrs)
-	w := newMoveWriter(t, ctx, owner, tbl, rows)
+	tc, w := startMoveWriter(t, ctx, rows)
 	before := w.grant(t, ctx)
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	started, moved := make(chan struct{}), make(chan error, 1)
 	frozen, wrote := make(chan struct{}), make(chan struct{})
 	node.SetMoveStepHook(func(step string) {

@@ -66,8 +66,7 @@ func (s *stranger) state(t *testing.T, ctx context.Context) storenode.MoveState 
 // and the drop all succeeded, and the owner's rows were gone.
 func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	ctx := testCtx(t)
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, 8)
+	tc, w := startMoveWriter(t, ctx, 8)
 	s := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
 	attack := func(why string) {
@@ -81,8 +80,7 @@ func TestMoveStrangerCannotRetireAndDropMappedPartition(t *testing.T) {
 	require.Equal(t, storenode.MoveLive, s.state(t, ctx))
 	require.False(t, w.put(t, ctx, 0, 2), "the owner writes on")
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.Equal(t, storenode.MoveFrozen, s.state(t, ctx))
 		require.ErrorIs(t, s.step(ctx, sgio.MoveOpRetire, s.rev(t, ctx), 0), storenode.ErrFenced, "retire before the switch")
@@ -123,13 +121,11 @@ func TestMoveRetiredCopyNotDroppedWhileMapped(t *testing.T) {
 // the freeze under 2^64-1 was taken and the move failed.
 func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 	ctx := testCtx(t)
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, 4)
+	tc, w := startMoveWriter(t, ctx, 4)
 	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 	var dst *stranger
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	var steps []string
 	node.SetMoveStepHook(func(step string) {
 		steps = append(steps, step)
@@ -162,12 +158,10 @@ func TestMoveEpochsAndFloorsAboveEtcdRevisionRefused(t *testing.T) {
 // owner acquires and writes it. On b3f6c9d both were taken.
 func TestMoveThawAndBeginVerified(t *testing.T) {
 	ctx := testCtx(t)
-	tc, owner, tbl := startWithTable(t, ctx, 2, 0x1, "game-1:7000", "acct", 2)
-	w := newMoveWriter(t, ctx, owner, tbl, 4)
+	tc, w := startMoveWriter(t, ctx, 4)
 	src := newStranger(t, ctx, tc, tc.addrs[0], acctP0)
 
-	mover := tc.open(t, 0x2, "")
-	mtbl := openTable(t, ctx, mover, "acct")
+	_, mtbl := tc.openNodeTable(t, ctx, 0x2, "acct")
 	hooked := onMoveStepOnce(t, node.MoveStepFrozen, func() {
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, src.rev(t, ctx), 0), storenode.ErrFenced, "thaw while the move is recorded")
 		require.ErrorIs(t, src.step(ctx, sgio.MoveOpThaw, ^uint64(0), 0), storenode.ErrFenced, "thaw under 2^64-1")
@@ -184,8 +178,7 @@ func TestMoveThawAndBeginVerified(t *testing.T) {
 	require.Equal(t, storenode.MoveLive, fresh.state(t, ctx))
 	ptbl := openTable(t, ctx, tc.open(t, 0x4, ""), "acct")
 	require.NoError(t, ptbl.Own(ctx, 1))
-	id, err := ptbl.Insert(ctx, balanceRow(9))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, ptbl, balanceRow(9))
 	require.Equal(t, uint32(1), ptbl.Partition(id))
 }
 

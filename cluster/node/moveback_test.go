@@ -45,12 +45,10 @@ func TestMoveBackToFormerNode(t *testing.T) {
 	require.Equal(t, tc.addrs[0], tbl.NodeOf(id))
 	require.Equal(t, node.OwnHeld, tbl.OwnState(0))
 	dst := make([]byte, 64)
-	require.NoError(t, tbl.Get(ctx, id, dst))
-	require.Equal(t, uint64(12), balanceOf(dst))
+	requireBalance(t, ctx, tbl, id, dst, 12)
 
 	// Another node's durable read, from the copy the map points at again.
 	require.NoError(t, tbl.Release(ctx, 0))
-	require.NoError(t, mt.Get(ctx, id, dst))
-	require.Equal(t, uint64(12), balanceOf(dst))
+	requireBalance(t, ctx, mt, id, dst, 12)
 	require.Equal(t, tc.addrs[0], mt.NodeOf(id))
 }

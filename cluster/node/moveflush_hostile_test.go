@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,16 +41,19 @@ func putAfterResume(t *testing.T, tbl *node.Table, id uint64, row []byte, resume
 // a row id of each partition.
 func ownTwo(t *testing.T, ctx context.Context, tc *testCluster, owner *node.Node) (*node.Table, [2]uint64) {
 	t.Helper()
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0, 1))
-	var ids [2]uint64
-	for ids[0] == 0 || ids[1] == 0 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
-		ids[tbl.Partition(id)] = id
-	}
-	return tbl, ids
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
+	x, y := ownTwoRows(t, ctx, tbl)
+	return tbl, [2]uint64{x, y}
+}
+
+// startOwnTwo starts a cluster of two storage nodes and opens a WriteBack node of owner whose
+// table "wb" owns both its partitions (ownTwo).
+func startOwnTwo(t *testing.T, ctx context.Context, owner uint64) (*testCluster, *node.Node, *node.Table, [2]uint64) {
+	t.Helper()
+	tc := startCluster(t, 2)
+	n := tc.openWriteBack(t, owner)
+	tbl, ids := ownTwo(t, ctx, tc, n)
+	return tc, n, tbl, ids
 }
 
 // Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
@@ -64,25 +66,18 @@ func ownTwo(t *testing.T, ctx context.Context, tc *testCluster, owner *node.Node
 // (10 s) with ErrMoveRefused.
 func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb1)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	tc, owner, tbl, ids := startOwnTwo(t, ctx, 0xb1)
+	mover, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0]), "a first move, of the other partition")
-	_, err = owner.OpenTable(ctx, "wb") // the game server opens the table again: a fresh handle
-	require.NoError(t, err)
+	openTable(t, ctx, owner, "wb") // the game server opens the table again: a fresh handle
 
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(7)), "acknowledged, in the owner's cache only")
-	mt, err = mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	mt = openTable(t, ctx, mover, "wb")
 	start := time.Now()
-	err = mt.Move(ctx, 0, tc.addrs[1])
+	err := mt.Move(ctx, 0, tc.addrs[1])
 	require.NoError(t, err, "the owning handle flushes and the move goes through (it took %v)", time.Since(start).Round(time.Millisecond))
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(7), "the acknowledged write was copied")
 }
 
 // Regression guard (a defect of 82f69a2, fixed on lead by 6ee9c6e: every live handle is
@@ -95,12 +90,8 @@ func TestMoveFlushMissesTheOwningHandleAfterAReopen(t *testing.T) {
 func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
 	ctx := testCtx(t)
 	resumed := hearMoveFlush(t, "resumed")
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb2)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	tc, owner, tbl, ids := startOwnTwo(t, ctx, 0xb2)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 
 	var hookErr error
 	node.SetMoveStepHook(func(step string) {
@@ -142,37 +133,19 @@ func TestMoveFlushEndLeavesTheOwningHandleHeld(t *testing.T) {
 func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 	ctx := testCtx(t)
 	resumed := hearMoveFlush(t, "resumed")
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb3)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
+	tc, _, tbl, ids := startOwnTwo(t, ctx, 0xb3)
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(6)))
 
-	dead := tc.open(t, 0xd, "")
-	dt, err := dead.OpenTable(ctx, "wb")
-	require.NoError(t, err)
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepSwitched {
-			cancel() // the mover dies right after its switch
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	require.Error(t, dt.Move(mctx, 0, tc.addrs[1]), "cut short after the switch")
-	node.SetMoveStepHook(nil)
+	dead, dt := tc.openNodeTable(t, ctx, 0xd, "wb")
+	require.Error(t, moveCutShortAt(t, ctx, dt, 0, tc.addrs[1], node.MoveStepSwitched), "cut short after the switch") // the mover dies right after its switch
 	require.NoError(t, dead.Close(ctx), "its lease ends: its move can be taken over")
 
-	mover := tc.open(t, 0xe, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xe, "wb")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the move taken over completes")
-	_, recorded, err := tc.c.ReadMove(ctx, "wb", 0)
-	require.NoError(t, err)
-	require.False(t, recorded, "the move is done")
+	require.False(t, tc.moveRecorded(t, ctx, "wb", 0), "the move is done")
 
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(6), got, "the flushed write was copied")
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(6), "the flushed write was copied")
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(8), resumed),
 		"the move is done: its owner writes the partition again")
 }
@@ -190,58 +163,14 @@ func TestMoveTakenOverAfterSwitchLeavesOwnerHeld(t *testing.T) {
 func TestMoveCutShortAfterFlushHoldsLiveSourceForEver(t *testing.T) {
 	ctx := testCtx(t)
 	resumed := hearMoveFlush(t, "resumed")
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb4)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
+	tc, _, tbl, ids := startOwnTwo(t, ctx, 0xb4)
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFlushed {
-			cancel() // the operator gives up (or the mover dies) before the freeze
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	require.Error(t, mt.Move(mctx, 0, tc.addrs[1]))
-	node.SetMoveStepHook(nil)
+	mover, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
+	require.Error(t, moveCutShortAt(t, ctx, mt, 0, tc.addrs[1], node.MoveStepFlushed)) // the operator gives up (or the mover dies) before the freeze
 	require.NoError(t, mover.Close(ctx))
 
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(2), resumed),
 		"the source was never frozen: its owner writes it")
-}
-
-// holdAtFlushed starts a Move of partition 0 of mt to `to` that stops once the owner has
-// flushed (its writes of the partition held) until release is called; it returns once
-// there, and the move's result channel.
-func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string) (release func(), moved chan error) {
-	t.Helper()
-	flushed, hold := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFlushed {
-			close(flushed)
-			<-hold
-		}
-	})
-	t.Cleanup(func() { node.SetMoveStepHook(nil) })
-	released := false
-	release = func() {
-		if !released {
-			released = true
-			close(hold)
-		}
-	}
-	t.Cleanup(release)
-	moved = make(chan error, 1)
-	go func() { moved <- mt.Move(ctx, 0, to) }()
-	select {
-	case <-flushed:
-	case err := <-moved:
-		t.Fatalf("the move ended before the owner flushed: %v", err)
-	}
-	return release, moved
 }
 
 // Regression guard: a transaction of the owner (Node.Update) that writes a held partition, alone (one storage
@@ -250,16 +179,12 @@ func holdAtFlushed(t *testing.T, ctx context.Context, mt *node.Table, to string)
 // other partition, and runs once the move is done.
 func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb5)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	tc, owner, tbl, ids := startOwnTwo(t, ctx, 0xb5)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
 
 	var ne *node.NotOwnerError
-	err = owner.Update(ctx, func(tx *node.Tx) error { return tx.Put(tbl, ids[0], balanceRow(2)) })
+	err := owner.Update(ctx, func(tx *node.Tx) error { return tx.Put(tbl, ids[0], balanceRow(2)) })
 	require.True(t, errors.As(err, &ne), "one storage node: not-owner, got %v", err)
 	require.EqualValues(t, 0, ne.Part)
 	err = owner.Update(ctx, func(tx *node.Tx) error {
@@ -271,8 +196,7 @@ func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 	require.True(t, errors.As(err, &ne), "two-phase: not-owner, got %v", err)
 	require.EqualValues(t, 0, ne.Part)
 	got := make([]byte, 64)
-	require.NoError(t, tbl.Get(ctx, ids[1], got))
-	require.Equal(t, balanceRow(1), got, "nothing of the refused transaction committed")
+	requireRow(t, ctx, tbl, ids[1], got, balanceRow(1), "nothing of the refused transaction committed")
 
 	release()
 	require.NoError(t, <-moved)
@@ -291,8 +215,7 @@ func TestMoveFlushHeldPartitionRefusesTransactions(t *testing.T) {
 	require.NoError(t, uerr, "the move done: the transaction commits")
 	require.NoError(t, owner.Close(ctx))
 	for _, id := range ids {
-		require.NoError(t, mt.Get(ctx, id, got))
-		require.Equal(t, balanceRow(4), got)
+		requireRow(t, ctx, mt, id, got, balanceRow(4))
 	}
 }
 
@@ -310,13 +233,11 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	ctx := testCtx(t)
 	tc := startTxnCluster(t, 2, nil)
 	owner := tc.openWriteBack(t, 0xb6)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 4, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 4, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2, 3))
 	var ids [4]uint64
 	for ids[0] == 0 || ids[1] == 0 || ids[2] == 0 || ids[3] == 0 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		ids[tbl.Partition(id)] = id
 	}
 	src := tbl.NodeOf(ids[0])
@@ -333,23 +254,14 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	to := tbl.NodeOf(other)
 	require.NoError(t, owner.Close(ctx)) // the inserts durable; reopened below
 	owner = tc.openWriteBack(t, 0xb6)
-	tbl, err = owner.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	tbl = openTable(t, ctx, owner, "wb")
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2, 3))
 
 	// A transfer between partition 0 and the other storage node's partition, held once
 	// prepared (in doubt at the source) until the owner flushed for the move.
-	prepared, flushed := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool // the hook runs on the coordinators' goroutines
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" && once.CompareAndSwap(false, true) {
-			close(prepared)
-			select {
-			case <-flushed:
-			case <-ctx.Done():
-			}
-		}
-	})()
+	flushed := make(chan struct{})
+	prepared, restoreHook := holdCoordAt(ctx, "prepared-all", flushed)
+	defer restoreHook()
 	defer owner.Close(ctx) // before the hooks are restored
 	txErr := make(chan error, 1)
 	go func() {
@@ -371,9 +283,7 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 		}
 	})
 	defer node.SetMoveStepHook(nil)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 0, to), "the move waits out the transaction in doubt")
 	node.SetMoveStepHook(nil)
 	require.NoError(t, <-txErr)
@@ -381,11 +291,9 @@ func TestMoveFlushTwoPhaseInstallAfterFlushLosesOtherWrites(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, same, balanceRow(9)), "acknowledged: a partition not moved")
 	closeErr := owner.Close(ctx)
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, same, got))
-	require.Equal(t, balanceRow(9), got, "the acknowledged write of the partition beside the moved one is durable (Close: %v)", closeErr)
+	requireRow(t, ctx, mt, same, got, balanceRow(9), "the acknowledged write of the partition beside the moved one is durable (Close: %v)", closeErr)
 	require.NoError(t, closeErr, "Close flushes every acknowledged write")
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(5), got, "the transfer was copied")
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(5), "the transfer was copied")
 }
 
 // Regression guard (the drain, storenode move.go): a two-phase commit whose prepare a
@@ -397,30 +305,20 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 	resumed := hearMoveFlush(t, "resumed")
 	tc := startTxnCluster(t, 2, nil)
 	a := tc.open(t, 0xa7, "")
-	ta, err := a.CreateTable(ctx, "acct", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	ta := createTable(t, ctx, a, "acct", 64, 2, 1, tc.addrs)
 	require.NoError(t, ta.Own(ctx, 0, 1))
 	var in [2][]uint64 // two rows of each partition: one per transfer
 	for len(in[0]) < 2 || len(in[1]) < 2 {
-		id, err := ta.Insert(ctx, acctRow(100, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, ta, acctRow(100, 0))
 		p := ta.Partition(id)
 		in[p] = append(in[p], id)
 	}
 	ids := [2]uint64{in[0][0], in[1][0]}
 	defer node.SetMoveDoubtWait(300 * time.Millisecond)()
 
-	prepared, decide := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool // the hook runs on the coordinators' goroutines
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" && once.CompareAndSwap(false, true) {
-			close(prepared)
-			select {
-			case <-decide:
-			case <-ctx.Done():
-			}
-		}
-	})()
+	decide := make(chan struct{})
+	prepared, restoreHook := holdCoordAt(ctx, "prepared-all", decide)
+	defer restoreHook()
 	defer a.Close(ctx) // before the hooks are restored
 	released := false
 	release := func() {
@@ -446,9 +344,7 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 			close(refused)
 		}
 	})()
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "acct")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "acct")
 	moved := make(chan error, 1)
 	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
 	select {
@@ -458,7 +354,7 @@ func TestMoveDrainedPrepareKeepsOwnershipAfterRollback(t *testing.T) {
 	}
 	// The source drains: this transfer's prepare there is refused.
 	xctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = xfer(xctx, a, ta, in[1][1], in[0][1], 1)
+	err := xfer(xctx, a, ta, in[1][1], in[0][1], 1)
 	cancel()
 	var ne *node.NotOwnerError
 	require.True(t, errors.As(err, &ne), "a drained prepare is not-owner (retried), got %v", err)
@@ -485,16 +381,14 @@ func TestMoveFlushOwnerClosedWhileHeld(t *testing.T) {
 	require.NoError(t, err)
 	tbl, ids := ownTwo(t, ctx, tc, owner)
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(3)))
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	mt := openTable(t, ctx, mover, "wb")
 	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
 	require.NoError(t, owner.Close(ctx), "closed while its writes of partition 0 are held")
 	release()
 	require.NoError(t, <-moved)
 	node.SetMoveStepHook(nil)
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(3), got)
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(3))
 	require.NoError(t, mover.Close(ctx))
 	goleak.VerifyNone(t, opts...)
 }
@@ -504,12 +398,8 @@ func TestMoveFlushOwnerClosedWhileHeld(t *testing.T) {
 // rows are there, on their storage node, and Insert uses partition 0 again.
 func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb8)
-	tbl, _ := ownTwo(t, ctx, tc, owner)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	tc, owner, tbl, _ := startOwnTwo(t, ctx, 0xb8)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
 	var added []uint64
 	for i := range 8 {
@@ -535,8 +425,7 @@ func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 	require.NoError(t, owner.Close(ctx))
 	got := make([]byte, 64)
 	for i, id := range added {
-		require.NoError(t, mt.Get(ctx, id, got))
-		require.Equal(t, balanceRow(uint64(10+i)), got)
+		requireRow(t, ctx, mt, id, got, balanceRow(uint64(10+i)))
 	}
 }
 
@@ -547,16 +436,12 @@ func TestMoveFlushInsertSkipsTheHeldPartition(t *testing.T) {
 func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 	ctx := testCtx(t)
 	resumed := hearMoveFlush(t, "resumed")
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xb9)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
+	tc, owner, tbl, ids := startOwnTwo(t, ctx, 0xb9)
 	src := tbl.NodeOf(ids[0])
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	release, moved := holdAtFlushed(t, ctx, mt, tc.addrs[1])
 	require.NoError(t, node.KillDB(ctx, owner, src), "the source's transaction node replaced")
-	err = tbl.Put(ctx, ids[0], balanceRow(2))
+	err := tbl.Put(ctx, ids[0], balanceRow(2))
 	var ne *node.NotOwnerError
 	require.True(t, errors.As(err, &ne), "held on the replacement too, got %v", err)
 	require.ErrorIs(t, err, txnode.ErrMoved)
@@ -566,8 +451,7 @@ func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(4), resumed))
 	require.NoError(t, owner.Close(ctx))
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(4), got)
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(4))
 }
 
 // Regression guard: a WriteBack owner that moves its own partition (the mover is the owner
@@ -576,22 +460,16 @@ func TestMoveFlushHealWhileHeldKeepsTheHold(t *testing.T) {
 func TestMoveFlushOwnerMovesItsOwnPartition(t *testing.T) {
 	ctx := testCtx(t)
 	resumed := hearMoveFlush(t, "resumed")
-	tc := startCluster(t, 2)
-	owner := tc.openWriteBack(t, 0xbb)
-	tbl, ids := ownTwo(t, ctx, tc, owner)
+	tc, owner, tbl, ids := startOwnTwo(t, ctx, 0xbb)
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(6)))
 	require.NoError(t, tbl.Move(ctx, 0, tc.addrs[1]))
-	reader := tc.open(t, 0xd, "")
-	rt, err := reader.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, rt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	got := make([]byte, 64)
-	require.NoError(t, rt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(6), got, "the acknowledged write was copied")
+	requireRow(t, ctx, rt, ids[0], got, balanceRow(6), "the acknowledged write was copied")
 	require.NoError(t, putAfterResume(t, tbl, ids[0], balanceRow(7), resumed))
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]))
 	require.NoError(t, owner.Close(ctx))
-	require.NoError(t, rt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(7), got)
+	requireRow(t, ctx, rt, ids[0], got, balanceRow(7))
 }
 
 // Regression test (a defect of follow.go's refollow, older than the flush request, which
@@ -609,17 +487,13 @@ func TestMoveWritesWaitForAnUnrelatedDownStorageNode(t *testing.T) {
 	tc := startCluster(t, 3)
 	a, b, c := tc.addrs[0], tc.addrs[1], tc.addrs[2]
 	owner := tc.openWriteBack(t, 0xbc)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, []string{a, b})
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, []string{a, b})
 	require.NoError(t, tbl.Own(ctx, 1)) // partition 0 is not the owner's: it hears no request of it
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 1, tbl.Partition(id))
 	require.Equal(t, b, tbl.NodeOf(id))
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 0, c), "partition 0 to the third storage node")
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	tc.srvs[2].Shutdown(sctx) // ... which goes down before the owner's handle followed it

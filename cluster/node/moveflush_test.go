@@ -31,30 +31,24 @@ func TestMoveKeepsWriteBackWrites(t *testing.T) {
 	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa2)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0))
-	id, err := tbl.Insert(ctx, balanceRow(1))
-	require.NoError(t, err)
+	id := insertRow(t, ctx, tbl, balanceRow(1))
 	require.EqualValues(t, 0, tbl.Partition(id))
 	require.NoError(t, tbl.Put(ctx, id, balanceRow(7)), "acknowledged, in the owner's cache only")
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
 
 	got := make([]byte, 64)
 	require.NoError(t, mt.Get(ctx, id, got), "another node reads the moved copy's durable row")
 	require.Equal(t, balanceRow(7), got, "the acknowledged write was copied")
-	require.NoError(t, tbl.Get(ctx, id, got))
-	require.Equal(t, balanceRow(7), got, "the owner reads its write")
+	requireRow(t, ctx, tbl, id, got, balanceRow(7), "the owner reads its write")
 	// The owner writes on, on the target, once it heard the move end.
 	waitStep(t, resumed)
 	require.NoError(t, tbl.Put(ctx, id, balanceRow(8)))
 	require.NoError(t, owner.Close(ctx))
-	require.NoError(t, mt.Get(ctx, id, got))
-	require.Equal(t, balanceRow(8), got, "flushed to the target at Close")
+	requireRow(t, ctx, mt, id, got, balanceRow(8), "flushed to the target at Close")
 }
 
 // From the owner's flush until the move ends, its writes of the partition are refused as
@@ -65,15 +59,7 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	resumed := hearMoveFlush(t, "resumed")
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa3)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
-	require.NoError(t, tbl.Own(ctx, 0, 1))
-	var ids [2]uint64
-	for ids[0] == 0 || ids[1] == 0 {
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
-		ids[tbl.Partition(id)] = id
-	}
+	tbl, ids := ownTwo(t, ctx, tc, owner)
 
 	flushed, release := make(chan struct{}), make(chan struct{})
 	node.SetMoveStepHook(func(step string) {
@@ -83,9 +69,7 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 		}
 	})
 	defer node.SetMoveStepHook(nil)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	errc := make(chan error, 1)
 	go func() { errc <- mt.Move(ctx, 0, tc.addrs[1]) }()
 	select {
@@ -94,7 +78,7 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 		close(release)
 		t.Fatalf("the move ended before the owner flushed: %v", err)
 	}
-	err = tbl.Put(ctx, ids[0], balanceRow(2))
+	err := tbl.Put(ctx, ids[0], balanceRow(2))
 	var ne *node.NotOwnerError
 	require.True(t, errors.As(err, &ne), "a held write is not-owner, got %v", err)
 	require.True(t, ne.Held)
@@ -105,13 +89,10 @@ func TestMoveHoldsWriteBackWritesUntilItEnds(t *testing.T) {
 	waitStep(t, resumed)
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(4)))
 	got := make([]byte, 64)
-	require.NoError(t, tbl.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(4), got)
+	requireRow(t, ctx, tbl, ids[0], got, balanceRow(4))
 	require.NoError(t, owner.Close(ctx))
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, balanceRow(4), got)
-	require.NoError(t, mt.Get(ctx, ids[1], got))
-	require.Equal(t, balanceRow(3), got)
+	requireRow(t, ctx, mt, ids[0], got, balanceRow(4))
+	requireRow(t, ctx, mt, ids[1], got, balanceRow(3))
 }
 
 // A move rolled back after the owner flushed (here: a two-phase commit of the owner held in
@@ -125,38 +106,24 @@ func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
 	answered := hearMoveFlush(t, "answered")
 	tc := startTxnCluster(t, 2, nil)
 	owner := tc.openWriteBack(t, 0xa4)
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 	require.NoError(t, tbl.Own(ctx, 0, 1))
 	var ids [2]uint64
 	for ids[0] == 0 || ids[1] == 0 {
-		id, err := tbl.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 		ids[tbl.Partition(id)] = id
 	}
 
 	defer node.SetMoveDoubtWait(200 * time.Millisecond)()
-	holding, moved := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" {
-			once.Do(func() {
-				close(holding)
-				select {
-				case <-moved:
-				case <-ctx.Done():
-				}
-			})
-		}
-	})()
+	moved := make(chan struct{})
+	holding, restoreHook := holdCoordAt(ctx, "prepared-all", moved)
+	defer restoreHook()
 	xerr := make(chan error, 1)
 	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
 	<-holding
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
-	err = mt.Move(ctx, 0, tc.addrs[1])
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
+	err := mt.Move(ctx, 0, tc.addrs[1])
 	require.ErrorIs(t, err, node.ErrMoveRefused, "the transaction in doubt outlasted the move's wait")
 	waitStep(t, answered)
 	close(moved)
@@ -166,10 +133,8 @@ func TestMoveRolledBackResumesWriteBackWrites(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, ids[0], acctRow(7, 0)), "written again at the source")
 	require.NoError(t, owner.Close(ctx), "its flush at Close: nothing was refused")
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[1], got))
-	require.Equal(t, acctRow(initial+10, 1), got, "the transaction's rows are durable")
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, acctRow(7, 0), got)
+	requireRow(t, ctx, mt, ids[1], got, acctRow(initial+10, 1), "the transaction's rows are durable")
+	requireRow(t, ctx, mt, ids[0], got, acctRow(7, 0))
 	require.Equal(t, tc.addrs[0], mt.NodeOf(ids[0]), "the partition stayed")
 }
 
@@ -184,40 +149,26 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 	tc := startTxnCluster(t, 2, nil)
 	owner := tc.openWriteBack(t, 0xa5)
 	a, b := tc.addrs[0], tc.addrs[1]
-	tbl, err := owner.CreateTable(ctx, "wb", 64, 3, 1, []string{a, b, a})
-	require.NoError(t, err)
+	tbl := createTable(t, ctx, owner, "wb", 64, 3, 1, []string{a, b, a})
 	require.NoError(t, tbl.Own(ctx, 0, 1, 2))
 	var ids [3]uint64
 	for ids[0] == 0 || ids[1] == 0 || ids[2] == 0 {
-		id, err := tbl.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, acctRow(initial, 0))
 		if ids[tbl.Partition(id)] == 0 {
 			ids[tbl.Partition(id)] = id
 		}
 	}
 
-	holding, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	defer node.SetCoordHook(func(step string, _ int) {
-		if step == "prepared-all" {
-			once.Do(func() {
-				close(holding)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			})
-		}
-	})()
+	release := make(chan struct{})
+	holding, restoreHook := holdCoordAt(ctx, "prepared-all", release)
+	defer restoreHook()
 	var refusedOnce sync.Once
 	defer node.SetMoveDoubtHook(func(int) { refusedOnce.Do(func() { close(release) }) })()
 	xerr := make(chan error, 1)
 	go func() { xerr <- xfer(ctx, owner, tbl, ids[0], ids[1], 10) }()
 	<-holding
 
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 0, b), "the move waits out the transaction, then goes through")
 	require.NoError(t, <-xerr, "the transaction commits")
 	waitStep(t, resumed)
@@ -225,10 +176,8 @@ func TestMoveAfterTwoPhaseCommitKeepsWriteBackPipeline(t *testing.T) {
 	require.NoError(t, tbl.Put(ctx, ids[2], acctRow(5, 0)), "acknowledged beside the moved partition, on its old storage node")
 	require.NoError(t, owner.Close(ctx), "its flush at Close: nothing refused")
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, ids[2], got))
-	require.Equal(t, acctRow(5, 0), got, "the write beside the moved partition is kept")
-	require.NoError(t, mt.Get(ctx, ids[0], got))
-	require.Equal(t, acctRow(initial-10, 0), got, "the transaction's rows were copied")
+	requireRow(t, ctx, mt, ids[2], got, acctRow(5, 0), "the write beside the moved partition is kept")
+	requireRow(t, ctx, mt, ids[0], got, acctRow(initial-10, 0), "the transaction's rows were copied")
 }
 
 // A move keeps the acknowledged writes of a partition whose owning handle the game let go:
@@ -242,30 +191,24 @@ func TestMoveKeepsWritesOfACollectedHandle(t *testing.T) {
 	tc := startCluster(t, 2)
 	owner := tc.openWriteBack(t, 0xa6)
 	id := func() uint64 {
-		tbl, err := owner.CreateTable(ctx, "wb", 64, 2, 1, tc.addrs)
-		require.NoError(t, err)
+		tbl := createTable(t, ctx, owner, "wb", 64, 2, 1, tc.addrs)
 		require.NoError(t, tbl.Own(ctx, 0))
-		id, err := tbl.Insert(ctx, balanceRow(1))
-		require.NoError(t, err)
+		id := insertRow(t, ctx, tbl, balanceRow(1))
 		require.NoError(t, tbl.Put(ctx, id, balanceRow(9)), "acknowledged, in the owner's cache only")
 		return id
 	}()
 	_, err := owner.OpenTable(ctx, "wb") // the Node's latest handle is another (the first weak only)...
 	require.NoError(t, err)
-	mover := tc.open(t, 0xd, "")
-	mt, err := mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	mover, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
 	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0]), "a move of the other partition changes the map")
 	_, err = owner.OpenTable(ctx, "wb") // ... and this one replaces it: the first is collectable
 	require.NoError(t, err)
 	runtime.GC()
 	runtime.GC()
-	mt, err = mover.OpenTable(ctx, "wb")
-	require.NoError(t, err)
+	mt = openTable(t, ctx, mover, "wb")
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]), "the owner flushed: the move goes through")
 	got := make([]byte, 64)
-	require.NoError(t, mt.Get(ctx, id, got))
-	require.Equal(t, balanceRow(9), got, "the acknowledged write was copied")
+	requireRow(t, ctx, mt, id, got, balanceRow(9), "the acknowledged write was copied")
 }
 
 // hearMoveFlush returns a channel that hears each time the owner's side of a move's flush

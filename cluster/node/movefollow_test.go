@@ -24,14 +24,9 @@ import (
 // number of times; the test releases the mover at the first refusal ("moved-incoming").
 func TestMoveFollowBeforeActivation(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startCluster(t, 2)
-	owner := tc.open(t, 0x1, "")
-	mover := tc.open(t, 0x2, "")
-	tbl := createTable(t, ctx, owner, "act", 64, 2, 1, tc.addrs)
-	id := ownFirstRow(t, ctx, tbl)
+	tc, owner, mover, tbl, id := startOwnedFirst(t, ctx, "act")
 	mtbl := openTable(t, ctx, mover, "act")
-	before, held := tc.holder(t, ctx, "act", 0)
-	require.True(t, held)
+	before := tc.heldBy(t, ctx, "act", 0)
 
 	switched := make(chan struct{})
 	release := make(chan struct{})
@@ -82,8 +77,7 @@ func TestMoveFollowBeforeActivation(t *testing.T) {
 	require.NoError(t, perr, "the owner writes on through the same handle once the target is live")
 	require.Equal(t, []uint32{0}, tbl.Owned())
 	// The grant the switch kept, kept through the target's refusals too.
-	after, held := tc.holder(t, ctx, "act", 0)
-	require.True(t, held)
+	after := tc.heldBy(t, ctx, "act", 0)
 	require.Equal(t, before, after)
 }
 
@@ -118,8 +112,7 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	t.Cleanup(gate.open) // before the Nodes close
 	tbl := createTable(t, ctx, owner, "stale", 64, 2, 1, tc.addrs)
 	id := ownFirstRow(t, ctx, tbl)
-	before, held := tc.holder(t, ctx, "stale", 0)
-	require.True(t, held)
+	before := tc.heldBy(t, ctx, "stale", 0)
 
 	gate.hold.Store(true)
 	mtbl := openTable(t, ctx, mover, "stale")
@@ -147,8 +140,7 @@ func TestMoveOwnerCacheReadAfterSwitch(t *testing.T) {
 	require.NoError(t, perr, "the owner writes on through the same handle")
 	require.Equal(t, tc.addrs[1], tbl.NodeOf(id))
 	require.Equal(t, []uint32{0}, tbl.Owned())
-	after, held := tc.holder(t, ctx, "stale", 0)
-	require.True(t, held)
+	after := tc.heldBy(t, ctx, "stale", 0)
 	require.Equal(t, before, after, "the same grant, before and after the move")
 	require.NoError(t, ttbl.Get(ctx, id, row))
 	require.EqualValues(t, 3, balanceOf(row))

@@ -50,8 +50,7 @@ func bankSetup(t *testing.T, perNode int) (tc *testCluster, a, b *node.Node, ta,
 // partition's durable rows on its storage node.
 func total(t *testing.T, tc *testCluster, accts [2][]uint64) uint64 {
 	ctx := testCtx(t)
-	n := tc.open(t, 0xc, "")
-	tbl := openTable(t, ctx, n, "acct")
+	_, tbl := tc.openNodeTable(t, ctx, 0xc, "acct")
 	dst := make([]byte, 64)
 	var sum uint64
 	for _, ids := range accts {
@@ -208,8 +207,7 @@ func TestRoutingAndNotOwner(t *testing.T) {
 	// A read of b's row from a: the durable row, as b committed it (Durable mode).
 	require.NoError(t, tb.Put(ctx, bID, balanceRow(777)))
 	dst := make([]byte, 64)
-	require.NoError(t, ta.Get(ctx, bID, dst))
-	require.EqualValues(t, 777, balanceOf(dst))
+	requireBalance(t, ctx, ta, bID, dst, 777)
 	require.ErrorIs(t, ta.Get(ctx, bID+1<<30, dst), txnode.ErrNotFound)
 
 	// Inside a's transaction, b's row is not readable (nor anything after it), whatever
@@ -224,8 +222,7 @@ func TestRoutingAndNotOwner(t *testing.T) {
 	require.ErrorIs(t, err, node.ErrNotOwner)
 	require.ErrorAs(t, err, &ne)
 	require.Equal(t, "game-b:7000", ne.Holder.Addr)
-	require.NoError(t, ta.Get(ctx, aID, dst))
-	require.EqualValues(t, initial, balanceOf(dst), "the failed transaction wrote nothing")
+	requireBalance(t, ctx, ta, aID, dst, initial, "the failed transaction wrote nothing")
 
 	// A transaction whose first access is on another node's partition.
 	err = a.Update(ctx, func(tx *node.Tx) error { return tx.Get(ta, bID, dst) })
@@ -422,8 +419,7 @@ func TestNonOwnedReadsDurableRows(t *testing.T) {
 	require.EqualValues(t, 42, balanceOf(dst))
 	require.ErrorIs(t, ta.Get(ctx, id, dst), txnode.ErrNotFound, "not durable yet: not served to a non-owner")
 	require.NoError(t, b.Close(ctx)) // flushes
-	require.NoError(t, ta.Get(ctx, id, dst))
-	require.EqualValues(t, 42, balanceOf(dst))
+	requireBalance(t, ctx, ta, id, dst, 42)
 	// b's Close released the partition: a takes it at once.
 	require.NoError(t, ta.Own(ctx, 1))
 	require.NoError(t, ta.Put(ctx, id, balanceRow(43)))

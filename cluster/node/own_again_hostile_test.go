@@ -52,8 +52,7 @@ func TestReleaseOnDeadTransactionNodeNeverReleases(t *testing.T) {
 	}
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
 	dst := make([]byte, 64)
-	require.NoError(t, tb.Get(ctx, x, dst))
-	require.EqualValues(t, 2, balanceOf(dst), "a's acknowledged write")
+	requireBalance(t, ctx, tb, x, dst, 2, "a's acknowledged write")
 }
 
 // A scan of a partition another handle of the same Node released: Release forgets the
@@ -70,15 +69,7 @@ func TestScanOfPartitionReleasedByOtherHandleFailsForGood(t *testing.T) {
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
 	mover := tc.open(t, 0xb, "game-b:7000")
-	t1 := createTable(t, ctx, a, "scanrel", 64, 2, 1, tc.addrs)
-	require.NoError(t, t1.Own(ctx, 0))
-	x := insertRow(t, ctx, t1, balanceRow(7))
-	require.EqualValues(t, 0, t1.Partition(x))
-	mt := openTable(t, ctx, mover, "scanrel")
-	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a new handle
-	t2 := openTable(t, ctx, a, "scanrel")
-	require.NotSame(t, t1, t2)
-	require.NoError(t, t2.Own(ctx, 0))
+	t1, t2, _, x := secondHandle(t, ctx, tc, a, mover, "scanrel", 7)
 	require.NoError(t, t1.Release(ctx, 0))
 
 	for round := range 2 {
@@ -118,36 +109,13 @@ func TestReleaseByOtherHandleReownedByMovingHandle(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	b := tc.open(t, 0xb, "game-b:7000")
 	mover := tc.open(t, 0xc, "")
-	t1 := createTable(t, ctx, a, "relmov", 64, 2, 1, tc.addrs)
-	require.NoError(t, t1.Own(ctx, 0))
-	x := insertRow(t, ctx, t1, balanceRow(1))
-	require.EqualValues(t, 0, t1.Partition(x))
-	mt := openTable(t, ctx, mover, "relmov")
-	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
-	t2 := openTable(t, ctx, a, "relmov")
-	require.NotSame(t, t1, t2)
-	require.NoError(t, t2.Own(ctx, 0))
+	t1, t2, mt, x := secondHandle(t, ctx, tc, a, mover, "relmov", 1)
 
-	frozen, thaw := make(chan struct{}), make(chan struct{})
-	node.SetMoveStepHook(func(step string) {
-		if step == node.MoveStepFrozen {
-			close(frozen)
-			<-thaw
-		}
-	})
-	defer node.SetMoveStepHook(nil)
-	moved := make(chan error, 1)
-	go func() { moved <- mt.Move(ctx, 0, tc.addrs[1]) }()
-	select {
-	case <-frozen:
-	case err := <-moved:
-		require.FailNow(t, "the move ended before its freeze", "%v", err)
-	}
+	thaw, moved := freezeHold(t, ctx, mt, 0, tc.addrs[1])
 	require.ErrorIs(t, t1.Put(ctx, x, balanceRow(2)), node.ErrNotOwner, "the frozen source refuses the write")
 	require.Equal(t, node.OwnMoving, t1.OwnState(0))
 	require.NoError(t, t2.Release(ctx, 0), "the game gives partition 0 up")
-	_, held, err := tc.c.Owner(ctx, "relmov", 0)
-	require.NoError(t, err)
+	_, held := tc.holder(t, ctx, "relmov", 0)
 	require.False(t, held, "released")
 	close(thaw)
 	require.NoError(t, <-moved)
@@ -156,8 +124,7 @@ func TestReleaseByOtherHandleReownedByMovingHandle(t *testing.T) {
 	dst := make([]byte, 64)
 	require.NoError(t, t1.Get(ctx, x, dst)) // t1 follows the switch
 	require.Equal(t, tc.addrs[1], t1.NodeOf(x))
-	h, held, err := tc.c.Owner(ctx, "relmov", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "relmov", 0)
 	assert.False(t, held, "a re-acquired the partition it released: holder %+v; t1 %v", h, t1.OwnState(0))
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
 }
@@ -173,20 +140,11 @@ func TestOwnAfterReleaseByOtherHandleIsNoOp(t *testing.T) {
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
 	mover := tc.open(t, 0xc, "")
-	t1 := createTable(t, ctx, a, "ownnoop", 64, 2, 1, tc.addrs)
-	require.NoError(t, t1.Own(ctx, 0))
-	x := insertRow(t, ctx, t1, balanceRow(1))
-	require.EqualValues(t, 0, t1.Partition(x))
-	mt := openTable(t, ctx, mover, "ownnoop")
-	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
-	t2 := openTable(t, ctx, a, "ownnoop")
-	require.NotSame(t, t1, t2)
-	require.NoError(t, t2.Own(ctx, 0))
+	t1, t2, _, x := secondHandle(t, ctx, tc, a, mover, "ownnoop", 1)
 	require.NoError(t, t2.Release(ctx, 0))
 
 	require.NoError(t, t1.Own(ctx, 0), "the game owns partition 0 again through t1")
-	_, held, err := tc.c.Owner(ctx, "ownnoop", 0)
-	require.NoError(t, err)
+	_, held := tc.holder(t, ctx, "ownnoop", 0)
 	assert.True(t, held, "Own returned nil: the Node holds the partition")
 	require.NoError(t, t1.Put(ctx, x, balanceRow(2)), "a write after Own")
 }
@@ -215,8 +173,7 @@ func TestReleaseCutShortKeepsEveryAckedWrite(t *testing.T) {
 		cancel()
 		if err != nil && ta.OwnState(0) == node.OwnReleased {
 			require.NoError(t, ta.Own(ctx, 0), "i=%d: a owns again under its kept key", i)
-			require.NoError(t, ta.Get(ctx, x, dst))
-			require.Equal(t, v, balanceOf(dst), "i=%d", i)
+			requireBalance(t, ctx, ta, x, dst, v, "i=%d", i)
 			require.NoError(t, ta.Release(ctx, 0))
 		} else if err != nil {
 			require.Equal(t, node.OwnHeld, ta.OwnState(0), "i=%d %v", i, err)
@@ -227,8 +184,7 @@ func TestReleaseCutShortKeepsEveryAckedWrite(t *testing.T) {
 			require.NoError(t, ta.Release(ctx, 0))
 		}
 		require.NoError(t, tb.Own(ctx, 0), "i=%d", i)
-		require.NoError(t, tb.Get(ctx, x, dst))
-		require.Equal(t, v, balanceOf(dst), "i=%d", i)
+		requireBalance(t, ctx, tb, x, dst, v, "i=%d", i)
 		require.NoError(t, tb.Release(ctx, 0))
 		require.NoError(t, ta.Own(ctx, 0))
 	}
@@ -272,8 +228,7 @@ func TestReleaseDuringWritesKeepsAckedWrites(t *testing.T) {
 		require.NoError(t, ta.Release(ctx, 0))
 		v = <-acked
 		require.NoError(t, tb.Own(ctx, 0), "round %d", round)
-		require.NoError(t, tb.Get(ctx, x, dst))
-		require.Equal(t, v, balanceOf(dst), "round %d: the last write a acknowledged", round)
+		requireBalance(t, ctx, tb, x, dst, v, "round %d: the last write a acknowledged", round)
 		require.NoError(t, tb.Release(ctx, 0))
 		require.NoError(t, ta.Own(ctx, 0))
 	}
@@ -294,13 +249,7 @@ func TestReleaseDuringTwoPhaseCommitNextOwnerReadsOutcome(t *testing.T) {
 			b := tc.open(t, 0xb, "game-b:7000")
 			ta := createTable(t, ctx, a, "rel2pc", 64, 2, 1, tc.addrs)
 			tb := openTable(t, ctx, b, "rel2pc")
-			require.NoError(t, ta.Own(ctx, 0, 1))
-			ids := map[uint32]uint64{}
-			for len(ids) < 2 {
-				id := insertRow(t, ctx, ta, balanceRow(1))
-				ids[ta.Partition(id)] = id
-			}
-			x, y := ids[0], ids[1]
+			x, y := ownTwoRows(t, ctx, ta)
 			require.NotEqual(t, ta.NodeOf(x), ta.NodeOf(y))
 			// The hook runs on each part's goroutine: fired once, atomically.
 			var fired atomic.Bool
@@ -349,30 +298,21 @@ func TestHealReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
 	a := tc.open(t, 0xa, "game-a:7000")
 	b := tc.open(t, 0xb, "game-b:7000")
 	mover := tc.open(t, 0xc, "")
-	t1 := createTable(t, ctx, a, "healrel", 64, 2, 1, tc.addrs)
-	require.NoError(t, t1.Own(ctx, 0))
-	x := insertRow(t, ctx, t1, balanceRow(1))
-	require.EqualValues(t, 0, t1.Partition(x))
-	mt := openTable(t, ctx, mover, "healrel")
-	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
-	t2 := openTable(t, ctx, a, "healrel")
-	require.NotSame(t, t1, t2)
-	require.NoError(t, t2.Own(ctx, 0))
+	t1, t2, _, x := secondHandle(t, ctx, tc, a, mover, "healrel", 1)
 	require.NoError(t, t2.Release(ctx, 0), "the game gives partition 0 up")
-	_, held, err := tc.c.Owner(ctx, "healrel", 0)
-	require.NoError(t, err)
+	_, held := tc.holder(t, ctx, "healrel", 0)
 	require.False(t, held)
 
 	require.NoError(t, node.DieDB(ctx, a, tc.addrs[0]))
 	dst := make([]byte, 64)
+	var err error
 	for try := 0; try < 3; try++ { // the first read finds the dead transaction node, a later one heals it
 		if err = t2.Get(ctx, x, dst); err == nil {
 			break
 		}
 	}
 	require.NoError(t, err, "reads work again once healed")
-	h, held, err := tc.c.Owner(ctx, "healrel", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "healrel", 0)
 	assert.False(t, held, "the heal re-acquired the released partition: holder %+v, t1 %v", h, t1.OwnState(0))
 	tb := openTable(t, ctx, b, "healrel")
 	require.NoError(t, tb.Own(ctx, 0), "b owns the partition a released")
@@ -390,15 +330,7 @@ func TestFollowReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
 	tc := startCluster(t, 2)
 	a := tc.open(t, 0xa, "game-a:7000")
 	mover := tc.open(t, 0xc, "")
-	t1 := createTable(t, ctx, a, "followrel", 64, 2, 1, tc.addrs)
-	require.NoError(t, t1.Own(ctx, 0))
-	x := insertRow(t, ctx, t1, balanceRow(1))
-	require.EqualValues(t, 0, t1.Partition(x))
-	mt := openTable(t, ctx, mover, "followrel")
-	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
-	t2 := openTable(t, ctx, a, "followrel")
-	require.NotSame(t, t1, t2)
-	require.NoError(t, t2.Own(ctx, 0))
+	t1, t2, mt, x := secondHandle(t, ctx, tc, a, mover, "followrel", 1)
 	require.NoError(t, t2.Release(ctx, 0), "the game gives partition 0 up")
 
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
@@ -406,8 +338,7 @@ func TestFollowReacquiresPartitionReleasedByOtherHandle(t *testing.T) {
 	dst := make([]byte, 64)
 	require.NoError(t, t1.Get(ctx, x, dst)) // t1 follows the switch
 	require.Equal(t, tc.addrs[1], t1.NodeOf(x))
-	h, held, err := tc.c.Owner(ctx, "followrel", 0)
-	require.NoError(t, err)
+	h, held := tc.holder(t, ctx, "followrel", 0)
 	require.False(t, held, "the follow re-acquired the released partition: holder %+v, t1 %v", h, t1.OwnState(0))
 }
 
@@ -441,4 +372,22 @@ func TestIdleHandleAfterMoveAwayAndBackReadsOtherHandlesWrite(t *testing.T) {
 	require.NoError(t, mt.Move(ctx, 0, tc.addrs[0]))
 	require.NoError(t, t1.Get(ctx, x, dst)) // whatever the node's map watcher has seen yet
 	require.EqualValues(t, 2, balanceOf(dst), "t2's write at the other storage node")
+}
+
+// secondHandle gives node a two handles of table name (64-byte rows, two partitions placed
+// over tc's storage nodes): t1 creates it, owns partition 0 and inserts row x of balance v
+// there; mover's handle mt moves partition 1 to the first storage node, so the map changes
+// and a's OpenTable returns a second handle, t2, which owns partition 0 too.
+func secondHandle(t *testing.T, ctx context.Context, tc *testCluster, a, mover *node.Node, name string, v uint64) (t1, t2, mt *node.Table, x uint64) {
+	t.Helper()
+	t1 = createTable(t, ctx, a, name, 64, 2, 1, tc.addrs)
+	require.NoError(t, t1.Own(ctx, 0))
+	x = insertRow(t, ctx, t1, balanceRow(v))
+	require.EqualValues(t, 0, t1.Partition(x))
+	mt = openTable(t, ctx, mover, name)
+	require.NoError(t, mt.Move(ctx, 1, tc.addrs[0])) // the map changes: a second handle
+	t2 = openTable(t, ctx, a, name)
+	require.NotSame(t, t1, t2)
+	require.NoError(t, t2.Own(ctx, 0))
+	return t1, t2, mt, x
 }

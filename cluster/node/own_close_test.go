@@ -2,16 +2,13 @@ package node_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/cluster"
@@ -111,11 +108,9 @@ func TestGrantLostBeforeCommitNotOwner(t *testing.T) {
 	require.ErrorIs(t, err, cluster.ErrLost)
 	require.Empty(t, ta.Owned())
 
-	b := tc.open(t, 0xb, "")
-	tb := openTable(t, ctx, b, "gl")
+	_, tb := tc.openNodeTable(t, ctx, 0xb, "gl")
 	dst := make([]byte, 64)
-	require.NoError(t, tb.Get(ctx, id, dst))
-	require.EqualValues(t, 1, balanceOf(dst), "the refused commit wrote nothing")
+	requireBalance(t, ctx, tb, id, dst, 1, "the refused commit wrote nothing")
 }
 
 // A table dropped from the map (cluster.Client.DropTable) leaves its partition tables on the
@@ -239,15 +234,11 @@ func TestFencedWriteNotOwner(t *testing.T) {
 	}
 
 	px.Cut(true) // a hears nothing of what follows
-	cli, err := clientv3.New(clientv3.Config{Endpoints: tc.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	defer cli.Close()
-	_, err = cli.Delete(ctx, fmt.Sprintf("%sown/fz/%08x", prefix, 0))
-	require.NoError(t, err)
+	tc.deleteOwnerKey(t, ctx, "fz", 0)
 	require.NoError(t, tb.Own(ctx, 0), "b takes partition 0 and registers its grant")
 	require.NoError(t, tb.Put(ctx, id, balanceRow(2)))
 
-	err = ta.Put(ctx, id, balanceRow(3))
+	err := ta.Put(ctx, id, balanceRow(3))
 	require.ErrorIs(t, err, node.ErrNotOwner, "a's fenced write")
 	var ne *node.NotOwnerError
 	require.ErrorAs(t, err, &ne)

@@ -51,8 +51,7 @@ func TestTableScanMergesPartitions(t *testing.T) {
 	require.Equal(t, 5, n)
 
 	// A node that owns nothing scans every partition's durable rows.
-	c := tc.open(t, 0xc, "")
-	tcOwn := openTable(t, ctx, c, "acct")
+	_, tcOwn := tc.openNodeTable(t, ctx, 0xc, "acct")
 	ids, bal := scan(tcOwn, 0, ^uint64(0))
 	require.Equal(t, want, ids)
 	require.EqualValues(t, 777, bal[accts[1][3]])

@@ -44,19 +44,33 @@ func runCrudbench(t *testing.T, args ...string) (bench.Report, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "results.json")
 	args = append([]string{"--records", "20000", "--duration", "200ms", "--workers", "16", "--quiet", "--json", out}, args...)
+	stdout, stderr, err := runMain(t, args...)
+	require.NoError(t, err, "crudbench %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout, stderr)
+	return readReport(t, out), stdout
+}
+
+// runMain runs the test binary as the program (main) with args, bounded by two minutes, and
+// returns what it wrote to stdout and stderr and how it exited.
+func runMain(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	require.NoError(t, err, "crudbench %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout.String(), stderr.String())
-	b, err := os.ReadFile(out)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// readReport reads the JSON report at path, failing the test on error.
+func readReport(t *testing.T, path string) bench.Report {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var rep bench.Report
 	require.NoError(t, json.Unmarshal(b, &rep))
-	return rep, stdout.String()
+	return rep
 }
 
 // checkReport checks that every workload ran at every cache size with positive throughput.
@@ -174,24 +188,15 @@ func TestSmokeCluster(t *testing.T) {
 	wls := []string{bench.WorkloadInsert, bench.WorkloadUpdateRandom, bench.WorkloadQueryRandom}
 	args := []string{"--cluster", "2", "--records", "20000", "--duration", "300ms", "--workers", "16", "--cache", "1MiB",
 		"--workloads", strings.Join(wls, ","), "--json", out}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	pids := spawnedPIDs(t, stderr.String())
-	require.Len(t, pids, 2, stderr.String())
+	stdout, stderr, err := runMain(t, args...)
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	pids := spawnedPIDs(t, stderr)
+	require.Len(t, pids, 2, stderr)
 	requireGone(t, pids)
 
-	b, err := os.ReadFile(out)
-	require.NoError(t, err)
-	var rep bench.Report
-	require.NoError(t, json.Unmarshal(b, &rep))
+	rep := readReport(t, out)
 	require.Equal(t, "cluster of 2 storage nodes, etcd in-process (sync always)", rep.Meta.Deployment)
-	require.Contains(t, stdout.String(), "deployment=cluster of 2 storage nodes, etcd in-process")
+	require.Contains(t, stdout, "deployment=cluster of 2 storage nodes, etcd in-process")
 	require.Len(t, rep.Results, len(wls))
 	for i, wl := range wls {
 		r := rep.Results[i]
@@ -200,7 +205,7 @@ func TestSmokeCluster(t *testing.T) {
 		require.Positive(t, r.Ops, wl)
 		require.Positive(t, r.CPUusPerOp, wl)
 		require.Zero(t, r.Errors, "%s: %s", wl, r.FirstError)
-		requireResultOnce(t, stdout.String(), wl, "1MiB")
+		requireResultOnce(t, stdout, wl, "1MiB")
 		if wl != bench.WorkloadQueryRandom {
 			require.Positive(t, r.WALBytesPerOp, "%s writes the storage nodes' WALs", wl)
 			require.Positive(t, r.NetBytesPerOp, "%s crosses the wire", wl)
@@ -208,15 +213,14 @@ func TestSmokeCluster(t *testing.T) {
 	}
 }
 
-// TestClusterInterrupt stops a --cluster run with SIGINT while it loads: crudbench exits
-// with its storage node children gone.
-func TestClusterInterrupt(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the children's end is checked with kill(pid, 0) on Linux")
-	}
+// startClusterLoad starts a --cluster run of 2 storage nodes with far more rows than load
+// before a signal (a signal lands during the load) and returns once both storage nodes are
+// spawned: the command (killed two minutes on, or when the test ends), its stderr pipe and
+// what it wrote there so far.
+func startClusterLoad(t *testing.T) (*exec.Cmd, io.Reader, *strings.Builder) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	// Far more rows than load before the signal: the signal lands during the load.
+	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, os.Args[0], "--cluster", "2", "--records", "50000000", "--workers", "8", "--cache", "1MiB")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
 	stderrPipe, err := cmd.StderrPipe()
@@ -232,10 +236,20 @@ func TestClusterInterrupt(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, spawned, stderr.String())
+	return cmd, stderrPipe, &stderr
+}
+
+// TestClusterInterrupt stops a --cluster run with SIGINT while it loads: crudbench exits
+// with its storage node children gone.
+func TestClusterInterrupt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the children's end is checked with kill(pid, 0) on Linux")
+	}
+	cmd, stderrPipe, stderr := startClusterLoad(t)
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	rest, _ := io.ReadAll(stderrPipe)
 	stderr.Write(rest)
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "an interrupted run does not exit 0\n%s", stderr.String())
 	require.Equal(t, 1, exit.ExitCode(), stderr.String())
@@ -249,21 +263,7 @@ func TestClusterParentKilled(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("linux only, as the other cluster tests")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "--cluster", "2", "--records", "50000000", "--workers", "8", "--cache", "1MiB")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "TMPDIR="+t.TempDir())
-	stderrPipe, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	sc := bufio.NewScanner(stderrPipe)
-	spawned := 0
-	for spawned < 2 && sc.Scan() {
-		if strings.Contains(sc.Text(), "spawned storage node (pid ") {
-			spawned++
-		}
-	}
-	require.Equal(t, 2, spawned)
+	cmd, stderrPipe, _ := startClusterLoad(t)
 	require.NoError(t, cmd.Process.Kill())
 	eof := make(chan error, 1)
 	go func() {

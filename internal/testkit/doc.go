@@ -9,6 +9,8 @@
 //   - Files and output (files.go): TreeState, a directory tree's state to compare; SyncBuffer, a
 //     buffer safe for concurrent writers (a run's or a logger's output).
 //   - TLS (tls.go): SelfSigned, TLSConfigs and WriteCert, a fresh certificate for 127.0.0.1.
+//   - Cleanup (cleanup.go): CloseAtCleanup, a node's or a session's Close at the test's end,
+//     bounded in time.
 //   - Helper processes (helper.go): HelperSpec, the spec a parent test hands its re-executed
 //     child, skipping the helper when run as a plain test.
 //   - Stacks and the system (goroutines.go, sys_*.go): GoroutinesIn, AllocatedBytes, ProcessCPU.

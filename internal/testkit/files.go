@@ -42,14 +42,7 @@ func (b *SyncBuffer) String() string {
 func TreeState(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	state := map[string]string{}
-	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
+	walkInfo(t, dir, func(p string, fi fs.FileInfo) error {
 		st := fi.Mode().String() + " " + fi.ModTime().Format(time.RFC3339Nano)
 		if fi.Mode().IsRegular() {
 			b, err := os.ReadFile(p)
@@ -61,6 +54,22 @@ func TreeState(t testing.TB, dir string) map[string]string {
 		rel, _ := filepath.Rel(dir, p)
 		state[rel] = st
 		return nil
-	}))
+	})
 	return state
+}
+
+// walkInfo calls f with the path and the file info of every entry under dir (dir included),
+// failing the test on the first error of the walk or of f.
+func walkInfo(t testing.TB, dir string, f func(p string, fi fs.FileInfo) error) {
+	t.Helper()
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return f(p, fi)
+	}))
 }

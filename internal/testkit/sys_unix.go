@@ -4,12 +4,9 @@ package testkit
 
 import (
 	"io/fs"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
 
 // AllocatedBytes sums the blocks the file system allocated to the files under dir (st_blocks,
@@ -18,21 +15,14 @@ import (
 func AllocatedBytes(t testing.TB, dir string) int64 {
 	t.Helper()
 	var total int64
-	require.NoError(t, filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
+	walkInfo(t, dir, func(_ string, fi fs.FileInfo) error {
 		st, ok := fi.Sys().(*syscall.Stat_t)
 		if !ok {
 			t.Skip("no st_blocks on this platform")
 		}
 		total += st.Blocks * 512
 		return nil
-	}))
+	})
 	return total
 }
 

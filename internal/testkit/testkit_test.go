@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"os"
@@ -118,4 +119,20 @@ func TestTreeStateAndSyncBuffer(t *testing.T) {
 	_, err = b.Write([]byte("c"))
 	require.NoError(t, err)
 	require.Equal(t, "abc", b.String())
+}
+
+// CloseAtCleanup closes when the test ends, not before, under a context bounded by within.
+func TestCloseAtCleanup(t *testing.T) {
+	closed := false
+	var deadline time.Time
+	t.Run("test", func(t *testing.T) {
+		CloseAtCleanup(t, time.Minute, func(ctx context.Context) error {
+			closed = true
+			deadline, _ = ctx.Deadline()
+			return nil
+		})
+		require.False(t, closed, "not before the test ends")
+	})
+	require.True(t, closed)
+	require.WithinDuration(t, time.Now().Add(time.Minute), deadline, 10*time.Second)
 }

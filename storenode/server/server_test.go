@@ -247,6 +247,15 @@ func srvTable(t testing.TB, c *sgio.Client, name string, owner uint64) (sgio.Tab
 	return ti, g
 }
 
+// srvTableWithRow creates the table name through c and acquires it as testOwner (srvTable),
+// then commits row 1 of value v; it returns the table and the grant it committed under.
+func srvTableWithRow(t testing.TB, ctx context.Context, c *sgio.Client, name string, v uint64) (sgio.TableInfo, sgio.Grant) {
+	t.Helper()
+	ti, g := srvTable(t, c, name, testOwner)
+	require.NoError(t, c.CallInto(ctx, srvCommit(ti.Table, testOwner, g.Epoch, g.LastSeq+1, []uint64{1}, v), &sgio.CommitAck{}))
+	return ti, g
+}
+
 // srvAcquired creates table name (64-byte rows) through c and has testOwner acquire it (no
 // ids granted: srvAllocTable, srvGrant).
 func srvAcquired(t testing.TB, ctx context.Context, c *sgio.Client, name string) (sgio.TableInfo, sgio.Grant) {

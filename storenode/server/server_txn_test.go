@@ -92,6 +92,18 @@ func (n *txnNode) commit(id, balance uint64) *sgio.Commit {
 	return m
 }
 
+// startTxnNodeWithRow starts a txnNode (startTxnNode) of fresh leases and a fake clock whose
+// coordinator has committed row 1 of balance 1000; it returns it, its leases, its clock and
+// the test's context.
+func startTxnNodeWithRow(t *testing.T) (*txnNode, *txnLeases, *fakeClock, context.Context) {
+	t.Helper()
+	leases, clock := &txnLeases{}, &fakeClock{}
+	a := startTxnNode(t, leases, clock)
+	ctx := srvCtx(t)
+	require.NoError(t, a.coord.CallInto(ctx, a.commit(1, 1000), &sgio.CommitAck{}))
+	return a, leases, clock, ctx
+}
+
 // balance reads row id over a connection of its own (owner 0, as any reader).
 func (n *txnNode) balance(t *testing.T, id uint64) uint64 {
 	c := n.env.dial(0)
@@ -234,4 +246,68 @@ func TestServerTxnPrimaryChecked(t *testing.T) {
 		_, err = a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{byte(10 + i)}, Index: 1, Primary: good, Commit: *a.commit(uint64(1+i), 1)})
 		require.NoError(t, err, "primary %q", good)
 	}
+}
+
+// TestServerTxnDoubtListAndAbort: the operator's TxnDoubt request lists a part prepared and
+// never decided once it is older than TxnInDoubtAfter (its owner, lease, table, primary) and
+// aborts it, unlocking its rows; a younger one is refused. Fails on b3f6c9d (no TxnDoubt):
+// the part's rows stay locked.
+func TestServerTxnDoubtListAndAbort(t *testing.T) {
+	a, leases, clock, ctx := startTxnNodeWithRow(t)
+	txn := [16]byte{5}
+	leases.addNode("lost.example:7070") // a storage node of the map, gone
+	_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: 41, Index: 1, Primary: "lost.example:7070",
+		Commit: *a.commit(1, 990)})
+	require.NoError(t, err)
+
+	_, err = a.coord.TxnsInDoubt(ctx)
+	require.ErrorIs(t, err, sgio.ErrForbidden, "an operator's request: a client's credential is refused")
+	op := a.env.dial(0, asOperator)
+	defer op.Close()
+	l, err := op.TxnsInDoubt(ctx)
+	require.NoError(t, err)
+	require.Zero(t, l.Total, "younger than TxnInDoubtAfter")
+	_, err = op.AbortInDoubt(ctx, txn)
+	require.ErrorIs(t, err, sgio.ErrMalformed)
+
+	clock.Advance(storenode.DefaultTxnInDoubtAfter)
+	l, err = op.TxnsInDoubt(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), l.Total)
+	require.Equal(t, []sgio.TxnDoubtEntry{{Txn: txn, Owner: testOwner, Lease: 41,
+		AgeMillis: uint64(storenode.DefaultTxnInDoubtAfter / time.Millisecond), Table: a.table, Primary: "lost.example:7070"}}, l.Entries)
+	d, err := op.AbortInDoubt(ctx, txn)
+	require.NoError(t, err)
+	require.Equal(t, txn, d.Txn)
+	require.Equal(t, base.DecisionAbort, a.eng().TxnStatus(txn).Applied)
+	require.NoError(t, a.coord.CallInto(ctx, a.commit(1, 5), &sgio.CommitAck{}), "the row is unlocked")
+	require.Equal(t, uint64(5), a.balance(t, 1))
+}
+
+// TestServerTxnDecideOnlyByPreparingOwner: a TxnDecide is checked against the session's
+// owner: another owner's session cannot decide (commit or abort) a part the coordinator
+// prepared at its primary, nor record a commit of a made-up id; the coordinator's own Decide
+// then succeeds. Fails on b3f6c9d: the other owner's commit is recorded.
+func TestServerTxnDecideOnlyByPreparingOwner(t *testing.T) {
+	a, _, _, ctx := startTxnNodeWithRow(t)
+	txn := [16]byte{7}
+	_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: txn, Lease: 41, Commit: *a.commit(1, 990)})
+	require.NoError(t, err)
+
+	other := a.env.dial(testOwner + 1)
+	defer other.Close()
+	_, err = other.DecideTxn(ctx, txn, 41, sgio.TxnCommit, 1)
+	require.ErrorIs(t, err, storenode.ErrTxnDecided, "another owner's commit")
+	_, err = other.DecideTxn(ctx, txn, 41, sgio.TxnAbort, 1)
+	require.ErrorIs(t, err, storenode.ErrTxnDecided, "another owner's abort")
+	_, err = other.DecideTxn(ctx, [16]byte{8}, 41, sgio.TxnCommit, 64)
+	require.ErrorIs(t, err, storenode.ErrTxnDecided, "a commit of a made-up id")
+	_, decisions := a.eng().TxnCounts()
+	require.Zero(t, decisions)
+
+	d, err := a.coord.DecideTxn(ctx, txn, 41, sgio.TxnCommit, 1)
+	require.NoError(t, err)
+	require.Equal(t, sgio.TxnCommit, d)
+	require.NoError(t, a.coord.ApplyTxn(ctx, txn, sgio.TxnCommit))
+	require.Equal(t, uint64(990), a.balance(t, 1))
 }

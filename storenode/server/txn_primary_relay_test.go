@@ -45,10 +45,7 @@ func relayFrame(r *bufio.Reader, w net.Conn) (sgio.Type, error) {
 // stays prepared. Fails on b3f6c9d: the prepare is accepted, the hijacked session's TxnApply
 // is answered OK and the victim's part is aborted.
 func TestTxnPrimaryResolverHandshakeNotRelayable(t *testing.T) {
-	leases, clock := &txnLeases{}, &fakeClock{}
-	a := startTxnNode(t, leases, clock)
-	ctx := srvCtx(t)
-	require.NoError(t, a.coord.CallInto(ctx, a.commit(1, 1000), &sgio.CommitAck{}))
+	a, _, clock, ctx := startTxnNodeWithRow(t)
 	victim := [16]byte{0x71, 1}
 	_, err := a.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: victim, Lease: 41, Index: 0, Commit: *a.commit(1, 990)})
 	require.NoError(t, err)
