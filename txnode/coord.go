@@ -56,5 +56,11 @@ func init() {
 		WritesHeld:   (*Table).writesHeld,
 		FlushHeld:    (*Table).flushHeld,
 		Opened:       (*DB).opened,
+
+		Forget:  (*Table).forget,
+		TableID: func(t *Table) uint32 { return t.t.id },
+		TableDB: func(t *Table) *DB { return t.db },
+
+		CacheBytes: cacheBytes,
 	})
 }

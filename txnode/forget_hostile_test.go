@@ -60,7 +60,7 @@ func TestForgetReopenedByFailedDropTableLosesAckedWrite(t *testing.T) {
 
 	gs.armed.Store(true)
 	forgot := make(chan error, 1)
-	go func() { forgot <- tb.Forget(ctx) }()
+	go func() { forgot <- tb.forget(ctx) }()
 	recvWithin(t, gs.entered, "the forget's flush at the store")
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -97,14 +97,14 @@ func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	insertRow(t, ctx, tb, row(1))
-	require.NoError(t, tb.Forget(ctx))
+	require.NoError(t, tb.forget(ctx))
 	tb = openTable(t, ctx, db, base.PartitionTableName("acct", 0)) // its page not cached
 
 	hs.armed.Store(true)
 	pinned := make(chan error, 1)
 	go func() { pinned <- tb.Pin(ctx) }()
 	recvWithin(t, hs.entered, "the Pin's fetch at the store")
-	require.NoError(t, tb.Forget(ctx))
+	require.NoError(t, tb.forget(ctx))
 	close(hs.release)
 	err = recvWithin(t, pinned, "the Pin")
 	require.Error(t, err)
@@ -137,7 +137,7 @@ func TestFailedForgetReopensTableBeingDropped(t *testing.T) {
 	// The flusher waits in the store: the forget's flush cannot even cut, and gives up
 	// when its ctx ends.
 	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	require.Error(t, tb.Forget(fctx), "a Forget whose flush cannot finish")
+	require.Error(t, tb.forget(fctx), "a Forget whose flush cannot finish")
 	cancel()
 	perr := tb.Put(ctx, x, row(3))
 	close(gs.gate)

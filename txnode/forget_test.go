@@ -42,7 +42,7 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 			require.NoError(t, tx.Get(tb, ids[1], dst))
 			require.NoError(t, tx.Put(tb, ids[1], row(7)))
 
-			require.NoError(t, tb.Forget(ctx))
+			require.NoError(t, tb.forget(ctx))
 			require.EqualValues(t, 1, g.releases.Load(), "the forgotten table's grant is released")
 			g.mu.Lock()
 			_, held := g.keys["acct/0"]
@@ -62,8 +62,8 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 			require.ErrorIs(t, err, ErrForgotten)
 			require.ErrorIs(t, tb.Pin(ctx), ErrForgotten)
 			require.False(t, tb.Stats().Pinned, "the pin went with the state")
-			require.NoError(t, tb.Forget(ctx), "forgetting a forgotten state is a no-op")
-			require.NoError(t, db.ForgetTable(ctx, name), "and so is a table not open")
+			require.NoError(t, tb.forget(ctx), "forgetting a forgotten state is a no-op")
+			require.NoError(t, db.forgetTable(ctx, name), "and so is a table not open")
 			require.EqualValues(t, 1, g.releases.Load())
 
 			misses := db.Stats().PageMisses
@@ -103,7 +103,7 @@ func TestForgetTableConcurrentReader(t *testing.T) {
 	require.NoError(t, err)
 	name := base.PartitionTableName("acct", 0)
 	x := insertRow(t, ctx, tb, row(1))
-	require.NoError(t, tb.Forget(ctx))
+	require.NoError(t, tb.forget(ctx))
 
 	// The held fetch: a miss of the re-opened state, its answer (row 1) held back.
 	tb2 := openTable(t, ctx, db, name)
@@ -112,7 +112,7 @@ func TestForgetTableConcurrentReader(t *testing.T) {
 	held := make([]byte, 64)
 	go func() { got <- tb2.Get(ctx, x, held) }()
 	recvWithin(t, hs.entered, "the held fetch")
-	require.NoError(t, tb2.Forget(ctx))
+	require.NoError(t, tb2.forget(ctx))
 	tb3 := openTable(t, ctx, db, name)
 	require.NoError(t, tb3.Put(ctx, x, row(2)))
 	close(hs.release)
@@ -163,7 +163,7 @@ func TestForgetTableConcurrentReader(t *testing.T) {
 		}()
 	}
 	for i := range 30 {
-		require.NoError(t, cur.Load().Forget(ctx))
+		require.NoError(t, cur.Load().forget(ctx))
 		next := openTable(t, ctx, db, name)
 		v := uint64(3 + i)
 		require.NoError(t, next.Put(ctx, x, row(v)))

@@ -24,9 +24,6 @@ func (t *Table) Name() string { return t.t.name }
 // RowBytes returns the table's row size.
 func (t *Table) RowBytes() int { return t.t.rowBytes }
 
-// ID returns the table's id in the store.
-func (t *Table) ID() uint32 { return t.t.id }
-
 // Get copies row id into dst, whose length must be the row size. It returns ErrNotFound when
 // the row does not exist. In Durable mode a row written by a commit not yet durable is
 // returned only once that commit is durable.

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +37,7 @@ type Config struct {
 	OperatorSecret []byte
 	// CacheBytes is the logical page cache of each storage node's transaction node
 	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
-	// to. txnode.DefaultCacheBytes when zero.
+	// to. txnode's default (64 MiB) when zero.
 	CacheBytes int64
 	// PinBytes is what the pinned partitions (Table.Pin) may hold of each storage node's
 	// transaction node's cache (txnode.Options.PinBytes: half of CacheBytes when zero, at
@@ -133,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w: Session.Owner must be set (the node's owner id)", cluster.ErrInvalid)
 	}
 	// txnode.Open's rule for PinBytes, checked here, not at the first table of a storage node.
-	if cache := max(cmp.Or(cfg.CacheBytes, txnode.DefaultCacheBytes), txnode.MinCacheBytes); cfg.PinBytes > cache*3/4 {
+	if cache := txncoord.CacheBytes(cfg.CacheBytes); cfg.PinBytes > cache*3/4 {
 		return nil, fmt.Errorf("node: %w: PinBytes %d is over three quarters of CacheBytes %d (transactions need the rest)", cluster.ErrInvalid, cfg.PinBytes, cache)
 	}
 	if cfg.Logger == nil {

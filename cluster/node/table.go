@@ -183,7 +183,7 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			// A heal (heal.go) that replaced the storage node's transaction node between
 			// the grant and here did not see the partition owned: register the grant (still
 			// this session's) with its successor instead, a few times at most.
-			for try := 0; tb.DB() != t.n.current(t.parts[need[i]].addr()) && try < 3; try++ {
+			for try := 0; txncoord.TableDB(tb) != t.n.current(t.parts[need[i]].addr()) && try < 3; try++ {
 				var rerr error
 				if tb, rerr = t.ownOne(ctx, wait, need[i]); rerr != nil {
 					took, err = took[:i], rerr
@@ -314,10 +314,10 @@ func (t *Table) tableAfresh(ctx context.Context, db *txnode.DB, name string, sto
 	if err != nil {
 		return nil, err
 	}
-	if serr := txncoord.Serving(tb); tb.ID() == storeID && !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
+	if serr := txncoord.Serving(tb); txncoord.TableID(tb) == storeID && !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
 		return tb, nil
 	}
-	if err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true)); err != nil {
+	if err := txncoord.Forget(context.WithValue(ctx, holdGrantKey{}, true), tb); err != nil {
 		return nil, fmt.Errorf("node: table %q: forget the table of an ended grant: %w", name, err)
 	}
 	return db.Table(ctx, name)

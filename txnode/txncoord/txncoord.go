@@ -93,6 +93,40 @@ func Serving(t *txnode.Table) error { return fn.Serving(t) }
 // a handle the game let go.
 func Opened(db *txnode.DB, name string) *txnode.Table { return fn.Opened(db, name) }
 
+// Forget makes the node forget t's table, so that it can own it again later (a cluster
+// node's release of a partition, or its lost grant: docs/cluster.md, "Owning again"): it
+// closes the table to new commits (they fail with txnode.ErrForgotten), waits until every
+// commit admitted before is durable at the store (in WriteBack mode it flushes them first),
+// then drops the table's cached frames and pin, forgets its state and releases its grant (a
+// cluster-managed table's etcd grant, through txnode.Options.Grants' release function,
+// called with ctx; a local table's lease is left to lapse at the store), dropping nothing at
+// the store. From then on every call of t and of the other handles of that state, and of
+// transactions that touched it, fails with an error wrapping txnode.ErrForgotten (and
+// txnode.ErrLeaseExpired), and the next DB.Table of the name acquires the table afresh: a
+// new state, under a grant taken anew (Options.Grants returns the one it still holds, if it
+// does), its rows fetched from the store again.
+//
+// When the flush fails (ctx ends, the commit pipeline failed), or ctx ends before the state
+// is forgotten, nothing is forgotten: the table takes commits again and Forget returns the
+// error. When the grant's release fails, the table is forgotten all the same and Forget
+// returns the release's error, wrapped. Forgetting a state forgotten already (or whose
+// table was dropped) is a no-op; txnode.ErrClosed after the DB's Close. Writes of t still
+// running are not waited for: one that commits after the close fails. Any goroutine may
+// call it.
+func Forget(ctx context.Context, t *txnode.Table) error { return fn.Forget(t, ctx) }
+
+// TableID returns t's table id in the store (the id of the table state t serves: a table
+// dropped and created again there has a new one).
+func TableID(t *txnode.Table) uint32 { return fn.TableID(t) }
+
+// TableDB returns the transaction node t belongs to: a Tx uses only tables of its own DB.
+func TableDB(t *txnode.Table) *txnode.DB { return fn.TableDB(t) }
+
+// CacheBytes returns the cache budget txnode.Open makes of Options.CacheBytes n: the
+// default (64 MiB) for 0, and at least the least cache (64 KiB). A coordinator checks its
+// own PinBytes against it as Open does.
+func CacheBytes(n int64) int64 { return fn.CacheBytes(n) }
+
 // Held writes: what a partition move asks of a WriteBack owner before it freezes the source
 // (docs/cluster.md, "Writes during a move"). HoldWrites refuses every commit and prepare that
 // writes the table from its return on (txnode.ErrMoved: never acknowledged, so retried by the

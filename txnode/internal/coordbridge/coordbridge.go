@@ -88,6 +88,13 @@ type Funcs[DB, Table, Tx, Row any] struct {
 	WritesHeld   func(t *Table) bool
 	FlushHeld    func(t *Table, ctx context.Context) error
 	Opened       func(db *DB, name string) *Table
+
+	Forget  func(t *Table, ctx context.Context) error
+	TableID func(t *Table) uint32
+	TableDB func(t *Table) *DB
+
+	// CacheBytes is the cache budget Open makes of Options.CacheBytes n.
+	CacheBytes func(n int64) int64
 }
 
 var funcs any
