@@ -4,15 +4,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
-// Errors of the transaction node. Errors of the storage node arrive as its own sentinels
-// (storenode.ErrTableNotFound, ErrFenced, corrupt.ErrCorruption, ...), for the embedded and the
-// remote store alike: an embedded engine's read "storenode: ...", and one that crossed TCP
-// carries its wire code, so errors.Is matches the same sentinel either way. The ones a game
-// server meets most are re-exported here.
+// Errors of the transaction node, and of the storage node as a game server meets them: every
+// error a game handles is one of these (no need to import storenode). The storage node's
+// arrive as its own sentinels, for the embedded and the remote store alike: an embedded
+// engine's read "storenode: ...", and one that crossed TCP carries its wire code, so
+// errors.Is matches the same sentinel either way.
 var (
 	// ErrNotFound is returned for a row id that holds no row.
 	ErrNotFound = errors.New("txnode: row not found")
@@ -101,6 +102,9 @@ var (
 	// ErrTooManyTables is returned by CreateTable when the embedded store holds its most tables
 	// (a storage node over TCP answers it as busy).
 	ErrTooManyTables = storenode.ErrTooManyTables
+	// ErrCorruption is matched by every checksum or format failure the store reports (a page
+	// or WAL record on disk, a frame on the wire): the row is never returned as data.
+	ErrCorruption = corrupt.ErrCorruption
 )
 
 // The storage node's sentinels this package checks for but does not re-export: the same
