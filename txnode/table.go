@@ -163,14 +163,16 @@ func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
 	if len(row) != t.t.rowBytes {
 		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.t.name, t.t.rowBytes)
 	}
-	return t.db.retry(ctx, true, txWork{t: t, id: id, row: rowChange{put: row}})
+	return t.db.retry(ctx, true, func(tx *Tx) error { return tx.update(t.t, id, rowChange{put: row}) })
 }
 
 // Update calls fn with a copy of row id and writes what fn leaves in it. fn may run more than
 // once (the transaction is retried on conflict): it must not have other effects. If fn returns
 // an error nothing is written and Update returns it.
 func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error) error {
-	return t.db.retry(ctx, true, txWork{t: t, id: id, row: rowChange{update: fn, isUpdate: true}})
+	return t.db.retry(ctx, true, func(tx *Tx) error {
+		return tx.update(t.t, id, rowChange{update: fn, isUpdate: true})
+	})
 }
 
 // Delete deletes row id. It returns ErrNotFound when the row does not exist.
@@ -205,21 +207,15 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	}
 }
 
-// txWork is one transaction's work for retry: the caller's function of the transaction (tx,
-// DB.Update and DB.View), or, when tx is nil, change row of row id of t, without a closure
-// (Table.Put and Table.Update).
-type txWork struct {
-	tx  func(*Tx) error
-	t   *Table
-	id  uint64
-	row rowChange
-}
-
-// retry runs w in one transaction (read-write when writable), retrying conflicts.
+// retry runs body in one transaction (read-write when writable), retrying conflicts. Its
+// callers, each a closure of its own: DB.Update and DB.View (the caller's function, handed
+// the Tx: exposed), Table.Put and Table.Update (one row's change, the Tx never handed out).
+// body does not escape: each caller's closure stays on its stack (Put and Update allocate
+// nothing for it).
 //
-// A panic in w's function rolls the running transaction back (its pins and buffers released,
+// A panic in body rolls the running transaction back (its pins and buffers released,
 // nothing written) and goes on up the caller's goroutine unchanged.
-func (db *DB) retry(ctx context.Context, writable bool, w txWork) error {
+func (db *DB) retry(ctx context.Context, writable bool, body func(tx *Tx) error) error {
 	var busySince time.Time
 	var running *Tx // the transaction a panic in fn would leave behind
 	turn := false   // holds the cache turn (retryBusy)
@@ -238,12 +234,7 @@ func (db *DB) retry(ctx context.Context, writable bool, w txWork) error {
 		}
 		running = tx
 		tx.turn = turn
-		if w.tx != nil {
-			tx.exposed = true
-			err = w.tx(tx)
-		} else {
-			err = tx.update(w.t.t, w.id, w.row)
-		}
+		err = body(tx)
 		running = nil
 		if tx.busy.t != nil {
 			if err := tx.retryBusy(&busySince, &turn); err != nil {
@@ -307,12 +298,12 @@ func (db *DB) readFailed(err error) bool {
 // the transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
 // kept, it returns ErrTxDone for ever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, true, txWork{tx: fn})
+	return db.retry(ctx, true, func(tx *Tx) error { tx.exposed = true; return fn(tx) })
 }
 
 // View runs fn in a read-only transaction, retrying on conflict like Update.
 func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, false, txWork{tx: fn})
+	return db.retry(ctx, false, func(tx *Tx) error { tx.exposed = true; return fn(tx) })
 }
 
 // Begin starts a transaction to run by hand: Commit or Rollback it. A conflict at Commit is
