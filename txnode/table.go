@@ -31,11 +31,12 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	if st := t.t; len(dst) != st.rowBytes {
 		return fmt.Errorf("%w: buffer of %d bytes, table %q has %d-byte rows", ErrRowSize, len(dst), st.name, st.rowBytes)
 	}
-	return t.read(ctx, id, dst, nil, nil)
+	return t.read(ctx, id, copyRow(dst))
 }
 
-// read is Get (copy row id into dst) or, with fn set, View (call fn on it in place).
-func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) error {
+// read is Get, View or ViewVersion of row id, as r says: a transaction of its own, lock-free
+// on a cache hit.
+func (t *Table) read(ctx context.Context, id uint64, r rowRead) error {
 	st := t.t
 	db := t.db
 	if db.closed.Load() {
@@ -88,11 +89,7 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		var ferr error
 		if present {
 			off := slot * st.rowBytes
-			if fn != nil || fv != nil {
-				ferr = callView(fn, fv, rows[off:off+st.rowBytes:off+st.rowBytes], true, v1)
-			} else {
-				logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
-			}
+			ferr = r.take(rows[off:off+st.rowBytes:off+st.rowBytes], v1)
 		}
 		if db.testHookGet != nil {
 			db.testHookGet()
@@ -114,10 +111,10 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		}
 		return ferr
 	}
-	return t.getSlow(ctx, id, dst, fn, fv)
+	return t.getSlow(ctx, id, r)
 }
 
-func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) error {
+func (t *Table) getSlow(ctx context.Context, id uint64, r rowRead) error {
 	tx, err := t.db.beginTx(ctx, false)
 	if err != nil {
 		return err
@@ -128,17 +125,17 @@ func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row 
 			tx.release()
 		}
 	}()
-	switch {
-	case fv != nil:
+	switch r.mode {
+	case readViewVersion:
 		// A fresh transaction has no writes of its own: the row is read from the cache.
 		var ok bool
-		if ok, err = tx.readRow(t.t, id, nil, nil, fv); err == nil && !ok {
+		if ok, err = tx.readRow(t.t, id, r); err == nil && !ok {
 			err = ErrNotFound
 		}
-	case fn != nil:
-		err = tx.View(t, id, fn)
+	case readView:
+		err = tx.View(t, id, r.fn)
 	default:
-		err = tx.Get(t, id, dst)
+		err = tx.Get(t, id, r.dst)
 	}
 	// One row, copied consistently: nothing to validate (a commit to the row since would
 	// only fail it with ErrConflict). In Durable mode it waits until what it read is durable.
