@@ -246,9 +246,6 @@ func (db *DB) Close(ctx context.Context) error {
 	return db.closeErr
 }
 
-// Owner returns this node's owner id.
-func (db *DB) Owner() uint64 { return db.owner }
-
 // CreateTable creates a table of rowBytes-byte rows (8..4096, a multiple of 8) and takes its
 // write ownership.
 func (db *DB) CreateTable(ctx context.Context, name string, rowBytes int) (*Table, error) {
