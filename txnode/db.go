@@ -139,8 +139,9 @@ type tableState struct {
 	// held closes the table to new commits while a partition move flushes what was
 	// admitted before (txncoord.HoldWrites; hold.go); set and read as dropping is.
 	held atomic.Bool
-	// forgotten is set while Table.Forget forgets this state and for good once it did
-	// (forget.go): its commits fail with ErrForgotten, and its reads too once dropped is set.
+	// forgotten is set while forget (txncoord.Forget) forgets this state and for good once
+	// it did (forget.go): its commits fail with ErrForgotten, and its reads too once dropped
+	// is set.
 	forgotten atomic.Bool
 	// idHigh is one past the highest id that can hold a row: the store's high-water mark
 	// at open, raised by every grant. Read by every Get: it and the fields above are
@@ -306,7 +307,7 @@ func (db *DB) freshNow(key uint64) uint64 {
 
 // TableInfo describes a table as the store knows it (DB.Tables).
 type TableInfo struct {
-	// ID is the table's id in the store (Table.ID).
+	// ID is the table's id in the store.
 	ID   uint32
 	Name string
 	// RowBytes is the row size.

@@ -12,7 +12,7 @@ import (
 	"github.com/weftdb/weft/txnode/store"
 )
 
-// Hostile review of Table.Forget (forget.go). Each test is named after the defect it shows
+// Hostile review of forgetting a table (txncoord.Forget) (forget.go). Each test is named after the defect it shows
 // and fails while the defect stands.
 
 // forgetGateStore holds the first commit batch after it is armed inside Commit until gate is

@@ -14,7 +14,7 @@ import (
 	"github.com/weftdb/weft/base"
 )
 
-// Table.Forget gives one table's state up and nothing at the store: every acknowledged
+// Forget (txncoord.Forget) gives one table's state up and nothing at the store: every acknowledged
 // commit is durable first (in WriteBack, with a flush period that never comes, only the
 // forget's flush writes them), the grant is released, the old handle, its pin and a
 // transaction that touched it fail with ErrForgotten, and the next open takes a new grant,

@@ -336,7 +336,7 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 // released as txnode does.
 type keepGrantKey struct{}
 
-// holdGrantKey, in the context of txnode.Table.Forget (own.go, table.go tableAfresh), keeps
+// holdGrantKey, in the context of txncoord.Forget (own.go, table.go tableAfresh), keeps
 // the grant whatever happens: the node releases it itself (Release, after the forget), or it
 // is lost already, or the session's grant is the one to register again (a move's follow).
 type holdGrantKey struct{}

@@ -102,7 +102,7 @@ func (t *Table) OwnState(p uint32) OwnState {
 // no-op; one the table does not have is cluster.ErrInvalid (nothing released). The grant
 // is the Node's, shared by its handles of the table: another handle that owns the partition
 // loses it too (OwnLost). The partition's transaction node forgets its table
-// (txnode.Table.Forget: its cached rows, its pin, its state), so a later Own of it, through
+// (txncoord.Forget: its cached rows, its pin, its state), so a later Own of it, through
 // any handle of this Node, takes a new grant and reads the rows afresh from the storage
 // node: players move between servers and back.
 //

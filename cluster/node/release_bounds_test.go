@@ -38,7 +38,7 @@ func TestReleaseWithEndedContextLeavesPartitionOwned(t *testing.T) {
 }
 
 // Once released, this Node owns the partition again through any of its handles (its
-// transaction node forgot the table at the release: txnode.Table.Forget): a handle opened
+// transaction node forgot the table at the release: txncoord.Forget): a handle opened
 // after the release (the map changed) owns it, and reads the rows another node wrote
 // meanwhile, not its own cached ones. Before (a hostile review) the second handle's Own was
 // refused as a lost grant (cluster.ErrLost); then, for good, with ErrReleased (gone: the

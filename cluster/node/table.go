@@ -297,7 +297,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 // fenced, released by another handle: isLost), or of a copy that is not the storage node's
 // table now (a copy a move away retired there before the partition came back: its table
 // there has another id than storeID, read now unless given, or is gone), is forgotten first
-// (txnode.Table.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
+// (txncoord.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
 // dropped) and the table opened afresh, under the grant the session holds or a new one, its
 // rows read again from the storage node. Without that the transaction node would keep the
 // ended state for its life, and this Node could never own the partition again. The forget
