@@ -5,7 +5,8 @@
 // (package txnode/store, which documents the seam: who calls what, buffers, errors), so every
 // test and benchmark runs both ways; a game server needs nothing from that package. The
 // cluster coordinator's surface (two-phase commit, durable reads of unowned partitions, held
-// writes, the cache turn; package cluster/node) is package txnode/txncoord.
+// writes, the cache turn, forgetting a table; package cluster/node) is package
+// txnode/txncoord.
 //
 // # Using it
 //
