@@ -103,7 +103,7 @@ var (
 	// node; nothing acknowledged is lost.
 	ErrFailStop = storenode.ErrFailStop
 	// ErrTooManyTables is returned by CreateTable when the embedded store holds its most tables
-	// (a storage node over TCP answers it as busy).
+	// (a storage node over TCP answers it as ErrBusy).
 	ErrTooManyTables = storenode.ErrTooManyTables
 	// ErrBusy is matched by a refusal at one of the storage node's limits, to retry later:
 	// ErrTooManyTables and ErrTxnBusy as a storage node over TCP answers them, and its other
