@@ -214,7 +214,7 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 // nothing written) and goes on up the caller's goroutine unchanged.
 func (db *DB) retry(ctx context.Context, writable bool, body func(tx *Tx) error) error {
 	var busySince time.Time
-	var running *Tx // the transaction a panic in fn would leave behind
+	var running *Tx // the transaction a panic in body would leave behind
 	turn := false   // holds the cache turn (retryBusy)
 	defer func() {
 		if running != nil {
