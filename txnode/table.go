@@ -89,7 +89,11 @@ func (t *Table) read(ctx context.Context, id uint64, r rowRead) error {
 		var ferr error
 		if present {
 			off := slot * st.rowBytes
-			ferr = r.take(rows[off:off+st.rowBytes:off+st.rowBytes], v1)
+			if row := rows[off : off+st.rowBytes : off+st.rowBytes]; r.mode == readCopy {
+				logicpage.LoadRow(r.dst, row)
+			} else {
+				ferr = r.view(row, true, v1) // View, ViewVersion
+			}
 		}
 		if db.testHookGet != nil {
 			db.testHookGet()

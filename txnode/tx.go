@@ -272,7 +272,11 @@ func (tx *Tx) readRow(t *tableState, id uint64, r rowRead) (bool, error) {
 		var ferr error
 		if present {
 			off := slot * t.rowBytes
-			ferr = r.take(rows[off:off+t.rowBytes:off+t.rowBytes], v1)
+			if row := rows[off : off+t.rowBytes : off+t.rowBytes]; r.mode == readCopy {
+				logicpage.LoadRow(r.dst, row)
+			} else if r.mode != readExists {
+				ferr = r.view(row, true, v1)
+			}
 		}
 		if atomic.LoadUint64(&versions[slot]) != v1 || m.valid.Load()&bit == 0 {
 			continue

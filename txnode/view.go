@@ -79,17 +79,6 @@ func viewRowVersion(fv func(row []byte, version uint64) error) rowRead {
 // rowExists takes nothing of the row: the read says only whether it exists.
 func rowExists() rowRead { return rowRead{mode: readExists} }
 
-// take does r with row, a cache frame's (its words loaded atomically), of version ver.
-func (r rowRead) take(row []byte, ver uint64) error {
-	switch r.mode {
-	case readCopy:
-		logicpage.LoadRow(r.dst, row)
-	case readView, readViewVersion:
-		return r.view(row, true, ver)
-	}
-	return nil
-}
-
 // view calls r's function on row (and, for ViewVersion, its version ver): in place, or on a
 // copy (see viewInPlace). shared says row is a cache frame's (copied with atomic loads)
 // rather than the transaction's own image.
