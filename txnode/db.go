@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/txnode/internal/coordbridge"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -110,7 +111,7 @@ type tableState struct {
 	rowBytes int
 
 	epoch atomic.Uint64
-	// grantCheck, for a cluster-managed table, is its etcd grant's check (Options.Grants),
+	// grantCheck, for a cluster-managed table, is its etcd grant's check (txncoord.Open's grants),
 	// in place of leaseUntil, and grantRelease gives the grant up (Close); nil for a local
 	// table. Set before the table is shared.
 	grantCheck   func() error
@@ -221,7 +222,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		rs.onBack = db.renewSoon
 		rs.mu.Unlock()
 	}
-	if db.info.Lease > 0 || opts.Grants != nil {
+	if db.info.Lease > 0 || opts.grants != nil {
 		db.bg.Add(1)
 		go db.renewLeases()
 	}
@@ -245,6 +246,16 @@ func (db *DB) Close(ctx context.Context) error {
 		db.closeErr = err
 	})
 	return db.closeErr
+}
+
+// openWithGrants is Open of a cluster's transaction node, whose cluster-managed tables are
+// served under g's etcd grants (txncoord.Open).
+func openWithGrants(ctx context.Context, opts Options, g coordbridge.Grants) (*DB, error) {
+	if g == nil {
+		return nil, errors.New("txncoord: Open without grants (a node without a cluster: txnode.Open)")
+	}
+	opts.grants = g
+	return Open(ctx, opts)
 }
 
 // CreateTable creates a table of rowBytes-byte rows (8..4096, a multiple of 8) and takes its
@@ -281,7 +292,7 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 
 // createClusterTable creates a cluster-managed table holding partition layout.Partition of
 // the partitioned table table (its name at the store: base.PartitionTableName) and
-// takes its write ownership through Options.Grants (txncoord.CreateClusterTable).
+// takes its write ownership through the node's grants (txncoord.CreateClusterTable).
 func (db *DB) createClusterTable(ctx context.Context, table string, rowBytes int, layout base.ClusterLayout) (*Table, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed

@@ -64,7 +64,7 @@
 //     (ErrPinBudget); batches in flight by InflightBytes.
 //   - A node owns the tables it opens: (owner, epoch) and a lease renewed every quarter lease;
 //     it stops serving a table at three quarters of a lease unrenewed. Cluster tables are
-//     owned under an etcd grant (Options.Grants) instead. A fenced grant is latched.
+//     owned under an etcd grant (txncoord.Open) instead. A fenced grant is latched.
 //   - One incarnation per owner id: another Open with the same OwnerID gets ErrOwnerInUse
 //     until the first closed or was silent for a lease.
 //   - After a commit batch fails the node stops committing; the DB must be reopened. A WAL

@@ -31,7 +31,7 @@ import (
 //   - the grant is released after the flush (a late write of this node's never reaches the
 //     store under it: the table takes no more commits), so another node's grant, taken
 //     once it is released, is never fenced by one of this node's batches. A caller that
-//     releases the grant itself (or must keep it) says so through its Options.Grants'
+//     releases the grant itself (or must keep it) says so through its grants'
 //     release function, which forget calls with its ctx.
 //
 // The failed ranges (failRanges) and held batches are versions, not tables: a forgotten

@@ -49,7 +49,7 @@ func TestForgetReopenedByFailedDropTableLosesAckedWrite(t *testing.T) {
 	const owner = 0x42
 	g, st := grantStore(t, owner)
 	gs := newForgetGateStore(st)
-	db := openDB(t, ctx, Options{Store: gs, OwnerID: owner, Grants: g, Durability: WriteBack, FlushInterval: time.Hour})
+	db := openDB(t, ctx, Options{Store: gs, OwnerID: owner, grants: g, Durability: WriteBack, FlushInterval: time.Hour})
 	defer db.Close(ctx)
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
 	const owner = 0x42
 	g, st := grantStore(t, owner)
 	hs := newHeldReadStore(st)
-	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestFailedForgetReopensTableBeingDropped(t *testing.T) {
 	const owner = 0x42
 	g, st := grantStore(t, owner)
 	gs := newForgetGateStore(st)
-	db := openDB(t, ctx, Options{Store: gs, OwnerID: owner, Grants: g, Durability: WriteBack, FlushInterval: time.Hour})
+	db := openDB(t, ctx, Options{Store: gs, OwnerID: owner, grants: g, Durability: WriteBack, FlushInterval: time.Hour})
 	defer db.Close(ctx)
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)

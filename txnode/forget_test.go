@@ -25,7 +25,7 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 			ctx := context.Background()
 			const owner = 0x42
 			g, st := grantStore(t, owner)
-			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g, Durability: mode, FlushInterval: time.Hour})
+			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g, Durability: mode, FlushInterval: time.Hour})
 			defer db.Close(ctx)
 			tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 			require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestForgetTableConcurrentReader(t *testing.T) {
 	const owner = 0x42
 	g, st := grantStore(t, owner)
 	hs := newHeldReadStore(st)
-	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: hs, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)

@@ -30,7 +30,7 @@ func testIdentityLost(t *testing.T, first string) {
 	const owner = 0x42
 	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	db, tick, renewed := openRenewing(t, ctx, Options{StoreAddr: addr, OwnerID: owner, Grants: g})
+	db, tick, renewed := openRenewing(t, ctx, Options{StoreAddr: addr, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	tb, err := db.createClusterTable(ctx, "acct", 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)

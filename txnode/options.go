@@ -1,10 +1,10 @@
 package txnode
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
+	"github.com/weftdb/weft/txnode/internal/coordbridge"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -72,8 +72,10 @@ const (
 //     InflightBytes, MaxRetries, OwnerID, Logger;
 //   - the embedded store only: SyncMode, StoreCacheBytes;
 //   - a storage node over TCP only: Secret, DialTimeout, RequestTimeout, OwnerInUseWait;
-//   - a cluster only: Grants;
 //   - benchmarks only: FullPageIO.
+//
+// A cluster's transaction nodes, which own partitions under etcd grants, are opened by its
+// coordinator (package cluster/node, through txncoord.Open), not by the game.
 type Options struct {
 	// Where the rows are: exactly one of Dir, StoreAddr and Store.
 
@@ -147,20 +149,15 @@ type Options struct {
 	// while the DB is open. docs/operations.md, "Restarting or replacing a transaction node".
 	OwnerInUseWait time.Duration
 
-	// A cluster (docs/cluster.md) only.
-
-	// Grants hands out the etcd grants of cluster-managed tables (docs/cluster.md): a table the
-	// store reports as cluster-managed is served only under a grant from it (and fails to open
-	// without it). Package cluster implements it on a Session (cluster.TxGrants); txnode does
-	// not import cluster, so a node without a cluster links no etcd. Nil: no cluster.
-	Grants Grants
-
 	// Benchmarks only.
 
 	// FullPageIO makes the node fetch and ship whole pages instead of sparse rows: an
 	// ablation that shows what sparse IO saves (crudbench --full-page-io). Not for production.
 	FullPageIO bool
 
+	// grants hands out the etcd grants of cluster-managed tables (txncoord.Open, whose doc
+	// has the rules); nil: no cluster, and a cluster-managed table fails to open.
+	grants coordbridge.Grants
 	// clock is the lease clock (monotonic); tests inject one.
 	clock leaseClock
 	// renewTick, when set (tests), replaces the ticker of the renewal loop (renewLeases);
@@ -223,17 +220,4 @@ func (o Options) withDefaults() Options {
 		o.clock = monoClock{origin: time.Now()}
 	}
 	return o
-}
-
-// Grants hands out the etcd grants of the partitions of cluster-managed tables. Package
-// cluster implements it (cluster.TxGrants, on a Session). Any goroutine may call it.
-type Grants interface {
-	// Grant acquires the grant of partition part of the partitioned table table: its epoch
-	// (the etcd revision that created the owner key), which the storage node verifies when
-	// this node registers it; check, which returns nil while this node may serve the
-	// partition (cluster.Ownership.Check: lock-free, allocation-free on success; it takes
-	// the place of the storage node's lease); and release, which gives the grant up (the next
-	// Grant is a new one, with a higher epoch). The error of a partition another node holds
-	// matches cluster.ErrOwned.
-	Grant(ctx context.Context, table string, part uint32) (epoch uint64, check func() error, release func(context.Context) error, err error)
 }

@@ -8,7 +8,7 @@
 // Rules:
 //
 //   - A partition this node owns is served by its storage node's transaction node under the
-//     partition's etcd grant (txnode.Options.Grants): cached reads, writes, id allocation.
+//     partition's etcd grant (txncoord.Grants): cached reads, writes, id allocation.
 //     Any other partition is read from durable rows (possibly older than the owner's cache)
 //     and written nowhere: a write fails with a *NotOwnerError naming the holder
 //     (ErrNotOwner).

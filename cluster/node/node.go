@@ -290,7 +290,7 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 	}
 }
 
-// grants is txnode.Options.Grants on the node's session: Own takes partitions at once
+// grants is the txncoord.Grants of the node's transaction nodes, on its session: Own takes partitions at once
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
 // Its releases do nothing once keep is set (the transaction node is being replaced: heal.go),

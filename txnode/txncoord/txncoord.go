@@ -23,7 +23,7 @@ import (
 	"github.com/weftdb/weft/txnode/internal/coordbridge"
 )
 
-var fn = coordbridge.Get[txnode.DB, txnode.Table, txnode.Tx, txnode.Row]()
+var fn = coordbridge.Get[txnode.DB, txnode.Table, txnode.Tx, txnode.Row, txnode.Options]()
 
 // ErrNoTxnStore is returned by Prepare, DecideTxn and ApplyTxn over a store that does not do
 // two-phase commit (store.TxnStore).
@@ -43,9 +43,21 @@ const (
 // table holds.
 type ClusterLayout = base.ClusterLayout
 
+// Grants hands out the etcd grants of the partitions of cluster-managed tables (docs/cluster.md).
+// Package cluster implements it on a Session (cluster.TxGrants); txnode does not import
+// cluster, so a node without a cluster links no etcd. Any goroutine may call it.
+type Grants = coordbridge.Grants
+
+// Open opens a cluster's transaction node as txnode.Open does, its cluster-managed tables
+// served under g's grants: a table the store reports as cluster-managed is served only under
+// a grant from g (a node from txnode.Open fails to open one). g must not be nil.
+func Open(ctx context.Context, opts txnode.Options, g Grants) (*txnode.DB, error) {
+	return fn.Open(ctx, opts, g)
+}
+
 // CreateClusterTable creates a cluster-managed table holding partition layout.Partition of
 // the partitioned table table (its name at the store: base.PartitionTableName) and takes its
-// write ownership through txnode.Options.Grants.
+// write ownership through the grants of Open.
 func CreateClusterTable(ctx context.Context, db *txnode.DB, table string, rowBytes int, layout ClusterLayout) (*txnode.Table, error) {
 	return fn.CreateClusterTable(db, ctx, table, rowBytes, layout)
 }
@@ -98,12 +110,12 @@ func Opened(db *txnode.DB, name string) *txnode.Table { return fn.Opened(db, nam
 // closes the table to new commits (they fail with txnode.ErrForgotten), waits until every
 // commit admitted before is durable at the store (in WriteBack mode it flushes them first),
 // then drops the table's cached frames and pin, forgets its state and releases its grant (a
-// cluster-managed table's etcd grant, through txnode.Options.Grants' release function,
+// cluster-managed table's etcd grant, through the release function of Open's grants,
 // called with ctx; a local table's lease is left to lapse at the store), dropping nothing at
 // the store. From then on every call of t and of the other handles of that state, and of
 // transactions that touched it, fails with an error wrapping txnode.ErrForgotten (and
 // txnode.ErrLeaseExpired), and the next DB.Table of the name acquires the table afresh: a
-// new state, under a grant taken anew (Options.Grants returns the one it still holds, if it
+// new state, under a grant taken anew (the grants return the one they still hold, if it
 // does), its rows fetched from the store again.
 //
 // When the flush fails (ctx ends, the commit pipeline failed), or ctx ends before the state
