@@ -76,10 +76,10 @@ func (v *GrantVerifier) TableMapped(ctx context.Context, table string) (bool, er
 	return resp.Count > 0, nil
 }
 
-// TxGrants is a transaction node's source of etcd grants (txnode.Options.Grants): each grant
-// is the Session's Ownership of one partition, whose Check the transaction node calls in
-// place of the storage node's lease. Package cluster does not import txnode; the method set
-// is what txnode.Grants asks for. Any goroutine may call it.
+// TxGrants is a transaction node's source of etcd grants (txncoord.Grants, given to
+// txncoord.Open): each grant is the Session's Ownership of one partition, whose Check the
+// transaction node calls in place of the storage node's lease. Package cluster does not import txnode; the method set
+// is what txncoord.Grants asks for. Any goroutine may call it.
 type TxGrants struct {
 	// Session owns the partitions.
 	Session *Session

@@ -117,22 +117,22 @@ func (db *DB) adopt(ctx context.Context, st base.TableInfo) (*Table, error) {
 }
 
 // acquireCluster takes the etcd grant of a cluster-managed table's partition from
-// Options.Grants and registers it with the store, which verifies it in etcd before it
+// the node's grants (txncoord.Open) and registers it with the store, which verifies it in etcd before it
 // answers. The partitioned table's name is st's name without its partition suffix
 // (base.PartitionTableName). A grant the store fences (a restored copy's floor is above
 // it, or a newer grant was registered meanwhile) is released and taken again once, as a new
 // grant with a higher epoch; a grant the store does not take is released. A partition with
 // transactions in doubt is waited for (registerClusterGrant), holding the grant.
 func (db *DB) acquireCluster(ctx context.Context, st base.TableInfo) (base.Grant, func() error, func(context.Context) error, error) {
-	if db.opts.Grants == nil {
-		return base.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and Options.Grants is not set", st.Name)
+	if db.opts.grants == nil {
+		return base.Grant{}, nil, nil, fmt.Errorf("txnode: table %q is cluster-managed: its grants come from etcd, and this node has none (txncoord.Open)", st.Name)
 	}
 	parted, ok := strings.CutSuffix(st.Name, base.PartitionTableName("", st.Cluster.Partition))
 	if !ok || parted == "" {
 		return base.Grant{}, nil, nil, fmt.Errorf("txnode: cluster-managed table %q is not named for its partition %d", st.Name, st.Cluster.Partition)
 	}
 	for try := 0; ; try++ {
-		epoch, check, release, err := db.opts.Grants.Grant(ctx, parted, st.Cluster.Partition)
+		epoch, check, release, err := db.opts.grants.Grant(ctx, parted, st.Cluster.Partition)
 		if err != nil {
 			return base.Grant{}, nil, nil, fmt.Errorf("txnode: table %q partition %d: %w", parted, st.Cluster.Partition, err)
 		}

@@ -206,7 +206,7 @@ func TestClosurePanicRollsBack(t *testing.T) {
 	for _, wb := range []Durability{Durable, WriteBack} {
 		t.Run(map[Durability]string{Durable: "durable", WriteBack: "writeback"}[wb], func(t *testing.T) {
 			// 64 KiB: 13 frames of 64-byte rows. Rows on 40 pages.
-			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: MinCacheBytes, CacheWait: 10 * time.Second})
+			db := openEmbedded(t, "", Options{Durability: wb, CacheBytes: minCacheBytes, CacheWait: 10 * time.Second})
 			tb := newTable(t, ctx, db, "p", 64)
 			ids := insertRows(t, db, tb, 40*64)
 			require.NoError(t, db.pipe.flush(ctx))

@@ -288,7 +288,7 @@ func TestFillKeepsNewerRow(t *testing.T) {
 // earlier inserts into it reached the store: the new frame must not claim the page empty.
 // (It did: a fresh frame was made with every slot valid and absent, hiding the earlier rows.)
 func TestInsertAfterEviction(t *testing.T) {
-	eachConfig(t, openConfigs(t), Options{CacheBytes: MinCacheBytes}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t), Options{CacheBytes: minCacheBytes}, func(t *testing.T, db *DB) {
 		ctx := context.Background()
 		a, err := db.CreateTable(ctx, "a", 64)
 		require.NoError(t, err)
@@ -333,7 +333,7 @@ func TestFarIDs(t *testing.T) {
 	var a, b *Table
 	for _, x := range tabs {
 		for _, y := range tabs {
-			if x != y && y.ID()&x.ID() == x.ID() {
+			if x != y && y.t.id&x.t.id == x.t.id {
 				a, b = x, y
 			}
 		}
@@ -341,7 +341,7 @@ func TestFarIDs(t *testing.T) {
 	require.NotNil(t, a)
 	bid, err := b.Insert(ctx, u64Row(64, 42))
 	require.NoError(t, err)
-	far := uint64(b.ID()&^a.ID()) << 32 * 64
+	far := uint64(b.t.id&^a.t.id) << 32 * 64
 	buf := make([]byte, 64)
 	for _, id := range []uint64{far, far + 1, 1 << 62, ^uint64(0)} {
 		require.ErrorIs(t, a.Get(ctx, id, buf), ErrNotFound, "id %d", id)

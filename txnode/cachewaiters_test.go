@@ -16,7 +16,7 @@ import (
 // once in 20 runs after the page-table slots grew to 32 bytes). Fails on main f769063: the
 // second waiter waits instead of being sent back.
 func TestWaitersLeaveAFrame(t *testing.T) {
-	c := newPageCache(MinCacheBytes, time.Minute)
+	c := newPageCache(minCacheBytes, time.Minute)
 	cost := frameCost(64)
 	frames := int64(0)
 	for c.canHold(frames+1, (frames+1)*cost) {

@@ -17,7 +17,7 @@ import (
 	"github.com/weftdb/weft/txnode/store"
 )
 
-// memGrants is an in-memory Grants and, for the storage engine, the GrantVerifier that
+// memGrants is an in-memory txncoord.Grants and, for the storage engine, the GrantVerifier that
 // agrees with it: the owner keys etcd would hold. cluster/fencetest runs the real ones.
 type memGrants struct {
 	mu        sync.Mutex
@@ -114,9 +114,9 @@ func grantStore(t *testing.T, owner uint64) (*memGrants, store.Store) {
 	return g, st
 }
 
-// A cluster-managed table is served under the grant Options.Grants gives (registered with
+// A cluster-managed table is served under the grant the node's grants give (registered with
 // the store, which verifies it): its ids are its partition's, and once the grant's check
-// fails, cached reads and writes fail with ErrLeaseExpired. Without Options.Grants the
+// fails, cached reads and writes fail with ErrLeaseExpired. Without grants (txncoord.Open's) the
 // table does not open.
 func TestClusterTableServedUnderGrant(t *testing.T) {
 	ctx := context.Background()
@@ -131,12 +131,12 @@ func TestClusterTableServedUnderGrant(t *testing.T) {
 
 	plain := openDB(t, ctx, Options{Store: st, OwnerID: owner})
 	_, err = plain.Table(ctx, base.PartitionTableName("acct", 2))
-	require.ErrorContains(t, err, "Options.Grants")
+	require.ErrorContains(t, err, "this node has none")
 	require.NoError(t, plain.Close(ctx))
 
 	st, err = store.OpenEmbedded(storenode.Options{Dir: dir, Sync: storenode.SyncNone, GrantVerifier: g})
 	require.NoError(t, err)
-	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	tb := openTable(t, ctx, db, base.PartitionTableName("acct", 2))
 	require.EqualValues(t, 1, g.calls.Load())
@@ -179,7 +179,7 @@ func TestClusterGrantFencedAtRegistrationRetried(t *testing.T) {
 	g.mu.Lock()
 	g.owner, g.staleNext = owner, 5
 	g.mu.Unlock()
-	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g})
 	tb, err := db.Table(ctx, base.PartitionTableName("acct", 0))
 	require.NoError(t, err, "the fenced grant was released and a new one taken")
 	require.EqualValues(t, 3, g.calls.Load())
@@ -201,7 +201,7 @@ func TestClusterTableFencedByStoreStopsServing(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
 			g, st, name, table := grantStoreAcct(t, ctx, owner)
-			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
+			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g})
 			defer db.Close(ctx)
 			tb := openTable(t, ctx, db, name)
 			// A page of rows: the next insert needs ids of a page of its own (an id grant),
@@ -238,7 +238,7 @@ func TestDropClusterTableReleasesGrant(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
 	g, st := grantStore(t, owner)
-	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	tb, _ := acctTable(t, ctx, db)
 	insertRow(t, ctx, tb, row(1))
@@ -281,7 +281,7 @@ func TestCloseDuringClusterOpenReleasesGrant(t *testing.T) {
 	_, err := es.CreateClusterTable(ctx, name, 64, base.ClusterLayout{Partitions: 1, StripePages: 1})
 	require.NoError(t, err)
 	cs := &closingStore{Store: es, acquired: make(chan struct{}), closing: make(chan struct{})}
-	db := openDB(t, ctx, Options{Store: cs, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: cs, OwnerID: owner, grants: g})
 	opened := make(chan error, 1)
 	go func() {
 		_, err := db.Table(ctx, name)
@@ -304,7 +304,7 @@ func TestClusterTableReaderHearsStoreFence(t *testing.T) {
 			ctx := context.Background()
 			const owner, other = 0x42, 0x43
 			g, st, name, table := grantStoreAcct(t, ctx, owner)
-			db, tick, renewed := openRenewing(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
+			db, tick, renewed := openRenewing(t, ctx, Options{Store: st, OwnerID: owner, grants: g})
 			defer db.Close(ctx)
 			tb := openTable(t, ctx, db, name)
 			id := insertRow(t, ctx, tb, row(7))

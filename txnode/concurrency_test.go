@@ -134,7 +134,7 @@ func TestLatePinKeepsCommittedRow(t *testing.T) {
 		}
 		t.Run(cfg.name, func(t *testing.T) {
 			ctx := context.Background()
-			db := cfg.opener(t)(Options{CacheBytes: MinCacheBytes})
+			db := cfg.opener(t)(Options{CacheBytes: minCacheBytes})
 			x := newTable(t, ctx, db, "x", 64)
 			y := newTable(t, ctx, db, "y", 64)
 			first, err := x.Insert(ctx, u64Row(64, 1)) // the grant, and page 0 in the cache
@@ -557,7 +557,7 @@ func TestLockedRowReadHonoursContext(t *testing.T) {
 // (here an hour) although its context ended long before.
 func TestCacheWaitHonoursContext(t *testing.T) {
 	ctx := context.Background()
-	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Hour})
+	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: minCacheBytes, CacheWait: time.Hour})
 	x := newTable(t, ctx, db, "x", 64)
 	ids := insertRows(t, db, x, 64*40)
 	var sets []*PinSet

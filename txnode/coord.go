@@ -13,7 +13,9 @@ import (
 // txnode's own API is what a game uses. Each field calls one unexported function or method;
 // the handles' state (coordbridge.Part, Turn, Durable) is txncoord's, worked on in place.
 func init() {
-	coordbridge.Set(&coordbridge.Funcs[DB, Table, Tx, Row]{
+	coordbridge.Set(&coordbridge.Funcs[DB, Table, Tx, Row, Options]{
+		Open: openWithGrants,
+
 		DecideTxn: (*DB).decideTxn,
 		ApplyTxn:  (*DB).applyTxn,
 		CreateClusterTable: func(db *DB, ctx context.Context, table string, rowBytes int, layout base.ClusterLayout) (*Table, error) {
@@ -58,5 +60,11 @@ func init() {
 		Opened:       (*DB).opened,
 		Supersede:    (*Table).supersede,
 		Same:         func(a, b *Table) bool { return a != nil && b != nil && a.t == b.t },
+
+		Forget:  (*Table).forget,
+		TableID: func(t *Table) uint32 { return t.t.id },
+		TableDB: func(t *Table) *DB { return t.db },
+
+		CacheBytes: cacheBytes,
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/logicpage"
+	"github.com/weftdb/weft/txnode/internal/coordbridge"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -110,7 +111,7 @@ type tableState struct {
 	rowBytes int
 
 	epoch atomic.Uint64
-	// grantCheck, for a cluster-managed table, is its etcd grant's check (Options.Grants),
+	// grantCheck, for a cluster-managed table, is its etcd grant's check (txncoord.Open's grants),
 	// in place of leaseUntil, and grantRelease gives the grant up (Close); nil for a local
 	// table. Set before the table is shared.
 	grantCheck   func() error
@@ -139,8 +140,9 @@ type tableState struct {
 	// held closes the table to new commits while a partition move flushes what was
 	// admitted before (txncoord.HoldWrites; hold.go); set and read as dropping is.
 	held atomic.Bool
-	// forgotten is set while Table.Forget forgets this state and for good once it did
-	// (forget.go): its commits fail with ErrForgotten, and its reads too once dropped is set.
+	// forgotten is set while forget (txncoord.Forget) forgets this state and for good once
+	// it did (forget.go): its commits fail with ErrForgotten, and its reads too once dropped
+	// is set.
 	forgotten atomic.Bool
 	// superseded is set, for good, once another table serves this one's partition
 	// (txncoord.Supersede: a cluster node moved it, or healed it onto a new transaction
@@ -224,7 +226,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		rs.onBack = db.renewSoon
 		rs.mu.Unlock()
 	}
-	if db.info.Lease > 0 || opts.Grants != nil {
+	if db.info.Lease > 0 || opts.grants != nil {
 		db.bg.Add(1)
 		go db.renewLeases()
 	}
@@ -250,8 +252,15 @@ func (db *DB) Close(ctx context.Context) error {
 	return db.closeErr
 }
 
-// Owner returns this node's owner id.
-func (db *DB) Owner() uint64 { return db.owner }
+// openWithGrants is Open of a cluster's transaction node, whose cluster-managed tables are
+// served under g's etcd grants (txncoord.Open).
+func openWithGrants(ctx context.Context, opts Options, g coordbridge.Grants) (*DB, error) {
+	if g == nil {
+		return nil, errors.New("txncoord: Open without grants (a node without a cluster: txnode.Open)")
+	}
+	opts.grants = g
+	return Open(ctx, opts)
+}
 
 // CreateTable creates a table of rowBytes-byte rows (8..4096, a multiple of 8) and takes its
 // write ownership.
@@ -287,7 +296,7 @@ func (db *DB) Table(ctx context.Context, name string) (*Table, error) {
 
 // createClusterTable creates a cluster-managed table holding partition layout.Partition of
 // the partitioned table table (its name at the store: base.PartitionTableName) and
-// takes its write ownership through Options.Grants (txncoord.CreateClusterTable).
+// takes its write ownership through the node's grants (txncoord.CreateClusterTable).
 func (db *DB) createClusterTable(ctx context.Context, table string, rowBytes int, layout base.ClusterLayout) (*Table, error) {
 	if db.closed.Load() {
 		return nil, ErrClosed
@@ -313,7 +322,7 @@ func (db *DB) freshNow(key uint64) uint64 {
 
 // TableInfo describes a table as the store knows it (DB.Tables).
 type TableInfo struct {
-	// ID is the table's id in the store (Table.ID).
+	// ID is the table's id in the store.
 	ID   uint32
 	Name string
 	// RowBytes is the row size.

@@ -5,7 +5,8 @@
 // (package txnode/store, which documents the seam: who calls what, buffers, errors), so every
 // test and benchmark runs both ways; a game server needs nothing from that package. The
 // cluster coordinator's surface (two-phase commit, durable reads of unowned partitions, held
-// writes, the cache turn; package cluster/node) is package txnode/txncoord.
+// writes, the cache turn, forgetting a table; package cluster/node) is package
+// txnode/txncoord.
 //
 // # Using it
 //
@@ -63,7 +64,7 @@
 //     (ErrPinBudget); batches in flight by InflightBytes.
 //   - A node owns the tables it opens: (owner, epoch) and a lease renewed every quarter lease;
 //     it stops serving a table at three quarters of a lease unrenewed. Cluster tables are
-//     owned under an etcd grant (Options.Grants) instead. A fenced grant is latched.
+//     owned under an etcd grant (txncoord.Open) instead. A fenced grant is latched.
 //   - One incarnation per owner id: another Open with the same OwnerID gets ErrOwnerInUse
 //     until the first closed or was silent for a lease.
 //   - After a commit batch fails the node stops committing; the DB must be reopened. A WAL

@@ -17,7 +17,7 @@ func TestDurableTable(t *testing.T) {
 	ctx := context.Background()
 	const owner = 0x42
 	g, st := grantStore(t, owner)
-	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g})
+	db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	layout := base.ClusterLayout{Partitions: 2, StripePages: 1, Partition: 1}
 	name := base.PartitionTableName("acct", 1)

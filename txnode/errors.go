@@ -4,15 +4,17 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode/store"
 )
 
-// Errors of the transaction node. Errors of the storage node arrive as its own sentinels
-// (storenode.ErrTableNotFound, ErrFenced, corrupt.ErrCorruption, ...), for the embedded and the
-// remote store alike: an embedded engine's read "storenode: ...", and one that crossed TCP
-// carries its wire code, so errors.Is matches the same sentinel either way. The ones a game
-// server meets most are re-exported here.
+// Errors of the transaction node, and of the storage node as a game server meets them: every
+// error a game handles is one of these (no need to import storenode). The storage node's
+// arrive as its own sentinels, for the embedded and the remote store alike: an embedded
+// engine's read "storenode: ...", and one that crossed TCP carries its wire code, so
+// errors.Is matches the same sentinel either way.
 var (
 	// ErrNotFound is returned for a row id that holds no row.
 	ErrNotFound = errors.New("txnode: row not found")
@@ -22,8 +24,10 @@ var (
 	// ErrClosed is returned by every call after Close (and by one that raced Close into the
 	// store: the store's own error wraps it, store.ErrClosed).
 	ErrClosed = store.ErrClosed
-	// ErrRowSize is returned for a row whose length is not its table's row size.
-	ErrRowSize = errors.New("txnode: row size does not match the table")
+	// ErrRowSize is returned for a row (or a buffer, or a codec) whose length is not its
+	// table's row size, and by CreateTable for a row size outside 8..4096 or not a multiple of
+	// 8 (the store's error, which it matches under errors.Is).
+	ErrRowSize = base.NewSentinel(base.CodeBadRowSize, "txnode: row size does not match the table")
 	// ErrTableOwned is returned by Open or CreateTable when another transaction node holds
 	// the table's write ownership.
 	ErrTableOwned = storenode.ErrTableOwned
@@ -99,8 +103,15 @@ var (
 	// node; nothing acknowledged is lost.
 	ErrFailStop = storenode.ErrFailStop
 	// ErrTooManyTables is returned by CreateTable when the embedded store holds its most tables
-	// (a storage node over TCP answers it as busy).
+	// (a storage node over TCP answers it as ErrBusy).
 	ErrTooManyTables = storenode.ErrTooManyTables
+	// ErrBusy is matched by a refusal at one of the storage node's limits, to retry later:
+	// ErrTooManyTables and ErrTxnBusy as a storage node over TCP answers them, and its other
+	// bounds (a grant it could not verify in etcd yet, its requests in flight).
+	ErrBusy = base.ErrBusy
+	// ErrCorruption is matched by every checksum or format failure the store reports (a page
+	// or WAL record on disk, a frame on the wire): the row is never returned as data.
+	ErrCorruption = corrupt.ErrCorruption
 )
 
 // The storage node's sentinels this package checks for but does not re-export: the same

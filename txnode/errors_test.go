@@ -13,8 +13,9 @@ import (
 )
 
 // TestStoreErrorsReadRight: the store's errors a game meets match txnode's re-exported
-// sentinels (ErrTableExists, ErrTableNotFound) and storenode's under errors.Is, embedded and
-// over TCP (wire codes) alike, and an embedded store's never read as the wire's ("sgio: ...").
+// sentinels (ErrTableExists, ErrTableNotFound, ErrBadName, ErrRowSize) and storenode's under
+// errors.Is, embedded and over TCP (wire codes) alike, and an embedded store's never read as
+// the wire's ("sgio: ...").
 func TestStoreErrorsReadRight(t *testing.T) {
 	ctx := context.Background()
 	for _, cfg := range openConfigs(t) {
@@ -44,6 +45,9 @@ func TestStoreErrorsReadRight(t *testing.T) {
 			if embedded {
 				require.NotContains(t, err.Error(), "sgio")
 			}
+			_, err = db.CreateTable(ctx, "odd", 7)
+			require.ErrorIs(t, err, storenode.ErrRowSize)
+			require.ErrorIs(t, err, ErrRowSize)
 		})
 	}
 }
@@ -75,6 +79,8 @@ func TestGameErrorsExported(t *testing.T) {
 		{ErrTxnLocked, storenode.ErrTxnLocked}, {ErrTxnDecided, storenode.ErrTxnDecided},
 		{ErrBadName, storenode.ErrBadName}, {ErrLocked, storenode.ErrLocked}, {ErrOldFormat, storenode.ErrOldFormat},
 		{ErrFailStop, storenode.ErrFailStop}, {ErrTooManyTables, storenode.ErrTooManyTables},
+		{ErrRowSize, storenode.ErrRowSize}, {ErrBusy, storenode.ErrTooManyTables}, {ErrBusy, storenode.ErrTxnBusy},
+		{ErrCorruption, storenode.ErrMalformed},
 	} {
 		require.ErrorIs(t, c.theirs, c.ours)
 		require.ErrorIs(t, fmt.Errorf("wrapped: %w", c.theirs), c.ours)

@@ -31,22 +31,22 @@ import (
 //   - the grant is released after the flush (a late write of this node's never reaches the
 //     store under it: the table takes no more commits), so another node's grant, taken
 //     once it is released, is never fenced by one of this node's batches. A caller that
-//     releases the grant itself (or must keep it) says so through its Options.Grants'
-//     release function, which ForgetTable calls with its ctx.
+//     releases the grant itself (or must keep it) says so through its grants'
+//     release function, which forget calls with its ctx.
 //
 // The failed ranges (failRanges) and held batches are versions, not tables: a forgotten
 // table's rows in them are dropped with its frames, and the next state's are fetched again
 // (fill stamps fresh versions once a batch failed), so nothing there changes.
 
 // ErrForgotten is wrapped by the errors of a handle or transaction of a table this node
-// forgot (DB.ForgetTable, Table.Forget) since it was opened: open the table again (DB.Table)
-// to acquire it afresh. It also wraps ErrLeaseExpired: the node stopped trusting its
-// ownership through that handle.
+// forgot since it was opened (txncoord.Forget: a cluster node released the partition or
+// lost its grant): open the table again (DB.Table) to acquire it afresh. It also wraps
+// ErrLeaseExpired: the node stopped trusting its ownership through that handle.
 var ErrForgotten = errors.New("txnode: table forgotten by this node")
 
-// ForgetTable forgets the table name (Table.Forget on its current state): a no-op for a
-// table this node has not opened (or forgot already).
-func (db *DB) ForgetTable(ctx context.Context, name string) error {
+// forgetTable forgets the table name (forget on its current state): a no-op for a table
+// this node has not opened (or forgot already).
+func (db *DB) forgetTable(ctx context.Context, name string) error {
 	if db.closed.Load() {
 		return ErrClosed
 	}
@@ -59,31 +59,15 @@ func (db *DB) ForgetTable(ctx context.Context, name string) error {
 	return db.forget(ctx, t)
 }
 
-// Forget makes the node forget t's table: it closes the table to new commits (they fail
-// with ErrForgotten), waits until every commit admitted before is durable at the store
-// (in WriteBack mode it flushes them first), then drops the table's cached frames and pin,
-// forgets its state and releases its grant (a cluster-managed table's etcd grant, through
-// Options.Grants' release function, called with ctx; a local table's lease is left to lapse
-// at the store), dropping nothing at the store. From then on every call of t and of the
-// other handles of that state, and of transactions that touched it, fails with an error
-// wrapping ErrForgotten (and ErrLeaseExpired), and the next DB.Table of the name acquires
-// the table afresh: a new state, under a grant taken anew (Options.Grants returns the one
-// it still holds, if it does), its rows fetched from the store again.
-//
-// When the flush fails (ctx ends, the commit pipeline failed), or ctx ends before the state
-// is forgotten, nothing is forgotten: the table takes commits again and Forget returns the
-// error. When the grant's release fails, the table is forgotten all the same and Forget
-// returns the release's error, wrapped. Forgetting a state forgotten already (or whose
-// table was dropped) is a no-op. Writes of t still running are not waited for: one that
-// commits after the close fails. Any goroutine may call it.
-func (t *Table) Forget(ctx context.Context) error {
+// forget makes the node forget t's table: txncoord.Forget, whose doc states the contract.
+func (t *Table) forget(ctx context.Context) error {
 	if t.db.closed.Load() {
 		return ErrClosed
 	}
 	return t.db.forget(ctx, t.t)
 }
 
-// forget is Forget of state t (see above), one at a time in the DB: a forget that failed
+// forget is Table.forget of state t (see above), one at a time in the DB: a forget that failed
 // reopens the table to commits, which must not undo the close of another one flushing (its
 // flush would not cover the commits admitted since, and in WriteBack their frames would be
 // dropped unwritten).

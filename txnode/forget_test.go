@@ -24,7 +24,7 @@ func acctTable(t testing.TB, ctx context.Context, db *DB) (*Table, string) {
 	return tb, base.PartitionTableName("acct", 0)
 }
 
-// Table.Forget gives one table's state up and nothing at the store: every acknowledged
+// Forget (txncoord.Forget) gives one table's state up and nothing at the store: every acknowledged
 // commit is durable first (in WriteBack, with a flush period that never comes, only the
 // forget's flush writes them), the grant is released, the old handle, its pin and a
 // transaction that touched it fail with ErrForgotten, and the next open takes a new grant,
@@ -35,7 +35,7 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 			ctx := context.Background()
 			const owner = 0x42
 			g, st := grantStore(t, owner)
-			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, Grants: g, Durability: mode, FlushInterval: time.Hour})
+			db := openDB(t, ctx, Options{Store: st, OwnerID: owner, grants: g, Durability: mode, FlushInterval: time.Hour})
 			defer db.Close(ctx)
 			tb, name := acctTable(t, ctx, db)
 			var ids []uint64
@@ -50,7 +50,7 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 			require.NoError(t, tx.Get(tb, ids[1], dst))
 			require.NoError(t, tx.Put(tb, ids[1], row(7)))
 
-			require.NoError(t, tb.Forget(ctx))
+			require.NoError(t, tb.forget(ctx))
 			require.EqualValues(t, 1, g.releases.Load(), "the forgotten table's grant is released")
 			g.mu.Lock()
 			_, held := g.keys["acct/0"]
@@ -70,8 +70,8 @@ func TestForgetTableOpensAfresh(t *testing.T) {
 			require.ErrorIs(t, err, ErrForgotten)
 			require.ErrorIs(t, tb.Pin(ctx), ErrForgotten)
 			require.False(t, tb.Stats().Pinned, "the pin went with the state")
-			require.NoError(t, tb.Forget(ctx), "forgetting a forgotten state is a no-op")
-			require.NoError(t, db.ForgetTable(ctx, name), "and so is a table not open")
+			require.NoError(t, tb.forget(ctx), "forgetting a forgotten state is a no-op")
+			require.NoError(t, db.forgetTable(ctx, name), "and so is a table not open")
 			require.EqualValues(t, 1, g.releases.Load())
 
 			misses := db.Stats().PageMisses
@@ -103,10 +103,10 @@ func forgottenAcct(t *testing.T, ctx context.Context) (db *DB, g *memGrants, hs 
 	const owner = 0x42
 	g, st := grantStore(t, owner)
 	hs = newHeldReadStore(st)
-	db = openDB(t, ctx, Options{Store: hs, OwnerID: owner, Grants: g})
+	db = openDB(t, ctx, Options{Store: hs, OwnerID: owner, grants: g})
 	tb, name = acctTable(t, ctx, db)
 	x = insertRow(t, ctx, tb, row(1))
-	require.NoError(t, tb.Forget(ctx))
+	require.NoError(t, tb.forget(ctx))
 	return db, g, hs, tb, name, x
 }
 
@@ -127,7 +127,7 @@ func TestForgetTableConcurrentReader(t *testing.T) {
 	held := make([]byte, 64)
 	go func() { got <- tb2.Get(ctx, x, held) }()
 	recvWithin(t, hs.entered, "the held fetch")
-	require.NoError(t, tb2.Forget(ctx))
+	require.NoError(t, tb2.forget(ctx))
 	tb3 := openTable(t, ctx, db, name)
 	require.NoError(t, tb3.Put(ctx, x, row(2)))
 	close(hs.release)
@@ -178,7 +178,7 @@ func TestForgetTableConcurrentReader(t *testing.T) {
 		}()
 	}
 	for i := range 30 {
-		require.NoError(t, cur.Load().Forget(ctx))
+		require.NoError(t, cur.Load().forget(ctx))
 		next := openTable(t, ctx, db, name)
 		v := uint64(3 + i)
 		require.NoError(t, next.Put(ctx, x, row(v)))
@@ -235,7 +235,7 @@ func gatedAcct(t *testing.T, ctx context.Context) (db *DB, gs *forgetGateStore, 
 	const owner = 0x42
 	g, st := grantStore(t, owner)
 	gs = newForgetGateStore(st)
-	db = openDB(t, ctx, Options{Store: gs, OwnerID: owner, Grants: g, Durability: WriteBack, FlushInterval: time.Hour})
+	db = openDB(t, ctx, Options{Store: gs, OwnerID: owner, grants: g, Durability: WriteBack, FlushInterval: time.Hour})
 	tb, name = acctTable(t, ctx, db)
 	x = insertRow(t, ctx, tb, row(1))
 	require.NoError(t, db.Flush(ctx))
@@ -256,7 +256,7 @@ func TestForgetReopenedByFailedDropTableLosesAckedWrite(t *testing.T) {
 	defer db.Close(ctx)
 	gs.armed.Store(true)
 	forgot := make(chan error, 1)
-	go func() { forgot <- tb.Forget(ctx) }()
+	go func() { forgot <- tb.forget(ctx) }()
 	recvWithin(t, gs.entered, "the forget's flush at the store")
 
 	cctx, cancel := context.WithCancel(ctx)
@@ -293,7 +293,7 @@ func TestPinInFlightAcrossForgetNotErrForgotten(t *testing.T) {
 	pinned := make(chan error, 1)
 	go func() { pinned <- tb.Pin(ctx) }()
 	recvWithin(t, hs.entered, "the Pin's fetch at the store")
-	require.NoError(t, tb.Forget(ctx))
+	require.NoError(t, tb.forget(ctx))
 	close(hs.release)
 	err := recvWithin(t, pinned, "the Pin")
 	require.Error(t, err)
@@ -316,7 +316,7 @@ func TestFailedForgetReopensTableBeingDropped(t *testing.T) {
 	// The flusher waits in the store: the forget's flush cannot even cut, and gives up
 	// when its ctx ends.
 	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	require.Error(t, tb.Forget(fctx), "a Forget whose flush cannot finish")
+	require.Error(t, tb.forget(fctx), "a Forget whose flush cannot finish")
 	cancel()
 	perr := tb.Put(ctx, x, row(3))
 	close(gs.gate)

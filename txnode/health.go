@@ -34,6 +34,3 @@ func (db *DB) outageC() <-chan struct{} {
 	}
 	return db.remote.outageC()
 }
-
-// DB returns the transaction node the table belongs to: a Tx uses only tables of its own DB.
-func (t *Table) DB() *DB { return t.db }

@@ -147,7 +147,7 @@ func TestIdleNodeKeepsItsOwnerID(t *testing.T) {
 }
 
 // TestOwnerInUseWaitFollowsTheStorageNodesLease: Open's default wait for an owner id in use
-// is the storage node's own lease plus OwnerInUseMargin, read from its hello reply. Found in
+// is the storage node's own lease plus ownerInUseMargin, read from its hello reply. Found in
 // review (issue 10): it was the default lease (10 s) plus the margin whatever the node's
 // --lease, so against a node with a longer lease a restart right after a crash gave up
 // before the dead incarnation's lease had run out.
@@ -162,5 +162,5 @@ func TestOwnerInUseWaitFollowsTheStorageNodesLease(t *testing.T) {
 	defer a.Close(ctx)
 	_, err := Open(ctx, Options{StoreAddr: addr, OwnerID: 92})
 	require.ErrorIs(t, err, ErrOwnerInUse)
-	require.ErrorContains(t, err, fmt.Sprintf("gave up after %v", lease+OwnerInUseMargin))
+	require.ErrorContains(t, err, fmt.Sprintf("gave up after %v", lease+ownerInUseMargin))
 }

@@ -29,7 +29,7 @@ func testIdentityLost(t *testing.T, first string) {
 	const owner = 0x42
 	g := &memGrants{keys: map[string][2]uint64{}, owner: owner, rev: 10}
 	addr, _ := startStorageNodeWith(t, storenode.Options{Dir: t.TempDir(), Sync: storenode.SyncNone, GrantVerifier: g})
-	db, tick, renewed := openRenewing(t, ctx, Options{StoreAddr: addr, OwnerID: owner, Grants: g})
+	db, tick, renewed := openRenewing(t, ctx, Options{StoreAddr: addr, OwnerID: owner, grants: g})
 	defer db.Close(ctx)
 	tb, _ := acctTable(t, ctx, db)
 	id := insertRow(t, ctx, tb, row(1))

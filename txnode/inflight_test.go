@@ -168,7 +168,7 @@ func TestTinyCacheAsyncInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
-	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: 2 * time.Minute})
+	db := openDB(t, ctx, Options{Store: fs, CacheBytes: minCacheBytes, CacheWait: 2 * time.Minute})
 	defer closeFlightDB(t, fs, db)
 	const pages, workers = 48, 4
 	tb, ids := flushedPages(t, ctx, db, pages)
@@ -331,7 +331,7 @@ func TestEvictedInFlightLinearizable(t *testing.T) {
 				under = newLocalStore(t, "")
 			}
 			fs := newFlightStore(t, under)
-			db, err := Open(ctx, Options{Store: fs, OwnerID: owner, CacheBytes: MinCacheBytes, CacheWait: time.Minute,
+			db, err := Open(ctx, Options{Store: fs, OwnerID: owner, CacheBytes: minCacheBytes, CacheWait: time.Minute,
 				Durability: mode, FlushInterval: time.Millisecond, FullPageIO: c.fullPage})
 			require.NoError(t, err)
 			defer closeFlightDB(t, fs, db)

@@ -21,14 +21,14 @@ func leaseUsable(lease time.Duration) time.Duration { return lease * 3 / 4 }
 
 // renewLeases keeps every owned table's lease alive (remote stores only) and re-registers
 // each cluster-managed table's etcd grant with its store (renewGrant): every quarter lease
-// (GrantRecheckInterval for an embedded store, whose grants never expire) it starts a
+// (grantRecheckInterval for an embedded store, whose grants never expire) it starts a
 // renewal of each table that has none running, each on a goroutine of its own, so a slow
 // renewal delays no other table's.
 func (db *DB) renewLeases() {
 	defer db.bg.Done()
 	period := db.info.Lease / 4
 	if period <= 0 {
-		period = GrantRecheckInterval
+		period = grantRecheckInterval
 	}
 	tickC := db.opts.renewTick
 	if tickC == nil {
@@ -97,10 +97,10 @@ func (db *DB) outageErr(err error) bool {
 	return db.remote != nil && (errors.Is(err, ErrUnavailable) || db.remote.disconnected())
 }
 
-// GrantRecheckInterval is how often a transaction node over an embedded store re-registers
+// grantRecheckInterval is how often a transaction node over an embedded store re-registers
 // the etcd grant of each cluster-managed table it serves (over a storage node: every quarter
 // of the storage node's lease, with the lease renewals).
-const GrantRecheckInterval = time.Second
+const grantRecheckInterval = time.Second
 
 // renewGrant re-registers t's etcd grant (cluster-managed t) with the store once, on its own
 // goroutine (renewLeases), so a node that only reads the table hears of a store-side fence

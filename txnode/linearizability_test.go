@@ -218,7 +218,7 @@ func linSize(ciOps int) (clients, ops int) {
 }
 
 // linFillerPages is how many pages of other rows the noise reader walks: more than a
-// MinCacheBytes cache holds, so the keys' pages are evicted and fetched again under the
+// minCacheBytes cache holds, so the keys' pages are evicted and fetched again under the
 // clients (misses and fills racing with writes).
 const linFillerPages = 32
 
@@ -292,7 +292,7 @@ func TestLinearizabilityEmbedded(t *testing.T) {
 			dir := t.TempDir()
 			ctx := context.Background()
 			db, err := Open(ctx, Options{Dir: dir, SyncMode: "none", Durability: mode, FlushInterval: time.Millisecond,
-				CacheBytes: MinCacheBytes, CacheWait: 10 * time.Second})
+				CacheBytes: minCacheBytes, CacheWait: 10 * time.Second})
 			require.NoError(t, err)
 			tb, keys, filler := linSetUp(t, db)
 			rec := &linRecorder{}
@@ -345,7 +345,7 @@ func linKilledStore(t *testing.T, mode Durability) {
 	node := startNodeProc(t, dir, addr)
 	defer func() { node.kill() }()
 	const owner = 4242
-	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: MinCacheBytes, Durability: mode,
+	db, err := Open(ctx, Options{StoreAddr: addr, OwnerID: owner, CacheBytes: minCacheBytes, Durability: mode,
 		FlushInterval: time.Millisecond, CacheWait: 10 * time.Second, RequestTimeout: 30 * time.Second})
 	require.NoError(t, err)
 	tb, keys, filler := linSetUp(t, db)

@@ -1,10 +1,10 @@
 package txnode
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
+	"github.com/weftdb/weft/txnode/internal/coordbridge"
 	"github.com/weftdb/weft/txnode/store"
 )
 
@@ -43,21 +43,25 @@ const (
 	WriteBack
 )
 
-// Defaults of Options.
+// DefaultMaxRetries is Options.MaxRetries' default: how often DB.Update runs its closure on
+// conflicts. A retry loop of the caller's own over Begin and Commit (package hashindex's)
+// bounds its attempts by it.
+const DefaultMaxRetries = 64
+
+// Defaults of the other Options fields (their docs give the values).
 const (
-	DefaultCacheBytes     = 64 << 20
-	DefaultFlushInterval  = 20 * time.Millisecond
-	DefaultMaxRetries     = 64
-	DefaultCacheWait      = 2 * time.Second
-	DefaultInflightBytes  = 8 << 20
-	DefaultRequestTimeout = 10 * time.Second
-	DefaultDialTimeout    = 5 * time.Second
-	// OwnerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
+	defaultCacheBytes     = 64 << 20
+	defaultFlushInterval  = 20 * time.Millisecond
+	defaultCacheWait      = 2 * time.Second
+	defaultInflightBytes  = 8 << 20
+	defaultRequestTimeout = 10 * time.Second
+	defaultDialTimeout    = 5 * time.Second
+	// ownerInUseMargin is added to a lease for the ErrOwnerInUse retries: the storage node
 	// measures the holder's silence on its own clock, from its last renewal.
-	OwnerInUseMargin       = 2 * time.Second
-	DefaultStoreCacheBytes = 256 << 20
-	// MinCacheBytes is the smallest logical page cache.
-	MinCacheBytes = 64 << 10
+	ownerInUseMargin       = 2 * time.Second
+	defaultStoreCacheBytes = 256 << 20
+	// minCacheBytes is the smallest logical page cache.
+	minCacheBytes = 64 << 10
 )
 
 // Options configure Open. Zero fields take their defaults. The fields come in groups, each for
@@ -68,8 +72,10 @@ const (
 //     InflightBytes, MaxRetries, OwnerID, Logger;
 //   - the embedded store only: SyncMode, StoreCacheBytes;
 //   - a storage node over TCP only: Secret, DialTimeout, RequestTimeout, OwnerInUseWait;
-//   - a cluster only: Grants;
 //   - benchmarks only: FullPageIO.
+//
+// A cluster's transaction nodes, which own partitions under etcd grants, are opened by its
+// coordinator (package cluster/node, through txncoord.Open), not by the game.
 type Options struct {
 	// Where the rows are: exactly one of Dir, StoreAddr and Store.
 
@@ -87,12 +93,12 @@ type Options struct {
 	// Durability is Durable (default) or WriteBack: see Durability for what a crash or a
 	// missing Close loses in each.
 	Durability Durability
-	// FlushInterval is WriteBack's flush period. 0: DefaultFlushInterval (20 ms).
+	// FlushInterval is WriteBack's flush period. 0: 20 ms.
 	FlushInterval time.Duration
 	// CacheBytes is the hard budget of the logical page cache, in bytes: frames, their
 	// metadata, the page table and a fixed part (docs/txnode-concurrency.md, "The cache
-	// budget"). 0: DefaultCacheBytes (64 MiB); below MinCacheBytes (64 KiB, which holds 11
-	// pages of 64-byte rows): MinCacheBytes.
+	// budget"). 0: 64 MiB; below 64 KiB (the least, which holds 11 pages of 64-byte
+	// rows): 64 KiB.
 	CacheBytes int64
 	// PinBytes bounds what the table pins (Table.Pin) may hold of the cache, in bytes, at
 	// frameCost a page; DB.Pin's page ranges do not count. 0: half of CacheBytes; negative: no
@@ -102,12 +108,12 @@ type Options struct {
 	// CacheWait bounds how long a request waits for a frame when every frame is pinned or
 	// dirty, then fails with ErrCacheFull (its context may end the wait sooner), and how long
 	// DB.Update retries a transaction that found the cache full while it held pages.
-	// 0: DefaultCacheWait (2 s).
+	// 0: 2 s.
 	CacheWait time.Duration
 	// InflightBytes bounds what the commit batches not yet acknowledged hold, in bytes: their
 	// rows plus about 100 bytes a page segment. A commit that would pass it waits (its context
 	// ends the wait, nothing applied); one larger is admitted alone. 0 or negative:
-	// DefaultInflightBytes (8 MiB). docs/txnode-concurrency.md, "Rows in flight and eviction".
+	// 8 MiB. docs/txnode-concurrency.md, "Rows in flight and eviction".
 	InflightBytes int64
 	// MaxRetries bounds how often DB.Update runs its closure on conflicts.
 	// 0: DefaultMaxRetries (64).
@@ -124,7 +130,7 @@ type Options struct {
 	// SyncMode is the embedded store's WAL sync mode: "always" (default) or "none".
 	SyncMode string
 	// StoreCacheBytes is the embedded store's disk page cache, in bytes.
-	// 0: DefaultStoreCacheBytes (256 MiB).
+	// 0: 256 MiB.
 	StoreCacheBytes int64
 
 	// A storage node over TCP (StoreAddr) only.
@@ -135,22 +141,13 @@ type Options struct {
 	Secret []byte
 	// DialTimeout and RequestTimeout bound the remote store's dial and each request. A call
 	// waits for a reconnect for up to RequestTimeout into an outage; past it, calls fail at
-	// once with ErrUnavailable until the storage node is back. 0: DefaultDialTimeout (5 s),
-	// DefaultRequestTimeout (10 s).
+	// once with ErrUnavailable until the storage node is back. 0: 5 s and 10 s.
 	DialTimeout, RequestTimeout time.Duration
 	// OwnerInUseWait is how long Open keeps dialing while the storage node answers
 	// ErrOwnerInUse (another live incarnation holds OwnerID). 0: the storage node's lease
-	// (from its hello reply) plus OwnerInUseMargin (2 s). Reconnects after Open keep dialing
+	// (from its hello reply) plus 2 s. Reconnects after Open keep dialing
 	// while the DB is open. docs/operations.md, "Restarting or replacing a transaction node".
 	OwnerInUseWait time.Duration
-
-	// A cluster (docs/cluster.md) only.
-
-	// Grants hands out the etcd grants of cluster-managed tables (docs/cluster.md): a table the
-	// store reports as cluster-managed is served only under a grant from it (and fails to open
-	// without it). Package cluster implements it on a Session (cluster.TxGrants); txnode does
-	// not import cluster, so a node without a cluster links no etcd. Nil: no cluster.
-	Grants Grants
 
 	// Benchmarks only.
 
@@ -158,6 +155,9 @@ type Options struct {
 	// ablation that shows what sparse IO saves (crudbench --full-page-io). Not for production.
 	FullPageIO bool
 
+	// grants hands out the etcd grants of cluster-managed tables (txncoord.Open, whose doc
+	// has the rules); nil: no cluster, and a cluster-managed table fails to open.
+	grants coordbridge.Grants
 	// clock is the lease clock (monotonic); tests inject one.
 	clock leaseClock
 	// renewTick, when set (tests), replaces the ticker of the renewal loop (renewLeases);
@@ -175,37 +175,43 @@ type Options struct {
 	reconnectTimer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
-func (o Options) withDefaults() Options {
-	if o.CacheBytes == 0 {
-		o.CacheBytes = DefaultCacheBytes
+// cacheBytes is the cache budget of Options.CacheBytes n: its default for 0, at least
+// minCacheBytes.
+func cacheBytes(n int64) int64 {
+	if n == 0 {
+		n = defaultCacheBytes
 	}
-	o.CacheBytes = max(o.CacheBytes, MinCacheBytes)
+	return max(n, minCacheBytes)
+}
+
+func (o Options) withDefaults() Options {
+	o.CacheBytes = cacheBytes(o.CacheBytes)
 	if o.PinBytes == 0 {
 		o.PinBytes = o.CacheBytes / 2
 	}
 	if o.CacheWait == 0 {
-		o.CacheWait = DefaultCacheWait
+		o.CacheWait = defaultCacheWait
 	}
 	if o.InflightBytes <= 0 {
-		o.InflightBytes = DefaultInflightBytes
+		o.InflightBytes = defaultInflightBytes
 	}
 	if o.FlushInterval == 0 {
-		o.FlushInterval = DefaultFlushInterval
+		o.FlushInterval = defaultFlushInterval
 	}
 	if o.MaxRetries == 0 {
 		o.MaxRetries = DefaultMaxRetries
 	}
 	if o.RequestTimeout == 0 {
-		o.RequestTimeout = DefaultRequestTimeout
+		o.RequestTimeout = defaultRequestTimeout
 	}
 	if o.DialTimeout == 0 {
-		o.DialTimeout = DefaultDialTimeout
+		o.DialTimeout = defaultDialTimeout
 	}
 	if o.SyncMode == "" {
 		o.SyncMode = "always"
 	}
 	if o.StoreCacheBytes == 0 {
-		o.StoreCacheBytes = DefaultStoreCacheBytes
+		o.StoreCacheBytes = defaultStoreCacheBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -214,17 +220,4 @@ func (o Options) withDefaults() Options {
 		o.clock = monoClock{origin: time.Now()}
 	}
 	return o
-}
-
-// Grants hands out the etcd grants of the partitions of cluster-managed tables. Package
-// cluster implements it (cluster.TxGrants, on a Session). Any goroutine may call it.
-type Grants interface {
-	// Grant acquires the grant of partition part of the partitioned table table: its epoch
-	// (the etcd revision that created the owner key), which the storage node verifies when
-	// this node registers it; check, which returns nil while this node may serve the
-	// partition (cluster.Ownership.Check: lock-free, allocation-free on success; it takes
-	// the place of the storage node's lease); and release, which gives the grant up (the next
-	// Grant is a new one, with a higher epoch). The error of a partition another node holds
-	// matches cluster.ErrOwned.
-	Grant(ctx context.Context, table string, part uint32) (epoch uint64, check func() error, release func(context.Context) error, err error)
 }

@@ -53,14 +53,14 @@ func (h *logCounter) count(key string) int {
 // A transaction node heals after a storage node outage longer than every timeout: the storage
 // node (a child process, TestHelperStorageNode) is killed with -9 while writers commit, kept
 // down past RequestTimeout, the lease (so every lease lapses here) and a lease plus
-// OwnerInUseMargin (where the node used to give up on it), then restarted on the same
+// ownerInUseMargin (where the node used to give up on it), then restarted on the same
 // directory and port. Meanwhile calls fail at once with ErrUnavailable (or ErrLeaseExpired, or
 // ErrUnknownOutcome for a commit whose batch was in flight), never past their context. Once it
 // is back, reads and writes succeed again without reopening; every acknowledged write is
 // there, and each writer's row holds its last acknowledged value or one whose outcome was
 // unknown; exactly one "lost" and one "back" line are logged, and no renewal failure per table
 // and tick; Close succeeds. Fails on b3f6c9d: the node gave up after a lease plus
-// OwnerInUseMargin, and every later call failed with "storage node ... unreachable" for good.
+// ownerInUseMargin, and every later call failed with "storage node ... unreachable" for good.
 func TestStorageNodeOutageHeals(t *testing.T) {
 	testkit.SkipUnderRace(t, "a kill suite (child processes)")
 	const lease = time.Second
@@ -147,9 +147,9 @@ func TestStorageNodeOutageHeals(t *testing.T) {
 	// The lease lapses here.
 	buf := make([]byte, 64)
 	require.Eventually(t, func() bool { return errors.Is(tab.Get(ctx, ids[0], buf), ErrLeaseExpired) }, 10*time.Second, 5*time.Millisecond)
-	// The outage outlasts a lease plus OwnerInUseMargin, where the node used to give up (the
+	// The outage outlasts a lease plus ownerInUseMargin, where the node used to give up (the
 	// scenario's length, not a synchronisation).
-	time.Sleep(time.Until(killed.Add(lease + OwnerInUseMargin + 500*time.Millisecond)))
+	time.Sleep(time.Until(killed.Add(lease + ownerInUseMargin + 500*time.Millisecond)))
 
 	node = startNodeProc(t, dir, addr)
 	restarted := time.Now()

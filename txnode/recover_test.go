@@ -68,7 +68,7 @@ func newFenceRigWrapped(t *testing.T, remote bool, wrap func(store.Store) store.
 // open opens the DB (again) on the rig's store.
 func (r *fenceRig) open() {
 	ctx := context.Background()
-	opts := Options{OwnerID: rigOwner, Grants: r.g}
+	opts := Options{OwnerID: rigOwner, grants: r.g}
 	if r.remote {
 		opts.StoreAddr = r.addr
 	} else {

@@ -117,7 +117,7 @@ func (s *remoteStore) dial(ctx context.Context) (*sgio.Client, error) {
 
 // dialOwner dials, and dials again while the storage node answers ErrOwnerInUse (another
 // incarnation holds the owner id until it closes or is silent for a lease), for up to wait;
-// wait 0 is the storage node's lease plus OwnerInUseMargin (ownerInUseWait).
+// wait 0 is the storage node's lease plus ownerInUseMargin (ownerInUseWait).
 func (s *remoteStore) dialOwner(ctx context.Context, wait time.Duration) (*sgio.Client, error) {
 	start := time.Now()
 	deadline := start.Add(wait)
@@ -158,16 +158,16 @@ func (s *remoteStore) dialOwner(ctx context.Context, wait time.Duration) (*sgio.
 }
 
 // ownerInUseWait is the default OwnerInUseWait: the storage node's lease, read from the
-// hello reply of a connection that claims no owner id, plus OwnerInUseMargin; the default
+// hello reply of a connection that claims no owner id, plus ownerInUseMargin; the default
 // lease plus the margin if even that connection fails.
 func (s *remoteStore) ownerInUseWait(ctx context.Context) time.Duration {
 	c, err := sgio.Dial(ctx, sgio.ClientConfig{Addr: s.opts.StoreAddr, Secret: s.opts.Secret, Name: "txnode-lease",
 		DialTimeout: s.opts.DialTimeout})
 	if err != nil {
-		return ownerInUseLeaseFallback + OwnerInUseMargin
+		return ownerInUseLeaseFallback + ownerInUseMargin
 	}
 	defer c.Close()
-	return time.Duration(c.Hello().LeaseMillis)*time.Millisecond + OwnerInUseMargin
+	return time.Duration(c.Hello().LeaseMillis)*time.Millisecond + ownerInUseMargin
 }
 
 func (s *remoteStore) Info() store.Info { return s.info }

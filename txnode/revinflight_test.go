@@ -185,7 +185,7 @@ func TestGhostFetchAfterAbandonedClose(t *testing.T) {
 		}
 	}()
 	db, err := Open(ctx, Options{Store: fs, Durability: WriteBack, FlushInterval: time.Hour,
-		CacheBytes: MinCacheBytes, CacheWait: time.Minute})
+		CacheBytes: minCacheBytes, CacheWait: time.Minute})
 	require.NoError(t, err)
 	tb := newTable(t, ctx, db, "t", 64)
 	const pages = 24
@@ -236,7 +236,7 @@ func TestScanOverGhostPages(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			fs := newFlightStore(t, newLocalStore(t, ""))
-			db, err := Open(ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute,
+			db, err := Open(ctx, Options{Store: fs, CacheBytes: minCacheBytes, CacheWait: time.Minute,
 				Durability: mode})
 			require.NoError(t, err)
 			defer func() {
@@ -324,7 +324,7 @@ func TestGhostFetchHonoursCtx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	fs := newFlightStore(t, newLocalStore(t, ""))
-	db := openDB(t, ctx, Options{Store: fs, CacheBytes: MinCacheBytes, CacheWait: time.Minute})
+	db := openDB(t, ctx, Options{Store: fs, CacheBytes: minCacheBytes, CacheWait: time.Minute})
 	defer func() {
 		fs.openAll()
 		require.NoError(t, db.Close(context.Background()))

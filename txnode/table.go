@@ -24,9 +24,6 @@ func (t *Table) Name() string { return t.t.name }
 // RowBytes returns the table's row size.
 func (t *Table) RowBytes() int { return t.t.rowBytes }
 
-// ID returns the table's id in the store.
-func (t *Table) ID() uint32 { return t.t.id }
-
 // Get copies row id into dst, whose length must be the row size. It returns ErrNotFound when
 // the row does not exist. In Durable mode a row written by a commit not yet durable is
 // returned only once that commit is durable.
@@ -34,11 +31,12 @@ func (t *Table) Get(ctx context.Context, id uint64, dst []byte) error {
 	if st := t.t; len(dst) != st.rowBytes {
 		return fmt.Errorf("%w: buffer of %d bytes, table %q has %d-byte rows", ErrRowSize, len(dst), st.name, st.rowBytes)
 	}
-	return t.read(ctx, id, dst, nil, nil)
+	return t.read(ctx, id, copyRow(dst))
 }
 
-// read is Get (copy row id into dst) or, with fn set, View (call fn on it in place).
-func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) error {
+// read is Get, View or ViewVersion of row id, as r says: a transaction of its own, lock-free
+// on a cache hit.
+func (t *Table) read(ctx context.Context, id uint64, r rowRead) error {
 	st := t.t
 	db := t.db
 	if db.closed.Load() {
@@ -91,10 +89,10 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		var ferr error
 		if present {
 			off := slot * st.rowBytes
-			if fn != nil || fv != nil {
-				ferr = callView(fn, fv, rows[off:off+st.rowBytes:off+st.rowBytes], true, v1)
+			if row := rows[off : off+st.rowBytes : off+st.rowBytes]; r.mode == readCopy {
+				logicpage.LoadRow(r.dst, row)
 			} else {
-				logicpage.LoadRow(dst, rows[off:off+st.rowBytes])
+				ferr = r.view(row, true, v1) // View, ViewVersion
 			}
 		}
 		if db.testHookGet != nil {
@@ -117,10 +115,10 @@ func (t *Table) read(ctx context.Context, id uint64, dst []byte, fn func(row []b
 		}
 		return ferr
 	}
-	return t.getSlow(ctx, id, dst, fn, fv)
+	return t.getSlow(ctx, id, r)
 }
 
-func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) error {
+func (t *Table) getSlow(ctx context.Context, id uint64, r rowRead) error {
 	tx, err := t.db.beginTx(ctx, false)
 	if err != nil {
 		return err
@@ -131,17 +129,17 @@ func (t *Table) getSlow(ctx context.Context, id uint64, dst []byte, fn func(row 
 			tx.release()
 		}
 	}()
-	switch {
-	case fv != nil:
+	switch r.mode {
+	case readViewVersion:
 		// A fresh transaction has no writes of its own: the row is read from the cache.
 		var ok bool
-		if ok, err = tx.readRow(t.t, id, nil, nil, fv); err == nil && !ok {
+		if ok, err = tx.readRow(t.t, id, r); err == nil && !ok {
 			err = ErrNotFound
 		}
-	case fn != nil:
-		err = tx.View(t, id, fn)
+	case readView:
+		err = tx.View(t, id, r.fn)
 	default:
-		err = tx.Get(t, id, dst)
+		err = tx.Get(t, id, r.dst)
 	}
 	// One row, copied consistently: nothing to validate (a commit to the row since would
 	// only fail it with ErrConflict). In Durable mode it waits until what it read is durable.
@@ -166,14 +164,16 @@ func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
 	if len(row) != t.t.rowBytes {
 		return fmt.Errorf("%w: %d bytes, table %q has %d-byte rows", ErrRowSize, len(row), t.t.name, t.t.rowBytes)
 	}
-	return t.db.retry(ctx, true, txWork{t: t, id: id, row: rowChange{put: row}})
+	return t.db.retry(ctx, true, func(tx *Tx) error { return tx.update(t.t, id, rowChange{put: row}) })
 }
 
 // Update calls fn with a copy of row id and writes what fn leaves in it. fn may run more than
 // once (the transaction is retried on conflict): it must not have other effects. If fn returns
 // an error nothing is written and Update returns it.
 func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error) error {
-	return t.db.retry(ctx, true, txWork{t: t, id: id, row: rowChange{update: fn, isUpdate: true}})
+	return t.db.retry(ctx, true, func(tx *Tx) error {
+		return tx.update(t.t, id, rowChange{update: fn, isUpdate: true})
+	})
 }
 
 // Delete deletes row id. It returns ErrNotFound when the row does not exist.
@@ -208,23 +208,17 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 	}
 }
 
-// txWork is one transaction's work for retry: the caller's function of the transaction (tx,
-// DB.Update and DB.View), or, when tx is nil, change row of row id of t, without a closure
-// (Table.Put and Table.Update).
-type txWork struct {
-	tx  func(*Tx) error
-	t   *Table
-	id  uint64
-	row rowChange
-}
-
-// retry runs w in one transaction (read-write when writable), retrying conflicts.
+// retry runs body in one transaction (read-write when writable), retrying conflicts. Its
+// callers, each a closure of its own: DB.Update and DB.View (the caller's function, handed
+// the Tx: exposed), Table.Put and Table.Update (one row's change, the Tx never handed out).
+// body does not escape: each caller's closure stays on its stack (Put and Update allocate
+// nothing for it).
 //
-// A panic in w's function rolls the running transaction back (its pins and buffers released,
+// A panic in body rolls the running transaction back (its pins and buffers released,
 // nothing written) and goes on up the caller's goroutine unchanged.
-func (db *DB) retry(ctx context.Context, writable bool, w txWork) error {
+func (db *DB) retry(ctx context.Context, writable bool, body func(tx *Tx) error) error {
 	var busySince time.Time
-	var running *Tx // the transaction a panic in fn would leave behind
+	var running *Tx // the transaction a panic in body would leave behind
 	turn := false   // holds the cache turn (retryBusy)
 	defer func() {
 		if running != nil {
@@ -241,12 +235,7 @@ func (db *DB) retry(ctx context.Context, writable bool, w txWork) error {
 		}
 		running = tx
 		tx.turn = turn
-		if w.tx != nil {
-			tx.exposed = true
-			err = w.tx(tx)
-		} else {
-			err = tx.update(w.t.t, w.id, w.row)
-		}
+		err = body(tx)
 		running = nil
 		if tx.busy.t != nil {
 			if err := tx.retryBusy(&busySince, &turn); err != nil {
@@ -310,12 +299,12 @@ func (db *DB) readFailed(err error) bool {
 // the transaction back and goes on up the caller's goroutine. tx is valid only while fn runs:
 // kept, it returns ErrTxDone for ever.
 func (db *DB) Update(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, true, txWork{tx: fn})
+	return db.retry(ctx, true, func(tx *Tx) error { tx.exposed = true; return fn(tx) })
 }
 
 // View runs fn in a read-only transaction, retrying on conflict like Update.
 func (db *DB) View(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.retry(ctx, false, txWork{tx: fn})
+	return db.retry(ctx, false, func(tx *Tx) error { tx.exposed = true; return fn(tx) })
 }
 
 // Begin starts a transaction to run by hand: Commit or Rollback it. A conflict at Commit is

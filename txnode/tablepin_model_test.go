@@ -143,11 +143,11 @@ func TestTablePinModel(t *testing.T) {
 				checkPinsLocked(t, c)
 				require.NoError(t, c.verifyPinsLocked())
 				for _, m := range ts {
-					p := c.tp.byTable[m.tb.ID()]
+					p := c.tp.byTable[m.tb.t.id]
 					require.Equal(t, m.pinned, p != nil, "step %d", step)
 					if m.pinned {
 						p.pagesBelow(m.pinHi, func(page uint64) bool {
-							_, ok := p.frames[pageKey(m.tb.ID(), page)]
+							_, ok := p.frames[pageKey(m.tb.t.id, page)]
 							require.True(t, ok, "step %d: page %d of a pinned table not held", step, page)
 							return true
 						})
@@ -202,7 +202,7 @@ func TestVerifyPinsCatches(t *testing.T) {
 	c.tp.bytes++
 	require.ErrorContains(t, c.verifyPinsLocked(), "table pins hold")
 	c.tp.bytes--
-	for _, m := range c.tp.byTable[tb.ID()].frames {
+	for _, m := range c.tp.byTable[tb.t.id].frames {
 		m.pins.Add(-1)
 		require.ErrorContains(t, c.verifyPinsLocked(), "pins")
 		m.pins.Add(1)

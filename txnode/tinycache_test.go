@@ -21,7 +21,7 @@ func TestTinyCacheProgress(t *testing.T) {
 	if testing.Short() {
 		workers, txPerWorker = 16, 10
 	}
-	eachConfig(t, openConfigs(t)[:2], Options{CacheBytes: MinCacheBytes, CacheWait: time.Minute}, func(t *testing.T, db *DB) {
+	eachConfig(t, openConfigs(t)[:2], Options{CacheBytes: minCacheBytes, CacheWait: time.Minute}, func(t *testing.T, db *DB) {
 		ctx := context.Background()
 		tb := newTable(t, ctx, db, "t", 64)
 		const pages = 40
@@ -67,7 +67,7 @@ func TestTinyCacheProgress(t *testing.T) {
 		t.Logf("%d commits, %d retries, %d evictions; cache %d bytes", commits, retries, st.Evictions-before.Evictions, st.CacheBytes)
 		require.Equal(t, uint64(workers*txPerWorker), commits)
 		require.LessOrEqual(t, retries, 20*commits, "busy retries per transaction")
-		require.LessOrEqual(t, st.CacheBytes, int64(MinCacheBytes))
+		require.LessOrEqual(t, st.CacheBytes, int64(minCacheBytes))
 	})
 }
 
@@ -77,7 +77,7 @@ func TestTinyCacheProgress(t *testing.T) {
 // besides). The slack covers the pageCache struct and its slices of frame ids.
 func TestCacheBytesCountsMetadata(t *testing.T) {
 	ctx := context.Background()
-	for _, budget := range []int64{MinCacheBytes, 256 << 10, 1 << 20} {
+	for _, budget := range []int64{minCacheBytes, 256 << 10, 1 << 20} {
 		// The least of three measures: other goroutines (a test's leftovers) may allocate
 		// meanwhile, never free what the cache holds.
 		var held, used int64
@@ -113,7 +113,7 @@ func TestCacheBytesCountsMetadata(t *testing.T) {
 // gets ErrCacheFull at once, not after CacheWait (here an hour).
 func TestFramesMax(t *testing.T) {
 	ctx := context.Background()
-	for _, budget := range []int64{MinCacheBytes, 300 << 10, 1 << 20} {
+	for _, budget := range []int64{minCacheBytes, 300 << 10, 1 << 20} {
 		for _, rowBytes := range []int{8, 64, 4096} {
 			c := newPageCache(budget, time.Second)
 			for i := range int(budget / frameCost(rowBytes) * 2) {
@@ -124,7 +124,7 @@ func TestFramesMax(t *testing.T) {
 			require.Equal(t, c.framesMax(rowBytes), c.pt.cur.Load().n, "budget %d, %d-byte rows", budget, rowBytes)
 		}
 	}
-	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: MinCacheBytes, CacheWait: time.Hour})
+	db := openConfigs(t)[0].opener(t)(Options{CacheBytes: minCacheBytes, CacheWait: time.Hour})
 	tb := newTable(t, ctx, db, "t", 64)
 	ids := insertRows(t, db, tb, 64*20)
 	res := make(chan error, 1)

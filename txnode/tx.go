@@ -226,10 +226,10 @@ func (tx *Tx) pinPage(t *tableState, page uint64, fresh uint64) (*frameMeta, err
 	return m, nil
 }
 
-// readRow copies row id of t into dst (when present), or calls fn on it (View), or fv on it
-// and its version (ViewVersion), and records its version. It reports whether the row exists; an error after the read was recorded is
-// fn's.
-func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) error, fv func(row []byte, version uint64) error) (bool, error) {
+// readRow reads row id of t as r says (copies it, views it, or only checks it exists) and
+// records its version. It reports whether the row exists; an error after the read was
+// recorded is r's function's.
+func (tx *Tx) readRow(t *tableState, id uint64, r rowRead) (bool, error) {
 	if err := tx.serving(t); err != nil {
 		return false, err
 	}
@@ -272,10 +272,10 @@ func (tx *Tx) readRow(t *tableState, id uint64, dst []byte, fn func(row []byte) 
 		var ferr error
 		if present {
 			off := slot * t.rowBytes
-			if fn != nil || fv != nil {
-				ferr = callView(fn, fv, rows[off:off+t.rowBytes:off+t.rowBytes], true, v1)
-			} else if dst != nil {
-				logicpage.LoadRow(dst, rows[off:off+t.rowBytes])
+			if row := rows[off : off+t.rowBytes : off+t.rowBytes]; r.mode == readCopy {
+				logicpage.LoadRow(r.dst, row)
+			} else if r.mode != readExists {
+				ferr = r.view(row, true, v1)
 			}
 		}
 		if atomic.LoadUint64(&versions[slot]) != v1 || m.valid.Load()&bit == 0 {
@@ -366,7 +366,7 @@ func (tx *Tx) Get(table *Table, id uint64, dst []byte) error {
 		copy(dst, tx.buf[w.off:int(w.off)+t.rowBytes])
 		return nil
 	}
-	ok, err := tx.readRow(t, id, dst, nil, nil)
+	ok, err := tx.readRow(t, id, copyRow(dst))
 	if err != nil {
 		return err
 	}
@@ -431,7 +431,7 @@ func (tx *Tx) update(t *tableState, id uint64, c rowChange) error {
 	off := len(tx.buf)
 	tx.buf = slices.Grow(tx.buf, r)[:off+r]
 	row := tx.buf[off : off+r : off+r]
-	ok, err := tx.readRow(t, id, row, nil, nil)
+	ok, err := tx.readRow(t, id, copyRow(row))
 	if err == nil && !ok {
 		err = ErrNotFound
 	}
@@ -462,7 +462,7 @@ func (tx *Tx) Delete(table *Table, id uint64) error {
 		w.off = -1
 		return nil
 	}
-	ok, err := tx.readRow(t, id, nil, nil, nil)
+	ok, err := tx.readRow(t, id, rowExists())
 	if err != nil {
 		return err
 	}

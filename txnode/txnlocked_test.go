@@ -91,7 +91,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	}
 
 	// A context that ends while the transaction is in doubt ends the wait; the grant goes.
-	db1 := openDB(t, ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
+	db1 := openDB(t, ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, grants: g, lockedTimer: lockedTimer})
 	cctx, cancel := context.WithCancel(ctx)
 	opened := make(chan error, 1)
 	go func() {
@@ -115,7 +115,7 @@ func TestClusterOpenWaitsForTxnInDoubt(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.EqualValues(t, 3, g.releases.Load(), "the grant of the open that Close ended")
 
-	db := openDB(t, ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, Grants: g, lockedTimer: lockedTimer})
+	db := openDB(t, ctx, Options{StoreAddr: srv.Addr().String(), OwnerID: owner, grants: g, lockedTimer: lockedTimer})
 	defer db.Close(ctx)
 	type result struct {
 		tb  *Table

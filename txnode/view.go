@@ -46,15 +46,48 @@ const viewPoison = 0xA5
 // viewBufs holds row buffers for Views that copy (not in place): *[RowBytesMax]byte.
 var viewBufs = sync.Pool{New: func() any { return new([logicpage.RowBytesMax]byte) }}
 
-// callView calls fn on row, or fv (when not nil) on row and its version ver: in place, or on
-// a copy (see viewInPlace). shared says row is a cache frame's (copied with atomic loads)
+// rowRead is what a single-row read does with the row it finds (Table.read, Tx.readRow),
+// named by the function that made it, never by which argument is nil.
+type rowRead struct {
+	mode readMode
+	dst  []byte                                 // readCopy's
+	fn   func(row []byte) error                 // readView's
+	fv   func(row []byte, version uint64) error // readViewVersion's
+}
+
+// readMode is a rowRead's.
+type readMode uint8
+
+const (
+	readExists      readMode = iota // nothing taken: the read recorded (Delete's, Put's check)
+	readCopy                        // the row copied into dst (Get)
+	readView                        // fn called on the row (View)
+	readViewVersion                 // fv called on the row and its version (ViewVersion)
+)
+
+// copyRow reads a row into dst, of the row size.
+func copyRow(dst []byte) rowRead { return rowRead{mode: readCopy, dst: dst} }
+
+// viewRow calls fn on the row (View's rules, above).
+func viewRow(fn func(row []byte) error) rowRead { return rowRead{mode: readView, fn: fn} }
+
+// viewRowVersion calls fv on the row and its version.
+func viewRowVersion(fv func(row []byte, version uint64) error) rowRead {
+	return rowRead{mode: readViewVersion, fv: fv}
+}
+
+// rowExists takes nothing of the row: the read says only whether it exists.
+func rowExists() rowRead { return rowRead{mode: readExists} }
+
+// view calls r's function on row (and, for ViewVersion, its version ver): in place, or on a
+// copy (see viewInPlace). shared says row is a cache frame's (copied with atomic loads)
 // rather than the transaction's own image.
-func callView(fn func(row []byte) error, fv func(row []byte, version uint64) error, row []byte, shared bool, ver uint64) error {
+func (r rowRead) view(row []byte, shared bool, ver uint64) error {
 	if viewInPlace {
-		if fv != nil {
-			return fv(row, ver)
+		if r.mode == readViewVersion {
+			return r.fv(row, ver)
 		}
-		return fn(row)
+		return r.fn(row)
 	}
 	b := viewBufs.Get().(*[logicpage.RowBytesMax]byte)
 	cp := b[:len(row):len(row)]
@@ -64,10 +97,10 @@ func callView(fn func(row []byte) error, fv func(row []byte, version uint64) err
 		copy(cp, row)
 	}
 	var err error
-	if fv != nil {
-		err = fv(cp, ver)
+	if r.mode == readViewVersion {
+		err = r.fv(cp, ver)
 	} else {
-		err = fn(cp)
+		err = r.fn(cp)
 	}
 	if assert.Invariants {
 		for i := range cp {
@@ -93,7 +126,7 @@ func callView(fn func(row []byte) error, fv func(row []byte, version uint64) err
 // not wait: the longer it runs, the likelier a commit makes its run count for nothing.
 func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) error {
 	assert.That(fn != nil, "txnode: Table.View with a nil function")
-	return t.read(ctx, id, nil, fn, nil)
+	return t.read(ctx, id, viewRow(fn))
 }
 
 // ViewVersion is View with the row's version: fn gets the row and the version it had while
@@ -123,7 +156,7 @@ func (t *Table) View(ctx context.Context, id uint64, fn func(row []byte) error) 
 // bytes). A version is meaningless across DBs, and across a reopen.
 func (t *Table) ViewVersion(ctx context.Context, id uint64, fn func(row []byte, version uint64) error) error {
 	assert.That(fn != nil, "txnode: Table.ViewVersion with a nil function")
-	return t.read(ctx, id, nil, nil, fn)
+	return t.read(ctx, id, viewRowVersion(fn))
 }
 
 // View calls fn with row id of table as the transaction sees it, without copying it out, and
@@ -144,9 +177,9 @@ func (tx *Tx) View(table *Table, id uint64, fn func(row []byte) error) error {
 			return ErrNotFound
 		}
 		end := int(w.off) + t.rowBytes
-		return callView(fn, nil, tx.buf[w.off:end:end], false, 0)
+		return viewRow(fn).view(tx.buf[w.off:end:end], false, 0)
 	}
-	ok, err := tx.readRow(t, id, nil, fn, nil)
+	ok, err := tx.readRow(t, id, viewRow(fn))
 	if err != nil {
 		return err
 	}

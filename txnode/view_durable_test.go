@@ -67,7 +67,7 @@ func TestGetOfDeletedRowWaitsDurable(t *testing.T) {
 	db.testHookWait = func(what string) { waiting <- what }
 	gets := map[string]func() error{
 		"fast": func() error { return tb.Get(ctx, ids[1], make([]byte, 64)) },
-		"slow": func() error { return tb.getSlow(ctx, ids[1], make([]byte, 64), nil, nil) },
+		"slow": func() error { return tb.getSlow(ctx, ids[1], copyRow(make([]byte, 64))) },
 	}
 	done := make(chan error, len(gets))
 	for path, get := range gets {

@@ -74,7 +74,7 @@ func TestStorageNodeBackNodeHeals(t *testing.T) {
 
 	s0.Kill()
 	// Writes to the dead storage node's partitions wait for it, then fail once its
-	// transaction node gives up (RequestTimeout, or its lease plus txnode.OwnerInUseMargin).
+	// transaction node gives up (RequestTimeout, or its lease plus txnode's 2 s owner-in-use margin).
 	putErr := writeUntilFails(t, put)
 	t.Logf("write after the kill: %v", putErr)
 	// Still down: later calls fail (a dial that fails, then a backoff), they do not hang.

@@ -13,6 +13,7 @@ import (
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/txnode"
 	"github.com/weftdb/weft/txnode/store"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // pausedVerifier is the real GrantVerifier, each verification held until the test lets it
@@ -67,8 +68,8 @@ func TestConcurrentOpenKeepsGrant(t *testing.T) {
 	require.NoError(t, err)
 	const owner = 0x51
 	s := newSession(t, c, owner, 0)
-	db, err := txnode.Open(ctx, txnode.Options{Store: st, OwnerID: owner, Grants: &cluster.TxGrants{Session: s},
-		Logger: slog.New(slog.DiscardHandler)})
+	db, err := txncoord.Open(ctx, txnode.Options{Store: st, OwnerID: owner,
+		Logger: slog.New(slog.DiscardHandler)}, &cluster.TxGrants{Session: s})
 	require.NoError(t, err)
 	defer db.Close(ctx)
 

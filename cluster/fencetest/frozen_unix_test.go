@@ -22,6 +22,7 @@ import (
 	"github.com/weftdb/weft/storenode"
 	"github.com/weftdb/weft/storenode/server"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // helperEnv carries "etcd endpoint|storage node address" to TestHelperFrozenTxnode.
@@ -47,8 +48,8 @@ func TestHelperFrozenTxnode(t *testing.T) {
 	defer c.Close()
 	s, err := c.NewSession(ctx, cluster.SessionConfig{Owner: childOwner, TTL: cluster.TTLMin})
 	require.NoError(t, err)
-	db, err := txnode.Open(ctx, txnode.Options{StoreAddr: addr, OwnerID: childOwner, Durability: txnode.WriteBack,
-		FlushInterval: time.Hour, Grants: &cluster.TxGrants{Session: s}, Logger: slog.New(slog.DiscardHandler)})
+	db, err := txncoord.Open(ctx, txnode.Options{StoreAddr: addr, OwnerID: childOwner, Durability: txnode.WriteBack,
+		FlushInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}, &cluster.TxGrants{Session: s})
 	require.NoError(t, err)
 	tb, err := db.Table(ctx, base.PartitionTableName("acct", 0))
 	require.NoError(t, err)
@@ -160,8 +161,8 @@ func TestFrozenTxnodeFenced(t *testing.T) {
 	// Another node takes over: AcquireWait waits out the frozen node's lease, then the
 	// transaction node registers the new grant with the storage node before it writes.
 	sb := newSession(t, c, takerOwner, cluster.TTLMin)
-	db2, err := txnode.Open(ctx, txnode.Options{StoreAddr: addr, OwnerID: takerOwner,
-		Grants: &cluster.TxGrants{Session: sb, Wait: true}, Logger: slog.New(slog.DiscardHandler)})
+	db2, err := txncoord.Open(ctx, txnode.Options{StoreAddr: addr, OwnerID: takerOwner,
+		Logger: slog.New(slog.DiscardHandler)}, &cluster.TxGrants{Session: sb, Wait: true})
 	require.NoError(t, err)
 	defer db2.Close(context.Background())
 	tb2, err := db2.Table(ctx, base.PartitionTableName("acct", 0))

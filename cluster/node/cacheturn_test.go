@@ -9,7 +9,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // TestUpdateWaitsForCacheTurn: two Node.Updates over one storage node, each reading 8 pages
@@ -30,7 +30,7 @@ func TestUpdateWaitsForCacheTurn(t *testing.T) {
 func updateWaitsForCacheTurn(t *testing.T, storageNodes int) {
 	ctx := testCtx(t)
 	tc := startCluster(t, storageNodes)
-	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, CacheBytes: txnode.MinCacheBytes})
+	a := tc.openConfig(t, node.Config{Session: cluster.SessionConfig{Owner: 0xa, Addr: "game-a:7000"}, CacheBytes: txncoord.CacheBytes(1)})
 	ta := createTable(t, ctx, a, "acct", 64, storageNodes, 1, tc.addrs)
 	parts := make([]uint32, storageNodes)
 	for p := range parts {

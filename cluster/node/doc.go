@@ -8,7 +8,7 @@
 // Rules:
 //
 //   - A partition this node owns is served by its storage node's transaction node under the
-//     partition's etcd grant (txnode.Options.Grants): cached reads, writes, id allocation.
+//     partition's etcd grant (txncoord.Grants): cached reads, writes, id allocation.
 //     Any other partition is read from durable rows (possibly older than the owner's cache)
 //     and written nowhere: a write fails with a *NotOwnerError naming the holder
 //     (ErrNotOwner).
@@ -30,7 +30,7 @@
 //     lost while the node runs (session ended, storenode.ErrFenced) makes writes fail with a
 //     *NotOwnerError naming the new holder. Released (Table.Release) or lost, a partition may
 //     be owned again by the same node (a new grant; its transaction node forgot the old
-//     table state: txnode.Table.Forget), as after a move away and back; a session that
+//     table state: txncoord.Forget), as after a move away and back; a session that
 //     ended grants nothing more (reopen the node).
 //   - Healing keeps the etcd grants and reopens every Table's handles; commits not
 //     acknowledged when the old transaction node died failed (txnode.ErrUnknownOutcome);

@@ -190,12 +190,11 @@ func (n *Node) dial(ctx context.Context, addr string, sc *storeConn) (*txnode.DB
 		}
 	}
 	if err == nil {
-		sc.db, err = txnode.Open(ctx, txnode.Options{
+		sc.db, err = txncoord.Open(ctx, txnode.Options{
 			StoreAddr: addr, OwnerID: n.cfg.Session.Owner, Secret: n.cfg.Secret,
 			CacheBytes: n.cfg.CacheBytes, PinBytes: n.cfg.PinBytes, Durability: n.cfg.Durability, FlushInterval: n.cfg.FlushInterval,
-			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout,
-			Grants: grants{s: n.sess, c: n.c, keep: &sc.keep}, Logger: n.log,
-		})
+			DialTimeout: n.cfg.DialTimeout, RequestTimeout: n.cfg.RequestTimeout, Logger: n.log,
+		}, grants{s: n.sess, c: n.c, keep: &sc.keep})
 		if err == nil && h != nil {
 			if err = n.reown(ctx, addr, sc.db); err != nil {
 				sc.keep.Store(true) // the grants stay for the next try

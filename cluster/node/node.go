@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +37,7 @@ type Config struct {
 	OperatorSecret []byte
 	// CacheBytes is the logical page cache of each storage node's transaction node
 	// (txnode.Options.CacheBytes): the node's budget is this times the storage nodes it talks
-	// to. txnode.DefaultCacheBytes when zero.
+	// to. txnode's default (64 MiB) when zero.
 	CacheBytes int64
 	// PinBytes is what the pinned partitions (Table.Pin) may hold of each storage node's
 	// transaction node's cache (txnode.Options.PinBytes: half of CacheBytes when zero, at
@@ -136,7 +135,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w: Session.Owner must be set (the node's owner id)", cluster.ErrInvalid)
 	}
 	// txnode.Open's rule for PinBytes, checked here, not at the first table of a storage node.
-	if cache := max(cmp.Or(cfg.CacheBytes, txnode.DefaultCacheBytes), txnode.MinCacheBytes); cfg.PinBytes > cache*3/4 {
+	if cache := txncoord.CacheBytes(cfg.CacheBytes); cfg.PinBytes > cache*3/4 {
 		return nil, fmt.Errorf("node: %w: PinBytes %d is over three quarters of CacheBytes %d (transactions need the rest)", cluster.ErrInvalid, cfg.PinBytes, cache)
 	}
 	if cfg.Logger == nil {
@@ -294,7 +293,7 @@ func (n *Node) db(ctx context.Context, addr string) (*txnode.DB, error) {
 	}
 }
 
-// grants is txnode.Options.Grants on the node's session: Own takes partitions at once
+// grants is the txncoord.Grants of the node's transaction nodes, on its session: Own takes partitions at once
 // (another node's hold is an *OwnedError), OwnWait waits for the holder to go (the context
 // says which: waitKey).
 // Its releases do nothing once keep is set (the transaction node is being replaced: heal.go),
@@ -340,7 +339,7 @@ func (g grants) Grant(ctx context.Context, table string, part uint32) (uint64, f
 // released as txnode does.
 type keepGrantKey struct{}
 
-// holdGrantKey, in the context of txnode.Table.Forget (own.go, table.go tableAfresh), keeps
+// holdGrantKey, in the context of txncoord.Forget (own.go, table.go tableAfresh), keeps
 // the grant whatever happens: the node releases it itself (Release, after the forget), or it
 // is lost already, or the session's grant is the one to register again (a move's follow).
 type holdGrantKey struct{}

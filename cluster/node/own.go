@@ -8,6 +8,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // Ownership of a partition, as a Table knows it (OwnState): the owned table (part.tb), and
@@ -101,7 +102,7 @@ func (t *Table) OwnState(p uint32) OwnState {
 // no-op; one the table does not have is cluster.ErrInvalid (nothing released). The grant
 // is the Node's, shared by its handles of the table: another handle that owns the partition
 // loses it too (OwnLost). The partition's transaction node forgets its table
-// (txnode.Table.Forget: its cached rows, its pin, its state), so a later Own of it, through
+// (txncoord.Forget: its cached rows, its pin, its state), so a later Own of it, through
 // any handle of this Node, takes a new grant and reads the rows afresh from the storage
 // node: players move between servers and back.
 //
@@ -169,7 +170,7 @@ func (t *Table) releaseOne(ctx context.Context, p uint32) error {
 		// acknowledged write is durable first, and nothing of this node's reaches the
 		// storage node under the grant after it. A ctx that ends during the flush forgets
 		// nothing (the grant's release would fail): kept.
-		err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true))
+		err := txncoord.Forget(context.WithValue(ctx, holdGrantKey{}, true), tb)
 		if errors.Is(err, txnode.ErrClosed) || errors.Is(err, txnode.ErrFailStop) {
 			// Its transaction node is dead (closed by a heal, or failed for good): nothing
 			// of it can be flushed any more (Durable: its acknowledged commits are in the

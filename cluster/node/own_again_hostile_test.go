@@ -15,7 +15,7 @@ import (
 	"github.com/weftdb/weft/txnode"
 )
 
-// Hostile review of owning a partition again (Table.Release, txnode.Table.Forget): each test
+// Hostile review of owning a partition again (Table.Release, txncoord.Forget): each test
 // is named after the defect it showed, fixed since (or after the attack that held).
 
 // Release on a storage node whose transaction node died never succeeds: every other

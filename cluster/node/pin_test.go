@@ -9,7 +9,7 @@ import (
 
 	"github.com/weftdb/weft/cluster"
 	"github.com/weftdb/weft/cluster/node"
-	"github.com/weftdb/weft/txnode"
+	"github.com/weftdb/weft/txnode/txncoord"
 )
 
 // TestPinPartition: a game server pins the partition of its zone; reads of another partition
@@ -92,8 +92,8 @@ func TestOpenRefusesPinBytesOverCache(t *testing.T) {
 	defer cancel()
 	for _, cfg := range []node.Config{
 		{CacheBytes: 1 << 20, PinBytes: 1 << 20},
-		{PinBytes: txnode.DefaultCacheBytes},                    // CacheBytes 0: txnode's default
-		{CacheBytes: 1, PinBytes: txnode.MinCacheBytes * 7 / 8}, // CacheBytes raised to txnode's least
+		{PinBytes: txncoord.CacheBytes(0)},                        // CacheBytes 0: txnode's default
+		{CacheBytes: 1, PinBytes: txncoord.CacheBytes(1) * 7 / 8}, // CacheBytes raised to txnode's least
 	} {
 		cfg.Session = cluster.SessionConfig{Owner: 1, Addr: "127.0.0.1:7000"}
 		cfg.Etcd = cluster.Config{Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: time.Second}

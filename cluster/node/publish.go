@@ -35,7 +35,7 @@ type publishKey struct {
 // one published before superseded unless tb is a handle of its state or tb's transaction
 // node is gone. Call it before tb is stored where transactions route.
 func (n *Node) publish(name string, p uint32, tb *txnode.Table) {
-	if tb.DB().Err() != nil {
+	if txncoord.TableDB(tb).Err() != nil {
 		return // a dead transaction node's table: its successor's, if any, stays
 	}
 	n.pub.mu.Lock()

@@ -183,7 +183,7 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			// A heal (heal.go) that replaced the storage node's transaction node between
 			// the grant and here did not see the partition owned: register the grant (still
 			// this session's) with its successor instead, a few times at most.
-			for try := 0; tb.DB() != t.n.current(t.parts[need[i]].addr()) && try < 3; try++ {
+			for try := 0; txncoord.TableDB(tb) != t.n.current(t.parts[need[i]].addr()) && try < 3; try++ {
 				var rerr error
 				if tb, rerr = t.ownOne(ctx, wait, need[i]); rerr != nil {
 					took, err = took[:i], rerr
@@ -298,7 +298,7 @@ func (t *Table) ownOne(ctx context.Context, wait bool, p uint32) (*txnode.Table,
 // fenced, released by another handle: isLost), or of a copy that is not the storage node's
 // table now (a copy a move away retired there before the partition came back: its table
 // there has another id than storeID, read now unless given, or is gone), is forgotten first
-// (txnode.Table.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
+// (txncoord.Forget, the grant kept: holdGrantKey; its commits flushed, its frames
 // dropped) and the table opened afresh, under the grant the session holds or a new one, its
 // rows read again from the storage node. Without that the transaction node would keep the
 // ended state for its life, and this Node could never own the partition again. The forget
@@ -315,10 +315,10 @@ func (t *Table) tableAfresh(ctx context.Context, db *txnode.DB, name string, sto
 	if err != nil {
 		return nil, err
 	}
-	if serr := txncoord.Serving(tb); tb.ID() == storeID && !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
+	if serr := txncoord.Serving(tb); txncoord.TableID(tb) == storeID && !isLost(serr) && !errors.Is(serr, txnode.ErrTableNotFound) {
 		return tb, nil
 	}
-	if err := tb.Forget(context.WithValue(ctx, holdGrantKey{}, true)); err != nil {
+	if err := txncoord.Forget(context.WithValue(ctx, holdGrantKey{}, true), tb); err != nil {
 		return nil, fmt.Errorf("node: table %q: forget the table of an ended grant: %w", name, err)
 	}
 	return db.Table(ctx, name)

@@ -388,11 +388,11 @@ func (tx *Tx) route(t *Table, p uint32, write bool) (*txnode.Tx, *txnode.Table, 
 		part = &txPart{addr: pt.addr(), db: db, tx: ttx}
 		tx.parts = append(tx.parts, part)
 	}
-	if tb.DB() != part.db {
+	if txncoord.TableDB(tb) != part.db {
 		// The storage node's transaction node was replaced (heal.go) between the owned
 		// table's load and the transaction's: a conflict (nothing was written), so Update
 		// runs the transaction again, on the new one.
-		if tb = pt.tb.Load(); tb == nil || tb.DB() != part.db {
+		if tb = pt.tb.Load(); tb == nil || txncoord.TableDB(tb) != part.db {
 			tx.err = fmt.Errorf("node: table %q partition %d: %w: the transaction node of storage node %s was replaced during the transaction",
 				t.m.Name, p, txnode.ErrConflict, pt.addr())
 			return nil, nil, tx.err

@@ -23,7 +23,7 @@ import (
 	"github.com/weftdb/weft/txnode/internal/coordbridge"
 )
 
-var fn = coordbridge.Get[txnode.DB, txnode.Table, txnode.Tx, txnode.Row]()
+var fn = coordbridge.Get[txnode.DB, txnode.Table, txnode.Tx, txnode.Row, txnode.Options]()
 
 // ErrNoTxnStore is returned by Prepare, DecideTxn and ApplyTxn over a store that does not do
 // two-phase commit (store.TxnStore).
@@ -43,9 +43,21 @@ const (
 // table holds.
 type ClusterLayout = base.ClusterLayout
 
+// Grants hands out the etcd grants of the partitions of cluster-managed tables (docs/cluster.md).
+// Package cluster implements it on a Session (cluster.TxGrants); txnode does not import
+// cluster, so a node without a cluster links no etcd. Any goroutine may call it.
+type Grants = coordbridge.Grants
+
+// Open opens a cluster's transaction node as txnode.Open does, its cluster-managed tables
+// served under g's grants: a table the store reports as cluster-managed is served only under
+// a grant from g (a node from txnode.Open fails to open one). g must not be nil.
+func Open(ctx context.Context, opts txnode.Options, g Grants) (*txnode.DB, error) {
+	return fn.Open(ctx, opts, g)
+}
+
 // CreateClusterTable creates a cluster-managed table holding partition layout.Partition of
 // the partitioned table table (its name at the store: base.PartitionTableName) and takes its
-// write ownership through txnode.Options.Grants.
+// write ownership through the grants of Open.
 func CreateClusterTable(ctx context.Context, db *txnode.DB, table string, rowBytes int, layout ClusterLayout) (*txnode.Table, error) {
 	return fn.CreateClusterTable(db, ctx, table, rowBytes, layout)
 }
@@ -92,6 +104,40 @@ func Serving(t *txnode.Table) error { return fn.Serving(t) }
 // grant taken): a move's flush finds there the table of a partition the Node owns through
 // a handle the game let go.
 func Opened(db *txnode.DB, name string) *txnode.Table { return fn.Opened(db, name) }
+
+// Forget makes the node forget t's table, so that it can own it again later (a cluster
+// node's release of a partition, or its lost grant: docs/cluster.md, "Owning again"): it
+// closes the table to new commits (they fail with txnode.ErrForgotten), waits until every
+// commit admitted before is durable at the store (in WriteBack mode it flushes them first),
+// then drops the table's cached frames and pin, forgets its state and releases its grant (a
+// cluster-managed table's etcd grant, through the release function of Open's grants,
+// called with ctx; a local table's lease is left to lapse at the store), dropping nothing at
+// the store. From then on every call of t and of the other handles of that state, and of
+// transactions that touched it, fails with an error wrapping txnode.ErrForgotten (and
+// txnode.ErrLeaseExpired), and the next DB.Table of the name acquires the table afresh: a
+// new state, under a grant taken anew (the grants return the one they still hold, if it
+// does), its rows fetched from the store again.
+//
+// When the flush fails (ctx ends, the commit pipeline failed), or ctx ends before the state
+// is forgotten, nothing is forgotten: the table takes commits again and Forget returns the
+// error. When the grant's release fails, the table is forgotten all the same and Forget
+// returns the release's error, wrapped. Forgetting a state forgotten already (or whose
+// table was dropped) is a no-op; txnode.ErrClosed after the DB's Close. Writes of t still
+// running are not waited for: one that commits after the close fails. Any goroutine may
+// call it.
+func Forget(ctx context.Context, t *txnode.Table) error { return fn.Forget(t, ctx) }
+
+// TableID returns t's table id in the store (the id of the table state t serves: a table
+// dropped and created again there has a new one).
+func TableID(t *txnode.Table) uint32 { return fn.TableID(t) }
+
+// TableDB returns the transaction node t belongs to: a Tx uses only tables of its own DB.
+func TableDB(t *txnode.Table) *txnode.DB { return fn.TableDB(t) }
+
+// CacheBytes returns the cache budget txnode.Open makes of Options.CacheBytes n: the
+// default (64 MiB) for 0, and at least the least cache (64 KiB). A coordinator checks its
+// own PinBytes against it as Open does.
+func CacheBytes(n int64) int64 { return fn.CacheBytes(n) }
 
 // Held writes: what a partition move asks of a WriteBack owner before it freezes the source
 // (docs/cluster.md, "Writes during a move"). HoldWrites refuses every commit and prepare that

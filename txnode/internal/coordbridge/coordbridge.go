@@ -5,7 +5,8 @@
 //   - The state of txncoord's handles (Part, Turn, Durable) is declared here, so txncoord holds
 //     it by value and txnode works on it in place: txnode declares a type of the same
 //     underlying struct and converts the pointer. No allocation beyond txnode's own.
-//   - Funcs is generic in txnode's types, which this package cannot name: DB, Table, Tx, Row.
+//   - Funcs is generic in txnode's types, which this package cannot name: DB, Table, Tx, Row,
+//     Options.
 package coordbridge
 
 import (
@@ -21,6 +22,19 @@ import (
 // ErrNoTxnStore is returned by a prepare, a decide or an apply over a store that does not do
 // two-phase commit (store.TxnStore).
 var ErrNoTxnStore = errors.New("txnode: the store does not do two-phase commit")
+
+// Grants hands out the etcd grants of the partitions of cluster-managed tables
+// (txncoord.Grants, an alias). Any goroutine may call it.
+type Grants interface {
+	// Grant acquires the grant of partition part of the partitioned table table: its epoch
+	// (the etcd revision that created the owner key), which the storage node verifies when
+	// this node registers it; check, which returns nil while this node may serve the
+	// partition (cluster.Ownership.Check: lock-free, allocation-free on success; it takes
+	// the place of the storage node's lease); and release, which gives the grant up (the next
+	// Grant is a new one, with a higher epoch). The error of a partition another node holds
+	// matches cluster.ErrOwned.
+	Grant(ctx context.Context, table string, part uint32) (epoch uint64, check func() error, release func(context.Context) error, err error)
+}
 
 // TxnInfo names a transaction of a two-phase commit and this part in it (txncoord.TxnInfo,
 // which converts to it).
@@ -54,7 +68,9 @@ type Durable[DB any] struct {
 }
 
 // Funcs is txnode's coordinator surface, each field one unexported function of txnode.
-type Funcs[DB, Table, Tx, Row any] struct {
+type Funcs[DB, Table, Tx, Row, Options any] struct {
+	Open func(ctx context.Context, opts Options, g Grants) (*DB, error)
+
 	DecideTxn                 func(db *DB, ctx context.Context, id base.TxnID, lease int64, d base.Decision, count int) error
 	ApplyTxn                  func(db *DB, ctx context.Context, id base.TxnID, d base.Decision) error
 	CreateClusterTable        func(db *DB, ctx context.Context, table string, rowBytes int, layout base.ClusterLayout) (*Table, error)
@@ -90,14 +106,21 @@ type Funcs[DB, Table, Tx, Row any] struct {
 	Opened       func(db *DB, name string) *Table
 	Supersede    func(old, by *Table) bool
 	Same         func(a, b *Table) bool
+
+	Forget  func(t *Table, ctx context.Context) error
+	TableID func(t *Table) uint32
+	TableDB func(t *Table) *DB
+
+	// CacheBytes is the cache budget Open makes of Options.CacheBytes n.
+	CacheBytes func(n int64) int64
 }
 
 var funcs any
 
 // Set records txnode's Funcs; txnode calls it once, in an init.
-func Set[DB, Table, Tx, Row any](f *Funcs[DB, Table, Tx, Row]) { funcs = f }
+func Set[DB, Table, Tx, Row, Options any](f *Funcs[DB, Table, Tx, Row, Options]) { funcs = f }
 
 // Get returns the Funcs txnode recorded (txnode's init ran first: txncoord imports it).
-func Get[DB, Table, Tx, Row any]() *Funcs[DB, Table, Tx, Row] {
-	return funcs.(*Funcs[DB, Table, Tx, Row])
+func Get[DB, Table, Tx, Row, Options any]() *Funcs[DB, Table, Tx, Row, Options] {
+	return funcs.(*Funcs[DB, Table, Tx, Row, Options])
 }
