@@ -12,8 +12,8 @@ import (
 //
 // Rules:
 //   - An entry record must follow the last live entry (index last+1); a kindRaftTruncate
-//     record at t in [start, last] voids the entries above t, one at or past the last
-//     (ApplySnapshot) or below the start resets the log at t.
+//     record at t in [start, last] voids the entries above t; one past the last, below the
+//     start, or whose term is not the term of entry t (ApplySnapshot) resets the log at t.
 //   - The latest kindRaftState record gives the HardState and the compaction point; a log
 //     without one (never written: Open writes one into a new log) starts at the snapshot
 //     given.
@@ -42,7 +42,7 @@ func (r *replayer) record(rec wal.Record) error {
 		if err != nil {
 			return fmt.Errorf("LSN %d: %w", rec.LSN, err)
 		}
-		if !r.started || t.index < s.dummy || t.index > s.last {
+		if !r.started || t.index < s.dummy || t.index > s.last || s.termAtLocked(t.index) != t.term {
 			s.resetLocked(rec.LSN, t.index, t.term)
 			r.started = true
 			return nil
@@ -98,4 +98,13 @@ func (r *replayer) finish() error {
 		s.tailFirst = s.last + 1
 	}
 	return nil
+}
+
+// termAtLocked is the term of entry i in [dummy, last] as replay knows it (0 for a dummy
+// whose term is not known yet).
+func (s *LogStore) termAtLocked(i uint64) uint64 {
+	if i == s.dummy {
+		return s.dummyTerm
+	}
+	return termOf(s.runs, i)
 }
