@@ -20,7 +20,8 @@ import (
 // skipped, as raft.MemoryStorage.Append does) and, if hs is not nil and differs from the last
 // one, the HardState, as one WAL group, and returns once it is written: synced with
 // wal.SyncAlways, and in every sync mode when force is set or the HardState's term or vote
-// changed (a vote is never forgotten). Entries above the index before the first one are void
+// changed (a vote is never forgotten); a forced Append with nothing to write syncs what was
+// written before. Entries above the index before the first one are void
 // first (a kindRaftTruncate record): a follower's conflicting suffix. The entries are not
 // kept: Append copies what it needs.
 func (s *LogStore) Append(ents []*raftpb.Entry, hs *raftpb.HardState, force bool) error {
@@ -78,6 +79,13 @@ func (s *LogStore) Append(ents []*raftpb.Entry, hs *raftpb.HardState, force bool
 		recs = append(recs, wal.BatchRecord{Kind: kindRaftState, Payload: [][]byte{b[:]}})
 	}
 	if len(recs) == 0 {
+		if !force {
+			return nil
+		}
+		// Nothing to write, but force promises that what was appended is durable.
+		if err := s.w.Sync(); err != nil {
+			return s.fail(fmt.Errorf("repl: append: %w", err))
+		}
 		return nil
 	}
 	lsn, err := s.w.AppendBatch(context.Background(), recs, force || termVote)
