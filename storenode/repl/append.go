@@ -2,6 +2,7 @@ package repl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/raft/v3"
@@ -89,6 +90,9 @@ func (s *LogStore) Append(ents []*raftpb.Entry, hs *raftpb.HardState, force bool
 		return nil
 	}
 	lsn, err := s.w.AppendBatch(context.Background(), recs, force || termVote)
+	if errors.Is(err, wal.ErrTooLarge) {
+		return fmt.Errorf("repl: append: %w", err) // nothing was queued: not a failure of the log
+	}
 	if err != nil {
 		return s.fail(fmt.Errorf("repl: append: %w", err))
 	}

@@ -29,7 +29,8 @@ import (
 //
 //	kindRaftTruncate (33; 16 bytes)
 //	 0  u64 index: every entry record written before this one with an index above it is void,
-//	           and the log continues at index+1
+//	           and the log continues at index+1 (past the last index, or with a term that is
+//	           not the entry's: the log is reset there, ApplySnapshot)
 //	 8  u64 term of the entry at index
 //
 // Entry.Data of a normal entry with an engine record is the 16-byte entry header (kind u8,
