@@ -103,7 +103,7 @@ func (s *LogStore) Append(ents []*raftpb.Entry, hs *raftpb.HardState, force bool
 		lsn++
 	}
 	for _, e := range ents {
-		s.appendLocked(lsn, e, recordBytes(e))
+		s.appendLocked(wal.ReadFrom{LSN: lsn}, e, recordBytes(e))
 		lsn++
 	}
 	if changed {
@@ -162,7 +162,7 @@ func (s *LogStore) Compact(i uint64) error {
 	s.compactLocked(i, term)
 	cut := s.stateLSN
 	if len(s.marks) > 0 {
-		cut = min(cut, s.marks[0].lsn)
+		cut = min(cut, s.marks[0].pos.LSN)
 	}
 	s.mu.Unlock()
 	if err := s.w.DropBefore(cut); err != nil {
@@ -256,8 +256,8 @@ func (s *LogStore) CreateSnapshot(i uint64, cs *raftpb.ConfState) error {
 	return nil
 }
 
-// appendLocked adds the entry written at lsn (record of about size bytes) after the last.
-func (s *LogStore) appendLocked(lsn uint64, e *raftpb.Entry, size int) {
+// appendLocked adds the entry written at pos (record of about size bytes) after the last.
+func (s *LogStore) appendLocked(pos wal.ReadFrom, e *raftpb.Entry, size int) {
 	x := e.GetIndex()
 	if x != s.last+1 {
 		assert.Failf("repl: entry %d appended after %d", x, s.last)
@@ -266,7 +266,7 @@ func (s *LogStore) appendLocked(lsn uint64, e *raftpb.Entry, size int) {
 		s.runs = append(s.runs, termRun{index: x, term: e.GetTerm()})
 	}
 	if len(s.marks) == 0 || s.markBytes >= s.opts.MarkBytes {
-		s.marks = append(s.marks, mark{index: x, lsn: lsn})
+		s.marks = append(s.marks, mark{index: x, pos: pos})
 		s.markBytes = 0
 	}
 	s.markBytes += size
@@ -346,7 +346,7 @@ func (s *LogStore) compactLocked(i, term uint64) {
 // dropTruncsLocked forgets the truncations no read can meet (before the first mark).
 func (s *LogStore) dropTruncsLocked() {
 	k := 0
-	for k < len(s.truncs) && (len(s.marks) == 0 || s.truncs[k].lsn < s.marks[0].lsn) {
+	for k < len(s.truncs) && (len(s.marks) == 0 || s.truncs[k].lsn < s.marks[0].pos.LSN) {
 		k++
 	}
 	s.truncs = s.truncs[k:]

@@ -3,7 +3,9 @@
 package repl
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -91,7 +93,13 @@ type LogStore struct {
 
 type termRun struct{ index, term uint64 }
 
-type mark struct{ index, lsn uint64 }
+// mark names the record of an entry: its LSN, and its segment and offset once known (from
+// recovery, or from the first read that passed it), so a read starting there skips the
+// records before it in its segment.
+type mark struct {
+	index uint64
+	pos   wal.ReadFrom
+}
 
 type truncPoint struct{ lsn, index uint64 }
 
@@ -240,52 +248,55 @@ func cloneConfState(cs *raftpb.ConfState) *raftpb.ConfState {
 // raft.ErrUnavailable when the log is empty. Entries still in the in-memory tail come from
 // it; older ones are read back from the WAL. The entries must not be modified.
 func (s *LogStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for {
-		s.mu.Lock()
 		switch {
 		case s.err == ErrClosed:
-			s.mu.Unlock()
 			return nil, ErrClosed
 		case lo <= s.dummy:
-			s.mu.Unlock()
 			return nil, raft.ErrCompacted
 		case hi > s.last+1:
-			last := s.last
-			s.mu.Unlock()
-			return nil, fmt.Errorf("%w: entries [%d, %d) past the last index %d", ErrBadAppend, lo, hi, last)
+			return nil, fmt.Errorf("%w: entries [%d, %d) past the last index %d", ErrBadAppend, lo, hi, s.last)
 		case s.last == s.dummy:
-			s.mu.Unlock()
 			return nil, raft.ErrUnavailable
-		}
-		if lo >= hi {
-			s.mu.Unlock()
+		case lo >= hi:
 			return []*raftpb.Entry{}, nil
 		}
-		if lo >= s.tailFirst {
-			lim := sizeLimit{max: maxSize}
-			out := s.tailRangeLocked(lo, hi, &lim, nil)
-			s.mu.Unlock()
-			return out, nil
+		out, again, err := s.entriesLocked(lo, hi, maxSize)
+		if !again {
+			return out, err
 		}
-		rd := s.readPlanLocked(lo, min(hi, s.tailFirst))
+		// Entries became void or were compacted during a read: answer again.
+	}
+}
+
+// entriesLocked collects the entries [lo, hi) (in the log) within maxSize: from the WAL
+// up to the tail, with mu released while it reads, then from the tail. again says that the
+// log changed under a read (gen), so the answer is void.
+func (s *LogStore) entriesLocked(lo, hi, maxSize uint64) (out []*raftpb.Entry, again bool, err error) {
+	lim := sizeLimit{max: maxSize}
+	gen := s.gen
+	for next := lo; ; {
+		if next >= s.tailFirst {
+			// The tail still holds [next, hi): appends only add to it, and whatever
+			// removes entries changes gen.
+			return s.tailRangeLocked(next, hi, &lim, out), false, nil
+		}
+		rd := s.readPlanLocked(next, min(hi, s.tailFirst))
 		s.mu.Unlock()
-		lim := sizeLimit{max: maxSize}
-		out, err := s.readEntries(rd, &lim)
+		got, err := s.readEntries(rd, &lim)
 		s.mu.Lock()
-		if s.gen != rd.gen {
-			// Entries became void or were compacted during the read: answer again.
-			s.mu.Unlock()
-			continue
+		if s.gen != gen {
+			return nil, true, nil
 		}
 		if err != nil {
-			s.mu.Unlock()
-			return nil, err
+			return nil, false, err
 		}
-		if !lim.full && rd.hi < hi {
-			out = s.tailRangeLocked(rd.hi, hi, &lim, out)
+		out = append(out, got...)
+		if next = rd.hi; lim.full || next >= hi {
+			return out, false, nil
 		}
-		s.mu.Unlock()
-		return out, nil
 	}
 }
 
@@ -325,8 +336,8 @@ func (s *LogStore) tailRangeLocked(lo, hi uint64, lim *sizeLimit, out []*raftpb.
 
 // readPlan is what a read of old entries needs, taken under mu.
 type readPlan struct {
-	lo, hi    uint64 // the entries [lo, hi)
-	fromLSN   uint64 // the mark to scan from
+	lo, hi    uint64       // the entries [lo, hi)
+	from      wal.ReadFrom // the mark to scan from
 	through   uint64
 	truncs    []truncPoint
 	truncMins []uint64 // truncMins[k]: the lowest index of truncs[k:]
@@ -339,9 +350,9 @@ func (s *LogStore) readPlanLocked(lo, hi uint64) readPlan {
 		k++
 	}
 	assert.That(len(s.marks) > 0 && s.marks[k].index <= lo, "repl: no index mark at or below an entry in the log")
-	rd := readPlan{lo: lo, hi: hi, fromLSN: s.marks[k].lsn, through: s.throughLSN, gen: s.gen}
+	rd := readPlan{lo: lo, hi: hi, from: s.marks[k].pos, through: s.throughLSN, gen: s.gen}
 	for _, t := range s.truncs {
-		if t.lsn > rd.fromLSN {
+		if t.lsn > rd.from.LSN {
 			rd.truncs = append(rd.truncs, t)
 		}
 	}
@@ -360,7 +371,11 @@ func (s *LogStore) readEntries(rd readPlan, lim *sizeLimit) ([]*raftpb.Entry, er
 	var out []*raftpb.Entry
 	want := rd.lo
 	j := 0
-	err := s.w.ReadRecords(rd.fromLSN, rd.through, func(r wal.Record) (bool, error) {
+	var at wal.ReadFrom // the mark's position, learnt
+	err := s.w.ReadRecords(rd.from, rd.through, func(r wal.Record) (bool, error) {
+		if r.LSN == rd.from.LSN {
+			at = wal.ReadFrom{LSN: r.LSN, Segment: r.Segment, Offset: r.Offset}
+		}
 		for j < len(rd.truncs) && rd.truncs[j].lsn <= r.LSN {
 			j++
 		}
@@ -389,7 +404,20 @@ func (s *LogStore) readEntries(rd readPlan, lim *sizeLimit) ([]*raftpb.Entry, er
 		return nil, fmt.Errorf("repl: read entries [%d, %d): %w", rd.lo, rd.hi, err)
 	}
 	if want < rd.hi && !lim.full {
-		return nil, corrupt.Errorf("repl: entry %d not found in the log (LSNs %d..%d)", want, rd.fromLSN, rd.through)
+		return nil, corrupt.Errorf("repl: entry %d not found in the log (LSNs %d..%d)", want, rd.from.LSN, rd.through)
+	}
+	if rd.from.Segment == 0 && at.Segment != 0 {
+		s.learnMark(at)
 	}
 	return out, nil
+}
+
+// learnMark records the position of a mark's record, if the mark is still there.
+func (s *LogStore) learnMark(at wal.ReadFrom) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, found := slices.BinarySearchFunc(s.marks, at.LSN, func(m mark, lsn uint64) int { return cmp.Compare(m.pos.LSN, lsn) })
+	if found {
+		s.marks[k].pos = at
+	}
 }

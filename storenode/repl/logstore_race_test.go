@@ -67,6 +67,9 @@ func TestLogStoreReadsWhileAppending(t *testing.T) {
 		if errors.Is(err, raft.ErrCompacted) {
 			continue
 		}
+		if errors.Is(err, ErrBadAppend) {
+			continue // a truncation since LastIndex (raft never asks past what it wrote)
+		}
 		require.NoError(t, err)
 		for k, e := range ents {
 			require.Equal(t, first+uint64(k), e.GetIndex())

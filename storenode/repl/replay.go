@@ -66,7 +66,7 @@ func (r *replayer) record(rec wal.Record) error {
 		if err != nil {
 			return fmt.Errorf("LSN %d: %w", rec.LSN, err)
 		}
-		s.appendLocked(rec.LSN, e, recordBytes(e))
+		s.appendLocked(wal.ReadFrom{LSN: rec.LSN, Segment: rec.Segment, Offset: rec.Offset}, e, recordBytes(e))
 	}
 	return nil
 }
