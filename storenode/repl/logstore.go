@@ -54,18 +54,21 @@ type Options struct {
 // (a conflicting suffix voided). Its methods may be called from any goroutine; Append,
 // Compact, ApplySnapshot and CreateSnapshot are serialised among themselves.
 type LogStore struct {
-	// Invariants (mu guards the fields it names):
+	// Invariants (mu guards every field below it):
 	//   - The log is the entries (dummy, last]; dummy is the compacted index (its term
-	//     dummyTerm), the entry raft's MemoryStorage keeps at ents[0].
+	//     dummyTerm), the entry raft's MemoryStorage keeps at ents[0]; hs.compactedIndex and
+	//     hs.compactTerm equal them.
 	//   - runs cover (dummy, last] in index order: runs[0].index <= dummy+1, each run's term
 	//     holds up to the next run's index.
-	//   - tail holds the entries tailFirst..last, at most tailBytes of them (opts.TailBytes):
-	//     tailFirst > dummy.
-	//   - marks are ascending in index and LSN; each names the LSN of the live record of its
-	//     index; marks[0].index <= dummy+1 when the log is not empty.
-	//   - truncs are the truncation records at or after marks[0].lsn, in LSN order: a record
-	//     at LSN L with index x is live iff every trunc after L has index >= x.
-	//   - Every record up to throughLSN is written; the state fields say what the WAL holds.
+	//   - tail holds the entries tailFirst..last, at most opts.TailBytes of them (tailBytes):
+	//     tailFirst > dummy; an empty tail has tailFirst = last+1.
+	//   - marks are ascending in index and LSN; each names the live record of its index (LSN,
+	//     and its segment and offset once known); marks[0].index <= dummy+1 when the log is
+	//     not empty.
+	//   - truncs are the truncation records at or after marks[0].pos.LSN, in LSN order: a
+	//     record at LSN L with index x is live iff every trunc after L has index >= x.
+	//   - Every record up to throughLSN is written, and the fields say what the WAL holds;
+	//     stateLSN is the latest kindRaftState record's LSN, which no drop removes.
 	//   - gen changes whenever entries become void or compacted (a read in flight then redoes).
 	opts Options
 	w    *wal.WAL
@@ -73,22 +76,22 @@ type LogStore struct {
 	writeMu sync.Mutex // serialises the writers (Append, Compact, ApplySnapshot, CreateSnapshot)
 
 	mu                  sync.Mutex
-	hs                  logState // guarded by mu: term, vote, commit; compactedIndex = dummy
-	dummy, dummyTerm    uint64   // guarded by mu
-	last                uint64   // guarded by mu
+	hs                  logState // term, vote, commit, and the compaction point
+	dummy, dummyTerm    uint64
+	last                uint64
 	runs                []termRun
 	tail                []*raftpb.Entry
 	tailFirst           uint64
 	tailBytes           int
 	marks               []mark
-	markBytes           int
+	markBytes           int // record bytes appended since the last mark
 	truncs              []truncPoint
 	throughLSN          uint64
-	stateLSN            uint64 // guarded by mu: LSN of the latest kindRaftState record
+	stateLSN            uint64
 	gen                 uint64
 	snapIndex, snapTerm uint64
 	confState           *raftpb.ConfState
-	err                 error // guarded by mu: sticky: the WAL failed, or Close
+	err                 error // sticky: the WAL failed (fail-stop), or ErrClosed
 }
 
 type termRun struct{ index, term uint64 }
