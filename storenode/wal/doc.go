@@ -50,7 +50,7 @@
 //   - Open and the replay callback run on the caller's goroutine; every method of WAL may be
 //     called from any goroutine. The done callbacks of AppendAsync and AppendPiecesAsync run
 //     on the one writer goroutine, in LSN order: they must be quick and must not call
-//     Append, Sync, DropBefore or Close, which wait for it (AppendAsync is fine).
+//     Append, AppendBatch, Sync, DropBefore or Close, which wait for it (AppendAsync is fine).
 //   - Append and AppendAsync copy the payload during the call. AppendPiecesAsync copies the
 //     pieces without Keep and writes the kept ones from the caller's memory: a kept piece
 //     must not change until its record's done has run.

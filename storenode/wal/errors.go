@@ -25,6 +25,12 @@ var (
 	ErrUnknownOutcome = errors.New("wal: outcome unknown")
 )
 
+// Errors of reading.
+var (
+	// ErrDropped is wrapped by ReadRecords when a segment it needs was dropped (DropBefore).
+	ErrDropped = errors.New("wal: segment dropped")
+)
+
 // Errors of opening.
 var (
 	// ErrBadOptions is wrapped by Open for options out of range.

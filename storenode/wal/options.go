@@ -128,6 +128,10 @@ type Record struct {
 	// Payload is the record's payload. It is valid only during the callback: copy what
 	// must outlive it.
 	Payload []byte
+	// Segment and Offset are where the record is: the first LSN of its segment file and its
+	// byte offset there (a ReadRecords start that skips reading the segment from its start).
+	Segment uint64
+	Offset  int64
 }
 
 // Stats are counters of a WAL since Open.

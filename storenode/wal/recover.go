@@ -273,7 +273,7 @@ func (r *recovery) readSegmentUntil(i int, expected *uint64, until uint64) (off 
 		}
 		if h.lsn > r.w.opts.After && r.replay != nil {
 			r.cur = badAt{seg: i, off: off, lsn: h.lsn}
-			if err := r.replay(Record{LSN: h.lsn, Kind: h.kind, Payload: payload}); err != nil {
+			if err := r.replay(Record{LSN: h.lsn, Kind: h.kind, Payload: payload, Segment: r.firsts[i], Offset: off}); err != nil {
 				return off, nil, fmt.Errorf("wal: replay LSN %d: %w", h.lsn, err)
 			}
 		}

@@ -256,7 +256,31 @@ var waiterPool = sync.Pool{New: func() any {
 // enqueue encodes the record, whose payload is copies or pieces, into the queue. With ErrBusy
 // it returns the channel that is closed when the writer next takes the queue.
 func (w *WAL) enqueue(kind byte, copies [][]byte, pieces []Piece, force bool, done func(uint64, error)) (chan struct{}, error) {
-	n, kept := 0, 0
+	n, kept := payloadBytes(copies, pieces)
+	if n > w.opts.MaxRecordBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, w.opts.MaxRecordBytes)
+	}
+	size := recordSize(n)
+	w.mu.Lock()
+	queuedBytes := len(w.queueBuf) + w.queueRefBytes
+	if ch, err := w.admitLocked(queuedBytes, size); err != nil {
+		w.mu.Unlock()
+		return ch, err
+	}
+	wasEmpty := len(w.queue) == 0
+	w.putLocked(kind, copies, pieces, n, kept, force, done)
+	gathered := w.gatherAt > 0 && len(w.queue) >= w.gatherAt
+	assert.That(queuedBytes+size <= w.opts.MaxQueueBytes || len(w.queue) == 1, "wal: queue over its bound")
+	w.mu.Unlock()
+	if wasEmpty || gathered {
+		w.signal()
+	}
+	return nil, nil
+}
+
+// payloadBytes returns the length of a payload of copies or pieces, and how much of it is
+// kept pieces.
+func payloadBytes(copies [][]byte, pieces []Piece) (n, kept int) {
 	for _, p := range copies {
 		n += len(p)
 	}
@@ -266,26 +290,29 @@ func (w *WAL) enqueue(kind byte, copies [][]byte, pieces []Piece, force bool, do
 			kept += len(p.Bytes)
 		}
 	}
-	if n > w.opts.MaxRecordBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, w.opts.MaxRecordBytes)
-	}
-	size := recordSize(n)
-	w.mu.Lock()
-	queuedBytes := len(w.queueBuf) + w.queueRefBytes
+	return n, kept
+}
+
+// admitLocked says whether size more bytes of records may be queued behind queuedBytes: nil,
+// or ErrClosed, the sticky error, or ErrBusy with the channel closed when the writer next
+// takes the queue. Called with mu held.
+func (w *WAL) admitLocked(queuedBytes, size int) (chan struct{}, error) {
 	switch {
 	case w.closing:
-		w.mu.Unlock()
 		return nil, ErrClosed
 	case w.err != nil:
-		err := w.err
-		w.mu.Unlock()
-		return nil, err
+		return nil, w.err
 	case queuedBytes > 0 && queuedBytes+size > w.opts.MaxQueueBytes:
-		ch := w.spaceFreed
 		w.spaceWatched = true
-		w.mu.Unlock()
-		return ch, ErrBusy
+		return w.spaceFreed, ErrBusy
 	}
+	return nil, nil
+}
+
+// putLocked encodes one admitted record of n payload bytes (kept of them in kept pieces) at
+// the end of the queue, with the next LSN. Called with mu held.
+func (w *WAL) putLocked(kind byte, copies [][]byte, pieces []Piece, n, kept int, force bool, done func(uint64, error)) {
+	size := recordSize(n)
 	lsn := w.nextLSN
 	w.nextLSN++
 	off := len(w.queueBuf)
@@ -308,17 +335,9 @@ func (w *WAL) enqueue(kind byte, copies [][]byte, pieces []Piece, force bool, do
 	}
 	w.queueRefBytes += kept
 	clear(rec[at:]) // padding
-	wasEmpty := len(w.queue) == 0
 	w.queue = append(w.queue, queued{lsn: lsn, off: off, force: force, done: done})
-	gathered := w.gatherAt > 0 && len(w.queue) >= w.gatherAt
 	assert.That(w.queue[0].lsn+uint64(len(w.queue))-1 == lsn, "wal: queue LSNs not consecutive")
-	assert.That(queuedBytes+size <= w.opts.MaxQueueBytes || len(w.queue) == 1, "wal: queue over its bound")
 	w.lastLSN.Store(lsn)
-	w.mu.Unlock()
-	if wasEmpty || gathered {
-		w.signal()
-	}
-	return nil, nil
 }
 
 // signal wakes the writer goroutine if it waits.
