@@ -158,6 +158,14 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 			return n.after(tx.mapLost(err))
 		}
 		err = tx.commit()
+		if isLost(err) && !errors.Is(err, txnode.ErrUnknownOutcome) {
+			// Refused (nothing of it applied) for a grant a touched table lost, while that
+			// table was replaced (a move's source fenced under it, then followed): a
+			// conflict, run again through the table that serves the partition now.
+			if serr := tx.stillServed(); serr != nil {
+				err = fmt.Errorf("%w (%w)", serr, err)
+			}
+		}
 		if errors.Is(err, txnode.ErrTxnLocked) && locked < lockedRetries && ctx.Err() == nil {
 			// A storage node holds a row in doubt for another transaction (its decision not
 			// applied there yet): documented as retryable, so retried here, boundedly, with
