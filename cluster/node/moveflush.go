@@ -228,6 +228,7 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	if _, ok := n.flushReqs.Load(k); ok {
 		return // asked again: that request's end resumes it
 	}
+	n.flushEnds.Add(1) // before any resume: a write refused as held until now is told so (heldWrite)
 	for _, h := range n.moveFlushTables(k) {
 		// (The transaction node's table, h.t nil, is of the storage node the synced map
 		// places the partition on: its source after a rollback, its target after a switch.)
@@ -237,10 +238,25 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	}
 }
 
+// heldSince is what a write of an owned table takes before it writes, for heldWrite.
+func (n *Node) heldSince() uint64 { return n.flushEnds.Load() }
+
 // heldWrite maps a write of owned partition p refused because its writes are held for a
-// move (txnode.ErrMoved from tb, held) to the partition's *NotOwnerError; ok false otherwise.
-func (t *Table) heldWrite(p uint32, tb *txnode.Table, err error) (error, bool) {
-	if tb == nil || !errors.Is(err, storenode.ErrMoved) || !txncoord.WritesHeld(tb) {
+// move to the partition's *NotOwnerError; ok false otherwise. Rules:
+//   - tb is the table written (not the partition's table now: a follow may have replaced
+//     it), since the write's heldSince;
+//   - refused as held: txnode.ErrMoved from tb, and tb still held, or a hold ended since
+//     the write began (the request's end resumes tb at any moment: the refusal was then of
+//     a hold that is over). An ErrMoved of another cause meeting a hold's end is told as
+//     held too: a *NotOwnerError all the same (never acknowledged: retried).
+func (t *Table) heldWrite(p uint32, tb *txnode.Table, since uint64, err error) (error, bool) {
+	if tb == nil || !errors.Is(err, storenode.ErrMoved) {
+		return err, false
+	}
+	if h := raceHook; h != nil {
+		h("write-moved")
+	}
+	if !txncoord.WritesHeld(tb) && t.n.heldSince() == since {
 		return err, false
 	}
 	ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}
