@@ -241,7 +241,9 @@ func (t *Table) watcherAt(ctx context.Context, ps []uint32) error {
 // the dial of the new storage node and the route's store ("moved") and between the route's
 // store and the owned table's registration ("moved-route"), and when the target refused
 // the grant as not live yet, before it is asked again ("moved-incoming"), and in Own when
-// the node's map watcher is behind the handle's routes, before it waits ("own-watch").
+// the node's map watcher is behind the handle's routes, before it waits ("own-watch"), and
+// when a write was refused with ErrMoved, before heldWrite tells whether it was held
+// ("write-moved").
 var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one
