@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,6 +180,58 @@ func TestMoveFlushWriteRefusedJustBeforeTheResumeIsNotOwner(t *testing.T) {
 	require.ErrorIs(t, err, txnode.ErrMoved)
 	require.True(t, ne.Held, "held by this node")
 	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(4)), "resumed: the live source is written again")
+}
+
+// Regression test (a defect found by the flake of TestMoveFlushEndLeavesTheOwningHandleHeld,
+// its run held for good; fixed: a flush that finds its request ended handles the end again,
+// resumeIfEnded): the flush a follow starts while the request stands (holdIfMoving) holds
+// its tables again as it flushes (FlushHeld), and when it runs late, after the request's end
+// resumed them, nothing resumes them again. Should: once the move is done, the owning handle
+// writes the partition. Does: every write of it is refused as held, for ever.
+func TestMoveFlushLateFlushAfterTheResumeLeavesTheTableHeld(t *testing.T) {
+	ctx := testCtx(t)
+	tc, owner, tbl, ids := startOwnTwo(t, ctx, 0xb6)
+	_, mt := tc.openNodeTable(t, ctx, 0xd, "wb")
+
+	var retired atomic.Bool
+	resumed := make(chan struct{})
+	var once sync.Once
+	restore := node.SetMoveFlushHook(func(step string) {
+		switch {
+		case step == "resumed":
+			once.Do(func() { close(resumed) })
+		case step == "flushing" && retired.Load():
+			select { // the follow's flush runs only after the request's end was handled
+			case <-resumed:
+			case <-ctx.Done():
+			}
+		}
+	})
+	defer restore()
+	var hookErr error
+	node.SetMoveStepHook(func(step string) {
+		if step != node.MoveStepRetired || retired.Swap(true) {
+			return
+		}
+		// The request stands (it ends after the record): the owning handle follows the
+		// switch, its target table held and a flush of it started.
+		if hookErr = node.SyncMap(ctx, owner); hookErr == nil {
+			hookErr = tbl.Get(ctx, ids[0], make([]byte, 64))
+		}
+	})
+	defer node.SetMoveStepHook(nil)
+	require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+	node.SetMoveStepHook(nil)
+	require.NoError(t, hookErr)
+	require.Equal(t, tc.addrs[1], tbl.NodeOf(ids[0]), "the owning handle followed the switch")
+
+	select {
+	case <-resumed:
+	case <-ctx.Done():
+		t.Fatal("the request's end was never handled")
+	}
+	node.WaitFinishing(owner) // the late flush is done too
+	require.NoError(t, tbl.Put(ctx, ids[0], balanceRow(5)), "the move is done: the owning handle writes the partition again")
 }
 
 // Regression test (a defect of 82f69a2, fixed: EndFlush ends a request of its epoch or an
