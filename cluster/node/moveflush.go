@@ -25,7 +25,9 @@ import (
 //     follow to the target) is held before it is stored, and flushed and answered too;
 //   - the request ended (the move done or rolled back): the map is synced first, so a
 //     switched partition is routed to its target; only then is the partition's table written
-//     again. A table of the source left behind by the switch stays held: never written.
+//     again. A table of the source left behind by the switch stays held: never written;
+//   - a flush that finds its request ended (or fails) handles the end again (resumeIfEnded):
+//     its FlushHeld held the tables anew, maybe after the end's resume.
 
 // moveFlushKey names a partition's flush request in Node.flushReqs.
 type moveFlushKey struct {
@@ -33,8 +35,9 @@ type moveFlushKey struct {
 	part  uint32
 }
 
-// moveFlushHook, set by tests, hears the owner's steps: "answered" (a request answered),
-// "resumed" (a request's end handled: the partition is written again, or stays held).
+// moveFlushHook, set by tests, hears the owner's steps: "flushing" (a flush for a request
+// begins, its tables found), "answered" (a request answered), "resumed" (a request's end
+// handled: the partition is written again, or stays held).
 var moveFlushHook atomic.Pointer[func(step string)]
 
 func moveFlushStep(step string) {
@@ -142,15 +145,18 @@ func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
 	if len(held) == 0 {
 		return
 	}
+	moveFlushStep("flushing")
 	ctx, cancel := context.WithTimeout(n.bg, n.moveFlushTimeout())
 	defer cancel()
 	for _, h := range held {
 		if err := txncoord.FlushHeld(ctx, h.tb); err != nil {
 			n.log.Warn("node: flush for a move", "table", k.table, "part", k.part, "err", err)
+			n.resumeIfEnded(k)
 			return
 		}
 	}
 	if e, ok := n.flushReqs.Load(k); !ok || e.(int64) != epoch {
+		n.resumeIfEnded(k)
 		return // ended or asked again meanwhile: that one answers
 	}
 	for _, h := range held {
@@ -167,6 +173,15 @@ func (n *Node) flushForMove(k moveFlushKey, epoch int64) {
 		return
 	}
 	moveFlushStep("answered")
+}
+
+// resumeIfEnded runs the end of partition k's request again when none stands any more: a
+// flush's FlushHeld holds its tables again, and the request may have ended (its resume
+// done) before, so nothing else would write them again.
+func (n *Node) resumeIfEnded(k moveFlushKey) {
+	if _, ok := n.flushReqs.Load(k); !ok {
+		n.resumeAfterMove(k)
+	}
 }
 
 // moveFlushTimeout bounds one flush and its answer.
@@ -228,6 +243,7 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	if _, ok := n.flushReqs.Load(k); ok {
 		return // asked again: that request's end resumes it
 	}
+	n.flushEnds.Add(1) // before any resume: a write refused as held until now is told so (heldWrite)
 	for _, h := range n.moveFlushTables(k) {
 		// (The transaction node's table, h.t nil, is of the storage node the synced map
 		// places the partition on: its source after a rollback, its target after a switch.)
@@ -237,10 +253,25 @@ func (n *Node) resumeAfterMove(k moveFlushKey) {
 	}
 }
 
+// heldSince is what a write of an owned table takes before it writes, for heldWrite.
+func (n *Node) heldSince() uint64 { return n.flushEnds.Load() }
+
 // heldWrite maps a write of owned partition p refused because its writes are held for a
-// move (txnode.ErrMoved from tb, held) to the partition's *NotOwnerError; ok false otherwise.
-func (t *Table) heldWrite(p uint32, tb *txnode.Table, err error) (error, bool) {
-	if tb == nil || !errors.Is(err, storenode.ErrMoved) || !txncoord.WritesHeld(tb) {
+// move to the partition's *NotOwnerError; ok false otherwise. Rules:
+//   - tb is the table written (not the partition's table now: a follow may have replaced
+//     it), since the write's heldSince;
+//   - refused as held: txnode.ErrMoved from tb, and tb still held, or a hold ended since
+//     the write began (the request's end resumes tb at any moment: the refusal was then of
+//     a hold that is over). An ErrMoved of another cause meeting a hold's end is told as
+//     held too: a *NotOwnerError all the same (never acknowledged: retried).
+func (t *Table) heldWrite(p uint32, tb *txnode.Table, since uint64, err error) (error, bool) {
+	if tb == nil || !errors.Is(err, storenode.ErrMoved) {
+		return err, false
+	}
+	if h := raceHook; h != nil {
+		h("write-moved")
+	}
+	if !txncoord.WritesHeld(tb) && t.n.heldSince() == since {
 		return err, false
 	}
 	ne := &NotOwnerError{Table: t.m.Name, Part: p, Held: true, Holder: t.n.sess.Holder()}

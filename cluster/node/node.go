@@ -112,6 +112,10 @@ type Node struct {
 	flushReqs   sync.Map
 	flushMu     sync.Mutex
 	flushClosed bool
+	// flushEnds counts the holds this node's flush requests ended (resumeAfterMove, before
+	// it resumes a table): a write refused as held whose hold ended before the refusal was
+	// told sees it changed (heldWrite).
+	flushEnds atomic.Uint64
 
 	// pub is the owned table serving each partition (publish.go).
 	pub published

@@ -241,7 +241,9 @@ func (t *Table) watcherAt(ctx context.Context, ps []uint32) error {
 // the dial of the new storage node and the route's store ("moved") and between the route's
 // store and the owned table's registration ("moved-route"), and when the target refused
 // the grant as not live yet, before it is asked again ("moved-incoming"), and in Own when
-// the node's map watcher is behind the handle's routes, before it waits ("own-watch").
+// the node's map watcher is behind the handle's routes, before it waits ("own-watch"), and
+// when a write was refused with ErrMoved, before heldWrite tells whether it was held
+// ("write-moved").
 var raceHook func(where string)
 
 // ownOne takes partition p's grant through its storage node's transaction node (own), one
@@ -445,7 +447,13 @@ func (t *Table) notOwner(ctx context.Context, p uint32) error {
 // written is the error of a write to partition p through the owned table: a lost grant
 // becomes a *NotOwnerError (the partition is forgotten as owned).
 func (t *Table) written(ctx context.Context, p uint32, err error) error {
-	if herr, ok := t.heldWrite(p, t.parts[p].tb.Load(), err); ok {
+	return t.writtenTo(ctx, p, t.parts[p].tb.Load(), t.n.heldSince(), err)
+}
+
+// writtenTo is written of a write through owned table tb, begun at since (heldSince): a
+// write held for a move becomes a *NotOwnerError too (heldWrite).
+func (t *Table) writtenTo(ctx context.Context, p uint32, tb *txnode.Table, since uint64, err error) error {
+	if herr, ok := t.heldWrite(p, tb, since, err); ok {
 		return herr
 	}
 	if !t.gone(p, err) {
@@ -529,8 +537,9 @@ func (t *Table) Insert(ctx context.Context, row []byte) (uint64, error) {
 			t.unsetOwned(p) // dropped meanwhile: its drop removes it too
 			continue
 		}
+		since := t.n.heldSince()
 		id, err := tb.Insert(ctx, row)
-		if herr, held := t.heldWrite(p, tb, err); held {
+		if herr, held := t.heldWrite(p, tb, since, err); held {
 			if len(owned) > 1 && tried < len(owned) {
 				tried++
 				continue // another owned partition takes it
@@ -578,7 +587,8 @@ func (t *Table) Update(ctx context.Context, id uint64, fn func(row []byte) error
 	if err != nil {
 		return err
 	}
-	return t.written(ctx, p, tb.Update(ctx, id, fn))
+	since := t.n.heldSince()
+	return t.writtenTo(ctx, p, tb, since, tb.Update(ctx, id, fn))
 }
 
 // Put replaces row id (txnode.Table.Put), in a partition this node owns.
@@ -587,7 +597,8 @@ func (t *Table) Put(ctx context.Context, id uint64, row []byte) error {
 	if err != nil {
 		return err
 	}
-	return t.written(ctx, p, tb.Put(ctx, id, row))
+	since := t.n.heldSince()
+	return t.writtenTo(ctx, p, tb, since, tb.Put(ctx, id, row))
 }
 
 // Delete deletes row id (txnode.Table.Delete), in a partition this node owns.
@@ -596,5 +607,6 @@ func (t *Table) Delete(ctx context.Context, id uint64) error {
 	if err != nil {
 		return err
 	}
-	return t.written(ctx, p, tb.Delete(ctx, id))
+	since := t.n.heldSince()
+	return t.writtenTo(ctx, p, tb, since, tb.Delete(ctx, id))
 }

@@ -38,6 +38,8 @@ type Tx struct {
 	// turn is the run's cache turn (nil until a part was first sent back for it): each part
 	// begun runs with it when it holds that part's storage node's turn.
 	turn *txncoord.CacheTurn
+	// heldSince is the Node's heldSince as the run began (heldWrite).
+	heldSince uint64
 }
 
 // txPart is the transaction's part on one storage node.
@@ -112,7 +114,7 @@ func (n *Node) run(ctx context.Context, writable bool, fn func(tx *Tx) error) er
 		if err := n.closedErr(); err != nil {
 			return err
 		}
-		tx := &Tx{n: n, ctx: ctx, writable: writable, turn: turn}
+		tx := &Tx{n: n, ctx: ctx, writable: writable, turn: turn, heldSince: n.heldSince()}
 		err := runBody(tx, fn)
 		tx.done = true
 		if tx.err != nil {
@@ -252,9 +254,11 @@ func (tx *Tx) mapLost(err error) error {
 // again at commit) to the *NotOwnerError of the first touched partition whose grant is gone,
 // as a write refused on the spot is (the partition is forgotten as owned).
 func (tx *Tx) lostAtCommit(err error) error {
-	for _, u := range tx.touched {
-		if herr, ok := u.t.heldWrite(u.p, u.t.parts[u.p].tb.Load(), err); ok {
-			return herr
+	for _, since := range [2]uint64{tx.n.heldSince(), tx.heldSince} { // held now first, then a hold ended since
+		for _, u := range tx.touched {
+			if herr, ok := u.t.heldWrite(u.p, u.t.parts[u.p].tb.Load(), since, err); ok {
+				return herr
+			}
 		}
 	}
 	for _, u := range tx.touched {
