@@ -289,3 +289,44 @@ func TestHostileHealAfterMoveAwayAndBackCommits(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 4, v)
 }
+
+// Regression guard: the same race on one handle: its Own of partition 0 has its table at
+// the first storage node when the partition moves and the handle itself follows the switch
+// (its route the target's, no table to carry over yet). Own then finds the route's
+// transaction node is not its table's and owns the partition on the target instead: the
+// handle's transactions and writes commit.
+func TestHostileOwnRacingMoveFollowedBySameHandleLeavesPartitionWritable(t *testing.T) {
+	ctx := testCtx(t)
+	tc := startTxnCluster(t, 2, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	mover := tc.open(t, 0xc, "")
+	ta := createTable(t, ctx, a, "ownself", 64, 1, 1, tc.addrs[:1])
+	require.NoError(t, ta.Own(ctx, 0))
+	x := insertRow(t, ctx, ta, balanceRow(0))
+	require.NoError(t, ta.Release(ctx, 0))
+	mt := openTable(t, ctx, mover, "ownself")
+
+	dst := make([]byte, 64)
+	fired := onceAt(t, "own", func() {
+		require.NoError(t, mt.Move(ctx, 0, tc.addrs[1]))
+		require.NoError(t, node.SyncMap(ctx, a))
+		require.NoError(t, ta.Get(ctx, x, dst)) // follows: routed to the target, nothing owned yet
+		require.Equal(t, tc.addrs[1], ta.NodeOf(x))
+	})
+	if err := ta.Own(ctx, 0); err != nil {
+		t.Logf("Own racing the move: %v", err)
+		require.NoError(t, ta.Own(ctx, 0))
+	}
+	require.True(t, fired())
+	require.NoError(t, bumpRetry(ctx, a, ta, x))
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = ta.Put(ctx, x, balanceRow(5)); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	v, err := viewOf(ctx, a, ta, x)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, v)
+}
