@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
@@ -99,6 +100,10 @@ func TestHostileOwnRacingReleaseAndOwnOfOtherHandleLeavesPartitionWritable(t *te
 	require.True(t, fired())
 	require.Equal(t, node.OwnHeld, t2.OwnState(0))
 
+	// Outside a transaction too (txnode's own Update of the row: its lease check).
+	assert.NoError(t, t2.Put(ctx, x, balanceRow(5)), "Table.Put through the owning handle")
+	_, ierr := t2.Insert(ctx, balanceRow(0))
+	assert.NoError(t, ierr, "Table.Insert through the owning handle")
 	require.NoError(t, bumpRetry(ctx, a, t2, x),
 		"a transaction through the handle that owns the partition (its table superseded by t1's late publish)")
 	if t1.OwnState(0) != node.OwnHeld {
