@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftdb/weft/base"
@@ -18,6 +19,9 @@ import (
 
 // releaseGrants gives up the etcd grants of the cluster-managed tables (Close, after the
 // pipeline's last batch): another node takes them at once, not a TTL later.
+// tableSerials numbers the table states this process makes (tableState.serial).
+var tableSerials atomic.Uint64
+
 func (db *DB) releaseGrants(ctx context.Context) {
 	db.mu.Lock()
 	db.grantsReleased = true
@@ -101,7 +105,7 @@ func (db *DB) adopt(ctx context.Context, st base.TableInfo) (*Table, error) {
 	if t := db.tables[st.Name]; t != nil {
 		return &Table{db: db, t: t}, nil
 	}
-	t := &tableState{id: st.ID, name: st.Name, geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock,
+	t := &tableState{id: st.ID, name: st.Name, serial: tableSerials.Add(1), geo: geo, rowBytes: st.RowBytes, clock: db.opts.clock,
 		grantCheck: check, grantRelease: release, layout: st.Cluster}
 	t.epoch.Store(g.Epoch)
 	if g.Lease > 0 && check == nil {

@@ -60,6 +60,7 @@ func init() {
 		Opened:       (*DB).opened,
 		Supersede:    (*Table).supersede,
 		Same:         func(a, b *Table) bool { return a != nil && b != nil && a.t == b.t },
+		Serial:       func(t *Table) uint64 { return t.t.serial },
 
 		Forget:  (*Table).forget,
 		TableID: func(t *Table) uint32 { return t.t.id },

@@ -105,8 +105,11 @@ type DB struct {
 
 // tableState is what the node knows of a table. Immutable fields first.
 type tableState struct {
-	id       uint32
-	name     string
+	id   uint32
+	name string
+	// serial orders table states as they were made, process-wide (txncoord.Serial): of two
+	// states of one partition on one storage node, the later one is the current one.
+	serial   uint64
 	geo      logicpage.Geometry
 	rowBytes int
 

@@ -234,8 +234,10 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 		t.forget(p, was)
 		return db, nil
 	}
+	if tb = t.n.publish(t.m.Name, p, switchRev, tb); tb == nil {
+		return db, nil // published at a later placement by another handle: followed next
+	}
 	t.holdIfMoving(p, tb)
-	t.n.publish(t.m.Name, p, tb)
 	if pt.tb.CompareAndSwap(was, tb) {
 		t.heldAfterStore(p, tb)
 		if was != nil {

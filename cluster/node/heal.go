@@ -337,10 +337,13 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 		pt := &f.t.parts[f.p]
 		pt.r.CompareAndSwap(f.r, &route{addr: addr, durable: f.d, rev: f.r.rev}) // not if moved meanwhile
 		if f.o != nil {
-			f.t.holdIfMoving(f.p, f.o)
-			n.publish(f.t.m.Name, f.p, f.o)
-			if pt.tb.CompareAndSwap(f.was, f.o) { // not if dropped meanwhile
-				f.t.heldAfterStore(f.p, f.o)
+			o := n.publish(f.t.m.Name, f.p, f.r.rev, f.o)
+			if o == nil {
+				continue // moved meanwhile, and published there by another handle
+			}
+			f.t.holdIfMoving(f.p, o)
+			if pt.tb.CompareAndSwap(f.was, o) { // not if dropped meanwhile
+				f.t.heldAfterStore(f.p, o)
 			}
 		}
 	}

@@ -9,21 +9,23 @@ import (
 
 // Which owned table serves a partition on this Node (docs/cluster.md, "A validation counts
 // only where the partition is still served"). Every handle of a table stores the owned table
-// of a partition (part.tb) only through publish, which supersedes the one published before
-// when it is another table (txncoord.Supersede: not a handle of its state), before the new
-// one can serve a write. Rules:
-//   - a transaction's read of a superseded table never validates, so no handle (one that
-//     has not followed a move yet, one the game keeps beside a newer one) commits from a
-//     cache nothing writes any more;
-//   - a table of a transaction node that is gone (closed by a heal, failed) is published to
-//     its handle but supersedes nothing: a late store of it must not mark its successor;
-//   - a forgotten or released table is superseded by what is published after it; one
-//     published again (the same state) stays as it is.
+// of a partition (part.tb) only through publish, which keeps the latest one and supersedes
+// the others (txncoord.Supersede: a transaction that read a superseded table never
+// validates), before the latest can serve a write. Rules:
+//   - latest: obtained for a later placement of the partition (the map revision of its
+//     route), or on the same placement a later table state (txncoord.Serial: forgotten and
+//     opened again, a heal's new transaction node); a handle of the published state
+//     (txncoord.Same) is the same table;
+//   - a publish that is not the latest supersedes its own table, never the latest: a late
+//     publish (an Own, a follow, a heal that raced another handle's) cannot mark the table
+//     that serves the partition, which no call could then clear;
+//   - a table of a transaction node that is gone (closed by a heal, failed) supersedes
+//     nothing and is not recorded: its calls fail and heal.
 
-// published is the owned table this Node last published for each partition (publishKey).
+// published is the latest owned table this Node published for each partition.
 type published struct {
 	mu sync.Mutex
-	m  map[publishKey]*txnode.Table
+	m  map[publishKey]publishEntry
 }
 
 type publishKey struct {
@@ -31,23 +33,49 @@ type publishKey struct {
 	part  uint32
 }
 
-// publish records tb (non-nil) as the owned table serving partition p of table name, the
-// one published before superseded unless tb is a handle of its state or tb's transaction
-// node is gone. Call it before tb is stored where transactions route.
-func (n *Node) publish(name string, p uint32, tb *txnode.Table) {
-	if txncoord.TableDB(tb).Err() != nil {
-		return // a dead transaction node's table: its successor's, if any, stays
+type publishEntry struct {
+	tb     *txnode.Table
+	rev    int64  // the map revision of the route it was obtained for
+	serial uint64 // txncoord.Serial(tb)
+}
+
+// publish offers tb, obtained for partition p of table name at the placement of map
+// revision rev, as the owned table serving it, and returns the table the caller stores:
+// tb when it is the latest; else the latest, when it is on tb's transaction node (a handle
+// of the state that serves the partition there); else nil (the partition is published at a
+// later placement: the caller stores nothing, its next follow takes it up). Call it before
+// the table is stored where transactions route.
+func (n *Node) publish(name string, p uint32, rev int64, tb *txnode.Table) *txnode.Table {
+	db := txncoord.TableDB(tb)
+	if db.Err() != nil {
+		return tb // a dead transaction node's table: its successor's, if any, stays
 	}
 	n.pub.mu.Lock()
 	defer n.pub.mu.Unlock()
 	k := publishKey{name, p}
-	if old := n.pub.m[k]; old != nil {
-		txncoord.Supersede(old, tb)
+	cur, ok := n.pub.m[k]
+	switch {
+	case ok && txncoord.Same(cur.tb, tb):
+		if rev > cur.rev {
+			cur.rev = rev
+			n.pub.m[k] = cur
+		}
+		return tb
+	case !ok || rev > cur.rev || rev == cur.rev && txncoord.Serial(tb) > cur.serial || txncoord.TableDB(cur.tb).Err() != nil:
+		if ok {
+			txncoord.Supersede(cur.tb, tb)
+		}
+		if n.pub.m == nil {
+			n.pub.m = make(map[publishKey]publishEntry)
+		}
+		n.pub.m[k] = publishEntry{tb: tb, rev: rev, serial: txncoord.Serial(tb)}
+		return tb
 	}
-	if n.pub.m == nil {
-		n.pub.m = make(map[publishKey]*txnode.Table)
+	txncoord.Supersede(tb, cur.tb) // not the latest: it serves the partition no more
+	if txncoord.TableDB(cur.tb) == db {
+		return cur.tb
 	}
-	n.pub.m[k] = tb
+	return nil
 }
 
 // unpublish supersedes was, partition p's table on a storage node that serves the partition
@@ -56,7 +84,7 @@ func (n *Node) unpublish(name string, p uint32, was *txnode.Table) {
 	n.pub.mu.Lock()
 	defer n.pub.mu.Unlock()
 	txncoord.Supersede(was, nil)
-	if k := (publishKey{name, p}); txncoord.Same(n.pub.m[k], was) {
+	if k := (publishKey{name, p}); txncoord.Same(n.pub.m[k].tb, was) {
 		delete(n.pub.m, k)
 	}
 }

@@ -195,16 +195,24 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 			}
 			took[i] = tb
 		}
+		owned := make([]uint32, 0, len(took))
 		for i, tb := range took {
-			t.holdIfMoving(need[i], tb)
-			t.n.publish(t.m.Name, need[i], tb)
 			pt := &t.parts[need[i]]
+			if tb = t.n.publish(t.m.Name, need[i], pt.r.Load().rev, tb); tb == nil {
+				// Placed afresh meanwhile (the map read above is behind a switch another
+				// handle followed): not owned through this handle; the next call follows it.
+				err = errors.Join(err, fmt.Errorf("node: own table %q partition %d: %w: it moved while it was owned here (run Own again)",
+					t.m.Name, need[i], cluster.ErrMapChanged))
+				continue
+			}
+			t.holdIfMoving(need[i], tb)
 			pt.tb.Store(tb)
 			pt.lost.Store(false)
 			pt.released.Store(false)
 			t.heldAfterStore(need[i], tb)
+			owned = append(owned, need[i])
 		}
-		t.setOwned(need[:len(took)]...)
+		t.setOwned(owned...)
 	}
 	return t.n.after(err)
 }

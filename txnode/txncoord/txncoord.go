@@ -157,6 +157,11 @@ func Supersede(old, by *txnode.Table) bool { return fn.Supersede(old, by) }
 // a new handle each call).
 func Same(a, b *txnode.Table) bool { return fn.Same(a, b) }
 
+// Serial orders table states as this process made them: of two states of one partition on
+// one storage node (one forgotten and opened again, a heal's new transaction node's), the
+// one with the larger serial is the later, current one.
+func Serial(t *txnode.Table) uint64 { return fn.Serial(t) }
+
 // HoldWrites refuses the commits that write t from now on with txnode.ErrMoved, until
 // ResumeWrites. Any goroutine; idempotent.
 func HoldWrites(t *txnode.Table) { fn.HoldWrites(t) }

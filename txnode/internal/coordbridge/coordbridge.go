@@ -106,6 +106,7 @@ type Funcs[DB, Table, Tx, Row, Options any] struct {
 	Opened       func(db *DB, name string) *Table
 	Supersede    func(old, by *Table) bool
 	Same         func(a, b *Table) bool
+	Serial       func(t *Table) uint64
 
 	Forget  func(t *Table, ctx context.Context) error
 	TableID func(t *Table) uint32
