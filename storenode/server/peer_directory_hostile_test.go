@@ -182,7 +182,7 @@ func TestHostileMadeUpPrimariesOverTheWireRefusedAfterOneRead(t *testing.T) {
 	for i := range burst {
 		m := srvCommit(n.table, testOwner, n.epoch, n.seq+1, []uint64{uint64(i)}, 5)
 		go func() {
-			_, err := n.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{byte(i + 1)}, Lease: 41, Index: 1, Primary: fmt.Sprintf("127.0.0.1:%d", 40000+i), Commit: *m})
+			_, err := n.coord.PrepareTxn(ctx, &sgio.TxnPrepare{Txn: [16]byte{byte(i + 1)}, Lease: 41, Index: 1, Primary: fmt.Sprintf("made-up-%d.invalid:7000", i), Commit: *m}) // no listener's (127.0.0.1:40000+i was once the server's own port)
 			errs <- err
 		}()
 	}
