@@ -328,8 +328,8 @@ func (tx *Tx) commit() error {
 	case len(tx.parts) == 1:
 		if err := tx.parts[0].tx.Commit(); err != nil || len(tx.writers) > 0 {
 			// Written: validated inside the commit, where a table replaced meanwhile was
-			// superseded before its successor was published (follow.go, heal.go): a read
-			// of it fails the validation there. Checked here, it could not be undone.
+			// superseded before its successor was stored (publish.go): a read of it fails
+			// the validation there. Checked here, after the commit, it could not be undone.
 			return err
 		}
 		return tx.stillServed()
@@ -433,9 +433,9 @@ func (u touch) replaced() error {
 }
 
 // stillServed checks, once the transaction's reads are validated, that every partition it
-// touched is still served by the owned table that served it (a handle of its state): validated there, the reads were
-// current at validation (every write of a partition goes through the table serving it).
-// The conflict of the first one replaced (touch.replaced), else nil.
+// touched is still served by the owned table that served it (a handle of its state):
+// validated there, the reads were current at validation (every write of a partition goes
+// through the table serving it). The conflict of the first one replaced, else nil.
 func (tx *Tx) stillServed() error {
 	for _, u := range tx.touched {
 		if !txncoord.Same(u.t.parts[u.p].tb.Load(), u.tb) {
