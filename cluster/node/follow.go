@@ -103,6 +103,7 @@ func (t *Table) refollow(ctx context.Context, m *cluster.Map) error {
 	if errors.Is(err, cluster.ErrTableNotFound) {
 		e := fmt.Errorf("node: table %q was dropped: %w", t.m.Name, err)
 		t.dropped.CompareAndSwap(nil, &e)
+		t.n.unpublishDropped(t)
 		t.seen.Store(m)
 		return nil
 	}
@@ -229,12 +230,12 @@ func (t *Table) movedOn(ctx context.Context, p uint32, to string, switchRev int6
 		t.n.log.Warn("node: an owned partition moved; owning it again on its new storage node failed",
 			"table", t.m.Name, "part", p, "to", to, "err", err)
 		if was != nil {
-			t.n.unpublish(t.m.Name, p, was) // the source's: it serves the partition no more
+			t.n.unpublish(t, p, was) // the source's: it serves the partition no more
 		}
 		t.forget(p, was)
 		return db, nil
 	}
-	if tb = t.n.publish(t.m.Name, p, switchRev, tb); tb == nil {
+	if tb = t.n.publish(t, p, switchRev, tb); tb == nil {
 		return db, nil // published at a later placement by another handle: followed next
 	}
 	t.holdIfMoving(p, tb)

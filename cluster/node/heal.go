@@ -337,7 +337,7 @@ func (n *Node) reown(ctx context.Context, addr string, db *txnode.DB) error {
 		pt := &f.t.parts[f.p]
 		pt.r.CompareAndSwap(f.r, &route{addr: addr, durable: f.d, rev: f.r.rev}) // not if moved meanwhile
 		if f.o != nil {
-			o := n.publish(f.t.m.Name, f.p, f.r.rev, f.o)
+			o := n.publish(f.t, f.p, f.r.rev, f.o)
 			if o == nil {
 				continue // moved meanwhile, and published there by another handle
 			}

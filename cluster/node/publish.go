@@ -20,7 +20,9 @@ import (
 //     publish (an Own, a follow, a heal that raced another handle's) cannot mark the table
 //     that serves the partition, which no call could then clear;
 //   - a table of a transaction node that is gone (closed by a heal, failed) supersedes
-//     nothing and is not recorded: its calls fail and heal.
+//     nothing and is not recorded: its calls fail and heal;
+//   - bounded: one entry per partition of each table this Node owns or owned, forgotten
+//     once a handle finds the table dropped (unpublishDropped).
 
 // published is the latest owned table this Node published for each partition.
 type published struct {
@@ -28,9 +30,12 @@ type published struct {
 	m  map[publishKey]publishEntry
 }
 
+// publishKey names a partition of one table: a table dropped and created again under its
+// name is another (its creation revision).
 type publishKey struct {
-	table string
-	part  uint32
+	table   string
+	created int64
+	part    uint32
 }
 
 type publishEntry struct {
@@ -39,20 +44,20 @@ type publishEntry struct {
 	serial uint64 // txncoord.Serial(tb)
 }
 
-// publish offers tb, obtained for partition p of table name at the placement of map
+// publish offers tb, obtained for partition p of t's table at the placement of map
 // revision rev, as the owned table serving it, and returns the table the caller stores:
 // tb when it is the latest; else the latest, when it is on tb's transaction node (a handle
 // of the state that serves the partition there); else nil (the partition is published at a
 // later placement: the caller stores nothing, its next follow takes it up). Call it before
 // the table is stored where transactions route.
-func (n *Node) publish(name string, p uint32, rev int64, tb *txnode.Table) *txnode.Table {
+func (n *Node) publish(t *Table, p uint32, rev int64, tb *txnode.Table) *txnode.Table {
 	db := txncoord.TableDB(tb)
 	if db.Err() != nil {
 		return tb // a dead transaction node's table: its successor's, if any, stays
 	}
 	n.pub.mu.Lock()
 	defer n.pub.mu.Unlock()
-	k := publishKey{name, p}
+	k := publishKey{t.m.Name, t.m.Created, p}
 	cur, ok := n.pub.m[k]
 	switch {
 	case ok && txncoord.Same(cur.tb, tb):
@@ -78,13 +83,27 @@ func (n *Node) publish(name string, p uint32, rev int64, tb *txnode.Table) *txno
 	return nil
 }
 
+// unpublishDropped forgets what was published for t's table, which a handle found dropped:
+// the Node keeps nothing of a dropped table, however many come and go (one created again
+// under its name is another key).
+func (n *Node) unpublishDropped(t *Table) {
+	n.pub.mu.Lock()
+	defer n.pub.mu.Unlock()
+	for k, e := range n.pub.m {
+		if k.table == t.m.Name && k.created == t.m.Created {
+			txncoord.Supersede(e.tb, nil)
+			delete(n.pub.m, k)
+		}
+	}
+}
+
 // unpublish supersedes was, partition p's table on a storage node that serves the partition
 // no more (a move's source, whose follow failed), without a successor.
-func (n *Node) unpublish(name string, p uint32, was *txnode.Table) {
+func (n *Node) unpublish(t *Table, p uint32, was *txnode.Table) {
 	n.pub.mu.Lock()
 	defer n.pub.mu.Unlock()
 	txncoord.Supersede(was, nil)
-	if k := (publishKey{name, p}); txncoord.Same(n.pub.m[k].tb, was) {
+	if k := (publishKey{t.m.Name, t.m.Created, p}); txncoord.Same(n.pub.m[k].tb, was) {
 		delete(n.pub.m, k)
 	}
 }

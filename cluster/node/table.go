@@ -198,7 +198,7 @@ func (t *Table) own(ctx context.Context, wait bool, parts []uint32) error {
 		owned := make([]uint32, 0, len(took))
 		for i, tb := range took {
 			pt := &t.parts[need[i]]
-			if tb = t.n.publish(t.m.Name, need[i], pt.r.Load().rev, tb); tb == nil {
+			if tb = t.n.publish(t, need[i], pt.r.Load().rev, tb); tb == nil {
 				// Placed afresh meanwhile (the map read above is behind a switch another
 				// handle followed): not owned through this handle; the next call follows it.
 				err = errors.Join(err, fmt.Errorf("node: own table %q partition %d: %w: it moved while it was owned here (run Own again)",
