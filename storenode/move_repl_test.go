@@ -142,6 +142,9 @@ func TestReplicatedMoveSteps(t *testing.T) {
 	require.ErrorIs(t, f.MoveThaw(src.ID, 5), ErrNotLeader)
 	require.NoError(t, g.call(func() error { return e.MoveThaw(src.ID, 5) }))
 	states(src.ID, MoveLive, "thawed")
+	var again uint64
+	require.NoError(t, g.call(func() (err error) { again, _, err = e.AllocIDs(src.ID, 7, gr.Epoch, 1); return err }))
+	require.Equal(t, next[0], again, "the id grant refused at apply left the leader's overlay")
 	require.NoError(t, put(first+4, 4))
 
 	// Again, under epoch 6; a leader change mid-move: the mark was the old leader's.

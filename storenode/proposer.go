@@ -306,7 +306,12 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
 		}
 		if err := e.moveRefuses(e.tables[id]); err != nil {
-			return 0, err, nil // a move step applied first (proposed before this grant)
+			// A move step applied first (proposed before this grant): the overlay forgets
+			// the grant unless a later one is proposed.
+			if _, next, _ := decodeGrantIDsRecord(payload); e.repl.nextIDs[id] <= next {
+				delete(e.repl.nextIDs, id)
+			}
+			return 0, err, nil
 		}
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err
@@ -329,7 +334,12 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 			return 0, fmt.Errorf("%w: table %q: the grant of epoch %d was overtaken by another", ErrTableOwned, t.name, epoch), nil
 		}
 		if err := e.moveRefuses(t); err != nil {
-			return 0, err, nil // a move step applied first (proposed before this grant)
+			// A move step applied first (proposed before this grant): the overlay forgets
+			// the grant unless a later one is proposed.
+			if e.repl.epochs[id] <= epoch {
+				delete(e.repl.epochs, id)
+			}
+			return 0, err, nil
 		}
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err
