@@ -306,6 +306,10 @@ func (e *Engine) MoveBegin(tableID uint32, epoch uint64) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.replicated() {
+		_, err := e.moveStepProposed(tableID, MoveIncoming, epoch) // move_repl.go
+		return err
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return err
@@ -338,6 +342,9 @@ func (e *Engine) MoveBegin(tableID uint32, epoch uint64) error {
 func (e *Engine) MoveMark(tableID uint32) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.checkLeader(); err != nil {
+		return 0, err // a mark is the leader's (docs/replication.md 1.3)
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return 0, err
@@ -368,6 +375,9 @@ func (e *Engine) MoveChanges(tableID uint32, token uint64, max int, dst []uint64
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.checkLeader(); err != nil {
+		return dst, false, err
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return dst, false, err
@@ -411,6 +421,9 @@ func (e *Engine) MoveFreeze(tableID uint32, epoch uint64) (uint64, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.replicated() {
+		return e.moveStepProposed(tableID, MoveFrozen, epoch)
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return 0, err
@@ -453,6 +466,10 @@ func (e *Engine) MoveFreeze(tableID uint32, epoch uint64) (uint64, error) {
 func (e *Engine) MoveThaw(tableID uint32, epoch uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.replicated() {
+		_, err := e.moveStepProposed(tableID, MoveLive, epoch)
+		return err
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return err
@@ -479,6 +496,10 @@ func (e *Engine) MoveRetire(tableID uint32, epoch uint64) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.replicated() {
+		_, err := e.moveStepProposed(tableID, MoveRetired, epoch)
+		return err
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return err
@@ -508,6 +529,10 @@ func (e *Engine) MoveActivate(tableID uint32, epoch, floor, nextID uint64) error
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.replicated() {
+		// Before any change: its id grant is applied ahead of its record.
+		return fmt.Errorf("%w: move activate", ErrNotReplicated)
+	}
 	t, m, err := e.moveTable(tableID)
 	if err != nil {
 		return err
@@ -569,6 +594,10 @@ func (e *Engine) MoveWrite(segs []base.Segment, epoch uint64) (uint64, error) {
 	b := &base.Batch{Owner: MoveWriter, Segments: segs}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.replicated() {
+		// Before any change: its id grants are applied ahead of its records.
+		return 0, fmt.Errorf("%w: move write", ErrNotReplicated)
+	}
 	for {
 		if err := e.usable(); err != nil {
 			return 0, err

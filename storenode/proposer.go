@@ -36,8 +36,8 @@ import (
 //   - the pending overlay (replState) is leader soft state: per owner the highest seq proposed
 //     and not applied, and the table ids, id high-water marks and epochs proposed. It only
 //     orders proposals; ProposalsLost (leadership lost) clears it.
-//   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces):
-//     two-phase commit, moves (stage R2b). A replica's checkpoint carries nothing in the log:
+//   - what is not replicated yet fails with ErrNotReplicated under a Proposer (appendPieces;
+//     MoveActivate and MoveWrite before any change: move.go). Move steps are (move_repl.go). A replica's checkpoint carries nothing in the log:
 //     it writes its transaction and move states to its sidecar (txnstate.go).
 //   - a replica expires no owner on its own clock: the leader's checkpoint proposes the
 //     expiry (proposeExpiry, kindExpired) and every replica applies it.
@@ -305,6 +305,14 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 			// Dropped by an entry applied first.
 			return 0, fmt.Errorf("%w: id %d", ErrTableNotFound, id), nil
 		}
+		if err := e.moveRefuses(e.tables[id]); err != nil {
+			// A move step applied first (proposed before this grant): the overlay forgets
+			// the grant unless a later one is proposed.
+			if _, next, _ := decodeGrantIDsRecord(payload); e.repl.nextIDs[id] <= next {
+				delete(e.repl.nextIDs, id)
+			}
+			return 0, err, nil
+		}
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err
 		}
@@ -324,6 +332,14 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 		}
 		if epoch <= t.epoch {
 			return 0, fmt.Errorf("%w: table %q: the grant of epoch %d was overtaken by another", ErrTableOwned, t.name, epoch), nil
+		}
+		if err := e.moveRefuses(t); err != nil {
+			// A move step applied first (proposed before this grant): the overlay forgets
+			// the grant unless a later one is proposed.
+			if e.repl.epochs[id] <= epoch {
+				delete(e.repl.epochs, id)
+			}
+			return 0, err, nil
 		}
 		if err := e.applyRecord(kind, payload, index); err != nil {
 			return 0, nil, err
@@ -358,6 +374,8 @@ func (e *Engine) applyEntry(kind byte, payload []byte, index uint64) (at uint64,
 			return 0, nil, err
 		}
 		return index, nil, nil
+	case kindMoveState:
+		return e.applyMoveStepEntry(payload, index) // move_repl.go
 	case kindDropTable:
 		id, err := decodeDropRecord(payload)
 		if err != nil {

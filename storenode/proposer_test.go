@@ -587,8 +587,8 @@ func (r *replRun) check() {
 }
 
 // TestReplicaRefuses: a replica that does not lead refuses requests (drops too) with
-// ErrNotLeader, nothing proposed; under a Proposer the kinds not replicated yet fail with ErrNotReplicated, nothing
-// applied; ApplyCommitted on a standalone engine is an error.
+// ErrNotLeader, nothing proposed (move steps and marks too); under a Proposer the kinds not replicated yet
+// (MoveActivate, MoveWrite) fail with ErrNotReplicated, nothing applied; ApplyCommitted on a standalone engine is an error.
 func TestReplicaRefuses(t *testing.T) {
 	g := newMemGroup(t, 2)
 	for i := range g.engines {
@@ -626,8 +626,21 @@ func TestReplicaRefuses(t *testing.T) {
 		ci, err = g.engines[0].CreateClusterTable(base.PartitionTableName("c", 0), 16, base.ClusterLayout{Partitions: 1, StripePages: 1})
 		return err
 	}))
-	require.ErrorIs(t, g.engines[0].MoveBegin(ci.ID, 1), ErrNotReplicated)
-	require.Nil(t, g.engines[0].moveOf(g.engines[0].tables[ci.ID]), "the move began")
+	g.apply(1, math.MaxInt)
+	require.ErrorIs(t, f.MoveBegin(ci.ID, 1), ErrNotLeader)
+	_, err = f.MoveFreeze(ci.ID, 1)
+	require.ErrorIs(t, err, ErrNotLeader)
+	require.ErrorIs(t, f.MoveThaw(ci.ID, 1), ErrNotLeader)
+	require.ErrorIs(t, f.MoveRetire(ci.ID, 1), ErrNotLeader)
+	_, err = f.MoveMark(ci.ID)
+	require.ErrorIs(t, err, ErrNotLeader)
+	require.ErrorIs(t, g.engines[0].MoveActivate(ci.ID, 1, 1, 64), ErrNotReplicated)
+	_, err = g.engines[0].MoveWrite([]base.Segment{{Table: ci.ID, RowBytes: 16, Page: 0, Data: 1, Rows: make([]byte, 16)}}, 1)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	for _, x := range g.engines {
+		require.Nil(t, x.moveOf(x.tables[ci.ID]), "a move step applied")
+		require.Zero(t, x.tables[ci.ID].nextID, "an activation's or a write's id grant applied")
+	}
 	require.ErrorIs(t, f.DropTable("t", 0), ErrNotLeader)
 
 	e := openEngine(t, Options{Dir: "db", FS: vfs.NewFaultFS(), Logger: quietLogger, CheckpointInterval: -1})
