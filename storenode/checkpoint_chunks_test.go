@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +13,8 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
-	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/storenode/wal"
 )
 
 // A table dropped while a checkpoint copies its pages: the checkpoint skips the dropped
@@ -114,26 +110,9 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 	s := buildCheckStores(t)
 	for _, seg := range []base.Segment{{Table: 1, Page: 100, Clear: 1}, {Table: 1, Page: 100}} {
 		dir := copyStore(t, s.clean)
-		e := openEngine(t, checkTestOptions(dir))
-		g := acquire(t, e, 1, checkOwner, 0)
-		require.NoError(t, e.Close())
-		b := &base.Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
-			Segments: []base.Segment{seg}}
-		log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
-		require.NoError(t, err)
-		lsn, err := log.Append(context.Background(), kindCommit,
-			[][]byte{appendCommitRecord(nil, b, batchHash(b), func(uint32) int { return 64 })}, false)
-		require.NoError(t, err)
-		require.NoError(t, log.Close())
-		image := filepath.Join(t.TempDir(), "image")
-		require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
-		file, offs := walRecordOffsets(t, image)
-		rep := runCheck(t, image)
-		requireOnly(t, rep, Finding{Damage: true, File: file, Offset: offs[lsn], Table: 1, Page: -1, DiskPage: -1, LSN: lsn},
-			"names row 6400", "at or above the table's granted ids (next id 512)")
-		_, err = Open(checkTestOptions(dir))
-		require.ErrorIs(t, err, corrupt.ErrCorruption)
-		require.ErrorContains(t, err, "row 6400 of table 1 was never granted")
+		image, lsn := appendUngrantedCommit(t, dir, seg)
+		file, _ := walRecordOffsets(t, image)
+		requireUngrantedCommitRefused(t, dir, image, file, lsn)
 	}
 }
 
