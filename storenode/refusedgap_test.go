@@ -1,11 +1,12 @@
 package storenode
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // A batch refused before anything of it was applied (here: fenced) leaves a gap in its
@@ -45,17 +46,11 @@ func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
 // waitGapWaiter waits until a batch of the engine waits for a gap in its owner's seqs.
 func waitGapWaiter(t *testing.T, e *Engine) {
 	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for {
+	testkit.SpinUntil(t, idWait, "no batch waits for the gap", func() bool {
 		e.mu.Lock()
-		n := e.gapWaiters
-		e.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no batch waits for the gap")
-		runtime.Gosched()
-	}
+		defer e.mu.Unlock()
+		return e.gapWaiters > 0
+	})
 }
 
 // An owner's first batches: an owner without an owners-table entry (no batch applied yet)
