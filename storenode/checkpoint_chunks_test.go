@@ -262,6 +262,34 @@ func TestCheckpointChunksBesideCatalogChangesAndBackups(t *testing.T) {
 	}
 }
 
+// commitNextSeq commits row id of table at version v as testOwner's next seq (*seq, guarded
+// by mu, which is held until the batch is queued so that seqs queue in order) and waits for
+// its outcome.
+func commitNextSeq(e *Engine, mu *sync.Mutex, seq *uint64, table uint32, epoch, id, v uint64) error {
+	ch := make(chan error, 1)
+	mu.Lock()
+	*seq++
+	e.Commit(batchOf(testOwner, *seq, table, epoch, oneRow(table, id, row64(v))), func(_ uint64, err error) { ch <- err })
+	mu.Unlock()
+	return <-ch
+}
+
+// repeatUntil runs step again and again until done is closed or step fails; a failure is
+// sent on errs.
+func repeatUntil(done <-chan struct{}, errs chan<- error, step func() error) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if err := step(); err != nil {
+			errs <- err
+			return
+		}
+	}
+}
+
 func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
@@ -282,12 +310,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 		seq   uint64
 	)
 	commit := func(table uint32, epoch, id, v uint64) error {
-		ch := make(chan error, 1)
-		seqMu.Lock()
-		seq++
-		e.Commit(batchOf(testOwner, seq, table, epoch, oneRow(table, id, row64(v))), func(_ uint64, err error) { ch <- err })
-		seqMu.Unlock()
-		return <-ch
+		return commitNextSeq(e, &seqMu, &seq, table, epoch, id, v)
 	}
 	latest := make(map[uint64]uint64)
 	errs := make(chan error, 4)
@@ -333,35 +356,24 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	bg.Add(2)
 	go func() { // checkpoints
 		defer bg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		repeatUntil(done, errs, func() error {
 			if err := e.Checkpoint(); err != nil {
-				errs <- err
-				return
+				return err
 			}
 			if err := e.verify(); err != nil {
-				errs <- fmt.Errorf("after a checkpoint: %w", err)
-				return
+				return fmt.Errorf("after a checkpoint: %w", err)
 			}
-		}
+			return nil
+		})
 	}()
 	go func() { // backups
 		defer bg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		repeatUntil(done, errs, func() error {
 			if _, err := e.Backup(context.Background(), discardSink{}); err != nil && !errors.Is(err, ErrBackupBusy) {
-				errs <- fmt.Errorf("backup: %w", err)
-				return
+				return fmt.Errorf("backup: %w", err)
 			}
-		}
+			return nil
+		})
 	}()
 	wg.Wait()
 	close(done)
@@ -432,12 +444,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 		pending = map[string]bool{} // drop in flight at the crash
 	)
 	commit := func(table uint32, epoch, id, v uint64) error {
-		ch := make(chan error, 1)
-		mu.Lock()
-		seq++
-		e.Commit(batchOf(testOwner, seq, table, epoch, oneRow(table, id, row64(v))), func(_ uint64, err error) { ch <- err })
-		mu.Unlock()
-		return <-ch
+		return commitNextSeq(e, &mu, &seq, table, epoch, id, v)
 	}
 	var wg sync.WaitGroup
 	wg.Add(3)
