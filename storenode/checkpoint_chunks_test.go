@@ -296,12 +296,8 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
 	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 3, copyBytes: 2 * 4096, installWrites: 1}
-	info, err := e.CreateTable("a", 64)
-	require.NoError(t, err)
-	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 40
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "a", 64, testOwner, pages)
 	cycles := testseed.Scaled(8, 30, 200)
 	commitsA := testseed.Scaled(150, 600, 5000)
 
@@ -425,12 +421,8 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
 	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 1 + run%3, copyBytes: 4096, installWrites: 1}
-	info, err := e.CreateTable("a", 64)
-	require.NoError(t, err)
-	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 20
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "a", 64, testOwner, pages)
 	crashAt := 40 + run*13%200
 
 	var (
@@ -521,7 +513,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 	_ = e.Close()
 	fs.Crash(nil)
 
-	e, err = Open(opts)
+	e, err := Open(opts)
 	require.NoError(t, err, "run %d", run)
 	defer e.Close()
 	present := map[string]base.TableInfo{}
