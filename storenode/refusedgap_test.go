@@ -36,8 +36,14 @@ func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
 	// The owner fills the gap: applied, and the window goes on.
 	commitWait(t, e, batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
 	commitWait(t, e, batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
-	for id := uint64(1); id <= 3; id++ {
-		row, ok := readRow(t, e, info.ID, id)
+	requireRowsOwnIDs(t, e, info.ID, 3)
+}
+
+// requireRowsOwnIDs: rows 1 to last of table are there, each holding its own id.
+func requireRowsOwnIDs(t *testing.T, e *Engine, table uint32, last uint64) {
+	t.Helper()
+	for id := uint64(1); id <= last; id++ {
+		row, ok := readRow(t, e, table, id)
 		require.True(t, ok, "row %d", id)
 		require.Equal(t, id, uint64FromRow(row))
 	}
@@ -73,11 +79,7 @@ func TestRefusedFirstBatchFailsLaterSeqs(t *testing.T) {
 	// The owner sends seq 1 again: applied, and the window goes on; the refusal is forgotten.
 	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	commitWait(t, e, batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
-	for id := uint64(1); id <= 2; id++ {
-		row, ok := readRow(t, e, info.ID, id)
-		require.True(t, ok, "row %d", id)
-		require.Equal(t, id, uint64FromRow(row))
-	}
+	requireRowsOwnIDs(t, e, info.ID, 2)
 	e.mu.Lock()
 	require.Empty(t, e.refusedFresh)
 	e.mu.Unlock()
