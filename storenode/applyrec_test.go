@@ -430,27 +430,25 @@ func (r *replayRun) ask() {
 // resolve runs a resolver pass: parts of primary "self" ask this engine and report to it;
 // the parts whose reports were acknowledged are forgotten (a forgot record).
 func (r *replayRun) resolve() {
-	r.e.mu.Lock()
-	applied := 0
-	for _, p := range r.e.txnParts {
-		if p.decision != base.DecisionNone {
-			applied++
-		}
-	}
-	r.e.mu.Unlock()
+	applied := r.decidedParts()
 	before := r.lastLSN()
 	_ = r.e.ResolveTxns(context.Background())
-	r.e.mu.Lock()
-	after := 0
-	for _, p := range r.e.txnParts {
-		if p.decision != base.DecisionNone {
-			after++
-		}
-	}
-	r.e.mu.Unlock()
-	if after < applied {
+	if r.decidedParts() < applied {
 		r.logged(kindTxnForgot, before)
 	}
+}
+
+// decidedParts counts the engine's transaction parts with a decision applied.
+func (r *replayRun) decidedParts() int {
+	r.e.mu.Lock()
+	defer r.e.mu.Unlock()
+	n := 0
+	for _, p := range r.e.txnParts {
+		if p.decision != base.DecisionNone {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *replayRun) killLease() { r.leases.kill(int64(1 + r.rnd.IntN(3))) }

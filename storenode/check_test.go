@@ -552,24 +552,40 @@ func TestCheckCatalogDamage(t *testing.T) {
 	// A WAL commit to rows never granted. The engine refuses such a commit, so the record is
 	// appended to the stopped store's log directly, as a buggy or older engine would have.
 	dir = copyStore(t, s.clean)
+	image, lsn := appendUngrantedCommit(t, dir, base.Segment{Table: 1, Page: 100, Data: 1, Rows: make([]byte, 64)})
+	requireUngrantedCommitRefused(t, dir, image, file, lsn)
+}
+
+// appendUngrantedCommit appends to the stopped store in dir, straight to its WAL, a commit of
+// seg (to table 1 under its grant, for row 6400, never granted: the engine refuses such a
+// commit, a buggy or older engine would have written it), and copies the store to an image.
+func appendUngrantedCommit(t *testing.T, dir string, seg base.Segment) (image string, lsn uint64) {
+	t.Helper()
 	e := openEngine(t, checkTestOptions(dir))
 	g := acquire(t, e, 1, checkOwner, 0)
 	require.NoError(t, e.Close())
 	b := &base.Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
-		Segments: []base.Segment{{Table: 1, Page: 100, Data: 1, Rows: make([]byte, 64)}}}
+		Segments: []base.Segment{seg}}
 	log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
 	require.NoError(t, err)
-	lsn, err := log.Append(context.Background(), kindCommit,
+	lsn, err = log.Append(context.Background(), kindCommit,
 		[][]byte{appendCommitRecord(nil, b, batchHash(b), func(uint32) int { return 64 })}, false)
 	require.NoError(t, err)
 	require.NoError(t, log.Close())
-	image := filepath.Join(t.TempDir(), "image")
+	image = filepath.Join(t.TempDir(), "image")
 	require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
-	_, offs = walRecordOffsets(t, image)
-	rep = runCheck(t, image)
+	return image, lsn
+}
+
+// requireUngrantedCommitRefused: Check of image reports the commit at lsn (appendUngrantedCommit)
+// as the only damage, in WAL file file, and replay of dir refuses it, as Check does.
+func requireUngrantedCommitRefused(t *testing.T, dir, image, file string, lsn uint64) {
+	t.Helper()
+	_, offs := walRecordOffsets(t, image)
+	rep := runCheck(t, image)
 	requireOnly(t, rep, Finding{Damage: true, File: file, Offset: offs[lsn], Table: 1, Page: -1, DiskPage: -1, LSN: lsn},
 		"names row 6400", "at or above the table's granted ids (next id 512)")
-	_, err = Open(checkTestOptions(dir)) // replay refuses it, as Check does
+	_, err := Open(checkTestOptions(dir)) // replay refuses it, as Check does
 	require.ErrorIs(t, err, corrupt.ErrCorruption)
 	require.ErrorContains(t, err, "row 6400 of table 1 was never granted")
 }

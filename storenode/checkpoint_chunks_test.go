@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +13,8 @@ import (
 
 	"github.com/weftdb/weft/base"
 	"github.com/weftdb/weft/internal/checksum"
-	"github.com/weftdb/weft/internal/corrupt"
 	"github.com/weftdb/weft/internal/testseed"
 	"github.com/weftdb/weft/internal/vfs"
-	"github.com/weftdb/weft/storenode/wal"
 )
 
 // A table dropped while a checkpoint copies its pages: the checkpoint skips the dropped
@@ -114,26 +110,9 @@ func TestCheckUngrantedClearOrEmptySegmentAgreesWithOpen(t *testing.T) {
 	s := buildCheckStores(t)
 	for _, seg := range []base.Segment{{Table: 1, Page: 100, Clear: 1}, {Table: 1, Page: 100}} {
 		dir := copyStore(t, s.clean)
-		e := openEngine(t, checkTestOptions(dir))
-		g := acquire(t, e, 1, checkOwner, 0)
-		require.NoError(t, e.Close())
-		b := &base.Batch{Owner: checkOwner, Seq: g.LastSeq + 1, Fences: []base.Fence{{Table: 1, Epoch: g.Epoch}},
-			Segments: []base.Segment{seg}}
-		log, err := wal.Open(vfs.Default, walDir(dir), wal.Options{}, nil)
-		require.NoError(t, err)
-		lsn, err := log.Append(context.Background(), kindCommit,
-			[][]byte{appendCommitRecord(nil, b, batchHash(b), func(uint32) int { return 64 })}, false)
-		require.NoError(t, err)
-		require.NoError(t, log.Close())
-		image := filepath.Join(t.TempDir(), "image")
-		require.NoError(t, os.CopyFS(image, os.DirFS(dir)))
-		file, offs := walRecordOffsets(t, image)
-		rep := runCheck(t, image)
-		requireOnly(t, rep, Finding{Damage: true, File: file, Offset: offs[lsn], Table: 1, Page: -1, DiskPage: -1, LSN: lsn},
-			"names row 6400", "at or above the table's granted ids (next id 512)")
-		_, err = Open(checkTestOptions(dir))
-		require.ErrorIs(t, err, corrupt.ErrCorruption)
-		require.ErrorContains(t, err, "row 6400 of table 1 was never granted")
+		image, lsn := appendUngrantedCommit(t, dir, seg)
+		file, _ := walRecordOffsets(t, image)
+		requireUngrantedCommitRefused(t, dir, image, file, lsn)
 	}
 }
 
@@ -283,18 +262,42 @@ func TestCheckpointChunksBesideCatalogChangesAndBackups(t *testing.T) {
 	}
 }
 
+// commitNextSeq commits row id of table at version v as testOwner's next seq (*seq, guarded
+// by mu, which is held until the batch is queued so that seqs queue in order) and waits for
+// its outcome.
+func commitNextSeq(e *Engine, mu *sync.Mutex, seq *uint64, table uint32, epoch, id, v uint64) error {
+	ch := make(chan error, 1)
+	mu.Lock()
+	*seq++
+	e.Commit(batchOf(testOwner, *seq, table, epoch, oneRow(table, id, row64(v))), func(_ uint64, err error) { ch <- err })
+	mu.Unlock()
+	return <-ch
+}
+
+// repeatUntil runs step again and again until done is closed or step fails; a failure is
+// sent on errs.
+func repeatUntil(done <-chan struct{}, errs chan<- error, step func() error) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if err := step(); err != nil {
+			errs <- err
+			return
+		}
+	}
+}
+
 func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, Sync: mode, CheckpointInterval: -1, CheckpointWALBytes: -1,
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
 	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 3, copyBytes: 2 * 4096, installWrites: 1}
-	info, err := e.CreateTable("a", 64)
-	require.NoError(t, err)
-	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 40
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "a", 64, testOwner, pages)
 	cycles := testseed.Scaled(8, 30, 200)
 	commitsA := testseed.Scaled(150, 600, 5000)
 
@@ -303,12 +306,7 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 		seq   uint64
 	)
 	commit := func(table uint32, epoch, id, v uint64) error {
-		ch := make(chan error, 1)
-		seqMu.Lock()
-		seq++
-		e.Commit(batchOf(testOwner, seq, table, epoch, oneRow(table, id, row64(v))), func(_ uint64, err error) { ch <- err })
-		seqMu.Unlock()
-		return <-ch
+		return commitNextSeq(e, &seqMu, &seq, table, epoch, id, v)
 	}
 	latest := make(map[uint64]uint64)
 	errs := make(chan error, 4)
@@ -354,35 +352,24 @@ func testCheckpointChunksBesideCatalogChanges(t *testing.T, mode SyncMode) {
 	bg.Add(2)
 	go func() { // checkpoints
 		defer bg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		repeatUntil(done, errs, func() error {
 			if err := e.Checkpoint(); err != nil {
-				errs <- err
-				return
+				return err
 			}
 			if err := e.verify(); err != nil {
-				errs <- fmt.Errorf("after a checkpoint: %w", err)
-				return
+				return fmt.Errorf("after a checkpoint: %w", err)
 			}
-		}
+			return nil
+		})
 	}()
 	go func() { // backups
 		defer bg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		repeatUntil(done, errs, func() error {
 			if _, err := e.Backup(context.Background(), discardSink{}); err != nil && !errors.Is(err, ErrBackupBusy) {
-				errs <- fmt.Errorf("backup: %w", err)
-				return
+				return fmt.Errorf("backup: %w", err)
 			}
-		}
+			return nil
+		})
 	}()
 	wg.Wait()
 	close(done)
@@ -434,12 +421,8 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 		CacheBytes: 64 * (4096 + frameOverheadBytes)}
 	e := openEngine(t, opts)
 	e.ckptChunk = ckptChunks{scanFrames: 1 + run%3, copyBytes: 4096, installWrites: 1}
-	info, err := e.CreateTable("a", 64)
-	require.NoError(t, err)
-	g := acquire(t, e, info.ID, testOwner, 0)
 	const pages = 20
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, pages)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "a", 64, testOwner, pages)
 	crashAt := 40 + run*13%200
 
 	var (
@@ -453,12 +436,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 		pending = map[string]bool{} // drop in flight at the crash
 	)
 	commit := func(table uint32, epoch, id, v uint64) error {
-		ch := make(chan error, 1)
-		mu.Lock()
-		seq++
-		e.Commit(batchOf(testOwner, seq, table, epoch, oneRow(table, id, row64(v))), func(_ uint64, err error) { ch <- err })
-		mu.Unlock()
-		return <-ch
+		return commitNextSeq(e, &mu, &seq, table, epoch, id, v)
 	}
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -535,7 +513,7 @@ func testCheckpointChunksPowerLoss(t *testing.T, run int) {
 	_ = e.Close()
 	fs.Crash(nil)
 
-	e, err = Open(opts)
+	e, err := Open(opts)
 	require.NoError(t, err, "run %d", run)
 	defer e.Close()
 	present := map[string]base.TableInfo{}

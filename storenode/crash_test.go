@@ -263,15 +263,9 @@ func killCycle(t *testing.T, dir string, mode SyncMode, small bool, target int, 
 		}
 		cmd.Env = append(cmd.Env, killExpectEnv+"="+strings.Join(fields, ","))
 	}
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	kill := sync.OnceFunc(func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-	defer kill() // a failed check must not leave the writer running
-	timeout := time.AfterFunc(45*time.Second, kill)
-	defer timeout.Stop()
+	child := testkit.StartChild(t, cmd, 45*time.Second)
+	defer child.Stop() // a failed check must not leave the child running
+	stdout, stderr, kill := child.Stdout, child.Stderr, child.Kill
 
 	sc := bufio.NewScanner(stdout)
 	ready := false
@@ -303,7 +297,7 @@ func killCycle(t *testing.T, dir string, mode SyncMode, small bool, target int, 
 			failure = sc.Text()
 		}
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if failure != "" {
 		t.Fatalf("writer child: %s\nstderr:\n%s", failure, stderr.String())
 	}

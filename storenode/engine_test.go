@@ -142,12 +142,8 @@ func TestCommitReadCheckpointReopen(t *testing.T) {
 func TestTinyCacheManyPages(t *testing.T) {
 	dir := t.TempDir()
 	e := openTest(t, Options{Dir: dir, CacheBytes: MinCacheBytes})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	g := acquire(t, e, info.ID, testOwner, 0)
 	const n = 2000
-	_, err = grantPages(e, info.ID, testOwner, g.Epoch, n)
-	require.NoError(t, err)
+	info, g := ownedTable(t, e, "t", 64, testOwner, n)
 	fences := []base.Fence{{Table: info.ID, Epoch: g.Epoch}}
 	for seq := uint64(1); seq <= n; seq++ {
 		id := seq * 37 % (n * 64)

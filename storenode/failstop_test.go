@@ -149,6 +149,27 @@ func (s *failStore) requireFailStop(cause error) {
 	require.ErrorIs(t, s.e.Checkpoint(), ErrFailStop, "checkpoint")
 }
 
+// failOnce makes the first IO of the store that match reports fail with EIO.
+func (s *failStore) failOnce(match func(op vfs.Op) bool) {
+	var once sync.Once
+	s.fs.Inject(func(op vfs.Op) error {
+		var err error
+		if match(op) {
+			once.Do(func() { err = syscall.EIO })
+		}
+		return err
+	})
+}
+
+// powerLossRand is the rng reopen crashes with: seeded with seed1, seed2 for a power loss,
+// nil (kill -9) without one.
+func powerLossRand(power bool, seed1, seed2 uint64) *rand.Rand {
+	if !power {
+		return nil
+	}
+	return rand.New(rand.NewPCG(seed1, seed2))
+}
+
 // reopen ends the failed engine as a dead process would, crashes (power loss, or kill -9 if
 // rng is nil), opens the store again and checks that every acknowledged batch is there and
 // that the batches after it are whole or absent.
@@ -215,23 +236,12 @@ func TestFailStopWALSyncError(t *testing.T) {
 		t.Run(fmt.Sprintf("powerloss=%v", power), func(t *testing.T) {
 			s := newFailStore(t, Options{Sync: SyncAlways})
 			require.NoError(t, s.commit(10, 4))
-			var once sync.Once
-			s.fs.Inject(func(op vfs.Op) error {
-				var err error
-				if op.Kind == vfs.OpSync && strings.HasPrefix(op.Name, "db/wal/") {
-					once.Do(func() { err = syscall.EIO })
-				}
-				return err
-			})
+			s.failOnce(func(op vfs.Op) bool { return op.Kind == vfs.OpSync && strings.HasPrefix(op.Name, "db/wal/") })
 			err := s.commit(50, 8)
 			require.ErrorIs(t, err, syscall.EIO)
 			require.ErrorIs(t, err, ErrFailStop)
 			s.requireFailStop(syscall.EIO)
-			var rng *rand.Rand
-			if power {
-				rng = rand.New(rand.NewPCG(uint64(i), 2))
-			}
-			s.reopen(rng)
+			s.reopen(powerLossRand(power, uint64(i), 2))
 			require.NoError(t, s.commit(10, 4))
 		})
 	}
@@ -281,23 +291,12 @@ func TestFailStopCheckpoint(t *testing.T) {
 				require.NoError(t, s.commit(30, 4))
 				require.NoError(t, s.e.Checkpoint()) // old segments to remove next time
 				require.NoError(t, s.commit(30, 4))
-				var once sync.Once
-				s.fs.Inject(func(op vfs.Op) error {
-					var err error
-					if c.match(op) {
-						once.Do(func() { err = syscall.EIO })
-					}
-					return err
-				})
+				s.failOnce(c.match)
 				err := s.e.Checkpoint()
 				require.ErrorIs(t, err, syscall.EIO)
 				require.ErrorIs(t, err, ErrFailStop)
 				s.requireFailStop(syscall.EIO)
-				var rng *rand.Rand
-				if power {
-					rng = rand.New(rand.NewPCG(uint64(i), 3))
-				}
-				s.reopen(rng)
+				s.reopen(powerLossRand(power, uint64(i), 3))
 				require.NoError(t, s.commit(10, 4))
 				require.NoError(t, s.e.Checkpoint())
 			})

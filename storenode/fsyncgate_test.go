@@ -27,17 +27,25 @@ const fsyncgateOwner = 3
 // fsyncgateRows is the row of slot s of page p of the unacknowledged batch.
 func fsyncgateRow(p, s int) []byte { return row64(uint64(p)<<32 | uint64(s) | 1<<62) }
 
-// fsyncgateSetup builds the store: one acknowledged batch checkpointed, then an 8-page batch
-// whose fsync fails, then a process restart (page cache kept, dropped pages readable).
-func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
+// openRowOneStore opens a store in db on a fault FS, with a 1 MiB cache and no checkpoint
+// trigger, and a table "t" of owner, who commits row 1 (seq 1).
+func openRowOneStore(t *testing.T, owner uint64) (*vfs.FaultFS, Options, *Engine, base.TableInfo, base.Grant) {
+	t.Helper()
 	fs := vfs.NewFaultFS()
-	// A cache large enough for the workload, so no background checkpoint runs; recovery
-	// runs with a small cache, so its replay must checkpoint.
 	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
 		CheckpointInterval: -1, CheckpointWALBytes: -1}
 	e := openEngine(t, opts)
-	info, g := ownedTable(t, e, "t", 64, fsyncgateOwner, testGrantPages)
-	commitWait(t, e, batchOf(fsyncgateOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	info, g := ownedTable(t, e, "t", 64, owner, testGrantPages)
+	commitWait(t, e, batchOf(owner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	return fs, opts, e, info, g
+}
+
+// fsyncgateSetup builds the store: one acknowledged batch checkpointed, then an 8-page batch
+// whose fsync fails, then a process restart (page cache kept, dropped pages readable).
+func fsyncgateSetup(t *testing.T) (*vfs.FaultFS, Options, uint32) {
+	// A cache large enough for the workload, so no background checkpoint runs; recovery
+	// runs with a small cache, so its replay must checkpoint.
+	fs, opts, e, info, g := openRowOneStore(t, fsyncgateOwner)
 	require.NoError(t, e.Checkpoint())
 	// Acknowledged after the checkpoint: replay makes these pages dirty before the big batch.
 	commitWait(t, e, batchOf(fsyncgateOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 64, row64(64)),

@@ -75,24 +75,32 @@ func (e *Engine) holderReadsNow(id uint32, reader uint64) bool {
 	return e.holderReads(e.tables[id], reader)
 }
 
-// A renewal from a connection checks that it still holds the owner id under the renewal's own
-// lock (RenewGrantFrom): a replaced connection's late renewal is ErrIdentityLost, not a
-// renewal that would make the new holder of the id the table's holder incarnation; the
-// holding connection's renewal makes its incarnation the holder's.
-func TestRenewalFromReplacedConnection(t *testing.T) {
-	var clock fakeClock
+// holderOnConnection opens an engine on a fake clock with one table granted to testOwner
+// through connection 1 of incarnation A; it returns incarnation B, A's successor.
+func holderOnConnection(t *testing.T) (*Engine, *fakeClock, base.TableInfo, base.Grant, Incarnation) {
+	t.Helper()
+	clock := new(fakeClock)
 	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now})
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	incA, incB := Incarnation{0xa}, Incarnation{0xb}
 	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
 	g := acquire(t, e, info.ID, testOwner, 0)
+	return e, clock, info, g, incB
+}
+
+// A renewal from a connection checks that it still holds the owner id under the renewal's own
+// lock (RenewGrantFrom): a replaced connection's late renewal is ErrIdentityLost, not a
+// renewal that would make the new holder of the id the table's holder incarnation; the
+// holding connection's renewal makes its incarnation the holder's.
+func TestRenewalFromReplacedConnection(t *testing.T) {
+	e, clock, info, g, incB := holderOnConnection(t)
 	require.True(t, e.holderReadsNow(info.ID, testOwner))
 
 	clock.Advance(e.LeaseDuration())
 	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
 	require.False(t, e.holderReadsNow(info.ID, testOwner), "B was not granted the table")
-	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
+	_, err := e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
 	require.ErrorIs(t, err, ErrIdentityLost, "A's connection was replaced")
 	require.NotErrorIs(t, err, ErrFenced)
 	require.False(t, e.holderReadsNow(info.ID, testOwner), "A's late renewal does not make B the holder")
@@ -162,20 +170,14 @@ func TestGrantFromReplacedConnection(t *testing.T) {
 // keeps acting for its queued requests. Fails on bc2d8a2: after B's connection closed, A's
 // connection held the id again and its renewal made B the holder incarnation.
 func TestReplacedConnectionStaysReplacedAfterNextCloses(t *testing.T) {
-	var clock fakeClock
-	e := openTest(t, Options{Dir: t.TempDir(), Sync: SyncNone, Now: clock.Now})
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	incA, incB := Incarnation{0xa}, Incarnation{0xb}
-	require.NoError(t, e.Connect(testOwner, incA, 1, func() {}))
-	g := acquire(t, e, info.ID, testOwner, 0)
+	e, clock, info, g, incB := holderOnConnection(t)
 
 	clock.Advance(e.LeaseDuration())
 	require.NoError(t, e.Connect(testOwner, incB, 2, func() {}))
 	e.Disconnect(testOwner, 2) // B's connection closes; A's is still on its way out
 	require.True(t, e.HoldsIdent(testOwner, 2), "the closed connection's queued requests still act")
 	require.False(t, e.HoldsIdent(testOwner, 1), "A's connection was replaced")
-	_, err = e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
+	_, err := e.RenewGrantFrom(info.ID, testOwner, g.Epoch, 1)
 	require.ErrorIs(t, err, ErrIdentityLost)
 	require.False(t, e.holderReadsNow(info.ID, testOwner), "A's late renewal made B the holder incarnation")
 	_, err = e.AcquireFrom(info.ID, testOwner, 0, 1)

@@ -169,12 +169,7 @@ func TestNonOwnerReadNotStarvedByWrites(t *testing.T) {
 // recovery, not a torn tail that drops acknowledged batches. Fails before the fix, whose
 // replay checkpoint published its own checkpoint LSN as the synced LSN.
 func TestReplayCheckpointKeepsSyncedLSN(t *testing.T) {
-	fs := vfs.NewFaultFS()
-	opts := Options{Dir: "db", FS: fs, Logger: quietLogger, CacheBytes: 1 << 20,
-		CheckpointInterval: -1, CheckpointWALBytes: -1}
-	e := openEngine(t, opts)
-	info, g := ownedTable(t, e, "t", 64, testOwner, testGrantPages)
-	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
+	fs, opts, e, info, g := openRowOneStore(t, testOwner)
 
 	// Batches acknowledged while the checkpoint syncs its data file: the meta file's synced
 	// LSN covers them, its checkpoint LSN does not.

@@ -1,7 +1,6 @@
 package storenode
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
@@ -263,17 +262,14 @@ func heldReadsDone(t *testing.T, fail bool, commit <-chan error, rows, dir chan 
 // waiter (a retry or a non-owner read waiting for its LSN).
 func waitDurableWaiter(t *testing.T, e *Engine, ready func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for !ready() {
-		e.ackMu.Lock()
-		waiting := e.durableCh != nil || len(e.dupAcks) > 0
-		e.ackMu.Unlock()
-		if waiting {
-			return
+	testkit.SpinUntil(t, idWait, "nothing waits for durability", func() bool {
+		if ready() {
+			return true
 		}
-		require.True(t, time.Now().Before(deadline), "nothing waits for durability")
-		runtime.Gosched()
-	}
+		e.ackMu.Lock()
+		defer e.ackMu.Unlock()
+		return e.durableCh != nil || len(e.dupAcks) > 0
+	})
 }
 
 // A retry of a batch whose fsync then fails gets the failure (an unknown outcome), never

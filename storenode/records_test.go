@@ -137,18 +137,17 @@ func TestCommitBodyReplays(t *testing.T) {
 	require.Equal(t, b2.Segments[3].Rows[7*64:8*64], row)
 }
 
-// TestOldCommitRecordRefused: a commit record of the first format (kind 5) after the
-// checkpoint stops Open with ErrOldFormat, not corruption; one at or before the checkpoint (a
-// store the older build closed cleanly) is never replayed, so the store opens.
-func TestOldCommitRecordRefused(t *testing.T) {
+// oldCommitRecordStore makes a store in db on a fault FS with one table and, after its
+// checkpoint, a commit record of the first format (kind 5) as that format wrote it: owner, seq,
+// hash, segment count, reserved, one clear-only segment. It returns the record's LSN.
+func oldCommitRecordStore(t *testing.T) (*vfs.FaultFS, Options, uint64) {
+	t.Helper()
 	fs := vfs.NewFaultFS()
 	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
 	e := openEngine(t, opts)
 	info, err := e.CreateTable("t", 64)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
-	// A kind-5 record as the first format wrote it: owner, seq, hash, segment count,
-	// reserved, one clear-only segment.
 	v1 := binary.LittleEndian.AppendUint64(nil, testOwner)
 	v1 = binary.LittleEndian.AppendUint64(v1, 1)
 	v1 = binary.LittleEndian.AppendUint64(v1, 0)
@@ -160,21 +159,35 @@ func TestOldCommitRecordRefused(t *testing.T) {
 	lsn, err := log.Append(context.Background(), kindCommitV1, [][]byte{v1}, false)
 	require.NoError(t, err)
 	require.NoError(t, log.Close())
+	return fs, opts, lsn
+}
 
-	_, err = Open(opts)
-	require.ErrorIs(t, err, ErrOldFormat)
-	require.False(t, errors.Is(err, corrupt.ErrCorruption), "an old format is not corruption: %v", err)
-	require.ErrorContains(t, err, "kind 5")
-
-	// The same record at the checkpoint LSN (what a clean Close of the older build leaves)
-	// is not replayed: the store opens.
+// checkpointAt rewrites db's meta so that its checkpoint LSN is lsn (what a clean Close leaves).
+func checkpointAt(t *testing.T, fs *vfs.FaultFS, lsn uint64) {
+	t.Helper()
 	mb, err := fs.ReadFile("db/" + metaName)
 	require.NoError(t, err)
 	m, err := decodeMeta(mb)
 	require.NoError(t, err)
 	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
 	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
-	e = openEngine(t, opts)
+}
+
+// TestOldCommitRecordRefused: a commit record of the first format (kind 5) after the
+// checkpoint stops Open with ErrOldFormat, not corruption; one at or before the checkpoint (a
+// store the older build closed cleanly) is never replayed, so the store opens.
+func TestOldCommitRecordRefused(t *testing.T) {
+	fs, opts, lsn := oldCommitRecordStore(t)
+
+	_, err := Open(opts)
+	require.ErrorIs(t, err, ErrOldFormat)
+	require.False(t, errors.Is(err, corrupt.ErrCorruption), "an old format is not corruption: %v", err)
+	require.ErrorContains(t, err, "kind 5")
+
+	// The same record at the checkpoint LSN (what a clean Close of the older build leaves)
+	// is not replayed: the store opens.
+	checkpointAt(t, fs, lsn)
+	e := openEngine(t, opts)
 	require.NoError(t, e.Close())
 }
 
@@ -182,34 +195,13 @@ func TestOldCommitRecordRefused(t *testing.T) {
 // Open does (ErrOldFormat, not damage: the store is intact, this build just cannot replay it),
 // and finds nothing at all in one at the checkpoint LSN (not replayed).
 func TestCheckOldCommitRecord(t *testing.T) {
-	fs := vfs.NewFaultFS()
-	opts := Options{Dir: "db", FS: fs, CheckpointInterval: -1, CheckpointWALBytes: -1, Logger: quietLogger, ExpireLeasesAtOpen: true}
-	e := openEngine(t, opts)
-	info, err := e.CreateTable("t", 64)
-	require.NoError(t, err)
-	require.NoError(t, e.Close())
-	v1 := binary.LittleEndian.AppendUint64(nil, testOwner)
-	v1 = binary.LittleEndian.AppendUint64(v1, 1)
-	v1 = binary.LittleEndian.AppendUint64(v1, 0)
-	v1 = binary.LittleEndian.AppendUint32(v1, 1)
-	v1 = binary.LittleEndian.AppendUint32(v1, 0)
-	v1 = commitbody.AppendSegmentHeader(v1, info.ID, 64, 0, 0, 1)
-	log, err := wal.Open(fs, walDir("db"), wal.Options{}, nil)
-	require.NoError(t, err)
-	lsn, err := log.Append(context.Background(), kindCommitV1, [][]byte{v1}, false)
-	require.NoError(t, err)
-	require.NoError(t, log.Close())
+	fs, _, lsn := oldCommitRecordStore(t)
 
 	rep, err := Check(context.Background(), "db", CheckOptions{FS: fs})
 	require.ErrorIs(t, err, ErrOldFormat, "report: %+v", rep)
 	require.ErrorContains(t, err, "kind 5")
 
-	mb, err := fs.ReadFile("db/" + metaName)
-	require.NoError(t, err)
-	m, err := decodeMeta(mb)
-	require.NoError(t, err)
-	m.ckptLSN, m.syncedLSN = lsn, max(m.syncedLSN, lsn)
-	require.NoError(t, fs.WriteFile("db/"+metaName, encodeMeta(m)))
+	checkpointAt(t, fs, lsn)
 	rep = requireChecked(t, context.Background(), "db", CheckOptions{FS: fs})
 	require.False(t, rep.Damaged(), "%+v", rep.Findings)
 }

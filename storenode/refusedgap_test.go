@@ -1,11 +1,12 @@
 package storenode
 
 import (
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/weftdb/weft/internal/testkit"
 )
 
 // A batch refused before anything of it was applied (here: fenced) leaves a gap in its
@@ -35,8 +36,14 @@ func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
 	// The owner fills the gap: applied, and the window goes on.
 	commitWait(t, e, batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
 	commitWait(t, e, batchOf(testOwner, 3, info.ID, g.Epoch, oneRow(info.ID, 3, row64(3))))
-	for id := uint64(1); id <= 3; id++ {
-		row, ok := readRow(t, e, info.ID, id)
+	requireRowsOwnIDs(t, e, info.ID, 3)
+}
+
+// requireRowsOwnIDs: rows 1 to last of table are there, each holding its own id.
+func requireRowsOwnIDs(t *testing.T, e *Engine, table uint32, last uint64) {
+	t.Helper()
+	for id := uint64(1); id <= last; id++ {
+		row, ok := readRow(t, e, table, id)
 		require.True(t, ok, "row %d", id)
 		require.Equal(t, id, uint64FromRow(row))
 	}
@@ -45,17 +52,11 @@ func TestRefusedBatchFailsLaterSeqsAtOnce(t *testing.T) {
 // waitGapWaiter waits until a batch of the engine waits for a gap in its owner's seqs.
 func waitGapWaiter(t *testing.T, e *Engine) {
 	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for {
+	testkit.SpinUntil(t, idWait, "no batch waits for the gap", func() bool {
 		e.mu.Lock()
-		n := e.gapWaiters
-		e.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no batch waits for the gap")
-		runtime.Gosched()
-	}
+		defer e.mu.Unlock()
+		return e.gapWaiters > 0
+	})
 }
 
 // An owner's first batches: an owner without an owners-table entry (no batch applied yet)
@@ -78,11 +79,7 @@ func TestRefusedFirstBatchFailsLaterSeqs(t *testing.T) {
 	// The owner sends seq 1 again: applied, and the window goes on; the refusal is forgotten.
 	commitWait(t, e, batchOf(testOwner, 1, info.ID, g.Epoch, oneRow(info.ID, 1, row64(1))))
 	commitWait(t, e, batchOf(testOwner, 2, info.ID, g.Epoch, oneRow(info.ID, 2, row64(2))))
-	for id := uint64(1); id <= 2; id++ {
-		row, ok := readRow(t, e, info.ID, id)
-		require.True(t, ok, "row %d", id)
-		require.Equal(t, id, uint64FromRow(row))
-	}
+	requireRowsOwnIDs(t, e, info.ID, 2)
 	e.mu.Lock()
 	require.Empty(t, e.refusedFresh)
 	e.mu.Unlock()

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -120,15 +118,9 @@ func runTxnCrashChild(t *testing.T, dir string, stop int, ckpt bool) {
 		c = "1"
 	}
 	cmd.Env = append(os.Environ(), txnCrashDirEnv+"="+dir, txnCrashStopEnv+"="+strconv.Itoa(stop), txnCrashCkptEnv+"="+c)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	kill := sync.OnceFunc(func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-	defer kill()
-	timeout := time.AfterFunc(45*time.Second, kill)
-	defer timeout.Stop()
+	child := testkit.StartChild(t, cmd, 45*time.Second)
+	defer child.Stop() // a failed check must not leave the child running
+	stdout, stderr, kill := child.Stdout, child.Stderr, child.Kill
 	sc := bufio.NewScanner(stdout)
 	last := -1
 	for sc.Scan() {

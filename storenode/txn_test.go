@@ -232,10 +232,7 @@ func TestTxnDecideCAS(t *testing.T) {
 	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionCommit, 2)
 	require.NoError(t, err, "the same decision again")
 	require.Equal(t, base.DecisionCommit, d)
-	d, err = s.e.DecideTxn(ctx, txnID(1), 5, base.DecisionAbort, 2)
-	require.ErrorIs(t, err, ErrTxnDecided)
-	require.Contains(t, err.Error(), "commit recorded")
-	require.Equal(t, base.DecisionCommit, d)
+	requireAbortNamesCommit(ctx, t, s.e, txnID(1), 5)
 
 	// Undecided, lease alive: the resolver hears "none".
 	got, err := s.e.AskTxn(ctx, txnID(2), 6)
@@ -454,11 +451,7 @@ func TestTxnReportOnlyDurable(t *testing.T) {
 	b := newTxnStore(t, Options{TxnPeer: peers})
 	peers.set("a", a.e)
 	ctx := context.Background()
-	a.primaryPart(t, txnID(1), 3)
-	b.requirePrepared(t, txnID(1), 3, "a", 1, 1, 5)
-	_, err := a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
-	require.NoError(t, err)
-	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
+	commitOnTwo(ctx, t, a, b)
 
 	b.e.mu.Lock()
 	p := b.e.txnParts[txnID(1)]
@@ -512,11 +505,7 @@ func TestTxnBackgroundResolver(t *testing.T) {
 	b := newTxnStore(t, Options{TxnPeer: peers, TxnResolveInterval: time.Hour})
 	peers.set("a", a.e)
 	ctx := context.Background()
-	a.primaryPart(t, txnID(1), 3)
-	b.requirePrepared(t, txnID(1), 3, "a", 1, 1, 5)
-	_, err := a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
-	require.NoError(t, err)
-	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
+	commitOnTwo(ctx, t, a, b)
 	select {
 	case id := <-peers.reported:
 		require.Equal(t, txnID(1), id)
@@ -641,10 +630,7 @@ func TestTxnForgottenDecisionResent(t *testing.T) {
 	require.Equal(t, base.DecisionCommit, d)
 	require.Equal(t, base.DecisionNone, s.e.TxnStatus(txnID(2)).Primary)
 	// An abort of it names the commit; an Ask hears commit; nothing recorded either way.
-	d, err = s.e.DecideTxn(ctx, txnID(2), 6, base.DecisionAbort, 2)
-	require.ErrorIs(t, err, ErrTxnDecided)
-	require.Contains(t, err.Error(), "commit recorded")
-	require.Equal(t, base.DecisionCommit, d)
+	requireAbortNamesCommit(ctx, t, s.e, txnID(2), 6)
 	got, err := s.e.AskTxn(ctx, txnID(2), 6)
 	require.NoError(t, err)
 	require.Equal(t, base.DecisionCommit, got)
@@ -853,4 +839,25 @@ func TestTxnHolderReadOfPreparedRowsRefused(t *testing.T) {
 	_, _, rows, err = s.e.ReadRowsAs(testOwner, s.table, 0, 1<<1, nil)
 	require.NoError(t, err)
 	require.Equal(t, uint64(150), uint64FromRow(rows), "the applied commit")
+}
+
+// requireAbortNamesCommit: an abort of transaction id (lease lease, 2 parts), whose commit is
+// decided, is refused with ErrTxnDecided naming the commit, and answered commit.
+func requireAbortNamesCommit(ctx context.Context, t *testing.T, e *Engine, id base.TxnID, lease int64) {
+	t.Helper()
+	d, err := e.DecideTxn(ctx, id, lease, base.DecisionAbort, 2)
+	require.ErrorIs(t, err, ErrTxnDecided)
+	require.Contains(t, err.Error(), "commit recorded")
+	require.Equal(t, base.DecisionCommit, d)
+}
+
+// commitOnTwo commits transaction txnID(1) (lease 3) of primary a's part and b's part (row 1
+// at version 5, index 1): a decides commit, b applies it.
+func commitOnTwo(ctx context.Context, t *testing.T, a, b *txnStore) {
+	t.Helper()
+	a.primaryPart(t, txnID(1), 3)
+	b.requirePrepared(t, txnID(1), 3, "a", 1, 1, 5)
+	_, err := a.e.DecideTxn(ctx, txnID(1), 3, base.DecisionCommit, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.e.ApplyTxn(txnID(1), base.DecisionCommit))
 }

@@ -2,13 +2,10 @@ package testkit
 
 import (
 	"errors"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/internal/vfs"
 )
@@ -59,15 +56,9 @@ func (b *BlockSyncs) Release(fail bool) {
 // WaitBlocked spins (yielding) until an fsync is blocked, failing the test after within.
 func (b *BlockSyncs) WaitBlocked(t testing.TB, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	SpinUntil(t, within, "no fsync blocked", func() bool {
 		b.mu.Lock()
-		n := b.waiting
-		b.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no fsync blocked")
-		runtime.Gosched()
-	}
+		defer b.mu.Unlock()
+		return b.waiting > 0
+	})
 }

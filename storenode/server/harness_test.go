@@ -2,13 +2,13 @@ package server
 
 import (
 	"log/slog"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/weftdb/weft/base"
+	"github.com/weftdb/weft/internal/testkit"
 	"github.com/weftdb/weft/sgio"
 	"github.com/weftdb/weft/storenode"
 )
@@ -46,14 +46,9 @@ func openTest(t testing.TB, opts storenode.Options) *storenode.Engine {
 // waiter (a retry or a non-owner read waiting for its LSN).
 func waitDurableWaiter(t *testing.T, e *storenode.Engine, ready func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(idWait)
-	for !ready() {
-		if e.WaitsForDurability() {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "nothing waits for durability")
-		runtime.Gosched()
-	}
+	testkit.SpinUntil(t, idWait, "nothing waits for durability", func() bool {
+		return ready() || e.WaitsForDurability()
+	})
 }
 
 // readResult is what readRowAsync's read returned: whether the row came back, or the error.
