@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,24 +20,8 @@ import (
 // unit about once in a hundred runs).
 func TestTxReadBeforeMoveWrittenAfterRunsAgain(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 3, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	defer a.Close(ctx)
-	ta := createTable(t, ctx, a, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	var x, y uint64 // an account in partition 0 (the one moved) and one in partition 1
-	for x == 0 || y == 0 {
-		id, err := ta.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
-		switch ta.Partition(id) {
-		case 0:
-			x = id
-		case 1:
-			y = id
-		}
-	}
-	mover := tc.open(t, 0xb, "")
-	mt := openTable(t, ctx, mover, "acct")
+	tc, a, ta, mt, ids := startMoveRig(t, ctx, 3, 0, 1)
+	x, y := ids[0], ids[1] // an account in partition 0 (the one moved) and one in partition 1
 
 	attempts := 0
 	err := a.Update(ctx, func(tx *node.Tx) error {
@@ -69,24 +54,8 @@ func TestTxReadBeforeMoveWrittenAfterRunsAgain(t *testing.T) {
 // between would have been seen half).
 func TestViewAcrossMoveRunsAgain(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 3, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	defer a.Close(ctx)
-	ta := createTable(t, ctx, a, "acct", 64, 3, 1, tc.addrs)
-	require.NoError(t, ta.Own(ctx, 0, 1))
-	var x, y uint64
-	for x == 0 || y == 0 {
-		id, err := ta.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
-		switch ta.Partition(id) {
-		case 0:
-			x = id
-		case 1:
-			y = id
-		}
-	}
-	mover := tc.open(t, 0xb, "")
-	mt := openTable(t, ctx, mover, "acct")
+	tc, a, ta, mt, ids := startMoveRig(t, ctx, 3, 0, 1)
+	x, y := ids[0], ids[1]
 
 	attempts := 0
 	var sum uint64
@@ -133,25 +102,9 @@ func putRetry(ctx context.Context, n *node.Node, t *node.Table, id uint64, row [
 // the validation fails (before, the row written was computed from the stale read).
 func TestOneBatchTxReadBeforeMoveRunsAgain(t *testing.T) {
 	ctx := testCtx(t)
-	tc := startTxnCluster(t, 3, nil)
-	a := tc.open(t, 0xa, "game-a:7000")
-	defer a.Close(ctx)
-	ta := createTable(t, ctx, a, "acct", 64, 4, 1, tc.addrs)
-	require.NoError(t, ta.Own(ctx, 0, 3))
-	var x, z uint64 // in partitions 0 (moved) and 3, both on the first storage node
-	for x == 0 || z == 0 {
-		id, err := ta.Insert(ctx, acctRow(initial, 0))
-		require.NoError(t, err)
-		switch ta.Partition(id) {
-		case 0:
-			x = id
-		case 3:
-			z = id
-		}
-	}
+	tc, a, ta, mt, ids := startMoveRig(t, ctx, 4, 0, 3)
+	x, z := ids[0], ids[1] // in partitions 0 (moved) and 3, both on the first storage node
 	require.Equal(t, ta.NodeOf(x), ta.NodeOf(z), "partitions 0 and 3 share a storage node")
-	mover := tc.open(t, 0xb, "")
-	mt := openTable(t, ctx, mover, "acct")
 
 	attempts := 0
 	err := a.Update(ctx, func(tx *node.Tx) error {
@@ -171,4 +124,27 @@ func TestOneBatchTxReadBeforeMoveRunsAgain(t *testing.T) {
 	require.NoError(t, a.View(ctx, func(tx *node.Tx) error { return tx.Get(ta, z, dst) }))
 	require.Equal(t, uint64(initial+5), balanceOf(dst), "z copies x as it is after the move, not as it was read before")
 	require.Equal(t, 2, attempts, "the transaction ran again once the partition it read moved")
+}
+
+// startMoveRig starts 3 storage nodes and node a (owner 0xa), creates its table "acct" of
+// partitions partitions over them, owns parts, and inserts until each owned partition holds
+// an account (initial balance): their ids, in parts' order. It returns a mover's handle of
+// the table too (owner 0xb). a closes when the test ends.
+func startMoveRig(t *testing.T, ctx context.Context, partitions int, parts ...uint32) (*testCluster, *node.Node, *node.Table, *node.Table, []uint64) {
+	t.Helper()
+	tc := startTxnCluster(t, 3, nil)
+	a := tc.open(t, 0xa, "game-a:7000")
+	ta := createTable(t, ctx, a, "acct", 64, partitions, 1, tc.addrs)
+	require.NoError(t, ta.Own(ctx, parts...))
+	ids := make([]uint64, len(parts))
+	for left := len(parts); left > 0; {
+		id, err := ta.Insert(ctx, acctRow(initial, 0))
+		require.NoError(t, err)
+		if i := slices.Index(parts, ta.Partition(id)); i >= 0 && ids[i] == 0 {
+			ids[i] = id
+			left--
+		}
+	}
+	mover := tc.open(t, 0xb, "")
+	return tc, a, ta, openTable(t, ctx, mover, "acct"), ids
 }
