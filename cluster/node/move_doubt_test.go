@@ -81,26 +81,7 @@ func TestMoveUnderTwoPhaseLoadWaitsItsTurn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 1))
-			for lctx.Err() == nil {
-				x, y := in[0][r.IntN(len(in[0]))], in[1][r.IntN(len(in[1]))]
-				if r.IntN(2) == 0 {
-					x, y = y, x
-				}
-				err := xfer(lctx, a, ta, x, y, 1)
-				var ne *node.NotOwnerError
-				switch {
-				case err == nil:
-					committed.Add(1)
-				case lctx.Err() != nil:
-					return
-				case errors.As(err, &ne), errors.Is(err, txnode.ErrConflict):
-					// Frozen or switching (retry), or collided with another transfer.
-				default:
-					errs <- err
-					return
-				}
-			}
+			transfers(lctx, a, ta, in, uint64(w), 1, &committed, errs)
 		}()
 	}
 
@@ -148,4 +129,30 @@ func xferRetry(ctx context.Context, n *node.Node, t *node.Table, x, y uint64) er
 		}
 	}
 	return err
+}
+
+// transfers is one worker of random transfers of 1 between an account of in[0] and one of
+// in[1] (either way), seeded by (w, stream), until lctx ends: each acknowledged one counted
+// in committed; a failure other than not-owner (frozen or switching: retried) or conflict
+// (collided with another transfer) sent to errs, and the worker stops.
+func transfers(lctx context.Context, a *node.Node, ta *node.Table, in [2][]uint64, w, stream uint64, committed *atomic.Int64, errs chan<- error) {
+	r := rand.New(rand.NewPCG(w, stream))
+	for lctx.Err() == nil {
+		x, y := in[0][r.IntN(len(in[0]))], in[1][r.IntN(len(in[1]))]
+		if r.IntN(2) == 0 {
+			x, y = y, x
+		}
+		err := xfer(lctx, a, ta, x, y, 1)
+		var ne *node.NotOwnerError
+		switch {
+		case err == nil:
+			committed.Add(1)
+		case lctx.Err() != nil:
+			return
+		case errors.As(err, &ne), errors.Is(err, txnode.ErrConflict):
+		default:
+			errs <- err
+			return
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -56,25 +55,7 @@ func TestMoveBackAndForthUnderTwoPhaseLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 7))
-			for lctx.Err() == nil {
-				x, y := in[0][r.IntN(len(in[0]))], in[1][r.IntN(len(in[1]))]
-				if r.IntN(2) == 0 {
-					x, y = y, x
-				}
-				err := xfer(lctx, a, ta, x, y, 1)
-				var ne *node.NotOwnerError
-				switch {
-				case err == nil:
-					committed.Add(1)
-				case lctx.Err() != nil:
-					return
-				case errors.As(err, &ne), errors.Is(err, txnode.ErrConflict):
-				default:
-					errs <- err
-					return
-				}
-			}
+			transfers(lctx, a, ta, in, uint64(w), 7, &committed, errs)
 		}()
 	}
 	// A checker: every View sees the conserved total.
